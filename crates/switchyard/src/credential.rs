@@ -1,0 +1,97 @@
+//! API keys and their non-secret identities.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// A secret string (an API key). It never prints: `Debug` shows `Secret(***)` and there is no
+/// `Display`. Read it with [`Secret::expose`] at the one place that sends it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Arc<str>);
+
+impl Secret {
+    pub fn new(value: impl Into<Arc<str>>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The secret itself; call only where it goes on the wire.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// A short, stable, non-secret name for one credential: 12 hex digits of a hash of the
+/// provider kind, base URL and key. Used in logs, events, metrics and shared state, so that two
+/// replicas with the same key agree on it and nobody learns the key from it.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct CredentialId(Arc<str>);
+
+impl CredentialId {
+    /// The id of a key for a provider of `kind` at `base_url`; `None` for keyless providers.
+    pub fn derive(kind: &str, base_url: &str, key: Option<&Secret>) -> Self {
+        // FNV-1a, 64 bits: stable across builds and platforms (std's hasher promises neither).
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let parts = [kind, "\u{1f}", base_url, "\u{1f}", key.map_or("", Secret::expose)];
+        for byte in parts.iter().flat_map(|part| part.bytes()) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        CredentialId(format!("{:012x}", hash >> 16).into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CredentialId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for CredentialId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CredentialId({})", self.0)
+    }
+}
+
+/// One key of a provider (or none, for local servers), with its id.
+#[derive(Clone, Debug)]
+pub struct Credential {
+    id: CredentialId,
+    key: Option<Secret>,
+}
+
+impl Credential {
+    /// A credential for a provider of `kind` at `base_url`.
+    pub fn new(kind: &str, base_url: &str, key: Option<Secret>) -> Self {
+        Self { id: CredentialId::derive(kind, base_url, key.as_ref()), key }
+    }
+
+    pub fn id(&self) -> &CredentialId {
+        &self.id
+    }
+
+    pub fn key(&self) -> Option<&Secret> {
+        self.key.as_ref()
+    }
+
+    /// The key with all but its last four characters masked, for operator displays.
+    pub fn masked(&self) -> String {
+        match &self.key {
+            None => "(none)".to_owned(),
+            Some(key) => {
+                let key = key.expose();
+                let tail: String = key.chars().rev().take(4).collect::<Vec<_>>().into_iter().rev().collect();
+                if key.chars().count() <= 8 { "****".to_owned() } else { format!("****{tail}") }
+            }
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! The error catalog: every failure is one [`ErrorKind`], and each kind carries its defaults for
+//! retrying, falling back and what it does to health.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Target;
+use crate::credential::CredentialId;
+use crate::trail::Trail;
+
+/// Why an attempt failed. Adapters classify from provider codes and HTTP status; the router
+/// decides from the kind alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// 429 that is not about quota: try again after the provider's Retry-After.
+    RateLimited,
+    /// Out of credit or quota (429 `insufficient_quota`, 402): nothing helps until it resets.
+    QuotaExceeded,
+    /// Connect, first-byte, idle or total timeout.
+    Timeout,
+    /// Refused, reset, DNS or TLS failure.
+    Transport,
+    /// 5xx or 529 overloaded.
+    Unavailable,
+    /// A 200 whose body could not be understood.
+    MalformedResponse,
+    /// 401 or 403: the key is wrong or lacks permission.
+    Auth,
+    /// 404 for the model.
+    ModelNotFound,
+    /// The prompt is too long for the model.
+    ContextLength,
+    /// The provider's content filter refused or cut the answer.
+    ContentFiltered,
+    /// Any other 400 or 422: the request itself is wrong.
+    InvalidRequest,
+    /// The answer does not match the requested schema.
+    SchemaViolation,
+    /// The caller went away.
+    Cancelled,
+}
+
+/// What a failure of one kind does to the health of its target or credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthEffect {
+    /// The credential cools down; the target is rate limited until Retry-After.
+    RateLimited,
+    /// The credential (and, when it has no fresh sibling, the target) is exhausted.
+    Exhausted,
+    /// Counts toward the circuit breaker and gates the target for the health TTL.
+    TemporarilyUnavailable,
+    /// The credential is benched as unauthorized until reset.
+    Unauthorized,
+    /// The target is marked unavailable (its model does not exist there).
+    ModelUnavailable,
+    /// Health is untouched: the failure says nothing about the provider.
+    None,
+}
+
+impl ErrorKind {
+    /// Every kind, in catalog order.
+    pub const ALL: [ErrorKind; 13] = [
+        ErrorKind::RateLimited,
+        ErrorKind::QuotaExceeded,
+        ErrorKind::Timeout,
+        ErrorKind::Transport,
+        ErrorKind::Unavailable,
+        ErrorKind::MalformedResponse,
+        ErrorKind::Auth,
+        ErrorKind::ModelNotFound,
+        ErrorKind::ContextLength,
+        ErrorKind::ContentFiltered,
+        ErrorKind::InvalidRequest,
+        ErrorKind::SchemaViolation,
+        ErrorKind::Cancelled,
+    ];
+
+    /// The snake_case name used in configuration, events and the trail.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::RateLimited => "rate_limited",
+            ErrorKind::QuotaExceeded => "quota_exceeded",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Transport => "transport",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::MalformedResponse => "malformed_response",
+            ErrorKind::Auth => "auth",
+            ErrorKind::ModelNotFound => "model_not_found",
+            ErrorKind::ContextLength => "context_length",
+            ErrorKind::ContentFiltered => "content_filtered",
+            ErrorKind::InvalidRequest => "invalid_request",
+            ErrorKind::SchemaViolation => "schema_violation",
+            ErrorKind::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the catalog retries the same target after this kind.
+    pub fn retries_by_default(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::RateLimited
+                | ErrorKind::Timeout
+                | ErrorKind::Transport
+                | ErrorKind::Unavailable
+                | ErrorKind::MalformedResponse
+        )
+    }
+
+    /// Whether the catalog moves on to the next target after this kind. Context-length and
+    /// content-filter failures move only along their special chains, so they are not here.
+    pub fn falls_back_by_default(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::RateLimited
+                | ErrorKind::QuotaExceeded
+                | ErrorKind::Timeout
+                | ErrorKind::Transport
+                | ErrorKind::Unavailable
+                | ErrorKind::MalformedResponse
+                | ErrorKind::Auth
+                | ErrorKind::ModelNotFound
+        )
+    }
+
+    /// Whether a failure of this kind counts toward the circuit breaker and the health gate.
+    pub fn counts_for_breaker(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::Timeout | ErrorKind::Transport | ErrorKind::Unavailable | ErrorKind::MalformedResponse
+        )
+    }
+
+    /// What a failure of this kind does to health.
+    pub fn health_effect(self) -> HealthEffect {
+        match self {
+            ErrorKind::RateLimited => HealthEffect::RateLimited,
+            ErrorKind::QuotaExceeded => HealthEffect::Exhausted,
+            ErrorKind::Timeout
+            | ErrorKind::Transport
+            | ErrorKind::Unavailable
+            | ErrorKind::MalformedResponse => HealthEffect::TemporarilyUnavailable,
+            ErrorKind::Auth => HealthEffect::Unauthorized,
+            ErrorKind::ModelNotFound => HealthEffect::ModelUnavailable,
+            ErrorKind::ContextLength
+            | ErrorKind::ContentFiltered
+            | ErrorKind::InvalidRequest
+            | ErrorKind::SchemaViolation
+            | ErrorKind::Cancelled => HealthEffect::None,
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ErrorKind {
+    type Err = UnknownErrorKind;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        ErrorKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == text)
+            .ok_or_else(|| UnknownErrorKind(text.to_owned()))
+    }
+}
+
+/// A name that is not in the error catalog.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown error kind `{0}`: expected one of rate_limited, quota_exceeded, timeout, transport, unavailable, malformed_response, auth, model_not_found, context_length, content_filtered, invalid_request, schema_violation, cancelled"
+)]
+pub struct UnknownErrorKind(pub String);
+
+/// One failed attempt, classified.
+///
+/// Adapters build it from what the provider said; the router fills in the target and the
+/// credential id. It never holds a secret.
+///
+/// ```
+/// use std::time::Duration;
+/// use switchyard::{ErrorKind, ProviderError};
+///
+/// let error = ProviderError::new(ErrorKind::RateLimited, "slow down")
+///     .with_status(429)
+///     .with_retry_after(Duration::from_secs(2));
+/// assert!(error.is_retryable());
+/// assert_eq!(error.retry_after(), Some(Duration::from_secs(2)));
+/// ```
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct ProviderError {
+    kind: ErrorKind,
+    status: Option<u16>,
+    code: Option<String>,
+    detail: String,
+    retry_after: Option<Duration>,
+    target: Option<Target>,
+    credential_id: Option<CredentialId>,
+}
+
+impl ProviderError {
+    pub fn new(kind: ErrorKind, detail: impl Into<String>) -> Self {
+        Self {
+            kind,
+            status: None,
+            code: None,
+            detail: detail.into(),
+            retry_after: None,
+            target: None,
+            credential_id: None,
+        }
+    }
+
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// The provider's own error code (`insufficient_quota`, `overloaded_error`, ...).
+    pub fn with_code(mut self, code: impl Into<String>) -> Self {
+        self.code = Some(code.into());
+        self
+    }
+
+    pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
+        self.retry_after = Some(retry_after);
+        self
+    }
+
+    pub fn with_target(mut self, target: Target) -> Self {
+        self.target = Some(target);
+        self
+    }
+
+    pub fn with_credential(mut self, credential_id: CredentialId) -> Self {
+        self.credential_id = Some(credential_id);
+        self
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    pub fn status(&self) -> Option<u16> {
+        self.status
+    }
+
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
+    }
+
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+
+    /// How long the provider asked us to wait, when it said.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    pub fn target(&self) -> Option<&Target> {
+        self.target.as_ref()
+    }
+
+    pub fn credential_id(&self) -> Option<&CredentialId> {
+        self.credential_id.as_ref()
+    }
+
+    pub fn is_timeout(&self) -> bool {
+        self.kind == ErrorKind::Timeout
+    }
+
+    pub fn is_rate_limited(&self) -> bool {
+        self.kind == ErrorKind::RateLimited
+    }
+
+    /// Whether the catalog would retry the same target after this error.
+    pub fn is_retryable(&self) -> bool {
+        self.kind.retries_by_default()
+    }
+}
+
+impl fmt::Display for ProviderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.kind)?;
+        if let Some(target) = &self.target {
+            write!(f, " from {target}")?;
+        }
+        match (self.status, &self.code) {
+            (Some(status), Some(code)) => write!(f, " (HTTP {status}, {code})")?,
+            (Some(status), None) => write!(f, " (HTTP {status})")?,
+            (None, Some(code)) => write!(f, " ({code})")?,
+            (None, None) => {}
+        }
+        if !self.detail.is_empty() {
+            write!(f, ": {}", self.detail)?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a routed request did not produce an answer. Every variant that reached a provider
+/// carries the trail of attempts.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RouteError {
+    /// `model` names neither a route nor a target of a configured provider.
+    #[error("unknown model `{model}`: use a route ({}) or a `provider:model` target of a configured provider", known.join(", "))]
+    UnknownModel { model: String, known: Vec<String> },
+    /// Every target and candidate failed with kinds the route falls back on.
+    #[error("all targets failed after {} attempts; last: {}", trail.len(), last.as_ref().map_or_else(|| "every target was skipped".to_owned(), ToString::to_string))]
+    AllTargetsFailed { trail: Trail, last: Option<ProviderError> },
+    /// A failure the route does not fall back on, returned unchanged.
+    #[error("{error}")]
+    Upstream { error: ProviderError, trail: Trail },
+    /// The request cannot be routed as asked (for example, embeddings with nowhere equivalent
+    /// to fall back to, or an empty message list).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+}
+
+impl RouteError {
+    /// The attempts made before giving up (empty when nothing was attempted).
+    pub fn trail(&self) -> &[crate::trail::Attempt] {
+        match self {
+            RouteError::AllTargetsFailed { trail, .. } | RouteError::Upstream { trail, .. } => {
+                trail.attempts()
+            }
+            RouteError::UnknownModel { .. } | RouteError::InvalidRequest(_) => &[],
+        }
+    }
+
+    /// The provider error behind this failure, if any.
+    pub fn provider_error(&self) -> Option<&ProviderError> {
+        match self {
+            RouteError::AllTargetsFailed { last, .. } => last.as_ref(),
+            RouteError::Upstream { error, .. } => Some(error),
+            RouteError::UnknownModel { .. } | RouteError::InvalidRequest(_) => None,
+        }
+    }
+
+    /// The kind of the deciding failure, if one reached a provider.
+    pub fn kind(&self) -> Option<ErrorKind> {
+        self.provider_error().map(ProviderError::kind)
+    }
+}

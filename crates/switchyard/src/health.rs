@@ -1,0 +1,866 @@
+//! The health board: what the router knows about each target and credential.
+//!
+//! One place decides health. The router asks it whether a target may be called ([`Gate`]),
+//! which credential to use, and tells it how each attempt ended; the board applies DESIGN's
+//! rules (statuses, circuit breaker, cooldowns, exhaustion) and returns the events the change
+//! caused, which the router publishes after every lock is released.
+//!
+//! The records live behind [`HealthStore`], a small trait: the in-memory [`MemoryStore`] is the
+//! default, and a shared store (Redis) can replace it without touching the rules.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::credential::CredentialId;
+use crate::error::HealthEffect;
+use crate::events::EventKind;
+use crate::{ProviderError, Target};
+
+/// The status of a target or credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthStatus {
+    /// Never called.
+    #[default]
+    Unknown,
+    Available,
+    RateLimited,
+    Exhausted,
+    TemporarilyUnavailable,
+    Unauthorized,
+}
+
+impl HealthStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthStatus::Unknown => "unknown",
+            HealthStatus::Available => "available",
+            HealthStatus::RateLimited => "rate_limited",
+            HealthStatus::Exhausted => "exhausted",
+            HealthStatus::TemporarilyUnavailable => "temporarily_unavailable",
+            HealthStatus::Unauthorized => "unauthorized",
+        }
+    }
+
+    fn is_troubled(self) -> bool {
+        !matches!(self, HealthStatus::Unknown | HealthStatus::Available)
+    }
+}
+
+impl fmt::Display for HealthStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a health record is about.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Subject {
+    Target(Target),
+    Credential(CredentialId),
+}
+
+impl fmt::Display for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Subject::Target(target) => write!(f, "{target}"),
+            Subject::Credential(id) => write!(f, "credential {id}"),
+        }
+    }
+}
+
+/// Settings of the board, shared by every route.
+///
+/// ```
+/// use std::time::Duration;
+/// use switchyard::health::HealthSettings;
+///
+/// let settings = HealthSettings { failure_threshold: 5, ..HealthSettings::default() };
+/// assert_eq!(settings.open_for, Duration::from_secs(30));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthSettings {
+    /// Consecutive breaker-counted failures that open a target's circuit. Default 3.
+    pub failure_threshold: u32,
+    /// How long an opened circuit stays open before it lets probes through. Default 30 s.
+    pub open_for: Duration,
+    /// The longest an often re-opened circuit stays open (each failed probe doubles the time).
+    /// Default 5 min.
+    pub open_max: Duration,
+    /// How many probe requests a half-open circuit lets through at once. Default 1.
+    pub half_open_probes: u32,
+    /// How long a credential rests after a rate limit (or the provider's Retry-After, when
+    /// longer), so that a provider with several keys rotates to a fresh one. Default 5 s.
+    pub cooldown_on_rate_limit: Duration,
+    /// How long a credential rests after a breaker-counted failure. Default 0 (off).
+    pub cooldown_on_error: Duration,
+}
+
+impl Default for HealthSettings {
+    fn default() -> Self {
+        Self {
+            failure_threshold: 3,
+            open_for: Duration::from_secs(30),
+            open_max: Duration::from_secs(300),
+            half_open_probes: 1,
+            cooldown_on_rate_limit: Duration::from_secs(5),
+            cooldown_on_error: Duration::ZERO,
+        }
+    }
+}
+
+/// The circuit breaker of one target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Breaker {
+    #[default]
+    Closed,
+    /// Calls are refused until `until`.
+    Open { until: Instant },
+    /// Probes are let through; `probes` started, the last lease ends at `lease_until` (a probe
+    /// whose caller went away must not keep the circuit half-open forever).
+    HalfOpen { probes: u32, lease_until: Instant },
+}
+
+impl Breaker {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Breaker::Closed => "closed",
+            Breaker::Open { .. } => "open",
+            Breaker::HalfOpen { .. } => "half_open",
+        }
+    }
+}
+
+/// What the board remembers of one target. Public so that stores can keep it; the board's
+/// rules are the only writer.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TargetRecord {
+    pub status: HealthStatus,
+    pub reason: Arc<str>,
+    pub since: Option<Instant>,
+    /// When the last failure that gates the target happened.
+    pub failed_at: Option<Instant>,
+    /// The provider's own word on when to come back (Retry-After, a quota reset).
+    pub retry_until: Option<Instant>,
+    pub consecutive_failures: u32,
+    pub breaker: Breaker,
+    /// How many times in a row a half-open probe failed; grows the open time.
+    pub reopens: u32,
+}
+
+/// What the board remembers of one credential.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CredentialRecord {
+    pub status: HealthStatus,
+    pub reason: Arc<str>,
+    pub since: Option<Instant>,
+    /// Not picked (while a fresh sibling exists) until then.
+    pub cooldown_until: Option<Instant>,
+    /// When an exhausted credential's quota is known to reset.
+    pub retry_until: Option<Instant>,
+}
+
+/// The records one decision reads and writes: a target and its provider's credentials, in the
+/// provider's order.
+#[derive(Debug, Clone, Default)]
+pub struct Records {
+    pub target: TargetRecord,
+    pub credentials: Vec<CredentialRecord>,
+}
+
+/// Where health records live. Implementations apply `update` atomically per call: the board
+/// reads and writes one target and its credentials at a time.
+pub trait HealthStore: Send + Sync + 'static {
+    /// Loads the records of `target` and `credentials` (defaults when absent), runs `apply`,
+    /// and stores the result, all as one step.
+    fn update(&self, target: &Target, credentials: &[CredentialId], apply: &mut dyn FnMut(&mut Records));
+
+    /// Every target and credential record.
+    fn all(&self) -> (Vec<(Target, TargetRecord)>, Vec<(CredentialId, CredentialRecord)>);
+
+    /// Forgets everything.
+    fn clear(&self);
+}
+
+/// The in-process store: one mutex over two maps, held for microseconds and never across an
+/// await.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    state: Mutex<MemoryState>,
+}
+
+#[derive(Debug, Default)]
+struct MemoryState {
+    targets: HashMap<Target, TargetRecord>,
+    credentials: HashMap<CredentialId, CredentialRecord>,
+}
+
+impl MemoryStore {
+    fn lock(&self) -> MutexGuard<'_, MemoryState> {
+        // A panic while holding this lock cannot leave a record half-written (updates replace
+        // whole records), so a poisoned lock is still consistent.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl HealthStore for MemoryStore {
+    fn update(&self, target: &Target, credentials: &[CredentialId], apply: &mut dyn FnMut(&mut Records)) {
+        let mut state = self.lock();
+        let mut records = Records {
+            target: state.targets.get(target).cloned().unwrap_or_default(),
+            credentials: credentials
+                .iter()
+                .map(|id| state.credentials.get(id).cloned().unwrap_or_default())
+                .collect(),
+        };
+        let before = records.clone();
+        apply(&mut records);
+        if records.target != before.target {
+            state.targets.insert(target.clone(), records.target);
+        }
+        for ((id, record), old) in credentials.iter().zip(records.credentials).zip(before.credentials) {
+            if record != old {
+                state.credentials.insert(id.clone(), record);
+            }
+        }
+    }
+
+    fn all(&self) -> (Vec<(Target, TargetRecord)>, Vec<(CredentialId, CredentialRecord)>) {
+        let state = self.lock();
+        let mut targets: Vec<_> = state.targets.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut credentials: Vec<_> = state.credentials.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        targets.sort_by(|a, b| a.0.cmp(&b.0));
+        credentials.sort_by(|a, b| a.0.cmp(&b.0));
+        (targets, credentials)
+    }
+
+    fn clear(&self) {
+        let mut state = self.lock();
+        state.targets.clear();
+        state.credentials.clear();
+    }
+}
+
+/// May a target be called now?
+#[derive(Debug, Clone, PartialEq)]
+pub enum Gate {
+    /// Yes, with the credential at this index of the provider's list. `probe` is set when the
+    /// call is a half-open circuit's probe.
+    Pass { credential: usize, probe: bool },
+    /// No: skip it, with this outcome. `until` is when the verdict expires, when known.
+    Skip { exhausted: bool, until: Option<Instant>, reason: String },
+}
+
+/// How the router asks for a gate decision.
+#[derive(Debug, Clone, Copy)]
+pub struct GateQuery<'a> {
+    pub target: &'a Target,
+    pub credentials: &'a [CredentialId],
+    /// `None` turns the TTL gate off (the breaker and exhaustion still apply).
+    pub health_ttl: Option<Duration>,
+    /// The request named this target: exhausted targets and credentials are tried anyway.
+    pub explicit: bool,
+    /// Call even if gated (every target was gated and this one recovers first).
+    pub force: bool,
+    /// Credentials already tried by this request on this target (an auth failure moves on).
+    pub exclude: u64,
+}
+
+/// The public view of a target's health.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TargetHealth {
+    pub target: Target,
+    pub status: HealthStatus,
+    pub reason: String,
+    /// How long until the provider's Retry-After or reset passes, when known.
+    #[serde(serialize_with = "ser_opt_ms")]
+    pub retry_after: Option<Duration>,
+    pub consecutive_failures: u32,
+    /// `closed`, `open` or `half_open`.
+    pub breaker: &'static str,
+    /// How long the status has held.
+    #[serde(serialize_with = "ser_opt_ms")]
+    pub since: Option<Duration>,
+}
+
+/// The public view of a credential's health.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct CredentialHealth {
+    pub credential_id: CredentialId,
+    pub status: HealthStatus,
+    pub reason: String,
+    #[serde(serialize_with = "ser_opt_ms")]
+    pub cooldown: Option<Duration>,
+    #[serde(serialize_with = "ser_opt_ms")]
+    pub since: Option<Duration>,
+}
+
+fn ser_opt_ms<S: serde::Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(d) => s.serialize_some(&crate::trail::millis(*d)),
+        None => s.serialize_none(),
+    }
+}
+
+/// Health of everything the board knows.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct HealthSnapshot {
+    pub targets: Vec<TargetHealth>,
+    pub credentials: Vec<CredentialHealth>,
+}
+
+/// The rules over a store. Cheap to share: wrap in `Arc`.
+pub struct HealthBoard {
+    settings: HealthSettings,
+    store: Arc<dyn HealthStore>,
+}
+
+impl fmt::Debug for HealthBoard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HealthBoard").field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+impl HealthBoard {
+    pub fn new(settings: HealthSettings) -> Self {
+        Self::with_store(settings, Arc::new(MemoryStore::default()))
+    }
+
+    pub fn with_store(settings: HealthSettings, store: Arc<dyn HealthStore>) -> Self {
+        Self { settings, store }
+    }
+
+    pub fn settings(&self) -> &HealthSettings {
+        &self.settings
+    }
+
+    /// Whether `query.target` may be called now, without changing anything.
+    pub fn peek(&self, query: &GateQuery<'_>) -> Gate {
+        let now = Instant::now();
+        let mut gate = None;
+        self.store.update(query.target, query.credentials, &mut |records| {
+            let mut scratch = records.clone();
+            gate = Some(decide(&self.settings, &mut scratch, query, now).0);
+        });
+        gate.unwrap_or(Gate::Skip {
+            exhausted: false,
+            until: None,
+            reason: "health store did not answer".into(),
+        })
+    }
+
+    /// Whether `query.target` may be called now; a pass in a half-open circuit takes a probe
+    /// slot. Returns the events the decision caused.
+    pub fn admit(&self, query: &GateQuery<'_>) -> (Gate, Vec<EventKind>) {
+        let now = Instant::now();
+        let mut out = None;
+        self.store.update(query.target, query.credentials, &mut |records| {
+            out = Some(decide(&self.settings, records, query, now));
+        });
+        out.unwrap_or((
+            Gate::Skip { exhausted: false, until: None, reason: "health store did not answer".into() },
+            Vec::new(),
+        ))
+    }
+
+    /// Records a successful call of `target` with the credential at `credential`.
+    pub fn record_success(
+        &self,
+        target: &Target,
+        credentials: &[CredentialId],
+        credential: usize,
+    ) -> Vec<EventKind> {
+        let mut events = Vec::new();
+        self.store.update(target, credentials, &mut |records| {
+            events.clear();
+            let now = Instant::now();
+            let t = &mut records.target;
+            t.consecutive_failures = 0;
+            t.reopens = 0;
+            t.failed_at = None;
+            t.retry_until = None;
+            if t.breaker != Breaker::Closed {
+                t.breaker = Breaker::Closed;
+                events.push(EventKind::CircuitClosed { target: target.clone() });
+            }
+            set_status(
+                &mut t.status,
+                &mut t.reason,
+                &mut t.since,
+                HealthStatus::Available,
+                "",
+                now,
+                Subject::Target(target.clone()),
+                &mut events,
+            );
+            if let (Some(c), Some(id)) =
+                (records.credentials.get_mut(credential), credentials.get(credential))
+            {
+                c.cooldown_until = None;
+                c.retry_until = None;
+                set_status(
+                    &mut c.status,
+                    &mut c.reason,
+                    &mut c.since,
+                    HealthStatus::Available,
+                    "",
+                    now,
+                    Subject::Credential(id.clone()),
+                    &mut events,
+                );
+            }
+        });
+        events
+    }
+
+    /// Records a failed call, applying the error kind's health effect.
+    pub fn record_failure(
+        &self,
+        target: &Target,
+        credentials: &[CredentialId],
+        credential: usize,
+        error: &ProviderError,
+    ) -> Vec<EventKind> {
+        let mut events = Vec::new();
+        let settings = &self.settings;
+        self.store.update(target, credentials, &mut |records| {
+            events.clear();
+            let now = Instant::now();
+            let reason = error.to_string();
+            let retry_until = error.retry_after().map(|d| now + d);
+            let cred_subject = credentials.get(credential).map(|id| Subject::Credential(id.clone()));
+            match error.kind().health_effect() {
+                HealthEffect::None => {}
+                HealthEffect::RateLimited => {
+                    let rest = settings.cooldown_on_rate_limit.max(error.retry_after().unwrap_or_default());
+                    if let (Some(c), Some(subject)) = (records.credentials.get_mut(credential), cred_subject)
+                    {
+                        c.cooldown_until = Some(now + rest);
+                        set_status(
+                            &mut c.status,
+                            &mut c.reason,
+                            &mut c.since,
+                            HealthStatus::RateLimited,
+                            &reason,
+                            now,
+                            subject,
+                            &mut events,
+                        );
+                    }
+                    let t = &mut records.target;
+                    t.retry_until = retry_until;
+                    set_status(
+                        &mut t.status,
+                        &mut t.reason,
+                        &mut t.since,
+                        HealthStatus::RateLimited,
+                        &reason,
+                        now,
+                        Subject::Target(target.clone()),
+                        &mut events,
+                    );
+                }
+                HealthEffect::Exhausted => {
+                    if let (Some(c), Some(subject)) = (records.credentials.get_mut(credential), cred_subject)
+                    {
+                        c.retry_until = retry_until;
+                        if c.status != HealthStatus::Exhausted {
+                            events
+                                .push(EventKind::Exhausted { subject: subject.clone(), until: retry_until });
+                        }
+                        set_status(
+                            &mut c.status,
+                            &mut c.reason,
+                            &mut c.since,
+                            HealthStatus::Exhausted,
+                            &reason,
+                            now,
+                            subject,
+                            &mut events,
+                        );
+                    }
+                    // The target is exhausted only when no credential of it has quota left.
+                    let all_spent = records.credentials.iter().all(|c| c.status == HealthStatus::Exhausted);
+                    if all_spent || records.credentials.is_empty() {
+                        let t = &mut records.target;
+                        t.retry_until = retry_until;
+                        if t.status != HealthStatus::Exhausted {
+                            events.push(EventKind::Exhausted {
+                                subject: Subject::Target(target.clone()),
+                                until: retry_until,
+                            });
+                        }
+                        set_status(
+                            &mut t.status,
+                            &mut t.reason,
+                            &mut t.since,
+                            HealthStatus::Exhausted,
+                            &reason,
+                            now,
+                            Subject::Target(target.clone()),
+                            &mut events,
+                        );
+                    }
+                }
+                HealthEffect::TemporarilyUnavailable => {
+                    if !settings.cooldown_on_error.is_zero()
+                        && let (Some(c), Some(subject)) =
+                            (records.credentials.get_mut(credential), cred_subject)
+                    {
+                        c.cooldown_until = Some(now + settings.cooldown_on_error);
+                        set_status(
+                            &mut c.status,
+                            &mut c.reason,
+                            &mut c.since,
+                            HealthStatus::TemporarilyUnavailable,
+                            &reason,
+                            now,
+                            subject,
+                            &mut events,
+                        );
+                    }
+                    let t = &mut records.target;
+                    t.failed_at = Some(now);
+                    t.retry_until = retry_until;
+                    t.consecutive_failures = t.consecutive_failures.saturating_add(1);
+                    set_status(
+                        &mut t.status,
+                        &mut t.reason,
+                        &mut t.since,
+                        HealthStatus::TemporarilyUnavailable,
+                        &reason,
+                        now,
+                        Subject::Target(target.clone()),
+                        &mut events,
+                    );
+                    let open_for = match t.breaker {
+                        Breaker::HalfOpen { .. } => {
+                            t.reopens = t.reopens.saturating_add(1);
+                            Some(grown(settings, t.reopens))
+                        }
+                        Breaker::Closed if t.consecutive_failures >= settings.failure_threshold.max(1) => {
+                            Some(settings.open_for)
+                        }
+                        _ => None,
+                    };
+                    if let Some(open_for) = open_for {
+                        t.breaker = Breaker::Open { until: now + open_for };
+                        events.push(EventKind::CircuitOpened {
+                            target: target.clone(),
+                            open_for,
+                            consecutive_failures: t.consecutive_failures,
+                        });
+                    }
+                }
+                HealthEffect::Unauthorized => {
+                    if let (Some(c), Some(subject)) = (records.credentials.get_mut(credential), cred_subject)
+                    {
+                        set_status(
+                            &mut c.status,
+                            &mut c.reason,
+                            &mut c.since,
+                            HealthStatus::Unauthorized,
+                            &reason,
+                            now,
+                            subject,
+                            &mut events,
+                        );
+                    }
+                    if records.credentials.iter().all(|c| c.status == HealthStatus::Unauthorized) {
+                        let t = &mut records.target;
+                        set_status(
+                            &mut t.status,
+                            &mut t.reason,
+                            &mut t.since,
+                            HealthStatus::Unauthorized,
+                            &reason,
+                            now,
+                            Subject::Target(target.clone()),
+                            &mut events,
+                        );
+                    }
+                }
+                HealthEffect::ModelUnavailable => {
+                    let t = &mut records.target;
+                    t.failed_at = Some(now);
+                    set_status(
+                        &mut t.status,
+                        &mut t.reason,
+                        &mut t.since,
+                        HealthStatus::TemporarilyUnavailable,
+                        &reason,
+                        now,
+                        Subject::Target(target.clone()),
+                        &mut events,
+                    );
+                }
+            }
+        });
+        events
+    }
+
+    /// The health of one target (`unknown` when never called).
+    pub fn target(&self, target: &Target) -> TargetHealth {
+        let mut out = None;
+        self.store.update(target, &[], &mut |records| out = Some(records.target.clone()));
+        target_view(target.clone(), &out.unwrap_or_default(), Instant::now())
+    }
+
+    /// The health of everything called so far.
+    pub fn snapshot(&self) -> HealthSnapshot {
+        let now = Instant::now();
+        let (targets, credentials) = self.store.all();
+        HealthSnapshot {
+            targets: targets.into_iter().map(|(t, r)| target_view(t, &r, now)).collect(),
+            credentials: credentials
+                .into_iter()
+                .map(|(id, r)| CredentialHealth {
+                    credential_id: id,
+                    status: r.status,
+                    reason: r.reason.to_string(),
+                    cooldown: r.cooldown_until.and_then(|u| u.checked_duration_since(now)),
+                    since: r.since.map(|s| now.saturating_duration_since(s)),
+                })
+                .collect(),
+        }
+    }
+
+    /// Forgets what is known of `target` and of the given credentials (its provider's): a
+    /// reset by an operator. Returns the recovery events.
+    pub fn reset(&self, target: &Target, credentials: &[CredentialId]) -> Vec<EventKind> {
+        let mut events = Vec::new();
+        self.store.update(target, credentials, &mut |records| {
+            events.clear();
+            let now = Instant::now();
+            if records.target.breaker != Breaker::Closed {
+                events.push(EventKind::CircuitClosed { target: target.clone() });
+            }
+            let t = std::mem::take(&mut records.target);
+            let mut status = t.status;
+            let (mut reason, mut since) = (t.reason, t.since);
+            set_status(
+                &mut status,
+                &mut reason,
+                &mut since,
+                HealthStatus::Unknown,
+                "reset",
+                now,
+                Subject::Target(target.clone()),
+                &mut events,
+            );
+            for (c, id) in records.credentials.iter_mut().zip(credentials) {
+                let old = std::mem::take(c);
+                let (mut status, mut reason, mut since) = (old.status, old.reason, old.since);
+                set_status(
+                    &mut status,
+                    &mut reason,
+                    &mut since,
+                    HealthStatus::Unknown,
+                    "reset",
+                    now,
+                    Subject::Credential(id.clone()),
+                    &mut events,
+                );
+            }
+        });
+        events
+    }
+
+    /// Forgets everything: every target and credential is `unknown` again.
+    pub fn reset_all(&self) -> Vec<EventKind> {
+        let (targets, credentials) = self.store.all();
+        self.store.clear();
+        let mut events = Vec::new();
+        for (target, record) in targets {
+            if record.breaker != Breaker::Closed {
+                events.push(EventKind::CircuitClosed { target: target.clone() });
+            }
+            recovery_events(Subject::Target(target), record.status, &mut events);
+        }
+        for (id, record) in credentials {
+            recovery_events(Subject::Credential(id), record.status, &mut events);
+        }
+        events
+    }
+}
+
+fn grown(settings: &HealthSettings, reopens: u32) -> Duration {
+    let factor = 1u32.checked_shl(reopens.min(16)).unwrap_or(u32::MAX);
+    settings.open_for.saturating_mul(factor).min(settings.open_max.max(settings.open_for))
+}
+
+fn target_view(target: Target, record: &TargetRecord, now: Instant) -> TargetHealth {
+    TargetHealth {
+        target,
+        status: record.status,
+        reason: record.reason.to_string(),
+        retry_after: record.retry_until.and_then(|u| u.checked_duration_since(now)),
+        consecutive_failures: record.consecutive_failures,
+        breaker: record.breaker.name(),
+        since: record.since.map(|s| now.saturating_duration_since(s)),
+    }
+}
+
+fn recovery_events(subject: Subject, from: HealthStatus, events: &mut Vec<EventKind>) {
+    if from.is_troubled() {
+        events.push(EventKind::Recovered { subject: subject.clone(), from });
+    }
+    if from == HealthStatus::Exhausted {
+        events.push(EventKind::CapacityRestored { subject });
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn set_status(
+    status: &mut HealthStatus,
+    reason: &mut Arc<str>,
+    since: &mut Option<Instant>,
+    to: HealthStatus,
+    why: &str,
+    now: Instant,
+    subject: Subject,
+    events: &mut Vec<EventKind>,
+) {
+    if *status == to {
+        if to.is_troubled() && **reason != *why {
+            *reason = why.into();
+        }
+        return;
+    }
+    let from = std::mem::replace(status, to);
+    *reason = why.into();
+    *since = Some(now);
+    events.push(EventKind::HealthChanged { subject: subject.clone(), from, to, reason: why.to_owned() });
+    if matches!(to, HealthStatus::Available | HealthStatus::Unknown) {
+        recovery_events(subject, from, events);
+    }
+}
+
+/// The gate rules, on loaded records. Mutates only to move an open circuit to half-open and to
+/// take a probe slot, and only when the call will really be made.
+fn decide(
+    settings: &HealthSettings,
+    records: &mut Records,
+    query: &GateQuery<'_>,
+    now: Instant,
+) -> (Gate, Vec<EventKind>) {
+    let skip = |exhausted, until, reason: String| (Gate::Skip { exhausted, until, reason }, Vec::new());
+    let t = &records.target;
+
+    // Exhaustion lifts by itself once the provider's reset time has passed.
+    let exhausted_now = t.status == HealthStatus::Exhausted && t.retry_until.is_none_or(|u| now < u);
+    if exhausted_now && !query.explicit && !query.force {
+        return skip(true, t.retry_until, format!("exhausted: {}", t.reason));
+    }
+
+    let probe = match t.breaker {
+        Breaker::Closed => false,
+        Breaker::Open { until } if now < until => {
+            if !query.force {
+                return skip(false, Some(until), format!("circuit open: {}", t.reason));
+            }
+            false
+        }
+        Breaker::Open { .. } => true,
+        Breaker::HalfOpen { probes, lease_until } => {
+            if probes < settings.half_open_probes.max(1) || now >= lease_until {
+                true
+            } else if query.force {
+                false
+            } else {
+                return skip(false, Some(lease_until), "circuit half-open: probe in flight".to_owned());
+            }
+        }
+    };
+
+    if !probe
+        && !query.force
+        && let Some(ttl) = query.health_ttl
+        && t.status == HealthStatus::TemporarilyUnavailable
+        && let Some(failed_at) = t.failed_at
+    {
+        let until = (failed_at + ttl).max(t.retry_until.unwrap_or(failed_at));
+        if now < until {
+            return skip(false, Some(until), format!("unhealthy: {}", t.reason));
+        }
+    }
+
+    let credential = match pick_credential(&records.credentials, query, now) {
+        Pick::Fresh(index) => index,
+        Pick::Resting(index, _) if query.force || probe || query.health_ttl.is_none() => index,
+        Pick::Resting(_, until) => {
+            return skip(false, Some(until), "every credential is cooling down".to_owned());
+        }
+        Pick::None { exhausted: true } => {
+            return skip(true, None, "every credential is exhausted".to_owned());
+        }
+        Pick::None { exhausted: false } => {
+            return skip(
+                false,
+                None,
+                "no usable credential: every key was refused as unauthorized".to_owned(),
+            );
+        }
+    };
+
+    let mut events = Vec::new();
+    if probe {
+        let t = &mut records.target;
+        let probes = match t.breaker {
+            Breaker::HalfOpen { probes, lease_until } if now < lease_until => probes + 1,
+            Breaker::HalfOpen { .. } => 1,
+            _ => {
+                events.push(EventKind::CircuitHalfOpen { target: query.target.clone() });
+                1
+            }
+        };
+        t.breaker = Breaker::HalfOpen { probes, lease_until: now + settings.open_for };
+    }
+    (Gate::Pass { credential, probe }, events)
+}
+
+enum Pick {
+    Fresh(usize),
+    /// Every usable credential is cooling down; this one rests the shortest.
+    Resting(usize, Instant),
+    None {
+        exhausted: bool,
+    },
+}
+
+fn pick_credential(credentials: &[CredentialRecord], query: &GateQuery<'_>, now: Instant) -> Pick {
+    if credentials.is_empty() {
+        return Pick::Fresh(0);
+    }
+    let mut resting: Option<(usize, Instant)> = None;
+    let mut exhausted = false;
+    for (index, c) in credentials.iter().enumerate() {
+        if index < 64 && query.exclude & (1 << index) != 0 {
+            continue;
+        }
+        match c.status {
+            HealthStatus::Unauthorized => continue,
+            HealthStatus::Exhausted if !query.explicit && c.retry_until.is_none_or(|u| now < u) => {
+                exhausted = true;
+                continue;
+            }
+            _ => {}
+        }
+        match c.cooldown_until {
+            Some(until) if now < until => {
+                if resting.is_none_or(|(_, best)| until < best) {
+                    resting = Some((index, until));
+                }
+            }
+            _ => return Pick::Fresh(index),
+        }
+    }
+    match resting {
+        Some((index, until)) => Pick::Resting(index, until),
+        None => Pick::None { exhausted },
+    }
+}

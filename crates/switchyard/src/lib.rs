@@ -1,0 +1,56 @@
+//! # Switchyard
+//!
+//! Keeps LLM calls working when providers fail: ordered fallback across `provider:model`
+//! targets, retries that honour Retry-After, health tracking with circuit breakers and
+//! cooldowns, special chains for context-length and content-filter failures, typed events and
+//! a complete attempt trail on every answer and every failure.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use switchyard::chat::{ChatRequest, Message};
+//! use switchyard::route::Route;
+//! use switchyard::simulated::{SimulatedProvider, Step};
+//! use switchyard::{ErrorKind, ProviderEntry, Router};
+//!
+//! let flaky = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable); 2]);
+//! let router = Router::builder()
+//!     .provider(ProviderEntry::new("flaky", flaky))
+//!     .provider(ProviderEntry::new("steady", SimulatedProvider::new()))
+//!     .route(Route::builder("default").target("flaky:a").target("steady:b").build().unwrap())
+//!     .build()
+//!     .unwrap();
+//!
+//! let answer = router.chat(&ChatRequest::new("default", vec![Message::user("hi")])).await.unwrap();
+//! assert_eq!(answer.served_by.to_string(), "steady:b");
+//! assert_eq!(answer.trail.len(), 3); // flaky retried, flaky failed, steady ok
+//! # }
+//! ```
+//!
+//! The pieces: [`chat`] (canonical types), [`Target`], the error catalog ([`ErrorKind`],
+//! [`ProviderError`]), [`route`] (policies), [`Router`], [`health`] (the health board),
+//! [`events`], [`trail`], [`provider`] (the trait upstreams implement), [`pacing`] (the seam for
+//! client-side pacing) and [`simulated`] (a scripted provider).
+
+pub mod backoff;
+mod budget;
+pub mod chat;
+pub mod credential;
+mod error;
+pub mod events;
+pub mod health;
+pub mod pacing;
+pub mod provider;
+pub mod route;
+mod router;
+pub mod simulated;
+pub mod stream;
+mod target;
+pub mod trail;
+
+pub use budget::RetryBudgetSettings;
+pub use error::{ErrorKind, HealthEffect, ProviderError, RouteError, UnknownErrorKind};
+pub use router::{
+    Answer, ConfigError, EmbeddingsAnswer, Price, ProviderEntry, RequestOptions, Router, RouterBuilder,
+};
+pub use stream::{RoutedStream, StreamError};
+pub use target::{Target, TargetError};

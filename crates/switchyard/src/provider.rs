@@ -1,0 +1,75 @@
+//! The one trait every upstream implements, and what the router hands it per call.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use futures_core::Stream;
+
+use crate::chat::{ChatChunk, ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse};
+use crate::credential::Credential;
+use crate::route::Timeouts;
+use crate::{ErrorKind, ProviderError};
+
+/// A boxed, sendable future: what the object-safe [`Provider`] methods return.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A streamed answer from one provider: chunks, or a classified error that ends it.
+pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<ChatChunk, ProviderError>> + Send>>;
+
+/// What the router tells a provider about one attempt.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// The upstream model (the part of the target after the first colon).
+    pub model: &'a str,
+    /// The key to use.
+    pub credential: &'a Credential,
+    /// The route's timeouts. The router enforces first-byte, idle and total itself; an HTTP
+    /// adapter applies its connect timeout and may use these to size its own.
+    pub timeouts: &'a Timeouts,
+}
+
+/// An upstream: translates canonical requests to one API and back, and classifies failures
+/// into the error catalog. Retry, fallback, health and pacing are the router's business.
+///
+/// Implementations return boxed futures so that providers of different kinds can sit behind
+/// one `Arc<dyn Provider>`.
+pub trait Provider: Send + Sync + 'static {
+    /// The provider kind (`openai`, `anthropic`, `simulated`, ...), used in credential ids.
+    fn kind(&self) -> &str;
+
+    /// The base URL, used in credential ids; empty for providers without one.
+    fn base_url(&self) -> &str {
+        ""
+    }
+
+    /// One complete chat answer.
+    fn chat<'a>(
+        &'a self,
+        call: Call<'a>,
+        request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>>;
+
+    /// A streamed chat answer. The future resolves once the upstream accepted the request;
+    /// chunks (and any later failure) arrive on the stream.
+    fn chat_stream<'a>(
+        &'a self,
+        call: Call<'a>,
+        request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>>;
+
+    /// Embedding vectors. The default refuses: not every provider embeds.
+    fn embeddings<'a>(
+        &'a self,
+        call: Call<'a>,
+        request: &'a EmbeddingsRequest,
+    ) -> BoxFuture<'a, Result<EmbeddingsResponse, ProviderError>> {
+        let _ = (call, request);
+        let kind = self.kind().to_owned();
+        Box::pin(async move {
+            Err(ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!("providers of kind `{kind}` do not serve embeddings"),
+            ))
+        })
+    }
+}

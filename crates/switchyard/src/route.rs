@@ -1,0 +1,511 @@
+//! Routes: named policies that say where a request goes and what happens when an attempt fails.
+//!
+//! ```
+//! use std::time::Duration;
+//! use switchyard::route::{Candidate, Retry, Route};
+//!
+//! let route = Route::builder("default")
+//!     .target("openai:gpt-4o-mini")
+//!     .target("anthropic:claude-sonnet-4-5")
+//!     .context_window("anthropic:claude-sonnet-4-5")
+//!     .retry(Retry { max_attempts: 3, ..Retry::default() })
+//!     .health_ttl(Duration::from_secs(10))
+//!     .candidate(Candidate::text("apology", "The assistant is busy, please retry shortly."))
+//!     .build()
+//!     .unwrap();
+//! assert_eq!(route.targets().len(), 2);
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::chat::{ChatRequest, ChatResponse};
+use crate::provider::BoxFuture;
+use crate::{ErrorKind, ProviderError, Target};
+
+/// How often and how patiently one target is retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// Tries per target, the first included. Default 2.
+    pub max_attempts: u32,
+    /// The first backoff; each retry doubles it, with full jitter. Default 250 ms.
+    pub backoff_base: Duration,
+    /// The longest backoff (before Retry-After raises it). Default 10 s.
+    pub backoff_max: Duration,
+    /// The longest wait for a retry of the same target: a Retry-After beyond it moves on to
+    /// the next target at once when there is one. Default 5 s.
+    pub max_wait: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Self {
+            max_attempts: 2,
+            backoff_base: Duration::from_millis(250),
+            backoff_max: Duration::from_secs(10),
+            max_wait: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Time limits of one attempt and of the whole request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Until the first content chunk of a stream. Default 30 s.
+    pub first_byte: Duration,
+    /// Between two chunks of a stream. Default 30 s.
+    pub idle: Duration,
+    /// One whole attempt. Default 120 s.
+    pub total: Duration,
+    /// The whole request, queueing, retries and fallbacks included. Default none.
+    pub deadline: Option<Duration>,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            first_byte: Duration::from_secs(30),
+            idle: Duration::from_secs(30),
+            total: Duration::from_secs(120),
+            deadline: None,
+        }
+    }
+}
+
+/// How traffic spreads across the targets of one tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Rotation {
+    /// Always in the configured order: pure fallback. The default.
+    #[default]
+    Ordered,
+    /// Each request starts one further along the tier.
+    RoundRobin,
+    /// Each request starts at a target drawn by weight; the rest follow in order.
+    Weighted,
+}
+
+/// One target of a route, with its tier and weight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteTarget {
+    pub target: Target,
+    /// Lower tiers are tried first; a tier is reached only after every target above it.
+    pub tier: u32,
+    /// Share of traffic under [`Rotation::Weighted`].
+    pub weight: u32,
+    /// For embeddings: targets answer interchangeably only within one space. Defaults to the
+    /// model name.
+    pub embedding_space: Option<String>,
+}
+
+impl RouteTarget {
+    /// The embedding space of this target: explicit, or the model's name.
+    pub fn embedding_space(&self) -> &str {
+        self.embedding_space.as_deref().unwrap_or(self.target.model())
+    }
+}
+
+/// Which errors a rule applies to: the catalog's default, a list of kinds, or a predicate.
+#[derive(Clone, Default)]
+pub enum ErrorFilter {
+    #[default]
+    Catalog,
+    Kinds(Vec<ErrorKind>),
+    Predicate(Arc<dyn Fn(&ProviderError) -> bool + Send + Sync>),
+}
+
+impl ErrorFilter {
+    /// A filter from a closure.
+    pub fn predicate(f: impl Fn(&ProviderError) -> bool + Send + Sync + 'static) -> Self {
+        ErrorFilter::Predicate(Arc::new(f))
+    }
+
+    fn matches(&self, error: &ProviderError, catalog: fn(ErrorKind) -> bool) -> bool {
+        match self {
+            ErrorFilter::Catalog => catalog(error.kind()),
+            ErrorFilter::Kinds(kinds) => kinds.contains(&error.kind()),
+            ErrorFilter::Predicate(f) => f(error),
+        }
+    }
+}
+
+impl fmt::Debug for ErrorFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ErrorFilter::Catalog => f.write_str("Catalog"),
+            ErrorFilter::Kinds(kinds) => f.debug_tuple("Kinds").field(kinds).finish(),
+            ErrorFilter::Predicate(_) => f.write_str("Predicate(..)"),
+        }
+    }
+}
+
+/// A candidate's answer function.
+pub type CandidateFn =
+    Arc<dyn Fn(&ChatRequest) -> BoxFuture<'static, Result<ChatResponse, String>> + Send + Sync>;
+/// A check of a candidate's answer; an `Err` counts as the candidate failing.
+pub type Validator = Arc<dyn Fn(&ChatResponse) -> Result<(), String> + Send + Sync>;
+
+/// A non-provider fallback, run after every target failed with a kind the route falls back on.
+#[derive(Clone)]
+pub struct Candidate {
+    name: Arc<str>,
+    source: CandidateSource,
+    validate: Option<Validator>,
+}
+
+#[derive(Clone)]
+enum CandidateSource {
+    Text(String),
+    Function(CandidateFn),
+}
+
+impl Candidate {
+    /// A fixed degraded answer.
+    pub fn text(name: impl Into<Arc<str>>, text: impl Into<String>) -> Self {
+        Self { name: name.into(), source: CandidateSource::Text(text.into()), validate: None }
+    }
+
+    /// An answer computed by an async function (a cache, a smaller local model, ...).
+    pub fn function<F, Fut>(name: impl Into<Arc<str>>, f: F) -> Self
+    where
+        F: Fn(&ChatRequest) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<ChatResponse, String>> + Send + 'static,
+    {
+        let f: CandidateFn = Arc::new(move |request| Box::pin(f(request)));
+        Self { name: name.into(), source: CandidateSource::Function(f), validate: None }
+    }
+
+    /// Checks each answer; a rejection counts as this candidate failing.
+    pub fn validate(
+        mut self,
+        check: impl Fn(&ChatResponse) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        self.validate = Some(Arc::new(check));
+        self
+    }
+
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// Produces the candidate's answer, validated.
+    pub(crate) async fn answer(&self, request: &ChatRequest) -> Result<ChatResponse, String> {
+        let response = match &self.source {
+            CandidateSource::Text(text) => {
+                ChatResponse::from_text(format!("candidate:{}", self.name), text.clone())
+            }
+            CandidateSource::Function(f) => f(request).await?,
+        };
+        if let Some(check) = &self.validate {
+            check(&response).map_err(|why| format!("rejected by validation: {why}"))?;
+        }
+        Ok(response)
+    }
+}
+
+impl fmt::Debug for Candidate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let source = match &self.source {
+            CandidateSource::Text(_) => "text",
+            CandidateSource::Function(_) => "function",
+        };
+        f.debug_struct("Candidate").field("name", &self.name).field("source", &source).finish()
+    }
+}
+
+/// A named routing policy. Build one with [`Route::builder`]; a `Route` that exists is valid.
+#[derive(Debug, Clone)]
+pub struct Route {
+    name: Arc<str>,
+    targets: Vec<RouteTarget>,
+    rotation: Rotation,
+    retry: Retry,
+    health_gate: bool,
+    health_ttl: Duration,
+    context_window: Vec<Target>,
+    content_policy: Vec<Target>,
+    timeouts: Timeouts,
+    candidates: Vec<Candidate>,
+    retry_on: ErrorFilter,
+    fallback_on: ErrorFilter,
+}
+
+impl Route {
+    pub fn builder(name: impl Into<String>) -> RouteBuilder {
+        RouteBuilder {
+            name: name.into(),
+            targets: Vec::new(),
+            rotation: Rotation::Ordered,
+            retry: Retry::default(),
+            health_gate: true,
+            health_ttl: Duration::from_secs(10),
+            context_window: Vec::new(),
+            content_policy: Vec::new(),
+            timeouts: Timeouts::default(),
+            candidates: Vec::new(),
+            retry_on: ErrorFilter::Catalog,
+            fallback_on: ErrorFilter::Catalog,
+            errors: Vec::new(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn name_arc(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    pub fn targets(&self) -> &[RouteTarget] {
+        &self.targets
+    }
+
+    pub fn rotation(&self) -> Rotation {
+        self.rotation
+    }
+
+    pub fn retry(&self) -> &Retry {
+        &self.retry
+    }
+
+    pub fn health_gate(&self) -> bool {
+        self.health_gate
+    }
+
+    pub fn health_ttl(&self) -> Duration {
+        self.health_ttl
+    }
+
+    pub fn context_window(&self) -> &[Target] {
+        &self.context_window
+    }
+
+    pub fn content_policy(&self) -> &[Target] {
+        &self.content_policy
+    }
+
+    pub fn timeouts(&self) -> &Timeouts {
+        &self.timeouts
+    }
+
+    pub fn candidates(&self) -> &[Candidate] {
+        &self.candidates
+    }
+
+    /// Every target this route may call, special chains included, without repeats.
+    pub fn all_targets(&self) -> Vec<&Target> {
+        let mut all: Vec<&Target> = Vec::new();
+        let chains =
+            self.targets.iter().map(|t| &t.target).chain(&self.context_window).chain(&self.content_policy);
+        for target in chains {
+            if !all.contains(&target) {
+                all.push(target);
+            }
+        }
+        all
+    }
+
+    /// Whether the same target is retried after `error`.
+    pub fn retries_on(&self, error: &ProviderError) -> bool {
+        self.retry_on.matches(error, ErrorKind::retries_by_default)
+    }
+
+    /// Whether the router moves on to the next target after `error`.
+    pub fn falls_back_on(&self, error: &ProviderError) -> bool {
+        self.fallback_on.matches(error, ErrorKind::falls_back_by_default)
+    }
+
+    /// The same policy over different targets, without special chains or candidates: what a
+    /// request that names a target directly is governed by.
+    pub(crate) fn for_named_target(&self, target: Target) -> Route {
+        Route {
+            name: self.name.clone(),
+            targets: vec![RouteTarget { target, tier: 0, weight: 1, embedding_space: None }],
+            rotation: Rotation::Ordered,
+            context_window: Vec::new(),
+            content_policy: Vec::new(),
+            candidates: Vec::new(),
+            ..self.clone()
+        }
+    }
+}
+
+/// Collects a route's settings; [`RouteBuilder::build`] validates them all at once.
+#[derive(Debug)]
+pub struct RouteBuilder {
+    name: String,
+    targets: Vec<RouteTarget>,
+    rotation: Rotation,
+    retry: Retry,
+    health_gate: bool,
+    health_ttl: Duration,
+    context_window: Vec<Target>,
+    content_policy: Vec<Target>,
+    timeouts: Timeouts,
+    candidates: Vec<Candidate>,
+    retry_on: ErrorFilter,
+    fallback_on: ErrorFilter,
+    errors: Vec<String>,
+}
+
+impl RouteBuilder {
+    fn parse(&mut self, text: &str) -> Option<Target> {
+        match text.parse() {
+            Ok(target) => Some(target),
+            Err(error) => {
+                self.errors.push(error_to_string(&error));
+                None
+            }
+        }
+    }
+
+    /// Appends a target in tier 0 with weight 1.
+    pub fn target(self, target: &str) -> Self {
+        self.tiered_target(target, 0, 1)
+    }
+
+    /// Appends a target in `tier` with `weight`.
+    pub fn tiered_target(mut self, target: &str, tier: u32, weight: u32) -> Self {
+        if let Some(target) = self.parse(target) {
+            self.targets.push(RouteTarget { target, tier, weight, embedding_space: None });
+        }
+        self
+    }
+
+    /// Appends a fully described target.
+    pub fn route_target(mut self, target: RouteTarget) -> Self {
+        self.targets.push(target);
+        self
+    }
+
+    pub fn rotation(mut self, rotation: Rotation) -> Self {
+        self.rotation = rotation;
+        self
+    }
+
+    pub fn retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Skip targets that recently failed (default on).
+    pub fn health_gate(mut self, on: bool) -> Self {
+        self.health_gate = on;
+        self
+    }
+
+    /// How long a failure gates its target. Default 10 s.
+    pub fn health_ttl(mut self, ttl: Duration) -> Self {
+        self.health_ttl = ttl;
+        self
+    }
+
+    /// Appends a target of the context-window chain (larger models for prompts that are too long).
+    pub fn context_window(mut self, target: &str) -> Self {
+        if let Some(target) = self.parse(target) {
+            self.context_window.push(target);
+        }
+        self
+    }
+
+    /// Appends a target of the content-policy chain (differently governed models for refusals).
+    pub fn content_policy(mut self, target: &str) -> Self {
+        if let Some(target) = self.parse(target) {
+            self.content_policy.push(target);
+        }
+        self
+    }
+
+    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.timeouts = timeouts;
+        self
+    }
+
+    pub fn candidate(mut self, candidate: Candidate) -> Self {
+        self.candidates.push(candidate);
+        self
+    }
+
+    /// Which errors retry the same target (default: the catalog's).
+    pub fn retry_on(mut self, filter: ErrorFilter) -> Self {
+        self.retry_on = filter;
+        self
+    }
+
+    /// Which errors move on to the next target (default: the catalog's).
+    pub fn fallback_on(mut self, filter: ErrorFilter) -> Self {
+        self.fallback_on = filter;
+        self
+    }
+
+    /// Validates and builds the route.
+    pub fn build(self) -> Result<Route, RouteConfigError> {
+        let mut problems = self.errors;
+        if self.name.is_empty() {
+            problems.push("the route name is empty".to_owned());
+        }
+        if self.name.contains(':') {
+            problems.push(format!(
+                "route name `{}` contains a colon, which would read as a `provider:model` target: rename it",
+                self.name
+            ));
+        }
+        if self.targets.is_empty() {
+            problems.push("it has no targets: add at least one `provider:model`".to_owned());
+        }
+        if self.retry.max_attempts == 0 {
+            problems.push("retry.max_attempts is 0: use 1 for no retries".to_owned());
+        }
+        if self.retry.backoff_base > self.retry.backoff_max {
+            problems.push(format!(
+                "retry.backoff_base ({:?}) is above retry.backoff_max ({:?})",
+                self.retry.backoff_base, self.retry.backoff_max
+            ));
+        }
+        if self.rotation == Rotation::Weighted && self.targets.iter().all(|t| t.weight == 0) {
+            problems.push("rotation is weighted but every weight is 0".to_owned());
+        }
+        for (what, value) in [
+            ("timeouts.first_byte", self.timeouts.first_byte),
+            ("timeouts.idle", self.timeouts.idle),
+            ("timeouts.total", self.timeouts.total),
+        ] {
+            if value.is_zero() {
+                problems.push(format!("{what} is 0: give a positive duration such as 30s"));
+            }
+        }
+        if !problems.is_empty() {
+            return Err(RouteConfigError { route: self.name, problems });
+        }
+        let mut targets = self.targets;
+        // Stable: keeps the configured order within each tier.
+        targets.sort_by_key(|t| t.tier);
+        Ok(Route {
+            name: self.name.into(),
+            targets,
+            rotation: self.rotation,
+            retry: self.retry,
+            health_gate: self.health_gate,
+            health_ttl: self.health_ttl,
+            context_window: self.context_window,
+            content_policy: self.content_policy,
+            timeouts: self.timeouts,
+            candidates: self.candidates,
+            retry_on: self.retry_on,
+            fallback_on: self.fallback_on,
+        })
+    }
+}
+
+fn error_to_string(error: &dyn std::error::Error) -> String {
+    error.to_string()
+}
+
+/// A route that cannot be built, with every problem found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("route `{route}`: {}", problems.join("; "))]
+pub struct RouteConfigError {
+    pub route: String,
+    pub problems: Vec<String>,
+}

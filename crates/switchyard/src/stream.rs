@@ -1,0 +1,282 @@
+//! Streaming through the router: fail over until the first content chunk, then forward.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_core::Stream;
+use futures_util::StreamExt;
+use tokio::time::{Instant, Sleep};
+
+use crate::chat::{ChatChunk, ChatRequest, ChatResponse, ChunkChoice, Delta, Role, Usage};
+use crate::events::EventKind;
+use crate::pacing::Permit;
+use crate::provider::{BoxFuture, Call, ChunkStream, Provider};
+use crate::route::Route;
+use crate::router::{Exchange, Inner, StreamServed};
+use crate::trail::{Outcome, Timing, Trail, Via};
+use crate::{ErrorKind, ProviderError, Target};
+
+/// A stream opened and read up to its first content chunk: the buffered chunks, and the rest.
+pub(crate) struct Prefetched {
+    buffer: VecDeque<ChatChunk>,
+    rest: Option<ChunkStream>,
+    filtered: bool,
+}
+
+pub(crate) struct StreamExchange<'r>(pub(crate) &'r ChatRequest);
+
+impl Exchange for StreamExchange<'_> {
+    type Output = Prefetched;
+
+    fn call<'a>(
+        &'a self,
+        provider: &'a dyn Provider,
+        call: Call<'a>,
+    ) -> BoxFuture<'a, Result<Prefetched, ProviderError>> {
+        Box::pin(async move {
+            let mut stream = provider.chat_stream(call, self.0).await?;
+            let mut buffer = VecDeque::new();
+            // Role-only and empty chunks are held back: until content reaches the caller, the
+            // router may still retry or fall back without the caller seeing a restart.
+            while let Some(item) = stream.next().await {
+                let chunk = item?;
+                let (content, filtered) = (chunk.has_content(), chunk.is_content_filtered());
+                buffer.push_back(chunk);
+                if content || filtered {
+                    return Ok(Prefetched { buffer, rest: Some(stream), filtered: filtered && !content });
+                }
+            }
+            Ok(Prefetched { buffer, rest: None, filtered: false })
+        })
+    }
+
+    fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {
+        let timeouts = route.timeouts();
+        if timeouts.first_byte <= timeouts.total {
+            (timeouts.first_byte, "first_byte")
+        } else {
+            (timeouts.total, "total")
+        }
+    }
+
+    fn is_content_filtered(&self, output: &Prefetched) -> bool {
+        output.filtered
+    }
+
+    fn chat_request(&self) -> Option<&ChatRequest> {
+        Some(self.0)
+    }
+
+    fn from_candidate(&self, response: ChatResponse) -> Option<Prefetched> {
+        let mut buffer = VecDeque::new();
+        for choice in response.choices {
+            buffer.push_back(ChatChunk {
+                id: response.id.clone(),
+                model: response.model.clone(),
+                choices: vec![ChunkChoice {
+                    index: choice.index,
+                    delta: Delta {
+                        role: Some(Role::Assistant),
+                        content: choice.message.text_content(),
+                        tool_calls: Vec::new(),
+                    },
+                    finish_reason: choice.finish_reason,
+                }],
+                ..ChatChunk::default()
+            });
+        }
+        Some(Prefetched { buffer, rest: None, filtered: false })
+    }
+
+    fn estimated_tokens(&self) -> u32 {
+        self.0.estimated_prompt_tokens().saturating_add(self.0.max_tokens.unwrap_or(0))
+    }
+}
+
+/// A failure after streamed content reached the caller: the stream's last item.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("stream failed after content was sent: {error}")]
+pub struct StreamError {
+    pub error: ProviderError,
+    /// The trail, with the serving attempt marked failed mid-stream.
+    pub trail: Trail,
+}
+
+/// A routed stream of chunks. Yields `Err` at most once, as its last item, when the upstream
+/// fails after content was sent; it is never restarted silently. Holds the pacing permit until
+/// it ends or is dropped.
+pub struct RoutedStream {
+    inner: Arc<Inner>,
+    buffer: VecDeque<ChatChunk>,
+    rest: Option<ChunkStream>,
+    idle_limit: Duration,
+    idle: Pin<Box<Sleep>>,
+    total: Pin<Box<Sleep>>,
+    total_name: &'static str,
+    answered: Option<(Target, usize)>,
+    permit: Option<Permit>,
+    served_by: Via,
+    route: Arc<str>,
+    trail: Trail,
+    timing: Timing,
+    usage: Option<Usage>,
+    done: bool,
+}
+
+impl fmt::Debug for RoutedStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RoutedStream")
+            .field("served_by", &self.served_by)
+            .field("route", &self.route)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RoutedStream {
+    pub(crate) fn new(inner: Arc<Inner>, served: StreamServed) -> Self {
+        let attempt_end = served.attempt_started + served.timeouts.total;
+        let (end, total_name) = match served.deadline {
+            Some(deadline) if deadline < attempt_end => (deadline, "request deadline"),
+            _ => (attempt_end, "total"),
+        };
+        let mut timing = served.timing;
+        timing.first_token = Some(timing.total);
+        Self {
+            inner,
+            buffer: served.output.buffer,
+            rest: served.output.rest,
+            idle_limit: served.timeouts.idle,
+            idle: Box::pin(tokio::time::sleep(served.timeouts.idle)),
+            total: Box::pin(tokio::time::sleep_until(end)),
+            total_name,
+            answered: served.answered,
+            permit: served.permit,
+            served_by: served.via,
+            route: served.route,
+            trail: served.trail,
+            timing,
+            usage: None,
+            done: false,
+        }
+    }
+
+    /// Who is answering: a target or a candidate.
+    pub fn served_by(&self) -> &Via {
+        &self.served_by
+    }
+
+    pub fn route(&self) -> &str {
+        &self.route
+    }
+
+    /// The trail so far; after a mid-stream failure, the serving attempt is marked failed.
+    pub fn trail(&self) -> &Trail {
+        &self.trail
+    }
+
+    /// Timing up to the first content chunk (`total` and `first_token` are that moment).
+    pub fn timing(&self) -> &Timing {
+        &self.timing
+    }
+
+    /// Usage, once a chunk carrying it has passed.
+    pub fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+
+    /// Whether the stream holds a pacing permit right now.
+    pub fn holds_permit(&self) -> bool {
+        self.permit.is_some()
+    }
+
+    fn deliver(&mut self, chunk: ChatChunk) -> Poll<Option<Result<ChatChunk, StreamError>>> {
+        if chunk.usage.is_some() {
+            self.usage = chunk.usage;
+        }
+        Poll::Ready(Some(Ok(chunk)))
+    }
+
+    fn finish(&mut self) {
+        self.done = true;
+        self.rest = None;
+        self.permit = None;
+    }
+
+    fn fail(&mut self, error: ProviderError) -> Poll<Option<Result<ChatChunk, StreamError>>> {
+        let mut error = error;
+        if let Some((target, credential)) = self.answered.clone() {
+            let slot = &self.inner.providers[target.provider()];
+            error =
+                error.with_target(target.clone()).with_credential(slot.credential_ids[credential].clone());
+            let events = self.inner.health.record_failure(&target, &slot.credential_ids, credential, &error);
+            if let Some(last) = self.trail.last_mut() {
+                last.outcome = Outcome::Failed;
+                last.mid_stream = true;
+                last.error = Some(error.clone());
+                last.note =
+                    Some("failed after streamed content reached the caller; not restarted".to_owned());
+            }
+            self.inner.publish_all(events);
+            self.inner.events.publish(EventKind::AttemptFailed {
+                target,
+                credential_id: Some(slot.credential_ids[credential].clone()),
+                error: error.clone(),
+                will_retry: false,
+            });
+        }
+        self.finish();
+        Poll::Ready(Some(Err(StreamError { error, trail: self.trail.clone() })))
+    }
+}
+
+impl Stream for RoutedStream {
+    type Item = Result<ChatChunk, StreamError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        if let Some(chunk) = this.buffer.pop_front() {
+            return this.deliver(chunk);
+        }
+        let Some(rest) = this.rest.as_mut() else {
+            this.finish();
+            return Poll::Ready(None);
+        };
+        match rest.as_mut().poll_next(cx) {
+            Poll::Ready(Some(Ok(chunk))) => {
+                let next_idle = Instant::now() + this.idle_limit;
+                this.idle.as_mut().reset(next_idle);
+                this.deliver(chunk)
+            }
+            Poll::Ready(Some(Err(error))) => this.fail(error),
+            Poll::Ready(None) => {
+                this.finish();
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                if this.idle.as_mut().poll(cx).is_ready() {
+                    let limit = this.idle_limit;
+                    return this.fail(ProviderError::new(
+                        ErrorKind::Timeout,
+                        format!("no chunk within the idle timeout of {limit:?}"),
+                    ));
+                }
+                if this.total.as_mut().poll(cx).is_ready() {
+                    let name = this.total_name;
+                    return this.fail(ProviderError::new(
+                        ErrorKind::Timeout,
+                        format!("stream exceeded the {name} timeout"),
+                    ));
+                }
+                Poll::Pending
+            }
+        }
+    }
+}

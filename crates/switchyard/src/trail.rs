@@ -1,0 +1,239 @@
+//! The attempt trail: what happened to one request, attempt by attempt.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
+
+use crate::credential::CredentialId;
+use crate::{ProviderError, Target};
+
+/// What became of one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// It answered; this is the answer the caller got.
+    Ok,
+    /// It failed and the same target was tried again.
+    Retried,
+    /// It failed and the router moved on (or gave up).
+    Failed,
+    /// Not called: the health gate or the circuit breaker said the target is unhealthy.
+    SkippedUnhealthy,
+    /// Not called: the target (or every credential of it) is out of quota.
+    SkippedExhausted,
+    /// It answered with a content-filter refusal, which was discarded and redirected to the
+    /// route's content-policy targets.
+    Redirected,
+    /// A fallback candidate answered.
+    Candidate,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Retried => "retried",
+            Outcome::Failed => "failed",
+            Outcome::SkippedUnhealthy => "skipped_unhealthy",
+            Outcome::SkippedExhausted => "skipped_exhausted",
+            Outcome::Redirected => "redirected",
+            Outcome::Candidate => "candidate",
+        }
+    }
+
+    /// Whether the attempt was a skip, not a call.
+    pub fn is_skip(self) -> bool {
+        matches!(self, Outcome::SkippedUnhealthy | Outcome::SkippedExhausted)
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who an attempt went to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Via {
+    Target(Target),
+    /// A non-provider fallback, by name.
+    Candidate(Arc<str>),
+}
+
+impl fmt::Display for Via {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Via::Target(target) => write!(f, "{target}"),
+            Via::Candidate(name) => write!(f, "candidate {name}"),
+        }
+    }
+}
+
+/// One attempt: a call to one target with one credential, a skipped target, or a candidate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    pub via: Via,
+    pub credential_id: Option<CredentialId>,
+    pub outcome: Outcome,
+    pub error: Option<ProviderError>,
+    /// When the attempt started, from the start of the request.
+    pub started: Duration,
+    /// How long the attempt took, queueing included.
+    pub duration: Duration,
+    /// How long the attempt waited for the pacer before it was sent.
+    pub queued: Duration,
+    /// Whether the attempt failed after streamed content reached the caller.
+    pub mid_stream: bool,
+    /// Why the router decided what it did, when the outcome alone does not say (a skip reason,
+    /// "retry budget spent", "Retry-After 30s exceeds max_wait 5s").
+    pub note: Option<String>,
+}
+
+impl Attempt {
+    /// The target of the attempt, `None` for a candidate.
+    pub fn target(&self) -> Option<&Target> {
+        match &self.via {
+            Via::Target(target) => Some(target),
+            Via::Candidate(_) => None,
+        }
+    }
+
+    /// The error kind, if it failed.
+    pub fn error_kind(&self) -> Option<crate::ErrorKind> {
+        self.error.as_ref().map(ProviderError::kind)
+    }
+}
+
+impl Serialize for Attempt {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        match &self.via {
+            Via::Target(target) => map.serialize_entry("target", target.as_str())?,
+            Via::Candidate(name) => map.serialize_entry("candidate", &**name)?,
+        }
+        if let Some(id) = &self.credential_id {
+            map.serialize_entry("credential_id", id.as_str())?;
+        }
+        map.serialize_entry("outcome", &self.outcome)?;
+        if let Some(error) = &self.error {
+            map.serialize_entry("error", &ErrorView(error))?;
+        }
+        map.serialize_entry("start_ms", &millis(self.started))?;
+        map.serialize_entry("duration_ms", &millis(self.duration))?;
+        map.serialize_entry("queued_ms", &millis(self.queued))?;
+        if self.mid_stream {
+            map.serialize_entry("mid_stream", &true)?;
+        }
+        if let Some(note) = &self.note {
+            map.serialize_entry("note", note)?;
+        }
+        map.end()
+    }
+}
+
+struct ErrorView<'a>(&'a ProviderError);
+
+impl Serialize for ErrorView<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let error = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("kind", &error.kind())?;
+        if let Some(status) = error.status() {
+            map.serialize_entry("status", &status)?;
+        }
+        if let Some(code) = error.code() {
+            map.serialize_entry("code", code)?;
+        }
+        map.serialize_entry("detail", error.detail())?;
+        if let Some(retry_after) = error.retry_after() {
+            map.serialize_entry("retry_after_ms", &millis(retry_after))?;
+        }
+        map.end()
+    }
+}
+
+/// Milliseconds with microsecond precision, for JSON.
+pub(crate) fn millis(duration: Duration) -> f64 {
+    (duration.as_micros() as f64) / 1000.0
+}
+
+/// The ordered attempts of one request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct Trail(Vec<Attempt>);
+
+impl Trail {
+    pub fn attempts(&self) -> &[Attempt] {
+        &self.0
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn last(&self) -> Option<&Attempt> {
+        self.0.last()
+    }
+
+    /// The outcomes in order, handy in tests and logs.
+    pub fn outcomes(&self) -> Vec<Outcome> {
+        self.0.iter().map(|a| a.outcome).collect()
+    }
+
+    pub(crate) fn push(&mut self, attempt: Attempt) {
+        self.0.push(attempt);
+    }
+
+    pub(crate) fn last_mut(&mut self) -> Option<&mut Attempt> {
+        self.0.last_mut()
+    }
+}
+
+impl fmt::Display for Trail {
+    /// One line per attempt: `1. openai:gpt-4o  failed  unavailable (HTTP 503)  12.0ms`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (n, attempt) in self.0.iter().enumerate() {
+            write!(f, "{:>2}. {:<32} {:<17}", n + 1, attempt.via.to_string(), attempt.outcome.as_str())?;
+            if let Some(error) = &attempt.error {
+                write!(f, " {}", error.kind())?;
+                if let Some(status) = error.status() {
+                    write!(f, " (HTTP {status})")?;
+                }
+            }
+            write!(f, " {:.1}ms", millis(attempt.duration))?;
+            if let Some(note) = &attempt.note {
+                write!(f, " [{note}]")?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}
+
+impl<'a> IntoIterator for &'a Trail {
+    type Item = &'a Attempt;
+    type IntoIter = std::slice::Iter<'a, Attempt>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+/// Where the time of one request went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timing {
+    /// From the call to the answer (for streams, to the first content chunk).
+    pub total: Duration,
+    /// Time spent waiting for the pacer, summed over attempts.
+    pub queued: Duration,
+    /// Time to first content chunk, for streams.
+    pub first_token: Option<Duration>,
+}
