@@ -47,6 +47,19 @@ pub struct ChatRequest {
     pub stream: bool,
     #[serde(flatten)]
     pub extra: Extra,
+    /// The dialect the request arrived in. `extra` holds fields of that dialect, so adapters
+    /// pass them through only to a provider that speaks it.
+    #[serde(skip)]
+    pub origin: Dialect,
+}
+
+/// An API dialect a request can arrive in and a provider can speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Dialect {
+    #[default]
+    OpenAi,
+    Anthropic,
+    Gemini,
 }
 
 impl ChatRequest {

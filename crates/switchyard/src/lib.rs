@@ -40,6 +40,7 @@ pub mod events;
 pub mod health;
 pub mod pacing;
 pub mod provider;
+pub mod ratelimit;
 pub mod route;
 mod router;
 pub mod simulated;

@@ -7,6 +7,7 @@ use futures_core::Stream;
 
 use crate::chat::{ChatChunk, ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse};
 use crate::credential::Credential;
+use crate::ratelimit::RateLimits;
 use crate::route::Timeouts;
 use crate::{ErrorKind, ProviderError};
 
@@ -26,6 +27,20 @@ pub struct Call<'a> {
     /// The route's timeouts. The router enforces first-byte, idle and total itself; an HTTP
     /// adapter applies its connect timeout and may use these to size its own.
     pub timeouts: &'a Timeouts,
+    /// Where to report the rate-limit headers of every response (success or failure), when
+    /// someone (the pacer) listens.
+    pub rate_limits: Option<&'a dyn RateLimitSink>,
+}
+
+/// Receives what providers say about their allowance.
+pub trait RateLimitSink: Send + Sync {
+    fn observe(&self, limits: &RateLimits);
+}
+
+impl std::fmt::Debug for dyn RateLimitSink + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RateLimitSink")
+    }
 }
 
 /// An upstream: translates canonical requests to one API and back, and classifies failures

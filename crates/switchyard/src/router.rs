@@ -867,7 +867,12 @@ impl Router {
                 let (limit, limit_name) = x.attempt_limit(&route);
                 let sent = Instant::now();
                 let remaining = deadline.map_or(limit, |d| d.saturating_duration_since(sent).min(limit));
-                let call = Call { model: target.model(), credential: cred, timeouts: route.timeouts() };
+                let call = Call {
+                    model: target.model(),
+                    credential: cred,
+                    timeouts: route.timeouts(),
+                    rate_limits: None,
+                };
                 let result = match tokio::time::timeout(remaining, x.call(&*slot.provider, call)).await {
                     Ok(result) => result,
                     Err(_) if remaining < limit => Err(ProviderError::new(

@@ -1,0 +1,141 @@
+//! Switchyard's provider adapters: each translates the canonical chat types to one upstream
+//! API and back, streams, and classifies every failure into the error catalog from the
+//! provider's own status and codes.
+//!
+//! Build one from [`ProviderSettings`] with [`build`], and register it with the router:
+//!
+//! ```no_run
+//! use switchyard::ProviderEntry;
+//! use switchyard::credential::Secret;
+//! use switchyard_providers::{ProviderKind, ProviderSettings, build};
+//!
+//! let provider = build(&ProviderSettings::new(ProviderKind::OpenAi)).unwrap();
+//! let entry = ProviderEntry::from_arc("openai", provider).key(Secret::new("sk-..."));
+//! ```
+
+pub mod anthropic;
+pub mod gemini;
+pub mod http;
+pub mod openai;
+pub mod sse;
+
+use std::fmt;
+use std::sync::Arc;
+
+use switchyard::provider::Provider;
+
+pub use http::HttpSettings;
+
+/// The kinds of HTTP provider Switchyard speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProviderKind {
+    OpenAi,
+    Anthropic,
+    Gemini,
+    Azure,
+    /// Any server speaking the OpenAI dialect (Ollama, vLLM, llama.cpp, Groq, OpenRouter, ...).
+    OpenAiCompatible,
+}
+
+impl ProviderKind {
+    /// The name used in configuration and in credential ids.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Gemini => "gemini",
+            ProviderKind::Azure => "azure",
+            ProviderKind::OpenAiCompatible => "openai_compatible",
+        }
+    }
+
+    /// The public endpoint of the kind, when it has one.
+    pub fn default_base_url(self) -> Option<&'static str> {
+        match self {
+            ProviderKind::OpenAi => Some("https://api.openai.com/v1"),
+            ProviderKind::Anthropic => Some("https://api.anthropic.com"),
+            ProviderKind::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
+            ProviderKind::Azure | ProviderKind::OpenAiCompatible => None,
+        }
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How to reach one provider. Keys are not here: the router owns credentials and hands one to
+/// each call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderSettings {
+    pub kind: ProviderKind,
+    /// Overrides the kind's public endpoint; required for Azure and OpenAI-compatible servers.
+    pub base_url: Option<String>,
+    /// Extra headers sent with every request (never logged).
+    pub headers: Vec<(String, String)>,
+    /// Azure's `api-version` query, Anthropic's `anthropic-version` header.
+    pub api_version: Option<String>,
+    /// OpenAI's `OpenAI-Organization` header.
+    pub organization: Option<String>,
+    /// OpenAI's `OpenAI-Project` header.
+    pub project: Option<String>,
+    pub http: HttpSettings,
+}
+
+impl ProviderSettings {
+    pub fn new(kind: ProviderKind) -> Self {
+        Self {
+            kind,
+            base_url: None,
+            headers: Vec::new(),
+            api_version: None,
+            organization: None,
+            project: None,
+            http: HttpSettings::default(),
+        }
+    }
+
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.base_url = Some(url.into());
+        self
+    }
+
+    /// The base URL in force, without a trailing slash.
+    pub fn resolved_base_url(&self) -> Result<String, BuildError> {
+        let url = match (&self.base_url, self.kind.default_base_url()) {
+            (Some(url), _) => url.clone(),
+            (None, Some(url)) => url.to_owned(),
+            (None, None) => return Err(BuildError::MissingBaseUrl(self.kind)),
+        };
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(BuildError::InvalidBaseUrl(url));
+        }
+        Ok(url.trim_end_matches('/').to_owned())
+    }
+}
+
+/// A provider that cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("providers of kind `{0}` need a base_url")]
+    MissingBaseUrl(ProviderKind),
+    #[error("base_url `{0}` is not an http:// or https:// URL")]
+    InvalidBaseUrl(String),
+    #[error("header `{0}` is not a valid HTTP header name or value")]
+    InvalidHeader(String),
+    #[error("could not build the HTTP client: {0}")]
+    Client(#[from] reqwest::Error),
+}
+
+/// Builds the adapter for `settings`.
+pub fn build(settings: &ProviderSettings) -> Result<Arc<dyn Provider>, BuildError> {
+    Ok(match settings.kind {
+        ProviderKind::OpenAi | ProviderKind::Azure | ProviderKind::OpenAiCompatible => {
+            Arc::new(openai::OpenAiProvider::new(settings)?)
+        }
+        ProviderKind::Anthropic => Arc::new(anthropic::AnthropicProvider::new(settings)?),
+        ProviderKind::Gemini => Arc::new(gemini::GeminiProvider::new(settings)?),
+    })
+}

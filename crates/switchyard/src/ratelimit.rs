@@ -1,0 +1,297 @@
+//! What providers say about their allowance: Retry-After and the rate-limit headers, parsed
+//! into one structure the router and the pacer use.
+//!
+//! ```
+//! use std::time::{Duration, SystemTime};
+//! use switchyard::ratelimit::{parse_duration, RateLimits};
+//!
+//! assert_eq!(parse_duration("6m0s"), Some(Duration::from_secs(360)));
+//! let headers = [("x-ratelimit-remaining-requests", "0"), ("x-ratelimit-reset-requests", "1.5s")];
+//! let limits = RateLimits::from_headers(headers, SystemTime::now());
+//! assert_eq!(limits.requests.unwrap().reset_after, Some(Duration::from_millis(1500)));
+//! ```
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The longest reset or Retry-After believed; anything later is clamped to it, so a skewed
+/// clock or a garbled header costs a bounded pause instead of a hang.
+pub const MAX_RESET: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// One dimension of an allowance (requests, tokens, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Allowance {
+    pub limit: Option<u64>,
+    pub remaining: Option<u64>,
+    /// How long until the window refills, relative to when the headers were read.
+    pub reset_after: Option<Duration>,
+}
+
+impl Allowance {
+    fn is_empty(&self) -> bool {
+        self.limit.is_none() && self.remaining.is_none() && self.reset_after.is_none()
+    }
+}
+
+/// A provider's stated allowance, from one response's headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct RateLimits {
+    pub requests: Option<Allowance>,
+    pub tokens: Option<Allowance>,
+    pub input_tokens: Option<Allowance>,
+    pub output_tokens: Option<Allowance>,
+    /// `retry-after-ms` or `retry-after`, when present.
+    pub retry_after: Option<Duration>,
+}
+
+impl RateLimits {
+    /// Parses OpenAI's `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` (durations like
+    /// `6m0s`), Anthropic's `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-
+    /// {limit,remaining,reset}` (RFC 3339 instants) and Retry-After. Header names are matched
+    /// case-insensitively; unparseable values are ignored.
+    pub fn from_headers<'a>(headers: impl IntoIterator<Item = (&'a str, &'a str)>, now: SystemTime) -> Self {
+        let mut limits = RateLimits::default();
+        let mut retry_after_ms = None;
+        let mut retry_after = None;
+        for (name, value) in headers {
+            let name = name.to_ascii_lowercase();
+            let value = value.trim();
+            if name == "retry-after-ms" {
+                retry_after_ms = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite() && *v >= 0.0)
+                    .map(|ms| clamp(Duration::from_secs_f64(ms / 1000.0)));
+                continue;
+            }
+            if name == "retry-after" {
+                retry_after = parse_retry_after(value, now);
+                continue;
+            }
+            let (rest, instants) = if let Some(rest) = name.strip_prefix("anthropic-ratelimit-") {
+                (rest, true)
+            } else if let Some(rest) = name.strip_prefix("x-ratelimit-") {
+                (rest, false)
+            } else {
+                continue;
+            };
+            // OpenAI: {field}-{dimension}; Anthropic: {dimension}-{field}.
+            let (dimension, field) = if instants {
+                match rest.rsplit_once('-') {
+                    Some(parts) => parts,
+                    None => continue,
+                }
+            } else {
+                match rest.split_once('-') {
+                    Some((field, dimension)) => (dimension, field),
+                    None => continue,
+                }
+            };
+            let slot = match dimension {
+                "requests" => &mut limits.requests,
+                "tokens" => &mut limits.tokens,
+                "input-tokens" => &mut limits.input_tokens,
+                "output-tokens" => &mut limits.output_tokens,
+                _ => continue,
+            };
+            let allowance = slot.get_or_insert_with(Allowance::default);
+            match field {
+                "limit" => allowance.limit = value.parse().ok(),
+                "remaining" => allowance.remaining = value.parse().ok(),
+                "reset" => {
+                    allowance.reset_after = if instants {
+                        parse_rfc3339(value).map(|at| until(at, now))
+                    } else {
+                        parse_duration(value).or_else(|| parse_rfc3339(value).map(|at| until(at, now)))
+                    }
+                    .map(clamp);
+                }
+                _ => {}
+            }
+        }
+        for slot in
+            [&mut limits.requests, &mut limits.tokens, &mut limits.input_tokens, &mut limits.output_tokens]
+        {
+            if slot.is_some_and(|a| a.is_empty()) {
+                *slot = None;
+            }
+        }
+        limits.retry_after = retry_after_ms.or(retry_after);
+        limits
+    }
+
+    /// Whether any header was understood.
+    pub fn is_empty(&self) -> bool {
+        *self == RateLimits::default()
+    }
+
+    /// When every spent dimension refills: the longest reset among dimensions whose
+    /// `remaining` is 0. Used as a Retry-After when a 429 carries no other.
+    pub fn spent_reset(&self) -> Option<Duration> {
+        [self.requests, self.tokens, self.input_tokens, self.output_tokens]
+            .into_iter()
+            .flatten()
+            .filter(|a| a.remaining == Some(0))
+            .filter_map(|a| a.reset_after)
+            .max()
+    }
+}
+
+fn clamp(duration: Duration) -> Duration {
+    duration.min(MAX_RESET)
+}
+
+fn until(at: SystemTime, now: SystemTime) -> Duration {
+    at.duration_since(now).unwrap_or(Duration::ZERO)
+}
+
+/// Retry-After: delay-seconds (fractions tolerated) or an HTTP date; clamped to [`MAX_RESET`].
+pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<f64>() {
+        return (seconds.is_finite() && seconds >= 0.0)
+            .then(|| clamp(Duration::from_secs_f64(seconds.min(1e9))));
+    }
+    parse_http_date(value).map(|at| clamp(until(at, now)))
+}
+
+/// Go-style durations as OpenAI sends them: `6m0s`, `1.5s`, `20ms`, `1h2m3.5s`, `250us`.
+/// Clamped to [`MAX_RESET`]; `None` when the text is not such a duration.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    let bytes = text.as_bytes();
+    let mut total = 0f64;
+    let mut i = 0;
+    while i < bytes.len() {
+        let start = i;
+        while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'.') {
+            i += 1;
+        }
+        let number: f64 = text[start..i].parse().ok()?;
+        let unit_start = i;
+        while i < bytes.len() && bytes[i].is_ascii_alphabetic() {
+            i += 1;
+        }
+        let scale = match &text[unit_start..i] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return None,
+        };
+        total += number * scale;
+    }
+    if !total.is_finite() {
+        return None;
+    }
+    Some(clamp(Duration::from_secs_f64(total.min(MAX_RESET.as_secs_f64()))))
+}
+
+/// RFC 3339 timestamps: `2025-01-01T00:00:30Z`, `2025-01-01T00:00:30.5+02:00`.
+pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
+    let text = text.trim();
+    let (date, time) = text.split_once(['T', 't', ' '])?;
+    let mut date_parts = date.split('-');
+    let year: i64 = date_parts.next()?.parse().ok()?;
+    let month: u32 = date_parts.next()?.parse().ok()?;
+    let day: u32 = date_parts.next()?.parse().ok()?;
+    if date_parts.next().is_some() {
+        return None;
+    }
+    let (clock, offset_seconds) = if let Some(clock) = time.strip_suffix(['Z', 'z']) {
+        (clock, 0i64)
+    } else {
+        let split = time.rfind(['+', '-'])?;
+        let (clock, offset) = time.split_at(split);
+        let sign = if offset.starts_with('-') { -1 } else { 1 };
+        let (hours, minutes) = offset[1..].split_once(':')?;
+        (clock, sign * (hours.parse::<i64>().ok()? * 3600 + minutes.parse::<i64>().ok()? * 60))
+    };
+    let mut clock_parts = clock.split(':');
+    let hour: u32 = clock_parts.next()?.parse().ok()?;
+    let minute: u32 = clock_parts.next()?.parse().ok()?;
+    let seconds: f64 = clock_parts.next()?.parse().ok()?;
+    if clock_parts.next().is_some() || hour > 23 || minute > 59 || !(0.0..61.0).contains(&seconds) {
+        return None;
+    }
+    let days = days_from_civil(year, month, day)?;
+    let whole = days * 86_400 + i64::from(hour) * 3600 + i64::from(minute) * 60 - offset_seconds;
+    to_system_time(whole as f64 + seconds)
+}
+
+/// IMF-fixdate, the HTTP date: `Sun, 06 Nov 1994 08:49:37 GMT`.
+pub fn parse_http_date(text: &str) -> Option<SystemTime> {
+    let mut parts = text.split_whitespace();
+    let _weekday = parts.next()?;
+    let day: u32 = parts.next()?.parse().ok()?;
+    let month = match parts.next()? {
+        "Jan" => 1,
+        "Feb" => 2,
+        "Mar" => 3,
+        "Apr" => 4,
+        "May" => 5,
+        "Jun" => 6,
+        "Jul" => 7,
+        "Aug" => 8,
+        "Sep" => 9,
+        "Oct" => 10,
+        "Nov" => 11,
+        "Dec" => 12,
+        _ => return None,
+    };
+    let year: i64 = parts.next()?.parse().ok()?;
+    let mut clock = parts.next()?.split(':');
+    let hour: i64 = clock.next()?.parse().ok()?;
+    let minute: i64 = clock.next()?.parse().ok()?;
+    let second: i64 = clock.next()?.parse().ok()?;
+    if parts.next()? != "GMT" || hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let days = days_from_civil(year, month, day)?;
+    to_system_time((days * 86_400 + hour * 3600 + minute * 60 + second) as f64)
+}
+
+fn to_system_time(unix_seconds: f64) -> Option<SystemTime> {
+    if !unix_seconds.is_finite() || unix_seconds < 0.0 || unix_seconds > 1e12 {
+        return None;
+    }
+    UNIX_EPOCH.checked_add(Duration::from_secs_f64(unix_seconds))
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: u32, day: u32) -> Option<i64> {
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return None;
+    }
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = i64::from(month);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Some(era * 146_097 + doe - 719_468)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_and_http_dates_agree_on_one_instant() {
+        let a = parse_rfc3339("1994-11-06T08:49:37Z");
+        let b = parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT");
+        assert!(a.is_some());
+        assert_eq!(a, b);
+        assert_eq!(a, parse_rfc3339("1994-11-06T10:49:37+02:00"));
+    }
+
+    #[test]
+    fn unix_epoch_is_day_zero() {
+        assert_eq!(days_from_civil(1970, 1, 1), Some(0));
+        assert_eq!(days_from_civil(2000, 3, 1), Some(11_017));
+    }
+}
