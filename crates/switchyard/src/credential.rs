@@ -75,6 +75,13 @@ impl Credential {
         Self { id: CredentialId::derive(kind, base_url, key.as_ref()), key }
     }
 
+    /// The credential of a provider without keys (a local server). Without a key there is no
+    /// account to share, so the provider id joins the hash: two keyless providers of one kind
+    /// never share health.
+    pub fn keyless(kind: &str, base_url: &str, provider_id: &str) -> Self {
+        Self { id: CredentialId::derive(kind, &format!("{base_url}\u{1f}{provider_id}"), None), key: None }
+    }
+
     pub fn id(&self) -> &CredentialId {
         &self.id
     }

@@ -193,8 +193,12 @@ pub struct UnknownErrorKind(pub String);
 /// assert!(error.is_retryable());
 /// assert_eq!(error.retry_after(), Some(Duration::from_secs(2)));
 /// ```
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub struct ProviderError {
+#[derive(Clone, PartialEq, thiserror::Error)]
+pub struct ProviderError(Box<Details>);
+
+/// The fields of a [`ProviderError`], boxed so that results carrying one stay small.
+#[derive(Debug, Clone, PartialEq)]
+struct Details {
     kind: ErrorKind,
     status: Option<u16>,
     code: Option<String>,
@@ -206,7 +210,7 @@ pub struct ProviderError {
 
 impl ProviderError {
     pub fn new(kind: ErrorKind, detail: impl Into<String>) -> Self {
-        Self {
+        Self(Box::new(Details {
             kind,
             status: None,
             code: None,
@@ -214,94 +218,109 @@ impl ProviderError {
             retry_after: None,
             target: None,
             credential_id: None,
-        }
+        }))
     }
 
     pub fn with_status(mut self, status: u16) -> Self {
-        self.status = Some(status);
+        self.0.status = Some(status);
         self
     }
 
     /// The provider's own error code (`insufficient_quota`, `overloaded_error`, ...).
     pub fn with_code(mut self, code: impl Into<String>) -> Self {
-        self.code = Some(code.into());
+        self.0.code = Some(code.into());
         self
     }
 
     pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
-        self.retry_after = Some(retry_after);
+        self.0.retry_after = Some(retry_after);
         self
     }
 
     pub fn with_target(mut self, target: Target) -> Self {
-        self.target = Some(target);
+        self.0.target = Some(target);
         self
     }
 
     pub fn with_credential(mut self, credential_id: CredentialId) -> Self {
-        self.credential_id = Some(credential_id);
+        self.0.credential_id = Some(credential_id);
         self
     }
 
     pub fn kind(&self) -> ErrorKind {
-        self.kind
+        self.0.kind
     }
 
     pub fn status(&self) -> Option<u16> {
-        self.status
+        self.0.status
     }
 
     pub fn code(&self) -> Option<&str> {
-        self.code.as_deref()
+        self.0.code.as_deref()
     }
 
     pub fn detail(&self) -> &str {
-        &self.detail
+        &self.0.detail
     }
 
     /// How long the provider asked us to wait, when it said.
     pub fn retry_after(&self) -> Option<Duration> {
-        self.retry_after
+        self.0.retry_after
     }
 
     pub fn target(&self) -> Option<&Target> {
-        self.target.as_ref()
+        self.0.target.as_ref()
     }
 
     pub fn credential_id(&self) -> Option<&CredentialId> {
-        self.credential_id.as_ref()
+        self.0.credential_id.as_ref()
     }
 
     pub fn is_timeout(&self) -> bool {
-        self.kind == ErrorKind::Timeout
+        self.0.kind == ErrorKind::Timeout
     }
 
     pub fn is_rate_limited(&self) -> bool {
-        self.kind == ErrorKind::RateLimited
+        self.0.kind == ErrorKind::RateLimited
     }
 
     /// Whether the catalog would retry the same target after this error.
     pub fn is_retryable(&self) -> bool {
-        self.kind.retries_by_default()
+        self.0.kind.retries_by_default()
     }
 }
 
 impl fmt::Display for ProviderError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.kind)?;
-        if let Some(target) = &self.target {
+        write!(f, "{}", self.0.kind)?;
+        if let Some(target) = &self.0.target {
             write!(f, " from {target}")?;
         }
-        match (self.status, &self.code) {
+        match (self.0.status, &self.0.code) {
             (Some(status), Some(code)) => write!(f, " (HTTP {status}, {code})")?,
             (Some(status), None) => write!(f, " (HTTP {status})")?,
             (None, Some(code)) => write!(f, " ({code})")?,
             (None, None) => {}
         }
-        if !self.detail.is_empty() {
-            write!(f, ": {}", self.detail)?;
+        if !self.0.detail.is_empty() {
+            write!(f, ": {}", self.0.detail)?;
         }
         Ok(())
+    }
+}
+
+impl fmt::Debug for ProviderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = &self.0;
+        f.debug_struct("ProviderError")
+            .field("kind", &d.kind)
+            .field("status", &d.status)
+            .field("code", &d.code)
+            .field("detail", &d.detail)
+            .field("retry_after", &d.retry_after)
+            .field("target", &d.target)
+            .field("credential_id", &d.credential_id)
+            .finish()
     }
 }
 

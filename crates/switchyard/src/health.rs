@@ -172,6 +172,9 @@ pub struct Records {
     pub credentials: Vec<CredentialRecord>,
 }
 
+/// Every record of a store: targets and credentials.
+pub type AllRecords = (Vec<(Target, TargetRecord)>, Vec<(CredentialId, CredentialRecord)>);
+
 /// Where health records live. Implementations apply `update` atomically per call: the board
 /// reads and writes one target and its credentials at a time.
 pub trait HealthStore: Send + Sync + 'static {
@@ -180,7 +183,7 @@ pub trait HealthStore: Send + Sync + 'static {
     fn update(&self, target: &Target, credentials: &[CredentialId], apply: &mut dyn FnMut(&mut Records));
 
     /// Every target and credential record.
-    fn all(&self) -> (Vec<(Target, TargetRecord)>, Vec<(CredentialId, CredentialRecord)>);
+    fn all(&self) -> AllRecords;
 
     /// Forgets everything.
     fn clear(&self);
@@ -229,7 +232,7 @@ impl HealthStore for MemoryStore {
         }
     }
 
-    fn all(&self) -> (Vec<(Target, TargetRecord)>, Vec<(CredentialId, CredentialRecord)>) {
+    fn all(&self) -> AllRecords {
         let state = self.lock();
         let mut targets: Vec<_> = state.targets.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let mut credentials: Vec<_> = state.credentials.iter().map(|(k, v)| (k.clone(), v.clone())).collect();

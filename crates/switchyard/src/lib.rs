@@ -12,7 +12,7 @@
 //! use switchyard::simulated::{SimulatedProvider, Step};
 //! use switchyard::{ErrorKind, ProviderEntry, Router};
 //!
-//! let flaky = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable); 2]);
+//! let flaky = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::Unavailable), 2));
 //! let router = Router::builder()
 //!     .provider(ProviderEntry::new("flaky", flaky))
 //!     .provider(ProviderEntry::new("steady", SimulatedProvider::new()))

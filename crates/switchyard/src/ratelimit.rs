@@ -256,7 +256,7 @@ pub fn parse_http_date(text: &str) -> Option<SystemTime> {
 }
 
 fn to_system_time(unix_seconds: f64) -> Option<SystemTime> {
-    if !unix_seconds.is_finite() || unix_seconds < 0.0 || unix_seconds > 1e12 {
+    if !unix_seconds.is_finite() || !(0.0..=1e12).contains(&unix_seconds) {
         return None;
     }
     UNIX_EPOCH.checked_add(Duration::from_secs_f64(unix_seconds))

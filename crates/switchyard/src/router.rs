@@ -290,7 +290,7 @@ impl RouterBuilder {
             }
             let (kind, base_url) = (entry.provider.kind().to_owned(), entry.provider.base_url().to_owned());
             let credentials: Vec<Credential> = if entry.keys.is_empty() {
-                vec![Credential::new(&kind, &base_url, None)]
+                vec![Credential::keyless(&kind, &base_url, &entry.id)]
             } else {
                 entry.keys.into_iter().map(|key| Credential::new(&kind, &base_url, Some(key))).collect()
             };
@@ -389,7 +389,7 @@ pub(crate) trait Exchange: Sync {
     /// The chat request, for candidates; `None` when candidates cannot answer this exchange.
     fn chat_request(&self) -> Option<&ChatRequest>;
 
-    fn from_candidate(&self, response: ChatResponse) -> Option<Self::Output>;
+    fn candidate_output(&self, response: ChatResponse) -> Option<Self::Output>;
 
     fn estimated_tokens(&self) -> u32;
 }
@@ -419,7 +419,7 @@ impl Exchange for ChatExchange<'_> {
         Some(self.0)
     }
 
-    fn from_candidate(&self, response: ChatResponse) -> Option<ChatResponse> {
+    fn candidate_output(&self, response: ChatResponse) -> Option<ChatResponse> {
         Some(response)
     }
 
@@ -453,7 +453,7 @@ impl Exchange for EmbeddingsExchange<'_> {
         None
     }
 
-    fn from_candidate(&self, _: ChatResponse) -> Option<EmbeddingsResponse> {
+    fn candidate_output(&self, _: ChatResponse) -> Option<EmbeddingsResponse> {
         None
     }
 
@@ -1040,7 +1040,7 @@ impl Router {
                     mid_stream: false,
                     note: None,
                 };
-                match result.map(|response| x.from_candidate(response)) {
+                match result.map(|response| x.candidate_output(response)) {
                     Ok(Some(output)) => {
                         trail.push(attempt);
                         inner.events.publish(EventKind::CandidateSucceeded { name: name.clone() });

@@ -58,6 +58,9 @@ pub enum Step {
     CutAfter(usize),
     /// Streams: send this many content chunks, then go silent forever.
     StallAfter(usize),
+    /// Send this many content chunks, then end with `finish_reason: content_filter` (the
+    /// provider's filter cut the answer midway).
+    FilterAfter(usize),
 }
 
 impl Step {
@@ -298,7 +301,7 @@ impl Provider for SimulatedProvider {
             };
             let text = match step {
                 Step::Fail(error) => return Err(error),
-                Step::ContentFilter => {
+                Step::ContentFilter | Step::FilterAfter(_) => {
                     let mut response = ChatResponse::from_text(call.model, "");
                     response.choices[0].message.content = None;
                     response.choices[0].finish_reason = Some(FinishReason::ContentFilter);
@@ -347,6 +350,7 @@ impl Provider for SimulatedProvider {
                 Step::CutAfter(k) => (*k, Ending::Cut),
                 Step::StallAfter(k) => (*k, Ending::Stall),
                 Step::ContentFilter => (0, Ending::Filtered),
+                Step::FilterAfter(k) => (*k, Ending::Filtered),
                 _ => (usize::MAX, Ending::Normal),
             };
             for (i, piece) in pieces.iter().enumerate().take(limit) {

@@ -71,7 +71,7 @@ impl Exchange for StreamExchange<'_> {
         Some(self.0)
     }
 
-    fn from_candidate(&self, response: ChatResponse) -> Option<Prefetched> {
+    fn candidate_output(&self, response: ChatResponse) -> Option<Prefetched> {
         let mut buffer = VecDeque::new();
         for choice in response.choices {
             buffer.push_back(ChatChunk {

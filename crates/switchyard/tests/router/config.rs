@@ -1,0 +1,79 @@
+//! Building routes and routers: a value that exists is valid, and errors say what to fix.
+
+use switchyard::route::{Retry, Route};
+use switchyard::simulated::SimulatedProvider;
+use switchyard::{ConfigError, ProviderEntry, Router};
+
+#[test]
+fn a_route_reports_every_problem_at_once() {
+    let error = Route::builder("bad:name")
+        .target("no-colon")
+        .retry(Retry { max_attempts: 0, ..Retry::default() })
+        .build()
+        .expect_err("invalid");
+    let text = error.to_string();
+    assert!(text.contains("target `no-colon` has no colon"), "{text}");
+    assert!(text.contains("retry.max_attempts is 0"), "{text}");
+    assert!(text.contains("contains a colon"), "{text}");
+}
+
+#[test]
+fn a_route_needs_a_target() {
+    let error = Route::builder("default").build().expect_err("no targets");
+    assert!(error.to_string().contains("it has no targets"), "{error}");
+}
+
+#[test]
+fn a_route_naming_an_unknown_provider_is_refused_with_the_known_ones() {
+    let error = Router::builder()
+        .provider(ProviderEntry::new("local", SimulatedProvider::new()))
+        .route(Route::builder("default").target("openai:gpt-4o").build().unwrap())
+        .build()
+        .expect_err("unknown provider");
+    assert_eq!(
+        error.to_string(),
+        "route `default` names target `openai:gpt-4o`, but no provider `openai` is configured (configured: local)"
+    );
+}
+
+#[test]
+fn special_chains_are_checked_too() {
+    let error = Router::builder()
+        .provider(ProviderEntry::new("local", SimulatedProvider::new()))
+        .route(Route::builder("default").target("local:m").context_window("big:m").build().unwrap())
+        .build()
+        .expect_err("unknown provider in the context-window chain");
+    assert!(matches!(error, ConfigError::UnknownProvider { ref provider, .. } if provider == "big"));
+}
+
+#[test]
+fn duplicate_providers_and_routes_are_refused() {
+    let duplicate_provider = Router::builder()
+        .provider(ProviderEntry::new("p", SimulatedProvider::new()))
+        .provider(ProviderEntry::new("p", SimulatedProvider::new()))
+        .route(Route::builder("default").target("p:m").build().unwrap())
+        .build();
+    assert!(matches!(duplicate_provider, Err(ConfigError::DuplicateProvider(id)) if id == "p"));
+
+    let duplicate_route = Router::builder()
+        .provider(ProviderEntry::new("p", SimulatedProvider::new()))
+        .route(Route::builder("r").target("p:m").build().unwrap())
+        .route(Route::builder("r").target("p:m").build().unwrap())
+        .build();
+    assert!(matches!(duplicate_route, Err(ConfigError::DuplicateRoute(name)) if name == "r"));
+}
+
+#[test]
+fn the_default_route_is_the_one_named_default_else_the_first() {
+    let build = |names: &[&str]| {
+        names
+            .iter()
+            .fold(Router::builder().provider(ProviderEntry::new("p", SimulatedProvider::new())), |b, n| {
+                b.route(Route::builder(*n).target("p:m").build().unwrap())
+            })
+            .build()
+            .unwrap()
+    };
+    assert_eq!(build(&["fast", "default"]).default_route().name(), "default");
+    assert_eq!(build(&["fast", "cheap"]).default_route().name(), "fast");
+}

@@ -1,0 +1,74 @@
+//! Embeddings fall back only between targets of one embedding space.
+
+use switchyard::chat::{EmbeddingInput, EmbeddingsRequest};
+use switchyard::route::{Route, RouteTarget};
+use switchyard::simulated::{SimulatedProvider, Step};
+use switchyard::trail::Outcome;
+use switchyard::{ErrorKind, RequestOptions, RouteError};
+
+use crate::support::*;
+
+fn embed(model: &str) -> EmbeddingsRequest {
+    EmbeddingsRequest {
+        model: model.to_owned(),
+        input: EmbeddingInput::Many(vec!["a".into(), "b".into()]),
+        dimensions: None,
+        extra: Default::default(),
+    }
+}
+
+fn space_target(text: &str, space: Option<&str>) -> RouteTarget {
+    RouteTarget {
+        target: text.parse().unwrap(),
+        tier: 0,
+        weight: 1,
+        embedding_space: space.map(str::to_owned),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn embeddings_fall_back_to_the_same_model_on_another_provider() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let b = SimulatedProvider::new();
+    let other = SimulatedProvider::new();
+    let route = Route::builder("embed")
+        .target("a:text-embedding-3-small")
+        .target("other:different-model")
+        .target("b:text-embedding-3-small")
+        .retry(quick_retry(1));
+    let router = router(&[("a", &a), ("b", &b), ("other", &other)], route);
+
+    let answer = router.embeddings(&embed("embed"), &RequestOptions::default()).await.unwrap();
+
+    assert_eq!(answer.served_by.to_string(), "b:text-embedding-3-small");
+    assert_eq!(answer.response.data.len(), 2);
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Failed, Outcome::Ok]);
+    assert_eq!(other.calls(), 0, "vectors of another model are not interchangeable");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_explicit_embedding_space_joins_different_model_names() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let b = SimulatedProvider::new();
+    let route = Route::builder("embed")
+        .route_target(space_target("a:nomic-embed", Some("nomic-v1")))
+        .route_target(space_target("b:nomic-embed-text-v1", Some("nomic-v1")))
+        .retry(quick_retry(1));
+    let router = router(&[("a", &a), ("b", &b)], route);
+
+    let answer = router.embeddings(&embed("embed"), &RequestOptions::default()).await.unwrap();
+    assert_eq!(answer.served_by.to_string(), "b:nomic-embed-text-v1");
+}
+
+#[tokio::test(start_paused = true)]
+async fn embeddings_without_an_equivalent_target_fail_with_the_trail() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let other = SimulatedProvider::new();
+    let route = Route::builder("embed").target("a:m1").target("other:m2").retry(quick_retry(1));
+    let router = router(&[("a", &a), ("other", &other)], route);
+
+    let error =
+        router.embeddings(&embed("embed"), &RequestOptions::default()).await.expect_err("nothing equivalent");
+    assert!(matches!(error, RouteError::AllTargetsFailed { .. }));
+    assert_eq!(other.calls(), 0);
+}

@@ -1,0 +1,93 @@
+//! Events: typed, never blocking routing, never naming a key.
+
+use futures_util::StreamExt;
+use switchyard::events::EventKind;
+use switchyard::route::Route;
+use switchyard::simulated::{SimulatedProvider, Step};
+use switchyard::{ErrorKind, RequestOptions, Router};
+
+use crate::support::*;
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_subscriber_loses_old_events_instead_of_slowing_routing() {
+    let a = SimulatedProvider::new().error_rate(ErrorKind::Unavailable, 1.0);
+    let b = SimulatedProvider::new();
+    let route =
+        Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1)).health_gate(false);
+    let router = builder(&[("a", &a), ("b", &b)])
+        .route(route.build().unwrap())
+        .health(no_breaker())
+        .event_capacity(16)
+        .build()
+        .unwrap();
+    let mut slow = router.subscribe();
+
+    for _ in 0..100 {
+        router.chat(&request("default")).await.expect("routing never waits for a subscriber");
+    }
+
+    let kept = slow.drain();
+    assert_eq!(kept.len(), 16, "the subscriber keeps the newest events");
+    assert!(slow.missed() > 100, "and can see how many it lost: {}", slow.missed());
+    assert!(matches!(kept.last().map(|e| &e.kind), Some(EventKind::ProviderSwitch { .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failover_publishes_attempt_failed_then_provider_switch() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let b = SimulatedProvider::new();
+    let router = router(
+        &[("a", &a), ("b", &b)],
+        Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1)),
+    );
+    let mut events = router.subscribe();
+
+    router.chat(&request("default")).await.unwrap();
+
+    let events = events.drain();
+    let failed = events.iter().position(|e| matches!(&e.kind, EventKind::AttemptFailed { will_retry: false, error, .. } if error.kind() == ErrorKind::Unavailable));
+    let switched = events.iter().position(|e| matches!(&e.kind, EventKind::ProviderSwitch { from, to, reason: Some(ErrorKind::Unavailable) } if from.as_str() == "a:m" && to.as_str() == "b:m"));
+    assert!(failed.is_some() && switched.is_some() && failed < switched, "{events:#?}");
+    assert!(events.iter().any(|e| matches!(&e.kind, EventKind::HealthChanged { .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn events_trails_and_errors_never_contain_a_key() {
+    const KEY: &str = "sk-live-SECRET-0123456789abcdef";
+    const OTHER_KEY: &str = "sk-live-SECRET-fedcba9876543210";
+    let a = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::Auth), 2));
+    let b = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable), Step::CutAfter(1)]);
+    let router = Router::builder()
+        .provider(keyed("a", &a, &[KEY]))
+        .provider(keyed("b", &b, &[OTHER_KEY]))
+        .route(Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1)).build().unwrap())
+        .build()
+        .unwrap();
+    let mut events = router.subscribe();
+
+    let error = router.chat(&request("default")).await.expect_err("both fail");
+    router.reset_all();
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let mut stream_error = None;
+    while let Some(item) = stream.next().await {
+        if let Err(e) = item {
+            stream_error = Some(e);
+        }
+    }
+
+    let texts = [
+        format!("{error:?}"),
+        error.to_string(),
+        format!("{:?}", events.drain()),
+        format!("{stream_error:?}"),
+        format!("{:?}", router.health()),
+        format!("{router:?}"),
+        format!("{:?}", router.credentials("a")),
+        serde_json::to_string(&error.trail()).unwrap(),
+    ];
+    for text in &texts {
+        assert!(!text.contains("SECRET"), "a key leaked: {text}");
+    }
+    assert!(stream_error.is_some());
+    assert_eq!(router.credentials("a").unwrap()[0].masked(), "****cdef");
+}

@@ -1,0 +1,225 @@
+//! Moving on: ordered fallback, the all-failed error, candidates, named targets, rotation.
+
+use std::collections::HashMap;
+
+use switchyard::chat::ChatResponse;
+use switchyard::route::{Candidate, Rotation, Route};
+use switchyard::simulated::{SimulatedProvider, Step};
+use switchyard::trail::{Outcome, Via};
+use switchyard::{ErrorKind, RouteError};
+
+use crate::support::*;
+
+#[tokio::test(start_paused = true)]
+async fn unavailable_primary_falls_over_to_the_secondary_with_a_full_trail() {
+    let primary = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::Unavailable), 2));
+    let secondary = SimulatedProvider::new().reply("from b");
+    let route = Route::builder("default").target("a:m1").target("b:m2").retry(quick_retry(2));
+    let router = router(&[("a", &primary), ("b", &secondary)], route);
+
+    let answer = router.chat(&request("default")).await.expect("secondary answers");
+
+    assert_eq!(answer.response.text().as_deref(), Some("from b"));
+    assert_eq!(answer.served_by.to_string(), "b:m2");
+    assert_eq!(&*answer.route, "default");
+    let trail = answer.trail.attempts();
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Retried, Outcome::Failed, Outcome::Ok]);
+    assert_eq!(trail[0].target().map(|t| t.as_str()), Some("a:m1"));
+    assert_eq!(
+        trail[0].error.as_ref().map(|e| (e.kind(), e.status())),
+        Some((ErrorKind::Unavailable, Some(503)))
+    );
+    assert_eq!(trail[0].error.as_ref().and_then(|e| e.code()), Some("service_unavailable"));
+    assert!(trail.iter().all(|a| a.credential_id.is_some()), "every call names its credential");
+    assert!(trail[2].started >= trail[1].started && trail[1].started >= trail[0].started);
+    assert_eq!(answer.usage.map(|u| u.prompt_tokens > 0), Some(true));
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_target_failing_returns_all_targets_failed_with_every_attempt() {
+    let a = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::Unavailable), 2));
+    let b = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::Timeout), 2));
+    let route = Route::builder("default").target("a:m").target("b:m").retry(quick_retry(2));
+    let router = router(&[("a", &a), ("b", &b)], route);
+    let mut events = router.subscribe();
+
+    let error = router.chat(&request("default")).await.expect_err("everything fails");
+
+    let RouteError::AllTargetsFailed { trail, last } = &error else {
+        panic!("expected all-failed: {error:?}")
+    };
+    assert_eq!(trail.outcomes(), vec![Outcome::Retried, Outcome::Failed, Outcome::Retried, Outcome::Failed]);
+    assert_eq!(last.as_ref().map(|e| e.kind()), Some(ErrorKind::Timeout));
+    assert_eq!(last.as_ref().and_then(|e| e.target()).map(|t| t.as_str()), Some("b:m"));
+    assert!(event_names(&mut events).contains(&"all_targets_failed"));
+    assert!(error.to_string().contains("all targets failed after 4 attempts"), "{error}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_candidate_answers_after_every_target_failed() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let route = Route::builder("default")
+        .target("a:m")
+        .retry(quick_retry(1))
+        .candidate(Candidate::text("apology", "The assistant is busy."));
+    let router = router(&[("a", &a)], route);
+    let mut events = router.subscribe();
+
+    let answer = router.chat(&request("default")).await.expect("the candidate answers");
+
+    assert_eq!(answer.response.text().as_deref(), Some("The assistant is busy."));
+    assert_eq!(answer.served_by, Via::Candidate("apology".into()));
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Failed, Outcome::Candidate]);
+    let names = event_names(&mut events);
+    assert!(names.contains(&"candidate_started") && names.contains(&"candidate_succeeded"), "{names:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_candidate_rejected_by_validation_fails_and_the_next_one_runs() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let cache = Candidate::function("cache", |_| async { Ok(ChatResponse::from_text("cache", "")) })
+        .validate(
+            |r| if r.text().unwrap_or_default().is_empty() { Err("empty answer".into()) } else { Ok(()) },
+        );
+    let route = Route::builder("default")
+        .target("a:m")
+        .retry(quick_retry(1))
+        .candidate(cache)
+        .candidate(Candidate::text("apology", "sorry"));
+    let router = router(&[("a", &a)], route);
+    let mut events = router.subscribe();
+
+    let answer = router.chat(&request("default")).await.expect("the second candidate answers");
+
+    assert_eq!(answer.served_by, Via::Candidate("apology".into()));
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Failed, Outcome::Failed, Outcome::Candidate]);
+    let rejected =
+        answer.trail.attempts()[1].error.as_ref().map(|e| e.detail().to_owned()).unwrap_or_default();
+    assert!(rejected.contains("rejected by validation: empty answer"), "{rejected}");
+    assert!(event_names(&mut events).contains(&"candidate_failed"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn candidates_never_mask_an_error_outside_fallback_on() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::ContextLength)]);
+    let route = Route::builder("default").target("a:m").candidate(Candidate::text("apology", "sorry"));
+    let router = router(&[("a", &a)], route);
+
+    let error = router.chat(&request("default")).await.expect_err("context length is not masked");
+    assert_eq!(error.kind(), Some(ErrorKind::ContextLength));
+    assert_eq!(outcomes_of(&error), vec![Outcome::Failed]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_candidate_failing_returns_all_targets_failed() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let broken = Candidate::function("broken", |_| async { Err("cache is cold".to_owned()) });
+    let router =
+        router(&[("a", &a)], Route::builder("default").target("a:m").retry(quick_retry(1)).candidate(broken));
+
+    let error = router.chat(&request("default")).await.expect_err("nothing answers");
+    let RouteError::AllTargetsFailed { trail, last } = &error else { panic!("{error:?}") };
+    assert_eq!(trail.outcomes(), vec![Outcome::Failed, Outcome::Failed]);
+    assert_eq!(last.as_ref().map(|e| e.kind()), Some(ErrorKind::Unavailable), "the last provider error");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_named_target_keeps_the_default_routes_retry_policy() {
+    let a = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::Unavailable), 2));
+    let b = SimulatedProvider::new();
+    let route = Route::builder("default").target("b:m").retry(quick_retry(3));
+    let router = router(&[("a", &a), ("b", &b)], route);
+
+    let answer = router.chat(&request("a:some-model")).await.expect("third try answers");
+
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Retried, Outcome::Retried, Outcome::Ok]);
+    assert_eq!(answer.served_by.to_string(), "a:some-model");
+    assert_eq!(b.calls(), 0, "naming a target changes where the request goes");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_named_target_does_not_inherit_special_chains_or_candidates() {
+    let a = SimulatedProvider::new()
+        .script([Step::fail(ErrorKind::ContextLength), Step::fail(ErrorKind::Unavailable)]);
+    let big = SimulatedProvider::new();
+    let route = Route::builder("default")
+        .target("big:m")
+        .context_window("big:m")
+        .retry(quick_retry(1))
+        .candidate(Candidate::text("apology", "sorry"));
+    let router = router(&[("a", &a), ("big", &big)], route);
+
+    let error = router.chat(&request("a:m")).await.expect_err("no context-window chain for named targets");
+    assert_eq!(error.kind(), Some(ErrorKind::ContextLength));
+
+    let error = router.chat(&request("a:m")).await.expect_err("no candidates for named targets");
+    assert_eq!(error.kind(), Some(ErrorKind::Unavailable));
+    assert_eq!(big.calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unknown_model_lists_the_routes_and_targets() {
+    let a = SimulatedProvider::new();
+    let router = router(&[("a", &a)], Route::builder("default").target("a:m"));
+
+    for model in ["gpt-5", "nope:m"] {
+        let error = router.chat(&request(model)).await.expect_err("unknown");
+        let RouteError::UnknownModel { known, .. } = &error else { panic!("{error:?}") };
+        assert_eq!(known, &vec!["default".to_owned(), "a:m".to_owned()]);
+        assert!(error.to_string().contains(&format!("unknown model `{model}`")), "{error}");
+    }
+    assert_eq!(a.calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn round_robin_rotates_the_first_target_within_a_tier() {
+    let (a, b, c) = (SimulatedProvider::new(), SimulatedProvider::new(), SimulatedProvider::new());
+    let route = Route::builder("default")
+        .tiered_target("a:m", 0, 1)
+        .tiered_target("b:m", 0, 1)
+        .tiered_target("c:m", 1, 1)
+        .rotation(Rotation::RoundRobin);
+    let router = router(&[("a", &a), ("b", &b), ("c", &c)], route);
+
+    let mut served = Vec::new();
+    for _ in 0..4 {
+        served.push(router.chat(&request("default")).await.unwrap().served_by.to_string());
+    }
+    assert_eq!(served, ["a:m", "b:m", "a:m", "b:m"]);
+    assert_eq!(c.calls(), 0, "a lower tier is pure fallback");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lower_tier_is_reached_only_when_the_tier_above_failed() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let b = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let c = SimulatedProvider::new();
+    let route = Route::builder("default")
+        .tiered_target("c:m", 1, 1)
+        .tiered_target("a:m", 0, 1)
+        .tiered_target("b:m", 0, 1)
+        .retry(quick_retry(1));
+    let router = router(&[("a", &a), ("b", &b), ("c", &c)], route);
+
+    let answer = router.chat(&request("default")).await.unwrap();
+    let order: Vec<String> = answer.trail.attempts().iter().map(|a| a.via.to_string()).collect();
+    assert_eq!(order, ["a:m", "b:m", "c:m"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn weighted_rotation_follows_the_weights() {
+    let (a, b) = (SimulatedProvider::new(), SimulatedProvider::new());
+    let route = Route::builder("default")
+        .tiered_target("a:m", 0, 3)
+        .tiered_target("b:m", 0, 1)
+        .rotation(Rotation::Weighted);
+    let router = router(&[("a", &a), ("b", &b)], route);
+
+    let mut counts: HashMap<String, u32> = HashMap::new();
+    for _ in 0..1000 {
+        *counts.entry(router.chat(&request("default")).await.unwrap().served_by.to_string()).or_default() +=
+            1;
+    }
+    let a_share = counts["a:m"];
+    assert!((700..=800).contains(&a_share), "about 75% to the weight-3 target, got {counts:?}");
+}

@@ -1,0 +1,367 @@
+//! The health board through the router: the gate, the breaker, exhaustion, cooldowns, resets.
+
+use std::time::Duration;
+
+use switchyard::health::{HealthSettings, HealthStatus};
+use switchyard::route::Route;
+use switchyard::simulated::{SimulatedProvider, Step, typical_error};
+use switchyard::trail::Outcome;
+use switchyard::{ErrorKind, Router, Target};
+use tokio::time::Instant;
+
+use crate::support::*;
+
+fn target(text: &str) -> Target {
+    text.parse().unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_health_gate_skips_a_recently_failed_target_until_its_ttl_expires() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let b = SimulatedProvider::new();
+    let route = Route::builder("default")
+        .target("a:m")
+        .target("b:m")
+        .retry(quick_retry(1))
+        .health_ttl(Duration::from_secs(10));
+    let router =
+        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(no_breaker()).build().unwrap();
+
+    router.chat(&request("default")).await.unwrap();
+    assert_eq!(router.target_health(&target("a:m")).status, HealthStatus::TemporarilyUnavailable);
+
+    let gated = router.chat(&request("default")).await.unwrap();
+    assert_eq!(gated.trail.outcomes(), vec![Outcome::SkippedUnhealthy, Outcome::Ok]);
+    assert_eq!(a.calls(), 1);
+
+    tokio::time::advance(Duration::from_secs(10)).await;
+    let recovered = router.chat(&request("default")).await.unwrap();
+    assert_eq!(recovered.served_by.to_string(), "a:m", "after the TTL the target is tried again");
+    assert_eq!(router.target_health(&target("a:m")).status, HealthStatus::Available);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_longer_than_the_ttl_gates_until_it_passes() {
+    let a = SimulatedProvider::new().script([Step::Fail(
+        typical_error(ErrorKind::Unavailable).with_retry_after(Duration::from_secs(40)),
+    )]);
+    let b = SimulatedProvider::new();
+    let route = Route::builder("default")
+        .target("a:m")
+        .target("b:m")
+        .retry(quick_retry(1))
+        .health_ttl(Duration::from_secs(10));
+    let router =
+        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(no_breaker()).build().unwrap();
+
+    router.chat(&request("default")).await.unwrap();
+    tokio::time::advance(Duration::from_secs(39)).await;
+    assert_eq!(router.chat(&request("default")).await.unwrap().served_by.to_string(), "b:m");
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(router.chat(&request("default")).await.unwrap().served_by.to_string(), "a:m");
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_health_gate_off_every_target_is_attempted() {
+    let a = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::Unavailable), 2));
+    let b = SimulatedProvider::new();
+    let route =
+        Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1)).health_gate(false);
+    let router =
+        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(no_breaker()).build().unwrap();
+
+    router.chat(&request("default")).await.unwrap();
+    let again = router.chat(&request("default")).await.unwrap();
+    assert_eq!(again.trail.outcomes(), vec![Outcome::Failed, Outcome::Ok]);
+    assert_eq!(a.calls(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_every_target_is_gated_the_one_that_recovers_first_is_tried() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let b = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let route = Route::builder("default")
+        .target("a:m")
+        .target("b:m")
+        .retry(quick_retry(1))
+        .health_ttl(Duration::from_secs(30));
+    let router =
+        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(no_breaker()).build().unwrap();
+
+    router.chat(&request("default")).await.expect_err("both fail once");
+    // a failed first, so its gate expires first.
+    tokio::time::advance(Duration::from_secs(5)).await;
+    let answer = router.chat(&request("default")).await.expect("a stale verdict must not become an outage");
+
+    assert_eq!(answer.served_by.to_string(), "a:m");
+    assert_eq!(
+        answer.trail.outcomes(),
+        vec![Outcome::SkippedUnhealthy, Outcome::SkippedUnhealthy, Outcome::Ok]
+    );
+    let note = answer.trail.attempts()[2].note.as_deref().unwrap_or_default();
+    assert!(note.contains("every target was gated"), "{note}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_breaker_opens_after_the_threshold_then_half_opens_and_closes_on_a_probe_success() {
+    let a = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::Unavailable), 3));
+    let b = SimulatedProvider::new();
+    // A zero TTL isolates the breaker from the gate.
+    let route = Route::builder("default")
+        .target("a:m")
+        .target("b:m")
+        .retry(quick_retry(1))
+        .health_ttl(Duration::ZERO);
+    let settings = HealthSettings {
+        failure_threshold: 3,
+        open_for: Duration::from_secs(30),
+        ..HealthSettings::default()
+    };
+    let router =
+        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(settings).build().unwrap();
+    let mut events = router.subscribe();
+
+    for _ in 0..3 {
+        router.chat(&request("default")).await.unwrap();
+    }
+    let health = router.target_health(&target("a:m"));
+    assert_eq!((health.breaker, health.consecutive_failures), ("open", 3));
+    assert!(event_names(&mut events).contains(&"circuit_opened"));
+
+    let skipped = router.chat(&request("default")).await.unwrap();
+    assert_eq!(skipped.trail.outcomes(), vec![Outcome::SkippedUnhealthy, Outcome::Ok]);
+    assert!(skipped.trail.attempts()[0].note.as_deref().unwrap_or_default().starts_with("circuit open"));
+    assert_eq!(a.calls(), 3);
+
+    tokio::time::advance(Duration::from_secs(30)).await;
+    let probe = router.chat(&request("default")).await.unwrap();
+    assert_eq!(probe.served_by.to_string(), "a:m", "the probe goes through and succeeds");
+    let names = event_names(&mut events);
+    let (half, closed) = (
+        names.iter().position(|n| *n == "circuit_half_open"),
+        names.iter().position(|n| *n == "circuit_closed"),
+    );
+    assert!(half.is_some() && closed.is_some() && half < closed, "{names:?}");
+    assert!(names.contains(&"provider_recovered"), "{names:?}");
+    let health = router.target_health(&target("a:m"));
+    assert_eq!(
+        (health.breaker, health.status, health.consecutive_failures),
+        ("closed", HealthStatus::Available, 0)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_probe_reopens_the_circuit_for_longer_within_a_bound() {
+    let a = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::Unavailable), 4));
+    let b = SimulatedProvider::new();
+    let route = Route::builder("default")
+        .target("a:m")
+        .target("b:m")
+        .retry(quick_retry(1))
+        .health_ttl(Duration::ZERO);
+    let settings = HealthSettings {
+        failure_threshold: 1,
+        open_for: Duration::from_secs(10),
+        open_max: Duration::from_secs(25),
+        ..HealthSettings::default()
+    };
+    let router =
+        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(settings).build().unwrap();
+
+    router.chat(&request("default")).await.unwrap(); // opens for 10 s
+    let mut opened_for = Vec::new();
+    for _ in 0..3 {
+        let opened_at = Instant::now();
+        // Step second by second until a probe is let through.
+        loop {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            let calls = a.calls();
+            router.chat(&request("default")).await.unwrap();
+            if a.calls() > calls {
+                break;
+            }
+        }
+        opened_for.push(opened_at.elapsed());
+    }
+    assert_eq!(opened_for, [Duration::from_secs(10), Duration::from_secs(20), Duration::from_secs(25)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_half_open_circuit_lets_one_probe_through_at_a_time() {
+    let a = SimulatedProvider::new().script([
+        Step::fail(ErrorKind::Unavailable),
+        Step::Delay(Duration::from_secs(5), Box::new(Step::Reply)),
+    ]);
+    let b = SimulatedProvider::new();
+    let route = Route::builder("default")
+        .target("a:m")
+        .target("b:m")
+        .retry(quick_retry(1))
+        .health_ttl(Duration::ZERO);
+    let settings = HealthSettings {
+        failure_threshold: 1,
+        open_for: Duration::from_secs(10),
+        ..HealthSettings::default()
+    };
+    let router =
+        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(settings).build().unwrap();
+
+    router.chat(&request("default")).await.unwrap();
+    tokio::time::advance(Duration::from_secs(10)).await;
+
+    let (first, second) = (request("default"), request("default"));
+    let (probe, other) = tokio::join!(router.chat(&first), async {
+        tokio::task::yield_now().await;
+        router.chat(&second).await
+    });
+    assert_eq!(probe.unwrap().served_by.to_string(), "a:m");
+    let other = other.unwrap();
+    assert_eq!(other.served_by.to_string(), "b:m");
+    assert_eq!(other.trail.attempts()[0].note.as_deref(), Some("circuit half-open: probe in flight"));
+    assert_eq!(a.calls(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_exhausted_target_is_skipped_until_a_direct_call_recovers_it() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::QuotaExceeded)]);
+    let b = SimulatedProvider::new();
+    let route = Route::builder("default").target("a:m").target("b:m").retry(quick_retry(3));
+    let router = router(&[("a", &a), ("b", &b)], route);
+    let mut events = router.subscribe();
+
+    let first = router.chat(&request("default")).await.unwrap();
+    assert_eq!(first.trail.outcomes(), vec![Outcome::Failed, Outcome::Ok], "quota is not retried");
+    assert_eq!(router.target_health(&target("a:m")).status, HealthStatus::Exhausted);
+    assert!(event_names(&mut events).contains(&"exhausted"));
+
+    tokio::time::advance(Duration::from_secs(3600)).await;
+    let skipped = router.chat(&request("default")).await.unwrap();
+    assert_eq!(
+        skipped.trail.outcomes(),
+        vec![Outcome::SkippedExhausted, Outcome::Ok],
+        "no reset time: stays exhausted"
+    );
+
+    let direct = router.chat(&request("a:m")).await.expect("a call naming the target bypasses the skip");
+    assert_eq!(direct.trail.outcomes(), vec![Outcome::Ok]);
+    let names = event_names(&mut events);
+    assert!(names.contains(&"provider_recovered") && names.contains(&"capacity_restored"), "{names:?}");
+
+    let back = router.chat(&request("default")).await.unwrap();
+    assert_eq!(back.served_by.to_string(), "a:m");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_exhausted_target_is_tried_again_once_its_reset_time_passed() {
+    let quota = typical_error(ErrorKind::QuotaExceeded).with_retry_after(Duration::from_secs(60));
+    let a = SimulatedProvider::new().script([Step::Fail(quota)]);
+    let b = SimulatedProvider::new();
+    let router = router(&[("a", &a), ("b", &b)], Route::builder("default").target("a:m").target("b:m"));
+
+    router.chat(&request("default")).await.unwrap();
+    tokio::time::advance(Duration::from_secs(59)).await;
+    assert_eq!(
+        router.chat(&request("default")).await.unwrap().trail.outcomes()[0],
+        Outcome::SkippedExhausted
+    );
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(router.chat(&request("default")).await.unwrap().served_by.to_string(), "a:m");
+}
+
+#[tokio::test(start_paused = true)]
+async fn quota_on_one_key_rotates_to_the_next_key_without_exhausting_the_target() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::QuotaExceeded)]);
+    let router = Router::builder()
+        .provider(keyed("a", &a, &["sk-spent-key-0001", "sk-fresh-key-0002"]))
+        .route(Route::builder("default").target("a:m").build().unwrap())
+        .build()
+        .unwrap();
+
+    let answer = router.chat(&request("default")).await.expect("the second key has quota");
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Retried, Outcome::Ok]);
+    assert_eq!(router.target_health(&target("a:m")).status, HealthStatus::Available);
+    let statuses: Vec<HealthStatus> = router.health().credentials.iter().map(|c| c.status).collect();
+    assert!(statuses.contains(&HealthStatus::Exhausted) && statuses.contains(&HealthStatus::Available));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_limit_cools_the_key_down_and_rotates_to_a_fresh_one() {
+    let a = SimulatedProvider::new().script([Step::rate_limited(Duration::from_secs(1))]);
+    let settings =
+        HealthSettings { cooldown_on_rate_limit: Duration::from_secs(60), ..HealthSettings::default() };
+    let router = Router::builder()
+        .provider(keyed("a", &a, &["sk-busy-key-0001", "sk-idle-key-0002"]))
+        .route(Route::builder("default").target("a:m").retry(quick_retry(2)).build().unwrap())
+        .health(settings)
+        .build()
+        .unwrap();
+    let ids: Vec<_> = router.credentials("a").unwrap().iter().map(|c| c.id().clone()).collect();
+
+    let answer = router.chat(&request("default")).await.unwrap();
+    let used: Vec<_> = answer.trail.attempts().iter().map(|a| a.credential_id.clone().unwrap()).collect();
+    assert_eq!(used, vec![ids[0].clone(), ids[1].clone()]);
+
+    // The busy key is still resting: the next request starts on the idle one.
+    let next = router.chat(&request("default")).await.unwrap();
+    assert_eq!(next.trail.attempts()[0].credential_id.as_ref(), Some(&ids[1]));
+
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let rested = router.chat(&request("default")).await.unwrap();
+    assert_eq!(
+        rested.trail.attempts()[0].credential_id.as_ref(),
+        Some(&ids[0]),
+        "back in rotation after the cooldown"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn reset_clears_one_target_and_reset_all_clears_everything() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::QuotaExceeded)]);
+    let b = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let c = SimulatedProvider::new();
+    let route = Route::builder("default").target("a:m").target("b:m").target("c:m").retry(quick_retry(1));
+    let router = router(&[("a", &a), ("b", &b), ("c", &c)], route);
+    let mut events = router.subscribe();
+
+    router.chat(&request("default")).await.unwrap();
+    assert_eq!(router.target_health(&target("a:m")).status, HealthStatus::Exhausted);
+    events.drain();
+
+    router.reset(&target("a:m")).unwrap();
+    assert_eq!(router.target_health(&target("a:m")).status, HealthStatus::Unknown);
+    assert_eq!(router.target_health(&target("b:m")).status, HealthStatus::TemporarilyUnavailable);
+    let names = event_names(&mut events);
+    assert!(names.contains(&"capacity_restored"), "{names:?}");
+
+    router.reset_all();
+    assert!(router.health().targets.is_empty());
+    assert_eq!(router.target_health(&target("b:m")).status, HealthStatus::Unknown);
+    assert!(event_names(&mut events).contains(&"provider_recovered"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_concurrent_requests_give_consistent_health_counts() {
+    let a = SimulatedProvider::new().error_rate(ErrorKind::Unavailable, 1.0);
+    let b = SimulatedProvider::new();
+    let route =
+        Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1)).health_gate(false);
+    let router =
+        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(no_breaker()).build().unwrap();
+
+    let tasks: Vec<_> = (0..200)
+        .map(|_| {
+            let router = router.clone();
+            tokio::spawn(async move { router.chat(&request("default")).await })
+        })
+        .collect();
+    for task in tasks {
+        let answer = task.await.expect("no panic").expect("b answers");
+        assert_eq!(answer.trail.outcomes(), vec![Outcome::Failed, Outcome::Ok]);
+    }
+
+    assert_eq!((a.calls(), b.calls()), (200, 200));
+    let a_health = router.target_health(&target("a:m"));
+    assert_eq!(a_health.consecutive_failures, 200, "no failure lost to a race");
+    assert_eq!(a_health.status, HealthStatus::TemporarilyUnavailable);
+    assert_eq!(router.target_health(&target("b:m")).status, HealthStatus::Available);
+}

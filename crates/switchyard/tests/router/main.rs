@@ -1,0 +1,15 @@
+//! The routing engine's specification, one behaviour per test, under tokio's paused clock.
+
+#![allow(clippy::unwrap_used)]
+
+mod budget;
+mod chains;
+mod config;
+mod embeddings;
+mod events;
+mod fallback;
+mod health;
+mod properties;
+mod retry;
+mod streaming;
+mod support;

@@ -1,0 +1,219 @@
+//! Retrying the same target: Retry-After, max_wait, the deadline, and what is never retried.
+
+use std::time::Duration;
+
+use switchyard::health::HealthStatus;
+use switchyard::route::{ErrorFilter, Retry, Route, Timeouts};
+use switchyard::simulated::{SimulatedProvider, Step};
+use switchyard::trail::Outcome;
+use switchyard::{ErrorKind, RequestOptions, RouteError, Router};
+use tokio::time::Instant;
+
+use crate::support::*;
+
+#[tokio::test(start_paused = true)]
+async fn rate_limit_waits_for_retry_after_then_succeeds() {
+    let sim = SimulatedProvider::new().script([Step::rate_limited(Duration::from_secs(3))]);
+    let router = router(&[("p", &sim)], Route::builder("default").target("p:m").retry(quick_retry(2)));
+
+    let start = Instant::now();
+    let answer = router.chat(&request("default")).await.expect("second attempt answers");
+
+    assert_eq!(start.elapsed(), Duration::from_secs(3), "waited exactly the Retry-After");
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Retried, Outcome::Ok]);
+    let first = &answer.trail.attempts()[0];
+    assert_eq!(first.error_kind(), Some(ErrorKind::RateLimited));
+    assert_eq!(first.error.as_ref().and_then(|e| e.status()), Some(429));
+    assert_eq!(answer.trail.attempts()[1].started, Duration::from_secs(3));
+    assert_eq!(sim.calls(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_longer_than_the_backoff_is_honoured_on_the_second_retry_too() {
+    let sim = SimulatedProvider::new()
+        .script([Step::rate_limited(Duration::from_secs(2)), Step::rate_limited(Duration::from_secs(4))]);
+    let router = router(&[("p", &sim)], Route::builder("default").target("p:m").retry(quick_retry(3)));
+
+    let answer = router.chat(&request("default")).await.expect("third attempt answers");
+
+    let starts: Vec<Duration> = answer.trail.attempts().iter().map(|a| a.started).collect();
+    assert_eq!(starts, vec![Duration::ZERO, Duration::from_secs(2), Duration::from_secs(6)]);
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Retried, Outcome::Retried, Outcome::Ok]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_above_max_wait_moves_on_at_once() {
+    let primary = SimulatedProvider::new().script([Step::rate_limited(Duration::from_secs(60))]);
+    let secondary = SimulatedProvider::new();
+    let route = Route::builder("default").target("a:m").target("b:m").retry(quick_retry(3));
+    let router = router(&[("a", &primary), ("b", &secondary)], route);
+
+    let start = Instant::now();
+    let answer = router.chat(&request("default")).await.expect("secondary answers");
+
+    assert_eq!(start.elapsed(), Duration::ZERO, "did not wait for the 60 s Retry-After");
+    assert_eq!(answer.served_by.to_string(), "b:m");
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Failed, Outcome::Ok]);
+    let note = answer.trail.attempts()[0].note.as_deref().unwrap_or_default();
+    assert!(note.contains("exceeds max_wait"), "the trail says why it moved on: {note}");
+    assert_eq!(primary.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_above_max_wait_on_the_last_target_is_still_waited() {
+    let sim = SimulatedProvider::new().script([Step::rate_limited(Duration::from_secs(8))]);
+    let router = router(&[("p", &sim)], Route::builder("default").target("p:m").retry(quick_retry(2)));
+
+    let start = Instant::now();
+    router.chat(&request("default")).await.expect("nothing else to try, so it waits");
+    assert_eq!(start.elapsed(), Duration::from_secs(8));
+}
+
+#[tokio::test(start_paused = true)]
+async fn auth_error_is_never_retried_on_the_same_key_and_benches_it() {
+    let primary = SimulatedProvider::new().script([Step::fail(ErrorKind::Auth)]);
+    let secondary = SimulatedProvider::new();
+    let router = Router::builder()
+        .provider(keyed("a", &primary, &["sk-only-key-0001"]))
+        .provider(keyed("b", &secondary, &[]))
+        .route(Route::builder("default").target("a:m").target("b:m").retry(quick_retry(3)).build().unwrap())
+        .build()
+        .unwrap();
+
+    let answer = router.chat(&request("default")).await.expect("fallback answers");
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Failed, Outcome::Ok]);
+    assert_eq!(primary.calls(), 1, "an auth failure is not retried with the same key");
+
+    let a_key = router.credentials("a").unwrap()[0].id().clone();
+    let health = router.health();
+    let credential = health.credentials.iter().find(|c| c.credential_id == a_key).expect("recorded");
+    assert_eq!(credential.status, HealthStatus::Unauthorized);
+
+    let again = router.chat(&request("default")).await.unwrap();
+    assert_eq!(again.trail.outcomes(), vec![Outcome::SkippedUnhealthy, Outcome::Ok]);
+    assert_eq!(primary.calls(), 1, "a benched key is not used again until reset");
+}
+
+#[tokio::test(start_paused = true)]
+async fn auth_error_rotates_to_the_providers_next_credential() {
+    let sim = SimulatedProvider::new().script([Step::fail(ErrorKind::Auth)]);
+    let router = Router::builder()
+        .provider(keyed("p", &sim, &["sk-first-key-0001", "sk-second-key-0002"]))
+        .route(Route::builder("default").target("p:m").retry(quick_retry(1)).build().unwrap())
+        .build()
+        .unwrap();
+
+    let answer = router.chat(&request("default")).await.expect("the second key answers");
+
+    let attempts = answer.trail.attempts();
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Retried, Outcome::Ok]);
+    assert_ne!(attempts[0].credential_id, attempts[1].credential_id);
+    let ids = router.credentials("p").unwrap();
+    assert_eq!(attempts[0].credential_id.as_ref(), Some(ids[0].id()));
+    assert_eq!(attempts[1].credential_id.as_ref(), Some(ids[1].id()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn invalid_request_is_neither_retried_nor_masked_by_fallback() {
+    let primary = SimulatedProvider::new().script([Step::fail(ErrorKind::InvalidRequest)]);
+    let secondary = SimulatedProvider::new();
+    let route = Route::builder("default")
+        .target("a:m")
+        .target("b:m")
+        .retry(quick_retry(3))
+        .candidate(switchyard::route::Candidate::text("apology", "sorry"));
+    let router = router(&[("a", &primary), ("b", &secondary)], route);
+
+    let error = router.chat(&request("default")).await.expect_err("the request itself is wrong");
+
+    assert!(matches!(error, RouteError::Upstream { .. }), "returned unchanged: {error:?}");
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidRequest));
+    assert_eq!(outcomes_of(&error), vec![Outcome::Failed]);
+    assert_eq!((primary.calls(), secondary.calls()), (1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_on_override_retries_only_the_listed_kinds() {
+    let sim = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let route = Route::builder("default")
+        .target("p:m")
+        .retry(quick_retry(3))
+        .retry_on(ErrorFilter::Kinds(vec![ErrorKind::RateLimited]));
+    let router = router(&[("p", &sim)], route);
+
+    let error = router.chat(&request("default")).await.expect_err("503 is not retried under this policy");
+    assert_eq!(outcomes_of(&error), vec![Outcome::Failed]);
+    assert_eq!(sim.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_on_predicate_sees_the_error() {
+    let sim = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let route = Route::builder("default")
+        .target("p:m")
+        .retry(quick_retry(3))
+        .retry_on(ErrorFilter::predicate(|e| e.status() == Some(503)));
+    let router = router(&[("p", &sim)], route);
+
+    let answer = router.chat(&request("default")).await.expect("retried on 503");
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Retried, Outcome::Ok]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn request_deadline_stops_a_retry_that_would_outlive_it() {
+    let sim = SimulatedProvider::new().script([Step::rate_limited(Duration::from_secs(4))]);
+    let timeouts = Timeouts { deadline: Some(Duration::from_secs(3)), ..Timeouts::default() };
+    let route = Route::builder("default").target("p:m").retry(quick_retry(3)).timeouts(timeouts);
+    let router = router(&[("p", &sim)], route);
+
+    let start = Instant::now();
+    let error = router.chat(&request("default")).await.expect_err("no time for the retry");
+    assert_eq!(start.elapsed(), Duration::ZERO, "fails fast instead of waiting past the deadline");
+    assert_eq!(error.kind(), Some(ErrorKind::RateLimited));
+    let note = error.trail()[0].note.as_deref().unwrap_or_default();
+    assert!(note.contains("deadline"), "{note}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn total_timeout_ends_a_hanging_attempt_as_a_timeout() {
+    let primary = SimulatedProvider::new().script([Step::Hang]);
+    let secondary = SimulatedProvider::new();
+    let timeouts = Timeouts { total: Duration::from_secs(7), ..Timeouts::default() };
+    let route =
+        Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1)).timeouts(timeouts);
+    let router = router(&[("a", &primary), ("b", &secondary)], route);
+
+    let start = Instant::now();
+    let answer = router.chat(&request("default")).await.expect("fallback answers");
+    assert_eq!(start.elapsed(), Duration::from_secs(7));
+    assert_eq!(answer.trail.attempts()[0].error_kind(), Some(ErrorKind::Timeout));
+    assert_eq!(answer.trail.attempts()[0].duration, Duration::from_secs(7));
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_fallback_tries_only_the_first_target_and_returns_its_error() {
+    let primary = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::Unavailable), 2));
+    let secondary = SimulatedProvider::new();
+    let route = Route::builder("default").target("a:m").target("b:m").retry(quick_retry(2));
+    let router = router(&[("a", &primary), ("b", &secondary)], route);
+
+    let options = RequestOptions { no_fallback: true, ..RequestOptions::default() };
+    let error = router.chat_with(&request("default"), &options).await.expect_err("no fallback");
+
+    assert!(matches!(error, RouteError::Upstream { .. }));
+    assert_eq!(error.kind(), Some(ErrorKind::Unavailable));
+    assert_eq!(outcomes_of(&error), vec![Outcome::Retried, Outcome::Failed]);
+    assert_eq!(secondary.calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_attempts_bounds_the_tries_of_one_target() {
+    let sim = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::Unavailable), 5));
+    let retry = Retry { max_attempts: 3, ..quick_retry(3) };
+    let router = router(&[("p", &sim)], Route::builder("default").target("p:m").retry(retry));
+
+    let error = router.chat(&request("default")).await.expect_err("every try fails");
+    assert!(matches!(error, RouteError::AllTargetsFailed { .. }));
+    assert_eq!(outcomes_of(&error), vec![Outcome::Retried, Outcome::Retried, Outcome::Failed]);
+    assert_eq!(sim.calls(), 3);
+}

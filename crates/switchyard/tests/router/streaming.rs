@@ -1,0 +1,215 @@
+//! Streaming through the router: failover until the first content chunk, never after.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use switchyard::chat::ChatChunk;
+use switchyard::events::{EventKind, WaitReason};
+use switchyard::health::HealthStatus;
+use switchyard::pacing::{PaceRequest, Pacer, Permit};
+use switchyard::provider::BoxFuture;
+use switchyard::route::{Route, Timeouts};
+use switchyard::simulated::{SimulatedProvider, Step};
+use switchyard::trail::Outcome;
+use switchyard::{ErrorKind, ProviderError, RequestOptions, RoutedStream, StreamError};
+use tokio::time::Instant;
+
+use crate::support::*;
+
+async fn collect(stream: &mut RoutedStream) -> (String, Option<StreamError>) {
+    let mut text = String::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(chunk) => text.extend(chunk.choices.iter().filter_map(|c| c.delta.content.clone())),
+            Err(error) => return (text, Some(error)),
+        }
+    }
+    (text, None)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_fails_over_before_its_first_content_chunk() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let b = SimulatedProvider::new().reply("all good here").stream(3, Duration::from_millis(50));
+    let router = router(
+        &[("a", &a), ("b", &b)],
+        Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1)),
+    );
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    assert_eq!(stream.served_by().to_string(), "b:m");
+    let (text, error) = collect(&mut stream).await;
+
+    assert_eq!(text, "all good here");
+    assert!(error.is_none());
+    assert_eq!(stream.trail().outcomes(), vec![Outcome::Failed, Outcome::Ok]);
+    assert!(stream.usage().is_some(), "usage from the final chunk");
+}
+
+#[tokio::test(start_paused = true)]
+async fn chunks_are_forwarded_as_they_arrive() {
+    let a = SimulatedProvider::new().reply("one two three four").stream(4, Duration::from_millis(50));
+    let router = router(&[("a", &a)], Route::builder("default").target("a:m"));
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let start = Instant::now();
+    let mut arrivals = Vec::new();
+    while let Some(item) = stream.next().await {
+        if item.unwrap().has_content() {
+            arrivals.push(start.elapsed());
+        }
+    }
+    let ms = |n| Duration::from_millis(n);
+    assert_eq!(arrivals, vec![ms(0), ms(50), ms(100), ms(150)], "no buffering of the whole answer");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_byte_timeout_counts_as_a_failure_and_falls_over() {
+    let a = SimulatedProvider::new().script([Step::Hang]);
+    let b = SimulatedProvider::new();
+    let timeouts = Timeouts { first_byte: Duration::from_secs(2), ..Timeouts::default() };
+    let route =
+        Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1)).timeouts(timeouts);
+    let router = router(&[("a", &a), ("b", &b)], route);
+
+    let start = Instant::now();
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    let first = &stream.trail().attempts()[0];
+    assert_eq!(first.error_kind(), Some(ErrorKind::Timeout));
+    assert!(first.error.as_ref().unwrap().detail().contains("first_byte"));
+    assert_eq!(router.target_health(&"a:m".parse().unwrap()).status, HealthStatus::TemporarilyUnavailable);
+    assert!(collect(&mut stream).await.1.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_mid_stream_cut_ends_with_a_typed_error_and_is_not_restarted() {
+    let a = SimulatedProvider::new()
+        .reply("abcdefgh")
+        .stream(4, Duration::from_millis(10))
+        .script([Step::CutAfter(2)]);
+    let b = SimulatedProvider::new();
+    let router = router(&[("a", &a), ("b", &b)], Route::builder("default").target("a:m").target("b:m"));
+    let mut events = router.subscribe();
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let (text, error) = collect(&mut stream).await;
+    let error = error.expect("the cut surfaces as an error item");
+
+    assert_eq!(text, "abcd", "what was sent stays sent");
+    assert_eq!(error.error.kind(), ErrorKind::Transport);
+    assert_eq!(error.error.target().map(|t| t.as_str()), Some("a:m"));
+    let last = error.trail.last().unwrap();
+    assert_eq!((last.outcome, last.mid_stream), (Outcome::Failed, true));
+    assert_eq!(stream.trail(), &error.trail);
+    assert!(stream.next().await.is_none(), "the stream ends after the error");
+    assert_eq!(b.calls(), 0, "never restarted silently elsewhere");
+    let health = router.target_health(&"a:m".parse().unwrap());
+    assert_eq!((health.status, health.consecutive_failures), (HealthStatus::TemporarilyUnavailable, 1));
+    assert!(event_names(&mut events).contains(&"attempt_failed"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_timeout_ends_a_stalled_stream() {
+    let a = SimulatedProvider::new().script([Step::StallAfter(1)]);
+    let timeouts = Timeouts { idle: Duration::from_secs(5), ..Timeouts::default() };
+    let router = router(&[("a", &a)], Route::builder("default").target("a:m").timeouts(timeouts));
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let start = Instant::now();
+    let (text, error) = collect(&mut stream).await;
+
+    assert!(!text.is_empty());
+    let error = error.expect("stall ends in an error");
+    assert_eq!(error.error.kind(), ErrorKind::Timeout);
+    assert!(error.error.detail().contains("idle"), "{}", error.error.detail());
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_candidate_answers_a_stream_when_every_target_failed() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let route = Route::builder("default")
+        .target("a:m")
+        .retry(quick_retry(1))
+        .candidate(switchyard::route::Candidate::text("apology", "busy"));
+    let router = router(&[("a", &a)], route);
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    assert_eq!(collect(&mut stream).await.0, "busy");
+    assert_eq!(stream.trail().outcomes(), vec![Outcome::Failed, Outcome::Candidate]);
+}
+
+/// A pacer that makes every call wait `wait` and counts the permits alive.
+struct CountingPacer {
+    wait: Duration,
+    live: Arc<AtomicUsize>,
+}
+
+struct LiveGuard(Arc<AtomicUsize>);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Pacer for CountingPacer {
+    fn acquire<'a>(&'a self, _: PaceRequest<'a>) -> BoxFuture<'a, Result<Permit, ProviderError>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.wait).await;
+            self.live.fetch_add(1, Ordering::SeqCst);
+            let guard = LiveGuard(self.live.clone());
+            Ok(Permit::new(self.wait, Some(WaitReason::Rpm), Some(Box::new(guard))))
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_holds_its_pacing_permit_until_it_ends() {
+    let live = Arc::new(AtomicUsize::new(0));
+    let a = SimulatedProvider::new().stream(3, Duration::from_millis(10));
+    let pacer = Arc::new(CountingPacer { wait: Duration::ZERO, live: live.clone() });
+    let router = builder(&[("a", &a)])
+        .route(Route::builder("default").target("a:m").build().unwrap())
+        .pacer(pacer)
+        .build()
+        .unwrap();
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let first: ChatChunk = stream.next().await.unwrap().unwrap();
+    assert!(first.choices.len() == 1);
+    assert_eq!(live.load(Ordering::SeqCst), 1, "held while the stream is open");
+    assert!(stream.holds_permit());
+    collect(&mut stream).await;
+    assert_eq!(live.load(Ordering::SeqCst), 0, "released when it ends");
+}
+
+#[tokio::test(start_paused = true)]
+async fn time_queued_by_the_pacer_is_reported_in_the_trail_timing_and_events() {
+    let live = Arc::new(AtomicUsize::new(0));
+    let a = SimulatedProvider::new();
+    let pacer = Arc::new(CountingPacer { wait: Duration::from_secs(2), live: live.clone() });
+    let router = builder(&[("a", &a)])
+        .route(Route::builder("default").target("a:m").build().unwrap())
+        .pacer(pacer)
+        .build()
+        .unwrap();
+    let mut events = router.subscribe();
+
+    let answer = router.chat(&request("default")).await.unwrap();
+
+    assert_eq!(answer.timing.queued, Duration::from_secs(2));
+    assert_eq!(answer.trail.attempts()[0].queued, Duration::from_secs(2));
+    assert_eq!(answer.timing.total, Duration::from_secs(2));
+    let waited = events.drain().into_iter().find_map(|e| match &e.kind {
+        EventKind::RateLimitWaited { waited, reason, provider, .. } => {
+            Some((*waited, *reason, provider.to_string()))
+        }
+        _ => None,
+    });
+    assert_eq!(waited, Some((Duration::from_secs(2), WaitReason::Rpm, "a".to_owned())));
+    assert_eq!(live.load(Ordering::SeqCst), 0, "a plain chat releases its permit on return");
+}

@@ -1,0 +1,57 @@
+//! Shared fixtures: routers over simulated providers, requests, event names.
+
+use std::time::Duration;
+
+use switchyard::chat::{ChatRequest, Message};
+use switchyard::credential::Secret;
+use switchyard::events::Subscription;
+use switchyard::health::HealthSettings;
+use switchyard::route::{Retry, RouteBuilder};
+use switchyard::simulated::SimulatedProvider;
+use switchyard::trail::Outcome;
+use switchyard::{ProviderEntry, RouteError, Router, RouterBuilder};
+
+pub fn request(model: &str) -> ChatRequest {
+    ChatRequest::new(model, vec![Message::user("hello")])
+}
+
+/// Retries with a tiny backoff, so that Retry-After decides the waits.
+pub fn quick_retry(max_attempts: u32) -> Retry {
+    Retry {
+        max_attempts,
+        backoff_base: Duration::from_millis(10),
+        backoff_max: Duration::from_millis(10),
+        max_wait: Duration::from_secs(5),
+    }
+}
+
+/// A router builder with keyless simulated providers.
+pub fn builder(providers: &[(&str, &SimulatedProvider)]) -> RouterBuilder {
+    providers
+        .iter()
+        .fold(Router::builder(), |b, (id, sim)| b.provider(ProviderEntry::new(*id, (*sim).clone())))
+}
+
+/// A router with the given providers and one route.
+pub fn router(providers: &[(&str, &SimulatedProvider)], route: RouteBuilder) -> Router {
+    builder(providers).route(route.build().expect("valid route")).build().expect("valid router")
+}
+
+/// A provider entry with keys.
+pub fn keyed(id: &str, sim: &SimulatedProvider, keys: &[&str]) -> ProviderEntry {
+    keys.iter().fold(ProviderEntry::new(id, sim.clone()), |e, k| e.key(Secret::new(*k)))
+}
+
+/// Health settings that never open the breaker, to isolate other rules.
+pub fn no_breaker() -> HealthSettings {
+    HealthSettings { failure_threshold: u32::MAX, ..HealthSettings::default() }
+}
+
+/// The names of the events waiting on a subscription.
+pub fn event_names(events: &mut Subscription) -> Vec<&'static str> {
+    events.drain().iter().map(|e| e.kind.name()).collect()
+}
+
+pub fn outcomes_of(error: &RouteError) -> Vec<Outcome> {
+    error.trail().iter().map(|a| a.outcome).collect()
+}
