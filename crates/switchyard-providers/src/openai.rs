@@ -1,26 +1,239 @@
-//! TODO(adapter): this module is being written.
+//! The OpenAI dialect: OpenAI itself, Azure OpenAI and every server that speaks Chat
+//! Completions (Ollama, vLLM, llama.cpp, LM Studio, Groq, OpenRouter, Together, DeepSeek,
+//! Mistral, Fireworks, ...).
+//!
+//! The canonical types already have the Chat Completions shape, so translation is mostly a
+//! matter of replacing the route name with the upstream model, choosing which unmodelled fields
+//! travel, and reading the answer back tolerantly. What differs between the three kinds:
+//!
+//! | kind | URL | key header |
+//! |---|---|---|
+//! | `openai` | `{base}/chat/completions`, base defaults to `https://api.openai.com/v1` | `Authorization: Bearer` |
+//! | `azure` | `{base}/openai/deployments/{model}/chat/completions?api-version=...` (or the v1 API when the base ends in `/openai/v1`) | `api-key` |
+//! | `openai_compatible` | `{base}/chat/completions`, base required | `Authorization: Bearer`, only when a key is configured |
+//!
+//! Unmodelled fields (`extra`, on the request and on each message) are forwarded only when the
+//! request arrived in the OpenAI dialect: fields of another dialect mean nothing here, and
+//! guessing which of them are harmless would be a silent translation. They are dropped (and
+//! their names logged at debug level); everything the canonical types model is translated.
+//!
+//! ```no_run
+//! use switchyard_providers::openai::OpenAiProvider;
+//! use switchyard_providers::{ProviderKind, ProviderSettings};
+//!
+//! let local = ProviderSettings::new(ProviderKind::OpenAiCompatible).base_url("http://localhost:11434/v1");
+//! let provider = OpenAiProvider::new(&local).unwrap();
+//! ```
 
-use switchyard::chat::{ChatRequest, ChatResponse};
+mod errors;
+mod stream;
+mod wire;
+
+use std::fmt;
+
+use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
+use switchyard::chat::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse};
+use switchyard::credential::Credential;
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
 use switchyard::{ErrorKind, ProviderError};
 
-use crate::{BuildError, ProviderSettings};
+use crate::http;
+use crate::{BuildError, ProviderKind, ProviderSettings};
 
-/// Placeholder until the adapter lands.
-#[derive(Debug)]
+/// Azure's `api-version` when the settings name none: the latest GA data-plane version.
+pub const AZURE_DEFAULT_API_VERSION: &str = "2024-10-21";
+
+/// An adapter for the OpenAI dialect. One instance serves one configured provider, with its
+/// own connection pool.
 pub struct OpenAiProvider {
+    kind: ProviderKind,
     base_url: String,
+    endpoint: Endpoint,
+    /// Organization, project and the configured extra headers; marked sensitive.
+    headers: HeaderMap,
+    client: reqwest::Client,
+}
+
+/// Where an operation (`chat/completions`, `embeddings`) lives.
+#[derive(Debug, Clone)]
+enum Endpoint {
+    /// `{base}/{operation}`, the model in the body.
+    Plain,
+    /// Azure's classic deployment URLs: the deployment (the upstream model) is in the path.
+    AzureDeployment { base: reqwest::Url, api_version: String },
 }
 
 impl OpenAiProvider {
+    /// Builds the adapter for a provider of kind `openai`, `azure` or `openai_compatible`.
+    ///
+    /// Fails when the base URL is missing (Azure and compatible servers have no default) or
+    /// invalid, or when a configured header is not a valid HTTP header.
     pub fn new(settings: &ProviderSettings) -> Result<Self, BuildError> {
-        Ok(Self { base_url: settings.resolved_base_url()? })
+        let base_url = settings.resolved_base_url()?;
+        let endpoint = match settings.kind {
+            // The v1 API takes plain OpenAI paths with the deployment as `model`.
+            ProviderKind::Azure if !base_url.ends_with("/openai/v1") => Endpoint::AzureDeployment {
+                base: reqwest::Url::parse(&base_url)
+                    .map_err(|_| BuildError::InvalidBaseUrl(base_url.clone()))?,
+                api_version: settings
+                    .api_version
+                    .clone()
+                    .unwrap_or_else(|| AZURE_DEFAULT_API_VERSION.to_owned()),
+            },
+            _ => Endpoint::Plain,
+        };
+        let mut headers = HeaderMap::new();
+        let configured =
+            [("OpenAI-Organization", &settings.organization), ("OpenAI-Project", &settings.project)];
+        let configured = configured.into_iter().filter_map(|(name, value)| Some((name, value.as_deref()?)));
+        let extra = settings.headers.iter().map(|(name, value)| (name.as_str(), value.as_str()));
+        for (name, value) in configured.chain(extra) {
+            let invalid = || BuildError::InvalidHeader(name.to_owned());
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?;
+            let mut value = HeaderValue::from_str(value).map_err(|_| invalid())?;
+            // Extra headers may carry tokens of their own: never print them.
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        Ok(Self { kind: settings.kind, base_url, endpoint, headers, client: http::client(&settings.http)? })
+    }
+
+    /// The URL of `operation` for `model`.
+    fn url(&self, operation: &str, model: &str) -> String {
+        match &self.endpoint {
+            Endpoint::Plain => format!("{}/{operation}", self.base_url),
+            Endpoint::AzureDeployment { base, api_version } => {
+                let mut url = base.clone();
+                // A base URL that parsed with an http(s) scheme always has path segments.
+                if let Ok(mut segments) = url.path_segments_mut() {
+                    segments
+                        .pop_if_empty()
+                        .extend(["openai", "deployments", model])
+                        .extend(operation.split('/'));
+                }
+                url.query_pairs_mut().append_pair("api-version", api_version);
+                url.into()
+            }
+        }
+    }
+
+    /// Whether `max_tokens` is sent as `max_completion_tokens`: OpenAI deprecated the former
+    /// and its reasoning models reject it, while many compatible servers know only the former.
+    fn wants_max_completion_tokens(&self) -> bool {
+        self.kind == ProviderKind::OpenAi
+    }
+
+    /// The key header of `credential`: `api-key` on Azure, a bearer token elsewhere; none when
+    /// the credential has no key (local servers).
+    fn key_header(
+        &self,
+        credential: &Credential,
+    ) -> Result<Option<(HeaderName, HeaderValue)>, ProviderError> {
+        let Some(key) = credential.key() else { return Ok(None) };
+        let (name, value) = match self.kind {
+            ProviderKind::Azure => (HeaderName::from_static("api-key"), HeaderValue::from_str(key.expose())),
+            _ => (header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {}", key.expose()))),
+        };
+        let mut value = value.map_err(|_| {
+            ProviderError::new(
+                ErrorKind::Auth,
+                "the API key contains characters that cannot be sent in an HTTP header; check the configured key",
+            )
+        })?;
+        value.set_sensitive(true);
+        Ok(Some((name, value)))
+    }
+
+    /// Sends `body` to `operation` and returns the response once its status is a success.
+    /// Reports the rate-limit headers of every response, and classifies failures.
+    async fn post(
+        &self,
+        call: Call<'_>,
+        operation: &str,
+        body: Vec<u8>,
+        streaming: bool,
+    ) -> Result<reqwest::Response, ProviderError> {
+        let mut request = self
+            .client
+            .post(self.url(operation, call.model))
+            .headers(self.headers.clone())
+            .header(header::CONTENT_TYPE, "application/json");
+        if streaming {
+            request = request.header(header::ACCEPT, "text/event-stream");
+        }
+        if let Some((name, value)) = self.key_header(call.credential)? {
+            request = request.header(name, value);
+        }
+        let response = request.body(body).send().await.map_err(http::transport_error)?;
+        let limits = http::rate_limits(response.headers());
+        if let Some(sink) = call.rate_limits
+            && !limits.is_empty()
+        {
+            sink.observe(&limits);
+        }
+        let status = response.status().as_u16();
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let body = http::read_error_body(response).await;
+        let error = errors::from_body(Some(status), &body, call.credential.key())
+            .unwrap_or_else(|| errors::bare(status, &body, call.credential.key()));
+        Err(match http::retry_after(status, &limits) {
+            Some(wait) => error.with_retry_after(wait),
+            None => error,
+        })
+    }
+
+    async fn complete(&self, call: Call<'_>, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        let body = wire::chat_body(request, call.model, false, self.wants_max_completion_tokens())?;
+        let response = self.post(call, "chat/completions", body, false).await?;
+        let bytes = response.bytes().await.map_err(http::transport_error)?;
+        wire::parse_response(&bytes, call.credential.key())
+    }
+
+    async fn open_stream(&self, call: Call<'_>, request: &ChatRequest) -> Result<ChunkStream, ProviderError> {
+        let body = wire::chat_body(request, call.model, true, self.wants_max_completion_tokens())?;
+        let response = self.post(call, "chat/completions", body, true).await?;
+        let is_json = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|value| value.trim_start().starts_with("application/json"));
+        if is_json {
+            // Some compatible servers ignore `stream` or answer an error with a 200 JSON body.
+            let bytes = response.bytes().await.map_err(http::transport_error)?;
+            let answer = wire::parse_response(&bytes, call.credential.key())?;
+            return Ok(stream::from_response(answer));
+        }
+        Ok(stream::chunks(response, call.credential.key().cloned()))
+    }
+
+    async fn embed(
+        &self,
+        call: Call<'_>,
+        request: &EmbeddingsRequest,
+    ) -> Result<EmbeddingsResponse, ProviderError> {
+        let body = wire::embeddings_body(request, call.model)?;
+        let response = self.post(call, "embeddings", body, false).await?;
+        let bytes = response.bytes().await.map_err(http::transport_error)?;
+        wire::parse_embeddings(&bytes, request.input.texts().len(), call.credential.key())
+    }
+}
+
+impl fmt::Debug for OpenAiProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Headers stay out: configured extra headers may hold tokens.
+        f.debug_struct("OpenAiProvider")
+            .field("kind", &self.kind)
+            .field("base_url", &self.base_url)
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
     }
 }
 
 impl Provider for OpenAiProvider {
     fn kind(&self) -> &str {
-        "openai"
+        self.kind.as_str()
     }
 
     fn base_url(&self) -> &str {
@@ -29,17 +242,25 @@ impl Provider for OpenAiProvider {
 
     fn chat<'a>(
         &'a self,
-        _: Call<'a>,
-        _: &'a ChatRequest,
+        call: Call<'a>,
+        request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
-        Box::pin(async { Err(ProviderError::new(ErrorKind::InvalidRequest, "not implemented yet")) })
+        Box::pin(self.complete(call, request))
     }
 
     fn chat_stream<'a>(
         &'a self,
-        _: Call<'a>,
-        _: &'a ChatRequest,
+        call: Call<'a>,
+        request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>> {
-        Box::pin(async { Err(ProviderError::new(ErrorKind::InvalidRequest, "not implemented yet")) })
+        Box::pin(self.open_stream(call, request))
+    }
+
+    fn embeddings<'a>(
+        &'a self,
+        call: Call<'a>,
+        request: &'a EmbeddingsRequest,
+    ) -> BoxFuture<'a, Result<EmbeddingsResponse, ProviderError>> {
+        Box::pin(self.embed(call, request))
     }
 }

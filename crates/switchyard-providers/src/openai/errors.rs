@@ -1,0 +1,230 @@
+//! Classification of OpenAI-dialect error bodies into the error catalog.
+//!
+//! The shapes seen in the wild (docs/wire-formats.md §1.5, §4, §5):
+//! - OpenAI: `{"error": {"message", "type", "param", "code"}}`, `code` a string or null;
+//! - Azure: the same, `code` sometimes a numeric string (`"429"`), `innererror` on content
+//!   filter rejections;
+//! - vLLM, Mistral: flat `{"object": "error", "message", "type", "param", "code"}`;
+//! - llama.cpp, OpenRouter: `code` a number (the HTTP status);
+//! - some servers: `{"error": "text"}`.
+//!
+//! The provider's code decides first, then the HTTP status, then the type; message text is
+//! never read for classification.
+
+use serde_json::{Map, Value};
+use switchyard::credential::Secret;
+use switchyard::{ErrorKind, ProviderError};
+
+use crate::http;
+
+/// What an error body says, whatever its envelope.
+#[derive(Debug, Default, PartialEq)]
+struct Fields {
+    message: Option<String>,
+    /// `code` as text (numbers included).
+    code: Option<String>,
+    /// `code` when it is a number or a numeric string (an HTTP status, by convention).
+    numeric_code: Option<u16>,
+    kind: Option<String>,
+    inner_code: Option<String>,
+}
+
+/// The classified error in `body`, when it holds an error object. `status` is the HTTP status,
+/// `None` for an error that arrived inside a stream.
+pub(super) fn from_body(status: Option<u16>, body: &str, key: Option<&Secret>) -> Option<ProviderError> {
+    let value: Value = serde_json::from_str(body.trim()).ok()?;
+    from_value(status, &value, key)
+}
+
+/// The classified error in a parsed body, when it holds an error object.
+pub(super) fn from_value(status: Option<u16>, value: &Value, key: Option<&Secret>) -> Option<ProviderError> {
+    let fields = fields(value)?;
+    let kind = classify(status, &fields);
+    let code = fields.code.clone().or_else(|| fields.kind.clone());
+    let detail = match (&fields.message, status) {
+        (Some(message), _) if !message.trim().is_empty() => http::excerpt(message),
+        (_, Some(status)) => {
+            format!("HTTP {status} without a message: {}", http::excerpt(&value.to_string()))
+        }
+        (_, None) => {
+            format!("the stream reported an error without a message: {}", http::excerpt(&value.to_string()))
+        }
+    };
+    let mut error = ProviderError::new(kind, scrub(&detail, key));
+    if let Some(status) = status {
+        error = error.with_status(status);
+    }
+    if let Some(code) = code {
+        error = error.with_code(scrub(&code, key));
+    }
+    Some(error)
+}
+
+/// An error response whose body is not a recognisable error object (HTML from a proxy, plain
+/// text, nothing): the status alone decides.
+pub(super) fn bare(status: u16, body: &str, key: Option<&Secret>) -> ProviderError {
+    let detail = if body.trim().is_empty() {
+        format!("HTTP {status} with an empty body")
+    } else {
+        http::excerpt(body)
+    };
+    ProviderError::new(http::status_kind(status), scrub(&detail, key)).with_status(status)
+}
+
+/// A success whose body is not what the operation returns.
+pub(super) fn malformed(
+    what: &str,
+    error: &serde_json::Error,
+    body: &[u8],
+    key: Option<&Secret>,
+) -> ProviderError {
+    let body = String::from_utf8_lossy(body);
+    let detail = format!("the response is not {what} ({error}): {}", http::excerpt(&body));
+    ProviderError::new(ErrorKind::MalformedResponse, scrub(&detail, key)).with_status(200)
+}
+
+/// Removes the key from text a provider sent back: a compatible server may echo it whole.
+pub(super) fn scrub(text: &str, key: Option<&Secret>) -> String {
+    match key.map(Secret::expose) {
+        Some(key) if key.len() >= 4 && text.contains(key) => text.replace(key, "***"),
+        _ => text.to_owned(),
+    }
+}
+
+fn fields(value: &Value) -> Option<Fields> {
+    let object = match value.get("error") {
+        Some(Value::Object(object)) => object,
+        Some(Value::String(message)) => {
+            return Some(Fields { message: Some(message.clone()), ..Fields::default() });
+        }
+        // The flat envelope of vLLM and Mistral.
+        _ if value.get("object").and_then(Value::as_str) == Some("error") => value.as_object()?,
+        _ => return None,
+    };
+    let text = |object: &Map<String, Value>, name: &str| match object.get(name) {
+        Some(Value::String(text)) => Some(text.clone()),
+        Some(Value::Number(number)) => Some(number.to_string()),
+        _ => None,
+    };
+    let code = text(object, "code");
+    let numeric_code = code.as_deref().and_then(|code| code.parse::<u16>().ok());
+    Some(Fields {
+        message: text(object, "message"),
+        code,
+        numeric_code,
+        kind: text(object, "type"),
+        inner_code: object
+            .get("innererror")
+            .and_then(|inner| inner.as_object())
+            .and_then(|inner| text(inner, "code")),
+    })
+}
+
+fn classify(status: Option<u16>, fields: &Fields) -> ErrorKind {
+    if let Some(kind) = fields.code.as_deref().and_then(code_kind) {
+        return kind;
+    }
+    if let Some(kind) = fields.kind.as_deref().and_then(specific_type_kind) {
+        return kind;
+    }
+    if fields.inner_code.as_deref() == Some("ResponsibleAIPolicyViolation") {
+        return ErrorKind::ContentFiltered;
+    }
+    // Some servers put a failure in a 200 body; their status says nothing then.
+    let status = status.filter(|status| *status >= 400);
+    let numeric = fields.numeric_code.filter(|code| (400..=599).contains(code));
+    if let Some(status) = status.or(numeric) {
+        return http::status_kind(status);
+    }
+    match fields.kind.as_deref() {
+        Some("invalid_request_error") => ErrorKind::InvalidRequest,
+        Some("authentication_error" | "permission_error") => ErrorKind::Auth,
+        // The types of OpenAI's rate-limit errors name the spent dimension.
+        Some("tokens" | "requests" | "rate_limit_error") => ErrorKind::RateLimited,
+        // What is left (server_error, or nothing known) failed on the provider's side while it
+        // answered: retrying may help.
+        _ => ErrorKind::Unavailable,
+    }
+}
+
+/// Provider codes that say more than a status.
+fn code_kind(code: &str) -> Option<ErrorKind> {
+    Some(match code {
+        "rate_limit_exceeded" => ErrorKind::RateLimited,
+        "insufficient_quota" => ErrorKind::QuotaExceeded,
+        "context_length_exceeded" => ErrorKind::ContextLength,
+        "invalid_api_key" => ErrorKind::Auth,
+        "model_not_found" | "DeploymentNotFound" => ErrorKind::ModelNotFound,
+        "content_filter" => ErrorKind::ContentFiltered,
+        "server_is_overloaded" => ErrorKind::Unavailable,
+        _ => return None,
+    })
+}
+
+/// Error types specific enough to beat the status: OpenAI's older quota errors carry a null
+/// code, and llama.cpp names context overflow only in the type.
+fn specific_type_kind(kind: &str) -> Option<ErrorKind> {
+    Some(match kind {
+        "insufficient_quota" => ErrorKind::QuotaExceeded,
+        "exceed_context_size_error" => ErrorKind::ContextLength,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn kind_of(status: Option<u16>, body: Value) -> ErrorKind {
+        from_value(status, &body, None).map(|error| error.kind()).unwrap_or(ErrorKind::Cancelled)
+    }
+
+    #[test]
+    fn codes_beat_statuses() {
+        let quota =
+            json!({"error": {"message": "m", "type": "insufficient_quota", "code": "insufficient_quota"}});
+        assert_eq!(kind_of(Some(429), quota), ErrorKind::QuotaExceeded);
+        let legacy_quota = json!({"error": {"message": "m", "type": "insufficient_quota", "code": null}});
+        assert_eq!(kind_of(Some(429), legacy_quota), ErrorKind::QuotaExceeded);
+        let context = json!({"error": {"message": "m", "type": "invalid_request_error", "code": "context_length_exceeded"}});
+        assert_eq!(kind_of(Some(400), context), ErrorKind::ContextLength);
+    }
+
+    #[test]
+    fn llama_cpp_context_overflow_is_context_length() {
+        let body = json!({"error": {"code": 400, "message": "request (36146 tokens) exceeds the available context size (32768 tokens), try increasing it", "type": "exceed_context_size_error", "n_prompt_tokens": 36146, "n_ctx": 32768}});
+        assert_eq!(kind_of(Some(400), body), ErrorKind::ContextLength);
+    }
+
+    #[test]
+    fn numeric_codes_stand_in_for_a_missing_status() {
+        let openrouter = json!({"error": {"code": 429, "message": "Rate limited"}});
+        assert_eq!(kind_of(None, openrouter), ErrorKind::RateLimited);
+        let azure = json!({"error": {"code": "429", "message": "retry after 6 seconds"}});
+        let error = from_value(Some(429), &azure, None).map(|e| (e.kind(), e.code().map(str::to_owned)));
+        assert_eq!(error, Some((ErrorKind::RateLimited, Some("429".to_owned()))));
+    }
+
+    #[test]
+    fn stream_errors_without_code_classify_by_type() {
+        let server =
+            json!({"error": {"message": "boom", "type": "server_error", "param": null, "code": null}});
+        assert_eq!(kind_of(None, server), ErrorKind::Unavailable);
+        let invalid = json!({"error": {"message": "bad", "type": "invalid_request_error", "code": null}});
+        assert_eq!(kind_of(None, invalid), ErrorKind::InvalidRequest);
+    }
+
+    #[test]
+    fn bodies_without_an_error_object_are_not_errors() {
+        assert_eq!(from_value(Some(500), &json!({"choices": []}), None), None);
+        assert_eq!(from_body(Some(502), "<html>Bad gateway</html>", None), None);
+    }
+
+    #[test]
+    fn scrub_masks_an_echoed_key() {
+        let key = Secret::new("sk-test-secret-123");
+        assert_eq!(scrub("bad key sk-test-secret-123 given", Some(&key)), "bad key *** given");
+    }
+}

@@ -1,0 +1,270 @@
+//! Streamed Chat Completions: `data: <chunk>` events ended by `data: [DONE]`.
+//!
+//! Each chunk becomes one canonical [`ChatChunk`]; the final usage chunk (empty `choices`)
+//! becomes a chunk that carries only `usage`. An `error` object inside the stream ends it with
+//! that error, classified; a body that ends before `[DONE]` ends it with a transport error, so
+//! that a cut-off answer never passes for a complete one.
+
+use std::collections::HashSet;
+
+use futures_util::{StreamExt, TryStreamExt, stream};
+use serde::Deserialize;
+use serde_json::Value;
+use switchyard::chat::{
+    ChatChunk, ChatResponse, ChunkChoice, Delta, Extra, FinishReason, FunctionCallDelta, Role, ToolCallDelta,
+};
+use switchyard::credential::Secret;
+use switchyard::provider::ChunkStream;
+use switchyard::{ErrorKind, ProviderError};
+
+use super::errors;
+use super::wire::{UsageIn, arguments_text, is_refusal, nullable};
+use crate::sse::{SseEvent, SseStream};
+
+/// The chunks of a streaming response. The body is read as it arrives, never buffered whole.
+pub(super) fn chunks(response: reqwest::Response, key: Option<Secret>) -> ChunkStream {
+    // Body errors name no URL, so nothing in a query string reaches an error text.
+    let body = Box::pin(response.bytes_stream().map_err(reqwest::Error::without_url));
+    let reader = Reader { events: SseStream::new(body), key, refused: HashSet::new(), ended: false };
+    Box::pin(stream::unfold(reader, |mut reader| async move {
+        let item = reader.next().await?;
+        Some((item, reader))
+    }))
+}
+
+/// A whole answer as a stream, for servers that answer a streaming request with plain JSON.
+pub(super) fn from_response(answer: ChatResponse) -> ChunkStream {
+    let mut chunks = Vec::new();
+    let header = |choices| ChatChunk {
+        id: answer.id.clone(),
+        model: answer.model.clone(),
+        created: answer.created,
+        choices,
+        ..ChatChunk::default()
+    };
+    for choice in &answer.choices {
+        let message = &choice.message;
+        let tool_calls = (0u32..)
+            .zip(&message.tool_calls)
+            .map(|(index, call)| ToolCallDelta {
+                index,
+                id: Some(call.id.clone()),
+                kind: Some(call.kind.clone()),
+                function: Some(FunctionCallDelta {
+                    name: Some(call.function.name.clone()),
+                    arguments: Some(call.function.arguments.clone()),
+                }),
+            })
+            .collect();
+        let delta = Delta { role: Some(message.role), content: message.text_content(), tool_calls };
+        chunks.push(header(vec![ChunkChoice { index: choice.index, delta, finish_reason: None }]));
+        chunks.push(header(vec![ChunkChoice {
+            index: choice.index,
+            delta: Delta::default(),
+            finish_reason: choice.finish_reason.clone(),
+        }]));
+    }
+    if answer.usage.is_some() {
+        chunks.push(ChatChunk { usage: answer.usage, ..header(Vec::new()) });
+    }
+    Box::pin(stream::iter(chunks.into_iter().map(Ok)))
+}
+
+type Body = std::pin::Pin<Box<dyn futures_core::Stream<Item = Result<bytes::Bytes, reqwest::Error>> + Send>>;
+
+struct Reader {
+    events: SseStream<Body>,
+    /// Scrubbed from any error text the provider sends.
+    key: Option<Secret>,
+    /// Choices whose deltas carried a refusal: their stop is a content-filter stop.
+    refused: HashSet<u32>,
+    ended: bool,
+}
+
+/// What one event amounts to.
+enum Step {
+    Chunk(ChatChunk),
+    Skip,
+    Done,
+    Fail(ProviderError),
+}
+
+impl Reader {
+    async fn next(&mut self) -> Option<Result<ChatChunk, ProviderError>> {
+        while !self.ended {
+            let step = match self.events.next().await {
+                Some(Ok(event)) => self.translate(&event),
+                Some(Err(error)) => Step::Fail(error),
+                None => Step::Fail(self.cut_off()),
+            };
+            match step {
+                Step::Chunk(chunk) => return Some(Ok(chunk)),
+                Step::Skip => {}
+                Step::Done => self.ended = true,
+                Step::Fail(error) => {
+                    self.ended = true;
+                    return Some(Err(error));
+                }
+            }
+        }
+        None
+    }
+
+    fn translate(&mut self, event: &SseEvent) -> Step {
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            return Step::Done;
+        }
+        if data.is_empty() {
+            return Step::Skip;
+        }
+        let value: Value = match serde_json::from_str(data) {
+            Ok(value) => value,
+            Err(error) => return Step::Fail(self.malformed(&error, data)),
+        };
+        if let Some(error) = errors::from_value(None, &value, self.key.as_ref()) {
+            return Step::Fail(error);
+        }
+        if event.event.as_deref() == Some("error") {
+            let detail = errors::scrub(
+                &format!("the stream reported an error: {}", crate::http::excerpt(data)),
+                self.key.as_ref(),
+            );
+            return Step::Fail(ProviderError::new(ErrorKind::Unavailable, detail));
+        }
+        match ChunkIn::deserialize(value) {
+            Ok(chunk) => self.canonical(chunk).map_or(Step::Skip, Step::Chunk),
+            Err(error) => Step::Fail(self.malformed(&error, data)),
+        }
+    }
+
+    /// The canonical chunk, or `None` for a chunk that says nothing (Azure's first chunk holds
+    /// only prompt-filter results).
+    fn canonical(&mut self, chunk: ChunkIn) -> Option<ChatChunk> {
+        let extra = chunk.extra;
+        // Groq reported usage under `x_groq` before it supported `include_usage`.
+        let usage = chunk.usage.or_else(|| {
+            let groq = extra.get("x_groq")?.get("usage")?.clone();
+            UsageIn::deserialize(groq).ok()
+        });
+        if chunk.choices.is_empty() && usage.is_none() {
+            return None;
+        }
+        let choices = (0u32..)
+            .zip(chunk.choices)
+            .map(|(position, choice)| {
+                let index = choice.index.unwrap_or(position);
+                let delta = choice.delta;
+                if is_refusal(delta.refusal.as_ref()) {
+                    self.refused.insert(index);
+                }
+                let finish_reason = match choice.finish_reason {
+                    Some(FinishReason::Stop) if self.refused.contains(&index) => {
+                        Some(FinishReason::ContentFilter)
+                    }
+                    other => other,
+                };
+                let tool_calls = (0u32..)
+                    .zip(delta.tool_calls)
+                    .map(|(position, call)| ToolCallDelta {
+                        // Some servers (Gemini's compatibility layer) leave out the index.
+                        index: call.index.unwrap_or(position),
+                        id: call.id.filter(|id| !id.is_empty()),
+                        kind: call.kind,
+                        function: call.function.map(|function| FunctionCallDelta {
+                            name: function.name,
+                            arguments: function.arguments.map(|arguments| arguments_text(Some(arguments))),
+                        }),
+                    })
+                    .collect();
+                ChunkChoice {
+                    index,
+                    delta: Delta { role: delta.role, content: delta.content, tool_calls },
+                    finish_reason,
+                }
+            })
+            .collect();
+        Some(ChatChunk {
+            id: chunk.id,
+            model: chunk.model,
+            created: chunk.created,
+            choices,
+            usage: usage.map(UsageIn::into_canonical),
+            extra,
+        })
+    }
+
+    /// The body ended without `[DONE]`. A raw JSON error body outside the SSE framing says
+    /// why; otherwise the connection was cut.
+    fn cut_off(&mut self) -> ProviderError {
+        let stray = self.events.take_stray().join("\n");
+        errors::from_body(None, &stray, self.key.as_ref())
+            .unwrap_or_else(|| ProviderError::new(ErrorKind::Transport, "stream ended before [DONE]"))
+    }
+
+    fn malformed(&self, error: &serde_json::Error, data: &str) -> ProviderError {
+        let detail = format!(
+            "a stream event is not a chat completion chunk ({error}): {}",
+            crate::http::excerpt(data)
+        );
+        ProviderError::new(ErrorKind::MalformedResponse, errors::scrub(&detail, self.key.as_ref()))
+    }
+}
+
+#[derive(Deserialize)]
+struct ChunkIn {
+    #[serde(default, deserialize_with = "nullable")]
+    id: String,
+    #[serde(default, deserialize_with = "nullable")]
+    model: String,
+    #[serde(default, deserialize_with = "nullable")]
+    created: u64,
+    #[serde(default, deserialize_with = "nullable")]
+    choices: Vec<ChunkChoiceIn>,
+    #[serde(default)]
+    usage: Option<UsageIn>,
+    #[serde(flatten)]
+    extra: Extra,
+}
+
+#[derive(Deserialize)]
+struct ChunkChoiceIn {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default, deserialize_with = "nullable")]
+    delta: DeltaIn,
+    #[serde(default)]
+    finish_reason: Option<FinishReason>,
+}
+
+#[derive(Deserialize, Default)]
+struct DeltaIn {
+    #[serde(default)]
+    role: Option<Role>,
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    refusal: Option<Value>,
+    #[serde(default, deserialize_with = "nullable")]
+    tool_calls: Vec<ToolCallDeltaIn>,
+}
+
+#[derive(Deserialize)]
+struct ToolCallDeltaIn {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    function: Option<FunctionDeltaIn>,
+}
+
+#[derive(Deserialize)]
+struct FunctionDeltaIn {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<Value>,
+}

@@ -1,0 +1,591 @@
+//! Request bodies and response shapes of the OpenAI dialect.
+//!
+//! Bodies borrow from the canonical request and are serialised once, straight to bytes. Answers
+//! are read through tolerant shapes (null where a list is expected, missing ids, arguments
+//! sent as objects) and turned into canonical values, because compatible servers bend the
+//! format in small ways that should not fail an otherwise good answer.
+
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+use switchyard::chat::{
+    ChatRequest, ChatResponse, Choice, Content, Dialect, Embedding, EmbeddingInput, EmbeddingsRequest,
+    EmbeddingsResponse, Extra, FinishReason, FunctionCall, Message, ResponseFormat, Role, Stop, Tool,
+    ToolCall, ToolChoice, Usage,
+};
+use switchyard::credential::Secret;
+use switchyard::{ErrorKind, ProviderError};
+
+use super::errors;
+
+/// Request fields the body writes itself; an `extra` entry of the same name never overrides
+/// them. `stream_options` is merged, not copied (see [`chat_body`]).
+const REQUEST_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "tools",
+    "tool_choice",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "stop",
+    "seed",
+    "response_format",
+    "stream",
+    "stream_options",
+];
+const MESSAGE_FIELDS: &[&str] = &["role", "content", "name", "tool_calls", "tool_call_id"];
+const FUNCTION_FIELDS: &[&str] = &["name", "description", "parameters"];
+const SCHEMA_FIELDS: &[&str] = &["name", "schema", "strict"];
+const EMBEDDINGS_FIELDS: &[&str] = &["model", "input", "dimensions", "encoding_format"];
+
+/// The Chat Completions body for `request`, sent to `model`.
+///
+/// `streaming` adds `stream: true` and `stream_options.include_usage` (merged into the client's
+/// own `stream_options`, which a non-streaming call never sends since OpenAI rejects it there).
+/// `completion_tokens_name` sends `max_tokens` as `max_completion_tokens`.
+pub(super) fn chat_body(
+    request: &ChatRequest,
+    model: &str,
+    streaming: bool,
+    completion_tokens_name: bool,
+) -> Result<Vec<u8>, ProviderError> {
+    let forward = request.origin == Dialect::OpenAi;
+    if !forward {
+        log_dropped(request);
+    }
+    let extra = forward.then_some(&request.extra);
+    // The client's explicit `max_completion_tokens` (an extra) wins over the modelled field.
+    let explicit_completion_limit = extra.is_some_and(|extra| extra.contains_key("max_completion_tokens"));
+    let (max_tokens, max_completion_tokens) = match request.max_tokens {
+        Some(_) if completion_tokens_name && explicit_completion_limit => (None, None),
+        Some(limit) if completion_tokens_name => (None, Some(limit)),
+        limit => (limit, None),
+    };
+    let stream_options = streaming.then(|| {
+        let mut options = match extra.and_then(|extra| extra.get("stream_options")) {
+            Some(Value::Object(options)) => options.clone(),
+            _ => Map::new(),
+        };
+        options.insert("include_usage".to_owned(), Value::Bool(true));
+        options
+    });
+    let body = ChatBody {
+        model,
+        messages: request
+            .messages
+            .iter()
+            .map(|message| MessageBody {
+                role: message.role,
+                content: message.content.as_ref(),
+                name: message.name.as_deref(),
+                tool_calls: &message.tool_calls,
+                tool_call_id: message.tool_call_id.as_deref(),
+                extra: Passthrough::new(forward.then_some(&message.extra), MESSAGE_FIELDS),
+            })
+            .collect(),
+        tools: request.tools.iter().map(|tool| ToolBody::new(tool, forward)).collect(),
+        tool_choice: request.tool_choice.as_ref(),
+        temperature: request.temperature,
+        top_p: request.top_p,
+        max_tokens,
+        max_completion_tokens,
+        stop: request.stop.as_ref(),
+        seed: request.seed,
+        response_format: request
+            .response_format
+            .as_ref()
+            .map(|format| ResponseFormatBody::new(format, forward)),
+        stream: streaming,
+        stream_options,
+        extra: Passthrough {
+            fields: extra,
+            skip: REQUEST_FIELDS,
+            also_skip: max_completion_tokens.map(|_| "max_completion_tokens"),
+        },
+    };
+    encode(&body)
+}
+
+/// The embeddings body for `request`, sent to `model`. Embeddings requests arrive only in the
+/// OpenAI dialect, so their extras (`user`, ...) always travel, except `encoding_format`: the
+/// canonical answer holds floats, so base64 is never asked for.
+pub(super) fn embeddings_body(request: &EmbeddingsRequest, model: &str) -> Result<Vec<u8>, ProviderError> {
+    let body = EmbeddingsBody {
+        model,
+        input: &request.input,
+        dimensions: request.dimensions,
+        encoding_format: request.extra.contains_key("encoding_format").then_some("float"),
+        extra: Passthrough::new(Some(&request.extra), EMBEDDINGS_FIELDS),
+    };
+    encode(&body)
+}
+
+fn encode(body: &impl Serialize) -> Result<Vec<u8>, ProviderError> {
+    serde_json::to_vec(body).map_err(|error| {
+        ProviderError::new(
+            ErrorKind::InvalidRequest,
+            format!("the request could not be encoded as JSON: {error}"),
+        )
+    })
+}
+
+fn log_dropped(request: &ChatRequest) {
+    let mut names: Vec<&str> = request.extra.keys().map(String::as_str).collect();
+    names.extend(request.messages.iter().flat_map(|message| message.extra.keys().map(String::as_str)));
+    if !names.is_empty() {
+        tracing::debug!(
+            origin = ?request.origin,
+            fields = ?names,
+            "fields of another dialect are not forwarded to an OpenAI-dialect provider"
+        );
+    }
+}
+
+#[derive(Serialize)]
+struct ChatBody<'a> {
+    model: &'a str,
+    messages: Vec<MessageBody<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<ToolBody<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'a ToolChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stop: Option<&'a Stop>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<ResponseFormatBody<'a>>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<Map<String, Value>>,
+    #[serde(flatten)]
+    extra: Passthrough<'a>,
+}
+
+#[derive(Serialize)]
+struct MessageBody<'a> {
+    role: Role,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a Content>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[ToolCall]>::is_empty")]
+    tool_calls: &'a [ToolCall],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+    #[serde(flatten)]
+    extra: Passthrough<'a>,
+}
+
+#[derive(Serialize)]
+struct ToolBody<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    function: FunctionBody<'a>,
+}
+
+#[derive(Serialize)]
+struct FunctionBody<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parameters: Option<&'a Value>,
+    #[serde(flatten)]
+    extra: Passthrough<'a>,
+}
+
+impl<'a> ToolBody<'a> {
+    fn new(tool: &'a Tool, forward: bool) -> Self {
+        let function = &tool.function;
+        ToolBody {
+            kind: &tool.kind,
+            function: FunctionBody {
+                name: &function.name,
+                description: function.description.as_deref(),
+                parameters: function.parameters.as_ref(),
+                extra: Passthrough::new(forward.then_some(&function.extra), FUNCTION_FIELDS),
+            },
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ResponseFormatBody<'a> {
+    Text,
+    JsonObject,
+    JsonSchema { json_schema: JsonSchemaBody<'a> },
+}
+
+#[derive(Serialize)]
+struct JsonSchemaBody<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    schema: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    strict: Option<bool>,
+    #[serde(flatten)]
+    extra: Passthrough<'a>,
+}
+
+impl<'a> ResponseFormatBody<'a> {
+    fn new(format: &'a ResponseFormat, forward: bool) -> Self {
+        match format {
+            ResponseFormat::Text => ResponseFormatBody::Text,
+            ResponseFormat::JsonObject => ResponseFormatBody::JsonObject,
+            ResponseFormat::JsonSchema { json_schema } => ResponseFormatBody::JsonSchema {
+                json_schema: JsonSchemaBody {
+                    name: &json_schema.name,
+                    schema: json_schema.schema.as_ref(),
+                    strict: json_schema.strict,
+                    extra: Passthrough::new(forward.then_some(&json_schema.extra), SCHEMA_FIELDS),
+                },
+            },
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct EmbeddingsBody<'a> {
+    model: &'a str,
+    input: &'a EmbeddingInput,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dimensions: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    encoding_format: Option<&'static str>,
+    #[serde(flatten)]
+    extra: Passthrough<'a>,
+}
+
+/// Unmodelled fields to copy into a body, minus those the body writes itself (a duplicate key
+/// would leave the winner to the provider's JSON parser).
+struct Passthrough<'a> {
+    fields: Option<&'a Extra>,
+    skip: &'static [&'static str],
+    /// One more field the body writes in this instance only (`max_completion_tokens`).
+    also_skip: Option<&'static str>,
+}
+
+impl<'a> Passthrough<'a> {
+    fn new(fields: Option<&'a Extra>, skip: &'static [&'static str]) -> Self {
+        Self { fields, skip, also_skip: None }
+    }
+}
+
+impl Serialize for Passthrough<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (name, value) in self.fields.into_iter().flatten() {
+            let name = name.as_str();
+            if !self.skip.contains(&name) && self.also_skip != Some(name) {
+                map.serialize_entry(name, value)?;
+            }
+        }
+        map.end()
+    }
+}
+
+/// Reads a non-streaming Chat Completions answer. A body holding an error object (some servers
+/// send failures with a 200) is classified like an error response.
+pub(super) fn parse_response(bytes: &[u8], key: Option<&Secret>) -> Result<ChatResponse, ProviderError> {
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|error| errors::malformed("JSON", &error, bytes, key))?;
+    if let Some(error) = errors::from_value(Some(200), &value, key) {
+        return Err(error);
+    }
+    let answer = ResponseIn::deserialize(value)
+        .map_err(|error| errors::malformed("a chat completion", &error, bytes, key))?;
+    if answer.choices.is_empty() {
+        return Err(ProviderError::new(ErrorKind::MalformedResponse, "the chat completion has no choices")
+            .with_status(200));
+    }
+    Ok(answer.into_canonical())
+}
+
+/// Reads an embeddings answer, checking that it has one vector per input.
+pub(super) fn parse_embeddings(
+    bytes: &[u8],
+    inputs: usize,
+    key: Option<&Secret>,
+) -> Result<EmbeddingsResponse, ProviderError> {
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|error| errors::malformed("JSON", &error, bytes, key))?;
+    if let Some(error) = errors::from_value(Some(200), &value, key) {
+        return Err(error);
+    }
+    let answer = EmbeddingsIn::deserialize(value)
+        .map_err(|error| errors::malformed("an embeddings list", &error, bytes, key))?;
+    if answer.data.len() != inputs {
+        return Err(ProviderError::new(
+            ErrorKind::MalformedResponse,
+            format!("asked for {inputs} embeddings, got {}", answer.data.len()),
+        )
+        .with_status(200));
+    }
+    let mut data: Vec<Embedding> = answer
+        .data
+        .into_iter()
+        .map(|item| Embedding { index: item.index, embedding: item.embedding })
+        .collect();
+    data.sort_by_key(|item| item.index);
+    Ok(EmbeddingsResponse {
+        data,
+        model: answer.model,
+        usage: answer.usage.map(UsageIn::into_canonical),
+        extra: answer.extra,
+    })
+}
+
+/// `null` where a value is expected reads as the default (compatible servers send
+/// `"tool_calls": null`, `"choices": null`, `"id": null`).
+pub(super) fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+#[derive(Deserialize)]
+struct ResponseIn {
+    #[serde(default, deserialize_with = "nullable")]
+    id: String,
+    #[serde(default, deserialize_with = "nullable")]
+    model: String,
+    #[serde(default, deserialize_with = "nullable")]
+    created: u64,
+    #[serde(default, deserialize_with = "nullable")]
+    choices: Vec<ChoiceIn>,
+    #[serde(default)]
+    usage: Option<UsageIn>,
+    #[serde(flatten)]
+    extra: Extra,
+}
+
+#[derive(Deserialize)]
+struct ChoiceIn {
+    #[serde(default, deserialize_with = "nullable")]
+    index: u32,
+    message: MessageIn,
+    #[serde(default)]
+    finish_reason: Option<FinishReason>,
+    #[serde(flatten)]
+    extra: Extra,
+}
+
+#[derive(Deserialize)]
+struct MessageIn {
+    #[serde(default)]
+    role: Option<Role>,
+    #[serde(default)]
+    content: Option<Content>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    tool_calls: Vec<ToolCallIn>,
+    /// `refusal` stays here, so that a client of the same dialect still sees it.
+    #[serde(flatten)]
+    extra: Extra,
+}
+
+#[derive(Deserialize)]
+struct ToolCallIn {
+    #[serde(default, deserialize_with = "nullable")]
+    id: String,
+    #[serde(rename = "type", default, deserialize_with = "nullable")]
+    kind: Option<String>,
+    function: FunctionIn,
+}
+
+#[derive(Deserialize)]
+struct FunctionIn {
+    #[serde(default, deserialize_with = "nullable")]
+    name: String,
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+/// Arguments are a JSON string in the dialect; a few servers send the object itself.
+pub(super) fn arguments_text(arguments: Option<Value>) -> String {
+    match arguments {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(text)) => text,
+        Some(other) => other.to_string(),
+    }
+}
+
+/// Whether a message's `refusal` holds text: the model declined, which the catalog counts as
+/// a content-filter stop.
+pub(super) fn is_refusal(refusal: Option<&Value>) -> bool {
+    refusal.and_then(Value::as_str).is_some_and(|text| !text.trim().is_empty())
+}
+
+#[derive(Deserialize, Default)]
+pub(super) struct UsageIn {
+    #[serde(default, deserialize_with = "nullable")]
+    prompt_tokens: u32,
+    #[serde(default, deserialize_with = "nullable")]
+    completion_tokens: u32,
+    #[serde(default, deserialize_with = "nullable")]
+    total_tokens: u32,
+}
+
+impl UsageIn {
+    pub(super) fn into_canonical(self) -> Usage {
+        let total = if self.total_tokens == 0 {
+            self.prompt_tokens.saturating_add(self.completion_tokens)
+        } else {
+            self.total_tokens
+        };
+        Usage {
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            total_tokens: total,
+        }
+    }
+}
+
+impl ResponseIn {
+    fn into_canonical(self) -> ChatResponse {
+        let choices = self
+            .choices
+            .into_iter()
+            .map(|choice| {
+                let message = choice.message;
+                let refused = is_refusal(message.extra.get("refusal"));
+                let finish_reason = match choice.finish_reason {
+                    Some(FinishReason::Stop) | None if refused => Some(FinishReason::ContentFilter),
+                    other => other,
+                };
+                let tool_calls = message
+                    .tool_calls
+                    .into_iter()
+                    .map(|call| ToolCall {
+                        id: call.id,
+                        kind: call.kind.unwrap_or_else(|| "function".to_owned()),
+                        function: FunctionCall {
+                            name: call.function.name,
+                            arguments: arguments_text(call.function.arguments),
+                        },
+                    })
+                    .collect();
+                Choice {
+                    index: choice.index,
+                    message: Message {
+                        role: message.role.unwrap_or(Role::Assistant),
+                        content: message.content,
+                        name: message.name,
+                        tool_calls,
+                        tool_call_id: None,
+                        extra: message.extra,
+                    },
+                    finish_reason,
+                    extra: choice.extra,
+                }
+            })
+            .collect();
+        ChatResponse {
+            id: self.id,
+            model: self.model,
+            created: self.created,
+            choices,
+            usage: self.usage.map(UsageIn::into_canonical),
+            extra: self.extra,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct EmbeddingsIn {
+    data: Vec<EmbeddingIn>,
+    #[serde(default, deserialize_with = "nullable")]
+    model: String,
+    #[serde(default)]
+    usage: Option<UsageIn>,
+    #[serde(flatten)]
+    extra: Extra,
+}
+
+#[derive(Deserialize)]
+struct EmbeddingIn {
+    #[serde(default, deserialize_with = "nullable")]
+    index: u32,
+    embedding: Vec<f32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use switchyard::chat::Message;
+
+    use super::*;
+
+    fn body(request: &ChatRequest, streaming: bool, completion_tokens: bool) -> Value {
+        let bytes = chat_body(request, "gpt-4o-mini", streaming, completion_tokens).unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[test]
+    fn extras_never_duplicate_a_field_the_body_writes() {
+        let mut request = ChatRequest::new("route", vec![Message::user("hi")]);
+        request.extra.insert("model".into(), json!("sneaky"));
+        request.extra.insert("stream_options".into(), json!({"include_obfuscation": false}));
+        let bytes = chat_body(&request, "gpt-4o-mini", true, false).unwrap();
+        let text = String::from_utf8(bytes).unwrap();
+        assert_eq!(text.matches("\"model\"").count(), 1);
+        assert_eq!(text.matches("\"stream_options\"").count(), 1);
+        let value: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["stream_options"], json!({"include_obfuscation": false, "include_usage": true}));
+    }
+
+    #[test]
+    fn a_non_streaming_call_never_sends_stream_options() {
+        let mut request = ChatRequest::new("route", vec![Message::user("hi")]);
+        request.stream = true;
+        request.extra.insert("stream_options".into(), json!({"include_usage": true}));
+        let value = body(&request, false, false);
+        assert!(value.get("stream").is_none());
+        assert!(value.get("stream_options").is_none());
+    }
+
+    #[test]
+    fn max_tokens_travels_as_max_completion_tokens_unless_the_client_set_that() {
+        let mut request = ChatRequest::new("route", vec![Message::user("hi")]);
+        request.max_tokens = Some(64);
+        let value = body(&request, false, true);
+        assert_eq!((value.get("max_tokens"), &value["max_completion_tokens"]), (None, &json!(64)));
+        assert_eq!(body(&request, false, false)["max_tokens"], json!(64));
+        request.extra.insert("max_completion_tokens".into(), json!(32));
+        let value = body(&request, false, true);
+        assert_eq!((value.get("max_tokens"), &value["max_completion_tokens"]), (None, &json!(32)));
+    }
+
+    #[test]
+    fn a_refusal_reads_as_a_content_filter_stop() {
+        let answer = json!({"id": "x", "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "refusal": "I can't help with that."}, "finish_reason": "stop"}]});
+        let response = parse_response(answer.to_string().as_bytes(), None).unwrap();
+        assert_eq!(response.choices[0].finish_reason, Some(FinishReason::ContentFilter));
+        assert_eq!(response.choices[0].message.extra["refusal"], json!("I can't help with that."));
+    }
+
+    #[test]
+    fn tolerant_shapes_read_nulls_and_object_arguments() {
+        let answer = json!({"id": null, "model": "m", "choices": [{"index": 0, "message": {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]}, "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": null}});
+        let response = parse_response(answer.to_string().as_bytes(), None).unwrap();
+        assert_eq!(response.choices[0].message.tool_calls[0].function.arguments, r#"{"a":1}"#);
+        assert_eq!(response.usage, Some(Usage::new(3, 4)));
+        let nulls = json!({"choices": [{"message": {"role": "assistant", "content": "hi", "tool_calls": null}, "finish_reason": "stop"}]});
+        assert!(parse_response(nulls.to_string().as_bytes(), None).is_ok());
+    }
+}

@@ -1,0 +1,1521 @@
+//! The OpenAI-dialect adapter (kinds openai, azure, openai_compatible) against an in-process
+//! fake that serves the documented shapes of docs/wire-formats.md §1, §4 and §5: bodies,
+//! streams, error bodies and headers. Every test also checks what the fake received.
+
+// The fake and its helpers are test code too; `allow-unwrap-in-tests` only covers `#[test]` fns.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use futures_util::{StreamExt, stream};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use switchyard::chat::{
+    ChatChunk, ChatRequest, Content, ContentPart, Dialect, EmbeddingInput, EmbeddingsRequest, Extra,
+    FinishReason, FunctionCall, FunctionDefinition, ImageUrl, JsonSchemaFormat, Message, ResponseFormat,
+    Role, Stop, Tool, ToolCall, ToolChoice, ToolChoiceFunction, Usage,
+};
+use switchyard::credential::{Credential, Secret};
+use switchyard::provider::{Call, ChunkStream, Provider, RateLimitSink};
+use switchyard::ratelimit::{MAX_RESET, RateLimits, parse_duration};
+use switchyard::route::Timeouts;
+use switchyard::{ErrorKind, ProviderError};
+use switchyard_providers::openai::OpenAiProvider;
+use switchyard_providers::{BuildError, ProviderKind, ProviderSettings};
+
+const KEY: &str = "sk-test-3f9a8b7c6d5e4f3a2b1c";
+
+// ---------------------------------------------------------------------------------------------
+// The fake upstream
+// ---------------------------------------------------------------------------------------------
+
+/// One request the fake received.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    /// Path and query.
+    uri: String,
+    headers: HeaderMap,
+    body: Value,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|value| value.to_str().ok())
+    }
+}
+
+/// An HTTP server on 127.0.0.1 that records every request and answers with `reply()`.
+struct Fake {
+    addr: std::net::SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Fake {
+    async fn start(reply: impl Fn() -> Response + Send + Sync + 'static) -> Fake {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let reply = Arc::new(reply);
+        let record = seen.clone();
+        let app = Router::new().fallback(move |request: Request| {
+            let (record, reply) = (record.clone(), reply.clone());
+            async move {
+                let (parts, body) = request.into_parts();
+                let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+                let body =
+                    if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
+                record.lock().unwrap().push(Seen {
+                    method: parts.method.to_string(),
+                    uri: parts.uri.to_string(),
+                    headers: parts.headers,
+                    body,
+                });
+                reply()
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Fake { addr, seen }
+    }
+
+    /// The base URL OpenAI clients use: `http://127.0.0.1:port/v1`.
+    fn v1(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The bare origin, as Azure endpoints are configured.
+    fn origin(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn requests(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    fn only_request(&self) -> Seen {
+        let requests = self.requests();
+        assert_eq!(requests.len(), 1, "expected exactly one request, got {requests:#?}");
+        requests.into_iter().next().unwrap()
+    }
+}
+
+fn respond(status: u16, headers: &[(&str, &str)], content_type: &str, body: Body) -> Response {
+    let mut builder = Response::builder().status(status).header("content-type", content_type);
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    builder.body(body).unwrap()
+}
+
+fn json_reply(status: u16, headers: &[(&str, &str)], body: &Value) -> Response {
+    respond(status, headers, "application/json", Body::from(body.to_string()))
+}
+
+fn sse_reply(headers: &[(&str, &str)], text: &str) -> Response {
+    respond(200, headers, "text/event-stream; charset=utf-8", Body::from(text.to_owned()))
+}
+
+/// A streamed body delivered in the given pieces (each its own write).
+fn pieces_reply(pieces: Vec<Vec<u8>>) -> Response {
+    let body = Body::from_stream(stream::iter(pieces.into_iter().map(Ok::<_, std::io::Error>)));
+    respond(200, &[], "text/event-stream", body)
+}
+
+/// `data: {event}\n\n` for each event, then `data: [DONE]\n\n` when `done`.
+fn sse(events: &[Value], done: bool) -> String {
+    let mut text: String = events.iter().map(|event| format!("data: {event}\n\n")).collect();
+    if done {
+        text.push_str("data: [DONE]\n\n");
+    }
+    text
+}
+
+/// A documented `chat.completion.chunk` with one choice.
+fn chunk(delta: Value, finish_reason: Value) -> Value {
+    json!({"id": "chatcmpl-X", "object": "chat.completion.chunk", "created": 1700000000, "model": "gpt-4o-mini",
+           "system_fingerprint": "fp_1",
+           "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}],
+           "usage": null})
+}
+
+/// The final chunk `stream_options.include_usage` adds: no choices, only usage.
+fn usage_chunk(prompt: u32, completion: u32) -> Value {
+    json!({"id": "chatcmpl-X", "object": "chat.completion.chunk", "created": 1700000000, "model": "gpt-4o-mini",
+           "system_fingerprint": "fp_1", "choices": [],
+           "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}})
+}
+
+/// The documented non-streaming answer (§1.3) with a text message.
+fn completion(text: &str) -> Value {
+    json!({
+        "id": "chatcmpl-A652Fhuqsr1kskKe5B63M0eiw3842",
+        "object": "chat.completion",
+        "created": 1726012687,
+        "model": "gpt-4o-mini-2024-07-18",
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": text, "refusal": null, "annotations": []},
+            "logprobs": null,
+            "finish_reason": "stop"
+        }],
+        "usage": {
+            "prompt_tokens": 13, "completion_tokens": 5, "total_tokens": 18,
+            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}
+        },
+        "service_tier": "default",
+        "system_fingerprint": "fp_44709d6fcb"
+    })
+}
+
+/// An OpenAI error body (§1.5).
+fn error_body(message: &str, kind: Value, code: Value) -> Value {
+    json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
+}
+
+// ---------------------------------------------------------------------------------------------
+// Calling the adapter
+// ---------------------------------------------------------------------------------------------
+
+/// What the router would hand the adapter: a credential and timeouts.
+struct Harness {
+    provider: OpenAiProvider,
+    credential: Credential,
+    timeouts: Timeouts,
+}
+
+impl Harness {
+    fn new(settings: ProviderSettings, key: Option<&str>) -> Harness {
+        let provider = OpenAiProvider::new(&settings).unwrap();
+        let credential = Credential::new(provider.kind(), provider.base_url(), key.map(Secret::new));
+        Harness { provider, credential, timeouts: Timeouts::default() }
+    }
+
+    fn openai(base_url: String) -> Harness {
+        Harness::new(ProviderSettings::new(ProviderKind::OpenAi).base_url(base_url), Some(KEY))
+    }
+
+    fn call<'a>(&'a self, model: &'a str, sink: Option<&'a dyn RateLimitSink>) -> Call<'a> {
+        Call { model, credential: &self.credential, timeouts: &self.timeouts, rate_limits: sink }
+    }
+
+    async fn chat(&self, request: &ChatRequest) -> Result<switchyard::chat::ChatResponse, ProviderError> {
+        self.provider.chat(self.call("gpt-4o-mini", None), request).await
+    }
+
+    async fn stream(&self, request: &ChatRequest) -> Result<ChunkStream, ProviderError> {
+        self.provider.chat_stream(self.call("gpt-4o-mini", None), request).await
+    }
+}
+
+/// Reads a stream to its end: the chunks, and the error that ended it (if any). Asserts that
+/// nothing follows an error.
+async fn drain(mut stream: ChunkStream) -> (Vec<ChatChunk>, Option<ProviderError>) {
+    let mut chunks = Vec::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(chunk) => chunks.push(chunk),
+            Err(error) => {
+                assert!(stream.next().await.is_none(), "the stream went on after an error");
+                return (chunks, Some(error));
+            }
+        }
+    }
+    (chunks, None)
+}
+
+fn text_of(chunks: &[ChatChunk]) -> String {
+    chunks.iter().flat_map(|c| &c.choices).filter_map(|c| c.delta.content.as_deref()).collect()
+}
+
+fn finish_of(chunks: &[ChatChunk]) -> Vec<FinishReason> {
+    chunks.iter().flat_map(|c| &c.choices).filter_map(|c| c.finish_reason.clone()).collect()
+}
+
+/// Tool calls reassembled from deltas: (id, name, arguments) by index.
+fn tool_calls_of(chunks: &[ChatChunk]) -> Vec<(String, String, String)> {
+    let mut calls: Vec<(String, String, String)> = Vec::new();
+    for delta in chunks.iter().flat_map(|c| &c.choices).flat_map(|c| &c.delta.tool_calls) {
+        let index = delta.index as usize;
+        if calls.len() <= index {
+            calls.resize(index + 1, Default::default());
+        }
+        let call = &mut calls[index];
+        if let Some(id) = &delta.id {
+            call.0.push_str(id);
+        }
+        if let Some(function) = &delta.function {
+            call.1.push_str(function.name.as_deref().unwrap_or(""));
+            call.2.push_str(function.arguments.as_deref().unwrap_or(""));
+        }
+    }
+    calls
+}
+
+fn hello() -> ChatRequest {
+    ChatRequest::new("default", vec![Message::user("Hello!")])
+}
+
+fn extra(value: Value) -> Extra {
+    value.as_object().unwrap().clone()
+}
+
+/// The error of a non-streaming chat against a fake that answers `status`, `headers`, `body`.
+async fn chat_error(status: u16, headers: &[(&str, &str)], body: Value) -> ProviderError {
+    let headers: Vec<(String, String)> =
+        headers.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect();
+    let fake = Fake::start(move || {
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        json_reply(status, &headers, &body)
+    })
+    .await;
+    let harness = Harness::openai(fake.v1());
+    harness.chat(&hello()).await.unwrap_err()
+}
+
+#[derive(Default)]
+struct Recorder(Mutex<Vec<RateLimits>>);
+
+impl RateLimitSink for Recorder {
+    fn observe(&self, limits: &RateLimits) {
+        self.0.lock().unwrap().push(*limits);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Translation
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn chat_sends_the_upstream_model_the_bearer_key_and_openai_extras() {
+    let fake = Fake::start(|| json_reply(200, &[], &completion("Hi there."))).await;
+    let mut settings = ProviderSettings::new(ProviderKind::OpenAi).base_url(fake.v1());
+    settings.organization = Some("org-123".into());
+    settings.project = Some("proj_abc".into());
+    settings.headers = vec![("X-Trace".into(), "on".into())];
+    let harness = Harness::new(settings, Some(KEY));
+    let mut user = Message::user("Hello!");
+    user.extra = extra(json!({"metadata_tag": "t-1"}));
+    let mut request = ChatRequest::new("default", vec![Message::system("You are terse."), user]);
+    request.temperature = Some(0.7);
+    request.top_p = Some(1.0);
+    request.max_tokens = Some(512);
+    request.stop = Some(Stop::Many(vec!["\n\n".into()]));
+    request.seed = Some(42);
+    request.extra = extra(json!({"user": "opaque-end-user-id", "parallel_tool_calls": true, "n": 1}));
+
+    let answer = harness.chat(&request).await.unwrap();
+
+    let seen = fake.only_request();
+    assert_eq!((seen.method.as_str(), seen.uri.as_str()), ("POST", "/v1/chat/completions"));
+    assert_eq!(seen.header("authorization"), Some(format!("Bearer {KEY}").as_str()));
+    assert_eq!(seen.header("openai-organization"), Some("org-123"));
+    assert_eq!(seen.header("openai-project"), Some("proj_abc"));
+    assert_eq!(seen.header("x-trace"), Some("on"));
+    assert_eq!(seen.header("content-type"), Some("application/json"));
+    assert_eq!(
+        seen.body,
+        json!({
+            "model": "gpt-4o-mini",
+            "messages": [
+                {"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "Hello!", "metadata_tag": "t-1"}
+            ],
+            "temperature": 0.7,
+            "top_p": 1.0,
+            "max_completion_tokens": 512,
+            "stop": ["\n\n"],
+            "seed": 42,
+            "user": "opaque-end-user-id",
+            "parallel_tool_calls": true,
+            "n": 1
+        })
+    );
+    assert_eq!(answer.text().as_deref(), Some("Hi there."));
+    assert_eq!(answer.id, "chatcmpl-A652Fhuqsr1kskKe5B63M0eiw3842");
+    assert_eq!(answer.model, "gpt-4o-mini-2024-07-18");
+    assert_eq!(answer.created, 1726012687);
+    assert_eq!(answer.choices[0].finish_reason, Some(FinishReason::Stop));
+    assert_eq!(answer.usage, Some(Usage { prompt_tokens: 13, completion_tokens: 5, total_tokens: 18 }));
+    assert_eq!(answer.extra["system_fingerprint"], json!("fp_44709d6fcb"));
+}
+
+#[tokio::test]
+async fn extras_of_another_dialect_are_not_forwarded() {
+    let fake = Fake::start(|| json_reply(200, &[], &completion("ok"))).await;
+    let harness = Harness::openai(fake.v1());
+    let mut user = Message::user("Hello!");
+    user.extra = extra(json!({"cache_control": {"type": "ephemeral"}}));
+    let mut request = ChatRequest::new("default", vec![user]);
+    request.max_tokens = Some(100);
+    request.extra = extra(json!({"top_k": 5, "metadata": {"user_id": "u-1"}}));
+    request.origin = Dialect::Anthropic;
+
+    harness.chat(&request).await.unwrap();
+
+    assert_eq!(
+        fake.only_request().body,
+        json!({
+            "model": "gpt-4o-mini",
+            "messages": [{"role": "user", "content": "Hello!"}],
+            "max_completion_tokens": 100
+        })
+    );
+}
+
+#[tokio::test]
+async fn tools_and_json_schema_are_sent_and_tool_calls_come_back() {
+    let answer = json!({
+        "id": "chatcmpl-T", "object": "chat.completion", "created": 1726012687, "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "refusal": null, "annotations": [],
+            "tool_calls": [{"id": "call_abc123", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+            "logprobs": null, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 13, "completion_tokens": 5, "total_tokens": 18}
+    });
+    let fake = Fake::start(move || json_reply(200, &[], &answer)).await;
+    let harness = Harness::openai(fake.v1());
+    let parameters =
+        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
+    let mut request = hello();
+    request.tools = vec![Tool {
+        kind: "function".into(),
+        function: FunctionDefinition {
+            name: "get_weather".into(),
+            description: Some("Get weather for a city".into()),
+            parameters: Some(parameters.clone()),
+            extra: extra(json!({"strict": false})),
+        },
+    }];
+    request.tool_choice = Some(ToolChoice::Function {
+        kind: "function".into(),
+        function: ToolChoiceFunction { name: "get_weather".into() },
+    });
+    request.response_format = Some(ResponseFormat::JsonSchema {
+        json_schema: JsonSchemaFormat {
+            name: "weather".into(),
+            schema: Some(json!({"type": "object"})),
+            strict: Some(true),
+            extra: extra(json!({"description": "optional"})),
+        },
+    });
+    // An earlier turn: the assistant's call and its result.
+    request.messages.push(Message {
+        role: Role::Assistant,
+        content: None,
+        name: None,
+        tool_calls: vec![ToolCall {
+            id: "call_0".into(),
+            kind: "function".into(),
+            function: FunctionCall { name: "get_weather".into(), arguments: "{\"city\":\"Oslo\"}".into() },
+        }],
+        tool_call_id: None,
+        extra: Extra::new(),
+    });
+    request.messages.push(Message {
+        tool_call_id: Some("call_0".into()),
+        ..Message::text(Role::Tool, "{\"temp_c\":21}")
+    });
+
+    let response = harness.chat(&request).await.unwrap();
+
+    let body = fake.only_request().body;
+    assert_eq!(
+        body["tools"],
+        json!([{"type": "function", "function": {"name": "get_weather", "description": "Get weather for a city",
+            "parameters": parameters, "strict": false}}])
+    );
+    assert_eq!(body["tool_choice"], json!({"type": "function", "function": {"name": "get_weather"}}));
+    assert_eq!(
+        body["response_format"],
+        json!({"type": "json_schema", "json_schema": {"name": "weather", "schema": {"type": "object"},
+            "strict": true, "description": "optional"}})
+    );
+    assert_eq!(
+        body["messages"][1],
+        json!({"role": "assistant", "tool_calls": [{"id": "call_0", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}}]})
+    );
+    assert_eq!(
+        body["messages"][2],
+        json!({"role": "tool", "content": "{\"temp_c\":21}", "tool_call_id": "call_0"})
+    );
+    let choice = &response.choices[0];
+    assert_eq!(choice.finish_reason, Some(FinishReason::ToolCalls));
+    assert_eq!(choice.message.content, None);
+    assert_eq!(
+        choice.message.tool_calls,
+        vec![ToolCall {
+            id: "call_abc123".into(),
+            kind: "function".into(),
+            function: FunctionCall { name: "get_weather".into(), arguments: "{\"city\":\"Paris\"}".into() },
+        }]
+    );
+}
+
+#[tokio::test]
+async fn images_travel_as_content_parts_and_json_mode_as_json_object() {
+    let fake = Fake::start(|| json_reply(200, &[], &completion("{\"animal\":\"cat\"}"))).await;
+    let harness = Harness::openai(fake.v1());
+    let mut request = ChatRequest::new(
+        "default",
+        vec![Message {
+            content: Some(Content::Parts(vec![
+                ContentPart::Text { text: "What is in this image?".into() },
+                ContentPart::ImageUrl {
+                    image_url: ImageUrl {
+                        url: "https://example.com/cat.png".into(),
+                        detail: Some("auto".into()),
+                    },
+                },
+                ContentPart::ImageUrl {
+                    image_url: ImageUrl { url: "data:image/png;base64,iVBORw0KGgo=".into(), detail: None },
+                },
+            ])),
+            ..Message::user("")
+        }],
+    );
+    request.response_format = Some(ResponseFormat::JsonObject);
+
+    let answer = harness.chat(&request).await.unwrap();
+
+    let body = fake.only_request().body;
+    assert_eq!(
+        body["messages"][0]["content"],
+        json!([
+            {"type": "text", "text": "What is in this image?"},
+            {"type": "image_url", "image_url": {"url": "https://example.com/cat.png", "detail": "auto"}},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+        ])
+    );
+    assert_eq!(body["response_format"], json!({"type": "json_object"}));
+    assert_eq!(answer.text().as_deref(), Some("{\"animal\":\"cat\"}"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streaming
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn stream_asks_for_usage_and_yields_text_then_a_usage_chunk() {
+    let body = sse(
+        &[
+            chunk(json!({"role": "assistant", "content": "", "refusal": null}), Value::Null),
+            chunk(json!({"content": "Hel"}), Value::Null),
+            chunk(json!({"content": "lo!"}), Value::Null),
+            chunk(json!({}), json!("stop")),
+            usage_chunk(9, 12),
+        ],
+        true,
+    );
+    let fake = Fake::start(move || sse_reply(&[], &body)).await;
+    let harness = Harness::openai(fake.v1());
+    let mut request = hello();
+    request.stream = true;
+    request.extra = extra(json!({"stream_options": {"include_obfuscation": false}}));
+
+    let (chunks, error) = drain(harness.stream(&request).await.unwrap()).await;
+
+    assert!(error.is_none(), "a stream ended by [DONE] ends cleanly, got {error:?}");
+    let seen = fake.only_request();
+    assert_eq!(seen.body["stream"], json!(true));
+    assert_eq!(seen.body["stream_options"], json!({"include_obfuscation": false, "include_usage": true}));
+    assert_eq!(seen.header("accept"), Some("text/event-stream"));
+    assert_eq!(text_of(&chunks), "Hello!");
+    assert_eq!(chunks[0].choices[0].delta.role, Some(Role::Assistant));
+    assert_eq!(finish_of(&chunks), vec![FinishReason::Stop]);
+    let last = chunks.last().unwrap();
+    assert!(last.choices.is_empty());
+    assert_eq!(last.usage, Some(Usage::new(9, 12)));
+    assert!(chunks.iter().all(|c| c.id == "chatcmpl-X" && c.model == "gpt-4o-mini"));
+}
+
+#[tokio::test]
+async fn streamed_tool_calls_reassemble_from_their_deltas() {
+    let body = sse(
+        &[
+            chunk(
+                json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": "call_abc",
+                    "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}),
+                Value::Null,
+            ),
+            chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\""}}]}), Value::Null),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": ":\"Paris\"}"}}]}),
+                Value::Null,
+            ),
+            chunk(
+                json!({"tool_calls": [{"index": 1, "id": "call_def", "type": "function",
+                    "function": {"name": "get_time", "arguments": ""}}]}),
+                Value::Null,
+            ),
+            chunk(
+                json!({"tool_calls": [{"index": 1, "function": {"arguments": "{\"tz\":\"CET\"}"}}]}),
+                Value::Null,
+            ),
+            chunk(json!({}), json!("tool_calls")),
+            usage_chunk(20, 30),
+        ],
+        true,
+    );
+    let fake = Fake::start(move || sse_reply(&[], &body)).await;
+    let harness = Harness::openai(fake.v1());
+
+    let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
+
+    assert!(error.is_none());
+    assert_eq!(
+        tool_calls_of(&chunks),
+        vec![
+            ("call_abc".to_owned(), "get_weather".to_owned(), "{\"city\":\"Paris\"}".to_owned()),
+            ("call_def".to_owned(), "get_time".to_owned(), "{\"tz\":\"CET\"}".to_owned()),
+        ]
+    );
+    assert_eq!(chunks[0].choices[0].delta.tool_calls[0].kind.as_deref(), Some("function"));
+    assert_eq!(finish_of(&chunks), vec![FinishReason::ToolCalls]);
+}
+
+#[tokio::test]
+async fn streamed_refusal_ends_as_a_content_filter_stop() {
+    let body = sse(
+        &[
+            chunk(json!({"role": "assistant", "content": null, "refusal": ""}), Value::Null),
+            chunk(json!({"refusal": "I'm sorry, I can't help with that."}), Value::Null),
+            chunk(json!({}), json!("stop")),
+        ],
+        true,
+    );
+    let fake = Fake::start(move || sse_reply(&[], &body)).await;
+    let harness = Harness::openai(fake.v1());
+
+    let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
+
+    assert!(error.is_none());
+    assert!(chunks.iter().all(|c| !c.has_content()), "a refusal is no content a client acts on");
+    assert_eq!(finish_of(&chunks), vec![FinishReason::ContentFilter]);
+}
+
+#[tokio::test]
+async fn groq_usage_under_x_groq_lands_on_the_chunk() {
+    let mut last = chunk(json!({}), json!("stop"));
+    last["x_groq"] = json!({"id": "req_1", "usage": {"queue_time": 0.01, "prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}});
+    let body = sse(&[chunk(json!({"content": "ok"}), Value::Null), last], true);
+    let fake = Fake::start(move || sse_reply(&[], &body)).await;
+    let harness = compatible(&fake, Some("gsk_test"));
+
+    let stream =
+        harness.provider.chat_stream(harness.call("llama-3.1-8b-instant", None), &hello()).await.unwrap();
+    let (chunks, error) = drain(stream).await;
+
+    assert!(error.is_none());
+    assert_eq!(chunks.last().unwrap().usage, Some(Usage::new(7, 3)));
+}
+
+/// Splits `bytes` after every `\r` (so a `\r\n` is cut in two), inside every multi-byte UTF-8
+/// character, and every 5 bytes besides.
+fn awkward_pieces(bytes: &[u8]) -> Vec<Vec<u8>> {
+    let text = std::str::from_utf8(bytes).unwrap();
+    let mut cuts: Vec<usize> = (5..bytes.len()).step_by(5).collect();
+    cuts.extend(bytes.iter().enumerate().filter(|(_, b)| **b == b'\r').map(|(i, _)| i + 1));
+    cuts.extend(text.char_indices().filter(|(_, c)| c.len_utf8() > 1).map(|(i, _)| i + 1));
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for cut in cuts.into_iter().chain([bytes.len()]) {
+        if cut > start {
+            pieces.push(bytes[start..cut].to_vec());
+            start = cut;
+        }
+    }
+    assert!(pieces.iter().any(|p| p.ends_with(b"\r")), "some piece must end between \\r and \\n");
+    assert!(pieces.iter().any(|p| std::str::from_utf8(p).is_err()), "some piece must end inside a character");
+    pieces
+}
+
+#[tokio::test]
+async fn sse_split_at_awkward_places_still_reads_whole_events() {
+    let events = [
+        chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+        chunk(json!({"content": "Grüße, "}), Value::Null),
+        chunk(json!({"content": "👋 naïve café"}), Value::Null),
+        chunk(json!({}), json!("stop")),
+        usage_chunk(4, 6),
+    ];
+    let mut text = String::from(": keep-alive\r\n\r\n");
+    for event in &events {
+        text.push_str(&format!("data: {event}\r\n\r\n"));
+        text.push_str(": OPENROUTER PROCESSING\r\n\r\n");
+    }
+    text.push_str("data: [DONE]\r\n\r\n");
+    let pieces = awkward_pieces(text.as_bytes());
+    let fake = Fake::start(move || pieces_reply(pieces.clone())).await;
+    let harness = Harness::openai(fake.v1());
+
+    let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
+
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text_of(&chunks), "Grüße, 👋 naïve café");
+    assert_eq!(finish_of(&chunks), vec![FinishReason::Stop]);
+    assert_eq!(chunks.last().unwrap().usage, Some(Usage::new(4, 6)));
+}
+
+#[tokio::test]
+async fn stream_that_ends_before_done_ends_with_a_transport_error() {
+    let body = sse(
+        &[
+            chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+            chunk(json!({"content": "Hel"}), Value::Null),
+        ],
+        false,
+    );
+    let fake = Fake::start(move || sse_reply(&[], &body)).await;
+    let harness = Harness::openai(fake.v1());
+
+    let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
+
+    assert_eq!(text_of(&chunks), "Hel");
+    let error = error.expect("a cut-off stream must not end cleanly");
+    assert_eq!(error.kind(), ErrorKind::Transport);
+    assert!(error.detail().contains("stream ended before [DONE]"), "{error}");
+}
+
+#[tokio::test]
+async fn stream_whose_connection_breaks_mid_body_ends_with_a_transport_error() {
+    let release = Arc::new(tokio::sync::Notify::new());
+    let server_release = release.clone();
+    let fake = Fake::start(move || {
+        let first = sse(&[chunk(json!({"content": "Hel"}), Value::Null)], false);
+        let release = server_release.clone();
+        let broken = stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(first)) }).chain(
+            stream::once(async move {
+                release.notified().await;
+                Err(std::io::Error::other("connection reset"))
+            }),
+        );
+        respond(200, &[], "text/event-stream", Body::from_stream(broken))
+    })
+    .await;
+    let harness = Harness::openai(fake.v1());
+
+    let mut stream = harness.stream(&hello()).await.unwrap();
+    let first = stream.next().await.unwrap().unwrap();
+    assert_eq!(first.choices[0].delta.content.as_deref(), Some("Hel"));
+    release.notify_one();
+    let (rest, error) = drain(stream).await;
+
+    assert!(rest.is_empty());
+    assert_eq!(error.map(|e| e.kind()), Some(ErrorKind::Transport));
+}
+
+#[tokio::test]
+async fn error_event_inside_a_stream_ends_it_with_its_kind() {
+    let mut body = sse(&[chunk(json!({"role": "assistant", "content": "Hel"}), Value::Null)], false);
+    body.push_str(
+        "event: error\ndata: {\"error\":{\"message\":\"The server had an error while processing your request.\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n",
+    );
+    let fake = Fake::start(move || sse_reply(&[], &body)).await;
+    let harness = Harness::openai(fake.v1());
+
+    let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
+
+    assert_eq!(text_of(&chunks), "Hel");
+    let error = error.unwrap();
+    assert_eq!(error.kind(), ErrorKind::Unavailable);
+    assert_eq!(error.code(), Some("server_error"));
+    assert_eq!(error.detail(), "The server had an error while processing your request.");
+}
+
+#[tokio::test]
+async fn error_chunk_with_a_numeric_code_classifies_by_that_code() {
+    // OpenRouter, once streaming has started: HTTP 200, then a data event with an error.
+    let mut body = String::from(": OPENROUTER PROCESSING\n\n");
+    body.push_str(&sse(
+        &[json!({"id": "gen-1", "choices": [], "error": {"code": 429, "message": "Rate limit exceeded"}})],
+        false,
+    ));
+    let fake = Fake::start(move || sse_reply(&[], &body)).await;
+    let harness = Harness::openai(fake.v1());
+
+    let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
+
+    assert!(chunks.is_empty());
+    let error = error.unwrap();
+    assert_eq!((error.kind(), error.code()), (ErrorKind::RateLimited, Some("429")));
+}
+
+#[tokio::test]
+async fn stream_refused_before_it_starts_is_classified_like_a_chat() {
+    let body = error_body(
+        "You exceeded your current quota, please check your plan and billing details.",
+        json!("insufficient_quota"),
+        json!("insufficient_quota"),
+    );
+    let fake = Fake::start(move || json_reply(429, &[], &body)).await;
+    let harness = Harness::openai(fake.v1());
+
+    let error = harness.stream(&hello()).await.err().unwrap();
+
+    assert_eq!((error.kind(), error.status()), (ErrorKind::QuotaExceeded, Some(429)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Classification
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn rate_limit_exceeded_429_is_rate_limited() {
+    let message = "Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 18928, Requested 11159. Please try again in 174ms. Visit https://platform.openai.com/account/rate-limits to learn more.";
+    let error =
+        chat_error(429, &[], error_body(message, json!("tokens"), json!("rate_limit_exceeded"))).await;
+
+    assert_eq!(error.kind(), ErrorKind::RateLimited);
+    assert_eq!(error.status(), Some(429));
+    assert_eq!(error.code(), Some("rate_limit_exceeded"));
+    assert_eq!(error.detail(), message);
+    assert!(error.is_retryable());
+}
+
+#[tokio::test]
+async fn insufficient_quota_429_is_quota_exceeded_not_rate_limited() {
+    let message = "You exceeded your current quota, please check your plan and billing details. For more information on this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors.";
+    let error =
+        chat_error(429, &[], error_body(message, json!("insufficient_quota"), json!("insufficient_quota")))
+            .await;
+
+    assert_eq!(error.kind(), ErrorKind::QuotaExceeded);
+    assert_eq!((error.status(), error.code()), (Some(429), Some("insufficient_quota")));
+    assert!(!error.is_retryable());
+}
+
+#[tokio::test]
+async fn legacy_insufficient_quota_with_a_null_code_is_still_quota_exceeded() {
+    let error = chat_error(
+        429,
+        &[],
+        error_body("You exceeded your current quota.", json!("insufficient_quota"), Value::Null),
+    )
+    .await;
+
+    assert_eq!((error.kind(), error.code()), (ErrorKind::QuotaExceeded, Some("insufficient_quota")));
+}
+
+#[tokio::test]
+async fn a_429_without_a_code_is_rate_limited() {
+    let error = chat_error(429, &[], json!({"error": {"message": "Too many requests"}})).await;
+
+    assert_eq!((error.kind(), error.code()), (ErrorKind::RateLimited, None));
+}
+
+#[tokio::test]
+async fn context_length_exceeded_400_is_context_length() {
+    let message = "This model's maximum context length is 4097 tokens. However, your messages resulted in 4294 tokens. Please reduce the length of the messages.";
+    let body = json!({"error": {"message": message, "type": "invalid_request_error", "param": "messages",
+        "code": "context_length_exceeded"}});
+    let error = chat_error(400, &[], body).await;
+
+    assert_eq!(error.kind(), ErrorKind::ContextLength);
+    assert_eq!((error.status(), error.code()), (Some(400), Some("context_length_exceeded")));
+}
+
+#[tokio::test]
+async fn invalid_api_key_401_is_auth() {
+    let message = "Incorrect API key provided: sk-VKMIs***...wjh3. You can find your API key at https://platform.openai.com/account/api-keys.";
+    let error =
+        chat_error(401, &[], error_body(message, json!("invalid_request_error"), json!("invalid_api_key")))
+            .await;
+
+    assert_eq!(error.kind(), ErrorKind::Auth);
+    assert_eq!((error.status(), error.code()), (Some(401), Some("invalid_api_key")));
+}
+
+#[tokio::test]
+async fn forbidden_403_is_auth() {
+    let body = error_body(
+        "Country, region, or territory not supported",
+        json!("request_forbidden"),
+        json!("unsupported_country_region_territory"),
+    );
+    let error = chat_error(403, &[], body).await;
+
+    assert_eq!(error.kind(), ErrorKind::Auth);
+    assert_eq!(error.code(), Some("unsupported_country_region_territory"));
+}
+
+#[tokio::test]
+async fn model_not_found_404_is_model_not_found() {
+    let message = "The model `gpt-nope` does not exist or you do not have access to it.";
+    let error =
+        chat_error(404, &[], error_body(message, json!("invalid_request_error"), json!("model_not_found")))
+            .await;
+
+    assert_eq!(error.kind(), ErrorKind::ModelNotFound);
+    assert_eq!((error.status(), error.code()), (Some(404), Some("model_not_found")));
+}
+
+#[tokio::test]
+async fn server_errors_500_and_503_are_unavailable() {
+    let server_error = error_body(
+        "The server had an error while processing your request. Sorry about that!",
+        json!("server_error"),
+        Value::Null,
+    );
+    let error = chat_error(500, &[], server_error).await;
+    assert_eq!(
+        (error.kind(), error.status(), error.code()),
+        (ErrorKind::Unavailable, Some(500), Some("server_error"))
+    );
+
+    let overloaded = error_body(
+        "Our servers are currently overloaded. Please try again later.",
+        json!("service_unavailable_error"),
+        json!("server_is_overloaded"),
+    );
+    let error = chat_error(503, &[], overloaded).await;
+    assert_eq!(
+        (error.kind(), error.status(), error.code()),
+        (ErrorKind::Unavailable, Some(503), Some("server_is_overloaded"))
+    );
+}
+
+#[tokio::test]
+async fn a_502_with_an_html_body_is_unavailable() {
+    let fake =
+        Fake::start(|| respond(502, &[], "text/html", Body::from("<html><h1>502 Bad Gateway</h1></html>")))
+            .await;
+    let harness = Harness::openai(fake.v1());
+
+    let error = harness.chat(&hello()).await.unwrap_err();
+
+    assert_eq!((error.kind(), error.status(), error.code()), (ErrorKind::Unavailable, Some(502), None));
+    assert!(error.detail().contains("502 Bad Gateway"));
+}
+
+#[tokio::test]
+async fn other_400_and_422_are_invalid_request() {
+    let body = json!({"error": {"message": "Invalid value for 'temperature': must be between 0 and 2.",
+        "type": "invalid_request_error", "param": "temperature", "code": "invalid_value"}});
+    let error = chat_error(400, &[], body).await;
+    assert_eq!((error.kind(), error.code()), (ErrorKind::InvalidRequest, Some("invalid_value")));
+
+    let error =
+        chat_error(422, &[], json!({"error": {"message": "Failed to deserialize the JSON body"}})).await;
+    assert_eq!((error.kind(), error.status()), (ErrorKind::InvalidRequest, Some(422)));
+}
+
+#[tokio::test]
+async fn a_200_whose_body_does_not_parse_is_malformed_response() {
+    let fake =
+        Fake::start(|| respond(200, &[], "application/json", Body::from("<html>maintenance</html>"))).await;
+    let harness = Harness::openai(fake.v1());
+    let error = harness.chat(&hello()).await.unwrap_err();
+    assert_eq!((error.kind(), error.status()), (ErrorKind::MalformedResponse, Some(200)));
+
+    let fake = Fake::start(|| json_reply(200, &[], &json!({"id": "x", "object": "chat.completion"}))).await;
+    let harness = Harness::openai(fake.v1());
+    let error = harness.chat(&hello()).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::MalformedResponse);
+}
+
+#[tokio::test]
+async fn connection_refused_is_transport() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let harness = Harness::openai(format!("http://{addr}/v1"));
+
+    let error = harness.chat(&hello()).await.unwrap_err();
+
+    assert_eq!((error.kind(), error.status()), (ErrorKind::Transport, None));
+    assert!(error.detail().contains("could not connect"), "{error}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retry-After and rate-limit headers
+// ---------------------------------------------------------------------------------------------
+
+fn rate_limited() -> Value {
+    error_body("Rate limit reached for gpt-4o.", json!("requests"), json!("rate_limit_exceeded"))
+}
+
+#[tokio::test]
+async fn retry_after_in_seconds_is_honoured() {
+    let error = chat_error(429, &[("retry-after", "7")], rate_limited()).await;
+    assert_eq!(error.retry_after(), Some(Duration::from_secs(7)));
+}
+
+/// IMF-fixdate of `at`, as servers write HTTP dates.
+fn http_date(at: SystemTime) -> String {
+    let seconds = at.duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let (days, rest) = ((seconds / 86_400) as i64, seconds % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][days.rem_euclid(7) as usize];
+    let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        [month as usize - 1];
+    format!(
+        "{weekday}, {day:02} {month} {year} {:02}:{:02}:{:02} GMT",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60
+    )
+}
+
+#[tokio::test]
+async fn retry_after_as_an_http_date_is_honoured() {
+    let date = http_date(SystemTime::now() + Duration::from_secs(90));
+
+    let error = chat_error(429, &[("retry-after", date.as_str())], rate_limited()).await;
+
+    let wait = error.retry_after().expect("an HTTP-date Retry-After");
+    assert!(wait > Duration::from_secs(80) && wait <= Duration::from_secs(90), "{wait:?} from {date}");
+}
+
+#[tokio::test]
+async fn retry_after_ms_wins_over_retry_after() {
+    let error = chat_error(429, &[("retry-after-ms", "1500"), ("retry-after", "2")], rate_limited()).await;
+    assert_eq!(error.retry_after(), Some(Duration::from_millis(1500)));
+}
+
+#[tokio::test]
+async fn ratelimit_reset_stands_in_for_retry_after_on_a_bare_429() {
+    let headers = &[
+        ("x-ratelimit-limit-requests", "60"),
+        ("x-ratelimit-remaining-requests", "0"),
+        ("x-ratelimit-reset-requests", "6m0s"),
+        ("x-ratelimit-remaining-tokens", "149984"),
+        ("x-ratelimit-reset-tokens", "20ms"),
+    ];
+    let error = chat_error(429, headers, rate_limited()).await;
+    assert_eq!(error.retry_after(), Some(Duration::from_secs(360)));
+}
+
+#[tokio::test]
+async fn rate_limit_headers_reach_the_sink_on_success_error_and_stream() {
+    const HEADERS: &[(&str, &str)] = &[
+        ("x-ratelimit-limit-requests", "60"),
+        ("x-ratelimit-remaining-requests", "59"),
+        ("x-ratelimit-reset-requests", "1s"),
+        ("x-ratelimit-limit-tokens", "150000"),
+        ("x-ratelimit-remaining-tokens", "149984"),
+        ("x-ratelimit-reset-tokens", "6m0s"),
+    ];
+    let turn = Arc::new(Mutex::new(0));
+    let fake = Fake::start(move || {
+        let mut turn = turn.lock().unwrap();
+        *turn += 1;
+        match *turn {
+            1 => json_reply(200, HEADERS, &completion("ok")),
+            2 => json_reply(500, HEADERS, &error_body("boom", json!("server_error"), Value::Null)),
+            _ => sse_reply(HEADERS, &sse(&[chunk(json!({"content": "ok"}), json!("stop"))], true)),
+        }
+    })
+    .await;
+    let harness = Harness::openai(fake.v1());
+    let sink = Recorder::default();
+    let call = harness.call("gpt-4o-mini", Some(&sink));
+
+    harness.provider.chat(call, &hello()).await.unwrap();
+    harness.provider.chat(call, &hello()).await.unwrap_err();
+    drain(harness.provider.chat_stream(call, &hello()).await.unwrap()).await;
+
+    let seen = sink.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3);
+    for limits in seen {
+        let requests = limits.requests.unwrap();
+        assert_eq!((requests.limit, requests.remaining), (Some(60), Some(59)));
+        assert_eq!(requests.reset_after, Some(Duration::from_secs(1)));
+        let tokens = limits.tokens.unwrap();
+        assert_eq!((tokens.limit, tokens.remaining), (Some(150_000), Some(149_984)));
+        assert_eq!(tokens.reset_after, Some(Duration::from_secs(360)));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Azure
+// ---------------------------------------------------------------------------------------------
+
+fn azure(fake: &Fake, api_version: Option<&str>) -> Harness {
+    let mut settings = ProviderSettings::new(ProviderKind::Azure).base_url(fake.origin());
+    settings.api_version = api_version.map(str::to_owned);
+    Harness::new(settings, Some(KEY))
+}
+
+#[tokio::test]
+async fn azure_posts_to_the_deployment_with_api_version_and_api_key() {
+    let mut answer = completion("Hi from Azure.");
+    answer["prompt_filter_results"] = json!([{"prompt_index": 0, "content_filter_results": {
+        "hate": {"filtered": false, "severity": "safe"}, "jailbreak": {"filtered": false, "detected": false},
+        "self_harm": {"filtered": false, "severity": "safe"}, "sexual": {"filtered": false, "severity": "safe"},
+        "violence": {"filtered": false, "severity": "safe"}}}]);
+    let fake = Fake::start(move || json_reply(200, &[], &answer)).await;
+    let harness = azure(&fake, None);
+    let mut request = hello();
+    request.max_tokens = Some(50);
+
+    let response = harness.provider.chat(harness.call("gpt4o-prod", None), &request).await.unwrap();
+
+    let seen = fake.only_request();
+    assert_eq!(seen.uri, "/openai/deployments/gpt4o-prod/chat/completions?api-version=2024-10-21");
+    assert_eq!(seen.header("api-key"), Some(KEY));
+    assert_eq!(seen.header("authorization"), None);
+    assert_eq!(seen.body["max_tokens"], json!(50));
+    assert_eq!(response.text().as_deref(), Some("Hi from Azure."));
+    assert!(response.extra.contains_key("prompt_filter_results"));
+    assert_eq!(harness.provider.kind(), "azure");
+}
+
+#[tokio::test]
+async fn azure_api_version_comes_from_the_settings() {
+    let fake = Fake::start(|| json_reply(200, &[], &completion("ok"))).await;
+    let harness = azure(&fake, Some("2025-01-01-preview"));
+
+    harness.provider.chat(harness.call("gpt4o-prod", None), &hello()).await.unwrap();
+
+    assert_eq!(
+        fake.only_request().uri,
+        "/openai/deployments/gpt4o-prod/chat/completions?api-version=2025-01-01-preview"
+    );
+}
+
+#[tokio::test]
+async fn azure_v1_base_url_uses_plain_paths_with_the_deployment_as_model() {
+    let fake = Fake::start(|| json_reply(200, &[], &completion("ok"))).await;
+    let settings =
+        ProviderSettings::new(ProviderKind::Azure).base_url(format!("{}/openai/v1", fake.origin()));
+    let harness = Harness::new(settings, Some(KEY));
+
+    harness.provider.chat(harness.call("gpt4o-prod", None), &hello()).await.unwrap();
+
+    let seen = fake.only_request();
+    assert_eq!(seen.uri, "/openai/v1/chat/completions");
+    assert_eq!(seen.body["model"], json!("gpt4o-prod"));
+    assert_eq!(seen.header("api-key"), Some(KEY));
+}
+
+#[tokio::test]
+async fn azure_finish_reason_content_filter_is_canonical_content_filter() {
+    let mut answer = completion("The answer was cut");
+    answer["choices"][0]["finish_reason"] = json!("content_filter");
+    let fake = Fake::start(move || json_reply(200, &[], &answer)).await;
+    let harness = azure(&fake, None);
+
+    let response = harness.provider.chat(harness.call("gpt4o-prod", None), &hello()).await.unwrap();
+
+    assert_eq!(response.choices[0].finish_reason, Some(FinishReason::ContentFilter));
+    assert!(response.is_content_filtered());
+}
+
+#[tokio::test]
+async fn azure_streamed_content_filter_stop_skips_the_prompt_filter_chunk() {
+    let prompt_filter = json!({"id": "", "object": "", "created": 0, "model": "", "choices": [],
+        "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {}}]});
+    let body = sse(
+        &[
+            prompt_filter,
+            chunk(json!({"content": "Once upon"}), Value::Null),
+            chunk(json!({}), json!("content_filter")),
+        ],
+        true,
+    );
+    let fake = Fake::start(move || sse_reply(&[], &body)).await;
+    let harness = azure(&fake, None);
+
+    let stream = harness.provider.chat_stream(harness.call("gpt4o-prod", None), &hello()).await.unwrap();
+    let (chunks, error) = drain(stream).await;
+
+    assert!(error.is_none());
+    assert!(chunks.iter().all(|c| !c.choices.is_empty() || c.usage.is_some()), "{chunks:#?}");
+    assert_eq!(text_of(&chunks), "Once upon");
+    assert!(chunks.last().unwrap().is_content_filtered());
+    assert_eq!(fake.only_request().body["stream_options"], json!({"include_usage": true}));
+}
+
+#[tokio::test]
+async fn azure_content_filter_400_is_content_filtered() {
+    let body = json!({"error": {
+        "message": "The response was filtered due to the prompt triggering Azure OpenAI's content management policy. Please modify your prompt and retry. To learn more about our content filtering policies please read our documentation: https://go.microsoft.com/fwlink/?linkid=2198766",
+        "type": null, "param": "prompt", "code": "content_filter", "status": 400,
+        "innererror": {"code": "ResponsibleAIPolicyViolation",
+            "content_filter_result": {"hate": {"filtered": false, "severity": "safe"},
+                "jailbreak": {"filtered": false, "detected": false},
+                "self_harm": {"filtered": false, "severity": "safe"},
+                "sexual": {"filtered": true, "severity": "high"},
+                "violence": {"filtered": false, "severity": "safe"}}}}});
+    let fake = Fake::start(move || json_reply(400, &[], &body)).await;
+    let harness = azure(&fake, None);
+
+    let error = harness.provider.chat(harness.call("gpt4o-prod", None), &hello()).await.unwrap_err();
+
+    assert_eq!(error.kind(), ErrorKind::ContentFiltered);
+    assert_eq!((error.status(), error.code()), (Some(400), Some("content_filter")));
+    assert!(!error.is_retryable());
+}
+
+#[tokio::test]
+async fn azure_429_with_a_numeric_string_code_is_rate_limited() {
+    let body = json!({"error": {"code": "429", "message": "Requests to the ChatCompletions_Create Operation under Azure OpenAI API version 2024-08-01-preview have exceeded token rate limit of your current OpenAI S0 pricing tier. Please retry after 6 seconds."}});
+    let fake = Fake::start(move || json_reply(429, &[("retry-after", "6")], &body)).await;
+    let harness = azure(&fake, None);
+
+    let error = harness.provider.chat(harness.call("gpt4o-prod", None), &hello()).await.unwrap_err();
+
+    assert_eq!((error.kind(), error.code()), (ErrorKind::RateLimited, Some("429")));
+    assert_eq!(error.retry_after(), Some(Duration::from_secs(6)));
+}
+
+#[tokio::test]
+async fn azure_embeddings_use_the_deployment_url() {
+    let answer = json!({"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.5, -0.25]}],
+        "model": "text-embedding-3-small", "usage": {"prompt_tokens": 2, "total_tokens": 2}});
+    let fake = Fake::start(move || json_reply(200, &[], &answer)).await;
+    let harness = azure(&fake, None);
+    let request = EmbeddingsRequest {
+        model: "embed".into(),
+        input: EmbeddingInput::One("hello".into()),
+        dimensions: None,
+        extra: Extra::new(),
+    };
+
+    let response = harness.provider.embeddings(harness.call("embed-prod", None), &request).await.unwrap();
+
+    let seen = fake.only_request();
+    assert_eq!(seen.uri, "/openai/deployments/embed-prod/embeddings?api-version=2024-10-21");
+    assert_eq!(seen.header("api-key"), Some(KEY));
+    assert_eq!(response.data[0].embedding, vec![0.5, -0.25]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// OpenAI-compatible servers
+// ---------------------------------------------------------------------------------------------
+
+fn compatible(fake: &Fake, key: Option<&str>) -> Harness {
+    let mut settings = ProviderSettings::new(ProviderKind::OpenAiCompatible).base_url(fake.v1());
+    settings.headers = vec![("HTTP-Referer".into(), "https://example.test".into())];
+    Harness::new(settings, key)
+}
+
+#[tokio::test]
+async fn compatible_server_without_a_key_gets_no_authorization_header() {
+    // Ollama-style answer: no usage details, `tool_calls` absent, a missing `system_fingerprint`.
+    let answer = json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "qwen3:8b",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}]});
+    let fake = Fake::start(move || json_reply(200, &[], &answer)).await;
+    let harness = compatible(&fake, None);
+    let mut request = hello();
+    request.max_tokens = Some(20);
+
+    let response = harness.provider.chat(harness.call("qwen3:8b", None), &request).await.unwrap();
+
+    let seen = fake.only_request();
+    assert_eq!(seen.uri, "/v1/chat/completions");
+    assert_eq!(seen.header("authorization"), None);
+    assert_eq!(seen.header("http-referer"), Some("https://example.test"));
+    assert_eq!(seen.body["model"], json!("qwen3:8b"));
+    assert_eq!(seen.body["max_tokens"], json!(20), "compatible servers get the classic max_tokens");
+    assert_eq!(response.text().as_deref(), Some("Hi"));
+    assert_eq!(response.usage, None);
+    assert_eq!(harness.provider.kind(), "openai_compatible");
+}
+
+#[tokio::test]
+async fn compatible_server_with_a_key_gets_a_bearer_token() {
+    let fake = Fake::start(|| json_reply(200, &[], &completion("ok"))).await;
+    let harness = compatible(&fake, Some("gsk_local"));
+
+    harness.provider.chat(harness.call("llama-3.1-8b", None), &hello()).await.unwrap();
+
+    assert_eq!(fake.only_request().header("authorization"), Some("Bearer gsk_local"));
+}
+
+#[tokio::test]
+async fn compatible_flat_error_bodies_are_classified() {
+    // vLLM: no `error` wrapper, the code is the HTTP status as a number.
+    let vllm = json!({"object": "error", "message": "This model's maximum context length is 2048 tokens. However, you requested 2723 tokens (2223 in the messages, 500 in the completion).",
+        "type": "BadRequestError", "param": null, "code": 400});
+    let fake = Fake::start(move || json_reply(400, &[], &vllm)).await;
+    let harness = compatible(&fake, None);
+    let error = harness.provider.chat(harness.call("m", None), &hello()).await.unwrap_err();
+    assert_eq!(
+        (error.kind(), error.status(), error.code()),
+        (ErrorKind::InvalidRequest, Some(400), Some("400"))
+    );
+    assert!(error.detail().starts_with("This model's maximum context length"));
+
+    // Mistral: flat, with a type and a null code.
+    let mistral = json!({"object": "error", "message": "Unauthorized", "type": "invalid_request_error", "param": null, "code": null});
+    let fake = Fake::start(move || json_reply(401, &[], &mistral)).await;
+    let harness = compatible(&fake, Some("mistral-key"));
+    let error = harness.provider.chat(harness.call("m", None), &hello()).await.unwrap_err();
+    assert_eq!((error.kind(), error.code()), (ErrorKind::Auth, Some("invalid_request_error")));
+}
+
+#[tokio::test]
+async fn compatible_stream_with_keepalives_and_no_usage_ends_cleanly() {
+    let mut body = String::from(": keep-alive\n\n");
+    body.push_str(&sse(&[chunk(json!({"role": "assistant", "content": "Hi"}), Value::Null)], false));
+    body.push_str(": keep-alive\n\n");
+    body.push_str(&sse(&[chunk(json!({"content": "!"}), json!("stop"))], true));
+    let fake = Fake::start(move || sse_reply(&[], &body)).await;
+    let harness = compatible(&fake, None);
+
+    let stream = harness.provider.chat_stream(harness.call("m", None), &hello()).await.unwrap();
+    let (chunks, error) = drain(stream).await;
+
+    assert!(error.is_none());
+    assert_eq!(text_of(&chunks), "Hi!");
+    assert!(chunks.iter().all(|c| c.usage.is_none()));
+}
+
+#[tokio::test]
+async fn compatible_server_answering_a_stream_with_an_error_in_a_200_json_body_fails_classified() {
+    let body = json!({"error": {"code": 400, "message": "request (36146 tokens) exceeds the available context size (32768 tokens), try increasing it",
+        "type": "exceed_context_size_error", "n_prompt_tokens": 36146, "n_ctx": 32768}});
+    let fake = Fake::start(move || json_reply(200, &[], &body)).await;
+    let harness = compatible(&fake, None);
+
+    let error = harness.provider.chat_stream(harness.call("m", None), &hello()).await.err().unwrap();
+
+    assert_eq!(error.kind(), ErrorKind::ContextLength);
+}
+
+#[tokio::test]
+async fn compatible_server_answering_a_stream_with_plain_json_still_streams() {
+    let fake = Fake::start(|| json_reply(200, &[], &completion("whole answer"))).await;
+    let harness = compatible(&fake, None);
+
+    let stream = harness.provider.chat_stream(harness.call("m", None), &hello()).await.unwrap();
+    let (chunks, error) = drain(stream).await;
+
+    assert!(error.is_none());
+    assert_eq!(text_of(&chunks), "whole answer");
+    assert_eq!(finish_of(&chunks), vec![FinishReason::Stop]);
+    assert_eq!(chunks.last().unwrap().usage, Some(Usage::new(13, 5)));
+}
+
+#[test]
+fn compatible_and_azure_need_a_base_url() {
+    for kind in [ProviderKind::OpenAiCompatible, ProviderKind::Azure] {
+        let error = OpenAiProvider::new(&ProviderSettings::new(kind)).unwrap_err();
+        assert!(matches!(error, BuildError::MissingBaseUrl(k) if k == kind), "{error}");
+    }
+    let openai = OpenAiProvider::new(&ProviderSettings::new(ProviderKind::OpenAi)).unwrap();
+    assert_eq!(openai.base_url(), "https://api.openai.com/v1");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embeddings
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn embeddings_round_trip_in_input_order() {
+    // The server lists the vectors out of order; the answer must follow the input.
+    let answer = json!({"object": "list",
+        "data": [{"object": "embedding", "index": 1, "embedding": [0.0011, 0.042]},
+                 {"object": "embedding", "index": 0, "embedding": [0.0023, -0.0091]}],
+        "model": "text-embedding-3-small",
+        "usage": {"prompt_tokens": 8, "total_tokens": 8}});
+    let fake =
+        Fake::start(move || json_reply(200, &[("x-ratelimit-remaining-requests", "99")], &answer)).await;
+    let harness = Harness::openai(fake.v1());
+    let request = EmbeddingsRequest {
+        model: "embeddings-route".into(),
+        input: EmbeddingInput::Many(vec!["text one".into(), "text two".into()]),
+        dimensions: Some(512),
+        // base64 cannot be represented canonically: floats are asked for instead.
+        extra: extra(json!({"user": "opaque", "encoding_format": "base64"})),
+    };
+    let sink = Recorder::default();
+
+    let response = harness
+        .provider
+        .embeddings(harness.call("text-embedding-3-small", Some(&sink)), &request)
+        .await
+        .unwrap();
+
+    let seen = fake.only_request();
+    assert_eq!(seen.uri, "/v1/embeddings");
+    assert_eq!(seen.header("authorization"), Some(format!("Bearer {KEY}").as_str()));
+    assert_eq!(
+        seen.body,
+        json!({"model": "text-embedding-3-small", "input": ["text one", "text two"], "dimensions": 512,
+            "encoding_format": "float", "user": "opaque"})
+    );
+    assert_eq!(response.data.iter().map(|e| e.index).collect::<Vec<_>>(), vec![0, 1]);
+    assert_eq!(response.data[0].embedding, vec![0.0023, -0.0091]);
+    assert_eq!(response.data[1].embedding, vec![0.0011, 0.042]);
+    assert_eq!(response.model, "text-embedding-3-small");
+    assert_eq!(response.usage, Some(Usage { prompt_tokens: 8, completion_tokens: 0, total_tokens: 8 }));
+    assert_eq!(sink.0.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn embeddings_with_a_missing_vector_are_malformed() {
+    let answer = json!({"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.1]}],
+        "model": "m", "usage": {"prompt_tokens": 2, "total_tokens": 2}});
+    let fake = Fake::start(move || json_reply(200, &[], &answer)).await;
+    let harness = Harness::openai(fake.v1());
+    let request = EmbeddingsRequest {
+        model: "e".into(),
+        input: EmbeddingInput::Many(vec!["a".into(), "b".into()]),
+        dimensions: None,
+        extra: Extra::new(),
+    };
+
+    let error = harness.provider.embeddings(harness.call("m", None), &request).await.unwrap_err();
+
+    assert_eq!(error.kind(), ErrorKind::MalformedResponse);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets
+// ---------------------------------------------------------------------------------------------
+
+fn assert_no_key(error: &ProviderError) {
+    assert!(!format!("{error}").contains(KEY), "Display leaks the key: {error}");
+    assert!(!format!("{error:?}").contains(KEY), "Debug leaks the key: {error:?}");
+}
+
+#[tokio::test]
+async fn no_error_text_contains_the_key() {
+    // A server that echoes the key it was sent, in every way it can fail.
+    let turn = Arc::new(Mutex::new(0));
+    let fake = Fake::start(move || {
+        let mut turn = turn.lock().unwrap();
+        *turn += 1;
+        let echo = format!("Incorrect API key provided: {KEY}.");
+        match *turn {
+            1 => json_reply(
+                401,
+                &[],
+                &error_body(&echo, json!("invalid_request_error"), json!("invalid_api_key")),
+            ),
+            2 => respond(200, &[], "application/json", Body::from(format!("not json, key={KEY}"))),
+            3 => sse_reply(
+                &[],
+                &sse(&[json!({"error": {"message": echo, "type": "server_error", "code": KEY}})], false),
+            ),
+            4 => respond(403, &[], "text/plain", Body::from(echo)),
+            _ => sse_reply(&[], &format!("data: {{\"broken\": \"{KEY}\"\n\n")),
+        }
+    })
+    .await;
+    let harness = Harness::openai(fake.v1());
+
+    let errors = [
+        harness.chat(&hello()).await.unwrap_err(),
+        harness.chat(&hello()).await.unwrap_err(),
+        drain(harness.stream(&hello()).await.unwrap()).await.1.unwrap(),
+        harness.chat(&hello()).await.unwrap_err(),
+        drain(harness.stream(&hello()).await.unwrap()).await.1.unwrap(),
+    ];
+    let kinds: Vec<ErrorKind> = errors.iter().map(ProviderError::kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            ErrorKind::Auth,
+            ErrorKind::MalformedResponse,
+            ErrorKind::Unavailable,
+            ErrorKind::Auth,
+            ErrorKind::MalformedResponse
+        ]
+    );
+    errors.iter().for_each(assert_no_key);
+    // Every request did carry the key: the scrubbing, not its absence, kept it out.
+    assert!(
+        fake.requests()
+            .iter()
+            .all(|seen| seen.header("authorization") == Some(format!("Bearer {KEY}").as_str()))
+    );
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let refused = Harness::openai(format!("http://{addr}/v1")).chat(&hello()).await.unwrap_err();
+    assert_no_key(&refused);
+}
+
+#[test]
+fn provider_debug_shows_no_header_values() {
+    let mut settings =
+        ProviderSettings::new(ProviderKind::OpenAiCompatible).base_url("http://localhost:8000/v1");
+    settings.headers = vec![("X-Upstream-Token".into(), "tok-very-secret".into())];
+    let provider = OpenAiProvider::new(&settings).unwrap();
+
+    let debug = format!("{provider:?}");
+
+    assert!(!debug.contains("tok-very-secret"), "{debug}");
+    assert!(debug.contains("http://localhost:8000/v1"));
+}
+
+#[test]
+fn invalid_configured_header_is_a_build_error_naming_the_header() {
+    let mut settings = ProviderSettings::new(ProviderKind::OpenAi);
+    settings.headers = vec![("X-Bad".into(), "line\nbreak".into())];
+    let error = OpenAiProvider::new(&settings).unwrap_err();
+    assert!(matches!(&error, BuildError::InvalidHeader(name) if name == "X-Bad"), "{error}");
+    assert!(!error.to_string().contains("line"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// parse_duration, the reader of x-ratelimit-reset-* values
+// ---------------------------------------------------------------------------------------------
+
+/// How Go's `time.Duration.String` writes a duration of whole milliseconds.
+fn go_duration(hours: u64, minutes: u64, seconds: u64, millis: u64) -> String {
+    let total_ms = ((hours * 60 + minutes) * 60 + seconds) * 1000 + millis;
+    if total_ms == 0 {
+        return "0s".to_owned();
+    }
+    if total_ms < 1000 {
+        return format!("{millis}ms");
+    }
+    let fraction =
+        if millis == 0 { String::new() } else { format!(".{millis:03}").trim_end_matches('0').to_owned() };
+    match (hours, minutes) {
+        (0, 0) => format!("{seconds}{fraction}s"),
+        (0, _) => format!("{minutes}m{seconds}{fraction}s"),
+        _ => format!("{hours}h{minutes}m{seconds}{fraction}s"),
+    }
+}
+
+proptest! {
+    #[test]
+    fn parse_duration_reads_go_style_durations(hours in 0u64..48, minutes in 0u64..60, seconds in 0u64..60, millis in 0u64..1000) {
+        let text = go_duration(hours, minutes, seconds, millis);
+        let expected = Duration::from_millis(((hours * 60 + minutes) * 60 + seconds) * 1000 + millis).min(MAX_RESET);
+
+        let parsed = parse_duration(&text);
+
+        let parsed = parsed.ok_or_else(|| TestCaseError::fail(format!("`{text}` did not parse")))?;
+        let error = parsed.abs_diff(expected);
+        prop_assert!(error < Duration::from_micros(1), "`{}` parsed as {:?}, expected {:?}", text, parsed, expected);
+    }
+
+    #[test]
+    fn parse_duration_never_panics_on_arbitrary_text(text in any::<String>()) {
+        let _ = parse_duration(&text);
+    }
+
+    #[test]
+    fn parse_duration_never_panics_on_near_miss_durations(text in "[0-9.hmsunµ -]{0,24}") {
+        if let Some(duration) = parse_duration(&text) {
+            prop_assert!(duration <= MAX_RESET);
+        }
+    }
+}
