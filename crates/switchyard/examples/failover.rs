@@ -14,14 +14,12 @@ use switchyard::{ErrorKind, ProviderEntry, Router};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The primary rate-limits once (with a Retry-After), then goes down for a while.
-    let flaky = SimulatedProvider::new()
-        .latency(Latency::Fixed(Duration::from_millis(40)))
-        .script([
-            Step::rate_limited(Duration::from_millis(300)),
-            Step::Reply,
-            Step::fail(ErrorKind::Unavailable),
-            Step::fail(ErrorKind::Unavailable),
-        ]);
+    let flaky = SimulatedProvider::new().latency(Latency::Fixed(Duration::from_millis(40))).script([
+        Step::rate_limited(Duration::from_millis(300)),
+        Step::Reply,
+        Step::fail(ErrorKind::Unavailable),
+        Step::fail(ErrorKind::Unavailable),
+    ]);
     let steady = SimulatedProvider::new().latency(Latency::Fixed(Duration::from_millis(60)));
 
     let router = Router::builder()
@@ -31,7 +29,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Route::builder("default")
                 .target("flaky:fast-model")
                 .target("steady:solid-model")
-                .retry(Retry { max_attempts: 2, backoff_base: Duration::from_millis(100), ..Retry::default() })
+                .retry(Retry {
+                    max_attempts: 2,
+                    backoff_base: Duration::from_millis(100),
+                    ..Retry::default()
+                })
                 .candidate(Candidate::text("apology", "The assistant is busy, please retry shortly."))
                 .build()?,
         )
@@ -66,7 +68,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!("health:");
     for target in router.health().targets {
-        println!("  {:<22} {:<24} breaker {}", target.target.to_string(), target.status.as_str(), target.breaker);
+        println!(
+            "  {:<22} {:<24} breaker {}",
+            target.target.to_string(),
+            target.status.as_str(),
+            target.breaker
+        );
     }
     drop(router);
     printer.await?;

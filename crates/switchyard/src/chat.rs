@@ -25,6 +25,7 @@ pub type Extra = Map<String, Value>;
 /// never rewrites it; adapters receive the upstream model separately.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatRequest {
+    #[serde(default)]
     pub model: String,
     pub messages: Vec<Message>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -506,6 +507,7 @@ pub struct FunctionCallDelta {
 /// A request for embedding vectors.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EmbeddingsRequest {
+    #[serde(default)]
     pub model: String,
     pub input: EmbeddingInput,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,0 +1,386 @@
+//! The configuration file's shape: what YAML (or TOML) deserializes into, before validation.
+//!
+//! Every struct denies unknown keys, so a typo is an error that names the key, never a setting
+//! silently ignored. The key names are the contract: extend, don't rename.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+use switchyard::ErrorKind;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<String>,
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
+    #[serde(default)]
+    pub routes: BTreeMap<String, RouteConfig>,
+    /// Which route governs requests that name a target directly. Default: `default`, else the
+    /// first route in name order.
+    pub default_route: Option<String>,
+    #[serde(default)]
+    pub health: HealthConfig,
+    #[serde(default)]
+    pub retry_budget: RetryBudgetConfig,
+    #[serde(default)]
+    pub gateway: GatewayConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Openai,
+    Anthropic,
+    Gemini,
+    Azure,
+    OpenaiCompatible,
+    Simulated,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Openai => "openai",
+            Kind::Anthropic => "anthropic",
+            Kind::Gemini => "gemini",
+            Kind::Azure => "azure",
+            Kind::OpenaiCompatible => "openai_compatible",
+            Kind::Simulated => "simulated",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub kind: Kind,
+    pub base_url: Option<String>,
+    /// One key: `env://NAME` or the key itself.
+    pub api_key: Option<String>,
+    /// Several keys, rotated on auth failures, exhaustion and cooldowns.
+    #[serde(default)]
+    pub api_keys: Vec<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub api_version: Option<String>,
+    pub organization: Option<String>,
+    pub project: Option<String>,
+    #[serde(default)]
+    pub http2: bool,
+    pub connect_timeout: Option<DurationText>,
+    /// Price per million tokens, by model.
+    #[serde(default)]
+    pub prices: BTreeMap<String, PriceConfig>,
+    // Simulated providers only: how they behave. (Not a flattened struct: serde cannot deny
+    // unknown keys through a flatten.)
+    pub latency: Option<LatencyConfig>,
+    #[serde(default)]
+    pub error_rates: BTreeMap<ErrorKind, f64>,
+    pub reply: Option<String>,
+    pub stream: Option<StreamConfig>,
+    pub seed: Option<u64>,
+}
+
+impl ProviderConfig {
+    /// A provider of `kind` with nothing else set.
+    pub fn empty(kind: Kind) -> Self {
+        Self {
+            kind,
+            base_url: None,
+            api_key: None,
+            api_keys: Vec::new(),
+            headers: BTreeMap::new(),
+            api_version: None,
+            organization: None,
+            project: None,
+            http2: false,
+            connect_timeout: None,
+            prices: BTreeMap::new(),
+            latency: None,
+            error_rates: BTreeMap::new(),
+            reply: None,
+            stream: None,
+            seed: None,
+        }
+    }
+
+    /// The simulated-only keys that are set, by name.
+    pub fn keys_set(&self) -> Vec<&'static str> {
+        let mut keys = Vec::new();
+        if self.latency.is_some() {
+            keys.push("latency");
+        }
+        if !self.error_rates.is_empty() {
+            keys.push("error_rates");
+        }
+        if self.reply.is_some() {
+            keys.push("reply");
+        }
+        if self.stream.is_some() {
+            keys.push("stream");
+        }
+        if self.seed.is_some() {
+            keys.push("seed");
+        }
+        keys
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum LatencyConfig {
+    Fixed(DurationText),
+    Range { min: DurationText, max: DurationText },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamConfig {
+    pub chunks: usize,
+    #[serde(default)]
+    pub gap: Option<DurationText>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceConfig {
+    pub input: f64,
+    pub output: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    pub targets: Vec<TargetConfig>,
+    #[serde(default)]
+    pub rotation: Option<RotationConfig>,
+    pub retry: Option<RetryConfig>,
+    pub health_gate: Option<bool>,
+    pub health_ttl: Option<DurationText>,
+    #[serde(default)]
+    pub context_window: Vec<String>,
+    #[serde(default)]
+    pub content_policy: Vec<String>,
+    pub timeouts: Option<TimeoutsConfig>,
+    #[serde(default)]
+    pub candidates: Vec<CandidateConfig>,
+    pub retry_on: Option<Vec<ErrorKind>>,
+    pub fallback_on: Option<Vec<ErrorKind>>,
+}
+
+impl RouteConfig {
+    /// A route over `targets` with every other setting at its default.
+    pub fn with_targets(targets: Vec<TargetConfig>) -> Self {
+        Self {
+            targets,
+            rotation: None,
+            retry: None,
+            health_gate: None,
+            health_ttl: None,
+            context_window: Vec::new(),
+            content_policy: Vec::new(),
+            timeouts: None,
+            candidates: Vec::new(),
+            retry_on: None,
+            fallback_on: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum TargetConfig {
+    Plain(String),
+    Detailed(DetailedTarget),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetailedTarget {
+    pub target: String,
+    #[serde(default)]
+    pub tier: u32,
+    #[serde(default = "one")]
+    pub weight: u32,
+    pub embedding_space: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl TargetConfig {
+    pub fn text(&self) -> &str {
+        match self {
+            TargetConfig::Plain(text) => text,
+            TargetConfig::Detailed(detailed) => &detailed.target,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RotationConfig {
+    Ordered,
+    RoundRobin,
+    Weighted,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryConfig {
+    pub max_attempts: Option<u32>,
+    pub backoff_base: Option<DurationText>,
+    pub backoff_max: Option<DurationText>,
+    pub max_wait: Option<DurationText>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeoutsConfig {
+    pub first_byte: Option<DurationText>,
+    pub idle: Option<DurationText>,
+    pub total: Option<DurationText>,
+    pub deadline: Option<DurationText>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CandidateConfig {
+    pub name: String,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthConfig {
+    pub failure_threshold: Option<u32>,
+    pub open_for: Option<DurationText>,
+    pub open_max: Option<DurationText>,
+    pub half_open_probes: Option<u32>,
+    pub cooldown_on_rate_limit: Option<DurationText>,
+    pub cooldown_on_error: Option<DurationText>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryBudgetConfig {
+    pub ratio: Option<f64>,
+    pub min_retries: Option<u32>,
+    pub window: Option<DurationText>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Keys clients must send (Bearer or x-api-key); none = open.
+    #[serde(default)]
+    pub keys: Vec<String>,
+    pub admin_key: Option<String>,
+    /// The largest request body accepted, in bytes or with a unit (`4mb`). Default 4 MiB.
+    pub max_body: Option<ByteSize>,
+    /// How many recent requests' trails `/admin/requests/{id}` keeps. Default 1000.
+    pub recent_requests: Option<usize>,
+    /// How long open streams may run on after SIGINT/SIGTERM. Default 30 s.
+    pub shutdown_grace: Option<DurationText>,
+}
+
+/// A duration written `250ms`, `30s`, `5m`, `1h` (or a bare number of seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurationText(pub Duration);
+
+impl<'de> Deserialize<'de> for DurationText {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = DurationText;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as 250ms, 30s, 5m or 1h")
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<DurationText, E> {
+                Ok(DurationText(Duration::from_secs(v)))
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<DurationText, E> {
+                u64::try_from(v)
+                    .map(|v| DurationText(Duration::from_secs(v)))
+                    .map_err(|_| E::custom(bad_duration(&v.to_string())))
+            }
+
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<DurationText, E> {
+                if (0.0..1e9).contains(&v) {
+                    Ok(DurationText(Duration::from_secs_f64(v)))
+                } else {
+                    Err(E::custom(bad_duration(&v.to_string())))
+                }
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<DurationText, E> {
+                parse_duration(v).map(DurationText).ok_or_else(|| E::custom(bad_duration(v)))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+fn bad_duration(text: &str) -> String {
+    format!("bad duration `{text}`: write a number with a unit, like 250ms, 30s, 5m or 1h")
+}
+
+/// `250ms`, `1.5s`, `30s`, `5m`, `1h`, or `1m30s`.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    switchyard::ratelimit::parse_duration(text)
+        .filter(|_| text.chars().next().is_some_and(|c| c.is_ascii_digit()))
+}
+
+/// A size in bytes: a number, or with a unit (`512kb`, `4mb`, `1gb`; powers of 1024).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub usize);
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u64),
+            Text(String),
+        }
+        let bad =
+            |text: &str| format!("bad size `{text}`: write bytes, or a number with kb, mb or gb, like 4mb");
+        match Raw::deserialize(deserializer)? {
+            Raw::Number(n) => {
+                usize::try_from(n).map(ByteSize).map_err(|_| serde::de::Error::custom(bad(&n.to_string())))
+            }
+            Raw::Text(text) => {
+                let lower = text.trim().to_ascii_lowercase();
+                let (number, scale) = if let Some(n) = lower.strip_suffix("kb") {
+                    (n, 1usize << 10)
+                } else if let Some(n) = lower.strip_suffix("mb") {
+                    (n, 1 << 20)
+                } else if let Some(n) = lower.strip_suffix("gb") {
+                    (n, 1 << 30)
+                } else if let Some(n) = lower.strip_suffix('b') {
+                    (n, 1)
+                } else {
+                    (lower.as_str(), 1)
+                };
+                number
+                    .trim()
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|n| n.checked_mul(scale))
+                    .map(ByteSize)
+                    .ok_or_else(|| serde::de::Error::custom(bad(&text)))
+            }
+        }
+    }
+}

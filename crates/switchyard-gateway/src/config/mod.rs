@@ -1,0 +1,707 @@
+//! Configuration: one file (YAML, or TOML), the environment, or the embedded demo; validated
+//! once at load, with errors that name the file, the key path and the fix.
+
+mod file;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchyard::credential::Secret;
+use switchyard::health::HealthSettings;
+use switchyard::provider::Provider;
+use switchyard::route::{Candidate, ErrorFilter, Retry, Rotation, Route, RouteTarget, Timeouts};
+use switchyard::simulated::{Latency, SimulatedProvider};
+use switchyard::{Price, ProviderEntry, RetryBudgetSettings, Router, Target};
+use switchyard_providers::{HttpSettings, ProviderKind, ProviderSettings};
+
+pub use file::{FileConfig, Kind, parse_duration};
+
+/// The address the gateway listens on when nothing says otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:4680";
+
+const DEMO: &str = include_str!("demo.yaml");
+
+/// Where the configuration came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    File(String),
+    Environment(Vec<String>),
+    Demo,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::File(path) => write!(f, "file {path}"),
+            Source::Environment(vars) => write!(f, "environment ({})", vars.join(", ")),
+            Source::Demo => f.write_str("embedded demo (simulated providers, no keys needed)"),
+        }
+    }
+}
+
+/// One problem, at one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub path: String,
+    pub message: String,
+}
+
+/// A configuration that cannot be used, with every problem found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    pub file: String,
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.problems.as_slice() {
+            [one] => write!(f, "{}: {}: {}", self.file, one.path, one.message),
+            many => {
+                write!(f, "{}: {} problems:", self.file, many.len())?;
+                for problem in many {
+                    write!(f, "\n  {}: {}", problem.path, problem.message)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl ConfigError {
+    fn one(file: &str, path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { file: file.to_owned(), problems: vec![Problem { path: path.into(), message: message.into() }] }
+    }
+}
+
+/// Gateway settings that are not routing.
+#[derive(Debug, Clone)]
+pub struct GatewaySettings {
+    pub keys: Vec<Secret>,
+    pub admin_key: Option<Secret>,
+    pub max_body: usize,
+    pub recent_requests: usize,
+    pub shutdown_grace: Duration,
+}
+
+/// A provider as the operator sees it (for `doctor` and the start banner): no secrets.
+#[derive(Debug, Clone)]
+pub struct ProviderSummary {
+    pub id: String,
+    pub kind: &'static str,
+    pub base_url: String,
+    /// Where each key came from (`env://NAME` or `literal`), with the key masked.
+    pub credentials: Vec<String>,
+}
+
+/// A loaded, validated configuration: the router and everything around it.
+pub struct Loaded {
+    pub source: Source,
+    pub listen: SocketAddr,
+    pub router: Router,
+    pub gateway: GatewaySettings,
+    pub providers: Vec<ProviderSummary>,
+}
+
+impl fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Loaded")
+            .field("source", &self.source)
+            .field("listen", &self.listen)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reads a configuration file (YAML, or TOML when it ends in `.toml`).
+pub fn load_file(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::one(&name, "(file)", format!("cannot read it: {e}")))?;
+    let is_toml = path.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("toml"));
+    let file = parse(&text, is_toml, &name)?;
+    build(file, Source::File(name), env)
+}
+
+/// The configuration when no file is given: providers from API keys in the environment, or
+/// the embedded demo when there are none.
+pub fn load_default(env: &dyn Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError> {
+    match from_env(env) {
+        Some((file, vars)) => build(file, Source::Environment(vars), env),
+        None => load_demo(),
+    }
+}
+
+/// The embedded demo configuration.
+pub fn load_demo() -> Result<Loaded, ConfigError> {
+    let file = parse(DEMO, false, "(embedded demo)")?;
+    build(file, Source::Demo, &|_| None)
+}
+
+/// Parses YAML or TOML text into the file model. Errors name the key path.
+pub fn parse(text: &str, is_toml: bool, name: &str) -> Result<FileConfig, ConfigError> {
+    let value: serde_json::Value = if is_toml {
+        toml::from_str(text)
+            .map_err(|e| ConfigError::one(name, "(syntax)", e.to_string().trim().to_owned()))?
+    } else {
+        serde_saphyr::from_str(text)
+            .map_err(|e| ConfigError::one(name, "(syntax)", e.to_string().trim().to_owned()))?
+    };
+    let value = if value.is_null() { serde_json::Value::Object(Default::default()) } else { value };
+    serde_path_to_error::deserialize::<_, FileConfig>(value).map_err(|error| {
+        let path = error.path().to_string();
+        let path = if path == "." { "(top level)".to_owned() } else { path };
+        ConfigError::one(name, path, error.into_inner().to_string())
+    })
+}
+
+/// Known providers whose API key in the environment makes a provider.
+const ENV_PROVIDERS: &[(&str, &str, Kind, Option<&str>, &str)] = &[
+    ("OPENAI_API_KEY", "openai", Kind::Openai, None, "gpt-4o-mini"),
+    ("ANTHROPIC_API_KEY", "anthropic", Kind::Anthropic, None, "claude-sonnet-4-5"),
+    ("GEMINI_API_KEY", "gemini", Kind::Gemini, None, "gemini-2.5-flash"),
+    (
+        "GROQ_API_KEY",
+        "groq",
+        Kind::OpenaiCompatible,
+        Some("https://api.groq.com/openai/v1"),
+        "llama-3.3-70b-versatile",
+    ),
+    (
+        "MISTRAL_API_KEY",
+        "mistral",
+        Kind::OpenaiCompatible,
+        Some("https://api.mistral.ai/v1"),
+        "mistral-small-latest",
+    ),
+    (
+        "DEEPSEEK_API_KEY",
+        "deepseek",
+        Kind::OpenaiCompatible,
+        Some("https://api.deepseek.com/v1"),
+        "deepseek-chat",
+    ),
+    (
+        "OPENROUTER_API_KEY",
+        "openrouter",
+        Kind::OpenaiCompatible,
+        Some("https://openrouter.ai/api/v1"),
+        "openai/gpt-4o-mini",
+    ),
+];
+
+/// A configuration from API keys in the environment, in a fixed order of preference; `None`
+/// when no key is set.
+pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Option<(FileConfig, Vec<String>)> {
+    let mut file = FileConfig::default();
+    let mut vars = Vec::new();
+    let mut targets = Vec::new();
+    for (var, id, kind, base_url, model) in ENV_PROVIDERS {
+        if env(var).is_none_or(|v| v.trim().is_empty()) {
+            continue;
+        }
+        vars.push((*var).to_owned());
+        let provider = file::ProviderConfig {
+            kind: *kind,
+            base_url: base_url.map(str::to_owned),
+            api_key: Some(format!("env://{var}")),
+            ..file::ProviderConfig::empty(*kind)
+        };
+        file.providers.insert((*id).to_owned(), provider);
+        targets.push(file::TargetConfig::Plain(format!("{id}:{model}")));
+    }
+    if targets.is_empty() {
+        return None;
+    }
+    file.routes.insert("default".to_owned(), file::RouteConfig::with_targets(targets));
+    if let Some(key) = env("SWITCHYARD_KEY").filter(|k| !k.is_empty()) {
+        let _ = key;
+        file.gateway.keys.push("env://SWITCHYARD_KEY".to_owned());
+    }
+    if env("SWITCHYARD_ADMIN_KEY").is_some_and(|k| !k.is_empty()) {
+        file.gateway.admin_key = Some("env://SWITCHYARD_ADMIN_KEY".to_owned());
+    }
+    Some((file, vars))
+}
+
+/// Validates the file model and builds the router. Every problem is collected before failing.
+pub fn build(
+    file: FileConfig,
+    source: Source,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Loaded, ConfigError> {
+    let name = match &source {
+        Source::File(path) => path.clone(),
+        Source::Environment(_) => "(environment)".to_owned(),
+        Source::Demo => "(embedded demo)".to_owned(),
+    };
+    let mut v = Validator { problems: Vec::new(), env };
+
+    let listen_text = file.listen.clone().unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+    let listen = v.check(
+        "listen",
+        listen_text
+            .parse::<SocketAddr>()
+            .map_err(|_| format!("`{listen_text}` is not an address: write host:port, like 127.0.0.1:4680")),
+    );
+
+    if file.providers.is_empty() {
+        v.problem("providers", "none configured: add at least one, like `openai: { kind: openai, api_key: env://OPENAI_API_KEY }`");
+    }
+    let mut entries = Vec::new();
+    let mut summaries = Vec::new();
+    for (id, provider) in &file.providers {
+        if let Some((entry, summary)) = v.provider(id, provider) {
+            entries.push(entry);
+            summaries.push(summary);
+        }
+    }
+
+    if file.routes.is_empty() {
+        v.problem("routes", "none configured: add one, like `default: { targets: [openai:gpt-4o-mini] }`");
+    }
+    let mut routes = Vec::new();
+    for (route_name, route) in &file.routes {
+        if let Some(route) = v.route(route_name, route, &file.providers) {
+            routes.push(route);
+        }
+    }
+    if let Some(default) = &file.default_route
+        && !file.routes.contains_key(default)
+    {
+        let known: Vec<&str> = file.routes.keys().map(String::as_str).collect();
+        v.problem(
+            "default_route",
+            format!("route `{default}` is not configured (routes: {})", known.join(", ")),
+        );
+    }
+
+    let health = v.health(&file.health);
+    let budget = v.budget(&file.retry_budget);
+    let gateway = v.gateway(&file.gateway);
+
+    if !v.problems.is_empty() {
+        return Err(ConfigError { file: name, problems: v.problems });
+    }
+    let (Some(listen), Some(gateway)) = (listen, gateway) else {
+        return Err(ConfigError::one(&name, "(top level)", "invalid configuration"));
+    };
+
+    let mut builder = Router::builder().health(health).retry_budget(budget);
+    for entry in entries {
+        builder = builder.provider(entry);
+    }
+    for route in routes {
+        builder = builder.route(route);
+    }
+    if let Some(default) = &file.default_route {
+        builder = builder.default_route(default);
+    }
+    let router = builder.build().map_err(|e| ConfigError::one(&name, "routes", e.to_string()))?;
+    Ok(Loaded { source, listen, router, gateway, providers: summaries })
+}
+
+struct Validator<'e> {
+    problems: Vec<Problem>,
+    env: &'e dyn Fn(&str) -> Option<String>,
+}
+
+impl Validator<'_> {
+    fn problem(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.problems.push(Problem { path: path.into(), message: message.into() });
+    }
+
+    fn check<T>(&mut self, path: &str, result: Result<T, String>) -> Option<T> {
+        result.map_err(|message| self.problem(path, message)).ok()
+    }
+
+    /// Resolves `env://NAME` or takes a literal secret; returns it with where it came from.
+    fn secret(&mut self, path: &str, text: &str) -> Option<(Secret, String)> {
+        match text.strip_prefix("env://") {
+            Some("") => {
+                self.problem(path, "`env://` needs a variable name, like env://OPENAI_API_KEY");
+                None
+            }
+            Some(var) => match (self.env)(var) {
+                Some(value) if !value.trim().is_empty() => {
+                    Some((Secret::new(value.trim()), format!("env://{var}")))
+                }
+                _ => {
+                    self.problem(
+                        path,
+                        format!(
+                            "environment variable `{var}` is not set: export it, or write the key itself"
+                        ),
+                    );
+                    None
+                }
+            },
+            None if text.trim().is_empty() => {
+                self.problem(path, "the key is empty");
+                None
+            }
+            None => Some((Secret::new(text.trim()), "literal".to_owned())),
+        }
+    }
+
+    fn provider(
+        &mut self,
+        id: &str,
+        config: &file::ProviderConfig,
+    ) -> Option<(ProviderEntry, ProviderSummary)> {
+        let path = format!("providers.{id}");
+        let before = self.problems.len();
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
+            self.problem(
+                &path,
+                format!("provider id `{id}` may hold only letters, digits, `-`, `_` and `.` (no colon)"),
+            );
+        }
+        if config.api_key.is_some() && !config.api_keys.is_empty() {
+            self.problem(format!("{path}.api_keys"), "give `api_key` or `api_keys`, not both");
+        }
+        let mut keys = Vec::new();
+        let mut origins = Vec::new();
+        let listed = config
+            .api_key
+            .iter()
+            .map(|k| (format!("{path}.api_key"), k))
+            .chain(config.api_keys.iter().enumerate().map(|(i, k)| (format!("{path}.api_keys[{i}]"), k)));
+        for (key_path, text) in listed {
+            if let Some((secret, origin)) = self.secret(&key_path, text) {
+                origins.push(origin);
+                keys.push(secret);
+            }
+        }
+        if config.kind != Kind::Simulated {
+            for key in config.keys_set() {
+                self.problem(
+                    format!("{path}.{key}"),
+                    format!("only simulated providers take `{key}` (this one is {})", config.kind.as_str()),
+                );
+            }
+        }
+        let sum: f64 = config.error_rates.values().sum();
+        for (kind, rate) in &config.error_rates {
+            if !(0.0..=1.0).contains(rate) {
+                self.problem(
+                    format!("{path}.error_rates.{kind}"),
+                    format!("{rate} is not a rate between 0 and 1"),
+                );
+            }
+        }
+        if sum > 1.0 + 1e-9 {
+            self.problem(format!("{path}.error_rates"), format!("the rates add up to {sum}, more than 1"));
+        }
+        let provider: Option<(Arc<dyn Provider>, String)> = match config.kind {
+            Kind::Simulated => {
+                let mut sim = SimulatedProvider::new();
+                if let Some(latency) = &config.latency {
+                    sim = sim.latency(match latency {
+                        file::LatencyConfig::Fixed(d) => Latency::Fixed(d.0),
+                        file::LatencyConfig::Range { min, max } => Latency::Uniform(min.0, max.0),
+                    });
+                }
+                for (kind, rate) in &config.error_rates {
+                    sim = sim.error_rate(*kind, *rate);
+                }
+                if let Some(reply) = &config.reply {
+                    sim = sim.reply(reply.clone());
+                }
+                if let Some(stream) = &config.stream {
+                    sim = sim.stream(stream.chunks, stream.gap.map_or(Duration::ZERO, |g| g.0));
+                }
+                if let Some(seed) = config.seed {
+                    sim = sim.seed(seed);
+                }
+                Some((Arc::new(sim), String::new()))
+            }
+            kind => {
+                let kind = match kind {
+                    Kind::Openai => ProviderKind::OpenAi,
+                    Kind::Anthropic => ProviderKind::Anthropic,
+                    Kind::Gemini => ProviderKind::Gemini,
+                    Kind::Azure => ProviderKind::Azure,
+                    _ => ProviderKind::OpenAiCompatible,
+                };
+                let mut settings = ProviderSettings::new(kind);
+                settings.base_url = config.base_url.clone();
+                settings.headers = config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                settings.api_version = config.api_version.clone();
+                settings.organization = config.organization.clone();
+                settings.project = config.project.clone();
+                settings.http = HttpSettings {
+                    http2: config.http2,
+                    connect_timeout: config
+                        .connect_timeout
+                        .map_or(HttpSettings::default().connect_timeout, |d| d.0),
+                    ..HttpSettings::default()
+                };
+                match settings.resolved_base_url() {
+                    Err(error) => {
+                        self.problem(format!("{path}.base_url"), error.to_string());
+                        None
+                    }
+                    Ok(base_url) => match switchyard_providers::build(&settings) {
+                        Ok(provider) => Some((provider, base_url)),
+                        Err(error) => {
+                            self.problem(&path, error.to_string());
+                            None
+                        }
+                    },
+                }
+            }
+        };
+        if self.problems.len() > before {
+            return None;
+        }
+        let (provider, base_url) = provider?;
+        let summary = ProviderSummary {
+            id: id.to_owned(),
+            kind: config.kind.as_str(),
+            base_url,
+            credentials: Vec::new(),
+        };
+        let mut entry = ProviderEntry::from_arc(id, provider);
+        for key in keys {
+            entry = entry.key(key);
+        }
+        for (model, price) in &config.prices {
+            entry = entry.price(
+                model.clone(),
+                Price { input_per_million: price.input, output_per_million: price.output },
+            );
+        }
+        let summary = ProviderSummary { credentials: origins, ..summary };
+        Some((entry, summary))
+    }
+
+    fn target(
+        &mut self,
+        path: &str,
+        text: &str,
+        providers: &BTreeMap<String, file::ProviderConfig>,
+    ) -> Option<Target> {
+        let target: Target = match text.parse() {
+            Ok(target) => target,
+            Err(error) => {
+                self.problem(path, error.to_string());
+                return None;
+            }
+        };
+        if !providers.contains_key(target.provider()) {
+            let known: Vec<&str> = providers.keys().map(String::as_str).collect();
+            self.problem(
+                path,
+                format!(
+                    "unknown provider `{}` in target `{text}`: configure it under `providers:` or use one of: {}",
+                    target.provider(),
+                    if known.is_empty() { "(none)".to_owned() } else { known.join(", ") }
+                ),
+            );
+            return None;
+        }
+        Some(target)
+    }
+
+    fn route(
+        &mut self,
+        name: &str,
+        config: &file::RouteConfig,
+        providers: &BTreeMap<String, file::ProviderConfig>,
+    ) -> Option<Route> {
+        let path = format!("routes.{name}");
+        let before = self.problems.len();
+        if name.contains(':') {
+            self.problem(&path, format!("route name `{name}` contains a colon, which reads as a `provider:model` target: rename it"));
+        }
+        if config.targets.is_empty() {
+            self.problem(format!("{path}.targets"), "empty: list at least one `provider:model`");
+        }
+        let mut builder = Route::builder(name);
+        for (i, target) in config.targets.iter().enumerate() {
+            let Some(parsed) = self.target(&format!("{path}.targets[{i}]"), target.text(), providers) else {
+                continue;
+            };
+            builder = builder.route_target(match target {
+                file::TargetConfig::Plain(_) => {
+                    RouteTarget { target: parsed, tier: 0, weight: 1, embedding_space: None }
+                }
+                file::TargetConfig::Detailed(d) => RouteTarget {
+                    target: parsed,
+                    tier: d.tier,
+                    weight: d.weight,
+                    embedding_space: d.embedding_space.clone(),
+                },
+            });
+        }
+        for (i, text) in config.context_window.iter().enumerate() {
+            if self.target(&format!("{path}.context_window[{i}]"), text, providers).is_some() {
+                builder = builder.context_window(text);
+            }
+        }
+        for (i, text) in config.content_policy.iter().enumerate() {
+            if self.target(&format!("{path}.content_policy[{i}]"), text, providers).is_some() {
+                builder = builder.content_policy(text);
+            }
+        }
+        if let Some(rotation) = config.rotation {
+            builder = builder.rotation(match rotation {
+                file::RotationConfig::Ordered => Rotation::Ordered,
+                file::RotationConfig::RoundRobin => Rotation::RoundRobin,
+                file::RotationConfig::Weighted => Rotation::Weighted,
+            });
+        }
+        if let Some(retry) = &config.retry {
+            let default = Retry::default();
+            let retry = Retry {
+                max_attempts: retry.max_attempts.unwrap_or(default.max_attempts),
+                backoff_base: retry.backoff_base.map_or(default.backoff_base, |d| d.0),
+                backoff_max: retry.backoff_max.map_or(default.backoff_max, |d| d.0),
+                max_wait: retry.max_wait.map_or(default.max_wait, |d| d.0),
+            };
+            if retry.max_attempts == 0 {
+                self.problem(
+                    format!("{path}.retry.max_attempts"),
+                    "0 would never call the target: use 1 for no retries",
+                );
+            }
+            if retry.backoff_base > retry.backoff_max {
+                self.problem(
+                    format!("{path}.retry.backoff_base"),
+                    "is above retry.backoff_max: lower it or raise backoff_max",
+                );
+            }
+            builder = builder.retry(retry);
+        }
+        if let Some(gate) = config.health_gate {
+            builder = builder.health_gate(gate);
+        }
+        if let Some(ttl) = config.health_ttl {
+            builder = builder.health_ttl(ttl.0);
+        }
+        if let Some(timeouts) = &config.timeouts {
+            let default = Timeouts::default();
+            let timeouts = Timeouts {
+                first_byte: timeouts.first_byte.map_or(default.first_byte, |d| d.0),
+                idle: timeouts.idle.map_or(default.idle, |d| d.0),
+                total: timeouts.total.map_or(default.total, |d| d.0),
+                deadline: timeouts.deadline.map(|d| d.0),
+            };
+            for (key, value) in
+                [("first_byte", timeouts.first_byte), ("idle", timeouts.idle), ("total", timeouts.total)]
+            {
+                if value.is_zero() {
+                    self.problem(
+                        format!("{path}.timeouts.{key}"),
+                        "is 0: give a positive duration such as 30s",
+                    );
+                }
+            }
+            builder = builder.timeouts(timeouts);
+        }
+        let mut names = Vec::new();
+        for (i, candidate) in config.candidates.iter().enumerate() {
+            if names.contains(&candidate.name.as_str()) {
+                self.problem(
+                    format!("{path}.candidates[{i}].name"),
+                    format!("`{}` is used twice: names must differ", candidate.name),
+                );
+            }
+            names.push(&candidate.name);
+            builder = builder.candidate(Candidate::text(candidate.name.clone(), candidate.text.clone()));
+        }
+        if let Some(kinds) = &config.retry_on {
+            builder = builder.retry_on(ErrorFilter::Kinds(kinds.clone()));
+        }
+        if let Some(kinds) = &config.fallback_on {
+            builder = builder.fallback_on(ErrorFilter::Kinds(kinds.clone()));
+        }
+        if self.problems.len() > before {
+            return None;
+        }
+        match builder.build() {
+            Ok(route) => Some(route),
+            Err(error) => {
+                for problem in error.problems {
+                    self.problem(&path, problem);
+                }
+                None
+            }
+        }
+    }
+
+    fn health(&mut self, config: &file::HealthConfig) -> HealthSettings {
+        let default = HealthSettings::default();
+        let settings = HealthSettings {
+            failure_threshold: config.failure_threshold.unwrap_or(default.failure_threshold),
+            open_for: config.open_for.map_or(default.open_for, |d| d.0),
+            open_max: config.open_max.map_or(default.open_max, |d| d.0),
+            half_open_probes: config.half_open_probes.unwrap_or(default.half_open_probes),
+            cooldown_on_rate_limit: config
+                .cooldown_on_rate_limit
+                .map_or(default.cooldown_on_rate_limit, |d| d.0),
+            cooldown_on_error: config.cooldown_on_error.map_or(default.cooldown_on_error, |d| d.0),
+        };
+        if settings.failure_threshold == 0 {
+            self.problem("health.failure_threshold", "0 would open every circuit at once: use 1 or more");
+        }
+        if settings.half_open_probes == 0 {
+            self.problem(
+                "health.half_open_probes",
+                "0 would keep a circuit half-open forever: use 1 or more",
+            );
+        }
+        if settings.open_max < settings.open_for {
+            self.problem("health.open_max", "is below health.open_for: raise it");
+        }
+        settings
+    }
+
+    fn budget(&mut self, config: &file::RetryBudgetConfig) -> RetryBudgetSettings {
+        let default = RetryBudgetSettings::default();
+        let settings = RetryBudgetSettings {
+            ratio: config.ratio.unwrap_or(default.ratio),
+            min_retries: config.min_retries.unwrap_or(default.min_retries),
+            window: config.window.map_or(default.window, |d| d.0),
+        };
+        if !(0.0..=10.0).contains(&settings.ratio) {
+            self.problem(
+                "retry_budget.ratio",
+                format!("{} is not a fraction of requests: use a value like 0.2", settings.ratio),
+            );
+        }
+        if settings.window.is_zero() {
+            self.problem("retry_budget.window", "is 0: use a window such as 10s");
+        }
+        settings
+    }
+
+    fn gateway(&mut self, config: &file::GatewayConfig) -> Option<GatewaySettings> {
+        let keys = config
+            .keys
+            .iter()
+            .enumerate()
+            .filter_map(|(i, text)| self.secret(&format!("gateway.keys[{i}]"), text).map(|(s, _)| s))
+            .collect();
+        let admin_key =
+            config.admin_key.as_ref().and_then(|text| self.secret("gateway.admin_key", text).map(|(s, _)| s));
+        let max_body = config.max_body.map_or(4 << 20, |b| b.0);
+        if max_body < 1024 {
+            self.problem(
+                "gateway.max_body",
+                format!("{max_body} bytes is too small for any request: use at least 1kb"),
+            );
+        }
+        Some(GatewaySettings {
+            keys,
+            admin_key,
+            max_body,
+            recent_requests: config.recent_requests.unwrap_or(1000),
+            shutdown_grace: config.shutdown_grace.map_or(Duration::from_secs(30), |d| d.0),
+        })
+    }
+}

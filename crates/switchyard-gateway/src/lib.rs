@@ -1,0 +1,7 @@
+//! Switchyard's gateway: the HTTP server any OpenAI or Anthropic SDK can point at, its
+//! configuration, and the command line's building blocks.
+
+pub mod config;
+pub mod metrics;
+pub mod recent;
+pub mod server;

@@ -1,0 +1,381 @@
+//! `switchyard`: the gateway and its command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use futures_util::StreamExt;
+use switchyard::chat::{ChatRequest, Message};
+use switchyard::{RequestOptions, Router};
+use switchyard_gateway::config::{self, Loaded};
+use switchyard_gateway::server::{AppState, app};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "switchyard",
+    version,
+    about = "LLM failover gateway: ordered fallback, retries, health, circuit breakers and an attempt trail."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve {
+        /// Configuration file (YAML, or TOML). Without one: providers from API keys in the
+        /// environment, else an embedded demo on simulated providers.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Address to listen on (overrides the file's `listen`). Default 127.0.0.1:4680.
+        #[arg(long)]
+        listen: Option<String>,
+        /// Log format.
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
+    },
+    /// Validate the configuration and print routes, targets, health settings and credentials.
+    Doctor {
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Send one tiny request to every target and print latency and result.
+        #[arg(long)]
+        ping: bool,
+    },
+    /// Send one chat through the library and print the answer, then the trail.
+    Chat {
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// The route to use (default: the default route).
+        #[arg(long, conflicts_with = "target")]
+        route: Option<String>,
+        /// A `provider:model` target to call directly.
+        #[arg(long)]
+        target: Option<String>,
+        /// Stream the answer.
+        #[arg(long)]
+        stream: bool,
+        prompt: String,
+    },
+    /// Print the health table of a running gateway.
+    Health {
+        #[arg(long, default_value = "http://127.0.0.1:4680")]
+        url: String,
+        /// Admin key (default: $SWITCHYARD_ADMIN_KEY, else $SWITCHYARD_KEY).
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Configuration commands.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Validate a configuration file; non-zero exit on error.
+    Check { file: PathBuf },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+fn load(path: Option<&PathBuf>) -> anyhow::Result<Loaded> {
+    Ok(match path {
+        Some(path) => config::load_file(path, &env)?,
+        None => config::load_default(&env)?,
+    })
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Serve { config, listen, log_format } => serve(config, listen, log_format).await,
+        Command::Doctor { config, ping } => doctor(&load(config.as_ref())?, ping).await,
+        Command::Chat { config, route, target, stream, prompt } => {
+            let loaded = load(config.as_ref())?;
+            chat(&loaded.router, target.or(route).unwrap_or_default(), stream, prompt).await
+        }
+        Command::Health { url, key } => health(&url, key).await,
+        Command::Config { command: ConfigCommand::Check { file } } => match config::load_file(&file, &env) {
+            Ok(loaded) => {
+                let routes: Vec<&str> = loaded.router.routes().map(|r| r.name()).collect();
+                println!(
+                    "{}: ok ({} providers, routes: {})",
+                    file.display(),
+                    loaded.providers.len(),
+                    routes.join(", ")
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(error) => {
+                eprintln!("{error}");
+                Ok(ExitCode::FAILURE)
+            }
+        },
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn serve(
+    path: Option<PathBuf>,
+    listen: Option<String>,
+    log_format: LogFormat,
+) -> anyhow::Result<ExitCode> {
+    init_logging(log_format);
+    let loaded = load(path.as_ref())?;
+    let addr = match listen {
+        Some(text) => text
+            .parse()
+            .with_context(|| format!("--listen `{text}` is not an address like 127.0.0.1:4680"))?,
+        None => loaded.listen,
+    };
+    let listener =
+        tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener.local_addr()?;
+    println!("switchyard listening on http://{local}");
+    println!("  config: {}", loaded.source);
+    print_routes(&loaded.router);
+    let grace = loaded.gateway.shutdown_grace;
+    let state = AppState::new(loaded.router, loaded.gateway);
+    let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        eprintln!("switchyard: shutting down; open streams have {grace:?} to finish");
+        // Bound the drain: a stream that never ends must not hold the process forever.
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            eprintln!("switchyard: grace period over, exiting");
+            std::process::exit(0);
+        });
+    });
+    server.await.context("the server failed")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}
+
+fn print_routes(router: &Router) {
+    for route in router.routes() {
+        let targets: Vec<String> = route.targets().iter().map(|t| t.target.to_string()).collect();
+        let mut line = format!("  route {}: {}", route.name(), targets.join(" -> "));
+        if !route.context_window().is_empty() {
+            let chain: Vec<String> = route.context_window().iter().map(ToString::to_string).collect();
+            line.push_str(&format!("; context_window: {}", chain.join(", ")));
+        }
+        if !route.content_policy().is_empty() {
+            let chain: Vec<String> = route.content_policy().iter().map(ToString::to_string).collect();
+            line.push_str(&format!("; content_policy: {}", chain.join(", ")));
+        }
+        for candidate in route.candidates() {
+            line.push_str(&format!("; candidate: {}", candidate.name()));
+        }
+        if route.name() == router.default_route().name() {
+            line.push_str(" (default)");
+        }
+        println!("{line}");
+    }
+}
+
+async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCode> {
+    println!("config: {}", loaded.source);
+    println!("listen: {}", loaded.listen);
+    println!("providers:");
+    for provider in &loaded.providers {
+        let base =
+            if provider.base_url.is_empty() { String::new() } else { format!(" {}", provider.base_url) };
+        println!("  {} ({}{base})", provider.id, provider.kind);
+        let credentials = loaded.router.credentials(&provider.id).unwrap_or_default();
+        for (i, credential) in credentials.iter().enumerate() {
+            let origin = provider.credentials.get(i).map_or("no key", String::as_str);
+            println!("    credential {} key {} from {origin}", credential.id(), credential.masked());
+        }
+    }
+    println!("routes:");
+    print_routes(&loaded.router);
+    for route in loaded.router.routes() {
+        let retry = route.retry();
+        let timeouts = route.timeouts();
+        println!(
+            "  {}: retry max_attempts {} backoff {:?}..{:?} max_wait {:?}; health_gate {} ttl {:?}; timeouts first_byte {:?} idle {:?} total {:?}",
+            route.name(),
+            retry.max_attempts,
+            retry.backoff_base,
+            retry.backoff_max,
+            retry.max_wait,
+            route.health_gate(),
+            route.health_ttl(),
+            timeouts.first_byte,
+            timeouts.idle,
+            timeouts.total
+        );
+    }
+    println!(
+        "gateway: {} client keys, admin key {}, max body {} bytes",
+        loaded.gateway.keys.len(),
+        if loaded.gateway.admin_key.is_some() { "set" } else { "not set" },
+        loaded.gateway.max_body
+    );
+    if !ping {
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("\nping:");
+    println!("  {:<40} {:>10}  result", "target", "latency");
+    let mut failures = 0;
+    let mut seen = Vec::new();
+    for route in loaded.router.routes() {
+        for target in route.all_targets() {
+            if seen.contains(target) {
+                continue;
+            }
+            seen.push(target.clone());
+            let mut request = ChatRequest::new(target.to_string(), vec![Message::user("ping")]);
+            request.max_tokens = Some(1);
+            let options = RequestOptions { no_fallback: true, deadline: Some(Duration::from_secs(30)) };
+            let started = Instant::now();
+            let result = loaded.router.chat_with(&request, &options).await;
+            let elapsed = format!("{:.0}ms", started.elapsed().as_secs_f64() * 1000.0);
+            match result {
+                Ok(_) => println!("  {:<40} {elapsed:>10}  ok", target.to_string()),
+                Err(error) => {
+                    failures += 1;
+                    println!("  {:<40} {elapsed:>10}  {}", target.to_string(), error);
+                }
+            }
+        }
+    }
+    Ok(if failures == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+async fn chat(router: &Router, model: String, stream: bool, prompt: String) -> anyhow::Result<ExitCode> {
+    let request = ChatRequest::new(model, vec![Message::user(prompt)]);
+    let options = RequestOptions::default();
+    if stream {
+        let mut answer = match router.chat_stream(&request, &options).await {
+            Ok(answer) => answer,
+            Err(error) => return fail_with_trail(&error),
+        };
+        let mut failed = false;
+        while let Some(item) = answer.next().await {
+            match item {
+                Ok(chunk) => {
+                    for choice in &chunk.choices {
+                        if let Some(text) = &choice.delta.content {
+                            print!("{text}");
+                        }
+                    }
+                }
+                Err(error) => {
+                    println!("\n[stream failed: {}]", error.error);
+                    failed = true;
+                }
+            }
+        }
+        println!("\n\nserved by {}\n{}", answer.served_by(), answer.trail());
+        return Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS });
+    }
+    match router.chat_with(&request, &options).await {
+        Ok(answer) => {
+            println!("{}", answer.response.text().unwrap_or_default());
+            println!("\nserved by {} in {:?}\n{}", answer.served_by, answer.timing.total, answer.trail);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(error) => fail_with_trail(&error),
+    }
+}
+
+fn fail_with_trail(error: &switchyard::RouteError) -> anyhow::Result<ExitCode> {
+    eprintln!("error: {error}");
+    for (n, attempt) in error.trail().iter().enumerate() {
+        let kind = attempt.error_kind().map(|k| k.to_string()).unwrap_or_default();
+        eprintln!("{:>2}. {:<32} {:<17} {kind}", n + 1, attempt.via.to_string(), attempt.outcome.as_str());
+    }
+    Ok(ExitCode::FAILURE)
+}
+
+async fn health(url: &str, key: Option<String>) -> anyhow::Result<ExitCode> {
+    let key = key.or_else(|| env("SWITCHYARD_ADMIN_KEY")).or_else(|| env("SWITCHYARD_KEY"));
+    let client = reqwest::Client::new();
+    let mut request = client.get(format!("{}/admin/health", url.trim_end_matches('/')));
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    let response = request.send().await.with_context(|| format!("cannot reach the gateway at {url}"))?;
+    let status = response.status();
+    let bytes = response.bytes().await.context("the gateway's answer broke off")?;
+    let body: serde_json::Value =
+        serde_json::from_slice(&bytes).context("the gateway's answer is not JSON")?;
+    if !status.is_success() {
+        bail!("the gateway answered {status}: {}", body["error"]["message"].as_str().unwrap_or_default());
+    }
+    println!("{:<36} {:<24} {:<10} {:>8}  reason", "target", "status", "breaker", "failures");
+    for target in body["targets"].as_array().into_iter().flatten() {
+        println!(
+            "{:<36} {:<24} {:<10} {:>8}  {}",
+            target["target"].as_str().unwrap_or_default(),
+            target["status"].as_str().unwrap_or_default(),
+            target["breaker"].as_str().unwrap_or_default(),
+            target["consecutive_failures"].as_u64().unwrap_or_default(),
+            target["reason"].as_str().unwrap_or_default(),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

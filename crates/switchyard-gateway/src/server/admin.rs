@@ -1,0 +1,143 @@
+//! Health, readiness, metrics and admin endpoints.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use switchyard::Target;
+
+use super::{ApiError, AppState, Dialect, authorized, unauthorized};
+
+fn admin_allowed(state: &AppState, headers: &HeaderMap) -> bool {
+    match &state.gateway.admin_key {
+        Some(key) => authorized(std::slice::from_ref(key), headers),
+        None => authorized(&state.gateway.keys, headers),
+    }
+}
+
+pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    let routes: Vec<&str> = state.router.routes().map(|r| r.name()).collect();
+    axum::Json(json!({ "status": "ready", "routes": routes })).into_response()
+}
+
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let mut gauges = Vec::new();
+    for target in state.router.health().targets {
+        let name = target.target.to_string();
+        for status in
+            ["unknown", "available", "rate_limited", "exhausted", "temporarily_unavailable", "unauthorized"]
+        {
+            let value = if target.status.as_str() == status { 1.0 } else { 0.0 };
+            gauges.push((
+                "switchyard_target_health",
+                "Health status of each target (1 for its current status).",
+                vec![("target", name.clone()), ("status", status.to_owned())],
+                value,
+            ));
+        }
+    }
+    for target in state.router.health().targets {
+        let value = match target.breaker {
+            "open" => 2.0,
+            "half_open" => 1.0,
+            _ => 0.0,
+        };
+        gauges.push((
+            "switchyard_breaker_state",
+            "Circuit breaker of each target: 0 closed, 1 half-open, 2 open.",
+            vec![("target", target.target.to_string())],
+            value,
+        ));
+    }
+    let text = state.metrics.render(&gauges);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if !admin_allowed(&state, &headers) {
+        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+    }
+    let snapshot = state.router.health();
+    let providers: Vec<Value> = state
+        .router
+        .provider_ids()
+        .into_iter()
+        .map(|id| {
+            let credentials: Vec<Value> = state
+                .router
+                .credentials(id)
+                .unwrap_or_default()
+                .iter()
+                .map(|c| json!({ "credential_id": c.id(), "key": c.masked() }))
+                .collect();
+            json!({ "id": id, "credentials": credentials })
+        })
+        .collect();
+    axum::Json(
+        json!({ "targets": snapshot.targets, "credentials": snapshot.credentials, "providers": providers }),
+    )
+    .into_response()
+}
+
+pub async fn reset(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    if !admin_allowed(&state, &headers) {
+        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+    }
+    let target = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        match serde_json::from_slice::<Value>(&body) {
+            Ok(Value::Object(map)) if map.is_empty() => None,
+            Ok(Value::Object(map)) => match map.get("target").and_then(Value::as_str) {
+                Some(text) => match text.parse::<Target>() {
+                    Ok(target) => Some(target),
+                    Err(error) => return bad_request(error.to_string()),
+                },
+                None => {
+                    return bad_request(
+                        "give `{\"target\": \"provider:model\"}`, or an empty body to reset everything"
+                            .to_owned(),
+                    );
+                }
+            },
+            _ => return bad_request("the body must be a JSON object or empty".to_owned()),
+        }
+    };
+    match target {
+        Some(target) => match state.router.reset(&target) {
+            Ok(()) => axum::Json(json!({ "reset": target.to_string() })).into_response(),
+            Err(error) => ApiError::new(StatusCode::NOT_FOUND, "unknown_target", error.to_string())
+                .into_response(Dialect::OpenAi, ""),
+        },
+        None => {
+            state.router.reset_all();
+            axum::Json(json!({ "reset": "all" })).into_response()
+        }
+    }
+}
+
+fn bad_request(message: String) -> Response {
+    ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message).into_response(Dialect::OpenAi, "")
+}
+
+pub async fn request(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if !admin_allowed(&state, &headers) {
+        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+    }
+    match state.recent.get(&id) {
+        Some(record) => axum::Json(record).into_response(),
+        None => ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_request",
+            format!("no recent request `{id}`: only the last {} are kept", state.gateway.recent_requests),
+        )
+        .into_response(Dialect::OpenAi, ""),
+    }
+}

@@ -1,0 +1,178 @@
+//! Errors as clients see them: in their own dialect, with the trail.
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use switchyard::trail::{Attempt, Outcome};
+use switchyard::{ErrorKind, ProviderError, RouteError};
+
+use super::Dialect;
+
+/// An error response: status, a machine code, a message for people, and the trail when one
+/// exists.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    /// `invalid_json`, `all_targets_failed`, `rate_limited`, ...
+    pub code: String,
+    pub message: String,
+    pub attempts: Option<Value>,
+    pub retry_after: Option<Duration>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { status, code: code.into(), message: message.into(), attempts: None, retry_after: None }
+    }
+
+    /// The response for a routing failure: 429 with Retry-After when every attempt was rate
+    /// limited or exhausted, 504 when every attempt timed out, 502 otherwise; an error the
+    /// route does not fall back on keeps its own status.
+    pub fn from_route(error: &RouteError) -> Self {
+        let attempts = serde_json::to_value(error.trail()).ok();
+        match error {
+            RouteError::UnknownModel { .. } => {
+                Self::new(StatusCode::NOT_FOUND, "model_not_found", error.to_string())
+            }
+            RouteError::InvalidRequest(_) => {
+                Self::new(StatusCode::BAD_REQUEST, "invalid_request", error.to_string())
+            }
+            RouteError::Upstream { error: upstream, .. } => Self {
+                status: upstream_status(upstream),
+                code: upstream.kind().as_str().to_owned(),
+                message: error.to_string(),
+                attempts,
+                retry_after: upstream.retry_after(),
+            },
+            RouteError::AllTargetsFailed { trail, .. } => {
+                let (status, retry_after) = all_failed_status(trail.attempts());
+                Self {
+                    status,
+                    code: "all_targets_failed".to_owned(),
+                    message: error.to_string(),
+                    attempts,
+                    retry_after,
+                }
+            }
+        }
+    }
+
+    /// The error in a dialect's JSON shape.
+    pub fn body(&self, dialect: Dialect, request_id: &str) -> Value {
+        let switchyard = json!({ "request_id": request_id, "attempts": self.attempts.clone().unwrap_or_else(|| json!([])) });
+        match dialect {
+            Dialect::OpenAi => json!({
+                "error": { "message": self.message, "type": openai_type(self.status), "code": self.code, "param": null },
+                "switchyard": switchyard,
+            }),
+            Dialect::Anthropic => json!({
+                "type": "error",
+                "error": { "type": anthropic_type(self.status), "message": self.message },
+                "switchyard": switchyard,
+            }),
+        }
+    }
+
+    pub fn into_response(self, dialect: Dialect, request_id: &str) -> Response {
+        let body = self.body(dialect, request_id);
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(retry_after) = self.retry_after {
+            let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+            if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+                response.headers_mut().insert("retry-after", value);
+            }
+        }
+        response
+    }
+}
+
+fn upstream_status(error: &ProviderError) -> StatusCode {
+    if let Some(status) = error.status().filter(|s| *s >= 400).and_then(|s| StatusCode::from_u16(s).ok()) {
+        // 529 is Anthropic's; clients of other dialects know 503.
+        return if status.as_u16() == 529 { StatusCode::SERVICE_UNAVAILABLE } else { status };
+    }
+    match error.kind() {
+        ErrorKind::RateLimited | ErrorKind::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
+        ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        ErrorKind::Auth => StatusCode::UNAUTHORIZED,
+        ErrorKind::ModelNotFound => StatusCode::NOT_FOUND,
+        ErrorKind::ContextLength | ErrorKind::InvalidRequest | ErrorKind::ContentFiltered => {
+            StatusCode::BAD_REQUEST
+        }
+        ErrorKind::SchemaViolation => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorKind::Cancelled => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+        ErrorKind::Transport | ErrorKind::Unavailable | ErrorKind::MalformedResponse => {
+            StatusCode::BAD_GATEWAY
+        }
+    }
+}
+
+/// The status of an all-targets-failed error, from the attempts that say something: calls
+/// that failed, and targets skipped as exhausted. Skips for health say nothing new.
+fn all_failed_status(attempts: &[Attempt]) -> (StatusCode, Option<Duration>) {
+    let telling: Vec<&Attempt> = attempts
+        .iter()
+        .filter(|a| a.target().is_some() && (a.error.is_some() || a.outcome == Outcome::SkippedExhausted))
+        .collect();
+    if telling.is_empty() {
+        return (StatusCode::BAD_GATEWAY, None);
+    }
+    let limited = telling.iter().all(|a| {
+        a.outcome == Outcome::SkippedExhausted
+            || matches!(a.error_kind(), Some(ErrorKind::RateLimited | ErrorKind::QuotaExceeded))
+    });
+    if limited {
+        let soonest =
+            telling.iter().filter_map(|a| a.error.as_ref().and_then(ProviderError::retry_after)).min();
+        return (StatusCode::TOO_MANY_REQUESTS, Some(soonest.unwrap_or(Duration::from_secs(1))));
+    }
+    if telling.iter().all(|a| a.error_kind() == Some(ErrorKind::Timeout)) {
+        return (StatusCode::GATEWAY_TIMEOUT, None);
+    }
+    (StatusCode::BAD_GATEWAY, None)
+}
+
+fn openai_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "invalid_request_error",
+        429 => "rate_limit_error",
+        400..=499 => "invalid_request_error",
+        504 => "timeout_error",
+        _ => "server_error",
+    }
+}
+
+fn anthropic_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        400..=499 => "invalid_request_error",
+        503 | 529 => "overloaded_error",
+        504 => "timeout_error",
+        _ => "api_error",
+    }
+}
+
+/// The error event a stream ends with, in a dialect's shape.
+pub fn stream_error_event(
+    dialect: Dialect,
+    error: &ProviderError,
+    request_id: &str,
+    attempts: Value,
+) -> Value {
+    let api = ApiError {
+        status: upstream_status(error),
+        code: error.kind().as_str().to_owned(),
+        message: format!("the stream failed after content was sent: {error}"),
+        attempts: Some(attempts),
+        retry_after: None,
+    };
+    api.body(dialect, request_id)
+}

@@ -1,0 +1,426 @@
+//! The HTTP surface: OpenAI and Anthropic dialects over one router, plus health, metrics and
+//! admin endpoints. The gateway knows nothing of retry rules: it translates dialects and renders
+//! what the router decided.
+
+mod admin;
+mod anthropic;
+mod errors;
+mod openai;
+mod sse;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router as HttpRouter;
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use switchyard::credential::Secret;
+use switchyard::trail::{Timing, Trail, Via};
+use switchyard::{RequestOptions, Router};
+
+use crate::config::GatewaySettings;
+use crate::metrics::Metrics;
+use crate::recent::Recent;
+
+pub use errors::ApiError;
+
+/// The dialect of a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    OpenAi,
+    Anthropic,
+}
+
+/// Everything handlers share.
+pub struct AppState {
+    pub router: Router,
+    pub gateway: GatewaySettings,
+    pub recent: Recent,
+    pub metrics: Metrics,
+    ids: IdSource,
+}
+
+impl AppState {
+    pub fn new(router: Router, gateway: GatewaySettings) -> Arc<Self> {
+        let metrics = Metrics::new();
+        describe(&metrics);
+        Arc::new(Self {
+            recent: Recent::new(gateway.recent_requests),
+            router,
+            gateway,
+            metrics,
+            ids: IdSource::new(),
+        })
+    }
+}
+
+/// Request ids: a process prefix (start time) and a counter; cheap and unique enough to find a
+/// request in logs and in `/admin/requests/{id}`.
+struct IdSource {
+    prefix: String,
+    next: AtomicU64,
+}
+
+impl IdSource {
+    fn new() -> Self {
+        let start = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+        Self { prefix: format!("req_{:x}", start & 0xffff_ffff), next: AtomicU64::new(1) }
+    }
+
+    fn next(&self) -> String {
+        format!("{}{:06x}", self.prefix, self.next.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// The whole HTTP application.
+pub fn app(state: Arc<AppState>) -> HttpRouter {
+    HttpRouter::new()
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/embeddings", post(openai::embeddings))
+        .route("/v1/models", get(openai::models))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
+        .route("/readyz", get(admin::ready))
+        .route("/metrics", get(admin::metrics))
+        .route("/admin/health", get(admin::health))
+        .route("/admin/health/reset", post(admin::reset))
+        .route("/admin/requests/{id}", get(admin::request))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+async fn not_found(request: Request) -> Response {
+    let message = format!(
+        "no such endpoint: {} {}. Endpoints: POST /v1/chat/completions, POST /v1/messages, POST /v1/embeddings, GET /v1/models, GET /healthz, GET /readyz, GET /metrics, GET /admin/health, POST /admin/health/reset, GET /admin/requests/{{id}}",
+        request.method(),
+        request.uri().path()
+    );
+    ApiError::new(StatusCode::NOT_FOUND, "unknown_endpoint", message)
+        .into_response(dialect_of(request.uri().path()), "")
+}
+
+async fn method_not_allowed(request: Request) -> Response {
+    let message = format!("{} is not allowed on {}", request.method(), request.uri().path());
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", message)
+        .into_response(dialect_of(request.uri().path()), "")
+}
+
+fn dialect_of(path: &str) -> Dialect {
+    if path.starts_with("/v1/messages") { Dialect::Anthropic } else { Dialect::OpenAi }
+}
+
+/// One request's identity and clock, from arrival to the log line.
+pub struct Exchange {
+    pub id: String,
+    pub dialect: Dialect,
+    pub started: Instant,
+    pub endpoint: &'static str,
+}
+
+impl Exchange {
+    fn start(state: &AppState, headers: &HeaderMap, dialect: Dialect, endpoint: &'static str) -> Self {
+        let id = headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| {
+                !v.is_empty()
+                    && v.len() <= 64
+                    && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+            })
+            .map_or_else(|| state.ids.next(), str::to_owned);
+        Self { id, dialect, started: Instant::now(), endpoint }
+    }
+
+    /// Renders `error` and logs the request.
+    fn fail(&self, state: &AppState, route: &str, error: ApiError) -> Response {
+        let trail_len = error.attempts.as_ref().and_then(Value::as_array).map_or(0, Vec::len);
+        self.finish(state, route, None, error.status.as_u16(), trail_len, None);
+        let mut response = error.into_response(self.dialect, &self.id);
+        self.stamp(&mut response, None, trail_len);
+        response
+    }
+
+    /// Logs a routing failure and keeps its trail.
+    fn finish_failure(&self, state: &AppState, route: &str, status: u16, error: &switchyard::RouteError) {
+        let trail = match error {
+            switchyard::RouteError::AllTargetsFailed { trail, .. }
+            | switchyard::RouteError::Upstream { trail, .. } => trail.clone(),
+            _ => Trail::default(),
+        };
+        let timing = Timing { total: self.started.elapsed(), ..Timing::default() };
+        self.finish(state, route, None, status, trail.len(), Some((&trail, &timing)));
+    }
+
+    /// The headers every answer carries.
+    fn stamp(&self, response: &mut Response, served_by: Option<&Via>, attempts: usize) {
+        let headers = response.headers_mut();
+        if let Ok(id) = HeaderValue::from_str(&self.id) {
+            headers.insert("x-request-id", id);
+        }
+        if let Some(via) = served_by
+            && let Ok(value) = HeaderValue::from_str(&via.to_string())
+        {
+            headers.insert("x-switchyard-target", value);
+        }
+        headers.insert("x-switchyard-attempts", HeaderValue::from(attempts as u64));
+    }
+
+    /// Logs the request and records its metrics and trail.
+    fn finish(
+        &self,
+        state: &AppState,
+        route: &str,
+        served_by: Option<&Via>,
+        status: u16,
+        attempts: usize,
+        outcome: Option<(&Trail, &Timing)>,
+    ) {
+        let elapsed = self.started.elapsed();
+        let metrics = &state.metrics;
+        let route_label = if route.is_empty() { "(none)".to_owned() } else { route.to_owned() };
+        metrics.increment(
+            "switchyard_requests_total",
+            vec![
+                ("endpoint", self.endpoint.to_owned()),
+                ("route", route_label.clone()),
+                ("status", status.to_string()),
+            ],
+            1,
+        );
+        metrics.observe(
+            "switchyard_request_duration_seconds",
+            vec![("route", route_label)],
+            elapsed.as_secs_f64(),
+        );
+        let mut upstream = Duration::ZERO;
+        if let Some((trail, timing)) = outcome {
+            for attempt in trail {
+                let target = attempt.via.to_string();
+                let kind = attempt.error_kind().map_or("", |k| k.as_str()).to_owned();
+                metrics.increment(
+                    "switchyard_attempts_total",
+                    vec![
+                        ("target", target),
+                        ("outcome", attempt.outcome.as_str().to_owned()),
+                        ("error_kind", kind),
+                    ],
+                    1,
+                );
+                upstream += attempt.duration.saturating_sub(attempt.queued);
+            }
+            if let Some(first_token) = timing.first_token {
+                metrics.observe(
+                    "switchyard_time_to_first_token_seconds",
+                    vec![("route", route.to_owned())],
+                    first_token.as_secs_f64(),
+                );
+            }
+            let first_called = trail.attempts().iter().find(|a| !a.outcome.is_skip()).map(|a| &a.via);
+            if served_by.is_some() && first_called != served_by {
+                metrics.increment("switchyard_fallbacks_total", vec![("route", route.to_owned())], 1);
+            }
+            let retries =
+                trail.attempts().iter().filter(|a| a.outcome == switchyard::trail::Outcome::Retried).count();
+            if retries > 0 {
+                metrics.increment(
+                    "switchyard_retries_total",
+                    vec![("route", route.to_owned())],
+                    retries as u64,
+                );
+            }
+            let overhead = elapsed.saturating_sub(upstream).saturating_sub(timing.queued);
+            metrics.observe("switchyard_overhead_seconds", vec![], overhead.as_secs_f64());
+            state.recent.insert(
+                self.id.clone(),
+                json!({
+                    "request_id": self.id,
+                    "endpoint": self.endpoint,
+                    "route": route,
+                    "served_by": served_by.map(ToString::to_string),
+                    "status": status,
+                    "duration_ms": elapsed.as_secs_f64() * 1000.0,
+                    "queued_ms": timing.queued.as_secs_f64() * 1000.0,
+                    "first_token_ms": timing.first_token.map(|d| d.as_secs_f64() * 1000.0),
+                    "attempts": trail,
+                }),
+            );
+        }
+        tracing::info!(
+            target: "switchyard::access",
+            request_id = %self.id,
+            endpoint = self.endpoint,
+            route,
+            served_by = served_by.map(ToString::to_string).unwrap_or_default(),
+            attempts,
+            status,
+            latency_ms = elapsed.as_secs_f64() * 1000.0,
+            overhead_ms = elapsed.saturating_sub(upstream).as_secs_f64() * 1000.0,
+            "request"
+        );
+    }
+}
+
+fn describe(metrics: &Metrics) {
+    metrics.describe("switchyard_requests_total", "Requests answered, by endpoint, route and HTTP status.");
+    metrics.describe("switchyard_attempts_total", "Attempts, by target, outcome and error kind.");
+    metrics.describe(
+        "switchyard_fallbacks_total",
+        "Requests served by another target than the first one called.",
+    );
+    metrics.describe("switchyard_retries_total", "Retries of the same target.");
+    metrics.describe(
+        "switchyard_request_duration_seconds",
+        "Time from request to answer (to the end of the headers, for streams).",
+    );
+    metrics.describe(
+        "switchyard_overhead_seconds",
+        "Time the gateway added on top of upstream calls and pacing.",
+    );
+    metrics.describe("switchyard_time_to_first_token_seconds", "Time to the first streamed content chunk.");
+    metrics.describe("switchyard_tokens_total", "Tokens, by target and type (prompt, completion).");
+    metrics.describe("switchyard_cost_total", "Cost at the configured prices, by target.");
+}
+
+/// Checks the gateway key (Bearer or x-api-key) when keys are configured.
+fn authorized(keys: &[Secret], headers: &HeaderMap) -> bool {
+    if keys.is_empty() {
+        return true;
+    }
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
+    let Some(presented) = presented else { return false };
+    keys.iter().any(|key| constant_time_eq(key.expose().as_bytes(), presented.trim().as_bytes()))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn unauthorized(headers: &HeaderMap) -> ApiError {
+    let presented = headers.contains_key(header::AUTHORIZATION) || headers.contains_key("x-api-key");
+    let message = if presented {
+        "the gateway key is not valid"
+    } else {
+        "a gateway key is required: send it as `Authorization: Bearer <key>` or `x-api-key: <key>`"
+    };
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+}
+
+/// Reads a JSON request body, refusing a wrong content type and a body over the limit.
+async fn json_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    if let Some(content_type) = headers.get(header::CONTENT_TYPE) {
+        let text = content_type.to_str().unwrap_or_default().to_ascii_lowercase();
+        let essence = text.split(';').next().unwrap_or_default().trim();
+        if essence != "application/json" && !essence.ends_with("+json") {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                format!("content type `{essence}` is not JSON: send `Content-Type: application/json`"),
+            ));
+        }
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|_| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body is over the limit of {limit} bytes (gateway.max_body)"),
+        )
+    })
+}
+
+/// A JSON parse error, with the line and column.
+fn invalid_json(error: &serde_json::Error) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "invalid_json",
+        format!("the body is not a valid request: {error}"),
+    )
+}
+
+/// The per-request switches from headers.
+fn options(headers: &HeaderMap) -> RequestOptions {
+    let no_fallback = headers
+        .get("x-switchyard-fallback")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "off" | "false" | "0" | "no"));
+    RequestOptions { no_fallback, ..RequestOptions::default() }
+}
+
+/// The names a client may send as `model`.
+fn model_names(router: &Router) -> Vec<String> {
+    let mut names: Vec<String> = router.routes().map(|r| r.name().to_owned()).collect();
+    for route in router.routes() {
+        for target in route.all_targets() {
+            let name = target.to_string();
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
+fn missing_model(router: &Router) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "missing_model",
+        format!("the request has no `model`: name a route or a target ({})", model_names(router).join(", ")),
+    )
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
+}
+
+fn add_usage_metrics(
+    state: &AppState,
+    served_by: &Via,
+    usage: Option<switchyard::chat::Usage>,
+    cost: Option<f64>,
+) {
+    let Via::Target(target) = served_by else { return };
+    if let Some(usage) = usage {
+        let name = target.to_string();
+        state.metrics.increment(
+            "switchyard_tokens_total",
+            vec![("target", name.clone()), ("type", "prompt".into())],
+            u64::from(usage.prompt_tokens),
+        );
+        state.metrics.increment(
+            "switchyard_tokens_total",
+            vec![("target", name), ("type", "completion".into())],
+            u64::from(usage.completion_tokens),
+        );
+    }
+    if let Some(cost) = cost {
+        state.metrics.add("switchyard_cost_total", vec![("target", target.to_string())], cost);
+    }
+}
+
+/// Turns a response with JSON into one with the switchyard headers.
+fn json_response(
+    exchange: &Exchange,
+    body: &Value,
+    served_by: &Via,
+    attempts: usize,
+    queued: Duration,
+) -> Response {
+    let mut response = (StatusCode::OK, axum::Json(body)).into_response();
+    exchange.stamp(&mut response, Some(served_by), attempts);
+    if !queued.is_zero() {
+        response.headers_mut().insert("x-switchyard-queued-ms", HeaderValue::from(queued.as_millis() as u64));
+    }
+    response
+}

@@ -1,0 +1,173 @@
+//! The OpenAI dialect: `/v1/chat/completions`, `/v1/embeddings`, `/v1/models`.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use switchyard::chat::{ChatRequest, Dialect as ChatDialect, EmbeddingsRequest};
+
+use super::{
+    AppState, Dialect, Exchange, add_usage_metrics, authorized, invalid_json, json_body, json_response,
+    missing_model, model_names, options, unauthorized, unix_now,
+};
+
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let exchange = Exchange::start(&state, &headers, Dialect::OpenAi, "chat_completions");
+    if !authorized(&state.gateway.keys, &headers) {
+        return exchange.fail(&state, "", unauthorized(&headers));
+    }
+    let bytes = match json_body(&headers, body, state.gateway.max_body).await {
+        Ok(bytes) => bytes,
+        Err(error) => return exchange.fail(&state, "", error),
+    };
+    let mut request: ChatRequest = match serde_json::from_slice(&bytes) {
+        Ok(request) => request,
+        Err(error) => return exchange.fail(&state, "", invalid_json(&error)),
+    };
+    request.origin = ChatDialect::OpenAi;
+    if request.model.trim().is_empty() {
+        return exchange.fail(&state, "", missing_model(&state.router));
+    }
+    if request.messages.is_empty() {
+        let error = super::ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "`messages` is empty: send at least one message",
+        );
+        return exchange.fail(&state, "", error);
+    }
+    let options = options(&headers);
+    if request.stream {
+        let include_usage = request
+            .extra
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        return match state.router.chat_stream(&request, &options).await {
+            Ok(stream) => super::sse::openai_stream(state.clone(), exchange, stream, include_usage),
+            Err(error) => exchange.fail(&state, &request.model, super::ApiError::from_route(&error)),
+        };
+    }
+    match state.router.chat_with(&request, &options).await {
+        Ok(answer) => {
+            let mut response = answer.response;
+            if response.id.is_empty() {
+                response.id = format!("chatcmpl-{}", exchange.id);
+            }
+            if response.created == 0 {
+                response.created = unix_now();
+            }
+            response.extra.entry("object").or_insert_with(|| Value::from("chat.completion"));
+            let body = serde_json::to_value(&response).unwrap_or(Value::Null);
+            add_usage_metrics(&state, &answer.served_by, answer.usage, answer.cost);
+            let attempts = answer.trail.len();
+            exchange.finish(
+                &state,
+                &answer.route,
+                Some(&answer.served_by),
+                200,
+                attempts,
+                Some((&answer.trail, &answer.timing)),
+            );
+            json_response(&exchange, &body, &answer.served_by, attempts, answer.timing.queued)
+        }
+        Err(error) => {
+            let route = route_name(&state, &request.model);
+            let api = super::ApiError::from_route(&error);
+            let status = api.status.as_u16();
+            let trail_len = error.trail().len();
+            let mut response = api.into_response(Dialect::OpenAi, &exchange.id);
+            exchange.stamp(&mut response, None, trail_len);
+            exchange.finish_failure(&state, &route, status, &error);
+            response
+        }
+    }
+}
+
+/// The route that governs `model`: itself, or the default route for a named target.
+pub(super) fn route_name(state: &AppState, model: &str) -> String {
+    if state.router.route(model).is_some() {
+        model.to_owned()
+    } else {
+        state.router.default_route().name().to_owned()
+    }
+}
+
+pub async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    let exchange = Exchange::start(&state, &headers, Dialect::OpenAi, "embeddings");
+    if !authorized(&state.gateway.keys, &headers) {
+        return exchange.fail(&state, "", unauthorized(&headers));
+    }
+    let bytes = match json_body(&headers, body, state.gateway.max_body).await {
+        Ok(bytes) => bytes,
+        Err(error) => return exchange.fail(&state, "", error),
+    };
+    let request: EmbeddingsRequest = match serde_json::from_slice(&bytes) {
+        Ok(request) => request,
+        Err(error) => return exchange.fail(&state, "", invalid_json(&error)),
+    };
+    if request.model.trim().is_empty() {
+        return exchange.fail(&state, "", missing_model(&state.router));
+    }
+    match state.router.embeddings(&request, &options(&headers)).await {
+        Ok(answer) => {
+            let data: Vec<Value> = answer
+                .response
+                .data
+                .iter()
+                .map(|e| json!({ "object": "embedding", "index": e.index, "embedding": e.embedding }))
+                .collect();
+            let usage = answer.response.usage.map_or(
+                json!({ "prompt_tokens": 0, "total_tokens": 0 }),
+                |u| json!({ "prompt_tokens": u.prompt_tokens, "total_tokens": u.total_tokens }),
+            );
+            let body =
+                json!({ "object": "list", "data": data, "model": answer.response.model, "usage": usage });
+            let attempts = answer.trail.len();
+            exchange.finish(
+                &state,
+                &answer.route,
+                Some(&answer.served_by),
+                200,
+                attempts,
+                Some((&answer.trail, &answer.timing)),
+            );
+            json_response(&exchange, &body, &answer.served_by, attempts, answer.timing.queued)
+        }
+        Err(error) => {
+            let route = route_name(&state, &request.model);
+            let api = super::ApiError::from_route(&error);
+            let status = api.status.as_u16();
+            let trail_len = error.trail().len();
+            let mut response = api.into_response(Dialect::OpenAi, &exchange.id);
+            exchange.stamp(&mut response, None, trail_len);
+            exchange.finish_failure(&state, &route, status, &error);
+            response
+        }
+    }
+}
+
+/// The routes, then every target one can name.
+pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if !authorized(&state.gateway.keys, &headers) {
+        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+    }
+    let created = unix_now();
+    let routes: Vec<String> = state.router.routes().map(|r| r.name().to_owned()).collect();
+    let data: Vec<Value> = model_names(&state.router)
+        .into_iter()
+        .map(|id| {
+            let kind = if routes.contains(&id) { "route" } else { "target" };
+            json!({ "id": id, "object": "model", "created": created, "owned_by": "switchyard", "switchyard_kind": kind })
+        })
+        .collect();
+    axum::Json(json!({ "object": "list", "data": data })).into_response()
+}

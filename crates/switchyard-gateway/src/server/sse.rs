@@ -1,0 +1,182 @@
+//! Streamed answers as server-sent events, forwarded chunk by chunk.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::Response;
+use futures_util::Stream;
+use switchyard::RoutedStream;
+use switchyard::chat::ChatChunk;
+
+use super::errors::stream_error_event;
+use super::{AppState, Dialect, Exchange, add_usage_metrics, unix_now};
+
+/// Turns one routed stream into wire events of a dialect.
+pub trait Encoder: Send + Unpin + 'static {
+    /// The events for one chunk (possibly none).
+    fn chunk(&mut self, chunk: ChatChunk, out: &mut Vec<u8>);
+    /// The events that end a successful stream.
+    fn end(&mut self, out: &mut Vec<u8>);
+}
+
+/// OpenAI's `chat.completion.chunk` events, ending with `data: [DONE]`.
+pub struct OpenAiEncoder {
+    id: String,
+    created: u64,
+    include_usage: bool,
+}
+
+impl Encoder for OpenAiEncoder {
+    fn chunk(&mut self, mut chunk: ChatChunk, out: &mut Vec<u8>) {
+        if !self.include_usage {
+            chunk.usage = None;
+            if chunk.choices.is_empty() {
+                return;
+            }
+        }
+        if chunk.id.is_empty() {
+            chunk.id.clone_from(&self.id);
+        }
+        if chunk.created == 0 {
+            chunk.created = self.created;
+        }
+        chunk.extra.entry("object").or_insert_with(|| "chat.completion.chunk".into());
+        write_data(out, &chunk);
+    }
+
+    fn end(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"data: [DONE]\n\n");
+    }
+}
+
+pub fn write_data(out: &mut Vec<u8>, value: &impl serde::Serialize) {
+    out.extend_from_slice(b"data: ");
+    // Serializing our own types cannot fail; an empty object keeps the stream well-formed.
+    if serde_json::to_writer(&mut *out, value).is_err() {
+        out.extend_from_slice(b"{}");
+    }
+    out.extend_from_slice(b"\n\n");
+}
+
+pub fn write_event(out: &mut Vec<u8>, name: &str, value: &impl serde::Serialize) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.push(b'\n');
+    write_data(out, value);
+}
+
+/// An OpenAI-dialect streaming response.
+pub fn openai_stream(
+    state: Arc<AppState>,
+    exchange: Exchange,
+    stream: RoutedStream,
+    include_usage: bool,
+) -> Response {
+    let encoder =
+        OpenAiEncoder { id: format!("chatcmpl-{}", exchange.id), created: unix_now(), include_usage };
+    respond(state, exchange, stream, encoder)
+}
+
+/// A streaming response: headers now (with the serving target), events as chunks arrive.
+pub fn respond<E: Encoder>(
+    state: Arc<AppState>,
+    exchange: Exchange,
+    stream: RoutedStream,
+    encoder: E,
+) -> Response {
+    let served_by = stream.served_by().clone();
+    let attempts = stream.trail().len();
+    let queued = stream.timing().queued;
+    let route = stream.route().to_owned();
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::OK;
+    exchange.stamp(&mut response, Some(&served_by), attempts);
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if !queued.is_zero() {
+        headers.insert("x-switchyard-queued-ms", HeaderValue::from(queued.as_millis() as u64));
+    }
+    let body = SseBody { state, exchange: Some(exchange), route, stream, encoder, done: false };
+    *response.body_mut() = Body::from_stream(body);
+    response
+}
+
+struct SseBody<E> {
+    state: Arc<AppState>,
+    /// Present until the request is logged (at the end, or when the client goes away).
+    exchange: Option<Exchange>,
+    route: String,
+    stream: RoutedStream,
+    encoder: E,
+    done: bool,
+}
+
+impl<E> SseBody<E> {
+    fn finish(&mut self, status: u16) {
+        if let Some(exchange) = self.exchange.take() {
+            let served_by = self.stream.served_by().clone();
+            add_usage_metrics(&self.state, &served_by, self.stream.usage(), None);
+            let trail = self.stream.trail().clone();
+            let timing = *self.stream.timing();
+            exchange.finish(
+                &self.state,
+                &self.route,
+                Some(&served_by),
+                status,
+                trail.len(),
+                Some((&trail, &timing)),
+            );
+        }
+    }
+}
+
+impl<E: Encoder> Stream for SseBody<E> {
+    type Item = Result<Bytes, std::convert::Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        let mut out = Vec::new();
+        while !this.done {
+            match Pin::new(&mut this.stream).poll_next(cx) {
+                Poll::Ready(Some(Ok(chunk))) => {
+                    this.encoder.chunk(chunk, &mut out);
+                    if !out.is_empty() {
+                        return Poll::Ready(Some(Ok(Bytes::from(out))));
+                    }
+                }
+                Poll::Ready(Some(Err(failure))) => {
+                    this.done = true;
+                    let id = this.exchange.as_ref().map(|e| e.id.clone()).unwrap_or_default();
+                    let dialect = this.exchange.as_ref().map_or(Dialect::OpenAi, |e| e.dialect);
+                    let attempts = serde_json::to_value(&failure.trail).unwrap_or_default();
+                    let event = stream_error_event(dialect, &failure.error, &id, attempts);
+                    match dialect {
+                        Dialect::OpenAi => write_data(&mut out, &event),
+                        Dialect::Anthropic => write_event(&mut out, "error", &event),
+                    }
+                    this.finish(200);
+                    return Poll::Ready(Some(Ok(Bytes::from(out))));
+                }
+                Poll::Ready(None) => {
+                    this.done = true;
+                    this.encoder.end(&mut out);
+                    this.finish(200);
+                    return Poll::Ready(Some(Ok(Bytes::from(out))));
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(None)
+    }
+}
+
+impl<E> Drop for SseBody<E> {
+    fn drop(&mut self) {
+        // The client went away before the end: 499, as nginx logs it.
+        self.finish(499);
+    }
+}

@@ -1,0 +1,149 @@
+//! Configuration validation: every bad file gets an error naming the file, the key path and
+//! the fix. The expected messages are golden files beside the cases; run with
+//! `SWITCHYARD_BLESS=1` to rewrite them after an intended change.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+
+use switchyard_gateway::config;
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "TEST_OPENAI_KEY" => Some("sk-test-0123456789".to_owned()),
+        "SWITCHYARD_KEY" => Some("gw-key".to_owned()),
+        _ => None,
+    }
+}
+
+fn cases() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/config_errors");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "toml"))
+        .collect();
+    cases.sort();
+    cases
+}
+
+#[test]
+fn every_invalid_file_fails_with_its_golden_message() {
+    let bless = std::env::var_os("SWITCHYARD_BLESS").is_some();
+    let cases = cases();
+    assert!(cases.len() >= 10, "the golden cases are present");
+    let mut mismatches = Vec::new();
+    for case in cases {
+        let error = config::load_file(&case, &env).expect_err(&format!("{} must be refused", case.display()));
+        // Golden files hold the message with the file named relative to the crate.
+        let root = format!("{}/", env!("CARGO_MANIFEST_DIR"));
+        let message = error.to_string().replace(&root, "");
+        let golden = case.with_extension("err");
+        if bless {
+            std::fs::write(&golden, format!("{message}\n")).unwrap();
+            continue;
+        }
+        let expected = std::fs::read_to_string(&golden).unwrap_or_default();
+        if expected.trim_end() != message {
+            mismatches.push(format!(
+                "{}:\n  expected: {}\n  actual:   {message}",
+                case.display(),
+                expected.trim_end()
+            ));
+        }
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
+
+#[test]
+fn every_message_names_the_file_and_a_key_path() {
+    for case in cases() {
+        let error = config::load_file(&case, &env).unwrap_err();
+        let file_name = case.file_name().unwrap().to_string_lossy().to_string();
+        assert!(error.to_string().contains(&file_name), "{error}");
+        for problem in &error.problems {
+            assert!(!problem.path.is_empty(), "{error}");
+        }
+    }
+}
+
+#[test]
+fn the_issue_example_config_loads() {
+    let text = r#"
+listen: 127.0.0.1:4680
+providers:
+  openai:   { kind: openai, api_key: env://TEST_OPENAI_KEY }
+  claude:   { kind: anthropic, api_keys: [env://TEST_OPENAI_KEY, literal-second-key] }
+  local:    { kind: openai_compatible, base_url: http://127.0.0.1:11434/v1 }
+routes:
+  default:
+    targets: [openai:gpt-4o-mini, claude:claude-sonnet-4-5, local:qwen3:8b]
+    retry: { max_attempts: 2, backoff_base: 250ms, backoff_max: 10s, max_wait: 5s }
+    health_gate: true
+    health_ttl: 30s
+    context_window: [claude:claude-sonnet-4-5]
+    content_policy: [local:qwen3:8b]
+    timeouts: { first_byte: 20s, idle: 30s, total: 120s }
+    candidates: [{ name: apology, text: "The assistant is busy, please retry shortly." }]
+health: { failure_threshold: 3, open_for: 30s, cooldown_on_rate_limit: 60s, cooldown_on_error: 30s }
+gateway:
+  keys: [env://SWITCHYARD_KEY]
+"#;
+    let file = config::parse(text, false, "example.yaml").unwrap();
+    let loaded = config::build(file, config::Source::File("example.yaml".into()), &env).unwrap();
+    let route = loaded.router.route("default").unwrap();
+    assert_eq!(route.targets().len(), 3);
+    assert_eq!(route.targets()[2].target.model(), "qwen3:8b");
+    assert_eq!(route.retry().max_wait, std::time::Duration::from_secs(5));
+    assert_eq!(loaded.router.credentials("claude").unwrap().len(), 2);
+    assert_eq!(loaded.gateway.keys.len(), 1);
+    assert_eq!(loaded.listen.port(), 4680);
+}
+
+#[test]
+fn toml_is_accepted_too() {
+    let text = r#"
+[providers.local]
+kind = "simulated"
+
+[routes.default]
+targets = ["local:m"]
+health_ttl = "5s"
+"#;
+    let file = config::parse(text, true, "config.toml").unwrap();
+    let loaded = config::build(file, config::Source::File("config.toml".into()), &env).unwrap();
+    assert_eq!(loaded.router.default_route().health_ttl(), std::time::Duration::from_secs(5));
+}
+
+#[test]
+fn no_file_and_no_keys_serves_the_demo() {
+    let loaded = config::load_default(&|_| None).unwrap();
+    assert_eq!(loaded.source, config::Source::Demo);
+    assert!(loaded.router.route("default").is_some());
+}
+
+#[test]
+fn api_keys_in_the_environment_become_providers_and_a_default_route() {
+    let env = |name: &str| match name {
+        "OPENAI_API_KEY" => Some("sk-a".to_owned()),
+        "ANTHROPIC_API_KEY" => Some("sk-ant-b".to_owned()),
+        _ => None,
+    };
+    let loaded = config::load_default(&env).unwrap();
+    assert_eq!(
+        loaded.source,
+        config::Source::Environment(vec!["OPENAI_API_KEY".into(), "ANTHROPIC_API_KEY".into()])
+    );
+    let targets: Vec<String> =
+        loaded.router.default_route().targets().iter().map(|t| t.target.to_string()).collect();
+    assert_eq!(targets, ["openai:gpt-4o-mini", "anthropic:claude-sonnet-4-5"]);
+}
+
+#[test]
+fn durations_take_units() {
+    assert_eq!(config::parse_duration("250ms"), Some(std::time::Duration::from_millis(250)));
+    assert_eq!(config::parse_duration("5m"), Some(std::time::Duration::from_secs(300)));
+    assert_eq!(config::parse_duration("1m30s"), Some(std::time::Duration::from_secs(90)));
+    assert_eq!(config::parse_duration("5 minutes"), None);
+    assert_eq!(config::parse_duration("-1s"), None);
+}

@@ -1,0 +1,441 @@
+//! The HTTP surface, in process on loopback: bad input, auth, error shapes and statuses,
+//! headers, streaming, admin and metrics. Upstreams are simulated providers.
+
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use switchyard::route::Route;
+use switchyard::simulated::{SimulatedProvider, Step};
+use switchyard::{ProviderEntry, Router};
+use switchyard_gateway::config;
+use switchyard_gateway::server::{AppState, app};
+
+const GATEWAY_KEY: &str = "gw-secret-key-123456";
+const ADMIN_KEY: &str = "admin-secret-key-654321";
+
+struct Gateway {
+    addr: SocketAddr,
+    client: reqwest::Client,
+}
+
+impl Gateway {
+    async fn start(yaml: &str) -> Self {
+        let env = |name: &str| match name {
+            "GW_KEY" => Some(GATEWAY_KEY.to_owned()),
+            "ADMIN_KEY" => Some(ADMIN_KEY.to_owned()),
+            _ => None,
+        };
+        let file = config::parse(yaml, false, "test.yaml").unwrap();
+        let loaded = config::build(file, config::Source::File("test.yaml".into()), &env).unwrap();
+        Self::serve(AppState::new(loaded.router, loaded.gateway)).await
+    }
+
+    async fn serve(state: Arc<AppState>) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
+        Self { addr, client: reqwest::Client::new() }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    async fn post(&self, path: &str, body: Value) -> reqwest::Response {
+        self.client.post(self.url(path)).bearer_auth(GATEWAY_KEY).json(&body).send().await.unwrap()
+    }
+
+    async fn get(&self, path: &str, key: &str) -> reqwest::Response {
+        self.client.get(self.url(path)).bearer_auth(key).send().await.unwrap()
+    }
+}
+
+async fn json_of(response: reqwest::Response) -> Value {
+    serde_json::from_slice(&response.bytes().await.unwrap()).unwrap()
+}
+
+fn chat(model: &str) -> Value {
+    json!({ "model": model, "messages": [{ "role": "user", "content": "hi" }] })
+}
+
+const BASIC: &str = r#"
+providers:
+  down: { kind: simulated, error_rates: { unavailable: 1.0 } }
+  up: { kind: simulated, reply: "hello from up" }
+routes:
+  default:
+    targets: [down:m, up:m]
+    retry: { max_attempts: 1 }
+    health_gate: false
+gateway:
+  keys: [env://GW_KEY]
+  admin_key: env://ADMIN_KEY
+  max_body: 2kb
+"#;
+
+#[tokio::test]
+async fn a_failover_answer_names_the_target_attempts_and_request_id() {
+    let gateway = Gateway::start(BASIC).await;
+    let response = gateway.post("/v1/chat/completions", chat("default")).await;
+
+    assert_eq!(response.status(), 200);
+    let headers = response.headers().clone();
+    assert_eq!(headers["x-switchyard-target"], "up:m");
+    assert_eq!(headers["x-switchyard-attempts"], "2");
+    let id = headers["x-request-id"].to_str().unwrap().to_owned();
+    let body = json_of(response).await;
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["choices"][0]["message"]["content"], "hello from up");
+
+    let record = json_of(gateway.get(&format!("/admin/requests/{id}"), ADMIN_KEY).await).await;
+    assert_eq!(record["served_by"], "up:m");
+    assert_eq!(record["attempts"][0]["outcome"], "failed");
+    assert_eq!(record["attempts"][0]["error"]["kind"], "unavailable");
+    assert_eq!(record["attempts"][1]["outcome"], "ok");
+}
+
+#[tokio::test]
+async fn a_request_id_sent_by_the_client_is_kept() {
+    let gateway = Gateway::start(BASIC).await;
+    let response = gateway
+        .client
+        .post(gateway.url("/v1/chat/completions"))
+        .bearer_auth(GATEWAY_KEY)
+        .header("x-request-id", "client-chosen-42")
+        .json(&chat("default"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["x-request-id"], "client-chosen-42");
+}
+
+#[tokio::test]
+async fn fallback_off_returns_the_first_targets_error_with_its_status() {
+    let gateway = Gateway::start(BASIC).await;
+    let response = gateway
+        .client
+        .post(gateway.url("/v1/chat/completions"))
+        .bearer_auth(GATEWAY_KEY)
+        .header("x-switchyard-fallback", "off")
+        .json(&chat("default"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503, "the upstream's status is kept");
+    let body = json_of(response).await;
+    assert_eq!(body["error"]["code"], "unavailable");
+    assert_eq!(body["switchyard"]["attempts"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_400_that_says_where() {
+    let gateway = Gateway::start(BASIC).await;
+    let response = gateway
+        .client
+        .post(gateway.url("/v1/chat/completions"))
+        .bearer_auth(GATEWAY_KEY)
+        .header("content-type", "application/json")
+        .body("{\"model\": \"default\", \"messages\": [")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let body = json_of(response).await;
+    assert_eq!(body["error"]["code"], "invalid_json");
+    assert!(body["error"]["message"].as_str().unwrap().contains("line 1 column"), "{body}");
+}
+
+#[tokio::test]
+async fn a_missing_model_lists_the_valid_names() {
+    let gateway = Gateway::start(BASIC).await;
+    let response = gateway
+        .post("/v1/chat/completions", json!({ "messages": [{ "role": "user", "content": "hi" }] }))
+        .await;
+    assert_eq!(response.status(), 400);
+    let message = json_of(response).await["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("`model`") && message.contains("default, down:m, up:m"), "{message}");
+}
+
+#[tokio::test]
+async fn an_unknown_model_is_a_404_listing_the_valid_names() {
+    let gateway = Gateway::start(BASIC).await;
+    let response = gateway.post("/v1/chat/completions", chat("gpt-5")).await;
+    assert_eq!(response.status(), 404);
+    let body = json_of(response).await;
+    assert_eq!(body["error"]["code"], "model_not_found");
+    assert!(body["error"]["message"].as_str().unwrap().contains("default, down:m, up:m"), "{body}");
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_a_413() {
+    let gateway = Gateway::start(BASIC).await;
+    let big = "x".repeat(4096);
+    let response = gateway
+        .post(
+            "/v1/chat/completions",
+            json!({ "model": "default", "messages": [{ "role": "user", "content": big }] }),
+        )
+        .await;
+    assert_eq!(response.status(), 413);
+    let body = json_of(response).await;
+    assert!(body["error"]["message"].as_str().unwrap().contains("2048 bytes"), "{body}");
+}
+
+#[tokio::test]
+async fn a_wrong_content_type_is_a_415() {
+    let gateway = Gateway::start(BASIC).await;
+    let response = gateway
+        .client
+        .post(gateway.url("/v1/chat/completions"))
+        .bearer_auth(GATEWAY_KEY)
+        .header("content-type", "text/plain")
+        .body(chat("default").to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 415);
+    assert!(json_of(response).await["error"]["message"].as_str().unwrap().contains("text/plain"));
+}
+
+#[tokio::test]
+async fn an_unknown_path_is_a_404_listing_the_endpoints() {
+    let gateway = Gateway::start(BASIC).await;
+    let response = gateway.post("/v1/completions", chat("default")).await;
+    assert_eq!(response.status(), 404);
+    let message = json_of(response).await["error"]["message"].as_str().unwrap().to_owned();
+    assert!(
+        message.contains("/v1/completions") && message.contains("POST /v1/chat/completions"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_or_wrong_gateway_key_is_a_401_that_never_echoes_the_key() {
+    let gateway = Gateway::start(BASIC).await;
+    let missing =
+        gateway.client.post(gateway.url("/v1/chat/completions")).json(&chat("default")).send().await.unwrap();
+    assert_eq!(missing.status(), 401);
+    assert!(json_of(missing).await["error"]["message"].as_str().unwrap().contains("Authorization: Bearer"));
+
+    let wrong_key = "sk-wrong-WRONGKEY-777";
+    let wrong = gateway
+        .client
+        .post(gateway.url("/v1/chat/completions"))
+        .bearer_auth(wrong_key)
+        .json(&chat("default"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    let text = wrong.text().await.unwrap();
+    assert!(!text.contains("WRONGKEY"), "{text}");
+
+    let via_x_api_key = gateway
+        .client
+        .post(gateway.url("/v1/chat/completions"))
+        .header("x-api-key", GATEWAY_KEY)
+        .json(&chat("default"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(via_x_api_key.status(), 200);
+}
+
+#[tokio::test]
+async fn admin_endpoints_need_the_admin_key() {
+    let gateway = Gateway::start(BASIC).await;
+    assert_eq!(gateway.get("/admin/health", GATEWAY_KEY).await.status(), 401);
+    assert_eq!(gateway.get("/admin/health", ADMIN_KEY).await.status(), 200);
+}
+
+#[tokio::test]
+async fn admin_health_shows_targets_and_masked_credentials_and_reset_clears_them() {
+    let gateway = Gateway::start(BASIC).await;
+    gateway.post("/v1/chat/completions", chat("default")).await;
+
+    let health = json_of(gateway.get("/admin/health", ADMIN_KEY).await).await;
+    let down =
+        health["targets"].as_array().unwrap().iter().find(|t| t["target"] == "down:m").unwrap().clone();
+    assert_eq!(down["status"], "temporarily_unavailable");
+    assert_eq!(down["consecutive_failures"], 1);
+
+    let reset = gateway
+        .client
+        .post(gateway.url("/admin/health/reset"))
+        .bearer_auth(ADMIN_KEY)
+        .json(&json!({ "target": "down:m" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reset.status(), 200);
+    let health = json_of(gateway.get("/admin/health", ADMIN_KEY).await).await;
+    assert!(
+        health["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["target"] != "down:m" || t["status"] == "unknown")
+    );
+
+    let all =
+        gateway.client.post(gateway.url("/admin/health/reset")).bearer_auth(ADMIN_KEY).send().await.unwrap();
+    assert_eq!(json_of(all).await["reset"], "all");
+    let bad = gateway
+        .client
+        .post(gateway.url("/admin/health/reset"))
+        .bearer_auth(ADMIN_KEY)
+        .json(&json!({ "target": "no-colon" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+}
+
+#[tokio::test]
+async fn models_lists_routes_then_targets() {
+    let gateway = Gateway::start(BASIC).await;
+    let body = json_of(gateway.get("/v1/models", GATEWAY_KEY).await).await;
+    let ids: Vec<&str> = body["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["default", "down:m", "up:m"]);
+    assert_eq!(body["object"], "list");
+}
+
+#[tokio::test]
+async fn every_target_rate_limited_is_a_429_with_retry_after() {
+    let gateway = Gateway::start(
+        r#"
+providers:
+  a: { kind: simulated, error_rates: { rate_limited: 1.0 } }
+  b: { kind: simulated, error_rates: { quota_exceeded: 1.0 } }
+routes:
+  default: { targets: [a:m, b:m], retry: { max_attempts: 1 } }
+"#,
+    )
+    .await;
+    let response = gateway.post("/v1/chat/completions", chat("default")).await;
+    assert_eq!(response.status(), 429);
+    assert_eq!(response.headers()["retry-after"], "1");
+    let body = json_of(response).await;
+    assert_eq!(body["error"]["code"], "all_targets_failed");
+    assert_eq!(body["error"]["type"], "rate_limit_error");
+    assert_eq!(body["switchyard"]["attempts"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn every_target_timing_out_is_a_504_and_mixed_failures_a_502() {
+    let gateway = Gateway::start(
+        r#"
+providers:
+  slow: { kind: simulated, latency: 10s }
+  down: { kind: simulated, error_rates: { unavailable: 1.0 } }
+routes:
+  default: { targets: [slow:m], retry: { max_attempts: 1 }, timeouts: { total: 50ms } }
+  mixed: { targets: [slow:m, down:m], retry: { max_attempts: 1 }, timeouts: { total: 50ms }, health_gate: false }
+"#,
+    )
+    .await;
+    let timed_out = gateway.post("/v1/chat/completions", chat("default")).await;
+    assert_eq!(timed_out.status(), 504);
+    let mixed = gateway.post("/v1/chat/completions", chat("mixed")).await;
+    assert_eq!(mixed.status(), 502);
+}
+
+#[tokio::test]
+async fn a_stream_ends_with_done_and_carries_the_headers() {
+    let gateway = Gateway::start(BASIC).await;
+    let mut body = chat("default");
+    body["stream"] = json!(true);
+    let response = gateway.post("/v1/chat/completions", body).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    assert_eq!(response.headers()["x-switchyard-target"], "up:m");
+    let text = response.text().await.unwrap();
+    let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
+    assert_eq!(events.last(), Some(&"data: [DONE]"));
+    let content: String = events
+        .iter()
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(content, "hello from up");
+}
+
+#[tokio::test]
+async fn a_mid_stream_failure_arrives_as_an_error_event_without_done() {
+    let cut = SimulatedProvider::new().reply("abcdefgh").script([Step::CutAfter(2)]);
+    let router = Router::builder()
+        .provider(ProviderEntry::new("cut", cut))
+        .route(Route::builder("default").target("cut:m").build().unwrap())
+        .build()
+        .unwrap();
+    let settings = config::load_demo().unwrap().gateway;
+    let gateway = Gateway::serve(AppState::new(router, settings)).await;
+
+    let mut body = chat("default");
+    body["stream"] = json!(true);
+    let response = gateway.post("/v1/chat/completions", body).await;
+    assert_eq!(response.status(), 200, "headers were sent before the failure");
+    let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let text = response.text().await.unwrap();
+    let events: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let last = events.last().unwrap();
+    assert_eq!(last["error"]["code"], "transport", "{last}");
+    assert_eq!(last["switchyard"]["attempts"][0]["mid_stream"], true);
+    assert!(!text.contains("[DONE]"), "a failed stream does not pretend to end well");
+    let content: String =
+        events.iter().filter_map(|v| v["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(content, "abcd");
+
+    let record = json_of(gateway.get(&format!("/admin/requests/{id}"), "").await).await;
+    assert_eq!(record["attempts"][0]["outcome"], "failed");
+}
+
+#[tokio::test]
+async fn metrics_are_served_in_the_prometheus_text_format() {
+    let gateway = Gateway::start(BASIC).await;
+    gateway.post("/v1/chat/completions", chat("default")).await;
+    let text = gateway.get("/metrics", "").await.text().await.unwrap();
+    assert!(
+        text.contains(
+            "switchyard_requests_total{endpoint=\"chat_completions\",route=\"default\",status=\"200\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "switchyard_attempts_total{target=\"down:m\",outcome=\"failed\",error_kind=\"unavailable\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("switchyard_fallbacks_total{route=\"default\"} 1"), "{text}");
+    assert!(
+        text.contains("switchyard_target_health{target=\"down:m\",status=\"temporarily_unavailable\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("# TYPE switchyard_overhead_seconds histogram"), "{text}");
+    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        let value = line.rsplit(' ').next().unwrap();
+        assert!(value.parse::<f64>().is_ok(), "every sample ends in a number: {line}");
+    }
+}
+
+#[tokio::test]
+async fn embeddings_answer_in_the_openai_shape() {
+    let gateway = Gateway::start(BASIC).await;
+    let response = gateway.post("/v1/embeddings", json!({ "model": "up:embed", "input": ["a", "b"] })).await;
+    assert_eq!(response.status(), 200);
+    let body = json_of(response).await;
+    assert_eq!(body["object"], "list");
+    assert_eq!(body["data"].as_array().unwrap().len(), 2);
+    assert_eq!(body["data"][1]["index"], 1);
+    assert_eq!(body["data"][0]["object"], "embedding");
+}
