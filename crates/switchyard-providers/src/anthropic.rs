@@ -1,20 +1,118 @@
-//! TODO(adapter): this module is being written.
+//! Anthropic's Messages API (`POST {base}/v1/messages`): the provider adapter, and the
+//! Anthropic-dialect [`codec`] the gateway uses to serve Anthropic clients.
+//!
+//! ```no_run
+//! use switchyard_providers::anthropic::AnthropicProvider;
+//! use switchyard_providers::{ProviderKind, ProviderSettings};
+//!
+//! let mut settings = ProviderSettings::new(ProviderKind::Anthropic);
+//! settings.headers.push(("anthropic-beta".into(), "context-1m-2025-08-07".into()));
+//! let provider = AnthropicProvider::new(&settings).unwrap();
+//! ```
+//!
+//! Translation rules live in `request.rs` (canonical → Anthropic), `response.rs` and
+//! `stream.rs` (Anthropic → canonical), classification in `classify.rs`, wire shapes in
+//! `wire.rs`.
 
+mod classify;
+pub mod codec;
+mod request;
+mod response;
+mod stream;
+mod wire;
+
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use switchyard::chat::{ChatRequest, ChatResponse};
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
 use switchyard::{ErrorKind, ProviderError};
 
-use crate::{BuildError, ProviderSettings};
+pub use request::{DEFAULT_MAX_TOKENS, VERBATIM_BLOCKS};
+pub use response::VERBATIM_USAGE;
 
-/// Placeholder until the adapter lands.
+use crate::sse::SseStream;
+use crate::{BuildError, ProviderSettings, http};
+
+/// The `anthropic-version` sent when the settings name none.
+pub const DEFAULT_API_VERSION: &str = "2023-06-01";
+
+/// The Anthropic adapter: one connection pool, the endpoint and the fixed headers.
 #[derive(Debug)]
 pub struct AnthropicProvider {
+    client: reqwest::Client,
     base_url: String,
+    endpoint: String,
+    headers: HeaderMap,
 }
 
 impl AnthropicProvider {
+    /// An adapter for `settings`: `base_url` (default `https://api.anthropic.com`; a trailing
+    /// `/v1` is tolerated), `api_version` as `anthropic-version` (default
+    /// [`DEFAULT_API_VERSION`]), and `headers` sent with every request, after the defaults, so
+    /// that they can add `anthropic-beta` or override the version.
     pub fn new(settings: &ProviderSettings) -> Result<Self, BuildError> {
-        Ok(Self { base_url: settings.resolved_base_url()? })
+        let base_url = settings.resolved_base_url()?;
+        let endpoint = match base_url.strip_suffix("/v1") {
+            Some(root) => format!("{root}/v1/messages"),
+            None => format!("{base_url}/v1/messages"),
+        };
+        let version = settings.api_version.as_deref().unwrap_or(DEFAULT_API_VERSION);
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(
+            "anthropic-version",
+            HeaderValue::from_str(version)
+                .map_err(|_| BuildError::InvalidHeader("anthropic-version".into()))?,
+        );
+        for (name, value) in &settings.headers {
+            // The error names the header, never its value: extra headers may hold secrets.
+            let invalid = || BuildError::InvalidHeader(name.clone());
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?;
+            let mut value = HeaderValue::from_str(value).map_err(|_| invalid())?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        Ok(Self { client: http::client(&settings.http)?, base_url, endpoint, headers })
+    }
+
+    /// Sends `body` and returns the response when it is a success; otherwise the classified
+    /// error. The rate-limit headers of every response go to the call's sink.
+    async fn send(&self, call: &Call<'_>, body: Vec<u8>) -> Result<reqwest::Response, ProviderError> {
+        let key = call.credential.key();
+        let mut builder = self.client.post(&self.endpoint).headers(self.headers.clone()).body(body);
+        if let Some(key) = key {
+            let mut value = HeaderValue::from_str(key.expose()).map_err(|_| {
+                ProviderError::new(
+                    ErrorKind::Auth,
+                    "the API key holds characters an HTTP header cannot carry",
+                )
+            })?;
+            value.set_sensitive(true);
+            builder = builder.header("x-api-key", value);
+        }
+        let response = builder.send().await.map_err(http::transport_error)?;
+        let limits = http::rate_limits(response.headers());
+        if let Some(sink) = call.rate_limits {
+            if !limits.is_empty() {
+                sink.observe(&limits);
+            }
+        }
+        let status = response.status().as_u16();
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let body = http::read_error_body(response).await;
+        Err(classify::http_error(status, &body, http::retry_after(status, &limits), key))
+    }
+
+    /// The serialized request body (serialized once, here).
+    fn body(call: &Call<'_>, request: &ChatRequest, stream: bool) -> Result<Vec<u8>, ProviderError> {
+        let wire = request::build(call.model, request, stream)?;
+        serde_json::to_vec(&wire).map_err(|error| {
+            ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!("the request could not be serialized: {error}"),
+            )
+        })
     }
 }
 
@@ -29,17 +127,49 @@ impl Provider for AnthropicProvider {
 
     fn chat<'a>(
         &'a self,
-        _: Call<'a>,
-        _: &'a ChatRequest,
+        call: Call<'a>,
+        request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
-        Box::pin(async { Err(ProviderError::new(ErrorKind::InvalidRequest, "not implemented yet")) })
+        Box::pin(async move {
+            let body = Self::body(&call, request, false)?;
+            let response = self.send(&call, body).await?;
+            let bytes = response.bytes().await.map_err(http::transport_error)?;
+            let message = serde_json::from_slice::<wire::MessageResponse>(&bytes).map_err(|error| {
+                let text = String::from_utf8_lossy(&bytes);
+                let detail =
+                    format!("the answer is not a Messages API response ({error}): {}", http::excerpt(&text));
+                ProviderError::new(
+                    ErrorKind::MalformedResponse,
+                    classify::redact(detail, call.credential.key()),
+                )
+            })?;
+            Ok(response::to_chat_response(message, request.origin))
+        })
     }
 
     fn chat_stream<'a>(
         &'a self,
-        _: Call<'a>,
-        _: &'a ChatRequest,
+        call: Call<'a>,
+        request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>> {
-        Box::pin(async { Err(ProviderError::new(ErrorKind::InvalidRequest, "not implemented yet")) })
+        Box::pin(async move {
+            let body = Self::body(&call, request, true)?;
+            let response = self.send(&call, body).await?;
+            let content_type = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
+            if let Some(content_type) = content_type.filter(|ct| !ct.starts_with("text/event-stream")) {
+                // A 200 that is not a stream (a proxy's page, a JSON body) would otherwise read
+                // as a stream that ended early.
+                let detail = format!("expected an event stream, got `{content_type}`");
+                let body = http::read_error_body(response).await;
+                let detail = format!("{detail}: {}", http::excerpt(&body));
+                return Err(ProviderError::new(
+                    ErrorKind::MalformedResponse,
+                    classify::redact(detail, call.credential.key()),
+                ));
+            }
+            let events = SseStream::new(response.bytes_stream());
+            let decoder = stream::Decoder::new(request.origin, call.credential.key().cloned());
+            Ok(stream::chunk_stream(events, decoder))
+        })
     }
 }

@@ -1,0 +1,151 @@
+//! Anthropic failures into the error catalog: from the error `type` and the HTTP status, and
+//! from message text only where Anthropic gives no code (prompt too long, out of credit).
+
+use std::time::Duration;
+
+use serde_json::Value;
+use switchyard::credential::Secret;
+use switchyard::{ErrorKind, ProviderError};
+
+use super::wire::{ErrorBody, ErrorResponse};
+use crate::http;
+
+/// The catalog kind of an Anthropic error. `status` is `None` for an `error` event inside a
+/// stream (the HTTP status was already 200).
+pub(crate) fn kind_of(error: &ErrorBody, status: Option<u16>) -> ErrorKind {
+    match error.kind.as_str() {
+        "rate_limit_error" if is_spend_limit(error.details.as_ref()) => ErrorKind::QuotaExceeded,
+        "rate_limit_error" => ErrorKind::RateLimited,
+        "overloaded_error" | "api_error" | "timeout_error" => ErrorKind::Unavailable,
+        "authentication_error" | "permission_error" => ErrorKind::Auth,
+        "not_found_error" => ErrorKind::ModelNotFound,
+        "billing_error" => ErrorKind::QuotaExceeded,
+        "request_too_large" => ErrorKind::InvalidRequest,
+        "invalid_request_error" if is_context_length(&error.message) => ErrorKind::ContextLength,
+        "invalid_request_error" if is_credit_balance(&error.message) => ErrorKind::QuotaExceeded,
+        "invalid_request_error" => ErrorKind::InvalidRequest,
+        // A type this code does not know: the status is the next best signal.
+        _ => status.map_or(ErrorKind::Unavailable, http::status_kind),
+    }
+}
+
+/// A monthly spend cap is a 429 `rate_limit_error` too, but waiting minutes does not lift it.
+fn is_spend_limit(details: Option<&Value>) -> bool {
+    details.and_then(|d| d.get("error_code")).and_then(Value::as_str) == Some("enforced_spend_limit_reached")
+}
+
+/// Anthropic reports an over-long prompt as a plain `invalid_request_error`; these two
+/// sentence openings are the documented wordings (`prompt is too long: 200251 tokens > 200000
+/// maximum`; `input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000`).
+fn is_context_length(message: &str) -> bool {
+    let message = message.trim_start().to_ascii_lowercase();
+    message.starts_with("prompt is too long")
+        || message.replace('`', "").starts_with("input length and max_tokens exceed context limit")
+}
+
+/// "Your credit balance is too low to access the Anthropic API. ..." arrives as a 400
+/// `invalid_request_error` with nothing else to tell it apart, so the phrase is matched whole.
+fn is_credit_balance(message: &str) -> bool {
+    message.to_ascii_lowercase().contains("your credit balance is too low")
+}
+
+/// A classified error from a non-2xx response and its (possibly empty, possibly non-JSON) body.
+/// The key, should a body ever echo it, is cut out of the detail.
+pub(crate) fn http_error(
+    status: u16,
+    body: &str,
+    retry_after: Option<Duration>,
+    key: Option<&Secret>,
+) -> ProviderError {
+    let error = match serde_json::from_str::<ErrorResponse>(body) {
+        Ok(parsed) => {
+            let kind = kind_of(&parsed.error, Some(status));
+            let detail = if parsed.error.message.is_empty() {
+                format!("HTTP {status} with no message")
+            } else {
+                http::excerpt(&parsed.error.message)
+            };
+            ProviderError::new(kind, redact(detail, key)).with_code(parsed.error.kind)
+        }
+        Err(_) => {
+            let detail = if body.trim().is_empty() {
+                format!("HTTP {status} with an empty body")
+            } else {
+                http::excerpt(body)
+            };
+            ProviderError::new(http::status_kind(status), redact(detail, key))
+        }
+    };
+    let error = error.with_status(status);
+    match retry_after {
+        Some(wait) => error.with_retry_after(wait),
+        None => error,
+    }
+}
+
+/// An `error` event inside a 200 stream.
+pub(crate) fn stream_error(error: &ErrorBody, key: Option<&Secret>) -> ProviderError {
+    let detail = format!("error event in the stream: {}", http::excerpt(&error.message));
+    ProviderError::new(kind_of(error, None), redact(detail, key)).with_code(error.kind.clone())
+}
+
+/// `text` with every occurrence of the key replaced, for details built from provider text.
+pub(crate) fn redact(text: String, key: Option<&Secret>) -> String {
+    match key.map(Secret::expose) {
+        // Very short keys would blank out ordinary words; real keys are dozens of characters.
+        Some(key) if key.len() >= 8 && text.contains(key) => text.replace(key, "[redacted]"),
+        _ => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(kind: &str, message: &str) -> ErrorBody {
+        ErrorBody { kind: kind.to_owned(), message: message.to_owned(), details: None }
+    }
+
+    #[test]
+    fn context_length_is_recognised_in_both_documented_wordings_only() {
+        let kind = |m| kind_of(&body("invalid_request_error", m), Some(400));
+        assert_eq!(kind("prompt is too long: 200251 tokens > 200000 maximum"), ErrorKind::ContextLength);
+        assert_eq!(
+            kind("input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000"),
+            ErrorKind::ContextLength
+        );
+        assert_eq!(kind("messages: the prompt is too long for my taste"), ErrorKind::InvalidRequest);
+    }
+
+    #[test]
+    fn credit_balance_needs_the_whole_phrase() {
+        let kind = |m| kind_of(&body("invalid_request_error", m), Some(400));
+        assert_eq!(
+            kind("Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing."),
+            ErrorKind::QuotaExceeded
+        );
+        assert_eq!(kind("credit: field required"), ErrorKind::InvalidRequest);
+        assert_eq!(kind("balance is too low"), ErrorKind::InvalidRequest);
+    }
+
+    #[test]
+    fn spend_limit_429_is_quota_not_rate_limit() {
+        let mut error = body("rate_limit_error", "spend limit reached");
+        error.details = Some(serde_json::json!({"error_code": "enforced_spend_limit_reached"}));
+        assert_eq!(kind_of(&error, Some(429)), ErrorKind::QuotaExceeded);
+        assert_eq!(kind_of(&body("rate_limit_error", "slow down"), Some(429)), ErrorKind::RateLimited);
+    }
+
+    #[test]
+    fn unknown_types_fall_back_to_the_status() {
+        assert_eq!(kind_of(&body("brand_new_error", ""), Some(503)), ErrorKind::Unavailable);
+        assert_eq!(kind_of(&body("brand_new_error", ""), Some(401)), ErrorKind::Auth);
+        assert_eq!(kind_of(&body("brand_new_error", ""), None), ErrorKind::Unavailable);
+    }
+
+    #[test]
+    fn redact_removes_the_key() {
+        let key = Secret::new("sk-ant-secret-123456");
+        assert_eq!(redact("bad key sk-ant-secret-123456!".into(), Some(&key)), "bad key [redacted]!");
+    }
+}

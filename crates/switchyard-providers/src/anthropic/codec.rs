@@ -1,0 +1,133 @@
+//! The Anthropic dialect on the server side: what the gateway's `/v1/messages` endpoint uses to
+//! read a Messages API request into the canonical types and to write canonical answers, streams
+//! and errors back in Anthropic's shapes. Pure functions, no HTTP.
+//!
+//! ```
+//! use serde_json::json;
+//! use switchyard::chat::{ChatResponse, Dialect};
+//! use switchyard_providers::anthropic::codec;
+//!
+//! let request = codec::request_from_json(json!({
+//!     "model": "default",
+//!     "max_tokens": 256,
+//!     "system": "Be terse.",
+//!     "messages": [{"role": "user", "content": "Hello!"}],
+//!     "top_k": 40,
+//! }))
+//! .unwrap();
+//! assert_eq!(request.origin, Dialect::Anthropic);
+//! assert_eq!(request.messages.len(), 2); // the system prompt is the first canonical message
+//! assert_eq!(request.extra["top_k"], 40); // unknown fields ride along for an Anthropic upstream
+//!
+//! let answer = ChatResponse::from_text("claude-sonnet-4-5", "Hi.");
+//! let body = codec::response_to_json(&answer).unwrap();
+//! assert_eq!(body["content"][0], json!({"type": "text", "text": "Hi."}));
+//! assert_eq!(body["stop_reason"], "end_turn");
+//! ```
+//!
+//! What the canonical types cannot hold is kept, not lost, when the request is also served by
+//! Anthropic: blocks with `cache_control`, thinking blocks, `is_error` tool results and the like
+//! are kept verbatim in the message's `extra` (under `anthropic_blocks`) and sent as they came.
+//! Served by another provider, those details are dropped: they are hints or past reasoning,
+//! never the question itself. User content the canonical types cannot carry (documents, search
+//! results) is refused with a [`CodecError`] naming the field, since dropping it would change
+//! the question.
+
+mod decode;
+mod encode;
+
+use serde_json::Value;
+use switchyard::ErrorKind;
+
+pub use decode::{request_from_json, request_from_slice};
+pub use encode::{StreamEncoder, response_to_json};
+
+use super::wire::{ErrorBody, ErrorResponse};
+
+/// One server-sent event: its `event:` name and its `data:` JSON.
+pub type Event = (&'static str, Value);
+
+/// A request (or answer) the codec cannot translate. `field` is a JSON path into the body
+/// (`messages[2].content[0].type`); render it to the client with [`CodecError::to_error_body`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{field}` {reason}")]
+pub struct CodecError {
+    pub field: String,
+    pub reason: String,
+}
+
+impl CodecError {
+    pub(crate) fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self { field: field.into(), reason: reason.into() }
+    }
+
+    /// The Anthropic error body for this error (`invalid_request_error`, HTTP 400).
+    pub fn to_error_body(&self) -> Value {
+        error_body(ErrorKind::InvalidRequest, &self.to_string())
+    }
+}
+
+/// The Anthropic error type and HTTP status that tell an Anthropic client what a failure of
+/// `kind` means (and whether its SDK should retry: it retries 429 and 5xx).
+///
+/// | kind | type | status |
+/// |---|---|---|
+/// | rate_limited | `rate_limit_error` | 429 |
+/// | quota_exceeded | `billing_error` | 402 |
+/// | timeout | `timeout_error` | 504 |
+/// | transport, malformed_response | `api_error` | 502 |
+/// | unavailable | `overloaded_error` | 529 |
+/// | auth | `authentication_error` | 401 |
+/// | model_not_found | `not_found_error` | 404 |
+/// | context_length, content_filtered, invalid_request | `invalid_request_error` | 400 |
+/// | schema_violation | `api_error` | 500 |
+/// | cancelled | `api_error` | 499 (the client is gone; nobody reads it) |
+pub fn error_mapping(kind: ErrorKind) -> (&'static str, u16) {
+    match kind {
+        ErrorKind::RateLimited => ("rate_limit_error", 429),
+        ErrorKind::QuotaExceeded => ("billing_error", 402),
+        ErrorKind::Timeout => ("timeout_error", 504),
+        ErrorKind::Transport | ErrorKind::MalformedResponse => ("api_error", 502),
+        ErrorKind::Unavailable => ("overloaded_error", 529),
+        ErrorKind::Auth => ("authentication_error", 401),
+        ErrorKind::ModelNotFound => ("not_found_error", 404),
+        ErrorKind::ContextLength | ErrorKind::ContentFiltered | ErrorKind::InvalidRequest => {
+            ("invalid_request_error", 400)
+        }
+        ErrorKind::SchemaViolation => ("api_error", 500),
+        ErrorKind::Cancelled => ("api_error", 499),
+    }
+}
+
+/// The Anthropic error type for `kind` (see [`error_mapping`]).
+pub fn error_type(kind: ErrorKind) -> &'static str {
+    error_mapping(kind).0
+}
+
+/// The HTTP status for `kind` (see [`error_mapping`]).
+pub fn error_status(kind: ErrorKind) -> u16 {
+    error_mapping(kind).1
+}
+
+/// An error in Anthropic's shape: `{"type": "error", "error": {"type": ..., "message": ...}}`.
+///
+/// ```
+/// use switchyard::ErrorKind;
+/// use switchyard_providers::anthropic::codec;
+///
+/// let body = codec::error_body(ErrorKind::Unavailable, "every target is overloaded");
+/// assert_eq!(body["error"]["type"], "overloaded_error");
+/// assert_eq!(codec::error_status(ErrorKind::Unavailable), 529);
+/// ```
+pub fn error_body(kind: ErrorKind, message: &str) -> Value {
+    encode::to_json(&ErrorResponse {
+        kind: "error".to_owned(),
+        error: ErrorBody { kind: error_type(kind).to_owned(), message: message.to_owned(), details: None },
+        request_id: None,
+    })
+}
+
+/// The `error` event that ends a stream which failed after it started.
+pub fn error_event(kind: ErrorKind, message: &str) -> Event {
+    ("error", error_body(kind, message))
+}

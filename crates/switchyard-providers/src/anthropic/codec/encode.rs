@@ -1,0 +1,313 @@
+//! Canonical answers and chunk streams into Messages API answers and stream events.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+use switchyard::chat::{ChatChunk, ChatResponse, Extra, FinishReason, Usage};
+
+use super::{CodecError, Event};
+use crate::anthropic::request::VERBATIM_BLOCKS;
+use crate::anthropic::response::{self, VERBATIM_USAGE};
+use crate::anthropic::wire::{self, Block, BlockDelta, MessageDeltaBody, MessageResponse, StreamEvent};
+
+/// A process-unique id with `prefix`, for answers whose upstream gave none.
+fn fresh_id(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{prefix}{nanos:x}{:04x}", COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Serializes a wire type. These are plain structs with string keys, which cannot fail to
+/// serialize; `null` stands in should that ever change.
+pub(super) fn to_json<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+fn extra_str<'a>(extra: &'a Extra, key: &str) -> Option<&'a str> {
+    extra.get(key).and_then(Value::as_str)
+}
+
+/// Writes a canonical answer as a Messages API response: `{id, type: "message", role,
+/// content, model, stop_reason, stop_sequence, usage}`.
+///
+/// Only the first choice is written (Anthropic answers once per request). Text becomes one
+/// text block and tool calls `tool_use` blocks; their arguments must be JSON objects, else the
+/// error names `choices[0].message.tool_calls[k].function.arguments`. An answer from Anthropic
+/// to an Anthropic-dialect request comes back exactly as Anthropic sent it (its blocks, stop
+/// reason and usage were kept in `extra`). `usage.input_tokens` is the canonical
+/// `prompt_tokens`, cached tokens included.
+pub fn response_to_json(response: &ChatResponse) -> Result<Value, CodecError> {
+    let choice = response.choices.first();
+    let content = match choice.map(|c| &c.message) {
+        None => Vec::new(),
+        Some(answer) => match answer.extra.get(VERBATIM_BLOCKS).and_then(Value::as_array) {
+            Some(blocks) => blocks.clone(),
+            None => response::answer_blocks(answer)
+                .map_err(|(k, reason)| {
+                    CodecError::new(format!("choices[0].message.tool_calls[{k}].function.arguments"), reason)
+                })?
+                .into_iter()
+                .map(|block| to_json(&with_tool_id(block)))
+                .collect(),
+        },
+    };
+    let choice_extra = choice.map(|c| &c.extra);
+    let stop_sequence = choice_extra.and_then(|e| extra_str(e, "stop_sequence")).map(str::to_owned);
+    let stop_reason = match (choice_extra.and_then(|e| extra_str(e, "stop_reason")), choice) {
+        (Some(raw), _) => raw.to_owned(),
+        (None, Some(choice)) => choice
+            .finish_reason
+            .as_ref()
+            .map_or("end_turn", |reason| response::stop_reason(reason, stop_sequence.as_deref()))
+            .to_owned(),
+        (None, None) => "end_turn".to_owned(),
+    };
+    let usage = match response.extra.get(VERBATIM_USAGE).map(|u| serde_json::from_value(u.clone())) {
+        Some(Ok(usage)) => usage,
+        _ => usage_of(response.usage.unwrap_or_default()),
+    };
+    let message = MessageResponse {
+        id: if response.id.is_empty() { fresh_id("msg_") } else { response.id.clone() },
+        kind: "message".to_owned(),
+        role: "assistant".to_owned(),
+        model: response.model.clone(),
+        content,
+        stop_reason: Some(stop_reason),
+        stop_sequence,
+        usage,
+    };
+    Ok(to_json(&message))
+}
+
+/// A tool-use block with an id: answers from providers that do not name calls get one, since
+/// Anthropic clients echo it back in their `tool_result`.
+fn with_tool_id(block: Block) -> Block {
+    match block {
+        Block::ToolUse { id, name, input } if id.is_empty() => {
+            Block::ToolUse { id: fresh_id("toolu_"), name, input }
+        }
+        other => other,
+    }
+}
+
+fn usage_of(usage: Usage) -> wire::Usage {
+    wire::Usage {
+        input_tokens: Some(usage.prompt_tokens),
+        output_tokens: Some(usage.completion_tokens),
+        ..wire::Usage::default()
+    }
+}
+
+/// The content block being written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpenBlock {
+    Text {
+        index: u32,
+    },
+    /// `call` is the canonical tool-call index.
+    Tool {
+        index: u32,
+        call: u32,
+    },
+}
+
+impl OpenBlock {
+    fn index(self) -> u32 {
+        match self {
+            OpenBlock::Text { index } | OpenBlock::Tool { index, .. } => index,
+        }
+    }
+}
+
+/// Writes a canonical chunk stream as Anthropic stream events.
+///
+/// Feed every chunk to [`push`](Self::push), then call [`finish`](Self::finish) when the stream
+/// ended well, or send [`error_event`](super::error_event) when it failed. The events follow Anthropic's order:
+/// `message_start`; per block `content_block_start`, `content_block_delta`s,
+/// `content_block_stop`; then `message_delta` (stop reason, usage) and `message_stop`.
+///
+/// ```
+/// use switchyard::chat::{ChatChunk, FinishReason};
+/// use switchyard_providers::anthropic::codec::StreamEncoder;
+///
+/// let mut encoder = StreamEncoder::new();
+/// let mut events = encoder.push(&ChatChunk::text("Hi"));
+/// events.extend(encoder.push(&ChatChunk::finish(FinishReason::Stop)));
+/// events.extend(encoder.finish());
+/// let names: Vec<_> = events.iter().map(|(name, _)| *name).collect();
+/// assert_eq!(
+///     names,
+///     ["message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop"]
+/// );
+/// ```
+///
+/// Only the first choice is written. Fragments of one tool call must arrive together, as
+/// every provider streams them: a fragment for a call whose block was already closed cannot be
+/// expressed in Anthropic's stream and is dropped with a warning. `message_start` reports 0
+/// input tokens, since canonical streams tell usage at the end; the final `message_delta`
+/// carries both counts.
+#[derive(Debug, Default)]
+pub struct StreamEncoder {
+    started: bool,
+    finished: bool,
+    next_block: u32,
+    open: Option<OpenBlock>,
+    closed_calls: HashSet<u32>,
+    finish_reason: Option<FinishReason>,
+    stop_reason: Option<String>,
+    stop_sequence: Option<String>,
+    usage: Option<Usage>,
+}
+
+impl StreamEncoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The events for one chunk.
+    pub fn push(&mut self, chunk: &ChatChunk) -> Vec<Event> {
+        let mut events = Vec::new();
+        if self.finished {
+            return events;
+        }
+        if !self.started {
+            self.start(&chunk.id, &chunk.model, &mut events);
+        }
+        for choice in chunk.choices.iter().filter(|choice| choice.index == 0) {
+            if let Some(text) = choice.delta.content.as_deref().filter(|text| !text.is_empty()) {
+                if !matches!(self.open, Some(OpenBlock::Text { .. })) {
+                    self.close(&mut events);
+                    let index = self.open_block(|index| OpenBlock::Text { index });
+                    events.push(event(StreamEvent::ContentBlockStart {
+                        index,
+                        content_block: Block::Text { text: String::new() },
+                    }));
+                }
+                self.delta(BlockDelta::TextDelta { text: text.to_owned() }, &mut events);
+            }
+            for call in &choice.delta.tool_calls {
+                let continues =
+                    matches!(self.open, Some(OpenBlock::Tool { call: open, .. }) if open == call.index);
+                if !continues {
+                    if self.closed_calls.contains(&call.index) {
+                        tracing::warn!(call = call.index, "late fragment of a closed tool call dropped");
+                        continue;
+                    }
+                    self.close(&mut events);
+                    let index = self.open_block(|index| OpenBlock::Tool { index, call: call.index });
+                    let function = call.function.as_ref();
+                    let name = function.and_then(|f| f.name.clone()).unwrap_or_default();
+                    let id =
+                        call.id.clone().filter(|id| !id.is_empty()).unwrap_or_else(|| fresh_id("toolu_"));
+                    events.push(event(StreamEvent::ContentBlockStart {
+                        index,
+                        content_block: Block::ToolUse { id, name, input: json!({}) },
+                    }));
+                }
+                let arguments =
+                    call.function.as_ref().and_then(|f| f.arguments.as_deref()).unwrap_or_default();
+                if !arguments.is_empty() {
+                    self.delta(
+                        BlockDelta::InputJsonDelta { partial_json: arguments.to_owned() },
+                        &mut events,
+                    );
+                }
+            }
+            if let Some(reason) = &choice.finish_reason {
+                self.finish_reason = Some(reason.clone());
+                self.close(&mut events);
+            }
+        }
+        if let Some(usage) = chunk.usage {
+            self.usage = Some(usage);
+        }
+        if let Some(reason) = extra_str(&chunk.extra, "stop_reason") {
+            self.stop_reason = Some(reason.to_owned());
+        }
+        if let Some(sequence) = extra_str(&chunk.extra, "stop_sequence") {
+            self.stop_sequence = Some(sequence.to_owned());
+        }
+        events
+    }
+
+    /// The closing events, once the canonical stream ended without error: the open block's
+    /// `content_block_stop`, `message_delta` and `message_stop`.
+    pub fn finish(&mut self) -> Vec<Event> {
+        let mut events = Vec::new();
+        if self.finished {
+            return events;
+        }
+        if !self.started {
+            self.start("", "", &mut events);
+        }
+        self.close(&mut events);
+        self.finished = true;
+        let stop_reason = match (&self.stop_reason, &self.finish_reason) {
+            (Some(raw), _) => raw.clone(),
+            (None, Some(reason)) => response::stop_reason(reason, self.stop_sequence.as_deref()).to_owned(),
+            (None, None) => "end_turn".to_owned(),
+        };
+        let usage = wire::Usage {
+            output_tokens: Some(self.usage.map_or(0, |u| u.completion_tokens)),
+            input_tokens: self.usage.map(|u| u.prompt_tokens),
+            ..wire::Usage::default()
+        };
+        events.push(event(StreamEvent::MessageDelta {
+            delta: MessageDeltaBody {
+                stop_reason: Some(stop_reason),
+                stop_sequence: self.stop_sequence.clone(),
+            },
+            usage,
+        }));
+        events.push(event(StreamEvent::MessageStop));
+        events
+    }
+
+    fn start(&mut self, id: &str, model: &str, events: &mut Vec<Event>) {
+        self.started = true;
+        events.push(event(StreamEvent::MessageStart {
+            message: MessageResponse {
+                id: if id.is_empty() { fresh_id("msg_") } else { id.to_owned() },
+                kind: "message".to_owned(),
+                role: "assistant".to_owned(),
+                model: model.to_owned(),
+                content: Vec::new(),
+                stop_reason: None,
+                stop_sequence: None,
+                usage: wire::Usage {
+                    input_tokens: Some(0),
+                    output_tokens: Some(0),
+                    ..wire::Usage::default()
+                },
+            },
+        }));
+    }
+
+    fn open_block(&mut self, block: impl FnOnce(u32) -> OpenBlock) -> u32 {
+        let index = self.next_block;
+        self.next_block += 1;
+        self.open = Some(block(index));
+        index
+    }
+
+    fn delta(&self, delta: BlockDelta, events: &mut Vec<Event>) {
+        if let Some(open) = self.open {
+            events.push(event(StreamEvent::ContentBlockDelta { index: open.index(), delta }));
+        }
+    }
+
+    fn close(&mut self, events: &mut Vec<Event>) {
+        if let Some(open) = self.open.take() {
+            if let OpenBlock::Tool { call, .. } = open {
+                self.closed_calls.insert(call);
+            }
+            events.push(event(StreamEvent::ContentBlockStop { index: open.index() }));
+        }
+    }
+}
+
+fn event(event: StreamEvent) -> Event {
+    (event.name(), to_json(&event))
+}

@@ -1,0 +1,470 @@
+//! Canonical requests into Messages API requests.
+//!
+//! Anthropic differs from the canonical (OpenAI-shaped) request in ways that are translated,
+//! not approximated:
+//! - system and developer messages move to the top-level `system`;
+//! - tool results are `tool_result` blocks in a user message, and consecutive messages of one
+//!   role are merged because Anthropic wants user and assistant to alternate;
+//! - `max_tokens` is required: the request's, else OpenAI's `max_completion_tokens`, else
+//!   [`DEFAULT_MAX_TOKENS`];
+//! - `response_format` JSON modes have no equivalent and are refused.
+//!
+//! Fields in `extra` are Anthropic fields only when the request arrived in that dialect; then
+//! they are forwarded untouched. Fields of another dialect are mapped when Anthropic has an
+//! equivalent (`user`, `max_completion_tokens`, `parallel_tool_calls`), ignored when they
+//! cannot change the answer (see [`read_foreign_extra`]), and refused otherwise: a request is
+//! never served with a meaningful parameter silently dropped.
+
+use std::fmt::Display;
+
+use serde_json::{Map, Value, json};
+use switchyard::chat::{
+    ChatRequest, Content, ContentPart, Dialect, Extra, Message, ResponseFormat, Role, Tool, ToolChoice,
+};
+use switchyard::{ErrorKind, ProviderError};
+
+use super::wire::{
+    Block, ImageSource, MessagesRequest, System, ToolChoiceParam, ToolParam, ToolResultContent, Turn,
+};
+
+/// The `max_tokens` sent when the request sets none: Anthropic requires one, and 4096 is an
+/// output every current Claude model supports.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// The message `extra` key under which the codec keeps a message's original Anthropic blocks
+/// when the canonical form cannot reproduce them (`cache_control`, thinking blocks, ...). Sent
+/// verbatim when the request is served in the dialect it came from; ignored otherwise.
+pub const VERBATIM_BLOCKS: &str = "anthropic_blocks";
+
+/// Top-level keys the adapter writes itself: a same-named field in `extra` never overrides them.
+const RESERVED: [&str; 11] = [
+    "model",
+    "max_tokens",
+    "system",
+    "messages",
+    "tools",
+    "tool_choice",
+    "temperature",
+    "top_p",
+    "stop_sequences",
+    "stream",
+    // Canonical spelling of `disable_parallel_tool_use`; folded into `tool_choice`.
+    "parallel_tool_calls",
+];
+
+/// An `invalid_request` error naming the field at fault.
+pub(crate) fn invalid(field: impl Display, reason: impl Display) -> ProviderError {
+    ProviderError::new(ErrorKind::InvalidRequest, format!("`{field}` {reason}"))
+}
+
+/// The Messages API body for `request`, to be sent for the upstream `model`.
+pub(crate) fn build<'a>(
+    model: &'a str,
+    request: &ChatRequest,
+    stream: bool,
+) -> Result<MessagesRequest<'a>, ProviderError> {
+    let origin = request.origin;
+    let foreign =
+        if origin == Dialect::Anthropic { Foreign::default() } else { read_foreign_extra(&request.extra)? };
+    let parallel_tool_calls = match request.extra.get("parallel_tool_calls") {
+        Some(Value::Bool(parallel)) => Some(*parallel),
+        Some(Value::Null) | None => None,
+        Some(_) => return Err(invalid("parallel_tool_calls", "must be a boolean")),
+    };
+
+    match &request.response_format {
+        None | Some(ResponseFormat::Text) => {}
+        Some(ResponseFormat::JsonObject | ResponseFormat::JsonSchema { .. }) => {
+            return Err(invalid(
+                "response_format",
+                "has no equivalent in Anthropic's Messages API (no JSON mode or JSON schema output); \
+                 remove it or route this request to a provider that supports it",
+            ));
+        }
+    }
+    for (name, value) in [("temperature", request.temperature), ("top_p", request.top_p)] {
+        if let Some(value) = value {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(invalid(name, format_args!("is {value}, outside Anthropic's range 0 to 1")));
+            }
+        }
+    }
+
+    let mut system = Vec::new();
+    let mut system_verbatim = false;
+    let mut turns: Vec<Turn> = Vec::new();
+    for (index, message) in request.messages.iter().enumerate() {
+        check_message_extra(message, index)?;
+        let verbatim = verbatim_blocks(message, origin, index)?;
+        match message.role {
+            Role::System | Role::Developer => {
+                system_verbatim |= verbatim.is_some();
+                system.extend(match verbatim {
+                    Some(blocks) => blocks,
+                    None => system_message_blocks(message, index)?,
+                });
+            }
+            role => {
+                let blocks = match verbatim {
+                    Some(blocks) => blocks,
+                    None => message_blocks(message, index)?,
+                };
+                push_turn(&mut turns, if role == Role::Assistant { "assistant" } else { "user" }, blocks);
+            }
+        }
+    }
+    let system = match system.as_slice() {
+        [] => None,
+        [Block::Text { text }] if !system_verbatim => Some(System::Text(text.clone())),
+        _ => Some(System::Blocks(system)),
+    };
+
+    let tools = request
+        .tools
+        .iter()
+        .enumerate()
+        .map(|(i, tool)| tool_param(tool, i, origin))
+        .collect::<Result<_, _>>()?;
+    let tool_choice =
+        tool_choice(request.tool_choice.as_ref(), !request.tools.is_empty(), parallel_tool_calls)?;
+
+    let extra = if origin == Dialect::Anthropic {
+        request.extra.iter().filter(|(key, _)| !RESERVED.contains(&key.as_str())).map(clone_entry).collect()
+    } else {
+        Map::new()
+    };
+
+    Ok(MessagesRequest {
+        model,
+        max_tokens: request.max_tokens.or(foreign.max_completion_tokens).unwrap_or(DEFAULT_MAX_TOKENS),
+        system,
+        messages: turns,
+        tools,
+        tool_choice,
+        temperature: request.temperature,
+        top_p: request.top_p,
+        stop_sequences: request.stop.as_ref().map(|stop| stop.to_vec()).unwrap_or_default(),
+        metadata: foreign.user.map(|user| json!({ "user_id": user })),
+        stream,
+        extra,
+    })
+}
+
+fn clone_entry((key, value): (&String, &Value)) -> (String, Value) {
+    (key.clone(), value.clone())
+}
+
+/// What a request of another dialect says in `extra` that Anthropic can use.
+#[derive(Debug, Default)]
+struct Foreign {
+    max_completion_tokens: Option<u32>,
+    /// OpenAI's end-user id, sent as `metadata.user_id`.
+    user: Option<String>,
+}
+
+/// Reads the `extra` of a request of another dialect (OpenAI's, in practice).
+///
+/// Ignored, because they cannot change what Anthropic answers: `null` values (OpenAI's
+/// "unset"), `stream_options` (Anthropic streams always report usage), `store` and `metadata`
+/// (OpenAI's stored completions), `service_tier`, `safety_identifier`, `prompt_cache_key`, and
+/// defaults spelled out: `n: 1`, `logprobs: false`, zero `frequency_penalty` and
+/// `presence_penalty`, an empty `logit_bias`, `modalities: ["text"]`. Mapped:
+/// `max_completion_tokens`, `user`, `parallel_tool_calls`. Anything else is refused, naming it.
+fn read_foreign_extra(extra: &Extra) -> Result<Foreign, ProviderError> {
+    let mut foreign = Foreign::default();
+    for (key, value) in extra {
+        let harmless = match key.as_str() {
+            _ if value.is_null() => true,
+            "stream_options"
+            | "store"
+            | "metadata"
+            | "service_tier"
+            | "safety_identifier"
+            | "prompt_cache_key"
+            | "parallel_tool_calls" => true,
+            "n" => value.as_u64() == Some(1),
+            "logprobs" => value == &Value::Bool(false),
+            "frequency_penalty" | "presence_penalty" => value.as_f64() == Some(0.0),
+            "logit_bias" => value.as_object().is_some_and(Map::is_empty),
+            "modalities" => value == &json!(["text"]),
+            "max_completion_tokens" => {
+                let tokens = value.as_u64().and_then(|v| u32::try_from(v).ok()).filter(|v| *v > 0);
+                foreign.max_completion_tokens =
+                    Some(tokens.ok_or_else(|| invalid(key, "must be a positive integer"))?);
+                true
+            }
+            "user" => {
+                foreign.user =
+                    Some(value.as_str().ok_or_else(|| invalid(key, "must be a string"))?.to_owned());
+                true
+            }
+            _ => false,
+        };
+        if !harmless {
+            return Err(invalid(
+                key,
+                format_args!(
+                    "({value}) has no equivalent in Anthropic's Messages API; remove it or route this request to a provider that supports it"
+                ),
+            ));
+        }
+    }
+    Ok(foreign)
+}
+
+/// Refuses message fields that would be lost. Assistant turns may carry provider metadata
+/// (`refusal`, `annotations`, reasoning text) that only describes a past answer: not sent.
+fn check_message_extra(message: &Message, index: usize) -> Result<(), ProviderError> {
+    if message.role == Role::Assistant {
+        return Ok(());
+    }
+    match message.extra.iter().find(|(key, value)| key.as_str() != VERBATIM_BLOCKS && !value.is_null()) {
+        Some((key, _)) => Err(invalid(
+            format_args!("messages[{index}].{key}"),
+            "has no equivalent in Anthropic's Messages API",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The blocks the codec kept for `message`, when the request came in Anthropic's dialect.
+fn verbatim_blocks(
+    message: &Message,
+    origin: Dialect,
+    index: usize,
+) -> Result<Option<Vec<Block>>, ProviderError> {
+    if origin != Dialect::Anthropic {
+        return Ok(None);
+    }
+    match message.extra.get(VERBATIM_BLOCKS) {
+        None => Ok(None),
+        Some(Value::Array(blocks)) => Ok(Some(blocks.iter().cloned().map(Block::Raw).collect())),
+        Some(_) => {
+            Err(invalid(format_args!("messages[{index}].{VERBATIM_BLOCKS}"), "must be an array of blocks"))
+        }
+    }
+}
+
+/// Appends `blocks` as a turn of `role`, merged into the previous turn when it has the same
+/// role (Anthropic wants alternation; OpenAI allows runs, and tool results are user turns).
+fn push_turn(turns: &mut Vec<Turn>, role: &'static str, blocks: Vec<Block>) {
+    if blocks.is_empty() {
+        return;
+    }
+    match turns.last_mut() {
+        Some(last) if last.role == role => last.content.extend(blocks),
+        _ => turns.push(Turn { role, content: blocks }),
+    }
+}
+
+/// The system text blocks of a system or developer message.
+pub(crate) fn system_message_blocks(message: &Message, index: usize) -> Result<Vec<Block>, ProviderError> {
+    match &message.content {
+        None => Ok(Vec::new()),
+        Some(Content::Text(text)) => Ok(text_block(text).into_iter().collect()),
+        Some(Content::Parts(parts)) => parts
+            .iter()
+            .enumerate()
+            .filter_map(|(j, part)| match part {
+                ContentPart::Text { text } => text_block(text).map(Ok),
+                ContentPart::ImageUrl { .. } => Some(Err(invalid(
+                    format_args!("messages[{index}].content[{j}]"),
+                    "is an image; Anthropic's system prompt takes text only",
+                ))),
+            })
+            .collect(),
+    }
+}
+
+/// The blocks of a user, assistant or tool message, translated from its canonical fields.
+pub(crate) fn message_blocks(message: &Message, index: usize) -> Result<Vec<Block>, ProviderError> {
+    match message.role {
+        Role::System | Role::Developer => system_message_blocks(message, index),
+        Role::User => content_blocks(message.content.as_ref(), index),
+        Role::Assistant => {
+            let mut blocks = content_blocks(message.content.as_ref(), index)?;
+            for (k, call) in message.tool_calls.iter().enumerate() {
+                let field = format!("messages[{index}].tool_calls[{k}].function.arguments");
+                blocks.push(Block::ToolUse {
+                    id: call.id.clone(),
+                    name: call.function.name.clone(),
+                    input: parse_arguments(&call.function.arguments, &field)?,
+                });
+            }
+            Ok(blocks)
+        }
+        Role::Tool => {
+            let tool_use_id = message.tool_call_id.clone().filter(|id| !id.is_empty()).ok_or_else(|| {
+                invalid(format_args!("messages[{index}].tool_call_id"), "is required on tool messages")
+            })?;
+            let content = match &message.content {
+                None => None,
+                Some(Content::Text(text)) => Some(ToolResultContent::Text(text.clone())),
+                Some(content) => Some(ToolResultContent::Blocks(content_blocks(Some(content), index)?)),
+            };
+            Ok(vec![Block::ToolResult { tool_use_id, content, is_error: None }])
+        }
+    }
+}
+
+/// Tool-call arguments (a JSON string) as the `input` object Anthropic wants. An empty string
+/// means no arguments: some OpenAI-compatible servers send that for parameterless tools.
+fn parse_arguments(arguments: &str, field: &str) -> Result<Value, ProviderError> {
+    if arguments.trim().is_empty() {
+        return Ok(Value::Object(Map::new()));
+    }
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(input @ Value::Object(_)) => Ok(input),
+        Ok(_) => Err(invalid(field, "must be a JSON object")),
+        Err(error) => Err(invalid(field, format_args!("is not valid JSON: {error}"))),
+    }
+}
+
+fn text_block(text: &str) -> Option<Block> {
+    // Anthropic refuses empty text blocks; an empty string adds nothing to the conversation.
+    (!text.is_empty()).then(|| Block::Text { text: text.to_owned() })
+}
+
+fn content_blocks(content: Option<&Content>, index: usize) -> Result<Vec<Block>, ProviderError> {
+    match content {
+        None => Ok(Vec::new()),
+        Some(Content::Text(text)) => Ok(text_block(text).into_iter().collect()),
+        Some(Content::Parts(parts)) => parts
+            .iter()
+            .enumerate()
+            .filter_map(|(j, part)| match part {
+                ContentPart::Text { text } => text_block(text).map(Ok),
+                ContentPart::ImageUrl { image_url } => Some(image_block(
+                    &image_url.url,
+                    &format!("messages[{index}].content[{j}].image_url.url"),
+                )),
+            })
+            .collect(),
+    }
+}
+
+/// An image block: a `data:` URL becomes a base64 source, an http(s) URL a URL source. The
+/// OpenAI `detail` knob has no Anthropic equivalent and does not change what is shown.
+fn image_block(url: &str, field: &str) -> Result<Block, ProviderError> {
+    if let Some(rest) = url.strip_prefix("data:") {
+        let (media_type, data) = rest
+            .split_once(";base64,")
+            .filter(|(media_type, _)| !media_type.is_empty())
+            .ok_or_else(|| invalid(field, "must be a base64 `data:<media type>;base64,...` URL"))?;
+        return Ok(Block::Image {
+            source: ImageSource::Base64 { media_type: media_type.to_owned(), data: data.to_owned() },
+        });
+    }
+    if url.starts_with("https://") || url.starts_with("http://") {
+        return Ok(Block::Image { source: ImageSource::Url { url: url.to_owned() } });
+    }
+    Err(invalid(field, "must be an http(s) URL or a base64 data: URL"))
+}
+
+/// A tool definition. `function` tools become client tools; other kinds are Anthropic server
+/// tools, which only a request in Anthropic's dialect can carry.
+fn tool_param(tool: &Tool, index: usize, origin: Dialect) -> Result<ToolParam, ProviderError> {
+    let function = &tool.function;
+    if tool.kind != "function" {
+        if origin != Dialect::Anthropic {
+            return Err(invalid(
+                format_args!("tools[{index}].type"),
+                format_args!("is `{}`; only `function` tools translate to Anthropic", tool.kind),
+            ));
+        }
+        return Ok(ToolParam {
+            kind: Some(tool.kind.clone()),
+            name: function.name.clone(),
+            description: function.description.clone(),
+            input_schema: function.parameters.clone(),
+            extra: function.extra.clone(),
+        });
+    }
+    let extra = if origin == Dialect::Anthropic {
+        function.extra.clone()
+    } else {
+        // OpenAI's `strict` asks for exact schema adherence, which Anthropic's tool use aims at
+        // anyway; anything else would be lost.
+        if let Some((key, _)) =
+            function.extra.iter().find(|(key, value)| key.as_str() != "strict" && !value.is_null())
+        {
+            return Err(invalid(
+                format_args!("tools[{index}].function.{key}"),
+                "has no equivalent in Anthropic's tool definitions",
+            ));
+        }
+        Map::new()
+    };
+    Ok(ToolParam {
+        kind: None,
+        name: function.name.clone(),
+        description: function.description.clone(),
+        // Anthropic requires a schema; a function without parameters takes an empty object.
+        input_schema: Some(
+            function.parameters.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+        ),
+        extra,
+    })
+}
+
+/// `auto`/`none`/`required`/a named function as Anthropic's `auto`/`none`/`any`/`tool`, with
+/// `parallel_tool_calls: false` as `disable_parallel_tool_use: true`.
+fn tool_choice(
+    choice: Option<&ToolChoice>,
+    has_tools: bool,
+    parallel_tool_calls: Option<bool>,
+) -> Result<Option<ToolChoiceParam>, ProviderError> {
+    let disable = (parallel_tool_calls == Some(false)).then_some(true);
+    let param = |kind, name| ToolChoiceParam { kind, name, disable_parallel_tool_use: disable };
+    Ok(match choice {
+        // Without tools, "auto" and "none" say nothing, and Anthropic refuses a tool_choice
+        // without tools.
+        None | Some(ToolChoice::Mode(_)) if !has_tools && choice_is_passive(choice) => None,
+        None => disable.map(|_| param("auto", None)),
+        Some(ToolChoice::Mode(mode)) => match mode.as_str() {
+            "auto" => Some(param("auto", None)),
+            "required" => Some(param("any", None)),
+            // `disable_parallel_tool_use` is not accepted with `none`.
+            "none" => Some(ToolChoiceParam { kind: "none", name: None, disable_parallel_tool_use: None }),
+            other => {
+                return Err(invalid(
+                    "tool_choice",
+                    format_args!("is `{other}`; expected auto, none or required"),
+                ));
+            }
+        },
+        Some(ToolChoice::Function { function, .. }) => Some(param("tool", Some(function.name.clone()))),
+    })
+}
+
+fn choice_is_passive(choice: Option<&ToolChoice>) -> bool {
+    match choice {
+        None => true,
+        Some(ToolChoice::Mode(mode)) => mode == "auto" || mode == "none",
+        Some(ToolChoice::Function { .. }) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_urls_split_into_media_type_and_base64() {
+        let block = image_block("data:image/png;base64,iVBORw0KGgo=", "f").unwrap();
+        assert_eq!(
+            block,
+            Block::Image {
+                source: ImageSource::Base64 { media_type: "image/png".into(), data: "iVBORw0KGgo=".into() }
+            }
+        );
+        assert!(image_block("data:image/png,rawbytes", "f").is_err());
+        assert!(image_block("ftp://example.com/cat.png", "f").unwrap_err().detail().contains("`f`"));
+    }
+
+    #[test]
+    fn empty_arguments_mean_an_empty_object() {
+        assert_eq!(parse_arguments("", "f").unwrap(), json!({}));
+        assert!(parse_arguments("[1]", "f").unwrap_err().detail().contains("JSON object"));
+    }
+}

@@ -1,0 +1,174 @@
+//! Messages API answers into canonical answers, and the canonical answer's blocks back (the
+//! codec writes those, and the adapter uses them to tell whether the canonical form is exact).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use switchyard::chat::{
+    ChatResponse, Choice, Content, Dialect, Extra, FinishReason, FunctionCall, Message, Role, ToolCall, Usage,
+};
+
+use super::request::VERBATIM_BLOCKS;
+use super::wire::{Block, MessageResponse};
+
+/// The `ChatResponse.extra` key holding Anthropic's own usage object (with its cache counts),
+/// kept when the request came in Anthropic's dialect so that the codec can return it as is.
+pub const VERBATIM_USAGE: &str = "anthropic_usage";
+
+/// The canonical finish reason of an Anthropic `stop_reason`.
+pub(crate) fn finish_reason(stop_reason: &str) -> FinishReason {
+    match stop_reason {
+        "end_turn" | "stop_sequence" => FinishReason::Stop,
+        // Both mean the output was cut for lack of room.
+        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+        "tool_use" => FinishReason::ToolCalls,
+        "refusal" => FinishReason::ContentFilter,
+        // `pause_turn` (a server tool paused a long turn) and anything newer, verbatim.
+        other => FinishReason::Other(other.to_owned()),
+    }
+}
+
+/// The Anthropic `stop_reason` of a canonical finish reason. Reasons Anthropic does not know
+/// become `end_turn`, since its clients only know its own.
+pub(crate) fn stop_reason(reason: &FinishReason, stop_sequence: Option<&str>) -> &'static str {
+    match reason {
+        FinishReason::Stop if stop_sequence.is_some() => "stop_sequence",
+        FinishReason::Stop => "end_turn",
+        FinishReason::Length => "max_tokens",
+        FinishReason::ToolCalls => "tool_use",
+        FinishReason::ContentFilter => "refusal",
+        FinishReason::Other(other) => match other.as_str() {
+            "pause_turn" => "pause_turn",
+            "model_context_window_exceeded" => "model_context_window_exceeded",
+            "stop_sequence" => "stop_sequence",
+            "tool_use" | "function_call" => "tool_use",
+            _ => "end_turn",
+        },
+    }
+}
+
+/// Seconds since the epoch, for `created` (Anthropic does not say when it answered).
+pub(crate) fn now_unix() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// The canonical answer of an Anthropic message. Text blocks are joined; `tool_use` blocks
+/// become tool calls; other blocks (thinking, server tools) are not part of the canonical
+/// answer, but when the request came in Anthropic's dialect the original blocks, usage, stop
+/// reason and stop sequence are kept in `extra` so that the codec can return them unchanged.
+pub(crate) fn to_chat_response(message: MessageResponse, origin: Dialect) -> ChatResponse {
+    let mut text = String::new();
+    let mut has_text = false;
+    let mut tool_calls = Vec::new();
+    for raw in &message.content {
+        match serde_json::from_value::<Block>(raw.clone()) {
+            Ok(Block::Text { text: part }) => {
+                has_text = true;
+                text.push_str(&part);
+            }
+            Ok(Block::ToolUse { id, name, input }) => tool_calls.push(ToolCall {
+                id,
+                kind: "function".to_owned(),
+                function: FunctionCall { name, arguments: input.to_string() },
+            }),
+            _ => {}
+        }
+    }
+    let content = match (has_text, tool_calls.is_empty()) {
+        (false, false) => None,
+        _ => Some(Content::Text(text)),
+    };
+    let mut answer = Message {
+        role: Role::Assistant,
+        content,
+        name: None,
+        tool_calls,
+        tool_call_id: None,
+        extra: Extra::new(),
+    };
+    let mut choice_extra = Extra::new();
+    let mut extra = Extra::new();
+    if origin == Dialect::Anthropic {
+        let rebuilt = answer_blocks(&answer).ok().map(|blocks| serde_json::to_value(blocks).ok());
+        if rebuilt != Some(Some(Value::Array(message.content.clone()))) {
+            answer.extra.insert(VERBATIM_BLOCKS.to_owned(), Value::Array(message.content));
+        }
+        if let Some(reason) = &message.stop_reason {
+            choice_extra.insert("stop_reason".to_owned(), Value::String(reason.clone()));
+        }
+        if let Some(sequence) = &message.stop_sequence {
+            choice_extra.insert("stop_sequence".to_owned(), Value::String(sequence.clone()));
+        }
+        if let Ok(usage) = serde_json::to_value(&message.usage) {
+            extra.insert(VERBATIM_USAGE.to_owned(), usage);
+        }
+    }
+    ChatResponse {
+        id: message.id,
+        model: message.model,
+        created: now_unix(),
+        choices: vec![Choice {
+            index: 0,
+            message: answer,
+            finish_reason: message.stop_reason.as_deref().map(finish_reason),
+            extra: choice_extra,
+        }],
+        usage: Some(Usage::new(message.usage.prompt_tokens(), message.usage.output_tokens.unwrap_or(0))),
+        extra,
+    }
+}
+
+/// The content blocks of a canonical answer: its text as one block, then its tool calls. Fails
+/// with the index of a tool call whose arguments are not a JSON object.
+pub(crate) fn answer_blocks(message: &Message) -> Result<Vec<Block>, (usize, String)> {
+    let mut blocks = Vec::new();
+    let text = message.text_content().unwrap_or_default();
+    if !text.is_empty() {
+        blocks.push(Block::Text { text });
+    }
+    for (k, call) in message.tool_calls.iter().enumerate() {
+        let input = if call.function.arguments.trim().is_empty() {
+            Value::Object(Default::default())
+        } else {
+            match serde_json::from_str::<Value>(&call.function.arguments) {
+                Ok(input @ Value::Object(_)) => input,
+                Ok(_) => return Err((k, "is not a JSON object".to_owned())),
+                Err(error) => return Err((k, format!("is not valid JSON: {error}"))),
+            }
+        };
+        blocks.push(Block::ToolUse { id: call.id.clone(), name: call.function.name.clone(), input });
+    }
+    Ok(blocks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_reasons_map_to_canonical_finish_reasons() {
+        let cases = [
+            ("end_turn", FinishReason::Stop),
+            ("stop_sequence", FinishReason::Stop),
+            ("max_tokens", FinishReason::Length),
+            ("model_context_window_exceeded", FinishReason::Length),
+            ("tool_use", FinishReason::ToolCalls),
+            ("refusal", FinishReason::ContentFilter),
+            ("pause_turn", FinishReason::Other("pause_turn".into())),
+        ];
+        for (anthropic, canonical) in cases {
+            assert_eq!(finish_reason(anthropic), canonical, "{anthropic}");
+        }
+    }
+
+    #[test]
+    fn finish_reasons_map_back_to_stop_reasons() {
+        assert_eq!(stop_reason(&FinishReason::Stop, None), "end_turn");
+        assert_eq!(stop_reason(&FinishReason::Stop, Some("###")), "stop_sequence");
+        assert_eq!(stop_reason(&FinishReason::Length, None), "max_tokens");
+        assert_eq!(stop_reason(&FinishReason::ToolCalls, None), "tool_use");
+        assert_eq!(stop_reason(&FinishReason::ContentFilter, None), "refusal");
+        assert_eq!(stop_reason(&FinishReason::Other("pause_turn".into()), None), "pause_turn");
+        assert_eq!(stop_reason(&FinishReason::Other("eos".into()), None), "end_turn");
+    }
+}

@@ -1,0 +1,252 @@
+//! Messages API stream events into canonical chunks.
+//!
+//! Anthropic numbers content blocks (text, tool use, thinking) in one sequence; canonical tool
+//! calls are numbered among themselves, so a `tool_use` block at index 3 may be tool call 0.
+//! Thinking, citations and server-tool blocks are not part of the canonical stream and are
+//! skipped.
+
+use std::collections::HashMap;
+
+use futures_core::Stream;
+use futures_util::StreamExt;
+use serde_json::Value;
+use switchyard::chat::{
+    ChatChunk, ChunkChoice, Delta, Dialect, Extra, FunctionCallDelta, Role, ToolCallDelta, Usage,
+};
+use switchyard::credential::Secret;
+use switchyard::provider::ChunkStream;
+use switchyard::{ErrorKind, ProviderError};
+
+use super::classify;
+use super::response::{finish_reason, now_unix};
+use super::wire::{Block, BlockDelta, StreamEvent};
+use crate::sse::SseEvent;
+
+/// Turns SSE events into canonical chunks. The stream ends after `message_stop`; a body that
+/// ends before it is a transport error, never a clean end.
+pub(crate) fn chunk_stream<S>(events: S, decoder: Decoder) -> ChunkStream
+where
+    S: Stream<Item = Result<SseEvent, ProviderError>> + Send + Unpin + 'static,
+{
+    Box::pin(futures_util::stream::unfold(Some((events, decoder)), |state| async move {
+        let (mut events, mut decoder) = state?;
+        loop {
+            let item = match events.next().await {
+                None => Err(ProviderError::new(ErrorKind::Transport, "stream ended before message_stop")),
+                Some(Err(error)) => Err(error),
+                Some(Ok(event)) => match decoder.decode(event) {
+                    Ok(None) => continue,
+                    Ok(Some(chunk)) => {
+                        let next = if decoder.finished { None } else { Some((events, decoder)) };
+                        return Some((Ok(chunk), next));
+                    }
+                    Err(error) => Err(error),
+                },
+            };
+            return Some((item, None));
+        }
+    }))
+}
+
+/// A tool-use block being streamed.
+#[derive(Debug)]
+struct OpenTool {
+    ordinal: u32,
+    /// Whether any argument text was emitted: a call without any gets `{}`, so that the
+    /// concatenated arguments always parse.
+    has_arguments: bool,
+}
+
+/// The state of one streamed answer.
+#[derive(Debug)]
+pub(crate) struct Decoder {
+    origin: Dialect,
+    key: Option<Secret>,
+    id: String,
+    model: String,
+    created: u64,
+    tools: HashMap<u32, OpenTool>,
+    next_ordinal: u32,
+    usage: super::wire::Usage,
+    stop_reason: Option<String>,
+    stop_sequence: Option<String>,
+    finished: bool,
+}
+
+impl Decoder {
+    /// A decoder for a request of `origin` (which decides whether Anthropic-only details are
+    /// kept in chunk `extra`); `key` is cut out of any error text.
+    pub(crate) fn new(origin: Dialect, key: Option<Secret>) -> Self {
+        Self {
+            origin,
+            key,
+            id: String::new(),
+            model: String::new(),
+            created: now_unix(),
+            tools: HashMap::new(),
+            next_ordinal: 0,
+            usage: super::wire::Usage::default(),
+            stop_reason: None,
+            stop_sequence: None,
+            finished: false,
+        }
+    }
+
+    /// The chunk an event produces, if any.
+    pub(crate) fn decode(&mut self, event: SseEvent) -> Result<Option<ChatChunk>, ProviderError> {
+        let event = parse(event, self.key.as_ref())?;
+        Ok(match event {
+            StreamEvent::MessageStart { message } => {
+                self.id = message.id;
+                self.model = message.model;
+                self.usage = message.usage;
+                Some(self.chunk(Delta { role: Some(Role::Assistant), ..Delta::default() }))
+            }
+            StreamEvent::ContentBlockStart { index, content_block } => match content_block {
+                Block::Text { text } if !text.is_empty() => Some(self.text(text)),
+                Block::ToolUse { id, name, .. } => {
+                    // `input` is always `{}` here; the arguments follow as `input_json_delta`s.
+                    let ordinal = self.next_ordinal;
+                    self.next_ordinal += 1;
+                    self.tools.insert(index, OpenTool { ordinal, has_arguments: false });
+                    Some(self.tool_delta(ToolCallDelta {
+                        index: ordinal,
+                        id: Some(id),
+                        kind: Some("function".to_owned()),
+                        function: Some(FunctionCallDelta {
+                            name: Some(name),
+                            arguments: Some(String::new()),
+                        }),
+                    }))
+                }
+                _ => None,
+            },
+            StreamEvent::ContentBlockDelta { index, delta } => match delta {
+                BlockDelta::TextDelta { text } if !text.is_empty() => Some(self.text(text)),
+                BlockDelta::InputJsonDelta { partial_json } if !partial_json.is_empty() => {
+                    match self.tools.get_mut(&index) {
+                        Some(tool) => {
+                            tool.has_arguments = true;
+                            let ordinal = tool.ordinal;
+                            Some(self.arguments(ordinal, partial_json))
+                        }
+                        None => {
+                            return Err(ProviderError::new(
+                                ErrorKind::MalformedResponse,
+                                format!(
+                                    "input_json_delta for content block {index}, which is not a tool_use block"
+                                ),
+                            ));
+                        }
+                    }
+                }
+                _ => None,
+            },
+            StreamEvent::ContentBlockStop { index } => match self.tools.remove(&index) {
+                Some(OpenTool { ordinal, has_arguments: false }) => {
+                    Some(self.arguments(ordinal, "{}".to_owned()))
+                }
+                _ => None,
+            },
+            StreamEvent::MessageDelta { delta, usage } => {
+                self.stop_reason = delta.stop_reason.or(self.stop_reason.take());
+                self.stop_sequence = delta.stop_sequence.or(self.stop_sequence.take());
+                // Counts in message_delta are cumulative: they replace, never add.
+                let current = &mut self.usage;
+                current.output_tokens = usage.output_tokens.or(current.output_tokens);
+                current.input_tokens = usage.input_tokens.or(current.input_tokens);
+                current.cache_creation_input_tokens =
+                    usage.cache_creation_input_tokens.or(current.cache_creation_input_tokens);
+                current.cache_read_input_tokens =
+                    usage.cache_read_input_tokens.or(current.cache_read_input_tokens);
+                None
+            }
+            StreamEvent::MessageStop => {
+                self.finished = true;
+                Some(self.finish())
+            }
+            StreamEvent::Error { error } => return Err(classify::stream_error(&error, self.key.as_ref())),
+            StreamEvent::Ping | StreamEvent::Unknown(_) => None,
+        })
+    }
+
+    fn chunk(&self, delta: Delta) -> ChatChunk {
+        ChatChunk {
+            id: self.id.clone(),
+            model: self.model.clone(),
+            created: self.created,
+            choices: vec![ChunkChoice { index: 0, delta, finish_reason: None }],
+            usage: None,
+            extra: Extra::new(),
+        }
+    }
+
+    fn text(&self, text: String) -> ChatChunk {
+        self.chunk(Delta { content: Some(text), ..Delta::default() })
+    }
+
+    fn tool_delta(&self, delta: ToolCallDelta) -> ChatChunk {
+        self.chunk(Delta { tool_calls: vec![delta], ..Delta::default() })
+    }
+
+    fn arguments(&self, ordinal: u32, fragment: String) -> ChatChunk {
+        self.tool_delta(ToolCallDelta {
+            index: ordinal,
+            id: None,
+            kind: None,
+            function: Some(FunctionCallDelta { name: None, arguments: Some(fragment) }),
+        })
+    }
+
+    /// The last chunk: why the answer ended, and the usage.
+    fn finish(&self) -> ChatChunk {
+        let mut chunk = self.chunk(Delta::default());
+        chunk.choices[0].finish_reason = self.stop_reason.as_deref().map(finish_reason);
+        chunk.usage = Some(Usage::new(self.usage.prompt_tokens(), self.usage.output_tokens.unwrap_or(0)));
+        if self.origin == Dialect::Anthropic {
+            for (key, value) in [("stop_reason", &self.stop_reason), ("stop_sequence", &self.stop_sequence)] {
+                if let Some(value) = value {
+                    chunk.extra.insert(key.to_owned(), Value::String(value.clone()));
+                }
+            }
+        }
+        chunk
+    }
+}
+
+/// An SSE event's data as a stream event. The SDKs take the type from the `event:` name when
+/// the data lacks one, and so does this.
+fn parse(event: SseEvent, key: Option<&Secret>) -> Result<StreamEvent, ProviderError> {
+    let malformed =
+        |what: String| ProviderError::new(ErrorKind::MalformedResponse, classify::redact(what, key));
+    let mut data: Value = serde_json::from_str(&event.data).map_err(|error| {
+        malformed(format!("stream event is not JSON ({error}): {}", crate::http::excerpt(&event.data)))
+    })?;
+    if let (Value::Object(object), Some(name)) = (&mut data, event.event) {
+        object.entry("type").or_insert(Value::String(name));
+    }
+    let parsed = serde_json::from_value(data)
+        .map_err(|error| malformed(format!("stream event has an unexpected shape: {error}")))?;
+    // Unknown event types are skipped, but a known one that did not parse is a broken stream.
+    if let StreamEvent::Unknown(value) = &parsed {
+        let kind = value.get("type").and_then(Value::as_str).unwrap_or_default();
+        if KNOWN_EVENTS.contains(&kind) {
+            return Err(malformed(format!(
+                "`{kind}` event has an unexpected shape: {}",
+                crate::http::excerpt(&value.to_string())
+            )));
+        }
+    }
+    Ok(parsed)
+}
+
+const KNOWN_EVENTS: [&str; 8] = [
+    "message_start",
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+    "message_delta",
+    "message_stop",
+    "ping",
+    "error",
+];

@@ -1,0 +1,1530 @@
+//! The Anthropic adapter against an in-process fake of the Messages API (serving the documented
+//! success, streaming and error shapes), and the Anthropic-dialect codec.
+
+// Helpers outside `#[test]` functions unwrap too: a broken fake should fail the test loudly.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, Response, Uri};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use switchyard::chat::{
+    ChatChunk, ChatRequest, ChatResponse, ChunkChoice, Content, ContentPart, Delta, Dialect, FinishReason,
+    FunctionCall, FunctionCallDelta, FunctionDefinition, ImageUrl, Message, ResponseFormat, Role, Stop, Tool,
+    ToolCall, ToolCallDelta, ToolChoice, ToolChoiceFunction, Usage,
+};
+use switchyard::credential::{Credential, Secret};
+use switchyard::provider::{Call, Provider, RateLimitSink};
+use switchyard::ratelimit::RateLimits;
+use switchyard::route::Timeouts;
+use switchyard::{ErrorKind, ProviderError};
+use switchyard_providers::anthropic::{AnthropicProvider, codec};
+use switchyard_providers::{ProviderKind, ProviderSettings};
+
+const KEY: &str = "sk-ant-test-0123456789abcdef";
+const MODEL: &str = "claude-test-1";
+
+// ---------------------------------------------------------------------------------------------
+// The fake
+
+/// One request the fake received.
+#[derive(Debug, Clone)]
+struct Received {
+    method: Method,
+    path: String,
+    headers: HeaderMap,
+    body: Value,
+}
+
+/// What the fake answers.
+#[derive(Debug, Clone)]
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: ReplyBody,
+}
+
+#[derive(Debug, Clone)]
+enum ReplyBody {
+    Text(String),
+    /// Sent piece by piece (one chunk of the chunked encoding each).
+    Pieces(Vec<Vec<u8>>),
+    /// Sent piece by piece; once `cut` is notified, the connection is cut.
+    Abort(Vec<Vec<u8>>, Arc<tokio::sync::Notify>),
+}
+
+impl Reply {
+    fn json(status: u16, body: Value) -> Self {
+        Self {
+            status,
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: ReplyBody::Text(body.to_string()),
+        }
+    }
+
+    fn text(status: u16, body: &str) -> Self {
+        Self {
+            status,
+            headers: vec![("content-type".into(), "text/html".into())],
+            body: ReplyBody::Text(body.into()),
+        }
+    }
+
+    fn sse(body: &str) -> Self {
+        Self::sse_pieces(vec![body.as_bytes().to_vec()])
+    }
+
+    fn sse_pieces(pieces: Vec<Vec<u8>>) -> Self {
+        Self {
+            status: 200,
+            headers: vec![("content-type".into(), "text/event-stream".into())],
+            body: ReplyBody::Pieces(pieces),
+        }
+    }
+
+    fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+#[derive(Clone)]
+struct FakeState {
+    reply: Reply,
+    received: Arc<Mutex<Vec<Received>>>,
+}
+
+struct Fake {
+    base_url: String,
+    received: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Fake {
+    fn received(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+
+    /// The one request body the fake received.
+    fn body(&self) -> Value {
+        let received = self.received();
+        assert_eq!(received.len(), 1, "the fake should have received exactly one request");
+        received[0].body.clone()
+    }
+}
+
+async fn handle(
+    State(state): State<FakeState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
+    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    state.received.lock().unwrap().push(Received { method, path: uri.path().to_owned(), headers, body });
+    let reply = state.reply;
+    let mut response = Response::builder().status(reply.status);
+    for (name, value) in &reply.headers {
+        response = response.header(name, value);
+    }
+    let body = match reply.body {
+        ReplyBody::Text(text) => Body::from(text),
+        ReplyBody::Pieces(pieces) => Body::from_stream(futures_util::stream::iter(
+            pieces.into_iter().map(|piece| Ok::<_, std::io::Error>(Bytes::from(piece))),
+        )),
+        ReplyBody::Abort(pieces, cut) => Body::from_stream(
+            futures_util::stream::iter(pieces.into_iter().map(|piece| Ok(Bytes::from(piece)))).chain(
+                futures_util::stream::once(async move {
+                    cut.notified().await;
+                    Err(std::io::Error::other("connection cut by the fake"))
+                }),
+            ),
+        ),
+    };
+    response.body(body).unwrap()
+}
+
+async fn fake(reply: Reply) -> Fake {
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let state = FakeState { reply, received: received.clone() };
+    let app = Router::new().fallback(handle).with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base_url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Fake { base_url, received }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Calling the adapter
+
+fn provider(base_url: &str) -> AnthropicProvider {
+    AnthropicProvider::new(&ProviderSettings::new(ProviderKind::Anthropic).base_url(base_url)).unwrap()
+}
+
+#[derive(Default)]
+struct Sink(Mutex<Vec<RateLimits>>);
+
+impl RateLimitSink for Sink {
+    fn observe(&self, limits: &RateLimits) {
+        self.0.lock().unwrap().push(*limits);
+    }
+}
+
+async fn chat_with(
+    provider: &AnthropicProvider,
+    request: &ChatRequest,
+    sink: Option<&Sink>,
+) -> Result<ChatResponse, ProviderError> {
+    let credential = Credential::new("anthropic", provider.base_url(), Some(Secret::new(KEY)));
+    let timeouts = Timeouts::default();
+    let call = Call {
+        model: MODEL,
+        credential: &credential,
+        timeouts: &timeouts,
+        rate_limits: sink.map(|s| s as &dyn RateLimitSink),
+    };
+    provider.chat(call, request).await
+}
+
+async fn chat(fake: &Fake, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+    chat_with(&provider(&fake.base_url), request, None).await
+}
+
+/// Every item of a streamed answer (the stream ends after an error).
+async fn stream(
+    fake: &Fake,
+    request: &ChatRequest,
+) -> Result<Vec<Result<ChatChunk, ProviderError>>, ProviderError> {
+    let provider = provider(&fake.base_url);
+    let credential = Credential::new("anthropic", provider.base_url(), Some(Secret::new(KEY)));
+    let timeouts = Timeouts::default();
+    let call = Call { model: MODEL, credential: &credential, timeouts: &timeouts, rate_limits: None };
+    let chunks = provider.chat_stream(call, request).await?;
+    Ok(chunks.collect().await)
+}
+
+fn hello() -> ChatRequest {
+    ChatRequest::new("default", vec![Message::user("Hello")])
+}
+
+fn text_answer() -> Value {
+    json!({
+        "id": "msg_01XFDUDYJgAACzvnptvVoYEL",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-test-1-20250929",
+        "content": [{"type": "text", "text": "Bonjour"}, {"type": "text", "text": " !"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": null,
+        "usage": {"input_tokens": 12, "output_tokens": 4, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    })
+}
+
+fn message(role: Role, content: Option<Content>) -> Message {
+    Message {
+        role,
+        content,
+        name: None,
+        tool_calls: Vec::new(),
+        tool_call_id: None,
+        extra: Default::default(),
+    }
+}
+
+fn tool_result(id: &str, text: &str) -> Message {
+    Message { tool_call_id: Some(id.into()), ..Message::text(Role::Tool, text) }
+}
+
+fn tool_call(id: &str, name: &str, arguments: &str) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        kind: "function".into(),
+        function: FunctionCall { name: name.into(), arguments: arguments.into() },
+    }
+}
+
+fn weather_tool() -> Tool {
+    Tool {
+        kind: "function".into(),
+        function: FunctionDefinition {
+            name: "get_weather".into(),
+            description: Some("Get weather".into()),
+            parameters: Some(json!({"type": "object", "properties": {"city": {"type": "string"}}})),
+            extra: Default::default(),
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Request translation
+
+#[tokio::test]
+async fn request_carries_key_version_content_type_and_extra_headers_to_v1_messages() {
+    let fake = fake(Reply::json(200, text_answer())).await;
+    let mut settings = ProviderSettings::new(ProviderKind::Anthropic).base_url(&fake.base_url);
+    settings.headers.push(("anthropic-beta".into(), "tools-2024-05-16".into()));
+    chat_with(&AnthropicProvider::new(&settings).unwrap(), &hello(), None).await.unwrap();
+
+    let received = fake.received();
+    let request = &received[0];
+    assert_eq!(request.method, Method::POST);
+    assert_eq!(request.path, "/v1/messages");
+    assert_eq!(request.headers["x-api-key"], KEY);
+    assert_eq!(request.headers["anthropic-version"], "2023-06-01");
+    assert_eq!(request.headers["content-type"], "application/json");
+    assert_eq!(request.headers["anthropic-beta"], "tools-2024-05-16");
+    assert!(request.headers.get("authorization").is_none());
+}
+
+#[tokio::test]
+async fn api_version_setting_replaces_the_default_version() {
+    let fake = fake(Reply::json(200, text_answer())).await;
+    let mut settings =
+        ProviderSettings::new(ProviderKind::Anthropic).base_url(format!("{}/v1", fake.base_url));
+    settings.api_version = Some("2099-01-01".into());
+    chat_with(&AnthropicProvider::new(&settings).unwrap(), &hello(), None).await.unwrap();
+
+    let received = fake.received();
+    assert_eq!(received[0].path, "/v1/messages", "a base URL ending in /v1 is not doubled");
+    assert_eq!(received[0].headers["anthropic-version"], "2099-01-01");
+}
+
+#[tokio::test]
+async fn model_comes_from_the_call_and_max_tokens_defaults_to_4096() {
+    let fake = fake(Reply::json(200, text_answer())).await;
+    chat(&fake, &hello()).await.unwrap();
+    assert_eq!(
+        fake.body(),
+        json!({
+            "model": MODEL,
+            "max_tokens": 4096,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}]
+        })
+    );
+}
+
+#[tokio::test]
+async fn conversation_becomes_system_prompt_and_alternating_turns_with_tools_and_images() {
+    let fake = fake(Reply::json(200, text_answer())).await;
+    let assistant_calls = Message {
+        tool_calls: vec![
+            tool_call("call_1", "get_weather", r#"{"city":"Paris"}"#),
+            tool_call("call_2", "get_time", ""),
+        ],
+        ..Message::assistant("Checking.")
+    };
+    let images = message(
+        Role::User,
+        Some(Content::Parts(vec![
+            ContentPart::Text { text: "Look:".into() },
+            ContentPart::ImageUrl {
+                image_url: ImageUrl { url: "data:image/png;base64,iVBORw0KGgo=".into(), detail: None },
+            },
+            ContentPart::ImageUrl {
+                image_url: ImageUrl {
+                    url: "https://example.com/cat.png".into(),
+                    detail: Some("high".into()),
+                },
+            },
+        ])),
+    );
+    let request = ChatRequest::new(
+        "default",
+        vec![
+            Message::system("You are terse."),
+            Message::text(Role::Developer, "Answer in French."),
+            Message::user("Hi"),
+            images,
+            assistant_calls,
+            tool_result("call_1", "21C"),
+            tool_result("call_2", "12:00"),
+            Message::user("Thanks"),
+            Message::assistant("De rien."),
+            Message::assistant("Autre chose ?"),
+        ],
+    );
+    chat(&fake, &request).await.unwrap();
+
+    assert_eq!(
+        fake.body(),
+        json!({
+            "model": MODEL,
+            "max_tokens": 4096,
+            "system": [{"type": "text", "text": "You are terse."}, {"type": "text", "text": "Answer in French."}],
+            "messages": [
+                {"role": "user", "content": [
+                    {"type": "text", "text": "Hi"},
+                    {"type": "text", "text": "Look:"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+                    {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}
+                ]},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "Checking."},
+                    {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}},
+                    {"type": "tool_use", "id": "call_2", "name": "get_time", "input": {}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "call_1", "content": "21C"},
+                    {"type": "tool_result", "tool_use_id": "call_2", "content": "12:00"},
+                    {"type": "text", "text": "Thanks"}
+                ]},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "De rien."},
+                    {"type": "text", "text": "Autre chose ?"}
+                ]}
+            ]
+        })
+    );
+}
+
+#[tokio::test]
+async fn a_single_system_message_is_sent_as_a_string() {
+    let fake = fake(Reply::json(200, text_answer())).await;
+    let request = ChatRequest::new("default", vec![Message::system("Be terse."), Message::user("Hi")]);
+    chat(&fake, &request).await.unwrap();
+    assert_eq!(fake.body()["system"], "Be terse.");
+}
+
+#[tokio::test]
+async fn tools_and_each_tool_choice_take_anthropic_shapes() {
+    let choices = [
+        (ToolChoice::Mode("auto".into()), json!({"type": "auto"})),
+        (ToolChoice::Mode("none".into()), json!({"type": "none"})),
+        (ToolChoice::Mode("required".into()), json!({"type": "any"})),
+        (
+            ToolChoice::Function {
+                kind: "function".into(),
+                function: ToolChoiceFunction { name: "get_weather".into() },
+            },
+            json!({"type": "tool", "name": "get_weather"}),
+        ),
+    ];
+    for (choice, expected) in choices {
+        let fake = fake(Reply::json(200, text_answer())).await;
+        let request = ChatRequest { tools: vec![weather_tool()], tool_choice: Some(choice), ..hello() };
+        chat(&fake, &request).await.unwrap();
+        let body = fake.body();
+        assert_eq!(body["tool_choice"], expected);
+        assert_eq!(
+            body["tools"],
+            json!([{
+                "name": "get_weather",
+                "description": "Get weather",
+                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}
+            }])
+        );
+    }
+}
+
+#[tokio::test]
+async fn sampling_parameters_and_stop_map_to_anthropic_fields() {
+    let fake = fake(Reply::json(200, text_answer())).await;
+    let request = ChatRequest {
+        temperature: Some(0.3),
+        top_p: Some(0.9),
+        max_tokens: Some(200),
+        stop: Some(Stop::Many(vec!["###".into(), "END".into()])),
+        ..hello()
+    };
+    chat(&fake, &request).await.unwrap();
+    let body = fake.body();
+    assert_eq!(body["temperature"], 0.3);
+    assert_eq!(body["top_p"], 0.9);
+    assert_eq!(body["max_tokens"], 200);
+    assert_eq!(body["stop_sequences"], json!(["###", "END"]));
+}
+
+#[tokio::test]
+async fn harmless_openai_fields_are_ignored_and_mappable_ones_are_mapped() {
+    let fake = fake(Reply::json(200, text_answer())).await;
+    let mut request = ChatRequest { tools: vec![weather_tool()], seed: Some(7), ..hello() };
+    for (key, value) in [
+        ("user", json!("end-user-42")),
+        ("n", json!(1)),
+        ("stream_options", json!({"include_usage": true})),
+        ("parallel_tool_calls", json!(false)),
+        ("store", json!(false)),
+        ("logprobs", json!(false)),
+        ("frequency_penalty", json!(0)),
+        ("top_logprobs", Value::Null),
+        ("max_completion_tokens", json!(300)),
+    ] {
+        request.extra.insert(key.into(), value);
+    }
+    chat(&fake, &request).await.unwrap();
+
+    let body = fake.body();
+    assert_eq!(body["metadata"], json!({"user_id": "end-user-42"}));
+    assert_eq!(body["max_tokens"], 300);
+    assert_eq!(body["tool_choice"], json!({"type": "auto", "disable_parallel_tool_use": true}));
+    let mut keys: Vec<_> = body.as_object().unwrap().keys().cloned().collect();
+    keys.sort();
+    assert_eq!(keys, ["max_tokens", "messages", "metadata", "model", "tool_choice", "tools"]);
+}
+
+#[tokio::test]
+async fn meaningful_fields_without_an_anthropic_equivalent_are_refused_naming_the_field() {
+    let fake = fake(Reply::json(200, text_answer())).await;
+    let json_schema = ResponseFormat::JsonSchema {
+        json_schema: serde_json::from_value(json!({"name": "weather", "schema": {"type": "object"}}))
+            .unwrap(),
+    };
+    let mut cases = vec![
+        (ChatRequest { response_format: Some(json_schema), ..hello() }, "`response_format`"),
+        (ChatRequest { response_format: Some(ResponseFormat::JsonObject), ..hello() }, "`response_format`"),
+        (ChatRequest { temperature: Some(1.5), ..hello() }, "`temperature`"),
+    ];
+    for (key, value) in [("logprobs", json!(true)), ("reasoning_effort", json!("high")), ("n", json!(2))] {
+        let mut request = hello();
+        request.extra.insert(key.into(), value);
+        cases.push((request, if key == "n" { "`n`" } else { key }));
+    }
+    let mut bad_arguments = hello();
+    bad_arguments.messages.push(Message {
+        tool_calls: vec![tool_call("call_1", "get_weather", "{\"city\": ")],
+        ..Message::assistant("")
+    });
+    cases.push((bad_arguments, "`messages[1].tool_calls[0].function.arguments`"));
+    let mut missing_id = hello();
+    missing_id.messages.push(Message::text(Role::Tool, "21C"));
+    cases.push((missing_id, "`messages[1].tool_call_id`"));
+
+    for (request, field) in cases {
+        let error = chat(&fake, &request).await.unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::InvalidRequest, "{field}");
+        assert!(error.detail().contains(field), "{field} not named in: {}", error.detail());
+    }
+    assert!(fake.received().is_empty(), "nothing is sent for a request that cannot be translated");
+}
+
+#[tokio::test]
+async fn anthropic_dialect_extra_fields_are_forwarded_untouched() {
+    let fake = fake(Reply::json(200, text_answer())).await;
+    let mut request = ChatRequest { origin: Dialect::Anthropic, max_tokens: Some(1024), ..hello() };
+    request.extra.insert("top_k".into(), json!(40));
+    request.extra.insert("metadata".into(), json!({"user_id": "u-1"}));
+    request.extra.insert("thinking".into(), json!({"type": "enabled", "budget_tokens": 512}));
+    chat(&fake, &request).await.unwrap();
+
+    let body = fake.body();
+    assert_eq!(body["top_k"], 40);
+    assert_eq!(body["metadata"], json!({"user_id": "u-1"}));
+    assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 512}));
+}
+
+#[tokio::test]
+async fn anthropic_only_fields_from_another_dialect_are_refused() {
+    let fake = fake(Reply::json(200, text_answer())).await;
+    let mut request = hello();
+    request.extra.insert("top_k".into(), json!(40));
+    let error = chat(&fake, &request).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidRequest);
+    assert!(error.detail().contains("`top_k`"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Response translation
+
+#[tokio::test]
+async fn text_answer_becomes_canonical_with_joined_text_and_usage() {
+    let fake = fake(Reply::json(200, text_answer())).await;
+    let answer = chat(&fake, &hello()).await.unwrap();
+    assert_eq!(answer.id, "msg_01XFDUDYJgAACzvnptvVoYEL");
+    assert_eq!(answer.model, "claude-test-1-20250929");
+    assert_eq!(answer.text().as_deref(), Some("Bonjour !"));
+    assert_eq!(answer.choices[0].finish_reason, Some(FinishReason::Stop));
+    assert_eq!(answer.usage, Some(Usage::new(12, 4)));
+    assert!(
+        answer.extra.is_empty() && answer.choices[0].message.extra.is_empty(),
+        "no Anthropic details leak into an OpenAI-dialect answer"
+    );
+}
+
+#[tokio::test]
+async fn tool_use_answer_becomes_tool_calls_with_serialized_arguments() {
+    let fake = fake(Reply::json(
+        200,
+        json!({
+            "id": "msg_02", "type": "message", "role": "assistant", "model": MODEL,
+            "content": [
+                {"type": "text", "text": "Let me check."},
+                {"type": "tool_use", "id": "toolu_01A", "name": "get_weather", "input": {"city": "Paris"}},
+                {"type": "tool_use", "id": "toolu_01B", "name": "get_time", "input": {}}
+            ],
+            "stop_reason": "tool_use", "stop_sequence": null,
+            "usage": {"input_tokens": 25, "output_tokens": 31, "cache_read_input_tokens": 5}
+        }),
+    ))
+    .await;
+    let answer = chat(&fake, &hello()).await.unwrap();
+    let message = &answer.choices[0].message;
+    assert_eq!(message.text_content().as_deref(), Some("Let me check."));
+    assert_eq!(
+        message.tool_calls,
+        vec![
+            tool_call("toolu_01A", "get_weather", r#"{"city":"Paris"}"#),
+            tool_call("toolu_01B", "get_time", "{}")
+        ]
+    );
+    assert_eq!(answer.choices[0].finish_reason, Some(FinishReason::ToolCalls));
+    assert_eq!(answer.usage, Some(Usage::new(30, 31)), "cached input counts toward prompt tokens");
+}
+
+#[tokio::test]
+async fn refusal_becomes_content_filter() {
+    let mut body = text_answer();
+    body["content"] = json!([]);
+    body["stop_reason"] = json!("refusal");
+    let fake = fake(Reply::json(200, body)).await;
+    let answer = chat(&fake, &hello()).await.unwrap();
+    assert_eq!(answer.choices[0].finish_reason, Some(FinishReason::ContentFilter));
+    assert!(answer.is_content_filtered());
+}
+
+#[tokio::test]
+async fn stop_reasons_become_canonical_finish_reasons() {
+    for (stop_reason, expected) in [
+        ("end_turn", FinishReason::Stop),
+        ("stop_sequence", FinishReason::Stop),
+        ("max_tokens", FinishReason::Length),
+        ("tool_use", FinishReason::ToolCalls),
+        ("refusal", FinishReason::ContentFilter),
+        ("pause_turn", FinishReason::Other("pause_turn".into())),
+    ] {
+        let mut body = text_answer();
+        body["stop_reason"] = json!(stop_reason);
+        let fake = fake(Reply::json(200, body)).await;
+        let answer = chat(&fake, &hello()).await.unwrap();
+        assert_eq!(answer.choices[0].finish_reason, Some(expected), "{stop_reason}");
+    }
+}
+
+#[tokio::test]
+async fn stream_answered_with_something_other_than_an_event_stream_is_malformed() {
+    let fake = fake(Reply::json(200, text_answer())).await;
+    let error = stream(&fake, &hello()).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::MalformedResponse);
+    assert!(error.detail().contains("application/json"), "{error}");
+}
+
+#[tokio::test]
+async fn unparseable_200_is_a_malformed_response() {
+    for reply in
+        [Reply::text(200, "<html>gateway says hi</html>"), Reply::json(200, json!({"type": "message"}))]
+    {
+        let fake = fake(reply).await;
+        let error = chat(&fake, &hello()).await.unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::MalformedResponse, "{error}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streaming
+
+/// An SSE body from `(event, data)` pairs, the way Anthropic writes it.
+fn sse(events: &[(&str, Value)]) -> String {
+    events.iter().map(|(name, data)| format!("event: {name}\ndata: {data}\n\n")).collect()
+}
+
+fn message_start() -> (&'static str, Value) {
+    (
+        "message_start",
+        json!({"type": "message_start", "message": {
+            "id": "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY", "type": "message", "role": "assistant", "content": [],
+            "model": "claude-test-1-20250929", "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": 25, "output_tokens": 1}
+        }}),
+    )
+}
+
+fn text_stream_events() -> Vec<(&'static str, Value)> {
+    vec![
+        message_start(),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        ("ping", json!({"type": "ping"})),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello"}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": " wörld 🚀"}}),
+        ),
+        ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 12}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ]
+}
+
+fn tool_stream_events() -> Vec<(&'static str, Value)> {
+    vec![
+        message_start(),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Let me check."}}),
+        ),
+        ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_01T1x1fJ34qAmk2tNTrN7Up6", "name": "get_weather", "input": {}}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": ""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"city\": \"Par"}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "is\"}"}}),
+        ),
+        ("content_block_stop", json!({"type": "content_block_stop", "index": 1})),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": "toolu_02", "name": "get_time", "input": {}}}),
+        ),
+        ("content_block_stop", json!({"type": "content_block_stop", "index": 2})),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 89}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ]
+}
+
+fn ok_chunks(items: Vec<Result<ChatChunk, ProviderError>>) -> Vec<ChatChunk> {
+    items.into_iter().map(|item| item.expect("no error in this stream")).collect()
+}
+
+fn text_of(chunks: &[ChatChunk]) -> String {
+    chunks.iter().filter_map(|chunk| chunk.choices.first()?.delta.content.clone()).collect()
+}
+
+#[tokio::test]
+async fn streamed_text_arrives_as_role_text_and_finish_chunks() {
+    let fake = fake(Reply::sse(&sse(&text_stream_events()))).await;
+    let chunks = ok_chunks(stream(&fake, &hello()).await.unwrap());
+
+    assert_eq!(fake.body()["stream"], true);
+    assert_eq!(chunks.len(), 4, "{chunks:#?}");
+    assert_eq!(chunks[0].choices[0].delta.role, Some(Role::Assistant));
+    assert_eq!(chunks[0].id, "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY");
+    assert_eq!(chunks[0].model, "claude-test-1-20250929");
+    assert_eq!(text_of(&chunks), "Hello wörld 🚀");
+    let last = chunks.last().unwrap();
+    assert_eq!(last.choices[0].finish_reason, Some(FinishReason::Stop));
+    assert_eq!(last.usage, Some(Usage::new(25, 12)));
+}
+
+#[tokio::test]
+async fn streamed_tool_calls_reassemble_from_input_json_fragments() {
+    let fake = fake(Reply::sse(&sse(&tool_stream_events()))).await;
+    let chunks = ok_chunks(stream(&fake, &hello()).await.unwrap());
+
+    // Reassemble the way a client does: fragments with the same index concatenate.
+    let mut calls: Vec<(Option<String>, Option<String>, String)> = Vec::new();
+    for delta in chunks.iter().flat_map(|c| &c.choices).flat_map(|c| &c.delta.tool_calls) {
+        let index = delta.index as usize;
+        if calls.len() <= index {
+            calls.resize(index + 1, (None, None, String::new()));
+        }
+        let call = &mut calls[index];
+        if delta.id.is_some() {
+            call.0 = delta.id.clone();
+        }
+        let function = delta.function.as_ref().unwrap();
+        if function.name.is_some() {
+            call.1 = function.name.clone();
+        }
+        call.2.push_str(function.arguments.as_deref().unwrap_or_default());
+    }
+    assert_eq!(
+        calls,
+        vec![
+            (
+                Some("toolu_01T1x1fJ34qAmk2tNTrN7Up6".into()),
+                Some("get_weather".into()),
+                "{\"city\": \"Paris\"}".into()
+            ),
+            (Some("toolu_02".into()), Some("get_time".into()), "{}".into()),
+        ],
+        "tool-call indexes count tool calls, not content blocks; a call without arguments gets {{}}"
+    );
+    assert_eq!(text_of(&chunks), "Let me check.");
+    assert_eq!(chunks.last().unwrap().choices[0].finish_reason, Some(FinishReason::ToolCalls));
+    assert_eq!(chunks.last().unwrap().usage, Some(Usage::new(25, 89)));
+}
+
+#[tokio::test]
+async fn sse_split_across_tcp_chunks_at_awkward_places_parses_the_same() {
+    let body = sse(&text_stream_events()).replace('\n', "\r\n");
+    let bytes = body.as_bytes();
+    let crlf = body.find("\r\n").unwrap() + 1; // between \r and \n
+    let rocket = body.find('🚀').unwrap() + 2; // inside the four bytes of 🚀
+    let umlaut = body.find('ö').unwrap() + 1; // inside the two bytes of ö
+    let mut cuts: Vec<usize> = (1..bytes.len()).step_by(3).chain([crlf, rocket, umlaut]).collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for cut in cuts {
+        pieces.push(bytes[start..cut].to_vec());
+        start = cut;
+    }
+    pieces.push(bytes[start..].to_vec());
+    assert!(pieces.iter().any(|p| p.ends_with(b"\r")), "a piece ends between \\r and \\n");
+    assert!(pieces.iter().any(|p| std::str::from_utf8(p).is_err()), "a piece splits a character");
+
+    let split = fake(Reply::sse_pieces(pieces)).await;
+    let whole = fake(Reply::sse(&body)).await;
+    let split_chunks = ok_chunks(stream(&split, &hello()).await.unwrap());
+    let whole_chunks = ok_chunks(stream(&whole, &hello()).await.unwrap());
+    assert_eq!(text_of(&split_chunks), "Hello wörld 🚀");
+    assert_eq!(
+        split_chunks.iter().map(|c| (&c.choices, c.usage)).collect::<Vec<_>>(),
+        whole_chunks.iter().map(|c| (&c.choices, c.usage)).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn stream_ending_before_message_stop_is_a_transport_error() {
+    let events = text_stream_events();
+    let fake = fake(Reply::sse(&sse(&events[..4]))).await;
+    let items = stream(&fake, &hello()).await.unwrap();
+
+    let (last, rest) = items.split_last().unwrap();
+    assert_eq!(text_of(&ok_chunks(rest.to_vec())), "Hello");
+    let error = last.as_ref().unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Transport);
+    assert!(error.detail().contains("stream ended before message_stop"), "{error}");
+}
+
+#[tokio::test]
+async fn stream_cut_by_the_connection_is_a_transport_error() {
+    let cut = Arc::new(tokio::sync::Notify::new());
+    let body = sse(&text_stream_events()[..4]).into_bytes();
+    let fake = fake(Reply { body: ReplyBody::Abort(vec![body], cut.clone()), ..Reply::sse("") }).await;
+    let provider = provider(&fake.base_url);
+    let credential = Credential::new("anthropic", provider.base_url(), Some(Secret::new(KEY)));
+    let timeouts = Timeouts::default();
+    let call = Call { model: MODEL, credential: &credential, timeouts: &timeouts, rate_limits: None };
+    let mut chunks = provider.chat_stream(call, &hello()).await.unwrap();
+
+    // Cut the connection only once the answer has visibly started.
+    let first = chunks.next().await.unwrap().unwrap();
+    assert_eq!(first.choices[0].delta.role, Some(Role::Assistant));
+    cut.notify_one();
+    let rest: Vec<_> = chunks.collect().await;
+
+    let (last, before) = rest.split_last().unwrap();
+    assert_eq!(text_of(&ok_chunks(before.to_vec())), "Hello");
+    let error = last.as_ref().unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Transport, "{error}");
+}
+
+#[tokio::test]
+async fn error_event_inside_a_200_stream_ends_it_with_its_kind() {
+    let mut events = text_stream_events()[..4].to_vec();
+    events.push((
+        "error",
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    ));
+    events.extend(text_stream_events()[4..].to_vec());
+    let fake = fake(Reply::sse(&sse(&events))).await;
+    let items = stream(&fake, &hello()).await.unwrap();
+
+    assert_eq!(items.len(), 3, "role, Hello, then the error and nothing after it");
+    let error = items[2].as_ref().unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Unavailable);
+    assert_eq!(error.code(), Some("overloaded_error"));
+    assert!(error.detail().contains("Overloaded"));
+}
+
+#[tokio::test]
+async fn streamed_refusal_finishes_with_content_filter() {
+    let events = vec![
+        message_start(),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "refusal", "stop_sequence": null}, "usage": {"output_tokens": 0}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ];
+    let fake = fake(Reply::sse(&sse(&events))).await;
+    let chunks = ok_chunks(stream(&fake, &hello()).await.unwrap());
+    assert!(chunks.last().unwrap().is_content_filtered());
+}
+
+#[tokio::test]
+async fn stream_refused_before_it_starts_is_classified() {
+    let fake = fake(Reply::json(
+        529,
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    ))
+    .await;
+    let error = stream(&fake, &hello()).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Unavailable);
+    assert_eq!(error.status(), Some(529));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Classification
+
+fn error_reply(status: u16, kind: &str, message: &str) -> Reply {
+    Reply::json(
+        status,
+        json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_011CSHoEeqs5C35K2UUqR7Fy"}),
+    )
+}
+
+#[tokio::test]
+async fn each_documented_error_is_classified_from_its_type_and_status() {
+    let rows = [
+        (
+            429,
+            "rate_limit_error",
+            "This request would exceed the rate limit for your organization.",
+            ErrorKind::RateLimited,
+        ),
+        (529, "overloaded_error", "Overloaded", ErrorKind::Unavailable),
+        (500, "api_error", "Internal server error", ErrorKind::Unavailable),
+        (504, "timeout_error", "Request timed out", ErrorKind::Unavailable),
+        (401, "authentication_error", "invalid x-api-key", ErrorKind::Auth),
+        (
+            403,
+            "permission_error",
+            "Your API key does not have permission to use the specified resource.",
+            ErrorKind::Auth,
+        ),
+        (404, "not_found_error", "model: claude-nope", ErrorKind::ModelNotFound),
+        (
+            400,
+            "invalid_request_error",
+            "prompt is too long: 200251 tokens > 200000 maximum",
+            ErrorKind::ContextLength,
+        ),
+        (
+            400,
+            "invalid_request_error",
+            "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.",
+            ErrorKind::QuotaExceeded,
+        ),
+        (402, "billing_error", "Billing error", ErrorKind::QuotaExceeded),
+        (
+            413,
+            "request_too_large",
+            "Request exceeds the maximum allowed number of bytes.",
+            ErrorKind::InvalidRequest,
+        ),
+        (
+            400,
+            "invalid_request_error",
+            "messages: roles must alternate between \"user\" and \"assistant\"",
+            ErrorKind::InvalidRequest,
+        ),
+    ];
+    for (status, kind, message, expected) in rows {
+        let fake = fake(error_reply(status, kind, message)).await;
+        let error = chat(&fake, &hello()).await.unwrap_err();
+        assert_eq!(error.kind(), expected, "{status} {kind}");
+        assert_eq!(error.status(), Some(status));
+        assert_eq!(error.code(), Some(kind), "the error type is kept as the code");
+        assert_eq!(error.detail(), message, "the message is kept as the detail");
+    }
+}
+
+#[tokio::test]
+async fn monthly_spend_limit_429_is_quota_exceeded() {
+    let fake = fake(Reply::json(
+        429,
+        json!({"type": "error", "error": {"type": "rate_limit_error", "message": "You have reached your monthly spend limit.",
+               "details": {"error_code": "enforced_spend_limit_reached"}}}),
+    ))
+    .await;
+    assert_eq!(chat(&fake, &hello()).await.unwrap_err().kind(), ErrorKind::QuotaExceeded);
+}
+
+#[tokio::test]
+async fn error_without_an_anthropic_body_is_classified_by_status() {
+    for (status, expected) in
+        [(502, ErrorKind::Unavailable), (429, ErrorKind::RateLimited), (401, ErrorKind::Auth)]
+    {
+        let fake = fake(Reply::text(status, "<html>upstream proxy error</html>")).await;
+        let error = chat(&fake, &hello()).await.unwrap_err();
+        assert_eq!(error.kind(), expected, "{status}");
+        assert_eq!(error.code(), None);
+        assert!(error.detail().contains("upstream proxy error"));
+    }
+}
+
+#[tokio::test]
+async fn refused_connection_is_a_transport_error() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base_url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let error = chat_with(&provider(&base_url), &hello(), None).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Transport, "{error}");
+}
+
+#[tokio::test]
+async fn retry_after_in_seconds_is_honoured() {
+    let fake = fake(error_reply(429, "rate_limit_error", "slow down").header("retry-after", "7")).await;
+    let error = chat(&fake, &hello()).await.unwrap_err();
+    assert_eq!(error.retry_after(), Some(Duration::from_secs(7)));
+}
+
+#[tokio::test]
+async fn retry_after_as_an_http_date_is_honoured() {
+    let at = SystemTime::now() + Duration::from_secs(120);
+    let fake =
+        fake(error_reply(529, "overloaded_error", "Overloaded").header("retry-after", &http_date(at))).await;
+    let error = chat(&fake, &hello()).await.unwrap_err();
+    let wait = error.retry_after().expect("a Retry-After from the HTTP date");
+    assert!(wait > Duration::from_secs(100) && wait <= Duration::from_secs(120), "{wait:?}");
+}
+
+#[tokio::test]
+async fn anthropic_ratelimit_headers_are_reported_to_the_sink() {
+    let reset = rfc3339(SystemTime::now() + Duration::from_secs(30));
+    let mut reply = Reply::json(200, text_answer());
+    for (name, value) in [
+        ("anthropic-ratelimit-requests-limit", "1000"),
+        ("anthropic-ratelimit-requests-remaining", "999"),
+        ("anthropic-ratelimit-requests-reset", reset.as_str()),
+        ("anthropic-ratelimit-input-tokens-limit", "80000"),
+        ("anthropic-ratelimit-input-tokens-remaining", "79000"),
+        ("anthropic-ratelimit-input-tokens-reset", reset.as_str()),
+        ("anthropic-ratelimit-output-tokens-limit", "16000"),
+        ("anthropic-ratelimit-output-tokens-remaining", "16000"),
+        ("anthropic-ratelimit-output-tokens-reset", reset.as_str()),
+    ] {
+        reply = reply.header(name, value);
+    }
+    let fake = fake(reply).await;
+    let sink = Sink::default();
+    chat_with(&provider(&fake.base_url), &hello(), Some(&sink)).await.unwrap();
+
+    let seen = sink.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    let requests = seen[0].requests.unwrap();
+    assert_eq!((requests.limit, requests.remaining), (Some(1000), Some(999)));
+    let reset_after = requests.reset_after.unwrap();
+    assert!(
+        reset_after > Duration::from_secs(20) && reset_after <= Duration::from_secs(30),
+        "{reset_after:?}"
+    );
+    assert_eq!(seen[0].input_tokens.unwrap().remaining, Some(79000));
+    assert_eq!(seen[0].output_tokens.unwrap().limit, Some(16000));
+}
+
+#[tokio::test]
+async fn ratelimit_headers_of_an_error_are_reported_too() {
+    let fake = fake(
+        error_reply(429, "rate_limit_error", "slow down")
+            .header("anthropic-ratelimit-requests-remaining", "0")
+            .header("retry-after", "3"),
+    )
+    .await;
+    let sink = Sink::default();
+    let error = chat_with(&provider(&fake.base_url), &hello(), Some(&sink)).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::RateLimited);
+    let seen = sink.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].requests.unwrap().remaining, Some(0));
+    assert_eq!(seen[0].retry_after, Some(Duration::from_secs(3)));
+}
+
+#[tokio::test]
+async fn no_error_text_contains_the_key() {
+    let echo = format!("invalid x-api-key: {KEY}");
+    let mut errors = Vec::new();
+    for reply in [
+        error_reply(401, "authentication_error", &echo),
+        Reply::text(500, &echo),
+        Reply::text(200, &echo),
+        Reply::sse(&sse(&[
+            message_start(),
+            ("error", json!({"type": "error", "error": {"type": "api_error", "message": echo}})),
+        ])),
+    ] {
+        let fake = fake(reply).await;
+        match stream(&fake, &hello()).await {
+            Err(error) => errors.push(error),
+            Ok(items) => errors.extend(items.into_iter().filter_map(Result::err)),
+        }
+        errors.push(chat(&fake, &hello()).await.unwrap_err());
+    }
+    errors.push(chat_with(&provider("http://127.0.0.1:1"), &hello(), None).await.unwrap_err());
+
+    assert!(errors.len() >= 9, "{errors:#?}");
+    for error in &errors {
+        assert!(!error.to_string().contains(KEY), "Display leaks the key: {error}");
+        assert!(!format!("{error:?}").contains(KEY), "Debug leaks the key: {error:?}");
+    }
+    assert!(!format!("{:?}", provider("http://127.0.0.1:1")).contains(KEY));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Codec
+
+#[test]
+fn codec_reads_an_anthropic_request_into_canonical_form() {
+    let request = codec::request_from_json(json!({
+        "model": "default",
+        "max_tokens": 512,
+        "system": "Be terse.",
+        "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+            ]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "21C"},
+                {"type": "text", "text": "And tomorrow?"}
+            ]}
+        ],
+        "tools": [{"name": "get_weather", "description": "Get weather", "input_schema": {"type": "object"}}],
+        "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
+        "stop_sequences": ["###"],
+        "temperature": 0.2,
+        "stream": true,
+        "top_k": 40
+    }))
+    .unwrap();
+
+    assert_eq!(request.origin, Dialect::Anthropic);
+    assert_eq!(request.model, "default");
+    assert_eq!(request.max_tokens, Some(512));
+    assert!(request.stream);
+    assert_eq!(request.temperature, Some(0.2));
+    assert_eq!(request.stop, Some(Stop::Many(vec!["###".into()])));
+    assert_eq!(request.tool_choice, Some(ToolChoice::Mode("required".into())));
+    assert_eq!(request.extra["parallel_tool_calls"], false);
+    assert_eq!(request.extra["top_k"], 40);
+    assert_eq!(
+        request.tools,
+        vec![Tool {
+            kind: "function".into(),
+            function: FunctionDefinition {
+                name: "get_weather".into(),
+                description: Some("Get weather".into()),
+                parameters: Some(json!({"type": "object"})),
+                extra: Default::default(),
+            },
+        }]
+    );
+    let roles: Vec<_> = request.messages.iter().map(|m| m.role).collect();
+    assert_eq!(roles, [Role::System, Role::User, Role::Assistant, Role::Tool, Role::User]);
+    assert_eq!(
+        request.messages[1].content,
+        Some(Content::Parts(vec![
+            ContentPart::Text { text: "What is this?".into() },
+            ContentPart::ImageUrl {
+                image_url: ImageUrl { url: "data:image/png;base64,iVBORw0KGgo=".into(), detail: None }
+            },
+        ]))
+    );
+    assert_eq!(
+        request.messages[2].tool_calls,
+        vec![tool_call("toolu_1", "get_weather", r#"{"city":"Paris"}"#)]
+    );
+    assert_eq!(request.messages[3].tool_call_id.as_deref(), Some("toolu_1"));
+    assert_eq!(request.messages[3].text_content().as_deref(), Some("21C"));
+    assert!(request.messages.iter().all(|m| m.extra.is_empty()), "nothing here needs a verbatim copy");
+}
+
+#[test]
+fn codec_refuses_what_it_cannot_translate_naming_the_field() {
+    let base = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]});
+    let cases = [
+        ("/max_tokens", Value::Null, "max_tokens"),
+        (
+            "/messages",
+            json!([{"role": "user", "content": [
+                {"type": "text", "text": "Summarize"},
+                {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}
+            ]}]),
+            "messages[0].content[1].type",
+        ),
+        ("/messages", json!([{"role": "system", "content": "hi"}]), "messages[0].role"),
+        (
+            "/system",
+            json!([{"type": "image", "source": {"type": "url", "url": "https://x"}}]),
+            "system[0].type",
+        ),
+        ("/tool_choice", json!({"type": "sometimes"}), "tool_choice.type"),
+    ];
+    for (pointer, value, field) in cases {
+        let mut body = base.clone();
+        let key = &pointer[1..];
+        if value.is_null() {
+            body.as_object_mut().unwrap().remove(key);
+        } else {
+            body[key] = value;
+        }
+        let error = codec::request_from_json(body).unwrap_err();
+        assert_eq!(error.field, field);
+        assert_eq!(error.to_error_body()["error"]["type"], "invalid_request_error");
+    }
+}
+
+/// An Anthropic client's request, as rich as the dialect gets: cache_control, thinking,
+/// is_error tool results, server tools.
+fn rich_anthropic_request() -> Value {
+    json!({
+        "model": "default",
+        "max_tokens": 2048,
+        "system": [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "Weather in Paris?"},
+                {"type": "image", "source": {"type": "url", "url": "https://example.com/paris.png"}}
+            ]},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Need the tool.", "signature": "EqQBCgIYAhIM"},
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "toolu_01A", "name": "get_weather", "input": {"city": "Paris"}}
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_01A", "content": "service down", "is_error": true},
+                {"type": "text", "text": "Try again.", "cache_control": {"type": "ephemeral"}}
+            ]}
+        ],
+        "tools": [
+            {"name": "get_weather", "description": "Get weather", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}},
+            {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+        ],
+        "tool_choice": {"type": "auto", "disable_parallel_tool_use": true},
+        "stop_sequences": ["###"],
+        "temperature": 0.5,
+        "top_k": 40,
+        "metadata": {"user_id": "u-1"},
+        "thinking": {"type": "enabled", "budget_tokens": 1024}
+    })
+}
+
+#[tokio::test]
+async fn codec_request_round_trips_through_canonical_to_anthropic_and_back() {
+    let answer = json!({
+        "id": "msg_03", "type": "message", "role": "assistant", "model": "claude-test-1-20250929",
+        "content": [
+            {"type": "thinking", "thinking": "Retry.", "signature": "EqQBCgIYAhIN"},
+            {"type": "text", "text": "Trying again."},
+            {"type": "tool_use", "id": "toolu_01B", "name": "get_weather", "input": {"city": "Paris"}}
+        ],
+        "stop_reason": "tool_use", "stop_sequence": null,
+        "usage": {"input_tokens": 100, "output_tokens": 40, "cache_creation_input_tokens": 20, "cache_read_input_tokens": 300,
+                  "service_tier": "standard"}
+    });
+    let fake = fake(Reply::json(200, answer.clone())).await;
+    let sent = rich_anthropic_request();
+    let request = codec::request_from_json(sent.clone()).unwrap();
+    let response = chat(&fake, &request).await.unwrap();
+
+    let mut expected = sent;
+    expected["model"] = json!(MODEL);
+    assert_eq!(fake.body(), expected, "an Anthropic request reaches Anthropic unchanged but for the model");
+    assert_eq!(response.usage, Some(Usage::new(420, 40)));
+    assert_eq!(
+        response.choices[0].message.tool_calls,
+        vec![tool_call("toolu_01B", "get_weather", r#"{"city":"Paris"}"#)]
+    );
+    assert_eq!(codec::response_to_json(&response).unwrap(), answer, "and its answer comes back unchanged");
+}
+
+#[test]
+fn codec_writes_an_answer_from_another_provider_in_anthropic_shape() {
+    let response = ChatResponse {
+        id: "chatcmpl-1".into(),
+        model: "gpt-4o-mini".into(),
+        choices: vec![switchyard::chat::Choice {
+            index: 0,
+            message: Message {
+                tool_calls: vec![tool_call("call_1", "get_weather", r#"{"city":"Paris"}"#)],
+                ..Message::assistant("Checking.")
+            },
+            finish_reason: Some(FinishReason::ToolCalls),
+            extra: Default::default(),
+        }],
+        usage: Some(Usage::new(13, 5)),
+        ..ChatResponse::default()
+    };
+    assert_eq!(
+        codec::response_to_json(&response).unwrap(),
+        json!({
+            "id": "chatcmpl-1", "type": "message", "role": "assistant", "model": "gpt-4o-mini",
+            "content": [
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}}
+            ],
+            "stop_reason": "tool_use", "stop_sequence": null,
+            "usage": {"input_tokens": 13, "output_tokens": 5}
+        })
+    );
+
+    let mut broken = response;
+    broken.choices[0].message.tool_calls[0].function.arguments = "{\"city\":".into();
+    assert_eq!(
+        codec::response_to_json(&broken).unwrap_err().field,
+        "choices[0].message.tool_calls[0].function.arguments"
+    );
+}
+
+fn chunk(delta: Delta, finish_reason: Option<FinishReason>) -> ChatChunk {
+    ChatChunk {
+        id: "chatcmpl-9".into(),
+        model: "gpt-4o-mini".into(),
+        choices: vec![ChunkChoice { index: 0, delta, finish_reason }],
+        ..ChatChunk::default()
+    }
+}
+
+fn encode(chunks: &[ChatChunk]) -> Vec<(&'static str, Value)> {
+    let mut encoder = codec::StreamEncoder::new();
+    let mut events: Vec<_> = chunks.iter().flat_map(|chunk| encoder.push(chunk)).collect();
+    events.extend(encoder.finish());
+    events
+}
+
+fn encoded_message_start() -> (&'static str, Value) {
+    (
+        "message_start",
+        json!({"type": "message_start", "message": {
+            "id": "chatcmpl-9", "type": "message", "role": "assistant", "model": "gpt-4o-mini", "content": [],
+            "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 0, "output_tokens": 0}
+        }}),
+    )
+}
+
+#[test]
+fn stream_encoder_writes_the_exact_event_sequence_for_text() {
+    let mut usage =
+        ChatChunk { choices: Vec::new(), usage: Some(Usage::new(9, 2)), ..chunk(Delta::default(), None) };
+    usage.id = "chatcmpl-9".into();
+    let events = encode(&[
+        chunk(Delta { role: Some(Role::Assistant), ..Delta::default() }, None),
+        chunk(Delta { content: Some("Hel".into()), ..Delta::default() }, None),
+        chunk(Delta { content: Some("lo".into()), ..Delta::default() }, None),
+        chunk(Delta::default(), Some(FinishReason::Stop)),
+        usage,
+    ]);
+    assert_eq!(
+        events,
+        vec![
+            encoded_message_start(),
+            (
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+            ),
+            (
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hel"}})
+            ),
+            (
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "lo"}})
+            ),
+            ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+            (
+                "message_delta",
+                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"input_tokens": 9, "output_tokens": 2}})
+            ),
+            ("message_stop", json!({"type": "message_stop"})),
+        ]
+    );
+}
+
+fn call_delta(index: u32, id: Option<&str>, name: Option<&str>, arguments: &str) -> Delta {
+    Delta {
+        tool_calls: vec![ToolCallDelta {
+            index,
+            id: id.map(Into::into),
+            kind: id.map(|_| "function".into()),
+            function: Some(FunctionCallDelta {
+                name: name.map(Into::into),
+                arguments: Some(arguments.into()),
+            }),
+        }],
+        ..Delta::default()
+    }
+}
+
+#[test]
+fn stream_encoder_writes_the_exact_event_sequence_for_tool_calls() {
+    let events = encode(&[
+        chunk(
+            Delta { role: Some(Role::Assistant), content: Some("Checking.".into()), ..Delta::default() },
+            None,
+        ),
+        chunk(call_delta(0, Some("call_1"), Some("get_weather"), ""), None),
+        chunk(call_delta(0, None, None, "{\"city\":"), None),
+        chunk(call_delta(0, None, None, "\"Paris\"}"), None),
+        chunk(call_delta(1, Some("call_2"), Some("get_time"), "{}"), None),
+        chunk(Delta::default(), Some(FinishReason::ToolCalls)),
+    ]);
+    assert_eq!(
+        events,
+        vec![
+            encoded_message_start(),
+            (
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+            ),
+            (
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Checking."}})
+            ),
+            ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+            (
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {}}})
+            ),
+            (
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"city\":"}})
+            ),
+            (
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "\"Paris\"}"}})
+            ),
+            ("content_block_stop", json!({"type": "content_block_stop", "index": 1})),
+            (
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": "call_2", "name": "get_time", "input": {}}})
+            ),
+            (
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": "{}"}})
+            ),
+            ("content_block_stop", json!({"type": "content_block_stop", "index": 2})),
+            (
+                "message_delta",
+                json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 0}})
+            ),
+            ("message_stop", json!({"type": "message_stop"})),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn anthropic_stream_decoded_and_reencoded_keeps_its_events() {
+    let original = tool_stream_events();
+    let fake = fake(Reply::sse(&sse(&original))).await;
+    let request = ChatRequest { origin: Dialect::Anthropic, ..hello() };
+    let chunks = ok_chunks(stream(&fake, &request).await.unwrap());
+    let events = encode(&chunks);
+
+    // What changes: pings and empty argument fragments carry nothing and go; a call without
+    // arguments gets an explicit `{}`; usage is known only at the end of a canonical stream, so
+    // it moves from message_start to message_delta.
+    let mut expected: Vec<_> = original
+        .into_iter()
+        .filter(|(name, data)| *name != "ping" && data["delta"]["partial_json"] != "")
+        .collect();
+    expected[0].1["message"]["usage"] = json!({"input_tokens": 0, "output_tokens": 0});
+    let no_arguments_stop = expected.len() - 3;
+    expected.insert(
+        no_arguments_stop,
+        ("content_block_delta", json!({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": "{}"}})),
+    );
+    let last_delta = expected.len() - 2;
+    expected[last_delta].1["usage"] = json!({"input_tokens": 25, "output_tokens": 89});
+    assert_eq!(events, expected);
+}
+
+#[test]
+fn error_kinds_map_to_anthropic_error_types_and_statuses() {
+    let table = [
+        (ErrorKind::RateLimited, "rate_limit_error", 429),
+        (ErrorKind::QuotaExceeded, "billing_error", 402),
+        (ErrorKind::Timeout, "timeout_error", 504),
+        (ErrorKind::Transport, "api_error", 502),
+        (ErrorKind::Unavailable, "overloaded_error", 529),
+        (ErrorKind::MalformedResponse, "api_error", 502),
+        (ErrorKind::Auth, "authentication_error", 401),
+        (ErrorKind::ModelNotFound, "not_found_error", 404),
+        (ErrorKind::ContextLength, "invalid_request_error", 400),
+        (ErrorKind::ContentFiltered, "invalid_request_error", 400),
+        (ErrorKind::InvalidRequest, "invalid_request_error", 400),
+        (ErrorKind::SchemaViolation, "api_error", 500),
+        (ErrorKind::Cancelled, "api_error", 499),
+    ];
+    assert_eq!(table.len(), ErrorKind::ALL.len());
+    for (kind, error_type, status) in table {
+        assert_eq!(codec::error_mapping(kind), (error_type, status), "{kind}");
+        assert_eq!(codec::error_type(kind), error_type);
+        assert_eq!(codec::error_status(kind), status);
+    }
+}
+
+#[test]
+fn errors_are_written_in_anthropic_shape() {
+    assert_eq!(
+        codec::error_body(ErrorKind::RateLimited, "slow down"),
+        json!({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}})
+    );
+    assert_eq!(
+        codec::error_event(ErrorKind::Unavailable, "Overloaded"),
+        ("error", json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}))
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dates for headers
+
+/// (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
+}
+
+fn split_time(at: SystemTime) -> (i64, i64, u32, u32, u64, u64, u64) {
+    let secs = at.duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let days = (secs / 86_400) as i64;
+    let (year, month, day) = civil_from_days(days);
+    let rest = secs % 86_400;
+    (days, year, month, day, rest / 3600, rest % 3600 / 60, rest % 60)
+}
+
+fn rfc3339(at: SystemTime) -> String {
+    let (_, year, month, day, hour, minute, second) = split_time(at);
+    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
+}
+
+fn http_date(at: SystemTime) -> String {
+    const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"]; // 1970-01-01 was a Thursday
+    const MONTHS: [&str; 12] =
+        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let (days, year, month, day, hour, minute, second) = split_time(at);
+    format!(
+        "{}, {day:02} {} {year} {hour:02}:{minute:02}:{second:02} GMT",
+        WEEKDAYS[days.rem_euclid(7) as usize],
+        MONTHS[month as usize - 1]
+    )
+}
