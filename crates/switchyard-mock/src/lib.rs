@@ -1,0 +1,113 @@
+//! A fast mock LLM upstream for Switchyard's end-to-end tests and benchmarks. It speaks the
+//! OpenAI Chat Completions, OpenAI embeddings and Anthropic Messages dialects, and what it does
+//! is chosen by the URL path, so one mock serves every provider of a gateway config:
+//!
+//! ```text
+//! POST /{scenario}/v1/chat/completions   OpenAI dialect
+//! POST /{scenario}/v1/messages           Anthropic dialect
+//! POST /{scenario}/v1/embeddings         OpenAI embeddings
+//! POST /v1/...                           the same with scenario `ok`
+//! POST /_reset                           restart every scenario at its first step
+//! GET  /_stats                           request counts and the last request per scenario
+//! GET  /_health                          200 {"ok":true}
+//! ```
+//!
+//! A gateway provider with `base_url: http://127.0.0.1:PORT/fail500,ok/v1` (OpenAI kind) or
+//! `http://127.0.0.1:PORT/ok` (Anthropic kind) gets that behaviour.
+//!
+//! # Scenarios
+//!
+//! A scenario is comma-separated steps. Each request to a scenario string takes the next step;
+//! after the last one the last step repeats, unless the scenario ends with `loop`, which starts
+//! it over (`status=500,ok,ok,ok,loop` fails one request in four). The counter belongs to the
+//! exact scenario string and is shared by all connections and endpoints.
+//!
+//! | step | OpenAI | Anthropic |
+//! |---|---|---|
+//! | `ok` | "mock answer from {model}", streamed when `"stream": true` | same |
+//! | `tools` | a `get_weather` call with `{"city":"Paris"}` | `tool_use` block |
+//! | `filter` | `finish_reason: content_filter`, empty content | `stop_reason: refusal` |
+//! | `status=NNN` / `failNNN` | NNN with `{"error":{message,type,param,code}}` | NNN with `{"type":"error","error":{type,message}}` (529 `overloaded_error`) |
+//! | `ratelimit=S` | 429 `rate_limit_exceeded`, `retry-after: S`, `x-ratelimit-*` | 429 `rate_limit_error`, `retry-after: S`, `anthropic-ratelimit-*` |
+//! | `quota` | 429 `insufficient_quota` | 400 credit balance too low |
+//! | `auth` | 401 `invalid_api_key` | 401 `authentication_error` |
+//! | `authkey=K` | 401 when the presented key is K, else `ok` | same (`x-api-key` or Bearer) |
+//! | `context` | 400 `context_length_exceeded` | 400 "prompt is too long: 210000 tokens > 200000 maximum" |
+//! | `hang` | never answers, until the client disconnects | same |
+//! | `reset` | closes the connection without a response | same |
+//! | `cut=N` | streams N content chunks, then drops the connection | same |
+//!
+//! Modifiers follow a step after `~`: `latency=D` waits before answering (so before a stream's
+//! response head and first chunk), `jitter=D` adds a uniform random wait in `[0, D)`,
+//! `chunks=N` sets the number of content chunks of a stream (default 4; also the completion
+//! token count), `gap=D` pauses between chunks. Durations are written `500us`, `20ms`, `1.5s` or
+//! `2m`. Example: `ok~latency=20ms~chunks=8~gap=50ms`.
+//!
+//! A non-streamed `cut=N` announces the full `content-length`, sends half the body and drops the
+//! connection. Embeddings answer `ok`, `tools` and `filter` alike with vectors.
+//!
+//! # In tests
+//!
+//! ```no_run
+//! # async fn example() -> std::io::Result<()> {
+//! let (addr, _server) = switchyard_mock::spawn().await?;
+//! let base_url = format!("http://{addr}/status=503,ok/v1");
+//! # let _ = base_url;
+//! # Ok(())
+//! # }
+//! ```
+
+mod anthropic;
+mod body;
+mod embeddings;
+mod openai;
+mod probe;
+mod registry;
+mod reply;
+mod scenario;
+mod server;
+mod wire;
+
+use std::net::SocketAddr;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// Serves the mock on `listener` until the task is dropped or aborted.
+///
+/// Accept errors (such as running out of file descriptors under load) are reported on stderr
+/// and retried after a short pause rather than ending the server, so in practice this never
+/// returns.
+///
+/// ```no_run
+/// # async fn example() -> std::io::Result<()> {
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8090").await?;
+/// switchyard_mock::serve(listener).await
+/// # }
+/// ```
+pub async fn serve(listener: TcpListener) -> std::io::Result<()> {
+    server::serve(listener).await
+}
+
+/// Binds `127.0.0.1` on a free port and serves the mock on a background task; returns the
+/// address and the accept task (abort it to stop taking new connections; the runtime's end stops
+/// everything). Each call has its own scenario counters.
+///
+/// ```no_run
+/// # async fn example() -> std::io::Result<()> {
+/// let (addr, server) = switchyard_mock::spawn().await?;
+/// // ... point a client at http://{addr}/ok/v1 ...
+/// server.abort();
+/// # Ok(())
+/// # }
+/// ```
+pub async fn spawn() -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let addr = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        if let Err(error) = serve(listener).await {
+            eprintln!("switchyard-mock: stopped: {error}");
+        }
+    });
+    Ok((addr, task))
+}

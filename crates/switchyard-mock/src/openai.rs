@@ -1,0 +1,291 @@
+//! The OpenAI Chat Completions dialect: answers, SSE chunks and error bodies as
+//! docs/wire-formats.md §1 describes them.
+
+use std::fmt::Write as _;
+
+use bytes::Bytes;
+use hyper::Response;
+
+use crate::body::MockBody;
+use crate::reply::{
+    self, ANSWER_PREFIX, Content, Events, Fault, PROMPT_TOKENS, Shape, TOOL_ARGUMENTS, TOOL_NAME,
+};
+use crate::wire::{next_id, push_json_escaped, push_json_str, split_even, unix_now};
+
+/// A chat completion answer, streamed when `stream` is set.
+pub(crate) fn answer(
+    content: Content,
+    model: &str,
+    stream: bool,
+    include_usage: bool,
+    shape: &Shape,
+) -> Response<MockBody> {
+    let id = next_id();
+    let created = unix_now();
+    let mut response = if stream {
+        reply::sse(events(content, model, include_usage, shape, id, created), shape)
+    } else {
+        reply::json(hyper::StatusCode::OK, completion(content, model, shape, id, created))
+    };
+    reply::add_header(&mut response, "x-request-id", &format!("req_mock{id}"));
+    response
+}
+
+fn completion(content: Content, model: &str, shape: &Shape, id: u64, created: u64) -> String {
+    let mut s = String::with_capacity(512 + 2 * model.len());
+    let _ =
+        write!(s, r#"{{"id":"chatcmpl-mock{id}","object":"chat.completion","created":{created},"model":"#);
+    push_json_str(&mut s, model);
+    s.push_str(r#","choices":[{"index":0,"message":{"role":"assistant","content":"#);
+    let finish = match content {
+        Content::Text => {
+            s.push('"');
+            s.push_str(ANSWER_PREFIX);
+            push_json_escaped(&mut s, model);
+            s.push('"');
+            "stop"
+        }
+        Content::Tools => {
+            s.push_str(r#"null,"tool_calls":[{"id":"call_mock"#);
+            let _ = write!(s, r#"{id}","type":"function","function":{{"name":"{TOOL_NAME}","arguments":"#);
+            push_json_str(&mut s, TOOL_ARGUMENTS);
+            s.push_str("}}]");
+            "tool_calls"
+        }
+        Content::Filter => {
+            s.push_str(r#""""#);
+            "content_filter"
+        }
+    };
+    let _ = write!(
+        s,
+        r#","refusal":null,"annotations":[]}},"logprobs":null,"finish_reason":"{finish}"}}],"usage":"#
+    );
+    push_usage(&mut s, shape.pieces);
+    s.push_str(r#","service_tier":"default","system_fingerprint":"fp_mock"}"#);
+    s
+}
+
+fn push_usage(s: &mut String, completion: u32) {
+    let _ = write!(
+        s,
+        r#"{{"prompt_tokens":{PROMPT_TOKENS},"completion_tokens":{completion},"total_tokens":{}}}"#,
+        PROMPT_TOKENS + completion
+    );
+}
+
+/// Formats chunks that share one id, model and creation time.
+struct Chunker {
+    /// `data: {"id":…,"system_fingerprint":"fp_mock"` — everything before `choices`.
+    head: String,
+    /// Whether every chunk carries `"usage":null` (OpenAI does so under `include_usage`).
+    usage_null: bool,
+}
+
+impl Chunker {
+    fn chunk(&self, delta: &str, finish: Option<&str>) -> Bytes {
+        let mut s = String::with_capacity(self.head.len() + delta.len() + 96);
+        s.push_str(&self.head);
+        s.push_str(r#","choices":[{"index":0,"delta":"#);
+        s.push_str(delta);
+        s.push_str(r#","logprobs":null,"finish_reason":"#);
+        match finish {
+            Some(reason) => push_json_str(&mut s, reason),
+            None => s.push_str("null"),
+        }
+        s.push_str("}]");
+        if self.usage_null {
+            s.push_str(r#","usage":null"#);
+        }
+        s.push_str("}\n\n");
+        Bytes::from(s)
+    }
+
+    fn usage(&self, completion: u32) -> Bytes {
+        let mut s = self.head.clone();
+        s.push_str(r#","choices":[],"usage":"#);
+        push_usage(&mut s, completion);
+        s.push_str("}\n\n");
+        Bytes::from(s)
+    }
+}
+
+fn events(
+    content: Content,
+    model: &str,
+    include_usage: bool,
+    shape: &Shape,
+    id: u64,
+    created: u64,
+) -> Events {
+    let mut head = format!(
+        r#"data: {{"id":"chatcmpl-mock{id}","object":"chat.completion.chunk","created":{created},"model":"#
+    );
+    push_json_str(&mut head, model);
+    head.push_str(r#","system_fingerprint":"fp_mock""#);
+    let chunker = Chunker { head, usage_null: include_usage };
+
+    let (first, pieces, finish) = match content {
+        Content::Text => {
+            let text = format!("{ANSWER_PREFIX}{model}");
+            let pieces = split_even(&text, shape.pieces)
+                .into_iter()
+                .map(|piece| {
+                    let mut delta = String::from(r#"{"content":"#);
+                    push_json_str(&mut delta, piece);
+                    delta.push('}');
+                    chunker.chunk(&delta, None)
+                })
+                .collect();
+            (chunker.chunk(r#"{"role":"assistant","content":"","refusal":null}"#, None), pieces, "stop")
+        }
+        Content::Tools => {
+            let first = format!(
+                r#"{{"role":"assistant","content":null,"tool_calls":[{{"index":0,"id":"call_mock{id}","type":"function","function":{{"name":"{TOOL_NAME}","arguments":""}}}}]}}"#
+            );
+            let pieces = split_even(TOOL_ARGUMENTS, shape.pieces)
+                .into_iter()
+                .map(|piece| {
+                    let mut delta = String::from(r#"{"tool_calls":[{"index":0,"function":{"arguments":"#);
+                    push_json_str(&mut delta, piece);
+                    delta.push_str("}}]}");
+                    chunker.chunk(&delta, None)
+                })
+                .collect();
+            (chunker.chunk(&first, None), pieces, "tool_calls")
+        }
+        Content::Filter => {
+            (chunker.chunk(r#"{"role":"assistant","content":""}"#, None), Vec::new(), "content_filter")
+        }
+    };
+
+    let mut tail = vec![chunker.chunk("{}", Some(finish))];
+    if include_usage {
+        tail.push(chunker.usage(shape.pieces));
+    }
+    tail.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    Events { head: vec![first], pieces, tail }
+}
+
+/// An OpenAI error response: `{"error":{"message","type","param","code"}}` with the status and
+/// headers the real API uses for that failure.
+pub(crate) fn fault(fault: &Fault<'_>) -> Response<MockBody> {
+    let (status, kind, code, param, message): (u16, &str, Option<&str>, Option<&str>, String) = match fault {
+        Fault::Status(401) | Fault::Auth => (
+            401,
+            "invalid_request_error",
+            Some("invalid_api_key"),
+            None,
+            "Incorrect API key provided: sk-mock***. You can find your API key at \
+             https://platform.openai.com/account/api-keys."
+                .to_owned(),
+        ),
+        Fault::Status(429) => (
+            429,
+            "requests",
+            Some("rate_limit_exceeded"),
+            None,
+            "Rate limit reached in organization org-mock on requests per min (RPM): Limit 60, Used 60, \
+             Requested 1. Visit https://platform.openai.com/account/rate-limits to learn more."
+                .to_owned(),
+        ),
+        Fault::Status(code) => status_error(*code),
+        Fault::RateLimit(seconds) => (
+            429,
+            "requests",
+            Some("rate_limit_exceeded"),
+            None,
+            format!(
+                "Rate limit reached in organization org-mock on requests per min (RPM): Limit 60, Used 60, \
+                 Requested 1. Please try again in {seconds}s. Visit \
+                 https://platform.openai.com/account/rate-limits to learn more."
+            ),
+        ),
+        Fault::Quota => (
+            429,
+            "insufficient_quota",
+            Some("insufficient_quota"),
+            None,
+            "You exceeded your current quota, please check your plan and billing details. For more \
+             information on this error, read the docs: \
+             https://platform.openai.com/docs/guides/error-codes/api-errors."
+                .to_owned(),
+        ),
+        Fault::Context => (
+            400,
+            "invalid_request_error",
+            Some("context_length_exceeded"),
+            Some("messages"),
+            "This model's maximum context length is 128000 tokens. However, your messages resulted in \
+             210000 tokens. Please reduce the length of the messages."
+                .to_owned(),
+        ),
+        Fault::Invalid { status, message } => {
+            let kind = if *status >= 500 { "server_error" } else { "invalid_request_error" };
+            (*status, kind, None, None, message.clone())
+        }
+    };
+
+    let mut body = String::with_capacity(message.len() + 128);
+    body.push_str(r#"{"error":{"message":"#);
+    push_json_str(&mut body, &message);
+    body.push_str(r#","type":"#);
+    push_json_str(&mut body, kind);
+    body.push_str(r#","param":"#);
+    push_opt(&mut body, param);
+    body.push_str(r#","code":"#);
+    push_opt(&mut body, code);
+    body.push_str("}}");
+
+    let mut response = reply::json(reply::status(status), body);
+    reply::add_header(&mut response, "x-request-id", &format!("req_mock{}", next_id()));
+    if let Fault::RateLimit(seconds) = fault {
+        let reset = format!("{seconds}s");
+        for (name, value) in [
+            ("retry-after", *seconds),
+            ("x-ratelimit-limit-requests", "60"),
+            ("x-ratelimit-remaining-requests", "0"),
+            ("x-ratelimit-reset-requests", &reset),
+            ("x-ratelimit-limit-tokens", "150000"),
+            ("x-ratelimit-remaining-tokens", "149990"),
+            ("x-ratelimit-reset-tokens", &reset),
+        ] {
+            reply::add_header(&mut response, name, value);
+        }
+    }
+    response
+}
+
+fn push_opt(s: &mut String, value: Option<&str>) {
+    match value {
+        Some(value) => push_json_str(s, value),
+        None => s.push_str("null"),
+    }
+}
+
+/// The canned body for a bare `status=NNN`.
+fn status_error(code: u16) -> (u16, &'static str, Option<&'static str>, Option<&'static str>, String) {
+    let (kind, error_code, message) = match code {
+        403 => ("invalid_request_error", None, "You are not allowed to access this resource."),
+        404 => (
+            "invalid_request_error",
+            Some("model_not_found"),
+            "The model does not exist or you do not have access to it.",
+        ),
+        500 => {
+            ("server_error", None, "The server had an error while processing your request. Sorry about that!")
+        }
+        502 => ("server_error", None, "Bad gateway."),
+        503 => (
+            "server_error",
+            None,
+            "That model is currently overloaded with other requests. You can retry your request, or \
+             contact us through our help center at help.openai.com if the error persists.",
+        ),
+        code if code >= 500 => {
+            ("server_error", None, "The server had an error while processing your request.")
+        }
+        _ => ("invalid_request_error", None, "Invalid request."),
+    };
+    (code, kind, error_code, None, message.to_owned())
+}

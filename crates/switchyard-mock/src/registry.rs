@@ -1,0 +1,153 @@
+//! Per-scenario state: the parsed plan, how many requests it has served (which picks the next
+//! step), and the last request as received, for tests that assert what a gateway sent.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+use hyper::HeaderMap;
+use serde_json::{Map, Value, json};
+
+use crate::scenario::{Action, Plan, ScenarioError};
+
+/// The endpoint a request was sent to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Endpoint {
+    ChatCompletions,
+    Messages,
+    Embeddings,
+}
+
+impl Endpoint {
+    fn path(self) -> &'static str {
+        match self {
+            Endpoint::ChatCompletions => "/v1/chat/completions",
+            Endpoint::Messages => "/v1/messages",
+            Endpoint::Embeddings => "/v1/embeddings",
+        }
+    }
+}
+
+/// All scenarios seen since start or the last reset. One per `serve` call, shared by its
+/// connections.
+#[derive(Default)]
+pub(crate) struct Registry {
+    scenarios: Mutex<HashMap<Box<str>, Entry>>,
+    /// Requests currently held by `hang`, so tests can see them released when clients leave.
+    hanging: AtomicUsize,
+}
+
+struct Entry {
+    plan: Arc<Plan>,
+    requests: u64,
+    last: Option<LastRequest>,
+}
+
+struct LastRequest {
+    endpoint: Endpoint,
+    method: hyper::Method,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+/// Counts one `hang` request for as long as it is held.
+pub(crate) struct HangGuard<'a>(&'a AtomicUsize);
+
+impl Drop for HangGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Registry {
+    /// Counts a request against `scenario`, keeps it as the scenario's last request, and returns
+    /// the action it gets. The headers and body are moved in, not copied.
+    pub(crate) fn record(
+        &self,
+        scenario: &str,
+        endpoint: Endpoint,
+        method: hyper::Method,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<Action, ScenarioError> {
+        let last = Some(LastRequest { endpoint, method, headers, body });
+        let mut scenarios = self.scenarios.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = match scenarios.get_mut(scenario) {
+            Some(entry) => entry,
+            None => {
+                let plan = Arc::new(Plan::parse(scenario)?);
+                scenarios.entry(scenario.into()).or_insert(Entry { plan, requests: 0, last: None })
+            }
+        };
+        let action = entry.plan.action_at(entry.requests).clone();
+        entry.requests += 1;
+        let previous = std::mem::replace(&mut entry.last, last);
+        drop(scenarios);
+        // Freed outside the lock: a previous multi-megabyte body should not stall other requests.
+        drop(previous);
+        Ok(action)
+    }
+
+    /// Forgets every scenario: counters restart at the first step.
+    pub(crate) fn reset(&self) {
+        let old = std::mem::take(&mut *self.scenarios.lock().unwrap_or_else(PoisonError::into_inner));
+        drop(old);
+    }
+
+    /// Marks a request as hanging until the guard is dropped.
+    pub(crate) fn hang(&self) -> HangGuard<'_> {
+        self.hanging.fetch_add(1, Ordering::Relaxed);
+        HangGuard(&self.hanging)
+    }
+
+    /// The `/_stats` document:
+    ///
+    /// ```json
+    /// {"requests": 3, "hanging": 0,
+    ///  "scenarios": {"fail500,ok": {"requests": 3, "last_request": {
+    ///     "method": "POST", "path": "/v1/chat/completions",
+    ///     "headers": {"authorization": "Bearer k1", ...},
+    ///     "body": "{\"model\":...}", "json": {"model": ...}}}}}
+    /// ```
+    ///
+    /// Header values repeated under one name are joined with `", "`. `body` is the raw text
+    /// (lossy UTF-8) and `json` its parse, or null when it is not JSON.
+    pub(crate) fn stats(&self) -> Value {
+        let scenarios = self.scenarios.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut total = 0;
+        let mut out = Map::new();
+        for (name, entry) in scenarios.iter() {
+            total += entry.requests;
+            let last = entry.last.as_ref().map_or(Value::Null, LastRequest::to_json);
+            out.insert(name.to_string(), json!({"requests": entry.requests, "last_request": last}));
+        }
+        json!({
+            "requests": total,
+            "hanging": self.hanging.load(Ordering::Relaxed),
+            "scenarios": out,
+        })
+    }
+}
+
+impl LastRequest {
+    fn to_json(&self) -> Value {
+        let mut headers = Map::new();
+        for name in self.headers.keys() {
+            let values: Vec<String> = self
+                .headers
+                .get_all(name)
+                .iter()
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .collect();
+            headers.insert(name.as_str().to_owned(), Value::String(values.join(", ")));
+        }
+        json!({
+            "method": self.method.as_str(),
+            "path": self.endpoint.path(),
+            "headers": headers,
+            "body": String::from_utf8_lossy(&self.body),
+            "json": serde_json::from_slice::<Value>(&self.body).unwrap_or(Value::Null),
+        })
+    }
+}

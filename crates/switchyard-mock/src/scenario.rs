@@ -1,0 +1,279 @@
+//! Scenarios: the comma-separated list of steps named in the URL path, parsed once per distinct
+//! scenario string and then consumed one step per request.
+//!
+//! Grammar (see the crate docs for what each step does):
+//!
+//! ```text
+//! scenario := step ("," step)* ("," "loop")?
+//! step     := kind ("~" modifier)*
+//! kind     := ok | tools | filter | quota | auth | context | hang | reset
+//!           | status=NNN | failNNN | ratelimit=SECONDS | authkey=KEY | cut=N
+//! modifier := latency=DURATION | jitter=DURATION | chunks=N | gap=DURATION
+//! DURATION := NUMBER ("us" | "ms" | "s" | "m")
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Content chunks in a streamed answer unless `chunks=N` says otherwise.
+const DEFAULT_CHUNKS: u32 = 4;
+/// Upper bound on `chunks=N` and `cut=N`: a stream script is built up front, so an absurd count
+/// would only burn memory.
+const MAX_CHUNKS: u32 = 10_000;
+
+/// A parsed scenario: the steps in order and what happens after the last one.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Plan {
+    actions: Vec<Action>,
+    /// `loop` as the final step: start again from the first step instead of repeating the last.
+    cycle: bool,
+}
+
+/// One step with its modifiers: what a single request gets.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Action {
+    pub(crate) step: Step,
+    /// Wait this long before answering (before the response head, so also before a stream's
+    /// first chunk).
+    pub(crate) latency: Duration,
+    /// Add a uniformly random extra wait in `[0, jitter)` on top of `latency`.
+    pub(crate) jitter: Duration,
+    /// Content chunks in a streamed answer.
+    pub(crate) chunks: u32,
+    /// Pause between consecutive content chunks of a streamed answer.
+    pub(crate) gap: Duration,
+}
+
+/// What kind of answer a step produces.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Step {
+    /// A normal text answer, "mock answer from {model}".
+    Ok,
+    /// A call of the tool `get_weather` with `{"city":"Paris"}`.
+    Tools,
+    /// A content-filtered (refused) answer.
+    Filter,
+    /// An error with this HTTP status.
+    Status(u16),
+    /// 429 with `retry-after` set to this text (seconds, as written in the scenario).
+    RateLimit(Arc<str>),
+    /// Out of credit / quota.
+    Quota,
+    /// 401, whatever the key.
+    Auth,
+    /// 401 only when the presented key equals this one, otherwise `Ok`.
+    AuthKey(Arc<str>),
+    /// The prompt is longer than the model's context window.
+    Context,
+    /// Never answer.
+    Hang,
+    /// Close the connection without a response.
+    Reset,
+    /// Send this many content chunks, then drop the connection.
+    Cut(u32),
+}
+
+/// Why a scenario string was rejected; the message names the offending part and the fix.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ScenarioError(String);
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Plan {
+    /// Parses a scenario string such as `status=500,ok~latency=20ms`.
+    pub(crate) fn parse(scenario: &str) -> Result<Plan, ScenarioError> {
+        let mut actions = Vec::new();
+        let mut cycle = false;
+        for (i, text) in scenario.split(',').enumerate() {
+            if cycle {
+                return Err(ScenarioError(format!(
+                    "bad scenario `{scenario}`: `loop` must be the last step, found step {} after it",
+                    i + 1
+                )));
+            }
+            if text == "loop" {
+                if actions.is_empty() {
+                    return Err(ScenarioError(format!(
+                        "bad scenario `{scenario}`: `loop` needs at least one step before it"
+                    )));
+                }
+                cycle = true;
+                continue;
+            }
+            let action = Action::parse(text)
+                .map_err(|why| ScenarioError(format!("bad scenario `{scenario}`, step `{text}`: {why}")))?;
+            actions.push(action);
+        }
+        Ok(Plan { actions, cycle })
+    }
+
+    /// The action for the request that has `served` requests before it in this scenario.
+    pub(crate) fn action_at(&self, served: u64) -> &Action {
+        let len = self.actions.len() as u64;
+        let index = if self.cycle { served % len } else { served.min(len - 1) };
+        // The index is below `len` by construction and `parse` never yields an empty plan
+        // (`"".split(',')` gives one empty step, which fails to parse).
+        &self.actions[usize::try_from(index).unwrap_or(0)]
+    }
+}
+
+impl Action {
+    fn parse(text: &str) -> Result<Action, String> {
+        let mut parts = text.split('~');
+        let kind = parts.next().unwrap_or_default();
+        let mut action = Action {
+            step: Step::parse(kind)?,
+            latency: Duration::ZERO,
+            jitter: Duration::ZERO,
+            chunks: DEFAULT_CHUNKS,
+            gap: Duration::ZERO,
+        };
+        for modifier in parts {
+            let (name, value) = modifier.split_once('=').unwrap_or((modifier, ""));
+            match name {
+                "latency" => action.latency = parse_duration(value)?,
+                "jitter" => action.jitter = parse_duration(value)?,
+                "gap" => action.gap = parse_duration(value)?,
+                "chunks" => {
+                    action.chunks = parse_count(value)?;
+                    if action.chunks == 0 {
+                        return Err("`chunks` must be at least 1".to_owned());
+                    }
+                }
+                _ => {
+                    return Err(format!(
+                        "unknown modifier `{modifier}` (expected latency=D, jitter=D, chunks=N or gap=D)"
+                    ));
+                }
+            }
+        }
+        Ok(action)
+    }
+}
+
+impl Step {
+    fn parse(kind: &str) -> Result<Step, String> {
+        let (name, value) = match kind.split_once('=') {
+            Some((name, value)) => (name, Some(value)),
+            None => (kind, None),
+        };
+        // `failNNN` reads better than `status=NNN` in a base URL such as `/fail500,ok/v1`.
+        if let (Some(code), None) = (name.strip_prefix("fail"), value) {
+            return Ok(Step::Status(parse_status(code)?));
+        }
+        let step = match (name, value) {
+            ("ok", None) => Step::Ok,
+            ("tools", None) => Step::Tools,
+            ("filter", None) => Step::Filter,
+            ("quota", None) => Step::Quota,
+            ("auth", None) => Step::Auth,
+            ("context", None) => Step::Context,
+            ("hang", None) => Step::Hang,
+            ("reset", None) => Step::Reset,
+            ("status", Some(code)) => Step::Status(parse_status(code)?),
+            ("ratelimit", Some(seconds)) => {
+                // Echoed verbatim into `retry-after`, so it must be a number a client can read.
+                match seconds.parse::<f64>() {
+                    Ok(s) if s.is_finite() && s >= 0.0 => Step::RateLimit(seconds.into()),
+                    _ => {
+                        return Err(format!("`ratelimit` needs seconds like `ratelimit=2`, got `{seconds}`"));
+                    }
+                }
+            }
+            ("authkey", Some(key)) if !key.is_empty() => Step::AuthKey(key.into()),
+            ("cut", Some(count)) => Step::Cut(parse_count(count)?),
+            _ => {
+                return Err(format!(
+                    "unknown step `{kind}` (expected ok, tools, filter, quota, auth, context, hang, reset, \
+                     status=NNN, failNNN, ratelimit=S, authkey=KEY or cut=N)"
+                ));
+            }
+        };
+        Ok(step)
+    }
+}
+
+fn parse_status(code: &str) -> Result<u16, String> {
+    match code.parse::<u16>() {
+        Ok(status) if (400..=599).contains(&status) => Ok(status),
+        _ => Err(format!("an error status must be 400..=599, got `{code}`")),
+    }
+}
+
+fn parse_count(value: &str) -> Result<u32, String> {
+    match value.parse::<u32>() {
+        Ok(n) if n <= MAX_CHUNKS => Ok(n),
+        _ => Err(format!("expected a count 0..={MAX_CHUNKS}, got `{value}`")),
+    }
+}
+
+/// Parses `500us`, `20ms`, `1.5s` or `2m`. A bare number is rejected rather than guessed.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let scale = match unit {
+        "us" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        "m" => 60.0,
+        _ => return Err(format!("expected a duration like `20ms` or `2s`, got `{text}`")),
+    };
+    match number.parse::<f64>() {
+        Ok(n) if n.is_finite() && n >= 0.0 => {
+            Duration::try_from_secs_f64(n * scale).map_err(|_| format!("duration `{text}` is out of range"))
+        }
+        _ => Err(format!("expected a duration like `20ms` or `2s`, got `{text}`")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn steps_and_modifiers_parse() {
+        let plan = Plan::parse("status=500,ok~latency=20ms~chunks=8~gap=1.5s").unwrap();
+        assert_eq!(plan.action_at(0).step, Step::Status(500));
+        let ok = plan.action_at(1);
+        assert_eq!(ok.step, Step::Ok);
+        assert_eq!(ok.latency, Duration::from_millis(20));
+        assert_eq!(ok.chunks, 8);
+        assert_eq!(ok.gap, Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn last_step_repeats_and_loop_cycles() {
+        let plan = Plan::parse("fail503,ok").unwrap();
+        let steps: Vec<_> = (0..4).map(|i| plan.action_at(i).step.clone()).collect();
+        assert_eq!(steps, [Step::Status(503), Step::Ok, Step::Ok, Step::Ok]);
+
+        let plan = Plan::parse("fail503,ok,loop").unwrap();
+        let steps: Vec<_> = (0..4).map(|i| plan.action_at(i).step.clone()).collect();
+        assert_eq!(steps, [Step::Status(503), Step::Ok, Step::Status(503), Step::Ok]);
+    }
+
+    #[test]
+    fn bad_scenarios_name_the_problem() {
+        for (text, needle) in [
+            ("", "unknown step ``"),
+            ("nope", "unknown step `nope`"),
+            ("ok~latency=20", "duration"),
+            ("ok~speed=1", "unknown modifier"),
+            ("status=200", "400..=599"),
+            ("ratelimit=soon", "ratelimit"),
+            ("loop", "at least one step"),
+            ("ok,loop,ok", "last step"),
+            ("ok~chunks=0", "at least 1"),
+        ] {
+            let err = Plan::parse(text).unwrap_err().to_string();
+            assert!(err.contains(needle), "{text}: {err}");
+        }
+    }
+}

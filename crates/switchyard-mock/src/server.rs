@@ -1,0 +1,323 @@
+//! The HTTP side: accepting connections, routing by path, and turning a scenario's action into a
+//! response in the request's dialect.
+
+use std::borrow::Cow;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::header::{AUTHORIZATION, HeaderValue};
+use hyper::service::service_fn;
+use hyper::{HeaderMap, Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use crate::body::MockBody;
+use crate::probe::Probe;
+use crate::registry::{Endpoint, Registry};
+use crate::reply::{self, Content, Fault, Shape};
+use crate::scenario::{Action, Step};
+use crate::{anthropic, embeddings, openai};
+
+/// Largest request body read; larger ones get 413. Generous, since benchmarks send 1 MB bodies.
+const MAX_BODY: usize = 64 * 1024 * 1024;
+
+/// Accepts connections forever, each served on its own task.
+pub(crate) async fn serve(listener: TcpListener) -> io::Result<()> {
+    let registry = Arc::new(Registry::default());
+    let mut http = hyper::server::conn::http1::Builder::new();
+    // No timer is configured, so hyper applies no header-read timeout: an idle keep-alive
+    // connection stays open for as long as the client's pool wants it. Closing it from this side
+    // would race with the client's next request and show up as spurious gateway errors.
+    http.keep_alive(true);
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // Almost always transient (file descriptors exhausted under load, or a peer that
+                // gave up during the handshake): back off briefly instead of ending the server.
+                eprintln!("switchyard-mock: accept failed: {error}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        // Streams must reach the client chunk by chunk; Nagle would merge them.
+        let _ = stream.set_nodelay(true);
+        let registry = Arc::clone(&registry);
+        let http = http.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |request| {
+                let registry = Arc::clone(&registry);
+                async move { handle(request, &registry).await }
+            });
+            // Errors here are the client going away, or `reset`/`cut` doing their job.
+            let _ = http.serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
+
+/// Where a path leads.
+enum Route<'a> {
+    Api { scenario: &'a str, endpoint: Endpoint },
+    Reset,
+    Stats,
+    Health,
+    NotFound,
+}
+
+/// `/{scenario}/v1/{endpoint}` or `/v1/{endpoint}` (scenario `ok`); empty segments are ignored
+/// so a base URL with a trailing slash still works.
+fn route(path: &str) -> Route<'_> {
+    let mut segments = path.split('/').filter(|s| !s.is_empty());
+    let first = segments.next();
+    let (scenario, v1) = match first {
+        Some("_reset") => return if segments.next().is_none() { Route::Reset } else { Route::NotFound },
+        Some("_stats") => return if segments.next().is_none() { Route::Stats } else { Route::NotFound },
+        Some("_health") => return if segments.next().is_none() { Route::Health } else { Route::NotFound },
+        Some("v1") => ("ok", first),
+        Some(scenario) => (scenario, segments.next()),
+        None => return Route::NotFound,
+    };
+    if v1 != Some("v1") {
+        return Route::NotFound;
+    }
+    let endpoint = match (segments.next(), segments.next(), segments.next()) {
+        (Some("chat"), Some("completions"), None) => Endpoint::ChatCompletions,
+        (Some("messages"), None, None) => Endpoint::Messages,
+        (Some("embeddings"), None, None) => Endpoint::Embeddings,
+        _ => return Route::NotFound,
+    };
+    Route::Api { scenario, endpoint }
+}
+
+async fn handle(request: Request<Incoming>, registry: &Registry) -> Result<Response<MockBody>, io::Error> {
+    let (parts, body) = request.into_parts();
+    match route(parts.uri.path()) {
+        Route::Api { scenario, endpoint } => {
+            api(scenario, endpoint, parts.method, parts.headers, body, registry).await
+        }
+        Route::Reset if parts.method == hyper::Method::POST => {
+            registry.reset();
+            Ok(reply::json(StatusCode::OK, r#"{"reset":true}"#.to_owned()))
+        }
+        Route::Stats => Ok(reply::json(StatusCode::OK, registry.stats().to_string())),
+        Route::Health => Ok(reply::json(StatusCode::OK, r#"{"ok":true}"#.to_owned())),
+        Route::Reset | Route::NotFound => {
+            let message = format!(
+                "switchyard-mock: no route for {} {}; use POST /{{scenario}}/v1/chat/completions, \
+                 /{{scenario}}/v1/messages or /{{scenario}}/v1/embeddings, POST /_reset or GET /_stats",
+                parts.method,
+                parts.uri.path()
+            );
+            Ok(openai::fault(&Fault::Invalid { status: 404, message }))
+        }
+    }
+}
+
+/// Serves one API request: read the body, take the scenario's next step, play it.
+async fn api(
+    scenario: &str,
+    endpoint: Endpoint,
+    method: Method,
+    headers: HeaderMap,
+    body: Incoming,
+    registry: &Registry,
+) -> Result<Response<MockBody>, io::Error> {
+    let dialect = Dialect::of(endpoint);
+    let body = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) => {
+            if error.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                let message = format!("switchyard-mock: request body larger than {MAX_BODY} bytes");
+                return Ok(dialect.fault(&Fault::Invalid { status: 413, message }));
+            }
+            // The client went away mid-body; nobody is left to answer.
+            return Err(io::Error::other(error));
+        }
+    };
+
+    let scenario = percent_decode(scenario);
+    let presented = presented_key(&headers);
+    let action = match registry.record(&scenario, endpoint, method, headers, body.clone()) {
+        Ok(action) => action,
+        Err(error) => {
+            let message = format!("switchyard-mock: {error}");
+            return Ok(dialect.fault(&Fault::Invalid { status: 400, message }));
+        }
+    };
+
+    let wait = action.latency + jitter(action.jitter);
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
+
+    let (content, cut) = match &action.step {
+        Step::Ok => (Content::Text, None),
+        Step::Tools => (Content::Tools, None),
+        Step::Filter => (Content::Filter, None),
+        Step::Cut(n) => (Content::Text, Some(*n)),
+        Step::AuthKey(key) if presented.as_ref().is_some_and(|p| p.as_bytes() == key.as_bytes()) => {
+            return Ok(dialect.fault(&Fault::Auth));
+        }
+        Step::AuthKey(_) => (Content::Text, None),
+        Step::Status(code) => return Ok(dialect.fault(&Fault::Status(*code))),
+        Step::RateLimit(seconds) => return Ok(dialect.fault(&Fault::RateLimit(seconds))),
+        Step::Quota => return Ok(dialect.fault(&Fault::Quota)),
+        Step::Auth => return Ok(dialect.fault(&Fault::Auth)),
+        Step::Context => return Ok(dialect.fault(&Fault::Context)),
+        Step::Hang => {
+            let _guard = registry.hang();
+            // hyper notices the client closing the connection and drops this future then.
+            return std::future::pending().await;
+        }
+        Step::Reset => {
+            // A service error makes hyper close the connection without writing a response.
+            return Err(io::Error::new(io::ErrorKind::ConnectionReset, "switchyard-mock: reset"));
+        }
+    };
+
+    let probe = match Probe::parse(&body) {
+        Ok(probe) => probe,
+        Err(error) => {
+            let message = format!("switchyard-mock: request body is not the JSON expected: {error}");
+            return Ok(dialect.fault(&Fault::Invalid { status: 400, message }));
+        }
+    };
+    Ok(answer(dialect, content, &probe, &action, cut))
+}
+
+fn answer(
+    dialect: Dialect,
+    content: Content,
+    probe: &Probe<'_>,
+    action: &Action,
+    cut: Option<u32>,
+) -> Response<MockBody> {
+    // A cut stream must stop short of the end, so it needs at least one piece more than it sends.
+    let pieces = cut.map_or(action.chunks, |n| action.chunks.max(n + 1));
+    let shape = Shape { pieces, gap: action.gap, cut };
+    let stream = probe.streaming();
+    let response = match dialect {
+        Dialect::OpenAi => openai::answer(content, &probe.model, stream, probe.include_usage(), &shape),
+        Dialect::Anthropic => anthropic::answer(content, &probe.model, stream, &shape),
+        Dialect::Embeddings => embeddings::answer(probe),
+    };
+    let scripted = stream && dialect != Dialect::Embeddings;
+    if cut.is_some() && !scripted { reply::truncate(response) } else { response }
+}
+
+/// The wire dialect of an endpoint, which decides the shape of answers and errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dialect {
+    OpenAi,
+    Anthropic,
+    Embeddings,
+}
+
+impl Dialect {
+    fn of(endpoint: Endpoint) -> Dialect {
+        match endpoint {
+            Endpoint::ChatCompletions => Dialect::OpenAi,
+            Endpoint::Messages => Dialect::Anthropic,
+            Endpoint::Embeddings => Dialect::Embeddings,
+        }
+    }
+
+    fn fault(self, fault: &Fault<'_>) -> Response<MockBody> {
+        match self {
+            Dialect::OpenAi | Dialect::Embeddings => openai::fault(fault),
+            Dialect::Anthropic => anthropic::fault(fault),
+        }
+    }
+}
+
+/// The API key the client presented: `Authorization: Bearer K`, `x-api-key: K` or `api-key: K`.
+/// Cloning a `HeaderValue` shares its bytes, so this costs no copy.
+fn presented_key(headers: &HeaderMap) -> Option<HeaderValue> {
+    if let Some(value) = headers.get(AUTHORIZATION) {
+        let bytes = value.as_bytes();
+        let key = bytes.strip_prefix(b"Bearer ").unwrap_or(bytes);
+        return HeaderValue::from_bytes(key).ok();
+    }
+    headers.get("x-api-key").or_else(|| headers.get("api-key")).cloned()
+}
+
+/// Decodes `%XX` escapes, in case a client escaped the scenario's `=`, `,` or `~`.
+fn percent_decode(text: &str) -> Cow<'_, str> {
+    if !text.contains('%') {
+        return Cow::Borrowed(text);
+    }
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (byte, _, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// A uniformly random duration in `[0, max)`, from a per-thread xorshift generator: latency
+/// jitter needs spread, not cryptographic quality, and must not contend across threads.
+fn jitter(max: Duration) -> Duration {
+    use std::cell::Cell;
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0x9e37_79b9_7f4a_7c15, |d| d.as_nanos() as u64)
+                | 1,
+        );
+    }
+    if max.is_zero() {
+        return Duration::ZERO;
+    }
+    let random = STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.set(x);
+        x
+    });
+    let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(random % nanos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_route_to_scenarios_and_endpoints() {
+        let api = |path| match route(path) {
+            Route::Api { scenario, endpoint } => Some((scenario, endpoint)),
+            _ => None,
+        };
+        assert_eq!(api("/v1/chat/completions"), Some(("ok", Endpoint::ChatCompletions)));
+        assert_eq!(api("/fail500,ok/v1/chat/completions"), Some(("fail500,ok", Endpoint::ChatCompletions)));
+        assert_eq!(api("/ok//v1/messages"), Some(("ok", Endpoint::Messages)));
+        assert_eq!(api("/x/v1/embeddings"), Some(("x", Endpoint::Embeddings)));
+        assert_eq!(api("/x/v2/messages"), None);
+        assert_eq!(api("/x/v1/messages/extra"), None);
+        assert!(matches!(route("/_reset"), Route::Reset));
+        assert!(matches!(route("/_stats"), Route::Stats));
+    }
+
+    #[test]
+    fn escaped_scenarios_are_decoded() {
+        assert_eq!(percent_decode("status%3D500%2Cok"), "status=500,ok");
+        assert_eq!(percent_decode("ok"), "ok");
+    }
+}
