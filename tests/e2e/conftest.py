@@ -1,0 +1,147 @@
+"""End-to-end fixtures: the real `switchyard serve` binary between the official SDKs and the
+mock upstream (`switchyard-mock`), all on loopback.
+
+The binaries come from SWITCHYARD_BIN and SWITCHYARD_MOCK_BIN (scripts/e2e builds them).
+"""
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+BIN = os.environ.get("SWITCHYARD_BIN", "target/debug/switchyard")
+MOCK_BIN = os.environ.get("SWITCHYARD_MOCK_BIN", "target/debug/switchyard-mock")
+GATEWAY_KEY = "sk-gateway-e2e-0123456789"
+ADMIN_KEY = "sk-admin-e2e-9876543210"
+
+
+def _read_listening(process, what):
+    """The address from the `listening on ...` line a server prints first."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        if "listening on" in line:
+            return line.strip().rsplit(" ", 1)[-1].removeprefix("http://")
+    raise RuntimeError(f"{what} did not start: {process.stderr.read() if process.stderr else ''}")
+
+
+@pytest.fixture(scope="session")
+def mock():
+    """The mock upstream, shared by every test; counters reset before each test."""
+    process = subprocess.Popen([MOCK_BIN, "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, text=True)
+    try:
+        address = _read_listening(process, "switchyard-mock")
+        yield Mock(f"http://{address}")
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+class Mock:
+    def __init__(self, url):
+        self.url = url
+
+    def base(self, scenario):
+        """A provider base URL whose requests follow `scenario`."""
+        return f"{self.url}/{scenario}"
+
+    def reset(self):
+        _http("POST", f"{self.url}/_reset", None)
+
+    def stats(self):
+        return _http("GET", f"{self.url}/_stats", None)[1]
+
+
+def _http(method, url, body, headers=None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    if data is not None:
+        request.add_header("content-type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            text = response.read().decode()
+            return response.status, _maybe_json(text), dict(response.headers)
+    except urllib.error.HTTPError as error:
+        text = error.read().decode()
+        return error.code, _maybe_json(text), dict(error.headers)
+
+
+def _maybe_json(text):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+class Gateway:
+    """One running gateway."""
+
+    def __init__(self, url):
+        self.url = url
+
+    def get(self, path, key=ADMIN_KEY):
+        return _http("GET", self.url + path, None, {"authorization": f"Bearer {key}"})
+
+    def post(self, path, body=None, key=ADMIN_KEY):
+        return _http("POST", self.url + path, body, {"authorization": f"Bearer {key}"})
+
+    def health_of(self, target):
+        _, body, _ = self.get("/admin/health")
+        return next((t for t in body["targets"] if t["target"] == target), None)
+
+
+@pytest.fixture
+def gateway(mock, tmp_path):
+    """A factory: `gateway(yaml)` starts `switchyard serve` on that config and a free port."""
+    mock.reset()
+    processes = []
+
+    def start(config_yaml):
+        path = tmp_path / f"switchyard-{len(processes)}.yaml"
+        path.write_text(config_yaml)
+        env = dict(os.environ, E2E_GATEWAY_KEY=GATEWAY_KEY, E2E_ADMIN_KEY=ADMIN_KEY)
+        log = tempfile.TemporaryFile(mode="w+")
+        process = subprocess.Popen(
+            [BIN, "serve", "--config", str(path), "--listen", "127.0.0.1:0", "--log-format", "json"],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=env,
+        )
+        processes.append((process, log))
+        address = _read_listening(process, "switchyard serve")
+        return Gateway(f"http://{address}")
+
+    yield start
+    for process, log in processes:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.seek(0)
+        logs = log.read()
+        # The access log must never carry a key.
+        for secret in (GATEWAY_KEY, ADMIN_KEY, "sk-upstream"):
+            assert secret not in logs, f"a key leaked into the logs: {secret}"
+
+
+def config(mock, providers, routes, extra=""):
+    """A gateway config: `providers` maps id -> (kind, scenario, extra keys)."""
+    lines = ["providers:"]
+    for provider_id, (kind, scenario, more) in providers.items():
+        base = mock.base(scenario)
+        if kind == "openai":
+            base += "/v1"
+        lines.append(f"  {provider_id}: {{ kind: {kind}, base_url: \"{base}\"{', ' + more if more else ''} }}")
+    lines.append("routes:")
+    for name, body in routes.items():
+        lines.append(f"  {name}: {body}")
+    lines.append("gateway: { keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }")
+    return "\n".join(lines) + "\n" + extra

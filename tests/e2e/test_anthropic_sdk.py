@@ -1,0 +1,111 @@
+"""The official Anthropic Python SDK, pointed at the gateway unchanged."""
+
+import anthropic
+import pytest
+
+from conftest import GATEWAY_KEY, config
+
+ANT_KEY = "api_key: sk-upstream-ant-0001"
+OPENAI_KEY = "api_key: sk-upstream-openai-0002"
+
+
+def client(gateway):
+    return anthropic.Anthropic(base_url=gateway.url, api_key=GATEWAY_KEY, max_retries=0, timeout=30)
+
+
+def ask(sdk, model="default", **kwargs):
+    return sdk.messages.with_raw_response.create(
+        model=model, max_tokens=128, messages=[{"role": "user", "content": "Hello there"}], **kwargs
+    )
+
+
+def test_plain_message_answers_with_the_served_target(mock, gateway):
+    gw = gateway(config(mock, {"claude": ("anthropic", "ok", ANT_KEY)}, {"default": "{ targets: [claude:claude-test] }"}))
+    raw = ask(client(gw), system="Be brief.")
+    message = raw.parse()
+    assert message.content[0].text == "mock answer from claude-test"
+    assert message.stop_reason == "end_turn"
+    assert message.usage.output_tokens > 0
+    assert raw.headers["x-switchyard-target"] == "claude:claude-test"
+    sent = mock.stats()["scenarios"]["ok"]["last_request"]
+    assert sent["json"]["system"] == "Be brief."
+
+
+def test_streamed_message_arrives_as_text_deltas(mock, gateway):
+    gw = gateway(config(mock, {"claude": ("anthropic", "ok~chunks=5", ANT_KEY)}, {"default": "{ targets: [claude:claude-test] }"}))
+    with client(gw).messages.stream(
+        model="default", max_tokens=128, messages=[{"role": "user", "content": "Hello"}]
+    ) as stream:
+        pieces = list(stream.text_stream)
+        final = stream.get_final_message()
+    assert len(pieces) >= 2
+    assert "".join(pieces) == "mock answer from claude-test"
+    assert final.stop_reason == "end_turn"
+
+
+def test_tool_use_comes_back_whole_and_streamed(mock, gateway):
+    gw = gateway(config(mock, {"claude": ("anthropic", "tools", ANT_KEY)}, {"default": "{ targets: [claude:claude-test] }"}))
+    tools = [{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    sdk = client(gw)
+    message = sdk.messages.create(
+        model="default", max_tokens=128, tools=tools, messages=[{"role": "user", "content": "Weather in Paris?"}]
+    )
+    tool_use = next(block for block in message.content if block.type == "tool_use")
+    assert (tool_use.name, tool_use.input) == ("get_weather", {"city": "Paris"})
+    assert message.stop_reason == "tool_use"
+
+    with sdk.messages.stream(
+        model="default", max_tokens=128, tools=tools, messages=[{"role": "user", "content": "Weather in Paris?"}]
+    ) as stream:
+        final = stream.get_final_message()
+    tool_use = next(block for block in final.content if block.type == "tool_use")
+    assert tool_use.input == {"city": "Paris"}
+
+
+def test_an_overloaded_upstream_fails_over_to_an_openai_upstream(mock, gateway):
+    gw = gateway(config(
+        mock,
+        {"claude": ("anthropic", "status=529", ANT_KEY), "gpt": ("openai", "ok", OPENAI_KEY)},
+        {"default": "{ targets: [claude:claude-test, gpt:gpt-backup], retry: { max_attempts: 1 } }"},
+    ))
+    raw = ask(client(gw))
+    assert raw.parse().content[0].text == "mock answer from gpt-backup"
+    assert raw.headers["x-switchyard-target"] == "gpt:gpt-backup"
+    _, record, _ = gw.get("/admin/requests/" + raw.headers["x-request-id"])
+    assert record["attempts"][0]["error"]["status"] == 529
+    assert record["attempts"][0]["error"]["kind"] == "unavailable"
+
+
+def test_every_target_failing_is_an_error_in_anthropic_shape(mock, gateway):
+    gw = gateway(config(
+        mock,
+        {"claude": ("anthropic", "status=500", ANT_KEY)},
+        {"default": "{ targets: [claude:claude-test], retry: { max_attempts: 1 } }"},
+    ))
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        ask(client(gw))
+    error = raised.value
+    assert error.status_code == 502
+    body = error.response.json()
+    assert body["type"] == "error"
+    assert body["error"]["type"] == "api_error"
+    assert body["switchyard"]["attempts"][0]["target"] == "claude:claude-test"
+
+
+def test_a_mid_stream_cut_surfaces_as_an_sdk_error(mock, gateway):
+    gw = gateway(config(mock, {"claude": ("anthropic", "cut=2", ANT_KEY)}, {"default": "{ targets: [claude:claude-test] }"}))
+    received = []
+    with pytest.raises(anthropic.APIError):
+        with client(gw).messages.stream(
+            model="default", max_tokens=128, messages=[{"role": "user", "content": "Hello"}]
+        ) as stream:
+            for text in stream.text_stream:
+                received.append(text)
+    assert len(received) == 2
+
+
+def test_a_wrong_gateway_key_is_an_authentication_error(mock, gateway):
+    gw = gateway(config(mock, {"claude": ("anthropic", "ok", ANT_KEY)}, {"default": "{ targets: [claude:claude-test] }"}))
+    sdk = anthropic.Anthropic(base_url=gw.url, api_key="sk-wrong", max_retries=0)
+    with pytest.raises(anthropic.AuthenticationError):
+        ask(sdk)

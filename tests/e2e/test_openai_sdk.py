@@ -1,0 +1,246 @@
+"""The official OpenAI Python SDK, pointed at the gateway unchanged."""
+
+import re
+
+import openai
+import pytest
+
+from conftest import GATEWAY_KEY, config
+
+KEY = "api_key: sk-upstream-openai-0001"
+FAST_RETRY = "retry: { max_attempts: 2, backoff_base: 10ms, backoff_max: 50ms, max_wait: 5s }"
+
+
+def client(gateway):
+    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=GATEWAY_KEY, max_retries=0, timeout=30)
+
+
+def ask(sdk, model="default", **kwargs):
+    return sdk.chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": "Hello there"}], **kwargs
+    )
+
+
+def test_plain_chat_answers_with_the_served_target(mock, gateway):
+    gw = gateway(config(mock, {"a": ("openai", "ok", KEY)}, {"default": "{ targets: [a:gpt-test] }"}))
+    raw = ask(client(gw))
+    completion = raw.parse()
+    assert completion.choices[0].message.content == "mock answer from gpt-test"
+    assert completion.usage.total_tokens > 0
+    assert raw.headers["x-switchyard-target"] == "a:gpt-test"
+    assert raw.headers["x-switchyard-attempts"] == "1"
+    assert raw.headers["x-request-id"]
+
+
+def test_streamed_chat_arrives_in_chunks(mock, gateway):
+    gw = gateway(config(mock, {"a": ("openai", "ok~chunks=5", KEY)}, {"default": "{ targets: [a:gpt-test] }"}))
+    stream = client(gw).chat.completions.create(
+        model="default",
+        messages=[{"role": "user", "content": "Hello"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+    assert len(pieces) >= 2
+    assert "".join(pieces) == "mock answer from gpt-test"
+
+
+def test_tool_calls_come_back_whole_and_streamed(mock, gateway):
+    gw = gateway(config(mock, {"a": ("openai", "tools", KEY)}, {"default": "{ targets: [a:gpt-test] }"}))
+    tools = [{
+        "type": "function",
+        "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+    }]
+    sdk = client(gw)
+    message = sdk.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=tools
+    ).choices[0].message
+    assert message.tool_calls[0].function.name == "get_weather"
+    assert message.tool_calls[0].function.arguments.replace(" ", "") == '{"city":"Paris"}'
+
+    arguments, names = "", []
+    for chunk in sdk.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=tools, stream=True
+    ):
+        for call in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            if call.function and call.function.name:
+                names.append(call.function.name)
+            if call.function and call.function.arguments:
+                arguments += call.function.arguments
+    assert names == ["get_weather"]
+    assert arguments.replace(" ", "") == '{"city":"Paris"}'
+
+
+def test_a_500_fails_over_to_the_next_target(mock, gateway):
+    gw = gateway(config(
+        mock,
+        {"a": ("openai", "status=500", KEY), "b": ("openai", "ok", KEY)},
+        {"default": "{ targets: [a:gpt-test, b:gpt-backup], retry: { max_attempts: 1 } }"},
+    ))
+    raw = ask(client(gw))
+    assert raw.parse().choices[0].message.content == "mock answer from gpt-backup"
+    assert raw.headers["x-switchyard-target"] == "b:gpt-backup"
+    assert raw.headers["x-switchyard-attempts"] == "2"
+    _, record, _ = gw.get("/admin/requests/" + raw.headers["x-request-id"])
+    assert [a["outcome"] for a in record["attempts"]] == ["failed", "ok"]
+    assert record["attempts"][0]["error"]["status"] == 500
+
+
+def test_a_429_with_retry_after_is_waited_then_retried(mock, gateway):
+    gw = gateway(config(
+        mock, {"a": ("openai", "ratelimit=1,ok", KEY)}, {"default": "{ targets: [a:gpt-test], " + FAST_RETRY + " }"}
+    ))
+    raw = ask(client(gw))
+    assert raw.parse().choices[0].message.content == "mock answer from gpt-test"
+    _, record, _ = gw.get("/admin/requests/" + raw.headers["x-request-id"])
+    assert [a["outcome"] for a in record["attempts"]] == ["retried", "ok"]
+    assert record["attempts"][1]["start_ms"] >= 1000, "the retry waited for Retry-After"
+
+
+def test_quota_exhaustion_skips_the_target_until_a_direct_call_recovers_it(mock, gateway):
+    gw = gateway(config(
+        mock,
+        {"a": ("openai", "quota,ok", KEY), "b": ("openai", "ok", KEY)},
+        {"default": "{ targets: [a:gpt-test, b:gpt-backup] }"},
+    ))
+    sdk = client(gw)
+    assert ask(sdk).headers["x-switchyard-target"] == "b:gpt-backup"
+    assert gw.health_of("a:gpt-test")["status"] == "exhausted"
+
+    skipped = ask(sdk)
+    _, record, _ = gw.get("/admin/requests/" + skipped.headers["x-request-id"])
+    assert record["attempts"][0]["outcome"] == "skipped_exhausted"
+
+    direct = ask(sdk, model="a:gpt-test")
+    assert direct.headers["x-switchyard-target"] == "a:gpt-test"
+    assert gw.health_of("a:gpt-test")["status"] == "available"
+    assert ask(sdk).headers["x-switchyard-target"] == "a:gpt-test"
+
+
+def test_an_auth_error_on_one_key_rotates_to_the_next(mock, gateway):
+    keys = "api_keys: [sk-upstream-bad-key, sk-upstream-good-key]"
+    gw = gateway(config(
+        mock, {"a": ("openai", "authkey=sk-upstream-bad-key", keys)}, {"default": "{ targets: [a:gpt-test] }"}
+    ))
+    raw = ask(client(gw))
+    assert raw.parse().choices[0].message.content == "mock answer from gpt-test"
+    _, record, _ = gw.get("/admin/requests/" + raw.headers["x-request-id"])
+    credentials = [a["credential_id"] for a in record["attempts"]]
+    assert len(set(credentials)) == 2, "the second attempt used the other key"
+    _, health, _ = gw.get("/admin/health")
+    statuses = {c["credential_id"]: c["status"] for c in health["credentials"]}
+    assert statuses[credentials[0]] == "unauthorized"
+    assert "sk-upstream" not in str(health), "keys never appear, only masked"
+
+
+def test_a_context_length_failure_moves_to_the_context_window_chain(mock, gateway):
+    gw = gateway(config(
+        mock,
+        {"small": ("openai", "context", KEY), "other": ("openai", "ok", KEY), "big": ("openai", "ok", KEY)},
+        {"default": "{ targets: [small:gpt-small, other:gpt-other], context_window: [big:gpt-big] }"},
+    ))
+    raw = ask(client(gw))
+    assert raw.headers["x-switchyard-target"] == "big:gpt-big"
+
+
+def test_a_content_filter_refusal_moves_to_the_content_policy_chain(mock, gateway):
+    gw = gateway(config(
+        mock,
+        {"strict": ("openai", "filter", KEY), "lenient": ("openai", "ok", KEY)},
+        {"default": "{ targets: [strict:gpt-strict], content_policy: [lenient:gpt-lenient] }"},
+    ))
+    raw = ask(client(gw))
+    assert raw.headers["x-switchyard-target"] == "lenient:gpt-lenient"
+    _, record, _ = gw.get("/admin/requests/" + raw.headers["x-request-id"])
+    assert [a["outcome"] for a in record["attempts"]] == ["redirected", "ok"]
+
+
+def test_a_mid_stream_cut_surfaces_as_an_sdk_error(mock, gateway):
+    gw = gateway(config(mock, {"a": ("openai", "cut=2", KEY)}, {"default": "{ targets: [a:gpt-test] }"}))
+    stream = client(gw).chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Hello"}], stream=True
+    )
+    received = []
+    with pytest.raises(openai.APIError) as raised:
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                received.append(chunk.choices[0].delta.content)
+    assert len(received) == 2, "what was streamed before the cut arrived"
+    assert "stream failed" in str(raised.value)
+
+
+def test_every_target_failing_is_a_502_with_the_trail(mock, gateway):
+    gw = gateway(config(
+        mock,
+        {"a": ("openai", "status=500", KEY), "b": ("openai", "status=503", KEY)},
+        {"default": "{ targets: [a:gpt-test, b:gpt-backup], retry: { max_attempts: 1 } }"},
+    ))
+    with pytest.raises(openai.APIStatusError) as raised:
+        ask(client(gw))
+    error = raised.value
+    assert error.status_code == 502
+    assert error.body["code"] == "all_targets_failed"
+    attempts = error.response.json()["switchyard"]["attempts"]
+    assert [a["target"] for a in attempts] == ["a:gpt-test", "b:gpt-backup"]
+
+
+def test_every_target_rate_limited_is_a_429_with_retry_after(mock, gateway):
+    gw = gateway(config(
+        mock,
+        {"a": ("openai", "ratelimit=30", KEY)},
+        {"default": "{ targets: [a:gpt-test], retry: { max_attempts: 1 } }"},
+    ))
+    with pytest.raises(openai.RateLimitError) as raised:
+        ask(client(gw))
+    assert raised.value.response.headers["retry-after"] == "30"
+
+
+def test_embeddings_and_models(mock, gateway):
+    gw = gateway(config(
+        mock, {"a": ("openai", "ok", KEY)}, {"default": "{ targets: [a:gpt-test] }", "embed": "{ targets: [a:text-embed] }"}
+    ))
+    sdk = client(gw)
+    vectors = sdk.embeddings.create(model="embed", input=["one", "two"])
+    assert [d.index for d in vectors.data] == [0, 1]
+    assert len(vectors.data[0].embedding) > 0
+    ids = [m.id for m in sdk.models.list()]
+    assert ids[:2] == ["default", "embed"]
+    assert "a:gpt-test" in ids
+
+
+def test_admin_health_reset_and_metrics(mock, gateway):
+    gw = gateway(config(
+        mock,
+        {"a": ("openai", "status=503", KEY), "b": ("openai", "ok", KEY)},
+        {"default": "{ targets: [a:gpt-test, b:gpt-backup], retry: { max_attempts: 1 } }"},
+    ))
+    ask(client(gw))
+    assert gw.health_of("a:gpt-test")["status"] == "temporarily_unavailable"
+    status, body, _ = gw.post("/admin/health/reset", {"target": "a:gpt-test"})
+    assert status == 200 and body == {"reset": "a:gpt-test"}
+    assert gw.health_of("a:gpt-test")["status"] == "unknown"
+
+    status, text, _ = gw.get("/metrics")
+    assert status == 200
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    assert samples['switchyard_requests_total{endpoint="chat_completions",route="default",status="200"}'] == 1
+    assert samples['switchyard_fallbacks_total{route="default"}'] == 1
+    assert any(re.match(r"switchyard_overhead_seconds_bucket", name) for name in samples)
+
+
+def test_openai_sdk_reaches_an_anthropic_upstream_through_translation(mock, gateway):
+    gw = gateway(config(
+        mock, {"claude": ("anthropic", "ok", "api_key: sk-upstream-ant-01")}, {"default": "{ targets: [claude:claude-test] }"}
+    ))
+    completion = client(gw).chat.completions.create(
+        model="default",
+        messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}],
+        max_tokens=64,
+    )
+    assert completion.choices[0].message.content == "mock answer from claude-test"
+    request = mock.stats()["scenarios"]["ok"]["last_request"]
+    assert request["headers"]["x-api-key"] == "sk-upstream-ant-01"
