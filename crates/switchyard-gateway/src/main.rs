@@ -243,6 +243,32 @@ async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCode> {
         let base =
             if provider.base_url.is_empty() { String::new() } else { format!(" {}", provider.base_url) };
         println!("  {} ({}{base})", provider.id, provider.kind);
+        if let Some(limits) = &provider.limits {
+            let mut parts = Vec::new();
+            if let Some(n) = limits.max_concurrent {
+                parts.push(format!("max_concurrent {n}"));
+            }
+            if let Some(n) = limits.requests_per_minute {
+                parts.push(format!("requests_per_minute {n}"));
+            }
+            if let Some(n) = limits.tokens_per_minute {
+                parts.push(format!("tokens_per_minute {n}"));
+            }
+            if !limits.min_interval.is_zero() {
+                parts.push(format!("min_interval {:?}", limits.min_interval));
+            }
+            parts.push(format!(
+                "respect_headers {} (waits clamped to {:?})",
+                limits.respect_headers, limits.max_header_wait
+            ));
+            if limits.reserve_fraction > 0.0 {
+                parts.push(format!("reserve_fraction {}", limits.reserve_fraction));
+            }
+            if limits.per_credential {
+                parts.push("per credential".to_owned());
+            }
+            println!("    limits: {}", parts.join(", "));
+        }
         let credentials = loaded.router.credentials(&provider.id).unwrap_or_default();
         for (i, credential) in credentials.iter().enumerate() {
             let origin = provider.credentials.get(i).map_or("no key", String::as_str);

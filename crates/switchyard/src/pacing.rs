@@ -1,8 +1,14 @@
-//! The seam for client-side pacing: the router asks a [`Pacer`] for a permit before each call
-//! and holds it for the whole exchange, streams included.
+//! Client-side pacing: the router asks a [`Pacer`] for a permit before each call and holds it
+//! for the whole exchange, streams included. [`LimitPacer`] is the pacer of configured limits
+//! (concurrency, requests and tokens per minute, a minimum interval, the provider's own
+//! rate-limit headers); with no limits configured the router has no pacer at all and pays
+//! nothing for pacing.
 
-use std::any::Any;
+mod lane;
+
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -11,6 +17,10 @@ use crate::ProviderError;
 use crate::credential::CredentialId;
 use crate::events::WaitReason;
 use crate::provider::BoxFuture;
+use crate::ratelimit::RateLimits;
+
+use lane::Lane;
+pub use lane::LaneSnapshot;
 
 /// What the router asks a pacer for.
 #[derive(Debug, Clone, Copy)]
@@ -21,25 +31,31 @@ pub struct PaceRequest<'a> {
     pub estimated_tokens: u32,
     /// The request's deadline: a pacer that cannot admit the call before it fails fast.
     pub deadline: Option<Instant>,
+    /// Give up (with a rate-limit error) rather than wait longer than this: set when the route
+    /// spills over to its next target instead of waiting.
+    pub spill_after: Option<Duration>,
 }
 
-/// Leave to send one call. Dropping it releases whatever it holds (a concurrency slot, a
-/// token reservation).
+/// What a permit releases or corrects when the call is over.
+pub trait PermitGuard: Send + Sync {
+    /// The call is over: `used_tokens` is what the provider counted, or `None` when the call
+    /// failed (a token reservation is then refunded).
+    fn settle(&mut self, used_tokens: Option<u32>);
+}
+
+/// Leave to send one call. Dropping it releases what it holds (a concurrency slot); settle it
+/// first to correct a token reservation.
 pub struct Permit {
     /// How long the call waited for this permit.
     pub waited: Duration,
     /// Why it waited, when it did.
     pub reason: Option<WaitReason>,
-    guard: Option<Box<dyn Any + Send + Sync>>,
+    guard: Option<Box<dyn PermitGuard>>,
 }
 
 impl Permit {
     /// A permit that waited `waited` for `reason` and holds `guard` until dropped.
-    pub fn new(
-        waited: Duration,
-        reason: Option<WaitReason>,
-        guard: Option<Box<dyn Any + Send + Sync>>,
-    ) -> Self {
+    pub fn new(waited: Duration, reason: Option<WaitReason>, guard: Option<Box<dyn PermitGuard>>) -> Self {
         Self { waited, reason, guard }
     }
 
@@ -52,6 +68,13 @@ impl Permit {
     pub fn holds_guard(&self) -> bool {
         self.guard.is_some()
     }
+
+    /// Ends the call: corrects (or, with `None`, refunds) the token reservation.
+    pub fn settle(&mut self, used_tokens: Option<u32>) {
+        if let Some(guard) = self.guard.as_mut() {
+            guard.settle(used_tokens);
+        }
+    }
 }
 
 impl fmt::Debug for Permit {
@@ -63,10 +86,155 @@ impl fmt::Debug for Permit {
     }
 }
 
-/// Decides when a call may be sent. With no pacer configured, the router sends at once and
-/// pays nothing for pacing.
+/// Decides when a call may be sent.
 pub trait Pacer: Send + Sync + 'static {
-    /// Waits until the call may go, or fails (typically `rate_limited`) when it cannot go in
-    /// time. Must be cancel-safe: a dropped future gives back what it reserved.
+    /// Waits until the call may go, or fails (`rate_limited`) when it cannot go in time. Must be
+    /// cancel-safe: a dropped future gives back what it reserved.
     fn acquire<'a>(&'a self, request: PaceRequest<'a>) -> BoxFuture<'a, Result<Permit, ProviderError>>;
+
+    /// What a provider said about its allowance in one response's headers.
+    fn observe(&self, provider: &str, credential_id: &CredentialId, limits: &RateLimits) {
+        let _ = (provider, credential_id, limits);
+    }
+
+    /// The current allowance of every paced provider, for operators.
+    fn snapshot(&self) -> Vec<LaneSnapshot> {
+        Vec::new()
+    }
+}
+
+/// Limits of one provider (or, with `per_credential`, of each of its keys).
+///
+/// ```
+/// use std::time::Duration;
+/// use switchyard::pacing::Limits;
+///
+/// let limits = Limits { max_concurrent: Some(8), requests_per_minute: Some(300), ..Limits::default() };
+/// assert!(limits.is_set());
+/// assert!(!Limits::default().is_set());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Most calls in flight at once; the permit is held for the whole exchange.
+    pub max_concurrent: Option<u32>,
+    /// Sustained request rate: a token bucket holding about one second's share as a burst.
+    pub requests_per_minute: Option<u32>,
+    /// Sustained token rate: each call reserves its estimate, corrected by the answer's usage.
+    pub tokens_per_minute: Option<u32>,
+    /// Smallest gap between two dispatches.
+    pub min_interval: Duration,
+    /// Slow down when the provider's headers say its window is nearly spent. Default on.
+    pub respect_headers: bool,
+    /// Share of every stated allowance to leave untouched for other consumers of the key.
+    pub reserve_fraction: f64,
+    /// The longest wait any provider header can impose (a skewed clock or a garbled header
+    /// costs at most this). Default 60 s.
+    pub max_header_wait: Duration,
+    /// One allowance per key instead of one for the whole provider.
+    pub per_credential: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_concurrent: None,
+            requests_per_minute: None,
+            tokens_per_minute: None,
+            min_interval: Duration::ZERO,
+            respect_headers: true,
+            reserve_fraction: 0.0,
+            max_header_wait: Duration::from_secs(60),
+            per_credential: false,
+        }
+    }
+}
+
+impl Limits {
+    /// Whether any limit is set (`respect_headers` alone paces nothing until a provider speaks).
+    pub fn is_set(&self) -> bool {
+        self.max_concurrent.is_some()
+            || self.requests_per_minute.is_some()
+            || self.tokens_per_minute.is_some()
+            || !self.min_interval.is_zero()
+    }
+}
+
+/// The pacer of configured limits, one lane per provider (or per key).
+pub struct LimitPacer {
+    providers: HashMap<Arc<str>, ProviderLanes>,
+}
+
+struct ProviderLanes {
+    limits: Limits,
+    shared: Option<Arc<Lane>>,
+    per_key: std::sync::Mutex<HashMap<CredentialId, Arc<Lane>>>,
+}
+
+impl ProviderLanes {
+    fn lane(&self, provider: &str, credential: &CredentialId) -> Arc<Lane> {
+        if let Some(lane) = &self.shared {
+            return lane.clone();
+        }
+        let mut lanes = self.per_key.lock().unwrap_or_else(|p| p.into_inner());
+        lanes
+            .entry(credential.clone())
+            .or_insert_with(|| Arc::new(Lane::new(provider, Some(credential.clone()), self.limits.clone())))
+            .clone()
+    }
+}
+
+impl fmt::Debug for LimitPacer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LimitPacer").field("providers", &self.providers.keys().collect::<Vec<_>>()).finish()
+    }
+}
+
+impl LimitPacer {
+    /// A pacer for these providers' limits. Providers not named are not paced.
+    pub fn new(limits: impl IntoIterator<Item = (String, Limits)>) -> Self {
+        let providers = limits
+            .into_iter()
+            .map(|(provider, limits)| {
+                let shared =
+                    (!limits.per_credential).then(|| Arc::new(Lane::new(&provider, None, limits.clone())));
+                (provider.into(), ProviderLanes { limits, shared, per_key: Default::default() })
+            })
+            .collect();
+        Self { providers }
+    }
+}
+
+impl Pacer for LimitPacer {
+    fn acquire<'a>(&'a self, request: PaceRequest<'a>) -> BoxFuture<'a, Result<Permit, ProviderError>> {
+        let lane = self
+            .providers
+            .get(request.provider)
+            .map(|lanes| lanes.lane(request.provider, request.credential_id));
+        Box::pin(async move {
+            match lane {
+                None => Ok(Permit::immediate()),
+                Some(lane) => lane.acquire(request).await,
+            }
+        })
+    }
+
+    fn observe(&self, provider: &str, credential_id: &CredentialId, limits: &RateLimits) {
+        if let Some(lanes) = self.providers.get(provider) {
+            lanes.lane(provider, credential_id).observe(limits);
+        }
+    }
+
+    fn snapshot(&self) -> Vec<LaneSnapshot> {
+        let mut lanes: Vec<LaneSnapshot> = Vec::new();
+        for lanes_of in self.providers.values() {
+            if let Some(lane) = &lanes_of.shared {
+                lanes.push(lane.snapshot());
+            }
+            for lane in lanes_of.per_key.lock().unwrap_or_else(|p| p.into_inner()).values() {
+                lanes.push(lane.snapshot());
+            }
+        }
+        lanes.sort_by(|a, b| (&a.provider, &a.credential_id).cmp(&(&b.provider, &b.credential_id)));
+        lanes
+    }
 }

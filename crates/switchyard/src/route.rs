@@ -228,6 +228,7 @@ pub struct Route {
     candidates: Vec<Candidate>,
     retry_on: ErrorFilter,
     fallback_on: ErrorFilter,
+    spill_over: bool,
 }
 
 impl Route {
@@ -245,6 +246,7 @@ impl Route {
             candidates: Vec::new(),
             retry_on: ErrorFilter::Catalog,
             fallback_on: ErrorFilter::Catalog,
+            spill_over: false,
             errors: Vec::new(),
         }
     }
@@ -291,6 +293,12 @@ impl Route {
 
     pub fn candidates(&self) -> &[Candidate] {
         &self.candidates
+    }
+
+    /// Whether a call that would wait longer than `retry.max_wait` for pacing goes to the next
+    /// target instead.
+    pub fn spill_over(&self) -> bool {
+        self.spill_over
     }
 
     /// Every target this route may call, special chains included, without repeats.
@@ -346,6 +354,7 @@ pub struct RouteBuilder {
     candidates: Vec<Candidate>,
     retry_on: ErrorFilter,
     fallback_on: ErrorFilter,
+    spill_over: bool,
     errors: Vec<String>,
 }
 
@@ -439,6 +448,13 @@ impl RouteBuilder {
         self
     }
 
+    /// Lets a call that would wait longer than `retry.max_wait` for pacing go to the next
+    /// target instead (default off: pacing waits, it does not reroute).
+    pub fn spill_over(mut self, on: bool) -> Self {
+        self.spill_over = on;
+        self
+    }
+
     /// Validates and builds the route.
     pub fn build(self) -> Result<Route, RouteConfigError> {
         let mut problems = self.errors;
@@ -494,6 +510,7 @@ impl RouteBuilder {
             candidates: self.candidates,
             retry_on: self.retry_on,
             fallback_on: self.fallback_on,
+            spill_over: self.spill_over,
         })
     }
 }

@@ -17,7 +17,7 @@ use crate::health::{
     Gate, GateQuery, HealthBoard, HealthSettings, HealthSnapshot, HealthStore, TargetHealth,
 };
 use crate::pacing::{PaceRequest, Pacer, Permit};
-use crate::provider::{BoxFuture, Call, Provider};
+use crate::provider::{BoxFuture, Call, Provider, RateLimitSink};
 use crate::route::{Rotation, Route, RouteConfigError};
 use crate::stream::{Prefetched, RoutedStream, StreamExchange};
 use crate::trail::{Attempt, Outcome, Timing, Trail, Via};
@@ -392,6 +392,10 @@ pub(crate) trait Exchange: Sync {
     fn candidate_output(&self, response: ChatResponse) -> Option<Self::Output>;
 
     fn estimated_tokens(&self) -> u32;
+
+    /// The tokens the provider counted for an answer, when the answer says (streams settle
+    /// their pacing reservation when they end instead).
+    fn used_tokens(&self, output: &Self::Output) -> Option<u32>;
 }
 
 struct ChatExchange<'r>(&'r ChatRequest);
@@ -425,6 +429,10 @@ impl Exchange for ChatExchange<'_> {
 
     fn estimated_tokens(&self) -> u32 {
         self.0.estimated_prompt_tokens().saturating_add(self.0.max_tokens.unwrap_or(0))
+    }
+
+    fn used_tokens(&self, output: &ChatResponse) -> Option<u32> {
+        output.usage.map(|u| u.total_tokens)
     }
 }
 
@@ -460,6 +468,23 @@ impl Exchange for EmbeddingsExchange<'_> {
     fn estimated_tokens(&self) -> u32 {
         let chars: usize = self.0.input.texts().iter().map(|t| t.len()).sum();
         u32::try_from(chars.div_ceil(4)).unwrap_or(u32::MAX)
+    }
+
+    fn used_tokens(&self, output: &EmbeddingsResponse) -> Option<u32> {
+        output.usage.map(|u| u.total_tokens)
+    }
+}
+
+/// Forwards what a provider's headers say to the pacer, for one attempt's provider and key.
+struct PacerSink<'a> {
+    pacer: &'a dyn Pacer,
+    provider: &'a str,
+    credential_id: &'a CredentialId,
+}
+
+impl RateLimitSink for PacerSink<'_> {
+    fn observe(&self, limits: &crate::ratelimit::RateLimits) {
+        self.pacer.observe(self.provider, self.credential_id, limits);
     }
 }
 
@@ -617,6 +642,16 @@ impl Router {
 
     pub fn default_route(&self) -> &Route {
         &self.inner.routes[&self.inner.default_route].route
+    }
+
+    /// The allowance of every paced provider right now (empty without pacing).
+    pub fn pacing(&self) -> Vec<crate::pacing::LaneSnapshot> {
+        self.inner.pacer.as_ref().map(|p| p.snapshot()).unwrap_or_default()
+    }
+
+    /// Whether calls go through a pacer (only when some provider has limits).
+    pub fn is_paced(&self) -> bool {
+        self.inner.pacer.is_some()
     }
 
     /// The configured provider ids, sorted.
@@ -817,7 +852,7 @@ impl Router {
 
                 // Pacing: wait for a permit, counted against the deadline.
                 let attempt_started = Instant::now();
-                let permit = match &inner.pacer {
+                let mut permit = match &inner.pacer {
                     None => None,
                     Some(pacer) => {
                         let request = PaceRequest {
@@ -825,6 +860,8 @@ impl Router {
                             credential_id: cred.id(),
                             estimated_tokens: x.estimated_tokens(),
                             deadline,
+                            // Pacing waits; it reroutes only when the route asks it to.
+                            spill_after: (route.spill_over() && !queue.is_empty()).then_some(retry.max_wait),
                         };
                         match pacer.acquire(request).await {
                             Ok(permit) => {
@@ -867,11 +904,16 @@ impl Router {
                 let (limit, limit_name) = x.attempt_limit(&route);
                 let sent = Instant::now();
                 let remaining = deadline.map_or(limit, |d| d.saturating_duration_since(sent).min(limit));
+                let sink = inner.pacer.as_ref().map(|pacer| PacerSink {
+                    pacer: &**pacer,
+                    provider: &slot.id,
+                    credential_id: cred.id(),
+                });
                 let call = Call {
                     model: target.model(),
                     credential: cred,
                     timeouts: route.timeouts(),
-                    rate_limits: None,
+                    rate_limits: sink.as_ref().map(|s| s as &dyn RateLimitSink),
                 };
                 let result = match tokio::time::timeout(remaining, x.call(&*slot.provider, call)).await {
                     Ok(result) => result,
@@ -899,6 +941,11 @@ impl Router {
 
                 let error = match result {
                     Ok(output) => {
+                        if let Some(permit) = permit.as_mut()
+                            && let Some(used) = x.used_tokens(&output)
+                        {
+                            permit.settle(Some(used));
+                        }
                         let events = inner.health.record_success(&target, &slot.credential_ids, credential);
                         inner.publish_all(events);
                         let redirect = x.is_content_filtered(&output)
@@ -939,7 +986,9 @@ impl Router {
                     }
                     Err(error) => error.with_target(target.clone()).with_credential(cred.id().clone()),
                 };
-                drop(permit);
+                if let Some(mut permit) = permit {
+                    permit.settle(None);
+                }
                 let events = inner.health.record_failure(&target, &slot.credential_ids, credential, &error);
                 attempt.outcome = Outcome::Failed;
                 attempt.error = Some(error.clone());

@@ -95,6 +95,10 @@ impl Exchange for StreamExchange<'_> {
     fn estimated_tokens(&self) -> u32 {
         self.0.estimated_prompt_tokens().saturating_add(self.0.max_tokens.unwrap_or(0))
     }
+
+    fn used_tokens(&self, _: &Prefetched) -> Option<u32> {
+        None
+    }
 }
 
 /// A failure after streamed content reached the caller: the stream's last item.
@@ -204,7 +208,9 @@ impl RoutedStream {
     fn finish(&mut self) {
         self.done = true;
         self.rest = None;
-        self.permit = None;
+        if let Some(mut permit) = self.permit.take() {
+            permit.settle(self.usage.map(|u| u.total_tokens));
+        }
     }
 
     fn fail(&mut self, error: ProviderError) -> Poll<Option<Result<ChatChunk, StreamError>>> {

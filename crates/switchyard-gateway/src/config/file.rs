@@ -74,6 +74,8 @@ pub struct ProviderConfig {
     /// Price per million tokens, by model.
     #[serde(default)]
     pub prices: BTreeMap<String, PriceConfig>,
+    /// Client-side pacing of this provider's allowance.
+    pub limits: Option<LimitsConfig>,
     // Simulated providers only: how they behave. (Not a flattened struct: serde cannot deny
     // unknown keys through a flatten.)
     pub latency: Option<LatencyConfig>,
@@ -99,6 +101,7 @@ impl ProviderConfig {
             http2: false,
             connect_timeout: None,
             prices: BTreeMap::new(),
+            limits: None,
             latency: None,
             error_rates: BTreeMap::new(),
             reply: None,
@@ -144,6 +147,19 @@ pub struct StreamConfig {
     pub gap: Option<DurationText>,
 }
 
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    pub max_concurrent: Option<u32>,
+    pub requests_per_minute: Option<u32>,
+    pub tokens_per_minute: Option<u32>,
+    pub min_interval: Option<DurationText>,
+    pub respect_headers: Option<bool>,
+    pub reserve_fraction: Option<f64>,
+    pub max_header_wait: Option<DurationText>,
+    pub per_credential: Option<bool>,
+}
+
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PriceConfig {
@@ -169,6 +185,8 @@ pub struct RouteConfig {
     pub candidates: Vec<CandidateConfig>,
     pub retry_on: Option<Vec<ErrorKind>>,
     pub fallback_on: Option<Vec<ErrorKind>>,
+    /// Send a call that would wait longer than `retry.max_wait` for pacing to the next target.
+    pub spill_over: Option<bool>,
 }
 
 impl RouteConfig {
@@ -186,6 +204,7 @@ impl RouteConfig {
             candidates: Vec::new(),
             retry_on: None,
             fallback_on: None,
+            spill_over: None,
         }
     }
 }

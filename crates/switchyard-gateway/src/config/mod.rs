@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use switchyard::credential::Secret;
 use switchyard::health::HealthSettings;
+use switchyard::pacing::{LimitPacer, Limits};
 use switchyard::provider::Provider;
 use switchyard::route::{Candidate, ErrorFilter, Retry, Rotation, Route, RouteTarget, Timeouts};
 use switchyard::simulated::{Latency, SimulatedProvider};
@@ -96,6 +97,8 @@ pub struct ProviderSummary {
     pub base_url: String,
     /// Where each key came from (`env://NAME` or `literal`), with the key masked.
     pub credentials: Vec<String>,
+    /// Client-side pacing, when configured.
+    pub limits: Option<Limits>,
 }
 
 /// A loaded, validated configuration: the router and everything around it.
@@ -253,7 +256,13 @@ pub fn build(
     }
     let mut entries = Vec::new();
     let mut summaries = Vec::new();
+    let mut paced = Vec::new();
     for (id, provider) in &file.providers {
+        if let Some(limits) =
+            provider.limits.as_ref().and_then(|l| v.limits(&format!("providers.{id}.limits"), l))
+        {
+            paced.push((id.clone(), limits));
+        }
         if let Some((entry, summary)) = v.provider(id, provider) {
             entries.push(entry);
             summaries.push(summary);
@@ -291,6 +300,10 @@ pub fn build(
     };
 
     let mut builder = Router::builder().health(health).retry_budget(budget);
+    // No limits, no pacer: unpaced calls pay nothing for pacing.
+    if !paced.is_empty() {
+        builder = builder.pacer(Arc::new(LimitPacer::new(paced.clone())));
+    }
     for entry in entries {
         builder = builder.provider(entry);
     }
@@ -301,6 +314,13 @@ pub fn build(
         builder = builder.default_route(default);
     }
     let router = builder.build().map_err(|e| ConfigError::one(&name, "routes", e.to_string()))?;
+    let summaries = summaries
+        .into_iter()
+        .map(|summary| {
+            let limits = paced.iter().find(|(id, _)| *id == summary.id).map(|(_, l)| l.clone());
+            ProviderSummary { limits, ..summary }
+        })
+        .collect();
     Ok(Loaded { source, listen, router, gateway, providers: summaries })
 }
 
@@ -464,6 +484,7 @@ impl Validator<'_> {
             kind: config.kind.as_str(),
             base_url,
             credentials: Vec::new(),
+            limits: None,
         };
         let mut entry = ProviderEntry::from_arc(id, provider);
         for key in keys {
@@ -620,6 +641,9 @@ impl Validator<'_> {
         if let Some(kinds) = &config.fallback_on {
             builder = builder.fallback_on(ErrorFilter::Kinds(kinds.clone()));
         }
+        if let Some(spill) = config.spill_over {
+            builder = builder.spill_over(spill);
+        }
         if self.problems.len() > before {
             return None;
         }
@@ -632,6 +656,37 @@ impl Validator<'_> {
                 None
             }
         }
+    }
+
+    fn limits(&mut self, path: &str, config: &file::LimitsConfig) -> Option<Limits> {
+        let default = Limits::default();
+        let limits = Limits {
+            max_concurrent: config.max_concurrent,
+            requests_per_minute: config.requests_per_minute,
+            tokens_per_minute: config.tokens_per_minute,
+            min_interval: config.min_interval.map_or(default.min_interval, |d| d.0),
+            respect_headers: config.respect_headers.unwrap_or(default.respect_headers),
+            reserve_fraction: config.reserve_fraction.unwrap_or(default.reserve_fraction),
+            max_header_wait: config.max_header_wait.map_or(default.max_header_wait, |d| d.0),
+            per_credential: config.per_credential.unwrap_or(default.per_credential),
+        };
+        for (key, value) in [
+            ("max_concurrent", limits.max_concurrent),
+            ("requests_per_minute", limits.requests_per_minute),
+            ("tokens_per_minute", limits.tokens_per_minute),
+        ] {
+            if value == Some(0) {
+                self.problem(format!("{path}.{key}"), "0 would never send a request: remove it for no limit");
+            }
+        }
+        if !(0.0..1.0).contains(&limits.reserve_fraction) {
+            self.problem(
+                format!("{path}.reserve_fraction"),
+                format!("{} is not a fraction below 1, like 0.1", limits.reserve_fraction),
+            );
+        }
+        // `respect_headers` alone still paces once a provider's headers speak.
+        Some(limits)
     }
 
     fn health(&mut self, config: &file::HealthConfig) -> HealthSettings {

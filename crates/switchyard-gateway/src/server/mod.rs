@@ -234,6 +234,13 @@ impl Exchange {
                     retries as u64,
                 );
             }
+            if !timing.queued.is_zero() {
+                metrics.observe(
+                    "switchyard_queued_seconds",
+                    vec![("route", route.to_owned())],
+                    timing.queued.as_secs_f64(),
+                );
+            }
             let overhead = elapsed.saturating_sub(upstream).saturating_sub(timing.queued);
             metrics.observe("switchyard_overhead_seconds", vec![], overhead.as_secs_f64());
             state.recent.insert(
@@ -283,6 +290,10 @@ fn describe(metrics: &Metrics) {
         "Time the gateway added on top of upstream calls and pacing.",
     );
     metrics.describe("switchyard_time_to_first_token_seconds", "Time to the first streamed content chunk.");
+    metrics.describe(
+        "switchyard_queued_seconds",
+        "Time requests waited for client-side pacing, when they waited.",
+    );
     metrics.describe("switchyard_tokens_total", "Tokens, by target and type (prompt, completion).");
     metrics.describe("switchyard_cost_total", "Cost at the configured prices, by target.");
 }

@@ -8,7 +8,7 @@ use futures_util::StreamExt;
 use switchyard::chat::ChatChunk;
 use switchyard::events::{EventKind, WaitReason};
 use switchyard::health::HealthStatus;
-use switchyard::pacing::{PaceRequest, Pacer, Permit};
+use switchyard::pacing::{PaceRequest, Pacer, Permit, PermitGuard};
 use switchyard::provider::BoxFuture;
 use switchyard::route::{Route, Timeouts};
 use switchyard::simulated::{SimulatedProvider, Step};
@@ -149,6 +149,10 @@ struct CountingPacer {
 }
 
 struct LiveGuard(Arc<AtomicUsize>);
+
+impl PermitGuard for LiveGuard {
+    fn settle(&mut self, _: Option<u32>) {}
+}
 
 impl Drop for LiveGuard {
     fn drop(&mut self) {

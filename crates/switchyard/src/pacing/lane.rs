@@ -1,0 +1,351 @@
+//! One allowance: a provider's (or one key's) concurrency slots, request and token buckets,
+//! minimum interval, and what its headers said.
+//!
+//! Waiters are served first come, first served: the concurrency semaphore is fair, and every
+//! rate reservation is made under one lock in arrival order, each later arrival getting a later
+//! dispatch time. A reservation is committed only when it will be kept, and refunded when its
+//! caller goes away before dispatch.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use super::{Limits, PaceRequest, Permit, PermitGuard};
+use crate::credential::CredentialId;
+use crate::events::WaitReason;
+use crate::ratelimit::RateLimits;
+use crate::{ErrorKind, ProviderError};
+
+/// A token bucket that may go into debt: a request larger than the burst goes once the bucket
+/// is full, and later requests wait for the debt to be paid back, so the average rate holds.
+#[derive(Debug, Clone)]
+struct Bucket {
+    capacity: f64,
+    per_sec: f64,
+    level: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    /// A bucket refilling `per_minute` and holding one second's share (at least one unit).
+    fn new(per_minute: f64, now: Instant) -> Self {
+        let per_sec = per_minute / 60.0;
+        let capacity = per_sec.max(1.0);
+        Self { capacity, per_sec, level: capacity, at: now }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.level = (self.level + elapsed * self.per_sec).min(self.capacity);
+        self.at = now;
+    }
+
+    /// How long until `units` may be taken (for more than the burst: until the bucket is full).
+    fn wait_for(&self, units: f64) -> Duration {
+        let needed = units.min(self.capacity);
+        if self.level >= needed || self.per_sec <= 0.0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64(((needed - self.level) / self.per_sec).min(1e6))
+    }
+
+    fn give(&mut self, units: f64) {
+        self.level = (self.level + units).min(self.capacity);
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    requests: Option<Bucket>,
+    tokens: Option<Bucket>,
+    /// The earliest dispatch allowed by `min_interval`.
+    next_slot: Instant,
+    /// The provider's headers said to hold off until then.
+    held_until: Option<Instant>,
+    learned: Option<RateLimits>,
+}
+
+pub(super) struct Lane {
+    provider: Arc<str>,
+    credential: Option<CredentialId>,
+    limits: Limits,
+    slots: Option<Arc<Semaphore>>,
+    state: Mutex<State>,
+}
+
+/// The allowance of one lane right now, for operators.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LaneSnapshot {
+    pub provider: String,
+    /// Set when each key of the provider has its own allowance.
+    pub credential_id: Option<CredentialId>,
+    pub in_flight: u32,
+    pub max_concurrent: Option<u32>,
+    /// Requests the bucket holds now (negative: debt being paid back).
+    pub requests_available: Option<f64>,
+    pub tokens_available: Option<f64>,
+    /// How long the provider's headers still hold requests back.
+    pub held_for_ms: Option<f64>,
+    /// What the provider's headers said last.
+    pub learned: Option<RateLimits>,
+}
+
+impl Lane {
+    pub(super) fn new(provider: &str, credential: Option<CredentialId>, limits: Limits) -> Self {
+        let now = Instant::now();
+        let keep = 1.0 - limits.reserve_fraction.clamp(0.0, 1.0);
+        let state = State {
+            requests: limits.requests_per_minute.map(|rpm| Bucket::new(f64::from(rpm) * keep, now)),
+            tokens: limits.tokens_per_minute.map(|tpm| Bucket::new(f64::from(tpm) * keep, now)),
+            next_slot: now,
+            held_until: None,
+            learned: None,
+        };
+        let slots = limits.max_concurrent.map(|n| Arc::new(Semaphore::new(n.max(1) as usize)));
+        Self { provider: provider.into(), credential, limits, slots, state: Mutex::new(state) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn describe(&self, reason: WaitReason) -> String {
+        let limits = &self.limits;
+        match reason {
+            WaitReason::Concurrency => {
+                format!("max_concurrent {}", limits.max_concurrent.unwrap_or_default())
+            }
+            WaitReason::Rpm => {
+                format!("requests_per_minute {}", limits.requests_per_minute.unwrap_or_default())
+            }
+            WaitReason::Tpm => format!("tokens_per_minute {}", limits.tokens_per_minute.unwrap_or_default()),
+            WaitReason::Interval => format!("min_interval {:?}", limits.min_interval),
+            WaitReason::ProviderHeaders => "the provider's rate-limit headers".to_owned(),
+        }
+    }
+
+    fn refuse(&self, reason: WaitReason, wait: Duration, spill: bool) -> ProviderError {
+        let why = if spill {
+            "longer than the route's max_wait; spilling over to the next target"
+        } else {
+            "past the request's deadline"
+        };
+        ProviderError::new(
+            ErrorKind::RateLimited,
+            format!(
+                "pacing of provider `{}` ({}) would hold the request {:.3}s, {why}",
+                self.provider,
+                self.describe(reason),
+                wait.as_secs_f64()
+            ),
+        )
+        .with_code("paced")
+        .with_retry_after(wait)
+    }
+
+    pub(super) async fn acquire(self: Arc<Self>, request: PaceRequest<'_>) -> Result<Permit, ProviderError> {
+        let start = Instant::now();
+        let spill_at = request.spill_after.map(|d| start + d);
+        let give_up_at = match (request.deadline, spill_at) {
+            (Some(d), Some(s)) => Some(d.min(s)),
+            (d, s) => d.or(s),
+        };
+        let spilled =
+            |at: Instant| spill_at.is_some_and(|s| at >= s) && request.deadline.is_none_or(|d| d > at);
+
+        // Concurrency first, so that a call waiting for its rate slot already counts as in
+        // flight: the two limits then hold together, never one at the other's expense.
+        let slot = match &self.slots {
+            None => None,
+            Some(slots) => match slots.clone().try_acquire_owned() {
+                Ok(slot) => Some(slot),
+                Err(_) => {
+                    let waiting = slots.clone().acquire_owned();
+                    let slot = match give_up_at {
+                        Some(at) => match tokio::time::timeout_at(at, waiting).await {
+                            Ok(slot) => slot,
+                            Err(_) => {
+                                return Err(self.refuse(WaitReason::Concurrency, at - start, spilled(at)));
+                            }
+                        },
+                        None => waiting.await,
+                    };
+                    // The semaphore is never closed while the lane lives.
+                    slot.ok()
+                }
+            },
+        };
+        let queued_for_slot = start.elapsed();
+
+        let now = Instant::now();
+        let tokens = f64::from(request.estimated_tokens);
+        let (wait, reason) = {
+            let mut state = self.lock();
+            let mut waits = Vec::with_capacity(4);
+            if let Some(bucket) = state.requests.as_mut() {
+                bucket.refill(now);
+                waits.push((bucket.wait_for(1.0), WaitReason::Rpm));
+            }
+            if let Some(bucket) = state.tokens.as_mut() {
+                bucket.refill(now);
+                waits.push((bucket.wait_for(tokens), WaitReason::Tpm));
+            }
+            waits.push((state.next_slot.saturating_duration_since(now), WaitReason::Interval));
+            if let Some(until) = state.held_until {
+                waits.push((until.saturating_duration_since(now), WaitReason::ProviderHeaders));
+            }
+            let (wait, reason) =
+                waits.into_iter().max_by_key(|(wait, _)| *wait).unwrap_or((Duration::ZERO, WaitReason::Rpm));
+            if let Some(at) = give_up_at
+                && now + wait > at
+            {
+                return Err(self.refuse(reason, wait, spilled(now + wait)));
+            }
+            if let Some(bucket) = state.requests.as_mut() {
+                bucket.level -= 1.0;
+            }
+            if let Some(bucket) = state.tokens.as_mut() {
+                bucket.level -= tokens;
+            }
+            state.next_slot = now + wait + self.limits.min_interval;
+            (wait, reason)
+        };
+
+        let mut reservation = Reservation {
+            lane: self.clone(),
+            tokens: if self.limits.tokens_per_minute.is_some() { tokens } else { 0.0 },
+            dispatched: false,
+            settled: false,
+            _slot: slot,
+        };
+        let mut reason = reason;
+        if !wait.is_zero() {
+            // Dropped here (the caller went away), the reservation refunds itself.
+            tokio::time::sleep(wait).await;
+        }
+        // The provider may have spoken while this call waited for its slot: a hold learned
+        // from its headers since then still applies.
+        loop {
+            let now = Instant::now();
+            let Some(until) = self.lock().held_until.filter(|until| *until > now) else { break };
+            if let Some(at) = give_up_at
+                && until > at
+            {
+                return Err(self.refuse(WaitReason::ProviderHeaders, until - start, spilled(until)));
+            }
+            reason = WaitReason::ProviderHeaders;
+            tokio::time::sleep_until(until).await;
+        }
+        reservation.dispatched = true;
+
+        let waited = start.elapsed();
+        let reason = if waited > queued_for_slot {
+            Some(reason)
+        } else if !queued_for_slot.is_zero() {
+            Some(WaitReason::Concurrency)
+        } else {
+            None
+        };
+        Ok(Permit::new(waited, reason, Some(Box::new(reservation))))
+    }
+
+    pub(super) fn observe(&self, limits: &RateLimits) {
+        if !self.limits.respect_headers || limits.is_empty() {
+            return;
+        }
+        let reserve = self.limits.reserve_fraction.clamp(0.0, 1.0);
+        let mut hold = limits.retry_after;
+        for allowance in
+            [limits.requests, limits.tokens, limits.input_tokens, limits.output_tokens].into_iter().flatten()
+        {
+            let Some(remaining) = allowance.remaining else { continue };
+            let threshold = allowance.limit.map_or(0, |limit| (limit as f64 * reserve).floor() as u64);
+            if remaining <= threshold
+                && let Some(reset) = allowance.reset_after
+            {
+                hold = hold.max(Some(reset));
+            }
+        }
+        let mut state = self.lock();
+        state.learned = Some(*limits);
+        if let Some(hold) = hold.filter(|h| !h.is_zero()) {
+            let until = Instant::now() + hold.min(self.limits.max_header_wait);
+            state.held_until = Some(state.held_until.map_or(until, |held| held.max(until)));
+        }
+    }
+
+    pub(super) fn snapshot(&self) -> LaneSnapshot {
+        let now = Instant::now();
+        let mut state = self.lock();
+        if let Some(bucket) = state.requests.as_mut() {
+            bucket.refill(now);
+        }
+        if let Some(bucket) = state.tokens.as_mut() {
+            bucket.refill(now);
+        }
+        let in_flight = match (&self.slots, self.limits.max_concurrent) {
+            (Some(slots), Some(max)) => {
+                max.saturating_sub(u32::try_from(slots.available_permits()).unwrap_or(u32::MAX))
+            }
+            _ => 0,
+        };
+        LaneSnapshot {
+            provider: self.provider.to_string(),
+            credential_id: self.credential.clone(),
+            in_flight,
+            max_concurrent: self.limits.max_concurrent,
+            requests_available: state.requests.as_ref().map(|b| b.level),
+            tokens_available: state.tokens.as_ref().map(|b| b.level),
+            held_for_ms: state
+                .held_until
+                .and_then(|until| until.checked_duration_since(now))
+                .map(|d| d.as_secs_f64() * 1000.0),
+            learned: state.learned,
+        }
+    }
+}
+
+/// What one call holds of a lane: its concurrency slot and its token reservation.
+struct Reservation {
+    lane: Arc<Lane>,
+    tokens: f64,
+    dispatched: bool,
+    settled: bool,
+    _slot: Option<OwnedSemaphorePermit>,
+}
+
+impl PermitGuard for Reservation {
+    fn settle(&mut self, used_tokens: Option<u32>) {
+        if self.settled {
+            return;
+        }
+        self.settled = true;
+        let mut state = self.lane.lock();
+        if let Some(bucket) = state.tokens.as_mut() {
+            match used_tokens {
+                // Corrected: what was reserved and not used comes back (or more is taken).
+                Some(used) => bucket.give(self.tokens - f64::from(used)),
+                // Failed: nothing was generated.
+                None => bucket.give(self.tokens),
+            }
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.dispatched {
+            return;
+        }
+        // Cancelled before dispatch: nothing was sent, so everything comes back.
+        let mut state = self.lane.lock();
+        if let Some(bucket) = state.requests.as_mut() {
+            bucket.give(1.0);
+        }
+        if let Some(bucket) = state.tokens.as_mut() {
+            bucket.give(self.tokens);
+        }
+    }
+}

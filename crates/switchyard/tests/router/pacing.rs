@@ -1,0 +1,362 @@
+//! Client-side pacing under paused time: bucket shapes, reservations, provider headers,
+//! deadlines, cancellation, fairness, spill-over.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use futures_util::future::join_all;
+use switchyard::credential::CredentialId;
+use switchyard::events::{EventKind, WaitReason};
+use switchyard::pacing::{LimitPacer, Limits, PaceRequest, Pacer};
+use switchyard::ratelimit::{RateLimits, parse_rfc3339};
+use switchyard::route::{Retry, Route};
+use switchyard::simulated::SimulatedProvider;
+use switchyard::trail::Outcome;
+use switchyard::{ErrorKind, RequestOptions, Router};
+use tokio::time::Instant;
+
+use crate::support::*;
+
+fn key() -> CredentialId {
+    CredentialId::derive("test", "", None)
+}
+
+fn pacer(limits: Limits) -> LimitPacer {
+    LimitPacer::new([("p".to_owned(), limits)])
+}
+
+fn ask(tokens: u32, deadline: Option<Instant>) -> PaceRequest<'static> {
+    // Leaked once per test call: a tiny, bounded leak that keeps the requests 'static.
+    let key: &'static CredentialId = Box::leak(Box::new(key()));
+    PaceRequest { provider: "p", credential_id: key, estimated_tokens: tokens, deadline, spill_after: None }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Dispatch offsets of `n` calls made at once.
+async fn dispatch_times(pacer: &LimitPacer, n: usize, tokens: u32) -> Vec<Duration> {
+    let start = Instant::now();
+    let calls = (0..n).map(|_| async {
+        let permit = pacer.acquire(ask(tokens, None)).await.unwrap();
+        let at = start.elapsed();
+        drop(permit);
+        at
+    });
+    join_all(calls).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_per_minute_allow_a_burst_of_one_seconds_share_then_pace_evenly() {
+    let pacer = pacer(Limits { requests_per_minute: Some(600), ..Limits::default() });
+    let times = dispatch_times(&pacer, 14, 0).await;
+    let mut expected = vec![Duration::ZERO; 10];
+    expected.extend([ms(100), ms(200), ms(300), ms(400)]);
+    assert_eq!(times, expected);
+}
+
+#[tokio::test(start_paused = true)]
+async fn tokens_per_minute_reserve_the_estimate_and_the_answer_corrects_it() {
+    let pacer = pacer(Limits { tokens_per_minute: Some(6000), ..Limits::default() }); // 100 a second
+    let start = Instant::now();
+    let mut first = pacer.acquire(ask(100, None)).await.unwrap();
+    first.settle(Some(20)); // the answer used far less than reserved: 80 come back
+    let second = pacer.acquire(ask(80, None)).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::ZERO, "the correction made room at once");
+    drop(second);
+    pacer.acquire(ask(50, None)).await.unwrap();
+    assert_eq!(start.elapsed(), ms(500), "then the bucket refills at 100 tokens a second");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_call_refunds_its_token_reservation() {
+    let pacer = pacer(Limits { tokens_per_minute: Some(6000), ..Limits::default() });
+    let start = Instant::now();
+    let mut failed = pacer.acquire(ask(100, None)).await.unwrap();
+    failed.settle(None);
+    pacer.acquire(ask(100, None)).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_larger_than_the_burst_waits_for_a_full_bucket_not_forever() {
+    let pacer = pacer(Limits { tokens_per_minute: Some(6000), ..Limits::default() });
+    let times = dispatch_times(&pacer, 2, 250).await;
+    // The first goes on a full bucket and leaves a debt of 150; the second waits for the
+    // bucket to be full again: 250 tokens at 100 a second.
+    assert_eq!(times, vec![Duration::ZERO, ms(2500)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn min_interval_spaces_dispatches() {
+    let pacer = pacer(Limits { min_interval: ms(250), ..Limits::default() });
+    assert_eq!(dispatch_times(&pacer, 4, 0).await, vec![ms(0), ms(250), ms(500), ms(750)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn openai_reset_durations_hold_requests_until_the_window_resets() {
+    let pacer = pacer(Limits { requests_per_minute: Some(6000), ..Limits::default() });
+    let headers = [("x-ratelimit-remaining-requests", "0"), ("x-ratelimit-reset-requests", "1.5s")];
+    pacer.observe("p", &key(), &RateLimits::from_headers(headers, SystemTime::now()));
+
+    let start = Instant::now();
+    let permit = pacer.acquire(ask(0, None)).await.unwrap();
+    assert_eq!(start.elapsed(), ms(1500));
+    assert_eq!(permit.reason, Some(WaitReason::ProviderHeaders));
+}
+
+#[tokio::test(start_paused = true)]
+async fn anthropic_reset_instants_hold_requests_until_then() {
+    let pacer = pacer(Limits { max_concurrent: Some(4), ..Limits::default() });
+    let now = parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
+    let headers = [
+        ("anthropic-ratelimit-tokens-limit", "80000"),
+        ("anthropic-ratelimit-tokens-remaining", "0"),
+        ("anthropic-ratelimit-tokens-reset", "2026-01-01T00:00:03Z"),
+    ];
+    pacer.observe("p", &key(), &RateLimits::from_headers(headers, now));
+
+    let start = Instant::now();
+    pacer.acquire(ask(0, None)).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn header_waits_are_clamped_to_max_header_wait() {
+    let pacer = pacer(Limits {
+        max_concurrent: Some(1),
+        max_header_wait: Duration::from_secs(20),
+        ..Limits::default()
+    });
+    let headers = [("x-ratelimit-remaining-requests", "0"), ("x-ratelimit-reset-requests", "6m0s")];
+    pacer.observe("p", &key(), &RateLimits::from_headers(headers, SystemTime::now()));
+
+    let start = Instant::now();
+    pacer.acquire(ask(0, None)).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(20));
+}
+
+#[tokio::test(start_paused = true)]
+async fn headers_are_ignored_when_respect_headers_is_off() {
+    let pacer = pacer(Limits { max_concurrent: Some(1), respect_headers: false, ..Limits::default() });
+    let headers = [("x-ratelimit-remaining-requests", "0"), ("x-ratelimit-reset-requests", "30s")];
+    pacer.observe("p", &key(), &RateLimits::from_headers(headers, SystemTime::now()));
+    let start = Instant::now();
+    pacer.acquire(ask(0, None)).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reserve_fraction_leaves_part_of_the_stated_allowance_untouched() {
+    let pacer = pacer(Limits { max_concurrent: Some(4), reserve_fraction: 0.1, ..Limits::default() });
+    let headers = [
+        ("x-ratelimit-limit-requests", "100"),
+        ("x-ratelimit-remaining-requests", "10"),
+        ("x-ratelimit-reset-requests", "2s"),
+    ];
+    pacer.observe("p", &key(), &RateLimits::from_headers(headers, SystemTime::now()));
+    let start = Instant::now();
+    pacer.acquire(ask(0, None)).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(2), "10 left of 100 is the 10% kept for others");
+
+    // The configured rate is reduced by the same share: 600 a minute keeps 540, 9 a second.
+    let paced = LimitPacer::new([(
+        "p".to_owned(),
+        Limits { requests_per_minute: Some(600), reserve_fraction: 0.1, ..Limits::default() },
+    )]);
+    let times = dispatch_times(&paced, 10, 0).await;
+    assert_eq!(times[8], Duration::ZERO);
+    assert!(times[9] > Duration::from_millis(100) && times[9] < Duration::from_millis(120), "{times:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_past_the_deadline_fails_fast_naming_the_limit() {
+    let pacer = pacer(Limits { requests_per_minute: Some(60), ..Limits::default() }); // 1 a second
+    pacer.acquire(ask(0, None)).await.unwrap();
+
+    let start = Instant::now();
+    let error = pacer.acquire(ask(0, Some(start + ms(500)))).await.expect_err("no slot before the deadline");
+    assert_eq!(start.elapsed(), Duration::ZERO, "fails at once instead of waiting and timing out");
+    assert_eq!(error.kind(), ErrorKind::RateLimited);
+    assert!(error.detail().contains("requests_per_minute 60"), "{}", error.detail());
+    assert!(error.detail().contains("deadline"), "{}", error.detail());
+
+    // The refused call took nothing: the next one still gets the slot one second in.
+    pacer.acquire(ask(0, None)).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_waiter_gives_back_its_reservation() {
+    let pacer = pacer(Limits { requests_per_minute: Some(60), ..Limits::default() });
+    pacer.acquire(ask(0, None)).await.unwrap();
+    let start = Instant::now();
+
+    // This caller gives up while queued for the slot at 1 s.
+    let cancelled = tokio::time::timeout(ms(100), pacer.acquire(ask(0, None))).await;
+    assert!(cancelled.is_err());
+
+    pacer.acquire(ask(0, None)).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(1), "the slot at 1 s went to the next caller, not 2 s");
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_for_a_concurrency_slot_are_served_in_arrival_order() {
+    let pacer = Arc::new(pacer(Limits { max_concurrent: Some(1), ..Limits::default() }));
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let held = pacer.acquire(ask(0, None)).await.unwrap();
+    let mut tasks = Vec::new();
+    for n in 0..5 {
+        let (pacer, order) = (pacer.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let permit = pacer.acquire(ask(0, None)).await.unwrap();
+            order.lock().unwrap().push(n);
+            tokio::time::sleep(ms(10)).await;
+            drop(permit);
+        }));
+        tokio::task::yield_now().await; // arrive one after the other
+    }
+    drop(held);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+}
+
+fn paced_router(limits: Limits, route: Route, providers: &[(&str, &SimulatedProvider)]) -> Router {
+    let pacer = LimitPacer::new([("a".to_owned(), limits)]);
+    builder(providers).route(route).pacer(Arc::new(pacer)).build().unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_holds_its_concurrency_slot_until_it_ends() {
+    let a = SimulatedProvider::new().reply("abcdefgh").stream(4, ms(250)); // chunks at 0, 250, 500, 750 ms
+    let route = Route::builder("default").target("a:m").build().unwrap();
+    let router = paced_router(Limits { max_concurrent: Some(1), ..Limits::default() }, route, &[("a", &a)]);
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let start = Instant::now();
+    let short = request("default");
+    let (_, second) = tokio::join!(
+        async {
+            use futures_util::StreamExt;
+            while stream.next().await.is_some() {}
+        },
+        router.chat(&short)
+    );
+    let second = second.unwrap();
+    assert_eq!(second.timing.queued, ms(750), "the short request waited for the stream to end");
+    assert_eq!(start.elapsed(), ms(750));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paced_wait_is_reported_in_the_trail_timing_and_events() {
+    let a = SimulatedProvider::new();
+    let route = Route::builder("default").target("a:m").build().unwrap();
+    let router =
+        paced_router(Limits { requests_per_minute: Some(60), ..Limits::default() }, route, &[("a", &a)]);
+    let mut events = router.subscribe();
+
+    router.chat(&request("default")).await.unwrap();
+    let second = router.chat(&request("default")).await.unwrap();
+
+    assert_eq!(second.timing.queued, Duration::from_secs(1));
+    assert_eq!(second.trail.attempts()[0].queued, Duration::from_secs(1));
+    let waited: Vec<(Duration, WaitReason)> = events
+        .drain()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::RateLimitWaited { waited, reason, .. } => Some((*waited, *reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(waited, vec![(Duration::from_secs(1), WaitReason::Rpm)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_request_deadline_counts_queue_time() {
+    let a = SimulatedProvider::new();
+    let route = Route::builder("default")
+        .target("a:m")
+        .timeouts(switchyard::route::Timeouts { deadline: Some(ms(500)), ..Default::default() })
+        .build()
+        .unwrap();
+    let router =
+        paced_router(Limits { requests_per_minute: Some(60), ..Limits::default() }, route, &[("a", &a)]);
+
+    router.chat(&request("default")).await.unwrap();
+    let start = Instant::now();
+    let error =
+        router.chat(&request("default")).await.expect_err("a 1 s wait does not fit a 500 ms deadline");
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(error.kind(), Some(ErrorKind::RateLimited));
+    assert_eq!(a.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn spill_over_sends_a_long_paced_wait_to_the_next_target() {
+    let (a, b) = (SimulatedProvider::new(), SimulatedProvider::new());
+    let retry = Retry { max_wait: ms(500), ..Retry::default() };
+    let spill =
+        Route::builder("default").target("a:m").target("b:m").retry(retry).spill_over(true).build().unwrap();
+    let router = paced_router(
+        Limits { requests_per_minute: Some(60), ..Limits::default() },
+        spill,
+        &[("a", &a), ("b", &b)],
+    );
+
+    router.chat(&request("default")).await.unwrap();
+    let start = Instant::now();
+    let spilled = router.chat(&request("default")).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(spilled.served_by.to_string(), "b:m");
+    assert_eq!(spilled.trail.outcomes(), vec![Outcome::Failed, Outcome::Ok]);
+    assert_eq!(spilled.trail.attempts()[0].error.as_ref().and_then(|e| e.code()), Some("paced"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_spill_over_pacing_waits_instead_of_rerouting() {
+    let (a, b) = (SimulatedProvider::new(), SimulatedProvider::new());
+    let retry = Retry { max_wait: ms(500), ..Retry::default() };
+    let route = Route::builder("default").target("a:m").target("b:m").retry(retry).build().unwrap();
+    let router = paced_router(
+        Limits { requests_per_minute: Some(60), ..Limits::default() },
+        route,
+        &[("a", &a), ("b", &b)],
+    );
+
+    router.chat(&request("default")).await.unwrap();
+    let second = router.chat(&request("default")).await.unwrap();
+    assert_eq!(second.served_by.to_string(), "a:m");
+    assert_eq!(b.calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_router_without_limits_has_no_pacer() {
+    let a = SimulatedProvider::new();
+    let router = router(&[("a", &a)], Route::builder("default").target("a:m"));
+    assert!(!router.is_paced());
+    assert!(router.pacing().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hold_learned_while_a_call_waits_for_its_slot_still_applies() {
+    let pacer = Arc::new(pacer(Limits { requests_per_minute: Some(60), ..Limits::default() }));
+    pacer.acquire(ask(0, None)).await.unwrap();
+    let start = Instant::now();
+    let waiting = {
+        let pacer = pacer.clone();
+        tokio::spawn(async move {
+            let permit = pacer.acquire(ask(0, None)).await.unwrap();
+            (start.elapsed(), permit.reason)
+        })
+    };
+    tokio::time::sleep(ms(500)).await;
+    let headers = [("x-ratelimit-remaining-requests", "0"), ("x-ratelimit-reset-requests", "2s")];
+    pacer.observe("p", &key(), &RateLimits::from_headers(headers, SystemTime::now()));
+
+    let (at, reason) = waiting.await.unwrap();
+    assert_eq!(at, ms(2500), "its slot at 1 s fell inside the hold until 2.5 s");
+    assert_eq!(reason, Some(WaitReason::ProviderHeaders));
+}
