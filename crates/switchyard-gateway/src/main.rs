@@ -1,5 +1,10 @@
 //! `switchyard`: the gateway and its command line.
 
+// mimalloc: a request allocates many small, short-lived buffers; glibc's malloc showed up at
+// about 13% of the gateway's profile under load.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -10,6 +15,7 @@ use futures_util::StreamExt;
 use switchyard::chat::{ChatRequest, Message};
 use switchyard::{RequestOptions, Router};
 use switchyard_gateway::config::{self, Loaded};
+use switchyard_gateway::logging::BatchedStderr;
 use switchyard_gateway::server::{AppState, app};
 
 #[derive(Debug, Parser)]
@@ -37,6 +43,9 @@ enum Command {
         /// Log format.
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
+        /// Worker threads (default: one per core).
+        #[arg(long)]
+        threads: Option<usize>,
     },
     /// Validate the configuration and print routes, targets, health settings and credentials.
     Doctor {
@@ -90,7 +99,11 @@ enum LogFormat {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Command::Serve { threads: Some(threads), .. } = &cli.command {
+        builder.worker_threads((*threads).max(1));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");
@@ -119,7 +132,7 @@ fn load(path: Option<&PathBuf>) -> anyhow::Result<Loaded> {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve { config, listen, log_format } => serve(config, listen, log_format).await,
+        Command::Serve { config, listen, log_format, .. } => serve(config, listen, log_format).await,
         Command::Doctor { config, ping } => doctor(&load(config.as_ref())?, ping).await,
         Command::Chat { config, route, target, stream, prompt } => {
             let loaded = load(config.as_ref())?;
@@ -145,15 +158,26 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn init_logging(format: LogFormat) {
+/// Sets up logging to stderr; the returned writer must be flushed before exiting.
+fn init_logging(format: LogFormat) -> Option<BatchedStderr> {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
+    let builder = tracing_subscriber::fmt().with_max_level(tracing::Level::INFO).with_ansi(ansi);
+    match BatchedStderr::start() {
+        Ok(writer) => {
+            match format {
+                LogFormat::Json => builder.json().flatten_event(true).with_writer(writer.clone()).init(),
+                LogFormat::Text => builder.with_writer(writer.clone()).init(),
+            }
+            Some(writer)
+        }
+        // Without a writer thread, write directly: slower, but nothing is lost.
+        Err(_) => {
+            match format {
+                LogFormat::Json => builder.json().flatten_event(true).with_writer(std::io::stderr).init(),
+                LogFormat::Text => builder.with_writer(std::io::stderr).init(),
+            }
+            None
+        }
     }
 }
 
@@ -162,7 +186,19 @@ async fn serve(
     listen: Option<String>,
     log_format: LogFormat,
 ) -> anyhow::Result<ExitCode> {
-    init_logging(log_format);
+    let log = init_logging(log_format);
+    let result = serve_logged(path, listen, log.clone()).await;
+    if let Some(log) = log {
+        log.flush();
+    }
+    result
+}
+
+async fn serve_logged(
+    path: Option<PathBuf>,
+    listen: Option<String>,
+    log: Option<BatchedStderr>,
+) -> anyhow::Result<ExitCode> {
     let loaded = load(path.as_ref())?;
     let addr = match listen {
         Some(text) => text
@@ -184,6 +220,9 @@ async fn serve(
         // Bound the drain: a stream that never ends must not hold the process forever.
         tokio::spawn(async move {
             tokio::time::sleep(grace).await;
+            if let Some(log) = log {
+                log.flush();
+            }
             eprintln!("switchyard: grace period over, exiting");
             std::process::exit(0);
         });

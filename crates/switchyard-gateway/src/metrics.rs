@@ -3,15 +3,85 @@
 //! has its own registry (no process-global recorder) and the hot path is a read lock and an
 //! atomic add.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-/// Label names and values of one series.
-pub type Labels = Vec<(&'static str, String)>;
+/// A label value: a static string or a shared one, so that recording a sample allocates
+/// nothing once its series exists.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LabelValue {
+    Static(&'static str),
+    Shared(Arc<str>),
+}
+
+impl LabelValue {
+    fn as_str(&self) -> &str {
+        match self {
+            LabelValue::Static(text) => text,
+            LabelValue::Shared(text) => text,
+        }
+    }
+}
+
+impl From<&'static str> for LabelValue {
+    fn from(text: &'static str) -> Self {
+        LabelValue::Static(text)
+    }
+}
+
+impl From<Arc<str>> for LabelValue {
+    fn from(text: Arc<str>) -> Self {
+        LabelValue::Shared(text)
+    }
+}
+
+impl From<String> for LabelValue {
+    fn from(text: String) -> Self {
+        LabelValue::Shared(text.into())
+    }
+}
+
+/// Up to three label pairs: enough for every Switchyard series, and no heap for the key.
+pub type Labels = [Option<(&'static str, LabelValue)>; 3];
+
+/// Labels from a list of pairs (at most three; more are a programming error and are dropped).
+pub fn labels<const N: usize>(pairs: [(&'static str, LabelValue); N]) -> Labels {
+    let mut out: Labels = [None, None, None];
+    for (slot, pair) in out.iter_mut().zip(pairs) {
+        *slot = Some(pair);
+    }
+    out
+}
 
 type Key = (&'static str, Labels);
+
+/// The Fx hash (rustc's): series keys are short, trusted strings, and SipHash's DoS resistance
+/// is wasted on them while it showed in the request path's profile.
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxBuild = std::hash::BuildHasherDefault<FxHasher>;
+type Series<T> = RwLock<HashMap<Key, Arc<T>, FxBuild>>;
 
 /// Upper bounds of histogram buckets, in seconds: 100 µs to 60 s.
 const BUCKETS: [f64; 16] =
@@ -28,19 +98,27 @@ struct Histogram {
 /// The registry. Cheap to share behind an `Arc`.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    counters: RwLock<BTreeMap<Key, Arc<AtomicU64>>>,
+    counters: Series<AtomicU64>,
     /// Floating-point counters (cost), stored as f64 bits.
-    sums: RwLock<BTreeMap<Key, Arc<AtomicU64>>>,
-    histograms: RwLock<BTreeMap<Key, Arc<Histogram>>>,
-    help: RwLock<BTreeMap<&'static str, &'static str>>,
+    sums: Series<AtomicU64>,
+    histograms: Series<Histogram>,
+    help: RwLock<HashMap<&'static str, &'static str>>,
 }
 
-fn entry<T: Default>(map: &RwLock<BTreeMap<Key, Arc<T>>>, name: &'static str, labels: Labels) -> Arc<T> {
+fn entry<T: Default>(map: &Series<T>, name: &'static str, labels: Labels) -> Arc<T> {
     let key = (name, labels);
     if let Some(found) = map.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
         return found.clone();
     }
     map.write().unwrap_or_else(|p| p.into_inner()).entry(key).or_default().clone()
+}
+
+/// A map's entries sorted by key, for a stable exposition.
+fn sorted<T>(map: &Series<T>) -> Vec<(Key, Arc<T>)> {
+    let mut entries: Vec<(Key, Arc<T>)> =
+        map.read().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    entries
 }
 
 impl Metrics {
@@ -95,35 +173,27 @@ impl Metrics {
             }
         };
         let mut last = None;
-        for ((name, labels), value) in self.counters.read().unwrap_or_else(|p| p.into_inner()).iter() {
+        for ((name, labels), value) in sorted(&self.counters) {
             header(&mut out, name, "counter", &mut last);
-            let _ = writeln!(out, "{name}{} {}", render_labels(labels, None), value.load(Ordering::Relaxed));
+            let _ = writeln!(out, "{name}{} {}", render_labels(&labels, None), value.load(Ordering::Relaxed));
         }
-        for ((name, labels), value) in self.sums.read().unwrap_or_else(|p| p.into_inner()).iter() {
+        for ((name, labels), value) in sorted(&self.sums) {
             header(&mut out, name, "counter", &mut last);
-            let _ = writeln!(
-                out,
-                "{name}{} {}",
-                render_labels(labels, None),
-                f64::from_bits(value.load(Ordering::Relaxed))
-            );
+            let value = f64::from_bits(value.load(Ordering::Relaxed));
+            let _ = writeln!(out, "{name}{} {value}", render_labels(&labels, None));
         }
-        for ((name, labels), histogram) in self.histograms.read().unwrap_or_else(|p| p.into_inner()).iter() {
+        for ((name, labels), histogram) in sorted(&self.histograms) {
             header(&mut out, name, "histogram", &mut last);
             for (bound, bucket) in BUCKETS.iter().zip(&histogram.buckets) {
                 let le = bound.to_string();
-                let _ = writeln!(
-                    out,
-                    "{name}_bucket{} {}",
-                    render_labels(labels, Some(&le)),
-                    bucket.load(Ordering::Relaxed)
-                );
+                let count = bucket.load(Ordering::Relaxed);
+                let _ = writeln!(out, "{name}_bucket{} {count}", render_labels(&labels, Some(&le)));
             }
             let count = histogram.count.load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{} {count}", render_labels(labels, Some("+Inf")));
+            let _ = writeln!(out, "{name}_bucket{} {count}", render_labels(&labels, Some("+Inf")));
             let sum = histogram.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-            let _ = writeln!(out, "{name}_sum{} {sum}", render_labels(labels, None));
-            let _ = writeln!(out, "{name}_count{} {count}", render_labels(labels, None));
+            let _ = writeln!(out, "{name}_sum{} {sum}", render_labels(&labels, None));
+            let _ = writeln!(out, "{name}_count{} {count}", render_labels(&labels, None));
         }
         let mut last_gauge = None;
         for (name, text, labels, value) in gauges {
@@ -138,21 +208,21 @@ impl Metrics {
 }
 
 fn render_labels(labels: &Labels, le: Option<&str>) -> String {
-    if labels.is_empty() && le.is_none() {
+    let pairs: Vec<(&str, &str)> = labels
+        .iter()
+        .flatten()
+        .map(|(name, value)| (*name, value.as_str()))
+        .chain(le.map(|le| ("le", le)))
+        .collect();
+    if pairs.is_empty() {
         return String::new();
     }
     let mut out = String::from("{");
-    for (i, (name, value)) in labels.iter().enumerate() {
+    for (i, (name, value)) in pairs.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
         let _ = write!(out, "{name}=\"{}\"", escape(value));
-    }
-    if let Some(le) = le {
-        if !labels.is_empty() {
-            out.push(',');
-        }
-        let _ = write!(out, "le=\"{le}\"");
     }
     out.push('}');
     out
@@ -170,9 +240,9 @@ mod tests {
     fn counters_and_histograms_render_in_the_text_format() {
         let metrics = Metrics::new();
         metrics.describe("x_total", "Things.");
-        metrics.increment("x_total", vec![("route", "a\"b".to_owned())], 2);
-        metrics.observe("lat_seconds", vec![], 0.003);
-        let text = metrics.render(&[("g", "A gauge.", vec![("t", "p:m".to_owned())], 1.0)]);
+        metrics.increment("x_total", labels([("route", "a\"b".into())]), 2);
+        metrics.observe("lat_seconds", labels([]), 0.003);
+        let text = metrics.render(&[("g", "A gauge.", labels([("t", "p:m".into())]), 1.0)]);
         assert!(
             text.contains("# HELP x_total Things.\n# TYPE x_total counter\nx_total{route=\"a\\\"b\"} 2\n"),
             "{text}"

@@ -57,8 +57,9 @@ pub struct OpenAiProvider {
 /// Where an operation (`chat/completions`, `embeddings`) lives.
 #[derive(Debug, Clone)]
 enum Endpoint {
-    /// `{base}/{operation}`, the model in the body.
-    Plain,
+    /// `{base}/{operation}`, the model in the body. The two operations' URLs are parsed once:
+    /// parsing a URL per request showed in the gateway's profile.
+    Plain { chat: reqwest::Url, embeddings: reqwest::Url },
     /// Azure's classic deployment URLs: the deployment (the upstream model) is in the path.
     AzureDeployment { base: reqwest::Url, api_version: String },
 }
@@ -80,7 +81,13 @@ impl OpenAiProvider {
                     .clone()
                     .unwrap_or_else(|| AZURE_DEFAULT_API_VERSION.to_owned()),
             },
-            _ => Endpoint::Plain,
+            _ => {
+                let parse = |operation: &str| {
+                    reqwest::Url::parse(&format!("{base_url}/{operation}"))
+                        .map_err(|_| BuildError::InvalidBaseUrl(base_url.clone()))
+                };
+                Endpoint::Plain { chat: parse("chat/completions")?, embeddings: parse("embeddings")? }
+            }
         };
         let mut headers = HeaderMap::new();
         let configured =
@@ -99,9 +106,15 @@ impl OpenAiProvider {
     }
 
     /// The URL of `operation` for `model`.
-    fn url(&self, operation: &str, model: &str) -> String {
+    fn url(&self, operation: &str, model: &str) -> reqwest::Url {
         match &self.endpoint {
-            Endpoint::Plain => format!("{}/{operation}", self.base_url),
+            Endpoint::Plain { chat, embeddings } => {
+                if operation == "embeddings" {
+                    embeddings.clone()
+                } else {
+                    chat.clone()
+                }
+            }
             Endpoint::AzureDeployment { base, api_version } => {
                 let mut url = base.clone();
                 // A base URL that parsed with an http(s) scheme always has path segments.
@@ -112,7 +125,7 @@ impl OpenAiProvider {
                         .extend(operation.split('/'));
                 }
                 url.query_pairs_mut().append_pair("api-version", api_version);
-                url.into()
+                url
             }
         }
     }

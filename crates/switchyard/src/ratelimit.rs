@@ -53,8 +53,20 @@ impl RateLimits {
         let mut retry_after_ms = None;
         let mut retry_after = None;
         for (name, value) in headers {
-            let name = name.to_ascii_lowercase();
+            // HTTP libraries hand names over lowercased already; copy only when one is not.
+            let name: std::borrow::Cow<'_, str> = if name.bytes().any(|b| b.is_ascii_uppercase()) {
+                name.to_ascii_lowercase().into()
+            } else {
+                name.into()
+            };
+            if !(name.starts_with("retry-after")
+                || name.starts_with("x-ratelimit-")
+                || name.starts_with("anthropic-ratelimit-"))
+            {
+                continue;
+            }
             let value = value.trim();
+            let name = &*name;
             if name == "retry-after-ms" {
                 retry_after_ms = value
                     .parse::<f64>()

@@ -42,6 +42,11 @@ impl Target {
     pub fn as_str(&self) -> &str {
         &self.text
     }
+
+    /// The whole text, shared: for labels and keys that outlive a borrow, without copying.
+    pub fn shared(&self) -> Arc<str> {
+        self.text.clone()
+    }
 }
 
 impl FromStr for Target {

@@ -9,6 +9,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use switchyard::Target;
 
+use crate::metrics::labels;
+
 use super::{ApiError, AppState, Dialect, authorized, unauthorized};
 
 fn admin_allowed(state: &AppState, headers: &HeaderMap) -> bool {
@@ -34,7 +36,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
             gauges.push((
                 "switchyard_target_health",
                 "Health status of each target (1 for its current status).",
-                vec![("target", name.clone()), ("status", status.to_owned())],
+                labels([("target", name.clone().into()), ("status", (*status).into())]),
                 value,
             ));
         }
@@ -48,7 +50,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         gauges.push((
             "switchyard_breaker_state",
             "Circuit breaker of each target: 0 closed, 1 half-open, 2 open.",
-            vec![("target", target.target.to_string())],
+            labels([("target", target.target.shared().into())]),
             value,
         ));
     }

@@ -10,76 +10,50 @@ use axum::response::Response;
 use switchyard::chat::ChatChunk;
 use switchyard_providers::anthropic::codec::{self, StreamEncoder};
 
-use super::openai::route_name;
 use super::sse::{Encoder, respond, write_event};
 use super::{
-    ApiError, AppState, Dialect, Exchange, add_usage_metrics, authorized, json_body, json_response,
-    missing_model, options, unauthorized,
+    ApiError, AppState, Dialect, Exchange, Served, add_usage_metrics, answered, authorized, json_body,
+    missing_model, options, route_failed, unauthorized,
 };
 
 pub async fn messages(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     let exchange = Exchange::start(&state, &headers, Dialect::Anthropic, "messages");
     if !authorized(&state.gateway.keys, &headers) {
-        return exchange.fail(&state, "", unauthorized(&headers));
+        return exchange.fail(&state, unauthorized(&headers));
     }
     let bytes = match json_body(&headers, body, state.gateway.max_body).await {
         Ok(bytes) => bytes,
-        Err(error) => return exchange.fail(&state, "", error),
+        Err(error) => return exchange.fail(&state, error),
     };
     let request = match codec::request_from_slice(&bytes) {
         Ok(request) => request,
         Err(error) => {
-            return exchange.fail(
-                &state,
-                "",
-                ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", error.to_string()),
-            );
+            return exchange
+                .fail(&state, ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", error.to_string()));
         }
     };
     if request.model.trim().is_empty() {
-        return exchange.fail(&state, "", missing_model(&state.router));
+        return exchange.fail(&state, missing_model(&state.router));
     }
     let options = options(&headers);
     if request.stream {
         return match state.router.chat_stream(&request, &options).await {
             Ok(stream) => respond(state.clone(), exchange, stream, AnthropicEncoder(StreamEncoder::new())),
-            Err(error) => {
-                exchange.fail(&state, &route_name(&state, &request.model), ApiError::from_route(&error))
-            }
+            Err(error) => route_failed(&state, &exchange, &request.model, &error),
         };
     }
     match state.router.chat_with(&request, &options).await {
-        Ok(answer) => {
-            let body = match codec::response_to_json(&answer.response) {
-                Ok(body) => body,
-                Err(error) => {
-                    let error =
-                        ApiError::new(StatusCode::BAD_GATEWAY, "untranslatable_answer", error.to_string());
-                    return exchange.fail(&state, &answer.route, error);
-                }
-            };
-            add_usage_metrics(&state, &answer.served_by, answer.usage, answer.cost);
-            let attempts = answer.trail.len();
-            exchange.finish(
+        Ok(mut answer) => match codec::response_to_json(&answer.response) {
+            Ok(body) => {
+                add_usage_metrics(&state, &answer.served_by, answer.usage, answer.cost);
+                answered(&state, &exchange, body.to_string().into_bytes(), Served::from(&mut answer))
+            }
+            Err(error) => exchange.fail(
                 &state,
-                &answer.route,
-                Some(&answer.served_by),
-                200,
-                attempts,
-                Some((&answer.trail, &answer.timing)),
-            );
-            json_response(&exchange, &body, &answer.served_by, attempts, answer.timing.queued)
-        }
-        Err(error) => {
-            let route = route_name(&state, &request.model);
-            let api = ApiError::from_route(&error);
-            let status = api.status.as_u16();
-            let trail_len = error.trail().len();
-            let mut response = api.into_response(Dialect::Anthropic, &exchange.id);
-            exchange.stamp(&mut response, None, trail_len);
-            exchange.finish_failure(&state, &route, status, &error);
-            response
-        }
+                ApiError::new(StatusCode::BAD_GATEWAY, "untranslatable_answer", error.to_string()),
+            ),
+        },
+        Err(error) => route_failed(&state, &exchange, &request.model, &error),
     }
 }
 

@@ -16,16 +16,16 @@ use axum::Router as HttpRouter;
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
-use serde_json::{Value, json};
+use serde_json::Value;
 use switchyard::credential::Secret;
 use switchyard::trail::{Timing, Trail, Via};
 use switchyard::{RequestOptions, Router};
 
 use crate::config::GatewaySettings;
-use crate::metrics::Metrics;
-use crate::recent::Recent;
+use crate::metrics::{LabelValue, Metrics, labels};
+use crate::recent::{Recent, RequestRecord};
 
 pub use errors::ApiError;
 
@@ -138,23 +138,24 @@ impl Exchange {
     }
 
     /// Renders `error` and logs the request.
-    fn fail(&self, state: &AppState, route: &str, error: ApiError) -> Response {
+    fn fail(&self, state: &AppState, error: ApiError) -> Response {
         let trail_len = error.attempts.as_ref().and_then(Value::as_array).map_or(0, Vec::len);
-        self.finish(state, route, None, error.status.as_u16(), trail_len, None);
+        self.finish(state, "".into(), None, error.status.as_u16(), trail_len, None);
         let mut response = error.into_response(self.dialect, &self.id);
         self.stamp(&mut response, None, trail_len);
         response
     }
 
     /// Logs a routing failure and keeps its trail.
-    fn finish_failure(&self, state: &AppState, route: &str, status: u16, error: &switchyard::RouteError) {
+    fn finish_failure(&self, state: &AppState, route: Arc<str>, status: u16, error: &switchyard::RouteError) {
         let trail = match error {
             switchyard::RouteError::AllTargetsFailed { trail, .. }
             | switchyard::RouteError::Upstream { trail, .. } => trail.clone(),
             _ => Trail::default(),
         };
         let timing = Timing { total: self.started.elapsed(), ..Timing::default() };
-        self.finish(state, route, None, status, trail.len(), Some((&trail, &timing)));
+        let attempts = trail.len();
+        self.finish(state, route, None, status, attempts, Some((trail, timing)));
     }
 
     /// The headers every answer carries.
@@ -163,10 +164,14 @@ impl Exchange {
         if let Ok(id) = HeaderValue::from_str(&self.id) {
             headers.insert("x-request-id", id);
         }
-        if let Some(via) = served_by
-            && let Ok(value) = HeaderValue::from_str(&via.to_string())
-        {
-            headers.insert("x-switchyard-target", value);
+        if let Some(via) = served_by {
+            let value = match via {
+                Via::Target(target) => HeaderValue::from_str(target.as_str()),
+                Via::Candidate(_) => HeaderValue::from_str(&via.to_string()),
+            };
+            if let Ok(value) = value {
+                headers.insert("x-switchyard-target", value);
+            }
         }
         headers.insert("x-switchyard-attempts", HeaderValue::from(attempts as u64));
     }
@@ -175,41 +180,40 @@ impl Exchange {
     fn finish(
         &self,
         state: &AppState,
-        route: &str,
+        route: Arc<str>,
         served_by: Option<&Via>,
         status: u16,
         attempts: usize,
-        outcome: Option<(&Trail, &Timing)>,
+        outcome: Option<(Trail, Timing)>,
     ) {
         let elapsed = self.started.elapsed();
         let metrics = &state.metrics;
-        let route_label = if route.is_empty() { "(none)".to_owned() } else { route.to_owned() };
+        let route_label =
+            if route.is_empty() { LabelValue::Static("(none)") } else { LabelValue::Shared(route.clone()) };
         metrics.increment(
             "switchyard_requests_total",
-            vec![
-                ("endpoint", self.endpoint.to_owned()),
+            labels([
+                ("endpoint", self.endpoint.into()),
                 ("route", route_label.clone()),
-                ("status", status.to_string()),
-            ],
+                ("status", status_label(status)),
+            ]),
             1,
         );
         metrics.observe(
             "switchyard_request_duration_seconds",
-            vec![("route", route_label)],
+            labels([("route", route_label.clone())]),
             elapsed.as_secs_f64(),
         );
         let mut upstream = Duration::ZERO;
         if let Some((trail, timing)) = outcome {
-            for attempt in trail {
-                let target = attempt.via.to_string();
-                let kind = attempt.error_kind().map_or("", |k| k.as_str()).to_owned();
+            for attempt in &trail {
                 metrics.increment(
                     "switchyard_attempts_total",
-                    vec![
-                        ("target", target),
-                        ("outcome", attempt.outcome.as_str().to_owned()),
-                        ("error_kind", kind),
-                    ],
+                    labels([
+                        ("target", via_label(&attempt.via)),
+                        ("outcome", attempt.outcome.as_str().into()),
+                        ("error_kind", attempt.error_kind().map_or("", |k| k.as_str()).into()),
+                    ]),
                     1,
                 );
                 upstream += attempt.duration.saturating_sub(attempt.queued);
@@ -217,59 +221,82 @@ impl Exchange {
             if let Some(first_token) = timing.first_token {
                 metrics.observe(
                     "switchyard_time_to_first_token_seconds",
-                    vec![("route", route.to_owned())],
+                    labels([("route", route_label.clone())]),
                     first_token.as_secs_f64(),
                 );
             }
             let first_called = trail.attempts().iter().find(|a| !a.outcome.is_skip()).map(|a| &a.via);
             if served_by.is_some() && first_called != served_by {
-                metrics.increment("switchyard_fallbacks_total", vec![("route", route.to_owned())], 1);
+                metrics.increment("switchyard_fallbacks_total", labels([("route", route_label.clone())]), 1);
             }
             let retries =
                 trail.attempts().iter().filter(|a| a.outcome == switchyard::trail::Outcome::Retried).count();
             if retries > 0 {
                 metrics.increment(
                     "switchyard_retries_total",
-                    vec![("route", route.to_owned())],
+                    labels([("route", route_label.clone())]),
                     retries as u64,
                 );
             }
             if !timing.queued.is_zero() {
                 metrics.observe(
                     "switchyard_queued_seconds",
-                    vec![("route", route.to_owned())],
+                    labels([("route", route_label)]),
                     timing.queued.as_secs_f64(),
                 );
             }
             let overhead = elapsed.saturating_sub(upstream).saturating_sub(timing.queued);
-            metrics.observe("switchyard_overhead_seconds", vec![], overhead.as_secs_f64());
-            state.recent.insert(
-                self.id.clone(),
-                json!({
-                    "request_id": self.id,
-                    "endpoint": self.endpoint,
-                    "route": route,
-                    "served_by": served_by.map(ToString::to_string),
-                    "status": status,
-                    "duration_ms": elapsed.as_secs_f64() * 1000.0,
-                    "queued_ms": timing.queued.as_secs_f64() * 1000.0,
-                    "first_token_ms": timing.first_token.map(|d| d.as_secs_f64() * 1000.0),
-                    "attempts": trail,
-                }),
-            );
+            metrics.observe("switchyard_overhead_seconds", labels([]), overhead.as_secs_f64());
+            state.recent.insert(RequestRecord {
+                id: self.id.clone(),
+                endpoint: self.endpoint,
+                route: route.clone(),
+                served_by: served_by.cloned(),
+                status,
+                duration: elapsed,
+                queued: timing.queued,
+                first_token: timing.first_token,
+                trail,
+            });
         }
         tracing::info!(
             target: "switchyard::access",
             request_id = %self.id,
             endpoint = self.endpoint,
-            route,
-            served_by = served_by.map(ToString::to_string).unwrap_or_default(),
+            route = &*route,
+            served_by = served_by.map(tracing::field::display),
             attempts,
             status,
             latency_ms = elapsed.as_secs_f64() * 1000.0,
             overhead_ms = elapsed.saturating_sub(upstream).as_secs_f64() * 1000.0,
             "request"
         );
+    }
+}
+
+/// The label of a status code: common ones are static strings.
+fn status_label(status: u16) -> LabelValue {
+    LabelValue::Static(match status {
+        200 => "200",
+        400 => "400",
+        401 => "401",
+        404 => "404",
+        413 => "413",
+        415 => "415",
+        429 => "429",
+        499 => "499",
+        500 => "500",
+        502 => "502",
+        503 => "503",
+        504 => "504",
+        other => return LabelValue::from(other.to_string()),
+    })
+}
+
+fn via_label(via: &Via) -> LabelValue {
+    match via {
+        Via::Target(target) => LabelValue::Shared(target.shared()),
+        Via::Candidate(_) => LabelValue::from(via.to_string()),
     }
 }
 
@@ -403,35 +430,80 @@ fn add_usage_metrics(
 ) {
     let Via::Target(target) = served_by else { return };
     if let Some(usage) = usage {
-        let name = target.to_string();
         state.metrics.increment(
             "switchyard_tokens_total",
-            vec![("target", name.clone()), ("type", "prompt".into())],
+            labels([("target", target.shared().into()), ("type", "prompt".into())]),
             u64::from(usage.prompt_tokens),
         );
         state.metrics.increment(
             "switchyard_tokens_total",
-            vec![("target", name), ("type", "completion".into())],
+            labels([("target", target.shared().into()), ("type", "completion".into())]),
             u64::from(usage.completion_tokens),
         );
     }
     if let Some(cost) = cost {
-        state.metrics.add("switchyard_cost_total", vec![("target", target.to_string())], cost);
+        state.metrics.add("switchyard_cost_total", labels([("target", target.shared().into())]), cost);
     }
 }
 
 /// Turns a response with JSON into one with the switchyard headers.
-fn json_response(
-    exchange: &Exchange,
-    body: &Value,
-    served_by: &Via,
-    attempts: usize,
-    queued: Duration,
-) -> Response {
-    let mut response = (StatusCode::OK, axum::Json(body)).into_response();
-    exchange.stamp(&mut response, Some(served_by), attempts);
+/// What a successful exchange hands the gateway: who answered and how.
+pub(crate) struct Served {
+    pub route: Arc<str>,
+    pub served_by: Via,
+    pub trail: Trail,
+    pub timing: Timing,
+}
+
+impl From<&mut switchyard::Answer> for Served {
+    fn from(answer: &mut switchyard::Answer) -> Self {
+        Served {
+            route: answer.route.clone(),
+            served_by: answer.served_by.clone(),
+            trail: std::mem::take(&mut answer.trail),
+            timing: answer.timing,
+        }
+    }
+}
+
+/// A 200 with a JSON body already serialized, the switchyard headers, the log line, the
+/// metrics and the trail.
+fn answered(state: &AppState, exchange: &Exchange, body: Vec<u8>, served: Served) -> Response {
+    let mut response = Response::new(Body::from(body));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let attempts = served.trail.len();
+    exchange.stamp(&mut response, Some(&served.served_by), attempts);
+    let queued = served.timing.queued;
     if !queued.is_zero() {
         response.headers_mut().insert("x-switchyard-queued-ms", HeaderValue::from(queued.as_millis() as u64));
     }
+    exchange.finish(
+        state,
+        served.route,
+        Some(&served.served_by),
+        200,
+        attempts,
+        Some((served.trail, served.timing)),
+    );
+    response
+}
+
+/// The response to a routing failure, in the exchange's dialect, with the trail.
+fn route_failed(
+    state: &AppState,
+    exchange: &Exchange,
+    model: &str,
+    error: &switchyard::RouteError,
+) -> Response {
+    let route: Arc<str> = match state.router.route(model) {
+        Some(route) => route.name().into(),
+        None => state.router.default_route().name().into(),
+    };
+    let api = ApiError::from_route(error);
+    let status = api.status.as_u16();
+    let attempts = error.trail().len();
+    let mut response = api.into_response(exchange.dialect, &exchange.id);
+    exchange.stamp(&mut response, None, attempts);
+    exchange.finish_failure(state, route, status, error);
     response
 }

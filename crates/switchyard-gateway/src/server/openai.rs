@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use switchyard::chat::{ChatRequest, Dialect as ChatDialect, EmbeddingsRequest};
 
 use super::{
-    AppState, Dialect, Exchange, add_usage_metrics, authorized, invalid_json, json_body, json_response,
-    missing_model, model_names, options, unauthorized, unix_now,
+    ApiError, AppState, Dialect, Exchange, Served, add_usage_metrics, answered, authorized, invalid_json,
+    json_body, missing_model, model_names, options, route_failed, unauthorized, unix_now,
 };
 
 pub async fn chat_completions(
@@ -21,27 +21,27 @@ pub async fn chat_completions(
 ) -> Response {
     let exchange = Exchange::start(&state, &headers, Dialect::OpenAi, "chat_completions");
     if !authorized(&state.gateway.keys, &headers) {
-        return exchange.fail(&state, "", unauthorized(&headers));
+        return exchange.fail(&state, unauthorized(&headers));
     }
     let bytes = match json_body(&headers, body, state.gateway.max_body).await {
         Ok(bytes) => bytes,
-        Err(error) => return exchange.fail(&state, "", error),
+        Err(error) => return exchange.fail(&state, error),
     };
     let mut request: ChatRequest = match serde_json::from_slice(&bytes) {
         Ok(request) => request,
-        Err(error) => return exchange.fail(&state, "", invalid_json(&error)),
+        Err(error) => return exchange.fail(&state, invalid_json(&error)),
     };
     request.origin = ChatDialect::OpenAi;
     if request.model.trim().is_empty() {
-        return exchange.fail(&state, "", missing_model(&state.router));
+        return exchange.fail(&state, missing_model(&state.router));
     }
     if request.messages.is_empty() {
-        let error = super::ApiError::new(
+        let error = ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid_request",
             "`messages` is empty: send at least one message",
         );
-        return exchange.fail(&state, "", error);
+        return exchange.fail(&state, error);
     }
     let options = options(&headers);
     if request.stream {
@@ -53,12 +53,12 @@ pub async fn chat_completions(
             .unwrap_or(false);
         return match state.router.chat_stream(&request, &options).await {
             Ok(stream) => super::sse::openai_stream(state.clone(), exchange, stream, include_usage),
-            Err(error) => exchange.fail(&state, &request.model, super::ApiError::from_route(&error)),
+            Err(error) => route_failed(&state, &exchange, &request.model, &error),
         };
     }
     match state.router.chat_with(&request, &options).await {
-        Ok(answer) => {
-            let mut response = answer.response;
+        Ok(mut answer) => {
+            let response = &mut answer.response;
             if response.id.is_empty() {
                 response.id = format!("chatcmpl-{}", exchange.id);
             }
@@ -66,56 +66,30 @@ pub async fn chat_completions(
                 response.created = unix_now();
             }
             response.extra.entry("object").or_insert_with(|| Value::from("chat.completion"));
-            let body = serde_json::to_value(&response).unwrap_or(Value::Null);
+            // Serializing our own types cannot fail.
+            let body = serde_json::to_vec(response).unwrap_or_default();
             add_usage_metrics(&state, &answer.served_by, answer.usage, answer.cost);
-            let attempts = answer.trail.len();
-            exchange.finish(
-                &state,
-                &answer.route,
-                Some(&answer.served_by),
-                200,
-                attempts,
-                Some((&answer.trail, &answer.timing)),
-            );
-            json_response(&exchange, &body, &answer.served_by, attempts, answer.timing.queued)
+            answered(&state, &exchange, body, Served::from(&mut answer))
         }
-        Err(error) => {
-            let route = route_name(&state, &request.model);
-            let api = super::ApiError::from_route(&error);
-            let status = api.status.as_u16();
-            let trail_len = error.trail().len();
-            let mut response = api.into_response(Dialect::OpenAi, &exchange.id);
-            exchange.stamp(&mut response, None, trail_len);
-            exchange.finish_failure(&state, &route, status, &error);
-            response
-        }
-    }
-}
-
-/// The route that governs `model`: itself, or the default route for a named target.
-pub(super) fn route_name(state: &AppState, model: &str) -> String {
-    if state.router.route(model).is_some() {
-        model.to_owned()
-    } else {
-        state.router.default_route().name().to_owned()
+        Err(error) => route_failed(&state, &exchange, &request.model, &error),
     }
 }
 
 pub async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     let exchange = Exchange::start(&state, &headers, Dialect::OpenAi, "embeddings");
     if !authorized(&state.gateway.keys, &headers) {
-        return exchange.fail(&state, "", unauthorized(&headers));
+        return exchange.fail(&state, unauthorized(&headers));
     }
     let bytes = match json_body(&headers, body, state.gateway.max_body).await {
         Ok(bytes) => bytes,
-        Err(error) => return exchange.fail(&state, "", error),
+        Err(error) => return exchange.fail(&state, error),
     };
     let request: EmbeddingsRequest = match serde_json::from_slice(&bytes) {
         Ok(request) => request,
-        Err(error) => return exchange.fail(&state, "", invalid_json(&error)),
+        Err(error) => return exchange.fail(&state, invalid_json(&error)),
     };
     if request.model.trim().is_empty() {
-        return exchange.fail(&state, "", missing_model(&state.router));
+        return exchange.fail(&state, missing_model(&state.router));
     }
     match state.router.embeddings(&request, &options(&headers)).await {
         Ok(answer) => {
@@ -131,27 +105,15 @@ pub async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, 
             );
             let body =
                 json!({ "object": "list", "data": data, "model": answer.response.model, "usage": usage });
-            let attempts = answer.trail.len();
-            exchange.finish(
-                &state,
-                &answer.route,
-                Some(&answer.served_by),
-                200,
-                attempts,
-                Some((&answer.trail, &answer.timing)),
-            );
-            json_response(&exchange, &body, &answer.served_by, attempts, answer.timing.queued)
+            let served = Served {
+                route: answer.route,
+                served_by: answer.served_by,
+                trail: answer.trail,
+                timing: answer.timing,
+            };
+            answered(&state, &exchange, body.to_string().into_bytes(), served)
         }
-        Err(error) => {
-            let route = route_name(&state, &request.model);
-            let api = super::ApiError::from_route(&error);
-            let status = api.status.as_u16();
-            let trail_len = error.trail().len();
-            let mut response = api.into_response(Dialect::OpenAi, &exchange.id);
-            exchange.stamp(&mut response, None, trail_len);
-            exchange.finish_failure(&state, &route, status, &error);
-            response
-        }
+        Err(error) => route_failed(&state, &exchange, &request.model, &error),
     }
 }
 

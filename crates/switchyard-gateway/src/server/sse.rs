@@ -90,7 +90,7 @@ pub fn respond<E: Encoder>(
     let served_by = stream.served_by().clone();
     let attempts = stream.trail().len();
     let queued = stream.timing().queued;
-    let route = stream.route().to_owned();
+    let route: Arc<str> = stream.route().into();
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::OK;
     exchange.stamp(&mut response, Some(&served_by), attempts);
@@ -109,7 +109,7 @@ struct SseBody<E> {
     state: Arc<AppState>,
     /// Present until the request is logged (at the end, or when the client goes away).
     exchange: Option<Exchange>,
-    route: String,
+    route: Arc<str>,
     stream: RoutedStream,
     encoder: E,
     done: bool,
@@ -122,13 +122,14 @@ impl<E> SseBody<E> {
             add_usage_metrics(&self.state, &served_by, self.stream.usage(), None);
             let trail = self.stream.trail().clone();
             let timing = *self.stream.timing();
+            let attempts = trail.len();
             exchange.finish(
                 &self.state,
-                &self.route,
+                self.route.clone(),
                 Some(&served_by),
                 status,
-                trail.len(),
-                Some((&trail, &timing)),
+                attempts,
+                Some((trail, timing)),
             );
         }
     }

@@ -299,6 +299,14 @@ impl Serialize for Passthrough<'_> {
 /// Reads a non-streaming Chat Completions answer. A body holding an error object (some servers
 /// send failures with a 200) is classified like an error response.
 pub(super) fn parse_response(bytes: &[u8], key: Option<&Secret>) -> Result<ChatResponse, ProviderError> {
+    // The common case first, straight from the bytes: a well-formed answer with choices. Only
+    // when that fails is the body read as a JSON tree, to find an error object or say what is
+    // wrong.
+    if let Ok(answer) = serde_json::from_slice::<ResponseIn>(bytes)
+        && !answer.choices.is_empty()
+    {
+        return Ok(answer.into_canonical());
+    }
     let value: Value =
         serde_json::from_slice(bytes).map_err(|error| errors::malformed("JSON", &error, bytes, key))?;
     if let Some(error) = errors::from_value(Some(200), &value, key) {

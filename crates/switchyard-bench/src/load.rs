@@ -1,0 +1,428 @@
+//! The load itself: keep-alive HTTP/1.1 connections, one task each, sending either back to
+//! back (closed loop) or on a fixed schedule (open loop), and checking every answer.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue};
+use hyper::{HeaderMap, Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+
+use crate::histogram::Histogram;
+use crate::options::Options;
+use crate::sse::{self, Kind, Splitter};
+
+/// What the workers share: the request template and the counters that bound the run.
+pub struct Plan {
+    options: Options,
+    headers: HeaderMap,
+    /// Requests handed out so far (the hard cap, and the schedule index in open loop).
+    issued: AtomicU64,
+    /// When the clock started.
+    start: Instant,
+}
+
+impl Plan {
+    /// Validates the headers into a template; the clock starts at `start`.
+    ///
+    /// # Errors
+    /// A header that is not valid HTTP.
+    pub fn new(options: Options, start: Instant) -> Result<Self, String> {
+        let mut headers = HeaderMap::new();
+        let host = HeaderValue::from_str(&options.target.authority)
+            .map_err(|e| format!("--url authority is not a valid Host header: {e}"))?;
+        headers.insert(HOST, host);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        for (name, value) in &options.headers {
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| format!("--header `{name}`: {e}"))?;
+            let value = HeaderValue::from_str(value).map_err(|e| format!("--header `{name}`: {e}"))?;
+            headers.insert(name, value);
+        }
+        Ok(Self { options, headers, issued: AtomicU64::new(0), start })
+    }
+
+    /// The options this plan runs.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    fn deadline(&self) -> Instant {
+        self.start + self.options.duration
+    }
+
+    fn measured_from(&self) -> Instant {
+        self.start + self.options.warmup
+    }
+
+    fn request(&self) -> Result<Request<Full<Bytes>>, Failure> {
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(self.options.target.path.as_str())
+            .body(Full::new(self.options.body.clone()))
+            .map_err(|_| Failure::new("bad_request_uri", false))?;
+        *request.headers_mut() = self.headers.clone();
+        Ok(request)
+    }
+}
+
+/// Figures one worker gathered; merged into the run's totals at the end.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Whole-exchange latency of successful requests, µs.
+    pub latency: Histogram,
+    /// Time to the first content chunk of successful streams, µs.
+    pub ttft: Histogram,
+    /// Gaps between consecutive content chunks as they arrived, µs.
+    pub gaps: Histogram,
+    /// Successful requests.
+    pub ok: u64,
+    /// Failed requests by kind (`status_500`, `timeout`, `stream_truncated`, ...).
+    pub errors: BTreeMap<String, u64>,
+    /// Requests (of any outcome) that started during the warm-up.
+    pub warmup_requests: u64,
+    /// Failures during the warm-up, by kind: not in the figures, but a failover drill must
+    /// still show them.
+    pub warmup_errors: BTreeMap<String, u64>,
+    /// Content chunks received in successful streams.
+    pub chunks: u64,
+    /// Response body bytes received.
+    pub bytes: u64,
+    /// One example message per error kind, for the summary.
+    pub samples: BTreeMap<String, String>,
+}
+
+impl Tally {
+    /// Adds `other` into this tally.
+    pub fn merge(&mut self, other: Tally) {
+        self.latency.merge(&other.latency);
+        self.ttft.merge(&other.ttft);
+        self.gaps.merge(&other.gaps);
+        self.ok += other.ok;
+        for (kind, n) in other.errors {
+            *self.errors.entry(kind).or_default() += n;
+        }
+        self.warmup_requests += other.warmup_requests;
+        for (kind, n) in other.warmup_errors {
+            *self.warmup_errors.entry(kind).or_default() += n;
+        }
+        self.chunks += other.chunks;
+        self.bytes += other.bytes;
+        for (kind, text) in other.samples {
+            self.samples.entry(kind).or_insert(text);
+        }
+    }
+
+    /// Failed requests in the measured part.
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+
+    fn fail(&mut self, measured: bool, failure: Failure) {
+        let map = if measured { &mut self.errors } else { &mut self.warmup_errors };
+        *map.entry(failure.kind.clone()).or_default() += 1;
+        if let Some(detail) = failure.detail {
+            self.samples.entry(failure.kind).or_insert(detail);
+        }
+    }
+}
+
+/// Why one request failed.
+#[derive(Debug)]
+struct Failure {
+    kind: String,
+    /// The connection can no longer be trusted (a reset, a cut body, a timeout).
+    closes: bool,
+    detail: Option<String>,
+}
+
+impl Failure {
+    fn new(kind: &str, closes: bool) -> Self {
+        Self { kind: kind.to_owned(), closes, detail: None }
+    }
+
+    fn with(mut self, detail: impl Into<String>) -> Self {
+        let mut detail = detail.into();
+        detail.truncate(300);
+        self.detail = Some(detail);
+        self
+    }
+}
+
+/// One keep-alive connection and the task that drives it; aborting the task closes the
+/// socket, which is how an abandoned request is cancelled upstream (the mock's `hang` and
+/// every gateway notice the disconnect).
+pub struct Connection {
+    sender: SendRequest<Full<Bytes>>,
+    driver: JoinHandle<()>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+/// Opens one connection to the plan's target.
+///
+/// # Errors
+/// The connect or handshake error, as text.
+pub async fn connect(plan: &Plan) -> Result<Connection, String> {
+    let stream = TcpStream::connect(plan.options.target.addr).await.map_err(|e| e.to_string())?;
+    // Small requests must not wait for Nagle's timer; it would dwarf the gateway's cost.
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let (sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+    let driver = tokio::spawn(async move {
+        // Its error is the same one the pending request sees, and is counted there.
+        let _ = connection.await;
+    });
+    Ok(Connection { sender, driver })
+}
+
+/// What a successful exchange measured.
+struct Exchange {
+    ttft: Option<Instant>,
+    chunks: u64,
+    bytes: u64,
+}
+
+/// Sends one request on `connection` and checks the answer.
+async fn exchange(plan: &Plan, connection: &mut Connection, gaps: &mut Histogram) -> Result<Exchange, Failure> {
+    connection.sender.ready().await.map_err(|e| Failure::new("connection_closed", true).with(e.to_string()))?;
+    let request = plan.request()?;
+    let response = connection
+        .sender
+        .send_request(request)
+        .await
+        .map_err(|e| Failure::new("io", true).with(e.to_string()))?;
+    let status = response.status();
+    let mut body = response.into_body();
+    if status != StatusCode::OK {
+        // Read the error body so the connection can carry the next request.
+        let collected = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+        return Err(Failure::new(&format!("status_{}", status.as_u16()), false)
+            .with(String::from_utf8_lossy(&collected).into_owned()));
+    }
+    if !plan.options.stream {
+        let bytes = body.collect().await.map_err(|e| Failure::new("body_cut", true).with(e.to_string()))?.to_bytes();
+        check_json(&bytes, &plan.options.expect)?;
+        return Ok(Exchange { ttft: None, chunks: 0, bytes: bytes.len() as u64 });
+    }
+    let mut splitter = Splitter::new();
+    let mut events = Vec::new();
+    let mut text = String::new();
+    let mut ttft = None;
+    let mut last_chunk: Option<Instant> = None;
+    let mut chunks = 0;
+    let mut bytes = 0;
+    let mut done = false;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Failure::new("stream_cut", true).with(e.to_string()))?;
+        let Ok(data) = frame.into_data() else { continue }; // trailers
+        let now = Instant::now();
+        bytes += data.len() as u64;
+        splitter.feed(&data, &mut events);
+        for event in events.drain(..) {
+            match sse::classify(&event) {
+                Kind::Content(piece) => {
+                    if done {
+                        return Err(Failure::new("stream_after_done", true));
+                    }
+                    ttft.get_or_insert(now);
+                    if let Some(previous) = last_chunk {
+                        gaps.record(micros(now - previous));
+                    }
+                    last_chunk = Some(now);
+                    chunks += 1;
+                    text.push_str(&piece);
+                }
+                Kind::Done => done = true,
+                Kind::Error(detail) => return Err(Failure::new("stream_error", true).with(detail)),
+                Kind::Malformed => return Err(Failure::new("stream_malformed", true).with(event.data)),
+                Kind::Other => {}
+            }
+        }
+    }
+    if !done {
+        let why = if splitter.has_partial() { "ended inside an event" } else { "ended without [DONE]" };
+        return Err(Failure::new("stream_truncated", true).with(why));
+    }
+    if ttft.is_none() {
+        return Err(Failure::new("stream_empty", false));
+    }
+    if !text.contains(plan.options.expect.as_str()) {
+        return Err(Failure::new("body_unexpected", false).with(text));
+    }
+    Ok(Exchange { ttft, chunks, bytes })
+}
+
+/// The body must be JSON and contain the expected text.
+fn check_json(bytes: &[u8], expect: &str) -> Result<(), Failure> {
+    if let Err(error) = serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+        return Err(Failure::new("body_not_json", false)
+            .with(format!("{error}: {}", String::from_utf8_lossy(&bytes[..bytes.len().min(200)]))));
+    }
+    if !expect.is_empty() && !bytes.windows(expect.len()).any(|w| w == expect.as_bytes()) {
+        return Err(Failure::new("body_unexpected", false)
+            .with(String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned()));
+    }
+    Ok(())
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// One worker: a connection (reopened after a failure that spoils it) and its tally.
+struct Worker {
+    plan: Arc<Plan>,
+    connection: Option<Connection>,
+    tally: Tally,
+}
+
+impl Worker {
+    /// Sends one request started (or scheduled) at `origin`, giving up at `give_up`.
+    /// Returns false when the run's deadline cut it off: such a request is not counted.
+    async fn one(&mut self, origin: Instant, give_up: Instant, cut_off: Option<Instant>) -> bool {
+        let measured = origin >= self.plan.measured_from();
+        let limit = cut_off.map_or(give_up, |c| c.min(give_up));
+        let plan = Arc::clone(&self.plan);
+        let mut gaps = Histogram::new();
+        let result = tokio::time::timeout_at(limit.into(), async {
+            if self.connection.is_none() {
+                match connect(&plan).await {
+                    Ok(c) => self.connection = Some(c),
+                    Err(e) => return Err(Failure::new("connect", true).with(e)),
+                }
+            }
+            match self.connection.as_mut() {
+                Some(connection) => exchange(&plan, connection, &mut gaps).await,
+                None => Err(Failure::new("connect", true)),
+            }
+        })
+        .await;
+        let outcome = match result {
+            Err(_elapsed) if cut_off.is_some_and(|c| Instant::now() >= c) && give_up > limit => {
+                self.connection = None;
+                return false;
+            }
+            Err(_elapsed) => Err(Failure::new("timeout", true)),
+            Ok(outcome) => outcome,
+        };
+        let done = Instant::now();
+        if !measured {
+            self.tally.warmup_requests += 1;
+        }
+        match outcome {
+            Ok(exchange) if measured => {
+                self.tally.ok += 1;
+                self.tally.latency.record(micros(done - origin));
+                if let Some(first) = exchange.ttft {
+                    self.tally.ttft.record(micros(first - origin));
+                }
+                self.tally.gaps.merge(&gaps);
+                self.tally.chunks += exchange.chunks;
+                self.tally.bytes += exchange.bytes;
+            }
+            Ok(_) => {}
+            Err(failure) => {
+                if failure.closes {
+                    self.connection = None;
+                }
+                let connect_failed = failure.kind == "connect";
+                self.tally.fail(measured, failure);
+                if connect_failed {
+                    // A target that refuses connections would otherwise spin this loop hot.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+        true
+    }
+
+    /// Back to back until the deadline; requests in flight at the deadline are dropped
+    /// uncounted, as wrk does.
+    async fn closed_loop(mut self) -> Tally {
+        let deadline = self.plan.deadline();
+        let timeout = self.plan.options.timeout;
+        loop {
+            let now = Instant::now();
+            if now >= deadline || self.plan.issued.fetch_add(1, Ordering::Relaxed) >= self.plan.options.max_requests {
+                break;
+            }
+            if !self.one(now, now + timeout, Some(deadline)).await {
+                break;
+            }
+        }
+        self.tally
+    }
+
+    /// Takes the next slot of the schedule, waits for its time and sends. A worker that is
+    /// late sends at once but still measures from the scheduled time, so a stalled target
+    /// shows its stall in the latency instead of slowing the offered rate (coordinated
+    /// omission). Requests in flight at the deadline are completed and counted.
+    async fn open_loop(mut self, rate: f64) -> Tally {
+        let deadline = self.plan.deadline();
+        let timeout = self.plan.options.timeout;
+        loop {
+            let i = self.plan.issued.fetch_add(1, Ordering::Relaxed);
+            if i >= self.plan.options.max_requests {
+                break;
+            }
+            let scheduled = self.plan.start + Duration::from_secs_f64(i as f64 / rate);
+            if scheduled >= deadline {
+                break;
+            }
+            tokio::time::sleep_until(scheduled.into()).await;
+            self.one(scheduled, Instant::now() + timeout, None).await;
+        }
+        self.tally
+    }
+}
+
+/// Runs the plan on `connections` already opened (missing ones are opened on first use) and
+/// returns the merged tally.
+pub async fn run(plan: Arc<Plan>, connections: Vec<Option<Connection>>) -> Tally {
+    let rate = plan.options.rate;
+    let mut tasks = Vec::with_capacity(connections.len());
+    for connection in connections {
+        let worker = Worker { plan: Arc::clone(&plan), connection, tally: Tally::default() };
+        tasks.push(tokio::spawn(async move {
+            match rate {
+                Some(rate) => worker.open_loop(rate).await,
+                None => worker.closed_loop().await,
+            }
+        }));
+    }
+    let mut total = Tally::default();
+    for task in tasks {
+        match task.await {
+            Ok(tally) => total.merge(tally),
+            Err(error) => {
+                *total.errors.entry("driver_panic".into()).or_default() += 1;
+                total.samples.entry("driver_panic".into()).or_insert(error.to_string());
+            }
+        }
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_bodies_are_checked_for_shape_and_text() {
+        assert!(check_json(br#"{"a":"mock answer from m"}"#, "mock answer").is_ok());
+        assert!(check_json(br#"{"a":1}"#, "").is_ok());
+        assert_eq!(check_json(br#"{"a":1}"#, "mock answer").unwrap_err().kind, "body_unexpected");
+        assert_eq!(check_json(b"<html>", "").unwrap_err().kind, "body_not_json");
+    }
+}

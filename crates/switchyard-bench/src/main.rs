@@ -1,0 +1,150 @@
+//! `switchyard-bench`: the load driver behind `bench/compare`. It sends POST requests with a
+//! JSON body to one loopback URL, closed loop (fixed connections, back to back) or open loop
+//! (fixed rate, latency from each scheduled send time), checks every status and body (SSE
+//! streams included), and reports throughput, latency percentiles, time to first token,
+//! chunk gaps, errors by kind and the target's CPU seconds and peak RSS.
+//!
+//! ```sh
+//! switchyard-bench --url http://127.0.0.1:4680/v1/chat/completions --connections 32 --duration 10s
+//! switchyard-bench --url http://127.0.0.1:9000/ok~chunks=20~gap=5ms/v1/chat/completions --stream
+//! switchyard-bench --url http://127.0.0.1:4680/v1/chat/completions --rate 2000 --pid 1234
+//! ```
+
+mod histogram;
+mod load;
+mod options;
+mod process;
+mod report;
+mod sse;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::load::Plan;
+use crate::options::{Options, USAGE};
+use crate::report::Report;
+
+fn main() -> ExitCode {
+    let options = match Options::parse(std::env::args().skip(1)) {
+        Ok(options) => options,
+        Err(message) if message.is_empty() => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("switchyard-bench: {message}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = if options.threads == 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(options.threads).enable_all().build()
+    };
+    let runtime = match runtime {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("switchyard-bench: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(drive(options)) {
+        Ok(report) => {
+            eprint!("{}", report.summary());
+            match serde_json::to_string(&report) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("switchyard-bench: cannot encode the report: {error}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(message) => {
+            eprintln!("switchyard-bench: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Opens the connections, runs the load while sampling the target's memory, and reports.
+async fn drive(options: Options) -> Result<Report, String> {
+    let pid = options.pid;
+    if let Some(pid) = pid {
+        process::sample(pid).map_err(|e| format!("--pid {pid}: cannot read /proc/{pid}: {e}"))?;
+    }
+    // Connections are opened before the clock starts so that the first second does not
+    // measure TCP handshakes; the plan gets its start time afterwards.
+    let probe = Plan::new(options.clone(), Instant::now())?;
+    let mut opening = tokio::task::JoinSet::new();
+    let probe = Arc::new(probe);
+    for _ in 0..options.connections {
+        let probe = Arc::clone(&probe);
+        opening.spawn(async move { load::connect(&probe).await });
+    }
+    let mut connections = Vec::with_capacity(options.connections);
+    let mut first_error = None;
+    while let Some(opened) = opening.join_next().await {
+        match opened {
+            Ok(Ok(connection)) => connections.push(Some(connection)),
+            Ok(Err(error)) => {
+                first_error.get_or_insert(error);
+                connections.push(None);
+            }
+            Err(error) => return Err(format!("a connecting task failed: {error}")),
+        }
+    }
+    if connections.iter().all(Option::is_none) {
+        let error = first_error.unwrap_or_default();
+        return Err(format!("cannot connect to {}: {error}", options.target.addr));
+    }
+
+    let start = Instant::now();
+    let plan = Arc::new(Plan::new(options.clone(), start)?);
+    // The measured window starts after the warm-up; CPU is read then, memory throughout.
+    let stop = Arc::new(AtomicBool::new(false));
+    let peak = Arc::new(AtomicU64::new(0));
+    let readings = pid.map(|pid| {
+        let (stop, peak) = (Arc::clone(&stop), Arc::clone(&peak));
+        let warm = start + options.warmup;
+        tokio::spawn(async move {
+            tokio::time::sleep_until(warm.into()).await;
+            let first = process::sample(pid).ok();
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(s) = process::sample(pid) {
+                    peak.fetch_max(s.rss_kb, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            first
+        })
+    });
+    let tally = load::run(Arc::clone(&plan), connections).await;
+    // Closed loop ends at the deadline; open loop's window is the schedule's length.
+    let end = if options.rate.is_some() { start + options.duration } else { Instant::now().min(start + options.duration) };
+    let seconds = end.saturating_duration_since(start + options.warmup).as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let process = match (pid, readings) {
+        (Some(pid), Some(task)) => {
+            let first = task.await.ok().flatten();
+            let last = process::sample(pid).ok();
+            match (first, last) {
+                (Some(first), Some(last)) => Some(report::process_report(
+                    pid,
+                    first,
+                    last,
+                    peak.load(Ordering::Relaxed),
+                    seconds,
+                    tally.ok,
+                )),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    Ok(Report::new(plan.options(), tally, seconds, process))
+}
