@@ -439,3 +439,24 @@ async fn embeddings_answer_in_the_openai_shape() {
     assert_eq!(body["data"][1]["index"], 1);
     assert_eq!(body["data"][0]["object"], "embedding");
 }
+
+#[tokio::test]
+async fn admin_health_shows_each_paced_providers_allowance() {
+    let gateway = Gateway::start(
+        r#"
+providers:
+  paced: { kind: simulated, limits: { max_concurrent: 3, requests_per_minute: 120 } }
+routes:
+  default: { targets: [paced:m] }
+"#,
+    )
+    .await;
+    gateway.post("/v1/chat/completions", chat("default")).await;
+    let health = json_of(gateway.get("/admin/health", "").await).await;
+    let lane = &health["pacing"][0];
+    assert_eq!(lane["provider"], "paced");
+    assert_eq!(lane["max_concurrent"], 3);
+    assert_eq!(lane["in_flight"], 0);
+    let available = lane["requests_available"].as_f64().unwrap();
+    assert!((1.0..2.0).contains(&available), "one of a burst of two was spent: {available}");
+}

@@ -205,6 +205,7 @@ impl Exchange {
             elapsed.as_secs_f64(),
         );
         let mut upstream = Duration::ZERO;
+        let mut overhead = elapsed;
         if let Some((trail, timing)) = outcome {
             for attempt in &trail {
                 metrics.increment(
@@ -245,7 +246,10 @@ impl Exchange {
                     timing.queued.as_secs_f64(),
                 );
             }
-            let overhead = elapsed.saturating_sub(upstream).saturating_sub(timing.queued);
+            // A stream's time after its first chunk belongs to the upstream: its overhead is
+            // measured up to that first chunk.
+            let until = if timing.first_token.is_some() { timing.total } else { elapsed };
+            overhead = until.saturating_sub(upstream).saturating_sub(timing.queued);
             metrics.observe("switchyard_overhead_seconds", labels([]), overhead.as_secs_f64());
             state.recent.insert(RequestRecord {
                 id: self.id.clone(),
@@ -268,7 +272,7 @@ impl Exchange {
             attempts,
             status,
             latency_ms = elapsed.as_secs_f64() * 1000.0,
-            overhead_ms = elapsed.saturating_sub(upstream).as_secs_f64() * 1000.0,
+            overhead_ms = overhead.as_secs_f64() * 1000.0,
             "request"
         );
     }

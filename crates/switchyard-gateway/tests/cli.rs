@@ -1,0 +1,164 @@
+//! The command line, run as a user would: the real binary.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
+
+fn write_config(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(BIN)
+        .args(args)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn config_check_accepts_a_valid_file_and_refuses_a_bad_one_with_a_non_zero_exit() {
+    let good = write_config(
+        "good.yaml",
+        "providers: { p: { kind: simulated } }\nroutes: { default: { targets: [p:m] } }\n",
+    );
+    let (code, out, _) = run(&["config", "check", good.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(out.contains("ok (1 providers, routes: default)"), "{out}");
+
+    let bad = write_config(
+        "bad.yaml",
+        "providers: { p: { kind: simulated } }\nroutes: { default: { targets: [q:m] } }\n",
+    );
+    let (code, _, err) = run(&["config", "check", bad.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("bad.yaml: routes.default.targets[0]: unknown provider `q`"), "{err}");
+}
+
+#[test]
+fn doctor_prints_routes_limits_and_masked_credentials() {
+    let config = write_config(
+        "doctor.yaml",
+        r#"
+providers:
+  p: { kind: simulated, api_key: sk-doctor-SECRET-12345678, limits: { max_concurrent: 4, requests_per_minute: 120 } }
+routes:
+  default: { targets: [p:m], candidates: [{ name: apology, text: sorry }] }
+"#,
+    );
+    let (code, out, _) = run(&["doctor", "--config", config.to_str().unwrap(), "--ping"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("route default: p:m; candidate: apology (default)"), "{out}");
+    assert!(out.contains("limits: max_concurrent 4, requests_per_minute 120"), "{out}");
+    assert!(out.contains("key ****5678 from literal"), "{out}");
+    assert!(!out.contains("SECRET"), "{out}");
+    assert!(out.lines().any(|l| l.contains("p:m") && l.trim_end().ends_with("ok")), "{out}");
+}
+
+#[test]
+fn chat_prints_the_answer_then_the_trail() {
+    let config = write_config(
+        "chat.yaml",
+        r#"
+providers:
+  down: { kind: simulated, error_rates: { unavailable: 1.0 } }
+  up: { kind: simulated, reply: "hello from up" }
+routes:
+  default: { targets: [down:m, up:m], retry: { max_attempts: 1 } }
+"#,
+    );
+    let (code, out, _) = run(&["chat", "--config", config.to_str().unwrap(), "hi"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("hello from up\n"), "{out}");
+    assert!(out.contains("served by up:m"), "{out}");
+    assert!(out.contains("down:m") && out.contains("failed") && out.contains("unavailable"), "{out}");
+
+    let (code, out, _) =
+        run(&["chat", "--config", config.to_str().unwrap(), "--stream", "--target", "up:m", "hi"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("hello from up"), "{out}");
+}
+
+/// Reads one HTTP response head and returns the reader positioned at the body.
+fn read_head(reader: &mut BufReader<TcpStream>) -> String {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" || line.is_empty() {
+            return head;
+        }
+        head.push_str(&line);
+    }
+}
+
+#[test]
+fn sigterm_lets_an_open_stream_finish_then_exits() {
+    let config = write_config(
+        "shutdown.yaml",
+        r#"
+providers:
+  slow: { kind: simulated, reply: "one two three four five six", stream: { chunks: 6, gap: 150ms } }
+routes:
+  default: { targets: [slow:m] }
+gateway: { shutdown_grace: 10s }
+"#,
+    );
+    let mut server = Command::new(BIN)
+        .args(["serve", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(server.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    let addr = first.trim().rsplit("http://").next().unwrap().to_owned();
+
+    let mut stream = TcpStream::connect(&addr).unwrap();
+    let body = r#"{"model":"default","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    write!(
+        stream,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream);
+    let head = read_head(&mut reader);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+
+    // The stream is open: ask the gateway to stop.
+    let status = Command::new("kill").args(["-TERM", &server.id().to_string()]).status().unwrap();
+    assert!(status.success());
+
+    let mut rest = String::new();
+    reader.read_to_string(&mut rest).unwrap();
+    let tail = &rest[rest.len().saturating_sub(400)..];
+    assert!(rest.contains("\"finish_reason\":\"stop\""), "the open stream ran to its end: {tail:?}");
+    assert!(rest.contains("data: [DONE]"), "and ended well: {tail:?}");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(exit) = server.try_wait().unwrap() {
+            assert!(exit.success(), "{exit:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the gateway did not exit after its streams finished");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
