@@ -78,9 +78,12 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
             json!({ "id": id, "credentials": credentials })
         })
         .collect();
-    axum::Json(
-        json!({ "targets": snapshot.targets, "credentials": snapshot.credentials, "providers": providers }),
-    )
+    axum::Json(json!({
+        "targets": snapshot.targets,
+        "credentials": snapshot.credentials,
+        "providers": providers,
+        "pacing": state.router.pacing(),
+    }))
     .into_response()
 }
 
