@@ -192,7 +192,11 @@ mod tests {
         let mut both = Histogram::new();
         for v in 0..5_000u64 {
             let value = v * v % 100_003;
-            if v % 2 == 0 { a.record(value) } else { b.record(value) }
+            if v % 2 == 0 {
+                a.record(value)
+            } else {
+                b.record(value)
+            }
             both.record(value);
         }
         a.merge(&b);

@@ -41,7 +41,8 @@ impl Plan {
         headers.insert(HOST, host);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         for (name, value) in &options.headers {
-            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| format!("--header `{name}`: {e}"))?;
+            let name =
+                HeaderName::from_bytes(name.as_bytes()).map_err(|e| format!("--header `{name}`: {e}"))?;
             let value = HeaderValue::from_str(value).map_err(|e| format!("--header `{name}`: {e}"))?;
             headers.insert(name, value);
         }
@@ -96,6 +97,10 @@ pub struct Tally {
     pub bytes: u64,
     /// One example message per error kind, for the summary.
     pub samples: BTreeMap<String, String>,
+    /// Connections found closed by the server between requests and opened again.
+    pub reconnects: u64,
+    /// Requests still unanswered when a closed-loop run ended (dropped, in no figure).
+    pub unfinished: u64,
 }
 
 impl Tally {
@@ -114,6 +119,8 @@ impl Tally {
         }
         self.chunks += other.chunks;
         self.bytes += other.bytes;
+        self.reconnects += other.reconnects;
+        self.unfinished += other.unfinished;
         for (kind, text) in other.samples {
             self.samples.entry(kind).or_insert(text);
         }
@@ -132,6 +139,9 @@ impl Tally {
         }
     }
 }
+
+/// The failure kind of a connection found closed before the request went out.
+const CLOSED_BEFORE_SENDING: &str = "connection_closed";
 
 /// Why one request failed.
 #[derive(Debug)]
@@ -194,8 +204,16 @@ struct Exchange {
 }
 
 /// Sends one request on `connection` and checks the answer.
-async fn exchange(plan: &Plan, connection: &mut Connection, gaps: &mut Histogram) -> Result<Exchange, Failure> {
-    connection.sender.ready().await.map_err(|e| Failure::new("connection_closed", true).with(e.to_string()))?;
+async fn exchange(
+    plan: &Plan,
+    connection: &mut Connection,
+    gaps: &mut Histogram,
+) -> Result<Exchange, Failure> {
+    connection
+        .sender
+        .ready()
+        .await
+        .map_err(|e| Failure::new(CLOSED_BEFORE_SENDING, true).with(e.to_string()))?;
     let request = plan.request()?;
     let response = connection
         .sender
@@ -211,7 +229,8 @@ async fn exchange(plan: &Plan, connection: &mut Connection, gaps: &mut Histogram
             .with(String::from_utf8_lossy(&collected).into_owned()));
     }
     if !plan.options.stream {
-        let bytes = body.collect().await.map_err(|e| Failure::new("body_cut", true).with(e.to_string()))?.to_bytes();
+        let bytes =
+            body.collect().await.map_err(|e| Failure::new("body_cut", true).with(e.to_string()))?.to_bytes();
         check_json(&bytes, &plan.options.expect)?;
         return Ok(Exchange { ttft: None, chunks: 0, bytes: bytes.len() as u64 });
     }
@@ -295,22 +314,35 @@ impl Worker {
         let limit = cut_off.map_or(give_up, |c| c.min(give_up));
         let plan = Arc::clone(&self.plan);
         let mut gaps = Histogram::new();
+        let mut reconnects = 0;
         let result = tokio::time::timeout_at(limit.into(), async {
-            if self.connection.is_none() {
-                match connect(&plan).await {
-                    Ok(c) => self.connection = Some(c),
-                    Err(e) => return Err(Failure::new("connect", true).with(e)),
+            // A server may close a keep-alive connection after any answer (nginx does after an
+            // `error_page` fallback); that is not a failed request, so open a new one and send
+            // there, once.
+            for attempt in 0..2 {
+                if self.connection.is_none() {
+                    match connect(&plan).await {
+                        Ok(c) => self.connection = Some(c),
+                        Err(e) => return Err(Failure::new("connect", true).with(e)),
+                    }
+                }
+                let Some(connection) = self.connection.as_mut() else { break };
+                match exchange(&plan, connection, &mut gaps).await {
+                    Err(failure) if failure.kind == CLOSED_BEFORE_SENDING && attempt == 0 => {
+                        self.connection = None;
+                        reconnects += 1;
+                    }
+                    outcome => return outcome,
                 }
             }
-            match self.connection.as_mut() {
-                Some(connection) => exchange(&plan, connection, &mut gaps).await,
-                None => Err(Failure::new("connect", true)),
-            }
+            Err(Failure::new(CLOSED_BEFORE_SENDING, true))
         })
         .await;
+        self.tally.reconnects += reconnects;
         let outcome = match result {
             Err(_elapsed) if cut_off.is_some_and(|c| Instant::now() >= c) && give_up > limit => {
                 self.connection = None;
+                self.tally.unfinished += 1;
                 return false;
             }
             Err(_elapsed) => Err(Failure::new("timeout", true)),
@@ -354,7 +386,9 @@ impl Worker {
         let timeout = self.plan.options.timeout;
         loop {
             let now = Instant::now();
-            if now >= deadline || self.plan.issued.fetch_add(1, Ordering::Relaxed) >= self.plan.options.max_requests {
+            if now >= deadline
+                || self.plan.issued.fetch_add(1, Ordering::Relaxed) >= self.plan.options.max_requests
+            {
                 break;
             }
             if !self.one(now, now + timeout, Some(deadline)).await {

@@ -125,7 +125,11 @@ async fn drive(options: Options) -> Result<Report, String> {
     });
     let tally = load::run(Arc::clone(&plan), connections).await;
     // Closed loop ends at the deadline; open loop's window is the schedule's length.
-    let end = if options.rate.is_some() { start + options.duration } else { Instant::now().min(start + options.duration) };
+    let end = if options.rate.is_some() {
+        start + options.duration
+    } else {
+        Instant::now().min(start + options.duration)
+    };
     let seconds = end.saturating_duration_since(start + options.warmup).as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let process = match (pid, readings) {

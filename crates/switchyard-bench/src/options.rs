@@ -80,7 +80,9 @@ impl Target {
             })?
         };
         if !ip.is_loopback() {
-            return Err(format!("--url `{url}`: {ip} is not a loopback address; this driver only loads 127.0.0.0/8 and ::1"));
+            return Err(format!(
+                "--url `{url}`: {ip} is not a loopback address; this driver only loads 127.0.0.0/8 and ::1"
+            ));
         }
         Ok(Self { addr: SocketAddr::new(ip, port), authority: authority.to_owned(), path: path.to_owned() })
     }
@@ -156,9 +158,8 @@ impl Options {
                 "--body" => body_text = Some(value()?),
                 "--body-file" => {
                     let path = value()?;
-                    body_text = Some(
-                        std::fs::read_to_string(&path).map_err(|e| format!("--body-file {path}: {e}"))?,
-                    );
+                    body_text =
+                        Some(std::fs::read_to_string(&path).map_err(|e| format!("--body-file {path}: {e}"))?);
                 }
                 "--header" => {
                     let text = value()?;
@@ -175,7 +176,11 @@ impl Options {
                     let text = value()?;
                     match text.parse::<f64>() {
                         Ok(r) if r.is_finite() && r > 0.0 && r <= 1e6 => rate = Some(r),
-                        _ => return Err(format!("--rate needs a number of requests/s in (0, 1e6], got `{text}`")),
+                        _ => {
+                            return Err(format!(
+                                "--rate needs a number of requests/s in (0, 1e6], got `{text}`"
+                            ));
+                        }
                     }
                 }
                 "--timeout" => timeout = parse_duration(&value()?)?,
@@ -300,8 +305,9 @@ mod tests {
 
     #[test]
     fn stream_sets_the_flag_in_the_body_and_headers_are_lowercased() {
-        let o = parse(&["--url", "http://127.0.0.1:1/", "--stream", "--header", "X-Portkey-Config: {\"a\":1}"])
-            .unwrap();
+        let o =
+            parse(&["--url", "http://127.0.0.1:1/", "--stream", "--header", "X-Portkey-Config: {\"a\":1}"])
+                .unwrap();
         let body: serde_json::Value = serde_json::from_slice(&o.body).unwrap();
         assert_eq!(body["stream"], true);
         assert_eq!(o.headers, vec![("x-portkey-config".to_owned(), "{\"a\":1}".to_owned())]);

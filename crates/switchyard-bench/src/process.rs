@@ -74,8 +74,9 @@ fn tree(pid: u32) -> Vec<u32> {
 /// CPU ticks, VmRSS and VmHWM of one process.
 fn read_one(pid: u32) -> io::Result<(u64, u64, u64)> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let ticks = parse_cpu_ticks(&stat)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("/proc/{pid}/stat: unexpected format")))?;
+    let ticks = parse_cpu_ticks(&stat).ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidData, format!("/proc/{pid}/stat: unexpected format"))
+    })?;
     let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
     Ok((ticks, status_kb(&status, "VmRSS:"), status_kb(&status, "VmHWM:")))
 }

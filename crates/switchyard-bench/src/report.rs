@@ -88,6 +88,11 @@ pub struct Report {
     pub chunk_gap_ms: Option<Percentiles>,
     pub chunks: u64,
     pub response_bytes: u64,
+    /// Connections the server closed between requests (reopened; not failures).
+    pub reconnects: u64,
+    /// Requests still unanswered when a closed-loop run ended: dropped, in no figure. Many of
+    /// them (or all, with no answer at all) mean the target is slower than the run is long.
+    pub unfinished: u64,
     pub process: Option<ProcessReport>,
     /// One example per error kind (the body of an error status, the cause of a cut).
     pub error_samples: BTreeMap<String, String>,
@@ -118,6 +123,8 @@ impl Report {
             chunk_gap_ms: Percentiles::of(&tally.gaps),
             chunks: tally.chunks,
             response_bytes: tally.bytes,
+            reconnects: tally.reconnects,
+            unfinished: tally.unfinished,
             process,
             error_samples: tally.samples,
         }
@@ -130,7 +137,13 @@ impl Report {
             Some(rate) => format!("open loop at {rate:.0} req/s, up to {} in flight", self.connections),
             None => format!("closed loop, {} connections", self.connections),
         };
-        let _ = writeln!(s, "{} {} ({load}{})", self.label, self.url, if self.stream { ", streaming" } else { "" });
+        let _ = writeln!(
+            s,
+            "{} {} ({load}{})",
+            self.label,
+            self.url,
+            if self.stream { ", streaming" } else { "" }
+        );
         let _ = writeln!(
             s,
             "  {} requests in {:.1}s: {} ok, {} failed; {:.0} ok/s",
@@ -147,7 +160,18 @@ impl Report {
         s.push_str(&line("ttft", &self.ttft_ms));
         s.push_str(&line("chunk gap", &self.chunk_gap_ms));
         for (kind, n) in &self.errors {
-            let _ = writeln!(s, "  error {kind}: {n}  {}", self.error_samples.get(kind).map_or("", String::as_str));
+            let _ = writeln!(
+                s,
+                "  error {kind}: {n}  {}",
+                self.error_samples.get(kind).map_or("", String::as_str)
+            );
+        }
+        if self.unfinished > 0 {
+            let _ =
+                writeln!(s, "  {} requests unanswered at the end of the run (not counted)", self.unfinished);
+        }
+        if self.reconnects > 0 {
+            let _ = writeln!(s, "  the server closed {} idle connections (reopened)", self.reconnects);
         }
         if !self.warmup_errors.is_empty() {
             let _ = writeln!(s, "  warm-up errors: {:?}", self.warmup_errors);
@@ -156,7 +180,14 @@ impl Report {
             let _ = writeln!(
                 s,
                 "  target pid {} ({} processes): {:.2} CPU s ({:.2} cores), RSS {} -> {} KiB, peak {} KiB, VmHWM {} KiB",
-                p.pid, p.processes, p.cpu_seconds, p.cpu_cores, p.rss_start_kb, p.rss_end_kb, p.rss_peak_kb, p.hwm_kb
+                p.pid,
+                p.processes,
+                p.cpu_seconds,
+                p.cpu_cores,
+                p.rss_start_kb,
+                p.rss_end_kb,
+                p.rss_peak_kb,
+                p.hwm_kb
             );
         }
         s
@@ -164,7 +195,14 @@ impl Report {
 }
 
 /// The process figures from readings at the start and end and the highest RSS sampled.
-pub fn process_report(pid: u32, start: Sample, end: Sample, peak_rss_kb: u64, seconds: f64, ok: u64) -> ProcessReport {
+pub fn process_report(
+    pid: u32,
+    start: Sample,
+    end: Sample,
+    peak_rss_kb: u64,
+    seconds: f64,
+    ok: u64,
+) -> ProcessReport {
     let cpu_seconds = (end.cpu_seconds - start.cpu_seconds).max(0.0);
     ProcessReport {
         pid,

@@ -149,18 +149,14 @@ mod tests {
         let kinds: Vec<Kind> = split_all(&[body]).iter().map(classify).collect();
         assert_eq!(
             kinds,
-            vec![
-                Kind::Other,
-                Kind::Content("mock ".into()),
-                Kind::Content("answer".into()),
-                Kind::Done
-            ]
+            vec![Kind::Other, Kind::Content("mock ".into()), Kind::Content("answer".into()), Kind::Done]
         );
     }
 
     #[test]
     fn frames_may_cut_events_and_lines_anywhere() {
-        let body = b"data: {\"choices\":[{\"delta\":{\"content\":\"h\xc3\xa9\"}}]}\r\n\r\ndata: [DONE]\r\n\r\n";
+        let body =
+            b"data: {\"choices\":[{\"delta\":{\"content\":\"h\xc3\xa9\"}}]}\r\n\r\ndata: [DONE]\r\n\r\n";
         for cut in 0..body.len() {
             let events = split_all(&[&body[..cut], &body[cut..]]);
             assert_eq!(events.len(), 2, "cut at {cut}");

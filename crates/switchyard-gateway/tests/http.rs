@@ -272,13 +272,9 @@ async fn admin_health_shows_targets_and_masked_credentials_and_reset_clears_them
         .unwrap();
     assert_eq!(reset.status(), 200);
     let health = json_of(gateway.get("/admin/health", ADMIN_KEY).await).await;
-    assert!(
-        health["targets"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|t| t["target"] != "down:m" || t["status"] == "unknown")
-    );
+    let down =
+        health["targets"].as_array().unwrap().iter().find(|t| t["target"] == "down:m").unwrap().clone();
+    assert_eq!((down["status"].as_str(), down["consecutive_failures"].as_u64()), (Some("unknown"), Some(0)));
 
     let all =
         gateway.client.post(gateway.url("/admin/health/reset")).bearer_auth(ADMIN_KEY).send().await.unwrap();
@@ -459,4 +455,18 @@ routes:
     assert_eq!(lane["in_flight"], 0);
     let available = lane["requests_available"].as_f64().unwrap();
     assert!((1.0..2.0).contains(&available), "one of a burst of two was spent: {available}");
+}
+
+#[tokio::test]
+async fn targets_named_by_clients_share_one_metric_label() {
+    let gateway = Gateway::start(BASIC).await;
+    for n in 0..3 {
+        gateway.post("/v1/chat/completions", chat(&format!("up:invented-{n}"))).await;
+    }
+    let text = gateway.get("/metrics", "").await.text().await.unwrap();
+    assert!(!text.contains("invented"), "{text}");
+    assert!(
+        text.contains("switchyard_attempts_total{target=\"(unlisted)\",outcome=\"ok\",error_kind=\"\"} 3"),
+        "{text}"
+    );
 }

@@ -251,6 +251,24 @@ impl ProviderError {
         self.0.kind
     }
 
+    /// The same error with every occurrence of `secret` in its detail and code replaced by
+    /// `[redacted]`. Secrets shorter than 8 characters are not searched for: they would match
+    /// ordinary words.
+    pub fn redacted(mut self, secret: &str) -> Self {
+        if secret.len() < 8 {
+            return self;
+        }
+        if self.0.detail.contains(secret) {
+            self.0.detail = self.0.detail.replace(secret, "[redacted]");
+        }
+        if let Some(code) = self.0.code.as_mut()
+            && code.contains(secret)
+        {
+            *code = code.replace(secret, "[redacted]");
+        }
+        self
+    }
+
     pub fn status(&self) -> Option<u16> {
         self.0.status
     }
@@ -337,10 +355,6 @@ pub enum RouteError {
     /// A failure the route does not fall back on, returned unchanged.
     #[error("{error}")]
     Upstream { error: ProviderError, trail: Trail },
-    /// The request cannot be routed as asked (for example, embeddings with nowhere equivalent
-    /// to fall back to, or an empty message list).
-    #[error("invalid request: {0}")]
-    InvalidRequest(String),
 }
 
 impl RouteError {
@@ -350,7 +364,7 @@ impl RouteError {
             RouteError::AllTargetsFailed { trail, .. } | RouteError::Upstream { trail, .. } => {
                 trail.attempts()
             }
-            RouteError::UnknownModel { .. } | RouteError::InvalidRequest(_) => &[],
+            RouteError::UnknownModel { .. } => &[],
         }
     }
 
@@ -359,7 +373,7 @@ impl RouteError {
         match self {
             RouteError::AllTargetsFailed { last, .. } => last.as_ref(),
             RouteError::Upstream { error, .. } => Some(error),
-            RouteError::UnknownModel { .. } | RouteError::InvalidRequest(_) => None,
+            RouteError::UnknownModel { .. } => None,
         }
     }
 

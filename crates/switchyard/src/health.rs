@@ -489,8 +489,22 @@ impl HealthBoard {
                     // The target is exhausted only when no credential of it has quota left.
                     let all_spent = records.credentials.iter().all(|c| c.status == HealthStatus::Exhausted);
                     if all_spent || records.credentials.is_empty() {
+                        // The target is back as soon as its first key is: the earliest reset,
+                        // unknown if any key's reset is unknown.
+                        let reset = if records.credentials.is_empty() {
+                            retry_until
+                        } else {
+                            records
+                                .credentials
+                                .iter()
+                                .map(|c| c.retry_until)
+                                .try_fold(None, |soonest: Option<Instant>, until| {
+                                    until.map(|u| Some(soonest.map_or(u, |s| s.min(u))))
+                                })
+                                .flatten()
+                        };
                         let t = &mut records.target;
-                        t.retry_until = retry_until;
+                        t.retry_until = reset;
                         if t.status != HealthStatus::Exhausted {
                             events.push(EventKind::Exhausted {
                                 subject: Subject::Target(target.clone()),
@@ -604,6 +618,17 @@ impl HealthBoard {
             }
         });
         events
+    }
+
+    /// Gives back a half-open circuit's probe slot that a call took but whose outcome said
+    /// nothing about the provider (a rate limit, an invalid request, a pacer refusal, the
+    /// caller's deadline): the next call may probe at once instead of waiting out the lease.
+    pub fn release_probe(&self, target: &Target, credentials: &[CredentialId]) {
+        self.store.update(target, credentials, &mut |records| {
+            if let Breaker::HalfOpen { probes, lease_until } = records.target.breaker {
+                records.target.breaker = Breaker::HalfOpen { probes: probes.saturating_sub(1), lease_until };
+            }
+        });
     }
 
     /// The health of one target (`unknown` when never called).

@@ -72,7 +72,7 @@ impl RateLimits {
                     .parse::<f64>()
                     .ok()
                     .filter(|v| v.is_finite() && *v >= 0.0)
-                    .map(|ms| clamp(Duration::from_secs_f64(ms / 1000.0)));
+                    .map(|ms| seconds((ms / 1000.0).min(MAX_RESET.as_secs_f64())));
                 continue;
             }
             if name == "retry-after" {
@@ -152,6 +152,13 @@ fn clamp(duration: Duration) -> Duration {
     duration.min(MAX_RESET)
 }
 
+/// A duration from a number of seconds already known to be finite, not negative and at most
+/// [`MAX_RESET`]: `Duration::from_secs_f64` panics beyond its range, and an upstream header
+/// must never panic a request.
+fn seconds(value: f64) -> Duration {
+    Duration::try_from_secs_f64(value.clamp(0.0, MAX_RESET.as_secs_f64())).unwrap_or(MAX_RESET)
+}
+
 fn until(at: SystemTime, now: SystemTime) -> Duration {
     at.duration_since(now).unwrap_or(Duration::ZERO)
 }
@@ -161,7 +168,7 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
     if let Ok(seconds) = value.parse::<f64>() {
         return (seconds.is_finite() && seconds >= 0.0)
-            .then(|| clamp(Duration::from_secs_f64(seconds.min(1e9))));
+            .then(|| self::seconds(seconds.min(MAX_RESET.as_secs_f64())));
     }
     parse_http_date(value).map(|at| clamp(until(at, now)))
 }
@@ -191,7 +198,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
             "m" => 60.0,
             "s" => 1.0,
             "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
+            "us" => 1e-6,
             "ns" => 1e-9,
             _ => return None,
         };
@@ -200,7 +207,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     if !total.is_finite() {
         return None;
     }
-    Some(clamp(Duration::from_secs_f64(total.min(MAX_RESET.as_secs_f64()))))
+    Some(seconds(total.min(MAX_RESET.as_secs_f64())))
 }
 
 /// RFC 3339 timestamps: `2025-01-01T00:00:30Z`, `2025-01-01T00:00:30.5+02:00`.
@@ -231,7 +238,10 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
         return None;
     }
     let days = days_from_civil(year, month, day)?;
-    let whole = days * 86_400 + i64::from(hour) * 3600 + i64::from(minute) * 60 - offset_seconds;
+    let whole = days
+        .checked_mul(86_400)?
+        .checked_add(i64::from(hour) * 3600 + i64::from(minute) * 60)?
+        .checked_sub(offset_seconds)?;
     to_system_time(whole as f64 + seconds)
 }
 
@@ -264,19 +274,19 @@ pub fn parse_http_date(text: &str) -> Option<SystemTime> {
         return None;
     }
     let days = days_from_civil(year, month, day)?;
-    to_system_time((days * 86_400 + hour * 3600 + minute * 60 + second) as f64)
+    to_system_time(days.checked_mul(86_400)?.checked_add(hour * 3600 + minute * 60 + second)? as f64)
 }
 
 fn to_system_time(unix_seconds: f64) -> Option<SystemTime> {
     if !unix_seconds.is_finite() || !(0.0..=1e12).contains(&unix_seconds) {
         return None;
     }
-    UNIX_EPOCH.checked_add(Duration::from_secs_f64(unix_seconds))
+    UNIX_EPOCH.checked_add(Duration::try_from_secs_f64(unix_seconds).ok()?)
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
 fn days_from_civil(year: i64, month: u32, day: u32) -> Option<i64> {
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || !(1970..=9999).contains(&year) {
         return None;
     }
     let y = if month <= 2 { year - 1 } else { year };
@@ -299,6 +309,22 @@ mod tests {
         assert!(a.is_some());
         assert_eq!(a, b);
         assert_eq!(a, parse_rfc3339("1994-11-06T10:49:37+02:00"));
+    }
+
+    #[test]
+    fn absurd_header_values_are_clamped_or_ignored_never_a_panic() {
+        let now = SystemTime::now();
+        let headers = [
+            ("retry-after-ms", "1e300"),
+            ("anthropic-ratelimit-requests-reset", "99999999999-01-01T00:00:00Z"),
+            ("x-ratelimit-reset-tokens", "99999999999999999999h"),
+        ];
+        let limits = RateLimits::from_headers(headers, now);
+        assert_eq!(limits.retry_after, Some(MAX_RESET));
+        assert_eq!(limits.requests, None, "an impossible instant is ignored");
+        assert_eq!(limits.tokens.and_then(|t| t.reset_after), Some(MAX_RESET));
+        assert_eq!(parse_retry_after("1e308", now), Some(MAX_RESET));
+        assert_eq!(parse_http_date("Sun, 06 Nov 99999999999 08:49:37 GMT"), None);
     }
 
     #[test]

@@ -363,7 +363,7 @@ impl RouteBuilder {
         match text.parse() {
             Ok(target) => Some(target),
             Err(error) => {
-                self.errors.push(error_to_string(&error));
+                self.errors.push(error.to_string());
                 None
             }
         }
@@ -513,10 +513,6 @@ impl RouteBuilder {
             spill_over: self.spill_over,
         })
     }
-}
-
-fn error_to_string(error: &dyn std::error::Error) -> String {
-    error.to_string()
 }
 
 /// A route that cannot be built, with every problem found.

@@ -94,6 +94,12 @@ impl fmt::Debug for ProviderEntry {
     }
 }
 
+impl ProviderSlot {
+    pub(crate) fn price(&self, model: &str) -> Option<&Price> {
+        self.prices.get(model)
+    }
+}
+
 pub(crate) struct ProviderSlot {
     pub(crate) id: Arc<str>,
     pub(crate) provider: Arc<dyn Provider>,
@@ -735,6 +741,65 @@ impl Router {
         chain
     }
 
+    /// What to do after a failed attempt: one place holds the catalog's rules and the route's
+    /// overrides, so the engine loop only carries them out.
+    fn after_failure(
+        &self,
+        route: &Route,
+        error: &ProviderError,
+        at: &FailurePoint,
+    ) -> (Next, Option<String>) {
+        let kind = error.kind();
+        if kind == ErrorKind::Cancelled {
+            return (Next::Stop, None);
+        }
+        // Another key of the same provider can fix what this key broke.
+        if at.can_rotate && matches!(kind, ErrorKind::Auth | ErrorKind::QuotaExceeded) {
+            return (Next::Rotate, Some("trying the provider's next credential".to_owned()));
+        }
+        let retry = route.retry();
+        let mut note = None;
+        if route.retries_on(error) && at.retries + 1 < retry.max_attempts {
+            let retry_after = error.retry_after();
+            let delay = retry_delay(retry, at.retries + 1, self.inner.jitter.unit(), retry_after);
+            if let Some(wait) = retry_after.filter(|wait| *wait > retry.max_wait) {
+                // Never sleep longer than max_wait: move on, or let the caller see the
+                // provider's Retry-After, rather than hold the request for minutes.
+                note = Some(format!(
+                    "Retry-After {wait:?} exceeds max_wait {:?}; not waiting for it",
+                    retry.max_wait
+                ));
+            } else if at.deadline.is_some_and(|d| Instant::now() + delay >= d) {
+                note = Some(format!("a retry in {delay:?} would pass the request deadline"));
+            } else if !self.inner.budget.try_spend() {
+                note = Some("retry budget spent: not retrying".to_owned());
+            } else {
+                return (Next::Retry(delay), None);
+            }
+        }
+        if !at.no_fallback {
+            if kind == ErrorKind::ContextLength
+                && at.chain == Chain::General
+                && !route.context_window().is_empty()
+            {
+                return (Next::Switch(Chain::ContextWindow), note);
+            }
+            if kind == ErrorKind::ContentFiltered
+                && at.chain != Chain::ContentPolicy
+                && !route.content_policy().is_empty()
+            {
+                return (
+                    Next::Switch(Chain::ContentPolicy),
+                    Some("redirected to the content-policy targets".to_owned()),
+                );
+            }
+        }
+        if at.no_fallback || !route.falls_back_on(error) {
+            return (Next::Stop, note);
+        }
+        (Next::MoveOn, note)
+    }
+
     /// The engine: walks the chain, retrying, skipping, switching chains and falling back,
     /// until an answer or a final error.
     async fn run<X: Exchange>(
@@ -747,15 +812,15 @@ impl Router {
         let Resolved { route, chain, explicit } = resolved;
         let started = Instant::now();
         let deadline = options.deadline.or(route.timeouts().deadline).map(|d| started + d);
-        let retry = *route.retry();
         let health_ttl = route.health_gate().then(|| route.health_ttl());
+        let no_fallback = options.no_fallback;
         inner.budget.record_request();
 
         let mut trail = Trail::default();
         let mut queued_total = Duration::ZERO;
         let mut last_error: Option<ProviderError> = None;
         let mut queue: VecDeque<(Target, bool)> = chain.into_iter().map(|t| (t, false)).collect();
-        if options.no_fallback {
+        if no_fallback {
             queue.truncate(1);
         }
         let mut chain_kind = Chain::General;
@@ -763,6 +828,9 @@ impl Router {
         let mut chain_soonest: Option<(Target, Instant)> = None;
         let mut previous: Option<Target> = None;
         let mut out_of_time = false;
+        // A refusal redirected to the content-policy chain: served after all if that chain
+        // produces nothing, since it is the provider's real answer.
+        let mut refusal: Option<(X::Output, Target, usize, Instant)> = None;
 
         'chain: loop {
             let Some((target, force)) = queue.pop_front() else {
@@ -777,36 +845,47 @@ impl Router {
             let Some(slot) = inner.providers.get(target.provider()) else { continue };
             let mut exclude = 0u64;
             let mut retries = 0u32;
+            // The error of the previous attempt on this target, while retrying or rotating keys.
+            let mut pending: Option<ProviderError> = None;
             let mut note_next: Option<String> =
                 force.then(|| "every target was gated; trying the one that recovers first".to_owned());
 
-            'target: loop {
+            loop {
                 let now = Instant::now();
                 if deadline.is_some_and(|d| now >= d) {
                     out_of_time = true;
-                    last_error = Some(
+                    last_error = Some(pending.take().unwrap_or_else(|| {
                         ProviderError::new(
                             ErrorKind::Timeout,
                             "request deadline passed before the next attempt",
                         )
-                        .with_target(target.clone()),
-                    );
+                        .with_target(target.clone())
+                    }));
                     break 'chain;
                 }
                 let query = GateQuery {
                     target: &target,
                     credentials: &slot.credential_ids,
-                    health_ttl: if retries > 0 || exclude != 0 { None } else { health_ttl },
+                    // Within one request, a retry is not stopped by the failure it retries.
+                    health_ttl: if pending.is_some() { None } else { health_ttl },
                     explicit,
-                    force: force || !route.health_gate(),
+                    force,
                     exclude,
                 };
                 let (gate, events) = inner.health.admit(&query);
                 inner.publish_all(events);
-                let credential = match gate {
-                    Gate::Pass { credential, .. } => credential,
+                let (credential, probe) = match gate {
+                    Gate::Pass { credential, probe } => (credential, probe),
                     Gate::Skip { exhausted, until, reason } => {
-                        if retries == 0 && exclude == 0 {
+                        let Some(error) = pending.take() else {
+                            let error = exhausted.then(|| {
+                                let error = ProviderError::new(ErrorKind::QuotaExceeded, reason.clone())
+                                    .with_target(target.clone());
+                                match until.and_then(|u| u.checked_duration_since(now)) {
+                                    Some(wait) => error.with_retry_after(wait),
+                                    None => error,
+                                }
+                            });
                             trail.push(Attempt {
                                 via: Via::Target(target.clone()),
                                 credential_id: None,
@@ -815,7 +894,7 @@ impl Router {
                                 } else {
                                     Outcome::SkippedUnhealthy
                                 },
-                                error: None,
+                                error,
                                 started: now - started,
                                 duration: Duration::ZERO,
                                 queued: Duration::ZERO,
@@ -828,18 +907,24 @@ impl Router {
                             {
                                 chain_soonest = Some((target.clone(), until));
                             }
-                        } else if let Some(last) = trail.last_mut() {
-                            // The breaker opened (or the keys ran out) during this request.
+                            continue 'chain;
+                        };
+                        // The breaker opened (or the keys ran out) during this request: the
+                        // previous attempt's failure decides, as if it had been the last try.
+                        if let Some(last) = trail.last_mut() {
                             last.outcome = Outcome::Failed;
                             last.note = Some(reason);
                         }
-                        break 'target;
+                        if no_fallback || !route.falls_back_on(&error) {
+                            return Err(RouteError::Upstream { error, trail });
+                        }
+                        last_error = Some(error);
+                        continue 'chain;
                     }
                 };
                 chain_called = true;
                 let cred = &slot.credentials[credential];
-                if retries == 0
-                    && exclude == 0
+                if pending.is_none()
                     && let Some(from) = previous.replace(target.clone())
                     && from != target
                 {
@@ -861,7 +946,8 @@ impl Router {
                             estimated_tokens: x.estimated_tokens(),
                             deadline,
                             // Pacing waits; it reroutes only when the route asks it to.
-                            spill_after: (route.spill_over() && !queue.is_empty()).then_some(retry.max_wait),
+                            spill_after: (route.spill_over() && !queue.is_empty())
+                                .then_some(route.retry().max_wait),
                         };
                         match pacer.acquire(request).await {
                             Ok(permit) => {
@@ -876,6 +962,9 @@ impl Router {
                                 Some(permit)
                             }
                             Err(error) => {
+                                if probe {
+                                    inner.health.release_probe(&target, &slot.credential_ids);
+                                }
                                 let error =
                                     error.with_target(target.clone()).with_credential(cred.id().clone());
                                 trail.push(Attempt {
@@ -889,9 +978,9 @@ impl Router {
                                     mid_stream: false,
                                     note: Some("the pacer refused the call".to_owned()),
                                 });
-                                if !options.no_fallback && route.falls_back_on(&error) {
+                                if !no_fallback && route.falls_back_on(&error) {
                                     last_error = Some(error);
-                                    break 'target;
+                                    continue 'chain;
                                 }
                                 return Err(RouteError::Upstream { error, trail });
                             }
@@ -915,12 +1004,18 @@ impl Router {
                     timeouts: route.timeouts(),
                     rate_limits: sink.as_ref().map(|s| s as &dyn RateLimitSink),
                 };
+                // A timeout forced by the caller's deadline says nothing about the provider.
+                let mut cut_by_deadline = false;
                 let result = match tokio::time::timeout(remaining, x.call(&*slot.provider, call)).await {
                     Ok(result) => result,
-                    Err(_) if remaining < limit => Err(ProviderError::new(
-                        ErrorKind::Timeout,
-                        format!("request deadline passed after {remaining:?} of waiting"),
-                    )),
+                    Err(_) if remaining < limit => {
+                        cut_by_deadline = true;
+                        out_of_time = true;
+                        Err(ProviderError::new(
+                            ErrorKind::Timeout,
+                            format!("request deadline passed after {remaining:?} of waiting"),
+                        ))
+                    }
                     Err(_) => Err(ProviderError::new(
                         ErrorKind::Timeout,
                         format!("no answer within the {limit_name} timeout of {limit:?}"),
@@ -951,16 +1046,19 @@ impl Router {
                         let redirect = x.is_content_filtered(&output)
                             && chain_kind != Chain::ContentPolicy
                             && !route.content_policy().is_empty()
-                            && !options.no_fallback;
+                            && !no_fallback;
                         if redirect {
                             attempt.outcome = Outcome::Redirected;
                             attempt.error = Some(
-                                ProviderError::new(ErrorKind::ContentFiltered, "the answer was withheld by the content filter; redirecting to the content-policy targets")
-                                    .with_target(target.clone())
-                                    .with_credential(cred.id().clone()),
+                                ProviderError::new(
+                                    ErrorKind::ContentFiltered,
+                                    "the answer was withheld by the content filter; redirecting to the content-policy targets",
+                                )
+                                .with_target(target.clone())
+                                .with_credential(cred.id().clone()),
                             );
                             trail.push(attempt);
-                            drop(permit);
+                            refusal = Some((output, target.clone(), credential, sent));
                             queue = route.content_policy().iter().map(|t| (t.clone(), false)).collect();
                             chain_kind = Chain::ContentPolicy;
                             (chain_called, chain_soonest) = (false, None);
@@ -984,51 +1082,43 @@ impl Router {
                             timeouts: *route.timeouts(),
                         });
                     }
-                    Err(error) => error.with_target(target.clone()).with_credential(cred.id().clone()),
+                    Err(error) => {
+                        redact(error, cred).with_target(target.clone()).with_credential(cred.id().clone())
+                    }
                 };
                 if let Some(mut permit) = permit {
                     permit.settle(None);
                 }
-                let events = inner.health.record_failure(&target, &slot.credential_ids, credential, &error);
-                attempt.outcome = Outcome::Failed;
-                attempt.error = Some(error.clone());
-                let kind = error.kind();
-
-                // Another key of the same provider can fix what this key broke.
-                let rotate_key =
-                    matches!(kind, ErrorKind::Auth | ErrorKind::QuotaExceeded) && (credential < 64) && {
-                        let query =
-                            GateQuery { exclude: exclude | (1 << credential), health_ttl: None, ..query };
-                        matches!(inner.health.peek(&query), Gate::Pass { .. })
-                    };
-                let mut will_retry = rotate_key;
-                let mut delay = Duration::ZERO;
-                if rotate_key {
-                    exclude |= 1 << credential;
-                    attempt.note = Some("trying the provider's next credential".to_owned());
-                } else if kind != ErrorKind::Cancelled
-                    && route.retries_on(&error)
-                    && retries + 1 < retry.max_attempts
-                {
-                    let more_targets = !queue.is_empty();
-                    let retry_after = error.retry_after();
-                    delay = retry_delay(&retry, retries + 1, inner.jitter.unit(), retry_after);
-                    if retry_after.is_some_and(|ra| ra > retry.max_wait) && more_targets {
-                        attempt.note = Some(format!(
-                            "Retry-After {:?} exceeds max_wait {:?}; moving on",
-                            retry_after.unwrap_or_default(),
-                            retry.max_wait
-                        ));
-                    } else if deadline.is_some_and(|d| Instant::now() + delay >= d) {
-                        attempt.note = Some(format!("a retry in {delay:?} would pass the request deadline"));
-                    } else if !inner.budget.try_spend() {
-                        attempt.note = Some("retry budget spent: not retrying".to_owned());
-                    } else {
-                        will_retry = true;
-                    }
+                let events = if cut_by_deadline {
+                    Vec::new()
+                } else {
+                    inner.health.record_failure(&target, &slot.credential_ids, credential, &error)
+                };
+                // A probe whose outcome says nothing about the provider's health leaves the
+                // circuit half-open for the next probe, instead of holding the slot.
+                if probe && (cut_by_deadline || !error.kind().counts_for_breaker()) {
+                    inner.health.release_probe(&target, &slot.credential_ids);
                 }
-                if will_retry {
-                    attempt.outcome = Outcome::Retried;
+
+                let can_rotate = credential < 63 && {
+                    let rotated =
+                        GateQuery { exclude: exclude | (1 << credential), health_ttl: None, ..query };
+                    matches!(inner.health.peek(&rotated), Gate::Pass { .. })
+                };
+                let at = FailurePoint { retries, can_rotate, chain: chain_kind, no_fallback, deadline };
+                let (next, note) = if cut_by_deadline {
+                    (Next::MoveOn, Some("request deadline passed".to_owned()))
+                } else {
+                    self.after_failure(&route, &error, &at)
+                };
+                attempt.outcome = match next {
+                    Next::Rotate | Next::Retry(_) => Outcome::Retried,
+                    Next::Switch(Chain::ContentPolicy) => Outcome::Redirected,
+                    _ => Outcome::Failed,
+                };
+                attempt.error = Some(error.clone());
+                if note.is_some() {
+                    attempt.note = note;
                 }
                 trail.push(attempt);
                 inner.publish_all(events);
@@ -1036,41 +1126,66 @@ impl Router {
                     target: target.clone(),
                     credential_id: Some(cred.id().clone()),
                     error: error.clone(),
-                    will_retry,
+                    will_retry: matches!(next, Next::Rotate | Next::Retry(_)),
                 });
-                if will_retry {
-                    if !rotate_key {
+                match next {
+                    Next::Rotate => {
+                        exclude |= 1 << credential;
+                        pending = Some(error);
+                    }
+                    Next::Retry(delay) => {
                         retries += 1;
+                        pending = Some(error);
                         tokio::time::sleep(delay).await;
                     }
-                    continue 'target;
+                    Next::Switch(kind) => {
+                        let targets = match kind {
+                            Chain::ContextWindow => route.context_window(),
+                            _ => route.content_policy(),
+                        };
+                        queue = targets.iter().map(|t| (t.clone(), false)).collect();
+                        chain_kind = kind;
+                        (chain_called, chain_soonest) = (false, None);
+                        last_error = Some(error);
+                        continue 'chain;
+                    }
+                    Next::MoveOn => {
+                        last_error = Some(error);
+                        if cut_by_deadline {
+                            break 'chain;
+                        }
+                        continue 'chain;
+                    }
+                    Next::Stop => return Err(RouteError::Upstream { error, trail }),
                 }
-
-                if kind == ErrorKind::Cancelled {
-                    return Err(RouteError::Upstream { error, trail });
-                }
-                if kind == ErrorKind::ContextLength
-                    && chain_kind == Chain::General
-                    && !route.context_window().is_empty()
-                    && !options.no_fallback
-                {
-                    queue = route.context_window().iter().map(|t| (t.clone(), false)).collect();
-                    chain_kind = Chain::ContextWindow;
-                    (chain_called, chain_soonest) = (false, None);
-                    last_error = Some(error);
-                    continue 'chain;
-                }
-                if options.no_fallback || !route.falls_back_on(&error) {
-                    return Err(RouteError::Upstream { error, trail });
-                }
-                last_error = Some(error);
-                break 'target;
             }
+        }
+
+        // The content-policy chain produced nothing: the refusal it replaced is the answer.
+        if let Some((output, target, credential, sent)) = refusal {
+            if let Some(redirected) =
+                trail.attempts_mut().iter_mut().find(|a| a.outcome == Outcome::Redirected)
+            {
+                redirected.note =
+                    Some("the content-policy chain failed: this refusal is the answer".to_owned());
+            }
+            return Ok(Served {
+                output,
+                via: Via::Target(target.clone()),
+                route: route.name_arc().clone(),
+                trail,
+                timing: Timing { total: started.elapsed(), queued: queued_total, first_token: None },
+                answered: Some((target, credential)),
+                permit: None,
+                attempt_started: sent,
+                deadline,
+                timeouts: *route.timeouts(),
+            });
         }
 
         // Candidates: non-provider answers, once each, in order.
         if !explicit
-            && !options.no_fallback
+            && !no_fallback
             && let Some(request) = x.chat_request()
         {
             for candidate in route.candidates() {
@@ -1132,12 +1247,43 @@ impl Router {
             attempts: trail.len(),
             last: last_error.as_ref().map(ProviderError::kind),
         });
-        if options.no_fallback
-            && let Some(error) = last_error
-        {
+        if no_fallback && let Some(error) = last_error {
             return Err(RouteError::Upstream { error, trail });
         }
         Err(RouteError::AllTargetsFailed { trail, last: last_error })
+    }
+}
+
+/// Where a failed attempt stands, for [`Router::after_failure`].
+struct FailurePoint {
+    retries: u32,
+    can_rotate: bool,
+    chain: Chain,
+    no_fallback: bool,
+    deadline: Option<Instant>,
+}
+
+/// What the engine does after a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// The same target at once, with the provider's next credential.
+    Rotate,
+    /// The same target again, after this wait.
+    Retry(Duration),
+    /// A special chain instead of what is left of the current one.
+    Switch(Chain),
+    /// The next target, or the candidates.
+    MoveOn,
+    /// Give up: the error is returned unchanged.
+    Stop,
+}
+
+/// Removes the credential's key from whatever an upstream put in an error, so that no
+/// provider (adapters, custom providers) can leak a key into trails, events, health or logs.
+fn redact(error: ProviderError, credential: &Credential) -> ProviderError {
+    match credential.key() {
+        Some(key) => error.redacted(key.expose()),
+        None => error,
     }
 }
 

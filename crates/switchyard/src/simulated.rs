@@ -250,7 +250,7 @@ impl SimulatedProvider {
 }
 
 /// Resolves a step's delays, returning the step to perform.
-async fn settle(step: Step, base: Duration) -> Option<Step> {
+async fn resolve(step: Step, base: Duration) -> Option<Step> {
     let mut step = step;
     let mut wait = base;
     while let Step::Delay(extra, inner) = step {
@@ -296,7 +296,7 @@ impl Provider for SimulatedProvider {
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
         Box::pin(async move {
             let step = self.next_step();
-            let Some(step) = settle(step, self.latency_now()).await else {
+            let Some(step) = resolve(step, self.latency_now()).await else {
                 return Err(ProviderError::new(ErrorKind::Timeout, "unreachable: a hang never settles"));
             };
             let text = match step {
@@ -324,17 +324,18 @@ impl Provider for SimulatedProvider {
         request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>> {
         Box::pin(async move {
-            let step = self.next_step();
-            let first_latency = self.latency_now();
+            let mut step = self.next_step();
+            let mut delayed = self.latency_now();
+            while let Step::Delay(extra, inner) = step {
+                delayed += extra;
+                step = *inner;
+            }
             let model = call.model.to_owned();
             // The request is accepted at once; latency delays the first chunk, as with real SSE.
-            let (step, delayed) = match step {
-                Step::Fail(error) => {
-                    tokio::time::sleep(first_latency).await;
-                    return Err(error);
-                }
-                other => (other, first_latency),
-            };
+            if let Step::Fail(error) = step {
+                tokio::time::sleep(delayed).await;
+                return Err(error);
+            }
             let text = match &step {
                 Step::Text(text) => text.clone(),
                 _ => self.reply_text(request, &model),
@@ -375,10 +376,7 @@ impl Provider for SimulatedProvider {
                 Ending::Stall => items.push((gap, None)),
             }
             let hang = matches!(step, Step::Hang);
-            let start_delay = match step {
-                Step::Delay(extra, _) => delayed + extra,
-                _ => delayed,
-            };
+            let start_delay = delayed;
             let stream = futures_util::stream::unfold(
                 (items.into_iter(), true),
                 move |(mut items, first)| async move {
@@ -412,7 +410,7 @@ impl Provider for SimulatedProvider {
     ) -> BoxFuture<'a, Result<EmbeddingsResponse, ProviderError>> {
         Box::pin(async move {
             let step = self.next_step();
-            let Some(step) = settle(step, self.latency_now()).await else {
+            let Some(step) = resolve(step, self.latency_now()).await else {
                 return Err(ProviderError::new(ErrorKind::Timeout, "unreachable: a hang never settles"));
             };
             if let Step::Fail(error) = step {

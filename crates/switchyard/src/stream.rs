@@ -193,6 +193,13 @@ impl RoutedStream {
         self.usage
     }
 
+    /// The cost of the answer at the provider's configured price, once usage is known.
+    pub fn cost(&self) -> Option<f64> {
+        let (target, _) = self.answered.as_ref()?;
+        let price = self.inner.providers.get(target.provider())?.price(target.model())?;
+        Some(price.cost(&self.usage?))
+    }
+
     /// Whether the stream holds a pacing permit right now.
     pub fn holds_permit(&self) -> bool {
         self.permit.is_some()
@@ -255,6 +262,12 @@ impl Stream for RoutedStream {
             this.finish();
             return Poll::Ready(None);
         };
+        // The total limit first: an upstream that always has a chunk ready must not outrun it.
+        if this.total.as_mut().poll(cx).is_ready() {
+            let name = this.total_name;
+            return this
+                .fail(ProviderError::new(ErrorKind::Timeout, format!("stream exceeded the {name} timeout")));
+        }
         match rest.as_mut().poll_next(cx) {
             Poll::Ready(Some(Ok(chunk))) => {
                 let next_idle = Instant::now() + this.idle_limit;
@@ -272,13 +285,6 @@ impl Stream for RoutedStream {
                     return this.fail(ProviderError::new(
                         ErrorKind::Timeout,
                         format!("no chunk within the idle timeout of {limit:?}"),
-                    ));
-                }
-                if this.total.as_mut().poll(cx).is_ready() {
-                    let name = this.total_name;
-                    return this.fail(ProviderError::new(
-                        ErrorKind::Timeout,
-                        format!("stream exceeded the {name} timeout"),
                     ));
                 }
                 Poll::Pending

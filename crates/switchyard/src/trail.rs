@@ -195,6 +195,10 @@ impl Trail {
     pub(crate) fn last_mut(&mut self) -> Option<&mut Attempt> {
         self.0.last_mut()
     }
+
+    pub(crate) fn attempts_mut(&mut self) -> &mut [Attempt] {
+        &mut self.0
+    }
 }
 
 impl fmt::Display for Trail {

@@ -220,8 +220,7 @@ pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Option<(FileConfig, Vec
         return None;
     }
     file.routes.insert("default".to_owned(), file::RouteConfig::with_targets(targets));
-    if let Some(key) = env("SWITCHYARD_KEY").filter(|k| !k.is_empty()) {
-        let _ = key;
+    if env("SWITCHYARD_KEY").is_some_and(|k| !k.is_empty()) {
         file.gateway.keys.push("env://SWITCHYARD_KEY".to_owned());
     }
     if env("SWITCHYARD_ADMIN_KEY").is_some_and(|k| !k.is_empty()) {

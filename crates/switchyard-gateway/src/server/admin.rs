@@ -26,9 +26,11 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
 }
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let snapshot = state.router.health();
+    // Only targets of the configuration: names clients invent must not grow /metrics.
+    let targets: Vec<_> = snapshot.targets.iter().filter(|t| state.is_listed(&t.target)).collect();
     let mut gauges = Vec::new();
-    for target in state.router.health().targets {
-        let name = target.target.to_string();
+    for target in &targets {
         for status in
             ["unknown", "available", "rate_limited", "exhausted", "temporarily_unavailable", "unauthorized"]
         {
@@ -36,12 +38,12 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
             gauges.push((
                 "switchyard_target_health",
                 "Health status of each target (1 for its current status).",
-                labels([("target", name.clone().into()), ("status", (*status).into())]),
+                labels([("target", target.target.shared().into()), ("status", status.into())]),
                 value,
             ));
         }
     }
-    for target in state.router.health().targets {
+    for target in &targets {
         let value = match target.breaker {
             "open" => 2.0,
             "half_open" => 1.0,

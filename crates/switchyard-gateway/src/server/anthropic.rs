@@ -12,12 +12,12 @@ use switchyard_providers::anthropic::codec::{self, StreamEncoder};
 
 use super::sse::{Encoder, respond, write_event};
 use super::{
-    ApiError, AppState, Dialect, Exchange, Served, add_usage_metrics, answered, authorized, json_body,
-    missing_model, options, route_failed, unauthorized,
+    ApiError, AppState, Delivered, Dialect, RequestContext, add_usage_metrics, answered, authorized,
+    json_body, missing_model, options, route_failed, unauthorized,
 };
 
 pub async fn messages(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    let exchange = Exchange::start(&state, &headers, Dialect::Anthropic, "messages");
+    let exchange = RequestContext::start(&state, &headers, Dialect::Anthropic, "messages");
     if !authorized(&state.gateway.keys, &headers) {
         return exchange.fail(&state, unauthorized(&headers));
     }
@@ -46,7 +46,7 @@ pub async fn messages(State(state): State<Arc<AppState>>, headers: HeaderMap, bo
         Ok(mut answer) => match codec::response_to_json(&answer.response) {
             Ok(body) => {
                 add_usage_metrics(&state, &answer.served_by, answer.usage, answer.cost);
-                answered(&state, &exchange, body.to_string().into_bytes(), Served::from(&mut answer))
+                answered(&state, &exchange, body.to_string().into_bytes(), Delivered::from(&mut answer))
             }
             Err(error) => exchange.fail(
                 &state,

@@ -36,9 +36,6 @@ impl ApiError {
             RouteError::UnknownModel { .. } => {
                 Self::new(StatusCode::NOT_FOUND, "model_not_found", error.to_string())
             }
-            RouteError::InvalidRequest(_) => {
-                Self::new(StatusCode::BAD_REQUEST, "invalid_request", error.to_string())
-            }
             RouteError::Upstream { error: upstream, .. } => Self {
                 status: upstream_status(upstream),
                 code: upstream.kind().as_str().to_owned(),

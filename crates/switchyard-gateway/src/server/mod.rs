@@ -8,6 +8,7 @@ mod errors;
 mod openai;
 mod sse;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -21,7 +22,7 @@ use axum::routing::{get, post};
 use serde_json::Value;
 use switchyard::credential::Secret;
 use switchyard::trail::{Timing, Trail, Via};
-use switchyard::{RequestOptions, Router};
+use switchyard::{RequestOptions, Router, Target};
 
 use crate::config::GatewaySettings;
 use crate::metrics::{LabelValue, Metrics, labels};
@@ -43,22 +44,38 @@ pub struct AppState {
     pub recent: Recent,
     pub metrics: Metrics,
     ids: IdSource,
+    /// The targets the configuration names; others (named by clients) share one metric label.
+    listed: HashSet<Target>,
 }
 
 impl AppState {
     pub fn new(router: Router, gateway: GatewaySettings) -> Arc<Self> {
         let metrics = Metrics::new();
         describe(&metrics);
+        let listed = router.routes().flat_map(|route| route.all_targets()).cloned().collect();
         Arc::new(Self {
             recent: Recent::new(gateway.recent_requests),
             router,
             gateway,
             metrics,
             ids: IdSource::new(),
+            listed,
         })
     }
-}
 
+    /// Whether the configuration names `target`.
+    pub fn is_listed(&self, target: &Target) -> bool {
+        self.listed.contains(target)
+    }
+
+    fn target_label(&self, via: &Via) -> LabelValue {
+        match via {
+            Via::Target(target) if self.is_listed(target) => LabelValue::Shared(target.shared()),
+            Via::Target(_) => LabelValue::Static("(unlisted)"),
+            Via::Candidate(_) => LabelValue::from(via.to_string()),
+        }
+    }
+}
 /// Request ids: a process prefix (start time) and a counter; cheap and unique enough to find a
 /// request in logs and in `/admin/requests/{id}`.
 struct IdSource {
@@ -116,14 +133,14 @@ fn dialect_of(path: &str) -> Dialect {
 }
 
 /// One request's identity and clock, from arrival to the log line.
-pub struct Exchange {
+pub struct RequestContext {
     pub id: String,
     pub dialect: Dialect,
     pub started: Instant,
     pub endpoint: &'static str,
 }
 
-impl Exchange {
+impl RequestContext {
     fn start(state: &AppState, headers: &HeaderMap, dialect: Dialect, endpoint: &'static str) -> Self {
         let id = headers
             .get("x-request-id")
@@ -211,7 +228,7 @@ impl Exchange {
                 metrics.increment(
                     "switchyard_attempts_total",
                     labels([
-                        ("target", via_label(&attempt.via)),
+                        ("target", state.target_label(&attempt.via)),
                         ("outcome", attempt.outcome.as_str().into()),
                         ("error_kind", attempt.error_kind().map_or("", |k| k.as_str()).into()),
                     ]),
@@ -297,13 +314,6 @@ fn status_label(status: u16) -> LabelValue {
     })
 }
 
-fn via_label(via: &Via) -> LabelValue {
-    match via {
-        Via::Target(target) => LabelValue::Shared(target.shared()),
-        Via::Candidate(_) => LabelValue::from(via.to_string()),
-    }
-}
-
 fn describe(metrics: &Metrics) {
     metrics.describe("switchyard_requests_total", "Requests answered, by endpoint, route and HTTP status.");
     metrics.describe("switchyard_attempts_total", "Attempts, by target, outcome and error kind.");
@@ -314,7 +324,7 @@ fn describe(metrics: &Metrics) {
     metrics.describe("switchyard_retries_total", "Retries of the same target.");
     metrics.describe(
         "switchyard_request_duration_seconds",
-        "Time from request to answer (to the end of the headers, for streams).",
+        "Time from request to answer; for streams, to the end of the stream.",
     );
     metrics.describe(
         "switchyard_overhead_seconds",
@@ -432,36 +442,38 @@ fn add_usage_metrics(
     usage: Option<switchyard::chat::Usage>,
     cost: Option<f64>,
 ) {
-    let Via::Target(target) = served_by else { return };
+    if !matches!(served_by, Via::Target(_)) {
+        return;
+    }
+    let target = state.target_label(served_by);
     if let Some(usage) = usage {
         state.metrics.increment(
             "switchyard_tokens_total",
-            labels([("target", target.shared().into()), ("type", "prompt".into())]),
+            labels([("target", target.clone()), ("type", "prompt".into())]),
             u64::from(usage.prompt_tokens),
         );
         state.metrics.increment(
             "switchyard_tokens_total",
-            labels([("target", target.shared().into()), ("type", "completion".into())]),
+            labels([("target", target.clone()), ("type", "completion".into())]),
             u64::from(usage.completion_tokens),
         );
     }
     if let Some(cost) = cost {
-        state.metrics.add("switchyard_cost_total", labels([("target", target.shared().into())]), cost);
+        state.metrics.add("switchyard_cost_total", labels([("target", target)]), cost);
     }
 }
 
-/// Turns a response with JSON into one with the switchyard headers.
 /// What a successful exchange hands the gateway: who answered and how.
-pub(crate) struct Served {
+pub(crate) struct Delivered {
     pub route: Arc<str>,
     pub served_by: Via,
     pub trail: Trail,
     pub timing: Timing,
 }
 
-impl From<&mut switchyard::Answer> for Served {
+impl From<&mut switchyard::Answer> for Delivered {
     fn from(answer: &mut switchyard::Answer) -> Self {
-        Served {
+        Delivered {
             route: answer.route.clone(),
             served_by: answer.served_by.clone(),
             trail: std::mem::take(&mut answer.trail),
@@ -472,7 +484,7 @@ impl From<&mut switchyard::Answer> for Served {
 
 /// A 200 with a JSON body already serialized, the switchyard headers, the log line, the
 /// metrics and the trail.
-fn answered(state: &AppState, exchange: &Exchange, body: Vec<u8>, served: Served) -> Response {
+fn answered(state: &AppState, exchange: &RequestContext, body: Vec<u8>, served: Delivered) -> Response {
     let mut response = Response::new(Body::from(body));
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     let attempts = served.trail.len();
@@ -495,7 +507,7 @@ fn answered(state: &AppState, exchange: &Exchange, body: Vec<u8>, served: Served
 /// The response to a routing failure, in the exchange's dialect, with the trail.
 fn route_failed(
     state: &AppState,
-    exchange: &Exchange,
+    exchange: &RequestContext,
     model: &str,
     error: &switchyard::RouteError,
 ) -> Response {

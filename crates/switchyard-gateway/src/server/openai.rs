@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use switchyard::chat::{ChatRequest, Dialect as ChatDialect, EmbeddingsRequest};
 
 use super::{
-    ApiError, AppState, Dialect, Exchange, Served, add_usage_metrics, answered, authorized, invalid_json,
-    json_body, missing_model, model_names, options, route_failed, unauthorized, unix_now,
+    ApiError, AppState, Delivered, Dialect, RequestContext, add_usage_metrics, answered, authorized,
+    invalid_json, json_body, missing_model, model_names, options, route_failed, unauthorized, unix_now,
 };
 
 pub async fn chat_completions(
@@ -19,7 +19,7 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let exchange = Exchange::start(&state, &headers, Dialect::OpenAi, "chat_completions");
+    let exchange = RequestContext::start(&state, &headers, Dialect::OpenAi, "chat_completions");
     if !authorized(&state.gateway.keys, &headers) {
         return exchange.fail(&state, unauthorized(&headers));
     }
@@ -69,14 +69,14 @@ pub async fn chat_completions(
             // Serializing our own types cannot fail.
             let body = serde_json::to_vec(response).unwrap_or_default();
             add_usage_metrics(&state, &answer.served_by, answer.usage, answer.cost);
-            answered(&state, &exchange, body, Served::from(&mut answer))
+            answered(&state, &exchange, body, Delivered::from(&mut answer))
         }
         Err(error) => route_failed(&state, &exchange, &request.model, &error),
     }
 }
 
 pub async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    let exchange = Exchange::start(&state, &headers, Dialect::OpenAi, "embeddings");
+    let exchange = RequestContext::start(&state, &headers, Dialect::OpenAi, "embeddings");
     if !authorized(&state.gateway.keys, &headers) {
         return exchange.fail(&state, unauthorized(&headers));
     }
@@ -105,7 +105,7 @@ pub async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, 
             );
             let body =
                 json!({ "object": "list", "data": data, "model": answer.response.model, "usage": usage });
-            let served = Served {
+            let served = Delivered {
                 route: answer.route,
                 served_by: answer.served_by,
                 trail: answer.trail,

@@ -12,7 +12,7 @@ use switchyard::RoutedStream;
 use switchyard::chat::ChatChunk;
 
 use super::errors::stream_error_event;
-use super::{AppState, Dialect, Exchange, add_usage_metrics, unix_now};
+use super::{AppState, Dialect, RequestContext, add_usage_metrics, unix_now};
 
 /// Turns one routed stream into wire events of a dialect.
 pub trait Encoder: Send + Unpin + 'static {
@@ -71,7 +71,7 @@ pub fn write_event(out: &mut Vec<u8>, name: &str, value: &impl serde::Serialize)
 /// An OpenAI-dialect streaming response.
 pub fn openai_stream(
     state: Arc<AppState>,
-    exchange: Exchange,
+    exchange: RequestContext,
     stream: RoutedStream,
     include_usage: bool,
 ) -> Response {
@@ -83,7 +83,7 @@ pub fn openai_stream(
 /// A streaming response: headers now (with the serving target), events as chunks arrive.
 pub fn respond<E: Encoder>(
     state: Arc<AppState>,
-    exchange: Exchange,
+    exchange: RequestContext,
     stream: RoutedStream,
     encoder: E,
 ) -> Response {
@@ -108,7 +108,7 @@ pub fn respond<E: Encoder>(
 struct SseBody<E> {
     state: Arc<AppState>,
     /// Present until the request is logged (at the end, or when the client goes away).
-    exchange: Option<Exchange>,
+    exchange: Option<RequestContext>,
     route: Arc<str>,
     stream: RoutedStream,
     encoder: E,
@@ -119,7 +119,7 @@ impl<E> SseBody<E> {
     fn finish(&mut self, status: u16) {
         if let Some(exchange) = self.exchange.take() {
             let served_by = self.stream.served_by().clone();
-            add_usage_metrics(&self.state, &served_by, self.stream.usage(), None);
+            add_usage_metrics(&self.state, &served_by, self.stream.usage(), self.stream.cost());
             let trail = self.stream.trail().clone();
             let timing = *self.stream.timing();
             let attempts = trail.len();

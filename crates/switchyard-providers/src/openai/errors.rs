@@ -41,16 +41,18 @@ pub(super) fn from_value(status: Option<u16>, value: &Value, key: Option<&Secret
     let fields = fields(value)?;
     let kind = classify(status, &fields);
     let code = fields.code.clone().or_else(|| fields.kind.clone());
+    // Scrub before shortening: a key cut in half by the excerpt would no longer match.
     let detail = match (&fields.message, status) {
-        (Some(message), _) if !message.trim().is_empty() => http::excerpt(message),
+        (Some(message), _) if !message.trim().is_empty() => http::excerpt(&scrub(message, key)),
         (_, Some(status)) => {
-            format!("HTTP {status} without a message: {}", http::excerpt(&value.to_string()))
+            format!("HTTP {status} without a message: {}", http::excerpt(&scrub(&value.to_string(), key)))
         }
-        (_, None) => {
-            format!("the stream reported an error without a message: {}", http::excerpt(&value.to_string()))
-        }
+        (_, None) => format!(
+            "the stream reported an error without a message: {}",
+            http::excerpt(&scrub(&value.to_string(), key))
+        ),
     };
-    let mut error = ProviderError::new(kind, scrub(&detail, key));
+    let mut error = ProviderError::new(kind, detail);
     if let Some(status) = status {
         error = error.with_status(status);
     }
@@ -66,9 +68,9 @@ pub(super) fn bare(status: u16, body: &str, key: Option<&Secret>) -> ProviderErr
     let detail = if body.trim().is_empty() {
         format!("HTTP {status} with an empty body")
     } else {
-        http::excerpt(body)
+        http::excerpt(&scrub(body, key))
     };
-    ProviderError::new(http::status_kind(status), scrub(&detail, key)).with_status(status)
+    ProviderError::new(http::status_kind(status), detail).with_status(status)
 }
 
 /// A success whose body is not what the operation returns.
@@ -79,8 +81,8 @@ pub(super) fn malformed(
     key: Option<&Secret>,
 ) -> ProviderError {
     let body = String::from_utf8_lossy(body);
-    let detail = format!("the response is not {what} ({error}): {}", http::excerpt(&body));
-    ProviderError::new(ErrorKind::MalformedResponse, scrub(&detail, key)).with_status(200)
+    let detail = format!("the response is not {what} ({error}): {}", http::excerpt(&scrub(&body, key)));
+    ProviderError::new(ErrorKind::MalformedResponse, detail).with_status(200)
 }
 
 /// Removes the key from text a provider sent back: a compatible server may echo it whole.

@@ -60,8 +60,11 @@ impl Bucket {
 struct State {
     requests: Option<Bucket>,
     tokens: Option<Bucket>,
-    /// The earliest dispatch allowed by `min_interval`.
+    /// The earliest next dispatch: the last reservation's dispatch time plus `min_interval`.
+    /// It keeps waiters in arrival order even when their waits have different reasons.
     next_slot: Instant,
+    /// Why the last reservation waited, reported by those queued behind it.
+    next_reason: WaitReason,
     /// The provider's headers said to hold off until then.
     held_until: Option<Instant>,
     learned: Option<RateLimits>,
@@ -100,6 +103,7 @@ impl Lane {
             requests: limits.requests_per_minute.map(|rpm| Bucket::new(f64::from(rpm) * keep, now)),
             tokens: limits.tokens_per_minute.map(|tpm| Bucket::new(f64::from(tpm) * keep, now)),
             next_slot: now,
+            next_reason: WaitReason::Interval,
             held_until: None,
             learned: None,
         };
@@ -181,7 +185,7 @@ impl Lane {
 
         let now = Instant::now();
         let tokens = f64::from(request.estimated_tokens);
-        let (wait, reason) = {
+        let (wait, reason, previous_slot, slot_taken) = {
             let mut state = self.lock();
             let mut waits = Vec::with_capacity(4);
             if let Some(bucket) = state.requests.as_mut() {
@@ -192,7 +196,9 @@ impl Lane {
                 bucket.refill(now);
                 waits.push((bucket.wait_for(tokens), WaitReason::Tpm));
             }
-            waits.push((state.next_slot.saturating_duration_since(now), WaitReason::Interval));
+            let queue_reason =
+                if self.limits.min_interval.is_zero() { state.next_reason } else { WaitReason::Interval };
+            waits.push((state.next_slot.saturating_duration_since(now), queue_reason));
             if let Some(until) = state.held_until {
                 waits.push((until.saturating_duration_since(now), WaitReason::ProviderHeaders));
             }
@@ -209,13 +215,17 @@ impl Lane {
             if let Some(bucket) = state.tokens.as_mut() {
                 bucket.level -= tokens;
             }
+            let previous = (state.next_slot, state.next_reason);
             state.next_slot = now + wait + self.limits.min_interval;
-            (wait, reason)
+            state.next_reason = reason;
+            (wait, reason, previous, state.next_slot)
         };
 
         let mut reservation = Reservation {
             lane: self.clone(),
             tokens: if self.limits.tokens_per_minute.is_some() { tokens } else { 0.0 },
+            slot_taken,
+            previous_slot,
             dispatched: false,
             settled: false,
             _slot: slot,
@@ -311,6 +321,9 @@ impl Lane {
 struct Reservation {
     lane: Arc<Lane>,
     tokens: f64,
+    /// The dispatch slot this call took, and what it replaced, to give it back on cancel.
+    slot_taken: Instant,
+    previous_slot: (Instant, WaitReason),
     dispatched: bool,
     settled: bool,
     _slot: Option<OwnedSemaphorePermit>,
@@ -339,8 +352,12 @@ impl Drop for Reservation {
         if self.dispatched {
             return;
         }
-        // Cancelled before dispatch: nothing was sent, so everything comes back.
+        // Cancelled before dispatch: nothing was sent, so everything comes back, the queue
+        // position too unless someone has queued behind it since.
         let mut state = self.lane.lock();
+        if state.next_slot == self.slot_taken {
+            (state.next_slot, state.next_reason) = self.previous_slot;
+        }
         if let Some(bucket) = state.requests.as_mut() {
             bucket.give(1.0);
         }

@@ -132,3 +132,33 @@ async fn a_content_filter_after_streamed_content_is_never_redirected() {
     assert_eq!(lenient.calls(), 0, "no silent restart after content reached the caller");
     assert_eq!(stream.trail().outcomes(), vec![Outcome::Ok]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_content_filtered_error_is_redirected_to_the_content_policy_targets() {
+    // Azure refuses with an HTTP 400 whose code is content_filter.
+    let strict = SimulatedProvider::new().script([Step::fail(ErrorKind::ContentFiltered)]);
+    let lenient = SimulatedProvider::new();
+    let route = Route::builder("default").target("strict:m").content_policy("lenient:m");
+    let router = router(&[("strict", &strict), ("lenient", &lenient)], route);
+
+    let answer = router.chat(&request("default")).await.expect("the lenient model answers");
+    assert_eq!(answer.served_by.to_string(), "lenient:m");
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Redirected, Outcome::Ok]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_is_served_when_the_content_policy_chain_fails() {
+    let strict = SimulatedProvider::new().script([Step::ContentFilter]);
+    let lenient = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let route = Route::builder("default")
+        .target("strict:m")
+        .content_policy("lenient:m")
+        .retry(quick_retry(1))
+        .candidate(switchyard::route::Candidate::text("apology", "busy"));
+    let router = router(&[("strict", &strict), ("lenient", &lenient)], route);
+
+    let answer = router.chat(&request("default")).await.expect("the provider's own refusal");
+    assert!(answer.response.is_content_filtered());
+    assert_eq!(answer.served_by.to_string(), "strict:m", "not the candidate: a refusal is a real answer");
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Redirected, Outcome::Failed]);
+}

@@ -365,3 +365,70 @@ async fn two_hundred_concurrent_requests_give_consistent_health_counts() {
     assert_eq!(a_health.status, HealthStatus::TemporarilyUnavailable);
     assert_eq!(router.target_health(&target("b:m")).status, HealthStatus::Available);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_answered_with_a_rate_limit_gives_its_slot_back() {
+    let a = SimulatedProvider::new()
+        .script([Step::fail(ErrorKind::Unavailable), Step::rate_limited(Duration::from_secs(1))]);
+    let b = SimulatedProvider::new();
+    let route = Route::builder("default")
+        .target("a:m")
+        .target("b:m")
+        .retry(quick_retry(1))
+        .health_ttl(Duration::ZERO);
+    let settings = HealthSettings {
+        failure_threshold: 1,
+        open_for: Duration::from_secs(30),
+        ..HealthSettings::default()
+    };
+    let router =
+        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(settings).build().unwrap();
+
+    router.chat(&request("default")).await.unwrap(); // opens the circuit
+    tokio::time::advance(Duration::from_secs(30)).await;
+    router.chat(&request("default")).await.unwrap(); // the probe meets a 429
+
+    let next = router.chat(&request("default")).await.unwrap();
+    assert_eq!(next.served_by.to_string(), "a:m", "the next request probes at once, not 30 s later");
+    assert_eq!(router.target_health(&target("a:m")).breaker, "closed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_health_gate_off_an_open_circuit_still_skips() {
+    let a = SimulatedProvider::new().error_rate(ErrorKind::Unavailable, 1.0);
+    let b = SimulatedProvider::new();
+    let route =
+        Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1)).health_gate(false);
+    let settings = HealthSettings { failure_threshold: 2, ..HealthSettings::default() };
+    let router =
+        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(settings).build().unwrap();
+
+    for _ in 0..2 {
+        router.chat(&request("default")).await.unwrap();
+    }
+    let skipped = router.chat(&request("default")).await.unwrap();
+    assert_eq!(skipped.trail.outcomes(), vec![Outcome::SkippedUnhealthy, Outcome::Ok]);
+    assert_eq!(a.calls(), 2, "the gate is off, the breaker is not");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_target_exhausted_on_every_key_recovers_when_the_first_key_resets() {
+    let soon = typical_error(ErrorKind::QuotaExceeded).with_retry_after(Duration::from_secs(60));
+    let late = typical_error(ErrorKind::QuotaExceeded).with_retry_after(Duration::from_secs(3600));
+    let a = SimulatedProvider::new().script([Step::Fail(soon), Step::Fail(late)]);
+    let b = SimulatedProvider::new();
+    let router = Router::builder()
+        .provider(keyed("a", &a, &["sk-key-resets-soon-01", "sk-key-resets-late-02"]))
+        .provider(keyed("b", &b, &[]))
+        .route(Route::builder("default").target("a:m").target("b:m").build().unwrap())
+        .build()
+        .unwrap();
+
+    let first = router.chat(&request("default")).await.unwrap();
+    assert_eq!(first.served_by.to_string(), "b:m");
+    assert_eq!(router.target_health(&target("a:m")).status, HealthStatus::Exhausted);
+
+    tokio::time::advance(Duration::from_secs(61)).await;
+    let back = router.chat(&request("default")).await.unwrap();
+    assert_eq!(back.served_by.to_string(), "a:m", "the first key's quota is back after 60 s");
+}

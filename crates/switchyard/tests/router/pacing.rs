@@ -360,3 +360,17 @@ async fn a_hold_learned_while_a_call_waits_for_its_slot_still_applies() {
     assert_eq!(at, ms(2500), "its slot at 1 s fell inside the hold until 2.5 s");
     assert_eq!(reason, Some(WaitReason::ProviderHeaders));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_token_waiter_gives_back_its_place_in_the_queue_too() {
+    let pacer = pacer(Limits { tokens_per_minute: Some(6000), ..Limits::default() }); // 100 a second
+    pacer.acquire(ask(100, None)).await.unwrap(); // spends the bucket
+    let start = Instant::now();
+    // A large waiter queues for 1 s, then gives up after 100 ms.
+    assert!(tokio::time::timeout(ms(100), pacer.acquire(ask(100, None))).await.is_err());
+    tokio::time::sleep(ms(400)).await;
+    // At 500 ms the bucket holds 50 tokens: a 10-token call goes at once, not at 1 s.
+    let permit = pacer.acquire(ask(10, None)).await.unwrap();
+    assert_eq!(start.elapsed(), ms(500));
+    assert_eq!(permit.reason, None);
+}

@@ -60,13 +60,31 @@ async fn retry_after_above_max_wait_moves_on_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn retry_after_above_max_wait_on_the_last_target_is_still_waited() {
+async fn retry_after_above_max_wait_on_the_last_target_fails_at_once_with_the_providers_wait() {
     let sim = SimulatedProvider::new().script([Step::rate_limited(Duration::from_secs(8))]);
     let router = router(&[("p", &sim)], Route::builder("default").target("p:m").retry(quick_retry(2)));
 
     let start = Instant::now();
-    router.chat(&request("default")).await.expect("nothing else to try, so it waits");
-    assert_eq!(start.elapsed(), Duration::from_secs(8));
+    let error = router.chat(&request("default")).await.expect_err("max_wait is 5 s: never sleep 8 s");
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(error.kind(), Some(ErrorKind::RateLimited));
+    assert_eq!(error.provider_error().and_then(|e| e.retry_after()), Some(Duration::from_secs(8)));
+    assert_eq!(sim.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_above_max_wait_goes_to_the_candidates() {
+    let sim = SimulatedProvider::new().script([Step::rate_limited(Duration::from_secs(3600))]);
+    let route = Route::builder("default")
+        .target("p:m")
+        .retry(quick_retry(2))
+        .candidate(switchyard::route::Candidate::text("apology", "busy"));
+    let router = router(&[("p", &sim)], route);
+
+    let start = Instant::now();
+    let answer = router.chat(&request("default")).await.expect("the candidate answers at once");
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Failed, Outcome::Candidate]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -216,4 +234,124 @@ async fn max_attempts_bounds_the_tries_of_one_target() {
     assert!(matches!(error, RouteError::AllTargetsFailed { .. }));
     assert_eq!(outcomes_of(&error), vec![Outcome::Retried, Outcome::Retried, Outcome::Failed]);
     assert_eq!(sim.calls(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_callers_deadline_is_not_held_against_a_healthy_provider() {
+    let slow =
+        SimulatedProvider::new().latency(switchyard::simulated::Latency::Fixed(Duration::from_secs(2)));
+    let route =
+        Route::builder("default").target("p:m").retry(quick_retry(1)).health_ttl(Duration::from_secs(30));
+    let settings = switchyard::health::HealthSettings { failure_threshold: 1, ..Default::default() };
+    let router = builder(&[("p", &slow)]).route(route.build().unwrap()).health(settings).build().unwrap();
+
+    let impatient =
+        RequestOptions { deadline: Some(Duration::from_millis(500)), ..RequestOptions::default() };
+    let error = router.chat_with(&request("default"), &impatient).await.expect_err("2 s does not fit 500 ms");
+    assert_eq!(error.kind(), Some(ErrorKind::Timeout));
+
+    let health = router.target_health(&"p:m".parse().unwrap());
+    assert_eq!(
+        (health.status, health.breaker),
+        (HealthStatus::Unknown, "closed"),
+        "the provider did nothing wrong"
+    );
+    let patient = router.chat(&request("default")).await.expect("the next caller is not turned away");
+    assert_eq!(patient.trail.outcomes(), vec![Outcome::Ok]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_breaker_opening_mid_retry_returns_that_error_not_a_masked_fallback() {
+    let sim = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::Timeout), 3));
+    let route = Route::builder("default")
+        .target("p:m")
+        .retry(quick_retry(3))
+        .fallback_on(ErrorFilter::Kinds(vec![ErrorKind::Unavailable]))
+        .candidate(switchyard::route::Candidate::text("apology", "busy"));
+    let settings = switchyard::health::HealthSettings { failure_threshold: 2, ..Default::default() };
+    let router = builder(&[("p", &sim)]).route(route.build().unwrap()).health(settings).build().unwrap();
+
+    let error = router.chat(&request("default")).await.expect_err("timeouts are outside fallback_on");
+    assert!(matches!(error, RouteError::Upstream { .. }), "{error:?}");
+    assert_eq!(error.kind(), Some(ErrorKind::Timeout));
+    assert_eq!(
+        outcomes_of(&error),
+        vec![Outcome::Retried, Outcome::Failed],
+        "the open circuit stopped the retries"
+    );
+    assert_eq!(sim.calls(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_breaker_opening_mid_retry_with_fallback_off_returns_the_error() {
+    let sim = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::Timeout), 3));
+    let settings = switchyard::health::HealthSettings { failure_threshold: 2, ..Default::default() };
+    let router = builder(&[("p", &sim)])
+        .route(Route::builder("default").target("p:m").retry(quick_retry(3)).build().unwrap())
+        .health(settings)
+        .build()
+        .unwrap();
+
+    let options = RequestOptions { no_fallback: true, ..RequestOptions::default() };
+    let error = router.chat_with(&request("default"), &options).await.expect_err("fails");
+    assert!(matches!(error, RouteError::Upstream { .. }), "{error:?}");
+    assert_eq!(error.kind(), Some(ErrorKind::Timeout));
+}
+
+/// A provider whose errors repeat the key it was given, as some servers do.
+struct Echo;
+
+impl switchyard::provider::Provider for Echo {
+    fn kind(&self) -> &str {
+        "echo"
+    }
+
+    fn chat<'a>(
+        &'a self,
+        call: switchyard::provider::Call<'a>,
+        _: &'a switchyard::chat::ChatRequest,
+    ) -> switchyard::provider::BoxFuture<'a, Result<switchyard::chat::ChatResponse, switchyard::ProviderError>>
+    {
+        let key = call.credential.key().map(|k| k.expose().to_owned()).unwrap_or_default();
+        Box::pin(async move {
+            Err(switchyard::ProviderError::new(ErrorKind::Auth, format!("Incorrect API key provided: {key}"))
+                .with_status(401)
+                .with_code(format!("bad_key_{key}")))
+        })
+    }
+
+    fn chat_stream<'a>(
+        &'a self,
+        _: switchyard::provider::Call<'a>,
+        _: &'a switchyard::chat::ChatRequest,
+    ) -> switchyard::provider::BoxFuture<
+        'a,
+        Result<switchyard::provider::ChunkStream, switchyard::ProviderError>,
+    > {
+        Box::pin(async { Err(switchyard::ProviderError::new(ErrorKind::Unavailable, "no streams")) })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_echoed_by_any_provider_is_redacted_everywhere() {
+    const KEY: &str = "sk-live-ECHOED-0123456789";
+    let router = Router::builder()
+        .provider(switchyard::ProviderEntry::new("echo", Echo).key(switchyard::credential::Secret::new(KEY)))
+        .route(Route::builder("default").target("echo:m").build().unwrap())
+        .build()
+        .unwrap();
+    let mut events = router.subscribe();
+
+    let error = router.chat(&request("default")).await.expect_err("fails");
+    let texts = [
+        format!("{error:?}"),
+        error.to_string(),
+        serde_json::to_string(&error.trail()).unwrap(),
+        format!("{:?}", events.drain()),
+        format!("{:?}", router.health()),
+    ];
+    for text in &texts {
+        assert!(!text.contains("ECHOED"), "the key leaked: {text}");
+    }
+    assert!(texts[0].contains("[redacted]"), "{}", texts[0]);
 }

@@ -217,3 +217,19 @@ async fn time_queued_by_the_pacer_is_reported_in_the_trail_timing_and_events() {
     assert_eq!(waited, Some((Duration::from_secs(2), WaitReason::Rpm, "a".to_owned())));
     assert_eq!(live.load(Ordering::SeqCst), 0, "a plain chat releases its permit on return");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_delayed_failure_fails_a_stream_after_the_delay() {
+    let a = SimulatedProvider::new()
+        .script([Step::Delay(Duration::from_secs(1), Box::new(Step::fail(ErrorKind::Unavailable)))]);
+    let b = SimulatedProvider::new();
+    let router = router(
+        &[("a", &a), ("b", &b)],
+        Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1)),
+    );
+
+    let start = Instant::now();
+    let stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    assert_eq!(stream.trail().outcomes(), vec![Outcome::Failed, Outcome::Ok]);
+}
