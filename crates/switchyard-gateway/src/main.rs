@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use axum::serve::ListenerExt;
 use clap::{Parser, Subcommand, ValueEnum};
 use futures_util::StreamExt;
 use switchyard::chat::{ChatRequest, Message};
@@ -214,6 +215,11 @@ async fn serve_logged(
     print_routes(&loaded.router);
     let grace = loaded.gateway.shutdown_grace;
     let state = AppState::new(loaded.router, loaded.gateway);
+    // Without TCP_NODELAY, a small SSE event written after the headers waits for their
+    // acknowledgement (Nagle), adding latency to the first token of every stream.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
         shutdown_signal().await;
         eprintln!("switchyard: shutting down; open streams have {grace:?} to finish");
