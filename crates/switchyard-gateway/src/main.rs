@@ -1,10 +1,5 @@
 //! `switchyard`: the gateway and its command line.
 
-// mimalloc: a request allocates many small, short-lived buffers; glibc's malloc showed up at
-// about 13% of the gateway's profile under load.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
