@@ -207,7 +207,7 @@ struct Exchange {
 async fn exchange(
     plan: &Plan,
     connection: &mut Connection,
-    gaps: &mut Histogram,
+    gaps: &mut Vec<u64>,
 ) -> Result<Exchange, Failure> {
     connection
         .sender
@@ -256,7 +256,7 @@ async fn exchange(
                     }
                     ttft.get_or_insert(now);
                     if let Some(previous) = last_chunk {
-                        gaps.record(micros(now - previous));
+                        gaps.push(micros(now - previous));
                     }
                     last_chunk = Some(now);
                     chunks += 1;
@@ -304,6 +304,8 @@ struct Worker {
     plan: Arc<Plan>,
     connection: Option<Connection>,
     tally: Tally,
+    /// Chunk gaps of the stream in progress.
+    gaps: Vec<u64>,
 }
 
 impl Worker {
@@ -313,7 +315,10 @@ impl Worker {
         let measured = origin >= self.plan.measured_from();
         let limit = cut_off.map_or(give_up, |c| c.min(give_up));
         let plan = Arc::clone(&self.plan);
-        let mut gaps = Histogram::new();
+        // Gaps wait here until the stream proves good; the buffer is reused across requests
+        // (a fresh histogram per request would cost more than the request).
+        let mut gaps = std::mem::take(&mut self.gaps);
+        gaps.clear();
         let mut reconnects = 0;
         let result = tokio::time::timeout_at(limit.into(), async {
             // A server may close a keep-alive connection after any answer (nginx does after an
@@ -359,7 +364,9 @@ impl Worker {
                 if let Some(first) = exchange.ttft {
                     self.tally.ttft.record(micros(first - origin));
                 }
-                self.tally.gaps.merge(&gaps);
+                for gap in &gaps {
+                    self.tally.gaps.record(*gap);
+                }
                 self.tally.chunks += exchange.chunks;
                 self.tally.bytes += exchange.bytes;
             }
@@ -376,6 +383,7 @@ impl Worker {
                 }
             }
         }
+        self.gaps = gaps;
         true
     }
 
@@ -399,9 +407,9 @@ impl Worker {
     }
 
     /// Takes the next slot of the schedule, waits for its time and sends. A worker that is
-    /// late sends at once but still measures from the scheduled time, so a stalled target
-    /// shows its stall in the latency instead of slowing the offered rate (coordinated
-    /// omission). Requests in flight at the deadline are completed and counted.
+    /// late (every worker was busy) sends at once but measures from the scheduled time, so a
+    /// stalled target shows its stall in the latency instead of slowing the offered rate
+    /// (coordinated omission). Requests in flight at the deadline are completed and counted.
     async fn open_loop(mut self, rate: f64) -> Tally {
         let deadline = self.plan.deadline();
         let timeout = self.plan.options.timeout;
@@ -414,8 +422,18 @@ impl Worker {
             if scheduled >= deadline {
                 break;
             }
-            tokio::time::sleep_until(scheduled.into()).await;
-            self.one(scheduled, Instant::now() + timeout, None).await;
+            let origin = if scheduled > Instant::now() {
+                tokio::time::sleep_until(scheduled.into()).await;
+                // This worker was idle until the slot: the timer's own lateness (tokio's
+                // resolution is a millisecond) is the driver's, not the target's, so the
+                // latency starts at the actual send.
+                Instant::now()
+            } else {
+                // Behind schedule because every worker was busy: start at the scheduled time,
+                // so a stall of the target is counted in full (coordinated omission).
+                scheduled
+            };
+            self.one(origin, Instant::now() + timeout, None).await;
         }
         self.tally
     }
@@ -427,7 +445,8 @@ pub async fn run(plan: Arc<Plan>, connections: Vec<Option<Connection>>) -> Tally
     let rate = plan.options.rate;
     let mut tasks = Vec::with_capacity(connections.len());
     for connection in connections {
-        let worker = Worker { plan: Arc::clone(&plan), connection, tally: Tally::default() };
+        let worker =
+            Worker { plan: Arc::clone(&plan), connection, tally: Tally::default(), gaps: Vec::new() };
         tasks.push(tokio::spawn(async move {
             match rate {
                 Some(rate) => worker.open_loop(rate).await,

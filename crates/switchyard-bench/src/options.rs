@@ -25,8 +25,8 @@ Prints a human summary on stderr and one JSON line on stdout.
   --warmup D            leading part of the duration left out of the figures (default 0)
   --connections N       closed loop: connections each sending back to back (default 32);
                         open loop: the most requests in flight at once
-  --rate R              open loop: R requests/s on a fixed schedule, latency measured from
-                        each request's scheduled send time
+  --rate R              open loop: R requests/s on a fixed schedule; a request that had to
+                        wait for a free connection is measured from its scheduled time
   --timeout D           per-request limit, counted as a `timeout` error (default 10s)
   --max-requests N      hard cap on requests sent (default 10000000)
   --pid PID             process whose CPU seconds and peak RSS (with its children) to report

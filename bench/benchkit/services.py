@@ -1,0 +1,146 @@
+"""Processes the benchmark starts: each in its own process group, so that stopping it also
+stops its workers (nginx, LiteLLM's uvicorn workers, Node), and all of them stopped on exit,
+Ctrl-C or failure."""
+
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+_RUNNING = []
+
+
+class Service:
+    """One started process group with its log file."""
+
+    def __init__(self, name, argv, log_path, env=None, cwd=None):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        merged = dict(os.environ)
+        merged.update(env or {})
+        # A new session gives the service its own process group (and no terminal), so a
+        # Ctrl-C meant for the benchmark reaches it only through stop().
+        self.proc = subprocess.Popen(
+            argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=merged, cwd=cwd, start_new_session=True)
+        _RUNNING.append(self)
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def log_text(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines=15):
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def wait_for_line(self, pattern, timeout):
+        """Waits until the log matches `pattern`; returns the match or raises."""
+        deadline = time.monotonic() + timeout
+        regex = re.compile(pattern)
+        while time.monotonic() < deadline:
+            match = regex.search(self.log_text())
+            if match:
+                return match
+            if not self.alive():
+                raise StartError(f"{self.name} exited with {self.proc.returncode}: {self.log_tail()}")
+            time.sleep(0.1)
+        raise StartError(f"{self.name} did not print /{pattern}/ within {timeout:.0f}s: {self.log_tail()}")
+
+    def stop(self, grace=5.0):
+        if self in _RUNNING:
+            _RUNNING.remove(self)
+        if self.proc.poll() is None:
+            _signal_group(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        # The leader may have exited while its workers live on: kill what is left.
+        _signal_group(self.proc.pid, signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        self._log.close()
+
+
+class StartError(Exception):
+    """A service did not come up; the message says why, with the end of its log."""
+
+
+def _signal_group(pgid, sig):
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_all():
+    """Stops every service still running, newest first."""
+    for service in reversed(list(_RUNNING)):
+        try:
+            service.stop(grace=3.0)
+        except Exception:  # noqa: BLE001 - cleanup must go on for the others
+            pass
+
+
+def install_signal_handlers():
+    """Turns SIGTERM and SIGHUP into SystemExit so the `finally` that stops services runs."""
+    def handler(signum, _frame):
+        raise SystemExit(128 + signum)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
+
+
+def post_json(url, body, headers=None, timeout=5.0):
+    """One POST; returns (status, body text). Never raises for HTTP or connection errors."""
+    data = body if isinstance(body, bytes) else body.encode()
+    request = urllib.request.Request(url, data=data, method="POST")
+    request.add_header("content-type", "application/json")
+    for key, value in (headers or {}).items():
+        request.add_header(key, value)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode("utf-8", "replace")
+    except (OSError, urllib.error.URLError) as error:
+        return 0, str(error)
+
+
+def wait_until_answers(service, url, body, headers=None, timeout=60.0, expect="mock answer"):
+    """Polls with a real chat request until it succeeds: a port that accepts connections is
+    not yet a gateway that answers (LiteLLM loads its router after binding)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        if not service.alive():
+            raise StartError(f"{service.name} exited with {service.proc.returncode}: {service.log_tail()}")
+        status, text = post_json(url, body, headers, timeout=5.0)
+        if status == 200 and expect in text:
+            return
+        last = f"{status} {text[:300]}"
+        time.sleep(0.5)
+    raise StartError(f"{service.name} did not answer within {timeout:.0f}s (last: {last}): {service.log_tail()}")
+
+
+def free_port():
+    """A port the kernel considers free right now on 127.0.0.1."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
