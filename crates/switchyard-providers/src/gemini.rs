@@ -1297,10 +1297,7 @@ impl Redactor {
     }
 
     fn clean(&self, text: &str) -> String {
-        match &self.0 {
-            Some(key) if !key.expose().is_empty() => text.replace(key.expose(), "***"),
-            _ => text.to_owned(),
-        }
+        self.0.as_ref().map_or_else(|| text.to_owned(), |key| key.redact(text).into_owned())
     }
 }
 

@@ -932,9 +932,9 @@ async fn a_key_echoed_by_the_upstream_never_reaches_the_error() {
     let message = format!("API key not valid: {KEY}");
     let body = google_error(400, "INVALID_ARGUMENT", &message, json!([]));
     let error = chat_error(Reply::json(400, body)).await;
-    assert!(error.detail().contains("***"));
+    assert!(error.detail().contains("[redacted]"));
     let error = chat_error(Reply::text(500, &format!("proxy failure for key={KEY}"))).await;
-    assert!(error.detail().contains("***"));
+    assert!(error.detail().contains("[redacted]"));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -17,6 +17,24 @@ impl Secret {
     pub fn expose(&self) -> &str {
         &self.0
     }
+
+    /// `text` with every occurrence of this secret replaced by `[redacted]`: for anything an
+    /// upstream sends back, which may echo the key. Secrets shorter than 8 characters are not
+    /// searched for, since they would match ordinary words; real keys are dozens long.
+    ///
+    /// ```
+    /// use switchyard::credential::Secret;
+    ///
+    /// let key = Secret::new("sk-live-0123456789");
+    /// assert_eq!(key.redact("bad key sk-live-0123456789!"), "bad key [redacted]!");
+    /// ```
+    pub fn redact<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        if self.0.len() >= 8 && text.contains(&*self.0) {
+            text.replace(&*self.0, "[redacted]").into()
+        } else {
+            text.into()
+        }
+    }
 }
 
 impl fmt::Debug for Secret {

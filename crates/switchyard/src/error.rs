@@ -8,7 +8,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::Target;
-use crate::credential::CredentialId;
+use std::borrow::Cow;
+
+use crate::credential::{CredentialId, Secret};
 use crate::trail::Trail;
 
 /// Why an attempt failed. Adapters classify from provider codes and HTTP status; the router
@@ -251,20 +253,15 @@ impl ProviderError {
         self.0.kind
     }
 
-    /// The same error with every occurrence of `secret` in its detail and code replaced by
-    /// `[redacted]`. Secrets shorter than 8 characters are not searched for: they would match
-    /// ordinary words.
-    pub fn redacted(mut self, secret: &str) -> Self {
-        if secret.len() < 8 {
-            return self;
-        }
-        if self.0.detail.contains(secret) {
-            self.0.detail = self.0.detail.replace(secret, "[redacted]");
+    /// The same error with `secret` redacted from its detail and code (see [`Secret::redact`]).
+    pub fn redacted(mut self, secret: &Secret) -> Self {
+        if let Cow::Owned(detail) = secret.redact(&self.0.detail) {
+            self.0.detail = detail;
         }
         if let Some(code) = self.0.code.as_mut()
-            && code.contains(secret)
+            && let Cow::Owned(clean) = secret.redact(code)
         {
-            *code = code.replace(secret, "[redacted]");
+            *code = clean;
         }
         self
     }

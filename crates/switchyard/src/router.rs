@@ -1282,7 +1282,7 @@ enum Next {
 /// provider (adapters, custom providers) can leak a key into trails, events, health or logs.
 fn redact(error: ProviderError, credential: &Credential) -> ProviderError {
     match credential.key() {
-        Some(key) => error.redacted(key.expose()),
+        Some(key) => error.redacted(key),
         None => error,
     }
 }

@@ -91,9 +91,8 @@ pub(crate) fn stream_error(error: &ErrorBody, key: Option<&Secret>) -> ProviderE
 
 /// `text` with every occurrence of the key replaced, for details built from provider text.
 pub(crate) fn redact(text: String, key: Option<&Secret>) -> String {
-    match key.map(Secret::expose) {
-        // Very short keys would blank out ordinary words; real keys are dozens of characters.
-        Some(key) if key.len() >= 8 && text.contains(key) => text.replace(key, "[redacted]"),
+    match key.map(|key| key.redact(&text)) {
+        Some(std::borrow::Cow::Owned(clean)) => clean,
         _ => text,
     }
 }

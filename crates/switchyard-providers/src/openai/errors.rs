@@ -87,10 +87,7 @@ pub(super) fn malformed(
 
 /// Removes the key from text a provider sent back: a compatible server may echo it whole.
 pub(super) fn scrub(text: &str, key: Option<&Secret>) -> String {
-    match key.map(Secret::expose) {
-        Some(key) if key.len() >= 4 && text.contains(key) => text.replace(key, "***"),
-        _ => text.to_owned(),
-    }
+    key.map_or_else(|| text.to_owned(), |key| key.redact(text).into_owned())
 }
 
 fn fields(value: &Value) -> Option<Fields> {
@@ -227,6 +224,6 @@ mod tests {
     #[test]
     fn scrub_masks_an_echoed_key() {
         let key = Secret::new("sk-test-secret-123");
-        assert_eq!(scrub("bad key sk-test-secret-123 given", Some(&key)), "bad key *** given");
+        assert_eq!(scrub("bad key sk-test-secret-123 given", Some(&key)), "bad key [redacted] given");
     }
 }
