@@ -7,34 +7,25 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use switchyard::chat::ChatChunk;
+use switchyard::chat::{ChatChunk, ChatRequest};
 use switchyard_providers::anthropic::codec::{self, StreamEncoder};
 
 use super::sse::{Encoder, respond, write_event};
 use super::{
-    ApiError, AppState, Delivered, Dialect, RequestContext, add_usage_metrics, answered, authorized,
-    json_body, missing_model, options, route_failed, unauthorized,
+    ApiError, AppState, Delivered, Dialect, accept, add_usage_metrics, answered, options, route_failed,
 };
 
 pub async fn messages(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    let exchange = RequestContext::start(&state, &headers, Dialect::Anthropic, "messages");
-    if !authorized(&state.gateway.keys, &headers) {
-        return exchange.fail(&state, unauthorized(&headers));
-    }
-    let bytes = match json_body(&headers, body, state.gateway.max_body).await {
-        Ok(bytes) => bytes,
-        Err(error) => return exchange.fail(&state, error),
+    let parse = |bytes: &[u8]| {
+        codec::request_from_slice(bytes)
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()))
     };
-    let request = match codec::request_from_slice(&bytes) {
-        Ok(request) => request,
-        Err(error) => {
-            return exchange
-                .fail(&state, ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", error.to_string()));
-        }
-    };
-    if request.model.trim().is_empty() {
-        return exchange.fail(&state, missing_model(&state.router));
-    }
+    let endpoint = (Dialect::Anthropic, "messages");
+    let (exchange, request) =
+        match accept(&state, &headers, body, endpoint, parse, |r: &ChatRequest| &r.model).await {
+            Ok(accepted) => accepted,
+            Err(response) => return response,
+        };
     let options = options(&headers);
     if request.stream {
         return match state.router.chat_stream(&request, &options).await {

@@ -370,6 +370,34 @@ fn unauthorized(headers: &HeaderMap) -> ApiError {
     ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
 }
 
+/// The steps every model endpoint takes first: identify the request, check the gateway key,
+/// read the JSON body, parse it in the endpoint's dialect, and require a `model`. A failure is
+/// already rendered and logged.
+async fn accept<T>(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    (dialect, endpoint): (Dialect, &'static str),
+    parse: impl FnOnce(&[u8]) -> Result<T, ApiError>,
+    model: impl FnOnce(&T) -> &str,
+) -> Result<(RequestContext, T), Response> {
+    let exchange = RequestContext::start(state, headers, dialect, endpoint);
+    if !authorized(&state.gateway.keys, headers) {
+        return Err(exchange.fail(state, unauthorized(headers)));
+    }
+    let parsed = match json_body(headers, body, state.gateway.max_body).await {
+        Ok(bytes) => parse(&bytes),
+        Err(error) => Err(error),
+    };
+    match parsed {
+        Ok(request) if model(&request).trim().is_empty() => {
+            Err(exchange.fail(state, missing_model(&state.router)))
+        }
+        Ok(request) => Ok((exchange, request)),
+        Err(error) => Err(exchange.fail(state, error)),
+    }
+}
+
 /// Reads a JSON request body, refusing a wrong content type and a body over the limit.
 async fn json_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
     if let Some(content_type) = headers.get(header::CONTENT_TYPE) {

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use switchyard::chat::{ChatRequest, Dialect as ChatDialect, EmbeddingsRequest};
 
 use super::{
-    ApiError, AppState, Delivered, Dialect, RequestContext, add_usage_metrics, answered, authorized,
-    invalid_json, json_body, missing_model, model_names, options, route_failed, unauthorized, unix_now,
+    ApiError, AppState, Delivered, Dialect, accept, add_usage_metrics, answered, authorized, invalid_json,
+    model_names, options, route_failed, unauthorized, unix_now,
 };
 
 pub async fn chat_completions(
@@ -19,22 +19,14 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let exchange = RequestContext::start(&state, &headers, Dialect::OpenAi, "chat_completions");
-    if !authorized(&state.gateway.keys, &headers) {
-        return exchange.fail(&state, unauthorized(&headers));
-    }
-    let bytes = match json_body(&headers, body, state.gateway.max_body).await {
-        Ok(bytes) => bytes,
-        Err(error) => return exchange.fail(&state, error),
-    };
-    let mut request: ChatRequest = match serde_json::from_slice(&bytes) {
-        Ok(request) => request,
-        Err(error) => return exchange.fail(&state, invalid_json(&error)),
-    };
+    let parse = |bytes: &[u8]| serde_json::from_slice::<ChatRequest>(bytes).map_err(|e| invalid_json(&e));
+    let endpoint = (Dialect::OpenAi, "chat_completions");
+    let (exchange, mut request) =
+        match accept(&state, &headers, body, endpoint, parse, |r: &ChatRequest| &r.model).await {
+            Ok(accepted) => accepted,
+            Err(response) => return response,
+        };
     request.origin = ChatDialect::OpenAi;
-    if request.model.trim().is_empty() {
-        return exchange.fail(&state, missing_model(&state.router));
-    }
     if request.messages.is_empty() {
         let error = ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -76,21 +68,14 @@ pub async fn chat_completions(
 }
 
 pub async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    let exchange = RequestContext::start(&state, &headers, Dialect::OpenAi, "embeddings");
-    if !authorized(&state.gateway.keys, &headers) {
-        return exchange.fail(&state, unauthorized(&headers));
-    }
-    let bytes = match json_body(&headers, body, state.gateway.max_body).await {
-        Ok(bytes) => bytes,
-        Err(error) => return exchange.fail(&state, error),
-    };
-    let request: EmbeddingsRequest = match serde_json::from_slice(&bytes) {
-        Ok(request) => request,
-        Err(error) => return exchange.fail(&state, invalid_json(&error)),
-    };
-    if request.model.trim().is_empty() {
-        return exchange.fail(&state, missing_model(&state.router));
-    }
+    let parse =
+        |bytes: &[u8]| serde_json::from_slice::<EmbeddingsRequest>(bytes).map_err(|e| invalid_json(&e));
+    let endpoint = (Dialect::OpenAi, "embeddings");
+    let (exchange, request) =
+        match accept(&state, &headers, body, endpoint, parse, |r: &EmbeddingsRequest| &r.model).await {
+            Ok(accepted) => accepted,
+            Err(response) => return response,
+        };
     match state.router.embeddings(&request, &options(&headers)).await {
         Ok(answer) => {
             let data: Vec<Value> = answer
