@@ -9,17 +9,23 @@ use switchyard::simulated::SimulatedProvider;
 
 use crate::support::*;
 
-#[tokio::test(start_paused = true)]
-async fn the_retry_budget_caps_retries_during_an_outage() {
+/// A provider that is down, behind a route that retries it `max_attempts` times, under `budget`.
+fn outage(max_attempts: u32, budget: RetryBudgetSettings) -> (SimulatedProvider, switchyard::Router) {
     let down = SimulatedProvider::new().error_rate(ErrorKind::Unavailable, 1.0);
-    let route = Route::builder("default").target("p:m").retry(quick_retry(3)).health_gate(false);
-    let budget = RetryBudgetSettings { ratio: 0.2, min_retries: 5, window: Duration::from_secs(60) };
+    let route = Route::builder("default").target("p:m").retry(quick_retry(max_attempts)).health_gate(false);
     let router = builder(&[("p", &down)])
         .route(route.build().unwrap())
         .health(no_breaker())
         .retry_budget(budget)
         .build()
         .unwrap();
+    (down, router)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_retry_budget_caps_retries_during_an_outage() {
+    let budget = RetryBudgetSettings { ratio: 0.2, min_retries: 5, window: Duration::from_secs(60) };
+    let (down, router) = outage(3, budget);
 
     let mut budget_notes = 0;
     for _ in 0..100 {
@@ -39,15 +45,8 @@ async fn the_retry_budget_caps_retries_during_an_outage() {
 
 #[tokio::test(start_paused = true)]
 async fn the_retry_budget_refills_as_the_window_slides() {
-    let down = SimulatedProvider::new().error_rate(ErrorKind::Unavailable, 1.0);
-    let route = Route::builder("default").target("p:m").retry(quick_retry(2)).health_gate(false);
     let budget = RetryBudgetSettings { ratio: 0.0, min_retries: 2, window: Duration::from_secs(10) };
-    let router = builder(&[("p", &down)])
-        .route(route.build().unwrap())
-        .health(no_breaker())
-        .retry_budget(budget)
-        .build()
-        .unwrap();
+    let (down, router) = outage(2, budget);
 
     for _ in 0..5 {
         let _ = router.chat(&request("default")).await;

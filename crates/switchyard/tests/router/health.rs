@@ -24,8 +24,7 @@ async fn the_health_gate_skips_a_recently_failed_target_until_its_ttl_expires() 
         .target("b:m")
         .retry(quick_retry(1))
         .health_ttl(Duration::from_secs(10));
-    let router =
-        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(no_breaker()).build().unwrap();
+    let router = router_with(&[("a", &a), ("b", &b)], route, no_breaker());
 
     router.chat(&request("default")).await.unwrap();
     assert_eq!(router.target_health(&target("a:m")).status, HealthStatus::TemporarilyUnavailable);
@@ -51,8 +50,7 @@ async fn a_retry_after_longer_than_the_ttl_gates_until_it_passes() {
         .target("b:m")
         .retry(quick_retry(1))
         .health_ttl(Duration::from_secs(10));
-    let router =
-        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(no_breaker()).build().unwrap();
+    let router = router_with(&[("a", &a), ("b", &b)], route, no_breaker());
 
     router.chat(&request("default")).await.unwrap();
     tokio::time::advance(Duration::from_secs(39)).await;
@@ -67,8 +65,7 @@ async fn with_the_health_gate_off_every_target_is_attempted() {
     let b = SimulatedProvider::new();
     let route =
         Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1)).health_gate(false);
-    let router =
-        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(no_breaker()).build().unwrap();
+    let router = router_with(&[("a", &a), ("b", &b)], route, no_breaker());
 
     router.chat(&request("default")).await.unwrap();
     let again = router.chat(&request("default")).await.unwrap();
@@ -85,8 +82,7 @@ async fn when_every_target_is_gated_the_one_that_recovers_first_is_tried() {
         .target("b:m")
         .retry(quick_retry(1))
         .health_ttl(Duration::from_secs(30));
-    let router =
-        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(no_breaker()).build().unwrap();
+    let router = router_with(&[("a", &a), ("b", &b)], route, no_breaker());
 
     router.chat(&request("default")).await.expect_err("both fail once");
     // a failed first, so its gate expires first.
@@ -117,8 +113,7 @@ async fn the_breaker_opens_after_the_threshold_then_half_opens_and_closes_on_a_p
         open_for: Duration::from_secs(30),
         ..HealthSettings::default()
     };
-    let router =
-        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(settings).build().unwrap();
+    let router = router_with(&[("a", &a), ("b", &b)], route, settings);
     let mut events = router.subscribe();
 
     for _ in 0..3 {
@@ -165,8 +160,7 @@ async fn a_failed_probe_reopens_the_circuit_for_longer_within_a_bound() {
         open_max: Duration::from_secs(25),
         ..HealthSettings::default()
     };
-    let router =
-        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(settings).build().unwrap();
+    let router = router_with(&[("a", &a), ("b", &b)], route, settings);
 
     router.chat(&request("default")).await.unwrap(); // opens for 10 s
     let mut opened_for = Vec::new();
@@ -203,8 +197,7 @@ async fn a_half_open_circuit_lets_one_probe_through_at_a_time() {
         open_for: Duration::from_secs(10),
         ..HealthSettings::default()
     };
-    let router =
-        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(settings).build().unwrap();
+    let router = router_with(&[("a", &a), ("b", &b)], route, settings);
 
     router.chat(&request("default")).await.unwrap();
     tokio::time::advance(Duration::from_secs(10)).await;
@@ -345,8 +338,7 @@ async fn two_hundred_concurrent_requests_give_consistent_health_counts() {
     let b = SimulatedProvider::new();
     let route =
         Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1)).health_gate(false);
-    let router =
-        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(no_breaker()).build().unwrap();
+    let router = router_with(&[("a", &a), ("b", &b)], route, no_breaker());
 
     let tasks: Vec<_> = (0..200)
         .map(|_| {
@@ -381,8 +373,7 @@ async fn a_probe_answered_with_a_rate_limit_gives_its_slot_back() {
         open_for: Duration::from_secs(30),
         ..HealthSettings::default()
     };
-    let router =
-        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(settings).build().unwrap();
+    let router = router_with(&[("a", &a), ("b", &b)], route, settings);
 
     router.chat(&request("default")).await.unwrap(); // opens the circuit
     tokio::time::advance(Duration::from_secs(30)).await;
@@ -400,8 +391,7 @@ async fn with_the_health_gate_off_an_open_circuit_still_skips() {
     let route =
         Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1)).health_gate(false);
     let settings = HealthSettings { failure_threshold: 2, ..HealthSettings::default() };
-    let router =
-        builder(&[("a", &a), ("b", &b)]).route(route.build().unwrap()).health(settings).build().unwrap();
+    let router = router_with(&[("a", &a), ("b", &b)], route, settings);
 
     for _ in 0..2 {
         router.chat(&request("default")).await.unwrap();

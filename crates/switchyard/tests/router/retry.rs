@@ -243,7 +243,7 @@ async fn the_callers_deadline_is_not_held_against_a_healthy_provider() {
     let route =
         Route::builder("default").target("p:m").retry(quick_retry(1)).health_ttl(Duration::from_secs(30));
     let settings = switchyard::health::HealthSettings { failure_threshold: 1, ..Default::default() };
-    let router = builder(&[("p", &slow)]).route(route.build().unwrap()).health(settings).build().unwrap();
+    let router = router_with(&[("p", &slow)], route, settings);
 
     let impatient =
         RequestOptions { deadline: Some(Duration::from_millis(500)), ..RequestOptions::default() };
@@ -269,7 +269,7 @@ async fn a_breaker_opening_mid_retry_returns_that_error_not_a_masked_fallback() 
         .fallback_on(ErrorFilter::Kinds(vec![ErrorKind::Unavailable]))
         .candidate(switchyard::route::Candidate::text("apology", "busy"));
     let settings = switchyard::health::HealthSettings { failure_threshold: 2, ..Default::default() };
-    let router = builder(&[("p", &sim)]).route(route.build().unwrap()).health(settings).build().unwrap();
+    let router = router_with(&[("p", &sim)], route, settings);
 
     let error = router.chat(&request("default")).await.expect_err("timeouts are outside fallback_on");
     assert!(matches!(error, RouteError::Upstream { .. }), "{error:?}");

@@ -32,6 +32,19 @@ pub fn builder(providers: &[(&str, &SimulatedProvider)]) -> RouterBuilder {
         .fold(Router::builder(), |b, (id, sim)| b.provider(ProviderEntry::new(*id, (*sim).clone())))
 }
 
+/// A router with the given providers, one route, and these health settings.
+pub fn router_with(
+    providers: &[(&str, &SimulatedProvider)],
+    route: RouteBuilder,
+    health: HealthSettings,
+) -> Router {
+    builder(providers)
+        .route(route.build().expect("valid route"))
+        .health(health)
+        .build()
+        .expect("valid router")
+}
+
 /// A router with the given providers and one route.
 pub fn router(providers: &[(&str, &SimulatedProvider)], route: RouteBuilder) -> Router {
     builder(providers).route(route.build().expect("valid route")).build().expect("valid router")
