@@ -298,40 +298,6 @@ async fn a_breaker_opening_mid_retry_with_fallback_off_returns_the_error() {
     assert_eq!(error.kind(), Some(ErrorKind::Timeout));
 }
 
-/// A provider whose errors repeat the key it was given, as some servers do.
-struct Echo;
-
-impl switchyard::provider::Provider for Echo {
-    fn kind(&self) -> &str {
-        "echo"
-    }
-
-    fn chat<'a>(
-        &'a self,
-        call: switchyard::provider::Call<'a>,
-        _: &'a switchyard::chat::ChatRequest,
-    ) -> switchyard::provider::BoxFuture<'a, Result<switchyard::chat::ChatResponse, switchyard::ProviderError>>
-    {
-        let key = call.credential.key().map(|k| k.expose().to_owned()).unwrap_or_default();
-        Box::pin(async move {
-            Err(switchyard::ProviderError::new(ErrorKind::Auth, format!("Incorrect API key provided: {key}"))
-                .with_status(401)
-                .with_code(format!("bad_key_{key}")))
-        })
-    }
-
-    fn chat_stream<'a>(
-        &'a self,
-        _: switchyard::provider::Call<'a>,
-        _: &'a switchyard::chat::ChatRequest,
-    ) -> switchyard::provider::BoxFuture<
-        'a,
-        Result<switchyard::provider::ChunkStream, switchyard::ProviderError>,
-    > {
-        Box::pin(async { Err(switchyard::ProviderError::new(ErrorKind::Unavailable, "no streams")) })
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_key_echoed_by_any_provider_is_redacted_everywhere() {
     const KEY: &str = "sk-live-ECHOED-0123456789";

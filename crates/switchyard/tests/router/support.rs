@@ -9,7 +9,7 @@ use switchyard::health::HealthSettings;
 use switchyard::route::{Retry, RouteBuilder};
 use switchyard::simulated::SimulatedProvider;
 use switchyard::trail::Outcome;
-use switchyard::{ProviderEntry, RouteError, Router, RouterBuilder};
+use switchyard::{ErrorKind, ProviderEntry, RouteError, Router, RouterBuilder};
 
 pub fn request(model: &str) -> ChatRequest {
     ChatRequest::new(model, vec![Message::user("hello")])
@@ -67,4 +67,38 @@ pub fn event_names(events: &mut Subscription) -> Vec<&'static str> {
 
 pub fn outcomes_of(error: &RouteError) -> Vec<Outcome> {
     error.trail().iter().map(|a| a.outcome).collect()
+}
+
+/// A provider whose errors repeat the key it was given, as some servers do.
+pub struct Echo;
+
+impl switchyard::provider::Provider for Echo {
+    fn kind(&self) -> &str {
+        "echo"
+    }
+
+    fn chat<'a>(
+        &'a self,
+        call: switchyard::provider::Call<'a>,
+        _: &'a switchyard::chat::ChatRequest,
+    ) -> switchyard::provider::BoxFuture<'a, Result<switchyard::chat::ChatResponse, switchyard::ProviderError>>
+    {
+        let key = call.credential.key().map(|k| k.expose().to_owned()).unwrap_or_default();
+        Box::pin(async move {
+            Err(switchyard::ProviderError::new(ErrorKind::Auth, format!("Incorrect API key provided: {key}"))
+                .with_status(401)
+                .with_code(format!("bad_key_{key}")))
+        })
+    }
+
+    fn chat_stream<'a>(
+        &'a self,
+        _: switchyard::provider::Call<'a>,
+        _: &'a switchyard::chat::ChatRequest,
+    ) -> switchyard::provider::BoxFuture<
+        'a,
+        Result<switchyard::provider::ChunkStream, switchyard::ProviderError>,
+    > {
+        Box::pin(async { Err(switchyard::ProviderError::new(ErrorKind::Unavailable, "no streams")) })
+    }
 }
