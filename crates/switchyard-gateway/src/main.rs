@@ -205,9 +205,13 @@ async fn serve_logged(
     let listener =
         tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
-    println!("switchyard listening on http://{local}");
-    println!("  config: {}", loaded.source);
-    print_routes(&loaded.router);
+    // The banner is for a person; a closed stdout (`serve | head -1`) must not stop the gateway.
+    let mut banner = format!("switchyard listening on http://{local}\n  config: {}\n", loaded.source);
+    for line in route_lines(&loaded.router) {
+        banner.push_str(&line);
+        banner.push('\n');
+    }
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), banner.as_bytes());
     let grace = loaded.gateway.shutdown_grace;
     let state = AppState::new(loaded.router, loaded.gateway);
     // Without TCP_NODELAY, a small SSE event written after the headers waits for their
@@ -254,6 +258,14 @@ async fn shutdown_signal() {
 }
 
 fn print_routes(router: &Router) {
+    for line in route_lines(router) {
+        println!("{line}");
+    }
+}
+
+/// One line per route: its chain, special chains, candidates, and which is the default.
+fn route_lines(router: &Router) -> Vec<String> {
+    let mut lines = Vec::new();
     for route in router.routes() {
         let targets: Vec<String> = route.targets().iter().map(|t| t.target.to_string()).collect();
         let mut line = format!("  route {}: {}", route.name(), targets.join(" -> "));
@@ -271,8 +283,9 @@ fn print_routes(router: &Router) {
         if route.name() == router.default_route().name() {
             line.push_str(" (default)");
         }
-        println!("{line}");
+        lines.push(line);
     }
+    lines
 }
 
 async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCode> {

@@ -94,6 +94,57 @@ routes:
     assert!(out.starts_with("hello from up"), "{out}");
 }
 
+/// Starts `switchyard serve` on a free port; returns the process and its address.
+fn serve(config: &std::path::Path) -> (std::process::Child, String) {
+    let mut server = Command::new(BIN)
+        .args(["serve", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(server.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    let addr = first.trim().rsplit("http://").next().unwrap().to_owned();
+    // Keep reading what the server prints: a closed pipe would fail its next println.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    (server, addr)
+}
+
+#[test]
+fn health_prints_the_table_of_a_running_gateway() {
+    let config = write_config(
+        "health.yaml",
+        r#"
+providers:
+  down: { kind: simulated, error_rates: { unavailable: 1.0 } }
+  up: { kind: simulated }
+routes:
+  default: { targets: [down:m, up:m], retry: { max_attempts: 1 } }
+"#,
+    );
+    let (mut server, addr) = serve(&config);
+    let mut stream = TcpStream::connect(&addr).unwrap();
+    let body = r#"{"model":"default","messages":[{"role":"user","content":"hi"}]}"#;
+    write!(
+        stream,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    let (code, out, err) = run(&["health", "--url", &format!("http://{addr}")]);
+    server.kill().unwrap();
+    let _ = server.wait();
+    assert_eq!(code, 0, "{err}");
+    let down = out.lines().find(|l| l.starts_with("down:m")).unwrap_or_default();
+    assert!(down.contains("temporarily_unavailable") && down.contains("closed"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("up:m") && l.contains("available")), "{out}");
+}
+
 /// Reads one HTTP response head and returns the reader positioned at the body.
 fn read_head(reader: &mut BufReader<TcpStream>) -> String {
     let mut head = String::new();
@@ -119,16 +170,7 @@ routes:
 gateway: { shutdown_grace: 10s }
 "#,
     );
-    let mut server = Command::new(BIN)
-        .args(["serve", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(server.stdout.take().unwrap());
-    let mut first = String::new();
-    stdout.read_line(&mut first).unwrap();
-    let addr = first.trim().rsplit("http://").next().unwrap().to_owned();
+    let (mut server, addr) = serve(&config);
 
     let mut stream = TcpStream::connect(&addr).unwrap();
     let body = r#"{"model":"default","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
