@@ -6,3 +6,4 @@ pub mod logging;
 pub mod metrics;
 pub mod recent;
 pub mod server;
+pub mod workers;

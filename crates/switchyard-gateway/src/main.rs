@@ -1,18 +1,20 @@
 //! `switchyard`: the gateway and its command line.
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use axum::serve::ListenerExt;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use futures_util::StreamExt;
 use switchyard::chat::{ChatRequest, Message};
 use switchyard::{RequestOptions, Router};
 use switchyard_gateway::config::{self, Loaded};
-use switchyard_gateway::logging::BatchedStderr;
+use switchyard_gateway::logging::{AccessLog, BatchedStderr, LogFormat};
 use switchyard_gateway::server::{AppState, app};
+use switchyard_gateway::workers::Workers;
+use tokio::sync::watch;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -39,7 +41,7 @@ enum Command {
         /// Log format.
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
-        /// Worker threads (default: one per core).
+        /// Serving threads, each one event loop (default: one per core).
         #[arg(long)]
         threads: Option<usize>,
     },
@@ -87,19 +89,12 @@ enum ConfigCommand {
     Check { file: PathBuf },
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Command::Serve { threads: Some(threads), .. } = &cli.command {
-        builder.worker_threads((*threads).max(1));
-    }
-    let runtime = match builder.enable_all().build() {
+    // `serve` runs its own worker threads (see `workers`); this runtime accepts connections,
+    // waits for signals and runs the other commands.
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");
@@ -128,7 +123,9 @@ fn load(path: Option<&PathBuf>) -> anyhow::Result<Loaded> {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve { config, listen, log_format, .. } => serve(config, listen, log_format).await,
+        Command::Serve { config, listen, log_format, threads } => {
+            serve(config, listen, log_format, threads).await
+        }
         Command::Doctor { config, ping } => doctor(&load(config.as_ref())?, ping).await,
         Command::Chat { config, route, target, stream, prompt } => {
             let loaded = load(config.as_ref())?;
@@ -181,9 +178,11 @@ async fn serve(
     path: Option<PathBuf>,
     listen: Option<String>,
     log_format: LogFormat,
+    threads: Option<usize>,
 ) -> anyhow::Result<ExitCode> {
     let log = init_logging(log_format);
-    let result = serve_logged(path, listen, log.clone()).await;
+    let access = AccessLog::new(log_format, log.clone());
+    let result = serve_logged(path, listen, threads, access, log.clone()).await;
     if let Some(log) = log {
         log.flush();
     }
@@ -193,6 +192,8 @@ async fn serve(
 async fn serve_logged(
     path: Option<PathBuf>,
     listen: Option<String>,
+    threads: Option<usize>,
+    access: AccessLog,
     log: Option<BatchedStderr>,
 ) -> anyhow::Result<ExitCode> {
     let loaded = load(path.as_ref())?;
@@ -213,26 +214,33 @@ async fn serve_logged(
     }
     let _ = std::io::Write::write_all(&mut std::io::stdout(), banner.as_bytes());
     let grace = loaded.gateway.shutdown_grace;
-    let state = AppState::new(loaded.router, loaded.gateway);
-    // Without TCP_NODELAY, a small SSE event written after the headers waits for their
-    // acknowledgement (Nagle), adding latency to the first token of every stream.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
-        shutdown_signal().await;
-        eprintln!("switchyard: shutting down; open streams have {grace:?} to finish");
-        // Bound the drain: a stream that never ends must not hold the process forever.
-        tokio::spawn(async move {
-            tokio::time::sleep(grace).await;
-            if let Some(log) = log {
-                log.flush();
+    let state = AppState::with_access_log(loaded.router, loaded.gateway, access);
+    let threads = threads
+        .and_then(NonZeroUsize::new)
+        .or_else(|| std::thread::available_parallelism().ok())
+        .unwrap_or(NonZeroUsize::MIN);
+    let (stop, stopped) = watch::channel(false);
+    let workers = Workers::start(listener, threads, app(state), stopped).context("cannot start the workers")?;
+    let finished = workers.finished();
+    tokio::pin!(finished);
+    tokio::select! {
+        result = &mut finished => result.context("the server failed")?,
+        () = shutdown_signal() => {
+            eprintln!("switchyard: shutting down; open streams have {grace:?} to finish");
+            let _ = stop.send(true);
+            // Bound the drain: a stream that never ends must not hold the process forever.
+            tokio::select! {
+                result = finished => result.context("the server failed")?,
+                () = tokio::time::sleep(grace) => {
+                    if let Some(log) = log {
+                        log.flush();
+                    }
+                    eprintln!("switchyard: grace period over, exiting");
+                    std::process::exit(0);
+                }
             }
-            eprintln!("switchyard: grace period over, exiting");
-            std::process::exit(0);
-        });
-    });
-    server.await.context("the server failed")?;
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -38,7 +38,7 @@ pub const DEFAULT_API_VERSION: &str = "2023-06-01";
 /// The Anthropic adapter: one connection pool, the endpoint and the fixed headers.
 #[derive(Debug)]
 pub struct AnthropicProvider {
-    client: reqwest::Client,
+    client: http::HttpClient,
     base_url: String,
     endpoint: String,
     headers: HeaderMap,
@@ -71,14 +71,14 @@ impl AnthropicProvider {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
-        Ok(Self { client: http::client(&settings.http)?, base_url, endpoint, headers })
+        Ok(Self { client: http::HttpClient::new(&settings.http)?, base_url, endpoint, headers })
     }
 
     /// Sends `body` and returns the response when it is a success; otherwise the classified
     /// error. The rate-limit headers of every response go to the call's sink.
     async fn send(&self, call: &Call<'_>, body: Vec<u8>) -> Result<reqwest::Response, ProviderError> {
         let key = call.credential.key();
-        let mut builder = self.client.post(&self.endpoint).headers(self.headers.clone()).body(body);
+        let mut builder = self.client.get().post(&self.endpoint).headers(self.headers.clone()).body(body);
         if let Some(key) = key {
             let mut value = HeaderValue::from_str(key.expose()).map_err(|_| {
                 ProviderError::new(

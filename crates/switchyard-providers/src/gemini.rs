@@ -101,7 +101,7 @@ pub const SKIP_THOUGHT_SIGNATURE: &str = "skip_thought_signature_validator";
 /// The Gemini API adapter.
 pub struct GeminiProvider {
     base_url: String,
-    client: reqwest::Client,
+    client: http::HttpClient,
     /// Extra headers from the settings, marked sensitive so that they never print.
     headers: HeaderMap,
 }
@@ -128,7 +128,7 @@ impl GeminiProvider {
             value.set_sensitive(true);
             headers.append(header, value);
         }
-        Ok(Self { base_url, client: http::client(&settings.http)?, headers })
+        Ok(Self { base_url, client: http::HttpClient::new(&settings.http)?, headers })
     }
 
     /// `{base}/models/{model}:{method}`.
@@ -146,6 +146,7 @@ impl GeminiProvider {
     ) -> Result<reqwest::Response, ProviderError> {
         let mut builder = self
             .client
+            .get()
             .post(url)
             .headers(self.headers.clone())
             .header(CONTENT_TYPE, "application/json")

@@ -1,6 +1,8 @@
 //! What every HTTP adapter shares: the client, transport-error classification, reading error
 //! bodies, Retry-After and rate-limit headers.
 
+use std::cell::RefCell;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::HeaderMap;
@@ -29,9 +31,62 @@ impl Default for HttpSettings {
     }
 }
 
+/// One provider's HTTP client: a connection pool per thread, all made from the same settings.
+///
+/// A pooled connection is driven by a task on the runtime that opened it. The gateway runs one
+/// single-threaded runtime per core; a pool shared between them would hand a request on one
+/// thread a connection driven by another, and every read and write would then wake that
+/// other thread. With a pool per thread, an upstream exchange stays on the thread of the
+/// client connection that asked for it. On a multi-threaded runtime this costs at most one
+/// idle connection per worker thread more than a shared pool would keep.
+#[derive(Debug, Clone)]
+pub struct HttpClient {
+    settings: HttpSettings,
+    /// The pool of the thread that made this client; the fallback if another thread's cannot
+    /// be built.
+    first: reqwest::Client,
+    /// Identifies this client's pools in every thread's cache; dead once every clone is gone.
+    alive: Arc<()>,
+}
+
+thread_local! {
+    /// This thread's pools: one per live [`HttpClient`], pruned when a new one is added.
+    static POOLS: RefCell<Vec<(Weak<()>, reqwest::Client)>> = const { RefCell::new(Vec::new()) };
+}
+
+impl HttpClient {
+    /// Checks `settings` by building this thread's pool.
+    pub fn new(settings: &HttpSettings) -> Result<Self, reqwest::Error> {
+        let first = client(settings)?;
+        let this = Self { settings: settings.clone(), first: first.clone(), alive: Arc::new(()) };
+        POOLS.with_borrow_mut(|pools| this.insert(pools, first));
+        Ok(this)
+    }
+
+    /// The calling thread's client, made on the thread's first call.
+    pub fn get(&self) -> reqwest::Client {
+        POOLS.with_borrow_mut(|pools| {
+            let mine = Arc::downgrade(&self.alive);
+            if let Some((_, client)) = pools.iter().find(|(id, _)| id.ptr_eq(&mine)) {
+                return client.clone();
+            }
+            // The same settings built a client in `new`; should building fail now, share
+            // that thread's pool: slower, still correct.
+            let client = client(&self.settings).unwrap_or_else(|_| self.first.clone());
+            self.insert(pools, client.clone());
+            client
+        })
+    }
+
+    fn insert(&self, pools: &mut Vec<(Weak<()>, reqwest::Client)>, client: reqwest::Client) {
+        pools.retain(|(id, _)| id.strong_count() > 0);
+        pools.push((Arc::downgrade(&self.alive), client));
+    }
+}
+
 /// A client with `settings`. No total timeout: the router's first-byte, idle and total
 /// timeouts govern every call.
-pub fn client(settings: &HttpSettings) -> Result<reqwest::Client, reqwest::Error> {
+fn client(settings: &HttpSettings) -> Result<reqwest::Client, reqwest::Error> {
     let builder = reqwest::Client::builder()
         .connect_timeout(settings.connect_timeout)
         .pool_idle_timeout(settings.pool_idle_timeout)

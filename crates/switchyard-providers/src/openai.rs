@@ -51,7 +51,7 @@ pub struct OpenAiProvider {
     endpoint: Endpoint,
     /// Organization, project and the configured extra headers; marked sensitive.
     headers: HeaderMap,
-    client: reqwest::Client,
+    client: http::HttpClient,
 }
 
 /// Where an operation (`chat/completions`, `embeddings`) lives.
@@ -102,7 +102,7 @@ impl OpenAiProvider {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
-        Ok(Self { kind: settings.kind, base_url, endpoint, headers, client: http::client(&settings.http)? })
+        Ok(Self { kind: settings.kind, base_url, endpoint, headers, client: http::HttpClient::new(&settings.http)? })
     }
 
     /// The URL of `operation` for `model`.
@@ -168,6 +168,7 @@ impl OpenAiProvider {
     ) -> Result<reqwest::Response, ProviderError> {
         let mut request = self
             .client
+            .get()
             .post(self.url(operation, call.model))
             .headers(self.headers.clone())
             .header(header::CONTENT_TYPE, "application/json");

@@ -25,6 +25,7 @@ use switchyard::trail::{Timing, Trail, Via};
 use switchyard::{RequestOptions, Router, Target};
 
 use crate::config::GatewaySettings;
+use crate::logging::{AccessEntry, AccessLog};
 use crate::metrics::{LabelValue, Metrics, labels};
 use crate::recent::{Recent, RequestRecord};
 
@@ -43,13 +44,19 @@ pub struct AppState {
     pub gateway: GatewaySettings,
     pub recent: Recent,
     pub metrics: Metrics,
+    access: AccessLog,
     ids: IdSource,
     /// The targets the configuration names; others (named by clients) share one metric label.
     listed: HashSet<Target>,
 }
 
 impl AppState {
+    /// The state of a gateway without an access log; see [`AppState::with_access_log`].
     pub fn new(router: Router, gateway: GatewaySettings) -> Arc<Self> {
+        Self::with_access_log(router, gateway, AccessLog::off())
+    }
+
+    pub fn with_access_log(router: Router, gateway: GatewaySettings, access: AccessLog) -> Arc<Self> {
         let metrics = Metrics::new();
         describe(&metrics);
         let listed = router.routes().flat_map(|route| route.all_targets()).cloned().collect();
@@ -58,6 +65,7 @@ impl AppState {
             router,
             gateway,
             metrics,
+            access,
             ids: IdSource::new(),
             listed,
         })
@@ -280,18 +288,16 @@ impl RequestContext {
                 trail,
             });
         }
-        tracing::info!(
-            target: "switchyard::access",
-            request_id = %self.id,
-            endpoint = self.endpoint,
-            route = &*route,
-            served_by = served_by.map(tracing::field::display),
+        state.access.record(&AccessEntry {
+            request_id: &self.id,
+            endpoint: self.endpoint,
+            route: &route,
+            served_by,
             attempts,
             status,
-            latency_ms = elapsed.as_secs_f64() * 1000.0,
-            overhead_ms = overhead.as_secs_f64() * 1000.0,
-            "request"
-        );
+            latency: elapsed,
+            overhead,
+        });
     }
 }
 
