@@ -316,7 +316,9 @@ mod tests {
     #[test]
     fn json_lines_are_json_objects() {
         let via = Via::Target("ok:m\"x\\".parse::<Target>().unwrap());
-        for (via, served_by) in [(Some(&via), serde_json::json!("ok:m\"x\\")), (None, serde_json::Value::Null)] {
+        for (via, served_by) in
+            [(Some(&via), serde_json::json!("ok:m\"x\\")), (None, serde_json::Value::Null)]
+        {
             let mut out = Vec::new();
             json_line(&mut out, &entry(via, "r\\"), at(0, 0));
             assert_eq!(out.last(), Some(&b'\n'));

@@ -89,6 +89,9 @@ const BUCKETS: [f64; 16] =
 
 #[derive(Debug, Default)]
 struct Histogram {
+    /// Samples per bucket, each counted once, in the first bucket whose bound holds it (the
+    /// exposition's cumulative counts are summed at render time): one atomic add per sample
+    /// instead of one per bucket above it.
     buckets: [AtomicU64; BUCKETS.len()],
     count: AtomicU64,
     /// Sum in nanoseconds, so it can be an integer atomic.
@@ -105,12 +108,15 @@ pub struct Metrics {
     help: RwLock<HashMap<&'static str, &'static str>>,
 }
 
-fn entry<T: Default>(map: &Series<T>, name: &'static str, labels: Labels) -> Arc<T> {
+/// Runs `record` on the series of `name` and `labels`, creating it on first use. The common
+/// case holds the read lock for the duration of one atomic update and touches no reference
+/// count.
+fn record<T: Default>(map: &Series<T>, name: &'static str, labels: Labels, record: impl FnOnce(&T)) {
     let key = (name, labels);
     if let Some(found) = map.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
-        return found.clone();
+        return record(found);
     }
-    map.write().unwrap_or_else(|p| p.into_inner()).entry(key).or_default().clone()
+    record(map.write().unwrap_or_else(|p| p.into_inner()).entry(key).or_default());
 }
 
 /// A map's entries sorted by key, for a stable exposition.
@@ -132,31 +138,34 @@ impl Metrics {
     }
 
     pub fn increment(&self, name: &'static str, labels: Labels, by: u64) {
-        entry(&self.counters, name, labels).fetch_add(by, Ordering::Relaxed);
+        record(&self.counters, name, labels, |cell| {
+            cell.fetch_add(by, Ordering::Relaxed);
+        });
     }
 
     /// Adds to a floating-point counter.
     pub fn add(&self, name: &'static str, labels: Labels, value: f64) {
-        let cell = entry(&self.sums, name, labels);
-        let mut current = cell.load(Ordering::Relaxed);
-        loop {
-            let next = (f64::from_bits(current) + value).to_bits();
-            match cell.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => break,
-                Err(actual) => current = actual,
+        record(&self.sums, name, labels, |cell| {
+            let mut current = cell.load(Ordering::Relaxed);
+            loop {
+                let next = (f64::from_bits(current) + value).to_bits();
+                match cell.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => break,
+                    Err(actual) => current = actual,
+                }
             }
-        }
+        });
     }
 
     pub fn observe(&self, name: &'static str, labels: Labels, seconds: f64) {
-        let histogram = entry(&self.histograms, name, labels);
-        for (bound, bucket) in BUCKETS.iter().zip(&histogram.buckets) {
-            if seconds <= *bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
+        record(&self.histograms, name, labels, |histogram| {
+            // Past the last bound, a sample is only in `+Inf`, that is in `count`.
+            if let Some(bucket) = BUCKETS.iter().position(|bound| seconds <= *bound) {
+                histogram.buckets[bucket].fetch_add(1, Ordering::Relaxed);
             }
-        }
-        histogram.count.fetch_add(1, Ordering::Relaxed);
-        histogram.sum_nanos.fetch_add((seconds.max(0.0) * 1e9) as u64, Ordering::Relaxed);
+            histogram.count.fetch_add(1, Ordering::Relaxed);
+            histogram.sum_nanos.fetch_add((seconds.max(0.0) * 1e9) as u64, Ordering::Relaxed);
+        });
     }
 
     /// The text exposition of everything, with `gauges` (computed at scrape time) appended.
@@ -184,10 +193,11 @@ impl Metrics {
         }
         for ((name, labels), histogram) in sorted(&self.histograms) {
             header(&mut out, name, "histogram", &mut last);
+            let mut cumulative = 0;
             for (bound, bucket) in BUCKETS.iter().zip(&histogram.buckets) {
                 let le = bound.to_string();
-                let count = bucket.load(Ordering::Relaxed);
-                let _ = writeln!(out, "{name}_bucket{} {count}", render_labels(&labels, Some(&le)));
+                cumulative += bucket.load(Ordering::Relaxed);
+                let _ = writeln!(out, "{name}_bucket{} {cumulative}", render_labels(&labels, Some(&le)));
             }
             let count = histogram.count.load(Ordering::Relaxed);
             let _ = writeln!(out, "{name}_bucket{} {count}", render_labels(&labels, Some("+Inf")));
@@ -251,5 +261,19 @@ mod tests {
         assert!(text.contains("lat_seconds_bucket{le=\"0.005\"} 1\n"), "{text}");
         assert!(text.contains("lat_seconds_count 1\n"), "{text}");
         assert!(text.contains("g{t=\"p:m\"} 1\n"), "{text}");
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let metrics = Metrics::new();
+        for seconds in [0.003, 0.02, 0.02, 100.0] {
+            metrics.observe("lat_seconds", labels([]), seconds);
+        }
+        let text = metrics.render(&[]);
+        for (le, count) in [("0.0025", 0), ("0.005", 1), ("0.01", 1), ("0.025", 3), ("60", 3), ("+Inf", 4)] {
+            let line = format!("lat_seconds_bucket{{le=\"{le}\"}} {count}\n");
+            assert!(text.contains(&line), "{line} in {text}");
+        }
+        assert!(text.contains("lat_seconds_count 4\n"), "{text}");
     }
 }

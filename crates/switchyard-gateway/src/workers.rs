@@ -11,7 +11,6 @@
 //! One acceptor hands new connections to the workers in turn; after that, a connection never
 //! moves. The acceptor runs on the caller's runtime, so that the workers do nothing but serve.
 
-use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
@@ -77,17 +76,19 @@ impl Workers {
     }
 }
 
-fn stopped(mut stop: watch::Receiver<bool>) -> impl Future<Output = ()> + Send + 'static {
-    async move {
-        // A dropped sender means nobody can ask for a stop any more: serve on.
-        if stop.wait_for(|stop| *stop).await.is_err() {
-            std::future::pending::<()>().await;
-        }
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    // A dropped sender means nobody can ask for a stop any more: serve on.
+    if stop.wait_for(|stop| *stop).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 
 /// Accepts connections and deals them out to the workers in turn, until `stop`.
-async fn accept(listener: TcpListener, workers: Vec<mpsc::UnboundedSender<Handoff>>, stop: watch::Receiver<bool>) {
+async fn accept(
+    listener: TcpListener,
+    workers: Vec<mpsc::UnboundedSender<Handoff>>,
+    stop: watch::Receiver<bool>,
+) {
     let mut next = 0;
     let stop = stopped(stop);
     tokio::pin!(stop);

@@ -102,7 +102,13 @@ impl OpenAiProvider {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
-        Ok(Self { kind: settings.kind, base_url, endpoint, headers, client: http::HttpClient::new(&settings.http)? })
+        Ok(Self {
+            kind: settings.kind,
+            base_url,
+            endpoint,
+            headers,
+            client: http::HttpClient::new(&settings.http)?,
+        })
     }
 
     /// The URL of `operation` for `model`.

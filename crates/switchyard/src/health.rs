@@ -213,22 +213,19 @@ impl MemoryStore {
 impl HealthStore for MemoryStore {
     fn update(&self, target: &Target, credentials: &[CredentialId], apply: &mut dyn FnMut(&mut Records)) {
         let mut state = self.lock();
+        let state = &mut *state;
+        // The records are moved out and back rather than cloned: this runs twice per call.
         let mut records = Records {
-            target: state.targets.get(target).cloned().unwrap_or_default(),
+            target: state.targets.get_mut(target).map(std::mem::take).unwrap_or_default(),
             credentials: credentials
                 .iter()
-                .map(|id| state.credentials.get(id).cloned().unwrap_or_default())
+                .map(|id| state.credentials.get_mut(id).map(std::mem::take).unwrap_or_default())
                 .collect(),
         };
-        let before = records.clone();
         apply(&mut records);
-        if records.target != before.target {
-            state.targets.insert(target.clone(), records.target);
-        }
-        for ((id, record), old) in credentials.iter().zip(records.credentials).zip(before.credentials) {
-            if record != old {
-                state.credentials.insert(id.clone(), record);
-            }
+        put_back(&mut state.targets, target, records.target);
+        for (id, record) in credentials.iter().zip(records.credentials) {
+            put_back(&mut state.credentials, id, record);
         }
     }
 
@@ -245,6 +242,22 @@ impl HealthStore for MemoryStore {
         let mut state = self.lock();
         state.targets.clear();
         state.credentials.clear();
+    }
+}
+
+/// Stores `record` under `key`; a record never seen before is stored only when it says
+/// something (an untouched default would only grow the map).
+fn put_back<K, V>(map: &mut HashMap<K, V>, key: &K, record: V)
+where
+    K: std::hash::Hash + Eq + Clone,
+    V: Default + PartialEq,
+{
+    match map.get_mut(key) {
+        Some(slot) => *slot = record,
+        None if record != V::default() => {
+            map.insert(key.clone(), record);
+        }
+        None => {}
     }
 }
 

@@ -1,0 +1,112 @@
+//! Serving on one event loop per thread: connections are dealt out in turn, a connection
+//! stays on its thread, and a stop lets requests in flight finish.
+
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+
+use axum::routing::get;
+use switchyard_gateway::workers::Workers;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{oneshot, watch};
+
+/// The test's handle on a held request: told when it is in its handler, released at will.
+struct Hold {
+    entered: oneshot::Receiver<()>,
+    release: oneshot::Sender<()>,
+}
+
+/// An app whose answer is the name of the thread that served it; `/hold` answers only once
+/// the test releases it.
+fn app() -> (axum::Router, Hold) {
+    let (entered_tx, entered) = oneshot::channel();
+    let (release, released) = oneshot::channel::<()>();
+    let held = Arc::new(Mutex::new(Some((entered_tx, released))));
+    let thread = || async { std::thread::current().name().unwrap_or("?").to_owned() };
+    let router = axum::Router::new().route("/", get(thread)).route(
+        "/hold",
+        get(move || {
+            let held = held.lock().unwrap().take();
+            async move {
+                if let Some((entered, released)) = held {
+                    let _ = entered.send(());
+                    let _ = released.await;
+                }
+                "released".to_owned()
+            }
+        }),
+    );
+    (router, Hold { entered, release })
+}
+
+async fn start(threads: usize) -> (Workers, std::net::SocketAddr, watch::Sender<bool>, Hold) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = watch::channel(false);
+    let (app, hold) = app();
+    let workers = Workers::start(listener, NonZeroUsize::new(threads).unwrap(), app, stopped).unwrap();
+    (workers, addr, stop, hold)
+}
+
+/// Sends one keep-alive GET and returns the body.
+async fn get_on(stream: &mut TcpStream, path: &str) -> String {
+    let request = format!("GET {path} HTTP/1.1\r\nhost: test\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    let mut buffer = [0u8; 1024];
+    loop {
+        let read = stream.read(&mut buffer).await.unwrap();
+        assert!(read > 0, "connection closed mid-response: {}", String::from_utf8_lossy(&response));
+        response.extend_from_slice(&buffer[..read]);
+        let text = String::from_utf8_lossy(&response);
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length: usize = head
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length: "))
+                .and_then(|n| n.trim().parse().ok())
+                .expect("a content-length");
+            if body.len() >= length {
+                assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+                return body[..length].to_owned();
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn connections_are_dealt_to_the_workers_in_turn_and_stay_there() {
+    let (_workers, addr, _stop, _release) = start(2).await;
+    let mut connections = Vec::new();
+    let mut served = Vec::new();
+    for _ in 0..4 {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        served.push(get_on(&mut stream, "/").await);
+        connections.push(stream);
+    }
+    assert_eq!(
+        served,
+        ["switchyard-worker-0", "switchyard-worker-1", "switchyard-worker-0", "switchyard-worker-1"]
+    );
+    // Later requests on each connection are served by the thread that took it.
+    for (stream, first) in connections.iter_mut().zip(&served) {
+        for _ in 0..3 {
+            assert_eq!(&get_on(stream, "/").await, first);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_stop_lets_requests_in_flight_finish() {
+    let (workers, addr, stop, hold) = start(2).await;
+    let mut held = TcpStream::connect(addr).await.unwrap();
+    let answer = tokio::spawn(async move { get_on(&mut held, "/hold").await });
+    hold.entered.await.unwrap();
+    stop.send(true).unwrap();
+    let finished = tokio::spawn(workers.finished());
+    // Not before the held request is answered.
+    tokio::task::yield_now().await;
+    assert!(!finished.is_finished());
+    hold.release.send(()).unwrap();
+    assert_eq!(answer.await.unwrap(), "released");
+    finished.await.unwrap().unwrap();
+}
