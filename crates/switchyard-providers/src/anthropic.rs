@@ -21,7 +21,8 @@ mod response;
 mod stream;
 mod wire;
 
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use ::http::Uri;
+use ::http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use switchyard::chat::{ChatRequest, ChatResponse};
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
 use switchyard::{ErrorKind, ProviderError};
@@ -40,7 +41,8 @@ pub const DEFAULT_API_VERSION: &str = "2023-06-01";
 pub struct AnthropicProvider {
     client: http::HttpClient,
     base_url: String,
-    endpoint: String,
+    /// `{base}/v1/messages`, parsed once.
+    endpoint: Uri,
     headers: HeaderMap,
 }
 
@@ -55,6 +57,7 @@ impl AnthropicProvider {
             Some(root) => format!("{root}/v1/messages"),
             None => format!("{base_url}/v1/messages"),
         };
+        let endpoint = Uri::try_from(endpoint).map_err(|_| BuildError::InvalidBaseUrl(base_url.clone()))?;
         let version = settings.api_version.as_deref().unwrap_or(DEFAULT_API_VERSION);
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -76,9 +79,9 @@ impl AnthropicProvider {
 
     /// Sends `body` and returns the response when it is a success; otherwise the classified
     /// error. The rate-limit headers of every response go to the call's sink.
-    async fn send(&self, call: &Call<'_>, body: Vec<u8>) -> Result<reqwest::Response, ProviderError> {
+    async fn send(&self, call: &Call<'_>, body: Vec<u8>) -> Result<http::Response, ProviderError> {
         let key = call.credential.key();
-        let mut builder = self.client.get().post(&self.endpoint).headers(self.headers.clone()).body(body);
+        let mut headers = self.headers.clone();
         if let Some(key) = key {
             let mut value = HeaderValue::from_str(key.expose()).map_err(|_| {
                 ProviderError::new(
@@ -87,9 +90,9 @@ impl AnthropicProvider {
                 )
             })?;
             value.set_sensitive(true);
-            builder = builder.header("x-api-key", value);
+            headers.append("x-api-key", value);
         }
-        let response = builder.send().await.map_err(http::transport_error)?;
+        let response = self.client.send(http::post(self.endpoint.clone(), headers, body)).await?;
         let limits = http::rate_limits(response.headers());
         if let Some(sink) = call.rate_limits {
             if !limits.is_empty() {
@@ -133,7 +136,7 @@ impl Provider for AnthropicProvider {
         Box::pin(async move {
             let body = Self::body(&call, request, false)?;
             let response = self.send(&call, body).await?;
-            let bytes = response.bytes().await.map_err(http::transport_error)?;
+            let bytes = http::read_body(response).await?;
             let message = serde_json::from_slice::<wire::MessageResponse>(&bytes).map_err(|error| {
                 let text = String::from_utf8_lossy(&bytes);
                 let detail =
@@ -167,7 +170,7 @@ impl Provider for AnthropicProvider {
                     classify::redact(detail, call.credential.key()),
                 ));
             }
-            let events = SseStream::new(response.bytes_stream());
+            let events = SseStream::new(http::body_stream(response));
             let decoder = stream::Decoder::new(request.origin, call.credential.key().cloned());
             Ok(stream::chunk_stream(events, decoder))
         })

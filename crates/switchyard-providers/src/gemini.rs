@@ -75,9 +75,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use ::http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use bytes::Bytes;
 use futures_core::Stream;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use switchyard::chat::{
@@ -89,6 +89,7 @@ use switchyard::credential::Secret;
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
 use switchyard::ratelimit::parse_duration;
 use switchyard::{ErrorKind, ProviderError};
+use tokio::time::Instant;
 
 use crate::http;
 use crate::sse::{SseEvent, SseStream};
@@ -119,6 +120,8 @@ impl GeminiProvider {
     /// An adapter for `settings` (base URL default `https://generativelanguage.googleapis.com/v1beta`).
     pub fn new(settings: &ProviderSettings) -> Result<Self, BuildError> {
         let base_url = settings.resolved_base_url()?;
+        // Each request's URL names the model; the base is checked once, here.
+        ::http::Uri::try_from(base_url.as_str()).map_err(|_| BuildError::InvalidBaseUrl(base_url.clone()))?;
         let mut headers = HeaderMap::new();
         for (name, value) in &settings.headers {
             let header = HeaderName::from_bytes(name.as_bytes())
@@ -137,20 +140,18 @@ impl GeminiProvider {
     }
 
     /// Sends one request; reports the rate-limit headers; classifies a non-2xx answer.
+    ///
+    /// With a `deadline`, an answer whose head has not arrived by then is a timeout; an error
+    /// body is what arrived of it by then.
     async fn send(
         &self,
         call: Call<'_>,
         url: String,
         body: Vec<u8>,
-        total_timeout: Option<Duration>,
-    ) -> Result<reqwest::Response, ProviderError> {
-        let mut builder = self
-            .client
-            .get()
-            .post(url)
-            .headers(self.headers.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .body(body);
+        deadline: Option<Instant>,
+    ) -> Result<http::Response, ProviderError> {
+        let mut headers = self.headers.clone();
+        headers.append(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(key) = call.credential.key() {
             let mut value = HeaderValue::from_str(key.expose()).map_err(|_| {
                 ProviderError::new(
@@ -159,12 +160,10 @@ impl GeminiProvider {
                 )
             })?;
             value.set_sensitive(true);
-            builder = builder.header("x-goog-api-key", value);
+            headers.append("x-goog-api-key", value);
         }
-        if let Some(timeout) = total_timeout {
-            builder = builder.timeout(timeout);
-        }
-        let response = builder.send().await.map_err(http::transport_error)?;
+        let request = http::post(http::parse_uri(url)?, headers, body);
+        let response = http::until(deadline, self.client.send(request)).await?;
         let limits = http::rate_limits(response.headers());
         if let Some(sink) = call.rate_limits.filter(|_| !limits.is_empty()) {
             sink.observe(&limits);
@@ -174,7 +173,7 @@ impl GeminiProvider {
             return Ok(response);
         }
         let retry_after = http::retry_after(status, &limits);
-        let body = http::read_error_body(response).await;
+        let body = http::read_error_body_until(response, deadline).await;
         Err(classify_http_error(status, &body, retry_after, &Redactor::of(call)))
     }
 
@@ -185,9 +184,12 @@ impl GeminiProvider {
         url: String,
         body: Vec<u8>,
     ) -> Result<T, ProviderError> {
-        let response = self.send(call, url, body, Some(call.timeouts.total)).await?;
+        // The total timeout covers the whole exchange, body included (a total too far off to
+        // be an instant is none).
+        let deadline = Instant::now().checked_add(call.timeouts.total);
+        let response = self.send(call, url, body, deadline).await?;
         let status = response.status().as_u16();
-        let bytes = response.bytes().await.map_err(http::transport_error)?;
+        let bytes = http::until(deadline, http::read_body(response)).await?;
         parse_success(status, &bytes, &Redactor::of(call))
     }
 }
@@ -228,7 +230,7 @@ impl Provider for GeminiProvider {
             let body = encode(&request_body(request)?)?;
             // No total timeout on a stream: the router's first-byte, idle and total govern it.
             let response = self.send(call, url, body, None).await?;
-            let events = SseStream::new(Box::pin(response.bytes_stream()));
+            let events = SseStream::new(http::body_stream(response));
             let chunks = GeminiChunks::new(events, call.model, Redactor::of(call));
             Ok(Box::pin(chunks) as ChunkStream)
         })

@@ -1,13 +1,33 @@
-//! What every HTTP adapter shares: the client, transport-error classification, reading error
+//! What every HTTP adapter shares: the client, transport-error classification, reading
 //! bodies, Retry-After and rate-limit headers.
+//!
+//! The client is hyper's pooled client with a rustls connector and nothing on top: redirects
+//! are not followed (a 3xx is an answer like any other), and the only retry is hyper's resend
+//! of a request that never left a reused connection. The adapters build each [`Request`]
+//! themselves, from a [`Uri`] parsed once where the URL does not name the model.
 
 use std::cell::RefCell;
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use reqwest::header::HeaderMap;
+use ::http::header::{ACCEPT, HeaderMap, HeaderValue};
+use ::http::{Method, Uri};
+use bytes::Bytes;
+use futures_core::Stream;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Incoming};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use switchyard::ratelimit::RateLimits;
 use switchyard::{ErrorKind, ProviderError};
+use tokio::time::Instant;
 
 /// Connection settings of one provider. Each provider gets its own pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +51,16 @@ impl Default for HttpSettings {
     }
 }
 
+/// The pooled client of one thread.
+pub type Pool = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// A request to an upstream: the whole body is in memory.
+pub type Request = ::http::Request<Full<Bytes>>;
+
+/// An upstream's response; its body is read with [`read_body`], [`read_error_body`] or
+/// [`body_stream`].
+pub type Response = ::http::Response<Incoming>;
+
 /// One provider's HTTP client: a connection pool per thread, all made from the same settings.
 ///
 /// A pooled connection is driven by a task on the runtime that opened it. The gateway runs one
@@ -44,19 +74,19 @@ pub struct HttpClient {
     settings: HttpSettings,
     /// The pool of the thread that made this client; the fallback if another thread's cannot
     /// be built.
-    first: reqwest::Client,
+    first: Pool,
     /// Identifies this client's pools in every thread's cache; dead once every clone is gone.
     alive: Arc<()>,
 }
 
 thread_local! {
     /// This thread's pools: one per live [`HttpClient`], pruned when a new one is added.
-    static POOLS: RefCell<Vec<(Weak<()>, reqwest::Client)>> = const { RefCell::new(Vec::new()) };
+    static POOLS: RefCell<Vec<(Weak<()>, Pool)>> = const { RefCell::new(Vec::new()) };
 }
 
 impl HttpClient {
     /// Checks `settings` by building this thread's pool.
-    pub fn new(settings: &HttpSettings) -> Result<Self, reqwest::Error> {
+    pub fn new(settings: &HttpSettings) -> Result<Self, ClientError> {
         let first = client(settings)?;
         let this = Self { settings: settings.clone(), first: first.clone(), alive: Arc::new(()) };
         POOLS.with_borrow_mut(|pools| this.insert(pools, first));
@@ -64,60 +94,225 @@ impl HttpClient {
     }
 
     /// The calling thread's client, made on the thread's first call.
-    pub fn get(&self) -> reqwest::Client {
+    pub fn get(&self) -> Pool {
+        self.with_pool(Pool::clone)
+    }
+
+    /// Sends `request` on the calling thread's pool (made on the thread's first call).
+    pub fn send(
+        &self,
+        request: Request,
+    ) -> impl Future<Output = Result<Response, TransportError>> + Send + 'static {
+        // The pool is borrowed only to start the request: no clone of it per request.
+        let response = self.with_pool(|pool| pool.request(request));
+        async move { response.await.map_err(TransportError::send) }
+    }
+
+    fn with_pool<T>(&self, f: impl FnOnce(&Pool) -> T) -> T {
         POOLS.with_borrow_mut(|pools| {
             let mine = Arc::downgrade(&self.alive);
-            if let Some((_, client)) = pools.iter().find(|(id, _)| id.ptr_eq(&mine)) {
-                return client.clone();
+            if let Some((_, pool)) = pools.iter().find(|(id, _)| id.ptr_eq(&mine)) {
+                return f(pool);
             }
             // The same settings built a client in `new`; should building fail now, share
             // that thread's pool: slower, still correct.
-            let client = client(&self.settings).unwrap_or_else(|_| self.first.clone());
-            self.insert(pools, client.clone());
-            client
+            let pool = client(&self.settings).unwrap_or_else(|_| self.first.clone());
+            let result = f(&pool);
+            self.insert(pools, pool);
+            result
         })
     }
 
-    fn insert(&self, pools: &mut Vec<(Weak<()>, reqwest::Client)>, client: reqwest::Client) {
+    fn insert(&self, pools: &mut Vec<(Weak<()>, Pool)>, pool: Pool) {
         pools.retain(|(id, _)| id.strong_count() > 0);
-        pools.push((Arc::downgrade(&self.alive), client));
+        pools.push((Arc::downgrade(&self.alive), pool));
     }
 }
+
+/// An HTTP client that cannot be built.
+#[derive(Debug, thiserror::Error)]
+#[error("the platform's TLS certificate verifier could not be set up: {0}")]
+pub struct ClientError(String);
 
 /// A client with `settings`. No total timeout: the router's first-byte, idle and total
 /// timeouts govern every call.
-fn client(settings: &HttpSettings) -> Result<reqwest::Client, reqwest::Error> {
-    let builder = reqwest::Client::builder()
-        .connect_timeout(settings.connect_timeout)
-        .pool_idle_timeout(settings.pool_idle_timeout)
-        .tcp_nodelay(true)
-        .no_proxy();
-    let builder = if settings.http2 { builder.http2_prior_knowledge() } else { builder.http1_only() };
-    builder.build()
+fn client(settings: &HttpSettings) -> Result<Pool, ClientError> {
+    let mut http = HttpConnector::new();
+    // `https://` URLs go through TLS, plain `http://` ones (local servers) straight through.
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(settings.connect_timeout));
+    let tls = HttpsConnectorBuilder::new()
+        .try_with_platform_verifier()
+        .map_err(|error| ClientError(error.to_string()))?
+        .https_or_http();
+    // HTTP/2 is spoken with prior knowledge: TLS offers only `h2`, plain TCP starts with the
+    // HTTP/2 preface.
+    let https = if settings.http2 {
+        tls.enable_http2().wrap_connector(http)
+    } else {
+        tls.enable_http1().wrap_connector(http)
+    };
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder.pool_idle_timeout(settings.pool_idle_timeout).pool_timer(TokioTimer::new());
+    if settings.http2 {
+        builder.http2_only(true);
+    }
+    Ok(builder.build(https))
+}
+
+/// A POST of `body` to `uri` with `headers`, plus `accept: */*` unless they name one.
+pub fn post(uri: Uri, headers: HeaderMap, body: Vec<u8>) -> Request {
+    let mut request = Request::new(Full::new(Bytes::from(body)));
+    *request.method_mut() = Method::POST;
+    *request.uri_mut() = uri;
+    *request.headers_mut() = headers;
+    request.headers_mut().entry(ACCEPT).or_insert(HeaderValue::from_static("*/*"));
+    request
+}
+
+/// Parses a URL built for one request. The error names no URL: a query string may hold a key.
+pub fn parse_uri(url: String) -> Result<Uri, ProviderError> {
+    Uri::try_from(url)
+        .map_err(|_| ProviderError::new(ErrorKind::Transport, "the request failed: the URL is invalid"))
+}
+
+/// A failure of the HTTP client (never an error response): it could not connect, it timed
+/// out, the request failed or the response body broke off. The text names no URL, so that
+/// nothing in a query string can leak, and holds the whole chain of causes.
+#[derive(Debug)]
+pub struct TransportError {
+    kind: ErrorKind,
+    what: &'static str,
+    source: Option<Box<dyn StdError + Send + Sync>>,
+}
+
+impl TransportError {
+    /// An error of sending a request and waiting for the response head.
+    fn send(error: hyper_util::client::legacy::Error) -> Self {
+        let what = if error.is_connect() {
+            "could not connect"
+        } else if is_timeout(&error) {
+            "timed out"
+        } else {
+            "the request failed"
+        };
+        Self::classified(what, error.into())
+    }
+
+    /// An error of reading a response body.
+    fn body(error: hyper::Error) -> Self {
+        let what = if is_timeout(&error) { "timed out" } else { "the response body broke off" };
+        Self::classified(what, error.into())
+    }
+
+    /// The caller's deadline passed.
+    pub fn timed_out() -> Self {
+        Self { kind: ErrorKind::Timeout, what: "timed out", source: Some("operation timed out".into()) }
+    }
+
+    fn classified(what: &'static str, source: Box<dyn StdError + Send + Sync>) -> Self {
+        let kind = if is_timeout(&*source) { ErrorKind::Timeout } else { ErrorKind::Transport };
+        Self { kind, what, source: Some(source) }
+    }
+
+    /// [`ErrorKind::Timeout`] or [`ErrorKind::Transport`].
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+}
+
+/// Whether a timeout is anywhere in the chain of `error`: a connect timeout is an I/O error
+/// of kind `TimedOut` under the client's connect error.
+fn is_timeout(error: &(dyn StdError + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::TimedOut
+        {
+            return true;
+        }
+        if error.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_timeout) {
+            return true;
+        }
+        next = error.source();
+    }
+    false
+}
+
+impl fmt::Display for TransportError {
+    /// `what: cause: its cause: ...`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.what)?;
+        let mut next = self.source.as_deref().map(|error| error as &(dyn StdError + 'static));
+        while let Some(error) = next {
+            write!(f, ": {error}")?;
+            next = error.source();
+        }
+        Ok(())
+    }
+}
+
+/// The text already holds every cause, so none is offered again.
+impl StdError for TransportError {}
+
+impl From<TransportError> for ProviderError {
+    fn from(error: TransportError) -> Self {
+        ProviderError::new(error.kind, error.to_string())
+    }
 }
 
 /// Classifies an error of the HTTP client (never a response): timeouts and transport failures.
-/// The URL is dropped from the text so that nothing in a query string can leak.
-pub fn transport_error(error: reqwest::Error) -> ProviderError {
-    let kind = if error.is_timeout() { ErrorKind::Timeout } else { ErrorKind::Transport };
-    let what = if error.is_connect() {
-        "could not connect"
-    } else if error.is_timeout() {
-        "timed out"
-    } else if error.is_body() || error.is_decode() {
-        "the response body broke off"
-    } else {
-        "the request failed"
-    };
-    let error = error.without_url();
-    let mut detail = format!("{what}: {error}");
-    let mut source = std::error::Error::source(&error);
-    while let Some(inner) = source {
-        detail.push_str(": ");
-        detail.push_str(&inner.to_string());
-        source = inner.source();
+pub fn transport_error(error: TransportError) -> ProviderError {
+    error.into()
+}
+
+/// Waits for `future` until `deadline`, if there is one.
+pub async fn until<T>(
+    deadline: Option<Instant>,
+    future: impl Future<Output = Result<T, TransportError>>,
+) -> Result<T, TransportError> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, future)
+            .await
+            .unwrap_or_else(|_| Err(TransportError::timed_out())),
+        None => future.await,
     }
-    ProviderError::new(kind, detail)
+}
+
+/// Reads a whole response body.
+pub async fn read_body(response: Response) -> Result<Bytes, TransportError> {
+    let collected = response.into_body().collect().await.map_err(TransportError::body)?;
+    Ok(collected.to_bytes())
+}
+
+/// The data of a response body as it arrives; trailers are skipped.
+pub fn body_stream(response: Response) -> BodyStream {
+    BodyStream { body: response.into_body() }
+}
+
+/// See [`body_stream`].
+#[derive(Debug)]
+pub struct BodyStream {
+    body: Incoming,
+}
+
+impl Stream for BodyStream {
+    type Item = Result<Bytes, TransportError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            return match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => Poll::Ready(Some(Ok(data))),
+                    Err(_trailers) => continue,
+                },
+                Poll::Ready(Some(Err(error))) => Poll::Ready(Some(Err(TransportError::body(error)))),
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+    }
 }
 
 /// The catalog kind for an HTTP status when the body has no code that says more.
@@ -153,10 +348,17 @@ pub fn retry_after(status: u16, limits: &RateLimits) -> Option<Duration> {
 pub const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
 /// Reads an error response's body, at most [`ERROR_BODY_LIMIT`] bytes.
-pub async fn read_error_body(response: reqwest::Response) -> String {
-    let mut response = response;
+pub async fn read_error_body(response: Response) -> String {
+    read_error_body_until(response, None).await
+}
+
+/// Reads an error response's body, at most [`ERROR_BODY_LIMIT`] bytes, and no longer than until
+/// `deadline`: what arrived by then is the body.
+pub async fn read_error_body_until(response: Response, deadline: Option<Instant>) -> String {
+    let mut response = response.into_body();
     let mut body = Vec::new();
-    while let Ok(Some(chunk)) = response.chunk().await {
+    while let Ok(Some(Ok(frame))) = until(deadline, async { Ok(response.frame().await) }).await {
+        let Ok(chunk) = frame.into_data() else { continue };
         body.extend_from_slice(&chunk);
         if body.len() >= ERROR_BODY_LIMIT {
             body.truncate(ERROR_BODY_LIMIT);

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use switchyard::provider::Provider;
 
-pub use http::HttpSettings;
+pub use crate::http::HttpSettings;
 
 /// The kinds of HTTP provider Switchyard speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -126,7 +126,7 @@ pub enum BuildError {
     #[error("header `{0}` is not a valid HTTP header name or value")]
     InvalidHeader(String),
     #[error("could not build the HTTP client: {0}")]
-    Client(#[from] reqwest::Error),
+    Client(#[from] crate::http::ClientError),
 }
 
 /// Builds the adapter for `settings`.

@@ -31,7 +31,8 @@ mod wire;
 
 use std::fmt;
 
-use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
+use ::http::Uri;
+use ::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use switchyard::chat::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse};
 use switchyard::credential::Credential;
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
@@ -59,9 +60,11 @@ pub struct OpenAiProvider {
 enum Endpoint {
     /// `{base}/{operation}`, the model in the body. The two operations' URLs are parsed once:
     /// parsing a URL per request showed in the gateway's profile.
-    Plain { chat: reqwest::Url, embeddings: reqwest::Url },
+    Plain { chat: Uri, embeddings: Uri },
     /// Azure's classic deployment URLs: the deployment (the upstream model) is in the path.
-    AzureDeployment { base: reqwest::Url, api_version: String },
+    /// `path` is the base URL up to its query, `query` the base's own query (if any) followed
+    /// by the encoded `api-version` pair.
+    AzureDeployment { path: String, query: String },
 }
 
 impl OpenAiProvider {
@@ -73,17 +76,24 @@ impl OpenAiProvider {
         let base_url = settings.resolved_base_url()?;
         let endpoint = match settings.kind {
             // The v1 API takes plain OpenAI paths with the deployment as `model`.
-            ProviderKind::Azure if !base_url.ends_with("/openai/v1") => Endpoint::AzureDeployment {
-                base: reqwest::Url::parse(&base_url)
-                    .map_err(|_| BuildError::InvalidBaseUrl(base_url.clone()))?,
-                api_version: settings
-                    .api_version
-                    .clone()
-                    .unwrap_or_else(|| AZURE_DEFAULT_API_VERSION.to_owned()),
-            },
+            ProviderKind::Azure if !base_url.ends_with("/openai/v1") => {
+                Uri::try_from(base_url.as_str()).map_err(|_| BuildError::InvalidBaseUrl(base_url.clone()))?;
+                let api_version = settings.api_version.as_deref().unwrap_or(AZURE_DEFAULT_API_VERSION);
+                let (path, query) = match base_url.split_once('?') {
+                    Some((path, query)) => (path, query),
+                    None => (base_url.as_str(), ""),
+                };
+                let mut query = query.to_owned();
+                if !query.is_empty() {
+                    query.push('&');
+                }
+                query.push_str("api-version=");
+                form_encode(api_version, &mut query);
+                Endpoint::AzureDeployment { path: path.trim_end_matches('/').to_owned(), query }
+            }
             _ => {
                 let parse = |operation: &str| {
-                    reqwest::Url::parse(&format!("{base_url}/{operation}"))
+                    Uri::try_from(format!("{base_url}/{operation}"))
                         .map_err(|_| BuildError::InvalidBaseUrl(base_url.clone()))
                 };
                 Endpoint::Plain { chat: parse("chat/completions")?, embeddings: parse("embeddings")? }
@@ -112,26 +122,24 @@ impl OpenAiProvider {
     }
 
     /// The URL of `operation` for `model`.
-    fn url(&self, operation: &str, model: &str) -> reqwest::Url {
+    fn url(&self, operation: &str, model: &str) -> Result<Uri, ProviderError> {
         match &self.endpoint {
             Endpoint::Plain { chat, embeddings } => {
-                if operation == "embeddings" {
-                    embeddings.clone()
-                } else {
-                    chat.clone()
-                }
+                Ok(if operation == "embeddings" { embeddings.clone() } else { chat.clone() })
             }
-            Endpoint::AzureDeployment { base, api_version } => {
-                let mut url = base.clone();
-                // A base URL that parsed with an http(s) scheme always has path segments.
-                if let Ok(mut segments) = url.path_segments_mut() {
-                    segments
-                        .pop_if_empty()
-                        .extend(["openai", "deployments", model])
-                        .extend(operation.split('/'));
+            Endpoint::AzureDeployment { path, query } => {
+                let mut url = String::with_capacity(path.len() + query.len() + model.len() + 48);
+                url.push_str(path);
+                for segment in ["openai", "deployments", model].into_iter().chain(operation.split('/')) {
+                    // Like a URL library's path-segment setter: `.` and `..` would climb.
+                    if segment != "." && segment != ".." {
+                        url.push('/');
+                        segment_encode(segment, &mut url);
+                    }
                 }
-                url.query_pairs_mut().append_pair("api-version", api_version);
-                url
+                url.push('?');
+                url.push_str(query);
+                http::parse_uri(url)
             }
         }
     }
@@ -171,20 +179,17 @@ impl OpenAiProvider {
         operation: &str,
         body: Vec<u8>,
         streaming: bool,
-    ) -> Result<reqwest::Response, ProviderError> {
-        let mut request = self
-            .client
-            .get()
-            .post(self.url(operation, call.model))
-            .headers(self.headers.clone())
-            .header(header::CONTENT_TYPE, "application/json");
+    ) -> Result<http::Response, ProviderError> {
+        let mut headers = self.headers.clone();
+        headers.append(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if streaming {
-            request = request.header(header::ACCEPT, "text/event-stream");
+            headers.append(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
         }
         if let Some((name, value)) = self.key_header(call.credential)? {
-            request = request.header(name, value);
+            headers.append(name, value);
         }
-        let response = request.body(body).send().await.map_err(http::transport_error)?;
+        let request = http::post(self.url(operation, call.model)?, headers, body);
+        let response = self.client.send(request).await?;
         let limits = http::rate_limits(response.headers());
         if let Some(sink) = call.rate_limits
             && !limits.is_empty()
@@ -207,7 +212,7 @@ impl OpenAiProvider {
     async fn complete(&self, call: Call<'_>, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let body = wire::chat_body(request, call.model, false, self.wants_max_completion_tokens())?;
         let response = self.post(call, "chat/completions", body, false).await?;
-        let bytes = response.bytes().await.map_err(http::transport_error)?;
+        let bytes = http::read_body(response).await?;
         wire::parse_response(&bytes, call.credential.key())
     }
 
@@ -221,7 +226,7 @@ impl OpenAiProvider {
             .is_some_and(|value| value.trim_start().starts_with("application/json"));
         if is_json {
             // Some compatible servers ignore `stream` or answer an error with a 200 JSON body.
-            let bytes = response.bytes().await.map_err(http::transport_error)?;
+            let bytes = http::read_body(response).await?;
             let answer = wire::parse_response(&bytes, call.credential.key())?;
             return Ok(stream::from_response(answer));
         }
@@ -235,7 +240,7 @@ impl OpenAiProvider {
     ) -> Result<EmbeddingsResponse, ProviderError> {
         let body = wire::embeddings_body(request, call.model)?;
         let response = self.post(call, "embeddings", body, false).await?;
-        let bytes = response.bytes().await.map_err(http::transport_error)?;
+        let bytes = http::read_body(response).await?;
         wire::parse_embeddings(&bytes, request.input.texts().len(), call.credential.key())
     }
 }
@@ -282,5 +287,70 @@ impl Provider for OpenAiProvider {
         request: &'a EmbeddingsRequest,
     ) -> BoxFuture<'a, Result<EmbeddingsResponse, ProviderError>> {
         Box::pin(self.embed(call, request))
+    }
+}
+
+/// Appends `segment` percent-encoded as one URL path segment, as the WHATWG URL standard
+/// encodes a path segment of an http(s) URL: controls, space, non-ASCII and ``"#<>?`{}/%\``.
+fn segment_encode(segment: &str, out: &mut String) {
+    for &byte in segment.as_bytes() {
+        let keep = byte.is_ascii_graphic()
+            && !matches!(byte, b'"' | b'#' | b'<' | b'>' | b'?' | b'`' | b'{' | b'}' | b'/' | b'%' | b'\\');
+        push_byte(byte, keep, out);
+    }
+}
+
+/// Appends `value` encoded as an `application/x-www-form-urlencoded` query value.
+fn form_encode(value: &str, out: &mut String) {
+    for &byte in value.as_bytes() {
+        if byte == b' ' {
+            out.push('+');
+        } else {
+            push_byte(byte, byte.is_ascii_alphanumeric() || matches!(byte, b'*' | b'-' | b'.' | b'_'), out);
+        }
+    }
+}
+
+fn push_byte(byte: u8, keep: bool, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    if keep {
+        out.push(char::from(byte));
+    } else {
+        out.push('%');
+        out.push(char::from(HEX[usize::from(byte >> 4)]));
+        out.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn azure(base: &str) -> OpenAiProvider {
+        let mut settings = ProviderSettings::new(ProviderKind::Azure).base_url(base);
+        settings.api_version = Some("2024 10/21".into());
+        OpenAiProvider::new(&settings).unwrap()
+    }
+
+    #[test]
+    fn azure_deployment_urls_encode_the_deployment_and_the_api_version() {
+        let provider = azure("https://example.openai.azure.com/");
+        assert_eq!(
+            provider.url("chat/completions", "gpt 4/o%..").unwrap().to_string(),
+            "https://example.openai.azure.com/openai/deployments/gpt%204%2Fo%25../chat/completions?api-version=2024+10%2F21"
+        );
+        assert_eq!(
+            provider.url("embeddings", "..").unwrap().to_string(),
+            "https://example.openai.azure.com/openai/deployments/embeddings?api-version=2024+10%2F21"
+        );
+        let provider = azure("https://example.openai.azure.com/prefix?tenant=a");
+        assert_eq!(
+            provider.url("chat/completions", "m").unwrap().to_string(),
+            "https://example.openai.azure.com/prefix/openai/deployments/m/chat/completions?tenant=a&api-version=2024+10%2F21"
+        );
+        // Whatever the deployment is called, the URL is one a request can carry.
+        for c in (0u8..=127).map(char::from).chain(['é', '名']) {
+            assert!(provider.url("chat/completions", &format!("a{c}b")).is_ok(), "{c:?}");
+        }
     }
 }

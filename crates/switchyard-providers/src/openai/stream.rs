@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 
-use futures_util::{StreamExt, TryStreamExt, stream};
+use futures_util::{StreamExt, stream};
 use serde::Deserialize;
 use serde_json::Value;
 use switchyard::chat::{
@@ -22,9 +22,9 @@ use super::wire::{UsageIn, arguments_text, is_refusal, nullable};
 use crate::sse::{SseEvent, SseStream};
 
 /// The chunks of a streaming response. The body is read as it arrives, never buffered whole.
-pub(super) fn chunks(response: reqwest::Response, key: Option<Secret>) -> ChunkStream {
+pub(super) fn chunks(response: crate::http::Response, key: Option<Secret>) -> ChunkStream {
     // Body errors name no URL, so nothing in a query string reaches an error text.
-    let body = Box::pin(response.bytes_stream().map_err(reqwest::Error::without_url));
+    let body = crate::http::body_stream(response);
     let reader = Reader { events: SseStream::new(body), key, refused: HashSet::new(), ended: false };
     Box::pin(stream::unfold(reader, |mut reader| async move {
         let item = reader.next().await?;
@@ -70,7 +70,7 @@ pub(super) fn from_response(answer: ChatResponse) -> ChunkStream {
     Box::pin(stream::iter(chunks.into_iter().map(Ok)))
 }
 
-type Body = std::pin::Pin<Box<dyn futures_core::Stream<Item = Result<bytes::Bytes, reqwest::Error>> + Send>>;
+type Body = crate::http::BodyStream;
 
 struct Reader {
     events: SseStream<Body>,
