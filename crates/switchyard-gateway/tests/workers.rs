@@ -1,6 +1,8 @@
 //! Serving on one event loop per thread: connections are dealt out in turn, a connection
 //! stays on its thread, and a stop lets requests in flight finish.
 
+#![allow(clippy::unwrap_used)]
+
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
