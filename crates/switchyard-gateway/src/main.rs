@@ -3,6 +3,7 @@
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -213,14 +214,16 @@ async fn serve_logged(
     }
     let _ = std::io::Write::write_all(&mut std::io::stdout(), banner.as_bytes());
     let grace = loaded.gateway.shutdown_grace;
+    let router = loaded.router.clone();
+    let prepare = Arc::new(move || router.warm());
     let state = AppState::with_access_log(loaded.router, loaded.gateway, access);
     let threads = threads
         .and_then(NonZeroUsize::new)
         .or_else(|| std::thread::available_parallelism().ok())
         .unwrap_or(NonZeroUsize::MIN);
     let (stop, stopped) = watch::channel(false);
-    let workers =
-        Workers::start(listener, threads, app(state), stopped).context("cannot start the workers")?;
+    let workers = Workers::start(listener, threads, app(state), prepare, stopped)
+        .context("cannot start the workers")?;
     let finished = workers.finished();
     tokio::pin!(finished);
     tokio::select! {

@@ -14,6 +14,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
@@ -32,13 +33,16 @@ type Handoff = (std::net::TcpStream, SocketAddr);
 impl Workers {
     /// Starts `threads` worker threads serving `app` on `listener`, and returns once they run.
     ///
-    /// Must be called on a Tokio runtime, which runs the acceptor. When `stop` turns `true`,
-    /// the acceptor stops and every worker shuts down gracefully: open connections finish what
-    /// they are sending (streams included), then the worker exits.
+    /// Each worker runs `prepare` on its thread before it serves (the gateway makes its
+    /// upstream pools there, so that no request waits for them). Must be called on a Tokio
+    /// runtime, which runs the acceptor. When `stop` turns `true`, the acceptor stops and every
+    /// worker shuts down gracefully: open connections finish what they are sending (streams
+    /// included), then the worker exits.
     pub fn start(
         listener: TcpListener,
         threads: NonZeroUsize,
         app: axum::Router,
+        prepare: Arc<dyn Fn() + Send + Sync>,
         stop: watch::Receiver<bool>,
     ) -> io::Result<Self> {
         let local = listener.local_addr()?;
@@ -48,11 +52,13 @@ impl Workers {
             let (connections, inbox) = mpsc::unbounded_channel::<Handoff>();
             let (finished, finished_rx) = oneshot::channel();
             let app = app.clone();
+            let prepare = prepare.clone();
             let stop = stop.clone();
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             thread::Builder::new().name(format!("switchyard-worker-{index}")).spawn(move || {
                 let listener = Inbox { inbox, local };
                 let result = runtime.block_on(async move {
+                    prepare();
                     axum::serve(listener, app).with_graceful_shutdown(stopped(stop)).await
                 });
                 let _ = finished.send(result);

@@ -41,13 +41,28 @@ fn app() -> (axum::Router, Hold) {
     (router, Hold { entered, release })
 }
 
-async fn start(threads: usize) -> (Workers, std::net::SocketAddr, watch::Sender<bool>, Hold) {
+struct Started {
+    workers: Workers,
+    addr: std::net::SocketAddr,
+    stop: watch::Sender<bool>,
+    hold: Hold,
+    /// The threads that ran `prepare`.
+    prepared: Arc<Mutex<Vec<String>>>,
+}
+
+async fn start(threads: usize) -> Started {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = watch::channel(false);
     let (app, hold) = app();
-    let workers = Workers::start(listener, NonZeroUsize::new(threads).unwrap(), app, stopped).unwrap();
-    (workers, addr, stop, hold)
+    let prepared = Arc::new(Mutex::new(Vec::new()));
+    let record = prepared.clone();
+    let prepare = Arc::new(move || {
+        record.lock().unwrap().push(std::thread::current().name().unwrap_or("?").to_owned());
+    });
+    let workers =
+        Workers::start(listener, NonZeroUsize::new(threads).unwrap(), app, prepare, stopped).unwrap();
+    Started { workers, addr, stop, hold, prepared }
 }
 
 /// Sends one keep-alive GET and returns the body.
@@ -77,7 +92,7 @@ async fn get_on(stream: &mut TcpStream, path: &str) -> String {
 
 #[tokio::test]
 async fn connections_are_dealt_to_the_workers_in_turn_and_stay_there() {
-    let (_workers, addr, _stop, _release) = start(2).await;
+    let Started { addr, prepared, .. } = start(2).await;
     let mut connections = Vec::new();
     let mut served = Vec::new();
     for _ in 0..4 {
@@ -95,11 +110,15 @@ async fn connections_are_dealt_to_the_workers_in_turn_and_stay_there() {
             assert_eq!(&get_on(stream, "/").await, first);
         }
     }
+    // Each worker prepared itself, once, before serving.
+    let mut prepared = prepared.lock().unwrap().clone();
+    prepared.sort();
+    assert_eq!(prepared, ["switchyard-worker-0", "switchyard-worker-1"]);
 }
 
 #[tokio::test]
 async fn a_stop_lets_requests_in_flight_finish() {
-    let (workers, addr, stop, hold) = start(2).await;
+    let Started { workers, addr, stop, hold, .. } = start(2).await;
     let mut held = TcpStream::connect(addr).await.unwrap();
     let answer = tokio::spawn(async move { get_on(&mut held, "/hold").await });
     hold.entered.await.unwrap();

@@ -124,6 +124,10 @@ impl Provider for AnthropicProvider {
         "anthropic"
     }
 
+    fn warm(&self) {
+        self.client.warm();
+    }
+
     fn base_url(&self) -> &str {
         &self.base_url
     }

@@ -199,6 +199,10 @@ impl Provider for GeminiProvider {
         "gemini"
     }
 
+    fn warm(&self) {
+        self.client.warm();
+    }
+
     fn base_url(&self) -> &str {
         &self.base_url
     }

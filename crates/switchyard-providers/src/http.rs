@@ -32,7 +32,8 @@ use tokio::time::Instant;
 /// Connection settings of one provider. Each provider gets its own pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpSettings {
-    /// Default 10 s.
+    /// How long opening a TCP connection may take. Default 10 s. Name resolution and the TLS
+    /// handshake are bounded by the route's first-byte and total timeouts instead.
     pub connect_timeout: Duration,
     /// HTTP/2 instead of HTTP/1.1. Off by default: on one HTTP/2 connection, long streams
     /// queue behind each other.
@@ -91,6 +92,11 @@ impl HttpClient {
         let this = Self { settings: settings.clone(), first: first.clone(), alive: Arc::new(()) };
         POOLS.with_borrow_mut(|pools| this.insert(pools, first));
         Ok(this)
+    }
+
+    /// Makes the calling thread's pool now, if it has none yet.
+    pub fn warm(&self) {
+        self.with_pool(|_| ());
     }
 
     /// The calling thread's client, made on the thread's first call.

@@ -261,6 +261,10 @@ impl Provider for OpenAiProvider {
         self.kind.as_str()
     }
 
+    fn warm(&self) {
+        self.client.warm();
+    }
+
     fn base_url(&self) -> &str {
         &self.base_url
     }

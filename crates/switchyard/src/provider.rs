@@ -72,6 +72,11 @@ pub trait Provider: Send + Sync + 'static {
         request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>>;
 
+    /// Prepares what the provider keeps per thread (connection pools, TLS roots), so that the
+    /// first request a thread sends does not pay for it. A server calls it on each of its
+    /// threads before serving; the default does nothing.
+    fn warm(&self) {}
+
     /// Embedding vectors. The default refuses: not every provider embeds.
     fn embeddings<'a>(
         &'a self,

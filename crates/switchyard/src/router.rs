@@ -612,6 +612,13 @@ impl Router {
         &self.inner.events
     }
 
+    /// Prepares every provider's per-thread state on the calling thread ([`Provider::warm`]).
+    pub fn warm(&self) {
+        for slot in self.inner.providers.values() {
+            slot.provider.warm();
+        }
+    }
+
     /// The health of every target and credential called so far.
     pub fn health(&self) -> HealthSnapshot {
         self.inner.health.snapshot()

@@ -77,3 +77,62 @@ fn the_default_route_is_the_one_named_default_else_the_first() {
     assert_eq!(build(&["fast", "default"]).default_route().name(), "default");
     assert_eq!(build(&["fast", "cheap"]).default_route().name(), "fast");
 }
+
+/// A provider that counts the threads it was warmed on and serves nothing.
+struct Warmable(std::sync::Mutex<Vec<std::thread::ThreadId>>);
+
+impl switchyard::provider::Provider for Warmable {
+    fn kind(&self) -> &str {
+        "warmable"
+    }
+
+    fn warm(&self) {
+        self.0.lock().unwrap().push(std::thread::current().id());
+    }
+
+    fn chat<'a>(
+        &'a self,
+        _: switchyard::provider::Call<'a>,
+        _: &'a switchyard::chat::ChatRequest,
+    ) -> switchyard::provider::BoxFuture<'a, Result<switchyard::chat::ChatResponse, switchyard::ProviderError>>
+    {
+        Box::pin(async { Err(switchyard::ProviderError::new(switchyard::ErrorKind::Unavailable, "cold")) })
+    }
+
+    fn chat_stream<'a>(
+        &'a self,
+        _: switchyard::provider::Call<'a>,
+        _: &'a switchyard::chat::ChatRequest,
+    ) -> switchyard::provider::BoxFuture<
+        'a,
+        Result<switchyard::provider::ChunkStream, switchyard::ProviderError>,
+    > {
+        Box::pin(async { Err(switchyard::ProviderError::new(switchyard::ErrorKind::Unavailable, "cold")) })
+    }
+}
+
+#[test]
+fn warm_prepares_every_provider_on_the_calling_thread() {
+    let first = std::sync::Arc::new(Warmable(Default::default()));
+    let second = std::sync::Arc::new(Warmable(Default::default()));
+    let router = Router::builder()
+        .provider(ProviderEntry::from_arc("a", first.clone()))
+        .provider(ProviderEntry::from_arc("b", second.clone()))
+        .route(Route::builder("r").target("a:m").target("b:m").build().unwrap())
+        .build()
+        .unwrap();
+    let here = std::thread::current().id();
+    router.warm();
+    let elsewhere = std::thread::spawn({
+        let router = router.clone();
+        move || {
+            router.warm();
+            std::thread::current().id()
+        }
+    })
+    .join()
+    .unwrap();
+    for provider in [&first, &second] {
+        assert_eq!(*provider.0.lock().unwrap(), [here, elsewhere]);
+    }
+}
