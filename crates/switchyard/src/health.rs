@@ -214,18 +214,21 @@ impl HealthStore for MemoryStore {
     fn update(&self, target: &Target, credentials: &[CredentialId], apply: &mut dyn FnMut(&mut Records)) {
         let mut state = self.lock();
         let state = &mut *state;
-        // The records are moved out and back rather than cloned: this runs twice per call.
+        // The target's record is moved out and back rather than cloned (this runs twice per
+        // call). Credential records are small and copied: one key listed twice appears twice
+        // in `credentials`, and only a copy that changed may be written back.
+        let before: Vec<CredentialRecord> =
+            credentials.iter().map(|id| state.credentials.get(id).cloned().unwrap_or_default()).collect();
         let mut records = Records {
             target: state.targets.get_mut(target).map(std::mem::take).unwrap_or_default(),
-            credentials: credentials
-                .iter()
-                .map(|id| state.credentials.get_mut(id).map(std::mem::take).unwrap_or_default())
-                .collect(),
+            credentials: before.clone(),
         };
         apply(&mut records);
         put_back(&mut state.targets, target, records.target);
-        for (id, record) in credentials.iter().zip(records.credentials) {
-            put_back(&mut state.credentials, id, record);
+        for ((id, record), old) in credentials.iter().zip(records.credentials).zip(before) {
+            if record != old {
+                state.credentials.insert(id.clone(), record);
+            }
         }
     }
 

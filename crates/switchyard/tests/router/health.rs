@@ -422,3 +422,26 @@ async fn a_target_exhausted_on_every_key_recovers_when_the_first_key_resets() {
     let back = router.chat(&request("default")).await.unwrap();
     assert_eq!(back.served_by.to_string(), "a:m", "the first key's quota is back after 60 s");
 }
+
+/// Two environment variables holding the same key give one credential twice.
+#[tokio::test(start_paused = true)]
+async fn a_key_listed_twice_keeps_what_either_copy_recorded() {
+    use switchyard::credential::{CredentialId, Secret};
+    use switchyard::health::{HealthStore, MemoryStore};
+
+    let store = MemoryStore::default();
+    let id = CredentialId::derive("openai", "https://api.example", Some(&Secret::new("sk-the-same-key")));
+    let ids = [id.clone(), id];
+    let until = Instant::now() + Duration::from_secs(30);
+    for written in [0, 1] {
+        store.clear();
+        store.update(&target("p:m"), &ids, &mut |records| {
+            records.credentials[written].cooldown_until = Some(until);
+        });
+        let mut seen = Vec::new();
+        store.update(&target("p:m"), &ids, &mut |records| {
+            seen = records.credentials.iter().map(|r| r.cooldown_until).collect();
+        });
+        assert_eq!(seen, [Some(until), Some(until)], "written through copy {written}");
+    }
+}
