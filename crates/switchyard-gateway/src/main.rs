@@ -44,7 +44,7 @@ enum Command {
         log_format: LogFormat,
         /// Serving threads, each one event loop (default: one per core).
         #[arg(long)]
-        threads: Option<usize>,
+        threads: Option<NonZeroUsize>,
     },
     /// Validate the configuration and print routes, targets, health settings and credentials.
     Doctor {
@@ -178,7 +178,7 @@ async fn serve(
     path: Option<PathBuf>,
     listen: Option<String>,
     log_format: LogFormat,
-    threads: Option<usize>,
+    threads: Option<NonZeroUsize>,
 ) -> anyhow::Result<ExitCode> {
     let log = init_logging(log_format);
     let access = AccessLog::new(log_format, log.clone());
@@ -192,7 +192,7 @@ async fn serve(
 async fn serve_logged(
     path: Option<PathBuf>,
     listen: Option<String>,
-    threads: Option<usize>,
+    threads: Option<NonZeroUsize>,
     access: AccessLog,
     log: Option<BatchedStderr>,
 ) -> anyhow::Result<ExitCode> {
@@ -217,10 +217,7 @@ async fn serve_logged(
     let router = loaded.router.clone();
     let prepare = Arc::new(move || router.warm());
     let state = AppState::with_access_log(loaded.router, loaded.gateway, access);
-    let threads = threads
-        .and_then(NonZeroUsize::new)
-        .or_else(|| std::thread::available_parallelism().ok())
-        .unwrap_or(NonZeroUsize::MIN);
+    let threads = threads.or_else(|| std::thread::available_parallelism().ok()).unwrap_or(NonZeroUsize::MIN);
     let (stop, stopped) = watch::channel(false);
     let workers = Workers::start(listener, threads, app(state), prepare, stopped)
         .context("cannot start the workers")?;

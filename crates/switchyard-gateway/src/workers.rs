@@ -70,12 +70,17 @@ impl Workers {
         Ok(Self { done })
     }
 
-    /// Resolves when every worker has exited; the first failure, if any.
+    /// Resolves when every worker has exited, or as soon as one fails: a worker that died
+    /// (a panic) no longer serves its share of the connections, and the process should end
+    /// and be restarted rather than limp on.
     pub async fn finished(self) -> io::Result<()> {
-        for worker in self.done {
-            match worker.await {
-                Ok(result) => result?,
-                Err(_) => return Err(io::Error::other("a worker thread stopped unexpectedly")),
+        let mut running = self.done;
+        while !running.is_empty() {
+            let (result, _, rest) = futures_util::future::select_all(running).await;
+            match result {
+                Ok(Ok(())) => running = rest,
+                Ok(Err(error)) => return Err(error),
+                Err(_) => return Err(io::Error::other("a worker thread died (it panicked)")),
             }
         }
         Ok(())
@@ -100,6 +105,7 @@ async fn accept(
     tokio::pin!(stop);
     loop {
         let accepted = tokio::select! {
+            biased;
             () = &mut stop => return,
             accepted = listener.accept() => accepted,
         };
@@ -110,7 +116,10 @@ async fn accept(
                 let _ = stream.set_nodelay(true);
                 let Ok(stream) = stream.into_std() else { continue };
                 if workers[next].send((stream, peer)).is_err() {
-                    return; // that worker is gone: the server is stopping
+                    // Only a worker that died drops its inbox before a stop; `finished`
+                    // reports it, and the process ends.
+                    tracing::error!(worker = next, "a worker is gone; no longer accepting connections");
+                    return;
                 }
                 next = (next + 1) % workers.len();
             }

