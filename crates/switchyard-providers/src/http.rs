@@ -21,7 +21,7 @@ use bytes::Bytes;
 use futures_core::Stream;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Incoming};
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_rustls::{ConfigBuilderExt, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -32,8 +32,8 @@ use tokio::time::Instant;
 /// Connection settings of one provider. Each provider gets its own pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpSettings {
-    /// How long opening a TCP connection may take. Default 10 s. Name resolution and the TLS
-    /// handshake are bounded by the route's first-byte and total timeouts instead.
+    /// How long opening a connection may take: name resolution, TCP and the TLS handshake.
+    /// Default 10 s.
     pub connect_timeout: Duration,
     /// HTTP/2 instead of HTTP/1.1. Off by default: on one HTTP/2 connection, long streams
     /// queue behind each other.
@@ -53,7 +53,7 @@ impl Default for HttpSettings {
 }
 
 /// The pooled client of one thread.
-pub type Pool = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub type Pool = Client<ConnectWithin<HttpsConnector<HttpConnector>>, Full<Bytes>>;
 
 /// A request to an upstream: the whole body is in memory.
 pub type Request = ::http::Request<Full<Bytes>>;
@@ -73,9 +73,8 @@ pub type Response = ::http::Response<Incoming>;
 #[derive(Debug, Clone)]
 pub struct HttpClient {
     settings: HttpSettings,
-    /// The pool of the thread that made this client; the fallback if another thread's cannot
-    /// be built.
-    first: Pool,
+    /// The TLS configuration every thread's pool shares: the platform's roots are loaded once.
+    tls: rustls::ClientConfig,
     /// Identifies this client's pools in every thread's cache; dead once every clone is gone.
     alive: Arc<()>,
 }
@@ -86,12 +85,10 @@ thread_local! {
 }
 
 impl HttpClient {
-    /// Checks `settings` by building this thread's pool.
+    /// Sets up TLS with the platform's certificate verifier (the step that can fail); each
+    /// thread's pool is made on its first use, or by [`HttpClient::warm`].
     pub fn new(settings: &HttpSettings) -> Result<Self, ClientError> {
-        let first = client(settings)?;
-        let this = Self { settings: settings.clone(), first: first.clone(), alive: Arc::new(()) };
-        POOLS.with_borrow_mut(|pools| this.insert(pools, first));
-        Ok(this)
+        Ok(Self { settings: settings.clone(), tls: tls_config()?, alive: Arc::new(()) })
     }
 
     /// Makes the calling thread's pool now, if it has none yet.
@@ -120,9 +117,7 @@ impl HttpClient {
             if let Some((_, pool)) = pools.iter().find(|(id, _)| id.ptr_eq(&mine)) {
                 return f(pool);
             }
-            // The same settings built a client in `new`; should building fail now, share
-            // that thread's pool: slower, still correct.
-            let pool = client(&self.settings).unwrap_or_else(|_| self.first.clone());
+            let pool = client(&self.settings, &self.tls);
             let result = f(&pool);
             self.insert(pools, pool);
             result
@@ -140,18 +135,25 @@ impl HttpClient {
 #[error("the platform's TLS certificate verifier could not be set up: {0}")]
 pub struct ClientError(String);
 
+/// TLS with the platform's certificate verifier and aws-lc-rs, named rather than picked from
+/// crate features (which could otherwise panic if another provider were ever enabled).
+fn tls_config() -> Result<rustls::ClientConfig, ClientError> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|builder| builder.try_with_platform_verifier())
+        .map(|builder| builder.with_no_client_auth())
+        .map_err(|error| ClientError(error.to_string()))
+}
+
 /// A client with `settings`. No total timeout: the router's first-byte, idle and total
 /// timeouts govern every call.
-fn client(settings: &HttpSettings) -> Result<Pool, ClientError> {
+fn client(settings: &HttpSettings, tls: &rustls::ClientConfig) -> Pool {
     let mut http = HttpConnector::new();
     // `https://` URLs go through TLS, plain `http://` ones (local servers) straight through.
     http.enforce_http(false);
     http.set_nodelay(true);
-    http.set_connect_timeout(Some(settings.connect_timeout));
-    let tls = HttpsConnectorBuilder::new()
-        .try_with_platform_verifier()
-        .map_err(|error| ClientError(error.to_string()))?
-        .https_or_http();
+    let tls = HttpsConnectorBuilder::new().with_tls_config(tls.clone()).https_or_http();
     // HTTP/2 is spoken with prior knowledge: TLS offers only `h2`, plain TCP starts with the
     // HTTP/2 preface.
     let https = if settings.http2 {
@@ -164,7 +166,48 @@ fn client(settings: &HttpSettings) -> Result<Pool, ClientError> {
     if settings.http2 {
         builder.http2_only(true);
     }
-    Ok(builder.build(https))
+    builder.build(ConnectWithin { inner: https, limit: settings.connect_timeout })
+}
+
+/// A connector whose whole connect (name resolution, TCP and the TLS handshake) must finish
+/// within `limit`. hyper's own connect timeout bounds only the TCP connect: an upstream that
+/// accepted the connection and then stalled the handshake would hold a request until the
+/// route's timeout, and a connect the pool had stopped waiting for would never end.
+#[derive(Debug, Clone)]
+pub struct ConnectWithin<C> {
+    inner: C,
+    limit: Duration,
+}
+
+impl<C> tower_service::Service<Uri> for ConnectWithin<C>
+where
+    C: tower_service::Service<Uri>,
+    C::Future: Send + 'static,
+    C::Error: Into<Box<dyn StdError + Send + Sync>>,
+{
+    type Response = C::Response;
+    type Error = Box<dyn StdError + Send + Sync>;
+    type Future = Pin<Box<dyn Future<Output = Result<C::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let connecting = self.inner.call(uri);
+        let limit = self.limit;
+        Box::pin(async move {
+            match tokio::time::timeout(limit, connecting).await {
+                Ok(connected) => connected.map_err(Into::into),
+                // `TimedOut`, so that the failure is classified as a timeout.
+                Err(_) => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("connecting took over {limit:?}"),
+                )
+                .into()),
+            }
+        })
+    }
 }
 
 /// A POST of `body` to `uri` with `headers`, plus `accept: */*` unless they name one.
@@ -386,4 +429,40 @@ pub fn excerpt(text: &str) -> String {
         end -= 1;
     }
     format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower_service::Service;
+
+    /// A connector that accepted the connection and never finishes the handshake.
+    #[derive(Clone)]
+    struct Stalled;
+
+    impl Service<Uri> for Stalled {
+        type Response = ();
+        type Error = std::io::Error;
+        type Future = std::future::Pending<Result<(), std::io::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Uri) -> Self::Future {
+            std::future::pending()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_connect_ends_at_the_limit_as_a_timeout() {
+        let mut connector = ConnectWithin { inner: Stalled, limit: Duration::from_secs(10) };
+        let started = Instant::now();
+        let error = connector.call(Uri::from_static("https://api.example/v1")).await.unwrap_err();
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+        assert!(is_timeout(&*error), "{error}");
+        let error = TransportError::classified("could not connect", error);
+        assert_eq!(error.kind(), ErrorKind::Timeout);
+        assert!(error.to_string().starts_with("could not connect: connecting took over 10s"), "{error}");
+    }
 }
