@@ -96,11 +96,6 @@ impl HttpClient {
         self.with_pool(|_| ());
     }
 
-    /// The calling thread's client, made on the thread's first call.
-    pub fn get(&self) -> Pool {
-        self.with_pool(Pool::clone)
-    }
-
     /// Sends `request` on the calling thread's pool (made on the thread's first call).
     pub fn send(
         &self,
@@ -113,8 +108,10 @@ impl HttpClient {
 
     fn with_pool<T>(&self, f: impl FnOnce(&Pool) -> T) -> T {
         POOLS.with_borrow_mut(|pools| {
-            let mine = Arc::downgrade(&self.alive);
-            if let Some((_, pool)) = pools.iter().find(|(id, _)| id.ptr_eq(&mine)) {
+            // Compared by address: no reference count is touched on the request path. A pool's
+            // `Weak` keeps its allocation, so the address cannot be reused while it is listed.
+            let mine = Arc::as_ptr(&self.alive);
+            if let Some((_, pool)) = pools.iter().find(|(id, _)| std::ptr::eq(id.as_ptr(), mine)) {
                 return f(pool);
             }
             let pool = client(&self.settings, &self.tls);
