@@ -90,14 +90,24 @@ pub(super) fn scrub(text: &str, key: Option<&Secret>) -> String {
     key.map_or_else(|| text.to_owned(), |key| key.redact(text).into_owned())
 }
 
+/// Whether an object may hold an error that [`from_value`] would find: an `error` member, or
+/// the flat envelope of vLLM and Mistral (`"object": "error"`). What is neither can be read
+/// straight into its type, without a JSON tree.
+pub(super) fn may_be_error(object: &Map<String, Value>) -> bool {
+    object.contains_key("error") || is_flat_envelope(object.get("object"))
+}
+
+fn is_flat_envelope(object: Option<&Value>) -> bool {
+    object.and_then(Value::as_str) == Some("error")
+}
+
 fn fields(value: &Value) -> Option<Fields> {
     let object = match value.get("error") {
         Some(Value::Object(object)) => object,
         Some(Value::String(message)) => {
             return Some(Fields { message: Some(message.clone()), ..Fields::default() });
         }
-        // The flat envelope of vLLM and Mistral.
-        _ if value.get("object").and_then(Value::as_str) == Some("error") => value.as_object()?,
+        _ if is_flat_envelope(value.get("object")) => value.as_object()?,
         _ => return None,
     };
     let text = |object: &Map<String, Value>, name: &str| match object.get(name) {

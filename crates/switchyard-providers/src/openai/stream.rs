@@ -123,8 +123,7 @@ impl Reader {
         // is wrong (a tree costs half of a chunk's handling).
         if event.event.as_deref() != Some("error")
             && let Ok(chunk) = serde_json::from_str::<ChunkIn>(data)
-            && !chunk.extra.contains_key("error")
-            && chunk.extra.get("object").and_then(Value::as_str) != Some("error")
+            && !errors::may_be_error(&chunk.extra)
         {
             return self.canonical(chunk).map_or(Step::Skip, Step::Chunk);
         }
