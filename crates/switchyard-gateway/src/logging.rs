@@ -189,7 +189,7 @@ fn text_line(out: &mut Vec<u8>, entry: &AccessEntry<'_>, now: SystemTime) {
     // Route and target names may come from clients: quoted and escaped as Debug does.
     let _ = write!(out, " route={:?}", entry.route);
     if let Some(via) = entry.served_by {
-        let _ = write!(out, " served_by={:?}", via.to_string());
+        let _ = write!(out, " served_by={:?}", via.text());
     }
     let _ = write!(out, " attempts={} status={} latency_ms=", entry.attempts, entry.status);
     millis(out, entry.latency);
@@ -210,7 +210,7 @@ fn json_line(out: &mut Vec<u8>, entry: &AccessEntry<'_>, now: SystemTime) {
     json_string(out, entry.route);
     if let Some(via) = entry.served_by {
         out.extend_from_slice(b",\"served_by\":");
-        json_string(out, &via.to_string());
+        json_string(out, &via.text());
     }
     let _ = write!(out, ",\"attempts\":{},\"status\":{},\"latency_ms\":", entry.attempts, entry.status);
     millis(out, entry.latency);

@@ -64,6 +64,17 @@ pub enum Via {
     Candidate(Arc<str>),
 }
 
+impl Via {
+    /// The text `Display` writes, without a copy for a target (the common case, on every
+    /// answer's headers and log line).
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Via::Target(target) => target.as_str().into(),
+            Via::Candidate(_) => self.to_string().into(),
+        }
+    }
+}
+
 impl fmt::Display for Via {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

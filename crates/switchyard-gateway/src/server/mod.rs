@@ -189,14 +189,8 @@ impl RequestContext {
         if let Ok(id) = HeaderValue::from_str(&self.id) {
             headers.insert("x-request-id", id);
         }
-        if let Some(via) = served_by {
-            let value = match via {
-                Via::Target(target) => HeaderValue::from_str(target.as_str()),
-                Via::Candidate(_) => HeaderValue::from_str(&via.to_string()),
-            };
-            if let Ok(value) = value {
-                headers.insert("x-switchyard-target", value);
-            }
+        if let Some(Ok(value)) = served_by.map(|via| HeaderValue::from_str(&via.text())) {
+            headers.insert("x-switchyard-target", value);
         }
         headers.insert("x-switchyard-attempts", HeaderValue::from(attempts as u64));
     }
