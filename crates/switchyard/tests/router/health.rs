@@ -11,6 +11,16 @@ use tokio::time::Instant;
 
 use crate::support::*;
 
+/// `a` then a healthy `b`, with `settings`; a zero TTL isolates the breaker from the gate.
+fn behind_breaker(a: &SimulatedProvider, b: &SimulatedProvider, settings: HealthSettings) -> Router {
+    let route = Route::builder("default")
+        .target("a:m")
+        .target("b:m")
+        .retry(quick_retry(1))
+        .health_ttl(Duration::ZERO);
+    router_with(&[("a", a), ("b", b)], route, settings)
+}
+
 fn target(text: &str) -> Target {
     text.parse().unwrap()
 }
@@ -102,18 +112,12 @@ async fn when_every_target_is_gated_the_one_that_recovers_first_is_tried() {
 async fn the_breaker_opens_after_the_threshold_then_half_opens_and_closes_on_a_probe_success() {
     let a = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::Unavailable), 3));
     let b = SimulatedProvider::new();
-    // A zero TTL isolates the breaker from the gate.
-    let route = Route::builder("default")
-        .target("a:m")
-        .target("b:m")
-        .retry(quick_retry(1))
-        .health_ttl(Duration::ZERO);
     let settings = HealthSettings {
         failure_threshold: 3,
         open_for: Duration::from_secs(30),
         ..HealthSettings::default()
     };
-    let router = router_with(&[("a", &a), ("b", &b)], route, settings);
+    let router = behind_breaker(&a, &b, settings);
     let mut events = router.subscribe();
 
     for _ in 0..3 {
@@ -149,18 +153,13 @@ async fn the_breaker_opens_after_the_threshold_then_half_opens_and_closes_on_a_p
 async fn a_failed_probe_reopens_the_circuit_for_longer_within_a_bound() {
     let a = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::Unavailable), 4));
     let b = SimulatedProvider::new();
-    let route = Route::builder("default")
-        .target("a:m")
-        .target("b:m")
-        .retry(quick_retry(1))
-        .health_ttl(Duration::ZERO);
     let settings = HealthSettings {
         failure_threshold: 1,
         open_for: Duration::from_secs(10),
         open_max: Duration::from_secs(25),
         ..HealthSettings::default()
     };
-    let router = router_with(&[("a", &a), ("b", &b)], route, settings);
+    let router = behind_breaker(&a, &b, settings);
 
     router.chat(&request("default")).await.unwrap(); // opens for 10 s
     let mut opened_for = Vec::new();
@@ -187,17 +186,12 @@ async fn a_half_open_circuit_lets_one_probe_through_at_a_time() {
         Step::Delay(Duration::from_secs(5), Box::new(Step::Reply)),
     ]);
     let b = SimulatedProvider::new();
-    let route = Route::builder("default")
-        .target("a:m")
-        .target("b:m")
-        .retry(quick_retry(1))
-        .health_ttl(Duration::ZERO);
     let settings = HealthSettings {
         failure_threshold: 1,
         open_for: Duration::from_secs(10),
         ..HealthSettings::default()
     };
-    let router = router_with(&[("a", &a), ("b", &b)], route, settings);
+    let router = behind_breaker(&a, &b, settings);
 
     router.chat(&request("default")).await.unwrap();
     tokio::time::advance(Duration::from_secs(10)).await;
@@ -363,17 +357,12 @@ async fn a_probe_answered_with_a_rate_limit_gives_its_slot_back() {
     let a = SimulatedProvider::new()
         .script([Step::fail(ErrorKind::Unavailable), Step::rate_limited(Duration::from_secs(1))]);
     let b = SimulatedProvider::new();
-    let route = Route::builder("default")
-        .target("a:m")
-        .target("b:m")
-        .retry(quick_retry(1))
-        .health_ttl(Duration::ZERO);
     let settings = HealthSettings {
         failure_threshold: 1,
         open_for: Duration::from_secs(30),
         ..HealthSettings::default()
     };
-    let router = router_with(&[("a", &a), ("b", &b)], route, settings);
+    let router = behind_breaker(&a, &b, settings);
 
     router.chat(&request("default")).await.unwrap(); // opens the circuit
     tokio::time::advance(Duration::from_secs(30)).await;
