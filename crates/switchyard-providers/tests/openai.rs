@@ -924,6 +924,44 @@ async fn a_200_whose_body_does_not_parse_is_malformed_response() {
     assert_eq!(error.kind(), ErrorKind::MalformedResponse);
 }
 
+/// The gateway runs one runtime per thread: a pooled connection must stay with the thread
+/// (and runtime) that opened it, and be reused there.
+#[tokio::test]
+async fn each_thread_reuses_a_pool_of_its_own() {
+    use axum::serve::ListenerExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let opened = Arc::new(AtomicUsize::new(0));
+    let count = opened.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let listener = listener.tap_io(move |_| {
+        count.fetch_add(1, Ordering::SeqCst);
+    });
+    let app = Router::new().fallback(|| async { json_reply(200, &[], &completion("hi")) });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let harness = Arc::new(Harness::openai(format!("http://{addr}/v1")));
+
+    for _ in 0..3 {
+        harness.chat(&hello()).await.unwrap();
+    }
+    assert_eq!(opened.load(Ordering::SeqCst), 1, "one connection, reused on this thread");
+
+    // Another thread with a runtime of its own, as a gateway worker has.
+    let other = harness.clone();
+    tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            for _ in 0..3 {
+                other.chat(&hello()).await.unwrap();
+            }
+        });
+    })
+    .await
+    .unwrap();
+    assert_eq!(opened.load(Ordering::SeqCst), 2, "the other thread opened one of its own, and reused it");
+}
+
 #[tokio::test]
 async fn connection_refused_is_transport() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
