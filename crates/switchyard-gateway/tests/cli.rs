@@ -95,11 +95,13 @@ routes:
 }
 
 /// Starts `switchyard serve` on a free port; returns the process and its address.
-fn serve(config: &std::path::Path) -> (std::process::Child, String) {
+/// Starts `switchyard serve` with `args` on a free port; its stderr (the logs) is piped.
+fn serve(config: &std::path::Path, args: &[&str]) -> (std::process::Child, String) {
     let mut server = Command::new(BIN)
         .args(["serve", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .args(args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut stdout = BufReader::new(server.stdout.take().unwrap());
@@ -123,7 +125,7 @@ routes:
   default: { targets: [down:m, up:m], retry: { max_attempts: 1 } }
 "#,
     );
-    let (mut server, addr) = serve(&config);
+    let (mut server, addr) = serve(&config, &[]);
     let mut stream = TcpStream::connect(&addr).unwrap();
     let body = r#"{"model":"default","messages":[{"role":"user","content":"hi"}]}"#;
     write!(
@@ -170,7 +172,7 @@ routes:
 gateway: { shutdown_grace: 10s }
 "#,
     );
-    let (mut server, addr) = serve(&config);
+    let (mut server, addr) = serve(&config, &["--log-format", "json"]);
 
     let mut stream = TcpStream::connect(&addr).unwrap();
     let body = r#"{"model":"default","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
@@ -203,4 +205,17 @@ gateway: { shutdown_grace: 10s }
         assert!(Instant::now() < deadline, "the gateway did not exit after its streams finished");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The stream's access log line was written before the exit, as one JSON object.
+    let mut logs = String::new();
+    server.stderr.take().unwrap().read_to_string(&mut logs).unwrap();
+    let line = logs
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|line| line["target"] == "switchyard::access")
+        .unwrap_or_else(|| panic!("no access log line in {logs}"));
+    assert_eq!(line["status"], 200, "{line}");
+    assert_eq!(line["route"], "default", "{line}");
+    assert_eq!(line["served_by"], "slow:m", "{line}");
+    assert!(line["request_id"].as_str().is_some_and(|id| id.starts_with("req_")), "{line}");
+    assert!(line["latency_ms"].as_f64().is_some_and(|ms| ms >= 750.0), "the whole stream: {line}");
 }
