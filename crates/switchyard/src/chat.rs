@@ -16,6 +16,9 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
+use crate::deserialize_with_extra;
+use crate::serde_extra::string_or_list;
+
 /// Fields a type does not model, kept verbatim for a round trip.
 pub type Extra = Map<String, Value>;
 
@@ -23,7 +26,7 @@ pub type Extra = Map<String, Value>;
 ///
 /// `model` is what the client asked for: a route name or a `provider:model` target. The router
 /// never rewrites it; adapters receive the upstream model separately.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ChatRequest {
     #[serde(default)]
     pub model: String,
@@ -63,6 +66,20 @@ pub enum Dialect {
     Gemini,
 }
 
+deserialize_with_extra!(ChatRequest {
+    "model" => model: OrDefault,
+    "messages" => messages: Required,
+    "tools" => tools: OrDefault,
+    "tool_choice" => tool_choice: OrDefault,
+    "temperature" => temperature: OrDefault,
+    "top_p" => top_p: OrDefault,
+    "max_tokens" => max_tokens: OrDefault,
+    "stop" => stop: OrDefault,
+    "seed" => seed: OrDefault,
+    "response_format" => response_format: OrDefault,
+    "stream" => stream: OrDefault,
+} defaults: origin);
+
 impl ChatRequest {
     /// A request for `model` (a route name or a target) with default parameters.
     pub fn new(model: impl Into<String>, messages: Vec<Message>) -> Self {
@@ -91,7 +108,7 @@ pub enum Role {
 }
 
 /// One message of a conversation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Message {
     pub role: Role,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -105,6 +122,14 @@ pub struct Message {
     #[serde(flatten)]
     pub extra: Extra,
 }
+
+deserialize_with_extra!(Message {
+    "role" => role: Required,
+    "content" => content: OrDefault,
+    "name" => name: OrDefault,
+    "tool_calls" => tool_calls: OrDefault,
+    "tool_call_id" => tool_call_id: OrDefault,
+});
 
 impl Message {
     /// A message with `role` and plain text.
@@ -138,11 +163,17 @@ impl Message {
 }
 
 /// A message's content: plain text, or a list of parts (text and images).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Content {
     Text(String),
     Parts(Vec<ContentPart>),
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        string_or_list(deserializer, "a string or a list of content parts", Content::Text, Content::Parts)
+    }
 }
 
 impl Content {
@@ -205,7 +236,7 @@ fn function_type() -> String {
 }
 
 /// The signature of a callable function.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FunctionDefinition {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -216,6 +247,12 @@ pub struct FunctionDefinition {
     #[serde(flatten)]
     pub extra: Extra,
 }
+
+deserialize_with_extra!(FunctionDefinition {
+    "name" => name: Required,
+    "description" => description: OrDefault,
+    "parameters" => parameters: OrDefault,
+});
 
 /// How the model should choose tools.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -253,11 +290,17 @@ pub struct FunctionCall {
 }
 
 /// Stop sequences: one string or several.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Stop {
     One(String),
     Many(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for Stop {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        string_or_list(deserializer, "a string or a list of strings", Stop::One, Stop::Many)
+    }
 }
 
 impl Stop {
@@ -279,7 +322,7 @@ pub enum ResponseFormat {
 }
 
 /// A named JSON Schema for structured output.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JsonSchemaFormat {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -290,8 +333,14 @@ pub struct JsonSchemaFormat {
     pub extra: Extra,
 }
 
+deserialize_with_extra!(JsonSchemaFormat {
+    "name" => name: Required,
+    "schema" => schema: OrDefault,
+    "strict" => strict: OrDefault,
+});
+
 /// One complete answer.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ChatResponse {
     #[serde(default)]
     pub id: String,
@@ -306,6 +355,14 @@ pub struct ChatResponse {
     #[serde(flatten)]
     pub extra: Extra,
 }
+
+deserialize_with_extra!(ChatResponse {
+    "id" => id: OrDefault,
+    "model" => model: OrDefault,
+    "created" => created: OrDefault,
+    "choices" => choices: Required,
+    "usage" => usage: OrDefault,
+});
 
 impl ChatResponse {
     /// An answer with one assistant choice holding `text`.
@@ -334,7 +391,7 @@ impl ChatResponse {
 }
 
 /// One alternative answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Choice {
     #[serde(default)]
     pub index: u32,
@@ -344,6 +401,12 @@ pub struct Choice {
     #[serde(flatten)]
     pub extra: Extra,
 }
+
+deserialize_with_extra!(Choice {
+    "index" => index: OrDefault,
+    "message" => message: Required,
+    "finish_reason" => finish_reason: OrDefault,
+});
 
 /// Why the model stopped.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -412,7 +475,7 @@ impl Usage {
 }
 
 /// One piece of a streamed answer.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ChatChunk {
     #[serde(default)]
     pub id: String,
@@ -427,6 +490,14 @@ pub struct ChatChunk {
     #[serde(flatten)]
     pub extra: Extra,
 }
+
+deserialize_with_extra!(ChatChunk {
+    "id" => id: OrDefault,
+    "model" => model: OrDefault,
+    "created" => created: OrDefault,
+    "choices" => choices: OrDefault,
+    "usage" => usage: OrDefault,
+});
 
 impl ChatChunk {
     /// A chunk carrying `text` as the first choice's delta.
@@ -505,7 +576,7 @@ pub struct FunctionCallDelta {
 }
 
 /// A request for embedding vectors.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EmbeddingsRequest {
     #[serde(default)]
     pub model: String,
@@ -516,12 +587,29 @@ pub struct EmbeddingsRequest {
     pub extra: Extra,
 }
 
+deserialize_with_extra!(EmbeddingsRequest {
+    "model" => model: OrDefault,
+    "input" => input: Required,
+    "dimensions" => dimensions: OrDefault,
+});
+
 /// What to embed: one text or several.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum EmbeddingInput {
     One(String),
     Many(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for EmbeddingInput {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        string_or_list(
+            deserializer,
+            "a string or a list of strings",
+            EmbeddingInput::One,
+            EmbeddingInput::Many,
+        )
+    }
 }
 
 impl EmbeddingInput {
@@ -534,7 +622,7 @@ impl EmbeddingInput {
 }
 
 /// Embedding vectors, one per input, in input order.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct EmbeddingsResponse {
     pub data: Vec<Embedding>,
     #[serde(default)]
@@ -544,6 +632,12 @@ pub struct EmbeddingsResponse {
     #[serde(flatten)]
     pub extra: Extra,
 }
+
+deserialize_with_extra!(EmbeddingsResponse {
+    "data" => data: Required,
+    "model" => model: OrDefault,
+    "usage" => usage: OrDefault,
+});
 
 /// One embedding vector.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

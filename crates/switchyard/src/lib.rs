@@ -43,6 +43,7 @@ pub mod provider;
 pub mod ratelimit;
 pub mod route;
 mod router;
+pub mod serde_extra;
 pub mod simulated;
 pub mod stream;
 mod target;

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use switchyard::deserialize_with_extra;
 
 /// `POST /v1/messages` body, as the adapter sends it.
 #[derive(Debug, Serialize)]
@@ -152,7 +153,7 @@ fn assistant_role() -> String {
 
 /// Token counts. Every field may be absent or null depending on where it appears
 /// (`message_delta` carries only the cumulative `output_tokens` on older models).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub(crate) struct Usage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_tokens: Option<u32>,
@@ -166,6 +167,13 @@ pub(crate) struct Usage {
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
+
+deserialize_with_extra!(Usage {
+    "input_tokens" => input_tokens: OrDefault,
+    "output_tokens" => output_tokens: OrDefault,
+    "cache_creation_input_tokens" => cache_creation_input_tokens: OrDefault,
+    "cache_read_input_tokens" => cache_read_input_tokens: OrDefault,
+});
 
 impl Usage {
     /// All input tokens: uncached, written to the cache and read from it. The canonical

@@ -14,6 +14,7 @@ use switchyard::chat::{
     ChatChunk, ChatResponse, ChunkChoice, Delta, Extra, FinishReason, FunctionCallDelta, Role, ToolCallDelta,
 };
 use switchyard::credential::Secret;
+use switchyard::deserialize_with_extra;
 use switchyard::provider::ChunkStream;
 use switchyard::{ErrorKind, ProviderError};
 
@@ -220,21 +221,22 @@ impl Reader {
     }
 }
 
-#[derive(Deserialize)]
 struct ChunkIn {
-    #[serde(default, deserialize_with = "nullable")]
     id: String,
-    #[serde(default, deserialize_with = "nullable")]
     model: String,
-    #[serde(default, deserialize_with = "nullable")]
     created: u64,
-    #[serde(default, deserialize_with = "nullable")]
     choices: Vec<ChunkChoiceIn>,
-    #[serde(default)]
     usage: Option<UsageIn>,
-    #[serde(flatten)]
     extra: Extra,
 }
+
+deserialize_with_extra!(ChunkIn {
+    "id" => id: NullAsDefault,
+    "model" => model: NullAsDefault,
+    "created" => created: NullAsDefault,
+    "choices" => choices: NullAsDefault,
+    "usage" => usage: OrDefault,
+});
 
 #[derive(Deserialize)]
 struct ChunkChoiceIn {

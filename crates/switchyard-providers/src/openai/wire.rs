@@ -14,6 +14,7 @@ use switchyard::chat::{
     ToolCall, ToolChoice, Usage,
 };
 use switchyard::credential::Secret;
+use switchyard::deserialize_with_extra;
 use switchyard::{ErrorKind, ProviderError};
 
 use super::errors;
@@ -365,47 +366,51 @@ where
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
-#[derive(Deserialize)]
 struct ResponseIn {
-    #[serde(default, deserialize_with = "nullable")]
     id: String,
-    #[serde(default, deserialize_with = "nullable")]
     model: String,
-    #[serde(default, deserialize_with = "nullable")]
     created: u64,
-    #[serde(default, deserialize_with = "nullable")]
     choices: Vec<ChoiceIn>,
-    #[serde(default)]
     usage: Option<UsageIn>,
-    #[serde(flatten)]
     extra: Extra,
 }
 
-#[derive(Deserialize)]
+deserialize_with_extra!(ResponseIn {
+    "id" => id: NullAsDefault,
+    "model" => model: NullAsDefault,
+    "created" => created: NullAsDefault,
+    "choices" => choices: NullAsDefault,
+    "usage" => usage: OrDefault,
+});
+
 struct ChoiceIn {
-    #[serde(default, deserialize_with = "nullable")]
     index: u32,
     message: MessageIn,
-    #[serde(default)]
     finish_reason: Option<FinishReason>,
-    #[serde(flatten)]
     extra: Extra,
 }
 
-#[derive(Deserialize)]
+deserialize_with_extra!(ChoiceIn {
+    "index" => index: NullAsDefault,
+    "message" => message: Required,
+    "finish_reason" => finish_reason: OrDefault,
+});
+
 struct MessageIn {
-    #[serde(default)]
     role: Option<Role>,
-    #[serde(default)]
     content: Option<Content>,
-    #[serde(default)]
     name: Option<String>,
-    #[serde(default, deserialize_with = "nullable")]
     tool_calls: Vec<ToolCallIn>,
     /// `refusal` stays here, so that a client of the same dialect still sees it.
-    #[serde(flatten)]
     extra: Extra,
 }
+
+deserialize_with_extra!(MessageIn {
+    "role" => role: OrDefault,
+    "content" => content: OrDefault,
+    "name" => name: OrDefault,
+    "tool_calls" => tool_calls: NullAsDefault,
+});
 
 #[derive(Deserialize)]
 struct ToolCallIn {
@@ -514,16 +519,18 @@ impl ResponseIn {
     }
 }
 
-#[derive(Deserialize)]
 struct EmbeddingsIn {
     data: Vec<EmbeddingIn>,
-    #[serde(default, deserialize_with = "nullable")]
     model: String,
-    #[serde(default)]
     usage: Option<UsageIn>,
-    #[serde(flatten)]
     extra: Extra,
 }
+
+deserialize_with_extra!(EmbeddingsIn {
+    "data" => data: Required,
+    "model" => model: NullAsDefault,
+    "usage" => usage: OrDefault,
+});
 
 #[derive(Deserialize)]
 struct EmbeddingIn {

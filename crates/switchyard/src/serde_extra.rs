@@ -1,0 +1,348 @@
+//! Reading JSON objects that keep the fields they do not model, in one pass.
+//!
+//! The wire types keep unknown fields in an `extra` map so that parameters Switchyard knows
+//! nothing about still reach a provider of the same dialect. serde's `#[serde(flatten)]` can
+//! collect them, but it first copies the whole object into an intermediate tree (every key and
+//! string allocated once more) and then reads each field again from that copy. On the request
+//! path that is a request, an answer and every chunk of a stream read twice.
+//! [`deserialize_with_extra!`](crate::deserialize_with_extra) writes the `Deserialize` impl
+//! that reads each field once, with the same rules and the same error messages as the derive:
+//! a field listed as [`Required`] that is missing is an error (`missing field `...``), a field
+//! given twice is an error (`duplicate field `...``), and anything else lands in `extra`.
+//!
+//! ```
+//! use serde_json::{Map, Value};
+//! use switchyard::deserialize_with_extra;
+//!
+//! #[derive(Debug)]
+//! struct Pet {
+//!     name: String,
+//!     age: u32,
+//!     tags: Vec<String>,
+//!     extra: Map<String, Value>,
+//! }
+//!
+//! deserialize_with_extra!(Pet {
+//!     "name" => name: Required,
+//!     "age" => age: OrDefault,
+//!     "tags" => tags: NullAsDefault,
+//! });
+//!
+//! let pet: Pet = serde_json::from_str(r#"{"name": "Rex", "tags": null, "color": "brown"}"#).unwrap();
+//! assert_eq!((pet.name.as_str(), pet.age, pet.tags.len()), ("Rex", 0, 0));
+//! assert_eq!(pet.extra["color"], "brown");
+//!
+//! let error = serde_json::from_str::<Pet>(r#"{"age": 3}"#).unwrap_err();
+//! assert!(error.to_string().starts_with("missing field `name`"));
+//! ```
+
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+
+#[doc(hidden)]
+pub mod __private {
+    pub use serde::de::{Deserialize, Deserializer, Error, MapAccess, Visitor};
+    pub use serde_json::{Map, Value};
+}
+
+/// Implements `Deserialize` for a struct with an `extra: Map<String, Value>` field that
+/// collects the fields not listed; see the [module docs](crate::serde_extra).
+///
+/// Each listed field is `"json key" => field: Rule`, where the rule is [`Required`],
+/// [`OrDefault`] (missing reads as the default) or [`NullAsDefault`] (missing or `null` reads
+/// as the default). Fields after `defaults:` are not read and start at their default.
+#[macro_export]
+macro_rules! deserialize_with_extra {
+    (
+        $ty:ident { $($key:literal => $field:ident: $rule:ident),* $(,)? }
+        $(defaults: $($default:ident),* $(,)?)?
+    ) => {
+        impl<'de> $crate::serde_extra::__private::Deserialize<'de> for $ty {
+            fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+            where
+                D: $crate::serde_extra::__private::Deserializer<'de>,
+            {
+                struct Fields;
+                impl<'de> $crate::serde_extra::__private::Visitor<'de> for Fields {
+                    type Value = $ty;
+
+                    fn expecting(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                        f.write_str(concat!("struct ", stringify!($ty)))
+                    }
+
+                    fn visit_map<A>(self, mut map: A) -> ::std::result::Result<$ty, A::Error>
+                    where
+                        A: $crate::serde_extra::__private::MapAccess<'de>,
+                    {
+                        $(let mut $field = $crate::serde_extra::$rule::new($key);)*
+                        let mut extra = $crate::serde_extra::__private::Map::new();
+                        while let Some(key) = map.next_key::<$crate::serde_extra::Key<'de>>()? {
+                            match &*key.0 {
+                                $($key => $field.read(&mut map)?,)*
+                                _ => {
+                                    let value: $crate::serde_extra::__private::Value = map.next_value()?;
+                                    extra.insert(key.0.into_owned(), value);
+                                }
+                            }
+                        }
+                        Ok($ty {
+                            $($field: $field.finish()?,)*
+                            extra,
+                            $($($default: ::std::default::Default::default(),)*)?
+                        })
+                    }
+                }
+                deserializer.deserialize_map(Fields)
+            }
+        }
+    };
+}
+
+/// An object key, borrowed from the input when it has no escapes.
+#[doc(hidden)]
+pub struct Key<'de>(pub Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a field name")
+            }
+
+            fn visit_borrowed_str<E: de::Error>(self, key: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(key)))
+            }
+
+            fn visit_str<E: de::Error>(self, key: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(key.to_owned())))
+            }
+
+            fn visit_string<E: de::Error>(self, key: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(key)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// A field that must be present.
+pub struct Required<T> {
+    name: &'static str,
+    value: Option<T>,
+}
+
+/// A field that reads as its default when missing.
+pub struct OrDefault<T> {
+    name: &'static str,
+    value: Option<T>,
+}
+
+/// A field that reads as its default when missing or `null` (compatible servers send
+/// `"tool_calls": null` and the like).
+pub struct NullAsDefault<T> {
+    name: &'static str,
+    value: Option<T>,
+}
+
+macro_rules! slot {
+    ($rule:ident) => {
+        impl<T> $rule<T> {
+            pub fn new(name: &'static str) -> Self {
+                Self { name, value: None }
+            }
+
+            fn store<E: de::Error>(&mut self, value: T) -> Result<(), E> {
+                match self.value {
+                    Some(_) => Err(E::duplicate_field(self.name)),
+                    None => {
+                        self.value = Some(value);
+                        Ok(())
+                    }
+                }
+            }
+        }
+    };
+}
+
+slot!(Required);
+slot!(OrDefault);
+slot!(NullAsDefault);
+
+impl<T> Required<T> {
+    pub fn read<'de, A: MapAccess<'de>>(&mut self, map: &mut A) -> Result<(), A::Error>
+    where
+        T: Deserialize<'de>,
+    {
+        let value = map.next_value()?;
+        self.store(value)
+    }
+
+    pub fn finish<E: de::Error>(self) -> Result<T, E> {
+        self.value.ok_or_else(|| E::missing_field(self.name))
+    }
+}
+
+impl<T: Default> OrDefault<T> {
+    pub fn read<'de, A: MapAccess<'de>>(&mut self, map: &mut A) -> Result<(), A::Error>
+    where
+        T: Deserialize<'de>,
+    {
+        let value = map.next_value()?;
+        self.store(value)
+    }
+
+    pub fn finish<E: de::Error>(self) -> Result<T, E> {
+        Ok(self.value.unwrap_or_default())
+    }
+}
+
+impl<T: Default> NullAsDefault<T> {
+    pub fn read<'de, A: MapAccess<'de>>(&mut self, map: &mut A) -> Result<(), A::Error>
+    where
+        T: Deserialize<'de>,
+    {
+        let value: Option<T> = map.next_value()?;
+        self.store(value.unwrap_or_default())
+    }
+
+    pub fn finish<E: de::Error>(self) -> Result<T, E> {
+        Ok(self.value.unwrap_or_default())
+    }
+}
+
+/// Reads a JSON string as `one` and an array as `many`: what `#[serde(untagged)]` does for a
+/// string-or-list enum, without copying the value into an intermediate tree first.
+pub fn string_or_list<'de, D, T, Item>(
+    deserializer: D,
+    expecting: &'static str,
+    one: fn(String) -> T,
+    many: fn(Vec<Item>) -> T,
+) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    Item: Deserialize<'de>,
+{
+    struct StringOrList<T, Item> {
+        expecting: &'static str,
+        one: fn(String) -> T,
+        many: fn(Vec<Item>) -> T,
+        item: PhantomData<Item>,
+    }
+
+    impl<'de, T, Item: Deserialize<'de>> Visitor<'de> for StringOrList<T, Item> {
+        type Value = T;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.expecting)
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<T, E> {
+            Ok((self.one)(text.to_owned()))
+        }
+
+        fn visit_string<E: de::Error>(self, text: String) -> Result<T, E> {
+            Ok((self.one)(text))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<T, A::Error> {
+            let items = Vec::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+            Ok((self.many)(items))
+        }
+    }
+
+    deserializer.deserialize_any(StringOrList { expecting, one, many, item: PhantomData })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::{Map, Value, json};
+
+    #[derive(Debug, PartialEq)]
+    struct Probe {
+        name: String,
+        count: u32,
+        list: Vec<u32>,
+        note: Option<String>,
+        extra: Map<String, Value>,
+        local: bool,
+    }
+
+    crate::deserialize_with_extra!(Probe {
+        "name" => name: Required,
+        "count" => count: OrDefault,
+        "list" => list: NullAsDefault,
+        "note" => note: OrDefault,
+    } defaults: local);
+
+    fn read(text: &str) -> Result<Probe, String> {
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn listed_fields_are_read_and_the_rest_is_kept() {
+        let probe =
+            read(r#"{"x": [1, {"y": null}], "name": "a\"b", "list": [3], "count": 2, "z": 1}"#).unwrap();
+        assert_eq!(probe.name, "a\"b");
+        assert_eq!((probe.count, probe.list.as_slice(), probe.note.as_deref()), (2, &[3][..], None));
+        assert_eq!(Value::Object(probe.extra), json!({ "x": [1, { "y": null }], "z": 1 }));
+        assert!(!probe.local);
+    }
+
+    #[test]
+    fn rules_decide_what_missing_and_null_mean() {
+        let probe = read(r#"{"name": "n", "list": null, "note": null}"#).unwrap();
+        assert_eq!((probe.count, probe.list.len(), probe.note), (0, 0, None));
+        // `OrDefault` does not turn `null` into a default for a type that has no null.
+        assert!(read(r#"{"name": "n", "count": null}"#).unwrap_err().starts_with("invalid type: null"));
+        assert!(read(r#"{"count": 1}"#).unwrap_err().starts_with("missing field `name`"));
+    }
+
+    #[test]
+    fn errors_match_the_derives() {
+        assert!(read(r#"{"name": "a", "name": "b"}"#).unwrap_err().starts_with("duplicate field `name`"));
+        let error = read(r#"["a"]"#).unwrap_err();
+        assert!(error.starts_with("invalid type: sequence, expected struct Probe"), "{error}");
+        let error = read(r#"{"name": "a", "count": "many"}"#).unwrap_err();
+        assert!(error.starts_with("invalid type: string \"many\", expected u32 at line 1"), "{error}");
+    }
+
+    #[test]
+    fn a_value_tree_reads_the_same() {
+        let value = json!({ "name": "n", "count": 4, "other": true });
+        let probe: Probe = serde_json::from_value(value).unwrap();
+        assert_eq!((probe.name.as_str(), probe.count), ("n", 4));
+        assert_eq!(probe.extra["other"], true);
+    }
+
+    #[derive(Debug, PartialEq)]
+    enum Words {
+        One(String),
+        Many(Vec<String>),
+    }
+
+    fn words(text: &str) -> Result<Words, String> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        super::string_or_list(&mut de, "a string or a list of strings", Words::One, Words::Many)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn string_or_list_reads_either_and_names_what_it_expected() {
+        assert_eq!(words(r#""a\nb""#).unwrap(), Words::One("a\nb".to_owned()));
+        assert_eq!(words(r#"["x", "y"]"#).unwrap(), Words::Many(vec!["x".to_owned(), "y".to_owned()]));
+        let error = words("5").unwrap_err();
+        assert!(
+            error.starts_with("invalid type: integer `5`, expected a string or a list of strings"),
+            "{error}"
+        );
+        assert!(words("[1]").unwrap_err().starts_with("invalid type: integer `1`, expected a string"));
+    }
+}
