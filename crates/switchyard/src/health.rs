@@ -152,6 +152,14 @@ pub struct TargetRecord {
     pub reopens: u32,
 }
 
+impl TargetRecord {
+    /// Whether forgetting this record could change a gate's verdict: a troubled status, a
+    /// circuit that is not closed, or failures counting towards opening it.
+    fn gates(&self) -> bool {
+        self.status.is_troubled() || self.breaker != Breaker::Closed || self.consecutive_failures > 0
+    }
+}
+
 /// What the board remembers of one credential.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct CredentialRecord {
@@ -191,9 +199,23 @@ pub trait HealthStore: Send + Sync + 'static {
 
 /// The in-process store: one mutex over two maps, held for microseconds and never across an
 /// await.
-#[derive(Debug, Default)]
+///
+/// It keeps at most [`MemoryStore::DEFAULT_TARGETS`] target records (see
+/// [`MemoryStore::with_capacity`]): clients may name targets no configuration lists
+/// (`provider:any-model`), and without a bound every new name would stay in memory for good.
+/// When full, it forgets a tenth of its records at once, the least telling first: records that
+/// gate nothing (available, circuit closed, no failure counted), then those that changed
+/// longest ago. A forgotten target starts over as unknown.
+#[derive(Debug)]
 pub struct MemoryStore {
     state: Mutex<MemoryState>,
+    capacity: usize,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::with_capacity(Self::DEFAULT_TARGETS)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -203,6 +225,14 @@ struct MemoryState {
 }
 
 impl MemoryStore {
+    /// How many target records the default store keeps.
+    pub const DEFAULT_TARGETS: usize = 10_000;
+
+    /// A store that keeps at most `targets` target records (at least 10).
+    pub fn with_capacity(targets: usize) -> Self {
+        Self { state: Mutex::default(), capacity: targets.max(10) }
+    }
+
     fn lock(&self) -> MutexGuard<'_, MemoryState> {
         // A panic while holding this lock cannot leave a record half-written (updates replace
         // whole records), so a poisoned lock is still consistent.
@@ -224,6 +254,12 @@ impl HealthStore for MemoryStore {
             credentials: before.clone(),
         };
         apply(&mut records);
+        if state.targets.len() >= self.capacity
+            && !state.targets.contains_key(target)
+            && records.target != TargetRecord::default()
+        {
+            forget_least_telling(&mut state.targets, self.capacity / 10);
+        }
         put_back(&mut state.targets, target, records.target);
         for ((id, record), old) in credentials.iter().zip(records.credentials).zip(before) {
             if record != old {
@@ -245,6 +281,18 @@ impl HealthStore for MemoryStore {
         let mut state = self.lock();
         state.targets.clear();
         state.credentials.clear();
+    }
+}
+
+/// Removes `count` target records: first those that gate nothing, then the ones whose status
+/// changed longest ago. One pass over the map, for a tenth of its capacity at a time.
+fn forget_least_telling(targets: &mut HashMap<Target, TargetRecord>, count: usize) {
+    let mut ranked: Vec<(bool, Option<Instant>, Target)> =
+        targets.iter().map(|(target, record)| (record.gates(), record.since, target.clone())).collect();
+    let count = count.clamp(1, ranked.len());
+    ranked.select_nth_unstable_by_key(count - 1, |(gates, since, _)| (*gates, *since));
+    for (_, _, target) in &ranked[..count] {
+        targets.remove(target);
     }
 }
 

@@ -434,3 +434,40 @@ async fn a_key_listed_twice_keeps_what_either_copy_recorded() {
         assert_eq!(seen, [Some(until), Some(until)], "written through copy {written}");
     }
 }
+
+/// Clients may name any `provider:model`; each new name must not stay in memory for good.
+#[tokio::test(start_paused = true)]
+async fn the_store_stays_bounded_and_forgets_quiet_records_before_troubled_ones() {
+    use switchyard::health::{HealthStore, MemoryStore};
+
+    let store = MemoryStore::with_capacity(100);
+    let write = |name: &str, status: HealthStatus, failures: u32| {
+        let since = Some(Instant::now());
+        store.update(&target(name), &[], &mut |records| {
+            records.target.status = status;
+            records.target.since = since;
+            records.target.consecutive_failures = failures;
+        });
+    };
+    write("listed:m", HealthStatus::TemporarilyUnavailable, 3);
+    for n in 0..1000 {
+        tokio::time::advance(Duration::from_millis(1)).await;
+        write(&format!("listed:invented-{n}"), HealthStatus::Available, 0);
+    }
+    let kept: Vec<String> = store.all().0.iter().map(|(t, _)| t.to_string()).collect();
+    assert!(kept.len() <= 100, "{} records kept", kept.len());
+    assert!(kept.contains(&"listed:m".to_owned()), "the troubled record was forgotten");
+    assert!(kept.contains(&"listed:invented-999".to_owned()), "the newest record was forgotten");
+    assert!(!kept.contains(&"listed:invented-0".to_owned()), "the oldest quiet record was kept");
+
+    // Full of troubled records, the ones that changed longest ago go first.
+    store.clear();
+    for n in 0..300 {
+        tokio::time::advance(Duration::from_millis(1)).await;
+        write(&format!("p:failing-{n}"), HealthStatus::RateLimited, 1);
+    }
+    let kept: Vec<String> = store.all().0.iter().map(|(t, _)| t.to_string()).collect();
+    assert!(kept.len() <= 100, "{} records kept", kept.len());
+    assert!(kept.contains(&"p:failing-299".to_owned()));
+    assert!(!kept.contains(&"p:failing-0".to_owned()));
+}
