@@ -43,6 +43,7 @@ struct Seen {
     uri: String,
     headers: HeaderMap,
     body: Value,
+    version: axum::http::Version,
 }
 
 impl Seen {
@@ -74,6 +75,7 @@ impl Fake {
                     uri: parts.uri.to_string(),
                     headers: parts.headers,
                     body,
+                    version: parts.version,
                 });
                 reply()
             }
@@ -1555,5 +1557,34 @@ proptest! {
         if let Some(duration) = parse_duration(&text) {
             prop_assert!(duration <= MAX_RESET);
         }
+    }
+}
+
+/// `http2: true` speaks HTTP/2 with prior knowledge (over plain TCP the connection starts with
+/// the HTTP/2 preface); the default stays on HTTP/1.1. Answers and streams work over both.
+#[tokio::test]
+async fn http2_is_spoken_with_prior_knowledge_when_configured() {
+    for (http2, version) in [(false, axum::http::Version::HTTP_11), (true, axum::http::Version::HTTP_2)] {
+        let fake = Fake::start(|| json_reply(200, &[], &completion("Hi there."))).await;
+        let mut settings = ProviderSettings::new(ProviderKind::OpenAi).base_url(fake.v1());
+        settings.http.http2 = http2;
+        let harness = Harness::new(settings, Some(KEY));
+        let answer = harness.chat(&ChatRequest::new("default", vec![Message::user("Hi")])).await.unwrap();
+        assert_eq!(answer.text().as_deref(), Some("Hi there."), "http2: {http2}");
+        assert_eq!(fake.only_request().version, version, "http2: {http2}");
+
+        let events =
+            [chunk(json!({"content": "Hel"}), Value::Null), chunk(json!({"content": "lo"}), json!("stop"))];
+        let text = sse(&events, true);
+        let fake = Fake::start(move || sse_reply(&[], &text)).await;
+        let mut settings = ProviderSettings::new(ProviderKind::OpenAi).base_url(fake.v1());
+        settings.http.http2 = http2;
+        let harness = Harness::new(settings, Some(KEY));
+        let mut request = ChatRequest::new("default", vec![Message::user("Hi")]);
+        request.stream = true;
+        let (chunks, error) = drain(harness.stream(&request).await.unwrap()).await;
+        assert!(error.is_none(), "http2: {http2}: {error:?}");
+        assert_eq!(text_of(&chunks), "Hello", "http2: {http2}");
+        assert_eq!(fake.only_request().version, version, "http2: {http2}");
     }
 }
