@@ -219,3 +219,59 @@ gateway: { shutdown_grace: 10s }
     assert!(line["request_id"].as_str().is_some_and(|id| id.starts_with("req_")), "{line}");
     assert!(line["latency_ms"].as_f64().is_some_and(|ms| ms >= 750.0), "the whole stream: {line}");
 }
+
+#[test]
+fn sigterm_cuts_a_stream_that_outlasts_the_grace_period_and_exits() {
+    let config = write_config(
+        "grace.yaml",
+        r#"
+providers:
+  endless: { kind: simulated, reply: "a b c d e f g h i j k l m n o p q r s t", stream: { chunks: 20, gap: 1s } }
+routes:
+  default: { targets: [endless:m] }
+gateway: { shutdown_grace: 1s }
+"#,
+    );
+    let (mut server, addr) = serve(&config, &[]);
+
+    let mut stream = TcpStream::connect(&addr).unwrap();
+    let body = r#"{"model":"default","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    write!(
+        stream,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream);
+    let head = read_head(&mut reader);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+
+    // The stream has 19 s to go; the grace period is 1 s.
+    let asked = Instant::now();
+    let status = Command::new("kill").args(["-TERM", &server.id().to_string()]).status().unwrap();
+    assert!(status.success());
+
+    // The connection ends when the process does, with the stream cut short.
+    let mut rest = Vec::new();
+    let _ = reader.read_to_end(&mut rest);
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(!rest.contains("data: [DONE]"), "the stream was not cut: {rest}");
+    let deadline = asked + Duration::from_secs(10);
+    let exit = loop {
+        if let Some(exit) = server.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(Instant::now() < deadline, "the gateway outlived its grace period");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(exit.success(), "{exit:?}");
+    assert!(
+        asked.elapsed() >= Duration::from_millis(900),
+        "exited before the grace period: {:?}",
+        asked.elapsed()
+    );
+    let mut logs = String::new();
+    server.stderr.take().unwrap().read_to_string(&mut logs).unwrap();
+    assert!(logs.contains("open streams have 1s to finish"), "{logs}");
+    assert!(logs.contains("grace period over, exiting"), "{logs}");
+}
