@@ -160,6 +160,23 @@ fn read_head(reader: &mut BufReader<TcpStream>) -> String {
     }
 }
 
+/// Asks the gateway at `addr` for a stream of the `default` route and returns the reader
+/// positioned after the 200 response head.
+fn open_stream(addr: &str) -> BufReader<TcpStream> {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let body = r#"{"model":"default","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    write!(
+        stream,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream);
+    let head = read_head(&mut reader);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    reader
+}
+
 #[test]
 fn sigterm_lets_an_open_stream_finish_then_exits() {
     let config = write_config(
@@ -174,17 +191,7 @@ gateway: { shutdown_grace: 10s }
     );
     let (mut server, addr) = serve(&config, &["--log-format", "json"]);
 
-    let mut stream = TcpStream::connect(&addr).unwrap();
-    let body = r#"{"model":"default","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
-    write!(
-        stream,
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut reader = BufReader::new(stream);
-    let head = read_head(&mut reader);
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut reader = open_stream(&addr);
 
     // The stream is open: ask the gateway to stop.
     let status = Command::new("kill").args(["-TERM", &server.id().to_string()]).status().unwrap();
@@ -234,17 +241,7 @@ gateway: { shutdown_grace: 1s }
     );
     let (mut server, addr) = serve(&config, &[]);
 
-    let mut stream = TcpStream::connect(&addr).unwrap();
-    let body = r#"{"model":"default","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
-    write!(
-        stream,
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut reader = BufReader::new(stream);
-    let head = read_head(&mut reader);
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut reader = open_stream(&addr);
 
     // The stream has 19 s to go; the grace period is 1 s.
     let asked = Instant::now();

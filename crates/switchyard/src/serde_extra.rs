@@ -168,35 +168,32 @@ macro_rules! slot {
             }
         }
     };
+    // A rule that reads the value as it is.
+    ($rule:ident, reads as is) => {
+        slot!($rule);
+
+        impl<T> $rule<T> {
+            pub fn read<'de, A: MapAccess<'de>>(&mut self, map: &mut A) -> Result<(), A::Error>
+            where
+                T: Deserialize<'de>,
+            {
+                self.store(map.next_value()?)
+            }
+        }
+    };
 }
 
-slot!(Required);
-slot!(OrDefault);
+slot!(Required, reads as is);
+slot!(OrDefault, reads as is);
 slot!(NullAsDefault);
 
 impl<T> Required<T> {
-    pub fn read<'de, A: MapAccess<'de>>(&mut self, map: &mut A) -> Result<(), A::Error>
-    where
-        T: Deserialize<'de>,
-    {
-        let value = map.next_value()?;
-        self.store(value)
-    }
-
     pub fn finish<E: de::Error>(self) -> Result<T, E> {
         self.value.ok_or_else(|| E::missing_field(self.name))
     }
 }
 
 impl<T: Default> OrDefault<T> {
-    pub fn read<'de, A: MapAccess<'de>>(&mut self, map: &mut A) -> Result<(), A::Error>
-    where
-        T: Deserialize<'de>,
-    {
-        let value = map.next_value()?;
-        self.store(value)
-    }
-
     pub fn finish<E: de::Error>(self) -> Result<T, E> {
         Ok(self.value.unwrap_or_default())
     }
