@@ -128,6 +128,7 @@ enum Sink {
     Off,
     Batched(BatchedStderr),
     Stderr,
+    Memory(Arc<Mutex<Vec<u8>>>),
 }
 
 /// What the access log says of one request.
@@ -138,6 +139,9 @@ pub struct AccessEntry<'a> {
     pub served_by: Option<&'a Via>,
     pub attempts: usize,
     pub status: u16,
+    /// The kind of the error that ended the request, when it failed after its status was
+    /// sent (a stream cut mid-way still logs the 200 the client received).
+    pub error: Option<&'a str>,
     pub latency: Duration,
     pub overhead: Duration,
 }
@@ -157,6 +161,11 @@ impl AccessLog {
         Self { format, sink: writer.map_or(Sink::Stderr, Sink::Batched) }
     }
 
+    /// Lines in `format`, appended to `buffer` (tests, and embedders with their own log sink).
+    pub fn to_buffer(format: LogFormat, buffer: Arc<Mutex<Vec<u8>>>) -> Self {
+        Self { format, sink: Sink::Memory(buffer) }
+    }
+
     pub fn record(&self, entry: &AccessEntry<'_>) {
         if matches!(self.sink, Sink::Off) {
             return;
@@ -172,6 +181,9 @@ impl AccessLog {
                 Sink::Batched(writer) => writer.append(line),
                 Sink::Stderr => {
                     let _ = io::stderr().lock().write_all(line);
+                }
+                Sink::Memory(buffer) => {
+                    buffer.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).extend_from_slice(line)
                 }
             }
         });
@@ -191,7 +203,11 @@ fn text_line(out: &mut Vec<u8>, entry: &AccessEntry<'_>, now: SystemTime) {
     if let Some(via) = entry.served_by {
         let _ = write!(out, " served_by={:?}", via.text());
     }
-    let _ = write!(out, " attempts={} status={} latency_ms=", entry.attempts, entry.status);
+    let _ = write!(out, " attempts={} status={}", entry.attempts, entry.status);
+    if let Some(error) = entry.error {
+        let _ = write!(out, " error={error}");
+    }
+    out.extend_from_slice(b" latency_ms=");
     millis(out, entry.latency);
     out.extend_from_slice(b" overhead_ms=");
     millis(out, entry.overhead);
@@ -212,7 +228,12 @@ fn json_line(out: &mut Vec<u8>, entry: &AccessEntry<'_>, now: SystemTime) {
         out.extend_from_slice(b",\"served_by\":");
         json_string(out, &via.text());
     }
-    let _ = write!(out, ",\"attempts\":{},\"status\":{},\"latency_ms\":", entry.attempts, entry.status);
+    let _ = write!(out, ",\"attempts\":{},\"status\":{}", entry.attempts, entry.status);
+    if let Some(error) = entry.error {
+        out.extend_from_slice(b",\"error\":");
+        json_string(out, error);
+    }
+    out.extend_from_slice(b",\"latency_ms\":");
     millis(out, entry.latency);
     out.extend_from_slice(b",\"overhead_ms\":");
     millis(out, entry.overhead);
@@ -274,6 +295,7 @@ mod tests {
             served_by: via,
             attempts: 2,
             status: 200,
+            error: None,
             latency: Duration::from_micros(7_934),
             overhead: Duration::from_micros(76),
         }
@@ -329,6 +351,20 @@ mod tests {
             assert_eq!(line["latency_ms"], 7.934);
             assert_eq!(line["overhead_ms"], 0.076);
             assert_eq!(line["target"], "switchyard::access");
+            assert!(line.get("error").is_none(), "{line}");
         }
+    }
+
+    #[test]
+    fn a_request_that_failed_after_its_status_names_the_error() {
+        let failed = AccessEntry { error: Some("timeout"), ..entry(None, "r") };
+        let mut out = Vec::new();
+        text_line(&mut out, &failed, at(0, 0));
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains(" status=200 error=timeout latency_ms=7.934 "), "{text}");
+        let mut out = Vec::new();
+        json_line(&mut out, &failed, at(0, 0));
+        let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!((line["status"].as_u64(), line["error"].as_str()), (Some(200), Some("timeout")));
     }
 }

@@ -4,13 +4,14 @@
 #![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use switchyard::route::Route;
 use switchyard::simulated::{SimulatedProvider, Step};
 use switchyard::{ProviderEntry, Router};
 use switchyard_gateway::config;
+use switchyard_gateway::logging::{AccessLog, LogFormat};
 use switchyard_gateway::server::{AppState, app};
 
 const GATEWAY_KEY: &str = "gw-secret-key-123456";
@@ -370,7 +371,9 @@ async fn a_mid_stream_failure_arrives_as_an_error_event_without_done() {
         .build()
         .unwrap();
     let settings = config::load_demo().unwrap().gateway;
-    let gateway = Gateway::serve(AppState::new(router, settings)).await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let access = AccessLog::to_buffer(LogFormat::Json, log.clone());
+    let gateway = Gateway::serve(AppState::with_access_log(router, settings, access)).await;
 
     let mut body = chat("default");
     body["stream"] = json!(true);
@@ -393,6 +396,12 @@ async fn a_mid_stream_failure_arrives_as_an_error_event_without_done() {
 
     let record = json_of(gateway.get(&format!("/admin/requests/{id}"), "").await).await;
     assert_eq!(record["attempts"][0]["outcome"], "failed");
+
+    // The log line keeps the 200 the client received and names what ended the stream.
+    let lines = String::from_utf8(log.lock().unwrap().clone()).unwrap();
+    let line: Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+    assert_eq!(line["request_id"], id.as_str(), "{line}");
+    assert_eq!((line["status"].as_u64(), line["error"].as_str()), (Some(200), Some("transport")), "{line}");
 }
 
 #[tokio::test]

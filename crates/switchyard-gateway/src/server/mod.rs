@@ -146,6 +146,9 @@ pub struct RequestContext {
     pub dialect: Dialect,
     pub started: Instant,
     pub endpoint: &'static str,
+    /// The error kind that ended the request after its status was sent (a stream cut
+    /// mid-way): the log line keeps the status the client received and names the error.
+    pub late_error: Option<&'static str>,
 }
 
 impl RequestContext {
@@ -159,7 +162,7 @@ impl RequestContext {
                     && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
             })
             .map_or_else(|| state.ids.next(), str::to_owned);
-        Self { id, dialect, started: Instant::now(), endpoint }
+        Self { id, dialect, started: Instant::now(), endpoint, late_error: None }
     }
 
     /// Renders `error` and logs the request.
@@ -289,6 +292,7 @@ impl RequestContext {
             served_by,
             attempts,
             status,
+            error: self.late_error,
             latency: elapsed,
             overhead,
         });

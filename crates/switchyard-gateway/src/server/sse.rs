@@ -151,6 +151,9 @@ impl<E: Encoder> Stream for SseBody<E> {
                 }
                 Poll::Ready(Some(Err(failure))) => {
                     this.done = true;
+                    if let Some(exchange) = this.exchange.as_mut() {
+                        exchange.late_error = Some(failure.error.kind().as_str());
+                    }
                     let id = this.exchange.as_ref().map(|e| e.id.clone()).unwrap_or_default();
                     let dialect = this.exchange.as_ref().map_or(Dialect::OpenAi, |e| e.dialect);
                     let attempts = serde_json::to_value(&failure.trail).unwrap_or_default();
