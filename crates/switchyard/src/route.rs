@@ -327,14 +327,21 @@ impl Route {
     /// The same policy over different targets, without special chains or candidates: what a
     /// request that names a target directly is governed by.
     pub(crate) fn for_named_target(&self, target: Target) -> Route {
+        // Field by field rather than `..self.clone()`, which would copy the chains it drops.
         Route {
             name: self.name.clone(),
             targets: vec![RouteTarget { target, tier: 0, weight: 1, embedding_space: None }],
             rotation: Rotation::Ordered,
+            retry: self.retry,
+            health_gate: self.health_gate,
+            health_ttl: self.health_ttl,
             context_window: Vec::new(),
             content_policy: Vec::new(),
+            timeouts: self.timeouts,
             candidates: Vec::new(),
-            ..self.clone()
+            retry_on: self.retry_on.clone(),
+            fallback_on: self.fallback_on.clone(),
+            spill_over: self.spill_over,
         }
     }
 }
