@@ -153,10 +153,19 @@ pub struct TargetRecord {
 }
 
 impl TargetRecord {
-    /// Whether forgetting this record could change a gate's verdict: a troubled status, a
-    /// circuit that is not closed, or failures counting towards opening it.
-    fn gates(&self) -> bool {
-        self.status.is_troubled() || self.breaker != Breaker::Closed || self.consecutive_failures > 0
+    /// What forgetting this record would lose, lowest first: 0 when it gates nothing; 1 for a
+    /// troubled status or failures counting towards the breaker; 2 for a circuit that is not
+    /// closed or a wait the provider asked for that is still running. Then when it was last
+    /// heard of.
+    fn worth(&self, now: Instant) -> (u8, Option<Instant>) {
+        let tier = if self.breaker != Breaker::Closed || self.retry_until.is_some_and(|until| until > now) {
+            2
+        } else if self.status.is_troubled() || self.consecutive_failures > 0 {
+            1
+        } else {
+            0
+        };
+        (tier, self.since.max(self.failed_at))
     }
 }
 
@@ -204,8 +213,10 @@ pub trait HealthStore: Send + Sync + 'static {
 /// [`MemoryStore::with_capacity`]): clients may name targets no configuration lists
 /// (`provider:any-model`), and without a bound every new name would stay in memory for good.
 /// When full, it forgets a tenth of its records at once, the least telling first: records that
-/// gate nothing (available, circuit closed, no failure counted), then those that changed
-/// longest ago. A forgotten target starts over as unknown.
+/// gate nothing (available, circuit closed, no failure counted), then troubled ones, and only
+/// then circuits that are open or waits the provider asked for that still run (a flood of
+/// invented names that each fail once must not reset a real outage); within each, the one
+/// heard of longest ago. A forgotten target starts over as unknown.
 #[derive(Debug)]
 pub struct MemoryStore {
     state: Mutex<MemoryState>,
@@ -284,14 +295,15 @@ impl HealthStore for MemoryStore {
     }
 }
 
-/// Removes `count` target records: first those that gate nothing, then the ones whose status
-/// changed longest ago. One pass over the map, for a tenth of its capacity at a time.
+/// Removes `count` target records, the least telling first (see [`MemoryStore`]). One pass
+/// over the map, for a tenth of its capacity at a time.
 fn forget_least_telling(targets: &mut HashMap<Target, TargetRecord>, count: usize) {
-    let mut ranked: Vec<(bool, Option<Instant>, Target)> =
-        targets.iter().map(|(target, record)| (record.gates(), record.since, target.clone())).collect();
+    let now = Instant::now();
+    let mut ranked: Vec<((u8, Option<Instant>), Target)> =
+        targets.iter().map(|(target, record)| (record.worth(now), target.clone())).collect();
     let count = count.clamp(1, ranked.len());
-    ranked.select_nth_unstable_by_key(count - 1, |(gates, since, _)| (*gates, *since));
-    for (_, _, target) in &ranked[..count] {
+    ranked.select_nth_unstable_by_key(count - 1, |(worth, _)| *worth);
+    for (_, target) in &ranked[..count] {
         targets.remove(target);
     }
 }

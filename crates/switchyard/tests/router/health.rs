@@ -438,7 +438,7 @@ async fn a_key_listed_twice_keeps_what_either_copy_recorded() {
 /// Clients may name any `provider:model`; each new name must not stay in memory for good.
 #[tokio::test(start_paused = true)]
 async fn the_store_stays_bounded_and_forgets_quiet_records_before_troubled_ones() {
-    use switchyard::health::{HealthStore, MemoryStore};
+    use switchyard::health::{Breaker, HealthStore, MemoryStore};
 
     let store = MemoryStore::with_capacity(100);
     let write = |name: &str, status: HealthStatus, failures: u32| {
@@ -470,4 +470,22 @@ async fn the_store_stays_bounded_and_forgets_quiet_records_before_troubled_ones(
     assert!(kept.len() <= 100, "{} records kept", kept.len());
     assert!(kept.contains(&"p:failing-299".to_owned()));
     assert!(!kept.contains(&"p:failing-0".to_owned()));
+
+    // A real outage (an open circuit, heard of long ago) outlives a flood of invented names
+    // that each failed once since (a 404 marks a model unavailable).
+    store.clear();
+    let until = Instant::now() + Duration::from_secs(600);
+    store.update(&target("listed:down"), &[], &mut |records| {
+        records.target.status = HealthStatus::TemporarilyUnavailable;
+        records.target.since = Some(Instant::now());
+        records.target.consecutive_failures = 5;
+        records.target.breaker = Breaker::Open { until };
+    });
+    for n in 0..1000 {
+        tokio::time::advance(Duration::from_millis(1)).await;
+        write(&format!("listed:no-such-model-{n}"), HealthStatus::TemporarilyUnavailable, 1);
+    }
+    let kept: Vec<String> = store.all().0.iter().map(|(t, _)| t.to_string()).collect();
+    assert!(kept.len() <= 100, "{} records kept", kept.len());
+    assert!(kept.contains(&"listed:down".to_owned()), "the open circuit was forgotten");
 }
