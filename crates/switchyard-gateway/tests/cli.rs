@@ -233,7 +233,7 @@ fn sigterm_cuts_a_stream_that_outlasts_the_grace_period_and_exits() {
         "grace.yaml",
         r#"
 providers:
-  endless: { kind: simulated, reply: "a b c d e f g h i j k l m n o p q r s t", stream: { chunks: 20, gap: 1s } }
+  endless: { kind: simulated, reply: "a b c d e f g h i j k l m n o p q r s t", stream: { chunks: 100, gap: 200ms } }
 routes:
   default: { targets: [endless:m] }
 gateway: { shutdown_grace: 1s }
@@ -242,16 +242,27 @@ gateway: { shutdown_grace: 1s }
     let (mut server, addr) = serve(&config, &[]);
 
     let mut reader = open_stream(&addr);
+    let mut line = String::new();
+    while !line.starts_with("data: ") {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "the stream ended before its first chunk");
+    }
 
-    // The stream has 19 s to go; the grace period is 1 s.
+    // The stream has about 20 s to go; the grace period is 1 s.
     let asked = Instant::now();
     let status = Command::new("kill").args(["-TERM", &server.id().to_string()]).status().unwrap();
     assert!(status.success());
 
-    // The connection ends when the process does, with the stream cut short.
+    // Chunks keep coming during the grace period; then the process ends and the stream with it.
     let mut rest = Vec::new();
     let _ = reader.read_to_end(&mut rest);
+    let open_for = asked.elapsed();
     let rest = String::from_utf8_lossy(&rest);
+    assert!(
+        open_for >= Duration::from_millis(900),
+        "the stream was cut before the grace period: {open_for:?}"
+    );
+    assert!(rest.matches("data: {").count() >= 2, "no chunk arrived during the grace period: {rest}");
     assert!(!rest.contains("data: [DONE]"), "the stream was not cut: {rest}");
     let deadline = asked + Duration::from_secs(10);
     let exit = loop {
