@@ -435,27 +435,36 @@ async fn a_key_listed_twice_keeps_what_either_copy_recorded() {
     }
 }
 
+/// The targets a store of capacity 100 holds, checking it holds no more.
+fn kept_within_capacity(store: &switchyard::health::MemoryStore) -> Vec<String> {
+    use switchyard::health::HealthStore;
+    let kept: Vec<String> = store.all().0.iter().map(|(t, _)| t.to_string()).collect();
+    assert!(kept.len() <= 100, "{} records kept", kept.len());
+    kept
+}
+
 /// Clients may name any `provider:model`; each new name must not stay in memory for good.
 #[tokio::test(start_paused = true)]
 async fn the_store_stays_bounded_and_forgets_quiet_records_before_troubled_ones() {
     use switchyard::health::{Breaker, HealthStore, MemoryStore};
 
     let store = MemoryStore::with_capacity(100);
-    let write = |name: &str, status: HealthStatus, failures: u32| {
+    let write = |name: &str, status: HealthStatus, failures: u32, breaker: Breaker| {
         let since = Some(Instant::now());
         store.update(&target(name), &[], &mut |records| {
             records.target.status = status;
             records.target.since = since;
             records.target.consecutive_failures = failures;
+            records.target.breaker = breaker;
         });
     };
-    write("listed:m", HealthStatus::TemporarilyUnavailable, 3);
+    let closed = Breaker::Closed;
+    write("listed:m", HealthStatus::TemporarilyUnavailable, 3, closed);
     for n in 0..1000 {
         tokio::time::advance(Duration::from_millis(1)).await;
-        write(&format!("listed:invented-{n}"), HealthStatus::Available, 0);
+        write(&format!("listed:invented-{n}"), HealthStatus::Available, 0, closed);
     }
-    let kept: Vec<String> = store.all().0.iter().map(|(t, _)| t.to_string()).collect();
-    assert!(kept.len() <= 100, "{} records kept", kept.len());
+    let kept = kept_within_capacity(&store);
     assert!(kept.contains(&"listed:m".to_owned()), "the troubled record was forgotten");
     assert!(kept.contains(&"listed:invented-999".to_owned()), "the newest record was forgotten");
     assert!(!kept.contains(&"listed:invented-0".to_owned()), "the oldest quiet record was kept");
@@ -464,28 +473,21 @@ async fn the_store_stays_bounded_and_forgets_quiet_records_before_troubled_ones(
     store.clear();
     for n in 0..300 {
         tokio::time::advance(Duration::from_millis(1)).await;
-        write(&format!("p:failing-{n}"), HealthStatus::RateLimited, 1);
+        write(&format!("p:failing-{n}"), HealthStatus::RateLimited, 1, closed);
     }
-    let kept: Vec<String> = store.all().0.iter().map(|(t, _)| t.to_string()).collect();
-    assert!(kept.len() <= 100, "{} records kept", kept.len());
+    let kept = kept_within_capacity(&store);
     assert!(kept.contains(&"p:failing-299".to_owned()));
     assert!(!kept.contains(&"p:failing-0".to_owned()));
 
     // A real outage (an open circuit, heard of long ago) outlives a flood of invented names
     // that each failed once since (a 404 marks a model unavailable).
     store.clear();
-    let until = Instant::now() + Duration::from_secs(600);
-    store.update(&target("listed:down"), &[], &mut |records| {
-        records.target.status = HealthStatus::TemporarilyUnavailable;
-        records.target.since = Some(Instant::now());
-        records.target.consecutive_failures = 5;
-        records.target.breaker = Breaker::Open { until };
-    });
+    let open = Breaker::Open { until: Instant::now() + Duration::from_secs(600) };
+    write("listed:down", HealthStatus::TemporarilyUnavailable, 5, open);
     for n in 0..1000 {
         tokio::time::advance(Duration::from_millis(1)).await;
-        write(&format!("listed:no-such-model-{n}"), HealthStatus::TemporarilyUnavailable, 1);
+        write(&format!("listed:no-such-model-{n}"), HealthStatus::TemporarilyUnavailable, 1, closed);
     }
-    let kept: Vec<String> = store.all().0.iter().map(|(t, _)| t.to_string()).collect();
-    assert!(kept.len() <= 100, "{} records kept", kept.len());
+    let kept = kept_within_capacity(&store);
     assert!(kept.contains(&"listed:down".to_owned()), "the open circuit was forgotten");
 }
