@@ -218,26 +218,30 @@ fn text_line(out: &mut Vec<u8>, entry: &AccessEntry<'_>, now: SystemTime) {
 fn json_line(out: &mut Vec<u8>, entry: &AccessEntry<'_>, now: SystemTime) {
     out.extend_from_slice(b"{\"timestamp\":\"");
     timestamp(out, now);
-    out.extend_from_slice(b"\",\"level\":\"INFO\",\"message\":\"request\",\"request_id\":");
-    json_string(out, entry.request_id);
-    out.extend_from_slice(b",\"endpoint\":");
-    json_string(out, entry.endpoint);
-    out.extend_from_slice(b",\"route\":");
-    json_string(out, entry.route);
+    out.extend_from_slice(b"\",\"level\":\"INFO\",\"message\":\"request\"");
+    json_field(out, "request_id", entry.request_id);
+    json_field(out, "endpoint", entry.endpoint);
+    json_field(out, "route", entry.route);
     if let Some(via) = entry.served_by {
-        out.extend_from_slice(b",\"served_by\":");
-        json_string(out, &via.text());
+        json_field(out, "served_by", &via.text());
     }
     let _ = write!(out, ",\"attempts\":{},\"status\":{}", entry.attempts, entry.status);
     if let Some(error) = entry.error {
-        out.extend_from_slice(b",\"error\":");
-        json_string(out, error);
+        json_field(out, "error", error);
     }
     out.extend_from_slice(b",\"latency_ms\":");
     millis(out, entry.latency);
     out.extend_from_slice(b",\"overhead_ms\":");
     millis(out, entry.overhead);
     out.extend_from_slice(b",\"target\":\"switchyard::access\"}\n");
+}
+
+/// `,"name":"value"`, the value escaped.
+fn json_field(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.push(b',');
+    json_string(out, name);
+    out.push(b':');
+    json_string(out, value);
 }
 
 fn json_string(out: &mut Vec<u8>, text: &str) {
