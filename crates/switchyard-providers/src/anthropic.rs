@@ -93,12 +93,7 @@ impl AnthropicProvider {
             headers.append("x-api-key", value);
         }
         let response = self.client.send(http::post(self.endpoint.clone(), headers, body)).await?;
-        let limits = http::rate_limits(response.headers());
-        if let Some(sink) = call.rate_limits {
-            if !limits.is_empty() {
-                sink.observe(&limits);
-            }
-        }
+        let limits = http::observe_limits(&response, call.rate_limits);
         let status = response.status().as_u16();
         if response.status().is_success() {
             return Ok(response);

@@ -164,10 +164,7 @@ impl GeminiProvider {
         }
         let request = http::post(http::parse_uri(url)?, headers, body);
         let response = http::until(deadline, self.client.send(request)).await?;
-        let limits = http::rate_limits(response.headers());
-        if let Some(sink) = call.rate_limits.filter(|_| !limits.is_empty()) {
-            sink.observe(&limits);
-        }
+        let limits = http::observe_limits(&response, call.rate_limits);
         let status = response.status().as_u16();
         if response.status().is_success() {
             return Ok(response);

@@ -25,6 +25,7 @@ use hyper_rustls::{ConfigBuilderExt, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use switchyard::provider::RateLimitSink;
 use switchyard::ratelimit::RateLimits;
 use switchyard::{ErrorKind, ProviderError};
 use tokio::time::Instant;
@@ -379,9 +380,16 @@ pub fn header_pairs(headers: &HeaderMap) -> impl Iterator<Item = (&str, &str)> {
     headers.iter().filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
 }
 
-/// The rate-limit headers and Retry-After of a response.
-pub fn rate_limits(headers: &HeaderMap) -> RateLimits {
-    RateLimits::from_headers(header_pairs(headers), SystemTime::now())
+/// The rate-limit headers and Retry-After of `response`, reported to the call's `sink` when
+/// there are any (every adapter does this with every answer, success or not).
+pub fn observe_limits(response: &Response, sink: Option<&dyn RateLimitSink>) -> RateLimits {
+    let limits = RateLimits::from_headers(header_pairs(response.headers()), SystemTime::now());
+    if let Some(sink) = sink
+        && !limits.is_empty()
+    {
+        sink.observe(&limits);
+    }
+    limits
 }
 
 /// How long the provider asked us to wait: `retry-after-ms`, `retry-after`, or, on a 429 with

@@ -190,12 +190,7 @@ impl OpenAiProvider {
         }
         let request = http::post(self.url(operation, call.model)?, headers, body);
         let response = self.client.send(request).await?;
-        let limits = http::rate_limits(response.headers());
-        if let Some(sink) = call.rate_limits
-            && !limits.is_empty()
-        {
-            sink.observe(&limits);
-        }
+        let limits = http::observe_limits(&response, call.rate_limits);
         let status = response.status().as_u16();
         if response.status().is_success() {
             return Ok(response);
