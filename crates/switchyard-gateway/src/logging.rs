@@ -52,7 +52,7 @@ impl BatchedStderr {
 /// One event's writer: collects the formatted event and appends it whole, so lines of
 /// concurrent requests never interleave.
 pub struct LineWriter {
-    pending: Arc<Mutex<Vec<u8>>>,
+    batches: BatchedStderr,
     line: Vec<u8>,
 }
 
@@ -69,16 +69,8 @@ impl Write for LineWriter {
 
 impl Drop for LineWriter {
     fn drop(&mut self) {
-        if self.line.is_empty() {
-            return;
-        }
-        let overflow = {
-            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-            pending.extend_from_slice(&self.line);
-            (pending.len() > BACKLOG).then(|| std::mem::take(&mut *pending))
-        };
-        if let Some(batch) = overflow {
-            let _ = io::stderr().lock().write_all(&batch);
+        if !self.line.is_empty() {
+            self.batches.append(&self.line);
         }
     }
 }
@@ -87,12 +79,13 @@ impl<'a> MakeWriter<'a> for BatchedStderr {
     type Writer = LineWriter;
 
     fn make_writer(&'a self) -> Self::Writer {
-        LineWriter { pending: self.pending.clone(), line: Vec::with_capacity(256) }
+        LineWriter { batches: self.clone(), line: Vec::with_capacity(256) }
     }
 }
 
 impl BatchedStderr {
-    /// Appends one whole line (or several) to the next batch.
+    /// Appends one whole line (or several) to the next batch; past [`BACKLOG`], writes the
+    /// batch itself.
     fn append(&self, lines: &[u8]) {
         let overflow = {
             let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
