@@ -124,13 +124,7 @@ async fn drive(options: Options) -> Result<Report, String> {
         })
     });
     let tally = load::run(Arc::clone(&plan), connections).await;
-    // Closed loop ends at the deadline; open loop's window is the schedule's length.
-    let end = if options.rate.is_some() {
-        start + options.duration
-    } else {
-        Instant::now().min(start + options.duration)
-    };
-    let seconds = end.saturating_duration_since(start + options.warmup).as_secs_f64();
+    let seconds = measured_seconds(&options, start, Instant::now());
     stop.store(true, Ordering::Relaxed);
     let process = match (pid, readings) {
         (Some(pid), Some(task)) => {
@@ -151,4 +145,46 @@ async fn drive(options: Options) -> Result<Report, String> {
         _ => None,
     };
     Ok(Report::new(plan.options(), tally, seconds, process))
+}
+
+/// How long the measured part of a run took, for a run started at `start` whose last answer
+/// arrived at `finished`. Closed loop drops what is in flight at the deadline, so it ends
+/// there. Open loop waits for every scheduled request: a target that keeps up finishes just
+/// after the schedule, one that fell behind answers its backlog later, and that time counts.
+/// Dividing by the schedule's length alone would report the offered rate as achieved by a
+/// target answering a fraction of it (latency told the truth, throughput did not).
+fn measured_seconds(options: &Options, start: Instant, finished: Instant) -> f64 {
+    let deadline = start + options.duration;
+    let end = if options.rate.is_some() { finished.max(deadline) } else { finished.min(deadline) };
+    end.saturating_duration_since(start + options.warmup).as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(args: &[&str]) -> Options {
+        let mut argv = vec!["--url", "http://127.0.0.1:1/", "--duration", "10s", "--warmup", "2s"];
+        argv.extend_from_slice(args);
+        Options::parse(argv.into_iter().map(String::from)).unwrap()
+    }
+
+    #[test]
+    fn an_open_loop_run_lasts_until_its_backlog_is_answered() {
+        let open = options(&["--rate", "1000"]);
+        let start = Instant::now();
+        // Kept up: answered by the end of the schedule, the window is the schedule less warm-up.
+        assert_eq!(measured_seconds(&open, start, start + Duration::from_secs(10)), 8.0);
+        // Fell behind: the last answer came 30 s after the schedule ended.
+        assert_eq!(measured_seconds(&open, start, start + Duration::from_secs(40)), 38.0);
+    }
+
+    #[test]
+    fn a_closed_loop_run_ends_at_its_deadline() {
+        let closed = options(&[]);
+        let start = Instant::now();
+        assert_eq!(measured_seconds(&closed, start, start + Duration::from_secs(12)), 8.0);
+        // Stopped early (the request budget ran out).
+        assert_eq!(measured_seconds(&closed, start, start + Duration::from_secs(6)), 4.0);
+    }
 }
