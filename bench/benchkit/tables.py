@@ -203,6 +203,17 @@ def targets(rows, sweep, soak):
     def add(name, value, ok):
         out.append((name, value, ok))
 
+    def add_added(name, gateway, direct, nginx, key, limit):
+        """A target on p50 `key` added over direct, with nginx-proxy's figure beside it: on a
+        noisy host the floor cost of a hop moves, and the target reads against it."""
+        added = (_p(gateway, key, "p50") - _p(direct, key, "p50")) * 1000
+        value = f"{added:+.0f} µs"
+        if nginx and nginx.get(key):
+            value += f" (nginx-proxy {(_p(nginx, key, 'p50') - _p(direct, key, 'p50')) * 1000:+.0f} µs)"
+        # Faster than calling the mock directly cannot be the hop's cost: the baseline was
+        # disturbed (another tenant, a timer), so the point says nothing either way.
+        add(name, value, "disturbed" if added < 0 else added <= limit)
+
     if sy and tz:
         ratio = sy["throughput"] / tz["throughput"] if tz["throughput"] else float("inf")
         add("non-streaming 32: throughput ≥ 2× TensorZero", f"{ratio:.2f}×", ratio >= 2)
@@ -218,9 +229,8 @@ def targets(rows, sweep, soak):
     else:
         add("non-streaming 32: vs nginx-proxy", "no data", None)
     if sy and di:
-        added = (_p(sy, "latency_ms", "p50") - _p(di, "latency_ms", "p50")) * 1000
-        add("overhead: p50 added over direct ≤ 150 µs (32 connections, closed loop)", f"{added:+.0f} µs",
-            added <= 150)
+        add_added("overhead: p50 added over direct ≤ 150 µs (32 connections, closed loop)", sy, di, nx,
+                  "latency_ms", 150)
     # Closed loop at saturation, p50 is connections ÷ throughput (Little's law), so the row
     # above measures throughput as much as overhead; at a fixed rate every gateway holds, the
     # difference is the cost of the hop itself.
@@ -229,24 +239,21 @@ def targets(rows, sweep, soak):
             if point["rate"] == rate and point["held"]:
                 return point["report"]
         return None
-    o_sy, o_di = rep("overhead-1000", "switchyard"), rep("overhead-1000", "direct")
+    o_sy, o_di, o_nx = (rep("overhead-1000", g) for g in ("switchyard", "direct", "nginx"))
     if o_sy and o_di:
-        added = (_p(o_sy, "latency_ms", "p50") - _p(o_di, "latency_ms", "p50")) * 1000
-        add("overhead: p50 added over direct ≤ 150 µs (open loop 1000 req/s, 32 connections)",
-            f"{added:+.0f} µs", added <= 150)
+        add_added("overhead: p50 added over direct ≤ 150 µs (open loop 1000 req/s, 32 connections)",
+                  o_sy, o_di, o_nx, "latency_ms", 150)
     # The same rate from the sweep, on 256 connections: each one is reused every quarter of a
     # second, so every request also meets a connection whose state has gone cold.
     for rate in (1000, 2000):
         a, b = at_rate("switchyard", rate), at_rate("direct", rate)
         if a and b:
-            added = (_p(a, "latency_ms", "p50") - _p(b, "latency_ms", "p50")) * 1000
-            add(f"overhead: p50 added over direct ≤ 150 µs (sweep, {rate} req/s, 256 connections)",
-                f"{added:+.0f} µs", added <= 150)
+            add_added(f"overhead: p50 added over direct ≤ 150 µs (sweep, {rate} req/s, 256 connections)",
+                      a, b, at_rate("nginx", rate), "latency_ms", 150)
             break
-    s_sy, s_di = rep("stream-32", "switchyard"), rep("stream-32", "direct")
+    s_sy, s_di, s_nx = (rep("stream-32", g) for g in ("switchyard", "direct", "nginx"))
     if s_sy and s_di and s_sy.get("ttft_ms") and s_di.get("ttft_ms"):
-        added = (_p(s_sy, "ttft_ms", "p50") - _p(s_di, "ttft_ms", "p50")) * 1000
-        add("streaming: TTFT p50 added over direct ≤ 200 µs", f"{added:+.0f} µs", added <= 200)
+        add_added("streaming: TTFT p50 added over direct ≤ 200 µs", s_sy, s_di, s_nx, "ttft_ms", 200)
     g50 = rep("stream-gap50", "switchyard")
     if g50 and g50.get("chunk_gap_ms"):
         gap = _p(g50, "chunk_gap_ms", "p50")
@@ -276,9 +283,9 @@ def targets(rows, sweep, soak):
 
 
 def targets_lines(items, markdown):
-    mark = {True: "met", False: "NOT MET", None: "no data"}
+    mark = {True: "met", False: "NOT MET", None: "no data", "disturbed": "not judged: baseline disturbed"}
     if markdown:
         return "\n".join(["| target | measured | |", "|---|---|---|"]
                          + [f"| {n} | {v} | {mark[ok]} |" for n, v, ok in items]) + "\n"
     width = max((len(n) for n, _, _ in items), default=0)
-    return "\n".join(f"{n:<{width}}  {v:<28} {mark[ok]}" for n, v, ok in items)
+    return "\n".join(f"{n:<{width}}  {v:<44} {mark[ok]}" for n, v, ok in items)

@@ -1,0 +1,62 @@
+"""How the targets table judges a run: `python3 -m unittest discover -s bench` (run by
+scripts/test)."""
+
+import unittest
+
+from benchkit import tables
+
+
+def report(p50, p99=None, throughput=1000.0, ttft=None):
+    r = {"throughput": throughput, "ok": 1000, "errors": {},
+         "latency_ms": {"p50": p50, "p99": p99 if p99 is not None else 2 * p50}}
+    if ttft is not None:
+        r["ttft_ms"] = {"p50": ttft}
+    return r
+
+
+def row(scenario, gateway, r):
+    return {"scenario": scenario, "gateway": gateway, "status": "ok", "report": r}
+
+
+def judged(items, prefix):
+    [found] = [(value, ok) for name, value, ok in items if name.startswith(prefix)]
+    return found
+
+
+OVERHEAD = "overhead: p50 added over direct ≤ 150 µs (open loop"
+SWEEP = "overhead: p50 added over direct ≤ 150 µs (sweep"
+TTFT = "streaming: TTFT"
+
+
+class Targets(unittest.TestCase):
+    def rows(self, direct, nginx, switchyard):
+        return [row("overhead-1000", "direct", report(direct)),
+                row("overhead-1000", "nginx", report(nginx)),
+                row("overhead-1000", "switchyard", report(switchyard)),
+                row("stream-32", "direct", report(100, ttft=0.30)),
+                row("stream-32", "nginx", report(100, ttft=0.45)),
+                row("stream-32", "switchyard", report(100, ttft=0.62))]
+
+    def test_added_latency_is_judged_against_the_limit_with_nginx_beside_it(self):
+        items = tables.targets(self.rows(direct=0.10, nginx=0.23, switchyard=0.24), {}, None)
+        self.assertEqual(judged(items, OVERHEAD), ("+140 µs (nginx-proxy +130 µs)", True))
+        items = tables.targets(self.rows(direct=0.10, nginx=0.23, switchyard=0.26), {}, None)
+        self.assertEqual(judged(items, OVERHEAD), ("+160 µs (nginx-proxy +130 µs)", False))
+        self.assertEqual(judged(items, TTFT), ("+320 µs (nginx-proxy +150 µs)", False))
+
+    def test_a_gateway_faster_than_the_mock_itself_is_a_disturbed_baseline_not_a_pass(self):
+        sweep = {g: [{"rate": 1000, "held": True, "report": report(p50)}]
+                 for g, p50 in (("direct", 1.13), ("nginx", 0.29), ("switchyard", 0.31))}
+        value, ok = judged(tables.targets([], sweep, None), SWEEP)
+        self.assertEqual(value, "-820 µs (nginx-proxy -840 µs)")
+        self.assertEqual(ok, "disturbed")
+        self.assertIn("not judged", tables.targets_lines([("t", value, ok)], markdown=True))
+
+    def test_a_sweep_point_not_held_is_not_used(self):
+        sweep = {"direct": [{"rate": 1000, "held": True, "report": report(0.1)}],
+                 "switchyard": [{"rate": 1000, "held": False, "report": report(0.2)}]}
+        self.assertEqual([n for n, _, _ in tables.targets([], sweep, None) if n.startswith(SWEEP)], [])
+
+
+if __name__ == "__main__":
+    unittest.main()
