@@ -34,24 +34,39 @@ impl SseParser {
     }
 
     /// Feeds bytes; returns the events they complete.
+    ///
+    /// Whole lines are read straight from `bytes`; only a line split across two feeds is
+    /// copied, to be completed by the next one.
     pub fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
         let mut events = Vec::new();
-        for &byte in bytes {
-            if self.after_cr {
-                self.after_cr = false;
-                if byte == b'\n' {
-                    continue;
-                }
-            }
-            match byte {
-                b'\n' => self.end_line(&mut events),
-                b'\r' => {
-                    self.after_cr = true;
-                    self.end_line(&mut events);
-                }
-                _ => self.buffer.push(byte),
+        let mut rest = bytes;
+        if self.after_cr && !rest.is_empty() {
+            self.after_cr = false;
+            if rest[0] == b'\n' {
+                rest = &rest[1..];
             }
         }
+        while let Some(end) = rest.iter().position(|&byte| byte == b'\n' || byte == b'\r') {
+            if self.buffer.is_empty() {
+                self.line(&rest[..end], &mut events);
+            } else {
+                let mut line = std::mem::take(&mut self.buffer);
+                line.extend_from_slice(&rest[..end]);
+                self.line(&line, &mut events);
+                line.clear();
+                self.buffer = line;
+            }
+            // `\r\n` is one line end; a `\r` that ends the feed may be followed by the `\n`.
+            rest = match (rest[end], rest.get(end + 1)) {
+                (b'\r', Some(b'\n')) => &rest[end + 2..],
+                (b'\r', None) => {
+                    self.after_cr = true;
+                    &[]
+                }
+                _ => &rest[end + 1..],
+            };
+        }
+        self.buffer.extend_from_slice(rest);
         events
     }
 
@@ -59,7 +74,8 @@ impl SseParser {
     pub fn finish(&mut self) -> Option<SseEvent> {
         let mut events = Vec::new();
         if !self.buffer.is_empty() {
-            self.end_line(&mut events);
+            let line = std::mem::take(&mut self.buffer);
+            self.line(&line, &mut events);
         }
         self.dispatch(&mut events);
         events.pop()
@@ -75,31 +91,37 @@ impl SseParser {
         !self.buffer.is_empty() || self.data.is_some()
     }
 
-    fn end_line(&mut self, events: &mut Vec<SseEvent>) {
-        let line = String::from_utf8_lossy(&self.buffer).into_owned();
-        self.buffer.clear();
-        if line.is_empty() {
+    /// One line, without its line end. Text that is not UTF-8 is read with replacement
+    /// characters; `:` is ASCII, so splitting the bytes first changes nothing.
+    fn line(&mut self, line: &[u8], events: &mut Vec<SseEvent>) {
+        let Some(&first) = line.first() else {
             self.dispatch(events);
             return;
-        }
-        if line.starts_with(':') {
+        };
+        if first == b':' {
             return; // a comment (keep-alive)
         }
-        let (field, value) = match line.split_once(':') {
-            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
-            None => (line.as_str(), ""),
+        let (field, value) = match line.iter().position(|&byte| byte == b':') {
+            Some(colon) => {
+                let value = &line[colon + 1..];
+                (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (line, &[][..]),
         };
         match field {
-            "data" => match &mut self.data {
-                Some(data) => {
-                    data.push('\n');
-                    data.push_str(value);
+            b"data" => {
+                let value = String::from_utf8_lossy(value);
+                match &mut self.data {
+                    Some(data) => {
+                        data.push('\n');
+                        data.push_str(&value);
+                    }
+                    None => self.data = Some(value.into_owned()),
                 }
-                None => self.data = Some(value.to_owned()),
-            },
-            "event" => self.event = Some(value.to_owned()),
-            "id" | "retry" => {}
-            _ => self.stray.push(line),
+            }
+            b"event" => self.event = Some(String::from_utf8_lossy(value).into_owned()),
+            b"id" | b"retry" => {}
+            _ => self.stray.push(String::from_utf8_lossy(line).into_owned()),
         }
     }
 
@@ -162,6 +184,122 @@ where
                 }
                 Poll::Pending => return Poll::Pending,
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Feeds `bytes` in pieces ending at `cuts`, then ends the input.
+    fn parse_in_pieces(bytes: &[u8], cuts: &[usize]) -> (Vec<SseEvent>, Vec<String>) {
+        let mut parser = SseParser::new();
+        let mut events = Vec::new();
+        let mut from = 0;
+        for &cut in cuts.iter().chain([&bytes.len()]) {
+            let cut = cut.clamp(from, bytes.len());
+            events.extend(parser.feed(&bytes[from..cut]));
+            from = cut;
+        }
+        events.extend(parser.finish());
+        (events, parser.take_stray())
+    }
+
+    fn event(name: Option<&str>, data: &str) -> SseEvent {
+        SseEvent { event: name.map(str::to_owned), data: data.to_owned() }
+    }
+
+    #[test]
+    fn a_crlf_split_between_two_feeds_is_one_line_end() {
+        // Read as two line ends, the `\n` would be a blank line: an event of no data, which
+        // would drop the `event:` name before its data arrived.
+        let mut parser = SseParser::new();
+        assert_eq!(parser.feed(b"event: delta\r"), vec![]);
+        assert_eq!(parser.feed(b""), vec![], "an empty feed keeps the pending \\r");
+        assert_eq!(parser.feed(b"\ndata: a\r"), vec![]);
+        assert_eq!(parser.feed(b"\n\r\n"), vec![event(Some("delta"), "a")]);
+    }
+
+    #[test]
+    fn a_line_split_across_feeds_is_joined() {
+        let (events, _) = parse_in_pieces(b"event: delta\ndata: {\"a\":\ndata: 1}\n\n", &[3, 9, 20, 21]);
+        assert_eq!(events, vec![event(Some("delta"), "{\"a\":\n1}")]);
+    }
+
+    #[test]
+    fn text_that_is_not_utf8_is_replaced_not_dropped() {
+        let (events, stray) = parse_in_pieces(b"data: caf\xc3\nretry: 5\n\n{\"bad\xff\": 1}\n", &[10]);
+        assert_eq!(events, vec![event(None, "caf\u{fffd}")]);
+        assert_eq!(stray, vec!["{\"bad\u{fffd}\": 1}".to_owned()]);
+    }
+
+    #[test]
+    fn the_last_event_needs_no_blank_line() {
+        let (events, _) = parse_in_pieces(b": keep-alive\n\ndata: [DONE]", &[]);
+        assert_eq!(events, vec![event(None, "[DONE]")]);
+    }
+
+    /// One line of a stream: what is written, and what it means.
+    #[derive(Debug, Clone)]
+    enum Line {
+        Event { name: Option<String>, data: Vec<String> },
+        Comment(String),
+        Ignored(String),
+        Stray(String),
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        // Anything but line ends, leading spaces included.
+        "[^\r\n]{0,12}"
+    }
+
+    fn line() -> impl Strategy<Value = Line> {
+        prop_oneof![
+            4 => (proptest::option::of("[a-z_]{1,10}"), proptest::collection::vec(text(), 1..4))
+                .prop_map(|(name, data)| Line::Event { name, data }),
+            1 => text().prop_map(Line::Comment),
+            1 => ("(id|retry)", "[0-9]{0,4}").prop_map(|(field, value)| Line::Ignored(format!("{field}: {value}"))),
+            1 => "\\{[^\r\n]{0,12}".prop_map(Line::Stray),
+        ]
+    }
+
+    proptest! {
+        /// Any stream, with any of the three line ends, cut anywhere, reads the same events
+        /// and stray lines as were written.
+        #[test]
+        fn a_stream_cut_anywhere_reads_as_written(
+            lines in proptest::collection::vec(line(), 0..12),
+            end in prop_oneof![Just("\n"), Just("\r\n"), Just("\r")],
+            cuts in proptest::collection::vec(0usize..400, 0..8),
+        ) {
+            let mut bytes = String::new();
+            let (mut events, mut stray) = (Vec::new(), Vec::new());
+            for line in &lines {
+                match line {
+                    Line::Event { name, data } => {
+                        if let Some(name) = name {
+                            bytes += &format!("event: {name}{end}");
+                        }
+                        for piece in data {
+                            bytes += &format!("data: {piece}{end}");
+                        }
+                        bytes += end;
+                        events.push(SseEvent { event: name.clone(), data: data.join("\n") });
+                    }
+                    Line::Comment(text) => bytes += &format!(":{text}{end}"),
+                    Line::Ignored(text) => bytes += &format!("{text}{end}"),
+                    Line::Stray(text) => {
+                        bytes += &format!("{text}{end}");
+                        stray.push(text.clone());
+                    }
+                }
+            }
+            let mut cuts = cuts;
+            cuts.sort_unstable();
+            prop_assert_eq!(parse_in_pieces(bytes.as_bytes(), &cuts), (events, stray));
         }
     }
 }
