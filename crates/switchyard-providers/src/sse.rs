@@ -15,6 +15,14 @@ pub struct SseEvent {
     pub data: String,
 }
 
+/// The most an unfinished line and event may hold together. LLM events are kilobytes (a few
+/// megabytes for inline media); an upstream that sends more without ending its event is broken,
+/// and reading on would let it take the gateway's memory.
+pub const MAX_EVENT_BYTES: usize = 32 << 20;
+
+/// The most of the stray lines kept: enough for any error body, not a stream of garbage.
+pub const MAX_STRAY_BYTES: usize = 64 << 10;
+
 /// An incremental SSE parser (the WHATWG event-stream rules, minus `id`/`retry`, which no LLM
 /// provider relies on).
 #[derive(Debug, Default)]
@@ -24,8 +32,12 @@ pub struct SseParser {
     data: Option<String>,
     /// The last byte fed was `\r`: a following `\n` belongs to the same line end.
     after_cr: bool,
-    /// Lines that are not `field: value` (some providers send raw JSON error bodies mid-stream).
+    /// A line has been read: a byte-order mark can only start the first.
+    past_first_line: bool,
+    /// Lines that are not `field: value` (some providers send raw JSON error bodies mid-stream),
+    /// at most [`MAX_STRAY_BYTES`] of them.
     stray: Vec<String>,
+    stray_bytes: usize,
 }
 
 impl SseParser {
@@ -83,6 +95,7 @@ impl SseParser {
 
     /// Takes the non-SSE lines seen so far.
     pub fn take_stray(&mut self) -> Vec<String> {
+        self.stray_bytes = 0;
         std::mem::take(&mut self.stray)
     }
 
@@ -91,9 +104,18 @@ impl SseParser {
         !self.buffer.is_empty() || self.data.is_some()
     }
 
+    /// Bytes held for the line and the event not yet complete.
+    pub fn pending_bytes(&self) -> usize {
+        self.buffer.len() + self.data.as_ref().map_or(0, String::len)
+    }
+
     /// One line, without its line end. Text that is not UTF-8 is read with replacement
     /// characters; `:` is ASCII, so splitting the bytes first changes nothing.
     fn line(&mut self, line: &[u8], events: &mut Vec<SseEvent>) {
+        let line = match std::mem::replace(&mut self.past_first_line, true) {
+            false => line.strip_prefix("\u{feff}".as_bytes()).unwrap_or(line),
+            true => line,
+        };
         let Some(&first) = line.first() else {
             self.dispatch(events);
             return;
@@ -121,7 +143,11 @@ impl SseParser {
             }
             b"event" => self.event = Some(String::from_utf8_lossy(value).into_owned()),
             b"id" | b"retry" => {}
-            _ => self.stray.push(String::from_utf8_lossy(line).into_owned()),
+            _ if self.stray_bytes + line.len() <= MAX_STRAY_BYTES => {
+                self.stray_bytes += line.len();
+                self.stray.push(String::from_utf8_lossy(line).into_owned());
+            }
+            _ => {}
         }
     }
 
@@ -134,17 +160,19 @@ impl SseParser {
 }
 
 /// Turns a byte stream (a response body) into SSE events. A body error ends the stream with a
-/// transport error.
+/// transport error; an event past [`MAX_EVENT_BYTES`], with a malformed-response error.
 pub struct SseStream<S> {
     body: S,
     parser: SseParser,
     ready: std::collections::VecDeque<SseEvent>,
     done: bool,
+    /// What ends the stream once `ready` is empty.
+    failed: Option<ProviderError>,
 }
 
 impl<S> SseStream<S> {
     pub fn new(body: S) -> Self {
-        Self { body, parser: SseParser::new(), ready: Default::default(), done: false }
+        Self { body, parser: SseParser::new(), ready: Default::default(), done: false, failed: None }
     }
 
     /// Non-SSE lines seen so far (for providers that put raw JSON errors in the stream).
@@ -167,10 +195,23 @@ where
                 return Poll::Ready(Some(Ok(event)));
             }
             if this.done {
-                return Poll::Ready(None);
+                return Poll::Ready(this.failed.take().map(Err));
             }
             match Pin::new(&mut this.body).poll_next(cx) {
-                Poll::Ready(Some(Ok(bytes))) => this.ready.extend(this.parser.feed(&bytes)),
+                Poll::Ready(Some(Ok(bytes))) => {
+                    this.ready.extend(this.parser.feed(&bytes));
+                    if this.parser.pending_bytes() > MAX_EVENT_BYTES {
+                        // The events completed before it still count; the error comes after them.
+                        this.done = true;
+                        this.failed = Some(ProviderError::new(
+                            ErrorKind::MalformedResponse,
+                            format!(
+                                "an event of the stream grew past {} MiB without ending",
+                                MAX_EVENT_BYTES >> 20
+                            ),
+                        ));
+                    }
+                }
                 Poll::Ready(Some(Err(error))) => {
                     this.done = true;
                     return Poll::Ready(Some(Err(ProviderError::new(
@@ -237,6 +278,36 @@ mod tests {
     }
 
     #[test]
+    fn a_byte_order_mark_before_the_first_line_is_skipped_even_when_split() {
+        for cut in 0..=4 {
+            let (events, stray) = parse_in_pieces("\u{feff}data: a\n\n\u{feff}x\n".as_bytes(), &[cut]);
+            assert_eq!(events, vec![event(None, "a")], "cut at {cut}");
+            assert_eq!(stray, vec!["\u{feff}x".to_owned()], "only the first line may start with one");
+        }
+    }
+
+    #[test]
+    fn stray_lines_are_kept_up_to_a_bound() {
+        let line = format!("{{{}}}\n", "e".repeat(1022));
+        let (_, stray) = parse_in_pieces(line.repeat(100).as_bytes(), &[]);
+        assert_eq!(stray.len(), MAX_STRAY_BYTES / 1024);
+    }
+
+    #[tokio::test]
+    async fn an_event_that_never_ends_is_an_error_after_the_events_before_it() {
+        use futures_util::StreamExt;
+        let mut pieces = vec![Bytes::from_static(b"data: ok\n\ndata: ")];
+        pieces.extend(std::iter::repeat_n(Bytes::from(vec![b'x'; 1 << 20]), (MAX_EVENT_BYTES >> 20) + 1));
+        let body = futures_util::stream::iter(pieces.into_iter().map(Ok::<_, std::convert::Infallible>));
+        let mut stream = SseStream::new(body);
+        assert_eq!(stream.next().await.unwrap().unwrap(), event(None, "ok"));
+        let error = stream.next().await.unwrap().unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::MalformedResponse);
+        assert!(error.detail().contains("grew past 32 MiB"), "{error}");
+        assert!(stream.next().await.is_none());
+    }
+
+    #[test]
     fn the_last_event_needs_no_blank_line() {
         let (events, _) = parse_in_pieces(b": keep-alive\n\ndata: [DONE]", &[]);
         assert_eq!(events, vec![event(None, "[DONE]")]);
@@ -266,40 +337,61 @@ mod tests {
         ]
     }
 
+    /// Writes lines, each with the next of `ends` (cycled). A blank line after a `\r` gets
+    /// `\r\n` instead of `\n`: `\r` then `\n` would be one line end, not two.
+    struct Writer<'a> {
+        bytes: String,
+        ends: std::iter::Cycle<std::slice::Iter<'a, &'static str>>,
+        after_cr: bool,
+    }
+
+    impl Writer<'_> {
+        fn line(&mut self, text: &str) {
+            let mut end = *self.ends.next().expect("at least one line end");
+            if text.is_empty() && self.after_cr && end == "\n" {
+                end = "\r\n";
+            }
+            self.bytes += text;
+            self.bytes += end;
+            self.after_cr = end == "\r";
+        }
+    }
+
     proptest! {
-        /// Any stream, with any of the three line ends, cut anywhere, reads the same events
-        /// and stray lines as were written.
+        /// Any stream, with its lines ended by any mix of the three line ends, cut anywhere,
+        /// reads the same events and stray lines as were written.
         #[test]
         fn a_stream_cut_anywhere_reads_as_written(
             lines in proptest::collection::vec(line(), 0..12),
-            end in prop_oneof![Just("\n"), Just("\r\n"), Just("\r")],
-            cuts in proptest::collection::vec(0usize..400, 0..8),
+            ends in proptest::collection::vec(prop_oneof![Just("\n"), Just("\r\n"), Just("\r")], 1..4),
+            cuts in proptest::collection::vec(any::<proptest::sample::Index>(), 0..8),
         ) {
-            let mut bytes = String::new();
+            let mut writer = Writer { bytes: String::new(), ends: ends.iter().cycle(), after_cr: false };
             let (mut events, mut stray) = (Vec::new(), Vec::new());
             for line in &lines {
                 match line {
                     Line::Event { name, data } => {
                         if let Some(name) = name {
-                            bytes += &format!("event: {name}{end}");
+                            writer.line(&format!("event: {name}"));
                         }
                         for piece in data {
-                            bytes += &format!("data: {piece}{end}");
+                            writer.line(&format!("data: {piece}"));
                         }
-                        bytes += end;
+                        writer.line("");
                         events.push(SseEvent { event: name.clone(), data: data.join("\n") });
                     }
-                    Line::Comment(text) => bytes += &format!(":{text}{end}"),
-                    Line::Ignored(text) => bytes += &format!("{text}{end}"),
+                    Line::Comment(text) => writer.line(&format!(":{text}")),
+                    Line::Ignored(text) => writer.line(text),
                     Line::Stray(text) => {
-                        bytes += &format!("{text}{end}");
+                        writer.line(text);
                         stray.push(text.clone());
                     }
                 }
             }
-            let mut cuts = cuts;
+            let bytes = writer.bytes.into_bytes();
+            let mut cuts: Vec<usize> = cuts.iter().map(|cut| cut.index(bytes.len() + 1)).collect();
             cuts.sort_unstable();
-            prop_assert_eq!(parse_in_pieces(bytes.as_bytes(), &cuts), (events, stray));
+            prop_assert_eq!(parse_in_pieces(&bytes, &cuts), (events, stray));
         }
     }
 }
