@@ -105,30 +105,32 @@ async fn drive(options: Options) -> Result<Report, String> {
 
     let start = Instant::now();
     let plan = Arc::new(Plan::new(options.clone(), start)?);
-    // The measured window starts after the warm-up; CPU is read then, memory throughout.
+    // The measured window starts after the warm-up; CPU is read then, memory throughout. The
+    // readings run on a thread of their own: reading /proc on the driver's runtime would stall
+    // the requests due meanwhile, and the stall would be charged to the target.
     let stop = Arc::new(AtomicBool::new(false));
     let peak = Arc::new(AtomicU64::new(0));
     let readings = pid.map(|pid| {
         let (stop, peak) = (Arc::clone(&stop), Arc::clone(&peak));
         let warm = start + options.warmup;
-        tokio::spawn(async move {
-            tokio::time::sleep_until(warm.into()).await;
+        std::thread::spawn(move || {
+            std::thread::sleep(warm.saturating_duration_since(Instant::now()));
             let first = process::sample(pid).ok();
             while !stop.load(Ordering::Relaxed) {
                 if let Ok(s) = process::sample(pid) {
                     peak.fetch_max(s.rss_kb, Ordering::Relaxed);
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                std::thread::sleep(Duration::from_millis(100));
             }
             first
         })
     });
     let tally = load::run(Arc::clone(&plan), connections).await;
-    let seconds = measured_seconds(&options, start, Instant::now());
+    let seconds = measured_seconds(&options, start, tally.last_sent, Instant::now());
     stop.store(true, Ordering::Relaxed);
     let process = match (pid, readings) {
-        (Some(pid), Some(task)) => {
-            let first = task.await.ok().flatten();
+        (Some(pid), Some(thread)) => {
+            let first = thread.join().ok().flatten();
             let last = process::sample(pid).ok();
             match (first, last) {
                 (Some(first), Some(last)) => Some(report::process_report(
@@ -147,15 +149,22 @@ async fn drive(options: Options) -> Result<Report, String> {
     Ok(Report::new(plan.options(), tally, seconds, process))
 }
 
-/// How long the measured part of a run took, for a run started at `start` whose last answer
-/// arrived at `finished`. Closed loop drops what is in flight at the deadline, so it ends
-/// there. Open loop waits for every scheduled request: a target that keeps up finishes just
-/// after the schedule, one that fell behind answers its backlog later, and that time counts.
-/// Dividing by the schedule's length alone would report the offered rate as achieved by a
-/// target answering a fraction of it (latency told the truth, throughput did not).
-fn measured_seconds(options: &Options, start: Instant, finished: Instant) -> f64 {
+/// How long the measured part of a run took, for a run started at `start` that ended at
+/// `finished` and sent its last measured request at `last_sent`. Requests are counted by when
+/// they started, so the window is the time in which the counted requests could be sent.
+///
+/// Closed loop sends until the deadline (or until its request budget runs out), then waits for
+/// what is in flight. Open loop sends on schedule while the target keeps up; one that fell
+/// behind leaves requests waiting for a free connection, sent late as it answers its backlog,
+/// and that time counts: dividing by the schedule's length alone would report the offered rate
+/// as achieved by a target answering a fraction of it (latency told the truth, throughput did
+/// not). The send, not the answer, ends it, so one slow answer or timeout does not stretch it.
+fn measured_seconds(options: &Options, start: Instant, last_sent: Option<Instant>, finished: Instant) -> f64 {
     let deadline = start + options.duration;
-    let end = if options.rate.is_some() { finished.max(deadline) } else { finished.min(deadline) };
+    let end = match options.rate {
+        Some(_) => last_sent.map_or(deadline, |sent| sent.max(deadline)),
+        None => finished.min(deadline),
+    };
     end.saturating_duration_since(start + options.warmup).as_secs_f64()
 }
 
@@ -170,21 +179,26 @@ mod tests {
     }
 
     #[test]
-    fn an_open_loop_run_lasts_until_its_backlog_is_answered() {
+    fn an_open_loop_run_lasts_until_its_backlog_is_sent() {
         let open = options(&["--rate", "1000"]);
         let start = Instant::now();
-        // Kept up: answered by the end of the schedule, the window is the schedule less warm-up.
-        assert_eq!(measured_seconds(&open, start, start + Duration::from_secs(10)), 8.0);
-        // Fell behind: the last answer came 30 s after the schedule ended.
-        assert_eq!(measured_seconds(&open, start, start + Duration::from_secs(40)), 38.0);
+        let at = |s: f64| start + Duration::from_secs_f64(s);
+        // Kept up: the last request left on schedule, the window is the schedule less warm-up,
+        // however long its answer took.
+        assert_eq!(measured_seconds(&open, start, Some(at(9.999)), at(19.0)), 8.0);
+        // Fell behind: the last request could only be sent 30 s after the schedule ended.
+        assert_eq!(measured_seconds(&open, start, Some(at(40.0)), at(40.2)), 38.0);
+        assert_eq!(measured_seconds(&open, start, None, at(10.0)), 8.0);
     }
 
     #[test]
     fn a_closed_loop_run_ends_at_its_deadline() {
         let closed = options(&[]);
         let start = Instant::now();
-        assert_eq!(measured_seconds(&closed, start, start + Duration::from_secs(12)), 8.0);
+        let at = |s: f64| start + Duration::from_secs_f64(s);
+        // Answers in flight at the deadline are waited for; the window is still the deadline's.
+        assert_eq!(measured_seconds(&closed, start, Some(at(9.2)), at(11.0)), 8.0);
         // Stopped early (the request budget ran out).
-        assert_eq!(measured_seconds(&closed, start, start + Duration::from_secs(6)), 4.0);
+        assert_eq!(measured_seconds(&closed, start, Some(at(5.9)), at(6.0)), 4.0);
     }
 }

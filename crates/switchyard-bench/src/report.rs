@@ -90,9 +90,6 @@ pub struct Report {
     pub response_bytes: u64,
     /// Connections the server closed between requests (reopened; not failures).
     pub reconnects: u64,
-    /// Requests still unanswered when a closed-loop run ended: dropped, in no figure. Many of
-    /// them (or all, with no answer at all) mean the target is slower than the run is long.
-    pub unfinished: u64,
     pub process: Option<ProcessReport>,
     /// One example per error kind (the body of an error status, the cause of a cut).
     pub error_samples: BTreeMap<String, String>,
@@ -124,7 +121,6 @@ impl Report {
             chunks: tally.chunks,
             response_bytes: tally.bytes,
             reconnects: tally.reconnects,
-            unfinished: tally.unfinished,
             process,
             error_samples: tally.samples,
         }
@@ -165,10 +161,6 @@ impl Report {
                 "  error {kind}: {n}  {}",
                 self.error_samples.get(kind).map_or("", String::as_str)
             );
-        }
-        if self.unfinished > 0 {
-            let _ =
-                writeln!(s, "  {} requests unanswered at the end of the run (not counted)", self.unfinished);
         }
         if self.reconnects > 0 {
             let _ = writeln!(s, "  the server closed {} idle connections (reopened)", self.reconnects);
