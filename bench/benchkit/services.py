@@ -138,6 +138,41 @@ def wait_until_answers(service, url, body, headers=None, timeout=60.0, expect="m
     raise StartError(f"{service.name} did not answer within {timeout:.0f}s (last: {last}): {service.log_tail()}")
 
 
+SETTLE_LIMIT = 30.0
+
+
+def cpu_seconds(pgid):
+    """CPU seconds used so far by the processes of group `pgid` (a service and its children)."""
+    ticks = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        # After the command name (which may hold spaces): state, ppid, pgrp, ..., utime, stime.
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def settle(service, idle_share=0.1, interval=0.5, limit=SETTLE_LIMIT):
+    """Waits until `service` uses under `idle_share` of a core over `interval`, at most `limit`
+    seconds; returns whether it did."""
+    deadline = time.monotonic() + limit
+    last = cpu_seconds(service.pid)
+    while time.monotonic() < deadline:
+        time.sleep(interval)
+        now = cpu_seconds(service.pid)
+        if now - last < idle_share * interval:
+            return True
+        last = now
+    return False
+
+
 def free_port():
     """A port the kernel considers free right now on 127.0.0.1."""
     import socket

@@ -1,4 +1,4 @@
-"""How the targets table judges a run: `python3 -m unittest discover -s bench` (run by
+"""How the targets table judges a run: `python3 -B -m unittest discover -s bench -t bench` (run by
 scripts/test)."""
 
 import unittest
