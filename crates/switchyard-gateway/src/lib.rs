@@ -2,6 +2,7 @@
 //! configuration, and the command line's building blocks.
 
 pub mod config;
+pub mod connection;
 pub mod logging;
 pub mod metrics;
 pub mod recent;

@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 use futures_util::StreamExt;
 use switchyard::chat::{ChatRequest, Message};
 use switchyard::{RequestOptions, Router};
-use switchyard_gateway::config::{self, Loaded};
+use switchyard_gateway::config::{self, Exposure, Loaded};
 use switchyard_gateway::logging::{AccessLog, BatchedStderr, LogFormat};
 use switchyard_gateway::server::{AppState, app};
 use switchyard_gateway::workers::Workers;
@@ -203,6 +203,20 @@ async fn serve_logged(
             .with_context(|| format!("--listen `{text}` is not an address like 127.0.0.1:4680"))?,
         None => loaded.listen,
     };
+    let exposure = config::exposure(addr, &loaded);
+    match &exposure {
+        Exposure::Refused(missing) => bail!("{}", config::refusal(addr, &loaded, missing)),
+        Exposure::OpenRelay => tracing::warn!(
+            listen = %addr,
+            "gateway.open is set: this gateway is an open relay; anyone who can reach {addr} spends the \
+             providers' accounts and can use /admin"
+        ),
+        Exposure::Loopback | Exposure::Demo | Exposure::Guarded => {}
+    }
+    // A warning at start is read at start, not at the next batch.
+    if let Some(log) = &log {
+        log.flush();
+    }
     let listener =
         tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
@@ -214,12 +228,13 @@ async fn serve_logged(
     }
     let _ = std::io::Write::write_all(&mut std::io::stdout(), banner.as_bytes());
     let grace = loaded.gateway.shutdown_grace;
+    let limits = loaded.gateway.connections;
     let router = loaded.router.clone();
     let prepare = Arc::new(move || router.warm());
-    let state = AppState::with_access_log(loaded.router, loaded.gateway, access);
+    let state = AppState::exposed(loaded.router, loaded.gateway, access, &exposure);
     let threads = threads.or_else(|| std::thread::available_parallelism().ok()).unwrap_or(NonZeroUsize::MIN);
     let (stop, stopped) = watch::channel(false);
-    let workers = Workers::start(listener, threads, app(state), prepare, stopped)
+    let workers = Workers::start(listener, threads, app(state), limits, prepare, stopped)
         .context("cannot start the workers")?;
     let finished = workers.finished();
     tokio::pin!(finished);
@@ -355,12 +370,19 @@ async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCode> {
             timeouts.total
         );
     }
+    let gateway = &loaded.gateway;
     println!(
         "gateway: {} client keys, admin key {}, max body {} bytes",
-        loaded.gateway.keys.len(),
-        if loaded.gateway.admin_key.is_some() { "set" } else { "not set" },
-        loaded.gateway.max_body
+        gateway.keys.len(),
+        if gateway.admin_key.is_some() { "set" } else { "not set" },
+        gateway.max_body
     );
+    let limits = gateway.connections;
+    println!(
+        "connections: header_timeout {:?}, idle_timeout {:?}, max_connections {}",
+        limits.header_timeout, limits.idle_timeout, limits.max_connections
+    );
+    println!("exposure: {}", exposure_line(loaded.listen, loaded));
     if !ping {
         return Ok(ExitCode::SUCCESS);
     }
@@ -390,6 +412,30 @@ async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(if failures == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// What `doctor` says of who can reach a gateway listening at `listen`.
+fn exposure_line(listen: std::net::SocketAddr, loaded: &Loaded) -> String {
+    let metrics = if loaded.gateway.metrics_open {
+        "/metrics open (gateway.metrics_open)"
+    } else {
+        "/metrics needs the admin key"
+    };
+    match config::exposure(listen, loaded) {
+        Exposure::Loopback => format!("{listen} is loopback: reachable from this machine only"),
+        Exposure::Demo => {
+            format!(
+                "{listen} is beyond loopback, with simulated providers only (nothing to spend); {metrics}"
+            )
+        }
+        Exposure::Guarded => format!(
+            "{listen} is beyond loopback: clients need a gateway key, /admin the admin key; {metrics}"
+        ),
+        Exposure::OpenRelay => format!(
+            "WARNING: {listen} is beyond loopback and gateway.open is set: an open relay to the providers' accounts; {metrics}"
+        ),
+        Exposure::Refused(missing) => format!("REFUSED: {}", config::refusal(listen, loaded, &missing)),
+    }
 }
 
 async fn chat(router: &Router, model: String, stream: bool, prompt: String) -> anyhow::Result<ExitCode> {

@@ -10,16 +10,22 @@
 //!
 //! One acceptor hands new connections to the workers in turn; after that, a connection never
 //! moves. The acceptor runs on the caller's runtime, so that the workers do nothing but serve.
+//! It also keeps `max_connections`: each connection holds a place until it closes, and at the
+//! bound the acceptor stops accepting, so one client cannot take every descriptor. Each
+//! connection is then held to its header and idle timeouts by [`crate::connection`].
 
 use std::io;
-use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+
+use crate::config::ConnectionLimits;
+use crate::connection;
 
 /// Worker threads serving an [`axum::Router`]; see the module docs.
 #[derive(Debug)]
@@ -27,25 +33,30 @@ pub struct Workers {
     done: Vec<oneshot::Receiver<io::Result<()>>>,
 }
 
-/// What a worker is handed: an accepted connection, not yet registered with any runtime.
-type Handoff = (std::net::TcpStream, SocketAddr);
+/// What a worker is handed: an accepted connection, not yet registered with any runtime, and
+/// its place under `max_connections`, given back when the connection closes.
+type Handoff = (std::net::TcpStream, OwnedSemaphorePermit);
+
+/// How often the acceptor repeats that it is at `max_connections` while it stays there.
+const AT_BOUND_LOG_EVERY: Duration = Duration::from_secs(60);
 
 impl Workers {
     /// Starts `threads` worker threads serving `app` on `listener`, and returns once they run.
     ///
     /// Each worker runs `prepare` on its thread before it serves (the gateway makes its
-    /// upstream pools there, so that no request waits for them). Must be called on a Tokio
-    /// runtime, which runs the acceptor. When `stop` turns `true`, the acceptor stops and every
-    /// worker shuts down gracefully: open connections finish what they are sending (streams
-    /// included), then the worker exits.
+    /// upstream pools there, so that no request waits for them). Every connection is held to
+    /// `limits` (see [`connection`]). Must be called on a Tokio runtime, which runs the
+    /// acceptor. When `stop` turns `true`, the acceptor stops and every worker shuts down
+    /// gracefully: open connections finish what they are sending (streams included), then the
+    /// worker exits.
     pub fn start(
         listener: TcpListener,
         threads: NonZeroUsize,
         app: axum::Router,
+        limits: ConnectionLimits,
         prepare: Arc<dyn Fn() + Send + Sync>,
         stop: watch::Receiver<bool>,
     ) -> io::Result<Self> {
-        let local = listener.local_addr()?;
         let mut senders = Vec::with_capacity(threads.get());
         let mut done = Vec::with_capacity(threads.get());
         for index in 0..threads.get() {
@@ -56,17 +67,18 @@ impl Workers {
             let stop = stop.clone();
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             thread::Builder::new().name(format!("switchyard-worker-{index}")).spawn(move || {
-                let listener = Inbox { inbox, local };
                 let result = runtime.block_on(async move {
                     prepare();
-                    axum::serve(listener, app).with_graceful_shutdown(stopped(stop)).await
+                    work(inbox, app, limits, stop).await;
+                    Ok(())
                 });
                 let _ = finished.send(result);
             })?;
             senders.push(connections);
             done.push(finished_rx);
         }
-        tokio::spawn(accept(listener, senders, stop));
+        let bound = Arc::new(Semaphore::new(limits.max_connections));
+        tokio::spawn(accept(listener, senders, bound, limits.max_connections, stop));
         Ok(Self { done })
     }
 
@@ -94,28 +106,44 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// Accepts connections and deals them out to the workers in turn, until `stop`.
+/// Accepts connections and deals them out to the workers in turn, until `stop`. At
+/// `max_connections` open, it stops accepting (new connections wait in the kernel's backlog)
+/// until one closes, and says so once a minute while that lasts.
 async fn accept(
     listener: TcpListener,
     workers: Vec<mpsc::UnboundedSender<Handoff>>,
+    bound: Arc<Semaphore>,
+    max_connections: usize,
     stop: watch::Receiver<bool>,
 ) {
     let mut next = 0;
+    let mut warned = None;
     let stop = stopped(stop);
     tokio::pin!(stop);
     loop {
+        let place = match bound.clone().try_acquire_owned() {
+            Ok(place) => place,
+            Err(_) => {
+                let place = at_bound(&bound, max_connections, &mut warned);
+                tokio::select! {
+                    biased;
+                    () = &mut stop => return,
+                    place = place => place,
+                }
+            }
+        };
         let accepted = tokio::select! {
             biased;
             () = &mut stop => return,
             accepted = listener.accept() => accepted,
         };
         match accepted {
-            Ok((stream, peer)) => {
+            Ok((stream, _peer)) => {
                 // Without TCP_NODELAY, a small SSE event written after the headers waits for
                 // their acknowledgement (Nagle), adding latency to the first token of a stream.
                 let _ = stream.set_nodelay(true);
                 let Ok(stream) = stream.into_std() else { continue };
-                if workers[next].send((stream, peer)).is_err() {
+                if workers[next].send((stream, place)).is_err() {
                     // Only a worker that died drops its inbox before a stop; `finished`
                     // reports it, and the process ends.
                     tracing::error!(worker = next, "a worker is gone; no longer accepting connections");
@@ -132,31 +160,66 @@ async fn accept(
     }
 }
 
-/// A worker's side of the hand-off: the connections the acceptor gives it.
-struct Inbox {
-    inbox: mpsc::UnboundedReceiver<Handoff>,
-    local: SocketAddr,
+/// Waits for a connection to close at `max_connections`, saying so when the last warning is a
+/// minute old (or there was none): a gateway that hovers at its bound warns once a minute, not
+/// once a connection.
+async fn at_bound(
+    bound: &Arc<Semaphore>,
+    max_connections: usize,
+    warned: &mut Option<tokio::time::Instant>,
+) -> OwnedSemaphorePermit {
+    loop {
+        let due = warned.map_or(Duration::ZERO, |at| AT_BOUND_LOG_EVERY.saturating_sub(at.elapsed()));
+        if due.is_zero() {
+            tracing::warn!(
+                max_connections,
+                "at gateway.max_connections: not accepting new connections until open ones close"
+            );
+            *warned = Some(tokio::time::Instant::now());
+            continue;
+        }
+        if let Ok(Ok(place)) = tokio::time::timeout(due, bound.clone().acquire_owned()).await {
+            return place;
+        }
+    }
 }
 
-impl axum::serve::Listener for Inbox {
-    type Io = TcpStream;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (TcpStream, SocketAddr) {
-        loop {
-            let Some((stream, peer)) = self.inbox.recv().await else {
-                // The acceptor has stopped; graceful shutdown ends this worker.
-                return std::future::pending().await;
-            };
-            // Registers the socket with this thread's runtime.
-            match TcpStream::from_std(stream) {
-                Ok(stream) => return (stream, peer),
-                Err(error) => tracing::warn!(%error, "a handed-off connection could not be registered"),
+/// A worker's loop: serves the connections the acceptor hands it, each in a task of its own,
+/// until `stop`; then waits for its open connections to finish.
+async fn work(
+    mut inbox: mpsc::UnboundedReceiver<Handoff>,
+    app: axum::Router,
+    limits: ConnectionLimits,
+    stop: watch::Receiver<bool>,
+) {
+    let mut open = JoinSet::new();
+    let stopping = stopped(stop.clone());
+    tokio::pin!(stopping);
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut stopping => break,
+            Some(_) = open.join_next(), if !open.is_empty() => {}
+            handoff = inbox.recv() => {
+                // The acceptor has gone without a stop only if the process is ending.
+                let Some((stream, place)) = handoff else { break };
+                // Registers the socket with this thread's runtime.
+                let stream = match TcpStream::from_std(stream) {
+                    Ok(stream) => stream,
+                    Err(error) => {
+                        tracing::warn!(%error, "a handed-off connection could not be registered");
+                        continue;
+                    }
+                };
+                let app = app.clone();
+                let stop = stop.clone();
+                open.spawn(async move {
+                    connection::serve(stream, app, limits, stop).await;
+                    drop(place);
+                });
             }
         }
     }
-
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.local)
-    }
+    // Every connection saw the same stop and is shutting down gracefully.
+    while open.join_next().await.is_some() {}
 }

@@ -4,32 +4,12 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
+mod support;
 
-fn write_config(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("switchyard-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let output = Command::new(BIN)
-        .args(args)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .output()
-        .unwrap();
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
+use support::{run, serve, serve_at, stop, write_config};
 
 #[test]
 fn config_check_accepts_a_valid_file_and_refuses_a_bad_one_with_a_non_zero_exit() {
@@ -92,25 +72,6 @@ routes:
         run(&["chat", "--config", config.to_str().unwrap(), "--stream", "--target", "up:m", "hi"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.starts_with("hello from up"), "{out}");
-}
-
-/// Starts `switchyard serve` on a free port; returns the process and its address.
-/// Starts `switchyard serve` with `args` on a free port; its stderr (the logs) is piped.
-fn serve(config: &std::path::Path, args: &[&str]) -> (std::process::Child, String) {
-    let mut server = Command::new(BIN)
-        .args(["serve", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(server.stdout.take().unwrap());
-    let mut first = String::new();
-    stdout.read_line(&mut first).unwrap();
-    let addr = first.trim().rsplit("http://").next().unwrap().to_owned();
-    // Keep reading what the server prints: a closed pipe would fail its next println.
-    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    (server, addr)
 }
 
 #[test]
@@ -282,4 +243,107 @@ gateway: { shutdown_grace: 1s }
     server.stderr.take().unwrap().read_to_string(&mut logs).unwrap();
     assert!(logs.contains("open streams have 1s to finish"), "{logs}");
     assert!(logs.contains("grace period over, exiting"), "{logs}");
+}
+
+/// A provider that costs money (nothing listens at its address: no test calls it).
+const PAID: &str = "providers:\n  openai: { kind: openai, api_key: sk-live-SECRET-abcdef123456, base_url: \"http://127.0.0.1:9/v1\" }\nroutes:\n  default: { targets: [openai:gpt-4o-mini] }\n";
+
+/// GET `path` on `addr` with an optional bearer key; returns the status code.
+fn get_status(addr: &str, path: &str, key: Option<&str>) -> u16 {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let auth = key.map(|k| format!("authorization: Bearer {k}\r\n")).unwrap_or_default();
+    write!(stream, "GET {path} HTTP/1.1\r\nhost: x\r\n{auth}connection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0)
+}
+
+#[test]
+fn serve_beyond_loopback_without_keys_refuses_to_start_and_names_the_settings() {
+    let config = write_config("exposed.yaml", PAID);
+    let (code, stderr) = serve_at(&config, "0.0.0.0:0", &[]).expect_err("it must not start");
+    assert_ne!(code, 0);
+    assert!(stderr.contains("refusing to listen on 0.0.0.0:0"), "{stderr}");
+    assert!(stderr.contains("gateway.keys and gateway.admin_key"), "{stderr}");
+    assert!(stderr.contains("gateway.open: true"), "the explicit opt-out is named: {stderr}");
+    assert!(stderr.contains("openai"), "the account at stake is named: {stderr}");
+    assert!(!stderr.contains("SECRET"), "no key in the message: {stderr}");
+
+    // One of the two is not enough.
+    let half = write_config("half.yaml", &format!("{PAID}gateway: {{ keys: [gw-key-123456789] }}\n"));
+    let (_, stderr) = serve_at(&half, "0.0.0.0:0", &[]).expect_err("it must not start");
+    assert!(stderr.contains("without gateway.admin_key:"), "{stderr}");
+    assert!(!stderr.contains("gw-key-123456789"), "{stderr}");
+}
+
+#[test]
+fn serve_beyond_loopback_with_keys_starts_and_guards_metrics_with_the_admin_key() {
+    let config = write_config(
+        "guarded.yaml",
+        &format!("{PAID}gateway: {{ keys: [gw-key-123456789], admin_key: admin-key-987654321 }}\n"),
+    );
+    let (server, addr) = serve_at(&config, "0.0.0.0:0", &[]).unwrap();
+    let anonymous = get_status(&addr, "/metrics", None);
+    let client = get_status(&addr, "/metrics", Some("gw-key-123456789"));
+    let admin = get_status(&addr, "/metrics", Some("admin-key-987654321"));
+    let health = get_status(&addr, "/admin/health", None);
+    stop(server);
+    assert_eq!(anonymous, 401, "/metrics beyond loopback needs the admin key");
+    assert_eq!(client, 401, "a client key is not the admin key");
+    assert_eq!(admin, 200, "Prometheus sends the admin key as a bearer token");
+    assert_eq!(health, 401);
+
+    let open_metrics = write_config(
+        "metrics-open.yaml",
+        &format!(
+            "{PAID}gateway: {{ keys: [gw-key-123456789], admin_key: admin-key-987654321, metrics_open: true }}\n"
+        ),
+    );
+    let (server, addr) = serve_at(&open_metrics, "0.0.0.0:0", &[]).unwrap();
+    let anonymous = get_status(&addr, "/metrics", None);
+    stop(server);
+    assert_eq!(anonymous, 200, "gateway.metrics_open: true opens /metrics");
+}
+
+#[test]
+fn serve_beyond_loopback_with_gateway_open_starts_and_warns_that_it_is_an_open_relay() {
+    let config = write_config("open.yaml", &format!("{PAID}gateway: {{ open: true }}\n"));
+    let (server, addr) = serve_at(&config, "0.0.0.0:0", &[]).unwrap();
+    let models = get_status(&addr, "/v1/models", None);
+    let logs = stop(server);
+    assert_eq!(models, 200, "an open relay serves without keys");
+    assert!(logs.contains("open relay"), "{logs}");
+    assert!(logs.contains("gateway.open"), "{logs}");
+    assert!(!logs.contains("SECRET"), "{logs}");
+}
+
+#[test]
+fn serve_on_loopback_without_keys_starts_as_before_with_metrics_open() {
+    let config = write_config("loopback.yaml", PAID);
+    let (server, addr) = serve(&config, &[]);
+    let metrics = get_status(&addr, "/metrics", None);
+    let health = get_status(&addr, "/admin/health", None);
+    let logs = stop(server);
+    assert_eq!(metrics, 200);
+    assert_eq!(health, 200);
+    assert!(!logs.contains("open relay"), "{logs}");
+}
+
+#[test]
+fn doctor_reports_the_exposure_and_the_connection_settings() {
+    let config = write_config(
+        "doctor-exposed.yaml",
+        &format!("listen: 0.0.0.0:4680\n{PAID}gateway: {{ header_timeout: 10s, max_connections: 500 }}\n"),
+    );
+    let (_, out, _) = run(&["doctor", "--config", config.to_str().unwrap()]);
+    assert!(out.contains("connections: header_timeout 10s, idle_timeout 75s, max_connections 500"), "{out}");
+    assert!(
+        out.contains("exposure: REFUSED: refusing to listen on 0.0.0.0:4680 without gateway.keys"),
+        "{out}"
+    );
+    assert!(!out.contains("SECRET"), "{out}");
+
+    let loopback = write_config("doctor-loopback.yaml", PAID);
+    let (_, out, _) = run(&["doctor", "--config", loopback.to_str().unwrap()]);
+    assert!(out.contains("exposure: 127.0.0.1:4680 is loopback"), "{out}");
 }

@@ -7,6 +7,7 @@ use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
 use axum::routing::get;
+use switchyard_gateway::config::ConnectionLimits;
 use switchyard_gateway::workers::Workers;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -60,8 +61,15 @@ async fn start(threads: usize) -> Started {
     let prepare = Arc::new(move || {
         record.lock().unwrap().push(std::thread::current().name().unwrap_or("?").to_owned());
     });
-    let workers =
-        Workers::start(listener, NonZeroUsize::new(threads).unwrap(), app, prepare, stopped).unwrap();
+    let workers = Workers::start(
+        listener,
+        NonZeroUsize::new(threads).unwrap(),
+        app,
+        ConnectionLimits::defaults(),
+        prepare,
+        stopped,
+    )
+    .unwrap();
     Started { workers, addr, stop, hold, prepared }
 }
 
@@ -140,7 +148,15 @@ async fn a_worker_that_dies_is_reported_not_waited_for() {
             panic!("worker 1 cannot prepare");
         }
     });
-    let workers = Workers::start(listener, NonZeroUsize::new(2).unwrap(), app, prepare, stopped).unwrap();
+    let workers = Workers::start(
+        listener,
+        NonZeroUsize::new(2).unwrap(),
+        app,
+        ConnectionLimits::defaults(),
+        prepare,
+        stopped,
+    )
+    .unwrap();
     // A guard against a hang, not a timing rule: the failure arrives as soon as the thread dies.
     let finished = tokio::time::timeout(std::time::Duration::from_secs(30), workers.finished()).await;
     let error = finished.expect("finished must not wait for the live worker").unwrap_err();

@@ -305,6 +305,17 @@ pub struct GatewayConfig {
     pub recent_requests: Option<usize>,
     /// How long open streams may run on after SIGINT/SIGTERM. Default 30 s.
     pub shutdown_grace: Option<DurationText>,
+    /// Serve beyond loopback with real providers and no gateway keys, on purpose. Default off.
+    pub open: Option<bool>,
+    /// Serve `/metrics` beyond loopback without the admin key. Default off.
+    pub metrics_open: Option<bool>,
+    /// How long a connection may take to send a complete request head. Default 30 s.
+    pub header_timeout: Option<DurationText>,
+    /// How long a keep-alive connection may sit idle between requests. Default 75 s.
+    pub idle_timeout: Option<DurationText>,
+    /// Client connections open at once. Default: the smaller of 10,000 and 80% of the
+    /// process's descriptor limit.
+    pub max_connections: Option<usize>,
 }
 
 /// A duration written `250ms`, `30s`, `5m`, `1h` (or a bare number of seconds).

@@ -87,6 +87,123 @@ pub struct GatewaySettings {
     pub max_body: usize,
     pub recent_requests: usize,
     pub shutdown_grace: Duration,
+    /// `gateway.open`: an open relay beyond loopback, on purpose.
+    pub open: bool,
+    /// `gateway.metrics_open`: `/metrics` beyond loopback without the admin key.
+    pub metrics_open: bool,
+    /// The connection rules every client connection is held to.
+    pub connections: ConnectionLimits,
+}
+
+/// How long a client connection may take and how many may be open: what keeps a client that
+/// opens connections and never finishes a request from holding the gateway's descriptors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// A connection that has not sent a complete request head by then is closed (with a 408
+    /// when it had started one). The first head's clock starts at accept, a later one's at
+    /// its first byte.
+    pub header_timeout: Duration,
+    /// A keep-alive connection with no request for this long is closed.
+    pub idle_timeout: Duration,
+    /// Connections open at once; at the bound the gateway stops accepting until some close.
+    pub max_connections: usize,
+}
+
+impl ConnectionLimits {
+    /// The defaults: 30 s for a head, 75 s idle, and [`default_max_connections`].
+    pub fn defaults() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(75),
+            max_connections: default_max_connections(),
+        }
+    }
+}
+
+/// The smaller of 10,000 and 80% of this process's descriptor limit (the rest is left for
+/// upstream connections, logs and the listener). 10,000 where the limit cannot be read.
+pub fn default_max_connections() -> usize {
+    let limit = std::fs::read_to_string("/proc/self/limits").ok().and_then(|text| {
+        let line = text.lines().find(|line| line.starts_with("Max open files"))?;
+        line.split_whitespace().nth(3)?.parse::<usize>().ok()
+    });
+    match limit {
+        Some(limit) => (limit / 10 * 8).clamp(1, 10_000),
+        None => 10_000,
+    }
+}
+
+/// Who can reach a gateway at an address, and whether that is allowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exposure {
+    /// Listening on loopback: only this machine can reach it.
+    Loopback,
+    /// Beyond loopback with only simulated providers: nothing to spend.
+    Demo,
+    /// Beyond loopback, clients need a gateway key and operators the admin key.
+    Guarded,
+    /// Beyond loopback without keys, because `gateway.open: true` says so.
+    OpenRelay,
+    /// Beyond loopback with real providers and these settings missing: `serve` refuses.
+    Refused(Vec<&'static str>),
+}
+
+impl Exposure {
+    /// Whether `/metrics` asks for the admin key at this exposure.
+    pub fn guards_metrics(&self, settings: &GatewaySettings) -> bool {
+        !matches!(self, Exposure::Loopback) && !settings.metrics_open
+    }
+}
+
+/// Whether a gateway may listen on `listen` with `loaded`'s providers and keys.
+pub fn exposure(listen: SocketAddr, loaded: &Loaded) -> Exposure {
+    if listen.ip().to_canonical().is_loopback() {
+        return Exposure::Loopback;
+    }
+    if loaded.providers.iter().all(|p| p.kind == Kind::Simulated.as_str()) {
+        return Exposure::Demo;
+    }
+    let gateway = &loaded.gateway;
+    let mut missing = Vec::new();
+    if gateway.keys.is_empty() {
+        missing.push("gateway.keys");
+    }
+    if gateway.admin_key.is_none() {
+        missing.push("gateway.admin_key");
+    }
+    match (missing.is_empty(), gateway.open) {
+        (true, _) => Exposure::Guarded,
+        (false, true) => Exposure::OpenRelay,
+        (false, false) => Exposure::Refused(missing),
+    }
+}
+
+/// Why `serve` refuses to start at `listen`: which settings are missing and how to set them.
+/// Names settings and variables, never a key.
+pub fn refusal(listen: SocketAddr, loaded: &Loaded, missing: &[&str]) -> String {
+    let paid: Vec<&str> = loaded
+        .providers
+        .iter()
+        .filter(|p| p.kind != Kind::Simulated.as_str())
+        .map(|p| p.id.as_str())
+        .collect();
+    let how = match loaded.source {
+        Source::Environment(_) => {
+            "set SWITCHYARD_KEY (the key clients send) and SWITCHYARD_ADMIN_KEY (for /admin and /metrics), \
+             or write a config file with `gateway: { keys: [env://SWITCHYARD_KEY], admin_key: env://SWITCHYARD_ADMIN_KEY }`"
+        }
+        _ => {
+            "add `gateway: { keys: [env://SWITCHYARD_KEY], admin_key: env://SWITCHYARD_ADMIN_KEY }` \
+             to the configuration (the keys come from those variables)"
+        }
+    };
+    format!(
+        "refusing to listen on {listen} without {}: anyone who can reach it could spend the accounts of {} \
+         and use /admin and /metrics. To fix: {how}; or listen on 127.0.0.1; or set `gateway.open: true` \
+         to run an open relay on purpose",
+        missing.join(" and "),
+        paid.join(", "),
+    )
 }
 
 /// A provider as the operator sees it (for `doctor` and the start banner): no secrets.
@@ -331,6 +448,15 @@ struct Validator<'e> {
 impl Validator<'_> {
     fn problem(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.problems.push(Problem { path: path.into(), message: message.into() });
+    }
+
+    /// A duration that must be positive, or `default` when not given.
+    fn nonzero(&mut self, path: &str, given: Option<file::DurationText>, default: Duration) -> Duration {
+        let value = given.map_or(default, |d| d.0);
+        if value.is_zero() {
+            self.problem(path, "is 0: give a positive duration such as 30s");
+        }
+        value
     }
 
     fn check<T>(&mut self, path: &str, result: Result<T, String>) -> Option<T> {
@@ -750,12 +876,26 @@ impl Validator<'_> {
                 format!("{max_body} bytes is too small for any request: use at least 1kb"),
             );
         }
+        let defaults = ConnectionLimits::defaults();
+        let header_timeout =
+            self.nonzero("gateway.header_timeout", config.header_timeout, defaults.header_timeout);
+        let idle_timeout = self.nonzero("gateway.idle_timeout", config.idle_timeout, defaults.idle_timeout);
+        let max_connections = config.max_connections.unwrap_or(defaults.max_connections);
+        if max_connections == 0 {
+            self.problem(
+                "gateway.max_connections",
+                "0 would accept no connection: use at least 1, or leave it out for the default",
+            );
+        }
         Some(GatewaySettings {
             keys,
             admin_key,
             max_body,
             recent_requests: config.recent_requests.unwrap_or(1000),
             shutdown_grace: config.shutdown_grace.map_or(Duration::from_secs(30), |d| d.0),
+            open: config.open.unwrap_or(false),
+            metrics_open: config.metrics_open.unwrap_or(false),
+            connections: ConnectionLimits { header_timeout, idle_timeout, max_connections },
         })
     }
 }

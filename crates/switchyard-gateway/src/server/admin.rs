@@ -25,7 +25,12 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
     axum::Json(json!({ "status": "ready", "routes": routes })).into_response()
 }
 
-pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    // Prometheus sends the admin key as `authorization: Bearer` (its scrape config's
+    // `authorization` or `bearer_token_file`).
+    if state.guard_metrics && !admin_allowed(&state, &headers) {
+        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+    }
     let snapshot = state.router.health();
     // Only targets of the configuration: names clients invent must not grow /metrics.
     let targets: Vec<_> = snapshot.targets.iter().filter(|t| state.is_listed(&t.target)).collect();

@@ -24,7 +24,7 @@ use switchyard::credential::Secret;
 use switchyard::trail::{Timing, Trail, Via};
 use switchyard::{RequestOptions, Router, Target};
 
-use crate::config::GatewaySettings;
+use crate::config::{Exposure, GatewaySettings};
 use crate::logging::{AccessEntry, AccessLog};
 use crate::metrics::{LabelValue, Metrics, labels};
 use crate::recent::{Recent, RequestRecord};
@@ -48,6 +48,8 @@ pub struct AppState {
     ids: IdSource,
     /// The targets the configuration names; others (named by clients) share one metric label.
     listed: HashSet<Target>,
+    /// Whether `/metrics` asks for the admin key (beyond loopback, unless `metrics_open`).
+    guard_metrics: bool,
 }
 
 impl AppState {
@@ -56,7 +58,20 @@ impl AppState {
         Self::with_access_log(router, gateway, AccessLog::off())
     }
 
+    /// The state of a gateway on loopback, logging to `access`.
     pub fn with_access_log(router: Router, gateway: GatewaySettings, access: AccessLog) -> Arc<Self> {
+        Self::exposed(router, gateway, access, &Exposure::Loopback)
+    }
+
+    /// The state of a gateway reachable as `exposure` says: beyond loopback, `/metrics` asks
+    /// for the admin key unless `gateway.metrics_open`.
+    pub fn exposed(
+        router: Router,
+        gateway: GatewaySettings,
+        access: AccessLog,
+        exposure: &Exposure,
+    ) -> Arc<Self> {
+        let guard_metrics = exposure.guards_metrics(&gateway);
         let metrics = Metrics::new();
         describe(&metrics);
         let listed = router.routes().flat_map(|route| route.all_targets()).cloned().collect();
@@ -68,6 +83,7 @@ impl AppState {
             access,
             ids: IdSource::new(),
             listed,
+            guard_metrics,
         })
     }
 

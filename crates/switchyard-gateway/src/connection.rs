@@ -1,0 +1,336 @@
+//! One client connection: HTTP/1.1 over hyper, held to the header and idle timeouts.
+//!
+//! A connection is always in one of three phases:
+//!
+//! - **awaiting a head**: from accept (the first request) or from the first byte of a later
+//!   request, until hyper has read the whole request head. Past `header_timeout` the
+//!   connection is closed, with a `408 Request Timeout` when the client had started a head.
+//! - **busy**: a request is being answered (its handler runs, or its response body, a stream
+//!   perhaps, is being written). No connection timeout applies: the router's own timeouts
+//!   bound the upstream, and a stream may rightly run for minutes.
+//! - **idle**: a keep-alive connection between requests. Past `idle_timeout` it is closed
+//!   without a word (a client may be sending its next request at that very moment: a 408 it
+//!   did not ask for would read as the answer to it).
+//!
+//! The watch sits in the connection's I/O, where the bytes are: hyper reads through
+//! [`Watched`], which sees a head's first byte arrive and, while hyper waits for more, the
+//! phase's deadline pass. (hyper's own `header_read_timeout` cannot do this job: its clock
+//! also runs while a keep-alive connection is idle, so it would close idle connections at
+//! `header_timeout`, and it ends a connection without a 408.) The service side tells the
+//! watch when a request begins and when its response body is finished or dropped.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use axum::body::Body;
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::watch;
+use tokio::time::{Instant, Sleep};
+
+use crate::config::ConnectionLimits;
+
+/// Written to a client whose request head did not arrive in time.
+const REQUEST_TIMEOUT: &[u8] =
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+
+/// Serves one connection until the client closes it, a timeout closes it, or `stop` turns
+/// `true` (then the request in progress, a stream included, finishes first).
+pub async fn serve<I>(io: I, app: axum::Router, limits: ConnectionLimits, mut stop: watch::Receiver<bool>)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let watch = Arc::new(Watch::new(limits));
+    let service = Tracked { app, watch: watch.clone() };
+    let io = TokioIo::new(Watched::new(io, watch));
+    let connection = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        // The watch does this job; see the module docs.
+        .header_read_timeout(None)
+        .serve_connection(io, service);
+    tokio::pin!(connection);
+    let stopping = async {
+        // A dropped sender means nobody can ask for a stop any more: serve on.
+        if stop.wait_for(|stop| *stop).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::pin!(stopping);
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        () = &mut stopping => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(error) = result {
+        // Clients that go away mid-request or time out are the normal life of a server.
+        tracing::debug!(%error, "connection ended with an error");
+    }
+}
+
+/// Where a connection is in its life; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for a request head since `since`; `started` once its first byte arrived.
+    AwaitingHead { since: Instant, started: bool },
+    /// Requests in progress.
+    Busy(u32),
+    /// Between requests since `since`.
+    Idle { since: Instant },
+}
+
+/// The phase of one connection, shared by its I/O and its service.
+struct Watch {
+    limits: ConnectionLimits,
+    state: Mutex<WatchState>,
+}
+
+struct WatchState {
+    phase: Phase,
+    /// Bumped whenever the deadline moves, so the I/O knows to re-arm its timer.
+    generation: u64,
+    /// The connection's task, woken when the phase changes while hyper waits on a read.
+    waker: Option<Waker>,
+}
+
+/// A deadline the I/O must enforce, and what passing it means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Deadline {
+    at: Instant,
+    /// A request head had started: the client is owed a 408.
+    owes_408: bool,
+    generation: u64,
+}
+
+impl Watch {
+    fn new(limits: ConnectionLimits) -> Self {
+        let phase = Phase::AwaitingHead { since: Instant::now(), started: false };
+        Self { limits, state: Mutex::new(WatchState { phase, generation: 0, waker: None }) }
+    }
+
+    fn state(&self) -> MutexGuard<'_, WatchState> {
+        // The state is a few plain fields, consistent after every statement.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Bytes arrived from the client.
+    fn received(&self) {
+        let mut state = self.state();
+        match state.phase {
+            Phase::Idle { .. } => {
+                state.phase = Phase::AwaitingHead { since: Instant::now(), started: true };
+                state.generation += 1;
+            }
+            Phase::AwaitingHead { since, started: false } => {
+                state.phase = Phase::AwaitingHead { since, started: true };
+            }
+            Phase::AwaitingHead { started: true, .. } | Phase::Busy(_) => {}
+        }
+    }
+
+    /// hyper read a whole request head and called the service.
+    fn begin(&self) {
+        let mut state = self.state();
+        state.phase = match state.phase {
+            Phase::Busy(n) => Phase::Busy(n + 1),
+            _ => Phase::Busy(1),
+        };
+        state.generation += 1;
+    }
+
+    /// A response is finished (its body written or dropped).
+    fn end(&self) {
+        let mut state = self.state();
+        state.phase = match state.phase {
+            Phase::Busy(n) if n > 1 => Phase::Busy(n - 1),
+            _ => Phase::Idle { since: Instant::now() },
+        };
+        state.generation += 1;
+        if let Some(waker) = state.waker.take() {
+            waker.wake();
+        }
+    }
+
+    /// The deadline in force, if any; remembers `waker` to be woken when it moves.
+    fn deadline(&self, waker: &Waker) -> Option<Deadline> {
+        let mut state = self.state();
+        let generation = state.generation;
+        let deadline = match state.phase {
+            Phase::AwaitingHead { since, started } => {
+                Deadline { at: since + self.limits.header_timeout, owes_408: started, generation }
+            }
+            Phase::Idle { since } => {
+                Deadline { at: since + self.limits.idle_timeout, owes_408: false, generation }
+            }
+            Phase::Busy(_) => {
+                state.waker = Some(waker.clone());
+                return None;
+            }
+        };
+        match &state.waker {
+            Some(known) if known.will_wake(waker) => {}
+            _ => state.waker = Some(waker.clone()),
+        }
+        Some(deadline)
+    }
+}
+
+/// The connection's I/O, watched: see the module docs.
+struct Watched<I> {
+    io: I,
+    watch: Arc<Watch>,
+    timer: Pin<Box<Sleep>>,
+    /// The generation `timer` is armed for.
+    armed: Option<u64>,
+    /// A deadline passed: reads end the connection from now on.
+    expired: bool,
+}
+
+impl<I> Watched<I> {
+    fn new(io: I, watch: Arc<Watch>) -> Self {
+        Self {
+            io,
+            watch,
+            timer: Box::pin(tokio::time::sleep_until(Instant::now())),
+            armed: None,
+            expired: false,
+        }
+    }
+}
+
+impl<I: AsyncRead + AsyncWrite + Unpin> AsyncRead for Watched<I> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.expired {
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Pending => {}
+            ready => {
+                if buf.filled().len() > before {
+                    this.watch.received();
+                }
+                return ready;
+            }
+        }
+        // Nothing to read: hyper waits for the client. Is the client out of time?
+        let Some(deadline) = this.watch.deadline(cx.waker()) else { return Poll::Pending };
+        if this.armed != Some(deadline.generation) {
+            this.timer.as_mut().reset(deadline.at);
+            this.armed = Some(deadline.generation);
+        }
+        if this.timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        this.expired = true;
+        if deadline.owes_408 {
+            // Best effort: a socket whose send buffer is full gets no 408, only the close.
+            let _ = Pin::new(&mut this.io).poll_write(cx, REQUEST_TIMEOUT);
+            let _ = Pin::new(&mut this.io).poll_flush(cx);
+        }
+        // End of input: hyper closes the connection (mid-head, as an incomplete message).
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// The application as hyper calls it, telling the watch when each request begins and ends.
+#[derive(Clone)]
+struct Tracked {
+    app: axum::Router,
+    watch: Arc<Watch>,
+}
+
+impl hyper::service::Service<hyper::Request<Incoming>> for Tracked {
+    type Response = hyper::Response<TrackedBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
+        self.watch.begin();
+        // Ends the request when dropped: with the response body, or with the handler if the
+        // client went away before the answer.
+        let busy = Busy(self.watch.clone());
+        let mut app = self.app.clone();
+        let answer = tower_service::Service::call(&mut app, request.map(Body::new));
+        Box::pin(async move {
+            let response = match answer.await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            };
+            Ok(response.map(|body| TrackedBody { body, _busy: busy }))
+        })
+    }
+}
+
+/// Marks the end of a request when dropped.
+struct Busy(Arc<Watch>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
+/// A response body that ends its request when hyper is done with it.
+struct TrackedBody {
+    body: Body,
+    _busy: Busy,
+}
+
+impl HttpBody for TrackedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests;

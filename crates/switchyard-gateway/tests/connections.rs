@@ -1,0 +1,141 @@
+//! Connection hygiene on the real binary, on loopback: heads that never finish, idle
+//! keep-alive connections and the bound on open connections. Each test runs for seconds.
+//! The exact deadlines are pinned in paused time by the unit tests of `connection`.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use support::{serve, stop, write_config};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, timeout};
+
+const CHAT: &str = r#"{"model":"default","messages":[{"role":"user","content":"hi"}]}"#;
+
+/// Bounds every wait of these tests: nothing here may hang.
+const BOUND: Duration = Duration::from_secs(20);
+
+fn config(name: &str, gateway: &str) -> std::path::PathBuf {
+    write_config(
+        name,
+        &format!(
+            "providers: {{ up: {{ kind: simulated }} }}\nroutes: {{ default: {{ targets: [up:m] }} }}\ngateway: {gateway}\n"
+        ),
+    )
+}
+
+async fn send_chat(stream: &mut TcpStream) {
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{CHAT}",
+        CHAT.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+}
+
+/// Reads one response whose body is JSON and returns it; the connection stays open.
+async fn read_response(stream: &mut TcpStream) -> String {
+    let mut text = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = timeout(BOUND, stream.read(&mut buf)).await.expect("an answer in time").unwrap();
+        assert!(n > 0, "closed before the answer: {}", String::from_utf8_lossy(&text));
+        text.extend_from_slice(&buf[..n]);
+        let seen = String::from_utf8_lossy(&text);
+        if let Some((head, body)) = seen.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .and_then(|n| n.trim().parse::<usize>().ok())
+                .unwrap();
+            if body.len() >= length {
+                return seen.into_owned();
+            }
+        }
+    }
+}
+
+async fn read_to_close(stream: &mut TcpStream) -> String {
+    let mut text = Vec::new();
+    let read = timeout(BOUND, stream.read_to_end(&mut text)).await.expect("closed in time");
+    // A reset after the 408 is a close too.
+    if let Err(error) = read {
+        assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "{error}");
+    }
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+#[tokio::test]
+async fn a_thousand_half_sent_heads_are_closed_by_the_header_timeout_while_requests_are_answered() {
+    let config = config("heads.yaml", "{ header_timeout: 1s }");
+    let (server, addr) = serve(&config, &[]);
+
+    let started = Instant::now();
+    let mut held = Vec::new();
+    for _ in 0..1000 {
+        let mut stream = TcpStream::connect(&addr).await.unwrap();
+        stream.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-ty").await.unwrap();
+        held.push(stream);
+    }
+    // Meanwhile a client that sends whole requests is served.
+    let mut normal = TcpStream::connect(&addr).await.unwrap();
+    send_chat(&mut normal).await;
+    let answer = read_response(&mut normal).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    for mut stream in held {
+        let answer = read_to_close(&mut stream).await;
+        assert!(answer.starts_with("HTTP/1.1 408 Request Timeout"), "{answer:?}");
+    }
+    let took = started.elapsed();
+    stop(server);
+    assert!(took >= Duration::from_secs(1), "closed before the header timeout: {took:?}");
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
+    let config = config("idle.yaml", "{ header_timeout: 500ms, idle_timeout: 1500ms }");
+    let (server, addr) = serve(&config, &[]);
+    let mut stream = TcpStream::connect(&addr).await.unwrap();
+    send_chat(&mut stream).await;
+    let answer = read_response(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let answered = Instant::now();
+    let rest = read_to_close(&mut stream).await;
+    let idle = answered.elapsed();
+    stop(server);
+    assert_eq!(rest, "", "an idle connection is closed without a response");
+    assert!(idle >= Duration::from_millis(1400), "closed at the header timeout, not the idle one: {idle:?}");
+}
+
+#[tokio::test]
+async fn max_connections_holds_new_connections_until_one_closes_and_says_so() {
+    let config = config("bound.yaml", "{ max_connections: 2 }");
+    let (server, addr) = serve(&config, &[]);
+    let mut first = TcpStream::connect(&addr).await.unwrap();
+    send_chat(&mut first).await;
+    read_response(&mut first).await;
+    let mut second = TcpStream::connect(&addr).await.unwrap();
+    send_chat(&mut second).await;
+    read_response(&mut second).await;
+
+    // The third connects (the kernel's backlog takes it) but is not served while two are open.
+    let mut third = TcpStream::connect(&addr).await.unwrap();
+    send_chat(&mut third).await;
+    let mut byte = [0u8; 1];
+    let early = timeout(Duration::from_millis(500), third.read(&mut byte)).await;
+    assert!(early.is_err(), "the third connection was served beyond max_connections");
+
+    drop(first);
+    let answer = read_response(&mut third).await;
+    let logs = stop(server);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(logs.contains("at gateway.max_connections"), "{logs}");
+    assert_eq!(
+        logs.matches("at gateway.max_connections").count(),
+        1,
+        "once a minute, not once a connection: {logs}"
+    );
+}

@@ -1,0 +1,80 @@
+//! What the tests that run the real `switchyard` binary share: config files, one-shot
+//! commands, and gateways started on a free port and stopped by their process id.
+
+#![allow(clippy::unwrap_used, dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
+
+/// Writes a config file for this test process; returns its path.
+pub fn write_config(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Runs the binary to its end; returns the exit code, stdout and stderr.
+pub fn run(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(BIN)
+        .args(args)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Starts `switchyard serve` with `args` on a free loopback port; its stderr (the logs) is
+/// piped. Returns the process and the address it listens on.
+pub fn serve(config: &Path, args: &[&str]) -> (Child, String) {
+    match serve_at(config, "127.0.0.1:0", args) {
+        Ok(started) => started,
+        Err((code, stderr)) => panic!("the gateway exited with {code}: {stderr}"),
+    }
+}
+
+/// Starts `switchyard serve --listen LISTEN`: the process and the loopback address to reach
+/// it at, or, when it refuses to start, its exit code and stderr.
+pub fn serve_at(config: &Path, listen: &str, args: &[&str]) -> Result<(Child, String), (i32, String)> {
+    let mut server = Command::new(BIN)
+        .args(["serve", "--config", config.to_str().unwrap(), "--listen", listen])
+        .args(args)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(server.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    if first.is_empty() {
+        let status = server.wait().unwrap();
+        let mut stderr = String::new();
+        server.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        return Err((status.code().unwrap_or(-1), stderr));
+    }
+    let bound = first.trim().rsplit("http://").next().unwrap().to_owned();
+    let port = bound.rsplit(':').next().unwrap();
+    // Keep reading what the server prints: a closed pipe would fail its next println.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    Ok((server, format!("127.0.0.1:{port}")))
+}
+
+/// Stops a gateway by its process id and returns what it logged.
+pub fn stop(mut server: Child) -> String {
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let mut logs = String::new();
+    server.stderr.take().unwrap().read_to_string(&mut logs).unwrap();
+    logs
+}
