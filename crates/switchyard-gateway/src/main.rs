@@ -411,6 +411,34 @@ async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    let lanes = loaded.router.pacing();
+    if !lanes.is_empty() {
+        println!("\npacing (as the providers' headers state it):");
+    }
+    for lane in lanes {
+        let name = match &lane.credential_id {
+            Some(id) => format!("{} key {id}", lane.provider),
+            None => lane.provider.clone(),
+        };
+        let headers = &lane.headers;
+        let stated: Vec<String> = [
+            ("requests", &headers.requests),
+            ("tokens", &headers.tokens),
+            ("input_tokens", &headers.input_tokens),
+            ("output_tokens", &headers.output_tokens),
+        ]
+        .into_iter()
+        .filter_map(|(name, stated)| {
+            let stated = stated.as_ref()?;
+            let limit = stated.limit.map_or_else(|| "?".to_owned(), |l| l.to_string());
+            let reset = stated.reset_in_ms.map_or_else(String::new, |ms| format!(", resets in {ms}ms"));
+            Some(format!("{name} {}/{limit} left{reset}", stated.remaining))
+        })
+        .collect();
+        let stated =
+            if stated.is_empty() { "no rate-limit headers seen".to_owned() } else { stated.join("; ") };
+        println!("  {name}: {stated}; {} in flight", lane.in_flight);
+    }
     Ok(if failures == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 

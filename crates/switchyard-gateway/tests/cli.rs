@@ -48,6 +48,8 @@ routes:
     assert!(out.contains("key ****5678 from literal"), "{out}");
     assert!(!out.contains("SECRET"), "{out}");
     assert!(out.lines().any(|l| l.contains("p:m") && l.trim_end().ends_with("ok")), "{out}");
+    assert!(out.contains("pacing (as the providers' headers state it):"), "{out}");
+    assert!(out.contains("  p: no rate-limit headers seen; 0 in flight"), "{out}");
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! rate-limit headers); with no limits configured the router has no pacer at all and pays
 //! nothing for pacing.
 
+mod headers;
 mod lane;
 
 use std::collections::HashMap;
@@ -19,8 +20,9 @@ use crate::events::WaitReason;
 use crate::provider::BoxFuture;
 use crate::ratelimit::RateLimits;
 
+pub use headers::{Dispatch, Stated};
 use lane::Lane;
-pub use lane::LaneSnapshot;
+pub use lane::{HeadersSnapshot, LaneSnapshot, StatedSnapshot};
 
 /// What the router asks a pacer for.
 #[derive(Debug, Clone, Copy)]
@@ -50,18 +52,26 @@ pub struct Permit {
     pub waited: Duration,
     /// Why it waited, when it did.
     pub reason: Option<WaitReason>,
+    /// The call's place in its lane's dispatch order, for [`Pacer::observe_answer`].
+    pub dispatch: Option<Dispatch>,
     guard: Option<Box<dyn PermitGuard>>,
 }
 
 impl Permit {
     /// A permit that waited `waited` for `reason` and holds `guard` until dropped.
     pub fn new(waited: Duration, reason: Option<WaitReason>, guard: Option<Box<dyn PermitGuard>>) -> Self {
-        Self { waited, reason, guard }
+        Self { waited, reason, dispatch: None, guard }
+    }
+
+    /// The same permit, for the call dispatched as `dispatch`.
+    pub fn with_dispatch(mut self, dispatch: Dispatch) -> Self {
+        self.dispatch = Some(dispatch);
+        self
     }
 
     /// A permit given at once, holding nothing.
     pub fn immediate() -> Self {
-        Self { waited: Duration::ZERO, reason: None, guard: None }
+        Self { waited: Duration::ZERO, reason: None, dispatch: None, guard: None }
     }
 
     /// Whether the permit holds a resource that dropping it releases.
@@ -92,9 +102,23 @@ pub trait Pacer: Send + Sync + 'static {
     /// cancel-safe: a dropped future gives back what it reserved.
     fn acquire<'a>(&'a self, request: PaceRequest<'a>) -> BoxFuture<'a, Result<Permit, ProviderError>>;
 
-    /// What a provider said about its allowance in one response's headers.
+    /// What a provider said about its allowance in one response's headers, from no known
+    /// call (taken as the newest word).
     fn observe(&self, provider: &str, credential_id: &CredentialId, limits: &RateLimits) {
-        let _ = (provider, credential_id, limits);
+        self.observe_answer(provider, credential_id, None, limits);
+    }
+
+    /// What a provider said about its allowance in the answer to the call dispatched as
+    /// `answer_to` (its permit's [`Permit::dispatch`]): the pacer can then tell which calls
+    /// were sent after it and an old answer from a new one.
+    fn observe_answer(
+        &self,
+        provider: &str,
+        credential_id: &CredentialId,
+        answer_to: Option<Dispatch>,
+        limits: &RateLimits,
+    ) {
+        let _ = (provider, credential_id, answer_to, limits);
     }
 
     /// The current allowance of every paced provider, for operators.
@@ -218,9 +242,15 @@ impl Pacer for LimitPacer {
         })
     }
 
-    fn observe(&self, provider: &str, credential_id: &CredentialId, limits: &RateLimits) {
+    fn observe_answer(
+        &self,
+        provider: &str,
+        credential_id: &CredentialId,
+        answer_to: Option<Dispatch>,
+        limits: &RateLimits,
+    ) {
         if let Some(lanes) = self.providers.get(provider) {
-            lanes.lane(provider, credential_id).observe(limits);
+            lanes.lane(provider, credential_id).observe(answer_to, limits);
         }
     }
 

@@ -48,10 +48,18 @@ impl RateLimits {
     /// `6m0s`), Anthropic's `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-
     /// {limit,remaining,reset}` (RFC 3339 instants) and Retry-After. Header names are matched
     /// case-insensitively; unparseable values are ignored.
+    ///
+    /// Instants (Anthropic's resets, a Retry-After date) are read against the answer's own
+    /// `Date` header when the local clock is off from it by more than the header's one-second
+    /// precision: the provider's clock set them, so a skewed local clock does not stretch or
+    /// cut the wait, and an agreeing one loses nothing to the header's rounding.
     pub fn from_headers<'a>(headers: impl IntoIterator<Item = (&'a str, &'a str)>, now: SystemTime) -> Self {
         let mut limits = RateLimits::default();
         let mut retry_after_ms = None;
         let mut retry_after = None;
+        let mut date = None;
+        // Reset instants, resolved against `Date` once every header has been read.
+        let mut reset_at: [Option<SystemTime>; 4] = [None; 4];
         for (name, value) in headers {
             // HTTP libraries hand names over lowercased already; copy only when one is not.
             let name: std::borrow::Cow<'_, str> = if name.bytes().any(|b| b.is_ascii_uppercase()) {
@@ -59,6 +67,10 @@ impl RateLimits {
             } else {
                 name.into()
             };
+            if name == "date" {
+                date = parse_http_date(value.trim());
+                continue;
+            }
             if !(name.starts_with("retry-after")
                 || name.starts_with("x-ratelimit-")
                 || name.starts_with("anthropic-ratelimit-"))
@@ -76,7 +88,7 @@ impl RateLimits {
                 continue;
             }
             if name == "retry-after" {
-                retry_after = parse_retry_after(value, now);
+                retry_after = Some(value);
                 continue;
             }
             let (rest, instants) = if let Some(rest) = name.strip_prefix("anthropic-ratelimit-") {
@@ -98,26 +110,41 @@ impl RateLimits {
                     None => continue,
                 }
             };
-            let slot = match dimension {
-                "requests" => &mut limits.requests,
-                "tokens" => &mut limits.tokens,
-                "input-tokens" => &mut limits.input_tokens,
-                "output-tokens" => &mut limits.output_tokens,
+            let index = match dimension {
+                "requests" => 0,
+                "tokens" => 1,
+                "input-tokens" => 2,
+                "output-tokens" => 3,
                 _ => continue,
+            };
+            let slot = match index {
+                0 => &mut limits.requests,
+                1 => &mut limits.tokens,
+                2 => &mut limits.input_tokens,
+                _ => &mut limits.output_tokens,
             };
             let allowance = slot.get_or_insert_with(Allowance::default);
             match field {
                 "limit" => allowance.limit = value.parse().ok(),
                 "remaining" => allowance.remaining = value.parse().ok(),
                 "reset" => {
-                    allowance.reset_after = if instants {
-                        parse_rfc3339(value).map(|at| until(at, now))
-                    } else {
-                        parse_duration(value).or_else(|| parse_rfc3339(value).map(|at| until(at, now)))
+                    let duration = if instants { None } else { parse_duration(value) };
+                    match duration {
+                        Some(duration) => allowance.reset_after = Some(clamp(duration)),
+                        None => reset_at[index] = parse_rfc3339(value),
                     }
-                    .map(clamp);
                 }
                 _ => {}
+            }
+        }
+        let clock = provider_clock(date, now);
+        for (slot, instant) in
+            [&mut limits.requests, &mut limits.tokens, &mut limits.input_tokens, &mut limits.output_tokens]
+                .into_iter()
+                .zip(reset_at)
+        {
+            if let (Some(allowance), Some(at)) = (slot.as_mut(), instant) {
+                allowance.reset_after = Some(clamp(until(at, clock)));
             }
         }
         for slot in
@@ -127,7 +154,7 @@ impl RateLimits {
                 *slot = None;
             }
         }
-        limits.retry_after = retry_after_ms.or(retry_after);
+        limits.retry_after = retry_after_ms.or_else(|| retry_after.and_then(|v| parse_retry_after(v, clock)));
         limits
     }
 
@@ -146,6 +173,14 @@ impl RateLimits {
             .filter_map(|a| a.reset_after)
             .max()
     }
+}
+
+/// The clock to read a provider's instants against: its `Date` when ours disagrees with it
+/// beyond the second `Date` is rounded to.
+fn provider_clock(date: Option<SystemTime>, now: SystemTime) -> SystemTime {
+    let Some(date) = date else { return now };
+    let apart = date.duration_since(now).or_else(|_| now.duration_since(date)).unwrap_or_default();
+    if apart > Duration::from_secs(1) { date } else { now }
 }
 
 fn clamp(duration: Duration) -> Duration {
@@ -325,6 +360,28 @@ mod tests {
         assert_eq!(limits.tokens.and_then(|t| t.reset_after), Some(MAX_RESET));
         assert_eq!(parse_retry_after("1e308", now), Some(MAX_RESET));
         assert_eq!(parse_http_date("Sun, 06 Nov 99999999999 08:49:37 GMT"), None);
+    }
+
+    #[test]
+    fn reset_instants_are_read_against_the_answers_date_not_a_skewed_local_clock() {
+        let provider_now = parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
+        let headers = [
+            ("date", "Thu, 01 Jan 2026 00:00:00 GMT"),
+            ("anthropic-ratelimit-requests-remaining", "0"),
+            ("anthropic-ratelimit-requests-reset", "2026-01-01T00:00:03Z"),
+            ("retry-after", "Thu, 01 Jan 2026 00:00:02 GMT"),
+        ];
+        for skew in [Duration::ZERO, Duration::from_secs(30)] {
+            for local in [provider_now + skew, provider_now - skew] {
+                let limits = RateLimits::from_headers(headers, local);
+                assert_eq!(limits.requests.unwrap().reset_after, Some(Duration::from_secs(3)), "{skew:?}");
+                assert_eq!(limits.retry_after, Some(Duration::from_secs(2)), "{skew:?}");
+            }
+        }
+        // Without a Date the local clock is all there is: 30 s ahead, the reset looks passed.
+        let limits =
+            RateLimits::from_headers(headers[1..3].iter().copied(), provider_now + Duration::from_secs(30));
+        assert_eq!(limits.requests.unwrap().reset_after, Some(Duration::ZERO));
     }
 
     #[test]

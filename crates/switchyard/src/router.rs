@@ -486,11 +486,13 @@ struct PacerSink<'a> {
     pacer: &'a dyn Pacer,
     provider: &'a str,
     credential_id: &'a CredentialId,
+    /// The attempt's place in its lane's dispatch order.
+    dispatch: Option<crate::pacing::Dispatch>,
 }
 
 impl RateLimitSink for PacerSink<'_> {
     fn observe(&self, limits: &crate::ratelimit::RateLimits) {
-        self.pacer.observe(self.provider, self.credential_id, limits);
+        self.pacer.observe_answer(self.provider, self.credential_id, self.dispatch, limits);
     }
 }
 
@@ -1004,6 +1006,7 @@ impl Router {
                     pacer: &**pacer,
                     provider: &slot.id,
                     credential_id: cred.id(),
+                    dispatch: permit.as_ref().and_then(|p| p.dispatch),
                 });
                 let call = Call {
                     model: target.model(),

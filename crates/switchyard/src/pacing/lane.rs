@@ -9,9 +9,10 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
+use super::headers::{Dispatch, HeaderBudget, Stated, Verdict};
 use super::{Limits, PaceRequest, Permit, PermitGuard};
 use crate::credential::CredentialId;
 use crate::events::WaitReason;
@@ -65,9 +66,22 @@ struct State {
     next_slot: Instant,
     /// Why the last reservation waited, reported by those queued behind it.
     next_reason: WaitReason,
-    /// The provider's headers said to hold off until then.
+    /// A 429's Retry-After holds every caller of the lane until then.
     held_until: Option<Instant>,
+    /// The allowance the provider's headers state, as a budget until its reset.
+    headers: HeaderBudget,
+    /// Calls dispatched whose permits are still held (streams until they end).
+    active: u32,
     learned: Option<RateLimits>,
+}
+
+/// What the gate says to a call that has its concurrency slot and bucket reservation.
+enum Gate {
+    Go(Dispatch),
+    /// The budget lets it go, but earlier callers wait at the gate: behind them.
+    Queue,
+    /// Wait for new headers, or until then.
+    Wait(Option<Instant>),
 }
 
 pub(super) struct Lane {
@@ -76,6 +90,10 @@ pub(super) struct Lane {
     limits: Limits,
     slots: Option<Arc<Semaphore>>,
     state: Mutex<State>,
+    /// Callers waiting on the provider's headers pass one at a time, in arrival order.
+    turnstile: Semaphore,
+    /// Woken when what the gate decides on changes: headers arrived, a call ended.
+    changed: Notify,
 }
 
 /// The allowance of one lane right now, for operators.
@@ -91,8 +109,44 @@ pub struct LaneSnapshot {
     pub tokens_available: Option<f64>,
     /// How long the provider's headers still hold requests back.
     pub held_for_ms: Option<f64>,
+    /// The allowance the provider's headers state, as this lane counts it now.
+    pub headers: HeadersSnapshot,
     /// What the provider's headers said last.
     pub learned: Option<RateLimits>,
+}
+
+/// The budget learned from a provider's headers, per dimension it states.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct HeadersSnapshot {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests: Option<StatedSnapshot>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<StatedSnapshot>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<StatedSnapshot>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<StatedSnapshot>,
+}
+
+/// One dimension of a header budget.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StatedSnapshot {
+    pub limit: Option<u64>,
+    /// Left in this window, with this lane's calls in flight counted.
+    pub remaining: u64,
+    /// Until the window refills; `None` when no answer has said yet.
+    pub reset_in_ms: Option<u64>,
+}
+
+impl StatedSnapshot {
+    fn of(stated: Stated, now: Instant) -> Self {
+        Self {
+            limit: stated.limit,
+            // Below zero is in-flight calls the provider may not have counted yet: none left.
+            remaining: stated.remaining.floor().max(0.0) as u64,
+            reset_in_ms: stated.resets_at.map(|at| at.saturating_duration_since(now).as_millis() as u64),
+        }
+    }
 }
 
 impl Lane {
@@ -105,10 +159,20 @@ impl Lane {
             next_slot: now,
             next_reason: WaitReason::Interval,
             held_until: None,
+            headers: HeaderBudget::new(limits.reserve_fraction, limits.max_header_wait),
+            active: 0,
             learned: None,
         };
         let slots = limits.max_concurrent.map(|n| Arc::new(Semaphore::new(n.max(1) as usize)));
-        Self { provider: provider.into(), credential, limits, slots, state: Mutex::new(state) }
+        Self {
+            provider: provider.into(),
+            credential,
+            limits,
+            slots,
+            state: Mutex::new(state),
+            turnstile: Semaphore::new(1),
+            changed: Notify::new(),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -226,7 +290,7 @@ impl Lane {
             tokens: if self.limits.tokens_per_minute.is_some() { tokens } else { 0.0 },
             slot_taken,
             previous_slot,
-            dispatched: false,
+            dispatch: None,
             settled: false,
             _slot: slot,
         };
@@ -235,20 +299,10 @@ impl Lane {
             // Dropped here (the caller went away), the reservation refunds itself.
             tokio::time::sleep(wait).await;
         }
-        // The provider may have spoken while this call waited for its slot: a hold learned
-        // from its headers since then still applies.
-        loop {
-            let now = Instant::now();
-            let Some(until) = self.lock().held_until.filter(|until| *until > now) else { break };
-            if let Some(at) = give_up_at
-                && until > at
-            {
-                return Err(self.refuse(WaitReason::ProviderHeaders, until - start, spilled(until)));
-            }
-            reason = WaitReason::ProviderHeaders;
-            tokio::time::sleep_until(until).await;
-        }
-        reservation.dispatched = true;
+        // The provider may have spoken while this call waited for its slot: what its headers
+        // say now decides.
+        let dispatch = self.pass_gate(tokens, start, give_up_at, &spilled, &mut reason).await?;
+        reservation.dispatch = Some(dispatch);
 
         let waited = start.elapsed();
         let reason = if waited > queued_for_slot {
@@ -258,32 +312,112 @@ impl Lane {
         } else {
             None
         };
-        Ok(Permit::new(waited, reason, Some(Box::new(reservation))))
+        Ok(Permit::new(waited, reason, Some(Box::new(reservation))).with_dispatch(dispatch))
     }
 
-    pub(super) fn observe(&self, limits: &RateLimits) {
+    /// Waits until a 429's hold is over and the header budget lets a call of `tokens` go,
+    /// behind every caller already waiting there; then dispatches it.
+    async fn pass_gate(
+        &self,
+        tokens: f64,
+        start: Instant,
+        give_up_at: Option<Instant>,
+        spilled: &(dyn Fn(Instant) -> bool + Sync),
+        reason: &mut WaitReason,
+    ) -> Result<Dispatch, ProviderError> {
+        let mut turn: Option<SemaphorePermit<'_>> = None;
+        loop {
+            if let Gate::Go(dispatch) = self.gate(tokens, turn.is_some()) {
+                return Ok(dispatch);
+            }
+            // Listen for changes first, then look again: a change in between is not lost.
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let until = match self.gate(tokens, turn.is_some()) {
+                Gate::Go(dispatch) => return Ok(dispatch),
+                Gate::Wait(until) if turn.is_some() => until,
+                Gate::Queue | Gate::Wait(_) => {
+                    let queued = self.turnstile.acquire();
+                    let taken = match give_up_at {
+                        Some(at) => tokio::time::timeout_at(at, queued)
+                            .await
+                            .map_err(|_| self.refuse(WaitReason::ProviderHeaders, at - start, spilled(at)))?,
+                        None => queued.await,
+                    };
+                    // The turnstile is never closed while the lane lives.
+                    turn = taken.ok();
+                    *reason = WaitReason::ProviderHeaders;
+                    continue;
+                }
+            };
+            *reason = WaitReason::ProviderHeaders;
+            if let (Some(until), Some(at)) = (until, give_up_at)
+                && until > at
+            {
+                return Err(self.refuse(WaitReason::ProviderHeaders, until - start, spilled(until)));
+            }
+            let deadline = match (until, give_up_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            match deadline {
+                Some(deadline) => {
+                    tokio::select! {
+                        () = &mut changed => {}
+                        () = tokio::time::sleep_until(deadline) => {}
+                    }
+                }
+                None => changed.await,
+            }
+            if let Some(at) = give_up_at
+                && Instant::now() >= at
+            {
+                return Err(self.refuse(WaitReason::ProviderHeaders, at - start, spilled(at)));
+            }
+        }
+    }
+
+    /// The gate's verdict for a call of `tokens` now; dispatches it when it may go.
+    fn gate(&self, tokens: f64, has_turn: bool) -> Gate {
+        let now = Instant::now();
+        let mut state = self.lock();
+        if let Some(until) = state.held_until.filter(|until| *until > now) {
+            return Gate::Wait(Some(until));
+        }
+        match state.headers.verdict(now, tokens) {
+            Verdict::Go if has_turn || self.turnstile.available_permits() > 0 => {
+                state.active += 1;
+                Gate::Go(state.headers.dispatch(tokens))
+            }
+            Verdict::Go => Gate::Queue,
+            Verdict::Wait { until } => Gate::Wait(until),
+        }
+    }
+
+    /// Wakes the callers waiting at the gate, if any (nobody holds the turnstile otherwise).
+    fn wake_gate(&self) {
+        if self.turnstile.available_permits() == 0 {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// What one answer's headers said; `from` is the dispatch it answered, when known.
+    pub(super) fn observe(&self, from: Option<Dispatch>, limits: &RateLimits) {
         if !self.limits.respect_headers || limits.is_empty() {
             return;
         }
-        let reserve = self.limits.reserve_fraction.clamp(0.0, 1.0);
-        let mut hold = limits.retry_after;
-        for allowance in
-            [limits.requests, limits.tokens, limits.input_tokens, limits.output_tokens].into_iter().flatten()
+        let now = Instant::now();
         {
-            let Some(remaining) = allowance.remaining else { continue };
-            let threshold = allowance.limit.map_or(0, |limit| (limit as f64 * reserve).floor() as u64);
-            if remaining <= threshold
-                && let Some(reset) = allowance.reset_after
-            {
-                hold = hold.max(Some(reset));
+            let mut state = self.lock();
+            state.learned = Some(*limits);
+            state.headers.observe(from, limits, now);
+            if let Some(hold) = limits.retry_after.filter(|h| !h.is_zero()) {
+                let until = now + hold.min(self.limits.max_header_wait);
+                state.held_until = Some(state.held_until.map_or(until, |held| held.max(until)));
             }
         }
-        let mut state = self.lock();
-        state.learned = Some(*limits);
-        if let Some(hold) = hold.filter(|h| !h.is_zero()) {
-            let until = Instant::now() + hold.min(self.limits.max_header_wait);
-            state.held_until = Some(state.held_until.map_or(until, |held| held.max(until)));
-        }
+        self.wake_gate();
     }
 
     pub(super) fn snapshot(&self) -> LaneSnapshot {
@@ -295,12 +429,9 @@ impl Lane {
         if let Some(bucket) = state.tokens.as_mut() {
             bucket.refill(now);
         }
-        let in_flight = match (&self.slots, self.limits.max_concurrent) {
-            (Some(slots), Some(max)) => {
-                max.saturating_sub(u32::try_from(slots.available_permits()).unwrap_or(u32::MAX))
-            }
-            _ => 0,
-        };
+        let in_flight = state.active;
+        let [requests, tokens, input_tokens, output_tokens] =
+            state.headers.stated().map(|stated| stated.map(|s| StatedSnapshot::of(s, now)));
         LaneSnapshot {
             provider: self.provider.to_string(),
             credential_id: self.credential.clone(),
@@ -312,19 +443,22 @@ impl Lane {
                 .held_until
                 .and_then(|until| until.checked_duration_since(now))
                 .map(|d| d.as_secs_f64() * 1000.0),
+            headers: HeadersSnapshot { requests, tokens, input_tokens, output_tokens },
             learned: state.learned,
         }
     }
 }
 
-/// What one call holds of a lane: its concurrency slot and its token reservation.
+/// What one call holds of a lane: its concurrency slot, its token reservation, and its place
+/// among the calls in flight that the header budget counts.
 struct Reservation {
     lane: Arc<Lane>,
     tokens: f64,
     /// The dispatch slot this call took, and what it replaced, to give it back on cancel.
     slot_taken: Instant,
     previous_slot: (Instant, WaitReason),
-    dispatched: bool,
+    /// Set once the call went.
+    dispatch: Option<Dispatch>,
     settled: bool,
     _slot: Option<OwnedSemaphorePermit>,
 }
@@ -335,26 +469,37 @@ impl PermitGuard for Reservation {
             return;
         }
         self.settled = true;
-        let mut state = self.lane.lock();
-        if let Some(bucket) = state.tokens.as_mut() {
-            match used_tokens {
-                // Corrected: what was reserved and not used comes back (or more is taken).
-                Some(used) => bucket.give(self.tokens - f64::from(used)),
-                // Failed: nothing was generated.
-                None => bucket.give(self.tokens),
+        {
+            let mut state = self.lane.lock();
+            if let Some(bucket) = state.tokens.as_mut() {
+                match used_tokens {
+                    // Corrected: what was reserved and not used comes back (or more is taken).
+                    Some(used) => bucket.give(self.tokens - f64::from(used)),
+                    // Failed: nothing was generated.
+                    None => bucket.give(self.tokens),
+                }
+            }
+            // Answered (or failed): no longer a call whose headers may still come.
+            if let Some(dispatch) = self.dispatch {
+                state.headers.answered(dispatch);
             }
         }
+        self.lane.wake_gate();
     }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        if self.dispatched {
+        let mut state = self.lane.lock();
+        if let Some(dispatch) = self.dispatch {
+            state.active = state.active.saturating_sub(1);
+            state.headers.answered(dispatch);
+            drop(state);
+            self.lane.wake_gate();
             return;
         }
         // Cancelled before dispatch: nothing was sent, so everything comes back, the queue
         // position too unless someone has queued behind it since.
-        let mut state = self.lane.lock();
         if state.next_slot == self.slot_taken {
             (state.next_slot, state.next_reason) = self.previous_slot;
         }

@@ -374,3 +374,268 @@ async fn a_cancelled_token_waiter_gives_back_its_place_in_the_queue_too() {
     assert_eq!(start.elapsed(), ms(500));
     assert_eq!(permit.reason, None);
 }
+
+// ---- The provider's stated allowance as a budget (respect_headers, no numeric limit) ----
+
+/// A lane paced by headers only: `limits: { respect_headers: true }`.
+fn headers_only() -> Arc<LimitPacer> {
+    Arc::new(pacer(Limits::default()))
+}
+
+fn requests(limit: Option<u64>, remaining: u64, reset: &str) -> RateLimits {
+    let limit = limit.map(|l| l.to_string());
+    let mut headers = vec![("x-ratelimit-remaining-requests", remaining.to_string())];
+    headers.push(("x-ratelimit-reset-requests", reset.to_owned()));
+    if let Some(limit) = limit {
+        headers.push(("x-ratelimit-limit-requests", limit));
+    }
+    RateLimits::from_headers(headers.iter().map(|(n, v)| (*n, v.as_str())), SystemTime::now())
+}
+
+/// Starts `n` callers at once; each holds its permit (an answer not back yet) until the test
+/// lets go. Returns the permits as they are granted, with their dispatch offsets.
+fn callers(
+    pacer: &Arc<LimitPacer>,
+    n: usize,
+    tokens: u32,
+) -> tokio::sync::mpsc::UnboundedReceiver<(Duration, switchyard::pacing::Permit)> {
+    let (granted, permits) = tokio::sync::mpsc::unbounded_channel();
+    let start = Instant::now();
+    for _ in 0..n {
+        let pacer = pacer.clone();
+        let granted = granted.clone();
+        tokio::spawn(async move {
+            let permit = pacer.acquire(ask(tokens, None)).await.unwrap();
+            let _ = granted.send((start.elapsed(), permit));
+        });
+    }
+    permits
+}
+
+/// The permits granted so far, without waiting for more.
+async fn granted_now(
+    permits: &mut tokio::sync::mpsc::UnboundedReceiver<(Duration, switchyard::pacing::Permit)>,
+) -> Vec<(Duration, switchyard::pacing::Permit)> {
+    // Let every runnable task run, without letting paused time advance.
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    let mut out = Vec::new();
+    while let Ok(permit) = permits.try_recv() {
+        out.push(permit);
+    }
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stated_allowance_is_a_budget_that_counts_calls_still_in_flight() {
+    let pacer = headers_only();
+    pacer.observe("p", &key(), &requests(Some(5), 3, "1s"));
+    let mut permits = callers(&pacer, 5, 0);
+    let first = granted_now(&mut permits).await;
+    assert_eq!(first.len(), 3, "3 were left: the 3 in flight spend them, answered or not");
+    assert!(first.iter().all(|(at, p)| at.is_zero() && p.reason.is_none()));
+
+    // The rest wait for the reset, then go: the stated limit of 5 covers them.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rest = granted_now(&mut permits).await;
+    assert_eq!(rest.len(), 2);
+    assert!(
+        rest.iter()
+            .all(|(at, p)| *at == Duration::from_secs(1) && p.reason == Some(WaitReason::ProviderHeaders))
+    );
+    let snapshot = &pacer.snapshot()[0];
+    assert_eq!(snapshot.in_flight, 5, "counted without max_concurrent");
+    // The new window's 5, less the 3 still in flight, less the 2 that went: none left.
+    assert_eq!(snapshot.headers.requests.as_ref().map(|r| (r.limit, r.remaining)), Some((Some(5), 0)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_reset_at_most_the_known_limit_goes_before_new_headers_arrive() {
+    let pacer = headers_only();
+    pacer.observe("p", &key(), &requests(Some(3), 0, "1s"));
+    let mut permits = callers(&pacer, 8, 0);
+    assert!(granted_now(&mut permits).await.is_empty(), "held at zero");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let window = granted_now(&mut permits).await;
+    assert_eq!(window.len(), 3, "the limit, and no more, before any answer");
+
+    // Much later, still no answer: nobody else goes.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(granted_now(&mut permits).await.is_empty());
+
+    // The first answer says the new window is spent until 2 s from now: the rest wait for it.
+    pacer.observe_answer("p", &key(), window[0].1.dispatch, &requests(Some(3), 0, "2s"));
+    drop(window); // the other two answered without headers
+    tokio::time::sleep(Duration::from_millis(1999)).await;
+    assert!(granted_now(&mut permits).await.is_empty());
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(granted_now(&mut permits).await.len(), 3, "then the next window's limit");
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_no_known_limit_one_probe_goes_after_the_reset_and_its_headers_release_the_rest() {
+    let pacer = headers_only();
+    pacer.observe("p", &key(), &requests(None, 0, "1s"));
+    let mut permits = callers(&pacer, 5, 0);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let probe = granted_now(&mut permits).await;
+    assert_eq!(probe.len(), 1, "one probe first");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(granted_now(&mut permits).await.is_empty(), "the rest wait for its headers");
+
+    pacer.observe_answer("p", &key(), probe[0].1.dispatch, &requests(None, 10, "1s"));
+    assert_eq!(granted_now(&mut permits).await.len(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_whose_answer_has_no_allowance_headers_releases_the_rest() {
+    let pacer = headers_only();
+    pacer.observe("p", &key(), &requests(None, 0, "1s"));
+    let mut permits = callers(&pacer, 5, 0);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut probe = granted_now(&mut permits).await;
+    assert_eq!(probe.len(), 1);
+    // Answered without rate-limit headers: nothing more will come for this window.
+    probe[0].1.settle(Some(10));
+    let rest = granted_now(&mut permits).await;
+    assert_eq!(rest.len(), 4);
+    assert!(rest.iter().all(|(at, _)| *at == Duration::from_secs(1)), "at once, not at some later time");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_that_fails_releases_the_rest() {
+    let pacer = headers_only();
+    pacer.observe("p", &key(), &requests(None, 0, "1s"));
+    let mut permits = callers(&pacer, 3, 0);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut probe = granted_now(&mut permits).await;
+    probe[0].1.settle(None);
+    drop(probe);
+    assert_eq!(granted_now(&mut permits).await.len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn within_a_window_no_answer_raises_the_budget_whatever_order_answers_arrive_in() {
+    let pacer = headers_only();
+    pacer.observe("p", &key(), &requests(Some(10), 3, "10s"));
+    let mut permits = callers(&pacer, 3, 0);
+    let sent = granted_now(&mut permits).await;
+    assert_eq!(sent.len(), 3);
+    // The third call's answer says none are left ...
+    pacer.observe_answer("p", &key(), sent[2].1.dispatch, &requests(Some(10), 0, "10s"));
+    // ... then the first call's answer says 2 were left when it was counted: stale.
+    pacer.observe_answer("p", &key(), sent[0].1.dispatch, &requests(Some(10), 2, "10s"));
+    let mut later = callers(&pacer, 1, 0);
+    assert!(granted_now(&mut later).await.is_empty(), "an older answer did not raise the budget");
+    // Nor does the answer of a call sent later but counted earlier (calls sent together reach
+    // the provider in any order).
+    pacer.observe_answer("p", &key(), sent[1].1.dispatch, &requests(Some(10), 1, "10s"));
+    assert!(granted_now(&mut later).await.is_empty(), "a newer call's stale answer did not either");
+    assert_eq!(pacer.snapshot()[0].headers.requests.as_ref().map(|r| r.remaining), Some(0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_is_read_less_every_call_still_in_flight() {
+    let pacer = headers_only();
+    pacer.observe("p", &key(), &requests(Some(10), 0, "1s"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // A new window of 10, and the lane has not heard of it yet: four calls go; the first
+    // one's answer says 9 are left. The other three may not have reached the provider when it
+    // counted: 6 remain for new callers.
+    let mut permits = callers(&pacer, 4, 0);
+    let sent = granted_now(&mut permits).await;
+    assert_eq!(sent.len(), 4);
+    pacer.observe_answer("p", &key(), sent[0].1.dispatch, &requests(Some(10), 9, "1s"));
+    let mut more = callers(&pacer, 8, 0);
+    assert_eq!(granted_now(&mut more).await.len(), 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_token_budget_counts_each_calls_estimate() {
+    let pacer = headers_only();
+    let headers = [
+        ("x-ratelimit-limit-tokens", "1000"),
+        ("x-ratelimit-remaining-tokens", "300"),
+        ("x-ratelimit-reset-tokens", "1s"),
+    ];
+    pacer.observe("p", &key(), &RateLimits::from_headers(headers, SystemTime::now()));
+    let mut permits = callers(&pacer, 5, 100);
+    assert_eq!(granted_now(&mut permits).await.len(), 3, "300 tokens, 100 a call");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(granted_now(&mut permits).await.len(), 2);
+    assert_eq!(pacer.snapshot()[0].headers.tokens.as_ref().map(|t| t.remaining), Some(800));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_reserve_share_of_a_stated_budget_is_left_untouched() {
+    let pacer = Arc::new(pacer(Limits { reserve_fraction: 0.2, ..Limits::default() }));
+    pacer.observe("p", &key(), &requests(Some(10), 5, "1s"));
+    let mut permits = callers(&pacer, 6, 0);
+    assert_eq!(granted_now(&mut permits).await.len(), 3, "5 left, 2 of them kept for others");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(granted_now(&mut permits).await.len(), 3, "then the window's 8 of 10");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429s_retry_after_holds_every_caller_of_the_lane() {
+    let pacer = headers_only();
+    let first = pacer.acquire(ask(0, None)).await.unwrap();
+    let mut before = callers(&pacer, 2, 0);
+    assert_eq!(granted_now(&mut before).await.len(), 2, "calls before the 429 went");
+    // One call's 429 says to retry after 2 s, with the window far from spent.
+    let limited = [("retry-after", "2"), ("x-ratelimit-remaining-requests", "5")];
+    pacer.observe_answer("p", &key(), first.dispatch, &RateLimits::from_headers(limited, SystemTime::now()));
+    let mut later = callers(&pacer, 3, 0);
+    assert!(granted_now(&mut later).await.is_empty(), "every caller of the lane is held, not just the one");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let released = granted_now(&mut later).await;
+    assert_eq!(released.len(), 3);
+    assert!(
+        released
+            .iter()
+            .all(|(at, p)| *at == Duration::from_secs(2) && p.reason == Some(WaitReason::ProviderHeaders))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stated_reset_is_clamped_to_max_header_wait() {
+    let pacer = Arc::new(pacer(Limits { max_header_wait: Duration::from_secs(5), ..Limits::default() }));
+    pacer.observe("p", &key(), &requests(Some(10), 0, "1h"));
+    let start = Instant::now();
+    pacer.acquire(ask(0, None)).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_for_the_header_budget_go_in_arrival_order() {
+    let pacer = headers_only();
+    pacer.observe("p", &key(), &requests(Some(1), 0, "1s"));
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let pacer = pacer.clone();
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let permit = pacer.acquire(ask(0, None)).await.unwrap();
+            order.lock().unwrap().push(i);
+            // Answered at once: each window of 1 refills a second later.
+            let headers = requests(Some(1), 0, "1s");
+            pacer.observe_answer("p", &key(), permit.dispatch, &headers);
+        }));
+        tokio::task::yield_now().await;
+    }
+    join_all(tasks).await;
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_header_wait_past_the_deadline_fails_fast() {
+    let pacer = headers_only();
+    pacer.observe("p", &key(), &requests(Some(10), 0, "5s"));
+    let start = Instant::now();
+    let error = pacer.acquire(ask(0, Some(start + Duration::from_secs(1)))).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::RateLimited);
+    assert!(error.to_string().contains("rate-limit headers"), "{error}");
+    assert_eq!(start.elapsed(), Duration::ZERO, "it did not wait to find out");
+}
