@@ -39,10 +39,14 @@ pub const DEFAULT_API_VERSION: &str = "2023-06-01";
 /// The Anthropic adapter: one connection pool, the endpoint and the fixed headers.
 #[derive(Debug)]
 pub struct AnthropicProvider {
+    /// This provider's own connection pools.
     client: http::HttpClient,
+    /// The resolved base URL, without a trailing slash; reported by [`Provider::base_url`].
     base_url: String,
     /// `{base}/v1/messages`, parsed once.
     endpoint: Uri,
+    /// `content-type`, `anthropic-version` and the configured extra headers (marked
+    /// sensitive); the key is added per call as `x-api-key`.
     headers: HeaderMap,
 }
 

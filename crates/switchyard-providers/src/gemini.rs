@@ -101,7 +101,10 @@ pub const SKIP_THOUGHT_SIGNATURE: &str = "skip_thought_signature_validator";
 
 /// The Gemini API adapter.
 pub struct GeminiProvider {
+    /// The resolved base URL (`.../v1beta`), without a trailing slash; each request appends
+    /// `/models/{model}:{method}`.
     base_url: String,
+    /// This provider's own connection pools.
     client: http::HttpClient,
     /// Extra headers from the settings, marked sensitive so that they never print.
     headers: HeaderMap,
@@ -292,10 +295,12 @@ impl Provider for GeminiProvider {
 // Request translation
 // ---------------------------------------------------------------------------------------------
 
+/// An `invalid_request` error with `detail`, which names the field at fault.
 fn invalid_request(detail: impl Into<String>) -> ProviderError {
     ProviderError::new(ErrorKind::InvalidRequest, detail)
 }
 
+/// Serialises a request body to JSON bytes; a failure is the caller's `invalid_request`.
 fn encode(body: &impl serde::Serialize) -> Result<Vec<u8>, ProviderError> {
     serde_json::to_vec(body)
         .map_err(|error| invalid_request(format!("the request could not be encoded as JSON: {error}")))
@@ -375,6 +380,7 @@ fn translate_messages(messages: &[Message]) -> Result<(Vec<Value>, Vec<Value>), 
     Ok((system, contents))
 }
 
+/// The `systemInstruction` text parts of system or developer message `i`; an image is refused.
 fn system_parts(message: &Message, i: usize) -> Result<Vec<Value>, ProviderError> {
     let mut parts = Vec::new();
     match &message.content {
@@ -396,6 +402,8 @@ fn system_parts(message: &Message, i: usize) -> Result<Vec<Value>, ProviderError
     Ok(parts)
 }
 
+/// The parts of user message `i`: text parts and image parts (see [`image_part`]). A user
+/// message without content is refused.
 fn user_parts(message: &Message, i: usize) -> Result<Vec<Value>, ProviderError> {
     match &message.content {
         None => Err(invalid_request(format!("messages[{i}].content: a user message needs content"))),
@@ -413,6 +421,9 @@ fn user_parts(message: &Message, i: usize) -> Result<Vec<Value>, ProviderError> 
     }
 }
 
+/// The parts of assistant message `i` (role `model`): its text (none when empty), then one
+/// `functionCall` per tool call, the first carrying [`SKIP_THOUGHT_SIGNATURE`]. An image is
+/// refused.
 fn model_parts(message: &Message, i: usize) -> Result<Vec<Value>, ProviderError> {
     let mut parts = Vec::new();
     match &message.content {
@@ -455,6 +466,8 @@ fn parse_arguments(arguments: &str, field: &str) -> Result<Value, ProviderError>
     }
 }
 
+/// The `functionResponse` part of tool message `i`: the function's name (see [`tool_name`])
+/// and the result, sent as is when it is a JSON object, else as `{"result": text}`.
 fn function_response(messages: &[Message], i: usize) -> Result<Value, ProviderError> {
     let message = &messages[i];
     let name = tool_name(messages, i)?;
@@ -512,6 +525,8 @@ fn image_part(url: &str, field: &str) -> Result<Value, ProviderError> {
     Err(invalid_request(format!("{field}: Gemini takes images as data: URLs or http(s) URLs")))
 }
 
+/// The image MIME type for the extension of `url`'s path (png, jpg/jpeg, webp, gif, heic,
+/// heif); `None` for any other.
 fn guess_image_mime(url: &str) -> Option<&'static str> {
     let path = url.split(['?', '#']).next().unwrap_or(url);
     let extension = path.rsplit_once('.')?.1.to_ascii_lowercase();
@@ -526,6 +541,8 @@ fn guess_image_mime(url: &str) -> Option<&'static str> {
     })
 }
 
+/// The `functionDeclarations` of the request's tools: `name`, `description` and the
+/// parameters as `parametersJsonSchema`. A tool that is not a `function` is refused.
 fn function_declarations(request: &ChatRequest) -> Result<Vec<Value>, ProviderError> {
     request
         .tools
@@ -551,6 +568,8 @@ fn function_declarations(request: &ChatRequest) -> Result<Vec<Value>, ProviderEr
         .collect()
 }
 
+/// `toolConfig.functionCallingConfig` for a tool choice: `auto`/`none`/`required` as
+/// `AUTO`/`NONE`/`ANY`, a named function as `ANY` with `allowedFunctionNames: [name]`.
 fn calling_config(choice: &ToolChoice) -> Result<Value, ProviderError> {
     Ok(match choice {
         ToolChoice::Mode(mode) => match mode.as_str() {
@@ -572,6 +591,9 @@ fn calling_config(choice: &ToolChoice) -> Result<Value, ProviderError> {
     })
 }
 
+/// `generationConfig` from the canonical fields: `temperature`, `topP`, `maxOutputTokens`,
+/// `stopSequences`, `seed`, and `responseMimeType` (+ `responseJsonSchema`) for the JSON
+/// response formats. Empty when none is set.
 fn generation_config(request: &ChatRequest) -> Map<String, Value> {
     let mut config = Map::new();
     if let Some(temperature) = request.temperature {
@@ -666,14 +688,19 @@ fn translate_foreign_extra(
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct GenerateContentResponse {
+    /// `candidates[]`, one per answer (Gemini returns one); empty when the prompt was blocked.
     #[serde(default)]
     candidates: Vec<Candidate>,
+    /// `promptFeedback`: why the prompt was blocked, when it was.
     #[serde(default)]
     prompt_feedback: Option<PromptFeedback>,
+    /// `usageMetadata`, repeated on every stream event; the last one counts.
     #[serde(default)]
     usage_metadata: Option<UsageMetadata>,
+    /// `modelVersion`, the model that answered; the canonical `model` when present.
     #[serde(default)]
     model_version: Option<String>,
+    /// `responseId`, passed through as the answer's id; `None` leaves the id empty.
     #[serde(default)]
     response_id: Option<String>,
     /// Streams may carry an error in place of an answer.
@@ -681,62 +708,86 @@ struct GenerateContentResponse {
     error: Option<GoogleError>,
 }
 
+/// One entry of `candidates[]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Candidate {
+    /// `content`; `None` when a filter withheld it.
     #[serde(default)]
     content: Option<CandidateContent>,
+    /// Gemini `finishReason` (`STOP`, `MAX_TOKENS`, `SAFETY`, ...); `None` until the last
+    /// stream event of the candidate.
     #[serde(default)]
     finish_reason: Option<String>,
+    /// `index` of the candidate; `None` reads as its position (0 in streams).
     #[serde(default)]
     index: Option<u32>,
 }
 
+/// `candidates[].content`; its `role` (always `model`) is not read.
 #[derive(Debug, Default, Deserialize)]
 struct CandidateContent {
+    /// `parts[]`: text, thoughts, function calls; empty when missing.
     #[serde(default)]
     parts: Vec<Part>,
 }
 
+/// One part of an answer. Parts of other kinds (`inlineData`, `executableCode`, a lone
+/// `thoughtSignature`) read as a part with neither text nor call.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Part {
+    /// `text`; `None` for parts that are not text.
     #[serde(default)]
     text: Option<String>,
     /// A thought summary, not part of the answer.
     #[serde(default)]
     thought: bool,
+    /// `functionCall`, a whole tool call (Gemini never splits one across events).
     #[serde(default)]
     function_call: Option<GeminiFunctionCall>,
 }
 
+/// `parts[].functionCall`.
 #[derive(Debug, Default, Deserialize)]
 struct GeminiFunctionCall {
+    /// The call's `id`, sent by newer models only; without it the adapter makes `call_<n>`.
     #[serde(default)]
     id: Option<String>,
+    /// The called function's `name`; required.
     name: String,
+    /// `args`, the arguments as a JSON object; `None` reads as `{}`.
     #[serde(default)]
     args: Option<Value>,
 }
 
+/// `promptFeedback` of an answer.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct PromptFeedback {
+    /// `blockReason` (`SAFETY`, `OTHER`, `BLOCKLIST`, `PROHIBITED_CONTENT`, ...) when the prompt
+    /// itself was refused; `None` otherwise.
     #[serde(default)]
     block_reason: Option<String>,
 }
 
+/// `usageMetadata` of an answer; missing counts read as 0.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct UsageMetadata {
+    /// `promptTokenCount`, the prompt's tokens.
     #[serde(default)]
     prompt_token_count: u32,
+    /// `toolUsePromptTokenCount`, tokens of tool-use prompts; counted as prompt.
     #[serde(default)]
     tool_use_prompt_token_count: u32,
+    /// `candidatesTokenCount`, the answer's tokens; missing on early stream events.
     #[serde(default)]
     candidates_token_count: u32,
+    /// `thoughtsTokenCount`, thinking tokens; counted as completion.
     #[serde(default)]
     thoughts_token_count: u32,
+    /// `totalTokenCount` (thoughts included); `None` reads as prompt + completion.
     #[serde(default)]
     total_token_count: Option<u32>,
 }
@@ -805,10 +856,14 @@ fn read_parts(parts: &[Part], next_id: &mut u32) -> (String, Vec<ToolCall>) {
     (text, calls)
 }
 
+/// Seconds since the Unix epoch, for `created`: Gemini does not say when it answered.
 fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
+/// The canonical answer of a `generateContent` answer. A blocked prompt is one empty choice
+/// with finish reason `content_filter`; an answer with neither candidates nor a block reason
+/// is malformed. `model` is used when the answer names no `modelVersion`.
 fn chat_response(answer: GenerateContentResponse, model: &str) -> Result<ChatResponse, ProviderError> {
     let usage = answer.usage_metadata.as_ref().map(UsageMetadata::to_usage);
     let mut choices = Vec::new();
@@ -879,15 +934,25 @@ fn parse_success<T: serde::de::DeserializeOwned>(
 /// a role chunk first, then text and complete tool calls, then a finish chunk with usage.
 /// Gemini sends no `[DONE]`: a body that ends before any finish reason is a broken stream.
 struct GeminiChunks<S> {
+    /// The SSE events of the body.
     events: SseStream<S>,
+    /// The model on every chunk: the upstream model asked for, replaced by the answer's
+    /// `modelVersion` once one arrives.
     model: String,
+    /// Cuts the key out of error texts.
     redactor: Redactor,
+    /// Chunks (or the final error) made and not yet yielded: one event can make several.
     ready: VecDeque<Result<ChatChunk, ProviderError>>,
     /// Non-SSE lines so far: some Gemini failures arrive as raw (pretty-printed) error JSON.
     stray: String,
+    /// The first `responseId` seen, on every later chunk; empty before it.
     id: String,
+    /// The role chunk was made.
     started: bool,
+    /// A finish reason (or a prompt block) was seen: the answer is complete, and the body may
+    /// end.
     finished: bool,
+    /// Nothing more is read: the body ended or the stream failed.
     done: bool,
     /// Tool calls seen per candidate index, for `ToolCallDelta::index`.
     tool_calls_per_choice: Vec<(u32, u32)>,
@@ -896,6 +961,7 @@ struct GeminiChunks<S> {
 }
 
 impl<S> GeminiChunks<S> {
+    /// The chunks of `events`, an answer of the upstream `model`.
     fn new(events: SseStream<S>, model: &str, redactor: Redactor) -> Self {
         Self {
             events,
@@ -912,11 +978,13 @@ impl<S> GeminiChunks<S> {
         }
     }
 
+    /// Ends the stream with `error`, after the chunks already made.
     fn fail(&mut self, error: ProviderError) {
         self.ready.push_back(Err(error));
         self.done = true;
     }
 
+    /// A chunk of this answer with `choices` and `usage`, stamped with the current time.
     fn chunk(&self, choices: Vec<ChunkChoice>, usage: Option<Usage>) -> ChatChunk {
         ChatChunk {
             id: self.id.clone(),
@@ -928,6 +996,9 @@ impl<S> GeminiChunks<S> {
         }
     }
 
+    /// Makes the chunks of one event: the role chunk (first event only), then one with each
+    /// candidate's new text and tool calls, then one with the finish reasons and usage. An
+    /// event that is an error, or not JSON, fails the stream.
     fn on_event(&mut self, event: &SseEvent) {
         let answer: GenerateContentResponse = match serde_json::from_str(&event.data) {
             Ok(answer) => answer,
@@ -1039,6 +1110,8 @@ impl<S> GeminiChunks<S> {
         }
     }
 
+    /// The count of tool calls candidate `index` has streamed so far (the next call's
+    /// `ToolCallDelta::index`), starting at 0.
     fn tool_calls_seen(&mut self, index: u32) -> &mut u32 {
         let position = match self.tool_calls_per_choice.iter().position(|(i, _)| *i == index) {
             Some(position) => position,
@@ -1070,6 +1143,8 @@ impl<S> GeminiChunks<S> {
         }
     }
 
+    /// The body ended: a clean end after a finish reason; otherwise leftover non-SSE text is a
+    /// malformed response, and a missing finish reason a transport error (a cut stream).
     fn on_end(&mut self) {
         if self.done {
             return;
@@ -1140,12 +1215,17 @@ where
 /// The `error` of a `google.rpc.Status` body.
 #[derive(Debug, Default, Deserialize)]
 struct GoogleError {
+    /// `code`, the HTTP status (a number, or a numeric string from some proxies).
     #[serde(default)]
     code: Option<Value>,
+    /// `message`, human-readable; empty when missing.
     #[serde(default)]
     message: String,
+    /// `status`, the `google.rpc.Code` name (`RESOURCE_EXHAUSTED`, `INVALID_ARGUMENT`, ...);
+    /// what classification reads first.
     #[serde(default)]
     status: Option<String>,
+    /// `details[]`, typed payloads (`RetryInfo`, `ErrorInfo`, `QuotaFailure`, ...) by `@type`.
     #[serde(default)]
     details: Vec<Value>,
 }
@@ -1173,6 +1253,8 @@ struct ErrorDetails {
 }
 
 impl ErrorDetails {
+    /// Reads the `RetryInfo`, `ErrorInfo` and `QuotaFailure` payloads of `details`; others are
+    /// skipped.
     fn read(details: &[Value]) -> Self {
         let mut read = ErrorDetails::default();
         for detail in details {
@@ -1248,6 +1330,9 @@ fn classify_http_error(
     }
 }
 
+/// Classifies a `google.rpc.Status` error (see the module docs' table): `API_KEY_INVALID` is
+/// `auth` whatever the status string, an unknown status string falls back to the HTTP
+/// `status`. The wait is `retry_after` (from headers), else the `RetryInfo` delay.
 fn classify_google_error(
     status: u16,
     error: &GoogleError,
@@ -1296,10 +1381,12 @@ fn classify_google_error(
 struct Redactor(Option<Secret>);
 
 impl Redactor {
+    /// A redactor for the key of `call`'s credential (none when it has no key).
     fn of(call: Call<'_>) -> Self {
         Redactor(call.credential.key().cloned())
     }
 
+    /// `text` with every occurrence of the key replaced.
     fn clean(&self, text: &str) -> String {
         self.0.as_ref().map_or_else(|| text.to_owned(), |key| key.redact(text).into_owned())
     }
@@ -1309,19 +1396,26 @@ impl Redactor {
 // Embeddings
 // ---------------------------------------------------------------------------------------------
 
+/// The answer of `embedContent`.
 #[derive(Debug, Deserialize)]
 struct EmbedContentResponse {
+    /// `embedding`, the one vector; required.
     embedding: ContentEmbedding,
 }
 
+/// The answer of `batchEmbedContents`.
 #[derive(Debug, Deserialize)]
 struct BatchEmbedContentsResponse {
+    /// `embeddings[]`, one per request in the same order; their count is checked against the
+    /// inputs.
     #[serde(default)]
     embeddings: Vec<ContentEmbedding>,
 }
 
+/// `ContentEmbedding`, one vector.
 #[derive(Debug, Deserialize)]
 struct ContentEmbedding {
+    /// `values`, the vector; missing reads as empty.
     #[serde(default)]
     values: Vec<f32>,
 }

@@ -73,6 +73,7 @@ pub type Response = ::http::Response<Incoming>;
 /// idle connection per worker thread more than a shared pool would keep.
 #[derive(Debug, Clone)]
 pub struct HttpClient {
+    /// The settings every thread's pool is made from.
     settings: HttpSettings,
     /// The TLS configuration every thread's pool shares: the platform's roots are loaded once.
     tls: rustls::ClientConfig,
@@ -107,6 +108,8 @@ impl HttpClient {
         async move { response.await.map_err(TransportError::send) }
     }
 
+    /// Runs `f` on the calling thread's pool of this client, making the pool first if the
+    /// thread has none yet.
     fn with_pool<T>(&self, f: impl FnOnce(&Pool) -> T) -> T {
         POOLS.with_borrow_mut(|pools| {
             // Compared by address: no reference count is touched on the request path. A pool's
@@ -122,6 +125,8 @@ impl HttpClient {
         })
     }
 
+    /// Adds `pool` to the thread's `pools` under this client's id, first dropping the pools of
+    /// clients that are gone.
     fn insert(&self, pools: &mut Vec<(Weak<()>, Pool)>, pool: Pool) {
         pools.retain(|(id, _)| id.strong_count() > 0);
         pools.push((Arc::downgrade(&self.alive), pool));
@@ -173,7 +178,9 @@ fn client(settings: &HttpSettings, tls: &rustls::ClientConfig) -> Pool {
 /// route's timeout, and a connect the pool had stopped waiting for would never end.
 #[derive(Debug, Clone)]
 pub struct ConnectWithin<C> {
+    /// The connector doing the work (hyper-rustls over hyper's `HttpConnector`).
     inner: C,
+    /// The bound on the whole connect: [`HttpSettings::connect_timeout`].
     limit: Duration,
 }
 
@@ -229,8 +236,11 @@ pub fn parse_uri(url: String) -> Result<Uri, ProviderError> {
 /// nothing in a query string can leak, and holds the whole chain of causes.
 #[derive(Debug)]
 pub struct TransportError {
+    /// [`ErrorKind::Timeout`] or [`ErrorKind::Transport`].
     kind: ErrorKind,
+    /// The stage that failed, the head of the text (`could not connect`, `timed out`, ...).
     what: &'static str,
+    /// The underlying error, whose chain of causes follows `what` in the text.
     source: Option<Box<dyn StdError + Send + Sync>>,
 }
 
@@ -258,6 +268,8 @@ impl TransportError {
         Self { kind: ErrorKind::Timeout, what: "timed out", source: Some("operation timed out".into()) }
     }
 
+    /// An error named `what` for `source`, of kind [`ErrorKind::Timeout`] when a timeout is
+    /// anywhere in its chain, else [`ErrorKind::Transport`].
     fn classified(what: &'static str, source: Box<dyn StdError + Send + Sync>) -> Self {
         let kind = if is_timeout(&*source) { ErrorKind::Timeout } else { ErrorKind::Transport };
         Self { kind, what, source: Some(source) }
@@ -341,6 +353,7 @@ pub fn body_stream(response: Response) -> BodyStream {
 /// See [`body_stream`].
 #[derive(Debug)]
 pub struct BodyStream {
+    /// The response body, read frame by frame.
     body: Incoming,
 }
 

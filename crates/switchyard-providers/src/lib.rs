@@ -1,3 +1,5 @@
+#![warn(missing_docs)]
+
 //! Switchyard's provider adapters: each translates the canonical chat types to one upstream
 //! API and back, streams, and classifies every failure into the error catalog from the
 //! provider's own status and codes.
@@ -29,9 +31,16 @@ pub use crate::http::HttpSettings;
 /// The kinds of HTTP provider Switchyard speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ProviderKind {
+    /// OpenAI itself: Chat Completions and embeddings (`Authorization: Bearer`), base
+    /// `https://api.openai.com/v1`.
     OpenAi,
+    /// Anthropic's Messages API (`x-api-key`), base `https://api.anthropic.com`.
     Anthropic,
+    /// Google's Gemini API (`x-goog-api-key`), base
+    /// `https://generativelanguage.googleapis.com/v1beta`.
     Gemini,
+    /// Azure OpenAI (`api-key` header, `api-version` query); no default base URL, the
+    /// resource's endpoint must be configured.
     Azure,
     /// Any server speaking the OpenAI dialect (Ollama, vLLM, llama.cpp, Groq, OpenRouter, ...).
     OpenAiCompatible,
@@ -70,6 +79,7 @@ impl fmt::Display for ProviderKind {
 /// each call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderSettings {
+    /// Which API the provider speaks; picks the adapter [`build`] makes.
     pub kind: ProviderKind,
     /// Overrides the kind's public endpoint; required for Azure and OpenAI-compatible servers.
     pub base_url: Option<String>,
@@ -81,10 +91,14 @@ pub struct ProviderSettings {
     pub organization: Option<String>,
     /// OpenAI's `OpenAI-Project` header.
     pub project: Option<String>,
+    /// Connection settings of this provider's own connection pool.
     pub http: HttpSettings,
 }
 
 impl ProviderSettings {
+    /// Settings for `kind` with nothing else set: no base URL (the kind's public endpoint, if
+    /// it has one), no extra headers, no API version (the adapter's default) and
+    /// [`HttpSettings::default`].
     pub fn new(kind: ProviderKind) -> Self {
         Self {
             kind,
@@ -97,6 +111,7 @@ impl ProviderSettings {
         }
     }
 
+    /// Sets [`base_url`](Self::base_url), the endpoint that overrides the kind's public one.
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
         self.base_url = Some(url.into());
         self
@@ -119,12 +134,16 @@ impl ProviderSettings {
 /// A provider that cannot be built.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
+    /// The kind has no public endpoint (Azure, OpenAI-compatible) and no `base_url` was set.
     #[error("providers of kind `{0}` need a base_url")]
     MissingBaseUrl(ProviderKind),
+    /// The `base_url` (held here) does not start with `http://` or `https://`.
     #[error("base_url `{0}` is not an http:// or https:// URL")]
     InvalidBaseUrl(String),
+    /// A configured header (its name is held here) is not a valid header name or value.
     #[error("header `{0}` is not a valid HTTP header name or value")]
     InvalidHeader(String),
+    /// The HTTP client could not be built: the platform's TLS verifier failed to set up.
     #[error("could not build the HTTP client: {0}")]
     Client(#[from] crate::http::ClientError),
 }

@@ -47,11 +47,16 @@ pub const AZURE_DEFAULT_API_VERSION: &str = "2024-10-21";
 /// An adapter for the OpenAI dialect. One instance serves one configured provider, with its
 /// own connection pool.
 pub struct OpenAiProvider {
+    /// `openai`, `azure` or `openai_compatible`: picks the key header, the URL shape and
+    /// whether `max_tokens` goes out as `max_completion_tokens`.
     kind: ProviderKind,
+    /// The resolved base URL, without a trailing slash; reported by [`Provider::base_url`].
     base_url: String,
+    /// The operations' URLs, prepared from `base_url` once.
     endpoint: Endpoint,
     /// Organization, project and the configured extra headers; marked sensitive.
     headers: HeaderMap,
+    /// This provider's own connection pools.
     client: http::HttpClient,
 }
 
@@ -60,11 +65,21 @@ pub struct OpenAiProvider {
 enum Endpoint {
     /// `{base}/{operation}`, the model in the body. The two operations' URLs are parsed once:
     /// parsing a URL per request showed in the gateway's profile.
-    Plain { chat: Uri, embeddings: Uri },
+    Plain {
+        /// `{base}/chat/completions`.
+        chat: Uri,
+        /// `{base}/embeddings`.
+        embeddings: Uri,
+    },
     /// Azure's classic deployment URLs: the deployment (the upstream model) is in the path.
     /// `path` is the base URL up to its query, `query` the base's own query (if any) followed
     /// by the encoded `api-version` pair.
-    AzureDeployment { path: String, query: String },
+    AzureDeployment {
+        /// The base URL before its `?`, without a trailing slash.
+        path: String,
+        /// The base URL's own query, if any, then `api-version=<encoded version>`.
+        query: String,
+    },
 }
 
 impl OpenAiProvider {
@@ -204,6 +219,8 @@ impl OpenAiProvider {
         })
     }
 
+    /// A non-streaming chat completion: a body without `stream` to `chat/completions`, the
+    /// answer read whole and translated to the canonical response.
     async fn complete(&self, call: Call<'_>, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let body = wire::chat_body(request, call.model, false, self.wants_max_completion_tokens())?;
         let response = self.post(call, "chat/completions", body, false).await?;
@@ -211,6 +228,9 @@ impl OpenAiProvider {
         wire::parse_response(&bytes, call.credential.key())
     }
 
+    /// A streaming chat completion: `stream: true` to `chat/completions`, the SSE body read as
+    /// canonical chunks. A 200 answered with `application/json` (a server that ignored
+    /// `stream`) is read whole and replayed as a stream.
     async fn open_stream(&self, call: Call<'_>, request: &ChatRequest) -> Result<ChunkStream, ProviderError> {
         let body = wire::chat_body(request, call.model, true, self.wants_max_completion_tokens())?;
         let response = self.post(call, "chat/completions", body, true).await?;
@@ -228,6 +248,7 @@ impl OpenAiProvider {
         Ok(stream::chunks(response, call.credential.key().cloned()))
     }
 
+    /// An embeddings call to `embeddings`; the answer must hold one vector per input text.
     async fn embed(
         &self,
         call: Call<'_>,
@@ -310,6 +331,7 @@ fn form_encode(value: &str, out: &mut String) {
     }
 }
 
+/// Appends `byte` as is when `keep`, else as `%XX` (uppercase hex).
 fn push_byte(byte: u8, keep: bool, out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     if keep {

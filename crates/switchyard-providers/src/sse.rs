@@ -11,7 +11,10 @@ use switchyard::{ErrorKind, ProviderError};
 /// One event: its `event:` name (if any) and its `data:` lines joined with `\n`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SseEvent {
+    /// The `event:` field (Anthropic's event type, OpenAI's `error`); `None` when the event
+    /// had no `event:` line, as with OpenAI Chat and Gemini.
     pub event: Option<String>,
+    /// The `data:` lines, each without its single leading space, joined with `\n`.
     pub data: String,
 }
 
@@ -27,8 +30,12 @@ pub const MAX_STRAY_BYTES: usize = 64 << 10;
 /// provider relies on).
 #[derive(Debug, Default)]
 pub struct SseParser {
+    /// The start of a line split across feeds, completed by the next feed.
     buffer: Vec<u8>,
+    /// The current event's `event:` field, if one was seen.
     event: Option<String>,
+    /// The current event's `data:` lines so far; `None` until the first one, so that an event
+    /// with no data line is not dispatched.
     data: Option<String>,
     /// The last byte fed was `\r`: a following `\n` belongs to the same line end.
     after_cr: bool,
@@ -37,10 +44,12 @@ pub struct SseParser {
     /// Lines that are not `field: value` (some providers send raw JSON error bodies mid-stream),
     /// at most [`MAX_STRAY_BYTES`] of them.
     stray: Vec<String>,
+    /// The total length of `stray`, checked against [`MAX_STRAY_BYTES`].
     stray_bytes: usize,
 }
 
 impl SseParser {
+    /// A parser at the start of a stream, with nothing pending.
     pub fn new() -> Self {
         Self::default()
     }
@@ -151,6 +160,8 @@ impl SseParser {
         }
     }
 
+    /// Ends the current event (a blank line or the end of input): appends it to `events` if it
+    /// had a `data:` line, and resets the `event:` name either way.
     fn dispatch(&mut self, events: &mut Vec<SseEvent>) {
         let event = self.event.take();
         if let Some(data) = self.data.take() {
@@ -162,15 +173,20 @@ impl SseParser {
 /// Turns a byte stream (a response body) into SSE events. A body error ends the stream with a
 /// transport error; an event past [`MAX_EVENT_BYTES`], with a malformed-response error.
 pub struct SseStream<S> {
+    /// The byte stream being read.
     body: S,
+    /// Splits the bytes into events.
     parser: SseParser,
+    /// Events parsed and not yet yielded (one feed can complete several).
     ready: std::collections::VecDeque<SseEvent>,
+    /// The body has ended or failed: no more bytes are read.
     done: bool,
     /// What ends the stream once `ready` is empty.
     failed: Option<ProviderError>,
 }
 
 impl<S> SseStream<S> {
+    /// Reads the events of `body`, a stream of byte chunks split anywhere.
     pub fn new(body: S) -> Self {
         Self { body, parser: SseParser::new(), ready: Default::default(), done: false, failed: None }
     }

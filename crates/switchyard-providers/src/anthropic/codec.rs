@@ -52,11 +52,14 @@ pub type Event = (&'static str, Value);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{field}` {reason}")]
 pub struct CodecError {
+    /// The JSON path of the field at fault (`body` for the body as a whole).
     pub field: String,
+    /// What is wrong with it, phrased to follow the field (`is required`, `must be a string`).
     pub reason: String,
 }
 
 impl CodecError {
+    /// An error about `field` (a JSON path) for `reason`.
     pub(crate) fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
         Self { field: field.into(), reason: reason.into() }
     }

@@ -150,6 +150,7 @@ pub(crate) fn build<'a>(
     })
 }
 
+/// An owned copy of one `extra` entry.
 fn clone_entry((key, value): (&String, &Value)) -> (String, Value) {
     (key.clone(), value.clone())
 }
@@ -157,6 +158,7 @@ fn clone_entry((key, value): (&String, &Value)) -> (String, Value) {
 /// What a request of another dialect says in `extra` that Anthropic can use.
 #[derive(Debug, Default)]
 struct Foreign {
+    /// OpenAI's `max_completion_tokens`, the `max_tokens` sent when the request sets none.
     max_completion_tokens: Option<u32>,
     /// OpenAI's end-user id, sent as `metadata.user_id`.
     user: Option<String>,
@@ -320,11 +322,14 @@ fn parse_arguments(arguments: &str, field: &str) -> Result<Value, ProviderError>
     }
 }
 
+/// A text block for `text`; `None` for an empty string.
 fn text_block(text: &str) -> Option<Block> {
     // Anthropic refuses empty text blocks; an empty string adds nothing to the conversation.
     (!text.is_empty()).then(|| Block::Text { text: text.to_owned() })
 }
 
+/// The text and image blocks of a user or assistant message's content (or a tool result's);
+/// empty texts are left out, and image URLs become [`image_block`]s.
 fn content_blocks(content: Option<&Content>, index: usize) -> Result<Vec<Block>, ProviderError> {
     match content {
         None => Ok(Vec::new()),
@@ -437,6 +442,7 @@ fn tool_choice(
     })
 }
 
+/// Whether a tool choice asks for nothing without tools: none given, `auto` or `none`.
 fn choice_is_passive(choice: Option<&ToolChoice>) -> bool {
     match choice {
         None => true,

@@ -51,6 +51,7 @@ where
 /// A tool-use block being streamed.
 #[derive(Debug)]
 struct OpenTool {
+    /// The canonical tool call index of the block (its place among the answer's tool calls).
     ordinal: u32,
     /// Whether any argument text was emitted: a call without any gets `{}`, so that the
     /// concatenated arguments always parse.
@@ -60,16 +61,30 @@ struct OpenTool {
 /// The state of one streamed answer.
 #[derive(Debug)]
 pub(crate) struct Decoder {
+    /// The dialect the request arrived in; Anthropic clients also get `stop_reason` and
+    /// `stop_sequence` in the last chunk's `extra`.
     origin: Dialect,
+    /// Cut out of any error text the stream carries.
     key: Option<Secret>,
+    /// The message id (`msg_...`) from `message_start`, on every chunk; empty before it.
     id: String,
+    /// The model from `message_start`, on every chunk; empty before it.
     model: String,
+    /// Unix seconds when the decoder was made: Anthropic sends no creation time.
     created: u64,
+    /// Tool-use blocks started and not yet stopped, by Anthropic content block index.
     tools: HashMap<u32, OpenTool>,
+    /// The canonical index the next tool-use block gets.
     next_ordinal: u32,
+    /// The latest token counts: `message_start`'s, each field replaced by the cumulative
+    /// counts of every `message_delta`.
     usage: super::wire::Usage,
+    /// Anthropic `stop_reason` from the last `message_delta` that had one (`end_turn`,
+    /// `max_tokens`, `tool_use`, ...); `None` until then.
     stop_reason: Option<String>,
+    /// The custom stop sequence that matched, when `stop_reason` is `stop_sequence`.
     stop_sequence: Option<String>,
+    /// `message_stop` was seen: the stream ends after the last chunk.
     finished: bool,
 }
 
@@ -170,6 +185,7 @@ impl Decoder {
         })
     }
 
+    /// A chunk of this answer with one choice (index 0) carrying `delta`.
     fn chunk(&self, delta: Delta) -> ChatChunk {
         ChatChunk {
             id: self.id.clone(),
@@ -181,14 +197,17 @@ impl Decoder {
         }
     }
 
+    /// A chunk adding `text` to the answer.
     fn text(&self, text: String) -> ChatChunk {
         self.chunk(Delta { content: Some(text), ..Delta::default() })
     }
 
+    /// A chunk carrying one tool call fragment.
     fn tool_delta(&self, delta: ToolCallDelta) -> ChatChunk {
         self.chunk(Delta { tool_calls: vec![delta], ..Delta::default() })
     }
 
+    /// A chunk adding `fragment` to the arguments of tool call `ordinal`.
     fn arguments(&self, ordinal: u32, fragment: String) -> ChatChunk {
         self.tool_delta(ToolCallDelta {
             index: ordinal,
@@ -240,6 +259,8 @@ fn parse(event: SseEvent, key: Option<&Secret>) -> Result<StreamEvent, ProviderE
     Ok(parsed)
 }
 
+/// The event types [`StreamEvent`] models: one of these that fails to parse is a broken
+/// stream, not a new event type to skip.
 const KNOWN_EVENTS: [&str; 8] = [
     "message_start",
     "content_block_start",

@@ -13,23 +13,37 @@ use switchyard::deserialize_with_extra;
 /// `POST /v1/messages` body, as the adapter sends it.
 #[derive(Debug, Serialize)]
 pub(crate) struct MessagesRequest<'a> {
+    /// The upstream model (`claude-sonnet-4-5`, ...), not the route name the client asked for.
     pub model: &'a str,
+    /// `max_tokens`, required by Anthropic: the request's limit, else OpenAI's
+    /// `max_completion_tokens`, else [`DEFAULT_MAX_TOKENS`](super::DEFAULT_MAX_TOKENS).
     pub max_tokens: u32,
+    /// The top-level `system` prompt, gathered from the system and developer messages; left
+    /// out when there are none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub system: Option<System>,
+    /// The conversation, user and assistant turns alternating.
     pub messages: Vec<Turn>,
+    /// `tools[]`; left out when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<ToolParam>,
+    /// `tool_choice`; left out when the request has no tools and asks for nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<ToolChoiceParam>,
+    /// Sampling temperature, 0 to 1 on Anthropic (a value outside is refused before sending).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
+    /// Nucleus sampling mass, 0 to 1.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,
+    /// `stop_sequences`, from the canonical `stop`; left out when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stop_sequences: Vec<String>,
+    /// `metadata`: `{"user_id": ...}` from OpenAI's `user`; `None` for an Anthropic-dialect
+    /// request, whose own `metadata` travels in `extra`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Value>,
+    /// `stream: true` on streaming calls; left out (not `false`) otherwise.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stream: bool,
     /// Fields of an Anthropic-dialect request that the canonical types do not model.
@@ -41,14 +55,19 @@ pub(crate) struct MessagesRequest<'a> {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub(crate) enum System {
+    /// A plain string: the system messages amount to one text block, none kept verbatim.
     Text(String),
+    /// Several blocks, or blocks kept verbatim from an Anthropic client (`cache_control`, ...).
     Blocks(Vec<Block>),
 }
 
 /// One message of the conversation. Anthropic knows two roles and wants them to alternate.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Turn {
+    /// `user` (which also carries tool results) or `assistant`.
     pub role: &'static str,
+    /// The turn's blocks, never empty: consecutive messages of one role are merged into one
+    /// turn.
     pub content: Vec<Block>,
 }
 
@@ -56,21 +75,33 @@ pub(crate) struct Turn {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum Block {
+    /// `{"type": "text", "text"}`. Anthropic refuses an empty text block.
     Text {
+        /// The text.
         text: String,
     },
+    /// `{"type": "image", "source"}`, in user turns and tool results.
     Image {
+        /// Where the image's bytes are.
         source: ImageSource,
     },
+    /// `{"type": "tool_use", "id", "name", "input"}`: an assistant's tool call.
     ToolUse {
+        /// The call's id (`toolu_...`), which the `tool_result` quotes.
         id: String,
+        /// The called tool's name.
         name: String,
+        /// The arguments, a JSON object (OpenAI's `arguments` string, parsed).
         input: Value,
     },
+    /// `{"type": "tool_result", "tool_use_id", "content"?, "is_error"?}`, in a user turn.
     ToolResult {
+        /// The `id` of the `tool_use` block this answers.
         tool_use_id: String,
+        /// What the tool returned; `None` when it returned nothing.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         content: Option<ToolResultContent>,
+        /// `true` when the tool failed; `None` (left out) reads as `false`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         is_error: Option<bool>,
     },
@@ -83,15 +114,27 @@ pub(crate) enum Block {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum ImageSource {
-    Base64 { media_type: String, data: String },
-    Url { url: String },
+    /// `{"type": "base64", "media_type", "data"}`, from a `data:` URL.
+    Base64 {
+        /// The MIME type (`image/png`, `image/jpeg`, `image/gif`, `image/webp`).
+        media_type: String,
+        /// The image bytes, base64-encoded.
+        data: String,
+    },
+    /// `{"type": "url", "url"}`: Anthropic fetches the image itself.
+    Url {
+        /// The image's http(s) URL.
+        url: String,
+    },
 }
 
 /// A tool result's content: a string, or text and image blocks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub(crate) enum ToolResultContent {
+    /// A plain string, from a tool message with string content.
     Text(String),
+    /// Text and image blocks, from a tool message with content parts.
     Blocks(Vec<Block>),
 }
 
@@ -99,13 +142,20 @@ pub(crate) enum ToolResultContent {
 /// tools (`web_search_20250305`, `bash_20250124`, ...) have a versioned `type`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct ToolParam {
+    /// `type`: `None` (left out) for a client tool, the versioned type of a server tool.
     #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// The tool's `name`, what the model calls it by.
     pub name: String,
+    /// `description`, shown to the model.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// `input_schema`, the JSON Schema of the input; always set for a client tool (an empty
+    /// object schema when the function has no parameters), as Anthropic requires.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input_schema: Option<Value>,
+    /// Other fields of the definition (`cache_control`, a server tool's settings, ...), from
+    /// an Anthropic-dialect request only.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -113,10 +163,14 @@ pub(crate) struct ToolParam {
 /// `{"type": "auto" | "any" | "tool" | "none", "name"?, "disable_parallel_tool_use"?}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct ToolChoiceParam {
+    /// `auto`, `any` (OpenAI's `required`), `tool` (a named function) or `none`.
     #[serde(rename = "type")]
     pub kind: &'static str,
+    /// The tool to call, with `type: tool` only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// `Some(true)` for OpenAI's `parallel_tool_calls: false` (at most one tool use); never
+    /// sent with `none`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disable_parallel_tool_use: Option<bool>,
 }
@@ -124,29 +178,40 @@ pub(crate) struct ToolChoiceParam {
 /// A complete answer (also the `message` of `message_start`, with empty content).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct MessageResponse {
+    /// The message id (`msg_...`), passed through to the client; empty when missing.
     #[serde(default)]
     pub id: String,
+    /// `type`, always `message`; defaults to it when missing.
     #[serde(rename = "type", default = "message_type")]
     pub kind: String,
+    /// `role`, always `assistant`; defaults to it when missing.
     #[serde(default = "assistant_role")]
     pub role: String,
+    /// The model that answered (often a dated version of the one asked for); empty when
+    /// missing.
     #[serde(default)]
     pub model: String,
     /// Raw blocks: the adapter needs the exact JSON to tell whether the canonical form loses
     /// anything (see `response.rs`). Required, so that a 200 without it is malformed.
     pub content: Vec<Value>,
+    /// Anthropic `stop_reason` (`end_turn`, `max_tokens`, `stop_sequence`, `tool_use`,
+    /// `pause_turn`, `refusal`, ...); `None` in `message_start`, where it comes later.
     #[serde(default)]
     pub stop_reason: Option<String>,
+    /// The custom stop sequence that matched; `None` unless `stop_reason` is `stop_sequence`.
     #[serde(default)]
     pub stop_sequence: Option<String>,
+    /// Token counts; all `None` when missing.
     #[serde(default)]
     pub usage: Usage,
 }
 
+/// The default of [`MessageResponse::kind`].
 fn message_type() -> String {
     "message".to_owned()
 }
 
+/// The default of [`MessageResponse::role`].
 fn assistant_role() -> String {
     "assistant".to_owned()
 }
@@ -155,12 +220,16 @@ fn assistant_role() -> String {
 /// (`message_delta` carries only the cumulative `output_tokens` on older models).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub(crate) struct Usage {
+    /// `input_tokens`: input tokens neither written to nor read from the prompt cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_tokens: Option<u32>,
+    /// `output_tokens`; cumulative in `message_delta` (the total so far, not an increment).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_tokens: Option<u32>,
+    /// `cache_creation_input_tokens`: input tokens written to the prompt cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_creation_input_tokens: Option<u32>,
+    /// `cache_read_input_tokens`: input tokens read from the prompt cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_read_input_tokens: Option<u32>,
     /// `cache_creation`, `service_tier`, `server_tool_use`, ...
@@ -190,28 +259,45 @@ impl Usage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum StreamEvent {
+    /// `message_start`, the first event.
     MessageStart {
+        /// The message so far: id, model, initial usage; empty `content`, null `stop_reason`.
         message: MessageResponse,
     },
+    /// `content_block_start`: a block begins.
     ContentBlockStart {
+        /// The block's place among the message's content blocks (all kinds counted).
         index: u32,
+        /// The block's start: a `tool_use` block's `input` is always `{}` here.
         content_block: Block,
     },
+    /// `content_block_delta`: more of an open block.
     ContentBlockDelta {
+        /// The block this adds to.
         index: u32,
+        /// What it adds.
         delta: BlockDelta,
     },
+    /// `content_block_stop`: the block is complete.
     ContentBlockStop {
+        /// The block that ended.
         index: u32,
     },
+    /// `message_delta`: top-level changes near the end (one or more).
     MessageDelta {
+        /// The `stop_reason` and `stop_sequence`.
         delta: MessageDeltaBody,
+        /// Cumulative token counts; all `None` when missing.
         #[serde(default)]
         usage: Usage,
     },
+    /// `message_stop`, the last event: the answer is complete.
     MessageStop,
+    /// `ping`, a keep-alive that may come anywhere.
     Ping,
+    /// `error`: the stream fails (after an HTTP 200), for instance with `overloaded_error`.
     Error {
+        /// The error's type and message.
         error: ErrorBody,
     },
     /// An event type added after this code was written: ignored, as the docs ask.
@@ -240,10 +326,15 @@ impl StreamEvent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum BlockDelta {
+    /// `text_delta`: more text of a text block.
     TextDelta {
+        /// The next piece of text.
         text: String,
     },
+    /// `input_json_delta`: more of a `tool_use` block's input.
     InputJsonDelta {
+        /// The next piece of the input's JSON text, to be concatenated (the first is often
+        /// empty).
         partial_json: String,
     },
     /// `thinking_delta`, `signature_delta`, `citations_delta`, ...
@@ -254,8 +345,10 @@ pub(crate) enum BlockDelta {
 /// The top-level changes of a `message_delta`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct MessageDeltaBody {
+    /// Anthropic `stop_reason`, why the answer ended; `None` when this delta does not say.
     #[serde(default)]
     pub stop_reason: Option<String>,
+    /// The custom stop sequence that matched, if any.
     #[serde(default)]
     pub stop_sequence: Option<String>,
 }
@@ -266,11 +359,14 @@ pub(crate) struct ErrorResponse {
     /// Always `error` from Anthropic; tolerated missing from proxies that drop it.
     #[serde(rename = "type", default = "error_type")]
     pub kind: String,
+    /// The error's type and message.
     pub error: ErrorBody,
+    /// Anthropic's `request_id` (`req_...`), for support requests; `None` when missing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
 }
 
+/// The default of [`ErrorResponse::kind`].
 fn error_type() -> String {
     "error".to_owned()
 }
@@ -278,8 +374,11 @@ fn error_type() -> String {
 /// The error itself: its type (`rate_limit_error`, ...) and message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct ErrorBody {
+    /// `error.type`: `invalid_request_error`, `authentication_error`, `rate_limit_error`,
+    /// `overloaded_error`, ...; what classification reads first.
     #[serde(rename = "type")]
     pub kind: String,
+    /// `error.message`, human-readable; empty when missing.
     #[serde(default)]
     pub message: String,
     /// Seen on spend-limit 429s: `{"error_code": "enforced_spend_limit_reached"}`.

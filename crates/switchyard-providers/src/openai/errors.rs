@@ -20,12 +20,15 @@ use crate::http;
 /// What an error body says, whatever its envelope.
 #[derive(Debug, Default, PartialEq)]
 struct Fields {
+    /// `message`, the provider's human-readable text (or the whole `{"error": "text"}`).
     message: Option<String>,
     /// `code` as text (numbers included).
     code: Option<String>,
     /// `code` when it is a number or a numeric string (an HTTP status, by convention).
     numeric_code: Option<u16>,
+    /// `type` (`invalid_request_error`, `tokens`, `insufficient_quota`, ...).
     kind: Option<String>,
+    /// Azure's `innererror.code` (`ResponsibleAIPolicyViolation` on a content-filter rejection).
     inner_code: Option<String>,
 }
 
@@ -97,10 +100,13 @@ pub(super) fn may_be_error(object: &Map<String, Value>) -> bool {
     object.contains_key("error") || is_flat_envelope(object.get("object"))
 }
 
+/// Whether an `object` member says `"error"`: the flat envelope of vLLM and Mistral.
 fn is_flat_envelope(object: Option<&Value>) -> bool {
     object.and_then(Value::as_str) == Some("error")
 }
 
+/// The fields of the error object in `value`: its `error` member (an object or a bare string)
+/// or the flat envelope itself; `None` when `value` holds no error.
 fn fields(value: &Value) -> Option<Fields> {
     let object = match value.get("error") {
         Some(Value::Object(object)) => object,
@@ -129,6 +135,9 @@ fn fields(value: &Value) -> Option<Fields> {
     })
 }
 
+/// The catalog kind of an error: a known `code`, then a specific `type`, then Azure's
+/// content-filter inner code, then the HTTP status (or a numeric code in 400..=599), then the
+/// generic `type`; anything left is `unavailable`.
 fn classify(status: Option<u16>, fields: &Fields) -> ErrorKind {
     if let Some(kind) = fields.code.as_deref().and_then(code_kind) {
         return kind;

@@ -71,26 +71,35 @@ pub(super) fn from_response(answer: ChatResponse) -> ChunkStream {
     Box::pin(stream::iter(chunks.into_iter().map(Ok)))
 }
 
+/// The response body the stream reads.
 type Body = crate::http::BodyStream;
 
+/// The state of one streaming response between chunks.
 struct Reader {
+    /// The SSE events of the body.
     events: SseStream<Body>,
     /// Scrubbed from any error text the provider sends.
     key: Option<Secret>,
     /// Choices whose deltas carried a refusal: their stop is a content-filter stop.
     refused: HashSet<u32>,
+    /// `[DONE]` or an error was seen: the stream yields nothing more.
     ended: bool,
 }
 
 /// What one event amounts to.
 enum Step {
+    /// A chunk to yield.
     Chunk(ChatChunk),
+    /// Nothing to yield (an empty event, a chunk that says nothing): read the next event.
     Skip,
+    /// `data: [DONE]`: the answer is complete.
     Done,
+    /// The stream ends with this error.
     Fail(ProviderError),
 }
 
 impl Reader {
+    /// The next chunk, or the error that ends the stream; `None` after `[DONE]` or an error.
     async fn next(&mut self) -> Option<Result<ChatChunk, ProviderError>> {
         while !self.ended {
             let step = match self.events.next().await {
@@ -111,6 +120,8 @@ impl Reader {
         None
     }
 
+    /// What `event` amounts to: `[DONE]`, a chunk, or an error (an `error` object, an
+    /// `event: error`, or data that is not a chunk).
     fn translate(&mut self, event: &SseEvent) -> Step {
         let data = event.data.trim();
         if data == "[DONE]" {
@@ -212,6 +223,7 @@ impl Reader {
             .unwrap_or_else(|| ProviderError::new(ErrorKind::Transport, "stream ended before [DONE]"))
     }
 
+    /// A `malformed_response` error quoting an excerpt of `data`, with the key scrubbed.
     fn malformed(&self, error: &serde_json::Error, data: &str) -> ProviderError {
         let detail = format!(
             "a stream event is not a chat completion chunk ({error}): {}",
@@ -221,12 +233,21 @@ impl Reader {
     }
 }
 
+/// One `chat.completion.chunk`, read tolerantly.
 struct ChunkIn {
+    /// The completion's id, the same on every chunk; empty when missing or null (Azure's first
+    /// chunk).
     id: String,
+    /// The model that answers; empty when missing or null.
     model: String,
+    /// `created`, Unix seconds, the same on every chunk; 0 when missing or null.
     created: u64,
+    /// `choices[]`; empty on the final usage chunk and on Azure's prompt-filter chunk.
     choices: Vec<ChunkChoiceIn>,
+    /// `usage`: set on the final chunk with `include_usage`, null on the others.
     usage: Option<UsageIn>,
+    /// Unmodelled fields (`system_fingerprint`, `x_groq`, Azure's `prompt_filter_results`,
+    /// ...); also where a top-level `error` lands.
     extra: Extra,
 }
 
@@ -238,44 +259,64 @@ deserialize_with_extra!(ChunkIn {
     "usage" => usage: OrDefault,
 });
 
+/// One entry of a chunk's `choices[]`.
 #[derive(Deserialize)]
 struct ChunkChoiceIn {
+    /// `index` of the choice; `None` when missing, read as its position in `choices`.
     #[serde(default)]
     index: Option<u32>,
+    /// `delta`, what this chunk adds to the choice; empty when missing or null.
     #[serde(default, deserialize_with = "nullable")]
     delta: DeltaIn,
+    /// OpenAI `finish_reason`: `None` until the choice's last chunk.
     #[serde(default)]
     finish_reason: Option<FinishReason>,
 }
 
+/// `choices[].delta` of a chunk.
 #[derive(Deserialize, Default)]
 struct DeltaIn {
+    /// `role`, usually on the first chunk only.
     #[serde(default)]
     role: Option<Role>,
+    /// The next piece of text; `None` when the chunk adds none.
     #[serde(default)]
     content: Option<String>,
+    /// `refusal` text, if the model declines; a non-empty one turns the choice's `stop` into
+    /// `content_filter`.
     #[serde(default)]
     refusal: Option<Value>,
+    /// Tool call fragments; empty when missing or null.
     #[serde(default, deserialize_with = "nullable")]
     tool_calls: Vec<ToolCallDeltaIn>,
 }
 
+/// One fragment of `delta.tool_calls[]`; fragments of one call share its `index`.
 #[derive(Deserialize)]
 struct ToolCallDeltaIn {
+    /// Which tool call the fragment belongs to; `None` when missing, read as its position in
+    /// this chunk's list.
     #[serde(default)]
     index: Option<u32>,
+    /// The call's `id`, on its first fragment only; an empty one is dropped.
     #[serde(default)]
     id: Option<String>,
+    /// `type` (`function`), on the first fragment only.
     #[serde(rename = "type", default)]
     kind: Option<String>,
+    /// The fragment of the called function.
     #[serde(default)]
     function: Option<FunctionDeltaIn>,
 }
 
+/// `tool_calls[].function` of a fragment.
 #[derive(Deserialize)]
 struct FunctionDeltaIn {
+    /// The function's `name`, on the first fragment only.
     #[serde(default)]
     name: Option<String>,
+    /// The next piece of the `arguments` string, concatenated by the client; an object sent
+    /// instead is serialised to text.
     #[serde(default)]
     arguments: Option<Value>,
 }

@@ -35,9 +35,15 @@ const REQUEST_FIELDS: &[&str] = &[
     "stream",
     "stream_options",
 ];
+/// Message fields [`MessageBody`] writes itself; a message `extra` entry of the same name is
+/// not copied.
 const MESSAGE_FIELDS: &[&str] = &["role", "content", "name", "tool_calls", "tool_call_id"];
+/// Tool function fields [`FunctionBody`] writes itself.
 const FUNCTION_FIELDS: &[&str] = &["name", "description", "parameters"];
+/// `response_format.json_schema` fields [`JsonSchemaBody`] writes itself.
 const SCHEMA_FIELDS: &[&str] = &["name", "schema", "strict"];
+/// Embeddings request fields [`EmbeddingsBody`] writes itself (`encoding_format` included, so
+/// that a client's `base64` never travels).
 const EMBEDDINGS_FIELDS: &[&str] = &["model", "input", "dimensions", "encoding_format"];
 
 /// The Chat Completions body for `request`, sent to `model`.
@@ -122,6 +128,8 @@ pub(super) fn embeddings_body(request: &EmbeddingsRequest, model: &str) -> Resul
     encode(&body)
 }
 
+/// Serialises a request body to JSON bytes; a failure (a non-finite float, say) is the
+/// caller's `invalid_request`.
 fn encode(body: &impl Serialize) -> Result<Vec<u8>, ProviderError> {
     serde_json::to_vec(body).map_err(|error| {
         ProviderError::new(
@@ -131,6 +139,8 @@ fn encode(body: &impl Serialize) -> Result<Vec<u8>, ProviderError> {
     })
 }
 
+/// Logs at debug level the names of the request- and message-level `extra` fields that are
+/// not forwarded because the request arrived in another dialect.
 fn log_dropped(request: &ChatRequest) {
     let mut names: Vec<&str> = request.extra.keys().map(String::as_str).collect();
     names.extend(request.messages.iter().flat_map(|message| message.extra.keys().map(String::as_str)));
@@ -143,70 +153,107 @@ fn log_dropped(request: &ChatRequest) {
     }
 }
 
+/// A Chat Completions request body (`POST {base}/chat/completions`), borrowing from the
+/// canonical request. Absent options are left out rather than sent as `null`.
 #[derive(Serialize)]
 struct ChatBody<'a> {
+    /// The upstream model (Azure: the deployment), not the route name the client asked for.
     model: &'a str,
+    /// The conversation, one entry per canonical message, in order.
     messages: Vec<MessageBody<'a>>,
+    /// `tools[]`; left out when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<ToolBody<'a>>,
+    /// `tool_choice`: `"none"`, `"auto"`, `"required"` or a named function.
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<&'a ToolChoice>,
+    /// Sampling temperature, as the client gave it.
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
+    /// Nucleus sampling mass, as the client gave it.
     #[serde(skip_serializing_if = "Option::is_none")]
     top_p: Option<f64>,
+    /// The output token limit under its legacy name, for compatible servers and Azure; `None`
+    /// when it travels as `max_completion_tokens` instead.
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
+    /// The output token limit under OpenAI's current name; kind `openai` only, and `None` when
+    /// the client's own `max_completion_tokens` extra travels instead.
     #[serde(skip_serializing_if = "Option::is_none")]
     max_completion_tokens: Option<u32>,
+    /// `stop`: one string or a list.
     #[serde(skip_serializing_if = "Option::is_none")]
     stop: Option<&'a Stop>,
+    /// `seed` for best-effort deterministic sampling.
     #[serde(skip_serializing_if = "Option::is_none")]
     seed: Option<i64>,
+    /// `response_format`: text, JSON mode or a JSON schema.
     #[serde(skip_serializing_if = "Option::is_none")]
     response_format: Option<ResponseFormatBody<'a>>,
+    /// `stream: true` on streaming calls; left out (not `false`) otherwise.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     stream: bool,
+    /// `stream_options` on streaming calls only: the client's own options (OpenAI dialect)
+    /// with `include_usage: true` forced, so that the final chunk carries usage.
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<Map<String, Value>>,
+    /// The request's unmodelled fields, when it arrived in the OpenAI dialect.
     #[serde(flatten)]
     extra: Passthrough<'a>,
 }
 
+/// One entry of `messages[]`, borrowing from a canonical message.
 #[derive(Serialize)]
 struct MessageBody<'a> {
+    /// `role`: `system`, `developer`, `user`, `assistant` or `tool`.
     role: Role,
+    /// `content`: a string or an array of parts; left out when `None` (an assistant turn that
+    /// only calls tools).
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a Content>,
+    /// `name`, the optional participant name.
     #[serde(skip_serializing_if = "Option::is_none")]
     name: Option<&'a str>,
+    /// An assistant message's `tool_calls[]`; left out when empty.
     #[serde(skip_serializing_if = "<[ToolCall]>::is_empty")]
     tool_calls: &'a [ToolCall],
+    /// A `tool` message's `tool_call_id`, the id of the call it answers.
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_call_id: Option<&'a str>,
+    /// The message's unmodelled fields (such as `refusal`), OpenAI dialect only.
     #[serde(flatten)]
     extra: Passthrough<'a>,
 }
 
+/// One entry of `tools[]`.
 #[derive(Serialize)]
 struct ToolBody<'a> {
+    /// `type`, the canonical tool's kind as given (`function`).
     #[serde(rename = "type")]
     kind: &'a str,
+    /// `function`: the definition the model may call.
     function: FunctionBody<'a>,
 }
 
+/// A tool's `function` object.
 #[derive(Serialize)]
 struct FunctionBody<'a> {
+    /// `name`, what the model calls the function by.
     name: &'a str,
+    /// `description`, shown to the model.
     #[serde(skip_serializing_if = "Option::is_none")]
     description: Option<&'a str>,
+    /// `parameters`, the JSON Schema of the arguments.
     #[serde(skip_serializing_if = "Option::is_none")]
     parameters: Option<&'a Value>,
+    /// The function's unmodelled fields (`strict`, ...), OpenAI dialect only.
     #[serde(flatten)]
     extra: Passthrough<'a>,
 }
 
 impl<'a> ToolBody<'a> {
+    /// The entry for `tool`; its function's `extra` travels only when `forward` (the request
+    /// arrived in the OpenAI dialect).
     fn new(tool: &'a Tool, forward: bool) -> Self {
         let function = &tool.function;
         ToolBody {
@@ -221,26 +268,39 @@ impl<'a> ToolBody<'a> {
     }
 }
 
+/// `response_format`, tagged by `type`.
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum ResponseFormatBody<'a> {
+    /// `{"type": "text"}`: free text, the default.
     Text,
+    /// `{"type": "json_object"}`: JSON mode, any JSON object.
     JsonObject,
-    JsonSchema { json_schema: JsonSchemaBody<'a> },
+    /// `{"type": "json_schema", "json_schema": {...}}`: structured output.
+    JsonSchema {
+        /// The schema and its name.
+        json_schema: JsonSchemaBody<'a>,
+    },
 }
 
+/// `response_format.json_schema`.
 #[derive(Serialize)]
 struct JsonSchemaBody<'a> {
+    /// `name` of the schema (OpenAI requires `[a-zA-Z0-9_-]{1,64}`).
     name: &'a str,
+    /// `schema`, the JSON Schema the answer must follow.
     #[serde(skip_serializing_if = "Option::is_none")]
     schema: Option<&'a Value>,
+    /// `strict`: whether the schema is enforced exactly.
     #[serde(skip_serializing_if = "Option::is_none")]
     strict: Option<bool>,
+    /// Unmodelled fields (`description`, ...), OpenAI dialect only.
     #[serde(flatten)]
     extra: Passthrough<'a>,
 }
 
 impl<'a> ResponseFormatBody<'a> {
+    /// The body for `format`; the schema's `extra` travels only when `forward`.
     fn new(format: &'a ResponseFormat, forward: bool) -> Self {
         match format {
             ResponseFormat::Text => ResponseFormatBody::Text,
@@ -257,14 +317,21 @@ impl<'a> ResponseFormatBody<'a> {
     }
 }
 
+/// An embeddings request body (`POST {base}/embeddings`).
 #[derive(Serialize)]
 struct EmbeddingsBody<'a> {
+    /// The upstream model (Azure: the deployment).
     model: &'a str,
+    /// `input`: one string or a list of strings.
     input: &'a EmbeddingInput,
+    /// `dimensions`, the vector length asked for (`text-embedding-3*` and later).
     #[serde(skip_serializing_if = "Option::is_none")]
     dimensions: Option<u32>,
+    /// `"float"` when the client named any `encoding_format`, else left out (float is the
+    /// default): the canonical answer holds floats, never base64.
     #[serde(skip_serializing_if = "Option::is_none")]
     encoding_format: Option<&'static str>,
+    /// The request's other unmodelled fields (`user`, ...).
     #[serde(flatten)]
     extra: Passthrough<'a>,
 }
@@ -272,13 +339,16 @@ struct EmbeddingsBody<'a> {
 /// Unmodelled fields to copy into a body, minus those the body writes itself (a duplicate key
 /// would leave the winner to the provider's JSON parser).
 struct Passthrough<'a> {
+    /// The fields to copy; `None` when none travel (a request of another dialect).
     fields: Option<&'a Extra>,
+    /// The names the body writes itself, never copied.
     skip: &'static [&'static str],
     /// One more field the body writes in this instance only (`max_completion_tokens`).
     also_skip: Option<&'static str>,
 }
 
 impl<'a> Passthrough<'a> {
+    /// Copies `fields` (if any) except those named in `skip`.
     fn new(fields: Option<&'a Extra>, skip: &'static [&'static str]) -> Self {
         Self { fields, skip, also_skip: None }
     }
@@ -366,12 +436,21 @@ where
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
+/// A non-streaming Chat Completions answer (`object: chat.completion`), read tolerantly.
 struct ResponseIn {
+    /// The provider's response id (`chatcmpl-...`), passed through; empty when missing or null.
     id: String,
+    /// The model that answered (often a dated version of the one asked for); empty when
+    /// missing or null.
     model: String,
+    /// `created`, Unix seconds; 0 when missing or null.
     created: u64,
+    /// `choices[]`; empty when missing or null, which [`parse_response`] refuses.
     choices: Vec<ChoiceIn>,
+    /// `usage`; `None` when the server sent none.
     usage: Option<UsageIn>,
+    /// Unmodelled top-level fields (`system_fingerprint`, `service_tier`, Azure's
+    /// `prompt_filter_results`, ...), kept for a client of the same dialect.
     extra: Extra,
 }
 
@@ -383,10 +462,16 @@ deserialize_with_extra!(ResponseIn {
     "usage" => usage: OrDefault,
 });
 
+/// One entry of `choices[]`.
 struct ChoiceIn {
+    /// `index` among the choices (only differs from 0 with `n > 1`); 0 when missing or null.
     index: u32,
+    /// The assistant's `message`; required.
     message: MessageIn,
+    /// OpenAI `finish_reason` (`stop`, `length`, `tool_calls`, `content_filter`, or another
+    /// string kept verbatim); `None` when missing or null.
     finish_reason: Option<FinishReason>,
+    /// Unmodelled choice fields (`logprobs`, Azure's `content_filter_results`, ...).
     extra: Extra,
 }
 
@@ -396,10 +481,15 @@ deserialize_with_extra!(ChoiceIn {
     "finish_reason" => finish_reason: OrDefault,
 });
 
+/// `choices[].message` of an answer.
 struct MessageIn {
+    /// `role`; `None` when missing or null, read as `assistant`.
     role: Option<Role>,
+    /// `content`; `None` when the model only called tools (or refused).
     content: Option<Content>,
+    /// `name`, rarely sent.
     name: Option<String>,
+    /// `tool_calls[]`; empty when missing or null.
     tool_calls: Vec<ToolCallIn>,
     /// `refusal` stays here, so that a client of the same dialect still sees it.
     extra: Extra,
@@ -412,19 +502,28 @@ deserialize_with_extra!(MessageIn {
     "tool_calls" => tool_calls: NullAsDefault,
 });
 
+/// One entry of an answer's `message.tool_calls[]`.
 #[derive(Deserialize)]
 struct ToolCallIn {
+    /// The call's `id` (`call_...`), which the tool result must quote; empty when missing or
+    /// null.
     #[serde(default, deserialize_with = "nullable")]
     id: String,
+    /// `type`; `None` when missing, read as `function`.
     #[serde(rename = "type", default, deserialize_with = "nullable")]
     kind: Option<String>,
+    /// The called `function`.
     function: FunctionIn,
 }
 
+/// `tool_calls[].function` of an answer.
 #[derive(Deserialize)]
 struct FunctionIn {
+    /// The function's `name`; empty when missing or null.
     #[serde(default, deserialize_with = "nullable")]
     name: String,
+    /// `arguments`: a JSON string in the dialect, an object from a few servers (see
+    /// [`arguments_text`]); `None` when missing.
     #[serde(default)]
     arguments: Option<Value>,
 }
@@ -444,17 +543,23 @@ pub(super) fn is_refusal(refusal: Option<&Value>) -> bool {
     refusal.and_then(Value::as_str).is_some_and(|text| !text.trim().is_empty())
 }
 
+/// `usage` of an answer, a stream's usage chunk or an embeddings answer. Missing or null
+/// counts read as 0; the `*_details` sub-objects are not read.
 #[derive(Deserialize, Default)]
 pub(super) struct UsageIn {
+    /// `prompt_tokens`, the input tokens.
     #[serde(default, deserialize_with = "nullable")]
     prompt_tokens: u32,
+    /// `completion_tokens`, the output tokens.
     #[serde(default, deserialize_with = "nullable")]
     completion_tokens: u32,
+    /// `total_tokens`; 0 (missing) is replaced by the sum of the other two.
     #[serde(default, deserialize_with = "nullable")]
     total_tokens: u32,
 }
 
 impl UsageIn {
+    /// The canonical usage; a missing total is computed as prompt + completion.
     pub(super) fn into_canonical(self) -> Usage {
         let total = if self.total_tokens == 0 {
             self.prompt_tokens.saturating_add(self.completion_tokens)
@@ -470,6 +575,8 @@ impl UsageIn {
 }
 
 impl ResponseIn {
+    /// The canonical answer. Tool call `type` defaults to `function`, `role` to `assistant`,
+    /// and a non-empty `refusal` with a `stop` (or no) finish reason reads as `content_filter`.
     fn into_canonical(self) -> ChatResponse {
         let choices = self
             .choices
@@ -519,10 +626,15 @@ impl ResponseIn {
     }
 }
 
+/// An embeddings answer (`object: list`).
 struct EmbeddingsIn {
+    /// `data[]`, one vector per input; required.
     data: Vec<EmbeddingIn>,
+    /// The model that answered; empty when missing or null.
     model: String,
+    /// `usage` (`prompt_tokens`, `total_tokens`); `None` when the server sent none.
     usage: Option<UsageIn>,
+    /// Unmodelled top-level fields (`object`, ...).
     extra: Extra,
 }
 
@@ -532,10 +644,13 @@ deserialize_with_extra!(EmbeddingsIn {
     "usage" => usage: OrDefault,
 });
 
+/// One entry of an embeddings answer's `data[]`.
 #[derive(Deserialize)]
 struct EmbeddingIn {
+    /// `index` of the input this vector embeds; the answer is sorted by it. 0 when missing.
     #[serde(default, deserialize_with = "nullable")]
     index: u32,
+    /// `embedding`, the vector as floats (a base64 string would fail to read).
     embedding: Vec<f32>,
 }
 

@@ -106,6 +106,7 @@ fn take(object: &mut Map<String, Value>, key: &str) -> Option<Value> {
     object.remove(key).filter(|value| !value.is_null())
 }
 
+/// `value` as a `u32`, or an error naming `field`.
 fn u32_field(value: &Value, field: &str) -> Result<u32, CodecError> {
     value
         .as_u64()
@@ -113,10 +114,13 @@ fn u32_field(value: &Value, field: &str) -> Result<u32, CodecError> {
         .ok_or_else(|| CodecError::new(field, "must be a non-negative integer"))
 }
 
+/// `value` as a number, or an error naming `field`.
 fn f64_field(value: &Value, field: &str) -> Result<f64, CodecError> {
     value.as_f64().ok_or_else(|| CodecError::new(field, "must be a number"))
 }
 
+/// The string member `key` of `object`; missing or not a string is an error naming
+/// `{path}.{key}`.
 fn string_field(object: &Map<String, Value>, key: &str, path: &str) -> Result<String, CodecError> {
     match object.get(key) {
         Some(Value::String(text)) => Ok(text.clone()),
@@ -125,6 +129,8 @@ fn string_field(object: &Map<String, Value>, key: &str, path: &str) -> Result<St
     }
 }
 
+/// A content block as its object and its `type`; an error naming `path` when it is not an
+/// object or has no string `type`.
 fn block_object<'a>(block: &'a Value, path: &str) -> Result<(&'a Map<String, Value>, &'a str), CodecError> {
     let object = block.as_object().ok_or_else(|| CodecError::new(path, "must be an object"))?;
     let kind = object
@@ -144,6 +150,8 @@ fn keep_if_lossy(message: &mut Message, raw: Vec<Value>, index: usize) {
     }
 }
 
+/// Appends `system` (a string, or text blocks) as system messages, one per block; a block
+/// with more than its text (`cache_control`, ...) is also kept verbatim.
 fn read_system(system: Value, messages: &mut Vec<Message>) -> Result<(), CodecError> {
     match system {
         Value::String(text) => messages.push(Message::system(text)),
@@ -183,6 +191,8 @@ fn parts_content(parts: Vec<ContentPart>) -> Option<Content> {
     }
 }
 
+/// Appends `messages[i]` as canonical messages: an assistant turn is one message; a user
+/// turn becomes user messages and one tool message per `tool_result`, in order.
 fn read_message(value: Value, i: usize, messages: &mut Vec<Message>) -> Result<(), CodecError> {
     let path = format!("messages[{i}]");
     let Value::Object(mut object) = value else {
@@ -249,6 +259,8 @@ fn read_message(value: Value, i: usize, messages: &mut Vec<Message>) -> Result<(
     Ok(())
 }
 
+/// Appends the pending run of text and image parts as one user message (kept verbatim when
+/// lossy) and empties the run; nothing when it is empty.
 fn flush_user_run(run: &mut Vec<(ContentPart, Value)>, messages: &mut Vec<Message>) {
     if run.is_empty() {
         return;
@@ -290,6 +302,9 @@ fn read_part(object: &Map<String, Value>, kind: &str, path: &str) -> Result<Cont
     Ok(ContentPart::ImageUrl { image_url: ImageUrl { url, detail: None } })
 }
 
+/// A `tool_result` block as a tool message: `tool_use_id` becomes `tool_call_id`; text and
+/// image content become content parts. `is_error` is not read here (the block is kept
+/// verbatim instead).
 fn read_tool_result(object: &Map<String, Value>, path: &str) -> Result<Message, CodecError> {
     let tool_use_id = string_field(object, "tool_use_id", path)?;
     let content = match object.get("content") {
@@ -361,6 +376,9 @@ fn read_assistant_blocks(blocks: &[Value], path: &str) -> Result<Message, CodecE
     Ok(answer)
 }
 
+/// `tools[i]` as a canonical tool: `input_schema` becomes `parameters`, and other fields
+/// (`cache_control`, ...) the function's `extra`. A client tool (no `type`, or `custom`) is a
+/// `function` tool; a server tool keeps its versioned `type`.
 fn read_tool((i, value): (usize, Value)) -> Result<Tool, CodecError> {
     let path = format!("tools[{i}]");
     let Value::Object(mut object) = value else {
@@ -387,6 +405,9 @@ fn read_tool((i, value): (usize, Value)) -> Result<Tool, CodecError> {
     })
 }
 
+/// `tool_choice` as the canonical choice: `auto`/`any`/`none`/`tool` become
+/// `auto`/`required`/`none`/the named function; `disable_parallel_tool_use: true` adds
+/// `parallel_tool_calls: false` to `extra`.
 fn read_tool_choice(value: Value, extra: &mut Extra) -> Result<ToolChoice, CodecError> {
     let object = value.as_object().ok_or_else(|| CodecError::new("tool_choice", "must be an object"))?;
     match object.get("disable_parallel_tool_use") {

@@ -25,6 +25,7 @@ pub(super) fn to_json<T: serde::Serialize>(value: &T) -> Value {
     serde_json::to_value(value).unwrap_or(Value::Null)
 }
 
+/// The string value of `key` in `extra`, if it is one.
 fn extra_str<'a>(extra: &'a Extra, key: &str) -> Option<&'a str> {
     extra.get(key).and_then(Value::as_str)
 }
@@ -92,6 +93,9 @@ fn with_tool_id(block: Block) -> Block {
     }
 }
 
+/// Anthropic usage for canonical counts: `input_tokens` is `prompt_tokens` (cached tokens
+/// included, since the canonical count does not split them), `output_tokens` is
+/// `completion_tokens`.
 fn usage_of(usage: Usage) -> wire::Usage {
     wire::Usage {
         input_tokens: Some(usage.prompt_tokens),
@@ -103,17 +107,22 @@ fn usage_of(usage: Usage) -> wire::Usage {
 /// The content block being written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OpenBlock {
+    /// A text block.
     Text {
+        /// The block's Anthropic content block index.
         index: u32,
     },
-    /// `call` is the canonical tool-call index.
+    /// A `tool_use` block; `call` is the canonical tool-call index.
     Tool {
+        /// The block's Anthropic content block index.
         index: u32,
+        /// The canonical tool call (`tool_calls[].index`) it writes.
         call: u32,
     },
 }
 
 impl OpenBlock {
+    /// The block's Anthropic content block index.
     fn index(self) -> u32 {
         match self {
             OpenBlock::Text { index } | OpenBlock::Tool { index, .. } => index,
@@ -150,18 +159,29 @@ impl OpenBlock {
 /// carries both counts.
 #[derive(Debug, Default)]
 pub struct StreamEncoder {
+    /// `message_start` was written.
     started: bool,
+    /// `message_stop` was written: later calls write nothing.
     finished: bool,
+    /// The content block index the next block gets.
     next_block: u32,
+    /// The block started and not yet stopped, if any (Anthropic has one open at a time).
     open: Option<OpenBlock>,
+    /// Canonical tool calls whose block was stopped: later fragments of them are dropped.
     closed_calls: HashSet<u32>,
+    /// The canonical finish reason of choice 0, once a chunk gave it.
     finish_reason: Option<FinishReason>,
+    /// An Anthropic upstream's own `stop_reason`, from a chunk's `extra`; preferred over the
+    /// one derived from `finish_reason`.
     stop_reason: Option<String>,
+    /// An Anthropic upstream's matched stop sequence, from a chunk's `extra`.
     stop_sequence: Option<String>,
+    /// The latest usage a chunk carried, written in the final `message_delta`.
     usage: Option<Usage>,
 }
 
 impl StreamEncoder {
+    /// An encoder for one stream, before its first chunk.
     pub fn new() -> Self {
         Self::default()
     }
@@ -265,6 +285,7 @@ impl StreamEncoder {
         events
     }
 
+    /// Writes `message_start` (zero usage; a fresh `msg_` id when `id` is empty).
     fn start(&mut self, id: &str, model: &str, events: &mut Vec<Event>) {
         self.started = true;
         events.push(event(StreamEvent::MessageStart {
@@ -285,6 +306,7 @@ impl StreamEncoder {
         }));
     }
 
+    /// Makes `block` (given its index) the open block, taking the next index, and returns it.
     fn open_block(&mut self, block: impl FnOnce(u32) -> OpenBlock) -> u32 {
         let index = self.next_block;
         self.next_block += 1;
@@ -292,12 +314,14 @@ impl StreamEncoder {
         index
     }
 
+    /// Writes `delta` as a `content_block_delta` of the open block; nothing when none is open.
     fn delta(&self, delta: BlockDelta, events: &mut Vec<Event>) {
         if let Some(open) = self.open {
             events.push(event(StreamEvent::ContentBlockDelta { index: open.index(), delta }));
         }
     }
 
+    /// Writes `content_block_stop` for the open block, if any, and remembers a closed tool call.
     fn close(&mut self, events: &mut Vec<Event>) {
         if let Some(open) = self.open.take() {
             if let OpenBlock::Tool { call, .. } = open {
@@ -308,6 +332,7 @@ impl StreamEncoder {
     }
 }
 
+/// `event` as its SSE name and JSON data.
 fn event(event: StreamEvent) -> Event {
     (event.name(), to_json(&event))
 }
