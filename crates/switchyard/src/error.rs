@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -348,10 +349,24 @@ pub enum RouteError {
     UnknownModel { model: String, known: Vec<String> },
     /// Every target and candidate failed with kinds the route falls back on.
     #[error("all targets failed after {} attempts; last: {}", trail.len(), last.as_ref().map_or_else(|| "every target was skipped".to_owned(), ToString::to_string))]
-    AllTargetsFailed { trail: Trail, last: Option<ProviderError> },
+    AllTargetsFailed {
+        /// Every attempt, in order.
+        trail: Trail,
+        /// The last failure, `None` when every target was skipped.
+        last: Option<ProviderError>,
+        /// The route that governed the request.
+        route: Arc<str>,
+    },
     /// A failure the route does not fall back on, returned unchanged.
     #[error("{error}")]
-    Upstream { error: ProviderError, trail: Trail },
+    Upstream {
+        /// The failure, as the provider's adapter classified it.
+        error: ProviderError,
+        /// Every attempt up to it.
+        trail: Trail,
+        /// The route that governed the request.
+        route: Arc<str>,
+    },
 }
 
 impl RouteError {
@@ -362,6 +377,22 @@ impl RouteError {
                 trail.attempts()
             }
             RouteError::UnknownModel { .. } => &[],
+        }
+    }
+
+    /// The route that governed the request (`None` when `model` named nothing).
+    pub fn route(&self) -> Option<&str> {
+        match self {
+            RouteError::AllTargetsFailed { route, .. } | RouteError::Upstream { route, .. } => Some(route),
+            RouteError::UnknownModel { .. } => None,
+        }
+    }
+
+    /// The trail, handed over without a copy.
+    pub fn into_trail(self) -> Trail {
+        match self {
+            RouteError::AllTargetsFailed { trail, .. } | RouteError::Upstream { trail, .. } => trail,
+            RouteError::UnknownModel { .. } => Trail::default(),
         }
     }
 

@@ -45,14 +45,18 @@ pub mod route;
 mod router;
 pub mod serde_extra;
 pub mod simulated;
-pub mod stream;
+/// Streaming through the router: fail over until the first content chunk, then forward.
+pub mod stream {
+    pub use crate::router::stream::{RoutedStream, StreamError};
+}
 mod target;
+pub mod timeouts;
 pub mod trail;
 
 pub use budget::RetryBudgetSettings;
 pub use error::{ErrorKind, HealthEffect, ProviderError, RouteError, UnknownErrorKind};
+pub use router::stream::{RoutedStream, StreamError};
 pub use router::{
     Answer, ConfigError, EmbeddingsAnswer, Price, ProviderEntry, RequestOptions, Router, RouterBuilder,
 };
-pub use stream::{RoutedStream, StreamError};
 pub use target::{Target, TargetError};

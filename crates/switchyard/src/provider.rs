@@ -8,7 +8,7 @@ use futures_core::Stream;
 use crate::chat::{ChatChunk, ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse};
 use crate::credential::Credential;
 use crate::ratelimit::RateLimits;
-use crate::route::Timeouts;
+use crate::timeouts::Timeouts;
 use crate::{ErrorKind, ProviderError};
 
 /// A boxed, sendable future: what the object-safe [`Provider`] methods return.

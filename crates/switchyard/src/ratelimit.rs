@@ -54,12 +54,7 @@ impl RateLimits {
     /// precision: the provider's clock set them, so a skewed local clock does not stretch or
     /// cut the wait, and an agreeing one loses nothing to the header's rounding.
     pub fn from_headers<'a>(headers: impl IntoIterator<Item = (&'a str, &'a str)>, now: SystemTime) -> Self {
-        let mut limits = RateLimits::default();
-        let mut retry_after_ms = None;
-        let mut retry_after = None;
-        let mut date = None;
-        // Reset instants, resolved against `Date` once every header has been read.
-        let mut reset_at: [Option<SystemTime>; 4] = [None; 4];
+        let mut reading = Reading::default();
         for (name, value) in headers {
             // HTTP libraries hand names over lowercased already; copy only when one is not.
             let name: std::borrow::Cow<'_, str> = if name.bytes().any(|b| b.is_ascii_uppercase()) {
@@ -67,95 +62,14 @@ impl RateLimits {
             } else {
                 name.into()
             };
-            if name == "date" {
-                date = parse_http_date(value.trim());
-                continue;
-            }
-            if !(name.starts_with("retry-after")
-                || name.starts_with("x-ratelimit-")
-                || name.starts_with("anthropic-ratelimit-"))
-            {
-                continue;
-            }
-            let value = value.trim();
-            let name = &*name;
-            if name == "retry-after-ms" {
-                retry_after_ms = value
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|v| v.is_finite() && *v >= 0.0)
-                    .map(|ms| seconds((ms / 1000.0).min(MAX_RESET.as_secs_f64())));
-                continue;
-            }
-            if name == "retry-after" {
-                retry_after = Some(value);
-                continue;
-            }
-            let (rest, instants) = if let Some(rest) = name.strip_prefix("anthropic-ratelimit-") {
-                (rest, true)
-            } else if let Some(rest) = name.strip_prefix("x-ratelimit-") {
-                (rest, false)
-            } else {
-                continue;
-            };
-            // OpenAI: {field}-{dimension}; Anthropic: {dimension}-{field}.
-            let (dimension, field) = if instants {
-                match rest.rsplit_once('-') {
-                    Some(parts) => parts,
-                    None => continue,
-                }
-            } else {
-                match rest.split_once('-') {
-                    Some((field, dimension)) => (dimension, field),
-                    None => continue,
-                }
-            };
-            let index = match dimension {
-                "requests" => 0,
-                "tokens" => 1,
-                "input-tokens" => 2,
-                "output-tokens" => 3,
-                _ => continue,
-            };
-            let slot = match index {
-                0 => &mut limits.requests,
-                1 => &mut limits.tokens,
-                2 => &mut limits.input_tokens,
-                _ => &mut limits.output_tokens,
-            };
-            let allowance = slot.get_or_insert_with(Allowance::default);
-            match field {
-                "limit" => allowance.limit = value.parse().ok(),
-                "remaining" => allowance.remaining = value.parse().ok(),
-                "reset" => {
-                    let duration = if instants { None } else { parse_duration(value) };
-                    match duration {
-                        Some(duration) => allowance.reset_after = Some(clamp(duration)),
-                        None => reset_at[index] = parse_rfc3339(value),
-                    }
-                }
-                _ => {}
-            }
+            reading.header(&name, value.trim());
         }
-        let clock = provider_clock(date, now);
-        for (slot, instant) in
-            [&mut limits.requests, &mut limits.tokens, &mut limits.input_tokens, &mut limits.output_tokens]
-                .into_iter()
-                .zip(reset_at)
-        {
-            if let (Some(allowance), Some(at)) = (slot.as_mut(), instant) {
-                allowance.reset_after = Some(clamp(until(at, clock)));
-            }
-        }
-        for slot in
-            [&mut limits.requests, &mut limits.tokens, &mut limits.input_tokens, &mut limits.output_tokens]
-        {
-            if slot.is_some_and(|a| a.is_empty()) {
-                *slot = None;
-            }
-        }
-        limits.retry_after = retry_after_ms.or_else(|| retry_after.and_then(|v| parse_retry_after(v, clock)));
-        limits
+        reading.finish(now)
+    }
+
+    /// The four dimensions, in a fixed order (requests, tokens, input tokens, output tokens).
+    fn dimensions_mut(&mut self) -> [&mut Option<Allowance>; 4] {
+        [&mut self.requests, &mut self.tokens, &mut self.input_tokens, &mut self.output_tokens]
     }
 
     /// Whether any header was understood.
@@ -172,6 +86,92 @@ impl RateLimits {
             .filter(|a| a.remaining == Some(0))
             .filter_map(|a| a.reset_after)
             .max()
+    }
+}
+
+/// What [`RateLimits::from_headers`] has read so far: instants wait for the `Date` header,
+/// which may come after them.
+#[derive(Default)]
+struct Reading<'a> {
+    limits: RateLimits,
+    retry_after_ms: Option<Duration>,
+    retry_after: Option<&'a str>,
+    date: Option<SystemTime>,
+    /// Reset instants by dimension, resolved once every header has been read.
+    reset_at: [Option<SystemTime>; 4],
+}
+
+impl<'a> Reading<'a> {
+    /// One header, its name lowercased and its value trimmed.
+    fn header(&mut self, name: &str, value: &'a str) {
+        match name {
+            "date" => self.date = parse_http_date(value),
+            "retry-after-ms" => {
+                self.retry_after_ms = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite() && *v >= 0.0)
+                    .map(|ms| seconds((ms / 1000.0).min(MAX_RESET.as_secs_f64())));
+            }
+            "retry-after" => self.retry_after = Some(value),
+            _ => {
+                if let Some(rest) = name.strip_prefix("anthropic-ratelimit-") {
+                    // Anthropic: {dimension}-{field}, resets as instants.
+                    if let Some((dimension, field)) = rest.rsplit_once('-') {
+                        self.allowance(dimension, field, value, true);
+                    }
+                } else if let Some(rest) = name.strip_prefix("x-ratelimit-") {
+                    // OpenAI: {field}-{dimension}, resets as durations.
+                    if let Some((field, dimension)) = rest.split_once('-') {
+                        self.allowance(dimension, field, value, false);
+                    }
+                }
+            }
+        }
+    }
+
+    fn allowance(&mut self, dimension: &str, field: &str, value: &str, instants: bool) {
+        let index = match dimension {
+            "requests" => 0,
+            "tokens" => 1,
+            "input-tokens" => 2,
+            "output-tokens" => 3,
+            _ => return,
+        };
+        let slot = match index {
+            0 => &mut self.limits.requests,
+            1 => &mut self.limits.tokens,
+            2 => &mut self.limits.input_tokens,
+            _ => &mut self.limits.output_tokens,
+        };
+        let allowance = slot.get_or_insert_with(Allowance::default);
+        match field {
+            "limit" => allowance.limit = value.parse().ok(),
+            "remaining" => allowance.remaining = value.parse().ok(),
+            "reset" => {
+                let duration = if instants { None } else { parse_duration(value) };
+                match duration {
+                    Some(duration) => allowance.reset_after = Some(clamp(duration)),
+                    None => self.reset_at[index] = parse_rfc3339(value),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(mut self, now: SystemTime) -> RateLimits {
+        let clock = provider_clock(self.date, now);
+        for (slot, instant) in self.limits.dimensions_mut().into_iter().zip(self.reset_at) {
+            if let (Some(allowance), Some(at)) = (slot.as_mut(), instant) {
+                allowance.reset_after = Some(clamp(until(at, clock)));
+            }
+            if slot.is_some_and(|a| a.is_empty()) {
+                *slot = None;
+            }
+        }
+        self.limits.retry_after =
+            self.retry_after_ms.or_else(|| self.retry_after.and_then(|v| parse_retry_after(v, clock)));
+        self.limits
     }
 }
 

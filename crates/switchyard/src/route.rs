@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use crate::chat::{ChatRequest, ChatResponse};
 use crate::provider::BoxFuture;
+pub use crate::timeouts::Timeouts;
 use crate::{ErrorKind, ProviderError, Target};
 
 /// How often and how patiently one target is retried.
@@ -45,30 +46,6 @@ impl Default for Retry {
             backoff_base: Duration::from_millis(250),
             backoff_max: Duration::from_secs(10),
             max_wait: Duration::from_secs(5),
-        }
-    }
-}
-
-/// Time limits of one attempt and of the whole request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeouts {
-    /// Until the first content chunk of a stream. Default 30 s.
-    pub first_byte: Duration,
-    /// Between two chunks of a stream. Default 30 s.
-    pub idle: Duration,
-    /// One whole attempt. Default 120 s.
-    pub total: Duration,
-    /// The whole request, queueing, retries and fallbacks included. Default none.
-    pub deadline: Option<Duration>,
-}
-
-impl Default for Timeouts {
-    fn default() -> Self {
-        Self {
-            first_byte: Duration::from_secs(30),
-            idle: Duration::from_secs(30),
-            total: Duration::from_secs(120),
-            deadline: None,
         }
     }
 }

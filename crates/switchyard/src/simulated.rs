@@ -269,6 +269,47 @@ async fn resolve(step: Step, base: Duration) -> Option<Step> {
     }
 }
 
+/// A scripted stream: each item with the pause before it; `None` stalls the stream there.
+type StreamScript = Vec<(Duration, Option<Result<ChatChunk, ProviderError>>)>;
+
+impl SimulatedProvider {
+    /// The chunks of a streamed answer for `step`: a role chunk, the text in pieces `gap`
+    /// apart, then its ending (finish with usage, a content filter, a cut or a stall).
+    fn stream_script(&self, step: &Step, model: &str, text: &str, usage: Usage) -> StreamScript {
+        let pieces = split_text(text, self.state.stream_chunks);
+        let gap = self.state.chunk_gap;
+        let mut items: StreamScript = Vec::new();
+        let role = Delta { role: Some(Role::Assistant), ..Delta::default() };
+        items.push((Duration::ZERO, Some(Ok(chunk(model, role, None, None)))));
+        let (limit, ending) = match step {
+            Step::CutAfter(k) => (*k, Ending::Cut),
+            Step::StallAfter(k) => (*k, Ending::Stall),
+            Step::ContentFilter => (0, Ending::Filtered),
+            Step::FilterAfter(k) => (*k, Ending::Filtered),
+            _ => (usize::MAX, Ending::Normal),
+        };
+        for (i, piece) in pieces.iter().enumerate().take(limit) {
+            let delay = if i == 0 { Duration::ZERO } else { gap };
+            let delta = Delta { content: Some(piece.clone()), ..Delta::default() };
+            items.push((delay, Some(Ok(chunk(model, delta, None, None)))));
+        }
+        let last = match ending {
+            Ending::Normal => (
+                Duration::ZERO,
+                Some(Ok(chunk(model, Delta::default(), Some(FinishReason::Stop), Some(usage)))),
+            ),
+            Ending::Filtered => (
+                Duration::ZERO,
+                Some(Ok(chunk(model, Delta::default(), Some(FinishReason::ContentFilter), None))),
+            ),
+            Ending::Cut => (gap, Some(Err(typical_error(ErrorKind::Transport)))),
+            Ending::Stall => (gap, None),
+        };
+        items.push(last);
+        items
+    }
+}
+
 fn usage_for(request: &ChatRequest, text: &str) -> Usage {
     let completion = u32::try_from(text.len().div_ceil(4)).unwrap_or(u32::MAX);
     Usage::new(request.estimated_prompt_tokens(), completion)
@@ -340,41 +381,7 @@ impl Provider for SimulatedProvider {
                 Step::Text(text) => text.clone(),
                 _ => self.reply_text(request, &model),
             };
-            let usage = usage_for(request, &text);
-            let n = self.state.stream_chunks;
-            let pieces = split_text(&text, n);
-            let gap = self.state.chunk_gap;
-            let mut items: Vec<(Duration, Option<Result<ChatChunk, ProviderError>>)> = Vec::new();
-            let role = Delta { role: Some(Role::Assistant), ..Delta::default() };
-            items.push((Duration::ZERO, Some(Ok(chunk(&model, role, None, None)))));
-            let (limit, ending) = match &step {
-                Step::CutAfter(k) => (*k, Ending::Cut),
-                Step::StallAfter(k) => (*k, Ending::Stall),
-                Step::ContentFilter => (0, Ending::Filtered),
-                Step::FilterAfter(k) => (*k, Ending::Filtered),
-                _ => (usize::MAX, Ending::Normal),
-            };
-            for (i, piece) in pieces.iter().enumerate().take(limit) {
-                let delay = if i == 0 { Duration::ZERO } else { gap };
-                let delta = Delta { content: Some(piece.clone()), ..Delta::default() };
-                items.push((delay, Some(Ok(chunk(&model, delta, None, None)))));
-            }
-            match ending {
-                Ending::Normal => {
-                    items.push((
-                        Duration::ZERO,
-                        Some(Ok(chunk(&model, Delta::default(), Some(FinishReason::Stop), Some(usage)))),
-                    ));
-                }
-                Ending::Filtered => {
-                    items.push((
-                        Duration::ZERO,
-                        Some(Ok(chunk(&model, Delta::default(), Some(FinishReason::ContentFilter), None))),
-                    ));
-                }
-                Ending::Cut => items.push((gap, Some(Err(typical_error(ErrorKind::Transport))))),
-                Ending::Stall => items.push((gap, None)),
-            }
+            let items = self.stream_script(&step, &model, &text, usage_for(request, &text));
             let hang = matches!(step, Step::Hang);
             let start_delay = delayed;
             let stream = futures_util::stream::unfold(

@@ -105,6 +105,80 @@ pub struct Attempt {
 }
 
 impl Attempt {
+    /// A call to `target` with the credential `credential_id`, `started` after the request
+    /// began, taking `duration` of which `queued` waiting for the pacer; outcome `ok` until
+    /// the router says otherwise.
+    pub fn called(
+        target: &Target,
+        credential_id: &CredentialId,
+        started: Duration,
+        duration: Duration,
+        queued: Duration,
+    ) -> Self {
+        Self {
+            via: Via::Target(target.clone()),
+            credential_id: Some(credential_id.clone()),
+            outcome: Outcome::Ok,
+            error: None,
+            started,
+            duration,
+            queued,
+            mid_stream: false,
+            note: None,
+        }
+    }
+
+    /// A target the health gate skipped (as exhausted, or as unhealthy), and why.
+    pub fn skipped(
+        target: &Target,
+        exhausted: bool,
+        error: Option<ProviderError>,
+        started: Duration,
+        reason: String,
+    ) -> Self {
+        Self {
+            via: Via::Target(target.clone()),
+            credential_id: None,
+            outcome: if exhausted { Outcome::SkippedExhausted } else { Outcome::SkippedUnhealthy },
+            error,
+            started,
+            duration: Duration::ZERO,
+            queued: Duration::ZERO,
+            mid_stream: false,
+            note: Some(reason),
+        }
+    }
+
+    /// A candidate that answered, `started` after the request began, taking `duration`.
+    pub fn candidate(name: &Arc<str>, started: Duration, duration: Duration) -> Self {
+        Self {
+            via: Via::Candidate(name.clone()),
+            credential_id: None,
+            outcome: Outcome::Candidate,
+            error: None,
+            started,
+            duration,
+            queued: Duration::ZERO,
+            mid_stream: false,
+            note: None,
+        }
+    }
+
+    /// The same attempt, failed with `error`.
+    pub fn failed(mut self, error: ProviderError) -> Self {
+        self.outcome = Outcome::Failed;
+        self.error = Some(error);
+        self
+    }
+
+    /// The same attempt with `note` (unchanged by `None`).
+    pub fn with_note(mut self, note: Option<String>) -> Self {
+        if note.is_some() {
+            self.note = note;
+        }
+        self
+    }
+
     /// The target of the attempt, `None` for a candidate.
     pub fn target(&self) -> Option<&Target> {
         match &self.via {

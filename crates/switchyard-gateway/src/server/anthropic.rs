@@ -30,7 +30,7 @@ pub async fn messages(State(state): State<Arc<AppState>>, headers: HeaderMap, bo
     if request.stream {
         return match state.router.chat_stream(&request, &options).await {
             Ok(stream) => respond(state.clone(), exchange, stream, AnthropicEncoder(StreamEncoder::new())),
-            Err(error) => route_failed(&state, &exchange, &request.model, &error),
+            Err(error) => route_failed(&state, &exchange, error),
         };
     }
     match state.router.chat_with(&request, &options).await {
@@ -44,7 +44,7 @@ pub async fn messages(State(state): State<Arc<AppState>>, headers: HeaderMap, bo
                 ApiError::new(StatusCode::BAD_GATEWAY, "untranslatable_answer", error.to_string()),
             ),
         },
-        Err(error) => route_failed(&state, &exchange, &request.model, &error),
+        Err(error) => route_failed(&state, &exchange, error),
     }
 }
 

@@ -191,12 +191,7 @@ impl RequestContext {
     }
 
     /// Logs a routing failure and keeps its trail.
-    fn finish_failure(&self, state: &AppState, route: Arc<str>, status: u16, error: &switchyard::RouteError) {
-        let trail = match error {
-            switchyard::RouteError::AllTargetsFailed { trail, .. }
-            | switchyard::RouteError::Upstream { trail, .. } => trail.clone(),
-            _ => Trail::default(),
-        };
+    fn finish_failure(&self, state: &AppState, route: Arc<str>, status: u16, trail: Trail) {
         let timing = Timing { total: self.started.elapsed(), ..Timing::default() };
         let attempts = trail.len();
         self.finish(state, route, None, status, attempts, Some((trail, timing)));
@@ -553,21 +548,14 @@ fn answered(state: &AppState, exchange: &RequestContext, body: Vec<u8>, served: 
 }
 
 /// The response to a routing failure, in the exchange's dialect, with the trail.
-fn route_failed(
-    state: &AppState,
-    exchange: &RequestContext,
-    model: &str,
-    error: &switchyard::RouteError,
-) -> Response {
-    let route: Arc<str> = match state.router.route(model) {
-        Some(route) => route.name().into(),
-        None => state.router.default_route().name().into(),
-    };
-    let api = ApiError::from_route(error);
+fn route_failed(state: &AppState, exchange: &RequestContext, error: switchyard::RouteError) -> Response {
+    // A model that named nothing is logged under the default route, which would have governed.
+    let route: Arc<str> = error.route().unwrap_or_else(|| state.router.default_route().name()).into();
+    let api = ApiError::from_route(&error);
     let status = api.status.as_u16();
     let attempts = error.trail().len();
     let mut response = api.into_response(exchange.dialect, &exchange.id);
     exchange.stamp(&mut response, None, attempts);
-    exchange.finish_failure(state, route, status, error);
+    exchange.finish_failure(state, route, status, error.into_trail());
     response
 }

@@ -45,7 +45,7 @@ pub async fn chat_completions(
             .unwrap_or(false);
         return match state.router.chat_stream(&request, &options).await {
             Ok(stream) => super::sse::openai_stream(state.clone(), exchange, stream, include_usage),
-            Err(error) => route_failed(&state, &exchange, &request.model, &error),
+            Err(error) => route_failed(&state, &exchange, error),
         };
     }
     match state.router.chat_with(&request, &options).await {
@@ -63,7 +63,7 @@ pub async fn chat_completions(
             add_usage_metrics(&state, &answer.served_by, answer.usage, answer.cost);
             answered(&state, &exchange, body, Delivered::from(&mut answer))
         }
-        Err(error) => route_failed(&state, &exchange, &request.model, &error),
+        Err(error) => route_failed(&state, &exchange, error),
     }
 }
 
@@ -98,7 +98,7 @@ pub async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, 
             };
             answered(&state, &exchange, body.to_string().into_bytes(), served)
         }
-        Err(error) => route_failed(&state, &exchange, &request.model, &error),
+        Err(error) => route_failed(&state, &exchange, error),
     }
 }
 

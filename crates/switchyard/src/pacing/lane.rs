@@ -75,6 +75,42 @@ struct State {
     learned: Option<RateLimits>,
 }
 
+/// How long a caller will wait: until its deadline, or until it spills over to the next
+/// target (then the refusal says so).
+struct Patience {
+    start: Instant,
+    deadline: Option<Instant>,
+    spill_at: Option<Instant>,
+    /// The earlier of the two.
+    give_up_at: Option<Instant>,
+}
+
+impl Patience {
+    fn of(request: &PaceRequest<'_>) -> Self {
+        let start = Instant::now();
+        let spill_at = request.spill_after.map(|d| start + d);
+        let give_up_at = match (request.deadline, spill_at) {
+            (Some(d), Some(s)) => Some(d.min(s)),
+            (d, s) => d.or(s),
+        };
+        Self { start, deadline: request.deadline, spill_at, give_up_at }
+    }
+
+    /// Whether giving up at `at` is a spill-over (not the deadline).
+    fn spilled(&self, at: Instant) -> bool {
+        self.spill_at.is_some_and(|s| at >= s) && self.deadline.is_none_or(|d| d > at)
+    }
+}
+
+/// A dispatch time booked against the lane's buckets and interval.
+struct Booked {
+    wait: Duration,
+    reason: WaitReason,
+    /// The queue position this call took, and what it replaced, to give it back on cancel.
+    previous_slot: (Instant, WaitReason),
+    slot_taken: Instant,
+}
+
 /// What the gate says to a call that has its concurrency slot and bucket reservation.
 enum Gate {
     Go(Dispatch),
@@ -214,97 +250,34 @@ impl Lane {
     }
 
     pub(super) async fn acquire(self: Arc<Self>, request: PaceRequest<'_>) -> Result<Permit, ProviderError> {
-        let start = Instant::now();
-        let spill_at = request.spill_after.map(|d| start + d);
-        let give_up_at = match (request.deadline, spill_at) {
-            (Some(d), Some(s)) => Some(d.min(s)),
-            (d, s) => d.or(s),
-        };
-        let spilled =
-            |at: Instant| spill_at.is_some_and(|s| at >= s) && request.deadline.is_none_or(|d| d > at);
-
+        let patience = Patience::of(&request);
         // Concurrency first, so that a call waiting for its rate slot already counts as in
         // flight: the two limits then hold together, never one at the other's expense.
-        let slot = match &self.slots {
-            None => None,
-            Some(slots) => match slots.clone().try_acquire_owned() {
-                Ok(slot) => Some(slot),
-                Err(_) => {
-                    let waiting = slots.clone().acquire_owned();
-                    let slot = match give_up_at {
-                        Some(at) => match tokio::time::timeout_at(at, waiting).await {
-                            Ok(slot) => slot,
-                            Err(_) => {
-                                return Err(self.refuse(WaitReason::Concurrency, at - start, spilled(at)));
-                            }
-                        },
-                        None => waiting.await,
-                    };
-                    // The semaphore is never closed while the lane lives.
-                    slot.ok()
-                }
-            },
-        };
-        let queued_for_slot = start.elapsed();
+        let slot = self.take_slot(&patience).await?;
+        let queued_for_slot = patience.start.elapsed();
 
-        let now = Instant::now();
         let tokens = f64::from(request.estimated_tokens);
-        let (wait, reason, previous_slot, slot_taken) = {
-            let mut state = self.lock();
-            let mut waits = Vec::with_capacity(4);
-            if let Some(bucket) = state.requests.as_mut() {
-                bucket.refill(now);
-                waits.push((bucket.wait_for(1.0), WaitReason::Rpm));
-            }
-            if let Some(bucket) = state.tokens.as_mut() {
-                bucket.refill(now);
-                waits.push((bucket.wait_for(tokens), WaitReason::Tpm));
-            }
-            let queue_reason =
-                if self.limits.min_interval.is_zero() { state.next_reason } else { WaitReason::Interval };
-            waits.push((state.next_slot.saturating_duration_since(now), queue_reason));
-            if let Some(until) = state.held_until {
-                waits.push((until.saturating_duration_since(now), WaitReason::ProviderHeaders));
-            }
-            let (wait, reason) =
-                waits.into_iter().max_by_key(|(wait, _)| *wait).unwrap_or((Duration::ZERO, WaitReason::Rpm));
-            if let Some(at) = give_up_at
-                && now + wait > at
-            {
-                return Err(self.refuse(reason, wait, spilled(now + wait)));
-            }
-            if let Some(bucket) = state.requests.as_mut() {
-                bucket.level -= 1.0;
-            }
-            if let Some(bucket) = state.tokens.as_mut() {
-                bucket.level -= tokens;
-            }
-            let previous = (state.next_slot, state.next_reason);
-            state.next_slot = now + wait + self.limits.min_interval;
-            state.next_reason = reason;
-            (wait, reason, previous, state.next_slot)
-        };
-
+        let booked = self.book(tokens, &patience)?;
         let mut reservation = Reservation {
             lane: self.clone(),
             tokens: if self.limits.tokens_per_minute.is_some() { tokens } else { 0.0 },
-            slot_taken,
-            previous_slot,
+            slot_taken: booked.slot_taken,
+            previous_slot: booked.previous_slot,
             dispatch: None,
             settled: false,
             _slot: slot,
         };
-        let mut reason = reason;
-        if !wait.is_zero() {
+        let mut reason = booked.reason;
+        if !booked.wait.is_zero() {
             // Dropped here (the caller went away), the reservation refunds itself.
-            tokio::time::sleep(wait).await;
+            tokio::time::sleep(booked.wait).await;
         }
         // The provider may have spoken while this call waited for its slot: what its headers
         // say now decides.
-        let dispatch = self.pass_gate(tokens, start, give_up_at, &spilled, &mut reason).await?;
+        let dispatch = self.pass_gate(tokens, &patience, &mut reason).await?;
         reservation.dispatch = Some(dispatch);
 
-        let waited = start.elapsed();
+        let waited = patience.start.elapsed();
         let reason = if waited > queued_for_slot {
             Some(reason)
         } else if !queued_for_slot.is_zero() {
@@ -315,16 +288,72 @@ impl Lane {
         Ok(Permit::new(waited, reason, Some(Box::new(reservation))).with_dispatch(dispatch))
     }
 
+    /// A concurrency slot, when the lane has a bound: at once, or in arrival order.
+    async fn take_slot(&self, patience: &Patience) -> Result<Option<OwnedSemaphorePermit>, ProviderError> {
+        let Some(slots) = &self.slots else { return Ok(None) };
+        if let Ok(slot) = slots.clone().try_acquire_owned() {
+            return Ok(Some(slot));
+        }
+        let waiting = slots.clone().acquire_owned();
+        let slot = match patience.give_up_at {
+            Some(at) => tokio::time::timeout_at(at, waiting).await.map_err(|_| {
+                self.refuse(WaitReason::Concurrency, at - patience.start, patience.spilled(at))
+            })?,
+            None => waiting.await,
+        };
+        // The semaphore is never closed while the lane lives.
+        Ok(slot.ok())
+    }
+
+    /// Books the call's dispatch time against the buckets, the interval and a 429's hold, in
+    /// arrival order; refuses at once when that time is past the caller's patience.
+    fn book(&self, tokens: f64, patience: &Patience) -> Result<Booked, ProviderError> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let mut waits = Vec::with_capacity(4);
+        if let Some(bucket) = state.requests.as_mut() {
+            bucket.refill(now);
+            waits.push((bucket.wait_for(1.0), WaitReason::Rpm));
+        }
+        if let Some(bucket) = state.tokens.as_mut() {
+            bucket.refill(now);
+            waits.push((bucket.wait_for(tokens), WaitReason::Tpm));
+        }
+        let queue_reason =
+            if self.limits.min_interval.is_zero() { state.next_reason } else { WaitReason::Interval };
+        waits.push((state.next_slot.saturating_duration_since(now), queue_reason));
+        if let Some(until) = state.held_until {
+            waits.push((until.saturating_duration_since(now), WaitReason::ProviderHeaders));
+        }
+        let (wait, reason) =
+            waits.into_iter().max_by_key(|(wait, _)| *wait).unwrap_or((Duration::ZERO, WaitReason::Rpm));
+        if let Some(at) = patience.give_up_at
+            && now + wait > at
+        {
+            return Err(self.refuse(reason, wait, patience.spilled(now + wait)));
+        }
+        if let Some(bucket) = state.requests.as_mut() {
+            bucket.level -= 1.0;
+        }
+        if let Some(bucket) = state.tokens.as_mut() {
+            bucket.level -= tokens;
+        }
+        let previous_slot = (state.next_slot, state.next_reason);
+        state.next_slot = now + wait + self.limits.min_interval;
+        state.next_reason = reason;
+        Ok(Booked { wait, reason, previous_slot, slot_taken: state.next_slot })
+    }
+
     /// Waits until a 429's hold is over and the header budget lets a call of `tokens` go,
     /// behind every caller already waiting there; then dispatches it.
     async fn pass_gate(
         &self,
         tokens: f64,
-        start: Instant,
-        give_up_at: Option<Instant>,
-        spilled: &(dyn Fn(Instant) -> bool + Sync),
+        patience: &Patience,
         reason: &mut WaitReason,
     ) -> Result<Dispatch, ProviderError> {
+        let (start, give_up_at) = (patience.start, patience.give_up_at);
+        let spilled = |at: Instant| patience.spilled(at);
         let mut turn: Option<SemaphorePermit<'_>> = None;
         loop {
             if let Gate::Go(dispatch) = self.gate(tokens, turn.is_some()) {

@@ -11,12 +11,12 @@ use futures_core::Stream;
 use futures_util::StreamExt;
 use tokio::time::{Instant, Sleep};
 
+use super::exchange::Exchange;
+use super::{StreamServed, StreamSettler};
 use crate::chat::{ChatChunk, ChatRequest, ChatResponse, ChunkChoice, Delta, Role, Usage};
-use crate::events::EventKind;
 use crate::pacing::Permit;
 use crate::provider::{BoxFuture, Call, ChunkStream, Provider};
 use crate::route::Route;
-use crate::router::{Exchange, Inner, StreamServed};
 use crate::trail::{Outcome, Timing, Trail, Via};
 use crate::{ErrorKind, ProviderError, Target};
 
@@ -114,7 +114,7 @@ pub struct StreamError {
 /// fails after content was sent; it is never restarted silently. Holds the pacing permit until
 /// it ends or is dropped.
 pub struct RoutedStream {
-    inner: Arc<Inner>,
+    router: StreamSettler,
     buffer: VecDeque<ChatChunk>,
     rest: Option<ChunkStream>,
     idle_limit: Duration,
@@ -142,7 +142,7 @@ impl fmt::Debug for RoutedStream {
 }
 
 impl RoutedStream {
-    pub(crate) fn new(inner: Arc<Inner>, served: StreamServed) -> Self {
+    pub(crate) fn new(router: StreamSettler, served: StreamServed) -> Self {
         let attempt_end = served.attempt_started + served.timeouts.total;
         let (end, total_name) = match served.deadline {
             Some(deadline) if deadline < attempt_end => (deadline, "request deadline"),
@@ -151,7 +151,7 @@ impl RoutedStream {
         let mut timing = served.timing;
         timing.first_token = Some(timing.total);
         Self {
-            inner,
+            router,
             buffer: served.output.buffer,
             rest: served.output.rest,
             idle_limit: served.timeouts.idle,
@@ -196,8 +196,7 @@ impl RoutedStream {
     /// The cost of the answer at the provider's configured price, once usage is known.
     pub fn cost(&self) -> Option<f64> {
         let (target, _) = self.answered.as_ref()?;
-        let price = self.inner.providers.get(target.provider())?.price(target.model())?;
-        Some(price.cost(&self.usage?))
+        Some(self.router.price(target)?.cost(&self.usage?))
     }
 
     /// Whether the stream holds a pacing permit right now.
@@ -223,24 +222,14 @@ impl RoutedStream {
     fn fail(&mut self, error: ProviderError) -> Poll<Option<Result<ChatChunk, StreamError>>> {
         let mut error = error;
         if let Some((target, credential)) = self.answered.clone() {
-            let slot = &self.inner.providers[target.provider()];
-            error =
-                error.with_target(target.clone()).with_credential(slot.credential_ids[credential].clone());
-            let events = self.inner.health.record_failure(&target, &slot.credential_ids, credential, &error);
+            error = self.router.failed_mid_stream(&target, credential, error);
+            let note = self.router.after_content_sent(&error);
             if let Some(last) = self.trail.last_mut() {
                 last.outcome = Outcome::Failed;
                 last.mid_stream = true;
                 last.error = Some(error.clone());
-                last.note =
-                    Some("failed after streamed content reached the caller; not restarted".to_owned());
+                last.note = note;
             }
-            self.inner.publish_all(events);
-            self.inner.events.publish(EventKind::AttemptFailed {
-                target,
-                credential_id: Some(slot.credential_ids[credential].clone()),
-                error: error.clone(),
-                will_retry: false,
-            });
         }
         self.finish();
         Poll::Ready(Some(Err(StreamError { error, trail: self.trail.clone() })))

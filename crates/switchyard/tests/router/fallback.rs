@@ -45,7 +45,7 @@ async fn every_target_failing_returns_all_targets_failed_with_every_attempt() {
 
     let error = router.chat(&request("default")).await.expect_err("everything fails");
 
-    let RouteError::AllTargetsFailed { trail, last } = &error else {
+    let RouteError::AllTargetsFailed { trail, last, .. } = &error else {
         panic!("expected all-failed: {error:?}")
     };
     assert_eq!(trail.outcomes(), vec![Outcome::Retried, Outcome::Failed, Outcome::Retried, Outcome::Failed]);
@@ -118,7 +118,7 @@ async fn every_candidate_failing_returns_all_targets_failed() {
         router(&[("a", &a)], Route::builder("default").target("a:m").retry(quick_retry(1)).candidate(broken));
 
     let error = router.chat(&request("default")).await.expect_err("nothing answers");
-    let RouteError::AllTargetsFailed { trail, last } = &error else { panic!("{error:?}") };
+    let RouteError::AllTargetsFailed { trail, last, .. } = &error else { panic!("{error:?}") };
     assert_eq!(trail.outcomes(), vec![Outcome::Failed, Outcome::Failed]);
     assert_eq!(last.as_ref().map(|e| e.kind()), Some(ErrorKind::Unavailable), "the last provider error");
 }

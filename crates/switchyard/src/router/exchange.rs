@@ -1,0 +1,142 @@
+//! The kinds of exchange the engine runs (a chat, a stream, embeddings): what differs between
+//! them at the points where the engine asks, and what it hands back on success.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::chat::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse};
+use crate::pacing::Permit;
+use crate::provider::{BoxFuture, Call, Provider};
+use crate::route::Route;
+use crate::timeouts::Timeouts;
+use crate::trail::{Timing, Trail, Via};
+use crate::{ProviderError, Target};
+
+/// What one kind of exchange does at the points where they differ.
+pub(crate) trait Exchange: Sync {
+    type Output: Send;
+
+    fn call<'a>(
+        &'a self,
+        provider: &'a dyn Provider,
+        call: Call<'a>,
+    ) -> BoxFuture<'a, Result<Self::Output, ProviderError>>;
+
+    /// The longest one attempt may take before it counts as a timeout, and the name of the
+    /// limit for the error message.
+    fn attempt_limit(&self, route: &Route) -> (Duration, &'static str);
+
+    /// Whether the answer is a content-filter refusal.
+    fn is_content_filtered(&self, output: &Self::Output) -> bool;
+
+    /// The chat request, for candidates; `None` when candidates cannot answer this exchange.
+    fn chat_request(&self) -> Option<&ChatRequest>;
+
+    /// A candidate's answer in this exchange's shape; `None` when it has none.
+    fn candidate_output(&self, response: ChatResponse) -> Option<Self::Output>;
+
+    /// The size of the request in tokens, for pacing's token budgets.
+    fn estimated_tokens(&self) -> u32;
+
+    /// The tokens the provider counted for an answer, when the answer says (streams settle
+    /// their pacing reservation when they end instead).
+    fn used_tokens(&self, output: &Self::Output) -> Option<u32>;
+}
+
+/// A chat answered whole.
+pub(super) struct ChatExchange<'r>(pub(super) &'r ChatRequest);
+
+impl Exchange for ChatExchange<'_> {
+    type Output = ChatResponse;
+
+    fn call<'a>(
+        &'a self,
+        provider: &'a dyn Provider,
+        call: Call<'a>,
+    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
+        provider.chat(call, self.0)
+    }
+
+    fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {
+        (route.timeouts().total, "total")
+    }
+
+    fn is_content_filtered(&self, output: &ChatResponse) -> bool {
+        output.is_content_filtered()
+    }
+
+    fn chat_request(&self) -> Option<&ChatRequest> {
+        Some(self.0)
+    }
+
+    fn candidate_output(&self, response: ChatResponse) -> Option<ChatResponse> {
+        Some(response)
+    }
+
+    fn estimated_tokens(&self) -> u32 {
+        self.0.estimated_prompt_tokens().saturating_add(self.0.max_tokens.unwrap_or(0))
+    }
+
+    fn used_tokens(&self, output: &ChatResponse) -> Option<u32> {
+        output.usage.map(|u| u.total_tokens)
+    }
+}
+
+/// An embeddings request.
+pub(super) struct EmbeddingsExchange<'r>(pub(super) &'r EmbeddingsRequest);
+
+impl Exchange for EmbeddingsExchange<'_> {
+    type Output = EmbeddingsResponse;
+
+    fn call<'a>(
+        &'a self,
+        provider: &'a dyn Provider,
+        call: Call<'a>,
+    ) -> BoxFuture<'a, Result<EmbeddingsResponse, ProviderError>> {
+        provider.embeddings(call, self.0)
+    }
+
+    fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {
+        (route.timeouts().total, "total")
+    }
+
+    fn is_content_filtered(&self, _: &EmbeddingsResponse) -> bool {
+        false
+    }
+
+    fn chat_request(&self) -> Option<&ChatRequest> {
+        None
+    }
+
+    fn candidate_output(&self, _: ChatResponse) -> Option<EmbeddingsResponse> {
+        None
+    }
+
+    fn estimated_tokens(&self) -> u32 {
+        let chars: usize = self.0.input.texts().iter().map(|t| t.len()).sum();
+        u32::try_from(chars.div_ceil(4)).unwrap_or(u32::MAX)
+    }
+
+    fn used_tokens(&self, output: &EmbeddingsResponse) -> Option<u32> {
+        output.usage.map(|u| u.total_tokens)
+    }
+}
+
+/// What the engine hands back on success.
+pub(crate) struct Served<O> {
+    pub(crate) output: O,
+    pub(crate) via: Via,
+    pub(crate) route: Arc<str>,
+    /// The route itself, for what a stream asks of the policy later.
+    pub(crate) governing: Arc<Route>,
+    pub(crate) trail: Trail,
+    pub(crate) timing: Timing,
+    /// The target and credential index that answered (none for candidates).
+    pub(crate) answered: Option<(Target, usize)>,
+    pub(crate) permit: Option<Permit>,
+    pub(crate) attempt_started: Instant,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) timeouts: Timeouts,
+}

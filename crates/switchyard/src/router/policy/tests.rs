@@ -1,0 +1,221 @@
+//! The policy as a table: every kind of the error catalog, in every situation a failure can
+//! meet, and what follows.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+use crate::route::Retry;
+use crate::{ErrorKind, ProviderError, Target};
+
+/// Fixed means: a jitter draw of one half, and a budget that may be spent.
+struct Fixed {
+    budget: bool,
+    jitter_draws: u32,
+    spent: u32,
+}
+
+impl Means for Fixed {
+    fn jitter(&mut self) -> f64 {
+        self.jitter_draws += 1;
+        0.5
+    }
+
+    fn spend_retry(&mut self) -> bool {
+        self.spent += 1;
+        self.budget
+    }
+}
+
+fn means() -> Fixed {
+    Fixed { budget: true, jitter_draws: 0, spent: 0 }
+}
+
+/// A route with both special chains and three attempts per target.
+fn route() -> Route {
+    Route::builder("default")
+        .target("a:m")
+        .target("b:m")
+        .context_window("long:m")
+        .content_policy("lenient:m")
+        .retry(Retry { max_attempts: 3, ..Retry::default() })
+        .build()
+        .unwrap()
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Situation {
+    FirstTry,
+    RetriesLeft,
+    RetriesSpent,
+    AnotherKey,
+    ContentPolicyUsed,
+    ExplicitTarget,
+    FallbackOff,
+    ContentSent,
+}
+
+const SITUATIONS: [Situation; 8] = [
+    Situation::FirstTry,
+    Situation::RetriesLeft,
+    Situation::RetriesSpent,
+    Situation::AnotherKey,
+    Situation::ContentPolicyUsed,
+    Situation::ExplicitTarget,
+    Situation::FallbackOff,
+    Situation::ContentSent,
+];
+
+/// What follows, in short: Retry, Rotate, Switch to the context-window or content-policy
+/// chain, Move on, Stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Short {
+    R,
+    K,
+    W,
+    P,
+    M,
+    S,
+}
+
+fn short(next: Next) -> Short {
+    match next {
+        Next::Retry(_) => Short::R,
+        Next::Rotate => Short::K,
+        Next::Switch(Chain::ContextWindow) => Short::W,
+        Next::Switch(_) => Short::P,
+        Next::MoveOn => Short::M,
+        Next::Stop => Short::S,
+    }
+}
+
+fn decide_in(kind: ErrorKind, situation: Situation) -> Decision {
+    let general = route();
+    let explicit = general.for_named_target("a:m".parse::<Target>().unwrap());
+    let mut at = FailurePoint {
+        retries: 0,
+        can_rotate: false,
+        chain: Chain::General,
+        no_fallback: false,
+        deadline: None,
+        now: Instant::now(),
+        cut_by_deadline: false,
+        content_sent: false,
+    };
+    let mut on = &general;
+    match situation {
+        Situation::FirstTry => {}
+        Situation::RetriesLeft => at.retries = 1,
+        Situation::RetriesSpent => at.retries = 2,
+        Situation::AnotherKey => at.can_rotate = true,
+        Situation::ContentPolicyUsed => at.chain = Chain::ContentPolicy,
+        Situation::ExplicitTarget => on = &explicit,
+        Situation::FallbackOff => at.no_fallback = true,
+        Situation::ContentSent => at.content_sent = true,
+    }
+    decide(on, &ProviderError::new(kind, "test"), &at, &mut means())
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_kind_of_the_catalog_in_every_situation() {
+    use Short::*;
+    // Columns: first try, retries left, retries spent, another key, content policy used,
+    // explicit target, fallback off, streamed content sent.
+    let table: [(ErrorKind, [Short; 8]); 13] = [
+        (ErrorKind::RateLimited, [R, R, M, R, R, R, R, S]),
+        (ErrorKind::QuotaExceeded, [M, M, M, K, M, M, S, S]),
+        (ErrorKind::Timeout, [R, R, M, R, R, R, R, S]),
+        (ErrorKind::Transport, [R, R, M, R, R, R, R, S]),
+        (ErrorKind::Unavailable, [R, R, M, R, R, R, R, S]),
+        (ErrorKind::MalformedResponse, [R, R, M, R, R, R, R, S]),
+        (ErrorKind::Auth, [M, M, M, K, M, M, S, S]),
+        (ErrorKind::ModelNotFound, [M, M, M, M, M, M, S, S]),
+        (ErrorKind::ContextLength, [W, W, W, W, S, S, S, S]),
+        (ErrorKind::ContentFiltered, [P, P, P, P, S, S, S, S]),
+        (ErrorKind::InvalidRequest, [S, S, S, S, S, S, S, S]),
+        (ErrorKind::SchemaViolation, [S, S, S, S, S, S, S, S]),
+        (ErrorKind::Cancelled, [S, S, S, S, S, S, S, S]),
+    ];
+    for (kind, row) in table {
+        for (situation, expected) in SITUATIONS.into_iter().zip(row) {
+            let decision = decide_in(kind, situation);
+            assert_eq!(short(decision.next), expected, "{kind:?} at {situation:?}: {decision:?}");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_waits_the_jittered_backoff_raised_to_retry_after() {
+    let route = route();
+    let at = FailurePoint {
+        retries: 0,
+        can_rotate: false,
+        chain: Chain::General,
+        no_fallback: false,
+        deadline: None,
+        now: Instant::now(),
+        cut_by_deadline: false,
+        content_sent: false,
+    };
+    let base = route.retry().backoff_base;
+    let error = ProviderError::new(ErrorKind::Unavailable, "test");
+    assert_eq!(decide(&route, &error, &at, &mut means()).next, Next::Retry(base / 2));
+    let limited = ProviderError::new(ErrorKind::RateLimited, "test").with_retry_after(Duration::from_secs(2));
+    assert_eq!(decide(&route, &limited, &at, &mut means()).next, Next::Retry(Duration::from_secs(2)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_that_cannot_be_afforded_move_on_and_say_why() {
+    let route = route();
+    let now = Instant::now();
+    let at = FailurePoint {
+        retries: 0,
+        can_rotate: false,
+        chain: Chain::General,
+        no_fallback: false,
+        deadline: None,
+        now,
+        cut_by_deadline: false,
+        content_sent: false,
+    };
+    let long = ProviderError::new(ErrorKind::RateLimited, "test").with_retry_after(Duration::from_secs(60));
+    let decision = decide(&route, &long, &at, &mut means());
+    assert_eq!(decision.next, Next::MoveOn);
+    assert!(decision.note.unwrap().contains("exceeds max_wait"));
+
+    let near = FailurePoint { deadline: Some(now + Duration::from_millis(1)), ..at };
+    let error = ProviderError::new(ErrorKind::Unavailable, "test");
+    let decision = decide(&route, &error, &near, &mut means());
+    assert_eq!(decision.next, Next::MoveOn);
+    assert!(decision.note.unwrap().contains("would pass the request deadline"));
+
+    let mut broke = Fixed { budget: false, jitter_draws: 0, spent: 0 };
+    let decision = decide(&route, &error, &at, &mut broke);
+    assert_eq!(decision.next, Next::MoveOn);
+    assert_eq!(decision.note.as_deref(), Some("retry budget spent: not retrying"));
+
+    let cut = FailurePoint { cut_by_deadline: true, ..at };
+    let decision = decide(&route, &error, &cut, &mut means());
+    assert_eq!((decision.next, decision.note.as_deref()), (Next::MoveOn, Some("request deadline passed")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_decision_that_does_not_retry_draws_no_jitter_and_spends_no_budget() {
+    let route = route();
+    let at = FailurePoint {
+        retries: 0,
+        can_rotate: false,
+        chain: Chain::General,
+        no_fallback: false,
+        deadline: None,
+        now: Instant::now(),
+        cut_by_deadline: false,
+        content_sent: false,
+    };
+    let mut counted = means();
+    decide(&route, &ProviderError::new(ErrorKind::ModelNotFound, "test"), &at, &mut counted);
+    assert_eq!((counted.jitter_draws, counted.spent), (0, 0));
+    decide(&route, &ProviderError::new(ErrorKind::Timeout, "test"), &at, &mut counted);
+    assert_eq!((counted.jitter_draws, counted.spent), (1, 1));
+}

@@ -1,0 +1,91 @@
+//! Which route governs a request and which targets it walks: a route by name, or a named
+//! target under the default route's policy; tiers in order, rotation within a tier.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::Router;
+use crate::route::{Rotation, Route, RouteTarget};
+use crate::{RouteError, Target};
+
+/// What a request resolved to: the governing route, the chain, and whether it named a target.
+pub(super) struct Resolved {
+    pub(super) route: Arc<Route>,
+    pub(super) chain: Vec<Target>,
+    pub(super) explicit: bool,
+}
+
+impl Router {
+    /// The route or target `model` names; an empty model takes the default route.
+    pub(super) fn resolve(&self, model: &str) -> Result<Resolved, RouteError> {
+        let inner = &self.inner;
+        let name = if model.is_empty() { &*inner.default_route } else { model };
+        if let Some(slot) = inner.routes.get(name) {
+            let route = slot.route.clone();
+            let chain = self.rotate(&route, &slot.turn);
+            return Ok(Resolved { route, chain, explicit: false });
+        }
+        match model.parse::<Target>() {
+            Ok(target) if inner.providers.contains_key(target.provider()) => {
+                let route = Arc::new(self.default_route().for_named_target(target.clone()));
+                Ok(Resolved { route, chain: vec![target], explicit: true })
+            }
+            _ => Err(self.unknown_model(model)),
+        }
+    }
+
+    /// The error for a model that names nothing, listing what can be named.
+    pub(super) fn unknown_model(&self, model: &str) -> RouteError {
+        let mut known: Vec<String> = self.inner.route_order.iter().map(ToString::to_string).collect();
+        known.extend(self.routes().flat_map(|r| r.all_targets()).map(ToString::to_string));
+        known.dedup();
+        RouteError::UnknownModel { model: model.to_owned(), known }
+    }
+
+    /// The general chain: tiers in order, rotation applied within each tier.
+    fn rotate(&self, route: &Route, turn: &AtomicU64) -> Vec<Target> {
+        let targets = route.targets();
+        if route.rotation() == Rotation::Ordered || targets.len() < 2 {
+            return targets.iter().map(|t| t.target.clone()).collect();
+        }
+        let turn = turn.fetch_add(1, Ordering::Relaxed);
+        let mut chain = Vec::with_capacity(targets.len());
+        for tier in targets.chunk_by(|a, b| a.tier == b.tier) {
+            let start = match route.rotation() {
+                Rotation::RoundRobin => (turn % tier.len() as u64) as usize,
+                Rotation::Weighted => self.weighted_pick(tier),
+                Rotation::Ordered => 0,
+            };
+            match route.rotation() {
+                Rotation::Weighted => {
+                    chain.push(tier[start].target.clone());
+                    chain.extend(
+                        tier.iter().enumerate().filter(|(i, _)| *i != start).map(|(_, t)| t.target.clone()),
+                    );
+                }
+                _ => chain.extend(tier[start..].iter().chain(&tier[..start]).map(|t| t.target.clone())),
+            }
+        }
+        chain
+    }
+
+    /// A target of `tier` drawn by weight (the first when every weight is 0).
+    fn weighted_pick(&self, tier: &[RouteTarget]) -> usize {
+        let total: u64 = tier.iter().map(|t| u64::from(t.weight)).sum();
+        if total == 0 {
+            return 0;
+        }
+        let mut draw = self.inner.jitter.next_u64() % total;
+        tier.iter()
+            .position(|t| {
+                let w = u64::from(t.weight);
+                if draw < w {
+                    true
+                } else {
+                    draw -= w;
+                    false
+                }
+            })
+            .unwrap_or(0)
+    }
+}
