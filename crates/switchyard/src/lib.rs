@@ -39,6 +39,7 @@ mod error;
 pub mod events;
 pub mod health;
 pub mod pacing;
+pub mod problem;
 pub mod provider;
 pub mod ratelimit;
 pub mod route;

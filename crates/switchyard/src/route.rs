@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::chat::{ChatRequest, ChatResponse};
+use crate::problem::Problem;
 use crate::provider::BoxFuture;
 pub use crate::timeouts::Timeouts;
 use crate::{ErrorKind, ProviderError, Target};
@@ -225,6 +226,7 @@ impl Route {
             fallback_on: ErrorFilter::Catalog,
             spill_over: false,
             errors: Vec::new(),
+            given: [0; 3],
         }
     }
 
@@ -339,15 +341,21 @@ pub struct RouteBuilder {
     retry_on: ErrorFilter,
     fallback_on: ErrorFilter,
     spill_over: bool,
-    errors: Vec<String>,
+    errors: Vec<Problem>,
+    /// Targets given so far to each list (targets, context window, content policy), so a
+    /// problem names its place in the list as configured.
+    given: [usize; 3],
 }
 
 impl RouteBuilder {
-    fn parse(&mut self, text: &str) -> Option<Target> {
+    fn parse(&mut self, list: usize, text: &str) -> Option<Target> {
+        let index = self.given[list];
+        self.given[list] += 1;
         match text.parse() {
             Ok(target) => Some(target),
             Err(error) => {
-                self.errors.push(error.to_string());
+                let key = ["targets", "context_window", "content_policy"][list];
+                self.errors.push(error.at(format!("{key}[{index}]")));
                 None
             }
         }
@@ -360,7 +368,7 @@ impl RouteBuilder {
 
     /// Appends a target in `tier` with `weight`.
     pub fn tiered_target(mut self, target: &str, tier: u32, weight: u32) -> Self {
-        if let Some(target) = self.parse(target) {
+        if let Some(target) = self.parse(0, target) {
             self.targets.push(RouteTarget { target, tier, weight, embedding_space: None });
         }
         self
@@ -368,6 +376,7 @@ impl RouteBuilder {
 
     /// Appends a fully described target.
     pub fn route_target(mut self, target: RouteTarget) -> Self {
+        self.given[0] += 1;
         self.targets.push(target);
         self
     }
@@ -396,7 +405,7 @@ impl RouteBuilder {
 
     /// Appends a target of the context-window chain (larger models for prompts that are too long).
     pub fn context_window(mut self, target: &str) -> Self {
-        if let Some(target) = self.parse(target) {
+        if let Some(target) = self.parse(1, target) {
             self.context_window.push(target);
         }
         self
@@ -404,7 +413,7 @@ impl RouteBuilder {
 
     /// Appends a target of the content-policy chain (differently governed models for refusals).
     pub fn content_policy(mut self, target: &str) -> Self {
-        if let Some(target) = self.parse(target) {
+        if let Some(target) = self.parse(2, target) {
             self.content_policy.push(target);
         }
         self
@@ -440,31 +449,37 @@ impl RouteBuilder {
     }
 
     /// Validates and builds the route.
-    pub fn build(self) -> Result<Route, RouteConfigError> {
-        let mut problems = self.errors;
+    /// Every rule a route must keep, checked once here: the gateway maps these problems onto
+    /// its file's keys instead of checking them again.
+    fn problems(&self) -> Vec<Problem> {
+        let mut problems = Vec::new();
         if self.name.is_empty() {
-            problems.push("the route name is empty".to_owned());
+            problems.push(Problem::new("", "the route name is empty", "name it"));
         }
         if self.name.contains(':') {
-            problems.push(format!(
-                "route name `{}` contains a colon, which would read as a `provider:model` target: rename it",
+            let message = format!(
+                "route name `{}` contains a colon, which would read as a `provider:model` target",
                 self.name
-            ));
+            );
+            problems.push(Problem::new("", message, "rename it"));
         }
-        if self.targets.is_empty() {
-            problems.push("it has no targets: add at least one `provider:model`".to_owned());
+        if self.targets.is_empty() && self.given[0] == 0 {
+            problems.push(Problem::new("targets", "it has no targets", "list at least one `provider:model`"));
         }
         if self.retry.max_attempts == 0 {
-            problems.push("retry.max_attempts is 0: use 1 for no retries".to_owned());
+            let message = "retry.max_attempts is 0, which would never call the target";
+            problems.push(Problem::new("retry.max_attempts", message, "use 1 for no retries"));
         }
         if self.retry.backoff_base > self.retry.backoff_max {
-            problems.push(format!(
+            let message = format!(
                 "retry.backoff_base ({:?}) is above retry.backoff_max ({:?})",
                 self.retry.backoff_base, self.retry.backoff_max
-            ));
+            );
+            problems.push(Problem::new("retry.backoff_base", message, "lower it or raise backoff_max"));
         }
         if self.rotation == Rotation::Weighted && self.targets.iter().all(|t| t.weight == 0) {
-            problems.push("rotation is weighted but every weight is 0".to_owned());
+            let message = "rotation is weighted but every weight is 0";
+            problems.push(Problem::new("rotation", message, "give at least one target a weight above 0"));
         }
         for (what, value) in [
             ("timeouts.first_byte", self.timeouts.first_byte),
@@ -472,9 +487,19 @@ impl RouteBuilder {
             ("timeouts.total", self.timeouts.total),
         ] {
             if value.is_zero() {
-                problems.push(format!("{what} is 0: give a positive duration such as 30s"));
+                problems.push(Problem::new(
+                    what,
+                    format!("{what} is 0"),
+                    "give a positive duration such as 30s",
+                ));
             }
         }
+        problems
+    }
+
+    pub fn build(self) -> Result<Route, RouteConfigError> {
+        let mut problems = self.errors.clone();
+        problems.extend(self.problems());
         if !problems.is_empty() {
             return Err(RouteConfigError { route: self.name, problems });
         }
@@ -501,8 +526,10 @@ impl RouteBuilder {
 
 /// A route that cannot be built, with every problem found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("route `{route}`: {}", problems.join("; "))]
+#[error("route `{route}`: {}", problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
 pub struct RouteConfigError {
+    /// The route's name as given.
     pub route: String,
-    pub problems: Vec<String>,
+    /// Every problem, with paths relative to the route (`retry.max_attempts`, `targets[1]`).
+    pub problems: Vec<Problem>,
 }

@@ -96,8 +96,17 @@ impl<'de> serde::Deserialize<'de> for Target {
 
 /// A target text that is not `provider:model`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("target `{text}` {problem}: write it as `provider:model`, for example `openai:gpt-4o-mini`")]
+#[error("target `{text}` {problem}: {FIX}")]
 pub struct TargetError {
     text: String,
     problem: &'static str,
+}
+
+const FIX: &str = "write it as `provider:model`, for example `openai:gpt-4o-mini`";
+
+impl TargetError {
+    /// The same as a configuration problem at `path`.
+    pub fn at(&self, path: impl Into<String>) -> crate::problem::Problem {
+        crate::problem::Problem::new(path, format!("target `{}` {}", self.text, self.problem), FIX)
+    }
 }

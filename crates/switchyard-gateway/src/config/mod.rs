@@ -450,6 +450,12 @@ impl Validator<'_> {
         self.problems.push(Problem { path: path.into(), message: message.into() });
     }
 
+    /// A problem the engine found, at `path` in the file plus the problem's own path.
+    fn engine_problem(&mut self, path: &str, problem: switchyard::problem::Problem) {
+        let at = if problem.path.is_empty() { path.to_owned() } else { format!("{path}.{}", problem.path) };
+        self.problem(at, problem.to_string());
+    }
+
     /// A duration that must be positive, or `default` when not given.
     fn nonzero(&mut self, path: &str, given: Option<file::DurationText>, default: Duration) -> Duration {
         let value = given.map_or(default, |d| d.0);
@@ -499,11 +505,8 @@ impl Validator<'_> {
     ) -> Option<(ProviderEntry, ProviderSummary)> {
         let path = format!("providers.{id}");
         let before = self.problems.len();
-        if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
-            self.problem(
-                &path,
-                format!("provider id `{id}` may hold only letters, digits, `-`, `_` and `.` (no colon)"),
-            );
+        if let Err(problem) = ProviderEntry::check_id(id) {
+            self.engine_problem(&path, problem);
         }
         if config.api_key.is_some() && !config.api_keys.is_empty() {
             self.problem(format!("{path}.api_keys"), "give `api_key` or `api_keys`, not both");
@@ -625,19 +628,15 @@ impl Validator<'_> {
         Some((entry, summary))
     }
 
-    fn target(
+    /// Whether a target that parses names a provider of the file (the engine checks the
+    /// text itself); `None` for one that does not parse, whose problem the engine reports.
+    fn known_provider(
         &mut self,
         path: &str,
         text: &str,
         providers: &BTreeMap<String, file::ProviderConfig>,
     ) -> Option<Target> {
-        let target: Target = match text.parse() {
-            Ok(target) => target,
-            Err(error) => {
-                self.problem(path, error.to_string());
-                return None;
-            }
-        };
+        let target: Target = text.parse().ok()?;
         if !providers.contains_key(target.provider()) {
             let known: Vec<&str> = providers.keys().map(String::as_str).collect();
             self.problem(
@@ -648,7 +647,6 @@ impl Validator<'_> {
                     if known.is_empty() { "(none)".to_owned() } else { known.join(", ") }
                 ),
             );
-            return None;
         }
         Some(target)
     }
@@ -661,15 +659,12 @@ impl Validator<'_> {
     ) -> Option<Route> {
         let path = format!("routes.{name}");
         let before = self.problems.len();
-        if name.contains(':') {
-            self.problem(&path, format!("route name `{name}` contains a colon, which reads as a `provider:model` target: rename it"));
-        }
-        if config.targets.is_empty() {
-            self.problem(format!("{path}.targets"), "empty: list at least one `provider:model`");
-        }
         let mut builder = Route::builder(name);
         for (i, target) in config.targets.iter().enumerate() {
-            let Some(parsed) = self.target(&format!("{path}.targets[{i}]"), target.text(), providers) else {
+            let Some(parsed) = self.known_provider(&format!("{path}.targets[{i}]"), target.text(), providers)
+            else {
+                // The engine names what is wrong with the text.
+                builder = builder.target(target.text());
                 continue;
             };
             builder = builder.route_target(match target {
@@ -685,14 +680,12 @@ impl Validator<'_> {
             });
         }
         for (i, text) in config.context_window.iter().enumerate() {
-            if self.target(&format!("{path}.context_window[{i}]"), text, providers).is_some() {
-                builder = builder.context_window(text);
-            }
+            self.known_provider(&format!("{path}.context_window[{i}]"), text, providers);
+            builder = builder.context_window(text);
         }
         for (i, text) in config.content_policy.iter().enumerate() {
-            if self.target(&format!("{path}.content_policy[{i}]"), text, providers).is_some() {
-                builder = builder.content_policy(text);
-            }
+            self.known_provider(&format!("{path}.content_policy[{i}]"), text, providers);
+            builder = builder.content_policy(text);
         }
         if let Some(rotation) = config.rotation {
             builder = builder.rotation(match rotation {
@@ -709,18 +702,6 @@ impl Validator<'_> {
                 backoff_max: retry.backoff_max.map_or(default.backoff_max, |d| d.0),
                 max_wait: retry.max_wait.map_or(default.max_wait, |d| d.0),
             };
-            if retry.max_attempts == 0 {
-                self.problem(
-                    format!("{path}.retry.max_attempts"),
-                    "0 would never call the target: use 1 for no retries",
-                );
-            }
-            if retry.backoff_base > retry.backoff_max {
-                self.problem(
-                    format!("{path}.retry.backoff_base"),
-                    "is above retry.backoff_max: lower it or raise backoff_max",
-                );
-            }
             builder = builder.retry(retry);
         }
         if let Some(gate) = config.health_gate {
@@ -737,16 +718,6 @@ impl Validator<'_> {
                 total: timeouts.total.map_or(default.total, |d| d.0),
                 deadline: timeouts.deadline.map(|d| d.0),
             };
-            for (key, value) in
-                [("first_byte", timeouts.first_byte), ("idle", timeouts.idle), ("total", timeouts.total)]
-            {
-                if value.is_zero() {
-                    self.problem(
-                        format!("{path}.timeouts.{key}"),
-                        "is 0: give a positive duration such as 30s",
-                    );
-                }
-            }
             builder = builder.timeouts(timeouts);
         }
         let mut names = Vec::new();
@@ -769,14 +740,13 @@ impl Validator<'_> {
         if let Some(spill) = config.spill_over {
             builder = builder.spill_over(spill);
         }
-        if self.problems.len() > before {
-            return None;
-        }
+        // The route's own rules are the engine's: its problems come back with their paths.
         match builder.build() {
-            Ok(route) => Some(route),
+            Ok(route) if self.problems.len() == before => Some(route),
+            Ok(_) => None,
             Err(error) => {
                 for problem in error.problems {
-                    self.problem(&path, problem);
+                    self.engine_problem(&path, problem);
                 }
                 None
             }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::chat::Usage;
 use crate::credential::{Credential, CredentialId, Secret};
+use crate::problem::Problem;
 use crate::provider::Provider;
 
 /// Price of one model, in a currency of your choice per million tokens.
@@ -73,10 +74,22 @@ impl ProviderEntry {
         &self.id
     }
 
-    /// Whether the id is one a target can name: letters, digits, `-`, `_` or `.`.
-    pub(super) fn has_valid_id(&self) -> bool {
-        !self.id.is_empty()
-            && self.id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    /// Whether `id` is one a target can name: letters, digits, `-`, `_` or `.`, and no
+    /// colon (a target splits at its first colon). The one place this rule is checked.
+    ///
+    /// ```
+    /// use switchyard::ProviderEntry;
+    ///
+    /// assert!(ProviderEntry::check_id("openai-eu").is_ok());
+    /// assert_eq!(ProviderEntry::check_id("open:ai").unwrap_err().fix, "rename it");
+    /// ```
+    pub fn check_id(id: &str) -> Result<(), Problem> {
+        if !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
+            return Ok(());
+        }
+        let message =
+            format!("provider id `{id}` may hold only letters, digits, `-`, `_` and `.` (no colon)");
+        Err(Problem::new("", message, "rename it"))
     }
 
     /// The provider as the router keeps it, with one credential per key (or one keyless).

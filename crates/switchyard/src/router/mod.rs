@@ -52,8 +52,8 @@ pub enum ConfigError {
     DuplicateProvider(String),
     #[error("route `{0}` is configured twice")]
     DuplicateRoute(String),
-    #[error("provider id `{0}` is invalid: use letters, digits, `-`, `_` or `.`, and no colon")]
-    InvalidProviderId(String),
+    #[error("{0}")]
+    InvalidProviderId(crate::problem::Problem),
     #[error("no routes are configured: add at least one route")]
     NoRoutes,
     #[error("default route `{0}` is not configured")]
@@ -259,8 +259,8 @@ impl RouterBuilder {
     fn providers(entries: Vec<ProviderEntry>) -> Result<HashMap<Arc<str>, ProviderSlot>, ConfigError> {
         let mut providers = HashMap::new();
         for entry in entries {
-            if !entry.has_valid_id() {
-                return Err(ConfigError::InvalidProviderId(entry.id.to_string()));
+            if let Err(problem) = ProviderEntry::check_id(&entry.id) {
+                return Err(ConfigError::InvalidProviderId(problem));
             }
             let id = entry.id.clone();
             if providers.insert(id.clone(), entry.into_slot()).is_some() {

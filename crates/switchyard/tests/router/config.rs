@@ -136,3 +136,16 @@ fn warm_prepares_every_provider_on_the_calling_thread() {
         assert_eq!(*provider.0.lock().unwrap(), [here, elsewhere]);
     }
 }
+
+#[test]
+fn a_routes_problems_name_their_keys_and_fixes() {
+    let error = Route::builder("bad:name")
+        .target("openai:gpt-4o")
+        .target("no-colon")
+        .retry(Retry { max_attempts: 0, ..Retry::default() })
+        .build()
+        .expect_err("invalid");
+    let paths: Vec<&str> = error.problems.iter().map(|p| p.path.as_str()).collect();
+    assert_eq!(paths, ["targets[1]", "", "retry.max_attempts"], "{error}");
+    assert!(error.problems.iter().all(|p| !p.fix.is_empty()), "{error:?}");
+}
