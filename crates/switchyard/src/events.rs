@@ -27,6 +27,9 @@ use crate::credential::CredentialId;
 use crate::health::{HealthStatus, Subject};
 use crate::{ErrorKind, ProviderError, Target};
 
+/// Kept here too: `switchyard::events::WaitReason` predates the type's move to [`crate::pacing`].
+pub use crate::pacing::WaitReason;
+
 /// One event: when it happened and what.
 #[derive(Debug, Clone)]
 pub struct Event {
@@ -35,29 +38,6 @@ pub struct Event {
     /// Wall-clock time, for logs.
     pub wall: SystemTime,
     pub kind: EventKind,
-}
-
-/// Why the pacer held a request back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WaitReason {
-    Concurrency,
-    Interval,
-    Rpm,
-    Tpm,
-    ProviderHeaders,
-}
-
-impl WaitReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WaitReason::Concurrency => "concurrency",
-            WaitReason::Interval => "interval",
-            WaitReason::Rpm => "rpm",
-            WaitReason::Tpm => "tpm",
-            WaitReason::ProviderHeaders => "provider_headers",
-        }
-    }
 }
 
 /// What happened. Events name targets and credential ids, never keys.
