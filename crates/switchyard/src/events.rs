@@ -24,7 +24,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use crate::credential::CredentialId;
-use crate::health::{HealthStatus, Subject};
+use crate::health::{HealthEvent, HealthStatus, Subject};
 use crate::{ErrorKind, ProviderError, Target};
 
 /// Kept here too: `switchyard::events::WaitReason` predates the type's move to [`crate::pacing`].
@@ -131,6 +131,24 @@ impl EventKind {
             EventKind::CandidateStarted { .. } => "candidate_started",
             EventKind::CandidateSucceeded { .. } => "candidate_succeeded",
             EventKind::CandidateFailed { .. } => "candidate_failed",
+        }
+    }
+}
+
+impl From<HealthEvent> for EventKind {
+    fn from(event: HealthEvent) -> Self {
+        match event {
+            HealthEvent::HealthChanged { subject, from, to, reason } => {
+                EventKind::HealthChanged { subject, from, to, reason }
+            }
+            HealthEvent::Exhausted { subject, until } => EventKind::Exhausted { subject, until },
+            HealthEvent::Recovered { subject, from } => EventKind::Recovered { subject, from },
+            HealthEvent::CapacityRestored { subject } => EventKind::CapacityRestored { subject },
+            HealthEvent::CircuitOpened { target, open_for, consecutive_failures } => {
+                EventKind::CircuitOpened { target, open_for, consecutive_failures }
+            }
+            HealthEvent::CircuitHalfOpen { target } => EventKind::CircuitHalfOpen { target },
+            HealthEvent::CircuitClosed { target } => EventKind::CircuitClosed { target },
         }
     }
 }

@@ -181,9 +181,9 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
-    pub(crate) fn publish_all(&self, events: Vec<EventKind>) {
+    pub(crate) fn publish_all<E: Into<EventKind>>(&self, events: impl IntoIterator<Item = E>) {
         for event in events {
-            self.events.publish(event);
+            self.events.publish(event.into());
         }
     }
 }

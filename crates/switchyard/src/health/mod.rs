@@ -17,8 +17,11 @@ use tokio::time::Instant;
 
 use crate::credential::CredentialId;
 use crate::error::HealthEffect;
-use crate::events::EventKind;
 use crate::{ProviderError, Target};
+
+mod event;
+
+pub use event::HealthEvent;
 
 /// The status of a target or credential.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
@@ -434,7 +437,7 @@ impl HealthBoard {
 
     /// Whether `query.target` may be called now; a pass in a half-open circuit takes a probe
     /// slot. Returns the events the decision caused.
-    pub fn admit(&self, query: &GateQuery<'_>) -> (Gate, Vec<EventKind>) {
+    pub fn admit(&self, query: &GateQuery<'_>) -> (Gate, Vec<HealthEvent>) {
         let now = Instant::now();
         let mut out = None;
         self.store.update(query.target, query.credentials, &mut |records| {
@@ -452,7 +455,7 @@ impl HealthBoard {
         target: &Target,
         credentials: &[CredentialId],
         credential: usize,
-    ) -> Vec<EventKind> {
+    ) -> Vec<HealthEvent> {
         let mut events = Vec::new();
         self.store.update(target, credentials, &mut |records| {
             events.clear();
@@ -464,7 +467,7 @@ impl HealthBoard {
             t.retry_until = None;
             if t.breaker != Breaker::Closed {
                 t.breaker = Breaker::Closed;
-                events.push(EventKind::CircuitClosed { target: target.clone() });
+                events.push(HealthEvent::CircuitClosed { target: target.clone() });
             }
             set_status(
                 &mut t.status,
@@ -503,7 +506,7 @@ impl HealthBoard {
         credentials: &[CredentialId],
         credential: usize,
         error: &ProviderError,
-    ) -> Vec<EventKind> {
+    ) -> Vec<HealthEvent> {
         let mut events = Vec::new();
         let settings = &self.settings;
         self.store.update(target, credentials, &mut |records| {
@@ -548,8 +551,10 @@ impl HealthBoard {
                     {
                         c.retry_until = retry_until;
                         if c.status != HealthStatus::Exhausted {
-                            events
-                                .push(EventKind::Exhausted { subject: subject.clone(), until: retry_until });
+                            events.push(HealthEvent::Exhausted {
+                                subject: subject.clone(),
+                                until: retry_until,
+                            });
                         }
                         set_status(
                             &mut c.status,
@@ -582,7 +587,7 @@ impl HealthBoard {
                         let t = &mut records.target;
                         t.retry_until = reset;
                         if t.status != HealthStatus::Exhausted {
-                            events.push(EventKind::Exhausted {
+                            events.push(HealthEvent::Exhausted {
                                 subject: Subject::Target(target.clone()),
                                 until: retry_until,
                             });
@@ -642,7 +647,7 @@ impl HealthBoard {
                     };
                     if let Some(open_for) = open_for {
                         t.breaker = Breaker::Open { until: now + open_for };
-                        events.push(EventKind::CircuitOpened {
+                        events.push(HealthEvent::CircuitOpened {
                             target: target.clone(),
                             open_for,
                             consecutive_failures: t.consecutive_failures,
@@ -735,13 +740,13 @@ impl HealthBoard {
 
     /// Forgets what is known of `target` and of the given credentials (its provider's): a
     /// reset by an operator. Returns the recovery events.
-    pub fn reset(&self, target: &Target, credentials: &[CredentialId]) -> Vec<EventKind> {
+    pub fn reset(&self, target: &Target, credentials: &[CredentialId]) -> Vec<HealthEvent> {
         let mut events = Vec::new();
         self.store.update(target, credentials, &mut |records| {
             events.clear();
             let now = Instant::now();
             if records.target.breaker != Breaker::Closed {
-                events.push(EventKind::CircuitClosed { target: target.clone() });
+                events.push(HealthEvent::CircuitClosed { target: target.clone() });
             }
             let t = std::mem::take(&mut records.target);
             let mut status = t.status;
@@ -775,13 +780,13 @@ impl HealthBoard {
     }
 
     /// Forgets everything: every target and credential is `unknown` again.
-    pub fn reset_all(&self) -> Vec<EventKind> {
+    pub fn reset_all(&self) -> Vec<HealthEvent> {
         let (targets, credentials) = self.store.all();
         self.store.clear();
         let mut events = Vec::new();
         for (target, record) in targets {
             if record.breaker != Breaker::Closed {
-                events.push(EventKind::CircuitClosed { target: target.clone() });
+                events.push(HealthEvent::CircuitClosed { target: target.clone() });
             }
             recovery_events(Subject::Target(target), record.status, &mut events);
         }
@@ -809,12 +814,12 @@ fn target_view(target: Target, record: &TargetRecord, now: Instant) -> TargetHea
     }
 }
 
-fn recovery_events(subject: Subject, from: HealthStatus, events: &mut Vec<EventKind>) {
+fn recovery_events(subject: Subject, from: HealthStatus, events: &mut Vec<HealthEvent>) {
     if from.is_troubled() {
-        events.push(EventKind::Recovered { subject: subject.clone(), from });
+        events.push(HealthEvent::Recovered { subject: subject.clone(), from });
     }
     if from == HealthStatus::Exhausted {
-        events.push(EventKind::CapacityRestored { subject });
+        events.push(HealthEvent::CapacityRestored { subject });
     }
 }
 
@@ -827,7 +832,7 @@ fn set_status(
     why: &str,
     now: Instant,
     subject: Subject,
-    events: &mut Vec<EventKind>,
+    events: &mut Vec<HealthEvent>,
 ) {
     if *status == to {
         if to.is_troubled() && **reason != *why {
@@ -838,7 +843,7 @@ fn set_status(
     let from = std::mem::replace(status, to);
     *reason = why.into();
     *since = Some(now);
-    events.push(EventKind::HealthChanged { subject: subject.clone(), from, to, reason: why.to_owned() });
+    events.push(HealthEvent::HealthChanged { subject: subject.clone(), from, to, reason: why.to_owned() });
     if matches!(to, HealthStatus::Available | HealthStatus::Unknown) {
         recovery_events(subject, from, events);
     }
@@ -851,7 +856,7 @@ fn decide(
     records: &mut Records,
     query: &GateQuery<'_>,
     now: Instant,
-) -> (Gate, Vec<EventKind>) {
+) -> (Gate, Vec<HealthEvent>) {
     let skip = |exhausted, until, reason: String| (Gate::Skip { exhausted, until, reason }, Vec::new());
     let t = &records.target;
 
@@ -918,7 +923,7 @@ fn decide(
             Breaker::HalfOpen { probes, lease_until } if now < lease_until => probes + 1,
             Breaker::HalfOpen { .. } => 1,
             _ => {
-                events.push(EventKind::CircuitHalfOpen { target: query.target.clone() });
+                events.push(HealthEvent::CircuitHalfOpen { target: query.target.clone() });
                 1
             }
         };
