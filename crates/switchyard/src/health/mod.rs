@@ -8,9 +8,8 @@
 //! The records live behind [`HealthStore`], a small trait: the in-memory [`MemoryStore`] is the
 //! default, and a shared store (Redis) can replace it without touching the rules.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -20,8 +19,16 @@ use crate::error::HealthEffect;
 use crate::{ProviderError, Target};
 
 mod event;
+mod record;
+mod settings;
+mod store;
+mod view;
 
 pub use event::HealthEvent;
+pub use record::{CredentialRecord, TargetRecord};
+pub use settings::HealthSettings;
+pub use store::{AllRecords, HealthStore, MemoryStore, Records};
+pub use view::{CredentialHealth, HealthSnapshot, TargetHealth};
 
 /// The status of a target or credential.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
@@ -76,46 +83,6 @@ impl fmt::Display for Subject {
     }
 }
 
-/// Settings of the board, shared by every route.
-///
-/// ```
-/// use std::time::Duration;
-/// use switchyard::health::HealthSettings;
-///
-/// let settings = HealthSettings { failure_threshold: 5, ..HealthSettings::default() };
-/// assert_eq!(settings.open_for, Duration::from_secs(30));
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-pub struct HealthSettings {
-    /// Consecutive breaker-counted failures that open a target's circuit. Default 3.
-    pub failure_threshold: u32,
-    /// How long an opened circuit stays open before it lets probes through. Default 30 s.
-    pub open_for: Duration,
-    /// The longest an often re-opened circuit stays open (each failed probe doubles the time).
-    /// Default 5 min.
-    pub open_max: Duration,
-    /// How many probe requests a half-open circuit lets through at once. Default 1.
-    pub half_open_probes: u32,
-    /// How long a credential rests after a rate limit (or the provider's Retry-After, when
-    /// longer), so that a provider with several keys rotates to a fresh one. Default 5 s.
-    pub cooldown_on_rate_limit: Duration,
-    /// How long a credential rests after a breaker-counted failure. Default 0 (off).
-    pub cooldown_on_error: Duration,
-}
-
-impl Default for HealthSettings {
-    fn default() -> Self {
-        Self {
-            failure_threshold: 3,
-            open_for: Duration::from_secs(30),
-            open_max: Duration::from_secs(300),
-            half_open_probes: 1,
-            cooldown_on_rate_limit: Duration::from_secs(5),
-            cooldown_on_error: Duration::ZERO,
-        }
-    }
-}
-
 /// The circuit breaker of one target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Breaker {
@@ -135,195 +102,6 @@ impl Breaker {
             Breaker::Open { .. } => "open",
             Breaker::HalfOpen { .. } => "half_open",
         }
-    }
-}
-
-/// What the board remembers of one target. Public so that stores can keep it; the board's
-/// rules are the only writer.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct TargetRecord {
-    pub status: HealthStatus,
-    pub reason: Arc<str>,
-    pub since: Option<Instant>,
-    /// When the last failure that gates the target happened.
-    pub failed_at: Option<Instant>,
-    /// The provider's own word on when to come back (Retry-After, a quota reset).
-    pub retry_until: Option<Instant>,
-    pub consecutive_failures: u32,
-    pub breaker: Breaker,
-    /// How many times in a row a half-open probe failed; grows the open time.
-    pub reopens: u32,
-}
-
-impl TargetRecord {
-    /// What forgetting this record would lose, lowest first: 0 when it gates nothing; 1 for a
-    /// troubled status or failures counting towards the breaker; 2 for a circuit that is not
-    /// closed or a wait the provider asked for that is still running. Then when it was last
-    /// heard of.
-    fn worth(&self, now: Instant) -> (u8, Option<Instant>) {
-        let tier = if self.breaker != Breaker::Closed || self.retry_until.is_some_and(|until| until > now) {
-            2
-        } else if self.status.is_troubled() || self.consecutive_failures > 0 {
-            1
-        } else {
-            0
-        };
-        (tier, self.since.max(self.failed_at))
-    }
-}
-
-/// What the board remembers of one credential.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct CredentialRecord {
-    pub status: HealthStatus,
-    pub reason: Arc<str>,
-    pub since: Option<Instant>,
-    /// Not picked (while a fresh sibling exists) until then.
-    pub cooldown_until: Option<Instant>,
-    /// When an exhausted credential's quota is known to reset.
-    pub retry_until: Option<Instant>,
-}
-
-/// The records one decision reads and writes: a target and its provider's credentials, in the
-/// provider's order.
-#[derive(Debug, Clone, Default)]
-pub struct Records {
-    pub target: TargetRecord,
-    pub credentials: Vec<CredentialRecord>,
-}
-
-/// Every record of a store: targets and credentials.
-pub type AllRecords = (Vec<(Target, TargetRecord)>, Vec<(CredentialId, CredentialRecord)>);
-
-/// Where health records live. Implementations apply `update` atomically per call: the board
-/// reads and writes one target and its credentials at a time.
-pub trait HealthStore: Send + Sync + 'static {
-    /// Loads the records of `target` and `credentials` (defaults when absent), runs `apply`,
-    /// and stores the result, all as one step.
-    fn update(&self, target: &Target, credentials: &[CredentialId], apply: &mut dyn FnMut(&mut Records));
-
-    /// Every target and credential record.
-    fn all(&self) -> AllRecords;
-
-    /// Forgets everything.
-    fn clear(&self);
-}
-
-/// The in-process store: one mutex over two maps, held for microseconds and never across an
-/// await.
-///
-/// It keeps at most [`MemoryStore::DEFAULT_TARGETS`] target records (see
-/// [`MemoryStore::with_capacity`]): clients may name targets no configuration lists
-/// (`provider:any-model`), and without a bound every new name would stay in memory for good.
-/// When full, it forgets a tenth of its records at once, the least telling first: records that
-/// gate nothing (available, circuit closed, no failure counted), then troubled ones, and only
-/// then circuits that are open or waits the provider asked for that still run (a flood of
-/// invented names that each fail once must not reset a real outage); within each, the one
-/// heard of longest ago. A forgotten target starts over as unknown.
-#[derive(Debug)]
-pub struct MemoryStore {
-    state: Mutex<MemoryState>,
-    capacity: usize,
-}
-
-impl Default for MemoryStore {
-    fn default() -> Self {
-        Self::with_capacity(Self::DEFAULT_TARGETS)
-    }
-}
-
-#[derive(Debug, Default)]
-struct MemoryState {
-    targets: HashMap<Target, TargetRecord>,
-    credentials: HashMap<CredentialId, CredentialRecord>,
-}
-
-impl MemoryStore {
-    /// How many target records the default store keeps.
-    pub const DEFAULT_TARGETS: usize = 10_000;
-
-    /// A store that keeps at most `targets` target records (at least 10).
-    pub fn with_capacity(targets: usize) -> Self {
-        Self { state: Mutex::default(), capacity: targets.max(10) }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, MemoryState> {
-        // A panic while holding this lock cannot leave a record half-written (updates replace
-        // whole records), so a poisoned lock is still consistent.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-impl HealthStore for MemoryStore {
-    fn update(&self, target: &Target, credentials: &[CredentialId], apply: &mut dyn FnMut(&mut Records)) {
-        let mut state = self.lock();
-        let state = &mut *state;
-        // The target's record is moved out and back rather than cloned (this runs twice per
-        // call). Credential records are small and copied: one key listed twice appears twice
-        // in `credentials`, and only a copy that changed may be written back.
-        let before: Vec<CredentialRecord> =
-            credentials.iter().map(|id| state.credentials.get(id).cloned().unwrap_or_default()).collect();
-        let mut records = Records {
-            target: state.targets.get_mut(target).map(std::mem::take).unwrap_or_default(),
-            credentials: before.clone(),
-        };
-        apply(&mut records);
-        if state.targets.len() >= self.capacity
-            && !state.targets.contains_key(target)
-            && records.target != TargetRecord::default()
-        {
-            forget_least_telling(&mut state.targets, self.capacity / 10);
-        }
-        put_back(&mut state.targets, target, records.target);
-        for ((id, record), old) in credentials.iter().zip(records.credentials).zip(before) {
-            if record != old {
-                state.credentials.insert(id.clone(), record);
-            }
-        }
-    }
-
-    fn all(&self) -> AllRecords {
-        let state = self.lock();
-        let mut targets: Vec<_> = state.targets.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        let mut credentials: Vec<_> = state.credentials.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        targets.sort_by(|a, b| a.0.cmp(&b.0));
-        credentials.sort_by(|a, b| a.0.cmp(&b.0));
-        (targets, credentials)
-    }
-
-    fn clear(&self) {
-        let mut state = self.lock();
-        state.targets.clear();
-        state.credentials.clear();
-    }
-}
-
-/// Removes `count` target records, the least telling first (see [`MemoryStore`]). One pass
-/// over the map, for a tenth of its capacity at a time.
-fn forget_least_telling(targets: &mut HashMap<Target, TargetRecord>, count: usize) {
-    let now = Instant::now();
-    let mut ranked: Vec<((u8, Option<Instant>), Target)> =
-        targets.iter().map(|(target, record)| (record.worth(now), target.clone())).collect();
-    let count = count.clamp(1, ranked.len());
-    ranked.select_nth_unstable_by_key(count - 1, |(worth, _)| *worth);
-    for (_, target) in &ranked[..count] {
-        targets.remove(target);
-    }
-}
-
-/// Stores `record` under `key`; a record never seen before is stored only when it says
-/// something (an untouched default would only grow the map).
-fn put_back<K, V>(map: &mut HashMap<K, V>, key: &K, record: V)
-where
-    K: std::hash::Hash + Eq + Clone,
-    V: Default + PartialEq,
-{
-    match map.get_mut(key) {
-        Some(slot) => *slot = record,
-        None if record != V::default() => {
-            map.insert(key.clone(), record);
-        }
-        None => {}
     }
 }
 
@@ -350,49 +128,6 @@ pub struct GateQuery<'a> {
     pub force: bool,
     /// Credentials already tried by this request on this target (an auth failure moves on).
     pub exclude: u64,
-}
-
-/// The public view of a target's health.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct TargetHealth {
-    pub target: Target,
-    pub status: HealthStatus,
-    pub reason: String,
-    /// How long until the provider's Retry-After or reset passes, when known.
-    #[serde(serialize_with = "ser_opt_ms")]
-    pub retry_after: Option<Duration>,
-    pub consecutive_failures: u32,
-    /// `closed`, `open` or `half_open`.
-    pub breaker: &'static str,
-    /// How long the status has held.
-    #[serde(serialize_with = "ser_opt_ms")]
-    pub since: Option<Duration>,
-}
-
-/// The public view of a credential's health.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct CredentialHealth {
-    pub credential_id: CredentialId,
-    pub status: HealthStatus,
-    pub reason: String,
-    #[serde(serialize_with = "ser_opt_ms")]
-    pub cooldown: Option<Duration>,
-    #[serde(serialize_with = "ser_opt_ms")]
-    pub since: Option<Duration>,
-}
-
-fn ser_opt_ms<S: serde::Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    match value {
-        Some(d) => s.serialize_some(&crate::trail::millis(*d)),
-        None => s.serialize_none(),
-    }
-}
-
-/// Health of everything the board knows.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
-pub struct HealthSnapshot {
-    pub targets: Vec<TargetHealth>,
-    pub credentials: Vec<CredentialHealth>,
 }
 
 /// The rules over a store. Cheap to share: wrap in `Arc`.
@@ -716,26 +451,12 @@ impl HealthBoard {
     pub fn target(&self, target: &Target) -> TargetHealth {
         let mut out = None;
         self.store.update(target, &[], &mut |records| out = Some(records.target.clone()));
-        target_view(target.clone(), &out.unwrap_or_default(), Instant::now())
+        TargetHealth::of(target.clone(), &out.unwrap_or_default(), Instant::now())
     }
 
     /// The health of everything called so far.
     pub fn snapshot(&self) -> HealthSnapshot {
-        let now = Instant::now();
-        let (targets, credentials) = self.store.all();
-        HealthSnapshot {
-            targets: targets.into_iter().map(|(t, r)| target_view(t, &r, now)).collect(),
-            credentials: credentials
-                .into_iter()
-                .map(|(id, r)| CredentialHealth {
-                    credential_id: id,
-                    status: r.status,
-                    reason: r.reason.to_string(),
-                    cooldown: r.cooldown_until.and_then(|u| u.checked_duration_since(now)),
-                    since: r.since.map(|s| now.saturating_duration_since(s)),
-                })
-                .collect(),
-        }
+        HealthSnapshot::of(self.store.all(), Instant::now())
     }
 
     /// Forgets what is known of `target` and of the given credentials (its provider's): a
@@ -800,18 +521,6 @@ impl HealthBoard {
 fn grown(settings: &HealthSettings, reopens: u32) -> Duration {
     let factor = 1u32.checked_shl(reopens.min(16)).unwrap_or(u32::MAX);
     settings.open_for.saturating_mul(factor).min(settings.open_max.max(settings.open_for))
-}
-
-fn target_view(target: Target, record: &TargetRecord, now: Instant) -> TargetHealth {
-    TargetHealth {
-        target,
-        status: record.status,
-        reason: record.reason.to_string(),
-        retry_after: record.retry_until.and_then(|u| u.checked_duration_since(now)),
-        consecutive_failures: record.consecutive_failures,
-        breaker: record.breaker.name(),
-        since: record.since.map(|s| now.saturating_duration_since(s)),
-    }
 }
 
 fn recovery_events(subject: Subject, from: HealthStatus, events: &mut Vec<HealthEvent>) {
