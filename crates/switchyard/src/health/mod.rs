@@ -21,67 +21,17 @@ use crate::{ProviderError, Target};
 mod event;
 mod record;
 mod settings;
+mod status;
 mod store;
 mod view;
 
 pub use event::HealthEvent;
 pub use record::{CredentialRecord, TargetRecord};
 pub use settings::HealthSettings;
+pub use status::{HealthStatus, Subject};
+use status::{StatusChange, recovery_events};
 pub use store::{AllRecords, HealthStore, MemoryStore, Records};
 pub use view::{CredentialHealth, HealthSnapshot, TargetHealth};
-
-/// The status of a target or credential.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum HealthStatus {
-    /// Never called.
-    #[default]
-    Unknown,
-    Available,
-    RateLimited,
-    Exhausted,
-    TemporarilyUnavailable,
-    Unauthorized,
-}
-
-impl HealthStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HealthStatus::Unknown => "unknown",
-            HealthStatus::Available => "available",
-            HealthStatus::RateLimited => "rate_limited",
-            HealthStatus::Exhausted => "exhausted",
-            HealthStatus::TemporarilyUnavailable => "temporarily_unavailable",
-            HealthStatus::Unauthorized => "unauthorized",
-        }
-    }
-
-    fn is_troubled(self) -> bool {
-        !matches!(self, HealthStatus::Unknown | HealthStatus::Available)
-    }
-}
-
-impl fmt::Display for HealthStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// What a health record is about.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Subject {
-    Target(Target),
-    Credential(CredentialId),
-}
-
-impl fmt::Display for Subject {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Subject::Target(target) => write!(f, "{target}"),
-            Subject::Credential(id) => write!(f, "credential {id}"),
-        }
-    }
-}
 
 /// The circuit breaker of one target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -204,31 +154,15 @@ impl HealthBoard {
                 t.breaker = Breaker::Closed;
                 events.push(HealthEvent::CircuitClosed { target: target.clone() });
             }
-            set_status(
-                &mut t.status,
-                &mut t.reason,
-                &mut t.since,
-                HealthStatus::Available,
-                "",
-                now,
-                Subject::Target(target.clone()),
-                &mut events,
-            );
+            StatusChange::new(Subject::Target(target.clone()), HealthStatus::Available, "", now)
+                .apply(t, &mut events);
             if let (Some(c), Some(id)) =
                 (records.credentials.get_mut(credential), credentials.get(credential))
             {
                 c.cooldown_until = None;
                 c.retry_until = None;
-                set_status(
-                    &mut c.status,
-                    &mut c.reason,
-                    &mut c.since,
-                    HealthStatus::Available,
-                    "",
-                    now,
-                    Subject::Credential(id.clone()),
-                    &mut events,
-                );
+                StatusChange::new(Subject::Credential(id.clone()), HealthStatus::Available, "", now)
+                    .apply(c, &mut events);
             }
         });
         events
@@ -257,50 +191,26 @@ impl HealthBoard {
                     if let (Some(c), Some(subject)) = (records.credentials.get_mut(credential), cred_subject)
                     {
                         c.cooldown_until = Some(now + rest);
-                        set_status(
-                            &mut c.status,
-                            &mut c.reason,
-                            &mut c.since,
-                            HealthStatus::RateLimited,
-                            &reason,
-                            now,
-                            subject,
-                            &mut events,
-                        );
+                        StatusChange::new(subject, HealthStatus::RateLimited, &reason, now)
+                            .apply(c, &mut events);
                     }
                     let t = &mut records.target;
                     t.retry_until = retry_until;
-                    set_status(
-                        &mut t.status,
-                        &mut t.reason,
-                        &mut t.since,
+                    StatusChange::new(
+                        Subject::Target(target.clone()),
                         HealthStatus::RateLimited,
                         &reason,
                         now,
-                        Subject::Target(target.clone()),
-                        &mut events,
-                    );
+                    )
+                    .apply(t, &mut events);
                 }
                 HealthEffect::Exhausted => {
                     if let (Some(c), Some(subject)) = (records.credentials.get_mut(credential), cred_subject)
                     {
                         c.retry_until = retry_until;
-                        if c.status != HealthStatus::Exhausted {
-                            events.push(HealthEvent::Exhausted {
-                                subject: subject.clone(),
-                                until: retry_until,
-                            });
-                        }
-                        set_status(
-                            &mut c.status,
-                            &mut c.reason,
-                            &mut c.since,
-                            HealthStatus::Exhausted,
-                            &reason,
-                            now,
-                            subject,
-                            &mut events,
-                        );
+                        StatusChange::new(subject, HealthStatus::Exhausted, &reason, now)
+                            .until(retry_until)
+                            .apply(c, &mut events);
                     }
                     // The target is exhausted only when no credential of it has quota left.
                     let all_spent = records.credentials.iter().all(|c| c.status == HealthStatus::Exhausted);
@@ -321,22 +231,14 @@ impl HealthBoard {
                         };
                         let t = &mut records.target;
                         t.retry_until = reset;
-                        if t.status != HealthStatus::Exhausted {
-                            events.push(HealthEvent::Exhausted {
-                                subject: Subject::Target(target.clone()),
-                                until: retry_until,
-                            });
-                        }
-                        set_status(
-                            &mut t.status,
-                            &mut t.reason,
-                            &mut t.since,
+                        StatusChange::new(
+                            Subject::Target(target.clone()),
                             HealthStatus::Exhausted,
                             &reason,
                             now,
-                            Subject::Target(target.clone()),
-                            &mut events,
-                        );
+                        )
+                        .until(retry_until)
+                        .apply(t, &mut events);
                     }
                 }
                 HealthEffect::TemporarilyUnavailable => {
@@ -345,31 +247,20 @@ impl HealthBoard {
                             (records.credentials.get_mut(credential), cred_subject)
                     {
                         c.cooldown_until = Some(now + settings.cooldown_on_error);
-                        set_status(
-                            &mut c.status,
-                            &mut c.reason,
-                            &mut c.since,
-                            HealthStatus::TemporarilyUnavailable,
-                            &reason,
-                            now,
-                            subject,
-                            &mut events,
-                        );
+                        StatusChange::new(subject, HealthStatus::TemporarilyUnavailable, &reason, now)
+                            .apply(c, &mut events);
                     }
                     let t = &mut records.target;
                     t.failed_at = Some(now);
                     t.retry_until = retry_until;
                     t.consecutive_failures = t.consecutive_failures.saturating_add(1);
-                    set_status(
-                        &mut t.status,
-                        &mut t.reason,
-                        &mut t.since,
+                    StatusChange::new(
+                        Subject::Target(target.clone()),
                         HealthStatus::TemporarilyUnavailable,
                         &reason,
                         now,
-                        Subject::Target(target.clone()),
-                        &mut events,
-                    );
+                    )
+                    .apply(t, &mut events);
                     let open_for = match t.breaker {
                         Breaker::HalfOpen { .. } => {
                             t.reopens = t.reopens.saturating_add(1);
@@ -392,44 +283,30 @@ impl HealthBoard {
                 HealthEffect::Unauthorized => {
                     if let (Some(c), Some(subject)) = (records.credentials.get_mut(credential), cred_subject)
                     {
-                        set_status(
-                            &mut c.status,
-                            &mut c.reason,
-                            &mut c.since,
-                            HealthStatus::Unauthorized,
-                            &reason,
-                            now,
-                            subject,
-                            &mut events,
-                        );
+                        StatusChange::new(subject, HealthStatus::Unauthorized, &reason, now)
+                            .apply(c, &mut events);
                     }
                     if records.credentials.iter().all(|c| c.status == HealthStatus::Unauthorized) {
                         let t = &mut records.target;
-                        set_status(
-                            &mut t.status,
-                            &mut t.reason,
-                            &mut t.since,
+                        StatusChange::new(
+                            Subject::Target(target.clone()),
                             HealthStatus::Unauthorized,
                             &reason,
                             now,
-                            Subject::Target(target.clone()),
-                            &mut events,
-                        );
+                        )
+                        .apply(t, &mut events);
                     }
                 }
                 HealthEffect::ModelUnavailable => {
                     let t = &mut records.target;
                     t.failed_at = Some(now);
-                    set_status(
-                        &mut t.status,
-                        &mut t.reason,
-                        &mut t.since,
+                    StatusChange::new(
+                        Subject::Target(target.clone()),
                         HealthStatus::TemporarilyUnavailable,
                         &reason,
                         now,
-                        Subject::Target(target.clone()),
-                        &mut events,
-                    );
+                    )
+                    .apply(t, &mut events);
                 }
             }
         });
@@ -469,32 +346,15 @@ impl HealthBoard {
             if records.target.breaker != Breaker::Closed {
                 events.push(HealthEvent::CircuitClosed { target: target.clone() });
             }
-            let t = std::mem::take(&mut records.target);
-            let mut status = t.status;
-            let (mut reason, mut since) = (t.reason, t.since);
-            set_status(
-                &mut status,
-                &mut reason,
-                &mut since,
-                HealthStatus::Unknown,
-                "reset",
-                now,
-                Subject::Target(target.clone()),
-                &mut events,
-            );
+            // The records are forgotten; the change is applied to the taken copies only to
+            // learn what it announces.
+            let mut forgotten = std::mem::take(&mut records.target);
+            StatusChange::new(Subject::Target(target.clone()), HealthStatus::Unknown, "reset", now)
+                .apply(&mut forgotten, &mut events);
             for (c, id) in records.credentials.iter_mut().zip(credentials) {
-                let old = std::mem::take(c);
-                let (mut status, mut reason, mut since) = (old.status, old.reason, old.since);
-                set_status(
-                    &mut status,
-                    &mut reason,
-                    &mut since,
-                    HealthStatus::Unknown,
-                    "reset",
-                    now,
-                    Subject::Credential(id.clone()),
-                    &mut events,
-                );
+                let mut forgotten = std::mem::take(c);
+                StatusChange::new(Subject::Credential(id.clone()), HealthStatus::Unknown, "reset", now)
+                    .apply(&mut forgotten, &mut events);
             }
         });
         events
@@ -521,41 +381,6 @@ impl HealthBoard {
 fn grown(settings: &HealthSettings, reopens: u32) -> Duration {
     let factor = 1u32.checked_shl(reopens.min(16)).unwrap_or(u32::MAX);
     settings.open_for.saturating_mul(factor).min(settings.open_max.max(settings.open_for))
-}
-
-fn recovery_events(subject: Subject, from: HealthStatus, events: &mut Vec<HealthEvent>) {
-    if from.is_troubled() {
-        events.push(HealthEvent::Recovered { subject: subject.clone(), from });
-    }
-    if from == HealthStatus::Exhausted {
-        events.push(HealthEvent::CapacityRestored { subject });
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn set_status(
-    status: &mut HealthStatus,
-    reason: &mut Arc<str>,
-    since: &mut Option<Instant>,
-    to: HealthStatus,
-    why: &str,
-    now: Instant,
-    subject: Subject,
-    events: &mut Vec<HealthEvent>,
-) {
-    if *status == to {
-        if to.is_troubled() && **reason != *why {
-            *reason = why.into();
-        }
-        return;
-    }
-    let from = std::mem::replace(status, to);
-    *reason = why.into();
-    *since = Some(now);
-    events.push(HealthEvent::HealthChanged { subject: subject.clone(), from, to, reason: why.to_owned() });
-    if matches!(to, HealthStatus::Available | HealthStatus::Unknown) {
-        recovery_events(subject, from, events);
-    }
 }
 
 /// The gate rules, on loaded records. Mutates only to move an open circuit to half-open and to

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::status::HasStatus;
 use super::{Breaker, HealthStatus};
 
 /// What the board remembers of one target. The default is a target never heard of.
@@ -41,4 +42,16 @@ pub struct CredentialRecord {
     pub cooldown_until: Option<Instant>,
     /// When an exhausted credential's quota is known to reset.
     pub retry_until: Option<Instant>,
+}
+
+impl HasStatus for TargetRecord {
+    fn status_fields(&mut self) -> (&mut HealthStatus, &mut Arc<str>, &mut Option<Instant>) {
+        (&mut self.status, &mut self.reason, &mut self.since)
+    }
+}
+
+impl HasStatus for CredentialRecord {
+    fn status_fields(&mut self) -> (&mut HealthStatus, &mut Arc<str>, &mut Option<Instant>) {
+        (&mut self.status, &mut self.reason, &mut self.since)
+    }
 }
