@@ -18,6 +18,7 @@ use crate::credential::CredentialId;
 use crate::error::HealthEffect;
 use crate::{ProviderError, Target};
 
+mod breaker;
 mod event;
 mod record;
 mod settings;
@@ -25,6 +26,8 @@ mod status;
 mod store;
 mod view;
 
+pub use breaker::Breaker;
+use breaker::{Admission, BreakerInput};
 pub use event::HealthEvent;
 pub use record::{CredentialRecord, TargetRecord};
 pub use settings::HealthSettings;
@@ -32,28 +35,6 @@ pub use status::{HealthStatus, Subject};
 use status::{StatusChange, recovery_events};
 pub use store::{AllRecords, HealthStore, MemoryStore, Records};
 pub use view::{CredentialHealth, HealthSnapshot, TargetHealth};
-
-/// The circuit breaker of one target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Breaker {
-    #[default]
-    Closed,
-    /// Calls are refused until `until`.
-    Open { until: Instant },
-    /// Probes are let through; `probes` started, the last lease ends at `lease_until` (a probe
-    /// whose caller went away must not keep the circuit half-open forever).
-    HalfOpen { probes: u32, lease_until: Instant },
-}
-
-impl Breaker {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Breaker::Closed => "closed",
-            Breaker::Open { .. } => "open",
-            Breaker::HalfOpen { .. } => "half_open",
-        }
-    }
-}
 
 /// May a target be called now?
 #[derive(Debug, Clone, PartialEq)]
@@ -147,13 +128,9 @@ impl HealthBoard {
             let now = Instant::now();
             let t = &mut records.target;
             t.consecutive_failures = 0;
-            t.reopens = 0;
             t.failed_at = None;
             t.retry_until = None;
-            if t.breaker != Breaker::Closed {
-                t.breaker = Breaker::Closed;
-                events.push(HealthEvent::CircuitClosed { target: target.clone() });
-            }
+            breaker::drive(t, target, BreakerInput::Success, &self.settings, &mut events);
             StatusChange::new(Subject::Target(target.clone()), HealthStatus::Available, "", now)
                 .apply(t, &mut events);
             if let (Some(c), Some(id)) =
@@ -261,24 +238,8 @@ impl HealthBoard {
                         now,
                     )
                     .apply(t, &mut events);
-                    let open_for = match t.breaker {
-                        Breaker::HalfOpen { .. } => {
-                            t.reopens = t.reopens.saturating_add(1);
-                            Some(grown(settings, t.reopens))
-                        }
-                        Breaker::Closed if t.consecutive_failures >= settings.failure_threshold.max(1) => {
-                            Some(settings.open_for)
-                        }
-                        _ => None,
-                    };
-                    if let Some(open_for) = open_for {
-                        t.breaker = Breaker::Open { until: now + open_for };
-                        events.push(HealthEvent::CircuitOpened {
-                            target: target.clone(),
-                            open_for,
-                            consecutive_failures: t.consecutive_failures,
-                        });
-                    }
+                    let failures = t.consecutive_failures;
+                    breaker::drive(t, target, BreakerInput::Failure { now, failures }, settings, &mut events);
                 }
                 HealthEffect::Unauthorized => {
                     if let (Some(c), Some(subject)) = (records.credentials.get_mut(credential), cred_subject)
@@ -318,9 +279,15 @@ impl HealthBoard {
     /// caller's deadline): the next call may probe at once instead of waiting out the lease.
     pub fn release_probe(&self, target: &Target, credentials: &[CredentialId]) {
         self.store.update(target, credentials, &mut |records| {
-            if let Breaker::HalfOpen { probes, lease_until } = records.target.breaker {
-                records.target.breaker = Breaker::HalfOpen { probes: probes.saturating_sub(1), lease_until };
-            }
+            // Releasing a slot announces nothing.
+            let mut silent = Vec::new();
+            breaker::drive(
+                &mut records.target,
+                target,
+                BreakerInput::ReleaseProbe,
+                &self.settings,
+                &mut silent,
+            );
         });
     }
 
@@ -343,9 +310,7 @@ impl HealthBoard {
         self.store.update(target, credentials, &mut |records| {
             events.clear();
             let now = Instant::now();
-            if records.target.breaker != Breaker::Closed {
-                events.push(HealthEvent::CircuitClosed { target: target.clone() });
-            }
+            breaker::drive(&mut records.target, target, BreakerInput::Reset, &self.settings, &mut events);
             // The records are forgotten; the change is applied to the taken copies only to
             // learn what it announces.
             let mut forgotten = std::mem::take(&mut records.target);
@@ -365,10 +330,8 @@ impl HealthBoard {
         let (targets, credentials) = self.store.all();
         self.store.clear();
         let mut events = Vec::new();
-        for (target, record) in targets {
-            if record.breaker != Breaker::Closed {
-                events.push(HealthEvent::CircuitClosed { target: target.clone() });
-            }
+        for (target, mut record) in targets {
+            breaker::drive(&mut record, &target, BreakerInput::Reset, &self.settings, &mut events);
             recovery_events(Subject::Target(target), record.status, &mut events);
         }
         for (id, record) in credentials {
@@ -376,11 +339,6 @@ impl HealthBoard {
         }
         events
     }
-}
-
-fn grown(settings: &HealthSettings, reopens: u32) -> Duration {
-    let factor = 1u32.checked_shl(reopens.min(16)).unwrap_or(u32::MAX);
-    settings.open_for.saturating_mul(factor).min(settings.open_max.max(settings.open_for))
 }
 
 /// The gate rules, on loaded records. Mutates only to move an open circuit to half-open and to
@@ -400,23 +358,12 @@ fn decide(
         return skip(true, t.retry_until, format!("exhausted: {}", t.reason));
     }
 
-    let probe = match t.breaker {
-        Breaker::Closed => false,
-        Breaker::Open { until } if now < until => {
-            if !query.force {
-                return skip(false, Some(until), format!("circuit open: {}", t.reason));
-            }
-            false
-        }
-        Breaker::Open { .. } => true,
-        Breaker::HalfOpen { probes, lease_until } => {
-            if probes < settings.half_open_probes.max(1) || now >= lease_until {
-                true
-            } else if query.force {
-                false
-            } else {
-                return skip(false, Some(lease_until), "circuit half-open: probe in flight".to_owned());
-            }
+    let probe = match t.breaker.admission(settings, now, query.force) {
+        Admission::Call => false,
+        Admission::Probe => true,
+        Admission::Open { until } => return skip(false, Some(until), format!("circuit open: {}", t.reason)),
+        Admission::ProbeInFlight { until } => {
+            return skip(false, Some(until), "circuit half-open: probe in flight".to_owned());
         }
     };
 
@@ -452,16 +399,8 @@ fn decide(
 
     let mut events = Vec::new();
     if probe {
-        let t = &mut records.target;
-        let probes = match t.breaker {
-            Breaker::HalfOpen { probes, lease_until } if now < lease_until => probes + 1,
-            Breaker::HalfOpen { .. } => 1,
-            _ => {
-                events.push(HealthEvent::CircuitHalfOpen { target: query.target.clone() });
-                1
-            }
-        };
-        t.breaker = Breaker::HalfOpen { probes, lease_until: now + settings.open_for };
+        let take = BreakerInput::TakeProbe { now };
+        breaker::drive(&mut records.target, query.target, take, settings, &mut events);
     }
     (Gate::Pass { credential, probe }, events)
 }
