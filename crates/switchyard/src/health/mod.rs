@@ -10,7 +10,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -20,6 +19,7 @@ use crate::{ProviderError, Target};
 
 mod breaker;
 mod event;
+mod gate;
 mod record;
 mod settings;
 mod status;
@@ -27,39 +27,15 @@ mod store;
 mod view;
 
 pub use breaker::Breaker;
-use breaker::{Admission, BreakerInput};
+use breaker::BreakerInput;
 pub use event::HealthEvent;
+pub use gate::{Gate, GateQuery};
 pub use record::{CredentialRecord, TargetRecord};
 pub use settings::HealthSettings;
 pub use status::{HealthStatus, Subject};
 use status::{StatusChange, recovery_events};
 pub use store::{AllRecords, HealthStore, MemoryStore, Records};
 pub use view::{CredentialHealth, HealthSnapshot, TargetHealth};
-
-/// May a target be called now?
-#[derive(Debug, Clone, PartialEq)]
-pub enum Gate {
-    /// Yes, with the credential at this index of the provider's list. `probe` is set when the
-    /// call is a half-open circuit's probe.
-    Pass { credential: usize, probe: bool },
-    /// No: skip it, with this outcome. `until` is when the verdict expires, when known.
-    Skip { exhausted: bool, until: Option<Instant>, reason: String },
-}
-
-/// How the router asks for a gate decision.
-#[derive(Debug, Clone, Copy)]
-pub struct GateQuery<'a> {
-    pub target: &'a Target,
-    pub credentials: &'a [CredentialId],
-    /// `None` turns the TTL gate off (the breaker and exhaustion still apply).
-    pub health_ttl: Option<Duration>,
-    /// The request named this target: exhausted targets and credentials are tried anyway.
-    pub explicit: bool,
-    /// Call even if gated (every target was gated and this one recovers first).
-    pub force: bool,
-    /// Credentials already tried by this request on this target (an auth failure moves on).
-    pub exclude: u64,
-}
 
 /// The rules over a store. Cheap to share: wrap in `Arc`.
 pub struct HealthBoard {
@@ -92,7 +68,7 @@ impl HealthBoard {
         let mut gate = None;
         self.store.update(query.target, query.credentials, &mut |records| {
             let mut scratch = records.clone();
-            gate = Some(decide(&self.settings, &mut scratch, query, now).0);
+            gate = Some(gate::decide(&self.settings, &mut scratch, query, now).0);
         });
         gate.unwrap_or(Gate::Skip {
             exhausted: false,
@@ -107,7 +83,7 @@ impl HealthBoard {
         let now = Instant::now();
         let mut out = None;
         self.store.update(query.target, query.credentials, &mut |records| {
-            out = Some(decide(&self.settings, records, query, now));
+            out = Some(gate::decide(&self.settings, records, query, now));
         });
         out.unwrap_or((
             Gate::Skip { exhausted: false, until: None, reason: "health store did not answer".into() },
@@ -338,111 +314,5 @@ impl HealthBoard {
             recovery_events(Subject::Credential(id), record.status, &mut events);
         }
         events
-    }
-}
-
-/// The gate rules, on loaded records. Mutates only to move an open circuit to half-open and to
-/// take a probe slot, and only when the call will really be made.
-fn decide(
-    settings: &HealthSettings,
-    records: &mut Records,
-    query: &GateQuery<'_>,
-    now: Instant,
-) -> (Gate, Vec<HealthEvent>) {
-    let skip = |exhausted, until, reason: String| (Gate::Skip { exhausted, until, reason }, Vec::new());
-    let t = &records.target;
-
-    // Exhaustion lifts by itself once the provider's reset time has passed.
-    let exhausted_now = t.status == HealthStatus::Exhausted && t.retry_until.is_none_or(|u| now < u);
-    if exhausted_now && !query.explicit && !query.force {
-        return skip(true, t.retry_until, format!("exhausted: {}", t.reason));
-    }
-
-    let probe = match t.breaker.admission(settings, now, query.force) {
-        Admission::Call => false,
-        Admission::Probe => true,
-        Admission::Open { until } => return skip(false, Some(until), format!("circuit open: {}", t.reason)),
-        Admission::ProbeInFlight { until } => {
-            return skip(false, Some(until), "circuit half-open: probe in flight".to_owned());
-        }
-    };
-
-    if !probe
-        && !query.force
-        && let Some(ttl) = query.health_ttl
-        && t.status == HealthStatus::TemporarilyUnavailable
-        && let Some(failed_at) = t.failed_at
-    {
-        let until = (failed_at + ttl).max(t.retry_until.unwrap_or(failed_at));
-        if now < until {
-            return skip(false, Some(until), format!("unhealthy: {}", t.reason));
-        }
-    }
-
-    let credential = match pick_credential(&records.credentials, query, now) {
-        Pick::Fresh(index) => index,
-        Pick::Resting(index, _) if query.force || probe || query.health_ttl.is_none() => index,
-        Pick::Resting(_, until) => {
-            return skip(false, Some(until), "every credential is cooling down".to_owned());
-        }
-        Pick::None { exhausted: true } => {
-            return skip(true, None, "every credential is exhausted".to_owned());
-        }
-        Pick::None { exhausted: false } => {
-            return skip(
-                false,
-                None,
-                "no usable credential: every key was refused as unauthorized".to_owned(),
-            );
-        }
-    };
-
-    let mut events = Vec::new();
-    if probe {
-        let take = BreakerInput::TakeProbe { now };
-        breaker::drive(&mut records.target, query.target, take, settings, &mut events);
-    }
-    (Gate::Pass { credential, probe }, events)
-}
-
-enum Pick {
-    Fresh(usize),
-    /// Every usable credential is cooling down; this one rests the shortest.
-    Resting(usize, Instant),
-    None {
-        exhausted: bool,
-    },
-}
-
-fn pick_credential(credentials: &[CredentialRecord], query: &GateQuery<'_>, now: Instant) -> Pick {
-    if credentials.is_empty() {
-        return Pick::Fresh(0);
-    }
-    let mut resting: Option<(usize, Instant)> = None;
-    let mut exhausted = false;
-    for (index, c) in credentials.iter().enumerate() {
-        if index < 64 && query.exclude & (1 << index) != 0 {
-            continue;
-        }
-        match c.status {
-            HealthStatus::Unauthorized => continue,
-            HealthStatus::Exhausted if !query.explicit && c.retry_until.is_none_or(|u| now < u) => {
-                exhausted = true;
-                continue;
-            }
-            _ => {}
-        }
-        match c.cooldown_until {
-            Some(until) if now < until => {
-                if resting.is_none_or(|(_, best)| until < best) {
-                    resting = Some((index, until));
-                }
-            }
-            _ => return Pick::Fresh(index),
-        }
-    }
-    match resting {
-        Some((index, until)) => Pick::Resting(index, until),
-        None => Pick::None { exhausted },
     }
 }
