@@ -14,11 +14,12 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::credential::CredentialId;
-use crate::error::HealthEffect;
 use crate::{ProviderError, Target};
 
 mod breaker;
+mod cooldown;
 mod event;
+mod failure;
 mod gate;
 mod record;
 mod settings;
@@ -29,6 +30,7 @@ mod view;
 pub use breaker::Breaker;
 use breaker::BreakerInput;
 pub use event::HealthEvent;
+use failure::Failure;
 pub use gate::{Gate, GateQuery};
 pub use record::{CredentialRecord, TargetRecord};
 pub use settings::HealthSettings;
@@ -129,123 +131,12 @@ impl HealthBoard {
         credential: usize,
         error: &ProviderError,
     ) -> Vec<HealthEvent> {
+        let effect = error.kind().health_effect();
         let mut events = Vec::new();
-        let settings = &self.settings;
         self.store.update(target, credentials, &mut |records| {
             events.clear();
-            let now = Instant::now();
-            let reason = error.to_string();
-            let retry_until = error.retry_after().map(|d| now + d);
-            let cred_subject = credentials.get(credential).map(|id| Subject::Credential(id.clone()));
-            match error.kind().health_effect() {
-                HealthEffect::None => {}
-                HealthEffect::RateLimited => {
-                    let rest = settings.cooldown_on_rate_limit.max(error.retry_after().unwrap_or_default());
-                    if let (Some(c), Some(subject)) = (records.credentials.get_mut(credential), cred_subject)
-                    {
-                        c.cooldown_until = Some(now + rest);
-                        StatusChange::new(subject, HealthStatus::RateLimited, &reason, now)
-                            .apply(c, &mut events);
-                    }
-                    let t = &mut records.target;
-                    t.retry_until = retry_until;
-                    StatusChange::new(
-                        Subject::Target(target.clone()),
-                        HealthStatus::RateLimited,
-                        &reason,
-                        now,
-                    )
-                    .apply(t, &mut events);
-                }
-                HealthEffect::Exhausted => {
-                    if let (Some(c), Some(subject)) = (records.credentials.get_mut(credential), cred_subject)
-                    {
-                        c.retry_until = retry_until;
-                        StatusChange::new(subject, HealthStatus::Exhausted, &reason, now)
-                            .until(retry_until)
-                            .apply(c, &mut events);
-                    }
-                    // The target is exhausted only when no credential of it has quota left.
-                    let all_spent = records.credentials.iter().all(|c| c.status == HealthStatus::Exhausted);
-                    if all_spent || records.credentials.is_empty() {
-                        // The target is back as soon as its first key is: the earliest reset,
-                        // unknown if any key's reset is unknown.
-                        let reset = if records.credentials.is_empty() {
-                            retry_until
-                        } else {
-                            records
-                                .credentials
-                                .iter()
-                                .map(|c| c.retry_until)
-                                .try_fold(None, |soonest: Option<Instant>, until| {
-                                    until.map(|u| Some(soonest.map_or(u, |s| s.min(u))))
-                                })
-                                .flatten()
-                        };
-                        let t = &mut records.target;
-                        t.retry_until = reset;
-                        StatusChange::new(
-                            Subject::Target(target.clone()),
-                            HealthStatus::Exhausted,
-                            &reason,
-                            now,
-                        )
-                        .until(retry_until)
-                        .apply(t, &mut events);
-                    }
-                }
-                HealthEffect::TemporarilyUnavailable => {
-                    if !settings.cooldown_on_error.is_zero()
-                        && let (Some(c), Some(subject)) =
-                            (records.credentials.get_mut(credential), cred_subject)
-                    {
-                        c.cooldown_until = Some(now + settings.cooldown_on_error);
-                        StatusChange::new(subject, HealthStatus::TemporarilyUnavailable, &reason, now)
-                            .apply(c, &mut events);
-                    }
-                    let t = &mut records.target;
-                    t.failed_at = Some(now);
-                    t.retry_until = retry_until;
-                    t.consecutive_failures = t.consecutive_failures.saturating_add(1);
-                    StatusChange::new(
-                        Subject::Target(target.clone()),
-                        HealthStatus::TemporarilyUnavailable,
-                        &reason,
-                        now,
-                    )
-                    .apply(t, &mut events);
-                    let failures = t.consecutive_failures;
-                    breaker::drive(t, target, BreakerInput::Failure { now, failures }, settings, &mut events);
-                }
-                HealthEffect::Unauthorized => {
-                    if let (Some(c), Some(subject)) = (records.credentials.get_mut(credential), cred_subject)
-                    {
-                        StatusChange::new(subject, HealthStatus::Unauthorized, &reason, now)
-                            .apply(c, &mut events);
-                    }
-                    if records.credentials.iter().all(|c| c.status == HealthStatus::Unauthorized) {
-                        let t = &mut records.target;
-                        StatusChange::new(
-                            Subject::Target(target.clone()),
-                            HealthStatus::Unauthorized,
-                            &reason,
-                            now,
-                        )
-                        .apply(t, &mut events);
-                    }
-                }
-                HealthEffect::ModelUnavailable => {
-                    let t = &mut records.target;
-                    t.failed_at = Some(now);
-                    StatusChange::new(
-                        Subject::Target(target.clone()),
-                        HealthStatus::TemporarilyUnavailable,
-                        &reason,
-                        now,
-                    )
-                    .apply(t, &mut events);
-                }
-            }
+            let failure = Failure::new(target, credentials, credential, error, Instant::now());
+            failure.apply(effect, &self.settings, records, &mut events);
         });
         events
     }
