@@ -7,6 +7,18 @@
 //!
 //! The records live behind [`HealthStore`], a small trait: the in-memory [`MemoryStore`] is the
 //! default, and a shared store (Redis) can replace it without touching the rules.
+//!
+//! Where each rule lives:
+//!
+//! - `status`: [`HealthStatus`], [`Subject`], and the one type that changes a status and
+//!   says what the change announces;
+//! - `breaker`: the circuit [`Breaker`] and every transition of it;
+//! - `gate`: [`Gate`], [`GateQuery`], the checks before a call and the choice of a credential;
+//! - `failure` and `cooldown`: what each kind of failure does, how long credentials rest and
+//!   when an exhausted target is back;
+//! - `store` and `record`: the [`HealthStore`] seam and the records it keeps;
+//! - `view`: the operator's [`HealthSnapshot`];
+//! - `event`: the [`HealthEvent`]s the board returns.
 
 use std::fmt;
 use std::sync::Arc;
@@ -39,7 +51,12 @@ use status::{StatusChange, recovery_events};
 pub use store::{AllRecords, HealthStore, MemoryStore, Records};
 pub use view::{CredentialHealth, HealthSnapshot, TargetHealth};
 
-/// The rules over a store. Cheap to share: wrap in `Arc`.
+/// The health rules over a [`HealthStore`]. Each method is one store update (or one read of
+/// every record), so the board holds no state or lock of its own and is cheap to share behind
+/// an `Arc`.
+///
+/// The methods that change health return the [`HealthEvent`]s of the change instead of
+/// publishing them, so that the caller publishes them once the store's lock is released.
 pub struct HealthBoard {
     settings: HealthSettings,
     store: Arc<dyn HealthStore>,
@@ -52,19 +69,23 @@ impl fmt::Debug for HealthBoard {
 }
 
 impl HealthBoard {
+    /// A board over a fresh [`MemoryStore`] of the default capacity.
     pub fn new(settings: HealthSettings) -> Self {
         Self::with_store(settings, Arc::new(MemoryStore::default()))
     }
 
+    /// A board over `store`, which may already hold records (a shared store).
     pub fn with_store(settings: HealthSettings, store: Arc<dyn HealthStore>) -> Self {
         Self { settings, store }
     }
 
+    /// The settings the board was built with.
     pub fn settings(&self) -> &HealthSettings {
         &self.settings
     }
 
-    /// Whether `query.target` may be called now, without changing anything.
+    /// Whether `query.target` may be called now, without changing anything: no probe slot is
+    /// taken, so a pass here is no promise that [`admit`](Self::admit) passes too.
     pub fn peek(&self, query: &GateQuery<'_>) -> Gate {
         let now = Instant::now();
         let mut gate = None;
@@ -72,11 +93,7 @@ impl HealthBoard {
             let mut scratch = records.clone();
             gate = Some(gate::decide(&self.settings, &mut scratch, query, now).0);
         });
-        gate.unwrap_or(Gate::Skip {
-            exhausted: false,
-            until: None,
-            reason: "health store did not answer".into(),
-        })
+        gate.unwrap_or_else(unanswered)
     }
 
     /// Whether `query.target` may be called now; a pass in a half-open circuit takes a probe
@@ -87,13 +104,12 @@ impl HealthBoard {
         self.store.update(query.target, query.credentials, &mut |records| {
             out = Some(gate::decide(&self.settings, records, query, now));
         });
-        out.unwrap_or((
-            Gate::Skip { exhausted: false, until: None, reason: "health store did not answer".into() },
-            Vec::new(),
-        ))
+        out.unwrap_or_else(|| (unanswered(), Vec::new()))
     }
 
-    /// Records a successful call of `target` with the credential at `credential`.
+    /// Records a successful call of `target` with `credentials[credential]`: both become
+    /// available, the target's failure count and wait are cleared and its circuit closes, and
+    /// the credential's rest ends. Returns the events of the change.
     pub fn record_success(
         &self,
         target: &Target,
@@ -123,7 +139,11 @@ impl HealthBoard {
         events
     }
 
-    /// Records a failed call, applying the error kind's health effect.
+    /// Records a failed call of `target` with `credentials[credential]`, applying the
+    /// [`HealthEffect`](crate::HealthEffect) of the error's kind (a rate limit rests the
+    /// credential, a quota error benches it, an outage gates the target and counts towards its
+    /// breaker, ...). Errors that say nothing about the provider change nothing. Returns the
+    /// events of the change.
     pub fn record_failure(
         &self,
         target: &Target,
@@ -158,20 +178,21 @@ impl HealthBoard {
         });
     }
 
-    /// The health of one target (`unknown` when never called).
+    /// The health of one target (`unknown` when never called or forgotten).
     pub fn target(&self, target: &Target) -> TargetHealth {
         let mut out = None;
         self.store.update(target, &[], &mut |records| out = Some(records.target.clone()));
         TargetHealth::of(target.clone(), &out.unwrap_or_default(), Instant::now())
     }
 
-    /// The health of everything called so far.
+    /// The health of every target and credential the store holds a record of.
     pub fn snapshot(&self) -> HealthSnapshot {
         HealthSnapshot::of(self.store.all(), Instant::now())
     }
 
     /// Forgets what is known of `target` and of the given credentials (its provider's): a
-    /// reset by an operator. Returns the recovery events.
+    /// reset by an operator. Returns what the reset announces: the circuit closing, each
+    /// status change to `unknown` (reason `reset`) and the recoveries.
     pub fn reset(&self, target: &Target, credentials: &[CredentialId]) -> Vec<HealthEvent> {
         let mut events = Vec::new();
         self.store.update(target, credentials, &mut |records| {
@@ -192,7 +213,8 @@ impl HealthBoard {
         events
     }
 
-    /// Forgets everything: every target and credential is `unknown` again.
+    /// Forgets everything: every target and credential is `unknown` again. Returns the circuits
+    /// closing and the recoveries, but no status-change events, unlike [`reset`](Self::reset).
     pub fn reset_all(&self) -> Vec<HealthEvent> {
         let (targets, credentials) = self.store.all();
         self.store.clear();
@@ -206,4 +228,10 @@ impl HealthBoard {
         }
         events
     }
+}
+
+/// The gate of a store that returned without running the decision: refuse rather than call a
+/// target whose health is unknown to the store.
+fn unanswered() -> Gate {
+    Gate::Skip { exhausted: false, until: None, reason: "health store did not answer".into() }
 }
