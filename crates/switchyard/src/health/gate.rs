@@ -203,3 +203,154 @@ fn pick_credential(credentials: &[CredentialRecord], query: &GateQuery<'_>, now:
         None => Pick::None { exhausted },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::Breaker;
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    struct Case {
+        t0: Instant,
+        target: Target,
+    }
+
+    impl Case {
+        fn new() -> Self {
+            Self { t0: Instant::now(), target: "p:m".parse().unwrap() }
+        }
+
+        fn at(&self, secs: u64) -> Instant {
+            self.t0 + Duration::from_secs(secs)
+        }
+
+        fn query(&self) -> GateQuery<'_> {
+            GateQuery {
+                target: &self.target,
+                credentials: &[],
+                health_ttl: Some(TTL),
+                explicit: false,
+                force: false,
+                exclude: 0,
+            }
+        }
+
+        /// The gate at second 100.
+        fn decide(&self, records: &mut Records, query: GateQuery<'_>) -> (Gate, Vec<HealthEvent>) {
+            decide(&HealthSettings::default(), records, &query, self.at(100))
+        }
+    }
+
+    fn records(target: TargetRecord, credentials: Vec<CredentialRecord>) -> Records {
+        Records { target, credentials }
+    }
+
+    fn skipped_until(gate: &Gate) -> (bool, Option<Instant>) {
+        match gate {
+            Gate::Skip { exhausted, until, .. } => (*exhausted, *until),
+            Gate::Pass { .. } => panic!("passed: {gate:?}"),
+        }
+    }
+
+    fn status(status: HealthStatus) -> CredentialRecord {
+        CredentialRecord { status, ..CredentialRecord::default() }
+    }
+
+    fn resting(until: Instant) -> CredentialRecord {
+        CredentialRecord { cooldown_until: Some(until), ..CredentialRecord::default() }
+    }
+
+    #[test]
+    fn exhaustion_decides_first_until_its_reset_unless_the_target_was_named() {
+        let case = Case::new();
+        let exhausted = TargetRecord {
+            status: HealthStatus::Exhausted,
+            retry_until: Some(case.at(160)),
+            breaker: Breaker::Open { until: case.at(130) },
+            ..TargetRecord::default()
+        };
+        let mut r = records(exhausted.clone(), vec![]);
+        assert_eq!(skipped_until(&case.decide(&mut r, case.query()).0), (true, Some(case.at(160))));
+
+        let named = GateQuery { explicit: true, ..case.query() };
+        let (_, until) = skipped_until(&case.decide(&mut r, named).0);
+        assert_eq!(until, Some(case.at(130)), "named: the open circuit decides next");
+
+        let reset_passed =
+            TargetRecord { retry_until: Some(case.at(90)), breaker: Breaker::Closed, ..exhausted };
+        let mut r = records(reset_passed, vec![]);
+        assert_eq!(case.decide(&mut r, case.query()).0, Gate::Pass { credential: 0, probe: false });
+    }
+
+    #[test]
+    fn an_open_circuit_refuses_until_its_time_is_over_then_lets_one_probe_past_ttl_and_rest() {
+        let case = Case::new();
+        let open = |until| TargetRecord {
+            status: HealthStatus::TemporarilyUnavailable,
+            failed_at: Some(case.at(95)),
+            breaker: Breaker::Open { until },
+            ..TargetRecord::default()
+        };
+        let mut r = records(open(case.at(130)), vec![]);
+        assert_eq!(skipped_until(&case.decide(&mut r, case.query()).0), (false, Some(case.at(130))));
+        let forced = GateQuery { force: true, ..case.query() };
+        assert_eq!(case.decide(&mut r, forced).0, Gate::Pass { credential: 0, probe: false });
+        assert_eq!(r.target.breaker, Breaker::Open { until: case.at(130) }, "a forced call takes no slot");
+
+        // The TTL (failed at 95) and the resting key would refuse an ordinary call.
+        let mut r = records(open(case.at(100)), vec![resting(case.at(120))]);
+        let (gate, events) = case.decide(&mut r, case.query());
+        assert_eq!(gate, Gate::Pass { credential: 0, probe: true });
+        assert_eq!(events, [HealthEvent::CircuitHalfOpen { target: case.target.clone() }]);
+        assert_eq!(r.target.breaker, Breaker::HalfOpen { probes: 1, lease_until: case.at(130) });
+        let (_, until) = skipped_until(&case.decide(&mut r, case.query()).0);
+        assert_eq!(until, Some(case.at(130)), "the one probe slot is taken");
+    }
+
+    #[test]
+    fn a_failed_target_rests_for_the_ttl_or_the_providers_longer_wait() {
+        let case = Case::new();
+        let failed = |retry_until| TargetRecord {
+            status: HealthStatus::TemporarilyUnavailable,
+            failed_at: Some(case.at(95)),
+            retry_until,
+            ..TargetRecord::default()
+        };
+        let mut r = records(failed(None), vec![]);
+        assert_eq!(skipped_until(&case.decide(&mut r, case.query()).0), (false, Some(case.at(105))));
+        let mut r = records(failed(Some(case.at(140))), vec![]);
+        assert_eq!(skipped_until(&case.decide(&mut r, case.query()).0), (false, Some(case.at(140))));
+        let no_ttl = GateQuery { health_ttl: None, ..case.query() };
+        assert_eq!(case.decide(&mut r, no_ttl).0, Gate::Pass { credential: 0, probe: false });
+    }
+
+    #[test]
+    fn the_first_fresh_usable_credential_is_picked_else_the_one_resting_shortest() {
+        let case = Case::new();
+        let pick = |credentials: Vec<CredentialRecord>, query: GateQuery<'_>| {
+            case.decide(&mut records(TargetRecord::default(), credentials), query).0
+        };
+        let pass = |credential| Gate::Pass { credential, probe: false };
+        let q = case.query();
+        let unauthorized = || status(HealthStatus::Unauthorized);
+        let spent = || status(HealthStatus::Exhausted);
+
+        assert_eq!(pick(vec![resting(case.at(120)), status(HealthStatus::Available)], q), pass(1));
+        assert_eq!(pick(vec![unauthorized(), spent(), CredentialRecord::default()], q), pass(2));
+        assert_eq!(pick(vec![CredentialRecord::default(), CredentialRecord::default()], q), pass(0));
+        let tried_first = GateQuery { exclude: 1, ..q };
+        assert_eq!(
+            pick(vec![CredentialRecord::default(), CredentialRecord::default()], tried_first),
+            pass(1)
+        );
+        let named = GateQuery { explicit: true, ..q };
+        assert_eq!(pick(vec![unauthorized(), spent()], named), pass(1));
+
+        let both_resting = vec![resting(case.at(130)), resting(case.at(120))];
+        assert_eq!(skipped_until(&pick(both_resting.clone(), q)), (false, Some(case.at(120))));
+        assert_eq!(pick(both_resting, GateQuery { health_ttl: None, ..q }), pass(1));
+        assert_eq!(skipped_until(&pick(vec![spent(), unauthorized()], q)), (true, None));
+        assert_eq!(skipped_until(&pick(vec![unauthorized()], q)), (false, None));
+    }
+}
