@@ -77,9 +77,11 @@ pub(super) enum BreakerSignal {
 /// A breaker after a transition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct BreakerStep {
+    /// The state after the transition.
     pub breaker: Breaker,
     /// Failed probes in a row, which grow the open time.
     pub reopens: u32,
+    /// What the transition announces, if it is news.
     pub signal: Option<BreakerSignal>,
 }
 

@@ -52,8 +52,8 @@ pub use store::{AllRecords, HealthStore, MemoryStore, Records};
 pub use view::{CredentialHealth, HealthSnapshot, TargetHealth};
 
 /// The health rules over a [`HealthStore`]. Each method is one store update (or one read of
-/// every record), so the board holds no state or lock of its own and is cheap to share behind
-/// an `Arc`.
+/// every record), so the board keeps nothing but its settings, takes no lock of its own and is
+/// cheap to share behind an `Arc`.
 ///
 /// The methods that change health return the [`HealthEvent`]s of the change instead of
 /// publishing them, so that the caller publishes them once the store's lock is released.
