@@ -24,8 +24,11 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use crate::credential::CredentialId;
-use crate::health::{HealthStatus, Subject};
+use crate::health::{HealthEvent, HealthStatus, Subject};
 use crate::{ErrorKind, ProviderError, Target};
+
+/// Kept here too: `switchyard::events::WaitReason` predates the type's move to [`crate::pacing`].
+pub use crate::pacing::WaitReason;
 
 /// One event: when it happened and what.
 #[derive(Debug, Clone)]
@@ -35,29 +38,6 @@ pub struct Event {
     /// Wall-clock time, for logs.
     pub wall: SystemTime,
     pub kind: EventKind,
-}
-
-/// Why the pacer held a request back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WaitReason {
-    Concurrency,
-    Interval,
-    Rpm,
-    Tpm,
-    ProviderHeaders,
-}
-
-impl WaitReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WaitReason::Concurrency => "concurrency",
-            WaitReason::Interval => "interval",
-            WaitReason::Rpm => "rpm",
-            WaitReason::Tpm => "tpm",
-            WaitReason::ProviderHeaders => "provider_headers",
-        }
-    }
 }
 
 /// What happened. Events name targets and credential ids, never keys.
@@ -151,6 +131,24 @@ impl EventKind {
             EventKind::CandidateStarted { .. } => "candidate_started",
             EventKind::CandidateSucceeded { .. } => "candidate_succeeded",
             EventKind::CandidateFailed { .. } => "candidate_failed",
+        }
+    }
+}
+
+impl From<HealthEvent> for EventKind {
+    fn from(event: HealthEvent) -> Self {
+        match event {
+            HealthEvent::HealthChanged { subject, from, to, reason } => {
+                EventKind::HealthChanged { subject, from, to, reason }
+            }
+            HealthEvent::Exhausted { subject, until } => EventKind::Exhausted { subject, until },
+            HealthEvent::Recovered { subject, from } => EventKind::Recovered { subject, from },
+            HealthEvent::CapacityRestored { subject } => EventKind::CapacityRestored { subject },
+            HealthEvent::CircuitOpened { target, open_for, consecutive_failures } => {
+                EventKind::CircuitOpened { target, open_for, consecutive_failures }
+            }
+            HealthEvent::CircuitHalfOpen { target } => EventKind::CircuitHalfOpen { target },
+            HealthEvent::CircuitClosed { target } => EventKind::CircuitClosed { target },
         }
     }
 }

@@ -16,13 +16,42 @@ use tokio::time::Instant;
 
 use crate::ProviderError;
 use crate::credential::CredentialId;
-use crate::events::WaitReason;
 use crate::provider::BoxFuture;
 use crate::ratelimit::RateLimits;
 
 pub use headers::{Dispatch, Stated};
 use lane::Lane;
 pub use lane::{HeadersSnapshot, LaneSnapshot, StatedSnapshot};
+
+/// Why the pacer held a request back; reported in [`Permit::reason`] and in the router's
+/// `RateLimitWaited` event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitReason {
+    /// Every concurrency slot of the lane was taken.
+    Concurrency,
+    /// The minimum interval since the previous call had not passed.
+    Interval,
+    /// The requests-per-minute budget was spent.
+    Rpm,
+    /// The tokens-per-minute budget could not cover the request's estimate.
+    Tpm,
+    /// The provider's own rate-limit headers said to wait.
+    ProviderHeaders,
+}
+
+impl WaitReason {
+    /// The snake_case name, the same as the serialized form, for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitReason::Concurrency => "concurrency",
+            WaitReason::Interval => "interval",
+            WaitReason::Rpm => "rpm",
+            WaitReason::Tpm => "tpm",
+            WaitReason::ProviderHeaders => "provider_headers",
+        }
+    }
+}
 
 /// What the router asks a pacer for.
 #[derive(Debug, Clone, Copy)]

@@ -13,9 +13,8 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 use super::headers::{Dispatch, HeaderBudget, Stated, Verdict};
-use super::{Limits, PaceRequest, Permit, PermitGuard};
+use super::{Limits, PaceRequest, Permit, PermitGuard, WaitReason};
 use crate::credential::CredentialId;
-use crate::events::WaitReason;
 use crate::ratelimit::RateLimits;
 use crate::{ErrorKind, ProviderError};
 

@@ -1,0 +1,154 @@
+//! What a failed call does to the records: one step per health effect of its error kind
+//! ([`HealthEffect`]).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::breaker::{self, BreakerInput};
+use super::status::StatusChange;
+use super::{CredentialRecord, HealthEvent, HealthSettings, HealthStatus, Records, Subject, cooldown};
+use crate::credential::CredentialId;
+use crate::error::HealthEffect;
+use crate::{ProviderError, Target};
+
+/// One failed call, as the rules see it.
+pub(super) struct Failure<'a> {
+    target: &'a Target,
+    /// The index of the credential the call used, in the provider's list.
+    credential: usize,
+    /// That credential, when the provider has one at that index.
+    credential_subject: Option<Subject>,
+    reason: String,
+    retry_after: Option<Duration>,
+    /// `retry_after` from the time of the failure.
+    retry_until: Option<Instant>,
+    now: Instant,
+}
+
+impl<'a> Failure<'a> {
+    /// A failure of a call of `target` with `credentials[credential]` that ended in `error`.
+    pub(super) fn new(
+        target: &'a Target,
+        credentials: &[CredentialId],
+        credential: usize,
+        error: &ProviderError,
+        now: Instant,
+    ) -> Self {
+        let retry_after = error.retry_after();
+        Self {
+            target,
+            credential,
+            credential_subject: credentials.get(credential).map(|id| Subject::Credential(id.clone())),
+            reason: error.to_string(),
+            retry_after,
+            retry_until: retry_after.map(|d| now + d),
+            now,
+        }
+    }
+
+    /// Applies `effect` (the error kind's) to `records` and appends what it announces.
+    pub(super) fn apply(
+        &self,
+        effect: HealthEffect,
+        settings: &HealthSettings,
+        records: &mut Records,
+        events: &mut Vec<HealthEvent>,
+    ) {
+        match effect {
+            HealthEffect::None => {}
+            HealthEffect::RateLimited => self.rate_limited(settings, records, events),
+            HealthEffect::Exhausted => self.exhausted(records, events),
+            HealthEffect::TemporarilyUnavailable => self.temporarily_unavailable(settings, records, events),
+            HealthEffect::Unauthorized => self.unauthorized(records, events),
+            HealthEffect::ModelUnavailable => self.model_unavailable(records, events),
+        }
+    }
+
+    /// The credential rests so that the next call rotates to a sibling; the target is marked
+    /// but not skipped for it.
+    fn rate_limited(&self, settings: &HealthSettings, records: &mut Records, events: &mut Vec<HealthEvent>) {
+        if let Some((c, change)) = self.credential_change(&mut records.credentials, HealthStatus::RateLimited)
+        {
+            c.cooldown_until = Some(self.now + cooldown::after_rate_limit(settings, self.retry_after));
+            change.apply(c, events);
+        }
+        let t = &mut records.target;
+        t.retry_until = self.retry_until;
+        self.target_change(HealthStatus::RateLimited).apply(t, events);
+    }
+
+    /// The credential is benched until its quota resets; the target too once every key is.
+    fn exhausted(&self, records: &mut Records, events: &mut Vec<HealthEvent>) {
+        if let Some((c, change)) = self.credential_change(&mut records.credentials, HealthStatus::Exhausted) {
+            c.retry_until = self.retry_until;
+            change.until(self.retry_until).apply(c, events);
+        }
+        if cooldown::all_spent(&records.credentials) {
+            let t = &mut records.target;
+            t.retry_until = cooldown::target_reset(&records.credentials, self.retry_until);
+            self.target_change(HealthStatus::Exhausted).until(self.retry_until).apply(t, events);
+        }
+    }
+
+    /// The provider is unwell: the target is skipped for the health TTL and the failure counts
+    /// towards opening its circuit.
+    fn temporarily_unavailable(
+        &self,
+        settings: &HealthSettings,
+        records: &mut Records,
+        events: &mut Vec<HealthEvent>,
+    ) {
+        if let Some(rest) = cooldown::after_error(settings)
+            && let Some((c, change)) =
+                self.credential_change(&mut records.credentials, HealthStatus::TemporarilyUnavailable)
+        {
+            c.cooldown_until = Some(self.now + rest);
+            change.apply(c, events);
+        }
+        let t = &mut records.target;
+        t.failed_at = Some(self.now);
+        t.retry_until = self.retry_until;
+        t.consecutive_failures = t.consecutive_failures.saturating_add(1);
+        self.target_change(HealthStatus::TemporarilyUnavailable).apply(t, events);
+        let input = BreakerInput::Failure { now: self.now, failures: t.consecutive_failures };
+        breaker::drive(t, self.target, input, settings, events);
+    }
+
+    /// The key is refused for good; the target is marked once every key of it is.
+    fn unauthorized(&self, records: &mut Records, events: &mut Vec<HealthEvent>) {
+        if let Some((c, change)) =
+            self.credential_change(&mut records.credentials, HealthStatus::Unauthorized)
+        {
+            change.apply(c, events);
+        }
+        if records.credentials.iter().all(|c| c.status == HealthStatus::Unauthorized) {
+            self.target_change(HealthStatus::Unauthorized).apply(&mut records.target, events);
+        }
+    }
+
+    /// The provider does not serve the model: skip the target for the health TTL, but a
+    /// missing model says nothing about the provider's health, so the breaker does not count
+    /// it.
+    fn model_unavailable(&self, records: &mut Records, events: &mut Vec<HealthEvent>) {
+        let t = &mut records.target;
+        t.failed_at = Some(self.now);
+        self.target_change(HealthStatus::TemporarilyUnavailable).apply(t, events);
+    }
+
+    fn target_change(&self, to: HealthStatus) -> StatusChange<'_> {
+        StatusChange::new(Subject::Target(self.target.clone()), to, &self.reason, self.now)
+    }
+
+    /// The record of the credential the call used and its change to `to`; `None` when the
+    /// provider has no credential at that index.
+    fn credential_change<'r>(
+        &self,
+        credentials: &'r mut [CredentialRecord],
+        to: HealthStatus,
+    ) -> Option<(&'r mut CredentialRecord, StatusChange<'_>)> {
+        let record = credentials.get_mut(self.credential)?;
+        let subject = self.credential_subject.clone()?;
+        Some((record, StatusChange::new(subject, to, &self.reason, self.now)))
+    }
+}

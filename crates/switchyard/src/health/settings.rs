@@ -1,0 +1,46 @@
+//! The board's settings.
+
+use std::time::Duration;
+
+/// Settings of the board, shared by every route.
+///
+/// ```
+/// use std::time::Duration;
+/// use switchyard::health::HealthSettings;
+///
+/// let settings = HealthSettings { failure_threshold: 5, ..HealthSettings::default() };
+/// assert_eq!(settings.open_for, Duration::from_secs(30));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthSettings {
+    /// Consecutive breaker-counted failures that open a target's circuit (0 counts as 1).
+    /// Default 3.
+    pub failure_threshold: u32,
+    /// How long an opened circuit stays open before it lets probes through; also how long a
+    /// probe holds its slot. Default 30 s.
+    pub open_for: Duration,
+    /// The longest an often re-opened circuit stays open (each failed probe doubles the time;
+    /// never less than `open_for`). Default 5 min.
+    pub open_max: Duration,
+    /// How many probe requests a half-open circuit lets through at once (0 counts as 1).
+    /// Default 1.
+    pub half_open_probes: u32,
+    /// How long a credential rests after a rate limit (or the provider's Retry-After, when
+    /// longer), so that a provider with several keys rotates to a fresh one. Default 5 s.
+    pub cooldown_on_rate_limit: Duration,
+    /// How long a credential rests after a breaker-counted failure. Default 0 (off).
+    pub cooldown_on_error: Duration,
+}
+
+impl Default for HealthSettings {
+    fn default() -> Self {
+        Self {
+            failure_threshold: 3,
+            open_for: Duration::from_secs(30),
+            open_max: Duration::from_secs(300),
+            half_open_probes: 1,
+            cooldown_on_rate_limit: Duration::from_secs(5),
+            cooldown_on_error: Duration::ZERO,
+        }
+    }
+}
