@@ -1,6 +1,6 @@
 """The gateways under test: how each installs (outside the repository, on demand), how it is
 configured to proxy every route to the mock, how it starts, and what request reaches each
-route through it. Install and start facts come from ../shared/PEERS.md."""
+route through it; the install and start facts of each peer are written beside its code below."""
 
 import json
 import os

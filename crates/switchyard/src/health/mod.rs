@@ -1,8 +1,8 @@
 //! The health board: what the router knows about each target and credential.
 //!
 //! One place decides health. The router asks it whether a target may be called ([`Gate`]),
-//! which credential to use, and tells it how each attempt ended; the board applies DESIGN's
-//! rules (statuses, circuit breaker, cooldowns, exhaustion) and returns the events the change
+//! which credential to use, and tells it how each attempt ended; the board applies the
+//! contract's rules (docs/ARCHITECTURE.md) (statuses, circuit breaker, cooldowns, exhaustion) and returns the events the change
 //! caused, which the router publishes after every lock is released.
 //!
 //! The records live behind [`HealthStore`], a small trait: the in-memory [`MemoryStore`] is the
