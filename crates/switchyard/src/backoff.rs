@@ -38,6 +38,7 @@ pub struct Jitter {
 }
 
 impl Jitter {
+    /// A source whose draws follow from `seed`: the same seed replays the same draws.
     pub fn new(seed: u64) -> Self {
         Self { state: AtomicU64::new(seed) }
     }

@@ -28,27 +28,43 @@ pub type Extra = Map<String, Value>;
 /// never rewrites it; adapters receive the upstream model separately.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ChatRequest {
+    /// A route name or a `provider:model` target; empty takes the router's default route.
     #[serde(default)]
     pub model: String,
+    /// The conversation so far, oldest first.
     pub messages: Vec<Message>,
+    /// Tools the model may call; empty for none (and then left out of the JSON).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<Tool>,
+    /// Whether and which tool the model must call; `None` leaves it to the provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<ToolChoice>,
+    /// Sampling temperature; `None` for the provider's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
+    /// Nucleus sampling: the probability mass to sample from; `None` for the provider's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,
+    /// The most tokens the answer may have; `None` for the provider's default (adapters whose API
+    /// requires a limit supply one). Counted into pacing's token estimate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// Sequences that end the answer when the model produces them; `None` for none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop: Option<Stop>,
+    /// Asks for reproducible sampling where the provider supports it; `None` for none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<i64>,
+    /// The shape the answer must take; `None` for free text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_format: Option<ResponseFormat>,
+    /// Whether the client asked for a streamed answer: the gateway reads it to choose
+    /// [`Router::chat_stream`](crate::Router::chat_stream). The router and the adapters ignore
+    /// it: they stream when called to stream.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stream: bool,
+    /// Fields of the request not modelled here, kept verbatim; adapters forward them only to a
+    /// provider that speaks `origin`'s dialect.
     #[serde(flatten)]
     pub extra: Extra,
     /// The dialect the request arrived in. `extra` holds fields of that dialect, so adapters
@@ -60,9 +76,12 @@ pub struct ChatRequest {
 /// An API dialect a request can arrive in and a provider can speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Dialect {
+    /// OpenAI Chat Completions, and servers compatible with it. The default.
     #[default]
     OpenAi,
+    /// Anthropic Messages.
     Anthropic,
+    /// Google's Gemini API (`generateContent`).
     Gemini,
 }
 
@@ -99,26 +118,37 @@ impl ChatRequest {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
+    /// Instructions for the model, ahead of the conversation.
     System,
     /// OpenAI's newer name for system instructions; adapters of other dialects treat it as system.
     Developer,
+    /// What the person (or the calling program) said.
     User,
+    /// An earlier answer of the model: text, tool calls or both.
     Assistant,
+    /// A tool's result, answering the assistant's call named by `tool_call_id`.
     Tool,
 }
 
 /// One message of a conversation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Message {
+    /// Who wrote it: the instructions, the user, the model or a tool.
     pub role: Role,
+    /// The text or parts; `None` for an assistant turn that only calls tools, or an answer the
+    /// content filter withheld.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<Content>,
+    /// An optional participant name (OpenAI's `name`), to tell apart speakers of one role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// The tools an assistant message calls; empty for other messages and plain answers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
+    /// For a [`Role::Tool`] message, the [`ToolCall::id`] it answers; `None` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// Fields of the message not modelled here, kept verbatim.
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -144,14 +174,18 @@ impl Message {
         }
     }
 
+    /// A [`Role::System`] message with plain `text`: instructions for the model.
     pub fn system(text: impl Into<String>) -> Self {
         Self::text(Role::System, text)
     }
 
+    /// A [`Role::User`] message with plain `text`: what the person says.
     pub fn user(text: impl Into<String>) -> Self {
         Self::text(Role::User, text)
     }
 
+    /// A [`Role::Assistant`] message with plain `text`: an earlier answer, for multi-turn
+    /// conversations.
     pub fn assistant(text: impl Into<String>) -> Self {
         Self::text(Role::Assistant, text)
     }
@@ -166,7 +200,9 @@ impl Message {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Content {
+    /// Plain text.
     Text(String),
+    /// Text and image parts, in order.
     Parts(Vec<ContentPart>),
 }
 
@@ -210,14 +246,24 @@ impl Content {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentPart {
-    Text { text: String },
-    ImageUrl { image_url: ImageUrl },
+    /// A run of text.
+    Text {
+        /// The text; [`Content::to_text`] joins a message's text parts without separator.
+        text: String,
+    },
+    /// An image, by URL.
+    ImageUrl {
+        /// Where the image is, and the detail wanted.
+        image_url: ImageUrl,
+    },
 }
 
 /// An image by URL, which may be a `data:` URL carrying the bytes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ImageUrl {
+    /// An `http(s)` URL, or a `data:` URL with the image's bytes in base64.
     pub url: String,
+    /// OpenAI's fidelity hint (`low`, `high`, `auto`); `None` for the provider's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
 }
@@ -228,6 +274,7 @@ pub struct Tool {
     /// Always `function` in every dialect Switchyard speaks today.
     #[serde(rename = "type", default = "function_type")]
     pub kind: String,
+    /// Its name, description and argument schema.
     pub function: FunctionDefinition,
 }
 
@@ -238,12 +285,15 @@ fn function_type() -> String {
 /// The signature of a callable function.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FunctionDefinition {
+    /// The name the model calls it by, echoed in [`FunctionCall::name`].
     pub name: String,
+    /// What it does and when to use it, for the model; `None` for no description.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// A JSON Schema object describing the arguments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<Value>,
+    /// Fields of the definition not modelled here (`strict`, ...), kept verbatim.
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -262,30 +312,41 @@ pub enum ToolChoice {
     Mode(String),
     /// `{"type": "function", "function": {"name": ...}}`: call this function.
     Function {
+        /// Always `function`.
         #[serde(rename = "type")]
         kind: String,
+        /// The function to call.
         function: ToolChoiceFunction,
     },
 }
 
+/// The function a [`ToolChoice::Function`] forces the model to call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolChoiceFunction {
+    /// The [`FunctionDefinition::name`] of one of the request's tools.
     pub name: String,
 }
 
 /// A call of a tool by the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
+    /// The provider's id for this call; the [`Role::Tool`] message with the result names it in
+    /// `tool_call_id`.
     pub id: String,
+    /// Always `function` in every dialect Switchyard speaks today.
     #[serde(rename = "type", default = "function_type")]
     pub kind: String,
+    /// Which function, with which arguments.
     pub function: FunctionCall,
 }
 
 /// The function a tool call invokes, with its arguments as a JSON string.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FunctionCall {
+    /// The [`FunctionDefinition::name`] the model called.
     pub name: String,
+    /// The arguments as the model wrote them: JSON text, not guaranteed to parse or to match the
+    /// schema.
     pub arguments: String,
 }
 
@@ -293,7 +354,9 @@ pub struct FunctionCall {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Stop {
+    /// A single sequence.
     One(String),
+    /// Several sequences; any of them ends the answer.
     Many(Vec<String>),
 }
 
@@ -304,6 +367,7 @@ impl<'de> Deserialize<'de> for Stop {
 }
 
 impl Stop {
+    /// The sequences as a list, whichever form the request used.
     pub fn to_vec(&self) -> Vec<String> {
         match self {
             Stop::One(one) => vec![one.clone()],
@@ -316,19 +380,30 @@ impl Stop {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ResponseFormat {
+    /// Free text (what a request without a format gets).
     Text,
+    /// Any valid JSON object (JSON mode); the schema is not enforced.
     JsonObject,
-    JsonSchema { json_schema: JsonSchemaFormat },
+    /// JSON that matches the given schema (structured output).
+    JsonSchema {
+        /// The schema, with its name and strictness.
+        json_schema: JsonSchemaFormat,
+    },
 }
 
 /// A named JSON Schema for structured output.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JsonSchemaFormat {
+    /// The schema's name, which OpenAI requires.
     pub name: String,
+    /// The JSON Schema the answer must match; `None` leaves it to the provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<Value>,
+    /// Whether the provider must follow the schema exactly (OpenAI's strict mode); `None` for the
+    /// provider's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strict: Option<bool>,
+    /// Fields of the format not modelled here, kept verbatim.
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -342,16 +417,22 @@ deserialize_with_extra!(JsonSchemaFormat {
 /// One complete answer.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ChatResponse {
+    /// The provider's id of the answer (`chatcmpl-...`); empty when it gave none.
     #[serde(default)]
     pub id: String,
     /// The upstream model that answered, as the provider named it.
     #[serde(default)]
     pub model: String,
+    /// When the answer was created, in Unix seconds; 0 when the provider did not say.
     #[serde(default)]
     pub created: u64,
+    /// The alternative answers; [`ChatResponse::text`] reads the first.
     pub choices: Vec<Choice>,
+    /// Token counts as the provider reported them; `None` when it did not (and the cost is then
+    /// unknown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// Fields of the answer not modelled here, kept verbatim.
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -393,11 +474,15 @@ impl ChatResponse {
 /// One alternative answer.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Choice {
+    /// Position among the answer's choices, from 0.
     #[serde(default)]
     pub index: u32,
+    /// The assistant's message: text, tool calls or both.
     pub message: Message,
+    /// Why generation stopped; `None` when the provider did not say.
     #[serde(default)]
     pub finish_reason: Option<FinishReason>,
+    /// Fields of the choice not modelled here, kept verbatim.
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -411,8 +496,11 @@ deserialize_with_extra!(Choice {
 /// Why the model stopped.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum FinishReason {
+    /// A natural end, or one of the request's stop sequences (`stop`).
     Stop,
+    /// The answer reached `max_tokens` or the model's context window and was cut (`length`).
     Length,
+    /// The model called tools and waits for their results (`tool_calls`).
     ToolCalls,
     /// The provider's safety system withheld or cut the answer (a refusal counts too).
     ContentFilter,
@@ -421,6 +509,8 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
+    /// The name on the OpenAI wire (`stop`, `length`, `tool_calls`, `content_filter`), or the
+    /// other reason verbatim.
     pub fn as_str(&self) -> &str {
         match self {
             FinishReason::Stop => "stop",
@@ -460,15 +550,19 @@ impl<'de> Deserialize<'de> for FinishReason {
 /// Token counts of one exchange.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// Tokens of the prompt (input), as the provider counted them.
     #[serde(default)]
     pub prompt_tokens: u32,
+    /// Tokens of the answer (output).
     #[serde(default)]
     pub completion_tokens: u32,
+    /// Both together, as the provider reported them.
     #[serde(default)]
     pub total_tokens: u32,
 }
 
 impl Usage {
+    /// Counts with `total_tokens` the sum of the two.
     pub fn new(prompt_tokens: u32, completion_tokens: u32) -> Self {
         Self { prompt_tokens, completion_tokens, total_tokens: prompt_tokens + completion_tokens }
     }
@@ -477,16 +571,22 @@ impl Usage {
 /// One piece of a streamed answer.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ChatChunk {
+    /// The provider's id of the whole answer, repeated on every chunk; empty when it gave none.
     #[serde(default)]
     pub id: String,
+    /// The upstream model that answered, as the provider named it.
     #[serde(default)]
     pub model: String,
+    /// When the answer was created, in Unix seconds; 0 when the provider did not say.
     #[serde(default)]
     pub created: u64,
+    /// The choices this chunk extends; empty for a chunk that carries only usage.
     #[serde(default)]
     pub choices: Vec<ChunkChoice>,
+    /// Token counts, usually on the last chunk only and only when the provider reports them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// Fields of the chunk not modelled here, kept verbatim.
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -536,10 +636,13 @@ impl ChatChunk {
 /// One choice's part of a chunk.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChunkChoice {
+    /// Which choice of the answer this extends.
     #[serde(default)]
     pub index: u32,
+    /// What this chunk adds to the choice.
     #[serde(default)]
     pub delta: Delta,
+    /// Set on the choice's last chunk: why generation stopped.
     #[serde(default)]
     pub finish_reason: Option<FinishReason>,
 }
@@ -547,10 +650,13 @@ pub struct ChunkChoice {
 /// What a chunk adds to a choice.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Delta {
+    /// The author, usually on a choice's first chunk only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<Role>,
+    /// The next piece of text; `None` or empty when this chunk carries none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// Fragments of tool calls; empty when this chunk carries none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCallDelta>,
 }
@@ -558,19 +664,27 @@ pub struct Delta {
 /// A fragment of a tool call; fragments with the same `index` concatenate.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ToolCallDelta {
+    /// Which tool call of the choice this fragment extends.
     pub index: u32,
+    /// The call's id, on its first fragment only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// Always `function`, on the call's first fragment only.
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// The function's name and a piece of its arguments, when this fragment carries them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub function: Option<FunctionCallDelta>,
 }
 
+/// A fragment of a [`FunctionCall`]: the name comes first, the arguments in pieces to
+/// concatenate.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FunctionCallDelta {
+    /// The function's name, on the first fragment only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// The next piece of the arguments' JSON text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<String>,
 }
@@ -578,11 +692,16 @@ pub struct FunctionCallDelta {
 /// A request for embedding vectors.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EmbeddingsRequest {
+    /// A route name or a `provider:model` target, as for chat; empty takes the default route.
     #[serde(default)]
     pub model: String,
+    /// One text or several; the answer has one vector per text.
     pub input: EmbeddingInput,
+    /// The vector length wanted, for models that can shorten their vectors; `None` for the model's
+    /// own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dimensions: Option<u32>,
+    /// Fields of the request not modelled here, kept verbatim.
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -597,7 +716,9 @@ deserialize_with_extra!(EmbeddingsRequest {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum EmbeddingInput {
+    /// A single text: the answer has one vector.
     One(String),
+    /// Several texts: the answer has one vector each.
     Many(Vec<String>),
 }
 
@@ -613,6 +734,7 @@ impl<'de> Deserialize<'de> for EmbeddingInput {
 }
 
 impl EmbeddingInput {
+    /// The texts in input order (one for [`EmbeddingInput::One`]).
     pub fn texts(&self) -> Vec<&str> {
         match self {
             EmbeddingInput::One(one) => vec![one.as_str()],
@@ -624,11 +746,16 @@ impl EmbeddingInput {
 /// Embedding vectors, one per input, in input order.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct EmbeddingsResponse {
+    /// The vectors, one per input, in input order.
     pub data: Vec<Embedding>,
+    /// The upstream model that answered, as the provider named it.
     #[serde(default)]
     pub model: String,
+    /// Token counts (embeddings count prompt tokens only); `None` when the provider did not report
+    /// them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// Fields of the answer not modelled here, kept verbatim.
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -642,6 +769,9 @@ deserialize_with_extra!(EmbeddingsResponse {
 /// One embedding vector.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Embedding {
+    /// Position of the input this vector embeds.
     pub index: u32,
+    /// The vector; its length is the model's (or the request's `dimensions`). Comparable only with
+    /// vectors of the same model.
     pub embedding: Vec<f32>,
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 pub struct Secret(Arc<str>);
 
 impl Secret {
+    /// Wraps a key; only [`Secret::expose`] reads it back.
     pub fn new(value: impl Into<Arc<str>>) -> Self {
         Secret(value.into())
     }
@@ -63,6 +64,7 @@ impl CredentialId {
         CredentialId(format!("{:012x}", hash >> 16).into())
     }
 
+    /// The 12 hex digits, as logs, events, metrics and shared state carry them.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -100,10 +102,12 @@ impl Credential {
         Self { id: CredentialId::derive(kind, &format!("{base_url}\u{1f}{provider_id}"), None), key: None }
     }
 
+    /// The non-secret name health, events, trails and logs know this credential by.
     pub fn id(&self) -> &CredentialId {
         &self.id
     }
 
+    /// The key to send; `None` for a keyless provider (a local server).
     pub fn key(&self) -> Option<&Secret> {
         self.key.as_ref()
     }

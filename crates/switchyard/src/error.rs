@@ -212,6 +212,8 @@ struct Details {
 }
 
 impl ProviderError {
+    /// An error of `kind` with `detail`, the provider's message in its own words (may be empty);
+    /// no status, code, Retry-After, target or credential yet.
     pub fn new(kind: ErrorKind, detail: impl Into<String>) -> Self {
         Self(Box::new(Details {
             kind,
@@ -224,6 +226,7 @@ impl ProviderError {
         }))
     }
 
+    /// The HTTP status the provider answered with.
     pub fn with_status(mut self, status: u16) -> Self {
         self.0.status = Some(status);
         self
@@ -235,21 +238,29 @@ impl ProviderError {
         self
     }
 
+    /// How long the provider asked to wait (Retry-After or its rate-limit headers). A retry of the
+    /// same target waits at least this long; beyond the route's `max_wait` the router moves on
+    /// instead.
     pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
         self.0.retry_after = Some(retry_after);
         self
     }
 
+    /// The target the attempt went to. The router stamps every error it records, so adapters need
+    /// not.
     pub fn with_target(mut self, target: Target) -> Self {
         self.0.target = Some(target);
         self
     }
 
+    /// The credential the attempt used. The router stamps every error it records, so adapters need
+    /// not.
     pub fn with_credential(mut self, credential_id: CredentialId) -> Self {
         self.0.credential_id = Some(credential_id);
         self
     }
 
+    /// The catalog kind: retry, fallback and health decide from it alone.
     pub fn kind(&self) -> ErrorKind {
         self.0.kind
     }
@@ -267,14 +278,19 @@ impl ProviderError {
         self
     }
 
+    /// The HTTP status the provider answered with; `None` when no response arrived (timeouts,
+    /// transport failures) or the adapter did not say.
     pub fn status(&self) -> Option<u16> {
         self.0.status
     }
 
+    /// The provider's own error code (`insufficient_quota`, `overloaded_error`, ...), when it sent
+    /// one.
     pub fn code(&self) -> Option<&str> {
         self.0.code.as_deref()
     }
 
+    /// What went wrong, in the provider's words or the router's; may be empty.
     pub fn detail(&self) -> &str {
         &self.0.detail
     }
@@ -284,18 +300,27 @@ impl ProviderError {
         self.0.retry_after
     }
 
+    /// The target that failed; `None` before the router stamped the error, and for a failed
+    /// candidate's.
     pub fn target(&self) -> Option<&Target> {
         self.0.target.as_ref()
     }
 
+    /// The credential the failed attempt used; `None` before the router stamped the error, and
+    /// when no credential was chosen (a target skipped as exhausted, a deadline that passed
+    /// before the attempt, a candidate).
     pub fn credential_id(&self) -> Option<&CredentialId> {
         self.0.credential_id.as_ref()
     }
 
+    /// Whether the kind is [`ErrorKind::Timeout`] (connect, first-byte, idle, total or request
+    /// deadline).
     pub fn is_timeout(&self) -> bool {
         self.0.kind == ErrorKind::Timeout
     }
 
+    /// Whether the kind is [`ErrorKind::RateLimited`]; [`ProviderError::retry_after`] says for how
+    /// long, when the provider said.
     pub fn is_rate_limited(&self) -> bool {
         self.0.kind == ErrorKind::RateLimited
     }
@@ -346,7 +371,12 @@ impl fmt::Debug for ProviderError {
 pub enum RouteError {
     /// `model` names neither a route nor a target of a configured provider.
     #[error("unknown model `{model}`: use a route ({}) or a `provider:model` target of a configured provider", known.join(", "))]
-    UnknownModel { model: String, known: Vec<String> },
+    UnknownModel {
+        /// The request's `model`, as sent.
+        model: String,
+        /// What a request can name instead: the routes, then the targets they name.
+        known: Vec<String>,
+    },
     /// Every target and candidate failed with kinds the route falls back on.
     #[error("all targets failed after {} attempts; last: {}", trail.len(), last.as_ref().map_or_else(|| "every target was skipped".to_owned(), ToString::to_string))]
     AllTargetsFailed {

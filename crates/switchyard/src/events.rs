@@ -37,6 +37,7 @@ pub struct Event {
     pub at: Instant,
     /// Wall-clock time, for logs.
     pub wall: SystemTime,
+    /// What happened.
     pub kind: EventKind,
 }
 
@@ -45,70 +46,108 @@ pub struct Event {
 pub enum EventKind {
     /// One attempt failed; `will_retry` says whether the same target is tried again.
     AttemptFailed {
+        /// The target called.
         target: Target,
+        /// The credential used, when the provider has keys.
         credential_id: Option<CredentialId>,
+        /// The classified failure, redacted.
         error: ProviderError,
+        /// Whether the router tries the same target again (a retry or its next key).
         will_retry: bool,
     },
     /// The router moved from one target to the next.
     ProviderSwitch {
+        /// The target tried before.
         from: Target,
+        /// The target tried now.
         to: Target,
+        /// The kind of the failure that made it move, if one did.
         reason: Option<ErrorKind>,
     },
     /// A target's or credential's status changed.
     HealthChanged {
+        /// Whose status.
         subject: Subject,
+        /// The status before.
         from: HealthStatus,
+        /// The status now.
         to: HealthStatus,
+        /// The failure that caused it (empty on a success, `reset` on an operator's reset).
         reason: String,
     },
     /// A target or credential ran out of quota; `until` when the provider said.
     Exhausted {
+        /// What ran out.
         subject: Subject,
+        /// When the quota resets, if the provider said.
         until: Option<Instant>,
     },
     /// A target or credential left a non-available state through a success or a reset.
     Recovered {
+        /// What recovered.
         subject: Subject,
+        /// The status it left.
         from: HealthStatus,
     },
     /// A target or credential left the exhausted state.
     CapacityRestored {
+        /// What has capacity again.
         subject: Subject,
     },
+    /// A target's circuit opened: calls are refused for `open_for`.
     CircuitOpened {
+        /// The target whose circuit opened.
         target: Target,
+        /// How long calls are refused before a probe (grows with each failed probe).
         open_for: Duration,
+        /// Breaker-counted failures in a row that opened it.
         consecutive_failures: u32,
     },
+    /// An open circuit let its first probe through.
     CircuitHalfOpen {
+        /// The target being probed.
         target: Target,
     },
+    /// A circuit that was open or half-open closed again (a success or a reset).
     CircuitClosed {
+        /// The target whose circuit closed.
         target: Target,
     },
     /// Every target and candidate of a request failed.
     AllTargetsFailed {
+        /// The route that governed the request.
         route: String,
+        /// How many attempts the trail holds.
         attempts: usize,
+        /// The kind of the last failure (`None` when every target was skipped).
         last: Option<ErrorKind>,
     },
     /// The pacer held a request back before sending it.
     RateLimitWaited {
+        /// The paced provider.
         provider: Arc<str>,
+        /// The key whose lane it waited in.
         credential_id: CredentialId,
+        /// How long it waited.
         waited: Duration,
+        /// Which limit held it longest.
         reason: WaitReason,
     },
+    /// A candidate (a non-provider fallback) is being tried.
     CandidateStarted {
+        /// The candidate's name in the route.
         name: Arc<str>,
     },
+    /// A candidate answered.
     CandidateSucceeded {
+        /// The candidate's name in the route.
         name: Arc<str>,
     },
+    /// A candidate failed; the next one (or the all-failed error) follows.
     CandidateFailed {
+        /// The candidate's name in the route.
         name: Arc<str>,
+        /// What went wrong, as the candidate said.
         detail: String,
     },
 }

@@ -31,6 +31,8 @@
 //! [`events`], [`trail`], [`provider`] (the trait upstreams implement), [`pacing`] (the seam for
 //! client-side pacing) and [`simulated`] (a scripted provider).
 
+#![warn(missing_docs)]
+
 pub mod backoff;
 mod budget;
 pub mod chat;

@@ -56,7 +56,9 @@ impl WaitReason {
 /// What the router asks a pacer for.
 #[derive(Debug, Clone, Copy)]
 pub struct PaceRequest<'a> {
+    /// The provider's id: its lane.
     pub provider: &'a str,
+    /// The key the call will use (its lane, with `per_credential`).
     pub credential_id: &'a CredentialId,
     /// A rough size of the request in tokens (prompt estimate plus `max_tokens`).
     pub estimated_tokens: u32,

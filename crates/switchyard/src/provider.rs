@@ -34,6 +34,8 @@ pub struct Call<'a> {
 
 /// Receives what providers say about their allowance.
 pub trait RateLimitSink: Send + Sync {
+    /// Takes what one response's headers said about the allowance, success or failure (adapters
+    /// skip responses that said nothing). Called on the request path as the headers arrive.
     fn observe(&self, limits: &RateLimits);
 }
 

@@ -20,7 +20,10 @@ pub const MAX_RESET: Duration = Duration::from_secs(24 * 60 * 60);
 /// One dimension of an allowance (requests, tokens, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct Allowance {
+    /// The most the window allows (`*-limit`); `None` when not stated or not a number.
     pub limit: Option<u64>,
+    /// What is left of the window (`*-remaining`); 0 means spent until `reset_after`. `None` when
+    /// not stated or not a number.
     pub remaining: Option<u64>,
     /// How long until the window refills, relative to when the headers were read.
     pub reset_after: Option<Duration>,
@@ -35,9 +38,17 @@ impl Allowance {
 /// A provider's stated allowance, from one response's headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct RateLimits {
+    /// Requests (`x-ratelimit-*-requests`, `anthropic-ratelimit-requests-*`); `None` when no header
+    /// of it was understood.
     pub requests: Option<Allowance>,
+    /// Tokens, input and output together (`x-ratelimit-*-tokens`, `anthropic-ratelimit-tokens-*`);
+    /// `None` when no header of it was understood.
     pub tokens: Option<Allowance>,
+    /// Input tokens (`anthropic-ratelimit-input-tokens-*`); `None` when no header of it was
+    /// understood.
     pub input_tokens: Option<Allowance>,
+    /// Output tokens (`anthropic-ratelimit-output-tokens-*`); `None` when no header of it was
+    /// understood.
     pub output_tokens: Option<Allowance>,
     /// `retry-after-ms` or `retry-after`, when present.
     pub retry_after: Option<Duration>,

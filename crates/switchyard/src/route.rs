@@ -66,6 +66,7 @@ pub enum Rotation {
 /// One target of a route, with its tier and weight.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteTarget {
+    /// The `provider:model` this entry calls.
     pub target: Target,
     /// Lower tiers are tried first; a tier is reached only after every target above it.
     pub tier: u32,
@@ -86,9 +87,13 @@ impl RouteTarget {
 /// Which errors a rule applies to: the catalog's default, a list of kinds, or a predicate.
 #[derive(Clone, Default)]
 pub enum ErrorFilter {
+    /// The catalog's default for the rule (see [`ErrorKind::retries_by_default`] and
+    /// [`ErrorKind::falls_back_by_default`]).
     #[default]
     Catalog,
+    /// Exactly these kinds, in place of the catalog's list.
     Kinds(Vec<ErrorKind>),
+    /// Whatever the function says of each error; build one with [`ErrorFilter::predicate`].
     Predicate(Arc<dyn Fn(&ProviderError) -> bool + Send + Sync>),
 }
 
@@ -162,6 +167,8 @@ impl Candidate {
         self
     }
 
+    /// The name the trail ([`Via::Candidate`](crate::trail::Via::Candidate)) and events know it by;
+    /// a text candidate's answer carries `candidate:{name}` as its model.
     pub fn name(&self) -> &Arc<str> {
         &self.name
     }
@@ -210,6 +217,10 @@ pub struct Route {
 }
 
 impl Route {
+    /// A builder for a route named `name`: what clients send as `model`, so not empty and without a
+    /// colon. Defaults: ordered rotation, [`Retry::default`], health gate on with a 10 s TTL,
+    /// [`Timeouts::default`], no special chains or candidates, the catalog's retry and fallback
+    /// rules, no spill-over.
     pub fn builder(name: impl Into<String>) -> RouteBuilder {
         RouteBuilder {
             name: name.into(),
@@ -230,6 +241,7 @@ impl Route {
         }
     }
 
+    /// The name clients send as `model`.
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -238,38 +250,52 @@ impl Route {
         &self.name
     }
 
+    /// The general chain: never empty, sorted by tier, in configured order within a tier.
     pub fn targets(&self) -> &[RouteTarget] {
         &self.targets
     }
 
+    /// How traffic spreads within a tier.
     pub fn rotation(&self) -> Rotation {
         self.rotation
     }
 
+    /// How each target is retried.
     pub fn retry(&self) -> &Retry {
         &self.retry
     }
 
+    /// Whether targets that recently failed are skipped (`skipped_unhealthy`) until their gate
+    /// expires.
     pub fn health_gate(&self) -> bool {
         self.health_gate
     }
 
+    /// How long a breaker-counted failure gates its target (a later Retry-After extends it), when
+    /// the health gate is on.
     pub fn health_ttl(&self) -> Duration {
         self.health_ttl
     }
 
+    /// The chain a context-length failure switches to; when empty, such a failure ends the request
+    /// unless `fallback_on` names it (the catalog does not).
     pub fn context_window(&self) -> &[Target] {
         &self.context_window
     }
 
+    /// The chain a content-filter refusal is redirected to, once per request; when empty, the
+    /// refusal is what the caller gets.
     pub fn content_policy(&self) -> &[Target] {
         &self.content_policy
     }
 
+    /// Time limits of each attempt and of the whole request.
     pub fn timeouts(&self) -> &Timeouts {
         &self.timeouts
     }
 
+    /// Non-provider fallbacks, tried in order after every target failed with a kind the route falls
+    /// back on; never for a request that named a target or turned fallback off.
     pub fn candidates(&self) -> &[Candidate] {
         &self.candidates
     }
@@ -381,11 +407,14 @@ impl RouteBuilder {
         self
     }
 
+    /// How traffic spreads within each tier. Default [`Rotation::Ordered`].
     pub fn rotation(mut self, rotation: Rotation) -> Self {
         self.rotation = rotation;
         self
     }
 
+    /// How each target is retried. Default [`Retry::default`]; `build` rejects `max_attempts` 0
+    /// and `backoff_base` above `backoff_max`.
     pub fn retry(mut self, retry: Retry) -> Self {
         self.retry = retry;
         self
@@ -419,11 +448,14 @@ impl RouteBuilder {
         self
     }
 
+    /// Time limits of each attempt and of the request. Default [`Timeouts::default`]; `build`
+    /// rejects a zero first-byte, idle or total limit.
     pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
         self.timeouts = timeouts;
         self
     }
 
+    /// Appends a candidate, tried after those appended before it.
     pub fn candidate(mut self, candidate: Candidate) -> Self {
         self.candidates.push(candidate);
         self
@@ -448,7 +480,6 @@ impl RouteBuilder {
         self
     }
 
-    /// Validates and builds the route.
     /// Every rule a route must keep, checked once here: the gateway maps these problems onto
     /// its file's keys instead of checking them again.
     fn problems(&self) -> Vec<Problem> {
@@ -497,6 +528,8 @@ impl RouteBuilder {
         problems
     }
 
+    /// Validates and builds the route: every problem found is in the error at once, with its
+    /// path within the route.
     pub fn build(self) -> Result<Route, RouteConfigError> {
         let mut problems = self.errors.clone();
         problems.extend(self.problems());

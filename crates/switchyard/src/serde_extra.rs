@@ -153,6 +153,7 @@ pub struct NullAsDefault<T> {
 macro_rules! slot {
     ($rule:ident) => {
         impl<T> $rule<T> {
+            /// An empty slot for the field under JSON key `name`, which its errors name.
             pub fn new(name: &'static str) -> Self {
                 Self { name, value: None }
             }
@@ -173,6 +174,8 @@ macro_rules! slot {
         slot!($rule);
 
         impl<T> $rule<T> {
+            /// Reads the field's value from `map`; a second occurrence of the key is a
+            /// `duplicate field` error.
             pub fn read<'de, A: MapAccess<'de>>(&mut self, map: &mut A) -> Result<(), A::Error>
             where
                 T: Deserialize<'de>,
@@ -188,18 +191,22 @@ slot!(OrDefault, reads as is);
 slot!(NullAsDefault);
 
 impl<T> Required<T> {
+    /// The value read, or a `missing field` error naming the key.
     pub fn finish<E: de::Error>(self) -> Result<T, E> {
         self.value.ok_or_else(|| E::missing_field(self.name))
     }
 }
 
 impl<T: Default> OrDefault<T> {
+    /// The value read, or `T::default()` when the key was absent.
     pub fn finish<E: de::Error>(self) -> Result<T, E> {
         Ok(self.value.unwrap_or_default())
     }
 }
 
 impl<T: Default> NullAsDefault<T> {
+    /// Reads the field's value from `map`, `null` as `T::default()`; a second occurrence of the
+    /// key is a `duplicate field` error.
     pub fn read<'de, A: MapAccess<'de>>(&mut self, map: &mut A) -> Result<(), A::Error>
     where
         T: Deserialize<'de>,
@@ -208,6 +215,7 @@ impl<T: Default> NullAsDefault<T> {
         self.store(value.unwrap_or_default())
     }
 
+    /// The value read, or `T::default()` when the key was absent.
     pub fn finish<E: de::Error>(self) -> Result<T, E> {
         Ok(self.value.unwrap_or_default())
     }

@@ -33,6 +33,7 @@ use crate::{ErrorKind, ProviderError};
 /// How long the simulated provider takes before it answers (for streams: before the first chunk).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Latency {
+    /// Always this long.
     Fixed(Duration),
     /// Uniform between the two bounds, drawn from the seeded source.
     Uniform(Duration, Duration),
@@ -158,10 +159,14 @@ impl SimulatedProvider {
         self
     }
 
+    /// How long each call takes before it answers (for streams, before the first chunk); default
+    /// zero. A scripted [`Step::Delay`] adds to it.
     pub fn latency(self, latency: Latency) -> Self {
         self.edit(|s| s.latency = latency)
     }
 
+    /// Reseeds the random source behind [`Latency::Uniform`] and [`SimulatedProvider::error_rate`]
+    /// (default seed 7): another run, still reproducible.
     pub fn seed(self, seed: u64) -> Self {
         self.edit(|s| s.jitter = Jitter::new(seed))
     }

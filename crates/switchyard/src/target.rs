@@ -30,10 +30,12 @@ impl Target {
         format!("{provider}:{model}").parse()
     }
 
+    /// The provider id: the text before the first colon, never empty.
     pub fn provider(&self) -> &str {
         &self.text[..self.colon]
     }
 
+    /// The upstream model: everything after the first colon (it may hold more colons), never empty.
     pub fn model(&self) -> &str {
         &self.text[self.colon + 1..]
     }

@@ -32,6 +32,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The snake_case name JSON, logs and `Display` use.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Ok => "ok",
@@ -59,6 +60,7 @@ impl fmt::Display for Outcome {
 /// Who an attempt went to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Via {
+    /// A provider target: the usual case.
     Target(Target),
     /// A non-provider fallback, by name.
     Candidate(Arc<str>),
@@ -87,9 +89,15 @@ impl fmt::Display for Via {
 /// One attempt: a call to one target with one credential, a skipped target, or a candidate.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Attempt {
+    /// Where it went: a target, or a candidate by name.
     pub via: Via,
+    /// The key used; `None` for skips and candidates.
     pub credential_id: Option<CredentialId>,
+    /// What became of it: answered, retried, failed, skipped, redirected or a candidate's answer.
     pub outcome: Outcome,
+    /// The classified failure; `None` when the attempt answered and for unhealthy skips. A
+    /// `redirected` attempt holds the refusal as `content_filtered`, a `skipped_exhausted` one the
+    /// quota error.
     pub error: Option<ProviderError>,
     /// When the attempt started, from the start of the request.
     pub started: Duration,
@@ -252,18 +260,22 @@ pub(crate) fn millis(duration: Duration) -> f64 {
 pub struct Trail(Vec<Attempt>);
 
 impl Trail {
+    /// Every attempt, in order.
     pub fn attempts(&self) -> &[Attempt] {
         &self.0
     }
 
+    /// How many attempts, skips and candidates included.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// Whether nothing was recorded: only for a request whose `model` named nothing.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    /// The latest attempt; `None` when the trail is empty.
     pub fn last(&self) -> Option<&Attempt> {
         self.0.last()
     }

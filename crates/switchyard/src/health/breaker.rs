@@ -29,10 +29,18 @@ pub enum Breaker {
     #[default]
     Closed,
     /// Calls are refused until `until` (a forced call still goes through, as no probe).
-    Open { until: Instant },
+    Open {
+        /// When the next probe may go.
+        until: Instant,
+    },
     /// Probes are let through; `probes` started, the last lease ends at `lease_until` (a probe
     /// whose caller went away must not keep the circuit half-open forever).
-    HalfOpen { probes: u32, lease_until: Instant },
+    HalfOpen {
+        /// Probes started since the circuit half-opened.
+        probes: u32,
+        /// When the last probe's lease ends.
+        lease_until: Instant,
+    },
 }
 
 /// The breaker's answer to "may this target be called now?".
@@ -43,7 +51,10 @@ pub(super) enum Admission {
     /// Yes, as a probe: if the call is really made, it takes a slot ([`BreakerInput::TakeProbe`]).
     Probe,
     /// No: the circuit is open until `until`.
-    Open { until: Instant },
+    Open {
+        /// When the next probe may go.
+        until: Instant,
+    },
     /// No: every probe slot is taken until `until`, when the last lease ends.
     ProbeInFlight { until: Instant },
 }

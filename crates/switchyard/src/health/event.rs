@@ -16,18 +16,53 @@ use crate::Target;
 pub enum HealthEvent {
     /// A target's or credential's status changed; `reason` is the failure that caused it
     /// (empty on a success, `reset` on an operator's reset).
-    HealthChanged { subject: Subject, from: HealthStatus, to: HealthStatus, reason: String },
+    HealthChanged {
+        /// Whose status.
+        subject: Subject,
+        /// The status before.
+        from: HealthStatus,
+        /// The status now.
+        to: HealthStatus,
+        /// The failure that caused it.
+        reason: String,
+    },
     /// A target or credential ran out of quota; `until` when the provider said.
-    Exhausted { subject: Subject, until: Option<Instant> },
+    Exhausted {
+        /// What ran out.
+        subject: Subject,
+        /// When the quota resets, if the provider said.
+        until: Option<Instant>,
+    },
     /// A target or credential left a non-available state through a success or a reset.
-    Recovered { subject: Subject, from: HealthStatus },
+    Recovered {
+        /// What recovered.
+        subject: Subject,
+        /// The status it left.
+        from: HealthStatus,
+    },
     /// A target or credential left the exhausted state.
-    CapacityRestored { subject: Subject },
+    CapacityRestored {
+        /// What has capacity again.
+        subject: Subject,
+    },
     /// A target's circuit opened: calls are refused for `open_for`, after
     /// `consecutive_failures` breaker-counted failures in a row.
-    CircuitOpened { target: Target, open_for: Duration, consecutive_failures: u32 },
+    CircuitOpened {
+        /// The target whose circuit opened.
+        target: Target,
+        /// How long calls are refused before a probe.
+        open_for: Duration,
+        /// Breaker-counted failures in a row that opened it.
+        consecutive_failures: u32,
+    },
     /// An open circuit let its first probe through.
-    CircuitHalfOpen { target: Target },
+    CircuitHalfOpen {
+        /// The target being probed.
+        target: Target,
+    },
     /// A circuit that was open or half-open closed again (a success or a reset).
-    CircuitClosed { target: Target },
+    CircuitClosed {
+        /// The target whose circuit closed.
+        target: Target,
+    },
 }

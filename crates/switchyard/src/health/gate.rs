@@ -19,11 +19,23 @@ pub enum Gate {
     /// without credentials). `probe` is set when the call is a half-open circuit's probe: if
     /// its outcome says nothing about the provider, give the slot back with
     /// [`HealthBoard::release_probe`](super::HealthBoard::release_probe).
-    Pass { credential: usize, probe: bool },
+    Pass {
+        /// The index of the credential to call with.
+        credential: usize,
+        /// Whether this call is the half-open circuit's probe.
+        probe: bool,
+    },
     /// No: skip the target. `exhausted` when it (or every credential of it) is out of quota,
     /// so the skip reads as a quota error rather than ill health; `until` is when the verdict
     /// expires, when known; `reason` says why, for the attempt trail.
-    Skip { exhausted: bool, until: Option<Instant>, reason: String },
+    Skip {
+        /// Out of quota, rather than unhealthy.
+        exhausted: bool,
+        /// When the verdict expires, when known.
+        until: Option<Instant>,
+        /// Why, for the attempt trail.
+        reason: String,
+    },
 }
 
 impl Gate {

@@ -134,13 +134,18 @@ pub(super) struct Lane {
 /// The allowance of one lane right now, for operators.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct LaneSnapshot {
+    /// The paced provider.
     pub provider: String,
     /// Set when each key of the provider has its own allowance.
     pub credential_id: Option<CredentialId>,
+    /// Calls sent whose permits are still held (streams until they end), counted whether or
+    /// not `max_concurrent` is set.
     pub in_flight: u32,
+    /// The configured bound on calls in flight, if any.
     pub max_concurrent: Option<u32>,
     /// Requests the bucket holds now (negative: debt being paid back).
     pub requests_available: Option<f64>,
+    /// Tokens the bucket holds now (negative: debt being paid back).
     pub tokens_available: Option<f64>,
     /// How long the provider's headers still hold requests back.
     pub held_for_ms: Option<f64>,
@@ -154,18 +159,23 @@ pub struct LaneSnapshot {
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct HeadersSnapshot {
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Requests, as `x-ratelimit-*-requests` or `anthropic-ratelimit-requests-*` state them.
     pub requests: Option<StatedSnapshot>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Tokens (OpenAI's `-tokens`, Anthropic's `tokens-*`).
     pub tokens: Option<StatedSnapshot>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Anthropic's `input-tokens-*`.
     pub input_tokens: Option<StatedSnapshot>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Anthropic's `output-tokens-*`.
     pub output_tokens: Option<StatedSnapshot>,
 }
 
 /// One dimension of a header budget.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct StatedSnapshot {
+    /// The window's whole allowance, when the provider says.
     pub limit: Option<u64>,
     /// Left in this window, with this lane's calls in flight counted.
     pub remaining: u64,

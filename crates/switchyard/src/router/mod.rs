@@ -42,20 +42,36 @@ use stream::{RoutedStream, StreamExchange};
 /// A router that cannot be built, naming what is wrong and how to fix it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// A route broke its own rules; the error lists every problem with it.
     #[error(transparent)]
     Route(#[from] RouteConfigError),
+    /// A route names a target whose provider is not configured.
     #[error(
         "route `{route}` names target `{target}`, but no provider `{provider}` is configured (configured: {known})"
     )]
-    UnknownProvider { route: String, target: String, provider: String, known: String },
+    UnknownProvider {
+        /// The route's name.
+        route: String,
+        /// The target as the route names it.
+        target: String,
+        /// The provider part of the target.
+        provider: String,
+        /// The configured provider ids, sorted and comma-separated; `none` when there are none.
+        known: String,
+    },
+    /// Two providers share this id.
     #[error("provider `{0}` is configured twice")]
     DuplicateProvider(String),
+    /// Two routes share this name.
     #[error("route `{0}` is configured twice")]
     DuplicateRoute(String),
+    /// A provider id no target could name (see [`ProviderEntry::check_id`]).
     #[error("{0}")]
     InvalidProviderId(crate::problem::Problem),
+    /// The builder was given no route.
     #[error("no routes are configured: add at least one route")]
     NoRoutes,
+    /// [`RouterBuilder::default_route`] names a route that is not configured.
     #[error("default route `{0}` is not configured")]
     UnknownDefaultRoute(String),
 }
@@ -72,13 +88,17 @@ pub struct RequestOptions {
 /// A successful chat: the response and how it came about.
 #[derive(Debug, Clone)]
 pub struct Answer {
+    /// The answer as the provider sent it, or the candidate's when one served.
     pub response: ChatResponse,
     /// Who answered: a target or a candidate.
     pub served_by: Via,
     /// The route that governed the request.
     pub route: Arc<str>,
+    /// Every attempt of the request, in order, the serving one included.
     pub trail: Trail,
+    /// Where the request's time went: in total, and queued by pacing.
     pub timing: Timing,
+    /// Token counts, as in `response.usage`; `None` when the answer did not report them.
     pub usage: Option<Usage>,
     /// The cost of this answer at the provider's configured price, when one is set.
     pub cost: Option<f64>,
@@ -87,10 +107,15 @@ pub struct Answer {
 /// A successful embeddings request.
 #[derive(Debug, Clone)]
 pub struct EmbeddingsAnswer {
+    /// The vectors, one per input, in input order.
     pub response: EmbeddingsResponse,
+    /// The target that answered (embeddings have no candidates, so always a target).
     pub served_by: Via,
+    /// The route that governed the request (the default route's name when `model` named a target).
     pub route: Arc<str>,
+    /// Every attempt of the request, in order, the serving one included.
     pub trail: Trail,
+    /// Where the request's time went: in total, and queued by pacing.
     pub timing: Timing,
 }
 
@@ -414,7 +439,7 @@ impl Router {
         &self.inner.events
     }
 
-    /// Prepares every provider's per-thread state on the calling thread ([`Provider::warm`]).
+    /// Prepares every provider's per-thread state on the calling thread ([`Provider::warm`](crate::provider::Provider::warm)).
     pub fn warm(&self) {
         for slot in self.inner.providers.values() {
             slot.provider.warm();
@@ -451,10 +476,13 @@ impl Router {
         self.inner.route_order.iter().filter_map(|name| self.inner.routes.get(name)).map(|slot| &*slot.route)
     }
 
+    /// The configured route named `name`; `None` for any other name, targets included.
     pub fn route(&self, name: &str) -> Option<&Route> {
         self.inner.routes.get(name).map(|slot| &*slot.route)
     }
 
+    /// The route that governs requests naming a target or an empty model: the one given to
+    /// [`RouterBuilder::default_route`], else `default`, else the first configured.
     pub fn default_route(&self) -> &Route {
         &self.inner.routes[&self.inner.default_route].route
     }

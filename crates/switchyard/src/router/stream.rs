@@ -105,6 +105,8 @@ impl Exchange for StreamExchange<'_> {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("stream failed after content was sent: {error}")]
 pub struct StreamError {
+    /// The failure, stamped with the serving target and credential; a stream that exceeded its
+    /// idle or total limit fails as [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
     pub error: ProviderError,
     /// The trail, with the serving attempt marked failed mid-stream.
     pub trail: Trail,
@@ -174,6 +176,7 @@ impl RoutedStream {
         &self.served_by
     }
 
+    /// The route that governed the request (the default route's name when `model` named a target).
     pub fn route(&self) -> &str {
         &self.route
     }
