@@ -20,21 +20,36 @@ impl Secret {
     }
 
     /// `text` with every occurrence of this secret replaced by `[redacted]`: for anything an
-    /// upstream sends back, which may echo the key. Secrets shorter than 8 characters are not
-    /// searched for, since they would match ordinary words; real keys are dozens long.
+    /// upstream sends back, which may echo the key. A key cut short at the end of the text (an
+    /// excerpt shortened it, with or without a closing `…`) is removed too, from its first 8
+    /// characters on. Secrets shorter than 8 characters are not searched for, since they would
+    /// match ordinary words; real keys are dozens long.
     ///
     /// ```
     /// use switchyard::credential::Secret;
     ///
     /// let key = Secret::new("sk-live-0123456789");
     /// assert_eq!(key.redact("bad key sk-live-0123456789!"), "bad key [redacted]!");
+    /// assert_eq!(key.redact("bad key sk-live-01234…"), "bad key [redacted]…");
     /// ```
     pub fn redact<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
-        if self.0.len() >= 8 && text.contains(&*self.0) {
-            text.replace(&*self.0, "[redacted]").into()
-        } else {
-            text.into()
+        const SHORTEST: usize = 8;
+        let key = &*self.0;
+        if key.len() < SHORTEST {
+            return text.into();
         }
+        let mut text: std::borrow::Cow<'a, str> =
+            if text.contains(key) { text.replace(key, "[redacted]").into() } else { text.into() };
+        let body = text.strip_suffix('…').unwrap_or(&text);
+        let cut = (SHORTEST..key.len())
+            .rev()
+            .find(|&len| key.is_char_boundary(len) && body.ends_with(&key[..len]))
+            .map(|len| body.len() - len);
+        if let Some(at) = cut {
+            let ellipsis = if text.ends_with('…') { "…" } else { "" };
+            text = format!("{}[redacted]{ellipsis}", &text[..at]).into();
+        }
+        text
     }
 }
 
@@ -120,6 +135,25 @@ impl Credential {
                 let key = key.expose();
                 let tail: String = key.chars().rev().take(4).collect::<Vec<_>>().into_iter().rev().collect();
                 if key.chars().count() <= 8 { "****".to_owned() } else { format!("****{tail}") }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Secret;
+
+    #[test]
+    fn a_key_cut_anywhere_by_an_excerpt_leaves_no_more_than_its_first_seven_characters() {
+        let key = Secret::new("sk-live-SECRET-0123456789abcdef");
+        let text = "Incorrect API key provided: sk-live-SECRET-0123456789abcdef. See the docs.";
+        for end in 0..=text.len() {
+            for ellipsis in ["", "…"] {
+                let excerpt = format!("{}{ellipsis}", &text[..end]);
+                let clean = key.redact(&excerpt);
+                assert!(!clean.contains("sk-live-"), "{excerpt:?} became {clean:?}");
+                assert!(!clean.contains("SECRET"), "{excerpt:?} became {clean:?}");
             }
         }
     }

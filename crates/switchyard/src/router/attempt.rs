@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Inner;
 use super::entry::ProviderSlot;
 use super::exchange::Exchange;
 use super::policy::{self, Chain, FailurePoint, Means, Next};
 use super::run::{Refusal, Run, Step, TargetTry};
-use crate::credential::{Credential, CredentialId};
+use super::{Inner, redact};
+use crate::credential::CredentialId;
 use crate::events::EventKind;
 use crate::health::{Gate, GateQuery};
 use crate::pacing::{Dispatch, PaceRequest, Pacer, Permit};
@@ -302,6 +302,7 @@ impl<X: Exchange> Run<'_, X> {
             now: Instant::now(),
             cut_by_deadline,
             content_sent: false,
+            special_chains: self.x.takes_special_chains(),
         };
         let decision = policy::decide(&self.route, &error, &at, &mut Budgeted(self.inner));
         attempt.outcome = match decision.next {
@@ -414,14 +415,5 @@ struct PacerSink<'a> {
 impl RateLimitSink for PacerSink<'_> {
     fn observe(&self, limits: &RateLimits) {
         self.pacer.observe_answer(self.provider, self.credential_id, self.dispatch, limits);
-    }
-}
-
-/// Removes the credential's key from whatever an upstream put in an error, so that no
-/// provider (adapters, custom providers) can leak a key into trails, events, health or logs.
-fn redact(error: ProviderError, credential: &Credential) -> ProviderError {
-    match credential.key() {
-        Some(key) => error.redacted(key),
-        None => error,
     }
 }

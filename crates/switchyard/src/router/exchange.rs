@@ -43,6 +43,12 @@ pub(crate) trait Exchange: Sync {
     /// The tokens the provider counted for an answer, when the answer says (streams settle
     /// their pacing reservation when they end instead).
     fn used_tokens(&self, output: &Self::Output) -> Option<u32>;
+
+    /// Whether a failure may switch to the route's special chains (context window, content
+    /// policy): not for embeddings, whose vectors may only come from their embedding space.
+    fn takes_special_chains(&self) -> bool {
+        true
+    }
 }
 
 /// A chat answered whole.
@@ -121,6 +127,10 @@ impl Exchange for EmbeddingsExchange<'_> {
 
     fn used_tokens(&self, output: &EmbeddingsResponse) -> Option<u32> {
         output.usage.map(|u| u.total_tokens)
+    }
+
+    fn takes_special_chains(&self) -> bool {
+        false
     }
 }
 

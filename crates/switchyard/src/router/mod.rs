@@ -532,6 +532,7 @@ impl StreamSettler {
             now: tokio::time::Instant::now(),
             cut_by_deadline: false,
             content_sent: true,
+            special_chains: true,
         };
         let decision = policy::decide(&self.route, error, &at, &mut policy::NoMeans);
         debug_assert_eq!(decision.next, policy::Next::Stop, "a stream is never restarted");
@@ -544,7 +545,8 @@ impl StreamSettler {
     }
 
     /// Records that `target`, with credential `credential`, failed after its stream's content
-    /// reached the caller; returns the error stamped with the target and credential.
+    /// reached the caller; returns the error redacted and stamped with the target and
+    /// credential.
     pub(crate) fn failed_mid_stream(
         &self,
         target: &Target,
@@ -553,7 +555,9 @@ impl StreamSettler {
     ) -> ProviderError {
         let slot = &self.inner.providers[target.provider()];
         let credential_id = slot.credential_ids[credential].clone();
-        let error = error.with_target(target.clone()).with_credential(credential_id.clone());
+        let error = redact(error, &slot.credentials[credential])
+            .with_target(target.clone())
+            .with_credential(credential_id.clone());
         let events = self.inner.health.record_failure(target, &slot.credential_ids, credential, &error);
         self.inner.publish_all(events);
         self.inner.events.publish(EventKind::AttemptFailed {
@@ -568,3 +572,14 @@ impl StreamSettler {
 
 /// Prefetched streams are served through the same engine.
 pub(crate) type StreamServed = Served<stream::Prefetched>;
+
+/// Removes the credential's key from whatever an upstream put in an error, so that no
+/// provider (adapters, custom providers) can leak a key into trails, events, health or logs.
+/// Every error from a provider passes here: an attempt's, and a stream's after its first
+/// chunk.
+fn redact(error: ProviderError, credential: &Credential) -> ProviderError {
+    match credential.key() {
+        Some(key) => error.redacted(key),
+        None => error,
+    }
+}

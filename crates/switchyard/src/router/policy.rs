@@ -37,6 +37,8 @@ pub(super) struct FailurePoint {
     pub(super) cut_by_deadline: bool,
     /// Streamed content already reached the caller: nothing may restart.
     pub(super) content_sent: bool,
+    /// The exchange may switch to the route's special chains (not embeddings).
+    pub(super) special_chains: bool,
 }
 
 /// What the engine does next.
@@ -68,8 +70,9 @@ impl Decision {
 }
 
 /// What deciding draws on besides the facts: a jitter draw for the backoff, and the retry
-/// budget. Each is asked only when a retry is otherwise due, so a decision that does not retry
-/// neither draws jitter nor spends budget.
+/// budget. The jitter is drawn only when the catalog and the attempts left allow a retry (its
+/// delay is then weighed against `max_wait` and the deadline), and the budget is spent only
+/// for a retry that will happen.
 pub(super) trait Means {
     /// A uniform draw from `[0, 1)`.
     fn jitter(&mut self) -> f64;
@@ -117,7 +120,7 @@ pub(super) fn decide(
         Ok(delay) => return Decision::new(Next::Retry(delay), None),
         Err(note) => note,
     };
-    if !at.no_fallback {
+    if !at.no_fallback && at.special_chains {
         if kind == ErrorKind::ContextLength
             && at.chain == Chain::General
             && !route.context_window().is_empty()

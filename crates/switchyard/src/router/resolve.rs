@@ -37,8 +37,13 @@ impl Router {
     /// The error for a model that names nothing, listing what can be named.
     pub(super) fn unknown_model(&self, model: &str) -> RouteError {
         let mut known: Vec<String> = self.inner.route_order.iter().map(ToString::to_string).collect();
-        known.extend(self.routes().flat_map(|r| r.all_targets()).map(ToString::to_string));
-        known.dedup();
+        for target in self.routes().flat_map(|r| r.all_targets()) {
+            let name = target.to_string();
+            // A target of several routes is listed once, where it first appears.
+            if !known.contains(&name) {
+                known.push(name);
+            }
+        }
         RouteError::UnknownModel { model: model.to_owned(), known }
     }
 

@@ -72,3 +72,16 @@ async fn embeddings_without_an_equivalent_target_fail_with_the_trail() {
     assert!(matches!(error, RouteError::AllTargetsFailed { .. }));
     assert_eq!(other.calls(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_input_too_long_for_embeddings_never_takes_the_routes_context_window_chain() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::ContextLength)]);
+    let long = SimulatedProvider::new();
+    let route = Route::builder("embed").target("a:text-embedding-3-small").context_window("long:chat-model");
+    let router = router(&[("a", &a), ("long", &long)], route);
+
+    let error = router.embeddings(&embed("embed"), &RequestOptions::default()).await.expect_err("too long");
+    assert_eq!(error.kind(), Some(ErrorKind::ContextLength));
+    assert_eq!(long.calls(), 0, "a chat model's vectors are not the embedding space's");
+    assert_eq!(error.trail().len(), 1);
+}

@@ -91,3 +91,82 @@ async fn events_trails_and_errors_never_contain_a_key() {
     assert!(stream_error.is_some());
     assert_eq!(router.credentials("a").unwrap()[0].masked(), "****cdef");
 }
+
+/// A custom provider whose stream sends one chunk, then fails with an error that repeats the
+/// key it was called with.
+struct LeakyStream;
+
+impl switchyard::provider::Provider for LeakyStream {
+    fn kind(&self) -> &str {
+        "leaky"
+    }
+
+    fn chat<'a>(
+        &'a self,
+        _: switchyard::provider::Call<'a>,
+        _: &'a switchyard::chat::ChatRequest,
+    ) -> switchyard::provider::BoxFuture<'a, Result<switchyard::chat::ChatResponse, switchyard::ProviderError>>
+    {
+        Box::pin(async { Err(switchyard::ProviderError::new(ErrorKind::Unavailable, "streams only")) })
+    }
+
+    fn chat_stream<'a>(
+        &'a self,
+        call: switchyard::provider::Call<'a>,
+        _: &'a switchyard::chat::ChatRequest,
+    ) -> switchyard::provider::BoxFuture<
+        'a,
+        Result<switchyard::provider::ChunkStream, switchyard::ProviderError>,
+    > {
+        let key = call.credential.key().map(|k| k.expose().to_owned()).unwrap_or_default();
+        Box::pin(async move {
+            let content = switchyard::chat::ChatChunk {
+                choices: vec![switchyard::chat::ChunkChoice {
+                    index: 0,
+                    delta: switchyard::chat::Delta {
+                        content: Some("partial".to_owned()),
+                        ..Default::default()
+                    },
+                    finish_reason: None,
+                }],
+                ..Default::default()
+            };
+            let cut =
+                switchyard::ProviderError::new(ErrorKind::Transport, format!("reset while using key {key}"));
+            let items = vec![Ok(content), Err(cut)];
+            Ok(Box::pin(futures_util::stream::iter(items)) as switchyard::provider::ChunkStream)
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_fails_after_content_never_carries_the_key() {
+    const KEY: &str = "sk-live-SECRET-mid-stream-0123";
+    let router = Router::builder()
+        .provider(
+            switchyard::ProviderEntry::new("leaky", LeakyStream)
+                .key(switchyard::credential::Secret::new(KEY)),
+        )
+        .route(Route::builder("default").target("leaky:m").build().unwrap())
+        .build()
+        .unwrap();
+    let mut events = router.subscribe();
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let mut failure = None;
+    while let Some(item) = stream.next().await {
+        if let Err(error) = item {
+            failure = Some(error);
+        }
+    }
+    let failure = failure.expect("the stream ends with its error");
+    assert!(failure.error.to_string().contains("[redacted]"), "{failure}");
+    let texts = [
+        format!("{failure:?}"),
+        format!("{:?}", stream.trail()),
+        format!("{:?}", events.drain()),
+        format!("{:?}", router.health()),
+    ];
+    for text in &texts {
+        assert!(!text.contains("SECRET"), "a key leaked mid-stream: {text}");
+    }
+}

@@ -6,7 +6,7 @@ use switchyard::chat::ChatResponse;
 use switchyard::route::{Candidate, Rotation, Route};
 use switchyard::simulated::{SimulatedProvider, Step};
 use switchyard::trail::{Outcome, Via};
-use switchyard::{ErrorKind, RouteError};
+use switchyard::{ErrorKind, ProviderEntry, RouteError, Router};
 
 use crate::support::*;
 
@@ -169,6 +169,20 @@ async fn an_unknown_model_lists_the_routes_and_targets() {
         assert!(error.to_string().contains(&format!("unknown model `{model}`")), "{error}");
     }
     assert_eq!(a.calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_target_several_routes_share_is_listed_once_among_the_known_models() {
+    let router = Router::builder()
+        .provider(ProviderEntry::new("a", SimulatedProvider::new()))
+        .provider(ProviderEntry::new("b", SimulatedProvider::new()))
+        .route(Route::builder("default").target("a:m").target("b:m").build().unwrap())
+        .route(Route::builder("fast").target("b:m").target("a:m").build().unwrap())
+        .build()
+        .unwrap();
+    let error = router.chat(&request("gpt-5")).await.expect_err("unknown");
+    let RouteError::UnknownModel { known, .. } = &error else { panic!("{error:?}") };
+    assert_eq!(known, &["default", "fast", "a:m", "b:m"]);
 }
 
 #[tokio::test(start_paused = true)]

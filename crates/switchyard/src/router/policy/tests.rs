@@ -54,9 +54,10 @@ enum Situation {
     ExplicitTarget,
     FallbackOff,
     ContentSent,
+    Embeddings,
 }
 
-const SITUATIONS: [Situation; 8] = [
+const SITUATIONS: [Situation; 9] = [
     Situation::FirstTry,
     Situation::RetriesLeft,
     Situation::RetriesSpent,
@@ -65,6 +66,7 @@ const SITUATIONS: [Situation; 8] = [
     Situation::ExplicitTarget,
     Situation::FallbackOff,
     Situation::ContentSent,
+    Situation::Embeddings,
 ];
 
 /// What follows, in short: Retry, Rotate, Switch to the context-window or content-policy
@@ -102,6 +104,7 @@ fn decide_in(kind: ErrorKind, situation: Situation) -> Decision {
         now: Instant::now(),
         cut_by_deadline: false,
         content_sent: false,
+        special_chains: true,
     };
     let mut on = &general;
     match situation {
@@ -113,6 +116,7 @@ fn decide_in(kind: ErrorKind, situation: Situation) -> Decision {
         Situation::ExplicitTarget => on = &explicit,
         Situation::FallbackOff => at.no_fallback = true,
         Situation::ContentSent => at.content_sent = true,
+        Situation::Embeddings => at.special_chains = false,
     }
     decide(on, &ProviderError::new(kind, "test"), &at, &mut means())
 }
@@ -121,21 +125,21 @@ fn decide_in(kind: ErrorKind, situation: Situation) -> Decision {
 async fn every_kind_of_the_catalog_in_every_situation() {
     use Short::*;
     // Columns: first try, retries left, retries spent, another key, content policy used,
-    // explicit target, fallback off, streamed content sent.
-    let table: [(ErrorKind, [Short; 8]); 13] = [
-        (ErrorKind::RateLimited, [R, R, M, R, R, R, R, S]),
-        (ErrorKind::QuotaExceeded, [M, M, M, K, M, M, S, S]),
-        (ErrorKind::Timeout, [R, R, M, R, R, R, R, S]),
-        (ErrorKind::Transport, [R, R, M, R, R, R, R, S]),
-        (ErrorKind::Unavailable, [R, R, M, R, R, R, R, S]),
-        (ErrorKind::MalformedResponse, [R, R, M, R, R, R, R, S]),
-        (ErrorKind::Auth, [M, M, M, K, M, M, S, S]),
-        (ErrorKind::ModelNotFound, [M, M, M, M, M, M, S, S]),
-        (ErrorKind::ContextLength, [W, W, W, W, S, S, S, S]),
-        (ErrorKind::ContentFiltered, [P, P, P, P, S, S, S, S]),
-        (ErrorKind::InvalidRequest, [S, S, S, S, S, S, S, S]),
-        (ErrorKind::SchemaViolation, [S, S, S, S, S, S, S, S]),
-        (ErrorKind::Cancelled, [S, S, S, S, S, S, S, S]),
+    // explicit target, fallback off, streamed content sent, an embeddings request.
+    let table: [(ErrorKind, [Short; 9]); 13] = [
+        (ErrorKind::RateLimited, [R, R, M, R, R, R, R, S, R]),
+        (ErrorKind::QuotaExceeded, [M, M, M, K, M, M, S, S, M]),
+        (ErrorKind::Timeout, [R, R, M, R, R, R, R, S, R]),
+        (ErrorKind::Transport, [R, R, M, R, R, R, R, S, R]),
+        (ErrorKind::Unavailable, [R, R, M, R, R, R, R, S, R]),
+        (ErrorKind::MalformedResponse, [R, R, M, R, R, R, R, S, R]),
+        (ErrorKind::Auth, [M, M, M, K, M, M, S, S, M]),
+        (ErrorKind::ModelNotFound, [M, M, M, M, M, M, S, S, M]),
+        (ErrorKind::ContextLength, [W, W, W, W, S, S, S, S, S]),
+        (ErrorKind::ContentFiltered, [P, P, P, P, S, S, S, S, S]),
+        (ErrorKind::InvalidRequest, [S, S, S, S, S, S, S, S, S]),
+        (ErrorKind::SchemaViolation, [S, S, S, S, S, S, S, S, S]),
+        (ErrorKind::Cancelled, [S, S, S, S, S, S, S, S, S]),
     ];
     for (kind, row) in table {
         for (situation, expected) in SITUATIONS.into_iter().zip(row) {
@@ -157,6 +161,7 @@ async fn a_retry_waits_the_jittered_backoff_raised_to_retry_after() {
         now: Instant::now(),
         cut_by_deadline: false,
         content_sent: false,
+        special_chains: true,
     };
     let base = route.retry().backoff_base;
     let error = ProviderError::new(ErrorKind::Unavailable, "test");
@@ -178,6 +183,7 @@ async fn retries_that_cannot_be_afforded_move_on_and_say_why() {
         now,
         cut_by_deadline: false,
         content_sent: false,
+        special_chains: true,
     };
     let long = ProviderError::new(ErrorKind::RateLimited, "test").with_retry_after(Duration::from_secs(60));
     let decision = decide(&route, &long, &at, &mut means());
@@ -212,6 +218,7 @@ async fn a_decision_that_does_not_retry_draws_no_jitter_and_spends_no_budget() {
         now: Instant::now(),
         cut_by_deadline: false,
         content_sent: false,
+        special_chains: true,
     };
     let mut counted = means();
     decide(&route, &ProviderError::new(ErrorKind::ModelNotFound, "test"), &at, &mut counted);
