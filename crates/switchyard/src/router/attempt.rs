@@ -21,7 +21,7 @@ use crate::{ErrorKind, ProviderError, Target};
 
 impl<X: Exchange> Run<'_, X> {
     /// One attempt at `tries.target`, and what the walk does next.
-    pub(super) async fn attempt(&mut self, slot: &ProviderSlot, tries: &mut TargetTry) -> Step<X::Output> {
+    pub(super) async fn attempt(&mut self, slot: &ProviderSlot, tries: &mut TargetTry) -> Step {
         let now = Instant::now();
         if self.deadline.is_some_and(|d| now >= d) {
             self.out_of_time = true;
@@ -86,7 +86,7 @@ impl<X: Exchange> Run<'_, X> {
                 let error =
                     redact(error, cred).with_target(tries.target.clone()).with_credential(cred.id().clone());
                 let failure = Failure { credential, probe, cut_by_deadline, error, attempt };
-                self.failed(slot, tries, failure).await
+                self.failed(slot, tries, failure)
             }
         }
     }
@@ -101,7 +101,7 @@ impl<X: Exchange> Run<'_, X> {
         until: Option<Instant>,
         reason: String,
         now: Instant,
-    ) -> Step<X::Output> {
+    ) -> Step {
         let Some(error) = tries.pending.take() else {
             let error = exhausted.then(|| {
                 let error = ProviderError::new(ErrorKind::QuotaExceeded, reason.clone())
@@ -122,7 +122,7 @@ impl<X: Exchange> Run<'_, X> {
             last.note = Some(reason);
         }
         if self.no_fallback || !self.route.falls_back_on(&error) {
-            return Step::Return(Err(self.upstream(error)));
+            return Step::Stop(self.upstream(error));
         }
         self.last_error = Some(error);
         Step::Next
@@ -150,7 +150,7 @@ impl<X: Exchange> Run<'_, X> {
         credential: usize,
         target: &Target,
         probe: bool,
-    ) -> Result<Option<Permit>, Step<X::Output>> {
+    ) -> Result<Option<Permit>, Step> {
         let Some(pacer) = &self.inner.pacer else { return Ok(None) };
         let cred = &slot.credentials[credential];
         let asked = Instant::now();
@@ -189,7 +189,7 @@ impl<X: Exchange> Run<'_, X> {
                     self.last_error = Some(error);
                     return Err(Step::Next);
                 }
-                Err(Step::Return(Err(self.upstream(error))))
+                Err(Step::Stop(self.upstream(error)))
             }
         }
     }
@@ -246,7 +246,7 @@ impl<X: Exchange> Run<'_, X> {
         mut attempt: Attempt,
         permit: Option<Permit>,
         sent: Instant,
-    ) -> Step<X::Output> {
+    ) -> Step {
         let target = &tries.target;
         let events = self.inner.health.record_success(target, &slot.credential_ids, credential);
         self.inner.publish_all(events);
@@ -262,7 +262,7 @@ impl<X: Exchange> Run<'_, X> {
                     .with_credential(slot.credential_ids[credential].clone()),
             );
             self.trail.push(attempt);
-            self.refusal = Some(Refusal { output, target: target.clone(), credential, sent });
+            self.refusal = Some(Box::new(Refusal { output, target: target.clone(), credential, sent }));
             let route = self.route.clone();
             self.plan.switch(Chain::ContentPolicy, route.content_policy());
             return Step::Next;
@@ -271,16 +271,12 @@ impl<X: Exchange> Run<'_, X> {
         let mut served = self.served(output, Via::Target(target.clone()), sent);
         served.answered = Some((target.clone(), credential));
         served.permit = permit;
-        Step::Return(Ok(served))
+        self.answer = Some(served);
+        Step::Answered
     }
 
     /// The call failed: health learns of it, the policy decides, the walk carries it out.
-    async fn failed(
-        &mut self,
-        slot: &ProviderSlot,
-        tries: &mut TargetTry,
-        failure: Failure,
-    ) -> Step<X::Output> {
+    fn failed(&mut self, slot: &ProviderSlot, tries: &mut TargetTry, failure: Failure) -> Step {
         let Failure { credential, probe, cut_by_deadline, error, mut attempt } = failure;
         let target = tries.target.clone();
         let events = if cut_by_deadline {
@@ -322,18 +318,18 @@ impl<X: Exchange> Run<'_, X> {
             error: error.clone(),
             will_retry: matches!(decision.next, Next::Rotate | Next::Retry(_)),
         });
-        self.carry_out(decision.next, tries, credential, error, cut_by_deadline).await
+        self.carry_out(decision.next, tries, credential, error, cut_by_deadline)
     }
 
-    /// Does what the policy decided.
-    async fn carry_out(
+    /// Does what the policy decided (a retry's backoff is slept by the walk, between attempts).
+    fn carry_out(
         &mut self,
         next: Next,
         tries: &mut TargetTry,
         credential: usize,
         error: ProviderError,
         cut_by_deadline: bool,
-    ) -> Step<X::Output> {
+    ) -> Step {
         match next {
             Next::Rotate => {
                 tries.exclude |= 1 << credential;
@@ -343,7 +339,7 @@ impl<X: Exchange> Run<'_, X> {
             Next::Retry(delay) => {
                 tries.retries += 1;
                 tries.pending = Some(error);
-                tokio::time::sleep(delay).await;
+                tries.backoff = Some(delay);
                 Step::Again
             }
             Next::Switch(chain) => {
@@ -360,7 +356,7 @@ impl<X: Exchange> Run<'_, X> {
                 self.last_error = Some(error);
                 if cut_by_deadline { Step::Finish } else { Step::Next }
             }
-            Next::Stop => Step::Return(Err(self.upstream(error))),
+            Next::Stop => Step::Stop(self.upstream(error)),
         }
     }
 

@@ -81,18 +81,19 @@ pub(super) struct Refusal<O> {
     pub(super) sent: Instant,
 }
 
-/// What an attempt leaves the walk to do.
-// The answer rides in place: boxing it would cost an allocation per request, to save a move.
-#[allow(clippy::large_enum_variant)]
-pub(super) enum Step<O> {
-    /// Try the same target again (a retry or another key).
+/// What an attempt leaves the walk to do. Small on purpose: the answer itself waits in
+/// [`Run::answer`] rather than being moved through every layer that returns a step.
+pub(super) enum Step {
+    /// Try the same target again (a retry, after [`TargetTry::backoff`], or another key).
     Again,
     /// On to the next target of the plan.
     Next,
     /// Stop walking the chains: out of time.
     Finish,
-    /// The request is over.
-    Return(Result<Served<O>, RouteError>),
+    /// Answered: the answer is in [`Run::answer`].
+    Answered,
+    /// The request failed with this error, returned unchanged.
+    Stop(RouteError),
 }
 
 /// One request in progress.
@@ -112,7 +113,10 @@ pub(super) struct Run<'r, X: Exchange> {
     /// The target called last, for the provider-switch event.
     pub(super) previous: Option<Target>,
     pub(super) out_of_time: bool,
-    pub(super) refusal: Option<Refusal<X::Output>>,
+    /// Boxed: rarely set, and the answer it holds would grow every request's state.
+    pub(super) refusal: Option<Box<Refusal<X::Output>>>,
+    /// The answer, once an attempt produced one.
+    pub(super) answer: Option<Served<X::Output>>,
 }
 
 /// One target's tries within a request.
@@ -127,6 +131,8 @@ pub(super) struct TargetTry {
     pub(super) pending: Option<ProviderError>,
     /// A note for the next attempt's record.
     pub(super) note: Option<String>,
+    /// The wait before the retry the policy decided on.
+    pub(super) backoff: Option<Duration>,
 }
 
 impl<'r, X: Exchange> Run<'r, X> {
@@ -150,28 +156,40 @@ impl<'r, X: Exchange> Run<'r, X> {
             previous: None,
             out_of_time: false,
             refusal: None,
+            answer: None,
         }
     }
 
     /// Walks the plan to an answer or a final error.
-    pub(super) async fn go(mut self) -> Result<Served<X::Output>, RouteError> {
+    pub(super) async fn go(&mut self) -> Result<Served<X::Output>, RouteError> {
         'plan: while let Some((target, force)) = self.plan.next() {
             let Some(slot) = self.inner.providers.get(target.provider()) else { continue };
             let note = force.then(|| "every target was gated; trying the one that recovers first".to_owned());
-            let mut tries = TargetTry { target, force, exclude: 0, retries: 0, pending: None, note };
+            let mut tries =
+                TargetTry { target, force, exclude: 0, retries: 0, pending: None, note, backoff: None };
             loop {
                 match self.attempt(slot, &mut tries).await {
-                    Step::Again => {}
+                    Step::Again => {
+                        if let Some(delay) = tries.backoff.take() {
+                            tokio::time::sleep(delay).await;
+                        }
+                    }
                     Step::Next => continue 'plan,
                     Step::Finish => break 'plan,
-                    Step::Return(result) => return result,
+                    Step::Answered => {
+                        if let Some(served) = self.answer.take() {
+                            return Ok(served);
+                        }
+                    }
+                    Step::Stop(error) => return Err(error),
                 }
             }
         }
         if let Some(served) = self.serve_refusal() {
             return Ok(served);
         }
-        if let Some(served) = self.candidates().await {
+        // Boxed: a cold path that would otherwise grow every request's future.
+        if let Some(served) = Box::pin(self.candidates()).await {
             return Ok(served);
         }
         Err(self.all_failed())
@@ -179,7 +197,7 @@ impl<'r, X: Exchange> Run<'r, X> {
 
     /// The content-policy chain produced nothing: the refusal it replaced is the answer.
     fn serve_refusal(&mut self) -> Option<Served<X::Output>> {
-        let Refusal { output, target, credential, sent } = self.refusal.take()?;
+        let Refusal { output, target, credential, sent } = *self.refusal.take()?;
         if let Some(redirected) =
             self.trail.attempts_mut().iter_mut().find(|a| a.outcome == Outcome::Redirected)
         {
@@ -208,7 +226,7 @@ impl<'r, X: Exchange> Run<'r, X> {
     }
 
     /// The error when nothing answered, with the whole trail.
-    fn all_failed(mut self) -> RouteError {
+    fn all_failed(&mut self) -> RouteError {
         if self.out_of_time
             && let Some(last) = self.trail.last_mut()
             && last.note.is_none()
@@ -221,9 +239,10 @@ impl<'r, X: Exchange> Run<'r, X> {
             last: self.last_error.as_ref().map(ProviderError::kind),
         });
         let route = self.route.name_arc().clone();
-        match self.last_error {
-            Some(error) if self.no_fallback => RouteError::Upstream { error, trail: self.trail, route },
-            last => RouteError::AllTargetsFailed { trail: self.trail, last, route },
+        let trail = std::mem::take(&mut self.trail);
+        match self.last_error.take() {
+            Some(error) if self.no_fallback => RouteError::Upstream { error, trail, route },
+            last => RouteError::AllTargetsFailed { trail, last, route },
         }
     }
 
