@@ -24,7 +24,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use axum::body::Body;
 use bytes::Bytes;
@@ -95,10 +95,6 @@ struct Watch {
 
 struct WatchState {
     phase: Phase,
-    /// Bumped whenever the deadline moves, so the I/O knows to re-arm its timer.
-    generation: u64,
-    /// The connection's task, woken when the phase changes while hyper waits on a read.
-    waker: Option<Waker>,
 }
 
 /// A deadline the I/O must enforce, and what passing it means.
@@ -107,13 +103,12 @@ struct Deadline {
     at: Instant,
     /// A request head had started: the client is owed a 408.
     owes_408: bool,
-    generation: u64,
 }
 
 impl Watch {
     fn new(limits: ConnectionLimits) -> Self {
         let phase = Phase::AwaitingHead { since: Instant::now(), started: false };
-        Self { limits, state: Mutex::new(WatchState { phase, generation: 0, waker: None }) }
+        Self { limits, state: Mutex::new(WatchState { phase }) }
     }
 
     fn state(&self) -> MutexGuard<'_, WatchState> {
@@ -127,7 +122,6 @@ impl Watch {
         match state.phase {
             Phase::Idle { .. } => {
                 state.phase = Phase::AwaitingHead { since: Instant::now(), started: true };
-                state.generation += 1;
             }
             Phase::AwaitingHead { since, started: false } => {
                 state.phase = Phase::AwaitingHead { since, started: true };
@@ -143,43 +137,29 @@ impl Watch {
             Phase::Busy(n) => Phase::Busy(n + 1),
             _ => Phase::Busy(1),
         };
-        state.generation += 1;
     }
 
-    /// A response is finished (its body written or dropped).
+    /// A response is finished (its body written or dropped). Nothing needs waking: while a
+    /// request is answered the I/O keeps its timer armed an idle period ahead, so the idle
+    /// deadline is enforced even if hyper does not read again before it waits.
     fn end(&self) {
         let mut state = self.state();
         state.phase = match state.phase {
             Phase::Busy(n) if n > 1 => Phase::Busy(n - 1),
             _ => Phase::Idle { since: Instant::now() },
         };
-        state.generation += 1;
-        if let Some(waker) = state.waker.take() {
-            waker.wake();
-        }
     }
 
-    /// The deadline in force, if any; remembers `waker` to be woken when it moves.
-    fn deadline(&self, waker: &Waker) -> Option<Deadline> {
-        let mut state = self.state();
-        let generation = state.generation;
-        let deadline = match state.phase {
+    /// The deadline in force, if any (none while a request is answered).
+    fn deadline(&self) -> Option<Deadline> {
+        let limits = &self.limits;
+        match self.state().phase {
             Phase::AwaitingHead { since, started } => {
-                Deadline { at: since + self.limits.header_timeout, owes_408: started, generation }
+                Some(Deadline { at: since + limits.header_timeout, owes_408: started })
             }
-            Phase::Idle { since } => {
-                Deadline { at: since + self.limits.idle_timeout, owes_408: false, generation }
-            }
-            Phase::Busy(_) => {
-                state.waker = Some(waker.clone());
-                return None;
-            }
-        };
-        match &state.waker {
-            Some(known) if known.will_wake(waker) => {}
-            _ => state.waker = Some(waker.clone()),
+            Phase::Idle { since } => Some(Deadline { at: since + limits.idle_timeout, owes_408: false }),
+            Phase::Busy(_) => None,
         }
-        Some(deadline)
     }
 }
 
@@ -188,8 +168,10 @@ struct Watched<I> {
     io: I,
     watch: Arc<Watch>,
     timer: Pin<Box<Sleep>>,
-    /// The generation `timer` is armed for.
-    armed: Option<u64>,
+    /// When `timer` is set to fire. It is moved only when a deadline comes earlier than that,
+    /// or when it fires before the deadline in force (a later one): about once per request,
+    /// instead of at every change of phase.
+    armed: Option<Instant>,
     /// A deadline passed: reads end the connection from now on.
     expired: bool,
 }
@@ -223,16 +205,30 @@ impl<I: AsyncRead + AsyncWrite + Unpin> AsyncRead for Watched<I> {
             }
         }
         // Nothing to read: hyper waits for the client. Is the client out of time?
-        let Some(deadline) = this.watch.deadline(cx.waker()) else { return Poll::Pending };
-        if this.armed != Some(deadline.generation) {
-            this.timer.as_mut().reset(deadline.at);
-            this.armed = Some(deadline.generation);
-        }
-        if this.timer.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
+        let (at, expires, owes_408) = match this.watch.deadline() {
+            Some(deadline) => (deadline.at, true, deadline.owes_408),
+            // Answering: no deadline, but the timer stays armed an idle period ahead. The
+            // request may end inside a poll after which hyper waits without reading again;
+            // the timer then fires by the idle deadline and the read that follows enforces
+            // it, with no wake-up at the end of every request to re-arm it.
+            None => (Instant::now() + this.watch.limits.idle_timeout, false, false),
+        };
+        loop {
+            if this.armed.is_none_or(|armed| armed > at) {
+                this.timer.as_mut().reset(at);
+                this.armed = Some(at);
+            }
+            if this.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            // It fired: for this deadline, or for an earlier one since replaced.
+            this.armed = None;
+            if expires && Instant::now() >= at {
+                break;
+            }
         }
         this.expired = true;
-        if deadline.owes_408 {
+        if owes_408 {
             // Best effort: a socket whose send buffer is full gets no 408, only the close.
             let _ = Pin::new(&mut this.io).poll_write(cx, REQUEST_TIMEOUT);
             let _ = Pin::new(&mut this.io).poll_flush(cx);
