@@ -140,8 +140,8 @@ pub trait Pacer: Send + Sync + 'static {
     }
 
     /// What a provider said about its allowance in the answer to the call dispatched as
-    /// `answer_to` (its permit's [`Permit::dispatch`]): the pacer can then tell which calls
-    /// were sent after it and an old answer from a new one.
+    /// `answer_to` (its permit's [`Permit::dispatch`]): the pacer then counts that call as
+    /// answered, no longer in flight against the stated budget.
     fn observe_answer(
         &self,
         provider: &str,

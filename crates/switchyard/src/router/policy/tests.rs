@@ -28,6 +28,21 @@ impl Means for Fixed {
     }
 }
 
+/// A first try on the general chain, with nothing else in play.
+fn first_try() -> FailurePoint {
+    FailurePoint {
+        retries: 0,
+        can_rotate: false,
+        chain: Chain::General,
+        no_fallback: false,
+        deadline: None,
+        now: Instant::now(),
+        cut_by_deadline: false,
+        content_sent: false,
+        special_chains: true,
+    }
+}
+
 fn means() -> Fixed {
     Fixed { budget: true, jitter_draws: 0, spent: 0 }
 }
@@ -95,17 +110,7 @@ fn short(next: Next) -> Short {
 fn decide_in(kind: ErrorKind, situation: Situation) -> Decision {
     let general = route();
     let explicit = general.for_named_target("a:m".parse::<Target>().unwrap());
-    let mut at = FailurePoint {
-        retries: 0,
-        can_rotate: false,
-        chain: Chain::General,
-        no_fallback: false,
-        deadline: None,
-        now: Instant::now(),
-        cut_by_deadline: false,
-        content_sent: false,
-        special_chains: true,
-    };
+    let mut at = first_try();
     let mut on = &general;
     match situation {
         Situation::FirstTry => {}
@@ -152,17 +157,7 @@ async fn every_kind_of_the_catalog_in_every_situation() {
 #[tokio::test(start_paused = true)]
 async fn a_retry_waits_the_jittered_backoff_raised_to_retry_after() {
     let route = route();
-    let at = FailurePoint {
-        retries: 0,
-        can_rotate: false,
-        chain: Chain::General,
-        no_fallback: false,
-        deadline: None,
-        now: Instant::now(),
-        cut_by_deadline: false,
-        content_sent: false,
-        special_chains: true,
-    };
+    let at = first_try();
     let base = route.retry().backoff_base;
     let error = ProviderError::new(ErrorKind::Unavailable, "test");
     assert_eq!(decide(&route, &error, &at, &mut means()).next, Next::Retry(base / 2));
@@ -174,17 +169,7 @@ async fn a_retry_waits_the_jittered_backoff_raised_to_retry_after() {
 async fn retries_that_cannot_be_afforded_move_on_and_say_why() {
     let route = route();
     let now = Instant::now();
-    let at = FailurePoint {
-        retries: 0,
-        can_rotate: false,
-        chain: Chain::General,
-        no_fallback: false,
-        deadline: None,
-        now,
-        cut_by_deadline: false,
-        content_sent: false,
-        special_chains: true,
-    };
+    let at = FailurePoint { now, ..first_try() };
     let long = ProviderError::new(ErrorKind::RateLimited, "test").with_retry_after(Duration::from_secs(60));
     let decision = decide(&route, &long, &at, &mut means());
     assert_eq!(decision.next, Next::MoveOn);
@@ -209,17 +194,7 @@ async fn retries_that_cannot_be_afforded_move_on_and_say_why() {
 #[tokio::test(start_paused = true)]
 async fn a_decision_that_does_not_retry_draws_no_jitter_and_spends_no_budget() {
     let route = route();
-    let at = FailurePoint {
-        retries: 0,
-        can_rotate: false,
-        chain: Chain::General,
-        no_fallback: false,
-        deadline: None,
-        now: Instant::now(),
-        cut_by_deadline: false,
-        content_sent: false,
-        special_chains: true,
-    };
+    let at = first_try();
     let mut counted = means();
     decide(&route, &ProviderError::new(ErrorKind::ModelNotFound, "test"), &at, &mut counted);
     assert_eq!((counted.jitter_draws, counted.spent), (0, 0));
