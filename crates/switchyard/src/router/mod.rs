@@ -547,19 +547,23 @@ impl StreamSettler {
     /// Records that `target`, with credential `credential`, failed after its stream's content
     /// reached the caller; returns the error redacted and stamped with the target and
     /// credential.
+    /// Health learns of it when `record` (not when the caller's deadline cut the stream).
     pub(crate) fn failed_mid_stream(
         &self,
         target: &Target,
         credential: usize,
         error: ProviderError,
+        record: bool,
     ) -> ProviderError {
         let slot = &self.inner.providers[target.provider()];
         let credential_id = slot.credential_ids[credential].clone();
         let error = redact(error, &slot.credentials[credential])
             .with_target(target.clone())
             .with_credential(credential_id.clone());
-        let events = self.inner.health.record_failure(target, &slot.credential_ids, credential, &error);
-        self.inner.publish_all(events);
+        if record {
+            let events = self.inner.health.record_failure(target, &slot.credential_ids, credential, &error);
+            self.inner.publish_all(events);
+        }
         self.inner.events.publish(EventKind::AttemptFailed {
             target: target.clone(),
             credential_id: Some(credential_id),

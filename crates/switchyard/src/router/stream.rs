@@ -123,6 +123,8 @@ pub struct RoutedStream {
     idle: Pin<Box<Sleep>>,
     total: Pin<Box<Sleep>>,
     total_name: &'static str,
+    /// The total limit is the request's deadline, not the attempt's `total` timeout.
+    cut_by_deadline: bool,
     answered: Option<(Target, usize)>,
     permit: Option<Permit>,
     served_by: Via,
@@ -146,9 +148,9 @@ impl fmt::Debug for RoutedStream {
 impl RoutedStream {
     pub(crate) fn new(router: StreamSettler, served: StreamServed) -> Self {
         let attempt_end = served.attempt_started + served.timeouts.total;
-        let (end, total_name) = match served.deadline {
-            Some(deadline) if deadline < attempt_end => (deadline, "request deadline"),
-            _ => (attempt_end, "total"),
+        let (end, total_name, cut_by_deadline) = match served.deadline {
+            Some(deadline) if deadline < attempt_end => (deadline, "request deadline", true),
+            _ => (attempt_end, "total", false),
         };
         let mut timing = served.timing;
         timing.first_token = Some(timing.total);
@@ -160,6 +162,7 @@ impl RoutedStream {
             idle: Box::pin(tokio::time::sleep(served.timeouts.idle)),
             total: Box::pin(tokio::time::sleep_until(end)),
             total_name,
+            cut_by_deadline,
             answered: served.answered,
             permit: served.permit,
             served_by: served.via,
@@ -223,9 +226,19 @@ impl RoutedStream {
     }
 
     fn fail(&mut self, error: ProviderError) -> Poll<Option<Result<ChatChunk, StreamError>>> {
+        self.fail_as(error, Blame::Provider)
+    }
+
+    /// Ends the stream with `error`; health learns of it only when the provider is to blame
+    /// (the caller's deadline says nothing about the provider, as for an unstreamed attempt).
+    fn fail_as(
+        &mut self,
+        error: ProviderError,
+        blame: Blame,
+    ) -> Poll<Option<Result<ChatChunk, StreamError>>> {
         let mut error = error;
         if let Some((target, credential)) = self.answered.clone() {
-            error = self.router.failed_mid_stream(&target, credential, error);
+            error = self.router.failed_mid_stream(&target, credential, error, blame == Blame::Provider);
             let note = self.router.after_content_sent(&error);
             if let Some(last) = self.trail.last_mut() {
                 last.outcome = Outcome::Failed;
@@ -257,8 +270,9 @@ impl Stream for RoutedStream {
         // The total limit first: an upstream that always has a chunk ready must not outrun it.
         if this.total.as_mut().poll(cx).is_ready() {
             let name = this.total_name;
-            return this
-                .fail(ProviderError::new(ErrorKind::Timeout, format!("stream exceeded the {name} timeout")));
+            let error = ProviderError::new(ErrorKind::Timeout, format!("stream exceeded the {name} timeout"));
+            let blame = if this.cut_by_deadline { Blame::Caller } else { Blame::Provider };
+            return this.fail_as(error, blame);
         }
         match rest.as_mut().poll_next(cx) {
             Poll::Ready(Some(Ok(chunk))) => {
@@ -283,4 +297,13 @@ impl Stream for RoutedStream {
             }
         }
     }
+}
+
+/// Who a stream's failure is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Blame {
+    /// The provider: it failed, stalled or ran past its timeout.
+    Provider,
+    /// The caller: its deadline cut the stream.
+    Caller,
 }

@@ -233,3 +233,22 @@ async fn a_delayed_failure_fails_a_stream_after_the_delay() {
     assert_eq!(start.elapsed(), Duration::from_secs(1));
     assert_eq!(stream.trail().outcomes(), vec![Outcome::Failed, Outcome::Ok]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_cut_by_the_callers_deadline_says_nothing_about_the_providers_health() {
+    // A healthy stream of 10 chunks a second apart, and a caller who gives it 3 seconds.
+    let a = SimulatedProvider::new().stream(10, Duration::from_secs(1));
+    let router = router(&[("a", &a)], Route::builder("default").target("a:m"));
+    let options = RequestOptions { deadline: Some(Duration::from_secs(3)), ..RequestOptions::default() };
+
+    let mut stream = router.chat_stream(&request("default"), &options).await.unwrap();
+    let (text, error) = collect(&mut stream).await;
+
+    assert!(!text.is_empty());
+    let error = error.expect("the deadline ends the stream with an error");
+    assert_eq!(error.error.kind(), ErrorKind::Timeout);
+    assert!(error.error.detail().contains("request deadline"), "{}", error.error.detail());
+    let health = router.target_health(&"a:m".parse().unwrap());
+    assert_eq!(health.consecutive_failures, 0, "the caller's deadline is not the provider's failure");
+    assert_ne!(health.status, HealthStatus::TemporarilyUnavailable);
+}
