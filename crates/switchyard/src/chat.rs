@@ -88,7 +88,7 @@ pub enum Dialect {
 deserialize_with_extra!(ChatRequest {
     "model" => model: OrDefault,
     "messages" => messages: Required,
-    "tools" => tools: OrDefault,
+    "tools" => tools: NullAsDefault,
     "tool_choice" => tool_choice: OrDefault,
     "temperature" => temperature: OrDefault,
     "top_p" => top_p: OrDefault,
@@ -96,7 +96,7 @@ deserialize_with_extra!(ChatRequest {
     "stop" => stop: OrDefault,
     "seed" => seed: OrDefault,
     "response_format" => response_format: OrDefault,
-    "stream" => stream: OrDefault,
+    "stream" => stream: NullAsDefault,
 } defaults: origin);
 
 impl ChatRequest {
@@ -157,7 +157,7 @@ deserialize_with_extra!(Message {
     "role" => role: Required,
     "content" => content: OrDefault,
     "name" => name: OrDefault,
-    "tool_calls" => tool_calls: OrDefault,
+    "tool_calls" => tool_calls: NullAsDefault,
     "tool_call_id" => tool_call_id: OrDefault,
 });
 
@@ -774,4 +774,20 @@ pub struct Embedding {
     /// The vector; its length is the model's (or the request's `dimensions`). Comparable only with
     /// vectors of the same model.
     pub embedding: Vec<f32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChatRequest;
+
+    #[test]
+    fn null_lists_and_flags_read_as_absent_as_clients_send_them() {
+        // Clients that echo an assistant turn back send `tool_calls: null`; some send
+        // `tools: null` and `stream: null` for "not set".
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yes","tool_calls":null}],"tools":null,"stream":null}"#;
+        let request: ChatRequest = serde_json::from_str(body).expect("null reads as absent");
+        assert!(request.tools.is_empty());
+        assert!(!request.stream);
+        assert!(request.messages[1].tool_calls.is_empty());
+    }
 }
