@@ -94,7 +94,7 @@ impl AnthropicProvider {
                 )
             })?;
             value.set_sensitive(true);
-            headers.append("x-api-key", value);
+            headers.insert("x-api-key", value);
         }
         let response = self.client.send(http::post(self.endpoint.clone(), headers, body)).await?;
         let limits = http::observe_limits(&response, call.rate_limits);

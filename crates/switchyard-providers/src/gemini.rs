@@ -154,7 +154,8 @@ impl GeminiProvider {
         deadline: Option<Instant>,
     ) -> Result<http::Response, ProviderError> {
         let mut headers = self.headers.clone();
-        headers.append(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        // Over any configured header of the same name: the body is JSON, the key the router chose.
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(key) = call.credential.key() {
             let mut value = HeaderValue::from_str(key.expose()).map_err(|_| {
                 ProviderError::new(
@@ -163,7 +164,7 @@ impl GeminiProvider {
                 )
             })?;
             value.set_sensitive(true);
-            headers.append("x-goog-api-key", value);
+            headers.insert("x-goog-api-key", value);
         }
         let request = http::post(http::parse_uri(url)?, headers, body);
         let response = http::until(deadline, self.client.send(request)).await?;

@@ -196,12 +196,14 @@ impl OpenAiProvider {
         streaming: bool,
     ) -> Result<http::Response, ProviderError> {
         let mut headers = self.headers.clone();
-        headers.append(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        // Inserted over any configured header of the same name: the body is JSON, and the
+        // credential the router chose is the one that authenticates (it rotates).
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if streaming {
-            headers.append(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
+            headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
         }
         if let Some((name, value)) = self.key_header(call.credential)? {
-            headers.append(name, value);
+            headers.insert(name, value);
         }
         let request = http::post(self.url(operation, call.model)?, headers, body);
         let response = self.client.send(request).await?;

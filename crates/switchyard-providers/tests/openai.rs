@@ -350,6 +350,25 @@ async fn chat_sends_the_upstream_model_the_bearer_key_and_openai_extras() {
 }
 
 #[tokio::test]
+async fn configured_headers_never_double_the_content_type_or_the_key() {
+    let fake = Fake::start(|| json_reply(200, &[], &completion("Hi there."))).await;
+    let mut settings = ProviderSettings::new(ProviderKind::OpenAi).base_url(fake.v1());
+    settings.headers = vec![
+        ("Content-Type".into(), "text/plain".into()),
+        ("Authorization".into(), "Bearer configured-elsewhere".into()),
+    ];
+    let harness = Harness::new(settings, Some(KEY));
+    harness.chat(&hello()).await.unwrap();
+
+    let seen = fake.only_request();
+    let all = |name: &str| {
+        seen.headers.get_all(name).iter().map(|v| v.to_str().unwrap().to_owned()).collect::<Vec<_>>()
+    };
+    assert_eq!(all("content-type"), ["application/json"], "the request's own type, once");
+    assert_eq!(all("authorization"), [format!("Bearer {KEY}")], "the credential's key, once");
+}
+
+#[tokio::test]
 async fn extras_of_another_dialect_are_not_forwarded() {
     let fake = Fake::start(|| json_reply(200, &[], &completion("ok"))).await;
     let harness = Harness::openai(fake.v1());
