@@ -393,13 +393,13 @@ pub fn header_pairs(headers: &HeaderMap) -> impl Iterator<Item = (&str, &str)> {
     headers.iter().filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
 }
 
-/// The rate-limit headers and Retry-After of `response`, reported to the call's `sink` when
-/// there are any (every adapter does this with every answer, success or not).
+/// The rate-limit headers and Retry-After of `response`, reported to the call's `sink` (every
+/// adapter does this with every answer, success or not). An answer without such headers is
+/// reported too: the pacer then knows the call was answered and no longer counts it as in
+/// flight against the provider's stated budget.
 pub fn observe_limits(response: &Response, sink: Option<&dyn RateLimitSink>) -> RateLimits {
     let limits = RateLimits::from_headers(header_pairs(response.headers()), SystemTime::now());
-    if let Some(sink) = sink
-        && !limits.is_empty()
-    {
+    if let Some(sink) = sink {
         sink.observe(&limits);
     }
     limits

@@ -375,6 +375,11 @@ impl Lane {
             let until = match self.gate(tokens, turn.is_some()) {
                 Gate::Go(dispatch) => return Ok(dispatch),
                 Gate::Wait(until) if turn.is_some() => until,
+                // A hold or a reset past the caller's patience only moves later: refuse now
+                // rather than after queueing behind the callers at the turnstile.
+                Gate::Wait(Some(until)) if give_up_at.is_some_and(|at| until > at) => {
+                    return Err(self.refuse(WaitReason::ProviderHeaders, until - start, spilled(until)));
+                }
                 Gate::Queue | Gate::Wait(_) => {
                     let queued = self.turnstile.acquire();
                     let taken = match give_up_at {
@@ -442,7 +447,15 @@ impl Lane {
 
     /// What one answer's headers said; `from` is the dispatch it answered, when known.
     pub(super) fn observe(&self, from: Option<Dispatch>, limits: &RateLimits) {
-        if !self.limits.respect_headers || limits.is_empty() {
+        if !self.limits.respect_headers {
+            return;
+        }
+        if limits.is_empty() {
+            // Answered without a word on the allowance: no longer in flight, though.
+            if let Some(from) = from {
+                self.lock().headers.answered(from);
+                self.wake_gate();
+            }
             return;
         }
         let now = Instant::now();

@@ -639,3 +639,43 @@ async fn a_header_wait_past_the_deadline_fails_fast() {
     assert!(error.to_string().contains("rate-limit headers"), "{error}");
     assert_eq!(start.elapsed(), Duration::ZERO, "it did not wait to find out");
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_without_allowance_headers_is_no_longer_in_flight() {
+    let pacer = headers_only();
+    pacer.observe("p", &key(), &requests(Some(10), 0, "1s"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The new window's 10: a call goes and is answered without rate-limit headers, its permit
+    // still held (a stream still running).
+    let first = pacer.acquire(ask(0, None)).await.unwrap();
+    pacer.observe_answer("p", &key(), first.dispatch, &RateLimits::default());
+    // The next answer says 9 are left: nothing else is in flight, so 9 may go.
+    let second = pacer.acquire(ask(0, None)).await.unwrap();
+    pacer.observe_answer("p", &key(), second.dispatch, &requests(Some(10), 9, "1s"));
+    let mut more = callers(&pacer, 12, 0);
+    assert_eq!(granted_now(&mut more).await.len(), 9, "the answered call was not counted again");
+    drop((first, second));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_spill_over_certain_to_come_is_refused_at_once_not_after_queueing() {
+    let pacer = headers_only();
+    pacer.observe("p", &key(), &requests(Some(10), 0, "10s"));
+    // One caller waits for the reset at the gate, with all the patience in the world.
+    let _waiting = callers(&pacer, 1, 0);
+    tokio::task::yield_now().await;
+    // Another would spill over after 1 s: the reset is 10 s away, so it is refused now.
+    let key: &'static CredentialId = Box::leak(Box::new(key()));
+    let hurried = PaceRequest {
+        provider: "p",
+        credential_id: key,
+        estimated_tokens: 0,
+        deadline: None,
+        spill_after: Some(Duration::from_secs(1)),
+    };
+    let start = Instant::now();
+    let error = pacer.acquire(hurried).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::RateLimited);
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert!(error.to_string().contains("spilling over"), "{error}");
+}
