@@ -6,8 +6,10 @@
 //!   request, until hyper has read the whole request head. Past `header_timeout` the
 //!   connection is closed, with a `408 Request Timeout` when the client had started a head.
 //! - **busy**: a request is being answered (its handler runs, or its response body, a stream
-//!   perhaps, is being written). No connection timeout applies: the router's own timeouts
-//!   bound the upstream, and a stream may rightly run for minutes.
+//!   perhaps, is being written), then its last bytes are flushed to the client. No connection
+//!   timeout applies: the router's own timeouts bound the upstream, a stream may rightly run
+//!   for minutes, and a large answer to a slow reader must not be cut. (A request whose body
+//!   trickles in is busy too, with no timeout of its own yet; `max_body` bounds its size.)
 //! - **idle**: a keep-alive connection between requests. Past `idle_timeout` it is closed
 //!   without a word (a client may be sending its next request at that very moment: a 408 it
 //!   did not ask for would read as the answer to it).
@@ -17,7 +19,10 @@
 //! phase's deadline pass. (hyper's own `header_read_timeout` cannot do this job: its clock
 //! also runs while a keep-alive connection is idle, so it would close idle connections at
 //! `header_timeout`, and it ends a connection without a 408.) The service side tells the
-//! watch when a request begins and when its response body is finished or dropped.
+//! watch when a request begins and when its response body is finished or dropped; the I/O's
+//! flush says when that response is out. While a request is answered, the timer stays armed
+//! an idle period ahead rather than being re-armed at its end: hyper reads during a request
+//! (to see a client close), and the read after the timer fires enforces the idle deadline.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -25,6 +30,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::Body;
 use bytes::Bytes;
@@ -83,6 +89,9 @@ enum Phase {
     AwaitingHead { since: Instant, started: bool },
     /// Requests in progress.
     Busy(u32),
+    /// The last response is handed to hyper but not yet flushed to the client: not idle yet
+    /// (a large answer to a slow reader must not be cut by the idle timeout).
+    Draining,
     /// Between requests since `since`.
     Idle { since: Instant },
 }
@@ -126,7 +135,7 @@ impl Watch {
             Phase::AwaitingHead { since, started: false } => {
                 state.phase = Phase::AwaitingHead { since, started: true };
             }
-            Phase::AwaitingHead { started: true, .. } | Phase::Busy(_) => {}
+            Phase::AwaitingHead { started: true, .. } | Phase::Busy(_) | Phase::Draining => {}
         }
     }
 
@@ -146,8 +155,16 @@ impl Watch {
         let mut state = self.state();
         state.phase = match state.phase {
             Phase::Busy(n) if n > 1 => Phase::Busy(n - 1),
-            _ => Phase::Idle { since: Instant::now() },
+            _ => Phase::Draining,
         };
+    }
+
+    /// The connection's writes reached the client: a drained connection is idle from now.
+    fn flushed(&self) {
+        let mut state = self.state();
+        if state.phase == Phase::Draining {
+            state.phase = Phase::Idle { since: Instant::now() };
+        }
     }
 
     /// The deadline in force, if any (none while a request is answered).
@@ -158,7 +175,7 @@ impl Watch {
                 Some(Deadline { at: since + limits.header_timeout, owes_408: started })
             }
             Phase::Idle { since } => Some(Deadline { at: since + limits.idle_timeout, owes_408: false }),
-            Phase::Busy(_) => None,
+            Phase::Busy(_) | Phase::Draining => None,
         }
     }
 }
@@ -211,7 +228,11 @@ impl<I: AsyncRead + AsyncWrite + Unpin> AsyncRead for Watched<I> {
             // request may end inside a poll after which hyper waits without reading again;
             // the timer then fires by the idle deadline and the read that follows enforces
             // it, with no wake-up at the end of every request to re-arm it.
-            None => (Instant::now() + this.watch.limits.idle_timeout, false, false),
+            // (At least a second ahead: a zero idle timeout must not make this spin.)
+            None => {
+                let ahead = this.watch.limits.idle_timeout.max(Duration::from_secs(1));
+                (Instant::now() + ahead, false, false)
+            }
         };
         loop {
             if this.armed.is_none_or(|armed| armed > at) {
@@ -256,7 +277,13 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+        let this = self.get_mut();
+        let flushed = Pin::new(&mut this.io).poll_flush(cx);
+        // hyper flushes the I/O after its own buffer is written: the response is out.
+        if matches!(flushed, Poll::Ready(Ok(()))) {
+            this.watch.flushed();
+        }
+        flushed
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -19,20 +19,23 @@ const IDLE: Duration = Duration::from_secs(5);
 const GET: &[u8] = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n";
 
 fn app() -> axum::Router {
-    axum::Router::new().route("/", get(|| async { "ok" })).route(
-        "/stream",
-        get(|| async {
-            // A stream that sends a chunk every 10 s for a minute: longer than both timeouts.
-            let chunks = futures_util::stream::unfold(0, |n| async move {
-                if n == 6 {
-                    return None;
-                }
-                tokio::time::sleep(Duration::from_secs(10)).await;
-                Some((Ok::<_, std::io::Error>(format!("chunk {n}\n")), n + 1))
-            });
-            Body::from_stream(chunks)
-        }),
-    )
+    axum::Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route("/big", get(|| async { "x".repeat(64 * 1024) }))
+        .route(
+            "/stream",
+            get(|| async {
+                // A stream that sends a chunk every 10 s for a minute: longer than both timeouts.
+                let chunks = futures_util::stream::unfold(0, |n| async move {
+                    if n == 6 {
+                        return None;
+                    }
+                    tokio::time::sleep(Duration::from_secs(10)).await;
+                    Some((Ok::<_, std::io::Error>(format!("chunk {n}\n")), n + 1))
+                });
+                Body::from_stream(chunks)
+            }),
+        )
 }
 
 /// A served connection: the client's end, and the stop switch.
@@ -160,4 +163,29 @@ async fn a_stop_closes_an_idle_connection_and_lets_a_stream_finish() {
     assert_eq!(asked.elapsed(), Duration::ZERO, "the idle connection closes at once");
     let rest = read_to_close(&mut streaming).await;
     assert!(rest.contains("chunk 5\n"), "{rest}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_large_answer_to_a_slow_reader_is_not_cut_by_the_idle_timeout() {
+    // A connection whose buffer holds 1 KiB, and a client that reads 1 KiB every idle period
+    // and more: the answer takes about a minute to reach it.
+    let (mut client, server) = tokio::io::duplex(1024);
+    let (_stop, stopped) = watch::channel(false);
+    let limits = ConnectionLimits { header_timeout: HEAD, idle_timeout: IDLE, max_connections: 10 };
+    tokio::spawn(serve(server, app(), limits, stopped));
+    client.write_all(b"GET /big HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
+    let mut received = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        tokio::time::sleep(IDLE + Duration::from_secs(1)).await;
+        let n = client.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        received.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8(received).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{}", &text[..text.len().min(200)]);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    assert_eq!(body.len(), 64 * 1024, "the whole answer arrived");
 }

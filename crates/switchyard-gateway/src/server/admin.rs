@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -94,10 +94,15 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
     .into_response()
 }
 
-pub async fn reset(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn reset(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     if !admin_allowed(&state, &headers) {
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
+    // Read only after the key is checked: an unauthorized client must not hold a connection
+    // by trickling a body in.
+    let Ok(body) = axum::body::to_bytes(body, 64 * 1024).await else {
+        return bad_request("the body must be a small JSON object or empty".to_owned());
+    };
     let target = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
