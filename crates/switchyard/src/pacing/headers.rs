@@ -120,10 +120,16 @@ impl HeaderBudget {
         let mut until: Option<Instant> = None;
         let mut for_headers = false;
         for index in 0..DIMENSIONS {
-            let in_flight = self.in_flight_cost(index);
+            // Most calls of a lane meet no stated dimension, or one whose window runs: the
+            // calls in flight are summed only for a window that has just reset.
+            if self.dimensions[index].is_some_and(|d| d.stated.resets_at.is_some_and(|at| at <= now)) {
+                let in_flight = self.in_flight_cost(index);
+                if let Some(dimension) = self.dimensions[index].as_mut() {
+                    roll(dimension, in_flight);
+                }
+            }
             let slot = &mut self.dimensions[index];
             let Some(dimension) = slot else { continue };
-            roll(dimension, now, in_flight);
             if dimension.probe_open || open(dimension, cost(index, tokens), self.reserve) {
                 continue;
             }
@@ -231,10 +237,7 @@ fn open(dimension: &Dimension, cost: f64, reserve: f64) -> bool {
 
 /// A window whose reset has passed starts again: with a known limit, the whole of it (less
 /// what is in flight) before new headers arrive; with none, one probe.
-fn roll(dimension: &mut Dimension, now: Instant, in_flight: f64) {
-    if dimension.stated.resets_at.is_none_or(|at| at > now) {
-        return;
-    }
+fn roll(dimension: &mut Dimension, in_flight: f64) {
     dimension.stated.resets_at = None;
     match dimension.stated.limit {
         Some(limit) => dimension.stated.remaining = limit as f64 - in_flight,
