@@ -105,6 +105,12 @@ impl ChatRequest {
         Self { model: model.into(), messages, ..Self::default() }
     }
 
+    /// The most this request can cost in tokens, as pacing reserves it: the prompt's estimate
+    /// plus `max_tokens`.
+    pub fn estimated_tokens(&self) -> u32 {
+        self.estimated_prompt_tokens().saturating_add(self.max_tokens.unwrap_or(0))
+    }
+
     /// A rough size of the prompt in tokens (four characters a token), for budgeting before
     /// a provider has counted.
     pub fn estimated_prompt_tokens(&self) -> u32 {

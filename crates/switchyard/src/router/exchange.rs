@@ -82,7 +82,7 @@ impl Exchange for ChatExchange<'_> {
     }
 
     fn estimated_tokens(&self) -> u32 {
-        self.0.estimated_prompt_tokens().saturating_add(self.0.max_tokens.unwrap_or(0))
+        self.0.estimated_tokens()
     }
 
     fn used_tokens(&self, output: &ChatResponse) -> Option<u32> {
@@ -138,9 +138,9 @@ impl Exchange for EmbeddingsExchange<'_> {
 pub(crate) struct Served<O> {
     pub(crate) output: O,
     pub(crate) via: Via,
-    pub(crate) route: Arc<str>,
-    /// The route itself, for what a stream asks of the policy later.
-    pub(crate) governing: Arc<Route>,
+    /// The route that governed: its name for the answer, its policy for what a stream asks
+    /// later.
+    pub(crate) route: Arc<Route>,
     pub(crate) trail: Trail,
     pub(crate) timing: Timing,
     /// The target and credential index that answered (none for candidates).

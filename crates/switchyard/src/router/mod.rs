@@ -384,7 +384,7 @@ impl Router {
         Ok(Answer {
             response: served.output,
             served_by: served.via,
-            route: served.route,
+            route: served.route.name_arc().clone(),
             trail: served.trail,
             timing: served.timing,
             usage,
@@ -401,7 +401,7 @@ impl Router {
     ) -> Result<RoutedStream, RouteError> {
         let resolved = self.resolve(&request.model)?;
         let served = self.run(&StreamExchange(request), resolved, options).await?;
-        let router = StreamSettler { inner: self.inner.clone(), route: served.governing.clone() };
+        let router = StreamSettler { inner: self.inner.clone(), route: served.route.clone() };
         Ok(RoutedStream::new(router, served))
     }
 
@@ -423,7 +423,7 @@ impl Router {
         Ok(EmbeddingsAnswer {
             response: served.output,
             served_by: served.via,
-            route: served.route,
+            route: served.route.name_arc().clone(),
             trail: served.trail,
             timing: served.timing,
         })

@@ -176,14 +176,13 @@ impl<'r, X: Exchange> Run<'r, X> {
                     }
                     Step::Next => continue 'plan,
                     Step::Finish => break 'plan,
-                    Step::Answered => {
-                        if let Some(served) = self.answer.take() {
-                            return Ok(served);
-                        }
-                    }
+                    Step::Answered => break 'plan,
                     Step::Stop(error) => return Err(error),
                 }
             }
+        }
+        if let Some(served) = self.answer.take() {
+            return Ok(served);
         }
         if let Some(served) = self.serve_refusal() {
             return Ok(served);
@@ -213,8 +212,7 @@ impl<'r, X: Exchange> Run<'r, X> {
         Served {
             output,
             via,
-            route: self.route.name_arc().clone(),
-            governing: self.route.clone(),
+            route: self.route.clone(),
             trail: std::mem::take(&mut self.trail),
             timing: Timing { total: self.started.elapsed(), queued: self.queued_total, first_token: None },
             answered: None,

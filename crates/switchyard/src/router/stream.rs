@@ -93,7 +93,7 @@ impl Exchange for StreamExchange<'_> {
     }
 
     fn estimated_tokens(&self) -> u32 {
-        self.0.estimated_prompt_tokens().saturating_add(self.0.max_tokens.unwrap_or(0))
+        self.0.estimated_tokens()
     }
 
     fn used_tokens(&self, _: &Prefetched) -> Option<u32> {
@@ -166,7 +166,7 @@ impl RoutedStream {
             answered: served.answered,
             permit: served.permit,
             served_by: served.via,
-            route: served.route,
+            route: served.route.name_arc().clone(),
             trail: served.trail,
             timing,
             usage: None,
