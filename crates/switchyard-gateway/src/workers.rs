@@ -223,3 +223,76 @@ async fn work(
     // Every connection saw the same stop and is shutting down gracefully.
     while open.join_next().await.is_some() {}
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use tokio::sync::Semaphore;
+
+    use super::at_bound;
+
+    /// Log lines, kept for the test to read.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn warnings(lines: &Lines) -> usize {
+        String::from_utf8_lossy(&lines.0.lock().unwrap()).matches("at gateway.max_connections").count()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_the_bound_the_acceptor_says_so_once_a_minute_until_a_place_frees() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber =
+            tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
+        let _log = tracing::subscriber::set_default(subscriber);
+
+        let bound = Arc::new(Semaphore::new(0));
+        let mut warned = None;
+        // The place a connection takes, held while it is open.
+        let place;
+        {
+            let waiting = at_bound(&bound, 2, &mut warned);
+            tokio::pin!(waiting);
+            assert!(futures_util::FutureExt::now_or_never(waiting.as_mut()).is_none());
+            assert_eq!(warnings(&lines), 1, "said at once");
+            tokio::time::sleep(Duration::from_secs(59)).await;
+            assert!(futures_util::FutureExt::now_or_never(waiting.as_mut()).is_none());
+            assert_eq!(warnings(&lines), 1, "not again within the minute");
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert!(futures_util::FutureExt::now_or_never(waiting.as_mut()).is_none());
+            assert_eq!(warnings(&lines), 2, "again after a minute");
+            for expected in [3, 4] {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                assert!(futures_util::FutureExt::now_or_never(waiting.as_mut()).is_none());
+                assert_eq!(warnings(&lines), expected, "once a minute while it lasts");
+            }
+
+            bound.add_permits(1);
+            place = futures_util::FutureExt::now_or_never(waiting.as_mut());
+            assert!(place.is_some(), "a place freed: accepting again");
+            assert_eq!(warnings(&lines), 4);
+        }
+
+        // Back at the bound at once (the next connection took the place): the last warning is
+        // moments old, so nothing is said again. Once a minute, not once a connection.
+        let again = at_bound(&bound, 2, &mut warned);
+        tokio::pin!(again);
+        assert!(futures_util::FutureExt::now_or_never(again.as_mut()).is_none());
+        assert_eq!(warnings(&lines), 4);
+        drop(place);
+    }
+}
