@@ -349,3 +349,18 @@ fn doctor_reports_the_exposure_and_the_connection_settings() {
     let (_, out, _) = run(&["doctor", "--config", loopback.to_str().unwrap()]);
     assert!(out.contains("exposure: 127.0.0.1:4680 is loopback"), "{out}");
 }
+
+#[test]
+fn serve_beyond_loopback_with_only_simulated_providers_needs_no_keys() {
+    let config = write_config(
+        "demo-exposed.yaml",
+        "providers: { sim: { kind: simulated } }\nroutes: { default: { targets: [sim:m] } }\n",
+    );
+    let (server, addr) = serve_at(&config, "0.0.0.0:0", &[]).expect("nothing to spend: it starts");
+    let models = get_status(&addr, "/v1/models", None);
+    let metrics = get_status(&addr, "/metrics", None);
+    let logs = stop(server);
+    assert_eq!(models, 200);
+    assert_eq!(metrics, 200, "no admin key is configured to ask for");
+    assert!(!logs.contains("open relay"), "{logs}");
+}
