@@ -150,6 +150,15 @@ pub enum EventKind {
         /// What went wrong, as the candidate said.
         detail: String,
     },
+    /// The shared health store (Redis) stopped answering: this replica carries on from its own
+    /// memory, and writes what it learns back when the store returns.
+    SharedStateDegraded {
+        /// Why, with no password in it.
+        reason: String,
+    },
+    /// The shared health store answers again: this replica resynced and wrote back what it
+    /// learned meanwhile.
+    SharedStateRestored,
 }
 
 impl EventKind {
@@ -170,6 +179,8 @@ impl EventKind {
             EventKind::CandidateStarted { .. } => "candidate_started",
             EventKind::CandidateSucceeded { .. } => "candidate_succeeded",
             EventKind::CandidateFailed { .. } => "candidate_failed",
+            EventKind::SharedStateDegraded { .. } => "shared_state_degraded",
+            EventKind::SharedStateRestored => "shared_state_restored",
         }
     }
 }

@@ -105,6 +105,38 @@ impl MemoryStore {
         Self { state: Mutex::default(), capacity: targets.max(10) }
     }
 
+    /// Changes the record of `target` alone, as one step: for a shared store that applies
+    /// another replica's change. A record left at its default is not kept.
+    pub fn edit_target(&self, target: &Target, edit: impl FnOnce(&mut TargetRecord)) {
+        let mut state = self.lock();
+        let mut record = state.targets.get_mut(target).map(std::mem::take).unwrap_or_default();
+        edit(&mut record);
+        if state.targets.len() >= self.capacity
+            && !state.targets.contains_key(target)
+            && record != TargetRecord::default()
+        {
+            forget_least_telling(&mut state.targets, self.capacity / 10);
+        }
+        if record == TargetRecord::default() {
+            state.targets.remove(target);
+        } else {
+            put_back(&mut state.targets, target, record);
+        }
+    }
+
+    /// Changes the record of one credential alone, as one step (see
+    /// [`edit_target`](Self::edit_target)).
+    pub fn edit_credential(&self, id: &CredentialId, edit: impl FnOnce(&mut CredentialRecord)) {
+        let mut state = self.lock();
+        let mut record = state.credentials.get_mut(id).map(std::mem::take).unwrap_or_default();
+        edit(&mut record);
+        if record == CredentialRecord::default() {
+            state.credentials.remove(id);
+        } else {
+            put_back(&mut state.credentials, id, record);
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, MemoryState> {
         // A panic while holding this lock cannot leave a record half-written (updates replace
         // whole records), so a poisoned lock is still consistent.

@@ -1,0 +1,349 @@
+//! Shared health for a fleet of Switchyard replicas, through Redis.
+//!
+//! [`RedisStore`] is a [`HealthStore`]: hand it to the router builder
+//! ([`RouterBuilder::health_store`](switchyard::RouterBuilder::health_store)) and every replica
+//! configured with the same Redis and prefix honours the others' exhausted benches, cooldowns,
+//! unauthorized keys, Retry-After holds, health gates, open circuits and operators' resets.
+//!
+//! The request path never waits for Redis. Every read is of this process's memory (a
+//! [`MemoryStore`]); a change the board makes is diffed and handed to a background task that
+//! writes it with one atomic Lua script, and that same task applies the other replicas'
+//! changes as Redis publishes them, reconciles everything once a second, and resyncs after any
+//! reconnect or lost subscription. When Redis is down or stalled the replica carries on from
+//! its own memory, reports `degraded`, and writes what it learned back when Redis returns.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use switchyard::Router;
+//! use switchyard_state::{RedisStore, StateSettings};
+//!
+//! let store = Arc::new(RedisStore::new(StateSettings::new("redis://127.0.0.1:6379/0"))?);
+//! store.start(); // on the current tokio runtime
+//! let router = Router::builder()
+//!     .health_store(store.clone())
+//!     // .provider(...).route(...)
+//!     .build()?;
+//! store.publish_events_to(router.events().clone());
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use switchyard::Target;
+use switchyard::credential::CredentialId;
+use switchyard::events::EventBus;
+use switchyard::health::{AllRecords, HealthStore, MemoryStore, Records};
+use tokio::sync::mpsc;
+
+mod link;
+mod scripts;
+pub mod wire;
+
+use wire::{Change, Key};
+
+/// Where the fleet's shared state lives, and how the store talks to it.
+#[derive(Clone)]
+pub struct StateSettings {
+    /// `redis://[user:password@]host:port/db`, or `rediss://` for TLS. Printed only masked
+    /// ([`mask_url`]).
+    pub url: String,
+    /// Prefixes every key and the channel, so that several fleets can share one Redis.
+    /// Default `switchyard`.
+    pub prefix: String,
+    /// This replica's id in the fleet. Default: the host name and process id.
+    pub replica: String,
+    /// The bound on every call to Redis (connecting takes twice as long). Default 250 ms.
+    pub timeout: Duration,
+    /// How often the replica renews its heartbeat and reconciles every record, the backstop
+    /// behind published changes. Default 1 s.
+    pub reconcile_every: Duration,
+    /// Calls to Redis failing in a row before the replica reports `degraded` and stops
+    /// calling it except to probe. Default 3.
+    pub failures_to_degrade: u32,
+}
+
+impl StateSettings {
+    /// Settings for the Redis at `url`, with every default.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            prefix: "switchyard".to_owned(),
+            replica: default_replica_id(),
+            timeout: Duration::from_millis(250),
+            reconcile_every: Duration::from_secs(1),
+            failures_to_degrade: 3,
+        }
+    }
+}
+
+impl std::fmt::Debug for StateSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateSettings")
+            .field("url", &mask_url(&self.url))
+            .field("prefix", &self.prefix)
+            .field("replica", &self.replica)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The host name and process id, which tell replicas apart in the membership list.
+fn default_replica_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "host".to_owned());
+    let host: String = host.chars().filter(|c| c.is_ascii_alphanumeric() || "-._".contains(*c)).collect();
+    format!("{host}-{}", std::process::id())
+}
+
+/// `url` with its password replaced by `****`, for logs, errors and operator displays.
+///
+/// ```
+/// assert_eq!(switchyard_state::mask_url("redis://:hunter2@db:6379/0"), "redis://:****@db:6379/0");
+/// assert_eq!(switchyard_state::mask_url("redis://app:hunter2@db/1"), "redis://app:****@db/1");
+/// assert_eq!(switchyard_state::mask_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+/// ```
+pub fn mask_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return "(not a URL)".to_owned() };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((user_info, host)) => {
+            let user = user_info.split_once(':').map_or("", |(user, _)| user);
+            format!("{scheme}://{user}:****@{host}{path}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// Why a store could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The URL does not parse as a Redis URL.
+    #[error("`{url}` is not a Redis URL ({reason}): use redis://host:port/db or rediss:// for TLS")]
+    BadUrl {
+        /// The URL, masked.
+        url: String,
+        /// What the parser said.
+        reason: String,
+    },
+    /// The prefix is empty or holds characters keys should not.
+    #[error("prefix `{0}` must be 1 to 64 letters, digits, `-`, `_`, `.` or `:`")]
+    BadPrefix(String),
+}
+
+/// How the fleet's shared state is doing, as `/admin/health` shows it under `shared_state`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SharedStateStatus {
+    /// Always `redis` here (the gateway shows `memory` when no store is configured).
+    pub backend: &'static str,
+    /// `ok` while Redis answers, `degraded` while this replica runs on its own memory.
+    pub status: &'static str,
+    /// The Redis URL, masked.
+    pub url: String,
+    /// The key prefix.
+    pub prefix: String,
+    /// This replica's id.
+    pub replica: String,
+    /// The replicas whose heartbeat was alive at the last reconciliation, this one included.
+    pub replicas: Vec<Replica>,
+    /// Why the store is degraded, while it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Changes learned here and not yet written to Redis (resets included).
+    pub pending_writes: usize,
+}
+
+/// One replica of the fleet.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Replica {
+    /// Its id.
+    pub id: String,
+    /// Its Switchyard version.
+    #[serde(default)]
+    pub version: String,
+}
+
+/// A change for the background task to write.
+#[derive(Debug)]
+pub(crate) enum Op {
+    /// A record changed: `change`, with what the replica knew of the shared record then.
+    Write { key: Key, change: Change, seen: u64 },
+    /// An operator forgot everything.
+    ResetAll,
+}
+
+/// What the request path and the background task share.
+pub(crate) struct Shared {
+    memory: MemoryStore,
+    settings: StateSettings,
+    book: Mutex<Book>,
+    events: Mutex<Option<EventBus>>,
+}
+
+/// The store's bookkeeping of the shared records: the generation each was last seen at, and
+/// which have writes of this replica not yet made.
+#[derive(Debug, Default)]
+pub(crate) struct Book {
+    /// The generation of each shared record this replica has applied or written.
+    pub seen: HashMap<Key, u64>,
+    /// Writes queued and not yet made, per record: another replica's change to a record with
+    /// a write pending here waits for the write's answer (the merged record).
+    pub pending: HashMap<Key, u32>,
+    /// The last status, for `/admin/health`.
+    pub status: Option<SharedStateStatus>,
+}
+
+impl Shared {
+    pub(crate) fn book(&self) -> MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn publish(&self, kind: switchyard::events::EventKind) {
+        let bus = self.events.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(bus) = bus {
+            bus.publish(kind);
+        }
+    }
+}
+
+/// The health store of a fleet: this process's memory, kept in step with the other replicas'
+/// through Redis. See the [crate docs](crate).
+pub struct RedisStore {
+    shared: Arc<Shared>,
+    client: redis::Client,
+    ops: mpsc::UnboundedSender<Op>,
+    inbox: Mutex<Option<mpsc::UnboundedReceiver<Op>>>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore").field("settings", &self.shared.settings).finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// A store for the Redis of `settings`. Nothing connects until [`start`](Self::start):
+    /// until then (and whenever Redis is away) it works as this process's memory alone.
+    pub fn new(settings: StateSettings) -> Result<Self, StateError> {
+        let prefix_ok = !settings.prefix.is_empty()
+            && settings.prefix.len() <= 64
+            && settings.prefix.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c));
+        if !prefix_ok {
+            return Err(StateError::BadPrefix(settings.prefix.clone()));
+        }
+        let client = redis::Client::open(settings.url.as_str()).map_err(|error| StateError::BadUrl {
+            url: mask_url(&settings.url),
+            reason: scrub(&error.to_string(), &settings.url),
+        })?;
+        let (ops, inbox) = mpsc::unbounded_channel();
+        let status = link::initial_status(&settings);
+        let shared = Arc::new(Shared {
+            memory: MemoryStore::default(),
+            settings,
+            book: Mutex::new(Book { status: Some(status), ..Book::default() }),
+            events: Mutex::new(None),
+        });
+        Ok(Self { shared, client, ops, inbox: Mutex::new(Some(inbox)) })
+    }
+
+    /// Starts the background task on the current tokio runtime: it connects, resyncs, applies
+    /// the fleet's changes and writes this replica's. Calling it again does nothing. The task
+    /// ends, leaving the membership, once the store is dropped.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn start(&self) {
+        let inbox = self.inbox.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(inbox) = inbox {
+            tokio::spawn(link::Link::new(self.shared.clone(), self.client.clone(), inbox).run());
+        }
+    }
+
+    /// Publishes `shared_state_degraded` and `shared_state_restored` on `bus` from now on.
+    pub fn publish_events_to(&self, bus: EventBus) {
+        *self.shared.events.lock().unwrap_or_else(|p| p.into_inner()) = Some(bus);
+    }
+
+    /// How the shared state is doing: reachable or not, and the fleet's members.
+    pub fn status(&self) -> SharedStateStatus {
+        let book = self.shared.book();
+        book.status.clone().unwrap_or_else(|| link::initial_status(&self.shared.settings))
+    }
+
+    /// This replica's id.
+    pub fn replica(&self) -> &str {
+        &self.shared.settings.replica
+    }
+
+    /// Queues `changes` for the background task, noting what this replica knew of each.
+    fn send(&self, changes: Vec<(Key, Change)>) {
+        let mut book = self.shared.book();
+        for (key, change) in changes {
+            let seen = book.seen.get(&key).copied().unwrap_or(0);
+            *book.pending.entry(key.clone()).or_default() += 1;
+            // The task ends only when the store is dropped, so the send cannot fail while
+            // `self` lives.
+            let _ = self.ops.send(Op::Write { key, change, seen });
+        }
+    }
+}
+
+impl HealthStore for RedisStore {
+    fn update(&self, target: &Target, credentials: &[CredentialId], apply: &mut dyn FnMut(&mut Records)) {
+        let mut changes = Vec::new();
+        self.shared.memory.update(target, credentials, &mut |records| {
+            let before = records.clone();
+            apply(records);
+            changes.clear();
+            if let Some(change) = wire::target_change(&before.target, &records.target) {
+                changes.push((Key::Target(target.clone()), change));
+            }
+            for ((id, old), new) in credentials.iter().zip(&before.credentials).zip(&records.credentials) {
+                if let Some(change) = wire::credential_change(old, new) {
+                    changes.push((Key::Credential(id.clone()), change));
+                }
+            }
+        });
+        if !changes.is_empty() {
+            self.send(changes);
+        }
+    }
+
+    fn all(&self) -> AllRecords {
+        self.shared.memory.all()
+    }
+
+    fn clear(&self) {
+        self.shared.memory.clear();
+        let mut book = self.shared.book();
+        book.seen.clear();
+        let _ = self.ops.send(Op::ResetAll);
+    }
+}
+
+/// `text` without the URL's password, for errors the client library words.
+pub(crate) fn scrub(text: &str, url: &str) -> String {
+    let password = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split('/').next())
+        .and_then(|authority| authority.rsplit_once('@'))
+        .and_then(|(user_info, _)| user_info.split_once(':'))
+        .map(|(_, password)| password)
+        .filter(|p| !p.is_empty());
+    match password {
+        Some(password) => text.replace(password, "****"),
+        None => text.to_owned(),
+    }
+}
+
+/// What `switchyard doctor` reports of a Redis: whether it answers, and the fleet on it.
+pub async fn check(settings: &StateSettings) -> Result<Vec<Replica>, String> {
+    link::check(settings).await
+}

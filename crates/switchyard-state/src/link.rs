@@ -1,0 +1,608 @@
+//! The background task between this replica's memory and Redis.
+//!
+//! One task, so that every change to the shared bookkeeping happens in one order: it writes
+//! the board's changes (each one script, in the order they happened), applies the changes
+//! other replicas publish, and once a second renews the heartbeat and reconciles every record.
+//! Every call to Redis is bounded by the configured timeout; after `failures_to_degrade` calls
+//! in a row fail, the link is *degraded*: it stops calling Redis except for one probe per
+//! reconciliation period (a breaker around Redis itself), keeps what the board learns in its
+//! outbox, and when a probe answers it reconnects, resubscribes, writes the outbox back and
+//! resyncs.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSubStream};
+use switchyard::events::EventKind;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::scripts::Scripts;
+use switchyard::health::HealthStore;
+
+use crate::wire::{self, Change, Key};
+use crate::{Op, Replica, Shared, SharedStateStatus, StateSettings, scrub};
+
+/// How long a shared record outlives its last deadline (or its last write).
+const RECORD_FLOOR_MS: u64 = 3_600_000;
+
+/// At most this many changes wait for Redis; beyond it the oldest are dropped, with a warning.
+const OUTBOX_BOUND: usize = 10_000;
+
+/// The status before the first reconciliation.
+pub(crate) fn initial_status(settings: &StateSettings) -> SharedStateStatus {
+    SharedStateStatus {
+        backend: "redis",
+        status: "degraded",
+        url: crate::mask_url(&settings.url),
+        prefix: settings.prefix.clone(),
+        replica: settings.replica.clone(),
+        replicas: Vec::new(),
+        reason: Some("not connected yet".to_owned()),
+        pending_writes: 0,
+    }
+}
+
+/// A change as a script publishes it (and answers its writer).
+#[derive(Debug, serde::Deserialize)]
+struct Message {
+    op: String,
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    keys: Vec<String>,
+    #[serde(rename = "gen")]
+    generation: f64,
+    now: f64,
+    #[serde(default)]
+    by: String,
+    #[serde(default)]
+    rec: HashMap<String, String>,
+}
+
+/// What the periodic round trip reads.
+#[derive(Debug, serde::Deserialize)]
+struct Snapshot {
+    now: f64,
+    replicas: Vec<Replica>,
+    #[serde(default)]
+    recs: HashMap<String, HashMap<String, String>>,
+}
+
+/// What woke the task.
+enum Wake {
+    Op(Option<Op>),
+    Message(Option<redis::Msg>),
+    Tick,
+}
+
+pub(crate) struct Link {
+    shared: Arc<Shared>,
+    client: redis::Client,
+    inbox: mpsc::UnboundedReceiver<Op>,
+    outbox: VecDeque<Op>,
+    scripts: Arc<Scripts>,
+    conn: Option<ConnectionManager>,
+    messages: Option<PubSubStream>,
+    /// Whether Redis answers; `None` before the first attempt.
+    up: Option<bool>,
+    failures: u32,
+    reason: Option<String>,
+    replicas: Vec<Replica>,
+    /// The generation of this replica's last write of each record: a clear queued after it
+    /// recovered from that write.
+    own: HashMap<Key, u64>,
+    warned_overflow: bool,
+}
+
+impl Link {
+    pub(crate) fn new(shared: Arc<Shared>, client: redis::Client, inbox: mpsc::UnboundedReceiver<Op>) -> Self {
+        Self {
+            shared,
+            client,
+            inbox,
+            outbox: VecDeque::new(),
+            scripts: Arc::new(Scripts::new()),
+            conn: None,
+            messages: None,
+            up: None,
+            failures: 0,
+            reason: None,
+            replicas: Vec::new(),
+            own: HashMap::new(),
+            warned_overflow: false,
+        }
+    }
+
+    fn settings(&self) -> &StateSettings {
+        &self.shared.settings
+    }
+
+    pub(crate) async fn run(mut self) {
+        self.restore().await;
+        let mut tick = tokio::time::interval(self.settings().reconcile_every);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        tick.reset();
+        loop {
+            let wake = tokio::select! {
+                op = self.inbox.recv() => Wake::Op(op),
+                message = next_message(&mut self.messages) => Wake::Message(message),
+                _ = tick.tick() => Wake::Tick,
+            };
+            match wake {
+                Wake::Op(None) => break,
+                Wake::Op(Some(op)) => {
+                    self.queue(op);
+                    while let Ok(op) = self.inbox.try_recv() {
+                        self.queue(op);
+                    }
+                }
+                Wake::Message(Some(message)) => self.on_message(&message),
+                Wake::Message(None) => {
+                    tracing::warn!(target: "switchyard::shared_state", "subscription to shared state lost: resubscribing and resyncing");
+                    self.messages = None;
+                    if self.up == Some(true) && self.subscribe().await {
+                        self.reconcile().await;
+                    }
+                }
+                Wake::Tick if self.up == Some(true) => self.reconcile().await,
+                Wake::Tick => self.restore().await,
+            }
+            if self.up == Some(true) {
+                self.flush().await;
+            }
+            self.report();
+        }
+        self.leave().await;
+    }
+
+    /// Reconnects, resubscribes, writes the outbox back and resyncs; up only if all worked.
+    async fn restore(&mut self) {
+        if self.conn.is_none() {
+            let settings = self.settings();
+            let config = ConnectionManagerConfig::new()
+                .set_response_timeout(Some(settings.timeout))
+                .set_connection_timeout(Some(settings.timeout * 2))
+                .set_number_of_retries(2);
+            let connect = self.client.get_connection_manager_with_config(config);
+            match tokio::time::timeout(self.settings().timeout * 4, connect).await {
+                Ok(Ok(conn)) => self.conn = Some(conn),
+                Ok(Err(error)) => return self.down(&error.to_string()),
+                Err(_) => return self.down("connecting timed out"),
+            }
+        }
+        let Some(mut conn) = self.conn.clone() else { return };
+        let ping = redis::cmd("PING");
+        if let Err(reason) = self.bounded(ping.query_async::<String>(&mut conn)).await {
+            return self.down(&reason);
+        }
+        if !self.subscribe().await {
+            return;
+        }
+        let was = self.up;
+        self.up = Some(true);
+        self.failures = 0;
+        self.flush().await;
+        self.reconcile().await;
+        if self.up == Some(true) {
+            self.reason = None;
+            match was {
+                Some(false) => {
+                    tracing::info!(target: "switchyard::shared_state", url = %crate::mask_url(&self.settings().url), "shared state restored: resynced and wrote back what this replica learned");
+                    self.shared.publish(EventKind::SharedStateRestored);
+                }
+                _ => {
+                    tracing::info!(target: "switchyard::shared_state", url = %crate::mask_url(&self.settings().url), replica = %self.settings().replica, "shared state connected")
+                }
+            }
+        }
+        self.report();
+    }
+
+    /// A fresh subscription to the change channel (an old one may be stalled, not closed).
+    async fn subscribe(&mut self) -> bool {
+        self.messages = None;
+        let channel = format!("{}:changes", self.settings().prefix);
+        let client = self.client.clone();
+        let subscribe = async move {
+            let mut pubsub = client.get_async_pubsub().await?;
+            pubsub.subscribe(&channel).await?;
+            Ok::<_, redis::RedisError>(pubsub.into_on_message())
+        };
+        match tokio::time::timeout(self.settings().timeout * 4, subscribe).await {
+            Ok(Ok(stream)) => {
+                self.messages = Some(stream);
+                true
+            }
+            Ok(Err(error)) => {
+                self.failed(&error.to_string());
+                false
+            }
+            Err(_) => {
+                self.failed("subscribing timed out");
+                false
+            }
+        }
+    }
+
+    /// Runs one call to Redis within the timeout, counting its failure towards degrading.
+    async fn bounded<T>(&mut self, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, String> {
+        match tokio::time::timeout(self.settings().timeout, call).await {
+            Ok(Ok(value)) => {
+                self.failures = 0;
+                Ok(value)
+            }
+            Ok(Err(error)) => {
+                let reason = scrub(&error.to_string(), &self.settings().url);
+                let transient = error.is_io_error()
+                    || error.is_timeout()
+                    || error.is_connection_dropped()
+                    || error.is_connection_refusal();
+                if transient {
+                    self.failed(&reason);
+                }
+                Err(reason)
+            }
+            Err(_) => {
+                self.failed("timed out");
+                Err("timed out".to_owned())
+            }
+        }
+    }
+
+    fn failed(&mut self, reason: &str) {
+        self.failures += 1;
+        if self.up != Some(true) || self.failures >= self.settings().failures_to_degrade.max(1) {
+            self.down(reason);
+        }
+    }
+
+    /// Stops calling Redis until a probe answers; reports it once per change.
+    fn down(&mut self, reason: &str) {
+        let reason = scrub(reason, &self.settings().url);
+        let was = self.up;
+        self.up = Some(false);
+        self.messages = None;
+        self.reason = Some(reason.clone());
+        if was != Some(false) {
+            tracing::warn!(
+                target: "switchyard::shared_state",
+                url = %crate::mask_url(&self.settings().url),
+                %reason,
+                "shared state degraded: carrying on from this replica's memory until Redis answers"
+            );
+            self.shared.publish(EventKind::SharedStateDegraded { reason });
+        }
+        self.report();
+    }
+
+    /// Adds an op to the outbox, folding it into the ones already waiting.
+    fn queue(&mut self, op: Op) {
+        match &op {
+            Op::ResetAll => {
+                let dropped: Vec<Op> = self.outbox.drain(..).collect();
+                for op in dropped {
+                    self.done(&op);
+                }
+                if self.up != Some(true) {
+                    tracing::warn!(target: "switchyard::shared_state", "health reset applied here; the fleet-wide reset waits until Redis answers");
+                }
+            }
+            Op::Write { key, change: Change::Reset, .. } => {
+                let (dropped, kept): (Vec<Op>, Vec<Op>) =
+                    self.outbox.drain(..).partition(|queued| matches!(queued, Op::Write { key: k, .. } if k == key));
+                self.outbox = kept.into();
+                for op in dropped {
+                    self.done(&op);
+                }
+                if self.up != Some(true) {
+                    tracing::warn!(target: "switchyard::shared_state", key = %key.name(), "health reset applied here; the fleet-wide reset waits until Redis answers");
+                }
+            }
+            Op::Write { key, change: Change::Put(fields), .. } => {
+                let last = self.outbox.iter_mut().rev().find(|queued| matches!(queued, Op::Write { key: k, .. } if k == key));
+                if let Some(Op::Write { change: Change::Put(queued), .. }) = last {
+                    for (name, value) in fields {
+                        match queued.iter_mut().find(|(n, _)| n == name) {
+                            Some(slot) => slot.1 = value.clone(),
+                            None => queued.push((name, value.clone())),
+                        }
+                    }
+                    self.done(&op);
+                    return;
+                }
+            }
+            Op::Write { .. } => {}
+        }
+        self.outbox.push_back(op);
+        if self.outbox.len() > OUTBOX_BOUND
+            && let Some(oldest) = self.outbox.pop_front()
+        {
+            if !self.warned_overflow {
+                tracing::warn!(target: "switchyard::shared_state", bound = OUTBOX_BOUND, "shared state outbox full: dropping the oldest changes");
+                self.warned_overflow = true;
+            }
+            self.done(&oldest);
+        }
+    }
+
+    /// Bookkeeping for an op that left the outbox; returns whether no other write of its
+    /// record is still waiting.
+    fn done(&self, op: &Op) -> bool {
+        let Op::Write { key, .. } = op else { return true };
+        let mut book = self.shared.book();
+        match book.pending.get_mut(key) {
+            Some(count) if *count > 1 => {
+                *count -= 1;
+                false
+            }
+            _ => {
+                book.pending.remove(key);
+                true
+            }
+        }
+    }
+
+    /// Writes the outbox in order, stopping at the first call that fails for want of Redis.
+    async fn flush(&mut self) {
+        while self.up == Some(true)
+            && let Some(op) = self.outbox.front()
+        {
+            let Some(mut conn) = self.conn.clone() else { return };
+            let scripts = self.scripts.clone();
+            let invocation = invocation(&scripts, self.settings(), &self.own, op);
+            let reply = self.bounded(invocation.invoke_async::<String>(&mut conn)).await;
+            let Some(op) = self.outbox.pop_front() else { return };
+            match reply {
+                Ok(reply) => {
+                    let last = self.done(&op);
+                    if let Op::Write { key, .. } = &op {
+                        self.on_reply(key, &reply, last);
+                    }
+                }
+                Err(reason) if self.up == Some(true) && self.failures == 0 => {
+                    // Redis answered with an error: the op itself is at fault, so retrying
+                    // it would only repeat the error.
+                    tracing::warn!(target: "switchyard::shared_state", %reason, "shared state write refused; dropped");
+                    self.done(&op);
+                }
+                Err(_) => {
+                    self.outbox.push_front(op);
+                    return;
+                }
+            }
+        }
+    }
+
+}
+
+/// The script call that writes `op`.
+fn invocation<'s>(
+    scripts: &'s Scripts,
+    settings: &StateSettings,
+    own: &HashMap<Key, u64>,
+    op: &Op,
+) -> redis::ScriptInvocation<'s> {
+        match op {
+            Op::Write { key, change: Change::Put(fields), .. } => {
+                let mut call = scripts.put.prepare_invoke();
+                call.arg(&settings.prefix).arg(key.name()).arg(&settings.replica).arg(RECORD_FLOOR_MS);
+                let now = Instant::now();
+                for (name, value) in fields {
+                    call.arg(*name).arg(value.encode(now));
+                }
+                call
+            }
+            Op::Write { key, change: Change::Clear, seen } => {
+                let seen = (*seen).max(own.get(key).copied().unwrap_or(0));
+                let mut call = scripts.clear.prepare_invoke();
+                call.arg(&settings.prefix).arg(key.name()).arg(&settings.replica).arg(seen);
+                call
+            }
+            Op::Write { key, change: Change::Reset, .. } => {
+                let mut call = scripts.reset.prepare_invoke();
+                call.arg(&settings.prefix).arg(&settings.replica).arg(key.name());
+                call
+            }
+            Op::ResetAll => {
+                let mut call = scripts.reset.prepare_invoke();
+                call.arg(&settings.prefix).arg(&settings.replica);
+                call
+            }
+        }
+}
+
+impl Link {
+    /// A script's answer to this replica's write: the merged record, applied unless another
+    /// write of it is still waiting here.
+    fn on_reply(&mut self, key: &Key, reply: &str, last: bool) {
+        let Ok(message) = serde_json::from_str::<Message>(reply) else { return };
+        let generation = message.generation as u64;
+        if message.op == "put" && message.by == self.settings().replica {
+            self.own.insert(key.clone(), generation);
+        }
+        if last {
+            self.apply(&message, true);
+        } else {
+            self.shared.book().seen.insert(key.clone(), generation);
+        }
+    }
+
+    fn on_message(&mut self, message: &redis::Msg) {
+        let Ok(payload) = message.get_payload::<String>() else { return };
+        match serde_json::from_str::<Message>(&payload) {
+            Ok(message) => self.apply(&message, false),
+            Err(error) => tracing::debug!(target: "switchyard::shared_state", %error, "ignored a change message"),
+        }
+    }
+
+    /// Applies a published change (or a write's answer) to this replica's memory.
+    fn apply(&self, message: &Message, reply: bool) {
+        let generation = message.generation as u64;
+        let me = self.settings().replica.as_str();
+        let memory = &self.shared.memory;
+        match message.op.as_str() {
+            "put" | "clear" => {
+                let Some(key) = message.key.as_deref().and_then(Key::parse) else { return };
+                let mut book = self.shared.book();
+                let seen = book.seen.get(&key).copied().unwrap_or(0);
+                let waiting = book.pending.get(&key).is_some_and(|n| *n > 0);
+                if !reply && (generation <= seen || waiting) {
+                    return;
+                }
+                let now = Instant::now();
+                if message.op == "put" {
+                    book.seen.insert(key.clone(), generation);
+                    let shared = wire::Shared {
+                        fields: &message.rec,
+                        server_now: message.now as i64,
+                        local_now: Some(now),
+                        me,
+                    };
+                    adopt(memory, &key, &shared);
+                } else {
+                    book.seen.remove(&key);
+                    match &key {
+                        Key::Target(t) => memory.edit_target(t, |r| wire::clear_target(r, now)),
+                        Key::Credential(c) => memory.edit_credential(c, |r| wire::clear_credential(r, now)),
+                    }
+                }
+            }
+            "reset" => {
+                let mut book = self.shared.book();
+                for key in message.keys.iter().filter_map(|name| Key::parse(name)) {
+                    book.seen.remove(&key);
+                    forget(memory, &key);
+                }
+            }
+            "reset_all" if message.by != me => {
+                let mut book = self.shared.book();
+                book.seen.clear();
+                memory.clear();
+            }
+            _ => {}
+        }
+    }
+
+    /// The periodic round trip: heartbeat, membership, and every record resynced.
+    async fn reconcile(&mut self) {
+        let Some(mut conn) = self.conn.clone() else { return };
+        let info = serde_json::json!({ "id": self.settings().replica, "version": env!("CARGO_PKG_VERSION") });
+        let scripts = self.scripts.clone();
+        let mut call = scripts.sync.prepare_invoke();
+        let ttl = (self.settings().reconcile_every * 3).as_millis().max(1_000) as u64;
+        call.arg(&self.settings().prefix).arg(&self.settings().replica).arg(ttl).arg(info.to_string());
+        let Ok(reply) = self.bounded(call.invoke_async::<String>(&mut conn)).await else { return };
+        let Ok(snapshot) = serde_json::from_str::<Snapshot>(&reply) else {
+            tracing::warn!(target: "switchyard::shared_state", "unreadable shared state snapshot");
+            return;
+        };
+        self.replicas = snapshot.replicas;
+        self.resync(&snapshot.recs, snapshot.now as i64);
+    }
+
+    /// Makes this replica's memory match the shared records, except records with a write of
+    /// its own still waiting.
+    fn resync(&self, records: &HashMap<String, HashMap<String, String>>, server_now: i64) {
+        let now = Instant::now();
+        let me = self.settings().replica.as_str();
+        let memory = &self.shared.memory;
+        let mut book = self.shared.book();
+        let mut present = Vec::with_capacity(records.len());
+        for (name, fields) in records {
+            let Some(key) = Key::parse(name) else { continue };
+            present.push(key.clone());
+            if book.pending.contains_key(&key) {
+                continue;
+            }
+            let shared = wire::Shared { fields, server_now, local_now: Some(now), me };
+            let generation = shared.generation();
+            if book.seen.get(&key) != Some(&generation) {
+                book.seen.insert(key.clone(), generation);
+                adopt(memory, &key, &shared);
+            }
+        }
+        let gone: Vec<Key> = book
+            .seen
+            .keys()
+            .filter(|key| !present.contains(key) && !book.pending.contains_key(*key))
+            .cloned()
+            .collect();
+        for key in gone {
+            book.seen.remove(&key);
+            forget(memory, &key);
+        }
+    }
+
+    /// Publishes the status for `/admin/health`.
+    fn report(&self) {
+        let status = SharedStateStatus {
+            status: if self.up == Some(true) { "ok" } else { "degraded" },
+            replicas: self.replicas.clone(),
+            reason: if self.up == Some(true) { None } else { self.reason.clone() },
+            pending_writes: self.outbox.len(),
+            ..initial_status(self.settings())
+        };
+        self.shared.book().status = Some(status);
+    }
+
+    /// At shutdown: writes what it can and leaves the membership.
+    async fn leave(&mut self) {
+        if self.up != Some(true) {
+            return;
+        }
+        self.flush().await;
+        let Some(mut conn) = self.conn.clone() else { return };
+        let scripts = self.scripts.clone();
+        let mut call = scripts.leave.prepare_invoke();
+        call.arg(&self.settings().prefix).arg(&self.settings().replica);
+        let _ = self.bounded(call.invoke_async::<i64>(&mut conn)).await;
+    }
+}
+
+fn adopt(memory: &switchyard::health::MemoryStore, key: &Key, shared: &wire::Shared<'_>) {
+    match key {
+        Key::Target(target) => memory.edit_target(target, |r| wire::adopt_target(r, shared)),
+        Key::Credential(id) => memory.edit_credential(id, |r| wire::adopt_credential(r, shared)),
+    }
+}
+
+fn forget(memory: &switchyard::health::MemoryStore, key: &Key) {
+    match key {
+        Key::Target(target) => memory.edit_target(target, |r| *r = Default::default()),
+        Key::Credential(id) => memory.edit_credential(id, |r| *r = Default::default()),
+    }
+}
+
+async fn next_message(messages: &mut Option<PubSubStream>) -> Option<redis::Msg> {
+    match messages {
+        Some(stream) => stream.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// For `switchyard doctor`: whether Redis answers, and the replicas alive on it.
+pub(crate) async fn check(settings: &StateSettings) -> Result<Vec<Replica>, String> {
+    let masked = crate::mask_url(&settings.url);
+    let client = redis::Client::open(settings.url.as_str()).map_err(|e| scrub(&e.to_string(), &settings.url))?;
+    let work = async {
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        let ids: Vec<String> = redis::cmd("SMEMBERS").arg(format!("{}:replicas", settings.prefix)).query_async(&mut conn).await?;
+        let mut replicas = Vec::new();
+        for id in ids {
+            let about: Option<String> =
+                redis::cmd("GET").arg(format!("{}:replica:{id}", settings.prefix)).query_async(&mut conn).await?;
+            if let Some(replica) = about.and_then(|a| serde_json::from_str::<Replica>(&a).ok()) {
+                replicas.push(replica);
+            }
+        }
+        Ok::<_, redis::RedisError>(replicas)
+    };
+    match tokio::time::timeout(settings.timeout * 8, work).await {
+        Ok(Ok(replicas)) => Ok(replicas),
+        Ok(Err(error)) => Err(format!("{masked}: {}", scrub(&error.to_string(), &settings.url))),
+        Err(_) => Err(format!("{masked}: no answer within {:?}", settings.timeout * 8)),
+    }
+}

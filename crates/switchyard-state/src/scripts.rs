@@ -1,0 +1,205 @@
+//! The Lua scripts: every write is one script, so it is atomic, and every script reads the
+//! time from Redis (`TIME`), so no replica's clock decides a deadline.
+//!
+//! Keys, under the configured prefix `P`:
+//!
+//! - `P:t:<provider>:<model>` and `P:c:<credential id>`: one hash per shared record (see
+//!   `wire`), expiring by itself an hour after its last deadline (or its last write);
+//! - `P:index`: the set of record names, for resyncs and resets of everything;
+//! - `P:seq`: the fleet-wide write counter, each record's `gen`;
+//! - `P:replica:<id>`: each replica's heartbeat, expiring unless renewed; `P:replicas` the set
+//!   of their ids;
+//! - `P:changes`: the channel every write is published on.
+//!
+//! Each script answers with the JSON it published (or would have), so the writer learns the
+//! merged record and its generation without waiting for its own message. The scripts name
+//! their keys through the prefix argument rather than `KEYS`: a single Redis (or a primary
+//! with replicas) is supported, a Redis Cluster is not.
+
+use redis::Script;
+
+/// Shared by every script: the server's now in milliseconds, and a record's fields.
+const PRELUDE: &str = r#"
+local prefix = ARGV[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function fmt(n) return string.format('%.0f', n) end
+local function hash(key)
+  local flat = redis.call('HGETALL', key)
+  local out = {}
+  for i = 1, #flat, 2 do out[flat[i]] = flat[i + 1] end
+  return out
+end
+local function num(v)
+  if v == nil or v == '' then return nil end
+  return tonumber(v)
+end
+"#;
+
+/// Merges changed fields into a record. ARGV: prefix, name, replica, the floor of the record's
+/// lifetime in ms, then field/value pairs with times relative to now.
+///
+/// The rules: status, reason and since are the last writer's (since kept when the status is
+/// the same); the failure time, the provider's reset and a cooldown only ever move later; a
+/// breaker is never closed by a merge (closing is a clear) and, once not closed, takes the
+/// write whose open time or lease ends later; failed probes only grow.
+const PUT: &str = r#"
+local name, me, floor = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local key = prefix .. ':' .. name
+local cur = hash(key)
+local new = {}
+for i = 5, #ARGV, 2 do new[ARGV[i]] = ARGV[i + 1] end
+for _, f in ipairs({'since', 'failed', 'retry', 'cool', 'bu'}) do
+  local rel = num(new[f])
+  if rel ~= nil then new[f] = fmt(now + rel) end
+end
+local out = {}
+if new.st ~= nil then
+  if new.st ~= cur.st or cur.since == nil then out.since = new.since end
+  out.st = new.st
+end
+if new.re ~= nil then out.re = new.re end
+for _, f in ipairs({'failed', 'retry', 'cool'}) do
+  if new[f] ~= nil and new[f] ~= '' then
+    local old = num(cur[f])
+    if old == nil or tonumber(new[f]) > old then out[f] = new[f] end
+  end
+end
+if new.ro ~= nil and tonumber(new.ro) > (num(cur.ro) or 0) then out.ro = new.ro end
+if new.br ~= nil and new.br ~= 'closed' then
+  local closed = cur.br == nil or cur.br == 'closed'
+  if closed or (num(new.bu) or 0) >= (num(cur.bu) or 0) then
+    out.br = new.br
+    out.bu = new.bu
+    out.pr = me
+  end
+end
+local gen = redis.call('INCR', prefix .. ':seq')
+out.gen = tostring(gen)
+out.by = me
+local flat = {}
+for k, v in pairs(out) do
+  flat[#flat + 1] = k
+  flat[#flat + 1] = v
+  cur[k] = v
+end
+redis.call('HSET', key, unpack(flat))
+local last = now
+for _, f in ipairs({'failed', 'retry', 'cool', 'bu'}) do
+  local at = num(cur[f])
+  if at ~= nil and at > last then last = at end
+end
+redis.call('PEXPIREAT', key, fmt(math.max(last, now) + floor))
+redis.call('SADD', prefix .. ':index', name)
+redis.call('PEXPIRE', prefix .. ':index', fmt(floor * 2))
+local msg = cjson.encode({op = 'put', key = name, gen = gen, now = now, by = me, rec = cur})
+redis.call('PUBLISH', prefix .. ':changes', msg)
+return msg
+"#;
+
+/// Clears a recovered record unless it is newer than what the replica knew. ARGV: prefix,
+/// name, replica, the generation the replica had seen. A refused clear answers with the newer
+/// record, unpublished; a record already gone publishes nothing.
+const CLEAR: &str = r#"
+local name, me, seen = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local key = prefix .. ':' .. name
+local cur = hash(key)
+if cur.gen == nil then
+  return cjson.encode({op = 'none', key = name, gen = 0, now = now, by = me})
+end
+if tonumber(cur.gen) > seen then
+  return cjson.encode({op = 'put', key = name, gen = tonumber(cur.gen), now = now, by = cur.by, rec = cur})
+end
+redis.call('DEL', key)
+redis.call('SREM', prefix .. ':index', name)
+local gen = redis.call('INCR', prefix .. ':seq')
+local msg = cjson.encode({op = 'clear', key = name, gen = gen, now = now, by = me})
+redis.call('PUBLISH', prefix .. ':changes', msg)
+return msg
+"#;
+
+/// Forgets records whatever they hold: an operator's reset. ARGV: prefix, replica, then the
+/// names; no names forgets every record.
+const RESET: &str = r#"
+local me = ARGV[2]
+local names = {}
+for i = 3, #ARGV do names[#names + 1] = ARGV[i] end
+local op = 'reset'
+if #names == 0 then
+  op = 'reset_all'
+  names = redis.call('SMEMBERS', prefix .. ':index')
+end
+for _, name in ipairs(names) do
+  redis.call('DEL', prefix .. ':' .. name)
+  redis.call('SREM', prefix .. ':index', name)
+end
+local gen = redis.call('INCR', prefix .. ':seq')
+local msg = {op = op, gen = gen, now = now, by = me}
+if op == 'reset' then msg.keys = names end
+msg = cjson.encode(msg)
+redis.call('PUBLISH', prefix .. ':changes', msg)
+return msg
+"#;
+
+/// The periodic round trip: renews this replica's heartbeat, drops the dead from the
+/// membership, and reads every record. ARGV: prefix, replica, heartbeat ttl in ms, the
+/// replica's description (JSON).
+const SYNC: &str = r#"
+local me, ttl, info = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+redis.call('SET', prefix .. ':replica:' .. me, info, 'PX', ttl)
+redis.call('SADD', prefix .. ':replicas', me)
+redis.call('PEXPIRE', prefix .. ':replicas', ttl * 10)
+local replicas = {}
+for _, id in ipairs(redis.call('SMEMBERS', prefix .. ':replicas')) do
+  local about = redis.call('GET', prefix .. ':replica:' .. id)
+  if about then
+    replicas[#replicas + 1] = cjson.decode(about)
+  else
+    redis.call('SREM', prefix .. ':replicas', id)
+  end
+end
+local recs = {}
+local count = 0
+for _, name in ipairs(redis.call('SMEMBERS', prefix .. ':index')) do
+  local rec = hash(prefix .. ':' .. name)
+  if rec.gen == nil then
+    redis.call('SREM', prefix .. ':index', name)
+  else
+    recs[name] = rec
+    count = count + 1
+  end
+end
+local out = {now = now, replicas = replicas, count = count}
+if count > 0 then out.recs = recs end
+return cjson.encode(out)
+"#;
+
+/// Removes this replica from the membership at shutdown. ARGV: prefix, replica.
+const LEAVE: &str = r#"
+redis.call('DEL', prefix .. ':replica:' .. ARGV[2])
+redis.call('SREM', prefix .. ':replicas', ARGV[2])
+return now
+"#;
+
+/// The scripts, loaded once per store (EVALSHA, reloaded by the client after a `SCRIPT FLUSH`
+/// or a restart).
+pub struct Scripts {
+    pub put: Script,
+    pub clear: Script,
+    pub reset: Script,
+    pub sync: Script,
+    pub leave: Script,
+}
+
+impl Scripts {
+    pub fn new() -> Self {
+        let with_prelude = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
+        Self {
+            put: with_prelude(PUT),
+            clear: with_prelude(CLEAR),
+            reset: with_prelude(RESET),
+            sync: with_prelude(SYNC),
+            leave: with_prelude(LEAVE),
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! What of a record is shared, and how it crosses to Redis and back.
+//!
+//! A record is shared as a Redis hash of short fields. Times never cross as this host's
+//! clock: a replica sends each time relative to its own now (milliseconds, signed), the Lua
+//! script adds Redis's `TIME`, and a replica reading a record maps each time back through the
+//! server's now that came with it. Two replicas whose clocks disagree therefore agree on every
+//! deadline.
+//!
+//! | field    | target                              | credential              |
+//! |----------|-------------------------------------|-------------------------|
+//! | `st`     | status                              | status                  |
+//! | `re`     | reason                              | reason                  |
+//! | `since`  | when the status changed             | same                    |
+//! | `failed` | last gating failure (TTL runs from) |                         |
+//! | `retry`  | provider's reset / Retry-After      | quota reset             |
+//! | `cool`   |                                     | cooldown end            |
+//! | `br`     | `closed`, `open`, `half_open`       |                         |
+//! | `bu`     | open until, or the probe's lease end |                        |
+//! | `ro`     | failed probes in a row              |                         |
+//! | `pr`     | the replica that moved the breaker  |                         |
+//! | `gen`    | the write's fleet-wide sequence number                        |
+//! | `by`     | the replica that wrote last                                   |
+//!
+//! Consecutive failures are not shared: each replica counts its own, and the circuit's
+//! opening is what the fleet shares (docs/ARCHITECTURE.md says why).
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchyard::Target;
+use switchyard::credential::CredentialId;
+use switchyard::health::{Breaker, CredentialRecord, HealthStatus, TargetRecord};
+use tokio::time::Instant;
+
+/// How long a replica that did not open a circuit waits past its open time before it probes:
+/// the replica that opened it probes first, so the fleet sends one probe, not one per replica.
+pub const PROBE_HEAD_START: Duration = Duration::from_secs(1);
+
+/// The breaker field of a half-open circuit whose probe another replica holds: every slot
+/// counts as taken here until the lease ends.
+const REMOTE_PROBES: u32 = u32::MAX;
+
+/// What a shared record is about.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Key {
+    /// A target's record: `t:<provider>:<model>`.
+    Target(Target),
+    /// A credential's record: `c:<id>`, the non-secret id.
+    Credential(CredentialId),
+}
+
+impl Key {
+    /// The name under the prefix.
+    pub fn name(&self) -> String {
+        match self {
+            Key::Target(target) => format!("t:{target}"),
+            Key::Credential(id) => format!("c:{id}"),
+        }
+    }
+
+    /// The key a name stands for; `None` for a name no replica writes.
+    pub fn parse(name: &str) -> Option<Key> {
+        if let Some(target) = name.strip_prefix("t:") {
+            return Target::from_str(target).ok().map(Key::Target);
+        }
+        let id = name.strip_prefix("c:")?;
+        let valid = !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric());
+        valid.then(|| serde_json::from_value(serde_json::Value::String(id.to_owned())).ok()).flatten().map(Key::Credential)
+    }
+}
+
+/// One field's value as a replica sends it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// Text: a status, a reason, a breaker state.
+    Text(Arc<str>),
+    /// A time of this process, sent relative to the moment of sending; `None` clears it.
+    At(Option<Instant>),
+    /// A count.
+    Count(u32),
+}
+
+impl Value {
+    /// The value as the script receives it: times as signed milliseconds from `now`, rounded
+    /// away from now so that a deadline is never shortened by the rounding.
+    pub fn encode(&self, now: Instant) -> String {
+        match self {
+            Value::Text(text) => text.to_string(),
+            Value::Count(count) => count.to_string(),
+            Value::At(None) => String::new(),
+            Value::At(Some(at)) if *at >= now => ceil_millis(*at - now).to_string(),
+            Value::At(Some(at)) => format!("-{}", (now - *at).as_millis()),
+        }
+    }
+}
+
+fn ceil_millis(d: Duration) -> u128 {
+    d.as_micros().div_ceil(1000)
+}
+
+/// What one update of the health board changed in a shared record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// These fields changed; the script merges them (deadlines never shorten).
+    Put(Vec<(&'static str, Value)>),
+    /// The record recovered: clear the shared one unless it is newer than what this replica
+    /// knew.
+    Clear,
+    /// An operator forgot the record.
+    Reset,
+}
+
+/// A target record's change between `before` and `after`, if it is news to the fleet.
+pub fn target_change(before: &TargetRecord, after: &TargetRecord) -> Option<Change> {
+    let mut fields = Vec::new();
+    if before.status != after.status {
+        fields.push(("st", Value::Text(after.status.as_str().into())));
+        fields.push(("since", Value::At(after.since)));
+    }
+    if before.reason != after.reason {
+        fields.push(("re", Value::Text(after.reason.clone())));
+    }
+    if before.failed_at != after.failed_at {
+        fields.push(("failed", Value::At(after.failed_at)));
+    }
+    if before.retry_until != after.retry_until {
+        fields.push(("retry", Value::At(after.retry_until)));
+    }
+    if breaker_moved(before.breaker, after.breaker) {
+        let (name, until) = breaker_fields(after.breaker);
+        fields.push(("br", Value::Text(name.into())));
+        fields.push(("bu", Value::At(until)));
+    }
+    if before.reopens != after.reopens {
+        fields.push(("ro", Value::Count(after.reopens)));
+    }
+    if fields.is_empty() {
+        return None;
+    }
+    let shared = |r: &TargetRecord| TargetRecord { consecutive_failures: 0, ..r.clone() };
+    Some(if shared(after) == TargetRecord::default() {
+        Change::Reset
+    } else if target_healthy(after) {
+        Change::Clear
+    } else {
+        Change::Put(fields)
+    })
+}
+
+/// A credential record's change between `before` and `after`, if it is news to the fleet.
+pub fn credential_change(before: &CredentialRecord, after: &CredentialRecord) -> Option<Change> {
+    let mut fields = Vec::new();
+    if before.status != after.status {
+        fields.push(("st", Value::Text(after.status.as_str().into())));
+        fields.push(("since", Value::At(after.since)));
+    }
+    if before.reason != after.reason {
+        fields.push(("re", Value::Text(after.reason.clone())));
+    }
+    if before.cooldown_until != after.cooldown_until {
+        fields.push(("cool", Value::At(after.cooldown_until)));
+    }
+    if before.retry_until != after.retry_until {
+        fields.push(("retry", Value::At(after.retry_until)));
+    }
+    if fields.is_empty() {
+        return None;
+    }
+    Some(if *after == CredentialRecord::default() {
+        Change::Reset
+    } else if after.status == HealthStatus::Available && after.cooldown_until.is_none() && after.retry_until.is_none() {
+        Change::Clear
+    } else {
+        Change::Put(fields)
+    })
+}
+
+fn target_healthy(record: &TargetRecord) -> bool {
+    record.status == HealthStatus::Available
+        && record.retry_until.is_none()
+        && record.failed_at.is_none()
+        && record.breaker == Breaker::Closed
+}
+
+/// Whether the breaker moved in a way the fleet must hear of: a probe slot given back or taken
+/// again within one lease is this replica's business.
+fn breaker_moved(before: Breaker, after: Breaker) -> bool {
+    match (before, after) {
+        (Breaker::HalfOpen { lease_until: a, .. }, Breaker::HalfOpen { lease_until: b, .. }) => a != b,
+        (a, b) => a != b,
+    }
+}
+
+fn breaker_fields(breaker: Breaker) -> (&'static str, Option<Instant>) {
+    match breaker {
+        Breaker::Closed => ("closed", None),
+        Breaker::Open { until } => ("open", Some(until)),
+        Breaker::HalfOpen { lease_until, .. } => ("half_open", Some(lease_until)),
+    }
+}
+
+/// A shared record as read from Redis, with the server's now of the reading.
+#[derive(Debug, Clone)]
+pub struct Shared<'a> {
+    /// The hash's fields.
+    pub fields: &'a HashMap<String, String>,
+    /// Redis's `TIME` when the record was read or written, in milliseconds.
+    pub server_now: i64,
+    /// This process's now at about the same moment.
+    pub local_now: Option<Instant>,
+    /// This replica's id, to tell its own breaker moves from the others'.
+    pub me: &'a str,
+}
+
+impl Shared<'_> {
+    fn text(&self, field: &str) -> Option<&str> {
+        self.fields.get(field).map(String::as_str).filter(|v| !v.is_empty())
+    }
+
+    /// A time field as an instant of this process.
+    fn at(&self, field: &str) -> Option<Instant> {
+        let server_ms: i64 = self.text(field)?.parse().ok()?;
+        let local = self.local_now.unwrap_or_else(Instant::now);
+        let offset = server_ms - self.server_now;
+        let magnitude = Duration::from_millis(offset.unsigned_abs());
+        Some(if offset >= 0 { local + magnitude } else { local.checked_sub(magnitude).unwrap_or(local) })
+    }
+
+    fn status(&self) -> HealthStatus {
+        self.text("st").and_then(parse_status).unwrap_or_default()
+    }
+
+    fn reason(&self) -> Arc<str> {
+        self.text("re").unwrap_or("").into()
+    }
+
+    /// The record's generation: the fleet-wide sequence number of its last write.
+    pub fn generation(&self) -> u64 {
+        self.text("gen").and_then(|g| g.parse().ok()).unwrap_or(0)
+    }
+}
+
+/// Puts the shared fields of `shared` into a target record of this replica. Its own count of
+/// failures stays; a half-open circuit whose probe this replica holds keeps its slots.
+pub fn adopt_target(record: &mut TargetRecord, shared: &Shared<'_>) {
+    record.status = shared.status();
+    record.reason = shared.reason();
+    record.since = shared.at("since");
+    record.failed_at = shared.at("failed");
+    record.retry_until = shared.at("retry");
+    record.reopens = shared.text("ro").and_then(|r| r.parse().ok()).unwrap_or(0);
+    let mine = shared.text("pr") == Some(shared.me);
+    let until = shared.at("bu");
+    record.breaker = match (shared.text("br"), until) {
+        (Some("open"), Some(until)) => {
+            Breaker::Open { until: if mine { until } else { until + PROBE_HEAD_START } }
+        }
+        (Some("half_open"), Some(lease_until)) => {
+            let probes = match record.breaker {
+                Breaker::HalfOpen { probes, .. } if mine => probes,
+                _ => REMOTE_PROBES,
+            };
+            Breaker::HalfOpen { probes, lease_until }
+        }
+        _ => Breaker::Closed,
+    };
+}
+
+/// Puts the shared fields of `shared` into a credential record of this replica.
+pub fn adopt_credential(record: &mut CredentialRecord, shared: &Shared<'_>) {
+    record.status = shared.status();
+    record.reason = shared.reason();
+    record.since = shared.at("since");
+    record.cooldown_until = shared.at("cool");
+    record.retry_until = shared.at("retry");
+}
+
+/// A target record after another replica's success cleared it.
+pub fn clear_target(record: &mut TargetRecord, now: Instant) {
+    let since = if record.status == HealthStatus::Available { record.since } else { Some(now) };
+    *record = TargetRecord { status: HealthStatus::Available, since, ..TargetRecord::default() };
+}
+
+/// A credential record after another replica's success cleared it.
+pub fn clear_credential(record: &mut CredentialRecord, now: Instant) {
+    let since = if record.status == HealthStatus::Available { record.since } else { Some(now) };
+    *record = CredentialRecord { status: HealthStatus::Available, since, ..CredentialRecord::default() };
+}
+
+fn parse_status(name: &str) -> Option<HealthStatus> {
+    use HealthStatus::*;
+    [Unknown, Available, RateLimited, Exhausted, TemporarilyUnavailable, Unauthorized]
+        .into_iter()
+        .find(|status| status.as_str() == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn keys_name_targets_and_credential_ids_and_parse_back() {
+        let target: Target = "openai:gpt-4o".parse().unwrap();
+        let key = Key::Target(target.clone());
+        assert_eq!(key.name(), "t:openai:gpt-4o");
+        assert_eq!(Key::parse("t:openai:gpt-4o"), Some(key));
+        let id = CredentialId::derive("openai", "https://api.openai.com/v1", None);
+        let name = Key::Credential(id.clone()).name();
+        assert_eq!(Key::parse(&name), Some(Key::Credential(id)));
+        assert_eq!(Key::parse("c:not an id"), None);
+        assert_eq!(Key::parse("x:whatever"), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn times_cross_as_offsets_from_each_side_s_now() {
+        let now = Instant::now();
+        assert_eq!(Value::At(Some(now + Duration::from_micros(1_500))).encode(now), "2");
+        assert_eq!(Value::At(Some(now - Duration::from_millis(40))).encode(now), "-40");
+        assert_eq!(Value::At(None).encode(now), "");
+        // Read back on a replica whose clock is anywhere: only the distance to the server's
+        // now matters.
+        let later = now + Duration::from_secs(3_600);
+        let f = fields(&[("retry", "1000060000"), ("since", "999990000")]);
+        let shared = Shared { fields: &f, server_now: 1_000_000_000, local_now: Some(later), me: "a" };
+        assert_eq!(shared.at("retry"), Some(later + Duration::from_secs(60)));
+        assert_eq!(shared.at("since"), Some(later - Duration::from_secs(10)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_is_a_put_of_what_moved_a_clear_on_recovery_and_a_reset_when_forgotten() {
+        let now = Instant::now();
+        let fine = TargetRecord { status: HealthStatus::Available, since: Some(now), ..Default::default() };
+        let counted = TargetRecord { consecutive_failures: 2, ..fine.clone() };
+        assert_eq!(target_change(&fine, &counted), None, "failure counts stay local");
+        let open = TargetRecord {
+            status: HealthStatus::TemporarilyUnavailable,
+            reason: "503".into(),
+            since: Some(now),
+            failed_at: Some(now),
+            breaker: Breaker::Open { until: now + Duration::from_secs(30) },
+            ..Default::default()
+        };
+        let Some(Change::Put(put)) = target_change(&fine, &open) else { panic!("expected a put") };
+        let names: Vec<_> = put.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, ["st", "since", "re", "failed", "br", "bu"]);
+        assert_eq!(target_change(&open, &fine), Some(Change::Clear));
+        assert_eq!(target_change(&open, &TargetRecord::default()), Some(Change::Reset));
+        let half = |probes| TargetRecord {
+            breaker: Breaker::HalfOpen { probes, lease_until: now + Duration::from_secs(30) },
+            ..open.clone()
+        };
+        assert_eq!(target_change(&half(1), &half(0)), None, "a released slot stays local");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn another_replica_s_open_circuit_waits_out_the_head_start_and_its_probe_fills_every_slot() {
+        let now = Instant::now();
+        let f = fields(&[("st", "temporarily_unavailable"), ("br", "open"), ("bu", "30000"), ("pr", "b")]);
+        let shared = |me| Shared { fields: &f, server_now: 0, local_now: Some(now), me };
+        let mut record = TargetRecord::default();
+        adopt_target(&mut record, &shared("a"));
+        assert_eq!(record.breaker, Breaker::Open { until: now + Duration::from_secs(30) + PROBE_HEAD_START });
+        adopt_target(&mut record, &shared("b"));
+        assert_eq!(record.breaker, Breaker::Open { until: now + Duration::from_secs(30) });
+        let f = fields(&[("br", "half_open"), ("bu", "30000"), ("pr", "b")]);
+        let mut record = TargetRecord::default();
+        adopt_target(&mut record, &Shared { fields: &f, server_now: 0, local_now: Some(now), me: "a" });
+        let lease_until = now + Duration::from_secs(30);
+        assert_eq!(record.breaker, Breaker::HalfOpen { probes: REMOTE_PROBES, lease_until });
+    }
+}
