@@ -39,6 +39,8 @@ use switchyard::health::{AllRecords, HealthStore, MemoryStore, Records};
 use tokio::sync::mpsc;
 
 mod link;
+#[doc(hidden)]
+pub mod testing;
 mod scripts;
 pub mod wire;
 

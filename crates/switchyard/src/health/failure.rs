@@ -70,19 +70,20 @@ impl<'a> Failure<'a> {
     fn rate_limited(&self, settings: &HealthSettings, records: &mut Records, events: &mut Vec<HealthEvent>) {
         if let Some((c, change)) = self.credential_change(&mut records.credentials, HealthStatus::RateLimited)
         {
-            c.cooldown_until = Some(self.now + cooldown::after_rate_limit(settings, self.retry_after));
+            let rest = Some(self.now + cooldown::after_rate_limit(settings, self.retry_after));
+            c.cooldown_until = self.later(c.cooldown_until, rest);
             change.apply(c, events);
         }
         let t = &mut records.target;
-        t.retry_until = self.retry_until;
+        t.retry_until = self.later(t.retry_until, self.retry_until);
         self.target_change(HealthStatus::RateLimited).apply(t, events);
     }
 
     /// The credential is benched until its quota resets; the target too once every key is.
     fn exhausted(&self, records: &mut Records, events: &mut Vec<HealthEvent>) {
         if let Some((c, change)) = self.credential_change(&mut records.credentials, HealthStatus::Exhausted) {
-            c.retry_until = self.retry_until;
-            change.until(self.retry_until).apply(c, events);
+            c.retry_until = self.later(c.retry_until, self.retry_until);
+            change.until(c.retry_until).apply(c, events);
         }
         if cooldown::all_spent(&records.credentials) {
             let t = &mut records.target;
@@ -103,12 +104,12 @@ impl<'a> Failure<'a> {
             && let Some((c, change)) =
                 self.credential_change(&mut records.credentials, HealthStatus::TemporarilyUnavailable)
         {
-            c.cooldown_until = Some(self.now + rest);
+            c.cooldown_until = self.later(c.cooldown_until, Some(self.now + rest));
             change.apply(c, events);
         }
         let t = &mut records.target;
         t.failed_at = Some(self.now);
-        t.retry_until = self.retry_until;
+        t.retry_until = self.later(t.retry_until, self.retry_until);
         t.consecutive_failures = t.consecutive_failures.saturating_add(1);
         self.target_change(HealthStatus::TemporarilyUnavailable).apply(t, events);
         let input = BreakerInput::Failure { now: self.now, failures: t.consecutive_failures };
@@ -134,6 +135,16 @@ impl<'a> Failure<'a> {
         let t = &mut records.target;
         t.failed_at = Some(self.now);
         self.target_change(HealthStatus::TemporarilyUnavailable).apply(t, events);
+    }
+
+    /// A wait after this failure: `new`, unless a wait still running ends later. A later,
+    /// shorter rest never shortens a longer one (and a failure that names no time leaves the
+    /// running one alone).
+    fn later(&self, current: Option<Instant>, new: Option<Instant>) -> Option<Instant> {
+        match current.filter(|until| *until > self.now) {
+            Some(running) => Some(new.map_or(running, |new| new.max(running))),
+            None => new,
+        }
     }
 
     fn target_change(&self, to: HealthStatus) -> StatusChange<'_> {

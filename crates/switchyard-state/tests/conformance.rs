@@ -1,0 +1,195 @@
+//! Every health rule, as two replicas see it: one learns, the other must honour it. The same
+//! rules run over one in-process memory (the fleet of one process) and over two Redis stores
+//! on a real `redis-server`, where each change must arrive within [`PROPAGATION`].
+
+mod support;
+
+use std::time::Duration;
+
+use support::{PROPAGATION, Replica, error, eventually, is_skip, keys, skip_until, target};
+use switchyard::ErrorKind;
+use switchyard::health::{Gate, HealthStatus};
+use tokio::time::Instant;
+
+macro_rules! conformance {
+    ($($rule:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $rule() {
+                    let (a, b) = super::support::memory_fleet();
+                    super::$rule(&a, &b).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test]
+                async fn $rule() {
+                    let server = switchyard_state::testing::RedisServer::start();
+                    let (a, b) = super::support::redis_fleet(&server).await;
+                    super::$rule(&a, &b).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    an_exhausted_target_is_skipped_until_its_reset,
+    an_exhausted_key_gives_way_to_its_sibling,
+    a_rate_limited_key_rests,
+    an_unauthorized_key_is_never_picked,
+    an_unhealthy_target_rests_for_the_ttl,
+    an_open_circuit_is_honoured,
+    a_half_open_circuit_lets_one_probe_through,
+    a_success_clears_an_exhausted_target,
+    a_reset_forgets_a_target_and_its_keys,
+    a_reset_of_everything_forgets_every_target,
+    a_shorter_hold_never_shortens_a_longer_one,
+);
+
+fn close(a: Option<Instant>, b: Option<Instant>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.max(b) - a.min(b) <= Duration::from_millis(50),
+        _ => false,
+    }
+}
+
+fn reason(gate: &Gate) -> &str {
+    match gate {
+        Gate::Skip { reason, .. } => reason,
+        Gate::Pass { .. } => "",
+    }
+}
+
+async fn an_exhausted_target_is_skipped_until_its_reset(a: &Replica, b: &Replica) {
+    let (t, k) = (target(), keys(1));
+    a.fail(&t, &k, 0, &error(ErrorKind::QuotaExceeded, Some(Duration::from_secs(60))));
+    let seen = a.gate(&t, &k);
+    assert!(matches!(seen, Gate::Skip { exhausted: true, .. }), "{seen:?}");
+    eventually("b skips the exhausted target", PROPAGATION, || {
+        matches!(b.gate(&t, &k), Gate::Skip { exhausted: true, .. })
+    })
+    .await;
+    assert!(close(skip_until(&b.gate(&t, &k)), skip_until(&seen)), "b's reset time is a's");
+}
+
+async fn an_exhausted_key_gives_way_to_its_sibling(a: &Replica, b: &Replica) {
+    let (t, k) = (target(), keys(2));
+    a.fail(&t, &k, 0, &error(ErrorKind::QuotaExceeded, Some(Duration::from_secs(60))));
+    eventually("b calls with the second key", PROPAGATION, || {
+        b.gate(&t, &k) == Gate::Pass { credential: 1, probe: false }
+    })
+    .await;
+}
+
+async fn a_rate_limited_key_rests(a: &Replica, b: &Replica) {
+    let (t, k) = (target(), keys(2));
+    a.fail(&t, &k, 0, &error(ErrorKind::RateLimited, Some(Duration::from_secs(20))));
+    eventually("b rests the rate-limited key", PROPAGATION, || {
+        b.gate(&t, &k) == Gate::Pass { credential: 1, probe: false }
+    })
+    .await;
+    let single = keys(1);
+    a.fail(&t, &single, 0, &error(ErrorKind::RateLimited, Some(Duration::from_secs(20))));
+    eventually("b waits for the only key", PROPAGATION, || {
+        reason(&b.gate(&t, &single)) == "every credential is cooling down"
+    })
+    .await;
+    assert!(close(skip_until(&b.gate(&t, &single)), skip_until(&a.gate(&t, &single))));
+}
+
+async fn an_unauthorized_key_is_never_picked(a: &Replica, b: &Replica) {
+    let (t, k) = (target(), keys(2));
+    a.fail(&t, &k, 0, &error(ErrorKind::Auth, None));
+    eventually("b skips the refused key", PROPAGATION, || {
+        b.gate(&t, &k) == Gate::Pass { credential: 1, probe: false }
+    })
+    .await;
+    a.fail(&t, &k, 1, &error(ErrorKind::Auth, None));
+    eventually("b has no usable key", PROPAGATION, || reason(&b.gate(&t, &k)).starts_with("no usable credential"))
+        .await;
+}
+
+async fn an_unhealthy_target_rests_for_the_ttl(a: &Replica, b: &Replica) {
+    let (t, k) = (target(), keys(1));
+    a.fail(&t, &k, 0, &error(ErrorKind::Unavailable, None));
+    eventually("b skips the unhealthy target", PROPAGATION, || reason(&b.gate(&t, &k)).starts_with("unhealthy"))
+        .await;
+    assert!(close(skip_until(&b.gate(&t, &k)), skip_until(&a.gate(&t, &k))), "the TTL runs from a's failure");
+}
+
+async fn an_open_circuit_is_honoured(a: &Replica, b: &Replica) {
+    let (t, k) = (target(), keys(1));
+    for _ in 0..3 {
+        a.fail(&t, &k, 0, &error(ErrorKind::Unavailable, None));
+    }
+    assert!(reason(&a.gate(&t, &k)).starts_with("circuit open"));
+    eventually("b refuses the open circuit", PROPAGATION, || reason(&b.gate(&t, &k)).starts_with("circuit open"))
+        .await;
+    let (a_until, b_until) = (skip_until(&a.gate(&t, &k)), skip_until(&b.gate(&t, &k)));
+    assert!(b_until >= a_until, "b probes no earlier than a");
+}
+
+async fn a_half_open_circuit_lets_one_probe_through(a: &Replica, b: &Replica) {
+    let (t, k) = (target(), keys(1));
+    for _ in 0..3 {
+        a.fail(&t, &k, 0, &error(ErrorKind::Unavailable, None));
+    }
+    eventually("b refuses the open circuit", PROPAGATION, || is_skip(&b.gate(&t, &k))).await;
+    // The open time (300 ms) runs out; a, which opened the circuit, probes.
+    let open_until = skip_until(&a.gate(&t, &k)).expect("open until");
+    tokio::time::sleep_until(open_until + Duration::from_millis(5)).await;
+    let (gate, _) = a.board.admit(&support::query(&t, &k));
+    assert_eq!(gate, Gate::Pass { credential: 0, probe: true });
+    eventually("b waits for a's probe", PROPAGATION, || {
+        reason(&b.gate(&t, &k)) == "circuit half-open: probe in flight"
+    })
+    .await;
+    a.succeed(&t, &k, 0);
+    eventually("b calls again once the probe succeeded", PROPAGATION, || !is_skip(&b.gate(&t, &k))).await;
+}
+
+async fn a_success_clears_an_exhausted_target(a: &Replica, b: &Replica) {
+    let (t, k) = (target(), keys(1));
+    a.fail(&t, &k, 0, &error(ErrorKind::QuotaExceeded, None));
+    eventually("b skips the exhausted target", PROPAGATION, || is_skip(&b.gate(&t, &k))).await;
+    a.succeed(&t, &k, 0);
+    eventually("b calls the recovered target", PROPAGATION, || !is_skip(&b.gate(&t, &k))).await;
+}
+
+async fn a_reset_forgets_a_target_and_its_keys(a: &Replica, b: &Replica) {
+    let (t, k) = (target(), keys(1));
+    a.fail(&t, &k, 0, &error(ErrorKind::Auth, None));
+    eventually("b has no usable key", PROPAGATION, || is_skip(&b.gate(&t, &k))).await;
+    a.board.reset(&t, &k);
+    eventually("b forgets the target", PROPAGATION, || {
+        !is_skip(&b.gate(&t, &k)) && b.board.target(&t).status == HealthStatus::Unknown
+    })
+    .await;
+}
+
+async fn a_reset_of_everything_forgets_every_target(a: &Replica, b: &Replica) {
+    let k = keys(1);
+    let targets: Vec<switchyard::Target> =
+        ["openai:gpt-4o", "anthropic:claude"].iter().map(|t| t.parse().unwrap()).collect();
+    for t in &targets {
+        a.fail(t, &k, 0, &error(ErrorKind::QuotaExceeded, None));
+    }
+    eventually("b skips both", PROPAGATION, || targets.iter().all(|t| is_skip(&b.gate(t, &k)))).await;
+    a.board.reset_all();
+    eventually("b forgets both", PROPAGATION, || targets.iter().all(|t| !is_skip(&b.gate(t, &k)))).await;
+    assert!(b.board.snapshot().targets.is_empty(), "b keeps no record");
+}
+
+async fn a_shorter_hold_never_shortens_a_longer_one(a: &Replica, b: &Replica) {
+    let (t, k) = (target(), keys(1));
+    a.fail(&t, &k, 0, &error(ErrorKind::RateLimited, Some(Duration::from_secs(60))));
+    eventually("b rests the key", PROPAGATION, || is_skip(&b.gate(&t, &k))).await;
+    let long = skip_until(&a.gate(&t, &k));
+    b.fail(&t, &k, 0, &error(ErrorKind::RateLimited, Some(Duration::from_secs(2))));
+    // Whatever b's own clock says, the fleet keeps the longer rest, on both replicas.
+    eventually("a keeps the longer rest", PROPAGATION, || close(skip_until(&a.gate(&t, &k)), long)).await;
+    eventually("b keeps the longer rest", PROPAGATION, || close(skip_until(&b.gate(&t, &k)), long)).await;
+}
