@@ -227,6 +227,17 @@ async fn serve_logged(
         banner.push('\n');
     }
     let _ = std::io::Write::write_all(&mut std::io::stdout(), banner.as_bytes());
+    if let Some(store) = &loaded.gateway.shared_state {
+        let settings = store.settings();
+        banner.push_str(&format!(
+            "  shared state: {} (prefix {}, replica {})\n",
+            switchyard_state::mask_url(&settings.url),
+            settings.prefix,
+            settings.replica
+        ));
+        store.publish_events_to(loaded.router.events().clone());
+        store.start();
+    }
     let grace = loaded.gateway.shutdown_grace;
     let limits = loaded.gateway.connections;
     let router = loaded.router.clone();
@@ -383,8 +394,33 @@ async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCode> {
         limits.header_timeout, limits.idle_timeout, limits.max_connections
     );
     println!("exposure: {}", exposure_line(loaded.listen, loaded));
+    let shared_ok = match &loaded.gateway.shared_state {
+        None => {
+            println!("shared state: memory (this process only; add `state: {{ redis: URL }}` to share it)");
+            true
+        }
+        Some(store) => {
+            let settings = store.settings();
+            let at = format!("{} (prefix {})", switchyard_state::mask_url(&settings.url), settings.prefix);
+            match switchyard_state::check(settings).await {
+                Ok(replicas) => {
+                    let ids: Vec<&str> = replicas.iter().map(|r| r.id.as_str()).collect();
+                    println!(
+                        "shared state: redis {at}: ok, {} replicas alive: {}",
+                        ids.len(),
+                        ids.join(", ")
+                    );
+                    true
+                }
+                Err(error) => {
+                    println!("shared state: redis {at}: unreachable: {error}");
+                    false
+                }
+            }
+        }
+    };
     if !ping {
-        return Ok(ExitCode::SUCCESS);
+        return Ok(if shared_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
     println!("\nping:");
     println!("  {:<40} {:>10}  result", "target", "latency");
@@ -527,6 +563,20 @@ async fn health(url: &str, key: Option<String>) -> anyhow::Result<ExitCode> {
     if !status.is_success() {
         bail!("the gateway answered {status}: {}", body["error"]["message"].as_str().unwrap_or_default());
     }
+    let shared = &body["shared_state"];
+    let mut line = format!(
+        "shared state: {} {}",
+        shared["backend"].as_str().unwrap_or("memory"),
+        shared["status"].as_str().unwrap_or("ok")
+    );
+    if let Some(reason) = shared["reason"].as_str() {
+        line.push_str(&format!(" ({reason})"));
+    }
+    if let Some(replicas) = shared["replicas"].as_array() {
+        let ids: Vec<&str> = replicas.iter().filter_map(|r| r["id"].as_str()).collect();
+        line.push_str(&format!(", {} replicas: {}", ids.len(), ids.join(", ")));
+    }
+    println!("{line}\n");
     println!("{:<36} {:<24} {:<10} {:>8}  reason", "target", "status", "breaker", "failures");
     for target in body["targets"].as_array().into_iter().flatten() {
         println!(

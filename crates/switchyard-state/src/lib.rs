@@ -39,9 +39,9 @@ use switchyard::health::{AllRecords, HealthStore, MemoryStore, Records};
 use tokio::sync::mpsc;
 
 mod link;
+mod scripts;
 #[doc(hidden)]
 pub mod testing;
-mod scripts;
 pub mod wire;
 
 use wire::{Change, Key};
@@ -277,6 +277,11 @@ impl RedisStore {
     pub fn status(&self) -> SharedStateStatus {
         let book = self.shared.book();
         book.status.clone().unwrap_or_else(|| link::initial_status(&self.shared.settings))
+    }
+
+    /// The settings the store was made with.
+    pub fn settings(&self) -> &StateSettings {
+        &self.shared.settings
     }
 
     /// This replica's id.

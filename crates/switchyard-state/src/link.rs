@@ -98,7 +98,11 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    pub(crate) fn new(shared: Arc<Shared>, client: redis::Client, inbox: mpsc::UnboundedReceiver<Op>) -> Self {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        client: redis::Client,
+        inbox: mpsc::UnboundedReceiver<Op>,
+    ) -> Self {
         Self {
             shared,
             client,
@@ -291,8 +295,10 @@ impl Link {
                 }
             }
             Op::Write { key, change: Change::Reset, .. } => {
-                let (dropped, kept): (Vec<Op>, Vec<Op>) =
-                    self.outbox.drain(..).partition(|queued| matches!(queued, Op::Write { key: k, .. } if k == key));
+                let (dropped, kept): (Vec<Op>, Vec<Op>) = self
+                    .outbox
+                    .drain(..)
+                    .partition(|queued| matches!(queued, Op::Write { key: k, .. } if k == key));
                 self.outbox = kept.into();
                 for op in dropped {
                     self.done(&op);
@@ -302,7 +308,11 @@ impl Link {
                 }
             }
             Op::Write { key, change: Change::Put(fields), .. } => {
-                let last = self.outbox.iter_mut().rev().find(|queued| matches!(queued, Op::Write { key: k, .. } if k == key));
+                let last = self
+                    .outbox
+                    .iter_mut()
+                    .rev()
+                    .find(|queued| matches!(queued, Op::Write { key: k, .. } if k == key));
                 if let Some(Op::Write { change: Change::Put(queued), .. }) = last {
                     for (name, value) in fields {
                         match queued.iter_mut().find(|(n, _)| n == name) {
@@ -375,7 +385,6 @@ impl Link {
             }
         }
     }
-
 }
 
 /// The script call that writes `op`.
@@ -385,33 +394,33 @@ fn invocation<'s>(
     own: &HashMap<Key, u64>,
     op: &Op,
 ) -> redis::ScriptInvocation<'s> {
-        match op {
-            Op::Write { key, change: Change::Put(fields), .. } => {
-                let mut call = scripts.put.prepare_invoke();
-                call.arg(&settings.prefix).arg(key.name()).arg(&settings.replica).arg(RECORD_FLOOR_MS);
-                let now = Instant::now();
-                for (name, value) in fields {
-                    call.arg(*name).arg(value.encode(now));
-                }
-                call
+    match op {
+        Op::Write { key, change: Change::Put(fields), .. } => {
+            let mut call = scripts.put.prepare_invoke();
+            call.arg(&settings.prefix).arg(key.name()).arg(&settings.replica).arg(RECORD_FLOOR_MS);
+            let now = Instant::now();
+            for (name, value) in fields {
+                call.arg(*name).arg(value.encode(now));
             }
-            Op::Write { key, change: Change::Clear, seen } => {
-                let seen = (*seen).max(own.get(key).copied().unwrap_or(0));
-                let mut call = scripts.clear.prepare_invoke();
-                call.arg(&settings.prefix).arg(key.name()).arg(&settings.replica).arg(seen);
-                call
-            }
-            Op::Write { key, change: Change::Reset, .. } => {
-                let mut call = scripts.reset.prepare_invoke();
-                call.arg(&settings.prefix).arg(&settings.replica).arg(key.name());
-                call
-            }
-            Op::ResetAll => {
-                let mut call = scripts.reset.prepare_invoke();
-                call.arg(&settings.prefix).arg(&settings.replica);
-                call
-            }
+            call
         }
+        Op::Write { key, change: Change::Clear, seen } => {
+            let seen = (*seen).max(own.get(key).copied().unwrap_or(0));
+            let mut call = scripts.clear.prepare_invoke();
+            call.arg(&settings.prefix).arg(key.name()).arg(&settings.replica).arg(seen);
+            call
+        }
+        Op::Write { key, change: Change::Reset, .. } => {
+            let mut call = scripts.reset.prepare_invoke();
+            call.arg(&settings.prefix).arg(&settings.replica).arg(key.name());
+            call
+        }
+        Op::ResetAll => {
+            let mut call = scripts.reset.prepare_invoke();
+            call.arg(&settings.prefix).arg(&settings.replica);
+            call
+        }
+    }
 }
 
 impl Link {
@@ -434,7 +443,9 @@ impl Link {
         let Ok(payload) = message.get_payload::<String>() else { return };
         match serde_json::from_str::<Message>(&payload) {
             Ok(message) => self.apply(&message, false),
-            Err(error) => tracing::debug!(target: "switchyard::shared_state", %error, "ignored a change message"),
+            Err(error) => {
+                tracing::debug!(target: "switchyard::shared_state", %error, "ignored a change message")
+            }
         }
     }
 
@@ -586,14 +597,20 @@ async fn next_message(messages: &mut Option<PubSubStream>) -> Option<redis::Msg>
 /// For `switchyard doctor`: whether Redis answers, and the replicas alive on it.
 pub(crate) async fn check(settings: &StateSettings) -> Result<Vec<Replica>, String> {
     let masked = crate::mask_url(&settings.url);
-    let client = redis::Client::open(settings.url.as_str()).map_err(|e| scrub(&e.to_string(), &settings.url))?;
+    let client =
+        redis::Client::open(settings.url.as_str()).map_err(|e| scrub(&e.to_string(), &settings.url))?;
     let work = async {
         let mut conn = client.get_multiplexed_async_connection().await?;
-        let ids: Vec<String> = redis::cmd("SMEMBERS").arg(format!("{}:replicas", settings.prefix)).query_async(&mut conn).await?;
+        let ids: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(format!("{}:replicas", settings.prefix))
+            .query_async(&mut conn)
+            .await?;
         let mut replicas = Vec::new();
         for id in ids {
-            let about: Option<String> =
-                redis::cmd("GET").arg(format!("{}:replica:{id}", settings.prefix)).query_async(&mut conn).await?;
+            let about: Option<String> = redis::cmd("GET")
+                .arg(format!("{}:replica:{id}", settings.prefix))
+                .query_async(&mut conn)
+                .await?;
             if let Some(replica) = about.and_then(|a| serde_json::from_str::<Replica>(&a).ok()) {
                 replicas.push(replica);
             }

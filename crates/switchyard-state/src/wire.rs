@@ -67,7 +67,10 @@ impl Key {
         }
         let id = name.strip_prefix("c:")?;
         let valid = !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric());
-        valid.then(|| serde_json::from_value(serde_json::Value::String(id.to_owned())).ok()).flatten().map(Key::Credential)
+        valid
+            .then(|| serde_json::from_value(serde_json::Value::String(id.to_owned())).ok())
+            .flatten()
+            .map(Key::Credential)
     }
 }
 
@@ -170,7 +173,10 @@ pub fn credential_change(before: &CredentialRecord, after: &CredentialRecord) ->
     }
     Some(if *after == CredentialRecord::default() {
         Change::Reset
-    } else if after.status == HealthStatus::Available && after.cooldown_until.is_none() && after.retry_until.is_none() {
+    } else if after.status == HealthStatus::Available
+        && after.cooldown_until.is_none()
+        && after.retry_until.is_none()
+    {
         Change::Clear
     } else {
         Change::Put(fields)

@@ -108,15 +108,19 @@ async fn an_unauthorized_key_is_never_picked(a: &Replica, b: &Replica) {
     })
     .await;
     a.fail(&t, &k, 1, &error(ErrorKind::Auth, None));
-    eventually("b has no usable key", PROPAGATION, || reason(&b.gate(&t, &k)).starts_with("no usable credential"))
-        .await;
+    eventually("b has no usable key", PROPAGATION, || {
+        reason(&b.gate(&t, &k)).starts_with("no usable credential")
+    })
+    .await;
 }
 
 async fn an_unhealthy_target_rests_for_the_ttl(a: &Replica, b: &Replica) {
     let (t, k) = (target(), keys(1));
     a.fail(&t, &k, 0, &error(ErrorKind::Unavailable, None));
-    eventually("b skips the unhealthy target", PROPAGATION, || reason(&b.gate(&t, &k)).starts_with("unhealthy"))
-        .await;
+    eventually("b skips the unhealthy target", PROPAGATION, || {
+        reason(&b.gate(&t, &k)).starts_with("unhealthy")
+    })
+    .await;
     assert!(close(skip_until(&b.gate(&t, &k)), skip_until(&a.gate(&t, &k))), "the TTL runs from a's failure");
 }
 
@@ -126,8 +130,10 @@ async fn an_open_circuit_is_honoured(a: &Replica, b: &Replica) {
         a.fail(&t, &k, 0, &error(ErrorKind::Unavailable, None));
     }
     assert!(reason(&a.gate(&t, &k)).starts_with("circuit open"));
-    eventually("b refuses the open circuit", PROPAGATION, || reason(&b.gate(&t, &k)).starts_with("circuit open"))
-        .await;
+    eventually("b refuses the open circuit", PROPAGATION, || {
+        reason(&b.gate(&t, &k)).starts_with("circuit open")
+    })
+    .await;
     let (a_until, b_until) = (skip_until(&a.gate(&t, &k)), skip_until(&b.gate(&t, &k)));
     assert!(b_until >= a_until, "b probes no earlier than a");
 }
@@ -173,7 +179,7 @@ async fn a_reset_forgets_a_target_and_its_keys(a: &Replica, b: &Replica) {
 async fn a_reset_of_everything_forgets_every_target(a: &Replica, b: &Replica) {
     let k = keys(1);
     let targets: Vec<switchyard::Target> =
-        ["openai:gpt-4o", "anthropic:claude"].iter().map(|t| t.parse().unwrap()).collect();
+        ["openai:gpt-4o", "anthropic:claude"].iter().map(|t| t.parse().expect("a target")).collect();
     for t in &targets {
         a.fail(t, &k, 0, &error(ErrorKind::QuotaExceeded, None));
     }

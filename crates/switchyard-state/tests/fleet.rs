@@ -40,7 +40,10 @@ async fn a_shorter_rest_learned_apart_never_shortens_the_fleet_s_longer_one() {
     let c = lagging(&server, "c");
     c.fail(&t, &k, 0, &error(ErrorKind::RateLimited, Some(Duration::from_secs(2))));
     c.store().start();
-    eventually("c takes the fleet's longer rest", PROPAGATION * 8, || near(skip_until(&c.gate(&t, &k)), long)).await;
+    eventually("c takes the fleet's longer rest", PROPAGATION * 8, || {
+        near(skip_until(&c.gate(&t, &k)), long)
+    })
+    .await;
     assert!(near(skip_until(&a.gate(&t, &k)), long), "a keeps its longer rest");
 }
 

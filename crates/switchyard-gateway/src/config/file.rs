@@ -27,6 +27,18 @@ pub struct FileConfig {
     pub retry_budget: RetryBudgetConfig,
     #[serde(default)]
     pub gateway: GatewayConfig,
+    /// Shared state across replicas; none keeps health in this process's memory.
+    pub state: Option<StateConfig>,
+}
+
+/// `state: { redis: URL, prefix }`: replicas share health, breakers, cooldowns and resets.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateConfig {
+    /// `redis://host:port/db`, `rediss://` for TLS, or `env://NAME`.
+    pub redis: String,
+    /// Prefixes every key, so that several fleets can share one Redis. Default `switchyard`.
+    pub prefix: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -18,6 +18,7 @@ use switchyard::route::{Candidate, ErrorFilter, Retry, Rotation, Route, RouteTar
 use switchyard::simulated::{Latency, SimulatedProvider};
 use switchyard::{Price, ProviderEntry, RetryBudgetSettings, Router, Target};
 use switchyard_providers::{HttpSettings, ProviderKind, ProviderSettings};
+use switchyard_state::{RedisStore, StateError, StateSettings};
 
 pub use file::{FileConfig, Kind, parse_duration};
 
@@ -93,6 +94,8 @@ pub struct GatewaySettings {
     pub metrics_open: bool,
     /// The connection rules every client connection is held to.
     pub connections: ConnectionLimits,
+    /// The fleet's shared state (`state:`), when configured; started by `serve`.
+    pub shared_state: Option<Arc<RedisStore>>,
 }
 
 /// How long a client connection may take and how many may be open: what keeps a client that
@@ -407,15 +410,20 @@ pub fn build(
     let health = v.health(&file.health);
     let budget = v.budget(&file.retry_budget);
     let gateway = v.gateway(&file.gateway);
+    let shared_state = file.state.as_ref().and_then(|state| v.shared_state(state));
 
     if !v.problems.is_empty() {
         return Err(ConfigError { file: name, problems: v.problems });
     }
-    let (Some(listen), Some(gateway)) = (listen, gateway) else {
+    let (Some(listen), Some(mut gateway)) = (listen, gateway) else {
         return Err(ConfigError::one(&name, "(top level)", "invalid configuration"));
     };
 
     let mut builder = Router::builder().health(health).retry_budget(budget);
+    if let Some(store) = &shared_state {
+        builder = builder.health_store(store.clone());
+    }
+    gateway.shared_state = shared_state;
     // No limits, no pacer: unpaced calls pay nothing for pacing.
     if !paced.is_empty() {
         builder = builder.pacer(Arc::new(LimitPacer::new(paced.clone())));
@@ -467,6 +475,52 @@ impl Validator<'_> {
 
     fn check<T>(&mut self, path: &str, result: Result<T, String>) -> Option<T> {
         result.map_err(|message| self.problem(path, message)).ok()
+    }
+
+    /// The Redis store of `state:`, not yet connected: it connects when the gateway starts.
+    fn shared_state(&mut self, config: &file::StateConfig) -> Option<Arc<RedisStore>> {
+        let url = match config.redis.strip_prefix("env://") {
+            Some("") => {
+                self.problem("state.redis", "`env://` needs a variable name, like env://REDIS_URL");
+                return None;
+            }
+            Some(var) => match (self.env)(var) {
+                Some(value) if !value.trim().is_empty() => value.trim().to_owned(),
+                _ => {
+                    self.problem(
+                        "state.redis",
+                        format!(
+                            "environment variable `{var}` is not set: export it, or write the URL itself"
+                        ),
+                    );
+                    return None;
+                }
+            },
+            None => config.redis.trim().to_owned(),
+        };
+        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+            self.problem(
+                "state.redis",
+                format!(
+                    "`{}` is not a Redis URL: use redis://host:6379/0, or rediss:// for TLS",
+                    switchyard_state::mask_url(&url)
+                ),
+            );
+            return None;
+        }
+        let mut settings = StateSettings::new(url);
+        if let Some(prefix) = &config.prefix {
+            settings.prefix = prefix.clone();
+        }
+        match RedisStore::new(settings) {
+            Ok(store) => Some(Arc::new(store)),
+            Err(error) => {
+                let path =
+                    if matches!(error, StateError::BadPrefix(_)) { "state.prefix" } else { "state.redis" };
+                self.problem(path, error.to_string());
+                None
+            }
+        }
     }
 
     /// Resolves `env://NAME` or takes a literal secret; returns it with where it came from.
@@ -866,6 +920,7 @@ impl Validator<'_> {
             open: config.open.unwrap_or(false),
             metrics_open: config.metrics_open.unwrap_or(false),
             connections: ConnectionLimits { header_timeout, idle_timeout, max_connections },
+            shared_state: None,
         })
     }
 }

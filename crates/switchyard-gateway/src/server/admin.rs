@@ -61,6 +61,16 @@ pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
             value,
         ));
     }
+    let (backend, up) = match &state.gateway.shared_state {
+        Some(store) => ("redis", store.status().status == "ok"),
+        None => ("memory", true),
+    };
+    gauges.push((
+        "switchyard_shared_state_up",
+        "Whether the shared state answers (1) or this replica runs on its own memory (0).",
+        labels([("backend", backend.into())]),
+        if up { 1.0 } else { 0.0 },
+    ));
     let text = state.metrics.render(&gauges);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
@@ -90,6 +100,7 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
         "credentials": snapshot.credentials,
         "providers": providers,
         "pacing": state.router.pacing(),
+        "shared_state": shared_state(&state),
     }))
     .into_response()
 }
@@ -125,14 +136,32 @@ pub async fn reset(State(state): State<Arc<AppState>>, headers: HeaderMap, body:
     };
     match target {
         Some(target) => match state.router.reset(&target) {
-            Ok(()) => axum::Json(json!({ "reset": target.to_string() })).into_response(),
+            Ok(()) => axum::Json(json!({ "reset": target.to_string(), "applies_to": fleet_reach(&state) }))
+                .into_response(),
             Err(error) => ApiError::new(StatusCode::NOT_FOUND, "unknown_target", error.to_string())
                 .into_response(Dialect::OpenAi, ""),
         },
         None => {
             state.router.reset_all();
-            axum::Json(json!({ "reset": "all" })).into_response()
+            axum::Json(json!({ "reset": "all", "applies_to": fleet_reach(&state) })).into_response()
         }
+    }
+}
+
+/// `shared_state` of `/admin/health`: the backend, whether it answers, and the fleet.
+fn shared_state(state: &AppState) -> Value {
+    match &state.gateway.shared_state {
+        Some(store) => serde_json::to_value(store.status()).unwrap_or(Value::Null),
+        None => json!({ "backend": "memory", "status": "ok" }),
+    }
+}
+
+/// What a reset tells the operator about the rest of the fleet.
+fn fleet_reach(state: &AppState) -> &'static str {
+    match &state.gateway.shared_state {
+        None => "this replica",
+        Some(store) if store.status().status == "ok" => "every replica",
+        Some(_) => "this replica now; every replica once Redis answers",
     }
 }
 

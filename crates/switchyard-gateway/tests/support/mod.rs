@@ -45,7 +45,19 @@ pub fn serve(config: &Path, args: &[&str]) -> (Child, String) {
 /// Starts `switchyard serve --listen LISTEN`: the process and the loopback address to reach
 /// it at, or, when it refuses to start, its exit code and stderr.
 pub fn serve_at(config: &Path, listen: &str, args: &[&str]) -> Result<(Child, String), (i32, String)> {
+    serve_with_env(&[], config, listen, args)
+}
+
+/// [`serve_at`], with `env` added to the gateway's environment (such as an `LD_PRELOAD`: the
+/// child stays the gateway itself, so stopping it by its id stops the gateway).
+pub fn serve_with_env(
+    env: &[(&str, &str)],
+    config: &Path,
+    listen: &str,
+    args: &[&str],
+) -> Result<(Child, String), (i32, String)> {
     let mut server = Command::new(BIN)
+        .envs(env.iter().copied())
         .args(["serve", "--config", config.to_str().unwrap(), "--listen", listen])
         .args(args)
         .env_remove("OPENAI_API_KEY")

@@ -26,7 +26,13 @@ impl Replica {
         self.board.peek(&query(target, credentials))
     }
 
-    pub fn fail(&self, target: &Target, credentials: &[CredentialId], credential: usize, error: &ProviderError) {
+    pub fn fail(
+        &self,
+        target: &Target,
+        credentials: &[CredentialId],
+        credential: usize,
+        error: &ProviderError,
+    ) {
         self.board.record_failure(target, credentials, credential, error);
     }
 
