@@ -35,7 +35,7 @@ use std::time::Duration;
 use switchyard::Target;
 use switchyard::credential::CredentialId;
 use switchyard::events::EventBus;
-use switchyard::health::{AllRecords, HealthStore, MemoryStore, Records};
+use switchyard::health::{AllRecords, CredentialRecord, HealthStore, MemoryStore, Records};
 use tokio::sync::mpsc;
 
 mod link;
@@ -276,7 +276,10 @@ impl RedisStore {
     /// How the shared state is doing: reachable or not, and the fleet's members.
     pub fn status(&self) -> SharedStateStatus {
         let book = self.shared.book();
-        book.status.clone().unwrap_or_else(|| link::initial_status(&self.shared.settings))
+        let mut status = book.status.clone().unwrap_or_else(|| link::initial_status(&self.shared.settings));
+        // Counted at the source: changes still on their way to the background task count too.
+        status.pending_writes = book.pending.values().map(|n| *n as usize).sum();
+        status
     }
 
     /// The settings the store was made with.
@@ -306,14 +309,25 @@ impl HealthStore for RedisStore {
     fn update(&self, target: &Target, credentials: &[CredentialId], apply: &mut dyn FnMut(&mut Records)) {
         let mut changes = Vec::new();
         self.shared.memory.update(target, credentials, &mut |records| {
-            let before = records.clone();
+            // What the step started from, to tell what it changed: copied without allocating
+            // for the usual handful of keys (this runs around every call).
+            let target_before = records.target.clone();
+            let mut few: [Option<CredentialRecord>; 4] = Default::default();
+            let many: Vec<CredentialRecord> =
+                if records.credentials.len() > few.len() { records.credentials.clone() } else { Vec::new() };
+            if many.is_empty() {
+                for (slot, record) in few.iter_mut().zip(&records.credentials) {
+                    *slot = Some(record.clone());
+                }
+            }
             apply(records);
             changes.clear();
-            if let Some(change) = wire::target_change(&before.target, &records.target) {
+            if let Some(change) = wire::target_change(&target_before, &records.target) {
                 changes.push((Key::Target(target.clone()), change));
             }
-            for ((id, old), new) in credentials.iter().zip(&before.credentials).zip(&records.credentials) {
-                if let Some(change) = wire::credential_change(old, new) {
+            for (i, (id, new)) in credentials.iter().zip(&records.credentials).enumerate() {
+                let old = if many.is_empty() { few.get(i).and_then(Option::as_ref) } else { many.get(i) };
+                if let Some(change) = old.and_then(|old| wire::credential_change(old, new)) {
                     changes.push((Key::Credential(id.clone()), change));
                 }
             }

@@ -67,8 +67,22 @@ struct Message {
 struct Snapshot {
     now: f64,
     replicas: Vec<Replica>,
+    /// The fleet's write counter when read.
+    #[serde(default)]
+    seq: f64,
+    /// The counter still read what the replica said it had applied: no records sent.
+    #[serde(default)]
+    unchanged: bool,
     #[serde(default)]
     recs: HashMap<String, HashMap<String, String>>,
+}
+
+/// A call to Redis that did not succeed: `absent` when Redis did not answer (a timeout, a
+/// refused or dropped connection), as opposed to an error it answered with.
+#[derive(Debug)]
+struct Failure {
+    reason: String,
+    absent: bool,
 }
 
 /// What woke the task.
@@ -94,6 +108,11 @@ pub(crate) struct Link {
     /// The generation of this replica's last write of each record: a clear queued after it
     /// recovered from that write.
     own: HashMap<Key, u64>,
+    /// The highest generation applied here; the periodic round trip skips the records when
+    /// the fleet's counter still reads it (nothing was missed).
+    highest: u64,
+    /// Whether the next round trip must read every record (after (re)subscribing).
+    full_resync: bool,
     warned_overflow: bool,
 }
 
@@ -116,6 +135,8 @@ impl Link {
             reason: None,
             replicas: Vec::new(),
             own: HashMap::new(),
+            highest: 0,
+            full_resync: true,
             warned_overflow: false,
         }
     }
@@ -179,8 +200,8 @@ impl Link {
         }
         let Some(mut conn) = self.conn.clone() else { return };
         let ping = redis::cmd("PING");
-        if let Err(reason) = self.bounded(ping.query_async::<String>(&mut conn)).await {
-            return self.down(&reason);
+        if let Err(failure) = self.bounded(ping.query_async::<String>(&mut conn)).await {
+            return self.down(&failure.reason);
         }
         if !self.subscribe().await {
             return;
@@ -218,6 +239,8 @@ impl Link {
         match tokio::time::timeout(self.settings().timeout * 4, subscribe).await {
             Ok(Ok(stream)) => {
                 self.messages = Some(stream);
+                // Whatever was published before this subscription is read by a full resync.
+                self.full_resync = true;
                 true
             }
             Ok(Err(error)) => {
@@ -231,8 +254,9 @@ impl Link {
         }
     }
 
-    /// Runs one call to Redis within the timeout, counting its failure towards degrading.
-    async fn bounded<T>(&mut self, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, String> {
+    /// Runs one call to Redis within the timeout, counting its failure towards degrading when
+    /// it is Redis's absence (not an error Redis answered with).
+    async fn bounded<T>(&mut self, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Failure> {
         match tokio::time::timeout(self.settings().timeout, call).await {
             Ok(Ok(value)) => {
                 self.failures = 0;
@@ -240,18 +264,18 @@ impl Link {
             }
             Ok(Err(error)) => {
                 let reason = scrub(&error.to_string(), &self.settings().url);
-                let transient = error.is_io_error()
+                let absent = error.is_io_error()
                     || error.is_timeout()
                     || error.is_connection_dropped()
                     || error.is_connection_refusal();
-                if transient {
+                if absent {
                     self.failed(&reason);
                 }
-                Err(reason)
+                Err(Failure { reason, absent })
             }
             Err(_) => {
                 self.failed("timed out");
-                Err("timed out".to_owned())
+                Err(Failure { reason: "timed out".to_owned(), absent: true })
             }
         }
     }
@@ -372,7 +396,7 @@ impl Link {
                         self.on_reply(key, &reply, last);
                     }
                 }
-                Err(reason) if self.up == Some(true) && self.failures == 0 => {
+                Err(Failure { reason, absent: false }) => {
                     // Redis answered with an error: the op itself is at fault, so retrying
                     // it would only repeat the error.
                     tracing::warn!(target: "switchyard::shared_state", %reason, "shared state write refused; dropped");
@@ -450,8 +474,9 @@ impl Link {
     }
 
     /// Applies a published change (or a write's answer) to this replica's memory.
-    fn apply(&self, message: &Message, reply: bool) {
+    fn apply(&mut self, message: &Message, reply: bool) {
         let generation = message.generation as u64;
+        self.highest = self.highest.max(generation);
         let me = self.settings().replica.as_str();
         let memory = &self.shared.memory;
         match message.op.as_str() {
@@ -505,13 +530,19 @@ impl Link {
         let mut call = scripts.sync.prepare_invoke();
         let ttl = (self.settings().reconcile_every * 3).as_millis().max(1_000) as u64;
         call.arg(&self.settings().prefix).arg(&self.settings().replica).arg(ttl).arg(info.to_string());
+        let known = if self.full_resync { -1 } else { self.highest as i64 };
+        call.arg(known);
         let Ok(reply) = self.bounded(call.invoke_async::<String>(&mut conn)).await else { return };
         let Ok(snapshot) = serde_json::from_str::<Snapshot>(&reply) else {
             tracing::warn!(target: "switchyard::shared_state", "unreadable shared state snapshot");
             return;
         };
         self.replicas = snapshot.replicas;
-        self.resync(&snapshot.recs, snapshot.now as i64);
+        if !snapshot.unchanged {
+            self.resync(&snapshot.recs, snapshot.now as i64);
+            self.highest = snapshot.seq as u64;
+            self.full_resync = false;
+        }
     }
 
     /// Makes this replica's memory match the shared records, except records with a write of

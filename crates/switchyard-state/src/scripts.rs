@@ -142,10 +142,11 @@ return msg
 "#;
 
 /// The periodic round trip: renews this replica's heartbeat, drops the dead from the
-/// membership, and reads every record. ARGV: prefix, replica, heartbeat ttl in ms, the
-/// replica's description (JSON).
+/// membership, and reads every record unless the fleet's write counter still reads what the
+/// replica has applied. ARGV: prefix, replica, heartbeat ttl in ms, the replica's description
+/// (JSON), the generation it has applied (-1 for a full resync).
 const SYNC: &str = r#"
-local me, ttl, info = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local me, ttl, info, known = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 redis.call('SET', prefix .. ':replica:' .. me, info, 'PX', ttl)
 redis.call('SADD', prefix .. ':replicas', me)
 redis.call('PEXPIRE', prefix .. ':replicas', ttl * 10)
@@ -158,6 +159,10 @@ for _, id in ipairs(redis.call('SMEMBERS', prefix .. ':replicas')) do
     redis.call('SREM', prefix .. ':replicas', id)
   end
 end
+local seq = tonumber(redis.call('GET', prefix .. ':seq') or '0')
+if seq == known then
+  return cjson.encode({now = now, replicas = replicas, seq = seq, unchanged = true})
+end
 local recs = {}
 local count = 0
 for _, name in ipairs(redis.call('SMEMBERS', prefix .. ':index')) do
@@ -169,7 +174,7 @@ for _, name in ipairs(redis.call('SMEMBERS', prefix .. ':index')) do
     count = count + 1
   end
 end
-local out = {now = now, replicas = replicas, count = count}
+local out = {now = now, replicas = replicas, count = count, seq = seq}
 if count > 0 then out.recs = recs end
 return cjson.encode(out)
 "#;
