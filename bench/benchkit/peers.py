@@ -249,16 +249,47 @@ class Switchyard(Gateway):
                 spec["timeouts"] = {"first_byte": limit, "total": limit}
             routes[route.name] = dict(spec, targets=targets)
         config = {"listen": f"127.0.0.1:{self.port}", "providers": providers, "routes": routes}
-        path = os.path.join(ctx.run_dir, "switchyard.yaml")
+        config.update(self._extra(ctx))
+        path = os.path.join(ctx.run_dir, f"{self.name}.yaml")
         with open(path, "w") as f:
             json.dump(config, f, indent=1)  # JSON is YAML
-        self.service = services.Service("switchyard", [binary, "serve", "--config", path],
-                                        os.path.join(ctx.run_dir, "switchyard.log"))
+        self.service = services.Service(self.name, [binary, "serve", "--config", path],
+                                        os.path.join(ctx.run_dir, f"{self.name}.log"))
         self.service.wait_for_line(r"listening on", 30)
         self._ready(ctx, 20)
 
+    def _extra(self, ctx):
+        return {}
+
     def request(self, ctx, route, body):
         return f"http://127.0.0.1:{self.port}/v1/chat/completions", dict(body, model=route.name), {}
+
+
+class SwitchyardRedis(Switchyard):
+    """The same gateway and configuration with `state:` on a local redis-server (started on a
+    free port, nothing saved): what sharing health through Redis costs a request."""
+    name = "switchyard-redis"
+    label = "switchyard + redis"
+
+    def start(self, ctx):
+        if not shutil.which("redis-server"):
+            raise Unavailable("redis-server is not installed (Debian package redis-server)")
+        port = services.free_port()
+        self.redis = services.Service("redis", ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                                                "--save", "", "--appendonly", "no"],
+                                      os.path.join(ctx.run_dir, "redis.log"))
+        self.redis.wait_for_line(r"Ready to accept connections", 10)
+        self.redis_port = port
+        super().start(ctx)
+
+    def _extra(self, ctx):
+        return {"state": {"redis": f"redis://127.0.0.1:{self.redis_port}/0", "prefix": "bench"}}
+
+    def stop(self):
+        super().stop()
+        if getattr(self, "redis", None):
+            self.redis.stop()
+            self.redis = None
 
 
 class TensorZero(Gateway):
@@ -464,11 +495,12 @@ def _git_version(repo):
 
 
 # Order of the table: the baselines, then this project, then the peers.
-ORDER = ["direct", "nginx", "switchyard", "tensorzero", "portkey", "litellm"]
+ORDER = ["direct", "nginx", "switchyard", "switchyard-redis", "tensorzero", "portkey", "litellm"]
 
 
 def make(names, mock):
-    classes = {"nginx": Nginx, "switchyard": Switchyard, "tensorzero": TensorZero,
+    classes = {"nginx": Nginx, "switchyard": Switchyard, "switchyard-redis": SwitchyardRedis,
+               "tensorzero": TensorZero,
                "portkey": Portkey, "litellm": LiteLLM}
     out = []
     for name in ORDER:

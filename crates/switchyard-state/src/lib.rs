@@ -137,6 +137,9 @@ pub enum StateError {
     /// The prefix is empty or holds characters keys should not.
     #[error("prefix `{0}` must be 1 to 64 letters, digits, `-`, `_`, `.` or `:`")]
     BadPrefix(String),
+    /// The replica id is empty or holds characters ids should not.
+    #[error("replica id `{0}` must be 1 to 128 letters, digits, `-`, `_`, `.`, `:` or `@`")]
+    BadReplica(String),
 }
 
 /// How the fleet's shared state is doing, as `/admin/health` shows it under `shared_state`.
@@ -238,6 +241,12 @@ impl RedisStore {
             && settings.prefix.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c));
         if !prefix_ok {
             return Err(StateError::BadPrefix(settings.prefix.clone()));
+        }
+        let replica_ok = !settings.replica.is_empty()
+            && settings.replica.len() <= 128
+            && settings.replica.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:@".contains(c));
+        if !replica_ok {
+            return Err(StateError::BadReplica(settings.replica.clone()));
         }
         let client = redis::Client::open(settings.url.as_str()).map_err(|error| StateError::BadUrl {
             url: mask_url(&settings.url),

@@ -77,12 +77,10 @@ struct Snapshot {
     recs: HashMap<String, HashMap<String, String>>,
 }
 
-/// A call to Redis that did not succeed: `absent` when Redis did not answer (a timeout, a
-/// refused or dropped connection), as opposed to an error it answered with.
+/// A call to Redis that did not succeed, and why (with no password in it).
 #[derive(Debug)]
 struct Failure {
     reason: String,
-    absent: bool,
 }
 
 /// What woke the task.
@@ -113,6 +111,8 @@ pub(crate) struct Link {
     highest: u64,
     /// Whether the next round trip must read every record (after (re)subscribing).
     full_resync: bool,
+    /// `"by":"<this replica>"`, as this replica's published changes carry it.
+    own_mark: String,
     warned_overflow: bool,
 }
 
@@ -122,6 +122,8 @@ impl Link {
         client: redis::Client,
         inbox: mpsc::UnboundedReceiver<Op>,
     ) -> Self {
+        let own_mark = serde_json::json!({ "by": shared.settings.replica }).to_string();
+        let own_mark = own_mark.trim_start_matches('{').trim_end_matches('}').to_owned();
         Self {
             shared,
             client,
@@ -137,6 +139,7 @@ impl Link {
             own: HashMap::new(),
             highest: 0,
             full_resync: true,
+            own_mark,
             warned_overflow: false,
         }
     }
@@ -264,18 +267,14 @@ impl Link {
             }
             Ok(Err(error)) => {
                 let reason = scrub(&error.to_string(), &self.settings().url);
-                let absent = error.is_io_error()
-                    || error.is_timeout()
-                    || error.is_connection_dropped()
-                    || error.is_connection_refusal();
-                if absent {
+                if absent(&error) {
                     self.failed(&reason);
                 }
-                Err(Failure { reason, absent })
+                Err(Failure { reason })
             }
             Err(_) => {
                 self.failed("timed out");
-                Err(Failure { reason: "timed out".to_owned(), absent: true })
+                Err(Failure { reason: "timed out".to_owned() })
             }
         }
     }
@@ -380,35 +379,85 @@ impl Link {
     }
 
     /// Writes the outbox in order, stopping at the first call that fails for want of Redis.
+    /// Up to [`BATCH`] writes go at once on the one connection (Redis runs them in the order
+    /// sent), so a burst of changes costs a few round trips, not one each.
     async fn flush(&mut self) {
-        while self.up == Some(true)
-            && let Some(op) = self.outbox.front()
-        {
-            let Some(mut conn) = self.conn.clone() else { return };
+        while self.up == Some(true) && !self.outbox.is_empty() {
+            let Some(conn) = self.conn.clone() else { return };
+            let count = batch_len(&self.outbox);
             let scripts = self.scripts.clone();
-            let invocation = invocation(&scripts, self.settings(), &self.own, op);
-            let reply = self.bounded(invocation.invoke_async::<String>(&mut conn)).await;
-            let Some(op) = self.outbox.pop_front() else { return };
-            match reply {
-                Ok(reply) => {
-                    let last = self.done(&op);
-                    if let Op::Write { key, .. } = &op {
-                        self.on_reply(key, &reply, last);
+            let calls: Vec<redis::ScriptInvocation<'_>> = self
+                .outbox
+                .iter()
+                .take(count)
+                .map(|op| invocation(&scripts, self.settings(), &self.own, op))
+                .collect();
+            let sent = futures_util::future::join_all(calls.iter().map(|call| {
+                let mut conn = conn.clone();
+                async move { call.invoke_async::<String>(&mut conn).await }
+            }));
+            let Ok(replies) = tokio::time::timeout(self.settings().timeout, sent).await else {
+                self.failed("timed out");
+                return;
+            };
+            drop(calls);
+            for reply in replies {
+                let Some(op) = self.outbox.pop_front() else { return };
+                match reply {
+                    Ok(reply) => {
+                        self.failures = 0;
+                        let last = self.done(&op);
+                        if let Op::Write { key, .. } = &op {
+                            self.on_reply(key, &reply, last);
+                        }
                     }
-                }
-                Err(Failure { reason, absent: false }) => {
-                    // Redis answered with an error: the op itself is at fault, so retrying
-                    // it would only repeat the error.
-                    tracing::warn!(target: "switchyard::shared_state", %reason, "shared state write refused; dropped");
-                    self.done(&op);
-                }
-                Err(_) => {
-                    self.outbox.push_front(op);
-                    return;
+                    Err(error) if absent(&error) => {
+                        // This write and the rest of the batch go again when Redis answers
+                        // (the merges make a repeated write harmless).
+                        self.outbox.push_front(op);
+                        self.failed(&scrub(&error.to_string(), &self.settings().url));
+                        return;
+                    }
+                    Err(error) => {
+                        // Redis answered with an error: the op itself is at fault, so retrying
+                        // it would only repeat the error.
+                        let reason = scrub(&error.to_string(), &self.settings().url);
+                        tracing::warn!(target: "switchyard::shared_state", %reason, "shared state write refused; dropped");
+                        self.done(&op);
+                    }
                 }
             }
         }
     }
+}
+
+/// At most this many writes are sent at once.
+const BATCH: usize = 64;
+
+/// How many writes from the front of `outbox` go in the next batch: up to [`BATCH`], ending
+/// before a clear of a record written earlier in the batch (the clear carries the generation
+/// that write returns).
+fn batch_len(outbox: &VecDeque<Op>) -> usize {
+    let mut written: Vec<&Key> = Vec::new();
+    let mut count = 0;
+    for op in outbox.iter().take(BATCH) {
+        if let Op::Write { key, change, .. } = op {
+            if *change == Change::Clear && written.contains(&key) {
+                break;
+            }
+            written.push(key);
+        }
+        count += 1;
+    }
+    count.max(1)
+}
+
+/// Whether an error says Redis is away (not an error it answered with).
+fn absent(error: &redis::RedisError) -> bool {
+    error.is_io_error()
+        || error.is_timeout()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
 }
 
 /// The script call that writes `op`.
@@ -465,6 +514,11 @@ impl Link {
 
     fn on_message(&mut self, message: &redis::Msg) {
         let Ok(payload) = message.get_payload::<String>() else { return };
+        // This replica's own changes come back too; their answers were applied already (the
+        // answers of a batch are read before the next message), so they are not even parsed.
+        if payload.contains(&self.own_mark) {
+            return;
+        }
         match serde_json::from_str::<Message>(&payload) {
             Ok(message) => self.apply(&message, false),
             Err(error) => {
@@ -652,5 +706,32 @@ pub(crate) async fn check(settings: &StateSettings) -> Result<Vec<Replica>, Stri
         Ok(Ok(replicas)) => Ok(replicas),
         Ok(Err(error)) => Err(format!("{masked}: {}", scrub(&error.to_string(), &settings.url))),
         Err(_) => Err(format!("{masked}: no answer within {:?}", settings.timeout * 8)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(target: &str, change: Change) -> Op {
+        Op::Write { key: Key::Target(target.parse().expect("a target")), change, seen: 0 }
+    }
+
+    #[test]
+    fn a_batch_ends_before_a_clear_of_a_record_it_writes() {
+        let put = || Change::Put(vec![("st", wire::Value::Text("exhausted".into()))]);
+        let outbox: VecDeque<Op> = [
+            write("p:a", put()),
+            write("p:b", put()),
+            write("p:b", Change::Clear),
+            write("p:c", Change::Clear),
+        ]
+        .into();
+        assert_eq!(batch_len(&outbox), 2, "the clear of p:b waits for what its write returns");
+        let clears: VecDeque<Op> = [write("p:a", Change::Clear), write("p:b", Change::Clear)].into();
+        assert_eq!(batch_len(&clears), 2);
+        let many: VecDeque<Op> = (0..100).map(|i| write(&format!("p:m{i}"), put())).collect();
+        assert_eq!(batch_len(&many), BATCH);
+        assert_eq!(batch_len(&[Op::ResetAll].into()), 1);
     }
 }
