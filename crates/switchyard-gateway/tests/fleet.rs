@@ -302,6 +302,10 @@ async fn three_replicas_share_one_memory_and_survive_redis_going_away() {
     for secret in [API_KEY, SPARE_KEY, CLIENT_KEY, ADMIN_KEY] {
         assert!(!dump.contains(secret), "a secret reached Redis: {dump}");
     }
+    let url = format!("http://{}", fleet.replicas[1].1);
+    let (code, stdout, stderr) = support::run(&["health", "--url", &url, "--key", ADMIN_KEY]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("shared state: redis ok, 3 replicas: "), "{stdout}");
     let (code, stdout, _) = support::run(&["doctor", "--config", path.to_str().unwrap()]);
     assert_eq!(code, 0, "{stdout}");
     assert!(stdout.contains("ok, 3 replicas alive"), "{stdout}");
