@@ -9,6 +9,10 @@
 //!   runs caused.
 //!
 //! `cargo run --release -p switchyard-state --example bench_shared [requests]`
+//!
+//! `bench_shared REQUESTS memory|redis` runs only the answered path over one store, once, for
+//! counting instructions under callgrind (two counts at two request numbers give the cost of
+//! one request, startup excluded).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -128,6 +132,20 @@ async fn main() -> Result<(), Error> {
     let requests: u32 = std::env::args().nth(1).and_then(|n| n.parse().ok()).unwrap_or(100_000);
     let server = RedisServer::start();
     let links = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    if let Some(only) = std::env::args().nth(2) {
+        let store: Arc<dyn HealthStore> = match only.as_str() {
+            "memory" => Arc::new(MemoryStore::default()),
+            "redis" => connected(&server, "counted", &links).await,
+            other => return Err(format!("unknown store `{other}`: memory or redis").into()),
+        };
+        let router = router(store, false)?;
+        let request = ChatRequest::new("default", vec![Message::user("hello")]);
+        for _ in 0..requests {
+            router.chat(&request).await?;
+        }
+        links.shutdown_background();
+        return Ok(());
+    }
 
     let delays = propagation(&server, 2_000, &links).await;
     println!("propagation over {} changes (record on a, seen on b):", delays.len());
