@@ -181,7 +181,6 @@ impl Link {
             if self.up == Some(true) {
                 self.flush().await;
             }
-            self.report();
         }
         self.leave().await;
     }
@@ -592,6 +591,7 @@ impl Link {
             return;
         };
         self.replicas = snapshot.replicas;
+        self.report();
         if !snapshot.unchanged {
             self.resync(&snapshot.recs, snapshot.now as i64);
             self.highest = snapshot.seq as u64;
@@ -638,7 +638,6 @@ impl Link {
             status: if self.up == Some(true) { "ok" } else { "degraded" },
             replicas: self.replicas.clone(),
             reason: if self.up == Some(true) { None } else { self.reason.clone() },
-            pending_writes: self.outbox.len(),
             ..initial_status(self.settings())
         };
         self.shared.book().status = Some(status);
