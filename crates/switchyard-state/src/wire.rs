@@ -107,7 +107,7 @@ fn ceil_millis(d: Duration) -> u128 {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Change {
     /// These fields changed; the script merges them (deadlines never shorten).
-    Put(Vec<(&'static str, Value)>),
+    Put(Fields),
     /// The record recovered: clear the shared one unless it is newer than what this replica
     /// knew.
     Clear,
@@ -115,22 +115,51 @@ pub enum Change {
     Reset,
 }
 
+/// The fields of a record that changed, by name, as the script reads them.
+pub type Fields = Vec<(&'static str, Value)>;
+
+/// Adds the status (with when it changed) and the reason, when they changed.
+fn status_fields<R: HasStatusFields>(fields: &mut Fields, before: &R, after: &R) {
+    let ((was, was_why, _), (now, why, since)) = (before.status_fields(), after.status_fields());
+    if was != now {
+        fields.push(("st", Value::Text(now.as_str().into())));
+        fields.push(("since", Value::At(since)));
+    }
+    if was_why != why {
+        fields.push(("re", Value::Text(why.clone())));
+    }
+}
+
+/// Adds the time `name` when it changed.
+fn time_field(fields: &mut Fields, name: &'static str, before: Option<Instant>, after: Option<Instant>) {
+    if before != after {
+        fields.push((name, Value::At(after)));
+    }
+}
+
+/// The status, reason and time of change of a record.
+trait HasStatusFields {
+    fn status_fields(&self) -> (HealthStatus, &Arc<str>, Option<Instant>);
+}
+
+impl HasStatusFields for TargetRecord {
+    fn status_fields(&self) -> (HealthStatus, &Arc<str>, Option<Instant>) {
+        (self.status, &self.reason, self.since)
+    }
+}
+
+impl HasStatusFields for CredentialRecord {
+    fn status_fields(&self) -> (HealthStatus, &Arc<str>, Option<Instant>) {
+        (self.status, &self.reason, self.since)
+    }
+}
+
 /// A target record's change between `before` and `after`, if it is news to the fleet.
 pub fn target_change(before: &TargetRecord, after: &TargetRecord) -> Option<Change> {
-    let mut fields = Vec::new();
-    if before.status != after.status {
-        fields.push(("st", Value::Text(after.status.as_str().into())));
-        fields.push(("since", Value::At(after.since)));
-    }
-    if before.reason != after.reason {
-        fields.push(("re", Value::Text(after.reason.clone())));
-    }
-    if before.failed_at != after.failed_at {
-        fields.push(("failed", Value::At(after.failed_at)));
-    }
-    if before.retry_until != after.retry_until {
-        fields.push(("retry", Value::At(after.retry_until)));
-    }
+    let mut fields = Fields::new();
+    status_fields(&mut fields, before, after);
+    time_field(&mut fields, "failed", before.failed_at, after.failed_at);
+    time_field(&mut fields, "retry", before.retry_until, after.retry_until);
     if breaker_moved(before.breaker, after.breaker) {
         let (name, until) = breaker_fields(after.breaker);
         fields.push(("br", Value::Text(name.into())));
@@ -154,20 +183,10 @@ pub fn target_change(before: &TargetRecord, after: &TargetRecord) -> Option<Chan
 
 /// A credential record's change between `before` and `after`, if it is news to the fleet.
 pub fn credential_change(before: &CredentialRecord, after: &CredentialRecord) -> Option<Change> {
-    let mut fields = Vec::new();
-    if before.status != after.status {
-        fields.push(("st", Value::Text(after.status.as_str().into())));
-        fields.push(("since", Value::At(after.since)));
-    }
-    if before.reason != after.reason {
-        fields.push(("re", Value::Text(after.reason.clone())));
-    }
-    if before.cooldown_until != after.cooldown_until {
-        fields.push(("cool", Value::At(after.cooldown_until)));
-    }
-    if before.retry_until != after.retry_until {
-        fields.push(("retry", Value::At(after.retry_until)));
-    }
+    let mut fields = Fields::new();
+    status_fields(&mut fields, before, after);
+    time_field(&mut fields, "cool", before.cooldown_until, after.cooldown_until);
+    time_field(&mut fields, "retry", before.retry_until, after.retry_until);
     if fields.is_empty() {
         return None;
     }
