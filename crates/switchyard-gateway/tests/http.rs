@@ -262,6 +262,8 @@ async fn admin_health_shows_targets_and_masked_credentials_and_reset_clears_them
         health["targets"].as_array().unwrap().iter().find(|t| t["target"] == "down:m").unwrap().clone();
     assert_eq!(down["status"], "temporarily_unavailable");
     assert_eq!(down["consecutive_failures"], 1);
+    // Without `state:`, health lives in this process alone.
+    assert_eq!(health["shared_state"], json!({ "backend": "memory", "status": "ok" }));
 
     let reset = gateway
         .client
@@ -422,6 +424,7 @@ async fn metrics_are_served_in_the_prometheus_text_format() {
         "{text}"
     );
     assert!(text.contains("switchyard_fallbacks_total{route=\"default\"} 1"), "{text}");
+    assert!(text.contains("switchyard_shared_state_up{backend=\"memory\"} 1"), "{text}");
     assert!(
         text.contains("switchyard_target_health{target=\"down:m\",status=\"temporarily_unavailable\"} 1"),
         "{text}"
