@@ -217,7 +217,7 @@ def test_admin_health_reset_and_metrics(mock, gateway):
     ask(client(gw))
     assert gw.health_of("a:gpt-test")["status"] == "temporarily_unavailable"
     status, body, _ = gw.post("/admin/health/reset", {"target": "a:gpt-test"})
-    assert status == 200 and body == {"reset": "a:gpt-test"}
+    assert status == 200 and body == {"reset": "a:gpt-test", "applies_to": "this replica"}
     assert gw.health_of("a:gpt-test")["status"] == "unknown"
 
     status, text, _ = gw.get("/metrics")
