@@ -73,6 +73,9 @@ struct Snapshot {
     /// The counter still read what the replica said it had applied: no records sent.
     #[serde(default)]
     unchanged: bool,
+    /// The name of this Redis's copy of the records.
+    #[serde(default)]
+    epoch: String,
     #[serde(default)]
     recs: HashMap<String, HashMap<String, String>>,
 }
@@ -113,6 +116,9 @@ pub(crate) struct Link {
     full_resync: bool,
     /// `"by":"<this replica>"`, as this replica's published changes carry it.
     own_mark: String,
+    /// The epoch of the records last read; the one this replica proposes when there is none.
+    epoch: Option<String>,
+    proposed_epoch: String,
     warned_overflow: bool,
 }
 
@@ -124,6 +130,7 @@ impl Link {
     ) -> Self {
         let own_mark = serde_json::json!({ "by": shared.settings.replica }).to_string();
         let own_mark = own_mark.trim_start_matches('{').trim_end_matches('}').to_owned();
+        let proposed_epoch = proposed_epoch(&shared.settings.replica);
         Self {
             shared,
             client,
@@ -140,6 +147,8 @@ impl Link {
             highest: 0,
             full_resync: true,
             own_mark,
+            epoch: None,
+            proposed_epoch,
             warned_overflow: false,
         }
     }
@@ -584,7 +593,7 @@ impl Link {
         let ttl = (self.settings().reconcile_every * 3).as_millis().max(1_000) as u64;
         call.arg(&self.settings().prefix).arg(&self.settings().replica).arg(ttl).arg(info.to_string());
         let known = if self.full_resync { -1 } else { self.highest as i64 };
-        call.arg(known);
+        call.arg(known).arg(&self.proposed_epoch);
         let Ok(reply) = self.bounded(call.invoke_async::<String>(&mut conn)).await else { return };
         let Ok(snapshot) = serde_json::from_str::<Snapshot>(&reply) else {
             tracing::warn!(target: "switchyard::shared_state", "unreadable shared state snapshot");
@@ -592,10 +601,36 @@ impl Link {
         };
         self.replicas = snapshot.replicas;
         self.report();
+        let lost = self.epoch.as_ref().is_some_and(|epoch| *epoch != snapshot.epoch);
+        self.epoch = Some(snapshot.epoch.clone());
+        if lost {
+            tracing::warn!(target: "switchyard::shared_state", "Redis lost the shared records (restarted empty?): writing back what this replica knows");
+            self.refill();
+        }
         if !snapshot.unchanged {
             self.resync(&snapshot.recs, snapshot.now as i64);
             self.highest = snapshot.seq as u64;
             self.full_resync = false;
+        }
+    }
+
+    /// Queues every record this replica knows of that gates anything, for a Redis that lost
+    /// them: merged like any write, so the fleet ends with the longest of what each knew.
+    fn refill(&mut self) {
+        let (targets, credentials) = self.shared.memory.all();
+        let targets = targets.into_iter().filter_map(|(target, record)| {
+            let change = wire::target_change(&Default::default(), &record)?;
+            Some((Key::Target(target), change))
+        });
+        let credentials = credentials.into_iter().filter_map(|(id, record)| {
+            let change = wire::credential_change(&Default::default(), &record)?;
+            Some((Key::Credential(id), change))
+        });
+        let writes: Vec<(Key, Change)> =
+            targets.chain(credentials).filter(|(_, change)| matches!(change, Change::Put(_))).collect();
+        for (key, change) in writes {
+            *self.shared.book().pending.entry(key.clone()).or_default() += 1;
+            self.queue(Op::Write { key, change, seen: 0 });
         }
     }
 
@@ -669,6 +704,14 @@ fn forget(memory: &switchyard::health::MemoryStore, key: &Key) {
         Key::Target(target) => memory.edit_target(target, |r| *r = Default::default()),
         Key::Credential(id) => memory.edit_credential(id, |r| *r = Default::default()),
     }
+}
+
+/// An epoch no other replica proposes: this replica's id and the wall clock's nanoseconds
+/// (for uniqueness only; no deadline is read from it).
+fn proposed_epoch(replica: &str) -> String {
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{replica}-{nanos:x}")
 }
 
 async fn next_message(messages: &mut Option<PubSubStream>) -> Option<redis::Msg> {

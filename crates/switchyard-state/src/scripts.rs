@@ -7,6 +7,8 @@
 //!   `wire`), expiring by itself an hour after its last deadline (or its last write);
 //! - `P:index`: the set of record names, for resyncs and resets of everything;
 //! - `P:seq`: the fleet-wide write counter, each record's `gen`;
+//! - `P:epoch`: names this Redis's copy of the records (set by the first replica to find
+//!   none); a replica that sees it change knows the records were lost and writes back its own;
 //! - `P:replica:<id>`: each replica's heartbeat, expiring unless renewed; `P:replicas` the set
 //!   of their ids;
 //! - `P:changes`: the channel every write is published on.
@@ -144,9 +146,16 @@ return msg
 /// The periodic round trip: renews this replica's heartbeat, drops the dead from the
 /// membership, and reads every record unless the fleet's write counter still reads what the
 /// replica has applied. ARGV: prefix, replica, heartbeat ttl in ms, the replica's description
-/// (JSON), the generation it has applied (-1 for a full resync).
+/// (JSON), the generation it has applied (-1 for a full resync), and an epoch to set when
+/// none is (the epoch names this Redis's copy of the records: a new one means they were lost).
 const SYNC: &str = r#"
 local me, ttl, info, known = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+local epoch = redis.call('GET', prefix .. ':epoch')
+if not epoch then
+  epoch = ARGV[6]
+  redis.call('SET', prefix .. ':epoch', epoch)
+end
+redis.call('PEXPIRE', prefix .. ':epoch', 86400000)
 redis.call('SET', prefix .. ':replica:' .. me, info, 'PX', ttl)
 redis.call('SADD', prefix .. ':replicas', me)
 redis.call('PEXPIRE', prefix .. ':replicas', ttl * 10)
@@ -161,7 +170,7 @@ for _, id in ipairs(redis.call('SMEMBERS', prefix .. ':replicas')) do
 end
 local seq = tonumber(redis.call('GET', prefix .. ':seq') or '0')
 if seq == known then
-  return cjson.encode({now = now, replicas = replicas, seq = seq, unchanged = true})
+  return cjson.encode({now = now, replicas = replicas, seq = seq, epoch = epoch, unchanged = true})
 end
 local recs = {}
 local count = 0
@@ -174,7 +183,7 @@ for _, name in ipairs(redis.call('SMEMBERS', prefix .. ':index')) do
     count = count + 1
   end
 end
-local out = {now = now, replicas = replicas, count = count, seq = seq}
+local out = {now = now, replicas = replicas, count = count, seq = seq, epoch = epoch}
 if count > 0 then out.recs = recs end
 return cjson.encode(out)
 "#;

@@ -199,3 +199,22 @@ async fn degraded_events_are_published_once_per_change_not_once_per_failure() {
         "{kinds:?}"
     );
 }
+
+#[tokio::test]
+async fn a_redis_that_restarts_empty_is_refilled_from_the_replicas_memory() {
+    let mut server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await;
+    let b = redis_replica(&server, "b", |_| {}).await;
+    let (t, k) = (target(), keys(1));
+    a.fail(&t, &k, 0, &error(ErrorKind::QuotaExceeded, Some(Duration::from_secs(600))));
+    eventually("b sees the bench", PROPAGATION, || is_skip(&b.gate(&t, &k))).await;
+    let until = skip_until(&a.gate(&t, &k));
+    server.kill();
+    server.restart();
+    // A replica that starts on the empty Redis learns the bench from the others' memory.
+    let c = redis_replica(&server, "c", |_| {}).await;
+    eventually("c learns the bench", OUTAGE, || near(skip_until(&c.gate(&t, &k)), until)).await;
+    for (name, replica) in [("a", &a), ("b", &b)] {
+        assert!(near(skip_until(&replica.gate(&t, &k)), until), "{name} kept the bench");
+    }
+}
