@@ -358,3 +358,27 @@ fn doctor_reports_an_unreachable_redis_with_its_password_masked() {
     assert!(stdout.contains("unreachable"), "{stdout}");
     assert!(!stdout.contains("doctor-secret") && !stderr.contains("doctor-secret"));
 }
+
+#[tokio::test]
+async fn a_replica_shares_state_through_a_tls_redis() {
+    let redis = RedisServer::start_tls();
+    let (upstream, _) = start_upstream().await;
+    let path = support::write_config("fleet-tls.yaml", &config(upstream, &redis.url()));
+    let ca = redis.ca_file().unwrap();
+    let trust = [("SSL_CERT_FILE", ca.to_str().unwrap())];
+    let replica = support::serve_with_env(&trust, &path, "127.0.0.1:0", &[]).unwrap();
+    let fleet = Fleet { replicas: vec![replica], client: reqwest::Client::new() };
+    fleet
+        .until_all(&[0], "connects over TLS", Duration::from_secs(10), |h| {
+            h["shared_state"]["status"] == "ok"
+        })
+        .await;
+    assert_eq!(fleet.chat(0, "quota").await, 200);
+    let written = redis.cli(&["HGET", "fleet-test:t:up:quota", "st"]);
+    assert_eq!(written.trim(), "exhausted", "the bench reached Redis over TLS");
+    let health = fleet.health(0).await;
+    assert!(health["shared_state"]["url"].as_str().unwrap().starts_with("rediss://127.0.0.1:"), "{health}");
+    for (child, _) in fleet.replicas {
+        support::stop(child);
+    }
+}

@@ -5,6 +5,7 @@
 //! Redis never skips silently.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,8 @@ use std::time::{Duration, Instant};
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
+    /// With TLS: the folder holding its certificate authority (`ca.crt`) and its own key pair.
+    tls: Option<PathBuf>,
 }
 
 impl RedisServer {
@@ -22,18 +25,42 @@ impl RedisServer {
     ///
     /// When `redis-server` is not installed or does not start.
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// Starts a server that speaks only TLS, with a certificate for 127.0.0.1 signed by a
+    /// certificate authority made for it (see [`ca_file`](Self::ca_file)).
+    ///
+    /// # Panics
+    ///
+    /// When `openssl` or `redis-server` is not installed or does not start.
+    pub fn start_tls() -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("switchyard-redis-tls-{}-{}", std::process::id(), free_port()));
+        make_certificates(&dir);
+        Self::start_with(Some(dir))
+    }
+
+    fn start_with(tls: Option<PathBuf>) -> Self {
         for _ in 0..5 {
             let port = free_port();
-            if let Some(child) = spawn(port) {
-                return Self { child: Some(child), port };
+            if let Some(child) = spawn(port, tls.as_deref()) {
+                return Self { child: Some(child), port, tls };
             }
         }
         panic!("redis-server did not start on a free port after 5 tries");
     }
 
-    /// `redis://127.0.0.1:<port>/0`.
+    /// `redis://127.0.0.1:<port>/0`, or `rediss://` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}/0", self.port)
+    }
+
+    /// The certificate authority a client must trust to reach a TLS server (for instance
+    /// through `SSL_CERT_FILE`); `None` without TLS.
+    pub fn ca_file(&self) -> Option<PathBuf> {
+        self.tls.as_ref().map(|dir| dir.join("ca.crt"))
     }
 
     /// The server's port.
@@ -68,7 +95,7 @@ impl RedisServer {
         self.kill();
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
-            if let Some(child) = spawn(self.port) {
+            if let Some(child) = spawn(self.port, self.tls.as_deref()) {
                 self.child = Some(child);
                 return;
             }
@@ -82,8 +109,12 @@ impl RedisServer {
     ///
     /// When `redis-cli` cannot run.
     pub fn cli(&self, args: &[&str]) -> String {
-        let output = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+        let mut command = Command::new("redis-cli");
+        command.args(["-h", "127.0.0.1", "-p", &self.port.to_string()]);
+        if let Some(ca) = self.ca_file() {
+            command.arg("--tls").arg("--cacert").arg(ca);
+        }
+        let output = command
             .args(args)
             .output()
             .expect("redis-cli runs (Debian package `redis-tools`, installed with `redis-server`)");
@@ -100,8 +131,10 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
-        // A stalled server must be thawed to die promptly on some kernels; SIGKILL works either way.
         self.kill();
+        if let Some(dir) = &self.tls {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -112,11 +145,72 @@ fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
-/// Starts `redis-server` on `port` and waits until it accepts connections; `None` if it
-/// exited (the port was taken).
-fn spawn(port: u16) -> Option<Child> {
-    let mut child = match Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+/// Makes, in `dir`, a certificate authority (`ca.crt`) and a key pair for 127.0.0.1 signed by
+/// it (`server.crt`, `server.key`).
+fn make_certificates(dir: &Path) {
+    std::fs::create_dir_all(dir).expect("a folder for the certificates");
+    let openssl = |args: &[&str]| {
+        let status = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl runs (Debian package `openssl`)");
+        assert!(status.success(), "openssl {args:?}");
+    };
+    let rsa = ["-newkey", "rsa:2048", "-nodes"];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &rsa,
+            &["-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=switchyard-test-ca"],
+        ]
+        .concat(),
+    );
+    openssl(
+        &[&["req"][..], &rsa, &["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]]
+            .concat(),
+    );
+    std::fs::write(dir.join("ext"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
+        .expect("write");
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "ext",
+    ]);
+}
+
+/// Starts `redis-server` on `port` (TLS only, with the certificates in `tls`) and waits until
+/// it accepts connections; `None` if it exited (the port was taken).
+fn spawn(port: u16, tls: Option<&Path>) -> Option<Child> {
+    let mut command = Command::new("redis-server");
+    match tls {
+        None => command.args(["--port", &port.to_string()]),
+        Some(dir) => command
+            .args(["--port", "0", "--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
+            .arg("--tls-cert-file")
+            .arg(dir.join("server.crt"))
+            .arg("--tls-key-file")
+            .arg(dir.join("server.key"))
+            .arg("--tls-ca-cert-file")
+            .arg(dir.join("ca.crt")),
+    };
+    let mut child = match command
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
         .args(["--daemonize", "no", "--loglevel", "warning", "--protected-mode", "no"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
