@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::scripts::Scripts;
-use switchyard::health::HealthStore;
+use switchyard::health::{HealthStatus, HealthStore, Subject};
 
 use crate::wire::{self, Change, Key};
 use crate::{Op, Replica, Shared, SharedStateStatus, StateSettings, scrub};
@@ -559,20 +559,17 @@ impl Link {
                         local_now: Some(now),
                         me,
                     };
-                    adopt(memory, &key, &shared);
+                    edit(&self.shared, &key, Edit::Adopt(&shared));
                 } else {
                     book.seen.remove(&key);
-                    match &key {
-                        Key::Target(t) => memory.edit_target(t, |r| wire::clear_target(r, now)),
-                        Key::Credential(c) => memory.edit_credential(c, |r| wire::clear_credential(r, now)),
-                    }
+                    edit(&self.shared, &key, Edit::Clear(now));
                 }
             }
             "reset" => {
                 let mut book = self.shared.book();
                 for key in message.keys.iter().filter_map(|name| Key::parse(name)) {
                     book.seen.remove(&key);
-                    forget(memory, &key);
+                    edit(&self.shared, &key, Edit::Forget);
                 }
             }
             "reset_all" if message.by != me => {
@@ -639,7 +636,6 @@ impl Link {
     fn resync(&self, records: &HashMap<String, HashMap<String, String>>, server_now: i64) {
         let now = Instant::now();
         let me = self.settings().replica.as_str();
-        let memory = &self.shared.memory;
         let mut book = self.shared.book();
         let mut present = Vec::with_capacity(records.len());
         for (name, fields) in records {
@@ -652,7 +648,7 @@ impl Link {
             let generation = shared.generation();
             if book.seen.get(&key) != Some(&generation) {
                 book.seen.insert(key.clone(), generation);
-                adopt(memory, &key, &shared);
+                edit(&self.shared, &key, Edit::Adopt(&shared));
             }
         }
         let gone: Vec<Key> = book
@@ -663,7 +659,7 @@ impl Link {
             .collect();
         for key in gone {
             book.seen.remove(&key);
-            forget(memory, &key);
+            edit(&self.shared, &key, Edit::Forget);
         }
     }
 
@@ -692,17 +688,54 @@ impl Link {
     }
 }
 
-fn adopt(memory: &switchyard::health::MemoryStore, key: &Key, shared: &wire::Shared<'_>) {
-    match key {
-        Key::Target(target) => memory.edit_target(target, |r| wire::adopt_target(r, shared)),
-        Key::Credential(id) => memory.edit_credential(id, |r| wire::adopt_credential(r, shared)),
-    }
+/// What another replica's change does to a record here.
+enum Edit<'a> {
+    /// Take the shared record's fields.
+    Adopt(&'a wire::Shared<'a>),
+    /// It recovered (a success elsewhere), at this instant.
+    Clear(Instant),
+    /// It was forgotten (a reset, or gone from Redis).
+    Forget,
 }
 
-fn forget(memory: &switchyard::health::MemoryStore, key: &Key) {
-    match key {
-        Key::Target(target) => memory.edit_target(target, |r| *r = Default::default()),
-        Key::Credential(id) => memory.edit_credential(id, |r| *r = Default::default()),
+/// Applies another replica's change to the record of `key` in this replica's memory, and
+/// publishes the status change it makes (`health_changed`, as the board announces its own),
+/// so that this replica's events follow the fleet.
+fn edit(shared: &Shared, key: &Key, edit: Edit<'_>) {
+    let memory = &shared.memory;
+    let (subject, change) = match key {
+        Key::Target(target) => {
+            let mut change = None;
+            memory.edit_target(target, |r| {
+                let from = r.status;
+                match edit {
+                    Edit::Adopt(fields) => wire::adopt_target(r, fields),
+                    Edit::Clear(now) => wire::clear_target(r, now),
+                    Edit::Forget => *r = Default::default(),
+                }
+                change = Some((from, r.status, r.reason.to_string()));
+            });
+            (Subject::Target(target.clone()), change)
+        }
+        Key::Credential(id) => {
+            let mut change = None;
+            memory.edit_credential(id, |r| {
+                let from = r.status;
+                match edit {
+                    Edit::Adopt(fields) => wire::adopt_credential(r, fields),
+                    Edit::Clear(now) => wire::clear_credential(r, now),
+                    Edit::Forget => *r = Default::default(),
+                }
+                change = Some((from, r.status, r.reason.to_string()));
+            });
+            (Subject::Credential(id.clone()), change)
+        }
+    };
+    if let Some((from, to, reason)) = change
+        && from != to
+    {
+        let reason = if to == HealthStatus::Unknown { "reset".to_owned() } else { reason };
+        shared.publish(EventKind::HealthChanged { subject, from, to, reason });
     }
 }
 

@@ -218,3 +218,32 @@ async fn a_redis_that_restarts_empty_is_refilled_from_the_replicas_memory() {
         assert!(near(skip_until(&replica.gate(&t, &k)), until), "{name} kept the bench");
     }
 }
+
+#[tokio::test]
+async fn a_change_learned_from_another_replica_is_announced_here() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await;
+    let b = redis_replica(&server, "b", |_| {}).await;
+    let bus = EventBus::new(64);
+    let mut events = bus.subscribe();
+    b.store().publish_events_to(bus);
+    let (t, k) = (target(), keys(1));
+    a.fail(&t, &k, 0, &error(ErrorKind::QuotaExceeded, None));
+    eventually("b skips the target", PROPAGATION, || is_skip(&b.gate(&t, &k))).await;
+    a.board.reset(&t, &k);
+    eventually("b forgets the target", PROPAGATION, || !is_skip(&b.gate(&t, &k))).await;
+    let changes: Vec<(String, String, String)> = events
+        .drain()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::HealthChanged { subject, to, reason, .. } => {
+                Some((subject.to_string(), to.as_str().to_owned(), reason.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    let target_changes: Vec<_> = changes.iter().filter(|(s, ..)| s.contains("openai:gpt-4o")).collect();
+    assert_eq!(target_changes.len(), 2, "{changes:?}");
+    assert_eq!(target_changes[0].1, "exhausted");
+    assert_eq!((target_changes[1].1.as_str(), target_changes[1].2.as_str()), ("unknown", "reset"));
+}
