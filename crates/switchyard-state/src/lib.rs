@@ -108,16 +108,17 @@ fn default_replica_id() -> String {
 /// ```
 /// assert_eq!(switchyard_state::mask_url("redis://:hunter2@db:6379/0"), "redis://:****@db:6379/0");
 /// assert_eq!(switchyard_state::mask_url("redis://app:hunter2@db/1"), "redis://app:****@db/1");
+/// assert_eq!(switchyard_state::mask_url("redis://:ab/c+d=@db/1"), "redis://:****@db/1");
 /// assert_eq!(switchyard_state::mask_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
 /// ```
 pub fn mask_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return "(not a URL)".to_owned() };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((user_info, host)) => {
+    // Up to the last `@`: a password may hold a `/` (base64 does) that a parser would take for
+    // the path.
+    match rest.rsplit_once('@') {
+        Some((user_info, host_and_path)) => {
             let user = user_info.split_once(':').map_or("", |(user, _)| user);
-            format!("{scheme}://{user}:****@{host}{path}")
+            format!("{scheme}://{user}:****@{host_and_path}")
         }
         None => url.to_owned(),
     }
@@ -178,14 +179,17 @@ pub struct Replica {
 #[derive(Debug)]
 pub(crate) enum Op {
     /// A record changed: `change`, with what the replica knew of the shared record then.
-    Write { key: Key, change: Change, seen: u64 },
+    /// `id` names the write, so that a reset sent twice (its first answer lost) runs once.
+    Write { key: Key, change: Change, seen: u64, id: u64 },
     /// An operator forgot everything.
-    ResetAll,
+    ResetAll { id: u64 },
 }
 
 /// What the request path and the background task share.
 pub(crate) struct Shared {
     memory: MemoryStore,
+    /// Names each write (see [`Op::Write`]).
+    next_op: std::sync::atomic::AtomicU64,
     settings: StateSettings,
     book: Mutex<Book>,
     events: Mutex<Option<EventBus>>,
@@ -207,6 +211,10 @@ pub(crate) struct Book {
 impl Shared {
     pub(crate) fn book(&self) -> MutexGuard<'_, Book> {
         self.book.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn op_id(&self) -> u64 {
+        self.next_op.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn publish(&self, kind: switchyard::events::EventKind) {
@@ -256,6 +264,7 @@ impl RedisStore {
         let status = link::initial_status(&settings);
         let shared = Arc::new(Shared {
             memory: MemoryStore::default(),
+            next_op: std::sync::atomic::AtomicU64::new(1),
             settings,
             book: Mutex::new(Book { status: Some(status), ..Book::default() }),
             events: Mutex::new(None),
@@ -301,15 +310,17 @@ impl RedisStore {
         &self.shared.settings.replica
     }
 
-    /// Queues `changes` for the background task, noting what this replica knew of each.
-    fn send(&self, changes: Vec<(Key, Change)>) {
-        let mut book = self.shared.book();
+    /// Queues `changes` for the background task, noting what this replica knew of each
+    /// (read under the same lock as the change was made, so no change applied between the
+    /// two can be mistaken for what the replica recovered from).
+    fn send(&self, book: &mut Book, changes: Vec<(Key, Change)>) {
         for (key, change) in changes {
             let seen = book.seen.get(&key).copied().unwrap_or(0);
             *book.pending.entry(key.clone()).or_default() += 1;
+            let id = self.shared.op_id();
             // The task ends only when the store is dropped, so the send cannot fail while
             // `self` lives.
-            let _ = self.ops.send(Op::Write { key, change, seen });
+            let _ = self.ops.send(Op::Write { key, change, seen, id });
         }
     }
 }
@@ -317,6 +328,9 @@ impl RedisStore {
 impl HealthStore for RedisStore {
     fn update(&self, target: &Target, credentials: &[CredentialId], apply: &mut dyn FnMut(&mut Records)) {
         let mut changes = Vec::new();
+        // The bookkeeping first, then the memory: the background task takes them in the same
+        // order, so it cannot apply another replica's change between this step and its note.
+        let mut book = self.shared.book();
         self.shared.memory.update(target, credentials, &mut |records| {
             // What the step started from, to tell what it changed: copied without allocating
             // for the usual handful of keys (this runs around every call).
@@ -342,7 +356,7 @@ impl HealthStore for RedisStore {
             }
         });
         if !changes.is_empty() {
-            self.send(changes);
+            self.send(&mut book, changes);
         }
     }
 
@@ -351,10 +365,10 @@ impl HealthStore for RedisStore {
     }
 
     fn clear(&self) {
-        self.shared.memory.clear();
         let mut book = self.shared.book();
+        self.shared.memory.clear();
         book.seen.clear();
-        let _ = self.ops.send(Op::ResetAll);
+        let _ = self.ops.send(Op::ResetAll { id: self.shared.op_id() });
     }
 }
 
@@ -362,8 +376,7 @@ impl HealthStore for RedisStore {
 pub(crate) fn scrub(text: &str, url: &str) -> String {
     let password = url
         .split_once("://")
-        .and_then(|(_, rest)| rest.split('/').next())
-        .and_then(|authority| authority.rsplit_once('@'))
+        .and_then(|(_, rest)| rest.rsplit_once('@'))
         .and_then(|(user_info, _)| user_info.split_once(':'))
         .map(|(_, password)| password)
         .filter(|p| !p.is_empty());

@@ -116,9 +116,8 @@ pub(crate) struct Link {
     full_resync: bool,
     /// `"by":"<this replica>"`, as this replica's published changes carry it.
     own_mark: String,
-    /// The epoch of the records last read; the one this replica proposes when there is none.
+    /// The epoch of the records last read.
     epoch: Option<String>,
-    proposed_epoch: String,
     warned_overflow: bool,
 }
 
@@ -130,7 +129,6 @@ impl Link {
     ) -> Self {
         let own_mark = serde_json::json!({ "by": shared.settings.replica }).to_string();
         let own_mark = own_mark.trim_start_matches('{').trim_end_matches('}').to_owned();
-        let proposed_epoch = proposed_epoch(&shared.settings.replica);
         Self {
             shared,
             client,
@@ -148,7 +146,6 @@ impl Link {
             full_resync: true,
             own_mark,
             epoch: None,
-            proposed_epoch,
             warned_overflow: false,
         }
     }
@@ -184,7 +181,13 @@ impl Link {
                         self.reconcile().await;
                     }
                 }
-                Wake::Tick if self.up == Some(true) => self.reconcile().await,
+                Wake::Tick if self.up == Some(true) => {
+                    // A subscription that could not be made again is retried every period.
+                    if self.messages.is_none() {
+                        self.subscribe().await;
+                    }
+                    self.reconcile().await;
+                }
                 Wake::Tick => self.restore().await,
             }
             if self.up == Some(true) {
@@ -316,7 +319,7 @@ impl Link {
     /// Adds an op to the outbox, folding it into the ones already waiting.
     fn queue(&mut self, op: Op) {
         match &op {
-            Op::ResetAll => {
+            Op::ResetAll { .. } => {
                 let dropped: Vec<Op> = self.outbox.drain(..).collect();
                 for op in dropped {
                     self.done(&op);
@@ -415,8 +418,13 @@ impl Link {
                     Ok(reply) => {
                         self.failures = 0;
                         let last = self.done(&op);
-                        if let Op::Write { key, .. } = &op {
-                            self.on_reply(key, &reply, last);
+                        match &op {
+                            Op::Write { key, .. } => self.on_reply(key, &reply, last),
+                            Op::ResetAll { .. } => {
+                                if let Ok(message) = serde_json::from_str::<Message>(&reply) {
+                                    self.apply(&message, true);
+                                }
+                            }
                         }
                     }
                     Err(error) if absent(&error) => {
@@ -432,6 +440,8 @@ impl Link {
                         let reason = scrub(&error.to_string(), &self.settings().url);
                         tracing::warn!(target: "switchyard::shared_state", %reason, "shared state write refused; dropped");
                         self.done(&op);
+                        // Changes skipped while it was pending are read back in full.
+                        self.full_resync = true;
                     }
                 }
             }
@@ -485,20 +495,21 @@ fn invocation<'s>(
             }
             call
         }
-        Op::Write { key, change: Change::Clear, seen } => {
+        Op::Write { key, change: Change::Clear, seen, .. } => {
             let seen = (*seen).max(own.get(key).copied().unwrap_or(0));
             let mut call = scripts.clear.prepare_invoke();
             call.arg(&settings.prefix).arg(key.name()).arg(&settings.replica).arg(seen);
             call
         }
-        Op::Write { key, change: Change::Reset, .. } => {
+        Op::Write { key, change: Change::Reset, id, .. } => {
             let mut call = scripts.reset.prepare_invoke();
-            call.arg(&settings.prefix).arg(&settings.replica).arg(key.name());
+            call.arg(&settings.prefix).arg(&settings.replica).arg(format!("{}-{id}", settings.replica));
+            call.arg(key.name());
             call
         }
-        Op::ResetAll => {
+        Op::ResetAll { id } => {
             let mut call = scripts.reset.prepare_invoke();
-            call.arg(&settings.prefix).arg(&settings.replica);
+            call.arg(&settings.prefix).arg(&settings.replica).arg(format!("{}-{id}", settings.replica));
             call
         }
     }
@@ -513,10 +524,12 @@ impl Link {
         if message.op == "put" && message.by == self.settings().replica {
             self.own.insert(key.clone(), generation);
         }
+        // A later write of the record is still waiting: its answer, the newer merge, is the
+        // one to apply.
         if last {
             self.apply(&message, true);
         } else {
-            self.shared.book().seen.insert(key.clone(), generation);
+            self.highest = self.highest.max(generation);
         }
     }
 
@@ -568,14 +581,36 @@ impl Link {
             "reset" => {
                 let mut book = self.shared.book();
                 for key in message.keys.iter().filter_map(|name| Key::parse(name)) {
+                    // A record written since the reset (a later generation, or a write of
+                    // this replica on its way) stays.
+                    let newer = book.seen.get(&key).is_some_and(|seen| *seen > generation);
+                    if newer || book.pending.contains_key(&key) {
+                        continue;
+                    }
                     book.seen.remove(&key);
                     edit(&self.shared, &key, Edit::Forget);
                 }
             }
-            "reset_all" if message.by != me => {
+            "reset_all" => {
+                // Everything not written since is forgotten: where another replica reset, all
+                // of it; where this one did (its memory was cleared when asked), what it
+                // adopted from the others before Redis ran the reset.
+                let mine = message.by == me;
+                let (targets, credentials) = memory.all();
+                let keys = targets
+                    .into_iter()
+                    .map(|(target, _)| Key::Target(target))
+                    .chain(credentials.into_iter().map(|(id, _)| Key::Credential(id)));
                 let mut book = self.shared.book();
-                book.seen.clear();
-                memory.clear();
+                for key in keys {
+                    let seen = book.seen.get(&key).copied();
+                    let newer = seen.is_some_and(|seen| seen > generation) || book.pending.contains_key(&key);
+                    if newer || (mine && seen.is_none()) {
+                        continue;
+                    }
+                    book.seen.remove(&key);
+                    edit(&self.shared, &key, Edit::Forget);
+                }
             }
             _ => {}
         }
@@ -590,7 +625,9 @@ impl Link {
         let ttl = (self.settings().reconcile_every * 3).as_millis().max(1_000) as u64;
         call.arg(&self.settings().prefix).arg(&self.settings().replica).arg(ttl).arg(info.to_string());
         let known = if self.full_resync { -1 } else { self.highest as i64 };
-        call.arg(known).arg(&self.proposed_epoch);
+        // A fresh proposal each time: a replica that finds the records gone must not set the
+        // epoch it already knows, or it would not notice.
+        call.arg(known).arg(proposed_epoch(&self.settings().replica));
         let Ok(reply) = self.bounded(call.invoke_async::<String>(&mut conn)).await else { return };
         let Ok(snapshot) = serde_json::from_str::<Snapshot>(&reply) else {
             tracing::warn!(target: "switchyard::shared_state", "unreadable shared state snapshot");
@@ -602,6 +639,9 @@ impl Link {
         self.epoch = Some(snapshot.epoch.clone());
         if lost {
             tracing::warn!(target: "switchyard::shared_state", "Redis lost the shared records (restarted empty?): writing back what this replica knows");
+            // Generations restart with the records: what was seen of the old ones means nothing.
+            self.own.clear();
+            self.shared.book().seen.clear();
             self.refill();
         }
         if !snapshot.unchanged {
@@ -627,7 +667,8 @@ impl Link {
             targets.chain(credentials).filter(|(_, change)| matches!(change, Change::Put(_))).collect();
         for (key, change) in writes {
             *self.shared.book().pending.entry(key.clone()).or_default() += 1;
-            self.queue(Op::Write { key, change, seen: 0 });
+            let id = self.shared.op_id();
+            self.queue(Op::Write { key, change, seen: 0, id });
         }
     }
 
@@ -637,10 +678,10 @@ impl Link {
         let now = Instant::now();
         let me = self.settings().replica.as_str();
         let mut book = self.shared.book();
-        let mut present = Vec::with_capacity(records.len());
+        let mut present = std::collections::HashSet::with_capacity(records.len());
         for (name, fields) in records {
             let Some(key) = Key::parse(name) else { continue };
-            present.push(key.clone());
+            present.insert(key.clone());
             if book.pending.contains_key(&key) {
                 continue;
             }
@@ -654,7 +695,7 @@ impl Link {
         let gone: Vec<Key> = book
             .seen
             .keys()
-            .filter(|key| !present.contains(key) && !book.pending.contains_key(*key))
+            .filter(|key| !present.contains(*key) && !book.pending.contains_key(*key))
             .cloned()
             .collect();
         for key in gone {
@@ -789,7 +830,7 @@ mod tests {
     use super::*;
 
     fn write(target: &str, change: Change) -> Op {
-        Op::Write { key: Key::Target(target.parse().expect("a target")), change, seen: 0 }
+        Op::Write { key: Key::Target(target.parse().expect("a target")), change, seen: 0, id: 0 }
     }
 
     #[test]
@@ -807,6 +848,6 @@ mod tests {
         assert_eq!(batch_len(&clears), 2);
         let many: VecDeque<Op> = (0..100).map(|i| write(&format!("p:m{i}"), put())).collect();
         assert_eq!(batch_len(&many), BATCH);
-        assert_eq!(batch_len(&[Op::ResetAll].into()), 1);
+        assert_eq!(batch_len(&[Op::ResetAll { id: 1 }].into()), 1);
     }
 }

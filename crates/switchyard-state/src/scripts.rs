@@ -62,8 +62,11 @@ if new.st ~= nil then
 end
 if new.re ~= nil then out.re = new.re end
 for _, f in ipairs({'failed', 'retry', 'cool'}) do
-  if new[f] ~= nil and new[f] ~= '' then
-    local old = num(cur[f])
+  local old = num(cur[f])
+  if new[f] == '' then
+    -- No time known: a running one stands, an expired one goes.
+    if old ~= nil and old <= now then out[f] = '' end
+  elseif new[f] ~= nil then
     if old == nil or tonumber(new[f]) > old then out[f] = new[f] end
   end
 end
@@ -91,9 +94,12 @@ for _, f in ipairs({'failed', 'retry', 'cool', 'bu'}) do
   local at = num(cur[f])
   if at ~= nil and at > last then last = at end
 end
-redis.call('PEXPIREAT', key, fmt(math.max(last, now) + floor))
-redis.call('SADD', prefix .. ':index', name)
-redis.call('PEXPIRE', prefix .. ':index', fmt(floor * 2))
+local expires = math.max(last, now) + floor
+redis.call('PEXPIREAT', key, fmt(expires))
+local index = prefix .. ':index'
+redis.call('SADD', index, name)
+-- The index outlives every record it names.
+if redis.call('PTTL', index) < expires - now then redis.call('PEXPIREAT', index, fmt(expires)) end
 local msg = cjson.encode({op = 'put', key = name, gen = gen, now = now, by = me, rec = cur})
 redis.call('PUBLISH', prefix .. ':changes', msg)
 return msg
@@ -120,12 +126,16 @@ redis.call('PUBLISH', prefix .. ':changes', msg)
 return msg
 "#;
 
-/// Forgets records whatever they hold: an operator's reset. ARGV: prefix, replica, then the
-/// names; no names forgets every record.
+/// Forgets records whatever they hold: an operator's reset. ARGV: prefix, replica, the
+/// reset's id (a reset sent again because its answer was lost runs once), then the names; no
+/// names forgets every record.
 const RESET: &str = r#"
 local me = ARGV[2]
+if not redis.call('SET', prefix .. ':op:' .. ARGV[3], '1', 'NX', 'PX', 600000) then
+  return cjson.encode({op = 'none', gen = 0, now = now, by = me})
+end
 local names = {}
-for i = 3, #ARGV do names[#names + 1] = ARGV[i] end
+for i = 4, #ARGV do names[#names + 1] = ARGV[i] end
 local op = 'reset'
 if #names == 0 then
   op = 'reset_all'

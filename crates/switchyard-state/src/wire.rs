@@ -115,52 +115,51 @@ pub enum Change {
     Reset,
 }
 
-/// The fields of a record that changed, by name, as the script reads them.
+/// A record's fields, by name, as the script reads them.
 pub type Fields = Vec<(&'static str, Value)>;
 
-/// Adds the status (with when it changed) and the reason, when they changed.
-fn status_fields<R: HasStatusFields>(fields: &mut Fields, before: &R, after: &R) {
-    let ((was, was_why, _), (now, why, since)) = (before.status_fields(), after.status_fields());
-    if was != now {
-        fields.push(("st", Value::Text(now.as_str().into())));
-        fields.push(("since", Value::At(since)));
-    }
-    if was_why != why {
-        fields.push(("re", Value::Text(why.clone())));
-    }
+/// The fields every put carries whole, whatever moved: the status with its reason and time,
+/// then `times`. A record gone from Redis meanwhile (expired, cleared, lost) is then written
+/// whole again rather than as a fragment.
+fn status_and_times(
+    status: HealthStatus,
+    reason: &Arc<str>,
+    since: Option<Instant>,
+    times: [(&'static str, Option<Instant>); 2],
+) -> Fields {
+    let mut fields = vec![
+        ("st", Value::Text(status.as_str().into())),
+        ("since", Value::At(since)),
+        ("re", Value::Text(reason.clone())),
+    ];
+    fields.extend(times.into_iter().map(|(name, at)| (name, Value::At(at))));
+    fields
 }
 
-/// Adds the time `name` when it changed.
-fn time_field(fields: &mut Fields, name: &'static str, before: Option<Instant>, after: Option<Instant>) {
-    if before != after {
-        fields.push((name, Value::At(after)));
-    }
-}
-
-/// The status, reason and time of change of a record.
-trait HasStatusFields {
-    fn status_fields(&self) -> (HealthStatus, &Arc<str>, Option<Instant>);
-}
-
-impl HasStatusFields for TargetRecord {
-    fn status_fields(&self) -> (HealthStatus, &Arc<str>, Option<Instant>) {
-        (self.status, &self.reason, self.since)
-    }
-}
-
-impl HasStatusFields for CredentialRecord {
-    fn status_fields(&self) -> (HealthStatus, &Arc<str>, Option<Instant>) {
-        (self.status, &self.reason, self.since)
-    }
-}
-
-/// A target record's change between `before` and `after`, if it is news to the fleet.
+/// A target record's change between `before` and `after`, if it is news to the fleet. A put
+/// carries the status and times whole, and the breaker only when it moved (another
+/// replica's open time, adopted with its head start, must not be written back as this one's).
 pub fn target_change(before: &TargetRecord, after: &TargetRecord) -> Option<Change> {
-    let mut fields = Fields::new();
-    status_fields(&mut fields, before, after);
-    time_field(&mut fields, "failed", before.failed_at, after.failed_at);
-    time_field(&mut fields, "retry", before.retry_until, after.retry_until);
-    if breaker_moved(before.breaker, after.breaker) {
+    let breaker = breaker_moved(before.breaker, after.breaker);
+    let moved = before.status != after.status
+        || before.reason != after.reason
+        || before.failed_at != after.failed_at
+        || before.retry_until != after.retry_until
+        || breaker
+        || before.reopens != after.reopens;
+    if !moved {
+        return None;
+    }
+    let shared = |r: &TargetRecord| TargetRecord { consecutive_failures: 0, ..r.clone() };
+    if shared(after) == TargetRecord::default() {
+        return Some(Change::Reset);
+    }
+    if target_healthy(after) {
+        return Some(Change::Clear);
+    }
+    let times = [("failed", after.failed_at), ("retry", after.retry_until)];
+    let mut fields = status_and_times(after.status, &after.reason, after.since, times);
+    if breaker {
         let (name, until) = breaker_fields(after.breaker);
         fields.push(("br", Value::Text(name.into())));
         fields.push(("bu", Value::At(until)));
@@ -168,38 +167,25 @@ pub fn target_change(before: &TargetRecord, after: &TargetRecord) -> Option<Chan
     if before.reopens != after.reopens {
         fields.push(("ro", Value::Count(after.reopens)));
     }
-    if fields.is_empty() {
-        return None;
-    }
-    let shared = |r: &TargetRecord| TargetRecord { consecutive_failures: 0, ..r.clone() };
-    Some(if shared(after) == TargetRecord::default() {
-        Change::Reset
-    } else if target_healthy(after) {
-        Change::Clear
-    } else {
-        Change::Put(fields)
-    })
+    Some(Change::Put(fields))
 }
 
 /// A credential record's change between `before` and `after`, if it is news to the fleet.
 pub fn credential_change(before: &CredentialRecord, after: &CredentialRecord) -> Option<Change> {
-    let mut fields = Fields::new();
-    status_fields(&mut fields, before, after);
-    time_field(&mut fields, "cool", before.cooldown_until, after.cooldown_until);
-    time_field(&mut fields, "retry", before.retry_until, after.retry_until);
-    if fields.is_empty() {
+    if before == after {
         return None;
     }
-    Some(if *after == CredentialRecord::default() {
-        Change::Reset
-    } else if after.status == HealthStatus::Available
+    if *after == CredentialRecord::default() {
+        return Some(Change::Reset);
+    }
+    if after.status == HealthStatus::Available
         && after.cooldown_until.is_none()
         && after.retry_until.is_none()
     {
-        Change::Clear
-    } else {
-        Change::Put(fields)
-    })
+        return Some(Change::Clear);
+    }
+    let times = [("cool", after.cooldown_until), ("retry", after.retry_until)];
+    Some(Change::Put(status_and_times(after.status, &after.reason, after.since, times)))
 }
 
 fn target_healthy(record: &TargetRecord) -> bool {
@@ -373,7 +359,11 @@ mod tests {
         };
         let Some(Change::Put(put)) = target_change(&fine, &open) else { panic!("expected a put") };
         let names: Vec<_> = put.iter().map(|(name, _)| *name).collect();
-        assert_eq!(names, ["st", "since", "re", "failed", "br", "bu"]);
+        assert_eq!(names, ["st", "since", "re", "failed", "retry", "br", "bu"]);
+        let later = TargetRecord { retry_until: Some(now + Duration::from_secs(9)), ..open.clone() };
+        let Some(Change::Put(put)) = target_change(&open, &later) else { panic!("expected a put") };
+        let names: Vec<_> = put.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, ["st", "since", "re", "failed", "retry"], "whole, but the breaker did not move");
         assert_eq!(target_change(&open, &fine), Some(Change::Clear));
         assert_eq!(target_change(&open, &TargetRecord::default()), Some(Change::Reset));
         let half = |probes| TargetRecord {

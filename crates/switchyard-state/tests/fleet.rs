@@ -247,3 +247,25 @@ async fn a_change_learned_from_another_replica_is_announced_here() {
     assert_eq!(target_changes[0].1, "exhausted");
     assert_eq!((target_changes[1].1.as_str(), target_changes[1].2.as_str()), ("unknown", "reset"));
 }
+
+#[tokio::test]
+async fn a_bench_with_no_known_reset_replaces_one_whose_reset_has_passed() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await;
+    let b = redis_replica(&server, "b", |_| {}).await;
+    let (t, k) = (target(), keys(1));
+    a.fail(&t, &k, 0, &error(ErrorKind::QuotaExceeded, Some(Duration::from_millis(100))));
+    eventually("b sees the short bench", PROPAGATION, || is_skip(&b.gate(&t, &k))).await;
+    // The reset passes; the key runs out again, this time with no reset time given.
+    let passed = skip_until(&a.gate(&t, &k)).expect("a reset time");
+    tokio::time::sleep_until(passed + Duration::from_millis(5)).await;
+    a.fail(&t, &k, 0, &error(ErrorKind::QuotaExceeded, None));
+    eventually("b holds the bench with no end", PROPAGATION, || {
+        matches!(b.gate(&t, &k), Gate::Skip { exhausted: true, until: None, .. })
+    })
+    .await;
+    assert!(
+        matches!(a.gate(&t, &k), Gate::Skip { exhausted: true, until: None, .. }),
+        "a too, after its own write"
+    );
+}
