@@ -364,6 +364,15 @@ impl HealthStore for RedisStore {
         self.shared.memory.all()
     }
 
+    fn forget(&self, target: &Target, credentials: &[CredentialId]) {
+        // The step itself queued a reset of each record this replica held; this one reaches
+        // the records it did not (queued resets of one record fold into one).
+        let keys = std::iter::once(Key::Target(target.clone()))
+            .chain(credentials.iter().cloned().map(Key::Credential));
+        let mut book = self.shared.book();
+        self.send(&mut book, keys.map(|key| (key, Change::Reset)).collect());
+    }
+
     fn clear(&self) {
         let mut book = self.shared.book();
         self.shared.memory.clear();

@@ -269,3 +269,15 @@ async fn a_bench_with_no_known_reset_replaces_one_whose_reset_has_passed() {
         "a too, after its own write"
     );
 }
+
+#[tokio::test]
+async fn a_reset_through_a_replica_that_never_heard_of_the_record_still_reaches_the_fleet() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await;
+    let (t, k) = (target(), keys(1));
+    a.fail(&t, &k, 0, &error(ErrorKind::Auth, None));
+    let c = lagging(&server, "c");
+    c.board.reset(&t, &k);
+    c.store().start();
+    eventually("a forgets the refused key", OUTAGE, || !is_skip(&a.gate(&t, &k))).await;
+}

@@ -210,6 +210,7 @@ impl HealthBoard {
                     .apply(&mut forgotten, &mut events);
             }
         });
+        self.store.forget(target, credentials);
         events
     }
 

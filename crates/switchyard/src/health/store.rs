@@ -64,6 +64,13 @@ pub trait HealthStore: Send + Sync + 'static {
 
     /// Forgets every record.
     fn clear(&self);
+
+    /// Called after an operator's reset of `target` and `credentials` went through
+    /// [`update`](HealthStore::update): a shared store forgets them everywhere, even where this
+    /// process held no record of them (nothing here to diff). The default does nothing.
+    fn forget(&self, target: &Target, credentials: &[CredentialId]) {
+        let _ = (target, credentials);
+    }
 }
 
 /// The in-process store: one mutex over two maps, held for microseconds and never across an
