@@ -229,11 +229,28 @@ fn spawn(port: u16, tls: Option<&Path>) -> Option<Child> {
             return None;
         }
         if TcpStream::connect_timeout(&addr, Duration::from_millis(50)).is_ok() {
-            return Some(child);
+            // Another test's server may have taken the port between its probe and this start:
+            // only this process's own server will do.
+            if serves(port, tls, child.id()) {
+                return Some(child);
+            }
+            break;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
     let _ = child.kill();
     let _ = child.wait();
     None
+}
+
+/// Whether the server answering on `port` is the process `pid`.
+fn serves(port: u16, tls: Option<&Path>, pid: u32) -> bool {
+    let mut command = Command::new("redis-cli");
+    command.args(["-h", "127.0.0.1", "-p", &port.to_string()]);
+    if let Some(dir) = tls {
+        command.arg("--tls").arg("--cacert").arg(dir.join("ca.crt"));
+    }
+    let Ok(output) = command.args(["INFO", "server"]).stdin(Stdio::null()).output() else { return false };
+    let info = String::from_utf8_lossy(&output.stdout);
+    info.lines().any(|line| line.trim().strip_prefix("process_id:") == Some(pid.to_string().as_str()))
 }
