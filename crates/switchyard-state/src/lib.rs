@@ -264,7 +264,13 @@ impl RedisStore {
         let status = link::initial_status(&settings);
         let shared = Arc::new(Shared {
             memory: MemoryStore::default(),
-            next_op: std::sync::atomic::AtomicU64::new(1),
+            // From the wall clock's nanoseconds: a replica restarted under the same id (the
+            // same host name and process id, as in a container) names its writes anew.
+            next_op: std::sync::atomic::AtomicU64::new(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64),
+            ),
             settings,
             book: Mutex::new(Book { status: Some(status), ..Book::default() }),
             events: Mutex::new(None),

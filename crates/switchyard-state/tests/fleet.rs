@@ -281,3 +281,18 @@ async fn a_reset_through_a_replica_that_never_heard_of_the_record_still_reaches_
     c.store().start();
     eventually("a forgets the refused key", OUTAGE, || !is_skip(&a.gate(&t, &k))).await;
 }
+
+#[tokio::test]
+async fn a_replica_restarted_under_the_same_id_still_resets_the_fleet() {
+    let server = RedisServer::start();
+    let b = redis_replica(&server, "b", |_| {}).await;
+    let (t, k) = (target(), keys(1));
+    for round in 0..2 {
+        // The same id each time, as a container restarted with its host name and pid 1.
+        let a = redis_replica(&server, "a", |_| {}).await;
+        b.fail(&t, &k, 0, &error(ErrorKind::Auth, None));
+        eventually("a sees the refused key", PROPAGATION, || is_skip(&a.gate(&t, &k))).await;
+        a.board.reset(&t, &k);
+        eventually(&format!("round {round}: b is reset"), PROPAGATION, || !is_skip(&b.gate(&t, &k))).await;
+    }
+}
