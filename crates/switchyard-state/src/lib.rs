@@ -197,7 +197,7 @@ pub(crate) struct Shared {
 
 /// The store's bookkeeping of the shared records: the generation each was last seen at, and
 /// which have writes of this replica not yet made.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Book {
     /// The generation of each shared record this replica has applied or written.
     pub seen: HashMap<Key, u64>,
@@ -205,7 +205,7 @@ pub(crate) struct Book {
     /// a write pending here waits for the write's answer (the merged record).
     pub pending: HashMap<Key, u32>,
     /// The last status, for `/admin/health`.
-    pub status: Option<SharedStateStatus>,
+    pub status: SharedStateStatus,
 }
 
 impl Shared {
@@ -272,7 +272,7 @@ impl RedisStore {
                     .map_or(1, |d| d.as_nanos() as u64),
             ),
             settings,
-            book: Mutex::new(Book { status: Some(status), ..Book::default() }),
+            book: Mutex::new(Book { seen: HashMap::new(), pending: HashMap::new(), status }),
             events: Mutex::new(None),
         });
         Ok(Self { shared, client, ops, inbox: Mutex::new(Some(inbox)) })
@@ -300,7 +300,7 @@ impl RedisStore {
     /// How the shared state is doing: reachable or not, and the fleet's members.
     pub fn status(&self) -> SharedStateStatus {
         let book = self.shared.book();
-        let mut status = book.status.clone().unwrap_or_else(|| link::initial_status(&self.shared.settings));
+        let mut status = book.status.clone();
         // Counted at the source: changes still on their way to the background task count too.
         status.pending_writes = book.pending.values().map(|n| *n as usize).sum();
         status

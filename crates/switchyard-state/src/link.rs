@@ -80,12 +80,6 @@ struct Snapshot {
     recs: HashMap<String, HashMap<String, String>>,
 }
 
-/// A call to Redis that did not succeed, and why (with no password in it).
-#[derive(Debug)]
-struct Failure {
-    reason: String,
-}
-
 /// What woke the task.
 enum Wake {
     Op(Option<Op>),
@@ -214,8 +208,8 @@ impl Link {
         }
         let Some(mut conn) = self.conn.clone() else { return };
         let ping = redis::cmd("PING");
-        if let Err(failure) = self.bounded(ping.query_async::<String>(&mut conn)).await {
-            return self.down(&failure.reason);
+        if let Err(reason) = self.bounded(ping.query_async::<String>(&mut conn)).await {
+            return self.down(&reason);
         }
         if !self.subscribe().await {
             return;
@@ -270,7 +264,8 @@ impl Link {
 
     /// Runs one call to Redis within the timeout, counting its failure towards degrading when
     /// it is Redis's absence (not an error Redis answered with).
-    async fn bounded<T>(&mut self, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Failure> {
+    /// Fails with the reason, with no password in it.
+    async fn bounded<T>(&mut self, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, String> {
         match tokio::time::timeout(self.settings().timeout, call).await {
             Ok(Ok(value)) => {
                 self.failures = 0;
@@ -281,11 +276,11 @@ impl Link {
                 if absent(&error) {
                     self.failed(&reason);
                 }
-                Err(Failure { reason })
+                Err(reason)
             }
             Err(_) => {
                 self.failed("timed out");
-                Err(Failure { reason: "timed out".to_owned() })
+                Err("timed out".to_owned())
             }
         }
     }
@@ -712,7 +707,7 @@ impl Link {
             reason: if self.up == Some(true) { None } else { self.reason.clone() },
             ..initial_status(self.settings())
         };
-        self.shared.book().status = Some(status);
+        self.shared.book().status = status;
     }
 
     /// At shutdown: writes what it can and leaves the membership.
