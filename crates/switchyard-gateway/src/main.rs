@@ -240,6 +240,7 @@ async fn serve_logged(
     }
     let grace = loaded.gateway.shutdown_grace;
     let limits = loaded.gateway.connections;
+    let store = loaded.gateway.shared_state.clone();
     let router = loaded.router.clone();
     let prepare = Arc::new(move || router.warm());
     let state = AppState::exposed(loaded.router, loaded.gateway, access, &exposure);
@@ -258,6 +259,9 @@ async fn serve_logged(
             tokio::select! {
                 result = finished => result.context("the server failed")?,
                 () = tokio::time::sleep(grace) => {
+                    if let Some(store) = &store {
+                        store.close().await;
+                    }
                     if let Some(log) = log {
                         log.flush();
                     }
@@ -266,6 +270,10 @@ async fn serve_logged(
                 }
             }
         }
+    }
+    // Slices of the fleet's pacing buckets not spent go back; the membership is left.
+    if let Some(store) = &store {
+        store.close().await;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -355,6 +363,19 @@ async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCode> {
                 parts.push("per credential".to_owned());
             }
             println!("    limits: {}", parts.join(", "));
+            if loaded.gateway.shared_state.is_some() {
+                let shared = limits.requests_per_minute.is_some() || limits.tokens_per_minute.is_some();
+                if shared || limits.respect_headers {
+                    println!(
+                        "    pacing: requests/tokens per minute, header budgets and 429 holds are shared by the fleet"
+                    );
+                }
+                if limits.max_concurrent.is_some() || !limits.min_interval.is_zero() {
+                    println!(
+                        "    pacing: max_concurrent and min_interval are per replica: divide them by the fleet size"
+                    );
+                }
+            }
         }
         let credentials = loaded.router.credentials(&provider.id).unwrap_or_default();
         for (i, credential) in credentials.iter().enumerate() {

@@ -39,6 +39,7 @@ use switchyard::health::{AllRecords, CredentialRecord, HealthStore, MemoryStore,
 use tokio::sync::mpsc;
 
 mod link;
+mod pace;
 mod scripts;
 #[doc(hidden)]
 pub mod testing;
@@ -193,6 +194,8 @@ pub(crate) struct Shared {
     settings: StateSettings,
     book: Mutex<Book>,
     events: Mutex<Option<EventBus>>,
+    /// Whether the link is up and the fleet's size, for pacing.
+    fleet: pace::FleetView,
 }
 
 /// The store's bookkeeping of the shared records: the generation each was last seen at, and
@@ -231,7 +234,8 @@ pub struct RedisStore {
     shared: Arc<Shared>,
     client: redis::Client,
     ops: mpsc::UnboundedSender<Op>,
-    inbox: Mutex<Option<mpsc::UnboundedReceiver<Op>>>,
+    pace: mpsc::UnboundedSender<pace::PaceOp>,
+    inbox: Mutex<Option<(mpsc::UnboundedReceiver<Op>, mpsc::UnboundedReceiver<pace::PaceOp>)>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -261,6 +265,7 @@ impl RedisStore {
             reason: scrub(&error.to_string(), &settings.url),
         })?;
         let (ops, inbox) = mpsc::unbounded_channel();
+        let (pace, pace_inbox) = mpsc::unbounded_channel();
         let status = link::initial_status(&settings);
         let shared = Arc::new(Shared {
             memory: MemoryStore::default(),
@@ -274,8 +279,9 @@ impl RedisStore {
             settings,
             book: Mutex::new(Book { seen: HashMap::new(), pending: HashMap::new(), status }),
             events: Mutex::new(None),
+            fleet: pace::FleetView::default(),
         });
-        Ok(Self { shared, client, ops, inbox: Mutex::new(Some(inbox)) })
+        Ok(Self { shared, client, ops, pace, inbox: Mutex::new(Some((inbox, pace_inbox))) })
     }
 
     /// Starts the background task on the current tokio runtime: it connects, resyncs, applies
@@ -287,8 +293,8 @@ impl RedisStore {
     /// Outside a tokio runtime.
     pub fn start(&self) {
         let inbox = self.inbox.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(inbox) = inbox {
-            tokio::spawn(link::Link::new(self.shared.clone(), self.client.clone(), inbox).run());
+        if let Some((inbox, pace)) = inbox {
+            tokio::spawn(link::Link::new(self.shared.clone(), self.client.clone(), inbox, pace).run());
         }
     }
 

@@ -19,6 +19,7 @@ use switchyard::events::EventKind;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use crate::pace::{self, PaceOp};
 use crate::scripts::Scripts;
 use switchyard::health::{HealthStatus, HealthStore, Subject};
 
@@ -83,6 +84,7 @@ struct Snapshot {
 /// What woke the task.
 enum Wake {
     Op(Option<Op>),
+    Pace(Option<PaceOp>),
     Message(Option<redis::Msg>),
     Tick,
 }
@@ -91,6 +93,7 @@ pub(crate) struct Link {
     shared: Arc<Shared>,
     client: redis::Client,
     inbox: mpsc::UnboundedReceiver<Op>,
+    pace: mpsc::UnboundedReceiver<PaceOp>,
     outbox: VecDeque<Op>,
     scripts: Arc<Scripts>,
     conn: Option<ConnectionManager>,
@@ -120,6 +123,7 @@ impl Link {
         shared: Arc<Shared>,
         client: redis::Client,
         inbox: mpsc::UnboundedReceiver<Op>,
+        pace: mpsc::UnboundedReceiver<PaceOp>,
     ) -> Self {
         let own_mark = serde_json::json!({ "by": shared.settings.replica }).to_string();
         let own_mark = own_mark.trim_start_matches('{').trim_end_matches('}').to_owned();
@@ -127,6 +131,7 @@ impl Link {
             shared,
             client,
             inbox,
+            pace,
             outbox: VecDeque::new(),
             scripts: Arc::new(Scripts::new()),
             conn: None,
@@ -156,11 +161,20 @@ impl Link {
         loop {
             let wake = tokio::select! {
                 op = self.inbox.recv() => Wake::Op(op),
+                op = self.pace.recv() => Wake::Pace(op),
                 message = next_message(&mut self.messages) => Wake::Message(message),
                 _ = tick.tick() => Wake::Tick,
             };
             match wake {
-                Wake::Op(None) => break,
+                Wake::Op(None) | Wake::Pace(None) => break,
+                Wake::Pace(Some(PaceOp::Close { done })) => {
+                    // Whatever the board learned goes first; nothing is called after this.
+                    self.flush().await;
+                    self.leave().await;
+                    let _ = done.send(());
+                    return;
+                }
+                Wake::Pace(Some(op)) => self.pace(op).await,
                 Wake::Op(Some(op)) => {
                     self.queue(op);
                     while let Ok(op) = self.inbox.try_recv() {
@@ -189,6 +203,29 @@ impl Link {
             }
         }
         self.leave().await;
+    }
+
+    /// Makes one pacing call. Pacing is never queued for later: a lease the fleet cannot
+    /// answer now is answered `None` (the lane paces at its share), and a report or a return
+    /// is dropped (the lane keeps what it learned).
+    async fn pace(&mut self, op: PaceOp) {
+        let (Some(mut conn), true) = (self.conn.clone(), self.up == Some(true)) else {
+            return;
+        };
+        let scripts = self.scripts.clone();
+        let Some(call) = op.invocation(&scripts, &self.settings().prefix, &self.settings().replica) else {
+            return;
+        };
+        let reply = self.bounded(call.invoke_async::<String>(&mut conn)).await;
+        match (op, reply) {
+            (PaceOp::Lease { reply: answer, .. }, Ok(reply)) => {
+                let _ = answer.send(pace::grant(&reply));
+            }
+            (_, Err(reason)) => {
+                tracing::debug!(target: "switchyard::shared_state", %reason, "a pacing call failed");
+            }
+            _ => {}
+        }
     }
 
     /// Reconnects, resubscribes, writes the outbox back and resyncs; up only if all worked.
@@ -535,6 +572,11 @@ impl Link {
         if payload.contains(&self.own_mark) {
             return;
         }
+        if payload.contains(r#""op":"pace""#) {
+            let sink = self.shared.fleet.sink.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            pace::tell(&sink, &payload);
+            return;
+        }
         match serde_json::from_str::<Message>(&payload) {
             Ok(message) => self.apply(&message, false),
             Err(error) => {
@@ -707,6 +749,11 @@ impl Link {
             reason: if self.up == Some(true) { None } else { self.reason.clone() },
             ..initial_status(self.settings())
         };
+        let fleet = &self.shared.fleet;
+        fleet.up.store(self.up == Some(true), std::sync::atomic::Ordering::Relaxed);
+        if !self.replicas.is_empty() {
+            fleet.replicas.store(self.replicas.len(), std::sync::atomic::Ordering::Relaxed);
+        }
         self.shared.book().status = status;
     }
 

@@ -11,7 +11,11 @@
 //!   none); a replica that sees it change knows the records were lost and writes back its own;
 //! - `P:replica:<id>`: each replica's heartbeat, expiring unless renewed; `P:replicas` the set
 //!   of their ids;
-//! - `P:changes`: the channel every write is published on.
+//! - `P:pace:<lane>`: one hash per paced lane (a provider, or `provider/credential`): the
+//!   fleet's requests and tokens buckets (`l0`, `l1`, refilled from `t`), the windows the
+//!   provider's headers state (`h<i>` left, `h<i>l` limit, `h<i>r` reset, `h<i>p` a probe
+//!   window after a reset) and a 429's `hold`; see `switchyard::pacing::fleet`;
+//! - `P:changes`: the channel every write is published on (and pacing's holds and windows).
 //!
 //! Each script answers with the JSON it published (or would have), so the writer learns the
 //! merged record and its generation without waiting for its own message. The scripts name
@@ -205,6 +209,187 @@ redis.call('SREM', prefix .. ':replicas', ARGV[2])
 return now
 "#;
 
+/// Shared by the pacing scripts: the lane's hash, read and refilled.
+const PACE_PRELUDE: &str = r#"
+local lane, me = ARGV[2], ARGV[3]
+local key = prefix .. ':pace:' .. lane
+local cur = hash(key)
+local function g(n) return string.format('%.17g', n) end
+-- The buckets, refilled to now: caps and rates come with each call (the lane's config).
+local function refill(caps, rates)
+  local levels = {}
+  local last = num(cur.t) or now
+  for b = 1, 2 do
+    if caps[b] ~= nil then
+      local level = num(cur['l' .. (b - 1)]) or caps[b]
+      levels[b] = math.min(caps[b], level + math.max(0, now - last) * rates[b] / 1000)
+    end
+  end
+  return levels
+end
+local function keep(levels)
+  local args = {'t', fmt(now)}
+  for b = 1, 2 do
+    if levels[b] ~= nil then table.insert(args, 'l' .. (b - 1)); table.insert(args, g(levels[b])) end
+  end
+  redis.call('HSET', key, unpack(args))
+end
+local function expire()
+  local last = now
+  for h = 0, 3 do last = math.max(last, num(cur['h' .. h .. 'r']) or 0) end
+  redis.call('PEXPIREAT', key, last + 120000)
+end
+"#;
+
+/// Leases a slice of a lane. ARGV: prefix, lane, replica, the probe window in ms, then per
+/// dimension (requests, tokens buckets; requests, tokens, input, output header windows) its
+/// need and want, then per bucket its capacity and rate per second ('' when the lane has
+/// none).
+///
+/// While a hold runs nothing is granted. A header window whose reset passed becomes a probe
+/// window: one request until an answer says more (or the probe window ends). When some
+/// dimension cannot meet its need, nothing is granted and the answer says when it could; a
+/// need larger than a bucket's capacity is met once the bucket is full (into debt, as the
+/// local bucket does).
+const PACE_LEASE: &str = r#"
+local probe = tonumber(ARGV[4])
+local need, want = {}, {}
+for d = 1, 6 do
+  need[d] = tonumber(ARGV[3 + 2 * d])
+  want[d] = tonumber(ARGV[4 + 2 * d])
+end
+local caps, rates = {}, {}
+for b = 1, 2 do
+  caps[b] = num(ARGV[15 + 2 * b])
+  rates[b] = num(ARGV[16 + 2 * b])
+end
+local levels = refill(caps, rates)
+local windows = {}
+for h = 0, 3 do
+  local left = num(cur['h' .. h])
+  if left ~= nil then
+    local reset = num(cur['h' .. h .. 'r']) or now
+    if reset <= now then
+      left = 1
+      reset = now + probe
+      cur['h' .. h .. 'r'] = fmt(reset)
+      redis.call('HSET', key, 'h' .. h .. 'r', fmt(reset), 'h' .. h .. 'p', '1')
+    end
+    levels[3 + h] = left
+    windows[h + 1] = {lim = num(cur['h' .. h .. 'l']) or '', ends = reset - now}
+  else
+    windows[h + 1] = ''
+  end
+end
+local out = {now = now}
+local hold = num(cur.hold) or 0
+local granted = {0, 0, 0, 0, 0, 0}
+local wait = 0
+if hold > now then
+  out.hold = hold - now
+else
+  for d = 1, 6 do
+    local level = levels[d]
+    if level ~= nil and need[d] > 0 then
+      local enough = need[d]
+      if d <= 2 then enough = math.min(enough, caps[d]) end
+      if level < enough then
+        if d <= 2 then
+          wait = math.max(wait, (enough - level) / rates[d] * 1000)
+        else
+          wait = math.max(wait, windows[d - 2].ends)
+        end
+      end
+    end
+  end
+  if wait == 0 then
+    for d = 1, 6 do
+      local level = levels[d]
+      if level ~= nil and want[d] > 0 then
+        local take = math.max(math.min(want[d], level), need[d], 0)
+        granted[d] = take
+        levels[d] = level - take
+      end
+    end
+  else
+    out.retry = math.max(1, math.ceil(wait))
+  end
+end
+keep(levels)
+for h = 0, 3 do
+  if levels[3 + h] ~= nil then redis.call('HSET', key, 'h' .. h, g(levels[3 + h])) end
+end
+expire()
+local lv = {}
+for d = 1, 6 do lv[d] = levels[d] or '' end
+out.granted = granted
+out.levels = lv
+out.windows = windows
+return cjson.encode(out)
+"#;
+
+/// What an answer's headers said, from one replica. ARGV: prefix, lane, replica, the probe
+/// window in ms, the hold in ms (''), then per header dimension: whether stated ('1' or ''),
+/// its limit (''), what is left, and the reset in ms ('').
+///
+/// A window the fleet does not know (none, reset, or a probe window) is opened with what
+/// the answer said, and announced; within a running window the fleet's count is only
+/// lowered (as a lane's own is, and for the same reasons). A hold only moves later.
+const PACE_REPORT: &str = r#"
+local probe = tonumber(ARGV[4])
+local hold = num(ARGV[5])
+local opened = {}
+for h = 0, 3 do
+  local at = 6 + 4 * h
+  if ARGV[at] == '1' then
+    local limit, left, reset = num(ARGV[at + 1]), tonumber(ARGV[at + 2]), num(ARGV[at + 3])
+    local ends = now + (reset or probe)
+    local f = 'h' .. h
+    local running = num(cur[f]) ~= nil and (num(cur[f .. 'r']) or 0) > now and cur[f .. 'p'] ~= '1'
+    if running then
+      local lim = limit or num(cur[f .. 'l'])
+      redis.call('HSET', key, f, g(math.min(tonumber(cur[f]), left)), f .. 'r',
+        fmt(math.max(tonumber(cur[f .. 'r']), ends)), f .. 'l', lim and fmt(lim) or '')
+    else
+      redis.call('HSET', key, f, g(left), f .. 'r', fmt(ends), f .. 'l', limit and fmt(limit) or '', f .. 'p', '')
+      table.insert(opened, h)
+    end
+    cur[f .. 'r'] = fmt(math.max(num(cur[f .. 'r']) or 0, ends))
+  end
+end
+local out = {op = 'pace', lane = lane, by = me}
+if hold ~= nil and hold > 0 then
+  local until_ms = math.max(num(cur.hold) or 0, now + hold)
+  redis.call('HSET', key, 'hold', fmt(until_ms))
+  cur.hold = fmt(until_ms)
+  out.hold = until_ms - now
+end
+expire()
+if out.hold ~= nil or #opened > 0 then
+  if #opened > 0 then out.opened = opened end
+  redis.call('PUBLISH', prefix .. ':changes', cjson.encode(out))
+end
+return cjson.encode(out)
+"#;
+
+/// Gives unspent bucket units back. ARGV: prefix, lane, replica, then per bucket the units,
+/// its capacity and rate ('' when the lane has none).
+const PACE_RETURN: &str = r#"
+local caps, rates, units = {}, {}, {}
+for b = 1, 2 do
+  units[b] = tonumber(ARGV[1 + 3 * b]) or 0
+  caps[b] = num(ARGV[2 + 3 * b])
+  rates[b] = num(ARGV[3 + 3 * b])
+end
+local levels = refill(caps, rates)
+for b = 1, 2 do
+  if levels[b] ~= nil then levels[b] = math.min(caps[b], levels[b] + units[b]) end
+end
+keep(levels)
+expire()
+return now
+"#;
+
 /// The scripts, loaded once per store (EVALSHA, reloaded by the client after a `SCRIPT FLUSH`
 /// or a restart).
 pub struct Scripts {
@@ -213,6 +398,9 @@ pub struct Scripts {
     pub reset: Script,
     pub sync: Script,
     pub leave: Script,
+    pub pace_lease: Script,
+    pub pace_report: Script,
+    pub pace_return: Script,
 }
 
 impl Scripts {
@@ -224,6 +412,9 @@ impl Scripts {
             reset: with_prelude(RESET),
             sync: with_prelude(SYNC),
             leave: with_prelude(LEAVE),
+            pace_lease: with_prelude(&format!("{PACE_PRELUDE}{PACE_LEASE}")),
+            pace_report: with_prelude(&format!("{PACE_PRELUDE}{PACE_REPORT}")),
+            pace_return: with_prelude(&format!("{PACE_PRELUDE}{PACE_RETURN}")),
         }
     }
 }

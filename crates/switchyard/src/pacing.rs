@@ -4,12 +4,13 @@
 //! rate-limit headers); with no limits configured the router has no pacer at all and pays
 //! nothing for pacing.
 
+pub mod fleet;
 mod headers;
 mod lane;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -19,6 +20,7 @@ use crate::credential::CredentialId;
 use crate::provider::BoxFuture;
 use crate::ratelimit::RateLimits;
 
+use fleet::{FleetPacing, FleetSink};
 pub use headers::{Dispatch, Stated};
 use lane::Lane;
 pub use lane::{HeadersSnapshot, LaneSnapshot, StatedSnapshot};
@@ -223,6 +225,7 @@ struct ProviderLanes {
     limits: Limits,
     shared: Option<Arc<Lane>>,
     per_key: std::sync::Mutex<HashMap<CredentialId, Arc<Lane>>>,
+    fleet: Option<Arc<dyn FleetPacing>>,
 }
 
 impl ProviderLanes {
@@ -233,8 +236,25 @@ impl ProviderLanes {
         let mut lanes = self.per_key.lock().unwrap_or_else(|p| p.into_inner());
         lanes
             .entry(credential.clone())
-            .or_insert_with(|| Arc::new(Lane::new(provider, Some(credential.clone()), self.limits.clone())))
+            .or_insert_with(|| {
+                Arc::new(Lane::new(
+                    provider,
+                    Some(credential.clone()),
+                    self.limits.clone(),
+                    self.fleet.clone(),
+                ))
+            })
             .clone()
+    }
+
+    /// Every lane made so far.
+    fn each(&self, mut visit: impl FnMut(&Lane)) {
+        if let Some(lane) = &self.shared {
+            visit(lane);
+        }
+        for lane in self.per_key.lock().unwrap_or_else(|p| p.into_inner()).values() {
+            visit(lane);
+        }
     }
 }
 
@@ -247,15 +267,67 @@ impl fmt::Debug for LimitPacer {
 impl LimitPacer {
     /// A pacer for these providers' limits. Providers not named are not paced.
     pub fn new(limits: impl IntoIterator<Item = (String, Limits)>) -> Self {
+        Self::build(limits, None)
+    }
+
+    /// A pacer whose requests and tokens per minute, header budgets and 429 holds are one
+    /// allowance for every replica sharing `fleet` (see [`fleet`]). `max_concurrent` and
+    /// `min_interval` stay this replica's own.
+    pub fn shared(
+        limits: impl IntoIterator<Item = (String, Limits)>,
+        fleet: Arc<dyn FleetPacing>,
+    ) -> Arc<Self> {
+        let pacer = Arc::new(Self::build(limits, Some(fleet.clone())));
+        let sink: Weak<dyn FleetSink> = Arc::downgrade(&pacer) as Weak<dyn FleetSink>;
+        fleet.watch(sink);
+        pacer
+    }
+
+    fn build(
+        limits: impl IntoIterator<Item = (String, Limits)>,
+        fleet: Option<Arc<dyn FleetPacing>>,
+    ) -> Self {
         let providers = limits
             .into_iter()
             .map(|(provider, limits)| {
-                let shared =
-                    (!limits.per_credential).then(|| Arc::new(Lane::new(&provider, None, limits.clone())));
-                (provider.into(), ProviderLanes { limits, shared, per_key: Default::default() })
+                let shared = (!limits.per_credential)
+                    .then(|| Arc::new(Lane::new(&provider, None, limits.clone(), fleet.clone())));
+                let lanes =
+                    ProviderLanes { limits, shared, per_key: Default::default(), fleet: fleet.clone() };
+                (provider.into(), lanes)
             })
             .collect();
         Self { providers }
+    }
+
+    /// The lane named `key` in the fleet (`provider` or `provider/credential`), if made.
+    fn with_fleet_lane(&self, key: &str, visit: impl FnOnce(&Lane)) {
+        let provider = key.split_once('/').map_or(key, |(provider, _)| provider);
+        let Some(lanes) = self.providers.get(provider) else { return };
+        let mut visit = Some(visit);
+        lanes.each(|lane| {
+            if lane.fleet_key() == Some(key)
+                && let Some(visit) = visit.take()
+            {
+                visit(lane);
+            }
+        });
+    }
+}
+
+impl FleetSink for LimitPacer {
+    fn held(&self, lane: &str, hold: Duration) {
+        self.with_fleet_lane(lane, |lane| lane.held_by_fleet(hold));
+    }
+
+    fn window_opened(&self, lane: &str, header: usize) {
+        self.with_fleet_lane(lane, |lane| lane.window_opened(header));
+    }
+
+    fn surrender(&self) {
+        for lanes in self.providers.values() {
+            lanes.each(Lane::surrender);
+        }
     }
 }
 
@@ -288,12 +360,7 @@ impl Pacer for LimitPacer {
     fn snapshot(&self) -> Vec<LaneSnapshot> {
         let mut lanes: Vec<LaneSnapshot> = Vec::new();
         for lanes_of in self.providers.values() {
-            if let Some(lane) = &lanes_of.shared {
-                lanes.push(lane.snapshot());
-            }
-            for lane in lanes_of.per_key.lock().unwrap_or_else(|p| p.into_inner()).values() {
-                lanes.push(lane.snapshot());
-            }
+            lanes_of.each(|lane| lanes.push(lane.snapshot()));
         }
         lanes.sort_by(|a, b| (&a.provider, &a.credential_id).cmp(&(&b.provider, &b.credential_id)));
         lanes

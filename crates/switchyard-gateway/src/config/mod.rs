@@ -426,7 +426,11 @@ pub fn build(
     gateway.shared_state = shared_state;
     // No limits, no pacer: unpaced calls pay nothing for pacing.
     if !paced.is_empty() {
-        builder = builder.pacer(Arc::new(LimitPacer::new(paced.clone())));
+        builder = match &gateway.shared_state {
+            // One allowance for the fleet: rpm, tpm, header budgets and 429 holds.
+            Some(store) => builder.pacer(LimitPacer::shared(paced.clone(), store.clone())),
+            None => builder.pacer(Arc::new(LimitPacer::new(paced.clone()))),
+        };
     }
     for entry in entries {
         builder = builder.provider(entry);

@@ -94,6 +94,9 @@ pub(super) struct HeaderBudget {
     in_flight: VecDeque<(Dispatch, f64)>,
     next: u64,
     reserve: f64,
+    /// The part of each stated allowance this replica may spend (1 unless its fleet is out
+    /// of reach: then its share).
+    share: f64,
     max_wait: Duration,
 }
 
@@ -104,8 +107,14 @@ impl HeaderBudget {
             in_flight: VecDeque::new(),
             next: 1,
             reserve: reserve_fraction.clamp(0.0, 1.0),
+            share: 1.0,
             max_wait,
         }
+    }
+
+    /// Spends only `share` of each stated allowance from now on (a degraded fleet's share).
+    pub(super) fn set_share(&mut self, share: f64) {
+        self.share = share.clamp(0.0, 1.0);
     }
 
     /// What is known of each dimension now: requests, tokens, input tokens, output tokens.
@@ -130,7 +139,7 @@ impl HeaderBudget {
             }
             let slot = &mut self.dimensions[index];
             let Some(dimension) = slot else { continue };
-            if dimension.probe_open || open(dimension, cost(index, tokens), self.reserve) {
+            if dimension.probe_open || open(dimension, cost(index, tokens), self.reserve, self.share) {
                 continue;
             }
             match dimension.stated.resets_at {
@@ -222,11 +231,16 @@ fn cost(index: usize, tokens: f64) -> f64 {
     if index == 0 { 1.0 } else { tokens }
 }
 
-/// Whether `dimension` lets a call of `cost` go: something is left above the reserve, and
+/// Whether `dimension` lets a call of `cost` go: something is left above the reserve (and
+/// above what the rest of a degraded fleet may spend: all but `share` of the limit), and
 /// enough for the call (a call larger than the whole window goes when the window is full).
-fn open(dimension: &Dimension, cost: f64, reserve: f64) -> bool {
+fn open(dimension: &Dimension, cost: f64, reserve: f64, share: f64) -> bool {
     let stated = &dimension.stated;
-    let kept = stated.limit.map_or(0.0, |limit| (limit as f64 * reserve).floor());
+    let kept = stated.limit.map_or(0.0, |limit| {
+        let limit = limit as f64;
+        let reserved = (limit * reserve).floor();
+        reserved + ((limit - reserved) * (1.0 - share)).ceil()
+    });
     let available = stated.remaining - kept;
     let need = match stated.limit {
         Some(limit) => cost.min(limit as f64 - kept),

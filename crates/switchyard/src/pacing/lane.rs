@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
+use super::fleet::{self, FleetGate, FleetPacing, FleetReport, FleetSnapshot, LeaseBook, Taken};
 use super::headers::{Dispatch, HeaderBudget, Stated, Verdict};
 use super::{Limits, PaceRequest, Permit, PermitGuard, WaitReason};
 use crate::credential::CredentialId;
@@ -129,6 +130,8 @@ pub(super) struct Lane {
     turnstile: Semaphore,
     /// Woken when what the gate decides on changes: headers arrived, a call ended.
     changed: Notify,
+    /// The fleet's share of the allowance, when the lane is paced with other replicas.
+    fleet: Option<Arc<FleetGate>>,
 }
 
 /// The allowance of one lane right now, for operators.
@@ -153,6 +156,9 @@ pub struct LaneSnapshot {
     pub headers: HeadersSnapshot,
     /// What the provider's headers said last.
     pub learned: Option<RateLimits>,
+    /// With shared pacing: the fleet's buckets and header budget, and this replica's lease.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetSnapshot>,
 }
 
 /// The budget learned from a provider's headers, per dimension it states.
@@ -195,7 +201,12 @@ impl StatedSnapshot {
 }
 
 impl Lane {
-    pub(super) fn new(provider: &str, credential: Option<CredentialId>, limits: Limits) -> Self {
+    pub(super) fn new(
+        provider: &str,
+        credential: Option<CredentialId>,
+        limits: Limits,
+        fleet: Option<Arc<dyn FleetPacing>>,
+    ) -> Self {
         let now = Instant::now();
         let keep = 1.0 - limits.reserve_fraction.clamp(0.0, 1.0);
         let state = State {
@@ -209,6 +220,17 @@ impl Lane {
             learned: None,
         };
         let slots = limits.max_concurrent.map(|n| Arc::new(Semaphore::new(n.max(1) as usize)));
+        let fleet = fleet.map(|fleet| {
+            let key: Arc<str> = match &credential {
+                Some(credential) => format!("{provider}/{credential}").into(),
+                None => provider.into(),
+            };
+            let book = LeaseBook::new(
+                limits.requests_per_minute.map(|rpm| f64::from(rpm) * keep),
+                limits.tokens_per_minute.map(|tpm| f64::from(tpm) * keep),
+            );
+            Arc::new(FleetGate::new(fleet, key, book))
+        });
         Self {
             provider: provider.into(),
             credential,
@@ -217,7 +239,13 @@ impl Lane {
             state: Mutex::new(state),
             turnstile: Semaphore::new(1),
             changed: Notify::new(),
+            fleet,
         }
+    }
+
+    /// The lane's name in the fleet, when it is paced with other replicas.
+    pub(super) fn fleet_key(&self) -> Option<&str> {
+        self.fleet.as_deref().map(FleetGate::key)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -273,6 +301,7 @@ impl Lane {
             slot_taken: booked.slot_taken,
             previous_slot: booked.previous_slot,
             dispatch: None,
+            fleet: None,
             settled: false,
             _slot: slot,
         };
@@ -280,6 +309,17 @@ impl Lane {
         if !booked.wait.is_zero() {
             // Dropped here (the caller went away), the reservation refunds itself.
             tokio::time::sleep(booked.wait).await;
+        }
+        if let Some(gate) = &self.fleet {
+            let before = Instant::now();
+            let taken = gate.take(tokens, patience.give_up_at).await.map_err(|at| {
+                let reason = self.fleet_reason();
+                self.refuse(reason, at.saturating_duration_since(patience.start), patience.spilled(at))
+            })?;
+            reservation.fleet = Some(taken);
+            if before.elapsed() > Duration::ZERO {
+                reason = self.fleet_reason();
+            }
         }
         // The provider may have spoken while this call waited for its slot: what its headers
         // say now decides.
@@ -295,6 +335,17 @@ impl Lane {
             None
         };
         Ok(Permit::new(waited, reason, Some(Box::new(reservation))).with_dispatch(dispatch))
+    }
+
+    /// What a wait for the fleet's share is reported as.
+    fn fleet_reason(&self) -> WaitReason {
+        if self.limits.requests_per_minute.is_some() {
+            WaitReason::Rpm
+        } else if self.limits.tokens_per_minute.is_some() {
+            WaitReason::Tpm
+        } else {
+            WaitReason::ProviderHeaders
+        }
     }
 
     /// A concurrency slot, when the lane has a bound: at once, or in arrival order.
@@ -428,6 +479,11 @@ impl Lane {
         if let Some(until) = state.held_until.filter(|until| *until > now) {
             return Gate::Wait(Some(until));
         }
+        if let Some(gate) = &self.fleet {
+            // Out of the fleet's reach, this replica spends its share of what headers state.
+            let share = gate.book().degraded_share().map_or(1.0, |replicas| 1.0 / replicas as f64);
+            state.headers.set_share(share);
+        }
         match state.headers.verdict(now, tokens) {
             Verdict::Go if has_turn || self.turnstile.available_permits() > 0 => {
                 state.active += 1;
@@ -463,12 +519,91 @@ impl Lane {
             let mut state = self.lock();
             state.learned = Some(*limits);
             state.headers.observe(from, limits, now);
-            if let Some(hold) = limits.retry_after.filter(|h| !h.is_zero()) {
-                let until = now + hold.min(self.limits.max_header_wait);
+            let hold =
+                limits.retry_after.filter(|h| !h.is_zero()).map(|h| h.min(self.limits.max_header_wait));
+            if let Some(hold) = hold {
+                let until = now + hold;
                 state.held_until = Some(state.held_until.map_or(until, |held| held.max(until)));
+            }
+            if let Some(gate) = &self.fleet {
+                self.tell_fleet(gate, &state, limits, hold, now);
             }
         }
         self.wake_gate();
+    }
+
+    /// Tells the fleet what an answer's headers said, when it is news to it: a hold, a
+    /// window it does not know, or less left than it counts.
+    fn tell_fleet(
+        &self,
+        gate: &FleetGate,
+        state: &State,
+        limits: &RateLimits,
+        hold: Option<Duration>,
+        now: Instant,
+    ) {
+        let said = [limits.requests, limits.tokens, limits.input_tokens, limits.output_tokens];
+        let known = gate.book().header_levels(now);
+        let mut report = FleetReport { hold, ..FleetReport::default() };
+        let mut news = hold.is_some();
+        for (header, stated) in state.headers.stated().into_iter().enumerate() {
+            let Some(stated) = stated.filter(|_| said[header].is_some_and(|a| a.remaining.is_some())) else {
+                continue;
+            };
+            news |= known[header].is_none_or(|fleet| stated.remaining < fleet.remaining);
+            let reset = stated.resets_at.map(|at| at.saturating_duration_since(now));
+            report.stated[header] = Some((stated.limit, stated.remaining, reset));
+        }
+        if !news {
+            return;
+        }
+        {
+            let mut book = gate.book();
+            for (header, stated) in report.stated.iter().enumerate() {
+                if stated.is_some() && known[header].is_none() {
+                    book.open(header);
+                }
+            }
+            if let Some(hold) = hold {
+                book.hold(now + hold);
+            }
+        }
+        gate.fleet().report(gate.key(), report);
+    }
+
+    /// Another replica met a 429: the account is held here too.
+    pub(super) fn held_by_fleet(&self, hold: Duration) {
+        let now = Instant::now();
+        let until = now + hold.min(self.limits.max_header_wait);
+        {
+            let mut state = self.lock();
+            state.held_until = Some(state.held_until.map_or(until, |held| held.max(until)));
+        }
+        if let Some(gate) = &self.fleet {
+            gate.book().hold(until);
+        }
+        self.wake_gate();
+    }
+
+    /// Another replica learned a window of header dimension `header`.
+    pub(super) fn window_opened(&self, header: usize) {
+        if let Some(gate) = &self.fleet {
+            gate.book().open(header);
+            gate.wake();
+        }
+    }
+
+    /// At shutdown: gives the unspent units of the lane's slices back to the fleet.
+    pub(super) fn surrender(&self) {
+        if let Some(gate) = &self.fleet {
+            let (units, buckets) = {
+                let mut book = gate.book();
+                (book.surrender(Instant::now()), book.buckets())
+            };
+            if units.iter().any(|u| *u > 0.0) {
+                gate.fleet().give_back(gate.key(), units, buckets);
+            }
+        }
     }
 
     pub(super) fn snapshot(&self) -> LaneSnapshot {
@@ -496,6 +631,15 @@ impl Lane {
                 .map(|d| d.as_secs_f64() * 1000.0),
             headers: HeadersSnapshot { requests, tokens, input_tokens, output_tokens },
             learned: state.learned,
+            fleet: self.fleet.as_ref().map(|gate| {
+                let mut book = gate.book();
+                let [requests, tokens, input_tokens, output_tokens] =
+                    book.header_levels(now).map(|stated| stated.map(|s| StatedSnapshot::of(s, now)));
+                FleetSnapshot {
+                    headers: HeadersSnapshot { requests, tokens, input_tokens, output_tokens },
+                    ..book.snapshot(now)
+                }
+            }),
         }
     }
 }
@@ -510,6 +654,8 @@ struct Reservation {
     previous_slot: (Instant, WaitReason),
     /// Set once the call went.
     dispatch: Option<Dispatch>,
+    /// What the call took from the fleet's slices.
+    fleet: Option<Taken>,
     settled: bool,
     _slot: Option<OwnedSemaphorePermit>,
 }
@@ -535,6 +681,13 @@ impl PermitGuard for Reservation {
                 state.headers.answered(dispatch);
             }
         }
+        if let (Some(gate), Some(taken)) = (&self.lane.fleet, &self.fleet)
+            && taken.units[fleet::TPM] > 0.0
+        {
+            let mut units = [0.0; fleet::DIMENSIONS];
+            units[fleet::TPM] = taken.units[fleet::TPM] - used_tokens.map_or(0.0, f64::from);
+            gate.book().refund(taken, units, Instant::now());
+        }
         self.lane.wake_gate();
     }
 }
@@ -559,6 +712,11 @@ impl Drop for Reservation {
         }
         if let Some(bucket) = state.tokens.as_mut() {
             bucket.give(self.tokens);
+        }
+        drop(state);
+        if let (Some(gate), Some(taken)) = (&self.lane.fleet, &self.fleet) {
+            gate.book().refund(taken, taken.units, Instant::now());
+            gate.wake();
         }
     }
 }

@@ -1,0 +1,999 @@
+//! Pacing as one fleet: the lanes of several replicas spend one account's allowance.
+//!
+//! A lane with a [`FleetPacing`] leases small *slices* of the fleet's buckets (requests and
+//! tokens per minute, and the windows the provider's headers state) and spends them locally,
+//! so a request costs no round trip while the lane holds a slice. The next slice is asked for
+//! in the background once less than half of one is left; a slice not spent within
+//! [`SLICE_TTL`] (or by the end of the header window it came from) expires, and what is left
+//! at shutdown goes back.
+//!
+//! The slice of an allowance of `L` per window among `N` replicas is `clamp(⌈L/100⌉, 1,
+//! ⌊L/(4N)⌋)`: 1% of the allowance, never so much that the replicas' slices together hold
+//! more than a quarter of it. Leasing never admits more than the fleet's bucket holds; what a
+//! slice can shift is *when*: units leased in one window and spent in the next. Over any
+//! stretch of time the fleet dispatches at most the bucket's burst, plus its rate times the
+//! stretch, plus the slices outstanding, at most `N` slices (≤ N% of the allowance, and never
+//! more than a quarter of it). Expired slices are stranded: they go unspent, never over.
+//!
+//! When the fleet cannot be reached (degraded), every lane paces at its *share*: the allowance
+//! divided by the last known fleet size, until the fleet answers again. `max_concurrent` and
+//! `min_interval` are never shared: they stay per replica.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::headers::Stated;
+use crate::provider::BoxFuture;
+
+/// How many dimensions a lease covers: the requests and tokens buckets, then the header
+/// windows of requests, tokens, input tokens and output tokens.
+pub const DIMENSIONS: usize = 6;
+
+/// Index of the requests-per-minute bucket.
+pub const RPM: usize = 0;
+/// Index of the tokens-per-minute bucket.
+pub const TPM: usize = 1;
+/// Index of the first header window (requests; then tokens, input and output tokens).
+pub const HEADERS: usize = 2;
+
+/// How long a leased slice may be spent. Past it, what is left of it is stranded.
+pub const SLICE_TTL: Duration = Duration::from_secs(2);
+
+/// The least time between two lease calls of a lane whose fleet said to wait.
+const MIN_RETRY: Duration = Duration::from_millis(5);
+
+/// The slice of an allowance of `per_window` among `replicas`: 1% of it, at least 1, and at
+/// most a quarter of the allowance split among the replicas.
+///
+/// ```
+/// use switchyard::pacing::fleet::slice_size;
+/// assert_eq!(slice_size(300.0, 3), 3.0);
+/// assert_eq!(slice_size(100_000.0, 4), 1_000.0);
+/// assert_eq!(slice_size(20.0, 3), 1.0, "small allowances go one unit at a time");
+/// assert_eq!(slice_size(1_000.0, 100), 2.0, "never a quarter of the allowance in slices");
+/// ```
+pub fn slice_size(per_window: f64, replicas: usize) -> f64 {
+    let replicas = replicas.max(1) as f64;
+    let most = (per_window / (4.0 * replicas)).floor().max(1.0);
+    (per_window / 100.0).ceil().clamp(1.0, most)
+}
+
+/// What a lane's fleet bucket is: it holds `capacity` and refills `per_sec`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BucketSpec {
+    /// The burst the fleet's bucket holds (one second's share, at least one unit).
+    pub capacity: f64,
+    /// Units per second.
+    pub per_sec: f64,
+}
+
+/// What a lane asks the fleet for, per dimension.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseAsk {
+    /// The least worth granting: what a waiting call needs (0 for a prefetch). When some
+    /// dimension cannot grant its need, nothing is granted.
+    pub need: [f64; DIMENSIONS],
+    /// The slice wanted.
+    pub want: [f64; DIMENSIONS],
+    /// The buckets (requests, tokens) of the lane; a dimension without one is not leased.
+    pub buckets: [Option<BucketSpec>; 2],
+}
+
+/// What the fleet granted.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LeaseGrant {
+    /// Units granted per dimension.
+    pub granted: [f64; DIMENSIONS],
+    /// The fleet's level per dimension after the grant; `None` for a header window the fleet
+    /// knows nothing of (not paced by the fleet).
+    pub level: [Option<f64>; DIMENSIONS],
+    /// The header windows the fleet knows of: their limit and how long they still run.
+    pub windows: [Option<Window>; 4],
+    /// Nothing granted: when the need could be met.
+    pub retry_in: Option<Duration>,
+    /// A 429's hold on the account, still running.
+    pub hold: Option<Duration>,
+}
+
+/// One header window as the fleet knows it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Window {
+    /// The window's allowance, when the provider stated it.
+    pub limit: Option<u64>,
+    /// How long the window still runs.
+    pub ends_in: Duration,
+}
+
+/// What one answer's headers told a lane, for the fleet.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FleetReport {
+    /// Per header dimension: the allowance as this lane now counts it (the stated
+    /// `remaining` less its own calls in flight), and how long until the window resets.
+    pub stated: [Option<(Option<u64>, f64, Option<Duration>)>; 4],
+    /// A 429's hold (its Retry-After).
+    pub hold: Option<Duration>,
+}
+
+/// The fleet a lane leases from: implemented by a shared-state backend (Redis).
+pub trait FleetPacing: Send + Sync + 'static {
+    /// Leases a slice of the lane's buckets; `None` when the fleet cannot be reached.
+    fn lease(&self, lane: &str, ask: LeaseAsk) -> BoxFuture<'static, Option<LeaseGrant>>;
+    /// Tells the fleet what the provider's headers said (lowering its windows, or opening
+    /// them) and any hold a 429 imposed. Fire and forget.
+    fn report(&self, lane: &str, report: FleetReport);
+    /// Gives unspent units of the buckets back. Fire and forget.
+    fn give_back(&self, lane: &str, units: [f64; 2], buckets: [Option<BucketSpec>; 2]);
+    /// Whether the fleet answers now; while it does not, lanes pace at their share.
+    fn shared(&self) -> bool;
+    /// The fleet's size as last known (at least 1).
+    fn replicas(&self) -> usize;
+    /// Where to tell lanes what other replicas learned (holds, new header windows).
+    fn watch(&self, sink: Weak<dyn FleetSink>);
+}
+
+/// What the fleet tells this process's lanes.
+pub trait FleetSink: Send + Sync {
+    /// Another replica met a 429 holding the account for `hold`.
+    fn held(&self, lane: &str, hold: Duration);
+    /// Another replica learned a window of the lane's header dimension `header` (0 requests,
+    /// 1 tokens, 2 input tokens, 3 output tokens): lease against it from now on.
+    fn window_opened(&self, lane: &str, header: usize);
+    /// At shutdown: every lane's unspent bucket units, given back to the fleet.
+    fn surrender(&self);
+}
+
+/// The units one call took from its lane's slices.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Taken {
+    pub units: [f64; DIMENSIONS],
+    /// When the earliest slice they came from expires (a refund keeps it).
+    pub expires: Option<Instant>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slice {
+    units: f64,
+    expires: Instant,
+}
+
+/// How a lane is paced against the fleet.
+#[derive(Debug)]
+enum Mode {
+    /// From leased slices.
+    Shared,
+    /// At its share of the allowance, the fleet being out of reach.
+    Degraded { replicas: usize, buckets: [Option<ShareBucket>; 2] },
+}
+
+/// A degraded lane's share of a bucket.
+#[derive(Debug, Clone, Copy)]
+struct ShareBucket {
+    capacity: f64,
+    per_sec: f64,
+    level: f64,
+    at: Instant,
+}
+
+impl ShareBucket {
+    fn new(spec: BucketSpec, replicas: usize, now: Instant) -> Self {
+        let n = replicas.max(1) as f64;
+        let capacity = (spec.capacity / n).max(1.0);
+        Self { capacity, per_sec: spec.per_sec / n, level: capacity, at: now }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.level = (self.level + elapsed * self.per_sec).min(self.capacity);
+        self.at = now;
+    }
+
+    fn wait_for(&self, units: f64) -> Duration {
+        let needed = units.min(self.capacity);
+        if self.level >= needed || self.per_sec <= 0.0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64(((needed - self.level) / self.per_sec).min(1e6))
+    }
+}
+
+/// What taking from the book came to.
+#[derive(Debug)]
+pub(super) enum Take {
+    /// Taken.
+    Got(Taken),
+    /// Not enough: ask the fleet (when `ask` is set: no lease is on its way yet) and wait
+    /// for its grant, or until `retry_at`.
+    Short { ask: Option<LeaseAsk>, retry_at: Option<Instant> },
+    /// Degraded: the share holds this long.
+    Wait(Duration),
+}
+
+/// One lane's leases: the slices in hand, what the fleet last said, and the mode. Pure
+/// arithmetic over the instants given, for paced tests.
+#[derive(Debug)]
+pub(super) struct LeaseBook {
+    buckets: [Option<BucketSpec>; 2],
+    /// Per minute, for slice sizes.
+    per_minute: [Option<f64>; 2],
+    slices: [VecDeque<Slice>; DIMENSIONS],
+    /// The header windows the fleet knows of (leased against while they run).
+    windows: [Option<(Option<u64>, Instant)>; 4],
+    /// Header dimensions another replica (or this one) opened and no grant has shown yet.
+    opened: [bool; 4],
+    level: [Option<f64>; DIMENSIONS],
+    pending: bool,
+    retry_at: Option<Instant>,
+    mode: Mode,
+    replicas: usize,
+    /// Units that expired unspent, per dimension, for operators.
+    stranded: [f64; DIMENSIONS],
+}
+
+impl LeaseBook {
+    pub(super) fn new(requests_per_minute: Option<f64>, tokens_per_minute: Option<f64>) -> Self {
+        let spec = |per_minute: f64| {
+            let per_sec = per_minute / 60.0;
+            BucketSpec { capacity: per_sec.max(1.0), per_sec }
+        };
+        Self {
+            buckets: [requests_per_minute.map(spec), tokens_per_minute.map(spec)],
+            per_minute: [requests_per_minute, tokens_per_minute],
+            slices: Default::default(),
+            windows: [None; 4],
+            opened: [false; 4],
+            level: [None; DIMENSIONS],
+            pending: false,
+            retry_at: None,
+            // Until the fleet is known to answer, at the share.
+            mode: Mode::Shared,
+            replicas: 1,
+            stranded: [0.0; DIMENSIONS],
+        }
+    }
+
+    /// Follows the fleet: degraded while it cannot be reached (at the share of `replicas`),
+    /// shared again once it answers.
+    pub(super) fn follow(&mut self, shared: bool, replicas: usize, now: Instant) {
+        let replicas = replicas.max(1);
+        match (&self.mode, shared) {
+            (Mode::Shared, false) => {
+                for (dimension, slices) in self.slices.iter_mut().enumerate() {
+                    self.stranded[dimension] += slices.drain(..).map(|s| s.units).sum::<f64>();
+                }
+                let buckets = self.buckets.map(|spec| spec.map(|spec| ShareBucket::new(spec, replicas, now)));
+                self.mode = Mode::Degraded { replicas, buckets };
+                self.retry_at = None;
+            }
+            (Mode::Degraded { .. }, true) => {
+                self.mode = Mode::Shared;
+                self.retry_at = None;
+            }
+            _ => {}
+        }
+        self.replicas = replicas;
+    }
+
+    /// The fleet share this lane paces at while degraded (`None`: shared).
+    pub(super) fn degraded_share(&self) -> Option<usize> {
+        match self.mode {
+            Mode::Degraded { replicas, .. } => Some(replicas),
+            Mode::Shared => None,
+        }
+    }
+
+    fn window_runs(&self, header: usize, now: Instant) -> bool {
+        self.opened[header] || self.windows[header].is_some_and(|(_, ends)| ends > now)
+    }
+
+    /// What a call of `tokens` needs per dimension.
+    fn need(&self, tokens: f64, now: Instant) -> [f64; DIMENSIONS] {
+        let mut need = [0.0; DIMENSIONS];
+        if self.buckets[RPM].is_some() {
+            need[RPM] = 1.0;
+        }
+        if self.buckets[TPM].is_some() {
+            need[TPM] = tokens;
+        }
+        for header in 0..4 {
+            if self.window_runs(header, now) {
+                need[HEADERS + header] = if header == 0 { 1.0 } else { tokens };
+            }
+        }
+        need
+    }
+
+    /// Units in hand in `dimension` at `now` (expired slices dropped).
+    pub(super) fn balance(&mut self, dimension: usize, now: Instant) -> f64 {
+        let slices = &mut self.slices[dimension];
+        while slices.front().is_some_and(|s| s.expires <= now) {
+            if let Some(gone) = slices.pop_front() {
+                self.stranded[dimension] += gone.units.max(0.0);
+            }
+        }
+        slices.iter().map(|s| s.units).sum()
+    }
+
+    /// Takes what a call of `tokens` needs, or says what to do.
+    pub(super) fn take(&mut self, tokens: f64, now: Instant) -> Take {
+        let need = self.need(tokens, now);
+        if let Mode::Degraded { buckets, .. } = &mut self.mode {
+            let mut wait = Duration::ZERO;
+            for (bucket, units) in buckets.iter_mut().zip(need) {
+                if let Some(bucket) = bucket {
+                    bucket.refill(now);
+                    wait = wait.max(bucket.wait_for(units));
+                }
+            }
+            if !wait.is_zero() {
+                return Take::Wait(wait);
+            }
+            for (bucket, units) in buckets.iter_mut().zip(need) {
+                if let Some(bucket) = bucket {
+                    bucket.level -= units;
+                }
+            }
+            return Take::Got(Taken::default());
+        }
+        let enough = (0..DIMENSIONS).all(|d| need[d] <= 0.0 || self.balance(d, now) >= need[d]);
+        if !enough {
+            let retry_at = self.retry_at.filter(|at| *at > now);
+            let ask = (!self.pending && retry_at.is_none()).then(|| self.ask(need, now));
+            if ask.is_some() {
+                self.pending = true;
+            }
+            return Take::Short { ask, retry_at };
+        }
+        let mut taken = Taken::default();
+        for (dimension, units) in need.into_iter().enumerate() {
+            if units > 0.0 {
+                taken.expires = min_instant(taken.expires, self.spend(dimension, units));
+                taken.units[dimension] = units;
+            }
+        }
+        Take::Got(taken)
+    }
+
+    /// After a take: the next slice to prefetch, when less than half of one is left of some
+    /// dimension a call needs and no lease is on its way.
+    pub(super) fn prefetch(&mut self, tokens: f64, now: Instant) -> Option<LeaseAsk> {
+        if self.pending || self.degraded_share().is_some() || self.retry_at.is_some_and(|at| at > now) {
+            return None;
+        }
+        let need = self.need(tokens, now);
+        let low = (0..DIMENSIONS)
+            .any(|d| need[d] > 0.0 && self.balance(d, now) < (self.slice(d, now) / 2.0).max(need[d]));
+        if !low {
+            return None;
+        }
+        self.pending = true;
+        Some(self.ask([0.0; DIMENSIONS], now))
+    }
+
+    /// Spends `units` of `dimension`, oldest slice first; the earliest expiry it drew on.
+    fn spend(&mut self, dimension: usize, mut units: f64) -> Option<Instant> {
+        let slices = &mut self.slices[dimension];
+        let mut expires = None;
+        while units > 0.0 {
+            let Some(slice) = slices.front_mut() else { break };
+            expires = min_instant(expires, Some(slice.expires));
+            let spent = units.min(slice.units);
+            slice.units -= spent;
+            units -= spent;
+            if slice.units <= 0.0 {
+                slices.pop_front();
+            }
+        }
+        expires
+    }
+
+    /// The slice of `dimension` now.
+    fn slice(&self, dimension: usize, now: Instant) -> f64 {
+        let per_window = match dimension {
+            RPM | TPM => self.per_minute[dimension],
+            header => self.windows[header - HEADERS]
+                .filter(|(_, ends)| *ends > now)
+                .and_then(|(limit, _)| limit)
+                .map(|limit| limit as f64),
+        };
+        per_window.map_or(1.0, |l| slice_size(l, self.replicas))
+    }
+
+    fn ask(&self, need: [f64; DIMENSIONS], now: Instant) -> LeaseAsk {
+        let mut want = [0.0; DIMENSIONS];
+        for (dimension, slot) in want.iter_mut().enumerate() {
+            let active = match dimension {
+                RPM | TPM => self.buckets[dimension].is_some(),
+                header => self.window_runs(header - HEADERS, now),
+            };
+            if active {
+                *slot = self.slice(dimension, now).max(need[dimension]);
+            }
+        }
+        LeaseAsk { need, want, buckets: self.buckets }
+    }
+
+    /// The fleet's answer to the lease on its way (`None`: it could not be reached).
+    pub(super) fn granted(&mut self, grant: Option<LeaseGrant>, now: Instant) {
+        self.pending = false;
+        let Some(grant) = grant else {
+            // Not reached: ask again soon (the fleet reports degraded after a few).
+            self.retry_at = Some(now + MIN_RETRY);
+            return;
+        };
+        for header in 0..4 {
+            self.windows[header] = grant.windows[header].map(|w| (w.limit, now + w.ends_in));
+            self.opened[header] = false;
+        }
+        for (dimension, units) in grant.granted.into_iter().enumerate() {
+            if units > 0.0 {
+                let mut expires = now + SLICE_TTL;
+                if let Some(header) = dimension.checked_sub(HEADERS)
+                    && let Some((_, ends)) = self.windows[header]
+                {
+                    // A window's units are spent within it.
+                    expires = expires.min(ends);
+                }
+                self.slices[dimension].push_back(Slice { units, expires });
+            }
+        }
+        self.level = grant.level;
+        self.retry_at = grant.retry_in.map(|wait| now + wait.max(MIN_RETRY));
+        if let Some(hold) = grant.hold {
+            self.retry_at = Some(now + hold.max(MIN_RETRY));
+        }
+    }
+
+    /// Another replica opened a header window: lease against it.
+    pub(super) fn open(&mut self, header: usize) {
+        if let Some(slot) = self.opened.get_mut(header) {
+            *slot = true;
+        }
+        self.retry_at = None;
+    }
+
+    /// A hold over the account: slices in hand are not spent before it ends.
+    pub(super) fn hold(&mut self, until: Instant) {
+        self.retry_at = Some(self.retry_at.map_or(until, |at| at.max(until)));
+    }
+
+    /// Units a call took and did not use come back, to expire when their slice does.
+    pub(super) fn refund(&mut self, taken: &Taken, units: [f64; DIMENSIONS], now: Instant) {
+        if self.degraded_share().is_some() {
+            return;
+        }
+        let Some(expires) = taken.expires.filter(|at| *at > now) else { return };
+        for (dimension, units) in units.into_iter().enumerate() {
+            if units > 0.0 {
+                self.slices[dimension].push_front(Slice { units, expires });
+            } else if units < 0.0 {
+                // Used more than reserved: the debt is spent from what is in hand.
+                self.spend(dimension, -units);
+            }
+        }
+    }
+
+    /// Everything unspent in the buckets, taken out of the book (at shutdown).
+    pub(super) fn surrender(&mut self, now: Instant) -> [f64; 2] {
+        let mut units = [0.0; 2];
+        for (dimension, slot) in units.iter_mut().enumerate() {
+            *slot = self.balance(dimension, now).max(0.0);
+            self.slices[dimension].clear();
+        }
+        units
+    }
+
+    pub(super) fn buckets(&self) -> [Option<BucketSpec>; 2] {
+        self.buckets
+    }
+
+    pub(super) fn snapshot(&mut self, now: Instant) -> FleetSnapshot {
+        let lease = |book: &mut Self, d: usize| book.buckets[d].map(|_| book.balance(d, now));
+        let requests = lease(self, RPM);
+        let tokens = lease(self, TPM);
+        let share = |d: usize| match &self.mode {
+            Mode::Degraded { buckets, .. } => buckets[d].map(|b| b.level),
+            Mode::Shared => None,
+        };
+        FleetSnapshot {
+            mode: if self.degraded_share().is_some() { "degraded" } else { "shared" },
+            replicas: self.replicas,
+            bucket: FleetLevels { requests: self.level[RPM], tokens: self.level[TPM] },
+            lease: FleetLevels { requests, tokens },
+            share: self.degraded_share().map(|_| FleetLevels { requests: share(RPM), tokens: share(TPM) }),
+            stranded: FleetLevels {
+                requests: self.buckets[RPM].map(|_| self.stranded[RPM]),
+                tokens: self.buckets[TPM].map(|_| self.stranded[TPM]),
+            },
+            headers: super::HeadersSnapshot::default(),
+        }
+    }
+
+    /// The fleet's header windows as this lane last heard of them, with their levels.
+    pub(super) fn header_levels(&self, now: Instant) -> [Option<Stated>; 4] {
+        let mut out = [None; 4];
+        for (header, slot) in out.iter_mut().enumerate() {
+            if let (Some((limit, ends)), Some(level)) = (self.windows[header], self.level[HEADERS + header])
+                && ends > now
+            {
+                *slot = Some(Stated { limit, remaining: level, resets_at: Some(ends) });
+            }
+        }
+        out
+    }
+}
+
+fn min_instant(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A lane's view of the fleet, for `/admin/health`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct FleetSnapshot {
+    /// `shared` (from leased slices) or `degraded` (at this replica's share).
+    pub mode: &'static str,
+    /// The fleet size this lane divides by when degraded.
+    pub replicas: usize,
+    /// The fleet's buckets as of the last lease.
+    pub bucket: FleetLevels,
+    /// What this replica holds leased and unspent.
+    pub lease: FleetLevels,
+    /// While degraded: what this replica's share holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub share: Option<FleetLevels>,
+    /// Leased units that expired unspent since start.
+    pub stranded: FleetLevels,
+    /// The budget the provider's headers state, as the fleet counts it.
+    pub headers: super::HeadersSnapshot,
+}
+
+/// Requests and tokens, for the dimensions the lane has.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct FleetLevels {
+    /// Requests.
+    pub requests: Option<f64>,
+    /// Tokens.
+    pub tokens: Option<f64>,
+}
+
+/// A lane's link to the fleet: its book, the fleet, and the waiters for a grant.
+pub(super) struct FleetGate {
+    fleet: Arc<dyn FleetPacing>,
+    key: Arc<str>,
+    book: Mutex<LeaseBook>,
+    granted: Notify,
+}
+
+impl FleetGate {
+    pub(super) fn new(fleet: Arc<dyn FleetPacing>, key: Arc<str>, book: LeaseBook) -> Self {
+        Self { fleet, key, book: Mutex::new(book), granted: Notify::new() }
+    }
+
+    pub(super) fn book(&self) -> MutexGuard<'_, LeaseBook> {
+        self.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub(super) fn fleet(&self) -> &dyn FleetPacing {
+        &*self.fleet
+    }
+
+    /// Takes what a call of `tokens` needs, waiting for grants; fails with the time waited
+    /// once `give_up_at` passes.
+    pub(super) async fn take(
+        self: &Arc<Self>,
+        tokens: f64,
+        give_up_at: Option<Instant>,
+    ) -> Result<Taken, Instant> {
+        loop {
+            let listen = self.granted.notified();
+            tokio::pin!(listen);
+            listen.as_mut().enable();
+            let now = Instant::now();
+            let (shared, replicas) = (self.fleet.shared(), self.fleet.replicas());
+            let (take, prefetch) = {
+                let mut book = self.book();
+                book.follow(shared, replicas, now);
+                let take = book.take(tokens, now);
+                let prefetch = match &take {
+                    Take::Got(_) => book.prefetch(tokens, now),
+                    _ => None,
+                };
+                (take, prefetch)
+            };
+            let wake_at = match take {
+                Take::Got(taken) => {
+                    if let Some(ask) = prefetch {
+                        self.lease(ask);
+                    }
+                    return Ok(taken);
+                }
+                Take::Short { ask, retry_at } => {
+                    if let Some(ask) = ask {
+                        self.lease(ask);
+                    }
+                    retry_at
+                }
+                Take::Wait(wait) => Some(now + wait),
+            };
+            let wake_at = min_instant(wake_at, give_up_at);
+            if give_up_at.is_some_and(|at| at <= now) {
+                return Err(now);
+            }
+            match wake_at {
+                Some(at) => {
+                    tokio::select! {
+                        () = &mut listen => {}
+                        () = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => listen.await,
+            }
+            if let Some(at) = give_up_at
+                && Instant::now() >= at
+            {
+                return Err(at);
+            }
+        }
+    }
+
+    /// Sends a lease on its way; its grant wakes the waiters.
+    fn lease(self: &Arc<Self>, ask: LeaseAsk) {
+        let gate = self.clone();
+        let call = self.fleet.lease(&self.key, ask);
+        tokio::spawn(async move {
+            let grant = call.await;
+            gate.book().granted(grant, Instant::now());
+            gate.granted.notify_waiters();
+        });
+    }
+
+    /// Wakes the callers waiting for a grant.
+    pub(super) fn wake(&self) {
+        self.granted.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pacing::{LimitPacer, Limits, PaceRequest, Pacer};
+
+    const RPM_300: Option<f64> = Some(300.0);
+
+    fn got(take: Take) -> Taken {
+        match take {
+            Take::Got(taken) => taken,
+            other => panic!("expected units, got {other:?}"),
+        }
+    }
+
+    fn grant_of(units: f64) -> LeaseGrant {
+        let mut grant = LeaseGrant::default();
+        grant.granted[RPM] = units;
+        grant.level[RPM] = Some(0.0);
+        grant
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_short_lane_asks_for_one_slice_and_spends_it_locally() {
+        let now = Instant::now();
+        let mut book = LeaseBook::new(RPM_300, None);
+        book.follow(true, 3, now);
+        let Take::Short { ask: Some(ask), .. } = book.take(0.0, now) else { panic!("a lease is asked for") };
+        assert_eq!(ask.need[RPM], 1.0);
+        assert_eq!(ask.want[RPM], 3.0, "1% of 300");
+        assert_eq!(ask.buckets[RPM], Some(BucketSpec { capacity: 5.0, per_sec: 5.0 }));
+        assert!(
+            matches!(book.take(0.0, now), Take::Short { ask: None, .. }),
+            "one lease on its way at a time"
+        );
+        book.granted(Some(grant_of(3.0)), now);
+        got(book.take(0.0, now));
+        assert_eq!(book.balance(RPM, now), 2.0);
+        // 2 left of a slice of 3: not yet below half.
+        assert_eq!(book.prefetch(0.0, now), None);
+        got(book.take(0.0, now));
+        let prefetch = book.prefetch(0.0, now).expect("below half a slice: the next one is asked for");
+        assert_eq!(prefetch.need, [0.0; DIMENSIONS], "a prefetch needs nothing");
+        assert_eq!(prefetch.want[RPM], 3.0);
+        assert_eq!(book.prefetch(0.0, now), None, "not twice");
+        got(book.take(0.0, now));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slices_expire_unspent_and_what_is_left_goes_back_at_shutdown() {
+        let now = Instant::now();
+        let mut book = LeaseBook::new(RPM_300, Some(60_000.0));
+        book.follow(true, 1, now);
+        let mut grant = grant_of(3.0);
+        grant.granted[TPM] = 600.0;
+        book.granted(Some(grant), now);
+        assert_eq!(book.balance(RPM, now + SLICE_TTL - Duration::from_millis(1)), 3.0);
+        assert_eq!(book.balance(RPM, now + SLICE_TTL), 0.0, "expired");
+        assert_eq!(book.snapshot(now + SLICE_TTL).stranded.requests, Some(3.0));
+
+        let later = now + SLICE_TTL;
+        let mut grant = grant_of(3.0);
+        grant.granted[TPM] = 600.0;
+        book.granted(Some(grant), later);
+        let taken = got(book.take(100.0, later));
+        assert_eq!(book.surrender(later), [2.0, 500.0]);
+        assert_eq!(book.balance(RPM, later), 0.0, "surrendered units are gone from the book");
+        // A refund after the slice it came from expired is not kept.
+        book.refund(&taken, taken.units, later + SLICE_TTL);
+        assert_eq!(book.balance(RPM, later + SLICE_TTL), 0.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_cancelled_before_dispatch_gives_its_units_back_and_tokens_are_corrected() {
+        let now = Instant::now();
+        let mut book = LeaseBook::new(None, Some(60_000.0));
+        book.follow(true, 1, now);
+        let mut grant = LeaseGrant::default();
+        grant.granted[TPM] = 1_000.0;
+        book.granted(Some(grant), now);
+        let taken = got(book.take(400.0, now));
+        assert_eq!(book.balance(TPM, now), 600.0);
+        let mut unused = [0.0; DIMENSIONS];
+        unused[TPM] = 400.0 - 150.0;
+        book.refund(&taken, unused, now);
+        assert_eq!(book.balance(TPM, now), 850.0, "what the answer did not use comes back");
+        let mut over = [0.0; DIMENSIONS];
+        over[TPM] = -100.0;
+        book.refund(&taken, over, now);
+        assert_eq!(book.balance(TPM, now), 750.0, "what it used beyond its estimate is spent");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_degraded_lane_paces_at_its_share_and_returns_to_leasing() {
+        let start = Instant::now();
+        let mut book = LeaseBook::new(Some(600.0), None);
+        book.follow(true, 3, start);
+        book.granted(Some(grant_of(6.0)), start);
+        book.follow(false, 3, start);
+        assert_eq!(book.degraded_share(), Some(3));
+        assert_eq!(book.balance(RPM, start), 0.0, "slices are not spent out of the fleet's reach");
+        // 600 rpm is 10 a second with a burst of 10; a third of it: 3.33 a second, burst 3.33.
+        let mut sent = 0;
+        let mut now = start;
+        while now < start + Duration::from_secs(6) {
+            match book.take(0.0, now) {
+                Take::Got(_) => sent += 1,
+                Take::Wait(wait) => now += wait,
+                other => panic!("degraded lanes do not lease: {other:?}"),
+            }
+        }
+        let share = 10.0 / 3.0;
+        assert!(f64::from(sent) <= share + share * 6.0 + 1.0, "{sent} sent");
+        assert!(f64::from(sent) >= share * 6.0, "{sent} sent: the share is used");
+        book.follow(true, 3, now);
+        assert!(matches!(book.take(0.0, now), Take::Short { ask: Some(_), .. }), "back to leasing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_stops_leasing_until_it_ends() {
+        let now = Instant::now();
+        let mut book = LeaseBook::new(RPM_300, None);
+        book.follow(true, 1, now);
+        book.hold(now + Duration::from_secs(3));
+        match book.take(0.0, now) {
+            Take::Short { ask: None, retry_at } => assert_eq!(retry_at, Some(now + Duration::from_secs(3))),
+            other => panic!("{other:?}"),
+        }
+        let later = now + Duration::from_secs(3);
+        assert!(matches!(book.take(0.0, later), Take::Short { ask: Some(_), .. }));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn header_windows_are_leased_while_they_run_and_their_units_end_with_them() {
+        let now = Instant::now();
+        let mut book = LeaseBook::new(None, None);
+        book.follow(true, 3, now);
+        assert!(matches!(book.take(0.0, now), Take::Got(_)), "no window: nothing to lease");
+        book.open(0);
+        let Take::Short { ask: Some(ask), .. } = book.take(0.0, now) else { panic!("a lease is asked for") };
+        assert_eq!(ask.need[HEADERS], 1.0);
+        let mut grant = LeaseGrant::default();
+        grant.granted[HEADERS] = 2.0;
+        grant.level[HEADERS] = Some(8.0);
+        grant.windows[0] = Some(Window { limit: Some(10), ends_in: Duration::from_millis(300) });
+        book.granted(Some(grant), now);
+        got(book.take(0.0, now));
+        assert_eq!(book.balance(HEADERS, now + Duration::from_millis(299)), 1.0);
+        assert_eq!(book.balance(HEADERS, now + Duration::from_millis(300)), 0.0, "gone with its window");
+        assert!(matches!(book.take(0.0, now + Duration::from_millis(300)), Take::Got(_)), "window over");
+    }
+
+    /// The fleet's bucket as the Redis script keeps it: refilled at its rate up to its
+    /// capacity, granting a slice when a need can be met.
+    struct ModelFleet {
+        state: Mutex<(f64, Instant)>,
+        spec: BucketSpec,
+        replicas: usize,
+        up: std::sync::atomic::AtomicBool,
+    }
+
+    impl FleetPacing for ModelFleet {
+        fn lease(&self, _lane: &str, ask: LeaseAsk) -> BoxFuture<'static, Option<LeaseGrant>> {
+            let up = self.up.load(std::sync::atomic::Ordering::Relaxed);
+            let grant = up.then(|| {
+                let now = Instant::now();
+                let mut state = self.state.lock().unwrap();
+                let (level, at) = &mut *state;
+                *level = (*level + now.duration_since(*at).as_secs_f64() * self.spec.per_sec)
+                    .min(self.spec.capacity);
+                *at = now;
+                let mut grant = LeaseGrant::default();
+                let need = ask.need[RPM].min(self.spec.capacity);
+                if *level < need {
+                    grant.retry_in = Some(Duration::from_secs_f64((need - *level) / self.spec.per_sec));
+                } else {
+                    let take = ask.want[RPM].min(*level).max(ask.need[RPM]).max(0.0);
+                    *level -= take;
+                    grant.granted[RPM] = take;
+                }
+                grant.level[RPM] = Some(*level);
+                grant
+            });
+            Box::pin(async move {
+                // A round trip.
+                tokio::time::sleep(Duration::from_micros(200)).await;
+                grant
+            })
+        }
+        fn report(&self, _lane: &str, _report: FleetReport) {}
+        fn give_back(&self, _lane: &str, units: [f64; 2], _buckets: [Option<BucketSpec>; 2]) {
+            let mut state = self.state.lock().unwrap();
+            state.0 = (state.0 + units[RPM]).min(self.spec.capacity);
+        }
+        fn shared(&self) -> bool {
+            self.up.load(std::sync::atomic::Ordering::Relaxed)
+        }
+        fn replicas(&self) -> usize {
+            self.replicas
+        }
+        fn watch(&self, _sink: Weak<dyn FleetSink>) {}
+    }
+
+    fn model(per_minute: f64, replicas: usize) -> Arc<ModelFleet> {
+        let per_sec = per_minute / 60.0;
+        let spec = BucketSpec { capacity: per_sec.max(1.0), per_sec };
+        Arc::new(ModelFleet {
+            state: Mutex::new((spec.capacity, Instant::now())),
+            spec,
+            replicas,
+            up: true.into(),
+        })
+    }
+
+    /// Three replicas' pacers, each sending as fast as its pacer lets it for `seconds`; every
+    /// dispatch's instant.
+    async fn fan_out(pacers: &[Arc<LimitPacer>], seconds: u64) -> Vec<Instant> {
+        let end = Instant::now() + Duration::from_secs(seconds);
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for pacer in pacers {
+            for _ in 0..4 {
+                let (pacer, sent) = (pacer.clone(), sent.clone());
+                tasks.push(tokio::spawn(async move {
+                    let credential = crate::credential::CredentialId::derive("openai", "http://up", None);
+                    loop {
+                        let request = PaceRequest {
+                            provider: "up",
+                            credential_id: &credential,
+                            estimated_tokens: 10,
+                            deadline: Some(end),
+                            spill_after: None,
+                        };
+                        let Ok(mut permit) = pacer.acquire(request).await else { break };
+                        sent.lock().unwrap().push(Instant::now());
+                        permit.settle(Some(10));
+                    }
+                }));
+            }
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let mut sent = std::mem::take(&mut *sent.lock().unwrap());
+        sent.sort();
+        sent
+    }
+
+    /// The most dispatches within any stretch of `window`.
+    fn most_within(sent: &[Instant], window: Duration) -> usize {
+        let mut most = 0;
+        let mut first = 0;
+        for (last, at) in sent.iter().enumerate() {
+            while *at - sent[first] >= window {
+                first += 1;
+            }
+            most = most.max(last + 1 - first);
+        }
+        most
+    }
+
+    fn limits(rpm: u32) -> Vec<(String, Limits)> {
+        vec![("up".to_owned(), Limits { requests_per_minute: Some(rpm), ..Limits::default() })]
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn three_replicas_leasing_from_one_bucket_stay_within_its_bound_and_alone_they_do_not() {
+        let (rpm, replicas) = (300, 3);
+        let fleet = model(f64::from(rpm), replicas);
+        let pacers: Vec<_> = (0..replicas)
+            .map(|_| LimitPacer::shared(limits(rpm), fleet.clone() as Arc<dyn FleetPacing>))
+            .collect();
+        let sent = fan_out(&pacers, 10).await;
+        // 5 a second with a burst of 5; slices of 3 (1% of 300): at most 3 of them outstanding.
+        let (burst, per_sec, slice) = (5.0, 5.0, slice_size(f64::from(rpm), replicas));
+        for window in [1, 2, 5] {
+            let most = most_within(&sent, Duration::from_secs(window)) as f64;
+            let bound = burst + per_sec * window as f64 + replicas as f64 * slice;
+            assert!(most <= bound, "{most} within {window}s, bound {bound}");
+        }
+        let total = sent.len() as f64;
+        assert!(total <= burst + per_sec * 10.0 + 1.0, "{total} over 10 s: never more than the bucket gave");
+        assert!(total >= per_sec * 10.0 - 2.0 * replicas as f64 * slice, "{total}: the allowance is used");
+
+        // The control: each replica pacing alone at the account's 300 a minute sends three times it.
+        let alone: Vec<_> = (0..replicas).map(|_| Arc::new(LimitPacer::new(limits(rpm)))).collect();
+        let sent = fan_out(&alone, 10).await;
+        assert!(sent.len() as f64 > 2.5 * per_sec * 10.0, "{} alone", sent.len());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn out_of_the_fleets_reach_each_replica_paces_at_its_share() {
+        let (rpm, replicas) = (600, 3);
+        let fleet = model(f64::from(rpm), replicas);
+        let pacers: Vec<_> = (0..replicas)
+            .map(|_| LimitPacer::shared(limits(rpm), fleet.clone() as Arc<dyn FleetPacing>))
+            .collect();
+        fleet.up.store(false, std::sync::atomic::Ordering::Relaxed);
+        let sent = fan_out(&pacers, 6).await;
+        // 10 a second shared by 3: each a burst of 3.33 and 3.33 a second.
+        let bound = 10.0 + 10.0 * 6.0 + f64::from(replicas as u32);
+        assert!((sent.len() as f64) <= bound, "{} sent, bound {bound}", sent.len());
+        assert!(
+            (sent.len() as f64) >= 10.0 * 6.0 - 3.0,
+            "{} sent: the shares add up to the allowance",
+            sent.len()
+        );
+        let snapshot = pacers[0].snapshot();
+        let fleet = snapshot[0].fleet.as_ref().unwrap();
+        assert_eq!((fleet.mode, fleet.replicas), ("degraded", 3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn what_a_replica_did_not_spend_goes_back_when_it_surrenders() {
+        let fleet = model(6_000.0, 1);
+        let pacer = LimitPacer::shared(limits(6_000), fleet.clone() as Arc<dyn FleetPacing>);
+        let credential = crate::credential::CredentialId::derive("openai", "http://up", None);
+        let request = PaceRequest {
+            provider: "up",
+            credential_id: &credential,
+            estimated_tokens: 0,
+            deadline: None,
+            spill_after: None,
+        };
+        drop(pacer.acquire(request).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let lease = pacer.snapshot()[0].fleet.as_ref().unwrap().lease.requests.unwrap();
+        let before = fleet.state.lock().unwrap().0;
+        assert!(lease >= 59.0, "a slice of 60 (1% of 6000), one spent: {lease}");
+        pacer.surrender();
+        assert_eq!(pacer.snapshot()[0].fleet.as_ref().unwrap().lease.requests, Some(0.0));
+        let after = fleet.state.lock().unwrap().0;
+        assert!(after - before >= lease - 1e-9, "{before} → {after}: the {lease} unspent went back");
+    }
+}
