@@ -72,11 +72,11 @@ impl PaceOp {
                 call.arg(opt(report.hold.map(|h| h.as_millis() as f64)));
                 for stated in &report.stated {
                     match stated {
-                        Some((limit, left, reset)) => {
+                        Some(stated) => {
                             call.arg("1")
-                                .arg(opt(limit.map(|l| l as f64)))
-                                .arg(format!("{}", left.floor()))
-                                .arg(opt(reset.map(|r| r.as_millis() as f64)));
+                                .arg(opt(stated.limit.map(|l| l as f64)))
+                                .arg(format!("{}", stated.remaining.floor()))
+                                .arg(opt(stated.reset_in.map(|r| r.as_millis() as f64)));
                         }
                         None => {
                             call.arg("").arg("").arg("0").arg("");
@@ -119,7 +119,8 @@ pub(crate) fn grant(reply: &str) -> Option<LeaseGrant> {
     for h in 0..4 {
         let window = &value["windows"][h];
         if let Some(ends_in) = millis(&window["ends"]) {
-            grant.windows[h] = Some(Window { limit: window["lim"].as_f64().map(|l| l as u64), ends_in });
+            let limit = window["lim"].as_f64().map(|l| l as u64);
+            grant.windows[h] = Some(Window { limit, ends_in, probe: window["probe"] == 1 });
         }
     }
     grant.retry_in = millis(&value["retry"]);

@@ -273,10 +273,13 @@ for h = 0, 3 do
       left = 1
       reset = now + probe
       cur['h' .. h .. 'r'] = fmt(reset)
+      cur['h' .. h .. 'p'] = '1'
       redis.call('HSET', key, 'h' .. h .. 'r', fmt(reset), 'h' .. h .. 'p', '1')
     end
     levels[3 + h] = left
-    windows[h + 1] = {lim = num(cur['h' .. h .. 'l']) or '', ends = reset - now}
+    local probing = 0
+    if cur['h' .. h .. 'p'] == '1' then probing = 1 end
+    windows[h + 1] = {lim = num(cur['h' .. h .. 'l']) or '', ends = reset - now, probe = probing}
   else
     windows[h + 1] = ''
   end

@@ -90,3 +90,9 @@ pub fn stop(mut server: Child) -> String {
     server.stderr.take().unwrap().read_to_string(&mut logs).unwrap();
     logs
 }
+
+/// Stops a gateway whose logs are read elsewhere, by its process id.
+pub fn stop_piped(mut server: Child) {
+    server.kill().unwrap();
+    server.wait().unwrap();
+}

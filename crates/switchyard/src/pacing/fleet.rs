@@ -106,14 +106,27 @@ pub struct Window {
     pub limit: Option<u64>,
     /// How long the window still runs.
     pub ends_in: Duration,
+    /// A probe window: the last one reset and no answer has stated the next yet (one
+    /// request goes to learn it).
+    pub probe: bool,
+}
+
+/// One header dimension of a report: the allowance as the lane now counts it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StatedReport {
+    /// The window's whole allowance, when the provider says.
+    pub limit: Option<u64>,
+    /// The stated `remaining` less the lane's own calls in flight.
+    pub remaining: f64,
+    /// How long until the window resets, when the provider says.
+    pub reset_in: Option<Duration>,
 }
 
 /// What one answer's headers told a lane, for the fleet.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FleetReport {
-    /// Per header dimension: the allowance as this lane now counts it (the stated
-    /// `remaining` less its own calls in flight), and how long until the window resets.
-    pub stated: [Option<(Option<u64>, f64, Option<Duration>)>; 4],
+    /// Per header dimension (requests, tokens, input and output tokens).
+    pub stated: [Option<StatedReport>; 4],
     /// A 429's hold (its Retry-After).
     pub hold: Option<Duration>,
 }
@@ -220,8 +233,9 @@ pub(super) struct LeaseBook {
     /// Per minute, for slice sizes.
     per_minute: [Option<f64>; 2],
     slices: [VecDeque<Slice>; DIMENSIONS],
-    /// The header windows the fleet knows of (leased against while they run).
-    windows: [Option<(Option<u64>, Instant)>; 4],
+    /// The header windows the fleet knows of (leased against while they run): limit, end,
+    /// and whether it is a probe window.
+    windows: [Option<(Option<u64>, Instant, bool)>; 4],
     /// Header dimensions another replica (or this one) opened and no grant has shown yet.
     opened: [bool; 4],
     level: [Option<f64>; DIMENSIONS],
@@ -285,12 +299,15 @@ impl LeaseBook {
         }
     }
 
-    fn window_runs(&self, header: usize, now: Instant) -> bool {
-        self.opened[header] || self.windows[header].is_some_and(|(_, ends)| ends > now)
+    /// Whether the fleet paces header dimension `header`: once it has a window of it, every
+    /// call leases against it, also after the window ends (the fleet then lets one probe go
+    /// until an answer states the next), until a grant shows the fleet has none.
+    fn window_known(&self, header: usize) -> bool {
+        self.opened[header] || self.windows[header].is_some()
     }
 
     /// What a call of `tokens` needs per dimension.
-    fn need(&self, tokens: f64, now: Instant) -> [f64; DIMENSIONS] {
+    fn need(&self, tokens: f64) -> [f64; DIMENSIONS] {
         let mut need = [0.0; DIMENSIONS];
         if self.buckets[RPM].is_some() {
             need[RPM] = 1.0;
@@ -299,7 +316,7 @@ impl LeaseBook {
             need[TPM] = tokens;
         }
         for header in 0..4 {
-            if self.window_runs(header, now) {
+            if self.window_known(header) {
                 need[HEADERS + header] = if header == 0 { 1.0 } else { tokens };
             }
         }
@@ -319,7 +336,7 @@ impl LeaseBook {
 
     /// Takes what a call of `tokens` needs, or says what to do.
     pub(super) fn take(&mut self, tokens: f64, now: Instant) -> Take {
-        let need = self.need(tokens, now);
+        let need = self.need(tokens);
         if let Mode::Degraded { buckets, .. } = &mut self.mode {
             let mut wait = Duration::ZERO;
             for (bucket, units) in buckets.iter_mut().zip(need) {
@@ -363,7 +380,7 @@ impl LeaseBook {
         if self.pending || self.degraded_share().is_some() || self.retry_at.is_some_and(|at| at > now) {
             return None;
         }
-        let need = self.need(tokens, now);
+        let need = self.need(tokens);
         let low = (0..DIMENSIONS)
             .any(|d| need[d] > 0.0 && self.balance(d, now) < (self.slice(d, now) / 2.0).max(need[d]));
         if !low {
@@ -395,8 +412,8 @@ impl LeaseBook {
         let per_window = match dimension {
             RPM | TPM => self.per_minute[dimension],
             header => self.windows[header - HEADERS]
-                .filter(|(_, ends)| *ends > now)
-                .and_then(|(limit, _)| limit)
+                .filter(|(_, ends, _)| *ends > now)
+                .and_then(|(limit, _, _)| limit)
                 .map(|limit| limit as f64),
         };
         per_window.map_or(1.0, |l| slice_size(l, self.replicas))
@@ -407,7 +424,7 @@ impl LeaseBook {
         for (dimension, slot) in want.iter_mut().enumerate() {
             let active = match dimension {
                 RPM | TPM => self.buckets[dimension].is_some(),
-                header => self.window_runs(header - HEADERS, now),
+                header => self.window_known(header - HEADERS),
             };
             if active {
                 *slot = self.slice(dimension, now).max(need[dimension]);
@@ -425,14 +442,14 @@ impl LeaseBook {
             return;
         };
         for header in 0..4 {
-            self.windows[header] = grant.windows[header].map(|w| (w.limit, now + w.ends_in));
+            self.windows[header] = grant.windows[header].map(|w| (w.limit, now + w.ends_in, w.probe));
             self.opened[header] = false;
         }
         for (dimension, units) in grant.granted.into_iter().enumerate() {
             if units > 0.0 {
                 let mut expires = now + SLICE_TTL;
                 if let Some(header) = dimension.checked_sub(HEADERS)
-                    && let Some((_, ends)) = self.windows[header]
+                    && let Some((_, ends, _)) = self.windows[header]
                 {
                     // A window's units are spent within it.
                     expires = expires.min(ends);
@@ -512,11 +529,27 @@ impl LeaseBook {
         }
     }
 
-    /// The fleet's header windows as this lane last heard of them, with their levels.
+    /// The fleet's header windows as this lane last heard of them, ended or not, for
+    /// operators.
+    pub(super) fn header_windows(&self) -> [Option<Stated>; 4] {
+        let mut out = [None; 4];
+        for (header, slot) in out.iter_mut().enumerate() {
+            if let (Some((limit, ends, _)), Some(level)) =
+                (self.windows[header], self.level[HEADERS + header])
+            {
+                *slot = Some(Stated { limit, remaining: level, resets_at: Some(ends) });
+            }
+        }
+        out
+    }
+
+    /// The fleet's running header windows as this lane last heard of them, with their
+    /// levels (not probe windows: what an answer says then is always news).
     pub(super) fn header_levels(&self, now: Instant) -> [Option<Stated>; 4] {
         let mut out = [None; 4];
         for (header, slot) in out.iter_mut().enumerate() {
-            if let (Some((limit, ends)), Some(level)) = (self.windows[header], self.level[HEADERS + header])
+            if let (Some((limit, ends, false)), Some(level)) =
+                (self.windows[header], self.level[HEADERS + header])
                 && ends > now
             {
                 *slot = Some(Stated { limit, remaining: level, resets_at: Some(ends) });
@@ -806,12 +839,19 @@ mod tests {
         let mut grant = LeaseGrant::default();
         grant.granted[HEADERS] = 2.0;
         grant.level[HEADERS] = Some(8.0);
-        grant.windows[0] = Some(Window { limit: Some(10), ends_in: Duration::from_millis(300) });
+        grant.windows[0] =
+            Some(Window { limit: Some(10), ends_in: Duration::from_millis(300), probe: false });
         book.granted(Some(grant), now);
         got(book.take(0.0, now));
         assert_eq!(book.balance(HEADERS, now + Duration::from_millis(299)), 1.0);
         assert_eq!(book.balance(HEADERS, now + Duration::from_millis(300)), 0.0, "gone with its window");
-        assert!(matches!(book.take(0.0, now + Duration::from_millis(300)), Take::Got(_)), "window over");
+        let after = now + Duration::from_millis(300);
+        let Take::Short { ask: Some(ask), .. } = book.take(0.0, after) else {
+            panic!("after its window, the next call still leases: the fleet lets one probe go")
+        };
+        assert_eq!(ask.need[HEADERS], 1.0);
+        book.granted(Some(LeaseGrant::default()), after);
+        assert!(matches!(book.take(0.0, after), Take::Got(_)), "the fleet has no window: not paced by it");
     }
 
     /// The fleet's bucket as the Redis script keeps it: refilled at its rate up to its

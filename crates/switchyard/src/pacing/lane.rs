@@ -12,7 +12,9 @@ use std::time::Duration;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
-use super::fleet::{self, FleetGate, FleetPacing, FleetReport, FleetSnapshot, LeaseBook, Taken};
+use super::fleet::{
+    self, FleetGate, FleetPacing, FleetReport, FleetSnapshot, LeaseBook, StatedReport, Taken,
+};
 use super::headers::{Dispatch, HeaderBudget, Stated, Verdict};
 use super::{Limits, PaceRequest, Permit, PermitGuard, WaitReason};
 use crate::credential::CredentialId;
@@ -552,7 +554,8 @@ impl Lane {
             };
             news |= known[header].is_none_or(|fleet| stated.remaining < fleet.remaining);
             let reset = stated.resets_at.map(|at| at.saturating_duration_since(now));
-            report.stated[header] = Some((stated.limit, stated.remaining, reset));
+            report.stated[header] =
+                Some(StatedReport { limit: stated.limit, remaining: stated.remaining, reset_in: reset });
         }
         if !news {
             return;
@@ -634,7 +637,7 @@ impl Lane {
             fleet: self.fleet.as_ref().map(|gate| {
                 let mut book = gate.book();
                 let [requests, tokens, input_tokens, output_tokens] =
-                    book.header_levels(now).map(|stated| stated.map(|s| StatedSnapshot::of(s, now)));
+                    book.header_windows().map(|stated| stated.map(|s| StatedSnapshot::of(s, now)));
                 FleetSnapshot {
                     headers: HeadersSnapshot { requests, tokens, input_tokens, output_tokens },
                     ..book.snapshot(now)

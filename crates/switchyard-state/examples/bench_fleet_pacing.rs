@@ -1,0 +1,115 @@
+//! What pacing one allowance across the fleet costs a request, against a real `redis-server`
+//! on loopback: permits from a lane paced alone (`LimitPacer::new`) and from one leasing
+//! slices of the fleet's bucket (`LimitPacer::shared` over a connected `RedisStore`), in
+//! interleaved rounds, CPU of every thread of the process (the store's background task
+//! included), with the Redis commands the shared runs caused per request.
+//!
+//! `cargo run --release -p switchyard-state --example bench_fleet_pacing [requests] [rpm]`
+//!
+//! The default allowance, 6,000,000 a minute (100,000 a second), is there so that the bucket
+//! never holds a permit back: what is measured is the bookkeeping, not the waiting. Its
+//! slice is 60,000 (1%); a smaller allowance leases more often (`rpm` 600,000: slices of
+//! 6,000), at a rate that caps how many requests a run can make.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use switchyard::credential::CredentialId;
+use switchyard::pacing::fleet::FleetPacing;
+use switchyard::pacing::{LimitPacer, Limits, PaceRequest, Pacer};
+use switchyard_state::testing::RedisServer;
+use switchyard_state::{RedisStore, StateSettings};
+
+type Error = Box<dyn std::error::Error>;
+
+/// CPU time of every thread of this process, in nanoseconds (`/proc/self/task/*/schedstat`).
+fn cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn commands(server: &RedisServer) -> u64 {
+    server
+        .cli(&["INFO", "stats"])
+        .lines()
+        .find_map(|line| line.strip_prefix("total_commands_processed:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// CPU per permit over `requests` permits (each settled with its usage and dropped).
+async fn per_request(pacer: &LimitPacer, requests: u32) -> Result<Duration, Error> {
+    let credential = CredentialId::derive("openai", "https://api.openai.com/v1", None);
+    let request = PaceRequest {
+        provider: "openai",
+        credential_id: &credential,
+        estimated_tokens: 100,
+        deadline: None,
+        spill_after: None,
+    };
+    for _ in 0..requests / 10 {
+        pacer.acquire(request).await?.settle(Some(80));
+    }
+    let start = cpu_ns();
+    for _ in 0..requests {
+        pacer.acquire(request).await?.settle(Some(80));
+    }
+    Ok(Duration::from_nanos((cpu_ns() - start) / u64::from(requests)))
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Error> {
+    let requests: u32 = std::env::args().nth(1).and_then(|n| n.parse().ok()).unwrap_or(100_000);
+    let rpm: u32 = std::env::args().nth(2).and_then(|n| n.parse().ok()).unwrap_or(6_000_000);
+    let server = RedisServer::start();
+    // The store's task runs on another thread, as the gateway runs it beside its workers.
+    let links = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let mut settings = StateSettings::new(server.url());
+    settings.replica = "bench".to_owned();
+    let store = Arc::new(RedisStore::new(settings)?);
+    {
+        let _on_links = links.enter();
+        store.start();
+    }
+    while !store.shared() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let limits = || {
+        let limits = Limits {
+            requests_per_minute: Some(rpm),
+            tokens_per_minute: Some(rpm.saturating_mul(100)),
+            ..Limits::default()
+        };
+        vec![("openai".to_owned(), limits)]
+    };
+    let local = LimitPacer::new(limits());
+    let shared = LimitPacer::shared(limits(), store.clone());
+
+    let mut best = (Duration::MAX, Duration::MAX);
+    let mut caused = 0;
+    let started = Instant::now();
+    for _ in 0..3 {
+        best.0 = best.0.min(per_request(&local, requests).await?);
+        let before = commands(&server);
+        best.1 = best.1.min(per_request(&shared, requests).await?);
+        caused += commands(&server).saturating_sub(before);
+    }
+    let shared_requests = 3 * u64::from(requests) * 11 / 10;
+    println!(
+        "{rpm} requests and {} tokens a minute, {requests} permits per run, best of 3 interleaved (CPU of all threads):",
+        u64::from(rpm) * 100
+    );
+    println!("  paced alone:        {:>7.0} ns CPU/request", best.0.as_nanos() as f64);
+    println!("  paced with the fleet: {:>5.0} ns CPU/request", best.1.as_nanos() as f64);
+    println!("  difference:         {:>+7.1}%", (best.1.as_secs_f64() / best.0.as_secs_f64() - 1.0) * 100.0);
+    println!(
+        "  redis commands during the shared runs: {caused} for {shared_requests} requests ({:.5} per request; {:.1} s in all)",
+        caused as f64 / shared_requests as f64,
+        started.elapsed().as_secs_f64()
+    );
+    links.shutdown_background();
+    Ok(())
+}

@@ -1,0 +1,216 @@
+//! The fleet's pacing buckets in a real Redis: what the lease, report and return scripts
+//! grant, lower, open and hold, and what other replicas hear of it.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use support::{PROPAGATION, eventually, redis_replica};
+use switchyard::pacing::fleet::{
+    BucketSpec, DIMENSIONS, FleetPacing, FleetReport, FleetSink, HEADERS, LeaseAsk, RPM, StatedReport, TPM,
+};
+use switchyard_state::testing::RedisServer;
+
+/// What a replica's lanes were told by the fleet.
+#[derive(Default)]
+struct Heard {
+    holds: Mutex<Vec<(String, Duration)>>,
+    opened: Mutex<Vec<(String, usize)>>,
+    surrendered: Mutex<u32>,
+}
+
+impl FleetSink for Heard {
+    fn held(&self, lane: &str, hold: Duration) {
+        self.holds.lock().unwrap().push((lane.to_owned(), hold));
+    }
+    fn window_opened(&self, lane: &str, header: usize) {
+        self.opened.lock().unwrap().push((lane.to_owned(), header));
+    }
+    fn surrender(&self) {
+        *self.surrendered.lock().unwrap() += 1;
+    }
+}
+
+/// 300 a minute: 5 a second, a burst of 5.
+const RPM_300: BucketSpec = BucketSpec { capacity: 5.0, per_sec: 5.0 };
+
+fn ask(need: f64, want: f64) -> LeaseAsk {
+    let mut ask =
+        LeaseAsk { need: [0.0; DIMENSIONS], want: [0.0; DIMENSIONS], buckets: [Some(RPM_300), None] };
+    ask.need[RPM] = need;
+    ask.want[RPM] = want;
+    ask
+}
+
+fn headers_ask(need: f64, want: f64) -> LeaseAsk {
+    let mut ask = LeaseAsk { need: [0.0; DIMENSIONS], want: [0.0; DIMENSIONS], buckets: [None, None] };
+    ask.need[HEADERS] = need;
+    ask.want[HEADERS] = want;
+    ask
+}
+
+fn requests_stated(limit: Option<u64>, left: f64, reset: Option<Duration>) -> FleetReport {
+    let mut report = FleetReport::default();
+    report.stated[0] = Some(StatedReport { limit, remaining: left, reset_in: reset });
+    report
+}
+
+#[tokio::test]
+async fn replicas_lease_slices_of_one_bucket_and_wait_when_it_is_dry() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await;
+    let b = redis_replica(&server, "b", |_| {}).await;
+    let (a, b) = (a.store.unwrap(), b.store.unwrap());
+
+    let first = a.lease("up", ask(1.0, 3.0)).await.expect("the fleet answers");
+    assert_eq!(first.granted[RPM], 3.0, "a slice of 3 from a full bucket of 5");
+    let second = b.lease("up", ask(1.0, 3.0)).await.unwrap();
+    assert!(second.granted[RPM] >= 2.0 && second.granted[RPM] < 2.5, "what is left: {second:?}");
+    let dry = a.lease("up", ask(1.0, 3.0)).await.unwrap();
+    assert_eq!(dry.granted, [0.0; DIMENSIONS], "nothing when the need cannot be met");
+    let retry = dry.retry_in.expect("and when it could be");
+    assert!(retry <= Duration::from_millis(200) && retry >= Duration::from_millis(50), "{retry:?}");
+    // A prefetch (no need) takes what there is, nothing here.
+    let prefetch = b.lease("up", ask(0.0, 3.0)).await.unwrap();
+    assert!(prefetch.granted[RPM] < 1.0, "{prefetch:?}");
+    assert!(prefetch.retry_in.is_none());
+
+    // Units given back are there for the next lease (the replica's calls go in order);
+    // another lane's bucket is its own.
+    a.give_back("up", [2.0, 0.0], [Some(RPM_300), None]);
+    let again = a.lease("up", ask(1.0, 3.0)).await.unwrap();
+    assert!(again.granted[RPM] >= 2.0, "{again:?}");
+    let other = b.lease("other", ask(1.0, 3.0)).await.unwrap();
+    assert_eq!(other.granted[RPM], 3.0);
+}
+
+#[tokio::test]
+async fn a_need_larger_than_the_bucket_is_met_once_it_is_full() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
+    let tokens = BucketSpec { capacity: 1_000.0, per_sec: 1_000.0 };
+    let mut big =
+        LeaseAsk { need: [0.0; DIMENSIONS], want: [0.0; DIMENSIONS], buckets: [None, Some(tokens)] };
+    big.need[TPM] = 2_500.0;
+    big.want[TPM] = 2_500.0;
+    let grant = a.lease("up", big.clone()).await.unwrap();
+    assert_eq!(grant.granted[TPM], 2_500.0, "into debt, as the local bucket does");
+    assert!(grant.level[TPM].unwrap() < -1_000.0, "{grant:?}");
+    let after = a.lease("up", big).await.unwrap();
+    assert_eq!(after.granted[TPM], 0.0);
+    assert!(after.retry_in.unwrap() > Duration::from_millis(1_000), "the debt is paid back first: {after:?}");
+}
+
+#[tokio::test]
+async fn a_reported_header_window_is_announced_leased_and_only_lowered_while_it_runs() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
+    let b = redis_replica(&server, "b", |_| {}).await.store.unwrap();
+    let heard = Arc::new(Heard::default());
+    b.watch(Arc::downgrade(&heard) as Weak<dyn FleetSink>);
+
+    // No window yet: a header lease is not paced by the fleet.
+    let none = b.lease("up", headers_ask(1.0, 1.0)).await.unwrap();
+    assert_eq!(none.level[HEADERS], None);
+    assert!(none.windows[0].is_none());
+
+    a.report("up", requests_stated(Some(10), 4.0, Some(Duration::from_secs(30))));
+    eventually("b hears of the window", PROPAGATION, || !heard.opened.lock().unwrap().is_empty()).await;
+    assert_eq!(heard.opened.lock().unwrap()[0], ("up".to_owned(), 0));
+
+    let grant = b.lease("up", headers_ask(1.0, 3.0)).await.unwrap();
+    assert_eq!(grant.granted[HEADERS], 3.0);
+    assert_eq!(grant.level[HEADERS], Some(1.0));
+    let window = grant.windows[0].unwrap();
+    assert_eq!(window.limit, Some(10));
+    assert!(window.ends_in > Duration::from_secs(29), "{window:?}");
+
+    // A report of more left does not raise the count; one of less lowers it.
+    a.report("up", requests_stated(Some(10), 8.0, Some(Duration::from_secs(30))));
+    a.report("up", requests_stated(Some(10), 0.0, Some(Duration::from_secs(30))));
+    let spent = a.lease("up", headers_ask(1.0, 1.0)).await.unwrap();
+    assert_eq!(spent.granted[HEADERS], 0.0, "{spent:?}");
+    assert_eq!(spent.level[HEADERS], Some(0.0));
+    assert!(spent.retry_in.unwrap() > Duration::from_secs(29), "until the window resets: {spent:?}");
+    assert_eq!(heard.opened.lock().unwrap().len(), 1, "lowering a running window is not news");
+}
+
+#[tokio::test]
+async fn a_window_that_reset_lets_one_probe_go_until_an_answer_states_the_next() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
+    let b = redis_replica(&server, "b", |_| {}).await.store.unwrap();
+    // A window that ends at once: the next lease finds it reset.
+    a.report("up", requests_stated(Some(10), 0.0, Some(Duration::ZERO)));
+    let probe = a.lease("up", headers_ask(1.0, 3.0)).await.unwrap();
+    assert_eq!(probe.granted[HEADERS], 1.0, "one probe, not the whole limit");
+    assert!(probe.windows[0].unwrap().probe, "{probe:?}");
+    let other = b.lease("up", headers_ask(1.0, 3.0)).await.unwrap();
+    assert_eq!(other.granted[HEADERS], 0.0, "the others wait for its answer: {other:?}");
+    // The probe's answer opens the next window with what it says.
+    let heard = Arc::new(Heard::default());
+    b.watch(Arc::downgrade(&heard) as Weak<dyn FleetSink>);
+    a.report("up", requests_stated(Some(10), 9.0, Some(Duration::from_secs(30))));
+    eventually("b hears the next window opened", PROPAGATION, || !heard.opened.lock().unwrap().is_empty())
+        .await;
+    let next = b.lease("up", headers_ask(1.0, 3.0)).await.unwrap();
+    assert_eq!(next.granted[HEADERS], 3.0);
+    assert_eq!(next.level[HEADERS], Some(6.0));
+    assert!(!next.windows[0].unwrap().probe);
+}
+
+#[tokio::test]
+async fn a_429_hold_reaches_every_replica_and_stops_leasing() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
+    let b = redis_replica(&server, "b", |_| {}).await.store.unwrap();
+    let heard = Arc::new(Heard::default());
+    b.watch(Arc::downgrade(&heard) as Weak<dyn FleetSink>);
+    let mine = Arc::new(Heard::default());
+    a.watch(Arc::downgrade(&mine) as Weak<dyn FleetSink>);
+
+    a.report("up", FleetReport { hold: Some(Duration::from_secs(20)), ..FleetReport::default() });
+    eventually("b is told of the hold", PROPAGATION, || !heard.holds.lock().unwrap().is_empty()).await;
+    let (lane, hold) = heard.holds.lock().unwrap()[0].clone();
+    assert_eq!(lane, "up");
+    assert!(hold > Duration::from_secs(19) && hold <= Duration::from_secs(20), "{hold:?}");
+    let held = b.lease("up", ask(1.0, 3.0)).await.unwrap();
+    assert_eq!(held.granted, [0.0; DIMENSIONS]);
+    assert!(held.hold.unwrap() > Duration::from_secs(19));
+    assert!(mine.holds.lock().unwrap().is_empty(), "a replica is not told its own news");
+}
+
+#[tokio::test]
+async fn out_of_reach_a_lease_is_refused_at_once_and_the_store_says_so() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
+    assert!(a.shared());
+    server.stall();
+    // Each lease waits at most the timeout, and after three the store is degraded.
+    for _ in 0..3 {
+        assert_eq!(a.lease("up", ask(1.0, 3.0)).await, None);
+    }
+    assert!(!a.shared(), "degraded: lanes pace at their share");
+    assert_eq!(a.replicas(), 1, "the last known fleet size");
+    let started = std::time::Instant::now();
+    assert_eq!(a.lease("up", ask(1.0, 3.0)).await, None);
+    assert!(started.elapsed() < Duration::from_millis(50), "no call to a Redis known away");
+    server.resume();
+    eventually("the store is back", Duration::from_secs(5), || a.shared()).await;
+    assert!(a.lease("up", ask(1.0, 3.0)).await.is_some());
+}
+
+#[tokio::test]
+async fn closing_surrenders_the_lanes_slices_then_leaves() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
+    let heard = Arc::new(Heard::default());
+    a.watch(Arc::downgrade(&heard) as Weak<dyn FleetSink>);
+    a.close().await;
+    assert_eq!(*heard.surrendered.lock().unwrap(), 1);
+    let members = server.cli(&["SMEMBERS", "switchyard:replicas"]);
+    assert!(!members.contains('a'), "{members}");
+}
