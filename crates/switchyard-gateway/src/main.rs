@@ -609,6 +609,40 @@ async fn health(url: &str, key: Option<String>) -> anyhow::Result<ExitCode> {
             target["reason"].as_str().unwrap_or_default(),
         );
     }
+    let lanes = body["pacing"].as_array().filter(|lanes| !lanes.is_empty());
+    if let Some(lanes) = lanes {
+        println!("\n{:<36} {:>9} {:>10} {:>10}  fleet", "pacing lane", "in flight", "requests", "tokens");
+        for lane in lanes {
+            let name = match lane["credential_id"].as_str() {
+                Some(credential) => format!("{}/{credential}", lane["provider"].as_str().unwrap_or_default()),
+                None => lane["provider"].as_str().unwrap_or_default().to_owned(),
+            };
+            let level =
+                |value: &serde_json::Value| value.as_f64().map_or("-".to_owned(), |v| format!("{v:.1}"));
+            let fleet = &lane["fleet"];
+            let fleet = if fleet.is_object() {
+                let mut text = format!(
+                    "{}, {} replicas: bucket {}, lease {}",
+                    fleet["mode"].as_str().unwrap_or_default(),
+                    fleet["replicas"],
+                    level(&fleet["bucket"]["requests"]),
+                    level(&fleet["lease"]["requests"])
+                );
+                if let Some(left) = fleet["headers"]["requests"]["remaining"].as_u64() {
+                    text.push_str(&format!(", header budget {left}"));
+                }
+                text
+            } else {
+                "this replica alone".to_owned()
+            };
+            println!(
+                "{name:<36} {:>9} {:>10} {:>10}  {fleet}",
+                lane["in_flight"].as_u64().unwrap_or_default(),
+                level(&lane["requests_available"]),
+                level(&lane["tokens_available"]),
+            );
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

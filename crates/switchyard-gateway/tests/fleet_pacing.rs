@@ -260,6 +260,10 @@ async fn a_fan_out_over_three_replicas_sharing_the_bucket_meets_no_429_and_alone
     let fleet = Fleet::start("rpm-shared", upstream, LIMITS, Some(&redis.url())).await;
     let statuses = fleet.fan_out(40, 4).await;
     let health = fleet.health(0).await;
+    let url = format!("http://{}", fleet.replicas[2].1);
+    let (code, shown, stderr) = support::run(&["health", "--url", &url]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(shown.contains("shared, 3 replicas: bucket "), "{shown}");
     let logs = fleet.stop();
     // What the fleet keeps of the account: its bucket under the provider's id, no key.
     let mut dump = String::new();

@@ -10,13 +10,20 @@
 //! never holds a permit back: what is measured is the bookkeeping, not the waiting. Its
 //! slice is 60,000 (1%); a smaller allowance leases more often (`rpm` 600,000: slices of
 //! 6,000), at a rate that caps how many requests a run can make.
+//!
+//! `bench_fleet_pacing REQUESTS RPM local|shared` runs one pacer only, once, for counting
+//! instructions under callgrind.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use switchyard::chat::{ChatRequest, Message};
 use switchyard::credential::CredentialId;
 use switchyard::pacing::fleet::FleetPacing;
 use switchyard::pacing::{LimitPacer, Limits, PaceRequest, Pacer};
+use switchyard::route::Route;
+use switchyard::simulated::SimulatedProvider;
+use switchyard::{ProviderEntry, Router};
 use switchyard_state::testing::RedisServer;
 use switchyard_state::{RedisStore, StateSettings};
 
@@ -38,6 +45,29 @@ fn commands(server: &RedisServer) -> u64 {
         .find_map(|line| line.strip_prefix("total_commands_processed:"))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// A router whose one provider, simulated and answering at once, is paced by `pacer`.
+fn router(pacer: Arc<LimitPacer>) -> Result<Router, Error> {
+    let route = Route::builder("default").target("openai:model").build()?;
+    Ok(Router::builder()
+        .provider(ProviderEntry::new("openai", SimulatedProvider::new()))
+        .route(route)
+        .pacer(pacer)
+        .build()?)
+}
+
+/// CPU per request through `router`.
+async fn per_chat(router: &Router, requests: u32) -> Result<Duration, Error> {
+    let request = ChatRequest::new("default", vec![Message::user("hello")]);
+    for _ in 0..requests / 10 {
+        router.chat(&request).await?;
+    }
+    let start = cpu_ns();
+    for _ in 0..requests {
+        router.chat(&request).await?;
+    }
+    Ok(Duration::from_nanos((cpu_ns() - start) / u64::from(requests)))
 }
 
 /// CPU per permit over `requests` permits (each settled with its usage and dropped).
@@ -85,8 +115,20 @@ async fn main() -> Result<(), Error> {
         };
         vec![("openai".to_owned(), limits)]
     };
-    let local = LimitPacer::new(limits());
+    let local = Arc::new(LimitPacer::new(limits()));
     let shared = LimitPacer::shared(limits(), store.clone());
+    // `bench_fleet_pacing N RPM local|shared [chat]`: one pacer only, for counting
+    // instructions under callgrind.
+    if let Some(only) = std::env::args().nth(3) {
+        let pacer = if only == "shared" { &shared } else { &local };
+        if std::env::args().nth(4).as_deref() == Some("chat") {
+            per_chat(&router(pacer.clone())?, requests).await?;
+        } else {
+            per_request(pacer, requests).await?;
+        }
+        links.shutdown_background();
+        return Ok(());
+    }
 
     let mut best = (Duration::MAX, Duration::MAX);
     let mut caused = 0;
@@ -110,6 +152,18 @@ async fn main() -> Result<(), Error> {
         caused as f64 / shared_requests as f64,
         started.elapsed().as_secs_f64()
     );
+
+    // The same, as requests through a router (the provider simulated, answering at once).
+    let (local_router, shared_router) = (router(local.clone())?, router(shared.clone())?);
+    let mut best = (Duration::MAX, Duration::MAX);
+    for _ in 0..3 {
+        best.0 = best.0.min(per_chat(&local_router, requests).await?);
+        best.1 = best.1.min(per_chat(&shared_router, requests).await?);
+    }
+    println!("requests through a router, {requests} per run, best of 3 interleaved:");
+    println!("  paced alone:        {:>7.0} ns CPU/request", best.0.as_nanos() as f64);
+    println!("  paced with the fleet: {:>5.0} ns CPU/request", best.1.as_nanos() as f64);
+    println!("  difference:         {:>+7.1}%", (best.1.as_secs_f64() / best.0.as_secs_f64() - 1.0) * 100.0);
     links.shutdown_background();
     Ok(())
 }

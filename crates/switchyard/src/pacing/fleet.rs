@@ -20,6 +20,7 @@
 //! `min_interval` are never shared: they stay per replica.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -163,8 +164,9 @@ pub trait FleetSink: Send + Sync {
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Taken {
     pub units: [f64; DIMENSIONS],
-    /// When the earliest slice they came from expires (a refund keeps it).
-    pub expires: Option<Instant>,
+
+    /// Whether the call had to wait for them.
+    pub waited: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -220,7 +222,7 @@ pub(super) enum Take {
     Got(Taken),
     /// Not enough: ask the fleet (when `ask` is set: no lease is on its way yet) and wait
     /// for its grant, or until `retry_at`.
-    Short { ask: Option<LeaseAsk>, retry_at: Option<Instant> },
+    Short { ask: Option<Box<LeaseAsk>>, retry_at: Option<Instant> },
     /// Degraded: the share holds this long.
     Wait(Duration),
 }
@@ -233,6 +235,8 @@ pub(super) struct LeaseBook {
     /// Per minute, for slice sizes.
     per_minute: [Option<f64>; 2],
     slices: [VecDeque<Slice>; DIMENSIONS],
+    /// What the slices of each dimension hold together.
+    held: [f64; DIMENSIONS],
     /// The header windows the fleet knows of (leased against while they run): limit, end,
     /// and whether it is a probe window.
     windows: [Option<(Option<u64>, Instant, bool)>; 4],
@@ -245,6 +249,12 @@ pub(super) struct LeaseBook {
     replicas: usize,
     /// Units that expired unspent, per dimension, for operators.
     stranded: [f64; DIMENSIONS],
+    /// The last take left less than half a slice of some dimension.
+    low: bool,
+    /// Each dimension's slice, worked out again when the fleet's size or a window changes.
+    slice: [f64; DIMENSIONS],
+    /// Whether some header dimension is paced by the fleet.
+    headers_known: bool,
 }
 
 impl LeaseBook {
@@ -257,6 +267,7 @@ impl LeaseBook {
             buckets: [requests_per_minute.map(spec), tokens_per_minute.map(spec)],
             per_minute: [requests_per_minute, tokens_per_minute],
             slices: Default::default(),
+            held: [0.0; DIMENSIONS],
             windows: [None; 4],
             opened: [false; 4],
             level: [None; DIMENSIONS],
@@ -266,6 +277,26 @@ impl LeaseBook {
             mode: Mode::Shared,
             replicas: 1,
             stranded: [0.0; DIMENSIONS],
+            low: false,
+            slice: [1.0; DIMENSIONS],
+            headers_known: false,
+        }
+        .with_slices()
+    }
+
+    /// Works each dimension's slice out again.
+    fn with_slices(mut self) -> Self {
+        self.size_slices();
+        self
+    }
+
+    fn size_slices(&mut self) {
+        for dimension in 0..DIMENSIONS {
+            let per_window = match dimension {
+                RPM | TPM => self.per_minute[dimension],
+                header => self.windows[header - HEADERS].and_then(|(limit, _, _)| limit).map(|l| l as f64),
+            };
+            self.slice[dimension] = per_window.map_or(1.0, |l| slice_size(l, self.replicas));
         }
     }
 
@@ -277,6 +308,7 @@ impl LeaseBook {
             (Mode::Shared, false) => {
                 for (dimension, slices) in self.slices.iter_mut().enumerate() {
                     self.stranded[dimension] += slices.drain(..).map(|s| s.units).sum::<f64>();
+                    self.held[dimension] = 0.0;
                 }
                 let buckets = self.buckets.map(|spec| spec.map(|spec| ShareBucket::new(spec, replicas, now)));
                 self.mode = Mode::Degraded { replicas, buckets };
@@ -288,7 +320,10 @@ impl LeaseBook {
             }
             _ => {}
         }
-        self.replicas = replicas;
+        if self.replicas != replicas {
+            self.replicas = replicas;
+            self.size_slices();
+        }
     }
 
     /// The fleet share this lane paces at while degraded (`None`: shared).
@@ -315,12 +350,19 @@ impl LeaseBook {
         if self.buckets[TPM].is_some() {
             need[TPM] = tokens;
         }
-        for header in 0..4 {
-            if self.window_known(header) {
-                need[HEADERS + header] = if header == 0 { 1.0 } else { tokens };
+        if self.headers_known {
+            for header in 0..4 {
+                if self.window_known(header) {
+                    need[HEADERS + header] = if header == 0 { 1.0 } else { tokens };
+                }
             }
         }
         need
+    }
+
+    /// Notes whether any header dimension is paced by the fleet (most lanes have none).
+    fn note_headers(&mut self) {
+        self.headers_known = (0..4).any(|header| self.window_known(header));
     }
 
     /// Units in hand in `dimension` at `now` (expired slices dropped).
@@ -329,9 +371,13 @@ impl LeaseBook {
         while slices.front().is_some_and(|s| s.expires <= now) {
             if let Some(gone) = slices.pop_front() {
                 self.stranded[dimension] += gone.units.max(0.0);
+                self.held[dimension] -= gone.units;
             }
         }
-        slices.iter().map(|s| s.units).sum()
+        if slices.is_empty() {
+            self.held[dimension] = 0.0;
+        }
+        self.held[dimension]
     }
 
     /// Takes what a call of `tokens` needs, or says what to do.
@@ -355,71 +401,63 @@ impl LeaseBook {
             }
             return Take::Got(Taken::default());
         }
-        let enough = (0..DIMENSIONS).all(|d| need[d] <= 0.0 || self.balance(d, now) >= need[d]);
+        let mut enough = true;
+        for (dimension, need) in need.into_iter().enumerate() {
+            if need > 0.0 && self.balance(dimension, now) < need {
+                enough = false;
+                break;
+            }
+        }
         if !enough {
             let retry_at = self.retry_at.filter(|at| *at > now);
-            let ask = (!self.pending && retry_at.is_none()).then(|| self.ask(need, now));
+            let ask = (!self.pending && retry_at.is_none()).then(|| Box::new(self.ask(need)));
             if ask.is_some() {
                 self.pending = true;
             }
             return Take::Short { ask, retry_at };
         }
         let mut taken = Taken::default();
+        let mut low = false;
         for (dimension, units) in need.into_iter().enumerate() {
             if units > 0.0 {
-                taken.expires = min_instant(taken.expires, self.spend(dimension, units));
+                // What is in hand was counted (and its expired slices dropped) above.
+                low |= self.held[dimension] - units < (self.slice[dimension] / 2.0).max(units);
+                self.spend(dimension, units);
                 taken.units[dimension] = units;
             }
         }
+        self.low = low;
         Take::Got(taken)
     }
 
     /// After a take: the next slice to prefetch, when less than half of one is left of some
     /// dimension a call needs and no lease is on its way.
-    pub(super) fn prefetch(&mut self, tokens: f64, now: Instant) -> Option<LeaseAsk> {
-        if self.pending || self.degraded_share().is_some() || self.retry_at.is_some_and(|at| at > now) {
-            return None;
-        }
-        let need = self.need(tokens);
-        let low = (0..DIMENSIONS)
-            .any(|d| need[d] > 0.0 && self.balance(d, now) < (self.slice(d, now) / 2.0).max(need[d]));
-        if !low {
+    pub(super) fn prefetch(&mut self, now: Instant) -> Option<LeaseAsk> {
+        let low = std::mem::take(&mut self.low);
+        if !low || self.pending || self.degraded_share().is_some() || self.retry_at.is_some_and(|at| at > now)
+        {
             return None;
         }
         self.pending = true;
-        Some(self.ask([0.0; DIMENSIONS], now))
+        Some(self.ask([0.0; DIMENSIONS]))
     }
 
-    /// Spends `units` of `dimension`, oldest slice first; the earliest expiry it drew on.
-    fn spend(&mut self, dimension: usize, mut units: f64) -> Option<Instant> {
+    /// Spends `units` of `dimension`, oldest slice first.
+    fn spend(&mut self, dimension: usize, mut units: f64) {
         let slices = &mut self.slices[dimension];
-        let mut expires = None;
         while units > 0.0 {
             let Some(slice) = slices.front_mut() else { break };
-            expires = min_instant(expires, Some(slice.expires));
             let spent = units.min(slice.units);
             slice.units -= spent;
             units -= spent;
+            self.held[dimension] -= spent;
             if slice.units <= 0.0 {
                 slices.pop_front();
             }
         }
-        expires
     }
 
-    /// The slice of `dimension` now.
-    fn slice(&self, dimension: usize, now: Instant) -> f64 {
-        let per_window = match dimension {
-            RPM | TPM => self.per_minute[dimension],
-            header => self.windows[header - HEADERS]
-                .filter(|(_, ends, _)| *ends > now)
-                .and_then(|(limit, _, _)| limit)
-                .map(|limit| limit as f64),
-        };
-        per_window.map_or(1.0, |l| slice_size(l, self.replicas))
-    }
-
-    fn ask(&self, need: [f64; DIMENSIONS], now: Instant) -> LeaseAsk {
+    fn ask(&self, need: [f64; DIMENSIONS]) -> LeaseAsk {
         let mut want = [0.0; DIMENSIONS];
         for (dimension, slot) in want.iter_mut().enumerate() {
             let active = match dimension {
@@ -427,7 +465,7 @@ impl LeaseBook {
                 header => self.window_known(header - HEADERS),
             };
             if active {
-                *slot = self.slice(dimension, now).max(need[dimension]);
+                *slot = self.slice[dimension].max(need[dimension]);
             }
         }
         LeaseAsk { need, want, buckets: self.buckets }
@@ -441,10 +479,15 @@ impl LeaseBook {
             self.retry_at = Some(now + MIN_RETRY);
             return;
         };
+        let limits = self.windows.map(|w| w.and_then(|(limit, _, _)| limit));
         for header in 0..4 {
             self.windows[header] = grant.windows[header].map(|w| (w.limit, now + w.ends_in, w.probe));
             self.opened[header] = false;
         }
+        if self.windows.map(|w| w.and_then(|(limit, _, _)| limit)) != limits {
+            self.size_slices();
+        }
+        self.note_headers();
         for (dimension, units) in grant.granted.into_iter().enumerate() {
             if units > 0.0 {
                 let mut expires = now + SLICE_TTL;
@@ -455,6 +498,7 @@ impl LeaseBook {
                     expires = expires.min(ends);
                 }
                 self.slices[dimension].push_back(Slice { units, expires });
+                self.held[dimension] += units;
             }
         }
         self.level = grant.level;
@@ -469,6 +513,7 @@ impl LeaseBook {
         if let Some(slot) = self.opened.get_mut(header) {
             *slot = true;
         }
+        self.note_headers();
         self.retry_at = None;
     }
 
@@ -477,19 +522,27 @@ impl LeaseBook {
         self.retry_at = Some(self.retry_at.map_or(until, |at| at.max(until)));
     }
 
-    /// Units a call took and did not use come back, to expire when their slice does.
-    pub(super) fn refund(&mut self, taken: &Taken, units: [f64; DIMENSIONS], now: Instant) {
+    /// Units a call took and did not use come back, into the oldest slice in hand (to expire
+    /// with it); with none in hand they are not kept. Units it used beyond what it took
+    /// (negative) are spent from what is in hand.
+    pub(super) fn refund(&mut self, units: [f64; DIMENSIONS]) {
         if self.degraded_share().is_some() {
             return;
         }
-        let Some(expires) = taken.expires.filter(|at| *at > now) else { return };
         for (dimension, units) in units.into_iter().enumerate() {
-            if units > 0.0 {
-                self.slices[dimension].push_front(Slice { units, expires });
-            } else if units < 0.0 {
-                // Used more than reserved: the debt is spent from what is in hand.
-                self.spend(dimension, -units);
+            self.refund_one(dimension, units);
+        }
+    }
+
+    /// [`refund`](Self::refund) of one dimension.
+    pub(super) fn refund_one(&mut self, dimension: usize, units: f64) {
+        if units > 0.0 {
+            if let Some(front) = self.slices[dimension].front_mut() {
+                front.units += units;
+                self.held[dimension] += units;
             }
+        } else if units < 0.0 {
+            self.spend(dimension, -units);
         }
     }
 
@@ -499,6 +552,7 @@ impl LeaseBook {
         for (dimension, slot) in units.iter_mut().enumerate() {
             *slot = self.balance(dimension, now).max(0.0);
             self.slices[dimension].clear();
+            self.held[dimension] = 0.0;
         }
         units
     }
@@ -601,11 +655,13 @@ pub(super) struct FleetGate {
     key: Arc<str>,
     book: Mutex<LeaseBook>,
     granted: Notify,
+    /// The book's degraded share (0 while shared), read by the header gate without the lock.
+    share: AtomicUsize,
 }
 
 impl FleetGate {
     pub(super) fn new(fleet: Arc<dyn FleetPacing>, key: Arc<str>, book: LeaseBook) -> Self {
-        Self { fleet, key, book: Mutex::new(book), granted: Notify::new() }
+        Self { fleet, key, book: Mutex::new(book), granted: Notify::new(), share: AtomicUsize::new(0) }
     }
 
     pub(super) fn book(&self) -> MutexGuard<'_, LeaseBook> {
@@ -620,43 +676,27 @@ impl FleetGate {
         &*self.fleet
     }
 
-    /// Takes what a call of `tokens` needs, waiting for grants; fails with the time waited
-    /// once `give_up_at` passes.
+    /// Takes what a call of `tokens` needs at `now`, waiting for grants; fails with the
+    /// instant it gave up once `give_up_at` passes.
     pub(super) async fn take(
         self: &Arc<Self>,
         tokens: f64,
         give_up_at: Option<Instant>,
+        now: Instant,
     ) -> Result<Taken, Instant> {
+        // The usual case, a slice in hand: no waiting to prepare for.
+        if let Ok(taken) = self.try_take(tokens, now) {
+            return Ok(taken);
+        }
         loop {
+            // Listen for grants first, then look again: a grant in between is not lost.
             let listen = self.granted.notified();
             tokio::pin!(listen);
             listen.as_mut().enable();
             let now = Instant::now();
-            let (shared, replicas) = (self.fleet.shared(), self.fleet.replicas());
-            let (take, prefetch) = {
-                let mut book = self.book();
-                book.follow(shared, replicas, now);
-                let take = book.take(tokens, now);
-                let prefetch = match &take {
-                    Take::Got(_) => book.prefetch(tokens, now),
-                    _ => None,
-                };
-                (take, prefetch)
-            };
-            let wake_at = match take {
-                Take::Got(taken) => {
-                    if let Some(ask) = prefetch {
-                        self.lease(ask);
-                    }
-                    return Ok(taken);
-                }
-                Take::Short { ask, retry_at } => {
-                    if let Some(ask) = ask {
-                        self.lease(ask);
-                    }
-                    retry_at
-                }
-                Take::Wait(wait) => Some(now + wait),
+            let wake_at = match self.try_take(tokens, now) {
+                Ok(taken) => return Ok(Taken { waited: true, ..taken }),
+                Err(at) => at,
             };
             let wake_at = min_instant(wake_at, give_up_at);
             if give_up_at.is_some_and(|at| at <= now) {
@@ -677,6 +717,43 @@ impl FleetGate {
                 return Err(at);
             }
         }
+    }
+
+    /// Takes what a call needs now, sending the lease it calls for on its way; or says until
+    /// when to wait (`None`: for a grant).
+    fn try_take(self: &Arc<Self>, tokens: f64, now: Instant) -> Result<Taken, Option<Instant>> {
+        let (shared, replicas) = (self.fleet.shared(), self.fleet.replicas());
+        let (take, prefetch) = {
+            let mut book = self.book();
+            book.follow(shared, replicas, now);
+            self.share.store(book.degraded_share().unwrap_or(0), Ordering::Relaxed);
+            let take = book.take(tokens, now);
+            let prefetch = match &take {
+                Take::Got(_) => book.prefetch(now),
+                _ => None,
+            };
+            (take, prefetch)
+        };
+        match take {
+            Take::Got(taken) => {
+                if let Some(ask) = prefetch {
+                    self.lease(ask);
+                }
+                Ok(taken)
+            }
+            Take::Short { ask, retry_at } => {
+                if let Some(ask) = ask {
+                    self.lease(*ask);
+                }
+                Err(retry_at)
+            }
+            Take::Wait(wait) => Err(Some(now + wait)),
+        }
+    }
+
+    /// The fleet size this lane divides its allowance by while degraded; `None` while shared.
+    pub(super) fn degraded_share(&self) -> Option<usize> {
+        Some(self.share.load(Ordering::Relaxed)).filter(|n| *n > 0)
     }
 
     /// Sends a lease on its way; its grant wakes the waiters.
@@ -734,12 +811,12 @@ mod tests {
         got(book.take(0.0, now));
         assert_eq!(book.balance(RPM, now), 2.0);
         // 2 left of a slice of 3: not yet below half.
-        assert_eq!(book.prefetch(0.0, now), None);
+        assert_eq!(book.prefetch(now), None);
         got(book.take(0.0, now));
-        let prefetch = book.prefetch(0.0, now).expect("below half a slice: the next one is asked for");
+        let prefetch = book.prefetch(now).expect("below half a slice: the next one is asked for");
         assert_eq!(prefetch.need, [0.0; DIMENSIONS], "a prefetch needs nothing");
         assert_eq!(prefetch.want[RPM], 3.0);
-        assert_eq!(book.prefetch(0.0, now), None, "not twice");
+        assert_eq!(book.prefetch(now), None, "not twice");
         got(book.take(0.0, now));
     }
 
@@ -762,9 +839,9 @@ mod tests {
         let taken = got(book.take(100.0, later));
         assert_eq!(book.surrender(later), [2.0, 500.0]);
         assert_eq!(book.balance(RPM, later), 0.0, "surrendered units are gone from the book");
-        // A refund after the slice it came from expired is not kept.
-        book.refund(&taken, taken.units, later + SLICE_TTL);
-        assert_eq!(book.balance(RPM, later + SLICE_TTL), 0.0);
+        // With no slice in hand, a refund is not kept (it would outlive its slice).
+        book.refund(taken.units);
+        assert_eq!(book.balance(RPM, later), 0.0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -775,15 +852,15 @@ mod tests {
         let mut grant = LeaseGrant::default();
         grant.granted[TPM] = 1_000.0;
         book.granted(Some(grant), now);
-        let taken = got(book.take(400.0, now));
+        got(book.take(400.0, now));
         assert_eq!(book.balance(TPM, now), 600.0);
         let mut unused = [0.0; DIMENSIONS];
         unused[TPM] = 400.0 - 150.0;
-        book.refund(&taken, unused, now);
+        book.refund(unused);
         assert_eq!(book.balance(TPM, now), 850.0, "what the answer did not use comes back");
         let mut over = [0.0; DIMENSIONS];
         over[TPM] = -100.0;
-        book.refund(&taken, over, now);
+        book.refund(over);
         assert_eq!(book.balance(TPM, now), 750.0, "what it used beyond its estimate is spent");
     }
 
@@ -852,6 +929,64 @@ mod tests {
         assert_eq!(ask.need[HEADERS], 1.0);
         book.granted(Some(LeaseGrant::default()), after);
         assert!(matches!(book.take(0.0, after), Take::Got(_)), "the fleet has no window: not paced by it");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_a_window_s_edge_the_fleet_overshoots_by_at_most_the_slices_held() {
+        // The fleet's bucket: 300 a minute, 5 a second, a burst of 5, drained at `start`.
+        let start = Instant::now();
+        let spec = BucketSpec { capacity: 5.0, per_sec: 5.0 };
+        let mut fleet = (spec.capacity, start);
+        let lease = |fleet: &mut (f64, Instant), ask: &LeaseAsk, now: Instant| {
+            fleet.0 = (fleet.0 + now.duration_since(fleet.1).as_secs_f64() * spec.per_sec).min(spec.capacity);
+            fleet.1 = now;
+            let take = ask.want[RPM].min(fleet.0).max(0.0);
+            fleet.0 -= take;
+            grant_of(take)
+        };
+        let mut books: Vec<LeaseBook> = (0..3).map(|_| LeaseBook::new(RPM_300, None)).collect();
+        let slice = slice_size(300.0, 3);
+        for book in &mut books {
+            book.follow(true, 3, start);
+        }
+        // Quiet traffic: each replica sends one call and prefetches, so they hold slices
+        // leased from this second's burst without spending them.
+        let mut sent_early = 0;
+        for book in &mut books {
+            let Take::Short { ask: Some(ask), .. } = book.take(0.0, start) else { panic!() };
+            book.granted(Some(lease(&mut fleet, &ask, start)), start);
+            if matches!(book.take(0.0, start), Take::Got(_)) {
+                sent_early += 1;
+            }
+        }
+        // A second later the bucket is full again, and a burst arrives at every replica.
+        let edge = start + Duration::from_secs(1);
+        let mut burst = 0;
+        for book in &mut books {
+            loop {
+                match book.take(0.0, edge) {
+                    Take::Got(_) => burst += 1,
+                    Take::Short { ask: Some(ask), .. } => {
+                        let grant = lease(&mut fleet, &ask, edge);
+                        let empty = grant.granted[RPM] < 1.0;
+                        book.granted(Some(grant), edge);
+                        if empty {
+                            break;
+                        }
+                    }
+                    Take::Short { ask: None, .. } | Take::Wait(_) => break,
+                }
+            }
+        }
+        assert_eq!(sent_early, 2, "the first second's burst of 5: slices of 3 and 2, one call each");
+        let bound = spec.capacity + 3.0 * slice;
+        assert!(f64::from(burst) > spec.capacity, "{burst}: the slices held do shift into the next second");
+        assert!(f64::from(burst) <= bound, "{burst} at the edge, bound {bound}");
+        // Slices held past their lifetime are never spent: nothing shifts further.
+        let mut book = LeaseBook::new(RPM_300, None);
+        book.follow(true, 3, start);
+        book.granted(Some(grant_of(3.0)), start);
+        assert!(matches!(book.take(0.0, start + SLICE_TTL), Take::Short { .. }));
     }
 
     /// The fleet's bucket as the Redis script keeps it: refilled at its rate up to its

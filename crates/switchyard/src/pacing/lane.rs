@@ -106,6 +106,8 @@ impl Patience {
 
 /// A dispatch time booked against the lane's buckets and interval.
 struct Booked {
+    /// When it was booked.
+    at: Instant,
     wait: Duration,
     reason: WaitReason,
     /// The queue position this call took, and what it replaced, to give it back on cancel.
@@ -313,13 +315,13 @@ impl Lane {
             tokio::time::sleep(booked.wait).await;
         }
         if let Some(gate) = &self.fleet {
-            let before = Instant::now();
-            let taken = gate.take(tokens, patience.give_up_at).await.map_err(|at| {
+            let before = if booked.wait.is_zero() { booked.at } else { Instant::now() };
+            let taken = gate.take(tokens, patience.give_up_at, before).await.map_err(|at| {
                 let reason = self.fleet_reason();
                 self.refuse(reason, at.saturating_duration_since(patience.start), patience.spilled(at))
             })?;
             reservation.fleet = Some(taken);
-            if before.elapsed() > Duration::ZERO {
+            if taken.waited {
                 reason = self.fleet_reason();
             }
         }
@@ -403,7 +405,7 @@ impl Lane {
         let previous_slot = (state.next_slot, state.next_reason);
         state.next_slot = now + wait + self.limits.min_interval;
         state.next_reason = reason;
-        Ok(Booked { wait, reason, previous_slot, slot_taken: state.next_slot })
+        Ok(Booked { at: now, wait, reason, previous_slot, slot_taken: state.next_slot })
     }
 
     /// Waits until a 429's hold is over and the header budget lets a call of `tokens` go,
@@ -483,7 +485,7 @@ impl Lane {
         }
         if let Some(gate) = &self.fleet {
             // Out of the fleet's reach, this replica spends its share of what headers state.
-            let share = gate.book().degraded_share().map_or(1.0, |replicas| 1.0 / replicas as f64);
+            let share = gate.degraded_share().map_or(1.0, |replicas| 1.0 / replicas as f64);
             state.headers.set_share(share);
         }
         match state.headers.verdict(now, tokens) {
@@ -684,12 +686,12 @@ impl PermitGuard for Reservation {
                 state.headers.answered(dispatch);
             }
         }
-        if let (Some(gate), Some(taken)) = (&self.lane.fleet, &self.fleet)
-            && taken.units[fleet::TPM] > 0.0
-        {
-            let mut units = [0.0; fleet::DIMENSIONS];
-            units[fleet::TPM] = taken.units[fleet::TPM] - used_tokens.map_or(0.0, f64::from);
-            gate.book().refund(taken, units, Instant::now());
+        if let (Some(gate), Some(taken)) = (&self.lane.fleet, &self.fleet) {
+            // What the answer did not use of its estimate comes back (or more is spent).
+            let unused = taken.units[fleet::TPM] - used_tokens.map_or(0.0, f64::from);
+            if taken.units[fleet::TPM] > 0.0 && unused != 0.0 && gate.degraded_share().is_none() {
+                gate.book().refund_one(fleet::TPM, unused);
+            }
         }
         self.lane.wake_gate();
     }
@@ -718,7 +720,7 @@ impl Drop for Reservation {
         }
         drop(state);
         if let (Some(gate), Some(taken)) = (&self.lane.fleet, &self.fleet) {
-            gate.book().refund(taken, taken.units, Instant::now());
+            gate.book().refund(taken.units);
             gate.wake();
         }
     }
