@@ -241,6 +241,8 @@ async fn serve_logged(
     let grace = loaded.gateway.shutdown_grace;
     let limits = loaded.gateway.connections;
     let store = loaded.gateway.shared_state.clone();
+    // Held until the store closes: its pacer's unspent slices go back then.
+    let pacing = loaded.router.clone();
     let router = loaded.router.clone();
     let prepare = Arc::new(move || router.warm());
     let state = AppState::exposed(loaded.router, loaded.gateway, access, &exposure);
@@ -275,6 +277,7 @@ async fn serve_logged(
     if let Some(store) = &store {
         store.close().await;
     }
+    drop(pacing);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -379,6 +379,11 @@ async fn with_redis_stalled_mid_fan_out_no_request_fails_and_each_replica_sends_
         assert_eq!(health["shared_state"]["status"], "degraded");
     }
     redis.resume();
+    for replica in 0..REPLICAS {
+        fleet
+            .until(replica, "returns to the shared bucket", |h| h["pacing"][0]["fleet"]["mode"] == "shared")
+            .await;
+    }
     fleet.stop();
     assert!(statuses.iter().all(|s| *s == 200), "no request failed: {statuses:?}");
     let account = account_state.lock().unwrap();
@@ -397,4 +402,50 @@ async fn with_redis_stalled_mid_fan_out_no_request_fails_and_each_replica_sends_
         );
         assert!(sent > 0, "replica {replica} carried on");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_stopped_gracefully_gives_back_the_slice_it_did_not_spend() {
+    let redis = RedisServer::start();
+    let (upstream, _) = start_upstream(Enforce::Bucket { per_sec: 1e6, burst: 1e6 }).await;
+    // 60,000 a minute: 1,000 a second, a burst of 1,000, slices of 600 (1%).
+    let config = format!(
+        "providers:
+  up: {{ kind: openai, base_url: 'http://{upstream}/v1', api_key: sk-pace-account-0, limits: {{ requests_per_minute: 60000 }} }}
+routes:
+  default: {{ targets: [up:model-test], retry: {{ max_attempts: 1 }} }}
+state: {{ redis: '{}', prefix: pace-return }}
+",
+        redis.url()
+    );
+    let path = support::write_config("pace-return.yaml", &config);
+    let (mut child, addr) = support::serve(&path, &[]);
+    let client = reqwest::Client::new();
+    let health = || async {
+        let url = format!("http://{addr}/admin/health");
+        client.get(url).send().await.unwrap().json::<Value>().await.unwrap()
+    };
+    let start = Instant::now();
+    while health().await["pacing"][0]["fleet"]["mode"] != "shared" {
+        assert!(start.elapsed() < Duration::from_secs(10), "the replica connects");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let body = json!({ "model": "default", "messages": [{ "role": "user", "content": "hi" }] });
+    let url = format!("http://{addr}/v1/chat/completions");
+    assert_eq!(client.post(&url).json(&body).send().await.unwrap().status(), 200);
+    let lease = health().await["pacing"][0]["fleet"]["lease"]["requests"].as_f64().unwrap();
+    assert_eq!(lease, 599.0, "a slice of 600, one spent");
+    let level = || redis.cli(&["HGET", "pace-return:pace:up", "l0"]).trim().parse::<f64>().unwrap();
+    let leased_level = level();
+    assert!(leased_level <= 1000.0 - 600.0 + 5.0, "the fleet's bucket lent the slice: {leased_level}");
+
+    let status =
+        std::process::Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    assert!(status.success());
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+    let returned = level();
+    assert!(returned >= leased_level + 599.0 - 1e-6 || returned >= 999.0, "{leased_level} → {returned}");
+    let members = redis.cli(&["SMEMBERS", "pace-return:replicas"]);
+    assert!(members.trim().is_empty(), "and left the membership: {members}");
 }

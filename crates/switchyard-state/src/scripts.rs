@@ -341,12 +341,15 @@ return cjson.encode(out)
 const PACE_REPORT: &str = r#"
 local probe = tonumber(ARGV[4])
 local hold = num(ARGV[5])
+local margin = 10
 local opened = {}
 for h = 0, 3 do
   local at = 6 + 4 * h
   if ARGV[at] == '1' then
     local limit, left, reset = num(ARGV[at + 1]), tonumber(ARGV[at + 2]), num(ARGV[at + 3])
-    local ends = now + (reset or probe)
+    -- A little after the stated reset: the provider's clock and rounding must not end the
+    -- fleet's window before its own.
+    local ends = now + (reset or probe) + margin
     local f = 'h' .. h
     local running = num(cur[f]) ~= nil and (num(cur[f .. 'r']) or 0) > now and cur[f .. 'p'] ~= '1'
     if running then

@@ -143,9 +143,19 @@ async fn a_window_that_reset_lets_one_probe_go_until_an_answer_states_the_next()
     let server = RedisServer::start();
     let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
     let b = redis_replica(&server, "b", |_| {}).await.store.unwrap();
-    // A window that ends at once: the next lease finds it reset.
+    // A spent window that ends at once (the fleet adds its 10 ms margin): a lease finds it
+    // reset soon after.
     a.report("up", requests_stated(Some(10), 0.0, Some(Duration::ZERO)));
-    let probe = a.lease("up", headers_ask(1.0, 3.0)).await.unwrap();
+    let started = std::time::Instant::now();
+    let probe = loop {
+        let grant = a.lease("up", headers_ask(1.0, 3.0)).await.unwrap();
+        if grant.granted[HEADERS] > 0.0 {
+            break grant;
+        }
+        assert!(started.elapsed() < Duration::from_secs(1), "the window resets: {grant:?}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    assert!(started.elapsed() >= Duration::from_millis(9), "not before the margin");
     assert_eq!(probe.granted[HEADERS], 1.0, "one probe, not the whole limit");
     assert!(probe.windows[0].unwrap().probe, "{probe:?}");
     let other = b.lease("up", headers_ask(1.0, 3.0)).await.unwrap();

@@ -20,7 +20,7 @@
 //! `min_interval` are never shared: they stay per replica.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -255,6 +255,11 @@ pub(super) struct LeaseBook {
     slice: [f64; DIMENSIONS],
     /// Whether some header dimension is paced by the fleet.
     headers_known: bool,
+    /// After a grant short of what was asked (the fleet's bucket is low), no prefetch before
+    /// the bucket could refill half a slice: a dry bucket is not asked again and again.
+    prefetch_after: Option<Instant>,
+    /// What the lease on its way asked for.
+    asked: [f64; DIMENSIONS],
 }
 
 impl LeaseBook {
@@ -280,6 +285,8 @@ impl LeaseBook {
             low: false,
             slice: [1.0; DIMENSIONS],
             headers_known: false,
+            prefetch_after: None,
+            asked: [0.0; DIMENSIONS],
         }
         .with_slices()
     }
@@ -409,7 +416,9 @@ impl LeaseBook {
             }
         }
         if !enough {
-            let retry_at = self.retry_at.filter(|at| *at > now);
+            // A bucket that was short at the last grant is asked again once it could have
+            // refilled half a slice: a dry bucket is not asked a unit at a time.
+            let retry_at = self.retry_at.max(self.prefetch_after).filter(|at| *at > now);
             let ask = (!self.pending && retry_at.is_none()).then(|| Box::new(self.ask(need)));
             if ask.is_some() {
                 self.pending = true;
@@ -434,8 +443,11 @@ impl LeaseBook {
     /// dimension a call needs and no lease is on its way.
     pub(super) fn prefetch(&mut self, now: Instant) -> Option<LeaseAsk> {
         let low = std::mem::take(&mut self.low);
-        if !low || self.pending || self.degraded_share().is_some() || self.retry_at.is_some_and(|at| at > now)
-        {
+        let waiting = |at: Option<Instant>| at.is_some_and(|at| at > now);
+        if !low || self.pending || self.degraded_share().is_some() {
+            return None;
+        }
+        if waiting(self.retry_at) || waiting(self.prefetch_after) {
             return None;
         }
         self.pending = true;
@@ -457,7 +469,7 @@ impl LeaseBook {
         }
     }
 
-    fn ask(&self, need: [f64; DIMENSIONS]) -> LeaseAsk {
+    fn ask(&mut self, need: [f64; DIMENSIONS]) -> LeaseAsk {
         let mut want = [0.0; DIMENSIONS];
         for (dimension, slot) in want.iter_mut().enumerate() {
             let active = match dimension {
@@ -468,6 +480,7 @@ impl LeaseBook {
                 *slot = self.slice[dimension].max(need[dimension]);
             }
         }
+        self.asked = want;
         LeaseAsk { need, want, buckets: self.buckets }
     }
 
@@ -499,6 +512,17 @@ impl LeaseBook {
                 }
                 self.slices[dimension].push_back(Slice { units, expires });
                 self.held[dimension] += units;
+            }
+        }
+        self.prefetch_after = None;
+        for (dimension, spec) in self.buckets.iter().enumerate() {
+            if let Some(spec) = spec
+                && self.asked[dimension] > 0.0
+                && grant.granted[dimension] < self.asked[dimension]
+                && spec.per_sec > 0.0
+            {
+                let refill = Duration::from_secs_f64((self.slice[dimension] / 2.0 / spec.per_sec).min(60.0));
+                self.prefetch_after = self.prefetch_after.max(Some(now + refill));
             }
         }
         self.level = grant.level;
@@ -657,11 +681,20 @@ pub(super) struct FleetGate {
     granted: Notify,
     /// The book's degraded share (0 while shared), read by the header gate without the lock.
     share: AtomicUsize,
+    /// Whether the fleet paces some header window of the lane (shared, not degraded).
+    headers: AtomicBool,
 }
 
 impl FleetGate {
     pub(super) fn new(fleet: Arc<dyn FleetPacing>, key: Arc<str>, book: LeaseBook) -> Self {
-        Self { fleet, key, book: Mutex::new(book), granted: Notify::new(), share: AtomicUsize::new(0) }
+        Self {
+            fleet,
+            key,
+            book: Mutex::new(book),
+            granted: Notify::new(),
+            share: AtomicUsize::new(0),
+            headers: AtomicBool::new(false),
+        }
     }
 
     pub(super) fn book(&self) -> MutexGuard<'_, LeaseBook> {
@@ -727,6 +760,7 @@ impl FleetGate {
             let mut book = self.book();
             book.follow(shared, replicas, now);
             self.share.store(book.degraded_share().unwrap_or(0), Ordering::Relaxed);
+            self.headers.store(book.headers_known && book.degraded_share().is_none(), Ordering::Relaxed);
             let take = book.take(tokens, now);
             let prefetch = match &take {
                 Take::Got(_) => book.prefetch(now),
@@ -749,6 +783,12 @@ impl FleetGate {
             }
             Take::Wait(wait) => Err(Some(now + wait)),
         }
+    }
+
+    /// Whether the fleet paces some header window of the lane now (then its lease, not this
+    /// replica's own header budget, decides when a call goes).
+    pub(super) fn paces_headers(&self) -> bool {
+        self.headers.load(Ordering::Relaxed)
     }
 
     /// The fleet size this lane divides its allowance by while degraded; `None` while shared.
@@ -818,6 +858,29 @@ mod tests {
         assert_eq!(prefetch.want[RPM], 3.0);
         assert_eq!(book.prefetch(now), None, "not twice");
         got(book.take(0.0, now));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dry_fleet_bucket_is_not_asked_again_before_half_a_slice_could_refill() {
+        let now = Instant::now();
+        let mut book = LeaseBook::new(RPM_300, None);
+        book.follow(true, 1, now);
+        let Take::Short { ask: Some(_), .. } = book.take(0.0, now) else { panic!() };
+        // Asked for 3, the fleet had 1.
+        book.granted(Some(grant_of(1.0)), now);
+        got(book.take(0.0, now));
+        assert_eq!(book.prefetch(now), None, "not at once");
+        // Nor is a call short of units: it waits until half a slice (1.5) could refill at 5
+        // a second, 300 ms.
+        let later = now + Duration::from_millis(300);
+        match book.take(0.0, now) {
+            Take::Short { ask: None, retry_at } => assert_eq!(retry_at, Some(later)),
+            other => panic!("{other:?}"),
+        }
+        book.granted(Some(grant_of(3.0)), later);
+        got(book.take(0.0, later));
+        got(book.take(0.0, later));
+        assert!(book.prefetch(later).is_some(), "a full grant lifts the hold");
     }
 
     #[tokio::test(start_paused = true)]

@@ -483,12 +483,19 @@ impl Lane {
         if let Some(until) = state.held_until.filter(|until| *until > now) {
             return Gate::Wait(Some(until));
         }
+        let mut verdict = None;
         if let Some(gate) = &self.fleet {
             // Out of the fleet's reach, this replica spends its share of what headers state.
             let share = gate.degraded_share().map_or(1.0, |replicas| 1.0 / replicas as f64);
             state.headers.set_share(share);
+            // While the fleet paces the stated windows, its lease (taken before this gate) is
+            // the word: the call goes now, in the window its units came from, not after
+            // waiting here for this replica's own view of the window to reset.
+            if gate.paces_headers() {
+                verdict = Some(Verdict::Go);
+            }
         }
-        match state.headers.verdict(now, tokens) {
+        match verdict.unwrap_or_else(|| state.headers.verdict(now, tokens)) {
             Verdict::Go if has_turn || self.turnstile.available_permits() > 0 => {
                 state.active += 1;
                 Gate::Go(state.headers.dispatch(tokens))
@@ -637,7 +644,10 @@ impl Lane {
             headers: HeadersSnapshot { requests, tokens, input_tokens, output_tokens },
             learned: state.learned,
             fleet: self.fleet.as_ref().map(|gate| {
+                let (shared, replicas) = (gate.fleet().shared(), gate.fleet().replicas());
                 let mut book = gate.book();
+                // As the fleet is now, not as the last call found it.
+                book.follow(shared, replicas, now);
                 let [requests, tokens, input_tokens, output_tokens] =
                     book.header_windows().map(|stated| stated.map(|s| StatedSnapshot::of(s, now)));
                 FleetSnapshot {
