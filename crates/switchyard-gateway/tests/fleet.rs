@@ -173,18 +173,7 @@ async fn three_replicas_share_one_memory_and_survive_redis_going_away() {
         let env: &[(&str, &str)] = if replica == 2 { &skew } else { &[] };
         replicas.push(support::serve_with_env(env, &path, "127.0.0.1:0", &[]).unwrap());
     }
-    // Read the logs as they come: a full pipe would stall the gateway's log writer.
-    let logs: Vec<std::thread::JoinHandle<String>> = replicas
-        .iter_mut()
-        .map(|(child, _)| {
-            let mut stderr = child.stderr.take().unwrap();
-            std::thread::spawn(move || {
-                let mut text = String::new();
-                std::io::Read::read_to_string(&mut stderr, &mut text).unwrap();
-                text
-            })
-        })
-        .collect();
+    let logs = support::read_logs(&mut replicas);
     let fleet = Fleet { replicas, client: reqwest::Client::new() };
     fleet
         .until_all(&[0, 1, 2], "connects and sees three replicas", Duration::from_secs(10), |h| {

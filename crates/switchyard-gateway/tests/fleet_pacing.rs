@@ -161,18 +161,7 @@ routes:
             let path = support::write_config(&format!("pace-{name}-{replica}.yaml"), &config);
             replicas.push(support::serve(&path, &[]));
         }
-        // Read the logs as they come: a full pipe would stall the gateway's log writer.
-        let logs = replicas
-            .iter_mut()
-            .map(|(child, _)| {
-                let mut stderr = child.stderr.take().unwrap();
-                std::thread::spawn(move || {
-                    let mut text = String::new();
-                    std::io::Read::read_to_string(&mut stderr, &mut text).unwrap();
-                    text
-                })
-            })
-            .collect();
+        let logs = support::read_logs(&mut replicas);
         let fleet = Self { replicas, logs, client: reqwest::Client::new() };
         if redis.is_some() {
             for replica in 0..REPLICAS {

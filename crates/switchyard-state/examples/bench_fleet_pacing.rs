@@ -39,28 +39,14 @@ use switchyard::{ProviderEntry, Router};
 use switchyard_state::testing::RedisServer;
 use switchyard_state::{RedisStore, StateSettings};
 
+mod common;
+
+use common::{commands, cpu_ns};
+
 type Error = Box<dyn std::error::Error>;
 
 /// Runs of each, taking turns at going first.
 const ROUNDS: u32 = 6;
-
-/// CPU time of every thread of this process, in nanoseconds (`/proc/self/task/*/schedstat`).
-fn cpu_ns() -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
-    tasks
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
-        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
-
-fn commands(server: &RedisServer) -> u64 {
-    server
-        .cli(&["INFO", "stats"])
-        .lines()
-        .find_map(|line| line.strip_prefix("total_commands_processed:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0)
-}
 
 /// A router whose one provider, simulated and answering at once, is paced by `pacer`.
 fn router(pacer: Arc<LimitPacer>) -> Result<Router, Error> {

@@ -25,6 +25,10 @@ use switchyard::{ErrorKind, ProviderEntry, ProviderError, Router, Target};
 use switchyard_state::testing::RedisServer;
 use switchyard_state::{RedisStore, StateSettings};
 
+mod common;
+
+use common::{commands, cpu_ns};
+
 type Error = Box<dyn std::error::Error>;
 
 /// A store whose background task runs on `links`, another thread, as the gateway runs it
@@ -84,15 +88,6 @@ fn router(store: Arc<dyn HealthStore>, failing: bool) -> Result<Router, Error> {
         .build()?)
 }
 
-/// CPU time of every thread of this process, in nanoseconds (`/proc/self/task/*/schedstat`).
-fn cpu_ns() -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
-    tasks
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
-        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
-
 /// CPU per request, the background writes the requests caused included (the run ends when
 /// the store has written everything).
 async fn per_request(router: &Router, store: Option<&RedisStore>, requests: u32) -> Result<Duration, Error> {
@@ -112,15 +107,6 @@ async fn per_request(router: &Router, store: Option<&RedisStore>, requests: u32)
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     Ok(Duration::from_nanos((cpu_ns() - start) / u64::from(requests)))
-}
-
-fn commands(server: &RedisServer) -> u64 {
-    server
-        .cli(&["INFO", "stats"])
-        .lines()
-        .find_map(|line| line.strip_prefix("total_commands_processed:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 fn quantile(sorted: &[Duration], q: f64) -> Duration {

@@ -168,9 +168,17 @@ impl Link {
             match wake {
                 Wake::Op(None) | Wake::Pace(None) => break,
                 Wake::Pace(Some(PaceOp::Close { done })) => {
-                    // Whatever the board learned goes first; nothing is called after this.
-                    self.flush().await;
+                    // Whatever the board learned goes first (what is still on its way too);
+                    // nothing is called after this, and pacing stops asking.
+                    while let Ok(op) = self.inbox.try_recv() {
+                        self.queue(op);
+                    }
+                    if self.up == Some(true) {
+                        self.flush().await;
+                    }
                     self.leave().await;
+                    self.up = Some(false);
+                    self.shared.fleet.up.store(false, std::sync::atomic::Ordering::Relaxed);
                     let _ = done.send(());
                     return;
                 }

@@ -235,7 +235,7 @@ local function keep(levels)
   redis.call('HSET', key, unpack(args))
 end
 local function expire()
-  local last = now
+  local last = math.max(now, num(cur.hold) or 0)
   for h = 0, 3 do last = math.max(last, num(cur['h' .. h .. 'r']) or 0) end
   redis.call('PEXPIREAT', key, last + 120000)
 end
@@ -270,7 +270,13 @@ for h = 0, 3 do
   if left ~= nil then
     local reset = num(cur['h' .. h .. 'r']) or now
     if reset <= now then
-      left = 1
+      -- One request goes as the probe; a token window lets it go whatever it costs (its
+      -- whole limit, or any cost when none is known): the requests window holds the rest.
+      if h == 0 then
+        left = 1
+      else
+        left = num(cur['h' .. h .. 'l']) or 1e15
+      end
       reset = now + probe
       cur['h' .. h .. 'r'] = fmt(reset)
       cur['h' .. h .. 'p'] = '1'
@@ -295,12 +301,19 @@ else
     local level = levels[d]
     if level ~= nil and need[d] > 0 then
       local enough = need[d]
-      if d <= 2 then enough = math.min(enough, caps[d]) end
+      if d <= 2 then
+        enough = math.min(enough, caps[d])
+      elseif windows[d - 2].lim ~= '' then
+        -- A call larger than the whole window goes when the window is full.
+        enough = math.min(enough, windows[d - 2].lim)
+      end
       if level < enough then
-        if d <= 2 then
+        if d > 2 then
+          wait = math.max(wait, windows[d - 2].ends)
+        elseif rates[d] > 0 then
           wait = math.max(wait, (enough - level) / rates[d] * 1000)
         else
-          wait = math.max(wait, windows[d - 2].ends)
+          wait = math.max(wait, probe)
         end
       end
     end

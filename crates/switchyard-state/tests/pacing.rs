@@ -224,3 +224,51 @@ async fn closing_surrenders_the_lanes_slices_then_leaves() {
     let members = server.cli(&["SMEMBERS", "switchyard:replicas"]);
     assert!(!members.contains('a'), "{members}");
 }
+
+fn tokens_ask(need: f64, want: f64) -> LeaseAsk {
+    let mut ask = LeaseAsk { need: [0.0; DIMENSIONS], want: [0.0; DIMENSIONS], buckets: [None, None] };
+    ask.need[HEADERS + 1] = need;
+    ask.want[HEADERS + 1] = want;
+    ask
+}
+
+#[tokio::test]
+async fn a_token_window_that_reset_lets_a_call_of_any_size_go_and_a_call_larger_than_it_goes_when_full() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
+    let mut report = FleetReport::default();
+    report.stated[1] =
+        Some(StatedReport { limit: Some(1_000), remaining: 0.0, reset_in: Some(Duration::ZERO) });
+    a.report("up", report);
+    let started = std::time::Instant::now();
+    let probe = loop {
+        let grant = a.lease("up", tokens_ask(2_500.0, 2_500.0)).await.unwrap();
+        if grant.granted[HEADERS + 1] > 0.0 {
+            break grant;
+        }
+        assert!(started.elapsed() < Duration::from_secs(1), "the window resets: {grant:?}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    // 2,500 estimated against a window of 1,000: it goes when the window is full.
+    assert_eq!(probe.granted[HEADERS + 1], 2_500.0, "{probe:?}");
+    assert!(probe.windows[1].unwrap().probe);
+}
+
+#[tokio::test]
+async fn a_hold_outlives_the_lanes_hash_expiry() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
+    a.report("up", FleetReport { hold: Some(Duration::from_secs(600)), ..FleetReport::default() });
+    assert!(a.lease("up", ask(1.0, 3.0)).await.unwrap().hold.is_some());
+    let ttl: u64 = server.cli(&["PTTL", "switchyard:pace:up"]).trim().parse().unwrap();
+    assert!(ttl > 600_000, "the hash lives past its hold: {ttl} ms");
+}
+
+#[tokio::test]
+async fn after_closing_the_store_asks_redis_nothing_more() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
+    a.close().await;
+    assert!(!a.shared(), "pacing falls back to its share");
+    assert_eq!(a.lease("up", ask(1.0, 3.0)).await, None);
+}

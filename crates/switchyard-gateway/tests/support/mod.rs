@@ -96,3 +96,19 @@ pub fn stop_piped(mut server: Child) {
     server.kill().unwrap();
     server.wait().unwrap();
 }
+
+/// Reads each gateway's logs as they come, on a thread of its own (a full pipe would stall
+/// the gateway's log writer); each handle gives the whole log once the gateway stops.
+pub fn read_logs(gateways: &mut [(Child, String)]) -> Vec<std::thread::JoinHandle<String>> {
+    gateways
+        .iter_mut()
+        .map(|(child, _)| {
+            let mut stderr = child.stderr.take().unwrap();
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                stderr.read_to_string(&mut text).unwrap();
+                text
+            })
+        })
+        .collect()
+}

@@ -20,7 +20,7 @@
 //! `min_interval` are never shared: they stay per replica.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -28,6 +28,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::headers::Stated;
+use super::lane::Bucket;
 use crate::provider::BoxFuture;
 
 /// How many dimensions a lease covers: the requests and tokens buckets, then the header
@@ -167,6 +168,9 @@ pub(super) struct Taken {
 
     /// Whether the call had to wait for them.
     pub waited: bool,
+    /// Whether they include units of the fleet's header windows (then the fleet, not this
+    /// replica's own header budget, decides when the call goes).
+    pub headers: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -181,38 +185,7 @@ enum Mode {
     /// From leased slices.
     Shared,
     /// At its share of the allowance, the fleet being out of reach.
-    Degraded { replicas: usize, buckets: [Option<ShareBucket>; 2] },
-}
-
-/// A degraded lane's share of a bucket.
-#[derive(Debug, Clone, Copy)]
-struct ShareBucket {
-    capacity: f64,
-    per_sec: f64,
-    level: f64,
-    at: Instant,
-}
-
-impl ShareBucket {
-    fn new(spec: BucketSpec, replicas: usize, now: Instant) -> Self {
-        let n = replicas.max(1) as f64;
-        let capacity = (spec.capacity / n).max(1.0);
-        Self { capacity, per_sec: spec.per_sec / n, level: capacity, at: now }
-    }
-
-    fn refill(&mut self, now: Instant) {
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.level = (self.level + elapsed * self.per_sec).min(self.capacity);
-        self.at = now;
-    }
-
-    fn wait_for(&self, units: f64) -> Duration {
-        let needed = units.min(self.capacity);
-        if self.level >= needed || self.per_sec <= 0.0 {
-            return Duration::ZERO;
-        }
-        Duration::from_secs_f64(((needed - self.level) / self.per_sec).min(1e6))
-    }
+    Degraded { replicas: usize, buckets: [Option<Bucket>; 2] },
 }
 
 /// What taking from the book came to.
@@ -260,6 +233,11 @@ pub(super) struct LeaseBook {
     prefetch_after: Option<Instant>,
     /// What the lease on its way asked for.
     asked: [f64; DIMENSIONS],
+    /// Units answers used beyond what their calls took and what was in hand: paid from the
+    /// next grants.
+    owed: [f64; DIMENSIONS],
+    /// A 429's hold on the account: nothing is spent before it ends.
+    held_until: Option<Instant>,
 }
 
 impl LeaseBook {
@@ -278,7 +256,9 @@ impl LeaseBook {
             level: [None; DIMENSIONS],
             pending: false,
             retry_at: None,
-            // Until the fleet is known to answer, at the share.
+            // Shared until the first take follows the fleet: degraded then, until it answers,
+            // at the share of the fleet size last known (before Redis was ever reached, this
+            // replica alone: the whole allowance; see the module docs).
             mode: Mode::Shared,
             replicas: 1,
             stranded: [0.0; DIMENSIONS],
@@ -287,6 +267,8 @@ impl LeaseBook {
             headers_known: false,
             prefetch_after: None,
             asked: [0.0; DIMENSIONS],
+            owed: [0.0; DIMENSIONS],
+            held_until: None,
         }
         .with_slices()
     }
@@ -317,7 +299,9 @@ impl LeaseBook {
                     self.stranded[dimension] += slices.drain(..).map(|s| s.units).sum::<f64>();
                     self.held[dimension] = 0.0;
                 }
-                let buckets = self.buckets.map(|spec| spec.map(|spec| ShareBucket::new(spec, replicas, now)));
+                let share =
+                    |per_minute: Option<f64>| per_minute.map(|l| Bucket::new(l / replicas as f64, now));
+                let buckets = self.per_minute.map(share);
                 self.mode = Mode::Degraded { replicas, buckets };
                 self.retry_at = None;
             }
@@ -381,6 +365,18 @@ impl LeaseBook {
                 self.held[dimension] -= gone.units;
             }
         }
+        // A slice of a shorter window may end before one granted ahead of it.
+        if slices.len() > 1 && slices.iter().any(|s| s.expires <= now) {
+            let (stranded, held) = (&mut self.stranded[dimension], &mut self.held[dimension]);
+            slices.retain(|s| {
+                let live = s.expires > now;
+                if !live {
+                    *stranded += s.units.max(0.0);
+                    *held -= s.units;
+                }
+                live
+            });
+        }
         if slices.is_empty() {
             self.held[dimension] = 0.0;
         }
@@ -403,10 +399,16 @@ impl LeaseBook {
             }
             for (bucket, units) in buckets.iter_mut().zip(need) {
                 if let Some(bucket) = bucket {
-                    bucket.level -= units;
+                    bucket.take(units);
                 }
             }
             return Take::Got(Taken::default());
+        }
+        if let Some(until) = self.held_until {
+            if until > now {
+                return Take::Short { ask: None, retry_at: Some(until) };
+            }
+            self.held_until = None;
         }
         let mut enough = true;
         for (dimension, need) in need.into_iter().enumerate() {
@@ -433,6 +435,7 @@ impl LeaseBook {
                 low |= self.held[dimension] - units < (self.slice[dimension] / 2.0).max(units);
                 self.spend(dimension, units);
                 taken.units[dimension] = units;
+                taken.headers |= dimension >= HEADERS;
             }
         }
         self.low = low;
@@ -455,7 +458,7 @@ impl LeaseBook {
     }
 
     /// Spends `units` of `dimension`, oldest slice first.
-    fn spend(&mut self, dimension: usize, mut units: f64) {
+    fn spend(&mut self, dimension: usize, mut units: f64) -> f64 {
         let slices = &mut self.slices[dimension];
         while units > 0.0 {
             let Some(slice) = slices.front_mut() else { break };
@@ -467,6 +470,7 @@ impl LeaseBook {
                 slices.pop_front();
             }
         }
+        units
     }
 
     fn ask(&mut self, need: [f64; DIMENSIONS]) -> LeaseAsk {
@@ -501,7 +505,12 @@ impl LeaseBook {
             self.size_slices();
         }
         self.note_headers();
-        for (dimension, units) in grant.granted.into_iter().enumerate() {
+        for (dimension, mut units) in grant.granted.into_iter().enumerate() {
+            if units > 0.0 && self.owed[dimension] > 0.0 {
+                let paid = units.min(self.owed[dimension]);
+                self.owed[dimension] -= paid;
+                units -= paid;
+            }
             if units > 0.0 {
                 let mut expires = now + SLICE_TTL;
                 if let Some(header) = dimension.checked_sub(HEADERS)
@@ -528,7 +537,7 @@ impl LeaseBook {
         self.level = grant.level;
         self.retry_at = grant.retry_in.map(|wait| now + wait.max(MIN_RETRY));
         if let Some(hold) = grant.hold {
-            self.retry_at = Some(now + hold.max(MIN_RETRY));
+            self.hold(now + hold.max(MIN_RETRY));
         }
     }
 
@@ -544,6 +553,7 @@ impl LeaseBook {
     /// A hold over the account: slices in hand are not spent before it ends.
     pub(super) fn hold(&mut self, until: Instant) {
         self.retry_at = Some(self.retry_at.map_or(until, |at| at.max(until)));
+        self.held_until = Some(self.held_until.map_or(until, |at| at.max(until)));
     }
 
     /// Units a call took and did not use come back, into the oldest slice in hand (to expire
@@ -566,7 +576,8 @@ impl LeaseBook {
                 self.held[dimension] += units;
             }
         } else if units < 0.0 {
-            self.spend(dimension, -units);
+            // What is not in hand is owed, and paid from the next grant.
+            self.owed[dimension] += self.spend(dimension, -units);
         }
     }
 
@@ -590,7 +601,7 @@ impl LeaseBook {
         let requests = lease(self, RPM);
         let tokens = lease(self, TPM);
         let share = |d: usize| match &self.mode {
-            Mode::Degraded { buckets, .. } => buckets[d].map(|b| b.level),
+            Mode::Degraded { buckets, .. } => buckets[d].as_ref().map(Bucket::level),
             Mode::Shared => None,
         };
         FleetSnapshot {
@@ -681,20 +692,11 @@ pub(super) struct FleetGate {
     granted: Notify,
     /// The book's degraded share (0 while shared), read by the header gate without the lock.
     share: AtomicUsize,
-    /// Whether the fleet paces some header window of the lane (shared, not degraded).
-    headers: AtomicBool,
 }
 
 impl FleetGate {
     pub(super) fn new(fleet: Arc<dyn FleetPacing>, key: Arc<str>, book: LeaseBook) -> Self {
-        Self {
-            fleet,
-            key,
-            book: Mutex::new(book),
-            granted: Notify::new(),
-            share: AtomicUsize::new(0),
-            headers: AtomicBool::new(false),
-        }
+        Self { fleet, key, book: Mutex::new(book), granted: Notify::new(), share: AtomicUsize::new(0) }
     }
 
     pub(super) fn book(&self) -> MutexGuard<'_, LeaseBook> {
@@ -760,7 +762,6 @@ impl FleetGate {
             let mut book = self.book();
             book.follow(shared, replicas, now);
             self.share.store(book.degraded_share().unwrap_or(0), Ordering::Relaxed);
-            self.headers.store(book.headers_known && book.degraded_share().is_none(), Ordering::Relaxed);
             let take = book.take(tokens, now);
             let prefetch = match &take {
                 Take::Got(_) => book.prefetch(now),
@@ -783,12 +784,6 @@ impl FleetGate {
             }
             Take::Wait(wait) => Err(Some(now + wait)),
         }
-    }
-
-    /// Whether the fleet paces some header window of the lane now (then its lease, not this
-    /// replica's own header budget, decides when a call goes).
-    pub(super) fn paces_headers(&self) -> bool {
-        self.headers.load(Ordering::Relaxed)
     }
 
     /// The fleet size this lane divides its allowance by while degraded; `None` while shared.
@@ -881,6 +876,57 @@ mod tests {
         got(book.take(0.0, later));
         got(book.take(0.0, later));
         assert!(book.prefetch(later).is_some(), "a full grant lifts the hold");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tokens_used_beyond_the_estimate_and_not_in_hand_are_paid_from_the_next_grant() {
+        let now = Instant::now();
+        let mut book = LeaseBook::new(None, Some(60_000.0));
+        book.follow(true, 1, now);
+        let mut grant = LeaseGrant::default();
+        grant.granted[TPM] = 1_000.0;
+        book.granted(Some(grant.clone()), now);
+        got(book.take(1_000.0, now));
+        // The answer used 1,600 of an estimate of 1,000: 600 more, and nothing in hand.
+        book.refund_one(TPM, -600.0);
+        book.granted(Some(grant), now);
+        assert_eq!(book.balance(TPM, now), 400.0, "the next grant pays the 600 first");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_a_grant_brings_stops_the_slices_in_hand_too() {
+        let now = Instant::now();
+        let mut book = LeaseBook::new(RPM_300, None);
+        book.follow(true, 1, now);
+        book.granted(Some(grant_of(3.0)), now);
+        let mut held = grant_of(0.0);
+        held.hold = Some(Duration::from_secs(1));
+        book.granted(Some(held), now);
+        match book.take(0.0, now) {
+            Take::Short { ask: None, retry_at } => assert_eq!(retry_at, Some(now + Duration::from_secs(1))),
+            other => panic!("nothing is spent during a hold: {other:?}"),
+        }
+        got(book.take(0.0, now + Duration::from_secs(1)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slice_of_a_shorter_window_expires_even_behind_a_longer_one() {
+        let now = Instant::now();
+        let mut book = LeaseBook::new(None, None);
+        book.follow(true, 3, now);
+        let window = |units: f64, ends_ms: u64, probe: bool| {
+            let mut grant = LeaseGrant::default();
+            grant.granted[HEADERS] = units;
+            grant.level[HEADERS] = Some(0.0);
+            grant.windows[0] =
+                Some(Window { limit: Some(10), ends_in: Duration::from_millis(ends_ms), probe });
+            grant
+        };
+        // A probe window's slice (1 s), then the next window's (300 ms), in that order.
+        book.granted(Some(window(1.0, 1_000, true)), now);
+        book.granted(Some(window(2.0, 300, false)), now);
+        assert_eq!(book.balance(HEADERS, now), 3.0);
+        assert_eq!(book.balance(HEADERS, now + Duration::from_millis(300)), 1.0, "the 300 ms slice is gone");
     }
 
     #[tokio::test(start_paused = true)]

@@ -24,7 +24,7 @@ use crate::{ErrorKind, ProviderError};
 /// A token bucket that may go into debt: a request larger than the burst goes once the bucket
 /// is full, and later requests wait for the debt to be paid back, so the average rate holds.
 #[derive(Debug, Clone)]
-struct Bucket {
+pub(super) struct Bucket {
     capacity: f64,
     per_sec: f64,
     level: f64,
@@ -33,20 +33,20 @@ struct Bucket {
 
 impl Bucket {
     /// A bucket refilling `per_minute` and holding one second's share (at least one unit).
-    fn new(per_minute: f64, now: Instant) -> Self {
+    pub(super) fn new(per_minute: f64, now: Instant) -> Self {
         let per_sec = per_minute / 60.0;
         let capacity = per_sec.max(1.0);
         Self { capacity, per_sec, level: capacity, at: now }
     }
 
-    fn refill(&mut self, now: Instant) {
+    pub(super) fn refill(&mut self, now: Instant) {
         let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
         self.level = (self.level + elapsed * self.per_sec).min(self.capacity);
         self.at = now;
     }
 
     /// How long until `units` may be taken (for more than the burst: until the bucket is full).
-    fn wait_for(&self, units: f64) -> Duration {
+    pub(super) fn wait_for(&self, units: f64) -> Duration {
         let needed = units.min(self.capacity);
         if self.level >= needed || self.per_sec <= 0.0 {
             return Duration::ZERO;
@@ -56,6 +56,16 @@ impl Bucket {
 
     fn give(&mut self, units: f64) {
         self.level = (self.level + units).min(self.capacity);
+    }
+
+    /// Takes `units` (into debt, when more than it holds).
+    pub(super) fn take(&mut self, units: f64) {
+        self.level -= units;
+    }
+
+    /// What it holds now (negative: debt being paid back).
+    pub(super) fn level(&self) -> f64 {
+        self.level
     }
 }
 
@@ -327,7 +337,8 @@ impl Lane {
         }
         // The provider may have spoken while this call waited for its slot: what its headers
         // say now decides.
-        let dispatch = self.pass_gate(tokens, &patience, &mut reason).await?;
+        let fleet_headers = reservation.fleet.is_some_and(|taken| taken.headers);
+        let dispatch = self.pass_gate(tokens, &patience, &mut reason, fleet_headers).await?;
         reservation.dispatch = Some(dispatch);
 
         let waited = patience.start.elapsed();
@@ -415,19 +426,20 @@ impl Lane {
         tokens: f64,
         patience: &Patience,
         reason: &mut WaitReason,
+        fleet_headers: bool,
     ) -> Result<Dispatch, ProviderError> {
         let (start, give_up_at) = (patience.start, patience.give_up_at);
         let spilled = |at: Instant| patience.spilled(at);
         let mut turn: Option<SemaphorePermit<'_>> = None;
         loop {
-            if let Gate::Go(dispatch) = self.gate(tokens, turn.is_some()) {
+            if let Gate::Go(dispatch) = self.gate(tokens, turn.is_some(), fleet_headers) {
                 return Ok(dispatch);
             }
             // Listen for changes first, then look again: a change in between is not lost.
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let until = match self.gate(tokens, turn.is_some()) {
+            let until = match self.gate(tokens, turn.is_some(), fleet_headers) {
                 Gate::Go(dispatch) => return Ok(dispatch),
                 Gate::Wait(until) if turn.is_some() => until,
                 // A hold or a reset past the caller's patience only moves later: refuse now
@@ -477,25 +489,22 @@ impl Lane {
     }
 
     /// The gate's verdict for a call of `tokens` now; dispatches it when it may go.
-    fn gate(&self, tokens: f64, has_turn: bool) -> Gate {
+    fn gate(&self, tokens: f64, has_turn: bool, fleet_headers: bool) -> Gate {
         let now = Instant::now();
         let mut state = self.lock();
         if let Some(until) = state.held_until.filter(|until| *until > now) {
             return Gate::Wait(Some(until));
         }
-        let mut verdict = None;
         if let Some(gate) = &self.fleet {
             // Out of the fleet's reach, this replica spends its share of what headers state.
             let share = gate.degraded_share().map_or(1.0, |replicas| 1.0 / replicas as f64);
             state.headers.set_share(share);
-            // While the fleet paces the stated windows, its lease (taken before this gate) is
-            // the word: the call goes now, in the window its units came from, not after
-            // waiting here for this replica's own view of the window to reset.
-            if gate.paces_headers() {
-                verdict = Some(Verdict::Go);
-            }
         }
-        match verdict.unwrap_or_else(|| state.headers.verdict(now, tokens)) {
+        // A call holding units of the fleet's header windows goes on the fleet's word, in the
+        // window its units came from, not after waiting here for this replica's own view of
+        // the window to reset.
+        let verdict = if fleet_headers { Verdict::Go } else { state.headers.verdict(now, tokens) };
+        match verdict {
             Verdict::Go if has_turn || self.turnstile.available_permits() > 0 => {
                 state.active += 1;
                 Gate::Go(state.headers.dispatch(tokens))
@@ -730,7 +739,11 @@ impl Drop for Reservation {
         }
         drop(state);
         if let (Some(gate), Some(taken)) = (&self.lane.fleet, &self.fleet) {
-            gate.book().refund(taken.units);
+            // The buckets' units come back; a header window's do not (they may belong to a
+            // window that has ended since, and would be spent in the next one).
+            let mut units = taken.units;
+            units[fleet::HEADERS..].fill(0.0);
+            gate.book().refund(units);
             gate.wake();
         }
     }
