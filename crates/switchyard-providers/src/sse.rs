@@ -170,6 +170,36 @@ impl SseParser {
     }
 }
 
+/// How long the end of a body may keep a finished stream waiting: the end of a chunked body
+/// comes with the last event or right after it (one that a server holds back, for instance
+/// behind Nagle's algorithm and a delayed ACK, 40 ms, is read in the background instead).
+const RELEASE_INLINE: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// How long a body that did not end in [`RELEASE_INLINE`] is read in the background.
+const RELEASE_BACKGROUND: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Reads what is left of a body after its last event, so that its connection goes back to
+/// the pool: a body dropped before its end closes its connection, and the next call pays a
+/// new TCP (and TLS) handshake. The end is awaited for at most [`RELEASE_INLINE`], then read
+/// in the background for at most [`RELEASE_BACKGROUND`]; a body that still has not ended is
+/// dropped (its connection closed). Only a stream that ended cleanly is released: a caller
+/// that goes away mid-stream drops the body, which closes the upstream call at once.
+pub(crate) async fn release<S>(mut events: S)
+where
+    S: Stream + Send + Unpin + 'static,
+    S::Item: Send,
+{
+    use futures_util::StreamExt;
+    let rest = async { while events.next().await.is_some() {} };
+    if tokio::time::timeout(RELEASE_INLINE, rest).await.is_ok() {
+        return;
+    }
+    tokio::spawn(async move {
+        let rest = async { while events.next().await.is_some() {} };
+        let _ = tokio::time::timeout(RELEASE_BACKGROUND, rest).await;
+    });
+}
+
 /// Turns a byte stream (a response body) into SSE events. A body error ends the stream with a
 /// transport error; an event past [`MAX_EVENT_BYTES`], with a malformed-response error.
 pub struct SseStream<S> {

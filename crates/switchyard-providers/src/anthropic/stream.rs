@@ -30,16 +30,19 @@ where
 {
     Box::pin(futures_util::stream::unfold(Some((events, decoder)), |state| async move {
         let (mut events, mut decoder) = state?;
+        if decoder.finished {
+            // After the last chunk: the rest of the body is read so that its connection is
+            // kept.
+            crate::sse::release(events).await;
+            return None;
+        }
         loop {
             let item = match events.next().await {
                 None => Err(ProviderError::new(ErrorKind::Transport, "stream ended before message_stop")),
                 Some(Err(error)) => Err(error),
                 Some(Ok(event)) => match decoder.decode(event) {
                     Ok(None) => continue,
-                    Ok(Some(chunk)) => {
-                        let next = if decoder.finished { None } else { Some((events, decoder)) };
-                        return Some((Ok(chunk), next));
-                    }
+                    Ok(Some(chunk)) => return Some((Ok(chunk), Some((events, decoder)))),
                     Err(error) => Err(error),
                 },
             };

@@ -27,9 +27,16 @@ pub(super) fn chunks(response: crate::http::Response, key: Option<Secret>) -> Ch
     // Body errors name no URL, so nothing in a query string reaches an error text.
     let body = crate::http::body_stream(response);
     let reader = Reader { events: SseStream::new(body), key, refused: HashSet::new(), ended: false };
-    Box::pin(stream::unfold(reader, |mut reader| async move {
-        let item = reader.next().await?;
-        Some((item, reader))
+    Box::pin(stream::unfold(Some(reader), |reader| async move {
+        let mut reader = reader?;
+        match reader.next().await {
+            Some(item) => Some((item, Some(reader))),
+            None => {
+                // Ended: the rest of the body is read so that its connection is kept.
+                crate::sse::release(reader.events).await;
+                None
+            }
+        }
     }))
 }
 

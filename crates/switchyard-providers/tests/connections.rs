@@ -1,0 +1,235 @@
+//! Streams give their upstream connection back: sequential streamed calls through one
+//! adapter reuse one keep-alive connection, for both dialects, even when the end of the body
+//! comes a moment after the last event (as it does from real servers); and a caller that
+//! goes away mid-stream closes the upstream call at once.
+
+#![allow(clippy::unwrap_used)]
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::response::Response;
+use futures_util::StreamExt;
+use switchyard::chat::{ChatRequest, Message};
+use switchyard::credential::{Credential, Secret};
+use switchyard::provider::{Call, Provider};
+use switchyard::route::Timeouts;
+use switchyard_providers::anthropic::AnthropicProvider;
+use switchyard_providers::openai::OpenAiProvider;
+use switchyard_providers::{ProviderKind, ProviderSettings};
+
+const KEY: &str = "sk-test-connections-0123456789";
+
+/// A listener that counts the connections it accepts.
+struct Counting {
+    inner: tokio::net::TcpListener,
+    accepted: Arc<AtomicUsize>,
+}
+
+impl axum::serve::Listener for Counting {
+    type Io = tokio::net::TcpStream;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            if let Ok(accepted) = self.inner.accept().await {
+                self.accepted.fetch_add(1, Ordering::SeqCst);
+                // As real servers do: no end of a body held back by Nagle's algorithm.
+                let _ = accepted.0.set_nodelay(true);
+                return accepted;
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
+}
+
+/// Counts the streams whose body the server dropped before sending it all (the client went
+/// away).
+struct Watch(Arc<AtomicUsize>, bool);
+
+impl Watch {
+    fn finish(&mut self) {
+        self.1 = true;
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+struct Upstream {
+    base: String,
+    accepted: Arc<AtomicUsize>,
+    cut: Arc<AtomicUsize>,
+}
+
+/// A server streaming `events` (SSE text, one piece each), the last a moment before the body
+/// ends; with `hold`, it then keeps the body open for good.
+async fn upstream(events: Vec<String>, hold: bool) -> Upstream {
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let cut = Arc::new(AtomicUsize::new(0));
+    let seen_cut = cut.clone();
+    let handler = move || {
+        let (events, cut) = (events.clone(), seen_cut.clone());
+        async move {
+            let body = futures_util::stream::unfold((0, Watch(cut, false)), move |(i, mut watch)| {
+                let events = events.clone();
+                async move {
+                    if i < events.len() {
+                        return Some((Ok::<_, Infallible>(Bytes::from(events[i].clone())), (i + 1, watch)));
+                    }
+                    // The end of the body comes a moment (a millisecond) after the last event,
+                    // in a write of its own.
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    if hold {
+                        std::future::pending::<()>().await;
+                    }
+                    watch.finish();
+                    None
+                }
+            });
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(body))
+                .unwrap()
+        }
+    };
+    let app = axum::Router::new()
+        .route("/v1/chat/completions", axum::routing::post(handler.clone()))
+        .route("/v1/messages", axum::routing::post(handler));
+    let inner = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = inner.local_addr().unwrap();
+    let listener = Counting { inner, accepted: accepted.clone() };
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Upstream { base: format!("http://{addr}"), accepted, cut }
+}
+
+fn openai_events() -> Vec<String> {
+    let chunk = |delta: &str, finish: &str| {
+        format!(
+            "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n"
+        )
+    };
+    vec![
+        chunk(r#"{"role":"assistant","content":"Hi"}"#, "null"),
+        chunk("{}", r#""stop""#),
+        "data: [DONE]\n\n".to_owned(),
+    ]
+}
+
+fn anthropic_events() -> Vec<String> {
+    let event = |name: &str, data: &str| format!("event: {name}\ndata: {data}\n\n");
+    vec![
+        event(
+            "message_start",
+            r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":1}}}"#,
+        ),
+        event(
+            "content_block_start",
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        ),
+        event(
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+        ),
+        event("content_block_stop", r#"{"type":"content_block_stop","index":0}"#),
+        event(
+            "message_delta",
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}"#,
+        ),
+        event("message_stop", r#"{"type":"message_stop"}"#),
+    ]
+}
+
+fn provider(kind: ProviderKind, base: &str) -> Box<dyn Provider> {
+    match kind {
+        ProviderKind::Anthropic => {
+            Box::new(AnthropicProvider::new(&ProviderSettings::new(kind).base_url(base.to_owned())).unwrap())
+        }
+        _ => Box::new(
+            OpenAiProvider::new(&ProviderSettings::new(kind).base_url(format!("{base}/v1"))).unwrap(),
+        ),
+    }
+}
+
+/// Streams one answer through `provider`, reading `take` chunks (all of them with `None`).
+async fn stream_once(provider: &dyn Provider, take: Option<usize>) -> usize {
+    let credential = Credential::new("test", provider.base_url(), Some(Secret::new(KEY)));
+    let timeouts = Timeouts::default();
+    let call = Call { model: "m", credential: &credential, timeouts: &timeouts, rate_limits: None };
+    let request = ChatRequest::new("default", vec![Message::user("hi")]);
+    let mut chunks = provider.chat_stream(call, &request).await.unwrap();
+    let mut read = 0;
+    while take.is_none_or(|n| read < n) {
+        match chunks.next().await {
+            Some(item) => {
+                item.unwrap();
+                read += 1;
+            }
+            None => break,
+        }
+    }
+    read
+}
+
+async fn sequential_streams_reuse_one_connection(kind: ProviderKind, events: Vec<String>) {
+    let upstream = upstream(events, false).await;
+    let provider = provider(kind, &upstream.base);
+    for _ in 0..8 {
+        assert!(stream_once(&*provider, None).await > 0);
+        // The client's connection task puts the connection back in the pool once it sees the
+        // body's end: let it run, as the time until a gateway's next request always does.
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+    }
+    assert_eq!(upstream.accepted.load(Ordering::SeqCst), 1, "{kind:?}: eight streams, one connection");
+}
+
+#[tokio::test]
+async fn sequential_openai_streams_reuse_one_connection() {
+    sequential_streams_reuse_one_connection(ProviderKind::OpenAi, openai_events()).await;
+}
+
+#[tokio::test]
+async fn sequential_anthropic_streams_reuse_one_connection() {
+    sequential_streams_reuse_one_connection(ProviderKind::Anthropic, anthropic_events()).await;
+}
+
+#[tokio::test]
+async fn a_body_that_never_ends_after_its_last_event_still_ends_the_stream() {
+    // The server keeps the body open after `[DONE]`: the stream ends anyway (the connection
+    // is given up, not waited on).
+    let upstream = upstream(openai_events(), true).await;
+    let provider = provider(ProviderKind::OpenAi, &upstream.base);
+    let started = std::time::Instant::now();
+    assert!(stream_once(&*provider, None).await > 0);
+    assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn a_caller_that_goes_away_mid_stream_closes_the_upstream_call() {
+    for (kind, events) in
+        [(ProviderKind::OpenAi, openai_events()), (ProviderKind::Anthropic, anthropic_events())]
+    {
+        let upstream = upstream(events, true).await;
+        let provider = provider(kind, &upstream.base);
+        assert_eq!(stream_once(&*provider, Some(1)).await, 1);
+        // The stream was dropped after one chunk: the server sees its body dropped.
+        let started = std::time::Instant::now();
+        while upstream.cut.load(Ordering::SeqCst) == 0 {
+            assert!(started.elapsed() < Duration::from_secs(2), "{kind:?}: the upstream call was not closed");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+}
