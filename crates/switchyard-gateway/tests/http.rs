@@ -186,6 +186,28 @@ async fn a_body_over_the_limit_is_a_413() {
 }
 
 #[tokio::test]
+async fn by_default_a_photo_sent_as_base64_fits_and_a_body_over_32_mib_does_not() {
+    let gateway = Gateway::start(
+        "providers:\n  up: { kind: simulated }\nroutes:\n  default: { targets: [up:m] }\n",
+    )
+    .await;
+    let image = |bytes: usize| {
+        let url = format!("data:image/jpeg;base64,{}", "A".repeat(bytes));
+        json!({ "model": "default", "messages": [{ "role": "user", "content": [
+            { "type": "text", "text": "what is this?" },
+            { "type": "image_url", "image_url": { "url": url } }
+        ] }] })
+    };
+    // An ordinary 6 MB photo is 8 MB as base64.
+    let response = gateway.post("/v1/chat/completions", image(8 << 20)).await;
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    let response = gateway.post("/v1/chat/completions", image(33 << 20)).await;
+    assert_eq!(response.status(), 413);
+    let body = json_of(response).await;
+    assert!(body["error"]["message"].as_str().unwrap().contains("gateway.max_body"), "{body}");
+}
+
+#[tokio::test]
 async fn a_wrong_content_type_is_a_415() {
     let gateway = Gateway::start(BASIC).await;
     let response = gateway

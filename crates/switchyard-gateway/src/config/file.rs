@@ -311,7 +311,7 @@ pub struct GatewayConfig {
     #[serde(default)]
     pub keys: Vec<String>,
     pub admin_key: Option<String>,
-    /// The largest request body accepted, in bytes or with a unit (`4mb`). Default 4 MiB.
+    /// The largest request body accepted, in bytes or with a unit (`4mb`). Default 32 MiB.
     pub max_body: Option<ByteSize>,
     /// How many recent requests' trails `/admin/requests/{id}` keeps. Default 1000.
     pub recent_requests: Option<usize>,

@@ -897,7 +897,8 @@ impl Validator<'_> {
             .collect();
         let admin_key =
             config.admin_key.as_ref().and_then(|text| self.secret("gateway.admin_key", text).map(|(s, _)| s));
-        let max_body = config.max_body.map_or(4 << 20, |b| b.0);
+        // 32 MiB: a photo or two as base64 (the providers take requests of that order).
+        let max_body = config.max_body.map_or(32 << 20, |b| b.0);
         if max_body < 1024 {
             self.problem(
                 "gateway.max_body",
