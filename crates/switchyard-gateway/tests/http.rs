@@ -187,10 +187,9 @@ async fn a_body_over_the_limit_is_a_413() {
 
 #[tokio::test]
 async fn by_default_a_photo_sent_as_base64_fits_and_a_body_over_32_mib_does_not() {
-    let gateway = Gateway::start(
-        "providers:\n  up: { kind: simulated }\nroutes:\n  default: { targets: [up:m] }\n",
-    )
-    .await;
+    let gateway =
+        Gateway::start("providers:\n  up: { kind: simulated }\nroutes:\n  default: { targets: [up:m] }\n")
+            .await;
     let image = |bytes: usize| {
         let url = format!("data:image/jpeg;base64,{}", "A".repeat(bytes));
         json!({ "model": "default", "messages": [{ "role": "user", "content": [
@@ -205,6 +204,60 @@ async fn by_default_a_photo_sent_as_base64_fits_and_a_body_over_32_mib_does_not(
     assert_eq!(response.status(), 413);
     let body = json_of(response).await;
     assert!(body["error"]["message"].as_str().unwrap().contains("gateway.max_body"), "{body}");
+}
+
+#[tokio::test]
+async fn embeddings_come_back_as_the_client_asked_floats_unwidened_or_base64() {
+    let gateway =
+        Gateway::start("providers:\n  up: { kind: simulated }\nroutes:\n  default: { targets: [up:m] }\n")
+            .await;
+    let ask = |format: Option<&str>| {
+        let mut body = json!({ "model": "default", "input": ["one", "two"] });
+        if let Some(format) = format {
+            body["encoding_format"] = json!(format);
+        }
+        body
+    };
+    let floats = gateway.post("/v1/embeddings", ask(None)).await;
+    assert_eq!(floats.status(), 200);
+    let text = floats.text().await.unwrap();
+    let floats: Value = serde_json::from_str(&text).unwrap();
+    let vector: Vec<f32> = floats["data"][1]["embedding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap() as f32)
+        .collect();
+    assert!(!vector.is_empty());
+    // Each number is written as the f32 it is, in its shortest form (at most 9 digits), not
+    // widened to f64 (`0.1` as `0.10000000149011612`).
+    for number in text
+        .split(['[', ',', ']'])
+        .filter(|t| t.starts_with('-') || t.starts_with(|c: char| c.is_ascii_digit()))
+    {
+        let digits = number.chars().filter(char::is_ascii_digit).count();
+        if number.contains('.') {
+            assert!(digits <= 10, "{number} is wider than an f32");
+        }
+    }
+
+    // The same vectors as base64, little-endian f32, as OpenAI's Node SDK asks by default.
+    let encoded = json_of(gateway.post("/v1/embeddings", ask(Some("base64"))).await).await;
+    let bytes = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD
+            .decode(encoded["data"][1]["embedding"].as_str().unwrap())
+            .unwrap()
+    };
+    let decoded: Vec<f32> = bytes.chunks(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    assert_eq!(decoded, vector);
+    assert_eq!(encoded["data"][1]["index"], 1);
+    assert_eq!(encoded["object"], "list");
+
+    let refused = gateway.post("/v1/embeddings", ask(Some("int8"))).await;
+    assert_eq!(refused.status(), 400);
+    let body = json_of(refused).await;
+    assert!(body["error"]["message"].as_str().unwrap().contains("encoding_format"), "{body}");
 }
 
 #[tokio::test]

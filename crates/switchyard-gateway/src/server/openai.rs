@@ -67,9 +67,72 @@ pub async fn chat_completions(
     }
 }
 
+/// How the client wants its vectors: `float` (the default) or `base64`, the little-endian
+/// f32 bytes (what OpenAI's Node SDK asks for by default, and decodes).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Encoding {
+    Float,
+    Base64,
+}
+
+impl Encoding {
+    fn of(request: &EmbeddingsRequest) -> Result<Self, ApiError> {
+        match request.extra.get("encoding_format") {
+            None | Some(Value::Null) => Ok(Encoding::Float),
+            Some(Value::String(format)) if format == "float" => Ok(Encoding::Float),
+            Some(Value::String(format)) if format == "base64" => Ok(Encoding::Base64),
+            Some(other) => Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                format!("encoding_format must be \"float\" or \"base64\", not {other}"),
+            )),
+        }
+    }
+}
+
+/// One vector as the client asked for it: floats written as f32 (`0.1`, not the
+/// `0.10000000149011612` of a detour through f64), or base64.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Vector<'a> {
+    Floats(&'a [f32]),
+    Base64(String),
+}
+
+impl<'a> Vector<'a> {
+    fn of(floats: &'a [f32], encoding: Encoding) -> Self {
+        match encoding {
+            Encoding::Float => Vector::Floats(floats),
+            Encoding::Base64 => {
+                use base64::Engine;
+                let bytes: Vec<u8> = floats.iter().flat_map(|f| f.to_le_bytes()).collect();
+                Vector::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
+            }
+        }
+    }
+}
+
+#[derive(serde::Serialize)]
+struct EmbeddingOut<'a> {
+    object: &'static str,
+    index: u32,
+    embedding: Vector<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct EmbeddingsOut<'a> {
+    object: &'static str,
+    data: Vec<EmbeddingOut<'a>>,
+    model: &'a str,
+    usage: Value,
+}
+
 pub async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    let parse =
-        |bytes: &[u8]| serde_json::from_slice::<EmbeddingsRequest>(bytes).map_err(|e| invalid_json(&e));
+    let parse = |bytes: &[u8]| {
+        let request = serde_json::from_slice::<EmbeddingsRequest>(bytes).map_err(|e| invalid_json(&e))?;
+        Encoding::of(&request)?;
+        Ok(request)
+    };
     let endpoint = (Dialect::OpenAi, "embeddings");
     let (exchange, request) =
         match accept(&state, &headers, body, endpoint, parse, |r: &EmbeddingsRequest| &r.model).await {
@@ -78,25 +141,30 @@ pub async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, 
         };
     match state.router.embeddings(&request, &options(&headers)).await {
         Ok(answer) => {
-            let data: Vec<Value> = answer
+            let encoding = Encoding::of(&request).unwrap_or(Encoding::Float);
+            let data = answer
                 .response
                 .data
                 .iter()
-                .map(|e| json!({ "object": "embedding", "index": e.index, "embedding": e.embedding }))
+                .map(|e| EmbeddingOut {
+                    object: "embedding",
+                    index: e.index,
+                    embedding: Vector::of(&e.embedding, encoding),
+                })
                 .collect();
             let usage = answer.response.usage.map_or(
                 json!({ "prompt_tokens": 0, "total_tokens": 0 }),
                 |u| json!({ "prompt_tokens": u.prompt_tokens, "total_tokens": u.total_tokens }),
             );
-            let body =
-                json!({ "object": "list", "data": data, "model": answer.response.model, "usage": usage });
+            let out = EmbeddingsOut { object: "list", data, model: &answer.response.model, usage };
+            let body = serde_json::to_vec(&out).unwrap_or_default();
             let served = Delivered {
                 route: answer.route,
                 served_by: answer.served_by,
                 trail: answer.trail,
                 timing: answer.timing,
             };
-            answered(&state, &exchange, body.to_string().into_bytes(), served)
+            answered(&state, &exchange, body, served)
         }
         Err(error) => route_failed(&state, &exchange, error),
     }

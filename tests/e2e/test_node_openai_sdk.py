@@ -1,0 +1,50 @@
+"""OpenAI's Node SDK against the gateway. Its embeddings call asks for base64 by default and
+decodes the answer as little-endian f32: a gateway that answered floats regardless gave it
+corrupt vectors with no error."""
+
+import json
+import os
+import subprocess
+
+import openai
+import pytest
+
+from conftest import GATEWAY_KEY
+from test_openai_sdk import KEY, config
+
+NODE_MODULES = os.environ.get("SWITCHYARD_NODE_MODULES", "target/e2e-node/node_modules")
+
+SCRIPT = """
+const OpenAI = require('openai');
+const client = new OpenAI({ baseURL: process.env.BASE_URL, apiKey: process.env.API_KEY, maxRetries: 0 });
+(async () => {
+  const answer = await client.embeddings.create({ model: 'embed', input: ['one', 'two'] });
+  console.log(JSON.stringify(answer.data.map((d) => ({ index: d.index, embedding: d.embedding }))));
+})().catch((error) => { console.error(String(error)); process.exit(1); });
+"""
+
+
+def node(script, env):
+    if not os.path.isdir(os.path.join(NODE_MODULES, "openai")):
+        pytest.fail(f"the npm package openai is not installed in {NODE_MODULES} (scripts/e2e installs it)")
+    result = subprocess.run(
+        ["node", "-e", script],
+        env={**os.environ, "NODE_PATH": os.path.abspath(NODE_MODULES), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_node_sdk_default_embeddings_decode_to_the_same_floats(mock, gateway):
+    gw = gateway(config(mock, {"a": ("openai", "ok", KEY)}, {"embed": "{ targets: [a:text-embed] }"}))
+    from_node = node(SCRIPT, {"BASE_URL": gw.url + "/v1", "API_KEY": GATEWAY_KEY})
+    python = openai.OpenAI(base_url=gw.url + "/v1", api_key=GATEWAY_KEY, max_retries=0)
+    floats = python.embeddings.create(model="embed", input=["one", "two"], encoding_format="float")
+    assert [d["index"] for d in from_node] == [0, 1]
+    for node_vector, float_vector in zip(from_node, floats.data):
+        assert len(node_vector["embedding"]) == len(float_vector.embedding) > 1
+        # The same f32 values, read through base64 and through floats.
+        assert node_vector["embedding"] == pytest.approx(float_vector.embedding, rel=1e-7, abs=1e-12)
