@@ -109,3 +109,14 @@ def test_a_wrong_gateway_key_is_an_authentication_error(mock, gateway):
     sdk = anthropic.Anthropic(base_url=gw.url, api_key="sk-wrong", max_retries=0)
     with pytest.raises(anthropic.AuthenticationError):
         ask(sdk)
+
+
+def test_an_openai_models_refusal_reaches_an_anthropic_client_in_words(mock, gateway):
+    gw = gateway(config(mock, {"gpt": ("openai", "refuse", OPENAI_KEY)}, {"default": "{ targets: [gpt:gpt-test] }"}))
+    message = ask(client(gw)).parse()
+    assert message.content[0].text == "I'm sorry, I can't help with that."
+    assert message.stop_reason == "end_turn"
+    with client(gw).messages.stream(
+        model="default", max_tokens=64, messages=[{"role": "user", "content": "Something it declines"}]
+    ) as stream:
+        assert "".join(stream.text_stream) == "I'm sorry, I can't help with that."

@@ -244,3 +244,31 @@ def test_openai_sdk_reaches_an_anthropic_upstream_through_translation(mock, gate
     assert completion.choices[0].message.content == "mock answer from claude-test"
     request = mock.stats()["scenarios"]["ok"]["last_request"]
     assert request["headers"]["x-api-key"] == "sk-upstream-ant-01"
+
+
+def test_a_models_refusal_is_an_answer_parse_returns_it(mock, gateway):
+    """A model declining (`message.refusal`, finish `stop`) is served as it is: the SDK's
+    `parse()` returns `.refusal` instead of raising a content-filter error, and a stream
+    carries the refusal's words."""
+    from pydantic import BaseModel
+
+    class Answer(BaseModel):
+        reason: str
+        answer: str
+
+    gw = gateway(config(mock, {"a": ("openai", "refuse", KEY)}, {"default": "{ targets: [a:gpt-test] }"}))
+    sdk = client(gw)
+    parse = getattr(sdk.chat.completions, "parse", None) or sdk.beta.chat.completions.parse
+    completion = parse(
+        model="default", messages=[{"role": "user", "content": "Something it declines"}], response_format=Answer
+    )
+    message = completion.choices[0].message
+    assert completion.choices[0].finish_reason == "stop"
+    assert message.refusal == "I'm sorry, I can't help with that."
+    assert message.parsed is None
+    stream = sdk.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Something it declines"}], stream=True
+    )
+    chunks = [c for c in stream if c.choices]
+    assert "".join(c.choices[0].delta.refusal or "" for c in chunks) == "I'm sorry, I can't help with that."
+    assert chunks[-1].choices[0].finish_reason == "stop"

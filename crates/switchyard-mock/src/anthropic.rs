@@ -29,6 +29,7 @@ fn stop_reason(content: Content) -> &'static str {
         Content::Text => "end_turn",
         Content::Tools => "tool_use",
         Content::Filter => "refusal",
+        Content::Refuse => "end_turn",
     }
 }
 
@@ -51,6 +52,11 @@ fn message(content: Content, model: &str, shape: &Shape, id: u64) -> String {
             );
         }
         Content::Filter => {}
+        Content::Refuse => {
+            s.push_str(r#"{"type":"text","text":"#);
+            push_json_str(&mut s, crate::reply::REFUSAL);
+            s.push('}');
+        }
     }
     let _ = write!(
         s,
@@ -84,6 +90,10 @@ fn events(content: Content, model: &str, shape: &Shape, id: u64) -> Events {
             (Some(block), delta_events(TOOL_ARGUMENTS, shape.pieces, "input_json_delta", "partial_json"))
         }
         Content::Filter => (None, Vec::new()),
+        Content::Refuse => {
+            let pieces = delta_events(crate::reply::REFUSAL, shape.pieces, "text_delta", "text");
+            (Some(r#"{"type":"text","text":""}"#.to_owned()), pieces)
+        }
     };
     if let Some(block) = &block {
         head.push(named_event(

@@ -27,6 +27,7 @@
 //! | `ok` | "mock answer from {model}", streamed when `"stream": true` | same |
 //! | `tools` | a `get_weather` call with `{"city":"Paris"}` | `tool_use` block |
 //! | `filter` | `finish_reason: content_filter`, empty content | `stop_reason: refusal` |
+//! | `refuse` | `message.refusal` (streamed as `delta.refusal`), `finish_reason: stop` | the refusal as text, `end_turn` |
 //! | `status=NNN` / `failNNN` | NNN with `{"error":{message,type,param,code}}` | NNN with `{"type":"error","error":{type,message}}` (529 `overloaded_error`) |
 //! | `ratelimit=S` | 429 `rate_limit_exceeded`, `retry-after: S`, `x-ratelimit-*` | 429 `rate_limit_error`, `retry-after: S`, `anthropic-ratelimit-*` |
 //! | `quota` | 429 `insufficient_quota` | 400 credit balance too low |

@@ -56,11 +56,18 @@ fn completion(content: Content, model: &str, shape: &Shape, id: u64, created: u6
             s.push_str(r#""""#);
             "content_filter"
         }
+        Content::Refuse => {
+            s.push_str("null");
+            "stop"
+        }
     };
-    let _ = write!(
-        s,
-        r#","refusal":null,"annotations":[]}},"logprobs":null,"finish_reason":"{finish}"}}],"usage":"#
-    );
+    s.push_str(r#","refusal":"#);
+    if matches!(content, Content::Refuse) {
+        push_json_str(&mut s, crate::reply::REFUSAL);
+    } else {
+        s.push_str("null");
+    }
+    let _ = write!(s, r#","annotations":[]}},"logprobs":null,"finish_reason":"{finish}"}}],"usage":"#);
     push_usage(&mut s, shape.pieces);
     s.push_str(r#","service_tier":"default","system_fingerprint":"fp_mock"}"#);
     s
@@ -156,6 +163,18 @@ fn events(
         }
         Content::Filter => {
             (chunker.chunk(r#"{"role":"assistant","content":""}"#, None), Vec::new(), "content_filter")
+        }
+        Content::Refuse => {
+            let pieces = split_even(crate::reply::REFUSAL, shape.pieces)
+                .into_iter()
+                .map(|piece| {
+                    let mut delta = String::from(r#"{"refusal":"#);
+                    push_json_str(&mut delta, piece);
+                    delta.push('}');
+                    chunker.chunk(&delta, None)
+                })
+                .collect();
+            (chunker.chunk(r#"{"role":"assistant","content":null,"refusal":""}"#, None), pieces, "stop")
         }
     };
 

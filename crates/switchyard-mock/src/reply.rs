@@ -25,7 +25,12 @@ pub(crate) enum Content {
     Text,
     Tools,
     Filter,
+    /// The model declines in words: OpenAI's `refusal`, Anthropic's text.
+    Refuse,
 }
+
+/// What the model says when it declines (`refuse`).
+pub(crate) const REFUSAL: &str = "I'm sorry, I can't help with that.";
 
 /// How a successful answer is delivered.
 #[derive(Debug, Clone, Copy)]

@@ -54,6 +54,7 @@ pub(crate) enum Step {
     Tools,
     /// A content-filtered (refused) answer.
     Filter,
+    Refuse,
     /// An error with this HTTP status.
     Status(u16),
     /// 429 with `retry-after` set to this text (seconds, as written in the scenario).
@@ -170,6 +171,7 @@ impl Step {
             ("ok", None) => Step::Ok,
             ("tools", None) => Step::Tools,
             ("filter", None) => Step::Filter,
+            ("refuse", None) => Step::Refuse,
             ("quota", None) => Step::Quota,
             ("auth", None) => Step::Auth,
             ("context", None) => Step::Context,

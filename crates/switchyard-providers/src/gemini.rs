@@ -1084,7 +1084,7 @@ impl<S> GeminiChunks<S> {
                 let text = (!text.is_empty()).then_some(text);
                 content.push(ChunkChoice {
                     index,
-                    delta: Delta { role: None, content: text, tool_calls: deltas },
+                    delta: Delta { role: None, content: text, tool_calls: deltas, refusal: None },
                     finish_reason: None,
                 });
             }

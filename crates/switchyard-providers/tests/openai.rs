@@ -604,7 +604,7 @@ async fn streamed_tool_calls_reassemble_from_their_deltas() {
 }
 
 #[tokio::test]
-async fn streamed_refusal_ends_as_a_content_filter_stop() {
+async fn a_streamed_refusal_is_the_models_answer_passed_on_as_it_is() {
     let body = sse(
         &[
             chunk(json!({"role": "assistant", "content": null, "refusal": ""}), Value::Null),
@@ -619,8 +619,10 @@ async fn streamed_refusal_ends_as_a_content_filter_stop() {
     let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
 
     assert!(error.is_none());
-    assert!(chunks.iter().all(|c| !c.has_content()), "a refusal is no content a client acts on");
-    assert_eq!(finish_of(&chunks), vec![FinishReason::ContentFilter]);
+    let refusal: String = chunks.iter().filter_map(|c| c.choices[0].delta.refusal.clone()).collect();
+    assert_eq!(refusal, "I'm sorry, I can't help with that.", "the refusal's words reach the client");
+    assert!(chunks.iter().any(ChatChunk::has_content), "a refusal is an answer: the stream is committed");
+    assert_eq!(finish_of(&chunks), vec![FinishReason::Stop], "not the provider's content filter");
 }
 
 #[tokio::test]

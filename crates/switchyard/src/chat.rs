@@ -625,12 +625,13 @@ impl ChatChunk {
         }
     }
 
-    /// Whether this chunk carries content a client would render or act on (text or a tool
-    /// call). Once such a chunk reaches the client, the router can no longer fail over.
+    /// Whether this chunk carries content a client would render or act on (text, a model's
+    /// refusal or a tool call). Once such a chunk reaches the client, the router can no longer fail over.
     pub fn has_content(&self) -> bool {
-        self.choices.iter().any(|c| {
-            c.delta.content.as_deref().is_some_and(|t| !t.is_empty()) || !c.delta.tool_calls.is_empty()
-        })
+        let text = |t: &Option<String>| t.as_deref().is_some_and(|t| !t.is_empty());
+        self.choices
+            .iter()
+            .any(|c| text(&c.delta.content) || text(&c.delta.refusal) || !c.delta.tool_calls.is_empty())
     }
 
     /// Whether any choice ended because of the content filter.
@@ -665,6 +666,10 @@ pub struct Delta {
     /// Fragments of tool calls; empty when this chunk carries none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCallDelta>,
+    /// The next piece of a refusal: the model declining in its own words (OpenAI's
+    /// `delta.refusal`). An answer like any other, not a content-filter stop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
 }
 
 /// A fragment of a tool call; fragments with the same `index` concatenate.

@@ -5,8 +5,6 @@
 //! that error, classified; a body that ends before `[DONE]` ends it with a transport error, so
 //! that a cut-off answer never passes for a complete one.
 
-use std::collections::HashSet;
-
 use futures_util::{StreamExt, stream};
 use serde::Deserialize;
 use serde_json::Value;
@@ -19,14 +17,14 @@ use switchyard::provider::ChunkStream;
 use switchyard::{ErrorKind, ProviderError};
 
 use super::errors;
-use super::wire::{UsageIn, arguments_text, is_refusal, nullable};
+use super::wire::{UsageIn, arguments_text, nullable};
 use crate::sse::{SseEvent, SseStream};
 
 /// The chunks of a streaming response. The body is read as it arrives, never buffered whole.
 pub(super) fn chunks(response: crate::http::Response, key: Option<Secret>) -> ChunkStream {
     // Body errors name no URL, so nothing in a query string reaches an error text.
     let body = crate::http::body_stream(response);
-    let reader = Reader { events: SseStream::new(body), key, refused: HashSet::new(), ended: false };
+    let reader = Reader { events: SseStream::new(body), key, ended: false };
     Box::pin(stream::unfold(Some(reader), |reader| async move {
         let mut reader = reader?;
         match reader.next().await {
@@ -64,7 +62,8 @@ pub(super) fn from_response(answer: ChatResponse) -> ChunkStream {
                 }),
             })
             .collect();
-        let delta = Delta { role: Some(message.role), content: message.text_content(), tool_calls };
+        let refusal = message.extra.get("refusal").and_then(Value::as_str).map(str::to_owned);
+        let delta = Delta { role: Some(message.role), content: message.text_content(), tool_calls, refusal };
         chunks.push(header(vec![ChunkChoice { index: choice.index, delta, finish_reason: None }]));
         chunks.push(header(vec![ChunkChoice {
             index: choice.index,
@@ -87,8 +86,6 @@ struct Reader {
     events: SseStream<Body>,
     /// Scrubbed from any error text the provider sends.
     key: Option<Secret>,
-    /// Choices whose deltas carried a refusal: their stop is a content-filter stop.
-    refused: HashSet<u32>,
     /// `[DONE]` or an error was seen: the stream yields nothing more.
     ended: bool,
 }
@@ -183,15 +180,9 @@ impl Reader {
             .map(|(position, choice)| {
                 let index = choice.index.unwrap_or(position);
                 let delta = choice.delta;
-                if is_refusal(delta.refusal.as_ref()) {
-                    self.refused.insert(index);
-                }
-                let finish_reason = match choice.finish_reason {
-                    Some(FinishReason::Stop) if self.refused.contains(&index) => {
-                        Some(FinishReason::ContentFilter)
-                    }
-                    other => other,
-                };
+                // A refusal is the model's answer, passed on as it is: only the provider's
+                // own filter (`finish_reason: content_filter`) is a content-filter stop.
+                let finish_reason = choice.finish_reason;
                 let tool_calls = (0u32..)
                     .zip(delta.tool_calls)
                     .map(|(position, call)| ToolCallDelta {
@@ -207,7 +198,12 @@ impl Reader {
                     .collect();
                 ChunkChoice {
                     index,
-                    delta: Delta { role: delta.role, content: delta.content, tool_calls },
+                    delta: Delta {
+                        role: delta.role,
+                        content: delta.content,
+                        tool_calls,
+                        refusal: delta.refusal.and_then(|r| r.as_str().map(str::to_owned)),
+                    },
                     finish_reason,
                 }
             })
@@ -289,8 +285,7 @@ struct DeltaIn {
     /// The next piece of text; `None` when the chunk adds none.
     #[serde(default)]
     content: Option<String>,
-    /// `refusal` text, if the model declines; a non-empty one turns the choice's `stop` into
-    /// `content_filter`.
+    /// `refusal` text, if the model declines (an answer, not a content-filter stop).
     #[serde(default)]
     refusal: Option<Value>,
     /// Tool call fragments; empty when missing or null.

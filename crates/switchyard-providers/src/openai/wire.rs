@@ -537,12 +537,6 @@ pub(super) fn arguments_text(arguments: Option<Value>) -> String {
     }
 }
 
-/// Whether a message's `refusal` holds text: the model declined, which the catalog counts as
-/// a content-filter stop.
-pub(super) fn is_refusal(refusal: Option<&Value>) -> bool {
-    refusal.and_then(Value::as_str).is_some_and(|text| !text.trim().is_empty())
-}
-
 /// `usage` of an answer, a stream's usage chunk or an embeddings answer. Missing or null
 /// counts read as 0; the `*_details` sub-objects are not read.
 #[derive(Deserialize, Default)]
@@ -575,19 +569,16 @@ impl UsageIn {
 }
 
 impl ResponseIn {
-    /// The canonical answer. Tool call `type` defaults to `function`, `role` to `assistant`,
-    /// and a non-empty `refusal` with a `stop` (or no) finish reason reads as `content_filter`.
+    /// The canonical answer. Tool call `type` defaults to `function`, `role` to `assistant`;
+    /// a `refusal` is the model's answer and stays one (only `finish_reason: content_filter`
+    /// is the provider's filter).
     fn into_canonical(self) -> ChatResponse {
         let choices = self
             .choices
             .into_iter()
             .map(|choice| {
                 let message = choice.message;
-                let refused = is_refusal(message.extra.get("refusal"));
-                let finish_reason = match choice.finish_reason {
-                    Some(FinishReason::Stop) | None if refused => Some(FinishReason::ContentFilter),
-                    other => other,
-                };
+                let finish_reason = choice.finish_reason;
                 let tool_calls = message
                     .tool_calls
                     .into_iter()
@@ -702,10 +693,10 @@ mod tests {
     }
 
     #[test]
-    fn a_refusal_reads_as_a_content_filter_stop() {
+    fn a_refusal_is_an_answer_not_a_content_filter_stop() {
         let answer = json!({"id": "x", "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "refusal": "I can't help with that."}, "finish_reason": "stop"}]});
         let response = parse_response(answer.to_string().as_bytes(), None).unwrap();
-        assert_eq!(response.choices[0].finish_reason, Some(FinishReason::ContentFilter));
+        assert_eq!(response.choices[0].finish_reason, Some(FinishReason::Stop));
         assert_eq!(response.choices[0].message.extra["refusal"], json!("I can't help with that."));
     }
 

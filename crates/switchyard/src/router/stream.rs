@@ -83,6 +83,12 @@ impl Exchange for StreamExchange<'_> {
                         role: Some(Role::Assistant),
                         content: choice.message.text_content(),
                         tool_calls: Vec::new(),
+                        refusal: choice
+                            .message
+                            .extra
+                            .get("refusal")
+                            .and_then(|r| r.as_str())
+                            .map(str::to_owned),
                     },
                     finish_reason: choice.finish_reason,
                 }],

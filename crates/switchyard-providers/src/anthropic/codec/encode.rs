@@ -54,6 +54,15 @@ pub fn response_to_json(response: &ChatResponse) -> Result<Value, CodecError> {
                 .collect(),
         },
     };
+    let mut content = content;
+    // A model's refusal (OpenAI's `message.refusal`) reaches an Anthropic client as what the
+    // model said: Anthropic writes a refusal in words as text.
+    if let Some(refusal) =
+        choice.and_then(|c| extra_str(&c.message.extra, "refusal")).filter(|r| !r.is_empty())
+        && content.is_empty()
+    {
+        content.push(to_json(&Block::Text { text: refusal.to_owned() }));
+    }
     let choice_extra = choice.map(|c| &c.extra);
     let stop_sequence = choice_extra.and_then(|e| extra_str(e, "stop_sequence")).map(str::to_owned);
     let stop_reason = match (choice_extra.and_then(|e| extra_str(e, "stop_reason")), choice) {
@@ -196,7 +205,9 @@ impl StreamEncoder {
             self.start(&chunk.id, &chunk.model, &mut events);
         }
         for choice in chunk.choices.iter().filter(|choice| choice.index == 0) {
-            if let Some(text) = choice.delta.content.as_deref().filter(|text| !text.is_empty()) {
+            // A model's refusal in words is text to an Anthropic client (see `response_to_json`).
+            let text = choice.delta.content.as_deref().or(choice.delta.refusal.as_deref());
+            if let Some(text) = text.filter(|text| !text.is_empty()) {
                 if !matches!(self.open, Some(OpenBlock::Text { .. })) {
                     self.close(&mut events);
                     let index = self.open_block(|index| OpenBlock::Text { index });
