@@ -272,3 +272,13 @@ def test_a_models_refusal_is_an_answer_parse_returns_it(mock, gateway):
     chunks = [c for c in stream if c.choices]
     assert "".join(c.choices[0].delta.refusal or "" for c in chunks) == "I'm sorry, I can't help with that."
     assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_models_retrieve_names_a_route_or_a_target(mock, gateway):
+    gw = gateway(config(mock, {"a": ("openai", "ok", KEY)}, {"default": "{ targets: [a:gpt-test] }"}))
+    sdk = client(gw)
+    assert sdk.models.retrieve("default").id == "default"
+    assert sdk.models.retrieve("a:gpt-test").id == "a:gpt-test"
+    with pytest.raises(openai.NotFoundError) as raised:
+        sdk.models.retrieve("no-such-model")
+    assert "default" in str(raised.value)

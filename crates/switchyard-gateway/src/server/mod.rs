@@ -124,6 +124,7 @@ pub fn app(state: Arc<AppState>) -> HttpRouter {
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/embeddings", post(openai::embeddings))
         .route("/v1/models", get(openai::models))
+        .route("/v1/models/{*id}", get(openai::model))
         .route("/v1/messages", post(anthropic::messages))
         .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
         .route("/readyz", get(admin::ready))
@@ -138,7 +139,7 @@ pub fn app(state: Arc<AppState>) -> HttpRouter {
 
 async fn not_found(request: Request) -> Response {
     let message = format!(
-        "no such endpoint: {} {}. Endpoints: POST /v1/chat/completions, POST /v1/messages, POST /v1/embeddings, GET /v1/models, GET /healthz, GET /readyz, GET /metrics, GET /admin/health, POST /admin/health/reset, GET /admin/requests/{{id}}",
+        "no such endpoint: {} {}. Endpoints: POST /v1/chat/completions, POST /v1/messages, POST /v1/embeddings, GET /v1/models, GET /v1/models/{{id}}, GET /healthz, GET /readyz, GET /metrics, GET /admin/health, POST /admin/health/reset, GET /admin/requests/{{id}}",
         request.method(),
         request.uri().path()
     );

@@ -170,19 +170,42 @@ pub async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, 
     }
 }
 
+/// The model object of `id`, a route or a target, as `/v1/models` lists it.
+fn model_object(state: &AppState, id: &str, created: u64) -> Value {
+    let route = state.router.routes().any(|r| r.name() == id);
+    let kind = if route { "route" } else { "target" };
+    json!({ "id": id, "object": "model", "created": created, "owned_by": "switchyard", "switchyard_kind": kind })
+}
+
 /// The routes, then every target one can name.
 pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     if !authorized(&state.gateway.keys, &headers) {
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
     let created = unix_now();
-    let routes: Vec<String> = state.router.routes().map(|r| r.name().to_owned()).collect();
-    let data: Vec<Value> = model_names(&state.router)
-        .into_iter()
-        .map(|id| {
-            let kind = if routes.contains(&id) { "route" } else { "target" };
-            json!({ "id": id, "object": "model", "created": created, "owned_by": "switchyard", "switchyard_kind": kind })
-        })
-        .collect();
+    let data: Vec<Value> =
+        model_names(&state.router).into_iter().map(|id| model_object(&state, &id, created)).collect();
     axum::Json(json!({ "object": "list", "data": data })).into_response()
+}
+
+/// One model (`GET /v1/models/{id}`, as the SDKs' `models.retrieve` asks): a route or a
+/// target one can name, else a 404 in OpenAI's shape naming what there is.
+pub async fn model(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    if !authorized(&state.gateway.keys, &headers) {
+        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+    }
+    let names = model_names(&state.router);
+    if names.iter().any(|name| *name == id) {
+        return axum::Json(model_object(&state, &id, unix_now())).into_response();
+    }
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "model_not_found",
+        format!("the model `{id}` does not exist here: name a route or a target ({})", names.join(", ")),
+    )
+    .into_response(Dialect::OpenAi, "")
 }
