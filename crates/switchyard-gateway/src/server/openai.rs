@@ -199,7 +199,7 @@ pub async fn model(
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
     let names = model_names(&state.router);
-    if names.iter().any(|name| *name == id) {
+    if names.contains(&id) {
         return axum::Json(model_object(&state, &id, unix_now())).into_response();
     }
     ApiError::new(
