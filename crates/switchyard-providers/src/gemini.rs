@@ -81,9 +81,10 @@ use futures_core::Stream;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use switchyard::chat::{
-    ChatChunk, ChatRequest, ChatResponse, Choice, ChunkChoice, Content, ContentPart, Delta, Dialect,
-    Embedding, EmbeddingInput, EmbeddingsRequest, EmbeddingsResponse, Extra, FinishReason, FunctionCall,
-    FunctionCallDelta, Message, ResponseFormat, Role, ToolCall, ToolCallDelta, ToolChoice, Usage,
+    ChatChunk, ChatRequest, ChatResponse, Choice, ChunkChoice, CompletionTokensDetails, Content, ContentPart,
+    Delta, Dialect, Embedding, EmbeddingInput, EmbeddingsRequest, EmbeddingsResponse, Extra, FinishReason,
+    FunctionCall, FunctionCallDelta, Message, ResponseFormat, Role, ToolCall, ToolCallDelta, ToolChoice,
+    Usage,
 };
 use switchyard::credential::Secret;
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
@@ -798,10 +799,14 @@ impl UsageMetadata {
     fn to_usage(&self) -> Usage {
         let prompt = self.prompt_token_count.saturating_add(self.tool_use_prompt_token_count);
         let completion = self.candidates_token_count.saturating_add(self.thoughts_token_count);
+        let reasoning = (self.thoughts_token_count > 0).then_some(self.thoughts_token_count);
         Usage {
             prompt_tokens: prompt,
             completion_tokens: completion,
             total_tokens: self.total_token_count.unwrap_or(prompt.saturating_add(completion)),
+            prompt_tokens_details: None,
+            completion_tokens_details: reasoning
+                .map(|reasoning_tokens| CompletionTokensDetails { reasoning_tokens: Some(reasoning_tokens) }),
         }
     }
 }

@@ -15,9 +15,16 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 use switchyard::chat::{
     ChatChunk, ChatRequest, ChatResponse, ChunkChoice, Content, ContentPart, Delta, Dialect, FinishReason,
-    FunctionCall, FunctionCallDelta, FunctionDefinition, ImageUrl, Message, ResponseFormat, Role, Stop, Tool,
-    ToolCall, ToolCallDelta, ToolChoice, ToolChoiceFunction, Usage,
+    FunctionCall, FunctionCallDelta, FunctionDefinition, ImageUrl, Message, PromptTokensDetails,
+    ResponseFormat, Role, Stop, Tool, ToolCall, ToolCallDelta, ToolChoice, ToolChoiceFunction, Usage,
 };
+
+/// `usage` with the prompt cache's part told apart, as Anthropic states it.
+fn with_cache(mut usage: Usage, read: Option<u32>, write: Option<u32>) -> Usage {
+    usage.prompt_tokens_details =
+        Some(PromptTokensDetails { cached_tokens: read, cache_write_tokens: write });
+    usage
+}
 use switchyard::credential::{Credential, Secret};
 use switchyard::provider::{Call, Provider, RateLimitSink};
 use switchyard::ratelimit::RateLimits;
@@ -537,7 +544,7 @@ async fn text_answer_becomes_canonical_with_joined_text_and_usage() {
     assert_eq!(answer.model, "claude-test-1-20250929");
     assert_eq!(answer.text().as_deref(), Some("Bonjour !"));
     assert_eq!(answer.choices[0].finish_reason, Some(FinishReason::Stop));
-    assert_eq!(answer.usage, Some(Usage::new(12, 4)));
+    assert_eq!(answer.usage, Some(with_cache(Usage::new(12, 4), Some(0), Some(0))));
     assert!(
         answer.extra.is_empty() && answer.choices[0].message.extra.is_empty(),
         "no Anthropic details leak into an OpenAI-dialect answer"
@@ -571,7 +578,11 @@ async fn tool_use_answer_becomes_tool_calls_with_serialized_arguments() {
         ]
     );
     assert_eq!(answer.choices[0].finish_reason, Some(FinishReason::ToolCalls));
-    assert_eq!(answer.usage, Some(Usage::new(30, 31)), "cached input counts toward prompt tokens");
+    assert_eq!(
+        answer.usage,
+        Some(with_cache(Usage::new(30, 31), Some(5), None)),
+        "cached input counts toward prompt tokens, and is told apart"
+    );
 }
 
 #[tokio::test]
@@ -1243,7 +1254,7 @@ async fn codec_request_round_trips_through_canonical_to_anthropic_and_back() {
     let mut expected = sent;
     expected["model"] = json!(MODEL);
     assert_eq!(fake.body(), expected, "an Anthropic request reaches Anthropic unchanged but for the model");
-    assert_eq!(response.usage, Some(Usage::new(420, 40)));
+    assert_eq!(response.usage, Some(with_cache(Usage::new(420, 40), Some(300), Some(20))));
     assert_eq!(
         response.choices[0].message.tool_calls,
         vec![tool_call("toolu_01B", "get_weather", r#"{"city":"Paris"}"#)]
@@ -1527,4 +1538,33 @@ fn http_date(at: SystemTime) -> String {
         WEEKDAYS[days.rem_euclid(7) as usize],
         MONTHS[month as usize - 1]
     )
+}
+
+#[test]
+fn usage_details_cross_both_ways_between_the_dialects() {
+    // OpenAI's counts (cached tokens inside the prompt count) to an Anthropic client:
+    // `input_tokens` is what the cache did not serve.
+    let mut answer = ChatResponse {
+        id: "chatcmpl-1".into(),
+        model: "gpt-test".into(),
+        choices: vec![switchyard::chat::Choice {
+            index: 0,
+            message: Message::assistant("ok"),
+            finish_reason: Some(FinishReason::Stop),
+            extra: Default::default(),
+        }],
+        usage: Some(with_cache(Usage::new(1_000, 50), Some(800), None)),
+        ..ChatResponse::default()
+    };
+    answer.usage.as_mut().unwrap().completion_tokens_details =
+        Some(switchyard::chat::CompletionTokensDetails { reasoning_tokens: Some(20) });
+    let anthropic = codec::response_to_json(&answer).unwrap();
+    assert_eq!(anthropic["usage"]["input_tokens"], 200, "{anthropic}");
+    assert_eq!(anthropic["usage"]["cache_read_input_tokens"], 800);
+    assert_eq!(anthropic["usage"]["output_tokens"], 50);
+    // And to an OpenAI client, the canonical counts are OpenAI's own shape.
+    let openai = serde_json::to_value(answer.usage.unwrap()).unwrap();
+    assert_eq!(openai["prompt_tokens_details"]["cached_tokens"], 800, "{openai}");
+    assert_eq!(openai["completion_tokens_details"]["reasoning_tokens"], 20);
+    assert!(openai["prompt_tokens_details"].get("cache_write_tokens").is_none(), "no such OpenAI field");
 }

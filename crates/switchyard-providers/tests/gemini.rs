@@ -503,7 +503,18 @@ async fn text_answer_and_usage_are_translated() {
     assert_eq!(response.choices.len(), 1);
     assert_eq!(response.choices[0].message.role, Role::Assistant);
     assert_eq!(response.choices[0].finish_reason, Some(FinishReason::Stop));
-    assert_eq!(response.usage, Some(Usage { prompt_tokens: 15, completion_tokens: 10, total_tokens: 25 }));
+    // Thinking counts as completion, and is told apart as reasoning (as OpenAI reports it).
+    let reasoning = Some(switchyard::chat::CompletionTokensDetails { reasoning_tokens: Some(4) });
+    assert_eq!(
+        response.usage,
+        Some(Usage {
+            prompt_tokens: 15,
+            completion_tokens: 10,
+            total_tokens: 25,
+            completion_tokens_details: reasoning,
+            ..Usage::default()
+        })
+    );
 }
 
 #[tokio::test]
@@ -565,7 +576,10 @@ async fn a_blocked_prompt_is_an_answer_finished_by_the_content_filter() {
     let response = chat(&base, &hello()).await.unwrap();
     assert!(response.is_content_filtered());
     assert_eq!(response.choices.len(), 1);
-    assert_eq!(response.usage, Some(Usage { prompt_tokens: 8, completion_tokens: 0, total_tokens: 8 }));
+    assert_eq!(
+        response.usage,
+        Some(Usage { prompt_tokens: 8, completion_tokens: 0, total_tokens: 8, ..Usage::default() })
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -627,7 +641,10 @@ async fn streamed_text_split_at_awkward_places_arrives_whole_with_one_finish() {
         chunks.iter().filter(|c| c.choices.iter().any(|c| c.finish_reason.is_some())).collect();
     assert_eq!(finishes.len(), 1);
     assert_eq!(finishes[0].choices[0].finish_reason, Some(FinishReason::Stop));
-    assert_eq!(finishes[0].usage, Some(Usage { prompt_tokens: 9, completion_tokens: 5, total_tokens: 14 }));
+    assert_eq!(
+        finishes[0].usage,
+        Some(Usage { prompt_tokens: 9, completion_tokens: 5, total_tokens: 14, ..Usage::default() })
+    );
     assert!(chunks.iter().all(|c| c.id == "JPozaonvK7yzvdIPrJ7FyAk" && c.model == "gemini-2.5-flash"));
 }
 

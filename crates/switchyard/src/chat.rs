@@ -565,12 +565,56 @@ pub struct Usage {
     /// Both together, as the provider reported them.
     #[serde(default)]
     pub total_tokens: u32,
+    /// What the prompt count holds of the prompt cache, when the provider says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+    /// What the answer count holds of reasoning, when the provider says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+/// The prompt count's details (OpenAI's `prompt_tokens_details`; Anthropic's
+/// `cache_read_input_tokens` and `cache_creation_input_tokens`). Both are part of
+/// `prompt_tokens`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens read from the provider's cache (billed at its cached rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u32>,
+    /// Prompt tokens written to the cache (Anthropic's `cache_creation_input_tokens`; OpenAI
+    /// has no such count, so it is not written in its dialect).
+    #[serde(default, skip)]
+    pub cache_write_tokens: Option<u32>,
+}
+
+/// The answer count's details (OpenAI's `completion_tokens_details`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompletionTokensDetails {
+    /// Answer tokens spent on reasoning before the visible answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u32>,
 }
 
 impl Usage {
     /// Counts with `total_tokens` the sum of the two.
     pub fn new(prompt_tokens: u32, completion_tokens: u32) -> Self {
-        Self { prompt_tokens, completion_tokens, total_tokens: prompt_tokens + completion_tokens }
+        Self {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+            prompt_tokens_details: None,
+            completion_tokens_details: None,
+        }
+    }
+
+    /// Prompt tokens read from the cache, when the provider said.
+    pub fn cached_tokens(&self) -> Option<u32> {
+        self.prompt_tokens_details.and_then(|d| d.cached_tokens)
+    }
+
+    /// Prompt tokens written to the cache, when the provider said.
+    pub fn cache_write_tokens(&self) -> Option<u32> {
+        self.prompt_tokens_details.and_then(|d| d.cache_write_tokens)
     }
 }
 

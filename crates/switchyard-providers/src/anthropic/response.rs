@@ -5,7 +5,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use switchyard::chat::{
-    ChatResponse, Choice, Content, Dialect, Extra, FinishReason, FunctionCall, Message, Role, ToolCall, Usage,
+    ChatResponse, Choice, Content, Dialect, Extra, FinishReason, FunctionCall, Message, Role, ToolCall,
 };
 
 use super::request::VERBATIM_BLOCKS;
@@ -113,7 +113,7 @@ pub(crate) fn to_chat_response(message: MessageResponse, origin: Dialect) -> Cha
             finish_reason: message.stop_reason.as_deref().map(finish_reason),
             extra: choice_extra,
         }],
-        usage: Some(Usage::new(message.usage.prompt_tokens(), message.usage.output_tokens.unwrap_or(0))),
+        usage: Some(message.usage.canonical()),
         extra,
     }
 }

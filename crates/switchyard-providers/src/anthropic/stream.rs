@@ -11,7 +11,7 @@ use futures_core::Stream;
 use futures_util::StreamExt;
 use serde_json::Value;
 use switchyard::chat::{
-    ChatChunk, ChunkChoice, Delta, Dialect, Extra, FunctionCallDelta, Role, ToolCallDelta, Usage,
+    ChatChunk, ChunkChoice, Delta, Dialect, Extra, FunctionCallDelta, Role, ToolCallDelta,
 };
 use switchyard::credential::Secret;
 use switchyard::provider::ChunkStream;
@@ -224,7 +224,7 @@ impl Decoder {
     fn finish(&self) -> ChatChunk {
         let mut chunk = self.chunk(Delta::default());
         chunk.choices[0].finish_reason = self.stop_reason.as_deref().map(finish_reason);
-        chunk.usage = Some(Usage::new(self.usage.prompt_tokens(), self.usage.output_tokens.unwrap_or(0)));
+        chunk.usage = Some(self.usage.canonical());
         if self.origin == Dialect::Anthropic {
             for (key, value) in [("stop_reason", &self.stop_reason), ("stop_sequence", &self.stop_sequence)] {
                 if let Some(value) = value {

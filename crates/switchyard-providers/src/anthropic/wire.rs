@@ -253,6 +253,32 @@ impl Usage {
             .flatten()
             .fold(0u32, u32::saturating_add)
     }
+
+    /// The canonical counts, the cache's part of the prompt told apart.
+    pub fn canonical(&self) -> switchyard::chat::Usage {
+        let mut usage = switchyard::chat::Usage::new(self.prompt_tokens(), self.output_tokens.unwrap_or(0));
+        if self.cache_read_input_tokens.is_some() || self.cache_creation_input_tokens.is_some() {
+            usage.prompt_tokens_details = Some(switchyard::chat::PromptTokensDetails {
+                cached_tokens: self.cache_read_input_tokens,
+                cache_write_tokens: self.cache_creation_input_tokens,
+            });
+        }
+        usage
+    }
+
+    /// Anthropic's counts for canonical ones: `input_tokens` is what was neither read from
+    /// the cache nor written to it.
+    pub fn of(usage: &switchyard::chat::Usage) -> Self {
+        let (read, write) = (usage.cached_tokens(), usage.cache_write_tokens());
+        let cached = read.unwrap_or(0).saturating_add(write.unwrap_or(0));
+        Usage {
+            input_tokens: Some(usage.prompt_tokens.saturating_sub(cached)),
+            output_tokens: Some(usage.completion_tokens),
+            cache_creation_input_tokens: write,
+            cache_read_input_tokens: read,
+            extra: Map::new(),
+        }
+    }
 }
 
 /// One event of a streamed answer.

@@ -9,9 +9,9 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 use switchyard::chat::{
-    ChatRequest, ChatResponse, Choice, Content, Dialect, Embedding, EmbeddingInput, EmbeddingsRequest,
-    EmbeddingsResponse, Extra, FinishReason, FunctionCall, Message, ResponseFormat, Role, Stop, Tool,
-    ToolCall, ToolChoice, Usage,
+    ChatRequest, ChatResponse, Choice, CompletionTokensDetails, Content, Dialect, Embedding, EmbeddingInput,
+    EmbeddingsRequest, EmbeddingsResponse, Extra, FinishReason, FunctionCall, Message, PromptTokensDetails,
+    ResponseFormat, Role, Stop, Tool, ToolCall, ToolChoice, Usage,
 };
 use switchyard::credential::Secret;
 use switchyard::deserialize_with_extra;
@@ -550,6 +550,21 @@ pub(super) struct UsageIn {
     /// `total_tokens`; 0 (missing) is replaced by the sum of the other two.
     #[serde(default, deserialize_with = "nullable")]
     total_tokens: u32,
+    /// `prompt_tokens_details` (`cached_tokens`, ...).
+    #[serde(default)]
+    prompt_tokens_details: Option<DetailsIn>,
+    /// `completion_tokens_details` (`reasoning_tokens`, ...).
+    #[serde(default)]
+    completion_tokens_details: Option<DetailsIn>,
+}
+
+/// The counts of a `*_tokens_details` object that the canonical usage keeps.
+#[derive(Debug, Deserialize)]
+pub(super) struct DetailsIn {
+    #[serde(default)]
+    cached_tokens: Option<u32>,
+    #[serde(default)]
+    reasoning_tokens: Option<u32>,
 }
 
 impl UsageIn {
@@ -560,10 +575,16 @@ impl UsageIn {
         } else {
             self.total_tokens
         };
+        let cached_tokens = self.prompt_tokens_details.and_then(|d| d.cached_tokens);
+        let reasoning_tokens = self.completion_tokens_details.and_then(|d| d.reasoning_tokens);
         Usage {
             prompt_tokens: self.prompt_tokens,
             completion_tokens: self.completion_tokens,
             total_tokens: total,
+            prompt_tokens_details: cached_tokens
+                .map(|cached| PromptTokensDetails { cached_tokens: Some(cached), cache_write_tokens: None }),
+            completion_tokens_details: reasoning_tokens
+                .map(|reasoning| CompletionTokensDetails { reasoning_tokens: Some(reasoning) }),
         }
     }
 }

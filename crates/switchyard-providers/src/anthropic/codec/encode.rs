@@ -106,11 +106,7 @@ fn with_tool_id(block: Block) -> Block {
 /// included, since the canonical count does not split them), `output_tokens` is
 /// `completion_tokens`.
 fn usage_of(usage: Usage) -> wire::Usage {
-    wire::Usage {
-        input_tokens: Some(usage.prompt_tokens),
-        output_tokens: Some(usage.completion_tokens),
-        ..wire::Usage::default()
-    }
+    wire::Usage::of(&usage)
 }
 
 /// The content block being written.
@@ -280,10 +276,10 @@ impl StreamEncoder {
             (None, Some(reason)) => response::stop_reason(reason, self.stop_sequence.as_deref()).to_owned(),
             (None, None) => "end_turn".to_owned(),
         };
-        let usage = wire::Usage {
-            output_tokens: Some(self.usage.map_or(0, |u| u.completion_tokens)),
-            input_tokens: self.usage.map(|u| u.prompt_tokens),
-            ..wire::Usage::default()
+        // The counts of the whole answer, the cache's part of the prompt told apart.
+        let usage = match &self.usage {
+            Some(usage) => wire::Usage::of(usage),
+            None => wire::Usage { output_tokens: Some(0), ..wire::Usage::default() },
         };
         events.push(event(StreamEvent::MessageDelta {
             delta: MessageDeltaBody {
