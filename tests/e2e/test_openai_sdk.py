@@ -282,3 +282,20 @@ def test_models_retrieve_names_a_route_or_a_target(mock, gateway):
     with pytest.raises(openai.NotFoundError) as raised:
         sdk.models.retrieve("no-such-model")
     assert "default" in str(raised.value)
+
+
+def test_a_stream_carries_usage_only_when_the_client_asked(mock, gateway):
+    """The gateway asks the upstream for usage for its own accounting; a client that did not
+    ask gets no usage-only chunk (`choices: []`), which some clients cannot read."""
+    gw = gateway(config(mock, {"a": ("openai", "ok~chunks=3", KEY)}, {"default": "{ targets: [a:gpt-test] }"}))
+    sdk = client(gw)
+    plain = list(sdk.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Hello"}], stream=True
+    ))
+    assert all(c.choices for c in plain), "no usage-only chunk"
+    assert all(c.usage is None for c in plain)
+    asked = list(sdk.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Hello"}], stream=True,
+        stream_options={"include_usage": True},
+    ))
+    assert asked[-1].choices == [] and asked[-1].usage.total_tokens > 0
