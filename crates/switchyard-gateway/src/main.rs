@@ -458,7 +458,11 @@ async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCode> {
             seen.push(target.clone());
             let mut request = ChatRequest::new(target.to_string(), vec![Message::user("ping")]);
             request.max_tokens = Some(1);
-            let options = RequestOptions { no_fallback: true, deadline: Some(Duration::from_secs(30)) };
+            let options = RequestOptions {
+                no_fallback: true,
+                deadline: Some(Duration::from_secs(30)),
+                ..RequestOptions::default()
+            };
             let started = Instant::now();
             let result = loaded.router.chat_with(&request, &options).await;
             let elapsed = format!("{:.0}ms", started.elapsed().as_secs_f64() * 1000.0);

@@ -557,3 +557,48 @@ async fn targets_named_by_clients_share_one_metric_label() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn the_clients_beta_version_and_idempotency_headers_reach_the_provider_and_its_keys_never_do() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<axum::http::HeaderMap>::new()));
+    let keep = seen.clone();
+    let upstream = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+        let keep = keep.clone();
+        async move {
+            keep.lock().unwrap().push(headers);
+            axum::Json(json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+                "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+                "stop_sequence": null, "usage": {"input_tokens": 1, "output_tokens": 1}}))
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, upstream).await.unwrap() });
+    let gateway = Gateway::start(&format!(
+        "providers:\n  claude: {{ kind: anthropic, base_url: 'http://{addr}', api_key: sk-ant-upstream-0123456789 }}\nroutes:\n  default: {{ targets: [claude:m] }}\ngateway:\n  keys: [env://GW_KEY]\n"
+    ))
+    .await;
+    let response = gateway
+        .client
+        .post(gateway.url("/v1/messages"))
+        .header("x-api-key", GATEWAY_KEY)
+        .header("anthropic-version", "2023-06-01")
+        .header("anthropic-beta", "files-api-2025-04-14")
+        .header("idempotency-key", "retry-42")
+        .header("openai-organization", "org-client")
+        .header("openai-project", "proj-client")
+        .json(&json!({"model": "default", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let headers = seen.lock().unwrap()[0].clone();
+    assert_eq!(headers["anthropic-beta"], "files-api-2025-04-14");
+    assert_eq!(headers["anthropic-version"], "2023-06-01");
+    assert_eq!(headers["idempotency-key"], "retry-42");
+    assert_eq!(headers["x-api-key"], "sk-ant-upstream-0123456789", "the provider's key, not the client's");
+    assert!(headers.get("openai-organization").is_none() && headers.get("openai-project").is_none());
+    assert!(headers.get("authorization").is_none());
+    let all = format!("{headers:?}");
+    assert!(!all.contains(GATEWAY_KEY), "the gateway key never reaches the upstream: {all}");
+}

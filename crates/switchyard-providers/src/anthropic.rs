@@ -48,6 +48,9 @@ pub struct AnthropicProvider {
     /// `content-type`, `anthropic-version` and the configured extra headers (marked
     /// sensitive); the key is added per call as `x-api-key`.
     headers: HeaderMap,
+    /// The client's headers this provider passes on: `anthropic-beta` and
+    /// `idempotency-key`, and `anthropic-version` unless the configuration sets one.
+    forwarded: &'static [&'static str],
 }
 
 impl AnthropicProvider {
@@ -78,7 +81,15 @@ impl AnthropicProvider {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
-        Ok(Self { client: http::HttpClient::new(&settings.http)?, base_url, endpoint, headers })
+        // A version the configuration names wins over the client's; the default does not.
+        let configured = settings.api_version.is_some()
+            || settings.headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("anthropic-version"));
+        let forwarded: &'static [&'static str] = if configured {
+            &["anthropic-beta", "idempotency-key"]
+        } else {
+            &["anthropic-beta", "anthropic-version", "idempotency-key"]
+        };
+        Ok(Self { client: http::HttpClient::new(&settings.http)?, base_url, endpoint, headers, forwarded })
     }
 
     /// Sends `body` and returns the response when it is a success; otherwise the classified
@@ -86,6 +97,7 @@ impl AnthropicProvider {
     async fn send(&self, call: &Call<'_>, body: Vec<u8>) -> Result<http::Response, ProviderError> {
         let key = call.credential.key();
         let mut headers = self.headers.clone();
+        http::forward(&mut headers, call.forward, self.forwarded);
         if let Some(key) = key {
             let mut value = HeaderValue::from_str(key.expose()).map_err(|_| {
                 ProviderError::new(

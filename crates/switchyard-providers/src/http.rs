@@ -215,6 +215,28 @@ where
     }
 }
 
+/// Adds the client's headers of `forward` whose names `allowed` lists to `headers`. Beta
+/// opt-ins (`*-beta`) add to any configured ones; any other name replaces the configured
+/// header. Values an HTTP header cannot carry are left out.
+pub(crate) fn forward(headers: &mut HeaderMap, forward: &[(String, String)], allowed: &[&str]) {
+    let mut replaced: Vec<&str> = Vec::new();
+    for (name, value) in forward {
+        if !allowed.contains(&name.as_str()) {
+            continue;
+        }
+        let (Ok(header), Ok(value)) =
+            (http::HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value))
+        else {
+            continue;
+        };
+        if !name.ends_with("-beta") && !replaced.contains(&name.as_str()) {
+            headers.remove(&header);
+            replaced.push(name);
+        }
+        headers.append(header, value);
+    }
+}
+
 /// A POST of `body` to `uri` with `headers`, plus `accept: */*` unless they name one.
 pub fn post(uri: Uri, headers: HeaderMap, body: Vec<u8>) -> Request {
     let mut request = Request::new(Full::new(Bytes::from(body)));

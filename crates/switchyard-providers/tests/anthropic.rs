@@ -193,6 +193,7 @@ async fn chat_with(
         credential: &credential,
         timeouts: &timeouts,
         rate_limits: sink.map(|s| s as &dyn RateLimitSink),
+        forward: &[],
     };
     provider.chat(call, request).await
 }
@@ -209,7 +210,8 @@ async fn stream(
     let provider = provider(&fake.base_url);
     let credential = Credential::new("anthropic", provider.base_url(), Some(Secret::new(KEY)));
     let timeouts = Timeouts::default();
-    let call = Call { model: MODEL, credential: &credential, timeouts: &timeouts, rate_limits: None };
+    let call =
+        Call { model: MODEL, credential: &credential, timeouts: &timeouts, rate_limits: None, forward: &[] };
     let chunks = provider.chat_stream(call, request).await?;
     Ok(chunks.collect().await)
 }
@@ -834,7 +836,8 @@ async fn stream_cut_by_the_connection_is_a_transport_error() {
     let provider = provider(&fake.base_url);
     let credential = Credential::new("anthropic", provider.base_url(), Some(Secret::new(KEY)));
     let timeouts = Timeouts::default();
-    let call = Call { model: MODEL, credential: &credential, timeouts: &timeouts, rate_limits: None };
+    let call =
+        Call { model: MODEL, credential: &credential, timeouts: &timeouts, rate_limits: None, forward: &[] };
     let mut chunks = provider.chat_stream(call, &hello()).await.unwrap();
 
     // Cut the connection only once the answer has visibly started.

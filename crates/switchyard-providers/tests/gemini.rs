@@ -206,6 +206,7 @@ async fn chat_with(
         credential: &credential,
         timeouts: &timeouts,
         rate_limits: sink.map(|s| s as &dyn RateLimitSink),
+        forward: &[],
     };
     provider(base_url).chat(call, request).await
 }
@@ -221,7 +222,8 @@ async fn stream(
 ) -> Result<Vec<Result<ChatChunk, ProviderError>>, ProviderError> {
     let credential = credential(base_url);
     let timeouts = Timeouts::default();
-    let call = Call { model: MODEL, credential: &credential, timeouts: &timeouts, rate_limits: None };
+    let call =
+        Call { model: MODEL, credential: &credential, timeouts: &timeouts, rate_limits: None, forward: &[] };
     let provider = provider(base_url);
     let chunks = provider.chat_stream(call, request).await?;
     Ok(chunks.collect().await)
@@ -235,6 +237,7 @@ async fn embed(base_url: &str, request: &EmbeddingsRequest) -> Result<Embeddings
         credential: &credential,
         timeouts: &timeouts,
         rate_limits: None,
+        forward: &[],
     };
     provider(base_url).embeddings(call, request).await
 }

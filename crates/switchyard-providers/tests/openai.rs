@@ -206,7 +206,13 @@ impl Harness {
     }
 
     fn call<'a>(&'a self, model: &'a str, sink: Option<&'a dyn RateLimitSink>) -> Call<'a> {
-        Call { model, credential: &self.credential, timeouts: &self.timeouts, rate_limits: sink }
+        Call {
+            model,
+            credential: &self.credential,
+            timeouts: &self.timeouts,
+            rate_limits: sink,
+            forward: &[],
+        }
     }
 
     async fn chat(&self, request: &ChatRequest) -> Result<switchyard::chat::ChatResponse, ProviderError> {

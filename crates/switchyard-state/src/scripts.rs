@@ -277,10 +277,14 @@ for h = 0, 3 do
       else
         left = num(cur['h' .. h .. 'l']) or 1e15
       end
+      -- `x` keeps the end of the window just closed (an answer of it is stale from now on),
+      -- `g` counts what is granted until an answer opens the next one.
+      local closed = reset
       reset = now + probe
       cur['h' .. h .. 'r'] = fmt(reset)
       cur['h' .. h .. 'p'] = '1'
-      redis.call('HSET', key, 'h' .. h .. 'r', fmt(reset), 'h' .. h .. 'p', '1')
+      redis.call('HSET', key, 'h' .. h .. 'r', fmt(reset), 'h' .. h .. 'p', '1', 'h' .. h .. 'x', fmt(closed),
+        'h' .. h .. 'g', '0')
     end
     levels[3 + h] = left
     local probing = 0
@@ -334,6 +338,7 @@ end
 keep(levels)
 for h = 0, 3 do
   if levels[3 + h] ~= nil then redis.call('HSET', key, 'h' .. h, g(levels[3 + h])) end
+  if granted[3 + h] > 0 then redis.call('HINCRBYFLOAT', key, 'h' .. h .. 'g', granted[3 + h]) end
 end
 expire()
 local lv = {}
@@ -370,8 +375,24 @@ for h = 0, 3 do
       redis.call('HSET', key, f, g(math.min(tonumber(cur[f]), left)), f .. 'r',
         fmt(math.max(tonumber(cur[f .. 'r']), ends)), f .. 'l', lim and fmt(lim) or '')
     else
-      redis.call('HSET', key, f, g(left), f .. 'r', fmt(ends), f .. 'l', limit and fmt(limit) or '', f .. 'p', '')
-      table.insert(opened, h)
+      -- A window that ended and no lease has rolled yet closes now.
+      local closed = num(cur[f .. 'x'])
+      if cur[f .. 'p'] ~= '1' and num(cur[f]) ~= nil then
+        closed = num(cur[f .. 'r'])
+        cur[f .. 'g'] = '0'
+      end
+      -- An answer of the window that closed (late: its reset is no later than that
+      -- window's end) opens nothing.
+      local stale = closed ~= nil and reset ~= nil and now + reset <= closed + margin
+      if not stale then
+        -- Requests granted since the window closed may still be on their way, uncounted
+        -- by the provider: all but the one this answer may be are counted here.
+        local outstanding = 0
+        if h == 0 then outstanding = math.max(0, (num(cur[f .. 'g']) or 0) - 1) end
+        redis.call('HSET', key, f, g(left - outstanding), f .. 'r', fmt(ends), f .. 'l', limit and fmt(limit) or '',
+          f .. 'p', '', f .. 'x', closed and fmt(closed) or '', f .. 'g', '0')
+        table.insert(opened, h)
+      end
     end
     cur[f .. 'r'] = fmt(math.max(num(cur[f .. 'r']) or 0, ends))
   end

@@ -272,3 +272,28 @@ async fn after_closing_the_store_asks_redis_nothing_more() {
     assert!(!a.shared(), "pacing falls back to its share");
     assert_eq!(a.lease("up", ask(1.0, 3.0)).await, None);
 }
+
+#[tokio::test]
+async fn a_late_answer_of_a_closed_window_opens_nothing_and_requests_on_their_way_are_counted() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
+    let b = redis_replica(&server, "b", |_| {}).await.store.unwrap();
+    // A window that ends at once; a lease then closes it and takes the probe.
+    a.report("up", requests_stated(Some(10), 5.0, Some(Duration::ZERO)));
+    let started = std::time::Instant::now();
+    loop {
+        let grant = a.lease("up", headers_ask(1.0, 1.0)).await.unwrap();
+        if grant.windows[0].is_some_and(|w| w.probe) {
+            assert_eq!(grant.granted[HEADERS], 1.0, "the probe");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(1), "the window closes: {grant:?}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // An answer of the closed window arrives late (its reset already past that window's end):
+    // it opens nothing, and b still waits for the probe's answer.
+    b.report("up", requests_stated(Some(10), 4.0, Some(Duration::ZERO)));
+    let waiting = b.lease("up", headers_ask(1.0, 1.0)).await.unwrap();
+    assert_eq!(waiting.granted[HEADERS], 0.0, "{waiting:?}");
+    assert!(waiting.windows[0].unwrap().probe);
+}

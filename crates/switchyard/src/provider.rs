@@ -30,6 +30,10 @@ pub struct Call<'a> {
     /// Where to report the rate-limit headers of every response (success or failure), when
     /// someone (the pacer) listens.
     pub rate_limits: Option<&'a dyn RateLimitSink>,
+    /// Headers of the client's request to pass on (names lower-case), already chosen by the
+    /// caller's allowlist; an adapter sends those its API knows (`anthropic-beta` to
+    /// Anthropic, `openai-beta` to OpenAI, ...) and ignores the rest.
+    pub forward: &'a [(String, String)],
 }
 
 /// Receives what providers say about their allowance.

@@ -446,12 +446,26 @@ fn invalid_json(error: &serde_json::Error) -> ApiError {
 }
 
 /// The per-request switches from headers.
+/// The client's headers that reach the provider: its beta opt-ins, its API version and its
+/// idempotency key. Never its `authorization` or `x-api-key` (the gateway key), nor
+/// `openai-organization` / `openai-project` (the account billed is the provider's
+/// configuration), nor anything else.
+const FORWARDED: [&str; 4] = ["anthropic-beta", "anthropic-version", "openai-beta", "idempotency-key"];
+
 fn options(headers: &HeaderMap) -> RequestOptions {
     let no_fallback = headers
         .get("x-switchyard-fallback")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "off" | "false" | "0" | "no"));
-    RequestOptions { no_fallback, ..RequestOptions::default() }
+    let mut forward_headers = Vec::new();
+    for name in FORWARDED {
+        for value in headers.get_all(name) {
+            if let Ok(value) = value.to_str() {
+                forward_headers.push((name.to_owned(), value.to_owned()));
+            }
+        }
+    }
+    RequestOptions { no_fallback, forward_headers, ..RequestOptions::default() }
 }
 
 /// The names a client may send as `model`.

@@ -218,6 +218,7 @@ impl<X: Exchange> Run<'_, X> {
             credential: cred,
             timeouts: self.route.timeouts(),
             rate_limits: sink.as_ref().map(|s| s as &dyn RateLimitSink),
+            forward: &self.forward,
         };
         match tokio::time::timeout(remaining, self.x.call(&*slot.provider, call)).await {
             Ok(result) => (result, sent, false),

@@ -83,6 +83,9 @@ pub struct RequestOptions {
     pub no_fallback: bool,
     /// Overrides the route's request deadline.
     pub deadline: Option<Duration>,
+    /// Headers of the client's request to pass on to the provider (see
+    /// [`Call::forward`](crate::provider::Call::forward)).
+    pub forward_headers: Vec<(String, String)>,
 }
 
 /// A successful chat: the response and how it came about.

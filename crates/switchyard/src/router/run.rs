@@ -103,6 +103,8 @@ pub(super) struct Run<'r, X: Exchange> {
     pub(super) route: Arc<Route>,
     pub(super) explicit: bool,
     pub(super) no_fallback: bool,
+    /// The client's headers to pass on (empty for most requests: no allocation).
+    pub(super) forward: Vec<(String, String)>,
     pub(super) started: Instant,
     pub(super) deadline: Option<Instant>,
     pub(super) health_ttl: Option<Duration>,
@@ -149,6 +151,7 @@ impl<'r, X: Exchange> Run<'r, X> {
             route,
             explicit,
             no_fallback: options.no_fallback,
+            forward: options.forward_headers.clone(),
             started,
             trail: Trail::default(),
             queued_total: Duration::ZERO,

@@ -1,0 +1,100 @@
+//! The client's headers an adapter passes on: beta opt-ins, the API version (unless the
+//! configuration names one) and the idempotency key, each to the API that knows it.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::{Arc, Mutex};
+
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use switchyard::chat::{ChatRequest, Message};
+use switchyard::credential::{Credential, Secret};
+use switchyard::provider::{Call, Provider};
+use switchyard::route::Timeouts;
+use switchyard_providers::anthropic::AnthropicProvider;
+use switchyard_providers::openai::OpenAiProvider;
+use switchyard_providers::{ProviderKind, ProviderSettings};
+
+/// A server answering every chat in both dialects, keeping the headers of the last request.
+async fn upstream() -> (String, Arc<Mutex<HeaderMap>>) {
+    let seen = Arc::new(Mutex::new(HeaderMap::new()));
+    let keep = seen.clone();
+    let app = axum::Router::new().fallback(move |headers: HeaderMap, uri: axum::http::Uri| {
+        let keep = keep.clone();
+        async move {
+            *keep.lock().unwrap() = headers;
+            let body = if uri.path().ends_with("/messages") {
+                json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+                       "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+                       "stop_sequence": null, "usage": {"input_tokens": 1, "output_tokens": 1}})
+            } else {
+                json!({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                       "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]})
+            };
+            Response::from(axum::Json(body).into_response())
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), seen)
+}
+
+fn client_headers() -> Vec<(String, String)> {
+    [
+        ("anthropic-beta", "files-api-2025-04-14"),
+        ("anthropic-version", "2099-01-01"),
+        ("openai-beta", "assistants=v2"),
+        ("idempotency-key", "retry-42"),
+    ]
+    .into_iter()
+    .map(|(n, v)| (n.to_owned(), v.to_owned()))
+    .collect()
+}
+
+async fn chat(provider: &dyn Provider, forward: &[(String, String)]) {
+    let credential = Credential::new("t", provider.base_url(), Some(Secret::new("sk-upstream-0123456789")));
+    let timeouts = Timeouts::default();
+    let call = Call { model: "m", credential: &credential, timeouts: &timeouts, rate_limits: None, forward };
+    let request = ChatRequest::new("default", vec![Message::user("hi")]);
+    provider.chat(call, &request).await.unwrap();
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
+    headers.get_all(name).iter().map(|v| v.to_str().unwrap()).collect()
+}
+
+#[tokio::test]
+async fn anthropic_gets_its_betas_the_clients_version_and_the_idempotency_key() {
+    let (base, seen) = upstream().await;
+    let settings = ProviderSettings::new(ProviderKind::Anthropic).base_url(base.clone());
+    chat(&AnthropicProvider::new(&settings).unwrap(), &client_headers()).await;
+    let headers = seen.lock().unwrap().clone();
+    assert_eq!(header(&headers, "anthropic-beta"), ["files-api-2025-04-14"]);
+    assert_eq!(header(&headers, "anthropic-version"), ["2099-01-01"], "the client's over the default");
+    assert_eq!(header(&headers, "idempotency-key"), ["retry-42"]);
+    assert!(headers.get("openai-beta").is_none(), "not OpenAI's");
+    assert_eq!(header(&headers, "x-api-key"), ["sk-upstream-0123456789"]);
+
+    // A version the configuration names wins; configured betas and the client's add up.
+    let mut settings = ProviderSettings::new(ProviderKind::Anthropic).base_url(base);
+    settings.api_version = Some("2023-06-01".to_owned());
+    settings.headers.push(("anthropic-beta".to_owned(), "prompt-caching-2024-07-31".to_owned()));
+    chat(&AnthropicProvider::new(&settings).unwrap(), &client_headers()).await;
+    let headers = seen.lock().unwrap().clone();
+    assert_eq!(header(&headers, "anthropic-version"), ["2023-06-01"]);
+    assert_eq!(header(&headers, "anthropic-beta"), ["prompt-caching-2024-07-31", "files-api-2025-04-14"]);
+}
+
+#[tokio::test]
+async fn openai_gets_its_beta_and_the_idempotency_key_and_nothing_of_anthropics() {
+    let (base, seen) = upstream().await;
+    let settings = ProviderSettings::new(ProviderKind::OpenAi).base_url(format!("{base}/v1"));
+    chat(&OpenAiProvider::new(&settings).unwrap(), &client_headers()).await;
+    let headers = seen.lock().unwrap().clone();
+    assert_eq!(header(&headers, "openai-beta"), ["assistants=v2"]);
+    assert_eq!(header(&headers, "idempotency-key"), ["retry-42"]);
+    assert!(headers.get("anthropic-beta").is_none() && headers.get("anthropic-version").is_none());
+    assert_eq!(header(&headers, "authorization"), ["Bearer sk-upstream-0123456789"]);
+}
