@@ -602,3 +602,45 @@ async fn the_clients_beta_version_and_idempotency_headers_reach_the_provider_and
     let all = format!("{headers:?}");
     assert!(!all.contains(GATEWAY_KEY), "the gateway key never reaches the upstream: {all}");
 }
+
+#[tokio::test]
+async fn json_schemas_reach_the_provider_in_the_clients_key_order() {
+    // Structured outputs are written in schema order: "reason first, then answer" must not
+    // become "answer, then reason" on the way through.
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let keep = seen.clone();
+    let upstream = axum::Router::new().fallback(move |body: String| {
+        let keep = keep.clone();
+        async move {
+            keep.lock().unwrap().push(body);
+            axum::Json(json!({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "{}"}, "finish_reason": "stop"}]}))
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, upstream).await.unwrap() });
+    let gateway = Gateway::start(&format!(
+        "providers:\n  up: {{ kind: openai, base_url: 'http://{addr}/v1', api_key: sk-upstream-0123456789 }}\nroutes:\n  default: {{ targets: [up:m] }}\ngateway:\n  keys: [env://GW_KEY]\n"
+    ))
+    .await;
+    let schema = r#"{"type":"object","properties":{"reason":{"type":"string"},"answer":{"type":"string"}},"required":["reason","answer"]}"#;
+    let body = format!(
+        r#"{{"model":"default","messages":[{{"role":"user","content":"why?"}}],
+            "response_format":{{"type":"json_schema","json_schema":{{"name":"why","schema":{schema}}}}},
+            "tools":[{{"type":"function","function":{{"name":"f","parameters":{schema}}}}}]}}"#
+    );
+    let response = gateway
+        .client
+        .post(gateway.url("/v1/chat/completions"))
+        .bearer_auth(GATEWAY_KEY)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let sent = seen.lock().unwrap()[0].clone();
+    let compact: String = sent.split_whitespace().collect();
+    assert_eq!(compact.matches(r#""properties":{"reason":{"type":"string"},"answer":"#).count(), 2, "{sent}");
+}
