@@ -18,7 +18,7 @@ pub struct ApiError {
     /// `invalid_json`, `all_targets_failed`, `rate_limited`, ...
     pub code: String,
     pub message: String,
-    pub attempts: Option<Value>,
+    pub attempts: Option<Box<Value>>,
     pub retry_after: Option<Duration>,
 }
 
@@ -31,7 +31,7 @@ impl ApiError {
     /// limited or exhausted, 504 when every attempt timed out, 502 otherwise; an error the
     /// route does not fall back on keeps its own status.
     pub fn from_route(error: &RouteError) -> Self {
-        let attempts = serde_json::to_value(error.trail()).ok();
+        let attempts = serde_json::to_value(error.trail()).ok().map(Box::new);
         match error {
             RouteError::UnknownModel { .. } => {
                 Self::new(StatusCode::NOT_FOUND, "model_not_found", error.to_string())
@@ -58,7 +58,7 @@ impl ApiError {
 
     /// The error in a dialect's JSON shape.
     pub fn body(&self, dialect: Dialect, request_id: &str) -> Value {
-        let switchyard = json!({ "request_id": request_id, "attempts": self.attempts.clone().unwrap_or_else(|| json!([])) });
+        let switchyard = json!({ "request_id": request_id, "attempts": self.attempts.as_deref().cloned().unwrap_or_else(|| json!([])) });
         match dialect {
             Dialect::OpenAi => json!({
                 "error": { "message": self.message, "type": openai_type(self.status), "code": self.code, "param": null },
@@ -168,7 +168,7 @@ pub fn stream_error_event(
         status: upstream_status(error),
         code: error.kind().as_str().to_owned(),
         message: format!("the stream failed after content was sent: {error}"),
-        attempts: Some(attempts),
+        attempts: Some(Box::new(attempts)),
         retry_after: None,
     };
     api.body(dialect, request_id)

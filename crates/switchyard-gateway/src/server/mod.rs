@@ -184,7 +184,7 @@ impl RequestContext {
 
     /// Renders `error` and logs the request.
     fn fail(&self, state: &AppState, error: ApiError) -> Response {
-        let trail_len = error.attempts.as_ref().and_then(Value::as_array).map_or(0, Vec::len);
+        let trail_len = error.attempts.as_deref().and_then(Value::as_array).map_or(0, Vec::len);
         self.finish(state, "".into(), None, error.status.as_u16(), trail_len, None);
         let mut response = error.into_response(self.dialect, &self.id);
         self.stamp(&mut response, None, trail_len);
