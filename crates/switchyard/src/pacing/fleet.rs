@@ -635,13 +635,11 @@ impl LeaseBook {
     /// The fleet's running header windows as this lane last heard of them, with their
     /// levels (not probe windows: what an answer says then is always news).
     pub(super) fn header_levels(&self, now: Instant) -> [Option<Stated>; 4] {
-        let mut out = [None; 4];
+        let mut out = self.header_windows();
         for (header, slot) in out.iter_mut().enumerate() {
-            if let (Some((limit, ends, false)), Some(level)) =
-                (self.windows[header], self.level[HEADERS + header])
-                && ends > now
-            {
-                *slot = Some(Stated { limit, remaining: level, resets_at: Some(ends) });
+            let running = self.windows[header].is_some_and(|(_, ends, probe)| !probe && ends > now);
+            if !running {
+                *slot = None;
             }
         }
         out

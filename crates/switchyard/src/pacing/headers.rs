@@ -239,7 +239,9 @@ fn open(dimension: &Dimension, cost: f64, reserve: f64, share: f64) -> bool {
     let kept = stated.limit.map_or(0.0, |limit| {
         let limit = limit as f64;
         let reserved = (limit * reserve).floor();
-        reserved + ((limit - reserved) * (1.0 - share)).ceil()
+        // This replica's whole units of what is not reserved (the epsilon keeps 9 × 1/3 at 3).
+        let spendable = ((limit - reserved) * share + 1e-9).floor();
+        limit - spendable
     });
     let available = stated.remaining - kept;
     let need = match stated.limit {
@@ -315,6 +317,24 @@ mod tests {
         let fourth = budget.dispatch(0.0);
         budget.observe(Some(fourth), &limits(Some(10), 7, 1000), later);
         assert_eq!(budget.stated()[0].map(|s| s.remaining), Some(7.0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn out_of_the_fleets_reach_a_replica_spends_only_its_share_of_a_stated_window() {
+        let now = Instant::now();
+        let mut budget = budget();
+        let first = budget.dispatch(0.0);
+        budget.observe(Some(first), &limits(Some(9), 9, 1000), now);
+        // One of three replicas: 3 of the window's 9.
+        budget.set_share(1.0 / 3.0);
+        for _ in 0..3 {
+            assert_eq!(budget.verdict(now, 0.0), Verdict::Go);
+            budget.dispatch(0.0);
+        }
+        assert_eq!(budget.verdict(now, 0.0), Verdict::Wait { until: Some(now + Duration::from_secs(1)) });
+        // Shared again, the rest of the window is there.
+        budget.set_share(1.0);
+        assert_eq!(budget.verdict(now, 0.0), Verdict::Go);
     }
 
     #[tokio::test(start_paused = true)]
