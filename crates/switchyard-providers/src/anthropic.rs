@@ -23,7 +23,7 @@ mod wire;
 
 use ::http::Uri;
 use ::http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
-use switchyard::chat::{ChatRequest, ChatResponse};
+use switchyard::chat::{ChatRequest, ChatResponse, Dialect, Verbatim};
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
 use switchyard::{ErrorKind, ProviderError};
 
@@ -31,6 +31,7 @@ pub use request::{DEFAULT_MAX_TOKENS, VERBATIM_BLOCKS};
 pub use response::VERBATIM_USAGE;
 
 use crate::sse::SseStream;
+use crate::verbatim::{self, Edit};
 use crate::{BuildError, ProviderSettings, http};
 
 /// The `anthropic-version` sent when the settings name none.
@@ -118,8 +119,13 @@ impl AnthropicProvider {
         Err(classify::http_error(status, &body, http::retry_after(status, &limits), key))
     }
 
-    /// The serialized request body (serialized once, here).
+    /// The serialized request body (serialized once, here): the client's own, with the model
+    /// and `stream` set, when it wrote in this dialect; else translated.
     fn body(call: &Call<'_>, request: &ChatRequest, stream: bool) -> Result<Vec<u8>, ProviderError> {
+        if let Some(body) = Self::verbatim(request) {
+            let stream = if stream { Edit::Flag(true) } else { Edit::FalseIfPresent };
+            return verbatim::rewrite(body, &[("model", Edit::Text(call.model)), ("stream", stream)]);
+        }
         let wire = request::build(call.model, request, stream)?;
         serde_json::to_vec(&wire).map_err(|error| {
             ProviderError::new(
@@ -127,6 +133,13 @@ impl AnthropicProvider {
                 format!("the request could not be serialized: {error}"),
             )
         })
+    }
+}
+
+impl AnthropicProvider {
+    /// The client's body, when it is in the Messages dialect.
+    fn verbatim(request: &ChatRequest) -> Option<&bytes::Bytes> {
+        request.verbatim.as_ref().and_then(|v| v.in_dialect(Dialect::Anthropic))
     }
 }
 
@@ -161,7 +174,11 @@ impl Provider for AnthropicProvider {
                     classify::redact(detail, call.credential.key()),
                 )
             })?;
-            Ok(response::to_chat_response(message, request.origin))
+            let mut answer = response::to_chat_response(message, request.origin);
+            if Self::verbatim(request).is_some() {
+                answer.verbatim = Some(Verbatim::new(Dialect::Anthropic, bytes));
+            }
+            Ok(answer)
         })
     }
 
@@ -186,7 +203,8 @@ impl Provider for AnthropicProvider {
                 ));
             }
             let events = SseStream::new(http::body_stream(response));
-            let decoder = stream::Decoder::new(request.origin, call.credential.key().cloned());
+            let mut decoder = stream::Decoder::new(request.origin, call.credential.key().cloned());
+            decoder.pass_on = Self::verbatim(request).is_some();
             Ok(stream::chunk_stream(events, decoder))
         })
     }

@@ -382,6 +382,15 @@ fn translate_messages(messages: &[Message]) -> Result<(Vec<Value>, Vec<Value>), 
     Ok((system, contents))
 }
 
+/// The error for a part the canonical types do not model (a `file`, `input_audio` or
+/// `document` part): Gemini would not understand it as written.
+fn untranslatable(part: &ContentPart, i: usize, j: usize) -> ProviderError {
+    invalid_request(format!(
+        "messages[{i}].content[{j}]: a `{}` part cannot be translated to Gemini's API",
+        part.kind()
+    ))
+}
+
 /// The `systemInstruction` text parts of system or developer message `i`; an image is refused.
 fn system_parts(message: &Message, i: usize) -> Result<Vec<Value>, ProviderError> {
     let mut parts = Vec::new();
@@ -397,6 +406,7 @@ fn system_parts(message: &Message, i: usize) -> Result<Vec<Value>, ProviderError
                             "messages[{i}].content[{j}]: Gemini takes no images in system instructions"
                         )));
                     }
+                    ContentPart::Other(_) => return Err(untranslatable(item, i, j)),
                 }
             }
         }
@@ -418,6 +428,7 @@ fn user_parts(message: &Message, i: usize) -> Result<Vec<Value>, ProviderError> 
                 ContentPart::ImageUrl { image_url } => {
                     image_part(&image_url.url, &format!("messages[{i}].content[{j}].image_url.url"))
                 }
+                ContentPart::Other(_) => Err(untranslatable(item, i, j)),
             })
             .collect(),
     }
@@ -440,6 +451,7 @@ fn model_parts(message: &Message, i: usize) -> Result<Vec<Value>, ProviderError>
                             "messages[{i}].content[{j}]: Gemini takes no images in model turns"
                         )));
                     }
+                    ContentPart::Other(_) => return Err(untranslatable(item, i, j)),
                 }
             }
         }
@@ -907,6 +919,7 @@ fn chat_response(answer: GenerateContentResponse, model: &str) -> Result<ChatRes
         choices,
         usage,
         extra: Extra::new(),
+        verbatim: None,
     })
 }
 
@@ -999,6 +1012,7 @@ impl<S> GeminiChunks<S> {
             choices,
             usage,
             extra: Extra::new(),
+            verbatim: None,
         }
     }
 
@@ -1583,6 +1597,7 @@ mod tests {
                 parameters: None,
                 extra: Extra::new(),
             },
+            extra: Default::default(),
         }];
         request.extra.insert("generationConfig".into(), json!({ "topK": 3, "temperature": 9 }));
         request.extra.insert("tools".into(), json!([{ "googleSearch": {} }]));

@@ -20,6 +20,7 @@ pub mod gemini;
 pub mod http;
 pub mod openai;
 pub mod sse;
+mod verbatim;
 
 use std::fmt;
 use std::sync::Arc;

@@ -33,12 +33,13 @@ use std::fmt;
 
 use ::http::Uri;
 use ::http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use switchyard::chat::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse};
+use switchyard::chat::{ChatRequest, ChatResponse, Dialect, EmbeddingsRequest, EmbeddingsResponse, Verbatim};
 use switchyard::credential::Credential;
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
 use switchyard::{ErrorKind, ProviderError};
 
 use crate::http;
+use crate::verbatim::{self, Edit};
 use crate::{BuildError, ProviderKind, ProviderSettings};
 
 /// Azure's `api-version` when the settings name none: the latest GA data-plane version.
@@ -226,17 +227,47 @@ impl OpenAiProvider {
     /// A non-streaming chat completion: a body without `stream` to `chat/completions`, the
     /// answer read whole and translated to the canonical response.
     async fn complete(&self, call: Call<'_>, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
-        let body = wire::chat_body(request, call.model, false, self.wants_max_completion_tokens())?;
+        let verbatim = request.verbatim.as_ref().and_then(|v| v.in_dialect(Dialect::OpenAi));
+        let body = match verbatim {
+            Some(body) => verbatim::rewrite(
+                body,
+                &[("model", Edit::Text(call.model)), ("stream", Edit::FalseIfPresent)],
+            )?,
+            None => wire::chat_body(request, call.model, false, self.wants_max_completion_tokens())?,
+        };
         let response = self.post(call, "chat/completions", body, false).await?;
         let bytes = http::read_body(response).await?;
-        wire::parse_response(&bytes, call.credential.key())
+        let mut answer = wire::parse_response(&bytes, call.credential.key())?;
+        if verbatim.is_some() {
+            answer.verbatim = Some(Verbatim::new(Dialect::OpenAi, bytes));
+        }
+        Ok(answer)
     }
 
     /// A streaming chat completion: `stream: true` to `chat/completions`, the SSE body read as
     /// canonical chunks. A 200 answered with `application/json` (a server that ignored
     /// `stream`) is read whole and replayed as a stream.
     async fn open_stream(&self, call: Call<'_>, request: &ChatRequest) -> Result<ChunkStream, ProviderError> {
-        let body = wire::chat_body(request, call.model, true, self.wants_max_completion_tokens())?;
+        let verbatim = request.verbatim.as_ref().and_then(|v| v.in_dialect(Dialect::OpenAi));
+        let (body, pass_on) = match verbatim {
+            Some(body) => {
+                // Usage is asked for whatever the client said: cost and token budgets need it.
+                // The chunk that carries it is passed on only when the client asked too.
+                let edits = [
+                    ("model", Edit::Text(call.model)),
+                    ("stream", Edit::Flag(true)),
+                    ("stream_options", Edit::Enable("include_usage")),
+                ];
+                let usage_chunk = request
+                    .extra
+                    .get("stream_options")
+                    .and_then(|options| options.get("include_usage"))
+                    .and_then(serde_json::Value::as_bool)
+                    .unwrap_or(false);
+                (verbatim::rewrite(body, &edits)?, Some(stream::PassOn { usage_chunk }))
+            }
+            None => (wire::chat_body(request, call.model, true, self.wants_max_completion_tokens())?, None),
+        };
         let response = self.post(call, "chat/completions", body, true).await?;
         let is_json = response
             .headers()
@@ -249,7 +280,7 @@ impl OpenAiProvider {
             let answer = wire::parse_response(&bytes, call.credential.key())?;
             return Ok(stream::from_response(answer));
         }
-        Ok(stream::chunks(response, call.credential.key().cloned()))
+        Ok(stream::chunks(response, call.credential.key().cloned(), pass_on))
     }
 
     /// An embeddings call to `embeddings`; the answer must hold one vector per input text.

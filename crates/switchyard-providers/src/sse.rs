@@ -18,6 +18,27 @@ pub struct SseEvent {
     pub data: String,
 }
 
+impl SseEvent {
+    /// The event written out again as one frame: its `event:` line (if any), a `data:` line per
+    /// line of data, and the blank line that ends it. Comments, `id:` and `retry:` lines are not
+    /// kept, so this is the event as a client's parser reads it, not necessarily its bytes.
+    pub fn to_frame(&self) -> Bytes {
+        let mut out = Vec::with_capacity(self.data.len() + 16 + self.event.as_ref().map_or(0, String::len));
+        if let Some(name) = &self.event {
+            out.extend_from_slice(b"event: ");
+            out.extend_from_slice(name.as_bytes());
+            out.push(b'\n');
+        }
+        for line in self.data.split('\n') {
+            out.extend_from_slice(b"data: ");
+            out.extend_from_slice(line.as_bytes());
+            out.push(b'\n');
+        }
+        out.push(b'\n');
+        Bytes::from(out)
+    }
+}
+
 /// The most an unfinished line and event may hold together. LLM events are kilobytes (a few
 /// megabytes for inline media); an upstream that sends more without ending its event is broken,
 /// and reading on would let it take the gateway's memory.
@@ -438,6 +459,17 @@ mod tests {
             let mut cuts: Vec<usize> = cuts.iter().map(|cut| cut.index(bytes.len() + 1)).collect();
             cuts.sort_unstable();
             prop_assert_eq!(parse_in_pieces(&bytes, &cuts), (events, stray));
+        }
+
+        /// An event written out as a frame reads back as the same event: what a passed-on
+        /// event means to the client's parser is what it meant to ours.
+        #[test]
+        fn a_frame_reads_back_as_its_event(
+            name in proptest::option::of("[a-z_]{1,10}"),
+            data in proptest::collection::vec(text(), 1..4),
+        ) {
+            let event = SseEvent { event: name, data: data.join("\n") };
+            prop_assert_eq!(SseParser::new().feed(&event.to_frame()), vec![event]);
         }
     }
 }

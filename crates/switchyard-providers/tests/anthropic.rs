@@ -265,6 +265,7 @@ fn weather_tool() -> Tool {
             parameters: Some(json!({"type": "object", "properties": {"city": {"type": "string"}}})),
             extra: Default::default(),
         },
+        extra: Default::default(),
     }
 }
 
@@ -1144,6 +1145,7 @@ fn codec_reads_an_anthropic_request_into_canonical_form() {
                 parameters: Some(json!({"type": "object"})),
                 extra: Default::default(),
             },
+            extra: Default::default(),
         }]
     );
     let roles: Vec<_> = request.messages.iter().map(|m| m.role).collect();
@@ -1171,14 +1173,6 @@ fn codec_refuses_what_it_cannot_translate_naming_the_field() {
     let base = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]});
     let cases = [
         ("/max_tokens", Value::Null, "max_tokens"),
-        (
-            "/messages",
-            json!([{"role": "user", "content": [
-                {"type": "text", "text": "Summarize"},
-                {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}
-            ]}]),
-            "messages[0].content[1].type",
-        ),
         ("/messages", json!([{"role": "system", "content": "hi"}]), "messages[0].role"),
         (
             "/system",
@@ -1199,6 +1193,21 @@ fn codec_refuses_what_it_cannot_translate_naming_the_field() {
         assert_eq!(error.field, field);
         assert_eq!(error.to_error_body()["error"]["type"], "invalid_request_error");
     }
+}
+
+#[test]
+fn codec_keeps_a_block_it_does_not_model_as_written() {
+    let blocks = json!([
+        {"type": "text", "text": "Summarize"},
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}
+    ]);
+    let body = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": blocks}]});
+    let request = codec::request_from_json(body).unwrap();
+    let message = &request.messages[0];
+    let Some(Content::Parts(parts)) = &message.content else { panic!("{message:?}") };
+    assert_eq!(parts[1].kind(), "document");
+    // An Anthropic upstream receives the blocks as they were written.
+    assert_eq!(message.extra[switchyard_providers::anthropic::VERBATIM_BLOCKS], blocks);
 }
 
 /// An Anthropic client's request, as rich as the dialect gets: cache_control, thinking,

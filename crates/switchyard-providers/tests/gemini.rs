@@ -299,6 +299,7 @@ fn function_tool(name: &str, parameters: Option<Value>) -> Tool {
             parameters,
             extra: Extra::new(),
         },
+        extra: Default::default(),
     }
 }
 

@@ -432,6 +432,7 @@ async fn tools_and_json_schema_are_sent_and_tool_calls_come_back() {
             parameters: Some(parameters.clone()),
             extra: extra(json!({"strict": false})),
         },
+        extra: Default::default(),
     }];
     request.tool_choice = Some(ToolChoice::Function {
         kind: "function".into(),

@@ -71,6 +71,51 @@ pub struct ChatRequest {
     /// pass them through only to a provider that speaks it.
     #[serde(skip)]
     pub origin: Dialect,
+    /// The request as the client wrote it, when it came over the wire. An adapter that speaks
+    /// its dialect sends these bytes (with only the model, and what streaming needs, changed)
+    /// instead of translating the canonical fields; the canonical fields are what routing
+    /// reads. Whoever changes the canonical request in a way the provider must see clears it.
+    #[serde(skip)]
+    pub verbatim: Option<Verbatim>,
+}
+
+/// A body as its writer wrote it, with the dialect it is in: a client's request, a provider's
+/// answer, or one event of a provider's stream (the whole server-sent-event frame). Carried
+/// beside the canonical value, so that what passes between a client and a provider of the
+/// same dialect is passed on byte for byte.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Verbatim {
+    dialect: Dialect,
+    bytes: bytes::Bytes,
+}
+
+impl Verbatim {
+    /// `bytes` in `dialect`.
+    pub fn new(dialect: Dialect, bytes: impl Into<bytes::Bytes>) -> Self {
+        Self { dialect, bytes: bytes.into() }
+    }
+
+    /// The dialect the bytes are in.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &bytes::Bytes {
+        &self.bytes
+    }
+
+    /// The bytes, when they are in `dialect`.
+    pub fn in_dialect(&self, dialect: Dialect) -> Option<&bytes::Bytes> {
+        (self.dialect == dialect).then_some(&self.bytes)
+    }
+}
+
+impl std::fmt::Debug for Verbatim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The length, not the content: bodies are large and they are the user's data.
+        write!(f, "Verbatim({:?}, {} bytes)", self.dialect, self.bytes.len())
+    }
 }
 
 /// An API dialect a request can arrive in and a provider can speak.
@@ -97,7 +142,7 @@ deserialize_with_extra!(ChatRequest {
     "seed" => seed: OrDefault,
     "response_format" => response_format: OrDefault,
     "stream" => stream: NullAsDefault,
-} defaults: origin);
+} defaults: origin, verbatim);
 
 impl ChatRequest {
     /// A request for `model` (a route name or a target) with default parameters.
@@ -227,7 +272,7 @@ impl Content {
                 .iter()
                 .filter_map(|part| match part {
                     ContentPart::Text { text } => Some(text.as_str()),
-                    ContentPart::ImageUrl { .. } => None,
+                    ContentPart::ImageUrl { .. } | ContentPart::Other(_) => None,
                 })
                 .collect(),
         }
@@ -242,9 +287,21 @@ impl Content {
                     ContentPart::Text { text } => text.len(),
                     // Providers bill images in the hundreds of tokens; count a nominal amount.
                     ContentPart::ImageUrl { .. } => 1024,
+                    // Files and audio: their size, or the nominal amount when smaller.
+                    ContentPart::Other(value) => json_len(value).max(1024),
                 })
                 .sum(),
         }
+    }
+}
+
+/// The length of `value` written as JSON, counted without writing it.
+fn json_len(value: &Value) -> usize {
+    match value {
+        Value::String(text) => text.len() + 2,
+        Value::Array(items) => items.iter().map(json_len).sum::<usize>() + items.len() + 1,
+        Value::Object(members) => members.iter().map(|(k, v)| k.len() + 4 + json_len(v)).sum::<usize>() + 1,
+        other => other.to_string().len(),
     }
 }
 
@@ -262,6 +319,23 @@ pub enum ContentPart {
         /// Where the image is, and the detail wanted.
         image_url: ImageUrl,
     },
+    /// A part the canonical types do not model (OpenAI's `file` and `input_audio`,
+    /// Anthropic's `document`, ...), as the client wrote it in the request's dialect
+    /// ([`ChatRequest::origin`]). A provider of that dialect receives it as it is; an adapter of
+    /// another dialect refuses the request, naming the part's type.
+    #[serde(untagged)]
+    Other(Value),
+}
+
+impl ContentPart {
+    /// The part's `type`, as its dialect names it (`text`, `image_url`, `file`, ...).
+    pub fn kind(&self) -> &str {
+        match self {
+            ContentPart::Text { .. } => "text",
+            ContentPart::ImageUrl { .. } => "image_url",
+            ContentPart::Other(value) => value.get("type").and_then(Value::as_str).unwrap_or("(untyped)"),
+        }
+    }
 }
 
 /// An image by URL, which may be a `data:` URL carrying the bytes.
@@ -275,13 +349,61 @@ pub struct ImageUrl {
 }
 
 /// A tool the model may call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Tool {
-    /// Always `function` in every dialect Switchyard speaks today.
-    #[serde(rename = "type", default = "function_type")]
+    /// `function`, or a kind of the request's dialect that the canonical types do not model
+    /// (OpenAI's `custom`, Anthropic's versioned server tools).
+    #[serde(rename = "type")]
     pub kind: String,
-    /// Its name, description and argument schema.
+    /// Its name, description and argument schema. A tool of another kind has the name its
+    /// definition gives, and nothing else.
     pub function: FunctionDefinition,
+    /// Members of the tool not modelled here, kept verbatim: a `custom` tool's definition
+    /// (`"custom": {"name", "format", ...}`) is here. Empty for a function.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Tool {
+    /// A function tool.
+    pub fn function(function: FunctionDefinition) -> Self {
+        Self { kind: function_type(), function, extra: Extra::new() }
+    }
+
+    /// Whether the tool is a function, which every dialect can express.
+    pub fn is_function(&self) -> bool {
+        self.kind == "function"
+    }
+}
+
+impl<'de> Deserialize<'de> for Tool {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Wire {
+            #[serde(rename = "type", default = "function_type")]
+            kind: String,
+            #[serde(default)]
+            function: Option<FunctionDefinition>,
+            #[serde(flatten)]
+            extra: Extra,
+        }
+        let Wire { kind, function, extra } = Wire::deserialize(deserializer)?;
+        let function = match function {
+            Some(function) => function,
+            None if kind != "function" => {
+                // `{"type": "custom", "custom": {"name": ...}}`: the definition under its kind.
+                let name = extra.get(&kind).and_then(|d| d.get("name")).and_then(Value::as_str);
+                FunctionDefinition {
+                    name: name.unwrap_or_default().to_owned(),
+                    description: None,
+                    parameters: None,
+                    extra: Extra::new(),
+                }
+            }
+            None => return Err(serde::de::Error::missing_field("function")),
+        };
+        Ok(Tool { kind, function, extra })
+    }
 }
 
 fn function_type() -> String {
@@ -441,6 +563,11 @@ pub struct ChatResponse {
     /// Fields of the answer not modelled here, kept verbatim.
     #[serde(flatten)]
     pub extra: Extra,
+    /// The answer as the provider wrote it, when the request went out verbatim: a server
+    /// answering a client of that dialect sends these bytes rather than the canonical fields.
+    /// Whoever changes the canonical answer clears it.
+    #[serde(skip)]
+    pub verbatim: Option<Verbatim>,
 }
 
 deserialize_with_extra!(ChatResponse {
@@ -449,7 +576,7 @@ deserialize_with_extra!(ChatResponse {
     "created" => created: OrDefault,
     "choices" => choices: Required,
     "usage" => usage: OrDefault,
-});
+} defaults: verbatim);
 
 impl ChatResponse {
     /// An answer with one assistant choice holding `text`.
@@ -639,6 +766,11 @@ pub struct ChatChunk {
     /// Fields of the chunk not modelled here, kept verbatim.
     #[serde(flatten)]
     pub extra: Extra,
+    /// The stream event as the provider wrote it (the whole frame, `event:` and `data:`
+    /// lines), when the request went out verbatim. Some events carry nothing canonical
+    /// (Anthropic's `ping`, `content_block_stop`): their chunk is empty but for this.
+    #[serde(skip)]
+    pub verbatim: Option<Verbatim>,
 }
 
 deserialize_with_extra!(ChatChunk {
@@ -647,7 +779,7 @@ deserialize_with_extra!(ChatChunk {
     "created" => created: OrDefault,
     "choices" => choices: OrDefault,
     "usage" => usage: OrDefault,
-});
+} defaults: verbatim);
 
 impl ChatChunk {
     /// A chunk carrying `text` as the first choice's delta.

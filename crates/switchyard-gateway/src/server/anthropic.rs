@@ -7,18 +7,24 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use switchyard::chat::{ChatChunk, ChatRequest};
+use bytes::Bytes;
+use switchyard::Answer;
+use switchyard::chat::{ChatChunk, ChatRequest, Dialect as ChatDialect, Verbatim};
 use switchyard_providers::anthropic::codec::{self, StreamEncoder};
 
 use super::sse::{Encoder, respond, write_event};
 use super::{
-    ApiError, AppState, Delivered, Dialect, accept, add_usage_metrics, answered, options, route_failed,
+    ApiError, AppState, Delivered, Dialect, RequestContext, accept, add_usage_metrics, answered, options,
+    route_failed,
 };
 
 pub async fn messages(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    let parse = |bytes: &[u8]| {
-        codec::request_from_slice(bytes)
-            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()))
+    let parse = |bytes: &Bytes| {
+        let mut request = codec::request_from_slice(bytes)
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()))?;
+        // An Anthropic provider receives the body as written, not a translation of it.
+        request.verbatim = Some(Verbatim::new(ChatDialect::Anthropic, bytes.clone()));
+        Ok(request)
     };
     let endpoint = (Dialect::Anthropic, "messages");
     let (exchange, request) =
@@ -29,36 +35,58 @@ pub async fn messages(State(state): State<Arc<AppState>>, headers: HeaderMap, bo
     let options = options(&headers);
     if request.stream {
         return match state.router.chat_stream(&request, &options).await {
-            Ok(stream) => respond(state.clone(), exchange, stream, AnthropicEncoder(StreamEncoder::new())),
+            Ok(stream) => {
+                respond(state.clone(), exchange, stream, AnthropicEncoder(StreamEncoder::new(), false))
+            }
             Err(error) => route_failed(&state, &exchange, error),
         };
     }
     match state.router.chat_with(&request, &options).await {
-        Ok(mut answer) => match codec::response_to_json(&answer.response) {
-            Ok(body) => {
+        Ok(mut answer) => match answer.response.verbatim.take() {
+            Some(verbatim) if verbatim.dialect() == ChatDialect::Anthropic => {
+                // The provider's answer, as it wrote it.
                 add_usage_metrics(&state, &answer.served_by, answer.usage, answer.cost);
-                answered(&state, &exchange, body.to_string().into_bytes(), Delivered::from(&mut answer))
+                answered(&state, &exchange, verbatim.bytes().clone(), Delivered::from(&mut answer))
             }
-            Err(error) => exchange.fail(
-                &state,
-                ApiError::new(StatusCode::BAD_GATEWAY, "untranslatable_answer", error.to_string()),
-            ),
+            _ => translated(&state, &exchange, answer),
         },
         Err(error) => route_failed(&state, &exchange, error),
     }
 }
 
-/// Anthropic's stream events from canonical chunks.
-struct AnthropicEncoder(StreamEncoder);
+/// The answer of a provider of another dialect, in this one.
+fn translated(state: &AppState, exchange: &RequestContext, mut answer: Answer) -> Response {
+    match codec::response_to_json(&answer.response) {
+        Ok(body) => {
+            add_usage_metrics(state, &answer.served_by, answer.usage, answer.cost);
+            answered(state, exchange, body.to_string().into_bytes(), Delivered::from(&mut answer))
+        }
+        Err(error) => exchange
+            .fail(state, ApiError::new(StatusCode::BAD_GATEWAY, "untranslatable_answer", error.to_string())),
+    }
+}
+
+/// Anthropic's stream events from canonical chunks, or the provider's own events (then `.1`
+/// is set, and the provider's `message_stop` was the end).
+struct AnthropicEncoder(StreamEncoder, bool);
 
 impl Encoder for AnthropicEncoder {
     fn chunk(&mut self, chunk: ChatChunk, out: &mut Vec<u8>) {
+        if let Some(frame) = chunk.verbatim.as_ref().and_then(|v| v.in_dialect(ChatDialect::Anthropic)) {
+            // The provider's own event; its `message_stop` ends the stream, so nothing is added.
+            out.extend_from_slice(frame);
+            self.1 = true;
+            return;
+        }
         for (name, data) in self.0.push(&chunk) {
             write_event(out, name, &data);
         }
     }
 
     fn end(&mut self, out: &mut Vec<u8>) {
+        if self.1 {
+            return;
+        }
         for (name, data) in self.0.finish() {
             write_event(out, name, &data);
         }

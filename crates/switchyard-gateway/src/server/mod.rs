@@ -394,7 +394,7 @@ async fn accept<T>(
     headers: &HeaderMap,
     body: Body,
     (dialect, endpoint): (Dialect, &'static str),
-    parse: impl FnOnce(&[u8]) -> Result<T, ApiError>,
+    parse: impl FnOnce(&Bytes) -> Result<T, ApiError>,
     model: impl FnOnce(&T) -> &str,
 ) -> Result<(RequestContext, T), Response> {
     let exchange = RequestContext::start(state, headers, dialect, endpoint);
@@ -542,8 +542,13 @@ impl From<&mut switchyard::Answer> for Delivered {
 
 /// A 200 with a JSON body already serialized, the switchyard headers, the log line, the
 /// metrics and the trail.
-fn answered(state: &AppState, exchange: &RequestContext, body: Vec<u8>, served: Delivered) -> Response {
-    let mut response = Response::new(Body::from(body));
+fn answered(
+    state: &AppState,
+    exchange: &RequestContext,
+    body: impl Into<Bytes>,
+    served: Delivered,
+) -> Response {
+    let mut response = Response::new(Body::from(body.into()));
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     let attempts = served.trail.len();
     exchange.stamp(&mut response, Some(&served.served_by), attempts);

@@ -6,8 +6,9 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use serde_json::{Value, json};
-use switchyard::chat::{ChatRequest, Dialect as ChatDialect, EmbeddingsRequest};
+use switchyard::chat::{ChatRequest, Dialect as ChatDialect, EmbeddingsRequest, Verbatim};
 
 use super::{
     ApiError, AppState, Delivered, Dialect, accept, add_usage_metrics, answered, authorized, invalid_json,
@@ -19,7 +20,12 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let parse = |bytes: &[u8]| serde_json::from_slice::<ChatRequest>(bytes).map_err(|e| invalid_json(&e));
+    let parse = |bytes: &Bytes| {
+        let mut request = serde_json::from_slice::<ChatRequest>(bytes).map_err(|e| invalid_json(&e))?;
+        // An OpenAI-dialect provider receives the body as written, not a translation of it.
+        request.verbatim = Some(Verbatim::new(ChatDialect::OpenAi, bytes.clone()));
+        Ok(request)
+    };
     let endpoint = (Dialect::OpenAi, "chat_completions");
     let (exchange, mut request) =
         match accept(&state, &headers, body, endpoint, parse, |r: &ChatRequest| &r.model).await {
@@ -50,7 +56,14 @@ pub async fn chat_completions(
     }
     match state.router.chat_with(&request, &options).await {
         Ok(mut answer) => {
+            add_usage_metrics(&state, &answer.served_by, answer.usage, answer.cost);
             let response = &mut answer.response;
+            if let Some(body) =
+                response.verbatim.take().and_then(|v| v.in_dialect(ChatDialect::OpenAi).cloned())
+            {
+                // The provider's answer, as it wrote it.
+                return answered(&state, &exchange, body, Delivered::from(&mut answer));
+            }
             if response.id.is_empty() {
                 response.id = format!("chatcmpl-{}", exchange.id);
             }
@@ -60,7 +73,6 @@ pub async fn chat_completions(
             response.extra.entry("object").or_insert_with(|| Value::from("chat.completion"));
             // Serializing our own types cannot fail.
             let body = serde_json::to_vec(response).unwrap_or_default();
-            add_usage_metrics(&state, &answer.served_by, answer.usage, answer.cost);
             answered(&state, &exchange, body, Delivered::from(&mut answer))
         }
         Err(error) => route_failed(&state, &exchange, error),
@@ -128,7 +140,7 @@ struct EmbeddingsOut<'a> {
 }
 
 pub async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    let parse = |bytes: &[u8]| {
+    let parse = |bytes: &Bytes| {
         let request = serde_json::from_slice::<EmbeddingsRequest>(bytes).map_err(|e| invalid_json(&e))?;
         Encoding::of(&request)?;
         Ok(request)

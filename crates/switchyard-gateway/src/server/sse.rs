@@ -9,7 +9,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use futures_util::Stream;
 use switchyard::RoutedStream;
-use switchyard::chat::ChatChunk;
+use switchyard::chat::{ChatChunk, Dialect as ChatDialect};
 
 use super::errors::stream_error_event;
 use super::{AppState, Dialect, RequestContext, add_usage_metrics, unix_now};
@@ -31,6 +31,12 @@ pub struct OpenAiEncoder {
 
 impl Encoder for OpenAiEncoder {
     fn chunk(&mut self, mut chunk: ChatChunk, out: &mut Vec<u8>) {
+        if let Some(frame) = chunk.verbatim.as_ref().and_then(|v| v.in_dialect(ChatDialect::OpenAi)) {
+            // The provider's own event (its adapter leaves the frame off a usage chunk the
+            // client did not ask for).
+            out.extend_from_slice(frame);
+            return;
+        }
         if !self.include_usage {
             chunk.usage = None;
             if chunk.choices.is_empty() {

@@ -273,6 +273,7 @@ pub(crate) fn system_message_blocks(message: &Message, index: usize) -> Result<V
                     format_args!("messages[{index}].content[{j}]"),
                     "is an image; Anthropic's system prompt takes text only",
                 ))),
+                ContentPart::Other(_) => Some(Err(untranslatable(part, index, j))),
             })
             .collect(),
     }
@@ -343,9 +344,22 @@ fn content_blocks(content: Option<&Content>, index: usize) -> Result<Vec<Block>,
                     &image_url.url,
                     &format!("messages[{index}].content[{j}].image_url.url"),
                 )),
+                ContentPart::Other(_) => Some(Err(untranslatable(part, index, j))),
             })
             .collect(),
     }
+}
+
+/// The error for a part of another dialect that the canonical types do not model (an OpenAI
+/// `file` or `input_audio` part): Anthropic would not understand it as written.
+fn untranslatable(part: &ContentPart, index: usize, j: usize) -> ProviderError {
+    invalid(
+        format_args!("messages[{index}].content[{j}]"),
+        format_args!(
+            "is a `{}` part, which Switchyard cannot translate to Anthropic's Messages API",
+            part.kind()
+        ),
+    )
 }
 
 /// An image block: a `data:` URL becomes a base64 source, an http(s) URL a URL source. The

@@ -11,7 +11,7 @@ use futures_core::Stream;
 use futures_util::StreamExt;
 use serde_json::Value;
 use switchyard::chat::{
-    ChatChunk, ChunkChoice, Delta, Dialect, Extra, FunctionCallDelta, Role, ToolCallDelta,
+    ChatChunk, ChunkChoice, Delta, Dialect, Extra, FunctionCallDelta, Role, ToolCallDelta, Verbatim,
 };
 use switchyard::credential::Secret;
 use switchyard::provider::ChunkStream;
@@ -40,11 +40,20 @@ where
             let item = match events.next().await {
                 None => Err(ProviderError::new(ErrorKind::Transport, "stream ended before message_stop")),
                 Some(Err(error)) => Err(error),
-                Some(Ok(event)) => match decoder.decode(event) {
-                    Ok(None) => continue,
-                    Ok(Some(chunk)) => return Some((Ok(chunk), Some((events, decoder)))),
-                    Err(error) => Err(error),
-                },
+                Some(Ok(event)) => {
+                    // A request sent verbatim is answered verbatim: every event, with its
+                    // frame, canonical or not.
+                    let frame = decoder.pass_on.then(|| Verbatim::new(Dialect::Anthropic, event.to_frame()));
+                    match (decoder.decode(event), frame) {
+                        (Ok(None), None) => continue,
+                        (Ok(chunk), frame @ Some(_)) => {
+                            let chunk = ChatChunk { verbatim: frame, ..chunk.unwrap_or_default() };
+                            return Some((Ok(chunk), Some((events, decoder))));
+                        }
+                        (Ok(Some(chunk)), None) => return Some((Ok(chunk), Some((events, decoder)))),
+                        (Err(error), _) => Err(error),
+                    }
+                }
             };
             return Some((item, None));
         }
@@ -89,6 +98,8 @@ pub(crate) struct Decoder {
     stop_sequence: Option<String>,
     /// `message_stop` was seen: the stream ends after the last chunk.
     finished: bool,
+    /// Whether each chunk carries its event's frame (the request went out verbatim).
+    pub(crate) pass_on: bool,
 }
 
 impl Decoder {
@@ -107,6 +118,7 @@ impl Decoder {
             stop_reason: None,
             stop_sequence: None,
             finished: false,
+            pass_on: false,
         }
     }
 
@@ -197,6 +209,7 @@ impl Decoder {
             choices: vec![ChunkChoice { index: 0, delta, finish_reason: None }],
             usage: None,
             extra: Extra::new(),
+            verbatim: None,
         }
     }
 

@@ -9,7 +9,8 @@ use futures_util::{StreamExt, stream};
 use serde::Deserialize;
 use serde_json::Value;
 use switchyard::chat::{
-    ChatChunk, ChatResponse, ChunkChoice, Delta, Extra, FinishReason, FunctionCallDelta, Role, ToolCallDelta,
+    ChatChunk, ChatResponse, ChunkChoice, Delta, Dialect, Extra, FinishReason, FunctionCallDelta, Role,
+    ToolCallDelta, Verbatim,
 };
 use switchyard::credential::Secret;
 use switchyard::deserialize_with_extra;
@@ -21,10 +22,14 @@ use super::wire::{UsageIn, arguments_text, nullable};
 use crate::sse::{SseEvent, SseStream};
 
 /// The chunks of a streaming response. The body is read as it arrives, never buffered whole.
-pub(super) fn chunks(response: crate::http::Response, key: Option<Secret>) -> ChunkStream {
+pub(super) fn chunks(
+    response: crate::http::Response,
+    key: Option<Secret>,
+    pass_on: Option<PassOn>,
+) -> ChunkStream {
     // Body errors name no URL, so nothing in a query string reaches an error text.
     let body = crate::http::body_stream(response);
-    let reader = Reader { events: SseStream::new(body), key, ended: false };
+    let reader = Reader { events: SseStream::new(body), key, ended: false, pass_on };
     Box::pin(stream::unfold(Some(reader), |reader| async move {
         let mut reader = reader?;
         match reader.next().await {
@@ -77,6 +82,15 @@ pub(super) fn from_response(answer: ChatResponse) -> ChunkStream {
     Box::pin(stream::iter(chunks.into_iter().map(Ok)))
 }
 
+/// How the events of a request sent verbatim are passed on: each chunk carries its event's
+/// frame, so that a client of this dialect receives what the provider wrote.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PassOn {
+    /// Whether the client asked for the usage chunk; when only the gateway did, that chunk
+    /// carries no frame, and a client encoder leaves it out.
+    pub(super) usage_chunk: bool,
+}
+
 /// The response body the stream reads.
 type Body = crate::http::BodyStream;
 
@@ -88,9 +102,13 @@ struct Reader {
     key: Option<Secret>,
     /// `[DONE]` or an error was seen: the stream yields nothing more.
     ended: bool,
+    /// Set when the request went out verbatim: chunks carry their frames.
+    pass_on: Option<PassOn>,
 }
 
 /// What one event amounts to.
+// Boxing the chunk would cost an allocation per chunk; a step lives for one event.
+#[allow(clippy::large_enum_variant)]
 enum Step {
     /// A chunk to yield.
     Chunk(ChatChunk),
@@ -107,7 +125,15 @@ impl Reader {
     async fn next(&mut self) -> Option<Result<ChatChunk, ProviderError>> {
         while !self.ended {
             let step = match self.events.next().await {
-                Some(Ok(event)) => self.translate(&event),
+                Some(Ok(event)) => match (self.translate(&event), self.pass_on) {
+                    (Step::Chunk(chunk), Some(pass_on)) => Step::Chunk(Self::framed(chunk, &event, pass_on)),
+                    // A chunk that says nothing canonical still reaches a client of this
+                    // dialect (Azure's prompt-filter results).
+                    (Step::Skip, Some(pass_on)) if !event.data.trim().is_empty() => {
+                        Step::Chunk(Self::framed(ChatChunk::default(), &event, pass_on))
+                    }
+                    (step, _) => step,
+                },
                 Some(Err(error)) => Step::Fail(error),
                 None => Step::Fail(self.cut_off()),
             };
@@ -122,6 +148,15 @@ impl Reader {
             }
         }
         None
+    }
+
+    /// `chunk` carrying its event's frame, but for the usage chunk the client did not ask for.
+    fn framed(mut chunk: ChatChunk, event: &SseEvent, pass_on: PassOn) -> ChatChunk {
+        let usage_only = chunk.choices.is_empty() && chunk.usage.is_some();
+        if pass_on.usage_chunk || !usage_only {
+            chunk.verbatim = Some(Verbatim::new(Dialect::OpenAi, event.to_frame()));
+        }
+        chunk
     }
 
     /// What `event` amounts to: `[DONE]`, a chunk, or an error (an `error` object, an
@@ -215,6 +250,7 @@ impl Reader {
             choices,
             usage: usage.map(UsageIn::into_canonical),
             extra,
+            verbatim: None,
         })
     }
 

@@ -9,9 +9,9 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 use switchyard::chat::{
-    ChatRequest, ChatResponse, Choice, CompletionTokensDetails, Content, Dialect, Embedding, EmbeddingInput,
-    EmbeddingsRequest, EmbeddingsResponse, Extra, FinishReason, FunctionCall, Message, PromptTokensDetails,
-    ResponseFormat, Role, Stop, Tool, ToolCall, ToolChoice, Usage,
+    ChatRequest, ChatResponse, Choice, CompletionTokensDetails, Content, ContentPart, Dialect, Embedding,
+    EmbeddingInput, EmbeddingsRequest, EmbeddingsResponse, Extra, FinishReason, FunctionCall, Message,
+    PromptTokensDetails, ResponseFormat, Role, Stop, Tool, ToolCall, ToolChoice, Usage,
 };
 use switchyard::credential::Secret;
 use switchyard::deserialize_with_extra;
@@ -51,6 +51,39 @@ const EMBEDDINGS_FIELDS: &[&str] = &["model", "input", "dimensions", "encoding_f
 /// `streaming` adds `stream: true` and `stream_options.include_usage` (merged into the client's
 /// own `stream_options`, which a non-streaming call never sends since OpenAI rejects it there).
 /// `completion_tokens_name` sends `max_tokens` as `max_completion_tokens`.
+/// Members of a tool the adapter writes itself.
+const TOOL_FIELDS: &[&str] = &["type", "function"];
+
+/// Refuses a request of another dialect holding a part or a tool the canonical types do not
+/// model (an Anthropic `document` block, a server tool): written into Chat Completions as it
+/// is, it would mean nothing.
+fn refuse_foreign_parts(request: &ChatRequest) -> Result<(), ProviderError> {
+    if let Some((i, tool)) = request.tools.iter().enumerate().find(|(_, tool)| !tool.is_function()) {
+        return Err(ProviderError::new(
+            ErrorKind::InvalidRequest,
+            format!(
+                "tools[{i}] is a `{}` tool; only `function` tools translate to the Chat Completions API",
+                tool.kind
+            ),
+        ));
+    }
+    for (i, message) in request.messages.iter().enumerate() {
+        let Some(Content::Parts(parts)) = &message.content else { continue };
+        if let Some((j, part)) =
+            parts.iter().enumerate().find(|(_, part)| matches!(part, ContentPart::Other(_)))
+        {
+            return Err(ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "messages[{i}].content[{j}] is a `{}` part, which Switchyard cannot translate to the Chat Completions API",
+                    part.kind()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn chat_body(
     request: &ChatRequest,
     model: &str,
@@ -60,6 +93,7 @@ pub(super) fn chat_body(
     let forward = request.origin == Dialect::OpenAi;
     if !forward {
         log_dropped(request);
+        refuse_foreign_parts(request)?;
     }
     let extra = forward.then_some(&request.extra);
     // The client's explicit `max_completion_tokens` (an extra) wins over the modelled field.
@@ -228,11 +262,15 @@ struct MessageBody<'a> {
 /// One entry of `tools[]`.
 #[derive(Serialize)]
 struct ToolBody<'a> {
-    /// `type`, the canonical tool's kind as given (`function`).
+    /// `type`, the canonical tool's kind as given (`function`, `custom`).
     #[serde(rename = "type")]
     kind: &'a str,
-    /// `function`: the definition the model may call.
-    function: FunctionBody<'a>,
+    /// `function`: the definition the model may call; `None` for a tool of another kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    function: Option<FunctionBody<'a>>,
+    /// The tool's unmodelled members (a `custom` tool's definition), OpenAI dialect only.
+    #[serde(flatten)]
+    extra: Passthrough<'a>,
 }
 
 /// A tool's `function` object.
@@ -256,14 +294,16 @@ impl<'a> ToolBody<'a> {
     /// arrived in the OpenAI dialect).
     fn new(tool: &'a Tool, forward: bool) -> Self {
         let function = &tool.function;
+        let function = (tool.is_function() || !forward).then(|| FunctionBody {
+            name: &function.name,
+            description: function.description.as_deref(),
+            parameters: function.parameters.as_ref(),
+            extra: Passthrough::new(forward.then_some(&function.extra), FUNCTION_FIELDS),
+        });
         ToolBody {
             kind: &tool.kind,
-            function: FunctionBody {
-                name: &function.name,
-                description: function.description.as_deref(),
-                parameters: function.parameters.as_ref(),
-                extra: Passthrough::new(forward.then_some(&function.extra), FUNCTION_FIELDS),
-            },
+            function,
+            extra: Passthrough::new(forward.then_some(&tool.extra), TOOL_FIELDS),
         }
     }
 }
@@ -634,6 +674,7 @@ impl ResponseIn {
             choices,
             usage: self.usage.map(UsageIn::into_canonical),
             extra: self.extra,
+            verbatim: None,
         }
     }
 }

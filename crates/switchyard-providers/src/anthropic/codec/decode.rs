@@ -97,6 +97,7 @@ pub fn request_from_json(body: Value) -> Result<ChatRequest, CodecError> {
         response_format: None,
         stream,
         extra,
+        verbatim: None,
         origin: Dialect::Anthropic,
     })
 }
@@ -245,14 +246,8 @@ fn read_message(value: Value, i: usize, messages: &mut Vec<Message>) -> Result<(
                 keep_if_lossy(&mut result, vec![block], index);
                 messages.push(result);
             }
-            other => {
-                return Err(CodecError::new(
-                    format!("{block_path}.type"),
-                    format!(
-                        "is `{other}`; Switchyard translates text, image and tool_result blocks in user messages"
-                    ),
-                ));
-            }
+            // Documents, search results, ...: kept as written, for an Anthropic upstream.
+            _ => run.push((ContentPart::Other(block.clone()), block)),
         }
     }
     flush_user_run(&mut run, messages);
@@ -402,6 +397,7 @@ fn read_tool((i, value): (usize, Value)) -> Result<Tool, CodecError> {
         // Server tools keep their versioned type; only an Anthropic upstream can serve them.
         kind: kind.unwrap_or_else(|| "function".to_owned()),
         function: FunctionDefinition { name, description, parameters, extra: object },
+        extra: Extra::new(),
     })
 }
 

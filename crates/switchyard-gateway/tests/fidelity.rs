@@ -1,0 +1,228 @@
+//! Same-dialect fidelity, in process on loopback: a client of a provider's own dialect is
+//! heard by the provider as it wrote (only the model, and what streaming needs, change) and
+//! hears the provider as it wrote, byte for byte, streamed or not. Each case sends a request
+//! through the gateway to an upstream that records what it received and answers fixed bytes.
+
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use switchyard_gateway::config;
+use switchyard_gateway::server::{AppState, app};
+
+/// An upstream that records each request body and answers `json` to a request that did not
+/// ask to stream, `sse` to one that did.
+struct Upstream {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<(String, Bytes)>>>,
+}
+
+impl Upstream {
+    async fn start(json: &str, sse: &str) -> Self {
+        let (json, sse) = (Bytes::from(json.to_owned()), Bytes::from(sse.to_owned()));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let keep = seen.clone();
+        let router = axum::Router::new().fallback(move |uri: axum::http::Uri, body: Bytes| {
+            let (keep, json, sse) = (keep.clone(), json.clone(), sse.clone());
+            async move {
+                let streaming = serde_json::from_slice::<serde_json::Value>(&body).unwrap()["stream"] == true;
+                keep.lock().unwrap().push((uri.path().to_owned(), body));
+                let (content_type, answer) =
+                    if streaming { ("text/event-stream", sse) } else { ("application/json", json) };
+                ([(axum::http::header::CONTENT_TYPE, content_type)], answer)
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        Self { addr, seen }
+    }
+
+    /// The one request received: its path and body as text.
+    fn received(&self) -> (String, String) {
+        let seen = self.seen.lock().unwrap();
+        assert_eq!(seen.len(), 1, "requests upstream: {seen:?}");
+        (seen[0].0.clone(), String::from_utf8(seen[0].1.to_vec()).unwrap())
+    }
+}
+
+/// A gateway whose default route is `target` on a provider `up` of `kind` at `upstream`.
+async fn gateway(kind: &str, base_path: &str, upstream: &Upstream, target: &str) -> SocketAddr {
+    serve(&format!(
+        "providers:\n  up: {{ kind: {kind}, base_url: 'http://{}{base_path}', api_key: sk-upstream-0123456789 }}\nroutes:\n  default: {{ targets: ['up:{target}'] }}\n",
+        upstream.addr
+    ))
+    .await
+}
+
+/// A gateway of `yaml`.
+async fn serve(yaml: &str) -> SocketAddr {
+    let file = config::parse(yaml, false, "fidelity.yaml").unwrap();
+    let loaded = config::build(file, config::Source::File("fidelity.yaml".into()), &|_: &str| None).unwrap();
+    let state = AppState::new(loaded.router, loaded.gateway);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
+    addr
+}
+
+/// Posts `body` as written to `path` and returns the status and the answer's bytes as text.
+async fn post(gateway: SocketAddr, path: &str, body: &'static str) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .post(format!("http://{gateway}{path}"))
+        .header("content-type", "application/json")
+        .header("anthropic-version", "2023-06-01")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap())
+}
+
+/// A Chat Completions request with what the canonical types do not model or would reorder:
+/// `file` and `input_audio` parts, a `custom` tool, schemas whose key order means something,
+/// numbers written in a way a JSON tree would rewrite, and a vendor field.
+const OPENAI_REQUEST: &str = r#"{"messages":[{"role":"developer","content":"Answer in JSON."},{"role":"user","content":[{"type":"text","text":"Summarise"},{"type":"file","file":{"filename":"a.pdf","file_data":"data:application/pdf;base64,JVBERi0="}},{"type":"input_audio","input_audio":{"data":"UklGRg==","format":"wav"}}]}],"model":"default","response_format":{"type":"json_schema","json_schema":{"name":"out","strict":true,"schema":{"type":"object","properties":{"reasoning":{"type":"string"},"answer":{"type":"string"}},"required":["reasoning","answer"],"additionalProperties":false}}},"tools":[{"type":"custom","custom":{"name":"code_exec","description":"Runs code","format":{"type":"text"}}},{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"z":{"type":"number"},"a":{"type":"number"}}},"strict":true}}],"temperature":1.0,"max_completion_tokens":100,"x_vendor_hint":{"keep":1.50}}"#;
+
+/// An answer with a refusal, usage details and fields the canonical types do not model.
+const OPENAI_ANSWER: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1733000000,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":"I can't help with that.","annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":1200,"completion_tokens":9,"total_tokens":1209,"prompt_tokens_details":{"cached_tokens":1024,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"service_tier":"default","system_fingerprint":"fp_1"}"#;
+
+/// A stream: role, text, a refusal fragment, the finish, then the usage chunk.
+const OPENAI_EVENTS: [&str; 5] = [
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"system_fingerprint\":\"fp\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"system_fingerprint\":\"fp\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"system_fingerprint\":\"fp\",\"choices\":[{\"index\":0,\"delta\":{\"refusal\":\" No.\"},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"system_fingerprint\":\"fp\",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"stop\"}],\"usage\":null}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"system_fingerprint\":\"fp\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7,\"prompt_tokens_details\":{\"cached_tokens\":0},\"completion_tokens_details\":{\"reasoning_tokens\":0}}}\n\n",
+];
+
+/// The whole stream as the provider writes it.
+fn openai_sse() -> String {
+    OPENAI_EVENTS.concat() + "data: [DONE]\n\n"
+}
+
+#[tokio::test]
+async fn an_openai_client_and_an_openai_provider_hear_each_other_byte_for_byte() {
+    let upstream = Upstream::start(OPENAI_ANSWER, &openai_sse()).await;
+    let gateway = gateway("openai", "/v1", &upstream, "gpt-4o").await;
+    let (status, answer) = post(gateway, "/v1/chat/completions", OPENAI_REQUEST).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer, OPENAI_ANSWER);
+    let (path, received) = upstream.received();
+    assert_eq!(path, "/v1/chat/completions");
+    assert_eq!(received, OPENAI_REQUEST.replacen(r#""model":"default""#, r#""model":"gpt-4o""#, 1));
+}
+
+#[tokio::test]
+async fn an_openai_stream_reaches_the_client_as_written_with_the_usage_chunk_only_when_asked() {
+    let asked = r#"{"model":"default","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}],"logprobs":false}"#;
+    let not_asked =
+        r#"{"model":"default","stream":true,"messages":[{"role":"user","content":"hi"}],"logprobs":false}"#;
+    for (body, usage_chunk) in [(asked, true), (not_asked, false)] {
+        let upstream = Upstream::start(OPENAI_ANSWER, &openai_sse()).await;
+        let gateway = gateway("openai", "/v1", &upstream, "gpt-4o").await;
+        let (status, events) = post(gateway, "/v1/chat/completions", body).await;
+        assert_eq!(status, 200, "{events}");
+        let mut expected: String = OPENAI_EVENTS[..4].concat();
+        if usage_chunk {
+            expected.push_str(OPENAI_EVENTS[4]);
+        }
+        expected.push_str("data: [DONE]\n\n");
+        assert_eq!(events, expected, "include_usage asked: {usage_chunk}");
+        // The gateway asks for usage either way (cost and token budgets need it), and changes
+        // nothing else.
+        let (_, received) = upstream.received();
+        let expected = match usage_chunk {
+            true => asked.replacen("default", "gpt-4o", 1),
+            false => not_asked.replacen("default", "gpt-4o", 1).replacen(
+                r#""logprobs":false}"#,
+                r#""logprobs":false,"stream_options":{"include_usage":true}}"#,
+                1,
+            ),
+        };
+        assert_eq!(received, expected);
+    }
+}
+
+/// A Messages request with a document, an earlier turn's thinking (with its signature, which
+/// the provider checks), cache control, extended thinking and a schema with meaningful order.
+const ANTHROPIC_REQUEST: &str = r#"{"model":"default","max_tokens":2048,"thinking":{"type":"enabled","budget_tokens":1024},"system":[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}}],"tools":[{"name":"lookup","description":"Looks up","input_schema":{"type":"object","properties":{"query":{"type":"string"},"limit":{"type":"integer"}},"required":["query"]}}],"messages":[{"role":"user","content":[{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"JVBERi0="},"title":"a.pdf","citations":{"enabled":true}},{"type":"text","text":"What does it say?"}]},{"role":"assistant","content":[{"type":"thinking","thinking":"The user wants a summary.","signature":"EqQBCkYIBxgCKkB"},{"type":"redacted_thinking","data":"EmwKAhgBEgy3"},{"type":"tool_use","id":"toolu_1","name":"lookup","input":{"query":"a.pdf"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"nothing found"}]}],"metadata":{"user_id":"u-1"}}"#;
+
+/// An answer with thinking, a text block with citations and cache usage.
+const ANTHROPIC_ANSWER: &str = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"thinking","thinking":"Nothing was found.","signature":"EqQBCkYIBxgCKkC"},{"type":"text","text":"It says nothing.","citations":null}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":20,"cache_creation_input_tokens":0,"cache_read_input_tokens":1500,"output_tokens":12,"service_tier":"standard"},"container":null}"#;
+
+/// A stream with a thinking block (its deltas and signature), a ping and a text block.
+const ANTHROPIC_SSE: &str = concat!(
+    "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":20,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":1500,\"output_tokens\":1}}}\n\n",
+    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"Nothing was found.\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"EqQBCkYIBxgCKkC\"}}\n\n",
+    "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+    "event: ping\ndata: {\"type\": \"ping\"}\n\n",
+    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"It says nothing.\"}}\n\n",
+    "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
+    "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"input_tokens\":20,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":1500,\"output_tokens\":12}}\n\n",
+    "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+);
+
+#[tokio::test]
+async fn an_anthropic_client_and_an_anthropic_provider_hear_each_other_byte_for_byte() {
+    let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
+    let gateway = gateway("anthropic", "", &upstream, "claude-sonnet-4-5").await;
+    let (status, answer) = post(gateway, "/v1/messages", ANTHROPIC_REQUEST).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer, ANTHROPIC_ANSWER);
+    let (path, received) = upstream.received();
+    assert_eq!(path, "/v1/messages");
+    assert_eq!(received, ANTHROPIC_REQUEST.replacen("default", "claude-sonnet-4-5", 1));
+}
+
+#[tokio::test]
+async fn an_anthropic_stream_with_thinking_reaches_the_client_as_written() {
+    const STREAMED: &str = r#"{"stream":true,"model":"default","max_tokens":2048,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"The sky is green."}},{"type":"text","text":"What colour?"}]}]}"#;
+    let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
+    let gateway = gateway("anthropic", "", &upstream, "claude-sonnet-4-5").await;
+    let (status, events) = post(gateway, "/v1/messages", STREAMED).await;
+    assert_eq!(status, 200, "{events}");
+    assert_eq!(events, ANTHROPIC_SSE);
+    let (_, received) = upstream.received();
+    assert_eq!(received, STREAMED.replacen("default", "claude-sonnet-4-5", 1));
+}
+
+#[tokio::test]
+async fn what_the_gateway_observes_of_a_verbatim_answer_still_steers_the_route() {
+    // The provider's own content filter stops the first answer: the content-policy chain
+    // serves the request, and the client hears the second provider's answer as it wrote it.
+    const FILTERED: &str = r#"{"id":"c0","object":"chat.completion","created":1,"model":"a","choices":[{"index":0,"message":{"role":"assistant","content":""},"finish_reason":"content_filter"}]}"#;
+    let filtering = Upstream::start(FILTERED, "").await;
+    let serving = Upstream::start(OPENAI_ANSWER, "").await;
+    let gateway = serve(&format!(
+        "providers:\n  a: {{ kind: openai, base_url: 'http://{}/v1', api_key: sk-a-0123456789 }}\n  b: {{ kind: openai, base_url: 'http://{}/v1', api_key: sk-b-0123456789 }}\nroutes:\n  default: {{ targets: [a:m], content_policy: [b:n] }}\n",
+        filtering.addr, serving.addr
+    ))
+    .await;
+    let body = r#"{"model":"default","messages":[{"role":"user","content":"hi"}]}"#;
+    let (status, answer) = post(gateway, "/v1/chat/completions", body).await;
+    assert_eq!((status, answer.as_str()), (200, OPENAI_ANSWER));
+    assert_eq!(filtering.received().1, body.replacen("default", "m", 1));
+    assert_eq!(serving.received().1, body.replacen("default", "n", 1));
+}
+
+#[tokio::test]
+async fn a_part_only_the_clients_dialect_knows_is_refused_by_a_provider_of_another_naming_it() {
+    let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
+    let gateway = gateway("anthropic", "", &upstream, "claude-sonnet-4-5").await;
+    let file = r#"{"model":"default","messages":[{"role":"user","content":[{"type":"text","text":"Summarise"},{"type":"file","file":{"file_id":"file-1"}}]}]}"#;
+    let (status, answer) = post(gateway, "/v1/chat/completions", file).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("`messages[0].content[1]` is a `file` part"), "{answer}");
+    let tool = r#"{"model":"default","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"custom","custom":{"name":"x"}}]}"#;
+    let (status, answer) = post(gateway, "/v1/chat/completions", tool).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("`tools[0].type` is `custom`"), "{answer}");
+    assert!(upstream.seen.lock().unwrap().is_empty());
+}
