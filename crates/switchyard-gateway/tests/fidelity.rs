@@ -69,12 +69,12 @@ async fn serve(yaml: &str) -> SocketAddr {
 }
 
 /// Posts `body` as written to `path` and returns the status and the answer's bytes as text.
-async fn post(gateway: SocketAddr, path: &str, body: &'static str) -> (u16, String) {
+async fn post(gateway: SocketAddr, path: &str, body: &str) -> (u16, String) {
     let response = reqwest::Client::new()
         .post(format!("http://{gateway}{path}"))
         .header("content-type", "application/json")
         .header("anthropic-version", "2023-06-01")
-        .body(body)
+        .body(body.to_owned())
         .send()
         .await
         .unwrap();
@@ -225,4 +225,41 @@ async fn a_part_only_the_clients_dialect_knows_is_refused_by_a_provider_of_anoth
     assert_eq!(status, 400, "{answer}");
     assert!(answer.contains("`tools[0].type` is `custom`"), "{answer}");
     assert!(upstream.seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_target_that_cannot_express_the_request_is_skipped_and_when_none_can_the_answer_is_a_400_naming_it() {
+    let claude = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
+    let gpt = Upstream::start(OPENAI_ANSWER, "").await;
+    let providers = format!(
+        "providers:\n  claude: {{ kind: anthropic, base_url: 'http://{}', api_key: sk-ant-0123456789 }}\n  gpt: {{ kind: openai, base_url: 'http://{}/v1', api_key: sk-gpt-0123456789 }}\n",
+        claude.addr, gpt.addr
+    );
+    let gateway = serve(&format!(
+        "{providers}routes:\n  default: {{ targets: [claude:c, gpt:g] }}\n  only-claude: {{ targets: [claude:c] }}\n"
+    ))
+    .await;
+    // Two choices: Anthropic answers one, so its target is skipped, unasked, and unharmed.
+    let two = r#"{"model":"default","n":2,"messages":[{"role":"user","content":"hi"}]}"#;
+    let response = reqwest::Client::new()
+        .post(format!("http://{gateway}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(two)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-switchyard-target"], "gpt:g");
+    assert_eq!(response.headers()["x-switchyard-attempts"], "2");
+    assert_eq!(response.text().await.unwrap(), OPENAI_ANSWER);
+    assert!(claude.seen.lock().unwrap().is_empty());
+    assert_eq!(gpt.received().1, two.replacen("default", "g", 1));
+
+    let (status, answer) = post(gateway, "/v1/chat/completions", &two.replacen("default", "only-claude", 1)).await;
+    assert_eq!(status, 400, "{answer}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("no target of route `only-claude` can serve this request: claude:c: `n`"), "{message}");
+    assert_eq!(answer["switchyard"]["attempts"][0]["outcome"], "skipped_unsupported");
+    assert!(claude.seen.lock().unwrap().is_empty());
 }

@@ -299,7 +299,8 @@ impl Provider for GeminiProvider {
 
 /// An `invalid_request` error with `detail`, which names the field at fault.
 fn invalid_request(detail: impl Into<String>) -> ProviderError {
-    ProviderError::new(ErrorKind::InvalidRequest, detail)
+    // Nothing has been sent: another target may take the request as it is.
+    ProviderError::unsupported(detail)
 }
 
 /// Serialises a request body to JSON bytes; a failure is the caller's `invalid_request`.

@@ -209,6 +209,8 @@ struct Details {
     retry_after: Option<Duration>,
     target: Option<Target>,
     credential_id: Option<CredentialId>,
+    /// Raised before anything was sent: the request cannot be written in the provider's API.
+    unsupported: bool,
 }
 
 impl ProviderError {
@@ -223,7 +225,25 @@ impl ProviderError {
             retry_after: None,
             target: None,
             credential_id: None,
+            unsupported: false,
         }))
+    }
+
+    /// The request cannot be written in this provider's API (`n > 1` toward a provider that
+    /// answers one choice, a part only another dialect has, an operation the provider lacks).
+    /// Adapters raise it before sending anything; the router skips the target (outcome
+    /// `skipped_unsupported`) and goes on, and answers `invalid_request` naming the reasons
+    /// when no target of the route could serve the request. Its kind is
+    /// [`ErrorKind::InvalidRequest`].
+    pub fn unsupported(detail: impl Into<String>) -> Self {
+        let mut error = Self::new(ErrorKind::InvalidRequest, detail);
+        error.0.unsupported = true;
+        error
+    }
+
+    /// Whether this is an [`unsupported`](Self::unsupported) request: nothing was sent.
+    pub fn is_unsupported(&self) -> bool {
+        self.0.unsupported
     }
 
     /// The HTTP status the provider answered with.

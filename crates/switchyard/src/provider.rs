@@ -5,11 +5,11 @@ use std::pin::Pin;
 
 use futures_core::Stream;
 
+use crate::ProviderError;
 use crate::chat::{ChatChunk, ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse};
 use crate::credential::Credential;
 use crate::ratelimit::RateLimits;
 use crate::timeouts::Timeouts;
-use crate::{ErrorKind, ProviderError};
 
 /// A boxed, sendable future: what the object-safe [`Provider`] methods return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -92,10 +92,7 @@ pub trait Provider: Send + Sync + 'static {
         let _ = (call, request);
         let kind = self.kind().to_owned();
         Box::pin(async move {
-            Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                format!("providers of kind `{kind}` do not serve embeddings"),
-            ))
+            Err(ProviderError::unsupported(format!("providers of kind `{kind}` do not serve embeddings")))
         })
     }
 }

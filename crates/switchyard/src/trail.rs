@@ -24,6 +24,8 @@ pub enum Outcome {
     SkippedUnhealthy,
     /// Not called: the target (or every credential of it) is out of quota.
     SkippedExhausted,
+    /// Not called: the request cannot be written in the target's API (the error says why).
+    SkippedUnsupported,
     /// It answered with a content-filter refusal, which was discarded and redirected to the
     /// route's content-policy targets.
     Redirected,
@@ -40,6 +42,7 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::SkippedUnhealthy => "skipped_unhealthy",
             Outcome::SkippedExhausted => "skipped_exhausted",
+            Outcome::SkippedUnsupported => "skipped_unsupported",
             Outcome::Redirected => "redirected",
             Outcome::Candidate => "candidate",
         }
@@ -47,7 +50,7 @@ impl Outcome {
 
     /// Whether the attempt was a skip, not a call.
     pub fn is_skip(self) -> bool {
-        matches!(self, Outcome::SkippedUnhealthy | Outcome::SkippedExhausted)
+        matches!(self, Outcome::SkippedUnhealthy | Outcome::SkippedExhausted | Outcome::SkippedUnsupported)
     }
 }
 

@@ -18,10 +18,10 @@
 use std::fmt::Display;
 
 use serde_json::{Map, Value, json};
+use switchyard::ProviderError;
 use switchyard::chat::{
     ChatRequest, Content, ContentPart, Dialect, Extra, Message, ResponseFormat, Role, Tool, ToolChoice,
 };
-use switchyard::{ErrorKind, ProviderError};
 
 use super::wire::{
     Block, ImageSource, MessagesRequest, System, ToolChoiceParam, ToolParam, ToolResultContent, Turn,
@@ -54,7 +54,8 @@ const RESERVED: [&str; 11] = [
 
 /// An `invalid_request` error naming the field at fault.
 pub(crate) fn invalid(field: impl Display, reason: impl Display) -> ProviderError {
-    ProviderError::new(ErrorKind::InvalidRequest, format!("`{field}` {reason}"))
+    // Nothing has been sent: another target (of the client's own dialect) may take it as is.
+    ProviderError::unsupported(format!("`{field}` {reason}"))
 }
 
 /// The Messages API body for `request`, to be sent for the upstream `model`.

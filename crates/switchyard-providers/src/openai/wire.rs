@@ -59,13 +59,10 @@ const TOOL_FIELDS: &[&str] = &["type", "function"];
 /// is, it would mean nothing.
 fn refuse_foreign_parts(request: &ChatRequest) -> Result<(), ProviderError> {
     if let Some((i, tool)) = request.tools.iter().enumerate().find(|(_, tool)| !tool.is_function()) {
-        return Err(ProviderError::new(
-            ErrorKind::InvalidRequest,
-            format!(
-                "tools[{i}] is a `{}` tool; only `function` tools translate to the Chat Completions API",
-                tool.kind
-            ),
-        ));
+        return Err(ProviderError::unsupported(format!(
+            "tools[{i}] is a `{}` tool; only `function` tools translate to the Chat Completions API",
+            tool.kind
+        )));
     }
     for (i, message) in request.messages.iter().enumerate() {
         let Some(Content::Parts(parts)) = &message.content else { continue };

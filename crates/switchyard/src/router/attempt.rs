@@ -83,12 +83,29 @@ impl<X: Exchange> Run<'_, X> {
                 if let Some(mut permit) = permit {
                     permit.settle(None);
                 }
+                if error.is_unsupported() {
+                    return self.unsupported(tries, error, attempt);
+                }
                 let error =
                     redact(error, cred).with_target(tries.target.clone()).with_credential(cred.id().clone());
                 let failure = Failure { credential, probe, cut_by_deadline, error, attempt };
                 self.failed(slot, tries, failure)
             }
         }
+    }
+
+    /// The request cannot be written in the target's API: nothing was sent, so the target's
+    /// health is untouched and the walk goes on. Not even a route without fallback stops here:
+    /// the target did not fail, it was never asked.
+    fn unsupported(&mut self, tries: &mut TargetTry, error: ProviderError, mut attempt: Attempt) -> Step {
+        let error = error.with_target(tries.target.clone());
+        attempt.outcome = Outcome::SkippedUnsupported;
+        attempt.credential_id = None;
+        attempt.error = Some(error.clone());
+        self.trail.push(attempt);
+        self.unsupported.push(format!("{}: {}", tries.target, error.detail()));
+        self.last_error = Some(error);
+        Step::Next
     }
 
     /// The gate skipped the target: recorded as a skip, or, when the previous attempt on it

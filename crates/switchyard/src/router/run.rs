@@ -15,7 +15,7 @@ use super::{Inner, RequestOptions};
 use crate::events::EventKind;
 use crate::route::Route;
 use crate::trail::{Outcome, Timing, Trail, Via};
-use crate::{ProviderError, RouteError, Target};
+use crate::{ErrorKind, ProviderError, RouteError, Target};
 
 /// The targets still to try, and which chain they belong to.
 pub(super) struct Plan {
@@ -119,6 +119,8 @@ pub(super) struct Run<'r, X: Exchange> {
     pub(super) refusal: Option<Box<Refusal<X::Output>>>,
     /// The answer, once an attempt produced one.
     pub(super) answer: Option<Served<X::Output>>,
+    /// Why each target skipped as unsupported could not serve the request, in order.
+    pub(super) unsupported: Vec<String>,
 }
 
 /// One target's tries within a request.
@@ -160,6 +162,7 @@ impl<'r, X: Exchange> Run<'r, X> {
             out_of_time: false,
             refusal: None,
             answer: None,
+            unsupported: Vec::new(),
         }
     }
 
@@ -228,6 +231,17 @@ impl<'r, X: Exchange> Run<'r, X> {
 
     /// The error when nothing answered, with the whole trail.
     fn all_failed(&mut self) -> RouteError {
+        if !self.unsupported.is_empty()
+            && self.trail.attempts().iter().all(|a| a.outcome == Outcome::SkippedUnsupported)
+        {
+            // No target could have served it: the request is the problem, said as such.
+            let detail = format!(
+                "no target of route `{}` can serve this request: {}",
+                self.route.name(),
+                self.unsupported.join("; ")
+            );
+            return self.upstream(ProviderError::new(ErrorKind::InvalidRequest, detail));
+        }
         if self.out_of_time
             && let Some(last) = self.trail.last_mut()
             && last.note.is_none()
