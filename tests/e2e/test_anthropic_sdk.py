@@ -120,3 +120,43 @@ def test_an_openai_models_refusal_reaches_an_anthropic_client_in_words(mock, gat
         model="default", max_tokens=64, messages=[{"role": "user", "content": "Something it declines"}]
     ) as stream:
         assert "".join(stream.text_stream) == "I'm sorry, I can't help with that."
+
+
+def test_count_tokens_is_routed_to_the_first_target_that_counts(mock, gateway):
+    gw = gateway(
+        config(
+            mock,
+            {"gpt": ("openai", "ok", OPENAI_KEY), "claude": ("anthropic", "ok", ANT_KEY)},
+            {"default": "{ targets: [gpt:gpt-test, claude:claude-test] }"},
+        )
+    )
+    raw = client(gw).messages.with_raw_response.count_tokens(
+        model="default", system="Be brief.", messages=[{"role": "user", "content": "Hello there"}]
+    )
+    # The mock counts a quarter of the characters of every string: 9 + 4 ("user") + 11, so 6.
+    assert raw.parse().input_tokens == 6
+    assert raw.headers["x-switchyard-target"] == "claude:claude-test"
+    sent = mock.stats()["scenarios"]["ok"]["last_request"]
+    assert sent["path"].endswith("/v1/messages/count_tokens")
+    assert sent["json"]["model"] == "claude-test"
+
+
+def test_a_document_and_thinking_reach_an_anthropic_upstream_as_written(mock, gateway):
+    gw = gateway(config(mock, {"claude": ("anthropic", "ok", ANT_KEY)}, {"default": "{ targets: [claude:claude-test] }"}))
+    document = {
+        "type": "document",
+        "source": {"type": "text", "media_type": "text/plain", "data": "The sky is green."},
+        "title": "facts.txt",
+    }
+    history = [
+        {"role": "user", "content": [document, {"type": "text", "text": "What colour is the sky?"}]},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "It says green.", "signature": "sig-1"}, {"type": "text", "text": "Green."}]},
+        {"role": "user", "content": "Sure?"},
+    ]
+    message = client(gw).messages.create(
+        model="default", max_tokens=2048, thinking={"type": "enabled", "budget_tokens": 1024}, messages=history
+    )
+    assert message.content[0].text == "mock answer from claude-test"
+    sent = mock.stats()["scenarios"]["ok"]["last_request"]["json"]
+    assert sent["messages"] == history
+    assert sent["thinking"] == {"type": "enabled", "budget_tokens": 1024}

@@ -299,3 +299,34 @@ def test_a_stream_carries_usage_only_when_the_client_asked(mock, gateway):
         stream_options={"include_usage": True},
     ))
     assert asked[-1].choices == [] and asked[-1].usage.total_tokens > 0
+
+
+def test_file_and_audio_parts_and_a_custom_tool_reach_an_openai_upstream_as_written(mock, gateway):
+    gw = gateway(config(mock, {"a": ("openai", "ok", KEY)}, {"default": "{ targets: [a:gpt-test] }"}))
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Transcribe and summarise"},
+                {"type": "file", "file": {"file_id": "file-abc123"}},
+                {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+            ],
+        }
+    ]
+    tools = [{"type": "custom", "custom": {"name": "code_exec", "description": "Runs Python"}}]
+    schema = {
+        "type": "object",
+        "properties": {"reasoning": {"type": "string"}, "answer": {"type": "string"}},
+        "required": ["reasoning", "answer"],
+        "additionalProperties": False,
+    }
+    response_format = {"type": "json_schema", "json_schema": {"name": "out", "strict": True, "schema": schema}}
+    completion = client(gw).chat.completions.create(
+        model="default", messages=messages, tools=tools, response_format=response_format
+    )
+    assert completion.choices[0].message.content == "mock answer from gpt-test"
+    sent = mock.stats()["scenarios"]["ok"]["last_request"]["json"]
+    assert sent["messages"] == messages
+    assert sent["tools"] == tools
+    # Key order is meaning here: the model writes its reasoning first.
+    assert list(sent["response_format"]["json_schema"]["schema"]["properties"]) == ["reasoning", "answer"]

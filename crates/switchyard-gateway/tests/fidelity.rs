@@ -228,7 +228,8 @@ async fn a_part_only_the_clients_dialect_knows_is_refused_by_a_provider_of_anoth
 }
 
 #[tokio::test]
-async fn a_target_that_cannot_express_the_request_is_skipped_and_when_none_can_the_answer_is_a_400_naming_it() {
+async fn a_target_that_cannot_express_the_request_is_skipped_and_when_none_can_the_answer_is_a_400_naming_it()
+{
     let claude = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
     let gpt = Upstream::start(OPENAI_ANSWER, "").await;
     let providers = format!(
@@ -255,11 +256,41 @@ async fn a_target_that_cannot_express_the_request_is_skipped_and_when_none_can_t
     assert!(claude.seen.lock().unwrap().is_empty());
     assert_eq!(gpt.received().1, two.replacen("default", "g", 1));
 
-    let (status, answer) = post(gateway, "/v1/chat/completions", &two.replacen("default", "only-claude", 1)).await;
+    let (status, answer) =
+        post(gateway, "/v1/chat/completions", &two.replacen("default", "only-claude", 1)).await;
     assert_eq!(status, 400, "{answer}");
     let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
     let message = answer["error"]["message"].as_str().unwrap();
-    assert!(message.contains("no target of route `only-claude` can serve this request: claude:c: `n`"), "{message}");
+    assert!(
+        message.contains("no target of route `only-claude` can serve this request: claude:c: `n`"),
+        "{message}"
+    );
     assert_eq!(answer["switchyard"]["attempts"][0]["outcome"], "skipped_unsupported");
     assert!(claude.seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn count_tokens_is_answered_by_the_routes_first_target_that_counts_as_it_wrote() {
+    const COUNT: &str = r#"{"input_tokens":2095}"#;
+    let claude = Upstream::start(COUNT, "").await;
+    let gpt = Upstream::start(OPENAI_ANSWER, "").await;
+    let gateway = serve(&format!(
+        "providers:\n  gpt: {{ kind: openai, base_url: 'http://{}/v1', api_key: sk-gpt-0123456789 }}\n  claude: {{ kind: anthropic, base_url: 'http://{}', api_key: sk-ant-0123456789 }}\nroutes:\n  default: {{ targets: [gpt:g, claude:c] }}\n  only-gpt: {{ targets: [gpt:g] }}\n",
+        gpt.addr, claude.addr
+    ))
+    .await;
+    // As the SDKs send it: no max_tokens, which counting refuses.
+    let body = r#"{"model":"default","system":"Be brief.","messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"x"}}]}],"tools":[{"name":"t","input_schema":{"type":"object"}}],"thinking":{"type":"enabled","budget_tokens":1024}}"#;
+    let (status, answer) = post(gateway, "/v1/messages/count_tokens", body).await;
+    assert_eq!((status, answer.as_str()), (200, COUNT));
+    let (path, received) = claude.received();
+    assert_eq!(path, "/v1/messages/count_tokens");
+    assert_eq!(received, body.replacen("default", "c", 1));
+    assert!(gpt.seen.lock().unwrap().is_empty());
+
+    let (status, answer) =
+        post(gateway, "/v1/messages/count_tokens", &body.replacen("default", "only-gpt", 1)).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("no target of route `only-gpt` can serve this request: gpt:g: providers of kind `openai` do not count tokens"), "{answer}");
+    assert!(answer.contains(r#""type":"invalid_request_error""#), "{answer}");
 }

@@ -16,6 +16,8 @@ use crate::scenario::{Action, Plan, ScenarioError};
 pub(crate) enum Endpoint {
     ChatCompletions,
     Messages,
+    /// Anthropic's `messages/count_tokens`.
+    CountTokens,
     Embeddings,
 }
 
@@ -24,6 +26,7 @@ impl Endpoint {
         match self {
             Endpoint::ChatCompletions => "/v1/chat/completions",
             Endpoint::Messages => "/v1/messages",
+            Endpoint::CountTokens => "/v1/messages/count_tokens",
             Endpoint::Embeddings => "/v1/embeddings",
         }
     }

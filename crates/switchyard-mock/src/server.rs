@@ -86,6 +86,7 @@ fn route(path: &str) -> Route<'_> {
     let endpoint = match (segments.next(), segments.next(), segments.next()) {
         (Some("chat"), Some("completions"), None) => Endpoint::ChatCompletions,
         (Some("messages"), None, None) => Endpoint::Messages,
+        (Some("messages"), Some("count_tokens"), None) => Endpoint::CountTokens,
         (Some("embeddings"), None, None) => Endpoint::Embeddings,
         _ => return Route::NotFound,
     };
@@ -107,7 +108,7 @@ async fn handle(request: Request<Incoming>, registry: &Registry) -> Result<Respo
         Route::Reset | Route::NotFound => {
             let message = format!(
                 "switchyard-mock: no route for {} {}; use POST /{{scenario}}/v1/chat/completions, \
-                 /{{scenario}}/v1/messages or /{{scenario}}/v1/embeddings, POST /_reset or GET /_stats",
+                 /{{scenario}}/v1/messages(/count_tokens) or /{{scenario}}/v1/embeddings, POST /_reset or GET /_stats",
                 parts.method,
                 parts.uri.path()
             );
@@ -179,6 +180,9 @@ async fn api(
         }
     };
 
+    if endpoint == Endpoint::CountTokens {
+        return Ok(count_tokens(&body));
+    }
     let probe = match Probe::parse(&body) {
         Ok(probe) => probe,
         Err(error) => {
@@ -187,6 +191,30 @@ async fn api(
         }
     };
     Ok(answer(dialect, content, &probe, &action, cut))
+}
+
+/// A token count: a quarter of the characters of every string under `system` and
+/// `messages`, rounded up, so that a test can say what to expect.
+fn count_tokens(body: &[u8]) -> Response<MockBody> {
+    fn chars(value: &serde_json::Value) -> usize {
+        match value {
+            serde_json::Value::String(text) => text.chars().count(),
+            serde_json::Value::Array(items) => items.iter().map(chars).sum(),
+            serde_json::Value::Object(members) => members.values().map(chars).sum(),
+            _ => 0,
+        }
+    }
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        let message = "switchyard-mock: the count_tokens body is not JSON".to_owned();
+        return Dialect::Anthropic.fault(&Fault::Invalid { status: 400, message });
+    };
+    if value.get("max_tokens").is_some() {
+        // As Anthropic does: counting takes no output limit.
+        let message = "max_tokens: Extra inputs are not permitted".to_owned();
+        return Dialect::Anthropic.fault(&Fault::Invalid { status: 400, message });
+    }
+    let total = ["system", "messages"].iter().filter_map(|key| value.get(key)).map(chars).sum::<usize>();
+    reply::json(StatusCode::OK, format!(r#"{{"input_tokens":{}}}"#, total.div_ceil(4)))
 }
 
 fn answer(
@@ -221,7 +249,7 @@ impl Dialect {
     fn of(endpoint: Endpoint) -> Dialect {
         match endpoint {
             Endpoint::ChatCompletions => Dialect::OpenAi,
-            Endpoint::Messages => Dialect::Anthropic,
+            Endpoint::Messages | Endpoint::CountTokens => Dialect::Anthropic,
             Endpoint::Embeddings => Dialect::Embeddings,
         }
     }

@@ -23,7 +23,7 @@ mod wire;
 
 use ::http::Uri;
 use ::http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
-use switchyard::chat::{ChatRequest, ChatResponse, Dialect, Verbatim};
+use switchyard::chat::{ChatRequest, ChatResponse, Dialect, TokenCount, Verbatim};
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
 use switchyard::{ErrorKind, ProviderError};
 
@@ -33,6 +33,10 @@ pub use response::VERBATIM_USAGE;
 use crate::sse::SseStream;
 use crate::verbatim::{self, Edit};
 use crate::{BuildError, ProviderSettings, http};
+
+/// The members of a Messages request that token counting takes (it refuses `max_tokens`,
+/// `stream` and the sampling parameters).
+const COUNTED: [&str; 6] = ["model", "messages", "system", "tools", "tool_choice", "thinking"];
 
 /// The `anthropic-version` sent when the settings name none.
 pub const DEFAULT_API_VERSION: &str = "2023-06-01";
@@ -46,6 +50,8 @@ pub struct AnthropicProvider {
     base_url: String,
     /// `{base}/v1/messages`, parsed once.
     endpoint: Uri,
+    /// `{base}/v1/messages/count_tokens`, parsed once.
+    count_endpoint: Uri,
     /// `content-type`, `anthropic-version` and the configured extra headers (marked
     /// sensitive); the key is added per call as `x-api-key`.
     headers: HeaderMap,
@@ -65,6 +71,8 @@ impl AnthropicProvider {
             Some(root) => format!("{root}/v1/messages"),
             None => format!("{base_url}/v1/messages"),
         };
+        let count_endpoint = Uri::try_from(format!("{endpoint}/count_tokens"))
+            .map_err(|_| BuildError::InvalidBaseUrl(base_url.clone()))?;
         let endpoint = Uri::try_from(endpoint).map_err(|_| BuildError::InvalidBaseUrl(base_url.clone()))?;
         let version = settings.api_version.as_deref().unwrap_or(DEFAULT_API_VERSION);
         let mut headers = HeaderMap::new();
@@ -90,12 +98,29 @@ impl AnthropicProvider {
         } else {
             &["anthropic-beta", "anthropic-version", "idempotency-key"]
         };
-        Ok(Self { client: http::HttpClient::new(&settings.http)?, base_url, endpoint, headers, forwarded })
+        Ok(Self {
+            client: http::HttpClient::new(&settings.http)?,
+            base_url,
+            endpoint,
+            count_endpoint,
+            headers,
+            forwarded,
+        })
     }
 
     /// Sends `body` and returns the response when it is a success; otherwise the classified
     /// error. The rate-limit headers of every response go to the call's sink.
     async fn send(&self, call: &Call<'_>, body: Vec<u8>) -> Result<http::Response, ProviderError> {
+        self.send_to(&self.endpoint, call, body).await
+    }
+
+    /// [`send`](Self::send) to `endpoint`.
+    async fn send_to(
+        &self,
+        endpoint: &Uri,
+        call: &Call<'_>,
+        body: Vec<u8>,
+    ) -> Result<http::Response, ProviderError> {
         let key = call.credential.key();
         let mut headers = self.headers.clone();
         http::forward(&mut headers, call.forward, self.forwarded);
@@ -109,7 +134,7 @@ impl AnthropicProvider {
             value.set_sensitive(true);
             headers.insert("x-api-key", value);
         }
-        let response = self.client.send(http::post(self.endpoint.clone(), headers, body)).await?;
+        let response = self.client.send(http::post(endpoint.clone(), headers, body)).await?;
         let limits = http::observe_limits(&response, call.rate_limits);
         let status = response.status().as_u16();
         if response.status().is_success() {
@@ -137,6 +162,40 @@ impl AnthropicProvider {
 }
 
 impl AnthropicProvider {
+    /// Counts `request`'s input tokens: the client's body with the model set, when it wrote in
+    /// this dialect; else the translated request, with only the members counting takes.
+    async fn count(&self, call: Call<'_>, request: &ChatRequest) -> Result<TokenCount, ProviderError> {
+        let verbatim = Self::verbatim(request);
+        let body = match verbatim {
+            Some(body) => verbatim::rewrite(body, &[("model", Edit::Text(call.model))])?,
+            None => {
+                let mut body =
+                    serde_json::to_value(request::build(call.model, request, false)?).map_err(|error| {
+                        ProviderError::unsupported(format!("the request could not be serialized: {error}"))
+                    })?;
+                if let Some(body) = body.as_object_mut() {
+                    body.retain(|key, _| COUNTED.contains(&key.as_str()));
+                }
+                serde_json::to_vec(&body).unwrap_or_default()
+            }
+        };
+        let response = self.send_to(&self.count_endpoint, &call, body).await?;
+        let bytes = http::read_body(response).await?;
+        #[derive(serde::Deserialize)]
+        struct Counted {
+            input_tokens: u32,
+        }
+        let counted = serde_json::from_slice::<Counted>(&bytes).map_err(|error| {
+            let text = String::from_utf8_lossy(&bytes);
+            let detail = format!("the answer is not a token count ({error}): {}", http::excerpt(&text));
+            ProviderError::new(ErrorKind::MalformedResponse, classify::redact(detail, call.credential.key()))
+        })?;
+        Ok(TokenCount {
+            input_tokens: counted.input_tokens,
+            verbatim: verbatim.map(|_| Verbatim::new(Dialect::Anthropic, bytes)),
+        })
+    }
+
     /// The client's body, when it is in the Messages dialect.
     fn verbatim(request: &ChatRequest) -> Option<&bytes::Bytes> {
         request.verbatim.as_ref().and_then(|v| v.in_dialect(Dialect::Anthropic))
@@ -180,6 +239,14 @@ impl Provider for AnthropicProvider {
             }
             Ok(answer)
         })
+    }
+
+    fn count_tokens<'a>(
+        &'a self,
+        call: Call<'a>,
+        request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<TokenCount, ProviderError>> {
+        Box::pin(self.count(call, request))
     }
 
     fn chat_stream<'a>(

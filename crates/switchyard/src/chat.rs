@@ -930,6 +930,16 @@ impl EmbeddingInput {
     }
 }
 
+/// How many input tokens a request would take, as the provider counts them (Anthropic's
+/// `count_tokens`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TokenCount {
+    /// The prompt's tokens: messages, system, tools.
+    pub input_tokens: u32,
+    /// The provider's answer as it wrote it, when the request went out verbatim.
+    pub verbatim: Option<Verbatim>,
+}
+
 /// Embedding vectors, one per input, in input order.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct EmbeddingsResponse {

@@ -61,5 +61,6 @@ pub use error::{ErrorKind, HealthEffect, ProviderError, RouteError, UnknownError
 pub use router::stream::{RoutedStream, StreamError};
 pub use router::{
     Answer, ConfigError, EmbeddingsAnswer, Price, ProviderEntry, RequestOptions, Router, RouterBuilder,
+    TokenCountAnswer,
 };
 pub use target::{Target, TargetError};

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use futures_core::Stream;
 
 use crate::ProviderError;
-use crate::chat::{ChatChunk, ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse};
+use crate::chat::{ChatChunk, ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, TokenCount};
 use crate::credential::Credential;
 use crate::ratelimit::RateLimits;
 use crate::timeouts::Timeouts;
@@ -82,6 +82,20 @@ pub trait Provider: Send + Sync + 'static {
     /// first request a thread sends does not pay for it. A server calls it on each of its
     /// threads before serving; the default does nothing.
     fn warm(&self) {}
+
+    /// How many input tokens `request` would take. The default refuses (as unsupported, so
+    /// the router tries the route's next target): only some providers count.
+    fn count_tokens<'a>(
+        &'a self,
+        call: Call<'a>,
+        request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<TokenCount, ProviderError>> {
+        let _ = (call, request);
+        let kind = self.kind().to_owned();
+        Box::pin(async move {
+            Err(ProviderError::unsupported(format!("providers of kind `{kind}` do not count tokens")))
+        })
+    }
 
     /// Embedding vectors. The default refuses: not every provider embeds.
     fn embeddings<'a>(

@@ -54,6 +54,48 @@ pub async fn messages(State(state): State<Arc<AppState>>, headers: HeaderMap, bo
     }
 }
 
+/// `POST /v1/messages/count_tokens`, routed like a message: the route's first target that
+/// counts (an Anthropic one) answers, as it wrote; a route with none answers 400 naming it.
+pub async fn count_tokens(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    let parse = |bytes: &Bytes| {
+        let invalid = |detail: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", detail);
+        let mut value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| invalid(format!("the body is not valid JSON: {e}")))?;
+        // A count takes no `max_tokens`; the canonical request, which routing reads, wants one.
+        if let Some(object) = value.as_object_mut() {
+            object.entry("max_tokens").or_insert(serde_json::Value::from(1));
+        }
+        let mut request = codec::request_from_json(value).map_err(|e| invalid(e.to_string()))?;
+        request.verbatim = Some(Verbatim::new(ChatDialect::Anthropic, bytes.clone()));
+        Ok(request)
+    };
+    let endpoint = (Dialect::Anthropic, "count_tokens");
+    let (exchange, request) =
+        match accept(&state, &headers, body, endpoint, parse, |r: &ChatRequest| &r.model).await {
+            Ok(accepted) => accepted,
+            Err(response) => return response,
+        };
+    match state.router.count_tokens(&request, &options(&headers)).await {
+        Ok(answer) => {
+            let body = match answer.count.verbatim.as_ref().and_then(|v| v.in_dialect(ChatDialect::Anthropic))
+            {
+                Some(bytes) => bytes.clone(),
+                None => {
+                    Bytes::from(serde_json::json!({ "input_tokens": answer.count.input_tokens }).to_string())
+                }
+            };
+            let served = Delivered {
+                route: answer.route,
+                served_by: answer.served_by,
+                trail: answer.trail,
+                timing: answer.timing,
+            };
+            answered(&state, &exchange, body, served)
+        }
+        Err(error) => route_failed(&state, &exchange, error),
+    }
+}
+
 /// The answer of a provider of another dialect, in this one.
 fn translated(state: &AppState, exchange: &RequestContext, mut answer: Answer) -> Response {
     match codec::response_to_json(&answer.response) {

@@ -126,6 +126,7 @@ pub fn app(state: Arc<AppState>) -> HttpRouter {
         .route("/v1/models", get(openai::models))
         .route("/v1/models/{*id}", get(openai::model))
         .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
         .route("/readyz", get(admin::ready))
         .route("/metrics", get(admin::metrics))

@@ -168,7 +168,7 @@ impl<X: Exchange> Run<'_, X> {
         target: &Target,
         probe: bool,
     ) -> Result<Option<Permit>, Step> {
-        let Some(pacer) = &self.inner.pacer else { return Ok(None) };
+        let Some(pacer) = self.inner.pacer.as_ref().filter(|_| self.x.paced()) else { return Ok(None) };
         let cred = &slot.credentials[credential];
         let asked = Instant::now();
         let request = PaceRequest {
@@ -224,7 +224,7 @@ impl<X: Exchange> Run<'_, X> {
         let sent = Instant::now();
         let remaining = self.deadline.map_or(limit, |d| d.saturating_duration_since(sent).min(limit));
         let cred = &slot.credentials[credential];
-        let sink = self.inner.pacer.as_ref().map(|pacer| PacerSink {
+        let sink = self.inner.pacer.as_ref().filter(|_| self.x.paced()).map(|pacer| PacerSink {
             pacer: &**pacer,
             provider: &slot.id,
             credential_id: cred.id(),

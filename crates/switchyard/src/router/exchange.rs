@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::chat::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse};
+use crate::chat::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, TokenCount};
 use crate::pacing::Permit;
 use crate::provider::{BoxFuture, Call, Provider};
 use crate::route::Route;
@@ -47,6 +47,12 @@ pub(crate) trait Exchange: Sync {
     /// Whether a failure may switch to the route's special chains (context window, content
     /// policy): not for embeddings, whose vectors may only come from their embedding space.
     fn takes_special_chains(&self) -> bool {
+        true
+    }
+
+    /// Whether the call takes a pacing permit and reports its rate-limit headers to the pacer:
+    /// not for token counting, which providers limit apart from generation.
+    fn paced(&self) -> bool {
         true
     }
 }
@@ -149,4 +155,53 @@ pub(crate) struct Served<O> {
     pub(crate) attempt_started: Instant,
     pub(crate) deadline: Option<Instant>,
     pub(crate) timeouts: Timeouts,
+}
+
+/// Counting a request's input tokens: answered by the first target whose provider counts, with
+/// no special chains, no candidates and no pacing (providers limit counting apart from
+/// generation, and it costs nothing).
+pub(super) struct CountTokensExchange<'r>(pub(super) &'r ChatRequest);
+
+impl Exchange for CountTokensExchange<'_> {
+    type Output = TokenCount;
+
+    fn call<'a>(
+        &'a self,
+        provider: &'a dyn Provider,
+        call: Call<'a>,
+    ) -> BoxFuture<'a, Result<TokenCount, ProviderError>> {
+        provider.count_tokens(call, self.0)
+    }
+
+    fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {
+        (route.timeouts().total, "total")
+    }
+
+    fn is_content_filtered(&self, _: &TokenCount) -> bool {
+        false
+    }
+
+    fn chat_request(&self) -> Option<&ChatRequest> {
+        None
+    }
+
+    fn candidate_output(&self, _: ChatResponse) -> Option<TokenCount> {
+        None
+    }
+
+    fn estimated_tokens(&self) -> u32 {
+        0
+    }
+
+    fn used_tokens(&self, _: &TokenCount) -> Option<u32> {
+        None
+    }
+
+    fn takes_special_chains(&self) -> bool {
+        false
+    }
+
+    fn paced(&self) -> bool {
+        false
+    }
 }

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use crate::backoff::Jitter;
 use crate::budget::{RetryBudget, RetryBudgetSettings};
-use crate::chat::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Usage};
+use crate::chat::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, TokenCount, Usage};
 use crate::credential::Credential;
 use crate::events::{EventBus, EventKind, Subscription};
 use crate::health::{HealthBoard, HealthSettings, HealthSnapshot, HealthStore, TargetHealth};
@@ -35,7 +35,7 @@ use crate::{ProviderError, RouteError, Target};
 
 pub(crate) use entry::ProviderSlot;
 pub use entry::{Price, ProviderEntry};
-use exchange::{ChatExchange, EmbeddingsExchange, Exchange, Served};
+use exchange::{ChatExchange, CountTokensExchange, EmbeddingsExchange, Exchange, Served};
 use run::Run;
 use stream::{RoutedStream, StreamExchange};
 
@@ -119,6 +119,21 @@ pub struct EmbeddingsAnswer {
     /// Every attempt of the request, in order, the serving one included.
     pub trail: Trail,
     /// Where the request's time went: in total, and queued by pacing.
+    pub timing: Timing,
+}
+
+/// A successful token count.
+#[derive(Debug, Clone)]
+pub struct TokenCountAnswer {
+    /// The count.
+    pub count: TokenCount,
+    /// The target that counted.
+    pub served_by: Via,
+    /// The route that governed the request.
+    pub route: Arc<str>,
+    /// Every attempt of the request, in order, the serving one included.
+    pub trail: Trail,
+    /// Where the request's time went.
     pub timing: Timing,
 }
 
@@ -425,6 +440,25 @@ impl Router {
         let served = self.run(&EmbeddingsExchange(request), resolved, options).await?;
         Ok(EmbeddingsAnswer {
             response: served.output,
+            served_by: served.via,
+            route: served.route.name_arc().clone(),
+            trail: served.trail,
+            timing: served.timing,
+        })
+    }
+
+    /// Counts the input tokens of `request` along its route: the first target whose provider
+    /// counts (Anthropic's) answers; targets of providers that do not are skipped as
+    /// unsupported, and a route with none answers `invalid_request` naming it.
+    pub async fn count_tokens(
+        &self,
+        request: &ChatRequest,
+        options: &RequestOptions,
+    ) -> Result<TokenCountAnswer, RouteError> {
+        let resolved = self.resolve(&request.model)?;
+        let served = self.run(&CountTokensExchange(request), resolved, options).await?;
+        Ok(TokenCountAnswer {
+            count: served.output,
             served_by: served.via,
             route: served.route.name_arc().clone(),
             trail: served.trail,
