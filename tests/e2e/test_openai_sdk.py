@@ -301,6 +301,25 @@ def test_a_stream_carries_usage_only_when_the_client_asked(mock, gateway):
     assert asked[-1].choices == [] and asked[-1].usage.total_tokens > 0
 
 
+def test_a_translated_stream_carries_usage_in_a_last_chunk_of_its_own(mock, gateway):
+    """From an Anthropic upstream the usage comes with the finish; an OpenAI client gets it as
+    OpenAI writes it, in a chunk with `choices: []` after the finish."""
+    claude = ("anthropic", "ok~chunks=3", "api_key: sk-upstream-ant-0003")
+    gw = gateway(config(mock, {"claude": claude}, {"default": "{ targets: [claude:claude-test] }"}))
+    sdk = client(gw)
+    asked = list(sdk.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Hello"}], stream=True,
+        stream_options={"include_usage": True},
+    ))
+    assert asked[-2].choices[0].finish_reason == "stop" and asked[-2].usage is None
+    assert asked[-1].choices == [] and asked[-1].usage.total_tokens > 0
+    assert asked[-1].id == asked[0].id
+    plain = list(sdk.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Hello"}], stream=True
+    ))
+    assert all(c.choices and c.usage is None for c in plain)
+
+
 def test_file_and_audio_parts_and_a_custom_tool_reach_an_openai_upstream_as_written(mock, gateway):
     gw = gateway(config(mock, {"a": ("openai", "ok", KEY)}, {"default": "{ targets: [a:gpt-test] }"}))
     messages = [

@@ -22,11 +22,15 @@ pub trait Encoder: Send + Unpin + 'static {
     fn end(&mut self, out: &mut Vec<u8>);
 }
 
-/// OpenAI's `chat.completion.chunk` events, ending with `data: [DONE]`.
+/// OpenAI's `chat.completion.chunk` events, ending with `data: [DONE]`. Usage goes in a chunk
+/// of its own with `choices: []`, last, as OpenAI writes it (only when the client asked):
+/// translated streams (Anthropic's, Gemini's) tell it on their finish chunk.
 pub struct OpenAiEncoder {
     id: String,
     created: u64,
     include_usage: bool,
+    /// The usage seen so far and the model that answered, for the usage chunk.
+    usage: Option<(switchyard::chat::Usage, String)>,
 }
 
 impl Encoder for OpenAiEncoder {
@@ -37,11 +41,11 @@ impl Encoder for OpenAiEncoder {
             out.extend_from_slice(frame);
             return;
         }
-        if !self.include_usage {
-            chunk.usage = None;
-            if chunk.choices.is_empty() {
-                return;
-            }
+        if let Some(usage) = chunk.usage.take() {
+            self.usage = Some((usage, chunk.model.clone()));
+        }
+        if chunk.choices.is_empty() {
+            return;
         }
         if chunk.id.is_empty() {
             chunk.id.clone_from(&self.id);
@@ -49,11 +53,23 @@ impl Encoder for OpenAiEncoder {
         if chunk.created == 0 {
             chunk.created = self.created;
         }
+        // The usage chunk, written at the end, carries the id and time of the others.
+        self.id.clone_from(&chunk.id);
+        self.created = chunk.created;
         chunk.extra.entry("object").or_insert_with(|| "chat.completion.chunk".into());
         write_data(out, &chunk);
     }
 
     fn end(&mut self, out: &mut Vec<u8>) {
+        if self.include_usage
+            && let Some((usage, model)) = self.usage.take()
+        {
+            let mut chunk =
+                ChatChunk { id: self.id.clone(), model, created: self.created, ..ChatChunk::default() };
+            chunk.usage = Some(usage);
+            chunk.extra.insert("object".to_owned(), "chat.completion.chunk".into());
+            write_data(out, &chunk);
+        }
         out.extend_from_slice(b"data: [DONE]\n\n");
     }
 }
@@ -81,8 +97,12 @@ pub fn openai_stream(
     stream: RoutedStream,
     include_usage: bool,
 ) -> Response {
-    let encoder =
-        OpenAiEncoder { id: format!("chatcmpl-{}", exchange.id), created: unix_now(), include_usage };
+    let encoder = OpenAiEncoder {
+        id: format!("chatcmpl-{}", exchange.id),
+        created: unix_now(),
+        include_usage,
+        usage: None,
+    };
     respond(state, exchange, stream, encoder)
 }
 
