@@ -479,12 +479,14 @@ async fn harmless_openai_fields_are_ignored_and_mappable_ones_are_mapped() {
 #[tokio::test]
 async fn meaningful_fields_without_an_anthropic_equivalent_are_refused_naming_the_field() {
     let fake = fake(Reply::json(200, text_answer())).await;
-    let json_schema = ResponseFormat::JsonSchema {
-        json_schema: serde_json::from_value(json!({"name": "weather", "schema": {"type": "object"}}))
-            .unwrap(),
+    let schemaless = ResponseFormat::JsonSchema {
+        json_schema: serde_json::from_value(json!({"name": "weather"})).unwrap(),
     };
     let mut cases = vec![
-        (ChatRequest { response_format: Some(json_schema), ..hello() }, "`response_format`"),
+        (
+            ChatRequest { response_format: Some(schemaless), ..hello() },
+            "`response_format.json_schema.schema`",
+        ),
         (ChatRequest { response_format: Some(ResponseFormat::JsonObject), ..hello() }, "`response_format`"),
         (ChatRequest { temperature: Some(1.5), ..hello() }, "`temperature`"),
     ];
@@ -506,9 +508,31 @@ async fn meaningful_fields_without_an_anthropic_equivalent_are_refused_naming_th
     for (request, field) in cases {
         let error = chat(&fake, &request).await.unwrap_err();
         assert_eq!(error.kind(), ErrorKind::InvalidRequest, "{field}");
+        assert!(error.is_unsupported(), "{field}: another target may take it");
         assert!(error.detail().contains(field), "{field} not named in: {}", error.detail());
     }
     assert!(fake.received().is_empty(), "nothing is sent for a request that cannot be translated");
+}
+
+#[tokio::test]
+async fn a_json_schema_response_format_becomes_anthropics_structured_output() {
+    let fake = fake(Reply::json(200, text_answer())).await;
+    let schema = json!({"type": "object", "properties": {"reasoning": {"type": "string"}, "answer": {"type": "string"}},
+        "required": ["reasoning", "answer"], "additionalProperties": false});
+    let format = json!({"name": "out", "strict": true, "schema": schema});
+    let request = ChatRequest {
+        response_format: Some(ResponseFormat::JsonSchema {
+            json_schema: serde_json::from_value(format).unwrap(),
+        }),
+        ..hello()
+    };
+    chat(&fake, &request).await.unwrap();
+    let body = fake.body();
+    assert_eq!(body["output_config"], json!({"format": {"type": "json_schema", "schema": schema}}));
+    let properties: Vec<_> =
+        body["output_config"]["format"]["schema"]["properties"].as_object().unwrap().keys().collect();
+    assert_eq!(properties, ["reasoning", "answer"], "the schema's order is its meaning");
+    assert!(body.get("response_format").is_none());
 }
 
 #[tokio::test]

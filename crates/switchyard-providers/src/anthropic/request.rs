@@ -7,7 +7,8 @@
 //!   role are merged because Anthropic wants user and assistant to alternate;
 //! - `max_tokens` is required: the request's, else OpenAI's `max_completion_tokens`, else
 //!   [`DEFAULT_MAX_TOKENS`];
-//! - `response_format` JSON modes have no equivalent and are refused.
+//! - `response_format` with a JSON schema becomes `output_config.format` (structured output);
+//!   `json_object` (JSON mode without a schema) has no equivalent and is refused.
 //!
 //! Fields in `extra` are Anthropic fields only when the request arrived in that dialect; then
 //! they are forwarded untouched. Fields of another dialect are mapped when Anthropic has an
@@ -73,16 +74,23 @@ pub(crate) fn build<'a>(
         Some(_) => return Err(invalid("parallel_tool_calls", "must be a boolean")),
     };
 
-    match &request.response_format {
-        None | Some(ResponseFormat::Text) => {}
-        Some(ResponseFormat::JsonObject | ResponseFormat::JsonSchema { .. }) => {
+    // A JSON schema becomes Anthropic's structured output, `output_config.format`.
+    let output_config = match &request.response_format {
+        None | Some(ResponseFormat::Text) => None,
+        Some(ResponseFormat::JsonSchema { json_schema }) => match &json_schema.schema {
+            Some(schema) => Some(json!({ "format": { "type": "json_schema", "schema": schema } })),
+            None => {
+                return Err(invalid("response_format.json_schema.schema", "is required toward Anthropic"));
+            }
+        },
+        Some(ResponseFormat::JsonObject) => {
             return Err(invalid(
                 "response_format",
-                "has no equivalent in Anthropic's Messages API (no JSON mode or JSON schema output); \
-                 remove it or route this request to a provider that supports it",
+                "is `json_object`, which Anthropic's Messages API has no equivalent of (its structured \
+                 output needs a schema: send `json_schema`)",
             ));
         }
-    }
+    };
     for (name, value) in [("temperature", request.temperature), ("top_p", request.top_p)] {
         if let Some(value) = value {
             if !(0.0..=1.0).contains(&value) {
@@ -146,6 +154,7 @@ pub(crate) fn build<'a>(
         top_p: request.top_p,
         stop_sequences: request.stop.as_ref().map(|stop| stop.to_vec()).unwrap_or_default(),
         metadata: foreign.user.map(|user| json!({ "user_id": user })),
+        output_config,
         stream,
         extra,
     })

@@ -43,6 +43,10 @@ pub(crate) struct MessagesRequest<'a> {
     /// request, whose own `metadata` travels in `extra`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Value>,
+    /// `output_config`: `{"format": {"type": "json_schema", "schema"}}` from OpenAI's
+    /// `response_format`; `None` for an Anthropic-dialect request, whose own travels in `extra`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_config: Option<Value>,
     /// `stream: true` on streaming calls; left out (not `false`) otherwise.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stream: bool,
