@@ -6,5 +6,6 @@ pub mod connection;
 pub mod logging;
 pub mod metrics;
 pub mod recent;
+pub mod responses;
 pub mod server;
 pub mod workers;

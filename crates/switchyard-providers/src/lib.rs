@@ -19,6 +19,7 @@ pub mod anthropic;
 pub mod gemini;
 pub mod http;
 pub mod openai;
+pub mod responses;
 pub mod sse;
 mod verbatim;
 

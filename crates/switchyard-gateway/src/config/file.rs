@@ -328,6 +328,20 @@ pub struct GatewayConfig {
     /// Client connections open at once. Default: the smaller of 10,000 and 80% of the
     /// process's descriptor limit.
     pub max_connections: Option<usize>,
+    /// The Responses API's conversation store.
+    pub responses: Option<ResponsesConfig>,
+}
+
+/// `gateway.responses`: how much of the Responses API's conversations the gateway keeps.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResponsesConfig {
+    /// Responses kept at most. Default 10,000.
+    pub max_entries: Option<usize>,
+    /// How long one is kept. Default 24 h.
+    pub max_age: Option<DurationText>,
+    /// The most bytes they may take together. Default 256 MiB.
+    pub max_bytes: Option<ByteSize>,
 }
 
 /// A duration written `250ms`, `30s`, `5m`, `1h` (or a bare number of seconds).

@@ -96,6 +96,27 @@ pub struct GatewaySettings {
     pub connections: ConnectionLimits,
     /// The fleet's shared state (`state:`), when configured; started by `serve`.
     pub shared_state: Option<Arc<RedisStore>>,
+    /// The bounds of the Responses API's conversation store (`gateway.responses`).
+    pub responses: ResponsesBounds,
+}
+
+/// How much of the Responses API's conversations the gateway keeps: the oldest go first when
+/// a bound is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponsesBounds {
+    /// Responses kept at most.
+    pub max_entries: usize,
+    /// How long one is kept.
+    pub max_age: Duration,
+    /// The most bytes they may take together (their JSON, as stored).
+    pub max_bytes: usize,
+}
+
+impl Default for ResponsesBounds {
+    /// 10,000 responses, 24 hours, 256 MiB.
+    fn default() -> Self {
+        Self { max_entries: 10_000, max_age: Duration::from_secs(24 * 3600), max_bytes: 256 << 20 }
+    }
 }
 
 /// How long a client connection may take and how many may be open: what keeps a client that
@@ -888,6 +909,26 @@ impl Validator<'_> {
         settings
     }
 
+    fn responses(&mut self, config: Option<&file::ResponsesConfig>) -> ResponsesBounds {
+        let defaults = ResponsesBounds::default();
+        let Some(config) = config else { return defaults };
+        let bounds = ResponsesBounds {
+            max_entries: config.max_entries.unwrap_or(defaults.max_entries),
+            max_age: config.max_age.map_or(defaults.max_age, |d| d.0),
+            max_bytes: config.max_bytes.map_or(defaults.max_bytes, |b| b.0),
+        };
+        for (field, zero) in [
+            ("gateway.responses.max_entries", bounds.max_entries == 0),
+            ("gateway.responses.max_age", bounds.max_age.is_zero()),
+            ("gateway.responses.max_bytes", bounds.max_bytes == 0),
+        ] {
+            if zero {
+                self.problem(field, "0 would keep nothing: to keep no response, send `store: false`");
+            }
+        }
+        bounds
+    }
+
     fn gateway(&mut self, config: &file::GatewayConfig) -> Option<GatewaySettings> {
         let keys = config
             .keys
@@ -926,6 +967,7 @@ impl Validator<'_> {
             metrics_open: config.metrics_open.unwrap_or(false),
             connections: ConnectionLimits { header_timeout, idle_timeout, max_connections },
             shared_state: None,
+            responses: self.responses(config.responses.as_ref()),
         })
     }
 }

@@ -6,6 +6,7 @@ mod admin;
 mod anthropic;
 mod errors;
 mod openai;
+mod responses;
 mod sse;
 
 use std::collections::HashSet;
@@ -28,6 +29,7 @@ use crate::config::{Exposure, GatewaySettings};
 use crate::logging::{AccessEntry, AccessLog};
 use crate::metrics::{LabelValue, Metrics, labels};
 use crate::recent::{Recent, RequestRecord};
+use crate::responses::ResponseStore;
 
 pub use errors::ApiError;
 
@@ -44,6 +46,8 @@ pub struct AppState {
     pub gateway: GatewaySettings,
     pub recent: Recent,
     pub metrics: Metrics,
+    /// The Responses API's conversations.
+    pub responses: ResponseStore,
     access: AccessLog,
     ids: IdSource,
     /// The targets the configuration names; others (named by clients) share one metric label.
@@ -77,6 +81,7 @@ impl AppState {
         let listed = router.routes().flat_map(|route| route.all_targets()).cloned().collect();
         Arc::new(Self {
             recent: Recent::new(gateway.recent_requests),
+            responses: ResponseStore::new(gateway.responses),
             router,
             gateway,
             metrics,
@@ -126,6 +131,8 @@ pub fn app(state: Arc<AppState>) -> HttpRouter {
         .route("/v1/models", get(openai::models))
         .route("/v1/models/{*id}", get(openai::model))
         .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/responses", post(responses::create))
+        .route("/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
         .route("/readyz", get(admin::ready))
@@ -361,13 +368,18 @@ fn authorized(keys: &[Secret], headers: &HeaderMap) -> bool {
     if keys.is_empty() {
         return true;
     }
-    let presented = headers
+    let Some(presented) = presented_key(headers) else { return false };
+    keys.iter().any(|key| constant_time_eq(key.expose().as_bytes(), presented.as_bytes()))
+}
+
+/// The gateway key the client sent (`Authorization: Bearer` or `x-api-key`), trimmed.
+fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
-    let Some(presented) = presented else { return false };
-    keys.iter().any(|key| constant_time_eq(key.expose().as_bytes(), presented.trim().as_bytes()))
+        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
+        .map(str::trim)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

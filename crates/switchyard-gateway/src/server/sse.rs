@@ -20,6 +20,13 @@ pub trait Encoder: Send + Unpin + 'static {
     fn chunk(&mut self, chunk: ChatChunk, out: &mut Vec<u8>);
     /// The events that end a successful stream.
     fn end(&mut self, out: &mut Vec<u8>);
+
+    /// The events that end a stream failed after it began; `false` leaves them to the
+    /// dialect's error event.
+    fn fail(&mut self, error: &switchyard::ProviderError, out: &mut Vec<u8>) -> bool {
+        let _ = (error, out);
+        false
+    }
 }
 
 /// OpenAI's `chat.completion.chunk` events, ending with `data: [DONE]`. Usage goes in a chunk
@@ -179,6 +186,10 @@ impl<E: Encoder> Stream for SseBody<E> {
                     this.done = true;
                     if let Some(exchange) = this.exchange.as_mut() {
                         exchange.late_error = Some(failure.error.kind().as_str());
+                    }
+                    if this.encoder.fail(&failure.error, &mut out) {
+                        this.finish(200);
+                        return Poll::Ready(Some(Ok(Bytes::from(out))));
                     }
                     let id = this.exchange.as_ref().map(|e| e.id.clone()).unwrap_or_default();
                     let dialect = this.exchange.as_ref().map_or(Dialect::OpenAi, |e| e.dialect);

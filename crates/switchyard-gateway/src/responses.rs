@@ -1,0 +1,228 @@
+//! The Responses API's conversations, kept by the gateway: each response it served (unless the
+//! client sent `store: false`) with the whole conversation up to it, so that
+//! `previous_response_id` continues a conversation whichever provider answered its turns.
+//!
+//! Bounded by count, age and bytes (`gateway.responses`); the oldest go first. An entry
+//! belongs to the gateway key that created it, named by a hash of the key, never the key: to
+//! another key it does not exist.
+
+use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use switchyard::chat::Message;
+use switchyard::credential::{CredentialId, Secret};
+use tokio::time::Instant;
+
+use crate::config::ResponsesBounds;
+
+/// One kept response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stored {
+    /// The hash of the gateway key that created it (empty on a gateway without keys).
+    pub owner: String,
+    /// The response object, as `GET /v1/responses/{id}` returns it.
+    pub response: Value,
+    /// The conversation through this response's answer, without its instructions (which a
+    /// continuation does not inherit).
+    pub conversation: Vec<Message>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    stored: Arc<Stored>,
+    at: Instant,
+    bytes: usize,
+}
+
+/// The store, in memory.
+#[derive(Debug)]
+pub struct ResponseStore {
+    bounds: ResponsesBounds,
+    inner: Mutex<Inner>,
+    ids: AtomicU64,
+    random: RandomState,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    entries: HashMap<String, Entry>,
+    /// Ids oldest first (an id deleted or replaced stays until it reaches the front).
+    order: VecDeque<String>,
+    bytes: usize,
+}
+
+impl ResponseStore {
+    /// An empty store with `bounds`.
+    pub fn new(bounds: ResponsesBounds) -> Self {
+        Self { bounds, inner: Mutex::default(), ids: AtomicU64::new(0), random: RandomState::new() }
+    }
+
+    /// A fresh response id (`resp_` and 32 hex digits): the time, a counter and random bits,
+    /// so ids of two replicas never meet.
+    pub fn new_id(&self) -> String {
+        let n = self.ids.fetch_add(1, Ordering::Relaxed);
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+        let random = self.random.hash_one((n, now));
+        format!("resp_{:08x}{:08x}{random:016x}", now & 0xffff_ffff, n & 0xffff_ffff)
+    }
+
+    /// Keeps `stored` under `id`, making room by dropping the oldest entries.
+    pub fn put(&self, id: String, stored: Stored) {
+        let bytes = size_of(&stored);
+        if bytes > self.bounds.max_bytes {
+            tracing::warn!(id, bytes, "a response larger than gateway.responses.max_bytes is not kept");
+            return;
+        }
+        let now = Instant::now();
+        let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        inner.expire(now, self.bounds);
+        if let Some(old) = inner.entries.remove(&id) {
+            inner.bytes -= old.bytes;
+        }
+        while inner.entries.len() >= self.bounds.max_entries || inner.bytes + bytes > self.bounds.max_bytes {
+            if !inner.drop_oldest() {
+                break;
+            }
+        }
+        inner.bytes += bytes;
+        inner.order.push_back(id.clone());
+        inner.entries.insert(id, Entry { stored: Arc::new(stored), at: now, bytes });
+    }
+
+    /// The response `id`, when it is kept and belongs to `owner`.
+    pub fn get(&self, id: &str, owner: &str) -> Option<Arc<Stored>> {
+        let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        inner.expire(Instant::now(), self.bounds);
+        let entry = inner.entries.get(id)?;
+        (entry.stored.owner == owner).then(|| entry.stored.clone())
+    }
+
+    /// Forgets the response `id`; whether it was kept and belonged to `owner`.
+    pub fn delete(&self, id: &str, owner: &str) -> bool {
+        let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        inner.expire(Instant::now(), self.bounds);
+        if inner.entries.get(id).is_none_or(|entry| entry.stored.owner != owner) {
+            return false;
+        }
+        if let Some(entry) = inner.entries.remove(id) {
+            inner.bytes -= entry.bytes;
+        }
+        true
+    }
+
+    /// How many responses are kept, and their bytes.
+    pub fn usage(&self) -> (usize, usize) {
+        let inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        (inner.entries.len(), inner.bytes)
+    }
+}
+
+impl Inner {
+    /// Drops what is older than the bounds allow.
+    fn expire(&mut self, now: Instant, bounds: ResponsesBounds) {
+        while let Some(id) = self.order.front() {
+            match self.entries.get(id) {
+                Some(entry) if now.duration_since(entry.at) < bounds.max_age => break,
+                _ => {
+                    self.drop_oldest();
+                }
+            }
+        }
+    }
+
+    /// Drops the oldest entry; `false` when there is none.
+    fn drop_oldest(&mut self) -> bool {
+        while let Some(id) = self.order.pop_front() {
+            if let Some(entry) = self.entries.remove(&id) {
+                self.bytes -= entry.bytes;
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// The bytes an entry is counted at: its JSON.
+fn size_of(stored: &Stored) -> usize {
+    let conversation = serde_json::to_vec(&stored.conversation).map_or(0, |v| v.len());
+    let response = serde_json::to_vec(&stored.response).map_or(0, |v| v.len());
+    conversation + response + stored.owner.len()
+}
+
+/// The owner name of a gateway key: a hash, never the key.
+pub fn owner_of(key: Option<&str>) -> String {
+    key.map(|key| CredentialId::derive("gateway", "responses", Some(&Secret::new(key))).as_str().to_owned())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn stored(owner: &str, text: &str) -> Stored {
+        Stored {
+            owner: owner.to_owned(),
+            response: json!({"id": text}),
+            conversation: vec![Message::user(text)],
+        }
+    }
+
+    fn bounds(max_entries: usize, max_age: u64, max_bytes: usize) -> ResponsesBounds {
+        ResponsesBounds { max_entries, max_age: Duration::from_secs(max_age), max_bytes }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_response_is_kept_for_its_owner_until_it_is_too_old() {
+        let store = ResponseStore::new(bounds(10, 60, 1 << 20));
+        store.put("resp_1".into(), stored("alice", "hi"));
+        assert_eq!(store.get("resp_1", "alice").unwrap().conversation, vec![Message::user("hi")]);
+        assert!(store.get("resp_1", "bob").is_none(), "another key sees nothing");
+        assert!(!store.delete("resp_1", "bob"));
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert!(store.get("resp_1", "alice").is_some());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(store.get("resp_1", "alice").is_none());
+        assert_eq!(store.usage(), (0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_oldest_go_first_when_the_count_or_the_bytes_are_reached() {
+        let one = size_of(&stored("a", "x0"));
+        let store = ResponseStore::new(bounds(3, 3600, one * 2));
+        for i in 0..3 {
+            store.put(format!("resp_{i}"), stored("a", &format!("x{i}")));
+        }
+        assert!(store.get("resp_0", "a").is_none(), "bytes: two fit");
+        assert!(store.get("resp_1", "a").is_some() && store.get("resp_2", "a").is_some());
+        let store = ResponseStore::new(bounds(2, 3600, 1 << 20));
+        for i in 0..3 {
+            store.put(format!("resp_{i}"), stored("a", &format!("x{i}")));
+        }
+        assert_eq!(store.usage().0, 2);
+        assert!(store.get("resp_0", "a").is_none());
+        assert!(store.delete("resp_2", "a"));
+        assert!(store.get("resp_2", "a").is_none());
+        assert_eq!(store.usage(), (1, one));
+    }
+
+    #[test]
+    fn ids_are_distinct_and_owners_never_hold_the_key() {
+        let store = ResponseStore::new(ResponsesBounds::default());
+        let ids: std::collections::HashSet<_> = (0..1000).map(|_| store.new_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(ids.iter().all(|id| id.starts_with("resp_") && id.len() == 37));
+        let owner = owner_of(Some("gw-secret-key-123456"));
+        assert!(!owner.contains("secret") && owner.len() == 12);
+        assert_ne!(owner, owner_of(Some("gw-secret-key-654321")));
+        assert_eq!(owner_of(None), "");
+    }
+}

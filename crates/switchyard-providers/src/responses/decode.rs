@@ -1,0 +1,600 @@
+//! A Responses request into a canonical chat request, and what the response object echoes.
+//!
+//! | Responses | canonical |
+//! |---|---|
+//! | `instructions` | a system message first |
+//! | `input` (a string) | one user message |
+//! | `message` items (`input_text`, `input_image`, `input_file`, `output_text`, `refusal` parts) | messages (a file is an OpenAI `file` part) |
+//! | `function_call` items | an assistant message's tool calls (consecutive calls join one message) |
+//! | `function_call_output` items | tool messages |
+//! | `reasoning` items | dropped: only the provider that wrote one can read it |
+//! | `tools` (function tools), `tool_choice` | tools, tool choice |
+//! | `text.format` | `response_format` |
+//! | `max_output_tokens`, `temperature`, `top_p` | the same parameters |
+//! | `reasoning.effort`, `parallel_tool_calls`, `user` | OpenAI extras (`reasoning_effort`, ...) |
+//!
+//! `store`, `previous_response_id`, `metadata` and `stream` are the gateway's; `include`,
+//! `truncation` and `service_tier` are accepted and not sent.
+
+use serde_json::{Map, Value};
+use switchyard::chat::{
+    ChatRequest, Content, ContentPart, Dialect, Extra, FunctionCall, FunctionDefinition, ImageUrl,
+    JsonSchemaFormat, Message, ResponseFormat, Role, Tool, ToolCall, ToolChoice, ToolChoiceFunction,
+};
+
+use super::CodecError;
+
+/// One Responses request, read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResponsesRequest {
+    /// The canonical request: this request's own instructions and input, not the conversation
+    /// before `previous_response_id` (the gateway puts that in front).
+    pub chat: ChatRequest,
+    /// `previous_response_id`: the response this one continues.
+    pub previous_response_id: Option<String>,
+    /// `store` (default `true`): whether the gateway keeps the response for later turns and
+    /// `GET /v1/responses/{id}`.
+    pub store: bool,
+    /// What the response object repeats of the request.
+    pub echo: Echo,
+}
+
+/// The request's settings as the response object repeats them (`tools`, `tool_choice`,
+/// `text`, ...), as the client wrote them or their documented defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Echo {
+    /// `instructions`, or null.
+    pub instructions: Value,
+    /// `max_output_tokens`, or null.
+    pub max_output_tokens: Value,
+    /// `metadata`, or `{}`.
+    pub metadata: Value,
+    /// `parallel_tool_calls`, default `true`.
+    pub parallel_tool_calls: bool,
+    /// `reasoning`, or `{"effort": null, "summary": null}`.
+    pub reasoning: Value,
+    /// `temperature`, or null.
+    pub temperature: Value,
+    /// `text`, or `{"format": {"type": "text"}}`.
+    pub text: Value,
+    /// `tool_choice`, default `"auto"`.
+    pub tool_choice: Value,
+    /// `tools`, default `[]`.
+    pub tools: Value,
+    /// `top_p`, or null.
+    pub top_p: Value,
+    /// `truncation`, default `"disabled"`.
+    pub truncation: Value,
+    /// `user`, or null.
+    pub user: Value,
+}
+
+/// Reads a Responses request body.
+pub fn request_from_slice(body: &[u8]) -> Result<ResponsesRequest, CodecError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|error| CodecError::new("body", format!("is not valid JSON: {error}")))?;
+    request_from_json(value)
+}
+
+/// Reads a Responses request already parsed as JSON.
+pub fn request_from_json(body: Value) -> Result<ResponsesRequest, CodecError> {
+    let Value::Object(mut body) = body else { return Err(CodecError::new("body", "must be a JSON object")) };
+    let model = match body.remove("model") {
+        Some(Value::String(model)) => model,
+        None | Some(Value::Null) => String::new(),
+        Some(_) => return Err(CodecError::new("model", "must be a string")),
+    };
+    let mut messages = Vec::new();
+    let instructions = body.remove("instructions").unwrap_or(Value::Null);
+    match &instructions {
+        Value::Null => {}
+        Value::String(text) => messages.push(Message::system(text.clone())),
+        _ => return Err(CodecError::new("instructions", "must be a string")),
+    }
+    match body.remove("input") {
+        Some(Value::String(text)) => messages.push(Message::user(text)),
+        Some(Value::Array(items)) => {
+            for (i, item) in items.into_iter().enumerate() {
+                read_item(item, &format!("input[{i}]"), &mut messages)?;
+            }
+        }
+        None | Some(Value::Null) => {}
+        Some(_) => return Err(CodecError::new("input", "must be a string or a list of items")),
+    }
+
+    let tools_value = body.remove("tools").unwrap_or(Value::Null);
+    let tools = match &tools_value {
+        Value::Null => Vec::new(),
+        Value::Array(tools) => tools.iter().enumerate().map(read_tool).collect::<Result<_, _>>()?,
+        _ => return Err(CodecError::new("tools", "must be an array")),
+    };
+    let tool_choice_value = body.remove("tool_choice").unwrap_or(Value::Null);
+    let tool_choice = read_tool_choice(&tool_choice_value)?;
+    let text = body.remove("text").unwrap_or(Value::Null);
+    let response_format = read_text_format(&text)?;
+    let max_output_tokens = body.remove("max_output_tokens").unwrap_or(Value::Null);
+    let max_tokens = match &max_output_tokens {
+        Value::Null => None,
+        value => Some(
+            value
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| CodecError::new("max_output_tokens", "must be a positive integer"))?,
+        ),
+    };
+    let temperature = body.remove("temperature").unwrap_or(Value::Null);
+    let top_p = body.remove("top_p").unwrap_or(Value::Null);
+    let number = |value: &Value, field: &str| match value {
+        Value::Null => Ok(None),
+        value => value.as_f64().map(Some).ok_or_else(|| CodecError::new(field, "must be a number")),
+    };
+    let (temperature_f, top_p_f) = (number(&temperature, "temperature")?, number(&top_p, "top_p")?);
+    let stream = match body.remove("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(stream)) => stream,
+        Some(_) => return Err(CodecError::new("stream", "must be a boolean")),
+    };
+    let store = match body.remove("store") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(store)) => store,
+        Some(_) => return Err(CodecError::new("store", "must be a boolean")),
+    };
+    let previous_response_id = match body.remove("previous_response_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(id)) if !id.is_empty() => Some(id),
+        Some(_) => return Err(CodecError::new("previous_response_id", "must be a response id")),
+    };
+    let metadata = match body.remove("metadata") {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(metadata @ Value::Object(_)) => metadata,
+        Some(_) => return Err(CodecError::new("metadata", "must be an object")),
+    };
+
+    let mut extra = Extra::new();
+    let reasoning = body.remove("reasoning").unwrap_or(Value::Null);
+    match &reasoning {
+        Value::Null => {}
+        Value::Object(object) => {
+            if let Some(effort) = object.get("effort").filter(|e| !e.is_null()) {
+                extra.insert("reasoning_effort".to_owned(), effort.clone());
+            }
+        }
+        _ => return Err(CodecError::new("reasoning", "must be an object")),
+    }
+    let parallel_tool_calls = match body.remove("parallel_tool_calls") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(parallel)) => {
+            if !parallel {
+                extra.insert("parallel_tool_calls".to_owned(), Value::Bool(false));
+            }
+            parallel
+        }
+        Some(_) => return Err(CodecError::new("parallel_tool_calls", "must be a boolean")),
+    };
+    let user = body.remove("user").unwrap_or(Value::Null);
+    if let Value::String(_) = user {
+        extra.insert("user".to_owned(), user.clone());
+    }
+    let truncation = body.remove("truncation").unwrap_or_else(|| Value::from("disabled"));
+    // Accepted and not sent: what to include in the answer, the service tier, prompt caching.
+    for ignored in ["include", "service_tier", "prompt_cache_key", "safety_identifier", "background"] {
+        body.remove(ignored);
+    }
+    if let Some(key) = body.keys().next() {
+        return Err(CodecError::new(key.clone(), "is not a Responses API parameter Switchyard can serve"));
+    }
+    if messages.is_empty() && previous_response_id.is_none() {
+        return Err(CodecError::new("input", "is required"));
+    }
+
+    let chat = ChatRequest {
+        model,
+        messages,
+        tools,
+        tool_choice,
+        temperature: temperature_f,
+        top_p: top_p_f,
+        max_tokens,
+        response_format,
+        stream,
+        extra,
+        origin: Dialect::OpenAi,
+        ..ChatRequest::default()
+    };
+    let echo = Echo {
+        instructions,
+        max_output_tokens,
+        metadata,
+        parallel_tool_calls,
+        reasoning: if reasoning.is_null() {
+            serde_json::json!({ "effort": null, "summary": null })
+        } else {
+            reasoning
+        },
+        temperature,
+        text: if text.is_null() { serde_json::json!({ "format": { "type": "text" } }) } else { text },
+        tool_choice: if tool_choice_value.is_null() { Value::from("auto") } else { tool_choice_value },
+        tools: if tools_value.is_null() { Value::Array(Vec::new()) } else { tools_value },
+        top_p,
+        truncation,
+        user,
+    };
+    Ok(ResponsesRequest { chat, previous_response_id, store, echo })
+}
+
+/// A message of `role` with nothing in it yet.
+fn bare(role: Role) -> Message {
+    Message { content: None, ..Message::text(role, "") }
+}
+
+/// A string member of `object`, required.
+fn string<'a>(object: &'a Map<String, Value>, key: &str, path: &str) -> Result<&'a str, CodecError> {
+    match object.get(key) {
+        Some(Value::String(text)) => Ok(text),
+        Some(_) => Err(CodecError::new(format!("{path}.{key}"), "must be a string")),
+        None => Err(CodecError::new(format!("{path}.{key}"), "is required")),
+    }
+}
+
+/// Appends what one input item says to `messages`.
+fn read_item(item: Value, path: &str, messages: &mut Vec<Message>) -> Result<(), CodecError> {
+    let Value::Object(object) = item else { return Err(CodecError::new(path, "must be an object")) };
+    let kind = match object.get("type") {
+        Some(Value::String(kind)) => kind.as_str(),
+        // An easy input message: `{"role", "content"}`.
+        None if object.contains_key("role") => "message",
+        Some(_) => return Err(CodecError::new(format!("{path}.type"), "must be a string")),
+        None => return Err(CodecError::new(format!("{path}.type"), "is required")),
+    };
+    match kind {
+        "message" => messages.push(read_message(&object, path)?),
+        "function_call" => {
+            let call = ToolCall {
+                id: string(&object, "call_id", path)?.to_owned(),
+                kind: "function".to_owned(),
+                function: FunctionCall {
+                    name: string(&object, "name", path)?.to_owned(),
+                    arguments: string(&object, "arguments", path)?.to_owned(),
+                },
+            };
+            // A message and the calls after it, and parallel calls, are one assistant turn.
+            match messages.last_mut() {
+                Some(last) if last.role == Role::Assistant => last.tool_calls.push(call),
+                _ => messages.push(Message { tool_calls: vec![call], ..bare(Role::Assistant) }),
+            }
+        }
+        "function_call_output" => {
+            let call_id = string(&object, "call_id", path)?.to_owned();
+            let output = match object.get("output") {
+                Some(Value::String(text)) => Content::Text(text.clone()),
+                Some(Value::Array(parts)) => Content::Parts(read_parts(parts, &format!("{path}.output"))?),
+                Some(_) => {
+                    return Err(CodecError::new(
+                        format!("{path}.output"),
+                        "must be a string or a list of parts",
+                    ));
+                }
+                None => return Err(CodecError::new(format!("{path}.output"), "is required")),
+            };
+            messages.push(Message { tool_call_id: Some(call_id), content: Some(output), ..bare(Role::Tool) });
+        }
+        // A model's reasoning is readable only by the provider that wrote it; the answer it led
+        // to is in the items that follow.
+        "reasoning" => {}
+        "item_reference" => {
+            return Err(CodecError::new(
+                format!("{path}.type"),
+                "is `item_reference`; send the item itself, or continue with `previous_response_id`",
+            ));
+        }
+        other => {
+            return Err(CodecError::new(
+                format!("{path}.type"),
+                format!(
+                    "is `{other}`; Switchyard reads message, function_call, function_call_output and reasoning items"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A `message` item.
+fn read_message(object: &Map<String, Value>, path: &str) -> Result<Message, CodecError> {
+    let role = match string(object, "role", path)? {
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "system" => Role::System,
+        "developer" => Role::Developer,
+        other => {
+            return Err(CodecError::new(
+                format!("{path}.role"),
+                format!("is `{other}`; it must be user, assistant, system or developer"),
+            ));
+        }
+    };
+    let content = match object.get("content") {
+        Some(Value::String(text)) => Content::Text(text.clone()),
+        Some(Value::Array(parts)) => {
+            let parts = read_parts(parts, &format!("{path}.content"))?;
+            match parts.as_slice() {
+                [ContentPart::Text { text }] => Content::Text(text.clone()),
+                _ => Content::Parts(parts),
+            }
+        }
+        Some(_) => {
+            return Err(CodecError::new(format!("{path}.content"), "must be a string or a list of parts"));
+        }
+        None => return Err(CodecError::new(format!("{path}.content"), "is required")),
+    };
+    Ok(Message { content: Some(content), ..bare(role) })
+}
+
+/// Content parts: text, images and files in; text and refusals of earlier answers.
+fn read_parts(parts: &[Value], path: &str) -> Result<Vec<ContentPart>, CodecError> {
+    parts
+        .iter()
+        .enumerate()
+        .map(|(j, part)| {
+            let path = format!("{path}[{j}]");
+            let Value::Object(object) = part else { return Err(CodecError::new(path, "must be an object")) };
+            let kind = string(object, "type", &path)?;
+            Ok(match kind {
+                "input_text" | "output_text" | "text" => {
+                    ContentPart::Text { text: string(object, "text", &path)?.to_owned() }
+                }
+                "refusal" => ContentPart::Text { text: string(object, "refusal", &path)?.to_owned() },
+                "input_image" => match object.get("image_url") {
+                    Some(Value::String(url)) => ContentPart::ImageUrl {
+                        image_url: ImageUrl {
+                            url: url.clone(),
+                            detail: object.get("detail").and_then(Value::as_str).map(str::to_owned),
+                        },
+                    },
+                    _ => {
+                        return Err(CodecError::new(
+                            format!("{path}.image_url"),
+                            "is required: Switchyard sends images by URL or data URL, not by file id",
+                        ));
+                    }
+                },
+                "input_file" => {
+                    // Chat Completions' `file` part carries the same fields.
+                    let mut file = Map::new();
+                    for key in ["file_id", "file_data", "filename"] {
+                        if let Some(value) = object.get(key).filter(|v| !v.is_null()) {
+                            file.insert(key.to_owned(), value.clone());
+                        }
+                    }
+                    if !file.contains_key("file_id") && !file.contains_key("file_data") {
+                        return Err(CodecError::new(path, "needs `file_data` or `file_id`"));
+                    }
+                    ContentPart::Other(serde_json::json!({ "type": "file", "file": file }))
+                }
+                other => {
+                    return Err(CodecError::new(
+                        format!("{path}.type"),
+                        format!(
+                            "is `{other}`; Switchyard reads input_text, input_image and input_file parts"
+                        ),
+                    ));
+                }
+            })
+        })
+        .collect()
+}
+
+/// A function tool; built-in tools (web search, file search, ...) have no translation.
+fn read_tool((i, tool): (usize, &Value)) -> Result<Tool, CodecError> {
+    let path = format!("tools[{i}]");
+    let Value::Object(object) = tool else { return Err(CodecError::new(path, "must be an object")) };
+    match string(object, "type", &path)? {
+        "function" => {}
+        other => {
+            return Err(CodecError::new(
+                format!("{path}.type"),
+                format!("is `{other}`, a built-in tool; Switchyard serves function tools"),
+            ));
+        }
+    }
+    let mut extra = Extra::new();
+    if let Some(strict) = object.get("strict").filter(|s| !s.is_null()) {
+        extra.insert("strict".to_owned(), strict.clone());
+    }
+    Ok(Tool::function(FunctionDefinition {
+        name: string(object, "name", &path)?.to_owned(),
+        description: object.get("description").and_then(Value::as_str).map(str::to_owned),
+        parameters: object.get("parameters").filter(|p| !p.is_null()).cloned(),
+        extra,
+    }))
+}
+
+/// `tool_choice`: a mode, or `{"type": "function", "name"}`.
+fn read_tool_choice(choice: &Value) -> Result<Option<ToolChoice>, CodecError> {
+    Ok(match choice {
+        Value::Null => None,
+        Value::String(mode) if matches!(mode.as_str(), "auto" | "none" | "required") => {
+            Some(ToolChoice::Mode(mode.clone()))
+        }
+        Value::Object(object) if object.get("type").and_then(Value::as_str) == Some("function") => {
+            Some(ToolChoice::Function {
+                kind: "function".to_owned(),
+                function: ToolChoiceFunction { name: string(object, "name", "tool_choice")?.to_owned() },
+            })
+        }
+        _ => {
+            return Err(CodecError::new(
+                "tool_choice",
+                "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\": ...}",
+            ));
+        }
+    })
+}
+
+/// `text.format` as the canonical response format.
+fn read_text_format(text: &Value) -> Result<Option<ResponseFormat>, CodecError> {
+    let format = match text {
+        Value::Null => return Ok(None),
+        Value::Object(object) => match object.get("format") {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Object(format)) => format,
+            Some(_) => return Err(CodecError::new("text.format", "must be an object")),
+        },
+        _ => return Err(CodecError::new("text", "must be an object")),
+    };
+    Ok(Some(match string(format, "type", "text.format")? {
+        "text" => ResponseFormat::Text,
+        "json_object" => ResponseFormat::JsonObject,
+        "json_schema" => {
+            let mut extra = Extra::new();
+            if let Some(description) = format.get("description").filter(|d| !d.is_null()) {
+                extra.insert("description".to_owned(), description.clone());
+            }
+            ResponseFormat::JsonSchema {
+                json_schema: JsonSchemaFormat {
+                    name: string(format, "name", "text.format")?.to_owned(),
+                    schema: Some(format.get("schema").filter(|s| s.is_object()).cloned().ok_or_else(
+                        || CodecError::new("text.format.schema", "is required and must be an object"),
+                    )?),
+                    strict: format.get("strict").and_then(Value::as_bool),
+                    extra,
+                },
+            }
+        }
+        other => {
+            return Err(CodecError::new(
+                "text.format.type",
+                format!("is `{other}`; it must be text, json_object or json_schema"),
+            ));
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn read(body: Value) -> ResponsesRequest {
+        request_from_json(body).unwrap()
+    }
+
+    fn refused(body: Value) -> String {
+        request_from_json(body).unwrap_err().field
+    }
+
+    #[test]
+    fn a_string_input_is_one_user_message_after_the_instructions() {
+        let request =
+            read(json!({"model": "m", "input": "Hi", "instructions": "Be brief.", "max_output_tokens": 50,
+            "temperature": 0.2, "stream": true, "store": false, "metadata": {"k": "v"}}));
+        assert_eq!(request.chat.messages, vec![Message::system("Be brief."), Message::user("Hi")]);
+        assert_eq!(
+            (request.chat.max_tokens, request.chat.temperature, request.chat.stream),
+            (Some(50), Some(0.2), true)
+        );
+        assert!(!request.store);
+        assert_eq!(request.echo.metadata, json!({"k": "v"}));
+        assert_eq!(request.echo.tool_choice, "auto");
+        assert_eq!(request.echo.text, json!({"format": {"type": "text"}}));
+    }
+
+    #[test]
+    fn items_become_messages_tool_calls_and_tool_results_in_order() {
+        let request = read(json!({"model": "m", "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "Weather?"},
+                {"type": "input_image", "image_url": "data:image/png;base64,AA==", "detail": "low"},
+                {"type": "input_file", "filename": "a.pdf", "file_data": "data:application/pdf;base64,JV="}]},
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {"type": "function_call", "call_id": "call_1", "name": "weather", "arguments": "{\"city\":\"Paris\"}"},
+            {"type": "function_call", "call_id": "call_2", "name": "weather", "arguments": "{\"city\":\"Rome\"}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "21C"},
+            {"type": "function_call_output", "call_id": "call_2", "output": "25C"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Warm.", "annotations": []}]}
+        ], "tools": [{"type": "function", "name": "weather", "parameters": {"type": "object"}, "strict": true}],
+           "tool_choice": {"type": "function", "name": "weather"}}));
+        let messages = &request.chat.messages;
+        assert_eq!(messages.len(), 5, "{messages:#?}");
+        let Some(Content::Parts(parts)) = &messages[0].content else { panic!() };
+        assert_eq!(
+            parts[1],
+            ContentPart::ImageUrl {
+                image_url: ImageUrl { url: "data:image/png;base64,AA==".into(), detail: Some("low".into()) }
+            }
+        );
+        assert_eq!(
+            parts[2],
+            ContentPart::Other(
+                json!({"type": "file", "file": {"file_data": "data:application/pdf;base64,JV=", "filename": "a.pdf"}})
+            )
+        );
+        assert_eq!(messages[1].role, Role::Assistant);
+        assert_eq!(messages[1].content, None);
+        assert_eq!(
+            messages[1].tool_calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+            ["call_1", "call_2"]
+        );
+        assert_eq!(
+            (messages[2].tool_call_id.as_deref(), messages[2].text_content().as_deref()),
+            (Some("call_1"), Some("21C"))
+        );
+        assert_eq!(messages[4], Message::assistant("Warm."));
+        assert_eq!(request.chat.tools[0].function.extra["strict"], true);
+        assert!(
+            matches!(&request.chat.tool_choice, Some(ToolChoice::Function { function, .. }) if function.name == "weather")
+        );
+    }
+
+    #[test]
+    fn a_json_schema_text_format_is_the_canonical_response_format() {
+        let request = read(
+            json!({"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "out",
+            "schema": {"type": "object", "properties": {"b": {}, "a": {}}}, "strict": true}}}),
+        );
+        let Some(ResponseFormat::JsonSchema { json_schema }) = &request.chat.response_format else {
+            panic!()
+        };
+        assert_eq!(json_schema.name, "out");
+        assert_eq!(json_schema.strict, Some(true));
+        let keys: Vec<_> =
+            json_schema.schema.as_ref().unwrap()["properties"].as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["b", "a"]);
+    }
+
+    #[test]
+    fn every_malformed_item_is_refused_by_its_path() {
+        let cases = [
+            (
+                json!({"input": [{"role": "user", "content": [{"type": "input_audio"}]}]}),
+                "input[0].content[0].type",
+            ),
+            (
+                json!({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}),
+                "input[0].call_id",
+            ),
+            (json!({"input": ["hi"]}), "input[0]"),
+            (json!({"input": [{"type": "item_reference", "id": "msg_1"}]}), "input[0].type"),
+            (json!({"input": [{"role": "robot", "content": "x"}]}), "input[0].role"),
+            (json!({"input": "x", "tools": [{"type": "web_search"}]}), "tools[0].type"),
+            (
+                json!({"input": "x", "text": {"format": {"type": "json_schema", "name": "o"}}}),
+                "text.format.schema",
+            ),
+            (json!({"input": "x", "max_output_tokens": -1}), "max_output_tokens"),
+            (json!({"input": "x", "frobnicate": 1}), "frobnicate"),
+            (json!({"model": "m"}), "input"),
+        ];
+        for (body, path) in cases {
+            assert_eq!(refused(body.clone()), path, "{body}");
+        }
+    }
+
+    #[test]
+    fn a_continuation_needs_no_input_of_its_own_but_names_what_it_continues() {
+        let request = read(json!({"model": "m", "previous_response_id": "resp_1", "input": [
+            {"type": "function_call_output", "call_id": "call_1", "output": "21C"}]}));
+        assert_eq!(request.previous_response_id.as_deref(), Some("resp_1"));
+        assert_eq!(request.chat.messages[0].role, Role::Tool);
+    }
+}

@@ -1,0 +1,596 @@
+//! Canonical answers as Responses objects, and canonical streams as Responses events.
+//!
+//! An answer's first choice becomes the output: a `message` item with its text
+//! (`output_text`) or refusal (`refusal`) part, then a `function_call` item per tool call.
+//! `finish_reason: length` is status `incomplete` with `max_output_tokens` as the reason,
+//! `content_filter` is `incomplete` with `content_filter`; anything else is `completed`.
+//!
+//! A stream is `response.created`, `response.in_progress`, then per output item
+//! `response.output_item.added`, its parts and deltas (`response.content_part.added`,
+//! `response.output_text.delta`, `response.refusal.delta`, ... `.done`;
+//! `response.function_call_arguments.delta` / `.done`), `response.output_item.done`, and at the
+//! end `response.completed` (or `response.incomplete`) with the whole response; a failure after
+//! it began is `response.failed` then `error`. Every event carries its `sequence_number`.
+
+use serde_json::{Value, json};
+use switchyard::chat::{
+    ChatChunk, ChatResponse, Content, FinishReason, FunctionCall, Message, Role, ToolCall, Usage,
+};
+
+use super::decode::Echo;
+
+/// What a response object says beyond the answer: its id and time, and the request's settings.
+#[derive(Debug, Clone)]
+pub struct Meta {
+    /// `resp_...`.
+    pub id: String,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// The request's settings, repeated.
+    pub echo: Echo,
+    /// The response this one continues.
+    pub previous_response_id: Option<String>,
+    /// Whether the gateway keeps it.
+    pub store: bool,
+}
+
+/// The response object of a whole answer, and the assistant turn it adds to the conversation.
+pub fn response_object(meta: &Meta, answer: &ChatResponse) -> (Value, Message) {
+    let choice = answer.choices.first();
+    let message =
+        choice.map_or_else(|| Message { content: None, ..Message::assistant("") }, |c| c.message.clone());
+    let refusal = message.extra.get("refusal").and_then(Value::as_str).unwrap_or_default();
+    let text = message.text_content().unwrap_or_default();
+    let mut output = Vec::new();
+    if !text.is_empty() || !refusal.is_empty() {
+        let part = if refusal.is_empty() { text_part(&text) } else { refusal_part(refusal) };
+        output.push(message_item(&format!("msg_{}", meta.id), "completed", vec![part]));
+    }
+    for (i, call) in message.tool_calls.iter().enumerate() {
+        output.push(call_item(
+            &call_item_id(&meta.id, i),
+            &call.id,
+            &call.function.name,
+            &call.function.arguments,
+            "completed",
+        ));
+    }
+    let finish = choice.and_then(|c| c.finish_reason.as_ref());
+    let turn = Message {
+        content: if text.is_empty() { None } else { Some(Content::Text(text)) },
+        tool_calls: message.tool_calls.clone(),
+        ..Message::assistant("")
+    };
+    (object(meta, Status::of(finish), output, answer.usage.as_ref(), &answer.model, Value::Null), turn)
+}
+
+/// How a response ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    InProgress,
+    Completed,
+    /// Cut: `max_output_tokens` or `content_filter`.
+    Incomplete(&'static str),
+    Failed,
+}
+
+impl Status {
+    fn of(finish: Option<&FinishReason>) -> Self {
+        match finish {
+            Some(FinishReason::Length) => Status::Incomplete("max_output_tokens"),
+            Some(FinishReason::ContentFilter) => Status::Incomplete("content_filter"),
+            _ => Status::Completed,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Status::InProgress => "in_progress",
+            Status::Completed => "completed",
+            Status::Incomplete(_) => "incomplete",
+            Status::Failed => "failed",
+        }
+    }
+}
+
+/// The response object.
+fn object(
+    meta: &Meta,
+    status: Status,
+    output: Vec<Value>,
+    usage: Option<&Usage>,
+    model: &str,
+    error: Value,
+) -> Value {
+    let echo = &meta.echo;
+    let incomplete = match status {
+        Status::Incomplete(reason) => json!({ "reason": reason }),
+        _ => Value::Null,
+    };
+    json!({
+        "id": meta.id,
+        "object": "response",
+        "created_at": meta.created_at,
+        "status": status.as_str(),
+        "error": error,
+        "incomplete_details": incomplete,
+        "instructions": echo.instructions,
+        "max_output_tokens": echo.max_output_tokens,
+        "metadata": echo.metadata,
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": echo.parallel_tool_calls,
+        "previous_response_id": meta.previous_response_id,
+        "reasoning": echo.reasoning,
+        "store": meta.store,
+        "temperature": echo.temperature,
+        "text": echo.text,
+        "tool_choice": echo.tool_choice,
+        "tools": echo.tools,
+        "top_p": echo.top_p,
+        "truncation": echo.truncation,
+        "usage": usage.map(usage_object),
+        "user": echo.user,
+    })
+}
+
+/// `usage` as the Responses API reports it.
+fn usage_object(usage: &Usage) -> Value {
+    json!({
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {
+            "cached_tokens": usage.cached_tokens().unwrap_or(0),
+            "cache_write_tokens": usage.cache_write_tokens().unwrap_or(0),
+        },
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {
+            "reasoning_tokens": usage.completion_tokens_details.and_then(|d| d.reasoning_tokens).unwrap_or(0),
+        },
+        "total_tokens": usage.total_tokens,
+    })
+}
+
+fn text_part(text: &str) -> Value {
+    json!({ "type": "output_text", "text": text, "annotations": [], "logprobs": [] })
+}
+
+fn refusal_part(refusal: &str) -> Value {
+    json!({ "type": "refusal", "refusal": refusal })
+}
+
+fn message_item(id: &str, status: &str, content: Vec<Value>) -> Value {
+    json!({ "type": "message", "id": id, "status": status, "role": "assistant", "content": content })
+}
+
+fn call_item(id: &str, call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
+    json!({ "type": "function_call", "id": id, "call_id": call_id, "name": name, "arguments": arguments, "status": status })
+}
+
+fn call_item_id(response_id: &str, i: usize) -> String {
+    format!("fc_{}_{i}", response_id.trim_start_matches("resp_"))
+}
+
+/// The output item being written.
+#[derive(Debug)]
+enum Open {
+    /// A message: its parts so far (a text part, then perhaps a refusal part).
+    Message { index: usize, text: Option<(usize, String)>, refusal: Option<(usize, String)>, parts: usize },
+    /// A function call, canonical tool call `call`.
+    Call { index: usize, call: u32, call_id: String, name: String, arguments: String },
+}
+
+/// Canonical chunks into Responses events.
+#[derive(Debug)]
+pub struct StreamEncoder {
+    meta: Meta,
+    sequence: u64,
+    started: bool,
+    model: String,
+    /// The finished output items.
+    output: Vec<Value>,
+    open: Option<Open>,
+    /// The calls closed so far: a fragment of one of them cannot be expressed.
+    closed_calls: Vec<u32>,
+    finish: Option<FinishReason>,
+    usage: Option<Usage>,
+    /// The assistant turn, for the conversation.
+    turn_text: String,
+    turn_calls: Vec<ToolCall>,
+}
+
+/// One event: its type and its data.
+pub type Event = (&'static str, Value);
+
+impl StreamEncoder {
+    /// An encoder for the response `meta` describes.
+    pub fn new(meta: Meta) -> Self {
+        Self {
+            meta,
+            sequence: 0,
+            started: false,
+            model: String::new(),
+            output: Vec::new(),
+            open: None,
+            closed_calls: Vec::new(),
+            finish: None,
+            usage: None,
+            turn_text: String::new(),
+            turn_calls: Vec::new(),
+        }
+    }
+
+    fn event(&mut self, kind: &'static str, mut data: Value, events: &mut Vec<Event>) {
+        if let Value::Object(object) = &mut data {
+            object.insert("type".to_owned(), Value::from(kind));
+            object.insert("sequence_number".to_owned(), Value::from(self.sequence));
+        }
+        self.sequence += 1;
+        events.push((kind, data));
+    }
+
+    fn start(&mut self, events: &mut Vec<Event>) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        let response = object(&self.meta, Status::InProgress, Vec::new(), None, &self.model, Value::Null);
+        self.event("response.created", json!({ "response": response }), events);
+        let response = object(&self.meta, Status::InProgress, Vec::new(), None, &self.model, Value::Null);
+        self.event("response.in_progress", json!({ "response": response }), events);
+    }
+
+    /// The events for one chunk (the first also opens the response).
+    pub fn push(&mut self, chunk: &ChatChunk) -> Vec<Event> {
+        let mut events = Vec::new();
+        if self.model.is_empty() && !chunk.model.is_empty() {
+            self.model.clone_from(&chunk.model);
+        }
+        self.start(&mut events);
+        if let Some(usage) = chunk.usage {
+            self.usage = Some(usage);
+        }
+        let Some(choice) = chunk.choices.iter().find(|c| c.index == 0) else { return events };
+        if let Some(text) = choice.delta.content.as_deref().filter(|t| !t.is_empty()) {
+            self.text(text, false, &mut events);
+        }
+        if let Some(refusal) = choice.delta.refusal.as_deref().filter(|t| !t.is_empty()) {
+            self.text(refusal, true, &mut events);
+        }
+        for call in &choice.delta.tool_calls {
+            let name = call.function.as_ref().and_then(|f| f.name.as_deref());
+            let arguments = call.function.as_ref().and_then(|f| f.arguments.as_deref()).unwrap_or_default();
+            let same = matches!(&self.open, Some(Open::Call { call: open, .. }) if *open == call.index);
+            if !same {
+                if self.closed_calls.contains(&call.index) {
+                    tracing::warn!(
+                        call = call.index,
+                        "a fragment of a closed tool call cannot be expressed in the Responses stream; dropped"
+                    );
+                    continue;
+                }
+                self.close(&mut events);
+                let index = self.output.len();
+                let item_id = call_item_id(&self.meta.id, index);
+                let call_id = call.id.clone().unwrap_or_else(|| item_id.clone());
+                let name = name.unwrap_or_default().to_owned();
+                let item = call_item(&item_id, &call_id, &name, "", "in_progress");
+                self.event(
+                    "response.output_item.added",
+                    json!({ "output_index": index, "item": item }),
+                    &mut events,
+                );
+                self.open =
+                    Some(Open::Call { index, call: call.index, call_id, name, arguments: String::new() });
+            }
+            if let Some(Open::Call { index, name: open_name, arguments: so_far, .. }) = &mut self.open {
+                if open_name.is_empty()
+                    && let Some(name) = name
+                {
+                    name.clone_into(open_name);
+                }
+                if !arguments.is_empty() {
+                    so_far.push_str(arguments);
+                    let (index, item_id) = (*index, call_item_id(&self.meta.id, *index));
+                    let data = json!({ "item_id": item_id, "output_index": index, "delta": arguments });
+                    self.event("response.function_call_arguments.delta", data, &mut events);
+                }
+            }
+        }
+        if choice.finish_reason.is_some() {
+            self.finish.clone_from(&choice.finish_reason);
+        }
+        events
+    }
+
+    /// Text (or refusal) into the open message, opening one (and the part) when needed.
+    fn text(&mut self, text: &str, refusal: bool, events: &mut Vec<Event>) {
+        if !matches!(self.open, Some(Open::Message { .. })) {
+            self.close(events);
+            let index = self.output.len();
+            let item = message_item(&self.item_id(index), "in_progress", Vec::new());
+            self.event("response.output_item.added", json!({ "output_index": index, "item": item }), events);
+            self.open = Some(Open::Message { index, text: None, refusal: None, parts: 0 });
+        }
+        let Some(Open::Message { index, text: open_text, refusal: open_refusal, parts }) = &mut self.open
+        else {
+            return;
+        };
+        let index = *index;
+        let slot = if refusal { open_refusal } else { open_text };
+        let (new_part, content_index) = match slot {
+            Some((content_index, so_far)) => {
+                so_far.push_str(text);
+                (None, *content_index)
+            }
+            None => {
+                let content_index = *parts;
+                *parts += 1;
+                *slot = Some((content_index, text.to_owned()));
+                (Some(if refusal { refusal_part("") } else { text_part("") }), content_index)
+            }
+        };
+        if !refusal {
+            self.turn_text.push_str(text);
+        }
+        let item_id = self.item_id(index);
+        if let Some(part) = new_part {
+            let data = json!({ "item_id": item_id, "output_index": index, "content_index": content_index, "part": part });
+            self.event("response.content_part.added", data, events);
+        }
+        let (kind, data) = if refusal {
+            (
+                "response.refusal.delta",
+                json!({ "item_id": item_id, "output_index": index, "content_index": content_index, "delta": text }),
+            )
+        } else {
+            (
+                "response.output_text.delta",
+                json!({ "item_id": item_id, "output_index": index, "content_index": content_index, "delta": text, "logprobs": [] }),
+            )
+        };
+        self.event(kind, data, events);
+    }
+
+    /// The id of the message item at `index`.
+    fn item_id(&self, index: usize) -> String {
+        format!("msg_{}_{index}", self.meta.id.trim_start_matches("resp_"))
+    }
+
+    /// Closes the open item: its parts' and its own `.done` events.
+    fn close(&mut self, events: &mut Vec<Event>) {
+        match self.open.take() {
+            None => {}
+            Some(Open::Message { index, text, refusal, .. }) => {
+                let item_id = self.item_id(index);
+                let mut parts: Vec<(usize, Value)> = Vec::new();
+                if let Some((content_index, text)) = text {
+                    let data = json!({ "item_id": item_id, "output_index": index, "content_index": content_index, "text": text, "logprobs": [] });
+                    self.event("response.output_text.done", data, events);
+                    parts.push((content_index, text_part(&text)));
+                }
+                if let Some((content_index, refusal)) = refusal {
+                    let data = json!({ "item_id": item_id, "output_index": index, "content_index": content_index, "refusal": refusal });
+                    self.event("response.refusal.done", data, events);
+                    parts.push((content_index, refusal_part(&refusal)));
+                }
+                parts.sort_by_key(|(content_index, _)| *content_index);
+                for (content_index, part) in &parts {
+                    let data = json!({ "item_id": item_id, "output_index": index, "content_index": content_index, "part": part });
+                    self.event("response.content_part.done", data, events);
+                }
+                let item =
+                    message_item(&item_id, "completed", parts.into_iter().map(|(_, part)| part).collect());
+                self.output.push(item.clone());
+                self.event(
+                    "response.output_item.done",
+                    json!({ "output_index": index, "item": item }),
+                    events,
+                );
+            }
+            Some(Open::Call { index, call, call_id, name, arguments }) => {
+                let item_id = call_item_id(&self.meta.id, index);
+                let data = json!({ "item_id": item_id, "output_index": index, "name": name, "arguments": arguments });
+                self.event("response.function_call_arguments.done", data, events);
+                let item = call_item(&item_id, &call_id, &name, &arguments, "completed");
+                self.output.push(item.clone());
+                self.event(
+                    "response.output_item.done",
+                    json!({ "output_index": index, "item": item }),
+                    events,
+                );
+                self.closed_calls.push(call);
+                self.turn_calls.push(ToolCall {
+                    id: call_id,
+                    kind: "function".to_owned(),
+                    function: FunctionCall { name, arguments },
+                });
+            }
+        }
+    }
+
+    /// The events that end a stream that ran to its end: `response.completed`, or
+    /// `response.incomplete` when the answer was cut.
+    pub fn finish(&mut self) -> Vec<Event> {
+        let mut events = Vec::new();
+        self.start(&mut events);
+        self.close(&mut events);
+        let status = Status::of(self.finish.as_ref());
+        let kind = if status == Status::Completed { "response.completed" } else { "response.incomplete" };
+        let response = self.response();
+        self.event(kind, json!({ "response": response }), &mut events);
+        events
+    }
+
+    /// The events that end a stream that failed after it began: `response.failed`, then
+    /// `error`. `code` is a Responses error code (`server_error`, `rate_limit_exceeded`).
+    pub fn fail(&mut self, code: &str, message: &str) -> Vec<Event> {
+        let mut events = Vec::new();
+        self.start(&mut events);
+        self.close(&mut events);
+        let error = json!({ "code": code, "message": message });
+        let response =
+            object(&self.meta, Status::Failed, self.output.clone(), self.usage.as_ref(), &self.model, error);
+        self.event("response.failed", json!({ "response": response }), &mut events);
+        self.event("error", json!({ "code": code, "message": message, "param": null }), &mut events);
+        events
+    }
+
+    /// The response as it stands (whole, after [`finish`](Self::finish)).
+    pub fn response(&self) -> Value {
+        object(
+            &self.meta,
+            Status::of(self.finish.as_ref()),
+            self.output.clone(),
+            self.usage.as_ref(),
+            &self.model,
+            Value::Null,
+        )
+    }
+
+    /// The assistant turn the stream added, for the conversation.
+    pub fn turn(&self) -> Message {
+        Message {
+            role: Role::Assistant,
+            content: (!self.turn_text.is_empty()).then(|| Content::Text(self.turn_text.clone())),
+            tool_calls: self.turn_calls.clone(),
+            ..Message::assistant("")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use switchyard::chat::{ChunkChoice, Delta, FunctionCallDelta, ToolCallDelta};
+
+    use super::*;
+    use crate::responses::decode::request_from_json;
+
+    fn meta() -> Meta {
+        let echo = request_from_json(json!({"model": "m", "input": "x"})).unwrap().echo;
+        Meta { id: "resp_1".into(), created_at: 7, echo, previous_response_id: None, store: true }
+    }
+
+    fn chunk(delta: Delta, finish: Option<FinishReason>) -> ChatChunk {
+        ChatChunk {
+            model: "m-1".into(),
+            choices: vec![ChunkChoice { index: 0, delta, finish_reason: finish }],
+            ..ChatChunk::default()
+        }
+    }
+
+    #[test]
+    fn an_answer_is_a_message_then_its_function_calls_with_usage() {
+        let mut answer = ChatResponse::from_text("m-1", "Checking.");
+        answer.choices[0].message.tool_calls = vec![ToolCall {
+            id: "call_1".into(),
+            kind: "function".into(),
+            function: FunctionCall { name: "weather".into(), arguments: "{}".into() },
+        }];
+        answer.choices[0].finish_reason = Some(FinishReason::ToolCalls);
+        answer.usage = Some(Usage::new(10, 5));
+        let (object, turn) = response_object(&meta(), &answer);
+        assert_eq!(object["status"], "completed");
+        assert_eq!(
+            object["output"][0]["content"][0],
+            json!({"type": "output_text", "text": "Checking.", "annotations": [], "logprobs": []})
+        );
+        assert_eq!(object["output"][1]["call_id"], "call_1");
+        assert_eq!(object["usage"]["total_tokens"], 15);
+        assert_eq!(object["usage"]["input_tokens_details"]["cached_tokens"], 0);
+        assert_eq!(turn.tool_calls.len(), 1);
+        assert_eq!(turn.text_content().as_deref(), Some("Checking."));
+    }
+
+    #[test]
+    fn a_cut_answer_is_incomplete_with_its_reason() {
+        let mut answer = ChatResponse::from_text("m", "Once upon");
+        answer.choices[0].finish_reason = Some(FinishReason::Length);
+        let (object, _) = response_object(&meta(), &answer);
+        assert_eq!(
+            (object["status"].as_str(), &object["incomplete_details"]),
+            (Some("incomplete"), &json!({"reason": "max_output_tokens"}))
+        );
+    }
+
+    #[test]
+    fn a_stream_is_numbered_events_in_the_documented_order() {
+        let mut encoder = StreamEncoder::new(meta());
+        let mut events =
+            encoder.push(&chunk(Delta { role: Some(Role::Assistant), ..Delta::default() }, None));
+        events.extend(encoder.push(&chunk(Delta { content: Some("Hel".into()), ..Delta::default() }, None)));
+        events.extend(encoder.push(&chunk(Delta { content: Some("lo".into()), ..Delta::default() }, None)));
+        let call = |id: Option<&str>, name: Option<&str>, arguments: &str| Delta {
+            tool_calls: vec![ToolCallDelta {
+                index: 0,
+                id: id.map(str::to_owned),
+                kind: None,
+                function: Some(FunctionCallDelta {
+                    name: name.map(str::to_owned),
+                    arguments: Some(arguments.to_owned()),
+                }),
+            }],
+            ..Delta::default()
+        };
+        events.extend(encoder.push(&chunk(call(Some("call_1"), Some("weather"), ""), None)));
+        events.extend(encoder.push(&chunk(call(None, None, "{\"city\":"), None)));
+        events.extend(encoder.push(&chunk(call(None, None, "\"Paris\"}"), Some(FinishReason::ToolCalls))));
+        events.extend(encoder.push(&ChatChunk { usage: Some(Usage::new(3, 4)), ..ChatChunk::default() }));
+        events.extend(encoder.finish());
+        let kinds: Vec<_> = events.iter().map(|(kind, _)| *kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.output_item.added",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.done",
+                "response.output_item.done",
+                "response.completed",
+            ]
+        );
+        for (n, (kind, data)) in events.iter().enumerate() {
+            assert_eq!(
+                (data["type"].as_str(), data["sequence_number"].as_u64()),
+                (Some(*kind), Some(n as u64))
+            );
+        }
+        let done = &events.last().unwrap().1["response"];
+        assert_eq!(done["output"][0]["content"][0]["text"], "Hello");
+        assert_eq!(done["output"][1]["arguments"], "{\"city\":\"Paris\"}");
+        assert_eq!(done["usage"]["output_tokens"], 4);
+        assert_eq!(done["model"], "m-1");
+        let turn = encoder.turn();
+        assert_eq!(turn.text_content().as_deref(), Some("Hello"));
+        assert_eq!(turn.tool_calls[0].function.arguments, "{\"city\":\"Paris\"}");
+    }
+
+    #[test]
+    fn a_stream_that_fails_ends_with_response_failed_then_error() {
+        let mut encoder = StreamEncoder::new(meta());
+        encoder.push(&chunk(Delta { content: Some("Hel".into()), ..Delta::default() }, None));
+        let events = encoder.fail("server_error", "the upstream went away");
+        let kinds: Vec<_> = events.iter().map(|(kind, _)| *kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.failed",
+                "error"
+            ]
+        );
+        assert_eq!(events[3].1["response"]["status"], "failed");
+        assert_eq!(events[3].1["response"]["error"]["code"], "server_error");
+        assert_eq!(events[4].1["message"], "the upstream went away");
+    }
+}

@@ -1,0 +1,201 @@
+"""The Responses API with the official OpenAI Python SDK, strict response validation on: every
+object and event the gateway writes must match the SDK's own models."""
+
+import openai
+import pytest
+
+from conftest import GATEWAY_KEY, config
+
+KEY = "api_key: sk-upstream-openai-0001"
+ANT = "api_key: sk-upstream-ant-0002"
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def client(gateway, key=GATEWAY_KEY):
+    return openai.OpenAI(
+        base_url=gateway.url + "/v1", api_key=key, max_retries=0, timeout=30, _strict_response_validation=True
+    )
+
+
+def one_target(mock, gateway, scenario="ok"):
+    return gateway(config(mock, {"a": ("openai", scenario, KEY)}, {"default": "{ targets: [a:gpt-test] }"}))
+
+
+def sent(mock, scenario="ok"):
+    return mock.stats()["scenarios"][scenario]["last_request"]["json"]
+
+
+def test_a_plain_response_is_a_completed_response_object(mock, gateway):
+    gw = one_target(mock, gateway)
+    raw = client(gw).responses.with_raw_response.create(
+        model="default", input="Hello there", instructions="Be brief.", max_output_tokens=64
+    )
+    response = raw.parse()
+    assert response.output_text == "mock answer from gpt-test"
+    assert response.status == "completed"
+    assert response.id.startswith("resp_")
+    assert response.usage.total_tokens > 0
+    assert raw.headers["x-switchyard-target"] == "a:gpt-test"
+    upstream = sent(mock)
+    assert upstream["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hello there"},
+    ]
+    assert upstream["max_completion_tokens"] == 64
+
+
+def test_a_streamed_response_arrives_as_text_deltas_and_completes(mock, gateway):
+    gw = one_target(mock, gateway, "ok~chunks=4")
+    with client(gw).responses.stream(model="default", input="Hello") as stream:
+        kinds = []
+        deltas = []
+        for event in stream:
+            kinds.append(event.type)
+            if event.type == "response.output_text.delta":
+                deltas.append(event.delta)
+        final = stream.get_final_response()
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] == "response.completed"
+    assert len(deltas) >= 2 and "".join(deltas) == "mock answer from gpt-test"
+    assert final.output_text == "mock answer from gpt-test"
+
+
+def test_a_function_tool_round_trip_by_previous_response_id(mock, gateway):
+    gw = one_target(mock, gateway, "tools,ok")
+    sdk = client(gw)
+    first = sdk.responses.create(model="default", input="Weather in Paris?", tools=[WEATHER])
+    call = next(item for item in first.output if item.type == "function_call")
+    assert (call.name, call.arguments.replace(" ", "")) == ("get_weather", '{"city":"Paris"}')
+    second = sdk.responses.create(
+        model="default",
+        previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "21C and sunny"}],
+        tools=[WEATHER],
+    )
+    assert second.output_text == "mock answer from gpt-test"
+    assert second.previous_response_id == first.id
+    messages = sent(mock, "tools,ok")["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert messages[1]["tool_calls"][0]["id"] == call.call_id
+    assert messages[2] == {"role": "tool", "content": "21C and sunny", "tool_call_id": call.call_id}
+
+
+def test_a_function_tool_round_trip_by_full_input(mock, gateway):
+    gw = one_target(mock, gateway)
+    response = client(gw).responses.create(
+        model="default",
+        store=False,
+        input=[
+            {"role": "user", "content": "Weather in Paris?"},
+            {"type": "function_call", "call_id": "call_9", "name": "get_weather", "arguments": '{"city":"Paris"}'},
+            {"type": "function_call_output", "call_id": "call_9", "output": "21C"},
+        ],
+        tools=[WEATHER],
+    )
+    assert response.output_text == "mock answer from gpt-test"
+    assert [m["role"] for m in sent(mock)["messages"]] == ["user", "assistant", "tool"]
+    with pytest.raises(openai.NotFoundError):
+        client(gw).responses.retrieve(response.id)
+
+
+def test_a_json_schema_text_format_reaches_the_upstream_as_structured_output(mock, gateway):
+    gw = one_target(mock, gateway)
+    schema = {
+        "type": "object",
+        "properties": {"reasoning": {"type": "string"}, "answer": {"type": "string"}},
+        "required": ["reasoning", "answer"],
+        "additionalProperties": False,
+    }
+    client(gw).responses.create(
+        model="default",
+        input="Why?",
+        text={"format": {"type": "json_schema", "name": "out", "schema": schema, "strict": True}},
+    )
+    format = sent(mock)["response_format"]
+    assert format["type"] == "json_schema"
+    assert list(format["json_schema"]["schema"]["properties"]) == ["reasoning", "answer"]
+
+
+def test_a_failure_before_the_first_event_fails_over(mock, gateway):
+    gw = gateway(config(
+        mock,
+        {"a": ("openai", "fail500", KEY), "b": ("openai", "ok~chunks=3", KEY)},
+        {"default": "{ targets: [a:gpt-test, b:gpt-backup], retry: { max_attempts: 1 } }"},
+    ))
+    with client(gw).responses.stream(model="default", input="Hello") as stream:
+        final = stream.get_final_response()
+    assert final.output_text == "mock answer from gpt-backup"
+
+
+def test_a_failure_after_the_first_event_is_response_failed_then_an_error_event(mock, gateway):
+    gw = one_target(mock, gateway, "cut=2~chunks=5")
+    with client(gw).responses.stream(model="default", input="Hello") as stream:
+        events = list(stream)
+    kinds = [event.type for event in events]
+    assert "response.output_text.delta" in kinds
+    assert kinds[-2:] == ["response.failed", "error"]
+    failed, error = events[-2], events[-1]
+    assert failed.response.status == "failed" and failed.response.error.code == "server_error"
+    assert "the stream failed after content was sent" in error.message
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+
+
+def test_a_conversation_goes_on_after_its_provider_went_down_on_a_provider_of_another_kind(mock, gateway):
+    gw = gateway(config(
+        mock,
+        {"a": ("openai", "ok,fail500", KEY), "claude": ("anthropic", "ok", ANT)},
+        {"default": "{ targets: [a:gpt-test, claude:claude-test], retry: { max_attempts: 1 }, health_gate: false }"},
+    ))
+    sdk = client(gw)
+    first = sdk.responses.create(model="default", input="My name is Ada.", instructions="Be brief.")
+    assert first.output_text == "mock answer from gpt-test"
+    raw = sdk.responses.with_raw_response.create(
+        model="default", previous_response_id=first.id, input="What is my name?"
+    )
+    second = raw.parse()
+    assert raw.headers["x-switchyard-target"] == "claude:claude-test"
+    assert second.output_text == "mock answer from claude-test"
+    # Anthropic was sent the whole conversation, in its own shape, without the first turn's
+    # instructions (a continuation does not inherit them).
+    upstream = sent(mock, "ok")
+    assert "system" not in upstream
+    texts = [(m["role"], "".join(block["text"] for block in m["content"])) for m in upstream["messages"]]
+    assert texts == [
+        ("user", "My name is Ada."),
+        ("assistant", "mock answer from gpt-test"),
+        ("user", "What is my name?"),
+    ]
+
+
+def test_kept_responses_can_be_read_and_deleted_by_their_key_only(mock, gateway):
+    other = "sk-other-gateway-key-000111"
+    yaml = config(mock, {"a": ("openai", "ok", KEY)}, {"default": "{ targets: [a:gpt-test] }"}).replace(
+        "keys: [env://E2E_GATEWAY_KEY]", f"keys: [env://E2E_GATEWAY_KEY, {other}]"
+    )
+    gw = gateway(yaml)
+    mine, theirs = client(gw), client(gw, other)
+    response = mine.responses.create(model="default", input="Hello")
+    assert mine.responses.retrieve(response.id).output_text == "mock answer from gpt-test"
+    with pytest.raises(openai.NotFoundError):
+        theirs.responses.retrieve(response.id)
+    with pytest.raises(openai.NotFoundError):
+        theirs.responses.delete(response.id)
+    with pytest.raises(openai.BadRequestError):
+        theirs.responses.create(model="default", input="Hi", previous_response_id=response.id)
+    mine.responses.delete(response.id)
+    with pytest.raises(openai.NotFoundError):
+        mine.responses.retrieve(response.id)
+
+
+def test_a_malformed_item_is_a_400_naming_its_path(mock, gateway):
+    gw = one_target(mock, gateway)
+    with pytest.raises(openai.BadRequestError) as raised:
+        client(gw).responses.create(
+            model="default", input=[{"role": "user", "content": [{"type": "input_video", "video": "x"}]}]
+        )
+    assert "input[0].content[0].type" in str(raised.value)
