@@ -48,3 +48,52 @@ def test_node_sdk_default_embeddings_decode_to_the_same_floats(mock, gateway):
         assert len(node_vector["embedding"]) == len(float_vector.embedding) > 1
         # The same f32 values, read through base64 and through floats.
         assert node_vector["embedding"] == pytest.approx(float_vector.embedding, rel=1e-7, abs=1e-12)
+
+
+AI_SDK = """
+const { generateText, streamText, tool, stepCountIs } = require('ai');
+const { createOpenAI } = require('@ai-sdk/openai');
+const { z } = require('zod');
+// The default provider: `openai(model)` speaks the Responses API.
+const openai = createOpenAI({ baseURL: process.env.BASE_URL, apiKey: process.env.API_KEY });
+const weather = tool({
+  description: 'The weather in a city',
+  inputSchema: z.object({ city: z.string() }),
+  execute: async ({ city }) => `21C in ${city}`,
+});
+(async () => {
+  const options = { model: openai('default'), prompt: 'Weather in Paris?', tools: { get_weather: weather }, stopWhen: stepCountIs(3) };
+  if (process.env.MODE === 'generate') {
+    const result = await generateText(options);
+    const calls = result.steps.flatMap((s) => s.toolCalls.map((c) => [c.toolName, c.input]));
+    console.log(JSON.stringify({ text: result.text, steps: result.steps.length, calls }));
+  } else {
+    const result = streamText(options);
+    const pieces = [];
+    for await (const piece of result.textStream) pieces.push(piece);
+    const steps = await result.steps;
+    const calls = steps.flatMap((s) => s.toolCalls.map((c) => [c.toolName, c.input]));
+    console.log(JSON.stringify({ text: pieces.join(''), pieces: pieces.length, steps: steps.length, calls }));
+  }
+})().catch((error) => { console.error(String(error)); process.exit(1); });
+"""
+
+
+@pytest.mark.parametrize("mode", ["generate", "stream"])
+def test_the_vercel_ai_sdks_default_provider_runs_a_tool_through_the_responses_api(mock, gateway, mode):
+    for package in ("ai", "@ai-sdk/openai", "zod"):
+        if not os.path.isdir(os.path.join(NODE_MODULES, package)):
+            pytest.fail(f"the npm package {package} is not installed in {NODE_MODULES} (scripts/e2e installs it)")
+    scenario = "tools,ok~chunks=3"
+    gw = gateway(config(mock, {"a": ("openai", scenario, KEY)}, {"default": "{ targets: [a:gpt-test] }"}))
+    result = node(AI_SDK, {"BASE_URL": gw.url + "/v1", "API_KEY": GATEWAY_KEY, "MODE": mode})
+    assert result["calls"] == [["get_weather", {"city": "Paris"}]]
+    assert result["steps"] == 2
+    assert result["text"] == "mock answer from gpt-test"
+    if mode == "stream":
+        assert result["pieces"] >= 2
+    sent = mock.stats()["scenarios"][scenario]
+    assert sent["last_request"]["path"].endswith("/v1/chat/completions")
+    messages = sent["last_request"]["json"]["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert messages[2]["content"] == "21C in Paris"

@@ -199,3 +199,30 @@ def test_a_malformed_item_is_a_400_naming_its_path(mock, gateway):
             model="default", input=[{"role": "user", "content": [{"type": "input_video", "video": "x"}]}]
         )
     assert "input[0].content[0].type" in str(raised.value)
+
+
+def test_an_openai_agents_sdk_agent_runs_its_tool_through_the_gateway(mock, gateway):
+    try:
+        import agents
+    except ImportError:
+        pytest.fail("the pip package openai-agents is not installed (scripts/e2e installs it)")
+    agents.set_tracing_disabled(True)  # traces would go to OpenAI's servers
+    gw = one_target(mock, gateway, "tools,ok")
+    called = []
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        called.append(city)
+        return f"21C in {city}"
+
+    model = agents.OpenAIResponsesModel(model="default", openai_client=openai.AsyncOpenAI(
+        base_url=gw.url + "/v1", api_key=GATEWAY_KEY, max_retries=0, _strict_response_validation=True
+    ))
+    agent = agents.Agent(name="weather", instructions="Answer with the weather.", tools=[get_weather], model=model)
+    result = agents.Runner.run_sync(agent, "Weather in Paris?")
+    assert called == ["Paris"]
+    assert result.final_output == "mock answer from gpt-test"
+    messages = sent(mock, "tools,ok")["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool"]
+    assert messages[3]["content"] == "21C in Paris"
