@@ -5,6 +5,11 @@
 //! Bounded by count, age and bytes (`gateway.responses`); the oldest go first. An entry
 //! belongs to the gateway key that created it, named by a hash of the key, never the key: to
 //! another key it does not exist.
+//!
+//! With `state.redis`, entries are also kept in Redis (`switchyard_state::responses`), with
+//! the same bounds for the fleet, so that a conversation one replica served goes on through
+//! any other. Reads ask Redis first and fall back to this replica's memory when Redis does not
+//! answer; writes go to both.
 
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
@@ -16,12 +21,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 use switchyard::chat::Message;
 use switchyard::credential::{CredentialId, Secret};
+use switchyard_state::responses::SharedResponses;
 use tokio::time::Instant;
 
 use crate::config::ResponsesBounds;
 
 /// One kept response.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Stored {
     /// The hash of the gateway key that created it (empty on a gateway without keys).
     pub owner: String,
@@ -37,15 +43,18 @@ struct Entry {
     stored: Arc<Stored>,
     at: Instant,
     bytes: usize,
+    /// With a fleet: its write to Redis failed, so only this replica has it.
+    only_here: bool,
 }
 
-/// The store, in memory.
+/// The store: this replica's memory, and the fleet's Redis when there is one.
 #[derive(Debug)]
 pub struct ResponseStore {
     bounds: ResponsesBounds,
     inner: Mutex<Inner>,
     ids: AtomicU64,
     random: RandomState,
+    shared: Option<SharedResponses>,
 }
 
 #[derive(Debug, Default)]
@@ -57,9 +66,87 @@ struct Inner {
 }
 
 impl ResponseStore {
-    /// An empty store with `bounds`.
+    /// An empty store with `bounds`, in memory only.
     pub fn new(bounds: ResponsesBounds) -> Self {
-        Self { bounds, inner: Mutex::default(), ids: AtomicU64::new(0), random: RandomState::new() }
+        Self {
+            bounds,
+            inner: Mutex::default(),
+            ids: AtomicU64::new(0),
+            random: RandomState::new(),
+            shared: None,
+        }
+    }
+
+    /// A store that also keeps its entries in the fleet's Redis.
+    pub fn shared(bounds: ResponsesBounds, shared: SharedResponses) -> Self {
+        Self { shared: Some(shared), ..Self::new(bounds) }
+    }
+
+    /// Keeps `stored` under `id` here and, with a fleet, in Redis (a failure there is logged:
+    /// this replica still has it).
+    pub async fn keep(&self, id: String, stored: Stored) {
+        if let Some(bytes) = self.remember(id.clone(), stored) {
+            self.share(&id, &bytes).await;
+        }
+    }
+
+    /// Keeps `stored` under `id` in this replica's memory; with a fleet, returns the bytes to
+    /// [`share`](Self::share).
+    pub fn remember(&self, id: String, stored: Stored) -> Option<Vec<u8>> {
+        let bytes = self.shared.as_ref().map(|_| serde_json::to_vec(&stored).unwrap_or_default());
+        self.put(id, stored);
+        bytes
+    }
+
+    /// Writes an entry [`remember`](Self::remember) returned to the fleet's Redis (a failure is
+    /// logged: this replica still has it).
+    pub async fn share(&self, id: &str, bytes: &[u8]) {
+        if let Some(shared) = &self.shared
+            && let Err(reason) = shared.put(id, bytes).await
+        {
+            tracing::warn!(id, reason, "a response could not be kept in Redis; this replica keeps it");
+            let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let Some(entry) = inner.entries.get_mut(id) {
+                entry.only_here = true;
+            }
+        }
+    }
+
+    /// The response `id`, when it is kept (here or in the fleet's Redis) and belongs to `owner`.
+    pub async fn find(&self, id: &str, owner: &str) -> Option<Arc<Stored>> {
+        if let Some(shared) = &self.shared {
+            match shared.get(id).await {
+                Ok(Some(bytes)) => match serde_json::from_slice::<Stored>(&bytes) {
+                    Ok(stored) => return (stored.owner == owner).then(|| Arc::new(stored)),
+                    Err(error) => tracing::warn!(id, %error, "a response kept in Redis could not be read"),
+                },
+                // Not in the fleet's store (expired, deleted through another replica): only
+                // an entry that never reached Redis is still to be found here.
+                Ok(None) => return self.get(id, owner).filter(|_| self.only_here(id)),
+                Err(reason) => {
+                    tracing::warn!(id, reason, "Redis did not answer; reading this replica's responses")
+                }
+            }
+        }
+        self.get(id, owner)
+    }
+
+    /// Whether the entry `id` is kept here and never reached Redis.
+    fn only_here(&self, id: &str) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        inner.entries.get(id).is_some_and(|entry| entry.only_here)
+    }
+
+    /// Forgets the response `id` here and in the fleet's Redis; whether it was kept for `owner`.
+    pub async fn forget(&self, id: &str, owner: &str) -> bool {
+        let Some(found) = self.find(id, owner).await else { return false };
+        if let Some(shared) = &self.shared
+            && let Err(reason) = shared.delete(id).await
+        {
+            tracing::warn!(id, reason, "a response could not be deleted from Redis");
+        }
+        self.delete(id, &found.owner);
+        true
     }
 
     /// A fresh response id (`resp_` and 32 hex digits): the time, a counter and random bits,
@@ -91,7 +178,7 @@ impl ResponseStore {
         }
         inner.bytes += bytes;
         inner.order.push_back(id.clone());
-        inner.entries.insert(id, Entry { stored: Arc::new(stored), at: now, bytes });
+        inner.entries.insert(id, Entry { stored: Arc::new(stored), at: now, bytes, only_here: false });
     }
 
     /// The response `id`, when it is kept and belongs to `owner`.

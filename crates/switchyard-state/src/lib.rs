@@ -47,6 +47,7 @@ use tokio::sync::mpsc;
 
 mod link;
 mod pace;
+pub mod responses;
 mod scripts;
 #[doc(hidden)]
 pub mod testing;

@@ -30,6 +30,7 @@ use crate::logging::{AccessEntry, AccessLog};
 use crate::metrics::{LabelValue, Metrics, labels};
 use crate::recent::{Recent, RequestRecord};
 use crate::responses::ResponseStore;
+use switchyard_state::responses::{KeptBounds, SharedResponses};
 
 pub use errors::ApiError;
 
@@ -81,7 +82,18 @@ impl AppState {
         let listed = router.routes().flat_map(|route| route.all_targets()).cloned().collect();
         Arc::new(Self {
             recent: Recent::new(gateway.recent_requests),
-            responses: ResponseStore::new(gateway.responses),
+            responses: match &gateway.shared_state {
+                Some(store) => {
+                    let bounds = gateway.responses;
+                    let bounds = KeptBounds {
+                        max_entries: bounds.max_entries,
+                        max_age: bounds.max_age,
+                        max_bytes: bounds.max_bytes,
+                    };
+                    ResponseStore::shared(gateway.responses, SharedResponses::new(store, bounds))
+                }
+                None => ResponseStore::new(gateway.responses),
+            },
             router,
             gateway,
             metrics,

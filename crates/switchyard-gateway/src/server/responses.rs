@@ -40,7 +40,7 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
     let ResponsesRequest { mut chat, previous_response_id, store, echo } = parsed;
     let instructions = usize::from(!echo.instructions.is_null());
     if let Some(previous) = &previous_response_id {
-        let Some(stored) = state.responses.get(previous, &owner) else {
+        let Some(stored) = state.responses.find(previous, &owner).await else {
             let error = ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "previous_response_not_found",
@@ -74,7 +74,7 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
             add_usage_metrics(&state, &answer.served_by, answer.usage, answer.cost);
             let (object, turn) = encode::response_object(&meta, &answer.response);
             if let Some(keep) = keep {
-                keep.put(&state, &meta.id, &object, turn);
+                state.responses.keep(meta.id.clone(), keep.entry(&object, turn)).await;
             }
             let body = serde_json::to_vec(&object).unwrap_or_default();
             answered(&state, &exchange, body, Delivered::from(&mut answer))
@@ -91,13 +91,12 @@ struct Keep {
 }
 
 impl Keep {
-    fn put(mut self, state: &AppState, id: &str, response: &Value, turn: Message) {
+    /// The entry for `response`, whose answer was `turn`.
+    fn entry(mut self, response: &Value, turn: Message) -> Stored {
         if turn.content.is_some() || !turn.tool_calls.is_empty() {
             self.conversation.push(turn);
         }
-        let stored =
-            Stored { owner: self.owner, response: response.clone(), conversation: self.conversation };
-        state.responses.put(id.to_owned(), stored);
+        Stored { owner: self.owner, response: response.clone(), conversation: self.conversation }
     }
 }
 
@@ -126,7 +125,13 @@ impl Encoder for ResponsesEncoder {
         if let Some(keep) = self.keep.take() {
             let response = self.encoder.response();
             let id = response["id"].as_str().unwrap_or_default().to_owned();
-            keep.put(&self.state, &id, &response, self.encoder.turn());
+            // Kept in this replica's memory now; with a fleet, in Redis a round trip after the
+            // last event.
+            let entry = keep.entry(&response, self.encoder.turn());
+            if let Some(bytes) = self.state.responses.remember(id.clone(), entry) {
+                let state = self.state.clone();
+                tokio::spawn(async move { state.responses.share(&id, &bytes).await });
+            }
         }
     }
 
@@ -151,7 +156,7 @@ pub async fn retrieve(
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
     let owner = owner_of(presented_key(&headers).filter(|_| !state.gateway.keys.is_empty()));
-    match state.responses.get(&id, &owner) {
+    match state.responses.find(&id, &owner).await {
         Some(stored) => axum::Json(stored.response.clone()).into_response(),
         None => not_found(&id),
     }
@@ -167,7 +172,7 @@ pub async fn delete(
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
     let owner = owner_of(presented_key(&headers).filter(|_| !state.gateway.keys.is_empty()));
-    if state.responses.delete(&id, &owner) {
+    if state.responses.forget(&id, &owner).await {
         axum::Json(json!({ "id": id, "object": "response", "deleted": true })).into_response()
     } else {
         not_found(&id)

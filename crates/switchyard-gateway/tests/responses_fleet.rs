@@ -1,0 +1,99 @@
+//! The Responses API's kept conversations across a fleet, in process on loopback: a real
+//! Redis, two gateways sharing it, one upstream that records what it was sent.
+
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use switchyard_gateway::config;
+use switchyard_gateway::server::{AppState, app};
+use switchyard_state::testing::RedisServer;
+
+const KEY: &str = "sk-responses-fleet-0123456789";
+const OTHER: &str = "sk-responses-other-0123456789";
+
+async fn upstream() -> (SocketAddr, Arc<Mutex<Vec<Value>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let keep = seen.clone();
+    let router = axum::Router::new().fallback(move |axum::Json(body): axum::Json<Value>| {
+        let keep = keep.clone();
+        async move {
+            let turn = keep.lock().unwrap().len();
+            keep.lock().unwrap().push(body);
+            axum::Json(json!({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": format!("answer {turn}")}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}))
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    (addr, seen)
+}
+
+async fn replica(upstream: SocketAddr, redis: &str) -> String {
+    let yaml = format!(
+        "providers:\n  up: {{ kind: openai, base_url: 'http://{upstream}/v1', api_key: sk-up-0123456789 }}\nroutes:\n  default: {{ targets: [up:m] }}\ngateway: {{ keys: [{KEY}, {OTHER}] }}\nstate: {{ redis: '{redis}', prefix: responses-fleet }}\n"
+    );
+    let file = config::parse(&yaml, false, "responses-fleet.yaml").unwrap();
+    let loaded =
+        config::build(file, config::Source::File("responses-fleet.yaml".into()), &|_: &str| None).unwrap();
+    let state = AppState::new(loaded.router, loaded.gateway);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
+    format!("http://{addr}")
+}
+
+async fn call(method: reqwest::Method, url: String, key: &str, body: Option<Value>) -> (u16, Value) {
+    let mut request = reqwest::Client::new().request(method, url).bearer_auth(key);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_conversation_one_replica_kept_goes_on_through_another() {
+    let redis = RedisServer::start();
+    let (upstream, seen) = upstream().await;
+    let (a, b) = (replica(upstream, &redis.url()).await, replica(upstream, &redis.url()).await);
+    let post = reqwest::Method::POST;
+    let first = json!({"model": "default", "input": "My name is Ada.", "instructions": "Be brief."});
+    let (status, response) = call(post.clone(), format!("{a}/v1/responses"), KEY, Some(first)).await;
+    assert_eq!(status, 200, "{response}");
+    let id = response["id"].as_str().unwrap().to_owned();
+
+    let next = json!({"model": "default", "input": "My name?", "previous_response_id": id});
+    let (status, second) = call(post.clone(), format!("{b}/v1/responses"), KEY, Some(next.clone())).await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["output"][0]["content"][0]["text"], "answer 1");
+    let sent = seen.lock().unwrap()[1]["messages"].clone();
+    assert_eq!(
+        sent,
+        json!([{"role": "user", "content": "My name is Ada."}, {"role": "assistant", "content": "answer 0"},
+            {"role": "user", "content": "My name?"}])
+    );
+
+    // Read through the other replica; another key sees nothing, not even to continue it.
+    let (status, read) = call(reqwest::Method::GET, format!("{b}/v1/responses/{id}"), KEY, None).await;
+    assert_eq!((status, &read["id"]), (200, &Value::from(id.clone())));
+    let (status, _) = call(reqwest::Method::GET, format!("{b}/v1/responses/{id}"), OTHER, None).await;
+    assert_eq!(status, 404);
+    let (status, _) = call(post.clone(), format!("{a}/v1/responses"), OTHER, Some(next.clone())).await;
+    assert_eq!(status, 400);
+    // The key never names anything in Redis.
+    let keys = redis.cli(&["KEYS", "responses-fleet:*"]);
+    assert!(keys.contains(&format!("responses-fleet:response:{id}")), "{keys}");
+    let kept = redis.cli(&["GET", &format!("responses-fleet:response:{id}")]);
+    assert!(!kept.contains(KEY) && !keys.contains(KEY), "{kept}");
+
+    // Deleted through one replica, it is gone from both.
+    let (status, _) = call(reqwest::Method::DELETE, format!("{b}/v1/responses/{id}"), KEY, None).await;
+    assert_eq!(status, 200);
+    let (status, _) = call(reqwest::Method::GET, format!("{a}/v1/responses/{id}"), KEY, None).await;
+    assert_eq!(status, 404);
+}

@@ -1,0 +1,165 @@
+//! Kept responses (the Responses API's conversations) in Redis, so that every replica of a
+//! fleet can continue a conversation another one served.
+//!
+//! Keys, under the prefix `P`: `P:response:<id>` holds one entry (opaque bytes to this crate),
+//! expiring after the age bound; `P:responses` orders the ids by when they were written,
+//! `P:responses:size` holds each one's size and `P:responses:bytes` their total. One script
+//! writes an entry and makes room (expired ids first, then the oldest, until the count and the
+//! bytes fit), so the bounds hold for the fleet as a whole.
+//!
+//! Unlike health, reading here is on the request path: an entry written by another replica is
+//! only in Redis. Every call is bounded by the store's timeout; the caller falls back to its
+//! own memory when Redis does not answer.
+
+use std::time::Duration;
+
+use redis::Script;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::RedisStore;
+
+const PUT: &str = r#"
+local prefix, id, value = ARGV[1], ARGV[2], ARGV[3]
+local max_entries, max_age, max_bytes = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local order, sizes, total = prefix .. ':responses', prefix .. ':responses:size', prefix .. ':responses:bytes'
+local function drop(victim)
+  local size = tonumber(redis.call('HGET', sizes, victim) or '0')
+  redis.call('HDEL', sizes, victim)
+  redis.call('ZREM', order, victim)
+  redis.call('DEL', prefix .. ':response:' .. victim)
+  redis.call('DECRBY', total, size)
+end
+for _, victim in ipairs(redis.call('ZRANGEBYSCORE', order, '-inf', now - max_age)) do drop(victim) end
+if redis.call('ZSCORE', order, id) then drop(id) end
+local len = string.len(value)
+while redis.call('ZCARD', order) >= max_entries or tonumber(redis.call('GET', total) or '0') + len > max_bytes do
+  local oldest = redis.call('ZRANGE', order, 0, 0)
+  if #oldest == 0 then break end
+  drop(oldest[1])
+end
+redis.call('SET', prefix .. ':response:' .. id, value, 'PX', max_age)
+redis.call('ZADD', order, now, id)
+redis.call('HSET', sizes, id, len)
+redis.call('INCRBY', total, len)
+return 1
+"#;
+
+const DELETE: &str = r#"
+local prefix, id = ARGV[1], ARGV[2]
+local sizes, total = prefix .. ':responses:size', prefix .. ':responses:bytes'
+local size = tonumber(redis.call('HGET', sizes, id) or '0')
+redis.call('HDEL', sizes, id)
+redis.call('ZREM', prefix .. ':responses', id)
+redis.call('DECRBY', total, size)
+return redis.call('DEL', prefix .. ':response:' .. id)
+"#;
+
+/// The bounds the fleet's kept responses are held to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeptBounds {
+    /// Entries at most.
+    pub max_entries: usize,
+    /// How long one is kept.
+    pub max_age: Duration,
+    /// Their bytes together.
+    pub max_bytes: usize,
+}
+
+/// Kept responses in the Redis of a [`RedisStore`].
+pub struct SharedResponses {
+    client: redis::Client,
+    /// For scrubbing error texts: it may hold a password.
+    url: String,
+    prefix: String,
+    timeout: Duration,
+    bounds: KeptBounds,
+    conn: tokio::sync::Mutex<Option<ConnectionManager>>,
+    put: Script,
+    delete: Script,
+}
+
+impl std::fmt::Debug for SharedResponses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedResponses").field("prefix", &self.prefix).field("bounds", &self.bounds).finish()
+    }
+}
+
+impl SharedResponses {
+    /// Kept responses in `store`'s Redis, under its prefix, held to `bounds`.
+    pub fn new(store: &RedisStore, bounds: KeptBounds) -> Self {
+        let settings = store.settings();
+        Self {
+            client: store.client.clone(),
+            url: settings.url.clone(),
+            prefix: settings.prefix.clone(),
+            timeout: settings.timeout,
+            bounds,
+            conn: tokio::sync::Mutex::new(None),
+            put: Script::new(PUT),
+            delete: Script::new(DELETE),
+        }
+    }
+
+    /// A connection, made on first use and kept.
+    async fn connection(&self) -> Result<ConnectionManager, String> {
+        let mut conn = self.conn.lock().await;
+        if let Some(conn) = conn.as_ref() {
+            return Ok(conn.clone());
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.timeout))
+            .set_connection_timeout(Some(self.timeout * 2))
+            .set_number_of_retries(1);
+        let made =
+            tokio::time::timeout(self.timeout * 4, self.client.get_connection_manager_with_config(config))
+                .await
+                .map_err(|_| "connecting to Redis timed out".to_owned())?
+                .map_err(|error| crate::scrub(&error.to_string(), &self.url))?;
+        *conn = Some(made.clone());
+        Ok(made)
+    }
+
+    /// Runs `call` within the timeout.
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, String> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(crate::scrub(&error.to_string(), &self.url)),
+            Err(_) => Err("Redis did not answer in time".to_owned()),
+        }
+    }
+
+    /// Keeps `value` under `id`, making room as the bounds say.
+    pub async fn put(&self, id: &str, value: &[u8]) -> Result<(), String> {
+        let mut conn = self.connection().await?;
+        let bounds = self.bounds;
+        let mut invocation = self.put.prepare_invoke();
+        invocation
+            .arg(&self.prefix)
+            .arg(id)
+            .arg(value)
+            .arg(bounds.max_entries)
+            .arg(bounds.max_age.as_millis().max(1) as u64)
+            .arg(bounds.max_bytes);
+        self.bounded(invocation.invoke_async::<i64>(&mut conn)).await.map(|_| ())
+    }
+
+    /// The entry `id`, when it is kept.
+    pub async fn get(&self, id: &str) -> Result<Option<Vec<u8>>, String> {
+        let mut conn = self.connection().await?;
+        let key = format!("{}:response:{id}", self.prefix);
+        self.bounded(redis::cmd("GET").arg(key).query_async::<Option<Vec<u8>>>(&mut conn)).await
+    }
+
+    /// Forgets the entry `id`; whether it was kept.
+    pub async fn delete(&self, id: &str) -> Result<bool, String> {
+        let mut conn = self.connection().await?;
+        let mut invocation = self.delete.prepare_invoke();
+        invocation.arg(&self.prefix).arg(id);
+        self.bounded(invocation.invoke_async::<i64>(&mut conn)).await.map(|n| n > 0)
+    }
+}

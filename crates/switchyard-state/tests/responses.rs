@@ -1,0 +1,69 @@
+//! Kept responses in a real Redis: written by one replica, read and deleted through another,
+//! held to the fleet's bounds.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use switchyard_state::responses::{KeptBounds, SharedResponses};
+use switchyard_state::testing::RedisServer;
+use switchyard_state::{RedisStore, StateSettings};
+
+fn replica(redis: &RedisServer, name: &str, bounds: KeptBounds) -> SharedResponses {
+    let mut settings = StateSettings::new(redis.url());
+    settings.replica = name.to_owned();
+    settings.timeout = Duration::from_secs(2);
+    SharedResponses::new(&RedisStore::new(settings).unwrap(), bounds)
+}
+
+const ROOMY: KeptBounds =
+    KeptBounds { max_entries: 100, max_age: Duration::from_secs(3600), max_bytes: 1 << 20 };
+
+#[tokio::test]
+async fn an_entry_one_replica_kept_is_read_and_deleted_through_another() {
+    let redis = RedisServer::start();
+    let (a, b) = (replica(&redis, "a", ROOMY), replica(&redis, "b", ROOMY));
+    a.put("resp_1", b"{\"conversation\":[]}").await.unwrap();
+    assert_eq!(b.get("resp_1").await.unwrap().as_deref(), Some(&b"{\"conversation\":[]}"[..]));
+    assert_eq!(b.get("resp_2").await.unwrap(), None);
+    // It expires by itself after the age bound.
+    let ttl: i64 = redis.cli(&["PTTL", "switchyard:response:resp_1"]).trim().parse().unwrap();
+    assert!((3_500_000..=3_600_000).contains(&ttl), "{ttl}");
+    assert!(b.delete("resp_1").await.unwrap());
+    assert!(!b.delete("resp_1").await.unwrap());
+    assert_eq!(a.get("resp_1").await.unwrap(), None);
+    assert_eq!(redis.cli(&["GET", "switchyard:responses:bytes"]).trim(), "0");
+}
+
+#[tokio::test]
+async fn the_oldest_entries_of_the_fleet_go_first_when_the_count_or_the_bytes_are_reached() {
+    let redis = RedisServer::start();
+    let bounds = KeptBounds { max_entries: 3, max_age: Duration::from_secs(3600), max_bytes: 25 };
+    let (a, b) = (replica(&redis, "a", bounds), replica(&redis, "b", bounds));
+    for (i, store) in [&a, &b, &a, &b].into_iter().enumerate() {
+        store.put(&format!("resp_{i}"), b"0123456789").await.unwrap();
+    }
+    // Ten bytes each and 25 at most: the two newest stay.
+    assert_eq!(a.get("resp_0").await.unwrap(), None);
+    assert_eq!(a.get("resp_1").await.unwrap(), None);
+    assert!(a.get("resp_2").await.unwrap().is_some() && a.get("resp_3").await.unwrap().is_some());
+    assert_eq!(redis.cli(&["GET", "switchyard:responses:bytes"]).trim(), "20");
+    for i in 4..8 {
+        a.put(&format!("resp_{i}"), b"x").await.unwrap();
+    }
+    assert_eq!(redis.cli(&["ZCARD", "switchyard:responses"]).trim(), "3", "three at most");
+    // Writing an id again replaces it without counting it twice.
+    a.put("resp_7", b"yy").await.unwrap();
+    assert_eq!(redis.cli(&["ZCARD", "switchyard:responses"]).trim(), "3");
+    assert_eq!(a.get("resp_7").await.unwrap().as_deref(), Some(&b"yy"[..]));
+}
+
+#[tokio::test]
+async fn a_redis_that_is_away_is_an_error_within_the_timeout_not_a_hang() {
+    let mut redis = RedisServer::start();
+    let a = replica(&redis, "a", ROOMY);
+    a.put("resp_1", b"x").await.unwrap();
+    redis.kill();
+    assert!(a.get("resp_1").await.is_err());
+    assert!(a.put("resp_2", b"x").await.is_err());
+}
