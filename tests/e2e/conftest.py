@@ -137,7 +137,7 @@ def config(mock, providers, routes, extra=""):
     lines = ["providers:"]
     for provider_id, (kind, scenario, more) in providers.items():
         base = mock.base(scenario)
-        if kind == "openai":
+        if kind in ("openai", "openai_compatible"):
             base += "/v1"
         lines.append(f"  {provider_id}: {{ kind: {kind}, base_url: \"{base}\"{', ' + more if more else ''} }}")
     lines.append("routes:")

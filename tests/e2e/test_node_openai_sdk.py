@@ -92,8 +92,8 @@ def test_the_vercel_ai_sdks_default_provider_runs_a_tool_through_the_responses_a
     assert result["text"] == "mock answer from gpt-test"
     if mode == "stream":
         assert result["pieces"] >= 2
-    sent = mock.stats()["scenarios"][scenario]
-    assert sent["last_request"]["path"].endswith("/v1/chat/completions")
-    messages = sent["last_request"]["json"]["messages"]
-    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
-    assert messages[2]["content"] == "21C in Paris"
+    # An `openai` provider is spoken to in the Responses API, natively.
+    sent = mock.stats()["scenarios"][scenario]["last_request"]
+    assert sent["path"].endswith("/v1/responses")
+    outputs = [item for item in sent["json"]["input"] if item.get("type") == "function_call_output"]
+    assert len(outputs) == 1 and "21C in Paris" in json.dumps(outputs[0]["output"])

@@ -22,8 +22,10 @@ def client(gateway, key=GATEWAY_KEY):
     )
 
 
-def one_target(mock, gateway, scenario="ok"):
-    return gateway(config(mock, {"a": ("openai", scenario, KEY)}, {"default": "{ targets: [a:gpt-test] }"}))
+def one_target(mock, gateway, scenario="ok", kind="openai"):
+    """`openai` speaks the Responses API natively; `openai_compatible` is translated to Chat
+    Completions."""
+    return gateway(config(mock, {"a": (kind, scenario, KEY)}, {"default": "{ targets: [a:gpt-test] }"}))
 
 
 def sent(mock, scenario="ok"):
@@ -41,12 +43,27 @@ def test_a_plain_response_is_a_completed_response_object(mock, gateway):
     assert response.id.startswith("resp_")
     assert response.usage.total_tokens > 0
     assert raw.headers["x-switchyard-target"] == "a:gpt-test"
+    # Natively: the whole conversation, nothing for OpenAI to keep, reasoning encrypted.
     upstream = sent(mock)
-    assert upstream["messages"] == [
+    assert upstream["input"] == [{"role": "user", "content": "Hello there"}]
+    assert upstream["instructions"] == "Be brief."
+    assert upstream["store"] is False and "previous_response_id" not in upstream
+    assert "reasoning.encrypted_content" in upstream["include"]
+    assert upstream["max_output_tokens"] == 64
+    assert upstream["model"] == "gpt-test"
+
+
+def test_a_plain_response_from_a_chat_completions_server_is_translated(mock, gateway):
+    gw = one_target(mock, gateway, kind="openai_compatible")
+    response = client(gw).responses.create(
+        model="default", input="Hello there", instructions="Be brief.", max_output_tokens=64
+    )
+    assert response.output_text == "mock answer from gpt-test"
+    assert response.usage.input_tokens == 10
+    assert sent(mock)["messages"] == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Hello there"},
     ]
-    assert upstream["max_completion_tokens"] == 64
 
 
 def test_a_streamed_response_arrives_as_text_deltas_and_completes(mock, gateway):
@@ -65,8 +82,9 @@ def test_a_streamed_response_arrives_as_text_deltas_and_completes(mock, gateway)
     assert final.output_text == "mock answer from gpt-test"
 
 
-def test_a_function_tool_round_trip_by_previous_response_id(mock, gateway):
-    gw = one_target(mock, gateway, "tools,ok")
+@pytest.mark.parametrize("kind", ["openai", "openai_compatible"])
+def test_a_function_tool_round_trip_by_previous_response_id(mock, gateway, kind):
+    gw = one_target(mock, gateway, "tools,ok", kind)
     sdk = client(gw)
     first = sdk.responses.create(model="default", input="Weather in Paris?", tools=[WEATHER])
     call = next(item for item in first.output if item.type == "function_call")
@@ -79,14 +97,23 @@ def test_a_function_tool_round_trip_by_previous_response_id(mock, gateway):
     )
     assert second.output_text == "mock answer from gpt-test"
     assert second.previous_response_id == first.id
-    messages = sent(mock, "tools,ok")["messages"]
-    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
-    assert messages[1]["tool_calls"][0]["id"] == call.call_id
-    assert messages[2] == {"role": "tool", "content": "21C and sunny", "tool_call_id": call.call_id}
+    upstream = sent(mock, "tools,ok")
+    if kind == "openai":
+        # The gateway sent the whole conversation, the first turn's output included.
+        items = upstream["input"]
+        assert [item.get("type", "message") for item in items] == ["message", "function_call", "function_call_output"]
+        assert items[1]["call_id"] == call.call_id
+        assert items[2] == {"type": "function_call_output", "call_id": call.call_id, "output": "21C and sunny"}
+        assert "previous_response_id" not in upstream
+    else:
+        messages = upstream["messages"]
+        assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+        assert messages[1]["tool_calls"][0]["id"] == call.call_id
+        assert messages[2] == {"role": "tool", "content": "21C and sunny", "tool_call_id": call.call_id}
 
 
 def test_a_function_tool_round_trip_by_full_input(mock, gateway):
-    gw = one_target(mock, gateway)
+    gw = one_target(mock, gateway, kind="openai_compatible")
     response = client(gw).responses.create(
         model="default",
         store=False,
@@ -111,6 +138,15 @@ def test_a_json_schema_text_format_reaches_the_upstream_as_structured_output(moc
         "required": ["reasoning", "answer"],
         "additionalProperties": False,
     }
+    client(gw).responses.create(
+        model="default",
+        input="Why?",
+        text={"format": {"type": "json_schema", "name": "out", "schema": schema, "strict": True}},
+    )
+    format = sent(mock)["text"]["format"]
+    assert format["type"] == "json_schema"
+    assert list(format["schema"]["properties"]) == ["reasoning", "answer"]
+    gw = one_target(mock, gateway, kind="openai_compatible")
     client(gw).responses.create(
         model="default",
         input="Why?",
@@ -223,6 +259,7 @@ def test_an_openai_agents_sdk_agent_runs_its_tool_through_the_gateway(mock, gate
     result = agents.Runner.run_sync(agent, "Weather in Paris?")
     assert called == ["Paris"]
     assert result.final_output == "mock answer from gpt-test"
-    messages = sent(mock, "tools,ok")["messages"]
-    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool"]
-    assert messages[3]["content"] == "21C in Paris"
+    upstream = sent(mock, "tools,ok")
+    assert upstream["instructions"] == "Answer with the weather."
+    outputs = [item for item in upstream["input"] if item.get("type") == "function_call_output"]
+    assert [item["output"] for item in outputs] == ["21C in Paris"]

@@ -19,7 +19,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use switchyard::chat::Message;
 use switchyard::credential::{CredentialId, Secret};
 use switchyard_state::responses::SharedResponses;
 use tokio::time::Instant;
@@ -33,9 +32,11 @@ pub struct Stored {
     pub owner: String,
     /// The response object, as `GET /v1/responses/{id}` returns it.
     pub response: Value,
-    /// The conversation through this response's answer, without its instructions (which a
-    /// continuation does not inherit).
-    pub conversation: Vec<Message>,
+    /// The conversation through this response's output, as Responses items, without its
+    /// instructions (which a continuation does not inherit). Items only the provider that
+    /// wrote them can read (reasoning, with its encrypted content) travel to providers that
+    /// speak the Responses API and are left out of translations.
+    pub items: Vec<Value>,
 }
 
 #[derive(Debug)]
@@ -236,7 +237,7 @@ impl Inner {
 
 /// The bytes an entry is counted at: its JSON.
 fn size_of(stored: &Stored) -> usize {
-    let conversation = serde_json::to_vec(&stored.conversation).map_or(0, |v| v.len());
+    let conversation = serde_json::to_vec(&stored.items).map_or(0, |v| v.len());
     let response = serde_json::to_vec(&stored.response).map_or(0, |v| v.len());
     conversation + response + stored.owner.len()
 }
@@ -259,7 +260,7 @@ mod tests {
         Stored {
             owner: owner.to_owned(),
             response: json!({"id": text}),
-            conversation: vec![Message::user(text)],
+            items: vec![json!({"role": "user", "content": text})],
         }
     }
 
@@ -271,7 +272,10 @@ mod tests {
     async fn a_response_is_kept_for_its_owner_until_it_is_too_old() {
         let store = ResponseStore::new(bounds(10, 60, 1 << 20));
         store.put("resp_1".into(), stored("alice", "hi"));
-        assert_eq!(store.get("resp_1", "alice").unwrap().conversation, vec![Message::user("hi")]);
+        assert_eq!(
+            store.get("resp_1", "alice").unwrap().items,
+            vec![json!({"role": "user", "content": "hi"})]
+        );
         assert!(store.get("resp_1", "bob").is_none(), "another key sees nothing");
         assert!(!store.delete("resp_1", "bob"));
         tokio::time::advance(Duration::from_secs(59)).await;

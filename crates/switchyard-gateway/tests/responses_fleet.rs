@@ -35,7 +35,7 @@ async fn upstream() -> (SocketAddr, Arc<Mutex<Vec<Value>>>) {
 
 async fn replica(upstream: SocketAddr, redis: &str) -> String {
     let yaml = format!(
-        "providers:\n  up: {{ kind: openai, base_url: 'http://{upstream}/v1', api_key: sk-up-0123456789 }}\nroutes:\n  default: {{ targets: [up:m] }}\ngateway: {{ keys: [{KEY}, {OTHER}] }}\nstate: {{ redis: '{redis}', prefix: responses-fleet }}\n"
+        "providers:\n  up: {{ kind: openai_compatible, base_url: 'http://{upstream}/v1', api_key: sk-up-0123456789 }}\nroutes:\n  default: {{ targets: [up:m] }}\ngateway: {{ keys: [{KEY}, {OTHER}] }}\nstate: {{ redis: '{redis}', prefix: responses-fleet }}\n"
     );
     let file = config::parse(&yaml, false, "responses-fleet.yaml").unwrap();
     let loaded =

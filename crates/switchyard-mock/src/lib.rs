@@ -65,6 +65,7 @@ mod openai;
 mod probe;
 mod registry;
 mod reply;
+mod responses;
 mod scenario;
 mod server;
 mod wire;

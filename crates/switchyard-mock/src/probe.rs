@@ -48,6 +48,20 @@ impl<'a> Probe<'a> {
         serde_json::from_slice(body)
     }
 
+    /// Parses only `model` and `stream`: for the Responses API, whose `input` is not an
+    /// embeddings input.
+    pub(crate) fn parse_head(body: &'a [u8]) -> Result<Probe<'a>, serde_json::Error> {
+        #[derive(Deserialize)]
+        struct Head<'a> {
+            #[serde(borrow, default)]
+            model: Cow<'a, str>,
+            #[serde(default)]
+            stream: Option<bool>,
+        }
+        let head: Head<'a> = serde_json::from_slice(body)?;
+        Ok(Probe { model: head.model, stream: head.stream, ..Probe::default() })
+    }
+
     /// Whether the client asked for a stream.
     pub(crate) fn streaming(&self) -> bool {
         self.stream == Some(true)

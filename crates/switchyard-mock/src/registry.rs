@@ -18,6 +18,8 @@ pub(crate) enum Endpoint {
     Messages,
     /// Anthropic's `messages/count_tokens`.
     CountTokens,
+    /// OpenAI's Responses API.
+    Responses,
     Embeddings,
 }
 
@@ -27,6 +29,7 @@ impl Endpoint {
             Endpoint::ChatCompletions => "/v1/chat/completions",
             Endpoint::Messages => "/v1/messages",
             Endpoint::CountTokens => "/v1/messages/count_tokens",
+            Endpoint::Responses => "/v1/responses",
             Endpoint::Embeddings => "/v1/embeddings",
         }
     }

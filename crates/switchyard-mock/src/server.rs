@@ -19,7 +19,7 @@ use crate::probe::Probe;
 use crate::registry::{Endpoint, Registry};
 use crate::reply::{self, Content, Fault, Shape};
 use crate::scenario::{Action, Step};
-use crate::{anthropic, embeddings, openai};
+use crate::{anthropic, embeddings, openai, responses};
 
 /// Largest request body read; larger ones get 413. Generous, since benchmarks send 1 MB bodies.
 const MAX_BODY: usize = 64 * 1024 * 1024;
@@ -87,6 +87,7 @@ fn route(path: &str) -> Route<'_> {
         (Some("chat"), Some("completions"), None) => Endpoint::ChatCompletions,
         (Some("messages"), None, None) => Endpoint::Messages,
         (Some("messages"), Some("count_tokens"), None) => Endpoint::CountTokens,
+        (Some("responses"), None, None) => Endpoint::Responses,
         (Some("embeddings"), None, None) => Endpoint::Embeddings,
         _ => return Route::NotFound,
     };
@@ -108,7 +109,7 @@ async fn handle(request: Request<Incoming>, registry: &Registry) -> Result<Respo
         Route::Reset | Route::NotFound => {
             let message = format!(
                 "switchyard-mock: no route for {} {}; use POST /{{scenario}}/v1/chat/completions, \
-                 /{{scenario}}/v1/messages(/count_tokens) or /{{scenario}}/v1/embeddings, POST /_reset or GET /_stats",
+                 /{{scenario}}/v1/messages(/count_tokens), /{{scenario}}/v1/responses or /{{scenario}}/v1/embeddings, POST /_reset or GET /_stats",
                 parts.method,
                 parts.uri.path()
             );
@@ -183,7 +184,8 @@ async fn api(
     if endpoint == Endpoint::CountTokens {
         return Ok(count_tokens(&body));
     }
-    let probe = match Probe::parse(&body) {
+    let parsed = if endpoint == Endpoint::Responses { Probe::parse_head(&body) } else { Probe::parse(&body) };
+    let probe = match parsed {
         Ok(probe) => probe,
         Err(error) => {
             let message = format!("switchyard-mock: request body is not the JSON expected: {error}");
@@ -232,6 +234,7 @@ fn answer(
         Dialect::OpenAi => openai::answer(content, &probe.model, stream, probe.include_usage(), &shape),
         Dialect::Anthropic => anthropic::answer(content, &probe.model, stream, &shape),
         Dialect::Embeddings => embeddings::answer(probe),
+        Dialect::Responses => responses::answer(content, &probe.model, stream, &shape),
     };
     let scripted = stream && dialect != Dialect::Embeddings;
     if cut.is_some() && !scripted { reply::truncate(response) } else { response }
@@ -243,6 +246,7 @@ enum Dialect {
     OpenAi,
     Anthropic,
     Embeddings,
+    Responses,
 }
 
 impl Dialect {
@@ -251,12 +255,13 @@ impl Dialect {
             Endpoint::ChatCompletions => Dialect::OpenAi,
             Endpoint::Messages | Endpoint::CountTokens => Dialect::Anthropic,
             Endpoint::Embeddings => Dialect::Embeddings,
+            Endpoint::Responses => Dialect::Responses,
         }
     }
 
     fn fault(self, fault: &Fault<'_>) -> Response<MockBody> {
         match self {
-            Dialect::OpenAi | Dialect::Embeddings => openai::fault(fault),
+            Dialect::OpenAi | Dialect::Embeddings | Dialect::Responses => openai::fault(fault),
             Dialect::Anthropic => anthropic::fault(fault),
         }
     }

@@ -26,6 +26,7 @@
 //! ```
 
 mod errors;
+mod responses;
 mod stream;
 mod wire;
 
@@ -61,17 +62,23 @@ pub struct OpenAiProvider {
     client: http::HttpClient,
 }
 
+/// The operations' URLs of [`Endpoint::Plain`].
+#[derive(Debug, Clone)]
+struct PlainUrls {
+    /// `{base}/chat/completions`.
+    chat: Uri,
+    /// `{base}/embeddings`.
+    embeddings: Uri,
+    /// `{base}/responses`: the Responses API, spoken natively by `openai` and Azure's v1 API.
+    responses: Uri,
+}
+
 /// Where an operation (`chat/completions`, `embeddings`) lives.
 #[derive(Debug, Clone)]
 enum Endpoint {
     /// `{base}/{operation}`, the model in the body. The two operations' URLs are parsed once:
     /// parsing a URL per request showed in the gateway's profile.
-    Plain {
-        /// `{base}/chat/completions`.
-        chat: Uri,
-        /// `{base}/embeddings`.
-        embeddings: Uri,
-    },
+    Plain(Box<PlainUrls>),
     /// Azure's classic deployment URLs: the deployment (the upstream model) is in the path.
     /// `path` is the base URL up to its query, `query` the base's own query (if any) followed
     /// by the encoded `api-version` pair.
@@ -112,7 +119,11 @@ impl OpenAiProvider {
                     Uri::try_from(format!("{base_url}/{operation}"))
                         .map_err(|_| BuildError::InvalidBaseUrl(base_url.clone()))
                 };
-                Endpoint::Plain { chat: parse("chat/completions")?, embeddings: parse("embeddings")? }
+                Endpoint::Plain(Box::new(PlainUrls {
+                    chat: parse("chat/completions")?,
+                    embeddings: parse("embeddings")?,
+                    responses: parse("responses")?,
+                }))
             }
         };
         let mut headers = HeaderMap::new();
@@ -140,9 +151,11 @@ impl OpenAiProvider {
     /// The URL of `operation` for `model`.
     fn url(&self, operation: &str, model: &str) -> Result<Uri, ProviderError> {
         match &self.endpoint {
-            Endpoint::Plain { chat, embeddings } => {
-                Ok(if operation == "embeddings" { embeddings.clone() } else { chat.clone() })
-            }
+            Endpoint::Plain(urls) => Ok(match operation {
+                "embeddings" => urls.embeddings.clone(),
+                "responses" => urls.responses.clone(),
+                _ => urls.chat.clone(),
+            }),
             Endpoint::AzureDeployment { path, query } => {
                 let mut url = String::with_capacity(path.len() + query.len() + model.len() + 48);
                 url.push_str(path);
@@ -158,6 +171,17 @@ impl OpenAiProvider {
                 http::parse_uri(url)
             }
         }
+    }
+
+    /// The client's Responses body, when this provider speaks the Responses API (OpenAI, and
+    /// Azure's v1 API): then it is sent natively rather than translated to Chat Completions.
+    fn native_responses<'r>(&self, request: &'r ChatRequest) -> Option<&'r bytes::Bytes> {
+        let speaks = match self.kind {
+            ProviderKind::OpenAi => true,
+            ProviderKind::Azure => matches!(self.endpoint, Endpoint::Plain(_)),
+            _ => false,
+        };
+        speaks.then(|| request.verbatim.as_ref()?.in_dialect(Dialect::Responses)).flatten()
     }
 
     /// Whether `max_tokens` is sent as `max_completion_tokens`: OpenAI deprecated the former
@@ -227,6 +251,15 @@ impl OpenAiProvider {
     /// A non-streaming chat completion: a body without `stream` to `chat/completions`, the
     /// answer read whole and translated to the canonical response.
     async fn complete(&self, call: Call<'_>, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        if let Some(body) = self.native_responses(request) {
+            let body = verbatim::rewrite(
+                body,
+                &[("model", Edit::Text(call.model)), ("stream", Edit::FalseIfPresent)],
+            )?;
+            let response = self.post(call, "responses", body, false).await?;
+            let bytes = http::read_body(response).await?;
+            return responses::parse_answer(bytes, call.credential.key());
+        }
         let verbatim = request.verbatim.as_ref().and_then(|v| v.in_dialect(Dialect::OpenAi));
         let body = match verbatim {
             Some(body) => verbatim::rewrite(
@@ -248,6 +281,12 @@ impl OpenAiProvider {
     /// canonical chunks. A 200 answered with `application/json` (a server that ignored
     /// `stream`) is read whole and replayed as a stream.
     async fn open_stream(&self, call: Call<'_>, request: &ChatRequest) -> Result<ChunkStream, ProviderError> {
+        if let Some(body) = self.native_responses(request) {
+            let body =
+                verbatim::rewrite(body, &[("model", Edit::Text(call.model)), ("stream", Edit::Flag(true))])?;
+            let response = self.post(call, "responses", body, true).await?;
+            return Ok(responses::chunks(response, call.credential.key().cloned()));
+        }
         let verbatim = request.verbatim.as_ref().and_then(|v| v.in_dialect(Dialect::OpenAi));
         let (body, pass_on) = match verbatim {
             Some(body) => {

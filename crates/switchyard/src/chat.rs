@@ -128,6 +128,10 @@ pub enum Dialect {
     Anthropic,
     /// Google's Gemini API (`generateContent`).
     Gemini,
+    /// OpenAI's Responses API (`/v1/responses`). Requests of this dialect carry OpenAI
+    /// extras, so adapters treat their `extra` as [`Dialect::OpenAi`]'s; only their
+    /// [`Verbatim`] body is in this dialect.
+    Responses,
 }
 
 deserialize_with_extra!(ChatRequest {

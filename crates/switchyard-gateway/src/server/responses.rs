@@ -12,8 +12,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
-use switchyard::chat::{ChatChunk, Message};
+use serde_json::{Map, Value, json};
+use switchyard::chat::{ChatChunk, Dialect as ChatDialect, Verbatim};
 use switchyard::{ErrorKind, ProviderError};
 use switchyard_providers::responses::decode::{self, ResponsesRequest};
 use switchyard_providers::responses::encode::{self, Meta, StreamEncoder};
@@ -37,8 +37,10 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
             Err(response) => return response,
         };
     let owner = owner_of(presented_key(&headers).filter(|_| !state.gateway.keys.is_empty()));
-    let ResponsesRequest { mut chat, previous_response_id, store, echo } = parsed;
+    let ResponsesRequest { mut chat, previous_response_id, store, echo, items: input, body } = parsed;
     let instructions = usize::from(!echo.instructions.is_null());
+    // The conversation so far (kept by the gateway), then this turn's input.
+    let mut items = Vec::new();
     if let Some(previous) = &previous_response_id {
         let Some(stored) = state.responses.find(previous, &owner).await else {
             let error = ApiError::new(
@@ -50,20 +52,31 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
             );
             return exchange.fail(&state, error);
         };
+        items.extend(stored.items.iter().cloned());
+        let history = match decode::messages_from_items(&items, "previous_response_id") {
+            Ok(history) => history,
+            Err(error) => {
+                return exchange.fail(
+                    &state,
+                    ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", error.to_string()),
+                );
+            }
+        };
         // The instructions of this turn, then the conversation so far, then this turn's input.
-        let input = chat.messages.split_off(instructions);
-        chat.messages.extend(stored.conversation.iter().cloned());
-        chat.messages.extend(input);
+        let this_turn = chat.messages.split_off(instructions);
+        chat.messages.extend(history);
+        chat.messages.extend(this_turn);
     }
+    items.extend(input);
+    chat.verbatim = Some(native_body(body, &items));
     let meta =
         Meta { id: state.responses.new_id(), created_at: unix_now(), echo, previous_response_id, store };
-    let keep = store.then(|| Keep { owner, conversation: chat.messages[instructions..].to_vec() });
+    let keep = store.then(|| Keep { owner, items });
     let options = options(&headers);
     if chat.stream {
         return match state.router.chat_stream(&chat, &options).await {
             Ok(stream) => {
-                let encoder =
-                    ResponsesEncoder { state: state.clone(), encoder: StreamEncoder::new(meta), keep };
+                let encoder = ResponsesEncoder::new(state.clone(), meta, keep);
                 respond(state.clone(), exchange, stream, encoder)
             }
             Err(error) => route_failed(&state, &exchange, error),
@@ -72,9 +85,18 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
     match state.router.chat_with(&chat, &options).await {
         Ok(mut answer) => {
             add_usage_metrics(&state, &answer.served_by, answer.usage, answer.cost);
-            let (object, turn) = encode::response_object(&meta, &answer.response);
+            let object = match answer
+                .response
+                .verbatim
+                .take()
+                .and_then(|v| v.in_dialect(ChatDialect::Responses).cloned())
+            {
+                // The provider's own response object, under the gateway's id.
+                Some(bytes) => native_object(&bytes, &meta),
+                None => encode::response_object(&meta, &answer.response).0,
+            };
             if let Some(keep) = keep {
-                state.responses.keep(meta.id.clone(), keep.entry(&object, turn)).await;
+                state.responses.keep(meta.id.clone(), keep.entry(&object)).await;
             }
             let body = serde_json::to_vec(&object).unwrap_or_default();
             answered(&state, &exchange, body, Delivered::from(&mut answer))
@@ -84,54 +106,150 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
 }
 
 /// What is kept of a response once it is whole: whose it is, and the conversation before its
-/// answer.
+/// output.
 struct Keep {
     owner: String,
-    conversation: Vec<Message>,
+    items: Vec<Value>,
 }
 
-impl Keep {
-    /// The entry for `response`, whose answer was `turn`.
-    fn entry(mut self, response: &Value, turn: Message) -> Stored {
-        if turn.content.is_some() || !turn.tool_calls.is_empty() {
-            self.conversation.push(turn);
-        }
-        Stored { owner: self.owner, response: response.clone(), conversation: self.conversation }
+/// The body a provider that speaks the Responses API is sent: the client's, with the whole
+/// conversation as its input, nothing for the provider to keep (`store: false`, no
+/// `previous_response_id`), and reasoning returned encrypted so that a later turn can send it
+/// back.
+fn native_body(mut body: Map<String, Value>, items: &[Value]) -> Verbatim {
+    body.insert("input".to_owned(), Value::Array(items.to_vec()));
+    body.remove("previous_response_id");
+    body.insert("store".to_owned(), Value::Bool(false));
+    let include = body.entry("include").or_insert_with(|| Value::Array(Vec::new()));
+    if let Value::Array(include) = include
+        && !include.iter().any(|i| i == "reasoning.encrypted_content")
+    {
+        include.push(Value::from("reasoning.encrypted_content"));
+    }
+    Verbatim::new(ChatDialect::Responses, serde_json::to_vec(&body).unwrap_or_default())
+}
+
+/// A provider's response object as the client gets it: under the gateway's id, saying what
+/// the client asked of the store and which response it continues.
+fn native_object(bytes: &[u8], meta: &Meta) -> Value {
+    let mut object: Value = serde_json::from_slice(bytes).unwrap_or_else(|_| json!({}));
+    restamp(&mut object, meta);
+    object
+}
+
+/// Puts the gateway's id, `store` and `previous_response_id` on a provider's response object.
+fn restamp(object: &mut Value, meta: &Meta) {
+    if let Value::Object(object) = object {
+        object.insert("id".to_owned(), Value::from(meta.id.clone()));
+        object.insert("store".to_owned(), Value::Bool(meta.store));
+        object.insert("previous_response_id".to_owned(), json!(meta.previous_response_id));
     }
 }
 
-/// Canonical chunks as Responses events; the response is kept when the stream completes.
+impl Keep {
+    /// The entry for `response`: the conversation so far, then its output items.
+    fn entry(mut self, response: &Value) -> Stored {
+        self.items.extend(response["output"].as_array().into_iter().flatten().cloned());
+        Stored { owner: self.owner, response: response.clone(), items: self.items }
+    }
+}
+
+/// Canonical chunks as Responses events, or a provider's own events passed on (under the
+/// gateway's id); the response is kept when the stream completes.
 struct ResponsesEncoder {
     state: Arc<AppState>,
+    meta: Meta,
     encoder: StreamEncoder,
     keep: Option<Keep>,
+    /// Set once a provider's own event was passed on.
+    native: Option<Native>,
+}
+
+/// What passing a provider's events on has seen.
+#[derive(Default)]
+struct Native {
+    /// The last event's `sequence_number`.
+    sequence: u64,
+    /// The final response object (`response.completed`, `response.incomplete`).
+    response: Option<Value>,
 }
 
 impl ResponsesEncoder {
+    fn new(state: Arc<AppState>, meta: Meta, keep: Option<Keep>) -> Self {
+        Self { state, encoder: StreamEncoder::new(meta.clone()), meta, keep, native: None }
+    }
+
     fn write(events: Vec<encode::Event>, out: &mut Vec<u8>) {
         for (name, data) in events {
             write_event(out, name, &data);
+        }
+    }
+
+    /// A provider's event, passed on; a response object in it is restamped.
+    fn pass(&mut self, frame: &Bytes, out: &mut Vec<u8>) {
+        let native = self.native.get_or_insert_with(Native::default);
+        let text = std::str::from_utf8(frame).unwrap_or_default();
+        let data = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .map(str::trim_start)
+            .collect::<Vec<_>>();
+        let Ok(mut event) = serde_json::from_str::<Value>(&data.join("\n")) else {
+            out.extend_from_slice(frame);
+            return;
+        };
+        if let Some(sequence) = event["sequence_number"].as_u64() {
+            native.sequence = sequence;
+        }
+        let Some(response) = event.get_mut("response") else {
+            out.extend_from_slice(frame);
+            return;
+        };
+        restamp(response, &self.meta);
+        let kind = event["type"].as_str().unwrap_or_default().to_owned();
+        if matches!(kind.as_str(), "response.completed" | "response.incomplete") {
+            native.response = Some(event["response"].clone());
+        }
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(kind.as_bytes());
+        out.push(b'\n');
+        super::sse::write_data(out, &event);
+    }
+
+    /// Keeps `response` (whole) as the gateway's.
+    fn keep(&mut self, response: &Value) {
+        if let Some(keep) = self.keep.take() {
+            // Kept in this replica's memory now; with a fleet, in Redis a round trip after the
+            // last event.
+            let entry = keep.entry(response);
+            let id = self.meta.id.clone();
+            if let Some(bytes) = self.state.responses.remember(id.clone(), entry) {
+                let state = self.state.clone();
+                tokio::spawn(async move { state.responses.share(&id, &bytes).await });
+            }
         }
     }
 }
 
 impl Encoder for ResponsesEncoder {
     fn chunk(&mut self, chunk: ChatChunk, out: &mut Vec<u8>) {
+        if let Some(frame) = chunk.verbatim.as_ref().and_then(|v| v.in_dialect(ChatDialect::Responses)) {
+            return self.pass(frame, out);
+        }
         Self::write(self.encoder.push(&chunk), out);
     }
 
     fn end(&mut self, out: &mut Vec<u8>) {
-        Self::write(self.encoder.finish(), out);
-        if let Some(keep) = self.keep.take() {
-            let response = self.encoder.response();
-            let id = response["id"].as_str().unwrap_or_default().to_owned();
-            // Kept in this replica's memory now; with a fleet, in Redis a round trip after the
-            // last event.
-            let entry = keep.entry(&response, self.encoder.turn());
-            if let Some(bytes) = self.state.responses.remember(id.clone(), entry) {
-                let state = self.state.clone();
-                tokio::spawn(async move { state.responses.share(&id, &bytes).await });
+        let response = match self.native.as_mut() {
+            // The provider's `response.completed` was the end.
+            Some(native) => native.response.take(),
+            None => {
+                Self::write(self.encoder.finish(), out);
+                Some(self.encoder.response())
             }
+        };
+        if let Some(response) = response {
+            self.keep(&response);
         }
     }
 
@@ -140,6 +258,9 @@ impl Encoder for ResponsesEncoder {
             ErrorKind::RateLimited | ErrorKind::QuotaExceeded => "rate_limit_exceeded",
             _ => "server_error",
         };
+        if let Some(native) = &self.native {
+            self.encoder.continue_after(native.sequence);
+        }
         let message = format!("the stream failed after content was sent: {error}");
         Self::write(self.encoder.fail(code, &message), out);
         true

@@ -37,6 +37,11 @@ pub struct ResponsesRequest {
     pub store: bool,
     /// What the response object repeats of the request.
     pub echo: Echo,
+    /// This request's own input as Responses items (a string input is one user message
+    /// item): what the gateway adds to the conversation it keeps.
+    pub items: Vec<Value>,
+    /// The body as the client wrote it, for a provider that speaks the Responses API.
+    pub body: Map<String, Value>,
 }
 
 /// The request's settings as the response object repeats them (`tools`, `tool_choice`,
@@ -79,6 +84,7 @@ pub fn request_from_slice(body: &[u8]) -> Result<ResponsesRequest, CodecError> {
 /// Reads a Responses request already parsed as JSON.
 pub fn request_from_json(body: Value) -> Result<ResponsesRequest, CodecError> {
     let Value::Object(mut body) = body else { return Err(CodecError::new("body", "must be a JSON object")) };
+    let original = body.clone();
     let model = match body.remove("model") {
         Some(Value::String(model)) => model,
         None | Some(Value::Null) => String::new(),
@@ -91,16 +97,13 @@ pub fn request_from_json(body: Value) -> Result<ResponsesRequest, CodecError> {
         Value::String(text) => messages.push(Message::system(text.clone())),
         _ => return Err(CodecError::new("instructions", "must be a string")),
     }
-    match body.remove("input") {
-        Some(Value::String(text)) => messages.push(Message::user(text)),
-        Some(Value::Array(items)) => {
-            for (i, item) in items.into_iter().enumerate() {
-                read_item(item, &format!("input[{i}]"), &mut messages)?;
-            }
-        }
-        None | Some(Value::Null) => {}
+    let items = match body.remove("input") {
+        Some(Value::String(text)) => vec![serde_json::json!({ "role": "user", "content": text })],
+        Some(Value::Array(items)) => items,
+        None | Some(Value::Null) => Vec::new(),
         Some(_) => return Err(CodecError::new("input", "must be a string or a list of items")),
-    }
+    };
+    messages.extend(messages_from_items(&items, "input")?);
 
     let tools_value = body.remove("tools").unwrap_or(Value::Null);
     let tools = match &tools_value {
@@ -219,7 +222,17 @@ pub fn request_from_json(body: Value) -> Result<ResponsesRequest, CodecError> {
         truncation,
         user,
     };
-    Ok(ResponsesRequest { chat, previous_response_id, store, echo })
+    Ok(ResponsesRequest { chat, previous_response_id, store, echo, items, body: original })
+}
+
+/// The canonical messages of Responses items (an input, or a kept conversation); `path` names
+/// the list in errors (`input`).
+pub fn messages_from_items(items: &[Value], path: &str) -> Result<Vec<Message>, CodecError> {
+    let mut messages = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        read_item(item.clone(), &format!("{path}[{i}]"), &mut messages)?;
+    }
+    Ok(messages)
 }
 
 /// A message of `role` with nothing in it yet.

@@ -219,6 +219,14 @@ impl StreamEncoder {
         }
     }
 
+    /// Numbers this encoder's events after `sequence`, in a stream whose events so far were
+    /// someone else's (a provider that speaks the Responses API), which also opened the
+    /// response: what this encoder writes then is how it ends.
+    pub fn continue_after(&mut self, sequence: u64) {
+        self.sequence = sequence + 1;
+        self.started = true;
+    }
+
     fn event(&mut self, kind: &'static str, mut data: Value, events: &mut Vec<Event>) {
         if let Value::Object(object) = &mut data {
             object.insert("type".to_owned(), Value::from(kind));

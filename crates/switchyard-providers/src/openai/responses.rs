@@ -1,0 +1,262 @@
+//! OpenAI's Responses API spoken natively: a Responses client's body goes to `/responses` as
+//! the gateway rebuilt it (the whole conversation, `store: false`), and the answer and every
+//! event come back as OpenAI wrote them. What routing observes (text, tool calls, the finish,
+//! usage) is read from them into the canonical types.
+
+use std::collections::HashMap;
+
+use futures_util::{StreamExt, stream};
+use serde_json::Value;
+use switchyard::chat::{
+    ChatChunk, ChatResponse, Choice, ChunkChoice, CompletionTokensDetails, Content, Delta, Dialect,
+    FinishReason, FunctionCall, FunctionCallDelta, Message, PromptTokensDetails, ToolCall, ToolCallDelta,
+    Usage, Verbatim,
+};
+use switchyard::credential::Secret;
+use switchyard::provider::ChunkStream;
+use switchyard::{ErrorKind, ProviderError};
+
+use super::errors;
+use crate::sse::{SseEvent, SseStream};
+
+/// A whole Responses answer: canonical for routing, with its bytes for the client.
+pub(super) fn parse_answer(bytes: bytes::Bytes, key: Option<&Secret>) -> Result<ChatResponse, ProviderError> {
+    let value: Value = serde_json::from_slice(&bytes).map_err(|error| {
+        let text = String::from_utf8_lossy(&bytes);
+        let detail =
+            format!("the answer is not a Responses object ({error}): {}", crate::http::excerpt(&text));
+        ProviderError::new(ErrorKind::MalformedResponse, errors::scrub(&detail, key))
+    })?;
+    if value.get("status").and_then(Value::as_str) == Some("failed") {
+        return Err(failed(&value, key));
+    }
+    let mut answer = canonical(&value);
+    answer.verbatim = Some(Verbatim::new(Dialect::Responses, bytes));
+    Ok(answer)
+}
+
+/// The error a failed response states.
+fn failed(response: &Value, key: Option<&Secret>) -> ProviderError {
+    let error = &response["error"];
+    let code = error["code"].as_str().unwrap_or("server_error");
+    let message = error["message"].as_str().unwrap_or("the response failed");
+    let kind = if code == "rate_limit_exceeded" { ErrorKind::RateLimited } else { ErrorKind::Unavailable };
+    ProviderError::new(kind, errors::scrub(message, key)).with_code(code)
+}
+
+/// The canonical answer of a response object: its text, refusal and function calls as one
+/// assistant message; its status as the finish; its usage.
+fn canonical(response: &Value) -> ChatResponse {
+    let (mut text, mut refusal, mut calls) = (String::new(), String::new(), Vec::new());
+    for item in response["output"].as_array().into_iter().flatten() {
+        match item["type"].as_str() {
+            Some("message") => {
+                for part in item["content"].as_array().into_iter().flatten() {
+                    match part["type"].as_str() {
+                        Some("output_text") => text.push_str(part["text"].as_str().unwrap_or_default()),
+                        Some("refusal") => refusal.push_str(part["refusal"].as_str().unwrap_or_default()),
+                        _ => {}
+                    }
+                }
+            }
+            Some("function_call") => calls.push(ToolCall {
+                id: item["call_id"].as_str().unwrap_or_default().to_owned(),
+                kind: "function".to_owned(),
+                function: FunctionCall {
+                    name: item["name"].as_str().unwrap_or_default().to_owned(),
+                    arguments: item["arguments"].as_str().unwrap_or_default().to_owned(),
+                },
+            }),
+            _ => {}
+        }
+    }
+    let finish = finish(response, !calls.is_empty());
+    let mut message = Message {
+        content: (!text.is_empty()).then(|| Content::Text(text)),
+        tool_calls: calls,
+        ..Message::assistant("")
+    };
+    if !refusal.is_empty() {
+        message.extra.insert("refusal".to_owned(), Value::String(refusal));
+    }
+    ChatResponse {
+        id: response["id"].as_str().unwrap_or_default().to_owned(),
+        model: response["model"].as_str().unwrap_or_default().to_owned(),
+        created: response["created_at"].as_f64().map_or(0, |t| t as u64),
+        choices: vec![Choice { index: 0, message, finish_reason: Some(finish), extra: Default::default() }],
+        usage: usage(&response["usage"]),
+        ..ChatResponse::default()
+    }
+}
+
+/// The canonical finish of a response's status.
+fn finish(response: &Value, calls: bool) -> FinishReason {
+    match (response["status"].as_str(), response["incomplete_details"]["reason"].as_str()) {
+        (Some("incomplete"), Some("content_filter")) => FinishReason::ContentFilter,
+        (Some("incomplete"), _) => FinishReason::Length,
+        _ if calls => FinishReason::ToolCalls,
+        _ => FinishReason::Stop,
+    }
+}
+
+/// Responses usage as canonical usage.
+fn usage(usage: &Value) -> Option<Usage> {
+    let count = |value: &Value| value.as_u64().and_then(|n| u32::try_from(n).ok());
+    let prompt = count(&usage["input_tokens"])?;
+    let completion = count(&usage["output_tokens"]).unwrap_or(0);
+    let mut canonical = Usage::new(prompt, completion);
+    if let Some(total) = count(&usage["total_tokens"]) {
+        canonical.total_tokens = total;
+    }
+    canonical.prompt_tokens_details = count(&usage["input_tokens_details"]["cached_tokens"])
+        .map(|cached| PromptTokensDetails { cached_tokens: Some(cached), cache_write_tokens: None });
+    canonical.completion_tokens_details = count(&usage["output_tokens_details"]["reasoning_tokens"])
+        .map(|reasoning| CompletionTokensDetails { reasoning_tokens: Some(reasoning) });
+    Some(canonical)
+}
+
+/// The chunks of a Responses stream: one per event, each with its frame.
+pub(super) fn chunks(response: crate::http::Response, key: Option<Secret>) -> ChunkStream {
+    let events = SseStream::new(crate::http::body_stream(response));
+    let reader = Reader { events, key, calls: HashMap::new(), ended: false };
+    Box::pin(stream::unfold(Some(reader), |reader| async move {
+        let mut reader = reader?;
+        if reader.ended {
+            crate::sse::release(reader.events).await;
+            return None;
+        }
+        let item = match reader.events.next().await {
+            Some(Ok(event)) => reader.read(&event),
+            Some(Err(error)) => Err(error),
+            None => Err(ProviderError::new(ErrorKind::Transport, "stream ended before response.completed")),
+        };
+        match item {
+            Ok(chunk) => Some((Ok(chunk), Some(reader))),
+            Err(error) => Some((Err(error), None)),
+        }
+    }))
+}
+
+struct Reader {
+    events: SseStream<crate::http::BodyStream>,
+    key: Option<Secret>,
+    /// Function-call item ids, numbered as canonical tool calls.
+    calls: HashMap<String, u32>,
+    ended: bool,
+}
+
+impl Reader {
+    fn read(&mut self, event: &SseEvent) -> Result<ChatChunk, ProviderError> {
+        let data: Value = serde_json::from_str(&event.data).map_err(|error| {
+            let detail =
+                format!("a stream event is not JSON ({error}): {}", crate::http::excerpt(&event.data));
+            ProviderError::new(ErrorKind::MalformedResponse, errors::scrub(&detail, self.key.as_ref()))
+        })?;
+        let kind = data["type"].as_str().or(event.event.as_deref()).unwrap_or_default();
+        let mut delta = Delta::default();
+        let mut chunk = ChatChunk::default();
+        match kind {
+            "response.output_text.delta" => delta.content = data["delta"].as_str().map(str::to_owned),
+            "response.refusal.delta" => delta.refusal = data["delta"].as_str().map(str::to_owned),
+            "response.output_item.added" if data["item"]["type"] == "function_call" => {
+                let ordinal = u32::try_from(self.calls.len()).unwrap_or(u32::MAX);
+                let item = &data["item"];
+                self.calls.insert(item["id"].as_str().unwrap_or_default().to_owned(), ordinal);
+                delta.tool_calls.push(ToolCallDelta {
+                    index: ordinal,
+                    id: item["call_id"].as_str().map(str::to_owned),
+                    kind: Some("function".to_owned()),
+                    function: Some(FunctionCallDelta {
+                        name: item["name"].as_str().map(str::to_owned),
+                        arguments: Some(String::new()),
+                    }),
+                });
+            }
+            "response.function_call_arguments.delta" => {
+                let item = data["item_id"].as_str().unwrap_or_default();
+                if let Some(&ordinal) = self.calls.get(item) {
+                    delta.tool_calls.push(ToolCallDelta {
+                        index: ordinal,
+                        id: None,
+                        kind: None,
+                        function: Some(FunctionCallDelta {
+                            name: None,
+                            arguments: data["delta"].as_str().map(str::to_owned),
+                        }),
+                    });
+                }
+            }
+            "response.completed" | "response.incomplete" => {
+                self.ended = true;
+                let response = &data["response"];
+                let finish = finish(response, !self.calls.is_empty());
+                chunk.usage = usage(&response["usage"]);
+                chunk.choices.push(ChunkChoice {
+                    index: 0,
+                    delta: Delta::default(),
+                    finish_reason: Some(finish),
+                });
+            }
+            "response.failed" => return Err(failed(&data["response"], self.key.as_ref())),
+            "error" => {
+                let message = data["message"].as_str().unwrap_or("the stream reported an error");
+                return Err(ProviderError::new(
+                    ErrorKind::Unavailable,
+                    errors::scrub(message, self.key.as_ref()),
+                ));
+            }
+            "response.created" => {
+                chunk.id = data["response"]["id"].as_str().unwrap_or_default().to_owned();
+                chunk.model = data["response"]["model"].as_str().unwrap_or_default().to_owned();
+            }
+            _ => {}
+        }
+        if delta != Delta::default() {
+            chunk.choices.push(ChunkChoice { index: 0, delta, finish_reason: None });
+        }
+        chunk.verbatim = Some(Verbatim::new(Dialect::Responses, event.to_frame()));
+        Ok(chunk)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_response_object_reads_as_one_canonical_choice_with_its_bytes_kept() {
+        let object = json!({"id": "resp_1", "object": "response", "created_at": 5, "model": "gpt-5", "status": "completed",
+            "output": [
+                {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA"},
+                {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                 "content": [{"type": "output_text", "text": "Let me check.", "annotations": []}]},
+                {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "weather", "arguments": "{}", "status": "completed"}],
+            "usage": {"input_tokens": 20, "input_tokens_details": {"cached_tokens": 8}, "output_tokens": 30,
+                      "output_tokens_details": {"reasoning_tokens": 12}, "total_tokens": 50}});
+        let bytes = bytes::Bytes::from(object.to_string());
+        let answer = parse_answer(bytes.clone(), None).unwrap();
+        let choice = &answer.choices[0];
+        assert_eq!(choice.message.text_content().as_deref(), Some("Let me check."));
+        assert_eq!(choice.message.tool_calls[0].id, "call_1");
+        assert_eq!(choice.finish_reason, Some(FinishReason::ToolCalls));
+        let usage = answer.usage.unwrap();
+        assert_eq!((usage.total_tokens, usage.cached_tokens()), (50, Some(8)));
+        assert_eq!(usage.completion_tokens_details.unwrap().reasoning_tokens, Some(12));
+        assert_eq!(answer.verbatim.unwrap().in_dialect(Dialect::Responses), Some(&bytes));
+    }
+
+    #[test]
+    fn a_cut_or_failed_response_says_so() {
+        let cut = json!({"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}, "output": []});
+        assert_eq!(canonical(&cut).choices[0].finish_reason, Some(FinishReason::Length));
+        let filtered =
+            json!({"status": "incomplete", "incomplete_details": {"reason": "content_filter"}, "output": []});
+        assert!(canonical(&filtered).is_content_filtered());
+        let failed =
+            json!({"status": "failed", "error": {"code": "rate_limit_exceeded", "message": "slow down"}});
+        let error = parse_answer(bytes::Bytes::from(failed.to_string()), None).unwrap_err();
+        assert_eq!((error.kind(), error.code()), (ErrorKind::RateLimited, Some("rate_limit_exceeded")));
+    }
+}
