@@ -263,3 +263,13 @@ def test_an_openai_agents_sdk_agent_runs_its_tool_through_the_gateway(mock, gate
     assert upstream["instructions"] == "Answer with the weather."
     outputs = [item for item in upstream["input"] if item.get("type") == "function_call_output"]
     assert [item["output"] for item in outputs] == ["21C in Paris"]
+
+
+def test_a_compatible_server_with_the_responses_api_is_spoken_to_natively_when_configured(mock, gateway):
+    gw = gateway(config(
+        mock, {"a": ("openai_compatible", "ok", KEY + ", responses: native")}, {"default": "{ targets: [a:local] }"}
+    ))
+    response = client(gw).responses.create(model="default", input="Hello")
+    assert response.output_text == "mock answer from local"
+    last = mock.stats()["scenarios"]["ok"]["last_request"]
+    assert last["path"].endswith("/v1/responses") and last["json"]["store"] is False

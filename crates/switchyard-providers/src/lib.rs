@@ -95,6 +95,10 @@ pub struct ProviderSettings {
     pub project: Option<String>,
     /// Connection settings of this provider's own connection pool.
     pub http: HttpSettings,
+    /// Whether a Responses API client is answered through this provider's own Responses API
+    /// (`/responses`) rather than translated to Chat Completions. Always for `openai` and
+    /// Azure's v1 API; for `openai_compatible`, when the server has one (`responses: native`).
+    pub responses_native: bool,
 }
 
 impl ProviderSettings {
@@ -110,6 +114,7 @@ impl ProviderSettings {
             organization: None,
             project: None,
             http: HttpSettings::default(),
+            responses_native: false,
         }
     }
 

@@ -60,6 +60,8 @@ pub struct OpenAiProvider {
     headers: HeaderMap,
     /// This provider's own connection pools.
     client: http::HttpClient,
+    /// An `openai_compatible` server that has the Responses API (`responses: native`).
+    responses_native: bool,
 }
 
 /// The operations' URLs of [`Endpoint::Plain`].
@@ -145,6 +147,7 @@ impl OpenAiProvider {
             endpoint,
             headers,
             client: http::HttpClient::new(&settings.http)?,
+            responses_native: settings.responses_native,
         })
     }
 
@@ -179,7 +182,7 @@ impl OpenAiProvider {
         let speaks = match self.kind {
             ProviderKind::OpenAi => true,
             ProviderKind::Azure => matches!(self.endpoint, Endpoint::Plain(_)),
-            _ => false,
+            _ => self.responses_native,
         };
         speaks.then(|| request.verbatim.as_ref()?.in_dialect(Dialect::Responses)).flatten()
     }

@@ -65,6 +65,16 @@ impl Kind {
     }
 }
 
+/// How a provider answers Responses API clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponsesMode {
+    /// Through its own `/responses`.
+    Native,
+    /// Translated to Chat Completions.
+    Translated,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
@@ -80,6 +90,9 @@ pub struct ProviderConfig {
     pub api_version: Option<String>,
     pub organization: Option<String>,
     pub project: Option<String>,
+    /// `native` or `translated`: how an `openai_compatible` server answers Responses API
+    /// clients (default `translated`, to Chat Completions).
+    pub responses: Option<ResponsesMode>,
     #[serde(default)]
     pub http2: bool,
     pub connect_timeout: Option<DurationText>,
@@ -110,6 +123,7 @@ impl ProviderConfig {
             api_version: None,
             organization: None,
             project: None,
+            responses: None,
             http2: false,
             connect_timeout: None,
             prices: BTreeMap::new(),

@@ -660,6 +660,27 @@ impl Validator<'_> {
                 settings.api_version = config.api_version.clone();
                 settings.organization = config.organization.clone();
                 settings.project = config.project.clone();
+                settings.responses_native = match (kind, config.responses) {
+                    (ProviderKind::OpenAiCompatible, Some(file::ResponsesMode::Native)) => true,
+                    (ProviderKind::OpenAiCompatible, _) => false,
+                    (ProviderKind::OpenAi | ProviderKind::Azure, Some(file::ResponsesMode::Translated)) => {
+                        self.problem(
+                            format!("{path}.responses"),
+                            "`translated` is for openai_compatible servers: OpenAI and Azure's v1 API speak the Responses API natively",
+                        );
+                        false
+                    }
+                    // What they do anyway.
+                    (ProviderKind::OpenAi | ProviderKind::Azure, Some(file::ResponsesMode::Native))
+                    | (_, None) => false,
+                    (_, Some(_)) => {
+                        self.problem(
+                            format!("{path}.responses"),
+                            "applies only to openai_compatible providers",
+                        );
+                        false
+                    }
+                };
                 settings.http = HttpSettings {
                     http2: config.http2,
                     connect_timeout: config
