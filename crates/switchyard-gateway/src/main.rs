@@ -605,14 +605,24 @@ async fn health(url: &str, key: Option<String>) -> anyhow::Result<ExitCode> {
         line.push_str(&format!(", {} replicas: {}", ids.len(), ids.join(", ")));
     }
     println!("{line}\n");
-    println!("{:<36} {:<24} {:<10} {:>8}  reason", "target", "status", "breaker", "failures");
+    println!(
+        "{:<36} {:<24} {:<10} {:>8} {:>20}  reason",
+        "target", "status", "breaker", "failures", "p50/p95/p99 ms"
+    );
     for target in body["targets"].as_array().into_iter().flatten() {
+        let latency = &target["latency"];
+        let latency =
+            match (latency["p50_ms"].as_f64(), latency["p95_ms"].as_f64(), latency["p99_ms"].as_f64()) {
+                (Some(p50), Some(p95), Some(p99)) => format!("{p50:.0}/{p95:.0}/{p99:.0}"),
+                _ => "-".to_owned(),
+            };
         println!(
-            "{:<36} {:<24} {:<10} {:>8}  {}",
+            "{:<36} {:<24} {:<10} {:>8} {:>20}  {}",
             target["target"].as_str().unwrap_or_default(),
             target["status"].as_str().unwrap_or_default(),
             target["breaker"].as_str().unwrap_or_default(),
             target["consecutive_failures"].as_u64().unwrap_or_default(),
+            latency,
             target["reason"].as_str().unwrap_or_default(),
         );
     }

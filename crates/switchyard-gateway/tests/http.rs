@@ -644,3 +644,26 @@ async fn json_schemas_reach_the_provider_in_the_clients_key_order() {
     let compact: String = sent.split_whitespace().collect();
     assert_eq!(compact.matches(r#""properties":{"reason":{"type":"string"},"answer":"#).count(), 2, "{sent}");
 }
+
+#[tokio::test]
+async fn admin_health_and_metrics_show_each_targets_recent_latency() {
+    let gateway = Gateway::start(
+        "providers:\n  slow: { kind: simulated, latency: 40ms }\nroutes:\n  default: { targets: [slow:m] }\ngateway: { keys: [env://GW_KEY], admin_key: env://ADMIN_KEY }\n",
+    )
+    .await;
+    for _ in 0..3 {
+        assert_eq!(gateway.post("/v1/chat/completions", chat("default")).await.status(), 200);
+    }
+    let health = json_of(gateway.get("/admin/health", ADMIN_KEY).await).await;
+    let latency = &health["targets"][0]["latency"];
+    let p50 = latency["p50_ms"].as_f64().unwrap();
+    assert!((38.0..=44.0).contains(&p50), "{latency}");
+    assert_eq!(latency["samples"], 3.0);
+    let metrics = gateway.get("/metrics", ADMIN_KEY).await.text().await.unwrap();
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("switchyard_target_latency_seconds{target=\"slow:m\",quantile=\"0.5\"}"))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    let seconds: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!((0.038..=0.044).contains(&seconds), "{line}");
+}

@@ -40,6 +40,7 @@ pub mod credential;
 mod error;
 pub mod events;
 pub mod health;
+pub mod latency;
 pub mod pacing;
 pub mod problem;
 pub mod provider;

@@ -61,6 +61,13 @@ pub enum Rotation {
     RoundRobin,
     /// Each request starts at a target drawn by weight; the rest follow in order.
     Weighted,
+    /// Fastest first: the tier ordered by each target's recent median latency (see
+    /// [`latency`](crate::latency)), targets not yet measured first; one request in twenty
+    /// starts at another target instead, so every target's latency stays known.
+    LeastLatency,
+    /// Cheapest first: the tier ordered by input plus output price per million tokens
+    /// (the providers' `prices`), unpriced targets last, ties broken by latency.
+    Cheapest,
 }
 
 /// One target of a route, with its tier and weight.

@@ -272,6 +272,8 @@ pub enum RotationConfig {
     Ordered,
     RoundRobin,
     Weighted,
+    LeastLatency,
+    Cheapest,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

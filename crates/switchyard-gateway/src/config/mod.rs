@@ -792,6 +792,8 @@ impl Validator<'_> {
                 file::RotationConfig::Ordered => Rotation::Ordered,
                 file::RotationConfig::RoundRobin => Rotation::RoundRobin,
                 file::RotationConfig::Weighted => Rotation::Weighted,
+                file::RotationConfig::LeastLatency => Rotation::LeastLatency,
+                file::RotationConfig::Cheapest => Rotation::Cheapest,
             });
         }
         if let Some(retry) = &config.retry {

@@ -61,6 +61,19 @@ pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
             value,
         ));
     }
+    for (target, latency) in state.router.latencies() {
+        if !state.is_listed(&target) {
+            continue;
+        }
+        for (quantile, value) in [("0.5", latency.p50), ("0.95", latency.p95), ("0.99", latency.p99)] {
+            gauges.push((
+                "switchyard_target_latency_seconds",
+                "Recent latency of each target (time to first content for streams, to the whole answer otherwise), by quantile.",
+                labels([("target", target.shared().into()), ("quantile", quantile.into())]),
+                value.as_secs_f64(),
+            ));
+        }
+    }
     let (backend, up) = match &state.gateway.shared_state {
         Some(store) => ("redis", store.status().status == "ok"),
         None => ("memory", true),
@@ -95,8 +108,20 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
             json!({ "id": id, "credentials": credentials })
         })
         .collect();
+    let latencies: std::collections::HashMap<_, _> = state.router.latencies().into_iter().collect();
+    let targets: Vec<Value> = snapshot
+        .targets
+        .iter()
+        .map(|target| {
+            let mut value = serde_json::to_value(target).unwrap_or_default();
+            if let Value::Object(object) = &mut value {
+                object.insert("latency".to_owned(), json!(latencies.get(&target.target)));
+            }
+            value
+        })
+        .collect();
     axum::Json(json!({
-        "targets": snapshot.targets,
+        "targets": targets,
         "credentials": snapshot.credentials,
         "providers": providers,
         "pacing": state.router.pacing(),

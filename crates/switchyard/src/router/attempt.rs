@@ -70,6 +70,7 @@ impl<X: Exchange> Run<'_, X> {
             queued,
         )
         .with_note(tries.note.take());
+        self.measure(&tries.target, &result, finished - sent, cut_by_deadline);
         match result {
             Ok(output) => {
                 if let Some(permit) = permit.as_mut()
@@ -91,6 +92,34 @@ impl<X: Exchange> Run<'_, X> {
                 let failure = Failure { credential, probe, cut_by_deadline, error, attempt };
                 self.failed(slot, tries, failure)
             }
+        }
+    }
+
+    /// Counts the attempt's time toward the target's latency, when it says something of the
+    /// provider's speed: an answer, or a failure of a slow or broken provider (never one cut by
+    /// the caller's deadline, which says nothing about the provider).
+    fn measure(
+        &self,
+        target: &Target,
+        result: &Result<X::Output, ProviderError>,
+        took: Duration,
+        cut_by_deadline: bool,
+    ) {
+        let says_speed = match result {
+            Ok(_) => true,
+            Err(error) => {
+                !cut_by_deadline
+                    && matches!(
+                        error.kind(),
+                        ErrorKind::Timeout
+                            | ErrorKind::Transport
+                            | ErrorKind::Unavailable
+                            | ErrorKind::MalformedResponse
+                    )
+            }
+        };
+        if says_speed && self.x.measured() {
+            self.inner.latency.record(target, took);
         }
     }
 

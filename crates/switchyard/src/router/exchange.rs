@@ -55,6 +55,12 @@ pub(crate) trait Exchange: Sync {
     fn paced(&self) -> bool {
         true
     }
+
+    /// Whether the attempt's time counts toward the target's latency: not for token counting,
+    /// which says nothing of how fast the model answers.
+    fn measured(&self) -> bool {
+        true
+    }
 }
 
 /// A chat answered whole.
@@ -202,6 +208,10 @@ impl Exchange for CountTokensExchange<'_> {
     }
 
     fn paced(&self) -> bool {
+        false
+    }
+
+    fn measured(&self) -> bool {
         false
     }
 }

@@ -28,6 +28,7 @@ use crate::chat::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsRespon
 use crate::credential::Credential;
 use crate::events::{EventBus, EventKind, Subscription};
 use crate::health::{HealthBoard, HealthSettings, HealthSnapshot, HealthStore, TargetHealth};
+use crate::latency::{LatencyBoard, LatencySummary};
 use crate::pacing::Pacer;
 use crate::route::{Route, RouteConfigError};
 use crate::trail::{Timing, Trail, Via};
@@ -150,6 +151,7 @@ pub(crate) struct Inner {
     route_order: Vec<Arc<str>>,
     default_route: Arc<str>,
     pub(crate) health: HealthBoard,
+    pub(crate) latency: LatencyBoard,
     pub(crate) events: EventBus,
     budget: RetryBudget,
     pacer: Option<Arc<dyn Pacer>>,
@@ -291,6 +293,7 @@ impl RouterBuilder {
                 route_order,
                 default_route,
                 health,
+                latency: LatencyBoard::default(),
                 events: EventBus::new(self.event_capacity),
                 budget: RetryBudget::new(self.budget),
                 pacer: self.pacer,
@@ -486,6 +489,17 @@ impl Router {
     /// The health of every target and credential called so far.
     pub fn health(&self) -> HealthSnapshot {
         self.inner.health.snapshot()
+    }
+
+    /// How fast `target` has answered lately (see [`latency`](crate::latency)); `None` before
+    /// its first counted attempt.
+    pub fn latency(&self, target: &Target) -> Option<LatencySummary> {
+        self.inner.latency.summary(target)
+    }
+
+    /// Every target's recent latency, by target.
+    pub fn latencies(&self) -> Vec<(Target, LatencySummary)> {
+        self.inner.latency.all()
     }
 
     /// The health of one target.

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use super::Router;
 use crate::route::{Rotation, Route, RouteTarget};
@@ -56,10 +57,14 @@ impl Router {
         let turn = turn.fetch_add(1, Ordering::Relaxed);
         let mut chain = Vec::with_capacity(targets.len());
         for tier in targets.chunk_by(|a, b| a.tier == b.tier) {
+            if matches!(route.rotation(), Rotation::LeastLatency | Rotation::Cheapest) {
+                chain.extend(self.by_measure(route.rotation(), tier));
+                continue;
+            }
             let start = match route.rotation() {
                 Rotation::RoundRobin => (turn % tier.len() as u64) as usize,
                 Rotation::Weighted => self.weighted_pick(tier),
-                Rotation::Ordered => 0,
+                Rotation::Ordered | Rotation::LeastLatency | Rotation::Cheapest => 0,
             };
             match route.rotation() {
                 Rotation::Weighted => {
@@ -70,6 +75,38 @@ impl Router {
                 }
                 _ => chain.extend(tier[start..].iter().chain(&tier[..start]).map(|t| t.target.clone())),
             }
+        }
+        chain
+    }
+
+    /// `tier` ordered fastest first or cheapest first (see [`Rotation`]).
+    fn by_measure(&self, rotation: Rotation, tier: &[RouteTarget]) -> Vec<Target> {
+        // Unmeasured targets first: they are probed until they have a latency.
+        let latency = |t: &Target| self.inner.latency.quantile(t, 0.5).map_or(Duration::ZERO, |(p50, _)| p50);
+        let mut ordered: Vec<(Option<f64>, Duration, Target)> = tier
+            .iter()
+            .map(|t| {
+                let price = match rotation {
+                    Rotation::Cheapest => Some(
+                        self.inner
+                            .providers
+                            .get(t.target.provider())
+                            .and_then(|slot| slot.price(t.target.model()))
+                            .map_or(f64::INFINITY, |p| p.input_per_million + p.output_per_million),
+                    ),
+                    _ => None,
+                };
+                (price, latency(&t.target), t.target.clone())
+            })
+            .collect();
+        // Stable: configured order breaks the last ties.
+        ordered.sort_by(|a, b| a.0.unwrap_or(0.0).total_cmp(&b.0.unwrap_or(0.0)).then(a.1.cmp(&b.1)));
+        let mut chain: Vec<Target> = ordered.into_iter().map(|(_, _, t)| t).collect();
+        if rotation == Rotation::LeastLatency && chain.len() > 1 && self.inner.jitter.next_u64() % 20 == 0 {
+            // Now and then another target first, so a slower one's latency stays known.
+            let other = 1 + (self.inner.jitter.next_u64() % (chain.len() as u64 - 1)) as usize;
+            let explored = chain.remove(other);
+            chain.insert(0, explored);
         }
         chain
     }

@@ -1,12 +1,13 @@
 //! Moving on: ordered fallback, the all-failed error, candidates, named targets, rotation.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use switchyard::chat::ChatResponse;
 use switchyard::route::{Candidate, Rotation, Route};
-use switchyard::simulated::{SimulatedProvider, Step};
+use switchyard::simulated::{Latency, SimulatedProvider, Step};
 use switchyard::trail::{Outcome, Via};
-use switchyard::{ErrorKind, ProviderEntry, RouteError, Router};
+use switchyard::{ErrorKind, Price, ProviderEntry, RouteError, Router};
 
 use crate::support::*;
 
@@ -236,4 +237,82 @@ async fn weighted_rotation_follows_the_weights() {
     }
     let a_share = counts["a:m"];
     assert!((700..=800).contains(&a_share), "about 75% to the weight-3 target, got {counts:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn least_latency_prefers_the_faster_target_and_still_probes_the_slower_one() {
+    let slow = SimulatedProvider::new().latency(Latency::Fixed(Duration::from_millis(400)));
+    let fast = SimulatedProvider::new().latency(Latency::Fixed(Duration::from_millis(50)));
+    let route = Route::builder("default").target("slow:m").target("fast:m").rotation(Rotation::LeastLatency);
+    let router = router(&[("slow", &slow), ("fast", &fast)], route);
+    // Neither is measured yet: each is tried (the configured order breaks the tie), then the
+    // faster one takes the traffic.
+    for _ in 0..2 {
+        router.chat(&request("default")).await.unwrap();
+    }
+    assert_eq!((slow.calls(), fast.calls()), (1, 1));
+    for _ in 0..400 {
+        router.chat(&request("default")).await.unwrap();
+    }
+    let explored = slow.calls() - 1;
+    assert!(fast.calls() > 350, "fast {}", fast.calls());
+    assert!((5..=40).contains(&explored), "about one in twenty probes the slower target: {explored}");
+    let latency = router.latency(&"fast:m".parse().unwrap()).unwrap();
+    assert!(
+        latency.p50 >= Duration::from_millis(47) && latency.p50 <= Duration::from_millis(53),
+        "{latency:?}"
+    );
+    let slow_latency = router.latency(&"slow:m".parse().unwrap()).unwrap();
+    assert!(slow_latency.p99 >= Duration::from_millis(380), "{slow_latency:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_target_that_fails_slowly_counts_as_slow_and_one_that_is_rate_limited_does_not_count() {
+    let hanging = SimulatedProvider::new()
+        .latency(Latency::Fixed(Duration::from_secs(2)))
+        .script([Step::fail(ErrorKind::Timeout)]);
+    let limited = SimulatedProvider::new().script([Step::fail(ErrorKind::RateLimited)]);
+    let route = Route::builder("default").target("hanging:m").target("limited:m").retry(quick_retry(1));
+    let router = router(&[("hanging", &hanging), ("limited", &limited)], route);
+    let _ = router.chat(&request("default")).await;
+    let hanging_latency = router.latency(&"hanging:m".parse().unwrap()).unwrap();
+    assert!(hanging_latency.p50 >= Duration::from_millis(1900), "{hanging_latency:?}");
+    assert_eq!(router.latency(&"limited:m".parse().unwrap()), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cheapest_orders_by_price_with_unpriced_targets_last_and_ties_by_latency() {
+    let down = || SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let (dear, cheap, unpriced) = (down(), down(), down());
+    let cheap_slow = down().latency(Latency::Fixed(Duration::from_millis(300)));
+    let price = |input, output| Price { input_per_million: input, output_per_million: output };
+    let router = Router::builder()
+        .provider(ProviderEntry::new("dear", dear.clone()).price("m", price(10.0, 30.0)))
+        .provider(ProviderEntry::new("cheap", cheap.clone()).price("m", price(0.5, 1.5)))
+        .provider(ProviderEntry::new("unpriced", unpriced.clone()))
+        .provider(ProviderEntry::new("cheapslow", cheap_slow.clone()).price("m", price(1.0, 1.0)))
+        .route(
+            Route::builder("default")
+                .target("unpriced:m")
+                .target("dear:m")
+                .target("cheapslow:m")
+                .target("cheap:m")
+                .rotation(Rotation::Cheapest)
+                .retry(quick_retry(1))
+                .health_gate(false)
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    // Everything fails once: the trail is the chain. The two that cost 2 per million, not yet
+    // measured, keep their configured order; the unpriced target comes last.
+    let RouteError::AllTargetsFailed { trail, .. } = router.chat(&request("default")).await.unwrap_err()
+    else {
+        panic!("every target fails")
+    };
+    let order: Vec<String> = trail.attempts().iter().map(|a| a.via.to_string()).collect();
+    assert_eq!(order, ["cheapslow:m", "cheap:m", "dear:m", "unpriced:m"]);
+    // Measured now, the faster of the two equally cheap targets comes first.
+    assert_eq!(router.chat(&request("default")).await.unwrap().served_by.to_string(), "cheap:m");
 }
