@@ -667,3 +667,32 @@ async fn admin_health_and_metrics_show_each_targets_recent_latency() {
     let seconds: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!((0.038..=0.044).contains(&seconds), "{line}");
 }
+
+#[tokio::test]
+async fn a_providers_ranked_keys_share_its_traffic_in_turn() {
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let keep = seen.clone();
+    let upstream = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+        let keep = keep.clone();
+        async move {
+            keep.lock().unwrap().push(headers["authorization"].to_str().unwrap().to_owned());
+            axum::Json(json!({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}))
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, upstream).await.unwrap() });
+    let gateway = Gateway::start(&format!(
+        "providers:\n  up:\n    kind: openai_compatible\n    base_url: 'http://{addr}/v1'\n    rotation: round_robin\n    api_keys: [sk-key-a-0001, {{ key: sk-key-b-0002, priority: 0 }}, {{ key: sk-key-c-0003, priority: 1 }}]\nroutes:\n  default: {{ targets: [up:m] }}\ngateway:\n  keys: [env://GW_KEY]\n"
+    ))
+    .await;
+    for _ in 0..4 {
+        assert_eq!(gateway.post("/v1/chat/completions", chat("default")).await.status(), 200);
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        ["Bearer sk-key-a-0001", "Bearer sk-key-b-0002", "Bearer sk-key-a-0001", "Bearer sk-key-b-0002"]
+    );
+}

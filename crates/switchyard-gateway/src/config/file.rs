@@ -65,6 +65,38 @@ impl Kind {
     }
 }
 
+/// One of a provider's `api_keys`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum KeyConfig {
+    /// `env://NAME` or the key itself, priority 0.
+    Text(String),
+    /// `{ key, priority }`.
+    Ranked {
+        key: String,
+        #[serde(default)]
+        priority: u32,
+    },
+}
+
+impl KeyConfig {
+    /// The key's text and priority.
+    pub fn parts(&self) -> (&str, u32) {
+        match self {
+            KeyConfig::Text(key) => (key, 0),
+            KeyConfig::Ranked { key, priority } => (key, *priority),
+        }
+    }
+}
+
+/// How a provider's keys share its traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyRotationConfig {
+    Ordered,
+    RoundRobin,
+}
+
 /// How a provider answers Responses API clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -82,9 +114,13 @@ pub struct ProviderConfig {
     pub base_url: Option<String>,
     /// One key: `env://NAME` or the key itself.
     pub api_key: Option<String>,
-    /// Several keys, rotated on auth failures, exhaustion and cooldowns.
+    /// Several keys, rotated on auth failures, exhaustion and cooldowns; each a string
+    /// (priority 0) or `{ key, priority }` (lower first, as route tiers).
     #[serde(default)]
-    pub api_keys: Vec<String>,
+    pub api_keys: Vec<KeyConfig>,
+    /// How the keys share traffic: `ordered` (the default: the first usable key of the top
+    /// priority takes every call) or `round_robin` (calls alternate over them).
+    pub rotation: Option<KeyRotationConfig>,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     pub api_version: Option<String>,
@@ -119,6 +155,7 @@ impl ProviderConfig {
             base_url: None,
             api_key: None,
             api_keys: Vec::new(),
+            rotation: None,
             headers: BTreeMap::new(),
             api_version: None,
             organization: None,

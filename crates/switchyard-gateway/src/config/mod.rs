@@ -592,15 +592,16 @@ impl Validator<'_> {
         }
         let mut keys = Vec::new();
         let mut origins = Vec::new();
-        let listed = config
-            .api_key
-            .iter()
-            .map(|k| (format!("{path}.api_key"), k))
-            .chain(config.api_keys.iter().enumerate().map(|(i, k)| (format!("{path}.api_keys[{i}]"), k)));
-        for (key_path, text) in listed {
+        let listed = config.api_key.iter().map(|k| (format!("{path}.api_key"), k.as_str(), 0)).chain(
+            config.api_keys.iter().enumerate().map(|(i, k)| {
+                let (text, priority) = k.parts();
+                (format!("{path}.api_keys[{i}]"), text, priority)
+            }),
+        );
+        for (key_path, text, priority) in listed {
             if let Some((secret, origin)) = self.secret(&key_path, text) {
                 origins.push(origin);
-                keys.push(secret);
+                keys.push((secret, priority));
             }
         }
         if config.kind != Kind::Simulated {
@@ -715,8 +716,11 @@ impl Validator<'_> {
             limits: None,
         };
         let mut entry = ProviderEntry::from_arc(id, provider);
-        for key in keys {
-            entry = entry.key(key);
+        for (key, priority) in keys {
+            entry = entry.key_with_priority(key, priority);
+        }
+        if config.rotation == Some(file::KeyRotationConfig::RoundRobin) {
+            entry = entry.key_rotation(switchyard::KeyRotation::RoundRobin);
         }
         for (model, price) in &config.prices {
             entry = entry.price(

@@ -53,6 +53,7 @@ pub fn query<'a>(target: &'a Target, credentials: &'a [CredentialId]) -> GateQue
         explicit: false,
         force: false,
         exclude: 0,
+        order: &[],
     }
 }
 

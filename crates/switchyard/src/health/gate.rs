@@ -60,6 +60,9 @@ pub struct GateQuery<'a> {
     /// Credentials already tried by this request on this target (an auth failure moves on).
     /// Bit `i` excludes credential `i`; credentials past the 64th cannot be excluded.
     pub exclude: u64,
+    /// The order to consider the credentials in (indexes into `credentials`): priorities and
+    /// key rotation. Empty for their configured order.
+    pub order: &'a [usize],
 }
 
 /// The gate rules, on loaded records. Mutates only to move an open circuit to half-open and to
@@ -189,7 +192,10 @@ fn pick_credential(credentials: &[CredentialRecord], query: &GateQuery<'_>, now:
     }
     let mut resting: Option<(usize, Instant)> = None;
     let mut exhausted = false;
-    for (index, c) in credentials.iter().enumerate() {
+    let natural = 0..credentials.len();
+    let order: &mut dyn Iterator<Item = usize> =
+        if query.order.is_empty() { &mut natural.into_iter() } else { &mut query.order.iter().copied() };
+    for (index, c) in order.filter_map(|index| Some((index, credentials.get(index)?))) {
         if index < 64 && query.exclude & (1 << index) != 0 {
             continue;
         }
@@ -241,6 +247,7 @@ mod tests {
             GateQuery {
                 target: &self.target,
                 credentials: &[],
+                order: &[],
                 health_ttl: Some(TTL),
                 explicit: false,
                 force: false,

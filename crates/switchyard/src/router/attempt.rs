@@ -31,6 +31,7 @@ impl<X: Exchange> Run<'_, X> {
             }));
             return Step::Finish;
         }
+        let order = slot.key_order();
         let query = GateQuery {
             target: &tries.target,
             credentials: &slot.credential_ids,
@@ -39,6 +40,7 @@ impl<X: Exchange> Run<'_, X> {
             explicit: self.explicit,
             force: tries.force,
             exclude: tries.exclude,
+            order: &order,
         };
         let (gate, events) = self.inner.health.admit(&query);
         self.inner.publish_all(events);
@@ -419,6 +421,8 @@ impl<X: Exchange> Run<'_, X> {
             explicit: self.explicit,
             force: tries.force,
             exclude: tries.exclude | (1 << credential),
+            // Whether any other key passes, in whatever order.
+            order: &[],
         };
         matches!(self.inner.health.peek(&rotated), Gate::Pass { .. })
     }

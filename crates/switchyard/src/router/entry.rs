@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::chat::Usage;
 use crate::credential::{Credential, CredentialId, Secret};
@@ -39,8 +40,22 @@ impl Price {
 pub struct ProviderEntry {
     pub(super) id: Arc<str>,
     pub(super) provider: Arc<dyn Provider>,
-    pub(super) keys: Vec<Secret>,
+    /// Each key with its priority (lower first).
+    pub(super) keys: Vec<(Secret, u32)>,
     pub(super) prices: HashMap<String, Price>,
+    pub(super) key_rotation: KeyRotation,
+}
+
+/// How a provider's keys share its traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyRotation {
+    /// The first usable key of the highest priority takes every call; the next is used only
+    /// when it cools down, is benched or fails. The default.
+    #[default]
+    Ordered,
+    /// Calls alternate over the usable keys of the highest priority (a key cooling down or
+    /// benched drops out until it recovers); lower priorities stay pure fallback.
+    RoundRobin,
 }
 
 impl ProviderEntry {
@@ -53,14 +68,33 @@ impl ProviderEntry {
     /// [`ProviderEntry::new`] for a provider already shared behind an `Arc` (the gateway builds
     /// its adapters that way).
     pub fn from_arc(id: impl Into<Arc<str>>, provider: Arc<dyn Provider>) -> Self {
-        Self { id: id.into(), provider, keys: Vec::new(), prices: HashMap::new() }
+        Self {
+            id: id.into(),
+            provider,
+            keys: Vec::new(),
+            prices: HashMap::new(),
+            key_rotation: KeyRotation::Ordered,
+        }
+    }
+
+    /// Adds a key of `priority`: lower priorities are tried first, as route tiers, and a key
+    /// of a higher number is used only when every key above it is unusable. [`key`](Self::key)
+    /// adds priority 0.
+    pub fn key_with_priority(mut self, key: Secret, priority: u32) -> Self {
+        self.keys.push((key, priority));
+        self
+    }
+
+    /// How the keys share the traffic. Default [`KeyRotation::Ordered`].
+    pub fn key_rotation(mut self, rotation: KeyRotation) -> Self {
+        self.key_rotation = rotation;
+        self
     }
 
     /// Adds an API key; with several, the router rotates to the next on auth failures,
     /// exhaustion and cooldowns.
-    pub fn key(mut self, key: Secret) -> Self {
-        self.keys.push(key);
-        self
+    pub fn key(self, key: Secret) -> Self {
+        self.key_with_priority(key, 0)
     }
 
     /// Sets the price of `model`, for the cost of each answer.
@@ -95,17 +129,27 @@ impl ProviderEntry {
     /// The provider as the router keeps it, with one credential per key (or one keyless).
     pub(super) fn into_slot(self) -> ProviderSlot {
         let (kind, base_url) = (self.provider.kind().to_owned(), self.provider.base_url().to_owned());
+        let priorities: Vec<u32> = self.keys.iter().map(|(_, priority)| *priority).collect();
         let credentials: Vec<Credential> = if self.keys.is_empty() {
             vec![Credential::keyless(&kind, &base_url, &self.id)]
         } else {
-            self.keys.into_iter().map(|key| Credential::new(&kind, &base_url, Some(key))).collect()
+            self.keys.into_iter().map(|(key, _)| Credential::new(&kind, &base_url, Some(key))).collect()
         };
+        // Stable: keys of one priority keep their configured order.
+        let mut order: Vec<usize> = (0..credentials.len()).collect();
+        order.sort_by_key(|&i| priorities.get(i).copied().unwrap_or(0));
+        let tiers =
+            order.chunk_by(|&a, &b| priorities.get(a) == priorities.get(b)).map(<[usize]>::len).collect();
         ProviderSlot {
             id: self.id,
             provider: self.provider,
             credential_ids: credentials.iter().map(|c| c.id().clone()).collect(),
             credentials,
             prices: self.prices,
+            key_order: order,
+            key_tiers: tiers,
+            key_rotation: self.key_rotation,
+            turn: AtomicU64::new(0),
         }
     }
 }
@@ -127,9 +171,40 @@ pub(crate) struct ProviderSlot {
     pub(crate) credentials: Vec<Credential>,
     pub(crate) credential_ids: Vec<CredentialId>,
     prices: HashMap<String, Price>,
+    /// Credential indexes by priority, then configured order.
+    key_order: Vec<usize>,
+    /// How many keys each priority holds, highest first, along `key_order`.
+    key_tiers: Vec<usize>,
+    key_rotation: KeyRotation,
+    /// Counts calls, for round-robin keys.
+    turn: AtomicU64,
 }
 
 impl ProviderSlot {
+    /// The order this call considers the keys in: by priority; under round robin each
+    /// priority starts one further along than the call before. Empty when that is the
+    /// configured order (one priority, ordered keys), which the gate reads as such.
+    pub(crate) fn key_order(&self) -> Vec<usize> {
+        let rotated = self.key_rotation == KeyRotation::RoundRobin && self.credentials.len() > 1;
+        if !rotated && self.key_tiers.len() <= 1 {
+            return Vec::new();
+        }
+        if !rotated {
+            return self.key_order.clone();
+        }
+        let turn = self.turn.fetch_add(1, Ordering::Relaxed) as usize;
+        let mut order = Vec::with_capacity(self.key_order.len());
+        let mut rest = self.key_order.as_slice();
+        for &size in &self.key_tiers {
+            let (tier, after) = rest.split_at(size);
+            let start = turn % size;
+            order.extend_from_slice(&tier[start..]);
+            order.extend_from_slice(&tier[..start]);
+            rest = after;
+        }
+        order
+    }
+
     /// The configured price of `model`, if any.
     pub(crate) fn price(&self, model: &str) -> Option<&Price> {
         self.prices.get(model)

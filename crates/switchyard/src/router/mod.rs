@@ -35,7 +35,7 @@ use crate::trail::{Timing, Trail, Via};
 use crate::{ProviderError, RouteError, Target};
 
 pub(crate) use entry::ProviderSlot;
-pub use entry::{Price, ProviderEntry};
+pub use entry::{KeyRotation, Price, ProviderEntry};
 use exchange::{ChatExchange, CountTokensExchange, EmbeddingsExchange, Exchange, Served};
 use run::Run;
 use stream::{RoutedStream, StreamExchange};

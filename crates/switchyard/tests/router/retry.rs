@@ -321,3 +321,72 @@ async fn a_key_echoed_by_any_provider_is_redacted_everywhere() {
     }
     assert!(texts[0].contains("[redacted]"), "{}", texts[0]);
 }
+
+/// The credential ids the answers were served with, in order.
+async fn keys_used(router: &switchyard::Router, n: usize) -> Vec<String> {
+    let mut used = Vec::new();
+    for _ in 0..n {
+        let answer = router.chat(&request("default")).await.unwrap();
+        let last = answer.trail.attempts().last().unwrap();
+        used.push(last.credential_id.as_ref().unwrap().to_string());
+    }
+    used
+}
+
+fn keys_router(
+    sim: &SimulatedProvider,
+    keys: &[(&str, u32)],
+    rotation: switchyard::KeyRotation,
+) -> switchyard::Router {
+    let entry = keys.iter().fold(switchyard::ProviderEntry::new("p", sim.clone()), |e, (k, priority)| {
+        e.key_with_priority(switchyard::credential::Secret::new(*k), *priority)
+    });
+    switchyard::Router::builder()
+        .provider(entry.key_rotation(rotation))
+        .route(Route::builder("default").target("p:m").retry(quick_retry(2)).build().unwrap())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn round_robin_keys_alternate_and_lower_priorities_stay_fallback() {
+    let sim = SimulatedProvider::new();
+    let router = keys_router(
+        &sim,
+        &[("sk-a-000", 0), ("sk-b-000", 0), ("sk-c-000", 1)],
+        switchyard::KeyRotation::RoundRobin,
+    );
+    let ids = router.credentials("p").unwrap().iter().map(|c| c.id().to_string()).collect::<Vec<_>>();
+    let used = keys_used(&router, 4).await;
+    assert_eq!(used, [ids[0].clone(), ids[1].clone(), ids[0].clone(), ids[1].clone()]);
+    // Ordered keys: the first takes everything.
+    let ordered = keys_router(&sim, &[("sk-a-000", 0), ("sk-b-000", 0)], switchyard::KeyRotation::Ordered);
+    let first = ordered.credentials("p").unwrap()[0].id().to_string();
+    assert_eq!(keys_used(&ordered, 3).await, vec![first; 3]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_cooling_down_drops_out_of_the_rotation_until_it_recovers() {
+    let sim = SimulatedProvider::new().script([Step::rate_limited(Duration::from_secs(3))]);
+    let router = keys_router(&sim, &[("sk-a-000", 0), ("sk-b-000", 0)], switchyard::KeyRotation::RoundRobin);
+    let ids = router.credentials("p").unwrap().iter().map(|c| c.id().to_string()).collect::<Vec<_>>();
+    // The first call (key a) is rate limited: the request moves to key b, and a rests.
+    assert_eq!(keys_used(&router, 3).await, vec![ids[1].clone(); 3]);
+    tokio::time::advance(Duration::from_secs(4)).await;
+    let used = keys_used(&router, 4).await;
+    assert_eq!(used.iter().filter(|id| **id == ids[0]).count(), 2, "a is back in the rotation: {used:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lower_priority_key_is_used_only_when_every_key_above_is_out() {
+    let sim = SimulatedProvider::new()
+        .script([Step::fail(ErrorKind::QuotaExceeded), Step::fail(ErrorKind::QuotaExceeded)]);
+    let router = keys_router(
+        &sim,
+        &[("sk-a-000", 0), ("sk-b-000", 0), ("sk-c-000", 1)],
+        switchyard::KeyRotation::RoundRobin,
+    );
+    let ids = router.credentials("p").unwrap().iter().map(|c| c.id().to_string()).collect::<Vec<_>>();
+    // a and b run out of quota on the first request; c, the fallback, answers from then on.
+    assert_eq!(keys_used(&router, 3).await, vec![ids[2].clone(); 3]);
+}
