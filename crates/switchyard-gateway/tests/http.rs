@@ -696,3 +696,23 @@ async fn a_providers_ranked_keys_share_its_traffic_in_turn() {
         ["Bearer sk-key-a-0001", "Bearer sk-key-b-0002", "Bearer sk-key-a-0001", "Bearer sk-key-b-0002"]
     );
 }
+
+#[tokio::test]
+async fn a_hedged_answer_says_so_and_is_counted() {
+    let gateway = Gateway::start(
+        "providers:\n  slow: { kind: simulated, latency: 5s, reply: slow }\n  fast: { kind: simulated, latency: 20ms, reply: fast }\nroutes:\n  default:\n    targets: [slow:m, fast:m]\n    hedge: { after: 100ms, max_share: 1.0 }\ngateway: { keys: [env://GW_KEY], admin_key: env://ADMIN_KEY }\n",
+    )
+    .await;
+    let response = gateway.post("/v1/chat/completions", chat("default")).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-switchyard-hedged"], "1");
+    assert_eq!(response.headers()["x-switchyard-target"], "fast:m");
+    let metrics = gateway.get("/metrics", ADMIN_KEY).await.text().await.unwrap();
+    assert!(metrics.contains("switchyard_hedges_total{route=\"default\",result=\"started\"} 1"), "{metrics}");
+    assert!(metrics.contains("switchyard_hedges_total{route=\"default\",result=\"won\"} 1"), "{metrics}");
+    assert!(
+        metrics
+            .contains("switchyard_attempts_total{target=\"slow:m\",outcome=\"cancelled\",error_kind=\"\"} 1"),
+        "{metrics}"
+    );
+}

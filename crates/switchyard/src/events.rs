@@ -55,6 +55,26 @@ pub enum EventKind {
         /// Whether the router tries the same target again (a retry or its next key).
         will_retry: bool,
     },
+    /// A hedge started: `first` had not answered after `after`, so `hedge` was called beside it.
+    HedgeStarted {
+        /// The route.
+        route: String,
+        /// The slow first attempt's target.
+        first: Target,
+        /// The hedge's target.
+        hedge: Target,
+        /// How long the first attempt had run.
+        after: Duration,
+    },
+    /// A hedge answered before the attempt it was started beside.
+    HedgeWon {
+        /// The route.
+        route: String,
+        /// The hedge's target, which answered.
+        hedge: Target,
+        /// The first attempt's target, cancelled.
+        first: Target,
+    },
     /// The router moved from one target to the next.
     ProviderSwitch {
         /// The target tried before.
@@ -167,6 +187,8 @@ impl EventKind {
         match self {
             EventKind::AttemptFailed { .. } => "attempt_failed",
             EventKind::ProviderSwitch { .. } => "provider_switch",
+            EventKind::HedgeStarted { .. } => "hedge_started",
+            EventKind::HedgeWon { .. } => "hedge_won",
             EventKind::HealthChanged { .. } => "health_changed",
             EventKind::Exhausted { .. } => "exhausted",
             EventKind::Recovered { .. } => "provider_recovered",

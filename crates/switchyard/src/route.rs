@@ -221,6 +221,41 @@ pub struct Route {
     retry_on: ErrorFilter,
     fallback_on: ErrorFilter,
     spill_over: bool,
+    hedge: Option<Hedge>,
+}
+
+/// When a request is hedged: a second attempt on the chain's next target, started beside the
+/// first when the first has not answered (or sent its first content) after a delay.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hedge {
+    /// The delay.
+    pub after: HedgeAfter,
+    /// The delay's floor, and the delay itself while the target has fewer than 20 samples.
+    /// Default 300 ms.
+    pub min_after: Duration,
+    /// Hedges allowed, as a share of the route's requests over the last 10 s. Default 0.1.
+    pub max_share: f64,
+}
+
+impl Hedge {
+    /// A hedge after the target's recent p95, with the defaults.
+    pub fn p95() -> Self {
+        Self { after: HedgeAfter::P95, min_after: Duration::from_millis(300), max_share: 0.1 }
+    }
+
+    /// A hedge after a fixed delay, with the default budget.
+    pub fn after(delay: Duration) -> Self {
+        Self { after: HedgeAfter::Fixed(delay), min_after: Duration::from_millis(300), max_share: 0.1 }
+    }
+}
+
+/// What a hedge waits for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum HedgeAfter {
+    /// The first attempt's target's recent p95 (see [`latency`](crate::latency)).
+    P95,
+    /// A fixed delay.
+    Fixed(Duration),
 }
 
 impl Route {
@@ -243,6 +278,7 @@ impl Route {
             retry_on: ErrorFilter::Catalog,
             fallback_on: ErrorFilter::Catalog,
             spill_over: false,
+            hedge: None,
             errors: Vec::new(),
             given: [0; 3],
         }
@@ -313,6 +349,12 @@ impl Route {
         self.spill_over
     }
 
+    /// When requests are hedged; `None` for never (the default). A route with one target
+    /// never hedges.
+    pub fn hedge(&self) -> Option<&Hedge> {
+        self.hedge.as_ref().filter(|_| self.targets.len() > 1)
+    }
+
     /// Every target this route may call, special chains included, without repeats.
     pub fn all_targets(&self) -> Vec<&Target> {
         let mut all: Vec<&Target> = Vec::new();
@@ -354,6 +396,8 @@ impl Route {
             retry_on: self.retry_on.clone(),
             fallback_on: self.fallback_on.clone(),
             spill_over: self.spill_over,
+            // One target: nothing to hedge with.
+            hedge: None,
         }
     }
 }
@@ -374,6 +418,7 @@ pub struct RouteBuilder {
     retry_on: ErrorFilter,
     fallback_on: ErrorFilter,
     spill_over: bool,
+    hedge: Option<Hedge>,
     errors: Vec<Problem>,
     /// Targets given so far to each list (targets, context window, content policy), so a
     /// problem names its place in the list as configured.
@@ -487,10 +532,25 @@ impl RouteBuilder {
         self
     }
 
+    /// Hedges requests (default: never). See [`Hedge`].
+    pub fn hedge(mut self, hedge: Hedge) -> Self {
+        self.hedge = Some(hedge);
+        self
+    }
+
     /// Every rule a route must keep, checked once here: the gateway maps these problems onto
     /// its file's keys instead of checking them again.
     fn problems(&self) -> Vec<Problem> {
         let mut problems = Vec::new();
+        if let Some(hedge) = &self.hedge
+            && !(hedge.max_share > 0.0 && hedge.max_share <= 1.0)
+        {
+            let message = format!(
+                "hedge.max_share is {}: a share of requests from 0 (exclusive) to 1",
+                hedge.max_share
+            );
+            problems.push(Problem::new("hedge.max_share", message, "use a share such as 0.1"));
+        }
         if self.name.is_empty() {
             problems.push(Problem::new("", "the route name is empty", "name it"));
         }
@@ -560,6 +620,7 @@ impl RouteBuilder {
             retry_on: self.retry_on,
             fallback_on: self.fallback_on,
             spill_over: self.spill_over,
+            hedge: self.hedge,
         })
     }
 }

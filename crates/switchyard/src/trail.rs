@@ -31,6 +31,8 @@ pub enum Outcome {
     Redirected,
     /// A fallback candidate answered.
     Candidate,
+    /// Stopped unfinished: the other of a hedged pair answered first (the note says which).
+    Cancelled,
 }
 
 impl Outcome {
@@ -45,6 +47,7 @@ impl Outcome {
             Outcome::SkippedUnsupported => "skipped_unsupported",
             Outcome::Redirected => "redirected",
             Outcome::Candidate => "candidate",
+            Outcome::Cancelled => "cancelled",
         }
     }
 
@@ -110,6 +113,8 @@ pub struct Attempt {
     pub queued: Duration,
     /// Whether the attempt failed after streamed content reached the caller.
     pub mid_stream: bool,
+    /// Whether the attempt was a hedge: started beside another that was slow to answer.
+    pub hedge: bool,
     /// Why the router decided what it did, when the outcome alone does not say (a skip reason,
     /// "retry budget spent", "Retry-After 30s exceeds max_wait 5s").
     pub note: Option<String>,
@@ -135,6 +140,7 @@ impl Attempt {
             duration,
             queued,
             mid_stream: false,
+            hedge: false,
             note: None,
         }
     }
@@ -156,6 +162,7 @@ impl Attempt {
             duration: Duration::ZERO,
             queued: Duration::ZERO,
             mid_stream: false,
+            hedge: false,
             note: Some(reason),
         }
     }
@@ -171,6 +178,7 @@ impl Attempt {
             duration,
             queued: Duration::ZERO,
             mid_stream: false,
+            hedge: false,
             note: None,
         }
     }
@@ -221,6 +229,9 @@ impl Serialize for Attempt {
         map.serialize_entry("start_ms", &millis(self.started))?;
         map.serialize_entry("duration_ms", &millis(self.duration))?;
         map.serialize_entry("queued_ms", &millis(self.queued))?;
+        if self.hedge {
+            map.serialize_entry("hedge", &true)?;
+        }
         if self.mid_stream {
             map.serialize_entry("mid_stream", &true)?;
         }
@@ -298,6 +309,11 @@ impl Trail {
 
     pub(crate) fn attempts_mut(&mut self) -> &mut [Attempt] {
         &mut self.0
+    }
+
+    /// Puts `attempt` at `index` (or last, when the trail is shorter).
+    pub(crate) fn insert(&mut self, index: usize, attempt: Attempt) {
+        self.0.insert(index.min(self.0.len()), attempt);
     }
 }
 

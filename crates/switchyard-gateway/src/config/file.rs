@@ -250,6 +250,39 @@ pub struct RouteConfig {
     pub fallback_on: Option<Vec<ErrorKind>>,
     /// Send a call that would wait longer than `retry.max_wait` for pacing to the next target.
     pub spill_over: Option<bool>,
+    /// Hedge slow first attempts on the chain's next target.
+    pub hedge: Option<HedgeConfig>,
+}
+
+/// `hedge: { after: p95 | <duration>, min_after: <duration>, max_share: <share> }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HedgeConfig {
+    /// `p95` (the target's recent p95) or a fixed delay such as `800ms`.
+    pub after: HedgeAfterConfig,
+    /// The delay's floor, and the delay until the target has 20 samples. Default 300ms.
+    pub min_after: Option<DurationText>,
+    /// Hedges at most, as a share of the route's requests over the last 10 s. Default 0.1.
+    pub max_share: Option<f64>,
+}
+
+/// `p95` or a duration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum HedgeAfterConfig {
+    P95,
+    Fixed(Duration),
+}
+
+impl<'de> Deserialize<'de> for HedgeAfterConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if text == "p95" {
+            return Ok(HedgeAfterConfig::P95);
+        }
+        parse_duration(&text).map(HedgeAfterConfig::Fixed).ok_or_else(|| {
+            serde::de::Error::custom(format!("`{text}` is neither p95 nor a duration such as 800ms"))
+        })
+    }
 }
 
 impl RouteConfig {
@@ -268,6 +301,7 @@ impl RouteConfig {
             retry_on: None,
             fallback_on: None,
             spill_over: None,
+            hedge: None,
         }
     }
 }

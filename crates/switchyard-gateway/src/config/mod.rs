@@ -843,6 +843,17 @@ impl Validator<'_> {
         if let Some(kinds) = &config.fallback_on {
             builder = builder.fallback_on(ErrorFilter::Kinds(kinds.clone()));
         }
+        if let Some(hedge) = &config.hedge {
+            let defaults = switchyard::route::Hedge::p95();
+            builder = builder.hedge(switchyard::route::Hedge {
+                after: match hedge.after {
+                    file::HedgeAfterConfig::P95 => switchyard::route::HedgeAfter::P95,
+                    file::HedgeAfterConfig::Fixed(delay) => switchyard::route::HedgeAfter::Fixed(delay),
+                },
+                min_after: hedge.min_after.map_or(defaults.min_after, |d| d.0),
+                max_share: hedge.max_share.unwrap_or(defaults.max_share),
+            });
+        }
         if let Some(spill) = config.spill_over {
             builder = builder.spill_over(spill);
         }

@@ -284,6 +284,20 @@ impl RequestContext {
             if served_by.is_some() && first_called != served_by {
                 metrics.increment("switchyard_fallbacks_total", labels([("route", route_label.clone())]), 1);
             }
+            if trail.attempts().iter().any(|a| a.hedge) {
+                metrics.increment(
+                    "switchyard_hedges_total",
+                    labels([("route", route_label.clone()), ("result", "started".into())]),
+                    1,
+                );
+                if trail.attempts().iter().any(|a| a.hedge && a.outcome == switchyard::trail::Outcome::Ok) {
+                    metrics.increment(
+                        "switchyard_hedges_total",
+                        labels([("route", route_label.clone()), ("result", "won".into())]),
+                        1,
+                    );
+                }
+            }
             let retries =
                 trail.attempts().iter().filter(|a| a.outcome == switchyard::trail::Outcome::Retried).count();
             if retries > 0 {
@@ -358,6 +372,10 @@ fn describe(metrics: &Metrics) {
         "Requests served by another target than the first one called.",
     );
     metrics.describe("switchyard_retries_total", "Retries of the same target.");
+    metrics.describe(
+        "switchyard_hedges_total",
+        "Hedged requests, by route: started (a second attempt beside a slow first) and won (the hedge answered).",
+    );
     metrics.describe(
         "switchyard_request_duration_seconds",
         "Time from request to answer; for streams, to the end of the stream.",
@@ -577,6 +595,9 @@ fn answered(
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     let attempts = served.trail.len();
     exchange.stamp(&mut response, Some(&served.served_by), attempts);
+    if served.trail.attempts().iter().any(|a| a.hedge) {
+        response.headers_mut().insert("x-switchyard-hedged", HeaderValue::from_static("1"));
+    }
     let queued = served.timing.queued;
     if !queued.is_zero() {
         response.headers_mut().insert("x-switchyard-queued-ms", HeaderValue::from(queued.as_millis() as u64));

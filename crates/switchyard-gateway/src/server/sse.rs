@@ -127,7 +127,11 @@ pub fn respond<E: Encoder>(
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::OK;
     exchange.stamp(&mut response, Some(&served_by), attempts);
+    let hedged = stream.trail().attempts().iter().any(|a| a.hedge);
     let headers = response.headers_mut();
+    if hedged {
+        headers.insert("x-switchyard-hedged", HeaderValue::from_static("1"));
+    }
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     if !queued.is_zero() {

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::entry::ProviderSlot;
 use super::exchange::Exchange;
+use super::hedge::{Raced, Won};
 use super::policy::{self, Chain, FailurePoint, Means, Next};
 use super::run::{Refusal, Run, Step, TargetTry};
 use super::{Inner, redact};
@@ -54,14 +55,26 @@ impl<X: Exchange> Run<'_, X> {
         self.announce_switch(tries);
 
         let attempt_started = Instant::now();
-        let mut permit = match self.permit(slot, credential, &tries.target, probe).await {
+        let permit = match self.permit(slot, credential, &tries.target, probe).await {
             Ok(permit) => permit,
             Err(step) => return step,
         };
         let queued = permit.as_ref().map_or(Duration::ZERO, |p| p.waited);
         self.queued_total += queued;
-        let (result, sent, cut_by_deadline) =
-            self.call(slot, credential, &tries.target, permit.as_ref()).await;
+        let mark = self.trail.len();
+        let (result, sent, cut_by_deadline, hedge_record) = match self.hedge_delay(tries) {
+            None => {
+                let (result, sent, cut) = self.call(slot, credential, &tries.target, permit.as_ref()).await;
+                (result, sent, cut, None)
+            }
+            Some(delay) => match self.race(slot, credential, tries, permit.as_ref(), delay).await {
+                Raced::Alone((result, sent, cut), record) => {
+                    self.out_of_time |= cut;
+                    (result, sent, cut, record)
+                }
+                Raced::HedgeWon(won) => return self.hedge_won(slot, &tries.target, probe, permit, *won),
+            },
+        };
         let finished = Instant::now();
         let cred = &slot.credentials[credential];
         let attempt = Attempt::called(
@@ -73,6 +86,34 @@ impl<X: Exchange> Run<'_, X> {
         )
         .with_note(tries.note.take());
         self.measure(&tries.target, &result, finished - sent, cut_by_deadline);
+        let step =
+            self.conclude(slot, tries, credential, probe, cut_by_deadline, result, attempt, permit, sent);
+        if let Some(record) = hedge_record {
+            // After the first attempt's own record: the hedge started later. An answer took
+            // the trail with it.
+            match self.answer.as_mut() {
+                Some(served) if matches!(step, Step::Answered) => served.trail.insert(mark + 1, record),
+                _ => self.trail.insert(mark + 1, record),
+            }
+        }
+        step
+    }
+
+    /// The first attempt's result, carried out: served or redirected, or failed.
+    #[allow(clippy::too_many_arguments)]
+    fn conclude(
+        &mut self,
+        slot: &ProviderSlot,
+        tries: &mut TargetTry,
+        credential: usize,
+        probe: bool,
+        cut_by_deadline: bool,
+        result: Result<X::Output, ProviderError>,
+        attempt: Attempt,
+        mut permit: Option<Permit>,
+        sent: Instant,
+    ) -> Step {
+        let cred = &slot.credentials[credential];
         match result {
             Ok(output) => {
                 if let Some(permit) = permit.as_mut()
@@ -95,6 +136,35 @@ impl<X: Exchange> Run<'_, X> {
                 self.failed(slot, tries, failure)
             }
         }
+    }
+
+    /// The hedge answered first: the first attempt is recorded as cancelled (or failed), and
+    /// the hedge's answer is served.
+    fn hedge_won(
+        &mut self,
+        first_slot: &ProviderSlot,
+        first: &Target,
+        first_probe: bool,
+        first_permit: Option<Permit>,
+        won: Won<X::Output>,
+    ) -> Step {
+        if let Some(mut permit) = first_permit {
+            permit.settle(None);
+        }
+        if first_probe {
+            self.inner.health.release_probe(first, &first_slot.credential_ids);
+        }
+        let Won { tries, credential, output, attempt, mut permit, sent, cancelled } = won;
+        self.trail.push(cancelled);
+        let Some(slot) = self.inner.providers.get(tries.target.provider()) else { return Step::Finish };
+        let took = Instant::now() - sent;
+        self.inner.latency.record(&tries.target, took);
+        if let Some(permit) = permit.as_mut()
+            && let Some(used) = self.x.used_tokens(&output)
+        {
+            permit.settle(Some(used));
+        }
+        self.succeeded(slot, &tries, credential, output, attempt, permit, sent)
     }
 
     /// Counts the attempt's time toward the target's latency, when it says something of the
@@ -251,35 +321,23 @@ impl<X: Exchange> Run<'_, X> {
         target: &Target,
         permit: Option<&Permit>,
     ) -> (Result<X::Output, ProviderError>, Instant, bool) {
-        let (limit, limit_name) = self.x.attempt_limit(&self.route);
-        let sent = Instant::now();
-        let remaining = self.deadline.map_or(limit, |d| d.saturating_duration_since(sent).min(limit));
-        let cred = &slot.credentials[credential];
-        let sink = self.inner.pacer.as_ref().filter(|_| self.x.paced()).map(|pacer| PacerSink {
-            pacer: &**pacer,
-            provider: &slot.id,
-            credential_id: cred.id(),
-            dispatch: permit.and_then(|p| p.dispatch),
-        });
-        let call = Call {
-            model: target.model(),
-            credential: cred,
-            timeouts: self.route.timeouts(),
-            rate_limits: sink.as_ref().map(|s| s as &dyn RateLimitSink),
+        let ctx = self.ctx();
+        let out = ctx.call(slot, credential, target, permit).await;
+        if out.2 {
+            self.out_of_time = true;
+        }
+        out
+    }
+
+    /// What a call needs of the run, borrowed apart from it: two calls may run at once (a
+    /// hedged pair), and a run (which may hold a stream) is not `Sync`.
+    pub(super) fn ctx(&self) -> CallCtx<'_, X> {
+        CallCtx {
+            x: self.x,
+            inner: self.inner,
+            route: &self.route,
+            deadline: self.deadline,
             forward: &self.forward,
-        };
-        match tokio::time::timeout(remaining, self.x.call(&*slot.provider, call)).await {
-            Ok(result) => (result, sent, false),
-            // A timeout forced by the caller's deadline says nothing about the provider.
-            Err(_) if remaining < limit => {
-                self.out_of_time = true;
-                let message = format!("request deadline passed after {remaining:?} of waiting");
-                (Err(ProviderError::new(ErrorKind::Timeout, message)), sent, true)
-            }
-            Err(_) => {
-                let message = format!("no answer within the {limit_name} timeout of {limit:?}");
-                (Err(ProviderError::new(ErrorKind::Timeout, message)), sent, false)
-            }
         }
     }
 
@@ -462,5 +520,81 @@ struct PacerSink<'a> {
 impl RateLimitSink for PacerSink<'_> {
     fn observe(&self, limits: &RateLimits) {
         self.pacer.observe_answer(self.provider, self.credential_id, self.dispatch, limits);
+    }
+}
+
+/// What a call needs of its run (see [`Run::ctx`]).
+pub(super) struct CallCtx<'a, X> {
+    pub(super) x: &'a X,
+    pub(super) inner: &'a Inner,
+    pub(super) route: &'a crate::route::Route,
+    pub(super) deadline: Option<Instant>,
+    pub(super) forward: &'a [(String, String)],
+}
+
+impl<X> Clone for CallCtx<'_, X> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<X> Copy for CallCtx<'_, X> {}
+
+impl<X: Exchange> CallCtx<'_, X> {
+    /// Calls the provider within the attempt's limit and the request's deadline. Returns the
+    /// result, when it was sent, and whether the deadline (not the provider) cut it short.
+    pub(super) async fn call(
+        self,
+        slot: &ProviderSlot,
+        credential: usize,
+        target: &Target,
+        permit: Option<&Permit>,
+    ) -> (Result<X::Output, ProviderError>, Instant, bool) {
+        let (limit, limit_name) = self.x.attempt_limit(self.route);
+        let sent = Instant::now();
+        let remaining = self.deadline.map_or(limit, |d| d.saturating_duration_since(sent).min(limit));
+        let cred = &slot.credentials[credential];
+        let sink = self.inner.pacer.as_ref().filter(|_| self.x.paced()).map(|pacer| PacerSink {
+            pacer: &**pacer,
+            provider: &slot.id,
+            credential_id: cred.id(),
+            dispatch: permit.and_then(|p| p.dispatch),
+        });
+        let call = Call {
+            model: target.model(),
+            credential: cred,
+            timeouts: self.route.timeouts(),
+            rate_limits: sink.as_ref().map(|s| s as &dyn RateLimitSink),
+            forward: self.forward,
+        };
+        match tokio::time::timeout(remaining, self.x.call(&*slot.provider, call)).await {
+            Ok(result) => (result, sent, false),
+            // A timeout forced by the caller's deadline says nothing about the provider.
+            Err(_) if remaining < limit => {
+                let message = format!("request deadline passed after {remaining:?} of waiting");
+                (Err(ProviderError::new(ErrorKind::Timeout, message)), sent, true)
+            }
+            Err(_) => {
+                let message = format!("no answer within the {limit_name} timeout of {limit:?}");
+                (Err(ProviderError::new(ErrorKind::Timeout, message)), sent, false)
+            }
+        }
+    }
+
+    /// A hedge's pacing permit, only if it can go now: a hedge that would wait is no hedge.
+    pub(super) async fn hedge_permit(
+        self,
+        slot: &ProviderSlot,
+        credential: usize,
+    ) -> Result<Option<Permit>, ProviderError> {
+        let Some(pacer) = self.inner.pacer.as_ref().filter(|_| self.x.paced()) else { return Ok(None) };
+        let request = PaceRequest {
+            provider: &slot.id,
+            credential_id: slot.credentials[credential].id(),
+            estimated_tokens: self.x.estimated_tokens(),
+            deadline: self.deadline,
+            spill_after: Some(Duration::ZERO),
+        };
+        pacer.acquire(request).await.map(Some)
     }
 }

@@ -11,6 +11,7 @@ mod attempt;
 mod candidates;
 mod entry;
 mod exchange;
+mod hedge;
 mod policy;
 mod resolve;
 mod run;
@@ -142,6 +143,8 @@ pub struct TokenCountAnswer {
 struct RouteSlot {
     route: Arc<Route>,
     turn: AtomicU64,
+    /// The route's hedge budget, when it hedges.
+    hedges: Option<RetryBudget>,
 }
 
 /// What every clone of a [`Router`] shares.
@@ -159,6 +162,11 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// The hedge budget of the route `name`, when it hedges.
+    pub(crate) fn hedge_budget(&self, name: &str) -> Option<&RetryBudget> {
+        self.routes.get(name)?.hedges.as_ref()
+    }
+
     pub(crate) fn publish_all<E: Into<EventKind>>(&self, events: impl IntoIterator<Item = E>) {
         for event in events {
             self.events.publish(event.into());
@@ -342,7 +350,14 @@ impl RouterBuilder {
             }
             let name = route.name_arc().clone();
             order.push(name.clone());
-            let slot = RouteSlot { route: Arc::new(route), turn: AtomicU64::new(0) };
+            let hedges = route.hedge().map(|hedge| {
+                RetryBudget::new(RetryBudgetSettings {
+                    ratio: hedge.max_share,
+                    min_retries: 0,
+                    window: Duration::from_secs(10),
+                })
+            });
+            let slot = RouteSlot { route: Arc::new(route), turn: AtomicU64::new(0), hedges };
             if slots.insert(name.clone(), slot).is_some() {
                 return Err(ConfigError::DuplicateRoute(name.to_string()));
             }
@@ -636,5 +651,19 @@ fn redact(error: ProviderError, credential: &Credential) -> ProviderError {
     match credential.key() {
         Some(key) => error.redacted(key),
         None => error,
+    }
+}
+
+#[cfg(test)]
+mod send_check {
+    #[allow(dead_code)]
+    fn futures_are_send(
+        router: &super::Router,
+        request: &crate::chat::ChatRequest,
+        options: &super::RequestOptions,
+    ) {
+        fn send<T: Send>(_: T) {}
+        send(router.chat_with(request, options));
+        send(router.chat_stream(request, options));
     }
 }

@@ -70,6 +70,16 @@ impl Plan {
     pub(super) fn has_more(&self) -> bool {
         !self.queue.is_empty()
     }
+
+    /// The next target that is not `not`, without taking it (a hedge's).
+    pub(super) fn peek_other(&self, not: &Target) -> Option<Target> {
+        self.queue.iter().map(|(target, _)| target).find(|target| *target != not).cloned()
+    }
+
+    /// Takes `target` out of what is left (a hedge on it failed: it is done for this request).
+    pub(super) fn remove(&mut self, target: &Target) {
+        self.queue.retain(|(queued, _)| queued != target);
+    }
 }
 
 /// A refusal redirected to the content-policy chain: served after all if that chain produces
@@ -121,6 +131,8 @@ pub(super) struct Run<'r, X: Exchange> {
     pub(super) answer: Option<Served<X::Output>>,
     /// Why each target skipped as unsupported could not serve the request, in order.
     pub(super) unsupported: Vec<String>,
+    /// Whether this request was hedged (at most once).
+    pub(super) hedged: bool,
 }
 
 /// One target's tries within a request.
@@ -144,6 +156,9 @@ impl<'r, X: Exchange> Run<'r, X> {
         let Resolved { route, chain, explicit } = resolved;
         let started = Instant::now();
         inner.budget.record_request();
+        if let Some(hedges) = inner.hedge_budget(route.name()) {
+            hedges.record_request();
+        }
         Self {
             inner,
             x,
@@ -163,6 +178,7 @@ impl<'r, X: Exchange> Run<'r, X> {
             refusal: None,
             answer: None,
             unsupported: Vec::new(),
+            hedged: false,
         }
     }
 

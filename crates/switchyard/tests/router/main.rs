@@ -9,6 +9,7 @@ mod embeddings;
 mod events;
 mod fallback;
 mod health;
+mod hedging;
 mod pacing;
 mod properties;
 mod retry;

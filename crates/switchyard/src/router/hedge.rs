@@ -1,0 +1,337 @@
+//! Hedged requests: when a request's first attempt has not answered (or, streamed, sent its
+//! first content) after the route's hedge delay, the chain's next target is called beside it,
+//! and the first to answer is served. The other is cancelled at once (its future dropped,
+//! which drops its connection; its pacing permit released) and recorded as `cancelled`.
+//!
+//! At most one hedge per request, and only of the request's first attempt; never with
+//! `x-switchyard-fallback: off`, never on the special chains. A hedge that fails leaves the
+//! first attempt running; a first attempt that fails leaves the hedge running, and its answer
+//! is served. When both fail, the hedge's target is done for this request and the first
+//! attempt's failure decides what follows. Hedges draw from a budget of their own: at most
+//! `max_share` of the route's requests over the last 10 s.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::entry::ProviderSlot;
+use super::exchange::Exchange;
+use super::policy::Chain;
+use super::run::{Run, TargetTry};
+use crate::events::EventKind;
+use crate::health::{Gate, GateQuery};
+use crate::pacing::Permit;
+use crate::route::HedgeAfter;
+use crate::trail::{Attempt, Outcome};
+use crate::{ErrorKind, ProviderError, Target};
+
+/// One call's end: its result, when it was sent, whether the request's deadline cut it.
+pub(super) type CallEnd<O> = (Result<O, ProviderError>, Instant, bool);
+
+/// What a hedged first attempt came to.
+pub(super) enum Raced<O> {
+    /// The first attempt's own end (it answered first, or no hedge started, or both failed),
+    /// and the hedge's record for the trail when one ran.
+    Alone(CallEnd<O>, Option<Attempt>),
+    /// The hedge answered first (boxed: rare, and large).
+    HedgeWon(Box<Won<O>>),
+}
+
+/// A hedge that answered first.
+pub(super) struct Won<O> {
+    pub(super) tries: TargetTry,
+    pub(super) credential: usize,
+    pub(super) output: O,
+    pub(super) attempt: Attempt,
+    pub(super) permit: Option<Permit>,
+    pub(super) sent: Instant,
+    /// The first attempt's record, cancelled.
+    pub(super) cancelled: Attempt,
+}
+
+impl<X: Exchange> Run<'_, X> {
+    /// The delay after which this attempt is hedged; `None` when it is not to be.
+    pub(super) fn hedge_delay(&self, tries: &TargetTry) -> Option<Duration> {
+        let hedge = self.route.hedge()?;
+        let eligible = !self.hedged
+            && !self.no_fallback
+            && tries.retries == 0
+            && tries.pending.is_none()
+            && self.trail.is_empty()
+            && self.plan.chain == Chain::General
+            && self.x.measured()
+            && self.x.takes_special_chains();
+        if !eligible {
+            return None;
+        }
+        self.plan.peek_other(&tries.target)?;
+        Some(match hedge.after {
+            HedgeAfter::Fixed(delay) => delay,
+            HedgeAfter::P95 => match self.inner.latency.quantile(&tries.target, 0.95) {
+                Some((p95, samples)) if samples >= 20.0 => p95.max(hedge.min_after),
+                _ => hedge.min_after,
+            },
+        })
+    }
+
+    /// Runs the first attempt, hedged after `delay`.
+    pub(super) async fn race(
+        &mut self,
+        slot: &ProviderSlot,
+        credential: usize,
+        tries: &TargetTry,
+        permit: Option<&Permit>,
+        delay: Duration,
+    ) -> Raced<X::Output> {
+        let attempt_started = Instant::now();
+        let ctx = self.ctx();
+        // The pair runs in this block: its futures borrow the run, which is written after.
+        let (first_end, hedge_end, hedge) = {
+            let first = ctx.call(slot, credential, &tries.target, permit);
+            tokio::pin!(first);
+            tokio::select! {
+                biased;
+                end = &mut first => return Raced::Alone(end, None),
+                () = tokio::time::sleep(delay) => {}
+            }
+            let Some((hedge_target, hedge_slot, hedge_credential, probe)) =
+                self.hedge_admitted(&tries.target)
+            else {
+                return Raced::Alone(first.await, None);
+            };
+            self.inner.events.publish(EventKind::HedgeStarted {
+                route: self.route.name().to_owned(),
+                first: tries.target.clone(),
+                hedge: hedge_target.clone(),
+                after: delay,
+            });
+            let hedge_sent = Instant::now();
+            let hedging = async {
+                match ctx.hedge_permit(hedge_slot, hedge_credential).await {
+                    Ok(permit) => {
+                        (ctx.call(hedge_slot, hedge_credential, &hedge_target, permit.as_ref()).await, permit)
+                    }
+                    Err(error) => ((Err(error), Instant::now(), false), None),
+                }
+            };
+            tokio::pin!(hedging);
+            // Until one answers, or both fail.
+            let (mut first_end, mut hedge_end) = (None, None);
+            loop {
+                tokio::select! {
+                    end = &mut first, if first_end.is_none() => {
+                        let answered = end.0.is_ok();
+                        first_end = Some(end);
+                        if answered || hedge_end.is_some() { break; }
+                    }
+                    end = &mut hedging, if hedge_end.is_none() => {
+                        let answered = end.0.0.is_ok();
+                        hedge_end = Some(end);
+                        if answered || first_end.is_some() { break; }
+                    }
+                }
+            }
+            let hedge = HedgeRun {
+                target: hedge_target.clone(),
+                credential: hedge_credential,
+                probe,
+                sent: hedge_sent,
+            };
+            (first_end, hedge_end, hedge)
+        };
+        self.hedged = true;
+        match (first_end, hedge_end) {
+            (first, Some(((Ok(output), sent, _), permit))) => {
+                let first = FirstRun { slot, credential, tries, started: attempt_started, end: first };
+                self.hedge_answered(first, hedge, output, permit, sent, delay)
+            }
+            (Some(first), hedge_end) => self.first_answered_or_both_failed(first, hedge, hedge_end),
+            (None, _) => Raced::Alone(cancelled_end(), None),
+        }
+    }
+
+    /// The hedge answered first: the first attempt is recorded cancelled (or failed, when it
+    /// failed while the hedge ran).
+    fn hedge_answered(
+        &mut self,
+        first: FirstRun<'_, X::Output>,
+        hedge: HedgeRun,
+        output: X::Output,
+        permit: Option<Permit>,
+        sent: Instant,
+        delay: Duration,
+    ) -> Raced<X::Output> {
+        let FirstRun { slot, credential, tries, started, end } = first;
+        self.inner.events.publish(EventKind::HedgeWon {
+            route: self.route.name().to_owned(),
+            hedge: hedge.target.clone(),
+            first: tries.target.clone(),
+        });
+        let now = Instant::now();
+        let cred = &slot.credentials[credential];
+        let mut cancelled =
+            Attempt::called(&tries.target, cred.id(), started - self.started, now - started, Duration::ZERO);
+        match end {
+            None => {
+                // Slower than the hedge at least: that much is known of its latency.
+                self.inner.latency.record(&tries.target, now - started);
+                cancelled.outcome = Outcome::Cancelled;
+                cancelled.note = Some(format!("the hedge on {} answered first", hedge.target));
+            }
+            Some((result, _, _)) => {
+                cancelled.outcome = Outcome::Failed;
+                cancelled.error = result.err().map(|error| {
+                    super::redact(error, cred)
+                        .with_target(tries.target.clone())
+                        .with_credential(cred.id().clone())
+                });
+                cancelled.note =
+                    Some(format!("failed while the hedge on {} ran, which answered", hedge.target));
+            }
+        }
+        let note = format!("hedge: {} had not answered after {delay:?}", tries.target);
+        let attempt = self.hedge_record(&hedge, Outcome::Ok, note, now);
+        let tries = TargetTry {
+            target: hedge.target,
+            force: false,
+            exclude: 0,
+            retries: 0,
+            pending: None,
+            note: None,
+            backoff: None,
+        };
+        Raced::HedgeWon(Box::new(Won {
+            tries,
+            credential: hedge.credential,
+            output,
+            attempt,
+            permit,
+            sent,
+            cancelled,
+        }))
+    }
+
+    /// The first attempt answered, or both failed: the hedge is recorded cancelled (still
+    /// running) or failed, and its target is done for this request.
+    fn first_answered_or_both_failed(
+        &mut self,
+        first: CallEnd<X::Output>,
+        hedge: HedgeRun,
+        hedge_end: Option<(CallEnd<X::Output>, Option<Permit>)>,
+    ) -> Raced<X::Output> {
+        let Some(slot) = self.inner.providers.get(hedge.target.provider()) else {
+            return Raced::Alone(first, None);
+        };
+        let record = match hedge_end {
+            None => {
+                if hedge.probe {
+                    self.inner.health.release_probe(&hedge.target, &slot.credential_ids);
+                }
+                let note = "hedge: the first attempt answered first".to_owned();
+                self.hedge_record(&hedge, Outcome::Cancelled, note, Instant::now())
+            }
+            Some(((result, _, cut), permit)) => {
+                if let Some(mut permit) = permit {
+                    permit.settle(None);
+                }
+                let error = result.err().unwrap_or_else(|| {
+                    ProviderError::new(ErrorKind::Cancelled, "the hedge ended without an answer")
+                });
+                let cred = &slot.credentials[hedge.credential];
+                let error = super::redact(error, cred)
+                    .with_target(hedge.target.clone())
+                    .with_credential(cred.id().clone());
+                if !cut && !error.is_unsupported() {
+                    let events = self.inner.health.record_failure(
+                        &hedge.target,
+                        &slot.credential_ids,
+                        hedge.credential,
+                        &error,
+                    );
+                    self.inner.publish_all(events);
+                }
+                let note = "hedge: failed; the first attempt carried on".to_owned();
+                let mut attempt = self.hedge_record(&hedge, Outcome::Failed, note, Instant::now());
+                attempt.error = Some(error);
+                self.plan.remove(&hedge.target);
+                attempt
+            }
+        };
+        Raced::Alone(first, Some(record))
+    }
+
+    /// The trail's record of `hedge`, ended at `ended`.
+    fn hedge_record(&self, hedge: &HedgeRun, outcome: Outcome, note: String, ended: Instant) -> Attempt {
+        let credential_id = self
+            .inner
+            .providers
+            .get(hedge.target.provider())
+            .map(|slot| slot.credentials[hedge.credential].id().clone());
+        let mut attempt = Attempt::called(
+            &hedge.target,
+            credential_id.as_ref().unwrap_or(&crate::credential::CredentialId::derive("", "", None)),
+            hedge.sent - self.started,
+            ended - hedge.sent,
+            Duration::ZERO,
+        );
+        attempt.outcome = outcome;
+        attempt.hedge = true;
+        attempt.note = Some(note);
+        attempt
+    }
+
+    /// The hedge's target and key, when the chain has another target whose gate lets it
+    /// through now and the hedge budget has room.
+    fn hedge_admitted(&self, first: &Target) -> Option<(Target, &ProviderSlot, usize, bool)> {
+        let target = self.plan.peek_other(first)?;
+        let slot = self.inner.providers.get(target.provider())?;
+        let budget = self.inner.hedge_budget(self.route.name())?;
+        let order = slot.key_order();
+        let query = GateQuery {
+            target: &target,
+            credentials: &slot.credential_ids,
+            health_ttl: self.health_ttl,
+            explicit: false,
+            force: false,
+            exclude: 0,
+            order: &order,
+        };
+        if !matches!(self.inner.health.peek(&query), Gate::Pass { .. }) || !budget.try_spend() {
+            return None;
+        }
+        let (gate, events) = self.inner.health.admit(&query);
+        self.inner.publish_all(events);
+        match gate {
+            Gate::Pass { credential, probe } => Some((target, slot, credential, probe)),
+            Gate::Skip { .. } => None,
+        }
+    }
+}
+
+/// The hedge of a race.
+struct HedgeRun {
+    target: Target,
+    credential: usize,
+    /// Whether its call took a half-open circuit's probe slot.
+    probe: bool,
+    sent: Instant,
+}
+
+/// The first attempt of a race the hedge won.
+struct FirstRun<'a, O> {
+    slot: &'a ProviderSlot,
+    credential: usize,
+    tries: &'a TargetTry,
+    started: Instant,
+    /// Its end, when it failed before the hedge answered; `None` when it was still running.
+    end: Option<CallEnd<O>>,
+}
+
+/// The end of a first attempt the race lost track of (never: the race ends only with it).
+fn cancelled_end<O>() -> CallEnd<O> {
+    (
+        Err(ProviderError::new(ErrorKind::Cancelled, "the hedged attempt ended without an answer")),
+        Instant::now(),
+        false,
+    )
+}

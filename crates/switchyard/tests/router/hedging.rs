@@ -1,0 +1,155 @@
+//! Hedged requests: a second attempt beside a slow first one, the first answer served.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use switchyard::route::{Hedge, Route};
+use switchyard::simulated::{Latency, SimulatedProvider, Step};
+use switchyard::trail::Outcome;
+use switchyard::{ErrorKind, RequestOptions};
+use tokio::time::Instant;
+
+use crate::support::*;
+
+fn slow(ms: u64) -> SimulatedProvider {
+    SimulatedProvider::new().latency(Latency::Fixed(Duration::from_millis(ms)))
+}
+
+/// A route over `primary:m` then `backup:m`, hedged after 300 ms with room for every request.
+fn hedged(primary: &SimulatedProvider, backup: &SimulatedProvider, max_share: f64) -> switchyard::Router {
+    let hedge = Hedge { max_share, ..Hedge::after(Duration::from_millis(300)) };
+    let route =
+        Route::builder("default").target("primary:m").target("backup:m").retry(quick_retry(1)).hedge(hedge);
+    router(&[("primary", primary), ("backup", backup)], route)
+}
+
+fn outcomes(trail: &switchyard::trail::Trail) -> Vec<(String, Outcome, bool)> {
+    trail.attempts().iter().map(|a| (a.via.to_string(), a.outcome, a.hedge)).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_first_attempt_is_hedged_at_the_delay_and_the_first_answer_wins() {
+    let (primary, backup) = (slow(2000), slow(50));
+    let router = hedged(&primary, &backup, 1.0);
+    let mut events = router.subscribe();
+    let start = Instant::now();
+    let answer = router.chat(&request("default")).await.unwrap();
+    // The hedge started at 300 ms and answered 50 ms later; the first attempt was dropped.
+    assert_eq!(start.elapsed(), Duration::from_millis(350));
+    assert_eq!(answer.served_by.to_string(), "backup:m");
+    assert_eq!(
+        outcomes(&answer.trail),
+        [("primary:m".into(), Outcome::Cancelled, false), ("backup:m".into(), Outcome::Ok, true)]
+    );
+    assert_eq!(answer.trail.attempts()[1].started, Duration::from_millis(300));
+    let names = event_names(&mut events);
+    assert!(names.contains(&"hedge_started") && names.contains(&"hedge_won"), "{names:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_attempt_that_answers_before_the_delay_is_not_hedged() {
+    let (primary, backup) = (slow(299), slow(50));
+    let router = hedged(&primary, &backup, 1.0);
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!(answer.served_by.to_string(), "primary:m");
+    assert_eq!(backup.calls(), 0);
+    assert_eq!(answer.trail.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_first_attempt_wins_when_it_answers_first_and_the_hedge_is_cancelled() {
+    let (primary, backup) = (slow(400), slow(500));
+    let router = hedged(&primary, &backup, 1.0);
+    let start = Instant::now();
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_millis(400));
+    assert_eq!(answer.served_by.to_string(), "primary:m");
+    assert_eq!(
+        outcomes(&answer.trail),
+        [("primary:m".into(), Outcome::Ok, false), ("backup:m".into(), Outcome::Cancelled, true)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_hedge_leaves_the_first_attempt_running() {
+    let primary = slow(1000);
+    let backup = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let router = hedged(&primary, &backup, 1.0);
+    let start = Instant::now();
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_millis(1000));
+    assert_eq!(answer.served_by.to_string(), "primary:m");
+    assert_eq!(
+        outcomes(&answer.trail),
+        [("primary:m".into(), Outcome::Ok, false), ("backup:m".into(), Outcome::Failed, true)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_first_attempt_leaves_the_hedge_to_answer() {
+    let primary = slow(500).script([Step::fail(ErrorKind::Unavailable)]);
+    let backup = slow(400);
+    let router = hedged(&primary, &backup, 1.0);
+    let start = Instant::now();
+    let answer = router.chat(&request("default")).await.unwrap();
+    // The first failed at 500 ms; the hedge, started at 300, answered at 700.
+    assert_eq!(start.elapsed(), Duration::from_millis(700));
+    assert_eq!(answer.served_by.to_string(), "backup:m");
+    assert_eq!(
+        outcomes(&answer.trail),
+        [("primary:m".into(), Outcome::Failed, false), ("backup:m".into(), Outcome::Ok, true)]
+    );
+    assert_eq!(backup.calls(), 1, "the hedge is the backup's attempt: no second call");
+}
+
+#[tokio::test(start_paused = true)]
+async fn hedges_draw_from_a_budget_of_their_own() {
+    let (primary, backup) = (slow(1000), slow(50));
+    let router = hedged(&primary, &backup, 0.1);
+    for _ in 0..20 {
+        router.chat(&request("default")).await.unwrap();
+    }
+    // A tenth of the last 10 s's requests: the 10th request brings the first hedge, the 20th
+    // the second (the window slides, but 20 requests of 350 ms to 1 s fit in it).
+    assert!(backup.calls() <= 2, "backup called {} times", backup.calls());
+    assert!(backup.calls() >= 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_is_hedged_with_fallback_off_or_after_a_streams_first_content() {
+    let (primary, backup) = (slow(2000), slow(50));
+    let router = hedged(&primary, &backup, 1.0);
+    let off = RequestOptions { no_fallback: true, ..RequestOptions::default() };
+    assert_eq!(router.chat_with(&request("default"), &off).await.unwrap().served_by.to_string(), "primary:m");
+    assert_eq!(backup.calls(), 0);
+
+    // First content at once, then a long stream: the hedge's moment never comes.
+    let streaming = SimulatedProvider::new().stream(10, Duration::from_millis(100));
+    let router = hedged(&streaming, &backup, 1.0);
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    while let Some(chunk) = stream.next().await {
+        chunk.unwrap();
+    }
+    assert_eq!(stream.served_by().to_string(), "primary:m");
+    assert_eq!(backup.calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_slow_to_its_first_content_is_hedged_and_the_hedge_streams_to_the_end() {
+    let primary = slow(2000).stream(3, Duration::from_millis(10));
+    let backup = slow(100).stream(3, Duration::from_millis(10));
+    let router = hedged(&primary, &backup, 1.0);
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let mut text = String::new();
+    while let Some(chunk) = stream.next().await {
+        text.push_str(
+            &chunk.unwrap().choices.first().and_then(|c| c.delta.content.clone()).unwrap_or_default(),
+        );
+    }
+    assert_eq!(stream.served_by().to_string(), "backup:m");
+    assert!(!text.is_empty());
+    assert_eq!(
+        outcomes(stream.trail()),
+        [("primary:m".into(), Outcome::Cancelled, false), ("backup:m".into(), Outcome::Ok, true)]
+    );
+}
