@@ -716,3 +716,79 @@ async fn a_hedged_answer_says_so_and_is_counted() {
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn when_every_target_is_down_the_last_good_answer_is_served_stale_in_either_dialect() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let down = Arc::new(AtomicBool::new(false));
+    let flag = down.clone();
+    let upstream = axum::Router::new().fallback(move || {
+        let down = flag.load(Ordering::SeqCst);
+        async move {
+            if down {
+                return (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"error": {"message": "down", "type": "server_error"}})));
+            }
+            (axum::http::StatusCode::OK, axum::Json(json!({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "the good answer"}, "finish_reason": "stop"}]})))
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, upstream).await.unwrap() });
+    let gateway = Gateway::start(&format!(
+        "providers:\n  up: {{ kind: openai_compatible, base_url: 'http://{addr}/v1' }}\nroutes:\n  default:\n    targets: [up:m]\n    retry: {{ max_attempts: 1 }}\n    health_gate: false\n    candidates: [{{ name: last-good, cache: {{ max_age: 1h }} }}]\ngateway:\n  keys: [env://GW_KEY, other-gateway-key-0001]\n  admin_key: env://ADMIN_KEY\n"
+    ))
+    .await;
+    let question =
+        json!({"model": "default", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(gateway.post("/v1/chat/completions", question.clone()).await.status(), 200);
+    down.store(true, Ordering::SeqCst);
+
+    let stale = gateway.post("/v1/chat/completions", question.clone()).await;
+    assert_eq!(stale.status(), 200);
+    assert_eq!(stale.headers()["x-switchyard-cache"], "stale");
+    assert!(stale.headers().contains_key("age"));
+    assert_eq!(stale.headers()["x-switchyard-target"], "candidate last-good");
+    assert_eq!(json_of(stale).await["choices"][0]["message"]["content"], "the good answer");
+
+    let mut streamed = question.clone();
+    streamed["stream"] = json!(true);
+    let stream = gateway.post("/v1/chat/completions", streamed).await;
+    assert_eq!(stream.headers()["x-switchyard-cache"], "stale");
+    assert!(stream.text().await.unwrap().contains("the good answer"));
+
+    // The same question in Anthropic's dialect.
+    let anthropic = gateway
+        .client
+        .post(gateway.url("/v1/messages"))
+        .header("x-api-key", GATEWAY_KEY)
+        .json(&json!({"model": "default", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anthropic.headers()["x-switchyard-cache"], "stale");
+    assert_eq!(json_of(anthropic).await["content"][0]["text"], "the good answer");
+
+    // Not for another key, and not for a request that opts out.
+    let other = gateway
+        .client
+        .post(gateway.url("/v1/chat/completions"))
+        .bearer_auth("other-gateway-key-0001")
+        .json(&question)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 502);
+    let opted_out = gateway
+        .client
+        .post(gateway.url("/v1/chat/completions"))
+        .bearer_auth(GATEWAY_KEY)
+        .header("cache-control", "no-store")
+        .json(&question)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(opted_out.status(), 502);
+    let metrics = gateway.get("/metrics", ADMIN_KEY).await.text().await.unwrap();
+    assert!(metrics.contains("switchyard_stale_answers_total{route=\"default\"} 3"), "{metrics}");
+}

@@ -33,6 +33,7 @@
 
 #![warn(missing_docs)]
 
+pub mod answer_cache;
 pub mod backoff;
 mod budget;
 pub mod chat;

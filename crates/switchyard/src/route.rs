@@ -147,6 +147,7 @@ pub struct Candidate {
 enum CandidateSource {
     Text(String),
     Function(CandidateFn),
+    Cache(Arc<crate::answer_cache::AnswerCache>),
 }
 
 impl Candidate {
@@ -165,6 +166,22 @@ impl Candidate {
         Self { name: name.into(), source: CandidateSource::Function(f), validate: None }
     }
 
+    /// The last good answer to the same request on this route, no older than the settings'
+    /// `max_age`: every successful answer on the route is remembered (see
+    /// [`answer_cache`](crate::answer_cache)).
+    pub fn cache(name: impl Into<Arc<str>>, settings: crate::answer_cache::AnswerCacheSettings) -> Self {
+        let cache = Arc::new(crate::answer_cache::AnswerCache::new(settings));
+        Self { name: name.into(), source: CandidateSource::Cache(cache), validate: None }
+    }
+
+    /// The answers a `cache` candidate keeps; `None` for other kinds.
+    pub fn answer_cache(&self) -> Option<&Arc<crate::answer_cache::AnswerCache>> {
+        match &self.source {
+            CandidateSource::Cache(cache) => Some(cache),
+            _ => None,
+        }
+    }
+
     /// Checks each answer; a rejection counts as this candidate failing.
     pub fn validate(
         mut self,
@@ -180,18 +197,30 @@ impl Candidate {
         &self.name
     }
 
-    /// Produces the candidate's answer, validated.
-    pub(crate) async fn answer(&self, request: &ChatRequest) -> Result<ChatResponse, String> {
-        let response = match &self.source {
+    /// Produces the candidate's answer, validated, with its age when it was remembered.
+    pub(crate) async fn answer(
+        &self,
+        request: &ChatRequest,
+        scope: &str,
+        route: &str,
+    ) -> Result<(ChatResponse, Option<Duration>), String> {
+        let (response, age) = match &self.source {
             CandidateSource::Text(text) => {
-                ChatResponse::from_text(format!("candidate:{}", self.name), text.clone())
+                (ChatResponse::from_text(format!("candidate:{}", self.name), text.clone()), None)
             }
-            CandidateSource::Function(f) => f(request).await?,
+            CandidateSource::Function(f) => (f(request).await?, None),
+            CandidateSource::Cache(cache) => match cache.recall(scope, route, request) {
+                Some((answer, age)) => (answer, Some(age)),
+                None => {
+                    let max_age = cache.settings().max_age;
+                    return Err(format!("no answer to this request younger than {max_age:?} is kept"));
+                }
+            },
         };
         if let Some(check) = &self.validate {
             check(&response).map_err(|why| format!("rejected by validation: {why}"))?;
         }
-        Ok(response)
+        Ok((response, age))
     }
 }
 
@@ -200,6 +229,7 @@ impl fmt::Debug for Candidate {
         let source = match &self.source {
             CandidateSource::Text(_) => "text",
             CandidateSource::Function(_) => "function",
+            CandidateSource::Cache(_) => "cache",
         };
         f.debug_struct("Candidate").field("name", &self.name).field("source", &source).finish()
     }
@@ -347,6 +377,11 @@ impl Route {
     /// target instead.
     pub fn spill_over(&self) -> bool {
         self.spill_over
+    }
+
+    /// The answers this route's `cache` candidates keep.
+    pub fn answer_caches(&self) -> impl Iterator<Item = &Arc<crate::answer_cache::AnswerCache>> {
+        self.candidates.iter().filter_map(Candidate::answer_cache)
     }
 
     /// When requests are hedged; `None` for never (the default). A route with one target

@@ -115,6 +115,8 @@ pub struct Attempt {
     pub mid_stream: bool,
     /// Whether the attempt was a hedge: started beside another that was slow to answer.
     pub hedge: bool,
+    /// For a `cache` candidate's answer: how old the remembered answer was.
+    pub age: Option<Duration>,
     /// Why the router decided what it did, when the outcome alone does not say (a skip reason,
     /// "retry budget spent", "Retry-After 30s exceeds max_wait 5s").
     pub note: Option<String>,
@@ -141,6 +143,7 @@ impl Attempt {
             queued,
             mid_stream: false,
             hedge: false,
+            age: None,
             note: None,
         }
     }
@@ -163,6 +166,7 @@ impl Attempt {
             queued: Duration::ZERO,
             mid_stream: false,
             hedge: false,
+            age: None,
             note: Some(reason),
         }
     }
@@ -179,6 +183,7 @@ impl Attempt {
             queued: Duration::ZERO,
             mid_stream: false,
             hedge: false,
+            age: None,
             note: None,
         }
     }
@@ -231,6 +236,9 @@ impl Serialize for Attempt {
         map.serialize_entry("queued_ms", &millis(self.queued))?;
         if self.hedge {
             map.serialize_entry("hedge", &true)?;
+        }
+        if let Some(age) = self.age {
+            map.serialize_entry("age_s", &age.as_secs())?;
         }
         if self.mid_stream {
             map.serialize_entry("mid_stream", &true)?;

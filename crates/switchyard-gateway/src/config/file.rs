@@ -369,7 +369,20 @@ pub struct TimeoutsConfig {
 #[serde(deny_unknown_fields)]
 pub struct CandidateConfig {
     pub name: String,
-    pub text: String,
+    /// A fixed answer.
+    pub text: Option<String>,
+    /// The last good answer to the same request (`stale-if-error`).
+    pub cache: Option<CacheConfig>,
+}
+
+/// `cache: { max_age: 1h, max_entries: 1000, max_bytes: 64mb, tool_calls: false }`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    pub max_age: Option<DurationText>,
+    pub max_entries: Option<usize>,
+    pub max_bytes: Option<ByteSize>,
+    pub tool_calls: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

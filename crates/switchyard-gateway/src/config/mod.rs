@@ -835,7 +835,32 @@ impl Validator<'_> {
                 );
             }
             names.push(&candidate.name);
-            builder = builder.candidate(Candidate::text(candidate.name.clone(), candidate.text.clone()));
+            let at = format!("{path}.candidates[{i}]");
+            match (&candidate.text, &candidate.cache) {
+                (Some(text), None) => {
+                    builder = builder.candidate(Candidate::text(candidate.name.clone(), text.clone()))
+                }
+                (None, Some(cache)) => {
+                    let defaults = switchyard::answer_cache::AnswerCacheSettings::default();
+                    let settings = switchyard::answer_cache::AnswerCacheSettings {
+                        max_age: cache.max_age.map_or(defaults.max_age, |d| d.0),
+                        max_entries: cache.max_entries.unwrap_or(defaults.max_entries),
+                        max_bytes: cache.max_bytes.map_or(defaults.max_bytes, |b| b.0),
+                        tool_calls: cache.tool_calls.unwrap_or(defaults.tool_calls),
+                    };
+                    if settings.max_age.is_zero() || settings.max_entries == 0 || settings.max_bytes == 0 {
+                        self.problem(
+                            format!("{at}.cache"),
+                            "max_age, max_entries and max_bytes must be above 0",
+                        );
+                    }
+                    builder = builder.candidate(Candidate::cache(candidate.name.clone(), settings));
+                }
+                _ => self.problem(
+                    at,
+                    "give a candidate either `text` (a fixed answer) or `cache` (the last good answer)",
+                ),
+            }
         }
         if let Some(kinds) = &config.retry_on {
             builder = builder.retry_on(ErrorFilter::Kinds(kinds.clone()));

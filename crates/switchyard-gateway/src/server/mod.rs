@@ -284,6 +284,17 @@ impl RequestContext {
             if served_by.is_some() && first_called != served_by {
                 metrics.increment("switchyard_fallbacks_total", labels([("route", route_label.clone())]), 1);
             }
+            if trail
+                .attempts()
+                .last()
+                .is_some_and(|a| a.outcome == switchyard::trail::Outcome::Candidate && a.age.is_some())
+            {
+                metrics.increment(
+                    "switchyard_stale_answers_total",
+                    labels([("route", route_label.clone())]),
+                    1,
+                );
+            }
             if trail.attempts().iter().any(|a| a.hedge) {
                 metrics.increment(
                     "switchyard_hedges_total",
@@ -372,6 +383,10 @@ fn describe(metrics: &Metrics) {
         "Requests served by another target than the first one called.",
     );
     metrics.describe("switchyard_retries_total", "Retries of the same target.");
+    metrics.describe(
+        "switchyard_stale_answers_total",
+        "Requests answered with a remembered answer (a cache candidate) when every target failed, by route.",
+    );
     metrics.describe(
         "switchyard_hedges_total",
         "Hedged requests, by route: started (a second attempt beside a slow first) and won (the hedge answered).",
@@ -508,7 +523,16 @@ fn options(headers: &HeaderMap) -> RequestOptions {
             }
         }
     }
-    RequestOptions { no_fallback, forward_headers, ..RequestOptions::default() }
+    // Remembered answers are kept per gateway key (hashed), and a client may opt out.
+    let cache_scope = crate::responses::owner_of(presented_key(headers));
+    let no_cache =
+        headers.get_all(header::CACHE_CONTROL).iter().any(|v| {
+            v.to_str().is_ok_and(|v| v.split(',').any(|d| d.trim().eq_ignore_ascii_case("no-store")))
+        }) || headers
+            .get("x-switchyard-cache")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("off"));
+    RequestOptions { no_fallback, forward_headers, cache_scope, no_cache, ..RequestOptions::default() }
 }
 
 /// The names a client may send as `model`.
@@ -598,6 +622,7 @@ fn answered(
     if served.trail.attempts().iter().any(|a| a.hedge) {
         response.headers_mut().insert("x-switchyard-hedged", HeaderValue::from_static("1"));
     }
+    stale_headers(&mut response, &served.trail);
     let queued = served.timing.queued;
     if !queued.is_zero() {
         response.headers_mut().insert("x-switchyard-queued-ms", HeaderValue::from(queued.as_millis() as u64));
@@ -611,6 +636,20 @@ fn answered(
         Some((served.trail, served.timing)),
     );
     response
+}
+
+/// `x-switchyard-cache: stale` and `age` on an answer a `cache` candidate served.
+pub(crate) fn stale_headers(response: &mut Response, trail: &Trail) {
+    let age = trail
+        .attempts()
+        .last()
+        .filter(|a| a.outcome == switchyard::trail::Outcome::Candidate)
+        .and_then(|a| a.age);
+    if let Some(age) = age {
+        let headers = response.headers_mut();
+        headers.insert("x-switchyard-cache", HeaderValue::from_static("stale"));
+        headers.insert(header::AGE, HeaderValue::from(age.as_secs()));
+    }
 }
 
 /// The response to a routing failure, in the exchange's dialect, with the trail.

@@ -128,6 +128,7 @@ pub fn respond<E: Encoder>(
     *response.status_mut() = StatusCode::OK;
     exchange.stamp(&mut response, Some(&served_by), attempts);
     let hedged = stream.trail().attempts().iter().any(|a| a.hedge);
+    super::stale_headers(&mut response, stream.trail());
     let headers = response.headers_mut();
     if hedged {
         headers.insert("x-switchyard-hedged", HeaderValue::from_static("1"));

@@ -22,9 +22,19 @@ impl<X: Exchange> Run<'_, X> {
             let name = candidate.name().clone();
             self.inner.events.publish(EventKind::CandidateStarted { name: name.clone() });
             let at = Instant::now();
-            let result = candidate.answer(request).await;
-            let attempt = Attempt::candidate(&name, at - self.started, at.elapsed());
-            match result.map(|response| self.x.candidate_output(response)) {
+            if self.no_cache && candidate.answer_cache().is_some() {
+                continue;
+            }
+            let result = candidate.answer(request, &self.cache_scope, route.name()).await;
+            let mut attempt = Attempt::candidate(&name, at - self.started, at.elapsed());
+            let result = result.map(|(response, age)| {
+                attempt.age = age;
+                if let Some(age) = age {
+                    attempt.note = Some(format!("a remembered answer, {}s old", age.as_secs()));
+                }
+                self.x.candidate_output(response)
+            });
+            match result {
                 Ok(Some(output)) => {
                     self.trail.push(attempt);
                     self.inner.events.publish(EventKind::CandidateSucceeded { name: name.clone() });

@@ -88,6 +88,11 @@ pub struct RequestOptions {
     /// Headers of the client's request to pass on to the provider (see
     /// [`Call::forward`](crate::provider::Call::forward)).
     pub forward_headers: Vec<(String, String)>,
+    /// Whose answers a `cache` candidate keeps and serves: a caller never gets an answer
+    /// remembered for another scope. The gateway gives the gateway key's hash.
+    pub cache_scope: String,
+    /// Neither remember this request's answer nor answer it from a `cache` candidate.
+    pub no_cache: bool,
 }
 
 /// A successful chat: the response and how it came about.
@@ -407,6 +412,11 @@ impl Router {
     ) -> Result<Answer, RouteError> {
         let resolved = self.resolve(&request.model)?;
         let served = self.run(&ChatExchange(request), resolved, options).await?;
+        if !options.no_cache && matches!(served.via, Via::Target(_)) {
+            for cache in served.route.answer_caches() {
+                cache.remember(&options.cache_scope, served.route.name(), request, &served.output);
+            }
+        }
         let usage = served.output.usage;
         let cost = match (&served.answered, &usage) {
             (Some((target, _)), Some(usage)) => self

@@ -133,6 +133,10 @@ pub(super) struct Run<'r, X: Exchange> {
     pub(super) unsupported: Vec<String>,
     /// Whether this request was hedged (at most once).
     pub(super) hedged: bool,
+    /// Whose remembered answers a `cache` candidate may serve.
+    pub(super) cache_scope: String,
+    /// The request opted out of remembered answers.
+    pub(super) no_cache: bool,
 }
 
 /// One target's tries within a request.
@@ -179,6 +183,8 @@ impl<'r, X: Exchange> Run<'r, X> {
             answer: None,
             unsupported: Vec::new(),
             hedged: false,
+            cache_scope: options.cache_scope.clone(),
+            no_cache: options.no_cache,
         }
     }
 

@@ -1,0 +1,245 @@
+//! The last good answers, for a route's `cache` candidate: when every target has failed, a
+//! recent answer to the same request is better than an error (HTTP's `stale-if-error`).
+//!
+//! It is a fallback, not a cache in front of providers: every successful answer on the route is
+//! remembered, and only a request whose every target failed is answered from here. Answers
+//! are remembered under a key of the request's meaning, the same whichever dialect it came in:
+//! the route, each message's role, content, tool calls and tool call id, the tools and tool
+//! choice, the response format, and the parameters that change an answer (temperature,
+//! top_p, max tokens, stop, seed); not `stream`, `user`, metadata or fields the canonical
+//! types do not model. Entries are kept per scope (the gateway key, hashed), so no caller is
+//! answered with what another caller was told. Bounded by age, count and bytes, oldest first.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::chat::{ChatRequest, ChatResponse};
+
+/// How much a `cache` candidate keeps, and what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnswerCacheSettings {
+    /// The oldest answer served. Default 1 h.
+    pub max_age: Duration,
+    /// Answers kept at most. Default 1,000.
+    pub max_entries: usize,
+    /// Their bytes at most, as JSON. Default 64 MiB.
+    pub max_bytes: usize,
+    /// Whether answers that call tools are kept (default no: a stale tool call may act twice).
+    pub tool_calls: bool,
+}
+
+impl Default for AnswerCacheSettings {
+    fn default() -> Self {
+        Self { max_age: Duration::from_secs(3600), max_entries: 1000, max_bytes: 64 << 20, tool_calls: false }
+    }
+}
+
+/// The remembered answers of one candidate.
+#[derive(Debug)]
+pub struct AnswerCache {
+    settings: AnswerCacheSettings,
+    inner: Mutex<Entries>,
+}
+
+#[derive(Debug, Default)]
+struct Entries {
+    map: HashMap<(String, u128), Entry>,
+    order: VecDeque<(String, u128)>,
+    bytes: usize,
+}
+
+#[derive(Debug)]
+struct Entry {
+    answer: ChatResponse,
+    at: Instant,
+    bytes: usize,
+}
+
+impl AnswerCache {
+    /// An empty cache.
+    pub fn new(settings: AnswerCacheSettings) -> Self {
+        Self { settings, inner: Mutex::default() }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &AnswerCacheSettings {
+        &self.settings
+    }
+
+    /// Remembers `answer` to `request` on `route` for `scope`, unless it calls tools and the
+    /// settings keep none, or it is larger than the byte bound.
+    pub fn remember(&self, scope: &str, route: &str, request: &ChatRequest, answer: &ChatResponse) {
+        let calls_tools = answer.choices.iter().any(|c| !c.message.tool_calls.is_empty());
+        if (calls_tools && !self.settings.tool_calls)
+            || answer.choices.is_empty()
+            || answer.is_content_filtered()
+        {
+            return;
+        }
+        let bytes = serde_json::to_vec(answer).map_or(0, |v| v.len());
+        if bytes > self.settings.max_bytes {
+            return;
+        }
+        let mut stored = answer.clone();
+        stored.verbatim = None;
+        let key = (scope.to_owned(), key_of(route, request));
+        let now = Instant::now();
+        let mut entries = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        entries.expire(now, self.settings.max_age);
+        if let Some(old) = entries.map.remove(&key) {
+            entries.bytes -= old.bytes;
+        }
+        while entries.map.len() >= self.settings.max_entries
+            || entries.bytes + bytes > self.settings.max_bytes
+        {
+            if !entries.drop_oldest() {
+                break;
+            }
+        }
+        entries.bytes += bytes;
+        entries.order.push_back(key.clone());
+        entries.map.insert(key, Entry { answer: stored, at: now, bytes });
+    }
+
+    /// The answer remembered for `request` on `route` and `scope`, with its age, when it is no
+    /// older than `max_age`.
+    pub fn recall(
+        &self,
+        scope: &str,
+        route: &str,
+        request: &ChatRequest,
+    ) -> Option<(ChatResponse, Duration)> {
+        let key = (scope.to_owned(), key_of(route, request));
+        let now = Instant::now();
+        let mut entries = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        entries.expire(now, self.settings.max_age);
+        let entry = entries.map.get(&key)?;
+        Some((entry.answer.clone(), now.duration_since(entry.at)))
+    }
+
+    /// How many answers are kept, and their bytes.
+    pub fn usage(&self) -> (usize, usize) {
+        let mut entries = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        entries.expire(Instant::now(), self.settings.max_age);
+        (entries.map.len(), entries.bytes)
+    }
+}
+
+impl Entries {
+    fn expire(&mut self, now: Instant, max_age: Duration) {
+        while let Some(key) = self.order.front() {
+            match self.map.get(key) {
+                Some(entry) if now.duration_since(entry.at) <= max_age => break,
+                _ => {
+                    self.drop_oldest();
+                }
+            }
+        }
+    }
+
+    fn drop_oldest(&mut self) -> bool {
+        while let Some(key) = self.order.pop_front() {
+            if let Some(entry) = self.map.remove(&key) {
+                self.bytes -= entry.bytes;
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// The request's meaning as a 128-bit key: two independent 64-bit hashes of what changes an
+/// answer (see the [module docs](self)).
+fn key_of(route: &str, request: &ChatRequest) -> u128 {
+    let mut text = String::with_capacity(256);
+    let mut push = |part: &str| {
+        text.push_str(part);
+        text.push('\u{1f}');
+    };
+    push(route);
+    for message in &request.messages {
+        push(&format!("{:?}", message.role));
+        push(
+            &message
+                .content
+                .as_ref()
+                .map(|c| serde_json::to_string(c).unwrap_or_default())
+                .unwrap_or_default(),
+        );
+        push(&serde_json::to_string(&message.tool_calls).unwrap_or_default());
+        push(message.tool_call_id.as_deref().unwrap_or_default());
+    }
+    push(&serde_json::to_string(&request.tools).unwrap_or_default());
+    push(&serde_json::to_string(&request.tool_choice).unwrap_or_default());
+    push(&serde_json::to_string(&request.response_format).unwrap_or_default());
+    push(&format!(
+        "{:?}|{:?}|{:?}|{:?}|{:?}",
+        request.temperature, request.top_p, request.max_tokens, request.stop, request.seed
+    ));
+    // FNV-1a, and std's SipHash with its fixed keys: independent, and stable within a build.
+    let mut fnv: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        fnv ^= u64::from(byte);
+        fnv = fnv.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let mut sip = DefaultHasher::new();
+    text.hash(&mut sip);
+    (u128::from(fnv) << 64) | u128::from(sip.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chat::{Dialect, Message};
+
+    fn request(text: &str) -> ChatRequest {
+        ChatRequest::new("route", vec![Message::user(text)])
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_is_recalled_for_the_same_request_and_scope_until_it_is_too_old() {
+        let cache =
+            AnswerCache::new(AnswerCacheSettings { max_age: Duration::from_secs(60), ..Default::default() });
+        cache.remember("alice", "default", &request("hi"), &ChatResponse::from_text("m", "hello"));
+        let mut anthropic = request("hi");
+        (anthropic.origin, anthropic.stream, anthropic.model) =
+            (Dialect::Anthropic, true, "other-name".into());
+        assert_eq!(cache.recall("alice", "default", &anthropic).unwrap().0.text().as_deref(), Some("hello"));
+        assert!(cache.recall("bob", "default", &request("hi")).is_none(), "another scope");
+        assert!(cache.recall("alice", "other", &request("hi")).is_none(), "another route");
+        assert!(cache.recall("alice", "default", &request("hi!")).is_none(), "another question");
+        let mut warmer = request("hi");
+        warmer.temperature = Some(0.9);
+        assert!(cache.recall("alice", "default", &warmer).is_none(), "another temperature");
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(cache.recall("alice", "default", &request("hi")).unwrap().1, Duration::from_secs(60));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(cache.recall("alice", "default", &request("hi")).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tool_calls_are_kept_only_when_asked_and_the_oldest_go_first() {
+        let cache = AnswerCache::new(AnswerCacheSettings { max_entries: 2, ..Default::default() });
+        let mut calls = ChatResponse::from_text("m", "");
+        calls.choices[0].message.tool_calls.push(crate::chat::ToolCall {
+            id: "c".into(),
+            kind: "function".into(),
+            function: crate::chat::FunctionCall { name: "f".into(), arguments: "{}".into() },
+        });
+        cache.remember("s", "r", &request("tool"), &calls);
+        assert!(cache.recall("s", "r", &request("tool")).is_none());
+        for text in ["a", "b", "c"] {
+            cache.remember("s", "r", &request(text), &ChatResponse::from_text("m", text));
+        }
+        assert!(cache.recall("s", "r", &request("a")).is_none());
+        assert_eq!(cache.usage().0, 2);
+        let keeping = AnswerCache::new(AnswerCacheSettings { tool_calls: true, ..Default::default() });
+        keeping.remember("s", "r", &request("tool"), &calls);
+        assert!(keeping.recall("s", "r", &request("tool")).is_some());
+    }
+}
