@@ -273,10 +273,10 @@ pub async fn retrieve(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    if !authorized(&state.gateway.keys, &headers) {
-        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
-    }
-    let owner = owner_of(presented_key(&headers).filter(|_| !state.gateway.keys.is_empty()));
+    let owner = match caller(&state, &headers) {
+        Ok(owner) => owner,
+        Err(response) => return *response,
+    };
     match state.responses.find(&id, &owner).await {
         Some(stored) => axum::Json(stored.response.clone()).into_response(),
         None => not_found(&id),
@@ -289,15 +289,23 @@ pub async fn delete(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    if !authorized(&state.gateway.keys, &headers) {
-        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
-    }
-    let owner = owner_of(presented_key(&headers).filter(|_| !state.gateway.keys.is_empty()));
+    let owner = match caller(&state, &headers) {
+        Ok(owner) => owner,
+        Err(response) => return *response,
+    };
     if state.responses.forget(&id, &owner).await {
         axum::Json(json!({ "id": id, "object": "response", "deleted": true })).into_response()
     } else {
         not_found(&id)
     }
+}
+
+/// The owner name of an authorized caller's kept responses, or the 401.
+fn caller(state: &AppState, headers: &HeaderMap) -> Result<String, Box<Response>> {
+    if !authorized(&state.gateway.keys, headers) {
+        return Err(Box::new(unauthorized(headers).into_response(Dialect::OpenAi, "")));
+    }
+    Ok(owner_of(presented_key(headers).filter(|_| !state.gateway.keys.is_empty())))
 }
 
 /// The 404 for an id not kept for this key: the same whether it never existed, expired, or is

@@ -39,7 +39,7 @@ pub(crate) use entry::ProviderSlot;
 pub use entry::{KeyRotation, Price, ProviderEntry};
 use exchange::{ChatExchange, CountTokensExchange, EmbeddingsExchange, Exchange, Served};
 use run::Run;
-use stream::{RoutedStream, StreamExchange};
+use stream::{Keeping, RoutedStream, StreamExchange};
 
 /// A router that cannot be built, naming what is wrong and how to fix it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -447,8 +447,16 @@ impl Router {
     ) -> Result<RoutedStream, RouteError> {
         let resolved = self.resolve(&request.model)?;
         let served = self.run(&StreamExchange(request), resolved, options).await?;
+        let keep = !options.no_cache
+            && matches!(served.via, Via::Target(_))
+            && served.route.answer_caches().next().is_some();
         let router = StreamSettler { inner: self.inner.clone(), route: served.route.clone() };
-        Ok(RoutedStream::new(router, served))
+        let stream = RoutedStream::new(router, served);
+        Ok(if keep {
+            stream.keeping(Keeping::new(request.clone(), options.cache_scope.clone()))
+        } else {
+            stream
+        })
     }
 
     /// Embeds along a route. Fallback stays within one embedding space: vectors of two models
@@ -596,6 +604,11 @@ pub(crate) struct StreamSettler {
 }
 
 impl StreamSettler {
+    /// The route that governed the request.
+    pub(crate) fn route(&self) -> &Route {
+        &self.route
+    }
+
     /// What follows a failure after streamed content reached the caller: the policy's
     /// decision (always to stop: nothing may restart), with its note for the trail.
     pub(crate) fn after_content_sent(&self, error: &ProviderError) -> Option<String> {

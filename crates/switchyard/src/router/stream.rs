@@ -139,6 +139,66 @@ pub struct RoutedStream {
     timing: Timing,
     usage: Option<Usage>,
     done: bool,
+    /// The answer being streamed, kept for the route's `cache` candidates when it ends well.
+    keeping: Option<Box<Keeping>>,
+}
+
+/// A streamed answer put back together, for a `cache` candidate.
+pub(crate) struct Keeping {
+    pub(crate) request: ChatRequest,
+    pub(crate) scope: String,
+    answer: ChatResponse,
+}
+
+impl Keeping {
+    pub(crate) fn new(request: ChatRequest, scope: String) -> Self {
+        let mut answer = ChatResponse::from_text("", "");
+        answer.choices[0].message.content = None;
+        Self { request, scope, answer }
+    }
+
+    /// Adds what `chunk` says of the first choice.
+    fn add(&mut self, chunk: &ChatChunk) {
+        if self.answer.model.is_empty() {
+            self.answer.model.clone_from(&chunk.model);
+        }
+        if chunk.usage.is_some() {
+            self.answer.usage = chunk.usage;
+        }
+        let Some(choice) = chunk.choices.iter().find(|c| c.index == 0) else { return };
+        let target = &mut self.answer.choices[0];
+        if let Some(text) = &choice.delta.content {
+            match &mut target.message.content {
+                Some(crate::chat::Content::Text(so_far)) => so_far.push_str(text),
+                _ => target.message.content = Some(crate::chat::Content::Text(text.clone())),
+            }
+        }
+        for call in &choice.delta.tool_calls {
+            let index = call.index as usize;
+            let calls = &mut target.message.tool_calls;
+            while calls.len() <= index {
+                calls.push(crate::chat::ToolCall {
+                    id: String::new(),
+                    kind: "function".to_owned(),
+                    function: crate::chat::FunctionCall { name: String::new(), arguments: String::new() },
+                });
+            }
+            if let Some(id) = &call.id {
+                calls[index].id.clone_from(id);
+            }
+            if let Some(function) = &call.function {
+                if let Some(name) = &function.name {
+                    calls[index].function.name.push_str(name);
+                }
+                if let Some(arguments) = &function.arguments {
+                    calls[index].function.arguments.push_str(arguments);
+                }
+            }
+        }
+        if choice.finish_reason.is_some() {
+            target.finish_reason.clone_from(&choice.finish_reason);
+        }
+    }
 }
 
 impl fmt::Debug for RoutedStream {
@@ -177,7 +237,14 @@ impl RoutedStream {
             timing,
             usage: None,
             done: false,
+            keeping: None,
         }
+    }
+
+    /// Keeps the answer for the route's `cache` candidates when the stream ends well.
+    pub(crate) fn keeping(mut self, keeping: Keeping) -> Self {
+        self.keeping = Some(Box::new(keeping));
+        self
     }
 
     /// Who is answering: a target or a candidate.
@@ -220,12 +287,21 @@ impl RoutedStream {
         if chunk.usage.is_some() {
             self.usage = chunk.usage;
         }
+        if let Some(keeping) = self.keeping.as_mut() {
+            keeping.add(&chunk);
+        }
         Poll::Ready(Some(Ok(chunk)))
     }
 
     fn finish(&mut self) {
         self.done = true;
         self.rest = None;
+        if let Some(keeping) = self.keeping.take() {
+            let Keeping { request, scope, answer } = *keeping;
+            for cache in self.router.route().answer_caches() {
+                cache.remember(&scope, &self.route, &request, &answer);
+            }
+        }
         if let Some(mut permit) = self.permit.take() {
             permit.settle(self.usage.map(|u| u.total_tokens));
         }
@@ -243,6 +319,8 @@ impl RoutedStream {
         blame: Blame,
     ) -> Poll<Option<Result<ChatChunk, StreamError>>> {
         let mut error = error;
+        // A cut answer is no good answer to remember.
+        self.keeping = None;
         if let Some((target, credential)) = self.answered.clone() {
             error = self.router.failed_mid_stream(&target, credential, error, blame == Blame::Provider);
             let note = self.router.after_content_sent(&error);

@@ -7,7 +7,7 @@ use switchyard::chat::ChatResponse;
 use switchyard::route::{Candidate, Rotation, Route};
 use switchyard::simulated::{Latency, SimulatedProvider, Step};
 use switchyard::trail::{Outcome, Via};
-use switchyard::{ErrorKind, Price, ProviderEntry, RouteError, Router};
+use switchyard::{ErrorKind, Price, ProviderEntry, RequestOptions, RouteError, Router};
 
 use crate::support::*;
 
@@ -315,4 +315,43 @@ async fn cheapest_orders_by_price_with_unpriced_targets_last_and_ties_by_latency
     assert_eq!(order, ["cheapslow:m", "cheap:m", "dear:m", "unpriced:m"]);
     // Measured now, the faster of the two equally cheap targets comes first.
     assert_eq!(router.chat(&request("default")).await.unwrap().served_by.to_string(), "cheap:m");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cache_candidate_serves_the_last_good_answer_streamed_or_not_when_every_target_fails() {
+    use futures_util::StreamExt;
+    use switchyard::answer_cache::AnswerCacheSettings;
+    let sim = SimulatedProvider::new().reply("the good answer").stream(3, Duration::from_millis(5));
+    let route = Route::builder("default").target("p:m").retry(quick_retry(1)).health_gate(false).candidate(
+        Candidate::cache(
+            "last-good",
+            AnswerCacheSettings { max_age: Duration::from_secs(60), ..Default::default() },
+        ),
+    );
+    let router = router(&[("p", &sim)], route);
+    let scoped = |scope: &str| RequestOptions { cache_scope: scope.to_owned(), ..RequestOptions::default() };
+    // Streamed while the provider is up: the whole answer is remembered at the end.
+    let mut stream = router.chat_stream(&request("default"), &scoped("alice")).await.unwrap();
+    while let Some(chunk) = stream.next().await {
+        chunk.unwrap();
+    }
+    sim.push_steps([
+        Step::fail(ErrorKind::Unavailable),
+        Step::fail(ErrorKind::Unavailable),
+        Step::fail(ErrorKind::Unavailable),
+    ]);
+    let answer = router.chat_with(&request("default"), &scoped("alice")).await.unwrap();
+    assert_eq!(answer.response.text().as_deref(), Some("the good answer"));
+    assert_eq!(answer.served_by.to_string(), "candidate last-good");
+    let last = answer.trail.attempts().last().unwrap();
+    assert_eq!(last.age, Some(Duration::ZERO));
+    // Another scope was never told it; a request that opts out is not answered from it.
+    assert!(router.chat_with(&request("default"), &scoped("bob")).await.is_err());
+    let opted_out = RequestOptions { no_cache: true, ..scoped("alice") };
+    sim.push_steps([Step::fail(ErrorKind::Unavailable)]);
+    assert!(router.chat_with(&request("default"), &opted_out).await.is_err());
+    // Too old is no answer.
+    tokio::time::advance(Duration::from_secs(61)).await;
+    sim.push_steps([Step::fail(ErrorKind::Unavailable)]);
+    assert!(router.chat_with(&request("default"), &scoped("alice")).await.is_err());
 }
