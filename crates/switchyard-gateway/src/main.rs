@@ -404,6 +404,26 @@ async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCode> {
             timeouts.idle,
             timeouts.total
         );
+        if let Some(hedge) = route.hedge() {
+            let after = match hedge.after {
+                switchyard::route::HedgeAfter::P95 => format!("p95 (at least {:?})", hedge.min_after),
+                switchyard::route::HedgeAfter::Fixed(delay) => format!("{delay:?}"),
+            };
+            println!("    hedge: after {after}, at most {} of requests", hedge.max_share);
+        }
+        for candidate in route.candidates() {
+            if let Some(cache) = candidate.answer_cache() {
+                let settings = cache.settings();
+                println!(
+                    "    candidate {}: the last good answer, max_age {:?}, max_entries {}, max_bytes {}, tool_calls {}, kept in this replica",
+                    candidate.name(),
+                    settings.max_age,
+                    settings.max_entries,
+                    settings.max_bytes,
+                    settings.tool_calls
+                );
+            }
+        }
     }
     let gateway = &loaded.gateway;
     println!(

@@ -742,6 +742,13 @@ async fn when_every_target_is_down_the_last_good_answer_is_served_stale_in_eithe
     let question =
         json!({"model": "default", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]});
     assert_eq!(gateway.post("/v1/chat/completions", question.clone()).await.status(), 200);
+    let health = json_of(gateway.get("/admin/health", ADMIN_KEY).await).await;
+    let kept = &health["answer_caches"][0];
+    assert_eq!(
+        (kept["route"].as_str(), kept["candidate"].as_str(), kept["entries"].as_u64()),
+        (Some("default"), Some("last-good"), Some(1))
+    );
+    assert!(kept["bytes"].as_u64().unwrap() > 0);
     down.store(true, Ordering::SeqCst);
 
     let stale = gateway.post("/v1/chat/completions", question.clone()).await;

@@ -126,6 +126,7 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
         "providers": providers,
         "pacing": state.router.pacing(),
         "shared_state": shared_state(&state),
+        "answer_caches": answer_caches(&state),
     }))
     .into_response()
 }
@@ -211,4 +212,18 @@ pub async fn request(
         )
         .into_response(Dialect::OpenAi, ""),
     }
+}
+
+/// What each route's `cache` candidates keep: entries and bytes.
+fn answer_caches(state: &AppState) -> Vec<Value> {
+    state
+        .router
+        .routes()
+        .flat_map(|route| {
+            route.candidates().iter().filter_map(move |candidate| {
+                let (entries, bytes) = candidate.answer_cache()?.usage();
+                Some(json!({ "route": route.name(), "candidate": candidate.name().as_ref(), "entries": entries, "bytes": bytes }))
+            })
+        })
+        .collect()
 }
