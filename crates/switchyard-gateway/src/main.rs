@@ -414,8 +414,13 @@ async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCode> {
         for candidate in route.candidates() {
             if let Some(cache) = candidate.answer_cache() {
                 let settings = cache.settings();
+                let kept = if loaded.gateway.shared_state.is_some() {
+                    "kept in Redis for the fleet (and in this replica when Redis is away)"
+                } else {
+                    "kept in this replica"
+                };
                 println!(
-                    "    candidate {}: the last good answer, max_age {:?}, max_entries {}, max_bytes {}, tool_calls {}, kept in this replica",
+                    "    candidate {}: the last good answer, max_age {:?}, max_entries {}, max_bytes {}, tool_calls {}, {kept}",
                     candidate.name(),
                     settings.max_age,
                     settings.max_entries,

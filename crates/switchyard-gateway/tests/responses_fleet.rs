@@ -97,3 +97,65 @@ async fn a_conversation_one_replica_kept_goes_on_through_another() {
     let (status, _) = call(reqwest::Method::GET, format!("{a}/v1/responses/{id}"), KEY, None).await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test]
+async fn an_answer_one_replica_remembered_is_served_stale_by_another() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let redis = RedisServer::start();
+    let down = Arc::new(AtomicBool::new(false));
+    let flag = down.clone();
+    let upstream = axum::Router::new().fallback(move || {
+        let down = flag.load(Ordering::SeqCst);
+        async move {
+            if down {
+                return (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"error": {"message": "down"}})));
+            }
+            (axum::http::StatusCode::OK, axum::Json(json!({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "remembered by a"}, "finish_reason": "stop"}]})))
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, upstream).await.unwrap() });
+    let yaml = format!(
+        "providers:\n  up: {{ kind: openai_compatible, base_url: 'http://{addr}/v1' }}\nroutes:\n  default:\n    targets: [up:m]\n    retry: {{ max_attempts: 1 }}\n    health_gate: false\n    candidates: [{{ name: last-good, cache: {{ max_age: 1h }} }}]\ngateway: {{ keys: [{KEY}] }}\nstate: {{ redis: '{}', prefix: answers-fleet }}\n",
+        redis.url()
+    );
+    let start = |yaml: String| async move {
+        let file = config::parse(&yaml, false, "answers-fleet.yaml").unwrap();
+        let loaded =
+            config::build(file, config::Source::File("answers-fleet.yaml".into()), &|_: &str| None).unwrap();
+        let state = AppState::new(loaded.router, loaded.gateway);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
+        format!("http://{addr}")
+    };
+    let (a, b) = (start(yaml.clone()).await, start(yaml).await);
+    let question = json!({"model": "default", "messages": [{"role": "user", "content": "hi"}]});
+    let (status, _) =
+        call(reqwest::Method::POST, format!("{a}/v1/chat/completions"), KEY, Some(question.clone())).await;
+    assert_eq!(status, 200);
+    // Shared a round trip after the answer, off the request's path.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !redis.cli(&["KEYS", "answers-fleet:answer:*"]).contains("last-good") {
+        assert!(std::time::Instant::now() < deadline, "the answer never reached Redis");
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    down.store(true, Ordering::SeqCst);
+    let response = reqwest::Client::new()
+        .post(format!("{b}/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .json(&question)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-switchyard-cache"], "stale");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["choices"][0]["message"]["content"], "remembered by a");
+    assert!(
+        !redis.cli(&["KEYS", "answers-fleet:*"]).contains(KEY),
+        "keys are hashed where they name entries"
+    );
+}

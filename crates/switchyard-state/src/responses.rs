@@ -19,16 +19,17 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use crate::RedisStore;
 
 const PUT: &str = r#"
-local prefix, id, value = ARGV[1], ARGV[2], ARGV[3]
+local base, id, value = ARGV[1], ARGV[2], ARGV[3]
 local max_entries, max_age, max_bytes = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local entry = ARGV[7]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local order, sizes, total = prefix .. ':responses', prefix .. ':responses:size', prefix .. ':responses:bytes'
+local order, sizes, total = base, base .. ':size', base .. ':bytes'
 local function drop(victim)
   local size = tonumber(redis.call('HGET', sizes, victim) or '0')
   redis.call('HDEL', sizes, victim)
   redis.call('ZREM', order, victim)
-  redis.call('DEL', prefix .. ':response:' .. victim)
+  redis.call('DEL', entry .. victim)
   redis.call('DECRBY', total, size)
 end
 for _, victim in ipairs(redis.call('ZRANGEBYSCORE', order, '-inf', now - max_age)) do drop(victim) end
@@ -39,7 +40,7 @@ while redis.call('ZCARD', order) >= max_entries or tonumber(redis.call('GET', to
   if #oldest == 0 then break end
   drop(oldest[1])
 end
-redis.call('SET', prefix .. ':response:' .. id, value, 'PX', max_age)
+redis.call('SET', entry .. id, value, 'PX', max_age)
 redis.call('ZADD', order, now, id)
 redis.call('HSET', sizes, id, len)
 redis.call('INCRBY', total, len)
@@ -47,13 +48,13 @@ return 1
 "#;
 
 const DELETE: &str = r#"
-local prefix, id = ARGV[1], ARGV[2]
-local sizes, total = prefix .. ':responses:size', prefix .. ':responses:bytes'
+local base, id, entry = ARGV[1], ARGV[2], ARGV[3]
+local sizes, total = base .. ':size', base .. ':bytes'
 local size = tonumber(redis.call('HGET', sizes, id) or '0')
 redis.call('HDEL', sizes, id)
-redis.call('ZREM', prefix .. ':responses', id)
+redis.call('ZREM', base, id)
 redis.call('DECRBY', total, size)
-return redis.call('DEL', prefix .. ':response:' .. id)
+return redis.call('DEL', entry .. id)
 "#;
 
 /// The bounds the fleet's kept responses are held to.
@@ -72,7 +73,10 @@ pub struct SharedResponses {
     client: redis::Client,
     /// For scrubbing error texts: it may hold a password.
     url: String,
-    prefix: String,
+    /// `P:responses`: the ordered set of ids, and the stem of its size hash and byte count.
+    base: String,
+    /// `P:response:`: what an entry's key starts with.
+    entry: String,
     timeout: Duration,
     bounds: KeptBounds,
     conn: tokio::sync::Mutex<Option<ConnectionManager>>,
@@ -82,18 +86,25 @@ pub struct SharedResponses {
 
 impl std::fmt::Debug for SharedResponses {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedResponses").field("prefix", &self.prefix).field("bounds", &self.bounds).finish()
+        f.debug_struct("SharedResponses").field("base", &self.base).field("bounds", &self.bounds).finish()
     }
 }
 
 impl SharedResponses {
     /// Kept responses in `store`'s Redis, under its prefix, held to `bounds`.
     pub fn new(store: &RedisStore, bounds: KeptBounds) -> Self {
+        Self::named(store, "response", bounds)
+    }
+
+    /// Entries of another kind in the same shape: `P:<kind>:<id>`, ordered in `P:<kind>s`
+    /// (a `cache` candidate's answers, say), held to `bounds` of their own.
+    pub fn named(store: &RedisStore, kind: &str, bounds: KeptBounds) -> Self {
         let settings = store.settings();
         Self {
             client: store.client.clone(),
             url: settings.url.clone(),
-            prefix: settings.prefix.clone(),
+            base: format!("{}:{kind}s", settings.prefix),
+            entry: format!("{}:{kind}:", settings.prefix),
             timeout: settings.timeout,
             bounds,
             conn: tokio::sync::Mutex::new(None),
@@ -139,19 +150,20 @@ impl SharedResponses {
         let bounds = self.bounds;
         let mut invocation = self.put.prepare_invoke();
         invocation
-            .arg(&self.prefix)
+            .arg(&self.base)
             .arg(id)
             .arg(value)
             .arg(bounds.max_entries)
             .arg(bounds.max_age.as_millis().max(1) as u64)
-            .arg(bounds.max_bytes);
+            .arg(bounds.max_bytes)
+            .arg(&self.entry);
         self.bounded(invocation.invoke_async::<i64>(&mut conn)).await.map(|_| ())
     }
 
     /// The entry `id`, when it is kept.
     pub async fn get(&self, id: &str) -> Result<Option<Vec<u8>>, String> {
         let mut conn = self.connection().await?;
-        let key = format!("{}:response:{id}", self.prefix);
+        let key = format!("{}{id}", self.entry);
         self.bounded(redis::cmd("GET").arg(key).query_async::<Option<Vec<u8>>>(&mut conn)).await
     }
 
@@ -159,7 +171,7 @@ impl SharedResponses {
     pub async fn delete(&self, id: &str) -> Result<bool, String> {
         let mut conn = self.connection().await?;
         let mut invocation = self.delete.prepare_invoke();
-        invocation.arg(&self.prefix).arg(id);
+        invocation.arg(&self.base).arg(id).arg(&self.entry);
         self.bounded(invocation.invoke_async::<i64>(&mut conn)).await.map(|n| n > 0)
     }
 }

@@ -13,8 +13,8 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
@@ -39,11 +39,34 @@ impl Default for AnswerCacheSettings {
     }
 }
 
+/// Where a candidate's answers are also kept, so that every replica of a fleet can serve what
+/// any one saw (the gateway's is Redis). Entries are opaque bytes under a string key; the
+/// store holds the candidate's bounds and expires entries at `max_age` itself.
+pub trait SharedAnswers: Send + Sync + std::fmt::Debug {
+    /// Keeps `value` under `key`.
+    fn put(&self, key: String, value: Vec<u8>) -> crate::provider::BoxFuture<'_, Result<(), String>>;
+    /// The entry under `key`, if kept.
+    fn get(&self, key: String) -> crate::provider::BoxFuture<'_, Result<Option<Vec<u8>>, String>>;
+}
+
 /// The remembered answers of one candidate.
 #[derive(Debug)]
 pub struct AnswerCache {
     settings: AnswerCacheSettings,
     inner: Mutex<Entries>,
+    shared: OnceLock<Arc<dyn SharedAnswers>>,
+}
+
+/// An answer as it is kept in a [`SharedAnswers`]: with when it was remembered.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Kept {
+    /// Unix milliseconds.
+    at_ms: u64,
+    answer: ChatResponse,
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 #[derive(Debug, Default)]
@@ -63,7 +86,12 @@ struct Entry {
 impl AnswerCache {
     /// An empty cache.
     pub fn new(settings: AnswerCacheSettings) -> Self {
-        Self { settings, inner: Mutex::default() }
+        Self { settings, inner: Mutex::default(), shared: OnceLock::new() }
+    }
+
+    /// Keeps the answers in `shared` too (once; later calls change nothing).
+    pub fn share(&self, shared: Arc<dyn SharedAnswers>) {
+        let _ = self.shared.set(shared);
     }
 
     /// The settings.
@@ -103,7 +131,51 @@ impl AnswerCache {
         }
         entries.bytes += bytes;
         entries.order.push_back(key.clone());
-        entries.map.insert(key, Entry { answer: stored, at: now, bytes });
+        let shared = self
+            .shared
+            .get()
+            .cloned()
+            .map(|shared| (shared, Kept { at_ms: unix_ms(), answer: stored.clone() }));
+        entries.map.insert(key.clone(), Entry { answer: stored, at: now, bytes });
+        drop(entries);
+        if let (Some((shared, kept)), Ok(runtime)) = (shared, tokio::runtime::Handle::try_current()) {
+            let name = shared_key(&key);
+            let value = serde_json::to_vec(&kept).unwrap_or_default();
+            // Off the request's path: the fleet learns of it a round trip later.
+            runtime.spawn(async move {
+                if let Err(reason) = shared.put(name, value).await {
+                    tracing::warn!(reason, "a remembered answer could not be shared; this replica keeps it");
+                }
+            });
+        }
+    }
+
+    /// [`recall`](Self::recall), asking the shared store first when there is one: what any
+    /// replica remembered, else what this one did.
+    pub async fn recall_shared(
+        &self,
+        scope: &str,
+        route: &str,
+        request: &ChatRequest,
+    ) -> Option<(ChatResponse, Duration)> {
+        if let Some(shared) = self.shared.get() {
+            let key = (scope.to_owned(), key_of(route, request));
+            match shared.get(shared_key(&key)).await {
+                Ok(Some(bytes)) => {
+                    if let Ok(kept) = serde_json::from_slice::<Kept>(&bytes) {
+                        let age = Duration::from_millis(unix_ms().saturating_sub(kept.at_ms));
+                        if age <= self.settings.max_age {
+                            return Some((kept.answer, age));
+                        }
+                    }
+                }
+                Ok(None) => {}
+                Err(reason) => {
+                    tracing::warn!(reason, "the shared answers did not answer; reading this replica's")
+                }
+            }
+        }
+        self.recall(scope, route, request)
     }
 
     /// The answer remembered for `request` on `route` and `scope`, with its age, when it is no
@@ -151,6 +223,11 @@ impl Entries {
         }
         false
     }
+}
+
+/// An entry's name in a shared store: the scope's hash and the request's key, in hex.
+fn shared_key((scope, key): &(String, u128)) -> String {
+    format!("{scope}:{key:032x}")
 }
 
 /// The request's meaning as a 128-bit key: two independent 64-bit hashes of what changes an

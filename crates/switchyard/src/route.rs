@@ -209,7 +209,7 @@ impl Candidate {
                 (ChatResponse::from_text(format!("candidate:{}", self.name), text.clone()), None)
             }
             CandidateSource::Function(f) => (f(request).await?, None),
-            CandidateSource::Cache(cache) => match cache.recall(scope, route, request) {
+            CandidateSource::Cache(cache) => match cache.recall_shared(scope, route, request).await {
                 Some((answer, age)) => (answer, Some(age)),
                 None => {
                     let max_age = cache.settings().max_age;

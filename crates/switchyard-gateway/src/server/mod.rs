@@ -80,6 +80,9 @@ impl AppState {
         let metrics = Metrics::new();
         describe(&metrics);
         let listed = router.routes().flat_map(|route| route.all_targets()).cloned().collect();
+        if let Some(store) = &gateway.shared_state {
+            share_answers(&router, store);
+        }
         Arc::new(Self {
             recent: Recent::new(gateway.recent_requests),
             responses: match &gateway.shared_state {
@@ -636,6 +639,38 @@ fn answered(
         Some((served.trail, served.timing)),
     );
     response
+}
+
+/// Keeps every `cache` candidate's answers in the fleet's Redis too, with the candidate's
+/// bounds for the fleet: `P:answer:<route>:<candidate>:<scope>:<key>`.
+fn share_answers(router: &Router, store: &switchyard_state::RedisStore) {
+    for route in router.routes() {
+        for candidate in route.candidates() {
+            let Some(cache) = candidate.answer_cache() else { continue };
+            let settings = cache.settings();
+            let bounds = KeptBounds {
+                max_entries: settings.max_entries,
+                max_age: settings.max_age,
+                max_bytes: settings.max_bytes,
+            };
+            let kind = format!("answer:{}:{}", route.name(), candidate.name());
+            cache.share(Arc::new(RedisAnswers(SharedResponses::named(store, &kind, bounds))));
+        }
+    }
+}
+
+/// A `cache` candidate's answers in Redis.
+#[derive(Debug)]
+struct RedisAnswers(SharedResponses);
+
+impl switchyard::answer_cache::SharedAnswers for RedisAnswers {
+    fn put(&self, key: String, value: Vec<u8>) -> switchyard::provider::BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move { self.0.put(&key, &value).await })
+    }
+
+    fn get(&self, key: String) -> switchyard::provider::BoxFuture<'_, Result<Option<Vec<u8>>, String>> {
+        Box::pin(async move { self.0.get(&key).await })
+    }
 }
 
 /// `x-switchyard-cache: stale` and `age` on an answer a `cache` candidate served.
