@@ -10,9 +10,8 @@
 //! types do not model. Entries are kept per scope (the gateway key, hashed), so no caller is
 //! answered with what another caller was told. Bounded by age, count and bytes, oldest first.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, VecDeque};
-use std::hash::{Hash, Hasher};
+use std::hash::Hasher;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -71,8 +70,8 @@ fn unix_ms() -> u64 {
 
 #[derive(Debug, Default)]
 struct Entries {
-    map: HashMap<(String, u128), Entry>,
-    order: VecDeque<(String, u128)>,
+    map: HashMap<u128, Entry, KeyHasher>,
+    order: VecDeque<u128>,
     bytes: usize,
 }
 
@@ -109,13 +108,13 @@ impl AnswerCache {
         {
             return;
         }
-        let bytes = serde_json::to_vec(answer).map_or(0, |v| v.len());
+        let bytes = size_of(answer);
         if bytes > self.settings.max_bytes {
             return;
         }
         let mut stored = answer.clone();
         stored.verbatim = None;
-        let key = (scope.to_owned(), key_of(route, request));
+        let key = key_of(scope, route, request);
         let now = Instant::now();
         let mut entries = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         entries.expire(now, self.settings.max_age);
@@ -130,16 +129,16 @@ impl AnswerCache {
             }
         }
         entries.bytes += bytes;
-        entries.order.push_back(key.clone());
+        entries.order.push_back(key);
         let shared = self
             .shared
             .get()
             .cloned()
             .map(|shared| (shared, Kept { at_ms: unix_ms(), answer: stored.clone() }));
-        entries.map.insert(key.clone(), Entry { answer: stored, at: now, bytes });
+        entries.map.insert(key, Entry { answer: stored, at: now, bytes });
         drop(entries);
         if let (Some((shared, kept)), Ok(runtime)) = (shared, tokio::runtime::Handle::try_current()) {
-            let name = shared_key(&key);
+            let name = format!("{key:032x}");
             let value = serde_json::to_vec(&kept).unwrap_or_default();
             // Off the request's path: the fleet learns of it a round trip later.
             runtime.spawn(async move {
@@ -159,8 +158,8 @@ impl AnswerCache {
         request: &ChatRequest,
     ) -> Option<(ChatResponse, Duration)> {
         if let Some(shared) = self.shared.get() {
-            let key = (scope.to_owned(), key_of(route, request));
-            match shared.get(shared_key(&key)).await {
+            let key = key_of(scope, route, request);
+            match shared.get(format!("{key:032x}")).await {
                 Ok(Some(bytes)) => {
                     if let Ok(kept) = serde_json::from_slice::<Kept>(&bytes) {
                         let age = Duration::from_millis(unix_ms().saturating_sub(kept.at_ms));
@@ -186,7 +185,7 @@ impl AnswerCache {
         route: &str,
         request: &ChatRequest,
     ) -> Option<(ChatResponse, Duration)> {
-        let key = (scope.to_owned(), key_of(route, request));
+        let key = key_of(scope, route, request);
         let now = Instant::now();
         let mut entries = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         entries.expire(now, self.settings.max_age);
@@ -225,48 +224,136 @@ impl Entries {
     }
 }
 
-/// An entry's name in a shared store: the scope's hash and the request's key, in hex.
-fn shared_key((scope, key): &(String, u128)) -> String {
-    format!("{scope}:{key:032x}")
+/// The map's hasher: its keys are hashes already, so their low bits serve.
+#[derive(Debug, Default, Clone, Copy)]
+struct KeyHasher;
+
+impl std::hash::BuildHasher for KeyHasher {
+    type Hasher = LowBits;
+    fn build_hasher(&self) -> LowBits {
+        LowBits(0)
+    }
+}
+
+/// See [`KeyHasher`].
+#[derive(Debug, Default)]
+struct LowBits(u64);
+
+impl Hasher for LowBits {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes.iter().take(8) {
+            self.0 = (self.0 << 8) | u64::from(byte);
+        }
+    }
+
+    fn write_u128(&mut self, value: u128) {
+        self.0 = value as u64;
+    }
+}
+
+/// The bytes an answer is counted at: its text and tool calls, and a fixed allowance for the
+/// rest (counting by writing it out would cost more than remembering it).
+fn size_of(answer: &ChatResponse) -> usize {
+    let choices: usize = answer
+        .choices
+        .iter()
+        .map(|choice| {
+            let text = choice.message.content.as_ref().map_or(0, |c| c.to_text().len());
+            let calls: usize = choice
+                .message
+                .tool_calls
+                .iter()
+                .map(|c| c.id.len() + c.function.name.len() + c.function.arguments.len() + 64)
+                .sum();
+            text + calls + 128
+        })
+        .sum();
+    choices + answer.id.len() + answer.model.len() + 256
 }
 
 /// The request's meaning as a 128-bit key: two independent 64-bit hashes of what changes an
-/// answer (see the [module docs](self)).
-fn key_of(route: &str, request: &ChatRequest) -> u128 {
-    let mut text = String::with_capacity(256);
-    let mut push = |part: &str| {
-        text.push_str(part);
-        text.push('\u{1f}');
-    };
-    push(route);
+/// answer (see the [module docs](self)), fed as it is read, with nothing written out.
+fn key_of(scope: &str, route: &str, request: &ChatRequest) -> u128 {
+    let mut key = Key::default();
+    key.part(scope.as_bytes());
+    key.part(route.as_bytes());
     for message in &request.messages {
-        push(&format!("{:?}", message.role));
-        push(
-            &message
-                .content
-                .as_ref()
-                .map(|c| serde_json::to_string(c).unwrap_or_default())
-                .unwrap_or_default(),
-        );
-        push(&serde_json::to_string(&message.tool_calls).unwrap_or_default());
-        push(message.tool_call_id.as_deref().unwrap_or_default());
+        key.part(&[message.role as u8]);
+        match &message.content {
+            None => key.part(b"-"),
+            Some(crate::chat::Content::Text(text)) => key.part(text.as_bytes()),
+            Some(parts) => key.json(parts),
+        }
+        if !message.tool_calls.is_empty() {
+            key.json(&message.tool_calls);
+        }
+        key.part(message.tool_call_id.as_deref().unwrap_or_default().as_bytes());
     }
-    push(&serde_json::to_string(&request.tools).unwrap_or_default());
-    push(&serde_json::to_string(&request.tool_choice).unwrap_or_default());
-    push(&serde_json::to_string(&request.response_format).unwrap_or_default());
-    push(&format!(
-        "{:?}|{:?}|{:?}|{:?}|{:?}",
-        request.temperature, request.top_p, request.max_tokens, request.stop, request.seed
-    ));
-    // FNV-1a, and std's SipHash with its fixed keys: independent, and stable within a build.
-    let mut fnv: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in text.bytes() {
-        fnv ^= u64::from(byte);
-        fnv = fnv.wrapping_mul(0x0000_0100_0000_01b3);
+    if !request.tools.is_empty() {
+        key.json(&request.tools);
     }
-    let mut sip = DefaultHasher::new();
-    text.hash(&mut sip);
-    (u128::from(fnv) << 64) | u128::from(sip.finish())
+    key.json(&request.tool_choice);
+    key.json(&request.response_format);
+    key.json(&(request.temperature, request.top_p, request.max_tokens, &request.stop, request.seed));
+    key.finish()
+}
+
+/// FNV-1a and a multiply-xor hash with another constant side by side, fed byte by byte (cheap
+/// on the small writes JSON makes), the second finished by a SplitMix64 mix: 128 bits against
+/// accidental collisions, stable across builds.
+struct Key {
+    fnv: u64,
+    mix: u64,
+}
+
+impl Default for Key {
+    fn default() -> Self {
+        Self { fnv: 0xcbf2_9ce4_8422_2325, mix: 0x9e37_79b9_7f4a_7c15 }
+    }
+}
+
+impl Key {
+    /// One part, ended by a separator so that parts cannot run into each other.
+    fn part(&mut self, bytes: &[u8]) {
+        self.feed(bytes);
+        self.feed(&[0x1f]);
+    }
+
+    fn feed(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.fnv = (self.fnv ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+            self.mix = (self.mix ^ u64::from(byte)).wrapping_mul(0xbf58_476d_1ce4_e5b9).rotate_left(27);
+        }
+    }
+
+    /// A part written as JSON straight into the hashes.
+    fn json(&mut self, value: &impl serde::Serialize) {
+        let _ = serde_json::to_writer(&mut *self, value);
+        self.part(b"");
+    }
+
+    fn finish(self) -> u128 {
+        let mut z = self.mix;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (u128::from(self.fnv) << 64) | u128::from(z)
+    }
+}
+
+impl std::io::Write for Key {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.feed(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
