@@ -749,7 +749,20 @@ async fn when_every_target_is_down_the_last_good_answer_is_served_stale_in_eithe
         (Some("default"), Some("last-good"), Some(1))
     );
     assert!(kept["bytes"].as_u64().unwrap() > 0);
+    // A request that opts out is not remembered either.
+    let unkept = json!({"model": "default", "max_tokens": 16, "messages": [{"role": "user", "content": "off the record"}]});
+    let answered = gateway
+        .client
+        .post(gateway.url("/v1/chat/completions"))
+        .bearer_auth(GATEWAY_KEY)
+        .header("x-switchyard-cache", "off")
+        .json(&unkept)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status(), 200);
     down.store(true, Ordering::SeqCst);
+    assert_eq!(gateway.post("/v1/chat/completions", unkept).await.status(), 502);
 
     let stale = gateway.post("/v1/chat/completions", question.clone()).await;
     assert_eq!(stale.status(), 200);
@@ -775,6 +788,22 @@ async fn when_every_target_is_down_the_last_good_answer_is_served_stale_in_eithe
         .unwrap();
     assert_eq!(anthropic.headers()["x-switchyard-cache"], "stale");
     assert_eq!(json_of(anthropic).await["content"][0]["text"], "the good answer");
+    let anthropic_stream = gateway
+        .client
+        .post(gateway.url("/v1/messages"))
+        .header("x-api-key", GATEWAY_KEY)
+        .json(&json!({"model": "default", "max_tokens": 16, "stream": true, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anthropic_stream.headers()["x-switchyard-cache"], "stale");
+    let events = anthropic_stream.text().await.unwrap();
+    assert!(
+        events.contains("text_delta")
+            && events.contains("the good answer")
+            && events.contains("message_stop"),
+        "{events}"
+    );
 
     // Not for another key, and not for a request that opts out.
     let other = gateway
@@ -797,5 +826,5 @@ async fn when_every_target_is_down_the_last_good_answer_is_served_stale_in_eithe
         .unwrap();
     assert_eq!(opted_out.status(), 502);
     let metrics = gateway.get("/metrics", ADMIN_KEY).await.text().await.unwrap();
-    assert!(metrics.contains("switchyard_stale_answers_total{route=\"default\"} 3"), "{metrics}");
+    assert!(metrics.contains("switchyard_stale_answers_total{route=\"default\"} 4"), "{metrics}");
 }

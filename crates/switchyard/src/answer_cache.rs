@@ -386,6 +386,29 @@ mod tests {
         assert!(cache.recall("alice", "default", &request("hi")).is_none());
     }
 
+    /// A shared store that is away.
+    #[derive(Debug)]
+    struct Away;
+
+    impl SharedAnswers for Away {
+        fn put(&self, _: String, _: Vec<u8>) -> crate::provider::BoxFuture<'_, Result<(), String>> {
+            Box::pin(async { Err("connection refused".to_owned()) })
+        }
+        fn get(&self, _: String) -> crate::provider::BoxFuture<'_, Result<Option<Vec<u8>>, String>> {
+            Box::pin(async { Err("connection refused".to_owned()) })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_the_shared_store_away_this_replicas_answers_still_serve() {
+        let cache = AnswerCache::new(AnswerCacheSettings::default());
+        cache.share(std::sync::Arc::new(Away));
+        cache.remember("s", "r", &request("hi"), &ChatResponse::from_text("m", "hello"));
+        tokio::task::yield_now().await;
+        let (answer, _) = cache.recall_shared("s", "r", &request("hi")).await.unwrap();
+        assert_eq!(answer.text().as_deref(), Some("hello"));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn tool_calls_are_kept_only_when_asked_and_the_oldest_go_first() {
         let cache = AnswerCache::new(AnswerCacheSettings { max_entries: 2, ..Default::default() });
