@@ -71,7 +71,9 @@ fn unix_ms() -> u64 {
 #[derive(Debug, Default)]
 struct Entries {
     map: HashMap<u128, Entry, KeyHasher>,
-    order: VecDeque<u128>,
+    /// Keys oldest first, with when each was written: a key written again is found here twice,
+    /// and only the place matching its entry's time counts.
+    order: VecDeque<(u128, Instant)>,
     bytes: usize,
 }
 
@@ -129,7 +131,8 @@ impl AnswerCache {
             }
         }
         entries.bytes += bytes;
-        entries.order.push_back(key);
+        entries.order.push_back((key, now));
+        entries.compact();
         let shared = self
             .shared
             .get()
@@ -189,7 +192,8 @@ impl AnswerCache {
         let now = Instant::now();
         let mut entries = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         entries.expire(now, self.settings.max_age);
-        let entry = entries.map.get(&key)?;
+        let entry =
+            entries.map.get(&key).filter(|entry| now.duration_since(entry.at) <= self.settings.max_age)?;
         Some((entry.answer.clone(), now.duration_since(entry.at)))
     }
 
@@ -203,19 +207,37 @@ impl AnswerCache {
 
 impl Entries {
     fn expire(&mut self, now: Instant, max_age: Duration) {
-        while let Some(key) = self.order.front() {
-            match self.map.get(key) {
-                Some(entry) if now.duration_since(entry.at) <= max_age => break,
-                _ => {
-                    self.drop_oldest();
-                }
+        while let Some(&(_, at)) = self.order.front() {
+            if now.duration_since(at) <= max_age {
+                break;
             }
+            self.drop_oldest();
         }
     }
 
+    /// Forgets the places of keys written again since, once they are half of all: a key
+    /// answered again and again must not grow the order without bound.
+    fn compact(&mut self) {
+        if self.order.len() <= 2 * self.map.len() + 64 {
+            return;
+        }
+        // The last place of each key is its own; earlier ones (even at the same instant) go.
+        let mut seen = std::collections::HashSet::with_capacity(self.map.len());
+        let mut kept: Vec<(u128, Instant)> = Vec::with_capacity(self.map.len());
+        for &(key, at) in self.order.iter().rev() {
+            if self.map.get(&key).is_some_and(|entry| entry.at == at) && seen.insert(key) {
+                kept.push((key, at));
+            }
+        }
+        self.order = kept.into_iter().rev().collect();
+    }
+
+    /// Drops the oldest entry (skipping places of keys written again since); `false` when none.
     fn drop_oldest(&mut self) -> bool {
-        while let Some(key) = self.order.pop_front() {
-            if let Some(entry) = self.map.remove(&key) {
+        while let Some((key, at)) = self.order.pop_front() {
+            if self.map.get(&key).is_some_and(|entry| entry.at == at)
+                && let Some(entry) = self.map.remove(&key)
+            {
                 self.bytes -= entry.bytes;
                 return true;
             }
@@ -407,6 +429,40 @@ mod tests {
         tokio::task::yield_now().await;
         let (answer, _) = cache.recall_shared("s", "r", &request("hi")).await.unwrap();
         assert_eq!(answer.text().as_deref(), Some("hello"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_answered_again_is_one_entry_and_the_older_ones_still_expire() {
+        let cache = AnswerCache::new(AnswerCacheSettings {
+            max_age: Duration::from_secs(60),
+            max_entries: 2,
+            ..Default::default()
+        });
+        cache.remember("s", "r", &request("old"), &ChatResponse::from_text("m", "old"));
+        for _ in 0..5 {
+            tokio::time::advance(Duration::from_secs(10)).await;
+            cache.remember("s", "r", &request("hot"), &ChatResponse::from_text("m", "hot"));
+        }
+        assert_eq!(cache.usage().0, 2);
+        assert_eq!(cache.inner.lock().unwrap().order.len(), 6, "places of rewritten keys wait their turn");
+        for _ in 0..200 {
+            cache.remember("s", "r", &request("hot"), &ChatResponse::from_text("m", "hot"));
+        }
+        assert!(cache.inner.lock().unwrap().order.len() <= 2 * 2 + 64 + 1, "but not without bound");
+        assert_eq!(cache.usage().0, 2);
+        tokio::time::advance(Duration::from_secs(11)).await;
+        // "old" is 61 s old: gone, though the hot key's older places stood before... after it.
+        assert!(cache.recall("s", "r", &request("old")).is_none());
+        assert_eq!(cache.recall("s", "r", &request("hot")).unwrap().1, Duration::from_secs(11));
+        assert_eq!(cache.usage().0, 1);
+        // A new key evicts the oldest real entry, not the hot key through a stale place.
+        cache.remember("s", "r", &request("new"), &ChatResponse::from_text("m", "new"));
+        cache.remember("s", "r", &request("newer"), &ChatResponse::from_text("m", "newer"));
+        assert!(cache.recall("s", "r", &request("hot")).is_none());
+        assert!(
+            cache.recall("s", "r", &request("new")).is_some()
+                && cache.recall("s", "r", &request("newer")).is_some()
+        );
     }
 
     #[tokio::test(start_paused = true)]

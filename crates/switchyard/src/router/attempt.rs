@@ -67,12 +67,12 @@ impl<X: Exchange> Run<'_, X> {
                 let (result, sent, cut) = self.call(slot, credential, &tries.target, permit.as_ref()).await;
                 (result, sent, cut, None)
             }
-            Some(delay) => match self.race(slot, credential, tries, permit.as_ref(), delay).await {
+            Some(delay) => match self.race(slot, credential, probe, tries, permit.as_ref(), delay).await {
                 Raced::Alone((result, sent, cut), record) => {
                     self.out_of_time |= cut;
                     (result, sent, cut, record)
                 }
-                Raced::HedgeWon(won) => return self.hedge_won(slot, &tries.target, probe, permit, *won),
+                Raced::HedgeWon(won) => return self.hedge_won(permit, *won),
             },
         };
         let finished = Instant::now();
@@ -140,19 +140,9 @@ impl<X: Exchange> Run<'_, X> {
 
     /// The hedge answered first: the first attempt is recorded as cancelled (or failed), and
     /// the hedge's answer is served.
-    fn hedge_won(
-        &mut self,
-        first_slot: &ProviderSlot,
-        first: &Target,
-        first_probe: bool,
-        first_permit: Option<Permit>,
-        won: Won<X::Output>,
-    ) -> Step {
+    fn hedge_won(&mut self, first_permit: Option<Permit>, won: Won<X::Output>) -> Step {
         if let Some(mut permit) = first_permit {
             permit.settle(None);
-        }
-        if first_probe {
-            self.inner.health.release_probe(first, &first_slot.credential_ids);
         }
         let Won { tries, credential, output, attempt, mut permit, sent, cancelled } = won;
         self.trail.push(cancelled);
@@ -170,7 +160,7 @@ impl<X: Exchange> Run<'_, X> {
     /// Counts the attempt's time toward the target's latency, when it says something of the
     /// provider's speed: an answer, or a failure of a slow or broken provider (never one cut by
     /// the caller's deadline, which says nothing about the provider).
-    fn measure(
+    pub(super) fn measure(
         &self,
         target: &Target,
         result: &Result<X::Output, ProviderError>,

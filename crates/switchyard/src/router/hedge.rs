@@ -75,10 +75,12 @@ impl<X: Exchange> Run<'_, X> {
     }
 
     /// Runs the first attempt, hedged after `delay`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn race(
         &mut self,
         slot: &ProviderSlot,
         credential: usize,
+        first_probe: bool,
         tries: &TargetTry,
         permit: Option<&Permit>,
         delay: Duration,
@@ -106,31 +108,21 @@ impl<X: Exchange> Run<'_, X> {
                 after: delay,
             });
             let hedge_sent = Instant::now();
+            // Its end, its permit, and whether it was sent at all (the pacer may have had no
+            // room for it at once).
             let hedging = async {
                 match ctx.hedge_permit(hedge_slot, hedge_credential).await {
                     Ok(permit) => {
-                        (ctx.call(hedge_slot, hedge_credential, &hedge_target, permit.as_ref()).await, permit)
+                        let end =
+                            ctx.call(hedge_slot, hedge_credential, &hedge_target, permit.as_ref()).await;
+                        (end, permit, true)
                     }
-                    Err(error) => ((Err(error), Instant::now(), false), None),
+                    Err(error) => ((Err(error), Instant::now(), false), None, false),
                 }
             };
             tokio::pin!(hedging);
-            // Until one answers, or both fail.
-            let (mut first_end, mut hedge_end) = (None, None);
-            loop {
-                tokio::select! {
-                    end = &mut first, if first_end.is_none() => {
-                        let answered = end.0.is_ok();
-                        first_end = Some(end);
-                        if answered || hedge_end.is_some() { break; }
-                    }
-                    end = &mut hedging, if hedge_end.is_none() => {
-                        let answered = end.0.0.is_ok();
-                        hedge_end = Some(end);
-                        if answered || first_end.is_some() { break; }
-                    }
-                }
-            }
+            let (first_end, hedge_end) =
+                until_one_answers(first, hedging, |end| end.0.is_ok(), |end| end.0.0.is_ok()).await;
             let hedge = HedgeRun {
                 target: hedge_target.clone(),
                 credential: hedge_credential,
@@ -141,8 +133,15 @@ impl<X: Exchange> Run<'_, X> {
         };
         self.hedged = true;
         match (first_end, hedge_end) {
-            (first, Some(((Ok(output), sent, _), permit))) => {
-                let first = FirstRun { slot, credential, tries, started: attempt_started, end: first };
+            (first, Some(((Ok(output), sent, _), permit, _))) => {
+                let first = FirstRun {
+                    slot,
+                    credential,
+                    probe: first_probe,
+                    tries,
+                    started: attempt_started,
+                    end: first,
+                };
                 self.hedge_answered(first, hedge, output, permit, sent, delay)
             }
             (Some(first), hedge_end) => self.first_answered_or_both_failed(first, hedge, hedge_end),
@@ -161,7 +160,7 @@ impl<X: Exchange> Run<'_, X> {
         sent: Instant,
         delay: Duration,
     ) -> Raced<X::Output> {
-        let FirstRun { slot, credential, tries, started, end } = first;
+        let FirstRun { slot, credential, probe, tries, started, end } = first;
         self.inner.events.publish(EventKind::HedgeWon {
             route: self.route.name().to_owned(),
             hedge: hedge.target.clone(),
@@ -173,18 +172,26 @@ impl<X: Exchange> Run<'_, X> {
             Attempt::called(&tries.target, cred.id(), started - self.started, now - started, Duration::ZERO);
         match end {
             None => {
-                // Slower than the hedge at least: that much is known of its latency.
-                self.inner.latency.record(&tries.target, now - started);
+                if probe {
+                    self.inner.health.release_probe(&tries.target, &slot.credential_ids);
+                }
                 cancelled.outcome = Outcome::Cancelled;
                 cancelled.note = Some(format!("the hedge on {} answered first", hedge.target));
             }
-            Some((result, _, _)) => {
+            Some((result, sent, cut)) => {
+                let error = result.err().map_or_else(
+                    || ProviderError::new(ErrorKind::Cancelled, "the first attempt ended without an answer"),
+                    |error| {
+                        super::redact(error, cred)
+                            .with_target(tries.target.clone())
+                            .with_credential(cred.id().clone())
+                    },
+                );
+                // Its failure counts, as any failure does: the hedge answering hides nothing.
+                self.settle_failure(&tries.target, slot, credential, probe, &error, cut);
+                self.measure(&tries.target, &Err(error.clone()), now - sent, cut);
                 cancelled.outcome = Outcome::Failed;
-                cancelled.error = result.err().map(|error| {
-                    super::redact(error, cred)
-                        .with_target(tries.target.clone())
-                        .with_credential(cred.id().clone())
-                });
+                cancelled.error = Some(error);
                 cancelled.note =
                     Some(format!("failed while the hedge on {} ran, which answered", hedge.target));
             }
@@ -217,7 +224,7 @@ impl<X: Exchange> Run<'_, X> {
         &mut self,
         first: CallEnd<X::Output>,
         hedge: HedgeRun,
-        hedge_end: Option<(CallEnd<X::Output>, Option<Permit>)>,
+        hedge_end: Option<(CallEnd<X::Output>, Option<Permit>, bool)>,
     ) -> Raced<X::Output> {
         let Some(slot) = self.inner.providers.get(hedge.target.provider()) else {
             return Raced::Alone(first, None);
@@ -230,7 +237,15 @@ impl<X: Exchange> Run<'_, X> {
                 let note = "hedge: the first attempt answered first".to_owned();
                 self.hedge_record(&hedge, Outcome::Cancelled, note, Instant::now())
             }
-            Some(((result, _, cut), permit)) => {
+            // Never sent: the target is as it was, and stays in the chain.
+            Some((_, _, false)) => {
+                if hedge.probe {
+                    self.inner.health.release_probe(&hedge.target, &slot.credential_ids);
+                }
+                let note = "hedge: the pacer had no room for it at once; not sent".to_owned();
+                self.hedge_record(&hedge, Outcome::Cancelled, note, Instant::now())
+            }
+            Some(((result, _, cut), permit, true)) => {
                 if let Some(mut permit) = permit {
                     permit.settle(None);
                 }
@@ -241,15 +256,7 @@ impl<X: Exchange> Run<'_, X> {
                 let error = super::redact(error, cred)
                     .with_target(hedge.target.clone())
                     .with_credential(cred.id().clone());
-                if !cut && !error.is_unsupported() {
-                    let events = self.inner.health.record_failure(
-                        &hedge.target,
-                        &slot.credential_ids,
-                        hedge.credential,
-                        &error,
-                    );
-                    self.inner.publish_all(events);
-                }
+                self.settle_failure(&hedge.target, slot, hedge.credential, hedge.probe, &error, cut);
                 let note = "hedge: failed; the first attempt carried on".to_owned();
                 let mut attempt = self.hedge_record(&hedge, Outcome::Failed, note, Instant::now());
                 attempt.error = Some(error);
@@ -258,6 +265,27 @@ impl<X: Exchange> Run<'_, X> {
             }
         };
         Raced::Alone(first, Some(record))
+    }
+
+    /// What a failed half of a hedged pair does to health, as any failed attempt: recorded
+    /// (unless the deadline cut it, or the request could not be written for it), and a
+    /// half-open probe slot given back when the failure says nothing about the provider.
+    fn settle_failure(
+        &self,
+        target: &Target,
+        slot: &ProviderSlot,
+        credential: usize,
+        probe: bool,
+        error: &ProviderError,
+        cut: bool,
+    ) {
+        if !cut && !error.is_unsupported() {
+            let events = self.inner.health.record_failure(target, &slot.credential_ids, credential, error);
+            self.inner.publish_all(events);
+        }
+        if probe && (cut || error.is_unsupported() || !error.kind().counts_for_breaker()) {
+            self.inner.health.release_probe(target, &slot.credential_ids);
+        }
     }
 
     /// The trail's record of `hedge`, ended at `ended`.
@@ -321,10 +349,37 @@ struct HedgeRun {
 struct FirstRun<'a, O> {
     slot: &'a ProviderSlot,
     credential: usize,
+    /// Whether its call took a half-open circuit's probe slot.
+    probe: bool,
     tries: &'a TargetTry,
     started: Instant,
     /// Its end, when it failed before the hedge answered; `None` when it was still running.
     end: Option<CallEnd<O>>,
+}
+
+/// Runs both until one answers (as `answered` says of its end) or both have ended.
+async fn until_one_answers<A: std::future::Future, B: std::future::Future>(
+    mut first: std::pin::Pin<&mut A>,
+    mut second: std::pin::Pin<&mut B>,
+    first_answered: impl Fn(&A::Output) -> bool,
+    second_answered: impl Fn(&B::Output) -> bool,
+) -> (Option<A::Output>, Option<B::Output>) {
+    let (mut first_end, mut second_end) = (None, None);
+    loop {
+        tokio::select! {
+            end = &mut first, if first_end.is_none() => {
+                let answered = first_answered(&end);
+                first_end = Some(end);
+                if answered || second_end.is_some() { break; }
+            }
+            end = &mut second, if second_end.is_none() => {
+                let answered = second_answered(&end);
+                second_end = Some(end);
+                if answered || first_end.is_some() { break; }
+            }
+        }
+    }
+    (first_end, second_end)
 }
 
 /// The end of a first attempt the race lost track of (never: the race ends only with it).

@@ -298,8 +298,12 @@ impl RoutedStream {
         self.rest = None;
         if let Some(keeping) = self.keeping.take() {
             let Keeping { request, scope, answer } = *keeping;
-            for cache in self.router.route().answer_caches() {
-                cache.remember(&scope, &self.route, &request, &answer);
+            // Nothing said is nothing to remember.
+            let message = &answer.choices[0].message;
+            if message.content.is_some() || !message.tool_calls.is_empty() {
+                for cache in self.router.route().answer_caches() {
+                    cache.remember(&scope, &self.route, &request, &answer);
+                }
             }
         }
         if let Some(mut permit) = self.permit.take() {

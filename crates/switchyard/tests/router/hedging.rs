@@ -100,6 +100,9 @@ async fn a_failing_first_attempt_leaves_the_hedge_to_answer() {
         [("primary:m".into(), Outcome::Failed, false), ("backup:m".into(), Outcome::Ok, true)]
     );
     assert_eq!(backup.calls(), 1, "the hedge is the backup's attempt: no second call");
+    // The first's failure counts toward its health though the hedge answered.
+    let health = router.target_health(&"primary:m".parse().unwrap());
+    assert_eq!(health.consecutive_failures, 1, "{health:?}");
 }
 
 #[tokio::test(start_paused = true)]
