@@ -294,3 +294,36 @@ async fn count_tokens_is_answered_by_the_routes_first_target_that_counts_as_it_w
     assert!(answer.contains("no target of route `only-gpt` can serve this request: gpt:g: providers of kind `openai` do not count tokens"), "{answer}");
     assert!(answer.contains(r#""type":"invalid_request_error""#), "{answer}");
 }
+
+#[tokio::test]
+async fn a_pdf_crosses_dialects_as_a_document_one_way_and_a_file_the_other() {
+    // An OpenAI client's inline PDF reaches Anthropic as a document block.
+    let claude = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
+    let to_claude = gateway("anthropic", "", &claude, "claude-sonnet-4-5").await;
+    let pdf = r#"{"model":"default","messages":[{"role":"user","content":[{"type":"text","text":"Summarise"},{"type":"file","file":{"filename":"a.pdf","file_data":"data:application/pdf;base64,JVBERi0="}}]}]}"#;
+    let (status, answer) = post(to_claude, "/v1/chat/completions", pdf).await;
+    assert_eq!(status, 200, "{answer}");
+    let sent: serde_json::Value = serde_json::from_str(&claude.received().1).unwrap();
+    assert_eq!(
+        sent["messages"][0]["content"][1],
+        serde_json::json!({"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}, "title": "a.pdf"})
+    );
+
+    // An Anthropic client's PDF document reaches OpenAI as a file part.
+    let gpt = Upstream::start(OPENAI_ANSWER, "").await;
+    let to_gpt = gateway("openai", "/v1", &gpt, "gpt-4o").await;
+    let document = r#"{"model":"default","max_tokens":64,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"JVBERi0="},"title":"b.pdf"},{"type":"text","text":"Summarise"}]}]}"#;
+    let (status, answer) = post(to_gpt, "/v1/messages", document).await;
+    assert_eq!(status, 200, "{answer}");
+    let sent: serde_json::Value = serde_json::from_str(&gpt.received().1).unwrap();
+    assert_eq!(
+        sent["messages"][0]["content"][0],
+        serde_json::json!({"type": "file", "file": {"filename": "b.pdf", "file_data": "data:application/pdf;base64,JVBERi0="}})
+    );
+    // A plain-text document has no Chat Completions form: the target is skipped, naming it.
+    let text = r#"{"model":"default","max_tokens":64,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"x"}}]}]}"#;
+    let (status, answer) = post(to_gpt, "/v1/messages", text).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("is a `document` part"), "{answer}");
+    assert!(answer.contains("skipped_unsupported"), "{answer}");
+}

@@ -354,9 +354,33 @@ fn content_blocks(content: Option<&Content>, index: usize) -> Result<Vec<Block>,
                     &image_url.url,
                     &format!("messages[{index}].content[{j}].image_url.url"),
                 )),
-                ContentPart::Other(_) => Some(Err(untranslatable(part, index, j))),
+                ContentPart::Other(value) => {
+                    Some(document_block(value).ok_or_else(|| untranslatable(part, index, j)))
+                }
             })
             .collect(),
+    }
+}
+
+/// A document block for a part the canonical types do not model, when it is one: an
+/// Anthropic `document` as it is, or an OpenAI `file` part carrying a PDF inline
+/// (`file_data` as a base64 `data:application/pdf` URL), which Anthropic reads as a document.
+fn document_block(part: &Value) -> Option<Block> {
+    match part.get("type")?.as_str()? {
+        "document" => Some(Block::Raw(part.clone())),
+        "file" => {
+            let file = part.get("file")?;
+            let data = file.get("file_data")?.as_str()?.strip_prefix("data:application/pdf;base64,")?;
+            let mut block = json!({
+                "type": "document",
+                "source": { "type": "base64", "media_type": "application/pdf", "data": data },
+            });
+            if let Some(name) = file.get("filename").and_then(Value::as_str) {
+                block["title"] = Value::from(name);
+            }
+            Some(Block::Raw(block))
+        }
+        _ => None,
     }
 }
 

@@ -66,19 +66,62 @@ fn refuse_foreign_parts(request: &ChatRequest) -> Result<(), ProviderError> {
     }
     for (i, message) in request.messages.iter().enumerate() {
         let Some(Content::Parts(parts)) = &message.content else { continue };
-        if let Some((j, part)) =
-            parts.iter().enumerate().find(|(_, part)| matches!(part, ContentPart::Other(_)))
-        {
-            return Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                format!(
-                    "messages[{i}].content[{j}] is a `{}` part, which Switchyard cannot translate to the Chat Completions API",
-                    part.kind()
-                ),
-            ));
+        let untranslatable =
+            |part: &&ContentPart| matches!(part, ContentPart::Other(value) if file_part(value).is_none());
+        if let Some((j, part)) = parts.iter().enumerate().find(|(_, part)| untranslatable(part)) {
+            return Err(ProviderError::unsupported(format!(
+                "messages[{i}].content[{j}] is a `{}` part, which Switchyard cannot translate to the Chat Completions API",
+                part.kind()
+            )));
         }
     }
     Ok(())
+}
+
+/// The Chat Completions `file` part for a part of another dialect, when it is one: an
+/// Anthropic `document` carrying a PDF inline (base64) becomes a `file` with that PDF as a
+/// `data:` URL.
+fn file_part(part: &Value) -> Option<ContentPart> {
+    if part.get("type")?.as_str()? != "document" {
+        return None;
+    }
+    let source = part.get("source")?;
+    let pdf =
+        source.get("type")?.as_str()? == "base64" && source.get("media_type")?.as_str()? == "application/pdf";
+    if !pdf {
+        return None;
+    }
+    let data = source.get("data")?.as_str()?;
+    let mut file = Map::new();
+    file.insert(
+        "filename".to_owned(),
+        Value::from(part.get("title").and_then(Value::as_str).unwrap_or("document.pdf")),
+    );
+    file.insert("file_data".to_owned(), Value::from(format!("data:application/pdf;base64,{data}")));
+    Some(ContentPart::Other(serde_json::json!({ "type": "file", "file": file })))
+}
+
+/// The messages' content with the parts of another dialect that Chat Completions can
+/// express (see [`file_part`]) rewritten, for the messages that hold any; `None` for the rest.
+fn translated_contents(request: &ChatRequest) -> Vec<Option<Content>> {
+    request
+        .messages
+        .iter()
+        .map(|message| {
+            let Some(Content::Parts(parts)) = &message.content else { return None };
+            if !parts.iter().any(|part| matches!(part, ContentPart::Other(_))) {
+                return None;
+            }
+            let parts = parts
+                .iter()
+                .map(|part| match part {
+                    ContentPart::Other(value) => file_part(value).unwrap_or_else(|| part.clone()),
+                    other => other.clone(),
+                })
+                .collect();
+            Some(Content::Parts(parts))
+        })
+        .collect()
 }
 
 pub(super) fn chat_body(
@@ -108,14 +151,17 @@ pub(super) fn chat_body(
         options.insert("include_usage".to_owned(), Value::Bool(true));
         options
     });
+    // Another dialect's parts that Chat Completions can express, rewritten (none in its own).
+    let translated = if forward { Vec::new() } else { translated_contents(request) };
     let body = ChatBody {
         model,
         messages: request
             .messages
             .iter()
-            .map(|message| MessageBody {
+            .enumerate()
+            .map(|(i, message)| MessageBody {
                 role: message.role,
-                content: message.content.as_ref(),
+                content: translated.get(i).and_then(Option::as_ref).or(message.content.as_ref()),
                 name: message.name.as_deref(),
                 tool_calls: &message.tool_calls,
                 tool_call_id: message.tool_call_id.as_deref(),
