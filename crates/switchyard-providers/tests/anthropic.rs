@@ -1232,7 +1232,12 @@ fn codec_keeps_a_block_it_does_not_model_as_written() {
     // Kept as written: an Anthropic upstream receives the block as the client wrote it (the
     // canonical form rebuilds it exactly, so no verbatim copy is needed beside it).
     assert_eq!(parts[1], ContentPart::Other(blocks[1].clone()));
-    assert!(message.extra.get(switchyard_providers::anthropic::VERBATIM_BLOCKS).is_none_or(|kept| *kept == blocks));
+    assert!(
+        message
+            .extra
+            .get(switchyard_providers::anthropic::VERBATIM_BLOCKS)
+            .is_none_or(|kept| *kept == blocks)
+    );
 }
 
 /// An Anthropic client's request, as rich as the dialect gets: cache_control, thinking,
