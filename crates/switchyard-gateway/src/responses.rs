@@ -12,13 +12,13 @@
 //! answer; writes go to both.
 
 use std::collections::hash_map::RandomState;
-use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
+use switchyard::bounded::{Bounded, Bounds};
 use switchyard::credential::{CredentialId, Secret};
 use switchyard_state::responses::SharedResponses;
 use tokio::time::Instant;
@@ -39,11 +39,10 @@ pub struct Stored {
     pub items: Vec<Value>,
 }
 
+/// One kept response as this replica holds it.
 #[derive(Debug)]
 struct Entry {
     stored: Arc<Stored>,
-    at: Instant,
-    bytes: usize,
     /// With a fleet: its write to Redis failed, so only this replica has it.
     only_here: bool,
 }
@@ -51,27 +50,22 @@ struct Entry {
 /// The store: this replica's memory, and the fleet's Redis when there is one.
 #[derive(Debug)]
 pub struct ResponseStore {
-    bounds: ResponsesBounds,
-    inner: Mutex<Inner>,
+    inner: Mutex<Bounded<String, Entry>>,
     ids: AtomicU64,
     random: RandomState,
     shared: Option<SharedResponses>,
-}
-
-#[derive(Debug, Default)]
-struct Inner {
-    entries: HashMap<String, Entry>,
-    /// Ids oldest first (an id deleted or replaced stays until it reaches the front).
-    order: VecDeque<String>,
-    bytes: usize,
 }
 
 impl ResponseStore {
     /// An empty store with `bounds`, in memory only.
     pub fn new(bounds: ResponsesBounds) -> Self {
         Self {
-            bounds,
-            inner: Mutex::default(),
+            // Kept while younger than max_age: at max_age itself an entry is gone.
+            inner: Mutex::new(Bounded::new(Bounds {
+                max_entries: bounds.max_entries,
+                max_age: bounds.max_age.saturating_sub(Duration::from_nanos(1)),
+                max_bytes: bounds.max_bytes,
+            })),
             ids: AtomicU64::new(0),
             random: RandomState::new(),
             shared: None,
@@ -107,7 +101,7 @@ impl ResponseStore {
         {
             tracing::warn!(id, reason, "a response could not be kept in Redis; this replica keeps it");
             let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            if let Some(entry) = inner.entries.get_mut(id) {
+            if let Some(entry) = inner.get_mut(&id.to_owned()) {
                 entry.only_here = true;
             }
         }
@@ -134,8 +128,8 @@ impl ResponseStore {
 
     /// Whether the entry `id` is kept here and never reached Redis.
     fn only_here(&self, id: &str) -> bool {
-        let inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        inner.entries.get(id).is_some_and(|entry| entry.only_here)
+        let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        inner.get(&id.to_owned(), Instant::now()).is_some_and(|(entry, _)| entry.only_here)
     }
 
     /// Forgets the response `id` here and in the fleet's Redis; whether it was kept for `owner`.
@@ -162,76 +156,32 @@ impl ResponseStore {
     /// Keeps `stored` under `id`, making room by dropping the oldest entries.
     pub fn put(&self, id: String, stored: Stored) {
         let bytes = size_of(&stored);
-        if bytes > self.bounds.max_bytes {
-            tracing::warn!(id, bytes, "a response larger than gateway.responses.max_bytes is not kept");
-            return;
-        }
-        let now = Instant::now();
+        let entry = Entry { stored: Arc::new(stored), only_here: false };
         let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        inner.expire(now, self.bounds);
-        if let Some(old) = inner.entries.remove(&id) {
-            inner.bytes -= old.bytes;
+        if !inner.insert(id.clone(), entry, bytes, Instant::now()) {
+            tracing::warn!(id, bytes, "a response larger than gateway.responses.max_bytes is not kept");
         }
-        while inner.entries.len() >= self.bounds.max_entries || inner.bytes + bytes > self.bounds.max_bytes {
-            if !inner.drop_oldest() {
-                break;
-            }
-        }
-        inner.bytes += bytes;
-        inner.order.push_back(id.clone());
-        inner.entries.insert(id, Entry { stored: Arc::new(stored), at: now, bytes, only_here: false });
     }
 
     /// The response `id`, when it is kept and belongs to `owner`.
     pub fn get(&self, id: &str, owner: &str) -> Option<Arc<Stored>> {
         let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        inner.expire(Instant::now(), self.bounds);
-        let entry = inner.entries.get(id)?;
+        let (entry, _) = inner.get(&id.to_owned(), Instant::now())?;
         (entry.stored.owner == owner).then(|| entry.stored.clone())
     }
 
     /// Forgets the response `id`; whether it was kept and belonged to `owner`.
     pub fn delete(&self, id: &str, owner: &str) -> bool {
-        let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        inner.expire(Instant::now(), self.bounds);
-        if inner.entries.get(id).is_none_or(|entry| entry.stored.owner != owner) {
+        if self.get(id, owner).is_none() {
             return false;
         }
-        if let Some(entry) = inner.entries.remove(id) {
-            inner.bytes -= entry.bytes;
-        }
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&id.to_owned());
         true
     }
 
     /// How many responses are kept, and their bytes.
     pub fn usage(&self) -> (usize, usize) {
-        let inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        (inner.entries.len(), inner.bytes)
-    }
-}
-
-impl Inner {
-    /// Drops what is older than the bounds allow.
-    fn expire(&mut self, now: Instant, bounds: ResponsesBounds) {
-        while let Some(id) = self.order.front() {
-            match self.entries.get(id) {
-                Some(entry) if now.duration_since(entry.at) < bounds.max_age => break,
-                _ => {
-                    self.drop_oldest();
-                }
-            }
-        }
-    }
-
-    /// Drops the oldest entry; `false` when there is none.
-    fn drop_oldest(&mut self) -> bool {
-        while let Some(id) = self.order.pop_front() {
-            if let Some(entry) = self.entries.remove(&id) {
-                self.bytes -= entry.bytes;
-                return true;
-            }
-        }
-        false
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).usage(Instant::now())
     }
 }
 

@@ -10,13 +10,13 @@
 //! types do not model. Entries are kept per scope (the gateway key, hashed), so no caller is
 //! answered with what another caller was told. Bounded by age, count and bytes, oldest first.
 
-use std::collections::{HashMap, VecDeque};
 use std::hash::Hasher;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
+use crate::bounded::{Bounded, Bounds};
 use crate::chat::{ChatRequest, ChatResponse};
 
 /// How much a `cache` candidate keeps, and what.
@@ -52,7 +52,7 @@ pub trait SharedAnswers: Send + Sync + std::fmt::Debug {
 #[derive(Debug)]
 pub struct AnswerCache {
     settings: AnswerCacheSettings,
-    inner: Mutex<Entries>,
+    inner: Mutex<Bounded<u128, ChatResponse, KeyHasher>>,
     shared: OnceLock<Arc<dyn SharedAnswers>>,
 }
 
@@ -68,26 +68,15 @@ fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-#[derive(Debug, Default)]
-struct Entries {
-    map: HashMap<u128, Entry, KeyHasher>,
-    /// Keys oldest first, with when each was written: a key written again is found here twice,
-    /// and only the place matching its entry's time counts.
-    order: VecDeque<(u128, Instant)>,
-    bytes: usize,
-}
-
-#[derive(Debug)]
-struct Entry {
-    answer: ChatResponse,
-    at: Instant,
-    bytes: usize,
-}
-
 impl AnswerCache {
     /// An empty cache.
     pub fn new(settings: AnswerCacheSettings) -> Self {
-        Self { settings, inner: Mutex::default(), shared: OnceLock::new() }
+        let bounds = Bounds {
+            max_entries: settings.max_entries,
+            max_age: settings.max_age,
+            max_bytes: settings.max_bytes,
+        };
+        Self { settings, inner: Mutex::new(Bounded::new(bounds)), shared: OnceLock::new() }
     }
 
     /// Keeps the answers in `shared` too (once; later calls change nothing).
@@ -111,35 +100,19 @@ impl AnswerCache {
             return;
         }
         let bytes = size_of(answer);
-        if bytes > self.settings.max_bytes {
-            return;
-        }
         let mut stored = answer.clone();
         stored.verbatim = None;
         let key = key_of(scope, route, request);
-        let now = Instant::now();
-        let mut entries = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        entries.expire(now, self.settings.max_age);
-        if let Some(old) = entries.map.remove(&key) {
-            entries.bytes -= old.bytes;
-        }
-        while entries.map.len() >= self.settings.max_entries
-            || entries.bytes + bytes > self.settings.max_bytes
-        {
-            if !entries.drop_oldest() {
-                break;
-            }
-        }
-        entries.bytes += bytes;
-        entries.order.push_back((key, now));
-        entries.compact();
         let shared = self
             .shared
             .get()
             .cloned()
             .map(|shared| (shared, Kept { at_ms: unix_ms(), answer: stored.clone() }));
-        entries.map.insert(key, Entry { answer: stored, at: now, bytes });
-        drop(entries);
+        let kept =
+            self.inner.lock().unwrap_or_else(|p| p.into_inner()).insert(key, stored, bytes, Instant::now());
+        if !kept {
+            return;
+        }
         if let (Some((shared, kept)), Ok(runtime)) = (shared, tokio::runtime::Handle::try_current()) {
             let name = format!("{key:032x}");
             let value = serde_json::to_vec(&kept).unwrap_or_default();
@@ -189,60 +162,13 @@ impl AnswerCache {
         request: &ChatRequest,
     ) -> Option<(ChatResponse, Duration)> {
         let key = key_of(scope, route, request);
-        let now = Instant::now();
         let mut entries = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        entries.expire(now, self.settings.max_age);
-        let entry =
-            entries.map.get(&key).filter(|entry| now.duration_since(entry.at) <= self.settings.max_age)?;
-        Some((entry.answer.clone(), now.duration_since(entry.at)))
+        entries.get(&key, Instant::now()).map(|(answer, age)| (answer.clone(), age))
     }
 
     /// How many answers are kept, and their bytes.
     pub fn usage(&self) -> (usize, usize) {
-        let mut entries = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        entries.expire(Instant::now(), self.settings.max_age);
-        (entries.map.len(), entries.bytes)
-    }
-}
-
-impl Entries {
-    fn expire(&mut self, now: Instant, max_age: Duration) {
-        while let Some(&(_, at)) = self.order.front() {
-            if now.duration_since(at) <= max_age {
-                break;
-            }
-            self.drop_oldest();
-        }
-    }
-
-    /// Forgets the places of keys written again since, once they are half of all: a key
-    /// answered again and again must not grow the order without bound.
-    fn compact(&mut self) {
-        if self.order.len() <= 2 * self.map.len() + 64 {
-            return;
-        }
-        // The last place of each key is its own; earlier ones (even at the same instant) go.
-        let mut seen = std::collections::HashSet::with_capacity(self.map.len());
-        let mut kept: Vec<(u128, Instant)> = Vec::with_capacity(self.map.len());
-        for &(key, at) in self.order.iter().rev() {
-            if self.map.get(&key).is_some_and(|entry| entry.at == at) && seen.insert(key) {
-                kept.push((key, at));
-            }
-        }
-        self.order = kept.into_iter().rev().collect();
-    }
-
-    /// Drops the oldest entry (skipping places of keys written again since); `false` when none.
-    fn drop_oldest(&mut self) -> bool {
-        while let Some((key, at)) = self.order.pop_front() {
-            if self.map.get(&key).is_some_and(|entry| entry.at == at)
-                && let Some(entry) = self.map.remove(&key)
-            {
-                self.bytes -= entry.bytes;
-                return true;
-            }
-        }
-        false
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).usage(Instant::now())
     }
 }
 
@@ -444,12 +370,10 @@ mod tests {
             cache.remember("s", "r", &request("hot"), &ChatResponse::from_text("m", "hot"));
         }
         assert_eq!(cache.usage().0, 2);
-        assert_eq!(cache.inner.lock().unwrap().order.len(), 6, "places of rewritten keys wait their turn");
         for _ in 0..200 {
             cache.remember("s", "r", &request("hot"), &ChatResponse::from_text("m", "hot"));
         }
-        assert!(cache.inner.lock().unwrap().order.len() <= 2 * 2 + 64 + 1, "but not without bound");
-        assert_eq!(cache.usage().0, 2);
+        assert_eq!(cache.usage().0, 2, "places of rewritten keys stay bounded (see `bounded`)");
         tokio::time::advance(Duration::from_secs(11)).await;
         // "old" is 61 s old: gone, though the hot key's older places stood before... after it.
         assert!(cache.recall("s", "r", &request("old")).is_none());

@@ -35,6 +35,7 @@
 
 pub mod answer_cache;
 pub mod backoff;
+pub mod bounded;
 mod budget;
 pub mod chat;
 pub mod credential;
