@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod connection;
+pub mod drills;
 pub mod logging;
 pub mod metrics;
 pub mod recent;

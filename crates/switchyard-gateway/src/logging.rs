@@ -248,6 +248,13 @@ fn millis(out: &mut Vec<u8>, duration: Duration) {
     let _ = write!(out, "{}.{:03}", micros / 1000, micros % 1000);
 }
 
+/// `at` in RFC 3339, UTC, with microseconds: `2026-11-29T17:43:39.473797Z`.
+pub fn rfc3339(at: SystemTime) -> String {
+    let mut out = Vec::with_capacity(27);
+    timestamp(&mut out, at);
+    String::from_utf8(out).unwrap_or_default()
+}
+
 /// RFC 3339 in UTC with microseconds: `2026-11-29T17:43:39.473797Z`.
 fn timestamp(out: &mut Vec<u8>, now: SystemTime) {
     let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();

@@ -15,7 +15,6 @@ use switchyard_gateway::config::{self, Exposure, Loaded};
 use switchyard_gateway::logging::{AccessLog, BatchedStderr, LogFormat};
 use switchyard_gateway::server::{AppState, app};
 use switchyard_gateway::workers::Workers;
-use tokio::sync::watch;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -77,6 +76,17 @@ enum Command {
         #[arg(long)]
         key: Option<String>,
     },
+    /// Follow a running gateway's events (health, breakers, failovers, finished requests).
+    Events {
+        #[arg(long, default_value = "http://127.0.0.1:4680")]
+        url: String,
+        /// Admin key (default: $SWITCHYARD_ADMIN_KEY, else $SWITCHYARD_KEY).
+        #[arg(long)]
+        key: Option<String>,
+        /// Print each event as the JSON the gateway sent, one per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Configuration commands.
     Config {
         #[command(subcommand)]
@@ -132,6 +142,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             chat(&loaded.router, target.or(route).unwrap_or_default(), stream, prompt).await
         }
         Command::Health { url, key } => health(&url, key).await,
+        Command::Events { url, key, json } => events(&url, key, json).await,
         Command::Config { command: ConfigCommand::Check { file } } => match config::load_file(&file, &env) {
             Ok(loaded) => {
                 let routes: Vec<&str> = loaded.router.routes().map(|r| r.name()).collect();
@@ -247,8 +258,8 @@ async fn serve_logged(
     let prepare = Arc::new(move || router.warm());
     let state = AppState::exposed(loaded.router, loaded.gateway, access, &exposure);
     let threads = threads.or_else(|| std::thread::available_parallelism().ok()).unwrap_or(NonZeroUsize::MIN);
-    let (stop, stopped) = watch::channel(false);
-    let workers = Workers::start(listener, threads, app(state), limits, prepare, stopped)
+    let stop = state.clone();
+    let workers = Workers::start(listener, threads, app(state.clone()), limits, prepare, state.stop_signal())
         .context("cannot start the workers")?;
     let finished = workers.finished();
     tokio::pin!(finished);
@@ -256,7 +267,7 @@ async fn serve_logged(
         result = &mut finished => result.context("the server failed")?,
         () = shutdown_signal() => {
             eprintln!("switchyard: shutting down; open streams have {grace:?} to finish");
-            let _ = stop.send(true);
+            stop.stop();
             // Bound the drain: a stream that never ends must not hold the process forever.
             tokio::select! {
                 result = finished => result.context("the server failed")?,
@@ -601,14 +612,80 @@ fn fail_with_trail(error: &switchyard::RouteError) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::FAILURE)
 }
 
-async fn health(url: &str, key: Option<String>) -> anyhow::Result<ExitCode> {
+/// A GET of the admin endpoint `path` with the admin key, refused statuses named.
+async fn admin_get(url: &str, path: &str, key: Option<String>) -> anyhow::Result<reqwest::Response> {
     let key = key.or_else(|| env("SWITCHYARD_ADMIN_KEY")).or_else(|| env("SWITCHYARD_KEY"));
-    let client = reqwest::Client::new();
-    let mut request = client.get(format!("{}/admin/health", url.trim_end_matches('/')));
+    let mut request = reqwest::Client::new().get(format!("{}{path}", url.trim_end_matches('/')));
     if let Some(key) = key {
         request = request.bearer_auth(key);
     }
-    let response = request.send().await.with_context(|| format!("cannot reach the gateway at {url}"))?;
+    request.send().await.with_context(|| format!("cannot reach the gateway at {url}"))
+}
+
+async fn events(url: &str, key: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    let response = admin_get(url, "/admin/events", key).await?;
+    let status = response.status();
+    if !status.is_success() {
+        let bytes = response.bytes().await.unwrap_or_default();
+        let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        bail!("the gateway answered {status}: {}", body["error"]["message"].as_str().unwrap_or_default());
+    }
+    let mut response = response;
+    let mut buffer: Vec<u8> = Vec::new();
+    let mut out = std::io::stdout().lock();
+    while let Some(chunk) = response.chunk().await.context("the event stream broke off")? {
+        buffer.extend_from_slice(&chunk);
+        while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
+            let block: Vec<u8> = buffer.drain(..end + 2).collect();
+            let text = String::from_utf8_lossy(&block);
+            let Some(data) = text.lines().find_map(|line| line.strip_prefix("data: ")) else { continue };
+            let line = if json { data.to_owned() } else { event_line(data) };
+            // A closed stdout (`events | head`) ends the tail.
+            if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+    }
+    eprintln!("switchyard: the gateway closed the event stream");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One event as a line for a person: time, name, then its fields as `key=value`.
+fn event_line(data: &str) -> String {
+    let Ok(serde_json::Value::Object(event)) = serde_json::from_str::<serde_json::Value>(data) else {
+        return data.to_owned();
+    };
+    let time = event
+        .get("time_ms")
+        .and_then(serde_json::Value::as_u64)
+        .map(|ms| switchyard_gateway::logging::rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(ms)))
+        .unwrap_or_default();
+    let name = event.get("event").and_then(serde_json::Value::as_str).unwrap_or("event");
+    let mut line = format!("{time} {name:<20}");
+    for (field, value) in &event {
+        if field == "event" || field == "time_ms" || field == "time" || value.is_null() {
+            continue;
+        }
+        let value = match value {
+            serde_json::Value::String(text) => text.clone(),
+            serde_json::Value::Object(object) if field == "error" => {
+                let part = |name: &str| object.get(name).map(|v| v.to_string().trim_matches('"').to_owned());
+                [part("kind"), part("status"), part("detail").map(|d| format!("{d:?}"))]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }
+            other => other.to_string(),
+        };
+        line.push_str(&format!(" {field}={value}"));
+    }
+    line
+}
+
+async fn health(url: &str, key: Option<String>) -> anyhow::Result<ExitCode> {
+    let response = admin_get(url, "/admin/health", key).await?;
     let status = response.status();
     let bytes = response.bytes().await.context("the gateway's answer broke off")?;
     let body: serde_json::Value =

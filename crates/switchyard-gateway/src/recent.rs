@@ -1,8 +1,9 @@
-//! The trails of recent requests, for `GET /admin/requests/{id}`.
+//! The trails of recent requests, for `GET /admin/requests/{id}`, and their list, for
+//! `GET /admin/requests` and the operator page.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
@@ -13,6 +14,8 @@ use switchyard::trail::{Trail, Via};
 #[derive(Debug, Clone)]
 pub struct RequestRecord {
     pub id: String,
+    /// When the request arrived.
+    pub at: SystemTime,
     pub endpoint: &'static str,
     pub route: Arc<str>,
     pub served_by: Option<Via>,
@@ -31,6 +34,7 @@ impl Serialize for RequestRecord {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("request_id", &self.id)?;
+        map.serialize_entry("time", &crate::logging::rfc3339(self.at))?;
         map.serialize_entry("endpoint", self.endpoint)?;
         map.serialize_entry("route", &*self.route)?;
         map.serialize_entry("served_by", &self.served_by.as_ref().map(ToString::to_string))?;
@@ -39,6 +43,51 @@ impl Serialize for RequestRecord {
         map.serialize_entry("queued_ms", &ms(self.queued))?;
         map.serialize_entry("first_token_ms", &self.first_token.map(ms))?;
         map.serialize_entry("attempts", &self.trail)?;
+        map.end()
+    }
+}
+
+impl RequestRecord {
+    /// Whether another target than the first one called served the request.
+    pub fn fell_back(&self) -> bool {
+        let first_called = self.trail.attempts().iter().find(|a| !a.outcome.is_skip()).map(|a| &a.via);
+        self.served_by.is_some() && first_called != self.served_by.as_ref()
+    }
+
+    /// The request as a line of the history: no trail, only how many attempts it took.
+    pub fn summary(&self) -> Summary<'_> {
+        Summary(self)
+    }
+}
+
+/// A request's line in `GET /admin/requests`: id, time, route, target, attempts, status and
+/// latency.
+pub struct Summary<'a>(&'a RequestRecord);
+
+impl Serialize for Summary<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let record = self.0;
+        let unix = record.at.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("request_id", &record.id)?;
+        map.serialize_entry("time", &crate::logging::rfc3339(record.at))?;
+        map.serialize_entry("time_ms", &(unix.as_millis() as u64))?;
+        map.serialize_entry("endpoint", record.endpoint)?;
+        map.serialize_entry("route", &*record.route)?;
+        map.serialize_entry("served_by", &record.served_by.as_ref().map(ToString::to_string))?;
+        map.serialize_entry("status", &record.status)?;
+        map.serialize_entry("attempts", &record.trail.len())?;
+        map.serialize_entry("fallback", &record.fell_back())?;
+        let failed: Vec<String> = record
+            .trail
+            .attempts()
+            .iter()
+            .filter(|a| a.error.is_some() && !a.outcome.is_skip())
+            .map(|a| a.via.to_string())
+            .collect();
+        map.serialize_entry("failed", &failed)?;
+        map.serialize_entry("duration_ms", &ms(record.duration))?;
+        map.serialize_entry("first_token_ms", &record.first_token.map(ms))?;
         map.end()
     }
 }
@@ -70,6 +119,17 @@ impl Recent {
         drop(evicted);
     }
 
+    /// The `limit` newest records, newest first.
+    pub fn latest(&self, limit: usize) -> Vec<RequestRecord> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.iter().rev().take(limit).cloned().collect()
+    }
+
+    /// How many records it keeps at most.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// The record of request `id`, if it is still kept.
     pub fn get(&self, id: &str) -> Option<RequestRecord> {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
@@ -84,6 +144,7 @@ mod tests {
     fn record(id: &str) -> RequestRecord {
         RequestRecord {
             id: id.to_owned(),
+            at: SystemTime::UNIX_EPOCH,
             endpoint: "chat_completions",
             route: "default".into(),
             served_by: None,
@@ -103,5 +164,8 @@ mod tests {
         }
         assert!(recent.get("a").is_none());
         assert_eq!(recent.get("c").map(|r| r.id), Some("c".to_owned()));
+        let latest: Vec<String> = recent.latest(5).into_iter().map(|r| r.id).collect();
+        assert_eq!(latest, ["c", "b"], "newest first, only what is kept");
+        assert_eq!(recent.latest(1).len(), 1);
     }
 }

@@ -207,6 +207,97 @@ impl EventKind {
     }
 }
 
+/// An event as JSON, for streams and logs: `event` (its [`EventKind::name`]), `time_ms` (Unix
+/// milliseconds) and the kind's fields. Durations are milliseconds; an instant is how long
+/// after the event it falls (`until_ms`). Targets and credential ids, never keys.
+impl serde::Serialize for Event {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("event", self.kind.name())?;
+        let unix = self.wall.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        map.serialize_entry("time_ms", &(unix.as_millis() as u64))?;
+        let ms = crate::trail::millis;
+        match &self.kind {
+            EventKind::AttemptFailed { target, credential_id, error, will_retry } => {
+                map.serialize_entry("target", target)?;
+                map.serialize_entry("credential_id", credential_id)?;
+                map.serialize_entry("error", &crate::trail::ErrorView(error))?;
+                map.serialize_entry("will_retry", will_retry)?;
+            }
+            EventKind::HedgeStarted { route, first, hedge, after } => {
+                map.serialize_entry("route", route)?;
+                map.serialize_entry("first", first)?;
+                map.serialize_entry("hedge", hedge)?;
+                map.serialize_entry("after_ms", &ms(*after))?;
+            }
+            EventKind::HedgeWon { route, hedge, first } => {
+                map.serialize_entry("route", route)?;
+                map.serialize_entry("hedge", hedge)?;
+                map.serialize_entry("first", first)?;
+            }
+            EventKind::ProviderSwitch { from, to, reason } => {
+                map.serialize_entry("from", from)?;
+                map.serialize_entry("to", to)?;
+                map.serialize_entry("reason", reason)?;
+            }
+            EventKind::HealthChanged { subject, from, to, reason } => {
+                subject_entries(&mut map, subject)?;
+                map.serialize_entry("from", from)?;
+                map.serialize_entry("to", to)?;
+                map.serialize_entry("reason", reason)?;
+            }
+            EventKind::Exhausted { subject, until } => {
+                subject_entries(&mut map, subject)?;
+                let until = until.map(|u| ms(u.saturating_duration_since(self.at)));
+                map.serialize_entry("until_ms", &until)?;
+            }
+            EventKind::Recovered { subject, from } => {
+                subject_entries(&mut map, subject)?;
+                map.serialize_entry("from", from)?;
+            }
+            EventKind::CapacityRestored { subject } => subject_entries(&mut map, subject)?,
+            EventKind::CircuitOpened { target, open_for, consecutive_failures } => {
+                map.serialize_entry("target", target)?;
+                map.serialize_entry("open_for_ms", &ms(*open_for))?;
+                map.serialize_entry("consecutive_failures", consecutive_failures)?;
+            }
+            EventKind::CircuitHalfOpen { target } | EventKind::CircuitClosed { target } => {
+                map.serialize_entry("target", target)?;
+            }
+            EventKind::AllTargetsFailed { route, attempts, last } => {
+                map.serialize_entry("route", route)?;
+                map.serialize_entry("attempts", attempts)?;
+                map.serialize_entry("last", last)?;
+            }
+            EventKind::RateLimitWaited { provider, credential_id, waited, reason } => {
+                map.serialize_entry("provider", &**provider)?;
+                map.serialize_entry("credential_id", credential_id)?;
+                map.serialize_entry("waited_ms", &ms(*waited))?;
+                map.serialize_entry("reason", reason)?;
+            }
+            EventKind::CandidateStarted { name } | EventKind::CandidateSucceeded { name } => {
+                map.serialize_entry("candidate", &**name)?;
+            }
+            EventKind::CandidateFailed { name, detail } => {
+                map.serialize_entry("candidate", &**name)?;
+                map.serialize_entry("detail", detail)?;
+            }
+            EventKind::SharedStateDegraded { reason } => map.serialize_entry("reason", reason)?,
+            EventKind::SharedStateRestored => {}
+        }
+        map.end()
+    }
+}
+
+/// `target` or `credential_id`, as the subject is.
+fn subject_entries<M: serde::ser::SerializeMap>(map: &mut M, subject: &Subject) -> Result<(), M::Error> {
+    match subject {
+        Subject::Target(target) => map.serialize_entry("target", target),
+        Subject::Credential(id) => map.serialize_entry("credential_id", id),
+    }
+}
+
 impl From<HealthEvent> for EventKind {
     fn from(event: HealthEvent) -> Self {
         match event {

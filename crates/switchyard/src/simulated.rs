@@ -116,6 +116,26 @@ struct State {
     chunk_gap: Duration,
     embedding_dims: usize,
     calls: AtomicU64,
+    /// An operator's fault drill, over the configured error rates and latency.
+    drill: Mutex<Drill>,
+}
+
+/// A fault drill: error rates and latency set while the provider is in use, in place of the
+/// configured ones. What a drill leaves `None` stays as configured; [`Drill::default`] restores
+/// the configuration. Scripted steps and outage windows still come first.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Drill {
+    /// Calls fail with each kind at its rate (0 to 1, adding up to at most 1).
+    pub error_rates: Option<Vec<(ErrorKind, f64)>>,
+    /// How long each call takes before it answers.
+    pub latency: Option<Latency>,
+}
+
+impl Drill {
+    /// Whether the drill changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.error_rates.is_none() && self.latency.is_none()
+    }
 }
 
 /// A provider that answers from a script. Clones share the script and the call counter, so a
@@ -147,6 +167,7 @@ impl SimulatedProvider {
                 chunk_gap: Duration::ZERO,
                 embedding_dims: 8,
                 calls: AtomicU64::new(0),
+                drill: Mutex::new(Drill::default()),
             }),
         }
     }
@@ -204,6 +225,17 @@ impl SimulatedProvider {
         self.state.script.lock().unwrap_or_else(|p| p.into_inner()).extend(steps);
     }
 
+    /// Starts a fault drill in place of any earlier one; [`Drill::default`] ends it. Takes
+    /// effect from the next call.
+    pub fn drill(&self, drill: Drill) {
+        *self.state.drill.lock().unwrap_or_else(|p| p.into_inner()) = drill;
+    }
+
+    /// The drill in force ([`Drill::default`] when none).
+    pub fn current_drill(&self) -> Drill {
+        self.state.drill.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// How many calls it received.
     pub fn calls(&self) -> u64 {
         self.state.calls.load(Ordering::SeqCst)
@@ -219,9 +251,11 @@ impl SimulatedProvider {
         if state.outages.iter().any(|(from, until)| age >= *from && age < *until) {
             return Step::fail(ErrorKind::Unavailable);
         }
-        if !state.error_rates.is_empty() {
+        let drilled = state.drill.lock().unwrap_or_else(|p| p.into_inner()).error_rates.clone();
+        let error_rates = drilled.as_deref().unwrap_or(&state.error_rates);
+        if !error_rates.is_empty() {
             let mut draw = state.jitter.unit();
-            for (kind, rate) in &state.error_rates {
+            for (kind, rate) in error_rates {
                 if draw < *rate {
                     return Step::fail(*kind);
                 }
@@ -232,7 +266,8 @@ impl SimulatedProvider {
     }
 
     fn latency_now(&self) -> Duration {
-        match self.state.latency {
+        let drilled = self.state.drill.lock().unwrap_or_else(|p| p.into_inner()).latency;
+        match drilled.unwrap_or(self.state.latency) {
             Latency::Fixed(d) => d,
             Latency::Uniform(lo, hi) if hi > lo => lo + (hi - lo).mul_f64(self.state.jitter.unit()),
             Latency::Uniform(lo, _) => lo,

@@ -250,7 +250,8 @@ impl Serialize for Attempt {
     }
 }
 
-struct ErrorView<'a>(&'a ProviderError);
+/// A failure as the trail and events show it: kind, status, code, detail, Retry-After.
+pub(crate) struct ErrorView<'a>(pub(crate) &'a ProviderError);
 
 impl Serialize for ErrorView<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {

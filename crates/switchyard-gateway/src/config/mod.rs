@@ -1,7 +1,7 @@
 //! Configuration: one file (YAML, or TOML), the environment, or the embedded demo; validated
 //! once at load, with errors that name the file, the key path and the fix.
 
-mod file;
+pub(crate) mod file;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -15,7 +15,9 @@ use switchyard::health::HealthSettings;
 use switchyard::pacing::{LimitPacer, Limits};
 use switchyard::provider::Provider;
 use switchyard::route::{Candidate, ErrorFilter, Retry, Rotation, Route, RouteTarget, Timeouts};
-use switchyard::simulated::{Latency, SimulatedProvider};
+use switchyard::simulated::SimulatedProvider;
+
+use crate::drills::Drills;
 use switchyard::{Price, ProviderEntry, RetryBudgetSettings, Router, Target};
 use switchyard_providers::{HttpSettings, ProviderKind, ProviderSettings};
 use switchyard_state::{RedisStore, StateError, StateSettings};
@@ -98,6 +100,8 @@ pub struct GatewaySettings {
     pub shared_state: Option<Arc<RedisStore>>,
     /// The bounds of the Responses API's conversation store (`gateway.responses`).
     pub responses: ResponsesBounds,
+    /// The providers fault drills can change (`POST /admin/simulated/{provider}`).
+    pub drills: Drills,
 }
 
 /// How much of the Responses API's conversations the gateway keeps: the oldest go first when
@@ -240,6 +244,8 @@ pub struct ProviderSummary {
     pub credentials: Vec<String>,
     /// Client-side pacing, when configured.
     pub limits: Option<Limits>,
+    /// The provider itself when it is `simulated`, for fault drills.
+    pub simulated: Option<SimulatedProvider>,
 }
 
 /// A loaded, validated configuration: the router and everything around it.
@@ -275,14 +281,31 @@ pub fn load_file(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Lo
 pub fn load_default(env: &dyn Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError> {
     match from_env(env) {
         Some((file, vars)) => build(file, Source::Environment(vars), env),
-        None => load_demo(),
+        None => demo(env),
     }
 }
 
 /// The embedded demo configuration.
 pub fn load_demo() -> Result<Loaded, ConfigError> {
-    let file = parse(DEMO, false, "(embedded demo)")?;
-    build(file, Source::Demo, &|_| None)
+    demo(&|_| None)
+}
+
+/// The demo, with the gateway keys of the environment (`SWITCHYARD_KEY`,
+/// `SWITCHYARD_ADMIN_KEY`) when set: a demo shown beyond loopback, or its operator page
+/// behind an admin key.
+fn demo(env: &dyn Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError> {
+    let mut file = parse(DEMO, false, "(embedded demo)")?;
+    gateway_keys_from_env(&mut file, env);
+    build(file, Source::Demo, env)
+}
+
+fn gateway_keys_from_env(file: &mut FileConfig, env: &dyn Fn(&str) -> Option<String>) {
+    if env("SWITCHYARD_KEY").is_some_and(|k| !k.is_empty()) {
+        file.gateway.keys.push("env://SWITCHYARD_KEY".to_owned());
+    }
+    if env("SWITCHYARD_ADMIN_KEY").is_some_and(|k| !k.is_empty()) {
+        file.gateway.admin_key = Some("env://SWITCHYARD_ADMIN_KEY".to_owned());
+    }
 }
 
 /// Parses YAML or TOML text into the file model. Errors name the key path.
@@ -361,12 +384,7 @@ pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Option<(FileConfig, Vec
         return None;
     }
     file.routes.insert("default".to_owned(), file::RouteConfig::with_targets(targets));
-    if env("SWITCHYARD_KEY").is_some_and(|k| !k.is_empty()) {
-        file.gateway.keys.push("env://SWITCHYARD_KEY".to_owned());
-    }
-    if env("SWITCHYARD_ADMIN_KEY").is_some_and(|k| !k.is_empty()) {
-        file.gateway.admin_key = Some("env://SWITCHYARD_ADMIN_KEY".to_owned());
-    }
+    gateway_keys_from_env(&mut file, env);
     Some((file, vars))
 }
 
@@ -445,6 +463,7 @@ pub fn build(
         builder = builder.health_store(store.clone());
     }
     gateway.shared_state = shared_state;
+    gateway.drills = Drills::new(summaries.iter().map(|s| (s.id.clone(), s.kind, s.simulated.clone())));
     // No limits, no pacer: unpaced calls pay nothing for pacing.
     if !paced.is_empty() {
         builder = match &gateway.shared_state {
@@ -612,26 +631,15 @@ impl Validator<'_> {
                 );
             }
         }
-        let sum: f64 = config.error_rates.values().sum();
-        for (kind, rate) in &config.error_rates {
-            if !(0.0..=1.0).contains(rate) {
-                self.problem(
-                    format!("{path}.error_rates.{kind}"),
-                    format!("{rate} is not a rate between 0 and 1"),
-                );
-            }
+        for (field, problem) in crate::drills::error_rate_problems(&config.error_rates) {
+            self.problem(format!("{path}.error_rates{field}"), problem);
         }
-        if sum > 1.0 + 1e-9 {
-            self.problem(format!("{path}.error_rates"), format!("the rates add up to {sum}, more than 1"));
-        }
+        let mut simulated = None;
         let provider: Option<(Arc<dyn Provider>, String)> = match config.kind {
             Kind::Simulated => {
                 let mut sim = SimulatedProvider::new();
                 if let Some(latency) = &config.latency {
-                    sim = sim.latency(match latency {
-                        file::LatencyConfig::Fixed(d) => Latency::Fixed(d.0),
-                        file::LatencyConfig::Range { min, max } => Latency::Uniform(min.0, max.0),
-                    });
+                    sim = sim.latency(latency.to_latency());
                 }
                 for (kind, rate) in &config.error_rates {
                     sim = sim.error_rate(*kind, *rate);
@@ -645,6 +653,7 @@ impl Validator<'_> {
                 if let Some(seed) = config.seed {
                     sim = sim.seed(seed);
                 }
+                simulated = Some(sim.clone());
                 Some((Arc::new(sim), String::new()))
             }
             kind => {
@@ -714,6 +723,7 @@ impl Validator<'_> {
             base_url,
             credentials: Vec::new(),
             limits: None,
+            simulated,
         };
         let mut entry = ProviderEntry::from_arc(id, provider);
         for (key, priority) in keys {
@@ -1031,6 +1041,7 @@ impl Validator<'_> {
             connections: ConnectionLimits { header_timeout, idle_timeout, max_connections },
             shared_state: None,
             responses: self.responses(config.responses.as_ref()),
+            drills: Drills::default(),
         })
     }
 }

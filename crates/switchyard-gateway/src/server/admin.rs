@@ -3,17 +3,18 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use switchyard::Target;
 
+use crate::drills::DrillError;
 use crate::metrics::labels;
 
 use super::{ApiError, AppState, Dialect, authorized, unauthorized};
 
-fn admin_allowed(state: &AppState, headers: &HeaderMap) -> bool {
+pub(super) fn admin_allowed(state: &AppState, headers: &HeaderMap) -> bool {
     match &state.gateway.admin_key {
         Some(key) => authorized(std::slice::from_ref(key), headers),
         None => authorized(&state.gateway.keys, headers),
@@ -105,7 +106,12 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
                 .iter()
                 .map(|c| json!({ "credential_id": c.id(), "key": c.masked() }))
                 .collect();
-            json!({ "id": id, "credentials": credentials })
+            let mut provider = json!({ "id": id, "credentials": credentials });
+            if let Some(drill) = state.gateway.drills.describe(id) {
+                provider["kind"] = "simulated".into();
+                provider["drill"] = drill;
+            }
+            provider
         })
         .collect();
     let latencies: std::collections::HashMap<_, _> = state.router.latencies().into_iter().collect();
@@ -120,7 +126,16 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
             value
         })
         .collect();
+    let routes: Vec<Value> = state
+        .router
+        .routes()
+        .map(|route| {
+            let candidates: Vec<&str> = route.candidates().iter().map(|c| c.name().as_ref()).collect();
+            json!({ "name": route.name(), "targets": route.all_targets(), "candidates": candidates })
+        })
+        .collect();
     axum::Json(json!({
+        "routes": routes,
         "targets": targets,
         "credentials": snapshot.credentials,
         "providers": providers,
@@ -193,6 +208,60 @@ fn fleet_reach(state: &AppState) -> &'static str {
 
 fn bad_request(message: String) -> Response {
     ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message).into_response(Dialect::OpenAi, "")
+}
+
+/// `GET /admin/requests?limit=N`: the newest requests kept, newest first (50 by default).
+pub async fn requests(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Response {
+    if !admin_allowed(&state, &headers) {
+        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+    }
+    let mut limit = 50;
+    for (name, value) in &query {
+        match name.as_str() {
+            "limit" => match value.parse::<usize>() {
+                Ok(n) if n > 0 => limit = n,
+                _ => return bad_request(format!("limit `{value}` is not a positive whole number")),
+            },
+            other => return bad_request(format!("unknown parameter `{other}`: only `limit` is taken")),
+        }
+    }
+    let records = state.recent.latest(limit);
+    let requests: Vec<_> = records.iter().map(|record| record.summary()).collect();
+    axum::Json(json!({ "requests": requests, "kept": state.recent.capacity() })).into_response()
+}
+
+/// `POST /admin/simulated/{provider}`: a fault drill on a simulated provider.
+pub async fn drill(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(provider): Path<String>,
+    body: Body,
+) -> Response {
+    if !admin_allowed(&state, &headers) {
+        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+    }
+    let Ok(body) = axum::body::to_bytes(body, 64 * 1024).await else {
+        return bad_request("the body must be a small JSON object".to_owned());
+    };
+    match state.gateway.drills.apply(&provider, &body) {
+        Ok(drill) => {
+            tracing::info!(provider = %provider, drill = %drill, "fault drill");
+            axum::Json(json!({ "provider": provider, "drill": drill })).into_response()
+        }
+        Err(error @ DrillError::Unknown(_)) => {
+            ApiError::new(StatusCode::NOT_FOUND, "unknown_provider", error.to_string())
+                .into_response(Dialect::OpenAi, "")
+        }
+        Err(error @ DrillError::NotSimulated { .. }) => {
+            ApiError::new(StatusCode::CONFLICT, "not_simulated", error.to_string())
+                .into_response(Dialect::OpenAi, "")
+        }
+        Err(DrillError::Invalid(message)) => bad_request(message),
+    }
 }
 
 pub async fn request(

@@ -5,7 +5,9 @@
 mod admin;
 mod anthropic;
 mod errors;
+mod events;
 mod openai;
+mod page;
 mod responses;
 mod sse;
 
@@ -49,6 +51,10 @@ pub struct AppState {
     pub metrics: Metrics,
     /// The Responses API's conversations.
     pub responses: ResponseStore,
+    /// Finished requests, for `/admin/events` subscribers.
+    pub feed: events::RequestFeed,
+    /// Turns `true` when the gateway begins to shut down: endless streams (`/admin/events`) end.
+    stopping: tokio::sync::watch::Sender<bool>,
     access: AccessLog,
     ids: IdSource,
     /// The targets the configuration names; others (named by clients) share one metric label.
@@ -100,11 +106,24 @@ impl AppState {
             router,
             gateway,
             metrics,
+            feed: events::RequestFeed::default(),
+            stopping: tokio::sync::watch::Sender::new(false),
             access,
             ids: IdSource::new(),
             listed,
             guard_metrics,
         })
+    }
+
+    /// A receiver that turns `true` once [`AppState::stop`] is called.
+    pub fn stop_signal(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stopping.subscribe()
+    }
+
+    /// Begins shutting down: the workers stop accepting and the admin event streams end, so
+    /// they do not hold the drain of requests.
+    pub fn stop(&self) {
+        self.stopping.send_replace(true);
     }
 
     /// Whether the configuration names `target`.
@@ -154,7 +173,12 @@ pub fn app(state: Arc<AppState>) -> HttpRouter {
         .route("/metrics", get(admin::metrics))
         .route("/admin/health", get(admin::health))
         .route("/admin/health/reset", post(admin::reset))
+        .route("/admin/requests", get(admin::requests))
         .route("/admin/requests/{id}", get(admin::request))
+        .route("/admin/events", get(events::stream))
+        .route("/admin/simulated/{provider}", post(admin::drill))
+        .route("/admin", get(page::redirect))
+        .route("/admin/", get(page::page))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -162,7 +186,7 @@ pub fn app(state: Arc<AppState>) -> HttpRouter {
 
 async fn not_found(request: Request) -> Response {
     let message = format!(
-        "no such endpoint: {} {}. Endpoints: POST /v1/chat/completions, POST /v1/messages, POST /v1/embeddings, GET /v1/models, GET /v1/models/{{id}}, GET /healthz, GET /readyz, GET /metrics, GET /admin/health, POST /admin/health/reset, GET /admin/requests/{{id}}",
+        "no such endpoint: {} {}. Endpoints: POST /v1/chat/completions, POST /v1/messages, POST /v1/embeddings, GET /v1/models, GET /v1/models/{{id}}, GET /healthz, GET /readyz, GET /metrics, GET /admin/, GET /admin/health, POST /admin/health/reset, GET /admin/requests, GET /admin/requests/{{id}}, GET /admin/events, POST /admin/simulated/{{provider}}",
         request.method(),
         request.uri().path()
     );
@@ -185,6 +209,8 @@ pub struct RequestContext {
     pub id: String,
     pub dialect: Dialect,
     pub started: Instant,
+    /// When it arrived, by the wall clock.
+    pub wall: SystemTime,
     pub endpoint: &'static str,
     /// The error kind that ended the request after its status was sent (a stream cut
     /// mid-way): the log line keeps the status the client received and names the error.
@@ -202,7 +228,7 @@ impl RequestContext {
                     && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
             })
             .map_or_else(|| state.ids.next(), str::to_owned);
-        Self { id, dialect, started: Instant::now(), endpoint, late_error: None }
+        Self { id, dialect, started: Instant::now(), wall: SystemTime::now(), endpoint, late_error: None }
     }
 
     /// Renders `error` and logs the request.
@@ -333,8 +359,9 @@ impl RequestContext {
             let until = if timing.first_token.is_some() { timing.total } else { elapsed };
             overhead = until.saturating_sub(upstream).saturating_sub(timing.queued);
             metrics.observe("switchyard_overhead_seconds", labels([]), overhead.as_secs_f64());
-            state.recent.insert(RequestRecord {
+            let record = RequestRecord {
                 id: self.id.clone(),
+                at: self.wall,
                 endpoint: self.endpoint,
                 route: route.clone(),
                 served_by: served_by.cloned(),
@@ -343,7 +370,9 @@ impl RequestContext {
                 queued: timing.queued,
                 first_token: timing.first_token,
                 trail,
-            });
+            };
+            state.feed.publish(&record);
+            state.recent.insert(record);
         }
         state.access.record(&AccessEntry {
             request_id: &self.id,

@@ -25,6 +25,9 @@ pub struct TargetHealth {
     pub consecutive_failures: u32,
     /// `closed`, `open` or `half_open`.
     pub breaker: &'static str,
+    /// For an open circuit: how long until it lets a probe through.
+    #[serde(serialize_with = "ser_opt_ms")]
+    pub probe_in: Option<Duration>,
     /// How long the status has held.
     #[serde(serialize_with = "ser_opt_ms")]
     pub since: Option<Duration>,
@@ -39,6 +42,10 @@ impl TargetHealth {
             retry_after: record.retry_until.and_then(|u| u.checked_duration_since(now)),
             consecutive_failures: record.consecutive_failures,
             breaker: record.breaker.name(),
+            probe_in: match record.breaker {
+                super::Breaker::Open { until } => Some(until.saturating_duration_since(now)),
+                _ => None,
+            },
             since: record.since.map(|s| now.saturating_duration_since(s)),
         }
     }

@@ -78,7 +78,7 @@ async fn events_trails_and_errors_never_contain_a_key() {
     let texts = [
         format!("{error:?}"),
         error.to_string(),
-        format!("{:?}", events.drain()),
+        serde_json::to_string(&events.drain()).unwrap(),
         format!("{stream_error:?}"),
         format!("{:?}", router.health()),
         format!("{router:?}"),
@@ -90,6 +90,65 @@ async fn events_trails_and_errors_never_contain_a_key() {
     }
     assert!(stream_error.is_some());
     assert_eq!(router.credentials("a").unwrap()[0].masked(), "****cdef");
+}
+
+#[tokio::test(start_paused = true)]
+async fn events_serialize_as_flat_json_named_by_kind() {
+    let a = SimulatedProvider::new().script([Step::rate_limited(std::time::Duration::from_secs(3))]);
+    let b = SimulatedProvider::new();
+    let router = router(
+        &[("a", &a), ("b", &b)],
+        Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1)),
+    );
+    let mut events = router.subscribe();
+
+    router.chat(&request("default")).await.unwrap();
+
+    let events: Vec<serde_json::Value> =
+        events.drain().iter().map(|e| serde_json::to_value(&**e).unwrap()).collect();
+    let failed = events.iter().find(|e| e["event"] == "attempt_failed").expect("an attempt failed");
+    assert_eq!(failed["target"], "a:m");
+    assert_eq!(failed["error"]["kind"], "rate_limited");
+    assert_eq!(failed["error"]["status"], 429);
+    assert_eq!(failed["error"]["retry_after_ms"], 3000.0);
+    assert_eq!(failed["will_retry"], false);
+    assert!(failed["time_ms"].as_u64().is_some_and(|t| t > 1_700_000_000_000), "{failed}");
+    let switch = events.iter().find(|e| e["event"] == "provider_switch").expect("it switched");
+    assert_eq!(
+        (&switch["from"], &switch["to"], &switch["reason"]),
+        (&"a:m".into(), &"b:m".into(), &"rate_limited".into())
+    );
+    let changed = events
+        .iter()
+        .find(|e| e["event"] == "health_changed" && e["target"].is_string())
+        .expect("a's health changed");
+    assert_eq!((&changed["target"], &changed["to"]), (&"a:m".into(), &"rate_limited".into()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drill_breaks_a_simulated_target_until_it_is_lifted() {
+    use switchyard::simulated::{Drill, Latency};
+    let a = SimulatedProvider::new();
+    let b = SimulatedProvider::new();
+    let router = router(
+        &[("a", &a), ("b", &b)],
+        Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1)).health_gate(false),
+    );
+
+    a.drill(Drill { error_rates: Some(vec![(ErrorKind::Unavailable, 1.0)]), latency: None });
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!(answer.served_by.to_string(), "b:m", "the drilled target fails: {:?}", answer.trail);
+
+    a.drill(Drill { error_rates: None, latency: Some(Latency::Fixed(std::time::Duration::from_secs(2))) });
+    let started = tokio::time::Instant::now();
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!(answer.served_by.to_string(), "a:m", "a latency drill leaves the configured error rates");
+    assert_eq!(started.elapsed(), std::time::Duration::from_secs(2));
+
+    a.drill(Drill::default());
+    let started = tokio::time::Instant::now();
+    router.chat(&request("default")).await.unwrap();
+    assert_eq!(started.elapsed(), std::time::Duration::ZERO, "an empty drill restores the configuration");
 }
 
 /// A custom provider whose stream sends one chunk, then fails with an error that repeats the
