@@ -1,0 +1,286 @@
+//! Operating a running gateway: the event stream, fault drills, the request history and the
+//! operator page, in process on loopback.
+
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchyard_gateway::config;
+use switchyard_gateway::server::{AppState, app};
+
+const GATEWAY_KEY: &str = "gw-secret-key-123456";
+const ADMIN_KEY: &str = "admin-secret-key-654321";
+
+const CONFIG: &str = r#"
+providers:
+  primary: { kind: simulated, reply: "from primary" }
+  backup: { kind: simulated, reply: "from backup" }
+  real: { kind: openai, base_url: "http://127.0.0.1:9/v1", api_key: sk-upstream-never-called }
+routes:
+  default:
+    targets: [primary:m, backup:m]
+    retry: { max_attempts: 1 }
+    health_gate: false
+gateway:
+  keys: [env://GW_KEY]
+  admin_key: env://ADMIN_KEY
+"#;
+
+struct Gateway {
+    addr: SocketAddr,
+    state: Arc<AppState>,
+    client: reqwest::Client,
+}
+
+impl Gateway {
+    async fn start() -> Self {
+        let env = |name: &str| match name {
+            "GW_KEY" => Some(GATEWAY_KEY.to_owned()),
+            "ADMIN_KEY" => Some(ADMIN_KEY.to_owned()),
+            _ => None,
+        };
+        let file = config::parse(CONFIG, false, "test.yaml").unwrap();
+        let loaded = config::build(file, config::Source::File("test.yaml".into()), &env).unwrap();
+        let state = AppState::new(loaded.router, loaded.gateway);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let served = state.clone();
+        tokio::spawn(async move { axum::serve(listener, app(served)).await.unwrap() });
+        Self { addr, state, client: reqwest::Client::new() }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    async fn chat(&self) -> reqwest::Response {
+        let body = json!({ "model": "default", "messages": [{ "role": "user", "content": "hi" }] });
+        self.client
+            .post(self.url("/v1/chat/completions"))
+            .bearer_auth(GATEWAY_KEY)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn drill(&self, provider: &str, body: &str, key: &str) -> (u16, Value) {
+        let response = self
+            .client
+            .post(self.url(&format!("/admin/simulated/{provider}")))
+            .bearer_auth(key)
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), json_of(response).await)
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self.client.get(self.url(path)).bearer_auth(ADMIN_KEY).send().await.unwrap();
+        (response.status().as_u16(), json_of(response).await)
+    }
+}
+
+async fn json_of(response: reqwest::Response) -> Value {
+    let bytes = response.bytes().await.unwrap();
+    serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
+}
+
+/// Reads SSE frames from `response` until `done` says enough, as (event, data) pairs.
+async fn frames_until(
+    response: &mut reqwest::Response,
+    done: impl Fn(&[(String, Value)]) -> bool,
+) -> Vec<(String, Value)> {
+    let mut buffer = String::new();
+    let mut frames = Vec::new();
+    while !done(&frames) {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk())
+            .await
+            .expect("the stream goes quiet before the expected events")
+            .unwrap()
+            .expect("the stream ended before the expected events");
+        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let name = block.lines().find_map(|l| l.strip_prefix("event: "));
+            let data = block.lines().find_map(|l| l.strip_prefix("data: "));
+            if let (Some(name), Some(data)) = (name, data) {
+                frames.push((name.to_owned(), serde_json::from_str(data).unwrap()));
+            }
+        }
+    }
+    frames
+}
+
+#[tokio::test]
+async fn a_drill_breaks_a_simulated_provider_and_an_empty_one_restores_it() {
+    let gateway = Gateway::start().await;
+    assert_eq!(gateway.chat().await.headers()["x-switchyard-target"], "primary:m");
+
+    let (status, body) =
+        gateway.drill("primary", r#"{"error_rates": {"unavailable": 1.0}}"#, ADMIN_KEY).await;
+    assert_eq!(
+        (status, &body),
+        (200, &json!({ "provider": "primary", "drill": { "error_rates": { "unavailable": 1.0 } } }))
+    );
+    let answer = gateway.chat().await;
+    assert_eq!(answer.headers()["x-switchyard-target"], "backup:m", "the drilled provider fails");
+    let (_, health) = gateway.get("/admin/health").await;
+    let primary = health["providers"].as_array().unwrap().iter().find(|p| p["id"] == "primary").unwrap();
+    assert_eq!(primary["kind"], "simulated");
+    assert_eq!(primary["drill"]["error_rates"]["unavailable"], 1.0);
+    let real = health["providers"].as_array().unwrap().iter().find(|p| p["id"] == "real").unwrap();
+    assert!(real.get("drill").is_none(), "only simulated providers have drills: {real}");
+
+    let (status, body) = gateway.drill("primary", "{}", ADMIN_KEY).await;
+    assert_eq!((status, &body["drill"]), (200, &Value::Null));
+    assert_eq!(gateway.chat().await.headers()["x-switchyard-target"], "primary:m");
+}
+
+#[tokio::test]
+async fn drills_are_refused_without_the_admin_key_and_on_real_providers() {
+    let gateway = Gateway::start().await;
+    let breaking = r#"{"error_rates": {"unavailable": 1.0}}"#;
+
+    for key in ["", GATEWAY_KEY] {
+        let (status, body) = gateway.drill("primary", breaking, key).await;
+        assert_eq!(status, 401, "key {key:?}: {body}");
+    }
+    let (status, body) = gateway.drill("real", breaking, ADMIN_KEY).await;
+    assert_eq!(status, 409);
+    assert_eq!(
+        body["error"]["message"],
+        "provider `real` is openai: fault drills change only `simulated` providers"
+    );
+    let (status, body) = gateway.drill("nowhere", breaking, ADMIN_KEY).await;
+    assert_eq!(
+        (status, body["error"]["message"].as_str().unwrap()),
+        (404, "no provider `nowhere` is configured")
+    );
+    let (status, body) = gateway.drill("primary", r#"{"error_rates": {"unavailable": 2}}"#, ADMIN_KEY).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["message"], "error_rates.unavailable: 2 is not a rate between 0 and 1");
+    let (status, body) = gateway.drill("primary", r#"{"latency": "fast"}"#, ADMIN_KEY).await;
+    assert_eq!(status, 400, "{body}");
+
+    assert_eq!(gateway.chat().await.headers()["x-switchyard-target"], "primary:m", "nothing was drilled");
+}
+
+#[tokio::test]
+async fn the_event_stream_carries_router_events_and_finished_requests() {
+    let gateway = Gateway::start().await;
+    let refused =
+        gateway.client.get(gateway.url("/admin/events")).bearer_auth(GATEWAY_KEY).send().await.unwrap();
+    assert_eq!(refused.status(), 401);
+    let mut stream =
+        gateway.client.get(gateway.url("/admin/events")).bearer_auth(ADMIN_KEY).send().await.unwrap();
+    assert_eq!(stream.status(), 200);
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+    // The opening comment arrives before anything happens: the stream is live.
+    let opening =
+        tokio::time::timeout(Duration::from_secs(10), stream.chunk()).await.unwrap().unwrap().unwrap();
+    assert!(std::str::from_utf8(&opening).unwrap().starts_with("retry: 2000\n"));
+
+    gateway.drill("primary", r#"{"error_rates": {"unavailable": 1.0}}"#, ADMIN_KEY).await;
+    let answer = gateway.chat().await;
+    let id = answer.headers()["x-request-id"].to_str().unwrap().to_owned();
+
+    let frames =
+        frames_until(&mut stream, |frames| frames.iter().any(|(name, _)| name == "request_finished")).await;
+    let names: Vec<&str> = frames.iter().map(|(name, _)| name.as_str()).collect();
+    let failed = names.iter().position(|n| *n == "attempt_failed").expect("attempt_failed");
+    let switched = names.iter().position(|n| *n == "provider_switch").expect("provider_switch");
+    assert!(failed < switched, "{names:?}");
+    for (name, data) in &frames {
+        assert_eq!(data["event"], name.as_str(), "each frame's JSON names its event");
+    }
+    let (_, failure) = &frames[failed];
+    assert_eq!((&failure["target"], &failure["error"]["kind"]), (&json!("primary:m"), &json!("unavailable")));
+    let (_, finished) = frames.iter().find(|(name, _)| name == "request_finished").unwrap();
+    assert_eq!(finished["request_id"], id.as_str());
+    assert_eq!(finished["served_by"], "backup:m");
+    assert_eq!(finished["fallback"], true);
+    assert_eq!(finished["failed"], json!(["primary:m"]));
+    let text = serde_json::to_string(&frames.iter().map(|(_, d)| d).collect::<Vec<_>>()).unwrap();
+    assert!(!text.contains("sk-upstream") && !text.contains(ADMIN_KEY) && !text.contains(GATEWAY_KEY));
+
+    // Shutting down ends the stream, so it does not hold the drain.
+    gateway.state.stop();
+    let rest = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(chunk) = stream.chunk().await.unwrap() {
+            let _ = chunk;
+        }
+    })
+    .await;
+    assert!(rest.is_ok(), "the event stream ends when the gateway stops");
+}
+
+#[tokio::test]
+async fn the_history_lists_the_newest_requests_first() {
+    let gateway = Gateway::start().await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(gateway.chat().await.headers()["x-request-id"].to_str().unwrap().to_owned());
+    }
+
+    let (status, body) = gateway.get("/admin/requests?limit=2").await;
+    assert_eq!(status, 200);
+    let listed: Vec<&str> =
+        body["requests"].as_array().unwrap().iter().map(|r| r["request_id"].as_str().unwrap()).collect();
+    assert_eq!(listed, [ids[2].as_str(), ids[1].as_str()]);
+    let newest = &body["requests"][0];
+    assert_eq!(
+        (&newest["route"], &newest["served_by"], &newest["status"], &newest["attempts"]),
+        (&json!("default"), &json!("primary:m"), &json!(200), &json!(1))
+    );
+    assert!(newest["time"].as_str().unwrap().ends_with('Z') && newest["duration_ms"].is_number());
+    assert!(
+        newest.get("trail").is_none() && newest.get("attempts_detail").is_none(),
+        "the list has no trails"
+    );
+    assert_eq!(gateway.get("/admin/requests").await.1["requests"].as_array().unwrap().len(), 3);
+
+    for (query, message) in [
+        ("limit=0", "limit `0` is not a positive whole number"),
+        ("limit=ten", "limit `ten` is not a positive whole number"),
+        ("since=1", "unknown parameter `since`: only `limit` is taken"),
+    ] {
+        let (status, body) = gateway.get(&format!("/admin/requests?{query}")).await;
+        assert_eq!((status, body["error"]["message"].as_str().unwrap()), (400, message));
+    }
+    let refused = gateway.client.get(gateway.url("/admin/requests")).send().await.unwrap();
+    assert_eq!(refused.status(), 401);
+}
+
+#[tokio::test]
+async fn the_operator_page_is_one_self_contained_document() {
+    let gateway = Gateway::start().await;
+    let page = gateway.client.get(gateway.url("/admin/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
+    let policy = page.headers()["content-security-policy"].to_str().unwrap().to_owned();
+    assert!(policy.starts_with("default-src 'none'") && policy.contains("connect-src 'self'"), "{policy}");
+    let html = page.text().await.unwrap();
+    // The SVG namespace is a name, not a fetch.
+    let addresses = html.replace("http://www.w3.org/2000/svg", "");
+    assert!(!addresses.contains("http://") && !addresses.contains("https://"), "no external assets");
+    assert!(!html.contains("src=") && !html.contains("<link"), "everything inline");
+    for path in ["/admin/health", "/admin/requests?limit=", "/admin/events", "/admin/health/reset"] {
+        assert!(html.contains(path), "the page uses {path}");
+    }
+
+    let redirect = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(gateway.url("/admin"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(redirect.status(), 308);
+    assert_eq!(redirect.headers()["location"], "/admin/");
+}
