@@ -124,6 +124,7 @@ impl AnthropicProvider {
         let key = call.credential.key();
         let mut headers = self.headers.clone();
         http::forward(&mut headers, call.forward, self.forwarded);
+        http::trace(&mut headers, call);
         if let Some(key) = key {
             let mut value = HeaderValue::from_str(key.expose()).map_err(|_| {
                 ProviderError::new(

@@ -157,6 +157,7 @@ impl GeminiProvider {
         let mut headers = self.headers.clone();
         // Over any configured header of the same name: the body is JSON, the key the router chose.
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        http::trace(&mut headers, &call);
         if let Some(key) = call.credential.key() {
             let mut value = HeaderValue::from_str(key.expose()).map_err(|_| {
                 ProviderError::new(

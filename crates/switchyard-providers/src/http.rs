@@ -237,6 +237,16 @@ pub(crate) fn forward(headers: &mut HeaderMap, forward: &[(String, String)], all
     }
 }
 
+/// The attempt's span as `traceparent`, when the request is traced: the upstream (or the
+/// tracing proxy in front of it) continues the trace from the attempt.
+pub(crate) fn trace(headers: &mut HeaderMap, call: &switchyard::provider::Call<'_>) {
+    if let Some(span) = call.trace
+        && let Ok(value) = HeaderValue::from_str(&span.traceparent())
+    {
+        headers.insert("traceparent", value);
+    }
+}
+
 /// A POST of `body` to `uri` with `headers`, plus `accept: */*` unless they name one.
 pub fn post(uri: Uri, headers: HeaderMap, body: Vec<u8>) -> Request {
     let mut request = Request::new(Full::new(Bytes::from(body)));

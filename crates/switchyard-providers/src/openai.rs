@@ -226,6 +226,7 @@ impl OpenAiProvider {
         let mut headers = self.headers.clone();
         // The client's beta opt-ins and idempotency key travel with its request.
         http::forward(&mut headers, call.forward, &["openai-beta", "idempotency-key"]);
+        http::trace(&mut headers, &call);
         // Inserted over any configured header of the same name: the body is JSON, and the
         // credential the router chose is the one that authenticates (it rotates).
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));

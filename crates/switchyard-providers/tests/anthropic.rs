@@ -194,6 +194,7 @@ async fn chat_with(
         timeouts: &timeouts,
         rate_limits: sink.map(|s| s as &dyn RateLimitSink),
         forward: &[],
+        trace: None,
     };
     provider.chat(call, request).await
 }
@@ -210,8 +211,14 @@ async fn stream(
     let provider = provider(&fake.base_url);
     let credential = Credential::new("anthropic", provider.base_url(), Some(Secret::new(KEY)));
     let timeouts = Timeouts::default();
-    let call =
-        Call { model: MODEL, credential: &credential, timeouts: &timeouts, rate_limits: None, forward: &[] };
+    let call = Call {
+        model: MODEL,
+        credential: &credential,
+        timeouts: &timeouts,
+        rate_limits: None,
+        forward: &[],
+        trace: None,
+    };
     let chunks = provider.chat_stream(call, request).await?;
     Ok(chunks.collect().await)
 }
@@ -861,8 +868,14 @@ async fn stream_cut_by_the_connection_is_a_transport_error() {
     let provider = provider(&fake.base_url);
     let credential = Credential::new("anthropic", provider.base_url(), Some(Secret::new(KEY)));
     let timeouts = Timeouts::default();
-    let call =
-        Call { model: MODEL, credential: &credential, timeouts: &timeouts, rate_limits: None, forward: &[] };
+    let call = Call {
+        model: MODEL,
+        credential: &credential,
+        timeouts: &timeouts,
+        rate_limits: None,
+        forward: &[],
+        trace: None,
+    };
     let mut chunks = provider.chat_stream(call, &hello()).await.unwrap();
 
     // Cut the connection only once the answer has visibly started.

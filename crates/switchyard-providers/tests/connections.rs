@@ -166,8 +166,14 @@ fn provider(kind: ProviderKind, base: &str) -> Box<dyn Provider> {
 async fn stream_once(provider: &dyn Provider, take: Option<usize>) -> usize {
     let credential = Credential::new("test", provider.base_url(), Some(Secret::new(KEY)));
     let timeouts = Timeouts::default();
-    let call =
-        Call { model: "m", credential: &credential, timeouts: &timeouts, rate_limits: None, forward: &[] };
+    let call = Call {
+        model: "m",
+        credential: &credential,
+        timeouts: &timeouts,
+        rate_limits: None,
+        forward: &[],
+        trace: None,
+    };
     let request = ChatRequest::new("default", vec![Message::user("hi")]);
     let mut chunks = provider.chat_stream(call, &request).await.unwrap();
     let mut read = 0;

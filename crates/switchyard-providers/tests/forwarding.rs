@@ -12,6 +12,7 @@ use switchyard::chat::{ChatRequest, Message};
 use switchyard::credential::{Credential, Secret};
 use switchyard::provider::{Call, Provider};
 use switchyard::route::Timeouts;
+use switchyard::trace::TraceContext;
 use switchyard_providers::anthropic::AnthropicProvider;
 use switchyard_providers::openai::OpenAiProvider;
 use switchyard_providers::{ProviderKind, ProviderSettings};
@@ -54,9 +55,14 @@ fn client_headers() -> Vec<(String, String)> {
 }
 
 async fn chat(provider: &dyn Provider, forward: &[(String, String)]) {
+    chat_traced(provider, forward, None).await;
+}
+
+async fn chat_traced(provider: &dyn Provider, forward: &[(String, String)], trace: Option<TraceContext>) {
     let credential = Credential::new("t", provider.base_url(), Some(Secret::new("sk-upstream-0123456789")));
     let timeouts = Timeouts::default();
-    let call = Call { model: "m", credential: &credential, timeouts: &timeouts, rate_limits: None, forward };
+    let call =
+        Call { model: "m", credential: &credential, timeouts: &timeouts, rate_limits: None, forward, trace };
     let request = ChatRequest::new("default", vec![Message::user("hi")]);
     provider.chat(call, &request).await.unwrap();
 }
@@ -97,4 +103,41 @@ async fn openai_gets_its_beta_and_the_idempotency_key_and_nothing_of_anthropics(
     assert_eq!(header(&headers, "idempotency-key"), ["retry-42"]);
     assert!(headers.get("anthropic-beta").is_none() && headers.get("anthropic-version").is_none());
     assert_eq!(header(&headers, "authorization"), ["Bearer sk-upstream-0123456789"]);
+}
+
+#[tokio::test]
+async fn a_traced_call_carries_its_attempt_span_and_an_untraced_one_nothing() {
+    let (base, seen) = upstream().await;
+    let span = TraceContext {
+        trace_id: 0x4bf92f3577b34da6a3ce929d0e0e4736,
+        span_id: 0x00f067aa0ba902b7,
+        sampled: true,
+    };
+    let providers: [Box<dyn Provider>; 2] = [
+        Box::new(
+            OpenAiProvider::new(&ProviderSettings::new(ProviderKind::OpenAi).base_url(format!("{base}/v1")))
+                .unwrap(),
+        ),
+        Box::new(
+            AnthropicProvider::new(&ProviderSettings::new(ProviderKind::Anthropic).base_url(base.clone()))
+                .unwrap(),
+        ),
+    ];
+    for provider in &providers {
+        // A client's own traceparent is not forwarded: the attempt's span is the upstream's parent.
+        let forward = vec![(
+            "traceparent".to_owned(),
+            "00-11111111111111111111111111111111-2222222222222222-01".to_owned(),
+        )];
+        chat_traced(provider.as_ref(), &forward, Some(span)).await;
+        let headers = seen.lock().unwrap().clone();
+        assert_eq!(
+            header(&headers, "traceparent"),
+            ["00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"],
+            "{}",
+            provider.kind()
+        );
+        chat_traced(provider.as_ref(), &[], None).await;
+        assert!(seen.lock().unwrap().get("traceparent").is_none(), "{}", provider.kind());
+    }
 }

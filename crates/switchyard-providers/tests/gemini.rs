@@ -207,6 +207,7 @@ async fn chat_with(
         timeouts: &timeouts,
         rate_limits: sink.map(|s| s as &dyn RateLimitSink),
         forward: &[],
+        trace: None,
     };
     provider(base_url).chat(call, request).await
 }
@@ -222,8 +223,14 @@ async fn stream(
 ) -> Result<Vec<Result<ChatChunk, ProviderError>>, ProviderError> {
     let credential = credential(base_url);
     let timeouts = Timeouts::default();
-    let call =
-        Call { model: MODEL, credential: &credential, timeouts: &timeouts, rate_limits: None, forward: &[] };
+    let call = Call {
+        model: MODEL,
+        credential: &credential,
+        timeouts: &timeouts,
+        rate_limits: None,
+        forward: &[],
+        trace: None,
+    };
     let provider = provider(base_url);
     let chunks = provider.chat_stream(call, request).await?;
     Ok(chunks.collect().await)
@@ -238,6 +245,7 @@ async fn embed(base_url: &str, request: &EmbeddingsRequest) -> Result<Embeddings
         timeouts: &timeouts,
         rate_limits: None,
         forward: &[],
+        trace: None,
     };
     provider(base_url).embeddings(call, request).await
 }

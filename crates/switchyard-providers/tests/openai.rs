@@ -212,6 +212,7 @@ impl Harness {
             timeouts: &self.timeouts,
             rate_limits: sink,
             forward: &[],
+            trace: None,
         }
     }
 

@@ -57,6 +57,7 @@ pub mod stream {
 }
 mod target;
 pub mod timeouts;
+pub mod trace;
 pub mod trail;
 
 pub use budget::RetryBudgetSettings;

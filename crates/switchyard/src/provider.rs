@@ -34,6 +34,9 @@ pub struct Call<'a> {
     /// caller's allowlist; an adapter sends those its API knows (`anthropic-beta` to
     /// Anthropic, `openai-beta` to OpenAI, ...) and ignores the rest.
     pub forward: &'a [(String, String)],
+    /// The attempt's own span, when the request is traced: an HTTP adapter sends it as the
+    /// `traceparent` header.
+    pub trace: Option<crate::trace::TraceContext>,
 }
 
 /// Receives what providers say about their allowance.

@@ -120,6 +120,9 @@ pub struct Attempt {
     /// Why the router decided what it did, when the outcome alone does not say (a skip reason,
     /// "retry budget spent", "Retry-After 30s exceeds max_wait 5s").
     pub note: Option<String>,
+    /// The attempt's span id, when the request was traced and the attempt was sent: the id
+    /// its upstream call carried in `traceparent`.
+    pub span_id: Option<u64>,
 }
 
 impl Attempt {
@@ -145,6 +148,7 @@ impl Attempt {
             hedge: false,
             age: None,
             note: None,
+            span_id: None,
         }
     }
 
@@ -168,6 +172,7 @@ impl Attempt {
             hedge: false,
             age: None,
             note: Some(reason),
+            span_id: None,
         }
     }
 
@@ -185,6 +190,7 @@ impl Attempt {
             hedge: false,
             age: None,
             note: None,
+            span_id: None,
         }
     }
 
@@ -192,6 +198,12 @@ impl Attempt {
     pub fn failed(mut self, error: ProviderError) -> Self {
         self.outcome = Outcome::Failed;
         self.error = Some(error);
+        self
+    }
+
+    /// The same attempt, sent as span `span` of the request's trace (untraced for `None`).
+    pub fn with_span(mut self, span: Option<crate::trace::TraceContext>) -> Self {
+        self.span_id = span.map(|span| span.span_id);
         self
     }
 
@@ -245,6 +257,9 @@ impl Serialize for Attempt {
         }
         if let Some(note) = &self.note {
             map.serialize_entry("note", note)?;
+        }
+        if let Some(span_id) = self.span_id {
+            map.serialize_entry("span_id", &format!("{span_id:016x}"))?;
         }
         map.end()
     }

@@ -17,6 +17,7 @@ use crate::health::{Gate, GateQuery};
 use crate::pacing::{Dispatch, PaceRequest, Pacer, Permit};
 use crate::provider::{Call, RateLimitSink};
 use crate::ratelimit::RateLimits;
+use crate::trace::TraceContext;
 use crate::trail::{Attempt, Outcome, Via};
 use crate::{ErrorKind, ProviderError, Target};
 
@@ -62,18 +63,22 @@ impl<X: Exchange> Run<'_, X> {
         let queued = permit.as_ref().map_or(Duration::ZERO, |p| p.waited);
         self.queued_total += queued;
         let mark = self.trail.len();
+        let span = self.trace.map(|trace| trace.child());
         let (result, sent, cut_by_deadline, hedge_record) = match self.hedge_delay(tries) {
             None => {
-                let (result, sent, cut) = self.call(slot, credential, &tries.target, permit.as_ref()).await;
+                let (result, sent, cut) =
+                    self.call(slot, credential, &tries.target, permit.as_ref(), span).await;
                 (result, sent, cut, None)
             }
-            Some(delay) => match self.race(slot, credential, probe, tries, permit.as_ref(), delay).await {
-                Raced::Alone((result, sent, cut), record) => {
-                    self.out_of_time |= cut;
-                    (result, sent, cut, record)
+            Some(delay) => {
+                match self.race(slot, credential, probe, tries, permit.as_ref(), (delay, span)).await {
+                    Raced::Alone((result, sent, cut), record) => {
+                        self.out_of_time |= cut;
+                        (result, sent, cut, record)
+                    }
+                    Raced::HedgeWon(won) => return self.hedge_won(permit, *won),
                 }
-                Raced::HedgeWon(won) => return self.hedge_won(permit, *won),
-            },
+            }
         };
         let finished = Instant::now();
         let cred = &slot.credentials[credential];
@@ -84,7 +89,8 @@ impl<X: Exchange> Run<'_, X> {
             finished - attempt_started,
             queued,
         )
-        .with_note(tries.note.take());
+        .with_note(tries.note.take())
+        .with_span(span);
         self.measure(&tries.target, &result, finished - sent, cut_by_deadline);
         let step =
             self.conclude(slot, tries, credential, probe, cut_by_deadline, result, attempt, permit, sent);
@@ -310,9 +316,10 @@ impl<X: Exchange> Run<'_, X> {
         credential: usize,
         target: &Target,
         permit: Option<&Permit>,
+        span: Option<TraceContext>,
     ) -> (Result<X::Output, ProviderError>, Instant, bool) {
         let ctx = self.ctx();
-        let out = ctx.call(slot, credential, target, permit).await;
+        let out = ctx.call(slot, credential, target, permit, span).await;
         if out.2 {
             self.out_of_time = true;
         }
@@ -539,6 +546,7 @@ impl<X: Exchange> CallCtx<'_, X> {
         credential: usize,
         target: &Target,
         permit: Option<&Permit>,
+        span: Option<TraceContext>,
     ) -> (Result<X::Output, ProviderError>, Instant, bool) {
         let (limit, limit_name) = self.x.attempt_limit(self.route);
         let sent = Instant::now();
@@ -556,6 +564,7 @@ impl<X: Exchange> CallCtx<'_, X> {
             timeouts: self.route.timeouts(),
             rate_limits: sink.as_ref().map(|s| s as &dyn RateLimitSink),
             forward: self.forward,
+            trace: span,
         };
         match tokio::time::timeout(remaining, self.x.call(&*slot.provider, call)).await {
             Ok(result) => (result, sent, false),

@@ -22,6 +22,7 @@ use crate::events::EventKind;
 use crate::health::{Gate, GateQuery};
 use crate::pacing::Permit;
 use crate::route::HedgeAfter;
+use crate::trace::TraceContext;
 use crate::trail::{Attempt, Outcome};
 use crate::{ErrorKind, ProviderError, Target};
 
@@ -83,13 +84,14 @@ impl<X: Exchange> Run<'_, X> {
         first_probe: bool,
         tries: &TargetTry,
         permit: Option<&Permit>,
-        delay: Duration,
+        (delay, span): (Duration, Option<TraceContext>),
     ) -> Raced<X::Output> {
         let attempt_started = Instant::now();
         let ctx = self.ctx();
+        let hedge_span = self.trace.map(|trace| trace.child());
         // The pair runs in this block: its futures borrow the run, which is written after.
         let (first_end, hedge_end, hedge) = {
-            let first = ctx.call(slot, credential, &tries.target, permit);
+            let first = ctx.call(slot, credential, &tries.target, permit, span);
             tokio::pin!(first);
             tokio::select! {
                 biased;
@@ -113,8 +115,9 @@ impl<X: Exchange> Run<'_, X> {
             let hedging = async {
                 match ctx.hedge_permit(hedge_slot, hedge_credential).await {
                     Ok(permit) => {
-                        let end =
-                            ctx.call(hedge_slot, hedge_credential, &hedge_target, permit.as_ref()).await;
+                        let end = ctx
+                            .call(hedge_slot, hedge_credential, &hedge_target, permit.as_ref(), hedge_span)
+                            .await;
                         (end, permit, true)
                     }
                     Err(error) => ((Err(error), Instant::now(), false), None, false),
@@ -128,6 +131,7 @@ impl<X: Exchange> Run<'_, X> {
                 credential: hedge_credential,
                 probe,
                 sent: hedge_sent,
+                span: hedge_span,
             };
             (first_end, hedge_end, hedge)
         };
@@ -140,6 +144,7 @@ impl<X: Exchange> Run<'_, X> {
                     probe: first_probe,
                     tries,
                     started: attempt_started,
+                    span,
                     end: first,
                 };
                 self.hedge_answered(first, hedge, output, permit, sent, delay)
@@ -160,7 +165,7 @@ impl<X: Exchange> Run<'_, X> {
         sent: Instant,
         delay: Duration,
     ) -> Raced<X::Output> {
-        let FirstRun { slot, credential, probe, tries, started, end } = first;
+        let FirstRun { slot, credential, probe, tries, started, span, end } = first;
         self.inner.events.publish(EventKind::HedgeWon {
             route: self.route.name().to_owned(),
             hedge: hedge.target.clone(),
@@ -169,7 +174,8 @@ impl<X: Exchange> Run<'_, X> {
         let now = Instant::now();
         let cred = &slot.credentials[credential];
         let mut cancelled =
-            Attempt::called(&tries.target, cred.id(), started - self.started, now - started, Duration::ZERO);
+            Attempt::called(&tries.target, cred.id(), started - self.started, now - started, Duration::ZERO)
+                .with_span(span);
         match end {
             None => {
                 if probe {
@@ -304,6 +310,7 @@ impl<X: Exchange> Run<'_, X> {
         );
         attempt.outcome = outcome;
         attempt.hedge = true;
+        attempt.span_id = hedge.span.map(|span| span.span_id);
         attempt.note = Some(note);
         attempt
     }
@@ -343,6 +350,8 @@ struct HedgeRun {
     /// Whether its call took a half-open circuit's probe slot.
     probe: bool,
     sent: Instant,
+    /// Its span, when the request is traced.
+    span: Option<TraceContext>,
 }
 
 /// The first attempt of a race the hedge won.
@@ -353,6 +362,8 @@ struct FirstRun<'a, O> {
     probe: bool,
     tries: &'a TargetTry,
     started: Instant,
+    /// Its span, when the request is traced.
+    span: Option<TraceContext>,
     /// Its end, when it failed before the hedge answered; `None` when it was still running.
     end: Option<CallEnd<O>>,
 }

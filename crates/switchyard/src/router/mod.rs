@@ -93,6 +93,9 @@ pub struct RequestOptions {
     pub cache_scope: String,
     /// Neither remember this request's answer nor answer it from a `cache` candidate.
     pub no_cache: bool,
+    /// The request's trace context, when the caller traces: each attempt sent is a child
+    /// span of it, and its call carries that span as `traceparent`.
+    pub trace: Option<crate::trace::TraceContext>,
 }
 
 /// A successful chat: the response and how it came about.

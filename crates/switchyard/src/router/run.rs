@@ -115,6 +115,8 @@ pub(super) struct Run<'r, X: Exchange> {
     pub(super) no_fallback: bool,
     /// The client's headers to pass on (empty for most requests: no allocation).
     pub(super) forward: Vec<(String, String)>,
+    /// The request's span, when it is traced: each attempt sent is a child of it.
+    pub(super) trace: Option<crate::trace::TraceContext>,
     pub(super) started: Instant,
     pub(super) deadline: Option<Instant>,
     pub(super) health_ttl: Option<Duration>,
@@ -173,6 +175,7 @@ impl<'r, X: Exchange> Run<'r, X> {
             explicit,
             no_fallback: options.no_fallback,
             forward: options.forward_headers.clone(),
+            trace: options.trace,
             started,
             trail: Trail::default(),
             queued_total: Duration::ZERO,

@@ -15,3 +15,4 @@ mod properties;
 mod retry;
 mod streaming;
 mod support;
+mod tracing;
