@@ -9,4 +9,5 @@ pub mod metrics;
 pub mod recent;
 pub mod responses;
 pub mod server;
+pub mod telemetry;
 pub mod workers;

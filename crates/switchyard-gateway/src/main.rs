@@ -275,6 +275,7 @@ async fn serve_logged(
                     if let Some(store) = &store {
                         store.close().await;
                     }
+                    flush_traces(&stop).await;
                     if let Some(log) = log {
                         log.flush();
                     }
@@ -288,8 +289,16 @@ async fn serve_logged(
     if let Some(store) = &store {
         store.close().await;
     }
+    flush_traces(&stop).await;
     drop(pacing);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Exports the traces still waiting, off the async threads (the exporter blocks).
+async fn flush_traces(state: &AppState) {
+    if let Some(telemetry) = state.telemetry.clone() {
+        let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    }
 }
 
 async fn shutdown_signal() {

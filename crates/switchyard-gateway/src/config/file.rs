@@ -29,6 +29,30 @@ pub struct FileConfig {
     pub gateway: GatewayConfig,
     /// Shared state across replicas; none keeps health in this process's memory.
     pub state: Option<StateConfig>,
+    /// OpenTelemetry traces; the standard `OTEL_*` environment fills in what is not set.
+    pub telemetry: Option<TelemetryConfig>,
+}
+
+/// `telemetry:`: traces exported as OTLP over HTTP.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/HTTP base URL (`/v1/traces` is appended). Default
+    /// `$OTEL_EXPORTER_OTLP_ENDPOINT`, else `http://localhost:4318`.
+    pub endpoint: Option<String>,
+    /// `http/protobuf` (default) or `http/json`.
+    pub protocol: Option<String>,
+    /// `service.name`. Default `$OTEL_SERVICE_NAME`, else `switchyard`.
+    pub service_name: Option<String>,
+    /// One of `OTEL_TRACES_SAMPLER`'s names. Default `parentbased_always_on`.
+    pub sampler: Option<String>,
+    /// The ratio of the ratio samplers.
+    pub sampler_arg: Option<f64>,
+    /// Headers for the collector; values may be `env://NAME`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// How long one export may take. Default 10s.
+    pub timeout: Option<DurationText>,
 }
 
 /// `state: { redis: URL, prefix }`: replicas share health, breakers, cooldowns and resets.

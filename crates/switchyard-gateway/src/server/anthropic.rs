@@ -14,8 +14,7 @@ use switchyard_providers::anthropic::codec::{self, StreamEncoder};
 
 use super::sse::{Encoder, respond, write_event};
 use super::{
-    ApiError, AppState, Delivered, Dialect, RequestContext, accept, add_usage_metrics, answered, options,
-    route_failed,
+    ApiError, AppState, Delivered, Dialect, RequestContext, accept, add_usage_metrics, answered, route_failed,
 };
 
 pub async fn messages(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
@@ -32,7 +31,7 @@ pub async fn messages(State(state): State<Arc<AppState>>, headers: HeaderMap, bo
             Ok(accepted) => accepted,
             Err(response) => return response,
         };
-    let options = options(&headers);
+    let options = exchange.options(&headers);
     if request.stream {
         return match state.router.chat_stream(&request, &options).await {
             Ok(stream) => {
@@ -75,7 +74,7 @@ pub async fn count_tokens(State(state): State<Arc<AppState>>, headers: HeaderMap
             Ok(accepted) => accepted,
             Err(response) => return response,
         };
-    match state.router.count_tokens(&request, &options(&headers)).await {
+    match state.router.count_tokens(&request, &exchange.options(&headers)).await {
         Ok(answer) => {
             let body = match answer.count.verbatim.as_ref().and_then(|v| v.in_dialect(ChatDialect::Anthropic))
             {
@@ -89,6 +88,7 @@ pub async fn count_tokens(State(state): State<Arc<AppState>>, headers: HeaderMap
                 served_by: answer.served_by,
                 trail: answer.trail,
                 timing: answer.timing,
+                usage: None,
             };
             answered(&state, &exchange, body, served)
         }

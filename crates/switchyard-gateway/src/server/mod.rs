@@ -24,6 +24,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use serde_json::Value;
 use switchyard::credential::Secret;
+use switchyard::trace::TraceContext;
 use switchyard::trail::{Timing, Trail, Via};
 use switchyard::{RequestOptions, Router, Target};
 
@@ -32,6 +33,7 @@ use crate::logging::{AccessEntry, AccessLog};
 use crate::metrics::{LabelValue, Metrics, labels};
 use crate::recent::{Recent, RequestRecord};
 use crate::responses::ResponseStore;
+use crate::telemetry::{RequestSpan, Telemetry};
 use switchyard_state::responses::{KeptBounds, SharedResponses};
 
 pub use errors::ApiError;
@@ -53,6 +55,8 @@ pub struct AppState {
     pub responses: ResponseStore,
     /// Finished requests, for `/admin/events` subscribers.
     pub feed: events::RequestFeed,
+    /// The trace exporter, when traces are exported.
+    pub telemetry: Option<Arc<Telemetry>>,
     /// Turns `true` when the gateway begins to shut down: endless streams (`/admin/events`) end.
     stopping: tokio::sync::watch::Sender<bool>,
     access: AccessLog,
@@ -89,7 +93,9 @@ impl AppState {
         if let Some(store) = &gateway.shared_state {
             share_answers(&router, store);
         }
+        let telemetry = gateway.telemetry.as_ref().and_then(|settings| start_telemetry(settings, &router));
         Arc::new(Self {
+            telemetry,
             recent: Recent::new(gateway.recent_requests),
             responses: match &gateway.shared_state {
                 Some(store) => {
@@ -139,6 +145,31 @@ impl AppState {
         }
     }
 }
+/// Starts the trace exporter; a gateway that cannot export serves on, untraced, and says why.
+fn start_telemetry(
+    settings: &crate::telemetry::TelemetrySettings,
+    router: &Router,
+) -> Option<Arc<Telemetry>> {
+    let runtime = match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => runtime,
+        Err(_) => {
+            tracing::error!("traces are not exported: the gateway was built outside a Tokio runtime");
+            return None;
+        }
+    };
+    let kinds = router
+        .provider_ids()
+        .into_iter()
+        .map(|id| (id.to_owned(), router.provider_kind(id).unwrap_or_default().to_owned()));
+    match Telemetry::start(settings, runtime, kinds) {
+        Ok(telemetry) => Some(Arc::new(telemetry)),
+        Err(error) => {
+            tracing::error!(%error, "traces are not exported");
+            None
+        }
+    }
+}
+
 /// Request ids: a process prefix (start time) and a counter; cheap and unique enough to find a
 /// request in logs and in `/admin/requests/{id}`.
 struct IdSource {
@@ -215,6 +246,10 @@ pub struct RequestContext {
     /// The error kind that ended the request after its status was sent (a stream cut
     /// mid-way): the log line keeps the status the client received and names the error.
     pub late_error: Option<&'static str>,
+    /// The request's span and the client's span it continues, when traces are exported.
+    pub trace: Option<(TraceContext, Option<u64>)>,
+    /// The `model` the client named, kept only for a traced request.
+    pub model: String,
 }
 
 impl RequestContext {
@@ -228,7 +263,22 @@ impl RequestContext {
                     && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
             })
             .map_or_else(|| state.ids.next(), str::to_owned);
-        Self { id, dialect, started: Instant::now(), wall: SystemTime::now(), endpoint, late_error: None }
+        let trace = state.telemetry.as_ref().map(|telemetry| telemetry.begin(headers));
+        Self {
+            id,
+            dialect,
+            started: Instant::now(),
+            wall: SystemTime::now(),
+            endpoint,
+            late_error: None,
+            trace,
+            model: String::new(),
+        }
+    }
+
+    /// The router's options for this request: the client's switches, and its span.
+    fn options(&self, headers: &HeaderMap) -> RequestOptions {
+        RequestOptions { trace: self.trace.map(|(context, _)| context), ..options(headers) }
     }
 
     /// Renders `error` and logs the request.
@@ -244,7 +294,7 @@ impl RequestContext {
     fn finish_failure(&self, state: &AppState, route: Arc<str>, status: u16, trail: Trail) {
         let timing = Timing { total: self.started.elapsed(), ..Timing::default() };
         let attempts = trail.len();
-        self.finish(state, route, None, status, attempts, Some((trail, timing)));
+        self.finish(state, route, None, status, attempts, Some(Settled { trail, timing, usage: None }));
     }
 
     /// The headers every answer carries.
@@ -267,7 +317,7 @@ impl RequestContext {
         served_by: Option<&Via>,
         status: u16,
         attempts: usize,
-        outcome: Option<(Trail, Timing)>,
+        outcome: Option<Settled>,
     ) {
         let elapsed = self.started.elapsed();
         let metrics = &state.metrics;
@@ -289,7 +339,8 @@ impl RequestContext {
         );
         let mut upstream = Duration::ZERO;
         let mut overhead = elapsed;
-        if let Some((trail, timing)) = outcome {
+        let usage = outcome.as_ref().and_then(|settled| settled.usage);
+        let kept = outcome.map(|Settled { trail, timing, .. }| {
             for attempt in &trail {
                 metrics.increment(
                     "switchyard_attempts_total",
@@ -359,7 +410,7 @@ impl RequestContext {
             let until = if timing.first_token.is_some() { timing.total } else { elapsed };
             overhead = until.saturating_sub(upstream).saturating_sub(timing.queued);
             metrics.observe("switchyard_overhead_seconds", labels([]), overhead.as_secs_f64());
-            let record = RequestRecord {
+            RequestRecord {
                 id: self.id.clone(),
                 at: self.wall,
                 endpoint: self.endpoint,
@@ -370,7 +421,27 @@ impl RequestContext {
                 queued: timing.queued,
                 first_token: timing.first_token,
                 trail,
-            };
+            }
+        });
+        if let (Some(telemetry), Some((context, parent))) = (&state.telemetry, self.trace) {
+            telemetry.record(&RequestSpan {
+                context,
+                parent,
+                wall: self.wall,
+                duration: elapsed,
+                endpoint: self.endpoint,
+                request_id: &self.id,
+                model: &self.model,
+                route: &route,
+                served_by,
+                status,
+                late_error: self.late_error,
+                queued: kept.as_ref().map_or(Duration::ZERO, |record| record.queued),
+                usage,
+                trail: kept.as_ref().map(|record| &record.trail),
+            });
+        }
+        if let Some(record) = kept {
             state.feed.publish(&record);
             state.recent.insert(record);
         }
@@ -485,7 +556,7 @@ async fn accept<T>(
     body: Body,
     (dialect, endpoint): (Dialect, &'static str),
     parse: impl FnOnce(&Bytes) -> Result<T, ApiError>,
-    model: impl FnOnce(&T) -> &str,
+    model: impl Fn(&T) -> &str,
 ) -> Result<(RequestContext, T), Response> {
     let exchange = RequestContext::start(state, headers, dialect, endpoint);
     if !authorized(&state.gateway.keys, headers) {
@@ -499,7 +570,13 @@ async fn accept<T>(
         Ok(request) if model(&request).trim().is_empty() => {
             Err(exchange.fail(state, missing_model(&state.router)))
         }
-        Ok(request) => Ok((exchange, request)),
+        Ok(request) => {
+            let mut exchange = exchange;
+            if exchange.trace.is_some() {
+                exchange.model = model(&request).to_owned();
+            }
+            Ok((exchange, request))
+        }
         Err(error) => Err(exchange.fail(state, error)),
     }
 }
@@ -620,12 +697,20 @@ fn add_usage_metrics(
     }
 }
 
+/// How a routed request ended: its trail, where its time went, and the tokens it used.
+pub(crate) struct Settled {
+    pub trail: Trail,
+    pub timing: Timing,
+    pub usage: Option<switchyard::chat::Usage>,
+}
+
 /// What a successful exchange hands the gateway: who answered and how.
 pub(crate) struct Delivered {
     pub route: Arc<str>,
     pub served_by: Via,
     pub trail: Trail,
     pub timing: Timing,
+    pub usage: Option<switchyard::chat::Usage>,
 }
 
 impl From<&mut switchyard::Answer> for Delivered {
@@ -635,6 +720,7 @@ impl From<&mut switchyard::Answer> for Delivered {
             served_by: answer.served_by.clone(),
             trail: std::mem::take(&mut answer.trail),
             timing: answer.timing,
+            usage: answer.usage,
         }
     }
 }
@@ -665,7 +751,7 @@ fn answered(
         Some(&served.served_by),
         200,
         attempts,
-        Some((served.trail, served.timing)),
+        Some(Settled { trail: served.trail, timing: served.timing, usage: served.usage }),
     );
     response
 }

@@ -12,7 +12,7 @@ use switchyard::chat::{ChatRequest, Dialect as ChatDialect, EmbeddingsRequest, V
 
 use super::{
     ApiError, AppState, Delivered, Dialect, accept, add_usage_metrics, answered, authorized, invalid_json,
-    model_names, options, route_failed, unauthorized, unix_now,
+    model_names, route_failed, unauthorized, unix_now,
 };
 
 pub async fn chat_completions(
@@ -41,7 +41,7 @@ pub async fn chat_completions(
         );
         return exchange.fail(&state, error);
     }
-    let options = options(&headers);
+    let options = exchange.options(&headers);
     if request.stream {
         let include_usage = request
             .extra
@@ -151,7 +151,7 @@ pub async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, 
             Ok(accepted) => accepted,
             Err(response) => return response,
         };
-    match state.router.embeddings(&request, &options(&headers)).await {
+    match state.router.embeddings(&request, &exchange.options(&headers)).await {
         Ok(answer) => {
             let encoding = Encoding::of(&request).unwrap_or(Encoding::Float);
             let data = answer
@@ -175,6 +175,7 @@ pub async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, 
                 served_by: answer.served_by,
                 trail: answer.trail,
                 timing: answer.timing,
+                usage: answer.response.usage.map(|u| switchyard::chat::Usage::new(u.prompt_tokens, 0)),
             };
             answered(&state, &exchange, body, served)
         }

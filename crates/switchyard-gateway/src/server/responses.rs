@@ -20,8 +20,8 @@ use switchyard_providers::responses::encode::{self, Meta, StreamEncoder};
 
 use super::sse::{Encoder, respond, write_event};
 use super::{
-    ApiError, AppState, Delivered, Dialect, accept, add_usage_metrics, answered, authorized, options,
-    presented_key, route_failed, unauthorized, unix_now,
+    ApiError, AppState, Delivered, Dialect, accept, add_usage_metrics, answered, authorized, presented_key,
+    route_failed, unauthorized, unix_now,
 };
 use crate::responses::{Stored, owner_of};
 
@@ -72,7 +72,7 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
     let meta =
         Meta { id: state.responses.new_id(), created_at: unix_now(), echo, previous_response_id, store };
     let keep = store.then(|| Keep { owner, items });
-    let options = options(&headers);
+    let options = exchange.options(&headers);
     if chat.stream {
         return match state.router.chat_stream(&chat, &options).await {
             Ok(stream) => {

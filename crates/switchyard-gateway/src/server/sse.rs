@@ -157,7 +157,8 @@ impl<E> SseBody<E> {
     fn finish(&mut self, status: u16) {
         if let Some(exchange) = self.exchange.take() {
             let served_by = self.stream.served_by().clone();
-            add_usage_metrics(&self.state, &served_by, self.stream.usage(), self.stream.cost());
+            let usage = self.stream.usage();
+            add_usage_metrics(&self.state, &served_by, usage, self.stream.cost());
             let trail = self.stream.trail().clone();
             let timing = *self.stream.timing();
             let attempts = trail.len();
@@ -167,7 +168,7 @@ impl<E> SseBody<E> {
                 Some(&served_by),
                 status,
                 attempts,
-                Some((trail, timing)),
+                Some(super::Settled { trail, timing, usage }),
             );
         }
     }

@@ -594,6 +594,11 @@ impl Router {
         ids
     }
 
+    /// The kind of provider `id` (`openai`, `anthropic`, `simulated`, ...).
+    pub fn provider_kind(&self, id: &str) -> Option<&str> {
+        self.inner.providers.get(id).map(|slot| slot.provider.kind())
+    }
+
     /// The credentials of a provider (ids and masked keys only leave through them).
     pub fn credentials(&self, provider: &str) -> Option<&[Credential]> {
         self.inner.providers.get(provider).map(|slot| slot.credentials.as_slice())
