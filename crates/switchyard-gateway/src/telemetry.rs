@@ -22,8 +22,8 @@ use opentelemetry::{Context, InstrumentationScope, KeyValue};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{
-    BatchSpanProcessor, Sampler, SamplingDecision, ShouldSample, SpanData, SpanEvents, SpanLinks,
-    SpanProcessor,
+    BatchConfigBuilder, BatchSpanProcessor, Sampler, SamplingDecision, ShouldSample, SpanData, SpanEvents,
+    SpanLinks, SpanProcessor,
 };
 use switchyard::chat::Usage;
 use switchyard::credential::Secret;
@@ -165,7 +165,17 @@ impl Telemetry {
             .with_headers(headers)
             .build()
             .map_err(|e| format!("cannot start the OTLP exporter: {e}"))?;
-        let mut processor = BatchSpanProcessor::builder(exporter).build();
+        // A busy gateway makes tens of thousands of spans a second: a queue that holds a few
+        // seconds of them, exported in large batches (the OTEL_BSP_* variables still apply
+        // where they are set).
+        let mut batch = BatchConfigBuilder::default();
+        if std::env::var_os("OTEL_BSP_MAX_QUEUE_SIZE").is_none() {
+            batch = batch.with_max_queue_size(65_536);
+        }
+        if std::env::var_os("OTEL_BSP_MAX_EXPORT_BATCH_SIZE").is_none() {
+            batch = batch.with_max_export_batch_size(4_096);
+        }
+        let mut processor = BatchSpanProcessor::builder(exporter).with_batch_config(batch.build()).build();
         let resource = Resource::builder()
             .with_service_name(settings.service_name.clone())
             .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
@@ -220,30 +230,30 @@ impl Telemetry {
         }
         let operation = operation(request.endpoint);
         let end = request.wall + request.duration;
-        let mut attributes = vec![
+        // Each attribute is an allocation or two here and in the exporter's encoding: a span
+        // carries what the conventions and an operator's questions need, not what its children
+        // already say. Tokens are on the attempt that spent them only, so that summing
+        // `gen_ai.usage.*` over spans counts them once.
+        let mut attributes = Vec::with_capacity(10);
+        attributes.extend([
             KeyValue::new("gen_ai.operation.name", operation),
             KeyValue::new("gen_ai.request.model", request.model.to_owned()),
             KeyValue::new("http.response.status_code", i64::from(request.status)),
             KeyValue::new("switchyard.request_id", request.request_id.to_owned()),
-            KeyValue::new("switchyard.endpoint", request.endpoint),
             KeyValue::new("switchyard.queued_ms", millis(request.queued)),
-        ];
+        ]);
         if !request.route.is_empty() {
             attributes.push(KeyValue::new("switchyard.route", request.route.to_owned()));
         }
-        if let Some(Via::Target(target)) = request.served_by {
-            attributes.push(KeyValue::new("gen_ai.provider.name", self.provider_name(target.provider())));
-            attributes.push(KeyValue::new("gen_ai.response.model", target.model().to_owned()));
-            attributes.push(KeyValue::new("switchyard.served_by", target.to_string()));
-        } else if let Some(via @ Via::Candidate(_)) = request.served_by {
-            attributes.push(KeyValue::new("switchyard.served_by", via.to_string()));
-        }
-        if let Some(usage) = request.usage {
-            attributes.push(KeyValue::new("gen_ai.usage.input_tokens", i64::from(usage.prompt_tokens)));
-            attributes.push(KeyValue::new("gen_ai.usage.output_tokens", i64::from(usage.completion_tokens)));
-        }
-        if let Some(trail) = request.trail {
-            attributes.push(KeyValue::new("switchyard.attempts", trail.len() as i64));
+        match request.served_by {
+            Some(Via::Target(target)) => {
+                attributes.push(KeyValue::new("gen_ai.provider.name", self.provider_name(target.provider())));
+                attributes.push(KeyValue::new("gen_ai.response.model", target.model().to_owned()));
+            }
+            Some(via @ Via::Candidate(_)) => {
+                attributes.push(KeyValue::new("switchyard.served_by", via.to_string()))
+            }
+            None => {}
         }
         let error = request_error(request);
         if let Some(error) = &error {
@@ -271,11 +281,14 @@ impl Telemetry {
         attempt: &Attempt,
     ) -> SpanData {
         let start = request.wall + attempt.started;
-        let mut attributes = vec![
+        let mut attributes = Vec::with_capacity(10);
+        attributes.extend([
             KeyValue::new("gen_ai.operation.name", operation),
             KeyValue::new("switchyard.attempt.outcome", attempt.outcome.as_str()),
-            KeyValue::new("switchyard.queued_ms", millis(attempt.queued)),
-        ];
+        ]);
+        if !attempt.queued.is_zero() {
+            attributes.push(KeyValue::new("switchyard.queued_ms", millis(attempt.queued)));
+        }
         let name = match &attempt.via {
             Via::Target(target) => {
                 attributes.push(KeyValue::new("gen_ai.provider.name", self.provider_name(target.provider())));

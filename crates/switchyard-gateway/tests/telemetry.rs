@@ -183,16 +183,17 @@ async fn a_failover_is_one_trace_continuing_the_clients_with_a_span_per_attempt(
         ("gen_ai.request.model", "default"),
         ("gen_ai.response.model", "m"),
         ("gen_ai.provider.name", "openai"),
-        ("gen_ai.usage.input_tokens", "11"),
-        ("gen_ai.usage.output_tokens", "3"),
         ("switchyard.route", "default"),
-        ("switchyard.served_by", "up:m"),
-        ("switchyard.attempts", "2"),
         ("http.response.status_code", "200"),
     ] {
         assert_eq!(attribute(request, key).as_deref(), Some(value), "request span {key}");
     }
     assert!(attribute(request, "switchyard.queued_ms").is_some());
+    assert!(attribute(request, "switchyard.request_id").is_some_and(|id| id.starts_with("req_")));
+    assert!(
+        attribute(request, "gen_ai.usage.input_tokens").is_none(),
+        "tokens count once: on the attempt that spent them"
+    );
 
     let mut attempts: Vec<&Span> = spans.iter().filter(|s| s.kind == SpanKind::Client as i32).collect();
     attempts.sort_by_key(|s| s.start_time_unix_nano);
@@ -212,7 +213,9 @@ async fn a_failover_is_one_trace_continuing_the_clients_with_a_span_per_attempt(
     assert_eq!(attribute(failed, "http.response.status_code").as_deref(), Some("503"));
     assert_eq!(failed.status.as_ref().unwrap().code, 2, "an error status");
     assert_eq!(attribute(served, "switchyard.attempt.outcome").as_deref(), Some("ok"));
+    assert_eq!(attribute(served, "gen_ai.usage.input_tokens").as_deref(), Some("11"));
     assert_eq!(attribute(served, "gen_ai.usage.output_tokens").as_deref(), Some("3"));
+    assert_eq!(attribute(served, "gen_ai.response.model").as_deref(), Some("m"));
     assert!(attribute(served, "error.type").is_none());
 
     // Each upstream call carried its own attempt's span, and that span was exported.
