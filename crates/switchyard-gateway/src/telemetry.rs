@@ -70,7 +70,9 @@ impl SamplerSetting {
     /// ratio samplers (default 1.0).
     pub fn parse(name: &str, arg: Option<f64>) -> Result<Self, String> {
         let ratio = arg.unwrap_or(1.0);
-        if !(0.0..=1.0).contains(&ratio) {
+        let is_ratio = matches!(name.trim(), "traceidratio" | "parentbased_traceidratio");
+        // The argument means something only to the ratio samplers; others ignore it.
+        if is_ratio && !(0.0..=1.0).contains(&ratio) {
             return Err(format!("the sampler's ratio {ratio} is not between 0 and 1"));
         }
         Ok(match name.trim() {
@@ -123,6 +125,9 @@ pub struct RequestSpan<'a> {
     pub context: TraceContext,
     pub parent: Option<u64>,
     pub wall: SystemTime,
+    /// How long after its arrival the router took it (the body read, parsed): the trail's
+    /// offsets count from there.
+    pub routed: Duration,
     pub duration: Duration,
     /// The endpoint (`chat_completions`, `messages`, `responses`, `embeddings`, ...).
     pub endpoint: &'static str,
@@ -266,7 +271,12 @@ impl Telemetry {
             (request.context, request.parent.unwrap_or(0), request.parent.is_some()),
             (request.wall, end),
             attributes,
-            error.map_or(Status::Unset, Status::error),
+            // A client's mistake (4xx) is not the server's error: `error.type` says it, the
+            // status stays unset, as the conventions ask of server spans.
+            match error {
+                Some(error) if request.status >= 500 || request.late_error.is_some() => Status::error(error),
+                _ => Status::Unset,
+            },
         );
         self.processor.on_end(span);
         for attempt in request.trail.map(Trail::attempts).unwrap_or_default() {
@@ -280,7 +290,7 @@ impl Telemetry {
         operation: &'static str,
         attempt: &Attempt,
     ) -> SpanData {
-        let start = request.wall + attempt.started;
+        let start = request.wall + request.routed + attempt.started;
         let mut attributes = Vec::with_capacity(10);
         attributes.extend([
             KeyValue::new("gen_ai.operation.name", operation),

@@ -224,6 +224,21 @@ async fn a_failover_is_one_trace_continuing_the_clients_with_a_span_per_attempt(
         attempts.iter().map(|a| format!("00-{INCOMING_TRACE}-{}-01", hex(&a.span_id))).collect();
     assert_eq!(sent, expected);
 
+    // A client's mistake is named on its span but is not the server's error.
+    received.lock().unwrap().clear();
+    let unknown = reqwest::Client::new()
+        .post(format!("{gateway}/v1/chat/completions"))
+        .json(&json!({ "model": "nowhere", "messages": [{ "role": "user", "content": "hi" }] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    flush(&state).await;
+    let (refused, _) = self::spans(&received);
+    let refused = refused.iter().find(|s| s.kind == SpanKind::Server as i32).expect("the 404 is traced");
+    assert_eq!(attribute(refused, "error.type").as_deref(), Some("404"));
+    assert_eq!(refused.status.as_ref().map_or(0, |s| s.code), 0, "a 4xx leaves a server span's status unset");
+
     // Prompts, answers and keys are never recorded.
     let everything = format!("{spans:?}{resource:?}");
     for secret in ["a secret prompt", "hello", "SECRET"] {
@@ -310,6 +325,14 @@ fn bad_telemetry_settings_are_named() {
             "OTEL_TRACES_SAMPLER_ARG",
         ),
         ("", HashMap::from([("OTEL_TRACES_EXPORTER", "zipkin".to_owned())]), "`zipkin` is not an exporter"),
+        (
+            "",
+            HashMap::from([
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318".to_owned()),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".to_owned()),
+            ]),
+            "OTEL_EXPORTER_OTLP_PROTOCOL: `grpc` is not supported",
+        ),
     ];
     for (telemetry, env, expected) in cases {
         let yaml = format!(
@@ -330,4 +353,16 @@ fn bad_telemetry_settings_are_named() {
         config::build(config::parse(yaml, false, "t").unwrap(), config::Source::File("t".into()), &lookup)
             .unwrap();
     assert!(loaded.gateway.telemetry.is_none());
+    // The argument means nothing to a sampler without a ratio.
+    let env = HashMap::from([
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318".to_owned()),
+        ("OTEL_TRACES_SAMPLER", "always_on".to_owned()),
+        ("OTEL_TRACES_SAMPLER_ARG", "5".to_owned()),
+    ]);
+    let lookup = move |name: &str| env.get(name).cloned();
+    let yaml = "providers: { a: { kind: simulated } }\nroutes: { default: { targets: [a:m] } }\n";
+    let loaded =
+        config::build(config::parse(yaml, false, "t").unwrap(), config::Source::File("t".into()), &lookup)
+            .unwrap();
+    assert!(loaded.gateway.telemetry.is_some());
 }

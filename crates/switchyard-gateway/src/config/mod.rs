@@ -566,25 +566,28 @@ impl Validator<'_> {
                 format!("`{traces_url}` is not an http:// or https:// URL of an OTLP/HTTP collector"),
             );
         }
+        // Each problem names where its value came from: the file, or the variable.
         let protocol = config
-            .and_then(|c| c.protocol.clone())
-            .or_else(|| var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"))
-            .or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL"));
-        let protocol = match protocol.as_deref().map(str::trim) {
-            None | Some("http/protobuf") => OtlpProtocol::Protobuf,
-            Some("http/json") => OtlpProtocol::Json,
-            Some(other) => {
+            .and_then(|c| c.protocol.clone().map(|p| (p, "telemetry.protocol")))
+            .or_else(|| {
+                var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").map(|p| (p, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"))
+            })
+            .or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL").map(|p| (p, "OTEL_EXPORTER_OTLP_PROTOCOL")));
+        let protocol = match protocol.as_ref().map(|(p, origin)| (p.trim(), *origin)) {
+            None | Some(("http/protobuf", _)) => OtlpProtocol::Protobuf,
+            Some(("http/json", _)) => OtlpProtocol::Json,
+            Some((other, origin)) => {
                 self.problem(
-                    "telemetry.protocol",
+                    origin,
                     format!("`{other}` is not supported: use http/protobuf (the collector's port 4318) or http/json"),
                 );
                 OtlpProtocol::Protobuf
             }
         };
-        let sampler_name = config
-            .and_then(|c| c.sampler.clone())
-            .or_else(|| var("OTEL_TRACES_SAMPLER"))
-            .unwrap_or_else(|| "parentbased_always_on".to_owned());
+        let (sampler_name, sampler_origin) = config
+            .and_then(|c| c.sampler.clone().map(|s| (s, "telemetry.sampler")))
+            .or_else(|| var("OTEL_TRACES_SAMPLER").map(|s| (s, "OTEL_TRACES_SAMPLER")))
+            .unwrap_or_else(|| ("parentbased_always_on".to_owned(), "telemetry.sampler"));
         let sampler_arg = match config.and_then(|c| c.sampler_arg) {
             Some(arg) => Some(arg),
             None => match var("OTEL_TRACES_SAMPLER_ARG") {
@@ -601,7 +604,7 @@ impl Validator<'_> {
         let sampler = match SamplerSetting::parse(&sampler_name, sampler_arg) {
             Ok(sampler) => sampler,
             Err(problem) => {
-                self.problem("telemetry.sampler", problem);
+                self.problem(sampler_origin, problem);
                 SamplerSetting::ParentBasedAlwaysOn
             }
         };

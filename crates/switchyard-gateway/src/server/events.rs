@@ -36,14 +36,20 @@ impl Default for RequestFeed {
 }
 
 impl RequestFeed {
-    /// Tells every subscriber that `record`'s request finished.
-    pub fn publish(&self, record: &RequestRecord) {
+    /// `record`'s `request_finished` line, when someone listens.
+    pub fn render(&self, record: &RequestRecord) -> Option<Arc<str>> {
         if self.sender.receiver_count() == 0 {
-            return;
+            return None;
         }
-        if let Ok(mut json) = serde_json::to_value(record.summary()) {
-            json["event"] = "request_finished".into();
-            let _ = self.sender.send(json.to_string().into());
+        let mut json = serde_json::to_value(record.summary()).ok()?;
+        json["event"] = "request_finished".into();
+        Some(json.to_string().into())
+    }
+
+    /// Tells every subscriber a request finished.
+    pub fn send(&self, line: Option<Arc<str>>) {
+        if let Some(line) = line {
+            let _ = self.sender.send(line);
         }
     }
 

@@ -250,6 +250,8 @@ pub struct RequestContext {
     pub trace: Option<(TraceContext, Option<u64>)>,
     /// The `model` the client named, kept only for a traced request.
     pub model: String,
+    /// When the router took the request: its trail's offsets count from here.
+    routed: std::sync::OnceLock<Instant>,
 }
 
 impl RequestContext {
@@ -263,7 +265,6 @@ impl RequestContext {
                     && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
             })
             .map_or_else(|| state.ids.next(), str::to_owned);
-        let trace = state.telemetry.as_ref().map(|telemetry| telemetry.begin(headers));
         Self {
             id,
             dialect,
@@ -271,13 +272,16 @@ impl RequestContext {
             wall: SystemTime::now(),
             endpoint,
             late_error: None,
-            trace,
+            trace: None,
             model: String::new(),
+            routed: std::sync::OnceLock::new(),
         }
     }
 
-    /// The router's options for this request: the client's switches, and its span.
+    /// The router's options for this request: the client's switches, and its span. Called as
+    /// the request is handed to the router.
     fn options(&self, headers: &HeaderMap) -> RequestOptions {
+        self.routed.get_or_init(Instant::now);
         RequestOptions { trace: self.trace.map(|(context, _)| context), ..options(headers) }
     }
 
@@ -428,6 +432,10 @@ impl RequestContext {
                 context,
                 parent,
                 wall: self.wall,
+                routed: self
+                    .routed
+                    .get()
+                    .map_or(Duration::ZERO, |at| at.saturating_duration_since(self.started)),
                 duration: elapsed,
                 endpoint: self.endpoint,
                 request_id: &self.id,
@@ -442,8 +450,10 @@ impl RequestContext {
             });
         }
         if let Some(record) = kept {
-            state.feed.publish(&record);
+            // Kept before it is announced: a subscriber may open its trail at once.
+            let line = state.feed.render(&record);
             state.recent.insert(record);
+            state.feed.send(line);
         }
         state.access.record(&AccessEntry {
             request_id: &self.id,
@@ -558,10 +568,12 @@ async fn accept<T>(
     parse: impl FnOnce(&Bytes) -> Result<T, ApiError>,
     model: impl Fn(&T) -> &str,
 ) -> Result<(RequestContext, T), Response> {
-    let exchange = RequestContext::start(state, headers, dialect, endpoint);
+    let mut exchange = RequestContext::start(state, headers, dialect, endpoint);
     if !authorized(&state.gateway.keys, headers) {
         return Err(exchange.fail(state, unauthorized(headers)));
     }
+    // Only a client with a key chooses a trace to continue.
+    exchange.trace = state.telemetry.as_ref().map(|telemetry| telemetry.begin(headers));
     let parsed = match json_body(headers, body, state.gateway.max_body).await {
         Ok(bytes) => parse(&bytes),
         Err(error) => Err(error),
@@ -571,7 +583,6 @@ async fn accept<T>(
             Err(exchange.fail(state, missing_model(&state.router)))
         }
         Ok(request) => {
-            let mut exchange = exchange;
             if exchange.trace.is_some() {
                 exchange.model = model(&request).to_owned();
             }

@@ -21,6 +21,10 @@ use crate::trace::TraceContext;
 use crate::trail::{Attempt, Outcome, Via};
 use crate::{ErrorKind, ProviderError, Target};
 
+/// A sent attempt: its result, when it was sent, whether the deadline cut it, and the record
+/// of a hedge that ran beside it.
+type Sent<O> = (Result<O, ProviderError>, Instant, bool, Option<Attempt>);
+
 impl<X: Exchange> Run<'_, X> {
     /// One attempt at `tries.target`, and what the walk does next.
     pub(super) async fn attempt(&mut self, slot: &ProviderSlot, tries: &mut TargetTry) -> Step {
@@ -64,22 +68,11 @@ impl<X: Exchange> Run<'_, X> {
         self.queued_total += queued;
         let mark = self.trail.len();
         let span = self.trace.map(|trace| trace.child());
-        let (result, sent, cut_by_deadline, hedge_record) = match self.hedge_delay(tries) {
-            None => {
-                let (result, sent, cut) =
-                    self.call(slot, credential, &tries.target, permit.as_ref(), span).await;
-                (result, sent, cut, None)
-            }
-            Some(delay) => {
-                match self.race(slot, credential, probe, tries, permit.as_ref(), (delay, span)).await {
-                    Raced::Alone((result, sent, cut), record) => {
-                        self.out_of_time |= cut;
-                        (result, sent, cut, record)
-                    }
-                    Raced::HedgeWon(won) => return self.hedge_won(permit, *won),
-                }
-            }
-        };
+        let (result, sent, cut_by_deadline, hedge_record) =
+            match self.send(slot, (credential, probe), tries, permit.as_ref(), span).await {
+                Ok(sent) => sent,
+                Err(won) => return self.hedge_won(permit, *won),
+            };
         let finished = Instant::now();
         let cred = &slot.credentials[credential];
         let attempt = Attempt::called(
@@ -103,6 +96,31 @@ impl<X: Exchange> Run<'_, X> {
             }
         }
         step
+    }
+
+    /// Sends the attempt, hedged when the route says so: its result, when it was sent, whether
+    /// the deadline cut it, and the hedge's record; or the hedge that answered instead.
+    async fn send(
+        &mut self,
+        slot: &ProviderSlot,
+        (credential, probe): (usize, bool),
+        tries: &TargetTry,
+        permit: Option<&Permit>,
+        span: Option<TraceContext>,
+    ) -> Result<Sent<X::Output>, Box<Won<X::Output>>> {
+        match self.hedge_delay(tries) {
+            None => {
+                let (result, sent, cut) = self.call(slot, credential, &tries.target, permit, span).await;
+                Ok((result, sent, cut, None))
+            }
+            Some(delay) => match self.race(slot, credential, probe, tries, permit, (delay, span)).await {
+                Raced::Alone((result, sent, cut), record) => {
+                    self.out_of_time |= cut;
+                    Ok((result, sent, cut, record))
+                }
+                Raced::HedgeWon(won) => Err(won),
+            },
+        }
     }
 
     /// The first attempt's result, carried out: served or redirected, or failed.
