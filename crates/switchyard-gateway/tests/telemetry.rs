@@ -177,6 +177,7 @@ async fn a_failover_is_one_trace_continuing_the_clients_with_a_span_per_attempt(
     }
     let request = spans.iter().find(|s| s.kind == SpanKind::Server as i32).unwrap();
     assert_eq!(hex(&request.parent_span_id), INCOMING_SPAN);
+    assert_eq!(request.flags & 0x3ff, 0x301, "sampled, its parent known to be remote");
     assert_eq!(request.name, "chat default");
     for (key, value) in [
         ("gen_ai.operation.name", "chat"),
@@ -199,6 +200,7 @@ async fn a_failover_is_one_trace_continuing_the_clients_with_a_span_per_attempt(
     attempts.sort_by_key(|s| s.start_time_unix_nano);
     for attempt in &attempts {
         assert_eq!(attempt.parent_span_id, request.span_id, "each attempt is a child of the request");
+        assert_eq!(attempt.flags & 0x3ff, 0x101, "sampled, its parent local");
         assert_eq!(attempt.name, "chat m");
         assert_eq!(attribute(attempt, "gen_ai.provider.name").as_deref(), Some("openai"));
         assert_eq!(attribute(attempt, "gen_ai.request.model").as_deref(), Some("m"));

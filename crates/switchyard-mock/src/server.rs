@@ -60,10 +60,16 @@ pub(crate) async fn serve(listener: TcpListener) -> io::Result<()> {
 
 /// Where a path leads.
 enum Route<'a> {
-    Api { scenario: &'a str, endpoint: Endpoint },
+    Api {
+        scenario: &'a str,
+        endpoint: Endpoint,
+    },
     Reset,
     Stats,
     Health,
+    /// `POST /_otlp/v1/traces`: an OTLP/HTTP collector that reads each export and keeps
+    /// nothing, so that a benchmark of trace export has a receiver that costs next to nothing.
+    Traces,
     NotFound,
 }
 
@@ -76,6 +82,10 @@ fn route(path: &str) -> Route<'_> {
         Some("_reset") => return if segments.next().is_none() { Route::Reset } else { Route::NotFound },
         Some("_stats") => return if segments.next().is_none() { Route::Stats } else { Route::NotFound },
         Some("_health") => return if segments.next().is_none() { Route::Health } else { Route::NotFound },
+        Some("_otlp") => {
+            let rest = (segments.next(), segments.next(), segments.next());
+            return if rest == (Some("v1"), Some("traces"), None) { Route::Traces } else { Route::NotFound };
+        }
         Some("v1") => ("ok", first),
         Some(scenario) => (scenario, segments.next()),
         None => return Route::NotFound,
@@ -106,7 +116,17 @@ async fn handle(request: Request<Incoming>, registry: &Registry) -> Result<Respo
         }
         Route::Stats => Ok(reply::json(StatusCode::OK, registry.stats().to_string())),
         Route::Health => Ok(reply::json(StatusCode::OK, r#"{"ok":true}"#.to_owned())),
-        Route::Reset | Route::NotFound => {
+        Route::Traces if parts.method == hyper::Method::POST => {
+            // Read to the end (a collector does), then the empty ExportTraceServiceResponse.
+            let _ = Limited::new(body, 64 << 20).collect().await.map_err(io::Error::other)?;
+            let mut response = reply::json(StatusCode::OK, String::new());
+            response.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/x-protobuf"),
+            );
+            Ok(response)
+        }
+        Route::Reset | Route::Traces | Route::NotFound => {
             let message = format!(
                 "switchyard-mock: no route for {} {}; use POST /{{scenario}}/v1/chat/completions, \
                  /{{scenario}}/v1/messages(/count_tokens), /{{scenario}}/v1/responses or /{{scenario}}/v1/embeddings, POST /_reset or GET /_stats",
@@ -347,6 +367,8 @@ mod tests {
         assert_eq!(api("/x/v1/messages/extra"), None);
         assert!(matches!(route("/_reset"), Route::Reset));
         assert!(matches!(route("/_stats"), Route::Stats));
+        assert!(matches!(route("/_otlp/v1/traces"), Route::Traces));
+        assert!(matches!(route("/_otlp/v1/logs"), Route::NotFound));
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //!
 //! Prompts and answers are never recorded; keys never (credential ids only).
 
+mod protobuf;
+
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -156,20 +158,7 @@ impl Telemetry {
             .timeout(settings.timeout)
             .build()
             .map_err(|e| format!("cannot make the OTLP client: {e}"))?;
-        let headers: HashMap<String, String> =
-            settings.headers.iter().map(|(name, value)| (name.clone(), value.expose().to_owned())).collect();
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_http_client(OtlpClient { client, runtime })
-            .with_endpoint(settings.traces_url.clone())
-            .with_protocol(match settings.protocol {
-                OtlpProtocol::Protobuf => Protocol::HttpBinary,
-                OtlpProtocol::Json => Protocol::HttpJson,
-            })
-            .with_timeout(settings.timeout)
-            .with_headers(headers)
-            .build()
-            .map_err(|e| format!("cannot start the OTLP exporter: {e}"))?;
+        let client = OtlpClient { client, runtime };
         // A busy gateway makes tens of thousands of spans a second: a queue that holds a few
         // seconds of them, exported in large batches (the OTEL_BSP_* variables still apply
         // where they are set).
@@ -180,7 +169,46 @@ impl Telemetry {
         if std::env::var_os("OTEL_BSP_MAX_EXPORT_BATCH_SIZE").is_none() {
             batch = batch.with_max_export_batch_size(4_096);
         }
-        let mut processor = BatchSpanProcessor::builder(exporter).with_batch_config(batch.build()).build();
+        let batch = batch.build();
+        let mut processor = match settings.protocol {
+            // Written straight from the spans: see `protobuf`.
+            OtlpProtocol::Protobuf => {
+                let url = settings
+                    .traces_url
+                    .parse()
+                    .map_err(|e| format!("`{}` is not a URL: {e}", settings.traces_url))?;
+                let mut headers = axum::http::HeaderMap::new();
+                for (name, value) in &settings.headers {
+                    let name = axum::http::HeaderName::from_bytes(name.as_bytes())
+                        .map_err(|_| format!("`{name}` cannot be an HTTP header name"))?;
+                    let mut value = axum::http::HeaderValue::from_str(value.expose()).map_err(|_| {
+                        format!("the value of header `{name}` holds characters a header cannot carry")
+                    })?;
+                    value.set_sensitive(true);
+                    headers.insert(name, value);
+                }
+                let scope = ("switchyard", env!("CARGO_PKG_VERSION"));
+                let exporter = protobuf::ProtobufExporter::new(Box::new(client), url, headers, scope);
+                BatchSpanProcessor::builder(exporter).with_batch_config(batch).build()
+            }
+            OtlpProtocol::Json => {
+                let headers: HashMap<String, String> = settings
+                    .headers
+                    .iter()
+                    .map(|(name, value)| (name.clone(), value.expose().to_owned()))
+                    .collect();
+                let exporter = opentelemetry_otlp::SpanExporter::builder()
+                    .with_http()
+                    .with_http_client(client)
+                    .with_endpoint(settings.traces_url.clone())
+                    .with_protocol(Protocol::HttpJson)
+                    .with_timeout(settings.timeout)
+                    .with_headers(headers)
+                    .build()
+                    .map_err(|e| format!("cannot start the OTLP exporter: {e}"))?;
+                BatchSpanProcessor::builder(exporter).with_batch_config(batch).build()
+            }
+        };
         let resource = Resource::builder()
             .with_service_name(settings.service_name.clone())
             .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
