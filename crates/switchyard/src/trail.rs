@@ -327,6 +327,11 @@ impl Trail {
         self.0.push(attempt);
     }
 
+    /// The attempt that answered from `target`: the last `ok` one to it.
+    pub(crate) fn serving_mut(&mut self, target: &Target) -> Option<&mut Attempt> {
+        self.0.iter_mut().rev().find(|a| a.outcome == Outcome::Ok && a.target() == Some(target))
+    }
+
     pub(crate) fn last_mut(&mut self) -> Option<&mut Attempt> {
         self.0.last_mut()
     }

@@ -328,11 +328,13 @@ impl RoutedStream {
         if let Some((target, credential)) = self.answered.clone() {
             error = self.router.failed_mid_stream(&target, credential, error, blame == Blame::Provider);
             let note = self.router.after_content_sent(&error);
-            if let Some(last) = self.trail.last_mut() {
-                last.outcome = Outcome::Failed;
-                last.mid_stream = true;
-                last.error = Some(error.clone());
-                last.note = note;
+            // The attempt that was streaming: after a hedged race it need not be the last
+            // record (the cancelled hedge's follows the first attempt that won).
+            if let Some(served) = self.trail.serving_mut(&target) {
+                served.outcome = Outcome::Failed;
+                served.mid_stream = true;
+                served.error = Some(error.clone());
+                served.note = note;
             }
         }
         self.finish();

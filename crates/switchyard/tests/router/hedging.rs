@@ -156,3 +156,26 @@ async fn a_stream_slow_to_its_first_content_is_hedged_and_the_hedge_streams_to_t
         [("primary:m".into(), Outcome::Cancelled, false), ("backup:m".into(), Outcome::Ok, true)]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_cut_after_the_first_attempt_won_its_race_blames_that_attempt_not_the_hedge() {
+    // The first answers at 400 ms, beside a hedge started at 300 ms; then its stream breaks.
+    let primary = slow(400).stream(3, Duration::from_millis(10)).script([Step::CutAfter(1)]);
+    let backup = slow(500).stream(3, Duration::from_millis(10));
+    let router = hedged(&primary, &backup, 1.0);
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let mut failure = None;
+    while let Some(item) = stream.next().await {
+        if let Err(error) = item {
+            failure = Some(error);
+        }
+    }
+    let failure = failure.expect("the stream broke");
+    assert_eq!(
+        outcomes(&failure.trail),
+        [("primary:m".into(), Outcome::Failed, false), ("backup:m".into(), Outcome::Cancelled, true)]
+    );
+    let first = &failure.trail.attempts()[0];
+    assert!(first.mid_stream && first.error_kind() == Some(ErrorKind::Transport), "{first:?}");
+    assert!(failure.trail.attempts()[1].error.is_none(), "the cancelled hedge did not fail");
+}
