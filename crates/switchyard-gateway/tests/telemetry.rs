@@ -52,14 +52,22 @@ async fn receiver() -> (String, Received) {
     (serve(router).await, received)
 }
 
-/// An OpenAI-dialect upstream: `/down` answers 503, `/up` answers; every `traceparent` kept.
-async fn upstream() -> (String, Arc<Mutex<Vec<Option<String>>>>) {
-    let seen: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+/// What the upstream received: each call's `traceparent`, and its `tracestate`.
+type Seen = Arc<Mutex<Vec<Option<String>>>>;
+
+/// An OpenAI-dialect upstream: `/down` answers 503, `/up` answers; every `traceparent` kept
+/// (with ` ; ` and the `tracestate` after it when one came).
+async fn upstream() -> (String, Seen) {
+    let seen: Seen = Arc::default();
     let keep = seen.clone();
     let router = axum::Router::new().fallback(move |headers: HeaderMap, uri: axum::http::Uri| {
         let keep = keep.clone();
         async move {
-            let traceparent = headers.get("traceparent").map(|v| v.to_str().unwrap().to_owned());
+            let mut traceparent = headers.get("traceparent").map(|v| v.to_str().unwrap().to_owned());
+            if let (Some(parent), Some(state)) = (traceparent.as_mut(), headers.get("tracestate")) {
+                parent.push_str(" ; ");
+                parent.push_str(state.to_str().unwrap());
+            }
             keep.lock().unwrap().push(traceparent);
             if uri.path().starts_with("/down") {
                 let error = json!({ "error": { "message": "overloaded", "type": "server_error", "code": null } });
@@ -105,7 +113,7 @@ async fn chat(gateway: &str, traceparent: Option<&str>) -> reqwest::Response {
         .post(format!("{gateway}/v1/chat/completions"))
         .json(&json!({ "model": "default", "messages": [{ "role": "user", "content": "a secret prompt" }] }));
     if let Some(traceparent) = traceparent {
-        request = request.header("traceparent", traceparent);
+        request = request.header("traceparent", traceparent).header("tracestate", "vendor=7");
     }
     let response = request.send().await.unwrap();
     assert_eq!(response.status(), 200);
@@ -223,7 +231,7 @@ async fn a_failover_is_one_trace_continuing_the_clients_with_a_span_per_attempt(
     // Each upstream call carried its own attempt's span, and that span was exported.
     let sent: Vec<String> = traceparents.lock().unwrap().iter().map(|t| t.clone().unwrap()).collect();
     let expected: Vec<String> =
-        attempts.iter().map(|a| format!("00-{INCOMING_TRACE}-{}-01", hex(&a.span_id))).collect();
+        attempts.iter().map(|a| format!("00-{INCOMING_TRACE}-{}-01 ; vendor=7", hex(&a.span_id))).collect();
     assert_eq!(sent, expected);
 
     // A client's mistake is named on its span but is not the server's error.

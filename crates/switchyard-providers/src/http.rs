@@ -239,11 +239,18 @@ pub(crate) fn forward(headers: &mut HeaderMap, forward: &[(String, String)], all
 
 /// The attempt's span as `traceparent`, when the request is traced: the upstream (or the
 /// tracing proxy in front of it) continues the trace from the attempt.
+/// The client's `tracestate` (passed in `call.forward` by a tracing gateway) goes with it, as
+/// W3C Trace Context asks of a participant that changes `traceparent`.
 pub(crate) fn trace(headers: &mut HeaderMap, call: &switchyard::provider::Call<'_>) {
-    if let Some(span) = call.trace
-        && let Ok(value) = HeaderValue::from_str(&span.traceparent())
-    {
+    let Some(span) = call.trace else { return };
+    if let Ok(value) = HeaderValue::from_str(&span.traceparent()) {
         headers.insert("traceparent", value);
+    }
+    let states = call.forward.iter().filter(|(name, _)| name == "tracestate");
+    for (_, state) in states {
+        if let Ok(value) = HeaderValue::from_str(state) {
+            headers.append("tracestate", value);
+        }
     }
 }
 

@@ -125,10 +125,10 @@ async fn a_traced_call_carries_its_attempt_span_and_an_untraced_one_nothing() {
     ];
     for provider in &providers {
         // A client's own traceparent is not forwarded: the attempt's span is the upstream's parent.
-        let forward = vec![(
-            "traceparent".to_owned(),
-            "00-11111111111111111111111111111111-2222222222222222-01".to_owned(),
-        )];
+        let forward = vec![
+            ("traceparent".to_owned(), "00-11111111111111111111111111111111-2222222222222222-01".to_owned()),
+            ("tracestate".to_owned(), "vendor=abc".to_owned()),
+        ];
         chat_traced(provider.as_ref(), &forward, Some(span)).await;
         let headers = seen.lock().unwrap().clone();
         assert_eq!(
@@ -137,7 +137,17 @@ async fn a_traced_call_carries_its_attempt_span_and_an_untraced_one_nothing() {
             "{}",
             provider.kind()
         );
-        chat_traced(provider.as_ref(), &[], None).await;
-        assert!(seen.lock().unwrap().get("traceparent").is_none(), "{}", provider.kind());
+        assert_eq!(
+            header(&headers, "tracestate"),
+            ["vendor=abc"],
+            "the client's vendor state travels with it"
+        );
+        chat_traced(provider.as_ref(), &forward, None).await;
+        let headers = seen.lock().unwrap().clone();
+        assert!(
+            headers.get("traceparent").is_none() && headers.get("tracestate").is_none(),
+            "{}",
+            provider.kind()
+        );
     }
 }

@@ -282,7 +282,17 @@ impl RequestContext {
     /// the request is handed to the router.
     fn options(&self, headers: &HeaderMap) -> RequestOptions {
         self.routed.get_or_init(Instant::now);
-        RequestOptions { trace: self.trace.map(|(context, _)| context), ..options(headers) }
+        let mut options = options(headers);
+        if let Some((context, parent)) = self.trace {
+            options.trace = Some(context);
+            // The trace continued carries the client's vendor state on with it.
+            if parent.is_some() {
+                for state in headers.get_all("tracestate").iter().filter_map(|v| v.to_str().ok()) {
+                    options.forward_headers.push(("tracestate".to_owned(), state.to_owned()));
+                }
+            }
+        }
+        options
     }
 
     /// Renders `error` and logs the request.
