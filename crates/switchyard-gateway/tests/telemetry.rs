@@ -30,8 +30,8 @@ async fn serve(router: axum::Router) -> String {
     format!("http://{addr}")
 }
 
-/// What the collector received: each request's content type and body.
-type Received = Arc<Mutex<Vec<(String, Bytes)>>>;
+/// What the collector received: each request's content type, body and `authorization`.
+type Received = Arc<Mutex<Vec<(String, Bytes, Option<String>)>>>;
 
 async fn receiver() -> (String, Received) {
     let received: Received = Arc::default();
@@ -42,7 +42,8 @@ async fn receiver() -> (String, Received) {
             let keep = keep.clone();
             async move {
                 let kind = headers["content-type"].to_str().unwrap().to_owned();
-                keep.lock().unwrap().push((kind.clone(), body));
+                let authorization = headers.get("authorization").map(|v| v.to_str().unwrap().to_owned());
+                keep.lock().unwrap().push((kind.clone(), body, authorization));
                 // An empty ExportTraceServiceResponse, in the encoding asked.
                 let body = if kind == "application/json" { b"{}".to_vec() } else { Vec::new() };
                 (StatusCode::OK, [("content-type", kind)], body).into_response()
@@ -129,8 +130,13 @@ async fn flush(state: &Arc<AppState>) {
 fn spans(received: &Received) -> (Vec<Span>, Vec<(String, String)>) {
     let mut spans = Vec::new();
     let mut resource = Vec::new();
-    for (kind, body) in received.lock().unwrap().iter() {
+    for (kind, body, authorization) in received.lock().unwrap().iter() {
         assert_eq!(kind, "application/x-protobuf");
+        assert_eq!(
+            authorization.as_deref(),
+            Some("Bearer collector-token"),
+            "the configured header goes along"
+        );
         let export = ExportTraceServiceRequest::decode(body.as_ref()).unwrap();
         for resource_spans in export.resource_spans {
             resource.extend(attributes_of(&resource_spans.resource.unwrap().attributes));
@@ -171,7 +177,9 @@ fn hex(bytes: &[u8]) -> String {
 async fn a_failover_is_one_trace_continuing_the_clients_with_a_span_per_attempt() {
     let (collector, received) = receiver().await;
     let (upstream, traceparents) = upstream().await;
-    let telemetry = format!("telemetry: {{ endpoint: \"{collector}\", service_name: switchyard-test }}");
+    let telemetry = format!(
+        "telemetry: {{ endpoint: \"{collector}\", service_name: switchyard-test, headers: {{ authorization: \"Bearer collector-token\" }} }}"
+    );
     let (gateway, state) = gateway(&upstream, &telemetry, HashMap::new()).await;
 
     chat(&gateway, Some(&format!("00-{INCOMING_TRACE}-{INCOMING_SPAN}-01"))).await;
@@ -251,7 +259,7 @@ async fn a_failover_is_one_trace_continuing_the_clients_with_a_span_per_attempt(
 
     // Prompts, answers and keys are never recorded.
     let everything = format!("{spans:?}{resource:?}");
-    for secret in ["a secret prompt", "hello", "SECRET"] {
+    for secret in ["a secret prompt", "hello", "SECRET", "collector-token"] {
         assert!(!everything.contains(secret), "{secret} was recorded");
     }
 }
@@ -264,6 +272,7 @@ async fn the_standard_environment_configures_export_and_json_is_spoken_on_reques
         ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.clone()),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json".to_owned()),
         ("OTEL_SERVICE_NAME", "from-env".to_owned()),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20collector-token".to_owned()),
     ]);
     let (gateway, state) = gateway(&upstream, "", env).await;
 
@@ -274,8 +283,13 @@ async fn the_standard_environment_configures_export_and_json_is_spoken_on_reques
     assert!(!received.is_empty());
     let mut names = Vec::new();
     let mut services = Vec::new();
-    for (kind, body) in &received {
+    for (kind, body, authorization) in &received {
         assert_eq!(kind, "application/json");
+        assert_eq!(
+            authorization.as_deref(),
+            Some("Bearer collector-token"),
+            "percent-decoded from the environment"
+        );
         let export: Value = serde_json::from_slice(body).unwrap();
         for resource_spans in export["resourceSpans"].as_array().unwrap() {
             services.extend(
