@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::entry::ProviderSlot;
 use super::exchange::Exchange;
-use super::hedge::{Raced, Won};
+use super::hedge::{Lost, Raced, Won};
 use super::policy::{self, Chain, FailurePoint, Means, Next};
 use super::run::{Refusal, Run, Step, TargetTry};
 use super::{Inner, redact};
@@ -20,10 +20,6 @@ use crate::ratelimit::RateLimits;
 use crate::trace::TraceContext;
 use crate::trail::{Attempt, Outcome, Via};
 use crate::{ErrorKind, ProviderError, Target};
-
-/// A sent attempt: its result, when it was sent, whether the deadline cut it, and the record
-/// of a hedge that ran beside it.
-type Sent<O> = (Result<O, ProviderError>, Instant, bool, Option<Attempt>);
 
 impl<X: Exchange> Run<'_, X> {
     /// One attempt at `tries.target`, and what the walk does next.
@@ -70,8 +66,9 @@ impl<X: Exchange> Run<'_, X> {
         let span = self.trace.map(|trace| trace.child());
         let (result, sent, cut_by_deadline, hedge_record) =
             match self.send(slot, (credential, probe), tries, permit.as_ref(), span).await {
-                Ok(sent) => sent,
-                Err(won) => return self.hedge_won(permit, *won),
+                Raced::Alone((result, sent, cut), record) => (result, sent, cut, record),
+                Raced::HedgeWon(won) => return self.hedge_won(permit, *won),
+                Raced::HedgeFailed(lost) => return self.hedge_failed(permit, *lost),
             };
         let finished = Instant::now();
         let cred = &slot.credentials[credential];
@@ -107,19 +104,34 @@ impl<X: Exchange> Run<'_, X> {
         tries: &TargetTry,
         permit: Option<&Permit>,
         span: Option<TraceContext>,
-    ) -> Result<Sent<X::Output>, Box<Won<X::Output>>> {
+    ) -> Raced<X::Output> {
         match self.hedge_delay(tries) {
-            None => {
-                let (result, sent, cut) = self.call(slot, credential, &tries.target, permit, span).await;
-                Ok((result, sent, cut, None))
-            }
-            Some(delay) => match self.race(slot, credential, probe, tries, permit, (delay, span)).await {
-                Raced::Alone((result, sent, cut), record) => {
-                    self.out_of_time |= cut;
-                    Ok((result, sent, cut, record))
+            None => Raced::Alone(self.call(slot, credential, &tries.target, permit, span).await, None),
+            Some(delay) => {
+                let raced = self.race(slot, credential, probe, tries, permit, (delay, span)).await;
+                if let Raced::Alone((_, _, cut), _) = &raced {
+                    self.out_of_time |= *cut;
                 }
-                Raced::HedgeWon(won) => Err(won),
-            },
+                raced
+            }
+        }
+    }
+
+    /// The hedge took over from a failed first attempt and failed too: the first is done, and
+    /// the hedge's failure goes to the policy as the request's attempt.
+    fn hedge_failed(&mut self, first_permit: Option<Permit>, lost: Lost) -> Step {
+        if let Some(mut permit) = first_permit {
+            permit.settle(None);
+        }
+        let Lost { mut tries, credential, probe, cut, error, attempt, first, first_failed } = lost;
+        self.trail.push(first);
+        self.inner.events.publish(first_failed);
+        self.plan.remove(&tries.target);
+        let Some(slot) = self.inner.providers.get(tries.target.provider()) else { return Step::Next };
+        let failure = Failure { credential, probe, cut_by_deadline: cut, error, attempt };
+        match self.failed(slot, &mut tries, failure) {
+            Step::Again => Step::TakeOver(Box::new(tries)),
+            step => step,
         }
     }
 

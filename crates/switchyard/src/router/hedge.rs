@@ -6,8 +6,10 @@
 //! At most one hedge per request, and only of the request's first attempt; never with
 //! `x-switchyard-fallback: off`, never on the special chains. A hedge that fails leaves the
 //! first attempt running; a first attempt that fails leaves the hedge running, and its answer
-//! is served. When both fail, the hedge's target is done for this request and the first
-//! attempt's failure decides what follows. Hedges draw from a budget of their own: at most
+//! is served. From the first attempt's failure on, the hedge is the request's attempt: when it
+//! then fails too, its failure decides what follows (a retry of its target, or the chain on
+//! after it), as any attempt's would. When the hedge fails first, its target is done for this
+//! request and the first attempt's failure decides. Hedges draw from a budget of their own: at most
 //! `max_share` of the route's requests over the last 10 s.
 
 use std::time::Duration;
@@ -36,6 +38,24 @@ pub(super) enum Raced<O> {
     Alone(CallEnd<O>, Option<Attempt>),
     /// The hedge answered first (boxed: rare, and large).
     HedgeWon(Box<Won<O>>),
+    /// The first attempt failed while the hedge ran, then the hedge failed too.
+    HedgeFailed(Box<Lost>),
+}
+
+/// A hedge that took over from a failed first attempt and failed in turn.
+pub(super) struct Lost {
+    /// The hedge's target, to be carried on with as the request's attempt.
+    pub(super) tries: TargetTry,
+    pub(super) credential: usize,
+    pub(super) probe: bool,
+    pub(super) cut: bool,
+    /// Its failure, redacted.
+    pub(super) error: ProviderError,
+    /// Its record, outcome to be decided.
+    pub(super) attempt: Attempt,
+    /// The first attempt's record, failed, and the event that says so.
+    pub(super) first: Attempt,
+    pub(super) first_failed: EventKind,
 }
 
 /// A hedge that answered first.
@@ -124,7 +144,7 @@ impl<X: Exchange> Run<'_, X> {
                 }
             };
             tokio::pin!(hedging);
-            let (first_end, hedge_end) =
+            let (first_end, hedge_end, first_ended_first) =
                 until_one_answers(first, hedging, |end| end.0.is_ok(), |end| end.0.0.is_ok()).await;
             let hedge = HedgeRun {
                 target: hedge_target.clone(),
@@ -133,21 +153,25 @@ impl<X: Exchange> Run<'_, X> {
                 sent: hedge_sent,
                 span: hedge_span,
             };
-            (first_end, hedge_end, hedge)
+            (first_end, hedge_end, (hedge, first_ended_first))
         };
+        let (hedge, first_ended_first) = hedge;
         self.hedged = true;
+        let first_run = |end| FirstRun {
+            slot,
+            credential,
+            probe: first_probe,
+            tries,
+            started: attempt_started,
+            span,
+            end,
+        };
         match (first_end, hedge_end) {
             (first, Some(((Ok(output), sent, _), permit, _))) => {
-                let first = FirstRun {
-                    slot,
-                    credential,
-                    probe: first_probe,
-                    tries,
-                    started: attempt_started,
-                    span,
-                    end: first,
-                };
-                self.hedge_answered(first, hedge, output, permit, sent, delay)
+                self.hedge_answered(first_run(first), hedge, output, permit, sent, delay)
+            }
+            (Some(first), Some((hedge_end, permit, true))) if first_ended_first && first.0.is_err() => {
+                self.hedge_took_over_and_failed(first_run(Some(first)), hedge, hedge_end, permit)
             }
             (Some(first), hedge_end) => self.first_answered_or_both_failed(first, hedge, hedge_end),
             (None, _) => Raced::Alone(cancelled_end(), None),
@@ -221,6 +245,81 @@ impl<X: Exchange> Run<'_, X> {
             permit,
             sent,
             cancelled,
+        }))
+    }
+
+    /// The first attempt failed while the hedge ran, and the hedge failed after it: the first
+    /// is recorded failed (its health too), and the hedge's failure is left to the policy.
+    fn hedge_took_over_and_failed(
+        &mut self,
+        first: FirstRun<'_, X::Output>,
+        hedge: HedgeRun,
+        (result, _, cut): CallEnd<X::Output>,
+        permit: Option<Permit>,
+    ) -> Raced<X::Output> {
+        let FirstRun { slot, credential, probe, tries, started, span, end } = first;
+        let now = Instant::now();
+        let cred = &slot.credentials[credential];
+        let (first_error, sent, first_cut) = match end {
+            Some((Err(error), sent, cut)) => (error, sent, cut),
+            _ => (
+                ProviderError::new(ErrorKind::Cancelled, "the first attempt ended without an answer"),
+                started,
+                false,
+            ),
+        };
+        let first_error = super::redact(first_error, cred)
+            .with_target(tries.target.clone())
+            .with_credential(cred.id().clone());
+        self.settle_failure(&tries.target, slot, credential, probe, &first_error, first_cut);
+        self.measure(&tries.target, &Err(first_error.clone()), now - sent, first_cut);
+        let mut first_record =
+            Attempt::called(&tries.target, cred.id(), started - self.started, now - started, Duration::ZERO)
+                .with_span(span)
+                .failed(first_error.clone());
+        first_record.note = Some(format!("failed while the hedge on {} ran, which carried on", hedge.target));
+        let first_failed = EventKind::AttemptFailed {
+            target: tries.target.clone(),
+            credential_id: Some(cred.id().clone()),
+            error: first_error,
+            will_retry: false,
+        };
+        if let Some(mut permit) = permit {
+            permit.settle(None);
+        }
+        let hedge_slot = self.inner.providers.get(hedge.target.provider());
+        let error = result
+            .err()
+            .unwrap_or_else(|| ProviderError::new(ErrorKind::Cancelled, "the hedge ended without an answer"));
+        let error = match hedge_slot {
+            Some(slot) => {
+                let cred = &slot.credentials[hedge.credential];
+                super::redact(error, cred)
+                    .with_target(hedge.target.clone())
+                    .with_credential(cred.id().clone())
+            }
+            None => error,
+        };
+        let note = "hedge: the request's attempt since the first one failed".to_owned();
+        let attempt = self.hedge_record(&hedge, Outcome::Failed, note, now);
+        let tries = TargetTry {
+            target: hedge.target,
+            force: false,
+            exclude: 0,
+            retries: 0,
+            pending: None,
+            note: None,
+            backoff: None,
+        };
+        Raced::HedgeFailed(Box::new(Lost {
+            tries,
+            credential: hedge.credential,
+            probe: hedge.probe,
+            cut,
+            error,
+            attempt,
+            first: first_record,
+            first_failed,
         }))
     }
 
@@ -369,17 +468,20 @@ struct FirstRun<'a, O> {
 }
 
 /// Runs both until one answers (as `answered` says of its end) or both have ended.
+/// Also says whether the first ended before the second.
 async fn until_one_answers<A: std::future::Future, B: std::future::Future>(
     mut first: std::pin::Pin<&mut A>,
     mut second: std::pin::Pin<&mut B>,
     first_answered: impl Fn(&A::Output) -> bool,
     second_answered: impl Fn(&B::Output) -> bool,
-) -> (Option<A::Output>, Option<B::Output>) {
+) -> (Option<A::Output>, Option<B::Output>, bool) {
     let (mut first_end, mut second_end) = (None, None);
+    let mut ended_first = false;
     loop {
         tokio::select! {
             end = &mut first, if first_end.is_none() => {
                 let answered = first_answered(&end);
+                ended_first = second_end.is_none();
                 first_end = Some(end);
                 if answered || second_end.is_some() { break; }
             }
@@ -390,7 +492,8 @@ async fn until_one_answers<A: std::future::Future, B: std::future::Future>(
             }
         }
     }
-    (first_end, second_end)
+    let first_ended_first = first_end.is_some() && second_end.is_some() && ended_first;
+    (first_end, second_end, first_ended_first)
 }
 
 /// The end of a first attempt the race lost track of (never: the race ends only with it).

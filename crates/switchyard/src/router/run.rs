@@ -104,6 +104,9 @@ pub(super) enum Step {
     Answered,
     /// The request failed with this error, returned unchanged.
     Stop(RouteError),
+    /// Carry on with another target as the request's attempt (a hedge that took over from a
+    /// failed first attempt, to be retried).
+    TakeOver(Box<TargetTry>),
 }
 
 /// One request in progress.
@@ -194,7 +197,7 @@ impl<'r, X: Exchange> Run<'r, X> {
     /// Walks the plan to an answer or a final error.
     pub(super) async fn go(&mut self) -> Result<Served<X::Output>, RouteError> {
         'plan: while let Some((target, force)) = self.plan.next() {
-            let Some(slot) = self.inner.providers.get(target.provider()) else { continue };
+            let Some(mut slot) = self.inner.providers.get(target.provider()) else { continue };
             let note = force.then(|| "every target was gated; trying the one that recovers first".to_owned());
             let mut tries =
                 TargetTry { target, force, exclude: 0, retries: 0, pending: None, note, backoff: None };
@@ -209,6 +212,15 @@ impl<'r, X: Exchange> Run<'r, X> {
                     Step::Finish => break 'plan,
                     Step::Answered => break 'plan,
                     Step::Stop(error) => return Err(error),
+                    Step::TakeOver(next) => {
+                        let Some(next_slot) = self.inner.providers.get(next.target.provider()) else {
+                            continue 'plan;
+                        };
+                        (slot, tries) = (next_slot, *next);
+                        if let Some(delay) = tries.backoff.take() {
+                            tokio::time::sleep(delay).await;
+                        }
+                    }
                 }
             }
         }

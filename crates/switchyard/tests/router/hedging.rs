@@ -179,3 +179,63 @@ async fn a_stream_cut_after_the_first_attempt_won_its_race_blames_that_attempt_n
     assert!(first.mid_stream && first.error_kind() == Some(ErrorKind::Transport), "{first:?}");
     assert!(failure.trail.attempts()[1].error.is_none(), "the cancelled hedge did not fail");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_that_took_over_from_a_failed_first_attempt_is_the_attempt_its_failure_retries() {
+    // The first fails at 400 ms, while the hedge (started at 300 ms) runs; the hedge fails at
+    // 800 ms. From 400 ms on the hedge is the request's attempt: its target is retried, the
+    // first's is not.
+    let primary = SimulatedProvider::new()
+        .script([Step::Delay(Duration::from_millis(400), Box::new(Step::fail(ErrorKind::Unavailable)))]);
+    let backup = SimulatedProvider::new().script([
+        Step::Delay(Duration::from_millis(500), Box::new(Step::fail(ErrorKind::Unavailable))),
+        Step::Reply,
+    ]);
+    let hedge = Hedge { max_share: 1.0, ..Hedge::after(Duration::from_millis(300)) };
+    let route =
+        Route::builder("default").target("primary:m").target("backup:m").retry(quick_retry(2)).hedge(hedge);
+    let router = router(&[("primary", &primary), ("backup", &backup)], route);
+
+    let answer = router.chat(&request("default")).await.unwrap();
+
+    assert_eq!(answer.served_by.to_string(), "backup:m");
+    assert_eq!(
+        outcomes(&answer.trail),
+        [
+            ("primary:m".into(), Outcome::Failed, false),
+            ("backup:m".into(), Outcome::Retried, true),
+            ("backup:m".into(), Outcome::Ok, false),
+        ]
+    );
+    assert_eq!((primary.calls(), backup.calls()), (1, 2), "the first's target was not tried again");
+    assert!(answer.trail.attempts()[0].note.as_deref().unwrap_or_default().contains("carried on"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_that_fails_first_leaves_the_first_attempts_failure_to_decide() {
+    // The hedge fails at 350 ms, the first at 400 ms: the first's failure decides, and its
+    // target is retried; the hedge's target is done.
+    let primary = SimulatedProvider::new().script([
+        Step::Delay(Duration::from_millis(400), Box::new(Step::fail(ErrorKind::Unavailable))),
+        Step::Reply,
+    ]);
+    let backup = SimulatedProvider::new()
+        .script([Step::Delay(Duration::from_millis(50), Box::new(Step::fail(ErrorKind::Unavailable)))]);
+    let hedge = Hedge { max_share: 1.0, ..Hedge::after(Duration::from_millis(300)) };
+    let route =
+        Route::builder("default").target("primary:m").target("backup:m").retry(quick_retry(2)).hedge(hedge);
+    let router = router(&[("primary", &primary), ("backup", &backup)], route);
+
+    let answer = router.chat(&request("default")).await.unwrap();
+
+    assert_eq!(answer.served_by.to_string(), "primary:m");
+    assert_eq!(
+        outcomes(&answer.trail),
+        [
+            ("primary:m".into(), Outcome::Retried, false),
+            ("backup:m".into(), Outcome::Failed, true),
+            ("primary:m".into(), Outcome::Ok, false),
+        ]
+    );
+    assert_eq!((primary.calls(), backup.calls()), (2, 1));
+}
