@@ -336,7 +336,9 @@ impl Trail {
         self.0.last_mut()
     }
 
-    pub(crate) fn attempts_mut(&mut self) -> &mut [Attempt] {
+    /// Every attempt, to annotate: a caller that knows more of an attempt than the router (what
+    /// a translation left out) adds it to the attempt's note.
+    pub fn attempts_mut(&mut self) -> &mut [Attempt] {
         &mut self.0
     }
 

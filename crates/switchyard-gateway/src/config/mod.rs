@@ -105,6 +105,9 @@ pub struct GatewaySettings {
     pub drills: Drills,
     /// Where traces go, when they are exported (`telemetry:` or the `OTEL_*` environment).
     pub telemetry: Option<TelemetrySettings>,
+    /// The providers spoken to in the Responses API itself (OpenAI, Azure, and
+    /// `openai_compatible` ones with `responses: native`); the others get it translated.
+    pub responses_native: Vec<String>,
 }
 
 /// How much of the Responses API's conversations the gateway keeps: the oldest go first when
@@ -468,6 +471,16 @@ pub fn build(
     }
     gateway.shared_state = shared_state;
     gateway.telemetry = telemetry;
+    gateway.responses_native = file
+        .providers
+        .iter()
+        .filter(|(_, p)| match p.kind {
+            Kind::Openai | Kind::Azure => true,
+            Kind::OpenaiCompatible => p.responses == Some(file::ResponsesMode::Native),
+            _ => false,
+        })
+        .map(|(id, _)| id.clone())
+        .collect();
     gateway.drills = Drills::new(summaries.iter().map(|s| (s.id.clone(), s.kind, s.simulated.clone())));
     // No limits, no pacer: unpaced calls pay nothing for pacing.
     if !paced.is_empty() {
@@ -1182,6 +1195,7 @@ impl Validator<'_> {
             responses: self.responses(config.responses.as_ref()),
             drills: Drills::default(),
             telemetry: None,
+            responses_native: Vec::new(),
         })
     }
 }

@@ -252,6 +252,8 @@ pub struct RequestContext {
     pub model: String,
     /// When the router took the request: its trail's offsets count from here.
     routed: std::sync::OnceLock<Instant>,
+    /// What a target spoken to in another dialect did not get, noted on its attempts.
+    pub untranslated: Option<String>,
 }
 
 impl RequestContext {
@@ -275,6 +277,7 @@ impl RequestContext {
             trace: None,
             model: String::new(),
             routed: std::sync::OnceLock::new(),
+            untranslated: None,
         }
     }
 
@@ -354,7 +357,10 @@ impl RequestContext {
         let mut upstream = Duration::ZERO;
         let mut overhead = elapsed;
         let usage = outcome.as_ref().and_then(|settled| settled.usage);
-        let kept = outcome.map(|Settled { trail, timing, .. }| {
+        let kept = outcome.map(|Settled { mut trail, timing, .. }| {
+            if let Some(note) = &self.untranslated {
+                note_untranslated(&mut trail, note, &state.gateway.responses_native);
+            }
             for attempt in &trail {
                 metrics.increment(
                     "switchyard_attempts_total",
@@ -715,6 +721,19 @@ fn add_usage_metrics(
     }
     if let Some(cost) = cost {
         state.metrics.add("switchyard_cost_total", labels([("target", target)]), cost);
+    }
+}
+
+/// Adds `note` to every attempt sent to a provider not spoken to in the Responses API.
+fn note_untranslated(trail: &mut Trail, note: &str, native: &[String]) {
+    for attempt in trail.attempts_mut() {
+        let translated = attempt.target().is_some_and(|t| !native.iter().any(|id| id == t.provider()));
+        if translated && !attempt.outcome.is_skip() {
+            attempt.note = Some(match attempt.note.take() {
+                Some(earlier) => format!("{earlier}; {note}"),
+                None => note.to_owned(),
+            });
+        }
     }
 }
 

@@ -31,7 +31,7 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
             .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()))
     };
     let endpoint = (Dialect::OpenAi, "responses");
-    let (exchange, parsed) =
+    let (mut exchange, parsed) =
         match accept(&state, &headers, body, endpoint, parse, |r: &ResponsesRequest| &r.chat.model).await {
             Ok(accepted) => accepted,
             Err(response) => return response,
@@ -68,6 +68,14 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
         chat.messages.extend(this_turn);
     }
     items.extend(input);
+    // Reasoning travels only to a provider that reads the Responses API (as encrypted content);
+    // a translation has no place for it, and the trail says so.
+    let reasoning = items.iter().filter(|item| item["type"] == "reasoning").count();
+    if reasoning > 0 {
+        exchange.untranslated = Some(format!(
+            "{reasoning} reasoning item(s) of the conversation were not sent: only a provider spoken to in the Responses API reads them"
+        ));
+    }
     chat.verbatim = Some(native_body(body, &items));
     let meta =
         Meta { id: state.responses.new_id(), created_at: unix_now(), echo, previous_response_id, store };
