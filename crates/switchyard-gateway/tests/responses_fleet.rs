@@ -159,3 +159,45 @@ async fn an_answer_one_replica_remembered_is_served_stale_by_another() {
         "keys are hashed where they name entries"
     );
 }
+
+#[tokio::test]
+async fn a_streamed_turn_is_in_the_fleet_before_the_client_reads_that_it_completed() {
+    let redis = RedisServer::start();
+    let (mock, _server) = switchyard_mock::spawn().await.unwrap();
+    let replica = |redis: String| async move {
+        let yaml = format!(
+            "providers:\n  up: {{ kind: openai_compatible, base_url: 'http://{mock}/ok/v1', api_key: sk-up-0123456789 }}\nroutes:\n  default: {{ targets: [up:m] }}\ngateway: {{ keys: [{KEY}] }}\nstate: {{ redis: '{redis}', prefix: responses-stream }}\n"
+        );
+        let file = config::parse(&yaml, false, "responses-stream.yaml").unwrap();
+        let loaded =
+            config::build(file, config::Source::File("responses-stream.yaml".into()), &|_: &str| None)
+                .unwrap();
+        let state = AppState::new(loaded.router, loaded.gateway);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
+        format!("http://{addr}")
+    };
+    let (a, b) = (replica(redis.url()).await, replica(redis.url()).await);
+    let client = reqwest::Client::new();
+
+    for turn in 0..5 {
+        let first = json!({"model": "default", "input": format!("Turn {turn}."), "stream": true});
+        let mut stream =
+            client.post(format!("{a}/v1/responses")).bearer_auth(KEY).json(&first).send().await.unwrap();
+        assert_eq!(stream.status(), 200);
+        // Read up to the completed event, and no further: the client acts on it at once.
+        let mut text = String::new();
+        while !text.contains("event: response.completed") {
+            let chunk = stream.chunk().await.unwrap().expect("the stream completes");
+            text.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+        let completed = text.split("event: response.completed").nth(1).unwrap();
+        let data = completed.lines().find_map(|line| line.strip_prefix("data: ")).unwrap();
+        let id = serde_json::from_str::<Value>(data).unwrap()["response"]["id"].as_str().unwrap().to_owned();
+
+        let next = json!({"model": "default", "input": "And then?", "previous_response_id": id});
+        let (status, body) = call(reqwest::Method::POST, format!("{b}/v1/responses"), KEY, Some(next)).await;
+        assert_eq!(status, 200, "turn {turn}: the other replica must find {id}: {body}");
+    }
+}

@@ -171,6 +171,8 @@ struct ResponsesEncoder {
     keep: Option<Keep>,
     /// Set once a provider's own event was passed on.
     native: Option<Native>,
+    /// The kept response's write to the fleet's Redis, which its completion waits for.
+    sharing: Option<super::sse::Held>,
 }
 
 /// What passing a provider's events on has seen.
@@ -178,13 +180,11 @@ struct ResponsesEncoder {
 struct Native {
     /// The last event's `sequence_number`.
     sequence: u64,
-    /// The final response object (`response.completed`, `response.incomplete`).
-    response: Option<Value>,
 }
 
 impl ResponsesEncoder {
     fn new(state: Arc<AppState>, meta: Meta, keep: Option<Keep>) -> Self {
-        Self { state, encoder: StreamEncoder::new(meta.clone()), meta, keep, native: None }
+        Self { state, encoder: StreamEncoder::new(meta.clone()), meta, keep, native: None, sharing: None }
     }
 
     fn write(events: Vec<encode::Event>, out: &mut Vec<u8>) {
@@ -216,7 +216,9 @@ impl ResponsesEncoder {
         restamp(response, &self.meta);
         let kind = event["type"].as_str().unwrap_or_default().to_owned();
         if matches!(kind.as_str(), "response.completed" | "response.incomplete") {
-            native.response = Some(event["response"].clone());
+            // Kept now, so that this event waits for it to reach the fleet.
+            let response = event["response"].clone();
+            self.keep(&response);
         }
         out.extend_from_slice(b"event: ");
         out.extend_from_slice(kind.as_bytes());
@@ -224,16 +226,15 @@ impl ResponsesEncoder {
         super::sse::write_data(out, &event);
     }
 
-    /// Keeps `response` (whole) as the gateway's.
+    /// Keeps `response` (whole) as the gateway's: in this replica's memory at once and, with a
+    /// fleet, in Redis before the event that says it completed reaches the client.
     fn keep(&mut self, response: &Value) {
         if let Some(keep) = self.keep.take() {
-            // Kept in this replica's memory now; with a fleet, in Redis a round trip after the
-            // last event.
             let entry = keep.entry(response);
             let id = self.meta.id.clone();
             if let Some(bytes) = self.state.responses.remember(id.clone(), entry) {
                 let state = self.state.clone();
-                tokio::spawn(async move { state.responses.share(&id, &bytes).await });
+                self.sharing = Some(Box::pin(async move { state.responses.share(&id, &bytes).await }));
             }
         }
     }
@@ -248,17 +249,16 @@ impl Encoder for ResponsesEncoder {
     }
 
     fn end(&mut self, out: &mut Vec<u8>) {
-        let response = match self.native.as_mut() {
-            // The provider's `response.completed` was the end.
-            Some(native) => native.response.take(),
-            None => {
-                Self::write(self.encoder.finish(), out);
-                Some(self.encoder.response())
-            }
-        };
-        if let Some(response) = response {
+        // A provider's own `response.completed` was kept as it passed.
+        if self.native.is_none() {
+            Self::write(self.encoder.finish(), out);
+            let response = self.encoder.response();
             self.keep(&response);
         }
+    }
+
+    fn hold(&mut self) -> Option<super::sse::Held> {
+        self.sharing.take()
     }
 
     fn fail(&mut self, error: &ProviderError, out: &mut Vec<u8>) -> bool {

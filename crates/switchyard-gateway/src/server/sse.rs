@@ -27,7 +27,17 @@ pub trait Encoder: Send + Unpin + 'static {
         let _ = (error, out);
         false
     }
+
+    /// What the events just written must wait for before the client reads them (the Responses
+    /// API's stored response reaching the fleet, before the client learns it completed and can
+    /// continue it on another replica).
+    fn hold(&mut self) -> Option<Held> {
+        None
+    }
 }
+
+/// A wait the events of a stream are held back for.
+pub type Held = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// OpenAI's `chat.completion.chunk` events, ending with `data: [DONE]`. Usage goes in a chunk
 /// of its own with `choices: []`, last, as OpenAI writes it (only when the client asked):
@@ -138,7 +148,7 @@ pub fn respond<E: Encoder>(
     if !queued.is_zero() {
         headers.insert("x-switchyard-queued-ms", HeaderValue::from(queued.as_millis() as u64));
     }
-    let body = SseBody { state, exchange: Some(exchange), route, stream, encoder, done: false };
+    let body = SseBody { state, exchange: Some(exchange), route, stream, encoder, done: false, held: None };
     *response.body_mut() = Body::from_stream(body);
     response
 }
@@ -151,6 +161,8 @@ struct SseBody<E> {
     stream: RoutedStream,
     encoder: E,
     done: bool,
+    /// Events written, held back until the encoder's wait is over.
+    held: Option<(Held, Bytes)>,
 }
 
 impl<E> SseBody<E> {
@@ -179,13 +191,21 @@ impl<E: Encoder> Stream for SseBody<E> {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
+        if let Some((wait, _)) = this.held.as_mut()
+            && wait.as_mut().poll(cx).is_pending()
+        {
+            return Poll::Pending;
+        }
+        if let Some((_, events)) = this.held.take() {
+            return Poll::Ready(Some(Ok(events)));
+        }
         let mut out = Vec::new();
         while !this.done {
             match Pin::new(&mut this.stream).poll_next(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
                     this.encoder.chunk(chunk, &mut out);
                     if !out.is_empty() {
-                        return Poll::Ready(Some(Ok(Bytes::from(out))));
+                        return this.emit(out, cx);
                     }
                 }
                 Poll::Ready(Some(Err(failure))) => {
@@ -212,12 +232,33 @@ impl<E: Encoder> Stream for SseBody<E> {
                     this.done = true;
                     this.encoder.end(&mut out);
                     this.finish(200);
-                    return Poll::Ready(Some(Ok(Bytes::from(out))));
+                    return this.emit(out, cx);
                 }
                 Poll::Pending => return Poll::Pending,
             }
         }
         Poll::Ready(None)
+    }
+}
+
+impl<E: Encoder> SseBody<E> {
+    /// Events to send: at once, or once the encoder's wait is over.
+    fn emit(
+        &mut self,
+        out: Vec<u8>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, std::convert::Infallible>>> {
+        let events = Bytes::from(out);
+        match self.encoder.hold() {
+            None => Poll::Ready(Some(Ok(events))),
+            Some(mut wait) => {
+                if wait.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Some(Ok(events)));
+                }
+                self.held = Some((wait, events));
+                Poll::Pending
+            }
+        }
     }
 }
 
