@@ -248,6 +248,10 @@ async fn serve_logged(
         ));
         store.publish_events_to(loaded.router.events().clone());
         store.start();
+        // Hedge budgets counted fleet-wide: each replica's windows exchanged once a second.
+        if !loaded.router.hedge_windows().is_empty() {
+            switchyard_state::hedges::SharedHedges::new(store).start(loaded.router.clone());
+        }
     }
     let grace = loaded.gateway.shutdown_grace;
     let limits = loaded.gateway.connections;

@@ -45,6 +45,7 @@ use switchyard::events::EventBus;
 use switchyard::health::{AllRecords, CredentialRecord, HealthStore, MemoryStore, Records};
 use tokio::sync::mpsc;
 
+pub mod hedges;
 mod link;
 mod pace;
 pub mod responses;
@@ -418,4 +419,28 @@ pub(crate) fn scrub(text: &str, url: &str) -> String {
 /// What `switchyard doctor` reports of a Redis: whether it answers, and the fleet on it.
 pub async fn check(settings: &StateSettings) -> Result<Vec<Replica>, String> {
     link::check(settings).await
+}
+
+/// The connection kept in `slot`, made on first use: each call bounded by `timeout`, connecting
+/// by twice that, one retry; errors with the URL's password scrubbed.
+pub(crate) async fn kept_connection(
+    slot: &tokio::sync::Mutex<Option<redis::aio::ConnectionManager>>,
+    client: &redis::Client,
+    url: &str,
+    timeout: Duration,
+) -> Result<redis::aio::ConnectionManager, String> {
+    let mut conn = slot.lock().await;
+    if let Some(conn) = conn.as_ref() {
+        return Ok(conn.clone());
+    }
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_response_timeout(Some(timeout))
+        .set_connection_timeout(Some(timeout * 2))
+        .set_number_of_retries(1);
+    let made = tokio::time::timeout(timeout * 4, client.get_connection_manager_with_config(config))
+        .await
+        .map_err(|_| "connecting to Redis timed out".to_owned())?
+        .map_err(|error| scrub(&error.to_string(), url))?;
+    *conn = Some(made.clone());
+    Ok(made)
 }

@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use redis::Script;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 
 use crate::RedisStore;
 
@@ -115,21 +115,7 @@ impl SharedResponses {
 
     /// A connection, made on first use and kept.
     async fn connection(&self) -> Result<ConnectionManager, String> {
-        let mut conn = self.conn.lock().await;
-        if let Some(conn) = conn.as_ref() {
-            return Ok(conn.clone());
-        }
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(self.timeout))
-            .set_connection_timeout(Some(self.timeout * 2))
-            .set_number_of_retries(1);
-        let made =
-            tokio::time::timeout(self.timeout * 4, self.client.get_connection_manager_with_config(config))
-                .await
-                .map_err(|_| "connecting to Redis timed out".to_owned())?
-                .map_err(|error| crate::scrub(&error.to_string(), &self.url))?;
-        *conn = Some(made.clone());
-        Ok(made)
+        crate::kept_connection(&self.conn, &self.client, &self.url, self.timeout).await
     }
 
     /// Runs `call` within the timeout.

@@ -98,6 +98,17 @@ pub struct RequestOptions {
     pub trace: Option<crate::trace::TraceContext>,
 }
 
+/// A hedged route's window on one replica (see [`Router::hedge_windows`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HedgeWindow {
+    /// The route.
+    pub route: Arc<str>,
+    /// Requests over the last 10 s.
+    pub requests: u64,
+    /// Hedges started over the last 10 s.
+    pub hedges: u64,
+}
+
 /// A successful chat: the response and how it came about.
 #[derive(Debug, Clone)]
 pub struct Answer {
@@ -592,6 +603,33 @@ impl Router {
         let mut ids: Vec<&str> = self.inner.providers.keys().map(|k| &**k).collect();
         ids.sort_unstable();
         ids
+    }
+
+    /// Each hedged route's window on this replica: its requests and hedges over the last 10 s,
+    /// for a fleet that counts hedge budgets together.
+    pub fn hedge_windows(&self) -> Vec<HedgeWindow> {
+        self.inner
+            .route_order
+            .iter()
+            .filter_map(|name| {
+                let (requests, hedges) = self.inner.hedge_budget(name)?.window();
+                Some(HedgeWindow { route: name.clone(), requests, hedges })
+            })
+            .collect()
+    }
+
+    /// What the rest of the fleet counted in `route`'s window, as last read: this replica's
+    /// hedge budget counts it with its own (`max_share` of the fleet's requests, less the
+    /// fleet's hedges).
+    pub fn set_fleet_hedges(&self, route: &str, requests: u64, hedges: u64) {
+        if let Some(budget) = self.inner.hedge_budget(route) {
+            budget.set_others((requests, hedges));
+        }
+    }
+
+    /// How many hedges `route` may still start now; `None` when it does not hedge.
+    pub fn hedges_left(&self, route: &str) -> Option<u64> {
+        self.inner.hedge_budget(route).map(RetryBudget::left)
     }
 
     /// The kind of provider `id` (`openai`, `anthropic`, `simulated`, ...).
