@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from . import services
-from .scenarios import ROUTES
+from .scenarios import ROUTES, responses_body
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The model every route asks the mock for; long enough that a 20-chunk stream of the mock's
@@ -121,6 +121,8 @@ class Direct(Gateway):
         if route.is_fallback:
             raise NotExpressible("the mock alone has no fallback")
         body = dict(body, model=MODEL)
+        if route.api == "responses":
+            return f"{ctx.mock_base(route.target)}/responses", responses_body(body), {}
         return f"{ctx.mock_base(route.target)}/chat/completions", body, {}
 
 
@@ -261,8 +263,14 @@ class Switchyard(Gateway):
     def _extra(self, ctx):
         return {}
 
+    # The Responses API is Switchyard's (and the mock's) alone among the rows measured here.
+    serves_responses = True
+
     def request(self, ctx, route, body):
-        return f"http://127.0.0.1:{self.port}/v1/chat/completions", dict(body, model=route.name), {}
+        body = dict(body, model=route.name)
+        if route.api == "responses":
+            return f"http://127.0.0.1:{self.port}/v1/responses", responses_body(body), {}
+        return f"http://127.0.0.1:{self.port}/v1/chat/completions", body, {}
 
 
 class SwitchyardRedis(Switchyard):

@@ -15,6 +15,9 @@ class Route:
     target: str
     primary: str | None = None
     primary_timeout: float | None = None
+    # The API the client speaks: "chat" (Chat Completions) or "responses" (the Responses API,
+    # which only Switchyard and the mock are measured on).
+    api: str = "chat"
 
     @property
     def is_fallback(self):
@@ -28,6 +31,7 @@ ROUTES = {r.name: r for r in [
     Route("fail500", "ok", primary="status=500"),
     Route("hang", "ok", primary="hang", primary_timeout=1.0),
     Route("ratelimit", "ok", primary="ratelimit=30"),
+    Route("responses", "ok", api="responses"),
     # Soak only: a stream that the upstream cuts after three chunks, with nowhere to fall back.
     Route("cut", "cut=3"),
 ]}
@@ -69,6 +73,7 @@ SCENARIOS = [
              warmup=2.0, extra=2.0),
     Scenario("ratelimit-429", "primary answers 429 Retry-After: 30, fallback healthy", "ratelimit",
              in_quick=False),
+    Scenario("responses-32", "Responses API (POST /v1/responses), non-streaming, 32 connections", "responses"),
     # Last: the allocator keeps some of the memory 1 MB bodies used, which would otherwise weigh
     # on every row after this one (the chaos rows are compared with the healthy row above).
     Scenario("body-1mb", "1 MB request body, 32 connections", "ok", body_bytes=1_000_000, in_quick=False),
@@ -93,6 +98,12 @@ class Soak:
         ("hang", 4, False, False),
         ("cut", 4, True, True),
     ])
+
+
+def responses_body(chat):
+    """The same request in the Responses API: its text as `input`."""
+    return {"model": chat["model"], "input": chat["messages"][-1]["content"],
+            "max_output_tokens": chat["max_tokens"]}
 
 
 def body(model, body_bytes=0):
