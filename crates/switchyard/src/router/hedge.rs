@@ -228,15 +228,7 @@ impl<X: Exchange> Run<'_, X> {
         }
         let note = format!("hedge: {} had not answered after {delay:?}", tries.target);
         let attempt = self.hedge_record(&hedge, Outcome::Ok, note, now);
-        let tries = TargetTry {
-            target: hedge.target,
-            force: false,
-            exclude: 0,
-            retries: 0,
-            pending: None,
-            note: None,
-            backoff: None,
-        };
+        let tries = TargetTry::new(hedge.target, false, None);
         Raced::HedgeWon(Box::new(Won {
             tries,
             credential: hedge.credential,
@@ -302,15 +294,7 @@ impl<X: Exchange> Run<'_, X> {
         };
         let note = "hedge: the request's attempt since the first one failed".to_owned();
         let attempt = self.hedge_record(&hedge, Outcome::Failed, note, now);
-        let tries = TargetTry {
-            target: hedge.target,
-            force: false,
-            exclude: 0,
-            retries: 0,
-            pending: None,
-            note: None,
-            backoff: None,
-        };
+        let tries = TargetTry::new(hedge.target, false, None);
         Raced::HedgeFailed(Box::new(Lost {
             tries,
             credential: hedge.credential,

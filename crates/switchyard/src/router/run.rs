@@ -160,6 +160,13 @@ pub(super) struct TargetTry {
     pub(super) backoff: Option<Duration>,
 }
 
+impl TargetTry {
+    /// The first try of `target`: no key tried yet, no retry, no error pending.
+    pub(super) fn new(target: Target, force: bool, note: Option<String>) -> Self {
+        Self { target, force, exclude: 0, retries: 0, pending: None, note, backoff: None }
+    }
+}
+
 impl<'r, X: Exchange> Run<'r, X> {
     pub(super) fn new(inner: &'r Inner, x: &'r X, resolved: Resolved, options: &RequestOptions) -> Self {
         let Resolved { route, chain, explicit } = resolved;
@@ -199,8 +206,7 @@ impl<'r, X: Exchange> Run<'r, X> {
         'plan: while let Some((target, force)) = self.plan.next() {
             let Some(mut slot) = self.inner.providers.get(target.provider()) else { continue };
             let note = force.then(|| "every target was gated; trying the one that recovers first".to_owned());
-            let mut tries =
-                TargetTry { target, force, exclude: 0, retries: 0, pending: None, note, backoff: None };
+            let mut tries = TargetTry::new(target, force, note);
             loop {
                 match self.attempt(slot, &mut tries).await {
                     Step::Again => {
