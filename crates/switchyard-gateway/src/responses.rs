@@ -39,10 +39,13 @@ pub struct Stored {
     pub items: Vec<Value>,
 }
 
-/// One kept response as this replica holds it.
+/// One kept response as this replica holds it: its JSON, so that the bytes the bounds count
+/// are the bytes held (a `Value` tree takes several times its JSON), read again on the rare
+/// continuation or `GET`.
 #[derive(Debug)]
 struct Entry {
-    stored: Arc<Stored>,
+    owner: String,
+    json: Box<[u8]>,
     /// With a fleet: its write to Redis failed, so only this replica has it.
     only_here: bool,
 }
@@ -88,8 +91,9 @@ impl ResponseStore {
     /// Keeps `stored` under `id` in this replica's memory; with a fleet, returns the bytes to
     /// [`share`](Self::share).
     pub fn remember(&self, id: String, stored: Stored) -> Option<Vec<u8>> {
-        let bytes = self.shared.as_ref().map(|_| serde_json::to_vec(&stored).unwrap_or_default());
-        self.put(id, stored);
+        let json = serde_json::to_vec(&stored).unwrap_or_default();
+        let bytes = self.shared.as_ref().map(|_| json.clone());
+        self.put_json(id, stored.owner, json);
         bytes
     }
 
@@ -155,8 +159,13 @@ impl ResponseStore {
 
     /// Keeps `stored` under `id`, making room by dropping the oldest entries.
     pub fn put(&self, id: String, stored: Stored) {
-        let bytes = size_of(&stored);
-        let entry = Entry { stored: Arc::new(stored), only_here: false };
+        let json = serde_json::to_vec(&stored).unwrap_or_default();
+        self.put_json(id, stored.owner, json);
+    }
+
+    fn put_json(&self, id: String, owner: String, json: Vec<u8>) {
+        let bytes = json.len() + owner.len();
+        let entry = Entry { owner, json: json.into_boxed_slice(), only_here: false };
         let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if !inner.insert(id.clone(), entry, bytes, Instant::now()) {
             tracing::warn!(id, bytes, "a response larger than gateway.responses.max_bytes is not kept");
@@ -165,9 +174,22 @@ impl ResponseStore {
 
     /// The response `id`, when it is kept and belongs to `owner`.
     pub fn get(&self, id: &str, owner: &str) -> Option<Arc<Stored>> {
-        let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let (entry, _) = inner.get(&id.to_owned(), Instant::now())?;
-        (entry.stored.owner == owner).then(|| entry.stored.clone())
+        let json = {
+            let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let (entry, _) = inner.get(&id.to_owned(), Instant::now())?;
+            if entry.owner != owner {
+                return None;
+            }
+            entry.json.clone()
+        };
+        // Read outside the lock.
+        match serde_json::from_slice::<Stored>(&json) {
+            Ok(stored) => Some(Arc::new(stored)),
+            Err(error) => {
+                tracing::warn!(id, %error, "a kept response could not be read");
+                None
+            }
+        }
     }
 
     /// Forgets the response `id`; whether it was kept and belonged to `owner`.
@@ -183,13 +205,6 @@ impl ResponseStore {
     pub fn usage(&self) -> (usize, usize) {
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).usage(Instant::now())
     }
-}
-
-/// The bytes an entry is counted at: its JSON.
-fn size_of(stored: &Stored) -> usize {
-    let conversation = serde_json::to_vec(&stored.items).map_or(0, |v| v.len());
-    let response = serde_json::to_vec(&stored.response).map_or(0, |v| v.len());
-    conversation + response + stored.owner.len()
 }
 
 /// The owner name of a gateway key: a hash, never the key.
@@ -237,7 +252,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_oldest_go_first_when_the_count_or_the_bytes_are_reached() {
-        let one = size_of(&stored("a", "x0"));
+        // Counted at what is held: the entry's JSON, and its owner's name.
+        let one = serde_json::to_vec(&stored("a", "x0")).unwrap().len() + "a".len();
         let store = ResponseStore::new(bounds(3, 3600, one * 2));
         for i in 0..3 {
             store.put(format!("resp_{i}"), stored("a", &format!("x{i}")));
