@@ -50,8 +50,7 @@ impl Serialize for RequestRecord {
 impl RequestRecord {
     /// Whether another target than the first one called served the request.
     pub fn fell_back(&self) -> bool {
-        let first_called = self.trail.attempts().iter().find(|a| !a.outcome.is_skip()).map(|a| &a.via);
-        self.served_by.is_some() && first_called != self.served_by.as_ref()
+        self.trail.fell_back_to(self.served_by.as_ref())
     }
 
     /// The request as a line of the history: no trail, only how many attempts it took.

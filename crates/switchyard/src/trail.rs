@@ -303,6 +303,13 @@ impl Trail {
         &self.0
     }
 
+    /// Whether `served_by` is another target than the first one called (skips are not calls):
+    /// the request fell back.
+    pub fn fell_back_to(&self, served_by: Option<&Via>) -> bool {
+        let first_called = self.0.iter().find(|a| !a.outcome.is_skip()).map(|a| &a.via);
+        served_by.is_some() && first_called != served_by
+    }
+
     /// How many attempts, skips and candidates included.
     pub fn len(&self) -> usize {
         self.0.len()

@@ -380,8 +380,7 @@ impl RequestContext {
                     first_token.as_secs_f64(),
                 );
             }
-            let first_called = trail.attempts().iter().find(|a| !a.outcome.is_skip()).map(|a| &a.via);
-            if served_by.is_some() && first_called != served_by {
+            if trail.fell_back_to(served_by) {
                 metrics.increment("switchyard_fallbacks_total", labels([("route", route_label.clone())]), 1);
             }
             if trail
