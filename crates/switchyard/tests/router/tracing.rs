@@ -115,3 +115,38 @@ async fn an_untraced_request_sends_no_context_and_a_skipped_target_has_no_span()
         "the flag travels as given"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_hedged_pair_each_carries_the_span_its_trail_record_keeps() {
+    use std::time::Duration;
+    use switchyard::route::Hedge;
+    use switchyard::simulated::Latency;
+    use switchyard::trail::Outcome;
+    let slow = Recording::new(SimulatedProvider::new().latency(Latency::Fixed(Duration::from_millis(1000))));
+    let fast = Recording::new(SimulatedProvider::new().latency(Latency::Fixed(Duration::from_millis(100))));
+    let hedge = Hedge { max_share: 1.0, ..Hedge::after(Duration::from_millis(300)) };
+    let route = Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1)).hedge(hedge);
+    let router = Router::builder()
+        .provider(ProviderEntry::new("a", slow.clone()))
+        .provider(ProviderEntry::new("b", fast.clone()))
+        .route(route.build().unwrap())
+        .build()
+        .unwrap();
+    let options = RequestOptions { trace: Some(TraceContext::root(true)), ..RequestOptions::default() };
+
+    let answer = router.chat_with(&request("default"), &options).await.unwrap();
+
+    let attempts = answer.trail.attempts();
+    assert_eq!(
+        attempts.iter().map(|a| (a.outcome, a.hedge)).collect::<Vec<_>>(),
+        [(Outcome::Cancelled, false), (Outcome::Ok, true)]
+    );
+    let (first, hedged) = (slow.seen()[0].unwrap(), fast.seen()[0].unwrap());
+    assert_eq!(
+        attempts[0].span_id,
+        Some(first.span_id),
+        "the cancelled first keeps the span its call carried"
+    );
+    assert_eq!(attempts[1].span_id, Some(hedged.span_id), "the hedge keeps its own");
+    assert_ne!(first.span_id, hedged.span_id);
+}
