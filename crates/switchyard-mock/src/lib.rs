@@ -88,7 +88,48 @@ use tokio::task::JoinHandle;
 /// # }
 /// ```
 pub async fn serve(listener: TcpListener) -> std::io::Result<()> {
-    server::serve(listener).await
+    server::serve(listener, None).await
+}
+
+/// [`serve`] behind TLS, with the certificate and key of `identity`: an upstream as real
+/// providers are, for tests and benchmarks of handshakes and connection reuse.
+pub async fn serve_tls(listener: TcpListener, identity: &TlsIdentity) -> std::io::Result<()> {
+    server::serve(listener, Some(identity.acceptor.clone())).await
+}
+
+/// A server certificate chain and its private key, for [`serve_tls`].
+#[derive(Clone)]
+pub struct TlsIdentity {
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl std::fmt::Debug for TlsIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsIdentity")
+    }
+}
+
+impl TlsIdentity {
+    /// From PEM text: `certificates` (the server's first, then any intermediates) and `key`
+    /// (PKCS#8, PKCS#1 or SEC1). The error says which part is wrong.
+    pub fn from_pem(certificates: &[u8], key: &[u8]) -> Result<Self, String> {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let chain = CertificateDer::pem_slice_iter(certificates)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| format!("the certificate file is not PEM: {error}"))?;
+        if chain.is_empty() {
+            return Err("the certificate file holds no certificate".to_owned());
+        }
+        let key = PrivateKeyDer::from_pem_slice(key).map_err(|error| format!("the key file: {error}"))?;
+        let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .and_then(|builder| builder.with_no_client_auth().with_single_cert(chain, key))
+            .map_err(|error| format!("the certificate and key do not make a TLS server: {error}"))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Self { acceptor: tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)) })
+    }
 }
 
 /// Binds `127.0.0.1` on a free port and serves the mock on a background task; returns the
@@ -104,10 +145,23 @@ pub async fn serve(listener: TcpListener) -> std::io::Result<()> {
 /// # }
 /// ```
 pub async fn spawn() -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
+    spawn_with(None).await
+}
+
+/// [`spawn`] behind TLS with `identity`: the mock answers on `https://{addr}`.
+pub async fn spawn_tls(identity: &TlsIdentity) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
+    spawn_with(Some(identity.clone())).await
+}
+
+async fn spawn_with(identity: Option<TlsIdentity>) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
     let task = tokio::spawn(async move {
-        if let Err(error) = serve(listener).await {
+        let served = match identity {
+            Some(identity) => serve_tls(listener, &identity).await,
+            None => serve(listener).await,
+        };
+        if let Err(error) = served {
             eprintln!("switchyard-mock: stopped: {error}");
         }
     });

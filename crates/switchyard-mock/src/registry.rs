@@ -42,6 +42,9 @@ pub(crate) struct Registry {
     scenarios: Mutex<HashMap<Box<str>, Entry>>,
     /// Requests currently held by `hang`, so tests can see them released when clients leave.
     hanging: AtomicUsize,
+    /// Connections accepted (and, behind TLS, through their handshake), so tests can see
+    /// whether a client reuses its connections.
+    connections: AtomicUsize,
 }
 
 struct Entry {
@@ -101,6 +104,11 @@ impl Registry {
         drop(old);
     }
 
+    /// Counts one accepted connection.
+    pub(crate) fn connected(&self) {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Marks a request as hanging until the guard is dropped.
     pub(crate) fn hang(&self) -> HangGuard<'_> {
         self.hanging.fetch_add(1, Ordering::Relaxed);
@@ -110,7 +118,7 @@ impl Registry {
     /// The `/_stats` document:
     ///
     /// ```json
-    /// {"requests": 3, "hanging": 0,
+    /// {"requests": 3, "hanging": 0, "connections": 1,
     ///  "scenarios": {"fail500,ok": {"requests": 3, "last_request": {
     ///     "method": "POST", "path": "/v1/chat/completions",
     ///     "headers": {"authorization": "Bearer k1", ...},
@@ -131,6 +139,7 @@ impl Registry {
         json!({
             "requests": total,
             "hanging": self.hanging.load(Ordering::Relaxed),
+            "connections": self.connections.load(Ordering::Relaxed),
             "scenarios": out,
         })
     }

@@ -13,6 +13,7 @@ use hyper::service::service_fn;
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 use crate::body::MockBody;
 use crate::probe::Probe;
@@ -24,8 +25,8 @@ use crate::{anthropic, embeddings, openai, responses};
 /// Largest request body read; larger ones get 413. Generous, since benchmarks send 1 MB bodies.
 const MAX_BODY: usize = 64 * 1024 * 1024;
 
-/// Accepts connections forever, each served on its own task.
-pub(crate) async fn serve(listener: TcpListener) -> io::Result<()> {
+/// Accepts connections forever, each served on its own task; behind TLS when `tls` is given.
+pub(crate) async fn serve(listener: TcpListener, tls: Option<TlsAcceptor>) -> io::Result<()> {
     let registry = Arc::new(Registry::default());
     let mut http = hyper::server::conn::http1::Builder::new();
     // No timer is configured, so hyper applies no header-read timeout: an idle keep-alive
@@ -47,13 +48,28 @@ pub(crate) async fn serve(listener: TcpListener) -> io::Result<()> {
         let _ = stream.set_nodelay(true);
         let registry = Arc::clone(&registry);
         let http = http.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |request| {
+            let service = {
                 let registry = Arc::clone(&registry);
-                async move { handle(request, &registry).await }
-            });
-            // Errors here are the client going away, or `reset`/`cut` doing their job.
-            let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                service_fn(move |request| {
+                    let registry = Arc::clone(&registry);
+                    async move { handle(request, &registry).await }
+                })
+            };
+            // Errors here are the client going away (a failed handshake among them), or
+            // `reset`/`cut` doing their job.
+            match tls {
+                None => {
+                    registry.connected();
+                    let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                }
+                Some(tls) => {
+                    let Ok(stream) = tls.accept(stream).await else { return };
+                    registry.connected();
+                    let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                }
+            }
         });
     }
 }

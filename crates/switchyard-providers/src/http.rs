@@ -25,6 +25,7 @@ use hyper_rustls::{ConfigBuilderExt, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+pub use rustls::pki_types::CertificateDer;
 use switchyard::provider::RateLimitSink;
 use switchyard::ratelimit::RateLimits;
 use switchyard::{ErrorKind, ProviderError};
@@ -41,6 +42,10 @@ pub struct HttpSettings {
     pub http2: bool,
     /// How long an idle pooled connection is kept. Default 90 s.
     pub pool_idle_timeout: Duration,
+    /// Certificate authorities trusted beside the platform's: a provider behind a private CA
+    /// (an on-premises server, a corporate proxy, a self-signed test upstream). Read from a PEM
+    /// file by [`read_ca_file`].
+    pub extra_roots: Vec<CertificateDer<'static>>,
 }
 
 impl Default for HttpSettings {
@@ -49,6 +54,7 @@ impl Default for HttpSettings {
             connect_timeout: Duration::from_secs(10),
             http2: false,
             pool_idle_timeout: Duration::from_secs(90),
+            extra_roots: Vec::new(),
         }
     }
 }
@@ -90,7 +96,8 @@ impl HttpClient {
     /// Sets up TLS with the platform's certificate verifier (the step that can fail); each
     /// thread's pool is made on its first use, or by [`HttpClient::warm`].
     pub fn new(settings: &HttpSettings) -> Result<Self, ClientError> {
-        Ok(Self { settings: settings.clone(), tls: tls_config()?, alive: Arc::new(()) })
+        let tls = tls_config(&settings.extra_roots)?;
+        Ok(Self { settings: settings.clone(), tls, alive: Arc::new(()) })
     }
 
     /// Makes the calling thread's pool now, if it has none yet.
@@ -135,18 +142,39 @@ impl HttpClient {
 
 /// An HTTP client that cannot be built.
 #[derive(Debug, thiserror::Error)]
-#[error("the platform's TLS certificate verifier could not be set up: {0}")]
+#[error("the TLS certificate verifier could not be set up: {0}")]
 pub struct ClientError(String);
 
-/// TLS with the platform's certificate verifier and aws-lc-rs, named rather than picked from
-/// crate features (which could otherwise panic if another provider were ever enabled).
-fn tls_config() -> Result<rustls::ClientConfig, ClientError> {
+/// TLS with the platform's certificate verifier, trusting `extra_roots` as well, and aws-lc-rs,
+/// named rather than picked from crate features (which could otherwise panic if another
+/// provider were ever enabled).
+fn tls_config(extra_roots: &[CertificateDer<'static>]) -> Result<rustls::ClientConfig, ClientError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
-        .and_then(|builder| builder.try_with_platform_verifier())
-        .map(|builder| builder.with_no_client_auth())
-        .map_err(|error| ClientError(error.to_string()))
+        .map_err(|error| ClientError(error.to_string()))?;
+    let builder = if extra_roots.is_empty() {
+        builder.try_with_platform_verifier()
+    } else {
+        rustls_platform_verifier::Verifier::new_with_extra_roots(extra_roots.iter().cloned(), provider)
+            .map(|verifier| builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier)))
+    };
+    builder.map(|builder| builder.with_no_client_auth()).map_err(|error| ClientError(error.to_string()))
+}
+
+/// The certificates of the PEM file at `path`, for [`HttpSettings::extra_roots`]. The error
+/// says what is wrong with the file (unreadable, not PEM, no certificate in it), without the
+/// path, which the caller names as it knows it.
+pub fn read_ca_file(path: &std::path::Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    use rustls::pki_types::pem::PemObject as _;
+    let pem = std::fs::read(path).map_err(|error| format!("cannot be read: {error}"))?;
+    let certificates = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| format!("is not a PEM certificate file: {error}"))?;
+    if certificates.is_empty() {
+        return Err("holds no PEM certificate (`-----BEGIN CERTIFICATE-----`)".to_owned());
+    }
+    Ok(certificates)
 }
 
 /// A client with `settings`. No total timeout: the router's first-byte, idle and total

@@ -146,8 +146,11 @@ fn free_port() -> u16 {
 }
 
 /// Makes, in `dir`, a certificate authority (`ca.crt`) and a key pair for 127.0.0.1 signed by
-/// it (`server.crt`, `server.key`).
-fn make_certificates(dir: &Path) {
+/// it (`server.crt`, `server.key`), with `openssl`: for any test server that speaks TLS.
+///
+/// # Panics
+/// When `openssl` is not installed or fails.
+pub fn make_certificates(dir: &Path) {
     std::fs::create_dir_all(dir).expect("a folder for the certificates");
     let openssl = |args: &[&str]| {
         let status = Command::new("openssl")

@@ -156,6 +156,8 @@ pub struct ProviderConfig {
     #[serde(default)]
     pub http2: bool,
     pub connect_timeout: Option<DurationText>,
+    /// A PEM file of certificate authorities trusted for this provider, beside the platform's.
+    pub ca_file: Option<String>,
     /// Price per million tokens, by model.
     #[serde(default)]
     pub prices: BTreeMap<String, PriceConfig>,
@@ -187,6 +189,7 @@ impl ProviderConfig {
             responses: None,
             http2: false,
             connect_timeout: None,
+            ca_file: None,
             prices: BTreeMap::new(),
             limits: None,
             latency: None,

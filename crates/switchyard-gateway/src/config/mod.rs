@@ -526,6 +526,23 @@ impl Validator<'_> {
         self.problem(at, problem.to_string());
     }
 
+    /// The certificates of a provider's `ca_file` (a path relative to the working directory),
+    /// none when it has no such file; a file that cannot serve is a problem naming its path.
+    fn ca_file(
+        &mut self,
+        path: &str,
+        file: Option<&str>,
+    ) -> Vec<switchyard_providers::http::CertificateDer<'static>> {
+        let Some(file) = file else { return Vec::new() };
+        match switchyard_providers::http::read_ca_file(Path::new(file)) {
+            Ok(certificates) => certificates,
+            Err(problem) => {
+                self.problem(format!("{path}.ca_file"), format!("`{file}` {problem}"));
+                Vec::new()
+            }
+        }
+    }
+
     /// A duration that must be positive, or `default` when not given.
     fn nonzero(&mut self, path: &str, given: Option<file::DurationText>, default: Duration) -> Duration {
         let value = given.map_or(default, |d| d.0);
@@ -848,6 +865,7 @@ impl Validator<'_> {
                     connect_timeout: config
                         .connect_timeout
                         .map_or(HttpSettings::default().connect_timeout, |d| d.0),
+                    extra_roots: self.ca_file(&path, config.ca_file.as_deref()),
                     ..HttpSettings::default()
                 };
                 match settings.resolved_base_url() {
