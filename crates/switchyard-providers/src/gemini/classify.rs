@@ -1,0 +1,203 @@
+//! Gemini failures into the error catalog, from the `google.rpc.Status` body (its `status`
+//! string and detail payloads) and the HTTP status; the rules are the table in the `gemini`
+//! module docs. Also the [`Redactor`] that keeps the call's key out of every error text.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use switchyard::credential::Secret;
+use switchyard::provider::Call;
+use switchyard::ratelimit::parse_duration;
+use switchyard::{ErrorKind, ProviderError};
+
+use super::wire::GoogleError;
+use crate::http;
+
+/// What the `details` of an error say, by payload type.
+#[derive(Debug, Default)]
+struct ErrorDetails {
+    /// `google.rpc.RetryInfo.retryDelay`.
+    retry_delay: Option<Duration>,
+    /// `google.rpc.ErrorInfo.reason`s.
+    reasons: Vec<String>,
+    /// `google.rpc.QuotaFailure` violations' `quotaId`s.
+    quota_ids: Vec<String>,
+}
+
+impl ErrorDetails {
+    /// Reads the `RetryInfo`, `ErrorInfo` and `QuotaFailure` payloads of `details`; others are
+    /// skipped.
+    fn read(details: &[Value]) -> Self {
+        let mut read = ErrorDetails::default();
+        for detail in details {
+            let kind = detail.get("@type").and_then(Value::as_str).unwrap_or_default();
+            match kind.rsplit('/').next().unwrap_or_default() {
+                "google.rpc.RetryInfo" => {
+                    read.retry_delay =
+                        detail.get("retryDelay").and_then(Value::as_str).and_then(parse_duration);
+                }
+                "google.rpc.ErrorInfo" => {
+                    if let Some(reason) = detail.get("reason").and_then(Value::as_str) {
+                        read.reasons.push(reason.to_owned());
+                    }
+                }
+                "google.rpc.QuotaFailure" => {
+                    let violations = detail.get("violations").and_then(Value::as_array);
+                    for violation in violations.into_iter().flatten() {
+                        if let Some(id) = violation.get("quotaId").and_then(Value::as_str) {
+                            read.quota_ids.push(id.to_owned());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        read
+    }
+
+    /// A daily quota is spent: it refills at the day's reset, not in seconds, so waiting on the
+    /// same target is pointless. Per-minute quotas (and 429s without details) are rate limits.
+    fn daily_quota_spent(&self) -> bool {
+        self.quota_ids.iter().any(|id| id.contains("PerDay"))
+    }
+}
+
+/// `{"error": {...}}`, or the one-element array form some Google front ends send.
+pub(super) fn parse_google_error(body: &str) -> Option<GoogleError> {
+    let value: Value = serde_json::from_str(body.trim()).ok()?;
+    let value = match value {
+        Value::Array(mut items) if items.len() == 1 => items.pop()?,
+        other => other,
+    };
+    let error = value.as_object()?.get("error")?;
+    serde_json::from_value(error.clone()).ok()
+}
+
+/// Whether an `INVALID_ARGUMENT` is the prompt-too-long one. Gemini gives it no code, so this
+/// matches the documented message ("The input token count (N) exceeds the maximum number of
+/// tokens allowed (M)") narrowly.
+fn is_token_limit(message: &str) -> bool {
+    message.contains("input token count") && message.contains("exceeds the maximum number of tokens")
+}
+
+/// Classifies an error answer with HTTP `status` and `body`.
+pub(super) fn classify_http_error(
+    status: u16,
+    body: &str,
+    retry_after: Option<Duration>,
+    redactor: &Redactor,
+) -> ProviderError {
+    if let Some(error) = parse_google_error(body) {
+        return classify_google_error(status, &error, retry_after, redactor);
+    }
+    let detail = if body.trim().is_empty() {
+        format!("HTTP {status} with an empty body")
+    } else {
+        redactor.clean(&http::excerpt(body))
+    };
+    let error = ProviderError::new(http::status_kind(status), detail).with_status(status);
+    match retry_after {
+        Some(wait) => error.with_retry_after(wait),
+        None => error,
+    }
+}
+
+/// Classifies a `google.rpc.Status` error (see the table in the `gemini` module docs):
+/// `API_KEY_INVALID` is `auth` whatever the status string, an unknown status string falls back
+/// to the HTTP `status`. The wait is `retry_after` (from headers), else the `RetryInfo` delay.
+pub(super) fn classify_google_error(
+    status: u16,
+    error: &GoogleError,
+    retry_after: Option<Duration>,
+    redactor: &Redactor,
+) -> ProviderError {
+    let details = ErrorDetails::read(&error.details);
+    let code = error.status.as_deref().unwrap_or_default();
+    let kind = if details.reasons.iter().any(|reason| reason == "API_KEY_INVALID") {
+        ErrorKind::Auth
+    } else {
+        match code {
+            "RESOURCE_EXHAUSTED" if details.daily_quota_spent() => ErrorKind::QuotaExceeded,
+            "RESOURCE_EXHAUSTED" => ErrorKind::RateLimited,
+            "UNAVAILABLE" | "INTERNAL" | "UNKNOWN" | "DATA_LOSS" | "ABORTED" | "CANCELLED" => {
+                ErrorKind::Unavailable
+            }
+            "DEADLINE_EXCEEDED" => ErrorKind::Timeout,
+            "UNAUTHENTICATED" | "PERMISSION_DENIED" => ErrorKind::Auth,
+            "NOT_FOUND" => ErrorKind::ModelNotFound,
+            "FAILED_PRECONDITION" => ErrorKind::QuotaExceeded,
+            "INVALID_ARGUMENT" | "OUT_OF_RANGE" if is_token_limit(&error.message) => ErrorKind::ContextLength,
+            "INVALID_ARGUMENT" | "OUT_OF_RANGE" => ErrorKind::InvalidRequest,
+            _ => http::status_kind(status),
+        }
+    };
+    let mut detail = http::excerpt(&error.message);
+    if !details.reasons.is_empty() {
+        detail.push_str(&format!(" (reason {})", details.reasons.join(", ")));
+    }
+    if !details.quota_ids.is_empty() {
+        detail.push_str(&format!(" (quota {})", details.quota_ids.join(", ")));
+    }
+    let mut classified = ProviderError::new(kind, redactor.clean(&detail)).with_status(status);
+    if !code.is_empty() {
+        classified = classified.with_code(code);
+    }
+    match retry_after.or(details.retry_delay) {
+        Some(wait) => classified.with_retry_after(wait),
+        None => classified,
+    }
+}
+
+/// Removes the call's key from provider text before it enters an error, in case an upstream
+/// or proxy ever echoes it.
+pub(super) struct Redactor(Option<Secret>);
+
+impl Redactor {
+    /// A redactor for the key of `call`'s credential (none when it has no key).
+    pub(super) fn of(call: Call<'_>) -> Self {
+        Redactor(call.credential.key().cloned())
+    }
+
+    /// `text` with every occurrence of the key replaced.
+    pub(super) fn clean(&self, text: &str) -> String {
+        self.0.as_ref().map_or_else(|| text.to_owned(), |key| key.redact(text).into_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_per_day_quota_failures_are_quota_exceeded() {
+        let body = |quota_id: &str| {
+            json!({"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED", "details": [
+                {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"quotaId": quota_id}]},
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1.5s"}
+            ]}})
+            .to_string()
+        };
+        let none = Redactor(None);
+        let daily =
+            classify_http_error(429, &body("GenerateRequestsPerDayPerProjectPerModel-FreeTier"), None, &none);
+        assert_eq!(daily.kind(), ErrorKind::QuotaExceeded);
+        let minute =
+            classify_http_error(429, &body("GenerateRequestsPerMinutePerProjectPerModel"), None, &none);
+        assert_eq!(minute.kind(), ErrorKind::RateLimited);
+        assert_eq!(minute.retry_after(), Some(Duration::from_millis(1500)));
+        assert_eq!(minute.code(), Some("RESOURCE_EXHAUSTED"));
+    }
+
+    #[test]
+    fn google_errors_are_read_from_objects_and_one_element_arrays() {
+        let error = json!({ "error": { "code": 503, "message": "busy", "status": "UNAVAILABLE" } });
+        for body in [error.to_string(), json!([error]).to_string()] {
+            let parsed = parse_google_error(&body).unwrap();
+            assert_eq!(parsed.http_status(), Some(503));
+            assert_eq!(parsed.status.as_deref(), Some("UNAVAILABLE"));
+        }
+        assert!(parse_google_error("{\"candidates\": []}").is_none());
+        assert!(parse_google_error("not json").is_none());
+    }
+}

@@ -1,0 +1,146 @@
+//! `generateContent` answers into canonical answers: finish reasons, text and tool calls, and
+//! the reading of a 2xx body (which may still hold an error).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use switchyard::chat::{ChatResponse, Choice, Content, Extra, FinishReason, FunctionCall, Message, ToolCall};
+use switchyard::{ErrorKind, ProviderError};
+
+use super::classify::{Redactor, classify_google_error, parse_google_error};
+use super::wire::{GenerateContentResponse, Part, UsageMetadata};
+use crate::http;
+
+/// The canonical reason for Gemini's `finishReason`.
+pub(super) fn finish_reason(reason: &str, has_tool_calls: bool) -> FinishReason {
+    match reason {
+        "STOP" if has_tool_calls => FinishReason::ToolCalls,
+        "STOP" => FinishReason::Stop,
+        "MAX_TOKENS" => FinishReason::Length,
+        "SAFETY"
+        | "RECITATION"
+        | "PROHIBITED_CONTENT"
+        | "BLOCKLIST"
+        | "SPII"
+        | "IMAGE_SAFETY"
+        | "IMAGE_PROHIBITED_CONTENT"
+        | "IMAGE_RECITATION" => FinishReason::ContentFilter,
+        other => FinishReason::Other(other.to_owned()),
+    }
+}
+
+/// The text and the tool calls of a candidate. Tool-call ids are Gemini's when it sends them,
+/// else `call_<n>` with `n` counted by `next_id` across the whole answer.
+pub(super) fn read_parts(parts: &[Part], next_id: &mut u32) -> (String, Vec<ToolCall>) {
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    for part in parts {
+        if let Some(piece) = part.text.as_deref().filter(|_| !part.thought) {
+            text.push_str(piece);
+        }
+        if let Some(call) = &part.function_call {
+            let id = call.id.clone().filter(|id| !id.is_empty()).unwrap_or_else(|| format!("call_{next_id}"));
+            *next_id += 1;
+            let arguments = call.args.as_ref().map_or_else(|| "{}".to_owned(), Value::to_string);
+            calls.push(ToolCall {
+                id,
+                kind: "function".to_owned(),
+                function: FunctionCall { name: call.name.clone(), arguments },
+            });
+        }
+    }
+    (text, calls)
+}
+
+/// Seconds since the Unix epoch, for `created`: Gemini does not say when it answered.
+pub(super) fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// The canonical answer of a `generateContent` answer. A blocked prompt is one empty choice
+/// with finish reason `content_filter`; an answer with neither candidates nor a block reason
+/// is malformed. `model` is used when the answer names no `modelVersion`.
+pub(super) fn chat_response(
+    answer: GenerateContentResponse,
+    model: &str,
+) -> Result<ChatResponse, ProviderError> {
+    let usage = answer.usage_metadata.as_ref().map(UsageMetadata::to_usage);
+    let mut choices = Vec::new();
+    if answer.prompt_block().is_some() {
+        choices.push(Choice {
+            index: 0,
+            message: Message::assistant(""),
+            finish_reason: Some(FinishReason::ContentFilter),
+            extra: Extra::new(),
+        });
+    } else if answer.candidates.is_empty() {
+        return Err(ProviderError::new(
+            ErrorKind::MalformedResponse,
+            "the answer has neither candidates nor a prompt block reason",
+        ));
+    }
+    let mut next_id = 0;
+    for (position, candidate) in answer.candidates.iter().enumerate() {
+        let parts = candidate.content.as_ref().map_or(&[][..], |content| &content.parts[..]);
+        let (text, tool_calls) = read_parts(parts, &mut next_id);
+        let finish = candidate.finish_reason.as_deref().map(|r| finish_reason(r, !tool_calls.is_empty()));
+        let content =
+            if text.is_empty() && !tool_calls.is_empty() { None } else { Some(Content::Text(text)) };
+        choices.push(Choice {
+            index: candidate.index.unwrap_or(u32::try_from(position).unwrap_or(u32::MAX)),
+            message: Message { content, tool_calls, ..Message::assistant("") },
+            finish_reason: finish,
+            extra: Extra::new(),
+        });
+    }
+    Ok(ChatResponse {
+        id: answer.response_id.unwrap_or_default(),
+        model: answer.model_version.unwrap_or_else(|| model.to_owned()),
+        created: unix_now(),
+        choices,
+        usage,
+        extra: Extra::new(),
+        verbatim: None,
+    })
+}
+
+/// Parses a 2xx body; a body that is not the expected JSON is a malformed response, and an
+/// error object inside a 2xx is classified like any other error.
+pub(super) fn parse_success<T: serde::de::DeserializeOwned>(
+    status: u16,
+    body: &[u8],
+    redactor: &Redactor,
+) -> Result<T, ProviderError> {
+    serde_json::from_slice(body).map_err(|error| {
+        let text = String::from_utf8_lossy(body);
+        match parse_google_error(&text) {
+            Some(google) => {
+                classify_google_error(google.http_status().unwrap_or(status), &google, None, redactor)
+            }
+            None => {
+                let detail =
+                    format!("the answer is not the JSON expected ({error}): {}", http::excerpt(&text));
+                ProviderError::new(ErrorKind::MalformedResponse, redactor.clean(&detail)).with_status(status)
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finish_reasons_map_to_the_catalog() {
+        assert_eq!(finish_reason("STOP", false), FinishReason::Stop);
+        assert_eq!(finish_reason("STOP", true), FinishReason::ToolCalls);
+        assert_eq!(finish_reason("MAX_TOKENS", false), FinishReason::Length);
+        for filtered in ["SAFETY", "RECITATION", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "IMAGE_SAFETY"] {
+            assert_eq!(finish_reason(filtered, false), FinishReason::ContentFilter);
+        }
+        assert_eq!(
+            finish_reason("MALFORMED_FUNCTION_CALL", false),
+            FinishReason::Other("MALFORMED_FUNCTION_CALL".into())
+        );
+    }
+}
