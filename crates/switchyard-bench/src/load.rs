@@ -12,17 +12,21 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue};
 use hyper::{HeaderMap, Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsConnector;
 
 use crate::histogram::Histogram;
-use crate::options::Options;
+use crate::options::{Options, Target};
 use crate::sse::{self, Kind, Splitter};
 
 /// What the workers share: the request template and the counters that bound the run.
 pub struct Plan {
     options: Options,
     headers: HeaderMap,
+    /// For an `https://` target: the TLS client and the name its certificate is checked for.
+    tls: Option<(TlsConnector, ServerName<'static>)>,
     /// Requests handed out so far (the hard cap, and the schedule index in open loop).
     issued: AtomicU64,
     /// When the clock started.
@@ -46,7 +50,8 @@ impl Plan {
             let value = HeaderValue::from_str(value).map_err(|e| format!("--header `{name}`: {e}"))?;
             headers.insert(name, value);
         }
-        Ok(Self { options, headers, issued: AtomicU64::new(0), start })
+        let tls = options.ca_file.as_deref().map(|file| tls(file, &options.target)).transpose()?;
+        Ok(Self { options, headers, tls, issued: AtomicU64::new(0), start })
     }
 
     /// The options this plan runs.
@@ -187,6 +192,16 @@ pub async fn connect(plan: &Plan) -> Result<Connection, String> {
     let stream = TcpStream::connect(plan.options.target.addr).await.map_err(|e| e.to_string())?;
     // Small requests must not wait for Nagle's timer; it would dwarf the gateway's cost.
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let Some((tls, name)) = &plan.tls else { return http1(stream).await };
+    let stream = tls.connect(name.clone(), stream).await.map_err(|e| format!("TLS handshake: {e}"))?;
+    http1(stream).await
+}
+
+/// The HTTP/1.1 handshake on `stream`, with a task driving the connection.
+async fn http1<S>(stream: S) -> Result<Connection, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (sender, connection) =
         hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
     let driver = tokio::spawn(async move {
@@ -194,6 +209,24 @@ pub async fn connect(plan: &Plan) -> Result<Connection, String> {
         let _ = connection.await;
     });
     Ok(Connection { sender, driver })
+}
+
+/// A TLS client trusting the authorities of the PEM `file`, and the server name of `target`.
+fn tls(file: &str, target: &Target) -> Result<(TlsConnector, ServerName<'static>), String> {
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in CertificateDer::pem_file_iter(file).map_err(|e| format!("--ca-file {file}: {e}"))? {
+        let certificate = certificate.map_err(|e| format!("--ca-file {file}: {e}"))?;
+        roots.add(certificate).map_err(|e| format!("--ca-file {file}: {e}"))?;
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::from(target.addr.ip());
+    Ok((TlsConnector::from(Arc::new(config)), name))
 }
 
 /// What a successful exchange measured.

@@ -8,13 +8,14 @@ use bytes::Bytes;
 
 /// The usage text printed for `--help` and after an argument error.
 pub const USAGE: &str = "\
-usage: switchyard-bench --url http://127.0.0.1:PORT/PATH [options]
+usage: switchyard-bench --url http[s]://127.0.0.1:PORT/PATH [options]
 
 Sends POST requests with a JSON body to a loopback URL and reports throughput, latency
 percentiles, time to first token (streams), errors by kind and the target's CPU and memory.
 Prints a human summary on stderr and one JSON line on stdout.
 
   --url URL             target; only 127.0.0.0/8, localhost or [::1] are accepted
+  --ca-file PEM         for https:// URLs: the authorities to trust (required with https)
   --body JSON           request body (default: a one-message chat for model `default`)
   --body-file PATH      request body read from a file
   --header 'K: V'       extra request header (repeatable)
@@ -42,18 +43,22 @@ pub struct Target {
     pub authority: String,
     /// Path and query sent in the request line.
     pub path: String,
+    /// `https://`: each connection starts with a TLS handshake.
+    pub tls: bool,
 }
 
 impl Target {
-    /// Parses `http://HOST[:PORT][/PATH]`, refusing every host that is not this machine: the
+    /// Parses `http[s]://HOST[:PORT][/PATH]`, refusing every host that is not this machine: the
     /// driver can send tens of thousands of requests a second and must never aim them elsewhere.
     ///
     /// # Errors
     /// A message naming the problem.
     pub fn parse(url: &str) -> Result<Self, String> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("--url `{url}`: only http:// URLs are supported"))?;
+        let (rest, tls) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => (rest, false),
+            (_, Some(rest)) => (rest, true),
+            _ => return Err(format!("--url `{url}`: only http:// and https:// URLs are supported")),
+        };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
@@ -70,6 +75,7 @@ impl Target {
         };
         let port: u16 = match port {
             Some(p) => p.parse().map_err(|_| format!("--url `{url}`: bad port `{p}`"))?,
+            None if tls => 443,
             None => 80,
         };
         let ip: IpAddr = if host.eq_ignore_ascii_case("localhost") {
@@ -84,7 +90,12 @@ impl Target {
                 "--url `{url}`: {ip} is not a loopback address; this driver only loads 127.0.0.0/8 and ::1"
             ));
         }
-        Ok(Self { addr: SocketAddr::new(ip, port), authority: authority.to_owned(), path: path.to_owned() })
+        Ok(Self {
+            addr: SocketAddr::new(ip, port),
+            authority: authority.to_owned(),
+            path: path.to_owned(),
+            tls,
+        })
     }
 }
 
@@ -93,6 +104,8 @@ impl Target {
 pub struct Options {
     /// Where to send.
     pub target: Target,
+    /// The PEM file of authorities an `https://` target's certificate is checked against.
+    pub ca_file: Option<String>,
     /// The request body, sent unchanged on every request.
     pub body: Bytes,
     /// Extra headers, names lower-cased.
@@ -134,6 +147,7 @@ impl Options {
     /// A message naming the argument and the problem.
     pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Self, String> {
         let mut url = None;
+        let mut ca_file = None;
         let mut body_text: Option<String> = None;
         let mut headers = Vec::new();
         let mut stream = false;
@@ -155,6 +169,7 @@ impl Options {
             let mut value = || inline.clone().or_else(|| args.next()).ok_or(format!("{flag} needs a value"));
             match flag.as_str() {
                 "--url" => url = Some(value()?),
+                "--ca-file" => ca_file = Some(value()?),
                 "--body" => body_text = Some(value()?),
                 "--body-file" => {
                     let path = value()?;
@@ -199,6 +214,9 @@ impl Options {
         if warmup >= duration {
             return Err(format!("--warmup ({warmup:?}) must be shorter than --duration ({duration:?})"));
         }
+        if target.tls != ca_file.is_some() {
+            return Err("an https:// --url needs --ca-file, and --ca-file an https:// --url".into());
+        }
         if connections > MAX_CONNECTIONS {
             return Err(format!("--connections must be at most {MAX_CONNECTIONS}"));
         }
@@ -218,6 +236,7 @@ impl Options {
         let body = serde_json::to_vec(&body).map_err(|e| format!("cannot encode the body: {e}"))?;
         Ok(Self {
             target,
+            ca_file,
             body: Bytes::from(body),
             headers,
             stream,
@@ -286,11 +305,28 @@ mod tests {
             "http://192.168.1.1/",
             "http://8.8.8.8/",
             "http://example.com/",
-            "https://127.0.0.1/",
+            "https://10.0.0.1/",
+            "ftp://127.0.0.1/",
             "http://[2001:db8::1]:80/",
         ] {
             assert!(Target::parse(url).is_err(), "{url} accepted");
         }
+    }
+
+    #[test]
+    fn https_targets_default_to_443_and_need_their_authority() {
+        let t = Target::parse("https://127.0.0.1/v1").unwrap();
+        assert!(t.tls);
+        assert_eq!(t.addr, "127.0.0.1:443".parse().unwrap());
+        assert!(!Target::parse("http://127.0.0.1/v1").unwrap().tls);
+        let refused = parse(&["--url", "https://127.0.0.1:1/"]).unwrap_err();
+        assert!(refused.contains("--ca-file"), "{refused}");
+        let refused = parse(&["--url", "http://127.0.0.1:1/", "--ca-file", "ca.pem"]).unwrap_err();
+        assert!(refused.contains("--ca-file"), "{refused}");
+        assert_eq!(
+            parse(&["--url", "https://127.0.0.1:1/", "--ca-file", "ca.pem"]).unwrap().ca_file.unwrap(),
+            "ca.pem"
+        );
     }
 
     #[test]
