@@ -22,7 +22,7 @@ mod stream;
 mod wire;
 
 use ::http::Uri;
-use ::http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use ::http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use switchyard::chat::{ChatRequest, ChatResponse, Dialect, TokenCount, Verbatim};
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
 use switchyard::{ErrorKind, ProviderError};
@@ -75,21 +75,15 @@ impl AnthropicProvider {
             .map_err(|_| BuildError::InvalidBaseUrl(base_url.clone()))?;
         let endpoint = Uri::try_from(endpoint).map_err(|_| BuildError::InvalidBaseUrl(base_url.clone()))?;
         let version = settings.api_version.as_deref().unwrap_or(DEFAULT_API_VERSION);
-        let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(
+        let mut own = HeaderMap::new();
+        own.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        own.insert(
             "anthropic-version",
             HeaderValue::from_str(version)
                 .map_err(|_| BuildError::InvalidHeader("anthropic-version".into()))?,
         );
-        for (name, value) in &settings.headers {
-            // The error names the header, never its value: extra headers may hold secrets.
-            let invalid = || BuildError::InvalidHeader(name.clone());
-            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?;
-            let mut value = HeaderValue::from_str(value).map_err(|_| invalid())?;
-            value.set_sensitive(true);
-            headers.insert(name, value);
-        }
+        let extra = settings.headers.iter().map(|(name, value)| (name.as_str(), value.as_str()));
+        let headers = http::configured_headers(own, extra)?;
         // A version the configuration names wins over the client's; the default does not.
         let configured = settings.api_version.is_some()
             || settings.headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("anthropic-version"));
@@ -122,27 +116,13 @@ impl AnthropicProvider {
         body: Vec<u8>,
     ) -> Result<http::Response, ProviderError> {
         let key = call.credential.key();
-        let mut headers = self.headers.clone();
-        http::forward(&mut headers, call.forward, self.forwarded);
-        http::trace(&mut headers, call);
+        let mut headers = http::call_headers(&self.headers, call, self.forwarded);
         if let Some(key) = key {
-            let mut value = HeaderValue::from_str(key.expose()).map_err(|_| {
-                ProviderError::new(
-                    ErrorKind::Auth,
-                    "the API key holds characters an HTTP header cannot carry",
-                )
-            })?;
-            value.set_sensitive(true);
-            headers.insert("x-api-key", value);
+            headers.insert("x-api-key", http::key_value(key.expose())?);
         }
-        let response = self.client.send(http::post(endpoint.clone(), headers, body)).await?;
-        let limits = http::observe_limits(&response, call.rate_limits);
-        let status = response.status().as_u16();
-        if response.status().is_success() {
-            return Ok(response);
-        }
-        let body = http::read_error_body(response).await;
-        Err(classify::http_error(status, &body, http::retry_after(status, &limits), key))
+        let request = http::post(endpoint.clone(), headers, body);
+        let classify = |status, body: &str, wait| classify::http_error(status, body, wait, key);
+        self.client.exchange(request, call, None, classify).await
     }
 
     /// The serialized request body (serialized once, here): the client's own, with the model

@@ -82,7 +82,7 @@ mod wire;
 
 use std::fmt;
 
-use ::http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use ::http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 use switchyard::chat::{
     ChatRequest, ChatResponse, Embedding, EmbeddingInput, EmbeddingsRequest, EmbeddingsResponse, Extra,
@@ -130,15 +130,8 @@ impl GeminiProvider {
         let base_url = settings.resolved_base_url()?;
         // Each request's URL names the model; the base is checked once, here.
         ::http::Uri::try_from(base_url.as_str()).map_err(|_| BuildError::InvalidBaseUrl(base_url.clone()))?;
-        let mut headers = HeaderMap::new();
-        for (name, value) in &settings.headers {
-            let header = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| BuildError::InvalidHeader(name.clone()))?;
-            let mut value =
-                HeaderValue::from_str(value).map_err(|_| BuildError::InvalidHeader(name.clone()))?;
-            value.set_sensitive(true);
-            headers.append(header, value);
-        }
+        let extra = settings.headers.iter().map(|(name, value)| (name.as_str(), value.as_str()));
+        let headers = http::configured_headers(HeaderMap::new(), extra)?;
         Ok(Self { base_url, client: http::HttpClient::new(&settings.http)?, headers })
     }
 
@@ -158,30 +151,17 @@ impl GeminiProvider {
         body: Vec<u8>,
         deadline: Option<Instant>,
     ) -> Result<http::Response, ProviderError> {
-        let mut headers = self.headers.clone();
+        // No client header is passed on; only the trace context.
+        let mut headers = http::call_headers(&self.headers, &call, &[]);
         // Over any configured header of the same name: the body is JSON, the key the router chose.
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        http::trace(&mut headers, &call);
         if let Some(key) = call.credential.key() {
-            let mut value = HeaderValue::from_str(key.expose()).map_err(|_| {
-                ProviderError::new(
-                    ErrorKind::Auth,
-                    "the API key holds characters that cannot go in an HTTP header",
-                )
-            })?;
-            value.set_sensitive(true);
-            headers.insert("x-goog-api-key", value);
+            headers.insert("x-goog-api-key", http::key_value(key.expose())?);
         }
         let request = http::post(http::parse_uri(url)?, headers, body);
-        let response = http::until(deadline, self.client.send(request)).await?;
-        let limits = http::observe_limits(&response, call.rate_limits);
-        let status = response.status().as_u16();
-        if response.status().is_success() {
-            return Ok(response);
-        }
-        let retry_after = http::retry_after(status, &limits);
-        let body = http::read_error_body_until(response, deadline).await;
-        Err(classify_http_error(status, &body, retry_after, &Redactor::of(call)))
+        let classify =
+            |status, body: &str, wait| classify_http_error(status, body, wait, &Redactor::of(call));
+        self.client.exchange(request, &call, deadline, classify).await
     }
 
     /// Sends and reads a whole JSON answer (never used for streams).

@@ -1,5 +1,6 @@
-//! What every HTTP adapter shares: the client, transport-error classification, reading
-//! bodies, Retry-After and rate-limit headers.
+//! What every HTTP adapter shares: the client, the configured, forwarded and key headers, one
+//! exchange with an upstream, transport-error classification, reading bodies, Retry-After and
+//! rate-limit headers.
 //!
 //! The client is hyper's pooled client with a rustls connector and nothing on top: redirects
 //! are not followed (a 3xx is an answer like any other), and the only retry is hyper's resend
@@ -15,7 +16,7 @@ use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use ::http::header::{ACCEPT, HeaderMap, HeaderValue};
+use ::http::header::{ACCEPT, HeaderMap, HeaderName, HeaderValue};
 use ::http::{Method, Uri};
 use bytes::Bytes;
 use futures_core::Stream;
@@ -26,10 +27,12 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 pub use rustls::pki_types::CertificateDer;
-use switchyard::provider::RateLimitSink;
+use switchyard::provider::{Call, RateLimitSink};
 use switchyard::ratelimit::RateLimits;
 use switchyard::{ErrorKind, ProviderError};
 use tokio::time::Instant;
+
+use crate::BuildError;
 
 /// Connection settings of one provider. Each provider gets its own pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,6 +116,31 @@ impl HttpClient {
         // The pool is borrowed only to start the request: no clone of it per request.
         let response = self.with_pool(|pool| pool.request(request));
         async move { response.await.map_err(TransportError::send) }
+    }
+
+    /// Sends `request` for `call` and returns the response when its status is a success. The
+    /// rate-limit headers of every response go to the call's sink ([`observe_limits`]); any
+    /// other status is the error `classify` makes of the status, the error body (see
+    /// [`read_error_body`]) and the wait the provider asked for ([`retry_after`]).
+    ///
+    /// With a `deadline`, a response head that has not arrived by then is a timeout, and the
+    /// error body is what arrived of it by then.
+    pub(crate) async fn exchange(
+        &self,
+        request: Request,
+        call: &Call<'_>,
+        deadline: Option<Instant>,
+        classify: impl FnOnce(u16, &str, Option<Duration>) -> ProviderError,
+    ) -> Result<Response, ProviderError> {
+        let response = until(deadline, self.send(request)).await?;
+        let limits = observe_limits(&response, call.rate_limits);
+        let status = response.status().as_u16();
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let wait = retry_after(status, &limits);
+        let body = read_error_body_until(response, deadline).await;
+        Err(classify(status, &body, wait))
     }
 
     /// Runs `f` on the calling thread's pool of this client, making the pool first if the
@@ -252,8 +280,7 @@ pub(crate) fn forward(headers: &mut HeaderMap, forward: &[(String, String)], all
         if !allowed.contains(&name.as_str()) {
             continue;
         }
-        let (Ok(header), Ok(value)) =
-            (http::HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value))
+        let (Ok(header), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value))
         else {
             continue;
         };
@@ -269,7 +296,7 @@ pub(crate) fn forward(headers: &mut HeaderMap, forward: &[(String, String)], all
 /// tracing proxy in front of it) continues the trace from the attempt.
 /// The client's `tracestate` (passed in `call.forward` by a tracing gateway) goes with it, as
 /// W3C Trace Context asks of a participant that changes `traceparent`.
-pub(crate) fn trace(headers: &mut HeaderMap, call: &switchyard::provider::Call<'_>) {
+pub(crate) fn trace(headers: &mut HeaderMap, call: &Call<'_>) {
     let Some(span) = call.trace else { return };
     if let Ok(value) = HeaderValue::from_str(&span.traceparent()) {
         headers.insert("traceparent", value);
@@ -280,6 +307,48 @@ pub(crate) fn trace(headers: &mut HeaderMap, call: &switchyard::provider::Call<'
             headers.append("tracestate", value);
         }
     }
+}
+
+/// The headers a provider sends with every request: its own `headers`, then each
+/// `configured` one (from its settings) over any earlier header of the same name. Configured
+/// values are marked sensitive, as they may hold tokens; the error names the header, never
+/// its value.
+pub(crate) fn configured_headers<'a>(
+    mut headers: HeaderMap,
+    configured: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<HeaderMap, BuildError> {
+    for (name, value) in configured {
+        let invalid = || BuildError::InvalidHeader(name.to_owned());
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?;
+        let mut value = HeaderValue::from_str(value).map_err(|_| invalid())?;
+        value.set_sensitive(true);
+        headers.insert(name, value);
+    }
+    Ok(headers)
+}
+
+/// The headers of one call: a copy of the provider's `configured` ones, then the client's
+/// headers whose names `forwarded` lists (see [`forward`]) and the attempt's trace context
+/// (see [`trace`]). The adapter adds its content type and key over them.
+pub(crate) fn call_headers(configured: &HeaderMap, call: &Call<'_>, forwarded: &[&str]) -> HeaderMap {
+    let mut headers = configured.clone();
+    forward(&mut headers, call.forward, forwarded);
+    trace(&mut headers, call);
+    headers
+}
+
+/// `text`, a key or a header value made of one (`Bearer {key}`), as a header value marked
+/// sensitive. A key with characters a header cannot carry is an [`ErrorKind::Auth`] error,
+/// whose text holds nothing of the key.
+pub(crate) fn key_value(text: &str) -> Result<HeaderValue, ProviderError> {
+    let mut value = HeaderValue::from_str(text).map_err(|_| {
+        ProviderError::new(
+            ErrorKind::Auth,
+            "the API key contains characters that cannot be sent in an HTTP header; check the configured key",
+        )
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
 }
 
 /// A POST of `body` to `uri` with `headers`, plus `accept: */*` unless they name one.
@@ -537,6 +606,35 @@ mod tests {
         fn call(&mut self, _: Uri) -> Self::Future {
             std::future::pending()
         }
+    }
+
+    #[test]
+    fn a_configured_header_replaces_an_earlier_one_of_its_name_and_is_sensitive() {
+        let mut own = HeaderMap::new();
+        own.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+        let configured =
+            [("Anthropic-Version", "2099-01-01"), ("x-team", "a"), ("X-Team", "b"), ("x-other", "c")];
+        let headers = configured_headers(own, configured).unwrap();
+        assert_eq!(headers.get_all("anthropic-version").iter().collect::<Vec<_>>(), ["2099-01-01"]);
+        assert_eq!(headers.get_all("x-team").iter().collect::<Vec<_>>(), ["b"]);
+        assert!(headers.values().all(HeaderValue::is_sensitive));
+    }
+
+    #[test]
+    fn an_invalid_configured_header_is_named_without_its_value() {
+        let error = configured_headers(HeaderMap::new(), [("x-secret", "tok\nen-123")]).unwrap_err();
+        assert!(matches!(&error, BuildError::InvalidHeader(name) if name == "x-secret"), "{error}");
+        assert!(!error.to_string().contains("en-123"), "{error}");
+        let error = configured_headers(HeaderMap::new(), [("bad name", "v")]).unwrap_err();
+        assert!(matches!(&error, BuildError::InvalidHeader(name) if name == "bad name"), "{error}");
+    }
+
+    #[test]
+    fn a_key_a_header_cannot_carry_is_an_auth_error_without_the_key() {
+        assert!(key_value("sk-0123456789").unwrap().is_sensitive());
+        let error = key_value("Bearer sk-01234\n56789").unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Auth);
+        assert!(!format!("{error} {error:?}").contains("sk-01234"), "{error}");
     }
 
     #[tokio::test(start_paused = true)]

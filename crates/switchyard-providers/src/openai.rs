@@ -34,10 +34,10 @@ use std::fmt;
 
 use ::http::Uri;
 use ::http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use switchyard::ProviderError;
 use switchyard::chat::{ChatRequest, ChatResponse, Dialect, EmbeddingsRequest, EmbeddingsResponse, Verbatim};
 use switchyard::credential::Credential;
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
-use switchyard::{ErrorKind, ProviderError};
 
 use crate::http;
 use crate::verbatim::{self, Edit};
@@ -128,24 +128,14 @@ impl OpenAiProvider {
                 }))
             }
         };
-        let mut headers = HeaderMap::new();
-        let configured =
-            [("OpenAI-Organization", &settings.organization), ("OpenAI-Project", &settings.project)];
-        let configured = configured.into_iter().filter_map(|(name, value)| Some((name, value.as_deref()?)));
+        let own = [("OpenAI-Organization", &settings.organization), ("OpenAI-Project", &settings.project)];
+        let own = own.into_iter().filter_map(|(name, value)| Some((name, value.as_deref()?)));
         let extra = settings.headers.iter().map(|(name, value)| (name.as_str(), value.as_str()));
-        for (name, value) in configured.chain(extra) {
-            let invalid = || BuildError::InvalidHeader(name.to_owned());
-            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?;
-            let mut value = HeaderValue::from_str(value).map_err(|_| invalid())?;
-            // Extra headers may carry tokens of their own: never print them.
-            value.set_sensitive(true);
-            headers.insert(name, value);
-        }
         Ok(Self {
             kind: settings.kind,
             base_url,
             endpoint,
-            headers,
+            headers: http::configured_headers(HeaderMap::new(), own.chain(extra))?,
             client: http::HttpClient::new(&settings.http)?,
             responses_native: settings.responses_native,
         })
@@ -200,18 +190,10 @@ impl OpenAiProvider {
         credential: &Credential,
     ) -> Result<Option<(HeaderName, HeaderValue)>, ProviderError> {
         let Some(key) = credential.key() else { return Ok(None) };
-        let (name, value) = match self.kind {
-            ProviderKind::Azure => (HeaderName::from_static("api-key"), HeaderValue::from_str(key.expose())),
-            _ => (header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {}", key.expose()))),
-        };
-        let mut value = value.map_err(|_| {
-            ProviderError::new(
-                ErrorKind::Auth,
-                "the API key contains characters that cannot be sent in an HTTP header; check the configured key",
-            )
-        })?;
-        value.set_sensitive(true);
-        Ok(Some((name, value)))
+        Ok(Some(match self.kind {
+            ProviderKind::Azure => (HeaderName::from_static("api-key"), http::key_value(key.expose())?),
+            _ => (header::AUTHORIZATION, http::key_value(&format!("Bearer {}", key.expose()))?),
+        }))
     }
 
     /// Sends `body` to `operation` and returns the response once its status is a success.
@@ -223,10 +205,8 @@ impl OpenAiProvider {
         body: Vec<u8>,
         streaming: bool,
     ) -> Result<http::Response, ProviderError> {
-        let mut headers = self.headers.clone();
         // The client's beta opt-ins and idempotency key travel with its request.
-        http::forward(&mut headers, call.forward, &["openai-beta", "idempotency-key"]);
-        http::trace(&mut headers, &call);
+        let mut headers = http::call_headers(&self.headers, &call, &["openai-beta", "idempotency-key"]);
         // Inserted over any configured header of the same name: the body is JSON, and the
         // credential the router chose is the one that authenticates (it rotates).
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -237,19 +217,16 @@ impl OpenAiProvider {
             headers.insert(name, value);
         }
         let request = http::post(self.url(operation, call.model)?, headers, body);
-        let response = self.client.send(request).await?;
-        let limits = http::observe_limits(&response, call.rate_limits);
-        let status = response.status().as_u16();
-        if response.status().is_success() {
-            return Ok(response);
-        }
-        let body = http::read_error_body(response).await;
-        let error = errors::from_body(Some(status), &body, call.credential.key())
-            .unwrap_or_else(|| errors::bare(status, &body, call.credential.key()));
-        Err(match http::retry_after(status, &limits) {
-            Some(wait) => error.with_retry_after(wait),
-            None => error,
-        })
+        let key = call.credential.key();
+        let classify = |status, body: &str, wait: Option<_>| {
+            let error =
+                errors::from_body(Some(status), body, key).unwrap_or_else(|| errors::bare(status, body, key));
+            match wait {
+                Some(wait) => error.with_retry_after(wait),
+                None => error,
+            }
+        };
+        self.client.exchange(request, &call, None, classify).await
     }
 
     /// A non-streaming chat completion: a body without `stream` to `chat/completions`, the
