@@ -327,3 +327,61 @@ async fn a_pdf_crosses_dialects_as_a_document_one_way_and_a_file_the_other() {
     assert!(answer.contains("is a `document` part"), "{answer}");
     assert!(answer.contains("skipped_unsupported"), "{answer}");
 }
+
+#[tokio::test]
+async fn an_anthropic_providers_thinking_reaches_an_openai_client_as_reasoning_content() {
+    let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
+    let gateway = gateway("anthropic", "", &upstream, "claude-sonnet-4-5").await;
+    let chat =
+        r#"{"model":"default","max_tokens":2048,"messages":[{"role":"user","content":"What does it say?"}]}"#;
+    let (status, answer) = post(gateway, "/v1/chat/completions", chat).await;
+    assert_eq!(status, 200, "{answer}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    let message = &answer["choices"][0]["message"];
+    assert_eq!(message["content"], "It says nothing.");
+    assert_eq!(message["reasoning_content"], "Nothing was found.", "{answer}");
+
+    let streamed = chat.replacen('{', r#"{"stream":true,"#, 1);
+    let (status, events) = post(gateway, "/v1/chat/completions", &streamed).await;
+    assert_eq!(status, 200, "{events}");
+    let deltas: Vec<serde_json::Value> = events
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter(|data| *data != "[DONE]")
+        .map(|data| serde_json::from_str::<serde_json::Value>(data).unwrap())
+        .filter_map(|chunk| chunk["choices"].get(0).map(|choice| choice["delta"].clone()))
+        .collect();
+    let reasoning: Vec<_> = deltas.iter().filter_map(|d| d["reasoning_content"].as_str()).collect();
+    assert_eq!(reasoning, ["Nothing was found."], "{events}");
+    // Reasoning first, then the answer, as the model wrote them.
+    let first_reasoning = deltas.iter().position(|d| d["reasoning_content"].is_string()).unwrap();
+    let first_text = deltas.iter().position(|d| d["content"] == "It says nothing.").unwrap();
+    assert!(first_reasoning < first_text, "{events}");
+}
+
+#[tokio::test]
+async fn a_reasoning_servers_thinking_reaches_an_anthropic_client_as_nothing_it_would_send_back_unsigned() {
+    let chunk = |delta: &str| {
+        format!(
+            "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"r1\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":null}}]}}\n\n"
+        )
+    };
+    let sse = [
+        chunk(r#"{"role":"assistant","content":null,"reasoning_content":"Six times seven."}"#),
+        chunk(r#"{"content":"42"}"#),
+        "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"r1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n".to_owned(),
+    ]
+    .concat();
+    let upstream = Upstream::start(OPENAI_ANSWER, &sse).await;
+    let gateway = gateway("openai_compatible", "/v1", &upstream, "r1").await;
+    let body =
+        r#"{"model":"default","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"6x7?"}]}"#;
+    let (status, events) = post(gateway, "/v1/messages", body).await;
+    assert_eq!(status, 200, "{events}");
+    assert!(events.contains(r#""text_delta","text":"42""#), "{events}");
+    // A thinking block needs Anthropic's signature: one without it, sent back in the next
+    // turn, would be refused by an Anthropic target of the route. So the thinking of another
+    // dialect's model is not written as one.
+    assert!(!events.contains("Six times seven."), "{events}");
+    assert!(!events.contains("\"thinking\""), "{events}");
+}

@@ -646,6 +646,30 @@ async fn a_streamed_refusal_is_the_models_answer_passed_on_as_it_is() {
 }
 
 #[tokio::test]
+async fn a_reasoning_servers_thinking_is_read_under_either_name_and_commits_the_stream() {
+    // DeepSeek and vLLM stream `reasoning_content`, OpenRouter and Ollama `reasoning`; an
+    // object there (not text) is no reasoning.
+    let body = sse(
+        &[
+            chunk(json!({"role": "assistant", "content": null, "reasoning_content": "Six "}), Value::Null),
+            chunk(json!({"reasoning": "times seven."}), Value::Null),
+            chunk(json!({"reasoning": {"effort": "low"}, "content": "42"}), Value::Null),
+            chunk(json!({}), json!("stop")),
+        ],
+        true,
+    );
+    let fake = Fake::start(move || sse_reply(&[], &body)).await;
+    let harness = Harness::openai(fake.v1());
+
+    let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
+
+    assert!(error.is_none());
+    let reasoning: Vec<_> = chunks.iter().map(|c| c.choices[0].delta.reasoning_content.as_deref()).collect();
+    assert_eq!(reasoning, [Some("Six "), Some("times seven."), None, None]);
+    assert!(chunks[0].has_content(), "thinking is the answer under way: the stream is committed");
+}
+
+#[tokio::test]
 async fn groq_usage_under_x_groq_lands_on_the_chunk() {
     let mut last = chunk(json!({}), json!("stop"));
     last["x_groq"] = json!({"id": "req_1", "usage": {"queue_time": 0.01, "prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}});

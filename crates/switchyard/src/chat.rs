@@ -806,12 +806,17 @@ impl ChatChunk {
     }
 
     /// Whether this chunk carries content a client would render or act on (text, a model's
-    /// refusal or a tool call). Once such a chunk reaches the client, the router can no longer fail over.
+    /// refusal or reasoning, a tool call). Once such a chunk reaches the client, the router can
+    /// no longer fail over. Reasoning counts: a model that thinks for a minute is answering,
+    /// and its thinking is streamed as it comes rather than held back until the text.
     pub fn has_content(&self) -> bool {
         let text = |t: &Option<String>| t.as_deref().is_some_and(|t| !t.is_empty());
-        self.choices
-            .iter()
-            .any(|c| text(&c.delta.content) || text(&c.delta.refusal) || !c.delta.tool_calls.is_empty())
+        self.choices.iter().any(|c| {
+            text(&c.delta.content)
+                || text(&c.delta.refusal)
+                || text(&c.delta.reasoning_content)
+                || !c.delta.tool_calls.is_empty()
+        })
     }
 
     /// Whether any choice ended because of the content filter.
@@ -850,6 +855,11 @@ pub struct Delta {
     /// `delta.refusal`). An answer like any other, not a content-filter stop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refusal: Option<String>,
+    /// The next piece of the model's reasoning before its answer: Anthropic's thinking
+    /// (`thinking_delta`), or `delta.reasoning_content` as OpenAI-compatible reasoning servers
+    /// (DeepSeek, vLLM, Qwen) stream it, and as it is written to OpenAI-dialect clients.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 /// A fragment of a tool call; fragments with the same `index` concatenate.

@@ -59,12 +59,16 @@ pub(crate) fn now_unix() -> u64 {
 pub(crate) fn to_chat_response(message: MessageResponse, origin: Dialect) -> ChatResponse {
     let mut text = String::new();
     let mut has_text = false;
+    let mut reasoning = String::new();
     let mut tool_calls = Vec::new();
     for raw in &message.content {
         match serde_json::from_value::<Block>(raw.clone()) {
             Ok(Block::Text { text: part }) => {
                 has_text = true;
                 text.push_str(&part);
+            }
+            Ok(Block::Raw(block)) if block["type"] == "thinking" => {
+                reasoning.push_str(block["thinking"].as_str().unwrap_or_default());
             }
             Ok(Block::ToolUse { id, name, input }) => tool_calls.push(ToolCall {
                 id,
@@ -86,6 +90,12 @@ pub(crate) fn to_chat_response(message: MessageResponse, origin: Dialect) -> Cha
         tool_call_id: None,
         extra: Extra::new(),
     };
+    // An OpenAI-dialect client reads the thinking as reasoning servers write it. (Its
+    // signature has no Chat Completions form: a later turn sent back through another
+    // dialect reaches Anthropic without it, as Anthropic accepts of earlier turns.)
+    if origin == Dialect::OpenAi && !reasoning.is_empty() {
+        answer.extra.insert("reasoning_content".to_owned(), Value::String(reasoning));
+    }
     let mut choice_extra = Extra::new();
     let mut extra = Extra::new();
     if origin == Dialect::Anthropic {

@@ -153,6 +153,9 @@ impl Decoder {
             },
             StreamEvent::ContentBlockDelta { index, delta } => match delta {
                 BlockDelta::TextDelta { text } if !text.is_empty() => Some(self.text(text)),
+                BlockDelta::ThinkingDelta { thinking } if !thinking.is_empty() => {
+                    Some(self.chunk(Delta { reasoning_content: Some(thinking), ..Delta::default() }))
+                }
                 BlockDelta::InputJsonDelta { partial_json } if !partial_json.is_empty() => {
                     match self.tools.get_mut(&index) {
                         Some(tool) => {

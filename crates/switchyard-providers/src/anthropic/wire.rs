@@ -367,7 +367,12 @@ pub(crate) enum BlockDelta {
         /// empty).
         partial_json: String,
     },
-    /// `thinking_delta`, `signature_delta`, `citations_delta`, ...
+    /// `thinking_delta`: more of a thinking block's reasoning.
+    ThinkingDelta {
+        /// The next piece of the reasoning.
+        thinking: String,
+    },
+    /// `signature_delta`, `citations_delta`, ...
     #[serde(untagged)]
     Other(Value),
 }

@@ -212,7 +212,7 @@ impl<S> GeminiChunks<S> {
             let text = (!text.is_empty()).then_some(text);
             delta = Some(ChunkChoice {
                 index,
-                delta: Delta { role: None, content: text, tool_calls: deltas, refusal: None },
+                delta: Delta { content: text, tool_calls: deltas, ..Delta::default() },
                 finish_reason: None,
             });
         }

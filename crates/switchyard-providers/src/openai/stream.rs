@@ -67,8 +67,14 @@ pub(super) fn from_response(answer: ChatResponse) -> ChunkStream {
                 }),
             })
             .collect();
-        let refusal = message.extra.get("refusal").and_then(Value::as_str).map(str::to_owned);
-        let delta = Delta { role: Some(message.role), content: message.text_content(), tool_calls, refusal };
+        let text = |name: &str| message.extra.get(name).and_then(Value::as_str).map(str::to_owned);
+        let delta = Delta {
+            role: Some(message.role),
+            content: message.text_content(),
+            tool_calls,
+            refusal: text("refusal"),
+            reasoning_content: text("reasoning_content"),
+        };
         chunks.push(header(vec![ChunkChoice { index: choice.index, delta, finish_reason: None }]));
         chunks.push(header(vec![ChunkChoice {
             index: choice.index,
@@ -238,6 +244,7 @@ impl Reader {
                         content: delta.content,
                         tool_calls,
                         refusal: delta.refusal.and_then(|r| r.as_str().map(str::to_owned)),
+                        reasoning_content: delta.reasoning_content.or(delta.reasoning),
                     },
                     finish_reason,
                 }
@@ -324,6 +331,13 @@ struct DeltaIn {
     /// `refusal` text, if the model declines (an answer, not a content-filter stop).
     #[serde(default)]
     refusal: Option<Value>,
+    /// The next piece of a reasoning server's thinking: `reasoning_content` (DeepSeek, vLLM,
+    /// Qwen) or `reasoning` (OpenRouter, Ollama, newer vLLM). Anything but text is ignored.
+    #[serde(default, deserialize_with = "text_or_none")]
+    reasoning_content: Option<String>,
+    /// The same under the other name.
+    #[serde(default, deserialize_with = "text_or_none")]
+    reasoning: Option<String>,
     /// Tool call fragments; empty when missing or null.
     #[serde(default, deserialize_with = "nullable")]
     tool_calls: Vec<ToolCallDeltaIn>,
@@ -357,4 +371,12 @@ struct FunctionDeltaIn {
     /// instead is serialised to text.
     #[serde(default)]
     arguments: Option<Value>,
+}
+
+/// A string, or `None` for anything else (null, or an object some server put there).
+fn text_or_none<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    Ok(match Value::deserialize(deserializer)? {
+        Value::String(text) => Some(text),
+        _ => None,
+    })
 }

@@ -83,12 +83,8 @@ impl Exchange for StreamExchange<'_> {
                         role: Some(Role::Assistant),
                         content: choice.message.text_content(),
                         tool_calls: Vec::new(),
-                        refusal: choice
-                            .message
-                            .extra
-                            .get("refusal")
-                            .and_then(|r| r.as_str())
-                            .map(str::to_owned),
+                        refusal: extra_text(&choice.message, "refusal"),
+                        reasoning_content: extra_text(&choice.message, "reasoning_content"),
                     },
                     finish_reason: choice.finish_reason,
                 }],
@@ -396,4 +392,9 @@ enum Blame {
     Provider,
     /// The caller: its deadline cut the stream.
     Caller,
+}
+
+/// The text of `message`'s unmodelled field `name` (`refusal`, `reasoning_content`), if any.
+fn extra_text(message: &crate::chat::Message, name: &str) -> Option<String> {
+    message.extra.get(name).and_then(|value| value.as_str()).map(str::to_owned)
 }

@@ -252,3 +252,68 @@ async fn a_stream_cut_by_the_callers_deadline_says_nothing_about_the_providers_h
     assert_eq!(health.consecutive_failures, 0, "the caller's deadline is not the provider's failure");
     assert_ne!(health.status, HealthStatus::TemporarilyUnavailable);
 }
+
+/// A reasoning model: its thinking streams at once, its answer five seconds later.
+struct Thinker;
+
+impl switchyard::provider::Provider for Thinker {
+    fn kind(&self) -> &str {
+        "thinker"
+    }
+
+    fn chat<'a>(
+        &'a self,
+        _: switchyard::provider::Call<'a>,
+        _: &'a switchyard::chat::ChatRequest,
+    ) -> BoxFuture<'a, Result<switchyard::chat::ChatResponse, ProviderError>> {
+        Box::pin(async { Err(ProviderError::new(ErrorKind::Unavailable, "streams only")) })
+    }
+
+    fn chat_stream<'a>(
+        &'a self,
+        _: switchyard::provider::Call<'a>,
+        _: &'a switchyard::chat::ChatRequest,
+    ) -> BoxFuture<'a, Result<switchyard::provider::ChunkStream, ProviderError>> {
+        use switchyard::chat::{ChunkChoice, Delta, FinishReason};
+        let reasoning = ChatChunk {
+            choices: vec![ChunkChoice {
+                delta: Delta { reasoning_content: Some("Six times seven...".to_owned()), ..Delta::default() },
+                ..ChunkChoice::default()
+            }],
+            ..ChatChunk::default()
+        };
+        let steps = vec![(Duration::ZERO, reasoning), (Duration::from_secs(5), ChatChunk::text("42"))];
+        let steps = steps.into_iter().chain([(Duration::ZERO, ChatChunk::finish(FinishReason::Stop))]);
+        let stream = futures_util::stream::iter(steps).then(|(wait, chunk)| async move {
+            tokio::time::sleep(wait).await;
+            Ok(chunk)
+        });
+        Box::pin(async move { Ok(Box::pin(stream) as switchyard::provider::ChunkStream) })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn reasoning_is_content_it_streams_at_once_and_the_first_byte_timeout_stops_there() {
+    let fallback = SimulatedProvider::new();
+    let timeouts = Timeouts { first_byte: Duration::from_secs(2), ..Timeouts::default() };
+    let route =
+        Route::builder("default").target("thinker:m").target("b:m").retry(quick_retry(1)).timeouts(timeouts);
+    let router = builder(&[("b", &fallback)])
+        .provider(switchyard::ProviderEntry::new("thinker", Thinker))
+        .route(route.build().unwrap())
+        .build()
+        .unwrap();
+
+    let start = Instant::now();
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    // The thinking reached the caller at once: it is not held back until the answer's text
+    // (which comes after the first-byte limit, and would have failed the attempt over).
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(stream.served_by().to_string(), "thinker:m");
+    let first = stream.next().await.unwrap().unwrap();
+    assert_eq!(first.choices[0].delta.reasoning_content.as_deref(), Some("Six times seven..."));
+    let (text, error) = collect(&mut stream).await;
+    assert_eq!((text.as_str(), error.is_none()), ("42", true));
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+    assert_eq!(stream.trail().outcomes(), vec![Outcome::Ok]);
+}

@@ -161,7 +161,9 @@ impl OpenBlock {
 /// every provider streams them: a fragment for a call whose block was already closed cannot be
 /// expressed in Anthropic's stream and is dropped with a warning. `message_start` reports 0
 /// input tokens, since canonical streams tell usage at the end; the final `message_delta`
-/// carries both counts.
+/// carries both counts. Reasoning (`reasoning_content`) of another dialect's model is not
+/// written: a thinking block needs Anthropic's signature, and one without it, sent back in
+/// the next turn, would be refused by an Anthropic target.
 #[derive(Debug, Default)]
 pub struct StreamEncoder {
     /// `message_start` was written.
