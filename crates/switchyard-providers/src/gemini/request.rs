@@ -109,22 +109,26 @@ fn untranslatable(part: &ContentPart, i: usize, j: usize) -> ProviderError {
 
 /// The `systemInstruction` text parts of system or developer message `i`; an image is refused.
 fn system_parts(message: &Message, i: usize) -> Result<Vec<Value>, ProviderError> {
-    let mut parts = Vec::new();
     match &message.content {
-        None => {}
-        Some(Content::Text(text)) => parts.push(json!({ "text": text })),
-        Some(Content::Parts(items)) => {
-            for (j, item) in items.iter().enumerate() {
-                match item {
-                    ContentPart::Text { text } => parts.push(json!({ "text": text })),
-                    ContentPart::ImageUrl { .. } => {
-                        return Err(invalid_request(format!(
-                            "messages[{i}].content[{j}]: Gemini takes no images in system instructions"
-                        )));
-                    }
-                    ContentPart::Other(_) => return Err(untranslatable(item, i, j)),
-                }
+        None => Ok(Vec::new()),
+        Some(Content::Text(text)) => Ok(vec![json!({ "text": text })]),
+        Some(Content::Parts(items)) => text_parts(items, i, "system instructions"),
+    }
+}
+
+/// The text parts of `items`, the content of message `i`; an image is refused, since Gemini
+/// takes none in `turn`.
+fn text_parts(items: &[ContentPart], i: usize, turn: &str) -> Result<Vec<Value>, ProviderError> {
+    let mut parts = Vec::with_capacity(items.len());
+    for (j, item) in items.iter().enumerate() {
+        match item {
+            ContentPart::Text { text } => parts.push(json!({ "text": text })),
+            ContentPart::ImageUrl { .. } => {
+                return Err(invalid_request(format!(
+                    "messages[{i}].content[{j}]: Gemini takes no images in {turn}"
+                )));
             }
+            ContentPart::Other(_) => return Err(untranslatable(item, i, j)),
         }
     }
     Ok(parts)
@@ -154,24 +158,11 @@ fn user_parts(message: &Message, i: usize) -> Result<Vec<Value>, ProviderError> 
 /// `functionCall` per tool call, the first carrying [`SKIP_THOUGHT_SIGNATURE`]. An image is
 /// refused.
 fn model_parts(message: &Message, i: usize) -> Result<Vec<Value>, ProviderError> {
-    let mut parts = Vec::new();
-    match &message.content {
-        Some(Content::Text(text)) if !text.is_empty() => parts.push(json!({ "text": text })),
-        None | Some(Content::Text(_)) => {}
-        Some(Content::Parts(items)) => {
-            for (j, item) in items.iter().enumerate() {
-                match item {
-                    ContentPart::Text { text } => parts.push(json!({ "text": text })),
-                    ContentPart::ImageUrl { .. } => {
-                        return Err(invalid_request(format!(
-                            "messages[{i}].content[{j}]: Gemini takes no images in model turns"
-                        )));
-                    }
-                    ContentPart::Other(_) => return Err(untranslatable(item, i, j)),
-                }
-            }
-        }
-    }
+    let mut parts = match &message.content {
+        Some(Content::Text(text)) if !text.is_empty() => vec![json!({ "text": text })],
+        None | Some(Content::Text(_)) => Vec::new(),
+        Some(Content::Parts(items)) => text_parts(items, i, "model turns")?,
+    };
     for (j, call) in message.tool_calls.iter().enumerate() {
         let field = format!("messages[{i}].tool_calls[{j}].function.arguments");
         let args = parse_arguments(&call.function.arguments, &field)?;
