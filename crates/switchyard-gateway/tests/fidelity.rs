@@ -385,3 +385,32 @@ async fn a_reasoning_servers_thinking_reaches_an_anthropic_client_as_nothing_it_
     assert!(!events.contains("Six times seven."), "{events}");
     assert!(!events.contains("\"thinking\""), "{events}");
 }
+
+#[tokio::test]
+async fn a_gemini_stream_tells_an_anthropic_client_its_input_tokens_at_message_start() {
+    // Gemini counts the prompt from its first event on; an OpenAI-dialect server would count
+    // only at the end.
+    const EVENTS: &str = concat!(
+        "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"Hel\"}],\"role\":\"model\"},\"index\":0}],\"usageMetadata\":{\"promptTokenCount\":12,\"candidatesTokenCount\":1,\"totalTokenCount\":13},\"modelVersion\":\"gemini-2.5-flash\",\"responseId\":\"r1\"}\r\n\r\n",
+        "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"lo\"}],\"role\":\"model\"},\"finishReason\":\"STOP\",\"index\":0}],\"usageMetadata\":{\"promptTokenCount\":12,\"candidatesTokenCount\":2,\"totalTokenCount\":14},\"modelVersion\":\"gemini-2.5-flash\",\"responseId\":\"r1\"}\r\n\r\n",
+    );
+    let router = axum::Router::new()
+        .fallback(|| async { ([(axum::http::header::CONTENT_TYPE, "text/event-stream")], EVENTS) });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let gateway = serve(&format!(
+        "providers:\n  g: {{ kind: gemini, base_url: 'http://{upstream}/v1beta', api_key: gm-0123456789 }}\nroutes:\n  default: {{ targets: ['g:gemini-2.5-flash'] }}\n"
+    ))
+    .await;
+    let body =
+        r#"{"model":"default","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Hi"}]}"#;
+    let (status, events) = post(gateway, "/v1/messages", body).await;
+    assert_eq!(status, 200, "{events}");
+    let data = |name: &str| -> serde_json::Value {
+        let frame = events.split("\n\n").find(|f| f.starts_with(&format!("event: {name}\n"))).unwrap();
+        serde_json::from_str(frame.split_once("data: ").unwrap().1).unwrap()
+    };
+    assert_eq!(data("message_start")["message"]["usage"]["input_tokens"], 12, "{events}");
+    assert_eq!(data("message_delta")["usage"]["output_tokens"], 2, "{events}");
+}

@@ -101,11 +101,11 @@ impl<S> GeminiChunks<S> {
         if let Some(version) = answer.model_version.as_ref().filter(|v| !v.is_empty()) {
             self.model.clone_from(version);
         }
+        let usage = answer.usage_metadata.as_ref().map(UsageMetadata::to_usage);
         if !self.started {
             self.started = true;
-            self.push_role_chunk(&answer.candidates);
+            self.push_role_chunk(&answer.candidates, usage);
         }
-        let usage = answer.usage_metadata.as_ref().map(UsageMetadata::to_usage);
         if answer.prompt_block().is_some() {
             self.finished = true;
             let finish =
@@ -167,8 +167,10 @@ impl<S> GeminiChunks<S> {
     }
 
     /// Queues the role chunk: one choice per candidate of the first event (choice 0 when it
-    /// has none).
-    fn push_role_chunk(&mut self, candidates: &[Candidate]) {
+    /// has none), with the event's usage: Gemini counts the prompt from its first event on, so
+    /// a client told the input tokens at the start (Anthropic's `message_start`) hears them.
+    /// Later counts replace it.
+    fn push_role_chunk(&mut self, candidates: &[Candidate], usage: Option<Usage>) {
         let mut indexes: Vec<u32> = candidates.iter().map(|c| c.index.unwrap_or(0)).collect();
         if indexes.is_empty() {
             indexes.push(0);
@@ -181,7 +183,7 @@ impl<S> GeminiChunks<S> {
                 finish_reason: None,
             })
             .collect();
-        let role = self.chunk(choices, None);
+        let role = self.chunk(choices, usage);
         self.ready.push_back(Ok(role));
     }
 

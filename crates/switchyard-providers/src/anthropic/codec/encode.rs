@@ -159,9 +159,9 @@ impl OpenBlock {
 ///
 /// Only the first choice is written. Fragments of one tool call must arrive together, as
 /// every provider streams them: a fragment for a call whose block was already closed cannot be
-/// expressed in Anthropic's stream and is dropped with a warning. `message_start` reports 0
-/// input tokens, since canonical streams tell usage at the end; the final `message_delta`
-/// carries both counts. Reasoning (`reasoning_content`) of another dialect's model is not
+/// expressed in Anthropic's stream and is dropped with a warning. `message_start` reports the
+/// usage of the first chunk, which only some upstreams tell (Gemini does; OpenAI-dialect
+/// servers count at the end), else 0; the final `message_delta` carries both counts. Reasoning (`reasoning_content`) of another dialect's model is not
 /// written: a thinking block needs Anthropic's signature, and one without it, sent back in
 /// the next turn, would be refused by an Anthropic target.
 #[derive(Debug, Default)]
@@ -200,7 +200,7 @@ impl StreamEncoder {
             return events;
         }
         if !self.started {
-            self.start(&chunk.id, &chunk.model, &mut events);
+            self.start(chunk, &mut events);
         }
         for choice in chunk.choices.iter().filter(|choice| choice.index == 0) {
             // A model's refusal in words is text to an Anthropic client (see `response_to_json`).
@@ -269,7 +269,7 @@ impl StreamEncoder {
             return events;
         }
         if !self.started {
-            self.start("", "", &mut events);
+            self.start(&ChatChunk::default(), &mut events);
         }
         self.close(&mut events);
         self.finished = true;
@@ -294,23 +294,26 @@ impl StreamEncoder {
         events
     }
 
-    /// Writes `message_start` (zero usage; a fresh `msg_` id when `id` is empty).
-    fn start(&mut self, id: &str, model: &str, events: &mut Vec<Event>) {
+    /// Writes `message_start` for the stream's first `chunk`: its id (a fresh `msg_` one when
+    /// it has none), model, and the usage it tells (Gemini counts the prompt from the start),
+    /// else zero.
+    fn start(&mut self, chunk: &ChatChunk, events: &mut Vec<Event>) {
         self.started = true;
+        let id = &chunk.id;
+        let usage = chunk.usage.map_or(
+            wire::Usage { input_tokens: Some(0), output_tokens: Some(0), ..wire::Usage::default() },
+            usage_of,
+        );
         events.push(event(StreamEvent::MessageStart {
             message: MessageResponse {
                 id: if id.is_empty() { fresh_id("msg_") } else { id.to_owned() },
                 kind: "message".to_owned(),
                 role: "assistant".to_owned(),
-                model: model.to_owned(),
+                model: chunk.model.clone(),
                 content: Vec::new(),
                 stop_reason: None,
                 stop_sequence: None,
-                usage: wire::Usage {
-                    input_tokens: Some(0),
-                    output_tokens: Some(0),
-                    ..wire::Usage::default()
-                },
+                usage,
             },
         }));
     }
