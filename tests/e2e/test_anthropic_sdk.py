@@ -160,3 +160,36 @@ def test_a_document_and_thinking_reach_an_anthropic_upstream_as_written(mock, ga
     sent = mock.stats()["scenarios"]["ok"]["last_request"]["json"]
     assert sent["messages"] == history
     assert sent["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+
+
+def test_thinking_streams_as_it_comes_and_its_signed_block_goes_back_as_written(mock, gateway):
+    gw = gateway(config(mock, {"claude": ("anthropic", "think~chunks=4", ANT_KEY)}, {"default": "{ targets: [claude:claude-test] }"}))
+    sdk = client(gw)
+    question = [{"role": "user", "content": "Think, then answer."}]
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    seen = []
+    with sdk.messages.stream(model="default", max_tokens=2048, thinking=thinking, messages=question) as stream:
+        for event in stream:
+            if event.type == "content_block_delta":
+                seen.append(event.delta.type)
+        final = stream.get_final_message()
+    # The thinking, its signature and then the text, each as the provider streamed it.
+    assert seen[:2] == ["thinking_delta", "signature_delta"] and set(seen[2:]) == {"text_delta"}
+    block = final.content[0]
+    assert (block.type, block.thinking, block.signature) == (
+        "thinking",
+        "The user wants the mock answer.",
+        "EqQBCkYIBxgCKkBmocksignature",
+    )
+    assert final.content[1].text == "mock answer from claude-test"
+
+    # The next turn carries the signed block back; the provider receives it unchanged.
+    history = question + [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in final.content]},
+                          {"role": "user", "content": "And then?"}]
+    sdk.messages.create(model="default", max_tokens=2048, thinking=thinking, messages=history)
+    sent = mock.stats()["scenarios"]["think~chunks=4"]["last_request"]["json"]
+    assert sent["messages"][1]["content"][0] == {
+        "type": "thinking",
+        "thinking": "The user wants the mock answer.",
+        "signature": "EqQBCkYIBxgCKkBmocksignature",
+    }

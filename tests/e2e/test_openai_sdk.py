@@ -349,3 +349,42 @@ def test_file_and_audio_parts_and_a_custom_tool_reach_an_openai_upstream_as_writ
     assert sent["tools"] == tools
     # Key order is meaning here: the model writes its reasoning first.
     assert list(sent["response_format"]["json_schema"]["schema"]["properties"]) == ["reasoning", "answer"]
+
+
+def _reasoning_and_text(stream):
+    """The reasoning and the text of a chat stream, and which came first."""
+    reasoning, text, order = "", "", []
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        piece = (delta.model_extra or {}).get("reasoning_content")
+        if piece:
+            reasoning += piece
+            order.append("reasoning")
+        if delta.content:
+            text += delta.content
+            order.append("text")
+    return reasoning, text, order
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "openai_compatible"])
+def test_a_models_reasoning_reaches_the_sdk_as_reasoning_content_before_its_answer(mock, gateway, kind):
+    # Claude's thinking, translated; a reasoning server's `reasoning_content`, as it wrote it.
+    gw = gateway(config(
+        mock, {"up": (kind, "think~chunks=4", "api_key: sk-upstream-0001")}, {"default": "{ targets: [up:model-test] }"}
+    ))
+    sdk = client(gw)
+    completion = sdk.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Think first."}], max_tokens=2048
+    )
+    message = completion.choices[0].message
+    assert message.content == "mock answer from model-test"
+    assert message.model_extra["reasoning_content"] == "The user wants the mock answer."
+
+    stream = sdk.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Think first."}], max_tokens=2048, stream=True
+    )
+    reasoning, text, order = _reasoning_and_text(stream)
+    assert (reasoning, text) == ("The user wants the mock answer.", "mock answer from model-test")
+    assert order[0] == "reasoning" and order.count("reasoning") == 1

@@ -29,7 +29,7 @@ fn stop_reason(content: Content) -> &'static str {
         Content::Text => "end_turn",
         Content::Tools => "tool_use",
         Content::Filter => "refusal",
-        Content::Refuse => "end_turn",
+        Content::Refuse | Content::Think => "end_turn",
     }
 }
 
@@ -39,7 +39,14 @@ fn message(content: Content, model: &str, shape: &Shape, id: u64) -> String {
     push_json_str(&mut s, model);
     s.push_str(r#","content":["#);
     match content {
-        Content::Text => {
+        Content::Text | Content::Think => {
+            if content == Content::Think {
+                s.push_str(r#"{"type":"thinking","thinking":"#);
+                push_json_str(&mut s, crate::reply::THOUGHT);
+                s.push_str(r#","signature":"#);
+                push_json_str(&mut s, crate::reply::THOUGHT_SIGNATURE);
+                s.push_str("},");
+            }
             s.push_str(r#"{"type":"text","text":""#);
             s.push_str(ANSWER_PREFIX);
             push_json_escaped(&mut s, model);
@@ -78,34 +85,42 @@ fn events(content: Content, model: &str, shape: &Shape, id: u64) -> Events {
     );
     let mut head = vec![named_event("message_start", &start)];
 
+    // With thinking, its block is index 0 and whole before the answer's block, index 1.
+    let index = u32::from(content == Content::Think);
+    if content == Content::Think {
+        head.extend(thinking_events());
+    }
     let (block, pieces) = match content {
-        Content::Text => {
+        Content::Text | Content::Think => {
             let text = format!("{ANSWER_PREFIX}{model}");
-            let pieces = delta_events(&text, shape.pieces, "text_delta", "text");
+            let pieces = delta_events(&text, shape.pieces, index, "text_delta", "text");
             (Some(r#"{"type":"text","text":""}"#.to_owned()), pieces)
         }
         Content::Tools => {
             let block =
                 format!(r#"{{"type":"tool_use","id":"toolu_mock{id}","name":"{TOOL_NAME}","input":{{}}}}"#);
-            (Some(block), delta_events(TOOL_ARGUMENTS, shape.pieces, "input_json_delta", "partial_json"))
+            (Some(block), delta_events(TOOL_ARGUMENTS, shape.pieces, 0, "input_json_delta", "partial_json"))
         }
         Content::Filter => (None, Vec::new()),
         Content::Refuse => {
-            let pieces = delta_events(crate::reply::REFUSAL, shape.pieces, "text_delta", "text");
+            let pieces = delta_events(crate::reply::REFUSAL, shape.pieces, 0, "text_delta", "text");
             (Some(r#"{"type":"text","text":""}"#.to_owned()), pieces)
         }
     };
     if let Some(block) = &block {
         head.push(named_event(
             "content_block_start",
-            &format!(r#"{{"type":"content_block_start","index":0,"content_block":{block}}}"#),
+            &format!(r#"{{"type":"content_block_start","index":{index},"content_block":{block}}}"#),
         ));
     }
     head.push(named_event("ping", r#"{"type": "ping"}"#));
 
     let mut tail = Vec::with_capacity(3);
     if block.is_some() {
-        tail.push(named_event("content_block_stop", r#"{"type":"content_block_stop","index":0}"#));
+        tail.push(named_event(
+            "content_block_stop",
+            &format!(r#"{{"type":"content_block_stop","index":{index}}}"#),
+        ));
     }
     tail.push(named_event(
         "message_delta",
@@ -119,13 +134,38 @@ fn events(content: Content, model: &str, shape: &Shape, id: u64) -> Events {
     Events { head, pieces, tail }
 }
 
-/// One `content_block_delta` event per piece of `text`, in the delta type and field given.
-fn delta_events(text: &str, pieces: u32, delta_type: &str, field: &str) -> Vec<Bytes> {
+/// A whole thinking block, index 0, as Anthropic streams one: its start, the thinking, the
+/// signature, its stop.
+fn thinking_events() -> Vec<Bytes> {
+    let mut thinking = String::from(
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"#,
+    );
+    push_json_str(&mut thinking, crate::reply::THOUGHT);
+    thinking.push_str("}}");
+    let mut signature = String::from(
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"#,
+    );
+    push_json_str(&mut signature, crate::reply::THOUGHT_SIGNATURE);
+    signature.push_str("}}");
+    vec![
+        named_event(
+            "content_block_start",
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
+        ),
+        named_event("content_block_delta", &thinking),
+        named_event("content_block_delta", &signature),
+        named_event("content_block_stop", r#"{"type":"content_block_stop","index":0}"#),
+    ]
+}
+
+/// One `content_block_delta` event of block `index` per piece of `text`, in the delta type and
+/// field given.
+fn delta_events(text: &str, pieces: u32, index: u32, delta_type: &str, field: &str) -> Vec<Bytes> {
     split_even(text, pieces)
         .into_iter()
         .map(|piece| {
             let mut data = format!(
-                r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"{delta_type}","{field}":"#
+                r#"{{"type":"content_block_delta","index":{index},"delta":{{"type":"{delta_type}","{field}":"#
             );
             push_json_str(&mut data, piece);
             data.push_str("}}");

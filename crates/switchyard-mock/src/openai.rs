@@ -38,7 +38,7 @@ fn completion(content: Content, model: &str, shape: &Shape, id: u64, created: u6
     push_json_str(&mut s, model);
     s.push_str(r#","choices":[{"index":0,"message":{"role":"assistant","content":"#);
     let finish = match content {
-        Content::Text => {
+        Content::Text | Content::Think => {
             s.push('"');
             s.push_str(ANSWER_PREFIX);
             push_json_escaped(&mut s, model);
@@ -61,6 +61,10 @@ fn completion(content: Content, model: &str, shape: &Shape, id: u64, created: u6
             "stop"
         }
     };
+    if content == Content::Think {
+        s.push_str(r#","reasoning_content":"#);
+        push_json_str(&mut s, crate::reply::THOUGHT);
+    }
     s.push_str(r#","refusal":"#);
     if matches!(content, Content::Refuse) {
         push_json_str(&mut s, crate::reply::REFUSAL);
@@ -132,19 +136,33 @@ fn events(
     head.push_str(r#","system_fingerprint":"fp_mock""#);
     let chunker = Chunker { head, usage_null: include_usage };
 
+    let text_pieces = || -> Vec<Bytes> {
+        let text = format!("{ANSWER_PREFIX}{model}");
+        split_even(&text, shape.pieces)
+            .into_iter()
+            .map(|piece| {
+                let mut delta = String::from(r#"{"content":"#);
+                push_json_str(&mut delta, piece);
+                delta.push('}');
+                chunker.chunk(&delta, None)
+            })
+            .collect()
+    };
+    let mut head = Vec::with_capacity(2);
     let (first, pieces, finish) = match content {
-        Content::Text => {
-            let text = format!("{ANSWER_PREFIX}{model}");
-            let pieces = split_even(&text, shape.pieces)
-                .into_iter()
-                .map(|piece| {
-                    let mut delta = String::from(r#"{"content":"#);
-                    push_json_str(&mut delta, piece);
-                    delta.push('}');
-                    chunker.chunk(&delta, None)
-                })
-                .collect();
-            (chunker.chunk(r#"{"role":"assistant","content":"","refusal":null}"#, None), pieces, "stop")
+        Content::Text => (
+            chunker.chunk(r#"{"role":"assistant","content":"","refusal":null}"#, None),
+            text_pieces(),
+            "stop",
+        ),
+        Content::Think => {
+            // As DeepSeek streams it: the reasoning first, in `reasoning_content`, then the text.
+            let mut thought = String::from(r#"{"reasoning_content":"#);
+            push_json_str(&mut thought, crate::reply::THOUGHT);
+            thought.push('}');
+            head.push(chunker.chunk(&thought, None));
+            let first = r#"{"role":"assistant","content":null,"reasoning_content":""}"#;
+            (chunker.chunk(first, None), text_pieces(), "stop")
         }
         Content::Tools => {
             let first = format!(
@@ -183,7 +201,8 @@ fn events(
         tail.push(chunker.usage(shape.pieces));
     }
     tail.push(Bytes::from_static(b"data: [DONE]\n\n"));
-    Events { head: vec![first], pieces, tail }
+    head.insert(0, first);
+    Events { head, pieces, tail }
 }
 
 /// An OpenAI error response: `{"error":{"message","type","param","code"}}` with the status and

@@ -27,7 +27,15 @@ pub(crate) enum Content {
     Filter,
     /// The model declines in words: OpenAI's `refusal`, Anthropic's text.
     Refuse,
+    /// The model reasons, then answers the text of `Text`: a signed thinking block (Anthropic),
+    /// `reasoning_content` (OpenAI-compatible reasoning servers).
+    Think,
 }
+
+/// What the model reasons (`think`).
+pub(crate) const THOUGHT: &str = "The user wants the mock answer.";
+/// The signature of that reasoning (Anthropic's thinking blocks carry one).
+pub(crate) const THOUGHT_SIGNATURE: &str = "EqQBCkYIBxgCKkBmocksignature";
 
 /// What the model says when it declines (`refuse`).
 pub(crate) const REFUSAL: &str = "I'm sorry, I can't help with that.";

@@ -27,7 +27,7 @@ pub(crate) fn answer(content: Content, model: &str, stream: bool, shape: &Shape)
 fn item(content: Content, model: &str, id: u64) -> Option<Value> {
     let message = |part: Value| json!({"type": "message", "id": format!("msg_mock{id}"), "status": "completed", "role": "assistant", "content": [part]});
     match content {
-        Content::Text => Some(message(
+        Content::Text | Content::Think => Some(message(
             json!({"type": "output_text", "text": format!("{ANSWER_PREFIX}{model}"), "annotations": [], "logprobs": []}),
         )),
         Content::Refuse => Some(message(json!({"type": "refusal", "refusal": REFUSAL}))),
@@ -81,7 +81,7 @@ fn events(content: Content, model: &str, shape: &Shape, id: u64) -> Events {
     let (item_id, text) = (format!("msg_mock{id}"), format!("{ANSWER_PREFIX}{model}"));
     let (mut pieces, mut tail) = (Vec::new(), Vec::new());
     match content {
-        Content::Text | Content::Refuse => {
+        Content::Text | Content::Refuse | Content::Think => {
             let refuse = content == Content::Refuse;
             let item_opened = json!({"type": "message", "id": item_id, "status": "in_progress", "role": "assistant", "content": []});
             head.push(event("response.output_item.added", json!({"output_index": 0, "item": item_opened})));

@@ -55,6 +55,8 @@ pub(crate) enum Step {
     /// A content-filtered (refused) answer.
     Filter,
     Refuse,
+    /// Reasoning, then the normal text answer.
+    Think,
     /// An error with this HTTP status.
     Status(u16),
     /// 429 with `retry-after` set to this text (seconds, as written in the scenario).
@@ -172,6 +174,7 @@ impl Step {
             ("tools", None) => Step::Tools,
             ("filter", None) => Step::Filter,
             ("refuse", None) => Step::Refuse,
+            ("think", None) => Step::Think,
             ("quota", None) => Step::Quota,
             ("auth", None) => Step::Auth,
             ("context", None) => Step::Context,

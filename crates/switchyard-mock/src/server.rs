@@ -196,6 +196,7 @@ async fn api(
         Step::Tools => (Content::Tools, None),
         Step::Filter => (Content::Filter, None),
         Step::Refuse => (Content::Refuse, None),
+        Step::Think => (Content::Think, None),
         Step::Cut(n) => (Content::Text, Some(*n)),
         Step::AuthKey(key) if presented.as_ref().is_some_and(|p| p.as_bytes() == key.as_bytes()) => {
             return Ok(dialect.fault(&Fault::Auth));

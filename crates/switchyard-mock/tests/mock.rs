@@ -194,12 +194,13 @@ fn anthropic_names(stream: &Stream) -> Vec<&str> {
     stream.events.iter().map(|e| e.name.as_deref().unwrap()).collect()
 }
 
+/// The concatenated `field` of the `content_block_delta`s that carry it.
 fn anthropic_deltas(stream: &Stream, field: &str) -> String {
     stream
         .events
         .iter()
         .filter(|e| e.name.as_deref() == Some("content_block_delta"))
-        .map(|e| e.json()["delta"][field].as_str().unwrap().to_owned())
+        .filter_map(|e| e.json()["delta"][field].as_str().map(str::to_owned))
         .collect()
 }
 
@@ -397,6 +398,42 @@ async fn tools_call_get_weather_in_the_anthropic_dialect() {
     let delta = stream.events.iter().find(|e| e.name.as_deref() == Some("message_delta")).unwrap();
     assert_eq!(delta.json()["delta"]["stop_reason"], "tool_use");
     assert_eq!(anthropic_names(&stream).last(), Some(&"message_stop"));
+}
+
+#[tokio::test]
+async fn think_reasons_before_it_answers_in_both_dialects() {
+    let mock = Mock::start().await;
+    let body = mock.post("think", CHAT, &chat("m")).await.json();
+    let message = &body["choices"][0]["message"];
+    assert_eq!(message["reasoning_content"], "The user wants the mock answer.");
+    assert_eq!(message["content"], "mock answer from m");
+    let stream = mock.stream("think", CHAT, &chat_stream("m", false)).await;
+    let chunks = openai_chunks(&stream);
+    let reasoning: String =
+        chunks.iter().filter_map(|c| c["choices"][0]["delta"]["reasoning_content"].as_str()).collect();
+    assert_eq!(reasoning, "The user wants the mock answer.");
+    assert_eq!(openai_text(&stream), "mock answer from m");
+
+    let body = mock.post("think", MESSAGES, &messages("c")).await.json();
+    assert_eq!(body["content"][0]["type"], "thinking");
+    assert_eq!(body["content"][0]["signature"], "EqQBCkYIBxgCKkBmocksignature");
+    assert_eq!(body["content"][1]["text"], "mock answer from c");
+    let stream = mock.stream("think", MESSAGES, &messages_stream("c")).await;
+    assert!(stream.clean_end);
+    assert_eq!(anthropic_deltas(&stream, "thinking"), "The user wants the mock answer.");
+    assert_eq!(anthropic_deltas(&stream, "signature"), "EqQBCkYIBxgCKkBmocksignature");
+    assert_eq!(anthropic_deltas(&stream, "text"), "mock answer from c");
+    let starts: Vec<Value> = stream
+        .events
+        .iter()
+        .filter(|e| e.name.as_deref() == Some("content_block_start"))
+        .map(|e| e.json())
+        .collect();
+    assert_eq!(starts[0]["content_block"]["type"], "thinking");
+    assert_eq!(
+        (starts[1]["index"].clone(), starts[1]["content_block"]["type"].clone()),
+        (json!(1), json!("text"))
+    );
 }
 
 #[tokio::test]
