@@ -1,23 +1,31 @@
-//! The Anthropic adapter against an in-process fake of the Messages API (serving the documented
-//! success, streaming and error shapes), and the Anthropic-dialect codec.
+//! The Anthropic adapter against the fake upstream of `support`, serving the documented
+//! success, streaming and error shapes of the Messages API, and the Anthropic-dialect codec.
 
 // Helpers outside `#[test]` functions unwrap too: a broken fake should fail the test loudly.
 #![allow(clippy::unwrap_used)]
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+mod support;
 
-use axum::Router;
-use axum::body::{Body, Bytes};
-use axum::extract::State;
-use axum::http::{HeaderMap, Method, Response, Uri};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::body::Body;
+use axum::http::Method;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
+use support::{
+    Fake, Harness, Recorder, broken_reply, http_date, items, json_reply, ok_chunks, pieces_reply,
+    refused_origin, respond, rfc3339, sse_reply, text_of, tool_call, tool_result,
+};
 use switchyard::chat::{
     ChatChunk, ChatRequest, ChatResponse, ChunkChoice, Content, ContentPart, Delta, Dialect, FinishReason,
-    FunctionCall, FunctionCallDelta, FunctionDefinition, ImageUrl, Message, PromptTokensDetails,
-    ResponseFormat, Role, Stop, Tool, ToolCall, ToolCallDelta, ToolChoice, ToolChoiceFunction, Usage,
+    FunctionCallDelta, FunctionDefinition, ImageUrl, Message, PromptTokensDetails, ResponseFormat, Role,
+    Stop, Tool, ToolCallDelta, ToolChoice, ToolChoiceFunction, Usage,
 };
+use switchyard::provider::{Provider, RateLimitSink};
+use switchyard::{ErrorKind, ProviderError};
+use switchyard_providers::anthropic::{AnthropicProvider, codec};
+use switchyard_providers::{ProviderKind, ProviderSettings};
 
 /// `usage` with the prompt cache's part told apart, as Anthropic states it.
 fn with_cache(mut usage: Usage, read: Option<u32>, write: Option<u32>) -> Usage {
@@ -25,145 +33,9 @@ fn with_cache(mut usage: Usage, read: Option<u32>, write: Option<u32>) -> Usage 
         Some(PromptTokensDetails { cached_tokens: read, cache_write_tokens: write });
     usage
 }
-use switchyard::credential::{Credential, Secret};
-use switchyard::provider::{Call, Provider, RateLimitSink};
-use switchyard::ratelimit::RateLimits;
-use switchyard::route::Timeouts;
-use switchyard::{ErrorKind, ProviderError};
-use switchyard_providers::anthropic::{AnthropicProvider, codec};
-use switchyard_providers::{ProviderKind, ProviderSettings};
 
 const KEY: &str = "sk-ant-test-0123456789abcdef";
 const MODEL: &str = "claude-test-1";
-
-// ---------------------------------------------------------------------------------------------
-// The fake
-
-/// One request the fake received.
-#[derive(Debug, Clone)]
-struct Received {
-    method: Method,
-    path: String,
-    headers: HeaderMap,
-    body: Value,
-}
-
-/// What the fake answers.
-#[derive(Debug, Clone)]
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: ReplyBody,
-}
-
-#[derive(Debug, Clone)]
-enum ReplyBody {
-    Text(String),
-    /// Sent piece by piece (one chunk of the chunked encoding each).
-    Pieces(Vec<Vec<u8>>),
-    /// Sent piece by piece; once `cut` is notified, the connection is cut.
-    Abort(Vec<Vec<u8>>, Arc<tokio::sync::Notify>),
-}
-
-impl Reply {
-    fn json(status: u16, body: Value) -> Self {
-        Self {
-            status,
-            headers: vec![("content-type".into(), "application/json".into())],
-            body: ReplyBody::Text(body.to_string()),
-        }
-    }
-
-    fn text(status: u16, body: &str) -> Self {
-        Self {
-            status,
-            headers: vec![("content-type".into(), "text/html".into())],
-            body: ReplyBody::Text(body.into()),
-        }
-    }
-
-    fn sse(body: &str) -> Self {
-        Self::sse_pieces(vec![body.as_bytes().to_vec()])
-    }
-
-    fn sse_pieces(pieces: Vec<Vec<u8>>) -> Self {
-        Self {
-            status: 200,
-            headers: vec![("content-type".into(), "text/event-stream".into())],
-            body: ReplyBody::Pieces(pieces),
-        }
-    }
-
-    fn header(mut self, name: &str, value: &str) -> Self {
-        self.headers.push((name.into(), value.into()));
-        self
-    }
-}
-
-#[derive(Clone)]
-struct FakeState {
-    reply: Reply,
-    received: Arc<Mutex<Vec<Received>>>,
-}
-
-struct Fake {
-    base_url: String,
-    received: Arc<Mutex<Vec<Received>>>,
-}
-
-impl Fake {
-    fn received(&self) -> Vec<Received> {
-        self.received.lock().unwrap().clone()
-    }
-
-    /// The one request body the fake received.
-    fn body(&self) -> Value {
-        let received = self.received();
-        assert_eq!(received.len(), 1, "the fake should have received exactly one request");
-        received[0].body.clone()
-    }
-}
-
-async fn handle(
-    State(state): State<FakeState>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response<Body> {
-    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    state.received.lock().unwrap().push(Received { method, path: uri.path().to_owned(), headers, body });
-    let reply = state.reply;
-    let mut response = Response::builder().status(reply.status);
-    for (name, value) in &reply.headers {
-        response = response.header(name, value);
-    }
-    let body = match reply.body {
-        ReplyBody::Text(text) => Body::from(text),
-        ReplyBody::Pieces(pieces) => Body::from_stream(futures_util::stream::iter(
-            pieces.into_iter().map(|piece| Ok::<_, std::io::Error>(Bytes::from(piece))),
-        )),
-        ReplyBody::Abort(pieces, cut) => Body::from_stream(
-            futures_util::stream::iter(pieces.into_iter().map(|piece| Ok(Bytes::from(piece)))).chain(
-                futures_util::stream::once(async move {
-                    cut.notified().await;
-                    Err(std::io::Error::other("connection cut by the fake"))
-                }),
-            ),
-        ),
-    };
-    response.body(body).unwrap()
-}
-
-async fn fake(reply: Reply) -> Fake {
-    let received = Arc::new(Mutex::new(Vec::new()));
-    let state = FakeState { reply, received: received.clone() };
-    let app = Router::new().fallback(handle).with_state(state);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base_url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    Fake { base_url, received }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Calling the adapter
@@ -172,35 +44,17 @@ fn provider(base_url: &str) -> AnthropicProvider {
     AnthropicProvider::new(&ProviderSettings::new(ProviderKind::Anthropic).base_url(base_url)).unwrap()
 }
 
-#[derive(Default)]
-struct Sink(Mutex<Vec<RateLimits>>);
-
-impl RateLimitSink for Sink {
-    fn observe(&self, limits: &RateLimits) {
-        self.0.lock().unwrap().push(*limits);
-    }
-}
-
 async fn chat_with(
-    provider: &AnthropicProvider,
+    provider: AnthropicProvider,
     request: &ChatRequest,
-    sink: Option<&Sink>,
+    sink: Option<&dyn RateLimitSink>,
 ) -> Result<ChatResponse, ProviderError> {
-    let credential = Credential::new("anthropic", provider.base_url(), Some(Secret::new(KEY)));
-    let timeouts = Timeouts::default();
-    let call = Call {
-        model: MODEL,
-        credential: &credential,
-        timeouts: &timeouts,
-        rate_limits: sink.map(|s| s as &dyn RateLimitSink),
-        forward: &[],
-        trace: None,
-    };
-    provider.chat(call, request).await
+    let harness = Harness::new(provider, Some(KEY), MODEL);
+    harness.provider.chat(harness.call(MODEL, sink), request).await
 }
 
 async fn chat(fake: &Fake, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
-    chat_with(&provider(&fake.base_url), request, None).await
+    chat_with(provider(&fake.origin()), request, None).await
 }
 
 /// Every item of a streamed answer (the stream ends after an error).
@@ -208,19 +62,8 @@ async fn stream(
     fake: &Fake,
     request: &ChatRequest,
 ) -> Result<Vec<Result<ChatChunk, ProviderError>>, ProviderError> {
-    let provider = provider(&fake.base_url);
-    let credential = Credential::new("anthropic", provider.base_url(), Some(Secret::new(KEY)));
-    let timeouts = Timeouts::default();
-    let call = Call {
-        model: MODEL,
-        credential: &credential,
-        timeouts: &timeouts,
-        rate_limits: None,
-        forward: &[],
-        trace: None,
-    };
-    let chunks = provider.chat_stream(call, request).await?;
-    Ok(chunks.collect().await)
+    let harness = Harness::new(provider(&fake.origin()), Some(KEY), MODEL);
+    Ok(items(harness.stream(request).await?).await)
 }
 
 fn hello() -> ChatRequest {
@@ -251,18 +94,6 @@ fn message(role: Role, content: Option<Content>) -> Message {
     }
 }
 
-fn tool_result(id: &str, text: &str) -> Message {
-    Message { tool_call_id: Some(id.into()), ..Message::text(Role::Tool, text) }
-}
-
-fn tool_call(id: &str, name: &str, arguments: &str) -> ToolCall {
-    ToolCall {
-        id: id.into(),
-        kind: "function".into(),
-        function: FunctionCall { name: name.into(), arguments: arguments.into() },
-    }
-}
-
 fn weather_tool() -> Tool {
     Tool {
         kind: "function".into(),
@@ -281,15 +112,14 @@ fn weather_tool() -> Tool {
 
 #[tokio::test]
 async fn request_carries_key_version_content_type_and_extra_headers_to_v1_messages() {
-    let fake = fake(Reply::json(200, text_answer())).await;
-    let mut settings = ProviderSettings::new(ProviderKind::Anthropic).base_url(&fake.base_url);
+    let fake = Fake::json(200, text_answer()).await;
+    let mut settings = ProviderSettings::new(ProviderKind::Anthropic).base_url(fake.origin());
     settings.headers.push(("anthropic-beta".into(), "tools-2024-05-16".into()));
-    chat_with(&AnthropicProvider::new(&settings).unwrap(), &hello(), None).await.unwrap();
+    chat_with(AnthropicProvider::new(&settings).unwrap(), &hello(), None).await.unwrap();
 
-    let received = fake.received();
-    let request = &received[0];
+    let request = fake.only_request();
     assert_eq!(request.method, Method::POST);
-    assert_eq!(request.path, "/v1/messages");
+    assert_eq!(request.path(), "/v1/messages");
     assert_eq!(request.headers["x-api-key"], KEY);
     assert_eq!(request.headers["anthropic-version"], "2023-06-01");
     assert_eq!(request.headers["content-type"], "application/json");
@@ -299,23 +129,22 @@ async fn request_carries_key_version_content_type_and_extra_headers_to_v1_messag
 
 #[tokio::test]
 async fn api_version_setting_replaces_the_default_version() {
-    let fake = fake(Reply::json(200, text_answer())).await;
-    let mut settings =
-        ProviderSettings::new(ProviderKind::Anthropic).base_url(format!("{}/v1", fake.base_url));
+    let fake = Fake::json(200, text_answer()).await;
+    let mut settings = ProviderSettings::new(ProviderKind::Anthropic).base_url(fake.url("/v1"));
     settings.api_version = Some("2099-01-01".into());
-    chat_with(&AnthropicProvider::new(&settings).unwrap(), &hello(), None).await.unwrap();
+    chat_with(AnthropicProvider::new(&settings).unwrap(), &hello(), None).await.unwrap();
 
-    let received = fake.received();
-    assert_eq!(received[0].path, "/v1/messages", "a base URL ending in /v1 is not doubled");
+    let received = fake.requests();
+    assert_eq!(received[0].path(), "/v1/messages", "a base URL ending in /v1 is not doubled");
     assert_eq!(received[0].headers["anthropic-version"], "2099-01-01");
 }
 
 #[tokio::test]
 async fn model_comes_from_the_call_and_max_tokens_defaults_to_4096() {
-    let fake = fake(Reply::json(200, text_answer())).await;
+    let fake = Fake::json(200, text_answer()).await;
     chat(&fake, &hello()).await.unwrap();
     assert_eq!(
-        fake.body(),
+        fake.only_request().body,
         json!({
             "model": MODEL,
             "max_tokens": 4096,
@@ -326,7 +155,7 @@ async fn model_comes_from_the_call_and_max_tokens_defaults_to_4096() {
 
 #[tokio::test]
 async fn conversation_becomes_system_prompt_and_alternating_turns_with_tools_and_images() {
-    let fake = fake(Reply::json(200, text_answer())).await;
+    let fake = Fake::json(200, text_answer()).await;
     let assistant_calls = Message {
         tool_calls: vec![
             tool_call("call_1", "get_weather", r#"{"city":"Paris"}"#),
@@ -367,7 +196,7 @@ async fn conversation_becomes_system_prompt_and_alternating_turns_with_tools_and
     chat(&fake, &request).await.unwrap();
 
     assert_eq!(
-        fake.body(),
+        fake.only_request().body,
         json!({
             "model": MODEL,
             "max_tokens": 4096,
@@ -400,10 +229,10 @@ async fn conversation_becomes_system_prompt_and_alternating_turns_with_tools_and
 
 #[tokio::test]
 async fn a_single_system_message_is_sent_as_a_string() {
-    let fake = fake(Reply::json(200, text_answer())).await;
+    let fake = Fake::json(200, text_answer()).await;
     let request = ChatRequest::new("default", vec![Message::system("Be terse."), Message::user("Hi")]);
     chat(&fake, &request).await.unwrap();
-    assert_eq!(fake.body()["system"], "Be terse.");
+    assert_eq!(fake.only_request().body["system"], "Be terse.");
 }
 
 #[tokio::test]
@@ -421,10 +250,10 @@ async fn tools_and_each_tool_choice_take_anthropic_shapes() {
         ),
     ];
     for (choice, expected) in choices {
-        let fake = fake(Reply::json(200, text_answer())).await;
+        let fake = Fake::json(200, text_answer()).await;
         let request = ChatRequest { tools: vec![weather_tool()], tool_choice: Some(choice), ..hello() };
         chat(&fake, &request).await.unwrap();
-        let body = fake.body();
+        let body = fake.only_request().body;
         assert_eq!(body["tool_choice"], expected);
         assert_eq!(
             body["tools"],
@@ -439,7 +268,7 @@ async fn tools_and_each_tool_choice_take_anthropic_shapes() {
 
 #[tokio::test]
 async fn sampling_parameters_and_stop_map_to_anthropic_fields() {
-    let fake = fake(Reply::json(200, text_answer())).await;
+    let fake = Fake::json(200, text_answer()).await;
     let request = ChatRequest {
         temperature: Some(0.3),
         top_p: Some(0.9),
@@ -448,7 +277,7 @@ async fn sampling_parameters_and_stop_map_to_anthropic_fields() {
         ..hello()
     };
     chat(&fake, &request).await.unwrap();
-    let body = fake.body();
+    let body = fake.only_request().body;
     assert_eq!(body["temperature"], 0.3);
     assert_eq!(body["top_p"], 0.9);
     assert_eq!(body["max_tokens"], 200);
@@ -457,7 +286,7 @@ async fn sampling_parameters_and_stop_map_to_anthropic_fields() {
 
 #[tokio::test]
 async fn harmless_openai_fields_are_ignored_and_mappable_ones_are_mapped() {
-    let fake = fake(Reply::json(200, text_answer())).await;
+    let fake = Fake::json(200, text_answer()).await;
     let mut request = ChatRequest { tools: vec![weather_tool()], seed: Some(7), ..hello() };
     for (key, value) in [
         ("user", json!("end-user-42")),
@@ -474,7 +303,7 @@ async fn harmless_openai_fields_are_ignored_and_mappable_ones_are_mapped() {
     }
     chat(&fake, &request).await.unwrap();
 
-    let body = fake.body();
+    let body = fake.only_request().body;
     assert_eq!(body["metadata"], json!({"user_id": "end-user-42"}));
     assert_eq!(body["max_tokens"], 300);
     assert_eq!(body["tool_choice"], json!({"type": "auto", "disable_parallel_tool_use": true}));
@@ -485,7 +314,7 @@ async fn harmless_openai_fields_are_ignored_and_mappable_ones_are_mapped() {
 
 #[tokio::test]
 async fn meaningful_fields_without_an_anthropic_equivalent_are_refused_naming_the_field() {
-    let fake = fake(Reply::json(200, text_answer())).await;
+    let fake = Fake::json(200, text_answer()).await;
     let schemaless = ResponseFormat::JsonSchema {
         json_schema: serde_json::from_value(json!({"name": "weather"})).unwrap(),
     };
@@ -518,12 +347,12 @@ async fn meaningful_fields_without_an_anthropic_equivalent_are_refused_naming_th
         assert!(error.is_unsupported(), "{field}: another target may take it");
         assert!(error.detail().contains(field), "{field} not named in: {}", error.detail());
     }
-    assert!(fake.received().is_empty(), "nothing is sent for a request that cannot be translated");
+    assert!(fake.requests().is_empty(), "nothing is sent for a request that cannot be translated");
 }
 
 #[tokio::test]
 async fn a_json_schema_response_format_becomes_anthropics_structured_output() {
-    let fake = fake(Reply::json(200, text_answer())).await;
+    let fake = Fake::json(200, text_answer()).await;
     let schema = json!({"type": "object", "properties": {"reasoning": {"type": "string"}, "answer": {"type": "string"}},
         "required": ["reasoning", "answer"], "additionalProperties": false});
     let format = json!({"name": "out", "strict": true, "schema": schema});
@@ -534,7 +363,7 @@ async fn a_json_schema_response_format_becomes_anthropics_structured_output() {
         ..hello()
     };
     chat(&fake, &request).await.unwrap();
-    let body = fake.body();
+    let body = fake.only_request().body;
     assert_eq!(body["output_config"], json!({"format": {"type": "json_schema", "schema": schema}}));
     let properties: Vec<_> =
         body["output_config"]["format"]["schema"]["properties"].as_object().unwrap().keys().collect();
@@ -544,14 +373,14 @@ async fn a_json_schema_response_format_becomes_anthropics_structured_output() {
 
 #[tokio::test]
 async fn anthropic_dialect_extra_fields_are_forwarded_untouched() {
-    let fake = fake(Reply::json(200, text_answer())).await;
+    let fake = Fake::json(200, text_answer()).await;
     let mut request = ChatRequest { origin: Dialect::Anthropic, max_tokens: Some(1024), ..hello() };
     request.extra.insert("top_k".into(), json!(40));
     request.extra.insert("metadata".into(), json!({"user_id": "u-1"}));
     request.extra.insert("thinking".into(), json!({"type": "enabled", "budget_tokens": 512}));
     chat(&fake, &request).await.unwrap();
 
-    let body = fake.body();
+    let body = fake.only_request().body;
     assert_eq!(body["top_k"], 40);
     assert_eq!(body["metadata"], json!({"user_id": "u-1"}));
     assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 512}));
@@ -559,7 +388,7 @@ async fn anthropic_dialect_extra_fields_are_forwarded_untouched() {
 
 #[tokio::test]
 async fn anthropic_only_fields_from_another_dialect_are_refused() {
-    let fake = fake(Reply::json(200, text_answer())).await;
+    let fake = Fake::json(200, text_answer()).await;
     let mut request = hello();
     request.extra.insert("top_k".into(), json!(40));
     let error = chat(&fake, &request).await.unwrap_err();
@@ -572,7 +401,7 @@ async fn anthropic_only_fields_from_another_dialect_are_refused() {
 
 #[tokio::test]
 async fn text_answer_becomes_canonical_with_joined_text_and_usage() {
-    let fake = fake(Reply::json(200, text_answer())).await;
+    let fake = Fake::json(200, text_answer()).await;
     let answer = chat(&fake, &hello()).await.unwrap();
     assert_eq!(answer.id, "msg_01XFDUDYJgAACzvnptvVoYEL");
     assert_eq!(answer.model, "claude-test-1-20250929");
@@ -587,7 +416,7 @@ async fn text_answer_becomes_canonical_with_joined_text_and_usage() {
 
 #[tokio::test]
 async fn tool_use_answer_becomes_tool_calls_with_serialized_arguments() {
-    let fake = fake(Reply::json(
+    let fake = Fake::json(
         200,
         json!({
             "id": "msg_02", "type": "message", "role": "assistant", "model": MODEL,
@@ -599,7 +428,7 @@ async fn tool_use_answer_becomes_tool_calls_with_serialized_arguments() {
             "stop_reason": "tool_use", "stop_sequence": null,
             "usage": {"input_tokens": 25, "output_tokens": 31, "cache_read_input_tokens": 5}
         }),
-    ))
+    )
     .await;
     let answer = chat(&fake, &hello()).await.unwrap();
     let message = &answer.choices[0].message;
@@ -624,7 +453,7 @@ async fn refusal_becomes_content_filter() {
     let mut body = text_answer();
     body["content"] = json!([]);
     body["stop_reason"] = json!("refusal");
-    let fake = fake(Reply::json(200, body)).await;
+    let fake = Fake::json(200, body).await;
     let answer = chat(&fake, &hello()).await.unwrap();
     assert_eq!(answer.choices[0].finish_reason, Some(FinishReason::ContentFilter));
     assert!(answer.is_content_filtered());
@@ -642,7 +471,7 @@ async fn stop_reasons_become_canonical_finish_reasons() {
     ] {
         let mut body = text_answer();
         body["stop_reason"] = json!(stop_reason);
-        let fake = fake(Reply::json(200, body)).await;
+        let fake = Fake::json(200, body).await;
         let answer = chat(&fake, &hello()).await.unwrap();
         assert_eq!(answer.choices[0].finish_reason, Some(expected), "{stop_reason}");
     }
@@ -650,7 +479,7 @@ async fn stop_reasons_become_canonical_finish_reasons() {
 
 #[tokio::test]
 async fn stream_answered_with_something_other_than_an_event_stream_is_malformed() {
-    let fake = fake(Reply::json(200, text_answer())).await;
+    let fake = Fake::json(200, text_answer()).await;
     let error = stream(&fake, &hello()).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::MalformedResponse);
     assert!(error.detail().contains("application/json"), "{error}");
@@ -658,10 +487,11 @@ async fn stream_answered_with_something_other_than_an_event_stream_is_malformed(
 
 #[tokio::test]
 async fn unparseable_200_is_a_malformed_response() {
-    for reply in
-        [Reply::text(200, "<html>gateway says hi</html>"), Reply::json(200, json!({"type": "message"}))]
-    {
-        let fake = fake(reply).await;
+    for (content_type, body) in [
+        ("text/html", "<html>gateway says hi</html>".to_owned()),
+        ("application/json", json!({"type": "message"}).to_string()),
+    ] {
+        let fake = Fake::start(move |_| respond(200, &[], content_type, Body::from(body.clone()))).await;
         let error = chat(&fake, &hello()).await.unwrap_err();
         assert_eq!(error.kind(), ErrorKind::MalformedResponse, "{error}");
     }
@@ -753,20 +583,12 @@ fn tool_stream_events() -> Vec<(&'static str, Value)> {
     ]
 }
 
-fn ok_chunks(items: Vec<Result<ChatChunk, ProviderError>>) -> Vec<ChatChunk> {
-    items.into_iter().map(|item| item.expect("no error in this stream")).collect()
-}
-
-fn text_of(chunks: &[ChatChunk]) -> String {
-    chunks.iter().filter_map(|chunk| chunk.choices.first()?.delta.content.clone()).collect()
-}
-
 #[tokio::test]
 async fn streamed_text_arrives_as_role_text_and_finish_chunks() {
-    let fake = fake(Reply::sse(&sse(&text_stream_events()))).await;
+    let fake = Fake::start(|_| sse_reply(&[], &sse(&text_stream_events()))).await;
     let chunks = ok_chunks(stream(&fake, &hello()).await.unwrap());
 
-    assert_eq!(fake.body()["stream"], true);
+    assert_eq!(fake.only_request().body["stream"], true);
     assert_eq!(chunks.len(), 4, "{chunks:#?}");
     assert_eq!(chunks[0].choices[0].delta.role, Some(Role::Assistant));
     assert_eq!(chunks[0].id, "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY");
@@ -779,7 +601,7 @@ async fn streamed_text_arrives_as_role_text_and_finish_chunks() {
 
 #[tokio::test]
 async fn streamed_tool_calls_reassemble_from_input_json_fragments() {
-    let fake = fake(Reply::sse(&sse(&tool_stream_events()))).await;
+    let fake = Fake::start(|_| sse_reply(&[], &sse(&tool_stream_events()))).await;
     let chunks = ok_chunks(stream(&fake, &hello()).await.unwrap());
 
     // Reassemble the way a client does: fragments with the same index concatenate.
@@ -836,8 +658,8 @@ async fn sse_split_across_tcp_chunks_at_awkward_places_parses_the_same() {
     assert!(pieces.iter().any(|p| p.ends_with(b"\r")), "a piece ends between \\r and \\n");
     assert!(pieces.iter().any(|p| std::str::from_utf8(p).is_err()), "a piece splits a character");
 
-    let split = fake(Reply::sse_pieces(pieces)).await;
-    let whole = fake(Reply::sse(&body)).await;
+    let split = Fake::start(move |_| pieces_reply(pieces.clone())).await;
+    let whole = Fake::start(move |_| sse_reply(&[], &body)).await;
     let split_chunks = ok_chunks(stream(&split, &hello()).await.unwrap());
     let whole_chunks = ok_chunks(stream(&whole, &hello()).await.unwrap());
     assert_eq!(text_of(&split_chunks), "Hello wörld 🚀");
@@ -850,7 +672,7 @@ async fn sse_split_across_tcp_chunks_at_awkward_places_parses_the_same() {
 #[tokio::test]
 async fn stream_ending_before_message_stop_is_a_transport_error() {
     let events = text_stream_events();
-    let fake = fake(Reply::sse(&sse(&events[..4]))).await;
+    let fake = Fake::start(move |_| sse_reply(&[], &sse(&events[..4]))).await;
     let items = stream(&fake, &hello()).await.unwrap();
 
     let (last, rest) = items.split_last().unwrap();
@@ -864,19 +686,10 @@ async fn stream_ending_before_message_stop_is_a_transport_error() {
 async fn stream_cut_by_the_connection_is_a_transport_error() {
     let cut = Arc::new(tokio::sync::Notify::new());
     let body = sse(&text_stream_events()[..4]).into_bytes();
-    let fake = fake(Reply { body: ReplyBody::Abort(vec![body], cut.clone()), ..Reply::sse("") }).await;
-    let provider = provider(&fake.base_url);
-    let credential = Credential::new("anthropic", provider.base_url(), Some(Secret::new(KEY)));
-    let timeouts = Timeouts::default();
-    let call = Call {
-        model: MODEL,
-        credential: &credential,
-        timeouts: &timeouts,
-        rate_limits: None,
-        forward: &[],
-        trace: None,
-    };
-    let mut chunks = provider.chat_stream(call, &hello()).await.unwrap();
+    let server_cut = cut.clone();
+    let fake = Fake::start(move |_| broken_reply(vec![body.clone()], Some(server_cut.clone()))).await;
+    let harness = Harness::new(provider(&fake.origin()), Some(KEY), MODEL);
+    let mut chunks = harness.stream(&hello()).await.unwrap();
 
     // Cut the connection only once the answer has visibly started.
     let first = chunks.next().await.unwrap().unwrap();
@@ -898,7 +711,7 @@ async fn error_event_inside_a_200_stream_ends_it_with_its_kind() {
         json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
     ));
     events.extend(text_stream_events()[4..].to_vec());
-    let fake = fake(Reply::sse(&sse(&events))).await;
+    let fake = Fake::start(move |_| sse_reply(&[], &sse(&events))).await;
     let items = stream(&fake, &hello()).await.unwrap();
 
     assert_eq!(items.len(), 3, "role, Hello, then the error and nothing after it");
@@ -918,17 +731,17 @@ async fn streamed_refusal_finishes_with_content_filter() {
         ),
         ("message_stop", json!({"type": "message_stop"})),
     ];
-    let fake = fake(Reply::sse(&sse(&events))).await;
+    let fake = Fake::start(move |_| sse_reply(&[], &sse(&events))).await;
     let chunks = ok_chunks(stream(&fake, &hello()).await.unwrap());
     assert!(chunks.last().unwrap().is_content_filtered());
 }
 
 #[tokio::test]
 async fn stream_refused_before_it_starts_is_classified() {
-    let fake = fake(Reply::json(
+    let fake = Fake::json(
         529,
         json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
-    ))
+    )
     .await;
     let error = stream(&fake, &hello()).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Unavailable);
@@ -938,11 +751,8 @@ async fn stream_refused_before_it_starts_is_classified() {
 // ---------------------------------------------------------------------------------------------
 // Classification
 
-fn error_reply(status: u16, kind: &str, message: &str) -> Reply {
-    Reply::json(
-        status,
-        json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_011CSHoEeqs5C35K2UUqR7Fy"}),
-    )
+fn error_body(kind: &str, message: &str) -> Value {
+    json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_011CSHoEeqs5C35K2UUqR7Fy"})
 }
 
 #[tokio::test]
@@ -992,7 +802,7 @@ async fn each_documented_error_is_classified_from_its_type_and_status() {
         ),
     ];
     for (status, kind, message, expected) in rows {
-        let fake = fake(error_reply(status, kind, message)).await;
+        let fake = Fake::json(status, error_body(kind, message)).await;
         let error = chat(&fake, &hello()).await.unwrap_err();
         assert_eq!(error.kind(), expected, "{status} {kind}");
         assert_eq!(error.status(), Some(status));
@@ -1003,11 +813,11 @@ async fn each_documented_error_is_classified_from_its_type_and_status() {
 
 #[tokio::test]
 async fn monthly_spend_limit_429_is_quota_exceeded() {
-    let fake = fake(Reply::json(
+    let fake = Fake::json(
         429,
         json!({"type": "error", "error": {"type": "rate_limit_error", "message": "You have reached your monthly spend limit.",
                "details": {"error_code": "enforced_spend_limit_reached"}}}),
-    ))
+    )
     .await;
     assert_eq!(chat(&fake, &hello()).await.unwrap_err().kind(), ErrorKind::QuotaExceeded);
 }
@@ -1017,7 +827,10 @@ async fn error_without_an_anthropic_body_is_classified_by_status() {
     for (status, expected) in
         [(502, ErrorKind::Unavailable), (429, ErrorKind::RateLimited), (401, ErrorKind::Auth)]
     {
-        let fake = fake(Reply::text(status, "<html>upstream proxy error</html>")).await;
+        let fake = Fake::start(move |_| {
+            respond(status, &[], "text/html", Body::from("<html>upstream proxy error</html>"))
+        })
+        .await;
         let error = chat(&fake, &hello()).await.unwrap_err();
         assert_eq!(error.kind(), expected, "{status}");
         assert_eq!(error.code(), None);
@@ -1027,16 +840,14 @@ async fn error_without_an_anthropic_body_is_classified_by_status() {
 
 #[tokio::test]
 async fn refused_connection_is_a_transport_error() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base_url = format!("http://{}", listener.local_addr().unwrap());
-    drop(listener);
-    let error = chat_with(&provider(&base_url), &hello(), None).await.unwrap_err();
+    let error = chat_with(provider(&refused_origin().await), &hello(), None).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Transport, "{error}");
 }
 
 #[tokio::test]
 async fn retry_after_in_seconds_is_honoured() {
-    let fake = fake(error_reply(429, "rate_limit_error", "slow down").header("retry-after", "7")).await;
+    let body = error_body("rate_limit_error", "slow down");
+    let fake = Fake::start(move |_| json_reply(429, &[("retry-after", "7")], &body)).await;
     let error = chat(&fake, &hello()).await.unwrap_err();
     assert_eq!(error.retry_after(), Some(Duration::from_secs(7)));
 }
@@ -1044,8 +855,8 @@ async fn retry_after_in_seconds_is_honoured() {
 #[tokio::test]
 async fn retry_after_as_an_http_date_is_honoured() {
     let at = SystemTime::now() + Duration::from_secs(120);
-    let fake =
-        fake(error_reply(529, "overloaded_error", "Overloaded").header("retry-after", &http_date(at))).await;
+    let (body, date) = (error_body("overloaded_error", "Overloaded"), http_date(at));
+    let fake = Fake::start(move |_| json_reply(529, &[("retry-after", date.as_str())], &body)).await;
     let error = chat(&fake, &hello()).await.unwrap_err();
     let wait = error.retry_after().expect("a Retry-After from the HTTP date");
     assert!(wait > Duration::from_secs(100) && wait <= Duration::from_secs(120), "{wait:?}");
@@ -1054,23 +865,23 @@ async fn retry_after_as_an_http_date_is_honoured() {
 #[tokio::test]
 async fn anthropic_ratelimit_headers_are_reported_to_the_sink() {
     let reset = rfc3339(SystemTime::now() + Duration::from_secs(30));
-    let mut reply = Reply::json(200, text_answer());
-    for (name, value) in [
-        ("anthropic-ratelimit-requests-limit", "1000"),
-        ("anthropic-ratelimit-requests-remaining", "999"),
-        ("anthropic-ratelimit-requests-reset", reset.as_str()),
-        ("anthropic-ratelimit-input-tokens-limit", "80000"),
-        ("anthropic-ratelimit-input-tokens-remaining", "79000"),
-        ("anthropic-ratelimit-input-tokens-reset", reset.as_str()),
-        ("anthropic-ratelimit-output-tokens-limit", "16000"),
-        ("anthropic-ratelimit-output-tokens-remaining", "16000"),
-        ("anthropic-ratelimit-output-tokens-reset", reset.as_str()),
-    ] {
-        reply = reply.header(name, value);
-    }
-    let fake = fake(reply).await;
-    let sink = Sink::default();
-    chat_with(&provider(&fake.base_url), &hello(), Some(&sink)).await.unwrap();
+    let fake = Fake::start(move |_| {
+        let headers = [
+            ("anthropic-ratelimit-requests-limit", "1000"),
+            ("anthropic-ratelimit-requests-remaining", "999"),
+            ("anthropic-ratelimit-requests-reset", reset.as_str()),
+            ("anthropic-ratelimit-input-tokens-limit", "80000"),
+            ("anthropic-ratelimit-input-tokens-remaining", "79000"),
+            ("anthropic-ratelimit-input-tokens-reset", reset.as_str()),
+            ("anthropic-ratelimit-output-tokens-limit", "16000"),
+            ("anthropic-ratelimit-output-tokens-remaining", "16000"),
+            ("anthropic-ratelimit-output-tokens-reset", reset.as_str()),
+        ];
+        json_reply(200, &headers, &text_answer())
+    })
+    .await;
+    let sink = Recorder::default();
+    chat_with(provider(&fake.origin()), &hello(), Some(&sink)).await.unwrap();
 
     let seen = sink.0.lock().unwrap().clone();
     assert_eq!(seen.len(), 1);
@@ -1087,14 +898,11 @@ async fn anthropic_ratelimit_headers_are_reported_to_the_sink() {
 
 #[tokio::test]
 async fn ratelimit_headers_of_an_error_are_reported_too() {
-    let fake = fake(
-        error_reply(429, "rate_limit_error", "slow down")
-            .header("anthropic-ratelimit-requests-remaining", "0")
-            .header("retry-after", "3"),
-    )
-    .await;
-    let sink = Sink::default();
-    let error = chat_with(&provider(&fake.base_url), &hello(), Some(&sink)).await.unwrap_err();
+    let body = error_body("rate_limit_error", "slow down");
+    let headers = [("anthropic-ratelimit-requests-remaining", "0"), ("retry-after", "3")];
+    let fake = Fake::start(move |_| json_reply(429, &headers, &body)).await;
+    let sink = Recorder::default();
+    let error = chat_with(provider(&fake.origin()), &hello(), Some(&sink)).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::RateLimited);
     let seen = sink.0.lock().unwrap().clone();
     assert_eq!(seen.len(), 1);
@@ -1106,23 +914,21 @@ async fn ratelimit_headers_of_an_error_are_reported_too() {
 async fn no_error_text_contains_the_key() {
     let echo = format!("invalid x-api-key: {KEY}");
     let mut errors = Vec::new();
-    for reply in [
-        error_reply(401, "authentication_error", &echo),
-        Reply::text(500, &echo),
-        Reply::text(200, &echo),
-        Reply::sse(&sse(&[
-            message_start(),
-            ("error", json!({"type": "error", "error": {"type": "api_error", "message": echo}})),
-        ])),
+    let sse_error = ("error", json!({"type": "error", "error": {"type": "api_error", "message": echo}}));
+    for (status, content_type, body) in [
+        (401, "application/json", error_body("authentication_error", &echo).to_string()),
+        (500, "text/html", echo.clone()),
+        (200, "text/html", echo.clone()),
+        (200, "text/event-stream; charset=utf-8", sse(&[message_start(), sse_error])),
     ] {
-        let fake = fake(reply).await;
+        let fake = Fake::start(move |_| respond(status, &[], content_type, Body::from(body.clone()))).await;
         match stream(&fake, &hello()).await {
             Err(error) => errors.push(error),
             Ok(items) => errors.extend(items.into_iter().filter_map(Result::err)),
         }
         errors.push(chat(&fake, &hello()).await.unwrap_err());
     }
-    errors.push(chat_with(&provider("http://127.0.0.1:1"), &hello(), None).await.unwrap_err());
+    errors.push(chat_with(provider("http://127.0.0.1:1"), &hello(), None).await.unwrap_err());
 
     assert!(errors.len() >= 9, "{errors:#?}");
     for error in &errors {
@@ -1301,14 +1107,18 @@ async fn codec_request_round_trips_through_canonical_to_anthropic_and_back() {
         "usage": {"input_tokens": 100, "output_tokens": 40, "cache_creation_input_tokens": 20, "cache_read_input_tokens": 300,
                   "service_tier": "standard"}
     });
-    let fake = fake(Reply::json(200, answer.clone())).await;
+    let fake = Fake::json(200, answer.clone()).await;
     let sent = rich_anthropic_request();
     let request = codec::request_from_json(sent.clone()).unwrap();
     let response = chat(&fake, &request).await.unwrap();
 
     let mut expected = sent;
     expected["model"] = json!(MODEL);
-    assert_eq!(fake.body(), expected, "an Anthropic request reaches Anthropic unchanged but for the model");
+    assert_eq!(
+        fake.only_request().body,
+        expected,
+        "an Anthropic request reaches Anthropic unchanged but for the model"
+    );
     assert_eq!(response.usage, Some(with_cache(Usage::new(420, 40), Some(300), Some(20))));
     assert_eq!(
         response.choices[0].message.tool_calls,
@@ -1494,7 +1304,8 @@ fn stream_encoder_writes_the_exact_event_sequence_for_tool_calls() {
 #[tokio::test]
 async fn anthropic_stream_decoded_and_reencoded_keeps_its_events() {
     let original = tool_stream_events();
-    let fake = fake(Reply::sse(&sse(&original))).await;
+    let served = sse(&original);
+    let fake = Fake::start(move |_| sse_reply(&[], &served)).await;
     let request = ChatRequest { origin: Dialect::Anthropic, ..hello() };
     let chunks = ok_chunks(stream(&fake, &request).await.unwrap());
     let events = encode(&chunks);
@@ -1552,47 +1363,6 @@ fn errors_are_written_in_anthropic_shape() {
         codec::error_event(ErrorKind::Unavailable, "Overloaded"),
         ("error", json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}))
     );
-}
-
-// ---------------------------------------------------------------------------------------------
-// Dates for headers
-
-/// (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(month <= 2), month, day)
-}
-
-fn split_time(at: SystemTime) -> (i64, i64, u32, u32, u64, u64, u64) {
-    let secs = at.duration_since(UNIX_EPOCH).unwrap().as_secs();
-    let days = (secs / 86_400) as i64;
-    let (year, month, day) = civil_from_days(days);
-    let rest = secs % 86_400;
-    (days, year, month, day, rest / 3600, rest % 3600 / 60, rest % 60)
-}
-
-fn rfc3339(at: SystemTime) -> String {
-    let (_, year, month, day, hour, minute, second) = split_time(at);
-    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
-}
-
-fn http_date(at: SystemTime) -> String {
-    const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"]; // 1970-01-01 was a Thursday
-    const MONTHS: [&str; 12] =
-        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    let (days, year, month, day, hour, minute, second) = split_time(at);
-    format!(
-        "{}, {day:02} {} {year} {hour:02}:{minute:02}:{second:02} GMT",
-        WEEKDAYS[days.rem_euclid(7) as usize],
-        MONTHS[month as usize - 1]
-    )
 }
 
 #[test]

@@ -5,49 +5,23 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::response::Response;
 use futures_util::StreamExt;
+use support::{Caller, Fake, Seen, only_posts_to, respond};
 use switchyard::chat::{ChatRequest, Message};
-use switchyard::credential::{Credential, Secret};
-use switchyard::provider::{Call, Provider};
-use switchyard::route::Timeouts;
+use switchyard::provider::Provider;
 use switchyard_providers::anthropic::AnthropicProvider;
 use switchyard_providers::openai::OpenAiProvider;
 use switchyard_providers::{ProviderKind, ProviderSettings};
 
 const KEY: &str = "sk-test-connections-0123456789";
-
-/// A listener that counts the connections it accepts.
-struct Counting {
-    inner: tokio::net::TcpListener,
-    accepted: Arc<AtomicUsize>,
-}
-
-impl axum::serve::Listener for Counting {
-    type Io = tokio::net::TcpStream;
-    type Addr = std::net::SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            if let Ok(accepted) = self.inner.accept().await {
-                self.accepted.fetch_add(1, Ordering::SeqCst);
-                // As real servers do: no end of a body held back by Nagle's algorithm.
-                let _ = accepted.0.set_nodelay(true);
-                return accepted;
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.inner.local_addr()
-    }
-}
 
 /// Counts the streams whose body the server dropped before sending it all (the client went
 /// away).
@@ -67,51 +41,39 @@ impl Drop for Watch {
     }
 }
 
+/// The fake, and how many of its streams the client went away from.
 struct Upstream {
-    base: String,
-    accepted: Arc<AtomicUsize>,
+    fake: Fake,
     cut: Arc<AtomicUsize>,
 }
 
 /// A server streaming `events` (SSE text, one piece each), the last a moment before the body
 /// ends; with `hold`, it then keeps the body open for good.
 async fn upstream(events: Vec<String>, hold: bool) -> Upstream {
-    let accepted = Arc::new(AtomicUsize::new(0));
     let cut = Arc::new(AtomicUsize::new(0));
     let seen_cut = cut.clone();
-    let handler = move || {
+    let reply = move |_: &Seen| {
         let (events, cut) = (events.clone(), seen_cut.clone());
-        async move {
-            let body = futures_util::stream::unfold((0, Watch(cut, false)), move |(i, mut watch)| {
-                let events = events.clone();
-                async move {
-                    if i < events.len() {
-                        return Some((Ok::<_, Infallible>(Bytes::from(events[i].clone())), (i + 1, watch)));
-                    }
-                    // The end of the body comes a moment (a millisecond) after the last event,
-                    // in a write of its own.
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                    if hold {
-                        std::future::pending::<()>().await;
-                    }
-                    watch.finish();
-                    None
+        let body = futures_util::stream::unfold((0, Watch(cut, false)), move |(i, mut watch)| {
+            let events = events.clone();
+            async move {
+                if i < events.len() {
+                    return Some((Ok::<_, Infallible>(Bytes::from(events[i].clone())), (i + 1, watch)));
                 }
-            });
-            Response::builder()
-                .header("content-type", "text/event-stream")
-                .body(Body::from_stream(body))
-                .unwrap()
-        }
+                // The end of the body comes a moment (a millisecond) after the last event,
+                // in a write of its own.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                if hold {
+                    std::future::pending::<()>().await;
+                }
+                watch.finish();
+                None
+            }
+        });
+        respond(200, &[], "text/event-stream", Body::from_stream(body))
     };
-    let app = axum::Router::new()
-        .route("/v1/chat/completions", axum::routing::post(handler.clone()))
-        .route("/v1/messages", axum::routing::post(handler));
-    let inner = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = inner.local_addr().unwrap();
-    let listener = Counting { inner, accepted: accepted.clone() };
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    Upstream { base: format!("http://{addr}"), accepted, cut }
+    let fake = Fake::start(only_posts_to(&["/v1/chat/completions", "/v1/messages"], reply)).await;
+    Upstream { fake, cut }
 }
 
 fn openai_events() -> Vec<String> {
@@ -164,18 +126,9 @@ fn provider(kind: ProviderKind, base: &str) -> Box<dyn Provider> {
 
 /// Streams one answer through `provider`, reading `take` chunks (all of them with `None`).
 async fn stream_once(provider: &dyn Provider, take: Option<usize>) -> usize {
-    let credential = Credential::new("test", provider.base_url(), Some(Secret::new(KEY)));
-    let timeouts = Timeouts::default();
-    let call = Call {
-        model: "m",
-        credential: &credential,
-        timeouts: &timeouts,
-        rate_limits: None,
-        forward: &[],
-        trace: None,
-    };
+    let caller = Caller::new(provider, Some(KEY));
     let request = ChatRequest::new("default", vec![Message::user("hi")]);
-    let mut chunks = provider.chat_stream(call, &request).await.unwrap();
+    let mut chunks = provider.chat_stream(caller.call("m", None), &request).await.unwrap();
     let mut read = 0;
     while take.is_none_or(|n| read < n) {
         match chunks.next().await {
@@ -191,7 +144,7 @@ async fn stream_once(provider: &dyn Provider, take: Option<usize>) -> usize {
 
 async fn sequential_streams_reuse_one_connection(kind: ProviderKind, events: Vec<String>) {
     let upstream = upstream(events, false).await;
-    let provider = provider(kind, &upstream.base);
+    let provider = provider(kind, &upstream.fake.origin());
     for _ in 0..8 {
         assert!(stream_once(&*provider, None).await > 0);
         // The client's connection task puts the connection back in the pool once it sees the
@@ -200,7 +153,7 @@ async fn sequential_streams_reuse_one_connection(kind: ProviderKind, events: Vec
             tokio::task::yield_now().await;
         }
     }
-    assert_eq!(upstream.accepted.load(Ordering::SeqCst), 1, "{kind:?}: eight streams, one connection");
+    assert_eq!(upstream.fake.connections(), 1, "{kind:?}: eight streams, one connection");
 }
 
 #[tokio::test]
@@ -218,7 +171,7 @@ async fn a_body_that_never_ends_after_its_last_event_still_ends_the_stream() {
     // The server keeps the body open after `[DONE]`: the stream ends anyway (the connection
     // is given up, not waited on).
     let upstream = upstream(openai_events(), true).await;
-    let provider = provider(ProviderKind::OpenAi, &upstream.base);
+    let provider = provider(ProviderKind::OpenAi, &upstream.fake.origin());
     let started = std::time::Instant::now();
     assert!(stream_once(&*provider, None).await > 0);
     assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
@@ -230,7 +183,7 @@ async fn a_caller_that_goes_away_mid_stream_closes_the_upstream_call() {
         [(ProviderKind::OpenAi, openai_events()), (ProviderKind::Anthropic, anthropic_events())]
     {
         let upstream = upstream(events, true).await;
-        let provider = provider(kind, &upstream.base);
+        let provider = provider(kind, &upstream.fake.origin());
         assert_eq!(stream_once(&*provider, Some(1)).await, 1);
         // The stream was dropped after one chunk: the server sees its body dropped.
         let started = std::time::Instant::now();

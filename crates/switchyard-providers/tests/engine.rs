@@ -3,13 +3,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+mod support;
 
-use axum::Json;
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
-use serde_json::{Value, json};
+use serde_json::json;
+use support::{Fake, json_reply, only_posts_to};
 use switchyard::chat::{ChatRequest, Message};
 use switchyard::credential::Secret;
 use switchyard::route::{Retry, Route};
@@ -17,53 +14,25 @@ use switchyard::trail::Outcome;
 use switchyard::{ErrorKind, ProviderEntry, Router};
 use switchyard_providers::{ProviderKind, ProviderSettings, build};
 
-async fn serve(app: axum::Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    addr
-}
-
 #[tokio::test]
 async fn a_503_from_openai_falls_over_to_anthropic_with_the_trail() {
-    let openai_calls = Arc::new(Mutex::new(0));
-    let counter = openai_calls.clone();
-    let openai = axum::Router::new().route(
-        "/v1/chat/completions",
-        post(move || {
-            let counter = counter.clone();
-            async move {
-                *counter.lock().unwrap() += 1;
-                let body = json!({"error": {"message": "The server is overloaded", "type": "server_error", "param": null, "code": null}});
-                (StatusCode::SERVICE_UNAVAILABLE, Json(body))
-            }
-        }),
-    );
-    let seen: Arc<Mutex<Vec<(HeaderMap, Value)>>> = Arc::default();
-    let log = seen.clone();
-    let anthropic = axum::Router::new().route(
-        "/v1/messages",
-        post(move |headers: HeaderMap, Json(body): Json<Value>| {
-            let log = log.clone();
-            async move {
-                log.lock().unwrap().push((headers, body));
-                Json(json!({
-                    "id": "msg_01", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-                    "content": [{"type": "text", "text": "Bonjour!"}],
-                    "stop_reason": "end_turn", "stop_sequence": null,
-                    "usage": {"input_tokens": 12, "output_tokens": 3}
-                }))
-            }
-        }),
-    );
-    let (openai_addr, anthropic_addr) = (serve(openai).await, serve(anthropic).await);
+    let overloaded = json!({"error": {"message": "The server is overloaded", "type": "server_error", "param": null, "code": null}});
+    let openai =
+        Fake::start(only_posts_to(&["/v1/chat/completions"], move |_| json_reply(503, &[], &overloaded)))
+            .await;
+    let answer = json!({
+        "id": "msg_01", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": "Bonjour!"}],
+        "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": {"input_tokens": 12, "output_tokens": 3}
+    });
+    let anthropic =
+        Fake::start(only_posts_to(&["/v1/messages"], move |_| json_reply(200, &[], &answer))).await;
 
     let openai_provider =
-        build(&ProviderSettings::new(ProviderKind::OpenAi).base_url(format!("http://{openai_addr}/v1")))
-            .unwrap();
+        build(&ProviderSettings::new(ProviderKind::OpenAi).base_url(openai.url("/v1"))).unwrap();
     let anthropic_provider =
-        build(&ProviderSettings::new(ProviderKind::Anthropic).base_url(format!("http://{anthropic_addr}")))
-            .unwrap();
+        build(&ProviderSettings::new(ProviderKind::Anthropic).base_url(anthropic.origin())).unwrap();
     let router = Router::builder()
         .provider(ProviderEntry::from_arc("openai", openai_provider).key(Secret::new("sk-openai-test-1")))
         .provider(ProviderEntry::from_arc("claude", anthropic_provider).key(Secret::new("sk-ant-test-2")))
@@ -91,11 +60,11 @@ async fn a_503_from_openai_falls_over_to_anthropic_with_the_trail() {
     assert_eq!(answer.trail.outcomes(), vec![Outcome::Retried, Outcome::Failed, Outcome::Ok]);
     let first = answer.trail.attempts()[0].error.as_ref().unwrap();
     assert_eq!((first.kind(), first.status()), (ErrorKind::Unavailable, Some(503)));
-    assert_eq!(*openai_calls.lock().unwrap(), 2, "503 is retried once on the same target");
+    assert_eq!(openai.requests().len(), 2, "503 is retried once on the same target");
     assert_eq!(answer.usage.map(|u| (u.prompt_tokens, u.completion_tokens)), Some((12, 3)));
 
-    let seen = seen.lock().unwrap();
-    let (headers, body) = &seen[0];
+    let seen = anthropic.requests();
+    let (headers, body) = (&seen[0].headers, &seen[0].body);
     assert_eq!(headers["x-api-key"], "sk-ant-test-2");
     assert_eq!(body["model"], "claude-sonnet-4-5");
     assert_eq!(body["system"], "Answer in French.");

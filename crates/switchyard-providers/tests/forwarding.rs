@@ -3,43 +3,32 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::sync::{Arc, Mutex};
+mod support;
 
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
 use serde_json::json;
+use support::{Caller, Fake, json_reply};
 use switchyard::chat::{ChatRequest, Message};
-use switchyard::credential::{Credential, Secret};
-use switchyard::provider::{Call, Provider};
-use switchyard::route::Timeouts;
+use switchyard::provider::Provider;
 use switchyard::trace::TraceContext;
 use switchyard_providers::anthropic::AnthropicProvider;
 use switchyard_providers::openai::OpenAiProvider;
 use switchyard_providers::{ProviderKind, ProviderSettings};
 
-/// A server answering every chat in both dialects, keeping the headers of the last request.
-async fn upstream() -> (String, Arc<Mutex<HeaderMap>>) {
-    let seen = Arc::new(Mutex::new(HeaderMap::new()));
-    let keep = seen.clone();
-    let app = axum::Router::new().fallback(move |headers: HeaderMap, uri: axum::http::Uri| {
-        let keep = keep.clone();
-        async move {
-            *keep.lock().unwrap() = headers;
-            let body = if uri.path().ends_with("/messages") {
-                json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
-                       "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
-                       "stop_sequence": null, "usage": {"input_tokens": 1, "output_tokens": 1}})
-            } else {
-                json!({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
-                       "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]})
-            };
-            Response::from(axum::Json(body).into_response())
-        }
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), seen)
+/// A server answering every chat in both dialects.
+async fn upstream() -> Fake {
+    Fake::start(|seen| {
+        let body = if seen.path().ends_with("/messages") {
+            json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+                   "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+                   "stop_sequence": null, "usage": {"input_tokens": 1, "output_tokens": 1}})
+        } else {
+            json!({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                   "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]})
+        };
+        json_reply(200, &[], &body)
+    })
+    .await
 }
 
 fn client_headers() -> Vec<(String, String)> {
@@ -59,12 +48,9 @@ async fn chat(provider: &dyn Provider, forward: &[(String, String)]) {
 }
 
 async fn chat_traced(provider: &dyn Provider, forward: &[(String, String)], trace: Option<TraceContext>) {
-    let credential = Credential::new("t", provider.base_url(), Some(Secret::new("sk-upstream-0123456789")));
-    let timeouts = Timeouts::default();
-    let call =
-        Call { model: "m", credential: &credential, timeouts: &timeouts, rate_limits: None, forward, trace };
+    let caller = Caller::new(provider, Some("sk-upstream-0123456789")).forward(forward).trace(trace);
     let request = ChatRequest::new("default", vec![Message::user("hi")]);
-    provider.chat(call, &request).await.unwrap();
+    provider.chat(caller.call("m", None), &request).await.unwrap();
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
@@ -73,10 +59,10 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
 
 #[tokio::test]
 async fn anthropic_gets_its_betas_the_clients_version_and_the_idempotency_key() {
-    let (base, seen) = upstream().await;
-    let settings = ProviderSettings::new(ProviderKind::Anthropic).base_url(base.clone());
+    let fake = upstream().await;
+    let settings = ProviderSettings::new(ProviderKind::Anthropic).base_url(fake.origin());
     chat(&AnthropicProvider::new(&settings).unwrap(), &client_headers()).await;
-    let headers = seen.lock().unwrap().clone();
+    let headers = fake.last_request().headers;
     assert_eq!(header(&headers, "anthropic-beta"), ["files-api-2025-04-14"]);
     assert_eq!(header(&headers, "anthropic-version"), ["2099-01-01"], "the client's over the default");
     assert_eq!(header(&headers, "idempotency-key"), ["retry-42"]);
@@ -84,21 +70,21 @@ async fn anthropic_gets_its_betas_the_clients_version_and_the_idempotency_key() 
     assert_eq!(header(&headers, "x-api-key"), ["sk-upstream-0123456789"]);
 
     // A version the configuration names wins; configured betas and the client's add up.
-    let mut settings = ProviderSettings::new(ProviderKind::Anthropic).base_url(base);
+    let mut settings = ProviderSettings::new(ProviderKind::Anthropic).base_url(fake.origin());
     settings.api_version = Some("2023-06-01".to_owned());
     settings.headers.push(("anthropic-beta".to_owned(), "prompt-caching-2024-07-31".to_owned()));
     chat(&AnthropicProvider::new(&settings).unwrap(), &client_headers()).await;
-    let headers = seen.lock().unwrap().clone();
+    let headers = fake.last_request().headers;
     assert_eq!(header(&headers, "anthropic-version"), ["2023-06-01"]);
     assert_eq!(header(&headers, "anthropic-beta"), ["prompt-caching-2024-07-31", "files-api-2025-04-14"]);
 }
 
 #[tokio::test]
 async fn openai_gets_its_beta_and_the_idempotency_key_and_nothing_of_anthropics() {
-    let (base, seen) = upstream().await;
-    let settings = ProviderSettings::new(ProviderKind::OpenAi).base_url(format!("{base}/v1"));
+    let fake = upstream().await;
+    let settings = ProviderSettings::new(ProviderKind::OpenAi).base_url(fake.url("/v1"));
     chat(&OpenAiProvider::new(&settings).unwrap(), &client_headers()).await;
-    let headers = seen.lock().unwrap().clone();
+    let headers = fake.last_request().headers;
     assert_eq!(header(&headers, "openai-beta"), ["assistants=v2"]);
     assert_eq!(header(&headers, "idempotency-key"), ["retry-42"]);
     assert!(headers.get("anthropic-beta").is_none() && headers.get("anthropic-version").is_none());
@@ -107,7 +93,7 @@ async fn openai_gets_its_beta_and_the_idempotency_key_and_nothing_of_anthropics(
 
 #[tokio::test]
 async fn a_traced_call_carries_its_attempt_span_and_an_untraced_one_nothing() {
-    let (base, seen) = upstream().await;
+    let fake = upstream().await;
     let span = TraceContext {
         trace_id: 0x4bf92f3577b34da6a3ce929d0e0e4736,
         span_id: 0x00f067aa0ba902b7,
@@ -115,11 +101,11 @@ async fn a_traced_call_carries_its_attempt_span_and_an_untraced_one_nothing() {
     };
     let providers: [Box<dyn Provider>; 2] = [
         Box::new(
-            OpenAiProvider::new(&ProviderSettings::new(ProviderKind::OpenAi).base_url(format!("{base}/v1")))
+            OpenAiProvider::new(&ProviderSettings::new(ProviderKind::OpenAi).base_url(fake.url("/v1")))
                 .unwrap(),
         ),
         Box::new(
-            AnthropicProvider::new(&ProviderSettings::new(ProviderKind::Anthropic).base_url(base.clone()))
+            AnthropicProvider::new(&ProviderSettings::new(ProviderKind::Anthropic).base_url(fake.origin()))
                 .unwrap(),
         ),
     ];
@@ -130,7 +116,7 @@ async fn a_traced_call_carries_its_attempt_span_and_an_untraced_one_nothing() {
             ("tracestate".to_owned(), "vendor=abc".to_owned()),
         ];
         chat_traced(provider.as_ref(), &forward, Some(span)).await;
-        let headers = seen.lock().unwrap().clone();
+        let headers = fake.last_request().headers;
         assert_eq!(
             header(&headers, "traceparent"),
             ["00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"],
@@ -143,7 +129,7 @@ async fn a_traced_call_carries_its_attempt_span_and_an_untraced_one_nothing() {
             "the client's vendor state travels with it"
         );
         chat_traced(provider.as_ref(), &forward, None).await;
-        let headers = seen.lock().unwrap().clone();
+        let headers = fake.last_request().headers;
         assert!(
             headers.get("traceparent").is_none() && headers.get("tracestate").is_none(),
             "{}",

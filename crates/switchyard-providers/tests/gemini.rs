@@ -1,29 +1,25 @@
-//! The Gemini adapter against an in-process fake of the Gemini API on 127.0.0.1, serving the
-//! documented success, streaming and error shapes.
+//! The Gemini adapter against the fake upstream of `support` on 127.0.0.1, serving the
+//! documented success, streaming and error shapes of the Gemini API.
 
-// The fake's helpers are test code too; `allow-unwrap-in-tests` only covers `#[test]` fns.
+// The helpers are test code too; `allow-unwrap-in-tests` only covers `#[test]` fns.
 #![allow(clippy::unwrap_used)]
 
-use std::sync::{Arc, Mutex};
+mod support;
+
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::{Body, Bytes};
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
-use axum::response::Response;
-use axum::serve::ListenerExt;
-use futures_util::StreamExt;
+use axum::body::Body;
 use serde_json::{Value, json};
+use support::{
+    Fake, Harness, Recorder, awkward_pieces, broken_reply, items, json_reply, ok_chunks, pieces_reply,
+    refused_origin, respond, text_of, tool_call, tool_result,
+};
 use switchyard::chat::{
     ChatChunk, ChatRequest, ChatResponse, Content, ContentPart, EmbeddingInput, EmbeddingsRequest,
-    EmbeddingsResponse, Extra, FinishReason, FunctionCall, FunctionDefinition, ImageUrl, JsonSchemaFormat,
-    Message, ResponseFormat, Role, Stop, Tool, ToolCall, ToolChoice, ToolChoiceFunction, Usage,
+    EmbeddingsResponse, Extra, FinishReason, FunctionDefinition, ImageUrl, JsonSchemaFormat, Message,
+    ResponseFormat, Role, Stop, Tool, ToolChoice, ToolChoiceFunction, Usage,
 };
-use switchyard::credential::{Credential, Secret};
-use switchyard::provider::{Call, Provider, RateLimitSink};
-use switchyard::ratelimit::RateLimits;
-use switchyard::route::Timeouts;
+use switchyard::provider::{Provider, RateLimitSink};
 use switchyard::{ErrorKind, ProviderError};
 use switchyard_providers::gemini::{GeminiProvider, SKIP_THOUGHT_SIGNATURE};
 use switchyard_providers::{ProviderKind, ProviderSettings};
@@ -32,138 +28,19 @@ const KEY: &str = "AIza-test-0123456789-secret-key";
 const MODEL: &str = "gemini-2.5-flash";
 
 // ---------------------------------------------------------------------------------------------
-// The fake
+// What the fake answers
 // ---------------------------------------------------------------------------------------------
 
-/// What the fake answers with.
-#[derive(Clone)]
-struct Reply {
-    status: u16,
-    headers: Vec<(&'static str, String)>,
-    /// The body, sent piece by piece (each piece its own write).
-    pieces: Vec<Bytes>,
-    /// Break the connection after the pieces instead of ending the body.
-    cut: bool,
+/// A fake streaming `body` (CRLF-framed, as Gemini sends it) cut at awkward places.
+async fn streaming(body: &str) -> Fake {
+    let pieces = awkward_pieces(body, 7);
+    Fake::start(move |_| pieces_reply(pieces.clone())).await
 }
 
-impl Reply {
-    fn json(status: u16, body: Value) -> Self {
-        Self::text(status, &body.to_string())
-    }
-
-    fn text(status: u16, body: &str) -> Self {
-        Reply { status, headers: Vec::new(), pieces: vec![Bytes::from(body.to_owned())], cut: false }
-    }
-
-    /// An SSE body (CRLF-framed, as Gemini sends it) cut at awkward places.
-    fn sse(body: &str) -> Self {
-        Reply { status: 200, headers: Vec::new(), pieces: awkward_pieces(body), cut: false }
-    }
-
-    fn header(mut self, name: &'static str, value: &str) -> Self {
-        self.headers.push((name, value.to_owned()));
-        self
-    }
-}
-
-/// One request the fake received.
-#[derive(Debug, Clone)]
-struct Received {
-    uri: String,
-    headers: HeaderMap,
-    body: Value,
-}
-
-#[derive(Clone)]
-struct Fake {
-    reply: Reply,
-    received: Arc<Mutex<Vec<Received>>>,
-}
-
-impl Fake {
-    fn received(&self) -> Vec<Received> {
-        self.received.lock().unwrap().clone()
-    }
-
-    fn only_request(&self) -> Received {
-        let received = self.received();
-        assert_eq!(received.len(), 1, "expected exactly one request, got {received:?}");
-        received.into_iter().next().unwrap()
-    }
-}
-
-async fn handle(State(fake): State<Fake>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
-    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    fake.received.lock().unwrap().push(Received { uri: uri.to_string(), headers, body });
-    let reply = fake.reply.clone();
-    let content_type = if reply.status == 200 && reply.pieces_are_sse() {
-        "text/event-stream"
-    } else {
-        "application/json; charset=UTF-8"
-    };
-    let items: Vec<Result<Bytes, std::io::Error>> = reply
-        .pieces
-        .into_iter()
-        .map(Ok)
-        .chain(reply.cut.then(|| Err(std::io::Error::other("connection cut"))))
-        .collect();
-    // Yielding between pieces makes the server flush each one as its own write.
-    let stream = futures_util::stream::unfold(items.into_iter(), |mut items| async move {
-        tokio::task::yield_now().await;
-        items.next().map(|item| (item, items))
-    });
-    let mut response = Response::new(Body::from_stream(stream));
-    *response.status_mut() = StatusCode::from_u16(reply.status).unwrap();
-    response.headers_mut().insert("content-type", content_type.parse().unwrap());
-    for (name, value) in reply.headers {
-        response.headers_mut().insert(name, value.parse().unwrap());
-    }
-    response
-}
-
-impl Reply {
-    fn pieces_are_sse(&self) -> bool {
-        self.pieces.first().is_some_and(|piece| piece.starts_with(b"d"))
-    }
-}
-
-/// Starts a fake serving `reply`; returns its base URL (`http://127.0.0.1:port/v1beta`).
-async fn fake(reply: Reply) -> (String, Fake) {
-    let fake = Fake { reply, received: Arc::default() };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let listener = listener.tap_io(|tcp| tcp.set_nodelay(true).unwrap());
-    let app = Router::new().fallback(handle).with_state(fake.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{address}/v1beta"), fake)
-}
-
-/// Cuts `body` into pieces: between every `\r` and `\n`, inside every multi-byte character,
-/// and every 7 bytes otherwise.
-fn awkward_pieces(body: &str) -> Vec<Bytes> {
-    let bytes = body.as_bytes();
-    let mut cuts = Vec::new();
-    for (i, window) in bytes.windows(2).enumerate() {
-        if window == b"\r\n" {
-            cuts.push(i + 1);
-        }
-    }
-    for (i, c) in body.char_indices() {
-        if c.len_utf8() > 1 {
-            cuts.push(i + 1);
-        }
-    }
-    cuts.extend((7..bytes.len()).step_by(7));
-    cuts.push(bytes.len());
-    cuts.sort_unstable();
-    cuts.dedup();
-    let mut pieces = Vec::new();
-    let mut start = 0;
-    for cut in cuts {
-        pieces.push(Bytes::copy_from_slice(&bytes[start..cut]));
-        start = cut;
-    }
-    pieces
+/// A fake streaming `body` cut at awkward places, then breaking the connection.
+async fn breaking(body: &str) -> Fake {
+    let pieces = awkward_pieces(body, 7);
+    Fake::start(move |_| broken_reply(pieces.clone(), None)).await
 }
 
 /// SSE events as Gemini frames them: `data: ...` lines ending in CRLF, a blank CRLF line after each.
@@ -175,79 +52,37 @@ fn sse(events: &[Value]) -> String {
 // Calling the adapter
 // ---------------------------------------------------------------------------------------------
 
-fn provider(base_url: &str) -> GeminiProvider {
+/// The adapter at `base_url`, with a configured header; plain calls go to gemini-2.5-flash.
+fn gemini(base_url: &str) -> Harness<GeminiProvider> {
     let mut settings = ProviderSettings::new(ProviderKind::Gemini).base_url(base_url);
     settings.headers.push(("x-goog-user-project".into(), "project-7".into()));
-    GeminiProvider::new(&settings).unwrap()
-}
-
-fn credential(base_url: &str) -> Credential {
-    Credential::new("gemini", base_url, Some(Secret::new(KEY)))
-}
-
-#[derive(Default)]
-struct Sink(Mutex<Vec<RateLimits>>);
-
-impl RateLimitSink for Sink {
-    fn observe(&self, limits: &RateLimits) {
-        self.0.lock().unwrap().push(*limits);
-    }
+    Harness::new(GeminiProvider::new(&settings).unwrap(), Some(KEY), MODEL)
 }
 
 async fn chat_with(
-    base_url: &str,
+    fake: &Fake,
     request: &ChatRequest,
-    sink: Option<&Sink>,
+    sink: Option<&dyn RateLimitSink>,
 ) -> Result<ChatResponse, ProviderError> {
-    let credential = credential(base_url);
-    let timeouts = Timeouts::default();
-    let call = Call {
-        model: MODEL,
-        credential: &credential,
-        timeouts: &timeouts,
-        rate_limits: sink.map(|s| s as &dyn RateLimitSink),
-        forward: &[],
-        trace: None,
-    };
-    provider(base_url).chat(call, request).await
+    let harness = gemini(&fake.url("/v1beta"));
+    harness.provider.chat(harness.call(MODEL, sink), request).await
 }
 
-async fn chat(base_url: &str, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
-    chat_with(base_url, request, None).await
+async fn chat(fake: &Fake, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+    chat_with(fake, request, None).await
 }
 
 /// Streams `request`; the items, or the error that refused the stream.
 async fn stream(
-    base_url: &str,
+    fake: &Fake,
     request: &ChatRequest,
 ) -> Result<Vec<Result<ChatChunk, ProviderError>>, ProviderError> {
-    let credential = credential(base_url);
-    let timeouts = Timeouts::default();
-    let call = Call {
-        model: MODEL,
-        credential: &credential,
-        timeouts: &timeouts,
-        rate_limits: None,
-        forward: &[],
-        trace: None,
-    };
-    let provider = provider(base_url);
-    let chunks = provider.chat_stream(call, request).await?;
-    Ok(chunks.collect().await)
+    Ok(items(gemini(&fake.url("/v1beta")).stream(request).await?).await)
 }
 
-async fn embed(base_url: &str, request: &EmbeddingsRequest) -> Result<EmbeddingsResponse, ProviderError> {
-    let credential = credential(base_url);
-    let timeouts = Timeouts::default();
-    let call = Call {
-        model: "gemini-embedding-001",
-        credential: &credential,
-        timeouts: &timeouts,
-        rate_limits: None,
-        forward: &[],
-        trace: None,
-    };
-    provider(base_url).embeddings(call, request).await
+async fn embed(fake: &Fake, request: &EmbeddingsRequest) -> Result<EmbeddingsResponse, ProviderError> {
+    let harness = gemini(&fake.url("/v1beta"));
+    harness.provider.embeddings(harness.call("gemini-embedding-001", None), request).await
 }
 
 fn hello() -> ChatRequest {
@@ -260,10 +95,12 @@ fn assert_no_key(error: &ProviderError) {
     assert!(!format!("{error:?}").contains(KEY), "key in Debug: {error:?}");
 }
 
-/// Serves `status` + `body` to a chat call and returns the classified error.
-async fn chat_error(reply: Reply) -> ProviderError {
-    let (base, _fake) = fake(reply).await;
-    let error = chat(&base, &hello()).await.unwrap_err();
+/// Serves `status` + `body` (JSON, or any text) to a chat call and returns the classified error.
+async fn chat_error(status: u16, body: impl ToString) -> ProviderError {
+    let body = body.to_string();
+    let json = "application/json; charset=UTF-8";
+    let fake = Fake::start(move |_| respond(status, &[], json, Body::from(body.clone()))).await;
+    let error = chat(&fake, &hello()).await.unwrap_err();
     assert_no_key(&error);
     error
 }
@@ -286,18 +123,6 @@ fn text_answer(text: &str) -> Value {
     })
 }
 
-fn tool_call(id: &str, name: &str, arguments: &str) -> ToolCall {
-    ToolCall {
-        id: id.into(),
-        kind: "function".into(),
-        function: FunctionCall { name: name.into(), arguments: arguments.into() },
-    }
-}
-
-fn tool_result(id: &str, content: &str) -> Message {
-    Message { tool_call_id: Some(id.into()), ..Message::text(Role::Tool, content) }
-}
-
 fn function_tool(name: &str, parameters: Option<Value>) -> Tool {
     Tool {
         kind: "function".into(),
@@ -317,7 +142,7 @@ fn function_tool(name: &str, parameters: Option<Value>) -> Tool {
 
 #[tokio::test]
 async fn chat_request_is_translated_and_the_key_travels_only_in_its_header() {
-    let (base, fake) = fake(Reply::json(200, text_answer("Il fait 21 degrés."))).await;
+    let fake = Fake::json(200, text_answer("Il fait 21 degrés.")).await;
     let weather_schema = json!({
         "type": "object",
         "properties": { "city": { "type": "string" } },
@@ -377,7 +202,7 @@ async fn chat_request_is_translated_and_the_key_travels_only_in_its_header() {
     request.extra.insert("n".into(), json!(1));
     request.extra.insert("parallel_tool_calls".into(), json!(true));
 
-    chat(&base, &request).await.unwrap();
+    chat(&fake, &request).await.unwrap();
 
     let received = fake.only_request();
     assert_eq!(received.uri, "/v1beta/models/gemini-2.5-flash:generateContent");
@@ -426,12 +251,12 @@ async fn chat_request_is_translated_and_the_key_travels_only_in_its_header() {
 #[tokio::test]
 async fn tool_choice_modes_and_json_mode_are_translated() {
     for (choice, mode) in [("auto", "AUTO"), ("none", "NONE"), ("required", "ANY")] {
-        let (base, fake) = fake(Reply::json(200, text_answer("ok"))).await;
+        let fake = Fake::json(200, text_answer("ok")).await;
         let mut request = hello();
         request.tools = vec![function_tool("f", None)];
         request.tool_choice = Some(ToolChoice::Mode(choice.into()));
         request.response_format = Some(ResponseFormat::JsonObject);
-        chat(&base, &request).await.unwrap();
+        chat(&fake, &request).await.unwrap();
         let body = fake.only_request().body;
         assert_eq!(body["toolConfig"], json!({ "functionCallingConfig": { "mode": mode } }));
         assert_eq!(body["generationConfig"], json!({ "responseMimeType": "application/json" }));
@@ -440,7 +265,7 @@ async fn tool_choice_modes_and_json_mode_are_translated() {
 
 #[tokio::test]
 async fn http_image_urls_become_file_data() {
-    let (base, fake) = fake(Reply::json(200, text_answer("a cat"))).await;
+    let fake = Fake::json(200, text_answer("a cat")).await;
     let request = ChatRequest::new(
         "default",
         vec![Message {
@@ -450,7 +275,7 @@ async fn http_image_urls_become_file_data() {
             ..Message::user("")
         }],
     );
-    chat(&base, &request).await.unwrap();
+    chat(&fake, &request).await.unwrap();
     assert_eq!(
         fake.only_request().body["contents"][0]["parts"][0],
         json!({ "fileData": { "fileUri": "https://example.com/cat.png", "mimeType": "image/png" } })
@@ -459,18 +284,18 @@ async fn http_image_urls_become_file_data() {
 
 #[tokio::test]
 async fn fields_of_another_dialect_without_gemini_equivalent_are_refused_by_name_before_sending() {
-    let (base, fake) = fake(Reply::json(200, text_answer("ok"))).await;
+    let fake = Fake::json(200, text_answer("ok")).await;
     let mut request = hello();
     request.extra.insert("logit_bias".into(), json!({ "50256": -100 }));
-    let error = chat(&base, &request).await.unwrap_err();
+    let error = chat(&fake, &request).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::InvalidRequest);
     assert!(error.detail().contains("`logit_bias`"), "{error}");
-    assert!(fake.received().is_empty());
+    assert!(fake.requests().is_empty());
 }
 
 #[tokio::test]
 async fn gemini_dialect_fields_pass_through_untouched() {
-    let (base, fake) = fake(Reply::json(200, text_answer("ok"))).await;
+    let fake = Fake::json(200, text_answer("ok")).await;
     let mut request = hello();
     request.origin = switchyard::chat::Dialect::Gemini;
     request.max_tokens = Some(64);
@@ -479,7 +304,7 @@ async fn gemini_dialect_fields_pass_through_untouched() {
     request
         .extra
         .insert("generationConfig".into(), json!({ "topK": 40, "thinkingConfig": { "thinkingBudget": 0 } }));
-    chat(&base, &request).await.unwrap();
+    chat(&fake, &request).await.unwrap();
     let body = fake.only_request().body;
     assert_eq!(body["safetySettings"], safety);
     assert_eq!(
@@ -490,12 +315,12 @@ async fn gemini_dialect_fields_pass_through_untouched() {
 
 #[tokio::test]
 async fn a_tool_result_without_a_matching_call_is_an_invalid_request_naming_the_field() {
-    let (base, fake) = fake(Reply::json(200, text_answer("ok"))).await;
+    let fake = Fake::json(200, text_answer("ok")).await;
     let request = ChatRequest::new("default", vec![Message::user("hi"), tool_result("call_9", "42")]);
-    let error = chat(&base, &request).await.unwrap_err();
+    let error = chat(&fake, &request).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::InvalidRequest);
     assert!(error.detail().contains("messages[1].tool_call_id `call_9`"), "{error}");
-    assert!(fake.received().is_empty());
+    assert!(fake.requests().is_empty());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -507,8 +332,8 @@ async fn text_answer_and_usage_are_translated() {
     let mut answer = text_answer("1+1 equals 2.");
     answer["candidates"][0]["content"]["parts"] = json!([{ "text": "thinking about sums", "thought": true }, { "text": "1+1 " }, { "text": "equals 2." }]);
     answer["usageMetadata"] = json!({ "promptTokenCount": 15, "candidatesTokenCount": 6, "thoughtsTokenCount": 4, "totalTokenCount": 25 });
-    let (base, _fake) = fake(Reply::json(200, answer)).await;
-    let response = chat(&base, &hello()).await.unwrap();
+    let fake = Fake::json(200, answer).await;
+    let response = chat(&fake, &hello()).await.unwrap();
     assert_eq!(response.text().as_deref(), Some("1+1 equals 2."));
     assert_eq!(response.id, "Il0taoSYJ5Cez7");
     assert_eq!(response.model, "gemini-2.5-flash");
@@ -542,8 +367,8 @@ async fn function_calls_become_tool_calls_with_generated_ids() {
         "usageMetadata": { "promptTokenCount": 30, "candidatesTokenCount": 12, "totalTokenCount": 42 },
         "modelVersion": "gemini-2.5-flash"
     });
-    let (base, _fake) = fake(Reply::json(200, answer)).await;
-    let response = chat(&base, &hello()).await.unwrap();
+    let fake = Fake::json(200, answer).await;
+    let response = chat(&fake, &hello()).await.unwrap();
     let choice = &response.choices[0];
     assert_eq!(choice.index, 0);
     assert_eq!(choice.finish_reason, Some(FinishReason::ToolCalls));
@@ -568,8 +393,8 @@ async fn a_safety_blocked_answer_is_content_filtered() {
         "usageMetadata": { "promptTokenCount": 8, "totalTokenCount": 8 },
         "modelVersion": "gemini-2.5-flash"
     });
-    let (base, _fake) = fake(Reply::json(200, answer)).await;
-    let response = chat(&base, &hello()).await.unwrap();
+    let fake = Fake::json(200, answer).await;
+    let response = chat(&fake, &hello()).await.unwrap();
     assert!(response.is_content_filtered());
     assert_eq!(response.choices[0].finish_reason, Some(FinishReason::ContentFilter));
 }
@@ -584,8 +409,8 @@ async fn a_blocked_prompt_is_an_answer_finished_by_the_content_filter() {
         "usageMetadata": { "promptTokenCount": 8, "totalTokenCount": 8 },
         "modelVersion": "gemini-2.5-flash"
     });
-    let (base, _fake) = fake(Reply::json(200, answer)).await;
-    let response = chat(&base, &hello()).await.unwrap();
+    let fake = Fake::json(200, answer).await;
+    let response = chat(&fake, &hello()).await.unwrap();
     assert!(response.is_content_filtered());
     assert_eq!(response.choices.len(), 1);
     assert_eq!(
@@ -619,15 +444,6 @@ fn final_usage() -> Value {
     json!({ "promptTokenCount": 9, "candidatesTokenCount": 5, "totalTokenCount": 14 })
 }
 
-/// The text of all chunks, joined.
-fn streamed_text(chunks: &[ChatChunk]) -> String {
-    chunks.iter().flat_map(|c| &c.choices).filter_map(|c| c.delta.content.as_deref()).collect()
-}
-
-fn all_ok(items: Vec<Result<ChatChunk, ProviderError>>) -> Vec<ChatChunk> {
-    items.into_iter().map(|item| item.unwrap()).collect()
-}
-
 #[tokio::test]
 async fn streamed_text_split_at_awkward_places_arrives_whole_with_one_finish() {
     let body = sse(&[
@@ -635,20 +451,20 @@ async fn streamed_text_split_at_awkward_places_arrives_whole_with_one_finish() {
         stream_event(json!([{ "text": "à toi 🙂" }]), None, early_usage()),
         stream_event(json!([{ "text": "" }]), Some("STOP"), final_usage()),
     ]);
-    let reply = Reply::sse(&body);
-    let text = String::from_utf8(reply.pieces.iter().flat_map(|p| p.to_vec()).collect()).unwrap();
+    let pieces = awkward_pieces(&body, 7);
+    let text = String::from_utf8(pieces.iter().flat_map(|p| p.to_vec()).collect()).unwrap();
     assert_eq!(text, body);
-    assert!(reply.pieces.iter().any(|p| p.ends_with(b"\r")), "no cut between \\r and \\n");
-    assert!(reply.pieces.iter().any(|p| std::str::from_utf8(p).is_err()), "no cut inside a character");
-    let (base, fake) = fake(reply).await;
+    assert!(pieces.iter().any(|p| p.ends_with(b"\r")), "no cut between \\r and \\n");
+    assert!(pieces.iter().any(|p| std::str::from_utf8(p).is_err()), "no cut inside a character");
+    let fake = Fake::start(move |_| pieces_reply(pieces.clone())).await;
 
-    let chunks = all_ok(stream(&base, &hello()).await.unwrap());
+    let chunks = ok_chunks(stream(&fake, &hello()).await.unwrap());
 
     let received = fake.only_request();
     assert_eq!(received.uri, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse");
     assert_eq!(received.headers["x-goog-api-key"], KEY);
     assert_eq!(chunks[0].choices[0].delta.role, Some(Role::Assistant));
-    assert_eq!(streamed_text(&chunks), "Bonjour à toi 🙂");
+    assert_eq!(text_of(&chunks), "Bonjour à toi 🙂");
     let finishes: Vec<&ChatChunk> =
         chunks.iter().filter(|c| c.choices.iter().any(|c| c.finish_reason.is_some())).collect();
     assert_eq!(finishes.len(), 1);
@@ -674,9 +490,9 @@ async fn streamed_function_calls_arrive_as_complete_tool_call_deltas() {
             final_usage(),
         ),
     ]);
-    let (base, _fake) = fake(Reply::sse(&body)).await;
+    let fake = streaming(&body).await;
 
-    let chunks = all_ok(stream(&base, &hello()).await.unwrap());
+    let chunks = ok_chunks(stream(&fake, &hello()).await.unwrap());
 
     let deltas: Vec<_> =
         chunks.iter().flat_map(|c| &c.choices).flat_map(|c| c.delta.tool_calls.clone()).collect();
@@ -697,11 +513,9 @@ async fn streamed_function_calls_arrive_as_complete_tool_call_deltas() {
 #[tokio::test]
 async fn a_stream_cut_mid_way_ends_with_a_transport_error() {
     let body = sse(&[stream_event(json!([{ "text": "Once upon" }]), None, early_usage())]);
-    let mut reply = Reply::sse(&format!("{body}data: {{\"candidates\": [{{\"content\""));
-    reply.cut = true;
-    let (base, _fake) = fake(reply).await;
+    let fake = breaking(&format!("{body}data: {{\"candidates\": [{{\"content\"")).await;
 
-    let items = stream(&base, &hello()).await.unwrap();
+    let items = stream(&fake, &hello()).await.unwrap();
 
     let (last, before) = items.split_last().unwrap();
     let error = last.as_ref().unwrap_err();
@@ -709,28 +523,26 @@ async fn a_stream_cut_mid_way_ends_with_a_transport_error() {
     assert!(error.detail().contains("the stream broke"), "{error}");
     assert_no_key(error);
     let chunks: Vec<ChatChunk> = before.iter().map(|item| item.clone().unwrap()).collect();
-    assert_eq!(streamed_text(&chunks), "Once upon");
+    assert_eq!(text_of(&chunks), "Once upon");
 }
 
 #[tokio::test]
 async fn a_connection_broken_after_the_finish_reason_loses_nothing() {
     let body = sse(&[stream_event(json!([{ "text": "The end." }]), Some("STOP"), final_usage())]);
-    let mut reply = Reply::sse(&body);
-    reply.cut = true;
-    let (base, _fake) = fake(reply).await;
+    let fake = breaking(&body).await;
 
-    let chunks = all_ok(stream(&base, &hello()).await.unwrap());
+    let chunks = ok_chunks(stream(&fake, &hello()).await.unwrap());
 
-    assert_eq!(streamed_text(&chunks), "The end.");
+    assert_eq!(text_of(&chunks), "The end.");
     assert!(chunks.iter().any(|c| c.choices.iter().any(|c| c.finish_reason == Some(FinishReason::Stop))));
 }
 
 #[tokio::test]
 async fn a_stream_that_ends_without_a_finish_reason_is_a_transport_error() {
     let body = sse(&[stream_event(json!([{ "text": "Once upon" }]), None, early_usage())]);
-    let (base, _fake) = fake(Reply::sse(&body)).await;
+    let fake = streaming(&body).await;
 
-    let items = stream(&base, &hello()).await.unwrap();
+    let items = stream(&fake, &hello()).await.unwrap();
 
     let error = items.last().unwrap().as_ref().unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Transport);
@@ -743,9 +555,9 @@ async fn an_error_event_inside_a_200_stream_ends_it_with_its_kind() {
         stream_event(json!([{ "text": "Once" }]), None, early_usage()),
         google_error(503, "UNAVAILABLE", "The model is overloaded. Please try again later.", json!([])),
     ]);
-    let (base, _fake) = fake(Reply::sse(&body)).await;
+    let fake = streaming(&body).await;
 
-    let items = stream(&base, &hello()).await.unwrap();
+    let items = stream(&fake, &hello()).await.unwrap();
 
     assert_eq!(items.iter().filter(|item| item.is_err()).count(), 1);
     let error = items.last().unwrap().as_ref().unwrap_err();
@@ -759,15 +571,15 @@ async fn an_error_event_inside_a_200_stream_ends_it_with_its_kind() {
 async fn raw_error_json_inside_a_200_stream_ends_it_with_its_kind() {
     let events = sse(&[stream_event(json!([{ "text": "Once" }]), None, early_usage())]);
     let raw = "{\n  \"error\": {\n    \"code\": 429,\n    \"message\": \"Resource has been exhausted (e.g. check quota).\",\n    \"status\": \"RESOURCE_EXHAUSTED\"\n  }\n}\n";
-    let (base, _fake) = fake(Reply::sse(&format!("{events}{raw}"))).await;
+    let fake = streaming(&format!("{events}{raw}")).await;
 
-    let items = stream(&base, &hello()).await.unwrap();
+    let items = stream(&fake, &hello()).await.unwrap();
 
     let error = items.last().unwrap().as_ref().unwrap_err();
     assert_eq!(error.kind(), ErrorKind::RateLimited);
     assert_eq!(error.code(), Some("RESOURCE_EXHAUSTED"));
     assert_eq!(
-        streamed_text(&items[..items.len() - 1].iter().map(|i| i.clone().unwrap()).collect::<Vec<_>>()),
+        text_of(&items[..items.len() - 1].iter().map(|i| i.clone().unwrap()).collect::<Vec<_>>()),
         "Once"
     );
 }
@@ -779,9 +591,9 @@ async fn a_blocked_prompt_in_a_stream_finishes_with_content_filter() {
         "usageMetadata": { "promptTokenCount": 8, "totalTokenCount": 8 },
         "modelVersion": "gemini-2.5-flash"
     })]);
-    let (base, _fake) = fake(Reply::sse(&body)).await;
+    let fake = streaming(&body).await;
 
-    let chunks = all_ok(stream(&base, &hello()).await.unwrap());
+    let chunks = ok_chunks(stream(&fake, &hello()).await.unwrap());
 
     assert!(chunks.iter().any(ChatChunk::is_content_filtered));
     assert!(!chunks.iter().any(ChatChunk::has_content));
@@ -791,8 +603,8 @@ async fn a_blocked_prompt_in_a_stream_finishes_with_content_filter() {
 async fn a_stream_refused_before_it_starts_is_classified() {
     let body =
         google_error(503, "UNAVAILABLE", "The model is overloaded. Please try again later.", json!([]));
-    let (base, _fake) = fake(Reply::json(503, body)).await;
-    let error = stream(&base, &hello()).await.unwrap_err();
+    let fake = Fake::json(503, body).await;
+    let error = stream(&fake, &hello()).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Unavailable);
     assert_no_key(&error);
 }
@@ -822,8 +634,7 @@ const QUOTA_MESSAGE: &str = "You exceeded your current quota, please check your 
 #[tokio::test]
 async fn resource_exhausted_is_rate_limited_with_the_retry_info_delay() {
     let details = quota_details("GenerateRequestsPerMinutePerProjectPerModel-FreeTier", "26.5s");
-    let error =
-        chat_error(Reply::json(429, google_error(429, "RESOURCE_EXHAUSTED", QUOTA_MESSAGE, details))).await;
+    let error = chat_error(429, google_error(429, "RESOURCE_EXHAUSTED", QUOTA_MESSAGE, details)).await;
     assert_eq!(error.kind(), ErrorKind::RateLimited);
     assert_eq!(error.status(), Some(429));
     assert_eq!(error.code(), Some("RESOURCE_EXHAUSTED"));
@@ -833,8 +644,7 @@ async fn resource_exhausted_is_rate_limited_with_the_retry_info_delay() {
 #[tokio::test]
 async fn a_spent_daily_quota_is_quota_exceeded() {
     let details = quota_details("GenerateRequestsPerDayPerProjectPerModel-FreeTier", "30s");
-    let error =
-        chat_error(Reply::json(429, google_error(429, "RESOURCE_EXHAUSTED", QUOTA_MESSAGE, details))).await;
+    let error = chat_error(429, google_error(429, "RESOURCE_EXHAUSTED", QUOTA_MESSAGE, details)).await;
     assert_eq!(error.kind(), ErrorKind::QuotaExceeded);
     assert!(error.detail().contains("PerDay"));
 }
@@ -842,11 +652,10 @@ async fn a_spent_daily_quota_is_quota_exceeded() {
 #[tokio::test]
 async fn a_retry_after_header_wins_over_retry_info_and_is_reported_to_the_sink() {
     let details = quota_details("GenerateRequestsPerMinutePerProjectPerModel", "26s");
-    let reply = Reply::json(429, google_error(429, "RESOURCE_EXHAUSTED", QUOTA_MESSAGE, details))
-        .header("retry-after", "7");
-    let (base, _fake) = fake(reply).await;
-    let sink = Sink::default();
-    let error = chat_with(&base, &hello(), Some(&sink)).await.unwrap_err();
+    let body = google_error(429, "RESOURCE_EXHAUSTED", QUOTA_MESSAGE, details);
+    let fake = Fake::start(move |_| json_reply(429, &[("retry-after", "7")], &body)).await;
+    let sink = Recorder::default();
+    let error = chat_with(&fake, &hello(), Some(&sink)).await.unwrap_err();
     assert_eq!(error.retry_after(), Some(Duration::from_secs(7)));
     let observed = sink.0.lock().unwrap().clone();
     assert_eq!(observed.len(), 1);
@@ -857,7 +666,7 @@ async fn a_retry_after_header_wins_over_retry_info_and_is_reported_to_the_sink()
 async fn unavailable_and_internal_are_unavailable() {
     for (status, code) in [(503, "UNAVAILABLE"), (500, "INTERNAL")] {
         let body = google_error(status, code, "The model is overloaded. Please try again later.", json!([]));
-        let error = chat_error(Reply::json(status, body)).await;
+        let error = chat_error(status, body).await;
         assert_eq!(error.kind(), ErrorKind::Unavailable, "{code}");
         assert_eq!(error.status(), Some(status));
         assert_eq!(error.code(), Some(code));
@@ -872,7 +681,7 @@ async fn deadline_exceeded_is_a_timeout() {
         "Deadline expired before operation could complete.",
         json!([]),
     );
-    assert_eq!(chat_error(Reply::json(504, body)).await.kind(), ErrorKind::Timeout);
+    assert_eq!(chat_error(504, body).await.kind(), ErrorKind::Timeout);
 }
 
 #[tokio::test]
@@ -885,7 +694,7 @@ async fn an_invalid_api_key_is_auth_although_it_is_a_400() {
     ]);
     let body =
         google_error(400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.", details);
-    let error = chat_error(Reply::json(400, body)).await;
+    let error = chat_error(400, body).await;
     assert_eq!(error.kind(), ErrorKind::Auth);
     assert_eq!(error.status(), Some(400));
     assert_eq!(error.code(), Some("INVALID_ARGUMENT"));
@@ -896,14 +705,14 @@ async fn an_invalid_api_key_is_auth_although_it_is_a_400() {
 async fn permission_denied_and_unauthenticated_are_auth() {
     for (status, code) in [(403, "PERMISSION_DENIED"), (401, "UNAUTHENTICATED")] {
         let body = google_error(status, code, "The caller does not have permission", json!([]));
-        assert_eq!(chat_error(Reply::json(status, body)).await.kind(), ErrorKind::Auth, "{code}");
+        assert_eq!(chat_error(status, body).await.kind(), ErrorKind::Auth, "{code}");
     }
 }
 
 #[tokio::test]
 async fn a_token_limit_invalid_argument_is_context_length() {
     let message = "The input token count (3475108) exceeds the maximum number of tokens allowed (1048576).";
-    let error = chat_error(Reply::json(400, google_error(400, "INVALID_ARGUMENT", message, json!([])))).await;
+    let error = chat_error(400, google_error(400, "INVALID_ARGUMENT", message, json!([]))).await;
     assert_eq!(error.kind(), ErrorKind::ContextLength);
     assert!(error.detail().contains("3475108"));
 }
@@ -911,14 +720,14 @@ async fn a_token_limit_invalid_argument_is_context_length() {
 #[tokio::test]
 async fn other_invalid_arguments_are_invalid_requests() {
     let message = "* GenerateContentRequest.contents: contents is not specified\n";
-    let error = chat_error(Reply::json(400, google_error(400, "INVALID_ARGUMENT", message, json!([])))).await;
+    let error = chat_error(400, google_error(400, "INVALID_ARGUMENT", message, json!([]))).await;
     assert_eq!(error.kind(), ErrorKind::InvalidRequest);
 }
 
 #[tokio::test]
 async fn not_found_is_model_not_found() {
     let message = "models/gemini-1.5-flash is not found for API version v1beta, or is not supported for generateContent. Call ListModels to see the list of available models and their supported methods.";
-    let error = chat_error(Reply::json(404, google_error(404, "NOT_FOUND", message, json!([])))).await;
+    let error = chat_error(404, google_error(404, "NOT_FOUND", message, json!([]))).await;
     assert_eq!(error.kind(), ErrorKind::ModelNotFound);
     assert_eq!(error.code(), Some("NOT_FOUND"));
 }
@@ -926,32 +735,28 @@ async fn not_found_is_model_not_found() {
 #[tokio::test]
 async fn failed_precondition_is_quota_exceeded() {
     let message = "Gemini API free tier is not available in your country. Please enable billing on your project in Google AI Studio.";
-    let error =
-        chat_error(Reply::json(400, google_error(400, "FAILED_PRECONDITION", message, json!([])))).await;
+    let error = chat_error(400, google_error(400, "FAILED_PRECONDITION", message, json!([]))).await;
     assert_eq!(error.kind(), ErrorKind::QuotaExceeded);
 }
 
 #[tokio::test]
 async fn a_200_that_does_not_parse_is_a_malformed_response() {
-    let error = chat_error(Reply::text(200, "<html>upstream proxy says hi</html>")).await;
+    let error = chat_error(200, "<html>upstream proxy says hi</html>").await;
     assert_eq!(error.kind(), ErrorKind::MalformedResponse);
-    let error = chat_error(Reply::json(200, json!({ "unexpected": true }))).await;
+    let error = chat_error(200, json!({ "unexpected": true })).await;
     assert_eq!(error.kind(), ErrorKind::MalformedResponse);
 }
 
 #[tokio::test]
 async fn an_error_body_that_is_not_google_json_is_classified_by_status() {
-    let error = chat_error(Reply::text(502, "<html>Bad Gateway</html>")).await;
+    let error = chat_error(502, "<html>Bad Gateway</html>").await;
     assert_eq!(error.kind(), ErrorKind::Unavailable);
     assert_eq!(error.status(), Some(502));
 }
 
 #[tokio::test]
 async fn a_refused_connection_is_a_transport_error() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    drop(listener);
-    let error = chat(&format!("http://{address}/v1beta"), &hello()).await.unwrap_err();
+    let error = gemini(&format!("{}/v1beta", refused_origin().await)).chat(&hello()).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Transport);
     assert_no_key(&error);
 }
@@ -960,9 +765,9 @@ async fn a_refused_connection_is_a_transport_error() {
 async fn a_key_echoed_by_the_upstream_never_reaches_the_error() {
     let message = format!("API key not valid: {KEY}");
     let body = google_error(400, "INVALID_ARGUMENT", &message, json!([]));
-    let error = chat_error(Reply::json(400, body)).await;
+    let error = chat_error(400, body).await;
     assert!(error.detail().contains("[redacted]"));
-    let error = chat_error(Reply::text(500, &format!("proxy failure for key={KEY}"))).await;
+    let error = chat_error(500, &format!("proxy failure for key={KEY}")).await;
     assert!(error.detail().contains("[redacted]"));
 }
 
@@ -972,14 +777,14 @@ async fn a_key_echoed_by_the_upstream_never_reaches_the_error() {
 
 #[tokio::test]
 async fn one_input_is_embedded_with_embed_content() {
-    let (base, fake) = fake(Reply::json(200, json!({ "embedding": { "values": [0.25, -0.5, 1.0] } }))).await;
+    let fake = Fake::json(200, json!({ "embedding": { "values": [0.25, -0.5, 1.0] } })).await;
     let request = EmbeddingsRequest {
         model: "embed".into(),
         input: EmbeddingInput::One("Hello world".into()),
         dimensions: Some(3),
         extra: Extra::new(),
     };
-    let response = embed(&base, &request).await.unwrap();
+    let response = embed(&fake, &request).await.unwrap();
     let received = fake.only_request();
     assert_eq!(received.uri, "/v1beta/models/gemini-embedding-001:embedContent");
     assert_eq!(received.headers["x-goog-api-key"], KEY);
@@ -996,14 +801,14 @@ async fn one_input_is_embedded_with_embed_content() {
 #[tokio::test]
 async fn several_inputs_are_embedded_in_one_batch_in_input_order() {
     let answer = json!({ "embeddings": [{ "values": [1.0, 0.0] }, { "values": [0.0, 1.0] }] });
-    let (base, fake) = fake(Reply::json(200, answer)).await;
+    let fake = Fake::json(200, answer).await;
     let request = EmbeddingsRequest {
         model: "embed".into(),
         input: EmbeddingInput::Many(vec!["First text".into(), "Second text".into()]),
         dimensions: None,
         extra: Extra::new(),
     };
-    let response = embed(&base, &request).await.unwrap();
+    let response = embed(&fake, &request).await.unwrap();
     let received = fake.only_request();
     assert_eq!(received.uri, "/v1beta/models/gemini-embedding-001:batchEmbedContents");
     assert_eq!(
@@ -1021,14 +826,14 @@ async fn several_inputs_are_embedded_in_one_batch_in_input_order() {
 async fn embedding_errors_are_classified_like_chat_errors() {
     let body =
         google_error(429, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota).", json!([]));
-    let (base, _fake) = fake(Reply::json(429, body)).await;
+    let fake = Fake::json(429, body).await;
     let request = EmbeddingsRequest {
         model: "embed".into(),
         input: EmbeddingInput::One("x".into()),
         dimensions: None,
         extra: Extra::new(),
     };
-    let error = embed(&base, &request).await.unwrap_err();
+    let error = embed(&fake, &request).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::RateLimited);
     assert_no_key(&error);
 }

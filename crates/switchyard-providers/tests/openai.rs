@@ -1,31 +1,31 @@
-//! The OpenAI-dialect adapter (kinds openai, azure, openai_compatible) against an in-process
-//! fake that serves the documented shapes of docs/wire-formats.md §1, §4 and §5: bodies,
-//! streams, error bodies and headers. Every test also checks what the fake received.
+//! The OpenAI-dialect adapter (kinds openai, azure, openai_compatible) against the in-process
+//! fake upstream of `support`, serving the documented shapes of docs/wire-formats.md §1, §4 and
+//! §5: bodies, streams, error bodies and headers. Every test also checks what the fake received.
 
-// The fake and its helpers are test code too; `allow-unwrap-in-tests` only covers `#[test]` fns.
+// The helpers are test code too; `allow-unwrap-in-tests` only covers `#[test]` fns.
 #![allow(clippy::unwrap_used)]
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+mod support;
 
-use axum::Router;
-use axum::body::{Body, Bytes};
-use axum::extract::Request;
-use axum::http::HeaderMap;
-use axum::response::Response;
-use futures_util::{StreamExt, stream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use axum::body::Body;
+use futures_util::StreamExt;
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use support::{
+    Fake, Harness, Recorder, awkward_pieces, broken_reply, drain, finish_of, http_date, json_reply,
+    pieces_reply, refused_origin, respond, sse_reply, text_of, tool_calls_of,
+};
 use switchyard::chat::{
     ChatChunk, ChatRequest, CompletionTokensDetails, Content, ContentPart, Dialect, EmbeddingInput,
     EmbeddingsRequest, Extra, FinishReason, FunctionCall, FunctionDefinition, ImageUrl, JsonSchemaFormat,
     Message, PromptTokensDetails, ResponseFormat, Role, Stop, Tool, ToolCall, ToolChoice, ToolChoiceFunction,
     Usage,
 };
-use switchyard::credential::{Credential, Secret};
-use switchyard::provider::{Call, ChunkStream, Provider, RateLimitSink};
-use switchyard::ratelimit::{MAX_RESET, RateLimits, parse_duration};
-use switchyard::route::Timeouts;
+use switchyard::provider::Provider;
+use switchyard::ratelimit::{MAX_RESET, parse_duration};
 use switchyard::{ErrorKind, ProviderError};
 use switchyard_providers::openai::OpenAiProvider;
 use switchyard_providers::{BuildError, ProviderKind, ProviderSettings};
@@ -33,102 +33,8 @@ use switchyard_providers::{BuildError, ProviderKind, ProviderSettings};
 const KEY: &str = "sk-test-3f9a8b7c6d5e4f3a2b1c";
 
 // ---------------------------------------------------------------------------------------------
-// The fake upstream
+// What the fake answers
 // ---------------------------------------------------------------------------------------------
-
-/// One request the fake received.
-#[derive(Debug, Clone)]
-struct Seen {
-    method: String,
-    /// Path and query.
-    uri: String,
-    headers: HeaderMap,
-    body: Value,
-    version: axum::http::Version,
-}
-
-impl Seen {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|value| value.to_str().ok())
-    }
-}
-
-/// An HTTP server on 127.0.0.1 that records every request and answers with `reply()`.
-struct Fake {
-    addr: std::net::SocketAddr,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-impl Fake {
-    async fn start(reply: impl Fn() -> Response + Send + Sync + 'static) -> Fake {
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let reply = Arc::new(reply);
-        let record = seen.clone();
-        let app = Router::new().fallback(move |request: Request| {
-            let (record, reply) = (record.clone(), reply.clone());
-            async move {
-                let (parts, body) = request.into_parts();
-                let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
-                let body =
-                    if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
-                record.lock().unwrap().push(Seen {
-                    method: parts.method.to_string(),
-                    uri: parts.uri.to_string(),
-                    headers: parts.headers,
-                    body,
-                    version: parts.version,
-                });
-                reply()
-            }
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Fake { addr, seen }
-    }
-
-    /// The base URL OpenAI clients use: `http://127.0.0.1:port/v1`.
-    fn v1(&self) -> String {
-        format!("http://{}/v1", self.addr)
-    }
-
-    /// The bare origin, as Azure endpoints are configured.
-    fn origin(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    fn requests(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-
-    fn only_request(&self) -> Seen {
-        let requests = self.requests();
-        assert_eq!(requests.len(), 1, "expected exactly one request, got {requests:#?}");
-        requests.into_iter().next().unwrap()
-    }
-}
-
-fn respond(status: u16, headers: &[(&str, &str)], content_type: &str, body: Body) -> Response {
-    let mut builder = Response::builder().status(status).header("content-type", content_type);
-    for (name, value) in headers {
-        builder = builder.header(*name, *value);
-    }
-    builder.body(body).unwrap()
-}
-
-fn json_reply(status: u16, headers: &[(&str, &str)], body: &Value) -> Response {
-    respond(status, headers, "application/json", Body::from(body.to_string()))
-}
-
-fn sse_reply(headers: &[(&str, &str)], text: &str) -> Response {
-    respond(200, headers, "text/event-stream; charset=utf-8", Body::from(text.to_owned()))
-}
-
-/// A streamed body delivered in the given pieces (each its own write).
-fn pieces_reply(pieces: Vec<Vec<u8>>) -> Response {
-    let body = Body::from_stream(stream::iter(pieces.into_iter().map(Ok::<_, std::io::Error>)));
-    respond(200, &[], "text/event-stream", body)
-}
 
 /// `data: {event}\n\n` for each event, then `data: [DONE]\n\n` when `done`.
 fn sse(events: &[Value], done: bool) -> String {
@@ -187,41 +93,14 @@ fn error_body(message: &str, kind: Value, code: Value) -> Value {
 // Calling the adapter
 // ---------------------------------------------------------------------------------------------
 
-/// What the router would hand the adapter: a credential and timeouts.
-struct Harness {
-    provider: OpenAiProvider,
-    credential: Credential,
-    timeouts: Timeouts,
-}
-
-impl Harness {
-    fn new(settings: ProviderSettings, key: Option<&str>) -> Harness {
-        let provider = OpenAiProvider::new(&settings).unwrap();
-        let credential = Credential::new(provider.kind(), provider.base_url(), key.map(Secret::new));
-        Harness { provider, credential, timeouts: Timeouts::default() }
+impl Harness<OpenAiProvider> {
+    /// The adapter `settings` build, called with `key`; plain calls go to gpt-4o-mini.
+    fn configured(settings: ProviderSettings, key: Option<&str>) -> Self {
+        Harness::new(OpenAiProvider::new(&settings).unwrap(), key, "gpt-4o-mini")
     }
 
-    fn openai(base_url: String) -> Harness {
-        Harness::new(ProviderSettings::new(ProviderKind::OpenAi).base_url(base_url), Some(KEY))
-    }
-
-    fn call<'a>(&'a self, model: &'a str, sink: Option<&'a dyn RateLimitSink>) -> Call<'a> {
-        Call {
-            model,
-            credential: &self.credential,
-            timeouts: &self.timeouts,
-            rate_limits: sink,
-            forward: &[],
-            trace: None,
-        }
-    }
-
-    async fn chat(&self, request: &ChatRequest) -> Result<switchyard::chat::ChatResponse, ProviderError> {
-        self.provider.chat(self.call("gpt-4o-mini", None), request).await
-    }
-
-    async fn stream(&self, request: &ChatRequest) -> Result<ChunkStream, ProviderError> {
-        self.provider.chat_stream(self.call("gpt-4o-mini", None), request).await
+    fn openai(base_url: String) -> Self {
+        Harness::configured(ProviderSettings::new(ProviderKind::OpenAi).base_url(base_url), Some(KEY))
     }
 }
 
@@ -236,50 +115,6 @@ fn completion_usage() -> Usage {
     }
 }
 
-/// Reads a stream to its end: the chunks, and the error that ended it (if any). Asserts that
-/// nothing follows an error.
-async fn drain(mut stream: ChunkStream) -> (Vec<ChatChunk>, Option<ProviderError>) {
-    let mut chunks = Vec::new();
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(chunk) => chunks.push(chunk),
-            Err(error) => {
-                assert!(stream.next().await.is_none(), "the stream went on after an error");
-                return (chunks, Some(error));
-            }
-        }
-    }
-    (chunks, None)
-}
-
-fn text_of(chunks: &[ChatChunk]) -> String {
-    chunks.iter().flat_map(|c| &c.choices).filter_map(|c| c.delta.content.as_deref()).collect()
-}
-
-fn finish_of(chunks: &[ChatChunk]) -> Vec<FinishReason> {
-    chunks.iter().flat_map(|c| &c.choices).filter_map(|c| c.finish_reason.clone()).collect()
-}
-
-/// Tool calls reassembled from deltas: (id, name, arguments) by index.
-fn tool_calls_of(chunks: &[ChatChunk]) -> Vec<(String, String, String)> {
-    let mut calls: Vec<(String, String, String)> = Vec::new();
-    for delta in chunks.iter().flat_map(|c| &c.choices).flat_map(|c| &c.delta.tool_calls) {
-        let index = delta.index as usize;
-        if calls.len() <= index {
-            calls.resize(index + 1, Default::default());
-        }
-        let call = &mut calls[index];
-        if let Some(id) = &delta.id {
-            call.0.push_str(id);
-        }
-        if let Some(function) = &delta.function {
-            call.1.push_str(function.name.as_deref().unwrap_or(""));
-            call.2.push_str(function.arguments.as_deref().unwrap_or(""));
-        }
-    }
-    calls
-}
-
 fn hello() -> ChatRequest {
     ChatRequest::new("default", vec![Message::user("Hello!")])
 }
@@ -292,22 +127,13 @@ fn extra(value: Value) -> Extra {
 async fn chat_error(status: u16, headers: &[(&str, &str)], body: Value) -> ProviderError {
     let headers: Vec<(String, String)> =
         headers.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect();
-    let fake = Fake::start(move || {
+    let fake = Fake::start(move |_| {
         let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
         json_reply(status, &headers, &body)
     })
     .await;
-    let harness = Harness::openai(fake.v1());
+    let harness = Harness::openai(fake.url("/v1"));
     harness.chat(&hello()).await.unwrap_err()
-}
-
-#[derive(Default)]
-struct Recorder(Mutex<Vec<RateLimits>>);
-
-impl RateLimitSink for Recorder {
-    fn observe(&self, limits: &RateLimits) {
-        self.0.lock().unwrap().push(*limits);
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -316,12 +142,12 @@ impl RateLimitSink for Recorder {
 
 #[tokio::test]
 async fn chat_sends_the_upstream_model_the_bearer_key_and_openai_extras() {
-    let fake = Fake::start(|| json_reply(200, &[], &completion("Hi there."))).await;
-    let mut settings = ProviderSettings::new(ProviderKind::OpenAi).base_url(fake.v1());
+    let fake = Fake::json(200, completion("Hi there.")).await;
+    let mut settings = ProviderSettings::new(ProviderKind::OpenAi).base_url(fake.url("/v1"));
     settings.organization = Some("org-123".into());
     settings.project = Some("proj_abc".into());
     settings.headers = vec![("X-Trace".into(), "on".into())];
-    let harness = Harness::new(settings, Some(KEY));
+    let harness = Harness::configured(settings, Some(KEY));
     let mut user = Message::user("Hello!");
     user.extra = extra(json!({"metadata_tag": "t-1"}));
     let mut request = ChatRequest::new("default", vec![Message::system("You are terse."), user]);
@@ -370,13 +196,13 @@ async fn chat_sends_the_upstream_model_the_bearer_key_and_openai_extras() {
 
 #[tokio::test]
 async fn configured_headers_never_double_the_content_type_or_the_key() {
-    let fake = Fake::start(|| json_reply(200, &[], &completion("Hi there."))).await;
-    let mut settings = ProviderSettings::new(ProviderKind::OpenAi).base_url(fake.v1());
+    let fake = Fake::json(200, completion("Hi there.")).await;
+    let mut settings = ProviderSettings::new(ProviderKind::OpenAi).base_url(fake.url("/v1"));
     settings.headers = vec![
         ("Content-Type".into(), "text/plain".into()),
         ("Authorization".into(), "Bearer configured-elsewhere".into()),
     ];
-    let harness = Harness::new(settings, Some(KEY));
+    let harness = Harness::configured(settings, Some(KEY));
     harness.chat(&hello()).await.unwrap();
 
     let seen = fake.only_request();
@@ -389,8 +215,8 @@ async fn configured_headers_never_double_the_content_type_or_the_key() {
 
 #[tokio::test]
 async fn extras_of_another_dialect_are_not_forwarded() {
-    let fake = Fake::start(|| json_reply(200, &[], &completion("ok"))).await;
-    let harness = Harness::openai(fake.v1());
+    let fake = Fake::json(200, completion("ok")).await;
+    let harness = Harness::openai(fake.url("/v1"));
     let mut user = Message::user("Hello!");
     user.extra = extra(json!({"cache_control": {"type": "ephemeral"}}));
     let mut request = ChatRequest::new("default", vec![user]);
@@ -420,8 +246,8 @@ async fn tools_and_json_schema_are_sent_and_tool_calls_come_back() {
             "logprobs": null, "finish_reason": "tool_calls"}],
         "usage": {"prompt_tokens": 13, "completion_tokens": 5, "total_tokens": 18}
     });
-    let fake = Fake::start(move || json_reply(200, &[], &answer)).await;
-    let harness = Harness::openai(fake.v1());
+    let fake = Fake::json(200, answer).await;
+    let harness = Harness::openai(fake.url("/v1"));
     let parameters =
         json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
     let mut request = hello();
@@ -503,8 +329,8 @@ async fn tools_and_json_schema_are_sent_and_tool_calls_come_back() {
 
 #[tokio::test]
 async fn images_travel_as_content_parts_and_json_mode_as_json_object() {
-    let fake = Fake::start(|| json_reply(200, &[], &completion("{\"animal\":\"cat\"}"))).await;
-    let harness = Harness::openai(fake.v1());
+    let fake = Fake::json(200, completion("{\"animal\":\"cat\"}")).await;
+    let harness = Harness::openai(fake.url("/v1"));
     let mut request = ChatRequest::new(
         "default",
         vec![Message {
@@ -556,8 +382,8 @@ async fn stream_asks_for_usage_and_yields_text_then_a_usage_chunk() {
         ],
         true,
     );
-    let fake = Fake::start(move || sse_reply(&[], &body)).await;
-    let harness = Harness::openai(fake.v1());
+    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
+    let harness = Harness::openai(fake.url("/v1"));
     let mut request = hello();
     request.stream = true;
     request.extra = extra(json!({"stream_options": {"include_obfuscation": false}}));
@@ -606,8 +432,8 @@ async fn streamed_tool_calls_reassemble_from_their_deltas() {
         ],
         true,
     );
-    let fake = Fake::start(move || sse_reply(&[], &body)).await;
-    let harness = Harness::openai(fake.v1());
+    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
+    let harness = Harness::openai(fake.url("/v1"));
 
     let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
 
@@ -633,8 +459,8 @@ async fn a_streamed_refusal_is_the_models_answer_passed_on_as_it_is() {
         ],
         true,
     );
-    let fake = Fake::start(move || sse_reply(&[], &body)).await;
-    let harness = Harness::openai(fake.v1());
+    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
+    let harness = Harness::openai(fake.url("/v1"));
 
     let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
 
@@ -658,8 +484,8 @@ async fn a_reasoning_servers_thinking_is_read_under_either_name_and_commits_the_
         ],
         true,
     );
-    let fake = Fake::start(move || sse_reply(&[], &body)).await;
-    let harness = Harness::openai(fake.v1());
+    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
+    let harness = Harness::openai(fake.url("/v1"));
 
     let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
 
@@ -674,7 +500,7 @@ async fn groq_usage_under_x_groq_lands_on_the_chunk() {
     let mut last = chunk(json!({}), json!("stop"));
     last["x_groq"] = json!({"id": "req_1", "usage": {"queue_time": 0.01, "prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}});
     let body = sse(&[chunk(json!({"content": "ok"}), Value::Null), last], true);
-    let fake = Fake::start(move || sse_reply(&[], &body)).await;
+    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
     let harness = compatible(&fake, Some("gsk_test"));
 
     let stream =
@@ -683,28 +509,6 @@ async fn groq_usage_under_x_groq_lands_on_the_chunk() {
 
     assert!(error.is_none());
     assert_eq!(chunks.last().unwrap().usage, Some(Usage::new(7, 3)));
-}
-
-/// Splits `bytes` after every `\r` (so a `\r\n` is cut in two), inside every multi-byte UTF-8
-/// character, and every 5 bytes besides.
-fn awkward_pieces(bytes: &[u8]) -> Vec<Vec<u8>> {
-    let text = std::str::from_utf8(bytes).unwrap();
-    let mut cuts: Vec<usize> = (5..bytes.len()).step_by(5).collect();
-    cuts.extend(bytes.iter().enumerate().filter(|(_, b)| **b == b'\r').map(|(i, _)| i + 1));
-    cuts.extend(text.char_indices().filter(|(_, c)| c.len_utf8() > 1).map(|(i, _)| i + 1));
-    cuts.sort_unstable();
-    cuts.dedup();
-    let mut pieces = Vec::new();
-    let mut start = 0;
-    for cut in cuts.into_iter().chain([bytes.len()]) {
-        if cut > start {
-            pieces.push(bytes[start..cut].to_vec());
-            start = cut;
-        }
-    }
-    assert!(pieces.iter().any(|p| p.ends_with(b"\r")), "some piece must end between \\r and \\n");
-    assert!(pieces.iter().any(|p| std::str::from_utf8(p).is_err()), "some piece must end inside a character");
-    pieces
 }
 
 #[tokio::test]
@@ -722,9 +526,11 @@ async fn sse_split_at_awkward_places_still_reads_whole_events() {
         text.push_str(": OPENROUTER PROCESSING\r\n\r\n");
     }
     text.push_str("data: [DONE]\r\n\r\n");
-    let pieces = awkward_pieces(text.as_bytes());
-    let fake = Fake::start(move || pieces_reply(pieces.clone())).await;
-    let harness = Harness::openai(fake.v1());
+    let pieces = awkward_pieces(&text, 5);
+    assert!(pieces.iter().any(|p| p.ends_with(b"\r")), "some piece must end between \\r and \\n");
+    assert!(pieces.iter().any(|p| std::str::from_utf8(p).is_err()), "some piece must end inside a character");
+    let fake = Fake::start(move |_| pieces_reply(pieces.clone())).await;
+    let harness = Harness::openai(fake.url("/v1"));
 
     let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
 
@@ -743,8 +549,8 @@ async fn stream_that_ends_before_done_ends_with_a_transport_error() {
         ],
         false,
     );
-    let fake = Fake::start(move || sse_reply(&[], &body)).await;
-    let harness = Harness::openai(fake.v1());
+    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
+    let harness = Harness::openai(fake.url("/v1"));
 
     let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
 
@@ -758,19 +564,12 @@ async fn stream_that_ends_before_done_ends_with_a_transport_error() {
 async fn stream_whose_connection_breaks_mid_body_ends_with_a_transport_error() {
     let release = Arc::new(tokio::sync::Notify::new());
     let server_release = release.clone();
-    let fake = Fake::start(move || {
+    let fake = Fake::start(move |_| {
         let first = sse(&[chunk(json!({"content": "Hel"}), Value::Null)], false);
-        let release = server_release.clone();
-        let broken = stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(first)) }).chain(
-            stream::once(async move {
-                release.notified().await;
-                Err(std::io::Error::other("connection reset"))
-            }),
-        );
-        respond(200, &[], "text/event-stream", Body::from_stream(broken))
+        broken_reply(vec![first.into_bytes()], Some(server_release.clone()))
     })
     .await;
-    let harness = Harness::openai(fake.v1());
+    let harness = Harness::openai(fake.url("/v1"));
 
     let mut stream = harness.stream(&hello()).await.unwrap();
     let first = stream.next().await.unwrap().unwrap();
@@ -788,8 +587,8 @@ async fn error_event_inside_a_stream_ends_it_with_its_kind() {
     body.push_str(
         "event: error\ndata: {\"error\":{\"message\":\"The server had an error while processing your request.\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n",
     );
-    let fake = Fake::start(move || sse_reply(&[], &body)).await;
-    let harness = Harness::openai(fake.v1());
+    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
+    let harness = Harness::openai(fake.url("/v1"));
 
     let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
 
@@ -808,8 +607,8 @@ async fn error_chunk_with_a_numeric_code_classifies_by_that_code() {
         &[json!({"id": "gen-1", "choices": [], "error": {"code": 429, "message": "Rate limit exceeded"}})],
         false,
     ));
-    let fake = Fake::start(move || sse_reply(&[], &body)).await;
-    let harness = Harness::openai(fake.v1());
+    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
+    let harness = Harness::openai(fake.url("/v1"));
 
     let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
 
@@ -825,8 +624,8 @@ async fn stream_refused_before_it_starts_is_classified_like_a_chat() {
         json!("insufficient_quota"),
         json!("insufficient_quota"),
     );
-    let fake = Fake::start(move || json_reply(429, &[], &body)).await;
-    let harness = Harness::openai(fake.v1());
+    let fake = Fake::json(429, body).await;
+    let harness = Harness::openai(fake.url("/v1"));
 
     let error = harness.stream(&hello()).await.err().unwrap();
 
@@ -955,9 +754,9 @@ async fn server_errors_500_and_503_are_unavailable() {
 #[tokio::test]
 async fn a_502_with_an_html_body_is_unavailable() {
     let fake =
-        Fake::start(|| respond(502, &[], "text/html", Body::from("<html><h1>502 Bad Gateway</h1></html>")))
+        Fake::start(|_| respond(502, &[], "text/html", Body::from("<html><h1>502 Bad Gateway</h1></html>")))
             .await;
-    let harness = Harness::openai(fake.v1());
+    let harness = Harness::openai(fake.url("/v1"));
 
     let error = harness.chat(&hello()).await.unwrap_err();
 
@@ -980,13 +779,13 @@ async fn other_400_and_422_are_invalid_request() {
 #[tokio::test]
 async fn a_200_whose_body_does_not_parse_is_malformed_response() {
     let fake =
-        Fake::start(|| respond(200, &[], "application/json", Body::from("<html>maintenance</html>"))).await;
-    let harness = Harness::openai(fake.v1());
+        Fake::start(|_| respond(200, &[], "application/json", Body::from("<html>maintenance</html>"))).await;
+    let harness = Harness::openai(fake.url("/v1"));
     let error = harness.chat(&hello()).await.unwrap_err();
     assert_eq!((error.kind(), error.status()), (ErrorKind::MalformedResponse, Some(200)));
 
-    let fake = Fake::start(|| json_reply(200, &[], &json!({"id": "x", "object": "chat.completion"}))).await;
-    let harness = Harness::openai(fake.v1());
+    let fake = Fake::json(200, json!({"id": "x", "object": "chat.completion"})).await;
+    let harness = Harness::openai(fake.url("/v1"));
     let error = harness.chat(&hello()).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::MalformedResponse);
 }
@@ -995,24 +794,13 @@ async fn a_200_whose_body_does_not_parse_is_malformed_response() {
 /// (and runtime) that opened it, and be reused there.
 #[tokio::test]
 async fn each_thread_reuses_a_pool_of_its_own() {
-    use axum::serve::ListenerExt;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    let opened = Arc::new(AtomicUsize::new(0));
-    let count = opened.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let listener = listener.tap_io(move |_| {
-        count.fetch_add(1, Ordering::SeqCst);
-    });
-    let app = Router::new().fallback(|| async { json_reply(200, &[], &completion("hi")) });
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let harness = Arc::new(Harness::openai(format!("http://{addr}/v1")));
+    let fake = Fake::json(200, completion("hi")).await;
+    let harness = Arc::new(Harness::openai(fake.url("/v1")));
 
     for _ in 0..3 {
         harness.chat(&hello()).await.unwrap();
     }
-    assert_eq!(opened.load(Ordering::SeqCst), 1, "one connection, reused on this thread");
+    assert_eq!(fake.connections(), 1, "one connection, reused on this thread");
 
     // Another thread with a runtime of its own, as a gateway worker has.
     let other = harness.clone();
@@ -1026,15 +814,12 @@ async fn each_thread_reuses_a_pool_of_its_own() {
     })
     .await
     .unwrap();
-    assert_eq!(opened.load(Ordering::SeqCst), 2, "the other thread opened one of its own, and reused it");
+    assert_eq!(fake.connections(), 2, "the other thread opened one of its own, and reused it");
 }
 
 #[tokio::test]
 async fn connection_refused_is_transport() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
-    let harness = Harness::openai(format!("http://{addr}/v1"));
+    let harness = Harness::openai(format!("{}/v1", refused_origin().await));
 
     let error = harness.chat(&hello()).await.unwrap_err();
 
@@ -1054,31 +839,6 @@ fn rate_limited() -> Value {
 async fn retry_after_in_seconds_is_honoured() {
     let error = chat_error(429, &[("retry-after", "7")], rate_limited()).await;
     assert_eq!(error.retry_after(), Some(Duration::from_secs(7)));
-}
-
-/// IMF-fixdate of `at`, as servers write HTTP dates.
-fn http_date(at: SystemTime) -> String {
-    let seconds = at.duration_since(UNIX_EPOCH).unwrap().as_secs();
-    let (days, rest) = ((seconds / 86_400) as i64, seconds % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][days.rem_euclid(7) as usize];
-    let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-        [month as usize - 1];
-    format!(
-        "{weekday}, {day:02} {month} {year} {:02}:{:02}:{:02} GMT",
-        rest / 3600,
-        rest / 60 % 60,
-        rest % 60
-    )
 }
 
 #[tokio::test]
@@ -1121,7 +881,7 @@ async fn rate_limit_headers_reach_the_sink_on_success_error_and_stream() {
         ("x-ratelimit-reset-tokens", "6m0s"),
     ];
     let turn = Arc::new(Mutex::new(0));
-    let fake = Fake::start(move || {
+    let fake = Fake::start(move |_| {
         let mut turn = turn.lock().unwrap();
         *turn += 1;
         match *turn {
@@ -1131,7 +891,7 @@ async fn rate_limit_headers_reach_the_sink_on_success_error_and_stream() {
         }
     })
     .await;
-    let harness = Harness::openai(fake.v1());
+    let harness = Harness::openai(fake.url("/v1"));
     let sink = Recorder::default();
     let call = harness.call("gpt-4o-mini", Some(&sink));
 
@@ -1155,10 +915,10 @@ async fn rate_limit_headers_reach_the_sink_on_success_error_and_stream() {
 // Azure
 // ---------------------------------------------------------------------------------------------
 
-fn azure(fake: &Fake, api_version: Option<&str>) -> Harness {
+fn azure(fake: &Fake, api_version: Option<&str>) -> Harness<OpenAiProvider> {
     let mut settings = ProviderSettings::new(ProviderKind::Azure).base_url(fake.origin());
     settings.api_version = api_version.map(str::to_owned);
-    Harness::new(settings, Some(KEY))
+    Harness::configured(settings, Some(KEY))
 }
 
 #[tokio::test]
@@ -1168,7 +928,7 @@ async fn azure_posts_to_the_deployment_with_api_version_and_api_key() {
         "hate": {"filtered": false, "severity": "safe"}, "jailbreak": {"filtered": false, "detected": false},
         "self_harm": {"filtered": false, "severity": "safe"}, "sexual": {"filtered": false, "severity": "safe"},
         "violence": {"filtered": false, "severity": "safe"}}}]);
-    let fake = Fake::start(move || json_reply(200, &[], &answer)).await;
+    let fake = Fake::json(200, answer).await;
     let harness = azure(&fake, None);
     let mut request = hello();
     request.max_tokens = Some(50);
@@ -1187,7 +947,7 @@ async fn azure_posts_to_the_deployment_with_api_version_and_api_key() {
 
 #[tokio::test]
 async fn azure_api_version_comes_from_the_settings() {
-    let fake = Fake::start(|| json_reply(200, &[], &completion("ok"))).await;
+    let fake = Fake::json(200, completion("ok")).await;
     let harness = azure(&fake, Some("2025-01-01-preview"));
 
     harness.provider.chat(harness.call("gpt4o-prod", None), &hello()).await.unwrap();
@@ -1200,10 +960,10 @@ async fn azure_api_version_comes_from_the_settings() {
 
 #[tokio::test]
 async fn azure_v1_base_url_uses_plain_paths_with_the_deployment_as_model() {
-    let fake = Fake::start(|| json_reply(200, &[], &completion("ok"))).await;
+    let fake = Fake::json(200, completion("ok")).await;
     let settings =
         ProviderSettings::new(ProviderKind::Azure).base_url(format!("{}/openai/v1", fake.origin()));
-    let harness = Harness::new(settings, Some(KEY));
+    let harness = Harness::configured(settings, Some(KEY));
 
     harness.provider.chat(harness.call("gpt4o-prod", None), &hello()).await.unwrap();
 
@@ -1217,7 +977,7 @@ async fn azure_v1_base_url_uses_plain_paths_with_the_deployment_as_model() {
 async fn azure_finish_reason_content_filter_is_canonical_content_filter() {
     let mut answer = completion("The answer was cut");
     answer["choices"][0]["finish_reason"] = json!("content_filter");
-    let fake = Fake::start(move || json_reply(200, &[], &answer)).await;
+    let fake = Fake::json(200, answer).await;
     let harness = azure(&fake, None);
 
     let response = harness.provider.chat(harness.call("gpt4o-prod", None), &hello()).await.unwrap();
@@ -1238,7 +998,7 @@ async fn azure_streamed_content_filter_stop_skips_the_prompt_filter_chunk() {
         ],
         true,
     );
-    let fake = Fake::start(move || sse_reply(&[], &body)).await;
+    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
     let harness = azure(&fake, None);
 
     let stream = harness.provider.chat_stream(harness.call("gpt4o-prod", None), &hello()).await.unwrap();
@@ -1262,7 +1022,7 @@ async fn azure_content_filter_400_is_content_filtered() {
                 "self_harm": {"filtered": false, "severity": "safe"},
                 "sexual": {"filtered": true, "severity": "high"},
                 "violence": {"filtered": false, "severity": "safe"}}}}});
-    let fake = Fake::start(move || json_reply(400, &[], &body)).await;
+    let fake = Fake::json(400, body).await;
     let harness = azure(&fake, None);
 
     let error = harness.provider.chat(harness.call("gpt4o-prod", None), &hello()).await.unwrap_err();
@@ -1275,7 +1035,7 @@ async fn azure_content_filter_400_is_content_filtered() {
 #[tokio::test]
 async fn azure_429_with_a_numeric_string_code_is_rate_limited() {
     let body = json!({"error": {"code": "429", "message": "Requests to the ChatCompletions_Create Operation under Azure OpenAI API version 2024-08-01-preview have exceeded token rate limit of your current OpenAI S0 pricing tier. Please retry after 6 seconds."}});
-    let fake = Fake::start(move || json_reply(429, &[("retry-after", "6")], &body)).await;
+    let fake = Fake::start(move |_| json_reply(429, &[("retry-after", "6")], &body)).await;
     let harness = azure(&fake, None);
 
     let error = harness.provider.chat(harness.call("gpt4o-prod", None), &hello()).await.unwrap_err();
@@ -1288,7 +1048,7 @@ async fn azure_429_with_a_numeric_string_code_is_rate_limited() {
 async fn azure_embeddings_use_the_deployment_url() {
     let answer = json!({"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.5, -0.25]}],
         "model": "text-embedding-3-small", "usage": {"prompt_tokens": 2, "total_tokens": 2}});
-    let fake = Fake::start(move || json_reply(200, &[], &answer)).await;
+    let fake = Fake::json(200, answer).await;
     let harness = azure(&fake, None);
     let request = EmbeddingsRequest {
         model: "embed".into(),
@@ -1309,10 +1069,10 @@ async fn azure_embeddings_use_the_deployment_url() {
 // OpenAI-compatible servers
 // ---------------------------------------------------------------------------------------------
 
-fn compatible(fake: &Fake, key: Option<&str>) -> Harness {
-    let mut settings = ProviderSettings::new(ProviderKind::OpenAiCompatible).base_url(fake.v1());
+fn compatible(fake: &Fake, key: Option<&str>) -> Harness<OpenAiProvider> {
+    let mut settings = ProviderSettings::new(ProviderKind::OpenAiCompatible).base_url(fake.url("/v1"));
     settings.headers = vec![("HTTP-Referer".into(), "https://example.test".into())];
-    Harness::new(settings, key)
+    Harness::configured(settings, key)
 }
 
 #[tokio::test]
@@ -1320,7 +1080,7 @@ async fn compatible_server_without_a_key_gets_no_authorization_header() {
     // Ollama-style answer: no usage details, `tool_calls` absent, a missing `system_fingerprint`.
     let answer = json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "qwen3:8b",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}]});
-    let fake = Fake::start(move || json_reply(200, &[], &answer)).await;
+    let fake = Fake::json(200, answer).await;
     let harness = compatible(&fake, None);
     let mut request = hello();
     request.max_tokens = Some(20);
@@ -1340,7 +1100,7 @@ async fn compatible_server_without_a_key_gets_no_authorization_header() {
 
 #[tokio::test]
 async fn compatible_server_with_a_key_gets_a_bearer_token() {
-    let fake = Fake::start(|| json_reply(200, &[], &completion("ok"))).await;
+    let fake = Fake::json(200, completion("ok")).await;
     let harness = compatible(&fake, Some("gsk_local"));
 
     harness.provider.chat(harness.call("llama-3.1-8b", None), &hello()).await.unwrap();
@@ -1353,7 +1113,7 @@ async fn compatible_flat_error_bodies_are_classified() {
     // vLLM: no `error` wrapper, the code is the HTTP status as a number.
     let vllm = json!({"object": "error", "message": "This model's maximum context length is 2048 tokens. However, you requested 2723 tokens (2223 in the messages, 500 in the completion).",
         "type": "BadRequestError", "param": null, "code": 400});
-    let fake = Fake::start(move || json_reply(400, &[], &vllm)).await;
+    let fake = Fake::json(400, vllm).await;
     let harness = compatible(&fake, None);
     let error = harness.provider.chat(harness.call("m", None), &hello()).await.unwrap_err();
     assert_eq!(
@@ -1364,7 +1124,7 @@ async fn compatible_flat_error_bodies_are_classified() {
 
     // Mistral: flat, with a type and a null code.
     let mistral = json!({"object": "error", "message": "Unauthorized", "type": "invalid_request_error", "param": null, "code": null});
-    let fake = Fake::start(move || json_reply(401, &[], &mistral)).await;
+    let fake = Fake::json(401, mistral).await;
     let harness = compatible(&fake, Some("mistral-key"));
     let error = harness.provider.chat(harness.call("m", None), &hello()).await.unwrap_err();
     assert_eq!((error.kind(), error.code()), (ErrorKind::Auth, Some("invalid_request_error")));
@@ -1376,7 +1136,7 @@ async fn compatible_stream_with_keepalives_and_no_usage_ends_cleanly() {
     body.push_str(&sse(&[chunk(json!({"role": "assistant", "content": "Hi"}), Value::Null)], false));
     body.push_str(": keep-alive\n\n");
     body.push_str(&sse(&[chunk(json!({"content": "!"}), json!("stop"))], true));
-    let fake = Fake::start(move || sse_reply(&[], &body)).await;
+    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
     let harness = compatible(&fake, None);
 
     let stream = harness.provider.chat_stream(harness.call("m", None), &hello()).await.unwrap();
@@ -1391,7 +1151,7 @@ async fn compatible_stream_with_keepalives_and_no_usage_ends_cleanly() {
 async fn compatible_server_answering_a_stream_with_an_error_in_a_200_json_body_fails_classified() {
     let body = json!({"error": {"code": 400, "message": "request (36146 tokens) exceeds the available context size (32768 tokens), try increasing it",
         "type": "exceed_context_size_error", "n_prompt_tokens": 36146, "n_ctx": 32768}});
-    let fake = Fake::start(move || json_reply(200, &[], &body)).await;
+    let fake = Fake::json(200, body).await;
     let harness = compatible(&fake, None);
 
     let error = harness.provider.chat_stream(harness.call("m", None), &hello()).await.err().unwrap();
@@ -1401,7 +1161,7 @@ async fn compatible_server_answering_a_stream_with_an_error_in_a_200_json_body_f
 
 #[tokio::test]
 async fn compatible_server_answering_a_stream_with_plain_json_still_streams() {
-    let fake = Fake::start(|| json_reply(200, &[], &completion("whole answer"))).await;
+    let fake = Fake::json(200, completion("whole answer")).await;
     let harness = compatible(&fake, None);
 
     let stream = harness.provider.chat_stream(harness.call("m", None), &hello()).await.unwrap();
@@ -1436,8 +1196,8 @@ async fn embeddings_round_trip_in_input_order() {
         "model": "text-embedding-3-small",
         "usage": {"prompt_tokens": 8, "total_tokens": 8}});
     let fake =
-        Fake::start(move || json_reply(200, &[("x-ratelimit-remaining-requests", "99")], &answer)).await;
-    let harness = Harness::openai(fake.v1());
+        Fake::start(move |_| json_reply(200, &[("x-ratelimit-remaining-requests", "99")], &answer)).await;
+    let harness = Harness::openai(fake.url("/v1"));
     let request = EmbeddingsRequest {
         model: "embeddings-route".into(),
         input: EmbeddingInput::Many(vec!["text one".into(), "text two".into()]),
@@ -1476,8 +1236,8 @@ async fn embeddings_round_trip_in_input_order() {
 async fn embeddings_with_a_missing_vector_are_malformed() {
     let answer = json!({"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.1]}],
         "model": "m", "usage": {"prompt_tokens": 2, "total_tokens": 2}});
-    let fake = Fake::start(move || json_reply(200, &[], &answer)).await;
-    let harness = Harness::openai(fake.v1());
+    let fake = Fake::json(200, answer).await;
+    let harness = Harness::openai(fake.url("/v1"));
     let request = EmbeddingsRequest {
         model: "e".into(),
         input: EmbeddingInput::Many(vec!["a".into(), "b".into()]),
@@ -1503,7 +1263,7 @@ fn assert_no_key(error: &ProviderError) {
 async fn no_error_text_contains_the_key() {
     // A server that echoes the key it was sent, in every way it can fail.
     let turn = Arc::new(Mutex::new(0));
-    let fake = Fake::start(move || {
+    let fake = Fake::start(move |_| {
         let mut turn = turn.lock().unwrap();
         *turn += 1;
         let echo = format!("Incorrect API key provided: {KEY}.");
@@ -1523,7 +1283,7 @@ async fn no_error_text_contains_the_key() {
         }
     })
     .await;
-    let harness = Harness::openai(fake.v1());
+    let harness = Harness::openai(fake.url("/v1"));
 
     let errors = [
         harness.chat(&hello()).await.unwrap_err(),
@@ -1551,10 +1311,7 @@ async fn no_error_text_contains_the_key() {
             .all(|seen| seen.header("authorization") == Some(format!("Bearer {KEY}").as_str()))
     );
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
-    let refused = Harness::openai(format!("http://{addr}/v1")).chat(&hello()).await.unwrap_err();
+    let refused = Harness::openai(format!("{}/v1", refused_origin().await)).chat(&hello()).await.unwrap_err();
     assert_no_key(&refused);
 }
 
@@ -1633,10 +1390,10 @@ proptest! {
 #[tokio::test]
 async fn http2_is_spoken_with_prior_knowledge_when_configured() {
     for (http2, version) in [(false, axum::http::Version::HTTP_11), (true, axum::http::Version::HTTP_2)] {
-        let fake = Fake::start(|| json_reply(200, &[], &completion("Hi there."))).await;
-        let mut settings = ProviderSettings::new(ProviderKind::OpenAi).base_url(fake.v1());
+        let fake = Fake::json(200, completion("Hi there.")).await;
+        let mut settings = ProviderSettings::new(ProviderKind::OpenAi).base_url(fake.url("/v1"));
         settings.http.http2 = http2;
-        let harness = Harness::new(settings, Some(KEY));
+        let harness = Harness::configured(settings, Some(KEY));
         let answer = harness.chat(&ChatRequest::new("default", vec![Message::user("Hi")])).await.unwrap();
         assert_eq!(answer.text().as_deref(), Some("Hi there."), "http2: {http2}");
         assert_eq!(fake.only_request().version, version, "http2: {http2}");
@@ -1644,10 +1401,10 @@ async fn http2_is_spoken_with_prior_knowledge_when_configured() {
         let events =
             [chunk(json!({"content": "Hel"}), Value::Null), chunk(json!({"content": "lo"}), json!("stop"))];
         let text = sse(&events, true);
-        let fake = Fake::start(move || sse_reply(&[], &text)).await;
-        let mut settings = ProviderSettings::new(ProviderKind::OpenAi).base_url(fake.v1());
+        let fake = Fake::start(move |_| sse_reply(&[], &text)).await;
+        let mut settings = ProviderSettings::new(ProviderKind::OpenAi).base_url(fake.url("/v1"));
         settings.http.http2 = http2;
-        let harness = Harness::new(settings, Some(KEY));
+        let harness = Harness::configured(settings, Some(KEY));
         let mut request = ChatRequest::new("default", vec![Message::user("Hi")]);
         request.stream = true;
         let (chunks, error) = drain(harness.stream(&request).await.unwrap()).await;

@@ -4,33 +4,15 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::sync::{Arc, Mutex};
+mod support;
 
 use serde_json::{Value, json};
-use switchyard::credential::{Credential, Secret};
-use switchyard::provider::{Call, Provider};
-use switchyard::route::Timeouts;
+use support::{Caller, Fake};
+use switchyard::provider::Provider;
 use switchyard_providers::anthropic::AnthropicProvider;
 use switchyard_providers::gemini::GeminiProvider;
 use switchyard_providers::responses::{decode, encode};
 use switchyard_providers::{ProviderKind, ProviderSettings};
-
-/// A server answering every request with `answer`, keeping the last JSON body.
-async fn upstream(answer: Value) -> (String, Arc<Mutex<Value>>) {
-    let seen = Arc::new(Mutex::new(Value::Null));
-    let keep = seen.clone();
-    let app = axum::Router::new().fallback(move |axum::Json(body): axum::Json<Value>| {
-        let (keep, answer) = (keep.clone(), answer.clone());
-        async move {
-            *keep.lock().unwrap() = body;
-            axum::Json(answer)
-        }
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), seen)
-}
 
 /// The request of OpenAI's function-calling guide, one turn after the tool ran.
 fn request() -> decode::ResponsesRequest {
@@ -50,17 +32,8 @@ fn request() -> decode::ResponsesRequest {
 }
 
 async fn answer(provider: &dyn Provider, request: &decode::ResponsesRequest) -> Value {
-    let credential = Credential::new("t", provider.base_url(), Some(Secret::new("sk-upstream-0123456789")));
-    let timeouts = Timeouts::default();
-    let call = Call {
-        model: "m",
-        credential: &credential,
-        timeouts: &timeouts,
-        rate_limits: None,
-        forward: &[],
-        trace: None,
-    };
-    let response = provider.chat(call, &request.chat).await.unwrap();
+    let caller = Caller::new(provider, Some("sk-upstream-0123456789"));
+    let response = provider.chat(caller.call("m", None), &request.chat).await.unwrap();
     let meta = encode::Meta {
         id: "resp_1".to_owned(),
         created_at: 1,
@@ -74,7 +47,7 @@ async fn answer(provider: &dyn Provider, request: &decode::ResponsesRequest) -> 
 #[tokio::test]
 async fn a_tool_round_trip_reaches_anthropic_as_tool_use_and_tool_result_blocks_and_comes_back() {
     // Anthropic's documented answer: text, then a tool call.
-    let (base, seen) = upstream(json!({
+    let fake = Fake::json(200, json!({
         "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-haiku-4-5",
         "content": [{"type": "text", "text": "It is 21C. Checking Lyon too."},
                     {"type": "tool_use", "id": "toolu_2", "name": "get_weather", "input": {"city": "Lyon"}}],
@@ -83,12 +56,13 @@ async fn a_tool_round_trip_reaches_anthropic_as_tool_use_and_tool_result_blocks_
     }))
     .await;
     let provider =
-        AnthropicProvider::new(&ProviderSettings::new(ProviderKind::Anthropic).base_url(base)).unwrap();
+        AnthropicProvider::new(&ProviderSettings::new(ProviderKind::Anthropic).base_url(fake.origin()))
+            .unwrap();
     let request = request();
 
     let object = answer(&provider, &request).await;
 
-    let sent = seen.lock().unwrap().clone();
+    let sent = fake.last_request().body;
     assert_eq!(sent["system"], json!("Be brief."), "{sent}");
     assert_eq!(sent["max_tokens"], 64);
     assert_eq!(sent["tools"][0]["name"], "get_weather");
@@ -132,19 +106,19 @@ async fn a_tool_round_trip_reaches_anthropic_as_tool_use_and_tool_result_blocks_
 #[tokio::test]
 async fn a_tool_round_trip_reaches_gemini_as_function_call_and_response_parts_and_comes_back() {
     // Gemini's documented answer: a text part, finished.
-    let (base, seen) = upstream(json!({
+    let fake = Fake::json(200, json!({
         "candidates": [{"content": {"role": "model", "parts": [{"text": "It is 21C and sunny."}]}, "finishReason": "STOP", "index": 0}],
         "usageMetadata": {"promptTokenCount": 20, "candidatesTokenCount": 7, "totalTokenCount": 27},
         "modelVersion": "gemini-2.5-flash"
     }))
     .await;
-    let settings = ProviderSettings::new(ProviderKind::Gemini).base_url(format!("{base}/v1beta"));
+    let settings = ProviderSettings::new(ProviderKind::Gemini).base_url(fake.url("/v1beta"));
     let provider = GeminiProvider::new(&settings).unwrap();
     let request = request();
 
     let object = answer(&provider, &request).await;
 
-    let sent = seen.lock().unwrap().clone();
+    let sent = fake.last_request().body;
     assert_eq!(sent["systemInstruction"]["parts"][0]["text"], "Be brief.", "{sent}");
     assert_eq!(sent["generationConfig"]["maxOutputTokens"], 64);
     assert_eq!(sent["tools"][0]["functionDeclarations"][0]["name"], "get_weather");
