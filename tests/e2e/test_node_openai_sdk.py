@@ -97,3 +97,43 @@ def test_the_vercel_ai_sdks_default_provider_runs_a_tool_through_the_responses_a
     assert sent["path"].endswith("/v1/responses")
     outputs = [item for item in sent["json"]["input"] if item.get("type") == "function_call_output"]
     assert len(outputs) == 1 and "21C in Paris" in json.dumps(outputs[0]["output"])
+
+
+AI_SDK_CONVERSATION = """
+const { generateText, streamText } = require('ai');
+const { createOpenAI } = require('@ai-sdk/openai');
+const openai = createOpenAI({ baseURL: process.env.BASE_URL, apiKey: process.env.API_KEY });
+(async () => {
+  // A chat as an app keeps it: the first answer's messages, then the next question. With the
+  // provider's default store: true, earlier answers go back as item references.
+  const first = await generateText({ model: openai('default'), prompt: 'My name is Ada.' });
+  const messages = [{ role: 'user', content: 'My name is Ada.' }, ...first.response.messages,
+    { role: 'user', content: 'What is my name?' }];
+  let second;
+  if (process.env.MODE === 'generate') {
+    second = (await generateText({ model: openai('default'), messages })).text;
+  } else {
+    const pieces = [];
+    for await (const piece of streamText({ model: openai('default'), messages }).textStream) pieces.push(piece);
+    second = pieces.join('');
+  }
+  console.log(JSON.stringify({ first: first.text, second }));
+})().catch((error) => { console.error(String(error)); process.exit(1); });
+"""
+
+
+@pytest.mark.parametrize("mode", ["generate", "stream"])
+@pytest.mark.parametrize("kind", ["openai", "openai_compatible"])
+def test_a_vercel_ai_sdk_conversation_goes_on_by_item_reference(mock, gateway, mode, kind):
+    scenario = "ok~chunks=3"
+    gw = gateway(config(mock, {"a": (kind, scenario, KEY)}, {"default": "{ targets: [a:gpt-test] }"}))
+    result = node(AI_SDK_CONVERSATION, {"BASE_URL": gw.url + "/v1", "API_KEY": GATEWAY_KEY, "MODE": mode})
+    assert result == {"first": "mock answer from gpt-test", "second": "mock answer from gpt-test"}
+    # The referenced answer reached the provider in its place, as the text it was.
+    sent = mock.stats()["scenarios"][scenario]["last_request"]["json"]
+    if kind == "openai":
+        assert [item.get("role") for item in sent["input"]] == ["user", "assistant", "user"], sent["input"]
+        assert sent["input"][1]["content"][0]["text"] == "mock answer from gpt-test"
+    else:
+        assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"]
+        assert sent["messages"][1]["content"] == "mock answer from gpt-test"

@@ -273,3 +273,41 @@ def test_a_compatible_server_with_the_responses_api_is_spoken_to_natively_when_c
     assert response.output_text == "mock answer from local"
     last = mock.stats()["scenarios"]["ok"]["last_request"]
     assert last["path"].endswith("/v1/responses") and last["json"]["store"] is False
+
+
+def test_a_reasoning_servers_thinking_is_a_reasoning_item_whole_and_streamed(mock, gateway):
+    gw = one_target(mock, gateway, scenario="think~chunks=3", kind="openai_compatible")
+    sdk = client(gw)
+    response = sdk.responses.create(model="default", input="Think first.")
+    reasoning, message = response.output
+    assert (reasoning.type, [s.text for s in reasoning.summary]) == ("reasoning", ["The user wants the mock answer."])
+    assert message.type == "message" and response.output_text == "mock answer from gpt-test"
+
+    kinds, summary = [], ""
+    with sdk.responses.stream(model="default", input="Think first.") as stream:
+        for event in stream:
+            kinds.append(event.type)
+            if event.type == "response.reasoning_summary_text.delta":
+                summary += event.delta
+        final = stream.get_final_response()
+    assert summary == "The user wants the mock answer."
+    assert kinds.index("response.reasoning_summary_text.done") < kinds.index("response.output_text.delta")
+    assert [item.type for item in final.output] == ["reasoning", "message"]
+
+
+def test_reasoning_only_the_gateway_wrote_is_not_sent_to_openai_when_the_conversation_moves_there(mock, gateway):
+    # OpenAI is sent the conversation with nothing kept on its side: a reasoning item without
+    # encrypted content (here, a reasoning server's thinking) is one it could not read.
+    gw = gateway(config(
+        mock,
+        {"r1": ("openai_compatible", "think,fail500", KEY), "gpt": ("openai", "ok", KEY)},
+        {"default": "{ targets: [r1:reasoner, gpt:gpt-test], retry: { max_attempts: 1 }, health_gate: false }"},
+    ))
+    sdk = client(gw)
+    first = sdk.responses.create(model="default", input="Think first.")
+    assert first.output[0].type == "reasoning"
+    raw = sdk.responses.with_raw_response.create(model="default", previous_response_id=first.id, input="And then?")
+    assert raw.headers["x-switchyard-target"] == "gpt:gpt-test"
+    assert raw.parse().output_text == "mock answer from gpt-test"
+    items = sent(mock, "ok")["input"]
+    assert [item.get("type", "message") for item in items] == ["message", "message", "message"], items

@@ -6,6 +6,10 @@
 //! belongs to the gateway key that created it, named by a hash of the key, never the key: to
 //! another key it does not exist.
 //!
+//! Each output item of a kept response is indexed by its id, so that an `item_reference` (an
+//! item of an earlier response named by id, as the Vercel AI SDK sends a conversation) is read
+//! back whichever replica served it.
+//!
 //! With `state.redis`, entries are also kept in Redis (`switchyard_state::responses`), with
 //! the same bounds for the fleet, so that a conversation one replica served goes on through
 //! any other. Reads ask Redis first and fall back to this replica's memory when Redis does not
@@ -54,67 +58,154 @@ struct Entry {
 #[derive(Debug)]
 pub struct ResponseStore {
     inner: Mutex<Bounded<String, Entry>>,
+    /// The response each output item belongs to, by [`index_key`]: how an `item_reference`
+    /// is read back. Bounded as the entries are, with room for [`ITEMS_PER_RESPONSE`] each.
+    index: Mutex<Bounded<String, String>>,
     ids: AtomicU64,
     random: RandomState,
-    shared: Option<SharedResponses>,
+    shared: Option<Shared>,
+}
+
+/// The fleet's Redis: the entries, and the index of their items.
+#[derive(Debug)]
+struct Shared {
+    responses: SharedResponses,
+    items: SharedResponses,
+}
+
+/// Output items per response the item index makes room for.
+pub const ITEMS_PER_RESPONSE: usize = 8;
+
+/// The item index's bounds, from the entries' own.
+pub fn index_bounds(bounds: ResponsesBounds) -> ResponsesBounds {
+    ResponsesBounds {
+        max_entries: bounds.max_entries.saturating_mul(ITEMS_PER_RESPONSE),
+        max_age: bounds.max_age,
+        // An index entry is its key (the owner's hash and the item's id) and a response id.
+        max_bytes: bounds.max_entries.saturating_mul(ITEMS_PER_RESPONSE).saturating_mul(192),
+    }
+}
+
+/// The index key of item `item` of `owner`'s responses: another key's items are not found.
+fn index_key(owner: &str, item: &str) -> String {
+    format!("{owner}/{item}")
+}
+
+/// What [`ResponseStore::remember`] kept here, for [`ResponseStore::share`] to write to the
+/// fleet's Redis: the entry's JSON and the index keys of its output items.
+#[derive(Debug)]
+pub struct ToShare {
+    bytes: Vec<u8>,
+    items: Vec<String>,
+}
+
+/// The bounds of a [`Bounded`] from `bounds`: kept while younger than `max_age`, so that at
+/// `max_age` itself an entry is gone.
+fn kept(bounds: ResponsesBounds) -> Bounds {
+    Bounds {
+        max_entries: bounds.max_entries,
+        max_age: bounds.max_age.saturating_sub(Duration::from_nanos(1)),
+        max_bytes: bounds.max_bytes,
+    }
 }
 
 impl ResponseStore {
     /// An empty store with `bounds`, in memory only.
     pub fn new(bounds: ResponsesBounds) -> Self {
         Self {
-            // Kept while younger than max_age: at max_age itself an entry is gone.
-            inner: Mutex::new(Bounded::new(Bounds {
-                max_entries: bounds.max_entries,
-                max_age: bounds.max_age.saturating_sub(Duration::from_nanos(1)),
-                max_bytes: bounds.max_bytes,
-            })),
+            inner: Mutex::new(Bounded::new(kept(bounds))),
+            index: Mutex::new(Bounded::new(kept(index_bounds(bounds)))),
             ids: AtomicU64::new(0),
             random: RandomState::new(),
             shared: None,
         }
     }
 
-    /// A store that also keeps its entries in the fleet's Redis.
-    pub fn shared(bounds: ResponsesBounds, shared: SharedResponses) -> Self {
-        Self { shared: Some(shared), ..Self::new(bounds) }
+    /// A store that also keeps its entries, and the index of their items (held to
+    /// [`index_bounds`]), in the fleet's Redis.
+    pub fn shared(bounds: ResponsesBounds, responses: SharedResponses, items: SharedResponses) -> Self {
+        Self { shared: Some(Shared { responses, items }), ..Self::new(bounds) }
     }
 
     /// Keeps `stored` under `id` here and, with a fleet, in Redis (a failure there is logged:
     /// this replica still has it).
     pub async fn keep(&self, id: String, stored: Stored) {
-        if let Some(bytes) = self.remember(id.clone(), stored) {
-            self.share(&id, &bytes).await;
+        if let Some(to_share) = self.remember(id.clone(), stored) {
+            self.share(&id, &to_share).await;
         }
     }
 
-    /// Keeps `stored` under `id` in this replica's memory; with a fleet, returns the bytes to
-    /// [`share`](Self::share).
-    pub fn remember(&self, id: String, stored: Stored) -> Option<Vec<u8>> {
+    /// Keeps `stored` under `id` in this replica's memory, and indexes its output items; with
+    /// a fleet, returns what [`share`](Self::share) writes to Redis.
+    pub fn remember(&self, id: String, stored: Stored) -> Option<ToShare> {
+        let items: Vec<String> = stored.response["output"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|item| item["id"].as_str())
+            .map(|item| index_key(&stored.owner, item))
+            .collect();
         let json = serde_json::to_vec(&stored).unwrap_or_default();
-        let bytes = self.shared.as_ref().map(|_| json.clone());
-        self.put_json(id, stored.owner, json);
-        bytes
+        let to_share = self.shared.as_ref().map(|_| ToShare { bytes: json.clone(), items: items.clone() });
+        self.put_json(id.clone(), stored.owner, json);
+        let mut index = self.index.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let now = Instant::now();
+        for key in items {
+            let bytes = key.len() + id.len();
+            index.insert(key, id.clone(), bytes, now);
+        }
+        to_share
     }
 
-    /// Writes an entry [`remember`](Self::remember) returned to the fleet's Redis (a failure is
+    /// Writes what [`remember`](Self::remember) returned to the fleet's Redis (a failure is
     /// logged: this replica still has it).
-    pub async fn share(&self, id: &str, bytes: &[u8]) {
-        if let Some(shared) = &self.shared
-            && let Err(reason) = shared.put(id, bytes).await
-        {
+    pub async fn share(&self, id: &str, to_share: &ToShare) {
+        let Some(shared) = &self.shared else { return };
+        if let Err(reason) = shared.responses.put(id, &to_share.bytes).await {
             tracing::warn!(id, reason, "a response could not be kept in Redis; this replica keeps it");
             let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             if let Some(entry) = inner.get_mut(&id.to_owned()) {
                 entry.only_here = true;
             }
+            return;
         }
+        for key in &to_share.items {
+            if let Err(reason) = shared.items.put(key, id.as_bytes()).await {
+                tracing::warn!(id, reason, "a response's items could not be indexed in Redis");
+                return;
+            }
+        }
+    }
+
+    /// The output item `item` of one of `owner`'s kept responses (an `item_reference`), when
+    /// that response is still kept.
+    pub async fn item(&self, owner: &str, item: &str) -> Option<Value> {
+        let key = index_key(owner, item);
+        let from_fleet = match &self.shared {
+            Some(shared) => match shared.items.get(&key).await {
+                Ok(found) => found.and_then(|bytes| String::from_utf8(bytes).ok()),
+                Err(reason) => {
+                    tracing::warn!(item, reason, "Redis did not answer; reading this replica's item index");
+                    None
+                }
+            },
+            None => None,
+        };
+        let response = match from_fleet {
+            Some(response) => response,
+            None => {
+                let mut index = self.index.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                index.get(&key, Instant::now())?.0.clone()
+            }
+        };
+        let stored = self.find(&response, owner).await?;
+        stored.response["output"].as_array()?.iter().find(|output| output["id"] == item).cloned()
     }
 
     /// The response `id`, when it is kept (here or in the fleet's Redis) and belongs to `owner`.
     pub async fn find(&self, id: &str, owner: &str) -> Option<Arc<Stored>> {
         if let Some(shared) = &self.shared {
-            match shared.get(id).await {
+            match shared.responses.get(id).await {
                 Ok(Some(bytes)) => match serde_json::from_slice::<Stored>(&bytes) {
                     Ok(stored) => return (stored.owner == owner).then(|| Arc::new(stored)),
                     Err(error) => tracing::warn!(id, %error, "a response kept in Redis could not be read"),
@@ -140,7 +231,7 @@ impl ResponseStore {
     pub async fn forget(&self, id: &str, owner: &str) -> bool {
         let Some(found) = self.find(id, owner).await else { return false };
         if let Some(shared) = &self.shared
-            && let Err(reason) = shared.delete(id).await
+            && let Err(reason) = shared.responses.delete(id).await
         {
             tracing::warn!(id, reason, "a response could not be deleted from Redis");
         }
@@ -231,6 +322,21 @@ mod tests {
 
     fn bounds(max_entries: usize, max_age: u64, max_bytes: usize) -> ResponsesBounds {
         ResponsesBounds { max_entries, max_age: Duration::from_secs(max_age), max_bytes }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_output_item_is_found_by_its_id_for_its_owner_while_its_response_is_kept() {
+        let store = ResponseStore::new(bounds(10, 60, 1 << 20));
+        let response = json!({"id": "resp_1", "output": [
+            {"type": "reasoning", "id": "rs_1_0", "summary": []},
+            {"type": "message", "id": "msg_1_1", "role": "assistant", "content": []}]});
+        store.keep("resp_1".into(), Stored { owner: "alice".into(), response, items: Vec::new() }).await;
+        assert_eq!(store.item("alice", "msg_1_1").await.unwrap()["type"], "message");
+        assert_eq!(store.item("alice", "rs_1_0").await.unwrap()["type"], "reasoning");
+        assert!(store.item("bob", "msg_1_1").await.is_none(), "another key's items are not found");
+        assert!(store.item("alice", "msg_9").await.is_none());
+        assert!(store.delete("resp_1", "alice"));
+        assert!(store.item("alice", "msg_1_1").await.is_none(), "nor those of a deleted response");
     }
 
     #[tokio::test(start_paused = true)]

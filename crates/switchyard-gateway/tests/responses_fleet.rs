@@ -99,6 +99,44 @@ async fn a_conversation_one_replica_kept_goes_on_through_another() {
 }
 
 #[tokio::test]
+async fn an_item_one_replica_served_is_read_back_by_reference_through_another() {
+    // As the Vercel AI SDK's OpenAI provider sends a conversation (store on): the earlier
+    // answer's items named by id.
+    let redis = RedisServer::start();
+    let (upstream, seen) = upstream().await;
+    let (a, b) = (replica(upstream, &redis.url()).await, replica(upstream, &redis.url()).await);
+    let post = reqwest::Method::POST;
+    let first = json!({"model": "default", "input": "My name is Ada."});
+    let (_, response) = call(post.clone(), format!("{a}/v1/responses"), KEY, Some(first)).await;
+    let item = response["output"][0]["id"].as_str().unwrap().to_owned();
+
+    let input = json!([{"role": "user", "content": "My name is Ada."}, {"type": "item_reference", "id": item},
+        {"role": "user", "content": "My name?"}]);
+    let next = json!({"model": "default", "input": input});
+    let (status, second) = call(post.clone(), format!("{b}/v1/responses"), KEY, Some(next.clone())).await;
+    assert_eq!(status, 200, "{second}");
+    let sent = seen.lock().unwrap()[1]["messages"].clone();
+    assert_eq!(
+        sent,
+        json!([{"role": "user", "content": "My name is Ada."}, {"role": "assistant", "content": "answer 0"},
+            {"role": "user", "content": "My name?"}])
+    );
+    // Kept with its items in place, so that a continuation of it reads them too.
+    let id = second["id"].as_str().unwrap();
+    let then = json!({"model": "default", "input": "And?", "previous_response_id": id});
+    let (status, _) = call(post.clone(), format!("{a}/v1/responses"), KEY, Some(then)).await;
+    assert_eq!(status, 200);
+    assert_eq!(seen.lock().unwrap()[2]["messages"][1], json!({"role": "assistant", "content": "answer 0"}));
+
+    // Another key's reference names nothing; the refusal says which item.
+    let (status, refused) = call(post.clone(), format!("{b}/v1/responses"), OTHER, Some(next)).await;
+    assert_eq!(status, 400, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("input[1]") && message.contains(&item), "{refused}");
+    assert_eq!(seen.lock().unwrap().len(), 3, "nothing was sent upstream for the refused request");
+}
+
+#[tokio::test]
 async fn an_answer_one_replica_remembered_is_served_stale_by_another() {
     use std::sync::atomic::{AtomicBool, Ordering};
     let redis = RedisServer::start();

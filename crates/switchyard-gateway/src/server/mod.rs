@@ -99,13 +99,17 @@ impl AppState {
             recent: Recent::new(gateway.recent_requests),
             responses: match &gateway.shared_state {
                 Some(store) => {
-                    let bounds = gateway.responses;
-                    let bounds = KeptBounds {
+                    let kept = |bounds: crate::config::ResponsesBounds| KeptBounds {
                         max_entries: bounds.max_entries,
                         max_age: bounds.max_age,
                         max_bytes: bounds.max_bytes,
                     };
-                    ResponseStore::shared(gateway.responses, SharedResponses::new(store, bounds))
+                    let index = crate::responses::index_bounds(gateway.responses);
+                    ResponseStore::shared(
+                        gateway.responses,
+                        SharedResponses::new(store, kept(gateway.responses)),
+                        SharedResponses::named(store, "response_item", kept(index)),
+                    )
                 }
                 None => ResponseStore::new(gateway.responses),
             },

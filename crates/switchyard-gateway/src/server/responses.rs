@@ -37,8 +37,27 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
             Err(response) => return response,
         };
     let owner = owner_of(presented_key(&headers).filter(|_| !state.gateway.keys.is_empty()));
-    let ResponsesRequest { mut chat, previous_response_id, store, echo, items: input, body } = parsed;
+    let ResponsesRequest { mut chat, previous_response_id, store, echo, items: mut input, references, body } =
+        parsed;
     let instructions = usize::from(!echo.instructions.is_null());
+    if references {
+        // Items named by id take the place of their references; what is not kept stays a
+        // reference, which reading the input refuses by its path.
+        for item in input.iter_mut().filter(|item| decode::is_reference(item)) {
+            if let Some(id) = item["id"].as_str()
+                && let Some(found) = state.responses.item(&owner, id).await
+            {
+                *item = found;
+            }
+        }
+        match decode::messages_from_items(&input, "input") {
+            Ok(messages) => chat.messages.extend(messages),
+            Err(error) => {
+                let error = ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", error.to_string());
+                return exchange.fail(&state, error);
+            }
+        }
+    }
     // The conversation so far (kept by the gateway), then this turn's input.
     let mut items = Vec::new();
     if let Some(previous) = &previous_response_id {
@@ -124,8 +143,15 @@ struct Keep {
 /// conversation as its input, nothing for the provider to keep (`store: false`, no
 /// `previous_response_id`), and reasoning returned encrypted so that a later turn can send it
 /// back.
+///
+/// A reasoning item without `encrypted_content` is left out: with nothing kept by the
+/// provider, only the encrypted form can be read back (the gateway writes such items for the
+/// reasoning of models of other kinds, and a client may hold ones a provider kept).
 fn native_body(mut body: Map<String, Value>, items: &[Value]) -> Verbatim {
-    body.insert("input".to_owned(), Value::Array(items.to_vec()));
+    let readable = |item: &&Value| {
+        item["type"] != "reasoning" || item["encrypted_content"].as_str().is_some_and(|c| !c.is_empty())
+    };
+    body.insert("input".to_owned(), Value::Array(items.iter().filter(readable).cloned().collect()));
     body.remove("previous_response_id");
     body.insert("store".to_owned(), Value::Bool(false));
     let include = body.entry("include").or_insert_with(|| Value::Array(Vec::new()));
@@ -232,9 +258,9 @@ impl ResponsesEncoder {
         if let Some(keep) = self.keep.take() {
             let entry = keep.entry(response);
             let id = self.meta.id.clone();
-            if let Some(bytes) = self.state.responses.remember(id.clone(), entry) {
+            if let Some(to_share) = self.state.responses.remember(id.clone(), entry) {
                 let state = self.state.clone();
-                self.sharing = Some(Box::pin(async move { state.responses.share(&id, &bytes).await }));
+                self.sharing = Some(Box::pin(async move { state.responses.share(&id, &to_share).await }));
             }
         }
     }

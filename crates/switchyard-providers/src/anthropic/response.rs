@@ -90,10 +90,10 @@ pub(crate) fn to_chat_response(message: MessageResponse, origin: Dialect) -> Cha
         tool_call_id: None,
         extra: Extra::new(),
     };
-    // An OpenAI-dialect client reads the thinking as reasoning servers write it. (Its
-    // signature has no Chat Completions form: a later turn sent back through another
-    // dialect reaches Anthropic without it, as Anthropic accepts of earlier turns.)
-    if origin == Dialect::OpenAi && !reasoning.is_empty() {
+    // An OpenAI-dialect client reads the thinking as reasoning servers write it (and a
+    // Responses client as a reasoning item). Its signature has no form there: a later turn
+    // sent back through another dialect reaches Anthropic without it.
+    if matches!(origin, Dialect::OpenAi | Dialect::Responses) && !reasoning.is_empty() {
         answer.extra.insert("reasoning_content".to_owned(), Value::String(reasoning));
     }
     let mut choice_extra = Extra::new();

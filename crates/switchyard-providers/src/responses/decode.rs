@@ -8,6 +8,7 @@
 //! | `function_call` items | an assistant message's tool calls (consecutive calls join one message) |
 //! | `function_call_output` items | tool messages |
 //! | `reasoning` items | dropped: only the provider that wrote one can read it |
+//! | `item_reference` items | read once the gateway has put the items they name in their place ([`ResponsesRequest::references`]) |
 //! | `tools` (function tools), `tool_choice` | tools, tool choice |
 //! | `text.format` | `response_format` |
 //! | `max_output_tokens`, `temperature`, `top_p` | the same parameters |
@@ -40,6 +41,10 @@ pub struct ResponsesRequest {
     /// This request's own input as Responses items (a string input is one user message
     /// item): what the gateway adds to the conversation it keeps.
     pub items: Vec<Value>,
+    /// Whether `items` holds `item_reference`s: items of earlier responses named by id, for
+    /// the gateway to put in their place (see [`is_reference`]). `chat` then holds none of
+    /// the input: it is read once they are in place, with [`messages_from_items`].
+    pub references: bool,
     /// The body as the client wrote it, for a provider that speaks the Responses API.
     pub body: Map<String, Value>,
 }
@@ -103,7 +108,10 @@ pub fn request_from_json(body: Value) -> Result<ResponsesRequest, CodecError> {
         None | Some(Value::Null) => Vec::new(),
         Some(_) => return Err(CodecError::new("input", "must be a string or a list of items")),
     };
-    messages.extend(messages_from_items(&items, "input")?);
+    let references = items.iter().any(is_reference);
+    if !references {
+        messages.extend(messages_from_items(&items, "input")?);
+    }
 
     let tools_value = body.remove("tools").unwrap_or(Value::Null);
     let tools = match &tools_value {
@@ -186,7 +194,7 @@ pub fn request_from_json(body: Value) -> Result<ResponsesRequest, CodecError> {
     if let Some(key) = body.keys().next() {
         return Err(CodecError::new(key.clone(), "is not a Responses API parameter Switchyard can serve"));
     }
-    if messages.is_empty() && previous_response_id.is_none() {
+    if messages.is_empty() && !references && previous_response_id.is_none() {
         return Err(CodecError::new("input", "is required"));
     }
 
@@ -222,7 +230,14 @@ pub fn request_from_json(body: Value) -> Result<ResponsesRequest, CodecError> {
         truncation,
         user,
     };
-    Ok(ResponsesRequest { chat, previous_response_id, store, echo, items, body: original })
+    Ok(ResponsesRequest { chat, previous_response_id, store, echo, items, references, body: original })
+}
+
+/// Whether `item` is an `item_reference` (`{"type": "item_reference", "id"}`): an item of an
+/// earlier response, named by its id, as clients that keep their conversation by reference
+/// send it (the Vercel AI SDK's OpenAI provider does, by default).
+pub fn is_reference(item: &Value) -> bool {
+    item["type"] == "item_reference"
 }
 
 /// The canonical messages of Responses items (an input, or a kept conversation); `path` names
@@ -295,9 +310,12 @@ fn read_item(item: Value, path: &str, messages: &mut Vec<Message>) -> Result<(),
         // to is in the items that follow.
         "reasoning" => {}
         "item_reference" => {
+            let id = object.get("id").and_then(Value::as_str).unwrap_or_default();
             return Err(CodecError::new(
-                format!("{path}.type"),
-                "is `item_reference`; send the item itself, or continue with `previous_response_id`",
+                path,
+                format!(
+                    "`item_reference` `{id}` names no item kept here for this key (it expired, was deleted, or its response was sent with store: false); send the item itself"
+                ),
             ));
         }
         other => {
@@ -576,6 +594,19 @@ mod tests {
     }
 
     #[test]
+    fn item_references_are_left_for_the_gateway_to_put_in_place() {
+        let input = json!([{"role": "user", "content": "Hello"}, {"type": "item_reference", "id": "msg_1"}]);
+        let request =
+            request_from_json(json!({"model": "m", "input": input, "instructions": "Be brief."})).unwrap();
+        assert!(request.references);
+        assert_eq!(request.items, input.as_array().unwrap().clone());
+        assert_eq!(request.chat.messages.len(), 1, "the instructions only, until the references are read");
+        let error = messages_from_items(&request.items, "input").unwrap_err().to_string();
+        assert!(error.starts_with("`input[1]` `item_reference` `msg_1` names no item kept here"), "{error}");
+        assert!(!read(json!({"model": "m", "input": "x"})).references);
+    }
+
+    #[test]
     fn every_malformed_item_is_refused_by_its_path() {
         let cases = [
             (
@@ -587,7 +618,6 @@ mod tests {
                 "input[0].call_id",
             ),
             (json!({"input": ["hi"]}), "input[0]"),
-            (json!({"input": [{"type": "item_reference", "id": "msg_1"}]}), "input[0].type"),
             (json!({"input": [{"role": "robot", "content": "x"}]}), "input[0].role"),
             (json!({"input": "x", "tools": [{"type": "web_search"}]}), "tools[0].type"),
             (

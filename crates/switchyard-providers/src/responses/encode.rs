@@ -1,12 +1,16 @@
 //! Canonical answers as Responses objects, and canonical streams as Responses events.
 //!
-//! An answer's first choice becomes the output: a `message` item with its text
-//! (`output_text`) or refusal (`refusal`) part, then a `function_call` item per tool call.
+//! An answer's first choice becomes the output: a `reasoning` item with its reasoning as a
+//! `summary_text` when the model reasoned (Anthropic's thinking, a reasoning server's
+//! `reasoning_content`; no `encrypted_content`, which only OpenAI can write), a `message` item
+//! with its text (`output_text`) or refusal (`refusal`) part, then a `function_call` item per
+//! tool call.
 //! `finish_reason: length` is status `incomplete` with `max_output_tokens` as the reason,
 //! `content_filter` is `incomplete` with `content_filter`; anything else is `completed`.
 //!
 //! A stream is `response.created`, `response.in_progress`, then per output item
-//! `response.output_item.added`, its parts and deltas (`response.content_part.added`,
+//! `response.output_item.added`, its parts and deltas (`response.reasoning_summary_part.added`,
+//! `response.reasoning_summary_text.delta`, ... `.done`; `response.content_part.added`,
 //! `response.output_text.delta`, `response.refusal.delta`, ... `.done`;
 //! `response.function_call_arguments.delta` / `.done`), `response.output_item.done`, and at the
 //! end `response.completed` (or `response.incomplete`) with the whole response; a failure after
@@ -42,6 +46,10 @@ pub fn response_object(meta: &Meta, answer: &ChatResponse) -> (Value, Message) {
     let refusal = message.extra.get("refusal").and_then(Value::as_str).unwrap_or_default();
     let text = message.text_content().unwrap_or_default();
     let mut output = Vec::new();
+    let reasoning = message.extra.get("reasoning_content").and_then(Value::as_str).unwrap_or_default();
+    if !reasoning.is_empty() {
+        output.push(reasoning_item(&reasoning_item_id(&meta.id, 0), "completed", reasoning));
+    }
     if !text.is_empty() || !refusal.is_empty() {
         let part = if refusal.is_empty() { text_part(&text) } else { refusal_part(refusal) };
         output.push(message_item(&format!("msg_{}", meta.id), "completed", vec![part]));
@@ -166,6 +174,20 @@ fn call_item(id: &str, call_id: &str, name: &str, arguments: &str, status: &str)
     json!({ "type": "function_call", "id": id, "call_id": call_id, "name": name, "arguments": arguments, "status": status })
 }
 
+/// A `reasoning` item whose summary is `text` (none while it is empty).
+fn reasoning_item(id: &str, status: &str, text: &str) -> Value {
+    let summary = if text.is_empty() { json!([]) } else { json!([summary_part(text)]) };
+    json!({ "type": "reasoning", "id": id, "summary": summary, "status": status })
+}
+
+fn summary_part(text: &str) -> Value {
+    json!({ "type": "summary_text", "text": text })
+}
+
+fn reasoning_item_id(response_id: &str, index: usize) -> String {
+    format!("rs_{}_{index}", response_id.trim_start_matches("resp_"))
+}
+
 fn call_item_id(response_id: &str, i: usize) -> String {
     format!("fc_{}_{i}", response_id.trim_start_matches("resp_"))
 }
@@ -177,6 +199,8 @@ enum Open {
     Message { index: usize, text: Option<(usize, String)>, refusal: Option<(usize, String)>, parts: usize },
     /// A function call, canonical tool call `call`.
     Call { index: usize, call: u32, call_id: String, name: String, arguments: String },
+    /// The model's reasoning: one summary part, its text so far.
+    Reasoning { index: usize, text: String },
 }
 
 /// Canonical chunks into Responses events.
@@ -258,6 +282,9 @@ impl StreamEncoder {
             self.usage = Some(usage);
         }
         let Some(choice) = chunk.choices.iter().find(|c| c.index == 0) else { return events };
+        if let Some(reasoning) = choice.delta.reasoning_content.as_deref().filter(|t| !t.is_empty()) {
+            self.reasoning(reasoning, &mut events);
+        }
         if let Some(text) = choice.delta.content.as_deref().filter(|t| !t.is_empty()) {
             self.text(text, false, &mut events);
         }
@@ -308,6 +335,26 @@ impl StreamEncoder {
             self.finish.clone_from(&choice.finish_reason);
         }
         events
+    }
+
+    /// Reasoning into the open reasoning item, opening one (and its summary part) when needed.
+    fn reasoning(&mut self, text: &str, events: &mut Vec<Event>) {
+        if !matches!(self.open, Some(Open::Reasoning { .. })) {
+            self.close(events);
+            let index = self.output.len();
+            let item_id = reasoning_item_id(&self.meta.id, index);
+            let item = reasoning_item(&item_id, "in_progress", "");
+            self.event("response.output_item.added", json!({ "output_index": index, "item": item }), events);
+            let data = json!({ "item_id": item_id, "output_index": index, "summary_index": 0, "part": summary_part("") });
+            self.event("response.reasoning_summary_part.added", data, events);
+            self.open = Some(Open::Reasoning { index, text: String::new() });
+        }
+        let Some(Open::Reasoning { index, text: so_far }) = &mut self.open else { return };
+        so_far.push_str(text);
+        let index = *index;
+        let item_id = reasoning_item_id(&self.meta.id, index);
+        let data = json!({ "item_id": item_id, "output_index": index, "summary_index": 0, "delta": text });
+        self.event("response.reasoning_summary_text.delta", data, events);
     }
 
     /// Text (or refusal) into the open message, opening one (and the part) when needed.
@@ -388,6 +435,24 @@ impl StreamEncoder {
                 }
                 let item =
                     message_item(&item_id, "completed", parts.into_iter().map(|(_, part)| part).collect());
+                self.output.push(item.clone());
+                self.event(
+                    "response.output_item.done",
+                    json!({ "output_index": index, "item": item }),
+                    events,
+                );
+            }
+            Some(Open::Reasoning { index, text }) => {
+                let item_id = reasoning_item_id(&self.meta.id, index);
+                let at = json!({ "item_id": item_id, "output_index": index, "summary_index": 0 });
+                let with = |key: &str, value: Value| {
+                    let mut data = at.clone();
+                    data[key] = value;
+                    data
+                };
+                self.event("response.reasoning_summary_text.done", with("text", json!(text)), events);
+                self.event("response.reasoning_summary_part.done", with("part", summary_part(&text)), events);
+                let item = reasoning_item(&item_id, "completed", &text);
                 self.output.push(item.clone());
                 self.event(
                     "response.output_item.done",
@@ -507,6 +572,47 @@ mod tests {
         assert_eq!(object["usage"]["input_tokens_details"]["cached_tokens"], 0);
         assert_eq!(turn.tool_calls.len(), 1);
         assert_eq!(turn.text_content().as_deref(), Some("Checking."));
+    }
+
+    #[test]
+    fn reasoning_is_a_reasoning_item_before_the_message_whole_and_streamed() {
+        let mut answer = ChatResponse::from_text("m-1", "42.");
+        answer.choices[0].message.extra.insert("reasoning_content".into(), json!("Six times seven."));
+        let (object, _) = response_object(&meta(), &answer);
+        assert_eq!(
+            object["output"][0],
+            json!({"type": "reasoning", "id": "rs_1_0", "status": "completed",
+                   "summary": [{"type": "summary_text", "text": "Six times seven."}]})
+        );
+        assert_eq!(object["output"][1]["type"], "message");
+
+        let mut encoder = StreamEncoder::new(meta());
+        let reasoning = |text: &str| Delta { reasoning_content: Some(text.into()), ..Delta::default() };
+        let mut events = encoder.push(&chunk(reasoning("Six times "), None));
+        events.extend(encoder.push(&chunk(reasoning("seven."), None)));
+        events.extend(encoder.push(&chunk(Delta { content: Some("42.".into()), ..Delta::default() }, None)));
+        events.extend(encoder.finish());
+        let kinds: Vec<&str> = events.iter().map(|(kind, _)| *kind).collect();
+        assert_eq!(
+            kinds[2..9],
+            [
+                "response.output_item.added",
+                "response.reasoning_summary_part.added",
+                "response.reasoning_summary_text.delta",
+                "response.reasoning_summary_text.delta",
+                "response.reasoning_summary_text.done",
+                "response.reasoning_summary_part.done",
+                "response.output_item.done",
+            ]
+        );
+        assert_eq!(events[6].1["text"], "Six times seven.");
+        assert_eq!(events[8].1["item"], object["output"][0]);
+        let completed = &events.last().unwrap().1["response"];
+        assert_eq!(completed["output"][0]["summary"][0]["text"], "Six times seven.");
+        assert_eq!(completed["output"][1]["content"][0]["text"], "42.");
+        let numbers: Vec<u64> =
+            events.iter().map(|(_, data)| data["sequence_number"].as_u64().unwrap()).collect();
+        assert_eq!(numbers, (0..events.len() as u64).collect::<Vec<_>>());
     }
 
     #[test]
