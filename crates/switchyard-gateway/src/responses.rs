@@ -6,15 +6,17 @@
 //! belongs to the gateway key that created it, named by a hash of the key, never the key: to
 //! another key it does not exist.
 //!
-//! Each output item of a kept response is indexed by its id, so that an `item_reference` (an
-//! item of an earlier response named by id, as the Vercel AI SDK sends a conversation) is read
-//! back whichever replica served it.
+//! Each output item of a kept response is also kept on its own, under a hash of its owner and
+//! its id, so that an `item_reference` (an item of an earlier response named by id, as the
+//! Vercel AI SDK sends a conversation) is read back whichever replica served it, without
+//! reading the whole conversation its response holds. Deleting a response deletes its items.
 //!
 //! With `state.redis`, entries are also kept in Redis (`switchyard_state::responses`), with
 //! the same bounds for the fleet, so that a conversation one replica served goes on through
 //! any other. Reads ask Redis first and fall back to this replica's memory when Redis does not
 //! answer; writes go to both.
 
+use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,15 +60,15 @@ struct Entry {
 #[derive(Debug)]
 pub struct ResponseStore {
     inner: Mutex<Bounded<String, Entry>>,
-    /// The response each output item belongs to, by [`index_key`]: how an `item_reference`
-    /// is read back. Bounded as the entries are, with room for [`ITEMS_PER_RESPONSE`] each.
-    index: Mutex<Bounded<String, String>>,
+    /// Each kept response's output items (their JSON), by [`index_key`]: how an
+    /// `item_reference` is read back. Held to [`index_bounds`].
+    index: Mutex<Bounded<String, Box<[u8]>>>,
     ids: AtomicU64,
     random: RandomState,
     shared: Option<Shared>,
 }
 
-/// The fleet's Redis: the entries, and the index of their items.
+/// The fleet's Redis: the entries, and their items.
 #[derive(Debug)]
 struct Shared {
     responses: SharedResponses,
@@ -74,30 +76,46 @@ struct Shared {
 }
 
 /// Output items per response the item index makes room for.
-pub const ITEMS_PER_RESPONSE: usize = 8;
+pub const ITEMS_PER_RESPONSE: usize = 16;
 
-/// The item index's bounds, from the entries' own.
+/// The item index's bounds, from the entries' own: as old, room for [`ITEMS_PER_RESPONSE`]
+/// items per entry, and as many bytes again as the entries (an item is held twice: in its
+/// response, and on its own).
 pub fn index_bounds(bounds: ResponsesBounds) -> ResponsesBounds {
     ResponsesBounds {
         max_entries: bounds.max_entries.saturating_mul(ITEMS_PER_RESPONSE),
         max_age: bounds.max_age,
-        // An index entry is its key (the owner's hash and the item's id) and a response id.
-        max_bytes: bounds.max_entries.saturating_mul(ITEMS_PER_RESPONSE).saturating_mul(192),
+        max_bytes: bounds.max_bytes,
     }
 }
 
-/// The index key of item `item` of `owner`'s responses: another key's items are not found.
+/// The index key of item `item` of `owner`'s responses: a hash of both, so that another key's
+/// items are not found, and a key name in Redis says neither whose nor which item it is.
 fn index_key(owner: &str, item: &str) -> String {
-    format!("{owner}/{item}")
+    CredentialId::derive("responses", "item", Some(&Secret::new(format!("{owner}/{item}"))))
+        .as_str()
+        .to_owned()
 }
 
 /// What [`ResponseStore::remember`] kept here, for [`ResponseStore::share`] to write to the
-/// fleet's Redis: the entry's JSON and the index keys of its output items.
+/// fleet's Redis: the entry's JSON, and its output items' index keys and JSON.
 #[derive(Debug)]
 pub struct ToShare {
     bytes: Vec<u8>,
-    items: Vec<String>,
+    items: Vec<(String, Vec<u8>)>,
 }
+
+/// Why the items a request references cannot be read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unreadable {
+    /// More references than [`MAX_REFERENCES`].
+    TooMany,
+    /// The items they name add up to more bytes than the request may carry.
+    TooLarge,
+}
+
+/// The most `item_reference`s one request may hold.
+pub const MAX_REFERENCES: usize = 4096;
 
 /// The bounds of a [`Bounded`] from `bounds`: kept while younger than `max_age`, so that at
 /// `max_age` itself an entry is gone.
@@ -138,21 +156,17 @@ impl ResponseStore {
     /// Keeps `stored` under `id` in this replica's memory, and indexes its output items; with
     /// a fleet, returns what [`share`](Self::share) writes to Redis.
     pub fn remember(&self, id: String, stored: Stored) -> Option<ToShare> {
-        let items: Vec<String> = stored.response["output"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|item| item["id"].as_str())
-            .map(|item| index_key(&stored.owner, item))
-            .collect();
+        let items = output_items(&stored);
         let json = serde_json::to_vec(&stored).unwrap_or_default();
         let to_share = self.shared.as_ref().map(|_| ToShare { bytes: json.clone(), items: items.clone() });
-        self.put_json(id.clone(), stored.owner, json);
+        if !self.put_json(id, stored.owner, json) {
+            return None;
+        }
         let mut index = self.index.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let now = Instant::now();
-        for key in items {
-            let bytes = key.len() + id.len();
-            index.insert(key, id.clone(), bytes, now);
+        for (key, item) in items {
+            let bytes = key.len() + item.len();
+            index.insert(key, item.into_boxed_slice(), bytes, now);
         }
         to_share
     }
@@ -169,37 +183,63 @@ impl ResponseStore {
             }
             return;
         }
-        for key in &to_share.items {
-            if let Err(reason) = shared.items.put(key, id.as_bytes()).await {
-                tracing::warn!(id, reason, "a response's items could not be indexed in Redis");
+        for (key, item) in &to_share.items {
+            if let Err(reason) = shared.items.put(key, item).await {
+                tracing::warn!(id, reason, "a response's items could not be kept in Redis");
                 return;
             }
         }
     }
 
-    /// The output item `item` of one of `owner`'s kept responses (an `item_reference`), when
-    /// that response is still kept.
-    pub async fn item(&self, owner: &str, item: &str) -> Option<Value> {
-        let key = index_key(owner, item);
-        let from_fleet = match &self.shared {
-            Some(shared) => match shared.items.get(&key).await {
-                Ok(found) => found.and_then(|bytes| String::from_utf8(bytes).ok()),
-                Err(reason) => {
-                    tracing::warn!(item, reason, "Redis did not answer; reading this replica's item index");
-                    None
+    /// The output items of `owner`'s kept responses that `ids` name (an `item_reference`
+    /// each), in order, `None` for one not kept. Each distinct id is read once; after Redis
+    /// fails to answer once, only this replica's memory is read. At most
+    /// [`MAX_REFERENCES`] ids, and items of `max_bytes` together.
+    pub async fn items(
+        &self,
+        owner: &str,
+        ids: &[&str],
+        max_bytes: usize,
+    ) -> Result<Vec<Option<Value>>, Unreadable> {
+        if ids.len() > MAX_REFERENCES {
+            return Err(Unreadable::TooMany);
+        }
+        // Each distinct item once: its value and its size as JSON.
+        let mut read: HashMap<&str, Option<(Value, usize)>> = HashMap::new();
+        let (mut fleet, mut bytes) = (self.shared.as_ref(), 0usize);
+        let mut found = Vec::with_capacity(ids.len());
+        for &id in ids {
+            if !read.contains_key(id) {
+                let key = index_key(owner, id);
+                let mut json = None;
+                if let Some(shared) = fleet {
+                    match shared.items.get(&key).await {
+                        Ok(kept) => json = kept,
+                        Err(reason) => {
+                            tracing::warn!(reason, "Redis did not answer; reading this replica's items");
+                            fleet = None;
+                        }
+                    }
                 }
-            },
-            None => None,
-        };
-        let response = match from_fleet {
-            Some(response) => response,
-            None => {
-                let mut index = self.index.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                index.get(&key, Instant::now())?.0.clone()
+                let item = json.or_else(|| self.local_item(&key)).and_then(|json| {
+                    serde_json::from_slice::<Value>(&json).ok().map(|value| (value, json.len()))
+                });
+                read.insert(id, item);
             }
-        };
-        let stored = self.find(&response, owner).await?;
-        stored.response["output"].as_array()?.iter().find(|output| output["id"] == item).cloned()
+            let item = read[id].as_ref();
+            bytes = bytes.saturating_add(item.map_or(0, |(_, size)| *size));
+            if bytes > max_bytes {
+                return Err(Unreadable::TooLarge);
+            }
+            found.push(item.map(|(value, _)| value.clone()));
+        }
+        Ok(found)
+    }
+
+    /// The item under index key `key` in this replica's memory.
+    fn local_item(&self, key: &str) -> Option<Vec<u8>> {
+        let mut index = self.index.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        index.get(&key.to_owned(), Instant::now()).map(|(json, _)| json.to_vec())
     }
 
     /// The response `id`, when it is kept (here or in the fleet's Redis) and belongs to `owner`.
@@ -230,12 +270,23 @@ impl ResponseStore {
     /// Forgets the response `id` here and in the fleet's Redis; whether it was kept for `owner`.
     pub async fn forget(&self, id: &str, owner: &str) -> bool {
         let Some(found) = self.find(id, owner).await else { return false };
-        if let Some(shared) = &self.shared
-            && let Err(reason) = shared.responses.delete(id).await
-        {
-            tracing::warn!(id, reason, "a response could not be deleted from Redis");
+        let items = output_items(&found);
+        if let Some(shared) = &self.shared {
+            if let Err(reason) = shared.responses.delete(id).await {
+                tracing::warn!(id, reason, "a response could not be deleted from Redis");
+            }
+            for (key, _) in &items {
+                if let Err(reason) = shared.items.delete(key).await {
+                    tracing::warn!(id, reason, "a response's items could not be deleted from Redis");
+                    break;
+                }
+            }
         }
         self.delete(id, &found.owner);
+        let mut index = self.index.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for (key, _) in items {
+            index.remove(&key);
+        }
         true
     }
 
@@ -254,13 +305,16 @@ impl ResponseStore {
         self.put_json(id, stored.owner, json);
     }
 
-    fn put_json(&self, id: String, owner: String, json: Vec<u8>) {
+    /// Keeps `json` under `id`; `false` when it is larger than the byte bound alone.
+    fn put_json(&self, id: String, owner: String, json: Vec<u8>) -> bool {
         let bytes = json.len() + owner.len();
         let entry = Entry { owner, json: json.into_boxed_slice(), only_here: false };
         let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if !inner.insert(id.clone(), entry, bytes, Instant::now()) {
+        let kept = inner.insert(id.clone(), entry, bytes, Instant::now());
+        if !kept {
             tracing::warn!(id, bytes, "a response larger than gateway.responses.max_bytes is not kept");
         }
+        kept
     }
 
     /// The response `id`, when it is kept and belongs to `owner`.
@@ -298,6 +352,16 @@ impl ResponseStore {
     }
 }
 
+/// The output items of `stored` that have an id: their index keys and JSON.
+fn output_items(stored: &Stored) -> Vec<(String, Vec<u8>)> {
+    let output = stored.response["output"].as_array().into_iter().flatten();
+    output
+        .filter_map(|item| {
+            Some((index_key(&stored.owner, item["id"].as_str()?), serde_json::to_vec(item).ok()?))
+        })
+        .collect()
+}
+
 /// The owner name of a gateway key: a hash, never the key.
 pub fn owner_of(key: Option<&str>) -> String {
     key.map(|key| CredentialId::derive("gateway", "responses", Some(&Secret::new(key))).as_str().to_owned())
@@ -325,18 +389,54 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_output_item_is_found_by_its_id_for_its_owner_while_its_response_is_kept() {
+    async fn output_items_are_read_back_by_id_for_their_owner_until_their_response_is_deleted() {
         let store = ResponseStore::new(bounds(10, 60, 1 << 20));
         let response = json!({"id": "resp_1", "output": [
             {"type": "reasoning", "id": "rs_1_0", "summary": []},
             {"type": "message", "id": "msg_1_1", "role": "assistant", "content": []}]});
         store.keep("resp_1".into(), Stored { owner: "alice".into(), response, items: Vec::new() }).await;
-        assert_eq!(store.item("alice", "msg_1_1").await.unwrap()["type"], "message");
-        assert_eq!(store.item("alice", "rs_1_0").await.unwrap()["type"], "reasoning");
-        assert!(store.item("bob", "msg_1_1").await.is_none(), "another key's items are not found");
-        assert!(store.item("alice", "msg_9").await.is_none());
-        assert!(store.delete("resp_1", "alice"));
-        assert!(store.item("alice", "msg_1_1").await.is_none(), "nor those of a deleted response");
+        let found = store.items("alice", &["msg_1_1", "rs_1_0", "msg_9", "msg_1_1"], 1 << 20).await.unwrap();
+        let kinds: Vec<_> = found.iter().map(|item| item.as_ref().map(|item| item["type"].clone())).collect();
+        assert_eq!(kinds, [Some(json!("message")), Some(json!("reasoning")), None, Some(json!("message"))]);
+        assert_eq!(
+            store.items("bob", &["msg_1_1"], 1 << 20).await.unwrap(),
+            [None],
+            "another key's items are not found"
+        );
+
+        // What references may read back is bounded: in count, and in bytes (each use counts).
+        let many = vec!["msg_1_1"; MAX_REFERENCES + 1];
+        assert_eq!(store.items("alice", &many, usize::MAX).await, Err(Unreadable::TooMany));
+        let one = serde_json::to_vec(&found[0]).unwrap().len();
+        assert!(store.items("alice", &["msg_1_1", "msg_1_1"], 2 * one).await.is_ok());
+        assert_eq!(
+            store.items("alice", &["msg_1_1", "msg_1_1"], 2 * one - 1).await,
+            Err(Unreadable::TooLarge)
+        );
+
+        assert!(store.forget("resp_1", "alice").await);
+        assert_eq!(
+            store.items("alice", &["msg_1_1"], 1 << 20).await.unwrap(),
+            [None],
+            "nor a deleted response's"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_items_of_a_response_too_large_to_keep_are_not_kept_either() {
+        let item = json!({"type": "message", "id": "msg_1_0", "content": "x".repeat(100)});
+        // Room for the item (and its index key) on its own, not for the entry that holds it.
+        let room = serde_json::to_vec(&item).unwrap().len() + 32;
+        let stored = Stored {
+            owner: "alice".into(),
+            response: json!({"id": "resp_1", "output": [item]}),
+            items: Vec::new(),
+        };
+        assert!(serde_json::to_vec(&stored).unwrap().len() > room);
+        let store = ResponseStore::new(bounds(10, 60, room));
+        store.keep("resp_1".into(), stored).await;
+        assert!(store.get("resp_1", "alice").is_none());
+        assert_eq!(store.items("alice", &["msg_1_0"], 1 << 20).await.unwrap(), [None]);
     }
 
     #[tokio::test(start_paused = true)]

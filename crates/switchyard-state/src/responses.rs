@@ -22,6 +22,8 @@ const PUT: &str = r#"
 local base, id, value = ARGV[1], ARGV[2], ARGV[3]
 local max_entries, max_age, max_bytes = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local entry = ARGV[7]
+-- Larger than the byte bound alone: kept nowhere, and nothing else is dropped for it.
+if string.len(value) > max_bytes then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local order, sizes, total = base, base .. ':size', base .. ':bytes'
@@ -130,7 +132,8 @@ impl SharedResponses {
         }
     }
 
-    /// Keeps `value` under `id`, making room as the bounds say.
+    /// Keeps `value` under `id`, making room as the bounds say; an error, with nothing else
+    /// dropped, when it is larger than the byte bound alone.
     pub async fn put(&self, id: &str, value: &[u8]) -> Result<(), String> {
         let mut conn = self.connection().await?;
         let bounds = self.bounds;
@@ -143,7 +146,14 @@ impl SharedResponses {
             .arg(bounds.max_age.as_millis().max(1) as u64)
             .arg(bounds.max_bytes)
             .arg(&self.entry);
-        self.bounded(invocation.invoke_async::<i64>(&mut conn)).await.map(|_| ())
+        match self.bounded(invocation.invoke_async::<i64>(&mut conn)).await? {
+            0 => Err(format!(
+                "{} bytes is more than the fleet's byte bound, {}",
+                value.len(),
+                bounds.max_bytes
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The entry `id`, when it is kept.

@@ -56,6 +56,11 @@ async fn the_oldest_entries_of_the_fleet_go_first_when_the_count_or_the_bytes_ar
     a.put("resp_7", b"yy").await.unwrap();
     assert_eq!(redis.cli(&["ZCARD", "switchyard:responses"]).trim(), "3");
     assert_eq!(a.get("resp_7").await.unwrap().as_deref(), Some(&b"yy"[..]));
+    // One larger than the byte bound alone is refused, and drops nothing to make room.
+    let refused = a.put("resp_8", &[b'z'; 26]).await.unwrap_err();
+    assert!(refused.contains("byte bound"), "{refused}");
+    assert_eq!(a.get("resp_8").await.unwrap(), None);
+    assert_eq!(redis.cli(&["ZCARD", "switchyard:responses"]).trim(), "3");
 }
 
 #[tokio::test]

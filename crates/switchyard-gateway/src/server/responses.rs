@@ -13,7 +13,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
-use switchyard::chat::{ChatChunk, Dialect as ChatDialect, Verbatim};
+use switchyard::chat::{ChatChunk, Dialect as ChatDialect, Message, Verbatim};
 use switchyard::{ErrorKind, ProviderError};
 use switchyard_providers::responses::decode::{self, ResponsesRequest};
 use switchyard_providers::responses::encode::{self, Meta, StreamEncoder};
@@ -23,7 +23,7 @@ use super::{
     ApiError, AppState, Delivered, Dialect, accept, add_usage_metrics, answered, authorized, presented_key,
     route_failed, unauthorized, unix_now,
 };
-use crate::responses::{Stored, owner_of};
+use crate::responses::{MAX_REFERENCES, Stored, Unreadable, owner_of};
 
 pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     let parse = |bytes: &Bytes| {
@@ -41,21 +41,9 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
         parsed;
     let instructions = usize::from(!echo.instructions.is_null());
     if references {
-        // Items named by id take the place of their references; what is not kept stays a
-        // reference, which reading the input refuses by its path.
-        for item in input.iter_mut().filter(|item| decode::is_reference(item)) {
-            if let Some(id) = item["id"].as_str()
-                && let Some(found) = state.responses.item(&owner, id).await
-            {
-                *item = found;
-            }
-        }
-        match decode::messages_from_items(&input, "input") {
+        match read_references(&state, &owner, &mut input).await {
             Ok(messages) => chat.messages.extend(messages),
-            Err(error) => {
-                let error = ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", error.to_string());
-                return exchange.fail(&state, error);
-            }
+            Err(error) => return exchange.fail(&state, error),
         }
     }
     // The conversation so far (kept by the gateway), then this turn's input.
@@ -130,6 +118,36 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
         }
         Err(error) => route_failed(&state, &exchange, error),
     }
+}
+
+/// Puts the items `input`'s references name in their place (a reference to an item not kept
+/// for `owner` stays, and is refused by its path), and reads the input's messages. The items
+/// read back may add up to `gateway.max_body`, what the client could have sent itself.
+async fn read_references(
+    state: &AppState,
+    owner: &str,
+    input: &mut [Value],
+) -> Result<Vec<Message>, ApiError> {
+    let bad = |message: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message);
+    let positions: Vec<usize> = (0..input.len()).filter(|&i| decode::is_reference(&input[i])).collect();
+    let ids: Vec<String> =
+        positions.iter().map(|&i| input[i]["id"].as_str().unwrap_or_default().to_owned()).collect();
+    let names: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let found = state.responses.items(owner, &names, state.gateway.max_body).await.map_err(|why| {
+        bad(match why {
+            Unreadable::TooMany => format!("input holds more than {MAX_REFERENCES} item references"),
+            Unreadable::TooLarge => format!(
+                "the items input references add up to more than gateway.max_body ({} bytes)",
+                state.gateway.max_body
+            ),
+        })
+    })?;
+    for (position, item) in positions.into_iter().zip(found) {
+        if let Some(item) = item {
+            input[position] = item;
+        }
+    }
+    decode::messages_from_items(input, "input").map_err(|error| bad(error.to_string()))
 }
 
 /// What is kept of a response once it is whole: whose it is, and the conversation before its

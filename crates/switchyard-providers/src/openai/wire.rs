@@ -578,6 +578,20 @@ struct MessageIn {
     extra: Extra,
 }
 
+/// A message's unmodelled fields, with a reasoning server's thinking under the name the
+/// gateway writes (`reasoning_content`, as DeepSeek and vLLM send it) when it came as
+/// `reasoning` (OpenRouter, Ollama). The field as sent stays too: a client of this dialect gets
+/// what the server wrote.
+fn reasoning_named_once(mut extra: Extra) -> Extra {
+    if !extra.contains_key("reasoning_content")
+        && let Some(Value::String(reasoning)) = extra.get("reasoning")
+    {
+        let reasoning = Value::String(reasoning.clone());
+        extra.insert("reasoning_content".to_owned(), reasoning);
+    }
+    extra
+}
+
 deserialize_with_extra!(MessageIn {
     "role" => role: OrDefault,
     "content" => content: OrDefault,
@@ -703,7 +717,7 @@ impl ResponseIn {
                         name: message.name,
                         tool_calls,
                         tool_call_id: None,
-                        extra: message.extra,
+                        extra: reasoning_named_once(message.extra),
                     },
                     finish_reason,
                     extra: choice.extra,
@@ -803,6 +817,25 @@ mod tests {
         let response = parse_response(answer.to_string().as_bytes(), None).unwrap();
         assert_eq!(response.choices[0].finish_reason, Some(FinishReason::Stop));
         assert_eq!(response.choices[0].message.extra["refusal"], json!("I can't help with that."));
+    }
+
+    #[test]
+    fn a_reasoning_servers_thinking_is_read_under_either_name() {
+        let answer = |message: Value| {
+            let body =
+                json!({"id": "x", "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]});
+            parse_response(body.to_string().as_bytes(), None).unwrap().choices[0].message.extra.clone()
+        };
+        let ollama = answer(json!({"role": "assistant", "content": "42", "reasoning": "Six times seven."}));
+        assert_eq!(
+            (&ollama["reasoning_content"], &ollama["reasoning"]),
+            (&json!("Six times seven."), &json!("Six times seven."))
+        );
+        let deepseek = answer(
+            json!({"role": "assistant", "content": "42", "reasoning_content": "Six sevens.", "reasoning": {"x": 1}}),
+        );
+        assert_eq!(deepseek["reasoning_content"], "Six sevens.");
+        assert!(!answer(json!({"role": "assistant", "content": "42"})).contains_key("reasoning_content"));
     }
 
     #[test]

@@ -237,7 +237,11 @@ pub fn request_from_json(body: Value) -> Result<ResponsesRequest, CodecError> {
 /// earlier response, named by its id, as clients that keep their conversation by reference
 /// send it (the Vercel AI SDK's OpenAI provider does, by default).
 pub fn is_reference(item: &Value) -> bool {
+    // `type` is optional on a reference: an object with an `id` and neither `type` nor `role`.
     item["type"] == "item_reference"
+        || item
+            .as_object()
+            .is_some_and(|o| o.contains_key("id") && !o.contains_key("type") && !o.contains_key("role"))
 }
 
 /// The canonical messages of Responses items (an input, or a kept conversation); `path` names
@@ -271,6 +275,8 @@ fn read_item(item: Value, path: &str, messages: &mut Vec<Message>) -> Result<(),
         Some(Value::String(kind)) => kind.as_str(),
         // An easy input message: `{"role", "content"}`.
         None if object.contains_key("role") => "message",
+        // A reference may leave out its type.
+        None if object.contains_key("id") => "item_reference",
         Some(_) => return Err(CodecError::new(format!("{path}.type"), "must be a string")),
         None => return Err(CodecError::new(format!("{path}.type"), "is required")),
     };
@@ -595,6 +601,8 @@ mod tests {
 
     #[test]
     fn item_references_are_left_for_the_gateway_to_put_in_place() {
+        assert!(is_reference(&json!({"id": "msg_2"})), "`type` is optional on a reference");
+        assert!(!is_reference(&json!({"id": "msg_2", "role": "assistant", "content": "x"})));
         let input = json!([{"role": "user", "content": "Hello"}, {"type": "item_reference", "id": "msg_1"}]);
         let request =
             request_from_json(json!({"model": "m", "input": input, "instructions": "Be brief."})).unwrap();
