@@ -36,7 +36,9 @@
 //!   `frequency_penalty`, `presence_penalty` and `top_k` are translated; `user`, `metadata`,
 //!   `stream_options`, `parallel_tool_calls`, `store`, `n: 1` and explicit nulls are ignored as
 //!   harmless; any other field is `invalid_request` naming it.
-//! - Answers: text parts are joined (thought summaries are left out); `functionCall` parts become
+//! - Answers: text parts are joined; thought summaries (`thought: true` parts, sent with
+//!   `includeThoughts`) are the answer's reasoning (`reasoning_content`, streamed as
+//!   `Delta::reasoning_content`); `functionCall` parts become
 //!   tool calls with Gemini's own `id` when it sends one, otherwise `call_<n>`; `STOP` with tool
 //!   calls reads as `tool_calls` (Gemini has no such reason), `MAX_TOKENS` as `length`, the
 //!   safety reasons as `content_filter`, anything else is kept verbatim. A prompt blocked by

@@ -335,6 +335,8 @@ async fn text_answer_and_usage_are_translated() {
     let fake = Fake::json(200, answer).await;
     let response = chat(&fake, &hello()).await.unwrap();
     assert_eq!(response.text().as_deref(), Some("1+1 equals 2."));
+    // The thought summary is the answer's reasoning, apart from its text.
+    assert_eq!(response.choices[0].message.extra["reasoning_content"], "thinking about sums");
     assert_eq!(response.id, "Il0taoSYJ5Cez7");
     assert_eq!(response.model, "gemini-2.5-flash");
     assert_eq!(response.choices.len(), 1);
@@ -474,6 +476,24 @@ async fn streamed_text_split_at_awkward_places_arrives_whole_with_one_finish() {
         Some(Usage { prompt_tokens: 9, completion_tokens: 5, total_tokens: 14, ..Usage::default() })
     );
     assert!(chunks.iter().all(|c| c.id == "JPozaonvK7yzvdIPrJ7FyAk" && c.model == "gemini-2.5-flash"));
+}
+
+#[tokio::test]
+async fn streamed_thought_summaries_are_reasoning_that_commits_the_stream() {
+    let body = sse(&[
+        stream_event(json!([{ "text": "Adding up.", "thought": true }]), None, early_usage()),
+        stream_event(json!([{ "text": "2" }]), Some("STOP"), final_usage()),
+    ]);
+    let fake = streaming(&body).await;
+
+    let chunks = ok_chunks(stream(&fake, &hello()).await.unwrap());
+
+    let thinking =
+        chunks.iter().find(|c| c.choices.iter().any(|c| c.delta.reasoning_content.is_some())).unwrap();
+    assert_eq!(thinking.choices[0].delta.reasoning_content.as_deref(), Some("Adding up."));
+    assert_eq!(thinking.choices[0].delta.content, None, "a thought is not the answer's text");
+    assert!(thinking.has_content(), "a thinking model is answering: its first-byte wait is over");
+    assert_eq!(text_of(&chunks), "2");
 }
 
 #[tokio::test]

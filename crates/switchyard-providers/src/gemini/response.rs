@@ -29,14 +29,25 @@ pub(super) fn finish_reason(reason: &str, has_tool_calls: bool) -> FinishReason 
     }
 }
 
-/// The text and the tool calls of a candidate. Tool-call ids are Gemini's when it sends them,
-/// else `call_<n>` with `n` counted by `next_id` across the whole answer.
-pub(super) fn read_parts(parts: &[Part], next_id: &mut u32) -> (String, Vec<ToolCall>) {
-    let mut text = String::new();
+/// What one candidate's parts say.
+#[derive(Debug, Default)]
+pub(super) struct Read {
+    /// The answer's text.
+    pub(super) text: String,
+    /// Its thought summaries (`thought: true` parts, sent when `includeThoughts` is set).
+    pub(super) thoughts: String,
+    /// Its function calls.
+    pub(super) calls: Vec<ToolCall>,
+}
+
+/// The text, thoughts and tool calls of a candidate. Tool-call ids are Gemini's when it sends
+/// them, else `call_<n>` with `n` counted by `next_id` across the whole answer.
+pub(super) fn read_parts(parts: &[Part], next_id: &mut u32) -> Read {
+    let (mut text, mut thoughts) = (String::new(), String::new());
     let mut calls = Vec::new();
     for part in parts {
-        if let Some(piece) = part.text.as_deref().filter(|_| !part.thought) {
-            text.push_str(piece);
+        if let Some(piece) = part.text.as_deref() {
+            if part.thought { thoughts.push_str(piece) } else { text.push_str(piece) }
         }
         if let Some(call) = &part.function_call {
             let id = call.id.clone().filter(|id| !id.is_empty()).unwrap_or_else(|| format!("call_{next_id}"));
@@ -49,7 +60,7 @@ pub(super) fn read_parts(parts: &[Part], next_id: &mut u32) -> (String, Vec<Tool
             });
         }
     }
-    (text, calls)
+    Read { text, thoughts, calls }
 }
 
 /// Seconds since the Unix epoch, for `created`: Gemini does not say when it answered.
@@ -82,13 +93,18 @@ pub(super) fn chat_response(
     let mut next_id = 0;
     for (position, candidate) in answer.candidates.iter().enumerate() {
         let parts = candidate.content.as_ref().map_or(&[][..], |content| &content.parts[..]);
-        let (text, tool_calls) = read_parts(parts, &mut next_id);
+        let Read { text, thoughts, calls: tool_calls } = read_parts(parts, &mut next_id);
         let finish = candidate.finish_reason.as_deref().map(|r| finish_reason(r, !tool_calls.is_empty()));
         let content =
             if text.is_empty() && !tool_calls.is_empty() { None } else { Some(Content::Text(text)) };
+        let mut message = Message { content, tool_calls, ..Message::assistant("") };
+        // As reasoning servers write it, for OpenAI-dialect and Responses clients.
+        if !thoughts.is_empty() {
+            message.extra.insert("reasoning_content".to_owned(), Value::String(thoughts));
+        }
         choices.push(Choice {
             index: candidate.index.unwrap_or(u32::try_from(position).unwrap_or(u32::MAX)),
-            message: Message { content, tool_calls, ..Message::assistant("") },
+            message,
             finish_reason: finish,
             extra: Extra::new(),
         });

@@ -15,7 +15,7 @@ use switchyard::chat::{
 use switchyard::{ErrorKind, ProviderError};
 
 use super::classify::{Redactor, classify_google_error, parse_google_error};
-use super::response::{finish_reason, read_parts, unix_now};
+use super::response::{Read, finish_reason, read_parts, unix_now};
 use super::wire::{Candidate, GenerateContentResponse, UsageMetadata};
 use crate::http;
 use crate::sse::{SseEvent, SseStream};
@@ -192,7 +192,7 @@ impl<S> GeminiChunks<S> {
     fn on_candidate(&mut self, candidate: &Candidate) -> (Option<ChunkChoice>, Option<ChunkChoice>) {
         let index = candidate.index.unwrap_or(0);
         let parts = candidate.content.as_ref().map_or(&[][..], |content| &content.parts[..]);
-        let (text, calls) = read_parts(parts, &mut self.next_id);
+        let Read { text, thoughts, calls } = read_parts(parts, &mut self.next_id);
         let seen = self.tool_calls_seen(index);
         let deltas: Vec<ToolCallDelta> = calls
             .into_iter()
@@ -210,11 +210,12 @@ impl<S> GeminiChunks<S> {
         *seen += u32::try_from(deltas.len()).unwrap_or(u32::MAX);
         let had_tool_calls = *seen > 0;
         let mut delta = None;
-        if !text.is_empty() || !deltas.is_empty() {
+        if !text.is_empty() || !thoughts.is_empty() || !deltas.is_empty() {
             let text = (!text.is_empty()).then_some(text);
+            let reasoning_content = (!thoughts.is_empty()).then_some(thoughts);
             delta = Some(ChunkChoice {
                 index,
-                delta: Delta { content: text, tool_calls: deltas, ..Delta::default() },
+                delta: Delta { content: text, tool_calls: deltas, reasoning_content, ..Delta::default() },
                 finish_reason: None,
             });
         }
