@@ -291,6 +291,10 @@ async fn three_replicas_share_one_memory_and_survive_redis_going_away() {
     for secret in [API_KEY, SPARE_KEY, CLIENT_KEY, ADMIN_KEY] {
         assert!(!dump.contains(secret), "a secret reached Redis: {dump}");
     }
+    // The restarted Redis knows a replica once its next heartbeat is written, and a replica
+    // lists the others from its next reconciliation: both within the heartbeat's period.
+    let every_replica = |h: &Value| h["shared_state"]["replicas"].as_array().is_some_and(|r| r.len() == 3);
+    fleet.until_all(&[1], "lists the whole fleet again", Duration::from_secs(15), every_replica).await;
     let url = format!("http://{}", fleet.replicas[1].1);
     let (code, stdout, stderr) = support::run(&["health", "--url", &url, "--key", ADMIN_KEY]);
     assert_eq!(code, 0, "{stderr}");
