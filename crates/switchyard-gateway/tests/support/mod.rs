@@ -3,11 +3,49 @@
 
 #![allow(clippy::unwrap_used, dead_code)]
 
+use std::cell::RefCell;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
+
+thread_local! {
+    /// The gateways this test's thread started and has not stopped. They are killed when the
+    /// thread ends (a failed assertion unwinds it too), so that a test that fails midway leaves
+    /// no gateway running.
+    static STARTED: Reaper = const { Reaper(RefCell::new(Vec::new())) };
+}
+
+/// Kills, when dropped, each listed process that is still a child of this test process (an id
+/// the system gave to another process since is left alone).
+struct Reaper(RefCell<Vec<u32>>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for pid in self.0.borrow().iter().copied().filter(|pid| is_child(*pid)) {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
+    }
+}
+
+/// Whether process `pid` exists and this process is its parent (`/proc/PID/stat`, the field
+/// after the state that follows the parenthesised name).
+fn is_child(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    after_name.split_whitespace().nth(1).and_then(|ppid| ppid.parse::<u32>().ok()) == Some(std::process::id())
+}
+
+/// Lists `pid` for the thread's [`Reaper`].
+fn started(pid: u32) {
+    STARTED.with(|reaper| reaper.0.borrow_mut().push(pid));
+}
+
+/// Takes `pid` off the thread's [`Reaper`]: the test stopped it.
+fn stopped(pid: u32) {
+    STARTED.with(|reaper| reaper.0.borrow_mut().retain(|listed| *listed != pid));
+}
 
 /// Writes a config file for this test process; returns its path.
 pub fn write_config(name: &str, text: &str) -> PathBuf {
@@ -66,6 +104,7 @@ pub fn serve_with_env(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    started(server.id());
     let mut stdout = BufReader::new(server.stdout.take().unwrap());
     let mut first = String::new();
     stdout.read_line(&mut first).unwrap();
@@ -84,6 +123,7 @@ pub fn serve_with_env(
 
 /// Stops a gateway by its process id and returns what it logged.
 pub fn stop(mut server: Child) -> String {
+    stopped(server.id());
     server.kill().unwrap();
     server.wait().unwrap();
     let mut logs = String::new();
@@ -93,6 +133,7 @@ pub fn stop(mut server: Child) -> String {
 
 /// Stops a gateway whose logs are read elsewhere, by its process id.
 pub fn stop_piped(mut server: Child) {
+    stopped(server.id());
     server.kill().unwrap();
     server.wait().unwrap();
 }
