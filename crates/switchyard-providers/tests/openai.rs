@@ -404,6 +404,14 @@ async fn stream_asks_for_usage_and_yields_text_then_a_usage_chunk() {
     assert!(chunks.iter().all(|c| c.id == "chatcmpl-X" && c.model == "gpt-4o-mini"));
 }
 
+/// The chunks of the stream an OpenAI provider reads when the fake answers `body` to
+/// `hello()`, and the error that ended it, if any.
+async fn streamed(body: String) -> (Vec<ChatChunk>, Option<ProviderError>) {
+    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
+    let harness = Harness::openai(fake.url("/v1"));
+    drain(harness.stream(&hello()).await.unwrap()).await
+}
+
 #[tokio::test]
 async fn streamed_tool_calls_reassemble_from_their_deltas() {
     let body = sse(
@@ -432,10 +440,7 @@ async fn streamed_tool_calls_reassemble_from_their_deltas() {
         ],
         true,
     );
-    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
-    let harness = Harness::openai(fake.url("/v1"));
-
-    let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
+    let (chunks, error) = streamed(body).await;
 
     assert!(error.is_none());
     assert_eq!(
@@ -459,10 +464,7 @@ async fn a_streamed_refusal_is_the_models_answer_passed_on_as_it_is() {
         ],
         true,
     );
-    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
-    let harness = Harness::openai(fake.url("/v1"));
-
-    let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
+    let (chunks, error) = streamed(body).await;
 
     assert!(error.is_none());
     let refusal: String = chunks.iter().filter_map(|c| c.choices[0].delta.refusal.clone()).collect();
@@ -484,10 +486,7 @@ async fn a_reasoning_servers_thinking_is_read_under_either_name_and_commits_the_
         ],
         true,
     );
-    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
-    let harness = Harness::openai(fake.url("/v1"));
-
-    let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
+    let (chunks, error) = streamed(body).await;
 
     assert!(error.is_none());
     let reasoning: Vec<_> = chunks.iter().map(|c| c.choices[0].delta.reasoning_content.as_deref()).collect();
@@ -549,10 +548,7 @@ async fn stream_that_ends_before_done_ends_with_a_transport_error() {
         ],
         false,
     );
-    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
-    let harness = Harness::openai(fake.url("/v1"));
-
-    let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
+    let (chunks, error) = streamed(body).await;
 
     assert_eq!(text_of(&chunks), "Hel");
     let error = error.expect("a cut-off stream must not end cleanly");
@@ -587,10 +583,7 @@ async fn error_event_inside_a_stream_ends_it_with_its_kind() {
     body.push_str(
         "event: error\ndata: {\"error\":{\"message\":\"The server had an error while processing your request.\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n",
     );
-    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
-    let harness = Harness::openai(fake.url("/v1"));
-
-    let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
+    let (chunks, error) = streamed(body).await;
 
     assert_eq!(text_of(&chunks), "Hel");
     let error = error.unwrap();
@@ -607,10 +600,7 @@ async fn error_chunk_with_a_numeric_code_classifies_by_that_code() {
         &[json!({"id": "gen-1", "choices": [], "error": {"code": 429, "message": "Rate limit exceeded"}})],
         false,
     ));
-    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
-    let harness = Harness::openai(fake.url("/v1"));
-
-    let (chunks, error) = drain(harness.stream(&hello()).await.unwrap()).await;
+    let (chunks, error) = streamed(body).await;
 
     assert!(chunks.is_empty());
     let error = error.unwrap();
