@@ -330,6 +330,22 @@ fn to_system_time(unix_seconds: f64) -> Option<SystemTime> {
     UNIX_EPOCH.checked_add(Duration::try_from_secs_f64(unix_seconds).ok()?)
 }
 
+/// The proleptic Gregorian date (year, month, day) of a day count since 1970-01-01 (Howard
+/// Hinnant's `civil_from_days`): the inverse of the parsing here, for whoever writes dates
+/// (log lines, test upstreams' reset headers).
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * shifted_month + 2) / 5 + 1) as u32;
+    let month = if shifted_month < 10 { shifted_month + 3 } else { shifted_month - 9 } as u32;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
 fn days_from_civil(year: i64, month: u32, day: u32) -> Option<i64> {
     if !(1..=12).contains(&month) || !(1..=31).contains(&day) || !(1970..=9999).contains(&year) {
@@ -347,6 +363,17 @@ fn days_from_civil(year: i64, month: u32, day: u32) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_day_count_and_its_date_go_both_ways() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(-1), (1969, 12, 31));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        for days in (0..2_932_896).step_by(997) {
+            let (year, month, day) = civil_from_days(days);
+            assert_eq!(days_from_civil(year, month, day), Some(days), "{year}-{month}-{day}");
+        }
+    }
 
     #[test]
     fn rfc3339_and_http_dates_agree_on_one_instant() {

@@ -412,20 +412,11 @@ pub fn tool_result(id: &str, text: &str) -> Message {
 // Dates for headers
 // ---------------------------------------------------------------------------------------------
 
-/// (days since 1970-01-01, year, month, day, hour, minute, second) of `at`, by Howard Hinnant's
-/// civil_from_days.
+/// (days since 1970-01-01, year, month, day, hour, minute, second) of `at`.
 fn split_time(at: SystemTime) -> (i64, i64, u32, u32, u64, u64, u64) {
     let secs = at.duration_since(UNIX_EPOCH).unwrap().as_secs();
     let days = (secs / 86_400) as i64;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = switchyard::ratelimit::civil_from_days(days);
     let rest = secs % 86_400;
     (days, year, month, day, rest / 3600, rest % 3600 / 60, rest % 60)
 }
