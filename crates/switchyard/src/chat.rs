@@ -606,6 +606,34 @@ impl ChatResponse {
     pub fn is_content_filtered(&self) -> bool {
         self.choices.iter().any(|c| c.finish_reason == Some(FinishReason::ContentFilter))
     }
+
+    /// The answer as the chunks a stream of it would be: per choice, one chunk with all it
+    /// says (role, text, refusal, reasoning, whole tool calls) and one with its finish reason;
+    /// then, when the answer tells usage, a usage chunk.
+    pub fn into_chunks(self) -> Vec<ChatChunk> {
+        let header = |choices| ChatChunk {
+            id: self.id.clone(),
+            model: self.model.clone(),
+            created: self.created,
+            choices,
+            ..ChatChunk::default()
+        };
+        let mut chunks = Vec::with_capacity(2 * self.choices.len() + 1);
+        for choice in &self.choices {
+            let delta = Delta::of_message(&choice.message);
+            chunks.push(header(vec![ChunkChoice { index: choice.index, delta, finish_reason: None }]));
+            let finish = ChunkChoice {
+                index: choice.index,
+                finish_reason: choice.finish_reason.clone(),
+                ..ChunkChoice::default()
+            };
+            chunks.push(header(vec![finish]));
+        }
+        if self.usage.is_some() {
+            chunks.push(ChatChunk { usage: self.usage, ..header(Vec::new()) });
+        }
+        chunks
+    }
 }
 
 /// One alternative answer.
@@ -860,6 +888,33 @@ pub struct Delta {
     /// (DeepSeek, vLLM, Qwen) stream it, and as it is written to OpenAI-dialect clients.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+}
+
+impl Delta {
+    /// All of `message` as one delta: its role, text, refusal and reasoning (the latter two
+    /// from its `extra`, as OpenAI-dialect answers carry them), and each tool call whole.
+    pub fn of_message(message: &Message) -> Self {
+        let text = |name: &str| message.extra.get(name).and_then(Value::as_str).map(str::to_owned);
+        let tool_calls = (0u32..)
+            .zip(&message.tool_calls)
+            .map(|(index, call)| ToolCallDelta {
+                index,
+                id: Some(call.id.clone()),
+                kind: Some(call.kind.clone()),
+                function: Some(FunctionCallDelta {
+                    name: Some(call.function.name.clone()),
+                    arguments: Some(call.function.arguments.clone()),
+                }),
+            })
+            .collect();
+        Self {
+            role: Some(message.role),
+            content: message.text_content(),
+            tool_calls,
+            refusal: text("refusal"),
+            reasoning_content: text("reasoning_content"),
+        }
+    }
 }
 
 /// A fragment of a tool call; fragments with the same `index` concatenate.

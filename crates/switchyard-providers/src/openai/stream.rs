@@ -45,47 +45,7 @@ pub(super) fn chunks(
 
 /// A whole answer as a stream, for servers that answer a streaming request with plain JSON.
 pub(super) fn from_response(answer: ChatResponse) -> ChunkStream {
-    let mut chunks = Vec::new();
-    let header = |choices| ChatChunk {
-        id: answer.id.clone(),
-        model: answer.model.clone(),
-        created: answer.created,
-        choices,
-        ..ChatChunk::default()
-    };
-    for choice in &answer.choices {
-        let message = &choice.message;
-        let tool_calls = (0u32..)
-            .zip(&message.tool_calls)
-            .map(|(index, call)| ToolCallDelta {
-                index,
-                id: Some(call.id.clone()),
-                kind: Some(call.kind.clone()),
-                function: Some(FunctionCallDelta {
-                    name: Some(call.function.name.clone()),
-                    arguments: Some(call.function.arguments.clone()),
-                }),
-            })
-            .collect();
-        let text = |name: &str| message.extra.get(name).and_then(Value::as_str).map(str::to_owned);
-        let delta = Delta {
-            role: Some(message.role),
-            content: message.text_content(),
-            tool_calls,
-            refusal: text("refusal"),
-            reasoning_content: text("reasoning_content"),
-        };
-        chunks.push(header(vec![ChunkChoice { index: choice.index, delta, finish_reason: None }]));
-        chunks.push(header(vec![ChunkChoice {
-            index: choice.index,
-            delta: Delta::default(),
-            finish_reason: choice.finish_reason.clone(),
-        }]));
-    }
-    if answer.usage.is_some() {
-        chunks.push(ChatChunk { usage: answer.usage, ..header(Vec::new()) });
-    }
-    Box::pin(stream::iter(chunks.into_iter().map(Ok)))
+    Box::pin(stream::iter(answer.into_chunks().into_iter().map(Ok)))
 }
 
 /// How the events of a request sent verbatim are passed on: each chunk carries its event's

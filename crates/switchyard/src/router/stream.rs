@@ -13,7 +13,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::exchange::Exchange;
 use super::{StreamServed, StreamSettler};
-use crate::chat::{ChatChunk, ChatRequest, ChatResponse, ChunkChoice, Delta, Role, Usage};
+use crate::chat::{ChatChunk, ChatRequest, ChatResponse, Usage};
 use crate::pacing::Permit;
 use crate::provider::{BoxFuture, Call, ChunkStream, Provider};
 use crate::route::Route;
@@ -72,25 +72,8 @@ impl Exchange for StreamExchange<'_> {
     }
 
     fn candidate_output(&self, response: ChatResponse) -> Option<Prefetched> {
-        let mut buffer = VecDeque::new();
-        for choice in response.choices {
-            buffer.push_back(ChatChunk {
-                id: response.id.clone(),
-                model: response.model.clone(),
-                choices: vec![ChunkChoice {
-                    index: choice.index,
-                    delta: Delta {
-                        role: Some(Role::Assistant),
-                        content: choice.message.text_content(),
-                        tool_calls: Vec::new(),
-                        refusal: extra_text(&choice.message, "refusal"),
-                        reasoning_content: extra_text(&choice.message, "reasoning_content"),
-                    },
-                    finish_reason: choice.finish_reason,
-                }],
-                ..ChatChunk::default()
-            });
-        }
+        // The whole answer, tool calls and usage included, as the stream of it.
+        let buffer = VecDeque::from(response.into_chunks());
         Some(Prefetched { buffer, rest: None, filtered: false })
     }
 
@@ -392,9 +375,4 @@ enum Blame {
     Provider,
     /// The caller: its deadline cut the stream.
     Caller,
-}
-
-/// The text of `message`'s unmodelled field `name` (`refusal`, `reasoning_content`), if any.
-fn extra_text(message: &crate::chat::Message, name: &str) -> Option<String> {
-    message.extra.get(name).and_then(|value| value.as_str()).map(str::to_owned)
 }

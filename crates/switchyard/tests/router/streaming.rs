@@ -317,3 +317,75 @@ async fn reasoning_is_content_it_streams_at_once_and_the_first_byte_timeout_stop
     assert_eq!(start.elapsed(), Duration::from_secs(5));
     assert_eq!(stream.trail().outcomes(), vec![Outcome::Ok]);
 }
+
+/// Answers its first (non-streamed) call with a tool call and usage, then fails every call.
+#[derive(Default)]
+struct CallsOnce(AtomicUsize);
+
+impl switchyard::provider::Provider for CallsOnce {
+    fn kind(&self) -> &str {
+        "calls-once"
+    }
+
+    fn chat<'a>(
+        &'a self,
+        _: switchyard::provider::Call<'a>,
+        _: &'a switchyard::chat::ChatRequest,
+    ) -> BoxFuture<'a, Result<switchyard::chat::ChatResponse, ProviderError>> {
+        use switchyard::chat::{ChatResponse, FunctionCall, ToolCall, Usage};
+        let first = self.0.fetch_add(1, Ordering::SeqCst) == 0;
+        Box::pin(async move {
+            if !first {
+                return Err(ProviderError::new(ErrorKind::Unavailable, "down"));
+            }
+            let mut answer = ChatResponse::from_text("m", "");
+            answer.choices[0].message.content = None;
+            answer.choices[0].message.tool_calls = vec![ToolCall {
+                id: "call_1".into(),
+                kind: "function".into(),
+                function: FunctionCall {
+                    name: "get_weather".into(),
+                    arguments: r#"{"city":"Paris"}"#.into(),
+                },
+            }];
+            answer.usage = Some(Usage::new(12, 7));
+            Ok(answer)
+        })
+    }
+
+    fn chat_stream<'a>(
+        &'a self,
+        _: switchyard::provider::Call<'a>,
+        _: &'a switchyard::chat::ChatRequest,
+    ) -> BoxFuture<'a, Result<switchyard::provider::ChunkStream, ProviderError>> {
+        Box::pin(async { Err(ProviderError::new(ErrorKind::Unavailable, "down")) })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_remembered_answer_streams_whole_with_its_tool_calls_and_usage() {
+    use switchyard::answer_cache::AnswerCacheSettings;
+    let cache = AnswerCacheSettings { tool_calls: true, ..AnswerCacheSettings::default() };
+    let route = Route::builder("default")
+        .target("p:m")
+        .retry(quick_retry(1))
+        .health_gate(false)
+        .candidate(switchyard::route::Candidate::cache("last-good", cache));
+    let router = switchyard::Router::builder()
+        .provider(switchyard::ProviderEntry::new("p", CallsOnce::default()))
+        .route(route.build().unwrap())
+        .build()
+        .unwrap();
+    router.chat(&request("default")).await.unwrap();
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let mut calls = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        for choice in chunk.unwrap().choices {
+            calls.extend(choice.delta.tool_calls.into_iter().filter_map(|c| c.function?.name));
+        }
+    }
+    assert_eq!(stream.trail().outcomes(), vec![Outcome::Failed, Outcome::Candidate]);
+    assert_eq!(calls, ["get_weather"], "the remembered tool call reaches the caller");
+    assert_eq!(stream.usage().map(|u| u.total_tokens), Some(19));
+}
