@@ -136,33 +136,31 @@ fn events(
     head.push_str(r#","system_fingerprint":"fp_mock""#);
     let chunker = Chunker { head, usage_null: include_usage };
 
-    let text_pieces = || -> Vec<Bytes> {
-        let text = format!("{ANSWER_PREFIX}{model}");
-        split_even(&text, shape.pieces)
+    // `text` in `pieces` chunks, each a delta of the one string member `field`.
+    let deltas = |field: &str, text: &str, pieces: u32| -> Vec<Bytes> {
+        split_even(text, pieces)
             .into_iter()
             .map(|piece| {
-                let mut delta = String::from(r#"{"content":"#);
+                let mut delta = format!(r#"{{"{field}":"#);
                 push_json_str(&mut delta, piece);
                 delta.push('}');
                 chunker.chunk(&delta, None)
             })
             .collect()
     };
+    let answer = format!("{ANSWER_PREFIX}{model}");
     let mut head = Vec::with_capacity(2);
     let (first, pieces, finish) = match content {
         Content::Text => (
             chunker.chunk(r#"{"role":"assistant","content":"","refusal":null}"#, None),
-            text_pieces(),
+            deltas("content", &answer, shape.pieces),
             "stop",
         ),
         Content::Think => {
             // As DeepSeek streams it: the reasoning first, in `reasoning_content`, then the text.
-            let mut thought = String::from(r#"{"reasoning_content":"#);
-            push_json_str(&mut thought, crate::reply::THOUGHT);
-            thought.push('}');
-            head.push(chunker.chunk(&thought, None));
+            head.extend(deltas("reasoning_content", crate::reply::THOUGHT, 1));
             let first = r#"{"role":"assistant","content":null,"reasoning_content":""}"#;
-            (chunker.chunk(first, None), text_pieces(), "stop")
+            (chunker.chunk(first, None), deltas("content", &answer, shape.pieces), "stop")
         }
         Content::Tools => {
             let first = format!(
@@ -183,15 +181,7 @@ fn events(
             (chunker.chunk(r#"{"role":"assistant","content":""}"#, None), Vec::new(), "content_filter")
         }
         Content::Refuse => {
-            let pieces = split_even(crate::reply::REFUSAL, shape.pieces)
-                .into_iter()
-                .map(|piece| {
-                    let mut delta = String::from(r#"{"refusal":"#);
-                    push_json_str(&mut delta, piece);
-                    delta.push('}');
-                    chunker.chunk(&delta, None)
-                })
-                .collect();
+            let pieces = deltas("refusal", crate::reply::REFUSAL, shape.pieces);
             (chunker.chunk(r#"{"role":"assistant","content":null,"refusal":""}"#, None), pieces, "stop")
         }
     };
