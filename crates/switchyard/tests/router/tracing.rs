@@ -53,23 +53,26 @@ impl Provider for Recording {
     }
 }
 
-fn traced_router(a: &Recording, b: &Recording) -> Router {
-    Router::builder()
-        .provider(ProviderEntry::new("a", a.clone()))
-        .provider(ProviderEntry::new("b", b.clone()))
-        .route(Route::builder("default").target("a:m").target("b:m").retry(quick_retry(2)).build().unwrap())
-        .build()
-        .unwrap()
-}
-
-#[tokio::test(start_paused = true)]
-async fn each_attempt_is_a_child_span_and_its_call_carries_it() {
+/// `a`, which fails twice (its first call and its retry), `b`, which answers, and a router
+/// whose route tries them in that order.
+fn failing_then_ok() -> (Recording, Recording, Router) {
     let a = Recording::new(
         SimulatedProvider::new()
             .script([Step::fail(ErrorKind::Unavailable), Step::fail(ErrorKind::Unavailable)]),
     );
     let b = Recording::new(SimulatedProvider::new());
-    let router = traced_router(&a, &b);
+    let router = Router::builder()
+        .provider(ProviderEntry::new("a", a.clone()))
+        .provider(ProviderEntry::new("b", b.clone()))
+        .route(Route::builder("default").target("a:m").target("b:m").retry(quick_retry(2)).build().unwrap())
+        .build()
+        .unwrap();
+    (a, b, router)
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_attempt_is_a_child_span_and_its_call_carries_it() {
+    let (a, b, router) = failing_then_ok();
     let request_span = TraceContext::root(true);
     let options = RequestOptions { trace: Some(request_span), ..RequestOptions::default() };
 
@@ -93,12 +96,7 @@ async fn each_attempt_is_a_child_span_and_its_call_carries_it() {
 
 #[tokio::test(start_paused = true)]
 async fn an_untraced_request_sends_no_context_and_a_skipped_target_has_no_span() {
-    let a = Recording::new(
-        SimulatedProvider::new()
-            .script([Step::fail(ErrorKind::Unavailable), Step::fail(ErrorKind::Unavailable)]),
-    );
-    let b = Recording::new(SimulatedProvider::new());
-    let router = traced_router(&a, &b);
+    let (a, b, router) = failing_then_ok();
 
     router.chat(&request("default")).await.unwrap();
     assert!(a.seen().iter().chain(&b.seen()).all(Option::is_none));
