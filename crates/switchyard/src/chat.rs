@@ -847,6 +847,23 @@ impl ChatChunk {
         })
     }
 
+    /// Whether a caller in `dialect` is shown something of this chunk beyond its role: text, a
+    /// refusal, a tool call, or reasoning it can read. An Anthropic caller reads reasoning only
+    /// as an Anthropic provider's own signed thinking (the event as that provider wrote it): a
+    /// thinking block without the provider's signature would be refused when the caller sends
+    /// it back, so other models' reasoning is not written to it.
+    pub fn shows_content_to(&self, dialect: Dialect) -> bool {
+        let text = |t: &Option<String>| t.as_deref().is_some_and(|t| !t.is_empty());
+        let reasoning_shown = dialect != Dialect::Anthropic
+            || self.verbatim.as_ref().is_some_and(|v| v.dialect() == Dialect::Anthropic);
+        self.choices.iter().any(|c| {
+            text(&c.delta.content)
+                || text(&c.delta.refusal)
+                || !c.delta.tool_calls.is_empty()
+                || (reasoning_shown && text(&c.delta.reasoning_content))
+        })
+    }
+
     /// Whether any choice ended because of the content filter.
     pub fn is_content_filtered(&self) -> bool {
         self.choices.iter().any(|c| c.finish_reason == Some(FinishReason::ContentFilter))
@@ -1044,7 +1061,27 @@ pub struct Embedding {
 
 #[cfg(test)]
 mod tests {
-    use super::ChatRequest;
+    use super::{ChatChunk, ChatRequest, ChunkChoice, Delta, Dialect, Verbatim};
+
+    #[test]
+    fn an_anthropic_caller_is_shown_only_an_anthropic_providers_own_reasoning() {
+        let delta = Delta { reasoning_content: Some("Hmm.".to_owned()), ..Delta::default() };
+        let mut thinking = ChatChunk {
+            choices: vec![ChunkChoice { delta, ..ChunkChoice::default() }],
+            ..ChatChunk::default()
+        };
+        assert!(thinking.has_content());
+        assert!(thinking.shows_content_to(Dialect::OpenAi));
+        assert!(thinking.shows_content_to(Dialect::Responses));
+        assert!(
+            !thinking.shows_content_to(Dialect::Anthropic),
+            "another dialect's reasoning is not written to it"
+        );
+        thinking.verbatim = Some(Verbatim::new(Dialect::Anthropic, "event: content_block_delta\n..."));
+        assert!(thinking.shows_content_to(Dialect::Anthropic), "the provider's own signed thinking passes");
+        assert!(ChatChunk::text("Hi").shows_content_to(Dialect::Anthropic));
+        assert!(!ChatChunk::default().shows_content_to(Dialect::OpenAi));
+    }
 
     #[test]
     fn null_lists_and_flags_read_as_absent_as_clients_send_them() {

@@ -37,30 +37,12 @@ impl Exchange for StreamExchange<'_> {
         provider: &'a dyn Provider,
         call: Call<'a>,
     ) -> BoxFuture<'a, Result<Prefetched, ProviderError>> {
-        Box::pin(async move {
-            let mut stream = provider.chat_stream(call, self.0).await?;
-            let mut buffer = VecDeque::new();
-            // Role-only and empty chunks are held back: until content reaches the caller, the
-            // router may still retry or fall back without the caller seeing a restart.
-            while let Some(item) = stream.next().await {
-                let chunk = item?;
-                let (content, filtered) = (chunk.has_content(), chunk.is_content_filtered());
-                buffer.push_back(chunk);
-                if content || filtered {
-                    return Ok(Prefetched { buffer, rest: Some(stream), filtered: filtered && !content });
-                }
-            }
-            Ok(Prefetched { buffer, rest: None, filtered: false })
-        })
+        Box::pin(prefetch(provider, call, self.0))
     }
 
     fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {
-        let timeouts = route.timeouts();
-        if timeouts.first_byte <= timeouts.total {
-            (timeouts.first_byte, "first_byte")
-        } else {
-            (timeouts.total, "total")
-        }
+        // `prefetch` holds the attempt to `first_byte` until the upstream shows life.
+        (route.timeouts().total, "total")
     }
 
     fn is_content_filtered(&self, output: &Prefetched) -> bool {
@@ -83,6 +65,61 @@ impl Exchange for StreamExchange<'_> {
 
     fn used_tokens(&self, _: &Prefetched) -> Option<u32> {
         None
+    }
+}
+
+/// Opens the stream and reads it up to the first chunk the caller is shown.
+///
+/// Two moments matter, and they can differ. The upstream shows life with its first content,
+/// reasoning included: that ends the `first_byte` wait, so a model that thinks for minutes is
+/// never failed over for slowness. The stream commits with the first chunk the caller will be
+/// shown ([`ChatChunk::shows_content_to`]): until then the router may still retry or fall back
+/// without the caller seeing a restart. Between the two (reasoning an Anthropic caller is not
+/// shown) chunks are held, each within the `idle` limit.
+async fn prefetch(
+    provider: &dyn Provider,
+    call: Call<'_>,
+    request: &ChatRequest,
+) -> Result<Prefetched, ProviderError> {
+    let timeouts = call.timeouts;
+    let alive_by = (timeouts.first_byte < timeouts.total).then(|| Instant::now() + timeouts.first_byte);
+    let silent = || {
+        let limit = timeouts.first_byte;
+        ProviderError::new(
+            ErrorKind::Timeout,
+            format!("no answer within the first_byte timeout of {limit:?}"),
+        )
+    };
+    let mut stream = match alive_by {
+        Some(by) => {
+            tokio::time::timeout_at(by, provider.chat_stream(call, request)).await.map_err(|_| silent())??
+        }
+        None => provider.chat_stream(call, request).await?,
+    };
+    let mut buffer = VecDeque::new();
+    let mut alive = false;
+    loop {
+        let next = match (alive, alive_by) {
+            (false, Some(by)) => tokio::time::timeout_at(by, stream.next()).await.map_err(|_| silent())?,
+            (false, None) => stream.next().await,
+            (true, _) => {
+                let limit = timeouts.idle;
+                tokio::time::timeout(limit, stream.next()).await.map_err(|_| {
+                    ProviderError::new(
+                        ErrorKind::Timeout,
+                        format!("no chunk within the idle timeout of {limit:?}"),
+                    )
+                })?
+            }
+        };
+        let Some(item) = next else { return Ok(Prefetched { buffer, rest: None, filtered: false }) };
+        let chunk = item?;
+        alive |= chunk.has_content();
+        let (shown, filtered) = (chunk.shows_content_to(request.origin), chunk.is_content_filtered());
+        buffer.push_back(chunk);
+        if shown || filtered {
+            return Ok(Prefetched { buffer, rest: Some(stream), filtered: filtered && !shown });
+        }
     }
 }
 

@@ -253,8 +253,12 @@ async fn a_stream_cut_by_the_callers_deadline_says_nothing_about_the_providers_h
     assert_ne!(health.status, HealthStatus::TemporarilyUnavailable);
 }
 
-/// A reasoning model: its thinking streams at once, its answer five seconds later.
-struct Thinker;
+/// A reasoning model of the OpenAI dialect: its thinking streams at once; five seconds later
+/// it answers, or fails when `fails`.
+#[derive(Default)]
+struct Thinker {
+    fails: bool,
+}
 
 impl switchyard::provider::Provider for Thinker {
     fn kind(&self) -> &str {
@@ -282,27 +286,41 @@ impl switchyard::provider::Provider for Thinker {
             }],
             ..ChatChunk::default()
         };
-        let steps = vec![(Duration::ZERO, reasoning), (Duration::from_secs(5), ChatChunk::text("42"))];
-        let steps = steps.into_iter().chain([(Duration::ZERO, ChatChunk::finish(FinishReason::Stop))]);
+        let answer = match self.fails {
+            false => Ok(ChatChunk::text("42")),
+            true => Err(ProviderError::new(ErrorKind::Unavailable, "connection reset while thinking")),
+        };
+        let steps = vec![(Duration::ZERO, Ok(reasoning)), (Duration::from_secs(5), answer)];
+        let steps = steps.into_iter().chain([(Duration::ZERO, Ok(ChatChunk::finish(FinishReason::Stop)))]);
         let stream = futures_util::stream::iter(steps).then(|(wait, chunk)| async move {
             tokio::time::sleep(wait).await;
-            Ok(chunk)
+            chunk
         });
         Box::pin(async move { Ok(Box::pin(stream) as switchyard::provider::ChunkStream) })
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn reasoning_is_content_it_streams_at_once_and_the_first_byte_timeout_stops_there() {
-    let fallback = SimulatedProvider::new();
+/// A route of the thinker, then `b:m`, with a first-byte limit of 2 s: less than the thinking.
+fn thinking_route(thinker: Thinker, fallback: &SimulatedProvider) -> switchyard::Router {
     let timeouts = Timeouts { first_byte: Duration::from_secs(2), ..Timeouts::default() };
     let route =
         Route::builder("default").target("thinker:m").target("b:m").retry(quick_retry(1)).timeouts(timeouts);
-    let router = builder(&[("b", &fallback)])
-        .provider(switchyard::ProviderEntry::new("thinker", Thinker))
+    builder(&[("b", fallback)])
+        .provider(switchyard::ProviderEntry::new("thinker", thinker))
         .route(route.build().unwrap())
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+fn anthropic_request() -> switchyard::chat::ChatRequest {
+    let mut request = request("default");
+    request.origin = switchyard::chat::Dialect::Anthropic;
+    request
+}
+
+#[tokio::test(start_paused = true)]
+async fn reasoning_is_content_it_streams_at_once_and_the_first_byte_timeout_stops_there() {
+    let router = thinking_route(Thinker::default(), &SimulatedProvider::new());
 
     let start = Instant::now();
     let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
@@ -316,6 +334,66 @@ async fn reasoning_is_content_it_streams_at_once_and_the_first_byte_timeout_stop
     assert_eq!((text.as_str(), error.is_none()), ("42", true));
     assert_eq!(start.elapsed(), Duration::from_secs(5));
     assert_eq!(stream.trail().outcomes(), vec![Outcome::Ok]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reasoning_a_caller_is_not_shown_ends_the_first_byte_wait_without_committing() {
+    // An Anthropic caller is not shown another dialect's reasoning, so the stream is not
+    // committed by it, but the model is alive: it is not failed over at the first-byte limit.
+    let router = thinking_route(Thinker::default(), &SimulatedProvider::new());
+
+    let start = Instant::now();
+    let mut stream = router.chat_stream(&anthropic_request(), &RequestOptions::default()).await.unwrap();
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(5),
+        "held until the answer, past the 2 s first-byte limit"
+    );
+    assert_eq!(stream.served_by().to_string(), "thinker:m");
+    let first = stream.next().await.unwrap().unwrap();
+    assert_eq!(
+        first.choices[0].delta.reasoning_content.as_deref(),
+        Some("Six times seven..."),
+        "held, not lost"
+    );
+    let (text, error) = collect(&mut stream).await;
+    assert_eq!((text.as_str(), error.is_none()), ("42", true));
+    assert_eq!(stream.trail().outcomes(), vec![Outcome::Ok]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_during_reasoning_the_caller_is_not_shown_falls_back() {
+    let fallback = SimulatedProvider::new();
+    let router = thinking_route(Thinker { fails: true }, &fallback);
+
+    let start = Instant::now();
+    let mut stream = router.chat_stream(&anthropic_request(), &RequestOptions::default()).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+    assert_eq!(
+        stream.served_by().to_string(),
+        "b:m",
+        "the caller saw nothing of the thinker: no restart shows"
+    );
+    let (text, error) = collect(&mut stream).await;
+    assert!(!text.is_empty() && error.is_none(), "{text:?} {error:?}");
+    let outcomes = stream.trail().outcomes();
+    assert_eq!(outcomes.last(), Some(&Outcome::Ok));
+    assert!(outcomes.len() >= 2 && outcomes[0] != Outcome::Ok, "{outcomes:?}");
+    assert_eq!(fallback.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_during_reasoning_the_caller_was_shown_ends_the_stream() {
+    let fallback = SimulatedProvider::new();
+    let router = thinking_route(Thinker { fails: true }, &fallback);
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    assert_eq!(stream.served_by().to_string(), "thinker:m");
+    let (_, error) = collect(&mut stream).await;
+    let error =
+        error.expect("the thinking reached the caller: the failure is theirs to see, not a silent restart");
+    assert_eq!(error.error.kind(), ErrorKind::Unavailable);
+    assert_eq!(fallback.calls(), 0);
 }
 
 /// Answers its first (non-streamed) call with a tool call and usage, then fails every call.
