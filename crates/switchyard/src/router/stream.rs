@@ -82,45 +82,60 @@ async fn prefetch(
     request: &ChatRequest,
 ) -> Result<Prefetched, ProviderError> {
     let timeouts = call.timeouts;
-    let alive_by = (timeouts.first_byte < timeouts.total).then(|| Instant::now() + timeouts.first_byte);
-    let silent = || {
+    let first = async {
+        let mut stream = provider.chat_stream(call, request).await?;
+        let mut buffer = VecDeque::new();
+        let alive =
+            read_until(&mut stream, &mut buffer, |c| c.has_content() || c.is_content_filtered()).await?;
+        Ok::<_, ProviderError>((stream, buffer, alive))
+    };
+    let (mut stream, mut buffer, alive) = if timeouts.first_byte < timeouts.total {
         let limit = timeouts.first_byte;
-        ProviderError::new(
-            ErrorKind::Timeout,
-            format!("no answer within the first_byte timeout of {limit:?}"),
-        )
+        tokio::time::timeout(limit, first).await.map_err(|_| {
+            ProviderError::new(
+                ErrorKind::Timeout,
+                format!("no answer within the first_byte timeout of {limit:?}"),
+            )
+        })??
+    } else {
+        first.await?
     };
-    let mut stream = match alive_by {
-        Some(by) => {
-            tokio::time::timeout_at(by, provider.chat_stream(call, request)).await.map_err(|_| silent())??
-        }
-        None => provider.chat_stream(call, request).await?,
-    };
-    let mut buffer = VecDeque::new();
-    let mut alive = false;
+    if !alive {
+        return Ok(Prefetched { buffer, rest: None, filtered: false });
+    }
     loop {
-        let next = match (alive, alive_by) {
-            (false, Some(by)) => tokio::time::timeout_at(by, stream.next()).await.map_err(|_| silent())?,
-            (false, None) => stream.next().await,
-            (true, _) => {
-                let limit = timeouts.idle;
-                tokio::time::timeout(limit, stream.next()).await.map_err(|_| {
-                    ProviderError::new(
-                        ErrorKind::Timeout,
-                        format!("no chunk within the idle timeout of {limit:?}"),
-                    )
-                })?
-            }
-        };
-        let Some(item) = next else { return Ok(Prefetched { buffer, rest: None, filtered: false }) };
-        let chunk = item?;
-        alive |= chunk.has_content();
-        let (shown, filtered) = (chunk.shows_content_to(request.origin), chunk.is_content_filtered());
-        buffer.push_back(chunk);
+        let last = buffer.back().expect("the chunk that showed life");
+        let (shown, filtered) = (last.shows_content_to(request.origin), last.is_content_filtered());
         if shown || filtered {
             return Ok(Prefetched { buffer, rest: Some(stream), filtered: filtered && !shown });
         }
+        let limit = timeouts.idle;
+        let next = tokio::time::timeout(limit, stream.next()).await.map_err(|_| {
+            ProviderError::new(ErrorKind::Timeout, format!("no chunk within the idle timeout of {limit:?}"))
+        })?;
+        match next {
+            Some(item) => buffer.push_back(item?),
+            None => return Ok(Prefetched { buffer, rest: None, filtered: false }),
+        }
     }
+}
+
+/// Reads `stream` into `buffer` up to the first chunk `stop` holds for, and says whether one came
+/// (not: the stream ended first).
+async fn read_until(
+    stream: &mut ChunkStream,
+    buffer: &mut VecDeque<ChatChunk>,
+    stop: impl Fn(&ChatChunk) -> bool,
+) -> Result<bool, ProviderError> {
+    while let Some(item) = stream.next().await {
+        let chunk = item?;
+        let stopped = stop(&chunk);
+        buffer.push_back(chunk);
+        if stopped {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// A failure after streamed content reached the caller: the stream's last item.

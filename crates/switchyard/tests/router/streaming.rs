@@ -302,7 +302,11 @@ impl switchyard::provider::Provider for Thinker {
 
 /// A route of the thinker, then `b:m`, with a first-byte limit of 2 s: less than the thinking.
 fn thinking_route(thinker: Thinker, fallback: &SimulatedProvider) -> switchyard::Router {
-    let timeouts = Timeouts { first_byte: Duration::from_secs(2), ..Timeouts::default() };
+    thinking_route_with(thinker, fallback, Timeouts::default().idle)
+}
+
+fn thinking_route_with(thinker: Thinker, fallback: &SimulatedProvider, idle: Duration) -> switchyard::Router {
+    let timeouts = Timeouts { first_byte: Duration::from_secs(2), idle, ..Timeouts::default() };
     let route =
         Route::builder("default").target("thinker:m").target("b:m").retry(quick_retry(1)).timeouts(timeouts);
     builder(&[("b", fallback)])
@@ -380,6 +384,20 @@ async fn a_failure_during_reasoning_the_caller_is_not_shown_falls_back() {
     assert_eq!(outcomes.last(), Some(&Outcome::Ok));
     assert!(outcomes.len() >= 2 && outcomes[0] != Outcome::Ok, "{outcomes:?}");
     assert_eq!(fallback.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_model_that_goes_quiet_while_thinking_unseen_is_failed_over_at_the_idle_limit() {
+    let fallback = SimulatedProvider::new();
+    let router = thinking_route_with(Thinker::default(), &fallback, Duration::from_secs(3));
+
+    let start = Instant::now();
+    let stream = router.chat_stream(&anthropic_request(), &RequestOptions::default()).await.unwrap();
+    assert_eq!(stream.served_by().to_string(), "b:m");
+    assert_eq!(start.elapsed(), Duration::from_secs(3), "cut at the idle limit, not at the answer 5 s in");
+    let trail = stream.trail();
+    let detail = trail.attempts()[0].error.as_ref().map(|e| e.detail().to_owned());
+    assert!(detail.as_deref().is_some_and(|d| d.contains("idle timeout")), "{detail:?}");
 }
 
 #[tokio::test(start_paused = true)]
