@@ -340,6 +340,9 @@ async fn an_anthropic_providers_thinking_reaches_an_openai_client_as_reasoning_c
     let message = &answer["choices"][0]["message"];
     assert_eq!(message["content"], "It says nothing.");
     assert_eq!(message["reasoning_content"], "Nothing was found.", "{answer}");
+    // The block itself, signed, in LiteLLM's form: what the client sends back next turn.
+    let signed = serde_json::json!([{"type": "thinking", "thinking": "Nothing was found.", "signature": "EqQBCkYIBxgCKkC"}]);
+    assert_eq!(message["thinking_blocks"], signed, "{answer}");
 
     let streamed = chat.replacen('{', r#"{"stream":true,"#, 1);
     let (status, events) = post(gateway, "/v1/chat/completions", &streamed).await;
@@ -353,10 +356,49 @@ async fn an_anthropic_providers_thinking_reaches_an_openai_client_as_reasoning_c
         .collect();
     let reasoning: Vec<_> = deltas.iter().filter_map(|d| d["reasoning_content"].as_str()).collect();
     assert_eq!(reasoning, ["Nothing was found."], "{events}");
+    let blocks: Vec<_> = deltas.iter().filter(|d| d["thinking_blocks"].is_array()).collect();
+    assert_eq!(blocks.len(), 1, "once, when signed: {events}");
+    assert_eq!(blocks[0]["thinking_blocks"], signed, "{events}");
     // Reasoning first, then the answer, as the model wrote them.
     let first_reasoning = deltas.iter().position(|d| d["reasoning_content"].is_string()).unwrap();
     let first_text = deltas.iter().position(|d| d["content"] == "It says nothing.").unwrap();
     assert!(first_reasoning < first_text, "{events}");
+}
+
+#[tokio::test]
+async fn an_openai_client_that_thinks_through_claude_continues_its_tool_turn_with_the_signed_block() {
+    let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
+    let gateway = gateway("anthropic", "", &upstream, "claude-opus-4-7").await;
+    // The second turn of a tool loop, as a client sends it after keeping the first answer's
+    // `thinking_blocks` on its assistant message.
+    let turn = r#"{"model":"default","reasoning_effort":"high","messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":null,"reasoning_content":"Need the tool.","thinking_blocks":[{"type":"thinking","thinking":"Need the tool.","signature":"EqQBCgIYAhIM"}],"tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},{"role":"tool","tool_call_id":"toolu_1","content":"18C"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]}"#;
+    let (status, answer) = post(gateway, "/v1/chat/completions", turn).await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, sent) = upstream.received();
+    let sent: serde_json::Value = serde_json::from_str(&sent).unwrap();
+    assert_eq!(sent["thinking"], serde_json::json!({"type": "adaptive"}), "{sent}");
+    assert_eq!(sent["output_config"], serde_json::json!({"effort": "high"}), "{sent}");
+    let assistant = &sent["messages"][1];
+    assert_eq!(
+        assistant["content"][0],
+        serde_json::json!({"type": "thinking", "thinking": "Need the tool.", "signature": "EqQBCgIYAhIM"}),
+        "the turn opens on the block it was thought in: {sent}"
+    );
+    assert_eq!(assistant["content"][1]["type"], "tool_use", "{sent}");
+}
+
+#[tokio::test]
+async fn a_tool_turn_sent_back_without_its_thinking_goes_on_without_thinking() {
+    let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
+    let gateway = gateway("anthropic", "", &upstream, "claude-opus-4-7").await;
+    let turn = r#"{"model":"default","reasoning_effort":"high","messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},{"role":"tool","tool_call_id":"toolu_1","content":"18C"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]}"#;
+    let (status, answer) = post(gateway, "/v1/chat/completions", turn).await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, sent) = upstream.received();
+    let sent: serde_json::Value = serde_json::from_str(&sent).unwrap();
+    // Anthropic refuses thinking on a tool turn that does not open on its thinking block.
+    assert!(sent.get("thinking").is_none(), "{sent}");
+    assert_eq!(sent["messages"][1]["content"][0]["type"], "tool_use", "{sent}");
 }
 
 #[tokio::test]

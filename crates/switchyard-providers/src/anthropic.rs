@@ -19,6 +19,7 @@ pub mod codec;
 mod request;
 mod response;
 mod stream;
+mod thinking;
 mod wire;
 
 use ::http::Uri;
@@ -29,6 +30,7 @@ use switchyard::{ErrorKind, ProviderError};
 
 pub use request::{DEFAULT_MAX_TOKENS, VERBATIM_BLOCKS};
 pub use response::VERBATIM_USAGE;
+pub use thinking::ThinkingStyle;
 
 use crate::sse::SseStream;
 use crate::verbatim::{self, Edit};
@@ -58,6 +60,8 @@ pub struct AnthropicProvider {
     /// The client's headers this provider passes on: `anthropic-beta` and
     /// `idempotency-key`, and `anthropic-version` unless the configuration sets one.
     forwarded: &'static [&'static str],
+    /// How a `reasoning_effort` asks the model to think; by the model's name when `None`.
+    thinking: Option<ThinkingStyle>,
 }
 
 impl AnthropicProvider {
@@ -99,6 +103,7 @@ impl AnthropicProvider {
             count_endpoint,
             headers,
             forwarded,
+            thinking: settings.thinking,
         })
     }
 
@@ -127,12 +132,12 @@ impl AnthropicProvider {
 
     /// The serialized request body (serialized once, here): the client's own, with the model
     /// and `stream` set, when it wrote in this dialect; else translated.
-    fn body(call: &Call<'_>, request: &ChatRequest, stream: bool) -> Result<Vec<u8>, ProviderError> {
+    fn body(&self, call: &Call<'_>, request: &ChatRequest, stream: bool) -> Result<Vec<u8>, ProviderError> {
         if let Some(body) = Self::verbatim(request) {
             let stream = if stream { Edit::Flag(true) } else { Edit::FalseIfPresent };
             return verbatim::rewrite(body, &[("model", Edit::Text(call.model)), ("stream", stream)]);
         }
-        let wire = request::build(call.model, request, stream)?;
+        let wire = request::build(call.model, request, stream, self.thinking)?;
         serde_json::to_vec(&wire).map_err(|error| {
             ProviderError::new(
                 ErrorKind::InvalidRequest,
@@ -151,9 +156,12 @@ impl AnthropicProvider {
             Some(body) => verbatim::rewrite(body, &[("model", Edit::Text(call.model))])?,
             None => {
                 let mut body =
-                    serde_json::to_value(request::build(call.model, request, false)?).map_err(|error| {
-                        ProviderError::unsupported(format!("the request could not be serialized: {error}"))
-                    })?;
+                    serde_json::to_value(request::build(call.model, request, false, self.thinking)?)
+                        .map_err(|error| {
+                            ProviderError::unsupported(format!(
+                                "the request could not be serialized: {error}"
+                            ))
+                        })?;
                 if let Some(body) = body.as_object_mut() {
                     body.retain(|key, _| COUNTED.contains(&key.as_str()));
                 }
@@ -202,7 +210,7 @@ impl Provider for AnthropicProvider {
         request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
         Box::pin(async move {
-            let body = Self::body(&call, request, false)?;
+            let body = self.body(&call, request, false)?;
             let response = self.send(&call, body).await?;
             let bytes = http::read_body(response).await?;
             let message = serde_json::from_slice::<wire::MessageResponse>(&bytes).map_err(|error| {
@@ -236,7 +244,7 @@ impl Provider for AnthropicProvider {
         request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>> {
         Box::pin(async move {
-            let body = Self::body(&call, request, true)?;
+            let body = self.body(&call, request, true)?;
             let response = self.send(&call, body).await?;
             let content_type = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
             if let Some(content_type) = content_type.filter(|ct| !ct.starts_with("text/event-stream")) {

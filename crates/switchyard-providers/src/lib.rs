@@ -99,6 +99,9 @@ pub struct ProviderSettings {
     /// (`/responses`) rather than translated to Chat Completions. Always for `openai` and
     /// Azure's v1 API; for `openai_compatible`, when the server has one (`responses: native`).
     pub responses_native: bool,
+    /// How an Anthropic model is asked to think when a client of another dialect sends
+    /// `reasoning_effort`; by the model's name ([`anthropic::ThinkingStyle::of_model`]) when `None`.
+    pub thinking: Option<anthropic::ThinkingStyle>,
 }
 
 impl ProviderSettings {
@@ -115,6 +118,7 @@ impl ProviderSettings {
             project: None,
             http: HttpSettings::default(),
             responses_native: false,
+            thinking: None,
         }
     }
 

@@ -24,7 +24,7 @@ use switchyard::chat::{
 };
 use switchyard::provider::{Provider, RateLimitSink};
 use switchyard::{ErrorKind, ProviderError};
-use switchyard_providers::anthropic::{AnthropicProvider, codec};
+use switchyard_providers::anthropic::{AnthropicProvider, ThinkingStyle, codec};
 use switchyard_providers::{ProviderKind, ProviderSettings};
 
 /// `usage` with the prompt cache's part told apart, as Anthropic states it.
@@ -326,7 +326,7 @@ async fn meaningful_fields_without_an_anthropic_equivalent_are_refused_naming_th
         (ChatRequest { response_format: Some(ResponseFormat::JsonObject), ..hello() }, "`response_format`"),
         (ChatRequest { temperature: Some(1.5), ..hello() }, "`temperature`"),
     ];
-    for (key, value) in [("logprobs", json!(true)), ("reasoning_effort", json!("high")), ("n", json!(2))] {
+    for (key, value) in [("logprobs", json!(true)), ("reasoning_effort", json!("extreme")), ("n", json!(2))] {
         let mut request = hello();
         request.extra.insert(key.into(), value);
         cases.push((request, if key == "n" { "`n`" } else { key }));
@@ -348,6 +348,95 @@ async fn meaningful_fields_without_an_anthropic_equivalent_are_refused_naming_th
         assert!(error.detail().contains(field), "{field} not named in: {}", error.detail());
     }
     assert!(fake.requests().is_empty(), "nothing is sent for a request that cannot be translated");
+}
+
+/// The body `request` goes out as to `model`, with the provider's `thinking` setting.
+async fn sent_to(model: &'static str, thinking: Option<ThinkingStyle>, request: &ChatRequest) -> Value {
+    let fake = Fake::json(200, text_answer()).await;
+    let mut settings = ProviderSettings::new(ProviderKind::Anthropic).base_url(fake.origin());
+    settings.thinking = thinking;
+    Harness::new(AnthropicProvider::new(&settings).unwrap(), Some(KEY), model).chat(request).await.unwrap();
+    fake.only_request().body
+}
+
+fn with_effort(effort: &str, mut request: ChatRequest) -> ChatRequest {
+    request.extra.insert("reasoning_effort".into(), json!(effort));
+    request
+}
+
+#[tokio::test]
+async fn reasoning_effort_asks_claude_4_6_and_later_to_think_adaptively() {
+    let body = sent_to("claude-opus-4-7", None, &with_effort("high", hello())).await;
+    assert_eq!(body["thinking"], json!({"type": "adaptive"}));
+    assert_eq!(body["output_config"], json!({"effort": "high"}));
+    assert_eq!(body["max_tokens"], 4096);
+    assert!(body.get("reasoning_effort").is_none());
+
+    // Beside a structured output, the effort joins its `output_config`.
+    let schema = json!({"type": "object", "properties": {"answer": {"type": "string"}}});
+    let format = ResponseFormat::JsonSchema {
+        json_schema: serde_json::from_value(json!({"name": "out", "schema": schema})).unwrap(),
+    };
+    let request = with_effort("low", ChatRequest { response_format: Some(format), ..hello() });
+    let body = sent_to("claude-sonnet-4-6", None, &request).await;
+    assert_eq!(
+        body["output_config"],
+        json!({"format": {"type": "json_schema", "schema": schema}, "effort": "low"})
+    );
+}
+
+#[tokio::test]
+async fn reasoning_effort_gives_earlier_claudes_a_budget_within_max_tokens() {
+    let request = with_effort("medium", ChatRequest { max_tokens: Some(1000), ..hello() });
+    let body = sent_to("claude-sonnet-4-5-20250929", None, &request).await;
+    assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 8192}));
+    assert_eq!(body["max_tokens"], 9192, "the budget is added: the answer keeps its 1000 tokens");
+    assert!(body.get("output_config").is_none());
+
+    let roomy = with_effort("minimal", ChatRequest { max_tokens: Some(20_000), ..hello() });
+    let body = sent_to("claude-3-7-sonnet-latest", None, &roomy).await;
+    assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 1024}));
+    assert_eq!(body["max_tokens"], 20_000);
+}
+
+#[tokio::test]
+async fn the_providers_thinking_setting_wins_over_the_model_name() {
+    let body = sent_to("claude-opus-4-7", Some(ThinkingStyle::Budget), &with_effort("low", hello())).await;
+    assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 2048}));
+    let body = sent_to("house-model", Some(ThinkingStyle::Adaptive), &with_effort("low", hello())).await;
+    assert_eq!(body["thinking"], json!({"type": "adaptive"}));
+
+    let body = sent_to("claude-opus-4-7", None, &with_effort("none", hello())).await;
+    assert!(body.get("thinking").is_none() && body.get("output_config").is_none(), "{body}");
+}
+
+#[tokio::test]
+async fn what_claude_refuses_beside_thinking_is_refused_naming_the_field() {
+    let forced = ToolChoice::Mode("required".into());
+    let cases = [
+        (ChatRequest { temperature: Some(0.2), ..hello() }, "`temperature`"),
+        (ChatRequest { top_p: Some(0.5), ..hello() }, "`top_p`"),
+        (ChatRequest { tools: vec![weather_tool()], tool_choice: Some(forced), ..hello() }, "`tool_choice`"),
+    ];
+    let fake = Fake::json(200, text_answer()).await;
+    for (request, field) in cases {
+        let error = chat(&fake, &with_effort("high", request)).await.unwrap_err();
+        assert!(error.is_unsupported(), "{field}: another target may take it");
+        assert!(
+            error.detail().contains(field) && error.detail().contains("reasoning_effort"),
+            "{}",
+            error.detail()
+        );
+    }
+    assert!(fake.requests().is_empty());
+    // Temperature 1 is thinking's own.
+    let body = sent_to(
+        "claude-opus-4-7",
+        None,
+        &with_effort("high", ChatRequest { temperature: Some(1.0), ..hello() }),
+    )
+    .await;
+    assert_eq!(body["temperature"], 1.0);
 }
 
 #[tokio::test]
@@ -597,6 +686,63 @@ async fn streamed_text_arrives_as_role_text_and_finish_chunks() {
     let last = chunks.last().unwrap();
     assert_eq!(last.choices[0].finish_reason, Some(FinishReason::Stop));
     assert_eq!(last.usage, Some(Usage::new(25, 12)));
+}
+
+#[tokio::test]
+async fn streamed_thinking_comes_as_reasoning_and_each_block_whole_once_signed() {
+    let block = |index: u32, block: Value| {
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": block}),
+        )
+    };
+    let delta = |index: u32, delta: Value| {
+        ("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": delta}))
+    };
+    let stop = |index: u32| ("content_block_stop", json!({"type": "content_block_stop", "index": index}));
+    let events = [
+        vec![
+            message_start(),
+            block(0, json!({"type": "thinking", "thinking": "", "signature": ""})),
+            delta(0, json!({"type": "thinking_delta", "thinking": "Six times "})),
+            delta(0, json!({"type": "thinking_delta", "thinking": "seven."})),
+            delta(0, json!({"type": "signature_delta", "signature": "EqQBCgIYAhIM"})),
+            stop(0),
+            block(1, json!({"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3p"})),
+            stop(1),
+        ],
+        text_stream_events()[1..]
+            .iter()
+            .map(|(name, data)| {
+                let mut data = data.clone();
+                if data.get("index").is_some() {
+                    data["index"] = json!(2);
+                }
+                (*name, data)
+            })
+            .collect(),
+    ]
+    .concat();
+    let fake = Fake::start(move |_| sse_reply(&[], &sse(&events))).await;
+    let chunks = ok_chunks(stream(&fake, &hello()).await.unwrap());
+
+    let reasoning: String =
+        chunks.iter().filter_map(|c| c.choices[0].delta.reasoning_content.clone()).collect();
+    assert_eq!(reasoning, "Six times seven.");
+    let blocks: Vec<_> = chunks.iter().flat_map(|c| c.choices[0].delta.thinking_blocks.clone()).collect();
+    assert_eq!(
+        blocks,
+        [
+            json!({"type": "thinking", "thinking": "Six times seven.", "signature": "EqQBCgIYAhIM"}),
+            json!({"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3p"}),
+        ]
+    );
+    assert_eq!(text_of(&chunks), "Hello wörld 🚀");
+
+    // An Anthropic client gets the provider's own events instead: no blocks beside them.
+    let request = ChatRequest { origin: Dialect::Anthropic, ..hello() };
+    let chunks = ok_chunks(stream(&fake, &request).await.unwrap());
+    assert!(chunks.iter().all(|c| c.choices.iter().all(|c| c.delta.thinking_blocks.is_empty())));
 }
 
 #[tokio::test]

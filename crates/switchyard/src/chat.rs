@@ -905,11 +905,19 @@ pub struct Delta {
     /// (DeepSeek, vLLM, Qwen) stream it, and as it is written to OpenAI-dialect clients.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    /// Whole Anthropic `thinking` blocks (`{type, thinking, signature}`) and
+    /// `redacted_thinking` blocks (`{type, data}`), in the form LiteLLM gave Chat Completions:
+    /// an OpenAI-dialect client that sends them back on its assistant turn lets an Anthropic
+    /// model continue a tool-use turn it thought through. A thinking block comes once its
+    /// signature is known, after its text streamed as `reasoning_content`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thinking_blocks: Vec<Value>,
 }
 
 impl Delta {
-    /// All of `message` as one delta: its role, text, refusal and reasoning (the latter two
-    /// from its `extra`, as OpenAI-dialect answers carry them), and each tool call whole.
+    /// All of `message` as one delta: its role, text, refusal, reasoning and thinking blocks
+    /// (the last three from its `extra`, as OpenAI-dialect answers carry them), and each tool
+    /// call whole.
     pub fn of_message(message: &Message) -> Self {
         let text = |name: &str| message.extra.get(name).and_then(Value::as_str).map(str::to_owned);
         let tool_calls = (0u32..)
@@ -930,6 +938,10 @@ impl Delta {
             tool_calls,
             refusal: text("refusal"),
             reasoning_content: text("reasoning_content"),
+            thinking_blocks: match message.extra.get("thinking_blocks") {
+                Some(Value::Array(blocks)) => blocks.clone(),
+                _ => Vec::new(),
+            },
         }
     }
 }

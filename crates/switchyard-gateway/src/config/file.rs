@@ -121,6 +121,16 @@ pub enum KeyRotationConfig {
     RoundRobin,
 }
 
+/// How an Anthropic provider's models are asked to think for `reasoning_effort`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThinkingConfig {
+    /// `thinking: {type: adaptive}` with `output_config.effort` (Claude 4.6 and later).
+    Adaptive,
+    /// `thinking: {type: enabled, budget_tokens}` (models before 4.6).
+    Budget,
+}
+
 /// How a provider answers Responses API clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -153,6 +163,9 @@ pub struct ProviderConfig {
     /// `native` or `translated`: how an `openai_compatible` server answers Responses API
     /// clients (default `translated`, to Chat Completions).
     pub responses: Option<ResponsesMode>,
+    /// `adaptive` or `budget`: how an `anthropic` provider's models think when an OpenAI client
+    /// sends `reasoning_effort` (default: by each model's name, adaptive from Claude 4.6 on).
+    pub thinking: Option<ThinkingConfig>,
     #[serde(default)]
     pub http2: bool,
     pub connect_timeout: Option<DurationText>,
@@ -187,6 +200,7 @@ impl ProviderConfig {
             organization: None,
             project: None,
             responses: None,
+            thinking: None,
             http2: false,
             connect_timeout: None,
             ca_file: None,

@@ -20,6 +20,7 @@ use switchyard::simulated::SimulatedProvider;
 use crate::drills::Drills;
 use crate::telemetry::{OtlpProtocol, SamplerSetting, TelemetrySettings};
 use switchyard::{Price, ProviderEntry, RetryBudgetSettings, Router, Target};
+use switchyard_providers::anthropic::ThinkingStyle;
 use switchyard_providers::{HttpSettings, ProviderKind, ProviderSettings};
 use switchyard_state::{RedisStore, StateError, StateSettings};
 
@@ -858,6 +859,19 @@ impl Validator<'_> {
                             "applies only to openai_compatible providers",
                         );
                         false
+                    }
+                };
+                settings.thinking = match (kind, config.thinking) {
+                    (_, None) => None,
+                    (ProviderKind::Anthropic, Some(file::ThinkingConfig::Adaptive)) => {
+                        Some(ThinkingStyle::Adaptive)
+                    }
+                    (ProviderKind::Anthropic, Some(file::ThinkingConfig::Budget)) => {
+                        Some(ThinkingStyle::Budget)
+                    }
+                    (_, Some(_)) => {
+                        self.problem(format!("{path}.thinking"), "applies only to anthropic providers");
+                        None
                     }
                 };
                 settings.http = HttpSettings {

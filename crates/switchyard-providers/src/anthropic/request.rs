@@ -12,7 +12,8 @@
 //!
 //! Fields in `extra` are Anthropic fields only when the request arrived in that dialect; then
 //! they are forwarded untouched. Fields of another dialect are mapped when Anthropic has an
-//! equivalent (`user`, `max_completion_tokens`, `parallel_tool_calls`), ignored when they
+//! equivalent (`user`, `max_completion_tokens`, `parallel_tool_calls`, `reasoning_effort` as
+//! thinking: see `thinking.rs`), ignored when they
 //! cannot change the answer (see [`read_foreign_extra`]), and refused otherwise: a request is
 //! never served with a meaningful parameter silently dropped.
 
@@ -24,6 +25,7 @@ use switchyard::chat::{
     ChatRequest, Content, ContentPart, Dialect, Extra, Message, ResponseFormat, Role, Tool, ToolChoice,
 };
 
+use super::thinking::{self, ThinkingStyle};
 use super::wire::{
     Block, ImageSource, MessagesRequest, System, ToolChoiceParam, ToolParam, ToolResultContent, Turn,
 };
@@ -59,11 +61,13 @@ pub(crate) fn invalid(field: impl Display, reason: impl Display) -> ProviderErro
     ProviderError::unsupported(format!("`{field}` {reason}"))
 }
 
-/// The Messages API body for `request`, to be sent for the upstream `model`.
+/// The Messages API body for `request`, to be sent for the upstream `model`; a
+/// `reasoning_effort` asks it to think in `style`, else in the style its name gives.
 pub(crate) fn build<'a>(
     model: &'a str,
     request: &ChatRequest,
     stream: bool,
+    style: Option<ThinkingStyle>,
 ) -> Result<MessagesRequest<'a>, ProviderError> {
     let origin = request.origin;
     let foreign =
@@ -73,6 +77,8 @@ pub(crate) fn build<'a>(
         Some(Value::Null) | None => None,
         Some(_) => return Err(invalid("parallel_tool_calls", "must be a boolean")),
     };
+
+    let max_tokens = request.max_tokens.or(foreign.max_completion_tokens).unwrap_or(DEFAULT_MAX_TOKENS);
 
     // A JSON schema becomes Anthropic's structured output, `output_config.format`.
     let output_config = match &request.response_format {
@@ -143,9 +149,9 @@ pub(crate) fn build<'a>(
         Map::new()
     };
 
-    Ok(MessagesRequest {
+    let mut wire = MessagesRequest {
         model,
-        max_tokens: request.max_tokens.or(foreign.max_completion_tokens).unwrap_or(DEFAULT_MAX_TOKENS),
+        max_tokens,
         system,
         messages: turns,
         tools,
@@ -155,9 +161,15 @@ pub(crate) fn build<'a>(
         stop_sequences: request.stop.as_ref().map(|stop| stop.to_vec()).unwrap_or_default(),
         metadata: foreign.user.map(|user| json!({ "user_id": user })),
         output_config,
+        thinking: None,
         stream,
         extra,
-    })
+    };
+    if let Some(effort) = &foreign.reasoning_effort {
+        let style = style.unwrap_or_else(|| ThinkingStyle::of_model(model));
+        thinking::ask(&mut wire, effort, style, request)?;
+    }
+    Ok(wire)
 }
 
 /// An owned copy of one `extra` entry.
@@ -172,6 +184,8 @@ struct Foreign {
     max_completion_tokens: Option<u32>,
     /// OpenAI's end-user id, sent as `metadata.user_id`.
     user: Option<String>,
+    /// OpenAI's `reasoning_effort`, sent as Claude's thinking (see [`thinking`]).
+    reasoning_effort: Option<Value>,
 }
 
 /// Reads the `extra` of a request of another dialect (OpenAI's, in practice).
@@ -181,7 +195,8 @@ struct Foreign {
 /// (OpenAI's stored completions), `service_tier`, `safety_identifier`, `prompt_cache_key`, and
 /// defaults spelled out: `n: 1`, `logprobs: false`, zero `frequency_penalty` and
 /// `presence_penalty`, an empty `logit_bias`, `modalities: ["text"]`. Mapped:
-/// `max_completion_tokens`, `user`, `parallel_tool_calls`. Anything else is refused, naming it.
+/// `max_completion_tokens`, `user`, `parallel_tool_calls`, `reasoning_effort`. Anything else is
+/// refused, naming it.
 fn read_foreign_extra(extra: &Extra) -> Result<Foreign, ProviderError> {
     let mut foreign = Foreign::default();
     for (key, value) in extra {
@@ -203,6 +218,10 @@ fn read_foreign_extra(extra: &Extra) -> Result<Foreign, ProviderError> {
                 let tokens = value.as_u64().and_then(|v| u32::try_from(v).ok()).filter(|v| *v > 0);
                 foreign.max_completion_tokens =
                     Some(tokens.ok_or_else(|| invalid(key, "must be a positive integer"))?);
+                true
+            }
+            "reasoning_effort" => {
+                foreign.reasoning_effort = Some(value.clone());
                 true
             }
             "user" => {
@@ -295,7 +314,8 @@ pub(crate) fn message_blocks(message: &Message, index: usize) -> Result<Vec<Bloc
         Role::System | Role::Developer => system_message_blocks(message, index),
         Role::User => content_blocks(message.content.as_ref(), index),
         Role::Assistant => {
-            let mut blocks = content_blocks(message.content.as_ref(), index)?;
+            let mut blocks = thinking_blocks(message);
+            blocks.extend(content_blocks(message.content.as_ref(), index)?);
             for (k, call) in message.tool_calls.iter().enumerate() {
                 let field = format!("messages[{index}].tool_calls[{k}].function.arguments");
                 blocks.push(Block::ToolUse {
@@ -318,6 +338,26 @@ pub(crate) fn message_blocks(message: &Message, index: usize) -> Result<Vec<Bloc
             Ok(vec![Block::ToolResult { tool_use_id, content, is_error: None }])
         }
     }
+}
+
+/// The thinking that opens an assistant turn, from the `thinking_blocks` an OpenAI-dialect
+/// client sent back (LiteLLM's form, as the gateway writes it: see
+/// [`Delta::thinking_blocks`](switchyard::chat::Delta::thinking_blocks)). Only signed thinking
+/// blocks (`signature`, or LiteLLM's older `signature_delta`) and redacted ones can be sent:
+/// anything else describes a past answer and is left out, as the turn's other metadata is.
+fn thinking_blocks(message: &Message) -> Vec<Block> {
+    let Some(Value::Array(blocks)) = message.extra.get("thinking_blocks") else { return Vec::new() };
+    let text = |block: &Value, name: &str| block.get(name).and_then(Value::as_str).map(str::to_owned);
+    let signed = |block: &Value| match block["type"].as_str()? {
+        "thinking" => {
+            let signature = text(block, "signature").or_else(|| text(block, "signature_delta"))?;
+            let thinking = text(block, "thinking")?;
+            Some(json!({"type": "thinking", "thinking": thinking, "signature": signature}))
+        }
+        "redacted_thinking" => Some(json!({"type": "redacted_thinking", "data": text(block, "data")?})),
+        _ => None,
+    };
+    blocks.iter().filter_map(signed).map(Block::Raw).collect()
 }
 
 /// Tool-call arguments (a JSON string) as the `input` object Anthropic wants. An empty string

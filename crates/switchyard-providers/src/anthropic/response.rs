@@ -60,6 +60,7 @@ pub(crate) fn to_chat_response(message: MessageResponse, origin: Dialect) -> Cha
     let mut text = String::new();
     let mut has_text = false;
     let mut reasoning = String::new();
+    let mut thinking_blocks = Vec::new();
     let mut tool_calls = Vec::new();
     for raw in &message.content {
         match serde_json::from_value::<Block>(raw.clone()) {
@@ -69,7 +70,9 @@ pub(crate) fn to_chat_response(message: MessageResponse, origin: Dialect) -> Cha
             }
             Ok(Block::Raw(block)) if block["type"] == "thinking" => {
                 reasoning.push_str(block["thinking"].as_str().unwrap_or_default());
+                thinking_blocks.push(block);
             }
+            Ok(Block::Raw(block)) if block["type"] == "redacted_thinking" => thinking_blocks.push(block),
             Ok(Block::ToolUse { id, name, input }) => tool_calls.push(ToolCall {
                 id,
                 kind: "function".to_owned(),
@@ -91,10 +94,13 @@ pub(crate) fn to_chat_response(message: MessageResponse, origin: Dialect) -> Cha
         extra: Extra::new(),
     };
     // An OpenAI-dialect client reads the thinking as reasoning servers write it (and a
-    // Responses client as a reasoning item). Its signature has no form there: a later turn
-    // sent back through another dialect reaches Anthropic without it.
+    // Responses client as a reasoning item). The blocks themselves, signed, go to an
+    // OpenAI-dialect client as LiteLLM's `thinking_blocks`, to send back on a later turn.
     if matches!(origin, Dialect::OpenAi | Dialect::Responses) && !reasoning.is_empty() {
         answer.extra.insert("reasoning_content".to_owned(), Value::String(reasoning));
+    }
+    if origin == Dialect::OpenAi && !thinking_blocks.is_empty() {
+        answer.extra.insert("thinking_blocks".to_owned(), Value::Array(thinking_blocks));
     }
     let mut choice_extra = Extra::new();
     let mut extra = Extra::new();

@@ -2,14 +2,16 @@
 //!
 //! Anthropic numbers content blocks (text, tool use, thinking) in one sequence; canonical tool
 //! calls are numbered among themselves, so a `tool_use` block at index 3 may be tool call 0.
-//! Thinking, citations and server-tool blocks are not part of the canonical stream and are
-//! skipped.
+//! Thinking streams as `reasoning_content`; for an OpenAI-dialect client each thinking block
+//! also comes whole, with its signature, as `thinking_blocks` once the signature arrives (and
+//! a redacted one as it starts). Citations and server-tool blocks are not part of the
+//! canonical stream and are skipped.
 
 use std::collections::HashMap;
 
 use futures_core::Stream;
 use futures_util::StreamExt;
-use serde_json::Value;
+use serde_json::{Value, json};
 use switchyard::chat::{
     ChatChunk, ChunkChoice, Delta, Dialect, Extra, FunctionCallDelta, Role, ToolCallDelta, Verbatim,
 };
@@ -88,6 +90,9 @@ pub(crate) struct Decoder {
     tools: HashMap<u32, OpenTool>,
     /// The canonical index the next tool-use block gets.
     next_ordinal: u32,
+    /// The text so far of each thinking block started and not yet signed, by content block
+    /// index; kept only for an OpenAI-dialect client, which gets the block whole.
+    thinking: HashMap<u32, String>,
     /// The latest token counts: `message_start`'s, each field replaced by the cumulative
     /// counts of every `message_delta`.
     usage: super::wire::Usage,
@@ -114,6 +119,7 @@ impl Decoder {
             created: now_unix(),
             tools: HashMap::new(),
             next_ordinal: 0,
+            thinking: HashMap::new(),
             usage: super::wire::Usage::default(),
             stop_reason: None,
             stop_sequence: None,
@@ -149,12 +155,23 @@ impl Decoder {
                         }),
                     }))
                 }
+                Block::Raw(block) => self.start_thinking(index, block),
                 _ => None,
             },
             StreamEvent::ContentBlockDelta { index, delta } => match delta {
                 BlockDelta::TextDelta { text } if !text.is_empty() => Some(self.text(text)),
                 BlockDelta::ThinkingDelta { thinking } if !thinking.is_empty() => {
+                    if let Some(so_far) = self.thinking.get_mut(&index) {
+                        so_far.push_str(&thinking);
+                    }
                     Some(self.chunk(Delta { reasoning_content: Some(thinking), ..Delta::default() }))
+                }
+                BlockDelta::Other(delta) if delta["type"] == "signature_delta" => {
+                    self.thinking.remove(&index).map(|thinking| {
+                        let signature = delta["signature"].clone();
+                        let block = json!({"type": "thinking", "thinking": thinking, "signature": signature});
+                        self.chunk(Delta { thinking_blocks: vec![block], ..Delta::default() })
+                    })
                 }
                 BlockDelta::InputJsonDelta { partial_json } if !partial_json.is_empty() => {
                     match self.tools.get_mut(&index) {
@@ -201,6 +218,25 @@ impl Decoder {
             StreamEvent::Error { error } => return Err(classify::stream_error(&error, self.key.as_ref())),
             StreamEvent::Ping | StreamEvent::Unknown(_) => None,
         })
+    }
+
+    /// What the start of a block the canonical types do not model gives an OpenAI-dialect
+    /// client: a redacted thinking block whole; a thinking block is kept until it is signed.
+    fn start_thinking(&mut self, index: u32, block: Value) -> Option<ChatChunk> {
+        if self.origin != Dialect::OpenAi {
+            return None;
+        }
+        match block["type"].as_str() {
+            Some("thinking") => {
+                let text = block["thinking"].as_str().unwrap_or_default().to_owned();
+                self.thinking.insert(index, text);
+                None
+            }
+            Some("redacted_thinking") => {
+                Some(self.chunk(Delta { thinking_blocks: vec![block], ..Delta::default() }))
+            }
+            _ => None,
+        }
     }
 
     /// A chunk of this answer with one choice (index 0) carrying `delta`.

@@ -47,6 +47,10 @@ pub(crate) struct MessagesRequest<'a> {
     /// `response_format`; `None` for an Anthropic-dialect request, whose own travels in `extra`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_config: Option<Value>,
+    /// `thinking`, from OpenAI's `reasoning_effort`; `None` for an Anthropic-dialect request,
+    /// whose own travels in `extra`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<Value>,
     /// `stream: true` on streaming calls; left out (not `false`) otherwise.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stream: bool,

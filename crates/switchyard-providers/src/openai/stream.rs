@@ -205,6 +205,7 @@ impl Reader {
                         tool_calls,
                         refusal: delta.refusal.and_then(|r| r.as_str().map(str::to_owned)),
                         reasoning_content: delta.reasoning_content.or(delta.reasoning),
+                        thinking_blocks: Vec::new(),
                     },
                     finish_reason,
                 }
