@@ -388,3 +388,42 @@ def test_a_models_reasoning_reaches_the_sdk_as_reasoning_content_before_its_answ
     reasoning, text, order = _reasoning_and_text(stream)
     assert (reasoning, text) == ("The user wants the mock answer.", "mock answer from model-test")
     assert order[0] == "reasoning" and order.count("reasoning") == 1
+
+
+def test_reasoning_effort_makes_claude_think_and_its_signed_blocks_carry_the_tool_turn(mock, gateway):
+    # An agent on the OpenAI SDK asks Claude to think, keeps the answer's message as a dict (as
+    # agents do), and sends it back with the tool result: the turn opens on the signed block.
+    scenario = "think~chunks=4"
+    gw = gateway(config(
+        mock, {"up": ("anthropic", scenario, "api_key: sk-upstream-0001")}, {"default": "{ targets: [up:claude-opus-4-7] }"}
+    ))
+    sdk = client(gw)
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    first = sdk.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Think first."}], reasoning_effort="high", tools=tools
+    )
+    sent = mock.stats()["scenarios"][scenario]["last_request"]["json"]
+    assert sent["thinking"] == {"type": "adaptive"} and sent["output_config"] == {"effort": "high"}
+    message = first.choices[0].message
+    blocks = message.model_extra["thinking_blocks"]
+    assert blocks == [{"type": "thinking", "thinking": "The user wants the mock answer.",
+                       "signature": "EqQBCkYIBxgCKkBmocksignature"}]
+
+    streamed = sdk.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Think first."}], reasoning_effort="high", stream=True
+    )
+    seen = [b for chunk in streamed if chunk.choices for b in (chunk.choices[0].delta.model_extra or {}).get("thinking_blocks", [])]
+    assert seen == blocks
+
+    kept = message.model_dump(exclude_none=True)
+    kept["tool_calls"] = [{"id": "toolu_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]
+    sdk.chat.completions.create(
+        model="default",
+        reasoning_effort="high",
+        tools=tools,
+        messages=[{"role": "user", "content": "Think first."}, kept, {"role": "tool", "tool_call_id": "toolu_1", "content": "42"}],
+    )
+    sent = mock.stats()["scenarios"][scenario]["last_request"]["json"]
+    assert sent["thinking"] == {"type": "adaptive"}
+    assistant = sent["messages"][1]["content"]
+    assert assistant[0] == blocks[0] and assistant[-1]["type"] == "tool_use"
