@@ -388,6 +388,26 @@ async fn an_openai_client_that_thinks_through_claude_continues_its_tool_turn_wit
 }
 
 #[tokio::test]
+async fn claudes_thinking_blocks_sent_back_do_not_reach_an_openai_provider() {
+    // A conversation that began on Claude falls over to OpenAI: the signed blocks the gateway
+    // handed out mean nothing there (OpenAI refuses unknown message fields).
+    let upstream = Upstream::start(OPENAI_ANSWER, &openai_sse()).await;
+    let gateway = gateway("openai", "/v1", &upstream, "gpt-4o").await;
+    let turn = r#"{"model":"default","messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":"Sunny.","thinking_blocks":[{"type":"thinking","thinking":"Look.","signature":"EqQB"}],"x_note":1},{"role":"user","content":"Sure?"}]}"#;
+    let (status, answer) = post(gateway, "/v1/chat/completions", turn).await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, sent) = upstream.received();
+    let sent: serde_json::Value = serde_json::from_str(&sent).unwrap();
+    let assistant = &sent["messages"][1];
+    assert!(assistant.get("thinking_blocks").is_none(), "{sent}");
+    assert_eq!(
+        (&assistant["content"], &assistant["x_note"]),
+        (&serde_json::json!("Sunny."), &serde_json::json!(1))
+    );
+    assert_eq!(sent["model"], "gpt-4o");
+}
+
+#[tokio::test]
 async fn a_tool_turn_sent_back_without_its_thinking_goes_on_without_thinking() {
     let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
     let gateway = gateway("anthropic", "", &upstream, "claude-opus-4-7").await;

@@ -241,7 +241,7 @@ impl OpenAiProvider {
             let bytes = http::read_body(response).await?;
             return responses::parse_answer(bytes, call.credential.key());
         }
-        let verbatim = request.verbatim.as_ref().and_then(|v| v.in_dialect(Dialect::OpenAi));
+        let verbatim = verbatim_chat(request);
         let body = match verbatim {
             Some(body) => verbatim::rewrite(
                 body,
@@ -268,7 +268,7 @@ impl OpenAiProvider {
             let response = self.post(call, "responses", body, true).await?;
             return Ok(responses::chunks(response, call.credential.key().cloned()));
         }
-        let verbatim = request.verbatim.as_ref().and_then(|v| v.in_dialect(Dialect::OpenAi));
+        let verbatim = verbatim_chat(request);
         let (body, pass_on) = match verbatim {
             Some(body) => {
                 // Usage is asked for whatever the client said: cost and token budgets need it.
@@ -325,6 +325,17 @@ impl fmt::Debug for OpenAiProvider {
             .field("endpoint", &self.endpoint)
             .finish_non_exhaustive()
     }
+}
+
+/// The client's own Chat Completions body, when it can go out as written. Not when an
+/// assistant message carries `thinking_blocks`: those are Claude's signed thinking as the
+/// gateway gave it to the client (LiteLLM's form), which no OpenAI-dialect server takes, so
+/// the request is written from the canonical one without them (a fallback from Claude to
+/// OpenAI mid-conversation).
+fn verbatim_chat(request: &ChatRequest) -> Option<&bytes::Bytes> {
+    let verbatim = request.verbatim.as_ref()?.in_dialect(Dialect::OpenAi)?;
+    let claude_thinking = request.messages.iter().any(|m| m.extra.contains_key(wire::CLAUDE_THINKING));
+    (!claude_thinking).then_some(verbatim)
 }
 
 impl Provider for OpenAiProvider {

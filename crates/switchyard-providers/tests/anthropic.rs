@@ -369,7 +369,7 @@ async fn reasoning_effort_asks_claude_4_6_and_later_to_think_adaptively() {
     let body = sent_to("claude-opus-4-7", None, &with_effort("high", hello())).await;
     assert_eq!(body["thinking"], json!({"type": "adaptive"}));
     assert_eq!(body["output_config"], json!({"effort": "high"}));
-    assert_eq!(body["max_tokens"], 4096);
+    assert_eq!(body["max_tokens"], 32_000, "room to think and then answer, where the client set none");
     assert!(body.get("reasoning_effort").is_none());
 
     // Beside a structured output, the effort joins its `output_config`.
@@ -397,6 +397,60 @@ async fn reasoning_effort_gives_earlier_claudes_a_budget_within_max_tokens() {
     let body = sent_to("claude-3-7-sonnet-latest", None, &roomy).await;
     assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 1024}));
     assert_eq!(body["max_tokens"], 20_000);
+
+    // Grown no further than the smallest output limit of the models that take a budget.
+    let close = with_effort("high", ChatRequest { max_tokens: Some(16_000), ..hello() });
+    let body = sent_to("claude-opus-4-1-20250805", None, &close).await;
+    assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 16384}));
+    assert_eq!(body["max_tokens"], 32_000);
+    let hardest = sent_to("claude-opus-4-1-20250805", None, &with_effort("xhigh", hello())).await;
+    assert_eq!(hardest["thinking"]["budget_tokens"], 24576);
+    assert_eq!(hardest["max_tokens"], 32_000, "the budget stays below max_tokens");
+}
+
+#[tokio::test]
+async fn a_claude_that_cannot_think_is_refused_for_reasoning_effort_so_the_route_goes_on() {
+    let fake = Fake::json(200, text_answer()).await;
+    let harness = Harness::new(provider(&fake.origin()), Some(KEY), "claude-3-5-sonnet-20241022");
+    let error = harness.chat(&with_effort("low", hello())).await.unwrap_err();
+    assert!(error.is_unsupported(), "another target may take it");
+    assert!(
+        error.detail().contains("`reasoning_effort`") && error.detail().contains("claude-3-5-sonnet"),
+        "{}",
+        error.detail()
+    );
+    assert!(fake.requests().is_empty());
+}
+
+#[tokio::test]
+async fn thinking_goes_only_where_anthropic_takes_it() {
+    let signed = json!([{"type": "thinking", "thinking": "Hmm.", "signature": "EqQBCgIYAhIM"}]);
+    let answered = || {
+        let mut message = Message::assistant("Paris.");
+        message.extra.insert("thinking_blocks".into(), signed.clone());
+        message
+    };
+
+    // A prefill: the answer goes on from the assistant's words, which thinking cannot precede.
+    let prefill = ChatRequest {
+        messages: vec![Message::user("Capital of France?"), Message::assistant("The capital is")],
+        ..hello()
+    };
+    let body = sent_to("claude-opus-4-7", None, &with_effort("high", prefill)).await;
+    assert!(body.get("thinking").is_none() && body.get("output_config").is_none(), "{body}");
+
+    // Blocks sent back on a request that does not think are left out, as Anthropic wants.
+    let later = ChatRequest {
+        messages: vec![Message::user("Capital of France?"), answered(), Message::user("And Italy?")],
+        ..hello()
+    };
+    let body = sent_to("claude-opus-4-7", None, &later).await;
+    assert_eq!(body["messages"][1]["content"], json!([{"type": "text", "text": "Paris."}]), "{body}");
+    let body = sent_to("claude-opus-4-7", None, &with_effort("none", later.clone())).await;
+    assert_eq!(body["messages"][1]["content"], json!([{"type": "text", "text": "Paris."}]), "{body}");
+    // And kept, opening the turn, on one that does.
+    let body = sent_to("claude-opus-4-7", None, &with_effort("low", later)).await;
+    assert_eq!(body["messages"][1]["content"][0], signed[0], "{body}");
 }
 
 #[tokio::test]

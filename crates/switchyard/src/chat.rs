@@ -833,16 +833,18 @@ impl ChatChunk {
         }
     }
 
-    /// Whether this chunk carries content a client would render or act on (text, a model's
-    /// refusal or reasoning, a tool call). Once such a chunk reaches the client, the router can
-    /// no longer fail over. Reasoning counts: a model that thinks for a minute is answering,
-    /// and its thinking is streamed as it comes rather than held back until the text.
+    /// Whether this chunk carries content (text, a model's refusal or reasoning, a thinking
+    /// block, a tool call): the upstream is answering, and the stream's first-byte wait is
+    /// over. Reasoning counts: a model that thinks for a minute is answering. Whether the
+    /// caller is shown it, which is what commits a stream, is
+    /// [`shows_content_to`](Self::shows_content_to).
     pub fn has_content(&self) -> bool {
         let text = |t: &Option<String>| t.as_deref().is_some_and(|t| !t.is_empty());
         self.choices.iter().any(|c| {
             text(&c.delta.content)
                 || text(&c.delta.refusal)
                 || text(&c.delta.reasoning_content)
+                || !c.delta.thinking_blocks.is_empty()
                 || !c.delta.tool_calls.is_empty()
         })
     }
@@ -860,7 +862,8 @@ impl ChatChunk {
             text(&c.delta.content)
                 || text(&c.delta.refusal)
                 || !c.delta.tool_calls.is_empty()
-                || (reasoning_shown && text(&c.delta.reasoning_content))
+                || (reasoning_shown
+                    && (text(&c.delta.reasoning_content) || !c.delta.thinking_blocks.is_empty()))
         })
     }
 

@@ -165,9 +165,12 @@ pub(crate) fn build<'a>(
         stream,
         extra,
     };
-    if let Some(effort) = &foreign.reasoning_effort {
-        let style = style.unwrap_or_else(|| ThinkingStyle::of_model(model));
-        thinking::ask(&mut wire, effort, style, request)?;
+    match &foreign.reasoning_effort {
+        Some(effort) => thinking::ask(&mut wire, effort, style, request)?,
+        // Thinking blocks sent back (as `thinking_blocks`) on a request that does not think
+        // would be refused; an Anthropic client's own request is its own to write.
+        None if origin != Dialect::Anthropic => thinking::drop_thinking(&mut wire.messages),
+        None => {}
     }
     Ok(wire)
 }

@@ -5,24 +5,31 @@
 //! hard set by `output_config.effort`), and Opus 4.7 and later accept nothing else; earlier
 //! models take a fixed *budget* (`thinking: {type: "enabled", budget_tokens}`). The style is
 //! read from the model's name ([`ThinkingStyle::of_model`]) unless the provider's settings
-//! name it, as they must for a model whose name says nothing (an alias, a deployment id).
+//! name it (for every model of the provider), as they must for a model whose name says
+//! nothing (an alias, a deployment id). A model the name places before Claude 3.7, which cannot
+//! think, is refused as unsupported, so that the route goes on to a target that can.
 //!
 //! | `reasoning_effort` | adaptive: `output_config.effort` | budget: `budget_tokens` |
 //! |---|---|---|
 //! | `none` | no thinking | no thinking |
 //! | `minimal`, `low` | `low` | 1024, 2048 |
 //! | `medium` | `medium` | 8192 |
-//! | `high`, `xhigh` | `high` | 16384, 32768 |
+//! | `high`, `xhigh` | `high` | 16384, 24576 |
 //!
-//! A budget must be less than `max_tokens`; when the request's is not larger, the budget is
-//! added to it, so the answer keeps the room the client asked for. Thinking rules out what
-//! Anthropic refuses beside it, and those are refused here, naming the field: a temperature
-//! other than 1, `top_p` under 0.95, and a forced tool choice.
+//! `max_tokens` bounds the thinking and the answer together. A request that sets none gets
+//! [`THINKING_MAX_TOKENS`] rather than the usual default, so that a hard think still leaves
+//! room to answer. A budget must be less than `max_tokens`; when the request's is not larger,
+//! the budget is added to it (up to [`THINKING_MAX_TOKENS`], the smallest output limit of the
+//! models that take a budget), so the answer keeps the room the client asked for. Thinking
+//! rules out what Anthropic refuses beside it, and those are refused here, naming the field: a
+//! temperature other than 1, `top_p` under 0.95, and a forced tool choice.
 //!
-//! A tool-use turn must go on with the thinking it opened on: Anthropic refuses a request that
-//! thinks when its last assistant turn calls a tool without its signed thinking block. A client
-//! that sends the `thinking_blocks` it was given back keeps thinking through the turn; one that
-//! does not has the turn continued without thinking, which is what Anthropic can serve.
+//! Two conversations are continued without thinking, since Anthropic serves them only so: one
+//! whose last message is the assistant's (a prefill), and one in the middle of a tool-use turn
+//! sent back without the signed thinking block it opened on. A client that sends the
+//! `thinking_blocks` it was given back keeps thinking through the turn. Conversely, thinking
+//! blocks sent back on a request that does not think are left out: Anthropic refuses them
+//! then.
 
 use serde_json::{Value, json};
 use switchyard::ProviderError;
@@ -44,29 +51,30 @@ impl ThinkingStyle {
     /// The style of `model`, by the generation its name gives (`claude-opus-4-7`,
     /// `claude-sonnet-4-20250514`, `claude-3-7-sonnet-latest`, Bedrock's
     /// `anthropic.claude-sonnet-4-5-20250929-v1:0`, Vertex's `claude-opus-4-1@20250805`):
-    /// adaptive from 4.6 on. A name that gives none is taken for a current model: adaptive.
-    pub fn of_model(model: &str) -> Self {
+    /// adaptive from 4.6 on, a budget from 3.7, and `None` before (those models cannot think).
+    /// A name that gives no generation is taken for a current model: adaptive.
+    pub fn of_model(model: &str) -> Option<Self> {
         match generation(model) {
-            Some(version) if version < (4, 6) => Self::Budget,
-            _ => Self::Adaptive,
+            Some(version) if version < (3, 7) => None,
+            Some(version) if version < (4, 6) => Some(Self::Budget),
+            _ => Some(Self::Adaptive),
         }
     }
 }
 
-/// The `(major, minor)` generation a Claude model's name gives: its first one- or two-digit
-/// number after `claude`, and the next one when it follows at once (a date is not a minor).
+/// The `(major, minor)` generation a Claude model's name gives: the one- or two-digit number
+/// right after `claude` (`claude-3-7-sonnet`, `claude-2.1`) or after its family
+/// (`claude-sonnet-4-5`, `claude-instant-1.2`), and the next one when it follows at once (a
+/// date is not a minor).
 fn generation(model: &str) -> Option<(u32, u32)> {
     let lower = model.to_ascii_lowercase();
     let (_, rest) = lower.rsplit_once("claude")?;
     let mut parts = rest.split(['-', '.', '@', ':', '_']).filter(|part| !part.is_empty()).peekable();
     let small = |part: &str| (part.len() <= 2).then(|| part.parse::<u32>().ok()).flatten();
-    while let Some(part) = parts.next() {
-        if let Some(major) = small(part) {
-            let minor = parts.peek().and_then(|next| small(next)).unwrap_or(0);
-            return Some((major, minor));
-        }
-    }
-    None
+    let _family = parts.next_if(|part| ["opus", "sonnet", "haiku", "instant"].contains(part));
+    let major = small(parts.next()?)?;
+    let minor = parts.peek().and_then(|next| small(next)).unwrap_or(0);
+    Some((major, minor))
 }
 
 /// What a `reasoning_effort` asks of the model, in Anthropic's terms.
@@ -89,7 +97,7 @@ fn from_effort(effort: &Value, style: ThinkingStyle) -> Result<Option<Thinking>,
         Some("low") => ("low", 2048),
         Some("medium") => ("medium", 8192),
         Some("high") => ("high", 16384),
-        Some("xhigh") => ("high", 32768),
+        Some("xhigh") => ("high", 24576),
         _ => {
             return Err(invalid(
                 "reasoning_effort",
@@ -109,21 +117,40 @@ fn from_effort(effort: &Value, style: ThinkingStyle) -> Result<Option<Thinking>,
     }))
 }
 
-/// Asks `wire` (the translation of `request`) to think as `effort` asks, in `style`.
+/// The `max_tokens` of a request that thinks and sets none, and the most a budget may grow
+/// one to: the smallest output limit of the models that think (Claude Opus 4 and 4.1).
+pub const THINKING_MAX_TOKENS: u32 = 32_000;
+
+/// Asks `wire` (the translation of `request`) to think as `effort` asks: in `style`, else in
+/// the style the model's name gives. Leaves it not thinking when Anthropic would refuse
+/// thinking for this conversation, and then drops the thinking blocks sent back in it.
 pub(crate) fn ask(
     wire: &mut MessagesRequest<'_>,
     effort: &Value,
-    style: ThinkingStyle,
+    style: Option<ThinkingStyle>,
     request: &ChatRequest,
 ) -> Result<(), ProviderError> {
-    let Some(thinking) = from_effort(effort, style)? else { return Ok(()) };
-    if tool_turn_without_its_thinking(&wire.messages) {
+    let Some(style) = style.or_else(|| ThinkingStyle::of_model(wire.model)) else {
+        return Err(invalid(
+            "reasoning_effort",
+            format_args!("asks `{}` to think, which Claude models before 3.7 cannot", wire.model),
+        ));
+    };
+    let thinking = from_effort(effort, style)?;
+    let prefilled = wire.messages.last().is_some_and(|turn| turn.role == "assistant");
+    let Some(thinking) = thinking.filter(|_| !prefilled && !tool_turn_without_its_thinking(&wire.messages))
+    else {
+        drop_thinking(&mut wire.messages);
         return Ok(());
-    }
+    };
     check_compatible(request)?;
+    let set_max_tokens = request.max_tokens.is_some() || request.extra.contains_key("max_completion_tokens");
+    if !set_max_tokens {
+        wire.max_tokens = THINKING_MAX_TOKENS;
+    }
     if let Some(budget) = thinking.budget.filter(|budget| wire.max_tokens <= *budget) {
         // The budget is part of `max_tokens`: the answer keeps the room the client asked for.
-        wire.max_tokens = wire.max_tokens.saturating_add(budget);
+        wire.max_tokens = wire.max_tokens.saturating_add(budget).min(THINKING_MAX_TOKENS);
     }
     if let Some(effort) = thinking.effort {
         let config = wire.output_config.get_or_insert_with(|| json!({}));
@@ -131,6 +158,16 @@ pub(crate) fn ask(
     }
     wire.thinking = Some(thinking.thinking);
     Ok(())
+}
+
+/// Leaves out of a conversation that does not think the thinking blocks a client sent back
+/// (as `thinking_blocks`), and any assistant turn that held nothing else.
+pub(crate) fn drop_thinking(turns: &mut Vec<Turn>) {
+    let is_thinking = |block: &Block| matches!(block, Block::Raw(raw) if raw["type"] == "thinking" || raw["type"] == "redacted_thinking");
+    for turn in turns.iter_mut().filter(|turn| turn.role == "assistant") {
+        turn.content.retain(|block| !is_thinking(block));
+    }
+    turns.retain(|turn| !turn.content.is_empty());
 }
 
 /// Whether the conversation is in the middle of a tool-use turn whose thinking it does not
@@ -192,11 +229,23 @@ mod tests {
             ("anthropic.claude-sonnet-4-5-20250929-v1:0", ThinkingStyle::Budget),
             ("us.anthropic.claude-opus-4-6-v1", ThinkingStyle::Adaptive),
             ("claude-opus-4-1@20250805", ThinkingStyle::Budget),
+            ("claude-opus-4-1-20250805", ThinkingStyle::Budget),
+            ("claude-haiku-4-5-20251001", ThinkingStyle::Budget),
             ("claude-sonnet-5", ThinkingStyle::Adaptive),
             ("my-house-model", ThinkingStyle::Adaptive),
+            ("claude-test-1", ThinkingStyle::Adaptive),
         ];
         for (model, style) in cases {
-            assert_eq!(ThinkingStyle::of_model(model), style, "{model}");
+            assert_eq!(ThinkingStyle::of_model(model), Some(style), "{model}");
+        }
+        for model in [
+            "claude-3-5-sonnet-20241022",
+            "claude-3-opus-20240229",
+            "claude-3-5-haiku-latest",
+            "claude-instant-1.2",
+            "claude-2.1",
+        ] {
+            assert_eq!(ThinkingStyle::of_model(model), None, "{model} cannot think");
         }
     }
 

@@ -36,8 +36,11 @@ const REQUEST_FIELDS: &[&str] = &[
     "stream_options",
 ];
 /// Message fields [`MessageBody`] writes itself; a message `extra` entry of the same name is
-/// not copied.
-const MESSAGE_FIELDS: &[&str] = &["role", "content", "name", "tool_calls", "tool_call_id"];
+/// not copied. Nor is [`CLAUDE_THINKING`].
+const MESSAGE_FIELDS: &[&str] = &["role", "content", "name", "tool_calls", "tool_call_id", CLAUDE_THINKING];
+/// The assistant message field in which the gateway gives OpenAI-dialect clients Claude's
+/// signed thinking blocks (LiteLLM's `thinking_blocks`): only an Anthropic target reads it back.
+pub(crate) const CLAUDE_THINKING: &str = "thinking_blocks";
 /// Tool function fields [`FunctionBody`] writes itself.
 const FUNCTION_FIELDS: &[&str] = &["name", "description", "parameters"];
 /// `response_format.json_schema` fields [`JsonSchemaBody`] writes itself.

@@ -1,5 +1,5 @@
 //! Hedged requests: when a request's first attempt has not answered (or, streamed, sent its
-//! first content) after the route's hedge delay, the chain's next target is called beside it,
+//! first content its caller is shown) after the route's hedge delay, the chain's next target is called beside it,
 //! and the first to answer is served. The other is cancelled at once (its future dropped,
 //! which drops its connection; its pacing permit released) and recorded as `cancelled`.
 //!

@@ -1,4 +1,5 @@
-//! Streaming through the router: fail over until the first content chunk, then forward.
+//! Streaming through the router: fail over until the first chunk the caller is shown, then
+//! forward.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -13,14 +14,15 @@ use tokio::time::{Instant, Sleep};
 
 use super::exchange::Exchange;
 use super::{StreamServed, StreamSettler};
-use crate::chat::{ChatChunk, ChatRequest, ChatResponse, Usage};
+use crate::chat::{ChatChunk, ChatRequest, ChatResponse, Delta, Usage};
 use crate::pacing::Permit;
 use crate::provider::{BoxFuture, Call, ChunkStream, Provider};
 use crate::route::Route;
 use crate::trail::{Outcome, Timing, Trail, Via};
 use crate::{ErrorKind, ProviderError, Target};
 
-/// A stream opened and read up to its first content chunk: the buffered chunks, and the rest.
+/// A stream opened and read up to the first chunk its caller is shown: the buffered chunks, and
+/// the rest.
 pub(crate) struct Prefetched {
     buffer: VecDeque<ChatChunk>,
     rest: Option<ChunkStream>,
@@ -75,7 +77,7 @@ impl Exchange for StreamExchange<'_> {
 /// never failed over for slowness. The stream commits with the first chunk the caller will be
 /// shown ([`ChatChunk::shows_content_to`]): until then the router may still retry or fall back
 /// without the caller seeing a restart. Between the two (reasoning an Anthropic caller is not
-/// shown) chunks are held, each within the `idle` limit.
+/// shown) chunks are held, each within the `idle` limit, less the reasoning itself.
 async fn prefetch(
     provider: &dyn Provider,
     call: Call<'_>,
@@ -89,7 +91,8 @@ async fn prefetch(
             read_until(&mut stream, &mut buffer, |c| c.has_content() || c.is_content_filtered()).await?;
         Ok::<_, ProviderError>((stream, buffer, alive))
     };
-    let (mut stream, mut buffer, alive) = if timeouts.first_byte < timeouts.total {
+    // At equal limits the first-byte timer, polled first, names the wait.
+    let (mut stream, mut buffer, alive) = if timeouts.first_byte <= timeouts.total {
         let limit = timeouts.first_byte;
         tokio::time::timeout(limit, first).await.map_err(|_| {
             ProviderError::new(
@@ -103,21 +106,38 @@ async fn prefetch(
     if !alive {
         return Ok(Prefetched { buffer, rest: None, filtered: false });
     }
+    let mut chunk = buffer.pop_back().expect("the chunk that showed life");
     loop {
-        let last = buffer.back().expect("the chunk that showed life");
-        let (shown, filtered) = (last.shows_content_to(request.origin), last.is_content_filtered());
+        let (shown, filtered) = (chunk.shows_content_to(request.origin), chunk.is_content_filtered());
         if shown || filtered {
+            buffer.push_back(chunk);
             return Ok(Prefetched { buffer, rest: Some(stream), filtered: filtered && !shown });
         }
+        // Held, the reasoning the caller will not be shown is let go as it comes: a long think
+        // does not pile up in memory.
+        buffer.extend(without_reasoning(chunk));
         let limit = timeouts.idle;
         let next = tokio::time::timeout(limit, stream.next()).await.map_err(|_| {
             ProviderError::new(ErrorKind::Timeout, format!("no chunk within the idle timeout of {limit:?}"))
         })?;
         match next {
-            Some(item) => buffer.push_back(item?),
+            Some(item) => chunk = item?,
             None => return Ok(Prefetched { buffer, rest: None, filtered: false }),
         }
     }
+}
+
+/// `chunk` without the reasoning its caller is not shown; `None` when nothing else is left.
+fn without_reasoning(mut chunk: ChatChunk) -> Option<ChatChunk> {
+    for choice in &mut chunk.choices {
+        choice.delta.reasoning_content = None;
+        choice.delta.thinking_blocks.clear();
+    }
+    let bare = chunk.usage.is_none()
+        && chunk.extra.is_empty()
+        && chunk.verbatim.is_none()
+        && chunk.choices.iter().all(|c| c.finish_reason.is_none() && c.delta == Delta::default());
+    (!bare).then_some(chunk)
 }
 
 /// Reads `stream` into `buffer` up to the first chunk `stop` holds for, and says whether one came
@@ -293,7 +313,8 @@ impl RoutedStream {
         &self.trail
     }
 
-    /// Timing up to the first content chunk (`total` and `first_token` are that moment).
+    /// Timing up to the first chunk the caller is shown (`total` and `first_token` are that
+    /// moment).
     pub fn timing(&self) -> &Timing {
         &self.timing
     }
