@@ -81,7 +81,9 @@ impl<X: Exchange> Run<'_, X> {
         )
         .with_note(tries.note.take())
         .with_span(span);
-        self.measure(&tries.target, &result, finished - sent, cut_by_deadline);
+        let answering =
+            result.as_ref().ok().and_then(|output| self.x.answering_since(output)).unwrap_or(finished);
+        self.measure(&tries.target, &result, answering - sent, cut_by_deadline);
         let step =
             self.conclude(slot, tries, credential, probe, cut_by_deadline, result, attempt, permit, sent);
         if let Some(record) = hedge_record {

@@ -44,6 +44,13 @@ pub(crate) trait Exchange: Sync {
     /// their pacing reservation when they end instead).
     fn used_tokens(&self, output: &Self::Output) -> Option<u32>;
 
+    /// When the provider began to answer, if before the attempt ended (a stream held for the
+    /// first chunk its caller is shown began with reasoning): the target's latency ends there.
+    fn answering_since(&self, output: &Self::Output) -> Option<Instant> {
+        let _ = output;
+        None
+    }
+
     /// Whether a failure may switch to the route's special chains (context window, content
     /// policy): not for embeddings, whose vectors may only come from their embedding space.
     fn takes_special_chains(&self) -> bool {

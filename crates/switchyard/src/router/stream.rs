@@ -27,6 +27,8 @@ pub(crate) struct Prefetched {
     buffer: VecDeque<ChatChunk>,
     rest: Option<ChunkStream>,
     filtered: bool,
+    /// When the stream showed life, if it was held after (reasoning its caller is not shown).
+    alive_since: Option<Instant>,
 }
 
 pub(crate) struct StreamExchange<'r>(pub(crate) &'r ChatRequest);
@@ -58,7 +60,7 @@ impl Exchange for StreamExchange<'_> {
     fn candidate_output(&self, response: ChatResponse) -> Option<Prefetched> {
         // The whole answer, tool calls and usage included, as the stream of it.
         let buffer = VecDeque::from(response.into_chunks());
-        Some(Prefetched { buffer, rest: None, filtered: false })
+        Some(Prefetched { buffer, rest: None, filtered: false, alive_since: None })
     }
 
     fn estimated_tokens(&self) -> u32 {
@@ -67,6 +69,10 @@ impl Exchange for StreamExchange<'_> {
 
     fn used_tokens(&self, _: &Prefetched) -> Option<u32> {
         None
+    }
+
+    fn answering_since(&self, output: &Prefetched) -> Option<Instant> {
+        output.alive_since
     }
 }
 
@@ -104,25 +110,41 @@ async fn prefetch(
         first.await?
     };
     if !alive {
-        return Ok(Prefetched { buffer, rest: None, filtered: false });
+        return Ok(Prefetched { buffer, rest: None, filtered: false, alive_since: None });
     }
+    let alive_since = Instant::now();
+    let mut held = false;
     let mut chunk = buffer.pop_back().expect("the chunk that showed life");
     loop {
         let (shown, filtered) = (chunk.shows_content_to(request.origin), chunk.is_content_filtered());
         if shown || filtered {
             buffer.push_back(chunk);
-            return Ok(Prefetched { buffer, rest: Some(stream), filtered: filtered && !shown });
+            let filtered = filtered && !shown;
+            return Ok(Prefetched {
+                buffer,
+                rest: Some(stream),
+                filtered,
+                alive_since: held.then_some(alive_since),
+            });
         }
         // Held, the reasoning the caller will not be shown is let go as it comes: a long think
         // does not pile up in memory.
         buffer.extend(without_reasoning(chunk));
+        held = true;
         let limit = timeouts.idle;
         let next = tokio::time::timeout(limit, stream.next()).await.map_err(|_| {
             ProviderError::new(ErrorKind::Timeout, format!("no chunk within the idle timeout of {limit:?}"))
         })?;
         match next {
             Some(item) => chunk = item?,
-            None => return Ok(Prefetched { buffer, rest: None, filtered: false }),
+            None => {
+                return Ok(Prefetched {
+                    buffer,
+                    rest: None,
+                    filtered: false,
+                    alive_since: held.then_some(alive_since),
+                });
+            }
         }
     }
 }

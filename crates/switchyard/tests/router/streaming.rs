@@ -369,6 +369,9 @@ async fn reasoning_a_caller_is_not_shown_ends_the_first_byte_wait_without_commit
     let (text, error) = collect(&mut stream).await;
     assert_eq!((text.as_str(), error.is_none()), ("", true));
     assert_eq!(stream.trail().outcomes(), vec![Outcome::Ok]);
+    // The model answered at once (with its thinking): that is its latency, not the hold.
+    let latency = router.latency(&"thinker:m".parse().unwrap()).expect("measured");
+    assert!(latency.p50 < Duration::from_millis(1), "{:?}, not the 5 s held", latency.p50);
 }
 
 #[tokio::test(start_paused = true)]
