@@ -255,7 +255,7 @@ pub struct Route {
 }
 
 /// When a request is hedged: a second attempt on the chain's next target, started beside the
-/// first when the first has not answered (or sent the first content its caller is shown) after a
+/// first when the first has not answered (or sent its first content, reasoning included) after a
 /// delay.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Hedge {

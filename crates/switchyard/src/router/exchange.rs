@@ -51,6 +51,12 @@ pub(crate) trait Exchange: Sync {
         None
     }
 
+    /// Whether an attempt of this exchange still running has begun to answer (a stream held for
+    /// the first chunk its caller is shown): such an attempt is not hedged.
+    fn answering(&self) -> bool {
+        false
+    }
+
     /// Whether a failure may switch to the route's special chains (context window, content
     /// policy): not for embeddings, whose vectors may only come from their embedding space.
     fn takes_special_chains(&self) -> bool {

@@ -1,5 +1,5 @@
 //! Hedged requests: when a request's first attempt has not answered (or, streamed, sent its
-//! first content its caller is shown) after the route's hedge delay, the chain's next target is called beside it,
+//! first content, reasoning included) after the route's hedge delay, the chain's next target is called beside it,
 //! and the first to answer is served. The other is cancelled at once (its future dropped,
 //! which drops its connection; its pacing permit released) and recorded as `cancelled`.
 //!
@@ -117,6 +117,10 @@ impl<X: Exchange> Run<'_, X> {
                 biased;
                 end = &mut first => return Raced::Alone(end, None),
                 () = tokio::time::sleep(delay) => {}
+            }
+            if self.x.answering() {
+                // Answering, though its caller is not shown it yet: not slow, so not hedged.
+                return Raced::Alone(first.await, None);
             }
             let Some((hedge_target, hedge_slot, hedge_credential, probe)) =
                 self.hedge_admitted(&tries.target)

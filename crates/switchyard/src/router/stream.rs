@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -31,7 +32,18 @@ pub(crate) struct Prefetched {
     alive_since: Option<Instant>,
 }
 
-pub(crate) struct StreamExchange<'r>(pub(crate) &'r ChatRequest);
+pub(crate) struct StreamExchange<'r> {
+    request: &'r ChatRequest,
+    /// A stream showed life while held for its caller (see [`prefetch`]): set once, since only
+    /// the request's first attempt is hedged and it is the first to set it.
+    alive: AtomicBool,
+}
+
+impl<'r> StreamExchange<'r> {
+    pub(crate) fn new(request: &'r ChatRequest) -> Self {
+        Self { request, alive: AtomicBool::new(false) }
+    }
+}
 
 impl Exchange for StreamExchange<'_> {
     type Output = Prefetched;
@@ -41,7 +53,7 @@ impl Exchange for StreamExchange<'_> {
         provider: &'a dyn Provider,
         call: Call<'a>,
     ) -> BoxFuture<'a, Result<Prefetched, ProviderError>> {
-        Box::pin(prefetch(provider, call, self.0))
+        Box::pin(prefetch(provider, call, self.request, &self.alive))
     }
 
     fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {
@@ -54,7 +66,7 @@ impl Exchange for StreamExchange<'_> {
     }
 
     fn chat_request(&self) -> Option<&ChatRequest> {
-        Some(self.0)
+        Some(self.request)
     }
 
     fn candidate_output(&self, response: ChatResponse) -> Option<Prefetched> {
@@ -64,7 +76,7 @@ impl Exchange for StreamExchange<'_> {
     }
 
     fn estimated_tokens(&self) -> u32 {
-        self.0.estimated_tokens()
+        self.request.estimated_tokens()
     }
 
     fn used_tokens(&self, _: &Prefetched) -> Option<u32> {
@@ -73,6 +85,10 @@ impl Exchange for StreamExchange<'_> {
 
     fn answering_since(&self, output: &Prefetched) -> Option<Instant> {
         output.alive_since
+    }
+
+    fn answering(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
     }
 }
 
@@ -88,6 +104,7 @@ async fn prefetch(
     provider: &dyn Provider,
     call: Call<'_>,
     request: &ChatRequest,
+    answering: &AtomicBool,
 ) -> Result<Prefetched, ProviderError> {
     let timeouts = call.timeouts;
     let first = async {
@@ -131,6 +148,7 @@ async fn prefetch(
         // does not pile up in memory.
         buffer.extend(without_reasoning(chunk));
         held = true;
+        answering.store(true, Ordering::Relaxed);
         let limit = timeouts.idle;
         let next = tokio::time::timeout(limit, stream.next()).await.map_err(|_| {
             ProviderError::new(ErrorKind::Timeout, format!("no chunk within the idle timeout of {limit:?}"))

@@ -410,6 +410,27 @@ async fn a_model_that_goes_quiet_while_thinking_unseen_is_failed_over_at_the_idl
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_model_thinking_unseen_is_answering_so_it_is_not_hedged() {
+    let fallback = SimulatedProvider::new();
+    let hedge = switchyard::route::Hedge {
+        max_share: 1.0,
+        ..switchyard::route::Hedge::after(Duration::from_secs(1))
+    };
+    let route =
+        Route::builder("default").target("thinker:m").target("b:m").retry(quick_retry(1)).hedge(hedge);
+    let router = builder(&[("b", &fallback)])
+        .provider(switchyard::ProviderEntry::new("thinker", Thinker::default()))
+        .route(route.build().unwrap())
+        .build()
+        .unwrap();
+
+    let stream = router.chat_stream(&anthropic_request(), &RequestOptions::default()).await.unwrap();
+    assert_eq!(stream.served_by().to_string(), "thinker:m");
+    assert_eq!(fallback.calls(), 0, "thinking since the first instant: nothing slow to hedge");
+    assert_eq!(stream.trail().attempts().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_failure_during_reasoning_the_caller_was_shown_ends_the_stream() {
     let fallback = SimulatedProvider::new();
     let router = thinking_route(Thinker { fails: true }, &fallback);
