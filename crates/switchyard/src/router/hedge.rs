@@ -118,10 +118,6 @@ impl<X: Exchange> Run<'_, X> {
                 end = &mut first => return Raced::Alone(end, None),
                 () = tokio::time::sleep(delay) => {}
             }
-            if self.x.answering() {
-                // Answering, though its caller is not shown it yet: not slow, so not hedged.
-                return Raced::Alone(first.await, None);
-            }
             let Some((hedge_target, hedge_slot, hedge_credential, probe)) =
                 self.hedge_admitted(&tries.target)
             else {
@@ -402,9 +398,13 @@ impl<X: Exchange> Run<'_, X> {
         attempt
     }
 
-    /// The hedge's target and key, when the chain has another target whose gate lets it
-    /// through now and the hedge budget has room.
+    /// The hedge's target and key, when the first attempt has not begun to answer, the chain
+    /// has another target whose gate lets it through now and the hedge budget has room.
     fn hedge_admitted(&self, first: &Target) -> Option<(Target, &ProviderSlot, usize, bool)> {
+        if self.x.answering() {
+            // The first attempt is answering, though its caller is not shown it yet: not slow.
+            return None;
+        }
         let target = self.plan.peek_other(first)?;
         let slot = self.inner.providers.get(target.provider())?;
         let budget = self.inner.hedge_budget(self.route.name())?;
