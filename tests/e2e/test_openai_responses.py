@@ -311,3 +311,34 @@ def test_reasoning_only_the_gateway_wrote_is_not_sent_to_openai_when_the_convers
     assert raw.parse().output_text == "mock answer from gpt-test"
     items = sent(mock, "ok")["input"]
     assert [item.get("type", "message") for item in items] == ["message", "message", "message"], items
+
+
+def test_claudes_signed_thinking_travels_sealed_in_the_reasoning_item_to_the_next_turn(mock, gateway):
+    # The Responses API has one place for reasoning a client hands back unread: encrypted
+    # content. Claude's signed block travels there, so the next turn opens on it.
+    gw = gateway(config(
+        mock, {"claude": ("anthropic", "think~chunks=3", KEY)}, {"default": "{ targets: [claude:claude-opus-4-7] }"}
+    ))
+    sdk = client(gw)
+    first = sdk.responses.create(model="default", input="Think first.", reasoning={"effort": "high"})
+    reasoning = first.output[0]
+    assert reasoning.type == "reasoning" and reasoning.encrypted_content
+    assert [s.text for s in reasoning.summary] == ["The user wants the mock answer."]
+    assert sent(mock, "think~chunks=3")["thinking"] == {"type": "adaptive"}
+
+    with sdk.responses.stream(model="default", input="Think first.", reasoning={"effort": "high"}) as stream:
+        final = stream.get_final_response()
+    assert final.output[0].type == "reasoning" and final.output[0].encrypted_content
+
+    # Continued by id (the gateway kept it) and by the whole input (as a store: false client does).
+    for follow_up in (
+        {"previous_response_id": final.id, "input": "And then?"},
+        {"input": [{"role": "user", "content": "Think first."}, *[item.model_dump(exclude_none=True) for item in first.output],
+                   {"role": "user", "content": "And then?"}]},
+    ):
+        sdk.responses.create(model="default", reasoning={"effort": "high"}, **follow_up)
+        assistant = sent(mock, "think~chunks=3")["messages"][1]
+        assert assistant["role"] == "assistant"
+        assert assistant["content"][0] == {
+            "type": "thinking", "thinking": "The user wants the mock answer.", "signature": "EqQBCkYIBxgCKkBmocksignature"
+        }

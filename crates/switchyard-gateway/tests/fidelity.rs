@@ -408,6 +408,64 @@ async fn claudes_thinking_blocks_sent_back_do_not_reach_an_openai_provider() {
 }
 
 #[tokio::test]
+async fn a_responses_client_carries_claudes_signed_thinking_into_the_next_turn() {
+    let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
+    let gateway = gateway("anthropic", "", &upstream, "claude-opus-4-7").await;
+    let signed = serde_json::json!({"type": "thinking", "thinking": "Nothing was found.", "signature": "EqQBCkYIBxgCKkC"});
+    for stream in [false, true] {
+        let first = format!(
+            r#"{{"model":"default","stream":{stream},"input":"What does it say?","reasoning":{{"effort":"high"}}}}"#
+        );
+        let (status, answer) = post(gateway, "/v1/responses", &first).await;
+        assert_eq!(status, 200, "{answer}");
+        let response: serde_json::Value = if stream {
+            let completed = answer
+                .lines()
+                .filter_map(|line| line.strip_prefix("data: "))
+                .find(|data| data.contains(r#""type":"response.completed""#));
+            serde_json::from_str::<serde_json::Value>(completed.expect("completed")).unwrap()["response"]
+                .clone()
+        } else {
+            serde_json::from_str(&answer).unwrap()
+        };
+        let reasoning = &response["output"][0];
+        assert_eq!(reasoning["type"], "reasoning", "{response}");
+        assert_eq!(reasoning["summary"][0]["text"], "Nothing was found.", "{response}");
+        let sealed = reasoning["encrypted_content"].as_str().expect("the signed block, sealed");
+        assert!(!sealed.contains("EqQBCkYIBxgCKkC"), "opaque: {sealed}");
+
+        // The next turn, continued from the kept response, opens Claude's turn on its block.
+        let id = response["id"].as_str().unwrap();
+        let next = format!(
+            r#"{{"model":"default","previous_response_id":"{id}","input":"And then?","reasoning":{{"effort":"high"}}}}"#
+        );
+        let (status, answer) = post(gateway, "/v1/responses", &next).await;
+        assert_eq!(status, 200, "{answer}");
+        let sent = upstream.seen.lock().unwrap().last().unwrap().1.clone();
+        let sent: serde_json::Value = serde_json::from_slice(&sent).unwrap();
+        assert_eq!(sent["messages"][1]["role"], "assistant", "{sent}");
+        assert_eq!(sent["messages"][1]["content"][0], signed, "{sent}");
+        assert_eq!(sent["messages"][1]["content"][1]["text"], "It says nothing.", "{sent}");
+    }
+}
+
+#[tokio::test]
+async fn claudes_sealed_thinking_is_not_sent_to_openai_which_could_not_read_it() {
+    let answer = r#"{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"gpt-4o","output":[{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"ok","annotations":[]}]}],"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}"#;
+    let upstream = Upstream::start(answer, "").await;
+    let gateway = gateway("openai", "/v1", &upstream, "gpt-4o").await;
+    let input = r#"[{"role":"user","content":"Hi"},{"type":"reasoning","id":"rs_a","summary":[],"encrypted_content":"switchyard.claude-thinking.v1:W10"},{"type":"reasoning","id":"rs_b","summary":[],"encrypted_content":"gAAAAB-openai"},{"role":"assistant","content":"Hello"},{"role":"user","content":"Again"}]"#;
+    let (status, answer) =
+        post(gateway, "/v1/responses", &format!(r#"{{"model":"default","input":{input}}}"#)).await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, sent) = upstream.received();
+    let sent: serde_json::Value = serde_json::from_str(&sent).unwrap();
+    let ids: Vec<_> =
+        sent["input"].as_array().unwrap().iter().filter_map(|item| item["id"].as_str()).collect();
+    assert_eq!(ids, ["rs_b"], "OpenAI's own reasoning goes back to it; Claude's does not: {sent}");
+}
+
+#[tokio::test]
 async fn a_tool_turn_sent_back_without_its_thinking_goes_on_without_thinking() {
     let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
     let gateway = gateway("anthropic", "", &upstream, "claude-opus-4-7").await;

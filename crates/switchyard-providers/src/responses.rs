@@ -21,6 +21,36 @@ pub mod encode;
 
 use std::fmt;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::Value;
+
+/// How the gateway gives a Responses client Claude's signed thinking blocks: as a reasoning
+/// item's `encrypted_content`, this prefix then the blocks' JSON in base64. Opaque to the
+/// client, as OpenAI's own is, and read back into the conversation when it goes on, so that
+/// an Anthropic target continues a tool-use turn it thought through. Only an Anthropic target
+/// reads them: OpenAI could not.
+const CLAUDE_THINKING: &str = "switchyard.claude-thinking.v1:";
+
+/// Claude's thinking blocks, sealed as a reasoning item's `encrypted_content`.
+pub(crate) fn seal_thinking(blocks: &[Value]) -> String {
+    let json = serde_json::to_vec(blocks).unwrap_or_default();
+    format!("{CLAUDE_THINKING}{}", URL_SAFE_NO_PAD.encode(json))
+}
+
+/// The thinking blocks a reasoning item carries, when the gateway sealed them.
+pub(crate) fn unseal_thinking(item: &Value) -> Option<Vec<Value>> {
+    let sealed = item["encrypted_content"].as_str()?.strip_prefix(CLAUDE_THINKING)?;
+    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(sealed).ok()?).ok()
+}
+
+/// Whether `item` is a reasoning item of Claude's thinking as the gateway sealed it, which
+/// only an Anthropic target can read.
+pub fn is_claude_thinking(item: &Value) -> bool {
+    item["type"] == "reasoning"
+        && item["encrypted_content"].as_str().is_some_and(|sealed| sealed.starts_with(CLAUDE_THINKING))
+}
+
 /// A request the codec cannot read, naming the field at fault by its JSON path
 /// (`input[2].content[0].type`).
 #[derive(Debug, Clone, PartialEq, Eq)]

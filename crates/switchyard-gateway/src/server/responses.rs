@@ -17,6 +17,7 @@ use switchyard::chat::{ChatChunk, Dialect as ChatDialect, Message, Verbatim};
 use switchyard::{ErrorKind, ProviderError};
 use switchyard_providers::responses::decode::{self, ResponsesRequest};
 use switchyard_providers::responses::encode::{self, Meta, StreamEncoder};
+use switchyard_providers::responses::is_claude_thinking;
 
 use super::sse::{Encoder, respond, write_event};
 use super::{
@@ -77,7 +78,9 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
     items.extend(input);
     // Reasoning travels only to a provider that reads the Responses API (as encrypted content);
     // a translation has no place for it, and the trail says so.
-    let reasoning = items.iter().filter(|item| item["type"] == "reasoning").count();
+    // (Claude's thinking as the gateway sealed it is read back by an Anthropic target.)
+    let reasoning =
+        items.iter().filter(|item| item["type"] == "reasoning" && !is_claude_thinking(item)).count();
     if reasoning > 0 {
         exchange.untranslated = Some(format!(
             "{reasoning} reasoning item(s) of the conversation were not sent: only a provider spoken to in the Responses API reads them"
@@ -164,10 +167,13 @@ struct Keep {
 ///
 /// A reasoning item without `encrypted_content` is left out: with nothing kept by the
 /// provider, only the encrypted form can be read back (the gateway writes such items for the
-/// reasoning of models of other kinds, and a client may hold ones a provider kept).
+/// reasoning of models of other kinds, and a client may hold ones a provider kept). So is
+/// Claude's thinking as the gateway sealed it, which OpenAI could not read.
 fn native_body(mut body: Map<String, Value>, items: &[Value]) -> Verbatim {
     let readable = |item: &&Value| {
-        item["type"] != "reasoning" || item["encrypted_content"].as_str().is_some_and(|c| !c.is_empty())
+        item["type"] != "reasoning"
+            || (item["encrypted_content"].as_str().is_some_and(|c| !c.is_empty())
+                && !is_claude_thinking(item))
     };
     body.insert("input".to_owned(), Value::Array(items.iter().filter(readable).cloned().collect()));
     body.remove("previous_response_id");

@@ -7,7 +7,7 @@
 //! | `message` items (`input_text`, `input_image`, `input_file`, `output_text`, `refusal` parts) | messages (a file is an OpenAI `file` part) |
 //! | `function_call` items | an assistant message's tool calls (consecutive calls join one message) |
 //! | `function_call_output` items | tool messages |
-//! | `reasoning` items | dropped: only the provider that wrote one can read it |
+//! | `reasoning` items | dropped: only the provider that wrote one can read it; Claude's thinking as the gateway sealed it opens the next assistant turn as `thinking_blocks` |
 //! | `item_reference` items | read once the gateway has put the items they name in their place ([`ResponsesRequest::references`]) |
 //! | `tools` (function tools), `tool_choice` | tools, tool choice |
 //! | `text.format` | `response_format` |
@@ -251,8 +251,22 @@ pub fn messages_from_items(items: &[Value], path: &str) -> Result<Vec<Message>, 
     for (i, item) in items.iter().enumerate() {
         read_item(item.clone(), &format!("{path}[{i}]"), &mut messages)?;
     }
+    // Thinking the answer after it did not come with (an answer cut short) opens nothing.
+    messages.retain(|message| !thinking_only(message));
     Ok(messages)
 }
+
+/// An assistant turn holding only Claude's thinking, waiting for the answer it led to.
+fn thinking_only(message: &Message) -> bool {
+    message.role == Role::Assistant
+        && message.content.is_none()
+        && message.tool_calls.is_empty()
+        && message.extra.contains_key(THINKING_BLOCKS)
+}
+
+/// The assistant message field of Claude's signed thinking blocks (see
+/// [`Delta::thinking_blocks`](switchyard::chat::Delta::thinking_blocks)).
+const THINKING_BLOCKS: &str = "thinking_blocks";
 
 /// A message of `role` with nothing in it yet.
 fn bare(role: Role) -> Message {
@@ -281,7 +295,19 @@ fn read_item(item: Value, path: &str, messages: &mut Vec<Message>) -> Result<(),
         None => return Err(CodecError::new(format!("{path}.type"), "is required")),
     };
     match kind {
-        "message" => messages.push(read_message(&object, path)?),
+        "message" => {
+            let mut message = read_message(&object, path)?;
+            // The answer Claude's thinking before it led to: one assistant turn, as it was.
+            match messages.last_mut() {
+                Some(last) if message.role == Role::Assistant && thinking_only(last) => {
+                    if let Some(thinking) = last.extra.remove(THINKING_BLOCKS) {
+                        message.extra.insert(THINKING_BLOCKS.to_owned(), thinking);
+                    }
+                    *last = message;
+                }
+                _ => messages.push(message),
+            }
+        }
         "function_call" => {
             let call = ToolCall {
                 id: string(&object, "call_id", path)?.to_owned(),
@@ -313,8 +339,15 @@ fn read_item(item: Value, path: &str, messages: &mut Vec<Message>) -> Result<(),
             messages.push(Message { tool_call_id: Some(call_id), content: Some(output), ..bare(Role::Tool) });
         }
         // A model's reasoning is readable only by the provider that wrote it; the answer it led
-        // to is in the items that follow.
-        "reasoning" => {}
+        // to is in the items that follow. Claude's, as the gateway sealed it, opens that answer's
+        // turn, for an Anthropic target to read back.
+        "reasoning" => {
+            if let Some(blocks) = super::unseal_thinking(&Value::Object(object)) {
+                let mut message = bare(Role::Assistant);
+                message.extra.insert(THINKING_BLOCKS.to_owned(), Value::Array(blocks));
+                messages.push(message);
+            }
+        }
         "item_reference" => {
             let id = object.get("id").and_then(Value::as_str).unwrap_or_default();
             return Err(CodecError::new(
@@ -515,6 +548,36 @@ mod tests {
 
     fn read(body: Value) -> ResponsesRequest {
         request_from_json(body).unwrap()
+    }
+
+    #[test]
+    fn claudes_sealed_thinking_opens_the_assistant_turn_it_led_to() {
+        let block = json!({"type": "thinking", "thinking": "Look it up.", "signature": "EqQB"});
+        let sealed = super::super::seal_thinking(std::slice::from_ref(&block));
+        let reasoning =
+            json!({"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": sealed});
+        let items = [
+            json!({"role": "user", "content": "Weather?"}),
+            reasoning.clone(),
+            json!({"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": "{}"}),
+            json!({"type": "function_call_output", "call_id": "call_1", "output": "18C"}),
+            reasoning.clone(),
+            json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "18C."}]}),
+            // Thinking whose answer never came opens nothing.
+            reasoning,
+            json!({"role": "user", "content": "Thanks"}),
+        ];
+        let messages = messages_from_items(&items, "input").unwrap();
+        let roles: Vec<_> = messages.iter().map(|m| m.role).collect();
+        assert_eq!(roles, [Role::User, Role::Assistant, Role::Tool, Role::Assistant, Role::User]);
+        assert_eq!(messages[1].tool_calls[0].id, "call_1");
+        assert_eq!(messages[1].extra["thinking_blocks"], json!([block]));
+        assert_eq!(messages[3].text_content().as_deref(), Some("18C."));
+        assert_eq!(messages[3].extra["thinking_blocks"], json!([block]));
+        assert!(super::super::is_claude_thinking(&items[1]));
+        assert!(!super::super::is_claude_thinking(
+            &json!({"type": "reasoning", "encrypted_content": "gAAAAB"})
+        ));
     }
 
     fn refused(body: Value) -> String {

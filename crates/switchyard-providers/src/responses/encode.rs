@@ -2,7 +2,8 @@
 //!
 //! An answer's first choice becomes the output: a `reasoning` item with its reasoning as a
 //! `summary_text` when the model reasoned (Anthropic's thinking, a reasoning server's
-//! `reasoning_content`; no `encrypted_content`, which only OpenAI can write), a `message` item
+//! `reasoning_content`), and Claude's signed thinking blocks sealed as its `encrypted_content`
+//! (see [`super::is_claude_thinking`]), a `message` item
 //! with its text (`output_text`) or refusal (`refusal`) part, then a `function_call` item per
 //! tool call.
 //! `finish_reason: length` is status `incomplete` with `max_output_tokens` as the reason,
@@ -47,8 +48,16 @@ pub fn response_object(meta: &Meta, answer: &ChatResponse) -> (Value, Message) {
     let text = message.text_content().unwrap_or_default();
     let mut output = Vec::new();
     let reasoning = message.extra.get("reasoning_content").and_then(Value::as_str).unwrap_or_default();
-    if !reasoning.is_empty() {
-        output.push(reasoning_item(&reasoning_item_id(&meta.id, 0), "completed", reasoning));
+    let thinking = match message.extra.get("thinking_blocks") {
+        Some(Value::Array(blocks)) if !blocks.is_empty() => Some(super::seal_thinking(blocks)),
+        _ => None,
+    };
+    if !reasoning.is_empty() || thinking.is_some() {
+        let mut item = reasoning_item(&reasoning_item_id(&meta.id, 0), "completed", reasoning);
+        if let Some(sealed) = thinking {
+            item["encrypted_content"] = Value::String(sealed);
+        }
+        output.push(item);
     }
     if !text.is_empty() || !refusal.is_empty() {
         let part = if refusal.is_empty() { text_part(&text) } else { refusal_part(refusal) };
@@ -220,6 +229,8 @@ pub struct StreamEncoder {
     /// The assistant turn, for the conversation.
     turn_text: String,
     turn_calls: Vec<ToolCall>,
+    /// Claude's signed thinking blocks of the open reasoning item, sealed into it as it closes.
+    thinking: Vec<Value>,
 }
 
 /// One event: its type and its data.
@@ -240,6 +251,7 @@ impl StreamEncoder {
             usage: None,
             turn_text: String::new(),
             turn_calls: Vec::new(),
+            thinking: Vec::new(),
         }
     }
 
@@ -284,6 +296,12 @@ impl StreamEncoder {
         let Some(choice) = chunk.choices.iter().find(|c| c.index == 0) else { return events };
         if let Some(reasoning) = choice.delta.reasoning_content.as_deref().filter(|t| !t.is_empty()) {
             self.reasoning(reasoning, &mut events);
+        }
+        if !choice.delta.thinking_blocks.is_empty() {
+            // A block comes whole once signed, after its text: it belongs to the reasoning item
+            // that text is in (one is opened for a redacted block, which has none).
+            self.open_reasoning(&mut events);
+            self.thinking.extend(choice.delta.thinking_blocks.iter().cloned());
         }
         if let Some(text) = choice.delta.content.as_deref().filter(|t| !t.is_empty()) {
             self.text(text, false, &mut events);
@@ -337,18 +355,24 @@ impl StreamEncoder {
         events
     }
 
-    /// Reasoning into the open reasoning item, opening one (and its summary part) when needed.
-    fn reasoning(&mut self, text: &str, events: &mut Vec<Event>) {
-        if !matches!(self.open, Some(Open::Reasoning { .. })) {
-            self.close(events);
-            let index = self.output.len();
-            let item_id = reasoning_item_id(&self.meta.id, index);
-            let item = reasoning_item(&item_id, "in_progress", "");
-            self.event("response.output_item.added", json!({ "output_index": index, "item": item }), events);
-            let data = json!({ "item_id": item_id, "output_index": index, "summary_index": 0, "part": summary_part("") });
-            self.event("response.reasoning_summary_part.added", data, events);
-            self.open = Some(Open::Reasoning { index, text: String::new() });
+    /// Opens a reasoning item (and its summary part), unless one is open.
+    fn open_reasoning(&mut self, events: &mut Vec<Event>) {
+        if matches!(self.open, Some(Open::Reasoning { .. })) {
+            return;
         }
+        self.close(events);
+        let index = self.output.len();
+        let item_id = reasoning_item_id(&self.meta.id, index);
+        let item = reasoning_item(&item_id, "in_progress", "");
+        self.event("response.output_item.added", json!({ "output_index": index, "item": item }), events);
+        let data = json!({ "item_id": item_id, "output_index": index, "summary_index": 0, "part": summary_part("") });
+        self.event("response.reasoning_summary_part.added", data, events);
+        self.open = Some(Open::Reasoning { index, text: String::new() });
+    }
+
+    /// Reasoning into the open reasoning item, opening one when needed.
+    fn reasoning(&mut self, text: &str, events: &mut Vec<Event>) {
+        self.open_reasoning(events);
         let Some(Open::Reasoning { index, text: so_far }) = &mut self.open else { return };
         so_far.push_str(text);
         let index = *index;
@@ -452,7 +476,11 @@ impl StreamEncoder {
                 };
                 self.event("response.reasoning_summary_text.done", with("text", json!(text)), events);
                 self.event("response.reasoning_summary_part.done", with("part", summary_part(&text)), events);
-                let item = reasoning_item(&item_id, "completed", &text);
+                let mut item = reasoning_item(&item_id, "completed", &text);
+                if !self.thinking.is_empty() {
+                    let sealed = super::seal_thinking(&std::mem::take(&mut self.thinking));
+                    item["encrypted_content"] = Value::String(sealed);
+                }
                 self.output.push(item.clone());
                 self.event(
                     "response.output_item.done",
