@@ -324,7 +324,7 @@ def test_claudes_signed_thinking_travels_sealed_in_the_reasoning_item_to_the_nex
     reasoning = first.output[0]
     assert reasoning.type == "reasoning" and reasoning.encrypted_content
     assert [s.text for s in reasoning.summary] == ["The user wants the mock answer."]
-    assert sent(mock, "think~chunks=3")["thinking"] == {"type": "adaptive"}
+    assert sent(mock, "think~chunks=3")["thinking"] == {"type": "adaptive", "display": "summarized"}
 
     with sdk.responses.stream(model="default", input="Think first.", reasoning={"effort": "high"}) as stream:
         final = stream.get_final_response()

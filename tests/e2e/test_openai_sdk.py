@@ -403,7 +403,7 @@ def test_reasoning_effort_makes_claude_think_and_its_signed_blocks_carry_the_too
         model="default", messages=[{"role": "user", "content": "Think first."}], reasoning_effort="high", tools=tools
     )
     sent = mock.stats()["scenarios"][scenario]["last_request"]["json"]
-    assert sent["thinking"] == {"type": "adaptive"} and sent["output_config"] == {"effort": "high"}
+    assert sent["thinking"] == {"type": "adaptive", "display": "summarized"} and sent["output_config"] == {"effort": "high"}
     message = first.choices[0].message
     blocks = message.model_extra["thinking_blocks"]
     assert blocks == [{"type": "thinking", "thinking": "The user wants the mock answer.",
@@ -424,6 +424,6 @@ def test_reasoning_effort_makes_claude_think_and_its_signed_blocks_carry_the_too
         messages=[{"role": "user", "content": "Think first."}, kept, {"role": "tool", "tool_call_id": "toolu_1", "content": "42"}],
     )
     sent = mock.stats()["scenarios"][scenario]["last_request"]["json"]
-    assert sent["thinking"] == {"type": "adaptive"}
+    assert sent["thinking"] == {"type": "adaptive", "display": "summarized"}
     assistant = sent["messages"][1]["content"]
     assert assistant[0] == blocks[0] and assistant[-1]["type"] == "tool_use"

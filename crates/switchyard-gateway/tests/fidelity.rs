@@ -376,7 +376,7 @@ async fn an_openai_client_that_thinks_through_claude_continues_its_tool_turn_wit
     assert_eq!(status, 200, "{answer}");
     let (_, sent) = upstream.received();
     let sent: serde_json::Value = serde_json::from_str(&sent).unwrap();
-    assert_eq!(sent["thinking"], serde_json::json!({"type": "adaptive"}), "{sent}");
+    assert_eq!(sent["thinking"], serde_json::json!({"type": "adaptive", "display": "summarized"}), "{sent}");
     assert_eq!(sent["output_config"], serde_json::json!({"effort": "high"}), "{sent}");
     let assistant = &sent["messages"][1];
     assert_eq!(

@@ -367,7 +367,7 @@ fn with_effort(effort: &str, mut request: ChatRequest) -> ChatRequest {
 #[tokio::test]
 async fn reasoning_effort_asks_claude_4_6_and_later_to_think_adaptively() {
     let body = sent_to("claude-opus-4-7", None, &with_effort("high", hello())).await;
-    assert_eq!(body["thinking"], json!({"type": "adaptive"}));
+    assert_eq!(body["thinking"], json!({"type": "adaptive", "display": "summarized"}));
     assert_eq!(body["output_config"], json!({"effort": "high"}));
     assert_eq!(body["max_tokens"], 32_000, "room to think and then answer, where the client set none");
     assert!(body.get("reasoning_effort").is_none());
@@ -458,7 +458,7 @@ async fn the_providers_thinking_setting_wins_over_the_model_name() {
     let body = sent_to("claude-opus-4-7", Some(ThinkingStyle::Budget), &with_effort("low", hello())).await;
     assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 2048}));
     let body = sent_to("house-model", Some(ThinkingStyle::Adaptive), &with_effort("low", hello())).await;
-    assert_eq!(body["thinking"], json!({"type": "adaptive"}));
+    assert_eq!(body["thinking"], json!({"type": "adaptive", "display": "summarized"}));
 
     let body = sent_to("claude-opus-4-7", None, &with_effort("none", hello())).await;
     assert!(body.get("thinking").is_none() && body.get("output_config").is_none(), "{body}");

@@ -16,6 +16,10 @@
 //! | `medium` | `medium` | 8192 |
 //! | `high`, `xhigh` | `high` | 16384, 24576 |
 //!
+//! Adaptive thinking asks for `display: "summarized"`: Opus 4.7 and later leave the thinking's
+//! text out by default (`omitted`), and a client that asks for reasoning expects to read it, as
+//! it does from earlier models, whose default that is.
+//!
 //! `max_tokens` bounds the thinking and the answer together. A request that sets none gets
 //! [`THINKING_MAX_TOKENS`] rather than the usual default, so that a hard think still leaves
 //! room to answer. A budget must be less than `max_tokens`; when the request's is not larger,
@@ -41,7 +45,8 @@ use super::wire::{Block, MessagesRequest, Turn};
 /// How a Claude model is asked to think.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ThinkingStyle {
-    /// `thinking: {type: "adaptive"}` with `output_config.effort`: Claude 4.6 and later.
+    /// `thinking: {type: "adaptive", display: "summarized"}` with `output_config.effort`:
+    /// Claude 4.6 and later.
     Adaptive,
     /// `thinking: {type: "enabled", budget_tokens}`: the models before 4.6.
     Budget,
@@ -106,9 +111,11 @@ fn from_effort(effort: &Value, style: ThinkingStyle) -> Result<Option<Thinking>,
         }
     };
     Ok(Some(match style {
-        ThinkingStyle::Adaptive => {
-            Thinking { thinking: json!({"type": "adaptive"}), effort: Some(level), budget: None }
-        }
+        ThinkingStyle::Adaptive => Thinking {
+            thinking: json!({"type": "adaptive", "display": "summarized"}),
+            effort: Some(level),
+            budget: None,
+        },
         ThinkingStyle::Budget => Thinking {
             thinking: json!({"type": "enabled", "budget_tokens": budget}),
             effort: None,
@@ -252,7 +259,7 @@ mod tests {
     #[test]
     fn each_effort_maps_to_an_effort_or_a_budget() {
         let adaptive = from_effort(&json!("medium"), ThinkingStyle::Adaptive).unwrap().unwrap();
-        assert_eq!(adaptive.thinking, json!({"type": "adaptive"}));
+        assert_eq!(adaptive.thinking, json!({"type": "adaptive", "display": "summarized"}));
         assert_eq!((adaptive.effort, adaptive.budget), (Some("medium"), None));
         let budget = from_effort(&json!("high"), ThinkingStyle::Budget).unwrap().unwrap();
         assert_eq!(budget.thinking, json!({"type": "enabled", "budget_tokens": 16384}));
