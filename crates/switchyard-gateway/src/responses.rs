@@ -41,7 +41,8 @@ pub struct Stored {
     /// The conversation through this response's output, as Responses items, without its
     /// instructions (which a continuation does not inherit). Items only the provider that
     /// wrote them can read (reasoning, with its encrypted content) travel to providers that
-    /// speak the Responses API and are left out of translations.
+    /// speak the Responses API and are left out of translations; Claude's thinking as the
+    /// gateway encoded it travels the other way, to an Anthropic target only.
     pub items: Vec<Value>,
 }
 

@@ -432,7 +432,7 @@ async fn a_responses_client_carries_claudes_signed_thinking_into_the_next_turn()
         assert_eq!(reasoning["type"], "reasoning", "{response}");
         assert_eq!(reasoning["summary"][0]["text"], "Nothing was found.", "{response}");
         let sealed = reasoning["encrypted_content"].as_str().expect("the signed block, sealed");
-        assert!(!sealed.contains("EqQBCkYIBxgCKkC"), "opaque: {sealed}");
+        assert!(sealed.starts_with("switchyard.claude-thinking.v1:"), "{sealed}");
 
         // The next turn, continued from the kept response, opens Claude's turn on its block.
         let id = response["id"].as_str().unwrap();

@@ -26,10 +26,12 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::Value;
 
 /// How the gateway gives a Responses client Claude's signed thinking blocks: as a reasoning
-/// item's `encrypted_content`, this prefix then the blocks' JSON in base64. Opaque to the
-/// client, as OpenAI's own is, and read back into the conversation when it goes on, so that
-/// an Anthropic target continues a tool-use turn it thought through. Only an Anthropic target
-/// reads them: OpenAI could not.
+/// item's `encrypted_content`, this prefix then the blocks' JSON in base64. Encoded, not
+/// encrypted (the text is the item's summary too, and a signature cannot be forged), and read
+/// back into the conversation when it goes on, so that an Anthropic target continues a
+/// tool-use turn it thought through. Only an Anthropic target reads them: OpenAI could not.
+/// The thinking's text is in the item twice, which counts against the store's and a
+/// request's byte bounds.
 const CLAUDE_THINKING: &str = "switchyard.claude-thinking.v1:";
 
 /// Claude's thinking blocks, sealed as a reasoning item's `encrypted_content`.

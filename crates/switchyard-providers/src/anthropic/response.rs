@@ -95,12 +95,13 @@ pub(crate) fn to_chat_response(message: MessageResponse, origin: Dialect) -> Cha
     };
     // An OpenAI-dialect client reads the thinking as reasoning servers write it (and a
     // Responses client as a reasoning item). The blocks themselves, signed, go to an
-    // OpenAI-dialect client as LiteLLM's `thinking_blocks`, to send back on a later turn (and
-    // to a Responses client sealed in that item).
+    // OpenAI-dialect client as LiteLLM's `thinking_blocks`, to send back on a later turn (a
+    // Responses client gets them encoded in that item).
     if matches!(origin, Dialect::OpenAi | Dialect::Responses) && !reasoning.is_empty() {
         answer.extra.insert("reasoning_content".to_owned(), Value::String(reasoning));
     }
-    if matches!(origin, Dialect::OpenAi | Dialect::Responses) && !thinking_blocks.is_empty() {
+    // (A Responses client's request comes with origin `OpenAi`: its encoder seals them.)
+    if origin == Dialect::OpenAi && !thinking_blocks.is_empty() {
         answer.extra.insert("thinking_blocks".to_owned(), Value::Array(thinking_blocks));
     }
     let mut choice_extra = Extra::new();

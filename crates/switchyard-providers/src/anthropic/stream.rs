@@ -2,7 +2,7 @@
 //!
 //! Anthropic numbers content blocks (text, tool use, thinking) in one sequence; canonical tool
 //! calls are numbered among themselves, so a `tool_use` block at index 3 may be tool call 0.
-//! Thinking streams as `reasoning_content`; for an OpenAI-dialect or Responses client each thinking block
+//! Thinking streams as `reasoning_content`; for an OpenAI-dialect client each thinking block
 //! also comes whole, with its signature, as `thinking_blocks` once the signature arrives (and
 //! a redacted one as it starts). Citations and server-tool blocks are not part of the
 //! canonical stream and are skipped.
@@ -91,7 +91,8 @@ pub(crate) struct Decoder {
     /// The canonical index the next tool-use block gets.
     next_ordinal: u32,
     /// The text so far of each thinking block started and not yet signed, by content block
-    /// index; kept only for an OpenAI-dialect or Responses client, which gets the block whole.
+    /// index; kept only for an OpenAI-dialect client (Responses clients included), which gets
+    /// the block whole.
     thinking: HashMap<u32, String>,
     /// The latest token counts: `message_start`'s, each field replaced by the cumulative
     /// counts of every `message_delta`.
@@ -220,11 +221,11 @@ impl Decoder {
         })
     }
 
-    /// What the start of a block the canonical types do not model gives an OpenAI-dialect or
-    /// Responses client: a redacted thinking block whole; a thinking block is kept until it is
-    /// signed.
+    /// What the start of a block the canonical types do not model gives an OpenAI-dialect
+    /// client: a redacted thinking block whole; a thinking block is kept until it is signed.
     fn start_thinking(&mut self, index: u32, block: Value) -> Option<ChatChunk> {
-        if !matches!(self.origin, Dialect::OpenAi | Dialect::Responses) {
+        // (A Responses client's request comes with origin `OpenAi`.)
+        if self.origin != Dialect::OpenAi {
             return None;
         }
         match block["type"].as_str() {

@@ -342,10 +342,20 @@ fn read_item(item: Value, path: &str, messages: &mut Vec<Message>) -> Result<(),
         // to is in the items that follow. Claude's, as the gateway sealed it, opens that answer's
         // turn, for an Anthropic target to read back.
         "reasoning" => {
-            if let Some(blocks) = super::unseal_thinking(&Value::Object(object)) {
-                let mut message = bare(Role::Assistant);
-                message.extra.insert(THINKING_BLOCKS.to_owned(), Value::Array(blocks));
-                messages.push(message);
+            if let Some(mut blocks) = super::unseal_thinking(&Value::Object(object)) {
+                match messages.last_mut() {
+                    // Thinking after thinking, before the answer: one turn's, in order.
+                    Some(last) if thinking_only(last) => {
+                        if let Some(Value::Array(earlier)) = last.extra.get_mut(THINKING_BLOCKS) {
+                            earlier.append(&mut blocks);
+                        }
+                    }
+                    _ => {
+                        let mut message = bare(Role::Assistant);
+                        message.extra.insert(THINKING_BLOCKS.to_owned(), Value::Array(blocks));
+                        messages.push(message);
+                    }
+                }
             }
         }
         "item_reference" => {
@@ -562,6 +572,7 @@ mod tests {
             json!({"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": "{}"}),
             json!({"type": "function_call_output", "call_id": "call_1", "output": "18C"}),
             reasoning.clone(),
+            reasoning.clone(),
             json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "18C."}]}),
             // Thinking whose answer never came opens nothing.
             reasoning,
@@ -573,7 +584,7 @@ mod tests {
         assert_eq!(messages[1].tool_calls[0].id, "call_1");
         assert_eq!(messages[1].extra["thinking_blocks"], json!([block]));
         assert_eq!(messages[3].text_content().as_deref(), Some("18C."));
-        assert_eq!(messages[3].extra["thinking_blocks"], json!([block]));
+        assert_eq!(messages[3].extra["thinking_blocks"], json!([block, block]), "both, in order");
         assert!(super::super::is_claude_thinking(&items[1]));
         assert!(!super::super::is_claude_thinking(
             &json!({"type": "reasoning", "encrypted_content": "gAAAAB"})

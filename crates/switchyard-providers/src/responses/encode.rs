@@ -355,7 +355,8 @@ impl StreamEncoder {
         events
     }
 
-    /// Opens a reasoning item (and its summary part), unless one is open.
+    /// Opens a reasoning item, unless one is open. Its summary part comes with its first text:
+    /// an item of a redacted block alone has none.
     fn open_reasoning(&mut self, events: &mut Vec<Event>) {
         if matches!(self.open, Some(Open::Reasoning { .. })) {
             return;
@@ -365,8 +366,6 @@ impl StreamEncoder {
         let item_id = reasoning_item_id(&self.meta.id, index);
         let item = reasoning_item(&item_id, "in_progress", "");
         self.event("response.output_item.added", json!({ "output_index": index, "item": item }), events);
-        let data = json!({ "item_id": item_id, "output_index": index, "summary_index": 0, "part": summary_part("") });
-        self.event("response.reasoning_summary_part.added", data, events);
         self.open = Some(Open::Reasoning { index, text: String::new() });
     }
 
@@ -374,9 +373,14 @@ impl StreamEncoder {
     fn reasoning(&mut self, text: &str, events: &mut Vec<Event>) {
         self.open_reasoning(events);
         let Some(Open::Reasoning { index, text: so_far }) = &mut self.open else { return };
+        let first = so_far.is_empty();
         so_far.push_str(text);
         let index = *index;
         let item_id = reasoning_item_id(&self.meta.id, index);
+        if first {
+            let data = json!({ "item_id": item_id, "output_index": index, "summary_index": 0, "part": summary_part("") });
+            self.event("response.reasoning_summary_part.added", data, events);
+        }
         let data = json!({ "item_id": item_id, "output_index": index, "summary_index": 0, "delta": text });
         self.event("response.reasoning_summary_text.delta", data, events);
     }
@@ -474,8 +478,14 @@ impl StreamEncoder {
                     data[key] = value;
                     data
                 };
-                self.event("response.reasoning_summary_text.done", with("text", json!(text)), events);
-                self.event("response.reasoning_summary_part.done", with("part", summary_part(&text)), events);
+                if !text.is_empty() {
+                    self.event("response.reasoning_summary_text.done", with("text", json!(text)), events);
+                    self.event(
+                        "response.reasoning_summary_part.done",
+                        with("part", summary_part(&text)),
+                        events,
+                    );
+                }
                 let mut item = reasoning_item(&item_id, "completed", &text);
                 if !self.thinking.is_empty() {
                     let sealed = super::seal_thinking(&std::mem::take(&mut self.thinking));
@@ -600,6 +610,35 @@ mod tests {
         assert_eq!(object["usage"]["input_tokens_details"]["cached_tokens"], 0);
         assert_eq!(turn.tool_calls.len(), 1);
         assert_eq!(turn.text_content().as_deref(), Some("Checking."));
+    }
+
+    #[test]
+    fn claudes_blocks_are_encoded_into_the_reasoning_item_they_belong_to() {
+        let signed = json!({"type": "thinking", "thinking": "Hmm.", "signature": "EqQB"});
+        let redacted = json!({"type": "redacted_thinking", "data": "EmwK"});
+        let mut encoder = StreamEncoder::new(meta());
+        let mut events =
+            encoder.push(&chunk(Delta { reasoning_content: Some("Hmm.".into()), ..Delta::default() }, None));
+        events.extend(
+            encoder.push(&chunk(Delta { thinking_blocks: vec![signed.clone()], ..Delta::default() }, None)),
+        );
+        events.extend(encoder.push(&chunk(Delta { content: Some("Yes.".into()), ..Delta::default() }, None)));
+        // A redacted block after the text: an item of its own, with no summary to announce.
+        let before = events.len();
+        events.extend(
+            encoder.push(&chunk(Delta { thinking_blocks: vec![redacted.clone()], ..Delta::default() }, None)),
+        );
+        events.extend(encoder.finish());
+        let output = &events.last().unwrap().1["response"]["output"];
+        let kinds: Vec<_> = output.as_array().unwrap().iter().map(|item| item["type"].clone()).collect();
+        assert_eq!(kinds, [json!("reasoning"), json!("message"), json!("reasoning")]);
+        let unsealed = |item: &Value| super::super::unseal_thinking(item).unwrap();
+        assert_eq!(unsealed(&output[0]), [signed]);
+        assert_eq!(output[0]["summary"][0]["text"], "Hmm.");
+        assert_eq!(unsealed(&output[2]), [redacted]);
+        assert_eq!(output[2]["summary"], json!([]));
+        let late: Vec<&str> = events[before..].iter().map(|(kind, _)| *kind).collect();
+        assert!(!late.iter().any(|kind| kind.contains("summary")), "{late:?}");
     }
 
     #[test]
