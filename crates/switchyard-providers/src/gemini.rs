@@ -33,7 +33,8 @@
 //!   result that is a JSON object is sent as the response; anything else as `{"result": text}`.
 //! - `extra` fields pass through untouched (objects merged into ours, arrays appended) only when
 //!   the request arrived in the Gemini dialect. Otherwise `max_completion_tokens`,
-//!   `frequency_penalty`, `presence_penalty` and `top_k` are translated; `user`, `metadata`,
+//!   `frequency_penalty`, `presence_penalty` and `top_k` are translated, and `reasoning_effort`
+//!   becomes `thinkingConfig` (see `thinking.rs`); `user`, `metadata`,
 //!   `stream_options`, `parallel_tool_calls`, `store`, `n: 1` and explicit nulls are ignored as
 //!   harmless; any other field is `invalid_request` naming it.
 //! - Answers: text parts are joined; thought summaries (`thought: true` parts, sent with
@@ -80,6 +81,7 @@ mod embeddings;
 mod request;
 mod response;
 mod stream;
+mod thinking;
 mod wire;
 
 use std::fmt;
@@ -203,7 +205,7 @@ impl Provider for GeminiProvider {
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
         Box::pin(async move {
             let url = self.url(call.model, "generateContent")?;
-            let body = encode(&request_body(request)?)?;
+            let body = encode(&request_body(request, call.model)?)?;
             let answer: GenerateContentResponse = self.send_for_json(call, url, body).await?;
             if let Some(error) = &answer.error {
                 let status = error.http_status().unwrap_or(200);
@@ -220,7 +222,7 @@ impl Provider for GeminiProvider {
     ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>> {
         Box::pin(async move {
             let url = format!("{}?alt=sse", self.url(call.model, "streamGenerateContent")?);
-            let body = encode(&request_body(request)?)?;
+            let body = encode(&request_body(request, call.model)?)?;
             // No total timeout on a stream: the router's first-byte, idle and total govern it.
             let response = self.send(call, url, body, None).await?;
             let events = SseStream::new(http::body_stream(response));

@@ -294,6 +294,20 @@ async fn fields_of_another_dialect_without_gemini_equivalent_are_refused_by_name
 }
 
 #[tokio::test]
+async fn reasoning_effort_asks_gemini_to_think_and_show_its_thoughts() {
+    let fake = Fake::json(200, text_answer("ok")).await;
+    let mut request = hello();
+    request.extra.insert("reasoning_effort".into(), json!("medium"));
+    chat(&fake, &request).await.unwrap();
+    let body = fake.only_request().body;
+    assert_eq!(
+        body["generationConfig"]["thinkingConfig"],
+        json!({"thinkingBudget": 8192, "includeThoughts": true})
+    );
+    assert!(body.get("reasoning_effort").is_none());
+}
+
+#[tokio::test]
 async fn gemini_dialect_fields_pass_through_untouched() {
     let fake = Fake::json(200, text_answer("ok")).await;
     let mut request = hello();

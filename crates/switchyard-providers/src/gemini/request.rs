@@ -42,8 +42,8 @@ pub(super) fn model_path(model: &str) -> Result<String, ProviderError> {
     Ok(format!("{prefix}/{name}"))
 }
 
-/// The `generateContent` body for `request`.
-pub(super) fn request_body(request: &ChatRequest) -> Result<Map<String, Value>, ProviderError> {
+/// The `generateContent` body for `request`, sent to `model`.
+pub(super) fn request_body(request: &ChatRequest, model: &str) -> Result<Map<String, Value>, ProviderError> {
     let mut body = Map::new();
     let (system, contents) = translate_messages(&request.messages)?;
     if !system.is_empty() {
@@ -63,7 +63,7 @@ pub(super) fn request_body(request: &ChatRequest) -> Result<Map<String, Value>, 
         }
         merge_native_extra(&mut body, &request.extra);
     } else {
-        translate_foreign_extra(request, &mut generation)?;
+        translate_foreign_extra(request, model, &mut generation)?;
         if !generation.is_empty() {
             body.insert("generationConfig".into(), Value::Object(generation));
         }
@@ -371,6 +371,7 @@ fn merge_native_extra(body: &mut Map<String, Value>, extra: &Extra) {
 /// refused otherwise (never silently dropped).
 fn translate_foreign_extra(
     request: &ChatRequest,
+    model: &str,
     generation: &mut Map<String, Value>,
 ) -> Result<(), ProviderError> {
     for (key, value) in &request.extra {
@@ -391,6 +392,9 @@ fn translate_foreign_extra(
             "frequency_penalty" => number("frequencyPenalty", generation)?,
             "presence_penalty" => number("presencePenalty", generation)?,
             "top_k" => number("topK", generation)?,
+            "reasoning_effort" => {
+                generation.insert("thinkingConfig".to_owned(), super::thinking::config(value, model)?);
+            }
             _ => {
                 return Err(invalid_request(format!(
                     "field `{key}` has no Gemini equivalent; remove it or route the request to a provider of its dialect"
@@ -455,10 +459,10 @@ mod tests {
         request.extra.insert("n".into(), json!(1));
         request.extra.insert("top_k".into(), json!(40));
         request.extra.insert("max_completion_tokens".into(), json!(99));
-        let body = request_body(&request).unwrap();
+        let body = request_body(&request, "gemini-2.5-flash").unwrap();
         assert_eq!(body["generationConfig"], json!({ "topK": 40, "maxOutputTokens": 99 }));
         request.extra.insert("logit_bias".into(), json!({}));
-        let error = request_body(&request).unwrap_err();
+        let error = request_body(&request, "gemini-2.5-flash").unwrap_err();
         assert_eq!(error.kind(), ErrorKind::InvalidRequest);
         assert!(error.detail().contains("`logit_bias`"));
     }
@@ -481,7 +485,7 @@ mod tests {
         request.extra.insert("generationConfig".into(), json!({ "topK": 3, "temperature": 9 }));
         request.extra.insert("tools".into(), json!([{ "googleSearch": {} }]));
         request.extra.insert("safetySettings".into(), json!([]));
-        let body = request_body(&request).unwrap();
+        let body = request_body(&request, "gemini-2.5-flash").unwrap();
         assert_eq!(body["generationConfig"], json!({ "temperature": 0.5, "topK": 3 }));
         assert_eq!(
             body["tools"],
