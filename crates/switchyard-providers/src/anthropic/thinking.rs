@@ -14,7 +14,8 @@
 //! | `none` | no thinking | no thinking |
 //! | `minimal`, `low` | `low` | 1024, 2048 |
 //! | `medium` | `medium` | 8192 |
-//! | `high`, `xhigh` | `high` | 16384, 24576 |
+//! | `high` | `high` | 16384 |
+//! | `xhigh` | `xhigh` from Claude 4.7 on, `high` before | 24576 |
 //!
 //! Adaptive thinking asks for `display: "summarized"`: Opus 4.7 and later leave the thinking's
 //! text out by default (`omitted`), and a client that asks for reasoning expects to read it, as
@@ -143,7 +144,13 @@ pub(crate) fn ask(
             format_args!("asks `{}` to think, which Claude models before 3.7 cannot", wire.model),
         ));
     };
-    let thinking = from_effort(effort, style)?;
+    let mut thinking = from_effort(effort, style)?;
+    if let Some(thinking) = thinking.as_mut().filter(|_| effort == "xhigh") {
+        // Opus 4.7 and later have an effort between high and max; earlier models stop at high.
+        if generation(wire.model).is_some_and(|version| version >= (4, 7)) && thinking.effort.is_some() {
+            thinking.effort = Some("xhigh");
+        }
+    }
     let prefilled = wire.messages.last().is_some_and(|turn| turn.role == "assistant");
     let Some(thinking) = thinking.filter(|_| !prefilled && !tool_turn_without_its_thinking(&wire.messages))
     else {
@@ -254,6 +261,21 @@ mod tests {
         ] {
             assert_eq!(ThinkingStyle::of_model(model), None, "{model} cannot think");
         }
+    }
+
+    #[test]
+    fn xhigh_is_asked_only_of_the_models_that_have_it() {
+        let ask = |model: &'static str| {
+            let request = ChatRequest::default();
+            let mut wire = crate::anthropic::request::build(model, &request, false, None).unwrap();
+            super::ask(&mut wire, &json!("xhigh"), None, &request).unwrap();
+            wire.output_config.map(|config| config["effort"].clone())
+        };
+        assert_eq!(ask("claude-opus-4-7"), Some(json!("xhigh")));
+        assert_eq!(ask("claude-opus-5"), Some(json!("xhigh")));
+        assert_eq!(ask("claude-sonnet-4-6"), Some(json!("high")));
+        assert_eq!(ask("house-model"), Some(json!("high")), "a name without a version: the safe level");
+        assert_eq!(ask("claude-sonnet-4-5"), None, "a budget, without an effort");
     }
 
     #[test]
