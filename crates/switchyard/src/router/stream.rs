@@ -99,7 +99,8 @@ impl Exchange for StreamExchange<'_> {
 /// never failed over for slowness. The stream commits with the first chunk the caller will be
 /// shown ([`ChatChunk::shows_content_to`]): until then the router may still retry or fall back
 /// without the caller seeing a restart. Between the two (reasoning an Anthropic caller is not
-/// shown) chunks are held, each within the `idle` limit, less the reasoning itself.
+/// shown) chunks are held, each within the `idle` limit, less the reasoning itself, and for the
+/// `first_byte` limit at most: then the stream commits, so that the caller hears from it.
 async fn prefetch(
     provider: &dyn Provider,
     call: Call<'_>,
@@ -130,6 +131,9 @@ async fn prefetch(
         return Ok(Prefetched { buffer, rest: None, filtered: false, alive_since: None });
     }
     let alive_since = Instant::now();
+    // The caller hears from the stream within the first-byte limit either way: reasoning it is
+    // not shown is held that long at most after it began, then the stream commits.
+    let hold_until = alive_since + timeouts.first_byte;
     let mut held = false;
     let mut chunk = buffer.pop_back().expect("the chunk that showed life");
     loop {
@@ -150,9 +154,18 @@ async fn prefetch(
         held = true;
         answering.store(true, Ordering::Relaxed);
         let limit = timeouts.idle;
-        let next = tokio::time::timeout(limit, stream.next()).await.map_err(|_| {
-            ProviderError::new(ErrorKind::Timeout, format!("no chunk within the idle timeout of {limit:?}"))
-        })?;
+        let wait = limit.min(hold_until.saturating_duration_since(Instant::now()));
+        let next = match tokio::time::timeout(wait, stream.next()).await {
+            Ok(next) => next,
+            Err(_) if Instant::now() >= hold_until => {
+                let alive_since = Some(alive_since);
+                return Ok(Prefetched { buffer, rest: Some(stream), filtered: false, alive_since });
+            }
+            Err(_) => {
+                let message = format!("no chunk within the idle timeout of {limit:?}");
+                return Err(ProviderError::new(ErrorKind::Timeout, message));
+            }
+        };
         match next {
             Some(item) => chunk = item?,
             None => {

@@ -260,11 +260,23 @@ async fn a_stream_cut_by_the_callers_deadline_says_nothing_about_the_providers_h
     assert_ne!(health.status, HealthStatus::TemporarilyUnavailable);
 }
 
-/// A reasoning model of the OpenAI dialect: its thinking streams at once; five seconds later
-/// it answers, or fails when `fails`.
-#[derive(Default)]
+/// A reasoning model of the OpenAI dialect: its thinking streams at once; `after` it (five
+/// seconds unless said) it answers, or fails when `fails`.
 struct Thinker {
     fails: bool,
+    after: Duration,
+}
+
+impl Default for Thinker {
+    fn default() -> Self {
+        Self { fails: false, after: Duration::from_secs(5) }
+    }
+}
+
+impl Thinker {
+    fn failing_after(seconds: u64) -> Self {
+        Self { fails: true, after: Duration::from_secs(seconds) }
+    }
 }
 
 impl switchyard::provider::Provider for Thinker {
@@ -297,7 +309,7 @@ impl switchyard::provider::Provider for Thinker {
             false => Ok(ChatChunk::text("42")),
             true => Err(ProviderError::new(ErrorKind::Unavailable, "connection reset while thinking")),
         };
-        let steps = vec![(Duration::ZERO, Ok(reasoning)), (Duration::from_secs(5), answer)];
+        let steps = vec![(Duration::ZERO, Ok(reasoning)), (self.after, answer)];
         let steps = steps.into_iter().chain([(Duration::ZERO, Ok(ChatChunk::finish(FinishReason::Stop)))]);
         let stream = futures_util::stream::iter(steps).then(|(wait, chunk)| async move {
             tokio::time::sleep(wait).await;
@@ -309,11 +321,15 @@ impl switchyard::provider::Provider for Thinker {
 
 /// A route of the thinker, then `b:m`, with a first-byte limit of 2 s: less than the thinking.
 fn thinking_route(thinker: Thinker, fallback: &SimulatedProvider) -> switchyard::Router {
-    thinking_route_with(thinker, fallback, Timeouts::default().idle)
+    let timeouts = Timeouts { first_byte: Duration::from_secs(2), ..Timeouts::default() };
+    thinking_route_with(thinker, fallback, timeouts)
 }
 
-fn thinking_route_with(thinker: Thinker, fallback: &SimulatedProvider, idle: Duration) -> switchyard::Router {
-    let timeouts = Timeouts { first_byte: Duration::from_secs(2), idle, ..Timeouts::default() };
+fn thinking_route_with(
+    thinker: Thinker,
+    fallback: &SimulatedProvider,
+    timeouts: Timeouts,
+) -> switchyard::Router {
     let route =
         Route::builder("default").target("thinker:m").target("b:m").retry(quick_retry(1)).timeouts(timeouts);
     builder(&[("b", fallback)])
@@ -348,40 +364,46 @@ async fn reasoning_is_content_it_streams_at_once_and_the_first_byte_timeout_stop
 }
 
 #[tokio::test(start_paused = true)]
-async fn reasoning_a_caller_is_not_shown_ends_the_first_byte_wait_without_committing() {
+async fn reasoning_a_caller_is_not_shown_is_held_for_the_first_byte_limit_at_most() {
     // An Anthropic caller is not shown another dialect's reasoning, so the stream is not
     // committed by it, but the model is alive: it is not failed over at the first-byte limit.
-    let router = thinking_route(Thinker::default(), &SimulatedProvider::new());
+    // Held until the answer when it comes within that limit; committed at the limit when it
+    // does not, so that the caller hears from the stream within it either way.
+    for (answers_after, committed_after) in [(1, 1), (5, 2)] {
+        let thinker = Thinker { after: Duration::from_secs(answers_after), ..Thinker::default() };
+        let router = thinking_route(thinker, &SimulatedProvider::new());
 
-    let start = Instant::now();
-    let mut stream = router.chat_stream(&anthropic_request(), &RequestOptions::default()).await.unwrap();
-    assert_eq!(
-        start.elapsed(),
-        Duration::from_secs(5),
-        "held until the answer, past the 2 s first-byte limit"
-    );
-    assert_eq!(stream.served_by().to_string(), "thinker:m");
-    // What it held was the reasoning alone, which the caller is not shown: let go as it came,
-    // so a long think does not pile up. The answer is the first thing the caller gets.
-    let first = stream.next().await.unwrap().unwrap();
-    assert_eq!(first.choices[0].delta.content.as_deref(), Some("42"));
-    assert!(first.choices[0].delta.reasoning_content.is_none());
-    let (text, error) = collect(&mut stream).await;
-    assert_eq!((text.as_str(), error.is_none()), ("", true));
-    assert_eq!(stream.trail().outcomes(), vec![Outcome::Ok]);
-    // The model answered at once (with its thinking): that is its latency, not the hold.
-    let latency = router.latency(&"thinker:m".parse().unwrap()).expect("measured");
-    assert!(latency.p50 < Duration::from_millis(1), "{:?}, not the 5 s held", latency.p50);
+        let start = Instant::now();
+        let mut stream = router.chat_stream(&anthropic_request(), &RequestOptions::default()).await.unwrap();
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(committed_after),
+            "answering after {answers_after} s"
+        );
+        assert_eq!(stream.served_by().to_string(), "thinker:m");
+        // What it held was the reasoning alone, which the caller is not shown: let go as it
+        // came, so a long think does not pile up. The answer is the first thing it gets.
+        let first = stream.next().await.unwrap().unwrap();
+        assert_eq!(first.choices[0].delta.content.as_deref(), Some("42"));
+        assert!(first.choices[0].delta.reasoning_content.is_none());
+        assert_eq!(start.elapsed(), Duration::from_secs(answers_after));
+        let (text, error) = collect(&mut stream).await;
+        assert_eq!((text.as_str(), error.is_none()), ("", true));
+        assert_eq!(stream.trail().outcomes(), vec![Outcome::Ok]);
+        // The model answered at once (with its thinking): that is its latency, not the hold.
+        let latency = router.latency(&"thinker:m".parse().unwrap()).expect("measured");
+        assert!(latency.p50 < Duration::from_millis(1), "{:?}, not the hold", latency.p50);
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_failure_during_reasoning_the_caller_is_not_shown_falls_back() {
     let fallback = SimulatedProvider::new();
-    let router = thinking_route(Thinker { fails: true }, &fallback);
+    let router = thinking_route(Thinker::failing_after(1), &fallback);
 
     let start = Instant::now();
     let mut stream = router.chat_stream(&anthropic_request(), &RequestOptions::default()).await.unwrap();
-    assert_eq!(start.elapsed(), Duration::from_secs(5));
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
     assert_eq!(
         stream.served_by().to_string(),
         "b:m",
@@ -396,9 +418,23 @@ async fn a_failure_during_reasoning_the_caller_is_not_shown_falls_back() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_failure_after_the_hold_reaches_the_caller_as_any_mid_stream_failure() {
+    let fallback = SimulatedProvider::new();
+    let router = thinking_route(Thinker::failing_after(5), &fallback);
+
+    let mut stream = router.chat_stream(&anthropic_request(), &RequestOptions::default()).await.unwrap();
+    assert_eq!(stream.served_by().to_string(), "thinker:m", "committed at the 2 s limit");
+    let (_, error) = collect(&mut stream).await;
+    assert_eq!(error.expect("the caller was answering by then").error.kind(), ErrorKind::Unavailable);
+    assert_eq!(fallback.calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_model_that_goes_quiet_while_thinking_unseen_is_failed_over_at_the_idle_limit() {
     let fallback = SimulatedProvider::new();
-    let router = thinking_route_with(Thinker::default(), &fallback, Duration::from_secs(3));
+    let timeouts =
+        Timeouts { first_byte: Duration::from_secs(10), idle: Duration::from_secs(3), ..Timeouts::default() };
+    let router = thinking_route_with(Thinker::default(), &fallback, timeouts);
 
     let start = Instant::now();
     let stream = router.chat_stream(&anthropic_request(), &RequestOptions::default()).await.unwrap();
@@ -433,7 +469,7 @@ async fn a_model_thinking_unseen_is_answering_so_it_is_not_hedged() {
 #[tokio::test(start_paused = true)]
 async fn a_failure_during_reasoning_the_caller_was_shown_ends_the_stream() {
     let fallback = SimulatedProvider::new();
-    let router = thinking_route(Thinker { fails: true }, &fallback);
+    let router = thinking_route(Thinker::failing_after(5), &fallback);
 
     let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
     assert_eq!(stream.served_by().to_string(), "thinker:m");
