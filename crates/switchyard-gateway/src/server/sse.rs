@@ -10,9 +10,17 @@ use axum::response::Response;
 use futures_util::Stream;
 use switchyard::RoutedStream;
 use switchyard::chat::{ChatChunk, Dialect as ChatDialect};
+use tokio::time::{Instant, Sleep};
 
 use super::errors::stream_error_event;
 use super::{AppState, Dialect, RequestContext, add_usage_metrics, unix_now};
+
+/// How long a stream may stay quiet before the client is sent a keep-alive: an Anthropic
+/// `ping` event (as Anthropic's API sends them), a comment line to other clients (which every
+/// server-sent-events reader skips). A model that thinks for minutes without a word for the
+/// client (reasoning it is not shown, or no stream of reasoning at all) is not taken for a
+/// dead connection by a proxy in between.
+pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Turns one routed stream into wire events of a dialect.
 pub trait Encoder: Send + Unpin + 'static {
@@ -148,7 +156,20 @@ pub fn respond<E: Encoder>(
     if !queued.is_zero() {
         headers.insert("x-switchyard-queued-ms", HeaderValue::from(queued.as_millis() as u64));
     }
-    let body = SseBody { state, exchange: Some(exchange), route, stream, encoder, done: false, held: None };
+    let keep_alive = Box::pin(tokio::time::sleep(KEEP_ALIVE));
+    let last_sent = Instant::now();
+    let body = SseBody {
+        state,
+        exchange: Some(exchange),
+        route,
+        stream,
+        encoder,
+        done: false,
+        held: None,
+        last_sent,
+        keep_alive,
+        sent_any: false,
+    };
     *response.body_mut() = Body::from_stream(body);
     response
 }
@@ -163,6 +184,11 @@ struct SseBody<E> {
     done: bool,
     /// Events written, held back until the encoder's wait is over.
     held: Option<(Held, Bytes)>,
+    /// When bytes last went to the client, and the timer that sends a keep-alive after
+    /// [`KEEP_ALIVE`] of quiet (moved on when it fires, not with every event).
+    last_sent: Instant,
+    keep_alive: Pin<Box<Sleep>>,
+    sent_any: bool,
 }
 
 impl<E> SseBody<E> {
@@ -191,6 +217,49 @@ impl<E: Encoder> Stream for SseBody<E> {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
+        match this.poll_events(cx) {
+            // Only after the stream's first events: an Anthropic client reads `message_start`
+            // before anything else.
+            Poll::Pending if !this.done && this.sent_any => match this.keep_alive(cx) {
+                Some(bytes) => Poll::Ready(Some(Ok(bytes))),
+                None => Poll::Pending,
+            },
+            ready @ Poll::Ready(Some(_)) => {
+                this.last_sent = Instant::now();
+                this.sent_any = true;
+                ready
+            }
+            other => other,
+        }
+    }
+}
+
+impl<E: Encoder> SseBody<E> {
+    /// A keep-alive, when the stream has been quiet for [`KEEP_ALIVE`]; else `None`, with the
+    /// timer set for when it will have been.
+    fn keep_alive(&mut self, cx: &mut Context<'_>) -> Option<Bytes> {
+        while self.keep_alive.as_mut().poll(cx).is_ready() {
+            let due = self.last_sent + KEEP_ALIVE;
+            let now = Instant::now();
+            if now < due {
+                self.keep_alive.as_mut().reset(due);
+                continue;
+            }
+            self.last_sent = now;
+            self.keep_alive.as_mut().reset(now + KEEP_ALIVE);
+            let anthropic = self.exchange.as_ref().is_some_and(|e| e.dialect == Dialect::Anthropic);
+            return Some(Bytes::from_static(if anthropic {
+                b"event: ping\ndata: {\"type\": \"ping\"}\n\n"
+            } else {
+                b": keep-alive\n\n"
+            }));
+        }
+        None
+    }
+
+    /// The next events of the routed stream.
+    fn poll_events(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, std::convert::Infallible>>> {
+        let this = self;
         if let Some((wait, _)) = this.held.as_mut()
             && wait.as_mut().poll(cx).is_pending()
         {
@@ -266,5 +335,77 @@ impl<E> Drop for SseBody<E> {
     fn drop(&mut self) {
         // The client went away before the end: 499, as nginx logs it.
         self.finish(499);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::time::Instant;
+
+    use super::KEEP_ALIVE;
+    use crate::config::{self, ConnectionLimits};
+
+    /// What a client of `path` reads, with when it read it, until the stream's end: a stream
+    /// from a model whose content chunks come `gap` apart, in paused time.
+    async fn quiet_stream(path: &str, body: &str, chunks: usize, gap: &str) -> Vec<(Duration, String)> {
+        let yaml = format!(
+            "providers:\n  sim: {{ kind: simulated, stream: {{ chunks: {chunks}, gap: {gap} }} }}\nroutes:\n  default: {{ targets: [sim:m], timeouts: {{ idle: 60s }} }}\n"
+        );
+        let yaml = yaml.as_str();
+        let file = config::parse(yaml, false, "sse.yaml").unwrap();
+        let loaded = config::build(file, config::Source::File("sse.yaml".into()), &|_: &str| None).unwrap();
+        let app = super::super::app(super::super::AppState::new(loaded.router, loaded.gateway));
+        let (mut client, server) = tokio::io::duplex(64 * 1024);
+        let (_stop, stopped) = tokio::sync::watch::channel(false);
+        let limits = ConnectionLimits {
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(600),
+            max_connections: 1,
+        };
+        tokio::spawn(crate::connection::serve(server, app, limits, stopped));
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nanthropic-version: 2023-06-01\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        client.write_all(request.as_bytes()).await.unwrap();
+        let started = Instant::now();
+        let mut read = Vec::new();
+        let mut buf = [0u8; 8192];
+        loop {
+            let n = client.read(&mut buf).await.unwrap();
+            if n == 0 {
+                return read;
+            }
+            read.push((started.elapsed(), String::from_utf8_lossy(&buf[..n]).into_owned()));
+        }
+    }
+
+    fn when(read: &[(Duration, String)], text: &str) -> Vec<Duration> {
+        read.iter().filter(|(_, piece)| piece.contains(text)).map(|(at, _)| *at).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_stream_is_kept_alive_in_each_dialect_and_a_busy_one_is_not() {
+        let chat = r#"{"model":"default","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+        let read = quiet_stream("/v1/chat/completions", chat, 2, "40s").await;
+        // 40 s of quiet between the chunks: a comment at 15 s and at 30 s, none after the
+        // second chunk (the stream then ends at once).
+        assert_eq!(when(&read, ": keep-alive"), [KEEP_ALIVE, KEEP_ALIVE * 2], "{read:?}");
+        assert!(when(&read, "[DONE]").iter().all(|at| *at >= Duration::from_secs(40)), "{read:?}");
+
+        let messages = r#"{"model":"default","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+        let read = quiet_stream("/v1/messages", messages, 2, "40s").await;
+        let pings = when(&read, "event: ping");
+        assert_eq!(pings, [KEEP_ALIVE, KEEP_ALIVE * 2], "Anthropic's own ping event: {read:?}");
+        let started = when(&read, "message_start");
+        assert!(started.first().is_some_and(|at| *at < KEEP_ALIVE), "message_start comes first: {read:?}");
+
+        // Chunks 10 s apart: never quiet for long enough.
+        let read = quiet_stream("/v1/chat/completions", chat, 5, "10s").await;
+        assert!(when(&read, ": keep-alive").is_empty(), "{read:?}");
+        assert_eq!(when(&read, "[DONE]"), [Duration::from_secs(20)], "{read:?}");
     }
 }
