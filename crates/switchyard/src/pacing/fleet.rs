@@ -489,7 +489,7 @@ impl LeaseBook {
     }
 
     /// The fleet's answer to the lease on its way (`None`: it could not be reached).
-    pub(super) fn granted(&mut self, grant: Option<LeaseGrant>, now: Instant) {
+    pub(super) fn granted(&mut self, grant: Option<LeaseGrant>, sent: Instant, now: Instant) {
         self.pending = false;
         let Some(grant) = grant else {
             // Not reached: ask again soon (the fleet reports degraded after a few).
@@ -514,10 +514,13 @@ impl LeaseBook {
             if units > 0.0 {
                 let mut expires = now + SLICE_TTL;
                 if let Some(header) = dimension.checked_sub(HEADERS)
-                    && let Some((_, ends, _)) = self.windows[header]
+                    && let Some(window) = grant.windows[header]
                 {
-                    // A window's units are spent within it.
-                    expires = expires.min(ends);
+                    // A window's units are spent within it: by its end counted from when the
+                    // lease was asked, since the fleet read its clock before the answer came
+                    // back. Counted from the answer, a unit spent just after the fleet's window
+                    // ended lands in the provider's next one, which the fleet does not count.
+                    expires = expires.min(sent + window.ends_in);
                 }
                 self.slices[dimension].push_back(Slice { units, expires });
                 self.held[dimension] += units;
@@ -793,9 +796,10 @@ impl FleetGate {
     fn lease(self: &Arc<Self>, ask: LeaseAsk) {
         let gate = self.clone();
         let call = self.fleet.lease(&self.key, ask);
+        let sent = Instant::now();
         tokio::spawn(async move {
             let grant = call.await;
-            gate.book().granted(grant, Instant::now());
+            gate.book().granted(grant, sent, Instant::now());
             gate.granted.notify_waiters();
         });
     }
@@ -840,7 +844,7 @@ mod tests {
             matches!(book.take(0.0, now), Take::Short { ask: None, .. }),
             "one lease on its way at a time"
         );
-        book.granted(Some(grant_of(3.0)), now);
+        book.granted(Some(grant_of(3.0)), now, now);
         got(book.take(0.0, now));
         assert_eq!(book.balance(RPM, now), 2.0);
         // 2 left of a slice of 3: not yet below half.
@@ -860,7 +864,7 @@ mod tests {
         book.follow(true, 1, now);
         let Take::Short { ask: Some(_), .. } = book.take(0.0, now) else { panic!() };
         // Asked for 3, the fleet had 1.
-        book.granted(Some(grant_of(1.0)), now);
+        book.granted(Some(grant_of(1.0)), now, now);
         got(book.take(0.0, now));
         assert_eq!(book.prefetch(now), None, "not at once");
         // Nor is a call short of units: it waits until half a slice (1.5) could refill at 5
@@ -870,7 +874,7 @@ mod tests {
             Take::Short { ask: None, retry_at } => assert_eq!(retry_at, Some(later)),
             other => panic!("{other:?}"),
         }
-        book.granted(Some(grant_of(3.0)), later);
+        book.granted(Some(grant_of(3.0)), later, later);
         got(book.take(0.0, later));
         got(book.take(0.0, later));
         assert!(book.prefetch(later).is_some(), "a full grant lifts the hold");
@@ -883,11 +887,11 @@ mod tests {
         book.follow(true, 1, now);
         let mut grant = LeaseGrant::default();
         grant.granted[TPM] = 1_000.0;
-        book.granted(Some(grant.clone()), now);
+        book.granted(Some(grant.clone()), now, now);
         got(book.take(1_000.0, now));
         // The answer used 1,600 of an estimate of 1,000: 600 more, and nothing in hand.
         book.refund_one(TPM, -600.0);
-        book.granted(Some(grant), now);
+        book.granted(Some(grant), now, now);
         assert_eq!(book.balance(TPM, now), 400.0, "the next grant pays the 600 first");
     }
 
@@ -896,10 +900,10 @@ mod tests {
         let now = Instant::now();
         let mut book = LeaseBook::new(RPM_300, None);
         book.follow(true, 1, now);
-        book.granted(Some(grant_of(3.0)), now);
+        book.granted(Some(grant_of(3.0)), now, now);
         let mut held = grant_of(0.0);
         held.hold = Some(Duration::from_secs(1));
-        book.granted(Some(held), now);
+        book.granted(Some(held), now, now);
         match book.take(0.0, now) {
             Take::Short { ask: None, retry_at } => assert_eq!(retry_at, Some(now + Duration::from_secs(1))),
             other => panic!("nothing is spent during a hold: {other:?}"),
@@ -921,10 +925,29 @@ mod tests {
             grant
         };
         // A probe window's slice (1 s), then the next window's (300 ms), in that order.
-        book.granted(Some(window(1.0, 1_000, true)), now);
-        book.granted(Some(window(2.0, 300, false)), now);
+        book.granted(Some(window(1.0, 1_000, true)), now, now);
+        book.granted(Some(window(2.0, 300, false)), now, now);
         assert_eq!(book.balance(HEADERS, now), 3.0);
         assert_eq!(book.balance(HEADERS, now + Duration::from_millis(300)), 1.0, "the 300 ms slice is gone");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_window_s_units_are_spent_by_its_end_counted_from_when_the_lease_was_asked() {
+        // The fleet said "300 ms left" when it was asked; its answer took 40 ms to come back.
+        // Spent in those last 40 ms, a unit would reach the provider in its next window,
+        // which the fleet does not count it in.
+        let sent = Instant::now();
+        let answered = sent + Duration::from_millis(40);
+        let mut book = LeaseBook::new(None, None);
+        book.follow(true, 3, sent);
+        let mut grant = LeaseGrant::default();
+        grant.granted[HEADERS] = 2.0;
+        grant.level[HEADERS] = Some(0.0);
+        grant.windows[0] =
+            Some(Window { limit: Some(10), ends_in: Duration::from_millis(300), probe: false });
+        book.granted(Some(grant), sent, answered);
+        assert_eq!(book.balance(HEADERS, sent + Duration::from_millis(299)), 2.0);
+        assert_eq!(book.balance(HEADERS, sent + Duration::from_millis(300)), 0.0, "not until 340 ms");
     }
 
     #[tokio::test(start_paused = true)]
@@ -934,7 +957,7 @@ mod tests {
         book.follow(true, 1, now);
         let mut grant = grant_of(3.0);
         grant.granted[TPM] = 600.0;
-        book.granted(Some(grant), now);
+        book.granted(Some(grant), now, now);
         assert_eq!(book.balance(RPM, now + SLICE_TTL - Duration::from_millis(1)), 3.0);
         assert_eq!(book.balance(RPM, now + SLICE_TTL), 0.0, "expired");
         assert_eq!(book.snapshot(now + SLICE_TTL).stranded.requests, Some(3.0));
@@ -942,7 +965,7 @@ mod tests {
         let later = now + SLICE_TTL;
         let mut grant = grant_of(3.0);
         grant.granted[TPM] = 600.0;
-        book.granted(Some(grant), later);
+        book.granted(Some(grant), later, later);
         let taken = got(book.take(100.0, later));
         assert_eq!(book.surrender(later), [2.0, 500.0]);
         assert_eq!(book.balance(RPM, later), 0.0, "surrendered units are gone from the book");
@@ -958,7 +981,7 @@ mod tests {
         book.follow(true, 1, now);
         let mut grant = LeaseGrant::default();
         grant.granted[TPM] = 1_000.0;
-        book.granted(Some(grant), now);
+        book.granted(Some(grant), now, now);
         got(book.take(400.0, now));
         assert_eq!(book.balance(TPM, now), 600.0);
         let mut unused = [0.0; DIMENSIONS];
@@ -976,7 +999,7 @@ mod tests {
         let start = Instant::now();
         let mut book = LeaseBook::new(Some(600.0), None);
         book.follow(true, 3, start);
-        book.granted(Some(grant_of(6.0)), start);
+        book.granted(Some(grant_of(6.0)), start, start);
         book.follow(false, 3, start);
         assert_eq!(book.degraded_share(), Some(3));
         assert_eq!(book.balance(RPM, start), 0.0, "slices are not spent out of the fleet's reach");
@@ -1025,7 +1048,7 @@ mod tests {
         grant.level[HEADERS] = Some(8.0);
         grant.windows[0] =
             Some(Window { limit: Some(10), ends_in: Duration::from_millis(300), probe: false });
-        book.granted(Some(grant), now);
+        book.granted(Some(grant), now, now);
         got(book.take(0.0, now));
         assert_eq!(book.balance(HEADERS, now + Duration::from_millis(299)), 1.0);
         assert_eq!(book.balance(HEADERS, now + Duration::from_millis(300)), 0.0, "gone with its window");
@@ -1034,7 +1057,7 @@ mod tests {
             panic!("after its window, the next call still leases: the fleet lets one probe go")
         };
         assert_eq!(ask.need[HEADERS], 1.0);
-        book.granted(Some(LeaseGrant::default()), after);
+        book.granted(Some(LeaseGrant::default()), after, after);
         assert!(matches!(book.take(0.0, after), Take::Got(_)), "the fleet has no window: not paced by it");
     }
 
@@ -1061,7 +1084,7 @@ mod tests {
         let mut sent_early = 0;
         for book in &mut books {
             let Take::Short { ask: Some(ask), .. } = book.take(0.0, start) else { panic!() };
-            book.granted(Some(lease(&mut fleet, &ask, start)), start);
+            book.granted(Some(lease(&mut fleet, &ask, start)), start, start);
             if matches!(book.take(0.0, start), Take::Got(_)) {
                 sent_early += 1;
             }
@@ -1076,7 +1099,7 @@ mod tests {
                     Take::Short { ask: Some(ask), .. } => {
                         let grant = lease(&mut fleet, &ask, edge);
                         let empty = grant.granted[RPM] < 1.0;
-                        book.granted(Some(grant), edge);
+                        book.granted(Some(grant), edge, edge);
                         if empty {
                             break;
                         }
@@ -1092,7 +1115,7 @@ mod tests {
         // Slices held past their lifetime are never spent: nothing shifts further.
         let mut book = LeaseBook::new(RPM_300, None);
         book.follow(true, 3, start);
-        book.granted(Some(grant_of(3.0)), start);
+        book.granted(Some(grant_of(3.0)), start, start);
         assert!(matches!(book.take(0.0, start + SLICE_TTL), Take::Short { .. }));
     }
 
