@@ -35,7 +35,9 @@ use std::fmt;
 use ::http::Uri;
 use ::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use switchyard::ProviderError;
-use switchyard::chat::{ChatRequest, ChatResponse, Dialect, EmbeddingsRequest, EmbeddingsResponse, Verbatim};
+use switchyard::chat::{
+    ChatRequest, ChatResponse, Dialect, EmbeddingsRequest, EmbeddingsResponse, THINKING_BLOCKS, Verbatim,
+};
 use switchyard::credential::Credential;
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
 
@@ -334,7 +336,7 @@ impl fmt::Debug for OpenAiProvider {
 /// OpenAI mid-conversation).
 fn verbatim_chat(request: &ChatRequest) -> Option<&bytes::Bytes> {
     let verbatim = request.verbatim.as_ref()?.in_dialect(Dialect::OpenAi)?;
-    let claude_thinking = request.messages.iter().any(|m| m.extra.contains_key(wire::CLAUDE_THINKING));
+    let claude_thinking = request.messages.iter().any(|m| m.extra.contains_key(THINKING_BLOCKS));
     (!claude_thinking).then_some(verbatim)
 }
 

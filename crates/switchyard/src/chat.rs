@@ -839,14 +839,7 @@ impl ChatChunk {
     /// caller is shown it, which is what commits a stream, is
     /// [`shows_content_to`](Self::shows_content_to).
     pub fn has_content(&self) -> bool {
-        let text = |t: &Option<String>| t.as_deref().is_some_and(|t| !t.is_empty());
-        self.choices.iter().any(|c| {
-            text(&c.delta.content)
-                || text(&c.delta.refusal)
-                || text(&c.delta.reasoning_content)
-                || !c.delta.thinking_blocks.is_empty()
-                || !c.delta.tool_calls.is_empty()
-        })
+        self.content(true)
     }
 
     /// Whether a caller in `dialect` is shown something of this chunk beyond its role: text, a
@@ -855,15 +848,20 @@ impl ChatChunk {
     /// thinking block without the provider's signature would be refused when the caller sends
     /// it back, so other models' reasoning is not written to it.
     pub fn shows_content_to(&self, dialect: Dialect) -> bool {
-        let text = |t: &Option<String>| t.as_deref().is_some_and(|t| !t.is_empty());
         let reasoning_shown = dialect != Dialect::Anthropic
             || self.verbatim.as_ref().is_some_and(|v| v.dialect() == Dialect::Anthropic);
+        self.content(reasoning_shown)
+    }
+
+    /// Whether any choice carries text, a refusal or a tool call, or (when `reasoning` counts)
+    /// reasoning or a thinking block.
+    fn content(&self, reasoning: bool) -> bool {
+        let text = |t: &Option<String>| t.as_deref().is_some_and(|t| !t.is_empty());
         self.choices.iter().any(|c| {
             text(&c.delta.content)
                 || text(&c.delta.refusal)
                 || !c.delta.tool_calls.is_empty()
-                || (reasoning_shown
-                    && (text(&c.delta.reasoning_content) || !c.delta.thinking_blocks.is_empty()))
+                || (reasoning && (text(&c.delta.reasoning_content) || !c.delta.thinking_blocks.is_empty()))
         })
     }
 
@@ -886,6 +884,11 @@ pub struct ChunkChoice {
     #[serde(default)]
     pub finish_reason: Option<FinishReason>,
 }
+
+/// The assistant message field of Claude's signed thinking blocks, whole, as
+/// [`Delta::thinking_blocks`] streams them: how the gateway hands them to an OpenAI-dialect
+/// client, how that client sends them back, and what only an Anthropic target reads.
+pub const THINKING_BLOCKS: &str = "thinking_blocks";
 
 /// What a chunk adds to a choice.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -941,7 +944,7 @@ impl Delta {
             tool_calls,
             refusal: text("refusal"),
             reasoning_content: text("reasoning_content"),
-            thinking_blocks: match message.extra.get("thinking_blocks") {
+            thinking_blocks: match message.extra.get(THINKING_BLOCKS) {
                 Some(Value::Array(blocks)) => blocks.clone(),
                 _ => Vec::new(),
             },

@@ -5,7 +5,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use switchyard::chat::{
-    ChatResponse, Choice, Content, Dialect, Extra, FinishReason, FunctionCall, Message, Role, ToolCall,
+    ChatResponse, Choice, Content, Dialect, Extra, FinishReason, FunctionCall, Message, Role,
+    THINKING_BLOCKS, ToolCall,
 };
 
 use super::request::VERBATIM_BLOCKS;
@@ -102,7 +103,7 @@ pub(crate) fn to_chat_response(message: MessageResponse, origin: Dialect) -> Cha
     }
     // (A Responses client's request comes with origin `OpenAi`: its encoder seals them.)
     if origin == Dialect::OpenAi && !thinking_blocks.is_empty() {
-        answer.extra.insert("thinking_blocks".to_owned(), Value::Array(thinking_blocks));
+        answer.extra.insert(THINKING_BLOCKS.to_owned(), Value::Array(thinking_blocks));
     }
     let mut choice_extra = Extra::new();
     let mut extra = Extra::new();

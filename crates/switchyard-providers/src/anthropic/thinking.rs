@@ -177,7 +177,6 @@ pub(crate) fn ask(
 /// Leaves out of a conversation that does not think the thinking blocks a client sent back
 /// (as `thinking_blocks`), and any assistant turn that held nothing else.
 pub(crate) fn drop_thinking(turns: &mut Vec<Turn>) {
-    let is_thinking = |block: &Block| matches!(block, Block::Raw(raw) if raw["type"] == "thinking" || raw["type"] == "redacted_thinking");
     for turn in turns.iter_mut().filter(|turn| turn.role == "assistant") {
         turn.content.retain(|block| !is_thinking(block));
     }
@@ -191,11 +190,13 @@ pub(crate) fn drop_thinking(turns: &mut Vec<Turn>) {
 fn tool_turn_without_its_thinking(turns: &[Turn]) -> bool {
     let Some(last) = turns.iter().rev().find(|turn| turn.role == "assistant") else { return false };
     let calls_a_tool = last.content.iter().any(|block| matches!(block, Block::ToolUse { .. }));
-    let opens_on_thinking = matches!(
-        last.content.first(),
-        Some(Block::Raw(block)) if block["type"] == "thinking" || block["type"] == "redacted_thinking"
-    );
+    let opens_on_thinking = last.content.first().is_some_and(is_thinking);
     calls_a_tool && !opens_on_thinking
+}
+
+/// Whether `block` is a thinking block, redacted or not.
+fn is_thinking(block: &Block) -> bool {
+    matches!(block, Block::Raw(raw) if raw["type"] == "thinking" || raw["type"] == "redacted_thinking")
 }
 
 /// Refuses what Anthropic does not take beside thinking, naming the field.

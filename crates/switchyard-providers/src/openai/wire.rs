@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use switchyard::chat::{
     ChatRequest, ChatResponse, Choice, CompletionTokensDetails, Content, ContentPart, Dialect, Embedding,
     EmbeddingInput, EmbeddingsRequest, EmbeddingsResponse, Extra, FinishReason, FunctionCall, Message,
-    PromptTokensDetails, ResponseFormat, Role, Stop, Tool, ToolCall, ToolChoice, Usage,
+    PromptTokensDetails, ResponseFormat, Role, Stop, THINKING_BLOCKS, Tool, ToolCall, ToolChoice, Usage,
 };
 use switchyard::credential::Secret;
 use switchyard::deserialize_with_extra;
@@ -36,11 +36,9 @@ const REQUEST_FIELDS: &[&str] = &[
     "stream_options",
 ];
 /// Message fields [`MessageBody`] writes itself; a message `extra` entry of the same name is
-/// not copied. Nor is [`CLAUDE_THINKING`].
-const MESSAGE_FIELDS: &[&str] = &["role", "content", "name", "tool_calls", "tool_call_id", CLAUDE_THINKING];
-/// The assistant message field in which the gateway gives OpenAI-dialect clients Claude's
-/// signed thinking blocks (LiteLLM's `thinking_blocks`): only an Anthropic target reads it back.
-pub(crate) const CLAUDE_THINKING: &str = "thinking_blocks";
+/// not copied. Nor is Claude's signed thinking ([`THINKING_BLOCKS`]), which only an Anthropic
+/// target reads.
+const MESSAGE_FIELDS: &[&str] = &["role", "content", "name", "tool_calls", "tool_call_id", THINKING_BLOCKS];
 /// Tool function fields [`FunctionBody`] writes itself.
 const FUNCTION_FIELDS: &[&str] = &["name", "description", "parameters"];
 /// `response_format.json_schema` fields [`JsonSchemaBody`] writes itself.

@@ -20,7 +20,8 @@
 use serde_json::{Map, Value};
 use switchyard::chat::{
     ChatRequest, Content, ContentPart, Dialect, Extra, FunctionCall, FunctionDefinition, ImageUrl,
-    JsonSchemaFormat, Message, ResponseFormat, Role, Tool, ToolCall, ToolChoice, ToolChoiceFunction,
+    JsonSchemaFormat, Message, ResponseFormat, Role, THINKING_BLOCKS, Tool, ToolCall, ToolChoice,
+    ToolChoiceFunction,
 };
 
 use super::CodecError;
@@ -263,10 +264,6 @@ fn thinking_only(message: &Message) -> bool {
         && message.tool_calls.is_empty()
         && message.extra.contains_key(THINKING_BLOCKS)
 }
-
-/// The assistant message field of Claude's signed thinking blocks (see
-/// [`Delta::thinking_blocks`](switchyard::chat::Delta::thinking_blocks)).
-const THINKING_BLOCKS: &str = "thinking_blocks";
 
 /// A message of `role` with nothing in it yet.
 fn bare(role: Role) -> Message {

@@ -19,7 +19,8 @@
 
 use serde_json::{Value, json};
 use switchyard::chat::{
-    ChatChunk, ChatResponse, Content, FinishReason, FunctionCall, Message, Role, ToolCall, Usage,
+    ChatChunk, ChatResponse, Content, FinishReason, FunctionCall, Message, Role, THINKING_BLOCKS, ToolCall,
+    Usage,
 };
 
 use super::decode::Echo;
@@ -48,7 +49,7 @@ pub fn response_object(meta: &Meta, answer: &ChatResponse) -> (Value, Message) {
     let text = message.text_content().unwrap_or_default();
     let mut output = Vec::new();
     let reasoning = message.extra.get("reasoning_content").and_then(Value::as_str).unwrap_or_default();
-    let thinking = match message.extra.get("thinking_blocks") {
+    let thinking = match message.extra.get(THINKING_BLOCKS) {
         Some(Value::Array(blocks)) if !blocks.is_empty() => Some(super::seal_thinking(blocks)),
         _ => None,
     };
