@@ -466,6 +466,23 @@ async fn claudes_sealed_thinking_is_not_sent_to_openai_which_could_not_read_it()
 }
 
 #[tokio::test]
+async fn a_providers_thinking_setting_names_the_form_for_a_model_whose_name_does_not() {
+    let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
+    let gateway = serve(&format!(
+        "providers:\n  up: {{ kind: anthropic, base_url: 'http://{}', api_key: sk-upstream-0123456789, thinking: budget }}\nroutes:\n  default: {{ targets: ['up:house-claude'] }}\n",
+        upstream.addr
+    ))
+    .await;
+    let chat = r#"{"model":"default","reasoning_effort":"low","messages":[{"role":"user","content":"Hi"}]}"#;
+    let (status, answer) = post(gateway, "/v1/chat/completions", chat).await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, sent) = upstream.received();
+    let sent: serde_json::Value = serde_json::from_str(&sent).unwrap();
+    // By its name alone, `house-claude` would be asked to think adaptively.
+    assert_eq!(sent["thinking"], serde_json::json!({"type": "enabled", "budget_tokens": 2048}), "{sent}");
+}
+
+#[tokio::test]
 async fn a_tool_turn_sent_back_without_its_thinking_goes_on_without_thinking() {
     let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
     let gateway = gateway("anthropic", "", &upstream, "claude-opus-4-7").await;

@@ -94,16 +94,18 @@ struct Thinking {
     pub budget: Option<u32>,
 }
 
-/// The thinking `effort` (OpenAI's `reasoning_effort`) asks of a model of `style`; `None` for
+/// The thinking `effort` (OpenAI's `reasoning_effort`) asks of `model`, of `style`; `None` for
 /// `none`.
-fn from_effort(effort: &Value, style: ThinkingStyle) -> Result<Option<Thinking>, ProviderError> {
+fn from_effort(effort: &Value, style: ThinkingStyle, model: &str) -> Result<Option<Thinking>, ProviderError> {
+    // Opus 4.7 and later have an effort between high and max; earlier models stop at high.
+    let xhigh = if generation(model).is_some_and(|version| version >= (4, 7)) { "xhigh" } else { "high" };
     let (level, budget) = match effort.as_str() {
         Some("none") => return Ok(None),
         Some("minimal") => ("low", 1024),
         Some("low") => ("low", 2048),
         Some("medium") => ("medium", 8192),
         Some("high") => ("high", 16384),
-        Some("xhigh") => ("high", 24576),
+        Some("xhigh") => (xhigh, 24576),
         _ => {
             return Err(invalid(
                 "reasoning_effort",
@@ -144,13 +146,7 @@ pub(crate) fn ask(
             format_args!("asks `{}` to think, which Claude models before 3.7 cannot", wire.model),
         ));
     };
-    let mut thinking = from_effort(effort, style)?;
-    if let Some(thinking) = thinking.as_mut().filter(|_| effort == "xhigh") {
-        // Opus 4.7 and later have an effort between high and max; earlier models stop at high.
-        if generation(wire.model).is_some_and(|version| version >= (4, 7)) && thinking.effort.is_some() {
-            thinking.effort = Some("xhigh");
-        }
-    }
+    let thinking = from_effort(effort, style, wire.model)?;
     let prefilled = wire.messages.last().is_some_and(|turn| turn.role == "assistant");
     let Some(thinking) = thinking.filter(|_| !prefilled && !tool_turn_without_its_thinking(&wire.messages))
     else {
@@ -281,14 +277,16 @@ mod tests {
 
     #[test]
     fn each_effort_maps_to_an_effort_or_a_budget() {
-        let adaptive = from_effort(&json!("medium"), ThinkingStyle::Adaptive).unwrap().unwrap();
+        let adaptive =
+            from_effort(&json!("medium"), ThinkingStyle::Adaptive, "claude-opus-4-7").unwrap().unwrap();
         assert_eq!(adaptive.thinking, json!({"type": "adaptive", "display": "summarized"}));
         assert_eq!((adaptive.effort, adaptive.budget), (Some("medium"), None));
-        let budget = from_effort(&json!("high"), ThinkingStyle::Budget).unwrap().unwrap();
+        let budget =
+            from_effort(&json!("high"), ThinkingStyle::Budget, "claude-sonnet-4-5").unwrap().unwrap();
         assert_eq!(budget.thinking, json!({"type": "enabled", "budget_tokens": 16384}));
         assert_eq!((budget.effort, budget.budget), (None, Some(16384)));
-        assert_eq!(from_effort(&json!("none"), ThinkingStyle::Budget).unwrap(), None);
-        let error = from_effort(&json!("extreme"), ThinkingStyle::Adaptive).unwrap_err();
+        assert_eq!(from_effort(&json!("none"), ThinkingStyle::Budget, "claude-sonnet-4-5").unwrap(), None);
+        let error = from_effort(&json!("extreme"), ThinkingStyle::Adaptive, "claude-opus-4-7").unwrap_err();
         assert!(
             error.is_unsupported() && error.detail().contains("`reasoning_effort`"),
             "{}",

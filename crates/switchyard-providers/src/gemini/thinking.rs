@@ -22,11 +22,7 @@ use super::request::invalid_request;
 pub(super) fn config(effort: &Value, model: &str) -> Result<Value, ProviderError> {
     let refuse =
         |why: &str| Err(invalid_request(format!("`reasoning_effort` is {effort}, but `{model}` {why}")));
-    let Some(effort_name) = effort.as_str() else {
-        return Err(invalid_request(format!(
-            "`reasoning_effort` is {effort}: expected one of none, minimal, low, medium, high, xhigh"
-        )));
-    };
+    let effort_name = effort.as_str().unwrap_or_default();
     let (level, budget) = match effort_name {
         "none" => ("", 0),
         "minimal" | "low" => ("low", 1024),
