@@ -230,6 +230,10 @@ pub struct RoutedStream {
     buffer: VecDeque<ChatChunk>,
     rest: Option<ChunkStream>,
     idle_limit: Duration,
+    /// When the last chunk came: the idle limit runs from it.
+    last_chunk: Instant,
+    /// Fires at the idle limit or before it: the timer is not moved with every chunk (a move
+    /// re-files it in the timer wheel), but when it fires early, to `last_chunk` + the limit.
     idle: Pin<Box<Sleep>>,
     total: Pin<Box<Sleep>>,
     total_name: &'static str,
@@ -329,6 +333,7 @@ impl RoutedStream {
             buffer: served.output.buffer,
             rest: served.output.rest,
             idle_limit: served.timeouts.idle,
+            last_chunk: Instant::now(),
             idle: Box::pin(tokio::time::sleep(served.timeouts.idle)),
             total: Box::pin(tokio::time::sleep_until(end)),
             total_name,
@@ -471,8 +476,7 @@ impl Stream for RoutedStream {
         }
         match rest.as_mut().poll_next(cx) {
             Poll::Ready(Some(Ok(chunk))) => {
-                let next_idle = Instant::now() + this.idle_limit;
-                this.idle.as_mut().reset(next_idle);
+                this.last_chunk = Instant::now();
                 this.deliver(chunk)
             }
             Poll::Ready(Some(Err(error))) => this.fail(error),
@@ -481,7 +485,12 @@ impl Stream for RoutedStream {
                 Poll::Ready(None)
             }
             Poll::Pending => {
-                if this.idle.as_mut().poll(cx).is_ready() {
+                while this.idle.as_mut().poll(cx).is_ready() {
+                    let due = this.last_chunk + this.idle_limit;
+                    if Instant::now() < due {
+                        this.idle.as_mut().reset(due);
+                        continue;
+                    }
                     let limit = this.idle_limit;
                     return this.fail(ProviderError::new(
                         ErrorKind::Timeout,

@@ -136,6 +136,29 @@ async fn an_idle_timeout_ends_a_stalled_stream() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_idle_limit_runs_from_the_last_chunk() {
+    // Chunks 3 s apart under a 5 s idle limit: the stream outlives the limit many times over,
+    // and the stall after its fourth chunk is cut 5 s after that chunk, not before.
+    let a = SimulatedProvider::new().stream(8, Duration::from_secs(3)).script([Step::StallAfter(4)]);
+    let timeouts = Timeouts { idle: Duration::from_secs(5), ..Timeouts::default() };
+    let router = router(&[("a", &a)], Route::builder("default").target("a:m").timeouts(timeouts));
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let mut last_chunk = Instant::now();
+    let error = loop {
+        match stream.next().await {
+            Some(Ok(_)) => last_chunk = Instant::now(),
+            Some(Err(error)) => break error,
+            None => panic!("a stalled stream ends in an error"),
+        }
+    };
+    assert_eq!(error.error.kind(), ErrorKind::Timeout);
+    assert!(error.error.detail().contains("idle"), "{}", error.error.detail());
+    assert_eq!(last_chunk.elapsed(), Duration::from_secs(5), "cut this long after the last chunk");
+    assert_eq!(a.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_candidate_answers_a_stream_when_every_target_failed() {
     let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
     let route = Route::builder("default")
