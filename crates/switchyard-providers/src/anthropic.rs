@@ -213,15 +213,18 @@ impl Provider for AnthropicProvider {
             let body = self.body(&call, request, false)?;
             let response = self.send(&call, body).await?;
             let bytes = http::read_body(response).await?;
-            let message = serde_json::from_slice::<wire::MessageResponse>(&bytes).map_err(|error| {
-                let text = String::from_utf8_lossy(&bytes);
-                let detail =
-                    format!("the answer is not a Messages API response ({error}): {}", http::excerpt(&text));
-                ProviderError::new(
-                    ErrorKind::MalformedResponse,
-                    classify::redact(detail, call.credential.key()),
-                )
-            })?;
+            let message =
+                switchyard::serde_extra::from_slice::<wire::MessageResponse>(&bytes).map_err(|error| {
+                    let text = String::from_utf8_lossy(&bytes);
+                    let detail = format!(
+                        "the answer is not a Messages API response ({error}): {}",
+                        http::excerpt(&text)
+                    );
+                    ProviderError::new(
+                        ErrorKind::MalformedResponse,
+                        classify::redact(detail, call.credential.key()),
+                    )
+                })?;
             let mut answer = response::to_chat_response(message, request.origin);
             if Self::verbatim(request).is_some() {
                 answer.verbatim = Some(Verbatim::new(Dialect::Anthropic, bytes));

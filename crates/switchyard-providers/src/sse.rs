@@ -162,7 +162,7 @@ impl SseParser {
         };
         match field {
             b"data" => {
-                let value = String::from_utf8_lossy(value);
+                let value = text(value);
                 match &mut self.data {
                     Some(data) => {
                         data.push('\n');
@@ -171,7 +171,7 @@ impl SseParser {
                     None => self.data = Some(value.into_owned()),
                 }
             }
-            b"event" => self.event = Some(String::from_utf8_lossy(value).into_owned()),
+            b"event" => self.event = Some(text(value).into_owned()),
             b"id" | b"retry" => {}
             _ if self.stray_bytes + line.len() <= MAX_STRAY_BYTES => {
                 self.stray_bytes += line.len();
@@ -188,6 +188,16 @@ impl SseParser {
         if let Some(data) = self.data.take() {
             events.push(SseEvent { event, data });
         }
+    }
+}
+
+/// `bytes` as text, with replacement characters for what is not UTF-8. Valid text, which every
+/// provider sends, is checked by `str::from_utf8` (several bytes at a time); only invalid text
+/// takes the slower lossy walk.
+fn text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => std::borrow::Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(bytes),
     }
 }
 

@@ -42,6 +42,24 @@ use std::marker::PhantomData;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
+/// `serde_json::from_slice`, with UTF-8 checked once for the whole input: reading from a
+/// slice checks each string on its own, which costs more than the string's parse on the
+/// short strings of requests, answers and stream chunks. Input that is not UTF-8 is read by
+/// `from_slice`, for its error and the position it names.
+///
+/// ```
+/// let value: serde_json::Value = switchyard::serde_extra::from_slice(br#"{"a": "b"}"#).unwrap();
+/// assert_eq!(value["a"], "b");
+/// let error = switchyard::serde_extra::from_slice::<serde_json::Value>(b"{\"a\": \"\xff\"}").unwrap_err();
+/// assert!(error.to_string().contains("line 1"), "{error}");
+/// ```
+pub fn from_slice<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> serde_json::Result<T> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(bytes),
+    }
+}
+
 #[doc(hidden)]
 pub mod __private {
     pub use serde::de::{Deserialize, Deserializer, Error, MapAccess, Visitor};

@@ -21,7 +21,8 @@ pub async fn chat_completions(
     body: Body,
 ) -> Response {
     let parse = |bytes: &Bytes| {
-        let mut request = serde_json::from_slice::<ChatRequest>(bytes).map_err(|e| invalid_json(&e))?;
+        let mut request =
+            switchyard::serde_extra::from_slice::<ChatRequest>(bytes).map_err(|e| invalid_json(&e))?;
         // An OpenAI-dialect provider receives the body as written, not a translation of it.
         request.verbatim = Some(Verbatim::new(ChatDialect::OpenAi, bytes.clone()));
         Ok(request)

@@ -169,8 +169,10 @@ impl Reader {
     fn canonical(&mut self, chunk: ChunkIn) -> Option<ChatChunk> {
         let extra = chunk.extra;
         // Groq reported usage under `x_groq` before it supported `include_usage`.
+        // (A pass over the few unmodelled members, cheaper per chunk than hashing the key.)
         let usage = chunk.usage.or_else(|| {
-            let groq = extra.get("x_groq")?.get("usage")?.clone();
+            let (_, groq) = extra.iter().find(|(key, _)| *key == "x_groq")?;
+            let groq = groq.get("usage")?.clone();
             UsageIn::deserialize(groq).ok()
         });
         if chunk.choices.is_empty() && usage.is_none() {

@@ -457,7 +457,7 @@ pub(super) fn parse_response(bytes: &[u8], key: Option<&Secret>) -> Result<ChatR
     // The common case first, straight from the bytes: a well-formed answer with choices. Only
     // when that fails is the body read as a JSON tree, to find an error object or say what is
     // wrong.
-    if let Ok(answer) = serde_json::from_slice::<ResponseIn>(bytes)
+    if let Ok(answer) = switchyard::serde_extra::from_slice::<ResponseIn>(bytes)
         && !answer.choices.is_empty()
     {
         return Ok(answer.into_canonical());

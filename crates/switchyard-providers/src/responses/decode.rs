@@ -82,7 +82,7 @@ pub struct Echo {
 
 /// Reads a Responses request body.
 pub fn request_from_slice(body: &[u8]) -> Result<ResponsesRequest, CodecError> {
-    let value: Value = serde_json::from_slice(body)
+    let value: Value = switchyard::serde_extra::from_slice(body)
         .map_err(|error| CodecError::new("body", format!("is not valid JSON: {error}")))?;
     request_from_json(value)
 }

@@ -11,7 +11,7 @@ use crate::anthropic::request::{self, VERBATIM_BLOCKS};
 
 /// Reads a Messages API request body.
 pub fn request_from_slice(body: &[u8]) -> Result<ChatRequest, CodecError> {
-    let value = serde_json::from_slice(body)
+    let value = switchyard::serde_extra::from_slice(body)
         .map_err(|error| CodecError::new("body", format!("is not valid JSON: {error}")))?;
     request_from_json(value)
 }
