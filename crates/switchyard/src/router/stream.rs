@@ -232,10 +232,12 @@ pub struct RoutedStream {
     idle_limit: Duration,
     /// When the last chunk came: the idle limit runs from it.
     last_chunk: Instant,
-    /// Fires at the idle limit or before it: the timer is not moved with every chunk (a move
-    /// re-files it in the timer wheel), but when it fires early, to `last_chunk` + the limit.
-    idle: Pin<Box<Sleep>>,
-    total: Pin<Box<Sleep>>,
+    /// The end of the total limit (the attempt's `total` or the request's deadline).
+    end: Instant,
+    /// The stream's one timer, for both limits: it fires at the earlier of the two or before
+    /// it. It is not moved with every chunk (a move re-files it in the timer wheel), but when it
+    /// fires early, to the limit that is then the nearer.
+    timer: Pin<Box<Sleep>>,
     total_name: &'static str,
     /// The total limit is the request's deadline, not the attempt's `total` timeout.
     cut_by_deadline: bool,
@@ -334,8 +336,8 @@ impl RoutedStream {
             rest: served.output.rest,
             idle_limit: served.timeouts.idle,
             last_chunk: Instant::now(),
-            idle: Box::pin(tokio::time::sleep(served.timeouts.idle)),
-            total: Box::pin(tokio::time::sleep_until(end)),
+            end,
+            timer: Box::pin(tokio::time::sleep_until(end.min(Instant::now() + served.timeouts.idle))),
             total_name,
             cut_by_deadline,
             answered: served.answered,
@@ -468,15 +470,15 @@ impl Stream for RoutedStream {
             return Poll::Ready(None);
         };
         // The total limit first: an upstream that always has a chunk ready must not outrun it.
-        if this.total.as_mut().poll(cx).is_ready() {
-            let name = this.total_name;
-            let error = ProviderError::new(ErrorKind::Timeout, format!("stream exceeded the {name} timeout"));
-            let blame = if this.cut_by_deadline { Blame::Caller } else { Blame::Provider };
-            return this.fail_as(error, blame);
+        // Read off the clock while chunks come; the timer is polled (its waker registered) only
+        // when the stream is to wait.
+        let now = Instant::now();
+        if now >= this.end {
+            return this.fail_total();
         }
         match rest.as_mut().poll_next(cx) {
             Poll::Ready(Some(Ok(chunk))) => {
-                this.last_chunk = Instant::now();
+                this.last_chunk = now;
                 this.deliver(chunk)
             }
             Poll::Ready(Some(Err(error))) => this.fail(error),
@@ -485,10 +487,14 @@ impl Stream for RoutedStream {
                 Poll::Ready(None)
             }
             Poll::Pending => {
-                while this.idle.as_mut().poll(cx).is_ready() {
-                    let due = this.last_chunk + this.idle_limit;
-                    if Instant::now() < due {
-                        this.idle.as_mut().reset(due);
+                while this.timer.as_mut().poll(cx).is_ready() {
+                    let now = Instant::now();
+                    if now >= this.end {
+                        return this.fail_total();
+                    }
+                    let due = this.end.min(this.last_chunk + this.idle_limit);
+                    if now < due {
+                        this.timer.as_mut().reset(due);
                         continue;
                     }
                     let limit = this.idle_limit;
@@ -500,6 +506,17 @@ impl Stream for RoutedStream {
                 Poll::Pending
             }
         }
+    }
+}
+
+impl RoutedStream {
+    /// Ends the stream at its total limit (the attempt's `total` timeout or the request's
+    /// deadline, whichever came first).
+    fn fail_total(&mut self) -> Poll<Option<Result<ChatChunk, StreamError>>> {
+        let name = self.total_name;
+        let error = ProviderError::new(ErrorKind::Timeout, format!("stream exceeded the {name} timeout"));
+        let blame = if self.cut_by_deadline { Blame::Caller } else { Blame::Provider };
+        self.fail_as(error, blame)
     }
 }
 

@@ -283,6 +283,26 @@ async fn a_stream_cut_by_the_callers_deadline_says_nothing_about_the_providers_h
     assert_ne!(health.status, HealthStatus::TemporarilyUnavailable);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_outlasts_its_total_timeout_is_cut_there_and_counted_against_the_provider() {
+    // Chunks a second apart, each well within the idle limit, for longer than the 3 s total.
+    let a = SimulatedProvider::new().stream(10, Duration::from_secs(1));
+    let timeouts = Timeouts { total: Duration::from_secs(3), ..Timeouts::default() };
+    let router = router(&[("a", &a)], Route::builder("default").target("a:m").timeouts(timeouts));
+
+    let start = Instant::now();
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let (text, error) = collect(&mut stream).await;
+
+    assert!(!text.is_empty());
+    let error = error.expect("the total timeout ends the stream with an error");
+    assert_eq!(error.error.kind(), ErrorKind::Timeout);
+    assert!(error.error.detail().contains("total timeout"), "{}", error.error.detail());
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
+    let health = router.target_health(&"a:m".parse().unwrap());
+    assert_eq!(health.consecutive_failures, 1, "a stream past its own total is the provider's failure");
+}
+
 /// A reasoning model of the OpenAI dialect: its thinking streams at once; `after` it (five
 /// seconds unless said) it answers, or fails when `fails`.
 struct Thinker {
