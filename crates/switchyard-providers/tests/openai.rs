@@ -412,6 +412,65 @@ async fn streamed(body: String) -> (Vec<ChatChunk>, Option<ProviderError>) {
     drain(harness.stream(&hello()).await.unwrap()).await
 }
 
+/// What a stream of `body` reads as for a client of the OpenAI dialect, whose request goes out
+/// as it wrote it and whose chunks carry their frames (read leanly).
+async fn streamed_verbatim(body: String) -> (Vec<ChatChunk>, Option<ProviderError>) {
+    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
+    let harness = Harness::openai(fake.url("/v1"));
+    let mut request = hello();
+    let written = br#"{"model":"default","messages":[{"role":"user","content":"Hello!"}],"stream":true}"#;
+    request.verbatim = Some(switchyard::chat::Verbatim::new(Dialect::OpenAi, &written[..]));
+    drain(harness.stream(&request).await.unwrap()).await
+}
+
+#[tokio::test]
+async fn chunks_passed_on_as_written_are_read_for_errors_usage_and_content_alike() {
+    // The lean reading of a passed-on chunk skips the members the client reads in its frame;
+    // what the gateway acts on is read the same either way.
+    let mut groq = chunk(json!({}), json!("stop"));
+    groq["x_groq"] = json!({"usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}});
+    groq["system_fingerprint"] = json!("fp_1");
+    let usage = sse(&[chunk(json!({"role": "assistant", "content": "ok"}), Value::Null), groq], true);
+    let openrouter = sse(
+        &[
+            chunk(json!({"content": "Hel"}), Value::Null),
+            json!({"id": "gen-1", "choices": [], "error": {"code": 429, "message": "Rate limit exceeded"}}),
+        ],
+        false,
+    );
+    let vllm = sse(
+        &[
+            chunk(json!({"content": "Hel"}), Value::Null),
+            json!({"object": "error", "message": "out of memory", "type": "InternalServerError", "code": 500}),
+        ],
+        false,
+    );
+    for passed_on in [false, true] {
+        let read = |body: &String| {
+            let body = body.clone();
+            async move { if passed_on { streamed_verbatim(body).await } else { streamed(body).await } }
+        };
+        let (chunks, error) = read(&usage).await;
+        assert!(error.is_none(), "passed on: {passed_on}");
+        assert_eq!(text_of(&chunks), "ok", "passed on: {passed_on}");
+        assert_eq!(chunks.last().unwrap().usage, Some(Usage::new(7, 3)), "passed on: {passed_on}");
+        assert_eq!(chunks.iter().all(|c| c.verbatim.is_some()), passed_on);
+
+        let (chunks, error) = read(&openrouter).await;
+        assert_eq!(text_of(&chunks), "Hel", "passed on: {passed_on}");
+        let error = error.expect("the error chunk ends the stream");
+        assert_eq!(
+            (error.kind(), error.code()),
+            (ErrorKind::RateLimited, Some("429")),
+            "passed on: {passed_on}"
+        );
+
+        let (_, error) = read(&vllm).await;
+        let error = error.expect("the flat error envelope ends the stream");
+        assert_eq!(error.detail(), "out of memory", "passed on: {passed_on}");
+    }
+}
+
 #[tokio::test]
 async fn streamed_tool_calls_reassemble_from_their_deltas() {
     let body = sse(

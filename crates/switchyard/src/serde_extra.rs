@@ -62,7 +62,7 @@ pub fn from_slice<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> serde_json::R
 
 #[doc(hidden)]
 pub mod __private {
-    pub use serde::de::{Deserialize, Deserializer, Error, MapAccess, Visitor};
+    pub use serde::de::{Deserialize, Deserializer, Error, IgnoredAny, MapAccess, Visitor};
     pub use serde_json::{Map, Value};
 }
 
@@ -72,18 +72,26 @@ pub mod __private {
 /// Each listed field is `"json key" => field: Rule`, where the rule is [`Required`],
 /// [`OrDefault`] (missing reads as the default) or [`NullAsDefault`] (missing or `null` reads
 /// as the default). Fields after `defaults:` are not read and start at their default.
+///
+/// The type also gets `deserialize_keeping(deserializer, keep)`, which keeps in `extra` only
+/// the members `keep` names and skips the others unread: for a reader that passes the bytes on
+/// as they are and looks only at some members.
 #[macro_export]
 macro_rules! deserialize_with_extra {
     (
         $ty:ident { $($key:literal => $field:ident: $rule:ident),* $(,)? }
         $(defaults: $($default:ident),* $(,)?)?
     ) => {
-        impl<'de> $crate::serde_extra::__private::Deserialize<'de> for $ty {
-            fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        impl $ty {
+            /// Reads one, keeping in `extra` only the unmodelled members that `keep` names:
+            /// the others are skipped unread, never built into a tree.
+            fn deserialize_keeping<'de, D>(deserializer: D, keep: fn(&str) -> bool) -> ::std::result::Result<Self, D::Error>
             where
                 D: $crate::serde_extra::__private::Deserializer<'de>,
             {
-                struct Fields;
+                struct Fields {
+                    keep: fn(&str) -> bool,
+                }
                 impl<'de> $crate::serde_extra::__private::Visitor<'de> for Fields {
                     type Value = $ty;
 
@@ -100,9 +108,12 @@ macro_rules! deserialize_with_extra {
                         while let Some(key) = map.next_key::<$crate::serde_extra::Key<'de>>()? {
                             match &*key.0 {
                                 $($key => $field.read(&mut map)?,)*
-                                _ => {
+                                name if (self.keep)(name) => {
                                     let value: $crate::serde_extra::__private::Value = map.next_value()?;
                                     extra.insert(key.0.into_owned(), value);
+                                }
+                                _ => {
+                                    map.next_value::<$crate::serde_extra::__private::IgnoredAny>()?;
                                 }
                             }
                         }
@@ -113,7 +124,16 @@ macro_rules! deserialize_with_extra {
                         })
                     }
                 }
-                deserializer.deserialize_map(Fields)
+                deserializer.deserialize_map(Fields { keep })
+            }
+        }
+
+        impl<'de> $crate::serde_extra::__private::Deserialize<'de> for $ty {
+            fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+            where
+                D: $crate::serde_extra::__private::Deserializer<'de>,
+            {
+                Self::deserialize_keeping(deserializer, |_| true)
             }
         }
     };
