@@ -107,7 +107,9 @@ struct Reading<'a> {
     limits: RateLimits,
     retry_after_ms: Option<Duration>,
     retry_after: Option<&'a str>,
-    date: Option<SystemTime>,
+    /// The `Date` header, read only when an instant needs the provider's clock (most answers
+    /// carry one and no instant).
+    date: Option<&'a str>,
     /// Reset instants by dimension, resolved once every header has been read.
     reset_at: [Option<SystemTime>; 4],
 }
@@ -116,7 +118,7 @@ impl<'a> Reading<'a> {
     /// One header, its name lowercased and its value trimmed.
     fn header(&mut self, name: &str, value: &'a str) {
         match name {
-            "date" => self.date = parse_http_date(value),
+            "date" => self.date = Some(value),
             "retry-after-ms" => {
                 self.retry_after_ms = value
                     .parse::<f64>()
@@ -171,7 +173,9 @@ impl<'a> Reading<'a> {
     }
 
     fn finish(mut self, now: SystemTime) -> RateLimits {
-        let clock = provider_clock(self.date, now);
+        let instants = self.reset_at.iter().any(Option::is_some) || self.retry_after.is_some();
+        let date = if instants { self.date.and_then(parse_http_date) } else { None };
+        let clock = provider_clock(date, now);
         for (slot, instant) in self.limits.dimensions_mut().into_iter().zip(self.reset_at) {
             if let (Some(allowance), Some(at)) = (slot.as_mut(), instant) {
                 allowance.reset_after = Some(clamp(until(at, clock)));
