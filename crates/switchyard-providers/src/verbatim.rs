@@ -25,7 +25,12 @@ pub(crate) enum Edit<'a> {
 
 /// `body` (a JSON object) with each named member edited, the rest as written.
 pub(crate) fn rewrite(body: &[u8], edits: &[(&str, Edit<'_>)]) -> Result<Vec<u8>, ProviderError> {
-    let members: Members<'_> = serde_json::from_slice(body).map_err(|error| {
+    // UTF-8 checked once, as `serde_extra::from_slice` does; the members borrow from the text.
+    let members: Result<Members<'_>, _> = match std::str::from_utf8(body) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(body),
+    };
+    let members = members.map_err(|error| {
         ProviderError::new(
             ErrorKind::InvalidRequest,
             format!("the request body is not a JSON object: {error}"),

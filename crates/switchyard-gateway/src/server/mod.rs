@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use axum::Router as HttpRouter;
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::{get, post};
 use serde_json::Value;
@@ -263,7 +263,7 @@ pub struct RequestContext {
 impl RequestContext {
     fn start(state: &AppState, headers: &HeaderMap, dialect: Dialect, endpoint: &'static str) -> Self {
         let id = headers
-            .get("x-request-id")
+            .get(names::REQUEST_ID)
             .and_then(|v| v.to_str().ok())
             .filter(|v| {
                 !v.is_empty()
@@ -322,12 +322,12 @@ impl RequestContext {
     fn stamp(&self, response: &mut Response, served_by: Option<&Via>, attempts: usize) {
         let headers = response.headers_mut();
         if let Ok(id) = HeaderValue::from_str(&self.id) {
-            headers.insert("x-request-id", id);
+            headers.insert(names::REQUEST_ID, id);
         }
         if let Some(Ok(value)) = served_by.map(|via| HeaderValue::from_str(&via.text())) {
-            headers.insert("x-switchyard-target", value);
+            headers.insert(names::TARGET, value);
         }
-        headers.insert("x-switchyard-attempts", HeaderValue::from(attempts as u64));
+        headers.insert(names::ATTEMPTS, HeaderValue::from(attempts as u64));
     }
 
     /// Logs the request and records its metrics and trail.
@@ -555,7 +555,7 @@ fn presented_key(headers: &HeaderMap) -> Option<&str> {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
+        .or_else(|| headers.get(names::API_KEY).and_then(|v| v.to_str().ok()))
         .map(str::trim)
 }
 
@@ -567,7 +567,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 fn unauthorized(headers: &HeaderMap) -> ApiError {
-    let presented = headers.contains_key(header::AUTHORIZATION) || headers.contains_key("x-api-key");
+    let presented = headers.contains_key(header::AUTHORIZATION) || headers.contains_key(names::API_KEY);
     let message = if presented {
         "the gateway key is not valid"
     } else {
@@ -647,18 +647,36 @@ fn invalid_json(error: &serde_json::Error) -> ApiError {
 /// idempotency key. Never its `authorization` or `x-api-key` (the gateway key), nor
 /// `openai-organization` / `openai-project` (the account billed is the provider's
 /// configuration), nor anything else.
-const FORWARDED: [&str; 4] = ["anthropic-beta", "anthropic-version", "openai-beta", "idempotency-key"];
+const FORWARDED: [HeaderName; 4] = [
+    HeaderName::from_static("anthropic-beta"),
+    HeaderName::from_static("anthropic-version"),
+    HeaderName::from_static("openai-beta"),
+    HeaderName::from_static("idempotency-key"),
+];
+
+/// Header names read or written on every request, made once: a name given as `&str` is parsed
+/// again at each use.
+mod names {
+    use axum::http::HeaderName;
+
+    pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+    pub const TARGET: HeaderName = HeaderName::from_static("x-switchyard-target");
+    pub const ATTEMPTS: HeaderName = HeaderName::from_static("x-switchyard-attempts");
+    pub const FALLBACK: HeaderName = HeaderName::from_static("x-switchyard-fallback");
+    pub const CACHE: HeaderName = HeaderName::from_static("x-switchyard-cache");
+    pub const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+}
 
 fn options(headers: &HeaderMap) -> RequestOptions {
     let no_fallback = headers
-        .get("x-switchyard-fallback")
+        .get(names::FALLBACK)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "off" | "false" | "0" | "no"));
     let mut forward_headers = Vec::new();
-    for name in FORWARDED {
+    for name in &FORWARDED {
         for value in headers.get_all(name) {
             if let Ok(value) = value.to_str() {
-                forward_headers.push((name.to_owned(), value.to_owned()));
+                forward_headers.push((name.as_str().to_owned(), value.to_owned()));
             }
         }
     }
@@ -668,7 +686,7 @@ fn options(headers: &HeaderMap) -> RequestOptions {
         headers.get_all(header::CACHE_CONTROL).iter().any(|v| {
             v.to_str().is_ok_and(|v| v.split(',').any(|d| d.trim().eq_ignore_ascii_case("no-store")))
         }) || headers
-            .get("x-switchyard-cache")
+            .get(names::CACHE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("off"));
     RequestOptions { no_fallback, forward_headers, cache_scope, no_cache, ..RequestOptions::default() }
