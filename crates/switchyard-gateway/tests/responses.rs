@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Value, json};
 use switchyard_gateway::config;
 use switchyard_gateway::server::{AppState, app};
@@ -61,4 +63,76 @@ async fn reasoning_a_translated_target_cannot_read_is_noted_on_its_attempt() {
     let record: Value =
         client.get(format!("{gateway}/admin/requests/{id}")).send().await.unwrap().json().await.unwrap();
     assert!(record["attempts"][1].get("note").is_none(), "{record}");
+}
+
+#[tokio::test]
+async fn claudes_thinking_a_provider_of_another_kind_cannot_read_is_noted_on_its_attempt() {
+    let (mock, _server) = switchyard_mock::spawn().await.unwrap();
+    // `claude` reads the thinking and fails with a 500; `sim` is not sent it.
+    let yaml = format!(
+        "providers:\n  claude: {{ kind: anthropic, base_url: 'http://{mock}/status=500', api_key: sk-ant-0123456789 }}\n  sim: {{ kind: simulated }}\nroutes:\n  default: {{ targets: ['claude:claude-sonnet-4-5', sim:m], retry: {{ max_attempts: 1 }} }}\n"
+    );
+    let file = config::parse(&yaml, false, "thinking.yaml").unwrap();
+    let loaded = config::build(file, config::Source::File("thinking.yaml".into()), &|_: &str| None).unwrap();
+    let state = AppState::new(loaded.router, loaded.gateway);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gateway = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
+    let client = reqwest::Client::new();
+    let note = "Claude's thinking of 1 earlier turn(s) was not sent: only an Anthropic provider reads it";
+    let attempts_of = |response: reqwest::Response| {
+        let client = client.clone();
+        let gateway = gateway.clone();
+        async move {
+            assert_eq!(response.status(), 200);
+            assert_eq!(response.headers()["x-switchyard-target"], "sim:m");
+            let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
+            let record: Value = client
+                .get(format!("{gateway}/admin/requests/{id}"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            record["attempts"].as_array().unwrap().clone()
+        }
+    };
+
+    // A Chat Completions client sends the block back as LiteLLM's `thinking_blocks`.
+    let block = json!({"type": "thinking", "thinking": "Hmm.", "signature": "EqQB"});
+    let chat = json!({"model": "default", "messages": [
+        {"role": "user", "content": "Think, then answer."},
+        {"role": "assistant", "content": "42", "thinking_blocks": [block]},
+        {"role": "user", "content": "Why?"}
+    ]});
+    let response = client.post(format!("{gateway}/v1/chat/completions")).json(&chat).send().await.unwrap();
+    let attempts = attempts_of(response).await;
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert!(attempts[0].get("note").is_none(), "Anthropic was sent the thinking: {}", attempts[0]);
+    assert_eq!(attempts[1]["note"], note);
+
+    // A Responses client sends it as the reasoning item the gateway encoded it in.
+    let sealed = format!(
+        "switchyard.claude-thinking.v1:{}",
+        URL_SAFE_NO_PAD.encode(serde_json::to_string(&json!([block])).unwrap())
+    );
+    let input = json!([
+        {"type": "message", "role": "user", "content": "Think, then answer."},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": sealed},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "42"}]},
+        {"type": "message", "role": "user", "content": "Why?"}
+    ]);
+    let body = json!({"model": "default", "input": input});
+    let response = client.post(format!("{gateway}/v1/responses")).json(&body).send().await.unwrap();
+    let attempts = attempts_of(response).await;
+    // Anthropic's failure left it resting: skipped, it was sent nothing to note.
+    assert_eq!(attempts[0]["outcome"], "skipped_unhealthy", "{attempts:?}");
+    assert!(!attempts[0]["note"].as_str().unwrap_or_default().contains("thinking"), "{}", attempts[0]);
+    assert_eq!(attempts[1]["note"], note, "and no note of reasoning items: {}", attempts[1]);
+
+    // Without thinking in the conversation there is nothing to say.
+    let plain = json!({"model": "default", "messages": [{"role": "user", "content": "Hello"}]});
+    let response = client.post(format!("{gateway}/v1/chat/completions")).json(&plain).send().await.unwrap();
+    assert!(attempts_of(response).await[1].get("note").is_none());
 }

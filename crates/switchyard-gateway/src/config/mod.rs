@@ -109,6 +109,9 @@ pub struct GatewaySettings {
     /// The providers spoken to in the Responses API itself (OpenAI, Azure, and
     /// `openai_compatible` ones with `responses: native`); the others get it translated.
     pub responses_native: Vec<String>,
+    /// The Anthropic providers: the only ones that read Claude's signed thinking of earlier
+    /// turns.
+    pub anthropic_providers: Vec<String>,
 }
 
 /// How much of the Responses API's conversations the gateway keeps: the oldest go first when
@@ -482,6 +485,8 @@ pub fn build(
         })
         .map(|(id, _)| id.clone())
         .collect();
+    gateway.anthropic_providers =
+        file.providers.iter().filter(|(_, p)| p.kind == Kind::Anthropic).map(|(id, _)| id.clone()).collect();
     gateway.drills = Drills::new(summaries.iter().map(|s| (s.id.clone(), s.kind, s.simulated.clone())));
     // No limits, no pacer: unpaced calls pay nothing for pacing.
     if !paced.is_empty() {
@@ -1228,6 +1233,7 @@ impl Validator<'_> {
             drills: Drills::default(),
             telemetry: None,
             responses_native: Vec::new(),
+            anthropic_providers: Vec::new(),
         })
     }
 }

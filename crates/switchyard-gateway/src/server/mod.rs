@@ -256,8 +256,9 @@ pub struct RequestContext {
     pub model: String,
     /// When the router took the request: its trail's offsets count from here.
     routed: std::sync::OnceLock<Instant>,
-    /// What a target spoken to in another dialect did not get, noted on its attempts.
-    pub untranslated: Option<String>,
+    /// What the request carried that only some providers read, noted on the attempts sent
+    /// to the others.
+    pub(crate) unsent: Vec<(Readers, String)>,
 }
 
 impl RequestContext {
@@ -281,7 +282,7 @@ impl RequestContext {
             trace: None,
             model: String::new(),
             routed: std::sync::OnceLock::new(),
-            untranslated: None,
+            unsent: Vec::new(),
         }
     }
 
@@ -362,8 +363,12 @@ impl RequestContext {
         let mut overhead = elapsed;
         let usage = outcome.as_ref().and_then(|settled| settled.usage);
         let kept = outcome.map(|Settled { mut trail, timing, .. }| {
-            if let Some(note) = &self.untranslated {
-                note_untranslated(&mut trail, note, &state.gateway.responses_native);
+            for (readers, note) in &self.unsent {
+                let readers = match readers {
+                    Readers::ResponsesNative => &state.gateway.responses_native,
+                    Readers::Anthropic => &state.gateway.anthropic_providers,
+                };
+                note_unread(&mut trail, note, readers);
             }
             for attempt in &trail {
                 metrics.increment(
@@ -745,10 +750,33 @@ fn add_usage_metrics(
     }
 }
 
-/// Adds `note` to every attempt sent to a provider not spoken to in the Responses API.
-fn note_untranslated(trail: &mut Trail, note: &str, native: &[String]) {
+/// The providers that read a part of a request only some can.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Readers {
+    /// Those spoken to in the Responses API: reasoning items.
+    ResponsesNative,
+    /// Anthropic's: Claude's signed thinking of earlier turns.
+    Anthropic,
+}
+
+/// Notes Claude's signed thinking of earlier turns in `request` (as an OpenAI-dialect client
+/// sends it back, or a Responses client's encoded reasoning items), which a provider of another
+/// kind is not sent: the trail says so on its attempts rather than dropping it unsaid.
+fn note_claude_thinking(exchange: &mut RequestContext, request: &switchyard::chat::ChatRequest) {
+    let thinking = |m: &&switchyard::chat::Message| m.extra.contains_key(switchyard::chat::THINKING_BLOCKS);
+    let turns = request.messages.iter().filter(thinking).count();
+    if turns > 0 {
+        exchange.unsent.push((
+            Readers::Anthropic,
+            format!("Claude's thinking of {turns} earlier turn(s) was not sent: only an Anthropic provider reads it"),
+        ));
+    }
+}
+
+/// Adds `note` to every attempt sent to a provider not among `readers`.
+fn note_unread(trail: &mut Trail, note: &str, readers: &[String]) {
     for attempt in trail.attempts_mut() {
-        let translated = attempt.target().is_some_and(|t| !native.iter().any(|id| id == t.provider()));
+        let translated = attempt.target().is_some_and(|t| !readers.iter().any(|id| id == t.provider()));
         if translated && !attempt.outcome.is_skip() {
             attempt.note = Some(match attempt.note.take() {
                 Some(earlier) => format!("{earlier}; {note}"),

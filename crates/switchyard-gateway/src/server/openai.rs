@@ -12,7 +12,7 @@ use switchyard::chat::{ChatRequest, Dialect as ChatDialect, EmbeddingsRequest, V
 
 use super::{
     ApiError, AppState, Delivered, Dialect, accept, add_usage_metrics, answered, authorized, invalid_json,
-    model_names, route_failed, unauthorized, unix_now,
+    model_names, note_claude_thinking, route_failed, unauthorized, unix_now,
 };
 
 pub async fn chat_completions(
@@ -28,12 +28,13 @@ pub async fn chat_completions(
         Ok(request)
     };
     let endpoint = (Dialect::OpenAi, "chat_completions");
-    let (exchange, mut request) =
+    let (mut exchange, mut request) =
         match accept(&state, &headers, body, endpoint, parse, |r: &ChatRequest| &r.model).await {
             Ok(accepted) => accepted,
             Err(response) => return response,
         };
     request.origin = ChatDialect::OpenAi;
+    note_claude_thinking(&mut exchange, &request);
     if request.messages.is_empty() {
         let error = ApiError::new(
             StatusCode::BAD_REQUEST,

@@ -21,8 +21,8 @@ use switchyard_providers::responses::is_claude_thinking;
 
 use super::sse::{Encoder, respond, write_event};
 use super::{
-    ApiError, AppState, Delivered, Dialect, accept, add_usage_metrics, answered, authorized, presented_key,
-    route_failed, unauthorized, unix_now,
+    ApiError, AppState, Delivered, Dialect, Readers, accept, add_usage_metrics, answered, authorized,
+    note_claude_thinking, presented_key, route_failed, unauthorized, unix_now,
 };
 use crate::responses::{MAX_REFERENCES, Stored, Unreadable, owner_of};
 
@@ -82,10 +82,14 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
     let reasoning =
         items.iter().filter(|item| item["type"] == "reasoning" && !is_claude_thinking(item)).count();
     if reasoning > 0 {
-        exchange.untranslated = Some(format!(
-            "{reasoning} reasoning item(s) of the conversation were not sent: only a provider spoken to in the Responses API reads them"
+        exchange.unsent.push((
+            Readers::ResponsesNative,
+            format!(
+                "{reasoning} reasoning item(s) of the conversation were not sent: only a provider spoken to in the Responses API reads them"
+            ),
         ));
     }
+    note_claude_thinking(&mut exchange, &chat);
     chat.verbatim = Some(native_body(body, &items));
     let meta =
         Meta { id: state.responses.new_id(), created_at: unix_now(), echo, previous_response_id, store };
