@@ -131,6 +131,21 @@ async fn claudes_thinking_a_provider_of_another_kind_cannot_read_is_noted_on_its
     assert!(!attempts[0]["note"].as_str().unwrap_or_default().contains("thinking"), "{}", attempts[0]);
     assert_eq!(attempts[1]["note"], note, "and no note of reasoning items: {}", attempts[1]);
 
+    // An Anthropic client sends its own blocks back.
+    let messages = json!({"model": "default", "max_tokens": 64, "messages": [
+        {"role": "user", "content": "Think, then answer."},
+        {"role": "assistant", "content": [block, {"type": "text", "text": "42"}]},
+        {"role": "user", "content": "Why?"}
+    ]});
+    let response = client
+        .post(format!("{gateway}/v1/messages"))
+        .header("anthropic-version", "2023-06-01")
+        .json(&messages)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(attempts_of(response).await[1]["note"], note);
+
     // Without thinking in the conversation there is nothing to say.
     let plain = json!({"model": "default", "messages": [{"role": "user", "content": "Hello"}]});
     let response = client.post(format!("{gateway}/v1/chat/completions")).json(&plain).send().await.unwrap();

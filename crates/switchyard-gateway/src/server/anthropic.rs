@@ -14,7 +14,8 @@ use switchyard_providers::anthropic::codec::{self, StreamEncoder};
 
 use super::sse::{Encoder, respond, write_event};
 use super::{
-    ApiError, AppState, Delivered, Dialect, RequestContext, accept, add_usage_metrics, answered, route_failed,
+    ApiError, AppState, Delivered, Dialect, RequestContext, accept, add_usage_metrics, answered,
+    note_claude_thinking, route_failed,
 };
 
 pub async fn messages(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
@@ -26,11 +27,12 @@ pub async fn messages(State(state): State<Arc<AppState>>, headers: HeaderMap, bo
         Ok(request)
     };
     let endpoint = (Dialect::Anthropic, "messages");
-    let (exchange, request) =
+    let (mut exchange, request) =
         match accept(&state, &headers, body, endpoint, parse, |r: &ChatRequest| &r.model).await {
             Ok(accepted) => accepted,
             Err(response) => return response,
         };
+    note_claude_thinking(&mut exchange, &request);
     let options = exchange.options(&headers);
     if request.stream {
         return match state.router.chat_stream(&request, &options).await {

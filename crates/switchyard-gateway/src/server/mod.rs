@@ -760,10 +760,17 @@ pub(crate) enum Readers {
 }
 
 /// Notes Claude's signed thinking of earlier turns in `request` (as an OpenAI-dialect client
-/// sends it back, or a Responses client's encoded reasoning items), which a provider of another
-/// kind is not sent: the trail says so on its attempts rather than dropping it unsaid.
+/// sends it back, a Responses client's encoded reasoning items, or an Anthropic client's own
+/// blocks), which a provider of another kind is not sent: the trail says so on its attempts
+/// rather than dropping it unsaid.
 fn note_claude_thinking(exchange: &mut RequestContext, request: &switchyard::chat::ChatRequest) {
-    let thinking = |m: &&switchyard::chat::Message| m.extra.contains_key(switchyard::chat::THINKING_BLOCKS);
+    let thinking = |m: &&switchyard::chat::Message| {
+        let blocks = m.extra.get(switchyard_providers::anthropic::VERBATIM_BLOCKS).and_then(Value::as_array);
+        m.extra.contains_key(switchyard::chat::THINKING_BLOCKS)
+            || blocks.is_some_and(|blocks| {
+                blocks.iter().any(|b| matches!(b["type"].as_str(), Some("thinking" | "redacted_thinking")))
+            })
+    };
     let turns = request.messages.iter().filter(thinking).count();
     if turns > 0 {
         exchange.unsent.push((
