@@ -147,8 +147,15 @@ async fn claudes_thinking_a_provider_of_another_kind_cannot_read_is_noted_on_its
         .unwrap();
     assert_eq!(attempts_of(response).await[1]["note"], note);
 
-    // Without thinking in the conversation there is nothing to say.
+    // Without thinking in the conversation there is nothing to say, nor with an empty list.
     let plain = json!({"model": "default", "messages": [{"role": "user", "content": "Hello"}]});
     let response = client.post(format!("{gateway}/v1/chat/completions")).json(&plain).send().await.unwrap();
+    assert!(attempts_of(response).await[1].get("note").is_none());
+    let empty = json!({"model": "default", "messages": [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "42", "thinking_blocks": []},
+        {"role": "user", "content": "Why?"}
+    ]});
+    let response = client.post(format!("{gateway}/v1/chat/completions")).json(&empty).send().await.unwrap();
     assert!(attempts_of(response).await[1].get("note").is_none());
 }

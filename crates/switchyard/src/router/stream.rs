@@ -337,7 +337,7 @@ impl RoutedStream {
             idle_limit: served.timeouts.idle,
             last_chunk: Instant::now(),
             end,
-            timer: Box::pin(tokio::time::sleep_until(end.min(Instant::now() + served.timeouts.idle))),
+            timer: Box::pin(tokio::time::sleep_until(within(end, Instant::now(), served.timeouts.idle))),
             total_name,
             cut_by_deadline,
             answered: served.answered,
@@ -492,7 +492,7 @@ impl Stream for RoutedStream {
                     if now >= this.end {
                         return this.fail_total();
                     }
-                    let due = this.end.min(this.last_chunk + this.idle_limit);
+                    let due = within(this.end, this.last_chunk, this.idle_limit);
                     if now < due {
                         this.timer.as_mut().reset(due);
                         continue;
@@ -507,6 +507,11 @@ impl Stream for RoutedStream {
             }
         }
     }
+}
+
+/// `from` + `limit`, but no later than `end` (nor past what an instant can hold).
+fn within(end: Instant, from: Instant, limit: Duration) -> Instant {
+    from.checked_add(limit).map_or(end, |due| due.min(end))
 }
 
 impl RoutedStream {
