@@ -28,15 +28,20 @@ class NotExpressible(Exception):
 class Context:
     """What every gateway needs to configure and start itself."""
 
-    def __init__(self, home, run_dir, mock_port, bins, repo):
+    def __init__(self, home, run_dir, mock_port, bins, repo, mock_tls_port=None, ca_file=None):
         self.home = home
         self.run_dir = run_dir
         self.mock_port = mock_port
         self.bins = bins
         self.repo = repo
+        # The same mock behind TLS, and the authority that signed its certificate.
+        self.mock_tls_port = mock_tls_port
+        self.ca_file = ca_file
 
-    def mock_base(self, scenario):
-        """The mock's OpenAI base URL for one scenario string."""
+    def mock_base(self, scenario, tls=False):
+        """The mock's OpenAI base URL for one scenario string (behind TLS when `tls`)."""
+        if tls:
+            return f"https://127.0.0.1:{self.mock_tls_port}/{scenario}/v1"
         return f"http://127.0.0.1:{self.mock_port}/{scenario}/v1"
 
 
@@ -117,13 +122,15 @@ class Direct(Gateway):
     def stop(self):
         pass  # the mock outlives every gateway
 
+    serves_tls = True
+
     def request(self, ctx, route, body):
         if route.is_fallback:
             raise NotExpressible("the mock alone has no fallback")
         body = dict(body, model=MODEL)
         if route.api == "responses":
             return f"{ctx.mock_base(route.target)}/responses", responses_body(body), {}
-        return f"{ctx.mock_base(route.target)}/chat/completions", body, {}
+        return f"{ctx.mock_base(route.target, route.tls)}/chat/completions", body, {}
 
 
 class Nginx(Gateway):
@@ -174,6 +181,16 @@ class Nginx(Gateway):
             rewrite ^ /{route.target}/v1/chat/completions break;
             proxy_pass http://mock;
         }}""")
+        # The mock behind TLS, its certificate verified, sessions reused, connections kept.
+        tls = "" if not ctx.ca_file else f"""
+        location /tls/ {{
+            proxy_pass https://mock_tls/;
+            proxy_ssl_trusted_certificate {ctx.ca_file};
+            proxy_ssl_verify on;
+            proxy_ssl_name localhost;
+            proxy_ssl_server_name on;
+            proxy_ssl_session_reuse on;
+        }}"""
         conf = f"""
 daemon off;
 worker_processes auto;
@@ -197,6 +214,12 @@ http {{
         keepalive 512;
         keepalive_requests 1000000;
     }}
+    upstream mock_tls {{
+        server 127.0.0.1:{ctx.mock_tls_port or ctx.mock_port};
+        keepalive 512;
+        keepalive_requests 1000000;
+        keepalive_timeout 600s;
+    }}
     server {{
         listen 127.0.0.1:{self.port};
         proxy_http_version 1.1;
@@ -204,6 +227,7 @@ http {{
         # Forward stream chunks as they arrive, as an LLM gateway must.
         proxy_buffering off;
         location / {{ proxy_pass http://mock; }}
+        {tls}
         {''.join(fallback)}
     }}
 }}
@@ -215,11 +239,14 @@ http {{
                                         os.path.join(ctx.run_dir, "nginx.log"))
         self._ready(ctx, 20)
 
+    serves_tls = True
+
     def request(self, ctx, route, body):
         body = dict(body, model=MODEL)
         if route.is_fallback:
             return f"http://127.0.0.1:{self.port}/fallback/{route.name}/v1/chat/completions", body, {}
-        return f"http://127.0.0.1:{self.port}/{route.target}/v1/chat/completions", body, {}
+        prefix = "/tls" if route.tls else ""
+        return f"http://127.0.0.1:{self.port}{prefix}/{route.target}/v1/chat/completions", body, {}
 
 
 class Switchyard(Gateway):
@@ -236,7 +263,11 @@ class Switchyard(Gateway):
         self.port = services.free_port()
         providers, routes = {}, {}
         for route in ROUTES.values():
-            providers[route.name] = {"kind": "openai_compatible", "base_url": ctx.mock_base(route.target)}
+            if route.tls and not ctx.ca_file:
+                continue
+            providers[route.name] = {"kind": "openai_compatible", "base_url": ctx.mock_base(route.target, route.tls)}
+            if route.tls:
+                providers[route.name]["ca_file"] = ctx.ca_file
             targets = [f"{route.name}:{MODEL}"]
             spec = {}
             if route.is_fallback:
@@ -265,6 +296,7 @@ class Switchyard(Gateway):
 
     # The Responses API is Switchyard's (and the mock's) alone among the rows measured here.
     serves_responses = True
+    serves_tls = True
 
     def request(self, ctx, route, body):
         body = dict(body, model=route.name)

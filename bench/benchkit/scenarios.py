@@ -18,6 +18,9 @@ class Route:
     # The API the client speaks: "chat" (Chat Completions) or "responses" (the Responses API,
     # which only Switchyard and the mock are measured on).
     api: str = "chat"
+    # The mock behind TLS (a throwaway authority the gateway is configured to trust), as every
+    # real provider is; only the mock, nginx-proxy and Switchyard are measured so.
+    tls: bool = False
 
     @property
     def is_fallback(self):
@@ -32,6 +35,8 @@ ROUTES = {r.name: r for r in [
     Route("hang", "ok", primary="hang", primary_timeout=1.0),
     Route("ratelimit", "ok", primary="ratelimit=30"),
     Route("responses", "ok", api="responses"),
+    Route("ok-tls", "ok", tls=True),
+    Route("stream-tls", "ok~chunks=20~gap=5ms", tls=True),
     # Soak only: a stream that the upstream cuts after three chunks, with nowhere to fall back.
     Route("cut", "cut=3"),
 ]}
@@ -66,6 +71,10 @@ SCENARIOS = [
     Scenario("nonstream-256", "non-streaming, 256 connections (peak RSS)", "ok", connections=256,
              in_quick=False),
     Scenario("stream-32", "streaming 20 chunks 5 ms apart, 32 connections", "stream", stream=True),
+    Scenario("overhead-1000-tls", "non-streaming, upstream behind TLS, open loop 1000 req/s, 32 connections",
+             "ok-tls", rate=1000),
+    Scenario("stream-32-tls", "streaming 20 chunks 5 ms apart, upstream behind TLS, 32 connections",
+             "stream-tls", stream=True),
     Scenario("stream-gap50", "streaming 5 chunks 50 ms apart, 8 connections (chunks forwarded as they arrive?)",
              "stream50", connections=8, stream=True),
     Scenario("fallback-500", "primary answers 500, fallback healthy", "fail500"),

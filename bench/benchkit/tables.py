@@ -250,6 +250,14 @@ def targets(rows, sweep, soak):
     s_sy, s_di, s_nx = (rep("stream-32", g) for g in ("switchyard", "direct", "nginx"))
     if s_sy and s_di and s_sy.get("ttft_ms") and s_di.get("ttft_ms"):
         add_added("streaming: TTFT p50 added over direct ≤ 200 µs", s_sy, s_di, s_nx, "ttft_ms", 200)
+    # Issue 17's: what the hop adds to the first token, within 100 µs of what nginx-proxy's adds
+    # in the same run, over plain HTTP and behind TLS.
+    for scenario, upstream in (("stream-32", "plain"), ("stream-32-tls", "TLS")):
+        sy_, di_, nx_ = (rep(scenario, g) for g in ("switchyard", "direct", "nginx"))
+        if sy_ and di_ and nx_ and all(r.get("ttft_ms") for r in (sy_, di_, nx_)):
+            beyond = (_p(sy_, "ttft_ms", "p50") - _p(nx_, "ttft_ms", "p50")) * 1000
+            add(f"streaming ({upstream}): TTFT p50 added within 100 µs of nginx-proxy's",
+                f"{beyond:+.0f} µs beyond nginx-proxy's", beyond <= 100)
     g50 = rep("stream-gap50", "switchyard")
     if g50 and g50.get("chunk_gap_ms"):
         gap = _p(g50, "chunk_gap_ms", "p50")
