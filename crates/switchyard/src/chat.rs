@@ -217,6 +217,16 @@ deserialize_with_extra!(Message {
 });
 
 impl Message {
+    /// The Claude thinking blocks this (assistant) message carries under [`THINKING_BLOCKS`], as
+    /// an OpenAI-dialect client sends them back; empty when it carries none or the member is
+    /// not a list.
+    pub fn thinking_blocks(&self) -> &[Value] {
+        match self.extra.get(THINKING_BLOCKS) {
+            Some(Value::Array(blocks)) => blocks,
+            _ => &[],
+        }
+    }
+
     /// A message with `role` and plain text.
     pub fn text(role: Role, text: impl Into<String>) -> Self {
         Self {
@@ -944,10 +954,7 @@ impl Delta {
             tool_calls,
             refusal: text("refusal"),
             reasoning_content: text("reasoning_content"),
-            thinking_blocks: match message.extra.get(THINKING_BLOCKS) {
-                Some(Value::Array(blocks)) => blocks.clone(),
-                _ => Vec::new(),
-            },
+            thinking_blocks: message.thinking_blocks().to_vec(),
         }
     }
 }

@@ -764,13 +764,13 @@ pub(crate) enum Readers {
 /// blocks), which a provider of another kind is not sent: the trail says so on its attempts
 /// rather than dropping it unsaid.
 fn note_claude_thinking(exchange: &mut RequestContext, request: &switchyard::chat::ChatRequest) {
-    let signed = |blocks: Option<&Value>| {
-        let blocks = blocks.and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    let signed = |blocks: &[Value]| {
         blocks.iter().any(|b| matches!(b["type"].as_str(), Some("thinking" | "redacted_thinking")))
     };
     let thinking = |m: &&switchyard::chat::Message| {
-        signed(m.extra.get(switchyard::chat::THINKING_BLOCKS))
-            || signed(m.extra.get(switchyard_providers::anthropic::VERBATIM_BLOCKS))
+        let anthropic =
+            m.extra.get(switchyard_providers::anthropic::VERBATIM_BLOCKS).and_then(Value::as_array);
+        signed(m.thinking_blocks()) || anthropic.is_some_and(|blocks| signed(blocks))
     };
     let turns = request.messages.iter().filter(thinking).count();
     if turns > 0 {

@@ -22,8 +22,7 @@ use std::fmt::Display;
 use serde_json::{Map, Value, json};
 use switchyard::ProviderError;
 use switchyard::chat::{
-    ChatRequest, Content, ContentPart, Dialect, Extra, Message, ResponseFormat, Role, THINKING_BLOCKS, Tool,
-    ToolChoice,
+    ChatRequest, Content, ContentPart, Dialect, Extra, Message, ResponseFormat, Role, Tool, ToolChoice,
 };
 
 use super::thinking::{self, ThinkingStyle};
@@ -350,7 +349,7 @@ pub(crate) fn message_blocks(message: &Message, index: usize) -> Result<Vec<Bloc
 /// blocks (`signature`, or LiteLLM's older `signature_delta`) and redacted ones can be sent:
 /// anything else describes a past answer and is left out, as the turn's other metadata is.
 fn thinking_blocks(message: &Message) -> Vec<Block> {
-    let Some(Value::Array(blocks)) = message.extra.get(THINKING_BLOCKS) else { return Vec::new() };
+    let blocks = message.thinking_blocks();
     let text = |block: &Value, name: &str| block.get(name).and_then(Value::as_str).map(str::to_owned);
     let signed = |block: &Value| match block["type"].as_str()? {
         "thinking" => {

@@ -19,8 +19,7 @@
 
 use serde_json::{Value, json};
 use switchyard::chat::{
-    ChatChunk, ChatResponse, Content, FinishReason, FunctionCall, Message, Role, THINKING_BLOCKS, ToolCall,
-    Usage,
+    ChatChunk, ChatResponse, Content, FinishReason, FunctionCall, Message, Role, ToolCall, Usage,
 };
 
 use super::decode::Echo;
@@ -49,10 +48,8 @@ pub fn response_object(meta: &Meta, answer: &ChatResponse) -> (Value, Message) {
     let text = message.text_content().unwrap_or_default();
     let mut output = Vec::new();
     let reasoning = message.extra.get("reasoning_content").and_then(Value::as_str).unwrap_or_default();
-    let thinking = match message.extra.get(THINKING_BLOCKS) {
-        Some(Value::Array(blocks)) if !blocks.is_empty() => Some(super::seal_thinking(blocks)),
-        _ => None,
-    };
+    let blocks = message.thinking_blocks();
+    let thinking = (!blocks.is_empty()).then(|| super::seal_thinking(blocks));
     if !reasoning.is_empty() || thinking.is_some() {
         let mut item = reasoning_item(&reasoning_item_id(&meta.id, 0), "completed", reasoning);
         if let Some(sealed) = thinking {
