@@ -817,6 +817,16 @@ mod tests {
 
     const RPM_300: Option<f64> = Some(300.0);
 
+    /// A grant of `units` of the header dimension, the fleet's level `level`, for a stated
+    /// window of 10 that ends in `ends_ms` (a probe window when `probe`).
+    fn header_grant(units: f64, level: f64, ends_ms: u64, probe: bool) -> LeaseGrant {
+        let mut grant = LeaseGrant::default();
+        grant.granted[HEADERS] = units;
+        grant.level[HEADERS] = Some(level);
+        grant.windows[0] = Some(Window { limit: Some(10), ends_in: Duration::from_millis(ends_ms), probe });
+        grant
+    }
+
     fn got(take: Take) -> Taken {
         match take {
             Take::Got(taken) => taken,
@@ -916,14 +926,7 @@ mod tests {
         let now = Instant::now();
         let mut book = LeaseBook::new(None, None);
         book.follow(true, 3, now);
-        let window = |units: f64, ends_ms: u64, probe: bool| {
-            let mut grant = LeaseGrant::default();
-            grant.granted[HEADERS] = units;
-            grant.level[HEADERS] = Some(0.0);
-            grant.windows[0] =
-                Some(Window { limit: Some(10), ends_in: Duration::from_millis(ends_ms), probe });
-            grant
-        };
+        let window = |units: f64, ends_ms: u64, probe: bool| header_grant(units, 0.0, ends_ms, probe);
         // A probe window's slice (1 s), then the next window's (300 ms), in that order.
         book.granted(Some(window(1.0, 1_000, true)), now, now);
         book.granted(Some(window(2.0, 300, false)), now, now);
@@ -940,12 +943,7 @@ mod tests {
         let answered = sent + Duration::from_millis(40);
         let mut book = LeaseBook::new(None, None);
         book.follow(true, 3, sent);
-        let mut grant = LeaseGrant::default();
-        grant.granted[HEADERS] = 2.0;
-        grant.level[HEADERS] = Some(0.0);
-        grant.windows[0] =
-            Some(Window { limit: Some(10), ends_in: Duration::from_millis(300), probe: false });
-        book.granted(Some(grant), sent, answered);
+        book.granted(Some(header_grant(2.0, 0.0, 300, false)), sent, answered);
         assert_eq!(book.balance(HEADERS, sent + Duration::from_millis(299)), 2.0);
         assert_eq!(book.balance(HEADERS, sent + Duration::from_millis(300)), 0.0, "not until 340 ms");
     }
@@ -1043,12 +1041,7 @@ mod tests {
         book.open(0);
         let Take::Short { ask: Some(ask), .. } = book.take(0.0, now) else { panic!("a lease is asked for") };
         assert_eq!(ask.need[HEADERS], 1.0);
-        let mut grant = LeaseGrant::default();
-        grant.granted[HEADERS] = 2.0;
-        grant.level[HEADERS] = Some(8.0);
-        grant.windows[0] =
-            Some(Window { limit: Some(10), ends_in: Duration::from_millis(300), probe: false });
-        book.granted(Some(grant), now, now);
+        book.granted(Some(header_grant(2.0, 8.0, 300, false)), now, now);
         got(book.take(0.0, now));
         assert_eq!(book.balance(HEADERS, now + Duration::from_millis(299)), 1.0);
         assert_eq!(book.balance(HEADERS, now + Duration::from_millis(300)), 0.0, "gone with its window");
