@@ -44,6 +44,18 @@ class Targets(unittest.TestCase):
         self.assertEqual(judged(items, OVERHEAD), ("+160 µs (nginx-proxy +130 µs)", False))
         self.assertEqual(judged(items, TTFT), ("+320 µs (nginx-proxy +150 µs)", False))
 
+    def test_issue_17s_ttft_is_judged_against_nginx_proxys_over_plain_http_and_behind_tls(self):
+        rows = self.rows(direct=0.10, nginx=0.23, switchyard=0.24) + [
+            row("stream-32-tls", "direct", report(100, ttft=0.30)),
+            row("stream-32-tls", "nginx", report(100, ttft=0.45)),
+            row("stream-32-tls", "switchyard", report(100, ttft=0.53))]
+        items = tables.targets(rows, {}, None)
+        self.assertEqual(judged(items, "streaming (plain)"), ("+170 µs beyond nginx-proxy's", False))
+        self.assertEqual(judged(items, "streaming (TLS)"), ("+80 µs beyond nginx-proxy's", True))
+        # Without nginx-proxy's row there is nothing to judge against.
+        items = tables.targets([r for r in rows if r["gateway"] != "nginx"], {}, None)
+        self.assertEqual([n for n, _, _ in items if n.startswith("streaming (")], [])
+
     def test_a_gateway_faster_than_the_mock_itself_is_a_disturbed_baseline_not_a_pass(self):
         sweep = {g: [{"rate": 1000, "held": True, "report": report(p50)}]
                  for g, p50 in (("direct", 1.13), ("nginx", 0.29), ("switchyard", 0.31))}
