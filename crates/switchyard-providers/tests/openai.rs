@@ -445,6 +445,14 @@ async fn chunks_passed_on_as_written_are_read_for_errors_usage_and_content_alike
         ],
         false,
     );
+    // Text that says "error", as a whole string or quoted within one, is text.
+    let says_error = sse(
+        &[
+            chunk(json!({"role": "assistant", "content": "error"}), Value::Null),
+            chunk(json!({"content": " or \"error\""}), json!("stop")),
+        ],
+        true,
+    );
     for passed_on in [false, true] {
         let read = |body: &String| {
             let body = body.clone();
@@ -468,6 +476,11 @@ async fn chunks_passed_on_as_written_are_read_for_errors_usage_and_content_alike
         let (_, error) = read(&vllm).await;
         let error = error.expect("the flat error envelope ends the stream");
         assert_eq!(error.detail(), "out of memory", "passed on: {passed_on}");
+
+        let (chunks, error) = read(&says_error).await;
+        assert!(error.is_none(), "passed on: {passed_on}: {error:?}");
+        assert_eq!(text_of(&chunks), "error or \"error\"", "passed on: {passed_on}");
+        assert_eq!(finish_of(&chunks), vec![FinishReason::Stop], "passed on: {passed_on}");
     }
 }
 

@@ -5,7 +5,10 @@
 //! that error, classified; a body that ends before `[DONE]` ends it with a transport error, so
 //! that a cut-off answer never passes for a complete one.
 
+use std::sync::LazyLock;
+
 use futures_util::{StreamExt, stream};
+use memchr::memmem;
 use serde::Deserialize;
 use serde_json::Value;
 use switchyard::chat::{
@@ -138,8 +141,9 @@ impl Reader {
         // The common case first, straight from the text: a chunk that is no error. Only an
         // event that is not one is read as a JSON tree, to find an error object or say what
         // is wrong (a tree costs half of a chunk's handling).
+        let lean = self.pass_on.is_some() && !mentions_error(data);
         if event.event.as_deref() != Some("error")
-            && let Ok(chunk) = read_chunk(data, self.pass_on.is_some())
+            && let Ok(chunk) = read_chunk(data, lean)
             && !errors::may_be_error(&chunk.extra)
         {
             return self.canonical(chunk).map_or(Step::Skip, Step::Chunk);
@@ -242,13 +246,23 @@ impl Reader {
     }
 }
 
-/// Reads one chunk. A chunk whose frame is passed on (`lean`) keeps only the unmodelled
-/// members the gateway reads (an error, `object`, Groq's usage): the client reads the rest in
-/// the frame, and building them into a tree cost a chunk more than the rest of its reading.
+/// Whether `data` holds the JSON string `"error"`: as a member's name (an `error` object) or
+/// its value (the flat envelope's `"object": "error"`). Text that merely says error holds it
+/// escaped (`\"error\"`), so only a chunk that may be an error is found, and a few that are not
+/// (a finish reason or a tool's argument of that name), which are read in full.
+fn mentions_error(data: &str) -> bool {
+    static FINDER: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| memmem::Finder::new(b"\"error\""));
+    FINDER.find(data.as_bytes()).is_some()
+}
+
+/// Reads one chunk. A chunk whose frame is passed on and that holds no error
+/// ([`mentions_error`]) is read leanly (`lean`): of the unmodelled members only Groq's usage
+/// is kept. The client reads the rest in the frame, and building them into a tree cost a
+/// chunk more than the rest of its reading.
 fn read_chunk(data: &str, lean: bool) -> serde_json::Result<ChunkIn> {
     let mut reader = serde_json::Deserializer::from_str(data);
     let chunk = if lean {
-        ChunkIn::deserialize_keeping(&mut reader, |name| matches!(name, "error" | "object" | "x_groq"))?
+        ChunkIn::deserialize_keeping(&mut reader, |name| name == "x_groq")?
     } else {
         ChunkIn::deserialize(&mut reader)?
     };
