@@ -115,13 +115,14 @@ fn translated(state: &AppState, exchange: &RequestContext, mut answer: Answer) -
 struct AnthropicEncoder(StreamEncoder, bool);
 
 impl Encoder for AnthropicEncoder {
+    fn frame(&mut self, chunk: &ChatChunk) -> Option<Bytes> {
+        // The provider's own event; its `message_stop` ends the stream, so nothing is added.
+        let frame = chunk.verbatim.as_ref().and_then(|v| v.in_dialect(ChatDialect::Anthropic))?;
+        self.1 = true;
+        Some(frame.clone())
+    }
+
     fn chunk(&mut self, chunk: ChatChunk, out: &mut Vec<u8>) {
-        if let Some(frame) = chunk.verbatim.as_ref().and_then(|v| v.in_dialect(ChatDialect::Anthropic)) {
-            // The provider's own event; its `message_stop` ends the stream, so nothing is added.
-            out.extend_from_slice(frame);
-            self.1 = true;
-            return;
-        }
         for (name, data) in self.0.push(&chunk) {
             write_event(out, name, &data);
         }

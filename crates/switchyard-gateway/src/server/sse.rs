@@ -24,6 +24,14 @@ pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Turns one routed stream into wire events of a dialect.
 pub trait Encoder: Send + Unpin + 'static {
+    /// The provider's own event for `chunk`, when this encoder passes it on as it is (a client
+    /// of the provider's dialect): sent whole, without a copy. `None` (the default) has
+    /// [`chunk`](Encoder::chunk) write the chunk's events.
+    fn frame(&mut self, chunk: &ChatChunk) -> Option<Bytes> {
+        let _ = chunk;
+        None
+    }
+
     /// The events for one chunk (possibly none).
     fn chunk(&mut self, chunk: ChatChunk, out: &mut Vec<u8>);
     /// The events that end a successful stream.
@@ -59,13 +67,13 @@ pub struct OpenAiEncoder {
 }
 
 impl Encoder for OpenAiEncoder {
+    fn frame(&mut self, chunk: &ChatChunk) -> Option<Bytes> {
+        // The provider's own event (its adapter leaves the frame off a usage chunk the client
+        // did not ask for).
+        chunk.verbatim.as_ref().and_then(|v| v.in_dialect(ChatDialect::OpenAi)).cloned()
+    }
+
     fn chunk(&mut self, mut chunk: ChatChunk, out: &mut Vec<u8>) {
-        if let Some(frame) = chunk.verbatim.as_ref().and_then(|v| v.in_dialect(ChatDialect::OpenAi)) {
-            // The provider's own event (its adapter leaves the frame off a usage chunk the
-            // client did not ask for).
-            out.extend_from_slice(frame);
-            return;
-        }
         if let Some(usage) = chunk.usage.take() {
             self.usage = Some((usage, chunk.model.clone()));
         }
@@ -272,9 +280,13 @@ impl<E: Encoder> SseBody<E> {
         while !this.done {
             match Pin::new(&mut this.stream).poll_next(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
+                    // `out` is empty here: a chunk that writes events returns them at once.
+                    if let Some(frame) = this.encoder.frame(&chunk) {
+                        return this.emit(frame, cx);
+                    }
                     this.encoder.chunk(chunk, &mut out);
                     if !out.is_empty() {
-                        return this.emit(out, cx);
+                        return this.emit(Bytes::from(out), cx);
                     }
                 }
                 Poll::Ready(Some(Err(failure))) => {
@@ -301,7 +313,7 @@ impl<E: Encoder> SseBody<E> {
                     this.done = true;
                     this.encoder.end(&mut out);
                     this.finish(200);
-                    return this.emit(out, cx);
+                    return this.emit(Bytes::from(out), cx);
                 }
                 Poll::Pending => return Poll::Pending,
             }
@@ -314,10 +326,9 @@ impl<E: Encoder> SseBody<E> {
     /// Events to send: at once, or once the encoder's wait is over.
     fn emit(
         &mut self,
-        out: Vec<u8>,
+        events: Bytes,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Bytes, std::convert::Infallible>>> {
-        let events = Bytes::from(out);
         match self.encoder.hold() {
             None => Poll::Ready(Some(Ok(events))),
             Some(mut wait) => {
