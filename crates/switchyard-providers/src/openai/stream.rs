@@ -247,9 +247,11 @@ impl Reader {
 }
 
 /// Whether `data` holds the JSON string `"error"`: as a member's name (an `error` object) or
-/// its value (the flat envelope's `"object": "error"`). Text that merely says error holds it
-/// escaped (`\"error\"`), so only a chunk that may be an error is found, and a few that are not
-/// (a finish reason or a tool's argument of that name), which are read in full.
+/// its value (the flat envelope's `"object": "error"`). Every error shape `errors::from_value`
+/// reads holds it, and so do a few chunks that are no error (a piece of text, a finish reason
+/// or an argument that is exactly `error`), which are then read in full; text that quotes the
+/// word holds it escaped (`\"error\"`) and is not found. Assumed: no server spells that name
+/// or value with escapes (`"\u0065rror"`), which would read as `error` and not be found.
 fn mentions_error(data: &str) -> bool {
     static FINDER: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| memmem::Finder::new(b"\"error\""));
     FINDER.find(data.as_bytes()).is_some()
