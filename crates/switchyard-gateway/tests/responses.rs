@@ -147,7 +147,8 @@ async fn claudes_thinking_a_provider_of_another_kind_cannot_read_is_noted_on_its
         .unwrap();
     assert_eq!(attempts_of(response).await[1]["note"], note);
 
-    // Without thinking in the conversation there is nothing to say, nor with an empty list.
+    // Without thinking in the conversation there is nothing to say, nor with an empty list or
+    // only an unsigned block, which no provider is sent.
     let plain = json!({"model": "default", "messages": [{"role": "user", "content": "Hello"}]});
     let response = client.post(format!("{gateway}/v1/chat/completions")).json(&plain).send().await.unwrap();
     assert!(attempts_of(response).await[1].get("note").is_none());
@@ -157,5 +158,13 @@ async fn claudes_thinking_a_provider_of_another_kind_cannot_read_is_noted_on_its
         {"role": "user", "content": "Why?"}
     ]});
     let response = client.post(format!("{gateway}/v1/chat/completions")).json(&empty).send().await.unwrap();
+    assert!(attempts_of(response).await[1].get("note").is_none());
+    let unsigned = json!({"model": "default", "messages": [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "42", "thinking_blocks": [{"type": "thinking", "thinking": "Hmm."}]},
+        {"role": "user", "content": "Why?"}
+    ]});
+    let response =
+        client.post(format!("{gateway}/v1/chat/completions")).json(&unsigned).send().await.unwrap();
     assert!(attempts_of(response).await[1].get("note").is_none());
 }

@@ -28,7 +28,7 @@ use switchyard::chat::{ChatRequest, ChatResponse, Dialect, TokenCount, Verbatim}
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
 use switchyard::{ErrorKind, ProviderError};
 
-pub use request::{DEFAULT_MAX_TOKENS, VERBATIM_BLOCKS};
+pub use request::{DEFAULT_MAX_TOKENS, VERBATIM_BLOCKS, sendable_thinking};
 pub use response::VERBATIM_USAGE;
 pub use thinking::ThinkingStyle;
 

@@ -764,8 +764,9 @@ pub(crate) enum Readers {
 /// blocks), which a provider of another kind is not sent: the trail says so on its attempts
 /// rather than dropping it unsaid.
 fn note_claude_thinking(exchange: &mut RequestContext, request: &switchyard::chat::ChatRequest) {
+    // Only what the Anthropic writer would send: an unsigned block goes to no provider.
     let signed = |blocks: &[Value]| {
-        blocks.iter().any(|b| matches!(b["type"].as_str(), Some("thinking" | "redacted_thinking")))
+        blocks.iter().any(|b| switchyard_providers::anthropic::sendable_thinking(b).is_some())
     };
     let thinking = |m: &&switchyard::chat::Message| {
         let anthropic =

@@ -349,18 +349,32 @@ pub(crate) fn message_blocks(message: &Message, index: usize) -> Result<Vec<Bloc
 /// blocks (`signature`, or LiteLLM's older `signature_delta`) and redacted ones can be sent:
 /// anything else describes a past answer and is left out, as the turn's other metadata is.
 fn thinking_blocks(message: &Message) -> Vec<Block> {
-    let blocks = message.thinking_blocks();
-    let text = |block: &Value, name: &str| block.get(name).and_then(Value::as_str).map(str::to_owned);
-    let signed = |block: &Value| match block["type"].as_str()? {
+    message.thinking_blocks().iter().filter_map(sendable_thinking).map(Block::Raw).collect()
+}
+
+/// A thinking block as Anthropic takes it back in a later turn: a `thinking` block with its
+/// text and signature (`signature`, or LiteLLM's older `signature_delta`), or a
+/// `redacted_thinking` block with its data. `None` for any other block: no provider can be
+/// sent it.
+///
+/// ```
+/// use serde_json::json;
+/// use switchyard_providers::anthropic::sendable_thinking;
+///
+/// let signed = json!({"type": "thinking", "thinking": "Hmm.", "signature_delta": "EqQB"});
+/// assert_eq!(sendable_thinking(&signed).unwrap()["signature"], "EqQB");
+/// assert!(sendable_thinking(&json!({"type": "thinking", "thinking": "Hmm."})).is_none());
+/// ```
+pub fn sendable_thinking(block: &Value) -> Option<Value> {
+    let text = |name: &str| block.get(name).and_then(Value::as_str).map(str::to_owned);
+    match block["type"].as_str()? {
         "thinking" => {
-            let signature = text(block, "signature").or_else(|| text(block, "signature_delta"))?;
-            let thinking = text(block, "thinking")?;
-            Some(json!({"type": "thinking", "thinking": thinking, "signature": signature}))
+            let signature = text("signature").or_else(|| text("signature_delta"))?;
+            Some(json!({"type": "thinking", "thinking": text("thinking")?, "signature": signature}))
         }
-        "redacted_thinking" => Some(json!({"type": "redacted_thinking", "data": text(block, "data")?})),
+        "redacted_thinking" => Some(json!({"type": "redacted_thinking", "data": text("data")?})),
         _ => None,
-    };
-    blocks.iter().filter_map(signed).map(Block::Raw).collect()
+    }
 }
 
 /// Tool-call arguments (a JSON string) as the `input` object Anthropic wants. An empty string
