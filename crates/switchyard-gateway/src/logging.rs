@@ -192,13 +192,19 @@ fn text_line(out: &mut Vec<u8>, entry: &AccessEntry<'_>, now: SystemTime) {
     out.extend_from_slice(b" endpoint=");
     out.extend_from_slice(entry.endpoint.as_bytes());
     // Route and target names may come from clients: quoted and escaped as Debug does.
-    let _ = write!(out, " route={:?}", entry.route);
+    out.extend_from_slice(b" route=");
+    debug_quoted(out, entry.route);
     if let Some(via) = entry.served_by {
-        let _ = write!(out, " served_by={:?}", via.text());
+        out.extend_from_slice(b" served_by=");
+        debug_quoted(out, &via.text());
     }
-    let _ = write!(out, " attempts={} status={}", entry.attempts, entry.status);
+    out.extend_from_slice(b" attempts=");
+    number(out, entry.attempts as u64);
+    out.extend_from_slice(b" status=");
+    number(out, u64::from(entry.status));
     if let Some(error) = entry.error {
-        let _ = write!(out, " error={error}");
+        out.extend_from_slice(b" error=");
+        out.extend_from_slice(error.as_bytes());
     }
     out.extend_from_slice(b" latency_ms=");
     millis(out, entry.latency);
@@ -218,7 +224,10 @@ fn json_line(out: &mut Vec<u8>, entry: &AccessEntry<'_>, now: SystemTime) {
     if let Some(via) = entry.served_by {
         json_field(out, "served_by", &via.text());
     }
-    let _ = write!(out, ",\"attempts\":{},\"status\":{}", entry.attempts, entry.status);
+    out.extend_from_slice(b",\"attempts\":");
+    number(out, entry.attempts as u64);
+    out.extend_from_slice(b",\"status\":");
+    number(out, u64::from(entry.status));
     if let Some(error) = entry.error {
         json_field(out, "error", error);
     }
@@ -242,10 +251,29 @@ fn json_string(out: &mut Vec<u8>, text: &str) {
     let _ = serde_json::to_writer(&mut *out, text);
 }
 
-/// Milliseconds with microsecond precision: `7.934`.
+/// Milliseconds with microsecond precision: `7.934`. Digit by digit, as the timestamp is.
 fn millis(out: &mut Vec<u8>, duration: Duration) {
-    let micros = duration.as_micros();
-    let _ = write!(out, "{}.{:03}", micros / 1000, micros % 1000);
+    let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
+    number(out, micros / 1000);
+    out.push(b'.');
+    digits(out, micros % 1000, 3);
+}
+
+/// `value` in decimal.
+fn number(out: &mut Vec<u8>, value: u64) {
+    digits(out, value, value.checked_ilog10().map_or(1, |log| log as usize + 1));
+}
+
+/// `text` quoted as `{:?}` writes it. Printable ASCII other than `"` and `\` is itself, so
+/// such text (every name a configuration gives) is copied; the rest is left to `Debug`.
+fn debug_quoted(out: &mut Vec<u8>, text: &str) {
+    if text.bytes().all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+    } else {
+        let _ = write!(out, "{text:?}");
+    }
 }
 
 /// `at` in RFC 3339, UTC, with microseconds: `2026-11-29T17:43:39.473797Z`.
@@ -292,6 +320,40 @@ fn digits(out: &mut Vec<u8>, mut value: u64, width: usize) {
 mod tests {
     use super::*;
     use switchyard::Target;
+
+    #[test]
+    fn names_are_quoted_as_debug_quotes_them() {
+        for text in [
+            "default",
+            "",
+            "a b~",
+            "say \"hi\"",
+            "back\\slash",
+            "tab\there",
+            "new\nline",
+            "é😀",
+            "\u{7f}\u{1b}[0m",
+        ] {
+            let mut out = Vec::new();
+            debug_quoted(&mut out, text);
+            assert_eq!(String::from_utf8(out).unwrap(), format!("{text:?}"));
+        }
+    }
+
+    #[test]
+    fn milliseconds_are_written_with_three_decimals() {
+        let written = |micros: u64| {
+            let mut out = Vec::new();
+            millis(&mut out, Duration::from_micros(micros));
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(written(0), "0.000");
+        assert_eq!(written(7), "0.007");
+        assert_eq!(written(7_934), "7.934");
+        assert_eq!(written(10_000), "10.000");
+        assert_eq!(written(123_456_789), "123456.789");
+        assert_eq!(written(u64::MAX), "18446744073709551.615");
+    }
 
     fn entry<'a>(via: Option<&'a Via>, route: &'a str) -> AccessEntry<'a> {
         AccessEntry {
