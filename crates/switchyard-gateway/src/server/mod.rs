@@ -62,7 +62,8 @@ pub struct AppState {
     access: AccessLog,
     ids: IdSource,
     /// The targets the configuration names; others (named by clients) share one metric label.
-    listed: HashSet<Target>,
+    /// Keys from the configuration only (a client's target is looked up, never inserted).
+    listed: HashSet<Target, crate::metrics::FxBuild>,
     /// Whether `/metrics` asks for the admin key (beyond loopback, unless `metrics_open`).
     guard_metrics: bool,
 }
