@@ -5,12 +5,13 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
-use switchyard_gateway::config;
-use switchyard_gateway::server::{AppState, app};
+use support::in_process;
 
 /// An upstream that records each request body and answers `json` to a request that did not
 /// ask to stream, `sse` to one that did.
@@ -50,22 +51,11 @@ impl Upstream {
 
 /// A gateway whose default route is `target` on a provider `up` of `kind` at `upstream`.
 async fn gateway(kind: &str, base_path: &str, upstream: &Upstream, target: &str) -> SocketAddr {
-    serve(&format!(
+    in_process(&format!(
         "providers:\n  up: {{ kind: {kind}, base_url: 'http://{}{base_path}', api_key: sk-upstream-0123456789 }}\nroutes:\n  default: {{ targets: ['up:{target}'] }}\n",
         upstream.addr
     ))
     .await
-}
-
-/// A gateway of `yaml`.
-async fn serve(yaml: &str) -> SocketAddr {
-    let file = config::parse(yaml, false, "fidelity.yaml").unwrap();
-    let loaded = config::build(file, config::Source::File("fidelity.yaml".into()), &|_: &str| None).unwrap();
-    let state = AppState::new(loaded.router, loaded.gateway);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
-    addr
 }
 
 /// Posts `body` as written to `path` and returns the status and the answer's bytes as text.
@@ -200,7 +190,7 @@ async fn what_the_gateway_observes_of_a_verbatim_answer_still_steers_the_route()
     const FILTERED: &str = r#"{"id":"c0","object":"chat.completion","created":1,"model":"a","choices":[{"index":0,"message":{"role":"assistant","content":""},"finish_reason":"content_filter"}]}"#;
     let filtering = Upstream::start(FILTERED, "").await;
     let serving = Upstream::start(OPENAI_ANSWER, "").await;
-    let gateway = serve(&format!(
+    let gateway = in_process(&format!(
         "providers:\n  a: {{ kind: openai, base_url: 'http://{}/v1', api_key: sk-a-0123456789 }}\n  b: {{ kind: openai, base_url: 'http://{}/v1', api_key: sk-b-0123456789 }}\nroutes:\n  default: {{ targets: [a:m], content_policy: [b:n] }}\n",
         filtering.addr, serving.addr
     ))
@@ -236,7 +226,7 @@ async fn a_target_that_cannot_express_the_request_is_skipped_and_when_none_can_t
         "providers:\n  claude: {{ kind: anthropic, base_url: 'http://{}', api_key: sk-ant-0123456789 }}\n  gpt: {{ kind: openai, base_url: 'http://{}/v1', api_key: sk-gpt-0123456789 }}\n",
         claude.addr, gpt.addr
     );
-    let gateway = serve(&format!(
+    let gateway = in_process(&format!(
         "{providers}routes:\n  default: {{ targets: [claude:c, gpt:g] }}\n  only-claude: {{ targets: [claude:c] }}\n"
     ))
     .await;
@@ -274,7 +264,7 @@ async fn count_tokens_is_answered_by_the_routes_first_target_that_counts_as_it_w
     const COUNT: &str = r#"{"input_tokens":2095}"#;
     let claude = Upstream::start(COUNT, "").await;
     let gpt = Upstream::start(OPENAI_ANSWER, "").await;
-    let gateway = serve(&format!(
+    let gateway = in_process(&format!(
         "providers:\n  gpt: {{ kind: openai, base_url: 'http://{}/v1', api_key: sk-gpt-0123456789 }}\n  claude: {{ kind: anthropic, base_url: 'http://{}', api_key: sk-ant-0123456789 }}\nroutes:\n  default: {{ targets: [gpt:g, claude:c] }}\n  only-gpt: {{ targets: [gpt:g] }}\n",
         gpt.addr, claude.addr
     ))
@@ -468,7 +458,7 @@ async fn claudes_sealed_thinking_is_not_sent_to_openai_which_could_not_read_it()
 #[tokio::test]
 async fn a_providers_thinking_setting_names_the_form_for_a_model_whose_name_does_not() {
     let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
-    let gateway = serve(&format!(
+    let gateway = in_process(&format!(
         "providers:\n  up: {{ kind: anthropic, base_url: 'http://{}', api_key: sk-upstream-0123456789, thinking: budget }}\nroutes:\n  default: {{ targets: ['up:house-claude'] }}\n",
         upstream.addr
     ))
@@ -536,7 +526,7 @@ async fn a_gemini_stream_tells_an_anthropic_client_its_input_tokens_at_message_s
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    let gateway = serve(&format!(
+    let gateway = in_process(&format!(
         "providers:\n  g: {{ kind: gemini, base_url: 'http://{upstream}/v1beta', api_key: gm-0123456789 }}\nroutes:\n  default: {{ targets: ['g:gemini-2.5-flash'] }}\n"
     ))
     .await;

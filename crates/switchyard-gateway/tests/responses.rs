@@ -3,22 +3,12 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Value, json};
-use switchyard_gateway::config;
-use switchyard_gateway::server::{AppState, app};
-
-/// A gateway of `yaml` on a free loopback port, and its base URL.
-async fn serve(yaml: &str) -> String {
-    let file = config::parse(yaml, false, "responses.yaml").unwrap();
-    let loaded = config::build(file, config::Source::File("responses.yaml".into()), &|_: &str| None).unwrap();
-    let state = AppState::new(loaded.router, loaded.gateway);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let gateway = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
-    gateway
-}
+use support::in_process_url;
 
 #[tokio::test]
 async fn reasoning_a_translated_target_cannot_read_is_noted_on_its_attempt() {
@@ -27,7 +17,7 @@ async fn reasoning_a_translated_target_cannot_read_is_noted_on_its_attempt() {
     let yaml = format!(
         "providers:\n  native: {{ kind: openai, base_url: 'http://{mock}/status=500/v1', api_key: sk-native-0123456789 }}\n  sim: {{ kind: simulated }}\nroutes:\n  default: {{ targets: [native:gpt-4o, sim:m], retry: {{ max_attempts: 1 }} }}\n"
     );
-    let gateway = serve(&yaml).await;
+    let gateway = in_process_url(&yaml).await;
     let client = reqwest::Client::new();
 
     let input = json!([
@@ -78,7 +68,7 @@ async fn claudes_thinking_a_provider_of_another_kind_cannot_read_is_noted_on_its
     let yaml = format!(
         "providers:\n  claude: {{ kind: anthropic, base_url: 'http://{mock}/status=500', api_key: sk-ant-0123456789 }}\n  sim: {{ kind: simulated }}\nroutes:\n  default: {{ targets: ['claude:claude-sonnet-4-5', sim:m], retry: {{ max_attempts: 1 }} }}\n"
     );
-    let gateway = serve(&yaml).await;
+    let gateway = in_process_url(&yaml).await;
     let client = reqwest::Client::new();
     let note = "Claude's thinking of 1 earlier turn(s) was not sent: only an Anthropic provider reads it";
     let attempts_of = |response: reqwest::Response| {

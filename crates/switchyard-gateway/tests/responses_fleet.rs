@@ -3,12 +3,13 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use switchyard_gateway::config;
-use switchyard_gateway::server::{AppState, app};
+use support::in_process_url;
 use switchyard_state::testing::RedisServer;
 
 const KEY: &str = "sk-responses-fleet-0123456789";
@@ -37,14 +38,7 @@ async fn replica(upstream: SocketAddr, redis: &str) -> String {
     let yaml = format!(
         "providers:\n  up: {{ kind: openai_compatible, base_url: 'http://{upstream}/v1', api_key: sk-up-0123456789 }}\nroutes:\n  default: {{ targets: [up:m] }}\ngateway: {{ keys: [{KEY}, {OTHER}] }}\nstate: {{ redis: '{redis}', prefix: responses-fleet }}\n"
     );
-    let file = config::parse(&yaml, false, "responses-fleet.yaml").unwrap();
-    let loaded =
-        config::build(file, config::Source::File("responses-fleet.yaml".into()), &|_: &str| None).unwrap();
-    let state = AppState::new(loaded.router, loaded.gateway);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
-    format!("http://{addr}")
+    in_process_url(&yaml).await
 }
 
 async fn call(method: reqwest::Method, url: String, key: &str, body: Option<Value>) -> (u16, Value) {
@@ -159,17 +153,7 @@ async fn an_answer_one_replica_remembered_is_served_stale_by_another() {
         "providers:\n  up: {{ kind: openai_compatible, base_url: 'http://{addr}/v1' }}\nroutes:\n  default:\n    targets: [up:m]\n    retry: {{ max_attempts: 1 }}\n    health_gate: false\n    candidates: [{{ name: last-good, cache: {{ max_age: 1h }} }}]\ngateway: {{ keys: [{KEY}] }}\nstate: {{ redis: '{}', prefix: answers-fleet }}\n",
         redis.url()
     );
-    let start = |yaml: String| async move {
-        let file = config::parse(&yaml, false, "answers-fleet.yaml").unwrap();
-        let loaded =
-            config::build(file, config::Source::File("answers-fleet.yaml".into()), &|_: &str| None).unwrap();
-        let state = AppState::new(loaded.router, loaded.gateway);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
-        format!("http://{addr}")
-    };
-    let (a, b) = (start(yaml.clone()).await, start(yaml).await);
+    let (a, b) = (in_process_url(&yaml).await, in_process_url(&yaml).await);
     let question = json!({"model": "default", "messages": [{"role": "user", "content": "hi"}]});
     let (status, _) =
         call(reqwest::Method::POST, format!("{a}/v1/chat/completions"), KEY, Some(question.clone())).await;
@@ -206,15 +190,7 @@ async fn a_streamed_turn_is_in_the_fleet_before_the_client_reads_that_it_complet
         let yaml = format!(
             "providers:\n  up: {{ kind: openai_compatible, base_url: 'http://{mock}/ok/v1', api_key: sk-up-0123456789 }}\nroutes:\n  default: {{ targets: [up:m] }}\ngateway: {{ keys: [{KEY}] }}\nstate: {{ redis: '{redis}', prefix: responses-stream }}\n"
         );
-        let file = config::parse(&yaml, false, "responses-stream.yaml").unwrap();
-        let loaded =
-            config::build(file, config::Source::File("responses-stream.yaml".into()), &|_: &str| None)
-                .unwrap();
-        let state = AppState::new(loaded.router, loaded.gateway);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
-        format!("http://{addr}")
+        in_process_url(&yaml).await
     };
     let (a, b) = (replica(redis.url()).await, replica(redis.url()).await);
     let client = reqwest::Client::new();

@@ -4,11 +4,12 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
-use switchyard_gateway::config;
-use switchyard_gateway::server::{AppState, app};
+use support::in_process_url;
 
 /// A certificate authority and a certificate for 127.0.0.1 it signed, in a folder of their own.
 fn certificates(name: &str) -> PathBuf {
@@ -26,18 +27,6 @@ async fn tls_mock(dir: &Path) -> (String, tokio::task::JoinHandle<()>) {
     .unwrap();
     let (addr, server) = switchyard_mock::spawn_tls(&identity).await.unwrap();
     (format!("https://{addr}"), server)
-}
-
-/// The gateway of `yaml`, in process, on this test's runtime (one thread, so one pool per
-/// provider); its `http://` address.
-async fn gateway(yaml: &str) -> String {
-    let file = config::parse(yaml, false, "tls.yaml").unwrap();
-    let loaded = config::build(file, config::Source::File("tls.yaml".into()), &|_: &str| None).unwrap();
-    let state = AppState::new(loaded.router, loaded.gateway);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
-    address
 }
 
 /// A client of the mock itself, trusting the test authority: reads `/_stats`.
@@ -60,7 +49,7 @@ async fn a_provider_behind_a_private_authority_is_reached_with_its_ca_file_and_r
         "providers:\n  trusted: {{ kind: openai_compatible, base_url: '{mock}/ok/v1', ca_file: '{}' }}\n  bare: {{ kind: openai_compatible, base_url: '{mock}/ok/v1' }}\nroutes:\n  default: {{ targets: [trusted:m] }}\n  bare: {{ targets: [bare:m], retry: {{ max_attempts: 1 }} }}\n",
         ca.display()
     );
-    let gateway = gateway(&yaml).await;
+    let gateway = in_process_url(&yaml).await;
     let client = reqwest::Client::new();
     let chat = |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
 
@@ -91,7 +80,7 @@ async fn sequential_requests_over_tls_reuse_one_upstream_connection_in_both_dial
         "providers:\n  oai: {{ kind: openai_compatible, base_url: '{mock}/ok~chunks=4/v1', ca_file: '{ca}' }}\n  ant: {{ kind: anthropic, base_url: '{mock}/ok~chunks=4', api_key: sk-ant-test-0123456789, ca_file: '{ca}' }}\nroutes:\n  default: {{ targets: [oai:m] }}\n  claude: {{ targets: [ant:claude-haiku-4-5] }}\n",
         ca = ca.display()
     );
-    let gateway = gateway(&yaml).await;
+    let gateway = in_process_url(&yaml).await;
     let stats = mock_client(&dir);
     let before = connections(&stats, &mock).await;
     let client = reqwest::Client::new();

@@ -1,10 +1,12 @@
-//! What the tests that run the real `switchyard` binary share: config files, one-shot
-//! commands, and gateways started on a free port and stopped by their process id.
+//! What the gateway's tests share: for those that run the real `switchyard` binary, config
+//! files, one-shot commands, and gateways started on a free port and stopped by their process
+//! id; for the others, a gateway of a configuration served in process.
 
 #![allow(clippy::unwrap_used, dead_code)]
 
 use std::cell::RefCell;
 use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -152,4 +154,23 @@ pub fn read_logs(gateways: &mut [(Child, String)]) -> Vec<std::thread::JoinHandl
             })
         })
         .collect()
+}
+
+/// A gateway of `yaml`, served in process on this test's runtime from a free loopback port;
+/// its address. It stops with the runtime. A `#[tokio::test]` runtime has one thread, so the
+/// gateway has one connection pool per provider.
+pub async fn in_process(yaml: &str) -> SocketAddr {
+    use switchyard_gateway::{config, server};
+    let file = config::parse(yaml, false, "test.yaml").unwrap();
+    let loaded = config::build(file, config::Source::File("test.yaml".into()), &|_: &str| None).unwrap();
+    let state = server::AppState::new(loaded.router, loaded.gateway);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, server::app(state)).await.unwrap() });
+    addr
+}
+
+/// [`in_process`], as the `http://` base URL to send to.
+pub async fn in_process_url(yaml: &str) -> String {
+    format!("http://{}", in_process(yaml).await)
 }
