@@ -179,3 +179,28 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def build_release(repo):
+    """Release builds of the gateway, the mock and the load driver in `repo`; their paths by
+    binary name."""
+    subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "switchyard-gateway", "-p", "switchyard-mock",
+                    "-p", "switchyard-bench"], cwd=repo, check=True)
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(repo, "target"))
+    return {name: os.path.join(target, "release", name) for name in ("switchyard", "switchyard-mock", "switchyard-bench")}
+
+
+def named_binaries(parser, items, reserved):
+    """`--bin NAME=PATH` items as {NAME: absolute PATH}, in order; a bad item is `parser`'s
+    error. A name heads a gateway's rows and names its files and its entries in the tables of
+    ports and processes, so it is a plain word (letters, digits, `-`, `_`), given once, and none
+    of `reserved` (the names of what else the benchmark starts)."""
+    binaries = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if (not sep or not re.fullmatch(r"[A-Za-z0-9_-]+", name) or name in reserved or name in binaries
+                or not os.path.isfile(path)):
+            parser.error(f"--bin {item!r}: expected NAME=PATH of an existing file, NAME new, of letters, digits, "
+                         f"'-' and '_', and not one of {', '.join(reserved)}")
+        binaries[name] = os.path.abspath(path)
+    return binaries
