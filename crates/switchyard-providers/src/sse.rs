@@ -243,11 +243,8 @@ where
     use futures_util::StreamExt;
     {
         let mut rest = std::pin::pin!(async { while events.next().await.is_some() {} });
-        for _ in 0..RELEASE_TURNS {
-            if ready_now(&mut rest).await {
-                return;
-            }
-            next_turn().await;
+        if done_within_turns(&mut rest, RELEASE_TURNS).await {
+            return;
         }
         if tokio::time::timeout(RELEASE_INLINE, rest).await.is_ok() {
             return;
@@ -259,25 +256,24 @@ where
     });
 }
 
-/// Lets the tasks already woken run, then goes on. The task wakes itself, so it is queued
-/// behind them: on a single-threaded runtime that costs no system call, where
-/// `tokio::task::yield_now` (which waits for the event loop to poll for I/O) costs one.
-async fn next_turn() {
-    let mut turned = false;
+/// Whether `future` finishes within `turns` turns of the event loop, with no timer: after each
+/// `Pending` the task wakes itself, and so is queued behind the tasks already woken. On a
+/// single-threaded runtime that costs no system call, where `tokio::task::yield_now` (which
+/// waits for the event loop to poll for I/O) costs one.
+async fn done_within_turns<F: Future + Unpin>(future: &mut F, turns: usize) -> bool {
+    let mut left = turns;
     std::future::poll_fn(|cx| {
-        if std::mem::replace(&mut turned, true) {
-            Poll::Ready(())
-        } else {
-            cx.waker().wake_by_ref();
-            Poll::Pending
+        if Pin::new(&mut *future).poll(cx).is_ready() {
+            return Poll::Ready(true);
         }
+        if left == 0 {
+            return Poll::Ready(false);
+        }
+        left -= 1;
+        cx.waker().wake_by_ref();
+        Poll::Pending
     })
-    .await;
-}
-
-/// Whether `future` is done when polled once, now.
-async fn ready_now<F: Future + Unpin>(future: &mut F) -> bool {
-    std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *future).poll(cx).is_ready())).await
+    .await
 }
 
 /// Turns a byte stream (a response body) into SSE events. A body error ends the stream with a
@@ -360,6 +356,26 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// A future ready at its `ready_at`-th poll, that never wakes its task itself.
+    fn ready_at_poll(ready_at: usize) -> impl Future<Output = ()> + Unpin {
+        let mut polls = 0;
+        std::future::poll_fn(move |_| {
+            polls += 1;
+            if polls >= ready_at { Poll::Ready(()) } else { Poll::Pending }
+        })
+    }
+
+    #[tokio::test]
+    async fn a_body_end_is_waited_for_a_bounded_number_of_loop_turns() {
+        // One poll now and one after each turn: a future ready at the fourth poll is done
+        // within three turns, one ready at the fifth is not, and neither waits on a wake-up
+        // that never comes.
+        assert!(done_within_turns(&mut ready_at_poll(1), 0).await);
+        assert!(done_within_turns(&mut ready_at_poll(4), 3).await);
+        assert!(!done_within_turns(&mut ready_at_poll(5), 3).await);
+        assert!(!done_within_turns(&mut std::future::pending::<()>(), 3).await);
+    }
 
     /// Feeds `bytes` in pieces ending at `cuts`, then ends the input.
     fn parse_in_pieces(bytes: &[u8], cuts: &[usize]) -> (Vec<SseEvent>, Vec<String>) {
