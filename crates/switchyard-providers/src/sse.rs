@@ -366,15 +366,22 @@ mod tests {
         })
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_body_end_is_waited_for_a_bounded_number_of_loop_turns() {
         // One poll now and one after each turn: a future ready at the fourth poll is done
         // within three turns, one ready at the fifth is not, and neither waits on a wake-up
-        // that never comes.
-        assert!(done_within_turns(&mut ready_at_poll(1), 0).await);
-        assert!(done_within_turns(&mut ready_at_poll(4), 3).await);
-        assert!(!done_within_turns(&mut ready_at_poll(5), 3).await);
-        assert!(!done_within_turns(&mut std::future::pending::<()>(), 3).await);
+        // that never comes (that would hang: the paused clock's limit makes it a failure).
+        async fn within(future: impl Future<Output = ()> + Unpin, turns: usize) -> bool {
+            let mut future = future;
+            let waited = done_within_turns(&mut future, turns);
+            tokio::time::timeout(std::time::Duration::from_secs(1), waited)
+                .await
+                .expect("waited on a wake-up")
+        }
+        assert!(within(ready_at_poll(1), 0).await);
+        assert!(within(ready_at_poll(4), 3).await);
+        assert!(!within(ready_at_poll(5), 3).await);
+        assert!(!within(std::future::pending::<()>(), 3).await);
     }
 
     /// Feeds `bytes` in pieces ending at `cuts`, then ends the input.
