@@ -12,11 +12,12 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use ::http::header::{ACCEPT, HeaderMap, HeaderName, HeaderValue};
+use ::http::header::{ACCEPT, HOST, HeaderMap, HeaderName, HeaderValue};
+use ::http::uri::Authority;
 use ::http::{Method, Uri};
 use bytes::Bytes;
 use futures_core::Stream;
@@ -88,6 +89,9 @@ pub struct HttpClient {
     tls: rustls::ClientConfig,
     /// Identifies this client's pools in every thread's cache; dead once every clone is gone.
     alive: Arc<()>,
+    /// The `Host` header of the authority this client last wrote one for: a provider speaks
+    /// to one host, and hyper's client would otherwise format the header for every request.
+    host: OnceLock<(Authority, HeaderValue)>,
 }
 
 thread_local! {
@@ -100,7 +104,7 @@ impl HttpClient {
     /// thread's pool is made on its first use, or by [`HttpClient::warm`].
     pub fn new(settings: &HttpSettings) -> Result<Self, ClientError> {
         let tls = tls_config(&settings.extra_roots)?;
-        Ok(Self { settings: settings.clone(), tls, alive: Arc::new(()) })
+        Ok(Self { settings: settings.clone(), tls, alive: Arc::new(()), host: OnceLock::new() })
     }
 
     /// Makes the calling thread's pool now, if it has none yet.
@@ -113,6 +117,14 @@ impl HttpClient {
         &self,
         request: Request,
     ) -> impl Future<Output = Result<Response, TransportError>> + Send + 'static {
+        let mut request = request;
+        // HTTP/2 names the host in `:authority`, which hyper writes from the URI.
+        if !self.settings.http2
+            && !request.headers().contains_key(HOST)
+            && let Some(host) = self.host(request.uri())
+        {
+            request.headers_mut().insert(HOST, host);
+        }
         // The pool is borrowed only to start the request: no clone of it per request.
         let response = self.with_pool(|pool| pool.request(request));
         async move { response.await.map_err(TransportError::send) }
@@ -143,6 +155,19 @@ impl HttpClient {
         Err(classify(status, &body, wait))
     }
 
+    /// The `Host` header for `uri`, as hyper's client writes it (the port only when it is not
+    /// the scheme's default), made on the first request and kept for the requests to the same
+    /// authority. `None` for a URI without a host, which the client refuses itself.
+    fn host(&self, uri: &Uri) -> Option<HeaderValue> {
+        let authority = uri.authority()?;
+        if let Some((known, value)) = self.host.get() {
+            return (known == authority).then(|| value.clone()).or_else(|| host_value(uri));
+        }
+        let value = host_value(uri)?;
+        let _ = self.host.set((authority.clone(), value.clone()));
+        Some(value)
+    }
+
     /// Runs `f` on the calling thread's pool of this client, making the pool first if the
     /// thread has none yet.
     fn with_pool<T>(&self, f: impl FnOnce(&Pool) -> T) -> T {
@@ -166,6 +191,20 @@ impl HttpClient {
         pools.retain(|(id, _)| id.strong_count() > 0);
         pools.push((Arc::downgrade(&self.alive), pool));
     }
+}
+
+/// The `Host` header of a request to `uri`: its host, and its port as written unless it is the
+/// scheme's default (hyper's client's rule).
+fn host_value(uri: &Uri) -> Option<HeaderValue> {
+    let host = uri.host()?;
+    let default_port = if matches!(uri.scheme_str(), Some("https" | "wss")) { 443 } else { 80 };
+    let value = match uri.port() {
+        Some(port) if port.as_u16() != default_port => {
+            HeaderValue::try_from(format!("{host}:{}", port.as_str()))
+        }
+        _ => HeaderValue::from_str(host),
+    };
+    value.ok()
 }
 
 /// An HTTP client that cannot be built.
@@ -647,5 +686,19 @@ mod tests {
         let error = TransportError::classified("could not connect", error);
         assert_eq!(error.kind(), ErrorKind::Timeout);
         assert!(error.to_string().starts_with("could not connect: connecting took over 10s"), "{error}");
+    }
+
+    #[test]
+    fn the_host_header_is_the_clients_and_is_made_once_per_authority() {
+        let client = HttpClient::new(&HttpSettings::default()).unwrap();
+        let host = |uri: &str| client.host(&uri.parse().unwrap()).map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(host("http://127.0.0.1:8080/v1/chat").as_deref(), Some("127.0.0.1:8080"));
+        assert_eq!(host("http://127.0.0.1:8080/v1/embeddings").as_deref(), Some("127.0.0.1:8080"));
+        assert_eq!(client.host.get().map(|(a, _)| a.as_str()), Some("127.0.0.1:8080"));
+        // Another authority is not given the kept one's header.
+        assert_eq!(host("https://api.example.com:443/v1").as_deref(), Some("api.example.com"));
+        assert_eq!(host("http://[::1]:80/v1").as_deref(), Some("[::1]"));
+        assert_eq!(host("https://h.example:8443/v1").as_deref(), Some("h.example:8443"));
+        assert_eq!(host("/relative"), None);
     }
 }
