@@ -160,18 +160,22 @@ impl HealthStore for MemoryStore {
         // in `credentials`, and only a copy that changed may be written back.
         let before: Vec<CredentialRecord> =
             credentials.iter().map(|id| state.credentials.get(id).cloned().unwrap_or_default()).collect();
-        let mut records = Records {
-            target: state.targets.get_mut(target).map(std::mem::take).unwrap_or_default(),
-            credentials: before.clone(),
-        };
-        apply(&mut records);
-        if state.targets.len() >= self.capacity
-            && !state.targets.contains_key(target)
-            && records.target != TargetRecord::default()
-        {
-            forget_least_telling(&mut state.targets, self.capacity / 10);
+        let mut records = Records { target: TargetRecord::default(), credentials: before.clone() };
+        if let Some(slot) = state.targets.get_mut(target) {
+            // The common case: the target is known, and its slot is written through the one
+            // lookup (the key is hashed once).
+            records.target = std::mem::take(slot);
+            apply(&mut records);
+            *slot = records.target;
+        } else {
+            apply(&mut records);
+            if records.target != TargetRecord::default() {
+                if state.targets.len() >= self.capacity {
+                    forget_least_telling(&mut state.targets, self.capacity / 10);
+                }
+                state.targets.insert(target.clone(), records.target);
+            }
         }
-        put_back(&mut state.targets, target, records.target);
         for ((id, record), old) in credentials.iter().zip(records.credentials).zip(before) {
             if record != old {
                 state.credentials.insert(id.clone(), record);
