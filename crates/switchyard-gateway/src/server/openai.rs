@@ -67,7 +67,7 @@ pub async fn chat_completions(
                 return answered(&state, &exchange, body, Delivered::from(&mut answer));
             }
             if response.id.is_empty() {
-                response.id = format!("chatcmpl-{}", exchange.id);
+                response.id = ["chatcmpl-", &exchange.id].concat();
             }
             if response.created == 0 {
                 response.created = unix_now();

@@ -131,7 +131,7 @@ pub fn openai_stream(
     include_usage: bool,
 ) -> Response {
     let encoder = OpenAiEncoder {
-        id: format!("chatcmpl-{}", exchange.id),
+        id: ["chatcmpl-", &exchange.id].concat(),
         created: unix_now(),
         include_usage,
         usage: None,
