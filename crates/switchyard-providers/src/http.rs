@@ -89,8 +89,9 @@ pub struct HttpClient {
     tls: rustls::ClientConfig,
     /// Identifies this client's pools in every thread's cache; dead once every clone is gone.
     alive: Arc<()>,
-    /// The `Host` header of the authority this client last wrote one for: a provider speaks
+    /// The `Host` header of the first authority this client wrote one for: a provider speaks
     /// to one host, and hyper's client would otherwise format the header for every request.
+    /// Requests to another authority get theirs made each time.
     host: OnceLock<(Authority, HeaderValue)>,
 }
 
