@@ -22,7 +22,7 @@ use ::http::{Method, Uri};
 use bytes::Bytes;
 use futures_core::Stream;
 use http_body_util::{BodyExt, Full};
-use hyper::body::{Body, Incoming};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_rustls::{ConfigBuilderExt, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -44,7 +44,9 @@ pub struct HttpSettings {
     /// HTTP/2 instead of HTTP/1.1. Off by default: on one HTTP/2 connection, long streams
     /// queue behind each other.
     pub http2: bool,
-    /// How long an idle pooled connection is kept. Default 90 s.
+    /// How long an idle pooled connection may still be used. Default 90 s. Over HTTP/1 an
+    /// expired connection is closed when its thread's pool is next used (nothing wakes a
+    /// thread just to close one); with zero, no connection carries a second request.
     pub pool_idle_timeout: Duration,
     /// Certificate authorities trusted beside the platform's: a provider behind a private CA
     /// (an on-premises server, a corporate proxy, a self-signed test upstream). Read from a PEM
@@ -63,24 +65,86 @@ impl Default for HttpSettings {
     }
 }
 
-/// The pooled client of one thread.
-pub type Pool = Client<ConnectWithin<HttpsConnector<HttpConnector>>, Full<Bytes>>;
+mod pool;
+
+/// How connections are opened: TCP, then TLS for `https://`, all within the connect timeout.
+type Connector = ConnectWithin<HttpsConnector<HttpConnector>>;
+
+/// One client's connections on one thread.
+enum Pool {
+    /// HTTP/1: each connection is driven by the request that holds it ([`pool`]).
+    Own(pool::Pool),
+    /// HTTP/2: hyper-util's client, whose connections are shared by concurrent requests and
+    /// driven by tasks of their own.
+    Shared(Box<Client<Connector, Full<Bytes>>>),
+}
 
 /// A request to an upstream: the whole body is in memory.
 pub type Request = ::http::Request<Full<Bytes>>;
 
 /// An upstream's response; its body is read with [`read_body`], [`read_error_body`] or
 /// [`body_stream`].
-pub type Response = ::http::Response<Incoming>;
+pub type Response = ::http::Response<UpstreamBody>;
+
+/// The body of an upstream's response. Over HTTP/1, reading it drives its connection, which
+/// goes back to the pool when the body has been read to its end; a body dropped before then
+/// closes its connection.
+pub struct UpstreamBody(Inner);
+
+enum Inner {
+    Pooled(pool::PooledBody),
+    Shared(Incoming),
+}
+
+impl UpstreamBody {
+    fn from_pooled(body: pool::PooledBody) -> Self {
+        Self(Inner::Pooled(body))
+    }
+}
+
+impl fmt::Debug for UpstreamBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("UpstreamBody")
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match &mut self.get_mut().0 {
+            Inner::Pooled(body) => body.poll_frame(cx),
+            Inner::Shared(body) => Pin::new(body).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.0 {
+            Inner::Pooled(body) => body.is_end_stream(),
+            Inner::Shared(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.0 {
+            Inner::Pooled(body) => body.size_hint(),
+            Inner::Shared(body) => body.size_hint(),
+        }
+    }
+}
 
 /// One provider's HTTP client: a connection pool per thread, all made from the same settings.
 ///
-/// A pooled connection is driven by a task on the runtime that opened it. The gateway runs one
+/// A connection is registered with the runtime that opened it. The gateway runs one
 /// single-threaded runtime per core; a pool shared between them would hand a request on one
-/// thread a connection driven by another, and every read and write would then wake that
-/// other thread. With a pool per thread, an upstream exchange stays on the thread of the
-/// client connection that asked for it. On a multi-threaded runtime this costs at most one
-/// idle connection per worker thread more than a shared pool would keep.
+/// thread a connection of another, and every read and write would then wake that other
+/// thread. With a pool per thread, an upstream exchange stays on the thread of the client
+/// connection that asked for it. On a multi-threaded runtime this costs at most one idle
+/// connection per worker thread more than a shared pool would keep.
 #[derive(Debug, Clone)]
 pub struct HttpClient {
     /// The settings every thread's pool is made from.
@@ -127,8 +191,19 @@ impl HttpClient {
             request.headers_mut().insert(HOST, host);
         }
         // The pool is borrowed only to start the request: no clone of it per request.
-        let response = self.with_pool(|pool| pool.request(request));
-        async move { response.await.map_err(TransportError::send) }
+        let start = self.with_pool(|pool| match pool {
+            Pool::Own(pool) => Start::Own(pool.start(request), Arc::downgrade(&self.alive)),
+            Pool::Shared(client) => Start::Shared(client.request(request)),
+        });
+        async move {
+            match start {
+                Start::Own(sending, home) => sending.run(home).await,
+                Start::Shared(response) => {
+                    let response = response.await.map_err(TransportError::send)?;
+                    Ok(response.map(|body| UpstreamBody(Inner::Shared(body))))
+                }
+            }
+        }
     }
 
     /// Sends `request` for `call` and returns the response when its status is a success. The
@@ -171,16 +246,13 @@ impl HttpClient {
 
     /// Runs `f` on the calling thread's pool of this client, making the pool first if the
     /// thread has none yet.
-    fn with_pool<T>(&self, f: impl FnOnce(&Pool) -> T) -> T {
+    fn with_pool<T>(&self, f: impl FnOnce(&mut Pool) -> T) -> T {
         POOLS.with_borrow_mut(|pools| {
-            // Compared by address: no reference count is touched on the request path. A pool's
-            // `Weak` keeps its allocation, so the address cannot be reused while it is listed.
-            let mine = Arc::as_ptr(&self.alive);
-            if let Some((_, pool)) = pools.iter().find(|(id, _)| std::ptr::eq(id.as_ptr(), mine)) {
+            if let Some(pool) = find(pools, Arc::as_ptr(&self.alive)) {
                 return f(pool);
             }
-            let pool = client(&self.settings, &self.tls);
-            let result = f(&pool);
+            let mut pool = client(&self.settings, &self.tls);
+            let result = f(&mut pool);
             self.insert(pools, pool);
             result
         })
@@ -192,6 +264,52 @@ impl HttpClient {
         pools.retain(|(id, _)| id.strong_count() > 0);
         pools.push((Arc::downgrade(&self.alive), pool));
     }
+}
+
+/// How [`HttpClient::send`] began. It lives in the sending future once, so the variants'
+/// sizes matter less than an allocation per request would.
+#[expect(clippy::large_enum_variant, reason = "boxing the common variant costs an allocation per request")]
+enum Start {
+    /// On a connection of the thread's HTTP/1 pool, which goes back to the pool of `home`.
+    Own(pool::Sending, Weak<()>),
+    /// On hyper-util's HTTP/2 client.
+    Shared(hyper_util::client::legacy::ResponseFuture),
+}
+
+/// The pool of the client whose id points at `client` in `pools`.
+fn find(pools: &mut [(Weak<()>, Pool)], client: *const ()) -> Option<&mut Pool> {
+    // Compared by address: no reference count is touched on the request path. A pool's `Weak`
+    // keeps its allocation, so the address cannot be reused while it is listed.
+    pools.iter_mut().find(|(id, _)| std::ptr::eq(id.as_ptr(), client)).map(|(_, pool)| pool)
+}
+
+/// Runs `f` on the calling thread's HTTP/1 pool of the client `home`; `None` if the thread
+/// has none (the client is gone, or the thread is shutting down).
+fn on_this_thread<T>(home: &Weak<()>, f: impl FnOnce(&mut pool::Pool) -> T) -> Option<T> {
+    POOLS
+        .try_with(|pools| {
+            let mut pools = pools.try_borrow_mut().ok()?;
+            match find(&mut pools, home.as_ptr())? {
+                Pool::Own(pool) => Some(f(pool)),
+                Pool::Shared(_) => None,
+            }
+        })
+        .ok()
+        .flatten()
+}
+
+/// A new connection to `uri` from the calling thread's pool of the client `home`.
+fn connect_on_this_thread(
+    home: &Weak<()>,
+    uri: &Uri,
+) -> Option<<Connector as tower_service::Service<Uri>>::Future> {
+    on_this_thread(home, |pool| pool.connect(uri))
+}
+
+/// Hands the calling thread's pool of the client `home` to `put`, which puts a connection
+/// back in it. Without one, `put` is not called and the connection closes.
+fn put_back_on_this_thread(home: &Weak<()>, put: impl FnOnce(&mut pool::Pool)) {
+    on_this_thread(home, put);
 }
 
 /// The `Host` header of a request to `uri`: its host, and its port as written unless it is the
@@ -260,12 +378,13 @@ fn client(settings: &HttpSettings, tls: &rustls::ClientConfig) -> Pool {
     } else {
         tls.enable_http1().wrap_connector(http)
     };
-    let mut builder = Client::builder(TokioExecutor::new());
-    builder.pool_idle_timeout(settings.pool_idle_timeout).pool_timer(TokioTimer::new());
-    if settings.http2 {
-        builder.http2_only(true);
+    let connector = ConnectWithin { inner: https, limit: settings.connect_timeout };
+    if !settings.http2 {
+        return Pool::Own(pool::Pool::new(connector, settings.pool_idle_timeout));
     }
-    builder.build(ConnectWithin { inner: https, limit: settings.connect_timeout })
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder.pool_idle_timeout(settings.pool_idle_timeout).pool_timer(TokioTimer::new()).http2_only(true);
+    Pool::Shared(Box::new(builder.build(connector)))
 }
 
 /// A connector whose whole connect (name resolution, TCP and the TLS handshake) must finish
@@ -433,6 +552,17 @@ impl TransportError {
         Self::classified(what, error.into())
     }
 
+    /// An error of sending a request on a connection and waiting for the response head.
+    fn request(error: hyper::Error) -> Self {
+        let what = if is_timeout(&error) { "timed out" } else { "the request failed" };
+        Self::classified(what, error.into())
+    }
+
+    /// A request that cannot be sent as it is: `why`.
+    fn invalid(why: &'static str) -> Self {
+        Self { kind: ErrorKind::Transport, what: "the request failed", source: Some(why.into()) }
+    }
+
     /// An error of reading a response body.
     fn body(error: hyper::Error) -> Self {
         let what = if is_timeout(&error) { "timed out" } else { "the response body broke off" };
@@ -530,7 +660,7 @@ pub fn body_stream(response: Response) -> BodyStream {
 #[derive(Debug)]
 pub struct BodyStream {
     /// The response body, read frame by frame.
-    body: Incoming,
+    body: UpstreamBody,
 }
 
 impl Stream for BodyStream {

@@ -230,9 +230,9 @@ const RELEASE_TURNS: usize = 3;
 /// dropped (its connection closed). Only a stream that ended cleanly is released: a caller
 /// that goes away mid-stream drops the body, which closes the upstream call at once.
 ///
-/// Most bodies end in bytes already read, and the client's connection task needs only a turn
-/// or two of the event loop to see it: the end is looked for after each of [`RELEASE_TURNS`]
-/// turns before the inline timer is armed. Arming a timer earlier than any other wakes the
+/// Most bodies end in bytes already read, and the connection (driven by the body's reads)
+/// needs only a turn or two of the task to pass the end on: the end is looked for after each
+/// of [`RELEASE_TURNS`] turns before the inline timer is armed. Arming a timer earlier than any other wakes the
 /// event loop it is armed on (an eventfd write and an extra `epoll_wait`), and this one, of
 /// 5 ms, always is.
 pub(crate) async fn release<S>(mut events: S)

@@ -23,38 +23,45 @@ use switchyard_providers::{ProviderKind, ProviderSettings};
 
 const KEY: &str = "sk-test-connections-0123456789";
 
-/// Counts the streams whose body the server dropped before sending it all (the client went
-/// away).
-struct Watch(Arc<AtomicUsize>, bool);
+/// Counts the streams whose body the server sent to its end, and those it dropped before
+/// (the client went away).
+struct Watch {
+    ended: Arc<AtomicUsize>,
+    cut: Arc<AtomicUsize>,
+    finished: bool,
+}
 
 impl Watch {
     fn finish(&mut self) {
-        self.1 = true;
+        self.finished = true;
+        self.ended.fetch_add(1, Ordering::SeqCst);
     }
 }
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        if !self.1 {
-            self.0.fetch_add(1, Ordering::SeqCst);
+        if !self.finished {
+            self.cut.fetch_add(1, Ordering::SeqCst);
         }
     }
 }
 
-/// The fake, and how many of its streams the client went away from.
+/// The fake, and how many of its streams it ended, and how many the client went away from.
 struct Upstream {
     fake: Fake,
+    ended: Arc<AtomicUsize>,
     cut: Arc<AtomicUsize>,
 }
 
 /// A server streaming `events` (SSE text, one piece each), the last a moment before the body
 /// ends; with `hold`, it then keeps the body open for good.
 async fn upstream(events: Vec<String>, hold: bool) -> Upstream {
-    let cut = Arc::new(AtomicUsize::new(0));
-    let seen_cut = cut.clone();
+    let (ended, cut) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (seen_ended, seen_cut) = (ended.clone(), cut.clone());
     let reply = move |_: &Seen| {
-        let (events, cut) = (events.clone(), seen_cut.clone());
-        let body = futures_util::stream::unfold((0, Watch(cut, false)), move |(i, mut watch)| {
+        let watch = Watch { ended: seen_ended.clone(), cut: seen_cut.clone(), finished: false };
+        let events = events.clone();
+        let body = futures_util::stream::unfold((0, watch), move |(i, mut watch)| {
             let events = events.clone();
             async move {
                 if i < events.len() {
@@ -73,7 +80,7 @@ async fn upstream(events: Vec<String>, hold: bool) -> Upstream {
         respond(200, &[], "text/event-stream", Body::from_stream(body))
     };
     let fake = Fake::start(only_posts_to(&["/v1/chat/completions", "/v1/messages"], reply)).await;
-    Upstream { fake, cut }
+    Upstream { fake, ended, cut }
 }
 
 fn openai_events() -> Vec<String> {
@@ -145,10 +152,17 @@ async fn stream_once(provider: &dyn Provider, take: Option<usize>) -> usize {
 async fn sequential_streams_reuse_one_connection(kind: ProviderKind, events: Vec<String>) {
     let upstream = upstream(events, false).await;
     let provider = provider(kind, &upstream.fake.origin());
-    for _ in 0..8 {
+    for sent in 1..=8 {
+        // The stream reads the body to its end, which puts the connection back in the pool.
         assert!(stream_once(&*provider, None).await > 0);
-        // The client's connection task puts the connection back in the pool once it sees the
-        // body's end: let it run, as the time until a gateway's next request always does.
+        // On a loaded machine the end may come later than the stream waits for it inline; it
+        // is then read in the background. Let that run, as the time until a gateway's next
+        // request does: until the server has sent the end, then a few turns for it to arrive.
+        let started = std::time::Instant::now();
+        while upstream.ended.load(Ordering::SeqCst) < sent {
+            assert!(started.elapsed() < Duration::from_secs(2), "{kind:?}: the body never ended");
+            tokio::task::yield_now().await;
+        }
         for _ in 0..8 {
             tokio::task::yield_now().await;
         }

@@ -1,0 +1,531 @@
+//! HTTP/1 connections driven by the task that uses them.
+//!
+//! hyper-util's pooled client drives each connection from a task of its own: a request goes
+//! to that task through a channel, the response head and each piece of the body come back
+//! through others, and every hand-off wakes the other task. On the gateway's request path that
+//! is a second task's code and data to bring back into the cache for every event. Here a
+//! connection is driven by whoever holds it: the sending future until the response head has
+//! arrived, then the response body, which puts the connection back in its thread's pool once
+//! the body has ended. Nothing polls an idle connection: it is checked when it is taken again
+//! (a read that must find nothing, not even the end of the connection).
+//!
+//! Dropping a body before its end drops its connection, which closes the upstream call at
+//! once: a client that went away stops the provider generating for nobody.
+
+use std::future::{Future, poll_fn};
+use std::pin::{Pin, pin};
+use std::sync::Weak;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use ::http::Uri;
+use ::http::uri::{Authority, Scheme};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::client::conn::TrySendError;
+use hyper::client::conn::http1::{self, Connection, SendRequest};
+use hyper_rustls::MaybeHttpsStream;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tower_service::Service as _;
+
+use super::{Connector, Request, Response, TransportError, UpstreamBody};
+
+/// A connection's socket: TLS for `https://` origins, plain TCP for `http://` ones.
+type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
+
+/// A connect under way (name resolution, TCP and the TLS handshake), bounded by the
+/// connector's limit.
+type Connecting = <Connector as tower_service::Service<Uri>>::Future;
+
+/// Where a connection leads: the scheme and authority of the requests it can carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Origin {
+    scheme: Scheme,
+    authority: Authority,
+}
+
+impl Origin {
+    /// The origin of an absolute `uri`; `None` for a URI without a scheme or host.
+    fn of(uri: &Uri) -> Option<Self> {
+        Some(Self { scheme: uri.scheme()?.clone(), authority: uri.authority()?.clone() })
+    }
+
+    /// Whether a request to `uri` can go on a connection to this origin.
+    fn serves(&self, uri: &Uri) -> bool {
+        uri.scheme() == Some(&self.scheme) && uri.authority() == Some(&self.authority)
+    }
+}
+
+/// One HTTP/1 connection: the handle requests are sent on, and the state machine that reads
+/// and writes its socket.
+struct Conn {
+    origin: Origin,
+    sender: SendRequest<Full<Bytes>>,
+    /// `None` once the connection has ended (closed by either side, or failed).
+    driver: Option<Connection<Io, Full<Bytes>>>,
+}
+
+impl Conn {
+    /// Opens a connection to `uri`'s origin with `connecting`. Boxed: a connection's state
+    /// (its buffers among it) is near 2 KB, and it moves from the pool to the request to the
+    /// body and back.
+    async fn open(connecting: Connecting, uri: &Uri) -> Result<Box<Self>, TransportError> {
+        let origin =
+            Origin::of(uri).ok_or_else(|| TransportError::invalid("the URL has no scheme or host"))?;
+        let io = connecting.await.map_err(|error| TransportError::classified("could not connect", error))?;
+        let (sender, driver) = http1::handshake(io)
+            .await
+            .map_err(|error| TransportError::classified("could not connect", error.into()))?;
+        Ok(Box::new(Self { origin, sender, driver: Some(driver) }))
+    }
+
+    /// Whether another request can be sent on this connection now, after letting it read and
+    /// write what it can.
+    fn is_reusable(&mut self, cx: &mut Context<'_>) -> bool {
+        drive(&mut self.driver, cx) && self.sender.is_ready()
+    }
+
+    /// Sends `request`, driving the connection until the response head has arrived. A request
+    /// that never left comes back in the error.
+    async fn send(&mut self, request: Request) -> Result<::http::Response<Incoming>, TrySendError<Request>> {
+        let Self { sender, driver, .. } = self;
+        let mut response = pin!(sender.try_send_request(request));
+        poll_fn(|cx| {
+            // The connection first: it writes the request, then reads the answer. When it has
+            // ended, the response future holds the reason.
+            drive(driver, cx);
+            response.as_mut().poll(cx)
+        })
+        .await
+    }
+}
+
+/// Lets a connection read and write what it can; whether it is still open.
+fn drive(driver: &mut Option<Connection<Io, Full<Bytes>>>, cx: &mut Context<'_>) -> bool {
+    if let Some(connection) = driver
+        && Pin::new(connection).poll(cx).is_ready()
+    {
+        *driver = None;
+    }
+    driver.is_some()
+}
+
+/// The HTTP/1 connections of one client on one thread: how new ones are opened, and the idle
+/// ones, least recently used first.
+pub(super) struct Pool {
+    connector: Connector,
+    idle: Vec<Idle>,
+    /// How long a connection may stay idle and still be used.
+    idle_timeout: Duration,
+}
+
+/// A connection no request holds, since when.
+struct Idle {
+    conn: Box<Conn>,
+    since: Instant,
+}
+
+impl Pool {
+    pub(super) fn new(connector: Connector, idle_timeout: Duration) -> Self {
+        Self { connector, idle: Vec::new(), idle_timeout }
+    }
+
+    /// Starts sending `request` (to an absolute URI): on the most recently used idle
+    /// connection to its origin that is still open, else on a new one. Idle connections the
+    /// server closed, or idle for longer than the timeout, are closed on the way.
+    pub(super) fn start(&mut self, request: Request) -> Sending {
+        let uri = request.uri().clone();
+        let first = match self.take(&uri) {
+            Some(conn) => First::Idle(conn),
+            None => First::Connecting(self.connect(&uri)),
+        };
+        Sending { request, uri, first }
+    }
+
+    /// A new connection to `uri`'s origin, under way.
+    pub(super) fn connect(&mut self, uri: &Uri) -> Connecting {
+        self.connector.call(uri.clone())
+    }
+
+    /// Puts `conn` back, idle from now.
+    fn put(&mut self, conn: Box<Conn>) {
+        let now = Instant::now();
+        self.expire(now);
+        self.idle.push(Idle { conn, since: now });
+    }
+
+    /// The most recently used idle connection to `uri`'s origin that can take a request.
+    fn take(&mut self, uri: &Uri) -> Option<Box<Conn>> {
+        if self.idle.is_empty() {
+            return None;
+        }
+        self.expire(Instant::now());
+        // Whatever the check registers to be woken by is registered again, with the sender's
+        // waker, when the sender drives the connection.
+        let mut cx = Context::from_waker(Waker::noop());
+        while let Some(at) = self.idle.iter().rposition(|idle| idle.conn.origin.serves(uri)) {
+            let mut conn = self.idle.remove(at).conn;
+            if conn.is_reusable(&mut cx) {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    /// Closes the connections idle for longer than the timeout at `now`.
+    fn expire(&mut self, now: Instant) {
+        let timeout = self.idle_timeout;
+        self.idle.retain(|idle| now.saturating_duration_since(idle.since) < timeout);
+    }
+}
+
+/// A request on its way: the connection it goes on first, and what a second try needs.
+pub(super) struct Sending {
+    request: Request,
+    /// The request's absolute URI: its origin, and where a second connection leads.
+    uri: Uri,
+    first: First,
+}
+
+/// The connection a request tries first.
+enum First {
+    /// An idle connection from the pool.
+    Idle(Box<Conn>),
+    /// A new connection.
+    Connecting(Connecting),
+}
+
+impl Sending {
+    /// Sends the request and waits for the response head. A request that never left a pooled
+    /// connection (the server closed it as it was taken) goes again on a new connection opened
+    /// from the pool of `home`, the client that sent it, on the calling thread.
+    pub(super) async fn run(self, home: Weak<()>) -> Result<Response, TransportError> {
+        let Self { mut request, uri, first } = self;
+        // HTTP/1 names the path alone on the request line; `Host` carries the authority.
+        *request.uri_mut() = origin_form(&uri);
+        let (mut conn, mut reused) = match first {
+            First::Idle(conn) => (conn, true),
+            First::Connecting(connecting) => (Conn::open(connecting, &uri).await?, false),
+        };
+        loop {
+            let mut error = match conn.send(request).await {
+                Ok(response) => return Ok(response.map(|body| UpstreamBody::pooled(body, conn, home))),
+                Err(error) => error,
+            };
+            match error.take_message() {
+                Some(unsent) if reused => {
+                    let connecting = super::connect_on_this_thread(&home, &uri)
+                        .ok_or_else(|| TransportError::request(error.into_error()))?;
+                    request = unsent;
+                    conn = Conn::open(connecting, &uri).await?;
+                    reused = false;
+                }
+                _ => return Err(TransportError::request(error.into_error())),
+            }
+        }
+    }
+}
+
+/// `uri` as an HTTP/1 request line names it: the path and query alone.
+fn origin_form(uri: &Uri) -> Uri {
+    uri.path_and_query().map_or_else(|| Uri::from_static("/"), |path| Uri::from(path.clone()))
+}
+
+/// The body of a response on a pooled connection: reading it drives the connection, and
+/// the connection goes back to the pool of the client that sent the request once the body
+/// has ended.
+pub(super) struct PooledBody {
+    body: Incoming,
+    /// `None` once the connection has gone back to the pool, or ended.
+    conn: Option<Box<Conn>>,
+    /// The client whose pool the connection goes back to.
+    home: Weak<()>,
+}
+
+impl PooledBody {
+    fn new(body: Incoming, conn: Box<Conn>, home: Weak<()>) -> Self {
+        Self { body, conn: Some(conn), home }
+    }
+
+    /// The next frame of the body, driving the connection first so that it reads what the
+    /// body waits for.
+    pub(super) fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<hyper::Result<Frame<Bytes>>>> {
+        if let Some(conn) = &mut self.conn
+            && !drive(&mut conn.driver, cx)
+        {
+            self.conn = None;
+        }
+        let frame = std::task::ready!(Pin::new(&mut self.body).poll_frame(cx));
+        match &frame {
+            None => self.release(cx),
+            Some(Err(_)) => self.conn = None,
+            Some(Ok(_)) => {}
+        }
+        Poll::Ready(frame)
+    }
+
+    /// The body has ended: the connection goes back to the pool if it can take another
+    /// request (it does not when the server asked to close it, for one).
+    fn release(&mut self, cx: &mut Context<'_>) {
+        if let Some(mut conn) = self.conn.take()
+            && conn.is_reusable(cx)
+        {
+            super::put_back_on_this_thread(&self.home, |pool| pool.put(conn));
+        }
+    }
+
+    pub(super) fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    pub(super) fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl UpstreamBody {
+    fn pooled(body: Incoming, conn: Box<Conn>, home: Weak<()>) -> Self {
+        Self::from_pooled(PooledBody::new(body, conn, home))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::net::TcpListener;
+    use tokio::sync::Notify;
+
+    use super::super::{HttpClient, HttpSettings, read_body};
+    use super::*;
+
+    /// How the server answers one request.
+    #[derive(Debug, Clone, Copy)]
+    enum Answer {
+        /// `ok`, keeping the connection open.
+        KeepAlive,
+        /// `ok` with `connection: close`, then closes the connection.
+        Close,
+        /// `ok` as if keeping the connection, then closes it when told to (as a server's
+        /// idle timeout does).
+        HangUp,
+        /// Closes the connection without an answer, after reading the request.
+        Drop,
+    }
+
+    /// A plain HTTP/1.1 server on 127.0.0.1 answering its `n`th request (from 0) as
+    /// `answers[n]` (the last one for those beyond).
+    struct Server {
+        origin: String,
+        connections: Arc<AtomicUsize>,
+        requests: Arc<AtomicUsize>,
+        /// Notified each time the server has closed a connection.
+        closed: Arc<Notify>,
+        /// Tells a connection that answered [`Answer::HangUp`] to close.
+        hang_up: Arc<Notify>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            self.task.abort();
+        }
+    }
+
+    impl Server {
+        async fn start(answers: &[Answer]) -> Server {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let origin = format!("http://{}", listener.local_addr().unwrap());
+            let (connections, requests): (Arc<AtomicUsize>, Arc<AtomicUsize>) = Default::default();
+            let (closed, hang_up) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+            let answers = Arc::new(Mutex::new(answers.to_vec()));
+            let shared =
+                (Arc::clone(&connections), Arc::clone(&requests), Arc::clone(&closed), Arc::clone(&hang_up));
+            let task = tokio::spawn(async move {
+                loop {
+                    let (socket, _) = listener.accept().await.unwrap();
+                    shared.0.fetch_add(1, Ordering::SeqCst);
+                    let (requests, closed, hang_up) = (shared.1.clone(), shared.2.clone(), shared.3.clone());
+                    let answers = answers.clone();
+                    tokio::spawn(async move {
+                        serve(socket, &requests, &answers, &hang_up).await;
+                        closed.notify_one();
+                    });
+                }
+            });
+            Server { origin, connections, requests, closed, hang_up, task }
+        }
+
+        fn connections(&self) -> usize {
+            self.connections.load(Ordering::SeqCst)
+        }
+
+        fn requests(&self) -> usize {
+            self.requests.load(Ordering::SeqCst)
+        }
+    }
+
+    /// Answers the requests of one connection until an answer closes it or the client does.
+    async fn serve(
+        mut socket: TcpStream,
+        requests: &AtomicUsize,
+        answers: &Mutex<Vec<Answer>>,
+        hang_up: &Notify,
+    ) {
+        let mut buffer = Vec::new();
+        loop {
+            // A request: its head alone, as the tests send no body.
+            while !buffer.windows(4).any(|w| w == b"\r\n\r\n") {
+                let mut chunk = [0; 1024];
+                match socket.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                }
+            }
+            buffer.clear();
+            let n = requests.fetch_add(1, Ordering::SeqCst);
+            let answer = {
+                let answers = answers.lock().unwrap();
+                answers.get(n).or(answers.last()).copied().unwrap()
+            };
+            let head = match answer {
+                Answer::Drop => return,
+                Answer::Close => "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                Answer::KeepAlive | Answer::HangUp => "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            };
+            socket.write_all(head.as_bytes()).await.unwrap();
+            match answer {
+                Answer::Close => return,
+                Answer::HangUp => return hang_up.notified().await,
+                Answer::KeepAlive | Answer::Drop => {}
+            }
+        }
+    }
+
+    /// A client's HTTP/1 pool.
+    fn own(pool: &mut super::super::Pool) -> &mut Pool {
+        match pool {
+            super::super::Pool::Own(pool) => pool,
+            super::super::Pool::Shared(_) => unreachable!("HTTP/1 is the default"),
+        }
+    }
+
+    fn get(origin: &str) -> Request {
+        ::http::Request::get(format!("{origin}/v1/models")).body(Full::new(Bytes::new())).unwrap()
+    }
+
+    /// Sends a GET to `origin` and reads the answer to its end.
+    async fn fetch(client: &HttpClient, origin: &str) -> Result<Bytes, TransportError> {
+        read_body(client.send(get(origin)).await?).await
+    }
+
+    #[tokio::test]
+    async fn sequential_requests_share_one_connection_per_origin() {
+        let (one, two) =
+            (Server::start(&[Answer::KeepAlive]).await, Server::start(&[Answer::KeepAlive]).await);
+        let client = HttpClient::new(&HttpSettings::default()).unwrap();
+        for _ in 0..3 {
+            assert_eq!(fetch(&client, &one.origin).await.unwrap(), "ok");
+            assert_eq!(fetch(&client, &two.origin).await.unwrap(), "ok");
+        }
+        assert_eq!((one.connections(), two.connections()), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closes_is_not_used_again() {
+        let server = Server::start(&[Answer::Close]).await;
+        let client = HttpClient::new(&HttpSettings::default()).unwrap();
+        for _ in 0..3 {
+            assert_eq!(fetch(&client, &server.origin).await.unwrap(), "ok");
+        }
+        assert_eq!(server.connections(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closed_while_idle_is_not_used_again() {
+        let server = Server::start(&[Answer::HangUp]).await;
+        let client = HttpClient::new(&HttpSettings::default()).unwrap();
+        let uri: Uri = get(&server.origin).uri().clone();
+        for _ in 0..3 {
+            assert_eq!(fetch(&client, &server.origin).await.unwrap(), "ok");
+            assert_eq!(client.with_pool(|pool| own(pool).idle.len()), 1);
+            server.hang_up.notify_one();
+            server.closed.notified().await;
+            // Checked as it is taken, and found closed.
+            assert!(client.with_pool(|pool| own(pool).take(&uri).is_none()));
+        }
+        assert_eq!((server.connections(), server.requests()), (3, 3));
+    }
+
+    #[tokio::test]
+    async fn a_request_that_never_left_a_closed_connection_goes_on_a_new_one() {
+        let server = Server::start(&[Answer::HangUp, Answer::KeepAlive]).await;
+        let client = HttpClient::new(&HttpSettings::default()).unwrap();
+        assert_eq!(fetch(&client, &server.origin).await.unwrap(), "ok");
+        server.hang_up.notify_one();
+        server.closed.notified().await;
+        // The closed connection is taken without the check `take` makes, as happens when the
+        // server closes it just after that check.
+        let conn = client.with_pool(|pool| own(pool).idle.pop().unwrap().conn);
+        let request = get(&server.origin);
+        let sending = Sending { uri: request.uri().clone(), request, first: First::Idle(conn) };
+        let response = sending.run(Arc::downgrade(&client.alive)).await.unwrap();
+        assert_eq!(read_body(response).await.unwrap(), "ok");
+        assert_eq!((server.connections(), server.requests()), (2, 2));
+    }
+
+    #[tokio::test]
+    async fn a_request_the_server_received_is_not_sent_again() {
+        let server = Server::start(&[Answer::KeepAlive, Answer::Drop]).await;
+        let client = HttpClient::new(&HttpSettings::default()).unwrap();
+        assert_eq!(fetch(&client, &server.origin).await.unwrap(), "ok");
+        let error = fetch(&client, &server.origin).await.unwrap_err();
+        assert_eq!(error.kind(), switchyard::ErrorKind::Transport, "{error}");
+        assert!(error.to_string().starts_with("the request failed"), "{error}");
+        assert_eq!((server.connections(), server.requests()), (1, 2));
+    }
+
+    #[tokio::test]
+    async fn a_body_left_before_its_end_closes_its_connection() {
+        let server = Server::start(&[Answer::KeepAlive]).await;
+        let client = HttpClient::new(&HttpSettings::default()).unwrap();
+        let closed = server.closed.notified();
+        drop(client.send(get(&server.origin)).await.unwrap());
+        closed.await;
+        assert_eq!(fetch(&client, &server.origin).await.unwrap(), "ok");
+        assert_eq!(server.connections(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_connection_idle_past_the_timeout_is_not_used_again() {
+        let server = Server::start(&[Answer::KeepAlive]).await;
+        let settings = HttpSettings { pool_idle_timeout: Duration::ZERO, ..HttpSettings::default() };
+        let client = HttpClient::new(&settings).unwrap();
+        for _ in 0..3 {
+            assert_eq!(fetch(&client, &server.origin).await.unwrap(), "ok");
+        }
+        assert_eq!(server.connections(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_connections_expire_after_the_timeout() {
+        let server = Server::start(&[Answer::KeepAlive]).await;
+        let client = HttpClient::new(&HttpSettings::default()).unwrap();
+        assert_eq!(fetch(&client, &server.origin).await.unwrap(), "ok");
+        let idle = |client: &HttpClient| {
+            client.with_pool(|pool| {
+                own(pool).expire(Instant::now());
+                own(pool).idle.len()
+            })
+        };
+        tokio::time::advance(Duration::from_secs(89)).await;
+        assert_eq!(idle(&client), 1);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(idle(&client), 0);
+    }
+}
