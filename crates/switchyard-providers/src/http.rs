@@ -192,12 +192,12 @@ impl HttpClient {
         }
         // The pool is borrowed only to start the request: no clone of it per request.
         let start = self.with_pool(|pool| match pool {
-            Pool::Own(pool) => Start::Own(pool.start(request), Arc::downgrade(&self.alive)),
+            Pool::Own(pool) => Start::Own(Box::pin(pool.start(request).run(Arc::downgrade(&self.alive)))),
             Pool::Shared(client) => Start::Shared(client.request(request)),
         });
         async move {
             match start {
-                Start::Own(sending, home) => sending.run(home).await,
+                Start::Own(sending) => sending.await,
                 Start::Shared(response) => {
                     let response = response.await.map_err(TransportError::send)?;
                     Ok(response.map(|body| UpstreamBody(Inner::Shared(body))))
@@ -266,12 +266,12 @@ impl HttpClient {
     }
 }
 
-/// How [`HttpClient::send`] began. It lives in the sending future once, so the variants'
-/// sizes matter less than an allocation per request would.
-#[expect(clippy::large_enum_variant, reason = "boxing the common variant costs an allocation per request")]
+/// How [`HttpClient::send`] began.
 enum Start {
-    /// On a connection of the thread's HTTP/1 pool, which goes back to the pool of `home`.
-    Own(pool::Sending, Weak<()>),
+    /// On a connection of the thread's HTTP/1 pool. Boxed, as hyper-util's future is: the
+    /// future of a call is moved several times as the layers above wrap it, and this one's
+    /// state (the request, the connection's send) is more than a kilobyte.
+    Own(Pin<Box<dyn Future<Output = Result<Response, TransportError>> + Send>>),
     /// On hyper-util's HTTP/2 client.
     Shared(hyper_util::client::legacy::ResponseFuture),
 }

@@ -14,8 +14,8 @@
 
 use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
-use std::sync::Weak;
-use std::task::{Context, Poll, Waker};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use ::http::Uri;
@@ -66,6 +66,9 @@ struct Conn {
     sender: SendRequest<Full<Bytes>>,
     /// `None` once the connection has ended (closed by either side, or failed).
     driver: Option<Connection<Io, Full<Bytes>>>,
+    /// What the connection is driven with, and the waker made of it.
+    relay: Arc<Relay>,
+    waker: Waker,
 }
 
 impl Conn {
@@ -79,7 +82,19 @@ impl Conn {
         let (sender, driver) = http1::handshake(io)
             .await
             .map_err(|error| TransportError::classified("could not connect", error.into()))?;
-        Ok(Box::new(Self { origin, sender, driver: Some(driver) }))
+        let relay = Arc::new(Relay::default());
+        let waker = Waker::from(Arc::clone(&relay));
+        Ok(Box::new(Self { origin, sender, driver: Some(driver), relay, waker }))
+    }
+
+    /// [`Conn::open`] in a future of its own: the handshake's state is a few kilobytes that the
+    /// future of every request would otherwise carry, and copy each time it moves, for the
+    /// rare one that opens a connection.
+    fn open_boxed(
+        connecting: Connecting,
+        uri: &Uri,
+    ) -> Pin<Box<impl Future<Output = Result<Box<Self>, TransportError>> + '_>> {
+        Box::pin(Self::open(connecting, uri))
     }
 
     /// Whether another request can be sent on this connection now, after letting it read and
@@ -91,13 +106,15 @@ impl Conn {
     /// Sends `request`, driving the connection until the response head has arrived. A request
     /// that never left comes back in the error.
     async fn send(&mut self, request: Request) -> Result<::http::Response<Incoming>, TrySendError<Request>> {
-        let Self { sender, driver, .. } = self;
+        let Self { sender, driver, relay, waker, .. } = self;
         let mut response = pin!(sender.try_send_request(request));
         poll_fn(|cx| {
-            // The connection first: it writes the request, then reads the answer. When it has
-            // ended, the response future holds the reason.
-            drive(driver, cx);
-            response.as_mut().poll(cx)
+            relay.poll(waker, cx, |cx| {
+                // The connection first: it writes the request, then reads the answer. When it
+                // has ended, the response future holds the reason.
+                drive(driver, cx);
+                response.as_mut().poll(cx)
+            })
         })
         .await
     }
@@ -111,6 +128,86 @@ fn drive(driver: &mut Option<Connection<Io, Full<Bytes>>>, cx: &mut Context<'_>)
         *driver = None;
     }
     driver.is_some()
+}
+
+/// What a connection is driven with: a waker that passes on to the holder's task the wakes
+/// that come between its polls (the socket became readable), and turns the wakes that come
+/// during a poll into another poll at once.
+///
+/// Driving a connection wakes its driver as a matter of course: the body's channel wakes the
+/// connection when a piece is taken from it, the response's when the head is put in. Those
+/// come while the holder polls; passed on, each would have the task polled once more for
+/// nothing, and on the gateway that is its whole response path, for every event.
+#[derive(Default)]
+struct Relay(Mutex<Wakes>);
+
+#[derive(Default)]
+struct Wakes {
+    /// The task that holds the connection, as of its last poll.
+    task: Option<Waker>,
+    /// The holder is polling the connection.
+    polling: bool,
+    /// Something woke the connection during this poll.
+    woken: bool,
+}
+
+/// How many times a poll is repeated at once because it woke its own connection, before the
+/// wake goes to the task (which then polls again after the tasks ahead of it): a bound for a
+/// connection that yields on purpose, out of its budget.
+const REPOLLS: usize = 4;
+
+impl Relay {
+    fn wakes(&self) -> std::sync::MutexGuard<'_, Wakes> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Polls `f` with `waker` (made of this relay) for the task of `cx`, again while `f` woke
+    /// it and returned `Pending`.
+    fn poll<T>(
+        &self,
+        waker: &Waker,
+        cx: &mut Context<'_>,
+        mut f: impl FnMut(&mut Context<'_>) -> Poll<T>,
+    ) -> Poll<T> {
+        {
+            let mut wakes = self.wakes();
+            if !wakes.task.as_ref().is_some_and(|task| task.will_wake(cx.waker())) {
+                wakes.task = Some(cx.waker().clone());
+            }
+            wakes.polling = true;
+            // A wake noted in an earlier poll that ended ready is of no use to this one.
+            wakes.woken = false;
+        }
+        let mut relayed = Context::from_waker(waker);
+        for _ in 0..REPOLLS {
+            let poll = f(&mut relayed);
+            let mut wakes = self.wakes();
+            // A wake that came with a ready result is not needed: the caller polls again
+            // when it wants more, and each poll looks at everything afresh.
+            if poll.is_ready() || !std::mem::take(&mut wakes.woken) {
+                wakes.polling = false;
+                return poll;
+            }
+        }
+        self.wakes().polling = false;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+impl Wake for Relay {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut wakes = self.wakes();
+        if wakes.polling {
+            wakes.woken = true;
+        } else if let Some(task) = &wakes.task {
+            task.wake_by_ref();
+        }
+    }
 }
 
 /// The HTTP/1 connections of one client on one thread: how new ones are opened, and the idle
@@ -208,7 +305,7 @@ impl Sending {
         *request.uri_mut() = origin_form(&uri);
         let (mut conn, mut reused) = match first {
             First::Idle(conn) => (conn, true),
-            First::Connecting(connecting) => (Conn::open(connecting, &uri).await?, false),
+            First::Connecting(connecting) => (Conn::open_boxed(connecting, &uri).await?, false),
         };
         loop {
             let mut error = match conn.send(request).await {
@@ -220,7 +317,7 @@ impl Sending {
                     let connecting = super::connect_on_this_thread(&home, &uri)
                         .ok_or_else(|| TransportError::request(error.into_error()))?;
                     request = unsent;
-                    conn = Conn::open(connecting, &uri).await?;
+                    conn = Conn::open_boxed(connecting, &uri).await?;
                     reused = false;
                 }
                 _ => return Err(TransportError::request(error.into_error())),
@@ -253,14 +350,20 @@ impl PooledBody {
     /// The next frame of the body, driving the connection first so that it reads what the
     /// body waits for.
     pub(super) fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<hyper::Result<Frame<Bytes>>>> {
-        if let Some(conn) = &mut self.conn
-            && !drive(&mut conn.driver, cx)
-        {
+        let Self { body, conn, .. } = self;
+        let frame = match conn.as_deref_mut() {
+            Some(Conn { driver, relay, waker, .. }) => relay.poll(waker, cx, |cx| {
+                drive(driver, cx);
+                Pin::new(&mut *body).poll_frame(cx)
+            }),
+            None => Pin::new(body).poll_frame(cx),
+        };
+        let frame = std::task::ready!(frame);
+        if self.conn.as_ref().is_some_and(|conn| conn.driver.is_none()) {
             self.conn = None;
         }
-        let frame = std::task::ready!(Pin::new(&mut self.body).poll_frame(cx));
         match &frame {
-            None => self.release(cx),
+            None => self.release(),
             Some(Err(_)) => self.conn = None,
             Some(Ok(_)) => {}
         }
@@ -268,10 +371,11 @@ impl PooledBody {
     }
 
     /// The body has ended: the connection goes back to the pool if it can take another
-    /// request (it does not when the server asked to close it, for one).
-    fn release(&mut self, cx: &mut Context<'_>) {
+    /// request (it does not when the server asked to close it, for one). Nothing is to be
+    /// woken by it from now until it is taken again, which checks it afresh.
+    fn release(&mut self) {
         if let Some(mut conn) = self.conn.take()
-            && conn.is_reusable(cx)
+            && conn.is_reusable(&mut Context::from_waker(Waker::noop()))
         {
             super::put_back_on_this_thread(&self.home, |pool| pool.put(conn));
         }
@@ -422,6 +526,67 @@ mod tests {
     /// Sends a GET to `origin` and reads the answer to its end.
     async fn fetch(client: &HttpClient, origin: &str) -> Result<Bytes, TransportError> {
         read_body(client.send(get(origin)).await?).await
+    }
+
+    /// A task's waker that counts its wakes.
+    #[derive(Default)]
+    struct Counted(AtomicUsize);
+
+    impl Wake for Counted {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn the_relay_polls_again_for_wakes_during_a_poll_and_passes_on_the_others() {
+        let task = Arc::new(Counted::default());
+        let task_waker = Waker::from(Arc::clone(&task));
+        let mut cx = Context::from_waker(&task_waker);
+        let relay = Arc::new(Relay::default());
+        let waker = Waker::from(Arc::clone(&relay));
+
+        // Woken during its first poll, ready at its second: the task is not woken.
+        let mut polls = 0;
+        let poll = relay.poll(&waker, &mut cx, |cx| {
+            polls += 1;
+            if polls == 1 {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            Poll::Ready(())
+        });
+        assert_eq!((poll, polls, task.0.load(Ordering::SeqCst)), (Poll::Ready(()), 2, 0));
+
+        // Ready and woken on the way (a piece taken from the body's channel wakes the
+        // connection): the wake is not carried into the next poll.
+        assert_eq!(
+            relay.poll(&waker, &mut cx, |cx| {
+                cx.waker().wake_by_ref();
+                Poll::Ready(())
+            }),
+            Poll::Ready(())
+        );
+
+        // Pending and not woken: one poll; a wake after it goes to the task.
+        let mut polls = 0;
+        let poll = relay.poll(&waker, &mut cx, |_| {
+            polls += 1;
+            Poll::<()>::Pending
+        });
+        assert_eq!((poll, polls, task.0.load(Ordering::SeqCst)), (Poll::Pending, 1, 0));
+        waker.wake_by_ref();
+        assert_eq!(task.0.load(Ordering::SeqCst), 1);
+
+        // Waking itself on every poll: repeated a bounded number of times, then the task is
+        // woken to poll again later.
+        let mut polls = 0;
+        let poll = relay.poll(&waker, &mut cx, |cx| {
+            polls += 1;
+            cx.waker().wake_by_ref();
+            Poll::<()>::Pending
+        });
+        assert_eq!((poll, polls, task.0.load(Ordering::SeqCst)), (Poll::Pending, REPOLLS, 2));
     }
 
     #[tokio::test]
