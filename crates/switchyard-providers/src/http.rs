@@ -2,10 +2,11 @@
 //! exchange with an upstream, transport-error classification, reading bodies, Retry-After and
 //! rate-limit headers.
 //!
-//! The client is hyper's pooled client with a rustls connector and nothing on top: redirects
-//! are not followed (a 3xx is an answer like any other), and the only retry is hyper's resend
-//! of a request that never left a reused connection. The adapters build each [`Request`]
-//! themselves, from a [`Uri`] parsed once where the URL does not name the model.
+//! The client is hyper's with a rustls connector and nothing on top: HTTP/1 connections in a
+//! pool of its own ([`pool`]), HTTP/2 on hyper-util's client. Redirects are not followed (a
+//! 3xx is an answer like any other), and the only retry is the resend of a request that never
+//! left a reused connection. The adapters build each [`Request`] themselves, from a [`Uri`]
+//! parsed once where the URL does not name the model.
 
 use std::cell::RefCell;
 use std::error::Error as StdError;
@@ -96,12 +97,6 @@ enum Inner {
     Shared(Incoming),
 }
 
-impl UpstreamBody {
-    fn from_pooled(body: pool::PooledBody) -> Self {
-        Self(Inner::Pooled(body))
-    }
-}
-
 impl fmt::Debug for UpstreamBody {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("UpstreamBody")
@@ -143,25 +138,31 @@ impl Body for UpstreamBody {
 /// single-threaded runtime per core; a pool shared between them would hand a request on one
 /// thread a connection of another, and every read and write would then wake that other
 /// thread. With a pool per thread, an upstream exchange stays on the thread of the client
-/// connection that asked for it. On a multi-threaded runtime this costs at most one idle
-/// connection per worker thread more than a shared pool would keep.
+/// connection that asked for it. An HTTP/1 connection goes back to the pool of the thread its
+/// response ends on: on a multi-threaded runtime, a body read on another thread than the one
+/// that sent the request moves its connection there.
 #[derive(Debug, Clone)]
 pub struct HttpClient {
-    /// The settings every thread's pool is made from.
-    settings: HttpSettings,
-    /// The TLS configuration every thread's pool shares: the platform's roots are loaded once.
-    tls: rustls::ClientConfig,
-    /// Identifies this client's pools in every thread's cache; dead once every clone is gone.
-    alive: Arc<()>,
+    /// What every thread's pool of this client is made from. Its address identifies the
+    /// client's pools in every thread's cache; they are dead once every clone is gone.
+    home: Arc<Home>,
     /// The `Host` header of the first authority this client wrote one for: a provider speaks
     /// to one host, and hyper's client would otherwise format the header for every request.
     /// Requests to another authority get theirs made each time.
     host: OnceLock<(Authority, HeaderValue)>,
 }
 
+/// What every thread's pools of one [`HttpClient`] are made from.
+#[derive(Debug)]
+struct Home {
+    settings: HttpSettings,
+    /// The TLS configuration every thread's pool shares: the platform's roots are loaded once.
+    tls: rustls::ClientConfig,
+}
+
 thread_local! {
     /// This thread's pools: one per live [`HttpClient`], pruned when a new one is added.
-    static POOLS: RefCell<Vec<(Weak<()>, Pool)>> = const { RefCell::new(Vec::new()) };
+    static POOLS: RefCell<Vec<(Weak<Home>, Pool)>> = const { RefCell::new(Vec::new()) };
 }
 
 impl HttpClient {
@@ -169,7 +170,7 @@ impl HttpClient {
     /// thread's pool is made on its first use, or by [`HttpClient::warm`].
     pub fn new(settings: &HttpSettings) -> Result<Self, ClientError> {
         let tls = tls_config(&settings.extra_roots)?;
-        Ok(Self { settings: settings.clone(), tls, alive: Arc::new(()), host: OnceLock::new() })
+        Ok(Self { home: Arc::new(Home { settings: settings.clone(), tls }), host: OnceLock::new() })
     }
 
     /// Makes the calling thread's pool now, if it has none yet.
@@ -184,7 +185,7 @@ impl HttpClient {
     ) -> impl Future<Output = Result<Response, TransportError>> + Send + 'static {
         let mut request = request;
         // HTTP/2 names the host in `:authority`, which hyper writes from the URI.
-        if !self.settings.http2
+        if !self.home.settings.http2
             && !request.headers().contains_key(HOST)
             && let Some(host) = self.host(request.uri())
         {
@@ -192,7 +193,7 @@ impl HttpClient {
         }
         // The pool is borrowed only to start the request: no clone of it per request.
         let start = self.with_pool(|pool| match pool {
-            Pool::Own(pool) => Start::Own(Box::pin(pool.start(request).run(Arc::downgrade(&self.alive)))),
+            Pool::Own(pool) => Start::Own(Box::pin(pool.start(request).run(Arc::downgrade(&self.home)))),
             Pool::Shared(client) => Start::Shared(client.request(request)),
         });
         async move {
@@ -247,22 +248,7 @@ impl HttpClient {
     /// Runs `f` on the calling thread's pool of this client, making the pool first if the
     /// thread has none yet.
     fn with_pool<T>(&self, f: impl FnOnce(&mut Pool) -> T) -> T {
-        POOLS.with_borrow_mut(|pools| {
-            if let Some(pool) = find(pools, Arc::as_ptr(&self.alive)) {
-                return f(pool);
-            }
-            let mut pool = client(&self.settings, &self.tls);
-            let result = f(&mut pool);
-            self.insert(pools, pool);
-            result
-        })
-    }
-
-    /// Adds `pool` to the thread's `pools` under this client's id, first dropping the pools of
-    /// clients that are gone.
-    fn insert(&self, pools: &mut Vec<(Weak<()>, Pool)>, pool: Pool) {
-        pools.retain(|(id, _)| id.strong_count() > 0);
-        pools.push((Arc::downgrade(&self.alive), pool));
+        POOLS.with_borrow_mut(|pools| f(pool_of(pools, &self.home)))
     }
 }
 
@@ -276,40 +262,35 @@ enum Start {
     Shared(hyper_util::client::legacy::ResponseFuture),
 }
 
-/// The pool of the client whose id points at `client` in `pools`.
-fn find(pools: &mut [(Weak<()>, Pool)], client: *const ()) -> Option<&mut Pool> {
+/// The pool of the client `home` in a thread's `pools`, made first if there is none (when the
+/// pools of clients that are gone are dropped).
+fn pool_of<'a>(pools: &'a mut Vec<(Weak<Home>, Pool)>, home: &Arc<Home>) -> &'a mut Pool {
     // Compared by address: no reference count is touched on the request path. A pool's `Weak`
     // keeps its allocation, so the address cannot be reused while it is listed.
-    pools.iter_mut().find(|(id, _)| std::ptr::eq(id.as_ptr(), client)).map(|(_, pool)| pool)
+    let mine = Arc::as_ptr(home);
+    let at = match pools.iter().position(|(id, _)| std::ptr::eq(id.as_ptr(), mine)) {
+        Some(at) => at,
+        None => {
+            pools.retain(|(id, _)| id.strong_count() > 0);
+            pools.push((Arc::downgrade(home), client(&home.settings, &home.tls)));
+            pools.len() - 1
+        }
+    };
+    &mut pools[at].1
 }
 
-/// Runs `f` on the calling thread's HTTP/1 pool of the client `home`; `None` if the thread
-/// has none (the client is gone, or the thread is shutting down).
-fn on_this_thread<T>(home: &Weak<()>, f: impl FnOnce(&mut pool::Pool) -> T) -> Option<T> {
+/// Runs `f` on the calling thread's HTTP/1 pool of the client `home`, made first if the
+/// thread has none; `None`, without calling `f`, once the client is gone (or the thread is
+/// shutting down).
+fn on_this_thread<T>(home: &Weak<Home>, f: impl FnOnce(&mut pool::Pool) -> T) -> Option<T> {
+    let home = home.upgrade()?;
     POOLS
-        .try_with(|pools| {
-            let mut pools = pools.try_borrow_mut().ok()?;
-            match find(&mut pools, home.as_ptr())? {
-                Pool::Own(pool) => Some(f(pool)),
-                Pool::Shared(_) => None,
-            }
+        .try_with(|pools| match pool_of(&mut *pools.try_borrow_mut().ok()?, &home) {
+            Pool::Own(pool) => Some(f(pool)),
+            Pool::Shared(_) => None,
         })
         .ok()
         .flatten()
-}
-
-/// A new connection to `uri` from the calling thread's pool of the client `home`.
-fn connect_on_this_thread(
-    home: &Weak<()>,
-    uri: &Uri,
-) -> Option<<Connector as tower_service::Service<Uri>>::Future> {
-    on_this_thread(home, |pool| pool.connect(uri))
-}
-
-/// Hands the calling thread's pool of the client `home` to `put`, which puts a connection
-/// back in it. Without one, `put` is not called and the connection closes.
-fn put_back_on_this_thread(home: &Weak<()>, put: impl FnOnce(&mut pool::Pool)) {
-    on_this_thread(home, put);
 }
 
 /// The `Host` header of a request to `uri`: its host, and its port as written unless it is the

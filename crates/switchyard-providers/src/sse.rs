@@ -232,9 +232,9 @@ const RELEASE_TURNS: usize = 3;
 ///
 /// Most bodies end in bytes already read, and the connection (driven by the body's reads)
 /// needs only a turn or two of the task to pass the end on: the end is looked for after each
-/// of [`RELEASE_TURNS`] turns before the inline timer is armed. Arming a timer earlier than any other wakes the
-/// event loop it is armed on (an eventfd write and an extra `epoll_wait`), and this one, of
-/// 5 ms, always is.
+/// of [`RELEASE_TURNS`] turns before the inline timer is armed. Arming a timer earlier than
+/// any other wakes the event loop it is armed on (an eventfd write and an extra
+/// `epoll_wait`), and this one, of 5 ms, always is.
 pub(crate) async fn release<S>(mut events: S)
 where
     S: Stream + Send + Unpin + 'static,

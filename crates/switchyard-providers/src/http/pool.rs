@@ -31,7 +31,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tower_service::Service as _;
 
-use super::{Connector, Request, Response, TransportError, UpstreamBody};
+use super::{Connector, Home, Inner, Request, Response, TransportError, UpstreamBody};
 
 /// A connection's socket: TLS for `https://` origins, plain TCP for `http://` ones.
 type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
@@ -201,11 +201,17 @@ impl Wake for Relay {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        let mut wakes = self.wakes();
-        if wakes.polling {
-            wakes.woken = true;
-        } else if let Some(task) = &wakes.task {
-            task.wake_by_ref();
+        let task = {
+            let mut wakes = self.wakes();
+            if wakes.polling {
+                wakes.woken = true;
+                return;
+            }
+            wakes.task.clone()
+        };
+        // Woken outside the lock: the holder may be polling on another thread meanwhile.
+        if let Some(task) = task {
+            task.wake();
         }
     }
 }
@@ -247,8 +253,11 @@ impl Pool {
         self.connector.call(uri.clone())
     }
 
-    /// Puts `conn` back, idle from now.
+    /// Puts `conn` back, idle from now; with an idle timeout of zero, closes it.
     fn put(&mut self, conn: Box<Conn>) {
+        if self.idle_timeout.is_zero() {
+            return;
+        }
         let now = Instant::now();
         self.expire(now);
         self.idle.push(Idle { conn, since: now });
@@ -299,7 +308,7 @@ impl Sending {
     /// Sends the request and waits for the response head. A request that never left a pooled
     /// connection (the server closed it as it was taken) goes again on a new connection opened
     /// from the pool of `home`, the client that sent it, on the calling thread.
-    pub(super) async fn run(self, home: Weak<()>) -> Result<Response, TransportError> {
+    pub(super) async fn run(self, home: Weak<Home>) -> Result<Response, TransportError> {
         let Self { mut request, uri, first } = self;
         // HTTP/1 names the path alone on the request line; `Host` carries the authority.
         *request.uri_mut() = origin_form(&uri);
@@ -309,12 +318,16 @@ impl Sending {
         };
         loop {
             let mut error = match conn.send(request).await {
-                Ok(response) => return Ok(response.map(|body| UpstreamBody::pooled(body, conn, home))),
+                Ok(response) => {
+                    let pooled =
+                        |body| UpstreamBody(Inner::Pooled(PooledBody { body, conn: Some(conn), home }));
+                    return Ok(response.map(pooled));
+                }
                 Err(error) => error,
             };
             match error.take_message() {
                 Some(unsent) if reused => {
-                    let connecting = super::connect_on_this_thread(&home, &uri)
+                    let connecting = super::on_this_thread(&home, |pool| pool.connect(&uri))
                         .ok_or_else(|| TransportError::request(error.into_error()))?;
                     request = unsent;
                     conn = Conn::open_boxed(connecting, &uri).await?;
@@ -339,14 +352,10 @@ pub(super) struct PooledBody {
     /// `None` once the connection has gone back to the pool, or ended.
     conn: Option<Box<Conn>>,
     /// The client whose pool the connection goes back to.
-    home: Weak<()>,
+    home: Weak<Home>,
 }
 
 impl PooledBody {
-    fn new(body: Incoming, conn: Box<Conn>, home: Weak<()>) -> Self {
-        Self { body, conn: Some(conn), home }
-    }
-
     /// The next frame of the body, driving the connection first so that it reads what the
     /// body waits for.
     pub(super) fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<hyper::Result<Frame<Bytes>>>> {
@@ -370,14 +379,15 @@ impl PooledBody {
         Poll::Ready(frame)
     }
 
-    /// The body has ended: the connection goes back to the pool if it can take another
-    /// request (it does not when the server asked to close it, for one). Nothing is to be
-    /// woken by it from now until it is taken again, which checks it afresh.
+    /// The body has ended: the connection goes back to the pool of the thread it ended on if
+    /// it can take another request (it does not when the server asked to close it, for one).
+    /// Nothing is to be woken by it from now until it is taken again, which checks it afresh.
     fn release(&mut self) {
         if let Some(mut conn) = self.conn.take()
             && conn.is_reusable(&mut Context::from_waker(Waker::noop()))
         {
-            super::put_back_on_this_thread(&self.home, |pool| pool.put(conn));
+            conn.relay.wakes().task = None;
+            super::on_this_thread(&self.home, |pool| pool.put(conn));
         }
     }
 
@@ -387,12 +397,6 @@ impl PooledBody {
 
     pub(super) fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
-    }
-}
-
-impl UpstreamBody {
-    fn pooled(body: Incoming, conn: Box<Conn>, home: Weak<()>) -> Self {
-        Self::from_pooled(PooledBody::new(body, conn, home))
     }
 }
 
@@ -511,6 +515,12 @@ mod tests {
         }
     }
 
+    /// Waits for the server to close a connection, failing after a few seconds rather than
+    /// hanging when it never does.
+    async fn closing(closed: impl Future<Output = ()>) {
+        tokio::time::timeout(Duration::from_secs(5), closed).await.expect("the connection was not closed");
+    }
+
     /// A client's HTTP/1 pool.
     fn own(pool: &mut super::super::Pool) -> &mut Pool {
         match pool {
@@ -607,6 +617,11 @@ mod tests {
         let client = HttpClient::new(&HttpSettings::default()).unwrap();
         for _ in 0..3 {
             assert_eq!(fetch(&client, &server.origin).await.unwrap(), "ok");
+            assert_eq!(
+                client.with_pool(|pool| own(pool).idle.len()),
+                0,
+                "put back after `connection: close`"
+            );
         }
         assert_eq!(server.connections(), 3);
     }
@@ -620,7 +635,7 @@ mod tests {
             assert_eq!(fetch(&client, &server.origin).await.unwrap(), "ok");
             assert_eq!(client.with_pool(|pool| own(pool).idle.len()), 1);
             server.hang_up.notify_one();
-            server.closed.notified().await;
+            closing(server.closed.notified()).await;
             // Checked as it is taken, and found closed.
             assert!(client.with_pool(|pool| own(pool).take(&uri).is_none()));
         }
@@ -633,15 +648,53 @@ mod tests {
         let client = HttpClient::new(&HttpSettings::default()).unwrap();
         assert_eq!(fetch(&client, &server.origin).await.unwrap(), "ok");
         server.hang_up.notify_one();
-        server.closed.notified().await;
+        closing(server.closed.notified()).await;
         // The closed connection is taken without the check `take` makes, as happens when the
         // server closes it just after that check.
         let conn = client.with_pool(|pool| own(pool).idle.pop().unwrap().conn);
         let request = get(&server.origin);
         let sending = Sending { uri: request.uri().clone(), request, first: First::Idle(conn) };
-        let response = sending.run(Arc::downgrade(&client.alive)).await.unwrap();
+        let response = sending.run(Arc::downgrade(&client.home)).await.unwrap();
         assert_eq!(read_body(response).await.unwrap(), "ok");
         assert_eq!((server.connections(), server.requests()), (2, 2));
+    }
+
+    #[tokio::test]
+    async fn a_body_read_on_another_thread_puts_its_connection_in_that_threads_pool() {
+        let server = Server::start(&[Answer::KeepAlive]).await;
+        let client = HttpClient::new(&HttpSettings::default()).unwrap();
+        let response = client.send(get(&server.origin)).await.unwrap();
+        let (origin, elsewhere) = (server.origin.clone(), client.clone());
+        // Another thread with a runtime of its own, as a multi-threaded runtime's other worker
+        // would be; this one's runtime goes on running the server and driving the socket.
+        let there = tokio::task::spawn_blocking(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                assert_eq!(read_body(response).await.unwrap(), "ok");
+                let idle = elsewhere.with_pool(|pool| own(pool).idle.len());
+                // The thread's own request takes the connection its first one left there.
+                assert_eq!(fetch(&elsewhere, &origin).await.unwrap(), "ok");
+                idle
+            })
+        });
+        let idle_there = there.await.unwrap();
+        assert_eq!(idle_there, 1);
+        assert_eq!(client.with_pool(|pool| own(pool).idle.len()), 0);
+        assert_eq!(server.connections(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_body_that_outlives_its_client_closes_its_connection() {
+        let server = Server::start(&[Answer::KeepAlive]).await;
+        let client = HttpClient::new(&HttpSettings::default()).unwrap();
+        let response = client.send(get(&server.origin)).await.unwrap();
+        let home = Arc::downgrade(&client.home);
+        drop(client);
+        let closed = server.closed.notified();
+        assert_eq!(read_body(response).await.unwrap(), "ok");
+        // Not kept in the pool of a client that is gone: closed at once.
+        closing(closed).await;
+        assert_eq!(home.strong_count(), 0);
     }
 
     #[tokio::test]
@@ -661,7 +714,7 @@ mod tests {
         let client = HttpClient::new(&HttpSettings::default()).unwrap();
         let closed = server.closed.notified();
         drop(client.send(get(&server.origin)).await.unwrap());
-        closed.await;
+        closing(closed).await;
         assert_eq!(fetch(&client, &server.origin).await.unwrap(), "ok");
         assert_eq!(server.connections(), 2);
     }
@@ -673,24 +726,27 @@ mod tests {
         let client = HttpClient::new(&settings).unwrap();
         for _ in 0..3 {
             assert_eq!(fetch(&client, &server.origin).await.unwrap(), "ok");
+            assert_eq!(client.with_pool(|pool| own(pool).idle.len()), 0, "kept with no timeout");
         }
         assert_eq!(server.connections(), 3);
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn idle_connections_expire_after_the_timeout() {
         let server = Server::start(&[Answer::KeepAlive]).await;
         let client = HttpClient::new(&HttpSettings::default()).unwrap();
         assert_eq!(fetch(&client, &server.origin).await.unwrap(), "ok");
-        let idle = |client: &HttpClient| {
+        // Expired as of a later moment, so that no clock has to move (a paused one would fire
+        // the connect timeout while the socket connects).
+        let idle_at = |client: &HttpClient, after: u64| {
             client.with_pool(|pool| {
-                own(pool).expire(Instant::now());
-                own(pool).idle.len()
+                let pool = own(pool);
+                let since = pool.idle[0].since;
+                pool.expire(since + Duration::from_secs(after));
+                pool.idle.len()
             })
         };
-        tokio::time::advance(Duration::from_secs(89)).await;
-        assert_eq!(idle(&client), 1);
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(idle(&client), 0);
+        assert_eq!(idle_at(&client, 89), 1);
+        assert_eq!(idle_at(&client, 90), 0);
     }
 }
