@@ -249,7 +249,7 @@ impl Pool {
     }
 
     /// A new connection to `uri`'s origin, under way.
-    pub(super) fn connect(&mut self, uri: &Uri) -> Connecting {
+    fn connect(&mut self, uri: &Uri) -> Connecting {
         self.connector.call(uri.clone())
     }
 
