@@ -5,9 +5,10 @@
 //! through others, and every hand-off wakes the other task. On the gateway's request path that
 //! is a second task's code and data to bring back into the cache for every event. Here a
 //! connection is driven by whoever holds it: the sending future until the response head has
-//! arrived, then the response body, which puts the connection back in its thread's pool once
-//! the body has ended. Nothing polls an idle connection: it is checked when it is taken again
-//! (a read that must find nothing, not even the end of the connection).
+//! arrived, then the response body, which puts the connection back in the pool of the thread
+//! it ends on. Nothing polls an idle connection: it is checked when it is taken again (a read
+//! that must find nothing, not even the end of the connection), and one idle past the timeout
+//! is closed when its pool is next used.
 //!
 //! Dropping a body before its end drops its connection, which closes the upstream call at
 //! once: a client that went away stops the provider generating for nobody.
