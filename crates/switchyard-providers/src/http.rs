@@ -192,19 +192,18 @@ impl HttpClient {
             request.headers_mut().insert(HOST, host);
         }
         // The pool is borrowed only to start the request: no clone of it per request.
-        let start = self.with_pool(|pool| match pool {
-            Pool::Own(pool) => Start::Own(Box::pin(pool.start(request).run(Arc::downgrade(&self.home)))),
-            Pool::Shared(client) => Start::Shared(client.request(request)),
-        });
-        async move {
-            match start {
-                Start::Own(sending) => sending.await,
-                Start::Shared(response) => {
-                    let response = response.await.map_err(TransportError::send)?;
-                    Ok(response.map(|body| UpstreamBody(Inner::Shared(body))))
+        self.with_pool(|pool| -> Sending {
+            match pool {
+                Pool::Own(pool) => Box::pin(pool.start(request, Arc::downgrade(&self.home))),
+                Pool::Shared(client) => {
+                    let response = client.request(request);
+                    Box::pin(async move {
+                        let response = response.await.map_err(TransportError::send)?;
+                        Ok(response.map(|body| UpstreamBody(Inner::Shared(body))))
+                    })
                 }
             }
-        }
+        })
     }
 
     /// Sends `request` for `call` and returns the response when its status is a success. The
@@ -252,15 +251,10 @@ impl HttpClient {
     }
 }
 
-/// How [`HttpClient::send`] began.
-enum Start {
-    /// On a connection of the thread's HTTP/1 pool. Boxed, as hyper-util's future is: the
-    /// future of a call is moved several times as the layers above wrap it, and this one's
-    /// state (the request, the connection's send) is more than a kilobyte.
-    Own(Pin<Box<dyn Future<Output = Result<Response, TransportError>> + Send>>),
-    /// On hyper-util's HTTP/2 client.
-    Shared(hyper_util::client::legacy::ResponseFuture),
-}
+/// A request on its way, until its response head. Boxed, as hyper-util's future is: the
+/// future of a call is moved several times as the layers above wrap it, and an HTTP/1
+/// request's state (the request, the connection's send) is more than a kilobyte.
+type Sending = Pin<Box<dyn Future<Output = Result<Response, TransportError>> + Send>>;
 
 /// The pool of the client `home` in a thread's `pools`, made first if there is none (when the
 /// pools of clients that are gone are dropped).

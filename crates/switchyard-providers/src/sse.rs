@@ -220,9 +220,6 @@ const RELEASE_INLINE: std::time::Duration = std::time::Duration::from_millis(5);
 /// How long a body that did not end in [`RELEASE_INLINE`] is read in the background.
 const RELEASE_BACKGROUND: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// How many turns of the event loop [`release`] gives a body to end before it arms a timer.
-const RELEASE_TURNS: usize = 3;
-
 /// Reads what is left of a body after its last event, so that its connection goes back to
 /// the pool: a body dropped before its end closes its connection, and the next call pays a
 /// new TCP (and TLS) handshake. The end is awaited for at most [`RELEASE_INLINE`], then read
@@ -230,11 +227,12 @@ const RELEASE_TURNS: usize = 3;
 /// dropped (its connection closed). Only a stream that ended cleanly is released: a caller
 /// that goes away mid-stream drops the body, which closes the upstream call at once.
 ///
-/// Most bodies end in bytes already read, and the connection (driven by the body's reads)
-/// needs only a turn or two of the task to pass the end on: the end is looked for after each
-/// of [`RELEASE_TURNS`] turns before the inline timer is armed. Arming a timer earlier than
-/// any other wakes the event loop it is armed on (an eventfd write and an extra
-/// `epoll_wait`), and this one, of 5 ms, always is.
+/// Most bodies end in bytes already read, and then the first look finds the end: an HTTP/1
+/// body's read drives its connection, which decodes what it holds, and the inline timer
+/// (armed only when the body is still pending) is never set. Arming one earlier than any
+/// other wakes the event loop it is armed on (an eventfd write and an extra `epoll_wait`),
+/// and this one, of 5 ms, always is. (Over HTTP/2 the connection's own task passes the end
+/// on, and may need a turn of the event loop to do so.)
 pub(crate) async fn release<S>(mut events: S)
 where
     S: Stream + Send + Unpin + 'static,
@@ -242,10 +240,7 @@ where
 {
     use futures_util::StreamExt;
     {
-        let mut rest = std::pin::pin!(async { while events.next().await.is_some() {} });
-        if done_within_turns(&mut rest, RELEASE_TURNS).await {
-            return;
-        }
+        let rest = async { while events.next().await.is_some() {} };
         if tokio::time::timeout(RELEASE_INLINE, rest).await.is_ok() {
             return;
         }
@@ -254,26 +249,6 @@ where
         let rest = async { while events.next().await.is_some() {} };
         let _ = tokio::time::timeout(RELEASE_BACKGROUND, rest).await;
     });
-}
-
-/// Whether `future` finishes within `turns` turns of the event loop, with no timer: after each
-/// `Pending` the task wakes itself, and so is queued behind the tasks already woken. On a
-/// single-threaded runtime that costs no system call, where `tokio::task::yield_now` (which
-/// waits for the event loop to poll for I/O) costs one.
-async fn done_within_turns<F: Future + Unpin>(future: &mut F, turns: usize) -> bool {
-    let mut left = turns;
-    std::future::poll_fn(|cx| {
-        if Pin::new(&mut *future).poll(cx).is_ready() {
-            return Poll::Ready(true);
-        }
-        if left == 0 {
-            return Poll::Ready(false);
-        }
-        left -= 1;
-        cx.waker().wake_by_ref();
-        Poll::Pending
-    })
-    .await
 }
 
 /// Turns a byte stream (a response body) into SSE events. A body error ends the stream with a
@@ -356,33 +331,6 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-
-    /// A future ready at its `ready_at`-th poll, that never wakes its task itself.
-    fn ready_at_poll(ready_at: usize) -> impl Future<Output = ()> + Unpin {
-        let mut polls = 0;
-        std::future::poll_fn(move |_| {
-            polls += 1;
-            if polls >= ready_at { Poll::Ready(()) } else { Poll::Pending }
-        })
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_body_end_is_waited_for_a_bounded_number_of_loop_turns() {
-        // One poll now and one after each turn: a future ready at the fourth poll is done
-        // within three turns, one ready at the fifth is not, and neither waits on a wake-up
-        // that never comes (that would hang: the paused clock's limit makes it a failure).
-        async fn within(future: impl Future<Output = ()> + Unpin, turns: usize) -> bool {
-            let mut future = future;
-            let waited = done_within_turns(&mut future, turns);
-            tokio::time::timeout(std::time::Duration::from_secs(1), waited)
-                .await
-                .expect("waited on a wake-up")
-        }
-        assert!(within(ready_at_poll(1), 0).await);
-        assert!(within(ready_at_poll(4), 3).await);
-        assert!(!within(ready_at_poll(5), 3).await);
-        assert!(!within(std::future::pending::<()>(), 3).await);
-    }
 
     /// Feeds `bytes` in pieces ending at `cuts`, then ends the input.
     fn parse_in_pieces(bytes: &[u8], cuts: &[usize]) -> (Vec<SseEvent>, Vec<String>) {
