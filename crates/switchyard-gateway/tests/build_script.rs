@@ -1,63 +1,46 @@
-//! The build script hands the layout list to the linker only where lld is sure to link.
+//! The build script hands the layout list to the linker only after a program linked with it.
+
+#![allow(clippy::unwrap_used)]
 
 #[path = "../build.rs"]
 mod build;
 
 use std::path::Path;
 
-use build::{Build, chooses_linker, link_arguments, minor_version};
+use build::{Linking, link_arguments, links_with};
 
-fn release() -> Build {
-    Build {
-        profile: "release".into(),
-        target: "x86_64-unknown-linux-gnu".into(),
-        rustc_minor: Some(95),
-        linker_chosen: false,
-        turned_off: false,
-    }
+/// Linking as the host's `rustc` from `PATH` does, in a folder of its own.
+fn host(name: &str) -> Linking {
+    let folder = std::env::temp_dir().join(format!("switchyard-build-script-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).unwrap();
+    Linking { rustc: "rustc".into(), target: None, flags: Vec::new(), linker: None, folder }
 }
 
 #[test]
-fn a_release_build_for_x86_64_linux_orders_its_symbols() {
-    let arguments = link_arguments(&release(), Path::new("/repo/layout/symbols.txt")).unwrap();
+fn each_argument_reaches_the_linker_whole() {
+    let arguments = link_arguments(Path::new("/repo, with a comma/layout/symbols.txt"));
     assert_eq!(
         arguments,
-        ["-Wl,--symbol-ordering-file=/repo/layout/symbols.txt", "-Wl,--no-warn-symbol-ordering"]
+        [
+            "-Xlinker",
+            "--symbol-ordering-file=/repo, with a comma/layout/symbols.txt",
+            "-Xlinker",
+            "--no-warn-symbol-ordering"
+        ]
     );
 }
 
-/// One way a build differs from [`release`].
-type Change = fn(&mut Build);
-
 #[test]
-fn the_list_stays_out_wherever_the_linker_may_not_be_lld() {
-    let symbols = Path::new("symbols.txt");
-    let cases: [(&str, Change); 6] = [
-        ("dev profile", |b| b.profile = "debug".into()),
-        ("another target", |b| b.target = "aarch64-unknown-linux-gnu".into()),
-        ("musl", |b| b.target = "x86_64-unknown-linux-musl".into()),
-        ("rustc before 1.90", |b| b.rustc_minor = Some(89)),
-        ("rustc unknown", |b| b.rustc_minor = None),
-        ("linker chosen", |b| b.linker_chosen = true),
-    ];
-    for (case, change) in cases {
-        let mut build = release();
-        change(&mut build);
-        assert!(link_arguments(&build, symbols).is_err(), "{case}");
+fn the_probe_tells_a_link_that_works_from_one_that_fails() {
+    let linking = host("probe");
+    assert!(links_with(&linking, &[]), "an empty program links with no arguments added");
+    let unknown = ["-Xlinker".to_owned(), "--switchyard-no-such-option".to_owned()];
+    assert!(!links_with(&linking, &unknown), "a linker option nobody knows fails the link");
+    let elsewhere = Linking { linker: Some("/nonexistent/cc".into()), ..host("linker") };
+    assert!(!links_with(&elsewhere, &[]), "the linker chosen for the build is the one tried");
+    let flagged = Linking { flags: vec!["-Cno-such-flag".into()], ..host("flags") };
+    assert!(!links_with(&flagged, &[]), "the build's flags are the ones passed");
+    for linking in [linking, elsewhere, flagged] {
+        std::fs::remove_dir_all(&linking.folder).unwrap();
     }
-    let off = Build { turned_off: true, ..release() };
-    assert_eq!(link_arguments(&off, symbols), Err("SWITCHYARD_LAYOUT=off"));
-}
-
-#[test]
-fn versions_and_linker_flags_are_read() {
-    assert_eq!(minor_version("rustc 1.95.0 (59807616e 2026-04-14)\n"), Some(95));
-    assert_eq!(minor_version("rustc 1.90.0-nightly (abc 2025-07-01)"), Some(90));
-    assert_eq!(minor_version("garbage"), None);
-    assert!(chooses_linker("-C\u{1f}linker=clang"));
-    assert!(chooses_linker("-Clink-arg=-fuse-ld=mold"));
-    assert!(chooses_linker("-Zlinker-features=-lld"));
-    assert!(chooses_linker("-Clink-self-contained=-linker"));
-    assert!(!chooses_linker("-Ctarget-cpu=native\u{1f}-Cforce-frame-pointers=yes"));
-    assert!(!chooses_linker(""));
 }
