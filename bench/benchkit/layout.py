@@ -4,7 +4,8 @@ release binary (`bench/layout`, crates/switchyard-gateway/build.rs).
 A dump lists each function that ran once per part, as `fn=(id) name` the first time and
 `fn=(id)` after, under the object that holds it (`ob=`); cost lines follow, and the line after
 a `calls=` line is the inclusive cost of that call, not the function's own. Names must be the
-binary's own (`valgrind --demangle=no`), since the linker matches them to its symbols.
+binary's own (`valgrind --demangle=no`), since the linker matches them to its symbols; the
+names callgrind makes up (`(below main)`, `0x...` for code without a symbol) are left out.
 """
 
 import collections
@@ -33,7 +34,8 @@ def functions_run(lines, binary):
                 current_object = objects.get(key)
             elif kind == "fn":
                 current = functions.get(key)
-                if current is not None and current_object is not None and current_object.endswith("/" + binary):
+                if (current is not None and current_object is not None and current_object.endswith("/" + binary)
+                        and not current.startswith(("(", "0x"))):
                     own[current] += 0
                 else:
                     current = None

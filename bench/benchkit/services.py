@@ -2,6 +2,7 @@
 stops its workers (nginx, LiteLLM's uvicorn workers, Node), and all of them stopped on exit,
 Ctrl-C or failure."""
 
+import json
 import os
 import re
 import signal
@@ -204,3 +205,31 @@ def named_binaries(parser, items, reserved):
                          f"'-' and '_', and not one of {', '.join(reserved)}")
         binaries[name] = os.path.abspath(path)
     return binaries
+
+
+def chat_body(model):
+    """The chat completion the one-connection benchmarks send: one short user message."""
+    return json.dumps({"model": model, "max_tokens": 16, "messages": [{"role": "user", "content": "Hello!"}]})
+
+
+def start_mock(bins, folder, tls=None):
+    """The mock upstream on a free port of 127.0.0.1, behind TLS when `tls` holds the paths of
+    `benchkit.tls.certificates`: (its service, its port)."""
+    argv = [bins["switchyard-mock"], "--listen", "127.0.0.1:0"]
+    if tls:
+        argv += ["--tls-cert", tls["server.crt"], "--tls-key", tls["server.key"]]
+    name = "mock-tls" if tls else "mock"
+    mock = Service(name, argv, os.path.join(folder, f"{name}.log"))
+    port = int(mock.wait_for_line(r"listening on 127\.0\.0\.1:(\d+)", 20).group(1))
+    return mock, port
+
+
+def send_counted(bins, url, model, count, args=()):
+    """Sends `count` requests of `model` to `url`, one at a time on one connection, with the
+    driver's flags `args` (`--stream`); every one must answer."""
+    argv = [bins["switchyard-bench"], "--url", url, "--body", chat_body(model), "--connections", "1",
+            "--duration", "10m", "--max-requests", str(count), "--timeout", "30s", *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    report = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}
+    if report.get("ok") != count or report.get("error_count"):
+        raise SystemExit(f"{model} against {url}: not every request answered: {done.stderr.strip()[-400:]}")

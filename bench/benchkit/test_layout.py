@@ -5,12 +5,13 @@ import unittest
 from benchkit import layout
 
 # A dump in callgrind's compressed form: names given once, then by id; a call's inclusive cost
-# on the line after `calls=`; a function of another object (libc) left out.
+# on the line after `calls=`; a function of another object (libc) and the names callgrind
+# makes up left out.
 DUMP = """\
 version: 1
 creator: callgrind-3.19.0
 events: Ir
-ob=(1) /work/target/release/switchyard
+ob=(1) /build/target/release/switchyard
 fl=(1) src/main.rs
 fn=(1) _RNvCs1_4main5serve
 10 7
@@ -30,6 +31,10 @@ fi=(3) src/inlined.rs
 -1 20
 fn=(4) _RNvCs1_4main4idle
 30 0
+fn=(5) (below main)
+1 9
+fn=(6) 0x000000000001ab70
+1 4
 fn=(1)
 12 5
 totals: 625
