@@ -5,13 +5,15 @@ A dump lists each function that ran once per part, as `fn=(id) name` the first t
 `fn=(id)` after, under the object that holds it (`ob=`); cost lines follow, and the line after
 a `calls=` line is the inclusive cost of that call, not the function's own. Names must be the
 binary's own (`valgrind --demangle=no`), since the linker matches them to its symbols; the
-names callgrind makes up (`(below main)`, `0x...` for code without a symbol) are left out.
+names callgrind makes up (`(below main)`, `0x...` for code without a symbol) are left out, and
+a recursive call's cycle mark (`name'2`) is taken off.
 """
 
 import collections
 import re
 
 _NAMED = re.compile(r"^(c?ob|c?fn)=\((\d+)\)(?: (.*))?$")
+_CYCLE = re.compile(r"'\d+$")
 _COST = re.compile(r"^(?:[+-]?\d+|\*)((?: \d+)+)$")
 
 
@@ -29,7 +31,7 @@ def functions_run(lines, binary):
             kind, key, name = named.groups()
             table = objects if kind.endswith("ob") else functions
             if name is not None:
-                table[key] = name
+                table[key] = _CYCLE.sub("", name)
             if kind == "ob":
                 current_object = objects.get(key)
             elif kind == "fn":

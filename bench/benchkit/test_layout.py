@@ -6,7 +6,7 @@ from benchkit import layout
 
 # A dump in callgrind's compressed form: names given once, then by id; a call's inclusive cost
 # on the line after `calls=`; a function of another object (libc) and the names callgrind
-# makes up left out.
+# makes up left out, a recursive call's cycle mark taken off.
 DUMP = """\
 version: 1
 creator: callgrind-3.19.0
@@ -33,6 +33,8 @@ fn=(4) _RNvCs1_4main4idle
 30 0
 fn=(5) (below main)
 1 9
+fn=(7) _RNvCs1_4main4read'2
+3 30
 fn=(6) 0x000000000001ab70
 1 4
 fn=(1)
@@ -46,7 +48,7 @@ class FunctionsRunTest(unittest.TestCase):
         costs = layout.functions_run(DUMP.splitlines(True), "switchyard")
         self.assertEqual(dict(costs), {
             "_RNvCs1_4main5serve": 15,  # 7 + 3 + 5; the call's 400 is read's, not serve's
-            "_RNvCs1_4main4read": 120,  # an inlined file's lines are still read's
+            "_RNvCs1_4main4read": 150,  # an inlined file's lines and a recursion are read's
             "_RNvCs1_4main4idle": 0,  # ran, at no cost of its own
         })
 
