@@ -43,7 +43,8 @@ type Handoff = (std::net::TcpStream, OwnedSemaphorePermit);
 /// tasks. A request arms several, all of them seconds long (a stream's keep-alive, its idle and
 /// first-byte limits, the connection's header and idle timeouts): with a wake-up always planned
 /// within this period, none of them costs the two system calls, at the price of one wake-up a
-/// second for an idle worker.
+/// second for an idle worker. Each beat also closes the thread's idle upstream connections
+/// that their servers closed or that have expired.
 const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// How often the acceptor repeats that it is at `max_connections` while it stays there.
@@ -210,7 +211,9 @@ async fn work(
         tokio::select! {
             biased;
             () = &mut stopping => break,
-            _ = heartbeat.tick() => {}
+            // Each beat also closes this thread's idle upstream connections that their servers
+            // closed or that are past their timeout, rather than at this thread's next request.
+            _ = heartbeat.tick() => switchyard_providers::http::tidy_idle(),
             Some(_) = open.join_next(), if !open.is_empty() => {}
             handoff = inbox.recv() => {
                 // The acceptor has gone without a stop only if the process is ending.

@@ -162,3 +162,77 @@ async fn a_worker_that_dies_is_reported_not_waited_for() {
     let error = finished.expect("finished must not wait for the live worker").unwrap_err();
     assert!(error.to_string().contains("died"), "{error}");
 }
+
+/// The test's side of [`upstream_that_hangs_up`].
+struct HangingUp {
+    origin: String,
+    /// Tells the upstream to close its side of the connection.
+    hang_up: oneshot::Sender<()>,
+    /// Told when the client has closed its side.
+    closed: oneshot::Receiver<()>,
+}
+
+/// An upstream that answers one keep-alive request, closes its side of the connection when
+/// told (as a provider's idle timeout does), and reports when the client closes its own.
+async fn upstream_that_hangs_up() -> HangingUp {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = format!("http://{}", listener.local_addr().unwrap());
+    let (closed, closed_rx) = oneshot::channel();
+    let (hang_up, hung_up) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut buffer = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let read = socket.read(&mut buffer).await.unwrap();
+            head.extend_from_slice(&buffer[..read]);
+        }
+        socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.unwrap();
+        let _ = hung_up.await;
+        socket.shutdown().await.unwrap();
+        // The client's end: a read of nothing once it has closed the connection.
+        while socket.read(&mut buffer).await.is_ok_and(|read| read > 0) {}
+        let _ = closed.send(());
+    });
+    HangingUp { origin, hang_up, closed: closed_rx }
+}
+
+#[tokio::test]
+async fn a_quiet_worker_closes_the_upstream_connections_their_servers_closed() {
+    let HangingUp { origin, hang_up, closed: upstream_closed } = upstream_that_hangs_up().await;
+    let client = Arc::new(switchyard_providers::http::HttpClient::new(&Default::default()).unwrap());
+    let app = axum::Router::new().route(
+        "/",
+        get(move || {
+            let (client, origin) = (client.clone(), origin.clone());
+            async move {
+                let request =
+                    axum::http::Request::get(format!("{origin}/")).body(Default::default()).unwrap();
+                let answer = client.send(request).await.unwrap();
+                let body = switchyard_providers::http::read_body(answer).await.unwrap();
+                String::from_utf8_lossy(&body).into_owned()
+            }
+        }),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_stop, stopped) = watch::channel(false);
+    let workers = Workers::start(
+        listener,
+        NonZeroUsize::new(1).unwrap(),
+        app,
+        ConnectionLimits::defaults(),
+        Arc::new(|| {}),
+        stopped,
+    )
+    .unwrap();
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    assert_eq!(get_on(&mut stream, "/").await, "ok");
+    // The answer was read to its end: its connection is idle in the worker's pool.
+    hang_up.send(()).unwrap();
+    // No request follows: the worker's heartbeat finds the connection closed by its server
+    // and closes it too. A guard against a hang, not a timing rule.
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(20), upstream_closed).await;
+    closed.expect("the idle upstream connection stayed open").unwrap();
+    drop(workers);
+}

@@ -8,7 +8,8 @@
 //! arrived, then the response body, which puts the connection back in the pool of the thread
 //! it ends on. Nothing polls an idle connection: it is checked when it is taken again (a read
 //! that must find nothing, not even the end of the connection), and one idle past the timeout
-//! is closed when its pool is next used.
+//! is closed when its pool is next used, or when its thread calls [`super::tidy_idle`] (the
+//! gateway's workers do once a second).
 //!
 //! Dropping a body before its end drops its connection, which closes the upstream call at
 //! once: a client that went away stops the provider generating for nobody.
@@ -284,6 +285,15 @@ impl Pool {
             }
         }
         None
+    }
+
+    /// Closes the idle connections that `take` would pass over: those idle past the timeout
+    /// and those the server has closed. For a thread gone quiet, whose sockets would otherwise
+    /// wait for its next request, half closed by the server.
+    pub(super) fn tidy(&mut self) {
+        self.expire(Instant::now());
+        let mut cx = Context::from_waker(Waker::noop());
+        self.idle.retain_mut(|idle| idle.conn.is_reusable(&mut cx));
     }
 
     /// Closes the connections idle for longer than the timeout at `now`.
@@ -741,6 +751,59 @@ mod tests {
             assert_eq!(client.with_pool(|pool| own(pool).idle.len()), 0, "kept with no timeout");
         }
         assert_eq!(server.connections(), 3);
+    }
+
+    /// How many idle connections `client` has on this thread, after a tidy.
+    fn idle_after_tidy(client: &HttpClient) -> usize {
+        super::super::tidy_idle();
+        client.with_pool(|pool| own(pool).idle.len())
+    }
+
+    #[tokio::test]
+    async fn tidying_closes_what_the_servers_closed_and_keeps_the_rest() {
+        let (hanging_up, open) =
+            (Server::start(&[Answer::HangUp]).await, Server::start(&[Answer::KeepAlive]).await);
+        let client = HttpClient::new(&HttpSettings::default()).unwrap();
+        assert_eq!(fetch(&client, &hanging_up.origin).await.unwrap(), "ok");
+        assert_eq!(fetch(&client, &open.origin).await.unwrap(), "ok");
+        assert_eq!(idle_after_tidy(&client), 2, "both open");
+        hanging_up.hang_up.notify_one();
+        closing(hanging_up.closed.notified()).await;
+        // Found closed once the runtime has read the server's end, without a request.
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while idle_after_tidy(&client) == 2 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the closed connection was not found");
+        let open_uri: Uri = get(&open.origin).uri().clone();
+        assert!(client.with_pool(|pool| own(pool).idle[0].conn.origin.serves(&open_uri)));
+        assert_eq!(fetch(&client, &open.origin).await.unwrap(), "ok");
+        assert_eq!(open.connections(), 1, "the open one was kept and used again");
+    }
+
+    #[tokio::test]
+    async fn tidying_closes_connections_idle_past_the_timeout_and_pools_of_clients_gone() {
+        let server = Server::start(&[Answer::KeepAlive]).await;
+        let client = HttpClient::new(&HttpSettings::default()).unwrap();
+        assert_eq!(fetch(&client, &server.origin).await.unwrap(), "ok");
+        let idle_since = |client: &HttpClient, ago: u64| {
+            client.with_pool(|pool| {
+                own(pool).idle[0].since = Instant::now().checked_sub(Duration::from_secs(ago)).unwrap();
+            });
+        };
+        idle_since(&client, 89);
+        assert_eq!(idle_after_tidy(&client), 1);
+        idle_since(&client, 90);
+        assert_eq!(idle_after_tidy(&client), 0);
+        let pools = || super::super::POOLS.with_borrow(Vec::len);
+        let other = HttpClient::new(&HttpSettings::default()).unwrap();
+        other.warm();
+        assert_eq!(pools(), 2);
+        drop(other);
+        super::super::tidy_idle();
+        assert_eq!(pools(), 1, "the pool of the client dropped is gone");
     }
 
     #[tokio::test]
