@@ -24,6 +24,12 @@ pub(crate) fn link_arguments(symbols: &Path) -> [String; 4] {
     ]
 }
 
+/// Whether the list is wanted at all: in a release build (`PROFILE`), not turned off with
+/// `SWITCHYARD_LAYOUT=off`, and present in the checkout.
+pub(crate) fn wanted(profile: Option<&str>, switch: Option<&str>, list: &Path) -> bool {
+    profile == Some("release") && switch != Some("off") && list.is_file()
+}
+
 /// How the probe program is compiled and linked: as this build's binary would be.
 pub(crate) struct Linking {
     /// The compiler (`RUSTC`).
@@ -72,10 +78,7 @@ fn main() {
         println!("cargo::rerun-if-env-changed={name}");
     }
     let var = |name| std::env::var(name).ok();
-    if var("PROFILE").as_deref() != Some("release")
-        || var("SWITCHYARD_LAYOUT").as_deref() == Some("off")
-        || !symbols.is_file()
-    {
+    if !wanted(var("PROFILE").as_deref(), var("SWITCHYARD_LAYOUT").as_deref(), &symbols) {
         return;
     }
     let (Some(rustc), Some(folder)) = (var("RUSTC"), var("OUT_DIR")) else {

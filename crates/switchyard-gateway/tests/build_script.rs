@@ -7,7 +7,7 @@ mod build;
 
 use std::path::Path;
 
-use build::{Linking, link_arguments, links_with};
+use build::{Linking, link_arguments, links_with, wanted};
 
 /// Linking as the host's `rustc` from `PATH` does, in a folder of its own.
 fn host(name: &str) -> Linking {
@@ -43,4 +43,15 @@ fn the_probe_tells_a_link_that_works_from_one_that_fails() {
     for linking in [linking, elsewhere, flagged] {
         std::fs::remove_dir_all(&linking.folder).unwrap();
     }
+}
+
+#[test]
+fn only_a_release_build_with_the_list_and_no_switch_off_wants_it() {
+    let list = Path::new(env!("CARGO_MANIFEST_DIR")).join("layout").join("symbols.txt");
+    assert!(wanted(Some("release"), None, &list));
+    assert!(wanted(Some("release"), Some("on"), &list));
+    assert!(!wanted(Some("debug"), None, &list), "a dev or test build");
+    assert!(!wanted(None, None, &list), "no profile said");
+    assert!(!wanted(Some("release"), Some("off"), &list), "SWITCHYARD_LAYOUT=off");
+    assert!(!wanted(Some("release"), None, &list.with_file_name("missing.txt")), "no list");
 }
