@@ -378,6 +378,9 @@ impl PooledBody {
         match &frame {
             None => self.release(),
             Some(Err(_)) => self.conn = None,
+            // A reader may stop at the last frame of a body of known length without asking
+            // for the end (hyper's server does): the connection goes back now.
+            Some(Ok(_)) if self.body.is_end_stream() => self.release(),
             Some(Ok(_)) => {}
         }
         Poll::Ready(frame)
@@ -632,6 +635,20 @@ mod tests {
         let end = Pin::new(&mut body).poll_frame(&mut Context::from_waker(Waker::noop()));
         assert!(matches!(end, Poll::Ready(None)), "{end:?}");
         assert_eq!(client.with_pool(|pool| own(pool).idle.len()), 1);
+    }
+
+    #[tokio::test]
+    async fn a_body_read_to_its_length_gives_its_connection_back_without_the_end_asked_for() {
+        let server = Server::start(&[Answer::KeepAlive]).await;
+        let client = HttpClient::new(&HttpSettings::default()).unwrap();
+        let mut body = client.send(get(&server.origin)).await.unwrap().into_body();
+        let frame = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), "ok");
+        assert!(body.is_end_stream());
+        drop(body);
+        assert_eq!(client.with_pool(|pool| own(pool).idle.len()), 1);
+        assert_eq!(fetch(&client, &server.origin).await.unwrap(), "ok");
+        assert_eq!((server.connections(), server.requests()), (1, 2));
     }
 
     #[tokio::test]
