@@ -212,12 +212,15 @@ def chat_body(model):
     return json.dumps({"model": model, "max_tokens": 16, "messages": [{"role": "user", "content": "Hello!"}]})
 
 
-def start_mock(bins, folder, tls=None):
+def start_mock(bins, folder, tls=None, core=None):
     """The mock upstream on a free port of 127.0.0.1, behind TLS when `tls` holds the paths of
-    `benchkit.tls.certificates`: (its service, its port)."""
+    `benchkit.tls.certificates`, and on CPU `core` alone when one is given (`taskset`): (its
+    service, its port)."""
     argv = [bins["switchyard-mock"], "--listen", "127.0.0.1:0"]
     if tls:
         argv += ["--tls-cert", tls["server.crt"], "--tls-key", tls["server.key"]]
+    if core is not None:
+        argv = ["taskset", "-c", str(core), *argv]
     name = "mock-tls" if tls else "mock"
     mock = Service(name, argv, os.path.join(folder, f"{name}.log"))
     port = int(mock.wait_for_line(r"listening on 127\.0\.0\.1:(\d+)", 20).group(1))
