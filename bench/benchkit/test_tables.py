@@ -3,7 +3,7 @@ scripts/test)."""
 
 import unittest
 
-from benchkit import tables
+from benchkit import hop, tables
 
 
 def report(p50, p99=None, throughput=1000.0, ttft=None):
@@ -55,6 +55,43 @@ class Targets(unittest.TestCase):
         # Without nginx-proxy's row there is nothing to judge against.
         items = tables.targets([r for r in rows if r["gateway"] != "nginx"], {}, None)
         self.assertEqual([n for n, _, _ in items if n.startswith("streaming (")], [])
+
+    def test_issue_17s_ttft_is_judged_on_the_interleaved_rounds_when_the_run_has_them(self):
+        # One row per gateway, run minutes apart, reads Switchyard 170 µs beyond nginx-proxy ...
+        rows = self.rows(direct=0.10, nginx=0.23, switchyard=0.24)
+        # ... where the rounds, each pairing the two within minutes, read +40, +130 and +60 over
+        # plain HTTP (median 60) and +150, +90 and +120 behind TLS (median 120).
+        stream = {"plain": ([0.30, 0.50, 0.36], [0.34, 0.63, 0.42]), "tls": ([0.30, 0.40, 0.35], [0.45, 0.49, 0.47])}
+        results = {}
+        for upstream in hop.UPSTREAMS:
+            for load in hop.LOADS:
+                nginx, switchyard = stream[upstream] if load == "stream" else ([0.2] * 3, [0.25] * 3)
+                for gateway, values in (("direct", [0.1] * 3), ("nginx", nginx), ("switchyard", switchyard)):
+                    results[(upstream, load, gateway)] = [{"ms": v, "cpu_us": 10.0, "errors": 0, "conns": 0}
+                                                          for v in values]
+        rounds = {"status": "ok", "rounds": 3, "results": hop.to_json(results)}
+        items = tables.targets(rows, {}, None, rounds)
+        self.assertEqual(judged(items, "streaming (plain)"),
+                         ("+60 µs beyond nginx-proxy's (median of 3 interleaved rounds, +40 to +130)", True))
+        self.assertEqual(judged(items, "streaming (TLS)"),
+                         ("+120 µs beyond nginx-proxy's (median of 3 interleaved rounds, +90 to +150)", False))
+        # Rounds that failed leave the judgement to the rows.
+        items = tables.targets(rows, {}, None, {"status": "failed", "reason": "rounds failed: x"})
+        self.assertEqual(judged(items, "streaming (plain)"), ("+170 µs beyond nginx-proxy's", False))
+
+    def test_the_rounds_table_pairs_each_round_and_shows_the_spread(self):
+        results = {(u, load, g): [{"ms": 0.1, "cpu_us": None, "errors": 0, "conns": 0}] * 2
+                   for u in hop.UPSTREAMS for load in hop.LOADS for g in ("direct", "nginx", "switchyard")}
+        results[("plain", "stream", "nginx")] = [{"ms": 0.3, "cpu_us": 20.0, "errors": 0, "conns": 0},
+                                                 {"ms": 0.5, "cpu_us": 22.0, "errors": 0, "conns": 0}]
+        results[("plain", "stream", "switchyard")] = [{"ms": 0.45, "cpu_us": 30.0, "errors": 1, "conns": 0},
+                                                      {"ms": 0.55, "cpu_us": 32.0, "errors": 0, "conns": 0}]
+        self.assertEqual([round(g) for g in hop.gaps(results, "switchyard")[("plain", "stream")]], [150, 50])
+        text = hop.table(results, 2, ["direct", "nginx", "switchyard"])
+        self.assertIn("| plain | stream | switchyard | 0.500 | +400 | +100 (+50 to +150) | 31.0 | 0 | 1 |", text)
+        self.assertIn("| plain | stream | nginx | 0.400 | +300 |  | 21.0 | 0 | 0 |", text)
+        self.assertTrue(text.endswith("Medians of 2 interleaved rounds."))
+        self.assertEqual(hop.from_json(hop.to_json(results)), results)
 
     def test_a_gateway_faster_than_the_mock_itself_is_a_disturbed_baseline_not_a_pass(self):
         sweep = {g: [{"rate": 1000, "held": True, "report": report(p50)}]

@@ -1,0 +1,281 @@
+"""One hop through Switchyard beside nginx-proxy and the mock alone, in interleaved rounds with
+medians: what `bench/hop` prints, and the rounds `bench/compare` judges issue 17's targets by.
+
+A gateway's figures move from minute to minute on a shared machine by more than what one hop
+costs, so a comparison made of one row per gateway, run one after the other, reads the drift
+as a difference. Here every gateway runs at once; each round loads each of them in turn, in an
+order that rotates from round to round, and a figure is the median over the rounds. A gateway's
+gap to nginx-proxy is also taken round by round (the two rows of a round run minutes apart at
+most) and summarised by its median and range.
+
+Loads: **stream**, SSE of 20 chunks 5 ms apart, closed loop (time to first content chunk, CPU
+per chunk); **request**, non-streamed at 1000 requests/s open loop (p50 latency, CPU per
+request). Each over the mock spoken to plainly and behind TLS."""
+
+import json
+import os
+import shutil
+import ssl
+import statistics
+import subprocess
+import urllib.request
+
+from benchkit import services
+
+STREAM = "ok~chunks=20~gap=5ms"
+LOADS = {
+    "stream": {"scenario": STREAM, "args": ["--stream"]},
+    "request": {"scenario": "ok", "args": ["--rate", "1000"]},
+}
+BASELINES = ["direct", "nginx"]
+UPSTREAMS = ["plain", "tls"]
+# Names a build given with --bin may not take.
+RESERVED = BASELINES + UPSTREAMS + ["mock", "mock-tls"]
+
+# The cores of --pin: gateways on the first, what loads them and answers them on the second.
+GATEWAY_CORE, LOAD_CORE = 0, 1
+
+
+class Settings:
+    """How each row is loaded: `duration` (warm-up second included, as the driver reads it:
+    `5s`), `connections`, and whether gateways are pinned to a core of their own (`pin`)."""
+
+    def __init__(self, duration="5s", connections=32, pin=False):
+        self.duration = duration
+        self.connections = connections
+        self.pin = pin
+
+
+def pinned(argv, core, pin):
+    """`argv` run on `core` when `pin`, else as it is."""
+    return ["taskset", "-c", str(core), *argv] if pin else argv
+
+
+def start_nginx(folder, ports, ca, pin):
+    """nginx-proxy in front of both mocks: `/plain/…` and `/tls/…`. (its service, its port)."""
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not os.path.exists(nginx):
+        raise SystemExit("nginx is not installed: apt-get install -y nginx")
+    prefix = os.path.join(folder, "nginx")
+    for sub in ("", "tmp", "logs"):
+        os.makedirs(os.path.join(prefix, sub), exist_ok=True)
+    port = services.free_port()
+    conf = f"""
+daemon off;
+worker_processes auto;
+pid {prefix}/nginx.pid;
+error_log {prefix}/logs/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+    access_log off;
+    client_body_temp_path {prefix}/tmp/body;
+    proxy_temp_path {prefix}/tmp/proxy;
+    fastcgi_temp_path {prefix}/tmp/fastcgi;
+    uwsgi_temp_path {prefix}/tmp/uwsgi;
+    scgi_temp_path {prefix}/tmp/scgi;
+    keepalive_requests 1000000;
+    keepalive_timeout 120s;
+    # keepalive_timeout: idle upstream connections outlive the other rows of a round (default 60 s).
+    upstream plain {{ server 127.0.0.1:{ports['plain']}; keepalive 512; keepalive_requests 1000000; keepalive_timeout 600s; }}
+    upstream tls {{ server 127.0.0.1:{ports['tls']}; keepalive 512; keepalive_requests 1000000; keepalive_timeout 600s; }}
+    server {{
+        listen 127.0.0.1:{port};
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        proxy_buffering off;
+        location /plain/ {{ proxy_pass http://plain/; }}
+        location /tls/ {{
+            proxy_pass https://tls/;
+            proxy_ssl_trusted_certificate {ca};
+            proxy_ssl_verify on;
+            proxy_ssl_name localhost;
+            proxy_ssl_server_name on;
+            proxy_ssl_session_reuse on;
+        }}
+    }}
+}}
+"""
+    path = os.path.join(prefix, "nginx.conf")
+    with open(path, "w") as f:
+        f.write(conf)
+    argv = pinned([nginx, "-p", prefix, "-c", path], GATEWAY_CORE, pin)
+    service = services.Service("nginx", argv, os.path.join(folder, "nginx.log"))
+    return service, port
+
+
+def start_switchyard(name, binary, folder, ports, ca, pin):
+    """`binary` serving one route per upstream and load, each to its mock's path. (its service,
+    its port)."""
+    port = services.free_port()
+    config = {
+        "listen": f"127.0.0.1:{port}",
+        "providers": {
+            "plain": {"kind": "openai_compatible", "base_url": f"http://127.0.0.1:{ports['plain']}/"},
+            "tls": {"kind": "openai_compatible", "base_url": f"https://127.0.0.1:{ports['tls']}/", "ca_file": ca},
+        },
+        # One route per upstream and scenario: the scenario is the base URL's first segment.
+        "routes": {},
+    }
+    for upstream in UPSTREAMS:
+        for load in LOADS.values():
+            route = f"{upstream}-{load['scenario']}"
+            provider = f"{upstream}-{len(config['providers'])}"
+            base = config["providers"][upstream]
+            config["providers"][provider] = dict(base, base_url=f"{base['base_url']}{load['scenario']}/v1")
+            config["routes"][route] = {"targets": [f"{provider}:bench-model"]}
+    for upstream in UPSTREAMS:
+        del config["providers"][upstream]
+    path = os.path.join(folder, f"{name}.yaml")
+    with open(path, "w") as f:
+        json.dump(config, f, indent=1)
+    argv = pinned([binary, "serve", "--config", path], GATEWAY_CORE, pin)
+    service = services.Service(name, argv, os.path.join(folder, f"{name}.log"))
+    service.wait_for_line(r"listening on", 30)
+    return service, port
+
+
+def url(gateway, upstream, scenario, ports):
+    """Where the driver sends, and the body's model."""
+    if gateway == "direct":
+        scheme = "https" if upstream == "tls" else "http"
+        return f"{scheme}://127.0.0.1:{ports[upstream]}/{scenario}/v1/chat/completions", "bench-model"
+    if gateway == "nginx":
+        return f"http://127.0.0.1:{ports['nginx']}/{upstream}/{scenario}/v1/chat/completions", "bench-model"
+    return f"http://127.0.0.1:{ports[gateway]}/v1/chat/completions", f"{upstream}-{scenario}"
+
+
+def mock_connections(upstream, ports, ca):
+    scheme = "https" if upstream == "tls" else "http"
+    context = ssl.create_default_context(cafile=ca) if upstream == "tls" else None
+    with urllib.request.urlopen(f"{scheme}://127.0.0.1:{ports[upstream]}/_stats", timeout=5, context=context) as r:
+        return json.load(r)["connections"]
+
+
+def drive(bins, folder, settings, gateway, upstream, load, ports, pids, ca):
+    """One row: the driver's report, with the connections the mock accepted during it."""
+    target, model = url(gateway, upstream, LOADS[load]["scenario"], ports)
+    body = os.path.join(folder, f"body-{model}.json")
+    with open(body, "w") as f:
+        f.write(services.chat_body(model))
+    pid = pids[gateway] if gateway != "direct" else pids[upstream]
+    argv = [bins["switchyard-bench"], "--url", target, "--body-file", body, "--duration", settings.duration,
+            "--warmup", "1s", "--pid", str(pid), "--label", f"{gateway}/{upstream}/{load}",
+            "--connections", str(settings.connections), *LOADS[load]["args"]]
+    if target.startswith("https://"):
+        argv += ["--ca-file", ca]
+    before = mock_connections(upstream, ports, ca)
+    done = subprocess.run(pinned(argv, LOAD_CORE, settings.pin), capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"{gateway}/{upstream}/{load}: {done.stderr.strip()[-400:]}")
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    # Less one: the connection that asked for these figures.
+    report["upstream_connections"] = mock_connections(upstream, ports, ca) - before - 1
+    return report
+
+
+def figures(report, load):
+    """What a row keeps of its report: p50 ms (TTFT for streams), CPU µs per chunk or per
+    request, errors, upstream connections opened."""
+    process = report.get("process") or {}
+    if load == "stream":
+        chunks = report.get("chunks") or 0
+        cpu = process.get("cpu_seconds", 0) * 1e6 / chunks if chunks else None
+        return {"ms": report["ttft_ms"]["p50"], "cpu_us": cpu, "errors": report["error_count"],
+                "conns": report["upstream_connections"]}
+    return {"ms": report["latency_ms"]["p50"], "cpu_us": process.get("cpu_us_per_request"),
+            "errors": report["error_count"], "conns": report["upstream_connections"]}
+
+
+def run_rounds(bins, folder, settings, ports, pids, ca, gateways, rounds, say):
+    """`rounds` interleaved rounds over `gateways` (running, reached through `ports` and watched
+    through `pids`): {(upstream, load, gateway): [figures of each round]}."""
+    results = {(u, load, g): [] for u in UPSTREAMS for load in LOADS for g in gateways}
+    for n in range(rounds):
+        order = gateways[n % len(gateways):] + gateways[:n % len(gateways)]
+        for upstream in UPSTREAMS:
+            for load in LOADS:
+                for gateway in order:
+                    report = drive(bins, folder, settings, gateway, upstream, load, ports, pids, ca)
+                    row = figures(report, load)
+                    results[(upstream, load, gateway)].append(row)
+                    say(f"round {n + 1} {upstream:<5} {load:<7} {gateway:<10} p50 {row['ms']:.3f} ms, "
+                        f"CPU {row['cpu_us'] or 0:.1f} µs, upstream conns {row['conns']}, errors {row['errors']}")
+    return results
+
+
+def measure(bins, folder, settings, mocks, builds, rounds, say):
+    """Starts nginx-proxy and each of `builds` ({name: binary}) in front of `mocks` (a dict of
+    `plain` and `tls`: (service, port), and `ca`, the authority the TLS mock's certificate is
+    from), runs the rounds over the mock alone, nginx-proxy and the builds, and stops what it
+    started. The rounds' results (see `run_rounds`) and the gateways in order."""
+    ca = mocks["ca"]
+    ports = {u: mocks[u][1] for u in UPSTREAMS}
+    pids = {u: mocks[u][0].pid for u in UPSTREAMS}
+    started = []
+    try:
+        nginx, ports["nginx"] = start_nginx(folder, ports, ca, settings.pin)
+        started.append(nginx)
+        pids["nginx"] = nginx.pid
+        for name, binary in builds.items():
+            service, ports[name] = start_switchyard(name, binary, folder, ports, ca, settings.pin)
+            started.append(service)
+            pids[name] = service.pid
+        gateways = BASELINES + list(builds)
+        return run_rounds(bins, folder, settings, ports, pids, ca, gateways, rounds, say), gateways
+    finally:
+        for service in started:
+            service.stop()
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def gaps(results, gateway, baseline="nginx"):
+    """{(upstream, load): [µs by which `gateway`'s p50 exceeded `baseline`'s, round by round]}:
+    what `gateway` adds beyond `baseline`, paired within each round so that drift between rounds
+    cancels."""
+    out = {}
+    for upstream in UPSTREAMS:
+        for load in LOADS:
+            mine = results.get((upstream, load, gateway)) or []
+            theirs = results.get((upstream, load, baseline)) or []
+            out[(upstream, load)] = [(a["ms"] - b["ms"]) * 1000 for a, b in zip(mine, theirs)]
+    return out
+
+
+def table(results, rounds, gateways, pin=False):
+    """The rounds as a markdown table: medians of each gateway's figures, what each adds over
+    the mock alone, and what each build adds beyond nginx-proxy round by round."""
+    lines = ["| upstream | load | gateway | p50 ms (TTFT for streams) | added µs | beyond nginx-proxy µs: median (range) "
+             "| CPU µs (per chunk / per request) | upstream conns per row | errors |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for upstream in UPSTREAMS:
+        for load in LOADS:
+            direct = median([r["ms"] for r in results[(upstream, load, "direct")]])
+            for gateway in gateways:
+                rows = results[(upstream, load, gateway)]
+                ms = median([r["ms"] for r in rows])
+                added = "" if gateway == "direct" else f"{(ms - direct) * 1000:+.0f}"
+                beyond = ""
+                if gateway not in BASELINES:
+                    paired = gaps(results, gateway)[(upstream, load)]
+                    beyond = f"{median(paired):+.0f} ({min(paired):+.0f} to {max(paired):+.0f})"
+                cpu = median([r["cpu_us"] for r in rows])
+                conns = median([r["conns"] for r in rows])
+                errors = sum(r["errors"] for r in rows)
+                lines.append(f"| {upstream} | {load} | {gateway} | {ms:.3f} | {added} | {beyond} | "
+                             f"{'' if cpu is None else f'{cpu:.1f}'} | {conns:.0f} | {errors} |")
+    where = ", gateways on a core of their own (--pin)." if pin else "."
+    return "\n".join(lines) + f"\n\nMedians of {rounds} interleaved rounds{where}"
+
+
+def to_json(results):
+    """The rounds' results keyed `upstream|load|gateway`, as results.json keeps them."""
+    return {"|".join(key): rows for key, rows in results.items()}
+
+
+def from_json(data):
+    """The inverse of `to_json`."""
+    return {tuple(key.split("|")): rows for key, rows in data.items()}
