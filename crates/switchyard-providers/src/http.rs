@@ -221,11 +221,15 @@ impl HttpClient {
         classify: impl FnOnce(u16, &str, Option<Duration>) -> ProviderError,
     ) -> Result<Response, ProviderError> {
         let response = until(deadline, self.send(request)).await?;
-        let limits = observe_limits(&response, call.rate_limits);
-        let status = response.status().as_u16();
         if response.status().is_success() {
+            // A success's headers matter only to a pacer: without one, they are not read.
+            if call.rate_limits.is_some() {
+                observe_limits(&response, call.rate_limits);
+            }
             return Ok(response);
         }
+        let limits = observe_limits(&response, call.rate_limits);
+        let status = response.status().as_u16();
         let wait = retry_after(status, &limits);
         let body = read_error_body_until(response, deadline).await;
         Err(classify(status, &body, wait))
