@@ -56,23 +56,8 @@ def start_nginx(folder, ports, ca, pin):
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     if not os.path.exists(nginx):
         raise SystemExit("nginx is not installed: apt-get install -y nginx")
-    prefix = os.path.join(folder, "nginx")
-    for sub in ("", "tmp", "logs"):
-        os.makedirs(os.path.join(prefix, sub), exist_ok=True)
     port = services.free_port()
-    conf = f"""
-daemon off;
-worker_processes auto;
-pid {prefix}/nginx.pid;
-error_log {prefix}/logs/error.log warn;
-events {{ worker_connections 8192; }}
-http {{
-    access_log off;
-    client_body_temp_path {prefix}/tmp/body;
-    proxy_temp_path {prefix}/tmp/proxy;
-    fastcgi_temp_path {prefix}/tmp/fastcgi;
-    uwsgi_temp_path {prefix}/tmp/uwsgi;
-    scgi_temp_path {prefix}/tmp/scgi;
+    prefix, path = services.nginx_conf(folder, f"""
     keepalive_requests 1000000;
     keepalive_timeout 120s;
     # keepalive_timeout: idle upstream connections outlive the other rows of a round (default 60 s).
@@ -92,12 +77,7 @@ http {{
             proxy_ssl_server_name on;
             proxy_ssl_session_reuse on;
         }}
-    }}
-}}
-"""
-    path = os.path.join(prefix, "nginx.conf")
-    with open(path, "w") as f:
-        f.write(conf)
+    }}""")
     argv = pinned([nginx, "-p", prefix, "-c", path], GATEWAY_CORE, pin)
     service = services.Service("nginx", argv, os.path.join(folder, "nginx.log"))
     return service, port

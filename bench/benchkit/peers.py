@@ -159,10 +159,6 @@ class Nginx(Gateway):
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         done = subprocess.run([nginx, "-v"], capture_output=True, text=True)
         self.version = (done.stderr or done.stdout).strip().replace("nginx version: ", "")
-        prefix = os.path.join(ctx.run_dir, "nginx")
-        for sub in ("", "tmp", "logs"):
-            os.makedirs(os.path.join(prefix, sub), exist_ok=True)
-        os.chmod(os.path.join(prefix, "tmp"), 0o777)
         self.port = services.free_port()
         fallback = []
         for route in ROUTES.values():
@@ -191,19 +187,7 @@ class Nginx(Gateway):
             proxy_ssl_server_name on;
             proxy_ssl_session_reuse on;
         }}"""
-        conf = f"""
-daemon off;
-worker_processes auto;
-pid {prefix}/nginx.pid;
-error_log {prefix}/logs/error.log warn;
-events {{ worker_connections 8192; }}
-http {{
-    access_log off;
-    client_body_temp_path {prefix}/tmp/body;
-    proxy_temp_path {prefix}/tmp/proxy;
-    fastcgi_temp_path {prefix}/tmp/fastcgi;
-    uwsgi_temp_path {prefix}/tmp/uwsgi;
-    scgi_temp_path {prefix}/tmp/scgi;
+        prefix, path = services.nginx_conf(ctx.run_dir, f"""
     # Keep a 1 MB body in memory, as the gateways do.
     client_max_body_size 4m;
     client_body_buffer_size 2m;
@@ -229,12 +213,8 @@ http {{
         location / {{ proxy_pass http://mock; }}
         {tls}
         {''.join(fallback)}
-    }}
-}}
-"""
-        path = os.path.join(prefix, "nginx.conf")
-        with open(path, "w") as f:
-            f.write(conf)
+    }}""")
+        os.chmod(os.path.join(prefix, "tmp"), 0o777)
         self.service = services.Service("nginx", [nginx, "-p", prefix, "-c", path],
                                         os.path.join(ctx.run_dir, "nginx.log"))
         self._ready(ctx, 20)

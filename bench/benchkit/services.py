@@ -207,6 +207,55 @@ def named_binaries(parser, items, reserved):
     return binaries
 
 
+def nginx_conf(folder, http, one_process=False):
+    """Writes an nginx configuration under `folder`/nginx: in the foreground, its pid, logs and
+    temporary files in that folder, no access log, and `http` (upstreams, servers and other
+    directives) inside its `http` block. One process where a tool watches the process that
+    serves (`one_process`: no master, one worker), else a worker per core. (Its prefix, for
+    `nginx -p`, and the file's path.)"""
+    prefix = os.path.join(folder, "nginx")
+    for sub in ("", "tmp", "logs"):
+        os.makedirs(os.path.join(prefix, sub), exist_ok=True)
+    processes = "master_process off;" if one_process else "worker_processes auto;"
+    conf = f"""
+daemon off;
+{processes}
+pid {prefix}/nginx.pid;
+error_log {prefix}/logs/error.log warn;
+events {{ worker_connections {1024 if one_process else 8192}; }}
+http {{
+    access_log off;
+    client_body_temp_path {prefix}/tmp/body;
+    proxy_temp_path {prefix}/tmp/proxy;
+    fastcgi_temp_path {prefix}/tmp/fastcgi;
+    uwsgi_temp_path {prefix}/tmp/uwsgi;
+    scgi_temp_path {prefix}/tmp/scgi;
+{http}
+}}
+"""
+    path = os.path.join(prefix, "nginx.conf")
+    with open(path, "w") as f:
+        f.write(conf)
+    return prefix, path
+
+
+def nginx_one_process(folder, mock_port):
+    """nginx-proxy in front of the mock on `mock_port` as one process, for the tools that watch
+    the process that serves (callgrind, perf): (its prefix, its config's path, its port)."""
+    port = free_port()
+    prefix, path = nginx_conf(folder, f"""
+    keepalive_requests 1000000;
+    upstream mock {{ server 127.0.0.1:{mock_port}; keepalive 64; }}
+    server {{
+        listen 127.0.0.1:{port};
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        proxy_buffering off;
+        location / {{ proxy_pass http://mock/; }}
+    }}""", one_process=True)
+    return prefix, path, port
+
+
 def chat_body(model):
     """The chat completion the one-connection benchmarks send: one short user message."""
     return json.dumps({"model": model, "max_tokens": 16, "messages": [{"role": "user", "content": "Hello!"}]})

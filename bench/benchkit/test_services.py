@@ -1,7 +1,8 @@
-"""Unit tests of the benchmarks' process helpers that need no process: `--bin` parsing."""
+"""Unit tests of the benchmarks' process helpers that need no process: `--bin` parsing, nginx's configuration."""
 
 import argparse
 import os
+import shutil
 import tempfile
 import unittest
 
@@ -48,3 +49,30 @@ class NamedBinariesTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class NginxConfTest(unittest.TestCase):
+    def setUp(self):
+        self.folder = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.folder)
+
+    def test_the_callers_directives_go_inside_the_http_block_and_files_under_the_folder(self):
+        prefix, path = services.nginx_conf(self.folder, "    server { listen 127.0.0.1:1; }")
+        self.assertEqual(prefix, os.path.join(self.folder, "nginx"))
+        text = open(path).read()
+        self.assertIn("worker_processes auto;", text)
+        self.assertNotIn("master_process", text)
+        http = text[text.index("http {"):]
+        self.assertIn("server { listen 127.0.0.1:1; }\n}", http)
+        for line in ("pid", "error_log", "client_body_temp_path", "proxy_temp_path"):
+            [value] = [l for l in text.splitlines() if l.strip().startswith(line + " ")]
+            self.assertIn(prefix, value)
+        self.assertTrue(os.path.isdir(os.path.join(prefix, "tmp")) and os.path.isdir(os.path.join(prefix, "logs")))
+
+    def test_one_process_for_the_tools_that_watch_the_process_that_serves(self):
+        _, path, port = services.nginx_one_process(self.folder, 4321)
+        text = open(path).read()
+        self.assertIn("master_process off;", text)
+        self.assertNotIn("worker_processes", text)
+        self.assertIn("server 127.0.0.1:4321;", text)
+        self.assertIn(f"listen 127.0.0.1:{port};", text)
