@@ -5,8 +5,8 @@ A gateway's figures move from minute to minute on a shared machine by more than 
 costs, so a comparison made of one row per gateway, run one after the other, reads the drift
 as a difference. Here every gateway runs at once; each round loads each of them in turn, in an
 order that rotates from round to round, and a figure is the median over the rounds. A gateway's
-gap to nginx-proxy is also taken round by round (the two rows of a round run minutes apart at
-most) and summarised by its median and range.
+gap to nginx-proxy is also taken round by round (the two rows of a round run at most one row
+apart) and summarised by its median and range.
 
 Loads: **stream**, SSE of 20 chunks 5 ms apart, closed loop (time to first content chunk, CPU
 per chunk); **request**, non-streamed at 1000 requests/s open loop (p50 latency, CPU per
@@ -231,6 +231,7 @@ def table(results, rounds, gateways, pin=False):
     lines = ["| upstream | load | gateway | p50 ms (TTFT for streams) | added µs | beyond nginx-proxy µs: median (range) "
              "| CPU µs (per chunk / per request) | upstream conns per row | errors |",
              "|---|---|---|---|---|---|---|---|---|"]
+    paired = {gateway: gaps(results, gateway) for gateway in gateways if gateway not in BASELINES}
     for upstream in UPSTREAMS:
         for load in LOADS:
             direct = median([r["ms"] for r in results[(upstream, load, "direct")]])
@@ -239,9 +240,9 @@ def table(results, rounds, gateways, pin=False):
                 ms = median([r["ms"] for r in rows])
                 added = "" if gateway == "direct" else f"{(ms - direct) * 1000:+.0f}"
                 beyond = ""
-                if gateway not in BASELINES:
-                    paired = gaps(results, gateway)[(upstream, load)]
-                    beyond = f"{median(paired):+.0f} ({min(paired):+.0f} to {max(paired):+.0f})"
+                if gateway in paired:
+                    mine = paired[gateway][(upstream, load)]
+                    beyond = f"{median(mine):+.0f} ({min(mine):+.0f} to {max(mine):+.0f})"
                 cpu = median([r["cpu_us"] for r in rows])
                 conns = median([r["conns"] for r in rows])
                 errors = sum(r["errors"] for r in rows)

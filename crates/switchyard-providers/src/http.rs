@@ -223,8 +223,8 @@ impl HttpClient {
         let response = until(deadline, self.send(request)).await?;
         if response.status().is_success() {
             // A success's headers matter only to a pacer: without one, they are not read.
-            if call.rate_limits.is_some() {
-                observe_limits(&response, call.rate_limits);
+            if let Some(sink) = call.rate_limits {
+                observe_limits(&response, Some(sink));
             }
             return Ok(response);
         }
