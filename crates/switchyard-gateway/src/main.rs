@@ -433,7 +433,10 @@ async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCode> {
                 switchyard::route::HedgeAfter::P95 => format!("p95 (at least {:?})", hedge.min_after),
                 switchyard::route::HedgeAfter::Fixed(delay) => format!("{delay:?}"),
             };
-            println!("    hedge: after {after}, at most {} of requests", hedge.max_share);
+            println!(
+                "    hedge: after {after}, at most {} of requests (never fewer than {} per 10 s)",
+                hedge.max_share, hedge.min_hedges
+            );
         }
         for candidate in route.candidates() {
             if let Some(cache) = candidate.answer_cache() {

@@ -364,3 +364,42 @@ fn serve_beyond_loopback_with_only_simulated_providers_needs_no_keys() {
     assert_eq!(metrics, 200, "no admin key is configured to ask for");
     assert!(!logs.contains("open relay"), "{logs}");
 }
+
+/// POSTs a chat of the `default` route to `addr` and returns the whole response.
+fn post_chat(addr: &str) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let body = r#"{"model":"default","messages":[{"role":"user","content":"hi"}]}"#;
+    write!(
+        stream,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+#[test]
+fn a_fresh_route_hedges_its_very_first_slow_request() {
+    let config = write_config(
+        "cold-hedge.yaml",
+        r#"
+providers:
+  slow: { kind: simulated, latency: 5s, reply: slow }
+  fast: { kind: simulated, latency: 20ms, reply: fast }
+routes:
+  default: { targets: [slow:m, fast:m], hedge: { after: 200ms } }
+"#,
+    );
+    let (server, addr) = serve(&config, &[]);
+    let started = Instant::now();
+    let answer = post_chat(&addr);
+    let took = started.elapsed();
+    stop(server);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let head = answer.to_ascii_lowercase();
+    assert!(head.contains("x-switchyard-target: fast:m"), "{answer}");
+    assert!(head.contains("x-switchyard-hedged: 1"), "{answer}");
+    assert!(took < Duration::from_secs(5), "the slow primary was waited out: {took:?}");
+}

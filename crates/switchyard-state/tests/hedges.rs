@@ -14,7 +14,12 @@ use switchyard_state::{RedisStore, StateSettings};
 const PREFIX: &str = "hedge-fleet";
 
 fn router() -> Router {
-    let hedge = Hedge { max_share: 0.1, ..Hedge::after(Duration::from_millis(300)) };
+    router_with(0)
+}
+
+/// Hedges a tenth of the requests, at least `min_hedges` per window.
+fn router_with(min_hedges: u32) -> Router {
+    let hedge = Hedge { max_share: 0.1, min_hedges, ..Hedge::after(Duration::from_millis(300)) };
     let route = Route::builder("default").target("a:m").target("b:m").hedge(hedge).build().expect("a route");
     Router::builder()
         .provider(ProviderEntry::new("a", SimulatedProvider::new()))
@@ -84,4 +89,19 @@ async fn without_redis_a_replica_governs_by_its_own_counts() {
     server.kill();
     assert!(sync_b.sync(&b).await.is_err(), "Redis is gone");
     assert_eq!(b.hedges_left("default"), Some(0), "the fleet's counts are dropped, not kept stale");
+}
+
+#[tokio::test]
+async fn the_floor_of_hedges_is_the_fleets_not_each_replicas() {
+    let server = RedisServer::start();
+    let b = router_with(3);
+    let sync_b = SharedHedges::new(&store(&server, "b"));
+    assert_eq!(b.hedges_left("default"), Some(3), "a quiet route may hedge up to the floor");
+    // Another replica hedged twice in its window: the fleet has one hedge of its floor left.
+    forge(&server, "a", 2, 2, 0);
+    sync_b.sync(&b).await.expect("exchanged");
+    assert_eq!(b.hedges_left("default"), Some(1));
+    forge(&server, "a", 3, 3, 0);
+    sync_b.sync(&b).await.expect("exchanged");
+    assert_eq!(b.hedges_left("default"), Some(0), "the fleet spent its floor");
 }

@@ -266,17 +266,25 @@ pub struct Hedge {
     pub min_after: Duration,
     /// Hedges allowed, as a share of the route's requests over the last 10 s. Default 0.1.
     pub max_share: f64,
+    /// Hedges always allowed over the last 10 s, whatever the share allows, so a quiet route
+    /// hedges its first slow requests too. With shared state the floor is the fleet's: the
+    /// other replicas' hedges count against it. Default 3.
+    pub min_hedges: u32,
 }
 
 impl Hedge {
     /// A hedge after the target's recent p95, with the defaults.
     pub fn p95() -> Self {
-        Self { after: HedgeAfter::P95, min_after: Duration::from_millis(300), max_share: 0.1 }
+        Self::with(HedgeAfter::P95)
     }
 
     /// A hedge after a fixed delay, with the default budget.
     pub fn after(delay: Duration) -> Self {
-        Self { after: HedgeAfter::Fixed(delay), min_after: Duration::from_millis(300), max_share: 0.1 }
+        Self::with(HedgeAfter::Fixed(delay))
+    }
+
+    fn with(after: HedgeAfter) -> Self {
+        Self { after, min_after: Duration::from_millis(300), max_share: 0.1, min_hedges: 3 }
     }
 }
 

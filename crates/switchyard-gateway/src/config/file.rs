@@ -295,7 +295,7 @@ pub struct RouteConfig {
     pub hedge: Option<HedgeConfig>,
 }
 
-/// `hedge: { after: p95 | <duration>, min_after: <duration>, max_share: <share> }`.
+/// `hedge: { after: p95 | <duration>, min_after: <duration>, max_share: <share>, min_hedges: <n> }`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HedgeConfig {
@@ -305,6 +305,8 @@ pub struct HedgeConfig {
     pub min_after: Option<DurationText>,
     /// Hedges at most, as a share of the route's requests over the last 10 s. Default 0.1.
     pub max_share: Option<f64>,
+    /// Hedges always allowed over the last 10 s, the fleet's with shared state. Default 3.
+    pub min_hedges: Option<u32>,
 }
 
 /// `p95` or a duration.

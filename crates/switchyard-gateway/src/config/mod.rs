@@ -1076,6 +1076,7 @@ impl Validator<'_> {
                 },
                 min_after: hedge.min_after.map_or(defaults.min_after, |d| d.0),
                 max_share: hedge.max_share.unwrap_or(defaults.max_share),
+                min_hedges: hedge.min_hedges.unwrap_or(defaults.min_hedges),
             });
         }
         if let Some(spill) = config.spill_over {

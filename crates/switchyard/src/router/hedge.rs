@@ -10,7 +10,8 @@
 //! then fails too, its failure decides what follows (a retry of its target, or the chain on
 //! after it), as any attempt's would. When the hedge fails first, its target is done for this
 //! request and the first attempt's failure decides. Hedges draw from a budget of their own: at most
-//! `max_share` of the route's requests over the last 10 s.
+//! `max_share` of the route's requests over the last 10 s, and never fewer than `min_hedges`
+//! (so a quiet route hedges its first slow request).
 
 use std::time::Duration;
 

@@ -372,7 +372,7 @@ impl RouterBuilder {
             let hedges = route.hedge().map(|hedge| {
                 RetryBudget::new(RetryBudgetSettings {
                     ratio: hedge.max_share,
-                    min_retries: 0,
+                    min_retries: hedge.min_hedges,
                     window: Duration::from_secs(10),
                 })
             });

@@ -108,7 +108,10 @@ async fn a_failing_first_attempt_leaves_the_hedge_to_answer() {
 #[tokio::test(start_paused = true)]
 async fn hedges_draw_from_a_budget_of_their_own() {
     let (primary, backup) = (slow(1000), slow(50));
-    let router = hedged(&primary, &backup, 0.1);
+    let hedge = Hedge { max_share: 0.1, min_hedges: 0, ..Hedge::after(Duration::from_millis(300)) };
+    let route =
+        Route::builder("default").target("primary:m").target("backup:m").retry(quick_retry(1)).hedge(hedge);
+    let router = router(&[("primary", &primary), ("backup", &backup)], route);
     for _ in 0..20 {
         router.chat(&request("default")).await.unwrap();
     }
@@ -116,6 +119,32 @@ async fn hedges_draw_from_a_budget_of_their_own() {
     // the second (the window slides, but 20 requests of 350 ms to 1 s fit in it).
     assert!(backup.calls() <= 2, "backup called {} times", backup.calls());
     assert!(backup.calls() >= 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_route_hedges_its_first_slow_requests_up_to_the_floor() {
+    let (primary, backup) = (slow(1000), slow(50));
+    // The default budget: a tenth of the requests, never fewer than 3 per 10 s.
+    let route = Route::builder("default")
+        .target("primary:m")
+        .target("backup:m")
+        .retry(quick_retry(1))
+        .hedge(Hedge::after(Duration::from_millis(200)));
+    let router = router(&[("primary", &primary), ("backup", &backup)], route);
+    let start = Instant::now();
+    let first = router.chat(&request("default")).await.unwrap();
+    assert_eq!(first.served_by.to_string(), "backup:m", "the very first slow request is hedged");
+    assert_eq!(start.elapsed(), Duration::from_millis(250));
+    for _ in 0..2 {
+        assert_eq!(router.chat(&request("default")).await.unwrap().served_by.to_string(), "backup:m");
+    }
+    assert_eq!(router.hedges_left("default"), Some(0), "3 hedges in the window: the floor is spent");
+    let fourth = router.chat(&request("default")).await.unwrap();
+    assert_eq!(fourth.served_by.to_string(), "primary:m", "past the floor, a 4th of 4 requests is not hedged");
+    assert_eq!(backup.calls(), 3);
+    // The window slides: 10 s later the floor is there again.
+    tokio::time::advance(Duration::from_secs(10)).await;
+    assert_eq!(router.hedges_left("default"), Some(3));
 }
 
 #[tokio::test(start_paused = true)]
