@@ -140,7 +140,11 @@ async fn a_quiet_route_hedges_its_first_slow_requests_up_to_the_floor() {
     }
     assert_eq!(router.hedges_left("default"), Some(0), "3 hedges in the window: the floor is spent");
     let fourth = router.chat(&request("default")).await.unwrap();
-    assert_eq!(fourth.served_by.to_string(), "primary:m", "past the floor, a 4th of 4 requests is not hedged");
+    assert_eq!(
+        fourth.served_by.to_string(),
+        "primary:m",
+        "past the floor, a 4th of 4 requests is not hedged"
+    );
     assert_eq!(backup.calls(), 3);
     // The window slides: 10 s later the floor is there again.
     tokio::time::advance(Duration::from_secs(10)).await;

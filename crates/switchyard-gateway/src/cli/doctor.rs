@@ -1,0 +1,267 @@
+//! `switchyard doctor`: the configuration as the gateway would run it, and `--ping`.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use switchyard::RequestOptions;
+use switchyard::chat::{ChatRequest, Message};
+use switchyard_gateway::config::{self, Exposure, Loaded};
+
+use super::print_routes;
+
+pub(crate) async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCode> {
+    println!("config: {}", loaded.source);
+    println!("listen: {}", loaded.listen);
+    print_providers(loaded);
+    print_routes_settings(loaded);
+    print_gateway(loaded);
+    let shared_ok = shared_state(loaded).await;
+    if !ping {
+        return Ok(if shared_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
+    let failures = ping_targets(loaded).await;
+    print_pacing(loaded);
+    Ok(if failures == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Each provider with its limits and its credentials, masked.
+fn print_providers(loaded: &Loaded) {
+    println!("providers:");
+    for provider in &loaded.providers {
+        let base =
+            if provider.base_url.is_empty() { String::new() } else { format!(" {}", provider.base_url) };
+        println!("  {} ({}{base})", provider.id, provider.kind);
+        if let Some(limits) = &provider.limits {
+            let mut parts = Vec::new();
+            if let Some(n) = limits.max_concurrent {
+                parts.push(format!("max_concurrent {n}"));
+            }
+            if let Some(n) = limits.requests_per_minute {
+                parts.push(format!("requests_per_minute {n}"));
+            }
+            if let Some(n) = limits.tokens_per_minute {
+                parts.push(format!("tokens_per_minute {n}"));
+            }
+            if !limits.min_interval.is_zero() {
+                parts.push(format!("min_interval {:?}", limits.min_interval));
+            }
+            parts.push(format!(
+                "respect_headers {} (waits clamped to {:?})",
+                limits.respect_headers, limits.max_header_wait
+            ));
+            if limits.reserve_fraction > 0.0 {
+                parts.push(format!("reserve_fraction {}", limits.reserve_fraction));
+            }
+            if limits.per_credential {
+                parts.push("per credential".to_owned());
+            }
+            println!("    limits: {}", parts.join(", "));
+            if loaded.gateway.shared_state.is_some() {
+                let shared = limits.requests_per_minute.is_some() || limits.tokens_per_minute.is_some();
+                if shared || limits.respect_headers {
+                    println!(
+                        "    pacing: requests/tokens per minute, header budgets and 429 holds are shared by the fleet"
+                    );
+                }
+                if limits.max_concurrent.is_some() || !limits.min_interval.is_zero() {
+                    println!(
+                        "    pacing: max_concurrent and min_interval are per replica: divide them by the fleet size"
+                    );
+                }
+            }
+        }
+        let credentials = loaded.router.credentials(&provider.id).unwrap_or_default();
+        for (i, credential) in credentials.iter().enumerate() {
+            let origin = provider.credentials.get(i).map_or("no key", String::as_str);
+            println!("    credential {} key {} from {origin}", credential.id(), credential.masked());
+        }
+    }
+}
+
+/// Each route's chain, then its retry, gate, timeouts, hedge and cache settings.
+fn print_routes_settings(loaded: &Loaded) {
+    println!("routes:");
+    print_routes(&loaded.router);
+    for route in loaded.router.routes() {
+        let retry = route.retry();
+        let timeouts = route.timeouts();
+        println!(
+            "  {}: retry max_attempts {} backoff {:?}..{:?} max_wait {:?}; health_gate {} ttl {:?}; timeouts first_byte {:?} idle {:?} total {:?}",
+            route.name(),
+            retry.max_attempts,
+            retry.backoff_base,
+            retry.backoff_max,
+            retry.max_wait,
+            route.health_gate(),
+            route.health_ttl(),
+            timeouts.first_byte,
+            timeouts.idle,
+            timeouts.total
+        );
+        if let Some(hedge) = route.hedge() {
+            let after = match hedge.after {
+                switchyard::route::HedgeAfter::P95 => format!("p95 (at least {:?})", hedge.min_after),
+                switchyard::route::HedgeAfter::Fixed(delay) => format!("{delay:?}"),
+            };
+            println!(
+                "    hedge: after {after}, at most {} of requests (never fewer than {} per 10 s)",
+                hedge.max_share, hedge.min_hedges
+            );
+        }
+        for candidate in route.candidates() {
+            if let Some(cache) = candidate.answer_cache() {
+                let settings = cache.settings();
+                let kept = if loaded.gateway.shared_state.is_some() {
+                    "kept in Redis for the fleet (and in this replica when Redis is away)"
+                } else {
+                    "kept in this replica"
+                };
+                println!(
+                    "    candidate {}: the last good answer, max_age {:?}, max_entries {}, max_bytes {}, tool_calls {}, {kept}",
+                    candidate.name(),
+                    settings.max_age,
+                    settings.max_entries,
+                    settings.max_bytes,
+                    settings.tool_calls
+                );
+            }
+        }
+    }
+}
+
+/// The gateway's keys, body limit, connection rules and exposure.
+fn print_gateway(loaded: &Loaded) {
+    let gateway = &loaded.gateway;
+    println!(
+        "gateway: {} client keys, admin key {}, max body {} bytes",
+        gateway.keys.len(),
+        if gateway.admin_key.is_some() { "set" } else { "not set" },
+        gateway.max_body
+    );
+    let limits = gateway.connections;
+    println!(
+        "connections: header_timeout {:?}, idle_timeout {:?}, max_connections {}",
+        limits.header_timeout, limits.idle_timeout, limits.max_connections
+    );
+    println!("exposure: {}", exposure_line(loaded.listen, loaded));
+}
+
+/// Where health is kept; with Redis, whether it answers and who is alive. False when it does
+/// not answer.
+async fn shared_state(loaded: &Loaded) -> bool {
+    match &loaded.gateway.shared_state {
+        None => {
+            println!("shared state: memory (this process only; add `state: {{ redis: URL }}` to share it)");
+            true
+        }
+        Some(store) => {
+            let settings = store.settings();
+            let at = format!("{} (prefix {})", switchyard_state::mask_url(&settings.url), settings.prefix);
+            match switchyard_state::check(settings).await {
+                Ok(replicas) => {
+                    let ids: Vec<&str> = replicas.iter().map(|r| r.id.as_str()).collect();
+                    println!(
+                        "shared state: redis {at}: ok, {} replicas alive: {}",
+                        ids.len(),
+                        ids.join(", ")
+                    );
+                    true
+                }
+                Err(error) => {
+                    println!("shared state: redis {at}: unreachable: {error}");
+                    false
+                }
+            }
+        }
+    }
+}
+
+/// One tiny request to every target; the number that failed.
+async fn ping_targets(loaded: &Loaded) -> usize {
+    println!("\nping:");
+    println!("  {:<40} {:>10}  result", "target", "latency");
+    let mut failures = 0;
+    let mut seen = Vec::new();
+    for route in loaded.router.routes() {
+        for target in route.all_targets() {
+            if seen.contains(target) {
+                continue;
+            }
+            seen.push(target.clone());
+            let mut request = ChatRequest::new(target.to_string(), vec![Message::user("ping")]);
+            request.max_tokens = Some(1);
+            let options = RequestOptions {
+                no_fallback: true,
+                deadline: Some(Duration::from_secs(30)),
+                ..RequestOptions::default()
+            };
+            let started = Instant::now();
+            let result = loaded.router.chat_with(&request, &options).await;
+            let elapsed = format!("{:.0}ms", started.elapsed().as_secs_f64() * 1000.0);
+            match result {
+                Ok(_) => println!("  {:<40} {elapsed:>10}  ok", target.to_string()),
+                Err(error) => {
+                    failures += 1;
+                    println!("  {:<40} {elapsed:>10}  {}", target.to_string(), error);
+                }
+            }
+        }
+    }
+    failures
+}
+
+/// What the providers' rate-limit headers said during the pings.
+fn print_pacing(loaded: &Loaded) {
+    let lanes = loaded.router.pacing();
+    if !lanes.is_empty() {
+        println!("\npacing (as the providers' headers state it):");
+    }
+    for lane in lanes {
+        let name = match &lane.credential_id {
+            Some(id) => format!("{} key {id}", lane.provider),
+            None => lane.provider.clone(),
+        };
+        let headers = &lane.headers;
+        let stated: Vec<String> = [
+            ("requests", &headers.requests),
+            ("tokens", &headers.tokens),
+            ("input_tokens", &headers.input_tokens),
+            ("output_tokens", &headers.output_tokens),
+        ]
+        .into_iter()
+        .filter_map(|(name, stated)| {
+            let stated = stated.as_ref()?;
+            let limit = stated.limit.map_or_else(|| "?".to_owned(), |l| l.to_string());
+            let reset = stated.reset_in_ms.map_or_else(String::new, |ms| format!(", resets in {ms}ms"));
+            Some(format!("{name} {}/{limit} left{reset}", stated.remaining))
+        })
+        .collect();
+        let stated =
+            if stated.is_empty() { "no rate-limit headers seen".to_owned() } else { stated.join("; ") };
+        println!("  {name}: {stated}; {} in flight", lane.in_flight);
+    }
+}
+
+/// What `doctor` says of who can reach a gateway listening at `listen`.
+fn exposure_line(listen: std::net::SocketAddr, loaded: &Loaded) -> String {
+    let metrics = if loaded.gateway.metrics_open {
+        "/metrics open (gateway.metrics_open)"
+    } else {
+        "/metrics needs the admin key"
+    };
+    match config::exposure(listen, loaded) {
+        Exposure::Loopback => format!("{listen} is loopback: reachable from this machine only"),
+        Exposure::Demo => {
+            format!(
+                "{listen} is beyond loopback, with simulated providers only (nothing to spend); {metrics}"
+            )
+        }
+        Exposure::Guarded => format!(
+            "{listen} is beyond loopback: clients need a gateway key, /admin the admin key; {metrics}"
+        ),
+        Exposure::OpenRelay => format!(
+            "WARNING: {listen} is beyond loopback and gateway.open is set: an open relay to the providers' accounts; {metrics}"
+        ),
+        Exposure::Refused(missing) => format!("REFUSED: {}", config::refusal(listen, loaded, &missing)),
+    }
+}

@@ -1,0 +1,72 @@
+//! The command line's commands, one file each, and what they share.
+
+pub(crate) mod chat;
+pub(crate) mod config;
+pub(crate) mod doctor;
+pub(crate) mod events;
+pub(crate) mod health;
+pub(crate) mod serve;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use switchyard::Router;
+use switchyard_gateway::config::{self as loader, Loaded};
+
+/// A variable of the process's environment.
+pub(crate) fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// The configuration of `path`, or the default one (the environment's keys, else the demo).
+pub(crate) fn load(path: Option<&PathBuf>) -> anyhow::Result<Loaded> {
+    Ok(match path {
+        Some(path) => loader::load_file(path, &env)?,
+        None => loader::load_default(&env)?,
+    })
+}
+
+pub(crate) fn print_routes(router: &Router) {
+    for line in route_lines(router) {
+        println!("{line}");
+    }
+}
+
+/// One line per route: its chain, special chains, candidates, and which is the default.
+pub(crate) fn route_lines(router: &Router) -> Vec<String> {
+    let mut lines = Vec::new();
+    for route in router.routes() {
+        let targets: Vec<String> = route.targets().iter().map(|t| t.target.to_string()).collect();
+        let mut line = format!("  route {}: {}", route.name(), targets.join(" -> "));
+        if !route.context_window().is_empty() {
+            let chain: Vec<String> = route.context_window().iter().map(ToString::to_string).collect();
+            line.push_str(&format!("; context_window: {}", chain.join(", ")));
+        }
+        if !route.content_policy().is_empty() {
+            let chain: Vec<String> = route.content_policy().iter().map(ToString::to_string).collect();
+            line.push_str(&format!("; content_policy: {}", chain.join(", ")));
+        }
+        for candidate in route.candidates() {
+            line.push_str(&format!("; candidate: {}", candidate.name()));
+        }
+        if route.name() == router.default_route().name() {
+            line.push_str(" (default)");
+        }
+        lines.push(line);
+    }
+    lines
+}
+
+/// A GET of the admin endpoint `path` with the admin key, refused statuses named.
+pub(crate) async fn admin_get(
+    url: &str,
+    path: &str,
+    key: Option<String>,
+) -> anyhow::Result<reqwest::Response> {
+    let key = key.or_else(|| env("SWITCHYARD_ADMIN_KEY")).or_else(|| env("SWITCHYARD_KEY"));
+    let mut request = reqwest::Client::new().get(format!("{}{path}", url.trim_end_matches('/')));
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    request.send().await.with_context(|| format!("cannot reach the gateway at {url}"))
+}

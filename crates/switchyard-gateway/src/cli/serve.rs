@@ -1,0 +1,178 @@
+//! `switchyard serve`: the gateway, until a signal stops it.
+
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use switchyard_gateway::config::{self, Exposure};
+use switchyard_gateway::logging::{AccessLog, BatchedStderr, LogFormat};
+use switchyard_gateway::server::{AppState, app};
+use switchyard_gateway::workers::Workers;
+
+use super::{load, route_lines};
+
+/// Sets up logging to stderr; the returned writer must be flushed before exiting.
+fn init_logging(format: LogFormat) -> Option<BatchedStderr> {
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_max_level(tracing::Level::INFO).with_ansi(ansi);
+    match BatchedStderr::start() {
+        Ok(writer) => {
+            match format {
+                LogFormat::Json => builder.json().flatten_event(true).with_writer(writer.clone()).init(),
+                LogFormat::Text => builder.with_writer(writer.clone()).init(),
+            }
+            Some(writer)
+        }
+        // Without a writer thread, write directly: slower, but nothing is lost.
+        Err(_) => {
+            match format {
+                LogFormat::Json => builder.json().flatten_event(true).with_writer(std::io::stderr).init(),
+                LogFormat::Text => builder.with_writer(std::io::stderr).init(),
+            }
+            None
+        }
+    }
+}
+
+pub(crate) async fn serve(
+    path: Option<PathBuf>,
+    listen: Option<String>,
+    log_format: LogFormat,
+    threads: Option<NonZeroUsize>,
+) -> anyhow::Result<ExitCode> {
+    let log = init_logging(log_format);
+    let access = AccessLog::new(log_format, log.clone());
+    let result = serve_logged(path, listen, threads, access, log.clone()).await;
+    if let Some(log) = log {
+        log.flush();
+    }
+    result
+}
+
+async fn serve_logged(
+    path: Option<PathBuf>,
+    listen: Option<String>,
+    threads: Option<NonZeroUsize>,
+    access: AccessLog,
+    log: Option<BatchedStderr>,
+) -> anyhow::Result<ExitCode> {
+    let loaded = load(path.as_ref())?;
+    let addr = match listen {
+        Some(text) => text
+            .parse()
+            .with_context(|| format!("--listen `{text}` is not an address like 127.0.0.1:4680"))?,
+        None => loaded.listen,
+    };
+    let exposure = config::exposure(addr, &loaded);
+    match &exposure {
+        Exposure::Refused(missing) => bail!("{}", config::refusal(addr, &loaded, missing)),
+        Exposure::OpenRelay => tracing::warn!(
+            listen = %addr,
+            "gateway.open is set: this gateway is an open relay; anyone who can reach {addr} spends the \
+             providers' accounts and can use /admin"
+        ),
+        Exposure::Loopback | Exposure::Demo | Exposure::Guarded => {}
+    }
+    // A warning at start is read at start, not at the next batch.
+    if let Some(log) = &log {
+        log.flush();
+    }
+    let listener =
+        tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener.local_addr()?;
+    // The banner is for a person; a closed stdout (`serve | head -1`) must not stop the gateway.
+    let mut banner = format!("switchyard listening on http://{local}\n  config: {}\n", loaded.source);
+    for line in route_lines(&loaded.router) {
+        banner.push_str(&line);
+        banner.push('\n');
+    }
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), banner.as_bytes());
+    if let Some(store) = &loaded.gateway.shared_state {
+        let settings = store.settings();
+        banner.push_str(&format!(
+            "  shared state: {} (prefix {}, replica {})\n",
+            switchyard_state::mask_url(&settings.url),
+            settings.prefix,
+            settings.replica
+        ));
+        store.publish_events_to(loaded.router.events().clone());
+        store.start();
+        // Hedge budgets counted fleet-wide: each replica's windows exchanged once a second.
+        if !loaded.router.hedge_windows().is_empty() {
+            switchyard_state::hedges::SharedHedges::new(store).start(loaded.router.clone());
+        }
+    }
+    let grace = loaded.gateway.shutdown_grace;
+    let limits = loaded.gateway.connections;
+    let store = loaded.gateway.shared_state.clone();
+    // Held until the store closes: its pacer's unspent slices go back then.
+    let pacing = loaded.router.clone();
+    let router = loaded.router.clone();
+    let prepare = Arc::new(move || router.warm());
+    let state = AppState::exposed(loaded.router, loaded.gateway, access, &exposure);
+    let threads = threads.or_else(|| std::thread::available_parallelism().ok()).unwrap_or(NonZeroUsize::MIN);
+    let stop = state.clone();
+    let workers = Workers::start(listener, threads, app(state.clone()), limits, prepare, state.stop_signal())
+        .context("cannot start the workers")?;
+    let finished = workers.finished();
+    tokio::pin!(finished);
+    tokio::select! {
+        result = &mut finished => result.context("the server failed")?,
+        () = shutdown_signal() => {
+            eprintln!("switchyard: shutting down; open streams have {grace:?} to finish");
+            stop.stop();
+            // Bound the drain: a stream that never ends must not hold the process forever.
+            tokio::select! {
+                result = finished => result.context("the server failed")?,
+                () = tokio::time::sleep(grace) => {
+                    if let Some(store) = &store {
+                        store.close().await;
+                    }
+                    flush_traces(&stop).await;
+                    if let Some(log) = log {
+                        log.flush();
+                    }
+                    eprintln!("switchyard: grace period over, exiting");
+                    std::process::exit(0);
+                }
+            }
+        }
+    }
+    // Slices of the fleet's pacing buckets not spent go back; the membership is left.
+    if let Some(store) = &store {
+        store.close().await;
+    }
+    flush_traces(&stop).await;
+    drop(pacing);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Exports the traces still waiting, off the async threads (the exporter blocks).
+async fn flush_traces(state: &AppState) {
+    if let Some(telemetry) = state.telemetry.clone() {
+        let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}
