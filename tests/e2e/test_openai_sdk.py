@@ -427,3 +427,48 @@ def test_reasoning_effort_makes_claude_think_and_its_signed_blocks_carry_the_too
     assert sent["thinking"] == {"type": "adaptive", "display": "summarized"}
     assistant = sent["messages"][1]["content"]
     assert assistant[0] == blocks[0] and assistant[-1]["type"] == "tool_use"
+
+
+CUSTOM_TOOL = {"type": "custom", "custom": {"name": "code_exec", "description": "Runs Python"}}
+CUSTOM_INPUT = 'print("hello")\nprint(42)'
+
+
+def test_a_custom_tool_call_answer_comes_back_whole_and_streamed(mock, gateway):
+    gw = gateway(config(mock, {"a": ("openai", "custom~chunks=3", KEY)}, {"default": "{ targets: [a:gpt-test] }"}))
+    sdk = client(gw)
+    ask_code = [{"role": "user", "content": "Run some code"}]
+    raw = sdk.chat.completions.with_raw_response.create(model="default", messages=ask_code, tools=[CUSTOM_TOOL])
+    assert raw.status_code == 200
+    call = raw.parse().choices[0].message.tool_calls[0]
+    assert (call.type, call.custom.name, call.custom.input) == ("custom", "code_exec", CUSTOM_INPUT)
+    assert raw.parse().choices[0].finish_reason == "tool_calls"
+
+    stream = sdk.chat.completions.create(model="default", messages=ask_code, tools=[CUSTOM_TOOL], stream=True)
+    pieces, first = [], None
+    for chunk in stream:
+        for choice in chunk.choices:
+            for delta in choice.delta.tool_calls or []:
+                custom = delta.model_extra.get("custom") if delta.model_extra else None
+                custom = custom or getattr(delta, "custom", None)
+                if custom is None:
+                    continue
+                custom = custom if isinstance(custom, dict) else custom.model_dump()
+                first = first or custom.get("name")
+                pieces.append(custom.get("input", ""))
+    assert first == "code_exec"
+    assert len(pieces) >= 2 and "".join(pieces) == CUSTOM_INPUT
+
+
+def test_a_custom_tool_call_from_a_translated_target_is_kept_for_the_history(mock, gateway):
+    # An assistant turn holding a custom call goes back to an OpenAI upstream as written.
+    gw = gateway(config(mock, {"a": ("openai", "ok", KEY)}, {"default": "{ targets: [a:gpt-test] }"}))
+    history = [
+        {"role": "user", "content": "Run some code"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "custom", "custom": {"name": "code_exec", "input": CUSTOM_INPUT}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "hello\n42"},
+    ]
+    answer = client(gw).chat.completions.create(model="default", messages=history, tools=[CUSTOM_TOOL])
+    assert answer.choices[0].message.content == "mock answer from gpt-test"
+    sent = mock.stats()["scenarios"]["ok"]["last_request"]["json"]
+    assert sent["messages"][1]["tool_calls"][0] == history[1]["tool_calls"][0]

@@ -27,7 +27,7 @@ pub(crate) fn answer(content: Content, model: &str, stream: bool, shape: &Shape)
 fn stop_reason(content: Content) -> &'static str {
     match content {
         Content::Text => "end_turn",
-        Content::Tools => "tool_use",
+        Content::Tools | Content::Custom => "tool_use",
         Content::Filter => "refusal",
         Content::Refuse | Content::Think => "end_turn",
     }
@@ -52,7 +52,7 @@ fn message(content: Content, model: &str, shape: &Shape, id: u64) -> String {
             push_json_escaped(&mut s, model);
             s.push_str(r#""}"#);
         }
-        Content::Tools => {
+        Content::Tools | Content::Custom => {
             let _ = write!(
                 s,
                 r#"{{"type":"tool_use","id":"toolu_mock{id}","name":"{TOOL_NAME}","input":{TOOL_ARGUMENTS}}}"#
@@ -96,7 +96,7 @@ fn events(content: Content, model: &str, shape: &Shape, id: u64) -> Events {
             let pieces = delta_events(&text, shape.pieces, index, "text_delta", "text");
             (Some(r#"{"type":"text","text":""}"#.to_owned()), pieces)
         }
-        Content::Tools => {
+        Content::Tools | Content::Custom => {
             let block =
                 format!(r#"{{"type":"tool_use","id":"toolu_mock{id}","name":"{TOOL_NAME}","input":{{}}}}"#);
             (Some(block), delta_events(TOOL_ARGUMENTS, shape.pieces, 0, "input_json_delta", "partial_json"))

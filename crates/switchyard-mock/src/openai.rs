@@ -8,7 +8,8 @@ use hyper::Response;
 
 use crate::body::MockBody;
 use crate::reply::{
-    self, ANSWER_PREFIX, Content, Events, Fault, PROMPT_TOKENS, Shape, TOOL_ARGUMENTS, TOOL_NAME,
+    self, ANSWER_PREFIX, CUSTOM_INPUT, CUSTOM_TOOL, Content, Events, Fault, PROMPT_TOKENS, Shape,
+    TOOL_ARGUMENTS, TOOL_NAME,
 };
 use crate::wire::{next_id, push_json_escaped, push_json_str, split_even, unix_now};
 
@@ -49,6 +50,13 @@ fn completion(content: Content, model: &str, shape: &Shape, id: u64, created: u6
             s.push_str(r#"null,"tool_calls":[{"id":"call_mock"#);
             let _ = write!(s, r#"{id}","type":"function","function":{{"name":"{TOOL_NAME}","arguments":"#);
             push_json_str(&mut s, TOOL_ARGUMENTS);
+            s.push_str("}}]");
+            "tool_calls"
+        }
+        Content::Custom => {
+            s.push_str(r#"null,"tool_calls":[{"id":"call_mock"#);
+            let _ = write!(s, r#"{id}","type":"custom","custom":{{"name":"{CUSTOM_TOOL}","input":"#);
+            push_json_str(&mut s, CUSTOM_INPUT);
             s.push_str("}}]");
             "tool_calls"
         }
@@ -170,6 +178,21 @@ fn events(
                 .into_iter()
                 .map(|piece| {
                     let mut delta = String::from(r#"{"tool_calls":[{"index":0,"function":{"arguments":"#);
+                    push_json_str(&mut delta, piece);
+                    delta.push_str("}}]}");
+                    chunker.chunk(&delta, None)
+                })
+                .collect();
+            (chunker.chunk(&first, None), pieces, "tool_calls")
+        }
+        Content::Custom => {
+            let first = format!(
+                r#"{{"role":"assistant","content":null,"tool_calls":[{{"index":0,"id":"call_mock{id}","type":"custom","custom":{{"name":"{CUSTOM_TOOL}","input":""}}}}]}}"#
+            );
+            let pieces = split_even(CUSTOM_INPUT, shape.pieces)
+                .into_iter()
+                .map(|piece| {
+                    let mut delta = String::from(r#"{"tool_calls":[{"index":0,"custom":{"input":"#);
                     push_json_str(&mut delta, piece);
                     delta.push_str("}}]}");
                     chunker.chunk(&delta, None)

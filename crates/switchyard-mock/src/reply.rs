@@ -16,6 +16,9 @@ pub(crate) const ANSWER_PREFIX: &str = "mock answer from ";
 pub(crate) const TOOL_NAME: &str = "get_weather";
 /// The arguments of that call, as a JSON text.
 pub(crate) const TOOL_ARGUMENTS: &str = r#"{"city":"Paris"}"#;
+/// The custom tool every `custom` answer calls, and its free-form input.
+pub(crate) const CUSTOM_TOOL: &str = "code_exec";
+pub(crate) const CUSTOM_INPUT: &str = "print(\"hello\")\nprint(42)";
 /// Prompt tokens reported in every usage block; fixed so tests can assert them.
 pub(crate) const PROMPT_TOKENS: u32 = 10;
 
@@ -24,6 +27,9 @@ pub(crate) const PROMPT_TOKENS: u32 = 10;
 pub(crate) enum Content {
     Text,
     Tools,
+    /// A call of a `custom` tool (GPT-5's free-form tools): OpenAI's chat dialect only; the
+    /// others answer it as `Tools`.
+    Custom,
     Filter,
     /// The model declines in words: OpenAI's `refusal`, Anthropic's text.
     Refuse,

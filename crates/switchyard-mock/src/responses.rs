@@ -31,7 +31,7 @@ fn item(content: Content, model: &str, id: u64) -> Option<Value> {
             json!({"type": "output_text", "text": format!("{ANSWER_PREFIX}{model}"), "annotations": [], "logprobs": []}),
         )),
         Content::Refuse => Some(message(json!({"type": "refusal", "refusal": REFUSAL}))),
-        Content::Tools => Some(
+        Content::Tools | Content::Custom => Some(
             json!({"type": "function_call", "id": format!("fc_mock{id}"), "call_id": format!("call_mock{id}"),
             "name": TOOL_NAME, "arguments": TOOL_ARGUMENTS, "status": "completed"}),
         ),
@@ -115,7 +115,7 @@ fn events(content: Content, model: &str, shape: &Shape, id: u64) -> Events {
             tail.push(event("response.content_part.done", with(json!({"part": done_item["content"][0]}))));
             tail.push(event("response.output_item.done", json!({"output_index": 0, "item": done_item})));
         }
-        Content::Tools => {
+        Content::Tools | Content::Custom => {
             let call_id = format!("call_mock{id}");
             let fc = format!("fc_mock{id}");
             let item_opened = json!({"type": "function_call", "id": fc, "call_id": call_id, "name": TOOL_NAME, "arguments": "", "status": "in_progress"});

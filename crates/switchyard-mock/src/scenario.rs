@@ -52,6 +52,8 @@ pub(crate) enum Step {
     Ok,
     /// A call of the tool `get_weather` with `{"city":"Paris"}`.
     Tools,
+    /// A call of the custom tool `code_exec` with free-form input.
+    Custom,
     /// A content-filtered (refused) answer.
     Filter,
     Refuse,
@@ -172,6 +174,7 @@ impl Step {
         let step = match (name, value) {
             ("ok", None) => Step::Ok,
             ("tools", None) => Step::Tools,
+            ("custom", None) => Step::Custom,
             ("filter", None) => Step::Filter,
             ("refuse", None) => Step::Refuse,
             ("think", None) => Step::Think,

@@ -194,6 +194,7 @@ async fn api(
     let (content, cut) = match &action.step {
         Step::Ok => (Content::Text, None),
         Step::Tools => (Content::Tools, None),
+        Step::Custom => (Content::Custom, None),
         Step::Filter => (Content::Filter, None),
         Step::Refuse => (Content::Refuse, None),
         Step::Think => (Content::Think, None),

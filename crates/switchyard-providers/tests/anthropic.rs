@@ -1439,6 +1439,7 @@ fn call_delta(index: u32, id: Option<&str>, name: Option<&str>, arguments: &str)
                 name: name.map(Into::into),
                 arguments: Some(arguments.into()),
             }),
+            extra: Default::default(),
         }],
         ..Delta::default()
     }
@@ -1592,4 +1593,26 @@ fn usage_details_cross_both_ways_between_the_dialects() {
     assert_eq!(openai["prompt_tokens_details"]["cached_tokens"], 800, "{openai}");
     assert_eq!(openai["completion_tokens_details"]["reasoning_tokens"], 20);
     assert!(openai["prompt_tokens_details"].get("cache_write_tokens").is_none(), "no such OpenAI field");
+}
+
+#[test]
+fn codec_reads_a_system_message_in_its_place_in_the_conversation() {
+    // As Claude Code sends it (beta `mid-conversation-system-2026-04-07`): after the first user turn.
+    let reminder = json!([{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]);
+    let body = json!({"model": "m", "max_tokens": 10, "system": "You are Claude Code.", "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "system", "content": reminder},
+        {"role": "system", "content": "Plain text too."}]});
+    let request = codec::request_from_json(body).unwrap();
+    let roles: Vec<Role> = request.messages.iter().map(|m| m.role).collect();
+    assert_eq!(roles, [Role::System, Role::User, Role::System, Role::System]);
+    assert_eq!(request.messages[2].text_content().as_deref(), Some("Be brief."));
+    assert_eq!(
+        request.messages[2].extra.get(switchyard_providers::anthropic::VERBATIM_BLOCKS),
+        Some(&reminder),
+        "its cache_control is kept for an Anthropic upstream"
+    );
+    let image = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "system", "content": [
+        {"type": "image", "source": {"type": "url", "url": "https://example.invalid/x.png"}}]}]});
+    assert_eq!(codec::request_from_json(image).unwrap_err().field, "messages[0].content[0].type");
 }

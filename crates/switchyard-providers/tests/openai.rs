@@ -20,9 +20,8 @@ use support::{
 };
 use switchyard::chat::{
     ChatChunk, ChatRequest, CompletionTokensDetails, Content, ContentPart, Dialect, EmbeddingInput,
-    EmbeddingsRequest, Extra, FinishReason, FunctionCall, FunctionDefinition, ImageUrl, JsonSchemaFormat,
-    Message, PromptTokensDetails, ResponseFormat, Role, Stop, Tool, ToolCall, ToolChoice, ToolChoiceFunction,
-    Usage,
+    EmbeddingsRequest, Extra, FinishReason, FunctionDefinition, ImageUrl, JsonSchemaFormat, Message,
+    PromptTokensDetails, ResponseFormat, Role, Stop, Tool, ToolCall, ToolChoice, ToolChoiceFunction, Usage,
 };
 use switchyard::provider::Provider;
 use switchyard::ratelimit::{MAX_RESET, parse_duration};
@@ -278,11 +277,7 @@ async fn tools_and_json_schema_are_sent_and_tool_calls_come_back() {
         role: Role::Assistant,
         content: None,
         name: None,
-        tool_calls: vec![ToolCall {
-            id: "call_0".into(),
-            kind: "function".into(),
-            function: FunctionCall { name: "get_weather".into(), arguments: "{\"city\":\"Oslo\"}".into() },
-        }],
+        tool_calls: vec![ToolCall::function("call_0", "get_weather", "{\"city\":\"Oslo\"}")],
         tool_call_id: None,
         extra: Extra::new(),
     });
@@ -319,11 +314,7 @@ async fn tools_and_json_schema_are_sent_and_tool_calls_come_back() {
     assert_eq!(choice.message.content, None);
     assert_eq!(
         choice.message.tool_calls,
-        vec![ToolCall {
-            id: "call_abc123".into(),
-            kind: "function".into(),
-            function: FunctionCall { name: "get_weather".into(), arguments: "{\"city\":\"Paris\"}".into() },
-        }]
+        vec![ToolCall::function("call_abc123", "get_weather", "{\"city\":\"Paris\"}")]
     );
 }
 

@@ -393,11 +393,7 @@ mod tests {
     async fn tool_calls_are_kept_only_when_asked_and_the_oldest_go_first() {
         let cache = AnswerCache::new(AnswerCacheSettings { max_entries: 2, ..Default::default() });
         let mut calls = ChatResponse::from_text("m", "");
-        calls.choices[0].message.tool_calls.push(crate::chat::ToolCall {
-            id: "c".into(),
-            kind: "function".into(),
-            function: crate::chat::FunctionCall { name: "f".into(), arguments: "{}".into() },
-        });
+        calls.choices[0].message.tool_calls.push(crate::chat::ToolCall::function("c", "f", "{}"));
         cache.remember("s", "r", &request("tool"), &calls);
         assert!(cache.recall("s", "r", &request("tool")).is_none());
         for text in ["a", "b", "c"] {

@@ -470,20 +470,121 @@ pub struct ToolChoiceFunction {
 }
 
 /// A call of a tool by the model.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ToolCall {
     /// The provider's id for this call; the [`Role::Tool`] message with the result names it in
     /// `tool_call_id`.
     pub id: String,
-    /// Always `function` in every dialect Switchyard speaks today.
-    #[serde(rename = "type", default = "function_type")]
+    /// `function`, which every dialect can express, or a kind of the answer's dialect that the
+    /// canonical types do not model (OpenAI's `custom`, GPT-5's free-form tools).
     pub kind: String,
-    /// Which function, with which arguments.
+    /// Which function, with which arguments; empty for a call of another kind.
     pub function: FunctionCall,
+    /// Members of the call not modelled here, kept as written: a `custom` call's
+    /// `"custom": {"name", "input"}` is here. Empty for a function call.
+    pub extra: Extra,
+}
+
+impl ToolCall {
+    /// A call of the function `name` with `arguments` (JSON text).
+    pub fn function(id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            kind: function_type(),
+            function: FunctionCall { name: name.into(), arguments: arguments.into() },
+            extra: Extra::new(),
+        }
+    }
+
+    /// Whether the call is a function call, which every dialect can express.
+    pub fn is_function(&self) -> bool {
+        self.kind == "function"
+    }
+
+    /// Adds a streamed fragment: its id, the next pieces of the name and arguments, and of
+    /// any unmodelled member (strings are concatenated, objects merged, anything else
+    /// replaced), as OpenAI-dialect clients put fragments together.
+    pub fn absorb(&mut self, delta: &ToolCallDelta) {
+        if let Some(id) = &delta.id {
+            self.id.clone_from(id);
+        }
+        if let Some(kind) = &delta.kind {
+            self.kind.clone_from(kind);
+        }
+        if let Some(function) = &delta.function {
+            if let Some(name) = &function.name {
+                self.function.name.push_str(name);
+            }
+            if let Some(arguments) = &function.arguments {
+                self.function.arguments.push_str(arguments);
+            }
+        }
+        for (name, piece) in &delta.extra {
+            merge_fragment(self.extra.entry(name.clone()).or_insert(Value::Null), piece);
+        }
+    }
+}
+
+/// Puts a streamed `piece` onto `so_far`: strings concatenate, objects merge member by
+/// member, anything else replaces.
+fn merge_fragment(so_far: &mut Value, piece: &Value) {
+    match (so_far, piece) {
+        (Value::String(so_far), Value::String(piece)) => so_far.push_str(piece),
+        (Value::Object(so_far), Value::Object(piece)) => {
+            for (name, piece) in piece {
+                merge_fragment(so_far.entry(name.clone()).or_insert(Value::Null), piece);
+            }
+        }
+        (so_far, piece) => *so_far = piece.clone(),
+    }
+}
+
+impl Serialize for ToolCall {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let function = self.is_function() || self.function != FunctionCall::default();
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("id", &self.id)?;
+        map.serialize_entry("type", &self.kind)?;
+        if function {
+            map.serialize_entry("function", &self.function)?;
+        }
+        for (name, value) in &self.extra {
+            if !matches!(name.as_str(), "id" | "type" | "function") {
+                map.serialize_entry(name, value)?;
+            }
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolCall {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// The call as written: `function` is required of a function call only.
+        struct Wire {
+            id: String,
+            kind: Option<String>,
+            function: Option<FunctionCall>,
+            extra: Extra,
+        }
+        deserialize_with_extra!(Wire {
+            "id" => id: Required,
+            "type" => kind: OrDefault,
+            "function" => function: OrDefault,
+        });
+        let wire = Wire::deserialize(deserializer)?;
+        let kind = wire.kind.unwrap_or_else(function_type);
+        let function = match wire.function {
+            Some(function) => function,
+            None if kind == "function" => return Err(serde::de::Error::missing_field("function")),
+            None => FunctionCall::default(),
+        };
+        Ok(Self { id: wire.id, kind, function, extra: wire.extra })
+    }
 }
 
 /// The function a tool call invokes, with its arguments as a JSON string.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FunctionCall {
     /// The [`FunctionDefinition::name`] the model called.
     pub name: String,
@@ -942,10 +1043,13 @@ impl Delta {
                 index,
                 id: Some(call.id.clone()),
                 kind: Some(call.kind.clone()),
-                function: Some(FunctionCallDelta {
-                    name: Some(call.function.name.clone()),
-                    arguments: Some(call.function.arguments.clone()),
+                function: (call.is_function() || call.function != FunctionCall::default()).then(|| {
+                    FunctionCallDelta {
+                        name: Some(call.function.name.clone()),
+                        arguments: Some(call.function.arguments.clone()),
+                    }
                 }),
+                extra: call.extra.clone(),
             })
             .collect();
         Self {
@@ -967,12 +1071,16 @@ pub struct ToolCallDelta {
     /// The call's id, on its first fragment only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
-    /// Always `function`, on the call's first fragment only.
+    /// `function` (or another kind, such as `custom`), on the call's first fragment only.
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     /// The function's name and a piece of its arguments, when this fragment carries them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub function: Option<FunctionCallDelta>,
+    /// Pieces of members not modelled here, as written: a `custom` call's
+    /// `"custom": {"name"}` first, then `"custom": {"input": "..."}` pieces.
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 /// A fragment of a [`FunctionCall`]: the name comes first, the arguments in pieces to
@@ -1086,7 +1194,40 @@ pub struct Embedding {
 
 #[cfg(test)]
 mod tests {
-    use super::{ChatChunk, ChatRequest, ChunkChoice, Delta, Dialect, Verbatim};
+    use serde_json::json;
+
+    use super::{ChatChunk, ChatRequest, ChunkChoice, Delta, Dialect, ToolCall, ToolCallDelta, Verbatim};
+
+    #[test]
+    fn a_custom_tool_call_is_kept_as_written_and_a_function_call_needs_its_function() {
+        let written =
+            json!({"id": "call_1", "type": "custom", "custom": {"name": "code_exec", "input": "print(1)"}});
+        let call: ToolCall = serde_json::from_value(written.clone()).unwrap();
+        assert!(!call.is_function());
+        assert_eq!(serde_json::to_value(&call).unwrap(), written, "it goes back as it came");
+        let function = json!({"id": "call_2", "function": {"name": "f", "arguments": "{}"}});
+        let function: ToolCall = serde_json::from_value(function).unwrap();
+        assert!(function.is_function(), "a call without a type is a function call");
+        let missing = serde_json::from_value::<ToolCall>(json!({"id": "call_3", "type": "function"}));
+        assert!(missing.unwrap_err().to_string().contains("missing field `function`"));
+    }
+
+    #[test]
+    fn streamed_fragments_of_a_custom_call_are_put_together() {
+        let fragments = [
+            json!({"index": 0, "id": "call_1", "type": "custom", "custom": {"name": "code_exec", "input": ""}}),
+            json!({"index": 0, "custom": {"input": "print("}}),
+            json!({"index": 0, "custom": {"input": "1)"}}),
+        ];
+        let mut call = ToolCall::function("", "", "");
+        for fragment in fragments {
+            call.absorb(&serde_json::from_value::<ToolCallDelta>(fragment).unwrap());
+        }
+        assert_eq!(
+            serde_json::to_value(&call).unwrap(),
+            json!({"id": "call_1", "type": "custom", "custom": {"name": "code_exec", "input": "print(1)"}})
+        );
+    }
 
     #[test]
     fn an_anthropic_caller_is_shown_only_an_anthropic_providers_own_reasoning() {

@@ -38,8 +38,19 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
             Err(response) => return response,
         };
     let owner = owner_of(presented_key(&headers).filter(|_| !state.gateway.keys.is_empty()));
-    let ResponsesRequest { mut chat, previous_response_id, store, echo, items: mut input, references, body } =
-        parsed;
+    let ResponsesRequest {
+        mut chat,
+        previous_response_id,
+        store,
+        echo,
+        items: mut input,
+        references,
+        body,
+        unsent,
+    } = parsed;
+    for note in unsent {
+        exchange.unsent.push((Readers::ResponsesNative, note));
+    }
     let instructions = usize::from(!echo.instructions.is_null());
     if references {
         match read_references(&state, &owner, &mut input).await {
@@ -76,6 +87,16 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
         chat.messages.extend(this_turn);
     }
     items.extend(input);
+    let unread = decode::unread_items(&items);
+    if !unread.is_empty() {
+        exchange.unsent.push((
+            Readers::ResponsesNative,
+            format!(
+                "the conversation's {} item(s) were not sent: only a provider spoken to in the Responses API reads them",
+                unread.join(", ")
+            ),
+        ));
+    }
     // Reasoning travels only to a provider that reads the Responses API (as encrypted content);
     // a translation has no place for it, and the trail says so.
     // (Claude's thinking as the gateway sealed it is read back by an Anthropic target.)

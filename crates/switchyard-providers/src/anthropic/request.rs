@@ -320,6 +320,15 @@ pub(crate) fn message_blocks(message: &Message, index: usize) -> Result<Vec<Bloc
             let mut blocks = thinking_blocks(message);
             blocks.extend(content_blocks(message.content.as_ref(), index)?);
             for (k, call) in message.tool_calls.iter().enumerate() {
+                if !call.is_function() {
+                    return Err(invalid(
+                        format_args!("messages[{index}].tool_calls[{k}]"),
+                        format_args!(
+                            "is a `{}` tool call, which Anthropic's Messages API cannot express",
+                            call.kind
+                        ),
+                    ));
+                }
                 let field = format!("messages[{index}].tool_calls[{k}].function.arguments");
                 blocks.push(Block::ToolUse {
                     id: call.id.clone(),
@@ -571,6 +580,20 @@ mod tests {
         );
         assert!(image_block("data:image/png,rawbytes", "f").is_err());
         assert!(image_block("ftp://example.com/cat.png", "f").unwrap_err().detail().contains("`f`"));
+    }
+
+    #[test]
+    fn a_custom_tool_call_of_the_history_makes_the_target_unsupported_naming_it() {
+        let mut call = switchyard::chat::ToolCall::function("call_1", "", "");
+        call.kind = "custom".to_owned();
+        let message = Message { tool_calls: vec![call], ..Message::assistant("") };
+        let error = message_blocks(&message, 1).unwrap_err();
+        assert!(error.is_unsupported(), "another target may take it: nothing was sent");
+        assert!(
+            error.detail().contains("`messages[1].tool_calls[0]` is a `custom` tool call"),
+            "{}",
+            error.detail()
+        );
     }
 
     #[test]

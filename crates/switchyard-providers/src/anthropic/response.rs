@@ -5,8 +5,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use switchyard::chat::{
-    ChatResponse, Choice, Content, Dialect, Extra, FinishReason, FunctionCall, Message, Role,
-    THINKING_BLOCKS, ToolCall,
+    ChatResponse, Choice, Content, Dialect, Extra, FinishReason, Message, Role, THINKING_BLOCKS, ToolCall,
 };
 
 use super::request::VERBATIM_BLOCKS;
@@ -74,11 +73,9 @@ pub(crate) fn to_chat_response(message: MessageResponse, origin: Dialect) -> Cha
                 thinking_blocks.push(block);
             }
             Ok(Block::Raw(block)) if block["type"] == "redacted_thinking" => thinking_blocks.push(block),
-            Ok(Block::ToolUse { id, name, input }) => tool_calls.push(ToolCall {
-                id,
-                kind: "function".to_owned(),
-                function: FunctionCall { name, arguments: input.to_string() },
-            }),
+            Ok(Block::ToolUse { id, name, input }) => {
+                tool_calls.push(ToolCall::function(id, name, input.to_string()));
+            }
             _ => {}
         }
     }
@@ -139,26 +136,37 @@ pub(crate) fn to_chat_response(message: MessageResponse, origin: Dialect) -> Cha
 }
 
 /// The content blocks of a canonical answer: its text as one block, then its tool calls. Fails
-/// with the index of a tool call whose arguments are not a JSON object.
-pub(crate) fn answer_blocks(message: &Message) -> Result<Vec<Block>, (usize, String)> {
+/// with the path (under the message) and the reason of a tool call whose arguments are not a
+/// JSON object, or that is of a kind the Messages API cannot express (a `custom` call).
+pub(crate) fn answer_blocks(message: &Message) -> Result<Vec<Block>, (String, String)> {
     let mut blocks = Vec::new();
     let text = message.text_content().unwrap_or_default();
     if !text.is_empty() {
         blocks.push(Block::Text { text });
     }
     for (k, call) in message.tool_calls.iter().enumerate() {
+        if !call.is_function() {
+            let reason =
+                format!("is a `{}` tool call, which Anthropic's Messages API cannot express", call.kind);
+            return Err((format!("tool_calls[{k}]"), reason));
+        }
         let input = if call.function.arguments.trim().is_empty() {
             Value::Object(Default::default())
         } else {
             match serde_json::from_str::<Value>(&call.function.arguments) {
                 Ok(input @ Value::Object(_)) => input,
-                Ok(_) => return Err((k, "is not a JSON object".to_owned())),
-                Err(error) => return Err((k, format!("is not valid JSON: {error}"))),
+                Ok(_) => return Err((arguments(k), "is not a JSON object".to_owned())),
+                Err(error) => return Err((arguments(k), format!("is not valid JSON: {error}"))),
             }
         };
         blocks.push(Block::ToolUse { id: call.id.clone(), name: call.function.name.clone(), input });
     }
     Ok(blocks)
+}
+
+/// The path of tool call `k`'s arguments under its message.
+fn arguments(k: usize) -> String {
+    format!("tool_calls[{k}].function.arguments")
 }
 
 #[cfg(test)]

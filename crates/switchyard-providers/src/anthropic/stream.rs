@@ -154,6 +154,7 @@ impl Decoder {
                             name: Some(name),
                             arguments: Some(String::new()),
                         }),
+                        extra: Default::default(),
                     }))
                 }
                 Block::Raw(block) => self.start_thinking(index, block),
@@ -271,6 +272,7 @@ impl Decoder {
             id: None,
             kind: None,
             function: Some(FunctionCallDelta { name: None, arguments: Some(fragment) }),
+            extra: Default::default(),
         })
     }
 

@@ -164,6 +164,12 @@ fn model_parts(message: &Message, i: usize) -> Result<Vec<Value>, ProviderError>
         Some(Content::Parts(items)) => text_parts(items, i, "model turns")?,
     };
     for (j, call) in message.tool_calls.iter().enumerate() {
+        if !call.is_function() {
+            return Err(ProviderError::unsupported(format!(
+                "`messages[{i}].tool_calls[{j}]` is a `{}` tool call, which Gemini's API cannot express",
+                call.kind
+            )));
+        }
         let field = format!("messages[{i}].tool_calls[{j}].function.arguments");
         let args = parse_arguments(&call.function.arguments, &field)?;
         let mut part = json!({ "functionCall": { "name": call.function.name, "args": args } });
@@ -409,7 +415,7 @@ fn translate_foreign_extra(
 mod tests {
     use super::*;
     use switchyard::ErrorKind;
-    use switchyard::chat::{FunctionCall, FunctionDefinition, Tool, ToolCall};
+    use switchyard::chat::{FunctionDefinition, Tool, ToolCall};
 
     #[test]
     fn model_path_accepts_bare_and_resource_names_and_refuses_path_tricks() {
@@ -438,11 +444,7 @@ mod tests {
 
     #[test]
     fn tool_results_take_the_name_of_the_nearest_earlier_call_with_their_id() {
-        let call = |name: &str| ToolCall {
-            id: "call_0".into(),
-            kind: "function".into(),
-            function: FunctionCall { name: name.into(), arguments: "{}".into() },
-        };
+        let call = |name: &str| ToolCall::function("call_0", name, "{}");
         let assistant = |name: &str| Message { tool_calls: vec![call(name)], ..Message::assistant("") };
         let result = Message { tool_call_id: Some("call_0".into()), ..Message::text(Role::Tool, "ok") };
         let messages = vec![assistant("first"), result.clone(), assistant("second"), result];

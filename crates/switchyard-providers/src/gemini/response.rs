@@ -4,7 +4,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use switchyard::chat::{ChatResponse, Choice, Content, Extra, FinishReason, FunctionCall, Message, ToolCall};
+use switchyard::chat::{ChatResponse, Choice, Content, Extra, FinishReason, Message, ToolCall};
 use switchyard::{ErrorKind, ProviderError};
 
 use super::classify::{Redactor, classify_google_error, parse_google_error};
@@ -53,11 +53,7 @@ pub(super) fn read_parts(parts: &[Part], next_id: &mut u32) -> Read {
             let id = call.id.clone().filter(|id| !id.is_empty()).unwrap_or_else(|| format!("call_{next_id}"));
             *next_id += 1;
             let arguments = call.args.as_ref().map_or_else(|| "{}".to_owned(), Value::to_string);
-            calls.push(ToolCall {
-                id,
-                kind: "function".to_owned(),
-                function: FunctionCall { name: call.name.clone(), arguments },
-            });
+            calls.push(ToolCall::function(id, call.name.clone(), arguments));
         }
     }
     Read { text, thoughts, calls }

@@ -205,6 +205,7 @@ impl<S> GeminiChunks<S> {
                     name: Some(call.function.name),
                     arguments: Some(call.function.arguments),
                 }),
+                extra: Default::default(),
             })
             .collect();
         *seen += u32::try_from(deltas.len()).unwrap_or(u32::MAX);

@@ -9,8 +9,7 @@ use futures_util::{StreamExt, stream};
 use serde_json::Value;
 use switchyard::chat::{
     ChatChunk, ChatResponse, Choice, ChunkChoice, CompletionTokensDetails, Content, Delta, Dialect,
-    FinishReason, FunctionCall, FunctionCallDelta, Message, PromptTokensDetails, ToolCall, ToolCallDelta,
-    Usage, Verbatim,
+    FinishReason, FunctionCallDelta, Message, PromptTokensDetails, ToolCall, ToolCallDelta, Usage, Verbatim,
 };
 use switchyard::credential::Secret;
 use switchyard::provider::ChunkStream;
@@ -59,14 +58,11 @@ fn canonical(response: &Value) -> ChatResponse {
                     }
                 }
             }
-            Some("function_call") => calls.push(ToolCall {
-                id: item["call_id"].as_str().unwrap_or_default().to_owned(),
-                kind: "function".to_owned(),
-                function: FunctionCall {
-                    name: item["name"].as_str().unwrap_or_default().to_owned(),
-                    arguments: item["arguments"].as_str().unwrap_or_default().to_owned(),
-                },
-            }),
+            Some("function_call") => calls.push(ToolCall::function(
+                item["call_id"].as_str().unwrap_or_default().to_owned(),
+                item["name"].as_str().unwrap_or_default().to_owned(),
+                item["arguments"].as_str().unwrap_or_default().to_owned(),
+            )),
             _ => {}
         }
     }
@@ -170,6 +166,7 @@ impl Reader {
                         name: item["name"].as_str().map(str::to_owned),
                         arguments: Some(String::new()),
                     }),
+                    extra: Default::default(),
                 });
             }
             "response.function_call_arguments.delta" => {
@@ -183,6 +180,7 @@ impl Reader {
                             name: None,
                             arguments: data["delta"].as_str().map(str::to_owned),
                         }),
+                        extra: Default::default(),
                     });
                 }
             }

@@ -201,6 +201,10 @@ impl Reader {
                             name: function.name,
                             arguments: function.arguments.map(|arguments| arguments_text(Some(arguments))),
                         }),
+                        extra: call
+                            .custom
+                            .map(|custom| Extra::from_iter([("custom".to_owned(), custom)]))
+                            .unwrap_or_default(),
                     })
                     .collect();
                 ChunkChoice {
@@ -352,6 +356,10 @@ struct ToolCallDeltaIn {
     /// The fragment of the called function.
     #[serde(default)]
     function: Option<FunctionDeltaIn>,
+    /// The fragment of a `custom` call (GPT-5's free-form tools): `{name}` first, then
+    /// `{input}` pieces, kept as written.
+    #[serde(default)]
+    custom: Option<Value>,
 }
 
 /// `tool_calls[].function` of a fragment.

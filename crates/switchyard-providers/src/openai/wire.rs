@@ -459,8 +459,9 @@ pub(super) fn parse_response(bytes: &[u8], key: Option<&Secret>) -> Result<ChatR
     // wrong.
     if let Ok(answer) = switchyard::serde_extra::from_slice::<ResponseIn>(bytes)
         && !answer.choices.is_empty()
+        && let Ok(answer) = answer.into_canonical()
     {
-        return Ok(answer.into_canonical());
+        return Ok(answer);
     }
     let value: Value =
         serde_json::from_slice(bytes).map_err(|error| errors::malformed("JSON", &error, bytes, key))?;
@@ -473,7 +474,10 @@ pub(super) fn parse_response(bytes: &[u8], key: Option<&Secret>) -> Result<ChatR
         return Err(ProviderError::new(ErrorKind::MalformedResponse, "the chat completion has no choices")
             .with_status(200));
     }
-    Ok(answer.into_canonical())
+    answer.into_canonical().map_err(|what| {
+        ProviderError::new(ErrorKind::MalformedResponse, format!("the chat completion holds {what}"))
+            .with_status(200)
+    })
 }
 
 /// Reads an embeddings answer, checking that it has one vector per input.
@@ -601,18 +605,24 @@ deserialize_with_extra!(MessageIn {
 });
 
 /// One entry of an answer's `message.tool_calls[]`.
-#[derive(Deserialize)]
 struct ToolCallIn {
     /// The call's `id` (`call_...`), which the tool result must quote; empty when missing or
     /// null.
-    #[serde(default, deserialize_with = "nullable")]
     id: String,
     /// `type`; `None` when missing, read as `function`.
-    #[serde(rename = "type", default, deserialize_with = "nullable")]
     kind: Option<String>,
-    /// The called `function`.
-    function: FunctionIn,
+    /// The called `function`: required of a function call, absent from a call of another kind
+    /// (a `custom` call's `custom: {name, input}` stays in `extra`).
+    function: Option<FunctionIn>,
+    /// Members not modelled here, kept as written.
+    extra: Extra,
 }
+
+deserialize_with_extra!(ToolCallIn {
+    "id" => id: NullAsDefault,
+    "type" => kind: NullAsDefault,
+    "function" => function: NullAsDefault,
+});
 
 /// `tool_calls[].function` of an answer.
 #[derive(Deserialize)]
@@ -687,11 +697,27 @@ impl UsageIn {
     }
 }
 
+impl ToolCallIn {
+    /// The canonical call: a function call needs its `function`; a call of another kind is
+    /// kept as written.
+    fn into_canonical(self) -> Result<ToolCall, &'static str> {
+        let kind = self.kind.unwrap_or_else(|| "function".to_owned());
+        let function = match self.function {
+            Some(function) => {
+                FunctionCall { name: function.name, arguments: arguments_text(function.arguments) }
+            }
+            None if kind == "function" => return Err("a function tool call without its `function`"),
+            None => FunctionCall::default(),
+        };
+        Ok(ToolCall { id: self.id, kind, function, extra: self.extra })
+    }
+}
+
 impl ResponseIn {
     /// The canonical answer. Tool call `type` defaults to `function`, `role` to `assistant`;
     /// a `refusal` is the model's answer and stays one (only `finish_reason: content_filter`
-    /// is the provider's filter).
-    fn into_canonical(self) -> ChatResponse {
+    /// is the provider's filter). Refused when a function call has no `function`.
+    fn into_canonical(self) -> Result<ChatResponse, &'static str> {
         let choices = self
             .choices
             .into_iter()
@@ -701,16 +727,9 @@ impl ResponseIn {
                 let tool_calls = message
                     .tool_calls
                     .into_iter()
-                    .map(|call| ToolCall {
-                        id: call.id,
-                        kind: call.kind.unwrap_or_else(|| "function".to_owned()),
-                        function: FunctionCall {
-                            name: call.function.name,
-                            arguments: arguments_text(call.function.arguments),
-                        },
-                    })
-                    .collect();
-                Choice {
+                    .map(ToolCallIn::into_canonical)
+                    .collect::<Result<_, _>>()?;
+                Ok(Choice {
                     index: choice.index,
                     message: Message {
                         role: message.role.unwrap_or(Role::Assistant),
@@ -722,10 +741,10 @@ impl ResponseIn {
                     },
                     finish_reason,
                     extra: choice.extra,
-                }
+                })
             })
-            .collect();
-        ChatResponse {
+            .collect::<Result<_, &'static str>>()?;
+        Ok(ChatResponse {
             id: self.id,
             model: self.model,
             created: self.created,
@@ -733,7 +752,7 @@ impl ResponseIn {
             usage: self.usage.map(UsageIn::into_canonical),
             extra: self.extra,
             verbatim: None,
-        }
+        })
     }
 }
 
@@ -837,6 +856,21 @@ mod tests {
         );
         assert_eq!(deepseek["reasoning_content"], "Six sevens.");
         assert!(!answer(json!({"role": "assistant", "content": "42"})).contains_key("reasoning_content"));
+    }
+
+    #[test]
+    fn an_answer_with_a_custom_tool_call_is_an_answer_kept_as_written() {
+        let call =
+            json!({"id": "call_1", "type": "custom", "custom": {"name": "code_exec", "input": "print(1)"}});
+        let answer = json!({"id": "x", "choices": [{"index": 0, "message": {"role": "assistant", "content": null,
+            "tool_calls": [call]}, "finish_reason": "tool_calls"}]});
+        let response = parse_response(answer.to_string().as_bytes(), None).unwrap();
+        assert_eq!(serde_json::to_value(&response.choices[0].message.tool_calls[0]).unwrap(), call);
+        let broken = json!({"id": "x", "choices": [{"index": 0, "message": {"role": "assistant",
+            "tool_calls": [{"id": "call_1", "type": "function"}]}, "finish_reason": "tool_calls"}]});
+        let error = parse_response(broken.to_string().as_bytes(), None).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::MalformedResponse);
+        assert!(error.detail().contains("a function tool call without its `function`"), "{}", error.detail());
     }
 
     #[test]

@@ -5,11 +5,13 @@
 //! | `instructions` | a system message first |
 //! | `input` (a string) | one user message |
 //! | `message` items (`input_text`, `input_image`, `input_file`, `output_text`, `refusal` parts) | messages (a file is an OpenAI `file` part) |
-//! | `function_call` items | an assistant message's tool calls (consecutive calls join one message) |
+//! | `function_call` items | an assistant message's tool calls (consecutive calls join one message); a call with a `namespace` is named [`namespaced_name`] |
+//! | `custom_tool_call` items, `custom_tool_call_output` items | a Chat Completions `custom` call, tool messages |
 //! | `function_call_output` items | tool messages |
 //! | `reasoning` items | dropped: only the provider that wrote one can read it; Claude's thinking as the gateway sealed it opens the next assistant turn as `thinking_blocks` |
 //! | `item_reference` items | read once the gateway has put the items they name in their place ([`ResponsesRequest::references`]) |
-//! | `tools` (function tools), `tool_choice` | tools, tool choice |
+//! | `tools`: function tools, a `namespace`'s functions (named [`namespaced_name`]), `custom` tools; `tool_choice` | tools, tool choice |
+//! | hosted tools (`web_search`, ...), their items, parameters not listed here | sent only to a provider of the Responses API, named in [`ResponsesRequest::unsent`] and [`unread_items`] |
 //! | `text.format` | `response_format` |
 //! | `max_output_tokens`, `temperature`, `top_p` | the same parameters |
 //! | `reasoning.effort`, `parallel_tool_calls`, `user` | OpenAI extras (`reasoning_effort`, ...) |
@@ -19,9 +21,8 @@
 
 use serde_json::{Map, Value};
 use switchyard::chat::{
-    ChatRequest, Content, ContentPart, Dialect, Extra, FunctionCall, FunctionDefinition, ImageUrl,
-    JsonSchemaFormat, Message, ResponseFormat, Role, THINKING_BLOCKS, Tool, ToolCall, ToolChoice,
-    ToolChoiceFunction,
+    ChatRequest, Content, ContentPart, Dialect, Extra, FunctionDefinition, ImageUrl, JsonSchemaFormat,
+    Message, ResponseFormat, Role, THINKING_BLOCKS, Tool, ToolCall, ToolChoice, ToolChoiceFunction,
 };
 
 use super::CodecError;
@@ -48,6 +49,33 @@ pub struct ResponsesRequest {
     pub references: bool,
     /// The body as the client wrote it, for a provider that speaks the Responses API.
     pub body: Map<String, Value>,
+    /// What the request carries that only a provider spoken to in the Responses API receives
+    /// (hosted tools, parameters Switchyard does not model), said so in the note of every
+    /// attempt sent to another.
+    pub unsent: Vec<String>,
+}
+
+/// The name a function of a `namespace` tool goes by toward a provider of another API: the
+/// namespace and the function's name joined by `__`, as MCP tools are named (`ns__name`).
+/// [`namespaced`] maps it back.
+pub fn namespaced_name(namespace: &str, name: &str) -> String {
+    format!("{namespace}{NAMESPACE_JOIN}{name}")
+}
+
+const NAMESPACE_JOIN: &str = "__";
+
+/// The namespace and function name behind `name`, when the request's `tools` (as echoed)
+/// hold a `namespace` tool with a function of that joined name; `None` for any other name.
+pub fn namespaced<'a>(tools: &'a Value, name: &str) -> Option<(&'a str, &'a str)> {
+    tools.as_array()?.iter().filter(|tool| tool["type"] == "namespace").find_map(|tool| {
+        let namespace = tool["name"].as_str()?;
+        let function = name.strip_prefix(namespace)?.strip_prefix(NAMESPACE_JOIN)?;
+        let inner = tool["tools"]
+            .as_array()?
+            .iter()
+            .find_map(|inner| inner["name"].as_str().filter(|n| *n == function))?;
+        Some((namespace, inner))
+    })
 }
 
 /// The request's settings as the response object repeats them (`tools`, `tool_choice`,
@@ -115,9 +143,10 @@ pub fn request_from_json(body: Value) -> Result<ResponsesRequest, CodecError> {
     }
 
     let tools_value = body.remove("tools").unwrap_or(Value::Null);
+    let mut unsent = Vec::new();
     let tools = match &tools_value {
         Value::Null => Vec::new(),
-        Value::Array(tools) => tools.iter().enumerate().map(read_tool).collect::<Result<_, _>>()?,
+        Value::Array(tools) => read_tools(tools, &mut unsent)?,
         _ => return Err(CodecError::new("tools", "must be an array")),
     };
     let tool_choice_value = body.remove("tool_choice").unwrap_or(Value::Null);
@@ -192,8 +221,14 @@ pub fn request_from_json(body: Value) -> Result<ResponsesRequest, CodecError> {
     for ignored in ["include", "service_tier", "prompt_cache_key", "safety_identifier", "background"] {
         body.remove(ignored);
     }
-    if let Some(key) = body.keys().next() {
-        return Err(CodecError::new(key.clone(), "is not a Responses API parameter Switchyard can serve"));
+    // Parameters Switchyard does not model (`client_metadata`, ...) reach a provider of the
+    // Responses API as written; another is not sent them, and its attempt's note says so.
+    if !body.is_empty() {
+        let names: Vec<&str> = body.keys().map(String::as_str).collect();
+        unsent.push(format!(
+            "the parameter(s) {} were not sent: only a provider spoken to in the Responses API reads them",
+            names.join(", ")
+        ));
     }
     if messages.is_empty() && !references && previous_response_id.is_none() {
         return Err(CodecError::new("input", "is required"));
@@ -231,7 +266,16 @@ pub fn request_from_json(body: Value) -> Result<ResponsesRequest, CodecError> {
         truncation,
         user,
     };
-    Ok(ResponsesRequest { chat, previous_response_id, store, echo, items, references, body: original })
+    Ok(ResponsesRequest {
+        chat,
+        previous_response_id,
+        store,
+        echo,
+        items,
+        references,
+        body: original,
+        unsent,
+    })
 }
 
 /// Whether `item` is an `item_reference` (`{"type": "item_reference", "id"}`): an item of an
@@ -305,22 +349,15 @@ fn read_item(item: Value, path: &str, messages: &mut Vec<Message>) -> Result<(),
                 _ => messages.push(message),
             }
         }
-        "function_call" => {
-            let call = ToolCall {
-                id: string(&object, "call_id", path)?.to_owned(),
-                kind: "function".to_owned(),
-                function: FunctionCall {
-                    name: string(&object, "name", path)?.to_owned(),
-                    arguments: string(&object, "arguments", path)?.to_owned(),
-                },
-            };
+        "function_call" | "custom_tool_call" => {
+            let call = read_call(&object, kind, path)?;
             // A message and the calls after it, and parallel calls, are one assistant turn.
             match messages.last_mut() {
                 Some(last) if last.role == Role::Assistant => last.tool_calls.push(call),
                 _ => messages.push(Message { tool_calls: vec![call], ..bare(Role::Assistant) }),
             }
         }
-        "function_call_output" => {
+        "function_call_output" | "custom_tool_call_output" => {
             let call_id = string(&object, "call_id", path)?.to_owned();
             let output = match object.get("output") {
                 Some(Value::String(text)) => Content::Text(text.clone()),
@@ -364,16 +401,57 @@ fn read_item(item: Value, path: &str, messages: &mut Vec<Message>) -> Result<(),
                 ),
             ));
         }
-        other => {
-            return Err(CodecError::new(
-                format!("{path}.type"),
-                format!(
-                    "is `{other}`; Switchyard reads message, function_call, function_call_output and reasoning items"
-                ),
-            ));
-        }
+        // Items of hosted tools (`web_search_call`, ...) and others Switchyard does not model
+        // reach a provider of the Responses API as written; another is not sent them
+        // ([`unread_items`] names them for the trail).
+        _ => {}
     }
     Ok(())
+}
+
+/// The item types Switchyard reads into a conversation.
+const READ_ITEMS: &[&str] = &[
+    "message",
+    "function_call",
+    "function_call_output",
+    "custom_tool_call",
+    "custom_tool_call_output",
+    "reasoning",
+    "item_reference",
+];
+
+/// The types of `items` that a provider of another API is not sent (hosted tools' calls and
+/// the like), each once, in order; empty when every item translates.
+pub fn unread_items(items: &[Value]) -> Vec<String> {
+    let mut kinds: Vec<String> = Vec::new();
+    for item in items {
+        if let Some(kind) = item["type"].as_str()
+            && !READ_ITEMS.contains(&kind)
+            && !kinds.iter().any(|seen| seen == kind)
+        {
+            kinds.push(kind.to_owned());
+        }
+    }
+    kinds
+}
+
+/// A `function_call` item (its function named within its `namespace`, when it has one) or a
+/// `custom_tool_call` item (kept as Chat Completions writes a custom call).
+fn read_call(object: &Map<String, Value>, kind: &str, path: &str) -> Result<ToolCall, CodecError> {
+    let call_id = string(object, "call_id", path)?.to_owned();
+    let name = string(object, "name", path)?;
+    if kind == "custom_tool_call" {
+        let input = string(object, "input", path)?;
+        let mut call = ToolCall::function(call_id, "", "");
+        call.kind = "custom".to_owned();
+        call.extra.insert("custom".to_owned(), serde_json::json!({ "name": name, "input": input }));
+        return Ok(call);
+    }
+    let name = match object.get("namespace").and_then(Value::as_str) {
+        Some(namespace) => namespaced_name(namespace, name),
+        None => name.to_owned(),
+    };
+    Ok(ToolCall::function(call_id, name, string(object, "arguments", path)?.to_owned()))
 }
 
 /// A `message` item.
@@ -461,29 +539,85 @@ fn read_parts(parts: &[Value], path: &str) -> Result<Vec<ContentPart>, CodecErro
         .collect()
 }
 
-/// A function tool; built-in tools (web search, file search, ...) have no translation.
-fn read_tool((i, tool): (usize, &Value)) -> Result<Tool, CodecError> {
-    let path = format!("tools[{i}]");
-    let Value::Object(object) = tool else { return Err(CodecError::new(path, "must be an object")) };
-    match string(object, "type", &path)? {
-        "function" => {}
-        other => {
-            return Err(CodecError::new(
-                format!("{path}.type"),
-                format!("is `{other}`, a built-in tool; Switchyard serves function tools"),
-            ));
+/// The request's tools as canonical tools: function tools as they are, a `namespace`'s
+/// functions each as a function tool named [`namespaced_name`], a `custom` tool as a Chat
+/// Completions custom tool. Hosted tools (web search, file search, ...) run only on a provider
+/// of the Responses API: left out here, and named in `unsent`.
+fn read_tools(tools: &[Value], unsent: &mut Vec<String>) -> Result<Vec<Tool>, CodecError> {
+    let mut canonical = Vec::new();
+    let mut hosted = Vec::new();
+    for (i, tool) in tools.iter().enumerate() {
+        let path = format!("tools[{i}]");
+        let Value::Object(object) = tool else { return Err(CodecError::new(path, "must be an object")) };
+        match string(object, "type", &path)? {
+            "function" => canonical.push(read_function(object, &path, None)?),
+            "namespace" => {
+                let namespace = string(object, "name", &path)?;
+                let Some(Value::Array(inner)) = object.get("tools") else {
+                    return Err(CodecError::new(
+                        format!("{path}.tools"),
+                        "must be an array of function tools",
+                    ));
+                };
+                for (j, function) in inner.iter().enumerate() {
+                    let path = format!("{path}.tools[{j}]");
+                    let Value::Object(function) = function else {
+                        return Err(CodecError::new(path, "must be an object"));
+                    };
+                    if string(function, "type", &path)? != "function" {
+                        return Err(CodecError::new(
+                            format!("{path}.type"),
+                            "must be `function` in a namespace",
+                        ));
+                    }
+                    canonical.push(read_function(function, &path, Some(namespace))?);
+                }
+            }
+            "custom" => canonical.push(read_custom(object, &path)?),
+            other => hosted.push(other.to_owned()),
         }
     }
+    if !hosted.is_empty() {
+        unsent.push(format!(
+            "the hosted tool(s) {} were not sent: only a provider spoken to in the Responses API runs them",
+            hosted.join(", ")
+        ));
+    }
+    Ok(canonical)
+}
+
+/// A function tool, named within `namespace` when it is one of a namespace's.
+fn read_function(
+    object: &Map<String, Value>,
+    path: &str,
+    namespace: Option<&str>,
+) -> Result<Tool, CodecError> {
     let mut extra = Extra::new();
     if let Some(strict) = object.get("strict").filter(|s| !s.is_null()) {
         extra.insert("strict".to_owned(), strict.clone());
     }
+    let name = string(object, "name", path)?;
     Ok(Tool::function(FunctionDefinition {
-        name: string(object, "name", &path)?.to_owned(),
+        name: namespace.map_or_else(|| name.to_owned(), |namespace| namespaced_name(namespace, name)),
         description: object.get("description").and_then(Value::as_str).map(str::to_owned),
         parameters: object.get("parameters").filter(|p| !p.is_null()).cloned(),
         extra,
     }))
+}
+
+/// A `custom` tool (free-form input, perhaps held to a grammar) as Chat Completions writes it:
+/// `{"type": "custom", "custom": {"name", "description", "format"}}`.
+fn read_custom(object: &Map<String, Value>, path: &str) -> Result<Tool, CodecError> {
+    let name = string(object, "name", path)?.to_owned();
+    let mut definition = object.clone();
+    definition.remove("type");
+    let mut extra = Extra::new();
+    extra.insert("custom".to_owned(), Value::Object(definition));
+    Ok(Tool {
+        kind: "custom".to_owned(),
+        function: FunctionDefinition { name, description: None, parameters: None, extra: Extra::new() },
+        extra,
+    })
 }
 
 /// `tool_choice`: a mode, or `{"type": "function", "name"}`.
@@ -698,18 +832,72 @@ mod tests {
             ),
             (json!({"input": ["hi"]}), "input[0]"),
             (json!({"input": [{"role": "robot", "content": "x"}]}), "input[0].role"),
-            (json!({"input": "x", "tools": [{"type": "web_search"}]}), "tools[0].type"),
+            (json!({"input": "x", "tools": [{"type": "namespace", "name": "ns"}]}), "tools[0].tools"),
             (
                 json!({"input": "x", "text": {"format": {"type": "json_schema", "name": "o"}}}),
                 "text.format.schema",
             ),
             (json!({"input": "x", "max_output_tokens": -1}), "max_output_tokens"),
-            (json!({"input": "x", "frobnicate": 1}), "frobnicate"),
             (json!({"model": "m"}), "input"),
         ];
         for (body, path) in cases {
             assert_eq!(refused(body.clone()), path, "{body}");
         }
+    }
+
+    #[test]
+    fn hosted_tools_and_parameters_not_modelled_are_kept_for_the_responses_api_and_named_for_others() {
+        let body = json!({"model": "m", "input": "hi", "client_metadata": {"a": 1},
+            "tools": [{"type": "web_search", "external_web_access": false}, {"type": "file_search"},
+                {"type": "function", "name": "f", "parameters": {"type": "object"}}]});
+        let request = read(body.clone());
+        let names: Vec<&str> = request.chat.tools.iter().map(|t| t.function.name.as_str()).collect();
+        assert_eq!(names, ["f"], "only what another API can run is translated");
+        assert_eq!(
+            request.unsent,
+            [
+                "the hosted tool(s) web_search, file_search were not sent: only a provider spoken to in the Responses API runs them",
+                "the parameter(s) client_metadata were not sent: only a provider spoken to in the Responses API reads them",
+            ]
+        );
+        assert_eq!(Value::Object(request.body), body, "a provider of the Responses API gets it as written");
+    }
+
+    #[test]
+    fn a_namespaces_functions_are_function_tools_named_within_it_and_its_calls_read_back_so() {
+        let tools = json!([{"type": "namespace", "name": "agents", "description": "Sub-agents.",
+            "tools": [{"type": "function", "name": "spawn", "parameters": {"type": "object"}}]}]);
+        let request = read(json!({"model": "m", "tools": tools, "input": [
+            {"type": "message", "id": "msg_1", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+            {"type": "function_call", "call_id": "call_1", "namespace": "agents", "name": "spawn", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "done"},
+            {"type": "web_search_call", "id": "ws_1", "status": "completed"}]}));
+        assert_eq!(request.chat.tools[0].function.name, "agents__spawn");
+        assert_eq!(request.chat.messages[1].tool_calls[0].function.name, "agents__spawn");
+        assert_eq!(namespaced(&tools, "agents__spawn"), Some(("agents", "spawn")));
+        assert_eq!(namespaced(&tools, "agents__other"), None);
+        assert_eq!(namespaced(&tools, "spawn"), None);
+        assert_eq!(unread_items(&request.items), ["web_search_call"]);
+    }
+
+    #[test]
+    fn a_custom_tool_and_its_calls_read_as_chat_completions_writes_them() {
+        let request = read(json!({"model": "m",
+            "tools": [{"type": "custom", "name": "apply_patch", "format": {"type": "grammar", "syntax": "lark", "definition": "start: x"}}],
+            "input": [{"type": "custom_tool_call", "call_id": "call_1", "name": "apply_patch", "input": "*** patch"},
+                {"type": "custom_tool_call_output", "call_id": "call_1", "output": "ok"}]}));
+        let tool = &request.chat.tools[0];
+        assert_eq!(
+            (tool.kind.as_str(), &tool.extra["custom"]["format"]["syntax"]),
+            ("custom", &json!("lark"))
+        );
+        let call = &request.chat.messages[0].tool_calls[0];
+        assert_eq!(
+            serde_json::to_value(call).unwrap(),
+            json!({"id": "call_1", "type": "custom",
+            "custom": {"name": "apply_patch", "input": "*** patch"}})
+        );
+        assert_eq!(request.chat.messages[1].tool_call_id.as_deref(), Some("call_1"));
     }
 
     #[test]

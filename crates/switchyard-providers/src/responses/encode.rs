@@ -18,9 +18,7 @@
 //! it began is `response.failed` then `error`. Every event carries its `sequence_number`.
 
 use serde_json::{Value, json};
-use switchyard::chat::{
-    ChatChunk, ChatResponse, Content, FinishReason, FunctionCall, Message, Role, ToolCall, Usage,
-};
+use switchyard::chat::{ChatChunk, ChatResponse, Content, FinishReason, Message, Role, ToolCall, Usage};
 
 use super::decode::Echo;
 
@@ -62,13 +60,9 @@ pub fn response_object(meta: &Meta, answer: &ChatResponse) -> (Value, Message) {
         output.push(message_item(&format!("msg_{}", meta.id), "completed", vec![part]));
     }
     for (i, call) in message.tool_calls.iter().enumerate() {
-        output.push(call_item(
-            &call_item_id(&meta.id, i),
-            &call.id,
-            &call.function.name,
-            &call.function.arguments,
-            "completed",
-        ));
+        let (custom, name, arguments) = call_parts(call);
+        let item = CallItem { id: &call_item_id(&meta.id, i), call_id: &call.id, name: &name, custom };
+        output.push(item.write(&meta.echo.tools, &arguments, "completed"));
     }
     let finish = choice.and_then(|c| c.finish_reason.as_ref());
     let turn = Message {
@@ -177,8 +171,41 @@ fn message_item(id: &str, status: &str, content: Vec<Value>) -> Value {
     json!({ "type": "message", "id": id, "status": status, "role": "assistant", "content": content })
 }
 
-fn call_item(id: &str, call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
-    json!({ "type": "function_call", "id": id, "call_id": call_id, "name": name, "arguments": arguments, "status": status })
+/// A tool call's output item before its arguments: a `function_call`, or a
+/// `custom_tool_call` for a call of a `custom` tool.
+struct CallItem<'a> {
+    id: &'a str,
+    call_id: &'a str,
+    /// The name the model called: for a function of a `namespace` tool, the joined name the
+    /// translation gave it ([`super::decode::namespaced_name`]).
+    name: &'a str,
+    custom: bool,
+}
+
+impl CallItem<'_> {
+    /// The item with `arguments` (a custom call's `input`): a function of a `namespace` tool
+    /// among the request's `tools` (as echoed) is named within its namespace again.
+    fn write(&self, tools: &Value, arguments: &str, status: &str) -> Value {
+        if self.custom {
+            return json!({ "type": "custom_tool_call", "id": self.id, "call_id": self.call_id, "name": self.name, "input": arguments, "status": status });
+        }
+        let mut item = json!({ "type": "function_call", "id": self.id, "call_id": self.call_id, "name": self.name, "arguments": arguments, "status": status });
+        if let Some((namespace, name)) = super::decode::namespaced(tools, self.name) {
+            item["name"] = json!(name);
+            item["namespace"] = json!(namespace);
+        }
+        item
+    }
+}
+
+/// Whether `call` is a `custom` call, its name, and its arguments (a custom call's input).
+fn call_parts(call: &ToolCall) -> (bool, String, String) {
+    if call.kind == "custom" {
+        let custom = call.extra.get("custom");
+        let text = |key: &str| custom.and_then(|c| c[key].as_str()).unwrap_or_default().to_owned();
+        return (true, text("name"), text("input"));
+    }
+    (false, call.function.name.clone(), call.function.arguments.clone())
 }
 
 /// A `reasoning` item whose summary is `text` (none while it is empty).
@@ -204,8 +231,8 @@ fn call_item_id(response_id: &str, i: usize) -> String {
 enum Open {
     /// A message: its parts so far (a text part, then perhaps a refusal part).
     Message { index: usize, text: Option<(usize, String)>, refusal: Option<(usize, String)>, parts: usize },
-    /// A function call, canonical tool call `call`.
-    Call { index: usize, call: u32, call_id: String, name: String, arguments: String },
+    /// A function call (or a custom tool's call), canonical tool call `call`.
+    Call { index: usize, call: u32, call_id: String, name: String, arguments: String, custom: bool },
     /// The model's reasoning: one summary part, its text so far.
     Reasoning { index: usize, text: String },
 }
@@ -308,8 +335,15 @@ impl StreamEncoder {
             self.text(refusal, true, &mut events);
         }
         for call in &choice.delta.tool_calls {
-            let name = call.function.as_ref().and_then(|f| f.name.as_deref());
-            let arguments = call.function.as_ref().and_then(|f| f.arguments.as_deref()).unwrap_or_default();
+            let custom = call.extra.get("custom");
+            let name = match custom {
+                Some(custom) => custom["name"].as_str(),
+                None => call.function.as_ref().and_then(|f| f.name.as_deref()),
+            };
+            let arguments = match custom {
+                Some(custom) => custom["input"].as_str().unwrap_or_default(),
+                None => call.function.as_ref().and_then(|f| f.arguments.as_deref()).unwrap_or_default(),
+            };
             let same = matches!(&self.open, Some(Open::Call { call: open, .. }) if *open == call.index);
             if !same {
                 if self.closed_calls.contains(&call.index) {
@@ -324,16 +358,28 @@ impl StreamEncoder {
                 let item_id = call_item_id(&self.meta.id, index);
                 let call_id = call.id.clone().unwrap_or_else(|| item_id.clone());
                 let name = name.unwrap_or_default().to_owned();
-                let item = call_item(&item_id, &call_id, &name, "", "in_progress");
+                let custom = call.kind.as_deref() == Some("custom") || custom.is_some();
+                let item = CallItem { id: &item_id, call_id: &call_id, name: &name, custom }.write(
+                    &self.meta.echo.tools,
+                    "",
+                    "in_progress",
+                );
                 self.event(
                     "response.output_item.added",
                     json!({ "output_index": index, "item": item }),
                     &mut events,
                 );
-                self.open =
-                    Some(Open::Call { index, call: call.index, call_id, name, arguments: String::new() });
+                self.open = Some(Open::Call {
+                    index,
+                    call: call.index,
+                    call_id,
+                    name,
+                    arguments: String::new(),
+                    custom,
+                });
             }
-            if let Some(Open::Call { index, name: open_name, arguments: so_far, .. }) = &mut self.open {
+            if let Some(Open::Call { index, name: open_name, arguments: so_far, custom, .. }) = &mut self.open
+            {
                 if open_name.is_empty()
                     && let Some(name) = name
                 {
@@ -343,7 +389,12 @@ impl StreamEncoder {
                     so_far.push_str(arguments);
                     let (index, item_id) = (*index, call_item_id(&self.meta.id, *index));
                     let data = json!({ "item_id": item_id, "output_index": index, "delta": arguments });
-                    self.event("response.function_call_arguments.delta", data, &mut events);
+                    let kind = if *custom {
+                        "response.custom_tool_call_input.delta"
+                    } else {
+                        "response.function_call_arguments.delta"
+                    };
+                    self.event(kind, data, &mut events);
                 }
             }
         }
@@ -496,11 +547,20 @@ impl StreamEncoder {
                     events,
                 );
             }
-            Some(Open::Call { index, call, call_id, name, arguments }) => {
+            Some(Open::Call { index, call, call_id, name, arguments, custom }) => {
                 let item_id = call_item_id(&self.meta.id, index);
-                let data = json!({ "item_id": item_id, "output_index": index, "name": name, "arguments": arguments });
-                self.event("response.function_call_arguments.done", data, events);
-                let item = call_item(&item_id, &call_id, &name, &arguments, "completed");
+                let item = CallItem { id: &item_id, call_id: &call_id, name: &name, custom }.write(
+                    &self.meta.echo.tools,
+                    &arguments,
+                    "completed",
+                );
+                if custom {
+                    let data = json!({ "item_id": item_id, "output_index": index, "input": arguments });
+                    self.event("response.custom_tool_call_input.done", data, events);
+                } else {
+                    let data = json!({ "item_id": item_id, "output_index": index, "name": item["name"], "arguments": arguments });
+                    self.event("response.function_call_arguments.done", data, events);
+                }
                 self.output.push(item.clone());
                 self.event(
                     "response.output_item.done",
@@ -508,10 +568,13 @@ impl StreamEncoder {
                     events,
                 );
                 self.closed_calls.push(call);
-                self.turn_calls.push(ToolCall {
-                    id: call_id,
-                    kind: "function".to_owned(),
-                    function: FunctionCall { name, arguments },
+                self.turn_calls.push(if custom {
+                    let mut turn = ToolCall::function(call_id, "", "");
+                    turn.kind = "custom".to_owned();
+                    turn.extra.insert("custom".to_owned(), json!({ "name": name, "input": arguments }));
+                    turn
+                } else {
+                    ToolCall::function(call_id, name, arguments)
                 });
             }
         }
@@ -590,11 +653,7 @@ mod tests {
     #[test]
     fn an_answer_is_a_message_then_its_function_calls_with_usage() {
         let mut answer = ChatResponse::from_text("m-1", "Checking.");
-        answer.choices[0].message.tool_calls = vec![ToolCall {
-            id: "call_1".into(),
-            kind: "function".into(),
-            function: FunctionCall { name: "weather".into(), arguments: "{}".into() },
-        }];
+        answer.choices[0].message.tool_calls = vec![ToolCall::function("call_1", "weather", "{}")];
         answer.choices[0].finish_reason = Some(FinishReason::ToolCalls);
         answer.usage = Some(Usage::new(10, 5));
         let (object, turn) = response_object(&meta(), &answer);
@@ -608,6 +667,64 @@ mod tests {
         assert_eq!(object["usage"]["input_tokens_details"]["cached_tokens"], 0);
         assert_eq!(turn.tool_calls.len(), 1);
         assert_eq!(turn.text_content().as_deref(), Some("Checking."));
+    }
+
+    /// A meta whose request held a `namespace` tool `agents` with the function `spawn`.
+    fn namespaced_meta() -> Meta {
+        let tools = json!([{"type": "namespace", "name": "agents",
+            "tools": [{"type": "function", "name": "spawn", "parameters": {"type": "object"}}]}]);
+        let echo = request_from_json(json!({"model": "m", "input": "x", "tools": tools})).unwrap().echo;
+        Meta { id: "resp_1".into(), created_at: 7, echo, previous_response_id: None, store: true }
+    }
+
+    fn custom_call(input: &str) -> ToolCall {
+        let mut call = ToolCall::function("call_2", "", "");
+        call.kind = "custom".into();
+        call.extra.insert("custom".into(), json!({"name": "code_exec", "input": input}));
+        call
+    }
+
+    #[test]
+    fn a_namespaced_function_is_named_within_its_namespace_and_a_custom_call_is_its_own_item() {
+        let mut answer = ChatResponse::from_text("m-1", "");
+        answer.choices[0].message.content = None;
+        answer.choices[0].message.tool_calls =
+            vec![ToolCall::function("call_1", "agents__spawn", "{}"), custom_call("print(1)")];
+        let (object, _) = response_object(&namespaced_meta(), &answer);
+        let (spawn, code) = (&object["output"][0], &object["output"][1]);
+        assert_eq!(
+            (&spawn["type"], &spawn["namespace"], &spawn["name"]),
+            (&json!("function_call"), &json!("agents"), &json!("spawn"))
+        );
+        assert_eq!(
+            (&code["type"], &code["name"], &code["input"], &code["call_id"]),
+            (&json!("custom_tool_call"), &json!("code_exec"), &json!("print(1)"), &json!("call_2"))
+        );
+    }
+
+    #[test]
+    fn a_streamed_custom_call_is_a_custom_tool_call_item_with_its_input_deltas() {
+        let mut encoder = StreamEncoder::new(namespaced_meta());
+        let fragment = |value: Value| Delta {
+            tool_calls: vec![serde_json::from_value(value).unwrap()],
+            ..Delta::default()
+        };
+        let mut events = encoder.push(&chunk(
+            fragment(json!({"index": 0, "id": "call_2", "type": "custom", "custom": {"name": "code_exec", "input": ""}})),
+            None,
+        ));
+        events
+            .extend(encoder.push(&chunk(fragment(json!({"index": 0, "custom": {"input": "print("}})), None)));
+        events.extend(encoder.push(&chunk(fragment(json!({"index": 0, "custom": {"input": "1)"}})), None)));
+        events.extend(encoder.finish());
+        let deltas: Vec<&Value> = events
+            .iter()
+            .filter(|(kind, _)| *kind == "response.custom_tool_call_input.delta")
+            .map(|(_, d)| &d["delta"])
+            .collect();
+        assert_eq!(deltas, [&json!("print("), &json!("1)")]);
+        let item = &events.last().unwrap().1["response"]["output"][0];
+        assert_eq!((&item["type"], &item["input"]), (&json!("custom_tool_call"), &json!("print(1)")));
     }
 
     #[test]
@@ -707,6 +824,7 @@ mod tests {
                     name: name.map(str::to_owned),
                     arguments: Some(arguments.to_owned()),
                 }),
+                extra: Default::default(),
             }],
             ..Delta::default()
         };

@@ -22,9 +22,7 @@ use axum::serve::ListenerExt;
 use futures_util::{StreamExt, stream};
 use serde_json::Value;
 use switchyard::ProviderError;
-use switchyard::chat::{
-    ChatChunk, ChatRequest, ChatResponse, FinishReason, FunctionCall, Message, Role, ToolCall,
-};
+use switchyard::chat::{ChatChunk, ChatRequest, ChatResponse, FinishReason, Message, Role, ToolCall};
 use switchyard::credential::{Credential, Secret};
 use switchyard::provider::{Call, ChunkStream, Provider, RateLimitSink};
 use switchyard::ratelimit::RateLimits;
@@ -397,11 +395,7 @@ pub fn tool_calls_of(chunks: &[ChatChunk]) -> Vec<(String, String, String)> {
 // ---------------------------------------------------------------------------------------------
 
 pub fn tool_call(id: &str, name: &str, arguments: &str) -> ToolCall {
-    ToolCall {
-        id: id.into(),
-        kind: "function".into(),
-        function: FunctionCall { name: name.into(), arguments: arguments.into() },
-    }
+    ToolCall::function(id, name, arguments)
 }
 
 pub fn tool_result(id: &str, text: &str) -> Message {

@@ -287,23 +287,9 @@ impl Keeping {
             let index = call.index as usize;
             let calls = &mut target.message.tool_calls;
             while calls.len() <= index {
-                calls.push(crate::chat::ToolCall {
-                    id: String::new(),
-                    kind: "function".to_owned(),
-                    function: crate::chat::FunctionCall { name: String::new(), arguments: String::new() },
-                });
+                calls.push(crate::chat::ToolCall::function("", "", ""));
             }
-            if let Some(id) = &call.id {
-                calls[index].id.clone_from(id);
-            }
-            if let Some(function) = &call.function {
-                if let Some(name) = &function.name {
-                    calls[index].function.name.push_str(name);
-                }
-                if let Some(arguments) = &function.arguments {
-                    calls[index].function.arguments.push_str(arguments);
-                }
-            }
+            calls[index].absorb(call);
         }
         if choice.finish_reason.is_some() {
             target.finish_reason.clone_from(&choice.finish_reason);

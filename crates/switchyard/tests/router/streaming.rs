@@ -537,7 +537,7 @@ impl switchyard::provider::Provider for CallsOnce {
         _: switchyard::provider::Call<'a>,
         _: &'a switchyard::chat::ChatRequest,
     ) -> BoxFuture<'a, Result<switchyard::chat::ChatResponse, ProviderError>> {
-        use switchyard::chat::{ChatResponse, FunctionCall, ToolCall, Usage};
+        use switchyard::chat::{ChatResponse, ToolCall, Usage};
         let first = self.0.fetch_add(1, Ordering::SeqCst) == 0;
         Box::pin(async move {
             if !first {
@@ -545,14 +545,8 @@ impl switchyard::provider::Provider for CallsOnce {
             }
             let mut answer = ChatResponse::from_text("m", "");
             answer.choices[0].message.content = None;
-            answer.choices[0].message.tool_calls = vec![ToolCall {
-                id: "call_1".into(),
-                kind: "function".into(),
-                function: FunctionCall {
-                    name: "get_weather".into(),
-                    arguments: r#"{"city":"Paris"}"#.into(),
-                },
-            }];
+            answer.choices[0].message.tool_calls =
+                vec![ToolCall::function("call_1", "get_weather", r#"{"city":"Paris"}"#)];
             answer.usage = Some(Usage::new(12, 7));
             Ok(answer)
         })

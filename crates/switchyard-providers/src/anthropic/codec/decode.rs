@@ -2,8 +2,8 @@
 
 use serde_json::{Map, Value};
 use switchyard::chat::{
-    ChatRequest, Content, ContentPart, Dialect, Extra, FunctionCall, FunctionDefinition, ImageUrl, Message,
-    Role, Stop, Tool, ToolCall, ToolChoice, ToolChoiceFunction,
+    ChatRequest, Content, ContentPart, Dialect, Extra, FunctionDefinition, ImageUrl, Message, Role, Stop,
+    Tool, ToolCall, ToolChoice, ToolChoiceFunction,
 };
 
 use super::CodecError;
@@ -202,10 +202,13 @@ fn read_message(value: Value, i: usize, messages: &mut Vec<Message>) -> Result<(
     let role = match object.get("role").and_then(Value::as_str) {
         Some("user") => Role::User,
         Some("assistant") => Role::Assistant,
+        // A system message in its place in the conversation (beta
+        // `mid-conversation-system-2026-04-07`, which Claude Code sends).
+        Some("system") => Role::System,
         Some(other) => {
             return Err(CodecError::new(
                 format!("{path}.role"),
-                format!("is `{other}`; expected user or assistant"),
+                format!("is `{other}`; expected user, assistant or system"),
             ));
         }
         None => return Err(CodecError::new(format!("{path}.role"), "is required")),
@@ -220,6 +223,13 @@ fn read_message(value: Value, i: usize, messages: &mut Vec<Message>) -> Result<(
             return Err(CodecError::new(format!("{path}.content"), "must be a string or an array of blocks"));
         }
     };
+    if role == Role::System {
+        let mut system = read_system_blocks(&blocks, &path)?;
+        let index = messages.len();
+        keep_if_lossy(&mut system, blocks, index);
+        messages.push(system);
+        return Ok(());
+    }
     if role == Role::Assistant {
         let mut answer = read_assistant_blocks(&blocks, &path)?;
         let index = messages.len();
@@ -333,6 +343,24 @@ fn read_tool_result(object: &Map<String, Value>, path: &str) -> Result<Message, 
     Ok(result)
 }
 
+/// A system message of the conversation: its text blocks as one message (the blocks' other
+/// fields, such as `cache_control`, survive only verbatim).
+fn read_system_blocks(blocks: &[Value], path: &str) -> Result<Message, CodecError> {
+    let mut parts = Vec::new();
+    for (j, block) in blocks.iter().enumerate() {
+        let block_path = format!("{path}.content[{j}]");
+        let (object, kind) = block_object(block, &block_path)?;
+        if kind != "text" {
+            return Err(CodecError::new(
+                format!("{block_path}.type"),
+                format!("is `{kind}`; system messages hold text blocks"),
+            ));
+        }
+        parts.push(ContentPart::Text { text: string_field(object, "text", &block_path)? });
+    }
+    Ok(message(Role::System, parts_content(parts)))
+}
+
 /// An assistant turn: its text and tool calls. Other blocks (thinking, server tools) have no
 /// canonical form and survive only verbatim.
 fn read_assistant_blocks(blocks: &[Value], path: &str) -> Result<Message, CodecError> {
@@ -348,14 +376,11 @@ fn read_assistant_blocks(blocks: &[Value], path: &str) -> Result<Message, CodecE
                     Some(input @ Value::Object(_)) => input.to_string(),
                     _ => return Err(CodecError::new(format!("{block_path}.input"), "must be an object")),
                 };
-                tool_calls.push(ToolCall {
-                    id: string_field(object, "id", &block_path)?,
-                    kind: "function".to_owned(),
-                    function: FunctionCall {
-                        name: string_field(object, "name", &block_path)?,
-                        arguments: input,
-                    },
-                });
+                tool_calls.push(ToolCall::function(
+                    string_field(object, "id", &block_path)?,
+                    string_field(object, "name", &block_path)?,
+                    input,
+                ));
             }
             "image" => {
                 return Err(CodecError::new(

@@ -46,9 +46,7 @@ pub fn response_to_json(response: &ChatResponse) -> Result<Value, CodecError> {
         Some(answer) => match answer.extra.get(VERBATIM_BLOCKS).and_then(Value::as_array) {
             Some(blocks) => blocks.clone(),
             None => response::answer_blocks(answer)
-                .map_err(|(k, reason)| {
-                    CodecError::new(format!("choices[0].message.tool_calls[{k}].function.arguments"), reason)
-                })?
+                .map_err(|(path, reason)| CodecError::new(format!("choices[0].message.{path}"), reason))?
                 .into_iter()
                 .map(|block| to_json(&with_tool_id(block)))
                 .collect(),
