@@ -9,7 +9,8 @@
 //!   perhaps, is being written), then its last bytes are flushed to the client. No connection
 //!   timeout applies: the router's own timeouts bound the upstream, a stream may rightly run
 //!   for minutes, and a large answer to a slow reader must not be cut. (A request whose body
-//!   trickles in is busy too, with no timeout of its own yet; `max_body` bounds its size.)
+//!   trickles in is busy too: its handler holds it to `body_timeout` as it reads, see
+//!   `server/body.rs`, and answers a stalled one with a 408 and `connection: close`.)
 //! - **idle**: a keep-alive connection between requests. Past `idle_timeout` it is closed
 //!   without a word (a client may be sending its next request at that very moment: a 408 it
 //!   did not ask for would read as the answer to it).

@@ -335,10 +335,17 @@ fn serve_on_loopback_without_keys_starts_as_before_with_metrics_open() {
 fn doctor_reports_the_exposure_and_the_connection_settings() {
     let config = write_config(
         "doctor-exposed.yaml",
-        &format!("listen: 0.0.0.0:4680\n{PAID}gateway: {{ header_timeout: 10s, max_connections: 500 }}\n"),
+        &format!(
+            "listen: 0.0.0.0:4680\n{PAID}gateway: {{ header_timeout: 10s, body_timeout: 500ms, max_connections: 500 }}\n"
+        ),
     );
     let (_, out, _) = run(&["doctor", "--config", config.to_str().unwrap()]);
-    assert!(out.contains("connections: header_timeout 10s, idle_timeout 75s, max_connections 500"), "{out}");
+    assert!(
+        out.contains(
+            "connections: header_timeout 10s, body_timeout 500ms, idle_timeout 75s, max_connections 500"
+        ),
+        "{out}"
+    );
     assert!(
         out.contains("exposure: REFUSED: refusing to listen on 0.0.0.0:4680 without gateway.keys"),
         "{out}"

@@ -1,6 +1,7 @@
-//! Connection hygiene on the real binary, on loopback: heads that never finish, idle
-//! keep-alive connections and the bound on open connections. Each test runs for seconds.
-//! The exact deadlines are pinned in paused time by the unit tests of `connection`.
+//! Connection hygiene on the real binary, on loopback: heads that never finish, bodies that
+//! stop arriving, idle keep-alive connections and the bound on open connections. Each test
+//! runs for seconds. The exact deadlines are pinned in paused time by the unit tests of
+//! `connection` and `server::body`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -138,4 +139,87 @@ async fn max_connections_holds_new_connections_until_one_closes_and_says_so() {
         1,
         "once a minute, not once a connection: {logs}"
     );
+}
+
+const KEY: &str = "test-client-key";
+
+/// A POST of `body` to `path` with the client key (or not), announcing `length` bytes.
+fn post_head(path: &str, key: Option<&str>, length: usize) -> String {
+    let auth = key.map(|key| format!("authorization: Bearer {key}\r\n")).unwrap_or_default();
+    format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\n{auth}content-type: application/json\r\nanthropic-version: 2023-06-01\r\ncontent-length: {length}\r\n\r\n"
+    )
+}
+
+/// `GET /metrics`, on a connection of its own.
+async fn metrics(addr: &str) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
+    read_to_close(&mut stream).await
+}
+
+#[tokio::test]
+async fn a_stalled_body_on_each_model_endpoint_gets_a_408_and_its_connection_closes() {
+    let config = config("stalled.yaml", &format!("{{ keys: [{KEY}], body_timeout: 300ms }}"));
+    let (server, addr) = serve(&config, &[]);
+    for path in ["/v1/chat/completions", "/v1/messages", "/v1/responses"] {
+        let mut stream = TcpStream::connect(&addr).await.unwrap();
+        // 1000 bytes announced, one sent.
+        stream.write_all(format!("{}{{", post_head(path, Some(KEY), 1000)).as_bytes()).await.unwrap();
+        let sent = Instant::now();
+        let answer = read_to_close(&mut stream).await;
+        let took = sent.elapsed();
+        assert!(answer.starts_with("HTTP/1.1 408 Request Timeout\r\n"), "{path}: {answer}");
+        assert!(answer.contains("\r\nconnection: close\r\n"), "{path}: {answer}");
+        assert!(
+            answer.contains("the request body stopped arriving: no byte for 300ms (gateway.body_timeout)"),
+            "{path}: {answer}"
+        );
+        assert!(took >= Duration::from_millis(300), "{path}: answered before the body timeout: {took:?}");
+    }
+    let metrics = metrics(&addr).await;
+    stop(server);
+    assert!(!metrics.contains("\nswitchyard_attempts_total{"), "no upstream call was made: {metrics}");
+    for endpoint in ["chat_completions", "messages", "responses"] {
+        let line =
+            format!(r#"switchyard_requests_total{{endpoint="{endpoint}",route="(none)",status="408"}} 1"#);
+        assert!(metrics.contains(&line), "{line} in {metrics}");
+    }
+}
+
+#[tokio::test]
+async fn a_client_without_the_key_is_refused_at_its_head_while_its_body_is_pending() {
+    // The default body timeout, 30 s: the answer must not wait for it.
+    let config = config("stalled-unauthorized.yaml", &format!("{{ keys: [{KEY}] }}"));
+    let (server, addr) = serve(&config, &[]);
+    let mut stream = TcpStream::connect(&addr).await.unwrap();
+    stream
+        .write_all(format!("{}{{", post_head("/v1/chat/completions", None, 1000)).as_bytes())
+        .await
+        .unwrap();
+    let mut text = Vec::new();
+    let read = timeout(Duration::from_secs(5), stream.read_to_end(&mut text)).await;
+    stop(server);
+    assert!(read.is_ok(), "the unauthenticated client was held: {}", String::from_utf8_lossy(&text));
+    let answer = String::from_utf8_lossy(&text);
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+}
+
+#[tokio::test]
+async fn a_body_trickled_in_under_the_body_timeout_is_served() {
+    let config = config("trickled.yaml", &format!("{{ keys: [{KEY}], body_timeout: 1s }}"));
+    let (server, addr) = serve(&config, &[]);
+    let mut stream = TcpStream::connect(&addr).await.unwrap();
+    stream.write_all(post_head("/v1/chat/completions", Some(KEY), CHAT.len()).as_bytes()).await.unwrap();
+    let started = Instant::now();
+    // Seven pieces a quarter of the timeout apart: the whole body takes longer than the timeout.
+    for piece in CHAT.as_bytes().chunks(CHAT.len().div_ceil(7)) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        stream.write_all(piece).await.unwrap();
+    }
+    let took = started.elapsed();
+    let answer = read_response(&mut stream).await;
+    stop(server);
+    assert!(took > Duration::from_secs(1), "the body arrived within one timeout: {took:?}");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }

@@ -140,8 +140,8 @@ fn print_gateway(loaded: &Loaded) {
     );
     let limits = gateway.connections;
     println!(
-        "connections: header_timeout {:?}, idle_timeout {:?}, max_connections {}",
-        limits.header_timeout, limits.idle_timeout, limits.max_connections
+        "connections: header_timeout {:?}, body_timeout {:?}, idle_timeout {:?}, max_connections {}",
+        limits.header_timeout, limits.body_timeout, limits.idle_timeout, limits.max_connections
     );
     println!("exposure: {}", exposure_line(loaded.listen, loaded));
 }

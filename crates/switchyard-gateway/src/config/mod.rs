@@ -143,16 +143,21 @@ pub struct ConnectionLimits {
     pub header_timeout: Duration,
     /// A keep-alive connection with no request for this long is closed.
     pub idle_timeout: Duration,
+    /// A request whose body goes this long without a byte, while its handler reads it, is
+    /// answered `408` and its connection closed.
+    pub body_timeout: Duration,
     /// Connections open at once; at the bound the gateway stops accepting until some close.
     pub max_connections: usize,
 }
 
 impl ConnectionLimits {
-    /// The defaults: 30 s for a head, 75 s idle, and [`default_max_connections`].
+    /// The defaults: 30 s for a head, 75 s idle, 30 s without a byte of a body, and
+    /// [`default_max_connections`].
     pub fn defaults() -> Self {
         Self {
             header_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(75),
+            body_timeout: Duration::from_secs(30),
             max_connections: default_max_connections(),
         }
     }
@@ -1213,6 +1218,7 @@ impl Validator<'_> {
         let header_timeout =
             self.nonzero("gateway.header_timeout", config.header_timeout, defaults.header_timeout);
         let idle_timeout = self.nonzero("gateway.idle_timeout", config.idle_timeout, defaults.idle_timeout);
+        let body_timeout = self.nonzero("gateway.body_timeout", config.body_timeout, defaults.body_timeout);
         let max_connections = config.max_connections.unwrap_or(defaults.max_connections);
         if max_connections == 0 {
             self.problem(
@@ -1228,7 +1234,7 @@ impl Validator<'_> {
             shutdown_grace: config.shutdown_grace.map_or(Duration::from_secs(30), |d| d.0),
             open: config.open.unwrap_or(false),
             metrics_open: config.metrics_open.unwrap_or(false),
-            connections: ConnectionLimits { header_timeout, idle_timeout, max_connections },
+            connections: ConnectionLimits { header_timeout, idle_timeout, body_timeout, max_connections },
             shared_state: None,
             responses: self.responses(config.responses.as_ref()),
             drills: Drills::default(),

@@ -42,7 +42,12 @@ fn app() -> axum::Router {
 fn connect() -> (DuplexStream, watch::Sender<bool>) {
     let (client, server) = tokio::io::duplex(64 * 1024);
     let (stop, stopped) = watch::channel(false);
-    let limits = ConnectionLimits { header_timeout: HEAD, idle_timeout: IDLE, max_connections: 10 };
+    let limits = ConnectionLimits {
+        header_timeout: HEAD,
+        idle_timeout: IDLE,
+        max_connections: 10,
+        ..ConnectionLimits::defaults()
+    };
     tokio::spawn(serve(server, app(), limits, stopped));
     (client, stop)
 }
@@ -171,7 +176,12 @@ async fn a_large_answer_to_a_slow_reader_is_not_cut_by_the_idle_timeout() {
     // and more: the answer takes about a minute to reach it.
     let (mut client, server) = tokio::io::duplex(1024);
     let (_stop, stopped) = watch::channel(false);
-    let limits = ConnectionLimits { header_timeout: HEAD, idle_timeout: IDLE, max_connections: 10 };
+    let limits = ConnectionLimits {
+        header_timeout: HEAD,
+        idle_timeout: IDLE,
+        max_connections: 10,
+        ..ConnectionLimits::defaults()
+    };
     tokio::spawn(serve(server, app(), limits, stopped));
     client.write_all(b"GET /big HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
     let mut received = Vec::new();

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -12,7 +12,8 @@ use switchyard::Target;
 use crate::drills::DrillError;
 use crate::metrics::labels;
 
-use super::{ApiError, AppState, Dialect, authorized, unauthorized};
+use super::body::{BodyError, read};
+use super::{ApiError, AppState, Dialect, authorized, stalled, unauthorized};
 
 pub(super) fn admin_allowed(state: &AppState, headers: &HeaderMap) -> bool {
     match &state.gateway.admin_key {
@@ -152,8 +153,9 @@ pub async fn reset(State(state): State<Arc<AppState>>, headers: HeaderMap, body:
     }
     // Read only after the key is checked: an unauthorized client must not hold a connection
     // by trickling a body in.
-    let Ok(body) = axum::body::to_bytes(body, 64 * 1024).await else {
-        return bad_request("the body must be a small JSON object or empty".to_owned());
+    let body = match small_body(&state, body, "the body must be a small JSON object or empty").await {
+        Ok(body) => body,
+        Err(refused) => return refused,
     };
     let target = if body.iter().all(u8::is_ascii_whitespace) {
         None
@@ -210,6 +212,16 @@ fn bad_request(message: String) -> Response {
     ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message).into_response(Dialect::OpenAi, "")
 }
 
+/// An admin request's body (64 KiB at most), held to `gateway.body_timeout` as every body is;
+/// any other failure is answered `refusal`.
+async fn small_body(state: &AppState, body: Body, refusal: &str) -> Result<Bytes, Response> {
+    match read(body, 64 * 1024, state.gateway.connections.body_timeout).await {
+        Ok(bytes) => Ok(bytes),
+        Err(error @ BodyError::Stalled { .. }) => Err(stalled(&error).into_response(Dialect::OpenAi, "")),
+        Err(_) => Err(bad_request(refusal.to_owned())),
+    }
+}
+
 /// `GET /admin/requests?limit=N`: the newest requests kept, newest first (50 by default).
 pub async fn requests(
     State(state): State<Arc<AppState>>,
@@ -244,8 +256,9 @@ pub async fn drill(
     if !admin_allowed(&state, &headers) {
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
-    let Ok(body) = axum::body::to_bytes(body, 64 * 1024).await else {
-        return bad_request("the body must be a small JSON object".to_owned());
+    let body = match small_body(&state, body, "the body must be a small JSON object").await {
+        Ok(body) => body,
+        Err(refused) => return refused,
     };
     match state.gateway.drills.apply(&provider, &body) {
         Ok(drill) => {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use switchyard::trail::{Attempt, Outcome};
@@ -20,11 +20,26 @@ pub struct ApiError {
     pub message: String,
     pub attempts: Option<Box<Value>>,
     pub retry_after: Option<Duration>,
+    /// The connection closes after this answer (`connection: close`): what remains of the
+    /// request on it cannot be told from a next one.
+    pub close: bool,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { status, code: code.into(), message: message.into(), attempts: None, retry_after: None }
+        Self {
+            status,
+            code: code.into(),
+            message: message.into(),
+            attempts: None,
+            retry_after: None,
+            close: false,
+        }
+    }
+
+    /// The same error, answered with `connection: close`.
+    pub fn closing(self) -> Self {
+        Self { close: true, ..self }
     }
 
     /// The response for a routing failure: 429 with Retry-After when every attempt was rate
@@ -42,6 +57,7 @@ impl ApiError {
                 message: error.to_string(),
                 attempts,
                 retry_after: upstream.retry_after(),
+                close: false,
             },
             RouteError::AllTargetsFailed { trail, .. } => {
                 let (status, retry_after) = all_failed_status(trail.attempts());
@@ -51,6 +67,7 @@ impl ApiError {
                     message: error.to_string(),
                     attempts,
                     retry_after,
+                    close: false,
                 }
             }
         }
@@ -80,6 +97,9 @@ impl ApiError {
             if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
                 response.headers_mut().insert("retry-after", value);
             }
+        }
+        if self.close {
+            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         response
     }
@@ -170,6 +190,7 @@ pub fn stream_error_event(
         message: format!("the stream failed after content was sent: {error}"),
         attempts: Some(Box::new(attempts)),
         retry_after: None,
+        close: false,
     };
     api.body(dialect, request_id)
 }

@@ -4,6 +4,7 @@
 
 mod admin;
 mod anthropic;
+mod body;
 mod errors;
 mod events;
 mod openai;
@@ -510,6 +511,7 @@ fn status_label(status: u16) -> LabelValue {
         400 => "400",
         401 => "401",
         404 => "404",
+        408 => "408",
         413 => "413",
         415 => "415",
         429 => "429",
@@ -608,7 +610,7 @@ async fn accept<T>(
     }
     // Only a client with a key chooses a trace to continue.
     exchange.trace = state.telemetry.as_ref().map(|telemetry| telemetry.begin(headers));
-    let parsed = match json_body(headers, body, state.gateway.max_body).await {
+    let parsed = match json_body(headers, body, &state.gateway).await {
         Ok(bytes) => parse(&bytes),
         Err(error) => Err(error),
     };
@@ -626,8 +628,10 @@ async fn accept<T>(
     }
 }
 
-/// Reads a JSON request body, refusing a wrong content type and a body over the limit.
-async fn json_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+/// Reads a JSON request body, refusing a wrong content type, a body over `gateway.max_body`
+/// and one that stops arriving for `gateway.body_timeout` (answered `408`, and the connection
+/// closed: the rest of the body may still come, and nothing could tell it from a next request).
+async fn json_body(headers: &HeaderMap, body: Body, gateway: &GatewaySettings) -> Result<Bytes, ApiError> {
     if let Some(content_type) = headers.get(header::CONTENT_TYPE) {
         let text = content_type.to_str().unwrap_or_default().to_ascii_lowercase();
         let essence = text.split(';').next().unwrap_or_default().trim();
@@ -639,13 +643,23 @@ async fn json_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
             ));
         }
     }
-    axum::body::to_bytes(body, limit).await.map_err(|_| {
-        ApiError::new(
+    body::read(body, gateway.max_body, gateway.connections.body_timeout).await.map_err(|error| match error {
+        body::BodyError::TooLarge { .. } => ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
-            format!("the request body is over the limit of {limit} bytes (gateway.max_body)"),
-        )
+            format!("{error} (gateway.max_body)"),
+        ),
+        body::BodyError::Stalled { .. } => stalled(&error),
+        body::BodyError::Unreadable(_) => {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", error.to_string())
+        }
     })
+}
+
+/// The answer to a body that stopped arriving: `408`, and the connection closes after it.
+fn stalled(error: &body::BodyError) -> ApiError {
+    ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout", format!("{error} (gateway.body_timeout)"))
+        .closing()
 }
 
 /// A JSON parse error, with the line and column.

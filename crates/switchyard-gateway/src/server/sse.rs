@@ -375,6 +375,7 @@ mod tests {
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(600),
             max_connections: 1,
+            ..ConnectionLimits::defaults()
         };
         tokio::spawn(crate::connection::serve(server, app, limits, stopped));
         let request = format!(
