@@ -76,10 +76,11 @@ impl PaceOp {
                             call.arg("1")
                                 .arg(opt(stated.limit.map(|l| l as f64)))
                                 .arg(format!("{}", stated.remaining.floor()))
-                                .arg(opt(stated.reset_in.map(|r| r.as_millis() as f64)));
+                                .arg(opt(stated.reset_in.map(|r| r.as_millis() as f64)))
+                                .arg(format!("{}", stated.uncounted.max(0.0)));
                         }
                         None => {
-                            call.arg("").arg("").arg("0").arg("");
+                            call.arg("").arg("").arg("0").arg("").arg("0");
                         }
                     }
                 }

@@ -351,28 +351,34 @@ return cjson.encode(out)
 
 /// What an answer's headers said, from one replica. ARGV: prefix, lane, replica, the probe
 /// window in ms, the hold in ms (''), then per header dimension: whether stated ('1' or ''),
-/// its limit (''), what is left, and the reset in ms ('').
+/// its limit (''), what is left, the reset in ms (''), and what the answered call cost the
+/// dimension when the fleet did not count it (0 when it did).
 ///
 /// A window the fleet does not know (none, reset, or a probe window) is opened with what
 /// the answer said, and announced; within a running window the fleet's count is only
-/// lowered (as a lane's own is, and for the same reasons). A hold only moves later.
+/// lowered (as a lane's own is, and for the same reasons), and a call it did not count is
+/// taken from it. A hold only moves later.
 const PACE_REPORT: &str = r#"
 local probe = tonumber(ARGV[4])
 local hold = num(ARGV[5])
 local margin = 10
 local opened = {}
 for h = 0, 3 do
-  local at = 6 + 4 * h
+  local at = 6 + 5 * h
   if ARGV[at] == '1' then
     local limit, left, reset = num(ARGV[at + 1]), tonumber(ARGV[at + 2]), num(ARGV[at + 3])
+    local uncounted = tonumber(ARGV[at + 4]) or 0
     -- A little after the stated reset: the provider's clock and rounding must not end the
     -- fleet's window before its own.
     local ends = now + (reset or probe) + margin
     local f = 'h' .. h
     local running = num(cur[f]) ~= nil and (num(cur[f .. 'r']) or 0) > now and cur[f .. 'p'] ~= '1'
     if running then
+      -- The fleet's count holds every unit it granted, but not a call it did not count (sent
+      -- before its replica knew the window): the answer's `left` may predate grants
+      -- already made, so the call is taken from the fleet's count too.
       local lim = limit or num(cur[f .. 'l'])
-      redis.call('HSET', key, f, g(math.min(tonumber(cur[f]), left)), f .. 'r',
+      redis.call('HSET', key, f, g(math.min(tonumber(cur[f]) - uncounted, left)), f .. 'r',
         fmt(math.max(tonumber(cur[f .. 'r']), ends)), f .. 'l', lim and fmt(lim) or '')
     else
       -- A window that ended and no lease has rolled yet closes now.
@@ -386,9 +392,14 @@ for h = 0, 3 do
       local stale = closed ~= nil and reset ~= nil and now + reset <= closed + margin
       if not stale then
         -- Requests granted since the window closed may still be on their way, uncounted
-        -- by the provider: all but the one this answer may be are counted here.
+        -- by the provider: all but the one this answer may be (none, when the fleet did
+        -- not count its call) are counted here.
         local outstanding = 0
-        if h == 0 then outstanding = math.max(0, (num(cur[f .. 'g']) or 0) - 1) end
+        if h == 0 then
+          local answered = 1
+          if uncounted > 0 then answered = 0 end
+          outstanding = math.max(0, (num(cur[f .. 'g']) or 0) - answered)
+        end
         redis.call('HSET', key, f, g(left - outstanding), f .. 'r', fmt(ends), f .. 'l', limit and fmt(limit) or '',
           f .. 'p', '', f .. 'x', closed and fmt(closed) or '', f .. 'g', '0')
         table.insert(opened, h)

@@ -54,7 +54,17 @@ fn headers_ask(need: f64, want: f64) -> LeaseAsk {
 
 fn requests_stated(limit: Option<u64>, left: f64, reset: Option<Duration>) -> FleetReport {
     let mut report = FleetReport::default();
-    report.stated[0] = Some(StatedReport { limit, remaining: left, reset_in: reset });
+    report.stated[0] = Some(StatedReport { limit, remaining: left, reset_in: reset, uncounted: 0.0 });
+    report
+}
+
+/// The answer to a call that took no unit of the fleet's requests window (its replica did
+/// not know the window yet): `left` of 10, the window resetting in 30 s.
+fn uncounted_call_stated(left: f64) -> FleetReport {
+    let mut report = requests_stated(Some(10), left, Some(Duration::from_secs(30)));
+    if let Some(stated) = report.stated[0].as_mut() {
+        stated.uncounted = 1.0;
+    }
     report
 }
 
@@ -237,8 +247,12 @@ async fn a_token_window_that_reset_lets_a_call_of_any_size_go_and_a_call_larger_
     let server = RedisServer::start();
     let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
     let mut report = FleetReport::default();
-    report.stated[1] =
-        Some(StatedReport { limit: Some(1_000), remaining: 0.0, reset_in: Some(Duration::ZERO) });
+    report.stated[1] = Some(StatedReport {
+        limit: Some(1_000),
+        remaining: 0.0,
+        reset_in: Some(Duration::ZERO),
+        uncounted: 0.0,
+    });
     a.report("up", report);
     let started = std::time::Instant::now();
     let probe = loop {
@@ -296,4 +310,48 @@ async fn a_late_answer_of_a_closed_window_opens_nothing_and_requests_on_their_wa
     let waiting = b.lease("up", headers_ask(1.0, 1.0)).await.unwrap();
     assert_eq!(waiting.granted[HEADERS], 0.0, "{waiting:?}");
     assert!(waiting.windows[0].unwrap().probe);
+}
+
+#[tokio::test]
+async fn a_call_the_fleet_did_not_count_is_taken_from_the_running_window_its_answer_reaches() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
+    let c = redis_replica(&server, "c", |_| {}).await.store.unwrap();
+    // a's first call went before any window was known: its answer opens one, 9 of 10 left.
+    a.report("up", uncounted_call_stated(9.0));
+    let first = a.lease("up", headers_ask(1.0, 1.0)).await.unwrap();
+    assert_eq!(first.level[HEADERS], Some(8.0), "a unit leased: {first:?}");
+    // c's first call also went before c heard of the window. The provider counted it after
+    // a's and before the leased one, so its answer says 8 left; it reaches the fleet after the
+    // lease. The provider now has 7 left (a's, c's and the leased call of 10), not 8.
+    c.report("up", uncounted_call_stated(8.0));
+    let rest = c.lease("up", headers_ask(1.0, 10.0)).await.unwrap();
+    assert_eq!(rest.granted[HEADERS], 7.0, "{rest:?}");
+    assert_eq!(rest.level[HEADERS], Some(0.0));
+}
+
+#[tokio::test]
+async fn a_window_opened_by_a_call_the_fleet_did_not_count_counts_every_request_granted_since_the_last_closed()
+ {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
+    let c = redis_replica(&server, "c", |_| {}).await.store.unwrap();
+    // A window that ends at once; a lease then closes it and takes the probe.
+    a.report("up", requests_stated(Some(10), 5.0, Some(Duration::ZERO)));
+    let started = std::time::Instant::now();
+    loop {
+        let grant = a.lease("up", headers_ask(1.0, 1.0)).await.unwrap();
+        if grant.windows[0].is_some_and(|w| w.probe) {
+            assert_eq!(grant.granted[HEADERS], 1.0, "the probe");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(1), "the window closes: {grant:?}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // c's call went without the fleet's units and reached the provider first in its next
+    // window: its answer opens it, and the probe, not this answer, is still on its way.
+    c.report("up", uncounted_call_stated(9.0));
+    let next = c.lease("up", headers_ask(1.0, 10.0)).await.unwrap();
+    assert!(!next.windows[0].unwrap().probe, "{next:?}");
+    assert_eq!(next.granted[HEADERS], 8.0, "9 left less the probe on its way: {next:?}");
 }

@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::headers::Stated;
+use super::headers::{Dispatch, Stated};
 use super::lane::Bucket;
 use crate::provider::BoxFuture;
 
@@ -122,6 +122,11 @@ pub struct StatedReport {
     pub remaining: f64,
     /// How long until the window resets, when the provider says.
     pub reset_in: Option<Duration>,
+    /// What the answered call cost this dimension when it took none of the fleet's units of
+    /// it (it went before this replica knew the window, or out of the fleet's reach): the
+    /// provider counted it and the fleet did not, so a running window counts it too. 0 for a
+    /// call the fleet counted.
+    pub uncounted: f64,
 }
 
 /// What one answer's headers told a lane, for the fleet.
@@ -171,6 +176,38 @@ pub(super) struct Taken {
     /// Whether they include units of the fleet's header windows (then the fleet, not this
     /// replica's own header budget, decides when the call goes).
     pub headers: bool,
+}
+
+/// The calls of a lane in flight that took none of the fleet's units of some header window
+/// (sent before the lane knew the window, or out of the fleet's reach), with what each cost
+/// the windows it did not count in. The provider counts them all the same: their answers tell
+/// the fleet (see [`StatedReport::uncounted`]), or a replica that learned of a window late
+/// would leave the fleet counting more left than the provider has.
+#[derive(Debug, Default)]
+pub(super) struct Uncounted(Vec<(Dispatch, [f64; 4])>);
+
+impl Uncounted {
+    /// Notes a call of `tokens` dispatched as `dispatch`, which took `taken` from the fleet.
+    pub(super) fn dispatched(&mut self, dispatch: Dispatch, taken: &Taken, tokens: f64) {
+        let mut cost = [0.0; 4];
+        for (header, slot) in cost.iter_mut().enumerate() {
+            if taken.units[HEADERS + header] <= 0.0 {
+                *slot = if header == 0 { 1.0 } else { tokens };
+            }
+        }
+        if cost.iter().any(|c| *c > 0.0) {
+            self.0.push((dispatch, cost));
+        }
+    }
+
+    /// The call is over: what it cost the windows the fleet did not count it in (nothing
+    /// for a call the fleet counted, or one answered before).
+    pub(super) fn answered(&mut self, dispatch: Dispatch) -> [f64; 4] {
+        match self.0.iter().position(|(d, _)| *d == dispatch) {
+            Some(at) => self.0.swap_remove(at).1,
+            None => [0.0; 4],
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -1223,6 +1260,74 @@ mod tests {
 
     fn limits(rpm: u32) -> Vec<(String, Limits)> {
         vec![("up".to_owned(), Limits { requests_per_minute: Some(rpm), ..Limits::default() })]
+    }
+
+    /// A fleet whose requests window runs with `level` left: a lease of it gets one unit.
+    /// It keeps what the replica reports.
+    struct WindowFleet {
+        level: f64,
+        reports: Mutex<Vec<FleetReport>>,
+    }
+
+    impl FleetPacing for WindowFleet {
+        fn lease(&self, _lane: &str, ask: LeaseAsk) -> BoxFuture<'static, Option<LeaseGrant>> {
+            let grant = if ask.want[HEADERS] > 0.0 {
+                header_grant(1.0, self.level, 500, false)
+            } else {
+                LeaseGrant::default()
+            };
+            Box::pin(async move { Some(grant) })
+        }
+        fn report(&self, _lane: &str, report: FleetReport) {
+            self.reports.lock().unwrap().push(report);
+        }
+        fn give_back(&self, _lane: &str, _units: [f64; 2], _buckets: [Option<BucketSpec>; 2]) {}
+        fn shared(&self) -> bool {
+            true
+        }
+        fn replicas(&self) -> usize {
+            3
+        }
+        fn watch(&self, _sink: Weak<dyn FleetSink>) {}
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_sent_before_the_lane_knew_the_fleets_window_is_told_to_the_fleet_with_its_answer() {
+        let fleet = Arc::new(WindowFleet { level: 5.0, reports: Mutex::default() });
+        let limits = vec![("up".to_owned(), Limits { respect_headers: true, ..Limits::default() })];
+        let pacer = LimitPacer::shared(limits, fleet.clone() as Arc<dyn FleetPacing>);
+        let credential = crate::credential::CredentialId::derive("openai", "http://up", None);
+        let request = || PaceRequest {
+            provider: "up",
+            credential_id: &credential,
+            estimated_tokens: 10,
+            deadline: None,
+            spill_after: None,
+        };
+        let stated = |remaining: u64| crate::ratelimit::RateLimits {
+            requests: Some(crate::ratelimit::Allowance {
+                limit: Some(10),
+                remaining: Some(remaining),
+                reset_after: Some(Duration::from_millis(490)),
+            }),
+            ..Default::default()
+        };
+        // The lane knows no window: its first call goes without the fleet's units.
+        let early = pacer.acquire(request()).await.unwrap();
+        // Another replica's answer opens the window; the next call leases a unit of it, and
+        // the fleet says 5 are left.
+        pacer.window_opened("up", 0);
+        let counted = pacer.acquire(request()).await.unwrap();
+        // The first call's answer says 8 left (7 with the other call in flight): more than the
+        // fleet counts, and news all the same, since the fleet never counted this call.
+        pacer.observe_answer("up", &credential, early.dispatch, &stated(8));
+        let told = fleet.reports.lock().unwrap().clone();
+        assert_eq!(told.len(), 1, "{told:?}");
+        let told = told[0].stated[0].expect("the requests window");
+        assert_eq!((told.remaining, told.uncounted), (7.0, 1.0), "{told:?}");
+        // The counted call's answer, no lower than what the fleet counts, is not news.
+        pacer.observe_answer("up", &credential, counted.dispatch, &stated(7));
+        assert_eq!(fleet.reports.lock().unwrap().len(), 1);
     }
 
     #[tokio::test(start_paused = true)]

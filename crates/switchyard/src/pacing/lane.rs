@@ -13,7 +13,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 use super::fleet::{
-    self, FleetGate, FleetPacing, FleetReport, FleetSnapshot, LeaseBook, StatedReport, Taken,
+    self, FleetGate, FleetPacing, FleetReport, FleetSnapshot, LeaseBook, StatedReport, Taken, Uncounted,
 };
 use super::headers::{Dispatch, HeaderBudget, Stated, Verdict};
 use super::{Limits, PaceRequest, Permit, PermitGuard, WaitReason};
@@ -82,6 +82,8 @@ struct State {
     held_until: Option<Instant>,
     /// The allowance the provider's headers state, as a budget until its reset.
     headers: HeaderBudget,
+    /// Calls in flight the fleet's header windows did not count, told to it with their answers.
+    uncounted: Uncounted,
     /// Calls dispatched whose permits are still held (streams until they end).
     active: u32,
     learned: Option<RateLimits>,
@@ -230,6 +232,7 @@ impl Lane {
             next_reason: WaitReason::Interval,
             held_until: None,
             headers: HeaderBudget::new(limits.reserve_fraction, limits.max_header_wait),
+            uncounted: Uncounted::default(),
             active: 0,
             learned: None,
         };
@@ -337,8 +340,7 @@ impl Lane {
         }
         // The provider may have spoken while this call waited for its slot: what its headers
         // say now decides.
-        let fleet_headers = reservation.fleet.is_some_and(|taken| taken.headers);
-        let dispatch = self.pass_gate(tokens, &patience, &mut reason, fleet_headers).await?;
+        let dispatch = self.pass_gate(tokens, &patience, &mut reason, reservation.fleet).await?;
         reservation.dispatch = Some(dispatch);
 
         let waited = patience.start.elapsed();
@@ -426,20 +428,20 @@ impl Lane {
         tokens: f64,
         patience: &Patience,
         reason: &mut WaitReason,
-        fleet_headers: bool,
+        fleet: Option<Taken>,
     ) -> Result<Dispatch, ProviderError> {
         let (start, give_up_at) = (patience.start, patience.give_up_at);
         let spilled = |at: Instant| patience.spilled(at);
         let mut turn: Option<SemaphorePermit<'_>> = None;
         loop {
-            if let Gate::Go(dispatch) = self.gate(tokens, turn.is_some(), fleet_headers) {
+            if let Gate::Go(dispatch) = self.gate(tokens, turn.is_some(), fleet) {
                 return Ok(dispatch);
             }
             // Listen for changes first, then look again: a change in between is not lost.
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let until = match self.gate(tokens, turn.is_some(), fleet_headers) {
+            let until = match self.gate(tokens, turn.is_some(), fleet) {
                 Gate::Go(dispatch) => return Ok(dispatch),
                 Gate::Wait(until) if turn.is_some() => until,
                 // A hold or a reset past the caller's patience only moves later: refuse now
@@ -488,8 +490,9 @@ impl Lane {
         }
     }
 
-    /// The gate's verdict for a call of `tokens` now; dispatches it when it may go.
-    fn gate(&self, tokens: f64, has_turn: bool, fleet_headers: bool) -> Gate {
+    /// The gate's verdict for a call of `tokens` now, which took `fleet` from the fleet's
+    /// slices; dispatches it when it may go.
+    fn gate(&self, tokens: f64, has_turn: bool, fleet: Option<Taken>) -> Gate {
         let now = Instant::now();
         let mut state = self.lock();
         if let Some(until) = state.held_until.filter(|until| *until > now) {
@@ -503,11 +506,16 @@ impl Lane {
         // A call holding units of the fleet's header windows goes on the fleet's word, in the
         // window its units came from, not after waiting here for this replica's own view of
         // the window to reset.
+        let fleet_headers = fleet.is_some_and(|taken| taken.headers);
         let verdict = if fleet_headers { Verdict::Go } else { state.headers.verdict(now, tokens) };
         match verdict {
             Verdict::Go if has_turn || self.turnstile.available_permits() > 0 => {
                 state.active += 1;
-                Gate::Go(state.headers.dispatch(tokens))
+                let dispatch = state.headers.dispatch(tokens);
+                if let Some(taken) = fleet.filter(|_| self.limits.respect_headers) {
+                    state.uncounted.dispatched(dispatch, &taken, tokens);
+                }
+                Gate::Go(dispatch)
             }
             Verdict::Go => Gate::Queue,
             Verdict::Wait { until } => Gate::Wait(until),
@@ -529,7 +537,10 @@ impl Lane {
         if limits.is_empty() {
             // Answered without a word on the allowance: no longer in flight, though.
             if let Some(from) = from {
-                self.lock().headers.answered(from);
+                let mut state = self.lock();
+                state.headers.answered(from);
+                state.uncounted.answered(from);
+                drop(state);
                 self.wake_gate();
             }
             return;
@@ -539,6 +550,7 @@ impl Lane {
             let mut state = self.lock();
             state.learned = Some(*limits);
             state.headers.observe(from, limits, now);
+            let uncounted = from.map_or([0.0; 4], |from| state.uncounted.answered(from));
             let hold =
                 limits.retry_after.filter(|h| !h.is_zero()).map(|h| h.min(self.limits.max_header_wait));
             if let Some(hold) = hold {
@@ -546,20 +558,22 @@ impl Lane {
                 state.held_until = Some(state.held_until.map_or(until, |held| held.max(until)));
             }
             if let Some(gate) = &self.fleet {
-                self.tell_fleet(gate, &state, limits, hold, now);
+                self.tell_fleet(gate, &state, limits, hold, uncounted, now);
             }
         }
         self.wake_gate();
     }
 
     /// Tells the fleet what an answer's headers said, when it is news to it: a hold, a
-    /// window it does not know, or less left than it counts.
+    /// window it does not know, less left than it counts, or a call it did not count (what
+    /// the call cost each header window it went without, `uncounted`).
     fn tell_fleet(
         &self,
         gate: &FleetGate,
         state: &State,
         limits: &RateLimits,
         hold: Option<Duration>,
+        uncounted: [f64; 4],
         now: Instant,
     ) {
         let said = [limits.requests, limits.tokens, limits.input_tokens, limits.output_tokens];
@@ -570,10 +584,15 @@ impl Lane {
             let Some(stated) = stated.filter(|_| said[header].is_some_and(|a| a.remaining.is_some())) else {
                 continue;
             };
-            news |= known[header].is_none_or(|fleet| stated.remaining < fleet.remaining);
+            let uncounted = uncounted[header];
+            news |= uncounted > 0.0 || known[header].is_none_or(|fleet| stated.remaining < fleet.remaining);
             let reset = stated.resets_at.map(|at| at.saturating_duration_since(now));
-            report.stated[header] =
-                Some(StatedReport { limit: stated.limit, remaining: stated.remaining, reset_in: reset });
+            report.stated[header] = Some(StatedReport {
+                limit: stated.limit,
+                remaining: stated.remaining,
+                reset_in: reset,
+                uncounted,
+            });
         }
         if !news {
             return;
@@ -703,6 +722,7 @@ impl PermitGuard for Reservation {
             // Answered (or failed): no longer a call whose headers may still come.
             if let Some(dispatch) = self.dispatch {
                 state.headers.answered(dispatch);
+                state.uncounted.answered(dispatch);
             }
         }
         if let (Some(gate), Some(taken)) = (&self.lane.fleet, &self.fleet) {
@@ -722,6 +742,7 @@ impl Drop for Reservation {
         if let Some(dispatch) = self.dispatch {
             state.active = state.active.saturating_sub(1);
             state.headers.answered(dispatch);
+            state.uncounted.answered(dispatch);
             drop(state);
             self.lane.wake_gate();
             return;
