@@ -42,6 +42,7 @@ enum Command {
     },
     /// Validate the configuration and print routes, targets, health settings and credentials.
     Doctor {
+        /// Configuration file (YAML, or TOML); found as `serve` finds it when not given.
         #[arg(long, short)]
         config: Option<PathBuf>,
         /// Send one tiny request to every target and print latency and result.
@@ -50,6 +51,7 @@ enum Command {
     },
     /// Send one chat through the library and print the answer, then the trail.
     Chat {
+        /// Configuration file (YAML, or TOML); found as `serve` finds it when not given.
         #[arg(long, short)]
         config: Option<PathBuf>,
         /// The route to use (default: the default route).
@@ -61,10 +63,12 @@ enum Command {
         /// Stream the answer.
         #[arg(long)]
         stream: bool,
+        /// The user message to send.
         prompt: String,
     },
     /// Print the health table of a running gateway.
     Health {
+        /// The gateway's base URL.
         #[arg(long, default_value = "http://127.0.0.1:4680")]
         url: String,
         /// Admin key (default: $SWITCHYARD_ADMIN_KEY, else $SWITCHYARD_KEY).
@@ -73,6 +77,7 @@ enum Command {
     },
     /// Follow a running gateway's events (health, breakers, failovers, finished requests).
     Events {
+        /// The gateway's base URL.
         #[arg(long, default_value = "http://127.0.0.1:4680")]
         url: String,
         /// Admin key (default: $SWITCHYARD_ADMIN_KEY, else $SWITCHYARD_KEY).
@@ -92,7 +97,10 @@ enum Command {
 #[derive(Debug, Subcommand)]
 enum ConfigCommand {
     /// Validate a configuration file; non-zero exit on error.
-    Check { file: PathBuf },
+    Check {
+        /// The configuration file to check (YAML, or TOML when it ends in `.toml`).
+        file: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -138,3 +146,35 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// resident, and the gateway peaked at 72 MB at 256 connections instead of 43 MB.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every argument of `command` and of its subcommands without help text, as
+    /// `command path: argument`.
+    fn without_help(command: &clap::Command, path: &str) -> Vec<String> {
+        let path = format!("{path} {}", command.get_name()).trim().to_owned();
+        let mut missing: Vec<String> = command
+            .get_arguments()
+            .filter(|arg| arg.get_help().is_none() && arg.get_long_help().is_none())
+            .map(|arg| format!("{path}: {}", arg.get_id()))
+            .collect();
+        for sub in command.get_subcommands() {
+            missing.extend(without_help(sub, &path));
+        }
+        missing
+    }
+
+    #[test]
+    fn every_argument_of_every_command_has_help() {
+        let mut cli = Cli::command();
+        // Built, so that the arguments clap adds itself (`--help`, `--version`) are walked too.
+        cli.build();
+        let missing = without_help(&cli, "");
+        assert!(missing.is_empty(), "arguments without help text: {missing:?}");
+        assert!(cli.get_subcommands().count() >= 6, "the walk reaches the commands");
+    }
+}
