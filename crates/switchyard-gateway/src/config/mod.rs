@@ -2,6 +2,7 @@
 //! once at load, with errors that name the file, the key path and the fix.
 
 pub(crate) mod file;
+mod read;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -216,8 +217,8 @@ pub fn exposure(listen: SocketAddr, loaded: &Loaded) -> Exposure {
     }
 }
 
-/// Why `serve` refuses to start at `listen`: which settings are missing and how to set them.
-/// Names settings and variables, never a key.
+/// Why `serve` refuses to start at `listen`: which settings are missing and how to set them,
+/// naming only those that are missing. Names settings and variables, never a key.
 pub fn refusal(listen: SocketAddr, loaded: &Loaded, missing: &[&str]) -> String {
     let paid: Vec<&str> = loaded
         .providers
@@ -225,22 +226,44 @@ pub fn refusal(listen: SocketAddr, loaded: &Loaded, missing: &[&str]) -> String 
         .filter(|p| p.kind != Kind::Simulated.as_str())
         .map(|p| p.id.as_str())
         .collect();
+    let keys = missing.contains(&"gateway.keys");
+    let admin = missing.contains(&"gateway.admin_key");
+    let stake = match (keys, admin) {
+        (true, true) => format!("spend the accounts of {} and use /admin and /metrics", paid.join(", ")),
+        (true, false) => format!("spend the accounts of {}", paid.join(", ")),
+        // Admin endpoints take a client key when there is no admin key.
+        (false, _) => "use /admin and /metrics with a client key".to_owned(),
+    };
+    let mut settings = Vec::new();
+    let mut variables = Vec::new();
+    if keys {
+        settings.push("keys: [env://SWITCHYARD_KEY]");
+        variables.push(("SWITCHYARD_KEY", "the key clients send"));
+    }
+    if admin {
+        settings.push("admin_key: env://SWITCHYARD_ADMIN_KEY");
+        variables.push(("SWITCHYARD_ADMIN_KEY", "for /admin and /metrics"));
+    }
+    let block = format!("`gateway: {{ {} }}`", settings.join(", "));
     let how = match loaded.source {
         Source::Environment(_) => {
-            "set SWITCHYARD_KEY (the key clients send) and SWITCHYARD_ADMIN_KEY (for /admin and /metrics), \
-             or write a config file with `gateway: { keys: [env://SWITCHYARD_KEY], admin_key: env://SWITCHYARD_ADMIN_KEY }`"
+            let set: Vec<String> = variables.iter().map(|(name, what)| format!("{name} ({what})")).collect();
+            format!("set {}, or write a config file with {block}", set.join(" and "))
         }
         _ => {
-            "add `gateway: { keys: [env://SWITCHYARD_KEY], admin_key: env://SWITCHYARD_ADMIN_KEY }` \
-             to the configuration (the keys come from those variables)"
+            let names: Vec<&str> = variables.iter().map(|(name, _)| *name).collect();
+            let from = if names.len() == 1 {
+                "the key comes from that variable"
+            } else {
+                "the keys come from those variables"
+            };
+            format!("add {block} to the configuration ({from})")
         }
     };
     format!(
-        "refusing to listen on {listen} without {}: anyone who can reach it could spend the accounts of {} \
-         and use /admin and /metrics. To fix: {how}; or listen on 127.0.0.1; or set `gateway.open: true` \
-         to run an open relay on purpose",
+        "refusing to listen on {listen} without {}: anyone who can reach it could {stake}. To fix: {how}; \
+         or listen on 127.0.0.1; or set `gateway.open: true` to run an open relay on purpose",
         missing.join(" and "),
-        paid.join(", "),
     )
 }
 
@@ -276,14 +299,41 @@ impl fmt::Debug for Loaded {
     }
 }
 
+/// What an `env://NAME` whose variable is not set makes of a configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnsetEnv {
+    /// A problem: the configuration cannot run (`serve`, `doctor`, `config check --strict`).
+    Error,
+    /// A warning, and the value left out (`config check`: CI has no production secrets).
+    Warning,
+}
+
+/// A configuration that loaded, with what should still be looked at.
+#[derive(Debug)]
+pub struct Checked {
+    pub loaded: Loaded,
+    /// Variables `env://` names that are not set, with [`UnsetEnv::Warning`].
+    pub warnings: Vec<Problem>,
+}
+
 /// Reads a configuration file (YAML, or TOML when it ends in `.toml`).
 pub fn load_file(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError> {
+    check_file(path, env, UnsetEnv::Error).map(|checked| checked.loaded)
+}
+
+/// Reads a configuration file as [`load_file`] does, with `unset_env` deciding what an unset
+/// `env://` variable is.
+pub fn check_file(
+    path: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+    unset_env: UnsetEnv,
+) -> Result<Checked, ConfigError> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::one(&name, "(file)", format!("cannot read it: {e}")))?;
     let is_toml = path.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("toml"));
-    let file = parse(&text, is_toml, &name)?;
-    build(file, Source::File(name), env)
+    let parsed = read::read(&text, is_toml, &name)?;
+    build_parsed(parsed, Source::File(name), env, unset_env)
 }
 
 /// The configuration when no file is given: providers from API keys in the environment, or
@@ -318,21 +368,14 @@ fn gateway_keys_from_env(file: &mut FileConfig, env: &dyn Fn(&str) -> Option<Str
     }
 }
 
-/// Parses YAML or TOML text into the file model. Errors name the key path.
+/// Parses YAML or TOML text into the file model. Errors name the key path: every key given
+/// twice, unknown, or of the wrong type at once.
 pub fn parse(text: &str, is_toml: bool, name: &str) -> Result<FileConfig, ConfigError> {
-    let value: serde_json::Value = if is_toml {
-        toml::from_str(text)
-            .map_err(|e| ConfigError::one(name, "(syntax)", e.to_string().trim().to_owned()))?
-    } else {
-        serde_saphyr::from_str(text)
-            .map_err(|e| ConfigError::one(name, "(syntax)", e.to_string().trim().to_owned()))?
-    };
-    let value = if value.is_null() { serde_json::Value::Object(Default::default()) } else { value };
-    serde_path_to_error::deserialize::<_, FileConfig>(value).map_err(|error| {
-        let path = error.path().to_string();
-        let path = if path == "." { "(top level)".to_owned() } else { path };
-        ConfigError::one(name, path, error.into_inner().to_string())
-    })
+    let parsed = read::read(text, is_toml, name)?;
+    match parsed.file {
+        Some(file) if parsed.problems.is_empty() => Ok(file),
+        _ => Err(ConfigError { file: name.to_owned(), problems: parsed.problems }),
+    }
 }
 
 /// Known providers whose API key in the environment makes a provider.
@@ -404,12 +447,33 @@ pub fn build(
     source: Source,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Loaded, ConfigError> {
+    let parsed = read::Parsed { file: Some(file), ..read::Parsed::default() };
+    build_parsed(parsed, source, env, UnsetEnv::Error).map(|checked| checked.loaded)
+}
+
+/// [`build`] of what was read of a file: its problems so far come first, and what was taken
+/// out of it is not reported again where it is referred to.
+fn build_parsed(
+    parsed: read::Parsed,
+    source: Source,
+    env: &dyn Fn(&str) -> Option<String>,
+    unset_env: UnsetEnv,
+) -> Result<Checked, ConfigError> {
     let name = match &source {
         Source::File(path) => path.clone(),
         Source::Environment(_) => "(environment)".to_owned(),
         Source::Demo => "(embedded demo)".to_owned(),
     };
-    let mut v = Validator { problems: Vec::new(), env };
+    let Some(file) = parsed.file else {
+        return Err(ConfigError { file: name, problems: parsed.problems });
+    };
+    let mut v = Validator {
+        problems: parsed.problems,
+        warnings: Vec::new(),
+        env,
+        removed: parsed.removed,
+        unset_env,
+    };
 
     let listen_text = file.listen.clone().unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
     let listen = v.check(
@@ -419,7 +483,7 @@ pub fn build(
             .map_err(|_| format!("`{listen_text}` is not an address: write host:port, like 127.0.0.1:4680")),
     );
 
-    if file.providers.is_empty() {
+    if file.providers.is_empty() && !v.removed.any_in("providers") {
         v.problem("providers", "none configured: add at least one, like `openai: { kind: openai, api_key: env://OPENAI_API_KEY }`");
     }
     let mut entries = Vec::new();
@@ -437,7 +501,7 @@ pub fn build(
         }
     }
 
-    if file.routes.is_empty() {
+    if file.routes.is_empty() && !v.removed.any_in("routes") {
         v.problem("routes", "none configured: add one, like `default: { targets: [openai:gpt-4o-mini] }`");
     }
     let mut routes = Vec::new();
@@ -448,6 +512,7 @@ pub fn build(
     }
     if let Some(default) = &file.default_route
         && !file.routes.contains_key(default)
+        && !v.removed.entry("routes", default)
     {
         let known: Vec<&str> = file.routes.keys().map(String::as_str).collect();
         v.problem(
@@ -513,12 +578,17 @@ pub fn build(
             ProviderSummary { limits, ..summary }
         })
         .collect();
-    Ok(Loaded { source, listen, router, gateway, providers: summaries })
+    let loaded = Loaded { source, listen, router, gateway, providers: summaries };
+    Ok(Checked { loaded, warnings: v.warnings })
 }
 
 struct Validator<'e> {
     problems: Vec<Problem>,
+    warnings: Vec<Problem>,
     env: &'e dyn Fn(&str) -> Option<String>,
+    /// Keys taken out of the file for their problems: what refers to them is not reported.
+    removed: read::Removed,
+    unset_env: UnsetEnv,
 }
 
 impl Validator<'_> {
@@ -698,25 +768,7 @@ impl Validator<'_> {
     }
 
     fn shared_state(&mut self, config: &file::StateConfig) -> Option<Arc<RedisStore>> {
-        let url = match config.redis.strip_prefix("env://") {
-            Some("") => {
-                self.problem("state.redis", "`env://` needs a variable name, like env://REDIS_URL");
-                return None;
-            }
-            Some(var) => match (self.env)(var) {
-                Some(value) if !value.trim().is_empty() => value.trim().to_owned(),
-                _ => {
-                    self.problem(
-                        "state.redis",
-                        format!(
-                            "environment variable `{var}` is not set: export it, or write the URL itself"
-                        ),
-                    );
-                    return None;
-                }
-            },
-            None => config.redis.trim().to_owned(),
-        };
+        let (url, _) = self.resolve("state.redis", &config.redis, "URL", "REDIS_URL")?;
         if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
             self.problem(
                 "state.redis",
@@ -742,32 +794,45 @@ impl Validator<'_> {
         }
     }
 
-    /// Resolves `env://NAME` or takes a literal secret; returns it with where it came from.
+    /// Takes a literal secret or resolves `env://NAME`; returns it with where it came from.
     fn secret(&mut self, path: &str, text: &str) -> Option<(Secret, String)> {
-        match text.strip_prefix("env://") {
-            Some("") => {
-                self.problem(path, "`env://` needs a variable name, like env://OPENAI_API_KEY");
+        let (value, origin) = self.resolve(path, text, "key", "OPENAI_API_KEY")?;
+        if value.is_empty() {
+            self.problem(path, "the key is empty");
+            return None;
+        }
+        Some((Secret::new(value), origin))
+    }
+
+    /// `text` itself (trimmed), or the value of the variable an `env://NAME` names, with where
+    /// it came from (`literal` or `env://NAME`): the one place `env://` is resolved. An unset or
+    /// empty variable is a problem, or with [`UnsetEnv::Warning`] a warning, and `None`. `what`
+    /// and `example` word the fix: "write the {what} itself", "like env://{example}".
+    fn resolve(&mut self, path: &str, text: &str, what: &str, example: &str) -> Option<(String, String)> {
+        let Some(var) = text.strip_prefix("env://") else {
+            return Some((text.trim().to_owned(), "literal".to_owned()));
+        };
+        if var.is_empty() {
+            self.problem(path, format!("`env://` needs a variable name, like env://{example}"));
+            return None;
+        }
+        match (self.env)(var) {
+            Some(value) if !value.trim().is_empty() => {
+                Some((value.trim().to_owned(), format!("env://{var}")))
+            }
+            _ => {
+                let unset = Problem {
+                    path: path.to_owned(),
+                    message: format!(
+                        "environment variable `{var}` is not set: export it, or write the {what} itself"
+                    ),
+                };
+                match self.unset_env {
+                    UnsetEnv::Error => self.problems.push(unset),
+                    UnsetEnv::Warning => self.warnings.push(unset),
+                }
                 None
             }
-            Some(var) => match (self.env)(var) {
-                Some(value) if !value.trim().is_empty() => {
-                    Some((Secret::new(value.trim()), format!("env://{var}")))
-                }
-                _ => {
-                    self.problem(
-                        path,
-                        format!(
-                            "environment variable `{var}` is not set: export it, or write the key itself"
-                        ),
-                    );
-                    None
-                }
-            },
-            None if text.trim().is_empty() => {
-                self.problem(path, "the key is empty");
-                None
-            }
-            None => Some((Secret::new(text.trim()), "literal".to_owned())),
         }
     }
 
@@ -940,7 +1005,7 @@ impl Validator<'_> {
         providers: &BTreeMap<String, file::ProviderConfig>,
     ) -> Option<Target> {
         let target: Target = text.parse().ok()?;
-        if !providers.contains_key(target.provider()) {
+        if !providers.contains_key(target.provider()) && !self.removed.entry("providers", target.provider()) {
             let known: Vec<&str> = providers.keys().map(String::as_str).collect();
             self.problem(
                 path,
