@@ -96,10 +96,14 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum ConfigCommand {
-    /// Validate a configuration file; non-zero exit on error.
+    /// Validate a configuration file; non-zero exit on error. An `env://` variable that is not
+    /// set is a warning (exit 0), so that CI can check files without production secrets.
     Check {
         /// The configuration file to check (YAML, or TOML when it ends in `.toml`).
         file: PathBuf,
+        /// Make an unset `env://` variable an error, as `serve` and `doctor` do.
+        #[arg(long)]
+        strict: bool,
     },
 }
 
@@ -135,7 +139,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Health { url, key } => cli::health::health(&url, key).await,
         Command::Events { url, key, json } => cli::events::events(&url, key, json).await,
-        Command::Config { command: ConfigCommand::Check { file } } => Ok(cli::config::check(&file)),
+        Command::Config { command: ConfigCommand::Check { file, strict } } => {
+            Ok(cli::config::check(&file, strict))
+        }
     }
 }
 

@@ -30,6 +30,46 @@ fn config_check_accepts_a_valid_file_and_refuses_a_bad_one_with_a_non_zero_exit(
     assert!(err.contains("bad.yaml: routes.default.targets[0]: unknown provider `q`"), "{err}");
 }
 
+/// A paid provider whose key comes from a variable no test sets.
+const UNSET_SECRET: &str = "providers:\n  openai: { kind: openai, api_key: env://SWITCHYARD_TEST_UNSET_SECRET }\nroutes:\n  default: { targets: [openai:gpt-4o-mini] }\n";
+
+#[test]
+fn config_check_warns_of_an_unset_secret_and_exits_zero() {
+    let config = write_config("unset-secret.yaml", UNSET_SECRET);
+    let (code, out, err) = run(&["config", "check", config.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ok (1 providers, routes: default)"), "{out}");
+    assert!(
+        err.contains("warning: ") && err.contains("unset-secret.yaml: providers.openai.api_key: environment variable `SWITCHYARD_TEST_UNSET_SECRET` is not set"),
+        "the warning names the key path and the variable: {err}"
+    );
+}
+
+#[test]
+fn config_check_strict_refuses_an_unset_secret() {
+    let config = write_config("unset-secret-strict.yaml", UNSET_SECRET);
+    let (code, _, err) = run(&["config", "check", "--strict", config.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "providers.openai.api_key: environment variable `SWITCHYARD_TEST_UNSET_SECRET` is not set"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("warning"), "an error, not a warning: {err}");
+}
+
+#[test]
+fn serve_and_doctor_refuse_a_config_with_an_unset_secret() {
+    let config = write_config("unset-secret-serve.yaml", UNSET_SECRET);
+    let (code, stderr) = serve_at(&config, "127.0.0.1:0", &[]).expect_err("it must not start");
+    assert_eq!(code, 1);
+    assert!(stderr.contains("environment variable `SWITCHYARD_TEST_UNSET_SECRET` is not set"), "{stderr}");
+    let (code, _, err) = run(&["doctor", "--config", config.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("SWITCHYARD_TEST_UNSET_SECRET"), "{err}");
+}
+
 #[test]
 fn doctor_prints_routes_limits_and_masked_credentials() {
     let config = write_config(
