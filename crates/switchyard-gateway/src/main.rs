@@ -26,11 +26,18 @@ struct Cli {
 enum Command {
     /// Run the gateway.
     Serve {
-        /// Configuration file (YAML, or TOML). Without one: providers from API keys in the
-        /// environment, else an embedded demo on simulated providers.
+        /// Configuration file (YAML, or TOML). Without one: the file SWITCHYARD_CONFIG names,
+        /// else ./switchyard.yaml, else /etc/switchyard/switchyard.yaml, else providers from API
+        /// keys in the environment, else an embedded demo on simulated providers (on loopback
+        /// only, unless --demo).
         #[arg(long, short)]
         config: Option<PathBuf>,
-        /// Address to listen on (overrides the file's `listen`). Default 127.0.0.1:4680.
+        /// Serve the embedded demo (simulated providers), whatever configuration there is; the
+        /// demo listens beyond loopback only when asked for this way.
+        #[arg(long, conflicts_with = "config")]
+        demo: bool,
+        /// Address to listen on, host:port (overrides the file's `listen`): 127.0.0.1:4680,
+        /// [::1]:4680, localhost:4680. Default 127.0.0.1:4680.
         #[arg(long)]
         listen: Option<String>,
         /// Log format.
@@ -129,12 +136,12 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve { config, listen, log_format, threads } => {
-            cli::serve::serve(config, listen, log_format, threads).await
+        Command::Serve { config, demo, listen, log_format, threads } => {
+            cli::serve::serve(cli::serve::Options { config, demo, listen, log_format, threads }).await
         }
-        Command::Doctor { config, ping } => cli::doctor::doctor(&load(config.as_ref())?, ping).await,
+        Command::Doctor { config, ping } => cli::doctor::doctor(&load(config.as_ref(), false)?, ping).await,
         Command::Chat { config, route, target, stream, prompt } => {
-            let loaded = load(config.as_ref())?;
+            let loaded = load(config.as_ref(), false)?;
             cli::chat::chat(&loaded.router, target.or(route).unwrap_or_default(), stream, prompt).await
         }
         Command::Health { url, key } => cli::health::health(&url, key).await,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use support::{run, serve, serve_at, stop, write_config};
+use support::{empty_folder, run, run_in, serve, serve_at, serve_in, stop, write_config};
 
 #[test]
 fn config_check_accepts_a_valid_file_and_refuses_a_bad_one_with_a_non_zero_exit() {
@@ -442,4 +442,121 @@ routes:
     assert!(head.contains("x-switchyard-target: fast:m"), "{answer}");
     assert!(head.contains("x-switchyard-hedged: 1"), "{answer}");
     assert!(took < Duration::from_secs(5), "the slow primary was waited out: {took:?}");
+}
+
+/// A simulated provider whose answers say where the configuration came from.
+fn answering(reply: &str) -> String {
+    format!(
+        "providers: {{ here: {{ kind: simulated, reply: \"{reply}\" }} }}\nroutes: {{ default: {{ targets: [here:m] }} }}\n"
+    )
+}
+
+#[test]
+fn serve_and_doctor_find_switchyard_yaml_in_the_working_directory() {
+    let dir = empty_folder("working-directory");
+    std::fs::write(dir.join("switchyard.yaml"), answering("from the working directory")).unwrap();
+    let (server, addr, config) = serve_in(&dir, &[], &["--listen", "127.0.0.1:0"]).unwrap();
+    let answer = post_chat(&addr);
+    stop(server);
+    assert_eq!(config, "config: file ./switchyard.yaml (found in the working directory)");
+    assert!(answer.contains("from the working directory"), "{answer}");
+
+    let (code, out, err) = run_in(&dir, &[], &["doctor"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("config: file ./switchyard.yaml (found in the working directory)"), "{out}");
+}
+
+#[test]
+fn switchyard_config_wins_over_the_working_directory_and_config_over_both() {
+    let dir = empty_folder("variable");
+    std::fs::write(dir.join("switchyard.yaml"), answering("from the working directory")).unwrap();
+    let named = write_config("named.yaml", &answering("from SWITCHYARD_CONFIG"));
+    let named = named.to_str().unwrap();
+    let (server, addr, config) =
+        serve_in(&dir, &[("SWITCHYARD_CONFIG", named)], &["--listen", "127.0.0.1:0"]).unwrap();
+    let answer = post_chat(&addr);
+    stop(server);
+    assert_eq!(config, format!("config: file {named} (named by SWITCHYARD_CONFIG)"));
+    assert!(answer.contains("from SWITCHYARD_CONFIG"), "{answer}");
+
+    let flagged = write_config("flagged.yaml", &answering("from --config"));
+    let flagged = flagged.to_str().unwrap();
+    let (code, out, err) =
+        run_in(&dir, &[("SWITCHYARD_CONFIG", named)], &["chat", "--config", flagged, "hi"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("from --config"), "{out}");
+}
+
+#[test]
+fn a_missing_file_named_by_switchyard_config_is_an_error_not_a_fallback() {
+    let dir = empty_folder("variable-missing");
+    let (code, _, err) = run_in(&dir, &[("SWITCHYARD_CONFIG", "/nonexistent/switchyard.yaml")], &["doctor"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("/nonexistent/switchyard.yaml: (file): cannot read it"), "{err}");
+}
+
+/// Whether a system-wide configuration would be found before the demo on this machine.
+fn system_config_present() -> bool {
+    let present = std::path::Path::new("/etc/switchyard/switchyard.yaml").exists();
+    if present {
+        eprintln!("skipped: /etc/switchyard/switchyard.yaml exists on this machine, so no demo is chosen");
+    }
+    present
+}
+
+#[test]
+fn serve_beyond_loopback_with_no_config_found_refuses_the_demo() {
+    if system_config_present() {
+        return;
+    }
+    let dir = empty_folder("nothing-found");
+    let (code, stderr) =
+        serve_in(&dir, &[], &["--listen", "0.0.0.0:0"]).expect_err("no demo beyond loopback");
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("refusing to serve the embedded demo's simulated answers on 0.0.0.0:0"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--config FILE or SWITCHYARD_CONFIG=FILE"), "{stderr}");
+    assert!(stderr.contains("--demo"), "{stderr}");
+
+    // On loopback the demo still runs with nothing configured, and says why.
+    let (server, addr, config) = serve_in(&dir, &[], &["--listen", "127.0.0.1:0"]).unwrap();
+    let models = get_status(&addr, "/v1/models", None);
+    stop(server);
+    assert_eq!(models, 200);
+    assert_eq!(
+        config,
+        "config: embedded demo (simulated providers, no keys needed; no config file given or found)"
+    );
+}
+
+#[test]
+fn serve_demo_serves_the_demo_beyond_loopback_when_asked() {
+    let dir = empty_folder("demo-asked");
+    std::fs::write(dir.join("switchyard.yaml"), answering("from the working directory")).unwrap();
+    let (server, addr, config) = serve_in(&dir, &[], &["--demo", "--listen", "0.0.0.0:0"]).unwrap();
+    let models = get_status(&addr, "/v1/models", None);
+    stop(server);
+    assert_eq!(models, 200);
+    assert_eq!(config, "config: embedded demo (simulated providers, no keys needed; asked for with --demo)");
+
+    let (code, _, err) = run(&["serve", "--demo", "--config", "x.yaml"]);
+    assert_eq!(code, 2, "--demo and --config do not go together: {err}");
+}
+
+#[test]
+fn serve_listens_on_a_host_name() {
+    let config = write_config("localhost.yaml", &answering("by name"));
+    let (server, addr) = serve_at(&config, "localhost:0", &[]).unwrap();
+    let answer = post_chat(&addr);
+    stop(server);
+    assert!(answer.contains("by name"), "{answer}");
+
+    let (code, stderr) = serve_at(&config, "no-such-host.invalid:4680", &[]).expect_err("it must not start");
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("--listen: `no-such-host.invalid` in `no-such-host.invalid:4680` does not resolve"),
+        "{stderr}"
+    );
 }

@@ -208,3 +208,37 @@ fn the_refusal_for_providers_from_the_environment_names_the_variables_to_set() {
         "{message}"
     );
 }
+
+#[test]
+fn a_listen_address_may_name_a_host() {
+    let localhost = config::listen_address("localhost:4680").unwrap();
+    assert!(localhost.ip().is_loopback(), "{localhost}");
+    assert_eq!(localhost.port(), 4680);
+    assert_eq!(config::listen_address("127.0.0.1:4680").unwrap(), "127.0.0.1:4680".parse().unwrap());
+    let ipv6: std::net::SocketAddr = "[::1]:4680".parse().unwrap();
+    assert_eq!(config::listen_address("[::1]:4680").unwrap(), ipv6);
+    assert_eq!(config::listen_address("::1:4680").unwrap(), ipv6, "the port after the last colon");
+}
+
+#[test]
+fn a_listen_address_that_does_not_resolve_is_named() {
+    // `.invalid` never resolves (RFC 6761).
+    let problem = config::listen_address("no-such-host.invalid:4680").unwrap_err();
+    assert!(
+        problem.starts_with("`no-such-host.invalid` in `no-such-host.invalid:4680` does not resolve"),
+        "{problem}"
+    );
+    assert!(problem.contains("127.0.0.1:4680"), "the fix: {problem}");
+    let problem = config::listen_address("localhost").unwrap_err();
+    assert_eq!(problem, "`localhost` is not an address: write host:port, like 127.0.0.1:4680");
+    let problem = config::listen_address("localhost:http").unwrap_err();
+    assert!(problem.contains("is not an address"), "{problem}");
+}
+
+#[test]
+fn the_file_listen_may_name_a_host() {
+    let text = "listen: localhost:4681\nproviders: { p: { kind: simulated } }\nroutes: { default: { targets: [p:m] } }\n";
+    let file = config::parse(text, false, "t.yaml").unwrap();
+    let loaded = config::build(file, config::Source::File("t.yaml".into()), &env).unwrap();
+    assert!(loaded.listen.ip().is_loopback() && loaded.listen.port() == 4681, "{}", loaded.listen);
+}

@@ -2,11 +2,12 @@
 //! once at load, with errors that name the file, the key path and the fix.
 
 pub(crate) mod file;
+mod locate;
 mod read;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +27,7 @@ use switchyard_providers::{HttpSettings, ProviderKind, ProviderSettings};
 use switchyard_state::{RedisStore, StateError, StateSettings};
 
 pub use file::{FileConfig, Kind, parse_duration};
+pub use locate::{Choice, Place, Reason, load, locate, standard_places, unasked_demo};
 
 /// The address the gateway listens on when nothing says otherwise.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4680";
@@ -217,6 +219,36 @@ pub fn exposure(listen: SocketAddr, loaded: &Loaded) -> Exposure {
     }
 }
 
+/// The address `text` names: `127.0.0.1:4680`, `[::1]:4680`, or a host name and a port
+/// (`localhost:4680`) resolved now. Of a name's addresses the first IPv4 one is taken (clients
+/// of `localhost` try it), else the first.
+pub fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    let text = text.trim();
+    if let Ok(address) = text.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    let not_address = || format!("`{text}` is not an address: write host:port, like 127.0.0.1:4680");
+    let (host, port) = text.rsplit_once(':').ok_or_else(not_address)?;
+    let port: u16 = port.parse().map_err(|_| not_address())?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(not_address());
+    }
+    let unresolved = |why: String| {
+        format!(
+            "`{host}` in `{text}` does not resolve ({why}): use a name this machine resolves, or an address like 127.0.0.1:4680"
+        )
+    };
+    let addresses: Vec<SocketAddr> =
+        (host, port).to_socket_addrs().map_err(|error| unresolved(error.to_string()))?.collect();
+    addresses
+        .iter()
+        .find(|address| address.is_ipv4())
+        .or(addresses.first())
+        .copied()
+        .ok_or_else(|| unresolved("no address".to_owned()))
+}
+
 /// Why `serve` refuses to start at `listen`: which settings are missing and how to set them,
 /// naming only those that are missing. Names settings and variables, never a key.
 pub fn refusal(listen: SocketAddr, loaded: &Loaded, missing: &[&str]) -> String {
@@ -284,6 +316,8 @@ pub struct ProviderSummary {
 /// A loaded, validated configuration: the router and everything around it.
 pub struct Loaded {
     pub source: Source,
+    /// Why this configuration was chosen, when [`load`] chose it.
+    pub reason: Option<Reason>,
     pub listen: SocketAddr,
     pub router: Router,
     pub gateway: GatewaySettings,
@@ -476,12 +510,7 @@ fn build_parsed(
     };
 
     let listen_text = file.listen.clone().unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
-    let listen = v.check(
-        "listen",
-        listen_text
-            .parse::<SocketAddr>()
-            .map_err(|_| format!("`{listen_text}` is not an address: write host:port, like 127.0.0.1:4680")),
-    );
+    let listen = v.check("listen", listen_address(&listen_text));
 
     if file.providers.is_empty() && !v.removed.any_in("providers") {
         v.problem("providers", "none configured: add at least one, like `openai: { kind: openai, api_key: env://OPENAI_API_KEY }`");
@@ -578,7 +607,7 @@ fn build_parsed(
             ProviderSummary { limits, ..summary }
         })
         .collect();
-    let loaded = Loaded { source, listen, router, gateway, providers: summaries };
+    let loaded = Loaded { source, reason: None, listen, router, gateway, providers: summaries };
     Ok(Checked { loaded, warnings: v.warnings })
 }
 
