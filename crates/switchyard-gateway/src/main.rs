@@ -43,6 +43,11 @@ enum Command {
         /// Log format.
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
+        /// Which lines are logged: a level (off, error, warn, info, debug, trace) or directives
+        /// such as `warn,switchyard=debug`. Before RUST_LOG, then the file's `log.level`, then
+        /// info.
+        #[arg(long)]
+        log_level: Option<String>,
         /// Serving threads, each one event loop (default: one per core).
         #[arg(long)]
         threads: Option<NonZeroUsize>,
@@ -136,8 +141,9 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve { config, demo, listen, log_format, threads } => {
-            cli::serve::serve(cli::serve::Options { config, demo, listen, log_format, threads }).await
+        Command::Serve { config, demo, listen, log_format, log_level, threads } => {
+            let options = cli::serve::Options { config, demo, listen, log_format, log_level, threads };
+            cli::serve::serve(options).await
         }
         Command::Doctor { config, ping } => cli::doctor::doctor(&load(config.as_ref(), false)?, ping).await,
         Command::Chat { config, route, target, stream, prompt } => {

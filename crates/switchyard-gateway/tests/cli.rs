@@ -560,3 +560,69 @@ fn serve_listens_on_a_host_name() {
         "{stderr}"
     );
 }
+
+/// Stops a gateway with SIGTERM, as an operator does, and returns its logs once it has exited:
+/// every line it logged has been written (a kill could lose the last batch).
+fn stop_gracefully(mut server: std::process::Child) -> String {
+    let status = Command::new("kill").args(["-TERM", &server.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let exit = server.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+    let mut logs = String::new();
+    server.stderr.take().unwrap().read_to_string(&mut logs).unwrap();
+    logs
+}
+
+#[test]
+fn log_access_false_turns_the_access_log_off() {
+    let logged = write_config("access-on.yaml", &answering("hello"));
+    let (server, addr) = serve(&logged, &[]);
+    assert!(post_chat(&addr).starts_with("HTTP/1.1 200"));
+    let logs = stop_gracefully(server);
+    assert!(logs.contains("switchyard::access"), "by default a request is logged: {logs}");
+
+    let quiet = write_config("access-off.yaml", &format!("{}log: {{ access: false }}\n", answering("hello")));
+    let (server, addr) = serve(&quiet, &[]);
+    assert!(post_chat(&addr).starts_with("HTTP/1.1 200"));
+    let logs = stop_gracefully(server);
+    assert!(!logs.contains("switchyard::access"), "{logs}");
+}
+
+#[test]
+fn log_level_warn_drops_info_lines_and_keeps_warnings() {
+    let config =
+        write_config("log-level.yaml", &format!("{PAID}gateway: {{ open: true }}\nlog: {{ level: info }}\n"));
+    let (server, addr) = serve_at(&config, "0.0.0.0:0", &["--log-level", "warn"]).unwrap();
+    assert_eq!(get_status(&addr, "/v1/models", None), 200);
+    let _ = post_chat(&addr);
+    let logs = stop_gracefully(server);
+    assert!(logs.contains("WARN") && logs.contains("open relay"), "warnings stay: {logs}");
+    assert!(!logs.contains(" INFO "), "no info line: {logs}");
+
+    // Without the flag the file's level rules, and the request's info line is written.
+    let (server, addr) = serve_at(&config, "0.0.0.0:0", &[]).unwrap();
+    let _ = post_chat(&addr);
+    let logs = stop_gracefully(server);
+    assert!(logs.contains(" INFO switchyard::access"), "{logs}");
+}
+
+#[test]
+fn rust_log_comes_after_the_flag_and_before_the_file() {
+    let config = write_config("rust-log.yaml", &format!("{}log: {{ level: info }}\n", answering("hello")));
+    let quiet = support::serve_with_env(&[("RUST_LOG", "warn")], &config, "127.0.0.1:0", &[]).unwrap();
+    let _ = post_chat(&quiet.1);
+    let logs = stop_gracefully(quiet.0);
+    assert!(!logs.contains("switchyard::access"), "RUST_LOG=warn wins over log.level: {logs}");
+
+    let flagged =
+        support::serve_with_env(&[("RUST_LOG", "warn")], &config, "127.0.0.1:0", &["--log-level", "info"])
+            .unwrap();
+    let _ = post_chat(&flagged.1);
+    let logs = stop_gracefully(flagged.0);
+    assert!(logs.contains("switchyard::access"), "--log-level wins over RUST_LOG: {logs}");
+
+    let (code, stderr) = support::serve_with_env(&[("RUST_LOG", "loud")], &config, "127.0.0.1:0", &[])
+        .expect_err("a bad RUST_LOG");
+    assert_eq!(code, 1);
+    assert!(stderr.contains("RUST_LOG: `loud` is not a level"), "{stderr}");
+}

@@ -9,33 +9,33 @@ use std::net::SocketAddr;
 
 use anyhow::{Context, anyhow, bail};
 use switchyard_gateway::config::{self, Exposure, Loaded};
-use switchyard_gateway::logging::{AccessLog, BatchedStderr, LogFormat};
+use switchyard_gateway::logging::{AccessLog, BatchedStderr, LogFilter, LogFormat};
 use switchyard_gateway::server::{AppState, app};
 use switchyard_gateway::workers::Workers;
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 use super::{load, route_lines};
 
-/// Sets up logging to stderr; the returned writer must be flushed before exiting.
-fn init_logging(format: LogFormat) -> Option<BatchedStderr> {
+/// Sets up logging to stderr, of the lines `filter` lets through; the returned writer must be
+/// flushed before exiting.
+fn init_logging(format: LogFormat, filter: &LogFilter) -> Option<BatchedStderr> {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_max_level(tracing::Level::INFO).with_ansi(ansi);
-    match BatchedStderr::start() {
-        Ok(writer) => {
-            match format {
-                LogFormat::Json => builder.json().flatten_event(true).with_writer(writer.clone()).init(),
-                LogFormat::Text => builder.with_writer(writer.clone()).init(),
-            }
-            Some(writer)
-        }
+    let batched = BatchedStderr::start().ok();
+    let writer = match &batched {
+        Some(writer) => BoxMakeWriter::new(writer.clone()),
         // Without a writer thread, write directly: slower, but nothing is lost.
-        Err(_) => {
-            match format {
-                LogFormat::Json => builder.json().flatten_event(true).with_writer(std::io::stderr).init(),
-                LogFormat::Text => builder.with_writer(std::io::stderr).init(),
-            }
-            None
-        }
-    }
+        None => BoxMakeWriter::new(std::io::stderr),
+    };
+    let builder =
+        tracing_subscriber::fmt().with_max_level(filter.max_level()).with_ansi(ansi).with_writer(writer);
+    // Only `main` sets a subscriber, once.
+    let _ = match format {
+        LogFormat::Json => builder.json().flatten_event(true).finish().with(filter.layer()).try_init(),
+        LogFormat::Text => builder.finish().with(filter.layer()).try_init(),
+    };
+    batched
 }
 
 /// What `serve` is asked to do on the command line.
@@ -47,6 +47,8 @@ pub(crate) struct Options {
     /// `--listen ADDR`.
     pub(crate) listen: Option<String>,
     pub(crate) log_format: LogFormat,
+    /// `--log-level LEVEL`.
+    pub(crate) log_level: Option<String>,
     pub(crate) threads: Option<NonZeroUsize>,
 }
 
@@ -59,8 +61,12 @@ pub(crate) async fn serve(options: Options) -> anyhow::Result<ExitCode> {
     if let Some(refusal) = config::unasked_demo(addr, &loaded) {
         bail!("{refusal}");
     }
-    let log = init_logging(options.log_format);
-    let access = AccessLog::new(options.log_format, log.clone());
+    let rust_log = super::env("RUST_LOG");
+    let filter =
+        LogFilter::choose(options.log_level.as_deref(), rust_log.as_deref(), loaded.log.level.as_ref())
+            .map_err(|problem| anyhow!("{problem}"))?;
+    let log = init_logging(options.log_format, &filter);
+    let access = AccessLog::filtered(loaded.log.access, &filter, options.log_format, log.clone());
     let result = serve_logged(loaded, addr, options.threads, access, log.clone()).await;
     if let Some(log) = log {
         log.flush();

@@ -31,6 +31,19 @@ pub struct FileConfig {
     pub state: Option<StateConfig>,
     /// OpenTelemetry traces; the standard `OTEL_*` environment fills in what is not set.
     pub telemetry: Option<TelemetryConfig>,
+    /// What `serve` logs.
+    pub log: Option<LogConfig>,
+}
+
+/// `log: { level: info, access: true }`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// A level, or directives as `RUST_LOG` writes them (`warn,switchyard=debug`); below
+    /// `--log-level` and `RUST_LOG`. Default `info`.
+    pub level: Option<String>,
+    /// One line per request (`switchyard::access`). Default true.
+    pub access: Option<bool>,
 }
 
 /// `telemetry:`: traces exported as OTLP over HTTP.

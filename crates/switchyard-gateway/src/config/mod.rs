@@ -20,6 +20,7 @@ use switchyard::route::{Candidate, ErrorFilter, Retry, Rotation, Route, RouteTar
 use switchyard::simulated::SimulatedProvider;
 
 use crate::drills::Drills;
+use crate::logging::LogFilter;
 use crate::telemetry::{OtlpProtocol, SamplerSetting, TelemetrySettings};
 use switchyard::{Price, ProviderEntry, RetryBudgetSettings, Router, Target};
 use switchyard_providers::anthropic::ThinkingStyle;
@@ -313,6 +314,15 @@ pub struct ProviderSummary {
     pub simulated: Option<SimulatedProvider>,
 }
 
+/// What `serve` logs, as the file's `log:` says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogSettings {
+    /// `log.level`, when given (the command line's `--log-level` and `RUST_LOG` come first).
+    pub level: Option<LogFilter>,
+    /// `log.access`: one line per request. Default true.
+    pub access: bool,
+}
+
 /// A loaded, validated configuration: the router and everything around it.
 pub struct Loaded {
     pub source: Source,
@@ -322,6 +332,7 @@ pub struct Loaded {
     pub router: Router,
     pub gateway: GatewaySettings,
     pub providers: Vec<ProviderSummary>,
+    pub log: LogSettings,
 }
 
 impl fmt::Debug for Loaded {
@@ -555,6 +566,7 @@ fn build_parsed(
     let gateway = v.gateway(&file.gateway);
     let shared_state = file.state.as_ref().and_then(|state| v.shared_state(state));
     let telemetry = v.telemetry(file.telemetry.as_ref());
+    let log = v.log(file.log.as_ref());
 
     if !v.problems.is_empty() {
         return Err(ConfigError { file: name, problems: v.problems });
@@ -607,7 +619,7 @@ fn build_parsed(
             ProviderSummary { limits, ..summary }
         })
         .collect();
-    let loaded = Loaded { source, reason: None, listen, router, gateway, providers: summaries };
+    let loaded = Loaded { source, reason: None, listen, router, gateway, providers: summaries, log };
     Ok(Checked { loaded, warnings: v.warnings })
 }
 
@@ -1245,6 +1257,18 @@ impl Validator<'_> {
             self.problem("health.open_max", "is below health.open_for: raise it");
         }
         settings
+    }
+
+    fn log(&mut self, config: Option<&file::LogConfig>) -> LogSettings {
+        let config = config.cloned().unwrap_or_default();
+        let level = config.level.and_then(|text| match LogFilter::parse(&text) {
+            Ok(filter) => Some(filter),
+            Err(problem) => {
+                self.problem("log.level", problem);
+                None
+            }
+        });
+        LogSettings { level, access: config.access.unwrap_or(true) }
     }
 
     fn budget(&mut self, config: &file::RetryBudgetConfig) -> RetryBudgetSettings {
