@@ -11,10 +11,20 @@ use switchyard_gateway::logging::LogFormat;
 
 use cli::load;
 
+/// `0.1.0 (commit 869708c, built 2026-12-04)`: the commit and the date come from `build.rs`.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SWITCHYARD_COMMIT"),
+    ", built ",
+    env!("SWITCHYARD_BUILD_DATE"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "switchyard",
-    version,
+    version = VERSION,
     about = "LLM failover gateway: ordered fallback, retries, health, circuit breakers and an attempt trail."
 )]
 struct Cli {

@@ -626,3 +626,26 @@ fn rust_log_comes_after_the_flag_and_before_the_file() {
     assert_eq!(code, 1);
     assert!(stderr.contains("RUST_LOG: `loud` is not a level"), "{stderr}");
 }
+
+#[test]
+fn version_names_the_commit_and_the_build_date() {
+    let (code, out, _) = run(&["--version"]);
+    assert_eq!(code, 0);
+    let head = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .map(|output| String::from_utf8(output.stdout).unwrap().trim().to_owned());
+    let commit = head.as_deref().unwrap_or("unknown");
+    let prefix = format!("switchyard {} (commit {commit}, built ", env!("CARGO_PKG_VERSION"));
+    assert!(out.starts_with(&prefix), "expected {prefix:?}…, got {out:?}");
+    let date =
+        out.trim_end().strip_prefix(&prefix).and_then(|rest| rest.strip_suffix(')')).unwrap_or_default();
+    let digits: Vec<&str> = date.split('-').collect();
+    assert!(
+        digits.len() == 3 && digits.iter().all(|part| part.chars().all(|c| c.is_ascii_digit())),
+        "a YYYY-MM-DD date: {out:?}"
+    );
+}
