@@ -523,44 +523,8 @@ fn build_parsed(
     let listen_text = file.listen.clone().unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
     let listen = v.check("listen", listen_address(&listen_text));
 
-    if file.providers.is_empty() && !v.removed.any_in("providers") {
-        v.problem("providers", "none configured: add at least one, like `openai: { kind: openai, api_key: env://OPENAI_API_KEY }`");
-    }
-    let mut entries = Vec::new();
-    let mut summaries = Vec::new();
-    let mut paced = Vec::new();
-    for (id, provider) in &file.providers {
-        if let Some(limits) =
-            provider.limits.as_ref().and_then(|l| v.limits(&format!("providers.{id}.limits"), l))
-        {
-            paced.push((id.clone(), limits));
-        }
-        if let Some((entry, summary)) = v.provider(id, provider) {
-            entries.push(entry);
-            summaries.push(summary);
-        }
-    }
-
-    if file.routes.is_empty() && !v.removed.any_in("routes") {
-        v.problem("routes", "none configured: add one, like `default: { targets: [openai:gpt-4o-mini] }`");
-    }
-    let mut routes = Vec::new();
-    for (route_name, route) in &file.routes {
-        if let Some(route) = v.route(route_name, route, &file.providers) {
-            routes.push(route);
-        }
-    }
-    if let Some(default) = &file.default_route
-        && !file.routes.contains_key(default)
-        && !v.removed.entry("routes", default)
-    {
-        let known: Vec<&str> = file.routes.keys().map(String::as_str).collect();
-        v.problem(
-            "default_route",
-            format!("route `{default}` is not configured (routes: {})", known.join(", ")),
-        );
-    }
-
+    let Providers { entries, summaries, paced } = v.providers(&file.providers);
+    let routes = v.routes(&file);
     let health = v.health(&file.health);
     let budget = v.budget(&file.retry_budget);
     let gateway = v.gateway(&file.gateway);
@@ -581,16 +545,7 @@ fn build_parsed(
     }
     gateway.shared_state = shared_state;
     gateway.telemetry = telemetry;
-    gateway.responses_native = file
-        .providers
-        .iter()
-        .filter(|(_, p)| match p.kind {
-            Kind::Openai | Kind::Azure => true,
-            Kind::OpenaiCompatible => p.responses == Some(file::ResponsesMode::Native),
-            _ => false,
-        })
-        .map(|(id, _)| id.clone())
-        .collect();
+    gateway.responses_native = responses_native(&file.providers);
     gateway.anthropic_providers =
         file.providers.iter().filter(|(_, p)| p.kind == Kind::Anthropic).map(|(id, _)| id.clone()).collect();
     gateway.drills = Drills::new(summaries.iter().map(|s| (s.id.clone(), s.kind, s.simulated.clone())));
@@ -623,6 +578,20 @@ fn build_parsed(
     Ok(Checked { loaded, warnings: v.warnings })
 }
 
+/// The providers spoken to in the Responses API itself: OpenAI, Azure, and `openai_compatible`
+/// ones with `responses: native`.
+fn responses_native(providers: &BTreeMap<String, file::ProviderConfig>) -> Vec<String> {
+    providers
+        .iter()
+        .filter(|(_, p)| match p.kind {
+            Kind::Openai | Kind::Azure => true,
+            Kind::OpenaiCompatible => p.responses == Some(file::ResponsesMode::Native),
+            _ => false,
+        })
+        .map(|(id, _)| id.clone())
+        .collect()
+}
+
 struct Validator<'e> {
     problems: Vec<Problem>,
     warnings: Vec<Problem>,
@@ -632,7 +601,63 @@ struct Validator<'e> {
     unset_env: UnsetEnv,
 }
 
+/// The providers of a file as the router takes them, with their summaries and pacing limits.
+struct Providers {
+    entries: Vec<ProviderEntry>,
+    summaries: Vec<ProviderSummary>,
+    paced: Vec<(String, Limits)>,
+}
+
 impl Validator<'_> {
+    fn providers(&mut self, providers: &BTreeMap<String, file::ProviderConfig>) -> Providers {
+        if providers.is_empty() && !self.removed.any_in("providers") {
+            self.problem(
+                "providers",
+                "none configured: add at least one, like `openai: { kind: openai, api_key: env://OPENAI_API_KEY }`",
+            );
+        }
+        let mut found = Providers { entries: Vec::new(), summaries: Vec::new(), paced: Vec::new() };
+        for (id, provider) in providers {
+            if let Some(limits) =
+                provider.limits.as_ref().and_then(|l| self.limits(&format!("providers.{id}.limits"), l))
+            {
+                found.paced.push((id.clone(), limits));
+            }
+            if let Some((entry, summary)) = self.provider(id, provider) {
+                found.entries.push(entry);
+                found.summaries.push(summary);
+            }
+        }
+        found
+    }
+
+    /// The file's routes, and its `default_route` checked against them.
+    fn routes(&mut self, file: &FileConfig) -> Vec<Route> {
+        if file.routes.is_empty() && !self.removed.any_in("routes") {
+            self.problem(
+                "routes",
+                "none configured: add one, like `default: { targets: [openai:gpt-4o-mini] }`",
+            );
+        }
+        let mut routes = Vec::new();
+        for (route_name, route) in &file.routes {
+            if let Some(route) = self.route(route_name, route, &file.providers) {
+                routes.push(route);
+            }
+        }
+        if let Some(default) = &file.default_route
+            && !file.routes.contains_key(default)
+            && !self.removed.entry("routes", default)
+        {
+            let known: Vec<&str> = file.routes.keys().map(String::as_str).collect();
+            self.problem(
+                "default_route",
+                format!("route `{default}` is not configured (routes: {})", known.join(", ")),
+            );
+        }
+        routes
+    }
+
     fn problem(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.problems.push(Problem { path: path.into(), message: message.into() });
     }
