@@ -1,4 +1,10 @@
-//! Lays out the release binary's request path in one run of pages.
+//! Names the build for `switchyard --version` (its commit and date), and lays out the release
+//! binary's request path in one run of pages.
+//!
+//! The commit is `git rev-parse --short HEAD` of the checkout, or the commit a packaged crate
+//! was made from (`.cargo_vcs_info.json`), else `unknown`; the script reruns when HEAD moves
+//! (its file, its reflog, the branch it points to), not at every build. The date is UTC, of
+//! `SOURCE_DATE_EPOCH` when set (reproducible builds), else of the build.
 //!
 //! `layout/symbols.txt` lists the functions a request runs (written by `bench/layout`, most
 //! run first). Handed to lld as `--symbol-ordering-file`, it puts them side by side, so that
@@ -12,6 +18,80 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Runs `git` with `args` in `dir`; its output, trimmed, when it succeeds.
+fn git(dir: &Path, args: &[&str]) -> Option<String> {
+    let output = Command::new("git").args(args).current_dir(dir).stderr(Stdio::null()).output().ok()?;
+    let text = String::from_utf8(output.stdout).ok()?;
+    (output.status.success() && !text.trim().is_empty()).then(|| text.trim().to_owned())
+}
+
+/// The commit the crate in `dir` is built from: its checkout's short HEAD; in a packaged crate
+/// (`cargo install`), the commit `.cargo_vcs_info.json` names (never a checkout around the
+/// package); else `unknown`.
+pub(crate) fn commit(dir: &Path) -> String {
+    if let Ok(info) = std::fs::read_to_string(dir.join(".cargo_vcs_info.json")) {
+        return packaged_commit(&info).unwrap_or_else(|| "unknown".to_owned());
+    }
+    git(dir, &["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// The short commit of a `.cargo_vcs_info.json` (`"git": { "sha1": "…" }`).
+pub(crate) fn packaged_commit(info: &str) -> Option<String> {
+    let after = &info[info.find("\"sha1\"")? + 6..];
+    let sha = after.split('"').nth(1)?;
+    (sha.len() >= 7 && sha.chars().all(|c| c.is_ascii_hexdigit())).then(|| sha[..7].to_owned())
+}
+
+/// The files whose change moves HEAD in the checkout around `dir`: HEAD itself, its reflog
+/// (written at every commit, checkout and reset), the branch it points to and the packed refs;
+/// those that exist (a missing one would rerun the script at every build).
+pub(crate) fn head_files(dir: &Path) -> Vec<PathBuf> {
+    let mut names = vec!["HEAD".to_owned(), "logs/HEAD".to_owned(), "packed-refs".to_owned()];
+    names.extend(git(dir, &["symbolic-ref", "-q", "HEAD"]));
+    names
+        .iter()
+        .filter_map(|name| git(dir, &["rev-parse", "--git-path", name]))
+        .map(|path| dir.join(path))
+        .filter(|path| path.is_file())
+        .collect()
+}
+
+/// `YYYY-MM-DD`, UTC, of `SOURCE_DATE_EPOCH` (seconds) when it is set and a number, else of
+/// `now`.
+pub(crate) fn build_date(source_date_epoch: Option<&str>, now: SystemTime) -> String {
+    let seconds = source_date_epoch
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| now.duration_since(UNIX_EPOCH).map_or(0, |since| since.as_secs()));
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's `civil_from_days`).
+    let days = (seconds / 86_400) as i64 + 719_468;
+    let era = days.div_euclid(146_097);
+    let day_of_era = days.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 { shifted_month + 3 } else { shifted_month - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// Hands the commit and the date to the compiler as `SWITCHYARD_COMMIT` and
+/// `SWITCHYARD_BUILD_DATE`.
+fn name_the_build(dir: &Path) {
+    for file in head_files(dir) {
+        println!("cargo::rerun-if-changed={}", file.display());
+    }
+    let packaged = dir.join(".cargo_vcs_info.json");
+    if packaged.is_file() {
+        println!("cargo::rerun-if-changed={}", packaged.display());
+    }
+    println!("cargo::rerun-if-env-changed=SOURCE_DATE_EPOCH");
+    println!("cargo::rustc-env=SWITCHYARD_COMMIT={}", commit(dir));
+    let epoch = std::env::var("SOURCE_DATE_EPOCH").ok();
+    println!("cargo::rustc-env=SWITCHYARD_BUILD_DATE={}", build_date(epoch.as_deref(), SystemTime::now()));
+}
 
 /// The link arguments that hand `symbols` to the linker. `-Xlinker` passes each as it is, a
 /// path with a comma in it too.
@@ -68,7 +148,9 @@ pub(crate) fn links_with(linking: &Linking, arguments: &[String]) -> bool {
 
 #[allow(dead_code, reason = "tests/build_script.rs includes this file for its functions only")]
 fn main() {
-    let symbols = Path::new(env!("CARGO_MANIFEST_DIR")).join("layout").join("symbols.txt");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    name_the_build(dir);
+    let symbols = dir.join("layout").join("symbols.txt");
     println!("cargo::rerun-if-changed=build.rs");
     // A path that does not exist would have the script rerun on every build.
     if symbols.is_file() {

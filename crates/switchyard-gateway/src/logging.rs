@@ -9,6 +9,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use switchyard::trail::Via;
 
+use tracing::Level;
+use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::fmt::MakeWriter;
 
 /// How often the writer thread writes what has accumulated.
@@ -105,6 +107,84 @@ pub enum LogFormat {
     Json,
 }
 
+/// Which log lines are written: a default level and levels per target (a module path and what
+/// is under it), written as `RUST_LOG` writes them for `tracing`'s `EnvFilter`: `warn`,
+/// `info,switchyard::access=off`, `warn,switchyard=debug`. Span and field filters are not
+/// supported, and a bare word must be a level (a typo such as `warning` is refused, where
+/// `EnvFilter` would read it as a target and log nothing else).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogFilter {
+    targets: Targets,
+    max: LevelFilter,
+}
+
+impl LogFilter {
+    /// Parses directives; the error names what is wrong and how to write it.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut targets = Targets::new();
+        let mut max = LevelFilter::OFF;
+        let fix = "use off, error, warn, info, debug or trace, or target=level pairs such as `warn,switchyard=debug`";
+        for directive in text.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+            let (target, level) = match directive.split_once('=') {
+                Some((target, level)) => (Some(target.trim()), level.trim()),
+                None => (None, directive),
+            };
+            let level: LevelFilter =
+                level.parse().map_err(|_| format!("`{directive}` is not a level: {fix}"))?;
+            match target {
+                Some(target) if target.is_empty() || target.contains(['[', ']', '{', '}']) => {
+                    return Err(format!(
+                        "`{directive}` is not a target=level pair (span and field filters are not supported): {fix}"
+                    ));
+                }
+                Some(target) => targets = targets.with_target(target, level),
+                None => targets = targets.with_default(level),
+            }
+            max = max.max(level);
+        }
+        if max == LevelFilter::OFF && targets.default_level().is_none() && targets.iter().next().is_none() {
+            return Err(format!("no level given: {fix}"));
+        }
+        Ok(Self { targets, max })
+    }
+
+    /// `info`: what is written when nothing says otherwise.
+    pub fn info() -> Self {
+        Self { targets: Targets::new().with_default(LevelFilter::INFO), max: LevelFilter::INFO }
+    }
+
+    /// The filter of `--log-level` (`flag`), else of `RUST_LOG`, else of the file's `log.level`,
+    /// else [`LogFilter::info`]. A bad flag or variable is an error naming it.
+    pub fn choose(
+        flag: Option<&str>,
+        rust_log: Option<&str>,
+        file: Option<&LogFilter>,
+    ) -> Result<Self, String> {
+        if let Some(flag) = flag {
+            return Self::parse(flag).map_err(|problem| format!("--log-level: {problem}"));
+        }
+        if let Some(variable) = rust_log.filter(|text| !text.trim().is_empty()) {
+            return Self::parse(variable).map_err(|problem| format!("RUST_LOG: {problem}"));
+        }
+        Ok(file.cloned().unwrap_or_else(Self::info))
+    }
+
+    /// Whether a line of `target` at `level` is written.
+    pub fn enables(&self, target: &str, level: Level) -> bool {
+        self.targets.would_enable(target, &level)
+    }
+
+    /// The most verbose level any directive lets through.
+    pub fn max_level(&self) -> LevelFilter {
+        self.max
+    }
+
+    /// The filter as a `tracing-subscriber` layer.
+    pub fn layer(&self) -> Targets {
+        self.targets.clone()
+    }
+}
+
 /// The access log: one line per request, in the format of the other log lines.
 ///
 /// It is written on every request, so it is formatted by hand into a reused buffer rather than
@@ -152,6 +232,16 @@ impl AccessLog {
     /// Lines in `format`, batched through `writer`, or written straight to stderr without one.
     pub fn new(format: LogFormat, writer: Option<BatchedStderr>) -> Self {
         Self { format, sink: writer.map_or(Sink::Stderr, Sink::Batched) }
+    }
+
+    /// [`AccessLog::new`] when the access log is on (`log.access`) and `filter` lets its lines
+    /// (`switchyard::access` at info) through; [`AccessLog::off`] otherwise.
+    pub fn filtered(on: bool, filter: &LogFilter, format: LogFormat, writer: Option<BatchedStderr>) -> Self {
+        if on && filter.enables("switchyard::access", Level::INFO) {
+            Self::new(format, writer)
+        } else {
+            Self::off()
+        }
     }
 
     /// Lines in `format`, appended to `buffer` (tests, and embedders with their own log sink).
@@ -320,6 +410,74 @@ fn digits(out: &mut Vec<u8>, mut value: u64, width: usize) {
 mod tests {
     use super::*;
     use switchyard::Target;
+
+    #[test]
+    fn a_level_alone_is_the_default_of_every_target() {
+        let filter = LogFilter::parse("warn").unwrap();
+        assert!(filter.enables("switchyard::access", Level::WARN));
+        assert!(!filter.enables("switchyard::access", Level::INFO));
+        assert!(!filter.enables("hyper", Level::INFO));
+        assert_eq!(filter.max_level(), LevelFilter::WARN);
+    }
+
+    #[test]
+    fn targets_take_their_own_levels_over_the_default() {
+        let filter = LogFilter::parse(" info , switchyard::access=off,switchyard_state=DEBUG ").unwrap();
+        assert!(!filter.enables("switchyard::access", Level::INFO), "the access log off");
+        assert!(filter.enables("switchyard::shared_state", Level::INFO));
+        assert!(filter.enables("switchyard_state::link", Level::DEBUG), "a module under the target");
+        assert!(!filter.enables("hyper", Level::DEBUG));
+        assert_eq!(filter.max_level(), LevelFilter::DEBUG);
+    }
+
+    #[test]
+    fn with_targets_only_nothing_else_is_written() {
+        let filter = LogFilter::parse("switchyard=debug").unwrap();
+        assert!(filter.enables("switchyard::access", Level::INFO));
+        assert!(!filter.enables("hyper", Level::ERROR));
+    }
+
+    #[test]
+    fn words_that_are_not_levels_are_refused_with_the_fix() {
+        for text in ["warning", "switchyard=loud", "[span]=debug", "=info", ""] {
+            let problem = LogFilter::parse(text).unwrap_err();
+            assert!(problem.contains("use off, error, warn, info, debug or trace"), "{text}: {problem}");
+        }
+    }
+
+    #[test]
+    fn the_flag_wins_over_rust_log_which_wins_over_the_file() {
+        let file = LogFilter::parse("debug").unwrap();
+        let chosen = |flag, rust_log, file| LogFilter::choose(flag, rust_log, file).unwrap().max_level();
+        assert_eq!(chosen(Some("error"), Some("warn"), Some(&file)), LevelFilter::ERROR);
+        assert_eq!(chosen(None, Some("warn"), Some(&file)), LevelFilter::WARN);
+        assert_eq!(chosen(None, Some(" "), Some(&file)), LevelFilter::DEBUG, "an empty RUST_LOG is unset");
+        assert_eq!(chosen(None, None, Some(&file)), LevelFilter::DEBUG);
+        assert_eq!(chosen(None, None, None), LevelFilter::INFO);
+    }
+
+    #[test]
+    fn a_bad_flag_or_variable_is_named() {
+        let problem = LogFilter::choose(Some("loud"), None, None).unwrap_err();
+        assert!(problem.starts_with("--log-level: `loud` is not a level"), "{problem}");
+        let problem = LogFilter::choose(None, Some("loud"), None).unwrap_err();
+        assert!(problem.starts_with("RUST_LOG: `loud` is not a level"), "{problem}");
+    }
+
+    #[test]
+    fn the_access_log_follows_log_access_and_the_filter() {
+        let info = LogFilter::info();
+        let buffer = || None;
+        assert!(!matches!(AccessLog::filtered(true, &info, LogFormat::Text, buffer()).sink, Sink::Off));
+        assert!(matches!(AccessLog::filtered(false, &info, LogFormat::Text, buffer()).sink, Sink::Off));
+        let warn = LogFilter::parse("warn").unwrap();
+        assert!(matches!(AccessLog::filtered(true, &warn, LogFormat::Text, buffer()).sink, Sink::Off));
+        let only_access = LogFilter::parse("warn,switchyard::access=info").unwrap();
+        assert!(!matches!(
+            AccessLog::filtered(true, &only_access, LogFormat::Text, buffer()).sink,
+            Sink::Off
+        ));
+    }
 
     #[test]
     fn names_are_quoted_as_debug_quotes_them() {

@@ -11,10 +11,20 @@ use switchyard_gateway::logging::LogFormat;
 
 use cli::load;
 
+/// `0.1.0 (commit 869708c, built 2026-12-04)`: the commit and the date come from `build.rs`.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SWITCHYARD_COMMIT"),
+    ", built ",
+    env!("SWITCHYARD_BUILD_DATE"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "switchyard",
-    version,
+    version = VERSION,
     about = "LLM failover gateway: ordered fallback, retries, health, circuit breakers and an attempt trail."
 )]
 struct Cli {
@@ -26,22 +36,35 @@ struct Cli {
 enum Command {
     /// Run the gateway.
     Serve {
-        /// Configuration file (YAML, or TOML). Without one: providers from API keys in the
-        /// environment, else an embedded demo on simulated providers.
+        /// Configuration file (YAML, or TOML). Without one: the file SWITCHYARD_CONFIG names,
+        /// else ./switchyard.yaml, else /etc/switchyard/switchyard.yaml, else providers from API
+        /// keys in the environment, else an embedded demo on simulated providers (on loopback
+        /// only, unless --demo).
         #[arg(long, short)]
         config: Option<PathBuf>,
-        /// Address to listen on (overrides the file's `listen`). Default 127.0.0.1:4680.
+        /// Serve the embedded demo (simulated providers), whatever configuration there is; the
+        /// demo listens beyond loopback only when asked for this way.
+        #[arg(long, conflicts_with = "config")]
+        demo: bool,
+        /// Address to listen on, host:port (overrides the file's `listen`): 127.0.0.1:4680,
+        /// [::1]:4680, localhost:4680. Default 127.0.0.1:4680.
         #[arg(long)]
         listen: Option<String>,
         /// Log format.
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
+        /// Which lines are logged: a level (off, error, warn, info, debug, trace) or directives
+        /// such as `warn,switchyard=debug`. Before RUST_LOG, then the file's `log.level`, then
+        /// info.
+        #[arg(long)]
+        log_level: Option<String>,
         /// Serving threads, each one event loop (default: one per core).
         #[arg(long)]
         threads: Option<NonZeroUsize>,
     },
     /// Validate the configuration and print routes, targets, health settings and credentials.
     Doctor {
+        /// Configuration file (YAML, or TOML); found as `serve` finds it when not given.
         #[arg(long, short)]
         config: Option<PathBuf>,
         /// Send one tiny request to every target and print latency and result.
@@ -50,6 +73,7 @@ enum Command {
     },
     /// Send one chat through the library and print the answer, then the trail.
     Chat {
+        /// Configuration file (YAML, or TOML); found as `serve` finds it when not given.
         #[arg(long, short)]
         config: Option<PathBuf>,
         /// The route to use (default: the default route).
@@ -61,10 +85,12 @@ enum Command {
         /// Stream the answer.
         #[arg(long)]
         stream: bool,
+        /// The user message to send.
         prompt: String,
     },
     /// Print the health table of a running gateway.
     Health {
+        /// The gateway's base URL.
         #[arg(long, default_value = "http://127.0.0.1:4680")]
         url: String,
         /// Admin key (default: $SWITCHYARD_ADMIN_KEY, else $SWITCHYARD_KEY).
@@ -73,6 +99,7 @@ enum Command {
     },
     /// Follow a running gateway's events (health, breakers, failovers, finished requests).
     Events {
+        /// The gateway's base URL.
         #[arg(long, default_value = "http://127.0.0.1:4680")]
         url: String,
         /// Admin key (default: $SWITCHYARD_ADMIN_KEY, else $SWITCHYARD_KEY).
@@ -91,8 +118,15 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum ConfigCommand {
-    /// Validate a configuration file; non-zero exit on error.
-    Check { file: PathBuf },
+    /// Validate a configuration file; non-zero exit on error. An `env://` variable that is not
+    /// set is a warning (exit 0), so that CI can check files without production secrets.
+    Check {
+        /// The configuration file to check (YAML, or TOML when it ends in `.toml`).
+        file: PathBuf,
+        /// Make an unset `env://` variable an error, as `serve` and `doctor` do.
+        #[arg(long)]
+        strict: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -117,17 +151,20 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve { config, listen, log_format, threads } => {
-            cli::serve::serve(config, listen, log_format, threads).await
+        Command::Serve { config, demo, listen, log_format, log_level, threads } => {
+            let options = cli::serve::Options { config, demo, listen, log_format, log_level, threads };
+            cli::serve::serve(options).await
         }
-        Command::Doctor { config, ping } => cli::doctor::doctor(&load(config.as_ref())?, ping).await,
+        Command::Doctor { config, ping } => cli::doctor::doctor(&load(config.as_ref(), false)?, ping).await,
         Command::Chat { config, route, target, stream, prompt } => {
-            let loaded = load(config.as_ref())?;
+            let loaded = load(config.as_ref(), false)?;
             cli::chat::chat(&loaded.router, target.or(route).unwrap_or_default(), stream, prompt).await
         }
         Command::Health { url, key } => cli::health::health(&url, key).await,
         Command::Events { url, key, json } => cli::events::events(&url, key, json).await,
-        Command::Config { command: ConfigCommand::Check { file } } => Ok(cli::config::check(&file)),
+        Command::Config { command: ConfigCommand::Check { file, strict } } => {
+            Ok(cli::config::check(&file, strict))
+        }
     }
 }
 
@@ -138,3 +175,35 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// resident, and the gateway peaked at 72 MB at 256 connections instead of 43 MB.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every argument of `command` and of its subcommands without help text, as
+    /// `command path: argument`.
+    fn without_help(command: &clap::Command, path: &str) -> Vec<String> {
+        let path = format!("{path} {}", command.get_name()).trim().to_owned();
+        let mut missing: Vec<String> = command
+            .get_arguments()
+            .filter(|arg| arg.get_help().is_none() && arg.get_long_help().is_none())
+            .map(|arg| format!("{path}: {}", arg.get_id()))
+            .collect();
+        for sub in command.get_subcommands() {
+            missing.extend(without_help(sub, &path));
+        }
+        missing
+    }
+
+    #[test]
+    fn every_argument_of_every_command_has_help() {
+        let mut cli = Cli::command();
+        // Built, so that the arguments clap adds itself (`--help`, `--version`) are walked too.
+        cli.build();
+        let missing = without_help(&cli, "");
+        assert!(missing.is_empty(), "arguments without help text: {missing:?}");
+        assert!(cli.get_subcommands().count() >= 6, "the walk reaches the commands");
+    }
+}

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use support::{run, serve, serve_at, stop, write_config};
+use support::{empty_folder, run, run_in, serve, serve_at, serve_in, stop, write_config};
 
 #[test]
 fn config_check_accepts_a_valid_file_and_refuses_a_bad_one_with_a_non_zero_exit() {
@@ -28,6 +28,46 @@ fn config_check_accepts_a_valid_file_and_refuses_a_bad_one_with_a_non_zero_exit(
     let (code, _, err) = run(&["config", "check", bad.to_str().unwrap()]);
     assert_eq!(code, 1);
     assert!(err.contains("bad.yaml: routes.default.targets[0]: unknown provider `q`"), "{err}");
+}
+
+/// A paid provider whose key comes from a variable no test sets.
+const UNSET_SECRET: &str = "providers:\n  openai: { kind: openai, api_key: env://SWITCHYARD_TEST_UNSET_SECRET }\nroutes:\n  default: { targets: [openai:gpt-4o-mini] }\n";
+
+#[test]
+fn config_check_warns_of_an_unset_secret_and_exits_zero() {
+    let config = write_config("unset-secret.yaml", UNSET_SECRET);
+    let (code, out, err) = run(&["config", "check", config.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ok (1 providers, routes: default)"), "{out}");
+    assert!(
+        err.contains("warning: ") && err.contains("unset-secret.yaml: providers.openai.api_key: environment variable `SWITCHYARD_TEST_UNSET_SECRET` is not set"),
+        "the warning names the key path and the variable: {err}"
+    );
+}
+
+#[test]
+fn config_check_strict_refuses_an_unset_secret() {
+    let config = write_config("unset-secret-strict.yaml", UNSET_SECRET);
+    let (code, _, err) = run(&["config", "check", "--strict", config.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "providers.openai.api_key: environment variable `SWITCHYARD_TEST_UNSET_SECRET` is not set"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("warning"), "an error, not a warning: {err}");
+}
+
+#[test]
+fn serve_and_doctor_refuse_a_config_with_an_unset_secret() {
+    let config = write_config("unset-secret-serve.yaml", UNSET_SECRET);
+    let (code, stderr) = serve_at(&config, "127.0.0.1:0", &[]).expect_err("it must not start");
+    assert_eq!(code, 1);
+    assert!(stderr.contains("environment variable `SWITCHYARD_TEST_UNSET_SECRET` is not set"), "{stderr}");
+    let (code, _, err) = run(&["doctor", "--config", config.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("SWITCHYARD_TEST_UNSET_SECRET"), "{err}");
 }
 
 #[test]
@@ -409,4 +449,210 @@ routes:
     assert!(head.contains("x-switchyard-target: fast:m"), "{answer}");
     assert!(head.contains("x-switchyard-hedged: 1"), "{answer}");
     assert!(took < Duration::from_secs(5), "the slow primary was waited out: {took:?}");
+}
+
+/// A simulated provider whose answers say where the configuration came from.
+fn answering(reply: &str) -> String {
+    format!(
+        "providers: {{ here: {{ kind: simulated, reply: \"{reply}\" }} }}\nroutes: {{ default: {{ targets: [here:m] }} }}\n"
+    )
+}
+
+#[test]
+fn serve_and_doctor_find_switchyard_yaml_in_the_working_directory() {
+    let dir = empty_folder("working-directory");
+    std::fs::write(dir.join("switchyard.yaml"), answering("from the working directory")).unwrap();
+    let (server, addr, config) = serve_in(&dir, &[], &["--listen", "127.0.0.1:0"]).unwrap();
+    let answer = post_chat(&addr);
+    stop(server);
+    assert_eq!(config, "config: file ./switchyard.yaml (found in the working directory)");
+    assert!(answer.contains("from the working directory"), "{answer}");
+
+    let (code, out, err) = run_in(&dir, &[], &["doctor"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("config: file ./switchyard.yaml (found in the working directory)"), "{out}");
+}
+
+#[test]
+fn switchyard_config_wins_over_the_working_directory_and_config_over_both() {
+    let dir = empty_folder("variable");
+    std::fs::write(dir.join("switchyard.yaml"), answering("from the working directory")).unwrap();
+    let named = write_config("named.yaml", &answering("from SWITCHYARD_CONFIG"));
+    let named = named.to_str().unwrap();
+    let (server, addr, config) =
+        serve_in(&dir, &[("SWITCHYARD_CONFIG", named)], &["--listen", "127.0.0.1:0"]).unwrap();
+    let answer = post_chat(&addr);
+    stop(server);
+    assert_eq!(config, format!("config: file {named} (named by SWITCHYARD_CONFIG)"));
+    assert!(answer.contains("from SWITCHYARD_CONFIG"), "{answer}");
+
+    let flagged = write_config("flagged.yaml", &answering("from --config"));
+    let flagged = flagged.to_str().unwrap();
+    let (code, out, err) =
+        run_in(&dir, &[("SWITCHYARD_CONFIG", named)], &["chat", "--config", flagged, "hi"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("from --config"), "{out}");
+}
+
+#[test]
+fn a_missing_file_named_by_switchyard_config_is_an_error_not_a_fallback() {
+    let dir = empty_folder("variable-missing");
+    let (code, _, err) = run_in(&dir, &[("SWITCHYARD_CONFIG", "/nonexistent/switchyard.yaml")], &["doctor"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("/nonexistent/switchyard.yaml: (file): cannot read it"), "{err}");
+}
+
+/// Whether a system-wide configuration would be found before the demo on this machine.
+fn system_config_present() -> bool {
+    let present = std::path::Path::new("/etc/switchyard/switchyard.yaml").exists();
+    if present {
+        eprintln!("skipped: /etc/switchyard/switchyard.yaml exists on this machine, so no demo is chosen");
+    }
+    present
+}
+
+#[test]
+fn serve_beyond_loopback_with_no_config_found_refuses_the_demo() {
+    if system_config_present() {
+        return;
+    }
+    let dir = empty_folder("nothing-found");
+    let (code, stderr) =
+        serve_in(&dir, &[], &["--listen", "0.0.0.0:0"]).expect_err("no demo beyond loopback");
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("refusing to serve the embedded demo's simulated answers on 0.0.0.0:0"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--config FILE or SWITCHYARD_CONFIG=FILE"), "{stderr}");
+    assert!(stderr.contains("--demo"), "{stderr}");
+
+    // On loopback the demo still runs with nothing configured, and says why.
+    let (server, addr, config) = serve_in(&dir, &[], &["--listen", "127.0.0.1:0"]).unwrap();
+    let models = get_status(&addr, "/v1/models", None);
+    stop(server);
+    assert_eq!(models, 200);
+    assert_eq!(
+        config,
+        "config: embedded demo (simulated providers, no keys needed; no config file given or found)"
+    );
+}
+
+#[test]
+fn serve_demo_serves_the_demo_beyond_loopback_when_asked() {
+    let dir = empty_folder("demo-asked");
+    std::fs::write(dir.join("switchyard.yaml"), answering("from the working directory")).unwrap();
+    let (server, addr, config) = serve_in(&dir, &[], &["--demo", "--listen", "0.0.0.0:0"]).unwrap();
+    let models = get_status(&addr, "/v1/models", None);
+    stop(server);
+    assert_eq!(models, 200);
+    assert_eq!(config, "config: embedded demo (simulated providers, no keys needed; asked for with --demo)");
+
+    let (code, _, err) = run(&["serve", "--demo", "--config", "x.yaml"]);
+    assert_eq!(code, 2, "--demo and --config do not go together: {err}");
+}
+
+#[test]
+fn serve_listens_on_a_host_name() {
+    let config = write_config("localhost.yaml", &answering("by name"));
+    let (server, addr) = serve_at(&config, "localhost:0", &[]).unwrap();
+    let answer = post_chat(&addr);
+    stop(server);
+    assert!(answer.contains("by name"), "{answer}");
+
+    let (code, stderr) = serve_at(&config, "no-such-host.invalid:4680", &[]).expect_err("it must not start");
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("--listen: `no-such-host.invalid` in `no-such-host.invalid:4680` does not resolve"),
+        "{stderr}"
+    );
+}
+
+/// Stops a gateway with SIGTERM, as an operator does, and returns its logs once it has exited:
+/// every line it logged has been written (a kill could lose the last batch).
+fn stop_gracefully(mut server: std::process::Child) -> String {
+    let status = Command::new("kill").args(["-TERM", &server.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let exit = server.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+    let mut logs = String::new();
+    server.stderr.take().unwrap().read_to_string(&mut logs).unwrap();
+    logs
+}
+
+#[test]
+fn log_access_false_turns_the_access_log_off() {
+    let logged = write_config("access-on.yaml", &answering("hello"));
+    let (server, addr) = serve(&logged, &[]);
+    assert!(post_chat(&addr).starts_with("HTTP/1.1 200"));
+    let logs = stop_gracefully(server);
+    assert!(logs.contains("switchyard::access"), "by default a request is logged: {logs}");
+
+    let quiet = write_config("access-off.yaml", &format!("{}log: {{ access: false }}\n", answering("hello")));
+    let (server, addr) = serve(&quiet, &[]);
+    assert!(post_chat(&addr).starts_with("HTTP/1.1 200"));
+    let logs = stop_gracefully(server);
+    assert!(!logs.contains("switchyard::access"), "{logs}");
+}
+
+#[test]
+fn log_level_warn_drops_info_lines_and_keeps_warnings() {
+    let config =
+        write_config("log-level.yaml", &format!("{PAID}gateway: {{ open: true }}\nlog: {{ level: info }}\n"));
+    let (server, addr) = serve_at(&config, "0.0.0.0:0", &["--log-level", "warn"]).unwrap();
+    assert_eq!(get_status(&addr, "/v1/models", None), 200);
+    let _ = post_chat(&addr);
+    let logs = stop_gracefully(server);
+    assert!(logs.contains("WARN") && logs.contains("open relay"), "warnings stay: {logs}");
+    assert!(!logs.contains(" INFO "), "no info line: {logs}");
+
+    // Without the flag the file's level rules, and the request's info line is written.
+    let (server, addr) = serve_at(&config, "0.0.0.0:0", &[]).unwrap();
+    let _ = post_chat(&addr);
+    let logs = stop_gracefully(server);
+    assert!(logs.contains(" INFO switchyard::access"), "{logs}");
+}
+
+#[test]
+fn rust_log_comes_after_the_flag_and_before_the_file() {
+    let config = write_config("rust-log.yaml", &format!("{}log: {{ level: info }}\n", answering("hello")));
+    let quiet = support::serve_with_env(&[("RUST_LOG", "warn")], &config, "127.0.0.1:0", &[]).unwrap();
+    let _ = post_chat(&quiet.1);
+    let logs = stop_gracefully(quiet.0);
+    assert!(!logs.contains("switchyard::access"), "RUST_LOG=warn wins over log.level: {logs}");
+
+    let flagged =
+        support::serve_with_env(&[("RUST_LOG", "warn")], &config, "127.0.0.1:0", &["--log-level", "info"])
+            .unwrap();
+    let _ = post_chat(&flagged.1);
+    let logs = stop_gracefully(flagged.0);
+    assert!(logs.contains("switchyard::access"), "--log-level wins over RUST_LOG: {logs}");
+
+    let (code, stderr) = support::serve_with_env(&[("RUST_LOG", "loud")], &config, "127.0.0.1:0", &[])
+        .expect_err("a bad RUST_LOG");
+    assert_eq!(code, 1);
+    assert!(stderr.contains("RUST_LOG: `loud` is not a level"), "{stderr}");
+}
+
+#[test]
+fn version_names_the_commit_and_the_build_date() {
+    let (code, out, _) = run(&["--version"]);
+    assert_eq!(code, 0);
+    let head = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .map(|output| String::from_utf8(output.stdout).unwrap().trim().to_owned());
+    let commit = head.as_deref().unwrap_or("unknown");
+    let prefix = format!("switchyard {} (commit {commit}, built ", env!("CARGO_PKG_VERSION"));
+    assert!(out.starts_with(&prefix), "expected {prefix:?}…, got {out:?}");
+    let date =
+        out.trim_end().strip_prefix(&prefix).and_then(|rest| rest.strip_suffix(')')).unwrap_or_default();
+    let digits: Vec<&str> = date.split('-').collect();
+    assert!(
+        digits.len() == 3 && digits.iter().all(|part| part.chars().all(|c| c.is_ascii_digit())),
+        "a YYYY-MM-DD date: {out:?}"
+    );
 }

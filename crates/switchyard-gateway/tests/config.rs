@@ -147,3 +147,98 @@ fn durations_take_units() {
     assert_eq!(config::parse_duration("5 minutes"), None);
     assert_eq!(config::parse_duration("-1s"), None);
 }
+
+/// A provider that costs money, with the gateway settings `gateway` adds.
+fn paid(gateway: &str) -> config::Loaded {
+    let text = format!(
+        "providers:\n  openai: {{ kind: openai, api_key: env://TEST_OPENAI_KEY }}\nroutes:\n  default: {{ targets: [openai:gpt-4o-mini] }}\n{gateway}"
+    );
+    let file = config::parse(&text, false, "paid.yaml").unwrap();
+    config::build(file, config::Source::File("paid.yaml".into()), &env).unwrap()
+}
+
+fn refusal_of(loaded: &config::Loaded) -> String {
+    let listen = "0.0.0.0:4680".parse().unwrap();
+    match config::exposure(listen, loaded) {
+        config::Exposure::Refused(missing) => config::refusal(listen, loaded, &missing),
+        other => panic!("not refused: {other:?}"),
+    }
+}
+
+#[test]
+fn the_refusal_without_both_keys_names_both() {
+    let message = refusal_of(&paid(""));
+    assert!(message.contains("without gateway.keys and gateway.admin_key:"), "{message}");
+    assert!(
+        message
+            .contains("`gateway: { keys: [env://SWITCHYARD_KEY], admin_key: env://SWITCHYARD_ADMIN_KEY }`"),
+        "{message}"
+    );
+    assert!(message.contains("spend the accounts of openai"), "{message}");
+}
+
+#[test]
+fn the_refusal_without_only_the_admin_key_names_only_the_admin_key() {
+    let message = refusal_of(&paid("gateway: { keys: [gw-key-123456789] }\n"));
+    assert!(message.contains("without gateway.admin_key:"), "{message}");
+    assert!(message.contains("`gateway: { admin_key: env://SWITCHYARD_ADMIN_KEY }`"), "{message}");
+    assert!(!message.contains("keys:") && !message.contains("SWITCHYARD_KEY"), "{message}");
+    assert!(!message.contains("spend the accounts"), "clients need a key already: {message}");
+    assert!(!message.contains("gw-key-123456789"), "{message}");
+}
+
+#[test]
+fn the_refusal_without_only_the_client_keys_names_only_the_client_keys() {
+    let message = refusal_of(&paid("gateway: { admin_key: admin-key-987654321 }\n"));
+    assert!(message.contains("without gateway.keys:"), "{message}");
+    assert!(message.contains("`gateway: { keys: [env://SWITCHYARD_KEY] }` to the configuration (the key comes from that variable)"), "{message}");
+    assert!(!message.contains("admin_key") && !message.contains("SWITCHYARD_ADMIN_KEY"), "{message}");
+    assert!(!message.contains("/admin"), "the admin key guards it: {message}");
+}
+
+#[test]
+fn the_refusal_for_providers_from_the_environment_names_the_variables_to_set() {
+    let env = |name: &str| (name == "OPENAI_API_KEY").then(|| "sk-a".to_owned());
+    let loaded = config::load_default(&env).unwrap();
+    let message = refusal_of(&loaded);
+    assert!(
+        message.contains(
+            "set SWITCHYARD_KEY (the key clients send) and SWITCHYARD_ADMIN_KEY (for /admin and /metrics)"
+        ),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_listen_address_may_name_a_host() {
+    let localhost = config::listen_address("localhost:4680").unwrap();
+    assert!(localhost.ip().is_loopback(), "{localhost}");
+    assert_eq!(localhost.port(), 4680);
+    assert_eq!(config::listen_address("127.0.0.1:4680").unwrap(), "127.0.0.1:4680".parse().unwrap());
+    let ipv6: std::net::SocketAddr = "[::1]:4680".parse().unwrap();
+    assert_eq!(config::listen_address("[::1]:4680").unwrap(), ipv6);
+    assert_eq!(config::listen_address("::1:4680").unwrap(), ipv6, "the port after the last colon");
+}
+
+#[test]
+fn a_listen_address_that_does_not_resolve_is_named() {
+    // `.invalid` never resolves (RFC 6761).
+    let problem = config::listen_address("no-such-host.invalid:4680").unwrap_err();
+    assert!(
+        problem.starts_with("`no-such-host.invalid` in `no-such-host.invalid:4680` does not resolve"),
+        "{problem}"
+    );
+    assert!(problem.contains("127.0.0.1:4680"), "the fix: {problem}");
+    let problem = config::listen_address("localhost").unwrap_err();
+    assert_eq!(problem, "`localhost` is not an address: write host:port, like 127.0.0.1:4680");
+    let problem = config::listen_address("localhost:http").unwrap_err();
+    assert!(problem.contains("is not an address"), "{problem}");
+}
+
+#[test]
+fn the_file_listen_may_name_a_host() {
+    let text = "listen: localhost:4681\nproviders: { p: { kind: simulated } }\nroutes: { default: { targets: [p:m] } }\n";
+    let file = config::parse(text, false, "t.yaml").unwrap();
+    let loaded = config::build(file, config::Source::File("t.yaml".into()), &env).unwrap();
+    assert!(loaded.listen.ip().is_loopback() && loaded.listen.port() == 4681, "{}", loaded.listen);
+}

@@ -327,9 +327,18 @@ fn a_bad_state_section_is_refused_naming_the_key() {
         "fleet-env.yaml",
         "providers:\n  up: { kind: simulated }\nroutes:\n  default: { targets: [up:m] }\nstate: { redis: env://FLEET_REDIS_UNSET }\n",
     );
+    // An unset variable is a warning for `config check` (CI has no production secrets), and
+    // an error with --strict, as for serve and doctor.
     let (code, _, stderr) = support::run(&["config", "check", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("warning: ")
+            && stderr.contains("state.redis: environment variable `FLEET_REDIS_UNSET` is not set"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = support::run(&["config", "check", "--strict", path.to_str().unwrap()]);
     assert_ne!(code, 0);
-    assert!(stderr.contains("FLEET_REDIS_UNSET"), "{stderr}");
+    assert!(stderr.contains("state.redis: environment variable `FLEET_REDIS_UNSET` is not set"), "{stderr}");
     let path = support::write_config(
         "fleet-prefix.yaml",
         "providers:\n  up: { kind: simulated }\nroutes:\n  default: { targets: [up:m] }\nstate: { redis: 'redis://127.0.0.1:1', prefix: 'a b' }\n",

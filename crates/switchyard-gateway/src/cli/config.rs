@@ -3,14 +3,26 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use switchyard_gateway::config;
+use switchyard_gateway::config::{self, UnsetEnv};
 
 use super::env;
 
-/// Validates `file`; prints a summary, or every problem with a non-zero exit.
-pub(crate) fn check(file: &Path) -> ExitCode {
-    match config::load_file(file, &env) {
-        Ok(loaded) => {
+/// Validates `file`; prints a summary, or every problem with a non-zero exit. An `env://`
+/// variable that is not set is a warning (CI checks files without production secrets), or with
+/// `strict` a problem, as `serve` and `doctor` always make it.
+pub(crate) fn check(file: &Path, strict: bool) -> ExitCode {
+    let unset_env = if strict { UnsetEnv::Error } else { UnsetEnv::Warning };
+    match config::check_file(file, &env, unset_env) {
+        Ok(checked) => {
+            for warning in &checked.warnings {
+                eprintln!("warning: {}: {}: {}", file.display(), warning.path, warning.message);
+            }
+            if !checked.warnings.is_empty() {
+                eprintln!(
+                    "  (serve and doctor refuse to start while a variable is unset; --strict makes it an error here too)"
+                );
+            }
+            let loaded = checked.loaded;
             let routes: Vec<&str> = loaded.router.routes().map(|r| r.name()).collect();
             println!(
                 "{}: ok ({} providers, routes: {})",

@@ -10,7 +10,7 @@ use switchyard_gateway::config::{self, Exposure, Loaded};
 use super::print_routes;
 
 pub(crate) async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCode> {
-    println!("config: {}", loaded.source);
+    println!("config: {}", loaded.origin());
     println!("listen: {}", loaded.listen);
     print_providers(loaded);
     print_routes_settings(loaded);

@@ -18,12 +18,12 @@ pub(crate) fn env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-/// The configuration of `path`, or the default one (the environment's keys, else the demo).
-pub(crate) fn load(path: Option<&PathBuf>) -> anyhow::Result<Loaded> {
-    Ok(match path {
-        Some(path) => loader::load_file(path, &env)?,
-        None => loader::load_default(&env)?,
-    })
+/// The configuration `--config` names (`path`), else the one `SWITCHYARD_CONFIG` names, else
+/// `./switchyard.yaml`, else `/etc/switchyard/switchyard.yaml`, else the environment's API keys,
+/// else the demo; the demo at once when `demo` asks for it.
+pub(crate) fn load(path: Option<&PathBuf>, demo: bool) -> anyhow::Result<Loaded> {
+    let choice = loader::locate(path.map(PathBuf::as_path), demo, &env, &loader::standard_places());
+    Ok(loader::load(&choice, &env)?)
 }
 
 pub(crate) fn print_routes(router: &Router) {

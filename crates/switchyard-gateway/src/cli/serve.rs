@@ -5,46 +5,69 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
-use switchyard_gateway::config::{self, Exposure};
-use switchyard_gateway::logging::{AccessLog, BatchedStderr, LogFormat};
+use std::net::SocketAddr;
+
+use anyhow::{Context, anyhow, bail};
+use switchyard_gateway::config::{self, Exposure, Loaded};
+use switchyard_gateway::logging::{AccessLog, BatchedStderr, LogFilter, LogFormat};
 use switchyard_gateway::server::{AppState, app};
 use switchyard_gateway::workers::Workers;
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 use super::{load, route_lines};
 
-/// Sets up logging to stderr; the returned writer must be flushed before exiting.
-fn init_logging(format: LogFormat) -> Option<BatchedStderr> {
+/// Sets up logging to stderr, of the lines `filter` lets through; the returned writer must be
+/// flushed before exiting.
+fn init_logging(format: LogFormat, filter: &LogFilter) -> Option<BatchedStderr> {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_max_level(tracing::Level::INFO).with_ansi(ansi);
-    match BatchedStderr::start() {
-        Ok(writer) => {
-            match format {
-                LogFormat::Json => builder.json().flatten_event(true).with_writer(writer.clone()).init(),
-                LogFormat::Text => builder.with_writer(writer.clone()).init(),
-            }
-            Some(writer)
-        }
+    let batched = BatchedStderr::start().ok();
+    let writer = match &batched {
+        Some(writer) => BoxMakeWriter::new(writer.clone()),
         // Without a writer thread, write directly: slower, but nothing is lost.
-        Err(_) => {
-            match format {
-                LogFormat::Json => builder.json().flatten_event(true).with_writer(std::io::stderr).init(),
-                LogFormat::Text => builder.with_writer(std::io::stderr).init(),
-            }
-            None
-        }
-    }
+        None => BoxMakeWriter::new(std::io::stderr),
+    };
+    let builder =
+        tracing_subscriber::fmt().with_max_level(filter.max_level()).with_ansi(ansi).with_writer(writer);
+    // Only `main` sets a subscriber, once.
+    let _ = match format {
+        LogFormat::Json => builder.json().flatten_event(true).finish().with(filter.layer()).try_init(),
+        LogFormat::Text => builder.finish().with(filter.layer()).try_init(),
+    };
+    batched
 }
 
-pub(crate) async fn serve(
-    path: Option<PathBuf>,
-    listen: Option<String>,
-    log_format: LogFormat,
-    threads: Option<NonZeroUsize>,
-) -> anyhow::Result<ExitCode> {
-    let log = init_logging(log_format);
-    let access = AccessLog::new(log_format, log.clone());
-    let result = serve_logged(path, listen, threads, access, log.clone()).await;
+/// What `serve` is asked to do on the command line.
+pub(crate) struct Options {
+    /// `--config FILE`.
+    pub(crate) config: Option<PathBuf>,
+    /// `--demo`.
+    pub(crate) demo: bool,
+    /// `--listen ADDR`.
+    pub(crate) listen: Option<String>,
+    pub(crate) log_format: LogFormat,
+    /// `--log-level LEVEL`.
+    pub(crate) log_level: Option<String>,
+    pub(crate) threads: Option<NonZeroUsize>,
+}
+
+pub(crate) async fn serve(options: Options) -> anyhow::Result<ExitCode> {
+    let loaded = load(options.config.as_ref(), options.demo)?;
+    let addr = match &options.listen {
+        Some(text) => config::listen_address(text).map_err(|problem| anyhow!("--listen: {problem}"))?,
+        None => loaded.listen,
+    };
+    if let Some(refusal) = config::unasked_demo(addr, &loaded) {
+        bail!("{refusal}");
+    }
+    let rust_log = super::env("RUST_LOG");
+    let filter =
+        LogFilter::choose(options.log_level.as_deref(), rust_log.as_deref(), loaded.log.level.as_ref())
+            .map_err(|problem| anyhow!("{problem}"))?;
+    let log = init_logging(options.log_format, &filter);
+    let access = AccessLog::filtered(loaded.log.access, &filter, options.log_format, log.clone());
+    let result = serve_logged(loaded, addr, options.threads, access, log.clone()).await;
     if let Some(log) = log {
         log.flush();
     }
@@ -52,19 +75,12 @@ pub(crate) async fn serve(
 }
 
 async fn serve_logged(
-    path: Option<PathBuf>,
-    listen: Option<String>,
+    loaded: Loaded,
+    addr: SocketAddr,
     threads: Option<NonZeroUsize>,
     access: AccessLog,
     log: Option<BatchedStderr>,
 ) -> anyhow::Result<ExitCode> {
-    let loaded = load(path.as_ref())?;
-    let addr = match listen {
-        Some(text) => text
-            .parse()
-            .with_context(|| format!("--listen `{text}` is not an address like 127.0.0.1:4680"))?,
-        None => loaded.listen,
-    };
     let exposure = config::exposure(addr, &loaded);
     match &exposure {
         Exposure::Refused(missing) => bail!("{}", config::refusal(addr, &loaded, missing)),
@@ -83,7 +99,7 @@ async fn serve_logged(
         tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
     // The banner is for a person; a closed stdout (`serve | head -1`) must not stop the gateway.
-    let mut banner = format!("switchyard listening on http://{local}\n  config: {}\n", loaded.source);
+    let mut banner = format!("switchyard listening on http://{local}\n  config: {}\n", loaded.origin());
     for line in route_lines(&loaded.router) {
         banner.push_str(&line);
         banner.push('\n');

@@ -31,6 +31,19 @@ pub struct FileConfig {
     pub state: Option<StateConfig>,
     /// OpenTelemetry traces; the standard `OTEL_*` environment fills in what is not set.
     pub telemetry: Option<TelemetryConfig>,
+    /// What `serve` logs.
+    pub log: Option<LogConfig>,
+}
+
+/// `log: { level: info, access: true }`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// A level, or directives as `RUST_LOG` writes them (`warn,switchyard=debug`); below
+    /// `--log-level` and `RUST_LOG`. Default `info`.
+    pub level: Option<String>,
+    /// One line per request (`switchyard::access`). Default true.
+    pub access: Option<bool>,
 }
 
 /// `telemetry:`: traces exported as OTLP over HTTP.
@@ -236,11 +249,53 @@ impl ProviderConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+/// `latency: 50ms` or `latency: { min: 20ms, max: 80ms }`.
+#[derive(Debug, Clone)]
 pub enum LatencyConfig {
     Fixed(DurationText),
     Range { min: DurationText, max: DurationText },
+}
+
+impl<'de> Deserialize<'de> for LatencyConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Not `untagged`: that would hide why a duration was refused behind "did not match".
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = LatencyConfig;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as 50ms, or { min, max }")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<LatencyConfig, A::Error> {
+                #[derive(Deserialize)]
+                #[serde(deny_unknown_fields)]
+                struct Range {
+                    min: DurationText,
+                    max: DurationText,
+                }
+                let range = Range::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(LatencyConfig::Range { min: range.min, max: range.max })
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<LatencyConfig, E> {
+                DurationVisitor.visit_u64(v).map(LatencyConfig::Fixed)
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<LatencyConfig, E> {
+                DurationVisitor.visit_i64(v).map(LatencyConfig::Fixed)
+            }
+
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<LatencyConfig, E> {
+                DurationVisitor.visit_f64(v).map(LatencyConfig::Fixed)
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<LatencyConfig, E> {
+                DurationVisitor.visit_str(v).map(LatencyConfig::Fixed)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -318,13 +373,39 @@ pub enum HedgeAfterConfig {
 
 impl<'de> Deserialize<'de> for HedgeAfterConfig {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        if text == "p95" {
-            return Ok(HedgeAfterConfig::P95);
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = HedgeAfterConfig;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("p95, or a duration such as 800ms")
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<HedgeAfterConfig, E> {
+                DurationVisitor.visit_u64(v).map(|d| HedgeAfterConfig::Fixed(d.0))
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<HedgeAfterConfig, E> {
+                DurationVisitor.visit_i64(v).map(|d| HedgeAfterConfig::Fixed(d.0))
+            }
+
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<HedgeAfterConfig, E> {
+                DurationVisitor.visit_f64(v).map(|d| HedgeAfterConfig::Fixed(d.0))
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<HedgeAfterConfig, E> {
+                if text == "p95" {
+                    return Ok(HedgeAfterConfig::P95);
+                }
+                if let Some(message) = unit_missing(text) {
+                    return Err(E::custom(message));
+                }
+                parse_duration(text)
+                    .map(HedgeAfterConfig::Fixed)
+                    .ok_or_else(|| E::custom(format!("`{text}` is neither p95 nor a duration such as 800ms")))
+            }
         }
-        parse_duration(&text).map(HedgeAfterConfig::Fixed).ok_or_else(|| {
-            serde::de::Error::custom(format!("`{text}` is neither p95 nor a duration such as 800ms"))
-        })
+        deserializer.deserialize_any(Visitor)
     }
 }
 
@@ -489,48 +570,76 @@ pub struct ResponsesConfig {
     pub max_bytes: Option<ByteSize>,
 }
 
-/// A duration written `250ms`, `30s`, `5m`, `1h` (or a bare number of seconds).
+/// A duration written `250ms`, `30s`, `5m`, `1h` or `1m30s`. A number without a unit is
+/// refused: `5` could mean seconds or milliseconds, and a guess would be silently wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DurationText(pub Duration);
 
 impl<'de> Deserialize<'de> for DurationText {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl serde::de::Visitor<'_> for Visitor {
-            type Value = DurationText;
+        deserializer.deserialize_any(DurationVisitor)
+    }
+}
 
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a duration such as 250ms, 30s, 5m or 1h")
-            }
+/// Reads a [`DurationText`]; the other duration-like settings (`latency`, `hedge.after`) hand
+/// their durations to it.
+struct DurationVisitor;
 
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<DurationText, E> {
-                Ok(DurationText(Duration::from_secs(v)))
-            }
+impl serde::de::Visitor<'_> for DurationVisitor {
+    type Value = DurationText;
 
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<DurationText, E> {
-                u64::try_from(v)
-                    .map(|v| DurationText(Duration::from_secs(v)))
-                    .map_err(|_| E::custom(bad_duration(&v.to_string())))
-            }
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a duration such as 250ms, 30s, 5m or 1h")
+    }
 
-            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<DurationText, E> {
-                if (0.0..1e9).contains(&v) {
-                    Ok(DurationText(Duration::from_secs_f64(v)))
-                } else {
-                    Err(E::custom(bad_duration(&v.to_string())))
-                }
-            }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<DurationText, E> {
+        Err(E::custom(no_unit(&v.to_string(), v as f64)))
+    }
 
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<DurationText, E> {
-                parse_duration(v).map(DurationText).ok_or_else(|| E::custom(bad_duration(v)))
-            }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<DurationText, E> {
+        match u64::try_from(v) {
+            Ok(v) => self.visit_u64(v),
+            Err(_) => Err(E::custom(bad_duration(&v.to_string()))),
         }
-        deserializer.deserialize_any(Visitor)
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<DurationText, E> {
+        if (0.0..1e9).contains(&v) {
+            Err(E::custom(no_unit(&v.to_string(), v)))
+        } else {
+            Err(E::custom(bad_duration(&v.to_string())))
+        }
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<DurationText, E> {
+        if let Some(message) = unit_missing(v) {
+            return Err(E::custom(message));
+        }
+        parse_duration(v).map(DurationText).ok_or_else(|| E::custom(bad_duration(v)))
     }
 }
 
 fn bad_duration(text: &str) -> String {
     format!("bad duration `{text}`: write a number with a unit, like 250ms, 30s, 5m or 1h")
+}
+
+/// The refusal of a text that is a number alone (`"5"`), `None` for any other text.
+fn unit_missing(text: &str) -> Option<String> {
+    let text = text.trim();
+    let number = text.parse::<f64>().ok().filter(|n| (0.0..1e9).contains(n))?;
+    Some(no_unit(text, number))
+}
+
+/// The refusal of a number without a unit, with the two spellings of what it most likely
+/// meant: seconds below 1000 (`health_ttl: 5`: 5s or 5000ms), milliseconds from 1000 on
+/// (`first_byte: 5000`: 5000ms or 5s).
+fn no_unit(text: &str, number: f64) -> String {
+    let (first, second) = if number < 1000.0 {
+        (format!("{text}s"), format!("{}ms", (number * 1000.0).round()))
+    } else {
+        (format!("{text}ms"), format!("{}s", number / 1000.0))
+    };
+    format!("`{text}` has no unit: write {first} or {second}")
 }
 
 /// `250ms`, `1.5s`, `30s`, `5m`, `1h`, or `1m30s`.

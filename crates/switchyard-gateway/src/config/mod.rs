@@ -2,10 +2,12 @@
 //! once at load, with errors that name the file, the key path and the fix.
 
 pub(crate) mod file;
+mod locate;
+mod read;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +20,7 @@ use switchyard::route::{Candidate, ErrorFilter, Retry, Rotation, Route, RouteTar
 use switchyard::simulated::SimulatedProvider;
 
 use crate::drills::Drills;
+use crate::logging::LogFilter;
 use crate::telemetry::{OtlpProtocol, SamplerSetting, TelemetrySettings};
 use switchyard::{Price, ProviderEntry, RetryBudgetSettings, Router, Target};
 use switchyard_providers::anthropic::ThinkingStyle;
@@ -25,6 +28,7 @@ use switchyard_providers::{HttpSettings, ProviderKind, ProviderSettings};
 use switchyard_state::{RedisStore, StateError, StateSettings};
 
 pub use file::{FileConfig, Kind, parse_duration};
+pub use locate::{Choice, Place, Reason, load, locate, standard_places, unasked_demo};
 
 /// The address the gateway listens on when nothing says otherwise.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4680";
@@ -221,8 +225,38 @@ pub fn exposure(listen: SocketAddr, loaded: &Loaded) -> Exposure {
     }
 }
 
-/// Why `serve` refuses to start at `listen`: which settings are missing and how to set them.
-/// Names settings and variables, never a key.
+/// The address `text` names: `127.0.0.1:4680`, `[::1]:4680`, or a host name and a port
+/// (`localhost:4680`) resolved now. Of a name's addresses the first IPv4 one is taken (clients
+/// of `localhost` try it), else the first.
+pub fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    let text = text.trim();
+    if let Ok(address) = text.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    let not_address = || format!("`{text}` is not an address: write host:port, like 127.0.0.1:4680");
+    let (host, port) = text.rsplit_once(':').ok_or_else(not_address)?;
+    let port: u16 = port.parse().map_err(|_| not_address())?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(not_address());
+    }
+    let unresolved = |why: String| {
+        format!(
+            "`{host}` in `{text}` does not resolve ({why}): use a name this machine resolves, or an address like 127.0.0.1:4680"
+        )
+    };
+    let addresses: Vec<SocketAddr> =
+        (host, port).to_socket_addrs().map_err(|error| unresolved(error.to_string()))?.collect();
+    addresses
+        .iter()
+        .find(|address| address.is_ipv4())
+        .or(addresses.first())
+        .copied()
+        .ok_or_else(|| unresolved("no address".to_owned()))
+}
+
+/// Why `serve` refuses to start at `listen`: which settings are missing and how to set them,
+/// naming only those that are missing. Names settings and variables, never a key.
 pub fn refusal(listen: SocketAddr, loaded: &Loaded, missing: &[&str]) -> String {
     let paid: Vec<&str> = loaded
         .providers
@@ -230,22 +264,44 @@ pub fn refusal(listen: SocketAddr, loaded: &Loaded, missing: &[&str]) -> String 
         .filter(|p| p.kind != Kind::Simulated.as_str())
         .map(|p| p.id.as_str())
         .collect();
+    let keys = missing.contains(&"gateway.keys");
+    let admin = missing.contains(&"gateway.admin_key");
+    let stake = match (keys, admin) {
+        (true, true) => format!("spend the accounts of {} and use /admin and /metrics", paid.join(", ")),
+        (true, false) => format!("spend the accounts of {}", paid.join(", ")),
+        // Admin endpoints take a client key when there is no admin key.
+        (false, _) => "use /admin and /metrics with a client key".to_owned(),
+    };
+    let mut settings = Vec::new();
+    let mut variables = Vec::new();
+    if keys {
+        settings.push("keys: [env://SWITCHYARD_KEY]");
+        variables.push(("SWITCHYARD_KEY", "the key clients send"));
+    }
+    if admin {
+        settings.push("admin_key: env://SWITCHYARD_ADMIN_KEY");
+        variables.push(("SWITCHYARD_ADMIN_KEY", "for /admin and /metrics"));
+    }
+    let block = format!("`gateway: {{ {} }}`", settings.join(", "));
     let how = match loaded.source {
         Source::Environment(_) => {
-            "set SWITCHYARD_KEY (the key clients send) and SWITCHYARD_ADMIN_KEY (for /admin and /metrics), \
-             or write a config file with `gateway: { keys: [env://SWITCHYARD_KEY], admin_key: env://SWITCHYARD_ADMIN_KEY }`"
+            let set: Vec<String> = variables.iter().map(|(name, what)| format!("{name} ({what})")).collect();
+            format!("set {}, or write a config file with {block}", set.join(" and "))
         }
         _ => {
-            "add `gateway: { keys: [env://SWITCHYARD_KEY], admin_key: env://SWITCHYARD_ADMIN_KEY }` \
-             to the configuration (the keys come from those variables)"
+            let names: Vec<&str> = variables.iter().map(|(name, _)| *name).collect();
+            let from = if names.len() == 1 {
+                "the key comes from that variable"
+            } else {
+                "the keys come from those variables"
+            };
+            format!("add {block} to the configuration ({from})")
         }
     };
     format!(
-        "refusing to listen on {listen} without {}: anyone who can reach it could spend the accounts of {} \
-         and use /admin and /metrics. To fix: {how}; or listen on 127.0.0.1; or set `gateway.open: true` \
-         to run an open relay on purpose",
+        "refusing to listen on {listen} without {}: anyone who can reach it could {stake}. To fix: {how}; \
+         or listen on 127.0.0.1; or set `gateway.open: true` to run an open relay on purpose",
         missing.join(" and "),
-        paid.join(", "),
     )
 }
 
@@ -263,13 +319,25 @@ pub struct ProviderSummary {
     pub simulated: Option<SimulatedProvider>,
 }
 
+/// What `serve` logs, as the file's `log:` says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogSettings {
+    /// `log.level`, when given (the command line's `--log-level` and `RUST_LOG` come first).
+    pub level: Option<LogFilter>,
+    /// `log.access`: one line per request. Default true.
+    pub access: bool,
+}
+
 /// A loaded, validated configuration: the router and everything around it.
 pub struct Loaded {
     pub source: Source,
+    /// Why this configuration was chosen, when [`load`] chose it.
+    pub reason: Option<Reason>,
     pub listen: SocketAddr,
     pub router: Router,
     pub gateway: GatewaySettings,
     pub providers: Vec<ProviderSummary>,
+    pub log: LogSettings,
 }
 
 impl fmt::Debug for Loaded {
@@ -281,14 +349,41 @@ impl fmt::Debug for Loaded {
     }
 }
 
+/// What an `env://NAME` whose variable is not set makes of a configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnsetEnv {
+    /// A problem: the configuration cannot run (`serve`, `doctor`, `config check --strict`).
+    Error,
+    /// A warning, and the value left out (`config check`: CI has no production secrets).
+    Warning,
+}
+
+/// A configuration that loaded, with what should still be looked at.
+#[derive(Debug)]
+pub struct Checked {
+    pub loaded: Loaded,
+    /// Variables `env://` names that are not set, with [`UnsetEnv::Warning`].
+    pub warnings: Vec<Problem>,
+}
+
 /// Reads a configuration file (YAML, or TOML when it ends in `.toml`).
 pub fn load_file(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError> {
+    check_file(path, env, UnsetEnv::Error).map(|checked| checked.loaded)
+}
+
+/// Reads a configuration file as [`load_file`] does, with `unset_env` deciding what an unset
+/// `env://` variable is.
+pub fn check_file(
+    path: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+    unset_env: UnsetEnv,
+) -> Result<Checked, ConfigError> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::one(&name, "(file)", format!("cannot read it: {e}")))?;
     let is_toml = path.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("toml"));
-    let file = parse(&text, is_toml, &name)?;
-    build(file, Source::File(name), env)
+    let parsed = read::read(&text, is_toml, &name)?;
+    build_parsed(parsed, Source::File(name), env, unset_env)
 }
 
 /// The configuration when no file is given: providers from API keys in the environment, or
@@ -323,21 +418,14 @@ fn gateway_keys_from_env(file: &mut FileConfig, env: &dyn Fn(&str) -> Option<Str
     }
 }
 
-/// Parses YAML or TOML text into the file model. Errors name the key path.
+/// Parses YAML or TOML text into the file model. Errors name the key path: every key given
+/// twice, unknown, or of the wrong type at once.
 pub fn parse(text: &str, is_toml: bool, name: &str) -> Result<FileConfig, ConfigError> {
-    let value: serde_json::Value = if is_toml {
-        toml::from_str(text)
-            .map_err(|e| ConfigError::one(name, "(syntax)", e.to_string().trim().to_owned()))?
-    } else {
-        serde_saphyr::from_str(text)
-            .map_err(|e| ConfigError::one(name, "(syntax)", e.to_string().trim().to_owned()))?
-    };
-    let value = if value.is_null() { serde_json::Value::Object(Default::default()) } else { value };
-    serde_path_to_error::deserialize::<_, FileConfig>(value).map_err(|error| {
-        let path = error.path().to_string();
-        let path = if path == "." { "(top level)".to_owned() } else { path };
-        ConfigError::one(name, path, error.into_inner().to_string())
-    })
+    let parsed = read::read(text, is_toml, name)?;
+    match parsed.file {
+        Some(file) if parsed.problems.is_empty() => Ok(file),
+        _ => Err(ConfigError { file: name.to_owned(), problems: parsed.problems }),
+    }
 }
 
 /// Known providers whose API key in the environment makes a provider.
@@ -409,63 +497,45 @@ pub fn build(
     source: Source,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Loaded, ConfigError> {
+    let parsed = read::Parsed { file: Some(file), ..read::Parsed::default() };
+    build_parsed(parsed, source, env, UnsetEnv::Error).map(|checked| checked.loaded)
+}
+
+/// [`build`] of what was read of a file: its problems so far come first, and what was taken
+/// out of it is not reported again where it is referred to.
+fn build_parsed(
+    parsed: read::Parsed,
+    source: Source,
+    env: &dyn Fn(&str) -> Option<String>,
+    unset_env: UnsetEnv,
+) -> Result<Checked, ConfigError> {
     let name = match &source {
         Source::File(path) => path.clone(),
         Source::Environment(_) => "(environment)".to_owned(),
         Source::Demo => "(embedded demo)".to_owned(),
     };
-    let mut v = Validator { problems: Vec::new(), env };
+    let Some(file) = parsed.file else {
+        return Err(ConfigError { file: name, problems: parsed.problems });
+    };
+    let mut v = Validator {
+        problems: parsed.problems,
+        warnings: Vec::new(),
+        env,
+        removed: parsed.removed,
+        unset_env,
+    };
 
     let listen_text = file.listen.clone().unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
-    let listen = v.check(
-        "listen",
-        listen_text
-            .parse::<SocketAddr>()
-            .map_err(|_| format!("`{listen_text}` is not an address: write host:port, like 127.0.0.1:4680")),
-    );
+    let listen = v.check("listen", listen_address(&listen_text));
 
-    if file.providers.is_empty() {
-        v.problem("providers", "none configured: add at least one, like `openai: { kind: openai, api_key: env://OPENAI_API_KEY }`");
-    }
-    let mut entries = Vec::new();
-    let mut summaries = Vec::new();
-    let mut paced = Vec::new();
-    for (id, provider) in &file.providers {
-        if let Some(limits) =
-            provider.limits.as_ref().and_then(|l| v.limits(&format!("providers.{id}.limits"), l))
-        {
-            paced.push((id.clone(), limits));
-        }
-        if let Some((entry, summary)) = v.provider(id, provider) {
-            entries.push(entry);
-            summaries.push(summary);
-        }
-    }
-
-    if file.routes.is_empty() {
-        v.problem("routes", "none configured: add one, like `default: { targets: [openai:gpt-4o-mini] }`");
-    }
-    let mut routes = Vec::new();
-    for (route_name, route) in &file.routes {
-        if let Some(route) = v.route(route_name, route, &file.providers) {
-            routes.push(route);
-        }
-    }
-    if let Some(default) = &file.default_route
-        && !file.routes.contains_key(default)
-    {
-        let known: Vec<&str> = file.routes.keys().map(String::as_str).collect();
-        v.problem(
-            "default_route",
-            format!("route `{default}` is not configured (routes: {})", known.join(", ")),
-        );
-    }
-
+    let Providers { entries, summaries, paced } = v.providers(&file.providers);
+    let routes = v.routes(&file);
     let health = v.health(&file.health);
     let budget = v.budget(&file.retry_budget);
     let gateway = v.gateway(&file.gateway);
     let shared_state = file.state.as_ref().and_then(|state| v.shared_state(state));
     let telemetry = v.telemetry(file.telemetry.as_ref());
+    let log = v.log(file.log.as_ref());
 
     if !v.problems.is_empty() {
         return Err(ConfigError { file: name, problems: v.problems });
@@ -480,16 +550,7 @@ pub fn build(
     }
     gateway.shared_state = shared_state;
     gateway.telemetry = telemetry;
-    gateway.responses_native = file
-        .providers
-        .iter()
-        .filter(|(_, p)| match p.kind {
-            Kind::Openai | Kind::Azure => true,
-            Kind::OpenaiCompatible => p.responses == Some(file::ResponsesMode::Native),
-            _ => false,
-        })
-        .map(|(id, _)| id.clone())
-        .collect();
+    gateway.responses_native = responses_native(&file.providers);
     gateway.anthropic_providers =
         file.providers.iter().filter(|(_, p)| p.kind == Kind::Anthropic).map(|(id, _)| id.clone()).collect();
     gateway.drills = Drills::new(summaries.iter().map(|s| (s.id.clone(), s.kind, s.simulated.clone())));
@@ -518,15 +579,90 @@ pub fn build(
             ProviderSummary { limits, ..summary }
         })
         .collect();
-    Ok(Loaded { source, listen, router, gateway, providers: summaries })
+    let loaded = Loaded { source, reason: None, listen, router, gateway, providers: summaries, log };
+    Ok(Checked { loaded, warnings: v.warnings })
+}
+
+/// The providers spoken to in the Responses API itself: OpenAI, Azure, and `openai_compatible`
+/// ones with `responses: native`.
+fn responses_native(providers: &BTreeMap<String, file::ProviderConfig>) -> Vec<String> {
+    providers
+        .iter()
+        .filter(|(_, p)| match p.kind {
+            Kind::Openai | Kind::Azure => true,
+            Kind::OpenaiCompatible => p.responses == Some(file::ResponsesMode::Native),
+            _ => false,
+        })
+        .map(|(id, _)| id.clone())
+        .collect()
 }
 
 struct Validator<'e> {
     problems: Vec<Problem>,
+    warnings: Vec<Problem>,
     env: &'e dyn Fn(&str) -> Option<String>,
+    /// Keys taken out of the file for their problems: what refers to them is not reported.
+    removed: read::Removed,
+    unset_env: UnsetEnv,
+}
+
+/// The providers of a file as the router takes them, with their summaries and pacing limits.
+struct Providers {
+    entries: Vec<ProviderEntry>,
+    summaries: Vec<ProviderSummary>,
+    paced: Vec<(String, Limits)>,
 }
 
 impl Validator<'_> {
+    fn providers(&mut self, providers: &BTreeMap<String, file::ProviderConfig>) -> Providers {
+        if providers.is_empty() && !self.removed.any_in("providers") {
+            self.problem(
+                "providers",
+                "none configured: add at least one, like `openai: { kind: openai, api_key: env://OPENAI_API_KEY }`",
+            );
+        }
+        let mut found = Providers { entries: Vec::new(), summaries: Vec::new(), paced: Vec::new() };
+        for (id, provider) in providers {
+            if let Some(limits) =
+                provider.limits.as_ref().and_then(|l| self.limits(&format!("providers.{id}.limits"), l))
+            {
+                found.paced.push((id.clone(), limits));
+            }
+            if let Some((entry, summary)) = self.provider(id, provider) {
+                found.entries.push(entry);
+                found.summaries.push(summary);
+            }
+        }
+        found
+    }
+
+    /// The file's routes, and its `default_route` checked against them.
+    fn routes(&mut self, file: &FileConfig) -> Vec<Route> {
+        if file.routes.is_empty() && !self.removed.any_in("routes") {
+            self.problem(
+                "routes",
+                "none configured: add one, like `default: { targets: [openai:gpt-4o-mini] }`",
+            );
+        }
+        let mut routes = Vec::new();
+        for (route_name, route) in &file.routes {
+            if let Some(route) = self.route(route_name, route, &file.providers) {
+                routes.push(route);
+            }
+        }
+        if let Some(default) = &file.default_route
+            && !file.routes.contains_key(default)
+            && !self.removed.entry("routes", default)
+        {
+            let known: Vec<&str> = file.routes.keys().map(String::as_str).collect();
+            self.problem(
+                "default_route",
+                format!("route `{default}` is not configured (routes: {})", known.join(", ")),
+            );
+        }
+        routes
+    }
+
     fn problem(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.problems.push(Problem { path: path.into(), message: message.into() });
     }
@@ -703,25 +839,7 @@ impl Validator<'_> {
     }
 
     fn shared_state(&mut self, config: &file::StateConfig) -> Option<Arc<RedisStore>> {
-        let url = match config.redis.strip_prefix("env://") {
-            Some("") => {
-                self.problem("state.redis", "`env://` needs a variable name, like env://REDIS_URL");
-                return None;
-            }
-            Some(var) => match (self.env)(var) {
-                Some(value) if !value.trim().is_empty() => value.trim().to_owned(),
-                _ => {
-                    self.problem(
-                        "state.redis",
-                        format!(
-                            "environment variable `{var}` is not set: export it, or write the URL itself"
-                        ),
-                    );
-                    return None;
-                }
-            },
-            None => config.redis.trim().to_owned(),
-        };
+        let (url, _) = self.resolve("state.redis", &config.redis, "URL", "REDIS_URL")?;
         if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
             self.problem(
                 "state.redis",
@@ -747,32 +865,45 @@ impl Validator<'_> {
         }
     }
 
-    /// Resolves `env://NAME` or takes a literal secret; returns it with where it came from.
+    /// Takes a literal secret or resolves `env://NAME`; returns it with where it came from.
     fn secret(&mut self, path: &str, text: &str) -> Option<(Secret, String)> {
-        match text.strip_prefix("env://") {
-            Some("") => {
-                self.problem(path, "`env://` needs a variable name, like env://OPENAI_API_KEY");
+        let (value, origin) = self.resolve(path, text, "key", "OPENAI_API_KEY")?;
+        if value.is_empty() {
+            self.problem(path, "the key is empty");
+            return None;
+        }
+        Some((Secret::new(value), origin))
+    }
+
+    /// `text` itself (trimmed), or the value of the variable an `env://NAME` names, with where
+    /// it came from (`literal` or `env://NAME`): the one place `env://` is resolved. An unset or
+    /// empty variable is a problem, or with [`UnsetEnv::Warning`] a warning, and `None`. `what`
+    /// and `example` word the fix: "write the {what} itself", "like env://{example}".
+    fn resolve(&mut self, path: &str, text: &str, what: &str, example: &str) -> Option<(String, String)> {
+        let Some(var) = text.strip_prefix("env://") else {
+            return Some((text.trim().to_owned(), "literal".to_owned()));
+        };
+        if var.is_empty() {
+            self.problem(path, format!("`env://` needs a variable name, like env://{example}"));
+            return None;
+        }
+        match (self.env)(var) {
+            Some(value) if !value.trim().is_empty() => {
+                Some((value.trim().to_owned(), format!("env://{var}")))
+            }
+            _ => {
+                let unset = Problem {
+                    path: path.to_owned(),
+                    message: format!(
+                        "environment variable `{var}` is not set: export it, or write the {what} itself"
+                    ),
+                };
+                match self.unset_env {
+                    UnsetEnv::Error => self.problems.push(unset),
+                    UnsetEnv::Warning => self.warnings.push(unset),
+                }
                 None
             }
-            Some(var) => match (self.env)(var) {
-                Some(value) if !value.trim().is_empty() => {
-                    Some((Secret::new(value.trim()), format!("env://{var}")))
-                }
-                _ => {
-                    self.problem(
-                        path,
-                        format!(
-                            "environment variable `{var}` is not set: export it, or write the key itself"
-                        ),
-                    );
-                    None
-                }
-            },
-            None if text.trim().is_empty() => {
-                self.problem(path, "the key is empty");
-                None
-            }
-            None => Some((Secret::new(text.trim()), "literal".to_owned())),
         }
     }
 
@@ -945,7 +1076,7 @@ impl Validator<'_> {
         providers: &BTreeMap<String, file::ProviderConfig>,
     ) -> Option<Target> {
         let target: Target = text.parse().ok()?;
-        if !providers.contains_key(target.provider()) {
+        if !providers.contains_key(target.provider()) && !self.removed.entry("providers", target.provider()) {
             let known: Vec<&str> = providers.keys().map(String::as_str).collect();
             self.problem(
                 path,
@@ -1156,6 +1287,18 @@ impl Validator<'_> {
             self.problem("health.open_max", "is below health.open_for: raise it");
         }
         settings
+    }
+
+    fn log(&mut self, config: Option<&file::LogConfig>) -> LogSettings {
+        let config = config.cloned().unwrap_or_default();
+        let level = config.level.and_then(|text| match LogFilter::parse(&text) {
+            Ok(filter) => Some(filter),
+            Err(problem) => {
+                self.problem("log.level", problem);
+                None
+            }
+        });
+        LogSettings { level, access: config.access.unwrap_or(true) }
     }
 
     fn budget(&mut self, config: &file::RetryBudgetConfig) -> RetryBudgetSettings {

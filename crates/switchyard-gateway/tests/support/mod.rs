@@ -96,31 +96,88 @@ pub fn serve_with_env(
     listen: &str,
     args: &[&str],
 ) -> Result<(Child, String), (i32, String)> {
-    let mut server = Command::new(BIN)
-        .envs(env.iter().copied())
-        .args(["serve", "--config", config.to_str().unwrap(), "--listen", listen])
-        .args(args)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut command = Command::new(BIN);
+    command.env_remove("RUST_LOG").envs(env.iter().copied());
+    command.args(["serve", "--config", config.to_str().unwrap(), "--listen", listen]).args(args);
+    command.env_remove("OPENAI_API_KEY").env_remove("ANTHROPIC_API_KEY");
+    start(command).map(|(server, addr, _)| (server, addr))
+}
+
+/// The variables that would give the gateway a configuration: a file, or providers' keys.
+const CONFIGURING: &[&str] = &[
+    "SWITCHYARD_CONFIG",
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "GROQ_API_KEY",
+    "MISTRAL_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "OPENROUTER_API_KEY",
+    "RUST_LOG",
+];
+
+/// Starts `switchyard serve` with `args` and no `--config`, in the working directory `dir`,
+/// with none of the variables that configure it but `env`: how it finds its configuration.
+/// The process, the loopback address to reach it at and the banner's `config:` line; or, when
+/// it refuses to start, its exit code and stderr.
+pub fn serve_in(
+    dir: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> Result<(Child, String, String), (i32, String)> {
+    let mut command = Command::new(BIN);
+    for name in CONFIGURING {
+        command.env_remove(name);
+    }
+    command.current_dir(dir).envs(env.iter().copied()).arg("serve").args(args);
+    start(command)
+}
+
+/// Runs the binary to its end in the working directory `dir`, with none of the variables that
+/// configure it but `env`; returns the exit code, stdout and stderr.
+pub fn run_in(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
+    let mut command = Command::new(BIN);
+    for name in CONFIGURING {
+        command.env_remove(name);
+    }
+    let output = command.current_dir(dir).envs(env.iter().copied()).args(args).output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Starts a gateway as `command` says, with its stdout and stderr piped: the process, the
+/// loopback address to reach it at and the banner's `config:` line, or its exit code and stderr.
+fn start(mut command: Command) -> Result<(Child, String, String), (i32, String)> {
+    let mut server = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     started(server.id());
     let mut stdout = BufReader::new(server.stdout.take().unwrap());
     let mut first = String::new();
     stdout.read_line(&mut first).unwrap();
     if first.is_empty() {
         let status = server.wait().unwrap();
+        stopped(server.id());
         let mut stderr = String::new();
         server.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
         return Err((status.code().unwrap_or(-1), stderr));
     }
+    let mut config = String::new();
+    stdout.read_line(&mut config).unwrap();
     let bound = first.trim().rsplit("http://").next().unwrap().to_owned();
     let port = bound.rsplit(':').next().unwrap();
     // Keep reading what the server prints: a closed pipe would fail its next println.
     std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    Ok((server, format!("127.0.0.1:{port}")))
+    Ok((server, format!("127.0.0.1:{port}"), config.trim().to_owned()))
+}
+
+/// A folder of this test process's own named `name`, empty.
+pub fn empty_folder(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-{}", std::process::id())).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 /// Stops a gateway by its process id and returns what it logged.

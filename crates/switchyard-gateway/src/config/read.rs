@@ -1,0 +1,374 @@
+//! Reading a file's text into the file model, with every problem of its shape at once.
+//!
+//! The text is parsed into a tree first (YAML keeps each key's line, so that a key given twice
+//! is named with its line and its key path), then deserialized into [`FileConfig`]. A key the
+//! model refuses (unknown, of the wrong type) is recorded and taken out of the tree, and the
+//! rest is deserialized again: an unknown key in `gateway` and a type error in each of two
+//! routes are three problems of one run, and the settings around them are still validated.
+
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+use serde_path_to_error::Segment;
+
+use super::file::FileConfig;
+use super::{ConfigError, Problem};
+
+/// A file's model, as much of it as could be read, and what could not.
+#[derive(Debug, Default)]
+pub(crate) struct Parsed {
+    /// The model; `None` when the file's shape is wrong beyond a key (a list at the top).
+    pub(crate) file: Option<FileConfig>,
+    /// Keys given twice, unknown keys, values of the wrong type.
+    pub(crate) problems: Vec<Problem>,
+    /// The keys taken out of the tree because of those problems.
+    pub(crate) removed: Removed,
+}
+
+/// The key paths taken out of the tree (each key's path from the top).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Removed(Vec<Vec<Step>>);
+
+impl Removed {
+    /// Whether `section` (`providers`, `routes`) or its entry `name` was taken out: then what
+    /// refers to it is not reported again as unknown.
+    pub(crate) fn entry(&self, section: &str, name: &str) -> bool {
+        self.0.iter().any(|path| match path.as_slice() {
+            [Step::Key(s)] => s == section,
+            [Step::Key(s), Step::Key(n)] => s == section && n == name,
+            _ => false,
+        })
+    }
+
+    /// Whether `section` or any of its entries was taken out: then "none configured" is not
+    /// reported.
+    pub(crate) fn any_in(&self, section: &str) -> bool {
+        self.0.iter().any(|path| match path.as_slice() {
+            [Step::Key(s)] | [Step::Key(s), Step::Key(_)] => s == section,
+            _ => false,
+        })
+    }
+}
+
+/// One step of a key path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// Reads YAML (or TOML) text. A syntax error is the only error: the parser cannot go on.
+pub(crate) fn read(text: &str, is_toml: bool, name: &str) -> Result<Parsed, ConfigError> {
+    let syntax = |message: String| ConfigError::one(name, "(syntax)", message.trim().to_owned());
+    let (value, duplicates) = if is_toml {
+        (toml::from_str::<Value>(text).map_err(|e| syntax(e.to_string()))?, Vec::new())
+    } else {
+        yaml(text).map_err(|e| syntax(e.to_string()))?
+    };
+    let value = if value.is_null() { Value::Object(Map::new()) } else { value };
+    if !value.is_object() {
+        let problem = Problem {
+            path: "(top level)".to_owned(),
+            message: "is not a mapping: a configuration is keys such as `providers:` and `routes:`"
+                .to_owned(),
+        };
+        return Ok(Parsed {
+            file: None,
+            problems: [duplicates, vec![problem]].concat(),
+            ..Parsed::default()
+        });
+    }
+    let mut parsed = shape(value);
+    let mut problems = duplicates;
+    problems.append(&mut parsed.problems);
+    parsed.problems = problems;
+    Ok(parsed)
+}
+
+/// YAML text as a JSON value, and a problem for each key given twice in one mapping (the first
+/// value is kept). The parser's own duplicate check is off: it stops at the first, and names
+/// neither the key's path nor the way to fix it.
+fn yaml(text: &str) -> Result<(Value, Vec<Problem>), serde_saphyr::Error> {
+    let mut options = serde_saphyr::Options::default();
+    options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::PassThrough;
+    let tree: Node = serde_saphyr::from_str_with_options(text, options)?;
+    let mut problems = Vec::new();
+    let value = tree.into_value(&mut Vec::new(), &mut problems);
+    Ok((value, problems))
+}
+
+/// A YAML document as parsed: mappings keep every entry, with the line of its key.
+enum Node {
+    Scalar(Value),
+    List(Vec<Node>),
+    Mapping(Vec<(String, u64, Node)>),
+}
+
+impl Node {
+    fn into_value(self, path: &mut Vec<Step>, problems: &mut Vec<Problem>) -> Value {
+        match self {
+            Node::Scalar(value) => value,
+            Node::List(items) => Value::Array(
+                items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, item)| {
+                        path.push(Step::Index(i));
+                        let value = item.into_value(path, problems);
+                        path.pop();
+                        value
+                    })
+                    .collect(),
+            ),
+            Node::Mapping(entries) => {
+                let mut map = Map::new();
+                let mut lines: Vec<(String, u64)> = Vec::new();
+                for (key, line, node) in entries {
+                    path.push(Step::Key(key.clone()));
+                    if let Some((_, first)) = lines.iter().find(|(seen, _)| *seen == key) {
+                        problems.push(Problem {
+                            path: format!("line {line}"),
+                            message: format!(
+                                "`{key}` is given twice ({}, first on line {first}): keep one",
+                                display(path)
+                            ),
+                        });
+                    } else {
+                        let value = node.into_value(path, problems);
+                        lines.push((key.clone(), line));
+                        map.insert(key, value);
+                    }
+                    path.pop();
+                }
+                Value::Object(map)
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Node, D::Error> {
+        deserializer.deserialize_any(NodeVisitor)
+    }
+}
+
+struct NodeVisitor;
+
+impl<'de> Visitor<'de> for NodeVisitor {
+    type Value = Node;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a YAML value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
+        Ok(Node::Scalar(Value::Bool(v)))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Node, E> {
+        Ok(Node::Scalar(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Node, E> {
+        Ok(Node::Scalar(v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Node, E> {
+        Ok(Node::Scalar(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Node, E> {
+        Ok(Node::Scalar(Value::String(v.to_owned())))
+    }
+
+    fn visit_unit<E>(self) -> Result<Node, E> {
+        Ok(Node::Scalar(Value::Null))
+    }
+
+    fn visit_none<E>(self) -> Result<Node, E> {
+        Ok(Node::Scalar(Value::Null))
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Node, D::Error> {
+        Node::deserialize(deserializer)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Node::List(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(key) = map.next_key::<serde_saphyr::Spanned<String>>()? {
+            let value = map.next_value()?;
+            entries.push((key.value, key.referenced.line(), value));
+        }
+        Ok(Node::Mapping(entries))
+    }
+}
+
+/// Deserializes `value` into the model, taking out each key it refuses and trying again,
+/// until it reads or nothing more can be taken out.
+fn shape(mut value: Value) -> Parsed {
+    let mut parsed = Parsed::default();
+    // Each round takes a key out of a finite tree: this bound is never reached.
+    for _ in 0..10_000 {
+        let error = match serde_path_to_error::deserialize::<_, FileConfig>(&value) {
+            Ok(file) => {
+                parsed.file = Some(file);
+                return parsed;
+            }
+            Err(error) => error,
+        };
+        let path = steps(error.path());
+        let message = error.into_inner().to_string();
+        let at = owner(&path);
+        if at.is_empty() || !remove(&mut value, at) {
+            let shown = if path.is_empty() { "(top level)".to_owned() } else { display(&path) };
+            parsed.problems.push(Problem { path: shown, message });
+            return parsed;
+        }
+        // A required key taken out in an earlier round makes its owner incomplete: that is not
+        // a problem of the file, the key's own problem is already recorded.
+        if !follows_removal(&path, &message, &parsed.removed) {
+            parsed.problems.push(Problem { path: display(&path), message });
+        }
+        parsed.removed.0.push(at.to_vec());
+    }
+    parsed
+}
+
+/// The error's path as steps, up to the first step the tracker could not follow.
+fn steps(path: &serde_path_to_error::Path) -> Vec<Step> {
+    path.iter()
+        .map_while(|segment| match segment {
+            Segment::Map { key } => Some(Step::Key(key.clone())),
+            Segment::Seq { index } => Some(Step::Index(*index)),
+            Segment::Enum { .. } | Segment::Unknown => None,
+        })
+        .collect()
+}
+
+/// The path of the key to take out for a problem at `path`: its last key (a bad item of a list
+/// takes its whole list out, so that the items after it keep their indexes in later messages).
+fn owner(path: &[Step]) -> &[Step] {
+    let last_key = path.iter().rposition(|step| matches!(step, Step::Key(_)));
+    last_key.map_or(&[], |i| &path[..=i])
+}
+
+/// Whether a problem is "missing field `X`" at a path where `X` was taken out before.
+fn follows_removal(path: &[Step], message: &str, removed: &Removed) -> bool {
+    let Some(field) = message.strip_prefix("missing field `").and_then(|rest| rest.strip_suffix('`')) else {
+        return false;
+    };
+    removed.0.iter().any(|taken| {
+        taken.len() == path.len() + 1
+            && taken.starts_with(path)
+            && taken.last() == Some(&Step::Key(field.to_owned()))
+    })
+}
+
+/// Takes the key at `path` out of `value`; false when the path does not lead to it.
+fn remove(value: &mut Value, path: &[Step]) -> bool {
+    let Some((Step::Key(last), parents)) = path.split_last() else { return false };
+    let mut at = value;
+    for step in parents {
+        let next = match step {
+            Step::Key(key) => at.get_mut(key.as_str()),
+            Step::Index(index) => at.get_mut(*index),
+        };
+        match next {
+            Some(next) => at = next,
+            None => return false,
+        }
+    }
+    at.as_object_mut().is_some_and(|map| map.shift_remove(last.as_str()).is_some())
+}
+
+/// `routes.default.targets[1]`, as serde_path_to_error writes paths.
+fn display(path: &[Step]) -> String {
+    let mut text = String::new();
+    for step in path {
+        match step {
+            Step::Key(key) => {
+                if !text.is_empty() {
+                    text.push('.');
+                }
+                text.push_str(key);
+            }
+            Step::Index(index) => text.push_str(&format!("[{index}]")),
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(text: &str) -> Vec<String> {
+        read(text, false, "t.yaml")
+            .unwrap()
+            .problems
+            .iter()
+            .map(|p| format!("{}: {}", p.path, p.message))
+            .collect()
+    }
+
+    #[test]
+    fn a_key_given_twice_is_named_with_its_line_and_path() {
+        let text = "providers:\n  p: { kind: simulated }\nroutes:\n  default: { targets: [p:m] }\n  other: { targets: [p:m] }\n  default: { targets: [p:n] }\n";
+        assert_eq!(
+            problems(text),
+            ["line 6: `default` is given twice (routes.default, first on line 4): keep one"]
+        );
+    }
+
+    #[test]
+    fn keys_given_twice_in_lists_and_flow_mappings_are_all_found() {
+        let text = "routes:\n  r:\n    targets: [p:m]\n    candidates: [{ name: a, text: x, text: y }]\n    targets: [p:n]\n";
+        assert_eq!(
+            problems(text),
+            [
+                "line 4: `text` is given twice (routes.r.candidates[0].text, first on line 4): keep one",
+                "line 5: `targets` is given twice (routes.r.targets, first on line 3): keep one",
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_keys_in_different_sections_are_all_reported() {
+        let text = "providers:\n  p: { kind: simulated, colour: red }\nroutes:\n  default: { targets: [p:m], retries: 2 }\ngateway: { key: x }\n";
+        let found = problems(text);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[0].starts_with("providers.p.colour: unknown field `colour`"), "{found:?}");
+        assert!(found[1].starts_with("routes.default.retries: unknown field `retries`"), "{found:?}");
+        assert!(found[2].starts_with("gateway.key: unknown field `key`"), "{found:?}");
+    }
+
+    #[test]
+    fn a_required_key_taken_out_is_not_reported_again_as_missing() {
+        let parsed = read("providers:\n  p: { kind: ollama }\n", false, "t.yaml").unwrap();
+        assert_eq!(parsed.problems.len(), 1, "{:?}", parsed.problems);
+        assert_eq!(parsed.problems[0].path, "providers.p.kind");
+        assert!(parsed.removed.entry("providers", "p"), "the provider itself is out: {:?}", parsed.removed);
+        assert!(parsed.file.is_some_and(|file| file.providers.is_empty()));
+    }
+
+    #[test]
+    fn a_missing_required_key_is_reported() {
+        let found = problems("providers:\n  p: { base_url: http://x }\n");
+        assert_eq!(found, ["providers.p: missing field `kind`"]);
+    }
+
+    #[test]
+    fn a_document_that_is_not_a_mapping_is_one_problem_at_the_top() {
+        let parsed = read("- a\n- b\n", false, "t.yaml").unwrap();
+        assert!(parsed.file.is_none());
+        assert_eq!(parsed.problems.len(), 1);
+        assert_eq!(parsed.problems[0].path, "(top level)");
+    }
+}
