@@ -38,6 +38,7 @@ impl Serialize for RequestRecord {
         map.serialize_entry("endpoint", self.endpoint)?;
         map.serialize_entry("route", &*self.route)?;
         map.serialize_entry("served_by", &self.served_by.as_ref().map(ToString::to_string))?;
+        map.serialize_entry("fallback", &self.fell_back())?;
         map.serialize_entry("status", &self.status)?;
         map.serialize_entry("duration_ms", &ms(self.duration))?;
         map.serialize_entry("queued_ms", &ms(self.queued))?;
@@ -48,7 +49,8 @@ impl Serialize for RequestRecord {
 }
 
 impl RequestRecord {
-    /// Whether another target than the first one called served the request.
+    /// Whether the request fell back: served by anything but its chain's first target
+    /// ([`Trail::fell_back_to`], the one definition).
     pub fn fell_back(&self) -> bool {
         self.trail.fell_back_to(self.served_by.as_ref())
     }
