@@ -83,6 +83,11 @@ pub enum ConfigError {
 pub struct RequestOptions {
     /// Try only the first target (with its retries); no fallback, no candidates.
     pub no_fallback: bool,
+    /// One call of the first target and nothing more: no retry, no other key, no fallback,
+    /// no hedge, no special chain, no candidate. Its outcome is the request's, as it is (a
+    /// failure comes back as [`RouteError::Upstream`]). What `switchyard doctor --ping`
+    /// sends: one call per target tells whether that target answers.
+    pub single_call: bool,
     /// Overrides the route's request deadline.
     pub deadline: Option<Duration>,
     /// Headers of the client's request to pass on to the provider (see
@@ -681,6 +686,7 @@ impl StreamSettler {
             can_rotate: false,
             chain: policy::Chain::General,
             no_fallback: false,
+            single_call: false,
             deadline: None,
             now: tokio::time::Instant::now(),
             cut_by_deadline: false,
