@@ -615,9 +615,23 @@ fn events_follows_a_gateway_restarted_on_the_same_port() {
         .unwrap_or_else(|| panic!("{answer}"));
     let seen = lines_until(&lines, Duration::from_secs(10), |l| l.contains(&id));
     let still_running = events.try_wait().unwrap().is_none();
-    events.kill().unwrap();
-    events.wait().unwrap();
+    // Ctrl-C ends it, as a success.
+    let interrupted = Command::new("kill").args(["-INT", &events.id().to_string()]).status().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ended = loop {
+        if let Some(status) = events.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            events.kill().unwrap();
+            events.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     stop(server);
+    assert!(interrupted.success());
+    assert!(ended.is_some_and(|status| status.success()), "Ctrl-C ends it: {ended:?}");
     assert!(still_running, "the same process follows the new gateway");
     assert_eq!(dropped.len(), 1, "one line when the stream drops: {dropped:?}");
     assert!(seen.last().unwrap().contains(" request_finished "), "{seen:?}");
