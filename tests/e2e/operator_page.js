@@ -1,22 +1,100 @@
 // The operator page in a real browser: Debian's Chromium, headless, driven by playwright-core.
-// Run by test_operator_page.py against `switchyard serve` on the embedded demo, with
-// GATEWAY (its URL), ADMIN_KEY and SCREENSHOT (where to write the picture) in the environment.
+// Run by test_operator_page.py against `switchyard serve`, with GATEWAY (its URL), ADMIN_KEY,
+// GATEWAY_KEY (when clients need one) and SCREENSHOT (where to write the picture) in the
+// environment. SCENARIO picks what is checked: `drill` (the default, on the embedded demo: a
+// fault drill followed live) or `details` (on details_config() of test_operator_page.py: the
+// events panel's first events, a broken stream, sub-millisecond latencies, a request by id).
 // Exits non-zero, naming the step, when the page does not do what an operator needs.
 const { chromium } = require('playwright-core');
 
 const gateway = process.env.GATEWAY;
 const adminKey = process.env.ADMIN_KEY;
+const gatewayKey = process.env.GATEWAY_KEY;
 const STEP_MS = 15000;
 
 async function post(path, body, key) {
   const headers = { 'content-type': 'application/json' };
   if (key) headers.authorization = `Bearer ${key}`;
   const response = await fetch(gateway + path, { method: 'POST', headers, body: JSON.stringify(body) });
-  return { status: response.status, body: await response.json() };
+  const text = await response.text();
+  let json = text;
+  try { json = JSON.parse(text); } catch { /* a stream, or an error page */ }
+  return { status: response.status, body: json, id: response.headers.get('x-request-id') };
 }
 
-function chat(model) {
-  return post('/v1/chat/completions', { model, messages: [{ role: 'user', content: 'hello' }] });
+function chat(model, extra) {
+  return post('/v1/chat/completions', Object.assign({ model, messages: [{ role: 'user', content: 'hello' }] }, extra || {}), gatewayKey);
+}
+
+async function get(path) {
+  const response = await fetch(gateway + path, { headers: { authorization: `Bearer ${adminKey}` } });
+  return response.json();
+}
+
+async function logIn(page) {
+  await page.locator('#login').waitFor({ state: 'visible' });
+  await page.fill('#key', adminKey);
+  await page.click('#login button[type=submit]');
+  await page.locator('#login').waitFor({ state: 'hidden' });
+}
+
+// The details an operator's first hour needs, each a step.
+async function details(page, report) {
+  // Before the page opens: a failure and its fallback, a stream that breaks after its 200,
+  // and quick requests.
+  const fellBack = await chat('default');
+  if (fellBack.status !== 200) throw new Error(`the fallback answered ${fellBack.status}`);
+  const broken = await chat('broken', { stream: true });
+  report.broken_status = broken.status;
+  for (let i = 0; i < 10; i++) { await chat('steady:m'); await chat('no-such-model'); }
+
+  await page.goto(gateway + '/admin/');
+  await step('the page asks for the admin key', () => logIn(page));
+  await step('the event stream is live', () => page.locator('#live', { hasText: 'live' }).waitFor());
+  await step('the events panel opens with what happened before the page', () =>
+    page.locator('#events li[data-event="attempt_failed"]').first().waitFor());
+  report.first_events = await page.locator('#events li').evaluateAll((items) => items.map((i) => i.dataset.event));
+
+  await step('a broken stream shows as broken, not as a plain 200', async () => {
+    const row = page.locator(`#requests tr[data-request="${broken.id}"]`);
+    await row.waitFor();
+    report.broken_row = { broken: await row.getAttribute('data-broken'), status: (await row.locator('td.status-code').innerText()).trim() };
+  });
+  await step('the fallback carries its marker', () =>
+    page.locator(`#requests tr[data-request="${fellBack.id}"][data-fallback="true"] .fallback`).waitFor());
+
+  await step('a sub-millisecond latency is not shown as 0', async () => {
+    const { requests } = await get('/admin/requests?limit=100');
+    const quick = requests.filter((r) => r.duration_ms < 1);
+    if (quick.length === 0) throw new Error('no request took under a millisecond: ' + requests.map((r) => r.duration_ms).join(', '));
+    report.quick = [];
+    for (const r of quick) {
+      const cell = page.locator(`#requests tr[data-request="${r.request_id}"] td.latency`);
+      report.quick.push({ ms: r.duration_ms, text: (await cell.innerText()).trim() });
+    }
+  });
+
+  await step('a request id in the address opens its trail, at load too', async () => {
+    await page.goto(gateway + '/admin/#' + broken.id);
+    await page.locator('#trail-panel').waitFor({ state: 'visible' });
+    await page.locator('#trail-id', { hasText: broken.id }).waitFor();
+    await page.reload();
+    await page.locator('#trail-panel').waitFor({ state: 'visible' });
+    await page.locator('#trail-id', { hasText: broken.id }).waitFor();
+    await page.locator('#trail tbody tr').first().waitFor();
+    report.broken_summary = await page.locator('#trail-summary').innerText();
+  });
+  await step('the search box opens a request by id and links it', async () => {
+    await page.fill('#find-id', fellBack.id);
+    await page.click('#find button[type=submit]');
+    await page.locator('#trail-id', { hasText: fellBack.id }).waitFor();
+    await page.locator('#trail-summary', { hasText: 'after a fallback' }).waitFor();
+    report.hash = await page.evaluate(() => location.hash);
+    await page.fill('#find-id', 'req_nowhere');
+    await page.click('#find button[type=submit]');
+    await page.locator('#trail-summary', { hasText: 'no recent request' }).waitFor();
+  });
+  await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true });
 }
 
 async function step(name, action) {
@@ -41,6 +119,12 @@ async function step(name, action) {
     page.on('dialog', (dialog) => { dialogs.push(dialog.message()); dialog.accept(); });
     const failures = [];
     page.on('pageerror', (error) => failures.push(String(error)));
+    if (process.env.SCENARIO === 'details') {
+      await details(page, report);
+      report.page_errors = failures;
+      console.log(JSON.stringify(report));
+      return;
+    }
 
     await page.goto(gateway + '/admin/');
     await step('the page asks for the admin key', async () => {

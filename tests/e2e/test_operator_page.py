@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import ADMIN_KEY, BIN, _http, _read_listening
+from conftest import ADMIN_KEY, BIN, GATEWAY_KEY, _http, _read_listening
 from test_node_openai_sdk import NODE_MODULES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -73,6 +73,54 @@ def test_the_operator_page_follows_a_fault_drill_live(demo):
     _, health, _ = _http("GET", demo + "/admin/health", None, {"authorization": f"Bearer {ADMIN_KEY}"})
     steady = next((t for t in health["targets"] if t["target"] == "steady:solid-model"), None)
     assert steady is None or steady["breaker"] == "closed", steady
+
+
+def run_page(url, scenario, screenshot_name):
+    """operator_page.js in SCENARIO against the gateway at `url`: its report."""
+    if not os.path.exists("/usr/bin/chromium"):
+        pytest.fail("the Debian package chromium is not installed (scripts/test installs it)")
+    if not os.path.isdir(os.path.join(NODE_MODULES, "playwright-core")):
+        pytest.fail(f"the npm package playwright-core is not installed in {NODE_MODULES} (scripts/e2e installs it)")
+    screenshot = os.path.abspath(os.path.join(TARGET_DIR, screenshot_name))
+    result = subprocess.run(
+        ["node", os.path.join(HERE, "operator_page.js")],
+        env={**os.environ, "NODE_PATH": os.path.abspath(NODE_MODULES), "GATEWAY": url, "ADMIN_KEY": ADMIN_KEY,
+             "GATEWAY_KEY": GATEWAY_KEY, "SCREENSHOT": screenshot, "SCENARIO": scenario},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def details_config(mock):
+    """A failing target before a quick one, a stream the mock cuts after two chunks."""
+    return f"""
+providers:
+  down: {{ kind: simulated, error_rates: {{ unavailable: 1.0 }} }}
+  steady: {{ kind: simulated }}
+  cut: {{ kind: openai_compatible, base_url: "{mock.base('cut=2')}/v1" }}
+routes:
+  default: {{ targets: [down:m, steady:m], retry: {{ max_attempts: 1 }} }}
+  broken: {{ targets: [cut:m] }}
+gateway: {{ keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }}
+"""
+
+
+def test_the_operator_page_shows_what_the_first_hour_needs(mock, gateway):
+    url = gateway(details_config(mock)).url
+    report = run_page(url, "details", "operator-page-details.png")
+    assert report["broken_status"] == 200, report
+    # The events the gateway kept from before the page opened fill its panel.
+    assert "attempt_failed" in report["first_events"], report["first_events"]
+    assert report["broken_row"]["broken"] == "transport", report["broken_row"]
+    assert report["broken_row"]["status"] == "200 broken", report["broken_row"]
+    assert "the stream broke after its first content: transport" in report["broken_summary"], report
+    for quick in report["quick"]:
+        assert quick["text"] == f"{quick['ms']:.1f} ms" and quick["text"] != "0.0 ms", quick
+    assert report["hash"].startswith("#req_"), report["hash"]
+    assert report["page_errors"] == []
 
 
 def test_the_page_and_the_history_need_the_admin_key(demo):

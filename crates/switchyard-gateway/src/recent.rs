@@ -38,6 +38,7 @@ impl Serialize for RequestRecord {
         map.serialize_entry("endpoint", self.endpoint)?;
         map.serialize_entry("route", &*self.route)?;
         map.serialize_entry("served_by", &self.served_by.as_ref().map(ToString::to_string))?;
+        map.serialize_entry("fallback", &self.fell_back())?;
         map.serialize_entry("status", &self.status)?;
         map.serialize_entry("duration_ms", &ms(self.duration))?;
         map.serialize_entry("queued_ms", &ms(self.queued))?;
@@ -48,9 +49,16 @@ impl Serialize for RequestRecord {
 }
 
 impl RequestRecord {
-    /// Whether another target than the first one called served the request.
+    /// Whether the request fell back: served by anything but its chain's first target
+    /// ([`Trail::fell_back_to`], the one definition).
     pub fn fell_back(&self) -> bool {
         self.trail.fell_back_to(self.served_by.as_ref())
+    }
+
+    /// For a stream that broke after its first content reached the client (its status is
+    /// the 200 already sent): the kind of the failure.
+    pub fn stream_error(&self) -> Option<switchyard::ErrorKind> {
+        self.trail.attempts().iter().find(|a| a.mid_stream).and_then(|a| a.error_kind())
     }
 
     /// The request as a line of the history: no trail, only how many attempts it took.
@@ -59,8 +67,9 @@ impl RequestRecord {
     }
 }
 
-/// A request's line in `GET /admin/requests`: id, time, route, target, attempts, status and
-/// latency.
+/// A request's line in `GET /admin/requests`: id, time, route, target, attempts, whether it
+/// fell back, status (and `stream_error`, the kind of failure that broke a stream after its
+/// 200), failed targets and latency.
 pub struct Summary<'a>(&'a RequestRecord);
 
 impl Serialize for Summary<'_> {
@@ -75,6 +84,7 @@ impl Serialize for Summary<'_> {
         map.serialize_entry("route", &*record.route)?;
         map.serialize_entry("served_by", &record.served_by.as_ref().map(ToString::to_string))?;
         map.serialize_entry("status", &record.status)?;
+        map.serialize_entry("stream_error", &record.stream_error())?;
         map.serialize_entry("attempts", &record.trail.len())?;
         map.serialize_entry("fallback", &record.fell_back())?;
         let failed: Vec<String> = record

@@ -656,3 +656,351 @@ fn version_names_the_commit_and_the_build_date() {
         "a YYYY-MM-DD date: {out:?}"
     );
 }
+
+/// Runs the binary to its end with no admin key in its environment; exit code, stdout, stderr.
+fn run_keyless(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(support::BIN)
+        .args(args)
+        .env_remove("SWITCHYARD_ADMIN_KEY")
+        .env_remove("SWITCHYARD_KEY")
+        .output()
+        .unwrap();
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status.code().unwrap_or(-1), text(&output.stdout), text(&output.stderr))
+}
+
+/// Sends `request` (a whole HTTP/1.1 request with `connection: close`) to `addr`; the answer.
+fn exchange(addr: &str, request: &str) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+#[test]
+fn health_lists_every_target_and_key_as_unknown_before_any_request_and_after_a_reset() {
+    let config = write_config(
+        "first-hour.yaml",
+        r#"
+providers:
+  keyed: { kind: openai_compatible, base_url: "http://127.0.0.1:9/v1", api_keys: [sk-first-key-000001, sk-second-key-000002] }
+  sim: { kind: simulated }
+routes:
+  default: { targets: [sim:m, keyed:m] }
+  cheap: { targets: [keyed:small, sim:m] }
+"#,
+    );
+    let (server, addr) = serve(&config, &[]);
+    // No scheme: the address as `serve` prints it.
+    let (code, before, err) = run_keyless(&["health", "--url", &addr]);
+    assert!(post_chat(&addr).starts_with("HTTP/1.1 200"));
+    let reset =
+        "POST /admin/health/reset HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+    assert!(exchange(&addr, reset).starts_with("HTTP/1.1 200"));
+    let (_, after, _) = run_keyless(&["health", "--url", &addr]);
+    stop(server);
+    assert_eq!(code, 0, "{err}");
+    for out in [&before, &after] {
+        for target in ["keyed:m", "keyed:small", "sim:m"] {
+            let line = out.lines().find(|l| l.starts_with(target)).unwrap_or_default();
+            assert!(line.contains(" unknown "), "{target}: {out}");
+        }
+        let keys: Vec<&str> = out.lines().filter(|l| l.contains(" keyed ") && l.contains("****")).collect();
+        assert_eq!(keys.len(), 2, "both keys of keyed: {out}");
+        assert!(keys.iter().all(|l| l.contains(" unknown ")), "{out}");
+        assert!(!out.contains("sk-first") && !out.contains("sk-second"), "{out}");
+    }
+}
+
+#[test]
+fn health_and_events_refused_for_the_admin_key_say_how_to_pass_it() {
+    let config = write_config(
+        "admin-keyed.yaml",
+        "providers: { sim: { kind: simulated } }\nroutes: { default: { targets: [sim:m] } }\ngateway: { admin_key: admin-key-987654321 }\n",
+    );
+    let (server, addr) = serve(&config, &[]);
+    let health = run_keyless(&["health", "--url", &addr]);
+    let events = run_keyless(&["events", "--url", &addr]);
+    let (code, out, _) = run_keyless(&["health", "--url", &addr, "--key", "admin-key-987654321"]);
+    stop(server);
+    for (code, _, err) in [health, events] {
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains("401") && err.contains("--key") && err.contains("SWITCHYARD_ADMIN_KEY"),
+            "{err}"
+        );
+    }
+    assert_eq!(code, 0);
+    assert!(out.lines().any(|l| l.starts_with("sim:m")), "{out}");
+}
+
+/// Reads `reader`'s lines on a thread of its own, into a channel.
+fn lines_of(reader: impl Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (sender, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(reader).lines() {
+            let Ok(line) = line else { return };
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    lines
+}
+
+/// Lines from `lines` until one satisfies `done`, each waited for at most `wait`; panics
+/// naming what it saw when none does in time.
+fn lines_until(
+    lines: &std::sync::mpsc::Receiver<String>,
+    wait: Duration,
+    done: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let mut seen = Vec::new();
+    loop {
+        match lines.recv_timeout(wait) {
+            Ok(line) => {
+                let stop = done(&line);
+                seen.push(line);
+                if stop {
+                    return seen;
+                }
+            }
+            Err(_) => panic!("the expected line did not come within {wait:?}; saw {seen:#?}"),
+        }
+    }
+}
+
+/// `switchyard events --url ADDR`, its stdout and stderr as line channels.
+fn follow_events(
+    addr: &str,
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>, std::sync::mpsc::Receiver<String>) {
+    let mut child = Command::new(support::BIN)
+        .args(["events", "--url", addr])
+        .env_remove("SWITCHYARD_ADMIN_KEY")
+        .env_remove("SWITCHYARD_KEY")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = lines_of(child.stdout.take().unwrap());
+    let err = lines_of(child.stderr.take().unwrap());
+    (child, out, err)
+}
+
+/// Sends chats to `addr` until `events` prints a `request_finished` line (it may connect after
+/// the first ones); the lines it printed.
+fn until_a_request_is_seen(addr: &str, events: &std::sync::mpsc::Receiver<String>) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        assert!(post_chat(addr).starts_with("HTTP/1.1 200"));
+        while let Ok(line) = events.recv_timeout(Duration::from_millis(300)) {
+            let finished = line.split_whitespace().nth(1) == Some("request_finished");
+            seen.push(line);
+            if finished {
+                return seen;
+            }
+        }
+    }
+    panic!("no request_finished line in 20 s: {seen:#?}");
+}
+
+#[test]
+fn events_prints_in_order_one_line_per_health_change_with_rounded_numbers() {
+    let config = write_config(
+        "events-order.yaml",
+        r#"
+providers:
+  down: { kind: simulated, error_rates: { unavailable: 1.0 } }
+  up: { kind: simulated }
+routes:
+  default: { targets: [down:m, up:m], retry: { max_attempts: 3, backoff_base: 1ms, backoff_max: 1ms }, health_gate: false }
+health: { failure_threshold: 100 }
+"#,
+    );
+    let (server, addr) = serve(&config, &[]);
+    let (mut events, lines, _) = follow_events(&addr);
+    let seen = until_a_request_is_seen(&addr, &lines);
+    events.kill().unwrap();
+    events.wait().unwrap();
+    stop(server);
+
+    let names: Vec<&str> = seen.iter().filter_map(|l| l.split_whitespace().nth(1)).collect();
+    let finished = names.iter().rposition(|n| *n == "request_finished").unwrap();
+    let last = &seen[finished];
+    assert!(last.contains("attempts=4") && last.contains("fallback=true"), "{last}");
+    // The request that printed this line is the one whose events precede it (the earlier
+    // ones may have gone unseen while it connected): three failures of down:m, then up:m.
+    let failures = names[..finished].iter().filter(|n| **n == "attempt_failed").count();
+    assert!(failures >= 3, "its failures came before its end: {seen:#?}");
+    let down_changes =
+        seen.iter().filter(|l| l.contains(" health_changed ") && l.contains("target=down:m")).count();
+    assert!(down_changes <= 1, "three failures of down:m: at most one health line for it: {seen:#?}");
+    let times: Vec<&str> = seen.iter().filter_map(|l| l.split_whitespace().next()).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "stamped in order: {seen:#?}");
+    let duration = last.split(" duration=").nth(1).unwrap_or_default();
+    let (number, unit) = duration.split_once(' ').unwrap_or_default();
+    assert!(unit.starts_with("ms") || unit.starts_with('s'), "a unit: {last}");
+    assert!(number.split('.').nth(1).is_none_or(|decimals| decimals.len() == 1), "rounded: {last}");
+}
+
+#[test]
+fn events_follows_a_gateway_restarted_on_the_same_port() {
+    let config = write_config(
+        "events-restart.yaml",
+        "providers: { sim: { kind: simulated } }\nroutes: { default: { targets: [sim:m] } }\n",
+    );
+    let (server, addr) = serve(&config, &[]);
+    let (mut events, lines, problems) = follow_events(&format!("http://{addr}"));
+    until_a_request_is_seen(&addr, &lines);
+
+    stop(server);
+    let dropped = lines_until(&problems, Duration::from_secs(10), |l| l.contains("dropped"));
+    let (server, again) = serve_at(&config, &addr, &[]).expect("the port is free again");
+    assert_eq!(again, addr);
+    lines_until(&problems, Duration::from_secs(15), |l| l.contains("is back"));
+    let answer = post_chat(&addr);
+    let id = answer
+        .lines()
+        .find_map(|l| l.strip_prefix("x-request-id: "))
+        .map(|id| id.trim().to_owned())
+        .unwrap_or_else(|| panic!("{answer}"));
+    let seen = lines_until(&lines, Duration::from_secs(10), |l| l.contains(&id));
+    let still_running = events.try_wait().unwrap().is_none();
+    // Ctrl-C ends it, as a success.
+    let interrupted = Command::new("kill").args(["-INT", &events.id().to_string()]).status().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ended = loop {
+        if let Some(status) = events.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            events.kill().unwrap();
+            events.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    stop(server);
+    assert!(interrupted.success());
+    assert!(ended.is_some_and(|status| status.success()), "Ctrl-C ends it: {ended:?}");
+    assert!(still_running, "the same process follows the new gateway");
+    assert_eq!(dropped.len(), 1, "one line when the stream drops: {dropped:?}");
+    assert!(seen.last().unwrap().contains(" request_finished "), "{seen:?}");
+}
+
+/// A loopback upstream speaking OpenAI's chat API that answers 500 to its first call and a
+/// completion after; its address and a count of the calls it took.
+fn fails_once_upstream() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let calls = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let mut reader = BufReader::new(stream);
+            let head = read_head(&mut reader);
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase().strip_prefix("content-length: ").map(|n| n.trim().to_owned())
+                })
+                .and_then(|n| n.parse::<usize>().ok())
+                .unwrap_or(0);
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            let (status, json) = if n == 0 {
+                (
+                    "500 Internal Server Error",
+                    r#"{"error":{"message":"boom","type":"server_error"}}"#.to_owned(),
+                )
+            } else {
+                ("200 OK", r#"{"id":"c","object":"chat.completion","created":0,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"pong"},"finish_reason":"stop"}]}"#.to_owned())
+            };
+            let mut stream = reader.into_inner();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{json}",
+                json.len()
+            );
+        }
+    });
+    (addr, calls)
+}
+
+#[test]
+fn doctor_ping_makes_one_call_per_target_and_reports_what_that_call_did() {
+    let (upstream, calls) = fails_once_upstream();
+    let config = write_config(
+        "ping-once.yaml",
+        &format!(
+            r#"
+providers:
+  flaky: {{ kind: openai_compatible, base_url: "http://{upstream}/v1", api_keys: [sk-first-key-000001, sk-second-key-000002] }}
+routes:
+  default: {{ targets: [flaky:m], retry: {{ max_attempts: 3, backoff_base: 1ms }} }}
+"#
+        ),
+    );
+    let (code, out, _) = run(&["doctor", "--config", config.to_str().unwrap(), "--ping"]);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1, "one call, no retry, no other key: {out}");
+    assert_eq!(code, 1, "{out}");
+    let line = out.lines().find(|l| l.trim_start().starts_with("flaky:m")).unwrap_or_default();
+    assert!(line.contains("unavailable (HTTP 500): "), "{out}");
+    assert!(out.contains("0 of 1 target answered"), "{out}");
+}
+
+#[test]
+fn doctor_prints_the_health_settings_and_the_retry_budget() {
+    let config = write_config(
+        "doctor-health.yaml",
+        r#"
+providers: { p: { kind: simulated } }
+routes:
+  default: { targets: [p:m], health_ttl: 30s }
+  loose: { targets: [p:m], health_gate: false }
+health: { failure_threshold: 5, open_for: 1m, cooldown_on_rate_limit: 250ms }
+retry_budget: { ratio: 0.5, min_retries: 3 }
+"#,
+    );
+    let (code, out, err) = run(&["doctor", "--config", config.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("health: failure_threshold 5, open_for 1m, open_max 5m, half_open_probes 1, cooldown_on_rate_limit 250ms, cooldown_on_error off"),
+        "{out}"
+    );
+    assert!(out.contains("  route default: health_gate on, health_ttl 30s"), "{out}");
+    assert!(out.contains("  route loose: health_gate off"), "{out}");
+    assert!(out.contains("  retry_budget: ratio 0.5, min_retries 3, window 10s"), "{out}");
+    assert!(out.contains("gateway: 0 client keys,"), "{out}");
+}
+
+#[test]
+fn chat_counts_attempts_in_words_and_rounds_durations() {
+    let config = write_config(
+        "chat-words.yaml",
+        r#"
+providers:
+  down: { kind: simulated, error_rates: { unavailable: 1.0 } }
+  up: { kind: simulated, reply: "hello from up" }
+routes:
+  default: { targets: [down:m, up:m], retry: { max_attempts: 1 } }
+"#,
+    );
+    let (code, out, _) = run(&["chat", "--config", config.to_str().unwrap(), "hi"]);
+    assert_eq!(code, 0, "{out}");
+    let served = out.lines().find(|l| l.starts_with("served by")).unwrap_or_default();
+    assert!(served.starts_with("served by up:m after 2 attempts (a fallback) in "), "{out}");
+    let (code, out, _) = run(&["chat", "--config", config.to_str().unwrap(), "--target", "up:m", "hi"]);
+    assert_eq!(code, 0);
+    let served = out.lines().find(|l| l.starts_with("served by")).unwrap_or_default();
+    assert!(served.starts_with("served by up:m after 1 attempt in "), "{out}");
+    let took = served.rsplit(" in ").next().unwrap_or_default();
+    let (number, unit) = took.split_once(' ').unwrap_or_default();
+    assert!(["ms", "s", "min"].contains(&unit), "a unit: {served}");
+    assert!(number.split('.').nth(1).is_none_or(|d| d.len() == 1), "rounded: {served}");
+}

@@ -284,3 +284,226 @@ async fn the_operator_page_is_one_self_contained_document() {
     assert_eq!(redirect.status(), 308);
     assert_eq!(redirect.headers()["location"], "/admin/");
 }
+
+impl Gateway {
+    /// A gateway of `yaml` (which may name `env://GW_KEY` and `env://ADMIN_KEY`), in process.
+    async fn of(yaml: &str) -> Self {
+        let env = |name: &str| match name {
+            "GW_KEY" => Some(GATEWAY_KEY.to_owned()),
+            "ADMIN_KEY" => Some(ADMIN_KEY.to_owned()),
+            _ => None,
+        };
+        let file = config::parse(yaml, false, "test.yaml").unwrap();
+        let loaded = config::build(file, config::Source::File("test.yaml".into()), &env).unwrap();
+        let state = AppState::new(loaded.router, loaded.gateway);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let served = state.clone();
+        tokio::spawn(async move { axum::serve(listener, app(served)).await.unwrap() });
+        Self { addr, state, client: reqwest::Client::new() }
+    }
+
+    async fn events(&self, query: &str) -> reqwest::Response {
+        let url = self.url(&format!("/admin/events{query}"));
+        self.client.get(url).bearer_auth(ADMIN_KEY).send().await.unwrap()
+    }
+}
+
+/// Two routes over three targets; the provider `keyed` has two keys (nothing listens at its
+/// address: no test calls it).
+const TWO_ROUTES: &str = r#"
+providers:
+  keyed: { kind: openai_compatible, base_url: "http://127.0.0.1:9/v1", api_keys: [sk-first-key-000001, sk-second-key-000002] }
+  sim: { kind: simulated }
+routes:
+  default: { targets: [sim:m, keyed:m] }
+  cheap: { targets: [keyed:small, sim:m] }
+gateway:
+  keys: [env://GW_KEY]
+  admin_key: env://ADMIN_KEY
+"#;
+
+/// Names, each with its status.
+type Statuses = Vec<(String, String)>;
+
+/// Targets and credentials of `/admin/health`, each with its status.
+fn statuses(health: &Value) -> (Statuses, Statuses) {
+    let of = |list: &Value, key: &str| -> Statuses {
+        let entries = list.as_array().unwrap().iter();
+        entries
+            .map(|e| (e[key].as_str().unwrap().to_owned(), e["status"].as_str().unwrap().to_owned()))
+            .collect()
+    };
+    (of(&health["targets"], "target"), of(&health["credentials"], "credential_id"))
+}
+
+#[tokio::test]
+async fn the_health_view_lists_every_target_and_key_as_unknown_before_any_request_and_after_a_reset() {
+    let gateway = Gateway::of(TWO_ROUTES).await;
+    let (_, health) = gateway.get("/admin/health").await;
+    let keyed = health["providers"].as_array().unwrap().iter().find(|p| p["id"] == "keyed").unwrap();
+    let keys: Vec<&str> = keyed["credentials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["credential_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys.len(), 2);
+    let unknown = |name: &str| (name.to_owned(), "unknown".to_owned());
+    let (targets, credentials) = statuses(&health);
+    assert_eq!(targets, [unknown("keyed:m"), unknown("keyed:small"), unknown("sim:m")], "before any request");
+    for key in &keys {
+        assert!(credentials.contains(&unknown(key)), "{key} in {credentials:?}");
+    }
+    assert!(credentials.iter().all(|(_, status)| status == "unknown"), "{credentials:?}");
+
+    assert_eq!(gateway.chat().await.headers()["x-switchyard-target"], "sim:m");
+    let (targets, _) = statuses(&gateway.get("/admin/health").await.1);
+    assert!(targets.contains(&("sim:m".to_owned(), "available".to_owned())), "{targets:?}");
+
+    let reset =
+        gateway.client.post(gateway.url("/admin/health/reset")).bearer_auth(ADMIN_KEY).send().await.unwrap();
+    assert_eq!(reset.status(), 200);
+    let (targets, credentials) = statuses(&gateway.get("/admin/health").await.1);
+    assert_eq!(targets, [unknown("keyed:m"), unknown("keyed:small"), unknown("sim:m")], "after a reset");
+    for key in &keys {
+        assert!(credentials.contains(&unknown(key)), "{key} in {credentials:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_gated_skip_then_an_answer_from_the_second_target_is_a_fallback() {
+    let gateway = Gateway::of(
+        r#"
+providers:
+  primary: { kind: simulated, error_rates: { unavailable: 1.0 } }
+  backup: { kind: simulated }
+routes:
+  default: { targets: [primary:m, backup:m], retry: { max_attempts: 1 }, health_gate: true, health_ttl: 1h }
+gateway:
+  keys: [env://GW_KEY]
+  admin_key: env://ADMIN_KEY
+"#,
+    )
+    .await;
+    assert_eq!(gateway.chat().await.headers()["x-switchyard-target"], "backup:m", "after a failure");
+    let gated = gateway.chat().await;
+    assert_eq!(gated.headers()["x-switchyard-target"], "backup:m");
+    let id = gated.headers()["x-request-id"].to_str().unwrap().to_owned();
+
+    let (_, record) = gateway.get(&format!("/admin/requests/{id}")).await;
+    assert_eq!(record["attempts"][0]["outcome"], "skipped_unhealthy", "{record}");
+    assert_eq!(record["fallback"], true, "the trail says so: {record}");
+    let (_, listed) = gateway.get("/admin/requests?limit=1").await;
+    let newest = &listed["requests"][0];
+    assert_eq!((&newest["request_id"], &newest["fallback"]), (&json!(id), &json!(true)));
+    assert_eq!(newest["stream_error"], Value::Null, "not a broken stream");
+    let metrics = gateway.client.get(gateway.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(
+        metrics.contains("switchyard_fallbacks_total{route=\"default\"} 2\n"),
+        "both requests fell back: {metrics}"
+    );
+}
+
+// Two threads: the stream's task runs beside the requests', as in the gateway, so that it can
+// read between a request's events and its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_sends_each_finished_request_after_the_events_it_caused() {
+    let gateway = Gateway::start().await;
+    let mut stream = gateway.events("").await;
+    gateway.drill("primary", r#"{"error_rates": {"unavailable": 1.0}}"#, ADMIN_KEY).await;
+    const REQUESTS: usize = 100;
+    for _ in 0..REQUESTS {
+        assert_eq!(gateway.chat().await.status(), 200);
+    }
+
+    let frames = frames_until(&mut stream, |frames| {
+        frames.iter().filter(|(name, _)| name == "request_finished").count() == REQUESTS
+    })
+    .await;
+    // Each request failed on primary:m once: its attempt_failed comes before its end.
+    let mut failed = 0;
+    let mut finished = 0;
+    for (name, data) in &frames {
+        match name.as_str() {
+            "attempt_failed" => failed += 1,
+            "request_finished" => {
+                finished += data["failed"].as_array().unwrap().len();
+                assert!(failed >= finished, "a request ended before its failure was told: {frames:?}");
+            }
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_event_stream_opens_with_the_recent_events_when_asked() {
+    let gateway = Gateway::start().await;
+    gateway.drill("primary", r#"{"error_rates": {"unavailable": 1.0}}"#, ADMIN_KEY).await;
+    assert_eq!(gateway.chat().await.headers()["x-switchyard-target"], "backup:m");
+    gateway.drill("primary", "{}", ADMIN_KEY).await;
+
+    // Nothing happens after it connects: what it reads was kept from before.
+    let mut recent = gateway.events("?recent=50").await;
+    assert_eq!(recent.status(), 200);
+    let frames =
+        frames_until(&mut recent, |frames| frames.iter().any(|(name, _)| name == "provider_switch")).await;
+    let names: Vec<&str> = frames.iter().map(|(name, _)| name.as_str()).collect();
+    let failed = names.iter().position(|n| *n == "attempt_failed").expect("the failure before it connected");
+    assert!(failed < names.iter().position(|n| *n == "provider_switch").unwrap(), "in order: {names:?}");
+    assert_eq!(frames[failed].1["target"], "primary:m");
+
+    // Without `recent`, the stream starts now: the failure is not told again.
+    let mut live = gateway.events("").await;
+    assert_eq!(gateway.chat().await.headers()["x-switchyard-target"], "primary:m");
+    let frames =
+        frames_until(&mut live, |frames| frames.iter().any(|(name, _)| name == "request_finished")).await;
+    assert!(
+        frames.iter().all(|(name, _)| name != "attempt_failed" && name != "provider_switch"),
+        "{frames:?}"
+    );
+
+    for (query, message) in [
+        ("?recent=201", "recent `201` is not a whole number from 0 to 200"),
+        ("?since=1", "unknown parameter `since`: only `recent` is taken"),
+    ] {
+        let refused = gateway.events(query).await;
+        assert_eq!(refused.status(), 400);
+        assert_eq!(json_of(refused).await["error"]["message"], message);
+    }
+}
+
+#[tokio::test]
+async fn a_stream_that_broke_after_its_first_content_is_listed_as_broken() {
+    let (mock, _server) = switchyard_mock::spawn().await.unwrap();
+    let gateway = Gateway::of(&format!(
+        r#"
+providers:
+  cut: {{ kind: openai_compatible, base_url: "http://{mock}/cut=2/v1" }}
+routes:
+  default: {{ targets: [cut:m] }}
+gateway:
+  keys: [env://GW_KEY]
+  admin_key: env://ADMIN_KEY
+"#
+    ))
+    .await;
+    let body =
+        json!({ "model": "default", "stream": true, "messages": [{ "role": "user", "content": "hi" }] });
+    let answer = gateway
+        .client
+        .post(gateway.url("/v1/chat/completions"))
+        .bearer_auth(GATEWAY_KEY)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200, "the 200 went out with the first content");
+    let text = answer.text().await.unwrap_or_default();
+    assert!(text.contains("\"error\""), "the stream ends with an error event: {text}");
+
+    let (_, listed) = gateway.get("/admin/requests?limit=1").await;
+    let request = &listed["requests"][0];
+    assert_eq!(request["status"], 200);
+    assert_eq!(request["stream_error"], "transport", "the mock dropped the connection: {request}");
+}

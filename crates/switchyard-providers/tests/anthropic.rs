@@ -1216,7 +1216,7 @@ fn codec_refuses_what_it_cannot_translate_naming_the_field() {
     let base = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]});
     let cases = [
         ("/max_tokens", Value::Null, "max_tokens"),
-        ("/messages", json!([{"role": "system", "content": "hi"}]), "messages[0].role"),
+        ("/messages", json!([{"role": "tool", "content": "hi"}]), "messages[0].role"),
         (
             "/system",
             json!([{"type": "image", "source": {"type": "url", "url": "https://x"}}]),

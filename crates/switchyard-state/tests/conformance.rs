@@ -199,3 +199,47 @@ async fn a_shorter_hold_never_shortens_a_longer_one(a: &Replica, b: &Replica) {
     eventually("a keeps the longer rest", PROPAGATION, || close(skip_until(&a.gate(&t, &k)), long)).await;
     eventually("b keeps the longer rest", PROPAGATION, || close(skip_until(&b.gate(&t, &k)), long)).await;
 }
+
+/// The operator's view over a shared store: every configured target and key from the start,
+/// `unknown` until used, and again after a reset (the store holds records, the router lists
+/// its configuration).
+#[tokio::test]
+async fn a_router_over_the_shared_store_lists_every_target_and_key_before_use_and_after_a_reset() {
+    use switchyard::chat::{ChatRequest, Message};
+    use switchyard::credential::Secret;
+    use switchyard::route::Route;
+    use switchyard::simulated::SimulatedProvider;
+    use switchyard::{ProviderEntry, Router};
+
+    let server = switchyard_state::testing::RedisServer::start();
+    let replica = support::redis_replica(&server, "a", |_| {}).await;
+    let store = replica.store.clone().expect("a shared replica");
+    let keyed = ProviderEntry::new("keyed", SimulatedProvider::new())
+        .key(Secret::new("sk-first-key-000001"))
+        .key(Secret::new("sk-second-key-000002"));
+    let router = Router::builder()
+        .provider(keyed)
+        .provider(ProviderEntry::new("sim", SimulatedProvider::new()))
+        .route(Route::builder("default").target("sim:m").target("keyed:m").build().expect("a route"))
+        .route(Route::builder("cheap").target("keyed:small").build().expect("a route"))
+        .health_store(store)
+        .build()
+        .expect("a router");
+    let view = || {
+        let health = router.health();
+        let targets: Vec<(String, HealthStatus)> =
+            health.targets.iter().map(|t| (t.target.to_string(), t.status)).collect();
+        let keys: Vec<HealthStatus> = health.credentials.iter().map(|c| c.status).collect();
+        (targets, keys)
+    };
+    let unknown = || {
+        let targets = ["keyed:m", "keyed:small", "sim:m"].map(|t| (t.to_owned(), HealthStatus::Unknown));
+        (targets.to_vec(), vec![HealthStatus::Unknown; 3])
+    };
+
+    assert_eq!(view(), unknown(), "before any request: two keys of keyed, sim's keyless one");
+    router.chat(&ChatRequest::new("default", vec![Message::user("hi")])).await.expect("sim answers");
+    assert!(view().0.contains(&("sim:m".to_owned(), HealthStatus::Available)));
+    router.reset_all();
+    assert_eq!(view(), unknown(), "after a reset");
+}

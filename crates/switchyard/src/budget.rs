@@ -52,6 +52,11 @@ impl RetryBudget {
         Self { settings, state: Mutex::new(state) }
     }
 
+    /// The settings it was made with.
+    pub(crate) fn settings(&self) -> &RetryBudgetSettings {
+        &self.settings
+    }
+
     fn with_slots<R>(&self, f: impl FnOnce(&mut Slots) -> R) -> R {
         let mut slots = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let slot = (self.settings.window / SLOTS as u32).max(Duration::from_millis(1));

@@ -303,11 +303,14 @@ impl Trail {
         &self.0
     }
 
-    /// Whether `served_by` is another target than the first one called (skips are not calls):
-    /// the request fell back.
+    /// Whether the request fell back: it was served (`served_by`), and by anything but the
+    /// target its chain began with, the first attempt's (after a failure, or a skip of that
+    /// target: gated, unhealthy, exhausted, unsupported; a hedge that won, a special chain or
+    /// a candidate alike). The one definition of a fallback: `switchyard_fallbacks_total`,
+    /// the recent requests' `fallback` and a trail's `fallback` all read it.
     pub fn fell_back_to(&self, served_by: Option<&Via>) -> bool {
-        let first_called = self.0.iter().find(|a| !a.outcome.is_skip()).map(|a| &a.via);
-        served_by.is_some() && first_called != served_by
+        let first = self.0.first().map(|a| &a.via);
+        served_by.is_some() && first != served_by
     }
 
     /// How many attempts, skips and candidates included.
@@ -394,4 +397,51 @@ pub struct Timing {
     pub queued: Duration,
     /// Time to first content chunk, for streams.
     pub first_token: Option<Duration>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(name: &str) -> Target {
+        name.parse().unwrap()
+    }
+
+    fn called(name: &str) -> Attempt {
+        let id = CredentialId::derive("openai", "http://x", None);
+        Attempt::called(&target(name), &id, Duration::ZERO, Duration::ZERO, Duration::ZERO)
+    }
+
+    fn trail(attempts: Vec<Attempt>) -> Trail {
+        let mut trail = Trail::default();
+        for attempt in attempts {
+            trail.push(attempt);
+        }
+        trail
+    }
+
+    fn via(name: &str) -> Via {
+        Via::Target(target(name))
+    }
+
+    #[test]
+    fn served_by_anything_but_the_chains_first_target_is_a_fallback() {
+        let gated = Attempt::skipped(&target("a:m"), false, None, Duration::ZERO, "circuit open".into());
+        assert!(trail(vec![gated, called("b:m")]).fell_back_to(Some(&via("b:m"))), "after a gated skip");
+        let failed = called("a:m").failed(ProviderError::new(crate::ErrorKind::Unavailable, "down"));
+        assert!(
+            trail(vec![failed.clone(), called("b:m")]).fell_back_to(Some(&via("b:m"))),
+            "after a failure"
+        );
+        let candidate = Via::Candidate("apology".into());
+        assert!(trail(vec![failed.clone()]).fell_back_to(Some(&candidate)), "a candidate");
+    }
+
+    #[test]
+    fn the_first_target_answering_or_nothing_answering_is_no_fallback() {
+        let failed = called("a:m").failed(ProviderError::new(crate::ErrorKind::Unavailable, "down"));
+        assert!(!trail(vec![failed.clone(), called("a:m")]).fell_back_to(Some(&via("a:m"))), "a retry");
+        assert!(!trail(vec![called("a:m")]).fell_back_to(Some(&via("a:m"))));
+        assert!(!trail(vec![failed]).fell_back_to(None), "a failure is no fallback");
+    }
 }

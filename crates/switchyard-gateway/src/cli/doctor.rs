@@ -3,10 +3,12 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use switchyard::RequestOptions;
 use switchyard::chat::{ChatRequest, Message};
+use switchyard::trail::Attempt;
+use switchyard::{RequestOptions, RouteError, Target};
 use switchyard_gateway::config::{self, Exposure, Loaded};
 
+use super::health::{counted, duration_text, setting};
 use super::print_routes;
 
 pub(crate) async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCode> {
@@ -14,6 +16,7 @@ pub(crate) async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCo
     println!("listen: {}", loaded.listen);
     print_providers(loaded);
     print_routes_settings(loaded);
+    print_health(loaded);
     print_gateway(loaded);
     let shared_ok = shared_state(loaded).await;
     if !ping {
@@ -43,11 +46,12 @@ fn print_providers(loaded: &Loaded) {
                 parts.push(format!("tokens_per_minute {n}"));
             }
             if !limits.min_interval.is_zero() {
-                parts.push(format!("min_interval {:?}", limits.min_interval));
+                parts.push(format!("min_interval {}", setting(limits.min_interval)));
             }
             parts.push(format!(
-                "respect_headers {} (waits clamped to {:?})",
-                limits.respect_headers, limits.max_header_wait
+                "respect_headers {} (waits clamped to {})",
+                limits.respect_headers,
+                setting(limits.max_header_wait)
             ));
             if limits.reserve_fraction > 0.0 {
                 parts.push(format!("reserve_fraction {}", limits.reserve_fraction));
@@ -78,30 +82,29 @@ fn print_providers(loaded: &Loaded) {
     }
 }
 
-/// Each route's chain, then its retry, gate, timeouts, hedge and cache settings.
+/// Each route's chain, then its retry, timeouts, hedge and cache settings.
 fn print_routes_settings(loaded: &Loaded) {
     println!("routes:");
     print_routes(&loaded.router);
     for route in loaded.router.routes() {
         let retry = route.retry();
         let timeouts = route.timeouts();
+        let deadline = timeouts.deadline.map_or_else(String::new, |d| format!(" deadline {}", setting(d)));
         println!(
-            "  {}: retry max_attempts {} backoff {:?}..{:?} max_wait {:?}; health_gate {} ttl {:?}; timeouts first_byte {:?} idle {:?} total {:?}",
+            "  {}: retry max_attempts {} backoff {}..{} max_wait {}; timeouts first_byte {} idle {} total {}{deadline}",
             route.name(),
             retry.max_attempts,
-            retry.backoff_base,
-            retry.backoff_max,
-            retry.max_wait,
-            route.health_gate(),
-            route.health_ttl(),
-            timeouts.first_byte,
-            timeouts.idle,
-            timeouts.total
+            setting(retry.backoff_base),
+            setting(retry.backoff_max),
+            setting(retry.max_wait),
+            setting(timeouts.first_byte),
+            setting(timeouts.idle),
+            setting(timeouts.total)
         );
         if let Some(hedge) = route.hedge() {
             let after = match hedge.after {
-                switchyard::route::HedgeAfter::P95 => format!("p95 (at least {:?})", hedge.min_after),
-                switchyard::route::HedgeAfter::Fixed(delay) => format!("{delay:?}"),
+                switchyard::route::HedgeAfter::P95 => format!("p95 (at least {})", setting(hedge.min_after)),
+                switchyard::route::HedgeAfter::Fixed(delay) => setting(delay),
             };
             println!(
                 "    hedge: after {after}, at most {} of requests (never fewer than {} per 10 s)",
@@ -117,9 +120,9 @@ fn print_routes_settings(loaded: &Loaded) {
                     "kept in this replica"
                 };
                 println!(
-                    "    candidate {}: the last good answer, max_age {:?}, max_entries {}, max_bytes {}, tool_calls {}, {kept}",
+                    "    candidate {}: the last good answer, max_age {}, max_entries {}, max_bytes {}, tool_calls {}, {kept}",
                     candidate.name(),
-                    settings.max_age,
+                    setting(settings.max_age),
                     settings.max_entries,
                     settings.max_bytes,
                     settings.tool_calls
@@ -129,19 +132,52 @@ fn print_routes_settings(loaded: &Loaded) {
     }
 }
 
+/// The health board's settings, each route's health gate, and the retry budget.
+fn print_health(loaded: &Loaded) {
+    let health = loaded.router.health_settings();
+    let off = |d: Duration| if d.is_zero() { "off".to_owned() } else { setting(d) };
+    println!(
+        "health: failure_threshold {}, open_for {}, open_max {}, half_open_probes {}, cooldown_on_rate_limit {}, cooldown_on_error {}",
+        health.failure_threshold,
+        setting(health.open_for),
+        setting(health.open_max),
+        health.half_open_probes,
+        setting(health.cooldown_on_rate_limit),
+        off(health.cooldown_on_error)
+    );
+    for route in loaded.router.routes() {
+        let gate = if route.health_gate() {
+            format!("on, health_ttl {}", setting(route.health_ttl()))
+        } else {
+            "off (open circuits and exhausted targets are still skipped)".to_owned()
+        };
+        println!("  route {}: health_gate {gate}", route.name());
+    }
+    let budget = loaded.router.retry_budget();
+    println!(
+        "  retry_budget: ratio {}, min_retries {}, window {}",
+        budget.ratio,
+        budget.min_retries,
+        setting(budget.window)
+    );
+}
+
 /// The gateway's keys, body limit, connection rules and exposure.
 fn print_gateway(loaded: &Loaded) {
     let gateway = &loaded.gateway;
     println!(
-        "gateway: {} client keys, admin key {}, max body {} bytes",
-        gateway.keys.len(),
+        "gateway: {}, admin key {}, max body {} bytes",
+        counted(gateway.keys.len(), "client key"),
         if gateway.admin_key.is_some() { "set" } else { "not set" },
         gateway.max_body
     );
     let limits = gateway.connections;
     println!(
-        "connections: header_timeout {:?}, body_timeout {:?}, idle_timeout {:?}, max_connections {}",
-        limits.header_timeout, limits.body_timeout, limits.idle_timeout, limits.max_connections
+        "connections: header_timeout {}, body_timeout {}, idle_timeout {}, max_connections {}",
+        setting(limits.header_timeout),
+        setting(limits.body_timeout),
+        setting(limits.idle_timeout),
+        limits.max_connections
     );
     println!("exposure: {}", exposure_line(loaded.listen, loaded));
 }
@@ -161,8 +197,8 @@ async fn shared_state(loaded: &Loaded) -> bool {
                 Ok(replicas) => {
                     let ids: Vec<&str> = replicas.iter().map(|r| r.id.as_str()).collect();
                     println!(
-                        "shared state: redis {at}: ok, {} replicas alive: {}",
-                        ids.len(),
+                        "shared state: redis {at}: ok, {} alive: {}",
+                        counted(ids.len(), "replica"),
                         ids.join(", ")
                     );
                     true
@@ -176,38 +212,53 @@ async fn shared_state(loaded: &Loaded) -> bool {
     }
 }
 
-/// One tiny request to every target; the number that failed.
+/// One call to every target, and nothing more (no retry, no other key, no fallback): what
+/// that call did. The number that failed.
 async fn ping_targets(loaded: &Loaded) -> usize {
-    println!("\nping:");
+    println!("\nping (one call per target):");
     println!("  {:<40} {:>10}  result", "target", "latency");
     let mut failures = 0;
-    let mut seen = Vec::new();
+    let mut seen: Vec<&Target> = Vec::new();
     for route in loaded.router.routes() {
         for target in route.all_targets() {
-            if seen.contains(target) {
+            if seen.contains(&target) {
                 continue;
             }
-            seen.push(target.clone());
+            seen.push(target);
             let mut request = ChatRequest::new(target.to_string(), vec![Message::user("ping")]);
             request.max_tokens = Some(1);
             let options = RequestOptions {
-                no_fallback: true,
+                single_call: true,
                 deadline: Some(Duration::from_secs(30)),
                 ..RequestOptions::default()
             };
             let started = Instant::now();
             let result = loaded.router.chat_with(&request, &options).await;
-            let elapsed = format!("{:.0}ms", started.elapsed().as_secs_f64() * 1000.0);
-            match result {
-                Ok(_) => println!("  {:<40} {elapsed:>10}  ok", target.to_string()),
+            let elapsed = duration_text(started.elapsed());
+            let result = match result {
+                Ok(_) => "ok".to_owned(),
                 Err(error) => {
                     failures += 1;
-                    println!("  {:<40} {elapsed:>10}  {}", target.to_string(), error);
+                    failure_text(&error)
                 }
-            }
+            };
+            println!("  {:<40} {elapsed:>10}  {result}", target.to_string());
         }
     }
+    let pinged = seen.len();
+    println!("  {} of {} answered", pinged - failures, counted(pinged, "target"));
     failures
+}
+
+/// What the one call of a ping did: its error's kind, status and detail, or why it was not
+/// sent (a skip).
+fn failure_text(error: &RouteError) -> String {
+    let Some(Attempt { outcome, error: Some(failure), .. }) = error.trail().last() else {
+        return error.to_string();
+    };
+    let status = failure.status().map_or_else(String::new, |status| format!(" (HTTP {status})"));
+    let skipped = if outcome.is_skip() { format!("{outcome}: ") } else { String::new() };
+    format!("{skipped}{}{status}: {}", failure.kind(), failure.detail())
 }
 
 /// What the providers' rate-limit headers said during the pings.
@@ -232,7 +283,9 @@ fn print_pacing(loaded: &Loaded) {
         .filter_map(|(name, stated)| {
             let stated = stated.as_ref()?;
             let limit = stated.limit.map_or_else(|| "?".to_owned(), |l| l.to_string());
-            let reset = stated.reset_in_ms.map_or_else(String::new, |ms| format!(", resets in {ms}ms"));
+            let reset = stated.reset_in_ms.map_or_else(String::new, |ms| {
+                format!(", resets in {}", duration_text(Duration::from_millis(ms)))
+            });
             Some(format!("{name} {}/{limit} left{reset}", stated.remaining))
         })
         .collect();

@@ -1,21 +1,35 @@
-//! `switchyard health`: a running gateway's health table.
+//! `switchyard health`: a running gateway's health table. Below it, what the commands share
+//! to speak to people: the gateway's address, a refusal's hint, durations and counts.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
+use serde_json::Value;
 
 use super::admin_get;
 
 pub(crate) async fn health(url: &str, key: Option<String>) -> anyhow::Result<ExitCode> {
-    let response = admin_get(url, "/admin/health", key).await?;
+    let url = gateway_url(url);
+    let response = admin_get(&url, "/admin/health", key).await?;
     let status = response.status();
     let bytes = response.bytes().await.context("the gateway's answer broke off")?;
-    let body: serde_json::Value =
-        serde_json::from_slice(&bytes).context("the gateway's answer is not JSON")?;
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or_default();
     if !status.is_success() {
-        bail!("the gateway answered {status}: {}", body["error"]["message"].as_str().unwrap_or_default());
+        return Err(refused(status, &body));
     }
-    let shared = &body["shared_state"];
+    if !body.is_object() {
+        bail!("the gateway at {url} answered /admin/health with something that is not JSON");
+    }
+    println!("{}\n", shared_state_line(&body["shared_state"]));
+    print_targets(&body);
+    print_credentials(&body);
+    print_pacing(&body);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `shared state: redis ok, 3 replicas: a, b, c`.
+fn shared_state_line(shared: &Value) -> String {
     let mut line = format!(
         "shared state: {} {}",
         shared["backend"].as_str().unwrap_or("memory"),
@@ -26,9 +40,13 @@ pub(crate) async fn health(url: &str, key: Option<String>) -> anyhow::Result<Exi
     }
     if let Some(replicas) = shared["replicas"].as_array() {
         let ids: Vec<&str> = replicas.iter().filter_map(|r| r["id"].as_str()).collect();
-        line.push_str(&format!(", {} replicas: {}", ids.len(), ids.join(", ")));
+        line.push_str(&format!(", {}: {}", counted(ids.len(), "replica"), ids.join(", ")));
     }
-    println!("{line}\n");
+    line
+}
+
+/// Every configured target (`unknown` until first called), with its breaker and latency.
+fn print_targets(body: &Value) {
     println!(
         "{:<36} {:<24} {:<10} {:>8} {:>20}  reason",
         "target", "status", "breaker", "failures", "p50/p95/p99 ms"
@@ -37,7 +55,9 @@ pub(crate) async fn health(url: &str, key: Option<String>) -> anyhow::Result<Exi
         let latency = &target["latency"];
         let latency =
             match (latency["p50_ms"].as_f64(), latency["p95_ms"].as_f64(), latency["p99_ms"].as_f64()) {
-                (Some(p50), Some(p95), Some(p99)) => format!("{p50:.0}/{p95:.0}/{p99:.0}"),
+                (Some(p50), Some(p95), Some(p99)) => {
+                    format!("{}/{}/{}", ms_number(p50), ms_number(p95), ms_number(p99))
+                }
                 _ => "-".to_owned(),
             };
         println!(
@@ -50,39 +70,176 @@ pub(crate) async fn health(url: &str, key: Option<String>) -> anyhow::Result<Exi
             target["reason"].as_str().unwrap_or_default(),
         );
     }
-    let lanes = body["pacing"].as_array().filter(|lanes| !lanes.is_empty());
-    if let Some(lanes) = lanes {
-        println!("\n{:<36} {:>9} {:>10} {:>10}  fleet", "pacing lane", "in flight", "requests", "tokens");
-        for lane in lanes {
-            let name = match lane["credential_id"].as_str() {
-                Some(credential) => format!("{}/{credential}", lane["provider"].as_str().unwrap_or_default()),
-                None => lane["provider"].as_str().unwrap_or_default().to_owned(),
-            };
-            let level =
-                |value: &serde_json::Value| value.as_f64().map_or("-".to_owned(), |v| format!("{v:.1}"));
-            let fleet = &lane["fleet"];
-            let fleet = if fleet.is_object() {
-                let mut text = format!(
-                    "{}, {} replicas: bucket {}, lease {}",
-                    fleet["mode"].as_str().unwrap_or_default(),
-                    fleet["replicas"],
-                    level(&fleet["bucket"]["requests"]),
-                    level(&fleet["lease"]["requests"])
-                );
-                if let Some(left) = fleet["headers"]["requests"]["remaining"].as_u64() {
-                    text.push_str(&format!(", header budget {left}"));
-                }
-                text
-            } else {
-                "this replica alone".to_owned()
-            };
-            println!(
-                "{name:<36} {:>9} {:>10} {:>10}  {fleet}",
-                lane["in_flight"].as_u64().unwrap_or_default(),
-                level(&lane["requests_available"]),
-                level(&lane["tokens_available"]),
-            );
-        }
+}
+
+/// Every credential of every provider (`unknown` until first used), by id and masked key.
+fn print_credentials(body: &Value) {
+    let providers = body["providers"].as_array().into_iter().flatten();
+    let keys: Vec<(&str, &Value)> = providers
+        .flat_map(|p| {
+            let id = p["id"].as_str().unwrap_or_default();
+            p["credentials"].as_array().into_iter().flatten().map(move |c| (id, c))
+        })
+        .collect();
+    if keys.is_empty() {
+        return;
     }
-    Ok(ExitCode::SUCCESS)
+    println!(
+        "\n{:<14} {:<20} {:<12} {:<24} {:>9}  reason",
+        "credential", "provider", "key", "status", "rests"
+    );
+    let health = body["credentials"].as_array();
+    for (provider, credential) in keys {
+        let id = credential["credential_id"].as_str().unwrap_or_default();
+        let state = health.and_then(|all| all.iter().find(|c| c["credential_id"] == id));
+        let field = |name: &str| state.and_then(|s| s[name].as_str()).unwrap_or_default().to_owned();
+        let status = state.and_then(|s| s["status"].as_str()).unwrap_or("unknown");
+        let rests = state.and_then(|s| s["cooldown"].as_f64()).map_or_else(|| "-".to_owned(), ms_text);
+        println!(
+            "{id:<14} {provider:<20} {:<12} {status:<24} {rests:>9}  {}",
+            credential["key"].as_str().unwrap_or("-"),
+            field("reason"),
+        );
+    }
+}
+
+/// The pacing lanes, when some provider is paced.
+fn print_pacing(body: &Value) {
+    let Some(lanes) = body["pacing"].as_array().filter(|lanes| !lanes.is_empty()) else { return };
+    println!("\n{:<36} {:>9} {:>10} {:>10}  fleet", "pacing lane", "in flight", "requests", "tokens");
+    for lane in lanes {
+        let name = match lane["credential_id"].as_str() {
+            Some(credential) => format!("{}/{credential}", lane["provider"].as_str().unwrap_or_default()),
+            None => lane["provider"].as_str().unwrap_or_default().to_owned(),
+        };
+        let level = |value: &Value| value.as_f64().map_or("-".to_owned(), |v| format!("{v:.1}"));
+        let fleet = &lane["fleet"];
+        let fleet = if fleet.is_object() {
+            let mut text = format!(
+                "{}, {}: bucket {}, lease {}",
+                fleet["mode"].as_str().unwrap_or_default(),
+                counted(fleet["replicas"].as_u64().unwrap_or_default() as usize, "replica"),
+                level(&fleet["bucket"]["requests"]),
+                level(&fleet["lease"]["requests"])
+            );
+            if let Some(left) = fleet["headers"]["requests"]["remaining"].as_u64() {
+                text.push_str(&format!(", header budget {left}"));
+            }
+            text
+        } else {
+            "this replica alone".to_owned()
+        };
+        println!(
+            "{name:<36} {:>9} {:>10} {:>10}  {fleet}",
+            lane["in_flight"].as_u64().unwrap_or_default(),
+            level(&lane["requests_available"]),
+            level(&lane["tokens_available"]),
+        );
+    }
+}
+
+// ---- what the commands share ----
+
+/// The gateway's base URL as given, `http://` added when it names no scheme
+/// (`127.0.0.1:4680`), without a trailing slash.
+pub(crate) fn gateway_url(url: &str) -> String {
+    let url = url.trim().trim_end_matches('/');
+    if url.contains("://") { url.to_owned() } else { format!("http://{url}") }
+}
+
+/// The error for an admin endpoint's refusal: a 401 says how to pass the admin key.
+pub(crate) fn refused(status: reqwest::StatusCode, body: &Value) -> anyhow::Error {
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    if status == reqwest::StatusCode::UNAUTHORIZED {
+        return anyhow::anyhow!(
+            "the gateway refused the admin key (401): pass it with --key KEY or set SWITCHYARD_ADMIN_KEY"
+        );
+    }
+    anyhow::anyhow!("the gateway answered {status}: {message}")
+}
+
+/// A measured duration for people: `0.4 ms`, `96.3 ms`, `412 ms`, `1.2 s`, `42 s`, `2.5 min`.
+pub(crate) fn duration_text(duration: Duration) -> String {
+    ms_text(duration.as_secs_f64() * 1000.0)
+}
+
+/// [`duration_text`] of a number of milliseconds (as the gateway's JSON gives them).
+pub(crate) fn ms_text(ms: f64) -> String {
+    if ms < 100.0 {
+        format!("{ms:.1} ms")
+    } else if ms < 1000.0 {
+        format!("{ms:.0} ms")
+    } else if ms < 10_000.0 {
+        format!("{:.1} s", ms / 1000.0)
+    } else if ms < 120_000.0 {
+        format!("{:.0} s", ms / 1000.0)
+    } else {
+        format!("{:.1} min", ms / 60_000.0)
+    }
+}
+
+/// Milliseconds as a bare number for a column headed `ms`: a tenth below 10, whole above.
+fn ms_number(ms: f64) -> String {
+    if ms < 10.0 { format!("{ms:.1}") } else { format!("{ms:.0}") }
+}
+
+/// A configured duration as the configuration writes it: `250ms`, `30s`, `5m`, `1h`, `0s`.
+pub(crate) fn setting(duration: Duration) -> String {
+    let ms = duration.as_millis();
+    if Duration::from_millis(ms as u64) != duration {
+        return duration_text(duration);
+    }
+    match ms {
+        0 => "0s".to_owned(),
+        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        ms => format!("{ms}ms"),
+    }
+}
+
+/// `1 attempt`, `2 attempts`: a count and its noun, singular or plural.
+pub(crate) fn counted(n: usize, noun: &str) -> String {
+    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        let ms = Duration::from_micros;
+        assert_eq!(duration_text(ms(400)), "0.4 ms");
+        assert_eq!(duration_text(ms(96_287)), "96.3 ms");
+        assert_eq!(duration_text(ms(412_400)), "412 ms");
+        assert_eq!(duration_text(ms(1_234_567)), "1.2 s");
+        assert_eq!(duration_text(Duration::from_secs(42)), "42 s");
+        assert_eq!(duration_text(Duration::from_secs(150)), "2.5 min");
+    }
+
+    #[test]
+    fn settings_read_as_the_configuration_writes_them() {
+        assert_eq!(setting(Duration::from_millis(250)), "250ms");
+        assert_eq!(setting(Duration::from_secs(75)), "75s");
+        assert_eq!(setting(Duration::from_secs(300)), "5m");
+        assert_eq!(setting(Duration::from_secs(3600)), "1h");
+        assert_eq!(setting(Duration::ZERO), "0s");
+        assert_eq!(setting(Duration::from_micros(1500)), "1.5 ms");
+    }
+
+    #[test]
+    fn counts_take_the_plural_past_one() {
+        assert_eq!(counted(1, "attempt"), "1 attempt");
+        assert_eq!(
+            (counted(0, "attempt"), counted(2, "attempt")),
+            ("0 attempts".into(), "2 attempts".into())
+        );
+    }
+
+    #[test]
+    fn a_gateway_address_without_a_scheme_is_http() {
+        assert_eq!(gateway_url("127.0.0.1:4680"), "http://127.0.0.1:4680");
+        assert_eq!(gateway_url("https://gw.example/"), "https://gw.example");
+    }
 }

@@ -5,37 +5,60 @@
 //! repeats the name). A subscriber that falls behind loses the oldest events and is told how
 //! many in a `missed` event; routing never waits for it. A comment every 15 s keeps idle
 //! proxies from closing the stream; it ends when the gateway shuts down.
+//!
+//! Frames come in the order things happened: a request's `request_finished` after the events
+//! it caused. With `?recent=N` the stream opens with the last N router events the gateway
+//! kept (at most [`HISTORY`]), so that a page opened after an incident shows it.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use switchyard::events::Subscription;
+use switchyard::Router;
+use switchyard::events::{Event, Subscription};
 use tokio::sync::{broadcast, watch};
 
 use super::admin::admin_allowed;
-use super::{AppState, Dialect, unauthorized};
+use super::{ApiError, AppState, Dialect, unauthorized};
 use crate::recent::RequestRecord;
 
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// Finished requests, rendered for subscribers only when there are some: a gateway nobody
-/// watches pays one atomic load per request.
+/// How many of the router's recent events the gateway keeps for a new subscriber
+/// (`?recent=N`): as many as the operator page shows.
+pub const HISTORY: usize = 200;
+
+/// What `/admin/events` serves beside the router's live bus: each finished request, rendered
+/// for subscribers only when there are some (a gateway nobody watches pays one atomic load
+/// per request), and the router's recent events, so that a new subscriber (the operator page
+/// opening) starts with what just happened.
 #[derive(Debug)]
 pub struct RequestFeed {
     sender: broadcast::Sender<Arc<str>>,
+    history: Mutex<History>,
 }
 
-impl Default for RequestFeed {
-    fn default() -> Self {
-        Self { sender: broadcast::channel(256).0 }
-    }
+/// The router's recent events: a subscription of its own, read only when someone asks. The
+/// bus keeps what it has not read (and drops the oldest past its capacity, which is what a
+/// history wants), so keeping it costs nothing on the request path but publishing events
+/// that nobody else listens to (events mark failures and changes, not every request).
+#[derive(Debug)]
+struct History {
+    unread: Subscription,
+    kept: VecDeque<Arc<Event>>,
 }
 
 impl RequestFeed {
+    /// A feed that keeps `router`'s events from now on.
+    pub fn new(router: &Router) -> Self {
+        let history = History { unread: router.subscribe(), kept: VecDeque::with_capacity(HISTORY) };
+        Self { sender: broadcast::channel(256).0, history: Mutex::new(history) }
+    }
+
     /// `record`'s `request_finished` line, when someone listens.
     pub fn render(&self, record: &RequestRecord) -> Option<Arc<str>> {
         if self.sender.receiver_count() == 0 {
@@ -43,6 +66,10 @@ impl RequestFeed {
         }
         let mut json = serde_json::to_value(record.summary()).ok()?;
         json["event"] = "request_finished".into();
+        // `time_ms` is when the request arrived, as `/admin/requests` lists it; the event also
+        // says when it finished, on the clock of every other event's `time_ms`.
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        json["finished_ms"] = (now.as_millis() as u64).into();
         Some(json.to_string().into())
     }
 
@@ -56,19 +83,58 @@ impl RequestFeed {
     fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
         self.sender.subscribe()
     }
+
+    /// A new subscription to `router`'s events and the `recent` events before it, oldest
+    /// first. The subscription is made under the history's lock, before the history reads
+    /// what it has not read: nothing falls between the two, and what both hold (published in
+    /// between) is the history's tail, which [`Feed`] skips on the live side.
+    fn follow(&self, router: &Router, recent: usize) -> (Subscription, Vec<Arc<Event>>) {
+        let mut history = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        let live = router.subscribe();
+        while let Some(event) = history.unread.try_recv() {
+            if history.kept.len() == HISTORY {
+                history.kept.pop_front();
+            }
+            history.kept.push_back(event);
+        }
+        let skip = history.kept.len().saturating_sub(recent);
+        (live, history.kept.iter().skip(skip).cloned().collect())
+    }
 }
 
-pub async fn stream(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+/// `GET /admin/events[?recent=N]`: the stream; with `recent`, it opens with the last N router
+/// events the gateway kept (at most [`HISTORY`]).
+pub async fn stream(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Response {
     if !admin_allowed(&state, &headers) {
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
+    let mut recent = 0;
+    for (name, value) in &query {
+        let message = match (name.as_str(), value.parse::<usize>()) {
+            ("recent", Ok(n)) if n <= HISTORY => {
+                recent = n;
+                continue;
+            }
+            ("recent", _) => format!("recent `{value}` is not a whole number from 0 to {HISTORY}"),
+            (other, _) => format!("unknown parameter `{other}`: only `recent` is taken"),
+        };
+        return ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+            .into_response(Dialect::OpenAi, "");
+    }
+    let (events, replay) = state.feed.follow(&state.router, recent);
     let feed = Feed {
-        events: state.router.subscribe(),
+        events,
         requests: state.feed.subscribe(),
         stopping: state.stop_signal(),
         keep_alive: tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE),
         missed: 0,
         opened: false,
+        replay,
+        replayed: Vec::new(),
     };
     let body = futures_util::stream::unfold(feed, |mut feed| async move {
         let frame = feed.next().await?;
@@ -91,6 +157,11 @@ struct Feed {
     /// Router events lost so far and already reported.
     missed: u64,
     opened: bool,
+    /// The recent events to send first.
+    replay: Vec<Arc<Event>>,
+    /// The replayed events the live subscription may hold too (published while it was
+    /// made), skipped there.
+    replayed: Vec<Arc<Event>>,
 }
 
 impl Feed {
@@ -99,38 +170,69 @@ impl Feed {
         if !self.opened {
             self.opened = true;
             // At once, so the subscriber knows the stream is live before anything happens.
-            return Some(Bytes::from_static(b"retry: 2000\n: switchyard events\n\n"));
+            let mut out = b"retry: 2000\n: switchyard events\n\n".to_vec();
+            for event in &self.replay {
+                out.extend_from_slice(&frame(event.kind.name(), &serde_json::to_string(&**event).ok()?));
+            }
+            self.replayed = std::mem::take(&mut self.replay);
+            return Some(out.into());
         }
-        let stopping = &mut self.stopping;
-        let stopped = async move {
-            // A gateway without a stop signal (its sender gone) runs until dropped.
-            if stopping.wait_for(|stop| *stop).await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        };
-        tokio::select! {
-            biased;
-            () = stopped => None,
-            event = self.events.recv() => {
-                let event = event?;
-                let missed = self.events.missed();
-                if missed > self.missed {
-                    let lost = missed - self.missed;
-                    self.missed = missed;
-                    let mut frames = frame("missed", &format!("{{\"event\":\"missed\",\"missed\":{lost}}}"));
-                    frames.extend_from_slice(&frame(event.kind.name(), &serde_json::to_string(&*event).ok()?));
-                    return Some(frames.into());
+        loop {
+            let stopping = &mut self.stopping;
+            let stopped = async move {
+                // A gateway without a stop signal (its sender gone) runs until dropped.
+                if stopping.wait_for(|stop| *stop).await.is_err() {
+                    std::future::pending::<()>().await;
                 }
-                Some(frame(event.kind.name(), &serde_json::to_string(&*event).ok()?).into())
+            };
+            let mut out = Vec::new();
+            tokio::select! {
+                biased;
+                () = stopped => return None,
+                event = self.events.recv() => self.event_frame(&event?, &mut out),
+                line = self.requests.recv() => match line {
+                    Ok(json) => {
+                        // A request's events were published before it finished, but on
+                        // another channel: any still unread here go first, so that the stream
+                        // never shows a request ending before what it caused.
+                        while let Some(event) = self.events.try_recv() {
+                            self.event_frame(&event, &mut out);
+                        }
+                        out.extend_from_slice(&frame("request_finished", &json));
+                    }
+                    Err(broadcast::error::RecvError::Lagged(lost)) => {
+                        out = frame("missed", &format!("{{\"event\":\"missed\",\"missed\":{lost}}}"));
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                },
+                _ = self.keep_alive.tick() => return Some(Bytes::from_static(b": keep-alive\n\n")),
             }
-            line = self.requests.recv() => match line {
-                Ok(json) => Some(frame("request_finished", &json).into()),
-                Err(broadcast::error::RecvError::Lagged(lost)) => Some(
-                    frame("missed", &format!("{{\"event\":\"missed\",\"missed\":{lost}}}")).into(),
-                ),
-                Err(broadcast::error::RecvError::Closed) => None,
-            },
-            _ = self.keep_alive.tick() => Some(Bytes::from_static(b": keep-alive\n\n")),
+            // Empty when the event was one the replay already sent.
+            if !out.is_empty() {
+                return Some(out.into());
+            }
+        }
+    }
+
+    /// Appends `event`'s frame to `out`, after a `missed` frame when events were lost since
+    /// the last one; nothing for an event the replay already sent.
+    fn event_frame(&mut self, event: &Arc<Event>, out: &mut Vec<u8>) {
+        if !self.replayed.is_empty() {
+            if let Some(at) = self.replayed.iter().position(|sent| Arc::ptr_eq(sent, event)) {
+                self.replayed.remove(at);
+                return;
+            }
+            // Past the overlap: nothing later can be a replayed event.
+            self.replayed.clear();
+        }
+        let missed = self.events.missed();
+        if missed > self.missed {
+            let lost = missed - self.missed;
+            self.missed = missed;
+            out.extend_from_slice(&frame("missed", &format!("{{\"event\":\"missed\",\"missed\":{lost}}}")));
+        }
+        if let Ok(json) = serde_json::to_string(&**event) {
+            out.extend_from_slice(&frame(event.kind.name(), &json));
         }
     }
 }

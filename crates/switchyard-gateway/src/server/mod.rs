@@ -54,7 +54,7 @@ pub struct AppState {
     pub metrics: Metrics,
     /// The Responses API's conversations.
     pub responses: ResponseStore,
-    /// Finished requests, for `/admin/events` subscribers.
+    /// Finished requests and the router's recent events, for `/admin/events` subscribers.
     pub feed: events::RequestFeed,
     /// The trace exporter, when traces are exported.
     pub telemetry: Option<Arc<Telemetry>>,
@@ -96,6 +96,7 @@ impl AppState {
             share_answers(&router, store);
         }
         let telemetry = gateway.telemetry.as_ref().and_then(|settings| start_telemetry(settings, &router));
+        let feed = events::RequestFeed::new(&router);
         Arc::new(Self {
             telemetry,
             recent: Recent::new(gateway.recent_requests),
@@ -118,7 +119,7 @@ impl AppState {
             router,
             gateway,
             metrics,
-            feed: events::RequestFeed::default(),
+            feed,
             stopping: tokio::sync::watch::Sender::new(false),
             access,
             ids: IdSource::new(),

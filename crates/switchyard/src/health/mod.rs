@@ -190,6 +190,13 @@ impl HealthBoard {
         HealthSnapshot::of(self.store.all(), Instant::now())
     }
 
+    /// [`snapshot`](Self::snapshot), with every target of `targets` and every credential of
+    /// `credentials` listed too, as `unknown` when the store holds no record of it (never
+    /// called, or reset): the operator's view of a configuration.
+    pub fn snapshot_listing(&self, targets: &[Target], credentials: &[CredentialId]) -> HealthSnapshot {
+        HealthSnapshot::listing(self.store.all(), (targets, credentials), Instant::now())
+    }
+
     /// Forgets what is known of `target` and of the given credentials (its provider's): a
     /// reset by an operator. Returns what the reset announces: the circuit closing, each
     /// status change to `unknown` (reason `reset`) and the recoveries.

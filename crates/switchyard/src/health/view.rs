@@ -87,13 +87,14 @@ fn ser_opt_ms<S: serde::Serializer>(value: &Option<Duration>, s: S) -> Result<S:
     }
 }
 
-/// Health of everything the board knows, in the store's order (sorted by target and by id).
-/// A target or credential never called, or forgotten by the store, has no entry.
+/// Health of everything the board knows, sorted by target and by credential id. A target or
+/// credential never called, or forgotten by the store, has no entry unless it was listed (see
+/// [`HealthSnapshot::listing`]).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct HealthSnapshot {
-    /// Every target with a record.
+    /// Every target with a record, and every listed one.
     pub targets: Vec<TargetHealth>,
-    /// Every credential with a record.
+    /// Every credential with a record, and every listed one.
     pub credentials: Vec<CredentialHealth>,
 }
 
@@ -103,5 +104,68 @@ impl HealthSnapshot {
             targets: targets.into_iter().map(|(t, r)| TargetHealth::of(t, &r, now)).collect(),
             credentials: credentials.into_iter().map(|(id, r)| CredentialHealth::of(id, &r, now)).collect(),
         }
+    }
+
+    /// The records, with every listed target and credential that has none added as
+    /// `unknown`: an operator sees the whole configuration from the start, and
+    /// again right after a reset, not only what traffic has touched. Sorted as the store
+    /// sorts, so a listed entry sits where its record would.
+    pub(super) fn listing(
+        (mut targets, mut credentials): AllRecords,
+        listed: (&[Target], &[CredentialId]),
+        now: Instant,
+    ) -> Self {
+        let (listed_targets, listed_credentials) = listed;
+        // After the records: the sort is stable and `dedup_by` keeps the first of equals, so a
+        // record wins over its listed default.
+        targets.extend(listed_targets.iter().map(|t| (t.clone(), TargetRecord::default())));
+        credentials.extend(listed_credentials.iter().map(|id| (id.clone(), CredentialRecord::default())));
+        targets.sort_by(|a, b| a.0.cmp(&b.0));
+        targets.dedup_by(|a, b| a.0 == b.0);
+        credentials.sort_by(|a, b| a.0.cmp(&b.0));
+        credentials.dedup_by(|a, b| a.0 == b.0);
+        Self::of((targets, credentials), now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(name: &str) -> Target {
+        name.parse().unwrap()
+    }
+
+    #[test]
+    fn a_listing_adds_what_has_no_record_as_unknown_and_keeps_every_record() {
+        let now = Instant::now();
+        let failing = TargetRecord {
+            status: HealthStatus::TemporarilyUnavailable,
+            consecutive_failures: 2,
+            ..TargetRecord::default()
+        };
+        let key = CredentialId::derive("openai", "http://x", None);
+        let records = (vec![(target("b:m"), failing), (target("z:m"), TargetRecord::default())], Vec::new());
+        let listed = [target("c:m"), target("b:m"), target("a:m"), target("c:m")];
+
+        let snapshot = HealthSnapshot::listing(records, (&listed, std::slice::from_ref(&key)), now);
+        let targets: Vec<(&str, HealthStatus)> =
+            snapshot.targets.iter().map(|t| (t.target.as_str(), t.status)).collect();
+        assert_eq!(
+            targets,
+            [
+                ("a:m", HealthStatus::Unknown),
+                ("b:m", HealthStatus::TemporarilyUnavailable),
+                ("c:m", HealthStatus::Unknown),
+                ("z:m", HealthStatus::Unknown),
+            ],
+            "sorted, each once, a record over its listed default, unlisted records kept"
+        );
+        assert_eq!(snapshot.targets[1].consecutive_failures, 2);
+        assert_eq!(snapshot.credentials.len(), 1);
+        assert_eq!(
+            (&snapshot.credentials[0].credential_id, snapshot.credentials[0].status),
+            (&key, HealthStatus::Unknown)
+        );
     }
 }

@@ -430,6 +430,7 @@ impl<X: Exchange> Run<'_, X> {
             can_rotate: self.can_rotate(slot, tries, credential),
             chain: self.plan.chain,
             no_fallback: self.no_fallback,
+            single_call: self.single_call,
             deadline: self.deadline,
             now: Instant::now(),
             cut_by_deadline,

@@ -26,7 +26,7 @@ use std::time::Duration;
 use crate::backoff::Jitter;
 use crate::budget::{RetryBudget, RetryBudgetSettings};
 use crate::chat::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, TokenCount, Usage};
-use crate::credential::Credential;
+use crate::credential::{Credential, CredentialId};
 use crate::events::{EventBus, EventKind, Subscription};
 use crate::health::{HealthBoard, HealthSettings, HealthSnapshot, HealthStore, TargetHealth};
 use crate::latency::{LatencyBoard, LatencySummary};
@@ -83,6 +83,11 @@ pub enum ConfigError {
 pub struct RequestOptions {
     /// Try only the first target (with its retries); no fallback, no candidates.
     pub no_fallback: bool,
+    /// One call of the first target and nothing more: no retry, no other key, no fallback,
+    /// no hedge, no special chain, no candidate. Its outcome is the request's, as it is (a
+    /// failure comes back as [`RouteError::Upstream`]). What `switchyard doctor --ping`
+    /// sends: one call per target tells whether that target answers.
+    pub single_call: bool,
     /// Overrides the route's request deadline.
     pub deadline: Option<Duration>,
     /// Headers of the client's request to pass on to the provider (see
@@ -536,9 +541,24 @@ impl Router {
         }
     }
 
-    /// The health of every target and credential called so far.
+    /// The health of every configured target (every chain of every route) and of every
+    /// credential of every provider, `unknown` until first used and again after a reset, and
+    /// of any other target called so far (a `provider:model` a client named).
     pub fn health(&self) -> HealthSnapshot {
-        self.inner.health.snapshot()
+        let targets: Vec<Target> = self.routes().flat_map(|route| route.all_targets()).cloned().collect();
+        let credentials: Vec<CredentialId> =
+            self.inner.providers.values().flat_map(|slot| slot.credential_ids.iter().cloned()).collect();
+        self.inner.health.snapshot_listing(&targets, &credentials)
+    }
+
+    /// The health board's settings (thresholds, open times, cooldowns), shared by all routes.
+    pub fn health_settings(&self) -> &HealthSettings {
+        self.inner.health.settings()
+    }
+
+    /// How many retries recent requests may add, across all routes.
+    pub fn retry_budget(&self) -> &RetryBudgetSettings {
+        self.inner.budget.settings()
     }
 
     /// How fast `target` has answered lately (see [`latency`](crate::latency)); `None` before
@@ -666,6 +686,7 @@ impl StreamSettler {
             can_rotate: false,
             chain: policy::Chain::General,
             no_fallback: false,
+            single_call: false,
             deadline: None,
             now: tokio::time::Instant::now(),
             cut_by_deadline: false,

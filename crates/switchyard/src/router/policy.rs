@@ -31,6 +31,11 @@ pub(super) struct FailurePoint {
     pub(super) chain: Chain,
     /// The request asked for its first target only (`x-switchyard-fallback: off`).
     pub(super) no_fallback: bool,
+    /// The request is one call and nothing more ([`RequestOptions::single_call`]): no retry,
+    /// no other key.
+    ///
+    /// [`RequestOptions::single_call`]: super::RequestOptions::single_call
+    pub(super) single_call: bool,
     pub(super) deadline: Option<Instant>,
     pub(super) now: Instant,
     /// The request's deadline cut the attempt short: it says nothing about the provider.
@@ -111,6 +116,9 @@ pub(super) fn decide(
     }
     if at.cut_by_deadline {
         return Decision::new(Next::MoveOn, Some("request deadline passed".to_owned()));
+    }
+    if at.single_call {
+        return Decision::new(Next::Stop, Some("a single call: not retried".to_owned()));
     }
     // Another key of the same provider can fix what this key broke.
     if at.can_rotate && matches!(kind, ErrorKind::Auth | ErrorKind::QuotaExceeded) {

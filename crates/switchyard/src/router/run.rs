@@ -116,6 +116,8 @@ pub(super) struct Run<'r, X: Exchange> {
     pub(super) route: Arc<Route>,
     pub(super) explicit: bool,
     pub(super) no_fallback: bool,
+    /// One call and nothing more (see [`RequestOptions::single_call`]).
+    pub(super) single_call: bool,
     /// The client's headers to pass on (empty for most requests: no allocation).
     pub(super) forward: Vec<(String, String)>,
     /// The request's span, when it is traced: each attempt sent is a child of it.
@@ -180,10 +182,11 @@ impl<'r, X: Exchange> Run<'r, X> {
             x,
             deadline: options.deadline.or(route.timeouts().deadline).map(|d| started + d),
             health_ttl: route.health_gate().then(|| route.health_ttl()),
-            plan: Plan::new(chain, options.no_fallback),
+            plan: Plan::new(chain, options.no_fallback || options.single_call),
             route,
             explicit,
-            no_fallback: options.no_fallback,
+            no_fallback: options.no_fallback || options.single_call,
+            single_call: options.single_call,
             forward: options.forward_headers.clone(),
             trace: options.trace,
             started,

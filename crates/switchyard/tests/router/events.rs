@@ -229,3 +229,45 @@ async fn a_stream_that_fails_after_content_never_carries_the_key() {
         assert!(!text.contains("SECRET"), "a key leaked mid-stream: {text}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_retried_failure_announces_each_health_change_once() {
+    let a = SimulatedProvider::new().error_rate(ErrorKind::Unavailable, 1.0);
+    let b = SimulatedProvider::new();
+    let settings = switchyard::health::HealthSettings {
+        cooldown_on_error: std::time::Duration::from_secs(5),
+        ..no_breaker()
+    };
+    let route = Route::builder("default").target("a:m").target("b:m").retry(quick_retry(3));
+    let router = builder(&[("b", &b)])
+        .provider(keyed("a", &a, &["sk-only-key-0001"]))
+        .route(route.build().unwrap())
+        .health(settings)
+        .build()
+        .unwrap();
+    let mut events = router.subscribe();
+
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!(a.calls(), 3, "{}", answer.trail);
+
+    let changes: Vec<String> = events
+        .drain()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::HealthChanged { subject, from, to, .. } => Some(format!("{subject} {from}->{to}")),
+            _ => None,
+        })
+        .collect();
+    let a_key = router.credentials("a").unwrap()[0].id().clone();
+    let b_key = router.credentials("b").unwrap()[0].id().clone();
+    assert_eq!(
+        changes,
+        [
+            format!("credential {a_key} unknown->temporarily_unavailable"),
+            "a:m unknown->temporarily_unavailable".to_owned(),
+            "b:m unknown->available".to_owned(),
+            format!("credential {b_key} unknown->available"),
+        ],
+        "three failures of one target and key: one change each, not one per failure"
+    );
+}

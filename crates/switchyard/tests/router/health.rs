@@ -321,7 +321,14 @@ async fn reset_clears_one_target_and_reset_all_clears_everything() {
     assert!(names.contains(&"capacity_restored"), "{names:?}");
 
     router.reset_all();
-    assert!(router.health().targets.is_empty());
+    let listed: Vec<(String, HealthStatus)> =
+        router.health().targets.iter().map(|t| (t.target.to_string(), t.status)).collect();
+    assert_eq!(
+        listed,
+        [("a:m", HealthStatus::Unknown), ("b:m", HealthStatus::Unknown), ("c:m", HealthStatus::Unknown)]
+            .map(|(t, s)| (t.to_owned(), s)),
+        "every record forgotten: the configured targets are listed as unknown"
+    );
     assert_eq!(router.target_health(&target("b:m")).status, HealthStatus::Unknown);
     assert!(event_names(&mut events).contains(&"provider_recovered"));
 }
@@ -490,4 +497,52 @@ async fn the_store_stays_bounded_and_forgets_quiet_records_before_troubled_ones(
     }
     let kept = kept_within_capacity(&store);
     assert!(kept.contains(&"listed:down".to_owned()), "the open circuit was forgotten");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_health_view_lists_every_configured_target_and_key_as_unknown_before_any_call_and_after_a_reset()
+{
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let b = SimulatedProvider::new();
+    let router = Router::builder()
+        .provider(keyed("a", &a, &["sk-first-key-0001", "sk-second-key-0002"]))
+        .provider(keyed("b", &b, &[]))
+        .route(Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1)).build().unwrap())
+        .route(Route::builder("cheap").target("b:m").target("a:small").build().unwrap())
+        .build()
+        .unwrap();
+    let mut keys: Vec<_> = ["a", "b"]
+        .into_iter()
+        .flat_map(|p| router.credentials(p).unwrap().iter().map(|c| c.id().clone()))
+        .collect();
+    keys.sort();
+    let view = |router: &Router| {
+        let health = router.health();
+        let targets: Vec<(String, HealthStatus)> =
+            health.targets.iter().map(|t| (t.target.to_string(), t.status)).collect();
+        let credentials: Vec<_> =
+            health.credentials.iter().map(|c| (c.credential_id.clone(), c.status)).collect();
+        (targets, credentials)
+    };
+    let all_unknown = (
+        ["a:m", "a:small", "b:m"].map(|t| (t.to_owned(), HealthStatus::Unknown)).to_vec(),
+        keys.iter().map(|id| (id.clone(), HealthStatus::Unknown)).collect::<Vec<_>>(),
+    );
+    assert_eq!(keys.len(), 3, "two keys of a, b's keyless credential");
+
+    assert_eq!(view(&router), all_unknown, "before any call");
+
+    router.chat(&request("default")).await.unwrap();
+    let (targets, _) = view(&router);
+    assert_eq!(
+        targets,
+        [
+            ("a:m".to_owned(), HealthStatus::TemporarilyUnavailable),
+            ("a:small".to_owned(), HealthStatus::Unknown),
+            ("b:m".to_owned(), HealthStatus::Available),
+        ]
+    );
+
+    router.reset_all();
+    assert_eq!(view(&router), all_unknown, "after a reset");
 }

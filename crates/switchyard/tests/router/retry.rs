@@ -390,3 +390,37 @@ async fn a_lower_priority_key_is_used_only_when_every_key_above_is_out() {
     // a and b run out of quota on the first request; c, the fallback, answers from then on.
     assert_eq!(keys_used(&router, 3).await, vec![ids[2].clone(); 3]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_single_call_makes_one_call_and_returns_its_failure_unretried_and_unrotated() {
+    let a =
+        SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable), Step::fail(ErrorKind::Auth)]);
+    let b = SimulatedProvider::new();
+    let hedged = Route::builder("default")
+        .target("a:m")
+        .target("b:m")
+        .retry(quick_retry(3))
+        .health_gate(false)
+        .hedge(switchyard::route::Hedge::after(Duration::from_millis(1)))
+        .candidate(switchyard::route::Candidate::text("apology", "sorry"));
+    let router = builder(&[("b", &b)])
+        .provider(keyed("a", &a, &["sk-first-key-0001", "sk-second-key-0002"]))
+        .route(hedged.build().unwrap())
+        .build()
+        .unwrap();
+    let once = RequestOptions { single_call: true, ..RequestOptions::default() };
+
+    let error = router.chat_with(&request("default"), &once).await.expect_err("the one call fails");
+    assert_eq!(a.calls(), 1, "no retry");
+    assert_eq!(b.calls(), 0, "no fallback, no hedge");
+    assert!(
+        matches!(&error, RouteError::Upstream { error, .. } if error.kind() == ErrorKind::Unavailable),
+        "{error:?}"
+    );
+    assert_eq!(outcomes_of(&error), vec![Outcome::Failed]);
+
+    let error = router.chat_with(&request("a:m"), &once).await.expect_err("an auth failure");
+    assert_eq!(a.calls(), 2, "no other key");
+    assert_eq!(outcomes_of(&error), vec![Outcome::Failed]);
+    assert_eq!(router.chat_with(&request("a:m"), &once).await.unwrap().served_by.to_string(), "a:m");
+}

@@ -35,6 +35,7 @@ fn first_try() -> FailurePoint {
         can_rotate: false,
         chain: Chain::General,
         no_fallback: false,
+        single_call: false,
         deadline: None,
         now: Instant::now(),
         cut_by_deadline: false,
@@ -70,9 +71,10 @@ enum Situation {
     FallbackOff,
     ContentSent,
     Embeddings,
+    SingleCall,
 }
 
-const SITUATIONS: [Situation; 9] = [
+const SITUATIONS: [Situation; 10] = [
     Situation::FirstTry,
     Situation::RetriesLeft,
     Situation::RetriesSpent,
@@ -82,6 +84,7 @@ const SITUATIONS: [Situation; 9] = [
     Situation::FallbackOff,
     Situation::ContentSent,
     Situation::Embeddings,
+    Situation::SingleCall,
 ];
 
 /// What follows, in short: Retry, Rotate, Switch to the context-window or content-policy
@@ -122,6 +125,7 @@ fn decide_in(kind: ErrorKind, situation: Situation) -> Decision {
         Situation::FallbackOff => at.no_fallback = true,
         Situation::ContentSent => at.content_sent = true,
         Situation::Embeddings => at.special_chains = false,
+        Situation::SingleCall => (at.single_call, at.no_fallback, at.can_rotate) = (true, true, true),
     }
     decide(on, &ProviderError::new(kind, "test"), &at, &mut means())
 }
@@ -130,21 +134,22 @@ fn decide_in(kind: ErrorKind, situation: Situation) -> Decision {
 async fn every_kind_of_the_catalog_in_every_situation() {
     use Short::*;
     // Columns: first try, retries left, retries spent, another key, content policy used,
-    // explicit target, fallback off, streamed content sent, an embeddings request.
-    let table: [(ErrorKind, [Short; 9]); 13] = [
-        (ErrorKind::RateLimited, [R, R, M, R, R, R, R, S, R]),
-        (ErrorKind::QuotaExceeded, [M, M, M, K, M, M, S, S, M]),
-        (ErrorKind::Timeout, [R, R, M, R, R, R, R, S, R]),
-        (ErrorKind::Transport, [R, R, M, R, R, R, R, S, R]),
-        (ErrorKind::Unavailable, [R, R, M, R, R, R, R, S, R]),
-        (ErrorKind::MalformedResponse, [R, R, M, R, R, R, R, S, R]),
-        (ErrorKind::Auth, [M, M, M, K, M, M, S, S, M]),
-        (ErrorKind::ModelNotFound, [M, M, M, M, M, M, S, S, M]),
-        (ErrorKind::ContextLength, [W, W, W, W, S, S, S, S, S]),
-        (ErrorKind::ContentFiltered, [P, P, P, P, S, S, S, S, S]),
-        (ErrorKind::InvalidRequest, [S, S, S, S, S, S, S, S, S]),
-        (ErrorKind::SchemaViolation, [S, S, S, S, S, S, S, S, S]),
-        (ErrorKind::Cancelled, [S, S, S, S, S, S, S, S, S]),
+    // explicit target, fallback off, streamed content sent, an embeddings request, a single
+    // call (which has fallback off, and another key it does not take).
+    let table: [(ErrorKind, [Short; 10]); 13] = [
+        (ErrorKind::RateLimited, [R, R, M, R, R, R, R, S, R, S]),
+        (ErrorKind::QuotaExceeded, [M, M, M, K, M, M, S, S, M, S]),
+        (ErrorKind::Timeout, [R, R, M, R, R, R, R, S, R, S]),
+        (ErrorKind::Transport, [R, R, M, R, R, R, R, S, R, S]),
+        (ErrorKind::Unavailable, [R, R, M, R, R, R, R, S, R, S]),
+        (ErrorKind::MalformedResponse, [R, R, M, R, R, R, R, S, R, S]),
+        (ErrorKind::Auth, [M, M, M, K, M, M, S, S, M, S]),
+        (ErrorKind::ModelNotFound, [M, M, M, M, M, M, S, S, M, S]),
+        (ErrorKind::ContextLength, [W, W, W, W, S, S, S, S, S, S]),
+        (ErrorKind::ContentFiltered, [P, P, P, P, S, S, S, S, S, S]),
+        (ErrorKind::InvalidRequest, [S, S, S, S, S, S, S, S, S, S]),
+        (ErrorKind::SchemaViolation, [S, S, S, S, S, S, S, S, S, S]),
+        (ErrorKind::Cancelled, [S, S, S, S, S, S, S, S, S, S]),
     ];
     for (kind, row) in table {
         for (situation, expected) in SITUATIONS.into_iter().zip(row) {
