@@ -67,7 +67,8 @@ enum Command {
         /// Configuration file (YAML, or TOML); found as `serve` finds it when not given.
         #[arg(long, short)]
         config: Option<PathBuf>,
-        /// Send one tiny request to every target and print latency and result.
+        /// Send exactly one tiny call to every target (no retry, other key, fallback or hedge)
+        /// and print its latency and outcome.
         #[arg(long)]
         ping: bool,
     },

@@ -19,7 +19,7 @@ fn config_check_accepts_a_valid_file_and_refuses_a_bad_one_with_a_non_zero_exit(
     );
     let (code, out, _) = run(&["config", "check", good.to_str().unwrap()]);
     assert_eq!(code, 0);
-    assert!(out.contains("ok (1 providers, routes: default)"), "{out}");
+    assert!(out.contains("ok (1 provider, routes: default)"), "{out}");
 
     let bad = write_config(
         "bad.yaml",
@@ -38,7 +38,7 @@ fn config_check_warns_of_an_unset_secret_and_exits_zero() {
     let config = write_config("unset-secret.yaml", UNSET_SECRET);
     let (code, out, err) = run(&["config", "check", config.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("ok (1 providers, routes: default)"), "{out}");
+    assert!(out.contains("ok (1 provider, routes: default)"), "{out}");
     assert!(
         err.contains("warning: ") && err.contains("unset-secret.yaml: providers.openai.api_key: environment variable `SWITCHYARD_TEST_UNSET_SECRET` is not set"),
         "the warning names the key path and the variable: {err}"

@@ -828,3 +828,27 @@ async fn when_every_target_is_down_the_last_good_answer_is_served_stale_in_eithe
     let metrics = gateway.get("/metrics", ADMIN_KEY).await.text().await.unwrap();
     assert!(metrics.contains("switchyard_stale_answers_total{route=\"default\"} 4"), "{metrics}");
 }
+
+#[tokio::test]
+async fn every_metric_family_the_gateway_shows_is_documented_in_the_readme() {
+    let gateway = Gateway::start(
+        "providers:\n  down: { kind: simulated, error_rates: { unavailable: 1.0 } }\n  up: { kind: simulated, prices: { m: { input: 1.0, output: 2.0 } } }\nroutes:\n  default: { targets: [down:m, up:m], retry: { max_attempts: 2, backoff_base: 1ms, backoff_max: 1ms } }\ngateway: { keys: [env://GW_KEY], admin_key: env://ADMIN_KEY }\n",
+    )
+    .await;
+    assert_eq!(gateway.post("/v1/chat/completions", chat("default")).await.status(), 200);
+    let metrics = gateway.get("/metrics", ADMIN_KEY).await.text().await.unwrap();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let section = readme.split("\n## Metrics\n").nth(1).unwrap().split("\n## ").next().unwrap();
+    let families: Vec<&str> = metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    assert!(families.len() >= 12, "{families:?}");
+    for family in families {
+        assert!(
+            section.contains(&format!("| `{family}` |")),
+            "{family} is not in the README's metrics table"
+        );
+    }
+}

@@ -11,7 +11,10 @@ const USAGE: &str = "usage: switchyard-mock [--listen 127.0.0.1:PORT] [--threads
     --listen   address to bind (default 127.0.0.1:0, a free port)\n\
     --threads  runtime worker threads (default: available cores)\n\
     --tls-cert serve HTTPS with this PEM certificate chain (needs --tls-key)\n\
-    --tls-key  the certificate's PEM private key";
+    --tls-key  the certificate's PEM private key\n\n\
+    Every scenario (ok, tools, custom, filter, think, status=NNN, ratelimit=S, quota, auth,\n\
+    context, hang, reset, cut=N), its modifiers (latency, jitter, chunks, gap) and the\n\
+    /_stats and /_reset endpoints: crates/switchyard-mock/README.md";
 
 struct Options {
     listen: String,

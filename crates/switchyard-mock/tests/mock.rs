@@ -760,3 +760,18 @@ async fn multi_megabyte_request_bodies_are_read_whole() {
         body.to_string().len()
     );
 }
+
+#[test]
+fn help_names_every_option_and_points_to_the_readme_for_the_scenarios() {
+    let output =
+        std::process::Command::new(env!("CARGO_BIN_EXE_switchyard-mock")).arg("--help").output().unwrap();
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    for option in ["--listen", "--threads", "--tls-cert", "--tls-key", "crates/switchyard-mock/README.md"] {
+        assert!(text.contains(option), "{option} missing from: {text}");
+    }
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    for step in ["`ok`", "`tools`", "`custom`", "`filter`", "`think`", "`hang`", "`reset`", "`cut=N`"] {
+        assert!(readme.contains(step), "the README documents {step}");
+    }
+}

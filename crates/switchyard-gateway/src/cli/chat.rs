@@ -7,7 +7,7 @@ use switchyard::chat::{ChatRequest, Message};
 use switchyard::trail::{Attempt, Trail, Via};
 use switchyard::{RequestOptions, Router};
 
-use super::health::{counted, duration_text};
+use super::text::{counted, duration_text};
 
 pub(crate) async fn chat(
     router: &Router,

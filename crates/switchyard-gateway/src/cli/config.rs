@@ -25,9 +25,9 @@ pub(crate) fn check(file: &Path, strict: bool) -> ExitCode {
             let loaded = checked.loaded;
             let routes: Vec<&str> = loaded.router.routes().map(|r| r.name()).collect();
             println!(
-                "{}: ok ({} providers, routes: {})",
+                "{}: ok ({}, routes: {})",
                 file.display(),
-                loaded.providers.len(),
+                super::text::counted(loaded.providers.len(), "provider"),
                 routes.join(", ")
             );
             ExitCode::SUCCESS

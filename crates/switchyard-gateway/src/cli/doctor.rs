@@ -8,8 +8,8 @@ use switchyard::trail::Attempt;
 use switchyard::{RequestOptions, RouteError, Target};
 use switchyard_gateway::config::{self, Exposure, Loaded};
 
-use super::health::{counted, duration_text, setting};
 use super::print_routes;
+use super::text::{counted, duration_text, setting};
 
 pub(crate) async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCode> {
     println!("config: {}", loaded.origin());

@@ -10,7 +10,8 @@ use anyhow::Context;
 use serde_json::Value;
 
 use super::admin_get;
-use super::health::{gateway_url, ms_text, refused};
+use super::text::ms_text;
+use super::{gateway_url, refused};
 
 /// The first wait before reconnecting, doubled after each failed try up to [`MOST_WAIT`].
 const FIRST_WAIT: Duration = Duration::from_millis(250);

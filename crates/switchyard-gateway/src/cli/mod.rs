@@ -6,10 +6,12 @@ pub(crate) mod doctor;
 pub(crate) mod events;
 pub(crate) mod health;
 pub(crate) mod serve;
+pub(crate) mod text;
 
 use std::path::PathBuf;
 
 use anyhow::Context;
+use serde_json::Value;
 use switchyard::Router;
 use switchyard_gateway::config::{self as loader, Loaded};
 
@@ -69,4 +71,33 @@ pub(crate) async fn admin_get(
         request = request.bearer_auth(key);
     }
     request.send().await.with_context(|| format!("cannot reach the gateway at {url}"))
+}
+
+/// The gateway's base URL as given, `http://` added when it names no scheme
+/// (`127.0.0.1:4680`), without a trailing slash.
+pub(crate) fn gateway_url(url: &str) -> String {
+    let url = url.trim().trim_end_matches('/');
+    if url.contains("://") { url.to_owned() } else { format!("http://{url}") }
+}
+
+/// The error for an admin endpoint's refusal: a 401 says how to pass the admin key.
+pub(crate) fn refused(status: reqwest::StatusCode, body: &Value) -> anyhow::Error {
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    if status == reqwest::StatusCode::UNAUTHORIZED {
+        return anyhow::anyhow!(
+            "the gateway refused the admin key (401): pass it with --key KEY or set SWITCHYARD_ADMIN_KEY"
+        );
+    }
+    anyhow::anyhow!("the gateway answered {status}: {message}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gateway_url;
+
+    #[test]
+    fn a_gateway_address_without_a_scheme_is_http() {
+        assert_eq!(gateway_url("127.0.0.1:4680"), "http://127.0.0.1:4680");
+        assert_eq!(gateway_url("https://gw.example/"), "https://gw.example");
+    }
 }
