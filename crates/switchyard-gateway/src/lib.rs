@@ -1,6 +1,7 @@
 //! Switchyard's gateway: the HTTP server any OpenAI or Anthropic SDK can point at, its
 //! configuration, and the command line's building blocks.
 
+mod clock;
 pub mod config;
 pub mod connection;
 pub mod drills;

@@ -16,6 +16,7 @@
 //! ```
 
 pub mod anthropic;
+pub mod codec;
 pub mod gemini;
 pub mod http;
 pub mod openai;

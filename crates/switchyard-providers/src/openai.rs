@@ -25,6 +25,7 @@
 //! let provider = OpenAiProvider::new(&local).unwrap();
 //! ```
 
+pub mod codec;
 mod errors;
 mod responses;
 mod stream;

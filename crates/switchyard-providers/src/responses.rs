@@ -18,8 +18,7 @@
 
 pub mod decode;
 pub mod encode;
-
-use std::fmt;
+pub mod native;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -53,26 +52,4 @@ pub fn is_claude_thinking(item: &Value) -> bool {
         && item["encrypted_content"].as_str().is_some_and(|sealed| sealed.starts_with(CLAUDE_THINKING))
 }
 
-/// A request the codec cannot read, naming the field at fault by its JSON path
-/// (`input[2].content[0].type`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CodecError {
-    /// The JSON path of the field at fault (`body` for the body as a whole).
-    pub field: String,
-    /// What is wrong with it, phrased to follow the field (`is required`, `must be a string`).
-    pub reason: String,
-}
-
-impl CodecError {
-    pub(crate) fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self { field: field.into(), reason: reason.into() }
-    }
-}
-
-impl fmt::Display for CodecError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "`{}` {}", self.field, self.reason)
-    }
-}
-
-impl std::error::Error for CodecError {}
+pub use crate::codec::CodecError;

@@ -1234,7 +1234,9 @@ fn codec_refuses_what_it_cannot_translate_naming_the_field() {
         }
         let error = codec::request_from_json(body).unwrap_err();
         assert_eq!(error.field, field);
-        assert_eq!(error.to_error_body()["error"]["type"], "invalid_request_error");
+        let body = codec::error_body(ErrorKind::InvalidRequest, &error.to_string());
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+        assert!(body["error"]["message"].as_str().unwrap().contains(field), "{body}");
     }
 }
 

@@ -358,6 +358,13 @@ impl Trail {
     }
 }
 
+impl FromIterator<Attempt> for Trail {
+    /// A trail of `attempts`, in order: what a consumer of trails builds its tests from.
+    fn from_iter<I: IntoIterator<Item = Attempt>>(attempts: I) -> Self {
+        Self(attempts.into_iter().collect())
+    }
+}
+
 impl fmt::Display for Trail {
     /// One line per attempt: `1. openai:gpt-4o  failed  unavailable (HTTP 503)  12.0ms`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

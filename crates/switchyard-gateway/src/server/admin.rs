@@ -13,7 +13,11 @@ use crate::drills::DrillError;
 use crate::metrics::labels;
 
 use super::body::{BodyError, read};
-use super::{ApiError, AppState, Dialect, authorized, stalled, unauthorized};
+use switchyard::chat::Dialect;
+
+use super::auth::{authorized, unauthorized};
+use super::errors::ApiError;
+use super::state::AppState;
 
 pub(super) fn admin_allowed(state: &AppState, headers: &HeaderMap) -> bool {
     match &state.gateway.admin_key {
@@ -217,7 +221,9 @@ fn bad_request(message: String) -> Response {
 async fn small_body(state: &AppState, body: Body, refusal: &str) -> Result<Bytes, Response> {
     match read(body, 64 * 1024, state.gateway.connections.body_timeout).await {
         Ok(bytes) => Ok(bytes),
-        Err(error @ BodyError::Stalled { .. }) => Err(stalled(&error).into_response(Dialect::OpenAi, "")),
+        Err(error @ BodyError::Stalled { .. }) => {
+            Err(super::lifecycle::stalled(&error).into_response(Dialect::OpenAi, ""))
+        }
         Err(_) => Err(bad_request(refusal.to_owned())),
     }
 }

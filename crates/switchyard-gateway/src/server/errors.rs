@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use switchyard::trail::{Attempt, Outcome};
 use switchyard::{ErrorKind, ProviderError, RouteError};
 
-use super::Dialect;
+use switchyard::chat::Dialect;
 
 /// An error response: status, a machine code, a message for people, and the trail when one
 /// exists.
@@ -77,13 +77,15 @@ impl ApiError {
     pub fn body(&self, dialect: Dialect, request_id: &str) -> Value {
         let switchyard = json!({ "request_id": request_id, "attempts": self.attempts.as_deref().cloned().unwrap_or_else(|| json!([])) });
         match dialect {
-            Dialect::OpenAi => json!({
-                "error": { "message": self.message, "type": openai_type(self.status), "code": self.code, "param": null },
-                "switchyard": switchyard,
-            }),
             Dialect::Anthropic => json!({
                 "type": "error",
                 "error": { "type": anthropic_type(self.status), "message": self.message },
+                "switchyard": switchyard,
+            }),
+            // The Responses API writes its errors as Chat Completions does; no client speaks
+            // Gemini's dialect to the gateway.
+            Dialect::OpenAi | Dialect::Responses | Dialect::Gemini => json!({
+                "error": { "message": self.message, "type": openai_type(self.status), "code": self.code, "param": null },
                 "switchyard": switchyard,
             }),
         }

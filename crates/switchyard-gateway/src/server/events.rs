@@ -23,7 +23,11 @@ use switchyard::events::{Event, Subscription};
 use tokio::sync::{broadcast, watch};
 
 use super::admin::admin_allowed;
-use super::{ApiError, AppState, Dialect, unauthorized};
+use switchyard::chat::Dialect;
+
+use super::auth::unauthorized;
+use super::errors::ApiError;
+use super::state::AppState;
 use crate::recent::RequestRecord;
 
 const KEEP_ALIVE: Duration = Duration::from_secs(15);

@@ -2,83 +2,59 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use serde_json::{Value, json};
-use switchyard::chat::{ChatRequest, Dialect as ChatDialect, EmbeddingsRequest, Verbatim};
+use switchyard::chat::{ChatRequest, Dialect, EmbeddingsRequest};
+use switchyard_providers::openai::codec;
 
-use super::{
-    ApiError, AppState, Delivered, Dialect, accept, add_usage_metrics, answered, authorized, invalid_json,
-    model_names, note_claude_thinking, route_failed, unauthorized, unix_now,
-};
+use super::auth::{authorized, unauthorized};
+use super::deliver::{Delivered, answered, route_failed};
+use super::errors::ApiError;
+use super::finished::metrics::usage;
+use super::lifecycle::{Accepted, invalid_json};
+use super::request::model_names;
+use super::sse::respond;
+use super::state::AppState;
+use crate::clock::unix_now;
 
+/// `POST /v1/chat/completions`: the client's request routed, the answer (or its stream) in
+/// the same dialect.
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    body: Body,
+    Accepted { context, body }: Accepted,
 ) -> Response {
-    let parse = |bytes: &Bytes| {
-        let mut request =
-            switchyard::serde_extra::from_slice::<ChatRequest>(bytes).map_err(|e| invalid_json(&e))?;
-        // An OpenAI-dialect provider receives the body as written, not a translation of it.
-        request.verbatim = Some(Verbatim::new(ChatDialect::OpenAi, bytes.clone()));
-        Ok(request)
+    let parsed = codec::request_from_bytes(&body)
+        .map_err(|e| invalid_json(&e))
+        .and_then(|request| codec::check(&request).map(|()| request).map_err(invalid));
+    let (mut exchange, request) = match context.accept(&state, parsed, |r: &ChatRequest| &r.model) {
+        Ok(accepted) => accepted,
+        Err(response) => return *response,
     };
-    let endpoint = (Dialect::OpenAi, "chat_completions");
-    let (mut exchange, mut request) =
-        match accept(&state, &headers, body, endpoint, parse, |r: &ChatRequest| &r.model).await {
-            Ok(accepted) => accepted,
-            Err(response) => return response,
-        };
-    request.origin = ChatDialect::OpenAi;
-    note_claude_thinking(&mut exchange, &request);
-    if request.messages.is_empty() {
-        let error = ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            "`messages` is empty: send at least one message",
-        );
-        return exchange.fail(&state, error);
-    }
+    exchange.note_claude_thinking(&request);
     let options = exchange.options(&headers);
     if request.stream {
-        let include_usage = request
-            .extra
-            .get("stream_options")
-            .and_then(|o| o.get("include_usage"))
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
+        let writer = codec::ChatStreamWriter::new(&exchange.id, unix_now(), codec::wants_usage(&request));
         return match state.router.chat_stream(&request, &options).await {
-            Ok(stream) => super::sse::openai_stream(state.clone(), exchange, stream, include_usage),
+            Ok(stream) => respond(state.clone(), exchange, stream, writer),
             Err(error) => route_failed(&state, &exchange, error),
         };
     }
     match state.router.chat_with(&request, &options).await {
         Ok(mut answer) => {
-            add_usage_metrics(&state, &answer.served_by, answer.usage, answer.cost);
-            let response = &mut answer.response;
-            if let Some(body) =
-                response.verbatim.take().and_then(|v| v.in_dialect(ChatDialect::OpenAi).cloned())
-            {
-                // The provider's answer, as it wrote it.
-                return answered(&state, &exchange, body, Delivered::from(&mut answer));
-            }
-            if response.id.is_empty() {
-                response.id = ["chatcmpl-", &exchange.id].concat();
-            }
-            if response.created == 0 {
-                response.created = unix_now();
-            }
-            response.extra.entry("object").or_insert_with(|| Value::from("chat.completion"));
-            // Serializing our own types cannot fail.
-            let body = serde_json::to_vec(response).unwrap_or_default();
+            usage(&state, &answer.served_by, answer.usage, answer.cost);
+            let body = codec::response_body(&mut answer.response, &exchange.id, unix_now());
             answered(&state, &exchange, body, Delivered::from(&mut answer))
         }
         Err(error) => route_failed(&state, &exchange, error),
     }
+}
+
+/// A request the codec refuses, as a 400.
+fn invalid(error: switchyard_providers::codec::CodecError) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", error.to_string())
 }
 
 /// How the client wants its vectors: `float` (the default) or `base64`, the little-endian
@@ -141,18 +117,19 @@ struct EmbeddingsOut<'a> {
     usage: Value,
 }
 
-pub async fn embeddings(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    let parse = |bytes: &Bytes| {
-        let request = serde_json::from_slice::<EmbeddingsRequest>(bytes).map_err(|e| invalid_json(&e))?;
-        Encoding::of(&request)?;
-        Ok(request)
+/// `POST /v1/embeddings`, within one embedding space.
+pub async fn embeddings(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Accepted { context, body }: Accepted,
+) -> Response {
+    let parsed = serde_json::from_slice::<EmbeddingsRequest>(&body)
+        .map_err(|e| invalid_json(&e))
+        .and_then(|request| Encoding::of(&request).map(|_| request));
+    let (exchange, request) = match context.accept(&state, parsed, |r: &EmbeddingsRequest| &r.model) {
+        Ok(accepted) => accepted,
+        Err(response) => return *response,
     };
-    let endpoint = (Dialect::OpenAi, "embeddings");
-    let (exchange, request) =
-        match accept(&state, &headers, body, endpoint, parse, |r: &EmbeddingsRequest| &r.model).await {
-            Ok(accepted) => accepted,
-            Err(response) => return response,
-        };
     match state.router.embeddings(&request, &exchange.options(&headers)).await {
         Ok(answer) => {
             let encoding = Encoding::of(&request).unwrap_or(Encoding::Float);

@@ -8,36 +8,94 @@
 
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Map, Value, json};
-use switchyard::chat::{ChatChunk, Dialect as ChatDialect, Message, Verbatim};
-use switchyard::{ErrorKind, ProviderError};
+use serde_json::{Value, json};
+use switchyard::ProviderError;
+use switchyard::chat::{ChatChunk, ChatRequest, Dialect, Message};
+use switchyard_providers::codec::StreamWriter;
 use switchyard_providers::responses::decode::{self, ResponsesRequest};
-use switchyard_providers::responses::encode::{self, Meta, StreamEncoder};
-use switchyard_providers::responses::is_claude_thinking;
+use switchyard_providers::responses::encode::{self, Meta, ResponsesStreamWriter};
+use switchyard_providers::responses::{is_claude_thinking, native};
 
-use super::sse::{Encoder, respond, write_event};
-use super::{
-    ApiError, AppState, Delivered, Dialect, Readers, accept, add_usage_metrics, answered, authorized,
-    note_claude_thinking, presented_key, route_failed, unauthorized, unix_now,
-};
+use super::auth::{authorized, presented_key, unauthorized};
+use super::deliver::{Delivered, answered, route_failed};
+use super::errors::ApiError;
+use super::finished::metrics::usage;
+use super::lifecycle::Accepted;
+use super::request::{Readers, RequestContext};
+use super::sse::{Encoder, Held, respond};
+use super::state::AppState;
+use crate::clock::unix_now;
 use crate::responses::{MAX_REFERENCES, Stored, Unreadable, owner_of};
 
-pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    let parse = |bytes: &Bytes| {
-        decode::request_from_slice(bytes)
-            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()))
+/// `POST /v1/responses`: the request's turn put after the conversation it continues, routed
+/// like any chat, the answer (or its stream) written as a response object (or its events),
+/// and kept for the next turn when the client asked.
+pub async fn create(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Accepted { context, body }: Accepted,
+) -> Response {
+    let parsed = decode::request_from_slice(&body)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()));
+    let (mut exchange, parsed) = match context.accept(&state, parsed, |r: &ResponsesRequest| &r.chat.model) {
+        Ok(accepted) => accepted,
+        Err(response) => return *response,
     };
-    let endpoint = (Dialect::OpenAi, "responses");
-    let (mut exchange, parsed) =
-        match accept(&state, &headers, body, endpoint, parse, |r: &ResponsesRequest| &r.chat.model).await {
-            Ok(accepted) => accepted,
-            Err(response) => return response,
-        };
     let owner = owner_of(presented_key(&headers).filter(|_| !state.gateway.keys.is_empty()));
+    let turn = match conversation(&state, &mut exchange, &owner, parsed).await {
+        Ok(turn) => turn,
+        Err(error) => return exchange.fail(&state, error),
+    };
+    let Turn { chat, meta, keep } = turn;
+    let options = exchange.options(&headers);
+    if chat.stream {
+        return match state.router.chat_stream(&chat, &options).await {
+            Ok(stream) => {
+                let encoder = ResponsesEncoder::new(state.clone(), meta, keep);
+                respond(state.clone(), exchange, stream, encoder)
+            }
+            Err(error) => route_failed(&state, &exchange, error),
+        };
+    }
+    match state.router.chat_with(&chat, &options).await {
+        Ok(mut answer) => {
+            usage(&state, &answer.served_by, answer.usage, answer.cost);
+            let object =
+                match answer.response.verbatim.take().and_then(|v| v.in_dialect(Dialect::Responses).cloned())
+                {
+                    // The provider's own response object, under the gateway's id.
+                    Some(bytes) => native::native_object(&bytes, &meta),
+                    None => encode::response_object(&meta, &answer.response).0,
+                };
+            if let Some(keep) = keep {
+                state.responses.keep(meta.id.clone(), keep.entry(&object)).await;
+            }
+            let body = serde_json::to_vec(&object).unwrap_or_default();
+            answered(&state, &exchange, body, Delivered::from(&mut answer))
+        }
+        Err(error) => route_failed(&state, &exchange, error),
+    }
+}
+
+/// One turn, ready to route: the canonical request with the whole conversation, the response
+/// object's identity, and what to keep of it.
+struct Turn {
+    chat: ChatRequest,
+    meta: Meta,
+    keep: Option<Keep>,
+}
+
+/// The conversation so far (kept by the gateway, or named by item references), then this
+/// turn's input; what some providers are not sent noted for the trail.
+async fn conversation(
+    state: &AppState,
+    exchange: &mut RequestContext,
+    owner: &str,
+    parsed: ResponsesRequest,
+) -> Result<Turn, ApiError> {
     let ResponsesRequest {
         mut chat,
         previous_response_id,
@@ -53,53 +111,47 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
     }
     let instructions = usize::from(!echo.instructions.is_null());
     if references {
-        match read_references(&state, &owner, &mut input).await {
-            Ok(messages) => chat.messages.extend(messages),
-            Err(error) => return exchange.fail(&state, error),
-        }
+        chat.messages.extend(read_references(state, owner, &mut input).await?);
     }
-    // The conversation so far (kept by the gateway), then this turn's input.
     let mut items = Vec::new();
     if let Some(previous) = &previous_response_id {
-        let Some(stored) = state.responses.find(previous, &owner).await else {
-            let error = ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "previous_response_not_found",
-                format!(
-                    "previous_response_id: no response `{previous}` is kept here (it expired, was deleted, was sent with store: false, or belongs to another key)"
-                ),
-            );
-            return exchange.fail(&state, error);
-        };
-        items.extend(stored.items.iter().cloned());
-        let history = match decode::messages_from_items(&items, "previous_response_id") {
-            Ok(history) => history,
-            Err(error) => {
-                return exchange.fail(
-                    &state,
-                    ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", error.to_string()),
-                );
-            }
-        };
+        let stored = previous_turns(state, owner, previous).await?;
+        items.extend(stored);
+        let history = decode::messages_from_items(&items, "previous_response_id")
+            .map_err(|error| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", error.to_string()))?;
         // The instructions of this turn, then the conversation so far, then this turn's input.
         let this_turn = chat.messages.split_off(instructions);
         chat.messages.extend(history);
         chat.messages.extend(this_turn);
     }
     items.extend(input);
-    let unread = decode::unread_items(&items);
-    if !unread.is_empty() {
-        exchange.unsent.push((
-            Readers::ResponsesNative,
+    note_unsent_items(exchange, &items);
+    exchange.note_claude_thinking(&chat);
+    chat.verbatim = Some(native::native_body(body, &items));
+    let meta =
+        Meta { id: state.responses.new_id(), created_at: unix_now(), echo, previous_response_id, store };
+    let keep = store.then(|| Keep { owner: owner.to_owned(), items });
+    Ok(Turn { chat, meta, keep })
+}
+
+/// The items of the conversation `previous` ended, kept for `owner`.
+async fn previous_turns(state: &AppState, owner: &str, previous: &str) -> Result<Vec<Value>, ApiError> {
+    match state.responses.find(previous, owner).await {
+        Some(stored) => Ok(stored.items.clone()),
+        None => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "previous_response_not_found",
             format!(
-                "the conversation's {} item(s) were not sent: only a provider spoken to in the Responses API reads them",
-                unread.join(", ")
+                "previous_response_id: no response `{previous}` is kept here (it expired, was deleted, was sent with store: false, or belongs to another key)"
             ),
-        ));
+        )),
     }
-    // Reasoning travels only to a provider that reads the Responses API (as encrypted content);
-    // a translation has no place for it, and the trail says so.
-    // (Claude's thinking as the gateway sealed it is read back by an Anthropic target.)
+}
+
+/// Notes what of the conversation only a provider of the Responses API reads: reasoning
+/// (which travels only as encrypted content; Claude's thinking as the gateway sealed it is
+/// read back by an Anthropic target), and items Switchyard does not model.
+fn note_unsent_items(exchange: &mut RequestContext, items: &[Value]) {
     let reasoning =
         items.iter().filter(|item| item["type"] == "reasoning" && !is_claude_thinking(item)).count();
     if reasoning > 0 {
@@ -110,41 +162,15 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
             ),
         ));
     }
-    note_claude_thinking(&mut exchange, &chat);
-    chat.verbatim = Some(native_body(body, &items));
-    let meta =
-        Meta { id: state.responses.new_id(), created_at: unix_now(), echo, previous_response_id, store };
-    let keep = store.then(|| Keep { owner, items });
-    let options = exchange.options(&headers);
-    if chat.stream {
-        return match state.router.chat_stream(&chat, &options).await {
-            Ok(stream) => {
-                let encoder = ResponsesEncoder::new(state.clone(), meta, keep);
-                respond(state.clone(), exchange, stream, encoder)
-            }
-            Err(error) => route_failed(&state, &exchange, error),
-        };
-    }
-    match state.router.chat_with(&chat, &options).await {
-        Ok(mut answer) => {
-            add_usage_metrics(&state, &answer.served_by, answer.usage, answer.cost);
-            let object = match answer
-                .response
-                .verbatim
-                .take()
-                .and_then(|v| v.in_dialect(ChatDialect::Responses).cloned())
-            {
-                // The provider's own response object, under the gateway's id.
-                Some(bytes) => native_object(&bytes, &meta),
-                None => encode::response_object(&meta, &answer.response).0,
-            };
-            if let Some(keep) = keep {
-                state.responses.keep(meta.id.clone(), keep.entry(&object)).await;
-            }
-            let body = serde_json::to_vec(&object).unwrap_or_default();
-            answered(&state, &exchange, body, Delivered::from(&mut answer))
-        }
-        Err(error) => route_failed(&state, &exchange, error),
+    let unread = decode::unread_items(items);
+    if !unread.is_empty() {
+        exchange.unsent.push((
+            Readers::ResponsesNative,
+            format!(
+                "the conversation's {} item(s) were not sent: only a provider spoken to in the Responses API reads them",
+                unread.join(", ")
+            ),
+        ));
     }
 }
 
@@ -185,50 +211,6 @@ struct Keep {
     items: Vec<Value>,
 }
 
-/// The body a provider that speaks the Responses API is sent: the client's, with the whole
-/// conversation as its input, nothing for the provider to keep (`store: false`, no
-/// `previous_response_id`), and reasoning returned encrypted so that a later turn can send it
-/// back.
-///
-/// A reasoning item without `encrypted_content` is left out: with nothing kept by the
-/// provider, only the encrypted form can be read back (the gateway writes such items for the
-/// reasoning of models of other kinds, and a client may hold ones a provider kept). So is
-/// Claude's thinking as the gateway sealed it, which OpenAI could not read.
-fn native_body(mut body: Map<String, Value>, items: &[Value]) -> Verbatim {
-    let readable = |item: &&Value| {
-        item["type"] != "reasoning"
-            || (item["encrypted_content"].as_str().is_some_and(|c| !c.is_empty())
-                && !is_claude_thinking(item))
-    };
-    body.insert("input".to_owned(), Value::Array(items.iter().filter(readable).cloned().collect()));
-    body.remove("previous_response_id");
-    body.insert("store".to_owned(), Value::Bool(false));
-    let include = body.entry("include").or_insert_with(|| Value::Array(Vec::new()));
-    if let Value::Array(include) = include
-        && !include.iter().any(|i| i == "reasoning.encrypted_content")
-    {
-        include.push(Value::from("reasoning.encrypted_content"));
-    }
-    Verbatim::new(ChatDialect::Responses, serde_json::to_vec(&body).unwrap_or_default())
-}
-
-/// A provider's response object as the client gets it: under the gateway's id, saying what
-/// the client asked of the store and which response it continues.
-fn native_object(bytes: &[u8], meta: &Meta) -> Value {
-    let mut object: Value = serde_json::from_slice(bytes).unwrap_or_else(|_| json!({}));
-    restamp(&mut object, meta);
-    object
-}
-
-/// Puts the gateway's id, `store` and `previous_response_id` on a provider's response object.
-fn restamp(object: &mut Value, meta: &Meta) {
-    if let Value::Object(object) = object {
-        object.insert("id".to_owned(), Value::from(meta.id.clone()));
-        object.insert("store".to_owned(), Value::Bool(meta.store));
-        object.insert("previous_response_id".to_owned(), json!(meta.previous_response_id));
-    }
-}
-
 impl Keep {
     /// The entry for `response`: the conversation so far, then its output items.
     fn entry(mut self, response: &Value) -> Stored {
@@ -237,76 +219,30 @@ impl Keep {
     }
 }
 
-/// Canonical chunks as Responses events, or a provider's own events passed on (under the
-/// gateway's id); the response is kept when the stream completes.
+/// The Responses codec's stream writer, with the response kept as the stream completes: in
+/// this replica's memory at once and, with a fleet, in Redis before the event that says it
+/// completed reaches the client (who may continue it on another replica).
 struct ResponsesEncoder {
     state: Arc<AppState>,
-    meta: Meta,
-    encoder: StreamEncoder,
+    writer: ResponsesStreamWriter,
+    id: String,
     keep: Option<Keep>,
-    /// Set once a provider's own event was passed on.
-    native: Option<Native>,
     /// The kept response's write to the fleet's Redis, which its completion waits for.
-    sharing: Option<super::sse::Held>,
-}
-
-/// What passing a provider's events on has seen.
-#[derive(Default)]
-struct Native {
-    /// The last event's `sequence_number`.
-    sequence: u64,
+    sharing: Option<Held>,
 }
 
 impl ResponsesEncoder {
     fn new(state: Arc<AppState>, meta: Meta, keep: Option<Keep>) -> Self {
-        Self { state, encoder: StreamEncoder::new(meta.clone()), meta, keep, native: None, sharing: None }
+        let id = meta.id.clone();
+        Self { state, writer: ResponsesStreamWriter::new(meta), id, keep, sharing: None }
     }
 
-    fn write(events: Vec<encode::Event>, out: &mut Vec<u8>) {
-        for (name, data) in events {
-            write_event(out, name, &data);
-        }
-    }
-
-    /// A provider's event, passed on; a response object in it is restamped.
-    fn pass(&mut self, frame: &Bytes, out: &mut Vec<u8>) {
-        let native = self.native.get_or_insert_with(Native::default);
-        let text = std::str::from_utf8(frame).unwrap_or_default();
-        let data = text
-            .lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .map(str::trim_start)
-            .collect::<Vec<_>>();
-        let Ok(mut event) = serde_json::from_str::<Value>(&data.join("\n")) else {
-            out.extend_from_slice(frame);
-            return;
-        };
-        if let Some(sequence) = event["sequence_number"].as_u64() {
-            native.sequence = sequence;
-        }
-        let Some(response) = event.get_mut("response") else {
-            out.extend_from_slice(frame);
-            return;
-        };
-        restamp(response, &self.meta);
-        let kind = event["type"].as_str().unwrap_or_default().to_owned();
-        if matches!(kind.as_str(), "response.completed" | "response.incomplete") {
-            // Kept now, so that this event waits for it to reach the fleet.
-            let response = event["response"].clone();
-            self.keep(&response);
-        }
-        out.extend_from_slice(b"event: ");
-        out.extend_from_slice(kind.as_bytes());
-        out.push(b'\n');
-        super::sse::write_data(out, &event);
-    }
-
-    /// Keeps `response` (whole) as the gateway's: in this replica's memory at once and, with a
-    /// fleet, in Redis before the event that says it completed reaches the client.
-    fn keep(&mut self, response: &Value) {
+    /// Keeps the response, once the stream has it whole.
+    fn keep_completed(&mut self) {
+        let Some(response) = self.writer.take_completed() else { return };
         if let Some(keep) = self.keep.take() {
-            let entry = keep.entry(response);
-            let id = self.meta.id.clone();
+            let entry = keep.entry(&response);
+            let id = self.id.clone();
             if let Some(to_share) = self.state.responses.remember(id.clone(), entry) {
                 let state = self.state.clone();
                 self.sharing = Some(Box::pin(async move { state.responses.share(&id, &to_share).await }));
@@ -315,38 +251,25 @@ impl ResponsesEncoder {
     }
 }
 
-impl Encoder for ResponsesEncoder {
+impl StreamWriter for ResponsesEncoder {
     fn chunk(&mut self, chunk: ChatChunk, out: &mut Vec<u8>) {
-        if let Some(frame) = chunk.verbatim.as_ref().and_then(|v| v.in_dialect(ChatDialect::Responses)) {
-            return self.pass(frame, out);
-        }
-        Self::write(self.encoder.push(&chunk), out);
+        self.writer.chunk(chunk, out);
+        self.keep_completed();
     }
 
     fn end(&mut self, out: &mut Vec<u8>) {
-        // A provider's own `response.completed` was kept as it passed.
-        if self.native.is_none() {
-            Self::write(self.encoder.finish(), out);
-            let response = self.encoder.response();
-            self.keep(&response);
-        }
-    }
-
-    fn hold(&mut self) -> Option<super::sse::Held> {
-        self.sharing.take()
+        self.writer.end(out);
+        self.keep_completed();
     }
 
     fn fail(&mut self, error: &ProviderError, out: &mut Vec<u8>) -> bool {
-        let code = match error.kind() {
-            ErrorKind::RateLimited | ErrorKind::QuotaExceeded => "rate_limit_exceeded",
-            _ => "server_error",
-        };
-        if let Some(native) = &self.native {
-            self.encoder.continue_after(native.sequence);
-        }
-        let message = format!("the stream failed after content was sent: {error}");
-        Self::write(self.encoder.fail(code, &message), out);
-        true
+        self.writer.fail(error, out)
+    }
+}
+
+impl Encoder for ResponsesEncoder {
+    fn hold(&mut self) -> Option<Held> {
+        self.sharing.take()
     }
 }
 
@@ -386,7 +309,7 @@ pub async fn delete(
 /// The owner name of an authorized caller's kept responses, or the 401.
 fn caller(state: &AppState, headers: &HeaderMap) -> Result<String, Box<Response>> {
     if !authorized(&state.gateway.keys, headers) {
-        return Err(Box::new(unauthorized(headers).into_response(Dialect::OpenAi, "")));
+        return Err(Box::new(unauthorized(headers).into_response(Dialect::Responses, "")));
     }
     Ok(owner_of(presented_key(headers).filter(|_| !state.gateway.keys.is_empty())))
 }
@@ -395,5 +318,5 @@ fn caller(state: &AppState, headers: &HeaderMap) -> Result<String, Box<Response>
 /// another key's.
 fn not_found(id: &str) -> Response {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no response `{id}` is kept here for this key"))
-        .into_response(Dialect::OpenAi, "")
+        .into_response(Dialect::Responses, "")
 }

@@ -9,11 +9,17 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use futures_util::Stream;
 use switchyard::RoutedStream;
-use switchyard::chat::{ChatChunk, Dialect as ChatDialect};
+use switchyard::chat::Dialect;
+use switchyard_providers::anthropic::codec::MessagesStreamWriter;
+use switchyard_providers::codec::{StreamWriter, write_data, write_event};
+use switchyard_providers::openai::codec::ChatStreamWriter;
 use tokio::time::{Instant, Sleep};
 
+use super::deliver::routing_headers;
 use super::errors::stream_error_event;
-use super::{AppState, Dialect, RequestContext, add_usage_metrics, unix_now};
+use super::finished::{Ending, Settled, metrics::usage};
+use super::request::RequestContext;
+use super::state::AppState;
 
 /// How long a stream may stay quiet before the client is sent a keep-alive: an Anthropic
 /// `ping` event (as Anthropic's API sends them), a comment line to other clients (which every
@@ -22,28 +28,9 @@ use super::{AppState, Dialect, RequestContext, add_usage_metrics, unix_now};
 /// dead connection by a proxy in between.
 pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// Turns one routed stream into wire events of a dialect.
-pub trait Encoder: Send + Unpin + 'static {
-    /// The provider's own event for `chunk`, when this encoder passes it on as it is (a client
-    /// of the provider's dialect): sent whole, without a copy. `None` (the default) has
-    /// [`chunk`](Encoder::chunk) write the chunk's events.
-    fn frame(&mut self, chunk: &ChatChunk) -> Option<Bytes> {
-        let _ = chunk;
-        None
-    }
-
-    /// The events for one chunk (possibly none).
-    fn chunk(&mut self, chunk: ChatChunk, out: &mut Vec<u8>);
-    /// The events that end a successful stream.
-    fn end(&mut self, out: &mut Vec<u8>);
-
-    /// The events that end a stream failed after it began; `false` leaves them to the
-    /// dialect's error event.
-    fn fail(&mut self, error: &switchyard::ProviderError, out: &mut Vec<u8>) -> bool {
-        let _ = (error, out);
-        false
-    }
-
+/// A stream writer of a dialect's codec, as the gateway drives it: what it writes may have to
+/// wait (see [`Encoder::hold`]).
+pub trait Encoder: StreamWriter {
     /// What the events just written must wait for before the client reads them (the Responses
     /// API's stored response reaching the fleet, before the client learns it completed and can
     /// continue it on another replica).
@@ -52,92 +39,12 @@ pub trait Encoder: Send + Unpin + 'static {
     }
 }
 
+impl Encoder for ChatStreamWriter {}
+
+impl Encoder for MessagesStreamWriter {}
+
 /// A wait the events of a stream are held back for.
 pub type Held = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-/// OpenAI's `chat.completion.chunk` events, ending with `data: [DONE]`. Usage goes in a chunk
-/// of its own with `choices: []`, last, as OpenAI writes it (only when the client asked):
-/// translated streams (Anthropic's, Gemini's) tell it on their finish chunk.
-pub struct OpenAiEncoder {
-    id: String,
-    created: u64,
-    include_usage: bool,
-    /// The usage seen so far and the model that answered, for the usage chunk.
-    usage: Option<(switchyard::chat::Usage, String)>,
-}
-
-impl Encoder for OpenAiEncoder {
-    fn frame(&mut self, chunk: &ChatChunk) -> Option<Bytes> {
-        // The provider's own event (its adapter leaves the frame off a usage chunk the client
-        // did not ask for).
-        chunk.verbatim.as_ref().and_then(|v| v.in_dialect(ChatDialect::OpenAi)).cloned()
-    }
-
-    fn chunk(&mut self, mut chunk: ChatChunk, out: &mut Vec<u8>) {
-        if let Some(usage) = chunk.usage.take() {
-            self.usage = Some((usage, chunk.model.clone()));
-        }
-        if chunk.choices.is_empty() {
-            return;
-        }
-        if chunk.id.is_empty() {
-            chunk.id.clone_from(&self.id);
-        }
-        if chunk.created == 0 {
-            chunk.created = self.created;
-        }
-        // The usage chunk, written at the end, carries the id and time of the others.
-        self.id.clone_from(&chunk.id);
-        self.created = chunk.created;
-        chunk.extra.entry("object").or_insert_with(|| "chat.completion.chunk".into());
-        write_data(out, &chunk);
-    }
-
-    fn end(&mut self, out: &mut Vec<u8>) {
-        if self.include_usage
-            && let Some((usage, model)) = self.usage.take()
-        {
-            let mut chunk =
-                ChatChunk { id: self.id.clone(), model, created: self.created, ..ChatChunk::default() };
-            chunk.usage = Some(usage);
-            chunk.extra.insert("object".to_owned(), "chat.completion.chunk".into());
-            write_data(out, &chunk);
-        }
-        out.extend_from_slice(b"data: [DONE]\n\n");
-    }
-}
-
-pub fn write_data(out: &mut Vec<u8>, value: &impl serde::Serialize) {
-    out.extend_from_slice(b"data: ");
-    // Serializing our own types cannot fail; an empty object keeps the stream well-formed.
-    if serde_json::to_writer(&mut *out, value).is_err() {
-        out.extend_from_slice(b"{}");
-    }
-    out.extend_from_slice(b"\n\n");
-}
-
-pub fn write_event(out: &mut Vec<u8>, name: &str, value: &impl serde::Serialize) {
-    out.extend_from_slice(b"event: ");
-    out.extend_from_slice(name.as_bytes());
-    out.push(b'\n');
-    write_data(out, value);
-}
-
-/// An OpenAI-dialect streaming response.
-pub fn openai_stream(
-    state: Arc<AppState>,
-    exchange: RequestContext,
-    stream: RoutedStream,
-    include_usage: bool,
-) -> Response {
-    let encoder = OpenAiEncoder {
-        id: ["chatcmpl-", &exchange.id].concat(),
-        created: unix_now(),
-        include_usage,
-        usage: None,
-    };
-    respond(state, exchange, stream, encoder)
-}
 
 /// A streaming response: headers now (with the serving target), events as chunks arrive.
 pub fn respond<E: Encoder>(
@@ -153,17 +60,10 @@ pub fn respond<E: Encoder>(
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::OK;
     exchange.stamp(&mut response, Some(&served_by), attempts);
-    let hedged = stream.trail().attempts().iter().any(|a| a.hedge);
-    super::stale_headers(&mut response, stream.trail());
+    routing_headers(&mut response, stream.trail(), queued);
     let headers = response.headers_mut();
-    if hedged {
-        headers.insert("x-switchyard-hedged", HeaderValue::from_static("1"));
-    }
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    if !queued.is_zero() {
-        headers.insert("x-switchyard-queued-ms", HeaderValue::from(queued.as_millis() as u64));
-    }
     let keep_alive = Box::pin(tokio::time::sleep(KEEP_ALIVE));
     let last_sent = Instant::now();
     let body = SseBody {
@@ -203,18 +103,16 @@ impl<E> SseBody<E> {
     fn finish(&mut self, status: u16) {
         if let Some(exchange) = self.exchange.take() {
             let served_by = self.stream.served_by().clone();
-            let usage = self.stream.usage();
-            add_usage_metrics(&self.state, &served_by, usage, self.stream.cost());
+            let used = self.stream.usage();
+            usage(&self.state, &served_by, used, self.stream.cost());
             let trail = self.stream.trail().clone();
             let timing = *self.stream.timing();
             let attempts = trail.len();
+            let settled = Some(Settled { trail, timing, usage: used });
+            let route = self.route.clone();
             exchange.finish(
                 &self.state,
-                self.route.clone(),
-                Some(&served_by),
-                status,
-                attempts,
-                Some(super::Settled { trail, timing, usage }),
+                Ending { route, served_by: Some(&served_by), status, attempts, settled },
             );
         }
     }
@@ -303,8 +201,10 @@ impl<E: Encoder> SseBody<E> {
                     let attempts = serde_json::to_value(&failure.trail).unwrap_or_default();
                     let event = stream_error_event(dialect, &failure.error, &id, attempts);
                     match dialect {
-                        Dialect::OpenAi => write_data(&mut out, &event),
                         Dialect::Anthropic => write_event(&mut out, "error", &event),
+                        Dialect::OpenAi | Dialect::Responses | Dialect::Gemini => {
+                            write_data(&mut out, &event)
+                        }
                     }
                     this.finish(200);
                     return Poll::Ready(Some(Ok(Bytes::from(out))));

@@ -47,28 +47,7 @@ use super::wire::{ErrorBody, ErrorResponse};
 /// One server-sent event: its `event:` name and its `data:` JSON.
 pub type Event = (&'static str, Value);
 
-/// A request (or answer) the codec cannot translate. `field` is a JSON path into the body
-/// (`messages[2].content[0].type`); render it to the client with [`CodecError::to_error_body`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{field}` {reason}")]
-pub struct CodecError {
-    /// The JSON path of the field at fault (`body` for the body as a whole).
-    pub field: String,
-    /// What is wrong with it, phrased to follow the field (`is required`, `must be a string`).
-    pub reason: String,
-}
-
-impl CodecError {
-    /// An error about `field` (a JSON path) for `reason`.
-    pub(crate) fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self { field: field.into(), reason: reason.into() }
-    }
-
-    /// The Anthropic error body for this error (`invalid_request_error`, HTTP 400).
-    pub fn to_error_body(&self) -> Value {
-        error_body(ErrorKind::InvalidRequest, &self.to_string())
-    }
-}
+pub use crate::codec::CodecError;
 
 /// The Anthropic error type and HTTP status that tell an Anthropic client what a failure of
 /// `kind` means (and whether its SDK should retry: it retries 429 and 5xx).
@@ -133,4 +112,57 @@ pub fn error_body(kind: ErrorKind, message: &str) -> Value {
 /// The `error` event that ends a stream which failed after it started.
 pub fn error_event(kind: ErrorKind, message: &str) -> Event {
     ("error", error_body(kind, message))
+}
+
+/// The answer's body: the provider's own when an Anthropic provider answered, else the
+/// canonical answer written in the Messages API's shape; `Err` when it cannot be (a tool call
+/// of a kind the Messages API has no form for).
+pub fn response_body(response: &mut switchyard::chat::ChatResponse) -> Result<bytes::Bytes, CodecError> {
+    use switchyard::chat::Dialect;
+    if let Some(verbatim) = response.verbatim.take()
+        && verbatim.dialect() == Dialect::Anthropic
+    {
+        return Ok(verbatim.bytes().clone());
+    }
+    Ok(bytes::Bytes::from(response_to_json(response)?.to_string()))
+}
+
+/// Anthropic's stream events from canonical chunks, or the provider's own events passed on
+/// (the provider's `message_stop` then ends the stream, and nothing is added).
+#[derive(Debug, Default)]
+pub struct MessagesStreamWriter {
+    encoder: StreamEncoder,
+    /// A provider's own event was passed on.
+    native: bool,
+}
+
+impl MessagesStreamWriter {
+    /// A writer for one stream, before its first chunk.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl crate::codec::StreamWriter for MessagesStreamWriter {
+    fn frame(&mut self, chunk: &switchyard::chat::ChatChunk) -> Option<bytes::Bytes> {
+        let frame =
+            chunk.verbatim.as_ref().and_then(|v| v.in_dialect(switchyard::chat::Dialect::Anthropic))?;
+        self.native = true;
+        Some(frame.clone())
+    }
+
+    fn chunk(&mut self, chunk: switchyard::chat::ChatChunk, out: &mut Vec<u8>) {
+        for (name, data) in self.encoder.push(&chunk) {
+            crate::codec::write_event(out, name, &data);
+        }
+    }
+
+    fn end(&mut self, out: &mut Vec<u8>) {
+        if self.native {
+            return;
+        }
+        for (name, data) in self.encoder.finish() {
+            crate::codec::write_event(out, name, &data);
+        }
+    }
 }

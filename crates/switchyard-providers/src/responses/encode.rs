@@ -630,6 +630,98 @@ impl StreamEncoder {
     }
 }
 
+/// A routed stream as a Responses client reads it: the canonical chunks as numbered events,
+/// or a provider's own events passed on under the gateway's id. The whole response, once the
+/// stream has it, is handed to whoever keeps it ([`ResponsesStreamWriter::take_completed`]).
+pub struct ResponsesStreamWriter {
+    meta: Meta,
+    encoder: StreamEncoder,
+    /// The last `sequence_number` of a provider's own events, once one was passed on.
+    native: Option<u64>,
+    /// The whole response, once the stream completed, until taken.
+    completed: Option<Value>,
+}
+
+impl ResponsesStreamWriter {
+    /// A writer for the stream of the response `meta` describes.
+    pub fn new(meta: Meta) -> Self {
+        Self { encoder: StreamEncoder::new(meta.clone()), meta, native: None, completed: None }
+    }
+
+    /// The whole response, once (when the stream has completed since the last call): what the
+    /// gateway keeps for `previous_response_id`.
+    pub fn take_completed(&mut self) -> Option<Value> {
+        self.completed.take()
+    }
+
+    fn write(events: Vec<Event>, out: &mut Vec<u8>) {
+        for (name, data) in events {
+            crate::codec::write_event(out, name, &data);
+        }
+    }
+
+    /// A provider's event, passed on; a response object in it is restamped.
+    fn pass(&mut self, frame: &bytes::Bytes, out: &mut Vec<u8>) {
+        let text = std::str::from_utf8(frame).unwrap_or_default();
+        let data: Vec<&str> =
+            text.lines().filter_map(|line| line.strip_prefix("data:")).map(str::trim_start).collect();
+        let Ok(mut event) = serde_json::from_str::<Value>(&data.join("\n")) else {
+            self.native.get_or_insert(0);
+            out.extend_from_slice(frame);
+            return;
+        };
+        let sequence = event["sequence_number"].as_u64();
+        let native = self.native.get_or_insert(0);
+        if let Some(sequence) = sequence {
+            *native = sequence;
+        }
+        let Some(response) = event.get_mut("response") else {
+            out.extend_from_slice(frame);
+            return;
+        };
+        super::native::restamp(response, &self.meta);
+        let kind = event["type"].as_str().unwrap_or_default().to_owned();
+        if matches!(kind.as_str(), "response.completed" | "response.incomplete") {
+            self.completed = Some(event["response"].clone());
+        }
+        crate::codec::write_event(out, &kind, &event);
+    }
+}
+
+impl crate::codec::StreamWriter for ResponsesStreamWriter {
+    fn chunk(&mut self, chunk: ChatChunk, out: &mut Vec<u8>) {
+        if let Some(frame) =
+            chunk.verbatim.as_ref().and_then(|v| v.in_dialect(switchyard::chat::Dialect::Responses))
+        {
+            return self.pass(frame, out);
+        }
+        Self::write(self.encoder.push(&chunk), out);
+    }
+
+    fn end(&mut self, out: &mut Vec<u8>) {
+        // A provider's own `response.completed` was taken as it passed.
+        if self.native.is_none() {
+            Self::write(self.encoder.finish(), out);
+            self.completed = Some(self.encoder.response());
+        }
+    }
+
+    fn fail(&mut self, error: &switchyard::ProviderError, out: &mut Vec<u8>) -> bool {
+        let code = match error.kind() {
+            switchyard::ErrorKind::RateLimited | switchyard::ErrorKind::QuotaExceeded => {
+                "rate_limit_exceeded"
+            }
+            _ => "server_error",
+        };
+        if let Some(sequence) = self.native {
+            self.encoder.continue_after(sequence);
+        }
+        let message = format!("the stream failed after content was sent: {error}");
+        Self::write(self.encoder.fail(code, &message), out);
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use switchyard::chat::{ChunkChoice, Delta, FunctionCallDelta, ToolCallDelta};

@@ -1,0 +1,94 @@
+//! An answer delivered: the headers every answer carries (target, attempts, hedged, queued,
+//! stale), and a routing failure rendered in the client's dialect; each logged once.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+use switchyard::trail::{Outcome, Timing, Trail, Via};
+
+use super::errors::ApiError;
+use super::finished::{Ending, Settled};
+use super::request::RequestContext;
+use super::state::AppState;
+
+/// What a successful exchange hands the gateway: who answered and how.
+pub(crate) struct Delivered {
+    pub route: Arc<str>,
+    pub served_by: Via,
+    pub trail: Trail,
+    pub timing: Timing,
+    pub usage: Option<switchyard::chat::Usage>,
+}
+
+impl From<&mut switchyard::Answer> for Delivered {
+    fn from(answer: &mut switchyard::Answer) -> Self {
+        Delivered {
+            route: answer.route.clone(),
+            served_by: answer.served_by.clone(),
+            trail: std::mem::take(&mut answer.trail),
+            timing: answer.timing,
+            usage: answer.usage,
+        }
+    }
+}
+
+/// A 200 with a JSON body already serialized, the switchyard headers, the log line, the
+/// metrics and the trail.
+pub(crate) fn answered(
+    state: &AppState,
+    exchange: &RequestContext,
+    body: impl Into<Bytes>,
+    served: Delivered,
+) -> Response {
+    let mut response = Response::new(Body::from(body.into()));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let attempts = served.trail.len();
+    exchange.stamp(&mut response, Some(&served.served_by), attempts);
+    routing_headers(&mut response, &served.trail, served.timing.queued);
+    let settled = Some(Settled { trail: served.trail, timing: served.timing, usage: served.usage });
+    let ending =
+        Ending { route: served.route, served_by: Some(&served.served_by), status: 200, attempts, settled };
+    exchange.finish(state, ending);
+    response
+}
+
+/// `x-switchyard-hedged` on a hedged answer, the stale headers of a remembered one, and
+/// `x-switchyard-queued-ms` when pacing held it.
+pub(crate) fn routing_headers(response: &mut Response, trail: &Trail, queued: std::time::Duration) {
+    if trail.attempts().iter().any(|a| a.hedge) {
+        response.headers_mut().insert("x-switchyard-hedged", HeaderValue::from_static("1"));
+    }
+    stale_headers(response, trail);
+    if !queued.is_zero() {
+        response.headers_mut().insert("x-switchyard-queued-ms", HeaderValue::from(queued.as_millis() as u64));
+    }
+}
+
+/// `x-switchyard-cache: stale` and `age` on an answer a `cache` candidate served.
+fn stale_headers(response: &mut Response, trail: &Trail) {
+    let age = trail.attempts().last().filter(|a| a.outcome == Outcome::Candidate).and_then(|a| a.age);
+    if let Some(age) = age {
+        let headers = response.headers_mut();
+        headers.insert("x-switchyard-cache", HeaderValue::from_static("stale"));
+        headers.insert(header::AGE, HeaderValue::from(age.as_secs()));
+    }
+}
+
+/// The response to a routing failure, in the exchange's dialect, with the trail.
+pub(crate) fn route_failed(
+    state: &AppState,
+    exchange: &RequestContext,
+    error: switchyard::RouteError,
+) -> Response {
+    // A model that named nothing is logged under the default route, which would have governed.
+    let route: Arc<str> = error.route().unwrap_or_else(|| state.router.default_route().name()).into();
+    let api = ApiError::from_route(&error);
+    let status = api.status.as_u16();
+    let attempts = error.trail().len();
+    let mut response = api.into_response(exchange.dialect, &exchange.id);
+    exchange.stamp(&mut response, None, attempts);
+    exchange.finish_failure(state, route, status, error.into_trail());
+    response
+}

@@ -1,0 +1,27 @@
+//! A finished request kept in the history (`/admin/requests`) and announced on the event feed
+//! (`/admin/events`).
+
+use crate::recent::RequestRecord;
+use crate::server::AppState;
+
+use super::{FinishedRequest, Settled};
+
+/// Keeps a routed request's record, then announces it: a subscriber may open its trail at once.
+pub(crate) fn keep(state: &AppState, done: FinishedRequest<'_>) {
+    let Some(Settled { trail, timing, .. }) = done.settled else { return };
+    let record = RequestRecord {
+        id: done.id.to_owned(),
+        at: done.wall,
+        endpoint: done.endpoint,
+        route: done.route,
+        served_by: done.served_by.cloned(),
+        status: done.status,
+        duration: done.elapsed,
+        queued: timing.queued,
+        first_token: timing.first_token,
+        trail,
+    };
+    let line = state.feed.render(&record);
+    state.recent.insert(record);
+    state.feed.send(line);
+}

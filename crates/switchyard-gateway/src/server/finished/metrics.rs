@@ -1,0 +1,173 @@
+//! The metrics of a finished request: requests, durations, attempts, fallbacks, hedges,
+//! retries, stale answers, pacing's queue and the gateway's overhead; and the families' help.
+
+use switchyard::trail::{Outcome, Trail, Via};
+
+use crate::metrics::{LabelValue, Metrics, labels};
+use crate::server::AppState;
+
+use super::{FinishedRequest, Settled};
+
+/// Counts `done` in every family it belongs to.
+pub(crate) fn record(state: &AppState, done: &FinishedRequest<'_>) {
+    let metrics = &state.metrics;
+    let route = if done.route.is_empty() {
+        LabelValue::Static("(none)")
+    } else {
+        LabelValue::Shared(done.route.clone())
+    };
+    metrics.increment(
+        "switchyard_requests_total",
+        labels([
+            ("endpoint", done.endpoint.into()),
+            ("route", route.clone()),
+            ("status", status_label(done.status)),
+        ]),
+        1,
+    );
+    metrics.observe(
+        "switchyard_request_duration_seconds",
+        labels([("route", route.clone())]),
+        done.elapsed.as_secs_f64(),
+    );
+    let Some(Settled { trail, timing, .. }) = &done.settled else { return };
+    attempts(state, trail);
+    if let Some(first_token) = timing.first_token {
+        metrics.observe(
+            "switchyard_time_to_first_token_seconds",
+            labels([("route", route.clone())]),
+            first_token.as_secs_f64(),
+        );
+    }
+    routing(metrics, &route, trail, done.served_by);
+    if !timing.queued.is_zero() {
+        metrics.observe("switchyard_queued_seconds", labels([("route", route)]), timing.queued.as_secs_f64());
+    }
+    metrics.observe("switchyard_overhead_seconds", labels([]), done.overhead().as_secs_f64());
+}
+
+/// Each attempt, by target, outcome and error kind.
+fn attempts(state: &AppState, trail: &Trail) {
+    for attempt in trail {
+        state.metrics.increment(
+            "switchyard_attempts_total",
+            labels([
+                ("target", state.target_label(&attempt.via)),
+                ("outcome", attempt.outcome.as_str().into()),
+                ("error_kind", attempt.error_kind().map_or("", |k| k.as_str()).into()),
+            ]),
+            1,
+        );
+    }
+}
+
+/// What the router did for the request: a fallback, a stale answer, a hedge, retries.
+fn routing(metrics: &Metrics, route: &LabelValue, trail: &Trail, served_by: Option<&Via>) {
+    let by_route = || labels([("route", route.clone())]);
+    if trail.fell_back_to(served_by) {
+        metrics.increment("switchyard_fallbacks_total", by_route(), 1);
+    }
+    if trail.attempts().last().is_some_and(|a| a.outcome == Outcome::Candidate && a.age.is_some()) {
+        metrics.increment("switchyard_stale_answers_total", by_route(), 1);
+    }
+    if trail.attempts().iter().any(|a| a.hedge) {
+        metrics.increment(
+            "switchyard_hedges_total",
+            labels([("route", route.clone()), ("result", "started".into())]),
+            1,
+        );
+        if trail.attempts().iter().any(|a| a.hedge && a.outcome == Outcome::Ok) {
+            metrics.increment(
+                "switchyard_hedges_total",
+                labels([("route", route.clone()), ("result", "won".into())]),
+                1,
+            );
+        }
+    }
+    let retries = trail.attempts().iter().filter(|a| a.outcome == Outcome::Retried).count();
+    if retries > 0 {
+        metrics.increment("switchyard_retries_total", by_route(), retries as u64);
+    }
+}
+
+/// Counts the tokens and the cost of an answer a target gave.
+pub(crate) fn usage(
+    state: &AppState,
+    served_by: &Via,
+    usage: Option<switchyard::chat::Usage>,
+    cost: Option<f64>,
+) {
+    if !matches!(served_by, Via::Target(_)) {
+        return;
+    }
+    let target = state.target_label(served_by);
+    if let Some(usage) = usage {
+        state.metrics.increment(
+            "switchyard_tokens_total",
+            labels([("target", target.clone()), ("type", "prompt".into())]),
+            u64::from(usage.prompt_tokens),
+        );
+        state.metrics.increment(
+            "switchyard_tokens_total",
+            labels([("target", target.clone()), ("type", "completion".into())]),
+            u64::from(usage.completion_tokens),
+        );
+    }
+    if let Some(cost) = cost {
+        state.metrics.add("switchyard_cost_total", labels([("target", target)]), cost);
+    }
+}
+
+/// The label of a status code: common ones are static strings.
+fn status_label(status: u16) -> LabelValue {
+    LabelValue::Static(match status {
+        200 => "200",
+        400 => "400",
+        401 => "401",
+        404 => "404",
+        408 => "408",
+        413 => "413",
+        415 => "415",
+        429 => "429",
+        499 => "499",
+        500 => "500",
+        502 => "502",
+        503 => "503",
+        504 => "504",
+        other => return LabelValue::from(other.to_string()),
+    })
+}
+
+/// The help of every family the gateway counts.
+pub(crate) fn describe(metrics: &Metrics) {
+    metrics.describe("switchyard_requests_total", "Requests answered, by endpoint, route and HTTP status.");
+    metrics.describe("switchyard_attempts_total", "Attempts, by target, outcome and error kind.");
+    metrics.describe(
+        "switchyard_fallbacks_total",
+        "Requests served by another target than the first one called.",
+    );
+    metrics.describe("switchyard_retries_total", "Retries of the same target.");
+    metrics.describe(
+        "switchyard_stale_answers_total",
+        "Requests answered with a remembered answer (a cache candidate) when every target failed, by route.",
+    );
+    metrics.describe(
+        "switchyard_hedges_total",
+        "Hedged requests, by route: started (a second attempt beside a slow first) and won (the hedge answered).",
+    );
+    metrics.describe(
+        "switchyard_request_duration_seconds",
+        "Time from request to answer; for streams, to the end of the stream.",
+    );
+    metrics.describe(
+        "switchyard_overhead_seconds",
+        "Time the gateway added on top of upstream calls and pacing.",
+    );
+    metrics.describe("switchyard_time_to_first_token_seconds", "Time to the first streamed content chunk.");
+    metrics.describe(
+        "switchyard_queued_seconds",
+        "Time requests waited for client-side pacing, when they waited.",
+    );
+    metrics.describe("switchyard_tokens_total", "Tokens, by target and type (prompt, completion).");
+    metrics.describe("switchyard_cost_total", "Cost at the configured prices, by target.");
+}

@@ -1,0 +1,141 @@
+//! A request as it ended, built once ([`FinishedRequest`]), and what each output makes of it:
+//! the metrics ([`metrics`]), the trace ([`telemetry`]), the access log ([`access`]) and the
+//! history with its event feed ([`history`]), each in a room of its own.
+
+pub(crate) mod access;
+pub(crate) mod history;
+pub(crate) mod metrics;
+pub(crate) mod telemetry;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use switchyard::chat::Usage;
+use switchyard::trace::TraceContext;
+use switchyard::trail::{Timing, Trail, Via};
+
+/// How a routed request ended: its trail, where its time went, and the tokens it used.
+pub(crate) struct Settled {
+    /// Every attempt, with the notes of what each was not sent.
+    pub trail: Trail,
+    /// The request's total, queued and first-token times as the router measured them.
+    pub timing: Timing,
+    /// The tokens the answer used, when the provider said.
+    pub usage: Option<Usage>,
+}
+
+/// How a request ends, as the code that ends it says: the route that governed it, who served
+/// it, the status the client received, and, for a routed request, how it settled.
+pub(crate) struct Ending<'a> {
+    pub route: Arc<str>,
+    pub served_by: Option<&'a Via>,
+    pub status: u16,
+    /// Attempts made, for a request whose trail is not kept (refused before routing: the
+    /// attempts an error carried).
+    pub attempts: usize,
+    pub settled: Option<Settled>,
+}
+
+/// One request as it ended: what every output reads.
+pub(crate) struct FinishedRequest<'a> {
+    pub id: &'a str,
+    pub endpoint: &'static str,
+    /// When it arrived, by the wall clock.
+    pub wall: SystemTime,
+    /// From arrival to its end (a stream's end, for a stream).
+    pub elapsed: Duration,
+    /// From arrival to when the router took it.
+    pub routed: Duration,
+    pub route: Arc<str>,
+    pub served_by: Option<&'a Via>,
+    pub status: u16,
+    pub attempts: usize,
+    /// The error kind that ended it after its status was sent (a stream cut mid-way).
+    pub late_error: Option<&'static str>,
+    /// Its span and the client's span it continues, when traces are exported.
+    pub trace: Option<(TraceContext, Option<u64>)>,
+    /// The `model` the client named (kept only for a traced request).
+    pub model: &'a str,
+    pub settled: Option<Settled>,
+}
+
+impl FinishedRequest<'_> {
+    /// The time the gateway added beyond the upstream calls and pacing: up to a stream's
+    /// first chunk (its time after that belongs to the upstream), else the whole request.
+    pub(crate) fn overhead(&self) -> Duration {
+        let Some(Settled { trail, timing, .. }) = &self.settled else { return self.elapsed };
+        let upstream: Duration = trail.attempts().iter().map(|a| a.duration.saturating_sub(a.queued)).sum();
+        let until = if timing.first_token.is_some() { timing.total } else { self.elapsed };
+        until.saturating_sub(upstream).saturating_sub(timing.queued)
+    }
+
+    /// The time it waited for pacing.
+    pub(crate) fn queued(&self) -> Duration {
+        self.settled.as_ref().map_or(Duration::ZERO, |settled| settled.timing.queued)
+    }
+
+    /// The tokens its answer used.
+    pub(crate) fn usage(&self) -> Option<Usage> {
+        self.settled.as_ref().and_then(|settled| settled.usage)
+    }
+
+    /// Its trail, when it was routed.
+    pub(crate) fn trail(&self) -> Option<&Trail> {
+        self.settled.as_ref().map(|settled| &settled.trail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use switchyard::Target;
+    use switchyard::credential::CredentialId;
+    use switchyard::trail::{Attempt, Timing, Trail};
+
+    use super::*;
+
+    fn finished(settled: Option<Settled>, elapsed: Duration) -> FinishedRequest<'static> {
+        FinishedRequest {
+            id: "req_1",
+            endpoint: "chat_completions",
+            wall: SystemTime::UNIX_EPOCH,
+            elapsed,
+            routed: Duration::ZERO,
+            route: "default".into(),
+            served_by: None,
+            status: 200,
+            attempts: 1,
+            late_error: None,
+            trace: None,
+            model: "",
+            settled,
+        }
+    }
+
+    #[test]
+    fn the_overhead_is_what_the_upstream_and_pacing_did_not_take() {
+        let target: Target = "p:m".parse().unwrap();
+        let id = CredentialId::derive("openai", "http://x", None);
+        // 30 ms of attempt, 10 of which queued for pacing.
+        let trail: Trail = [Attempt::called(
+            &target,
+            &id,
+            Duration::ZERO,
+            Duration::from_millis(30),
+            Duration::from_millis(10),
+        )]
+        .into_iter()
+        .collect();
+        let timing =
+            Timing { total: Duration::from_millis(35), queued: Duration::from_millis(10), first_token: None };
+        let whole =
+            finished(Some(Settled { trail: trail.clone(), timing, usage: None }), Duration::from_millis(36));
+        assert_eq!(whole.overhead(), Duration::from_millis(6), "36 - 20 upstream - 10 queued");
+        // A stream: only up to its first chunk, whenever it ended.
+        let timing = Timing { first_token: Some(Duration::from_millis(31)), ..timing };
+        let stream = finished(Some(Settled { trail, timing, usage: None }), Duration::from_secs(9));
+        assert_eq!(stream.overhead(), Duration::from_millis(5), "35 - 20 - 10");
+        assert_eq!(finished(None, Duration::from_millis(4)).overhead(), Duration::from_millis(4));
+    }
+}

@@ -1,0 +1,44 @@
+//! Request ids: a process prefix and a counter.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Request ids: a process prefix (start time) and a counter; cheap and unique enough to find a
+/// request in logs and in `/admin/requests/{id}`.
+pub(crate) struct IdSource {
+    prefix: String,
+    next: AtomicU64,
+}
+
+impl IdSource {
+    pub(crate) fn new() -> Self {
+        let start = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+        Self { prefix: format!("req_{:x}", start & 0xffff_ffff), next: AtomicU64::new(1) }
+    }
+
+    /// The prefix and the counter in at least six hex digits, written digit by digit: this
+    /// runs for every request, where `format!` showed in the profile (about 900 instructions).
+    pub(crate) fn next(&self) -> String {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let digits = n.checked_ilog2().map_or(1, |log| log / 4 + 1).max(6);
+        let mut id = String::with_capacity(self.prefix.len() + digits as usize);
+        id.push_str(&self.prefix);
+        for at in (0..digits).rev() {
+            id.push(char::from(b"0123456789abcdef"[((n >> (at * 4)) & 0xf) as usize]));
+        }
+        id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_the_prefix_and_at_least_six_hex_digits_of_the_counter() {
+        for n in [0, 1, 0xabcdef, 0x100_0000, 0x1234_5678_9abc, u64::MAX] {
+            let ids = IdSource { prefix: "req_1f".to_owned(), next: AtomicU64::new(n) };
+            assert_eq!(ids.next(), format!("req_1f{n:06x}"));
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! The steps every model endpoint takes before its handler, as one layer: the request's id
+//! and clock, the gateway key, the trace it continues, and its JSON body, read within
+//! `gateway.max_body` and `gateway.body_timeout`. What it accepted reaches the handler as
+//! [`Accepted`], so that a handler is only its dialect's translation.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::Response;
+use switchyard::chat::Dialect;
+
+use super::auth::{authorized, unauthorized};
+use super::body;
+use super::errors::ApiError;
+use super::request::RequestContext;
+use super::state::AppState;
+use crate::config::GatewaySettings;
+
+/// A model endpoint: the dialect its errors are written in, and its name in the metrics.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Endpoint {
+    pub dialect: Dialect,
+    pub name: &'static str,
+}
+
+/// What the lifecycle hands the endpoint's handler: the request's context and its whole body.
+#[derive(Debug, Clone)]
+pub(crate) struct Accepted {
+    pub context: RequestContext,
+    pub body: Bytes,
+}
+
+/// The layer: a request refused here (no valid key, a body too large, too slow or not JSON)
+/// is answered in the endpoint's dialect and logged, and its handler never runs.
+pub(crate) async fn lifecycle(
+    State((state, endpoint)): State<(Arc<AppState>, Endpoint)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let mut context = RequestContext::start(&state, &parts.headers, endpoint.dialect, endpoint.name);
+    if !authorized(&state.gateway.keys, &parts.headers) {
+        return context.fail(&state, unauthorized(&parts.headers));
+    }
+    // Only a client with a key chooses a trace to continue.
+    context.trace = state.telemetry.as_ref().map(|telemetry| telemetry.begin(&parts.headers));
+    match json_body(&parts.headers, body, &state.gateway).await {
+        Ok(body) => {
+            parts.extensions.insert(Accepted { context, body });
+            next.run(Request::from_parts(parts, Body::empty())).await
+        }
+        Err(error) => context.fail(&state, error),
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Accepted {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Response> {
+        parts.extensions.remove::<Accepted>().ok_or_else(|| {
+            // A handler routed without the layer: a wiring mistake, never a client's.
+            let error =
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the request was not accepted");
+            error.into_response(Dialect::OpenAi, "")
+        })
+    }
+}
+
+/// Reads a JSON request body, refusing a wrong content type, a body over `gateway.max_body`
+/// and one that stops arriving for `gateway.body_timeout` (answered `408`, and the connection
+/// closed: the rest of the body may still come, and nothing could tell it from a next request).
+pub(crate) async fn json_body(
+    headers: &HeaderMap,
+    body: Body,
+    gateway: &GatewaySettings,
+) -> Result<Bytes, ApiError> {
+    if let Some(content_type) = headers.get(header::CONTENT_TYPE) {
+        let text = content_type.to_str().unwrap_or_default().to_ascii_lowercase();
+        let essence = text.split(';').next().unwrap_or_default().trim();
+        if essence != "application/json" && !essence.ends_with("+json") {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                format!("content type `{essence}` is not JSON: send `Content-Type: application/json`"),
+            ));
+        }
+    }
+    body::read(body, gateway.max_body, gateway.connections.body_timeout).await.map_err(|error| match error {
+        body::BodyError::TooLarge { .. } => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("{error} (gateway.max_body)"),
+        ),
+        body::BodyError::Stalled { .. } => stalled(&error),
+        body::BodyError::Unreadable(_) => {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", error.to_string())
+        }
+    })
+}
+
+/// The answer to a body that stopped arriving: `408`, and the connection closes after it.
+pub(crate) fn stalled(error: &body::BodyError) -> ApiError {
+    ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout", format!("{error} (gateway.body_timeout)"))
+        .closing()
+}
+
+/// A JSON parse error, with the line and column.
+pub(crate) fn invalid_json(error: &serde_json::Error) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "invalid_json",
+        format!("the body is not a valid request: {error}"),
+    )
+}

@@ -1,0 +1,259 @@
+//! One request's identity, clock and what it carried, from arrival to its end: made by the
+//! lifecycle layer ([`super::lifecycle`]), handed to the dialect's handler, and finished once.
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::Response;
+use serde_json::Value;
+use switchyard::chat::Dialect;
+use switchyard::trace::TraceContext;
+use switchyard::trail::{Timing, Trail, Via};
+use switchyard::{RequestOptions, Router};
+
+use super::errors::ApiError;
+use super::finished::{self, Ending, FinishedRequest, Settled};
+use super::options::{names, options};
+use super::state::AppState;
+
+/// One request's identity and clock, from arrival to the log line.
+#[derive(Debug, Clone)]
+pub struct RequestContext {
+    /// `x-request-id`: the client's when it sent a usable one, else the gateway's own.
+    pub id: String,
+    /// The dialect the client speaks: its errors and stream events are written in it.
+    pub dialect: Dialect,
+    /// When it arrived.
+    pub started: Instant,
+    /// When it arrived, by the wall clock.
+    pub wall: SystemTime,
+    /// The endpoint's name in the metrics and the logs (`chat_completions`, `messages`).
+    pub endpoint: &'static str,
+    /// The error kind that ended the request after its status was sent (a stream cut
+    /// mid-way): the log line keeps the status the client received and names the error.
+    pub late_error: Option<&'static str>,
+    /// The request's span and the client's span it continues, when traces are exported.
+    pub trace: Option<(TraceContext, Option<u64>)>,
+    /// The `model` the client named, kept only for a traced request.
+    pub model: String,
+    /// When the router took the request: its trail's offsets count from here.
+    routed: std::sync::OnceLock<Instant>,
+    /// What the request carried that only some providers read, noted on the attempts sent
+    /// to the others.
+    pub(crate) unsent: Vec<(Readers, String)>,
+}
+
+/// The providers that read a part of a request only some can.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Readers {
+    /// Those spoken to in the Responses API: reasoning items, hosted tools, parameters and
+    /// items Switchyard does not model.
+    ResponsesNative,
+    /// Anthropic's: Claude's signed thinking of earlier turns.
+    Anthropic,
+}
+
+impl RequestContext {
+    /// A request to `endpoint` in `dialect`, arrived now, under the client's usable
+    /// `x-request-id` or a fresh one.
+    pub(crate) fn start(
+        state: &AppState,
+        headers: &HeaderMap,
+        dialect: Dialect,
+        endpoint: &'static str,
+    ) -> Self {
+        let id = headers
+            .get(names::REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| {
+                !v.is_empty()
+                    && v.len() <= 64
+                    && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+            })
+            .map_or_else(|| state.ids.next(), str::to_owned);
+        Self {
+            id,
+            dialect,
+            started: Instant::now(),
+            wall: SystemTime::now(),
+            endpoint,
+            late_error: None,
+            trace: None,
+            model: String::new(),
+            routed: std::sync::OnceLock::new(),
+            unsent: Vec::new(),
+        }
+    }
+
+    /// The parsed request, when it parsed and names a `model`; else the request answered
+    /// (boxed: a response is large, and a refusal the rare case) and logged as refused.
+    pub(crate) fn accept<T>(
+        mut self,
+        state: &AppState,
+        parsed: Result<T, ApiError>,
+        model: impl Fn(&T) -> &str,
+    ) -> Result<(Self, T), Box<Response>> {
+        match parsed {
+            Ok(request) if model(&request).trim().is_empty() => {
+                Err(Box::new(self.fail(state, missing_model(&state.router))))
+            }
+            Ok(request) => {
+                if self.trace.is_some() {
+                    self.model = model(&request).to_owned();
+                }
+                Ok((self, request))
+            }
+            Err(error) => Err(Box::new(self.fail(state, error))),
+        }
+    }
+
+    /// The router's options for this request: the client's switches, and its span. Called as
+    /// the request is handed to the router.
+    pub(crate) fn options(&self, headers: &HeaderMap) -> RequestOptions {
+        self.routed.get_or_init(Instant::now);
+        let mut options = options(headers);
+        if let Some((context, parent)) = self.trace {
+            options.trace = Some(context);
+            // The trace continued carries the client's vendor state on with it.
+            if parent.is_some() {
+                for state in headers.get_all("tracestate").iter().filter_map(|v| v.to_str().ok()) {
+                    options.forward_headers.push(("tracestate".to_owned(), state.to_owned()));
+                }
+            }
+        }
+        options
+    }
+
+    /// Renders `error` and logs the request.
+    pub(crate) fn fail(&self, state: &AppState, error: ApiError) -> Response {
+        let attempts = error.attempts.as_deref().and_then(Value::as_array).map_or(0, Vec::len);
+        let status = error.status.as_u16();
+        self.finish(state, Ending { route: "".into(), served_by: None, status, attempts, settled: None });
+        let mut response = error.into_response(self.dialect, &self.id);
+        self.stamp(&mut response, None, attempts);
+        response
+    }
+
+    /// Logs a routing failure and keeps its trail.
+    pub(crate) fn finish_failure(&self, state: &AppState, route: Arc<str>, status: u16, trail: Trail) {
+        let timing = Timing { total: self.started.elapsed(), ..Timing::default() };
+        let attempts = trail.len();
+        let settled = Some(Settled { trail, timing, usage: None });
+        self.finish(state, Ending { route, served_by: None, status, attempts, settled });
+    }
+
+    /// The headers every answer carries.
+    pub(crate) fn stamp(&self, response: &mut Response, served_by: Option<&Via>, attempts: usize) {
+        let headers = response.headers_mut();
+        if let Ok(id) = HeaderValue::from_str(&self.id) {
+            headers.insert(names::REQUEST_ID, id);
+        }
+        if let Some(Ok(value)) = served_by.map(|via| HeaderValue::from_str(&via.text())) {
+            headers.insert(names::TARGET, value);
+        }
+        headers.insert(names::ATTEMPTS, HeaderValue::from(attempts as u64));
+    }
+
+    /// The request as it ended, once: its metrics, its trace, its access-log line, then its
+    /// record in the history and on the event feed.
+    pub(crate) fn finish(&self, state: &AppState, ending: Ending<'_>) {
+        let done = self.finished(state, ending);
+        finished::metrics::record(state, &done);
+        finished::telemetry::record(state, &done);
+        finished::access::record(state, &done);
+        finished::history::keep(state, done);
+    }
+
+    /// The [`FinishedRequest`] of `ending`, with what the request was not sent noted on the
+    /// attempts it concerns.
+    fn finished<'a>(&'a self, state: &AppState, ending: Ending<'a>) -> FinishedRequest<'a> {
+        let Ending { route, served_by, status, attempts, mut settled } = ending;
+        if let Some(settled) = settled.as_mut() {
+            for (readers, note) in &self.unsent {
+                let readers = match readers {
+                    Readers::ResponsesNative => &state.gateway.responses_native,
+                    Readers::Anthropic => &state.gateway.anthropic_providers,
+                };
+                note_unread(&mut settled.trail, note, readers);
+            }
+        }
+        FinishedRequest {
+            id: &self.id,
+            endpoint: self.endpoint,
+            wall: self.wall,
+            elapsed: self.started.elapsed(),
+            routed: self
+                .routed
+                .get()
+                .map_or(std::time::Duration::ZERO, |at| at.saturating_duration_since(self.started)),
+            route,
+            served_by,
+            status,
+            attempts,
+            late_error: self.late_error,
+            trace: self.trace,
+            model: &self.model,
+            settled,
+        }
+    }
+
+    /// Notes Claude's signed thinking of earlier turns in `request` (as an OpenAI-dialect
+    /// client sends it back, a Responses client's encoded reasoning items, or an Anthropic
+    /// client's own blocks), which a provider of another kind is not sent: the trail says so
+    /// on its attempts rather than dropping it unsaid.
+    pub(crate) fn note_claude_thinking(&mut self, request: &switchyard::chat::ChatRequest) {
+        // Only what the Anthropic writer would send: an unsigned block goes to no provider.
+        let signed = |blocks: &[Value]| {
+            blocks.iter().any(|b| switchyard_providers::anthropic::sendable_thinking(b).is_some())
+        };
+        let thinking = |m: &&switchyard::chat::Message| {
+            let anthropic =
+                m.extra.get(switchyard_providers::anthropic::VERBATIM_BLOCKS).and_then(Value::as_array);
+            signed(m.thinking_blocks()) || anthropic.is_some_and(|blocks| signed(blocks))
+        };
+        let turns = request.messages.iter().filter(thinking).count();
+        if turns > 0 {
+            self.unsent.push((
+                Readers::Anthropic,
+                format!("Claude's thinking of {turns} earlier turn(s) was not sent: only an Anthropic provider reads it"),
+            ));
+        }
+    }
+}
+
+/// Adds `note` to every attempt sent to a provider not among `readers`.
+fn note_unread(trail: &mut Trail, note: &str, readers: &[String]) {
+    for attempt in trail.attempts_mut() {
+        let translated = attempt.target().is_some_and(|t| !readers.iter().any(|id| id == t.provider()));
+        if translated && !attempt.outcome.is_skip() {
+            attempt.note = Some(match attempt.note.take() {
+                Some(earlier) => format!("{earlier}; {note}"),
+                None => note.to_owned(),
+            });
+        }
+    }
+}
+
+/// The names a client may send as `model`.
+pub(crate) fn model_names(router: &Router) -> Vec<String> {
+    let mut names: Vec<String> = router.routes().map(|r| r.name().to_owned()).collect();
+    for route in router.routes() {
+        for target in route.all_targets() {
+            let name = target.to_string();
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
+/// The refusal of a request that names no `model`.
+fn missing_model(router: &Router) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::BAD_REQUEST,
+        "missing_model",
+        format!("the request has no `model`: name a route or a target ({})", model_names(router).join(", ")),
+    )
+}

@@ -1,0 +1,185 @@
+//! What every handler shares ([`AppState`]): the router, the settings, the metrics, the
+//! history and its feed, the Responses API's conversations, the trace exporter.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use switchyard::trail::Via;
+use switchyard::{Router, Target};
+use switchyard_state::responses::{KeptBounds, SharedResponses};
+
+use super::events;
+use super::finished::metrics::describe;
+use super::ids::IdSource;
+use crate::config::{Exposure, GatewaySettings};
+use crate::logging::AccessLog;
+use crate::metrics::{LabelValue, Metrics};
+use crate::recent::Recent;
+use crate::responses::ResponseStore;
+use crate::telemetry::Telemetry;
+
+/// Everything handlers share.
+pub struct AppState {
+    pub router: Router,
+    pub gateway: GatewaySettings,
+    pub recent: Recent,
+    pub metrics: Metrics,
+    /// The Responses API's conversations.
+    pub responses: ResponseStore,
+    /// Finished requests and the router's recent events, for `/admin/events` subscribers.
+    pub feed: events::RequestFeed,
+    /// The trace exporter, when traces are exported.
+    pub telemetry: Option<Arc<Telemetry>>,
+    /// Turns `true` when the gateway begins to shut down: endless streams (`/admin/events`) end.
+    stopping: tokio::sync::watch::Sender<bool>,
+    pub(crate) access: AccessLog,
+    pub(crate) ids: IdSource,
+    /// The targets the configuration names; others (named by clients) share one metric label.
+    /// Keys from the configuration only (a client's target is looked up, never inserted).
+    listed: HashSet<Target, crate::metrics::FxBuild>,
+    /// Whether `/metrics` asks for the admin key (beyond loopback, unless `metrics_open`).
+    pub(crate) guard_metrics: bool,
+}
+
+impl AppState {
+    /// The state of a gateway without an access log; see [`AppState::with_access_log`].
+    pub fn new(router: Router, gateway: GatewaySettings) -> Arc<Self> {
+        Self::with_access_log(router, gateway, AccessLog::off())
+    }
+
+    /// The state of a gateway on loopback, logging to `access`.
+    pub fn with_access_log(router: Router, gateway: GatewaySettings, access: AccessLog) -> Arc<Self> {
+        Self::exposed(router, gateway, access, &Exposure::Loopback)
+    }
+
+    /// The state of a gateway reachable as `exposure` says: beyond loopback, `/metrics` asks
+    /// for the admin key unless `gateway.metrics_open`.
+    pub fn exposed(
+        router: Router,
+        gateway: GatewaySettings,
+        access: AccessLog,
+        exposure: &Exposure,
+    ) -> Arc<Self> {
+        let guard_metrics = exposure.guards_metrics(&gateway);
+        let metrics = Metrics::new();
+        describe(&metrics);
+        let listed = router.routes().flat_map(|route| route.all_targets()).cloned().collect();
+        if let Some(store) = &gateway.shared_state {
+            share_answers(&router, store);
+        }
+        let telemetry = gateway.telemetry.as_ref().and_then(|settings| start_telemetry(settings, &router));
+        let feed = events::RequestFeed::new(&router);
+        Arc::new(Self {
+            telemetry,
+            recent: Recent::new(gateway.recent_requests),
+            responses: match &gateway.shared_state {
+                Some(store) => {
+                    let kept = |bounds: crate::config::ResponsesBounds| KeptBounds {
+                        max_entries: bounds.max_entries,
+                        max_age: bounds.max_age,
+                        max_bytes: bounds.max_bytes,
+                    };
+                    let index = crate::responses::index_bounds(gateway.responses);
+                    ResponseStore::shared(
+                        gateway.responses,
+                        SharedResponses::new(store, kept(gateway.responses)),
+                        SharedResponses::named(store, "response_item", kept(index)),
+                    )
+                }
+                None => ResponseStore::new(gateway.responses),
+            },
+            router,
+            gateway,
+            metrics,
+            feed,
+            stopping: tokio::sync::watch::Sender::new(false),
+            access,
+            ids: IdSource::new(),
+            listed,
+            guard_metrics,
+        })
+    }
+
+    /// A receiver that turns `true` once [`AppState::stop`] is called.
+    pub fn stop_signal(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stopping.subscribe()
+    }
+
+    /// Begins shutting down: the workers stop accepting and the admin event streams end, so
+    /// they do not hold the drain of requests.
+    pub fn stop(&self) {
+        self.stopping.send_replace(true);
+    }
+
+    /// Whether the configuration names `target`.
+    pub fn is_listed(&self, target: &Target) -> bool {
+        self.listed.contains(target)
+    }
+
+    /// The metric label of `via`: a target of the configuration by name, any other as one
+    /// label, a candidate by its name.
+    pub(crate) fn target_label(&self, via: &Via) -> LabelValue {
+        match via {
+            Via::Target(target) if self.is_listed(target) => LabelValue::Shared(target.shared()),
+            Via::Target(_) => LabelValue::Static("(unlisted)"),
+            Via::Candidate(_) => LabelValue::from(via.to_string()),
+        }
+    }
+}
+
+/// Starts the trace exporter; a gateway that cannot export serves on, untraced, and says why.
+fn start_telemetry(
+    settings: &crate::telemetry::TelemetrySettings,
+    router: &Router,
+) -> Option<Arc<Telemetry>> {
+    let runtime = match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => runtime,
+        Err(_) => {
+            tracing::error!("traces are not exported: the gateway was built outside a Tokio runtime");
+            return None;
+        }
+    };
+    let kinds = router
+        .provider_ids()
+        .into_iter()
+        .map(|id| (id.to_owned(), router.provider_kind(id).unwrap_or_default().to_owned()));
+    match Telemetry::start(settings, runtime, kinds) {
+        Ok(telemetry) => Some(Arc::new(telemetry)),
+        Err(error) => {
+            tracing::error!(%error, "traces are not exported");
+            None
+        }
+    }
+}
+
+/// Keeps every `cache` candidate's answers in the fleet's Redis too, with the candidate's
+/// bounds for the fleet: `P:answer:<route>:<candidate>:<scope>:<key>`.
+fn share_answers(router: &Router, store: &switchyard_state::RedisStore) {
+    for route in router.routes() {
+        for candidate in route.candidates() {
+            let Some(cache) = candidate.answer_cache() else { continue };
+            let settings = cache.settings();
+            let bounds = KeptBounds {
+                max_entries: settings.max_entries,
+                max_age: settings.max_age,
+                max_bytes: settings.max_bytes,
+            };
+            let kind = format!("answer:{}:{}", route.name(), candidate.name());
+            cache.share(Arc::new(RedisAnswers(SharedResponses::named(store, &kind, bounds))));
+        }
+    }
+}
+
+/// A `cache` candidate's answers in Redis.
+#[derive(Debug)]
+struct RedisAnswers(SharedResponses);
+
+impl switchyard::answer_cache::SharedAnswers for RedisAnswers {
+    fn put(&self, key: String, value: Vec<u8>) -> switchyard::provider::BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move { self.0.put(&key, &value).await })
+    }
+
+    fn get(&self, key: String) -> switchyard::provider::BoxFuture<'_, Result<Option<Vec<u8>>, String>> {
+        Box::pin(async move { self.0.get(&key).await })
+    }
+}

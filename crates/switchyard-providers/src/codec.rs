@@ -1,0 +1,80 @@
+//! What the client codecs share. Each dialect's module holds its codec beside its adapter
+//! (`openai::codec`, `anthropic::codec`, `responses`): it reads a client's request into the
+//! canonical types and writes canonical answers and streams back in the client's shapes. Here
+//! are the error of a request a codec cannot read ([`CodecError`]), and the writer of a stream
+//! in a client's dialect ([`StreamWriter`]) with the server-sent-event framing they all use.
+
+use std::fmt;
+
+use bytes::Bytes;
+use switchyard::ProviderError;
+use switchyard::chat::ChatChunk;
+
+/// A request (or answer) a codec cannot read or write, naming the field at fault by its JSON
+/// path (`messages[2].content[0].type`, `input[0].call_id`; `body` for the body as a whole).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodecError {
+    /// The JSON path of the field at fault.
+    pub field: String,
+    /// What is wrong with it, phrased to follow the field (`is required`, `must be a string`).
+    pub reason: String,
+}
+
+impl CodecError {
+    /// An error about `field` (a JSON path) for `reason`.
+    pub(crate) fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self { field: field.into(), reason: reason.into() }
+    }
+}
+
+impl fmt::Display for CodecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}` {}", self.field, self.reason)
+    }
+}
+
+impl std::error::Error for CodecError {}
+
+/// Writes one routed stream in a client's dialect: the events of each canonical chunk (or the
+/// provider's own event, passed on as it is), the events that end it, and those of a failure
+/// after it began. The gateway drives it and sends what it writes.
+pub trait StreamWriter: Send + Unpin + 'static {
+    /// The provider's own event for `chunk`, when this writer passes it on as it is (a client
+    /// of the provider's dialect): sent whole, without a copy. `None` (the default) has
+    /// [`chunk`](StreamWriter::chunk) write the chunk's events.
+    fn frame(&mut self, chunk: &ChatChunk) -> Option<Bytes> {
+        let _ = chunk;
+        None
+    }
+
+    /// The events for one chunk (possibly none).
+    fn chunk(&mut self, chunk: ChatChunk, out: &mut Vec<u8>);
+
+    /// The events that end a successful stream.
+    fn end(&mut self, out: &mut Vec<u8>);
+
+    /// The events that end a stream failed after it began; `false` leaves them to the
+    /// caller's error event for the dialect.
+    fn fail(&mut self, error: &ProviderError, out: &mut Vec<u8>) -> bool {
+        let _ = (error, out);
+        false
+    }
+}
+
+/// Writes `value` as one server-sent event's `data:` line and its blank line.
+pub fn write_data(out: &mut Vec<u8>, value: &impl serde::Serialize) {
+    out.extend_from_slice(b"data: ");
+    // Serializing the canonical types cannot fail; an empty object keeps the stream well-formed.
+    if serde_json::to_writer(&mut *out, value).is_err() {
+        out.extend_from_slice(b"{}");
+    }
+    out.extend_from_slice(b"\n\n");
+}
+
+/// Writes `value` as one server-sent event named `name`.
+pub fn write_event(out: &mut Vec<u8>, name: &str, value: &impl serde::Serialize) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.push(b'\n');
+    write_data(out, value);
+}
