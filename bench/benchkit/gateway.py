@@ -21,7 +21,9 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import time
+import urllib.request
 from dataclasses import dataclass, field
 
 from . import services
@@ -57,8 +59,6 @@ class Upstream:
         return f"{self.base(scenario, '')}{path}", MODEL
 
     def _admin(self, path, method="GET"):
-        import ssl
-        import urllib.request
         context = ssl.create_default_context(cafile=self.ca) if self.tls else None
         scheme = "https" if self.tls else "http"
         request = urllib.request.Request(f"{scheme}://127.0.0.1:{self.port}{path}", method=method)
