@@ -214,6 +214,14 @@ def build_release(repo=REPO):
     return {name: os.path.join(target, "release", name) for name in ("switchyard", "switchyard-mock", "switchyard-bench")}
 
 
+def seconds(text):
+    """The seconds of a duration as the driver reads it (`500ms`, `5s`, `2m`, `5`), or None."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(us|ms|s|m)?", text or "")
+    if not match:
+        return None
+    return float(match.group(1)) * {"us": 1e-6, "ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[match.group(2)]
+
+
 def named_binaries(parser, items, reserved):
     """`--bin NAME=PATH` items as {NAME: absolute PATH}, in order; a bad item is `parser`'s
     error. A name heads a gateway's rows and names its files and its entries in the tables of

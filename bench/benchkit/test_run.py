@@ -61,7 +61,7 @@ class DispatchTest(unittest.TestCase):
 
     def test_a_bad_option_is_refused_by_its_question_before_anything_runs(self):
         for argv in (["hop", "--rounds", "0"], ["compare", "--only", "nginx,haproxy"], ["tracing", "--rate", "-1"],
-                     ["hop", "--bin", "nginx=/bin/sh"]):
+                     ["hop", "--bin", "nginx=/bin/sh"], ["hop", "--duration", "1s"], ["hop", "--duration", "5x"]):
             status, _, err = captured(argv)
             self.assertEqual(status, 2, argv)
             self.assertIn(f"bench/run {argv[0]}: error:", err)
@@ -84,6 +84,10 @@ class QuickTest(unittest.TestCase):
         self.assertEqual((args.rounds, args.duration), (4, "2s"))
         args = run.parse("hop", [])
         self.assertEqual((args.rounds, args.duration), (3, "5s"))
+
+    def test_a_row_longer_than_its_warm_up_second_is_taken_in_any_unit_the_driver_reads(self):
+        for duration in ("1500ms", "2s", "2", "0.5m"):
+            self.assertEqual(run.parse("hop", ["--duration", duration]).duration, duration)
 
     def test_quick_counts_fewer_requests_of_every_load(self):
         quick, full = run.parse("instructions", ["--quick"]), run.parse("instructions", [])

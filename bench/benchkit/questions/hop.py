@@ -72,6 +72,9 @@ def check(p, args):
     args.binaries = services.named_binaries(p, args.bin, hop.RESERVED)
     if not 1 <= args.rounds <= 20:
         p.error("--rounds must be between 1 and 20")
+    if (services.seconds(args.duration) or 0) <= 1:
+        p.error(f"--duration {args.duration!r}: a row's first second is its warm-up, so give more than 1s "
+                "(e.g. 2s, 1500ms)")
     if not 1 <= args.connections <= 256:
         p.error("--connections must be between 1 and 256")
 
