@@ -1,2 +1,4 @@
-"""Pieces of `bench/compare`: starting and stopping services, the peer gateways, the
-scenarios, and the tables and chart made from the results. Standard library only."""
+"""The benchmarks behind `bench/run`: the gateway under test and its peers (`gateway`,
+`peers`), starting and stopping processes (`services`), one module per question
+(`questions/`), the interleaved rounds (`hop`), the scenarios, and the tables and chart made
+from the results. Standard library only."""

@@ -1,5 +1,5 @@
 """One hop through Switchyard beside nginx-proxy and the mock alone, in interleaved rounds with
-medians: what `bench/hop` prints, and the rounds `bench/compare` judges issue 17's targets by.
+medians: what `bench/run hop` prints, and the rounds `bench/run compare` judges issue 17's targets by.
 
 A gateway's figures move from minute to minute on a shared machine by more than what one hop
 costs, so a comparison made of one row per gateway, run one after the other, reads the drift
@@ -14,13 +14,11 @@ request). Each over the mock spoken to plainly and behind TLS."""
 
 import json
 import os
-import shutil
-import ssl
 import statistics
 import subprocess
-import urllib.request
 
 from benchkit import services
+from benchkit.gateway import NginxProxy, Switchyard, Target, pinned
 
 STREAM = "ok~chunks=20~gap=5ms"
 LOADS = {
@@ -46,110 +44,44 @@ class Settings:
         self.pin = pin
 
 
-def pinned(argv, core, pin):
-    """`argv` run on `core` when `pin`, else as it is."""
-    return ["taskset", "-c", str(core), *argv] if pin else argv
-
-
-def start_nginx(folder, ports, ca, pin):
-    """nginx-proxy in front of both mocks: `/plain/…` and `/tls/…`. (its service, its port)."""
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    if not os.path.exists(nginx):
-        raise SystemExit("nginx is not installed: apt-get install -y nginx")
-    port = services.free_port()
-    prefix, path = services.nginx_conf(folder, f"""
-    keepalive_requests 1000000;
-    keepalive_timeout 120s;
-    # keepalive_timeout: idle upstream connections outlive the other rows of a round (default 60 s).
-    upstream plain {{ server 127.0.0.1:{ports['plain']}; keepalive 512; keepalive_requests 1000000; keepalive_timeout 600s; }}
-    upstream tls {{ server 127.0.0.1:{ports['tls']}; keepalive 512; keepalive_requests 1000000; keepalive_timeout 600s; }}
-    server {{
-        listen 127.0.0.1:{port};
-        proxy_http_version 1.1;
-        proxy_set_header Connection "";
-        proxy_buffering off;
-        location /plain/ {{ proxy_pass http://plain/; }}
-        location /tls/ {{
-            proxy_pass https://tls/;
-            proxy_ssl_trusted_certificate {ca};
-            proxy_ssl_verify on;
-            proxy_ssl_name localhost;
-            proxy_ssl_server_name on;
-            proxy_ssl_session_reuse on;
-        }}
-    }}""")
-    argv = pinned([nginx, "-p", prefix, "-c", path], GATEWAY_CORE, pin)
-    service = services.Service("nginx", argv, os.path.join(folder, "nginx.log"))
-    return service, port
-
-
-def start_switchyard(name, binary, folder, ports, ca, pin):
-    """`binary` serving one route per upstream and load, each to its mock's path. (its service,
-    its port)."""
-    port = services.free_port()
-    config = {
-        "listen": f"127.0.0.1:{port}",
-        "providers": {
-            "plain": {"kind": "openai_compatible", "base_url": f"http://127.0.0.1:{ports['plain']}/"},
-            "tls": {"kind": "openai_compatible", "base_url": f"https://127.0.0.1:{ports['tls']}/", "ca_file": ca},
-        },
-        # One route per upstream and scenario: the scenario is the base URL's first segment.
-        "routes": {},
-    }
+def start_switchyard(name, binary, folder, mocks, pin):
+    """`binary` serving one route per upstream and load, `UPSTREAM-SCENARIO`, each to its mock's
+    scenario."""
+    gateway = Switchyard(binary, folder, name, core=GATEWAY_CORE if pin else None)
     for upstream in UPSTREAMS:
         for load in LOADS.values():
-            route = f"{upstream}-{load['scenario']}"
-            provider = f"{upstream}-{len(config['providers'])}"
-            base = config["providers"][upstream]
-            config["providers"][provider] = dict(base, base_url=f"{base['base_url']}{load['scenario']}/v1")
-            config["routes"][route] = {"targets": [f"{provider}:bench-model"]}
-    for upstream in UPSTREAMS:
-        del config["providers"][upstream]
-    path = os.path.join(folder, f"{name}.yaml")
-    with open(path, "w") as f:
-        json.dump(config, f, indent=1)
-    argv = pinned([binary, "serve", "--config", path], GATEWAY_CORE, pin)
-    service = services.Service(name, argv, os.path.join(folder, f"{name}.log"))
-    service.wait_for_line(r"listening on", 30)
-    return service, port
+            gateway.route(f"{upstream}-{load['scenario']}", [Target(mocks[upstream], load["scenario"])])
+    return gateway.start()
 
 
-def url(gateway, upstream, scenario, ports):
-    """Where the driver sends, and the body's model."""
+def endpoint(gateway, upstream, scenario, started, mocks):
+    """Where the driver sends, the body's model, and the process it watches."""
     if gateway == "direct":
-        scheme = "https" if upstream == "tls" else "http"
-        return f"{scheme}://127.0.0.1:{ports[upstream]}/{scenario}/v1/chat/completions", "bench-model"
+        return (*mocks[upstream].endpoint(scenario), mocks[upstream].pid)
     if gateway == "nginx":
-        return f"http://127.0.0.1:{ports['nginx']}/{upstream}/{scenario}/v1/chat/completions", "bench-model"
-    return f"http://127.0.0.1:{ports[gateway]}/v1/chat/completions", f"{upstream}-{scenario}"
+        return (*started["nginx"].endpoint(scenario, tls=upstream == "tls"), started["nginx"].pid)
+    return (*started[gateway].endpoint(f"{upstream}-{scenario}"), started[gateway].pid)
 
 
-def mock_connections(upstream, ports, ca):
-    scheme = "https" if upstream == "tls" else "http"
-    context = ssl.create_default_context(cafile=ca) if upstream == "tls" else None
-    with urllib.request.urlopen(f"{scheme}://127.0.0.1:{ports[upstream]}/_stats", timeout=5, context=context) as r:
-        return json.load(r)["connections"]
-
-
-def drive(bins, folder, settings, gateway, upstream, load, ports, pids, ca):
+def drive(bins, folder, settings, gateway, upstream, load, started, mocks):
     """One row: the driver's report, with the connections the mock accepted during it."""
-    target, model = url(gateway, upstream, LOADS[load]["scenario"], ports)
+    target, model, pid = endpoint(gateway, upstream, LOADS[load]["scenario"], started, mocks)
     body = os.path.join(folder, f"body-{model}.json")
     with open(body, "w") as f:
         f.write(services.chat_body(model))
-    pid = pids[gateway] if gateway != "direct" else pids[upstream]
     argv = [bins["switchyard-bench"], "--url", target, "--body-file", body, "--duration", settings.duration,
             "--warmup", "1s", "--pid", str(pid), "--label", f"{gateway}/{upstream}/{load}",
             "--connections", str(settings.connections), *LOADS[load]["args"]]
     if target.startswith("https://"):
-        argv += ["--ca-file", ca]
-    before = mock_connections(upstream, ports, ca)
-    done = subprocess.run(pinned(argv, LOAD_CORE, settings.pin), capture_output=True, text=True, timeout=300)
+        argv += ["--ca-file", mocks[upstream].ca]
+    before = mocks[upstream].stats()["connections"]
+    done = subprocess.run(pinned(argv, LOAD_CORE if settings.pin else None), capture_output=True, text=True,
+                          timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"{gateway}/{upstream}/{load}: {done.stderr.strip()[-400:]}")
     report = json.loads(done.stdout.strip().splitlines()[-1])
     # Less one: the connection that asked for these figures.
-    report["upstream_connections"] = mock_connections(upstream, ports, ca) - before - 1
+    report["upstream_connections"] = mocks[upstream].stats()["connections"] - before - 1
     return report
 
 
@@ -166,16 +98,16 @@ def figures(report, load):
             "errors": report["error_count"], "conns": report["upstream_connections"]}
 
 
-def run_rounds(bins, folder, settings, ports, pids, ca, gateways, rounds, say):
-    """`rounds` interleaved rounds over `gateways` (running, reached through `ports` and watched
-    through `pids`): {(upstream, load, gateway): [figures of each round]}."""
+def run_rounds(bins, folder, settings, started, mocks, gateways, rounds, say):
+    """`rounds` interleaved rounds over `gateways` (the names of `started`, or `direct`):
+    {(upstream, load, gateway): [figures of each round]}."""
     results = {(u, load, g): [] for u in UPSTREAMS for load in LOADS for g in gateways}
     for n in range(rounds):
         order = gateways[n % len(gateways):] + gateways[:n % len(gateways)]
         for upstream in UPSTREAMS:
             for load in LOADS:
                 for gateway in order:
-                    report = drive(bins, folder, settings, gateway, upstream, load, ports, pids, ca)
+                    report = drive(bins, folder, settings, gateway, upstream, load, started, mocks)
                     row = figures(report, load)
                     results[(upstream, load, gateway)].append(row)
                     say(f"round {n + 1} {upstream:<5} {load:<7} {gateway:<10} p50 {row['ms']:.3f} ms, "
@@ -184,27 +116,20 @@ def run_rounds(bins, folder, settings, ports, pids, ca, gateways, rounds, say):
 
 
 def measure(bins, folder, settings, mocks, builds, rounds, say):
-    """Starts nginx-proxy and each of `builds` ({name: binary}) in front of `mocks` (a dict of
-    `plain` and `tls`: (service, port), and `ca`, the authority the TLS mock's certificate is
-    from), runs the rounds over the mock alone, nginx-proxy and the builds, and stops what it
-    started. The rounds' results (see `run_rounds`) and the gateways in order."""
-    ca = mocks["ca"]
-    ports = {u: mocks[u][1] for u in UPSTREAMS}
-    pids = {u: mocks[u][0].pid for u in UPSTREAMS}
-    started = []
+    """Starts nginx-proxy and each of `builds` ({name: binary}) in front of `mocks` (`plain` and
+    `tls`: `gateway.Upstream`s), runs the rounds over the mock alone, nginx-proxy and the builds,
+    and stops what it started. The rounds' results (see `run_rounds`) and the gateways in order."""
+    started = {}
     try:
-        nginx, ports["nginx"] = start_nginx(folder, ports, ca, settings.pin)
-        started.append(nginx)
-        pids["nginx"] = nginx.pid
+        core = GATEWAY_CORE if settings.pin else None
+        started["nginx"] = NginxProxy(folder, mocks["plain"], mocks["tls"], core=core).start()
         for name, binary in builds.items():
-            service, ports[name] = start_switchyard(name, binary, folder, ports, ca, settings.pin)
-            started.append(service)
-            pids[name] = service.pid
+            started[name] = start_switchyard(name, binary, folder, mocks, settings.pin)
         gateways = BASELINES + list(builds)
-        return run_rounds(bins, folder, settings, ports, pids, ca, gateways, rounds, say), gateways
+        return run_rounds(bins, folder, settings, started, mocks, gateways, rounds, say), gateways
     finally:
-        for service in started:
-            service.stop()
+        for gateway in started.values():
+            gateway.stop()
 
 
 def median(values):
@@ -249,7 +174,8 @@ def table(results, rounds, gateways, pin=False):
                 lines.append(f"| {upstream} | {load} | {gateway} | {ms:.3f} | {added} | {beyond} | "
                              f"{'' if cpu is None else f'{cpu:.1f}'} | {conns:.0f} | {errors} |")
     where = ", gateways on a core of their own (--pin)." if pin else "."
-    return "\n".join(lines) + f"\n\nMedians of {rounds} interleaved rounds{where}"
+    medians = "One interleaved round" if rounds == 1 else f"Medians of {rounds} interleaved rounds"
+    return "\n".join(lines) + f"\n\n{medians}{where}"
 
 
 def to_json(results):

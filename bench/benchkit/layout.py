@@ -1,5 +1,5 @@
 """The functions a load runs, read from callgrind's dumps, for the linker's layout of the
-release binary (`bench/layout`, crates/switchyard-gateway/build.rs).
+release binary (`bench/run layout`, crates/switchyard-gateway/build.rs).
 
 A dump lists each function that ran once per part, as `fn=(id) name` the first time and
 `fn=(id)` after, under the object that holds it (`ob=`); cost lines follow, and the line after

@@ -1,4 +1,4 @@
-"""The first token's legs in callgrind dumps cut at system calls (`bench/instructions --legs`).
+"""The first token's legs in callgrind dumps cut at system calls (`bench/run instructions --legs`).
 
 The gateway runs under callgrind with `--dump-before=` each read and write call: each dump
 holds the instructions that ran since the one before, up to the call that triggered it."""

@@ -1,6 +1,8 @@
-"""The gateways under test: how each installs (outside the repository, on demand), how it is
-configured to proxy every route to the mock, how it starts, and what request reaches each
-route through it; the install and start facts of each peer are written beside its code below."""
+"""The gateways `bench/run compare` puts side by side: how each installs (outside the repository,
+on demand), how it is configured to proxy every route to the mock, how it starts, and what
+request reaches each route through it; the install and start facts of each peer are written
+beside its code below. Switchyard and nginx-proxy are `benchkit.gateway`'s models, as in every
+other question; the peers that only this question runs are modelled here."""
 
 import json
 import os
@@ -8,13 +10,11 @@ import shutil
 import subprocess
 import sys
 
-from . import services
+from . import gateway, services
+from .gateway import MODEL
 from .scenarios import ROUTES, responses_body
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The model every route asks the mock for; long enough that a 20-chunk stream of the mock's
-# answer ("mock answer from bench-model") has text in every chunk.
-MODEL = "bench-model"
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 class Unavailable(Exception):
@@ -26,23 +26,25 @@ class NotExpressible(Exception):
 
 
 class Context:
-    """What every gateway needs to configure and start itself."""
+    """What every gateway needs to configure and start itself: the mock plainly (`plain`) and
+    behind TLS (`tls`), both `gateway.Upstream`s."""
 
-    def __init__(self, home, run_dir, mock_port, bins, repo, mock_tls_port=None, ca_file=None):
+    def __init__(self, home, run_dir, bins, repo, plain, tls):
         self.home = home
         self.run_dir = run_dir
-        self.mock_port = mock_port
         self.bins = bins
         self.repo = repo
-        # The same mock behind TLS, and the authority that signed its certificate.
-        self.mock_tls_port = mock_tls_port
-        self.ca_file = ca_file
+        self.plain = plain
+        self.tls = tls
+
+    @property
+    def ca_file(self):
+        """The authority that signed the TLS mock's certificate."""
+        return self.tls.ca
 
     def mock_base(self, scenario, tls=False):
         """The mock's OpenAI base URL for one scenario string (behind TLS when `tls`)."""
-        if tls:
-            return f"https://127.0.0.1:{self.mock_tls_port}/{scenario}/v1"
-        return f"http://127.0.0.1:{self.mock_port}/{scenario}/v1"
+        return (self.tls if tls else self.plain).base(scenario)
 
 
 def _run(argv, log, timeout, env=None, cwd=None):
@@ -156,10 +158,8 @@ class Nginx(Gateway):
             raise Unavailable(error or "apt-get installed no nginx binary")
 
     def start(self, ctx):
-        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-        done = subprocess.run([nginx, "-v"], capture_output=True, text=True)
+        done = subprocess.run([gateway.nginx_binary(), "-v"], capture_output=True, text=True)
         self.version = (done.stderr or done.stdout).strip().replace("nginx version: ", "")
-        self.port = services.free_port()
         fallback = []
         for route in ROUTES.values():
             if not route.is_fallback:
@@ -177,46 +177,9 @@ class Nginx(Gateway):
             rewrite ^ /{route.target}/v1/chat/completions break;
             proxy_pass http://mock;
         }}""")
-        # The mock behind TLS, its certificate verified, sessions reused, connections kept.
-        tls = "" if not ctx.ca_file else f"""
-        location /tls/ {{
-            proxy_pass https://mock_tls/;
-            proxy_ssl_trusted_certificate {ctx.ca_file};
-            proxy_ssl_verify on;
-            proxy_ssl_name localhost;
-            proxy_ssl_server_name on;
-            proxy_ssl_session_reuse on;
-        }}"""
-        prefix, path = services.nginx_conf(ctx.run_dir, f"""
-    # Keep a 1 MB body in memory, as the gateways do.
-    client_max_body_size 4m;
-    client_body_buffer_size 2m;
-    keepalive_requests 1000000;
-    keepalive_timeout 120s;
-    upstream mock {{
-        server 127.0.0.1:{ctx.mock_port};
-        keepalive 512;
-        keepalive_requests 1000000;
-    }}
-    upstream mock_tls {{
-        server 127.0.0.1:{ctx.mock_tls_port or ctx.mock_port};
-        keepalive 512;
-        keepalive_requests 1000000;
-        keepalive_timeout 600s;
-    }}
-    server {{
-        listen 127.0.0.1:{self.port};
-        proxy_http_version 1.1;
-        proxy_set_header Connection "";
-        # Forward stream chunks as they arrive, as an LLM gateway must.
-        proxy_buffering off;
-        location / {{ proxy_pass http://mock; }}
-        {tls}
-        {''.join(fallback)}
-    }}""")
-        os.chmod(os.path.join(prefix, "tmp"), 0o777)
-        self.service = services.Service("nginx", [nginx, "-p", prefix, "-c", path],
-                                        os.path.join(ctx.run_dir, "nginx.log"))
+        self.proxy = gateway.NginxProxy(ctx.run_dir, ctx.plain, ctx.tls, locations="".join(fallback))
+        self.proxy.start()
+        self.service, self.port = self.proxy.service, self.proxy.port
         self._ready(ctx, 20)
 
     serves_tls = True
@@ -225,8 +188,7 @@ class Nginx(Gateway):
         body = dict(body, model=MODEL)
         if route.is_fallback:
             return f"http://127.0.0.1:{self.port}/fallback/{route.name}/v1/chat/completions", body, {}
-        prefix = "/tls" if route.tls else ""
-        return f"http://127.0.0.1:{self.port}{prefix}/{route.target}/v1/chat/completions", body, {}
+        return self.proxy.endpoint(route.target, tls=route.tls)[0], body, {}
 
 
 class Switchyard(Gateway):
@@ -240,39 +202,27 @@ class Switchyard(Gateway):
         if not binary:
             raise Unavailable(ctx.bins.get("switchyard_error", "the release build failed"))
         self.version = _git_version(ctx.repo)
-        self.port = services.free_port()
-        providers, routes = {}, {}
+        self.gateway = gateway.Switchyard(binary, ctx.run_dir, self.name, state=self._state(ctx))
         for route in ROUTES.values():
-            if route.tls and not ctx.ca_file:
-                continue
-            providers[route.name] = {"kind": "openai_compatible", "base_url": ctx.mock_base(route.target, route.tls)}
-            if route.tls:
-                providers[route.name]["ca_file"] = ctx.ca_file
-            targets = [f"{route.name}:{MODEL}"]
+            upstream = ctx.tls if route.tls else ctx.plain
+            targets = [gateway.Target(upstream, route.target, provider=route.name)]
             spec = {}
             if route.is_fallback:
-                providers[f"{route.name}_primary"] = {"kind": "openai_compatible",
-                                                      "base_url": ctx.mock_base(route.primary)}
-                targets.insert(0, f"{route.name}_primary:{MODEL}")
+                targets.insert(0, gateway.Target(ctx.plain, route.primary, provider=f"{route.name}_primary"))
                 spec["retry"] = {"max_attempts": 1}
             if route.primary_timeout:
                 limit = f"{int(route.primary_timeout * 1000)}ms"
-                # `total` too: in this version `first_byte` alone does not end a non-streaming
-                # attempt whose upstream never answers (see docs/BENCHMARKS.md).
+                # `total` too: `first_byte` alone does not end a non-streaming attempt whose
+                # upstream never answers (see docs/BENCHMARKS.md).
                 spec["timeouts"] = {"first_byte": limit, "total": limit}
-            routes[route.name] = dict(spec, targets=targets)
-        config = {"listen": f"127.0.0.1:{self.port}", "providers": providers, "routes": routes}
-        config.update(self._extra(ctx))
-        path = os.path.join(ctx.run_dir, f"{self.name}.yaml")
-        with open(path, "w") as f:
-            json.dump(config, f, indent=1)  # JSON is YAML
-        self.service = services.Service(self.name, [binary, "serve", "--config", path],
-                                        os.path.join(ctx.run_dir, f"{self.name}.log"))
-        self.service.wait_for_line(r"listening on", 30)
+            self.gateway.route(route.name, targets, **spec)
+        self.gateway.start()
+        self.service, self.port = self.gateway.service, self.gateway.port
         self._ready(ctx, 20)
 
-    def _extra(self, ctx):
-        return {}
+    def _state(self, ctx):
+        """The Redis URL its health is shared through, or None."""
+        return None
 
     # The Responses API is Switchyard's (and the mock's) alone among the rows measured here.
     serves_responses = True
@@ -291,19 +241,12 @@ class SwitchyardRedis(Switchyard):
     name = "switchyard-redis"
     label = "switchyard + redis"
 
-    def start(self, ctx):
-        if not shutil.which("redis-server"):
-            raise Unavailable("redis-server is not installed (Debian package redis-server)")
-        port = services.free_port()
-        self.redis = services.Service("redis", ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                                                "--save", "", "--appendonly", "no"],
-                                      os.path.join(ctx.run_dir, "redis.log"))
-        self.redis.wait_for_line(r"Ready to accept connections", 10)
-        self.redis_port = port
-        super().start(ctx)
-
-    def _extra(self, ctx):
-        return {"state": {"redis": f"redis://127.0.0.1:{self.redis_port}/0", "prefix": "bench"}}
+    def _state(self, ctx):
+        try:
+            self.redis, url = gateway.start_redis(ctx.run_dir)
+        except services.StartError as e:
+            raise Unavailable(str(e)) from e
+        return url
 
     def stop(self):
         super().stop()

@@ -5,6 +5,7 @@ Ctrl-C or failure."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -12,17 +13,20 @@ import urllib.error
 import urllib.request
 
 _RUNNING = []
+# The checkout: bench/benchkit/services.py is two folders below it.
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class Service:
     """One started process group with its log file."""
 
-    def __init__(self, name, argv, log_path, env=None, cwd=None):
+    def __init__(self, name, argv, log_path, env=None, cwd=None, environ=None):
+        """`env` adds to this process's environment; `environ`, when given, is the whole of it."""
         self.name = name
         self.argv = argv
         self.log_path = log_path
         self._log = open(log_path, "wb")
-        merged = dict(os.environ)
+        merged = dict(os.environ if environ is None else environ)
         merged.update(env or {})
         # A new session gives the service its own process group (and no terminal), so a
         # Ctrl-C meant for the benchmark reaches it only through stop().
@@ -123,6 +127,17 @@ def post_json(url, body, headers=None, timeout=5.0):
         return 0, str(error)
 
 
+def get(url, timeout=5.0):
+    """One GET; returns (status, body text). Never raises for HTTP or connection errors."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, response.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode("utf-8", "replace")
+    except (OSError, urllib.error.URLError) as error:
+        return 0, str(error)
+
+
 def wait_until_answers(service, url, body, headers=None, timeout=60.0, expect="mock answer"):
     """Polls with a real chat request until it succeeds: a port that accepts connections is
     not yet a gateway that answers (LiteLLM loads its router after binding)."""
@@ -182,13 +197,29 @@ def free_port():
         return s.getsockname()[1]
 
 
-def build_release(repo):
+def need(tool, package):
+    """The path of `tool`, or an exit naming the Debian `package` that has it."""
+    path = shutil.which(tool) or (f"/usr/sbin/{tool}" if os.path.exists(f"/usr/sbin/{tool}") else None)
+    if not path:
+        raise SystemExit(f"{tool} is not installed: apt-get install -y {package}")
+    return path
+
+
+def build_release(repo=REPO):
     """Release builds of the gateway, the mock and the load driver in `repo`; their paths by
     binary name."""
     subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "switchyard-gateway", "-p", "switchyard-mock",
                     "-p", "switchyard-bench"], cwd=repo, check=True)
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(repo, "target"))
     return {name: os.path.join(target, "release", name) for name in ("switchyard", "switchyard-mock", "switchyard-bench")}
+
+
+def seconds(text):
+    """The seconds of a duration as the driver reads it (`500ms`, `5s`, `2m`, `5`), or None."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(us|ms|s|m)?", text or "")
+    if not match:
+        return None
+    return float(match.group(1)) * {"us": 1e-6, "ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[match.group(2)]
 
 
 def named_binaries(parser, items, reserved):
@@ -239,41 +270,9 @@ http {{
     return prefix, path
 
 
-def nginx_one_process(folder, mock_port):
-    """nginx-proxy in front of the mock on `mock_port` as one process, for the tools that watch
-    the process that serves (callgrind, perf): (its prefix, its config's path, its port)."""
-    port = free_port()
-    prefix, path = nginx_conf(folder, f"""
-    keepalive_requests 1000000;
-    upstream mock {{ server 127.0.0.1:{mock_port}; keepalive 64; }}
-    server {{
-        listen 127.0.0.1:{port};
-        proxy_http_version 1.1;
-        proxy_set_header Connection "";
-        proxy_buffering off;
-        location / {{ proxy_pass http://mock/; }}
-    }}""", one_process=True)
-    return prefix, path, port
-
-
 def chat_body(model):
     """The chat completion the one-connection benchmarks send: one short user message."""
     return json.dumps({"model": model, "max_tokens": 16, "messages": [{"role": "user", "content": "Hello!"}]})
-
-
-def start_mock(bins, folder, tls=None, core=None):
-    """The mock upstream on a free port of 127.0.0.1, behind TLS when `tls` holds the paths of
-    `benchkit.tls.certificates`, and on CPU `core` alone when one is given (`taskset`): (its
-    service, its port)."""
-    argv = [bins["switchyard-mock"], "--listen", "127.0.0.1:0"]
-    if tls:
-        argv += ["--tls-cert", tls["server.crt"], "--tls-key", tls["server.key"]]
-    if core is not None:
-        argv = ["taskset", "-c", str(core), *argv]
-    name = "mock-tls" if tls else "mock"
-    mock = Service(name, argv, os.path.join(folder, f"{name}.log"))
-    port = int(mock.wait_for_line(r"listening on 127\.0\.0\.1:(\d+)", 20).group(1))
-    return mock, port
 
 
 def send_counted(bins, url, model, count, args=()):

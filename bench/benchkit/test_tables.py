@@ -93,6 +93,12 @@ class Targets(unittest.TestCase):
         self.assertTrue(text.endswith("Medians of 2 interleaved rounds."))
         self.assertEqual(hop.from_json(hop.to_json(results)), results)
 
+    def test_a_table_of_one_round_says_it_is_one_round_not_a_median(self):
+        results = {(u, load, g): [{"ms": 0.1, "cpu_us": None, "errors": 0, "conns": 0}]
+                   for u in hop.UPSTREAMS for load in hop.LOADS for g in ("direct", "nginx", "switchyard")}
+        text = hop.table(results, 1, ["direct", "nginx", "switchyard"], pin=True)
+        self.assertTrue(text.endswith("One interleaved round, gateways on a core of their own (--pin)."))
+
     def test_a_gateway_faster_than_the_mock_itself_is_a_disturbed_baseline_not_a_pass(self):
         sweep = {g: [{"rate": 1000, "held": True, "report": report(p50)}]
                  for g, p50 in (("direct", 1.13), ("nginx", 0.29), ("switchyard", 0.31))}

@@ -1,4 +1,4 @@
-//! `switchyard-bench`: the load driver behind `bench/compare`. It sends POST requests with a
+//! `switchyard-bench`: the load driver behind `bench/run`. It sends POST requests with a
 //! JSON body to one loopback URL, closed loop (fixed connections, back to back) or open loop
 //! (fixed rate, latency from each scheduled send time), checks every status and body (SSE
 //! streams included), and reports throughput, latency percentiles, time to first token,

@@ -4,7 +4,8 @@
 //! interleaved rounds, CPU of every thread of the process (the store's background task
 //! included), with the Redis commands the shared runs caused per request.
 //!
-//! `cargo run --release -p switchyard-state --example bench_fleet_pacing [permits] [rpm]`
+//! `bench/run micro fleet_pacing [permits] [rpm]` (`cargo run --release -p switchyard-bench --example
+//! fleet_pacing`)
 //!
 //! Runs are long (a million permits, a quarter million requests) because the CPU clock it
 //! reads (`schedstat`) moves in scheduler ticks of a few milliseconds.
@@ -15,16 +16,8 @@
 //! runs meet (`rpm` 6,000,000: 100,000 a second, slices of 60,000), permits wait for the
 //! bucket and the figures show what pacing at the allowance costs, Redis calls included.
 //!
-//! Runs are long (a million permits, a quarter million requests) because the CPU clock it
-//! reads (`schedstat`) moves in scheduler ticks of a few milliseconds.
-//!
-//! The default allowance, 6,000,000 a minute (100,000 a second), is there so that the bucket
-//! never holds a permit back: what is measured is the bookkeeping, not the waiting. Its
-//! slice is 60,000 (1%); a smaller allowance leases more often (`rpm` 600,000: slices of
-//! 6,000), at a rate that caps how many requests a run can make.
-//!
-//! `bench_fleet_pacing REQUESTS RPM local|shared` runs one pacer only, once, for counting
-//! instructions under callgrind.
+//! `fleet_pacing PERMITS RPM local|shared [chat]` runs one pacer only, once, for counting
+//! instructions under callgrind (`chat`: requests through a router instead of bare permits).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -118,7 +111,7 @@ async fn main() -> Result<(), Error> {
     };
     let local = Arc::new(LimitPacer::new(limits()));
     let shared = LimitPacer::shared(limits(), store.clone());
-    // `bench_fleet_pacing N RPM local|shared [chat]`: one pacer only, for counting
+    // `fleet_pacing N RPM local|shared [chat]`: one pacer only, for counting
     // instructions under callgrind.
     if let Some(only) = std::env::args().nth(3) {
         let pacer = if only == "shared" { &shared } else { &local };

@@ -3,7 +3,7 @@
 usage: python tensorzero_gateway.py CONFIG.toml
 
 Prints `listening on BASE_URL` (the gateway binds an ephemeral port) and then sleeps until it
-is signalled; `bench/compare` stops it by its process group."""
+is signalled; `bench/run compare` stops it by its process group."""
 
 import os
 import sys

@@ -2,7 +2,8 @@
 //! through a route without candidates and through one with a cache candidate (which remembers
 //! every answer).
 //!
-//! `cargo run --release -p switchyard --example bench_answer_cache [requests] [plain|cache]`
+//! `bench/run micro answer_cache [requests] [plain|cache]` (`cargo run --release -p switchyard-bench
+//! --example answer_cache`).
 //! With a mode, runs only that router (for callgrind: instructions at two request counts).
 
 use std::time::{Duration, Instant};

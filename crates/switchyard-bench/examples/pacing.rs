@@ -1,7 +1,7 @@
 //! Measures what pacing costs a request: the same chats through a router without limits (no
 //! pacer at all) and with limits high enough never to wait (the pacer's bookkeeping alone).
 //!
-//! `cargo run --release -p switchyard --example bench_pacing [requests]`
+//! `bench/run micro pacing [requests]` (`cargo run --release -p switchyard-bench --example pacing`)
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -3,7 +3,8 @@
 //! request traced (`sampler: always_on`) and exported as OTLP/protobuf to a collector on
 //! loopback, in interleaved rounds.
 //!
-//! `cargo run --release -p switchyard-gateway --example bench_tracing [requests per round]`
+//! `bench/run micro tracing_app [requests per round]` (`cargo run --release -p switchyard-bench
+//! --example tracing_app`)
 //!
 //! CPU is every thread of this process (`/proc/self/task/*/schedstat`): the handlers, the
 //! batch processor's thread, the exporter's HTTP calls and the test collector's reading of

@@ -8,9 +8,10 @@
 //!   half the calls fail over, each failure and recovery shared (each one changes shared health), with the Redis commands the
 //!   runs caused.
 //!
-//! `cargo run --release -p switchyard-state --example bench_shared [requests]`
+//! `bench/run micro shared_state [requests]` (`cargo run --release -p switchyard-bench --example
+//! shared_state`)
 //!
-//! `bench_shared REQUESTS memory|redis` runs only the answered path over one store, once, for
+//! `shared_state REQUESTS memory|redis` runs only the answered path over one store, once, for
 //! counting instructions under callgrind (two counts at two request numbers give the cost of
 //! one request, startup excluded).
 

@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""bench/compare: Switchyard side by side with nginx-proxy, TensorZero, Portkey and LiteLLM.
+"""Switchyard side by side with nginx-proxy, TensorZero, Portkey and LiteLLM.
 
 Installs the peers on demand outside the repository, builds Switchyard, the mock and the load
 driver in release mode, starts the mock, runs the same loads through every gateway (and
@@ -7,24 +6,26 @@ against the mock directly), stops everything it started, and prints one table wi
 gateway's figures and its ratio to nginx-proxy. Full runs also rewrite the results section of
 docs/BENCHMARKS.md and docs/bench/latency-vs-rate.svg.
 
-    bench/compare                          # everything (about 35 minutes on 2 cores)
-    bench/compare --quick                  # a smoke run of a few minutes
-    bench/compare --only switchyard,nginx  # selected gateways (the mock baseline always runs)
-    bench/compare --rounds 7               # more interleaved rounds for issue 17's targets (default 5)
+    bench/run compare                          # everything (about 35 minutes on 2 cores)
+    bench/run compare --quick                  # a smoke run of a few minutes
+    bench/run compare --only switchyard,nginx  # selected gateways (the mock baseline always runs)
+    bench/run compare --rounds 7               # more interleaved rounds for issue 17's targets (default 5)
 
 After every gateway has run its rows, the mock alone, nginx-proxy and Switchyard run again side
-by side in interleaved rounds (`benchkit/hop.py`, as `bench/hop`): streams and requests over the
+by side in interleaved rounds (`benchkit/hop.py`, as `bench/run hop`): streams and requests over the
 mock spoken to plainly and behind TLS, each gateway in turn, in an order that rotates from round
 to round. Issue 17's targets (the time to first token Switchyard adds, within 100 µs of what
 nginx-proxy adds) are judged on those rounds' medians, not on one row per gateway run minutes
 apart.
+
+`bench/run compare --render` runs nothing: it redraws the results in docs/ from
+docs/bench/results.json.
 
 Peers live in $SWITCHYARD_BENCH_HOME (default $XDG_CACHE_HOME/switchyard-bench, or
 ~/.cache/switchyard-bench); each run's configs, logs and raw results go to its runs/ folder.
 Everything listens on and is loaded through 127.0.0.1 only.
 """
 
-import argparse
 import datetime
 import json
 import os
@@ -36,24 +37,21 @@ import subprocess
 import sys
 import time
 
-sys.dont_write_bytecode = True  # keep the checkout clean: no __pycache__ in bench/
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-
-from benchkit import chart, hop, peers, services, tables  # noqa: E402
-from benchkit.tls import certificates  # noqa: E402
-from benchkit.scenarios import (ROUTES, SCENARIOS, SWEEP_CONNECTIONS, SWEEP_P99_MS, SWEEP_RATES,  # noqa: E402
+from benchkit import chart, hop, peers, services, tables
+from benchkit.gateway import start_mock
+from benchkit.tls import certificates
+from benchkit.scenarios import (ROUTES, SCENARIOS, SWEEP_CONNECTIONS, SWEEP_P99_MS, SWEEP_RATES,
                                 SWEEP_RATES_QUICK, Soak, body)
 
+SUMMARY = "the full comparison beside nginx-proxy, TensorZero, Portkey and LiteLLM (--quick: a smoke run)"
+REPO = services.REPO
 DOC = os.path.join(REPO, "docs", "BENCHMARKS.md")
 SVG = os.path.join(REPO, "docs", "bench", "latency-vs-rate.svg")
 RESULTS_JSON = os.path.join(REPO, "docs", "bench", "results.json")
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 
-def parse_args():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(p):
     p.add_argument("--quick", action="store_true",
                    help="short loads and a subset of scenarios (a smoke run of a few minutes)")
     p.add_argument("--only", default="",
@@ -71,7 +69,9 @@ def parse_args():
     docs.add_argument("--no-docs", dest="docs", action="store_false", help="leave docs/ alone")
     docs.add_argument("--render", action="store_true",
                       help="run nothing: redraw the results in docs/ from docs/bench/results.json")
-    args = p.parse_args()
+
+
+def check(p, args):
     known = set(peers.ORDER) - {"direct"}
     only = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = [n for n in only if n not in known]
@@ -88,7 +88,6 @@ def parse_args():
         p.error("durations are bounded: --duration (0, 600], --sweep-step (0, 120], --soak [0, 1800]")
     if not 0 <= args.rounds <= 20:
         p.error("--rounds must be between 0 and 20")
-    return args
 
 
 def say(text=""):
@@ -396,27 +395,26 @@ def write_docs(data, run_dir=None):
             path = os.path.join(run_dir, name)
             if os.path.exists(path):
                 shutil.copy(path, os.path.join(configs, os.path.basename(path)))
-    section = f"{START}\n{results_markdown(data)}\n{END}"
     try:
         with open(DOC) as f:
             text = f.read()
     except FileNotFoundError:
         text = "# Benchmarks\n\n"
-    if START in text and END in text:
-        text = text[:text.index(START)] + section + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip() + "\n\n## Results\n\n" + section + "\n"
     with open(DOC, "w") as f:
-        f.write(text)
+        f.write(with_results(text, results_markdown(data)))
 
 
-def main():
-    args = parse_args()
-    if args.render:
-        with open(RESULTS_JSON) as f:
-            write_docs(json.load(f))
-        say(f"redrew {os.path.relpath(DOC, REPO)} and its chart from {os.path.relpath(RESULTS_JSON, REPO)}")
-        return
+def with_results(text, results):
+    """`text` (docs/BENCHMARKS.md) with `results` between its results markers, and the rest as
+    it was; at the end under `## Results` when the markers are missing."""
+    section = f"{START}\n{results}\n{END}"
+    if START in text and END in text:
+        return text[:text.index(START)] + section + text[text.index(END) + len(END):]
+    return text.rstrip() + "\n\n## Results\n\n" + section + "\n"
+
+
+def bench_home(args):
+    """Where peers are installed and this run is kept: (home, this run's folder), both made."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     home = os.path.abspath(args.home or os.environ.get("SWITCHYARD_BENCH_HOME") or os.path.join(cache, "switchyard-bench"))
     if os.path.commonpath([home, REPO]) == REPO:
@@ -425,86 +423,110 @@ def main():
     run_dir = os.path.join(home, "runs", stamp)
     os.makedirs(os.path.join(home, "logs"), exist_ok=True)
     os.makedirs(run_dir, exist_ok=True)
-    say(f"bench/compare ({'quick' if args.quick else 'full'}): peers in {home}, this run in {run_dir}")
+    return home, run_dir
+
+
+def start_gateway(ctx, gateway, args):
+    """Installs and starts `gateway`: its entry in results.json's `gateways` (`status` "ran",
+    or why not)."""
+    entry = {"name": gateway.name}
+    try:
+        gateway.install(ctx, allow=not args.no_install)
+    except peers.Unavailable as e:
+        entry["status"] = f"not installed: {e}"
+    if "status" not in entry:
+        say(f"starting {gateway.label}")
+        try:
+            gateway.start(ctx)
+            entry["status"] = "ran"
+        except (peers.Unavailable, services.StartError) as e:
+            entry["status"] = f"did not start: {str(e)[:400]}"
+            gateway.stop()
+    entry["version"] = gateway.version
+    return entry
+
+
+def soak_switchyard(ctx, runner, gateway, seconds):
+    """The soak on a fresh process of `gateway`: its results, or why it failed."""
+    say(f"  switchyard  soak for {seconds:g} s (mixed streaming and failing requests), on a fresh process")
+    try:
+        # A fresh process: memory the allocator kept from the 1 MB bodies would otherwise be
+        # returned during the soak and hide a leak behind the drop.
+        gateway.stop()
+        gateway.start(ctx)
+        soak = run_soak(runner, gateway, seconds)
+        say("  " + tables.soak_lines(soak, markdown=False).replace("\n", "\n  "))
+        return soak
+    except (RuntimeError, subprocess.TimeoutExpired, services.StartError) as e:
+        return {"status": "failed", "reason": f"soak failed: {e}"}
+
+
+def run_gateways(ctx, runner, args):
+    """Every gateway's rows, one gateway after the other: (rows, sweep, gateways, soak)."""
+    rows, sweep, gateways, soak = [], {}, [], None
+    for gateway in peers.make(args.gateways, ctx.plain):
+        entry = start_gateway(ctx, gateway, args)
+        gateways.append(entry)
+        if entry["status"] != "ran":
+            say(f"  {gateway.name}: {entry['status']}")
+            rows.extend({"scenario": s.name, "gateway": gateway.name, "status": "unavailable",
+                         "reason": entry["status"][:120]} for s in SCENARIOS if s.in_quick or not args.quick)
+            continue
+        try:
+            run_gateway(runner, gateway, args, rows, sweep)
+            if gateway.name == "switchyard" and args.soak > 0:
+                soak = soak_switchyard(ctx, runner, gateway, args.soak)
+        finally:
+            gateway.stop()
+    rows.sort(key=lambda r: ([s.name for s in SCENARIOS].index(r["scenario"]), peers.ORDER.index(r["gateway"])))
+    return rows, sweep, gateways, soak
+
+
+def publish(data, run_dir, args):
+    """Prints the run's tables and keeps them in `run_dir`; with --docs, also in docs/."""
+    rows, sweep, soak, rounds = data["rows"], data["sweep"], data["soak"], data["rounds"]
+    with open(os.path.join(run_dir, "results.json"), "w") as f:
+        json.dump(data, f, indent=1)
+    text = "\n".join(["", tables.text_table(rows), "", "open-loop sweep (p99 < 50 ms, no errors):",
+                      tables.sweep_lines(sweep, markdown=False), "", tables.soak_lines(soak, markdown=False), "",
+                      "interleaved rounds:", rounds_text(rounds), "",
+                      "targets:", tables.targets_lines(tables.targets(rows, sweep, soak, rounds), markdown=False)])
+    with open(os.path.join(run_dir, "table.txt"), "w") as f:
+        f.write(text + "\n")
+    say(text)
+    say("")
+    for g in data["gateways"]:
+        say(f"{g['name']:<11} {g.get('version') or '':<40} {g['status']}")
+    if args.docs:
+        write_docs(data, run_dir)
+        say(f"\nwrote {os.path.relpath(DOC, REPO)}, {os.path.relpath(SVG, REPO)} and "
+            f"{os.path.relpath(RESULTS_JSON, REPO)}")
+
+
+def run(args):
+    if args.render:
+        with open(RESULTS_JSON) as f:
+            write_docs(json.load(f))
+        say(f"redrew {os.path.relpath(DOC, REPO)} and its chart from {os.path.relpath(RESULTS_JSON, REPO)}")
+        return 0
+    home, run_dir = bench_home(args)
+    say(f"bench/run compare ({'quick' if args.quick else 'full'}): peers in {home}, this run in {run_dir}")
     services.install_signal_handlers()
     started = time.monotonic()
     try:
         bins = build(home)
-        mock = services.Service("mock", [bins["switchyard-mock"], "--listen", "127.0.0.1:0"],
-                                os.path.join(run_dir, "mock.log"))
-        port = int(mock.wait_for_line(r"listening on 127\.0\.0\.1:(\d+)", 20).group(1))
-        # The same mock behind TLS, with a throwaway authority nginx and Switchyard trust.
+        # The mock twice: plainly, and behind TLS with a throwaway authority nginx and Switchyard trust.
         tls = certificates(run_dir)
-        mock_tls = services.Service("mock-tls", [bins["switchyard-mock"], "--listen", "127.0.0.1:0",
-                                                 "--tls-cert", tls["server.crt"], "--tls-key", tls["server.key"]],
-                                    os.path.join(run_dir, "mock-tls.log"))
-        tls_port = int(mock_tls.wait_for_line(r"listening on 127\.0\.0\.1:(\d+)", 20).group(1))
-        ctx = peers.Context(home, run_dir, port, bins, REPO, mock_tls_port=tls_port, ca_file=tls["ca.crt"])
-        runner = Runner(ctx, args)
-        rows, sweep, gateways, soak = [], {}, [], None
-        for gateway in peers.make(args.gateways, mock):
-            entry = {"name": gateway.name}
-            gateways.append(entry)
-            try:
-                gateway.install(ctx, allow=not args.no_install)
-            except peers.Unavailable as e:
-                entry["status"] = f"not installed: {e}"
-            if "status" not in entry:
-                say(f"starting {gateway.label}")
-                try:
-                    gateway.start(ctx)
-                    entry["status"] = "ran"
-                except (peers.Unavailable, services.StartError) as e:
-                    entry["status"] = f"did not start: {str(e)[:400]}"
-                    gateway.stop()
-            entry["version"] = gateway.version
-            if entry["status"] != "ran":
-                say(f"  {gateway.name}: {entry['status']}")
-                for s in SCENARIOS:
-                    if s.in_quick or not args.quick:
-                        rows.append({"scenario": s.name, "gateway": gateway.name, "status": "unavailable",
-                                     "reason": entry["status"][:120]})
-                continue
-            try:
-                run_gateway(runner, gateway, args, rows, sweep)
-                if gateway.name == "switchyard" and args.soak > 0:
-                    say(f"  switchyard  soak for {args.soak:g} s (mixed streaming and failing requests), "
-                        "on a fresh process")
-                    try:
-                        # A fresh process: memory the allocator kept from the 1 MB bodies would
-                        # otherwise be returned during the soak and hide a leak behind the drop.
-                        gateway.stop()
-                        gateway.start(ctx)
-                        soak = run_soak(runner, gateway, args.soak)
-                        say("  " + tables.soak_lines(soak, markdown=False).replace("\n", "\n  "))
-                    except (RuntimeError, subprocess.TimeoutExpired, services.StartError) as e:
-                        soak = {"status": "failed", "reason": f"soak failed: {e}"}
-            finally:
-                gateway.stop()
-        rows.sort(key=lambda r: ([s.name for s in SCENARIOS].index(r["scenario"]), peers.ORDER.index(r["gateway"])))
-        mocks = {"plain": (mock, port), "tls": (mock_tls, tls_port), "ca": tls["ca.crt"]}
+        mocks = {"plain": start_mock(bins, run_dir), "tls": start_mock(bins, run_dir, tls)}
+        ctx = peers.Context(home, run_dir, bins, REPO, mocks["plain"], mocks["tls"])
+        rows, sweep, gateways, soak = run_gateways(ctx, Runner(ctx, args), args)
         rounds = run_rounds(args, bins, run_dir, mocks, gateways)
         data = {"meta": {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-                         "mode": "quick" if args.quick else "full", "command": "bench/compare " + " ".join(sys.argv[1:]),
+                         "mode": "quick" if args.quick else "full", "command": "bench/run " + " ".join(sys.argv[1:]),
                          "duration": args.duration, "sweep_step": args.sweep_step, "soak": args.soak,
                          "machine": machine(), "run_dir": run_dir},
                 "gateways": gateways, "rows": rows, "sweep": sweep, "soak": soak, "rounds": rounds}
-        with open(os.path.join(run_dir, "results.json"), "w") as f:
-            json.dump(data, f, indent=1)
-        text = "\n".join(["", tables.text_table(rows), "", "open-loop sweep (p99 < 50 ms, no errors):",
-                          tables.sweep_lines(sweep, markdown=False), "", tables.soak_lines(soak, markdown=False), "",
-                          "interleaved rounds:", rounds_text(rounds), "",
-                          "targets:", tables.targets_lines(tables.targets(rows, sweep, soak, rounds), markdown=False)])
-        with open(os.path.join(run_dir, "table.txt"), "w") as f:
-            f.write(text + "\n")
-        say(text)
-        say("")
-        for g in gateways:
-            say(f"{g['name']:<11} {g.get('version') or '':<40} {g['status']}")
-        if args.docs:
-            write_docs(data, run_dir)
-            say(f"\nwrote {os.path.relpath(DOC, REPO)}, {os.path.relpath(SVG, REPO)} and "
-                f"{os.path.relpath(RESULTS_JSON, REPO)}")
+        publish(data, run_dir, args)
         say(f"done in {time.monotonic() - started:.0f} s; raw results in {run_dir}")
     except KeyboardInterrupt:
         say("\ninterrupted: stopping everything this run started")
@@ -512,7 +534,3 @@ def main():
     finally:
         services.stop_all()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

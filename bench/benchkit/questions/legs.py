@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
-"""bench/legs: where a stream's first token spends its time inside a gateway, leg by leg, for
-Switchyard beside nginx-proxy, with caches warm and cold.
+"""Where a stream's first token spends its time inside a gateway, leg by leg, for Switchyard
+beside nginx-proxy, with caches warm and cold.
 
-`bench/instructions` counts a request's instructions; this times them where they run. Each
+`bench/run instructions` counts a request's instructions; this times them where they run. Each
 gateway is watched by `perf record` on three system-call tracepoints (a few microseconds each,
 where `strace` adds tens), one stream at a time on one connection, and each stream's first
 token is cut into legs:
@@ -14,19 +13,19 @@ token is cut into legs:
   content written to the client.
 
 Two loads: **warm**, streams of 2 chunks sent back to back (the request path's code and data
-stay in the caches); **cold**, streams of 20 chunks 5 ms apart (as `bench/hop` streams: between
-two requests the worker sleeps through 100 ms in which the mock, the driver and the kernel use
-the cores). Figures are medians over the streams of the run.
+stay in the caches); **cold**, streams of 20 chunks 5 ms apart (as `bench/run hop` streams:
+between two requests the worker sleeps through 100 ms in which the mock, the driver and the
+kernel use the cores). Figures are medians over the streams of the run.
 
-    bench/legs                      # this tree's release build, about a minute
-    bench/legs --bin before=/tmp/switchyard-old --bin after=target/release/switchyard
-    bench/legs --duration 10s
+    bench/run legs                  # this tree's release build, about a minute
+    bench/run legs --quick          # 1 s per load: a smoke run
+    bench/run legs --bin before=/tmp/switchyard-old --bin after=target/release/switchyard
+    bench/run legs --duration 10s
 
 Needs `perf` (apt-get install -y linux-perf, as root) and `nginx`. Everything listens on
 127.0.0.1 and stops by itself.
 """
 
-import argparse
 import collections
 import json
 import os
@@ -34,35 +33,28 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 
-sys.dont_write_bytecode = True
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
+from benchkit import services
+from benchkit.gateway import NginxProxy, Switchyard, Target, start_mock
 
-from benchkit import services  # noqa: E402
+SUMMARY = "a stream's first token cut into legs at system calls (perf), warm and cold, beside nginx-proxy"
 
 LOADS = {"warm": "ok~chunks=2", "cold": "ok~chunks=20~gap=5ms"}
 EVENTS = "syscalls:sys_enter_recvfrom,syscalls:sys_enter_writev,syscalls:sys_exit_epoll_wait"
 LEGS = ["request read → upstream write", "upstream write → answer read", "answer read → client write"]
 
 
-def parse_args():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(p):
+    p.add_argument("--quick", action="store_true", help="1 s per load unless --duration is given (a smoke run)")
     p.add_argument("--bin", action="append", default=[], metavar="NAME=PATH",
                    help="a switchyard binary to time, named (repeatable; default: this tree's release build)")
-    p.add_argument("--duration", default="4s", help="how long each gateway is loaded per load (default 4s)")
-    args = p.parse_args()
-    return args, services.named_binaries(p, args.bin, ["nginx", "mock", "direct"])
+    p.add_argument("--duration", help="how long each gateway is loaded per load (default 4s; --quick 1s)")
 
 
-def need(tool, package):
-    path = shutil.which(tool) or (f"/usr/sbin/{tool}" if os.path.exists(f"/usr/sbin/{tool}") else None)
-    if not path:
-        raise SystemExit(f"{tool} is not installed: apt-get install -y {package}")
-    return path
+def check(p, args):
+    args.duration = args.duration or ("1s" if args.quick else "4s")
+    args.binaries = services.named_binaries(p, args.bin, ["nginx", "mock", "direct"])
 
 
 def drive(bins, url, model, duration):
@@ -106,11 +98,12 @@ def legs_of(script):
     return [leg for leg in legs if len(leg) == 3]
 
 
-def traced(bins, folder, name, pid, url, model, duration):
-    """The legs' medians and the driver's TTFT of `name` (process `pid`) under one load."""
+def traced(bins, folder, gateway, load, duration):
+    """The legs' medians and the driver's TTFT of `gateway` under `load`."""
+    url, model = gateway.endpoint(LOADS[load])
     drive(bins, url, model, "1s")  # warm-up: pooled connections open, code paged in
-    data = os.path.join(folder, f"{name}.data")
-    perf = subprocess.Popen(["perf", "record", "-q", "-e", EVENTS, "-p", str(pid), "-o", data],
+    data = os.path.join(folder, f"{gateway.name}-{load}.data")
+    perf = subprocess.Popen(["perf", "record", "-q", "-e", EVENTS, "-p", str(gateway.pid), "-o", data],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         report = drive(bins, url, model, duration)
@@ -121,54 +114,43 @@ def traced(bins, folder, name, pid, url, model, duration):
                             capture_output=True, text=True, check=True).stdout
     legs = legs_of(script)
     if not legs:
-        raise SystemExit(f"{name}: no stream's legs were found in the trace")
+        raise SystemExit(f"{gateway.name}-{load}: no stream's legs were found in the trace")
     medians = [statistics.median(leg[i] for leg in legs) for i in range(3)]
     return {"streams": len(legs), "legs": medians, "ttft_ms": report.get("ttft_ms", {}).get("p50")}
 
 
-def switchyard_config(folder, mock_port):
-    port = services.free_port()
-    config = {"listen": f"127.0.0.1:{port}", "providers": {}, "routes": {}}
-    for load, scenario in LOADS.items():
-        config["providers"][f"mock-{load}"] = {"kind": "openai_compatible",
-                                               "base_url": f"http://127.0.0.1:{mock_port}/{scenario}/v1"}
-        config["routes"][scenario] = {"targets": [f"mock-{load}:bench-model"]}
-    path = os.path.join(folder, "switchyard.yaml")
-    with open(path, "w") as f:
-        json.dump(config, f)
-    return path, port
+def gateways(folder, mock, binaries):
+    """nginx-proxy (one process: perf watches the process that serves) and each build, with a
+    route per load named by its scenario; not yet started."""
+    out = [NginxProxy(folder, mock, one_process=True)]
+    for name, path in binaries.items():
+        gateway = Switchyard(path, folder, name)
+        for scenario in LOADS.values():
+            gateway.route(scenario, [Target(mock, scenario)])
+        out.append(gateway)
+    return out
 
 
-def main():
-    args, binaries = parse_args()
+def run(args):
     services.install_signal_handlers()
-    need("perf", "linux-perf")
-    nginx = need("nginx", "nginx")
-    bins = services.build_release(REPO)
-    binaries = binaries or {"switchyard": bins["switchyard"]}
+    services.need("perf", "linux-perf")
+    services.need("nginx", "nginx")
+    bins = services.build_release()
+    binaries = args.binaries or {"switchyard": bins["switchyard"]}
     folder = tempfile.mkdtemp(prefix="switchyard-legs-")
     results = {}
     try:
-        _, mock_port = services.start_mock(bins, folder)
-        prefix, conf, nginx_port = services.nginx_one_process(folder, mock_port)
-        gateways = [("nginx", [nginx, "-p", prefix, "-c", conf],
-                     lambda s: (f"http://127.0.0.1:{nginx_port}/{s}/v1/chat/completions", "bench-model"))]
-        config, port = switchyard_config(folder, mock_port)
-        for name, path in binaries.items():
-            gateways.append((name, [path, "serve", "--config", config],
-                             lambda s: (f"http://127.0.0.1:{port}/v1/chat/completions", s)))
-        for name, argv, url_of in gateways:
-            service = services.Service(name, argv, os.path.join(folder, f"{name}.log"))
+        mock = start_mock(bins, folder)
+        for gateway in gateways(folder, mock, binaries):
+            gateway.start(timeout=60)
             try:
-                url, model = url_of(LOADS["warm"])
-                services.wait_until_answers(service, url, services.chat_body(model), timeout=60)
-                for load, scenario in LOADS.items():
-                    url, model = url_of(scenario)
-                    results[(name, load)] = traced(bins, folder, f"{name}-{load}", service.pid, url, model,
-                                                   args.duration)
-                    print(f"{name:<12} {load:<5} {results[(name, load)]}", flush=True)
+                url, model = gateway.endpoint(LOADS["warm"])
+                services.wait_until_answers(gateway.service, url, services.chat_body(model), timeout=60)
+                for load in LOADS:
+                    results[(gateway.name, load)] = traced(bins, folder, gateway, load, args.duration)
+                    print(f"{gateway.name:<12} {load:<5} {results[(gateway.name, load)]}", flush=True)
             finally:
-                service.stop()
+                gateway.stop()
     finally:
         services.stop_all()
     print()
@@ -181,7 +163,3 @@ def main():
             print(f"| {load} | {name} | {r['streams']} | {r['ttft_ms']:.3f} ms | {legs} |")
     print("\nMedians per stream, one connection; legs from system-call tracepoints (perf).")
     shutil.rmtree(folder, ignore_errors=True)
-
-
-if __name__ == "__main__":
-    main()
