@@ -205,11 +205,17 @@ def need(tool, package):
     return path
 
 
+def layout_env():
+    """The environment of a benchmark's release build: the request path laid out
+    (`SWITCHYARD_LAYOUT=on`, opt-in for other builds), unless the caller said otherwise."""
+    return dict(os.environ, SWITCHYARD_LAYOUT=os.environ.get("SWITCHYARD_LAYOUT", "on"))
+
+
 def build_release(repo=REPO):
     """Release builds of the gateway, the mock and the load driver in `repo`; their paths by
     binary name."""
     subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "switchyard-gateway", "-p", "switchyard-mock",
-                    "-p", "switchyard-bench"], cwd=repo, check=True)
+                    "-p", "switchyard-bench"], cwd=repo, check=True, env=layout_env())
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(repo, "target"))
     return {name: os.path.join(target, "release", name) for name in ("switchyard", "switchyard-mock", "switchyard-bench")}
 

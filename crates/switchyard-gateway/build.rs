@@ -6,15 +6,17 @@
 //! (its file, its reflog, the branch it points to), not at every build. The date is UTC, of
 //! `SOURCE_DATE_EPOCH` when set (reproducible builds), else of the build.
 //!
-//! `layout/symbols.txt` lists the functions a request runs (written by `bench/layout`, most
+//! `layout/symbols.txt` lists the functions a request runs (written by `bench/run layout`, most
 //! run first). Handed to lld as `--symbol-ordering-file`, it puts them side by side, so that
 //! a request arriving on a quiet connection brings its code back into the caches from half the
-//! pages (docs/BENCHMARKS.md). Not every linker knows the option (GNU ld does not), and which
-//! one links depends on the toolchain and on settings a build script only partly sees, so the
-//! list goes to the linker only after an empty program linked with it, with this build's
-//! compiler, target, flags and linker. Release builds only; `SWITCHYARD_LAYOUT=off` leaves it
-//! out, as does a checkout without the list. A name the binary no longer has is skipped by the
-//! linker, without a warning.
+//! pages (docs/BENCHMARKS.md). Opt-in (`SWITCHYARD_LAYOUT=on`, which the benchmarks' builds
+//! set), because its names carry compiler hashes that go stale with any dependency bump or
+//! compiler: a default build never depends on it, and `bench/run layout --check` says how much
+//! of it a release binary still has (`bench/run layout` writes it anew). Not every linker
+//! knows the option (GNU ld does not), and which one links depends on the toolchain and on
+//! settings a build script only partly sees, so the list goes to the linker only after an
+//! empty program linked with it, with this build's compiler, target, flags and linker. Release
+//! builds only. A name the binary no longer has is skipped by the linker, without a warning.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -104,10 +106,10 @@ pub(crate) fn link_arguments(symbols: &Path) -> [String; 4] {
     ]
 }
 
-/// Whether the list is wanted at all: in a release build (`PROFILE`), not turned off with
-/// `SWITCHYARD_LAYOUT=off`, and present in the checkout.
+/// Whether the list is wanted at all: asked for (`SWITCHYARD_LAYOUT=on`), in a release build
+/// (`PROFILE`), and present in the checkout.
 pub(crate) fn wanted(profile: Option<&str>, switch: Option<&str>, list: &Path) -> bool {
-    profile == Some("release") && switch != Some("off") && list.is_file()
+    profile == Some("release") && switch == Some("on") && list.is_file()
 }
 
 /// How the probe program is compiled and linked: as this build's binary would be.

@@ -105,7 +105,7 @@ def build(home):
         argv = ["cargo", "build", "--release", "--quiet"] + [a for p in packages for a in ("-p", p)]
         say(f"building {', '.join(packages)} (release)")
         with open(log, "ab") as out:
-            done = subprocess.run(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+            done = subprocess.run(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=services.layout_env())
         for name in names:
             path = os.path.join(release, name)
             if done.returncode == 0 and os.path.exists(path):

@@ -46,14 +46,14 @@ fn the_probe_tells_a_link_that_works_from_one_that_fails() {
 }
 
 #[test]
-fn only_a_release_build_with_the_list_and_no_switch_off_wants_it() {
+fn only_a_release_build_that_asks_for_the_list_and_has_it_wants_it() {
     let list = Path::new(env!("CARGO_MANIFEST_DIR")).join("layout").join("symbols.txt");
-    assert!(wanted(Some("release"), None, &list));
     assert!(wanted(Some("release"), Some("on"), &list));
-    assert!(!wanted(Some("debug"), None, &list), "a dev or test build");
-    assert!(!wanted(None, None, &list), "no profile said");
+    assert!(!wanted(Some("release"), None, &list), "opt-in: a default build never depends on it");
     assert!(!wanted(Some("release"), Some("off"), &list), "SWITCHYARD_LAYOUT=off");
-    assert!(!wanted(Some("release"), None, &list.with_file_name("missing.txt")), "no list");
+    assert!(!wanted(Some("debug"), Some("on"), &list), "a dev or test build");
+    assert!(!wanted(None, Some("on"), &list), "no profile said");
+    assert!(!wanted(Some("release"), Some("on"), &list.with_file_name("missing.txt")), "no list");
 }
 
 #[test]
