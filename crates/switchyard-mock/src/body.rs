@@ -100,10 +100,10 @@ impl Body for MockBody {
 impl Script {
     fn poll_part(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         loop {
-            if let Some(sleep) = &mut self.sleep {
-                if sleep.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
+            if let Some(sleep) = &mut self.sleep
+                && sleep.as_mut().poll(cx).is_pending()
+            {
+                return Poll::Pending;
             }
             match self.parts.pop_front() {
                 Some(Part::Data(bytes)) => return Poll::Ready(Some(Ok(Frame::data(bytes)))),

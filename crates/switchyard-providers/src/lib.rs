@@ -129,6 +129,15 @@ impl ProviderSettings {
         self
     }
 
+    /// Checks what [`build`] would refuse of these settings, without building anything: the
+    /// base URL in force (returned) and every configured header.
+    pub fn check(&self) -> Result<String, BuildError> {
+        let base_url = self.resolved_base_url()?;
+        let headers = self.headers.iter().map(|(name, value)| (name.as_str(), value.as_str()));
+        crate::http::configured_headers(::http::HeaderMap::new(), headers)?;
+        Ok(base_url)
+    }
+
     /// The base URL in force, without a trailing slash.
     pub fn resolved_base_url(&self) -> Result<String, BuildError> {
         let url = match (&self.base_url, self.kind.default_base_url()) {

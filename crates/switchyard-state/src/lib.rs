@@ -91,6 +91,34 @@ impl StateSettings {
     }
 }
 
+impl StateSettings {
+    /// Checks what [`RedisStore::new`] would refuse of these settings (the prefix, the replica
+    /// id, the URL), without connecting.
+    pub fn check(&self) -> Result<(), StateError> {
+        self.client().map(drop)
+    }
+
+    /// The Redis client of the URL, once the prefix and the replica id are found usable.
+    fn client(&self) -> Result<redis::Client, StateError> {
+        let prefix_ok = !self.prefix.is_empty()
+            && self.prefix.len() <= 64
+            && self.prefix.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c));
+        if !prefix_ok {
+            return Err(StateError::BadPrefix(self.prefix.clone()));
+        }
+        let replica_ok = !self.replica.is_empty()
+            && self.replica.len() <= 128
+            && self.replica.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:@".contains(c));
+        if !replica_ok {
+            return Err(StateError::BadReplica(self.replica.clone()));
+        }
+        redis::Client::open(self.url.as_str()).map_err(|error| StateError::BadUrl {
+            url: mask_url(&self.url),
+            reason: scrub(&error.to_string(), &self.url),
+        })
+    }
+}
+
 impl std::fmt::Debug for StateSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StateSettings")
@@ -257,22 +285,7 @@ impl RedisStore {
     /// A store for the Redis of `settings`. Nothing connects until [`start`](Self::start):
     /// until then (and whenever Redis is away) it works as this process's memory alone.
     pub fn new(settings: StateSettings) -> Result<Self, StateError> {
-        let prefix_ok = !settings.prefix.is_empty()
-            && settings.prefix.len() <= 64
-            && settings.prefix.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c));
-        if !prefix_ok {
-            return Err(StateError::BadPrefix(settings.prefix.clone()));
-        }
-        let replica_ok = !settings.replica.is_empty()
-            && settings.replica.len() <= 128
-            && settings.replica.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:@".contains(c));
-        if !replica_ok {
-            return Err(StateError::BadReplica(settings.replica.clone()));
-        }
-        let client = redis::Client::open(settings.url.as_str()).map_err(|error| StateError::BadUrl {
-            url: mask_url(&settings.url),
-            reason: scrub(&error.to_string(), &settings.url),
-        })?;
+        let client = settings.client()?;
         let (ops, inbox) = mpsc::unbounded_channel();
         let (pace, pace_inbox) = mpsc::unbounded_channel();
         let status = link::initial_status(&settings);

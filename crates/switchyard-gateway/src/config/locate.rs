@@ -6,7 +6,8 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use super::{ConfigError, Loaded, Source, demo, load_default, load_file};
+use super::environment::demo;
+use super::{ConfigError, Loaded, Source, load_default, load_file};
 
 /// Why a configuration was chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

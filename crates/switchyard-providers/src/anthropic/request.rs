@@ -98,10 +98,10 @@ pub(crate) fn build<'a>(
         }
     };
     for (name, value) in [("temperature", request.temperature), ("top_p", request.top_p)] {
-        if let Some(value) = value {
-            if !(0.0..=1.0).contains(&value) {
-                return Err(invalid(name, format_args!("is {value}, outside Anthropic's range 0 to 1")));
-            }
+        if let Some(value) = value
+            && !(0.0..=1.0).contains(&value)
+        {
+            return Err(invalid(name, format_args!("is {value}, outside Anthropic's range 0 to 1")));
         }
     }
 

@@ -102,7 +102,10 @@ impl Router {
         // Stable: configured order breaks the last ties.
         ordered.sort_by(|a, b| a.0.unwrap_or(0.0).total_cmp(&b.0.unwrap_or(0.0)).then(a.1.cmp(&b.1)));
         let mut chain: Vec<Target> = ordered.into_iter().map(|(_, _, t)| t).collect();
-        if rotation == Rotation::LeastLatency && chain.len() > 1 && self.inner.jitter.next_u64() % 20 == 0 {
+        if rotation == Rotation::LeastLatency
+            && chain.len() > 1
+            && self.inner.jitter.next_u64().is_multiple_of(20)
+        {
             // Now and then another target first, so a slower one's latency stays known.
             let other = 1 + (self.inner.jitter.next_u64() % (chain.len() as u64 - 1)) as usize;
             let explored = chain.remove(other);

@@ -1,0 +1,253 @@
+//! The providers of a file, checked: their adapters' settings, keys, prices and limits.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use switchyard::credential::Secret;
+use switchyard::pacing::Limits;
+use switchyard::simulated::SimulatedProvider;
+use switchyard::{Price, ProviderEntry, Target};
+use switchyard_providers::anthropic::ThinkingStyle;
+use switchyard_providers::{HttpSettings, ProviderKind, ProviderSettings};
+
+use super::Validator;
+use crate::config::{Kind, file};
+
+/// A provider every rule holds for: what assembly makes its router entry from.
+pub(crate) struct CheckedProvider {
+    pub id: String,
+    pub kind: Kind,
+    pub adapter: Adapter,
+    /// Its keys with their priorities, and where each came from (`env://NAME`, `literal`).
+    pub keys: Vec<(Secret, u32)>,
+    pub origins: Vec<String>,
+    pub round_robin: bool,
+    pub prices: Vec<(String, Price)>,
+    /// Client-side pacing, when configured.
+    pub limits: Option<Limits>,
+}
+
+/// What a provider's adapter is made from.
+pub(crate) enum Adapter {
+    /// A simulated provider, made already (it makes nothing outside itself).
+    Simulated(SimulatedProvider),
+    /// An HTTP provider's settings, and the base URL they resolve to.
+    Http { settings: Box<ProviderSettings>, base_url: String },
+}
+
+impl Validator<'_> {
+    /// Every provider of the file, checked; a provider with a problem is left out (and its
+    /// problems reported).
+    pub(super) fn providers(
+        &mut self,
+        providers: &BTreeMap<String, file::ProviderConfig>,
+    ) -> Vec<CheckedProvider> {
+        if providers.is_empty() && !self.removed.any_in("providers") {
+            self.problem(
+                "providers",
+                "none configured: add at least one, like `openai: { kind: openai, api_key: env://OPENAI_API_KEY }`",
+            );
+        }
+        providers.iter().filter_map(|(id, provider)| self.provider(id, provider)).collect()
+    }
+
+    /// One provider: its id, keys, adapter, prices and limits.
+    fn provider(&mut self, id: &str, config: &file::ProviderConfig) -> Option<CheckedProvider> {
+        let path = format!("providers.{id}");
+        let before = self.problems.len();
+        if let Err(problem) = ProviderEntry::check_id(id) {
+            self.engine_problem(&path, problem);
+        }
+        let limits = config.limits.as_ref().and_then(|l| self.limits(&format!("{path}.limits"), l));
+        let (keys, origins) = self.keys(&path, config);
+        if config.kind != Kind::Simulated {
+            for key in config.keys_set() {
+                self.problem(
+                    format!("{path}.{key}"),
+                    format!("only simulated providers take `{key}` (this one is {})", config.kind.as_str()),
+                );
+            }
+        }
+        for (field, problem) in crate::drills::error_rate_problems(&config.error_rates) {
+            self.problem(format!("{path}.error_rates{field}"), problem);
+        }
+        let adapter = match config.kind {
+            Kind::Simulated => Some(Adapter::Simulated(simulated(config))),
+            kind => self.http(&path, kind, config),
+        };
+        if self.problems.len() > before {
+            return None;
+        }
+        let prices = config
+            .prices
+            .iter()
+            .map(|(model, price)| {
+                (model.clone(), Price { input_per_million: price.input, output_per_million: price.output })
+            })
+            .collect();
+        Some(CheckedProvider {
+            id: id.to_owned(),
+            kind: config.kind,
+            adapter: adapter?,
+            keys,
+            origins,
+            round_robin: config.rotation == Some(file::KeyRotationConfig::RoundRobin),
+            prices,
+            limits,
+        })
+    }
+
+    /// The provider's keys (`api_key`, or `api_keys` with their priorities), and where each
+    /// came from.
+    fn keys(&mut self, path: &str, config: &file::ProviderConfig) -> (Vec<(Secret, u32)>, Vec<String>) {
+        if config.api_key.is_some() && !config.api_keys.is_empty() {
+            self.problem(format!("{path}.api_keys"), "give `api_key` or `api_keys`, not both");
+        }
+        let mut keys = Vec::new();
+        let mut origins = Vec::new();
+        let listed = config.api_key.iter().map(|k| (format!("{path}.api_key"), k.as_str(), 0)).chain(
+            config.api_keys.iter().enumerate().map(|(i, k)| {
+                let (text, priority) = k.parts();
+                (format!("{path}.api_keys[{i}]"), text, priority)
+            }),
+        );
+        for (key_path, text, priority) in listed {
+            if let Some((secret, origin)) = self.secret(&key_path, text) {
+                origins.push(origin);
+                keys.push((secret, priority));
+            }
+        }
+        (keys, origins)
+    }
+
+    /// An HTTP provider's settings, checked as its adapter would take them.
+    fn http(&mut self, path: &str, kind: Kind, config: &file::ProviderConfig) -> Option<Adapter> {
+        let kind = match kind {
+            Kind::Openai => ProviderKind::OpenAi,
+            Kind::Anthropic => ProviderKind::Anthropic,
+            Kind::Gemini => ProviderKind::Gemini,
+            Kind::Azure => ProviderKind::Azure,
+            _ => ProviderKind::OpenAiCompatible,
+        };
+        let mut settings = ProviderSettings::new(kind);
+        settings.base_url = config.base_url.clone();
+        settings.headers = config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        settings.api_version = config.api_version.clone();
+        settings.organization = config.organization.clone();
+        settings.project = config.project.clone();
+        settings.responses_native = self.responses_mode(path, kind, config.responses);
+        settings.thinking = match (kind, config.thinking) {
+            (_, None) => None,
+            (ProviderKind::Anthropic, Some(file::ThinkingConfig::Adaptive)) => Some(ThinkingStyle::Adaptive),
+            (ProviderKind::Anthropic, Some(file::ThinkingConfig::Budget)) => Some(ThinkingStyle::Budget),
+            (_, Some(_)) => {
+                self.problem(format!("{path}.thinking"), "applies only to anthropic providers");
+                None
+            }
+        };
+        settings.http = HttpSettings {
+            http2: config.http2,
+            connect_timeout: config.connect_timeout.map_or(HttpSettings::default().connect_timeout, |d| d.0),
+            extra_roots: self.ca_file(path, config.ca_file.as_deref()),
+            ..HttpSettings::default()
+        };
+        match settings.check() {
+            Ok(base_url) => Some(Adapter::Http { settings: Box::new(settings), base_url }),
+            Err(error @ switchyard_providers::BuildError::MissingBaseUrl(_))
+            | Err(error @ switchyard_providers::BuildError::InvalidBaseUrl(_)) => {
+                self.problem(format!("{path}.base_url"), error.to_string());
+                None
+            }
+            Err(error) => {
+                self.problem(path, error.to_string());
+                None
+            }
+        }
+    }
+
+    /// Whether a client of the Responses API is answered through the provider's own Responses
+    /// API (`responses: native | translated`, which only `openai_compatible` chooses).
+    fn responses_mode(&mut self, path: &str, kind: ProviderKind, mode: Option<file::ResponsesMode>) -> bool {
+        match (kind, mode) {
+            (ProviderKind::OpenAiCompatible, Some(file::ResponsesMode::Native)) => true,
+            (ProviderKind::OpenAiCompatible, _) => false,
+            (ProviderKind::OpenAi | ProviderKind::Azure, Some(file::ResponsesMode::Translated)) => {
+                self.problem(
+                    format!("{path}.responses"),
+                    "`translated` is for openai_compatible servers: OpenAI and Azure's v1 API speak the Responses API natively",
+                );
+                false
+            }
+            // What they do anyway.
+            (ProviderKind::OpenAi | ProviderKind::Azure, Some(file::ResponsesMode::Native)) | (_, None) => {
+                false
+            }
+            (_, Some(_)) => {
+                self.problem(format!("{path}.responses"), "applies only to openai_compatible providers");
+                false
+            }
+        }
+    }
+
+    /// The certificates of a provider's `ca_file` (a path relative to the working directory),
+    /// none when it has no such file; a file that cannot serve is a problem naming its path.
+    fn ca_file(
+        &mut self,
+        path: &str,
+        file: Option<&str>,
+    ) -> Vec<switchyard_providers::http::CertificateDer<'static>> {
+        let Some(file) = file else { return Vec::new() };
+        match switchyard_providers::http::read_ca_file(Path::new(file)) {
+            Ok(certificates) => certificates,
+            Err(problem) => {
+                self.problem(format!("{path}.ca_file"), format!("`{file}` {problem}"));
+                Vec::new()
+            }
+        }
+    }
+
+    /// Whether a target that parses names a provider of the file (the engine checks the
+    /// text itself); `None` for one that does not parse, whose problem the engine reports.
+    pub(super) fn known_provider(
+        &mut self,
+        path: &str,
+        text: &str,
+        providers: &BTreeMap<String, file::ProviderConfig>,
+    ) -> Option<Target> {
+        let target: Target = text.parse().ok()?;
+        if !providers.contains_key(target.provider()) && !self.removed.entry("providers", target.provider()) {
+            let known: Vec<&str> = providers.keys().map(String::as_str).collect();
+            self.problem(
+                path,
+                format!(
+                    "unknown provider `{}` in target `{text}`: configure it under `providers:` or use one of: {}",
+                    target.provider(),
+                    if known.is_empty() { "(none)".to_owned() } else { known.join(", ") }
+                ),
+            );
+        }
+        Some(target)
+    }
+}
+
+/// A simulated provider as the file describes it.
+fn simulated(config: &file::ProviderConfig) -> SimulatedProvider {
+    let mut sim = SimulatedProvider::new();
+    if let Some(latency) = &config.latency {
+        sim = sim.latency(latency.to_latency());
+    }
+    for (kind, rate) in &config.error_rates {
+        sim = sim.error_rate(*kind, *rate);
+    }
+    if let Some(reply) = &config.reply {
+        sim = sim.reply(reply.clone());
+    }
+    if let Some(stream) = &config.stream {
+        sim = sim.stream(stream.chunks, stream.gap.map_or(Duration::ZERO, |g| g.0));
+    }
+    if let Some(seed) = config.seed {
+        sim = sim.seed(seed);
+    }
+    sim
+}

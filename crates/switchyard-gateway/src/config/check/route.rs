@@ -1,0 +1,178 @@
+//! The routes of a file, checked by the engine's own rules, with the file's key paths.
+
+use std::collections::BTreeMap;
+
+use switchyard::route::{Candidate, ErrorFilter, Retry, Rotation, Route, RouteTarget, Timeouts};
+
+use super::Validator;
+use crate::config::{FileConfig, file};
+
+impl Validator<'_> {
+    /// The file's routes, and its `default_route` checked against them.
+    pub(super) fn routes(&mut self, file: &FileConfig) -> Vec<Route> {
+        if file.routes.is_empty() && !self.removed.any_in("routes") {
+            self.problem(
+                "routes",
+                "none configured: add one, like `default: { targets: [openai:gpt-4o-mini] }`",
+            );
+        }
+        let mut routes = Vec::new();
+        for (route_name, route) in &file.routes {
+            if let Some(route) = self.route(route_name, route, &file.providers) {
+                routes.push(route);
+            }
+        }
+        if let Some(default) = &file.default_route
+            && !file.routes.contains_key(default)
+            && !self.removed.entry("routes", default)
+        {
+            let known: Vec<&str> = file.routes.keys().map(String::as_str).collect();
+            self.problem(
+                "default_route",
+                format!("route `{default}` is not configured (routes: {})", known.join(", ")),
+            );
+        }
+        routes
+    }
+
+    fn route(
+        &mut self,
+        name: &str,
+        config: &file::RouteConfig,
+        providers: &BTreeMap<String, file::ProviderConfig>,
+    ) -> Option<Route> {
+        let path = format!("routes.{name}");
+        let before = self.problems.len();
+        let mut builder = Route::builder(name);
+        for (i, target) in config.targets.iter().enumerate() {
+            let Some(parsed) = self.known_provider(&format!("{path}.targets[{i}]"), target.text(), providers)
+            else {
+                // The engine names what is wrong with the text.
+                builder = builder.target(target.text());
+                continue;
+            };
+            builder = builder.route_target(match target {
+                file::TargetConfig::Plain(_) => {
+                    RouteTarget { target: parsed, tier: 0, weight: 1, embedding_space: None }
+                }
+                file::TargetConfig::Detailed(d) => RouteTarget {
+                    target: parsed,
+                    tier: d.tier,
+                    weight: d.weight,
+                    embedding_space: d.embedding_space.clone(),
+                },
+            });
+        }
+        for (i, text) in config.context_window.iter().enumerate() {
+            self.known_provider(&format!("{path}.context_window[{i}]"), text, providers);
+            builder = builder.context_window(text);
+        }
+        for (i, text) in config.content_policy.iter().enumerate() {
+            self.known_provider(&format!("{path}.content_policy[{i}]"), text, providers);
+            builder = builder.content_policy(text);
+        }
+        if let Some(rotation) = config.rotation {
+            builder = builder.rotation(match rotation {
+                file::RotationConfig::Ordered => Rotation::Ordered,
+                file::RotationConfig::RoundRobin => Rotation::RoundRobin,
+                file::RotationConfig::Weighted => Rotation::Weighted,
+                file::RotationConfig::LeastLatency => Rotation::LeastLatency,
+                file::RotationConfig::Cheapest => Rotation::Cheapest,
+            });
+        }
+        if let Some(retry) = &config.retry {
+            let default = Retry::default();
+            let retry = Retry {
+                max_attempts: retry.max_attempts.unwrap_or(default.max_attempts),
+                backoff_base: retry.backoff_base.map_or(default.backoff_base, |d| d.0),
+                backoff_max: retry.backoff_max.map_or(default.backoff_max, |d| d.0),
+                max_wait: retry.max_wait.map_or(default.max_wait, |d| d.0),
+            };
+            builder = builder.retry(retry);
+        }
+        if let Some(gate) = config.health_gate {
+            builder = builder.health_gate(gate);
+        }
+        if let Some(ttl) = config.health_ttl {
+            builder = builder.health_ttl(ttl.0);
+        }
+        if let Some(timeouts) = &config.timeouts {
+            let default = Timeouts::default();
+            let timeouts = Timeouts {
+                first_byte: timeouts.first_byte.map_or(default.first_byte, |d| d.0),
+                idle: timeouts.idle.map_or(default.idle, |d| d.0),
+                total: timeouts.total.map_or(default.total, |d| d.0),
+                deadline: timeouts.deadline.map(|d| d.0),
+            };
+            builder = builder.timeouts(timeouts);
+        }
+        let mut names = Vec::new();
+        for (i, candidate) in config.candidates.iter().enumerate() {
+            if names.contains(&candidate.name.as_str()) {
+                self.problem(
+                    format!("{path}.candidates[{i}].name"),
+                    format!("`{}` is used twice: names must differ", candidate.name),
+                );
+            }
+            names.push(&candidate.name);
+            let at = format!("{path}.candidates[{i}]");
+            match (&candidate.text, &candidate.cache) {
+                (Some(text), None) => {
+                    builder = builder.candidate(Candidate::text(candidate.name.clone(), text.clone()))
+                }
+                (None, Some(cache)) => {
+                    let defaults = switchyard::answer_cache::AnswerCacheSettings::default();
+                    let settings = switchyard::answer_cache::AnswerCacheSettings {
+                        max_age: cache.max_age.map_or(defaults.max_age, |d| d.0),
+                        max_entries: cache.max_entries.unwrap_or(defaults.max_entries),
+                        max_bytes: cache.max_bytes.map_or(defaults.max_bytes, |b| b.0),
+                        tool_calls: cache.tool_calls.unwrap_or(defaults.tool_calls),
+                    };
+                    if settings.max_age.is_zero() || settings.max_entries == 0 || settings.max_bytes == 0 {
+                        self.problem(
+                            format!("{at}.cache"),
+                            "max_age, max_entries and max_bytes must be above 0",
+                        );
+                    }
+                    builder = builder.candidate(Candidate::cache(candidate.name.clone(), settings));
+                }
+                _ => self.problem(
+                    at,
+                    "give a candidate either `text` (a fixed answer) or `cache` (the last good answer)",
+                ),
+            }
+        }
+        if let Some(kinds) = &config.retry_on {
+            builder = builder.retry_on(ErrorFilter::Kinds(kinds.clone()));
+        }
+        if let Some(kinds) = &config.fallback_on {
+            builder = builder.fallback_on(ErrorFilter::Kinds(kinds.clone()));
+        }
+        if let Some(hedge) = &config.hedge {
+            let defaults = switchyard::route::Hedge::p95();
+            builder = builder.hedge(switchyard::route::Hedge {
+                after: match hedge.after {
+                    file::HedgeAfterConfig::P95 => switchyard::route::HedgeAfter::P95,
+                    file::HedgeAfterConfig::Fixed(delay) => switchyard::route::HedgeAfter::Fixed(delay),
+                },
+                min_after: hedge.min_after.map_or(defaults.min_after, |d| d.0),
+                max_share: hedge.max_share.unwrap_or(defaults.max_share),
+                min_hedges: hedge.min_hedges.unwrap_or(defaults.min_hedges),
+            });
+        }
+        if let Some(spill) = config.spill_over {
+            builder = builder.spill_over(spill);
+        }
+        // The route's own rules are the engine's: its problems come back with their paths.
+        match builder.build() {
+            Ok(route) if self.problems.len() == before => Some(route),
+            Ok(_) => None,
+            Err(error) => {
+                for problem in error.problems {
+                    self.engine_problem(&path, problem);
+                }
+                None
+            }
+        }
+    }
+}
