@@ -8,9 +8,9 @@ use tokio::time::Instant;
 use super::entry::ProviderSlot;
 use super::exchange::Exchange;
 use super::hedge::{Lost, Raced, Won};
+use super::inner::Inner;
 use super::policy::{self, Chain, FailurePoint, Means, Next};
 use super::run::{Refusal, Run, Step, TargetTry};
-use super::{Inner, redact};
 use crate::credential::CredentialId;
 use crate::events::EventKind;
 use crate::health::{Gate, GateQuery};
@@ -151,7 +151,6 @@ impl<X: Exchange> Run<'_, X> {
         mut permit: Option<Permit>,
         sent: Instant,
     ) -> Step {
-        let cred = &slot.credentials[credential];
         match result {
             Ok(output) => {
                 if let Some(permit) = permit.as_mut()
@@ -168,8 +167,7 @@ impl<X: Exchange> Run<'_, X> {
                 if error.is_unsupported() {
                     return self.unsupported(tries, error, attempt);
                 }
-                let error =
-                    redact(error, cred).with_target(tries.target.clone()).with_credential(cred.id().clone());
+                let error = slot.attribute(error, &tries.target, credential);
                 let failure = Failure { credential, probe, cut_by_deadline, error, attempt };
                 self.failed(slot, tries, failure)
             }

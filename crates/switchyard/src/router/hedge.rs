@@ -212,11 +212,7 @@ impl<X: Exchange> Run<'_, X> {
             Some((result, sent, cut)) => {
                 let error = result.err().map_or_else(
                     || ProviderError::new(ErrorKind::Cancelled, "the first attempt ended without an answer"),
-                    |error| {
-                        super::redact(error, cred)
-                            .with_target(tries.target.clone())
-                            .with_credential(cred.id().clone())
-                    },
+                    |error| slot.attribute(error, &tries.target, credential),
                 );
                 // Its failure counts, as any failure does: the hedge answering hides nothing.
                 self.settle_failure(&tries.target, slot, credential, probe, &error, cut);
@@ -261,9 +257,7 @@ impl<X: Exchange> Run<'_, X> {
                 false,
             ),
         };
-        let first_error = super::redact(first_error, cred)
-            .with_target(tries.target.clone())
-            .with_credential(cred.id().clone());
+        let first_error = slot.attribute(first_error, &tries.target, credential);
         self.settle_failure(&tries.target, slot, credential, probe, &first_error, first_cut);
         self.measure(&tries.target, &Err(first_error.clone()), now - sent, first_cut);
         let mut first_record =
@@ -285,12 +279,7 @@ impl<X: Exchange> Run<'_, X> {
             .err()
             .unwrap_or_else(|| ProviderError::new(ErrorKind::Cancelled, "the hedge ended without an answer"));
         let error = match hedge_slot {
-            Some(slot) => {
-                let cred = &slot.credentials[hedge.credential];
-                super::redact(error, cred)
-                    .with_target(hedge.target.clone())
-                    .with_credential(cred.id().clone())
-            }
+            Some(slot) => slot.attribute(error, &hedge.target, hedge.credential),
             None => error,
         };
         let note = "hedge: the request's attempt since the first one failed".to_owned();
@@ -342,10 +331,7 @@ impl<X: Exchange> Run<'_, X> {
                 let error = result.err().unwrap_or_else(|| {
                     ProviderError::new(ErrorKind::Cancelled, "the hedge ended without an answer")
                 });
-                let cred = &slot.credentials[hedge.credential];
-                let error = super::redact(error, cred)
-                    .with_target(hedge.target.clone())
-                    .with_credential(cred.id().clone());
+                let error = slot.attribute(error, &hedge.target, hedge.credential);
                 self.settle_failure(&hedge.target, slot, hedge.credential, hedge.probe, &error, cut);
                 let note = "hedge: failed; the first attempt carried on".to_owned();
                 let mut attempt = self.hedge_record(&hedge, Outcome::Failed, note, Instant::now());

@@ -9,9 +9,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::exchange::{Exchange, Served};
+use super::inner::Inner;
+use super::options::RequestOptions;
 use super::policy::Chain;
 use super::resolve::Resolved;
-use super::{Inner, RequestOptions};
 use crate::events::EventKind;
 use crate::route::Route;
 use crate::trail::{Outcome, Timing, Trail, Via};
@@ -182,10 +183,10 @@ impl<'r, X: Exchange> Run<'r, X> {
             x,
             deadline: options.deadline.or(route.timeouts().deadline).map(|d| started + d),
             health_ttl: route.health_gate().then(|| route.health_ttl()),
-            plan: Plan::new(chain, options.no_fallback || options.single_call),
+            plan: Plan::new(chain, options.first_target_only()),
             route,
             explicit,
-            no_fallback: options.no_fallback || options.single_call,
+            no_fallback: options.first_target_only(),
             single_call: options.single_call,
             forward: options.forward_headers.clone(),
             trace: options.trace,
