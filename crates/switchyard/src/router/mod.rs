@@ -3,13 +3,17 @@
 //! One concept a file: [`entry`] (providers as the router holds them, prices, and the one
 //! redaction of a provider's errors), [`inner`] (what every clone of a router shares),
 //! [`options`] (per-request switches), [`resolve`] (which route governs and which targets,
-//! rotation), [`run`] (one request's walk along its plan), [`attempt`] (one call: gate, pacing
-//! permit, timeouts, record), [`hedge`] (a second attempt beside a slow first one),
-//! [`policy`] (what follows a failure: a pure function over the error catalog),
-//! [`candidates`] (non-provider answers at the end), [`exchange`] (what differs between a
-//! chat, a stream and embeddings), [`stream`] (a routed stream after its first chunk) and
-//! [`settler`] (that stream's only window on the router).
+//! rotation), [`run`] (one request's walk along its plan), whose state has owners: [`plan`]
+//! (what is left to try), [`record`] (the trail and the events of attempts) and [`verdict`]
+//! (the answer, a refusal kept aside, the last error); [`attempt`] (one attempt: gate, pacing
+//! permit, the call within its timeouts, returned as a value), [`apply`] (that value written
+//! down: health, plan, record, verdict, and the policy's word), [`hedge`] (the race of a slow
+//! first attempt and its hedge), [`policy`] (what follows a failure: a pure function over the
+//! error catalog), [`candidates`] (non-provider answers at the end), [`exchange`] (what
+//! differs between a chat, a stream and embeddings), [`stream`] (a routed stream after its
+//! first chunk) and [`settler`] (that stream's only window on the router).
 
+mod apply;
 mod attempt;
 mod candidates;
 mod entry;
@@ -17,11 +21,14 @@ mod exchange;
 mod hedge;
 mod inner;
 mod options;
+mod plan;
 mod policy;
+mod record;
 mod resolve;
 mod run;
 mod settler;
 pub(crate) mod stream;
+mod verdict;
 
 use std::collections::HashMap;
 use std::fmt;
