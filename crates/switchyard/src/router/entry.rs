@@ -9,6 +9,7 @@ use crate::chat::Usage;
 use crate::credential::{Credential, CredentialId, Secret};
 use crate::problem::Problem;
 use crate::provider::Provider;
+use crate::{ProviderError, Target};
 
 /// Price of one model, in a currency of your choice per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -208,5 +209,28 @@ impl ProviderSlot {
     /// The configured price of `model`, if any.
     pub(crate) fn price(&self, model: &str) -> Option<&Price> {
         self.prices.get(model)
+    }
+
+    /// The error of a call to `target` with credential `credential`, redacted of the key and
+    /// stamped with both.
+    pub(crate) fn attribute(
+        &self,
+        error: ProviderError,
+        target: &Target,
+        credential: usize,
+    ) -> ProviderError {
+        let credential = &self.credentials[credential];
+        redact(error, credential).with_target(target.clone()).with_credential(credential.id().clone())
+    }
+}
+
+/// Removes the credential's key from whatever an upstream put in an error, so that no
+/// provider (adapters, custom providers) can leak a key into trails, events, health or logs.
+/// Every error from a provider passes here: an attempt's, and a stream's after its first
+/// chunk.
+fn redact(error: ProviderError, credential: &Credential) -> ProviderError {
+    match credential.key() {
+        Some(key) => error.redacted(key),
+        None => error,
     }
 }

@@ -1,7 +1,8 @@
 //! Hedged requests: when a request's first attempt has not answered (or, streamed, sent its
-//! first content, reasoning included) after the route's hedge delay, the chain's next target is called beside it,
-//! and the first to answer is served. The other is cancelled at once (its future dropped,
-//! which drops its connection; its pacing permit released) and recorded as `cancelled`.
+//! first content, reasoning included) after the route's hedge delay, the chain's next target is
+//! called beside it, and the first to answer is served. The other is cancelled at once (its
+//! future dropped, which drops its connection; its pacing permit released) and recorded as
+//! `cancelled`.
 //!
 //! At most one hedge per request, and only of the request's first attempt; never with
 //! `x-switchyard-fallback: off`, never on the special chains. A hedge that fails leaves the
@@ -12,403 +13,309 @@
 //! request and the first attempt's failure decides. Hedges draw from a budget of their own: at most
 //! `max_share` of the route's requests over the last 10 s, and never fewer than `min_hedges`
 //! (so a quiet route hedges its first slow request).
+//!
+//! The race itself is [`race`], over any two futures, tested alone; the run turns how it ended
+//! into a [`Hedged`] for [`Run::apply`](super::run::Run::apply).
 
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::entry::ProviderSlot;
+use super::attempt::{
+    Answered, AttemptEnd, CallEnd, Callee, Failure, Hedged, Loss, Lost, Outgoing, Reply, Unanswered,
+};
 use super::exchange::Exchange;
+use super::plan::Plan;
 use super::policy::Chain;
-use super::run::{Run, TargetTry};
-use crate::events::EventKind;
+use super::record::Record;
+use super::run::{Context, Run, TargetTry};
+use crate::Target;
 use crate::health::{Gate, GateQuery};
 use crate::pacing::Permit;
 use crate::route::HedgeAfter;
 use crate::trace::TraceContext;
 use crate::trail::{Attempt, Outcome};
-use crate::{ErrorKind, ProviderError, Target};
 
-/// One call's end: its result, when it was sent, whether the request's deadline cut it.
-pub(super) type CallEnd<O> = (Result<O, ProviderError>, Instant, bool);
-
-/// What a hedged first attempt came to.
-pub(super) enum Raced<O> {
-    /// The first attempt's own end (it answered first, or no hedge started, or both failed),
-    /// and the hedge's record for the trail when one ran.
-    Alone(CallEnd<O>, Option<Attempt>),
-    /// The hedge answered first (boxed: rare, and large).
-    HedgeWon(Box<Won<O>>),
-    /// The first attempt failed while the hedge ran, then the hedge failed too.
-    HedgeFailed(Box<Lost>),
+/// How a race between a first attempt and its hedge ended. The first answers `A` or fails
+/// `E`; the hedge, once started as `T`, answers `B` or fails `F`. Whatever did not end was
+/// dropped when the race ended.
+#[derive(Debug, PartialEq)]
+pub(super) enum Raced<A, E, T, B, F> {
+    /// No hedge started (the first ended before the delay, or none could start): the first's end.
+    Alone(Result<A, E>),
+    /// The first ended, answered, or failed after the hedge had failed; the hedge's failure when
+    /// it had failed, `None` when it was still running.
+    FirstEnded { first: Result<A, E>, hedge: T, hedge_failed: Option<F> },
+    /// The hedge answered; the first's failure when it had failed, `None` when it was still
+    /// running.
+    HedgeAnswered { first_failed: Option<E>, hedge: T, answer: B },
+    /// The first failed while the hedge ran, then the hedge failed too.
+    HedgeFailedAfterFirst { first: E, hedge: T, hedge_failed: F },
 }
 
-/// A hedge that took over from a failed first attempt and failed in turn.
-pub(super) struct Lost {
-    /// The hedge's target, to be carried on with as the request's attempt.
-    pub(super) tries: TargetTry,
-    pub(super) credential: usize,
-    pub(super) probe: bool,
-    pub(super) cut: bool,
-    /// Its failure, redacted.
-    pub(super) error: ProviderError,
-    /// Its record, outcome to be decided.
-    pub(super) attempt: Attempt,
-    /// The first attempt's record, failed, and the event that says so.
-    pub(super) first: Attempt,
-    pub(super) first_failed: EventKind,
+/// Runs `first`; if it has not ended after `delay`, starts the hedge `start` gives (when it
+/// gives one) beside it, and runs both until one answers or both have failed.
+pub(super) async fn race<A, E, T, B, F, H>(
+    first: impl Future<Output = Result<A, E>>,
+    start: impl FnOnce() -> Option<(T, H)>,
+    delay: Duration,
+) -> Raced<A, E, T, B, F>
+where
+    H: Future<Output = Result<B, F>>,
+{
+    tokio::pin!(first);
+    tokio::select! {
+        biased;
+        end = &mut first => return Raced::Alone(end),
+        () = tokio::time::sleep(delay) => {}
+    }
+    let Some((hedge, second)) = start() else { return Raced::Alone(first.await) };
+    tokio::pin!(second);
+    let (mut first_failed, mut hedge_failed) = (None, None);
+    loop {
+        tokio::select! {
+            end = &mut first, if first_failed.is_none() => match end {
+                Err(error) if hedge_failed.is_none() => first_failed = Some(error),
+                first => return Raced::FirstEnded { first, hedge, hedge_failed },
+            },
+            end = &mut second, if hedge_failed.is_none() => match (end, first_failed.take()) {
+                (Ok(answer), first_failed) => return Raced::HedgeAnswered { first_failed, hedge, answer },
+                (Err(failed), Some(first)) => {
+                    return Raced::HedgeFailedAfterFirst { first, hedge, hedge_failed: failed };
+                }
+                (Err(failed), None) => hedge_failed = Some(failed),
+            },
+        }
+    }
 }
 
-/// A hedge that answered first.
-pub(super) struct Won<O> {
-    pub(super) tries: TargetTry,
-    pub(super) credential: usize,
-    pub(super) output: O,
-    pub(super) attempt: Attempt,
-    pub(super) permit: Option<Permit>,
-    pub(super) sent: Instant,
-    /// The first attempt's record, cancelled.
-    pub(super) cancelled: Attempt,
+/// A hedge started beside a slow first attempt.
+pub(super) struct HedgeRun<'r> {
+    who: Callee<'r>,
+    sent: Instant,
+    /// Its span, when the request is traced.
+    span: Option<TraceContext>,
 }
 
-impl<X: Exchange> Run<'_, X> {
+impl HedgeRun<'_> {
+    /// Its record, ended now.
+    fn entry(&self, record: &Record<'_>, outcome: Outcome, note: String) -> Attempt {
+        let ended = Instant::now();
+        let mut attempt = Attempt::called(
+            &self.who.target,
+            self.who.credential_id(),
+            record.offset(self.sent),
+            ended - self.sent,
+            Duration::ZERO,
+        );
+        attempt.outcome = outcome;
+        attempt.hedge = true;
+        attempt.span_id = self.span.map(|span| span.span_id);
+        attempt.note = Some(note);
+        attempt
+    }
+}
+
+/// Why a hedge did not answer.
+pub(super) enum HedgeMiss {
+    /// The pacer had no room for it at once.
+    NotSent,
+    /// It failed, and settles this permit.
+    Failed(Unanswered, Option<Permit>),
+}
+
+impl<'r, X: Exchange> Run<'r, X> {
     /// The delay after which this attempt is hedged; `None` when it is not to be.
     pub(super) fn hedge_delay(&self, tries: &TargetTry) -> Option<Duration> {
-        let hedge = self.route.hedge()?;
-        let eligible = !self.hedged
-            && !self.no_fallback
+        let hedge = self.ctx.route.hedge()?;
+        let eligible = !self.plan.is_hedged()
+            && !self.ctx.no_fallback()
             && tries.retries == 0
             && tries.pending.is_none()
-            && self.trail.is_empty()
-            && self.plan.chain == Chain::General
-            && self.x.measured()
-            && self.x.takes_special_chains();
+            && self.record.is_empty()
+            && self.plan.chain() == Chain::General
+            && self.ctx.x.measured()
+            && self.ctx.x.takes_special_chains();
         if !eligible {
             return None;
         }
         self.plan.peek_other(&tries.target)?;
         Some(match hedge.after {
             HedgeAfter::Fixed(delay) => delay,
-            HedgeAfter::P95 => match self.inner.latency.quantile(&tries.target, 0.95) {
+            HedgeAfter::P95 => match self.ctx.inner.latency.quantile(&tries.target, 0.95) {
                 Some((p95, samples)) if samples >= 20.0 => p95.max(hedge.min_after),
                 _ => hedge.min_after,
             },
         })
     }
 
-    /// Runs the first attempt, hedged after `delay`.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn race(
+    /// Sends the first attempt, hedged after `delay`, and says how the pair ended.
+    pub(super) async fn send_hedged(
         &mut self,
-        slot: &ProviderSlot,
-        credential: usize,
-        first_probe: bool,
-        tries: &TargetTry,
-        permit: Option<&Permit>,
-        (delay, span): (Duration, Option<TraceContext>),
-    ) -> Raced<X::Output> {
-        let attempt_started = Instant::now();
-        let ctx = self.ctx();
-        let hedge_span = self.trace.map(|trace| trace.child());
-        // The pair runs in this block: its futures borrow the run, which is written after.
-        let (first_end, hedge_end, hedge) = {
-            let first = ctx.call(slot, credential, &tries.target, permit, span);
-            tokio::pin!(first);
-            tokio::select! {
-                biased;
-                end = &mut first => return Raced::Alone(end, None),
-                () = tokio::time::sleep(delay) => {}
-            }
-            let Some((hedge_target, hedge_slot, hedge_credential, probe)) =
-                self.hedge_admitted(&tries.target)
-            else {
-                return Raced::Alone(first.await, None);
-            };
-            self.inner.events.publish(EventKind::HedgeStarted {
-                route: self.route.name().to_owned(),
-                first: tries.target.clone(),
-                hedge: hedge_target.clone(),
-                after: delay,
-            });
-            let hedge_sent = Instant::now();
-            // Its end, its permit, and whether it was sent at all (the pacer may have had no
-            // room for it at once).
-            let hedging = async {
-                match ctx.hedge_permit(hedge_slot, hedge_credential).await {
-                    Ok(permit) => {
-                        let end = ctx
-                            .call(hedge_slot, hedge_credential, &hedge_target, permit.as_ref(), hedge_span)
-                            .await;
-                        (end, permit, true)
-                    }
-                    Err(error) => ((Err(error), Instant::now(), false), None, false),
-                }
-            };
-            tokio::pin!(hedging);
-            let (first_end, hedge_end, first_ended_first) =
-                until_one_answers(first, hedging, |end| end.0.is_ok(), |end| end.0.0.is_ok()).await;
-            let hedge = HedgeRun {
-                target: hedge_target.clone(),
-                credential: hedge_credential,
-                probe,
-                sent: hedge_sent,
-                span: hedge_span,
-            };
-            (first_end, hedge_end, (hedge, first_ended_first))
-        };
-        let (hedge, first_ended_first) = hedge;
-        self.hedged = true;
-        let first_run = |end| FirstRun {
-            slot,
-            credential,
-            probe: first_probe,
-            tries,
-            started: attempt_started,
-            span,
-            end,
-        };
-        match (first_end, hedge_end) {
-            (first, Some(((Ok(output), sent, _), permit, _))) => {
-                self.hedge_answered(first_run(first), hedge, output, permit, sent, delay)
-            }
-            (Some(first), Some((hedge_end, permit, true))) if first_ended_first && first.0.is_err() => {
-                self.hedge_took_over_and_failed(first_run(Some(first)), hedge, hedge_end, permit)
-            }
-            (Some(first), hedge_end) => self.first_answered_or_both_failed(first, hedge, hedge_end),
-            (None, _) => Raced::Alone(cancelled_end(), None),
-        }
-    }
-
-    /// The hedge answered first: the first attempt is recorded cancelled (or failed, when it
-    /// failed while the hedge ran).
-    fn hedge_answered(
-        &mut self,
-        first: FirstRun<'_, X::Output>,
-        hedge: HedgeRun,
-        output: X::Output,
-        permit: Option<Permit>,
-        sent: Instant,
+        first: Outgoing<'r>,
         delay: Duration,
-    ) -> Raced<X::Output> {
-        let FirstRun { slot, credential, probe, tries, started, span, end } = first;
-        self.inner.events.publish(EventKind::HedgeWon {
-            route: self.route.name().to_owned(),
-            hedge: hedge.target.clone(),
-            first: tries.target.clone(),
-        });
-        let now = Instant::now();
-        let cred = &slot.credentials[credential];
-        let mut cancelled =
-            Attempt::called(&tries.target, cred.id(), started - self.started, now - started, Duration::ZERO)
-                .with_span(span);
-        match end {
-            None => {
-                if probe {
-                    self.inner.health.release_probe(&tries.target, &slot.credential_ids);
-                }
-                cancelled.outcome = Outcome::Cancelled;
-                cancelled.note = Some(format!("the hedge on {} answered first", hedge.target));
+    ) -> AttemptEnd<'r, X::Output> {
+        let hedge_span = self.ctx.options.trace.map(|trace| trace.child());
+        let (ctx, plan, record) = (&self.ctx, &self.plan, &self.record);
+        let start = || {
+            let who = ctx.admit_hedge(plan, &first.who.target)?;
+            record.hedge_started(ctx.route.name(), &first.who.target, &who.target, delay);
+            let hedge = HedgeRun { who: who.clone(), sent: Instant::now(), span: hedge_span };
+            Some((hedge, async move { ctx.call_hedge(&who, hedge_span).await }))
+        };
+        let raced = race(ctx.call(&first.who, first.permit.as_ref(), first.span), start, delay).await;
+        match raced {
+            Raced::Alone(end) => AttemptEnd::Called(self.ended(first, end)),
+            Raced::FirstEnded { first: end, hedge, hedge_failed } => {
+                self.first_ended(first, end, hedge, hedge_failed)
             }
-            Some((result, sent, cut)) => {
-                let error = result.err().map_or_else(
-                    || ProviderError::new(ErrorKind::Cancelled, "the first attempt ended without an answer"),
-                    |error| {
-                        super::redact(error, cred)
-                            .with_target(tries.target.clone())
-                            .with_credential(cred.id().clone())
-                    },
-                );
-                // Its failure counts, as any failure does: the hedge answering hides nothing.
-                self.settle_failure(&tries.target, slot, credential, probe, &error, cut);
-                self.measure(&tries.target, &Err(error.clone()), now - sent, cut);
-                cancelled.outcome = Outcome::Failed;
-                cancelled.error = Some(error);
-                cancelled.note =
-                    Some(format!("failed while the hedge on {} ran, which answered", hedge.target));
+            Raced::HedgeFailedAfterFirst { first: miss, hedge, hedge_failed: HedgeMiss::NotSent } => {
+                self.first_ended(first, Err(miss), hedge, Some(HedgeMiss::NotSent))
+            }
+            Raced::HedgeFailedAfterFirst {
+                first: miss,
+                hedge,
+                hedge_failed: HedgeMiss::Failed(failed, permit),
+            } => self.took_over(first, miss, hedge, (failed, permit)),
+            Raced::HedgeAnswered { first_failed, hedge, answer } => {
+                self.hedge_answered(first, first_failed, hedge, answer, delay)
             }
         }
-        let note = format!("hedge: {} had not answered after {delay:?}", tries.target);
-        let attempt = self.hedge_record(&hedge, Outcome::Ok, note, now);
-        let tries = TargetTry::new(hedge.target, false, None);
-        Raced::HedgeWon(Box::new(Won {
-            tries,
-            credential: hedge.credential,
-            output,
-            attempt,
-            permit,
-            sent,
-            cancelled,
-        }))
     }
 
-    /// The first attempt failed while the hedge ran, and the hedge failed after it: the first
-    /// is recorded failed (its health too), and the hedge's failure is left to the policy.
-    fn hedge_took_over_and_failed(
-        &mut self,
-        first: FirstRun<'_, X::Output>,
-        hedge: HedgeRun,
-        (result, _, cut): CallEnd<X::Output>,
-        permit: Option<Permit>,
-    ) -> Raced<X::Output> {
-        let FirstRun { slot, credential, probe, tries, started, span, end } = first;
-        let now = Instant::now();
-        let cred = &slot.credentials[credential];
-        let (first_error, sent, first_cut) = match end {
-            Some((Err(error), sent, cut)) => (error, sent, cut),
-            _ => (
-                ProviderError::new(ErrorKind::Cancelled, "the first attempt ended without an answer"),
-                started,
-                false,
-            ),
-        };
-        let first_error = super::redact(first_error, cred)
-            .with_target(tries.target.clone())
-            .with_credential(cred.id().clone());
-        self.settle_failure(&tries.target, slot, credential, probe, &first_error, first_cut);
-        self.measure(&tries.target, &Err(first_error.clone()), now - sent, first_cut);
-        let mut first_record =
-            Attempt::called(&tries.target, cred.id(), started - self.started, now - started, Duration::ZERO)
-                .with_span(span)
-                .failed(first_error.clone());
-        first_record.note = Some(format!("failed while the hedge on {} ran, which carried on", hedge.target));
-        let first_failed = EventKind::AttemptFailed {
-            target: tries.target.clone(),
-            credential_id: Some(cred.id().clone()),
-            error: first_error,
-            will_retry: false,
-        };
-        if let Some(mut permit) = permit {
-            permit.settle(None);
-        }
-        let hedge_slot = self.inner.providers.get(hedge.target.provider());
-        let error = result
-            .err()
-            .unwrap_or_else(|| ProviderError::new(ErrorKind::Cancelled, "the hedge ended without an answer"));
-        let error = match hedge_slot {
-            Some(slot) => {
-                let cred = &slot.credentials[hedge.credential];
-                super::redact(error, cred)
-                    .with_target(hedge.target.clone())
-                    .with_credential(cred.id().clone())
-            }
-            None => error,
-        };
-        let note = "hedge: the request's attempt since the first one failed".to_owned();
-        let attempt = self.hedge_record(&hedge, Outcome::Failed, note, now);
-        let tries = TargetTry::new(hedge.target, false, None);
-        Raced::HedgeFailed(Box::new(Lost {
-            tries,
-            credential: hedge.credential,
-            probe: hedge.probe,
-            cut,
-            error,
-            attempt,
-            first: first_record,
-            first_failed,
-        }))
-    }
-
-    /// The first attempt answered, or both failed: the hedge is recorded cancelled (still
-    /// running) or failed, and its target is done for this request.
-    fn first_answered_or_both_failed(
-        &mut self,
-        first: CallEnd<X::Output>,
-        hedge: HedgeRun,
-        hedge_end: Option<(CallEnd<X::Output>, Option<Permit>, bool)>,
-    ) -> Raced<X::Output> {
-        let Some(slot) = self.inner.providers.get(hedge.target.provider()) else {
-            return Raced::Alone(first, None);
-        };
-        let record = match hedge_end {
+    /// The first attempt ended, answered or failed: the hedge beside it lost, dropped while it
+    /// ran, never sent, or failed first.
+    fn first_ended(
+        &self,
+        first: Outgoing<'r>,
+        end: CallEnd<X::Output>,
+        hedge: HedgeRun<'r>,
+        hedge_failed: Option<HedgeMiss>,
+    ) -> AttemptEnd<'r, X::Output> {
+        let (attempt, loss) = match hedge_failed {
             None => {
-                if hedge.probe {
-                    self.inner.health.release_probe(&hedge.target, &slot.credential_ids);
-                }
                 let note = "hedge: the first attempt answered first".to_owned();
-                self.hedge_record(&hedge, Outcome::Cancelled, note, Instant::now())
+                (hedge.entry(&self.record, Outcome::Cancelled, note), Loss::Dropped)
             }
             // Never sent: the target is as it was, and stays in the chain.
-            Some((_, _, false)) => {
-                if hedge.probe {
-                    self.inner.health.release_probe(&hedge.target, &slot.credential_ids);
-                }
+            Some(HedgeMiss::NotSent) => {
                 let note = "hedge: the pacer had no room for it at once; not sent".to_owned();
-                self.hedge_record(&hedge, Outcome::Cancelled, note, Instant::now())
+                (hedge.entry(&self.record, Outcome::Cancelled, note), Loss::Dropped)
             }
-            Some(((result, _, cut), permit, true)) => {
+            Some(HedgeMiss::Failed(miss, permit)) => {
                 if let Some(mut permit) = permit {
                     permit.settle(None);
                 }
-                let error = result.err().unwrap_or_else(|| {
-                    ProviderError::new(ErrorKind::Cancelled, "the hedge ended without an answer")
-                });
-                let cred = &slot.credentials[hedge.credential];
-                let error = super::redact(error, cred)
-                    .with_target(hedge.target.clone())
-                    .with_credential(cred.id().clone());
-                self.settle_failure(&hedge.target, slot, hedge.credential, hedge.probe, &error, cut);
+                let error = hedge.who.attribute(miss.error);
                 let note = "hedge: failed; the first attempt carried on".to_owned();
-                let mut attempt = self.hedge_record(&hedge, Outcome::Failed, note, Instant::now());
-                attempt.error = Some(error);
-                self.plan.remove(&hedge.target);
-                attempt
+                let mut attempt = hedge.entry(&self.record, Outcome::Failed, note);
+                attempt.error = Some(error.clone());
+                (attempt, Loss::Failed { error, cut: miss.cut })
             }
         };
-        Raced::Alone(first, Some(record))
+        let hedge = Lost { who: hedge.who, attempt, loss };
+        let first = self.ended(first, end);
+        AttemptEnd::Hedged(Box::new(Hedged::FirstEnded { first, hedge }))
     }
 
-    /// What a failed half of a hedged pair does to health, as any failed attempt: recorded
-    /// (unless the deadline cut it, or the request could not be written for it), and a
-    /// half-open probe slot given back when the failure says nothing about the provider.
-    fn settle_failure(
+    /// The hedge answered first: the first attempt lost, dropped while it ran or failed
+    /// before.
+    fn hedge_answered(
         &self,
-        target: &Target,
-        slot: &ProviderSlot,
-        credential: usize,
-        probe: bool,
-        error: &ProviderError,
-        cut: bool,
-    ) {
-        if !cut && !error.is_unsupported() {
-            let events = self.inner.health.record_failure(target, &slot.credential_ids, credential, error);
-            self.inner.publish_all(events);
+        first: Outgoing<'r>,
+        first_failed: Option<Unanswered>,
+        hedge: HedgeRun<'r>,
+        (Reply { output, sent }, mut permit): (Reply<X::Output>, Option<Permit>),
+        delay: Duration,
+    ) -> AttemptEnd<'r, X::Output> {
+        let first_target = first.who.target.clone();
+        let first = self.first_lost(first, first_failed, &hedge.who.target, "which answered");
+        self.ctx.inner.latency.record(&hedge.who.target, Instant::now() - sent);
+        if let Some(permit) = permit.as_mut()
+            && let Some(used) = self.ctx.x.used_tokens(&output)
+        {
+            permit.settle(Some(used));
         }
-        if probe && (cut || error.is_unsupported() || !error.kind().counts_for_breaker()) {
-            self.inner.health.release_probe(target, &slot.credential_ids);
-        }
+        let note = format!("hedge: {first_target} had not answered after {delay:?}");
+        let attempt = hedge.entry(&self.record, Outcome::Ok, note);
+        let hedge = Answered { who: hedge.who, output, permit, sent, attempt };
+        AttemptEnd::Hedged(Box::new(Hedged::HedgeWon { first, hedge }))
     }
 
-    /// The trail's record of `hedge`, ended at `ended`.
-    fn hedge_record(&self, hedge: &HedgeRun, outcome: Outcome, note: String, ended: Instant) -> Attempt {
-        let credential_id = self
-            .inner
-            .providers
-            .get(hedge.target.provider())
-            .map(|slot| slot.credentials[hedge.credential].id().clone());
+    /// The first attempt failed while the hedge ran, and the hedge failed after it: the first
+    /// lost, and the hedge's failure is the request's attempt.
+    fn took_over(
+        &self,
+        first: Outgoing<'r>,
+        first_failed: Unanswered,
+        hedge: HedgeRun<'r>,
+        (failed, permit): (Unanswered, Option<Permit>),
+    ) -> AttemptEnd<'r, X::Output> {
+        let first = self.first_lost(first, Some(first_failed), &hedge.who.target, "which carried on");
+        if let Some(mut permit) = permit {
+            permit.settle(None);
+        }
+        let error = hedge.who.attribute(failed.error);
+        let note = "hedge: the request's attempt since the first one failed".to_owned();
+        let attempt = hedge.entry(&self.record, Outcome::Failed, note);
+        let hedge = Failure { who: hedge.who, cut: failed.cut, error, attempt };
+        AttemptEnd::Hedged(Box::new(Hedged::TookOver { first, hedge }))
+    }
+
+    /// The first attempt of a pair the hedge decided: dropped while it ran (`failed` is
+    /// `None`), or failed while the hedge on `hedge` ran, which `then` did.
+    fn first_lost(
+        &self,
+        first: Outgoing<'r>,
+        failed: Option<Unanswered>,
+        hedge: &Target,
+        then: &str,
+    ) -> Lost<'r> {
+        let Outgoing { who, started, permit, span } = first;
+        if let Some(mut permit) = permit {
+            permit.settle(None);
+        }
+        let now = Instant::now();
         let mut attempt = Attempt::called(
-            &hedge.target,
-            credential_id.as_ref().unwrap_or(&crate::credential::CredentialId::derive("", "", None)),
-            hedge.sent - self.started,
-            ended - hedge.sent,
+            &who.target,
+            who.credential_id(),
+            self.record.offset(started),
+            now - started,
             Duration::ZERO,
-        );
-        attempt.outcome = outcome;
-        attempt.hedge = true;
-        attempt.span_id = hedge.span.map(|span| span.span_id);
-        attempt.note = Some(note);
-        attempt
+        )
+        .with_span(span);
+        let loss = match failed {
+            None => {
+                attempt.outcome = Outcome::Cancelled;
+                attempt.note = Some(format!("the hedge on {hedge} answered first"));
+                Loss::Dropped
+            }
+            Some(miss) => {
+                self.ctx.measure(&who.target, now - miss.sent, Some(&miss));
+                let error = who.attribute(miss.error);
+                attempt.outcome = Outcome::Failed;
+                attempt.error = Some(error.clone());
+                attempt.note = Some(format!("failed while the hedge on {hedge} ran, {then}"));
+                Loss::Failed { error, cut: miss.cut }
+            }
+        };
+        Lost { who, attempt, loss }
     }
+}
 
+impl<'r, X: Exchange> Context<'r, X> {
     /// The hedge's target and key, when the first attempt has not begun to answer, the chain
     /// has another target whose gate lets it through now and the hedge budget has room.
-    fn hedge_admitted(&self, first: &Target) -> Option<(Target, &ProviderSlot, usize, bool)> {
+    fn admit_hedge(&self, plan: &Plan, first: &Target) -> Option<Callee<'r>> {
         if self.x.answering() {
             // The first attempt is answering, though its caller is not shown it yet: not slow.
             return None;
         }
-        let target = self.plan.peek_other(first)?;
-        let slot = self.inner.providers.get(target.provider())?;
-        let budget = self.inner.hedge_budget(self.route.name())?;
+        let inner = self.inner;
+        let target = plan.peek_other(first)?;
+        let slot = inner.providers.get(target.provider())?;
+        let budget = inner.hedge_budget(self.route.name())?;
         let order = slot.key_order();
         let query = GateQuery {
             target: &target,
@@ -419,77 +326,31 @@ impl<X: Exchange> Run<'_, X> {
             exclude: 0,
             order: &order,
         };
-        if !matches!(self.inner.health.peek(&query), Gate::Pass { .. }) || !budget.try_spend() {
+        if !matches!(inner.health.peek(&query), Gate::Pass { .. }) || !budget.try_spend() {
             return None;
         }
-        let (gate, events) = self.inner.health.admit(&query);
-        self.inner.publish_all(events);
+        let (gate, events) = inner.health.admit(&query);
+        inner.publish_all(events);
         match gate {
-            Gate::Pass { credential, probe } => Some((target, slot, credential, probe)),
+            Gate::Pass { credential, probe } => Some(Callee { target, slot, credential, probe }),
             Gate::Skip { .. } => None,
         }
     }
-}
 
-/// The hedge of a race.
-struct HedgeRun {
-    target: Target,
-    credential: usize,
-    /// Whether its call took a half-open circuit's probe slot.
-    probe: bool,
-    sent: Instant,
-    /// Its span, when the request is traced.
-    span: Option<TraceContext>,
-}
-
-/// The first attempt of a race the hedge won.
-struct FirstRun<'a, O> {
-    slot: &'a ProviderSlot,
-    credential: usize,
-    /// Whether its call took a half-open circuit's probe slot.
-    probe: bool,
-    tries: &'a TargetTry,
-    started: Instant,
-    /// Its span, when the request is traced.
-    span: Option<TraceContext>,
-    /// Its end, when it failed before the hedge answered; `None` when it was still running.
-    end: Option<CallEnd<O>>,
-}
-
-/// Runs both until one answers (as `answered` says of its end) or both have ended.
-/// Also says whether the first ended before the second.
-async fn until_one_answers<A: std::future::Future, B: std::future::Future>(
-    mut first: std::pin::Pin<&mut A>,
-    mut second: std::pin::Pin<&mut B>,
-    first_answered: impl Fn(&A::Output) -> bool,
-    second_answered: impl Fn(&B::Output) -> bool,
-) -> (Option<A::Output>, Option<B::Output>, bool) {
-    let (mut first_end, mut second_end) = (None, None);
-    let mut ended_first = false;
-    loop {
-        tokio::select! {
-            end = &mut first, if first_end.is_none() => {
-                let answered = first_answered(&end);
-                ended_first = second_end.is_none();
-                first_end = Some(end);
-                if answered || second_end.is_some() { break; }
-            }
-            end = &mut second, if second_end.is_none() => {
-                let answered = second_answered(&end);
-                second_end = Some(end);
-                if answered || first_end.is_some() { break; }
-            }
+    /// Calls the hedge, if the pacer lets it go at once: its answer with its permit, or why
+    /// there is none.
+    async fn call_hedge(
+        &self,
+        who: &Callee<'_>,
+        span: Option<TraceContext>,
+    ) -> Result<(Reply<X::Output>, Option<Permit>), HedgeMiss> {
+        let Ok(permit) = self.hedge_permit(who).await else { return Err(HedgeMiss::NotSent) };
+        match self.call(who, permit.as_ref(), span).await {
+            Ok(reply) => Ok((reply, permit)),
+            Err(failed) => Err(HedgeMiss::Failed(failed, permit)),
         }
     }
-    let first_ended_first = first_end.is_some() && second_end.is_some() && ended_first;
-    (first_end, second_end, first_ended_first)
 }
 
-/// The end of a first attempt the race lost track of (never: the race ends only with it).
-fn cancelled_end<O>() -> CallEnd<O> {
-    (
-        Err(ProviderError::new(ErrorKind::Cancelled, "the hedged attempt ended without an answer")),
-        Instant::now(),
-        false,
-    )
-}
+#[cfg(test)]
+mod tests;

@@ -1,21 +1,34 @@
 //! The router: executes one request along a route and returns the answer with its trail.
 //!
-//! One concept a file: [`entry`] (providers as the router holds them, and prices),
-//! [`resolve`] (which route governs and which targets, rotation), [`run`] (one request's walk
-//! along its plan), [`attempt`] (one call: gate, pacing permit, timeouts, record),
-//! [`policy`] (what follows a failure: a pure function over the error catalog),
-//! [`candidates`] (non-provider answers at the end), [`exchange`] (what differs between a
-//! chat, a stream and embeddings) and [`stream`] (a routed stream after its first chunk).
+//! One concept a file: [`entry`] (providers as the router holds them, prices, and the one
+//! redaction of a provider's errors), [`inner`] (what every clone of a router shares),
+//! [`options`] (per-request switches), [`resolve`] (which route governs and which targets,
+//! rotation), [`run`] (one request's walk along its plan), whose state has owners: [`plan`]
+//! (what is left to try), [`record`] (the trail and the events of attempts) and [`verdict`]
+//! (the answer, a refusal kept aside, the last error); [`attempt`] (one attempt: gate, pacing
+//! permit, the call within its timeouts, returned as a value), [`apply`] (that value written
+//! down: health, plan, record, verdict, and the policy's word), [`hedge`] (the race of a slow
+//! first attempt and its hedge), [`policy`] (what follows a failure: a pure function over the
+//! error catalog), [`candidates`] (non-provider answers at the end), [`exchange`] (what
+//! differs between a chat, a stream and embeddings), [`stream`] (a routed stream after its
+//! first chunk) and [`settler`] (that stream's only window on the router).
 
+mod apply;
 mod attempt;
 mod candidates;
 mod entry;
 mod exchange;
 mod hedge;
+mod inner;
+mod options;
+mod plan;
 mod policy;
+mod record;
 mod resolve;
 mod run;
+mod settler;
 pub(crate) mod stream;
+mod verdict;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -27,18 +40,21 @@ use crate::backoff::Jitter;
 use crate::budget::{RetryBudget, RetryBudgetSettings};
 use crate::chat::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, TokenCount, Usage};
 use crate::credential::{Credential, CredentialId};
-use crate::events::{EventBus, EventKind, Subscription};
+use crate::events::{EventBus, Subscription};
 use crate::health::{HealthBoard, HealthSettings, HealthSnapshot, HealthStore, TargetHealth};
 use crate::latency::{LatencyBoard, LatencySummary};
 use crate::pacing::Pacer;
 use crate::route::{Route, RouteConfigError};
 use crate::trail::{Timing, Trail, Via};
-use crate::{ProviderError, RouteError, Target};
+use crate::{RouteError, Target};
 
 pub(crate) use entry::ProviderSlot;
 pub use entry::{KeyRotation, Price, ProviderEntry};
 use exchange::{ChatExchange, CountTokensExchange, EmbeddingsExchange, Exchange, Served};
+use inner::{Inner, RouteSlot};
+pub use options::RequestOptions;
 use run::Run;
+use settler::StreamSettler;
 use stream::{Keeping, RoutedStream, StreamExchange};
 
 /// A router that cannot be built, naming what is wrong and how to fix it.
@@ -76,31 +92,6 @@ pub enum ConfigError {
     /// [`RouterBuilder::default_route`] names a route that is not configured.
     #[error("default route `{0}` is not configured")]
     UnknownDefaultRoute(String),
-}
-
-/// Per-request switches.
-#[derive(Debug, Clone, Default)]
-pub struct RequestOptions {
-    /// Try only the first target (with its retries); no fallback, no candidates.
-    pub no_fallback: bool,
-    /// One call of the first target and nothing more: no retry, no other key, no fallback,
-    /// no hedge, no special chain, no candidate. Its outcome is the request's, as it is (a
-    /// failure comes back as [`RouteError::Upstream`]). What `switchyard doctor --ping`
-    /// sends: one call per target tells whether that target answers.
-    pub single_call: bool,
-    /// Overrides the route's request deadline.
-    pub deadline: Option<Duration>,
-    /// Headers of the client's request to pass on to the provider (see
-    /// [`Call::forward`](crate::provider::Call::forward)).
-    pub forward_headers: Vec<(String, String)>,
-    /// Whose answers a `cache` candidate keeps and serves: a caller never gets an answer
-    /// remembered for another scope. The gateway gives the gateway key's hash.
-    pub cache_scope: String,
-    /// Neither remember this request's answer nor answer it from a `cache` candidate.
-    pub no_cache: bool,
-    /// The request's trace context, when the caller traces: each attempt sent is a child
-    /// span of it, and its call carries that span as `traceparent`.
-    pub trace: Option<crate::trace::TraceContext>,
 }
 
 /// A hedged route's window on one replica (see [`Router::hedge_windows`]).
@@ -161,41 +152,6 @@ pub struct TokenCountAnswer {
     pub trail: Trail,
     /// Where the request's time went.
     pub timing: Timing,
-}
-
-/// A route with its rotation counter.
-struct RouteSlot {
-    route: Arc<Route>,
-    turn: AtomicU64,
-    /// The route's hedge budget, when it hedges.
-    hedges: Option<RetryBudget>,
-}
-
-/// What every clone of a [`Router`] shares.
-pub(crate) struct Inner {
-    pub(crate) providers: HashMap<Arc<str>, ProviderSlot>,
-    routes: HashMap<Arc<str>, RouteSlot>,
-    route_order: Vec<Arc<str>>,
-    default_route: Arc<str>,
-    pub(crate) health: HealthBoard,
-    pub(crate) latency: LatencyBoard,
-    pub(crate) events: EventBus,
-    budget: RetryBudget,
-    pacer: Option<Arc<dyn Pacer>>,
-    jitter: Jitter,
-}
-
-impl Inner {
-    /// The hedge budget of the route `name`, when it hedges.
-    pub(crate) fn hedge_budget(&self, name: &str) -> Option<&RetryBudget> {
-        self.routes.get(name)?.hedges.as_ref()
-    }
-
-    pub(crate) fn publish_all<E: Into<EventKind>>(&self, events: impl IntoIterator<Item = E>) {
-        for event in events {
-            self.events.publish(event.into());
-        }
-    }
 }
 
 /// Routes requests along routes to providers. Cheap to clone: clones share providers, health,
@@ -429,7 +385,7 @@ impl Router {
         request: &ChatRequest,
         options: &RequestOptions,
     ) -> Result<Answer, RouteError> {
-        let resolved = self.resolve(&request.model)?;
+        let resolved = self.inner.resolve(&request.model)?;
         let served = self.run(&ChatExchange(request), resolved, options).await?;
         if !options.no_cache && matches!(served.via, Via::Target(_)) {
             for cache in served.route.answer_caches() {
@@ -464,7 +420,7 @@ impl Router {
         request: &ChatRequest,
         options: &RequestOptions,
     ) -> Result<RoutedStream, RouteError> {
-        let resolved = self.resolve(&request.model)?;
+        let resolved = self.inner.resolve(&request.model)?;
         let served = self.run(&StreamExchange::new(request), resolved, options).await?;
         // One choice only: a stream of several is not put back together.
         let one_choice = request.extra.get("n").and_then(serde_json::Value::as_u64).is_none_or(|n| n <= 1);
@@ -472,7 +428,7 @@ impl Router {
             && one_choice
             && matches!(served.via, Via::Target(_))
             && served.route.answer_caches().next().is_some();
-        let router = StreamSettler { inner: self.inner.clone(), route: served.route.clone() };
+        let router = StreamSettler::new(self.inner.clone(), served.route.clone());
         let stream = RoutedStream::new(router, served);
         Ok(if keep {
             stream.keeping(Keeping::new(request.clone(), options.cache_scope.clone()))
@@ -488,7 +444,7 @@ impl Router {
         request: &EmbeddingsRequest,
         options: &RequestOptions,
     ) -> Result<EmbeddingsAnswer, RouteError> {
-        let mut resolved = self.resolve(&request.model)?;
+        let mut resolved = self.inner.resolve(&request.model)?;
         if !resolved.explicit {
             let targets = resolved.route.targets();
             let space = targets[0].embedding_space().to_owned();
@@ -513,7 +469,7 @@ impl Router {
         request: &ChatRequest,
         options: &RequestOptions,
     ) -> Result<TokenCountAnswer, RouteError> {
-        let resolved = self.resolve(&request.model)?;
+        let resolved = self.inner.resolve(&request.model)?;
         let served = self.run(&CountTokensExchange(request), resolved, options).await?;
         Ok(TokenCountAnswer {
             count: served.output,
@@ -579,8 +535,11 @@ impl Router {
 
     /// Resets one target (and its provider's credentials) to `unknown`.
     pub fn reset(&self, target: &Target) -> Result<(), RouteError> {
-        let slot =
-            self.inner.providers.get(target.provider()).ok_or_else(|| self.unknown_model(target.as_str()))?;
+        let slot = self
+            .inner
+            .providers
+            .get(target.provider())
+            .ok_or_else(|| self.inner.unknown_model(target.as_str()))?;
         let events = self.inner.health.reset(target, &slot.credential_ids);
         self.inner.publish_all(events);
         Ok(())
@@ -594,7 +553,7 @@ impl Router {
 
     /// The configured routes, in configuration order.
     pub fn routes(&self) -> impl Iterator<Item = &Route> {
-        self.inner.route_order.iter().filter_map(|name| self.inner.routes.get(name)).map(|slot| &*slot.route)
+        self.inner.routes()
     }
 
     /// The configured route named `name`; `None` for any other name, targets included.
@@ -605,7 +564,7 @@ impl Router {
     /// The route that governs requests naming a target or an empty model: the one given to
     /// [`RouterBuilder::default_route`], else `default`, else the first configured.
     pub fn default_route(&self) -> &Route {
-        &self.inner.routes[&self.inner.default_route].route
+        self.inner.default_route()
     }
 
     /// The allowance of every paced provider right now (empty without pacing).
@@ -660,90 +619,6 @@ impl Router {
     /// The credentials of a provider (ids and masked keys only leave through them).
     pub fn credentials(&self, provider: &str) -> Option<&[Credential]> {
         self.inner.providers.get(provider).map(|slot| slot.credentials.as_slice())
-    }
-}
-
-/// What a routed stream may ask of the router once it is the caller's: the price of its
-/// answer, and recording a failure after content was sent. Nothing else of the router's
-/// insides reaches a stream.
-pub(crate) struct StreamSettler {
-    inner: Arc<Inner>,
-    /// The route that governed the request, for the policy's word after content was sent.
-    route: Arc<Route>,
-}
-
-impl StreamSettler {
-    /// The route that governed the request.
-    pub(crate) fn route(&self) -> &Route {
-        &self.route
-    }
-
-    /// What follows a failure after streamed content reached the caller: the policy's
-    /// decision (always to stop: nothing may restart), with its note for the trail.
-    pub(crate) fn after_content_sent(&self, error: &ProviderError) -> Option<String> {
-        let at = policy::FailurePoint {
-            retries: 0,
-            can_rotate: false,
-            chain: policy::Chain::General,
-            no_fallback: false,
-            single_call: false,
-            deadline: None,
-            now: tokio::time::Instant::now(),
-            cut_by_deadline: false,
-            content_sent: true,
-            special_chains: true,
-        };
-        let decision = policy::decide(&self.route, error, &at, &mut policy::NoMeans);
-        debug_assert_eq!(decision.next, policy::Next::Stop, "a stream is never restarted");
-        decision.note
-    }
-
-    /// The configured price of `target`'s model.
-    pub(crate) fn price(&self, target: &Target) -> Option<Price> {
-        self.inner.providers.get(target.provider())?.price(target.model()).copied()
-    }
-
-    /// Records that `target`, with credential `credential`, failed after its stream's content
-    /// reached the caller; returns the error redacted and stamped with the target and
-    /// credential.
-    /// Health learns of it when `record` (not when the caller's deadline cut the stream).
-    pub(crate) fn failed_mid_stream(
-        &self,
-        target: &Target,
-        credential: usize,
-        error: ProviderError,
-        record: bool,
-    ) -> ProviderError {
-        let slot = &self.inner.providers[target.provider()];
-        let credential_id = slot.credential_ids[credential].clone();
-        let error = redact(error, &slot.credentials[credential])
-            .with_target(target.clone())
-            .with_credential(credential_id.clone());
-        if record {
-            let events = self.inner.health.record_failure(target, &slot.credential_ids, credential, &error);
-            self.inner.publish_all(events);
-        }
-        self.inner.events.publish(EventKind::AttemptFailed {
-            target: target.clone(),
-            credential_id: Some(credential_id),
-            error: error.clone(),
-            will_retry: false,
-        });
-        error
-    }
-}
-
-/// Prefetched streams are served through the same engine.
-pub(crate) type StreamServed = Served<stream::Prefetched>;
-
-/// Removes the credential's key from whatever an upstream put in an error, so that no
-/// provider (adapters, custom providers) can leak a key into trails, events, health or logs.
-/// Every error from a provider passes here: an attempt's, and a stream's after its first
-/// chunk.
-fn redact(error: ProviderError, credential: &Credential) -> ProviderError {
-    match credential.key() {
-        Some(key) => error.redacted(key),
-        None => error,
     }
 }
 

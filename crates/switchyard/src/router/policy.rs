@@ -34,7 +34,7 @@ pub(super) struct FailurePoint {
     /// The request is one call and nothing more ([`RequestOptions::single_call`]): no retry,
     /// no other key.
     ///
-    /// [`RequestOptions::single_call`]: super::RequestOptions::single_call
+    /// [`RequestOptions::single_call`]: crate::RequestOptions::single_call
     pub(super) single_call: bool,
     pub(super) deadline: Option<Instant>,
     pub(super) now: Instant,

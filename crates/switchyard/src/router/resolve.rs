@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::Router;
+use super::inner::Inner;
 use crate::route::{Rotation, Route, RouteTarget};
 use crate::{RouteError, Target};
 
@@ -16,18 +16,17 @@ pub(super) struct Resolved {
     pub(super) explicit: bool,
 }
 
-impl Router {
+impl Inner {
     /// The route or target `model` names; an empty model takes the default route.
     pub(super) fn resolve(&self, model: &str) -> Result<Resolved, RouteError> {
-        let inner = &self.inner;
-        let name = if model.is_empty() { &*inner.default_route } else { model };
-        if let Some(slot) = inner.routes.get(name) {
+        let name = if model.is_empty() { &*self.default_route } else { model };
+        if let Some(slot) = self.routes.get(name) {
             let route = slot.route.clone();
             let chain = self.rotate(&route, &slot.turn);
             return Ok(Resolved { route, chain, explicit: false });
         }
         match model.parse::<Target>() {
-            Ok(target) if inner.providers.contains_key(target.provider()) => {
+            Ok(target) if self.providers.contains_key(target.provider()) => {
                 let route = Arc::new(self.default_route().for_named_target(target.clone()));
                 Ok(Resolved { route, chain: vec![target], explicit: true })
             }
@@ -37,7 +36,7 @@ impl Router {
 
     /// The error for a model that names nothing, listing what can be named.
     pub(super) fn unknown_model(&self, model: &str) -> RouteError {
-        let mut known: Vec<String> = self.inner.route_order.iter().map(ToString::to_string).collect();
+        let mut known: Vec<String> = self.route_order.iter().map(ToString::to_string).collect();
         for target in self.routes().flat_map(|r| r.all_targets()) {
             let name = target.to_string();
             // A target of several routes is listed once, where it first appears.
@@ -82,14 +81,13 @@ impl Router {
     /// `tier` ordered fastest first or cheapest first (see [`Rotation`]).
     fn by_measure(&self, rotation: Rotation, tier: &[RouteTarget]) -> Vec<Target> {
         // Unmeasured targets first: they are probed until they have a latency.
-        let latency = |t: &Target| self.inner.latency.quantile(t, 0.5).map_or(Duration::ZERO, |(p50, _)| p50);
+        let latency = |t: &Target| self.latency.quantile(t, 0.5).map_or(Duration::ZERO, |(p50, _)| p50);
         let mut ordered: Vec<(Option<f64>, Duration, Target)> = tier
             .iter()
             .map(|t| {
                 let price = match rotation {
                     Rotation::Cheapest => Some(
-                        self.inner
-                            .providers
+                        self.providers
                             .get(t.target.provider())
                             .and_then(|slot| slot.price(t.target.model()))
                             .map_or(f64::INFINITY, |p| p.input_per_million + p.output_per_million),
@@ -102,12 +100,10 @@ impl Router {
         // Stable: configured order breaks the last ties.
         ordered.sort_by(|a, b| a.0.unwrap_or(0.0).total_cmp(&b.0.unwrap_or(0.0)).then(a.1.cmp(&b.1)));
         let mut chain: Vec<Target> = ordered.into_iter().map(|(_, _, t)| t).collect();
-        if rotation == Rotation::LeastLatency
-            && chain.len() > 1
-            && self.inner.jitter.next_u64().is_multiple_of(20)
+        if rotation == Rotation::LeastLatency && chain.len() > 1 && self.jitter.next_u64().is_multiple_of(20)
         {
             // Now and then another target first, so a slower one's latency stays known.
-            let other = 1 + (self.inner.jitter.next_u64() % (chain.len() as u64 - 1)) as usize;
+            let other = 1 + (self.jitter.next_u64() % (chain.len() as u64 - 1)) as usize;
             let explored = chain.remove(other);
             chain.insert(0, explored);
         }
@@ -120,7 +116,7 @@ impl Router {
         if total == 0 {
             return 0;
         }
-        let mut draw = self.inner.jitter.next_u64() % total;
+        let mut draw = self.jitter.next_u64() % total;
         tier.iter()
             .position(|t| {
                 let w = u64::from(t.weight);

@@ -1,98 +1,53 @@
 //! One request's walk along its route, as the contract says it: for each target in the plan,
-//! attempt, then ask the policy; when the chains are done, the refusal kept aside, then the
-//! candidates, then the error that carries every attempt.
+//! attempt, then apply what the attempt came to (the policy decides after a failure); when the
+//! chains are done, the answer, else the refusal kept aside, else the candidates, else the
+//! error that carries every attempt.
+//!
+//! A run's state has owners: the [`Context`] the request fixed at its start, the [`Plan`] of
+//! what is left to try, the [`Record`] of what happened, and the [`Verdict`] so far. An
+//! attempt ([`Run::attempt`], in `attempt.rs`) returns what it came to; one function
+//! ([`Run::apply`], in `apply.rs`) writes it to them and says what the walk does next.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::exchange::{Exchange, Served};
-use super::policy::Chain;
+use super::inner::Inner;
+use super::options::RequestOptions;
+use super::plan::Plan;
+use super::record::Record;
 use super::resolve::Resolved;
-use super::{Inner, RequestOptions};
-use crate::events::EventKind;
+use super::verdict::{TargetAnswer, Verdict};
 use crate::route::Route;
-use crate::trail::{Outcome, Timing, Trail, Via};
+use crate::trail::Via;
 use crate::{ErrorKind, ProviderError, RouteError, Target};
 
-/// The targets still to try, and which chain they belong to.
-pub(super) struct Plan {
-    queue: VecDeque<(Target, bool)>,
-    pub(super) chain: Chain,
-    /// Whether any target of this chain got past the health gate.
-    called: bool,
-    /// The gated target of this chain whose gate opens first.
-    soonest: Option<(Target, Instant)>,
+/// What a request fixed at its start, read by every attempt and written by none. The two calls
+/// of a hedged pair share it, so it holds nothing that is not `Sync`.
+pub(super) struct Context<'r, X> {
+    pub(super) inner: &'r Inner,
+    pub(super) x: &'r X,
+    /// The route that governs the request.
+    pub(super) route: Arc<Route>,
+    pub(super) options: &'r RequestOptions,
+    /// The request named a target, not a route.
+    pub(super) explicit: bool,
+    pub(super) deadline: Option<Instant>,
+    /// How long a failed target is gated; `None` when the route turned the gate off.
+    pub(super) health_ttl: Option<Duration>,
 }
 
-impl Plan {
-    fn new(chain: Vec<Target>, no_fallback: bool) -> Self {
-        let mut queue: VecDeque<(Target, bool)> = chain.into_iter().map(|t| (t, false)).collect();
-        if no_fallback {
-            queue.truncate(1);
-        }
-        Self { queue, chain: Chain::General, called: false, soonest: None }
-    }
-
-    /// The next target, and whether it is forced past its gate: when every target of the chain
-    /// was gated, a stale verdict must not become an outage, so the one that recovers first is
-    /// tried anyway.
-    fn next(&mut self) -> Option<(Target, bool)> {
-        match self.queue.pop_front() {
-            Some(next) => Some(next),
-            None if !self.called => self.soonest.take().map(|(target, _)| (target, true)),
-            None => None,
-        }
-    }
-
-    /// Walks `targets` as `chain` instead of what is left.
-    pub(super) fn switch(&mut self, chain: Chain, targets: &[Target]) {
-        self.queue = targets.iter().map(|t| (t.clone(), false)).collect();
-        self.chain = chain;
-        (self.called, self.soonest) = (false, None);
-    }
-
-    /// A target got past the gate.
-    pub(super) fn called(&mut self) {
-        self.called = true;
-    }
-
-    /// A target was gated until `until`.
-    pub(super) fn gated(&mut self, target: &Target, until: Instant) {
-        if self.soonest.as_ref().is_none_or(|(_, best)| until < *best) {
-            self.soonest = Some((target.clone(), until));
-        }
-    }
-
-    /// Whether another target follows this one (pacing may spill over to it).
-    pub(super) fn has_more(&self) -> bool {
-        !self.queue.is_empty()
-    }
-
-    /// The next target that is not `not`, without taking it (a hedge's).
-    pub(super) fn peek_other(&self, not: &Target) -> Option<Target> {
-        self.queue.iter().map(|(target, _)| target).find(|target| *target != not).cloned()
-    }
-
-    /// Takes `target` out of what is left (a hedge on it failed: it is done for this request).
-    pub(super) fn remove(&mut self, target: &Target) {
-        self.queue.retain(|(queued, _)| queued != target);
+impl<X> Context<'_, X> {
+    /// The request walks its first target only: fallback off, or one call.
+    pub(super) fn no_fallback(&self) -> bool {
+        self.options.first_target_only()
     }
 }
 
-/// A refusal redirected to the content-policy chain: served after all if that chain produces
-/// nothing, since it is the provider's real answer.
-pub(super) struct Refusal<O> {
-    pub(super) output: O,
-    pub(super) target: Target,
-    pub(super) credential: usize,
-    pub(super) sent: Instant,
-}
-
-/// What an attempt leaves the walk to do. Small on purpose: the answer itself waits in
-/// [`Run::answer`] rather than being moved through every layer that returns a step.
+/// What the walk does after an attempt. Small on purpose: the answer itself waits in the
+/// [`Verdict`] rather than being moved through every layer that returns a step.
 pub(super) enum Step {
     /// Try the same target again (a retry, after [`TargetTry::backoff`], or another key).
     Again,
@@ -100,7 +55,7 @@ pub(super) enum Step {
     Next,
     /// Stop walking the chains: out of time.
     Finish,
-    /// Answered: the answer is in [`Run::answer`].
+    /// Answered: the answer is in the verdict.
     Answered,
     /// The request failed with this error, returned unchanged.
     Stop(RouteError),
@@ -111,39 +66,10 @@ pub(super) enum Step {
 
 /// One request in progress.
 pub(super) struct Run<'r, X: Exchange> {
-    pub(super) inner: &'r Inner,
-    pub(super) x: &'r X,
-    pub(super) route: Arc<Route>,
-    pub(super) explicit: bool,
-    pub(super) no_fallback: bool,
-    /// One call and nothing more (see [`RequestOptions::single_call`]).
-    pub(super) single_call: bool,
-    /// The client's headers to pass on (empty for most requests: no allocation).
-    pub(super) forward: Vec<(String, String)>,
-    /// The request's span, when it is traced: each attempt sent is a child of it.
-    pub(super) trace: Option<crate::trace::TraceContext>,
-    pub(super) started: Instant,
-    pub(super) deadline: Option<Instant>,
-    pub(super) health_ttl: Option<Duration>,
+    pub(super) ctx: Context<'r, X>,
     pub(super) plan: Plan,
-    pub(super) trail: Trail,
-    pub(super) queued_total: Duration,
-    pub(super) last_error: Option<ProviderError>,
-    /// The target called last, for the provider-switch event.
-    pub(super) previous: Option<Target>,
-    pub(super) out_of_time: bool,
-    /// Boxed: rarely set, and the answer it holds would grow every request's state.
-    pub(super) refusal: Option<Box<Refusal<X::Output>>>,
-    /// The answer, once an attempt produced one.
-    pub(super) answer: Option<Served<X::Output>>,
-    /// Why each target skipped as unsupported could not serve the request, in order.
-    pub(super) unsupported: Vec<String>,
-    /// Whether this request was hedged (at most once).
-    pub(super) hedged: bool,
-    /// Whose remembered answers a `cache` candidate may serve.
-    pub(super) cache_scope: String,
-    /// The request opted out of remembered answers.
-    pub(super) no_cache: bool,
+    pub(super) record: Record<'r>,
+    pub(super) verdict: Verdict<X::Output>,
 }
 
 /// One target's tries within a request.
@@ -170,7 +96,7 @@ impl TargetTry {
 }
 
 impl<'r, X: Exchange> Run<'r, X> {
-    pub(super) fn new(inner: &'r Inner, x: &'r X, resolved: Resolved, options: &RequestOptions) -> Self {
+    pub(super) fn new(inner: &'r Inner, x: &'r X, resolved: Resolved, options: &'r RequestOptions) -> Self {
         let Resolved { route, chain, explicit } = resolved;
         let started = Instant::now();
         inner.budget.record_request();
@@ -178,51 +104,41 @@ impl<'r, X: Exchange> Run<'r, X> {
             hedges.record_request();
         }
         Self {
-            inner,
-            x,
-            deadline: options.deadline.or(route.timeouts().deadline).map(|d| started + d),
-            health_ttl: route.health_gate().then(|| route.health_ttl()),
-            plan: Plan::new(chain, options.no_fallback || options.single_call),
-            route,
-            explicit,
-            no_fallback: options.no_fallback || options.single_call,
-            single_call: options.single_call,
-            forward: options.forward_headers.clone(),
-            trace: options.trace,
-            started,
-            trail: Trail::default(),
-            queued_total: Duration::ZERO,
-            last_error: None,
-            previous: None,
-            out_of_time: false,
-            refusal: None,
-            answer: None,
-            unsupported: Vec::new(),
-            hedged: false,
-            cache_scope: options.cache_scope.clone(),
-            no_cache: options.no_cache,
+            plan: Plan::new(chain, options.first_target_only()),
+            record: Record::new(&inner.events, started),
+            verdict: Verdict::new(),
+            ctx: Context {
+                inner,
+                x,
+                deadline: options.deadline.or(route.timeouts().deadline).map(|d| started + d),
+                health_ttl: route.health_gate().then(|| route.health_ttl()),
+                route,
+                options,
+                explicit,
+            },
         }
     }
 
     /// Walks the plan to an answer or a final error.
     pub(super) async fn go(&mut self) -> Result<Served<X::Output>, RouteError> {
+        let inner = self.ctx.inner;
         'plan: while let Some((target, force)) = self.plan.next() {
-            let Some(mut slot) = self.inner.providers.get(target.provider()) else { continue };
+            let Some(mut slot) = inner.providers.get(target.provider()) else { continue };
             let note = force.then(|| "every target was gated; trying the one that recovers first".to_owned());
             let mut tries = TargetTry::new(target, force, note);
             loop {
-                match self.attempt(slot, &mut tries).await {
+                let end = self.attempt(slot, &tries).await;
+                match self.apply(&mut tries, end) {
                     Step::Again => {
                         if let Some(delay) = tries.backoff.take() {
                             tokio::time::sleep(delay).await;
                         }
                     }
                     Step::Next => continue 'plan,
-                    Step::Finish => break 'plan,
-                    Step::Answered => break 'plan,
+                    Step::Finish | Step::Answered => break 'plan,
                     Step::Stop(error) => return Err(error),
                     Step::TakeOver(next) => {
-                        let Some(next_slot) = self.inner.providers.get(next.target.provider()) else {
+                        let Some(next_slot) = inner.providers.get(next.target.provider()) else {
                             continue 'plan;
                         };
                         (slot, tries) = (next_slot, *next);
@@ -233,11 +149,18 @@ impl<'r, X: Exchange> Run<'r, X> {
                 }
             }
         }
-        if let Some(served) = self.answer.take() {
-            return Ok(served);
+        self.end().await
+    }
+
+    /// After the walk: the answer; else the refusal the content-policy chain replaced; else
+    /// the candidates; else the error with every attempt.
+    async fn end(&mut self) -> Result<Served<X::Output>, RouteError> {
+        if let Some(answer) = self.verdict.take_answer() {
+            return Ok(self.serve(answer));
         }
-        if let Some(served) = self.serve_refusal() {
-            return Ok(served);
+        if let Some(refusal) = self.verdict.take_refusal() {
+            self.record.refusal_served();
+            return Ok(self.serve(refusal));
         }
         // Boxed: a cold path that would otherwise grow every request's future.
         if let Some(served) = Box::pin(self.candidates()).await {
@@ -246,17 +169,13 @@ impl<'r, X: Exchange> Run<'r, X> {
         Err(self.all_failed())
     }
 
-    /// The content-policy chain produced nothing: the refusal it replaced is the answer.
-    fn serve_refusal(&mut self) -> Option<Served<X::Output>> {
-        let Refusal { output, target, credential, sent } = *self.refusal.take()?;
-        if let Some(redirected) =
-            self.trail.attempts_mut().iter_mut().find(|a| a.outcome == Outcome::Redirected)
-        {
-            redirected.note = Some("the content-policy chain failed: this refusal is the answer".to_owned());
-        }
+    /// A target's answer, served.
+    fn serve(&mut self, answer: TargetAnswer<X::Output>) -> Served<X::Output> {
+        let TargetAnswer { output, target, credential, permit, sent } = answer;
         let mut served = self.served(output, Via::Target(target.clone()), sent);
         served.answered = Some((target, credential));
-        Some(served)
+        served.permit = permit;
+        served
     }
 
     /// What is served: `output` by `via`, its attempt sent at `sent`, the trail so far.
@@ -264,45 +183,33 @@ impl<'r, X: Exchange> Run<'r, X> {
         Served {
             output,
             via,
-            route: self.route.clone(),
-            trail: std::mem::take(&mut self.trail),
-            timing: Timing { total: self.started.elapsed(), queued: self.queued_total, first_token: None },
+            route: self.ctx.route.clone(),
+            timing: self.record.timing(),
+            trail: self.record.take_trail(),
             answered: None,
             permit: None,
             attempt_started: sent,
-            deadline: self.deadline,
-            timeouts: *self.route.timeouts(),
+            deadline: self.ctx.deadline,
+            timeouts: *self.ctx.route.timeouts(),
         }
     }
 
     /// The error when nothing answered, with the whole trail.
     fn all_failed(&mut self) -> RouteError {
-        if !self.unsupported.is_empty()
-            && self.trail.attempts().iter().all(|a| a.outcome == Outcome::SkippedUnsupported)
-        {
+        if let Some(reasons) = self.record.all_unsupported() {
             // No target could have served it: the request is the problem, said as such.
-            let detail = format!(
-                "no target of route `{}` can serve this request: {}",
-                self.route.name(),
-                self.unsupported.join("; ")
-            );
+            let detail =
+                format!("no target of route `{}` can serve this request: {reasons}", self.ctx.route.name());
             return self.upstream(ProviderError::new(ErrorKind::InvalidRequest, detail));
         }
-        if self.out_of_time
-            && let Some(last) = self.trail.last_mut()
-            && last.note.is_none()
-        {
-            last.note = Some("request deadline passed".to_owned());
+        if self.verdict.out_of_time() {
+            self.record.deadline_passed();
         }
-        self.inner.events.publish(EventKind::AllTargetsFailed {
-            route: self.route.name().to_owned(),
-            attempts: self.trail.len(),
-            last: self.last_error.as_ref().map(ProviderError::kind),
-        });
-        let route = self.route.name_arc().clone();
-        let trail = std::mem::take(&mut self.trail);
-        match self.last_error.take() {
-            Some(error) if self.no_fallback => RouteError::Upstream { error, trail, route },
+        self.record.gave_up(self.ctx.route.name(), self.verdict.last_kind());
+        let route = self.ctx.route.name_arc().clone();
+        let trail = self.record.take_trail();
+        match self.verdict.take_last_error() {
+            Some(error) if self.ctx.no_fallback() => RouteError::Upstream { error, trail, route },
             last => RouteError::AllTargetsFailed { trail, last, route },
         }
     }
@@ -311,8 +218,8 @@ impl<'r, X: Exchange> Run<'r, X> {
     pub(super) fn upstream(&mut self, error: ProviderError) -> RouteError {
         RouteError::Upstream {
             error,
-            trail: std::mem::take(&mut self.trail),
-            route: self.route.name_arc().clone(),
+            trail: self.record.take_trail(),
+            route: self.ctx.route.name_arc().clone(),
         }
     }
 }

@@ -13,8 +13,8 @@ use futures_core::Stream;
 use futures_util::StreamExt;
 use tokio::time::{Instant, Sleep};
 
-use super::exchange::Exchange;
-use super::{StreamServed, StreamSettler};
+use super::exchange::{Exchange, Served};
+use super::settler::StreamSettler;
 use crate::chat::{ChatChunk, ChatRequest, ChatResponse, Delta, Usage};
 use crate::pacing::Permit;
 use crate::provider::{BoxFuture, Call, ChunkStream, Provider};
@@ -308,7 +308,7 @@ impl fmt::Debug for RoutedStream {
 }
 
 impl RoutedStream {
-    pub(crate) fn new(router: StreamSettler, served: StreamServed) -> Self {
+    pub(crate) fn new(router: StreamSettler, served: Served<Prefetched>) -> Self {
         let attempt_end = served.attempt_started + served.timeouts.total;
         let (end, total_name, cut_by_deadline) = match served.deadline {
             Some(deadline) if deadline < attempt_end => (deadline, "request deadline", true),

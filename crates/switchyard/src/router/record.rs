@@ -1,0 +1,222 @@
+//! A request's record: its trail, its time queued by pacing, and why targets could not serve
+//! it. The one writer of the trail's entries and of the events that tell of attempts: every
+//! entry and every such event goes through a method named after what happened.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::credential::CredentialId;
+use crate::events::{EventBus, EventKind};
+use crate::pacing::Permit;
+use crate::trail::{Attempt, Outcome, Timing, Trail};
+use crate::{ErrorKind, Target};
+
+/// The record of one request.
+pub(super) struct Record<'r> {
+    events: &'r EventBus,
+    /// When the request began: entries are placed from it.
+    started: Instant,
+    trail: Trail,
+    /// Time spent waiting for the pacer, over all attempts.
+    queued: Duration,
+    /// Why each target skipped as unsupported could not serve the request, in order.
+    unsupported: Vec<String>,
+    /// The target called last, for the provider-switch event.
+    previous: Option<Target>,
+}
+
+impl<'r> Record<'r> {
+    pub(super) fn new(events: &'r EventBus, started: Instant) -> Self {
+        Self {
+            events,
+            started,
+            trail: Trail::default(),
+            queued: Duration::ZERO,
+            unsupported: Vec::new(),
+            previous: None,
+        }
+    }
+
+    /// How long after the request began `at` is: where an entry starts.
+    pub(super) fn offset(&self, at: Instant) -> Duration {
+        at - self.started
+    }
+
+    /// Where the request's time went, up to now.
+    pub(super) fn timing(&self) -> Timing {
+        Timing { total: self.started.elapsed(), queued: self.queued, first_token: None }
+    }
+
+    /// Whether nothing was recorded yet: the request's first attempt is under way.
+    pub(super) fn is_empty(&self) -> bool {
+        self.trail.is_empty()
+    }
+
+    /// How many entries the trail holds.
+    pub(super) fn len(&self) -> usize {
+        self.trail.len()
+    }
+
+    /// The trail, for the answer or the error that ends the request.
+    pub(super) fn take_trail(&mut self) -> Trail {
+        std::mem::take(&mut self.trail)
+    }
+
+    /// A call to `target` begins (not a retry of the same one): a move from the target called
+    /// last is announced, with the kind of failure that caused it.
+    pub(super) fn calling(&mut self, target: &Target, reason: Option<ErrorKind>) {
+        if let Some(from) = self.previous.replace(target.clone())
+            && from != *target
+        {
+            self.events.publish(EventKind::ProviderSwitch { from, to: target.clone(), reason });
+        }
+    }
+
+    /// The pacer let a call of `provider` with `credential_id` go after `permit.waited`.
+    pub(super) fn paced(&mut self, provider: &Arc<str>, credential_id: &CredentialId, permit: &Permit) {
+        if let Some(reason) = permit.reason {
+            self.events.publish(EventKind::RateLimitWaited {
+                provider: provider.clone(),
+                credential_id: credential_id.clone(),
+                waited: permit.waited,
+                reason,
+            });
+        }
+        self.queued += permit.waited;
+    }
+
+    /// A hedge on `hedge` started beside `first`, `after` it was sent.
+    pub(super) fn hedge_started(&self, route: &str, first: &Target, hedge: &Target, after: Duration) {
+        self.events.publish(EventKind::HedgeStarted {
+            route: route.to_owned(),
+            first: first.clone(),
+            hedge: hedge.clone(),
+            after,
+        });
+    }
+
+    /// The hedge on `hedge` answered before `first`.
+    pub(super) fn hedge_won(&self, route: &str, hedge: &Target, first: &Target) {
+        self.events.publish(EventKind::HedgeWon {
+            route: route.to_owned(),
+            hedge: hedge.clone(),
+            first: first.clone(),
+        });
+    }
+
+    /// The health gate skipped a target.
+    pub(super) fn skipped(&mut self, attempt: Attempt) {
+        self.trail.push(attempt);
+    }
+
+    /// The gate stopped a retry: the attempt it retried failed after all, for `reason`.
+    pub(super) fn retry_gated(&mut self, reason: String) {
+        if let Some(last) = self.trail.last_mut() {
+            last.outcome = Outcome::Failed;
+            last.note = Some(reason);
+        }
+    }
+
+    /// The pacer refused a call.
+    pub(super) fn refused(&mut self, attempt: Attempt) {
+        self.trail.push(attempt);
+    }
+
+    /// A target was skipped: the request cannot be written in its API. Its reason is kept for
+    /// the error when no target could serve the request.
+    pub(super) fn unsupported(&mut self, attempt: Attempt) {
+        if let (Some(target), Some(error)) = (attempt.target(), &attempt.error) {
+            self.unsupported.push(format!("{target}: {}", error.detail()));
+        }
+        self.trail.push(attempt);
+    }
+
+    /// A target answered.
+    pub(super) fn succeeded(&mut self, attempt: Attempt) {
+        self.trail.push(attempt);
+    }
+
+    /// A target's answer was a refusal, redirected to the content-policy chain.
+    pub(super) fn redirected(&mut self, attempt: Attempt) {
+        self.trail.push(attempt);
+    }
+
+    /// A call failed, its outcome decided: announced, with whether it will be retried.
+    pub(super) fn failed(&mut self, attempt: Attempt) {
+        if let (Some(target), Some(error)) = (attempt.target(), &attempt.error) {
+            self.events.publish(EventKind::AttemptFailed {
+                target: target.clone(),
+                credential_id: attempt.credential_id.clone(),
+                error: error.clone(),
+                will_retry: attempt.outcome == Outcome::Retried,
+            });
+        }
+        self.trail.push(attempt);
+    }
+
+    /// The half of a hedged pair that lost (cancelled while it ran, or failed beside the
+    /// other): recorded, not announced, since nothing is decided on it.
+    pub(super) fn lost(&mut self, attempt: Attempt) {
+        self.trail.push(attempt);
+    }
+
+    /// A hedge that lost to the first attempt recorded at `first`: placed after it, since it
+    /// started later.
+    pub(super) fn lost_beside(&mut self, first: usize, attempt: Attempt) {
+        self.trail.insert(first + 1, attempt);
+    }
+
+    /// A candidate is asked.
+    pub(super) fn candidate_started(&self, name: &Arc<str>) {
+        self.events.publish(EventKind::CandidateStarted { name: name.clone() });
+    }
+
+    /// A candidate answered.
+    pub(super) fn candidate_answered(&mut self, attempt: Attempt, name: &Arc<str>) {
+        self.trail.push(attempt);
+        self.events.publish(EventKind::CandidateSucceeded { name: name.clone() });
+    }
+
+    /// A candidate failed with `detail`.
+    pub(super) fn candidate_failed(&mut self, attempt: Attempt, name: Arc<str>, detail: String) {
+        self.trail.push(attempt);
+        self.events.publish(EventKind::CandidateFailed { name, detail });
+    }
+
+    /// The content-policy chain produced nothing: the refusal it replaced is served.
+    pub(super) fn refusal_served(&mut self) {
+        if let Some(redirected) =
+            self.trail.attempts_mut().iter_mut().find(|a| a.outcome == Outcome::Redirected)
+        {
+            redirected.note = Some("the content-policy chain failed: this refusal is the answer".to_owned());
+        }
+    }
+
+    /// The reasons of every target skipped as unsupported, when that is all the trail holds:
+    /// no target could have served the request.
+    pub(super) fn all_unsupported(&self) -> Option<String> {
+        let all = !self.unsupported.is_empty()
+            && self.trail.attempts().iter().all(|a| a.outcome == Outcome::SkippedUnsupported);
+        all.then(|| self.unsupported.join("; "))
+    }
+
+    /// The request's deadline ended the walk: said on the last entry, unless it says why already.
+    pub(super) fn deadline_passed(&mut self) {
+        if let Some(last) = self.trail.last_mut()
+            && last.note.is_none()
+        {
+            last.note = Some("request deadline passed".to_owned());
+        }
+    }
+
+    /// Nothing answered along `route`; `last` is the kind of the latest failure.
+    pub(super) fn gave_up(&self, route: &str, last: Option<ErrorKind>) {
+        self.events.publish(EventKind::AllTargetsFailed {
+            route: route.to_owned(),
+            attempts: self.trail.len(),
+            last,
+        });
+    }
+}
