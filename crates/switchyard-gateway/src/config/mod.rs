@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use switchyard::credential::Secret;
 use switchyard::health::HealthSettings;
-use switchyard::pacing::{LimitPacer, Limits};
 use switchyard::provider::Provider;
 use switchyard::route::{Candidate, ErrorFilter, Retry, Rotation, Route, RouteTarget, Timeouts};
 use switchyard::simulated::SimulatedProvider;
+use switchyard_pacing::{LimitPacer, Limits};
 
 use crate::drills::Drills;
 use crate::logging::LogFilter;

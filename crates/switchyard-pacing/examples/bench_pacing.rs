@@ -1,16 +1,16 @@
 //! Measures what pacing costs a request: the same chats through a router without limits (no
 //! pacer at all) and with limits high enough never to wait (the pacer's bookkeeping alone).
 //!
-//! `cargo run --release -p switchyard --example bench_pacing [requests]`
+//! `cargo run --release -p switchyard-pacing --example bench_pacing [requests]`
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use switchyard::chat::{ChatRequest, Message};
-use switchyard::pacing::{LimitPacer, Limits};
 use switchyard::route::Route;
 use switchyard::simulated::SimulatedProvider;
 use switchyard::{ProviderEntry, Router};
+use switchyard_pacing::{LimitPacer, Limits};
 
 fn router(limits: Option<Limits>) -> Result<Router, Box<dyn std::error::Error>> {
     let mut builder = Router::builder()
