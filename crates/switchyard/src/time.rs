@@ -1,6 +1,7 @@
 //! Dates and durations as providers and configuration write them: Go-style durations
-//! (`6m0s`), RFC 3339 timestamps, HTTP dates, and the calendar arithmetic behind them. The one
-//! place in the workspace that turns day counts into dates and back.
+//! (`6m0s`), RFC 3339 timestamps, HTTP dates, and the calendar arithmetic behind them, which the
+//! gateway's log lines and the tests' upstreams use too (only the mock upstream and the
+//! gateway's build script, which do not link the engine, keep their own copy).
 //!
 //! ```
 //! use std::time::{Duration, UNIX_EPOCH};
