@@ -24,11 +24,12 @@ use std::time::{Duration, Instant};
 
 use switchyard::chat::{ChatRequest, Message};
 use switchyard::credential::CredentialId;
-use switchyard::pacing::fleet::FleetPacing;
-use switchyard::pacing::{LimitPacer, Limits, PaceRequest, Pacer};
+use switchyard::pacing::{PaceRequest, Pacer};
 use switchyard::route::Route;
 use switchyard::simulated::SimulatedProvider;
 use switchyard::{ProviderEntry, Router};
+use switchyard_pacing::fleet::FleetPacing;
+use switchyard_pacing::{LimitPacer, Limits};
 use switchyard_state::testing::RedisServer;
 use switchyard_state::{RedisStore, StateSettings};
 

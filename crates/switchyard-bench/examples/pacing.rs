@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use switchyard::chat::{ChatRequest, Message};
-use switchyard::pacing::{LimitPacer, Limits};
 use switchyard::route::Route;
 use switchyard::simulated::SimulatedProvider;
 use switchyard::{ProviderEntry, Router};
+use switchyard_pacing::{LimitPacer, Limits};
 
 fn router(limits: Option<Limits>) -> Result<Router, Box<dyn std::error::Error>> {
     let mut builder = Router::builder()

@@ -378,7 +378,7 @@ pub fn rfc3339(at: SystemTime) -> String {
 fn timestamp(out: &mut Vec<u8>, now: SystemTime) {
     let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
     let seconds = since.as_secs();
-    let (year, month, day) = switchyard::ratelimit::civil_from_days((seconds / 86_400) as i64);
+    let (year, month, day) = switchyard::time::civil_from_days((seconds / 86_400) as i64);
     let time = seconds % 86_400;
     digits(out, u64::try_from(year).unwrap_or(0), 4);
     out.push(b'-');

@@ -230,7 +230,7 @@ routes:
 
 /// The fleet's documented bound over the bucket: its slices, one per replica.
 fn slices() -> f64 {
-    REPLICAS as f64 * switchyard::pacing::fleet::slice_size(RPM, REPLICAS)
+    REPLICAS as f64 * switchyard_pacing::fleet::slice_size(RPM, REPLICAS)
 }
 
 /// The account as the upstream enforces it: 20 a second, and a burst of the fleet's bucket
@@ -381,7 +381,7 @@ async fn with_redis_stalled_mid_fan_out_no_request_fails_and_each_replica_sends_
     // plus the slice it held when Redis stopped.
     let stretch = ended.duration_since(stalled_at).as_secs_f64();
     let per_sec = RPM / 60.0;
-    let slice = switchyard::pacing::fleet::slice_size(RPM, REPLICAS);
+    let slice = switchyard_pacing::fleet::slice_size(RPM, REPLICAS);
     let share = per_sec / REPLICAS as f64 * (1.0 + stretch) + slice + 1.0;
     for replica in 0..REPLICAS {
         let sent = account.admitted.iter().filter(|(r, at)| *r == replica && *at > stalled_at).count();

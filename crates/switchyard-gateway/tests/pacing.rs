@@ -71,7 +71,7 @@ fn rfc3339(at: SystemTime) -> String {
     let since = at.duration_since(UNIX_EPOCH).unwrap();
     let (secs, millis) = (since.as_secs() as i64, since.subsec_millis());
     let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (year, month, day) = switchyard::ratelimit::civil_from_days(days);
+    let (year, month, day) = switchyard::time::civil_from_days(days);
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
         rest / 3600,

@@ -24,7 +24,7 @@ use switchyard::chat::{
     PromptTokensDetails, ResponseFormat, Role, Stop, Tool, ToolCall, ToolChoice, ToolChoiceFunction, Usage,
 };
 use switchyard::provider::Provider;
-use switchyard::ratelimit::{MAX_RESET, parse_duration};
+use switchyard::time::{MAX_DURATION, parse_duration};
 use switchyard::{ErrorKind, ProviderError};
 use switchyard_providers::openai::OpenAiProvider;
 use switchyard_providers::{BuildError, ProviderKind, ProviderSettings};
@@ -1416,7 +1416,7 @@ proptest! {
     #[test]
     fn parse_duration_reads_go_style_durations(hours in 0u64..48, minutes in 0u64..60, seconds in 0u64..60, millis in 0u64..1000) {
         let text = go_duration(hours, minutes, seconds, millis);
-        let expected = Duration::from_millis(((hours * 60 + minutes) * 60 + seconds) * 1000 + millis).min(MAX_RESET);
+        let expected = Duration::from_millis(((hours * 60 + minutes) * 60 + seconds) * 1000 + millis).min(MAX_DURATION);
 
         let parsed = parse_duration(&text);
 
@@ -1433,7 +1433,7 @@ proptest! {
     #[test]
     fn parse_duration_never_panics_on_near_miss_durations(text in "[0-9.hmsunµ -]{0,24}") {
         if let Some(duration) = parse_duration(&text) {
-            prop_assert!(duration <= MAX_RESET);
+            prop_assert!(duration <= MAX_DURATION);
         }
     }
 }

@@ -12,11 +12,11 @@
 //! reconnect or lost subscription. When Redis is down or stalled the replica carries on from
 //! its own memory, reports `degraded`, and writes what it learned back when Redis returns.
 //!
-//! The store is also a [`FleetPacing`](switchyard::pacing::fleet::FleetPacing): hand it to
-//! [`LimitPacer::shared`](switchyard::pacing::LimitPacer::shared) and the requests and
+//! The store is also a [`FleetPacing`](switchyard_pacing::fleet::FleetPacing): hand it to
+//! [`LimitPacer::shared`](switchyard_pacing::LimitPacer::shared) and the requests and
 //! tokens per minute, the header-stated budgets and the 429 holds of every lane are one
 //! allowance for the fleet, leased to each replica in small slices (see
-//! `switchyard::pacing::fleet` for the slice size and the error bound). Call
+//! `switchyard_pacing::fleet` for the slice size and the error bound). Call
 //! [`RedisStore::close`] at shutdown to give back what was leased and not spent.
 //!
 //! ```no_run

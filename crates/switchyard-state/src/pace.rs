@@ -1,15 +1,15 @@
 //! Pacing as one fleet: the [`FleetPacing`] side of the store, whose calls the background
-//! task makes (see `switchyard::pacing::fleet` for the arithmetic and its bounds).
+//! task makes (see `switchyard_pacing::fleet` for the arithmetic and its bounds).
 
 use std::sync::Weak;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde_json::Value;
-use switchyard::pacing::fleet::{
+use switchyard::provider::BoxFuture;
+use switchyard_pacing::fleet::{
     BucketSpec, DIMENSIONS, FleetPacing, FleetReport, FleetSink, LeaseAsk, LeaseGrant, Window,
 };
-use switchyard::provider::BoxFuture;
 use tokio::sync::oneshot;
 
 use crate::RedisStore;

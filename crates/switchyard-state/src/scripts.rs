@@ -14,7 +14,7 @@
 //! - `P:pace:<lane>`: one hash per paced lane (a provider, or `provider/credential`): the
 //!   fleet's requests and tokens buckets (`l0`, `l1`, refilled from `t`), the windows the
 //!   provider's headers state (`h<i>` left, `h<i>l` limit, `h<i>r` reset, `h<i>p` a probe
-//!   window after a reset) and a 429's `hold`; see `switchyard::pacing::fleet`;
+//!   window after a reset) and a 429's `hold`; see `switchyard_pacing::fleet`;
 //! - `P:changes`: the channel every write is published on (and pacing's holds and windows).
 //!
 //! Each script answers with the JSON it published (or would have), so the writer learns the

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use support::{PROPAGATION, eventually, redis_replica};
-use switchyard::pacing::fleet::{
+use switchyard_pacing::fleet::{
     BucketSpec, DIMENSIONS, FleetPacing, FleetReport, FleetSink, HEADERS, LeaseAsk, RPM, StatedReport, TPM,
 };
 use switchyard_state::testing::RedisServer;

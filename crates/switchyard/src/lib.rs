@@ -29,7 +29,9 @@
 //! The pieces: [`chat`] (canonical types), [`Target`], the error catalog ([`ErrorKind`],
 //! [`ProviderError`]), [`route`] (policies), [`Router`], [`health`] (the health board),
 //! [`events`], [`trail`], [`provider`] (the trait upstreams implement), [`pacing`] (the seam for
-//! client-side pacing) and [`simulated`] (a scripted provider).
+//! client-side pacing; the limiter is the `switchyard-pacing` crate), [`ratelimit`] (what
+//! providers' rate-limit headers say), [`time`] (dates and durations as providers write them)
+//! and [`simulated`] (a scripted provider).
 
 #![warn(missing_docs)]
 
@@ -56,6 +58,7 @@ pub mod stream {
     pub use crate::router::stream::{RoutedStream, StreamError};
 }
 mod target;
+pub mod time;
 pub mod timeouts;
 pub mod trace;
 pub mod trail;

@@ -1,16 +1,13 @@
-//! Client-side pacing: the router asks a [`Pacer`] for a permit before each call and holds it
-//! for the whole exchange, streams included. [`LimitPacer`] is the pacer of configured limits
-//! (concurrency, requests and tokens per minute, a minimum interval, the provider's own
-//! rate-limit headers); with no limits configured the router has no pacer at all and pays
-//! nothing for pacing.
+//! Client-side pacing's seam: the router asks a [`Pacer`] for a permit before each call and
+//! holds it for the whole exchange, streams included, and tells it what each answer's
+//! rate-limit headers said. The pacer of configured limits (concurrency, requests and tokens
+//! per minute, a minimum interval, the provider's own rate-limit headers, one allowance for a
+//! fleet of replicas) is `LimitPacer`, in the `switchyard-pacing` crate; with no limits
+//! configured the router has no pacer at all and pays nothing for pacing.
 
-pub mod fleet;
-mod headers;
-mod lane;
+mod snapshot;
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -20,10 +17,20 @@ use crate::credential::CredentialId;
 use crate::provider::BoxFuture;
 use crate::ratelimit::RateLimits;
 
-use fleet::{FleetPacing, FleetSink};
-pub use headers::{Dispatch, Stated};
-use lane::Lane;
-pub use lane::{HeadersSnapshot, LaneSnapshot, StatedSnapshot};
+pub use snapshot::{FleetLevels, FleetSnapshot, HeadersSnapshot, LaneSnapshot, StatedSnapshot};
+
+/// A call's place in its lane's dispatch order: handed out with a permit
+/// ([`Permit::dispatch`]) and given back with the call's answer ([`Pacer::observe_answer`]), so
+/// that the pacer knows which of its calls in flight the answer's headers counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Dispatch(u64);
+
+impl Dispatch {
+    /// The call numbered `sequence` in its lane's order (later calls get higher numbers).
+    pub const fn new(sequence: u64) -> Self {
+        Self(sequence)
+    }
+}
 
 /// Why the pacer held a request back; reported in [`Permit::reason`] and in the router's
 /// `RateLimitWaited` event.
@@ -157,212 +164,5 @@ pub trait Pacer: Send + Sync + 'static {
     /// The current allowance of every paced provider, for operators.
     fn snapshot(&self) -> Vec<LaneSnapshot> {
         Vec::new()
-    }
-}
-
-/// Limits of one provider (or, with `per_credential`, of each of its keys).
-///
-/// ```
-/// use std::time::Duration;
-/// use switchyard::pacing::Limits;
-///
-/// let limits = Limits { max_concurrent: Some(8), requests_per_minute: Some(300), ..Limits::default() };
-/// assert!(limits.is_set());
-/// assert!(!Limits::default().is_set());
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-pub struct Limits {
-    /// Most calls in flight at once; the permit is held for the whole exchange.
-    pub max_concurrent: Option<u32>,
-    /// Sustained request rate: a token bucket holding about one second's share as a burst.
-    pub requests_per_minute: Option<u32>,
-    /// Sustained token rate: each call reserves its estimate, corrected by the answer's usage.
-    pub tokens_per_minute: Option<u32>,
-    /// Smallest gap between two dispatches.
-    pub min_interval: Duration,
-    /// Slow down when the provider's headers say its window is nearly spent. Default on.
-    pub respect_headers: bool,
-    /// Share of every stated allowance to leave untouched for other consumers of the key.
-    pub reserve_fraction: f64,
-    /// The longest wait any provider header can impose (a skewed clock or a garbled header
-    /// costs at most this). Default 60 s.
-    pub max_header_wait: Duration,
-    /// One allowance per key instead of one for the whole provider.
-    pub per_credential: bool,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_concurrent: None,
-            requests_per_minute: None,
-            tokens_per_minute: None,
-            min_interval: Duration::ZERO,
-            respect_headers: true,
-            reserve_fraction: 0.0,
-            max_header_wait: Duration::from_secs(60),
-            per_credential: false,
-        }
-    }
-}
-
-impl Limits {
-    /// Whether any limit is set (`respect_headers` alone paces nothing until a provider speaks).
-    pub fn is_set(&self) -> bool {
-        self.max_concurrent.is_some()
-            || self.requests_per_minute.is_some()
-            || self.tokens_per_minute.is_some()
-            || !self.min_interval.is_zero()
-    }
-}
-
-/// The pacer of configured limits, one lane per provider (or per key).
-pub struct LimitPacer {
-    providers: HashMap<Arc<str>, ProviderLanes>,
-}
-
-struct ProviderLanes {
-    limits: Limits,
-    shared: Option<Arc<Lane>>,
-    per_key: std::sync::Mutex<HashMap<CredentialId, Arc<Lane>>>,
-    fleet: Option<Arc<dyn FleetPacing>>,
-}
-
-impl ProviderLanes {
-    fn lane(&self, provider: &str, credential: &CredentialId) -> Arc<Lane> {
-        if let Some(lane) = &self.shared {
-            return lane.clone();
-        }
-        let mut lanes = self.per_key.lock().unwrap_or_else(|p| p.into_inner());
-        lanes
-            .entry(credential.clone())
-            .or_insert_with(|| {
-                Arc::new(Lane::new(
-                    provider,
-                    Some(credential.clone()),
-                    self.limits.clone(),
-                    self.fleet.clone(),
-                ))
-            })
-            .clone()
-    }
-
-    /// Every lane made so far.
-    fn each(&self, mut visit: impl FnMut(&Lane)) {
-        if let Some(lane) = &self.shared {
-            visit(lane);
-        }
-        for lane in self.per_key.lock().unwrap_or_else(|p| p.into_inner()).values() {
-            visit(lane);
-        }
-    }
-}
-
-impl fmt::Debug for LimitPacer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LimitPacer").field("providers", &self.providers.keys().collect::<Vec<_>>()).finish()
-    }
-}
-
-impl LimitPacer {
-    /// A pacer for these providers' limits. Providers not named are not paced.
-    pub fn new(limits: impl IntoIterator<Item = (String, Limits)>) -> Self {
-        Self::build(limits, None)
-    }
-
-    /// A pacer whose requests and tokens per minute, header budgets and 429 holds are one
-    /// allowance for every replica sharing `fleet` (see [`fleet`]). `max_concurrent` and
-    /// `min_interval` stay this replica's own.
-    pub fn shared(
-        limits: impl IntoIterator<Item = (String, Limits)>,
-        fleet: Arc<dyn FleetPacing>,
-    ) -> Arc<Self> {
-        let pacer = Arc::new(Self::build(limits, Some(fleet.clone())));
-        let sink: Weak<dyn FleetSink> = Arc::downgrade(&pacer) as Weak<dyn FleetSink>;
-        fleet.watch(sink);
-        pacer
-    }
-
-    fn build(
-        limits: impl IntoIterator<Item = (String, Limits)>,
-        fleet: Option<Arc<dyn FleetPacing>>,
-    ) -> Self {
-        let providers = limits
-            .into_iter()
-            .map(|(provider, limits)| {
-                let shared = (!limits.per_credential)
-                    .then(|| Arc::new(Lane::new(&provider, None, limits.clone(), fleet.clone())));
-                let lanes =
-                    ProviderLanes { limits, shared, per_key: Default::default(), fleet: fleet.clone() };
-                (provider.into(), lanes)
-            })
-            .collect();
-        Self { providers }
-    }
-
-    /// The lane named `key` in the fleet (`provider` or `provider/credential`), if made.
-    fn with_fleet_lane(&self, key: &str, visit: impl FnOnce(&Lane)) {
-        let provider = key.split_once('/').map_or(key, |(provider, _)| provider);
-        let Some(lanes) = self.providers.get(provider) else { return };
-        let mut visit = Some(visit);
-        lanes.each(|lane| {
-            if lane.fleet_key() == Some(key)
-                && let Some(visit) = visit.take()
-            {
-                visit(lane);
-            }
-        });
-    }
-}
-
-impl FleetSink for LimitPacer {
-    fn held(&self, lane: &str, hold: Duration) {
-        self.with_fleet_lane(lane, |lane| lane.held_by_fleet(hold));
-    }
-
-    fn window_opened(&self, lane: &str, header: usize) {
-        self.with_fleet_lane(lane, |lane| lane.window_opened(header));
-    }
-
-    fn surrender(&self) {
-        for lanes in self.providers.values() {
-            lanes.each(Lane::surrender);
-        }
-    }
-}
-
-impl Pacer for LimitPacer {
-    fn acquire<'a>(&'a self, request: PaceRequest<'a>) -> BoxFuture<'a, Result<Permit, ProviderError>> {
-        let lane = self
-            .providers
-            .get(request.provider)
-            .map(|lanes| lanes.lane(request.provider, request.credential_id));
-        Box::pin(async move {
-            match lane {
-                None => Ok(Permit::immediate()),
-                Some(lane) => lane.acquire(request).await,
-            }
-        })
-    }
-
-    fn observe_answer(
-        &self,
-        provider: &str,
-        credential_id: &CredentialId,
-        answer_to: Option<Dispatch>,
-        limits: &RateLimits,
-    ) {
-        if let Some(lanes) = self.providers.get(provider) {
-            lanes.lane(provider, credential_id).observe(answer_to, limits);
-        }
-    }
-
-    fn snapshot(&self) -> Vec<LaneSnapshot> {
-        let mut lanes: Vec<LaneSnapshot> = Vec::new();
-        for lanes_of in self.providers.values() {
-            lanes_of.each(|lane| lanes.push(lane.snapshot()));
-        }
-        lanes.sort_by(|a, b| (&a.provider, &a.credential_id).cmp(&(&b.provider, &b.credential_id)));
-        lanes
     }
 }

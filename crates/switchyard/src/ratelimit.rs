@@ -3,19 +3,21 @@
 //!
 //! ```
 //! use std::time::{Duration, SystemTime};
-//! use switchyard::ratelimit::{parse_duration, RateLimits};
+//! use switchyard::ratelimit::RateLimits;
 //!
-//! assert_eq!(parse_duration("6m0s"), Some(Duration::from_secs(360)));
 //! let headers = [("x-ratelimit-remaining-requests", "0"), ("x-ratelimit-reset-requests", "1.5s")];
 //! let limits = RateLimits::from_headers(headers, SystemTime::now());
 //! assert_eq!(limits.requests.unwrap().reset_after, Some(Duration::from_millis(1500)));
 //! ```
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
+
+use crate::time::{parse_duration, parse_http_date, parse_rfc3339, seconds};
 
 /// The longest reset or Retry-After believed; anything later is clamped to it, so a skewed
-/// clock or a garbled header costs a bounded pause instead of a hang.
-pub const MAX_RESET: Duration = Duration::from_secs(24 * 60 * 60);
+/// clock or a garbled header costs a bounded pause instead of a hang. The same bound as the
+/// readers of [`crate::time`] keep.
+pub const MAX_RESET: Duration = crate::time::MAX_DURATION;
 
 /// One dimension of an allowance (requests, tokens, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -202,13 +204,6 @@ fn clamp(duration: Duration) -> Duration {
     duration.min(MAX_RESET)
 }
 
-/// A duration from a number of seconds already known to be finite, not negative and at most
-/// [`MAX_RESET`]: `Duration::from_secs_f64` panics beyond its range, and an upstream header
-/// must never panic a request.
-fn seconds(value: f64) -> Duration {
-    Duration::try_from_secs_f64(value.clamp(0.0, MAX_RESET.as_secs_f64())).unwrap_or(MAX_RESET)
-}
-
 fn until(at: SystemTime, now: SystemTime) -> Duration {
     at.duration_since(now).unwrap_or(Duration::ZERO)
 }
@@ -223,170 +218,9 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     parse_http_date(value).map(|at| clamp(until(at, now)))
 }
 
-/// Go-style durations as OpenAI sends them: `6m0s`, `1.5s`, `20ms`, `1h2m3.5s`, `250us`.
-/// Clamped to [`MAX_RESET`]; `None` when the text is not such a duration.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    if text.is_empty() {
-        return None;
-    }
-    let bytes = text.as_bytes();
-    let mut total = 0f64;
-    let mut i = 0;
-    while i < bytes.len() {
-        let start = i;
-        while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'.') {
-            i += 1;
-        }
-        let number: f64 = text[start..i].parse().ok()?;
-        let unit_start = i;
-        while i < bytes.len() && bytes[i].is_ascii_alphabetic() {
-            i += 1;
-        }
-        let scale = match &text[unit_start..i] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" => 1e-6,
-            "ns" => 1e-9,
-            _ => return None,
-        };
-        total += number * scale;
-    }
-    if !total.is_finite() {
-        return None;
-    }
-    Some(seconds(total.min(MAX_RESET.as_secs_f64())))
-}
-
-/// RFC 3339 timestamps: `2025-01-01T00:00:30Z`, `2025-01-01T00:00:30.5+02:00`.
-pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
-    let text = text.trim();
-    let (date, time) = text.split_once(['T', 't', ' '])?;
-    let mut date_parts = date.split('-');
-    let year: i64 = date_parts.next()?.parse().ok()?;
-    let month: u32 = date_parts.next()?.parse().ok()?;
-    let day: u32 = date_parts.next()?.parse().ok()?;
-    if date_parts.next().is_some() {
-        return None;
-    }
-    let (clock, offset_seconds) = if let Some(clock) = time.strip_suffix(['Z', 'z']) {
-        (clock, 0i64)
-    } else {
-        let split = time.rfind(['+', '-'])?;
-        let (clock, offset) = time.split_at(split);
-        let sign = if offset.starts_with('-') { -1 } else { 1 };
-        let (hours, minutes) = offset[1..].split_once(':')?;
-        (clock, sign * (hours.parse::<i64>().ok()? * 3600 + minutes.parse::<i64>().ok()? * 60))
-    };
-    let mut clock_parts = clock.split(':');
-    let hour: u32 = clock_parts.next()?.parse().ok()?;
-    let minute: u32 = clock_parts.next()?.parse().ok()?;
-    let seconds: f64 = clock_parts.next()?.parse().ok()?;
-    if clock_parts.next().is_some() || hour > 23 || minute > 59 || !(0.0..61.0).contains(&seconds) {
-        return None;
-    }
-    let days = days_from_civil(year, month, day)?;
-    let whole = days
-        .checked_mul(86_400)?
-        .checked_add(i64::from(hour) * 3600 + i64::from(minute) * 60)?
-        .checked_sub(offset_seconds)?;
-    to_system_time(whole as f64 + seconds)
-}
-
-/// IMF-fixdate, the HTTP date: `Sun, 06 Nov 1994 08:49:37 GMT`.
-pub fn parse_http_date(text: &str) -> Option<SystemTime> {
-    let mut parts = text.split_whitespace();
-    let _weekday = parts.next()?;
-    let day: u32 = parts.next()?.parse().ok()?;
-    let month = match parts.next()? {
-        "Jan" => 1,
-        "Feb" => 2,
-        "Mar" => 3,
-        "Apr" => 4,
-        "May" => 5,
-        "Jun" => 6,
-        "Jul" => 7,
-        "Aug" => 8,
-        "Sep" => 9,
-        "Oct" => 10,
-        "Nov" => 11,
-        "Dec" => 12,
-        _ => return None,
-    };
-    let year: i64 = parts.next()?.parse().ok()?;
-    let mut clock = parts.next()?.split(':');
-    let hour: i64 = clock.next()?.parse().ok()?;
-    let minute: i64 = clock.next()?.parse().ok()?;
-    let second: i64 = clock.next()?.parse().ok()?;
-    if parts.next()? != "GMT" || hour > 23 || minute > 59 || second > 60 {
-        return None;
-    }
-    let days = days_from_civil(year, month, day)?;
-    to_system_time(days.checked_mul(86_400)?.checked_add(hour * 3600 + minute * 60 + second)? as f64)
-}
-
-fn to_system_time(unix_seconds: f64) -> Option<SystemTime> {
-    if !unix_seconds.is_finite() || !(0.0..=1e12).contains(&unix_seconds) {
-        return None;
-    }
-    UNIX_EPOCH.checked_add(Duration::try_from_secs_f64(unix_seconds).ok()?)
-}
-
-/// The proleptic Gregorian date (year, month, day) of a day count since 1970-01-01 (Howard
-/// Hinnant's `civil_from_days`): the inverse of the parsing here, for whoever writes dates
-/// (log lines, test upstreams' reset headers).
-pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let shifted_month = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * shifted_month + 2) / 5 + 1) as u32;
-    let month = if shifted_month < 10 { shifted_month + 3 } else { shifted_month - 9 } as u32;
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: u32, day: u32) -> Option<i64> {
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || !(1970..=9999).contains(&year) {
-        return None;
-    }
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(month);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    Some(era * 146_097 + doe - 719_468)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_day_count_and_its_date_go_both_ways() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(-1), (1969, 12, 31));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        for days in (0..2_932_896).step_by(997) {
-            let (year, month, day) = civil_from_days(days);
-            assert_eq!(days_from_civil(year, month, day), Some(days), "{year}-{month}-{day}");
-        }
-    }
-
-    #[test]
-    fn rfc3339_and_http_dates_agree_on_one_instant() {
-        let a = parse_rfc3339("1994-11-06T08:49:37Z");
-        let b = parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT");
-        assert!(a.is_some());
-        assert_eq!(a, b);
-        assert_eq!(a, parse_rfc3339("1994-11-06T10:49:37+02:00"));
-    }
 
     #[test]
     fn absurd_header_values_are_clamped_or_ignored_never_a_panic() {
@@ -424,11 +258,5 @@ mod tests {
         let limits =
             RateLimits::from_headers(headers[1..3].iter().copied(), provider_now + Duration::from_secs(30));
         assert_eq!(limits.requests.unwrap().reset_after, Some(Duration::ZERO));
-    }
-
-    #[test]
-    fn unix_epoch_is_day_zero() {
-        assert_eq!(days_from_civil(1970, 1, 1), Some(0));
-        assert_eq!(days_from_civil(2000, 3, 1), Some(11_017));
     }
 }

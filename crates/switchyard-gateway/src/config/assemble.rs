@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use switchyard::pacing::{LimitPacer, Limits};
 use switchyard::provider::Provider;
 use switchyard::{ProviderEntry, Router};
+use switchyard_pacing::{LimitPacer, Limits};
 use switchyard_state::RedisStore;
 
 use super::check::{Adapter, CheckedConfig, CheckedProvider};

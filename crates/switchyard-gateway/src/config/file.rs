@@ -648,8 +648,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     if text.is_empty() {
         return None;
     }
-    switchyard::ratelimit::parse_duration(text)
-        .filter(|_| text.chars().next().is_some_and(|c| c.is_ascii_digit()))
+    switchyard::time::parse_duration(text).filter(|_| text.chars().next().is_some_and(|c| c.is_ascii_digit()))
 }
 
 /// A size in bytes: a number, or with a unit (`512kb`, `4mb`, `1gb`; powers of 1024).

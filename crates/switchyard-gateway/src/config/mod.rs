@@ -19,8 +19,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use switchyard::Router;
-use switchyard::pacing::Limits;
 use switchyard::simulated::SimulatedProvider;
+use switchyard_pacing::Limits;
 
 use crate::logging::LogFilter;
 

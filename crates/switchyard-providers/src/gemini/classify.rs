@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 use switchyard::credential::Secret;
 use switchyard::provider::Call;
-use switchyard::ratelimit::parse_duration;
+use switchyard::time::parse_duration;
 use switchyard::{ErrorKind, ProviderError};
 
 use super::wire::GoogleError;

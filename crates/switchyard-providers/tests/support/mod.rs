@@ -410,7 +410,7 @@ pub fn tool_result(id: &str, text: &str) -> Message {
 fn split_time(at: SystemTime) -> (i64, i64, u32, u32, u64, u64, u64) {
     let secs = at.duration_since(UNIX_EPOCH).unwrap().as_secs();
     let days = (secs / 86_400) as i64;
-    let (year, month, day) = switchyard::ratelimit::civil_from_days(days);
+    let (year, month, day) = switchyard::time::civil_from_days(days);
     let rest = secs % 86_400;
     (days, year, month, day, rest / 3600, rest % 3600 / 60, rest % 60)
 }

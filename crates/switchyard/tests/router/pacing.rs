@@ -7,12 +7,14 @@ use std::time::{Duration, SystemTime};
 use futures_util::future::join_all;
 use switchyard::credential::CredentialId;
 use switchyard::events::{EventKind, WaitReason};
-use switchyard::pacing::{LimitPacer, Limits, PaceRequest, Pacer};
-use switchyard::ratelimit::{RateLimits, parse_rfc3339};
+use switchyard::pacing::{PaceRequest, Pacer};
+use switchyard::ratelimit::RateLimits;
 use switchyard::route::{Retry, Route};
 use switchyard::simulated::SimulatedProvider;
+use switchyard::time::parse_rfc3339;
 use switchyard::trail::Outcome;
 use switchyard::{ErrorKind, RequestOptions, Router};
+use switchyard_pacing::{LimitPacer, Limits};
 use tokio::time::Instant;
 
 use crate::support::*;

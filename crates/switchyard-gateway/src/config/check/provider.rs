@@ -5,9 +5,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use switchyard::credential::Secret;
-use switchyard::pacing::Limits;
 use switchyard::simulated::SimulatedProvider;
 use switchyard::{Price, ProviderEntry, Target};
+use switchyard_pacing::Limits;
 use switchyard_providers::anthropic::ThinkingStyle;
 use switchyard_providers::{HttpSettings, ProviderKind, ProviderSettings};
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use switchyard::RetryBudgetSettings;
 use switchyard::health::HealthSettings;
-use switchyard::pacing::Limits;
+use switchyard_pacing::Limits;
 use switchyard_state::{StateError, StateSettings};
 
 use super::Validator;

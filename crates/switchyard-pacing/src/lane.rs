@@ -9,65 +9,20 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use switchyard::credential::CredentialId;
+use switchyard::pacing::{
+    Dispatch, FleetSnapshot, HeadersSnapshot, LaneSnapshot, PaceRequest, Permit, PermitGuard, StatedSnapshot,
+    WaitReason,
+};
+use switchyard::ratelimit::RateLimits;
+use switchyard::{ErrorKind, ProviderError};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
-use super::fleet::{
-    self, FleetGate, FleetPacing, FleetReport, FleetSnapshot, LeaseBook, StatedReport, Taken, Uncounted,
-};
-use super::headers::{Dispatch, HeaderBudget, Stated, Verdict};
-use super::{Limits, PaceRequest, Permit, PermitGuard, WaitReason};
-use crate::credential::CredentialId;
-use crate::ratelimit::RateLimits;
-use crate::{ErrorKind, ProviderError};
-
-/// A token bucket that may go into debt: a request larger than the burst goes once the bucket
-/// is full, and later requests wait for the debt to be paid back, so the average rate holds.
-#[derive(Debug, Clone)]
-pub(super) struct Bucket {
-    capacity: f64,
-    per_sec: f64,
-    level: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    /// A bucket refilling `per_minute` and holding one second's share (at least one unit).
-    pub(super) fn new(per_minute: f64, now: Instant) -> Self {
-        let per_sec = per_minute / 60.0;
-        let capacity = per_sec.max(1.0);
-        Self { capacity, per_sec, level: capacity, at: now }
-    }
-
-    pub(super) fn refill(&mut self, now: Instant) {
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.level = (self.level + elapsed * self.per_sec).min(self.capacity);
-        self.at = now;
-    }
-
-    /// How long until `units` may be taken (for more than the burst: until the bucket is full).
-    pub(super) fn wait_for(&self, units: f64) -> Duration {
-        let needed = units.min(self.capacity);
-        if self.level >= needed || self.per_sec <= 0.0 {
-            return Duration::ZERO;
-        }
-        Duration::from_secs_f64(((needed - self.level) / self.per_sec).min(1e6))
-    }
-
-    fn give(&mut self, units: f64) {
-        self.level = (self.level + units).min(self.capacity);
-    }
-
-    /// Takes `units` (into debt, when more than it holds).
-    pub(super) fn take(&mut self, units: f64) {
-        self.level -= units;
-    }
-
-    /// What it holds now (negative: debt being paid back).
-    pub(super) fn level(&self) -> f64 {
-        self.level
-    }
-}
+use crate::bucket::Bucket;
+use crate::fleet::{self, FleetGate, FleetPacing, FleetReport, LeaseBook, StatedReport, Taken, Uncounted};
+use crate::headers::{HeaderBudget, Stated, Verdict};
+use crate::limits::Limits;
 
 #[derive(Debug)]
 struct State {
@@ -150,69 +105,13 @@ pub(super) struct Lane {
     fleet: Option<Arc<FleetGate>>,
 }
 
-/// The allowance of one lane right now, for operators.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct LaneSnapshot {
-    /// The paced provider.
-    pub provider: String,
-    /// Set when each key of the provider has its own allowance.
-    pub credential_id: Option<CredentialId>,
-    /// Calls sent whose permits are still held (streams until they end), counted whether or
-    /// not `max_concurrent` is set.
-    pub in_flight: u32,
-    /// The configured bound on calls in flight, if any.
-    pub max_concurrent: Option<u32>,
-    /// Requests the bucket holds now (negative: debt being paid back).
-    pub requests_available: Option<f64>,
-    /// Tokens the bucket holds now (negative: debt being paid back).
-    pub tokens_available: Option<f64>,
-    /// How long the provider's headers still hold requests back.
-    pub held_for_ms: Option<f64>,
-    /// The allowance the provider's headers state, as this lane counts it now.
-    pub headers: HeadersSnapshot,
-    /// What the provider's headers said last.
-    pub learned: Option<RateLimits>,
-    /// With shared pacing: the fleet's buckets and header budget, and this replica's lease.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fleet: Option<FleetSnapshot>,
-}
-
-/// The budget learned from a provider's headers, per dimension it states.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
-pub struct HeadersSnapshot {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    /// Requests, as `x-ratelimit-*-requests` or `anthropic-ratelimit-requests-*` state them.
-    pub requests: Option<StatedSnapshot>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    /// Tokens (OpenAI's `-tokens`, Anthropic's `tokens-*`).
-    pub tokens: Option<StatedSnapshot>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    /// Anthropic's `input-tokens-*`.
-    pub input_tokens: Option<StatedSnapshot>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    /// Anthropic's `output-tokens-*`.
-    pub output_tokens: Option<StatedSnapshot>,
-}
-
-/// One dimension of a header budget.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct StatedSnapshot {
-    /// The window's whole allowance, when the provider says.
-    pub limit: Option<u64>,
-    /// Left in this window, with this lane's calls in flight counted.
-    pub remaining: u64,
-    /// Until the window refills; `None` when no answer has said yet.
-    pub reset_in_ms: Option<u64>,
-}
-
-impl StatedSnapshot {
-    fn of(stated: Stated, now: Instant) -> Self {
-        Self {
-            limit: stated.limit,
-            // Below zero is in-flight calls the provider may not have counted yet: none left.
-            remaining: stated.remaining.floor().max(0.0) as u64,
-            reset_in_ms: stated.resets_at.map(|at| at.saturating_duration_since(now).as_millis() as u64),
-        }
+/// One dimension of a header budget as operators see it at `now`.
+fn stated_snapshot(stated: Stated, now: Instant) -> StatedSnapshot {
+    StatedSnapshot {
+        limit: stated.limit,
+        // Below zero is in-flight calls the provider may not have counted yet: none left.
+        remaining: stated.remaining.floor().max(0.0) as u64,
+        reset_in_ms: stated.resets_at.map(|at| at.saturating_duration_since(now).as_millis() as u64),
     }
 }
 
@@ -410,10 +309,10 @@ impl Lane {
             return Err(self.refuse(reason, wait, patience.spilled(now + wait)));
         }
         if let Some(bucket) = state.requests.as_mut() {
-            bucket.level -= 1.0;
+            bucket.take(1.0);
         }
         if let Some(bucket) = state.tokens.as_mut() {
-            bucket.level -= tokens;
+            bucket.take(tokens);
         }
         let previous_slot = (state.next_slot, state.next_reason);
         state.next_slot = now + wait + self.limits.min_interval;
@@ -657,14 +556,14 @@ impl Lane {
         }
         let in_flight = state.active;
         let [requests, tokens, input_tokens, output_tokens] =
-            state.headers.stated().map(|stated| stated.map(|s| StatedSnapshot::of(s, now)));
+            state.headers.stated().map(|stated| stated.map(|s| stated_snapshot(s, now)));
         LaneSnapshot {
             provider: self.provider.to_string(),
             credential_id: self.credential.clone(),
             in_flight,
             max_concurrent: self.limits.max_concurrent,
-            requests_available: state.requests.as_ref().map(|b| b.level),
-            tokens_available: state.tokens.as_ref().map(|b| b.level),
+            requests_available: state.requests.as_ref().map(Bucket::level),
+            tokens_available: state.tokens.as_ref().map(Bucket::level),
             held_for_ms: state
                 .held_until
                 .and_then(|until| until.checked_duration_since(now))
@@ -677,7 +576,7 @@ impl Lane {
                 // As the fleet is now, not as the last call found it.
                 book.follow(shared, replicas, now);
                 let [requests, tokens, input_tokens, output_tokens] =
-                    book.header_windows().map(|stated| stated.map(|s| StatedSnapshot::of(s, now)));
+                    book.header_windows().map(|stated| stated.map(|s| stated_snapshot(s, now)));
                 FleetSnapshot {
                     headers: HeadersSnapshot { requests, tokens, input_tokens, output_tokens },
                     ..book.snapshot(now)

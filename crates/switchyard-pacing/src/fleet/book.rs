@@ -1,174 +1,21 @@
-//! Pacing as one fleet: the lanes of several replicas spend one account's allowance.
-//!
-//! A lane with a [`FleetPacing`] leases small *slices* of the fleet's buckets (requests and
-//! tokens per minute, and the windows the provider's headers state) and spends them locally,
-//! so a request costs no round trip while the lane holds a slice. The next slice is asked for
-//! in the background once less than half of one is left; a slice not spent within
-//! [`SLICE_TTL`] (or by the end of the header window it came from) expires, and what is left
-//! at shutdown goes back.
-//!
-//! The slice of an allowance of `L` per window among `N` replicas is `clamp(⌈L/100⌉, 1,
-//! ⌊L/(4N)⌋)`: 1% of the allowance, never so much that the replicas' slices together hold
-//! more than a quarter of it. Leasing never admits more than the fleet's bucket holds; what a
-//! slice can shift is *when*: units leased in one window and spent in the next. Over any
-//! stretch of time the fleet dispatches at most the bucket's burst, plus its rate times the
-//! stretch, plus the slices outstanding, at most `N` slices (≤ N% of the allowance, and never
-//! more than a quarter of it). Expired slices are stranded: they go unspent, never over.
-//!
-//! When the fleet cannot be reached (degraded), every lane paces at its *share*: the allowance
-//! divided by the last known fleet size, until the fleet answers again. `max_concurrent` and
-//! `min_interval` are never shared: they stay per replica.
+//! One lane's leases: the slices in hand, what the fleet last said, and the mode (shared or
+//! degraded), as pure arithmetic over the instants given.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use switchyard::pacing::{Dispatch, FleetLevels, FleetSnapshot, HeadersSnapshot};
 use tokio::time::Instant;
 
-use super::headers::{Dispatch, Stated};
-use super::lane::Bucket;
-use crate::provider::BoxFuture;
-
-/// How many dimensions a lease covers: the requests and tokens buckets, then the header
-/// windows of requests, tokens, input tokens and output tokens.
-pub const DIMENSIONS: usize = 6;
-
-/// Index of the requests-per-minute bucket.
-pub const RPM: usize = 0;
-/// Index of the tokens-per-minute bucket.
-pub const TPM: usize = 1;
-/// Index of the first header window (requests; then tokens, input and output tokens).
-pub const HEADERS: usize = 2;
-
-/// How long a leased slice may be spent. Past it, what is left of it is stranded.
-pub const SLICE_TTL: Duration = Duration::from_secs(2);
-
-/// The least time between two lease calls of a lane whose fleet said to wait.
-const MIN_RETRY: Duration = Duration::from_millis(5);
-
-/// The slice of an allowance of `per_window` among `replicas`: 1% of it, at least 1, and at
-/// most a quarter of the allowance split among the replicas.
-///
-/// ```
-/// use switchyard::pacing::fleet::slice_size;
-/// assert_eq!(slice_size(300.0, 3), 3.0);
-/// assert_eq!(slice_size(100_000.0, 4), 1_000.0);
-/// assert_eq!(slice_size(20.0, 3), 1.0, "small allowances go one unit at a time");
-/// assert_eq!(slice_size(1_000.0, 100), 2.0, "never a quarter of the allowance in slices");
-/// ```
-pub fn slice_size(per_window: f64, replicas: usize) -> f64 {
-    let replicas = replicas.max(1) as f64;
-    let most = (per_window / (4.0 * replicas)).floor().max(1.0);
-    (per_window / 100.0).ceil().clamp(1.0, most)
-}
-
-/// What a lane's fleet bucket is: it holds `capacity` and refills `per_sec`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BucketSpec {
-    /// The burst the fleet's bucket holds (one second's share, at least one unit).
-    pub capacity: f64,
-    /// Units per second.
-    pub per_sec: f64,
-}
-
-/// What a lane asks the fleet for, per dimension.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LeaseAsk {
-    /// The least worth granting: what a waiting call needs (0 for a prefetch). When some
-    /// dimension cannot grant its need, nothing is granted.
-    pub need: [f64; DIMENSIONS],
-    /// The slice wanted.
-    pub want: [f64; DIMENSIONS],
-    /// The buckets (requests, tokens) of the lane; a dimension without one is not leased.
-    pub buckets: [Option<BucketSpec>; 2],
-}
-
-/// What the fleet granted.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct LeaseGrant {
-    /// Units granted per dimension.
-    pub granted: [f64; DIMENSIONS],
-    /// The fleet's level per dimension after the grant; `None` for a header window the fleet
-    /// knows nothing of (not paced by the fleet).
-    pub level: [Option<f64>; DIMENSIONS],
-    /// The header windows the fleet knows of: their limit and how long they still run.
-    pub windows: [Option<Window>; 4],
-    /// Nothing granted: when the need could be met.
-    pub retry_in: Option<Duration>,
-    /// A 429's hold on the account, still running.
-    pub hold: Option<Duration>,
-}
-
-/// One header window as the fleet knows it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Window {
-    /// The window's allowance, when the provider stated it.
-    pub limit: Option<u64>,
-    /// How long the window still runs.
-    pub ends_in: Duration,
-    /// A probe window: the last one reset and no answer has stated the next yet (one
-    /// request goes to learn it).
-    pub probe: bool,
-}
-
-/// One header dimension of a report: the allowance as the lane now counts it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StatedReport {
-    /// The window's whole allowance, when the provider says.
-    pub limit: Option<u64>,
-    /// The stated `remaining` less the lane's own calls in flight.
-    pub remaining: f64,
-    /// How long until the window resets, when the provider says.
-    pub reset_in: Option<Duration>,
-    /// What the answered call cost this dimension when it took none of the fleet's units of
-    /// it (it went before this replica knew the window, or out of the fleet's reach): the
-    /// provider counted it and the fleet did not, so a running window counts it too. 0 for a
-    /// call the fleet counted.
-    pub uncounted: f64,
-}
-
-/// What one answer's headers told a lane, for the fleet.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct FleetReport {
-    /// Per header dimension (requests, tokens, input and output tokens).
-    pub stated: [Option<StatedReport>; 4],
-    /// A 429's hold (its Retry-After).
-    pub hold: Option<Duration>,
-}
-
-/// The fleet a lane leases from: implemented by a shared-state backend (Redis).
-pub trait FleetPacing: Send + Sync + 'static {
-    /// Leases a slice of the lane's buckets; `None` when the fleet cannot be reached.
-    fn lease(&self, lane: &str, ask: LeaseAsk) -> BoxFuture<'static, Option<LeaseGrant>>;
-    /// Tells the fleet what the provider's headers said (lowering its windows, or opening
-    /// them) and any hold a 429 imposed. Fire and forget.
-    fn report(&self, lane: &str, report: FleetReport);
-    /// Gives unspent units of the buckets back. Fire and forget.
-    fn give_back(&self, lane: &str, units: [f64; 2], buckets: [Option<BucketSpec>; 2]);
-    /// Whether the fleet answers now; while it does not, lanes pace at their share.
-    fn shared(&self) -> bool;
-    /// The fleet's size as last known (at least 1).
-    fn replicas(&self) -> usize;
-    /// Where to tell lanes what other replicas learned (holds, new header windows).
-    fn watch(&self, sink: Weak<dyn FleetSink>);
-}
-
-/// What the fleet tells this process's lanes.
-pub trait FleetSink: Send + Sync {
-    /// Another replica met a 429 holding the account for `hold`.
-    fn held(&self, lane: &str, hold: Duration);
-    /// Another replica learned a window of the lane's header dimension `header` (0 requests,
-    /// 1 tokens, 2 input tokens, 3 output tokens): lease against it from now on.
-    fn window_opened(&self, lane: &str, header: usize);
-    /// At shutdown: every lane's unspent bucket units, given back to the fleet.
-    fn surrender(&self);
-}
+use super::{
+    BucketSpec, DIMENSIONS, HEADERS, LeaseAsk, LeaseGrant, MIN_RETRY, RPM, SLICE_TTL, TPM, slice_size,
+};
+use crate::bucket::Bucket;
+use crate::headers::Stated;
 
 /// The units one call took from its lane's slices.
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Taken {
+pub(crate) struct Taken {
     pub units: [f64; DIMENSIONS],
 
     /// Whether the call had to wait for them.
@@ -184,11 +31,11 @@ pub(super) struct Taken {
 /// the fleet (see [`StatedReport::uncounted`]), or a replica that learned of a window late
 /// would leave the fleet counting more left than the provider has.
 #[derive(Debug, Default)]
-pub(super) struct Uncounted(Vec<(Dispatch, [f64; 4])>);
+pub(crate) struct Uncounted(Vec<(Dispatch, [f64; 4])>);
 
 impl Uncounted {
     /// Notes a call of `tokens` dispatched as `dispatch`, which took `taken` from the fleet.
-    pub(super) fn dispatched(&mut self, dispatch: Dispatch, taken: &Taken, tokens: f64) {
+    pub(crate) fn dispatched(&mut self, dispatch: Dispatch, taken: &Taken, tokens: f64) {
         let mut cost = [0.0; 4];
         for (header, slot) in cost.iter_mut().enumerate() {
             if taken.units[HEADERS + header] <= 0.0 {
@@ -202,7 +49,7 @@ impl Uncounted {
 
     /// The call is over: what it cost the windows the fleet did not count it in (nothing
     /// for a call the fleet counted, or one answered before).
-    pub(super) fn answered(&mut self, dispatch: Dispatch) -> [f64; 4] {
+    pub(crate) fn answered(&mut self, dispatch: Dispatch) -> [f64; 4] {
         match self.0.iter().position(|(d, _)| *d == dispatch) {
             Some(at) => self.0.swap_remove(at).1,
             None => [0.0; 4],
@@ -227,7 +74,7 @@ enum Mode {
 
 /// What taking from the book came to.
 #[derive(Debug)]
-pub(super) enum Take {
+pub(crate) enum Take {
     /// Taken.
     Got(Taken),
     /// Not enough: ask the fleet (when `ask` is set: no lease is on its way yet) and wait
@@ -240,7 +87,7 @@ pub(super) enum Take {
 /// One lane's leases: the slices in hand, what the fleet last said, and the mode. Pure
 /// arithmetic over the instants given, for paced tests.
 #[derive(Debug)]
-pub(super) struct LeaseBook {
+pub(crate) struct LeaseBook {
     buckets: [Option<BucketSpec>; 2],
     /// Per minute, for slice sizes.
     per_minute: [Option<f64>; 2],
@@ -278,7 +125,7 @@ pub(super) struct LeaseBook {
 }
 
 impl LeaseBook {
-    pub(super) fn new(requests_per_minute: Option<f64>, tokens_per_minute: Option<f64>) -> Self {
+    pub(crate) fn new(requests_per_minute: Option<f64>, tokens_per_minute: Option<f64>) -> Self {
         let spec = |per_minute: f64| {
             let per_sec = per_minute / 60.0;
             BucketSpec { capacity: per_sec.max(1.0), per_sec }
@@ -328,7 +175,7 @@ impl LeaseBook {
 
     /// Follows the fleet: degraded while it cannot be reached (at the share of `replicas`),
     /// shared again once it answers.
-    pub(super) fn follow(&mut self, shared: bool, replicas: usize, now: Instant) {
+    pub(crate) fn follow(&mut self, shared: bool, replicas: usize, now: Instant) {
         let replicas = replicas.max(1);
         match (&self.mode, shared) {
             (Mode::Shared, false) => {
@@ -355,7 +202,7 @@ impl LeaseBook {
     }
 
     /// The fleet share this lane paces at while degraded (`None`: shared).
-    pub(super) fn degraded_share(&self) -> Option<usize> {
+    pub(crate) fn degraded_share(&self) -> Option<usize> {
         match self.mode {
             Mode::Degraded { replicas, .. } => Some(replicas),
             Mode::Shared => None,
@@ -394,7 +241,7 @@ impl LeaseBook {
     }
 
     /// Units in hand in `dimension` at `now` (expired slices dropped).
-    pub(super) fn balance(&mut self, dimension: usize, now: Instant) -> f64 {
+    pub(crate) fn balance(&mut self, dimension: usize, now: Instant) -> f64 {
         let slices = &mut self.slices[dimension];
         while slices.front().is_some_and(|s| s.expires <= now) {
             if let Some(gone) = slices.pop_front() {
@@ -421,7 +268,7 @@ impl LeaseBook {
     }
 
     /// Takes what a call of `tokens` needs, or says what to do.
-    pub(super) fn take(&mut self, tokens: f64, now: Instant) -> Take {
+    pub(crate) fn take(&mut self, tokens: f64, now: Instant) -> Take {
         let need = self.need(tokens);
         if let Mode::Degraded { buckets, .. } = &mut self.mode {
             let mut wait = Duration::ZERO;
@@ -481,7 +328,7 @@ impl LeaseBook {
 
     /// After a take: the next slice to prefetch, when less than half of one is left of some
     /// dimension a call needs and no lease is on its way.
-    pub(super) fn prefetch(&mut self, now: Instant) -> Option<LeaseAsk> {
+    pub(crate) fn prefetch(&mut self, now: Instant) -> Option<LeaseAsk> {
         let low = std::mem::take(&mut self.low);
         let waiting = |at: Option<Instant>| at.is_some_and(|at| at > now);
         if !low || self.pending || self.degraded_share().is_some() {
@@ -526,7 +373,7 @@ impl LeaseBook {
     }
 
     /// The fleet's answer to the lease on its way (`None`: it could not be reached).
-    pub(super) fn granted(&mut self, grant: Option<LeaseGrant>, sent: Instant, now: Instant) {
+    pub(crate) fn granted(&mut self, grant: Option<LeaseGrant>, sent: Instant, now: Instant) {
         self.pending = false;
         let Some(grant) = grant else {
             // Not reached: ask again soon (the fleet reports degraded after a few).
@@ -582,7 +429,7 @@ impl LeaseBook {
     }
 
     /// Another replica opened a header window: lease against it.
-    pub(super) fn open(&mut self, header: usize) {
+    pub(crate) fn open(&mut self, header: usize) {
         if let Some(slot) = self.opened.get_mut(header) {
             *slot = true;
         }
@@ -591,7 +438,7 @@ impl LeaseBook {
     }
 
     /// A hold over the account: slices in hand are not spent before it ends.
-    pub(super) fn hold(&mut self, until: Instant) {
+    pub(crate) fn hold(&mut self, until: Instant) {
         self.retry_at = Some(self.retry_at.map_or(until, |at| at.max(until)));
         self.held_until = Some(self.held_until.map_or(until, |at| at.max(until)));
     }
@@ -599,7 +446,7 @@ impl LeaseBook {
     /// Units a call took and did not use come back, into the oldest slice in hand (to expire
     /// with it); with none in hand they are not kept. Units it used beyond what it took
     /// (negative) are spent from what is in hand.
-    pub(super) fn refund(&mut self, units: [f64; DIMENSIONS]) {
+    pub(crate) fn refund(&mut self, units: [f64; DIMENSIONS]) {
         if self.degraded_share().is_some() {
             return;
         }
@@ -609,7 +456,7 @@ impl LeaseBook {
     }
 
     /// [`refund`](Self::refund) of one dimension.
-    pub(super) fn refund_one(&mut self, dimension: usize, units: f64) {
+    pub(crate) fn refund_one(&mut self, dimension: usize, units: f64) {
         if units > 0.0 {
             if let Some(front) = self.slices[dimension].front_mut() {
                 front.units += units;
@@ -622,7 +469,7 @@ impl LeaseBook {
     }
 
     /// Everything unspent in the buckets, taken out of the book (at shutdown).
-    pub(super) fn surrender(&mut self, now: Instant) -> [f64; 2] {
+    pub(crate) fn surrender(&mut self, now: Instant) -> [f64; 2] {
         let mut units = [0.0; 2];
         for (dimension, slot) in units.iter_mut().enumerate() {
             *slot = self.balance(dimension, now).max(0.0);
@@ -632,11 +479,11 @@ impl LeaseBook {
         units
     }
 
-    pub(super) fn buckets(&self) -> [Option<BucketSpec>; 2] {
+    pub(crate) fn buckets(&self) -> [Option<BucketSpec>; 2] {
         self.buckets
     }
 
-    pub(super) fn snapshot(&mut self, now: Instant) -> FleetSnapshot {
+    pub(crate) fn snapshot(&mut self, now: Instant) -> FleetSnapshot {
         let lease = |book: &mut Self, d: usize| book.buckets[d].map(|_| book.balance(d, now));
         let requests = lease(self, RPM);
         let tokens = lease(self, TPM);
@@ -654,13 +501,13 @@ impl LeaseBook {
                 requests: self.buckets[RPM].map(|_| self.stranded[RPM]),
                 tokens: self.buckets[TPM].map(|_| self.stranded[TPM]),
             },
-            headers: super::HeadersSnapshot::default(),
+            headers: HeadersSnapshot::default(),
         }
     }
 
     /// The fleet's header windows as this lane last heard of them, ended or not, for
     /// operators.
-    pub(super) fn header_windows(&self) -> [Option<Stated>; 4] {
+    pub(crate) fn header_windows(&self) -> [Option<Stated>; 4] {
         let mut out = [None; 4];
         for (header, slot) in out.iter_mut().enumerate() {
             if let (Some((limit, ends, _)), Some(level)) =
@@ -674,7 +521,7 @@ impl LeaseBook {
 
     /// The fleet's running header windows as this lane last heard of them, with their
     /// levels (not probe windows: what an answer says then is always news).
-    pub(super) fn header_levels(&self, now: Instant) -> [Option<Stated>; 4] {
+    pub(crate) fn header_levels(&self, now: Instant) -> [Option<Stated>; 4] {
         let mut out = self.header_windows();
         for (header, slot) in out.iter_mut().enumerate() {
             let running = self.windows[header].is_some_and(|(_, ends, probe)| !probe && ends > now);
@@ -686,171 +533,10 @@ impl LeaseBook {
     }
 }
 
-fn min_instant(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// A lane's view of the fleet, for `/admin/health`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct FleetSnapshot {
-    /// `shared` (from leased slices) or `degraded` (at this replica's share).
-    pub mode: &'static str,
-    /// The fleet size this lane divides by when degraded.
-    pub replicas: usize,
-    /// The fleet's buckets as of the last lease.
-    pub bucket: FleetLevels,
-    /// What this replica holds leased and unspent.
-    pub lease: FleetLevels,
-    /// While degraded: what this replica's share holds.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub share: Option<FleetLevels>,
-    /// Leased units that expired unspent since start.
-    pub stranded: FleetLevels,
-    /// The budget the provider's headers state, as the fleet counts it.
-    pub headers: super::HeadersSnapshot,
-}
-
-/// Requests and tokens, for the dimensions the lane has.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct FleetLevels {
-    /// Requests.
-    pub requests: Option<f64>,
-    /// Tokens.
-    pub tokens: Option<f64>,
-}
-
-/// A lane's link to the fleet: its book, the fleet, and the waiters for a grant.
-pub(super) struct FleetGate {
-    fleet: Arc<dyn FleetPacing>,
-    key: Arc<str>,
-    book: Mutex<LeaseBook>,
-    granted: Notify,
-    /// The book's degraded share (0 while shared), read by the header gate without the lock.
-    share: AtomicUsize,
-}
-
-impl FleetGate {
-    pub(super) fn new(fleet: Arc<dyn FleetPacing>, key: Arc<str>, book: LeaseBook) -> Self {
-        Self { fleet, key, book: Mutex::new(book), granted: Notify::new(), share: AtomicUsize::new(0) }
-    }
-
-    pub(super) fn book(&self) -> MutexGuard<'_, LeaseBook> {
-        self.book.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(super) fn key(&self) -> &str {
-        &self.key
-    }
-
-    pub(super) fn fleet(&self) -> &dyn FleetPacing {
-        &*self.fleet
-    }
-
-    /// Takes what a call of `tokens` needs at `now`, waiting for grants; fails with the
-    /// instant it gave up once `give_up_at` passes.
-    pub(super) async fn take(
-        self: &Arc<Self>,
-        tokens: f64,
-        give_up_at: Option<Instant>,
-        now: Instant,
-    ) -> Result<Taken, Instant> {
-        // The usual case, a slice in hand: no waiting to prepare for.
-        if let Ok(taken) = self.try_take(tokens, now) {
-            return Ok(taken);
-        }
-        loop {
-            // Listen for grants first, then look again: a grant in between is not lost.
-            let listen = self.granted.notified();
-            tokio::pin!(listen);
-            listen.as_mut().enable();
-            let now = Instant::now();
-            let wake_at = match self.try_take(tokens, now) {
-                Ok(taken) => return Ok(Taken { waited: true, ..taken }),
-                Err(at) => at,
-            };
-            let wake_at = min_instant(wake_at, give_up_at);
-            if give_up_at.is_some_and(|at| at <= now) {
-                return Err(now);
-            }
-            match wake_at {
-                Some(at) => {
-                    tokio::select! {
-                        () = &mut listen => {}
-                        () = tokio::time::sleep_until(at) => {}
-                    }
-                }
-                None => listen.await,
-            }
-            if let Some(at) = give_up_at
-                && Instant::now() >= at
-            {
-                return Err(at);
-            }
-        }
-    }
-
-    /// Takes what a call needs now, sending the lease it calls for on its way; or says until
-    /// when to wait (`None`: for a grant).
-    fn try_take(self: &Arc<Self>, tokens: f64, now: Instant) -> Result<Taken, Option<Instant>> {
-        let (shared, replicas) = (self.fleet.shared(), self.fleet.replicas());
-        let (take, prefetch) = {
-            let mut book = self.book();
-            book.follow(shared, replicas, now);
-            self.share.store(book.degraded_share().unwrap_or(0), Ordering::Relaxed);
-            let take = book.take(tokens, now);
-            let prefetch = match &take {
-                Take::Got(_) => book.prefetch(now),
-                _ => None,
-            };
-            (take, prefetch)
-        };
-        match take {
-            Take::Got(taken) => {
-                if let Some(ask) = prefetch {
-                    self.lease(ask);
-                }
-                Ok(taken)
-            }
-            Take::Short { ask, retry_at } => {
-                if let Some(ask) = ask {
-                    self.lease(*ask);
-                }
-                Err(retry_at)
-            }
-            Take::Wait(wait) => Err(Some(now + wait)),
-        }
-    }
-
-    /// The fleet size this lane divides its allowance by while degraded; `None` while shared.
-    pub(super) fn degraded_share(&self) -> Option<usize> {
-        Some(self.share.load(Ordering::Relaxed)).filter(|n| *n > 0)
-    }
-
-    /// Sends a lease on its way; its grant wakes the waiters.
-    fn lease(self: &Arc<Self>, ask: LeaseAsk) {
-        let gate = self.clone();
-        let call = self.fleet.lease(&self.key, ask);
-        let sent = Instant::now();
-        tokio::spawn(async move {
-            let grant = call.await;
-            gate.book().granted(grant, sent, Instant::now());
-            gate.granted.notify_waiters();
-        });
-    }
-
-    /// Wakes the callers waiting for a grant.
-    pub(super) fn wake(&self) {
-        self.granted.notify_waiters();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pacing::{LimitPacer, Limits, PaceRequest, Pacer};
+    use crate::fleet::{LeaseGrant, Window};
 
     const RPM_300: Option<f64> = Some(300.0);
 
@@ -1147,256 +833,5 @@ mod tests {
         book.follow(true, 3, start);
         book.granted(Some(grant_of(3.0)), start, start);
         assert!(matches!(book.take(0.0, start + SLICE_TTL), Take::Short { .. }));
-    }
-
-    /// The fleet's bucket as the Redis script keeps it: refilled at its rate up to its
-    /// capacity, granting a slice when a need can be met.
-    struct ModelFleet {
-        state: Mutex<(f64, Instant)>,
-        spec: BucketSpec,
-        replicas: usize,
-        up: std::sync::atomic::AtomicBool,
-    }
-
-    impl FleetPacing for ModelFleet {
-        fn lease(&self, _lane: &str, ask: LeaseAsk) -> BoxFuture<'static, Option<LeaseGrant>> {
-            let up = self.up.load(std::sync::atomic::Ordering::Relaxed);
-            let grant = up.then(|| {
-                let now = Instant::now();
-                let mut state = self.state.lock().unwrap();
-                let (level, at) = &mut *state;
-                *level = (*level + now.duration_since(*at).as_secs_f64() * self.spec.per_sec)
-                    .min(self.spec.capacity);
-                *at = now;
-                let mut grant = LeaseGrant::default();
-                let need = ask.need[RPM].min(self.spec.capacity);
-                if *level < need {
-                    grant.retry_in = Some(Duration::from_secs_f64((need - *level) / self.spec.per_sec));
-                } else {
-                    let take = ask.want[RPM].min(*level).max(ask.need[RPM]).max(0.0);
-                    *level -= take;
-                    grant.granted[RPM] = take;
-                }
-                grant.level[RPM] = Some(*level);
-                grant
-            });
-            Box::pin(async move {
-                // A round trip.
-                tokio::time::sleep(Duration::from_micros(200)).await;
-                grant
-            })
-        }
-        fn report(&self, _lane: &str, _report: FleetReport) {}
-        fn give_back(&self, _lane: &str, units: [f64; 2], _buckets: [Option<BucketSpec>; 2]) {
-            let mut state = self.state.lock().unwrap();
-            state.0 = (state.0 + units[RPM]).min(self.spec.capacity);
-        }
-        fn shared(&self) -> bool {
-            self.up.load(std::sync::atomic::Ordering::Relaxed)
-        }
-        fn replicas(&self) -> usize {
-            self.replicas
-        }
-        fn watch(&self, _sink: Weak<dyn FleetSink>) {}
-    }
-
-    fn model(per_minute: f64, replicas: usize) -> Arc<ModelFleet> {
-        let per_sec = per_minute / 60.0;
-        let spec = BucketSpec { capacity: per_sec.max(1.0), per_sec };
-        Arc::new(ModelFleet {
-            state: Mutex::new((spec.capacity, Instant::now())),
-            spec,
-            replicas,
-            up: true.into(),
-        })
-    }
-
-    /// Three replicas' pacers, each sending as fast as its pacer lets it for `seconds`; every
-    /// dispatch's instant.
-    async fn fan_out(pacers: &[Arc<LimitPacer>], seconds: u64) -> Vec<Instant> {
-        let end = Instant::now() + Duration::from_secs(seconds);
-        let sent = Arc::new(Mutex::new(Vec::new()));
-        let mut tasks = Vec::new();
-        for pacer in pacers {
-            for _ in 0..4 {
-                let (pacer, sent) = (pacer.clone(), sent.clone());
-                tasks.push(tokio::spawn(async move {
-                    let credential = crate::credential::CredentialId::derive("openai", "http://up", None);
-                    loop {
-                        let request = PaceRequest {
-                            provider: "up",
-                            credential_id: &credential,
-                            estimated_tokens: 10,
-                            deadline: Some(end),
-                            spill_after: None,
-                        };
-                        let Ok(mut permit) = pacer.acquire(request).await else { break };
-                        sent.lock().unwrap().push(Instant::now());
-                        permit.settle(Some(10));
-                    }
-                }));
-            }
-        }
-        for task in tasks {
-            task.await.unwrap();
-        }
-        let mut sent = std::mem::take(&mut *sent.lock().unwrap());
-        sent.sort();
-        sent
-    }
-
-    /// The most dispatches within any stretch of `window`.
-    fn most_within(sent: &[Instant], window: Duration) -> usize {
-        let mut most = 0;
-        let mut first = 0;
-        for (last, at) in sent.iter().enumerate() {
-            while *at - sent[first] >= window {
-                first += 1;
-            }
-            most = most.max(last + 1 - first);
-        }
-        most
-    }
-
-    fn limits(rpm: u32) -> Vec<(String, Limits)> {
-        vec![("up".to_owned(), Limits { requests_per_minute: Some(rpm), ..Limits::default() })]
-    }
-
-    /// A fleet whose requests window runs with `level` left: a lease of it gets one unit.
-    /// It keeps what the replica reports.
-    struct WindowFleet {
-        level: f64,
-        reports: Mutex<Vec<FleetReport>>,
-    }
-
-    impl FleetPacing for WindowFleet {
-        fn lease(&self, _lane: &str, ask: LeaseAsk) -> BoxFuture<'static, Option<LeaseGrant>> {
-            let grant = if ask.want[HEADERS] > 0.0 {
-                header_grant(1.0, self.level, 500, false)
-            } else {
-                LeaseGrant::default()
-            };
-            Box::pin(async move { Some(grant) })
-        }
-        fn report(&self, _lane: &str, report: FleetReport) {
-            self.reports.lock().unwrap().push(report);
-        }
-        fn give_back(&self, _lane: &str, _units: [f64; 2], _buckets: [Option<BucketSpec>; 2]) {}
-        fn shared(&self) -> bool {
-            true
-        }
-        fn replicas(&self) -> usize {
-            3
-        }
-        fn watch(&self, _sink: Weak<dyn FleetSink>) {}
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_call_sent_before_the_lane_knew_the_fleets_window_is_told_to_the_fleet_with_its_answer() {
-        let fleet = Arc::new(WindowFleet { level: 5.0, reports: Mutex::default() });
-        let limits = vec![("up".to_owned(), Limits { respect_headers: true, ..Limits::default() })];
-        let pacer = LimitPacer::shared(limits, fleet.clone() as Arc<dyn FleetPacing>);
-        let credential = crate::credential::CredentialId::derive("openai", "http://up", None);
-        let request = || PaceRequest {
-            provider: "up",
-            credential_id: &credential,
-            estimated_tokens: 10,
-            deadline: None,
-            spill_after: None,
-        };
-        let stated = |remaining: u64| crate::ratelimit::RateLimits {
-            requests: Some(crate::ratelimit::Allowance {
-                limit: Some(10),
-                remaining: Some(remaining),
-                reset_after: Some(Duration::from_millis(490)),
-            }),
-            ..Default::default()
-        };
-        // The lane knows no window: its first call goes without the fleet's units.
-        let early = pacer.acquire(request()).await.unwrap();
-        // Another replica's answer opens the window; the next call leases a unit of it, and
-        // the fleet says 5 are left.
-        pacer.window_opened("up", 0);
-        let counted = pacer.acquire(request()).await.unwrap();
-        // The first call's answer says 8 left (7 with the other call in flight): more than the
-        // fleet counts, and news all the same, since the fleet never counted this call.
-        pacer.observe_answer("up", &credential, early.dispatch, &stated(8));
-        let told = fleet.reports.lock().unwrap().clone();
-        assert_eq!(told.len(), 1, "{told:?}");
-        let told = told[0].stated[0].expect("the requests window");
-        assert_eq!((told.remaining, told.uncounted), (7.0, 1.0), "{told:?}");
-        // The counted call's answer, no lower than what the fleet counts, is not news.
-        pacer.observe_answer("up", &credential, counted.dispatch, &stated(7));
-        assert_eq!(fleet.reports.lock().unwrap().len(), 1);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn three_replicas_leasing_from_one_bucket_stay_within_its_bound_and_alone_they_do_not() {
-        let (rpm, replicas) = (300, 3);
-        let fleet = model(f64::from(rpm), replicas);
-        let pacers: Vec<_> = (0..replicas)
-            .map(|_| LimitPacer::shared(limits(rpm), fleet.clone() as Arc<dyn FleetPacing>))
-            .collect();
-        let sent = fan_out(&pacers, 10).await;
-        // 5 a second with a burst of 5; slices of 3 (1% of 300): at most 3 of them outstanding.
-        let (burst, per_sec, slice) = (5.0, 5.0, slice_size(f64::from(rpm), replicas));
-        for window in [1, 2, 5] {
-            let most = most_within(&sent, Duration::from_secs(window)) as f64;
-            let bound = burst + per_sec * window as f64 + replicas as f64 * slice;
-            assert!(most <= bound, "{most} within {window}s, bound {bound}");
-        }
-        let total = sent.len() as f64;
-        assert!(total <= burst + per_sec * 10.0 + 1.0, "{total} over 10 s: never more than the bucket gave");
-        assert!(total >= per_sec * 10.0 - 2.0 * replicas as f64 * slice, "{total}: the allowance is used");
-
-        // The control: each replica pacing alone at the account's 300 a minute sends three times it.
-        let alone: Vec<_> = (0..replicas).map(|_| Arc::new(LimitPacer::new(limits(rpm)))).collect();
-        let sent = fan_out(&alone, 10).await;
-        assert!(sent.len() as f64 > 2.5 * per_sec * 10.0, "{} alone", sent.len());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn out_of_the_fleets_reach_each_replica_paces_at_its_share() {
-        let (rpm, replicas) = (600, 3);
-        let fleet = model(f64::from(rpm), replicas);
-        let pacers: Vec<_> = (0..replicas)
-            .map(|_| LimitPacer::shared(limits(rpm), fleet.clone() as Arc<dyn FleetPacing>))
-            .collect();
-        fleet.up.store(false, std::sync::atomic::Ordering::Relaxed);
-        let sent = fan_out(&pacers, 6).await;
-        // 10 a second shared by 3: each a burst of 3.33 and 3.33 a second.
-        let bound = 10.0 + 10.0 * 6.0 + f64::from(replicas as u32);
-        assert!((sent.len() as f64) <= bound, "{} sent, bound {bound}", sent.len());
-        assert!(
-            (sent.len() as f64) >= 10.0 * 6.0 - 3.0,
-            "{} sent: the shares add up to the allowance",
-            sent.len()
-        );
-        let snapshot = pacers[0].snapshot();
-        let fleet = snapshot[0].fleet.as_ref().unwrap();
-        assert_eq!((fleet.mode, fleet.replicas), ("degraded", 3));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn what_a_replica_did_not_spend_goes_back_when_it_surrenders() {
-        let fleet = model(6_000.0, 1);
-        let pacer = LimitPacer::shared(limits(6_000), fleet.clone() as Arc<dyn FleetPacing>);
-        let credential = crate::credential::CredentialId::derive("openai", "http://up", None);
-        let request = PaceRequest {
-            provider: "up",
-            credential_id: &credential,
-            estimated_tokens: 0,
-            deadline: None,
-            spill_after: None,
-        };
-        drop(pacer.acquire(request).await.unwrap());
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        let lease = pacer.snapshot()[0].fleet.as_ref().unwrap().lease.requests.unwrap();
-        let before = fleet.state.lock().unwrap().0;
-        assert!(lease >= 59.0, "a slice of 60 (1% of 6000), one spent: {lease}");
-        pacer.surrender();
-        assert_eq!(pacer.snapshot()[0].fleet.as_ref().unwrap().lease.requests, Some(0.0));
-        let after = fleet.state.lock().unwrap().0;
-        assert!(after - before >= lease - 1e-9, "{before} → {after}: the {lease} unspent went back");
     }
 }

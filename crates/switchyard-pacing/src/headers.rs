@@ -24,14 +24,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::ratelimit::{Allowance, RateLimits};
+use switchyard::pacing::Dispatch;
+use switchyard::ratelimit::{Allowance, RateLimits};
 
 /// The dimensions a provider may state, in [`RateLimits`] order.
 const DIMENSIONS: usize = 4;
-
-/// What one dispatch is to the budget: its place in this lane's dispatch order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Dispatch(pub(crate) u64);
 
 /// What the provider's headers said about one dimension, with this lane's dispatches since
 /// counted against it.
@@ -78,7 +75,7 @@ struct Dimension {
 
 /// Whether a call may go now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Verdict {
+pub(crate) enum Verdict {
     Go,
     /// Wait for new headers, or until `until` when a window resets then.
     Wait {
@@ -88,7 +85,7 @@ pub(super) enum Verdict {
 
 /// One lane's header budget; see the module docs.
 #[derive(Debug)]
-pub(super) struct HeaderBudget {
+pub(crate) struct HeaderBudget {
     dimensions: [Option<Dimension>; DIMENSIONS],
     /// Dispatched and not yet answered, in dispatch order, with each call's token estimate.
     in_flight: VecDeque<(Dispatch, f64)>,
@@ -101,7 +98,7 @@ pub(super) struct HeaderBudget {
 }
 
 impl HeaderBudget {
-    pub(super) fn new(reserve_fraction: f64, max_wait: Duration) -> Self {
+    pub(crate) fn new(reserve_fraction: f64, max_wait: Duration) -> Self {
         Self {
             dimensions: [None; DIMENSIONS],
             in_flight: VecDeque::new(),
@@ -113,17 +110,17 @@ impl HeaderBudget {
     }
 
     /// Spends only `share` of each stated allowance from now on (a degraded fleet's share).
-    pub(super) fn set_share(&mut self, share: f64) {
+    pub(crate) fn set_share(&mut self, share: f64) {
         self.share = share.clamp(0.0, 1.0);
     }
 
     /// What is known of each dimension now: requests, tokens, input tokens, output tokens.
-    pub(super) fn stated(&self) -> [Option<Stated>; DIMENSIONS] {
+    pub(crate) fn stated(&self) -> [Option<Stated>; DIMENSIONS] {
         self.dimensions.map(|d| d.map(|d| d.stated))
     }
 
     /// Whether a call estimated at `tokens` may go at `now`. Rolls windows that have reset.
-    pub(super) fn verdict(&mut self, now: Instant, tokens: f64) -> Verdict {
+    pub(crate) fn verdict(&mut self, now: Instant, tokens: f64) -> Verdict {
         let idle = self.in_flight.is_empty();
         let mut go = true;
         let mut until: Option<Instant> = None;
@@ -162,28 +159,28 @@ impl HeaderBudget {
     }
 
     /// Counts a call that goes now against every dimension; returns its dispatch.
-    pub(super) fn dispatch(&mut self, tokens: f64) -> Dispatch {
+    pub(crate) fn dispatch(&mut self, tokens: f64) -> Dispatch {
         for (index, dimension) in self.dimensions.iter_mut().enumerate() {
             if let Some(dimension) = dimension {
                 dimension.stated.remaining -= cost(index, tokens);
                 dimension.probe_open = false;
             }
         }
-        let dispatch = Dispatch(self.next);
+        let dispatch = Dispatch::new(self.next);
         self.next += 1;
         self.in_flight.push_back((dispatch, tokens));
         dispatch
     }
 
     /// A call is over (answered, failed or dropped); returns its estimate if it was in flight.
-    pub(super) fn answered(&mut self, dispatch: Dispatch) -> Option<f64> {
+    pub(crate) fn answered(&mut self, dispatch: Dispatch) -> Option<f64> {
         let index = self.in_flight.binary_search_by_key(&dispatch, |(d, _)| *d).ok()?;
         self.in_flight.remove(index).map(|(_, tokens)| tokens)
     }
 
     /// What one answer's headers said, `from` the call they answered (`None`: from no known
     /// call, taken as the newest), learned at `now`.
-    pub(super) fn observe(&mut self, from: Option<Dispatch>, limits: &RateLimits, now: Instant) {
+    pub(crate) fn observe(&mut self, from: Option<Dispatch>, limits: &RateLimits, now: Instant) {
         if let Some(from) = from {
             self.answered(from);
         }

@@ -1,0 +1,200 @@
+//! # switchyard-pacing
+//!
+//! The pacer of configured limits for Switchyard's router: [`LimitPacer`] implements the
+//! engine's [`Pacer`] seam with one lane per provider (or per key), each holding its
+//! concurrency slots, request and token buckets, minimum interval, and the budget the
+//! provider's own rate-limit headers state; and, with [`LimitPacer::shared`], one allowance
+//! for a fleet of replicas leased through a [`fleet::FleetPacing`] store (`switchyard-state`
+//! implements it over Redis).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use switchyard::route::Route;
+//! use switchyard::simulated::SimulatedProvider;
+//! use switchyard::{ProviderEntry, Router};
+//! use switchyard_pacing::{LimitPacer, Limits};
+//!
+//! let limits = Limits { max_concurrent: Some(8), requests_per_minute: Some(300), ..Limits::default() };
+//! let router = Router::builder()
+//!     .provider(ProviderEntry::new("sim", SimulatedProvider::new()))
+//!     .route(Route::builder("default").target("sim:model").build().unwrap())
+//!     .pacer(Arc::new(LimitPacer::new([("sim".to_owned(), limits)])))
+//!     .build()
+//!     .unwrap();
+//! assert_eq!(router.pacing().len(), 1, "one lane, for the provider `sim`");
+//! ```
+
+#![warn(missing_docs)]
+
+mod bucket;
+pub mod fleet;
+mod headers;
+mod lane;
+mod limits;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use switchyard::ProviderError;
+use switchyard::credential::CredentialId;
+use switchyard::pacing::{Dispatch, LaneSnapshot, PaceRequest, Pacer, Permit};
+use switchyard::provider::BoxFuture;
+use switchyard::ratelimit::RateLimits;
+
+use fleet::{FleetPacing, FleetSink};
+pub use headers::Stated;
+use lane::Lane;
+pub use limits::Limits;
+
+/// The pacer of configured limits, one lane per provider (or per key).
+pub struct LimitPacer {
+    providers: HashMap<Arc<str>, ProviderLanes>,
+}
+
+struct ProviderLanes {
+    limits: Limits,
+    shared: Option<Arc<Lane>>,
+    per_key: std::sync::Mutex<HashMap<CredentialId, Arc<Lane>>>,
+    fleet: Option<Arc<dyn FleetPacing>>,
+}
+
+impl ProviderLanes {
+    fn lane(&self, provider: &str, credential: &CredentialId) -> Arc<Lane> {
+        if let Some(lane) = &self.shared {
+            return lane.clone();
+        }
+        let mut lanes = self.per_key.lock().unwrap_or_else(|p| p.into_inner());
+        lanes
+            .entry(credential.clone())
+            .or_insert_with(|| {
+                Arc::new(Lane::new(
+                    provider,
+                    Some(credential.clone()),
+                    self.limits.clone(),
+                    self.fleet.clone(),
+                ))
+            })
+            .clone()
+    }
+
+    /// Every lane made so far.
+    fn each(&self, mut visit: impl FnMut(&Lane)) {
+        if let Some(lane) = &self.shared {
+            visit(lane);
+        }
+        for lane in self.per_key.lock().unwrap_or_else(|p| p.into_inner()).values() {
+            visit(lane);
+        }
+    }
+}
+
+impl fmt::Debug for LimitPacer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LimitPacer").field("providers", &self.providers.keys().collect::<Vec<_>>()).finish()
+    }
+}
+
+impl LimitPacer {
+    /// A pacer for these providers' limits. Providers not named are not paced.
+    pub fn new(limits: impl IntoIterator<Item = (String, Limits)>) -> Self {
+        Self::build(limits, None)
+    }
+
+    /// A pacer whose requests and tokens per minute, header budgets and 429 holds are one
+    /// allowance for every replica sharing `fleet` (see [`fleet`]). `max_concurrent` and
+    /// `min_interval` stay this replica's own.
+    pub fn shared(
+        limits: impl IntoIterator<Item = (String, Limits)>,
+        fleet: Arc<dyn FleetPacing>,
+    ) -> Arc<Self> {
+        let pacer = Arc::new(Self::build(limits, Some(fleet.clone())));
+        let sink: Weak<dyn FleetSink> = Arc::downgrade(&pacer) as Weak<dyn FleetSink>;
+        fleet.watch(sink);
+        pacer
+    }
+
+    fn build(
+        limits: impl IntoIterator<Item = (String, Limits)>,
+        fleet: Option<Arc<dyn FleetPacing>>,
+    ) -> Self {
+        let providers = limits
+            .into_iter()
+            .map(|(provider, limits)| {
+                let shared = (!limits.per_credential)
+                    .then(|| Arc::new(Lane::new(&provider, None, limits.clone(), fleet.clone())));
+                let lanes =
+                    ProviderLanes { limits, shared, per_key: Default::default(), fleet: fleet.clone() };
+                (provider.into(), lanes)
+            })
+            .collect();
+        Self { providers }
+    }
+
+    /// The lane named `key` in the fleet (`provider` or `provider/credential`), if made.
+    fn with_fleet_lane(&self, key: &str, visit: impl FnOnce(&Lane)) {
+        let provider = key.split_once('/').map_or(key, |(provider, _)| provider);
+        let Some(lanes) = self.providers.get(provider) else { return };
+        let mut visit = Some(visit);
+        lanes.each(|lane| {
+            if lane.fleet_key() == Some(key)
+                && let Some(visit) = visit.take()
+            {
+                visit(lane);
+            }
+        });
+    }
+}
+
+impl FleetSink for LimitPacer {
+    fn held(&self, lane: &str, hold: Duration) {
+        self.with_fleet_lane(lane, |lane| lane.held_by_fleet(hold));
+    }
+
+    fn window_opened(&self, lane: &str, header: usize) {
+        self.with_fleet_lane(lane, |lane| lane.window_opened(header));
+    }
+
+    fn surrender(&self) {
+        for lanes in self.providers.values() {
+            lanes.each(Lane::surrender);
+        }
+    }
+}
+
+impl Pacer for LimitPacer {
+    fn acquire<'a>(&'a self, request: PaceRequest<'a>) -> BoxFuture<'a, Result<Permit, ProviderError>> {
+        let lane = self
+            .providers
+            .get(request.provider)
+            .map(|lanes| lanes.lane(request.provider, request.credential_id));
+        Box::pin(async move {
+            match lane {
+                None => Ok(Permit::immediate()),
+                Some(lane) => lane.acquire(request).await,
+            }
+        })
+    }
+
+    fn observe_answer(
+        &self,
+        provider: &str,
+        credential_id: &CredentialId,
+        answer_to: Option<Dispatch>,
+        limits: &RateLimits,
+    ) {
+        if let Some(lanes) = self.providers.get(provider) {
+            lanes.lane(provider, credential_id).observe(answer_to, limits);
+        }
+    }
+
+    fn snapshot(&self) -> Vec<LaneSnapshot> {
+        let mut lanes: Vec<LaneSnapshot> = Vec::new();
+        for lanes_of in self.providers.values() {
+            lanes_of.each(|lane| lanes.push(lane.snapshot()));
+        }
+        lanes.sort_by(|a, b| (&a.provider, &a.credential_id).cmp(&(&b.provider, &b.credential_id)));
+        lanes
+    }
+}
