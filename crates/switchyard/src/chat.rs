@@ -948,19 +948,20 @@ impl ChatChunk {
     /// block, a tool call): the upstream is answering, and the stream's first-byte wait is
     /// over. Reasoning counts: a model that thinks for a minute is answering. Whether the
     /// caller is shown it, which is what commits a stream, is
-    /// [`shows_content_to`](Self::shows_content_to).
+    /// [`shows_content`](Self::shows_content).
     pub fn has_content(&self) -> bool {
         self.content(true)
     }
 
-    /// Whether a caller in `dialect` is shown something of this chunk beyond its role: text, a
-    /// refusal, a tool call, or reasoning it can read. An Anthropic caller reads reasoning only
-    /// as an Anthropic provider's own signed thinking (the event as that provider wrote it): a
-    /// thinking block without the provider's signature would be refused when the caller sends
-    /// it back, so other models' reasoning is not written to it.
-    pub fn shows_content_to(&self, dialect: Dialect) -> bool {
-        let reasoning_shown = dialect != Dialect::Anthropic
-            || self.verbatim.as_ref().is_some_and(|v| v.dialect() == Dialect::Anthropic);
+    /// Whether a caller who is shown `reasoning` is shown something of this chunk beyond its
+    /// role: text, a refusal, a tool call, or reasoning it reads.
+    pub fn shows_content(&self, reasoning: ReasoningShown) -> bool {
+        let reasoning_shown = match reasoning {
+            ReasoningShown::Any => true,
+            ReasoningShown::Verbatim(dialect) => {
+                self.verbatim.as_ref().is_some_and(|v| v.dialect() == dialect)
+            }
+        };
         self.content(reasoning_shown)
     }
 
@@ -980,6 +981,19 @@ impl ChatChunk {
     pub fn is_content_filtered(&self) -> bool {
         self.choices.iter().any(|c| c.finish_reason == Some(FinishReason::ContentFilter))
     }
+}
+
+/// Which reasoning a caller is shown, said by the caller (the gateway, for its client's
+/// dialect): what commits a stream is the first chunk the caller is shown.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReasoningShown {
+    /// Any model's reasoning (a client that reads it as text).
+    #[default]
+    Any,
+    /// Only reasoning a provider wrote in this dialect, passed on as that provider wrote it
+    /// (a client that sends thinking blocks back with their signatures: another model's
+    /// reasoning, unsigned, would be refused then, so it is not written to it).
+    Verbatim(Dialect),
 }
 
 /// One choice's part of a chunk.
@@ -1196,7 +1210,10 @@ pub struct Embedding {
 mod tests {
     use serde_json::json;
 
-    use super::{ChatChunk, ChatRequest, ChunkChoice, Delta, Dialect, ToolCall, ToolCallDelta, Verbatim};
+    use super::{
+        ChatChunk, ChatRequest, ChunkChoice, Delta, Dialect, ReasoningShown, ToolCall, ToolCallDelta,
+        Verbatim,
+    };
 
     #[test]
     fn a_custom_tool_call_is_kept_as_written_and_a_function_call_needs_its_function() {
@@ -1237,16 +1254,18 @@ mod tests {
             ..ChatChunk::default()
         };
         assert!(thinking.has_content());
-        assert!(thinking.shows_content_to(Dialect::OpenAi));
-        assert!(thinking.shows_content_to(Dialect::Responses));
+        assert!(thinking.shows_content(ReasoningShown::Any));
         assert!(
-            !thinking.shows_content_to(Dialect::Anthropic),
+            !thinking.shows_content(ReasoningShown::Verbatim(Dialect::Anthropic)),
             "another dialect's reasoning is not written to it"
         );
         thinking.verbatim = Some(Verbatim::new(Dialect::Anthropic, "event: content_block_delta\n..."));
-        assert!(thinking.shows_content_to(Dialect::Anthropic), "the provider's own signed thinking passes");
-        assert!(ChatChunk::text("Hi").shows_content_to(Dialect::Anthropic));
-        assert!(!ChatChunk::default().shows_content_to(Dialect::OpenAi));
+        assert!(
+            thinking.shows_content(ReasoningShown::Verbatim(Dialect::Anthropic)),
+            "the provider's own signed thinking passes"
+        );
+        assert!(ChatChunk::text("Hi").shows_content(ReasoningShown::Verbatim(Dialect::Anthropic)));
+        assert!(!ChatChunk::default().shows_content(ReasoningShown::Any));
     }
 
     #[test]

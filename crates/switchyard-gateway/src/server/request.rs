@@ -7,7 +7,7 @@ use std::time::{Instant, SystemTime};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::Response;
 use serde_json::Value;
-use switchyard::chat::Dialect;
+use switchyard::chat::{Dialect, ReasoningShown};
 use switchyard::trace::TraceContext;
 use switchyard::trail::{Timing, Trail, Via};
 use switchyard::{RequestOptions, Router};
@@ -113,6 +113,11 @@ impl RequestContext {
     pub(crate) fn options(&self, headers: &HeaderMap) -> RequestOptions {
         self.routed.get_or_init(Instant::now);
         let mut options = options(headers);
+        // An Anthropic client sends Claude's thinking back signed: only an Anthropic
+        // provider's own is written to it.
+        if self.dialect == Dialect::Anthropic {
+            options.reasoning = ReasoningShown::Verbatim(Dialect::Anthropic);
+        }
         if let Some((context, parent)) = self.trace {
             options.trace = Some(context);
             // The trace continued carries the client's vendor state on with it.

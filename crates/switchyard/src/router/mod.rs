@@ -421,7 +421,7 @@ impl Router {
         options: &RequestOptions,
     ) -> Result<RoutedStream, RouteError> {
         let resolved = self.inner.resolve(&request.model)?;
-        let served = self.run(&StreamExchange::new(request), resolved, options).await?;
+        let served = self.run(&StreamExchange::new(request, options.reasoning), resolved, options).await?;
         // One choice only: a stream of several is not put back together.
         let one_choice = request.extra.get("n").and_then(serde_json::Value::as_u64).is_none_or(|n| n <= 1);
         let keep = !options.no_cache

@@ -25,6 +25,9 @@ pub struct RequestOptions {
     /// The request's trace context, when the caller traces: each attempt sent is a child
     /// span of it, and its call carries that span as `traceparent`.
     pub trace: Option<crate::trace::TraceContext>,
+    /// Which reasoning the caller is shown: a stream commits (no fallback after it) with the
+    /// first chunk the caller is shown. Default: any.
+    pub reasoning: crate::chat::ReasoningShown,
 }
 
 impl RequestOptions {

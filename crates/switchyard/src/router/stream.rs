@@ -15,7 +15,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::exchange::{Exchange, Served};
 use super::settler::StreamSettler;
-use crate::chat::{ChatChunk, ChatRequest, ChatResponse, Delta, Usage};
+use crate::chat::{ChatChunk, ChatRequest, ChatResponse, Delta, ReasoningShown, Usage};
 use crate::pacing::Permit;
 use crate::provider::{BoxFuture, Call, ChunkStream, Provider};
 use crate::route::Route;
@@ -34,14 +34,16 @@ pub(crate) struct Prefetched {
 
 pub(crate) struct StreamExchange<'r> {
     request: &'r ChatRequest,
+    /// Which reasoning the caller is shown.
+    reasoning: ReasoningShown,
     /// A stream showed life while held for its caller (see [`prefetch`]): set once, since only
     /// the request's first attempt is hedged and it is the first to set it.
     alive: AtomicBool,
 }
 
 impl<'r> StreamExchange<'r> {
-    pub(crate) fn new(request: &'r ChatRequest) -> Self {
-        Self { request, alive: AtomicBool::new(false) }
+    pub(crate) fn new(request: &'r ChatRequest, reasoning: ReasoningShown) -> Self {
+        Self { request, reasoning, alive: AtomicBool::new(false) }
     }
 }
 
@@ -53,7 +55,7 @@ impl Exchange for StreamExchange<'_> {
         provider: &'a dyn Provider,
         call: Call<'a>,
     ) -> BoxFuture<'a, Result<Prefetched, ProviderError>> {
-        Box::pin(prefetch(provider, call, self.request, &self.alive))
+        Box::pin(prefetch(provider, call, (self.request, self.reasoning), &self.alive))
     }
 
     fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {
@@ -97,14 +99,14 @@ impl Exchange for StreamExchange<'_> {
 /// Two moments matter, and they can differ. The upstream shows life with its first content,
 /// reasoning included: that ends the `first_byte` wait, so a model that thinks for minutes is
 /// never failed over for slowness. The stream commits with the first chunk the caller will be
-/// shown ([`ChatChunk::shows_content_to`]): until then the router may still retry or fall back
+/// shown ([`ChatChunk::shows_content`]): until then the router may still retry or fall back
 /// without the caller seeing a restart. Between the two (reasoning an Anthropic caller is not
 /// shown) chunks are held, each within the `idle` limit, less the reasoning itself, and for the
 /// `first_byte` limit at most: then the stream commits, so that the caller hears from it.
 async fn prefetch(
     provider: &dyn Provider,
     call: Call<'_>,
-    request: &ChatRequest,
+    (request, reasoning): (&ChatRequest, ReasoningShown),
     answering: &AtomicBool,
 ) -> Result<Prefetched, ProviderError> {
     let timeouts = call.timeouts;
@@ -137,7 +139,7 @@ async fn prefetch(
     let mut held = false;
     let mut chunk = buffer.pop_back().expect("the chunk that showed life");
     loop {
-        let (shown, filtered) = (chunk.shows_content_to(request.origin), chunk.is_content_filtered());
+        let (shown, filtered) = (chunk.shows_content(reasoning), chunk.is_content_filtered());
         if shown || filtered {
             buffer.push_back(chunk);
             let filtered = filtered && !shown;

@@ -388,6 +388,13 @@ fn anthropic_request() -> switchyard::chat::ChatRequest {
     request
 }
 
+/// The options of a caller shown only an Anthropic provider's own signed thinking (as the
+/// gateway asks for an Anthropic client).
+fn signed_thinking_only() -> RequestOptions {
+    use switchyard::chat::{Dialect, ReasoningShown};
+    RequestOptions { reasoning: ReasoningShown::Verbatim(Dialect::Anthropic), ..RequestOptions::default() }
+}
+
 #[tokio::test(start_paused = true)]
 async fn reasoning_is_content_it_streams_at_once_and_the_first_byte_timeout_stops_there() {
     let router = thinking_route(Thinker::default(), &SimulatedProvider::new());
@@ -417,7 +424,7 @@ async fn reasoning_a_caller_is_not_shown_is_held_for_the_first_byte_limit_at_mos
         let router = thinking_route(thinker, &SimulatedProvider::new());
 
         let start = Instant::now();
-        let mut stream = router.chat_stream(&anthropic_request(), &RequestOptions::default()).await.unwrap();
+        let mut stream = router.chat_stream(&anthropic_request(), &signed_thinking_only()).await.unwrap();
         assert_eq!(
             start.elapsed(),
             Duration::from_secs(committed_after),
@@ -445,7 +452,7 @@ async fn a_failure_during_reasoning_the_caller_is_not_shown_falls_back() {
     let router = thinking_route(Thinker::failing_after(1), &fallback);
 
     let start = Instant::now();
-    let mut stream = router.chat_stream(&anthropic_request(), &RequestOptions::default()).await.unwrap();
+    let mut stream = router.chat_stream(&anthropic_request(), &signed_thinking_only()).await.unwrap();
     assert_eq!(start.elapsed(), Duration::from_secs(1));
     assert_eq!(
         stream.served_by().to_string(),
@@ -465,7 +472,7 @@ async fn a_failure_after_the_hold_reaches_the_caller_as_any_mid_stream_failure()
     let fallback = SimulatedProvider::new();
     let router = thinking_route(Thinker::failing_after(5), &fallback);
 
-    let mut stream = router.chat_stream(&anthropic_request(), &RequestOptions::default()).await.unwrap();
+    let mut stream = router.chat_stream(&anthropic_request(), &signed_thinking_only()).await.unwrap();
     assert_eq!(stream.served_by().to_string(), "thinker:m", "committed at the 2 s limit");
     let (_, error) = collect(&mut stream).await;
     assert_eq!(error.expect("the caller was answering by then").error.kind(), ErrorKind::Unavailable);
@@ -480,7 +487,7 @@ async fn a_model_that_goes_quiet_while_thinking_unseen_is_failed_over_at_the_idl
     let router = thinking_route_with(Thinker::default(), &fallback, timeouts);
 
     let start = Instant::now();
-    let stream = router.chat_stream(&anthropic_request(), &RequestOptions::default()).await.unwrap();
+    let stream = router.chat_stream(&anthropic_request(), &signed_thinking_only()).await.unwrap();
     assert_eq!(stream.served_by().to_string(), "b:m");
     assert_eq!(start.elapsed(), Duration::from_secs(3), "cut at the idle limit, not at the answer 5 s in");
     let trail = stream.trail();
@@ -503,7 +510,7 @@ async fn a_model_thinking_unseen_is_answering_so_it_is_not_hedged() {
         .build()
         .unwrap();
 
-    let stream = router.chat_stream(&anthropic_request(), &RequestOptions::default()).await.unwrap();
+    let stream = router.chat_stream(&anthropic_request(), &signed_thinking_only()).await.unwrap();
     assert_eq!(stream.served_by().to_string(), "thinker:m");
     assert_eq!(fallback.calls(), 0, "thinking since the first instant: nothing slow to hedge");
     assert_eq!(stream.trail().attempts().len(), 1);
