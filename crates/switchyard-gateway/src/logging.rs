@@ -103,7 +103,9 @@ impl BatchedStderr {
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
+    /// Lines for people.
     Text,
+    /// One JSON object a line.
     Json,
 }
 
@@ -206,16 +208,24 @@ enum Sink {
 
 /// What the access log says of one request.
 pub struct AccessEntry<'a> {
+    /// The request's id.
     pub request_id: &'a str,
+    /// The endpoint (`chat_completions`, `messages`).
     pub endpoint: &'a str,
+    /// The route that governed it.
     pub route: &'a str,
+    /// Who served it, when someone did.
     pub served_by: Option<&'a Via>,
+    /// Attempts made.
     pub attempts: usize,
+    /// The status the client received.
     pub status: u16,
     /// The kind of the error that ended the request, when it failed after its status was
     /// sent (a stream cut mid-way still logs the 200 the client received).
     pub error: Option<&'a str>,
+    /// From arrival to the end.
     pub latency: Duration,
+    /// What the gateway added beyond the upstream calls and pacing.
     pub overhead: Duration,
 }
 
@@ -249,6 +259,7 @@ impl AccessLog {
         Self { format, sink: Sink::Memory(buffer) }
     }
 
+    /// Writes `entry`'s line (when the access log is on).
     pub fn record(&self, entry: &AccessEntry<'_>) {
         if matches!(self.sink, Sink::Off) {
             return;

@@ -12,20 +12,27 @@ use switchyard::ErrorKind;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+/// The configuration file as written: every section, not yet checked.
 pub struct FileConfig {
+    /// `listen`: the address to serve on (default 127.0.0.1:4680).
     pub listen: Option<String>,
     #[serde(default)]
+    /// `providers`: each upstream account by its id.
     pub providers: BTreeMap<String, ProviderConfig>,
     #[serde(default)]
+    /// `routes`: each route by its name (the `model` clients send).
     pub routes: BTreeMap<String, RouteConfig>,
     /// Which route governs requests that name a target directly. Default: `default`, else the
     /// first route in name order.
     pub default_route: Option<String>,
     #[serde(default)]
+    /// `health`: the health board's settings.
     pub health: HealthConfig,
     #[serde(default)]
+    /// `retry_budget`: how many retries the router may add.
     pub retry_budget: RetryBudgetConfig,
     #[serde(default)]
+    /// `gateway`: keys, limits and the HTTP server's own settings.
     pub gateway: GatewayConfig,
     /// Shared state across replicas; none keeps health in this process's memory.
     pub state: Option<StateConfig>,
@@ -80,16 +87,24 @@ pub struct StateConfig {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
+/// A provider's `kind`: which API it speaks.
 pub enum Kind {
+    /// OpenAI itself.
     Openai,
+    /// Anthropic's Messages API.
     Anthropic,
+    /// Google's Gemini API.
     Gemini,
+    /// Azure OpenAI.
     Azure,
+    /// A server that speaks the OpenAI API (vLLM, Ollama, Groq, ...).
     OpenaiCompatible,
+    /// A simulated provider, for demos, drills and tests.
     Simulated,
 }
 
 impl Kind {
+    /// The kind as the file writes it (`openai_compatible`).
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Openai => "openai",

@@ -40,6 +40,7 @@ impl fmt::Display for Reason {
 /// A place a configuration file is looked for when none is named.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Place {
+    /// The file's path.
     pub path: PathBuf,
     /// How a file found there is announced: "found in the working directory".
     pub found: &'static str,
@@ -57,7 +58,13 @@ pub fn standard_places() -> Vec<Place> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Choice {
     /// A configuration file.
-    File { path: PathBuf, reason: Reason },
+    /// A file, and why it was chosen.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why it was chosen.
+        reason: Reason,
+    },
     /// No file: providers from API keys in the environment, else the embedded demo.
     Default,
     /// The embedded demo, asked for.

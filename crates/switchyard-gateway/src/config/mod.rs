@@ -36,8 +36,11 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:4680";
 /// Where the configuration came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
+    /// A file, by its path.
     File(String),
+    /// API keys in the environment, by the variables found.
     Environment(Vec<String>),
+    /// The embedded demo.
     Demo,
 }
 
@@ -54,14 +57,18 @@ impl fmt::Display for Source {
 /// One problem, at one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
+    /// The key path (`routes.default.targets[1]`).
     pub path: String,
+    /// What is wrong, and the fix.
     pub message: String,
 }
 
 /// A configuration that cannot be used, with every problem found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ConfigError {
+    /// The file (or `(environment)`, `(embedded demo)`).
     pub file: String,
+    /// Every problem found.
     pub problems: Vec<Problem>,
 }
 
@@ -89,8 +96,11 @@ impl ConfigError {
 /// A provider as the operator sees it (for `doctor` and the start banner): no secrets.
 #[derive(Debug, Clone)]
 pub struct ProviderSummary {
+    /// Its id, what targets name it by.
     pub id: String,
+    /// Its kind, as the file writes it.
     pub kind: &'static str,
+    /// Its base URL (empty for a simulated one).
     pub base_url: String,
     /// Where each key came from (`env://NAME` or `literal`), with the key masked.
     pub credentials: Vec<String>,
@@ -111,13 +121,19 @@ pub struct LogSettings {
 
 /// A loaded, validated configuration: the router and everything around it.
 pub struct Loaded {
+    /// Where it came from.
     pub source: Source,
     /// Why this configuration was chosen, when [`load`] chose it.
     pub reason: Option<Reason>,
+    /// The address to listen on.
     pub listen: SocketAddr,
+    /// The router of its providers and routes.
     pub router: Router,
+    /// The gateway's own settings.
     pub gateway: GatewaySettings,
+    /// Each provider as the operator sees it.
     pub providers: Vec<ProviderSummary>,
+    /// What to log.
     pub log: LogSettings,
 }
 
@@ -142,6 +158,7 @@ pub enum UnsetEnv {
 /// A configuration that loaded, with what should still be looked at.
 #[derive(Debug)]
 pub struct Checked {
+    /// The configuration, ready to serve.
     pub loaded: Loaded,
     /// Variables `env://` names that are not set, with [`UnsetEnv::Warning`].
     pub warnings: Vec<Problem>,

@@ -13,10 +13,15 @@ use crate::telemetry::TelemetrySettings;
 /// Gateway settings that are not routing.
 #[derive(Debug, Clone)]
 pub struct GatewaySettings {
+    /// `gateway.keys`: the keys clients send (none: no key needed).
     pub keys: Vec<Secret>,
+    /// `gateway.admin_key`: the key of `/admin` and, beyond loopback, `/metrics`.
     pub admin_key: Option<Secret>,
+    /// `gateway.max_body`: the largest request body, in bytes.
     pub max_body: usize,
+    /// `gateway.recent_requests`: how many finished requests the history keeps.
     pub recent_requests: usize,
+    /// `gateway.shutdown_grace`: how long open streams may run on at shutdown.
     pub shutdown_grace: Duration,
     /// `gateway.open`: an open relay beyond loopback, on purpose.
     pub open: bool,

@@ -14,11 +14,15 @@ use switchyard::chat::Dialect;
 /// exists.
 #[derive(Debug)]
 pub struct ApiError {
+    /// The HTTP status.
     pub status: StatusCode,
     /// `invalid_json`, `all_targets_failed`, `rate_limited`, ...
     pub code: String,
+    /// What happened, for people.
     pub message: String,
+    /// The trail, when the request was routed.
     pub attempts: Option<Box<Value>>,
+    /// The `Retry-After` to send.
     pub retry_after: Option<Duration>,
     /// The connection closes after this answer (`connection: close`): what remains of the
     /// request on it cannot be told from a next one.
@@ -26,6 +30,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// An error of `status`, machine code `code` and `message`.
     pub fn new(status: StatusCode, code: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             status,
@@ -91,6 +96,7 @@ impl ApiError {
         }
     }
 
+    /// The error as a response in `dialect`, for request `request_id`.
     pub fn into_response(self, dialect: Dialect, request_id: &str) -> Response {
         let body = self.body(dialect, request_id);
         let mut response = (self.status, axum::Json(body)).into_response();

@@ -20,9 +20,13 @@ use crate::telemetry::Telemetry;
 
 /// Everything handlers share.
 pub struct AppState {
+    /// The router every request goes through.
     pub router: Router,
+    /// The gateway's settings.
     pub gateway: GatewaySettings,
+    /// The finished requests kept (`/admin/requests`).
     pub recent: Recent,
+    /// The counters and histograms of `/metrics`.
     pub metrics: Metrics,
     /// The Responses API's conversations.
     pub responses: ResponseStore,
