@@ -146,86 +146,148 @@ impl Options {
     /// # Errors
     /// A message naming the argument and the problem.
     pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Self, String> {
-        let mut url = None;
-        let mut ca_file = None;
-        let mut body_text: Option<String> = None;
-        let mut headers = Vec::new();
-        let mut stream = false;
-        let mut expect = "mock answer".to_owned();
-        let mut duration = Duration::from_secs(10);
-        let mut warmup = Duration::ZERO;
-        let mut connections = 32;
-        let mut rate = None;
-        let mut timeout = Duration::from_secs(10);
-        let mut max_requests = 10_000_000;
-        let mut pid = None;
-        let mut threads = 1;
-        let mut label = String::new();
+        let mut flags = Flags::default();
         while let Some(arg) = args.next() {
             let (flag, inline) = match arg.split_once('=') {
                 Some((flag, value)) if flag.starts_with("--") => (flag.to_owned(), Some(value.to_owned())),
                 _ => (arg, None),
             };
-            let mut value = || inline.clone().or_else(|| args.next()).ok_or(format!("{flag} needs a value"));
-            match flag.as_str() {
-                "--url" => url = Some(value()?),
-                "--ca-file" => ca_file = Some(value()?),
-                "--body" => body_text = Some(value()?),
-                "--body-file" => {
-                    let path = value()?;
-                    body_text =
-                        Some(std::fs::read_to_string(&path).map_err(|e| format!("--body-file {path}: {e}"))?);
-                }
-                "--header" => {
-                    let text = value()?;
-                    let (name, val) =
-                        text.split_once(':').ok_or(format!("--header `{text}`: expected `Name: value`"))?;
-                    headers.push((name.trim().to_ascii_lowercase(), val.trim().to_owned()));
-                }
-                "--stream" => stream = true,
-                "--expect" => expect = value()?,
-                "--duration" => duration = parse_duration(&value()?)?,
-                "--warmup" => warmup = parse_duration(&value()?)?,
-                "--connections" => connections = parse_number(&flag, &value()?)?,
-                "--rate" => {
-                    let text = value()?;
-                    match text.parse::<f64>() {
-                        Ok(r) if r.is_finite() && r > 0.0 && r <= 1e6 => rate = Some(r),
-                        _ => {
-                            return Err(format!(
-                                "--rate needs a number of requests/s in (0, 1e6], got `{text}`"
-                            ));
-                        }
-                    }
-                }
-                "--timeout" => timeout = parse_duration(&value()?)?,
-                "--max-requests" => max_requests = parse_number(&flag, &value()?)? as u64,
-                "--pid" => pid = Some(parse_number(&flag, &value()?)? as u32),
-                "--threads" => threads = parse_number(&flag, &value()?)?,
-                "--label" => label = value()?,
-                "-h" | "--help" => return Err(String::new()),
-                other => return Err(format!("unknown argument `{other}`")),
-            }
+            let value = || inline.clone().or_else(|| args.next()).ok_or(format!("{flag} needs a value"));
+            flags.read(&flag, value)?;
         }
-        let target = Target::parse(&url.ok_or("--url is required")?)?;
+        flags.into_options()
+    }
+}
+
+/// The flags as read, defaults filled in, before the run's bounds are checked.
+struct Flags {
+    url: Option<String>,
+    ca_file: Option<String>,
+    body_text: Option<String>,
+    headers: Vec<(String, String)>,
+    stream: bool,
+    expect: String,
+    duration: Duration,
+    warmup: Duration,
+    connections: usize,
+    rate: Option<f64>,
+    timeout: Duration,
+    max_requests: u64,
+    pid: Option<u32>,
+    threads: usize,
+    label: String,
+}
+
+impl Default for Flags {
+    /// The values of every flag left out.
+    fn default() -> Self {
+        Self {
+            url: None,
+            ca_file: None,
+            body_text: None,
+            headers: Vec::new(),
+            stream: false,
+            expect: "mock answer".to_owned(),
+            duration: Duration::from_secs(10),
+            warmup: Duration::ZERO,
+            connections: 32,
+            rate: None,
+            timeout: Duration::from_secs(10),
+            max_requests: 10_000_000,
+            pid: None,
+            threads: 1,
+            label: String::new(),
+        }
+    }
+}
+
+impl Flags {
+    /// Reads one flag, taking its value from `value` only when the flag has one.
+    fn read(&mut self, flag: &str, mut value: impl FnMut() -> Result<String, String>) -> Result<(), String> {
+        match flag {
+            "--url" => self.url = Some(value()?),
+            "--ca-file" => self.ca_file = Some(value()?),
+            "--body" => self.body_text = Some(value()?),
+            "--body-file" => {
+                let path = value()?;
+                self.body_text =
+                    Some(std::fs::read_to_string(&path).map_err(|e| format!("--body-file {path}: {e}"))?);
+            }
+            "--header" => {
+                let text = value()?;
+                let (name, val) =
+                    text.split_once(':').ok_or(format!("--header `{text}`: expected `Name: value`"))?;
+                self.headers.push((name.trim().to_ascii_lowercase(), val.trim().to_owned()));
+            }
+            "--stream" => self.stream = true,
+            "--expect" => self.expect = value()?,
+            "--duration" => self.duration = parse_duration(&value()?)?,
+            "--warmup" => self.warmup = parse_duration(&value()?)?,
+            "--connections" => self.connections = parse_number(flag, &value()?)?,
+            "--rate" => self.rate = Some(parse_rate(&value()?)?),
+            "--timeout" => self.timeout = parse_duration(&value()?)?,
+            "--max-requests" => self.max_requests = parse_number(flag, &value()?)? as u64,
+            "--pid" => self.pid = Some(parse_number(flag, &value()?)? as u32),
+            "--threads" => self.threads = parse_number(flag, &value()?)?,
+            "--label" => self.label = value()?,
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+        Ok(())
+    }
+
+    /// Checks the run's bounds and builds the body, giving the validated options.
+    fn into_options(self) -> Result<Options, String> {
+        let target = Target::parse(self.url.as_deref().ok_or("--url is required")?)?;
+        self.check_bounds(&target)?;
+        let body = self.body()?;
+        Ok(Options {
+            target,
+            ca_file: self.ca_file,
+            body,
+            headers: self.headers,
+            stream: self.stream,
+            expect: self.expect,
+            duration: self.duration,
+            warmup: self.warmup,
+            connections: self.connections,
+            rate: self.rate,
+            timeout: self.timeout,
+            max_requests: self.max_requests,
+            pid: self.pid,
+            threads: self.threads,
+            label: self.label,
+        })
+    }
+
+    /// Refuses a run that is unbounded, all warm-up, or aimed at a target it cannot reach.
+    fn check_bounds(&self, target: &Target) -> Result<(), String> {
+        let (duration, warmup) = (self.duration, self.warmup);
         if duration.is_zero() || duration > MAX_DURATION {
             return Err(format!("--duration must be in (0, 1h], got {duration:?}"));
         }
         if warmup >= duration {
             return Err(format!("--warmup ({warmup:?}) must be shorter than --duration ({duration:?})"));
         }
-        if target.tls != ca_file.is_some() {
+        if target.tls != self.ca_file.is_some() {
             return Err("an https:// --url needs --ca-file, and --ca-file an https:// --url".into());
         }
-        if connections > MAX_CONNECTIONS {
+        if self.connections > MAX_CONNECTIONS {
             return Err(format!("--connections must be at most {MAX_CONNECTIONS}"));
         }
-        if timeout.is_zero() {
+        if self.timeout.is_zero() {
             return Err("--timeout must be positive".into());
         }
-        let mut body: serde_json::Value = serde_json::from_str(body_text.as_deref().unwrap_or(DEFAULT_BODY))
-            .map_err(|e| format!("the request body is not JSON: {e}"))?;
-        if stream {
+        Ok(())
+    }
+
+    /// The request body as sent: the given JSON (or the default), with `"stream": true` when
+    /// streaming.
+    fn body(&self) -> Result<Bytes, String> {
+        let mut body: serde_json::Value =
+            serde_json::from_str(self.body_text.as_deref().unwrap_or(DEFAULT_BODY))
+                .map_err(|e| format!("the request body is not JSON: {e}"))?;
+        if self.stream {
             match body.as_object_mut() {
                 Some(object) => {
                     object.insert("stream".into(), serde_json::Value::Bool(true));
@@ -234,23 +296,15 @@ impl Options {
             }
         }
         let body = serde_json::to_vec(&body).map_err(|e| format!("cannot encode the body: {e}"))?;
-        Ok(Self {
-            target,
-            ca_file,
-            body: Bytes::from(body),
-            headers,
-            stream,
-            expect,
-            duration,
-            warmup,
-            connections,
-            rate,
-            timeout,
-            max_requests,
-            pid,
-            threads,
-            label,
-        })
+        Ok(Bytes::from(body))
+    }
+}
+
+/// `--rate`: requests per second, in (0, 1e6].
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 && r <= 1e6 => Ok(r),
+        _ => Err(format!("--rate needs a number of requests/s in (0, 1e6], got `{text}`")),
     }
 }
 

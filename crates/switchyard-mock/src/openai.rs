@@ -102,6 +102,17 @@ struct Chunker {
 }
 
 impl Chunker {
+    /// The chunker of one streamed answer: `id` by `model`, created at `created`.
+    fn new(model: &str, include_usage: bool, id: u64, created: u64) -> Self {
+        let mut head = format!(
+            r#"data: {{"id":"chatcmpl-mock{id}","object":"chat.completion.chunk","created":{created},"model":"#
+        );
+        push_json_str(&mut head, model);
+        head.push_str(r#","system_fingerprint":"fp_mock""#);
+        Self { head, usage_null: include_usage }
+    }
+
+    /// One chunk of `delta`, with `finish` as its finish reason.
     fn chunk(&self, delta: &str, finish: Option<&str>) -> Bytes {
         let mut s = String::with_capacity(self.head.len() + delta.len() + 96);
         s.push_str(&self.head);
@@ -120,6 +131,7 @@ impl Chunker {
         Bytes::from(s)
     }
 
+    /// The closing usage chunk: no choices, the token counts.
     fn usage(&self, completion: u32) -> Bytes {
         let mut s = self.head.clone();
         s.push_str(r#","choices":[],"usage":"#);
@@ -127,8 +139,97 @@ impl Chunker {
         s.push_str("}\n\n");
         Bytes::from(s)
     }
+
+    /// `text` in `pieces` chunks, each a delta of the one string member `field`.
+    fn deltas(&self, field: &str, text: &str, pieces: u32) -> Vec<Bytes> {
+        split_even(text, pieces)
+            .into_iter()
+            .map(|piece| {
+                let mut delta = format!(r#"{{"{field}":"#);
+                push_json_str(&mut delta, piece);
+                delta.push('}');
+                self.chunk(&delta, None)
+            })
+            .collect()
+    }
+
+    /// `text` in `pieces` chunks, each a delta of the first tool call's `kind.member`
+    /// (`function.arguments`, `custom.input`).
+    fn tool_call_deltas(&self, kind: &str, member: &str, text: &str, pieces: u32) -> Vec<Bytes> {
+        split_even(text, pieces)
+            .into_iter()
+            .map(|piece| {
+                let mut delta = format!(r#"{{"tool_calls":[{{"index":0,"{kind}":{{"{member}":"#);
+                push_json_str(&mut delta, piece);
+                delta.push_str("}}]}");
+                self.chunk(&delta, None)
+            })
+            .collect()
+    }
+
+    /// What `content` streams as: the chunks before the first piece, one chunk per piece, and
+    /// the finish reason.
+    fn content(
+        &self,
+        content: Content,
+        model: &str,
+        pieces: u32,
+        id: u64,
+    ) -> (Vec<Bytes>, Vec<Bytes>, &'static str) {
+        let answer = format!("{ANSWER_PREFIX}{model}");
+        match content {
+            Content::Text => (
+                vec![self.chunk(r#"{"role":"assistant","content":"","refusal":null}"#, None)],
+                self.deltas("content", &answer, pieces),
+                "stop",
+            ),
+            Content::Think => {
+                // As DeepSeek streams it: the reasoning first, in `reasoning_content`, then the text.
+                let first = r#"{"role":"assistant","content":null,"reasoning_content":""}"#;
+                let mut head = vec![self.chunk(first, None)];
+                head.extend(self.deltas("reasoning_content", crate::reply::THOUGHT, 1));
+                (head, self.deltas("content", &answer, pieces), "stop")
+            }
+            Content::Tools => {
+                let first = format!(
+                    r#"{{"role":"assistant","content":null,"tool_calls":[{{"index":0,"id":"call_mock{id}","type":"function","function":{{"name":"{TOOL_NAME}","arguments":""}}}}]}}"#
+                );
+                let pieces = self.tool_call_deltas("function", "arguments", TOOL_ARGUMENTS, pieces);
+                (vec![self.chunk(&first, None)], pieces, "tool_calls")
+            }
+            Content::Custom => {
+                let first = format!(
+                    r#"{{"role":"assistant","content":null,"tool_calls":[{{"index":0,"id":"call_mock{id}","type":"custom","custom":{{"name":"{CUSTOM_TOOL}","input":""}}}}]}}"#
+                );
+                let pieces = self.tool_call_deltas("custom", "input", CUSTOM_INPUT, pieces);
+                (vec![self.chunk(&first, None)], pieces, "tool_calls")
+            }
+            Content::Filter => {
+                (vec![self.chunk(r#"{"role":"assistant","content":""}"#, None)], Vec::new(), "content_filter")
+            }
+            Content::Refuse => {
+                let pieces = self.deltas("refusal", crate::reply::REFUSAL, pieces);
+                (
+                    vec![self.chunk(r#"{"role":"assistant","content":null,"refusal":""}"#, None)],
+                    pieces,
+                    "stop",
+                )
+            }
+        }
+    }
+
+    /// The chunks after the last piece: the finish, the usage when asked for, and `[DONE]`.
+    fn tail(&self, finish: &str, include_usage: bool, completion: u32) -> Vec<Bytes> {
+        let mut tail = vec![self.chunk("{}", Some(finish))];
+        if include_usage {
+            tail.push(self.usage(completion));
+        }
+        tail.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        tail
+    }
 }
 
+/// A chat completion streamed: its chunks before, of and after the pieces.
 fn events(
     content: Content,
     model: &str,
@@ -137,174 +238,127 @@ fn events(
     id: u64,
     created: u64,
 ) -> Events {
-    let mut head = format!(
-        r#"data: {{"id":"chatcmpl-mock{id}","object":"chat.completion.chunk","created":{created},"model":"#
-    );
-    push_json_str(&mut head, model);
-    head.push_str(r#","system_fingerprint":"fp_mock""#);
-    let chunker = Chunker { head, usage_null: include_usage };
-
-    // `text` in `pieces` chunks, each a delta of the one string member `field`.
-    let deltas = |field: &str, text: &str, pieces: u32| -> Vec<Bytes> {
-        split_even(text, pieces)
-            .into_iter()
-            .map(|piece| {
-                let mut delta = format!(r#"{{"{field}":"#);
-                push_json_str(&mut delta, piece);
-                delta.push('}');
-                chunker.chunk(&delta, None)
-            })
-            .collect()
-    };
-    let answer = format!("{ANSWER_PREFIX}{model}");
-    let mut head = Vec::with_capacity(2);
-    let (first, pieces, finish) = match content {
-        Content::Text => (
-            chunker.chunk(r#"{"role":"assistant","content":"","refusal":null}"#, None),
-            deltas("content", &answer, shape.pieces),
-            "stop",
-        ),
-        Content::Think => {
-            // As DeepSeek streams it: the reasoning first, in `reasoning_content`, then the text.
-            head.extend(deltas("reasoning_content", crate::reply::THOUGHT, 1));
-            let first = r#"{"role":"assistant","content":null,"reasoning_content":""}"#;
-            (chunker.chunk(first, None), deltas("content", &answer, shape.pieces), "stop")
-        }
-        Content::Tools => {
-            let first = format!(
-                r#"{{"role":"assistant","content":null,"tool_calls":[{{"index":0,"id":"call_mock{id}","type":"function","function":{{"name":"{TOOL_NAME}","arguments":""}}}}]}}"#
-            );
-            let pieces = split_even(TOOL_ARGUMENTS, shape.pieces)
-                .into_iter()
-                .map(|piece| {
-                    let mut delta = String::from(r#"{"tool_calls":[{"index":0,"function":{"arguments":"#);
-                    push_json_str(&mut delta, piece);
-                    delta.push_str("}}]}");
-                    chunker.chunk(&delta, None)
-                })
-                .collect();
-            (chunker.chunk(&first, None), pieces, "tool_calls")
-        }
-        Content::Custom => {
-            let first = format!(
-                r#"{{"role":"assistant","content":null,"tool_calls":[{{"index":0,"id":"call_mock{id}","type":"custom","custom":{{"name":"{CUSTOM_TOOL}","input":""}}}}]}}"#
-            );
-            let pieces = split_even(CUSTOM_INPUT, shape.pieces)
-                .into_iter()
-                .map(|piece| {
-                    let mut delta = String::from(r#"{"tool_calls":[{"index":0,"custom":{"input":"#);
-                    push_json_str(&mut delta, piece);
-                    delta.push_str("}}]}");
-                    chunker.chunk(&delta, None)
-                })
-                .collect();
-            (chunker.chunk(&first, None), pieces, "tool_calls")
-        }
-        Content::Filter => {
-            (chunker.chunk(r#"{"role":"assistant","content":""}"#, None), Vec::new(), "content_filter")
-        }
-        Content::Refuse => {
-            let pieces = deltas("refusal", crate::reply::REFUSAL, shape.pieces);
-            (chunker.chunk(r#"{"role":"assistant","content":null,"refusal":""}"#, None), pieces, "stop")
-        }
-    };
-
-    let mut tail = vec![chunker.chunk("{}", Some(finish))];
-    if include_usage {
-        tail.push(chunker.usage(shape.pieces));
-    }
-    tail.push(Bytes::from_static(b"data: [DONE]\n\n"));
-    head.insert(0, first);
+    let chunker = Chunker::new(model, include_usage, id, created);
+    let (head, pieces, finish) = chunker.content(content, model, shape.pieces, id);
+    let tail = chunker.tail(finish, include_usage, shape.pieces);
     Events { head, pieces, tail }
+}
+
+/// An OpenAI error body's members, with its status.
+struct ErrorBody {
+    status: u16,
+    /// `type`.
+    kind: &'static str,
+    code: Option<&'static str>,
+    param: Option<&'static str>,
+    message: String,
+}
+
+impl ErrorBody {
+    /// An error with no `param`.
+    fn new(status: u16, kind: &'static str, code: Option<&'static str>, message: String) -> Self {
+        Self { status, kind, code, param: None, message }
+    }
+
+    /// `{"error":{"message","type","param","code"}}`.
+    fn json(&self) -> String {
+        let mut body = String::with_capacity(self.message.len() + 128);
+        body.push_str(r#"{"error":{"message":"#);
+        push_json_str(&mut body, &self.message);
+        body.push_str(r#","type":"#);
+        push_json_str(&mut body, self.kind);
+        body.push_str(r#","param":"#);
+        push_opt(&mut body, self.param);
+        body.push_str(r#","code":"#);
+        push_opt(&mut body, self.code);
+        body.push_str("}}");
+        body
+    }
 }
 
 /// An OpenAI error response: `{"error":{"message","type","param","code"}}` with the status and
 /// headers the real API uses for that failure.
 pub(crate) fn fault(fault: &Fault<'_>) -> Response<MockBody> {
-    let (status, kind, code, param, message): (u16, &str, Option<&str>, Option<&str>, String) = match fault {
-        Fault::Status(401) | Fault::Auth => (
+    let error = error_body(fault);
+    let mut response = reply::json(reply::status(error.status), error.json());
+    reply::add_header(&mut response, "x-request-id", &format!("req_mock{}", next_id()));
+    if let Fault::RateLimit(seconds) = fault {
+        add_rate_limit_headers(&mut response, seconds);
+    }
+    response
+}
+
+/// The status and body the real API answers `fault` with.
+fn error_body(fault: &Fault<'_>) -> ErrorBody {
+    match fault {
+        Fault::Status(401) | Fault::Auth => ErrorBody::new(
             401,
             "invalid_request_error",
             Some("invalid_api_key"),
-            None,
             "Incorrect API key provided: sk-mock***. You can find your API key at \
              https://platform.openai.com/account/api-keys."
                 .to_owned(),
         ),
-        Fault::Status(429) => (
+        Fault::Status(429) => ErrorBody::new(
             429,
             "requests",
             Some("rate_limit_exceeded"),
-            None,
             "Rate limit reached in organization org-mock on requests per min (RPM): Limit 60, Used 60, \
              Requested 1. Visit https://platform.openai.com/account/rate-limits to learn more."
                 .to_owned(),
         ),
         Fault::Status(code) => status_error(*code),
-        Fault::RateLimit(seconds) => (
+        Fault::RateLimit(seconds) => ErrorBody::new(
             429,
             "requests",
             Some("rate_limit_exceeded"),
-            None,
             format!(
                 "Rate limit reached in organization org-mock on requests per min (RPM): Limit 60, Used 60, \
                  Requested 1. Please try again in {seconds}s. Visit \
                  https://platform.openai.com/account/rate-limits to learn more."
             ),
         ),
-        Fault::Quota => (
+        Fault::Quota => ErrorBody::new(
             429,
             "insufficient_quota",
             Some("insufficient_quota"),
-            None,
             "You exceeded your current quota, please check your plan and billing details. For more \
              information on this error, read the docs: \
              https://platform.openai.com/docs/guides/error-codes/api-errors."
                 .to_owned(),
         ),
-        Fault::Context => (
-            400,
-            "invalid_request_error",
-            Some("context_length_exceeded"),
-            Some("messages"),
-            "This model's maximum context length is 128000 tokens. However, your messages resulted in \
-             210000 tokens. Please reduce the length of the messages."
-                .to_owned(),
-        ),
+        Fault::Context => ErrorBody {
+            param: Some("messages"),
+            ..ErrorBody::new(
+                400,
+                "invalid_request_error",
+                Some("context_length_exceeded"),
+                "This model's maximum context length is 128000 tokens. However, your messages resulted in \
+                 210000 tokens. Please reduce the length of the messages."
+                    .to_owned(),
+            )
+        },
         Fault::Invalid { status, message } => {
             let kind = if *status >= 500 { "server_error" } else { "invalid_request_error" };
-            (*status, kind, None, None, message.clone())
-        }
-    };
-
-    let mut body = String::with_capacity(message.len() + 128);
-    body.push_str(r#"{"error":{"message":"#);
-    push_json_str(&mut body, &message);
-    body.push_str(r#","type":"#);
-    push_json_str(&mut body, kind);
-    body.push_str(r#","param":"#);
-    push_opt(&mut body, param);
-    body.push_str(r#","code":"#);
-    push_opt(&mut body, code);
-    body.push_str("}}");
-
-    let mut response = reply::json(reply::status(status), body);
-    reply::add_header(&mut response, "x-request-id", &format!("req_mock{}", next_id()));
-    if let Fault::RateLimit(seconds) = fault {
-        let reset = format!("{seconds}s");
-        for (name, value) in [
-            ("retry-after", *seconds),
-            ("x-ratelimit-limit-requests", "60"),
-            ("x-ratelimit-remaining-requests", "0"),
-            ("x-ratelimit-reset-requests", &reset),
-            ("x-ratelimit-limit-tokens", "150000"),
-            ("x-ratelimit-remaining-tokens", "149990"),
-            ("x-ratelimit-reset-tokens", &reset),
-        ] {
-            reply::add_header(&mut response, name, value);
+            ErrorBody::new(*status, kind, None, message.clone())
         }
     }
-    response
+}
+
+/// The headers of a 429 that asks to wait `seconds`: `retry-after` and the rate-limit state.
+fn add_rate_limit_headers(response: &mut Response<MockBody>, seconds: &str) {
+    let reset = format!("{seconds}s");
+    for (name, value) in [
+        ("retry-after", seconds),
+        ("x-ratelimit-limit-requests", "60"),
+        ("x-ratelimit-remaining-requests", "0"),
+        ("x-ratelimit-reset-requests", &reset),
+        ("x-ratelimit-limit-tokens", "150000"),
+        ("x-ratelimit-remaining-tokens", "149990"),
+        ("x-ratelimit-reset-tokens", &reset),
+    ] {
+        reply::add_header(response, name, value);
+    }
 }
 
 fn push_opt(s: &mut String, value: Option<&str>) {
@@ -315,7 +369,7 @@ fn push_opt(s: &mut String, value: Option<&str>) {
 }
 
 /// The canned body for a bare `status=NNN`.
-fn status_error(code: u16) -> (u16, &'static str, Option<&'static str>, Option<&'static str>, String) {
+fn status_error(code: u16) -> ErrorBody {
     let (kind, error_code, message) = match code {
         403 => ("invalid_request_error", None, "You are not allowed to access this resource."),
         404 => (
@@ -338,5 +392,5 @@ fn status_error(code: u16) -> (u16, &'static str, Option<&'static str>, Option<&
         }
         _ => ("invalid_request_error", None, "Invalid request."),
     };
-    (code, kind, error_code, None, message.to_owned())
+    ErrorBody::new(code, kind, error_code, message.to_owned())
 }

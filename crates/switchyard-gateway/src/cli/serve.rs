@@ -4,14 +4,17 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use std::net::SocketAddr;
 
 use anyhow::{Context, anyhow, bail};
+use switchyard::Router;
 use switchyard_gateway::config::{self, Exposure, Loaded};
 use switchyard_gateway::logging::{AccessLog, BatchedStderr, LogFilter, LogFormat};
 use switchyard_gateway::server::{AppState, app};
 use switchyard_gateway::workers::Workers;
+use switchyard_state::RedisStore;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -74,6 +77,8 @@ pub(crate) async fn serve(options: Options) -> anyhow::Result<ExitCode> {
     result
 }
 
+/// Serves on `addr` until a signal, once logging is set up: the exposure checked, the banner
+/// printed, the fleet joined, the workers started and drained.
 async fn serve_logged(
     loaded: Loaded,
     addr: SocketAddr,
@@ -81,44 +86,13 @@ async fn serve_logged(
     access: AccessLog,
     log: Option<BatchedStderr>,
 ) -> anyhow::Result<ExitCode> {
-    let exposure = config::exposure(addr, &loaded);
-    match &exposure {
-        Exposure::Refused(missing) => bail!("{}", config::refusal(addr, &loaded, missing)),
-        Exposure::OpenRelay => tracing::warn!(
-            listen = %addr,
-            "gateway.open is set: this gateway is an open relay; anyone who can reach {addr} spends the \
-             providers' accounts and can use /admin"
-        ),
-        Exposure::Loopback | Exposure::Demo | Exposure::Guarded => {}
-    }
-    // A warning at start is read at start, not at the next batch.
-    if let Some(log) = &log {
-        log.flush();
-    }
+    let exposure = check_exposure(addr, &loaded, log.as_ref())?;
     let listener =
         tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
-    // The banner is for a person; a closed stdout (`serve | head -1`) must not stop the gateway.
-    let mut banner = format!("switchyard listening on http://{local}\n  config: {}\n", loaded.origin());
-    for line in route_lines(&loaded.router) {
-        banner.push_str(&line);
-        banner.push('\n');
-    }
-    let _ = std::io::Write::write_all(&mut std::io::stdout(), banner.as_bytes());
+    print_banner(local, &loaded);
     if let Some(store) = &loaded.gateway.shared_state {
-        let settings = store.settings();
-        banner.push_str(&format!(
-            "  shared state: {} (prefix {}, replica {})\n",
-            switchyard_state::mask_url(&settings.url),
-            settings.prefix,
-            settings.replica
-        ));
-        store.publish_events_to(loaded.router.events().clone());
-        store.start();
-        // Hedge budgets counted fleet-wide: each replica's windows exchanged once a second.
-        if !loaded.router.hedge_windows().is_empty() {
-            switchyard_state::hedges::SharedHedges::new(store).start(loaded.router.clone());
-        }
+        join_fleet(store, &loaded.router);
     }
     let grace = loaded.gateway.shutdown_grace;
     let limits = loaded.gateway.connections;
@@ -132,6 +106,79 @@ async fn serve_logged(
     let stop = state.clone();
     let workers = Workers::start(listener, threads, app(state.clone()), limits, prepare, state.stop_signal())
         .context("cannot start the workers")?;
+    let ending = Ending { stop: &stop, store: store.as_ref(), grace, log };
+    run_until_signal(workers, ending).await?;
+    // Slices of the fleet's pacing buckets not spent go back; the membership is left.
+    if let Some(store) = &store {
+        store.close().await;
+    }
+    flush_traces(&stop).await;
+    drop(pacing);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses an exposure the configuration does not guard, warns of an open relay, and flushes
+/// the log so a warning at start is read at start.
+fn check_exposure(
+    addr: SocketAddr,
+    loaded: &Loaded,
+    log: Option<&BatchedStderr>,
+) -> anyhow::Result<Exposure> {
+    let exposure = config::exposure(addr, loaded);
+    match &exposure {
+        Exposure::Refused(missing) => bail!("{}", config::refusal(addr, loaded, missing)),
+        Exposure::OpenRelay => tracing::warn!(
+            listen = %addr,
+            "gateway.open is set: this gateway is an open relay; anyone who can reach {addr} spends the \
+             providers' accounts and can use /admin"
+        ),
+        Exposure::Loopback | Exposure::Demo | Exposure::Guarded => {}
+    }
+    // A warning at start is read at start, not at the next batch.
+    if let Some(log) = log {
+        log.flush();
+    }
+    Ok(exposure)
+}
+
+/// Prints where the gateway listens, its config and its routes on stdout.
+fn print_banner(local: SocketAddr, loaded: &Loaded) {
+    // The banner is for a person; a closed stdout (`serve | head -1`) must not stop the gateway.
+    let mut banner = format!("switchyard listening on http://{local}\n  config: {}\n", loaded.origin());
+    for line in route_lines(&loaded.router) {
+        banner.push_str(&line);
+        banner.push('\n');
+    }
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), banner.as_bytes());
+}
+
+/// Starts the fleet's shared state: its events published to the router's, and hedge budgets
+/// exchanged when a route hedges.
+fn join_fleet(store: &Arc<RedisStore>, router: &Router) {
+    store.publish_events_to(router.events().clone());
+    store.start();
+    // Hedge budgets counted fleet-wide: each replica's windows exchanged once a second.
+    if !router.hedge_windows().is_empty() {
+        switchyard_state::hedges::SharedHedges::new(store).start(router.clone());
+    }
+}
+
+/// What a shutdown needs once the grace period is over.
+struct Ending<'a> {
+    /// The gateway's state: told to stop, and its traces flushed.
+    stop: &'a AppState,
+    /// The fleet's store, closed before exiting.
+    store: Option<&'a Arc<RedisStore>>,
+    /// How long open streams have to finish after a signal.
+    grace: Duration,
+    /// The log, flushed before exiting.
+    log: Option<BatchedStderr>,
+}
+
+/// Waits for the workers to finish or a signal; after a signal, drains for the grace period
+/// and then exits the process.
+async fn run_until_signal(workers: Workers, ending: Ending<'_>) -> anyhow::Result<()> {
+    let Ending { stop, store, grace, log } = ending;
     let finished = workers.finished();
     tokio::pin!(finished);
     tokio::select! {
@@ -143,10 +190,10 @@ async fn serve_logged(
             tokio::select! {
                 result = finished => result.context("the server failed")?,
                 () = tokio::time::sleep(grace) => {
-                    if let Some(store) = &store {
+                    if let Some(store) = store {
                         store.close().await;
                     }
-                    flush_traces(&stop).await;
+                    flush_traces(stop).await;
                     if let Some(log) = log {
                         log.flush();
                     }
@@ -156,13 +203,7 @@ async fn serve_logged(
             }
         }
     }
-    // Slices of the fleet's pacing buckets not spent go back; the membership is left.
-    if let Some(store) = &store {
-        store.close().await;
-    }
-    flush_traces(&stop).await;
-    drop(pacing);
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// Exports the traces still waiting, off the async threads (the exporter blocks).

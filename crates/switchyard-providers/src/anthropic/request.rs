@@ -72,68 +72,11 @@ pub(crate) fn build<'a>(
     let origin = request.origin;
     let foreign =
         if origin == Dialect::Anthropic { Foreign::default() } else { read_foreign_extra(&request.extra)? };
-    let parallel_tool_calls = match request.extra.get("parallel_tool_calls") {
-        Some(Value::Bool(parallel)) => Some(*parallel),
-        Some(Value::Null) | None => None,
-        Some(_) => return Err(invalid("parallel_tool_calls", "must be a boolean")),
-    };
-
+    let parallel_tool_calls = parallel_tool_calls(&request.extra)?;
     let max_tokens = request.max_tokens.or(foreign.max_completion_tokens).unwrap_or(DEFAULT_MAX_TOKENS);
-
-    // A JSON schema becomes Anthropic's structured output, `output_config.format`.
-    let output_config = match &request.response_format {
-        None | Some(ResponseFormat::Text) => None,
-        Some(ResponseFormat::JsonSchema { json_schema }) => match &json_schema.schema {
-            Some(schema) => Some(json!({ "format": { "type": "json_schema", "schema": schema } })),
-            None => {
-                return Err(invalid("response_format.json_schema.schema", "is required toward Anthropic"));
-            }
-        },
-        Some(ResponseFormat::JsonObject) => {
-            return Err(invalid(
-                "response_format",
-                "is `json_object`, which Anthropic's Messages API has no equivalent of (its structured \
-                 output needs a schema: send `json_schema`)",
-            ));
-        }
-    };
-    for (name, value) in [("temperature", request.temperature), ("top_p", request.top_p)] {
-        if let Some(value) = value
-            && !(0.0..=1.0).contains(&value)
-        {
-            return Err(invalid(name, format_args!("is {value}, outside Anthropic's range 0 to 1")));
-        }
-    }
-
-    let mut system = Vec::new();
-    let mut system_verbatim = false;
-    let mut turns: Vec<Turn> = Vec::new();
-    for (index, message) in request.messages.iter().enumerate() {
-        check_message_extra(message, index)?;
-        let verbatim = verbatim_blocks(message, origin, index)?;
-        match message.role {
-            Role::System | Role::Developer => {
-                system_verbatim |= verbatim.is_some();
-                system.extend(match verbatim {
-                    Some(blocks) => blocks,
-                    None => system_message_blocks(message, index)?,
-                });
-            }
-            role => {
-                let blocks = match verbatim {
-                    Some(blocks) => blocks,
-                    None => message_blocks(message, index)?,
-                };
-                push_turn(&mut turns, if role == Role::Assistant { "assistant" } else { "user" }, blocks);
-            }
-        }
-    }
-    let system = match system.as_slice() {
-        [] => None,
-        [Block::Text { text }] if !system_verbatim => Some(System::Text(text.clone())),
-        _ => Some(System::Blocks(system)),
-    };
-
+    let output_config = output_config(request.response_format.as_ref())?;
+    check_sampling(request)?;
+    let (system, turns) = conversation(request)?;
     let tools = request
         .tools
         .iter()
@@ -142,7 +85,6 @@ pub(crate) fn build<'a>(
         .collect::<Result<_, _>>()?;
     let tool_choice =
         tool_choice(request.tool_choice.as_ref(), !request.tools.is_empty(), parallel_tool_calls)?;
-
     let extra = if origin == Dialect::Anthropic {
         request.extra.iter().filter(|(key, _)| !RESERVED.contains(&key.as_str())).map(clone_entry).collect()
     } else {
@@ -173,6 +115,77 @@ pub(crate) fn build<'a>(
         None => {}
     }
     Ok(wire)
+}
+
+/// The canonical `parallel_tool_calls` of `extra`: a boolean, or unset.
+fn parallel_tool_calls(extra: &Extra) -> Result<Option<bool>, ProviderError> {
+    match extra.get("parallel_tool_calls") {
+        Some(Value::Bool(parallel)) => Ok(Some(*parallel)),
+        Some(Value::Null) | None => Ok(None),
+        Some(_) => Err(invalid("parallel_tool_calls", "must be a boolean")),
+    }
+}
+
+/// A JSON schema as Anthropic's structured output, `output_config.format`; JSON mode without
+/// a schema is refused.
+fn output_config(format: Option<&ResponseFormat>) -> Result<Option<Value>, ProviderError> {
+    match format {
+        None | Some(ResponseFormat::Text) => Ok(None),
+        Some(ResponseFormat::JsonSchema { json_schema }) => match &json_schema.schema {
+            Some(schema) => Ok(Some(json!({ "format": { "type": "json_schema", "schema": schema } }))),
+            None => Err(invalid("response_format.json_schema.schema", "is required toward Anthropic")),
+        },
+        Some(ResponseFormat::JsonObject) => Err(invalid(
+            "response_format",
+            "is `json_object`, which Anthropic's Messages API has no equivalent of (its structured \
+             output needs a schema: send `json_schema`)",
+        )),
+    }
+}
+
+/// Refuses a `temperature` or `top_p` outside Anthropic's range, 0 to 1.
+fn check_sampling(request: &ChatRequest) -> Result<(), ProviderError> {
+    for (name, value) in [("temperature", request.temperature), ("top_p", request.top_p)] {
+        if let Some(value) = value
+            && !(0.0..=1.0).contains(&value)
+        {
+            return Err(invalid(name, format_args!("is {value}, outside Anthropic's range 0 to 1")));
+        }
+    }
+    Ok(())
+}
+
+/// The messages as Anthropic's top-level `system` and alternating user and assistant turns.
+fn conversation(request: &ChatRequest) -> Result<(Option<System>, Vec<Turn>), ProviderError> {
+    let mut system = Vec::new();
+    let mut system_verbatim = false;
+    let mut turns: Vec<Turn> = Vec::new();
+    for (index, message) in request.messages.iter().enumerate() {
+        check_message_extra(message, index)?;
+        let verbatim = verbatim_blocks(message, request.origin, index)?;
+        match message.role {
+            Role::System | Role::Developer => {
+                system_verbatim |= verbatim.is_some();
+                system.extend(match verbatim {
+                    Some(blocks) => blocks,
+                    None => system_message_blocks(message, index)?,
+                });
+            }
+            role => {
+                let blocks = match verbatim {
+                    Some(blocks) => blocks,
+                    None => message_blocks(message, index)?,
+                };
+                push_turn(&mut turns, if role == Role::Assistant { "assistant" } else { "user" }, blocks);
+            }
+        }
+    }
+    let system = match system.as_slice() {
+        [] => None,
+        [Block::Text { text }] if !system_verbatim => Some(System::Text(text.clone())),
+        _ => Some(System::Blocks(system)),
+    };
+    Ok((system, turns))
 }
 
 /// An owned copy of one `extra` entry.

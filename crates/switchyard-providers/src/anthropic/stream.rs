@@ -21,7 +21,7 @@ use switchyard::{ErrorKind, ProviderError};
 
 use super::classify;
 use super::response::{finish_reason, now_unix};
-use super::wire::{Block, BlockDelta, StreamEvent};
+use super::wire::{Block, BlockDelta, MessageDeltaBody, StreamEvent, Usage};
 use crate::sse::SseEvent;
 
 /// Turns SSE events into canonical chunks. The stream ends after `message_stop`; a body that
@@ -139,61 +139,8 @@ impl Decoder {
                 self.usage = message.usage;
                 Some(self.chunk(Delta { role: Some(Role::Assistant), ..Delta::default() }))
             }
-            StreamEvent::ContentBlockStart { index, content_block } => match content_block {
-                Block::Text { text } if !text.is_empty() => Some(self.text(text)),
-                Block::ToolUse { id, name, .. } => {
-                    // `input` is always `{}` here; the arguments follow as `input_json_delta`s.
-                    let ordinal = self.next_ordinal;
-                    self.next_ordinal += 1;
-                    self.tools.insert(index, OpenTool { ordinal, has_arguments: false });
-                    Some(self.tool_delta(ToolCallDelta {
-                        index: ordinal,
-                        id: Some(id),
-                        kind: Some("function".to_owned()),
-                        function: Some(FunctionCallDelta {
-                            name: Some(name),
-                            arguments: Some(String::new()),
-                        }),
-                        extra: Default::default(),
-                    }))
-                }
-                Block::Raw(block) => self.start_thinking(index, block),
-                _ => None,
-            },
-            StreamEvent::ContentBlockDelta { index, delta } => match delta {
-                BlockDelta::TextDelta { text } if !text.is_empty() => Some(self.text(text)),
-                BlockDelta::ThinkingDelta { thinking } if !thinking.is_empty() => {
-                    if let Some(so_far) = self.thinking.get_mut(&index) {
-                        so_far.push_str(&thinking);
-                    }
-                    Some(self.chunk(Delta { reasoning_content: Some(thinking), ..Delta::default() }))
-                }
-                BlockDelta::Other(delta) if delta["type"] == "signature_delta" => {
-                    self.thinking.remove(&index).map(|thinking| {
-                        let signature = delta["signature"].clone();
-                        let block = json!({"type": "thinking", "thinking": thinking, "signature": signature});
-                        self.chunk(Delta { thinking_blocks: vec![block], ..Delta::default() })
-                    })
-                }
-                BlockDelta::InputJsonDelta { partial_json } if !partial_json.is_empty() => {
-                    match self.tools.get_mut(&index) {
-                        Some(tool) => {
-                            tool.has_arguments = true;
-                            let ordinal = tool.ordinal;
-                            Some(self.arguments(ordinal, partial_json))
-                        }
-                        None => {
-                            return Err(ProviderError::new(
-                                ErrorKind::MalformedResponse,
-                                format!(
-                                    "input_json_delta for content block {index}, which is not a tool_use block"
-                                ),
-                            ));
-                        }
-                    }
-                }
-                _ => None,
-            },
+            StreamEvent::ContentBlockStart { index, content_block } => self.block_start(index, content_block),
+            StreamEvent::ContentBlockDelta { index, delta } => self.block_delta(index, delta)?,
             StreamEvent::ContentBlockStop { index } => match self.tools.remove(&index) {
                 Some(OpenTool { ordinal, has_arguments: false }) => {
                     Some(self.arguments(ordinal, "{}".to_owned()))
@@ -201,16 +148,7 @@ impl Decoder {
                 _ => None,
             },
             StreamEvent::MessageDelta { delta, usage } => {
-                self.stop_reason = delta.stop_reason.or(self.stop_reason.take());
-                self.stop_sequence = delta.stop_sequence.or(self.stop_sequence.take());
-                // Counts in message_delta are cumulative: they replace, never add.
-                let current = &mut self.usage;
-                current.output_tokens = usage.output_tokens.or(current.output_tokens);
-                current.input_tokens = usage.input_tokens.or(current.input_tokens);
-                current.cache_creation_input_tokens =
-                    usage.cache_creation_input_tokens.or(current.cache_creation_input_tokens);
-                current.cache_read_input_tokens =
-                    usage.cache_read_input_tokens.or(current.cache_read_input_tokens);
+                self.message_delta(delta, usage);
                 None
             }
             StreamEvent::MessageStop => {
@@ -220,6 +158,80 @@ impl Decoder {
             StreamEvent::Error { error } => return Err(classify::stream_error(&error, self.key.as_ref())),
             StreamEvent::Ping | StreamEvent::Unknown(_) => None,
         })
+    }
+
+    /// The chunk a `content_block_start` gives: text, a tool call opening, or thinking.
+    fn block_start(&mut self, index: u32, content_block: Block) -> Option<ChatChunk> {
+        match content_block {
+            Block::Text { text } if !text.is_empty() => Some(self.text(text)),
+            Block::ToolUse { id, name, .. } => {
+                // `input` is always `{}` here; the arguments follow as `input_json_delta`s.
+                let ordinal = self.next_ordinal;
+                self.next_ordinal += 1;
+                self.tools.insert(index, OpenTool { ordinal, has_arguments: false });
+                Some(self.tool_delta(ToolCallDelta {
+                    index: ordinal,
+                    id: Some(id),
+                    kind: Some("function".to_owned()),
+                    function: Some(FunctionCallDelta { name: Some(name), arguments: Some(String::new()) }),
+                    extra: Default::default(),
+                }))
+            }
+            Block::Raw(block) => self.start_thinking(index, block),
+            _ => None,
+        }
+    }
+
+    /// The chunk a `content_block_delta` gives: text, thinking, a signed thinking block, or
+    /// tool-call arguments (refused for a block that is no tool call).
+    fn block_delta(&mut self, index: u32, delta: BlockDelta) -> Result<Option<ChatChunk>, ProviderError> {
+        Ok(match delta {
+            BlockDelta::TextDelta { text } if !text.is_empty() => Some(self.text(text)),
+            BlockDelta::ThinkingDelta { thinking } if !thinking.is_empty() => {
+                if let Some(so_far) = self.thinking.get_mut(&index) {
+                    so_far.push_str(&thinking);
+                }
+                Some(self.chunk(Delta { reasoning_content: Some(thinking), ..Delta::default() }))
+            }
+            BlockDelta::Other(delta) if delta["type"] == "signature_delta" => {
+                self.thinking.remove(&index).map(|thinking| {
+                    let signature = delta["signature"].clone();
+                    let block = json!({"type": "thinking", "thinking": thinking, "signature": signature});
+                    self.chunk(Delta { thinking_blocks: vec![block], ..Delta::default() })
+                })
+            }
+            BlockDelta::InputJsonDelta { partial_json } if !partial_json.is_empty() => {
+                match self.tools.get_mut(&index) {
+                    Some(tool) => {
+                        tool.has_arguments = true;
+                        let ordinal = tool.ordinal;
+                        Some(self.arguments(ordinal, partial_json))
+                    }
+                    None => {
+                        return Err(ProviderError::new(
+                            ErrorKind::MalformedResponse,
+                            format!(
+                                "input_json_delta for content block {index}, which is not a tool_use block"
+                            ),
+                        ));
+                    }
+                }
+            }
+            _ => None,
+        })
+    }
+
+    /// Takes a `message_delta`'s stop reason, stop sequence and token counts.
+    fn message_delta(&mut self, delta: MessageDeltaBody, usage: Usage) {
+        self.stop_reason = delta.stop_reason.or(self.stop_reason.take());
+        self.stop_sequence = delta.stop_sequence.or(self.stop_sequence.take());
+        // Counts in message_delta are cumulative: they replace, never add.
+        let current = &mut self.usage;
+        current.output_tokens = usage.output_tokens.or(current.output_tokens);
+        current.input_tokens = usage.input_tokens.or(current.input_tokens);
+        current.cache_creation_input_tokens =
+            usage.cache_creation_input_tokens.or(current.cache_creation_input_tokens);
+        current.cache_read_input_tokens = usage.cache_read_input_tokens.or(current.cache_read_input_tokens);
     }
 
     /// What the start of a block the canonical types do not model gives an OpenAI-dialect

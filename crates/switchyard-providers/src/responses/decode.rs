@@ -124,6 +124,72 @@ pub fn request_from_json(body: Value) -> Result<ResponsesRequest, CodecError> {
         None | Some(Value::Null) => String::new(),
         Some(_) => return Err(CodecError::new("model", "must be a string")),
     };
+    let conversation = read_conversation(&mut body)?;
+    let mut unsent = Vec::new();
+    let tools = read_tool_members(&mut body, &mut unsent)?;
+    let sampling = read_sampling(&mut body)?;
+    let switches = read_switches(&mut body)?;
+    let extras = read_extras(&mut body)?;
+    name_unmodelled(body, &mut unsent);
+    if conversation.messages.is_empty() && !conversation.references && switches.previous_response_id.is_none()
+    {
+        return Err(CodecError::new("input", "is required"));
+    }
+    let chat = ChatRequest {
+        model,
+        messages: conversation.messages,
+        tools: tools.tools,
+        tool_choice: tools.tool_choice,
+        temperature: sampling.temperature,
+        top_p: sampling.top_p,
+        max_tokens: sampling.max_tokens,
+        response_format: sampling.response_format,
+        stream: switches.stream,
+        extra: extras.extra,
+        origin: Dialect::OpenAi,
+        ..ChatRequest::default()
+    };
+    let echo = Echo {
+        instructions: conversation.instructions,
+        max_output_tokens: sampling.echo_max_output_tokens,
+        metadata: switches.metadata,
+        parallel_tool_calls: extras.parallel_tool_calls,
+        reasoning: extras.reasoning,
+        temperature: sampling.echo_temperature,
+        text: sampling.echo_text,
+        tool_choice: tools.echo_tool_choice,
+        tools: tools.echo_tools,
+        top_p: sampling.echo_top_p,
+        truncation: extras.truncation,
+        user: extras.user,
+    };
+    Ok(ResponsesRequest {
+        chat,
+        previous_response_id: switches.previous_response_id,
+        store: switches.store,
+        echo,
+        items: conversation.items,
+        references: conversation.references,
+        body: original,
+        unsent,
+    })
+}
+
+/// `instructions` and `input`: the conversation this request adds.
+struct Conversation {
+    /// `instructions` as written, or null: what the echo repeats.
+    instructions: Value,
+    /// The instructions and, unless it holds references, the input as canonical messages.
+    messages: Vec<Message>,
+    /// The input as Responses items.
+    items: Vec<Value>,
+    /// Whether `items` holds `item_reference`s.
+    references: bool,
+}
+
+/// Takes `instructions` and `input` out of `body`: the instructions as a system message first,
+/// then the input's items, read unless some are references.
+fn read_conversation(body: &mut Map<String, Value>) -> Result<Conversation, CodecError> {
     let mut messages = Vec::new();
     let instructions = body.remove("instructions").unwrap_or(Value::Null);
     match &instructions {
@@ -141,16 +207,58 @@ pub fn request_from_json(body: Value) -> Result<ResponsesRequest, CodecError> {
     if !references {
         messages.extend(messages_from_items(&items, "input")?);
     }
+    Ok(Conversation { instructions, messages, items, references })
+}
 
+/// `tools` and `tool_choice`, read, and as the echo repeats them.
+struct ToolMembers {
+    tools: Vec<Tool>,
+    tool_choice: Option<ToolChoice>,
+    /// `tools` as written, default `[]`.
+    echo_tools: Value,
+    /// `tool_choice` as written, default `"auto"`.
+    echo_tool_choice: Value,
+}
+
+/// Takes `tools` and `tool_choice` out of `body`; hosted tools are named in `unsent`.
+fn read_tool_members(
+    body: &mut Map<String, Value>,
+    unsent: &mut Vec<String>,
+) -> Result<ToolMembers, CodecError> {
     let tools_value = body.remove("tools").unwrap_or(Value::Null);
-    let mut unsent = Vec::new();
     let tools = match &tools_value {
         Value::Null => Vec::new(),
-        Value::Array(tools) => read_tools(tools, &mut unsent)?,
+        Value::Array(tools) => read_tools(tools, unsent)?,
         _ => return Err(CodecError::new("tools", "must be an array")),
     };
     let tool_choice_value = body.remove("tool_choice").unwrap_or(Value::Null);
     let tool_choice = read_tool_choice(&tool_choice_value)?;
+    Ok(ToolMembers {
+        tools,
+        tool_choice,
+        echo_tools: if tools_value.is_null() { Value::Array(Vec::new()) } else { tools_value },
+        echo_tool_choice: if tool_choice_value.is_null() { Value::from("auto") } else { tool_choice_value },
+    })
+}
+
+/// `text`, `max_output_tokens`, `temperature` and `top_p`, read, and as the echo repeats them.
+struct Sampling {
+    response_format: Option<ResponseFormat>,
+    max_tokens: Option<u32>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    /// `text` as written, default `{"format": {"type": "text"}}`.
+    echo_text: Value,
+    /// `max_output_tokens` as written, or null.
+    echo_max_output_tokens: Value,
+    /// `temperature` as written, or null.
+    echo_temperature: Value,
+    /// `top_p` as written, or null.
+    echo_top_p: Value,
+}
+
+/// Takes the output format and the sampling parameters out of `body`.
+fn read_sampling(body: &mut Map<String, Value>) -> Result<Sampling, CodecError> {
     let text = body.remove("text").unwrap_or(Value::Null);
     let response_format = read_text_format(&text)?;
     let max_output_tokens = body.remove("max_output_tokens").unwrap_or(Value::Null);
@@ -170,6 +278,31 @@ pub fn request_from_json(body: Value) -> Result<ResponsesRequest, CodecError> {
         value => value.as_f64().map(Some).ok_or_else(|| CodecError::new(field, "must be a number")),
     };
     let (temperature_f, top_p_f) = (number(&temperature, "temperature")?, number(&top_p, "top_p")?);
+    Ok(Sampling {
+        response_format,
+        max_tokens,
+        temperature: temperature_f,
+        top_p: top_p_f,
+        echo_text: if text.is_null() { serde_json::json!({ "format": { "type": "text" } }) } else { text },
+        echo_max_output_tokens: max_output_tokens,
+        echo_temperature: temperature,
+        echo_top_p: top_p,
+    })
+}
+
+/// `stream`, `store`, `previous_response_id` and `metadata`: the gateway's own members.
+struct Switches {
+    /// Default `false`.
+    stream: bool,
+    /// Default `true`.
+    store: bool,
+    previous_response_id: Option<String>,
+    /// As written, default `{}`.
+    metadata: Value,
+}
+
+/// Takes the gateway's own members out of `body`.
+fn read_switches(body: &mut Map<String, Value>) -> Result<Switches, CodecError> {
     let stream = match body.remove("stream") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(stream)) => stream,
@@ -190,7 +323,26 @@ pub fn request_from_json(body: Value) -> Result<ResponsesRequest, CodecError> {
         Some(metadata @ Value::Object(_)) => metadata,
         Some(_) => return Err(CodecError::new("metadata", "must be an object")),
     };
+    Ok(Switches { stream, store, previous_response_id, metadata })
+}
 
+/// `reasoning`, `parallel_tool_calls`, `user` and `truncation`: OpenAI extras, and as the echo
+/// repeats them.
+struct Extras {
+    /// `reasoning_effort`, `parallel_tool_calls: false` and `user`, as Chat Completions names them.
+    extra: Extra,
+    /// As written, default `{"effort": null, "summary": null}`.
+    reasoning: Value,
+    /// Default `true`.
+    parallel_tool_calls: bool,
+    /// As written, or null.
+    user: Value,
+    /// As written, default `"disabled"`.
+    truncation: Value,
+}
+
+/// Takes the members read as OpenAI extras out of `body`.
+fn read_extras(body: &mut Map<String, Value>) -> Result<Extras, CodecError> {
     let mut extra = Extra::new();
     let reasoning = body.remove("reasoning").unwrap_or(Value::Null);
     match &reasoning {
@@ -217,6 +369,14 @@ pub fn request_from_json(body: Value) -> Result<ResponsesRequest, CodecError> {
         extra.insert("user".to_owned(), user.clone());
     }
     let truncation = body.remove("truncation").unwrap_or_else(|| Value::from("disabled"));
+    let reasoning =
+        if reasoning.is_null() { serde_json::json!({ "effort": null, "summary": null }) } else { reasoning };
+    Ok(Extras { extra, reasoning, parallel_tool_calls, user, truncation })
+}
+
+/// Names in `unsent` the members left in `body` once every member read is taken out, but
+/// those accepted and never sent.
+fn name_unmodelled(mut body: Map<String, Value>, unsent: &mut Vec<String>) {
     // Accepted and not sent: what to include in the answer, the service tier, prompt caching.
     for ignored in ["include", "service_tier", "prompt_cache_key", "safety_identifier", "background"] {
         body.remove(ignored);
@@ -230,52 +390,6 @@ pub fn request_from_json(body: Value) -> Result<ResponsesRequest, CodecError> {
             names.join(", ")
         ));
     }
-    if messages.is_empty() && !references && previous_response_id.is_none() {
-        return Err(CodecError::new("input", "is required"));
-    }
-
-    let chat = ChatRequest {
-        model,
-        messages,
-        tools,
-        tool_choice,
-        temperature: temperature_f,
-        top_p: top_p_f,
-        max_tokens,
-        response_format,
-        stream,
-        extra,
-        origin: Dialect::OpenAi,
-        ..ChatRequest::default()
-    };
-    let echo = Echo {
-        instructions,
-        max_output_tokens,
-        metadata,
-        parallel_tool_calls,
-        reasoning: if reasoning.is_null() {
-            serde_json::json!({ "effort": null, "summary": null })
-        } else {
-            reasoning
-        },
-        temperature,
-        text: if text.is_null() { serde_json::json!({ "format": { "type": "text" } }) } else { text },
-        tool_choice: if tool_choice_value.is_null() { Value::from("auto") } else { tool_choice_value },
-        tools: if tools_value.is_null() { Value::Array(Vec::new()) } else { tools_value },
-        top_p,
-        truncation,
-        user,
-    };
-    Ok(ResponsesRequest {
-        chat,
-        previous_response_id,
-        store,
-        echo,
-        items,
-        references,
-        body: original,
-        unsent,
-    })
 }
 
 /// Whether `item` is an `item_reference` (`{"type": "item_reference", "id"}`): an item of an
@@ -326,70 +440,16 @@ fn string<'a>(object: &'a Map<String, Value>, key: &str, path: &str) -> Result<&
 /// Appends what one input item says to `messages`.
 fn read_item(item: Value, path: &str, messages: &mut Vec<Message>) -> Result<(), CodecError> {
     let Value::Object(object) = item else { return Err(CodecError::new(path, "must be an object")) };
-    let kind = match object.get("type") {
-        Some(Value::String(kind)) => kind.as_str(),
-        // An easy input message: `{"role", "content"}`.
-        None if object.contains_key("role") => "message",
-        // A reference may leave out its type.
-        None if object.contains_key("id") => "item_reference",
-        Some(_) => return Err(CodecError::new(format!("{path}.type"), "must be a string")),
-        None => return Err(CodecError::new(format!("{path}.type"), "is required")),
-    };
-    match kind {
-        "message" => {
-            let mut message = read_message(&object, path)?;
-            // The answer Claude's thinking before it led to: one assistant turn, as it was.
-            match messages.last_mut() {
-                Some(last) if message.role == Role::Assistant && thinking_only(last) => {
-                    if let Some(thinking) = last.extra.remove(THINKING_BLOCKS) {
-                        message.extra.insert(THINKING_BLOCKS.to_owned(), thinking);
-                    }
-                    *last = message;
-                }
-                _ => messages.push(message),
-            }
-        }
-        "function_call" | "custom_tool_call" => {
-            let call = read_call(&object, kind, path)?;
-            // A message and the calls after it, and parallel calls, are one assistant turn.
-            match messages.last_mut() {
-                Some(last) if last.role == Role::Assistant => last.tool_calls.push(call),
-                _ => messages.push(Message { tool_calls: vec![call], ..bare(Role::Assistant) }),
-            }
-        }
-        "function_call_output" | "custom_tool_call_output" => {
-            let call_id = string(&object, "call_id", path)?.to_owned();
-            let output = match object.get("output") {
-                Some(Value::String(text)) => Content::Text(text.clone()),
-                Some(Value::Array(parts)) => Content::Parts(read_parts(parts, &format!("{path}.output"))?),
-                Some(_) => {
-                    return Err(CodecError::new(
-                        format!("{path}.output"),
-                        "must be a string or a list of parts",
-                    ));
-                }
-                None => return Err(CodecError::new(format!("{path}.output"), "is required")),
-            };
-            messages.push(Message { tool_call_id: Some(call_id), content: Some(output), ..bare(Role::Tool) });
-        }
+    match item_kind(&object, path)? {
+        "message" => push_message(messages, read_message(&object, path)?),
+        kind @ ("function_call" | "custom_tool_call") => push_call(messages, read_call(&object, kind, path)?),
+        "function_call_output" | "custom_tool_call_output" => messages.push(read_output(&object, path)?),
         // A model's reasoning is readable only by the provider that wrote it; the answer it led
         // to is in the items that follow. Claude's, as the gateway sealed it, opens that answer's
         // turn, for an Anthropic target to read back.
         "reasoning" => {
-            if let Some(mut blocks) = super::unseal_thinking(&Value::Object(object)) {
-                match messages.last_mut() {
-                    // Thinking after thinking, before the answer: one turn's, in order.
-                    Some(last) if thinking_only(last) => {
-                        if let Some(Value::Array(earlier)) = last.extra.get_mut(THINKING_BLOCKS) {
-                            earlier.append(&mut blocks);
-                        }
-                    }
-                    _ => {
-                        let mut message = bare(Role::Assistant);
-                        message.extra.insert(THINKING_BLOCKS.to_owned(), Value::Array(blocks));
-                        messages.push(message);
-                    }
-                }
+            if let Some(blocks) = super::unseal_thinking(&Value::Object(object)) {
+                push_thinking(messages, blocks);
             }
         }
         "item_reference" => {
@@ -407,6 +467,74 @@ fn read_item(item: Value, path: &str, messages: &mut Vec<Message>) -> Result<(),
         _ => {}
     }
     Ok(())
+}
+
+/// An item's `type`; an item without one is an easy input message or a reference.
+fn item_kind<'a>(object: &'a Map<String, Value>, path: &str) -> Result<&'a str, CodecError> {
+    match object.get("type") {
+        Some(Value::String(kind)) => Ok(kind.as_str()),
+        // An easy input message: `{"role", "content"}`.
+        None if object.contains_key("role") => Ok("message"),
+        // A reference may leave out its type.
+        None if object.contains_key("id") => Ok("item_reference"),
+        Some(_) => Err(CodecError::new(format!("{path}.type"), "must be a string")),
+        None => Err(CodecError::new(format!("{path}.type"), "is required")),
+    }
+}
+
+/// Appends a message; an assistant one takes the place of the thinking that led to it.
+fn push_message(messages: &mut Vec<Message>, mut message: Message) {
+    // The answer Claude's thinking before it led to: one assistant turn, as it was.
+    match messages.last_mut() {
+        Some(last) if message.role == Role::Assistant && thinking_only(last) => {
+            if let Some(thinking) = last.extra.remove(THINKING_BLOCKS) {
+                message.extra.insert(THINKING_BLOCKS.to_owned(), thinking);
+            }
+            *last = message;
+        }
+        _ => messages.push(message),
+    }
+}
+
+/// Appends a tool call to the assistant turn it belongs to, opening one when needed.
+fn push_call(messages: &mut Vec<Message>, call: ToolCall) {
+    // A message and the calls after it, and parallel calls, are one assistant turn.
+    match messages.last_mut() {
+        Some(last) if last.role == Role::Assistant => last.tool_calls.push(call),
+        _ => messages.push(Message { tool_calls: vec![call], ..bare(Role::Assistant) }),
+    }
+}
+
+/// A `function_call_output` or `custom_tool_call_output` item, as a tool message.
+fn read_output(object: &Map<String, Value>, path: &str) -> Result<Message, CodecError> {
+    let call_id = string(object, "call_id", path)?.to_owned();
+    let output = match object.get("output") {
+        Some(Value::String(text)) => Content::Text(text.clone()),
+        Some(Value::Array(parts)) => Content::Parts(read_parts(parts, &format!("{path}.output"))?),
+        Some(_) => {
+            return Err(CodecError::new(format!("{path}.output"), "must be a string or a list of parts"));
+        }
+        None => return Err(CodecError::new(format!("{path}.output"), "is required")),
+    };
+    Ok(Message { tool_call_id: Some(call_id), content: Some(output), ..bare(Role::Tool) })
+}
+
+/// Appends Claude's unsealed thinking: to the thinking before it, else as a turn of its own
+/// that the answer it led to takes over.
+fn push_thinking(messages: &mut Vec<Message>, mut blocks: Vec<Value>) {
+    match messages.last_mut() {
+        // Thinking after thinking, before the answer: one turn's, in order.
+        Some(last) if thinking_only(last) => {
+            if let Some(Value::Array(earlier)) = last.extra.get_mut(THINKING_BLOCKS) {
+                earlier.append(&mut blocks);
+            }
+        }
+        _ => {
+            let mut message = bare(Role::Assistant);
+            message.extra.insert(THINKING_BLOCKS.to_owned(), Value::Array(blocks));
+            messages.push(message);
+        }
+    }
 }
 
 /// The item types Switchyard reads into a conversation.

@@ -18,7 +18,9 @@
 //! it began is `response.failed` then `error`. Every event carries its `sequence_number`.
 
 use serde_json::{Value, json};
-use switchyard::chat::{ChatChunk, ChatResponse, Content, FinishReason, Message, Role, ToolCall, Usage};
+use switchyard::chat::{
+    ChatChunk, ChatResponse, Content, FinishReason, Message, Role, ToolCall, ToolCallDelta, Usage,
+};
 
 use super::decode::Echo;
 
@@ -231,10 +233,21 @@ fn call_item_id(response_id: &str, i: usize) -> String {
 enum Open {
     /// A message: its parts so far (a text part, then perhaps a refusal part).
     Message { index: usize, text: Option<(usize, String)>, refusal: Option<(usize, String)>, parts: usize },
-    /// A function call (or a custom tool's call), canonical tool call `call`.
-    Call { index: usize, call: u32, call_id: String, name: String, arguments: String, custom: bool },
+    /// A function call (or a custom tool's call).
+    Call(OpenCall),
     /// The model's reasoning: one summary part, its text so far.
     Reasoning { index: usize, text: String },
+}
+
+/// A call item being written: canonical tool call `call`, its arguments so far.
+#[derive(Debug)]
+struct OpenCall {
+    index: usize,
+    call: u32,
+    call_id: String,
+    name: String,
+    arguments: String,
+    custom: bool,
 }
 
 /// Canonical chunks into Responses events.
@@ -335,73 +348,83 @@ impl StreamEncoder {
             self.text(refusal, true, &mut events);
         }
         for call in &choice.delta.tool_calls {
-            let custom = call.extra.get("custom");
-            let name = match custom {
-                Some(custom) => custom["name"].as_str(),
-                None => call.function.as_ref().and_then(|f| f.name.as_deref()),
-            };
-            let arguments = match custom {
-                Some(custom) => custom["input"].as_str().unwrap_or_default(),
-                None => call.function.as_ref().and_then(|f| f.arguments.as_deref()).unwrap_or_default(),
-            };
-            let same = matches!(&self.open, Some(Open::Call { call: open, .. }) if *open == call.index);
-            if !same {
-                if self.closed_calls.contains(&call.index) {
-                    tracing::warn!(
-                        call = call.index,
-                        "a fragment of a closed tool call cannot be expressed in the Responses stream; dropped"
-                    );
-                    continue;
-                }
-                self.close(&mut events);
-                let index = self.output.len();
-                let item_id = call_item_id(&self.meta.id, index);
-                let call_id = call.id.clone().unwrap_or_else(|| item_id.clone());
-                let name = name.unwrap_or_default().to_owned();
-                let custom = call.kind.as_deref() == Some("custom") || custom.is_some();
-                let item = CallItem { id: &item_id, call_id: &call_id, name: &name, custom }.write(
-                    &self.meta.echo.tools,
-                    "",
-                    "in_progress",
-                );
-                self.event(
-                    "response.output_item.added",
-                    json!({ "output_index": index, "item": item }),
-                    &mut events,
-                );
-                self.open = Some(Open::Call {
-                    index,
-                    call: call.index,
-                    call_id,
-                    name,
-                    arguments: String::new(),
-                    custom,
-                });
-            }
-            if let Some(Open::Call { index, name: open_name, arguments: so_far, custom, .. }) = &mut self.open
-            {
-                if open_name.is_empty()
-                    && let Some(name) = name
-                {
-                    name.clone_into(open_name);
-                }
-                if !arguments.is_empty() {
-                    so_far.push_str(arguments);
-                    let (index, item_id) = (*index, call_item_id(&self.meta.id, *index));
-                    let data = json!({ "item_id": item_id, "output_index": index, "delta": arguments });
-                    let kind = if *custom {
-                        "response.custom_tool_call_input.delta"
-                    } else {
-                        "response.function_call_arguments.delta"
-                    };
-                    self.event(kind, data, &mut events);
-                }
-            }
+            self.tool_call(call, &mut events);
         }
         if choice.finish_reason.is_some() {
             self.finish.clone_from(&choice.finish_reason);
         }
         events
+    }
+
+    /// A tool call fragment into its call item, opening the item (and closing the one before)
+    /// when the fragment starts a call; a fragment of a call already closed is dropped.
+    fn tool_call(&mut self, call: &ToolCallDelta, events: &mut Vec<Event>) {
+        let custom = call.extra.get("custom");
+        let name = match custom {
+            Some(custom) => custom["name"].as_str(),
+            None => call.function.as_ref().and_then(|f| f.name.as_deref()),
+        };
+        let arguments = match custom {
+            Some(custom) => custom["input"].as_str().unwrap_or_default(),
+            None => call.function.as_ref().and_then(|f| f.arguments.as_deref()).unwrap_or_default(),
+        };
+        let same = matches!(&self.open, Some(Open::Call(open)) if open.call == call.index);
+        if !same {
+            if self.closed_calls.contains(&call.index) {
+                tracing::warn!(
+                    call = call.index,
+                    "a fragment of a closed tool call cannot be expressed in the Responses stream; dropped"
+                );
+                return;
+            }
+            let custom = call.kind.as_deref() == Some("custom") || custom.is_some();
+            self.open_call(call, name, custom, events);
+        }
+        self.call_arguments(name, arguments, events);
+    }
+
+    /// Closes the open item and opens a call item for `call`, named `name` so far.
+    fn open_call(&mut self, call: &ToolCallDelta, name: Option<&str>, custom: bool, events: &mut Vec<Event>) {
+        self.close(events);
+        let index = self.output.len();
+        let item_id = call_item_id(&self.meta.id, index);
+        let call_id = call.id.clone().unwrap_or_else(|| item_id.clone());
+        let name = name.unwrap_or_default().to_owned();
+        let item = CallItem { id: &item_id, call_id: &call_id, name: &name, custom }.write(
+            &self.meta.echo.tools,
+            "",
+            "in_progress",
+        );
+        self.event("response.output_item.added", json!({ "output_index": index, "item": item }), events);
+        self.open = Some(Open::Call(OpenCall {
+            index,
+            call: call.index,
+            call_id,
+            name,
+            arguments: String::new(),
+            custom,
+        }));
+    }
+
+    /// A call's name (when it has none yet) and more of its arguments, into the open call item.
+    fn call_arguments(&mut self, name: Option<&str>, arguments: &str, events: &mut Vec<Event>) {
+        let Some(Open::Call(open)) = &mut self.open else { return };
+        if open.name.is_empty()
+            && let Some(name) = name
+        {
+            name.clone_into(&mut open.name);
+        }
+        if !arguments.is_empty() {
+            open.arguments.push_str(arguments);
+            let (index, item_id) = (open.index, call_item_id(&self.meta.id, open.index));
+            let data = json!({ "item_id": item_id, "output_index": index, "delta": arguments });
+            let kind = if open.custom {
+                "response.custom_tool_call_input.delta"
+            } else {
+                "response.function_call_arguments.delta"
+            };
+            self.event(kind, data, events);
+        }
     }
 
     /// Opens a reasoning item, unless one is open. Its summary part comes with its first text:
@@ -493,91 +516,95 @@ impl StreamEncoder {
         match self.open.take() {
             None => {}
             Some(Open::Message { index, text, refusal, .. }) => {
-                let item_id = self.item_id(index);
-                let mut parts: Vec<(usize, Value)> = Vec::new();
-                if let Some((content_index, text)) = text {
-                    let data = json!({ "item_id": item_id, "output_index": index, "content_index": content_index, "text": text, "logprobs": [] });
-                    self.event("response.output_text.done", data, events);
-                    parts.push((content_index, text_part(&text)));
-                }
-                if let Some((content_index, refusal)) = refusal {
-                    let data = json!({ "item_id": item_id, "output_index": index, "content_index": content_index, "refusal": refusal });
-                    self.event("response.refusal.done", data, events);
-                    parts.push((content_index, refusal_part(&refusal)));
-                }
-                parts.sort_by_key(|(content_index, _)| *content_index);
-                for (content_index, part) in &parts {
-                    let data = json!({ "item_id": item_id, "output_index": index, "content_index": content_index, "part": part });
-                    self.event("response.content_part.done", data, events);
-                }
-                let item =
-                    message_item(&item_id, "completed", parts.into_iter().map(|(_, part)| part).collect());
-                self.output.push(item.clone());
-                self.event(
-                    "response.output_item.done",
-                    json!({ "output_index": index, "item": item }),
-                    events,
-                );
+                self.close_message(index, text, refusal, events)
             }
-            Some(Open::Reasoning { index, text }) => {
-                let item_id = reasoning_item_id(&self.meta.id, index);
-                let at = json!({ "item_id": item_id, "output_index": index, "summary_index": 0 });
-                let with = |key: &str, value: Value| {
-                    let mut data = at.clone();
-                    data[key] = value;
-                    data
-                };
-                if !text.is_empty() {
-                    self.event("response.reasoning_summary_text.done", with("text", json!(text)), events);
-                    self.event(
-                        "response.reasoning_summary_part.done",
-                        with("part", summary_part(&text)),
-                        events,
-                    );
-                }
-                let mut item = reasoning_item(&item_id, "completed", &text);
-                if !self.thinking.is_empty() {
-                    let sealed = super::seal_thinking(&std::mem::take(&mut self.thinking));
-                    item["encrypted_content"] = Value::String(sealed);
-                }
-                self.output.push(item.clone());
-                self.event(
-                    "response.output_item.done",
-                    json!({ "output_index": index, "item": item }),
-                    events,
-                );
-            }
-            Some(Open::Call { index, call, call_id, name, arguments, custom }) => {
-                let item_id = call_item_id(&self.meta.id, index);
-                let item = CallItem { id: &item_id, call_id: &call_id, name: &name, custom }.write(
-                    &self.meta.echo.tools,
-                    &arguments,
-                    "completed",
-                );
-                if custom {
-                    let data = json!({ "item_id": item_id, "output_index": index, "input": arguments });
-                    self.event("response.custom_tool_call_input.done", data, events);
-                } else {
-                    let data = json!({ "item_id": item_id, "output_index": index, "name": item["name"], "arguments": arguments });
-                    self.event("response.function_call_arguments.done", data, events);
-                }
-                self.output.push(item.clone());
-                self.event(
-                    "response.output_item.done",
-                    json!({ "output_index": index, "item": item }),
-                    events,
-                );
-                self.closed_calls.push(call);
-                self.turn_calls.push(if custom {
-                    let mut turn = ToolCall::function(call_id, "", "");
-                    turn.kind = "custom".to_owned();
-                    turn.extra.insert("custom".to_owned(), json!({ "name": name, "input": arguments }));
-                    turn
-                } else {
-                    ToolCall::function(call_id, name, arguments)
-                });
-            }
+            Some(Open::Reasoning { index, text }) => self.close_reasoning(index, &text, events),
+            Some(Open::Call(open)) => self.close_call(open, events),
         }
+    }
+
+    /// Closes the message item at `index`: its text and refusal parts, in their order, then
+    /// the item.
+    fn close_message(
+        &mut self,
+        index: usize,
+        text: Option<(usize, String)>,
+        refusal: Option<(usize, String)>,
+        events: &mut Vec<Event>,
+    ) {
+        let item_id = self.item_id(index);
+        let mut parts: Vec<(usize, Value)> = Vec::new();
+        if let Some((content_index, text)) = text {
+            let data = json!({ "item_id": item_id, "output_index": index, "content_index": content_index, "text": text, "logprobs": [] });
+            self.event("response.output_text.done", data, events);
+            parts.push((content_index, text_part(&text)));
+        }
+        if let Some((content_index, refusal)) = refusal {
+            let data = json!({ "item_id": item_id, "output_index": index, "content_index": content_index, "refusal": refusal });
+            self.event("response.refusal.done", data, events);
+            parts.push((content_index, refusal_part(&refusal)));
+        }
+        parts.sort_by_key(|(content_index, _)| *content_index);
+        for (content_index, part) in &parts {
+            let data = json!({ "item_id": item_id, "output_index": index, "content_index": content_index, "part": part });
+            self.event("response.content_part.done", data, events);
+        }
+        let item = message_item(&item_id, "completed", parts.into_iter().map(|(_, part)| part).collect());
+        self.output.push(item.clone());
+        self.event("response.output_item.done", json!({ "output_index": index, "item": item }), events);
+    }
+
+    /// Closes the reasoning item at `index`: its summary, when it has one, then the item with
+    /// Claude's thinking sealed into it.
+    fn close_reasoning(&mut self, index: usize, text: &str, events: &mut Vec<Event>) {
+        let item_id = reasoning_item_id(&self.meta.id, index);
+        let at = json!({ "item_id": item_id, "output_index": index, "summary_index": 0 });
+        let with = |key: &str, value: Value| {
+            let mut data = at.clone();
+            data[key] = value;
+            data
+        };
+        if !text.is_empty() {
+            self.event("response.reasoning_summary_text.done", with("text", json!(text)), events);
+            self.event("response.reasoning_summary_part.done", with("part", summary_part(text)), events);
+        }
+        let mut item = reasoning_item(&item_id, "completed", text);
+        if !self.thinking.is_empty() {
+            let sealed = super::seal_thinking(&std::mem::take(&mut self.thinking));
+            item["encrypted_content"] = Value::String(sealed);
+        }
+        self.output.push(item.clone());
+        self.event("response.output_item.done", json!({ "output_index": index, "item": item }), events);
+    }
+
+    /// Closes a call item: its arguments (or input) whole, then the item; the call joins the
+    /// turn.
+    fn close_call(&mut self, open: OpenCall, events: &mut Vec<Event>) {
+        let OpenCall { index, call, call_id, name, arguments, custom } = open;
+        let item_id = call_item_id(&self.meta.id, index);
+        let item = CallItem { id: &item_id, call_id: &call_id, name: &name, custom }.write(
+            &self.meta.echo.tools,
+            &arguments,
+            "completed",
+        );
+        if custom {
+            let data = json!({ "item_id": item_id, "output_index": index, "input": arguments });
+            self.event("response.custom_tool_call_input.done", data, events);
+        } else {
+            let data = json!({ "item_id": item_id, "output_index": index, "name": item["name"], "arguments": arguments });
+            self.event("response.function_call_arguments.done", data, events);
+        }
+        self.output.push(item.clone());
+        self.event("response.output_item.done", json!({ "output_index": index, "item": item }), events);
+        self.closed_calls.push(call);
+        self.turn_calls.push(if custom {
+            let mut turn = ToolCall::function(call_id, "", "");
+            turn.kind = "custom".to_owned();
+            turn.extra.insert("custom".to_owned(), json!({ "name": name, "input": arguments }));
+            turn
+        } else {
+            ToolCall::function(call_id, name, arguments)
+        });
     }
 
     /// The events that end a stream that ran to its end: `response.completed`, or

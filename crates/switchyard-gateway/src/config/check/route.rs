@@ -2,7 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use switchyard::route::{Candidate, ErrorFilter, Retry, Rotation, Route, RouteTarget, Timeouts};
+use switchyard::Target;
+use switchyard::answer_cache::AnswerCacheSettings;
+use switchyard::route::{
+    Candidate, ErrorFilter, Hedge, HedgeAfter, Retry, Rotation, Route, RouteBuilder, RouteTarget, Timeouts,
+};
 
 use super::Validator;
 use crate::config::{FileConfig, file};
@@ -35,6 +39,7 @@ impl Validator<'_> {
         routes
     }
 
+    /// One route: its settings given to the engine's builder, whose rules check them.
     fn route(
         &mut self,
         name: &str,
@@ -43,7 +48,32 @@ impl Validator<'_> {
     ) -> Option<Route> {
         let path = format!("routes.{name}");
         let before = self.problems.len();
-        let mut builder = Route::builder(name);
+        let builder = self.targets(Route::builder(name), &path, config, providers);
+        let builder = retry_and_timeouts(builder, config);
+        let builder = self.candidates(builder, &path, &config.candidates);
+        let builder = filters_and_hedge(builder, config);
+        // The route's own rules are the engine's: its problems come back with their paths.
+        match builder.build() {
+            Ok(route) if self.problems.len() == before => Some(route),
+            Ok(_) => None,
+            Err(error) => {
+                for problem in error.problems {
+                    self.engine_problem(&path, problem);
+                }
+                None
+            }
+        }
+    }
+
+    /// The route's targets and its context-window and content-policy chains, each naming a
+    /// configured provider.
+    fn targets(
+        &mut self,
+        mut builder: RouteBuilder,
+        path: &str,
+        config: &file::RouteConfig,
+        providers: &BTreeMap<String, file::ProviderConfig>,
+    ) -> RouteBuilder {
         for (i, target) in config.targets.iter().enumerate() {
             let Some(parsed) = self.known_provider(&format!("{path}.targets[{i}]"), target.text(), providers)
             else {
@@ -51,17 +81,7 @@ impl Validator<'_> {
                 builder = builder.target(target.text());
                 continue;
             };
-            builder = builder.route_target(match target {
-                file::TargetConfig::Plain(_) => {
-                    RouteTarget { target: parsed, tier: 0, weight: 1, embedding_space: None }
-                }
-                file::TargetConfig::Detailed(d) => RouteTarget {
-                    target: parsed,
-                    tier: d.tier,
-                    weight: d.weight,
-                    embedding_space: d.embedding_space.clone(),
-                },
-            });
+            builder = builder.route_target(route_target(parsed, target));
         }
         for (i, text) in config.context_window.iter().enumerate() {
             self.known_provider(&format!("{path}.context_window[{i}]"), text, providers);
@@ -71,43 +91,18 @@ impl Validator<'_> {
             self.known_provider(&format!("{path}.content_policy[{i}]"), text, providers);
             builder = builder.content_policy(text);
         }
-        if let Some(rotation) = config.rotation {
-            builder = builder.rotation(match rotation {
-                file::RotationConfig::Ordered => Rotation::Ordered,
-                file::RotationConfig::RoundRobin => Rotation::RoundRobin,
-                file::RotationConfig::Weighted => Rotation::Weighted,
-                file::RotationConfig::LeastLatency => Rotation::LeastLatency,
-                file::RotationConfig::Cheapest => Rotation::Cheapest,
-            });
-        }
-        if let Some(retry) = &config.retry {
-            let default = Retry::default();
-            let retry = Retry {
-                max_attempts: retry.max_attempts.unwrap_or(default.max_attempts),
-                backoff_base: retry.backoff_base.map_or(default.backoff_base, |d| d.0),
-                backoff_max: retry.backoff_max.map_or(default.backoff_max, |d| d.0),
-                max_wait: retry.max_wait.map_or(default.max_wait, |d| d.0),
-            };
-            builder = builder.retry(retry);
-        }
-        if let Some(gate) = config.health_gate {
-            builder = builder.health_gate(gate);
-        }
-        if let Some(ttl) = config.health_ttl {
-            builder = builder.health_ttl(ttl.0);
-        }
-        if let Some(timeouts) = &config.timeouts {
-            let default = Timeouts::default();
-            let timeouts = Timeouts {
-                first_byte: timeouts.first_byte.map_or(default.first_byte, |d| d.0),
-                idle: timeouts.idle.map_or(default.idle, |d| d.0),
-                total: timeouts.total.map_or(default.total, |d| d.0),
-                deadline: timeouts.deadline.map(|d| d.0),
-            };
-            builder = builder.timeouts(timeouts);
-        }
+        builder
+    }
+
+    /// The route's candidates (fixed answers or the answer cache), their names distinct.
+    fn candidates(
+        &mut self,
+        mut builder: RouteBuilder,
+        path: &str,
+        candidates: &[file::CandidateConfig],
+    ) -> RouteBuilder {
         let mut names = Vec::new();
-        for (i, candidate) in config.candidates.iter().enumerate() {
+        for (i, candidate) in candidates.iter().enumerate() {
             if names.contains(&candidate.name.as_str()) {
                 self.problem(
                     format!("{path}.candidates[{i}].name"),
@@ -121,19 +116,7 @@ impl Validator<'_> {
                     builder = builder.candidate(Candidate::text(candidate.name.clone(), text.clone()))
                 }
                 (None, Some(cache)) => {
-                    let defaults = switchyard::answer_cache::AnswerCacheSettings::default();
-                    let settings = switchyard::answer_cache::AnswerCacheSettings {
-                        max_age: cache.max_age.map_or(defaults.max_age, |d| d.0),
-                        max_entries: cache.max_entries.unwrap_or(defaults.max_entries),
-                        max_bytes: cache.max_bytes.map_or(defaults.max_bytes, |b| b.0),
-                        tool_calls: cache.tool_calls.unwrap_or(defaults.tool_calls),
-                    };
-                    if settings.max_age.is_zero() || settings.max_entries == 0 || settings.max_bytes == 0 {
-                        self.problem(
-                            format!("{at}.cache"),
-                            "max_age, max_entries and max_bytes must be above 0",
-                        );
-                    }
+                    let settings = self.answer_cache(&at, cache);
                     builder = builder.candidate(Candidate::cache(candidate.name.clone(), settings));
                 }
                 _ => self.problem(
@@ -142,37 +125,107 @@ impl Validator<'_> {
                 ),
             }
         }
-        if let Some(kinds) = &config.retry_on {
-            builder = builder.retry_on(ErrorFilter::Kinds(kinds.clone()));
+        builder
+    }
+
+    /// A cache candidate's settings over the defaults, each limit above 0.
+    fn answer_cache(&mut self, at: &str, cache: &file::CacheConfig) -> AnswerCacheSettings {
+        let defaults = AnswerCacheSettings::default();
+        let settings = AnswerCacheSettings {
+            max_age: cache.max_age.map_or(defaults.max_age, |d| d.0),
+            max_entries: cache.max_entries.unwrap_or(defaults.max_entries),
+            max_bytes: cache.max_bytes.map_or(defaults.max_bytes, |b| b.0),
+            tool_calls: cache.tool_calls.unwrap_or(defaults.tool_calls),
+        };
+        if settings.max_age.is_zero() || settings.max_entries == 0 || settings.max_bytes == 0 {
+            self.problem(format!("{at}.cache"), "max_age, max_entries and max_bytes must be above 0");
         }
-        if let Some(kinds) = &config.fallback_on {
-            builder = builder.fallback_on(ErrorFilter::Kinds(kinds.clone()));
+        settings
+    }
+}
+
+/// A target naming a configured provider, with its tier, weight and embedding space.
+fn route_target(parsed: Target, target: &file::TargetConfig) -> RouteTarget {
+    match target {
+        file::TargetConfig::Plain(_) => {
+            RouteTarget { target: parsed, tier: 0, weight: 1, embedding_space: None }
         }
-        if let Some(hedge) = &config.hedge {
-            let defaults = switchyard::route::Hedge::p95();
-            builder = builder.hedge(switchyard::route::Hedge {
-                after: match hedge.after {
-                    file::HedgeAfterConfig::P95 => switchyard::route::HedgeAfter::P95,
-                    file::HedgeAfterConfig::Fixed(delay) => switchyard::route::HedgeAfter::Fixed(delay),
-                },
-                min_after: hedge.min_after.map_or(defaults.min_after, |d| d.0),
-                max_share: hedge.max_share.unwrap_or(defaults.max_share),
-                min_hedges: hedge.min_hedges.unwrap_or(defaults.min_hedges),
-            });
-        }
-        if let Some(spill) = config.spill_over {
-            builder = builder.spill_over(spill);
-        }
-        // The route's own rules are the engine's: its problems come back with their paths.
-        match builder.build() {
-            Ok(route) if self.problems.len() == before => Some(route),
-            Ok(_) => None,
-            Err(error) => {
-                for problem in error.problems {
-                    self.engine_problem(&path, problem);
-                }
-                None
-            }
-        }
+        file::TargetConfig::Detailed(d) => RouteTarget {
+            target: parsed,
+            tier: d.tier,
+            weight: d.weight,
+            embedding_space: d.embedding_space.clone(),
+        },
+    }
+}
+
+/// The route's rotation, retry, health gate and timeouts, each over the engine's default.
+fn retry_and_timeouts(mut builder: RouteBuilder, config: &file::RouteConfig) -> RouteBuilder {
+    if let Some(rotation) = config.rotation {
+        builder = builder.rotation(match rotation {
+            file::RotationConfig::Ordered => Rotation::Ordered,
+            file::RotationConfig::RoundRobin => Rotation::RoundRobin,
+            file::RotationConfig::Weighted => Rotation::Weighted,
+            file::RotationConfig::LeastLatency => Rotation::LeastLatency,
+            file::RotationConfig::Cheapest => Rotation::Cheapest,
+        });
+    }
+    if let Some(retry) = &config.retry {
+        let default = Retry::default();
+        let retry = Retry {
+            max_attempts: retry.max_attempts.unwrap_or(default.max_attempts),
+            backoff_base: retry.backoff_base.map_or(default.backoff_base, |d| d.0),
+            backoff_max: retry.backoff_max.map_or(default.backoff_max, |d| d.0),
+            max_wait: retry.max_wait.map_or(default.max_wait, |d| d.0),
+        };
+        builder = builder.retry(retry);
+    }
+    if let Some(gate) = config.health_gate {
+        builder = builder.health_gate(gate);
+    }
+    if let Some(ttl) = config.health_ttl {
+        builder = builder.health_ttl(ttl.0);
+    }
+    if let Some(timeouts) = &config.timeouts {
+        let default = Timeouts::default();
+        let timeouts = Timeouts {
+            first_byte: timeouts.first_byte.map_or(default.first_byte, |d| d.0),
+            idle: timeouts.idle.map_or(default.idle, |d| d.0),
+            total: timeouts.total.map_or(default.total, |d| d.0),
+            deadline: timeouts.deadline.map(|d| d.0),
+        };
+        builder = builder.timeouts(timeouts);
+    }
+    builder
+}
+
+/// The route's error filters, hedging and spill-over.
+fn filters_and_hedge(mut builder: RouteBuilder, config: &file::RouteConfig) -> RouteBuilder {
+    if let Some(kinds) = &config.retry_on {
+        builder = builder.retry_on(ErrorFilter::Kinds(kinds.clone()));
+    }
+    if let Some(kinds) = &config.fallback_on {
+        builder = builder.fallback_on(ErrorFilter::Kinds(kinds.clone()));
+    }
+    if let Some(hedge) = &config.hedge {
+        builder = builder.hedge(hedge_of(hedge));
+    }
+    if let Some(spill) = config.spill_over {
+        builder = builder.spill_over(spill);
+    }
+    builder
+}
+
+/// The `hedge:` block over the engine's p95 defaults.
+fn hedge_of(hedge: &file::HedgeConfig) -> Hedge {
+    let defaults = Hedge::p95();
+    Hedge {
+        after: match hedge.after {
+            file::HedgeAfterConfig::P95 => HedgeAfter::P95,
+            file::HedgeAfterConfig::Fixed(delay) => HedgeAfter::Fixed(delay),
+        },
+        min_after: hedge.min_after.map_or(defaults.min_after, |d| d.0),
+        max_share: hedge.max_share.unwrap_or(defaults.max_share),
+        min_hedges: hedge.min_hedges.unwrap_or(defaults.min_hedges),
     }
 }
