@@ -2,6 +2,9 @@
 //! heard by the provider as it wrote (only the model, and what streaming needs, change) and
 //! hears the provider as it wrote, byte for byte, streamed or not. Each case sends a request
 //! through the gateway to an upstream that records what it received and answers fixed bytes.
+//! The whole-answer cases set `stream_upstream: false`, so that the provider writes the whole
+//! answer; the last cases stream it upstream (the default) and check the answer the client
+//! hears keeps everything the provider's events said.
 
 #![allow(clippy::unwrap_used)]
 
@@ -52,7 +55,7 @@ impl Upstream {
 /// A gateway whose default route is `target` on a provider `up` of `kind` at `upstream`.
 async fn gateway(kind: &str, base_path: &str, upstream: &Upstream, target: &str) -> SocketAddr {
     in_process(&format!(
-        "providers:\n  up: {{ kind: {kind}, base_url: 'http://{}{base_path}', api_key: sk-upstream-0123456789 }}\nroutes:\n  default: {{ targets: ['up:{target}'] }}\n",
+        "providers:\n  up: {{ kind: {kind}, base_url: 'http://{}{base_path}', api_key: sk-upstream-0123456789 }}\nroutes:\n  default: {{ stream_upstream: false, targets: ['up:{target}'] }}\n",
         upstream.addr
     ))
     .await
@@ -191,7 +194,7 @@ async fn what_the_gateway_observes_of_a_verbatim_answer_still_steers_the_route()
     let filtering = Upstream::start(FILTERED, "").await;
     let serving = Upstream::start(OPENAI_ANSWER, "").await;
     let gateway = in_process(&format!(
-        "providers:\n  a: {{ kind: openai, base_url: 'http://{}/v1', api_key: sk-a-0123456789 }}\n  b: {{ kind: openai, base_url: 'http://{}/v1', api_key: sk-b-0123456789 }}\nroutes:\n  default: {{ targets: [a:m], content_policy: [b:n] }}\n",
+        "providers:\n  a: {{ kind: openai, base_url: 'http://{}/v1', api_key: sk-a-0123456789 }}\n  b: {{ kind: openai, base_url: 'http://{}/v1', api_key: sk-b-0123456789 }}\nroutes:\n  default: {{ stream_upstream: false, targets: [a:m], content_policy: [b:n] }}\n",
         filtering.addr, serving.addr
     ))
     .await;
@@ -227,7 +230,7 @@ async fn a_target_that_cannot_express_the_request_is_skipped_and_when_none_can_t
         claude.addr, gpt.addr
     );
     let gateway = in_process(&format!(
-        "{providers}routes:\n  default: {{ targets: [claude:c, gpt:g] }}\n  only-claude: {{ targets: [claude:c] }}\n"
+        "{providers}routes:\n  default: {{ stream_upstream: false, targets: [claude:c, gpt:g] }}\n  only-claude: {{ stream_upstream: false, targets: [claude:c] }}\n"
     ))
     .await;
     // Two choices: Anthropic answers one, so its target is skipped, unasked, and unharmed.
@@ -265,7 +268,7 @@ async fn count_tokens_is_answered_by_the_routes_first_target_that_counts_as_it_w
     let claude = Upstream::start(COUNT, "").await;
     let gpt = Upstream::start(OPENAI_ANSWER, "").await;
     let gateway = in_process(&format!(
-        "providers:\n  gpt: {{ kind: openai, base_url: 'http://{}/v1', api_key: sk-gpt-0123456789 }}\n  claude: {{ kind: anthropic, base_url: 'http://{}', api_key: sk-ant-0123456789 }}\nroutes:\n  default: {{ targets: [gpt:g, claude:c] }}\n  only-gpt: {{ targets: [gpt:g] }}\n",
+        "providers:\n  gpt: {{ kind: openai, base_url: 'http://{}/v1', api_key: sk-gpt-0123456789 }}\n  claude: {{ kind: anthropic, base_url: 'http://{}', api_key: sk-ant-0123456789 }}\nroutes:\n  default: {{ stream_upstream: false, targets: [gpt:g, claude:c] }}\n  only-gpt: {{ stream_upstream: false, targets: [gpt:g] }}\n",
         gpt.addr, claude.addr
     ))
     .await;
@@ -459,7 +462,7 @@ async fn claudes_sealed_thinking_is_not_sent_to_openai_which_could_not_read_it()
 async fn a_providers_thinking_setting_names_the_form_for_a_model_whose_name_does_not() {
     let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
     let gateway = in_process(&format!(
-        "providers:\n  up: {{ kind: anthropic, base_url: 'http://{}', api_key: sk-upstream-0123456789, thinking: budget }}\nroutes:\n  default: {{ targets: ['up:house-claude'] }}\n",
+        "providers:\n  up: {{ kind: anthropic, base_url: 'http://{}', api_key: sk-upstream-0123456789, thinking: budget }}\nroutes:\n  default: {{ stream_upstream: false, targets: ['up:house-claude'] }}\n",
         upstream.addr
     ))
     .await;
@@ -527,7 +530,7 @@ async fn a_gemini_stream_tells_an_anthropic_client_its_input_tokens_at_message_s
     let upstream = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
     let gateway = in_process(&format!(
-        "providers:\n  g: {{ kind: gemini, base_url: 'http://{upstream}/v1beta', api_key: gm-0123456789 }}\nroutes:\n  default: {{ targets: ['g:gemini-2.5-flash'] }}\n"
+        "providers:\n  g: {{ kind: gemini, base_url: 'http://{upstream}/v1beta', api_key: gm-0123456789 }}\nroutes:\n  default: {{ stream_upstream: false, targets: ['g:gemini-2.5-flash'] }}\n"
     ))
     .await;
     let body =
@@ -540,4 +543,50 @@ async fn a_gemini_stream_tells_an_anthropic_client_its_input_tokens_at_message_s
     };
     assert_eq!(data("message_start")["message"]["usage"]["input_tokens"], 12, "{events}");
     assert_eq!(data("message_delta")["usage"]["output_tokens"], 2, "{events}");
+}
+
+/// The whole answer OPENAI_EVENTS stream, as a client of the dialect hears it.
+fn openai_assembled() -> serde_json::Value {
+    serde_json::json!({"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi", "refusal": " No."},
+            "logprobs": null, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7,
+            "prompt_tokens_details": {"cached_tokens": 0}, "completion_tokens_details": {"reasoning_tokens": 0}},
+        "system_fingerprint": "fp"})
+}
+
+#[tokio::test]
+async fn a_whole_answer_streamed_upstream_keeps_what_the_providers_events_said_in_either_dialect() {
+    let upstream = Upstream::start(OPENAI_ANSWER, &openai_sse()).await;
+    let gateway = in_process(&format!(
+        "providers:\n  up: {{ kind: openai, base_url: 'http://{}/v1', api_key: sk-upstream-0123456789 }}\nroutes:\n  default: {{ targets: ['up:gpt-4o'] }}\n",
+        upstream.addr
+    ))
+    .await;
+    let (status, answer) = post(gateway, "/v1/chat/completions", OPENAI_REQUEST).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&answer).unwrap(), openai_assembled());
+    let sent: serde_json::Value = serde_json::from_str(&upstream.received().1).unwrap();
+    assert_eq!(
+        (&sent["stream"], &sent["stream_options"]["include_usage"]),
+        (&serde_json::json!(true), &serde_json::json!(true))
+    );
+    assert_eq!(sent["x_vendor_hint"], serde_json::json!({"keep": 1.50}), "the rest as the client wrote it");
+
+    let claude = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
+    let gateway = in_process(&format!(
+        "providers:\n  up: {{ kind: anthropic, base_url: 'http://{}', api_key: sk-upstream-0123456789 }}\nroutes:\n  default: {{ targets: ['up:claude-sonnet-4-5'] }}\n",
+        claude.addr
+    ))
+    .await;
+    let (status, answer) = post(gateway, "/v1/messages", ANTHROPIC_REQUEST).await;
+    assert_eq!(status, 200, "{answer}");
+    let whole: serde_json::Value = serde_json::from_str(ANTHROPIC_ANSWER).unwrap();
+    let assembled: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!((&assembled["type"], &assembled["role"]), (&whole["type"], &whole["role"]));
+    assert!(assembled["content"].as_array().is_some_and(|blocks| !blocks.is_empty()), "{assembled}");
+    assert!(
+        assembled["stop_reason"].is_string() && assembled["usage"]["output_tokens"].is_u64(),
+        "{assembled}"
+    );
 }

@@ -14,6 +14,7 @@
 //! `stream.rs` (Anthropic → canonical), classification in `classify.rs`, wire shapes in
 //! `wire.rs`.
 
+pub(crate) mod assemble;
 mod classify;
 pub mod codec;
 mod request;
@@ -191,9 +192,39 @@ impl AnthropicProvider {
     }
 }
 
+impl AnthropicProvider {
+    /// A whole Messages API answer: the canonical answer, with the provider's bytes when the
+    /// request went out verbatim.
+    fn whole_answer(
+        call: &Call<'_>,
+        request: &ChatRequest,
+        bytes: bytes::Bytes,
+    ) -> Result<ChatResponse, ProviderError> {
+        let message =
+            switchyard::serde_extra::from_slice::<wire::MessageResponse>(&bytes).map_err(|error| {
+                let text = String::from_utf8_lossy(&bytes);
+                let detail =
+                    format!("the answer is not a Messages API response ({error}): {}", http::excerpt(&text));
+                ProviderError::new(
+                    ErrorKind::MalformedResponse,
+                    classify::redact(detail, call.credential.key()),
+                )
+            })?;
+        let mut answer = response::to_chat_response(message, request.origin);
+        if Self::verbatim(request).is_some() {
+            answer.verbatim = Some(Verbatim::new(Dialect::Anthropic, bytes));
+        }
+        Ok(answer)
+    }
+}
+
 impl Provider for AnthropicProvider {
     fn kind(&self) -> &str {
         "anthropic"
+    }
+
+    fn streams_upstream(&self) -> bool {
+        true
     }
 
     fn warm(&self) {
@@ -213,23 +244,7 @@ impl Provider for AnthropicProvider {
             let body = self.body(&call, request, false)?;
             let response = self.send(&call, body).await?;
             let bytes = http::read_body(response).await?;
-            let message =
-                switchyard::serde_extra::from_slice::<wire::MessageResponse>(&bytes).map_err(|error| {
-                    let text = String::from_utf8_lossy(&bytes);
-                    let detail = format!(
-                        "the answer is not a Messages API response ({error}): {}",
-                        http::excerpt(&text)
-                    );
-                    ProviderError::new(
-                        ErrorKind::MalformedResponse,
-                        classify::redact(detail, call.credential.key()),
-                    )
-                })?;
-            let mut answer = response::to_chat_response(message, request.origin);
-            if Self::verbatim(request).is_some() {
-                answer.verbatim = Some(Verbatim::new(Dialect::Anthropic, bytes));
-            }
-            Ok(answer)
+            Self::whole_answer(&call, request, bytes)
         })
     }
 
@@ -250,6 +265,13 @@ impl Provider for AnthropicProvider {
             let body = self.body(&call, request, true)?;
             let response = self.send(&call, body).await?;
             let content_type = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
+            if content_type.is_some_and(|ct| ct.trim_start().starts_with("application/json")) {
+                // A server that ignored `stream` and answered whole: that answer, as a stream.
+                let bytes = http::read_body(response).await?;
+                let answer = Self::whole_answer(&call, request, bytes)?;
+                return Ok(Box::pin(futures_util::stream::iter(answer.into_chunks().into_iter().map(Ok)))
+                    as ChunkStream);
+            }
             if let Some(content_type) = content_type.filter(|ct| !ct.starts_with("text/event-stream")) {
                 // A 200 that is not a stream (a proxy's page, a JSON body) would otherwise read
                 // as a stream that ended early.

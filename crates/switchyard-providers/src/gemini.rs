@@ -190,6 +190,10 @@ impl Provider for GeminiProvider {
         "gemini"
     }
 
+    fn streams_upstream(&self) -> bool {
+        true
+    }
+
     fn warm(&self) {
         self.client.warm();
     }

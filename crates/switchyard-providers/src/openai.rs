@@ -25,6 +25,7 @@
 //! let provider = OpenAiProvider::new(&local).unwrap();
 //! ```
 
+pub(crate) mod assemble;
 pub mod codec;
 mod errors;
 mod responses;
@@ -344,6 +345,10 @@ fn verbatim_chat(request: &ChatRequest) -> Option<&bytes::Bytes> {
 impl Provider for OpenAiProvider {
     fn kind(&self) -> &str {
         self.kind.as_str()
+    }
+
+    fn streams_upstream(&self) -> bool {
+        true
     }
 
     fn warm(&self) {

@@ -621,11 +621,21 @@ async fn stop_reasons_become_canonical_finish_reasons() {
 }
 
 #[tokio::test]
-async fn stream_answered_with_something_other_than_an_event_stream_is_malformed() {
+async fn a_stream_answered_whole_in_json_is_that_answer_and_anything_else_is_malformed() {
+    // A server that ignored `stream` and answered whole: the answer, as a stream of it.
     let fake = Fake::json(200, text_answer()).await;
-    let error = stream(&fake, &hello()).await.unwrap_err();
+    let chunks = stream(&fake, &hello()).await.unwrap();
+    let mut text = String::new();
+    for chunk in chunks {
+        for choice in chunk.unwrap().choices {
+            text.push_str(choice.delta.content.as_deref().unwrap_or_default());
+        }
+    }
+    assert_eq!(text, "Bonjour !", "both text blocks");
+    let page = Fake::start(|_| respond(200, &[], "text/html", Body::from("<html>a proxy</html>"))).await;
+    let error = stream(&page, &hello()).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::MalformedResponse);
-    assert!(error.detail().contains("application/json"), "{error}");
+    assert!(error.detail().contains("text/html"), "{error}");
 }
 
 #[tokio::test]

@@ -1332,7 +1332,8 @@ async fn no_error_text_contains_the_key() {
                 &sse(&[json!({"error": {"message": echo, "type": "server_error", "code": KEY}})], false),
             ),
             4 => respond(403, &[], "text/plain", Body::from(echo)),
-            _ => sse_reply(&[], &format!("data: {{\"broken\": \"{KEY}\"\n\n")),
+            // Broken events, one more than a stream skips.
+            _ => sse_reply(&[], &format!("data: {{\"broken\": \"{KEY}\"\n\n").repeat(4)),
         }
     })
     .await;
@@ -1343,7 +1344,16 @@ async fn no_error_text_contains_the_key() {
         harness.chat(&hello()).await.unwrap_err(),
         drain(harness.stream(&hello()).await.unwrap()).await.1.unwrap(),
         harness.chat(&hello()).await.unwrap_err(),
-        drain(harness.stream(&hello()).await.unwrap()).await.1.unwrap(),
+        {
+            let (notices, broken) = drain(harness.stream(&hello()).await.unwrap()).await;
+            for chunk in notices {
+                let Some(switchyard::chat::StreamNotice::Skipped(detail)) = chunk.notice else {
+                    panic!("only notices of skipped events come before the failure: {chunk:?}")
+                };
+                assert!(!detail.contains(KEY), "a notice leaks the key: {detail}");
+            }
+            broken.unwrap()
+        },
     ];
     let kinds: Vec<ErrorKind> = errors.iter().map(ProviderError::kind).collect();
     assert_eq!(

@@ -683,6 +683,12 @@ pub struct ChatResponse {
     /// Whoever changes the canonical answer clears it.
     #[serde(skip)]
     pub verbatim: Option<Verbatim>,
+    /// The events of the stream the answer was put together from, as the provider wrote
+    /// them, when the request went out verbatim and was streamed upstream (see
+    /// [`assembly`](crate::assembly)): the client codec of that dialect writes from them the
+    /// whole answer the provider would have written. Empty otherwise.
+    #[serde(skip)]
+    pub frames: Vec<Verbatim>,
 }
 
 deserialize_with_extra!(ChatResponse {
@@ -691,7 +697,7 @@ deserialize_with_extra!(ChatResponse {
     "created" => created: OrDefault,
     "choices" => choices: Required,
     "usage" => usage: OrDefault,
-} defaults: verbatim);
+} defaults: verbatim, frames);
 
 impl ChatResponse {
     /// An answer with one assistant choice holding `text`.
@@ -914,6 +920,20 @@ pub struct ChatChunk {
     /// (Anthropic's `ping`, `content_block_stop`): their chunk is empty but for this.
     #[serde(skip)]
     pub verbatim: Option<Verbatim>,
+    /// What the provider's stream did that the trail should say, short of a failure: the
+    /// router takes it off the chunk (and drops a chunk that carried nothing else).
+    #[serde(skip)]
+    pub notice: Option<StreamNotice>,
+}
+
+/// What a provider's stream did that its request's trail says, short of a failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamNotice {
+    /// The stream ended after its finish without its terminator (`data: [DONE]`,
+    /// `message_stop`): the answer is whole all the same.
+    Unterminated,
+    /// An event that could not be read was skipped; what was wrong with it (scrubbed).
+    Skipped(String),
 }
 
 deserialize_with_extra!(ChatChunk {
@@ -922,7 +942,7 @@ deserialize_with_extra!(ChatChunk {
     "created" => created: OrDefault,
     "choices" => choices: OrDefault,
     "usage" => usage: OrDefault,
-} defaults: verbatim);
+} defaults: verbatim, notice);
 
 impl ChatChunk {
     /// A chunk carrying `text` as the first choice's delta.

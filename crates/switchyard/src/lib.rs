@@ -36,6 +36,7 @@
 #![warn(missing_docs)]
 
 pub mod answer_cache;
+pub mod assembly;
 pub mod backoff;
 pub mod bounded;
 mod budget;

@@ -81,6 +81,14 @@ pub trait Provider: Send + Sync + 'static {
         request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>>;
 
+    /// Whether a non-streamed chat is better asked of this provider as a stream and put back
+    /// together ([`Route::stream_upstream`](crate::route::Route::stream_upstream)): so for a
+    /// provider across a network, whose silence the `first_byte` and `idle` limits should
+    /// catch; the default (no) for one in the process.
+    fn streams_upstream(&self) -> bool {
+        false
+    }
+
     /// Prepares what the provider keeps per thread (connection pools, TLS roots), so that the
     /// first request a thread sends does not pay for it. A server calls it on each of its
     /// threads before serving; the default does nothing.

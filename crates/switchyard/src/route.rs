@@ -252,6 +252,8 @@ pub struct Route {
     fallback_on: ErrorFilter,
     spill_over: bool,
     hedge: Option<Hedge>,
+    stream_upstream: bool,
+    continuation: bool,
 }
 
 /// When a request is hedged: a second attempt on the chain's next target, started beside the
@@ -318,6 +320,8 @@ impl Route {
             fallback_on: ErrorFilter::Catalog,
             spill_over: false,
             hedge: None,
+            stream_upstream: true,
+            continuation: true,
             errors: Vec::new(),
             given: [0; 3],
         }
@@ -388,6 +392,20 @@ impl Route {
         self.spill_over
     }
 
+    /// Whether a non-streamed chat is sent upstream as a stream and put back together
+    /// ([`assembly`](crate::assembly)), so that the `first_byte` and `idle` limits guard it as
+    /// they guard a stream, and a break before its end is retried or failed over whole (the
+    /// client has seen nothing). Default on; off for a server that streams badly.
+    pub fn stream_upstream(&self) -> bool {
+        self.stream_upstream
+    }
+
+    /// Whether a stream that breaks after its first text is continued on the next target from
+    /// what the client already has. Default on.
+    pub fn continuation(&self) -> bool {
+        self.continuation
+    }
+
     /// The answers this route's `cache` candidates keep.
     pub fn answer_caches(&self) -> impl Iterator<Item = &Arc<crate::answer_cache::AnswerCache>> {
         self.candidates.iter().filter_map(Candidate::answer_cache)
@@ -442,6 +460,8 @@ impl Route {
             spill_over: self.spill_over,
             // One target: nothing to hedge with.
             hedge: None,
+            stream_upstream: self.stream_upstream,
+            continuation: self.continuation,
         }
     }
 }
@@ -463,6 +483,8 @@ pub struct RouteBuilder {
     fallback_on: ErrorFilter,
     spill_over: bool,
     hedge: Option<Hedge>,
+    stream_upstream: bool,
+    continuation: bool,
     errors: Vec<Problem>,
     /// Targets given so far to each list (targets, context window, content policy), so a
     /// problem names its place in the list as configured.
@@ -576,6 +598,20 @@ impl RouteBuilder {
         self
     }
 
+    /// Sends non-streamed chats upstream as streams and puts them back together (default on).
+    /// See [`Route::stream_upstream`].
+    pub fn stream_upstream(mut self, on: bool) -> Self {
+        self.stream_upstream = on;
+        self
+    }
+
+    /// Continues a stream broken after its first text on the next target (default on). See
+    /// [`Route::continuation`].
+    pub fn continuation(mut self, on: bool) -> Self {
+        self.continuation = on;
+        self
+    }
+
     /// Hedges requests (default: never). See [`Hedge`].
     pub fn hedge(mut self, hedge: Hedge) -> Self {
         self.hedge = Some(hedge);
@@ -665,6 +701,8 @@ impl RouteBuilder {
             fallback_on: self.fallback_on,
             spill_over: self.spill_over,
             hedge: self.hedge,
+            stream_upstream: self.stream_upstream,
+            continuation: self.continuation,
         })
     }
 }

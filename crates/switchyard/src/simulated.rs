@@ -114,6 +114,8 @@ struct State {
     reply: Option<String>,
     stream_chunks: usize,
     chunk_gap: Duration,
+    /// Answers a non-streamed chat through its stream when the route streams upstream.
+    streams_upstream: bool,
     embedding_dims: usize,
     calls: AtomicU64,
     /// An operator's fault drill, over the configured error rates and latency.
@@ -165,6 +167,7 @@ impl SimulatedProvider {
                 reply: None,
                 stream_chunks: 4,
                 chunk_gap: Duration::ZERO,
+                streams_upstream: false,
                 embedding_dims: 8,
                 calls: AtomicU64::new(0),
                 drill: Mutex::new(Drill::default()),
@@ -218,6 +221,12 @@ impl SimulatedProvider {
             s.stream_chunks = chunks.max(1);
             s.chunk_gap = gap;
         })
+    }
+
+    /// Answers a non-streamed chat through its stream, put back together, when the route
+    /// streams upstream, as a provider across a network does (default: answers it whole).
+    pub fn streams_upstream(self, on: bool) -> Self {
+        self.edit(|s| s.streams_upstream = on)
     }
 
     /// Appends steps to the script of a provider already in use.
@@ -368,6 +377,10 @@ fn chunk(model: &str, delta: Delta, finish_reason: Option<FinishReason>, usage: 
 impl Provider for SimulatedProvider {
     fn kind(&self) -> &str {
         "simulated"
+    }
+
+    fn streams_upstream(&self) -> bool {
+        self.state.streams_upstream
     }
 
     fn chat<'a>(

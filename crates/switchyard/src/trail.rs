@@ -123,6 +123,8 @@ pub struct Attempt {
     /// The attempt's span id, when the request was traced and the attempt was sent: the id
     /// its upstream call carried in `traceparent`.
     pub span_id: Option<u64>,
+    /// Events of its stream skipped as unreadable (each said in the note).
+    pub skipped_events: u32,
 }
 
 impl Attempt {
@@ -149,6 +151,7 @@ impl Attempt {
             age: None,
             note: None,
             span_id: None,
+            skipped_events: 0,
         }
     }
 
@@ -173,6 +176,7 @@ impl Attempt {
             age: None,
             note: Some(reason),
             span_id: None,
+            skipped_events: 0,
         }
     }
 
@@ -191,6 +195,7 @@ impl Attempt {
             age: None,
             note: None,
             span_id: None,
+            skipped_events: 0,
         }
     }
 
@@ -260,6 +265,9 @@ impl Serialize for Attempt {
         }
         if let Some(span_id) = self.span_id {
             map.serialize_entry("span_id", &format!("{span_id:016x}"))?;
+        }
+        if self.skipped_events > 0 {
+            map.serialize_entry("skipped_events", &self.skipped_events)?;
         }
         map.end()
     }
@@ -335,6 +343,14 @@ impl Trail {
 
     pub(crate) fn push(&mut self, attempt: Attempt) {
         self.0.push(attempt);
+    }
+
+    /// Adds `note` to the attempt's note (after what it said already).
+    pub(crate) fn add_note(attempt: &mut Attempt, note: &str) {
+        attempt.note = Some(match attempt.note.take() {
+            Some(earlier) => format!("{earlier}; {note}"),
+            None => note.to_owned(),
+        });
     }
 
     /// The attempt that answered from `target`: the last `ok` one to it.

@@ -363,6 +363,26 @@ pub struct RouteConfig {
     pub spill_over: Option<bool>,
     /// Hedge slow first attempts on the chain's next target.
     pub hedge: Option<HedgeConfig>,
+    /// Send non-streamed chats upstream as streams and put them back together (default true).
+    pub stream_upstream: Option<bool>,
+    /// Continue a stream broken after its first text on the next target: `on` (default) or
+    /// `off`.
+    pub continuation: Option<Switch>,
+}
+
+/// `on` or `off` (a boolean reads too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Switch(pub bool);
+
+impl<'de> Deserialize<'de> for Switch {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match serde_json::Value::deserialize(deserializer)? {
+            serde_json::Value::Bool(on) => Ok(Switch(on)),
+            serde_json::Value::String(text) if text == "on" => Ok(Switch(true)),
+            serde_json::Value::String(text) if text == "off" => Ok(Switch(false)),
+            other => Err(serde::de::Error::custom(format!("`{other}` is neither on nor off"))),
+        }
+    }
 }
 
 /// `hedge: { after: p95 | <duration>, min_after: <duration>, max_share: <share>, min_hedges: <n> }`.
@@ -441,6 +461,8 @@ impl RouteConfig {
             fallback_on: None,
             spill_over: None,
             hedge: None,
+            stream_upstream: None,
+            continuation: None,
         }
     }
 }

@@ -63,13 +63,7 @@ pub async fn create(
     match state.router.chat_with(&chat, &options).await {
         Ok(mut answer) => {
             usage(&state, &answer.served_by, answer.usage, answer.cost);
-            let object =
-                match answer.response.verbatim.take().and_then(|v| v.in_dialect(Dialect::Responses).cloned())
-                {
-                    // The provider's own response object, under the gateway's id.
-                    Some(bytes) => native::native_object(&bytes, &meta),
-                    None => encode::response_object(&meta, &answer.response).0,
-                };
+            let object = whole_object(&mut answer.response, &meta);
             if let Some(keep) = keep {
                 state.responses.keep(meta.id.clone(), keep.entry(&object)).await;
             }
@@ -78,6 +72,20 @@ pub async fn create(
         }
         Err(error) => route_failed(&state, &exchange, error),
     }
+}
+
+/// The response object of a whole answer: the provider's own under the gateway's id (as it
+/// wrote it, or as the stream it sent ends), else the answer translated.
+fn whole_object(response: &mut switchyard::chat::ChatResponse, meta: &Meta) -> Value {
+    if let Some(bytes) = response.verbatim.take().and_then(|v| v.in_dialect(Dialect::Responses).cloned()) {
+        return native::native_object(&bytes, meta);
+    }
+    let frames: Vec<bytes::Bytes> =
+        response.frames.iter().filter_map(|v| v.in_dialect(Dialect::Responses).cloned()).collect();
+    if let Some(object) = native::object_of_frames(&frames, meta) {
+        return object;
+    }
+    encode::response_object(meta, response).0
 }
 
 /// One turn, ready to route: the canonical request with the whole conversation, the response

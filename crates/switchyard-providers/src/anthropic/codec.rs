@@ -114,15 +114,23 @@ pub fn error_event(kind: ErrorKind, message: &str) -> Event {
     ("error", error_body(kind, message))
 }
 
-/// The answer's body: the provider's own when an Anthropic provider answered, else the
-/// canonical answer written in the Messages API's shape; `Err` when it cannot be (a tool call
-/// of a kind the Messages API has no form for).
+/// The answer's body: the provider's own when an Anthropic provider answered (as it wrote it,
+/// or as it would have written the stream it sent whole), else the canonical answer written in
+/// the Messages API's shape; `Err` when it cannot be (a tool call of a kind the Messages API
+/// has no form for).
 pub fn response_body(response: &mut switchyard::chat::ChatResponse) -> Result<bytes::Bytes, CodecError> {
     use switchyard::chat::Dialect;
     if let Some(verbatim) = response.verbatim.take()
         && verbatim.dialect() == Dialect::Anthropic
     {
         return Ok(verbatim.bytes().clone());
+    }
+    let frames: Vec<bytes::Bytes> =
+        response.frames.iter().filter_map(|v| v.in_dialect(Dialect::Anthropic).cloned()).collect();
+    if !frames.is_empty()
+        && let Some(body) = super::assemble::answer_of_frames(&frames)
+    {
+        return Ok(body);
     }
     Ok(bytes::Bytes::from(response_to_json(response)?.to_string()))
 }

@@ -132,6 +132,7 @@ pub(crate) fn to_chat_response(message: MessageResponse, origin: Dialect) -> Cha
         usage: Some(message.usage.canonical()),
         extra,
         verbatim: None,
+        frames: Vec::new(),
     }
 }
 

@@ -13,7 +13,8 @@ use futures_core::Stream;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use switchyard::chat::{
-    ChatChunk, ChunkChoice, Delta, Dialect, Extra, FunctionCallDelta, Role, ToolCallDelta, Verbatim,
+    ChatChunk, ChunkChoice, Delta, Dialect, Extra, FunctionCallDelta, Role, StreamNotice, ToolCallDelta,
+    Verbatim,
 };
 use switchyard::credential::Secret;
 use switchyard::provider::ChunkStream;
@@ -25,7 +26,8 @@ use super::wire::{Block, BlockDelta, MessageDeltaBody, StreamEvent, Usage};
 use crate::sse::SseEvent;
 
 /// Turns SSE events into canonical chunks. The stream ends after `message_stop`; a body that
-/// ends before it is a transport error, never a clean end.
+/// ends before it is a transport error, never a clean end, unless a `message_delta` said why
+/// the answer stopped (then it is whole, and a notice says `message_stop` was missing).
 pub(crate) fn chunk_stream<S>(events: S, decoder: Decoder) -> ChunkStream
 where
     S: Stream<Item = Result<SseEvent, ProviderError>> + Send + Unpin + 'static,
@@ -40,6 +42,12 @@ where
         }
         loop {
             let item = match events.next().await {
+                // The answer said why it stopped; only its `message_stop` is missing.
+                None if decoder.stop_reason.is_some() => {
+                    decoder.finished = true;
+                    let chunk = ChatChunk { notice: Some(StreamNotice::Unterminated), ..decoder.finish() };
+                    return Some((Ok(chunk), Some((events, decoder))));
+                }
                 None => Err(ProviderError::new(ErrorKind::Transport, "stream ended before message_stop")),
                 Some(Err(error)) => Err(error),
                 Some(Ok(event)) => {
@@ -48,6 +56,10 @@ where
                     let frame = decoder.pass_on.then(|| Verbatim::new(Dialect::Anthropic, event.to_frame()));
                     match (decoder.decode(event), frame) {
                         (Ok(None), None) => continue,
+                        // A skipped event's frame is not passed on.
+                        (Ok(Some(chunk)), _) if chunk.notice.is_some() => {
+                            return Some((Ok(chunk), Some((events, decoder))));
+                        }
                         (Ok(chunk), frame @ Some(_)) => {
                             let chunk = ChatChunk { verbatim: frame, ..chunk.unwrap_or_default() };
                             return Some((Ok(chunk), Some((events, decoder))));
@@ -106,7 +118,13 @@ pub(crate) struct Decoder {
     finished: bool,
     /// Whether each chunk carries its event's frame (the request went out verbatim).
     pub(crate) pass_on: bool,
+    /// Events skipped as unreadable so far.
+    skipped: u32,
 }
+
+/// Unreadable events a stream may skip before it fails as `malformed_response`: one stray
+/// event is noise; more say the stream is broken.
+const MAX_SKIPPED: u32 = 3;
 
 impl Decoder {
     /// A decoder for a request of `origin` (which decides whether Anthropic-only details are
@@ -126,12 +144,22 @@ impl Decoder {
             stop_sequence: None,
             finished: false,
             pass_on: false,
+            skipped: 0,
         }
     }
 
-    /// The chunk an event produces, if any.
+    /// The chunk an event produces, if any. An event that does not read is skipped with a
+    /// notice while few are ([`MAX_SKIPPED`]); one more fails the stream.
     pub(crate) fn decode(&mut self, event: SseEvent) -> Result<Option<ChatChunk>, ProviderError> {
-        let event = parse(event, self.key.as_ref())?;
+        let event = match parse(event, self.key.as_ref()) {
+            Ok(event) => event,
+            Err(error) if self.skipped < MAX_SKIPPED => {
+                self.skipped += 1;
+                let notice = StreamNotice::Skipped(error.detail().to_owned());
+                return Ok(Some(ChatChunk { notice: Some(notice), ..ChatChunk::default() }));
+            }
+            Err(error) => return Err(error),
+        };
         Ok(match event {
             StreamEvent::MessageStart { message } => {
                 self.id = message.id;
@@ -264,6 +292,7 @@ impl Decoder {
             usage: None,
             extra: Extra::new(),
             verbatim: None,
+            notice: None,
         }
     }
 

@@ -113,6 +113,7 @@ pub(super) fn chat_response(
         usage,
         extra: Extra::new(),
         verbatim: None,
+        frames: Vec::new(),
     })
 }
 

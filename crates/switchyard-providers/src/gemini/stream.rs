@@ -10,7 +10,8 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures_core::Stream;
 use switchyard::chat::{
-    ChatChunk, ChunkChoice, Delta, Extra, FinishReason, FunctionCallDelta, Role, ToolCallDelta, Usage,
+    ChatChunk, ChunkChoice, Delta, Extra, FinishReason, FunctionCallDelta, Role, StreamNotice, ToolCallDelta,
+    Usage,
 };
 use switchyard::{ErrorKind, ProviderError};
 
@@ -48,7 +49,13 @@ pub(super) struct GeminiChunks<S> {
     tool_calls_per_choice: Vec<(u32, u32)>,
     /// Tool calls seen in the whole stream, for `call_<n>` ids.
     next_id: u32,
+    /// Events skipped as unreadable so far.
+    skipped: u32,
 }
+
+/// Unreadable events a stream may skip before it fails as `malformed_response`: one stray
+/// event is noise; more say the stream is broken.
+const MAX_SKIPPED: u32 = 3;
 
 impl<S> GeminiChunks<S> {
     /// The chunks of `events`, an answer of the upstream `model`.
@@ -65,6 +72,7 @@ impl<S> GeminiChunks<S> {
             done: false,
             tool_calls_per_choice: Vec::new(),
             next_id: 0,
+            skipped: 0,
         }
     }
 
@@ -84,6 +92,7 @@ impl<S> GeminiChunks<S> {
             usage,
             extra: Extra::new(),
             verbatim: None,
+            notice: None,
         }
     }
 
@@ -93,6 +102,13 @@ impl<S> GeminiChunks<S> {
     fn on_event(&mut self, event: &SseEvent) {
         let answer = match self.decode(event) {
             Ok(answer) => answer,
+            // An event that does not read (not an error Google wrote) is skipped while few are.
+            Err(failure) if failure.kind() == ErrorKind::MalformedResponse && self.skipped < MAX_SKIPPED => {
+                self.skipped += 1;
+                let notice = StreamNotice::Skipped(failure.detail().to_owned());
+                self.ready.push_back(Ok(ChatChunk { notice: Some(notice), ..ChatChunk::default() }));
+                return;
+            }
             Err(failure) => return self.fail(failure),
         };
         if self.id.is_empty() {

@@ -41,10 +41,18 @@ pub fn check(request: &ChatRequest) -> Result<(), CodecError> {
     Ok(())
 }
 
-/// The answer's body: the provider's own when it spoke this dialect, else the canonical answer
-/// with an id (`chatcmpl-` and the request's id), a time and its `object` where it had none.
+/// The answer's body: the provider's own when it spoke this dialect (as it wrote it, or as it
+/// would have written the stream it sent whole), else the canonical answer with an id
+/// (`chatcmpl-` and the request's id), a time and its `object` where it had none.
 pub fn response_body(response: &mut ChatResponse, request_id: &str, now: u64) -> Bytes {
     if let Some(body) = response.verbatim.take().and_then(|v| v.in_dialect(Dialect::OpenAi).cloned()) {
+        return body;
+    }
+    let frames: Vec<Bytes> =
+        response.frames.iter().filter_map(|v| v.in_dialect(Dialect::OpenAi).cloned()).collect();
+    if !frames.is_empty()
+        && let Some(body) = super::assemble::answer_of_frames(&frames, response.usage.as_ref())
+    {
         return body;
     }
     if response.id.is_empty() {

@@ -3,7 +3,9 @@
 //! Each chunk becomes one canonical [`ChatChunk`]; the final usage chunk (empty `choices`)
 //! becomes a chunk that carries only `usage`. An `error` object inside the stream ends it with
 //! that error, classified; a body that ends before `[DONE]` ends it with a transport error, so
-//! that a cut-off answer never passes for a complete one.
+//! that a cut-off answer never passes for a complete one, unless every choice it had finished
+//! (then it is whole, and a notice says the terminator was missing). An event that is no
+//! chunk is skipped with a notice, up to [`MAX_SKIPPED`] of them; one more fails the stream.
 
 use std::sync::LazyLock;
 
@@ -13,7 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use switchyard::chat::{
     ChatChunk, ChatResponse, ChunkChoice, Delta, Dialect, Extra, FinishReason, FunctionCallDelta, Role,
-    ToolCallDelta, Verbatim,
+    StreamNotice, ToolCallDelta, Verbatim,
 };
 use switchyard::credential::Secret;
 use switchyard::deserialize_with_extra;
@@ -32,7 +34,8 @@ pub(super) fn chunks(
 ) -> ChunkStream {
     // Body errors name no URL, so nothing in a query string reaches an error text.
     let body = crate::http::body_stream(response);
-    let reader = Reader { events: SseStream::new(body), key, ended: false, pass_on };
+    let reader =
+        Reader { events: SseStream::new(body), key, ended: false, pass_on, choices: (0, 0), skipped: 0 };
     Box::pin(stream::unfold(Some(reader), |reader| async move {
         let mut reader = reader?;
         match reader.next().await {
@@ -73,7 +76,16 @@ struct Reader {
     ended: bool,
     /// Set when the request went out verbatim: chunks carry their frames.
     pass_on: Option<PassOn>,
+    /// The choices seen and those finished, one bit per index (the first 64): a body that
+    /// ends without `[DONE]` once every choice seen has finished is whole.
+    choices: (u64, u64),
+    /// Events skipped as unreadable so far.
+    skipped: u32,
 }
+
+/// Unreadable events a stream may skip before it fails as `malformed_response`: one stray
+/// event is noise; more say the stream is broken.
+const MAX_SKIPPED: u32 = 3;
 
 /// What one event amounts to.
 // Boxing the chunk would cost an allocation per chunk; a step lives for one event.
@@ -87,6 +99,8 @@ enum Step {
     Done,
     /// The stream ends with this error.
     Fail(ProviderError),
+    /// An event that is no chunk: skipped (and said so) while few are, else the stream's end.
+    Unreadable(ProviderError),
 }
 
 impl Reader {
@@ -104,13 +118,35 @@ impl Reader {
                     (step, _) => step,
                 },
                 Some(Err(error)) => Step::Fail(error),
+                None if self.choices.0 != 0 && self.choices.0 == self.choices.1 => {
+                    // The answer finished; only its terminator is missing.
+                    self.ended = true;
+                    return Some(Ok(ChatChunk {
+                        notice: Some(StreamNotice::Unterminated),
+                        ..ChatChunk::default()
+                    }));
+                }
                 None => Step::Fail(self.cut_off()),
             };
             match step {
-                Step::Chunk(chunk) => return Some(Ok(chunk)),
+                Step::Chunk(chunk) => {
+                    for choice in &chunk.choices {
+                        let bit = 1u64.checked_shl(choice.index).unwrap_or(0);
+                        self.choices.0 |= bit;
+                        if choice.finish_reason.is_some() {
+                            self.choices.1 |= bit;
+                        }
+                    }
+                    return Some(Ok(chunk));
+                }
                 Step::Skip => {}
                 Step::Done => self.ended = true,
-                Step::Fail(error) => {
+                Step::Unreadable(error) if self.skipped < MAX_SKIPPED => {
+                    self.skipped += 1;
+                    let notice = StreamNotice::Skipped(error.detail().to_owned());
+                    return Some(Ok(ChatChunk { notice: Some(notice), ..ChatChunk::default() }));
+                }
+                Step::Fail(error) | Step::Unreadable(error) => {
                     self.ended = true;
                     return Some(Err(error));
                 }
@@ -150,7 +186,7 @@ impl Reader {
         }
         let value: Value = match serde_json::from_str(data) {
             Ok(value) => value,
-            Err(error) => return Step::Fail(self.malformed(&error, data)),
+            Err(error) => return Step::Unreadable(self.malformed(&error, data)),
         };
         if let Some(error) = errors::from_value(None, &value, self.key.as_ref()) {
             return Step::Fail(error);
@@ -164,7 +200,7 @@ impl Reader {
         }
         match ChunkIn::deserialize(value) {
             Ok(chunk) => self.canonical(chunk).map_or(Step::Skip, Step::Chunk),
-            Err(error) => Step::Fail(self.malformed(&error, data)),
+            Err(error) => Step::Unreadable(self.malformed(&error, data)),
         }
     }
 
@@ -229,6 +265,7 @@ impl Reader {
             usage: usage.map(UsageIn::into_canonical),
             extra,
             verbatim: None,
+            notice: None,
         })
     }
 

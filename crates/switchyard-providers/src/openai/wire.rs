@@ -752,6 +752,7 @@ impl ResponseIn {
             usage: self.usage.map(UsageIn::into_canonical),
             extra: self.extra,
             verbatim: None,
+            frames: Vec::new(),
         })
     }
 }

@@ -43,6 +43,24 @@ pub fn native_object(bytes: &[u8], meta: &Meta) -> Value {
     object
 }
 
+/// The response object a provider's stream of events ends with (`response.completed`, or
+/// `response.incomplete`), as the client gets it; `None` when the events hold none.
+pub fn object_of_frames(frames: &[bytes::Bytes], meta: &Meta) -> Option<Value> {
+    let mut whole = None;
+    for frame in frames {
+        let Ok(text) = std::str::from_utf8(frame) else { continue };
+        let data: Vec<&str> =
+            text.lines().filter_map(|line| line.strip_prefix("data:")).map(str::trim_start).collect();
+        let Ok(mut event) = serde_json::from_str::<Value>(&data.join("\n")) else { continue };
+        if matches!(event["type"].as_str(), Some("response.completed" | "response.incomplete")) {
+            whole = Some(event["response"].take());
+        }
+    }
+    let mut object = whole?;
+    restamp(&mut object, meta);
+    Some(object)
+}
+
 /// Puts the gateway's id, `store` and `previous_response_id` on a provider's response object.
 pub fn restamp(object: &mut Value, meta: &Meta) {
     if let Value::Object(object) = object {

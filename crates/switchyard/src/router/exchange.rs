@@ -76,8 +76,12 @@ pub(crate) trait Exchange: Sync {
     }
 }
 
-/// A chat answered whole.
-pub(super) struct ChatExchange<'r>(pub(super) &'r ChatRequest);
+/// A chat answered whole: asked for whole, or streamed upstream and put back together
+/// (`streamed`, as its route says).
+pub(super) struct ChatExchange<'r> {
+    pub(super) request: &'r ChatRequest,
+    pub(super) streamed: bool,
+}
 
 impl Exchange for ChatExchange<'_> {
     type Output = ChatResponse;
@@ -87,7 +91,10 @@ impl Exchange for ChatExchange<'_> {
         provider: &'a dyn Provider,
         call: Call<'a>,
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
-        provider.chat(call, self.0)
+        if self.streamed && provider.streams_upstream() {
+            return Box::pin(super::assembled::assembled(provider, call, self.request));
+        }
+        provider.chat(call, self.request)
     }
 
     fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {
@@ -99,7 +106,7 @@ impl Exchange for ChatExchange<'_> {
     }
 
     fn chat_request(&self) -> Option<&ChatRequest> {
-        Some(self.0)
+        Some(self.request)
     }
 
     fn candidate_output(&self, response: ChatResponse) -> Option<ChatResponse> {
@@ -107,7 +114,7 @@ impl Exchange for ChatExchange<'_> {
     }
 
     fn estimated_tokens(&self) -> u32 {
-        self.0.estimated_tokens()
+        self.request.estimated_tokens()
     }
 
     fn used_tokens(&self, output: &ChatResponse) -> Option<u32> {

@@ -14,6 +14,7 @@
 //! first chunk) and [`settler`] (that stream's only window on the router).
 
 mod apply;
+mod assembled;
 mod attempt;
 mod candidates;
 mod entry;
@@ -386,7 +387,8 @@ impl Router {
         options: &RequestOptions,
     ) -> Result<Answer, RouteError> {
         let resolved = self.inner.resolve(&request.model)?;
-        let served = self.run(&ChatExchange(request), resolved, options).await?;
+        let streamed = resolved.route.stream_upstream();
+        let served = self.run(&ChatExchange { request, streamed }, resolved, options).await?;
         if !options.no_cache && matches!(served.via, Via::Target(_)) {
             for cache in served.route.answer_caches() {
                 cache.remember(&options.cache_scope, served.route.name(), request, &served.output);

@@ -15,7 +15,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::exchange::{Exchange, Served};
 use super::settler::StreamSettler;
-use crate::chat::{ChatChunk, ChatRequest, ChatResponse, Delta, ReasoningShown, Usage};
+use crate::chat::{ChatChunk, ChatRequest, ChatResponse, Delta, ReasoningShown, StreamNotice, Usage};
 use crate::pacing::Permit;
 use crate::provider::{BoxFuture, Call, ChunkStream, Provider};
 use crate::route::Route;
@@ -445,8 +445,48 @@ impl RoutedStream {
 impl Stream for RoutedStream {
     type Item = Result<ChatChunk, StreamError>;
 
+    /// The next chunk; what a chunk's notice says goes to the serving attempt's record, and a
+    /// chunk that carried only a notice is not passed on.
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = &mut *self;
+        loop {
+            match self.poll_chunk(cx) {
+                Poll::Ready(Some(Ok(mut chunk))) => {
+                    let Some(notice) = chunk.notice.take() else { return Poll::Ready(Some(Ok(chunk))) };
+                    self.notice(notice);
+                    if !bare(&chunk) {
+                        return Poll::Ready(Some(Ok(chunk)));
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Whether `chunk` carries nothing at all for its caller.
+fn bare(chunk: &ChatChunk) -> bool {
+    chunk.choices.is_empty() && chunk.usage.is_none() && chunk.verbatim.is_none() && chunk.extra.is_empty()
+}
+
+impl RoutedStream {
+    /// Says on the serving attempt what its stream did short of failing.
+    fn notice(&mut self, notice: StreamNotice) {
+        let Via::Target(target) = &self.served_by else { return };
+        let Some(attempt) = self.trail.serving_mut(target) else { return };
+        match notice {
+            StreamNotice::Unterminated => {
+                Trail::add_note(attempt, "the stream ended after its finish without its terminator");
+            }
+            StreamNotice::Skipped(detail) => {
+                attempt.skipped_events += 1;
+                Trail::add_note(attempt, &format!("an unreadable event was skipped: {detail}"));
+            }
+        }
+    }
+
+    /// The next chunk of the stream, within its limits.
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<ChatChunk, StreamError>>> {
+        let this = self;
         if this.done {
             return Poll::Ready(None);
         }

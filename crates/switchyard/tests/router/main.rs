@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod assembled;
 mod budget;
 mod chains;
 mod config;

@@ -213,6 +213,12 @@ fn filters_and_hedge(mut builder: RouteBuilder, config: &file::RouteConfig) -> R
     if let Some(spill) = config.spill_over {
         builder = builder.spill_over(spill);
     }
+    if let Some(on) = config.stream_upstream {
+        builder = builder.stream_upstream(on);
+    }
+    if let Some(file::Switch(on)) = config.continuation {
+        builder = builder.continuation(on);
+    }
     builder
 }
 

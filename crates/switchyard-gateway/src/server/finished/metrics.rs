@@ -46,9 +46,16 @@ pub(crate) fn record(state: &AppState, done: &FinishedRequest<'_>) {
     metrics.observe("switchyard_overhead_seconds", labels([]), done.overhead().as_secs_f64());
 }
 
-/// Each attempt, by target, outcome and error kind.
+/// Each attempt, by target, outcome and error kind; the unreadable events its stream skipped.
 fn attempts(state: &AppState, trail: &Trail) {
     for attempt in trail {
+        if attempt.skipped_events > 0 {
+            state.metrics.increment(
+                "switchyard_stream_events_skipped_total",
+                labels([("target", state.target_label(&attempt.via))]),
+                u64::from(attempt.skipped_events),
+            );
+        }
         state.metrics.increment(
             "switchyard_attempts_total",
             labels([
@@ -169,5 +176,9 @@ pub(crate) fn describe(metrics: &Metrics) {
         "Time requests waited for client-side pacing, when they waited.",
     );
     metrics.describe("switchyard_tokens_total", "Tokens, by target and type (prompt, completion).");
+    metrics.describe(
+        "switchyard_stream_events_skipped_total",
+        "Unreadable events of a provider's stream skipped (the stream went on), by target.",
+    );
     metrics.describe("switchyard_cost_total", "Cost at the configured prices, by target.");
 }

@@ -1,0 +1,202 @@
+//! A stream put back together into the answer it streamed: what a non-streamed request sent
+//! upstream as a stream ([`Route::stream_upstream`](crate::route::Route::stream_upstream)) is
+//! answered with, and what a `cache` candidate keeps of a stream.
+//!
+//! Each choice (by its index, so `n > 1` answers too) gets its text, refusal, reasoning,
+//! Claude's thinking blocks and tool calls (fragments put together by
+//! [`ToolCall::absorb`]), and its finish reason; the answer gets the first id, model and time,
+//! the last usage, and the chunks' unmodelled members. The events as the provider wrote them,
+//! when it passed them on, are kept in [`ChatResponse::frames`]: a client of the provider's
+//! dialect is then written the whole answer the provider would have written.
+//!
+//! ```
+//! use switchyard::assembly::Assembly;
+//! use switchyard::chat::{ChatChunk, FinishReason};
+//!
+//! let mut assembly = Assembly::default();
+//! assembly.push(ChatChunk::text("Hel"));
+//! assembly.push(ChatChunk::text("lo."));
+//! assembly.push(ChatChunk::finish(FinishReason::Stop));
+//! let answer = assembly.finish();
+//! assert_eq!(answer.text().as_deref(), Some("Hello."));
+//! assert_eq!(answer.choices[0].finish_reason, Some(FinishReason::Stop));
+//! ```
+
+use serde_json::Value;
+
+use crate::chat::{
+    ChatChunk, ChatResponse, Choice, Content, Delta, Extra, Message, Role, THINKING_BLOCKS, ToolCall,
+};
+
+/// An answer being put back together from its stream's chunks, in order.
+#[derive(Debug, Default)]
+pub struct Assembly {
+    response: ChatResponse,
+}
+
+impl Assembly {
+    /// Adds what `chunk` says.
+    pub fn push(&mut self, chunk: ChatChunk) {
+        let ChatChunk { id, model, created, choices, usage, extra, verbatim, notice: _ } = chunk;
+        let response = &mut self.response;
+        if response.id.is_empty() {
+            response.id = id;
+        }
+        if response.model.is_empty() {
+            response.model = model;
+        }
+        if response.created == 0 {
+            response.created = created;
+        }
+        if usage.is_some() {
+            response.usage = usage;
+        }
+        // A chunk's own members (`system_fingerprint`, `service_tier`) are the answer's.
+        for (name, value) in extra {
+            if name != "object" {
+                response.extra.insert(name, value);
+            }
+        }
+        for choice in choices {
+            let target = self.choice(choice.index);
+            add_delta(&mut target.message, choice.delta);
+            if choice.finish_reason.is_some() {
+                target.finish_reason = choice.finish_reason;
+            }
+        }
+        if let Some(frame) = verbatim {
+            self.response.frames.push(frame);
+        }
+    }
+
+    /// The choice of `index`, made when it is new; the choices stay in index order.
+    fn choice(&mut self, index: u32) -> &mut Choice {
+        let choices = &mut self.response.choices;
+        let at = match choices.binary_search_by_key(&index, |c| c.index) {
+            Ok(at) => at,
+            Err(at) => {
+                let message = Message { content: None, ..Message::text(Role::Assistant, "") };
+                choices.insert(at, Choice { index, message, finish_reason: None, extra: Extra::new() });
+                at
+            }
+        };
+        &mut choices[at]
+    }
+
+    /// The answer the chunks made.
+    pub fn finish(self) -> ChatResponse {
+        self.response
+    }
+
+    /// Whether no chunk said anything of a choice yet.
+    pub fn is_empty(&self) -> bool {
+        self.response.choices.is_empty()
+    }
+}
+
+/// Adds one chunk's `delta` to `message`: text, refusal and reasoning pieces concatenated,
+/// thinking blocks appended, tool-call fragments put together by their index.
+fn add_delta(message: &mut Message, delta: Delta) {
+    let Delta { role, content, tool_calls, refusal, reasoning_content, thinking_blocks } = delta;
+    if let Some(role) = role {
+        message.role = role;
+    }
+    if let Some(text) = content.filter(|t| !t.is_empty()) {
+        match &mut message.content {
+            Some(Content::Text(so_far)) => so_far.push_str(&text),
+            _ => message.content = Some(Content::Text(text)),
+        }
+    }
+    for (name, piece) in [("refusal", refusal), ("reasoning_content", reasoning_content)] {
+        if let Some(piece) = piece {
+            match message.extra.get_mut(name) {
+                Some(Value::String(so_far)) => so_far.push_str(&piece),
+                _ => {
+                    message.extra.insert(name.to_owned(), Value::String(piece));
+                }
+            }
+        }
+    }
+    if !thinking_blocks.is_empty() {
+        let blocks = message.extra.entry(THINKING_BLOCKS).or_insert_with(|| Value::Array(Vec::new()));
+        if let Value::Array(blocks) = blocks {
+            blocks.extend(thinking_blocks);
+        }
+    }
+    for call in tool_calls {
+        let index = call.index as usize;
+        while message.tool_calls.len() <= index {
+            message.tool_calls.push(ToolCall::function("", "", ""));
+        }
+        message.tool_calls[index].absorb(&call);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::chat::{ChunkChoice, FinishReason, Usage};
+
+    fn chunk(index: u32, delta: Value, finish: Option<FinishReason>) -> ChatChunk {
+        let delta: Delta = serde_json::from_value(delta).unwrap();
+        ChatChunk {
+            id: "chatcmpl-1".into(),
+            model: "m-1".into(),
+            created: 7,
+            choices: vec![ChunkChoice { index, delta, finish_reason: finish }],
+            ..ChatChunk::default()
+        }
+    }
+
+    #[test]
+    fn every_choice_of_a_stream_is_put_back_together_with_its_calls_and_the_usage() {
+        let mut assembly = Assembly::default();
+        assembly.push(chunk(1, json!({"role": "assistant", "content": "B"}), None));
+        assembly.push(chunk(0, json!({"role": "assistant", "reasoning_content": "Hm"}), None));
+        assembly.push(chunk(0, json!({"content": "A", "reasoning_content": "m."}), None));
+        assembly.push(chunk(
+            0,
+            json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"a\""}}]}),
+            None,
+        ));
+        assembly.push(chunk(
+            0,
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": ":1}"}}]}),
+            None,
+        ));
+        assembly.push(chunk(0, json!({}), Some(FinishReason::ToolCalls)));
+        assembly.push(chunk(1, json!({"refusal": "No."}), Some(FinishReason::Stop)));
+        let mut usage = ChatChunk { usage: Some(Usage::new(3, 4)), ..ChatChunk::default() };
+        usage.extra.insert("system_fingerprint".into(), json!("fp_1"));
+        assembly.push(usage);
+        let answer = assembly.finish();
+        assert_eq!((answer.id.as_str(), answer.model.as_str(), answer.created), ("chatcmpl-1", "m-1", 7));
+        let [first, second] = answer.choices.as_slice() else { panic!("{:?}", answer.choices) };
+        assert_eq!((first.index, second.index), (0, 1));
+        assert_eq!(first.message.text_content().as_deref(), Some("A"));
+        assert_eq!(first.message.extra["reasoning_content"], "Hmm.");
+        assert_eq!(first.message.tool_calls, [ToolCall::function("call_1", "f", "{\"a\":1}")]);
+        assert_eq!(first.finish_reason, Some(FinishReason::ToolCalls));
+        assert_eq!(second.message.text_content().as_deref(), Some("B"));
+        assert_eq!(second.message.extra["refusal"], "No.");
+        assert_eq!(answer.usage, Some(Usage::new(3, 4)));
+        assert_eq!(answer.extra["system_fingerprint"], "fp_1");
+    }
+
+    #[test]
+    fn a_whole_answer_through_its_chunks_and_back_is_itself() {
+        let mut answer = ChatResponse::from_text("m-1", "Checking.");
+        answer.id = "chatcmpl-2".into();
+        answer.created = 9;
+        answer.choices[0].message.tool_calls = vec![ToolCall::function("call_1", "weather", "{}")];
+        answer.choices[0].finish_reason = Some(FinishReason::ToolCalls);
+        answer.usage = Some(Usage::new(10, 5));
+        let mut assembly = Assembly::default();
+        for chunk in answer.clone().into_chunks() {
+            assembly.push(chunk);
+        }
+        assert_eq!(assembly.finish(), answer);
+    }
+}

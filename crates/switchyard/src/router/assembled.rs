@@ -1,0 +1,72 @@
+//! A non-streamed chat sent upstream as a stream and put back together
+//! ([`Route::stream_upstream`](crate::route::Route::stream_upstream)): the `first_byte` limit
+//! until the first content, the `idle` limit between chunks, and a break anywhere before the
+//! end a failure of the attempt, retried or failed over whole (the client has seen nothing).
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+
+use crate::assembly::Assembly;
+use crate::chat::{ChatRequest, ChatResponse};
+use crate::provider::{Call, ChunkStream, Provider};
+use crate::{ErrorKind, ProviderError};
+
+/// Streams `request` from `provider` and puts the answer together.
+pub(super) async fn assembled(
+    provider: &dyn Provider,
+    call: Call<'_>,
+    request: &ChatRequest,
+) -> Result<ChatResponse, ProviderError> {
+    let timeouts = *call.timeouts;
+    let mut assembly = Assembly::default();
+    // The first-byte wait covers the connection, the head and the first content.
+    let first = async {
+        let mut stream = provider.chat_stream(call, request).await?;
+        loop {
+            match stream.next().await {
+                Some(item) => {
+                    let chunk = item?;
+                    let alive = chunk.has_content() || chunk.is_content_filtered();
+                    assembly.push(chunk);
+                    if alive {
+                        return Ok(Some(stream));
+                    }
+                }
+                None => return Ok(None),
+            }
+        }
+    };
+    let limit = timeouts.first_byte.min(timeouts.total);
+    let stream: Option<ChunkStream> = tokio::time::timeout(limit, first).await.map_err(|_| {
+        ProviderError::new(
+            ErrorKind::Timeout,
+            format!("no answer within the first_byte timeout of {limit:?}"),
+        )
+    })??;
+    if let Some(mut stream) = stream {
+        read_to_end(&mut stream, &mut assembly, timeouts.idle).await?;
+    }
+    if assembly.is_empty() {
+        return Err(ProviderError::new(ErrorKind::MalformedResponse, "the stream ended without an answer"));
+    }
+    Ok(assembly.finish())
+}
+
+/// Reads the rest of `stream` into `assembly`, each chunk within `idle`.
+async fn read_to_end(
+    stream: &mut ChunkStream,
+    assembly: &mut Assembly,
+    idle: Duration,
+) -> Result<(), ProviderError> {
+    loop {
+        match tokio::time::timeout(idle, stream.next()).await {
+            Ok(Some(item)) => assembly.push(item?),
+            Ok(None) => return Ok(()),
+            Err(_) => {
+                let message = format!("no chunk within the idle timeout of {idle:?}");
+                return Err(ProviderError::new(ErrorKind::Timeout, message));
+            }
+        }
+    }
+}
