@@ -177,7 +177,9 @@ impl<'r, X: Exchange> Run<'r, X> {
             content_sent: false,
             special_chains: self.ctx.x.takes_special_chains(),
         };
-        let decision = policy::decide(&self.ctx.route, &error, &at, &mut Budgeted(inner));
+        let others_remain = self.plan.has_more();
+        let decision =
+            policy::decide_among(&self.ctx.route, &error, &at, others_remain, &mut Budgeted(inner));
         attempt.outcome = match decision.next {
             Next::Rotate | Next::Retry(_) => Outcome::Retried,
             Next::Switch(Chain::ContentPolicy) => Outcome::Redirected,

@@ -335,6 +335,11 @@ impl<'r, X: Exchange> Context<'r, X> {
                 let message = format!("request deadline passed after {remaining:?} of waiting");
                 (ProviderError::new(ErrorKind::Timeout, message), true)
             }
+            // Nothing at all came (a stream that began to answer is held, not silent).
+            Err(_) if !self.x.answering() => {
+                let message = format!("no answer within the {limit_name} timeout of {limit:?}");
+                (ProviderError::silence(message), false)
+            }
             Err(_) => {
                 let message = format!("no answer within the {limit_name} timeout of {limit:?}");
                 (ProviderError::new(ErrorKind::Timeout, message), false)

@@ -15,4 +15,5 @@ mod properties;
 mod retry;
 mod streaming;
 mod support;
+mod timeouts;
 mod tracing;
