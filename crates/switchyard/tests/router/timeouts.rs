@@ -68,3 +68,43 @@ async fn a_silent_last_target_is_still_retried() {
     assert_eq!(stream.trail().outcomes(), vec![Outcome::Retried, Outcome::Ok]);
     assert_eq!(silent.calls(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_leaves_the_fallback_its_share_when_the_first_target_is_silent() {
+    let timeouts = Timeouts {
+        first_byte: Duration::from_secs(30),
+        deadline: Some(Duration::from_secs(10)),
+        ..Timeouts::default()
+    };
+    let (router, silent, ok) = silent_then_ok(timeouts);
+
+    let start = Instant::now();
+    let stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+
+    assert_eq!(start.elapsed(), Duration::from_secs(5), "half of the 10 s deadline, with one target after it");
+    assert_eq!(stream.served_by().to_string(), "ok:m");
+    assert_eq!(stream.trail().outcomes(), vec![Outcome::Failed, Outcome::Ok]);
+    let first = stream.trail().attempts()[0].error.clone().unwrap();
+    assert!(first.is_silence() && first.detail().contains("share of the request deadline"), "{first:?}");
+    assert_eq!((silent.calls(), ok.calls()), (1, 1));
+    let health = router.target_health(&"silent:m".parse().unwrap());
+    assert_eq!(health.consecutive_failures, 0, "a wait the deadline shortened is not held against it");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_leaves_the_fallback_its_share_of_a_call_answered_whole() {
+    let options = RequestOptions { deadline: Some(Duration::from_secs(9)), ..RequestOptions::default() };
+    let silent = SimulatedProvider::new().script([Step::Hang]);
+    let slow = SimulatedProvider::new().script([Step::Hang]);
+    let ok = SimulatedProvider::new();
+    let route = Route::builder("default").target("silent:m").target("slow:m").target("ok:m");
+    let router = router(&[("silent", &silent), ("slow", &slow), ("ok", &ok)], route);
+
+    let start = Instant::now();
+    let answer = router.chat_with(&request("default"), &options).await.unwrap();
+
+    // A third of 9 s, then half of the 6 s left.
+    assert_eq!(start.elapsed(), Duration::from_secs(6));
+    assert_eq!(answer.served_by.to_string(), "ok:m");
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Failed, Outcome::Failed, Outcome::Ok]);
+}
