@@ -63,6 +63,10 @@ pub struct GateQuery<'a> {
     /// The order to consider the credentials in (indexes into `credentials`): priorities and
     /// key rotation. Empty for their configured order.
     pub order: &'a [usize],
+    /// How long the call may last (its limit within the request's deadline): a probe holds its
+    /// half-open slot that long at most, should its caller go away without an outcome, and no
+    /// second probe goes while it runs.
+    pub probe_lease: Duration,
 }
 
 /// The gate rules, on loaded records. Mutates only to move an open circuit to half-open and to
@@ -79,7 +83,7 @@ pub(super) fn decide(
     };
     let mut events = Vec::new();
     if probe {
-        let take = BreakerInput::TakeProbe { now };
+        let take = BreakerInput::TakeProbe { now, lease: query.probe_lease };
         breaker::drive(&mut records.target, query.target, take, settings, &mut events);
     }
     (Gate::Pass { credential, probe }, events)
@@ -259,6 +263,7 @@ mod tests {
                 explicit: false,
                 force: false,
                 exclude: 0,
+                probe_lease: Duration::from_secs(30),
             }
         }
 

@@ -3,6 +3,8 @@
 //! [`Run::apply`] is the one entry; the attempt itself (`attempt.rs`, `hedge.rs`) writes none
 //! of this.
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use super::attempt::{
@@ -306,6 +308,8 @@ impl<'r, X: Exchange> Run<'r, X> {
             exclude: tries.exclude | (1 << who.credential),
             // Whether any other key passes, in whatever order.
             order: &[],
+            // A peek takes no probe.
+            probe_lease: Duration::ZERO,
         };
         matches!(self.ctx.inner.health.peek(&rotated), Gate::Pass { .. })
     }

@@ -312,6 +312,7 @@ impl<'r, X: Exchange> Context<'r, X> {
             force: tries.force,
             exclude: tries.exclude,
             order: &order,
+            probe_lease: self.probe_lease(now),
         };
         let (gate, events) = self.inner.health.admit(&query);
         self.inner.publish_all(events);
@@ -388,6 +389,13 @@ impl<'r, X: Exchange> Context<'r, X> {
         }
         let remaining = left.map_or(limit, |left| left.min(limit));
         Limits { timeouts, limit, name, remaining, shared }
+    }
+
+    /// How long a call made now may last: its limit, within the request's deadline. A probe
+    /// holds its circuit's half-open slot that long at most.
+    pub(super) fn probe_lease(&self, now: Instant) -> Duration {
+        let (limit, _) = self.x.attempt_limit(&self.route);
+        self.deadline.map_or(limit, |d| d.saturating_duration_since(now).min(limit))
     }
 
     /// A hedge's pacing permit, only if it can go now: a hedge that would wait is no hedge.

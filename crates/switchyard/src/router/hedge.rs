@@ -328,6 +328,7 @@ impl<'r, X: Exchange> Context<'r, X> {
             force: false,
             exclude: 0,
             order: &order,
+            probe_lease: self.probe_lease(Instant::now()),
         };
         if !matches!(inner.health.peek(&query), Gate::Pass { .. }) || !budget.try_spend() {
             return None;

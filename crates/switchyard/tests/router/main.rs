@@ -12,6 +12,7 @@ mod health;
 mod hedging;
 mod pacing;
 mod properties;
+mod recovery;
 mod retry;
 mod streaming;
 mod support;

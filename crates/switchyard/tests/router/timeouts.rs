@@ -81,7 +81,11 @@ async fn a_deadline_leaves_the_fallback_its_share_when_the_first_target_is_silen
     let start = Instant::now();
     let stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
 
-    assert_eq!(start.elapsed(), Duration::from_secs(5), "half of the 10 s deadline, with one target after it");
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(5),
+        "half of the 10 s deadline, with one target after it"
+    );
     assert_eq!(stream.served_by().to_string(), "ok:m");
     assert_eq!(stream.trail().outcomes(), vec![Outcome::Failed, Outcome::Ok]);
     let first = stream.trail().attempts()[0].error.clone().unwrap();
