@@ -2,8 +2,8 @@
 //!
 //! [`RedisStore`] is a [`HealthStore`]: hand it to the router builder
 //! ([`RouterBuilder::health_store`](switchyard::RouterBuilder::health_store)) and every replica
-//! configured with the same Redis and prefix honours the others' exhausted benches, cooldowns,
-//! unauthorized keys, Retry-After holds, health gates, open circuits and operators' resets.
+//! configured with the same Redis and prefix honours the others' exhausted benches, cooldowns
+//! (a credential's, and a (credential, model)'s), unauthorized keys, Retry-After holds, health gates, open circuits and operators' resets.
 //!
 //! The request path never waits for Redis. Every read is of this process's memory (a
 //! [`MemoryStore`]); a change the board makes is diffed and handed to a background task that
@@ -382,6 +382,7 @@ impl HealthStore for RedisStore {
             if let Some(change) = wire::target_change(&target_before, &records.target) {
                 changes.push((Key::Target(target.clone()), change));
             }
+            changes.extend(wire::key_cooldown_changes(target, &target_before, &records.target));
             for (i, (id, new)) in credentials.iter().zip(&records.credentials).enumerate() {
                 let old = if many.is_empty() { few.get(i).and_then(Option::as_ref) } else { many.get(i) };
                 if let Some(change) = old.and_then(|old| wire::credential_change(old, new)) {
@@ -401,8 +402,12 @@ impl HealthStore for RedisStore {
     fn forget(&self, target: &Target, credentials: &[CredentialId]) {
         // The step itself queued a reset of each record this replica held; this one reaches
         // the records it did not (queued resets of one record fold into one).
+        let rests = credentials
+            .iter()
+            .map(|credential| Key::KeyCooldown { credential: credential.clone(), target: target.clone() });
         let keys = std::iter::once(Key::Target(target.clone()))
-            .chain(credentials.iter().cloned().map(Key::Credential));
+            .chain(credentials.iter().cloned().map(Key::Credential))
+            .chain(rests);
         let mut book = self.shared.book();
         self.send(&mut book, keys.map(|key| (key, Change::Reset)).collect());
     }

@@ -642,10 +642,20 @@ impl Link {
                 // adopted from the others before Redis ran the reset.
                 let mine = message.by == me;
                 let (targets, credentials) = memory.all();
+                let rests: Vec<Key> = targets
+                    .iter()
+                    .flat_map(|(target, record)| {
+                        record.key_cooldowns.iter().map(|(credential, _)| Key::KeyCooldown {
+                            credential: credential.clone(),
+                            target: target.clone(),
+                        })
+                    })
+                    .collect();
                 let keys = targets
                     .into_iter()
                     .map(|(target, _)| Key::Target(target))
-                    .chain(credentials.into_iter().map(|(id, _)| Key::Credential(id)));
+                    .chain(credentials.into_iter().map(|(id, _)| Key::Credential(id)))
+                    .chain(rests);
                 let mut book = self.shared.book();
                 for key in keys {
                     let seen = book.seen.get(&key).copied();
@@ -700,6 +710,10 @@ impl Link {
     /// them: merged like any write, so the fleet ends with the longest of what each knew.
     fn refill(&mut self) {
         let (targets, credentials) = self.shared.memory.all();
+        let rests: Vec<(Key, Change)> = targets
+            .iter()
+            .flat_map(|(target, record)| wire::key_cooldown_changes(target, &Default::default(), record))
+            .collect();
         let targets = targets.into_iter().filter_map(|(target, record)| {
             let change = wire::target_change(&Default::default(), &record)?;
             Some((Key::Target(target), change))
@@ -708,8 +722,11 @@ impl Link {
             let change = wire::credential_change(&Default::default(), &record)?;
             Some((Key::Credential(id), change))
         });
-        let writes: Vec<(Key, Change)> =
-            targets.chain(credentials).filter(|(_, change)| matches!(change, Change::Put(_))).collect();
+        let writes: Vec<(Key, Change)> = targets
+            .chain(credentials)
+            .chain(rests)
+            .filter(|(_, change)| matches!(change, Change::Put(_)))
+            .collect();
         for (key, change) in writes {
             *self.shared.book().pending.entry(key.clone()).or_default() += 1;
             let id = self.shared.op_id();
@@ -802,7 +819,7 @@ fn edit(shared: &Shared, key: &Key, edit: Edit<'_>) {
                 match edit {
                     Edit::Adopt(fields) => wire::adopt_target(r, fields),
                     Edit::Clear(now) => wire::clear_target(r, now),
-                    Edit::Forget => *r = Default::default(),
+                    Edit::Forget => wire::forget_target(r),
                 }
                 change = Some((from, r.status, r.reason.to_string()));
             });
@@ -820,6 +837,14 @@ fn edit(shared: &Shared, key: &Key, edit: Edit<'_>) {
                 change = Some((from, r.status, r.reason.to_string()));
             });
             (Subject::Credential(id.clone()), change)
+        }
+        // A key's rest for one model changes no status: nothing to announce.
+        Key::KeyCooldown { credential, target } => {
+            memory.edit_target(target, |r| match edit {
+                Edit::Adopt(fields) => wire::adopt_key_cooldown(r, credential, fields),
+                Edit::Clear(_) | Edit::Forget => wire::drop_key_cooldown(r, credential),
+            });
+            return;
         }
     };
     if let Some((from, to, reason)) = change

@@ -21,6 +21,12 @@
 //! | `gen`    | the write's fleet-wide sequence number                        |
 //! | `by`     | the replica that wrote last                                   |
 //!
+//! A (credential, model) cooldown, a key resting for one target's model after a rate limit of
+//! the model, is a record of its own (`k:<credential id>:<provider>:<model>`, fields `cool`,
+//! `gen`, `by`), merged and cleared as the others are; in memory it lives in the target's
+//! record ([`TargetRecord::key_cooldowns`]), and what the target's own record does (a put, a
+//! clear, a forget) leaves it alone. Replicas that predate it skip the name.
+//!
 //! Consecutive failures are not shared: each replica counts its own, and the circuit's
 //! opening is what the fleet shares (docs/ARCHITECTURE.md says why).
 
@@ -49,6 +55,13 @@ pub enum Key {
     Target(Target),
     /// A credential's record: `c:<id>`, the non-secret id.
     Credential(CredentialId),
+    /// A key resting for one target's model: `k:<credential id>:<target>`.
+    KeyCooldown {
+        /// The key, by its non-secret id.
+        credential: CredentialId,
+        /// The target whose model it rests for.
+        target: Target,
+    },
 }
 
 impl Key {
@@ -57,6 +70,7 @@ impl Key {
         match self {
             Key::Target(target) => format!("t:{target}"),
             Key::Credential(id) => format!("c:{id}"),
+            Key::KeyCooldown { credential, target } => format!("k:{credential}:{target}"),
         }
     }
 
@@ -65,13 +79,19 @@ impl Key {
         if let Some(target) = name.strip_prefix("t:") {
             return Target::from_str(target).ok().map(Key::Target);
         }
-        let id = name.strip_prefix("c:")?;
-        let valid = !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric());
-        valid
-            .then(|| serde_json::from_value(serde_json::Value::String(id.to_owned())).ok())
-            .flatten()
-            .map(Key::Credential)
+        if let Some(rest) = name.strip_prefix("k:") {
+            let (id, target) = rest.split_once(':')?;
+            let credential = credential_id(id)?;
+            return Target::from_str(target).ok().map(|target| Key::KeyCooldown { credential, target });
+        }
+        name.strip_prefix("c:").and_then(credential_id).map(Key::Credential)
     }
+}
+
+/// The credential id `id` names, if it is one (short, letters and digits).
+fn credential_id(id: &str) -> Option<CredentialId> {
+    let valid = !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric());
+    valid.then(|| serde_json::from_value(serde_json::Value::String(id.to_owned())).ok()).flatten()
 }
 
 /// One field's value as a replica sends it.
@@ -150,7 +170,9 @@ pub fn target_change(before: &TargetRecord, after: &TargetRecord) -> Option<Chan
     if !moved {
         return None;
     }
-    let shared = |r: &TargetRecord| TargetRecord { consecutive_failures: 0, ..r.clone() };
+    // The failure count stays local, and the keys' rests are records of their own.
+    let shared =
+        |r: &TargetRecord| TargetRecord { consecutive_failures: 0, key_cooldowns: Vec::new(), ..r.clone() };
     if shared(after) == TargetRecord::default() {
         return Some(Change::Reset);
     }
@@ -168,6 +190,35 @@ pub fn target_change(before: &TargetRecord, after: &TargetRecord) -> Option<Chan
         fields.push(("ro", Value::Count(after.reopens)));
     }
     Some(Change::Put(fields))
+}
+
+/// The changes of the (credential, model) cooldowns of `target` between its records `before`
+/// and `after`: a rest begun or made longer is a put, one ended (a success, its time) a clear,
+/// and every one of a record forgotten (an operator's reset) a reset.
+pub fn key_cooldown_changes(
+    target: &Target,
+    before: &TargetRecord,
+    after: &TargetRecord,
+) -> Vec<(Key, Change)> {
+    if before.key_cooldowns == after.key_cooldowns {
+        return Vec::new();
+    }
+    let key = |credential: &CredentialId| Key::KeyCooldown {
+        credential: credential.clone(),
+        target: target.clone(),
+    };
+    let forgotten = *after == TargetRecord::default();
+    let ended = before
+        .key_cooldowns
+        .iter()
+        .filter(|(id, _)| !after.key_cooldowns.iter().any(|(kept, _)| kept == id))
+        .map(|(id, _)| (key(id), if forgotten { Change::Reset } else { Change::Clear }));
+    let begun = after
+        .key_cooldowns
+        .iter()
+        .filter(|rest| !before.key_cooldowns.contains(rest))
+        .map(|(id, until)| (key(id), Change::Put(vec![("cool", Value::At(Some(*until)))])));
+    ended.chain(begun).collect()
 }
 
 /// A credential record's change between `before` and `after`, if it is news to the fleet.
@@ -288,10 +339,35 @@ pub fn adopt_credential(record: &mut CredentialRecord, shared: &Shared<'_>) {
     record.retry_until = shared.at("retry");
 }
 
-/// A target record after another replica's success cleared it.
+/// A target record after another replica's success cleared it (the keys' rests for its model
+/// are records of their own, and stay).
 pub fn clear_target(record: &mut TargetRecord, now: Instant) {
     let since = if record.status == HealthStatus::Available { record.since } else { Some(now) };
-    *record = TargetRecord { status: HealthStatus::Available, since, ..TargetRecord::default() };
+    let key_cooldowns = std::mem::take(&mut record.key_cooldowns);
+    *record =
+        TargetRecord { status: HealthStatus::Available, since, key_cooldowns, ..TargetRecord::default() };
+}
+
+/// A target record after its shared record was forgotten: what the target's own record held
+/// goes, the keys' rests for its model (records of their own) stay.
+pub fn forget_target(record: &mut TargetRecord) {
+    let key_cooldowns = std::mem::take(&mut record.key_cooldowns);
+    *record = TargetRecord { key_cooldowns, ..TargetRecord::default() };
+}
+
+/// Puts a shared (credential, model) cooldown into the target's record of this replica: the
+/// fleet's merged rest of `credential` for the model, or none.
+pub fn adopt_key_cooldown(record: &mut TargetRecord, credential: &CredentialId, shared: &Shared<'_>) {
+    drop_key_cooldown(record, credential);
+    if let Some(until) = shared.at("cool") {
+        record.key_cooldowns.push((credential.clone(), until));
+    }
+}
+
+/// Ends the rest of `credential` for the target's model in this replica's record (another
+/// replica's success ended it, or it was forgotten).
+pub fn drop_key_cooldown(record: &mut TargetRecord, credential: &CredentialId) {
+    record.key_cooldowns.retain(|(id, _)| id != credential);
 }
 
 /// A credential record after another replica's success cleared it.
@@ -326,6 +402,50 @@ mod tests {
         assert_eq!(Key::parse(&name), Some(Key::Credential(id)));
         assert_eq!(Key::parse("c:not an id"), None);
         assert_eq!(Key::parse("x:whatever"), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_s_rest_for_a_model_is_a_record_of_its_own_the_target_s_changes_leave_alone() {
+        let now = Instant::now();
+        let target: Target = "openai:gpt-4o".parse().unwrap();
+        let id = CredentialId::derive("openai", "https://api.openai.com/v1", None);
+        let key = Key::KeyCooldown { credential: id.clone(), target: target.clone() };
+        assert_eq!(key.name(), format!("k:{id}:openai:gpt-4o"));
+        assert_eq!(Key::parse(&key.name()), Some(key.clone()));
+        assert_eq!(Key::parse("k:not an id:openai:gpt-4o"), None);
+
+        let until = now + Duration::from_secs(5);
+        let resting = TargetRecord {
+            status: HealthStatus::RateLimited,
+            key_cooldowns: vec![(id.clone(), until)],
+            ..Default::default()
+        };
+        let begun = key_cooldown_changes(&target, &TargetRecord::default(), &resting);
+        assert_eq!(begun, [(key.clone(), Change::Put(vec![("cool", Value::At(Some(until)))]))]);
+        let fine = TargetRecord { status: HealthStatus::Available, ..Default::default() };
+        assert_eq!(key_cooldown_changes(&target, &resting, &fine), [(key.clone(), Change::Clear)]);
+        let forgotten = key_cooldown_changes(&target, &resting, &TargetRecord::default());
+        assert_eq!(forgotten, [(key, Change::Reset)]);
+        assert_eq!(
+            target_change(&TargetRecord::default(), &resting).map(|c| matches!(c, Change::Put(_))),
+            Some(true)
+        );
+
+        let mut record = resting.clone();
+        clear_target(&mut record, now);
+        assert_eq!(record.key_cooldowns, resting.key_cooldowns, "a clear of the target keeps the rest");
+        forget_target(&mut record);
+        assert_eq!(record.key_cooldowns, resting.key_cooldowns, "so does a forget");
+        // An old record without the field reads as no rest; the rest reads back from its own.
+        let f = fields(&[("cool", "5000"), ("gen", "3")]);
+        adopt_key_cooldown(
+            &mut record,
+            &id,
+            &Shared { fields: &f, server_now: 0, local_now: Some(now), me: "a" },
+        );
+        assert_eq!(record.key_cooldowns, [(id.clone(), until)]);
+        drop_key_cooldown(&mut record, &id);
+        assert!(record.key_cooldowns.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

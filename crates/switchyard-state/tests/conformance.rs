@@ -39,6 +39,10 @@ conformance!(
     an_exhausted_target_is_skipped_until_its_reset,
     an_exhausted_key_gives_way_to_its_sibling,
     a_rate_limited_key_rests,
+    a_key_rate_limited_on_one_model_rests_for_that_model_only,
+    a_success_ends_the_key_s_rest_for_the_model,
+    a_reset_ends_the_key_s_rest_for_the_model,
+    a_rate_limit_of_the_account_rests_the_key_for_every_model,
     an_unauthorized_key_is_never_picked,
     an_unhealthy_target_rests_for_the_ttl,
     an_open_circuit_is_honoured,
@@ -98,6 +102,50 @@ async fn a_rate_limited_key_rests(a: &Replica, b: &Replica) {
     })
     .await;
     assert!(close(skip_until(&b.gate(&t, &single)), skip_until(&a.gate(&t, &single))));
+}
+
+fn other_model() -> switchyard::Target {
+    "openai:gpt-4o-mini".parse().expect("a target")
+}
+
+async fn a_key_rate_limited_on_one_model_rests_for_that_model_only(a: &Replica, b: &Replica) {
+    let (t, k) = (target(), keys(1));
+    a.fail(&t, &k, 0, &error(ErrorKind::RateLimited, Some(Duration::from_secs(20))));
+    eventually("b rests the key for the model", PROPAGATION, || {
+        reason(&b.gate(&t, &k)) == "every credential is cooling down"
+    })
+    .await;
+    assert!(close(skip_until(&b.gate(&t, &k)), skip_until(&a.gate(&t, &k))), "b's rest ends with a's");
+    let pass = Gate::Pass { credential: 0, probe: false };
+    assert_eq!(b.gate(&other_model(), &k), pass, "b calls the provider's other model with the key");
+    assert_eq!(a.gate(&other_model(), &k), pass);
+}
+
+async fn a_success_ends_the_key_s_rest_for_the_model(a: &Replica, b: &Replica) {
+    let (t, k) = (target(), keys(1));
+    a.fail(&t, &k, 0, &error(ErrorKind::RateLimited, Some(Duration::from_secs(20))));
+    eventually("b rests the key for the model", PROPAGATION, || is_skip(&b.gate(&t, &k))).await;
+    a.succeed(&t, &k, 0);
+    eventually("b calls with the key again", PROPAGATION, || !is_skip(&b.gate(&t, &k))).await;
+}
+
+async fn a_reset_ends_the_key_s_rest_for_the_model(a: &Replica, b: &Replica) {
+    let (t, k) = (target(), keys(1));
+    a.fail(&t, &k, 0, &error(ErrorKind::RateLimited, Some(Duration::from_secs(20))));
+    eventually("b rests the key for the model", PROPAGATION, || is_skip(&b.gate(&t, &k))).await;
+    a.board.reset(&t, &k);
+    eventually("b forgets the rest", PROPAGATION, || !is_skip(&b.gate(&t, &k))).await;
+    assert!(b.board.target(&t).key_cooldowns.is_empty());
+}
+
+async fn a_rate_limit_of_the_account_rests_the_key_for_every_model(a: &Replica, b: &Replica) {
+    let (t, k) = (target(), keys(1));
+    let account = error(ErrorKind::RateLimited, Some(Duration::from_secs(20))).account_wide();
+    a.fail(&t, &k, 0, &account);
+    eventually("b rests the key for every model", PROPAGATION, || {
+        reason(&b.gate(&other_model(), &k)) == "every credential is cooling down"
+    })
+    .await;
 }
 
 async fn an_unauthorized_key_is_never_picked(a: &Replica, b: &Replica) {

@@ -211,6 +211,10 @@ struct Details {
     credential_id: Option<CredentialId>,
     /// Raised before anything was sent: the request cannot be written in the provider's API.
     unsupported: bool,
+    /// The provider said the limit is the account's, not the model's.
+    account_wide: bool,
+    /// The target said nothing within the attempt's first-byte wait.
+    silent: bool,
 }
 
 impl ProviderError {
@@ -226,7 +230,56 @@ impl ProviderError {
             target: None,
             credential_id: None,
             unsupported: false,
+            account_wide: false,
+            silent: false,
         }))
+    }
+
+    /// A timeout of a target that said nothing: no first content of a stream within its
+    /// first-byte wait, no answer at all to a call answered whole within its limit. Its kind is
+    /// [`ErrorKind::Timeout`]; the router does not ask such a target again within the request
+    /// while another target remains ([`is_silence`](Self::is_silence)).
+    ///
+    /// ```
+    /// use switchyard::{ErrorKind, ProviderError};
+    ///
+    /// let error = ProviderError::silence("no answer within the first_byte timeout of 30s");
+    /// assert!(error.is_silence() && error.kind() == ErrorKind::Timeout);
+    /// ```
+    pub fn silence(detail: impl Into<String>) -> Self {
+        let mut error = Self::new(ErrorKind::Timeout, detail);
+        error.0.silent = true;
+        error
+    }
+
+    /// Whether this is a [`silence`](Self::silence): the target said nothing within the
+    /// attempt's first-byte wait.
+    pub fn is_silence(&self) -> bool {
+        self.0.silent
+    }
+
+    /// The provider said the limit it hit is the account's (an organization's or project's
+    /// limit across models), not the model's. Adapters set it from what the provider states;
+    /// without it a rate limit is the model's: it rests the credential for that model only, and
+    /// the provider's other models are still called with it. With it, the credential rests for
+    /// every model. Quota errors bench the credential whatever this says.
+    ///
+    /// ```
+    /// use switchyard::{ErrorKind, ProviderError};
+    ///
+    /// let project = ProviderError::new(ErrorKind::RateLimited, "project limit").account_wide();
+    /// assert!(project.is_account_wide());
+    /// assert!(!ProviderError::new(ErrorKind::RateLimited, "model limit").is_account_wide());
+    /// ```
+    pub fn account_wide(mut self) -> Self {
+        self.0.account_wide = true;
+        self
+    }
+
+    /// Whether the provider said the limit is the account's (see
+    /// [`account_wide`](Self::account_wide)).
+    pub fn is_account_wide(&self) -> bool {
+        self.0.account_wide
     }
 
     /// The request cannot be written in this provider's API (`n > 1` toward a provider that
@@ -381,6 +434,8 @@ impl fmt::Debug for ProviderError {
             .field("retry_after", &d.retry_after)
             .field("target", &d.target)
             .field("credential_id", &d.credential_id)
+            .field("account_wide", &d.account_wide)
+            .field("silent", &d.silent)
             .finish()
     }
 }

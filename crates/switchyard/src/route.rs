@@ -301,7 +301,7 @@ pub enum HedgeAfter {
 
 impl Route {
     /// A builder for a route named `name`: what clients send as `model`, so not empty and without a
-    /// colon. Defaults: ordered rotation, [`Retry::default`], health gate on with a 10 s TTL,
+    /// colon. Defaults: ordered rotation, [`Retry::default`], health gate on with a 5 s TTL,
     /// [`Timeouts::default`], no special chains or candidates, the catalog's retry and fallback
     /// rules, no spill-over.
     pub fn builder(name: impl Into<String>) -> RouteBuilder {
@@ -311,7 +311,7 @@ impl Route {
             rotation: Rotation::Ordered,
             retry: Retry::default(),
             health_gate: true,
-            health_ttl: Duration::from_secs(10),
+            health_ttl: Duration::from_secs(5),
             context_window: Vec::new(),
             content_policy: Vec::new(),
             timeouts: Timeouts::default(),
@@ -544,7 +544,9 @@ impl RouteBuilder {
         self
     }
 
-    /// How long a failure gates its target. Default 10 s.
+    /// How long a failure gates its target. Default 5 s, the breaker's first open time: a
+    /// failure below the breaker's threshold keeps a target out no longer than an opened circuit
+    /// would, so a target back from a short outage is used again within 5 s.
     pub fn health_ttl(mut self, ttl: Duration) -> Self {
         self.health_ttl = ttl;
         self

@@ -1,5 +1,9 @@
 //! Anthropic failures into the error catalog: from the error `type` and the HTTP status, and
 //! from message text only where Anthropic gives no code (prompt too long, out of credit).
+//!
+//! A `rate_limit_error` is the model's: Anthropic limits per model class (its message says
+//! "your organization's rate limit" but names the model), so the key rests for that model only;
+//! a spend limit or an empty credit balance is the account's, a quota error.
 
 use std::time::Duration;
 

@@ -22,6 +22,9 @@ struct ErrorDetails {
     reasons: Vec<String>,
     /// `google.rpc.QuotaFailure` violations' `quotaId`s.
     quota_ids: Vec<String>,
+    /// Whether each violation is of a quota per model (a `model` dimension, or `PerModel` in
+    /// its id).
+    per_model: Vec<bool>,
 }
 
 impl ErrorDetails {
@@ -44,7 +47,10 @@ impl ErrorDetails {
                 "google.rpc.QuotaFailure" => {
                     let violations = detail.get("violations").and_then(Value::as_array);
                     for violation in violations.into_iter().flatten() {
-                        if let Some(id) = violation.get("quotaId").and_then(Value::as_str) {
+                        let id = violation.get("quotaId").and_then(Value::as_str);
+                        let model = violation.get("quotaDimensions").and_then(|d| d.get("model"));
+                        read.per_model.push(model.is_some() || id.is_some_and(|id| id.contains("PerModel")));
+                        if let Some(id) = id {
                             read.quota_ids.push(id.to_owned());
                         }
                     }
@@ -59,6 +65,13 @@ impl ErrorDetails {
     /// same target is pointless. Per-minute quotas (and 429s without details) are rate limits.
     fn daily_quota_spent(&self) -> bool {
         self.quota_ids.iter().any(|id| id.contains("PerDay"))
+    }
+
+    /// The quotas spent are the project's, across models: the key rests for every model. Gemini
+    /// limits most quotas per model (`...PerProjectPerModel`, a `model` dimension); without a
+    /// `QuotaFailure` the limit is taken as the model's.
+    fn project_wide(&self) -> bool {
+        !self.per_model.is_empty() && self.per_model.iter().all(|per_model| !per_model)
     }
 }
 
@@ -142,6 +155,9 @@ pub(super) fn classify_google_error(
     if !code.is_empty() {
         classified = classified.with_code(code);
     }
+    if kind == ErrorKind::RateLimited && details.project_wide() {
+        classified = classified.account_wide();
+    }
     match retry_after.or(details.retry_delay) {
         Some(wait) => classified.with_retry_after(wait),
         None => classified,
@@ -187,6 +203,39 @@ mod tests {
         assert_eq!(minute.kind(), ErrorKind::RateLimited);
         assert_eq!(minute.retry_after(), Some(Duration::from_millis(1500)));
         assert_eq!(minute.code(), Some("RESOURCE_EXHAUSTED"));
+    }
+
+    #[test]
+    fn a_rate_limit_is_the_model_s_unless_every_quota_spent_is_the_project_s() {
+        let body = |violations: Value| {
+            json!({"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED", "details": [
+                {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": violations}
+            ]}})
+            .to_string()
+        };
+        let none = Redactor(None);
+        let wide = |violations| classify_http_error(429, &body(violations), None, &none).is_account_wide();
+        // The shape Gemini sends for a per-model limit: the model as a dimension, and in the id.
+        let per_model = json!([
+            {"quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_input_token_count",
+             "quotaId": "GenerateContentInputTokensPerModelPerMinute-FreeTier",
+             "quotaDimensions": {"location": "global", "model": "gemini-2.5-flash"}},
+            {"quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
+             "quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
+             "quotaDimensions": {"location": "global", "model": "gemini-2.5-flash"}}
+        ]);
+        assert!(!wide(per_model));
+        assert!(!wide(json!([{"quotaId": "GenerateRequestsPerMinutePerProjectPerModel"}])));
+        assert!(wide(
+            json!([{"quotaId": "GenerateRequestsPerMinutePerProject", "quotaDimensions": {"location": "global"}}])
+        ));
+        let bare = json!({"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).", "status": "RESOURCE_EXHAUSTED"}});
+        let bare = classify_http_error(429, &bare.to_string(), None, &none);
+        assert_eq!(
+            (bare.kind(), bare.is_account_wide()),
+            (ErrorKind::RateLimited, false),
+            "no details: the model's"
+        );
     }
 
     #[test]

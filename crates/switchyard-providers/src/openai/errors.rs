@@ -10,6 +10,10 @@
 //!
 //! The provider's code decides first, then the HTTP status, then the type; message text is
 //! never read for classification.
+//!
+//! Rate limits are the model's: OpenAI's and Azure's limits are per model (or deployment), and
+//! their 429s name it ("Rate limit reached for gpt-4o in organization ... on tokens per min");
+//! what is the account's is a quota (`insufficient_quota`), benched as such.
 
 use serde_json::{Map, Value};
 use switchyard::credential::Secret;
@@ -174,7 +178,8 @@ fn code_kind(code: &str) -> Option<ErrorKind> {
         "context_length_exceeded" => ErrorKind::ContextLength,
         "invalid_api_key" => ErrorKind::Auth,
         "model_not_found" | "DeploymentNotFound" => ErrorKind::ModelNotFound,
-        "content_filter" => ErrorKind::ContentFiltered,
+        // Azure's filter on the prompt, and OpenAI's safety system refusing the request.
+        "content_filter" | "content_policy_violation" => ErrorKind::ContentFiltered,
         "server_is_overloaded" => ErrorKind::Unavailable,
         _ => return None,
     })
@@ -209,6 +214,22 @@ mod tests {
         assert_eq!(kind_of(Some(429), legacy_quota), ErrorKind::QuotaExceeded);
         let context = json!({"error": {"message": "m", "type": "invalid_request_error", "code": "context_length_exceeded"}});
         assert_eq!(kind_of(Some(400), context), ErrorKind::ContextLength);
+    }
+
+    #[test]
+    fn content_policy_rejections_are_content_filtered_not_invalid_requests() {
+        let openai = json!({"error": {"code": "content_policy_violation", "message": "Your request was rejected as a result of our safety system.", "param": null, "type": "invalid_request_error"}});
+        let error = from_value(Some(400), &openai, None).unwrap();
+        assert_eq!(
+            (error.kind(), error.code()),
+            (ErrorKind::ContentFiltered, Some("content_policy_violation"))
+        );
+        let azure = json!({"error": {"message": "The response was filtered due to the prompt triggering Azure OpenAI's content management policy.", "type": null, "param": "prompt", "code": "content_filter", "status": 400, "innererror": {"code": "ResponsibleAIPolicyViolation", "content_filter_result": {"hate": {"filtered": false, "severity": "safe"}, "jailbreak": {"filtered": true, "detected": true}}}}});
+        assert_eq!(kind_of(Some(400), azure), ErrorKind::ContentFiltered);
+        let inner_only = json!({"error": {"message": "filtered", "code": "400", "innererror": {"code": "ResponsibleAIPolicyViolation"}}});
+        assert_eq!(kind_of(Some(400), inner_only), ErrorKind::ContentFiltered);
+        let plain = json!({"error": {"message": "bad", "type": "invalid_request_error", "code": null}});
+        assert_eq!(kind_of(Some(400), plain), ErrorKind::InvalidRequest);
     }
 
     #[test]

@@ -54,6 +54,7 @@ pub fn query<'a>(target: &'a Target, credentials: &'a [CredentialId]) -> GateQue
         force: false,
         exclude: 0,
         order: &[],
+        probe_lease: Duration::from_secs(30),
     }
 }
 

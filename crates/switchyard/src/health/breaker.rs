@@ -62,8 +62,9 @@ pub(super) enum Admission {
 /// What happened to a target, as far as its breaker cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum BreakerInput {
-    /// The gate admitted a probe ([`Admission::Probe`]) and the call will be made.
-    TakeProbe { now: Instant },
+    /// The gate admitted a probe ([`Admission::Probe`]) and the call will be made; it may
+    /// last `lease` (its slot is held that long at most).
+    TakeProbe { now: Instant, lease: Duration },
     /// A probe's call ended saying nothing about the provider: its slot is free again.
     ReleaseProbe,
     /// A call succeeded.
@@ -139,15 +140,16 @@ impl Breaker {
         match (self, input) {
             // A closed circuit needs no probe; the gate never asks for one.
             (Breaker::Closed, BreakerInput::TakeProbe { .. }) => stay,
-            (Breaker::Open { .. }, BreakerInput::TakeProbe { now }) => to(
-                Breaker::HalfOpen { probes: 1, lease_until: now + settings.open_for },
+            (Breaker::Open { .. }, BreakerInput::TakeProbe { now, lease }) => to(
+                Breaker::HalfOpen { probes: 1, lease_until: now + lease },
                 reopens,
                 Some(BreakerSignal::HalfOpen),
             ),
-            (Breaker::HalfOpen { probes, lease_until }, BreakerInput::TakeProbe { now }) => {
+            (Breaker::HalfOpen { probes, lease_until }, BreakerInput::TakeProbe { now, lease }) => {
                 // An expired lease is a probe whose caller went away: it no longer counts.
                 let probes = if now < lease_until { probes.saturating_add(1) } else { 1 };
-                to(Breaker::HalfOpen { probes, lease_until: now + settings.open_for }, reopens, None)
+                let lease_until = lease_until.max(now + lease);
+                to(Breaker::HalfOpen { probes, lease_until }, reopens, None)
             }
             (Breaker::HalfOpen { probes, lease_until }, BreakerInput::ReleaseProbe) => {
                 to(Breaker::HalfOpen { probes: probes.saturating_sub(1), lease_until }, reopens, None)
@@ -238,13 +240,15 @@ mod tests {
         let open = |s| Breaker::Open { until: at(s) };
         let half = |n, s| Breaker::HalfOpen { probes: n, lease_until: at(s) };
         let fail = |s, failures| BreakerInput::Failure { now: at(s), failures };
-        let take = |s| BreakerInput::TakeProbe { now: at(s) };
+        // A probe's call may last 45 s: its slot is held that long at most, whatever open_for.
+        let take = |s| BreakerInput::TakeProbe { now: at(s), lease: Duration::from_secs(45) };
         let (success, reset) = (BreakerInput::Success, BreakerInput::Reset);
         let release = BreakerInput::ReleaseProbe;
         let opened = |secs| Some(BreakerSignal::Opened { open_for: Duration::from_secs(secs) });
         let closed = Breaker::Closed;
         let (half_opened, closing) = (Some(BreakerSignal::HalfOpen), Some(BreakerSignal::Closed));
-        // Settings: threshold 3, open for 30 s, at most 300 s, 2 probes. Times in seconds.
+        // Settings: threshold 3, open for 30 s, at most 300 s, 2 probes; leases of 45 s. Times
+        // in seconds.
         #[rustfmt::skip]
         let rows = [
             // what                          state       reopens input     -> state      reopens signal
@@ -256,12 +260,13 @@ mod tests {
             ("closed, no probe to take",     closed,       0,  take(0),       closed,       0,   None),
             ("closed, none to release",      closed,       0,  release,       closed,       0,   None),
             ("open, forced call failed",     open(30),     0,  fail(5, 4),    open(30),     0,   None),
-            ("open, first probe",            open(30),     1,  take(30),      half(1, 60),  1,   half_opened),
+            ("open, first probe",            open(30),     1,  take(30),      half(1, 75),  1,   half_opened),
             ("open, forced call succeeded",  open(30),     1,  success,       closed,       0,   closing),
             ("open, reset",                  open(30),     1,  reset,         closed,       0,   closing),
             ("open, none to release",        open(30),     0,  release,       open(30),     0,   None),
-            ("half-open, another probe",     half(1, 60),  0,  take(31),      half(2, 61),  0,   None),
-            ("half-open, lease ran out",     half(2, 60),  0,  take(60),      half(1, 90),  0,   None),
+            ("half-open, another probe",     half(1, 60),  0,  take(31),      half(2, 76),  0,   None),
+            ("half-open, within the lease",  half(1, 90),  0,  take(31),      half(2, 90),  0,   None),
+            ("half-open, lease ran out",     half(2, 60),  0,  take(60),      half(1, 105), 0,   None),
             ("half-open, probe released",    half(2, 60),  0,  release,       half(1, 60),  0,   None),
             ("half-open, none to release",   half(0, 60),  0,  release,       half(0, 60),  0,   None),
             ("half-open, probe succeeded",   half(1, 60),  3,  success,       closed,       0,   closing),

@@ -3,17 +3,57 @@
 //! A resting (cooling down) credential is passed over while a fresh sibling exists, so that a
 //! provider with several keys rotates away from the one that just failed; an exhausted one is
 //! passed over until its quota resets. Both are read by the gate's credential choice.
+//!
+//! A rest is the credential's own (every model) or the (credential, model)'s: providers limit
+//! rates per model, so a rate limit rests the key for the model it came from, unless the
+//! provider said the limit is the account's.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::{CredentialRecord, HealthSettings, HealthStatus};
+use crate::credential::CredentialId;
 
 /// The rest after a rate limit: the configured one, or the provider's Retry-After when longer
 /// (resting less than the provider asked would only earn another 429).
 pub(super) fn after_rate_limit(settings: &HealthSettings, retry_after: Option<Duration>) -> Duration {
     settings.cooldown_on_rate_limit.max(retry_after.unwrap_or_default())
+}
+
+/// Rests `id` for the target's model until `until`, or longer when a rest of it still runs;
+/// rests that have ended are dropped.
+pub(super) fn rest_for_model(
+    rests: &mut Vec<(CredentialId, Instant)>,
+    id: &CredentialId,
+    until: Instant,
+    now: Instant,
+) {
+    rests.retain(|(_, ends)| *ends > now);
+    match rests.iter_mut().find(|(resting, _)| resting == id) {
+        Some((_, ends)) => *ends = (*ends).max(until),
+        None => rests.push((id.clone(), until)),
+    }
+}
+
+/// Ends the model's rest of `id` (a call with it succeeded), and the rests that have ended.
+pub(super) fn end_model_rest(
+    rests: &mut Vec<(CredentialId, Instant)>,
+    id: Option<&CredentialId>,
+    now: Instant,
+) {
+    rests.retain(|(resting, ends)| Some(resting) != id && *ends > now);
+}
+
+/// When `id` is free for the target's model: the later of its own rest and the model's rest
+/// of it.
+pub(super) fn rests_until(
+    credential: &CredentialRecord,
+    model_rests: &[(CredentialId, Instant)],
+    id: Option<&CredentialId>,
+) -> Option<Instant> {
+    let model = model_rests.iter().find(|(resting, _)| Some(resting) == id).map(|(_, ends)| *ends);
+    credential.cooldown_until.max(model)
 }
 
 /// The rest after a breaker-counted failure, when one is configured.
@@ -69,6 +109,33 @@ mod tests {
         assert!(all_spent(&[spent(None), spent(None)]));
         assert!(!all_spent(&[spent(None), fresh]));
         assert!(all_spent(&[]));
+    }
+
+    #[test]
+    fn a_model_rest_never_shortens_and_ends_with_a_success_or_its_time() {
+        let now = Instant::now();
+        let at = |secs| now + Duration::from_secs(secs);
+        let id = |n: u8| {
+            CredentialId::derive(
+                "openai",
+                "http://x",
+                Some(&crate::credential::Secret::new(format!("sk-{n}"))),
+            )
+        };
+        let mut rests = vec![(id(9), now)];
+        rest_for_model(&mut rests, &id(1), at(20), now);
+        rest_for_model(&mut rests, &id(1), at(5), now);
+        rest_for_model(&mut rests, &id(2), at(5), now);
+        assert_eq!(rests, [(id(1), at(20)), (id(2), at(5))], "the ended rest dropped, the longer kept");
+        let fresh = CredentialRecord::default();
+        assert_eq!(rests_until(&fresh, &rests, Some(&id(1))), Some(at(20)));
+        let own = CredentialRecord { cooldown_until: Some(at(30)), ..CredentialRecord::default() };
+        assert_eq!(rests_until(&own, &rests, Some(&id(1))), Some(at(30)), "the later of the two");
+        assert_eq!(rests_until(&fresh, &rests, Some(&id(3))), None);
+        end_model_rest(&mut rests, Some(&id(1)), now);
+        assert_eq!(rests, [(id(2), at(5))]);
+        end_model_rest(&mut rests, None, at(5));
+        assert!(rests.is_empty(), "ended by its time");
     }
 
     #[test]

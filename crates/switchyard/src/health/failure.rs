@@ -18,7 +18,9 @@ pub(super) struct Failure<'a> {
     /// The index of the credential the call used, in the provider's list.
     credential: usize,
     /// That credential, when the provider has one at that index.
-    credential_subject: Option<Subject>,
+    credential_id: Option<CredentialId>,
+    /// The provider said the limit is the account's, not the model's.
+    account_wide: bool,
     reason: String,
     retry_after: Option<Duration>,
     /// `retry_after` from the time of the failure.
@@ -39,7 +41,8 @@ impl<'a> Failure<'a> {
         Self {
             target,
             credential,
-            credential_subject: credentials.get(credential).map(|id| Subject::Credential(id.clone())),
+            credential_id: credentials.get(credential).cloned(),
+            account_wide: error.is_account_wide(),
             reason: error.to_string(),
             retry_after,
             retry_until: retry_after.map(|d| now + d),
@@ -65,13 +68,19 @@ impl<'a> Failure<'a> {
         }
     }
 
-    /// The credential rests so that the next call rotates to a sibling; the target is marked
-    /// but not skipped for it.
+    /// The key rests so that the next call rotates to a sibling: for this target's model, or,
+    /// when the provider said the limit is the account's, for every model (the credential is
+    /// marked rate limited then). The target is marked but not skipped for it.
     fn rate_limited(&self, settings: &HealthSettings, records: &mut Records, events: &mut Vec<HealthEvent>) {
-        if let Some((c, change)) = self.credential_change(&mut records.credentials, HealthStatus::RateLimited)
+        let rest = self.now + cooldown::after_rate_limit(settings, self.retry_after);
+        if !self.account_wide {
+            if let Some(id) = &self.credential_id {
+                cooldown::rest_for_model(&mut records.target.key_cooldowns, id, rest, self.now);
+            }
+        } else if let Some((c, change)) =
+            self.credential_change(&mut records.credentials, HealthStatus::RateLimited)
         {
-            let rest = Some(self.now + cooldown::after_rate_limit(settings, self.retry_after));
-            c.cooldown_until = self.later(c.cooldown_until, rest);
+            c.cooldown_until = self.later(c.cooldown_until, Some(rest));
             change.apply(c, events);
         }
         let t = &mut records.target;
@@ -159,7 +168,7 @@ impl<'a> Failure<'a> {
         to: HealthStatus,
     ) -> Option<(&'r mut CredentialRecord, StatusChange<'_>)> {
         let record = credentials.get_mut(self.credential)?;
-        let subject = self.credential_subject.clone()?;
+        let subject = Subject::Credential(self.credential_id.clone()?);
         Some((record, StatusChange::new(subject, to, &self.reason, self.now)))
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::breaker::{self, Admission, BreakerInput};
-use super::{CredentialRecord, HealthEvent, HealthSettings, HealthStatus, Records, TargetRecord};
+use super::{CredentialRecord, HealthEvent, HealthSettings, HealthStatus, Records, TargetRecord, cooldown};
 use crate::Target;
 use crate::credential::CredentialId;
 
@@ -63,6 +63,10 @@ pub struct GateQuery<'a> {
     /// The order to consider the credentials in (indexes into `credentials`): priorities and
     /// key rotation. Empty for their configured order.
     pub order: &'a [usize],
+    /// How long the call may last (its limit within the request's deadline): a probe holds its
+    /// half-open slot that long at most, should its caller go away without an outcome, and no
+    /// second probe goes while it runs.
+    pub probe_lease: Duration,
 }
 
 /// The gate rules, on loaded records. Mutates only to move an open circuit to half-open and to
@@ -79,7 +83,7 @@ pub(super) fn decide(
     };
     let mut events = Vec::new();
     if probe {
-        let take = BreakerInput::TakeProbe { now };
+        let take = BreakerInput::TakeProbe { now, lease: query.probe_lease };
         breaker::drive(&mut records.target, query.target, take, settings, &mut events);
     }
     (Gate::Pass { credential, probe }, events)
@@ -100,7 +104,7 @@ fn check(
     if !probe {
         check_health_ttl(target, query, now)?;
     }
-    let credential = choose_credential(&records.credentials, query, probe, now)?;
+    let credential = choose_credential(records, query, probe, now)?;
     Ok((credential, probe))
 }
 
@@ -149,15 +153,16 @@ fn check_health_ttl(target: &TargetRecord, query: &GateQuery<'_>, now: Instant) 
     Ok(())
 }
 
-/// The credential to call with. A resting one serves only a forced call, a probe, or a call
-/// with the TTL gate off (such as a retry within one request).
+/// The credential to call with. A resting one (for every model, or for this target's) serves
+/// only a forced call, a probe, or a call with the TTL gate off (such as a retry within one
+/// request).
 fn choose_credential(
-    credentials: &[CredentialRecord],
+    records: &Records,
     query: &GateQuery<'_>,
     probe: bool,
     now: Instant,
 ) -> Result<usize, Gate> {
-    match pick_credential(credentials, query, now) {
+    match pick_credential(&records.credentials, &records.target.key_cooldowns, query, now) {
         Pick::Fresh(index) => Ok(index),
         Pick::Resting(index, _) if query.force || probe || query.health_ttl.is_none() => Ok(index),
         Pick::Resting(_, until) => {
@@ -183,10 +188,16 @@ enum Pick {
     },
 }
 
-/// The first usable credential in the provider's order that is not resting, else the one that
-/// rests the shortest. Unauthorized ones are never usable, exhausted ones only when the request
-/// named the target (or their reset has passed).
-fn pick_credential(credentials: &[CredentialRecord], query: &GateQuery<'_>, now: Instant) -> Pick {
+/// The first usable credential in the provider's order that is not resting (for every model,
+/// or for this target's in `model_rests`), else the one that rests the shortest. Unauthorized
+/// ones are never usable, exhausted ones only when the request named the target (or their
+/// reset has passed).
+fn pick_credential(
+    credentials: &[CredentialRecord],
+    model_rests: &[(CredentialId, Instant)],
+    query: &GateQuery<'_>,
+    now: Instant,
+) -> Pick {
     if credentials.is_empty() {
         return Pick::Fresh(0);
     }
@@ -207,7 +218,7 @@ fn pick_credential(credentials: &[CredentialRecord], query: &GateQuery<'_>, now:
             }
             _ => {}
         }
-        match c.cooldown_until {
+        match cooldown::rests_until(c, model_rests, query.credentials.get(index)) {
             Some(until) if now < until => {
                 if resting.is_none_or(|(_, best)| until < best) {
                     resting = Some((index, until));
@@ -252,6 +263,7 @@ mod tests {
                 explicit: false,
                 force: false,
                 exclude: 0,
+                probe_lease: Duration::from_secs(30),
             }
         }
 
@@ -342,6 +354,32 @@ mod tests {
         assert_eq!(skipped_until(&case.decide(&mut r, case.query()).0), (false, Some(case.at(140))));
         let no_ttl = GateQuery { health_ttl: None, ..case.query() };
         assert_eq!(case.decide(&mut r, no_ttl).0, Gate::Pass { credential: 0, probe: false });
+    }
+
+    #[test]
+    fn a_key_resting_for_this_model_gives_way_to_its_sibling_and_serves_the_other_models() {
+        let case = Case::new();
+        let key =
+            |n: &str| CredentialId::derive("openai", "http://x", Some(&crate::credential::Secret::new(n)));
+        let ids = [key("sk-first"), key("sk-second")];
+        let query = GateQuery { credentials: &ids, ..case.query() };
+        let pass = |credential| Gate::Pass { credential, probe: false };
+        let fresh = || vec![CredentialRecord::default(), CredentialRecord::default()];
+        let limited = |rests| TargetRecord { key_cooldowns: rests, ..TargetRecord::default() };
+
+        let mut r = records(limited(vec![(ids[0].clone(), case.at(130))]), fresh());
+        assert_eq!(case.decide(&mut r, query).0, pass(1), "the sibling, for this model");
+        let mut other_model = records(TargetRecord::default(), fresh());
+        assert_eq!(case.decide(&mut other_model, query).0, pass(0), "the key serves other models");
+
+        // The second key rests for every model until 120: the shorter of the two rests decides.
+        let mut r = records(
+            limited(vec![(ids[0].clone(), case.at(130))]),
+            vec![CredentialRecord::default(), resting(case.at(120))],
+        );
+        assert_eq!(skipped_until(&case.decide(&mut r, query).0), (false, Some(case.at(120))));
+        let mut ended = records(limited(vec![(ids[0].clone(), case.at(90))]), fresh());
+        assert_eq!(case.decide(&mut ended, query).0, pass(0), "a rest that ended rests nothing");
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub use settings::HealthSettings;
 pub use status::{HealthStatus, Subject};
 use status::{StatusChange, recovery_events};
 pub use store::{AllRecords, HealthStore, MemoryStore, Records};
-pub use view::{CredentialHealth, HealthSnapshot, TargetHealth};
+pub use view::{CredentialHealth, HealthSnapshot, KeyCooldown, TargetHealth};
 
 /// The health rules over a [`HealthStore`]. Each method is one store update (or one read of
 /// every record), so the board keeps nothing but its settings, takes no lock of its own and is
@@ -109,7 +109,7 @@ impl HealthBoard {
 
     /// Records a successful call of `target` with `credentials[credential]`: both become
     /// available, the target's failure count and wait are cleared and its circuit closes, and
-    /// the credential's rest ends. Returns the events of the change.
+    /// the credential's rest ends (its own, and the model's rest of it). Returns the events of the change.
     pub fn record_success(
         &self,
         target: &Target,
@@ -124,6 +124,7 @@ impl HealthBoard {
             t.consecutive_failures = 0;
             t.failed_at = None;
             t.retry_until = None;
+            cooldown::end_model_rest(&mut t.key_cooldowns, credentials.get(credential), now);
             breaker::drive(t, target, BreakerInput::Success, &self.settings, &mut events);
             StatusChange::new(Subject::Target(target.clone()), HealthStatus::Available, "", now)
                 .apply(t, &mut events);

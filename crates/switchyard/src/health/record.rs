@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::status::HasStatus;
 use super::{Breaker, HealthStatus};
+use crate::credential::CredentialId;
 
 /// What the board remembers of one target. The default is a target never heard of.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -27,6 +28,11 @@ pub struct TargetRecord {
     pub breaker: Breaker,
     /// How many times in a row a half-open probe failed; grows the open time.
     pub reopens: u32,
+    /// The provider's credentials resting for this target's model only, each until its time:
+    /// a rate limit of the model rests the key for the model, and its other models are still
+    /// called with it (a limit the provider says is the account's rests the credential
+    /// itself, [`CredentialRecord::cooldown_until`]).
+    pub key_cooldowns: Vec<(CredentialId, Instant)>,
 }
 
 /// What the board remembers of one credential. The default is a credential never used.

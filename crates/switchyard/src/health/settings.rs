@@ -9,18 +9,19 @@ use std::time::Duration;
 /// use switchyard::health::HealthSettings;
 ///
 /// let settings = HealthSettings { failure_threshold: 5, ..HealthSettings::default() };
-/// assert_eq!(settings.open_for, Duration::from_secs(30));
+/// assert_eq!(settings.open_for, Duration::from_secs(5));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct HealthSettings {
     /// Consecutive breaker-counted failures that open a target's circuit (0 counts as 1).
     /// Default 3.
     pub failure_threshold: u32,
-    /// How long an opened circuit stays open before it lets probes through; also how long a
-    /// probe holds its slot. Default 30 s.
+    /// How long an opened circuit stays open before it lets a probe through. Default 5 s: a
+    /// short outage costs a few seconds after the provider is back, not minutes.
     pub open_for: Duration,
-    /// The longest an often re-opened circuit stays open (each failed probe doubles the time;
-    /// never less than `open_for`). Default 5 min.
+    /// The longest an often re-opened circuit stays open (each failed probe in a row doubles
+    /// the time: 5, 10, 20, 30 s by default; never less than `open_for`). Default 30 s: a
+    /// target is let through again at most this long after its last failed probe.
     pub open_max: Duration,
     /// How many probe requests a half-open circuit lets through at once (0 counts as 1).
     /// Default 1.
@@ -36,8 +37,8 @@ impl Default for HealthSettings {
     fn default() -> Self {
         Self {
             failure_threshold: 3,
-            open_for: Duration::from_secs(30),
-            open_max: Duration::from_secs(300),
+            open_for: Duration::from_secs(5),
+            open_max: Duration::from_secs(30),
             half_open_probes: 1,
             cooldown_on_rate_limit: Duration::from_secs(5),
             cooldown_on_error: Duration::ZERO,

@@ -31,6 +31,20 @@ pub struct TargetHealth {
     /// How long the status has held.
     #[serde(serialize_with = "ser_opt_ms")]
     pub since: Option<Duration>,
+    /// The provider's keys resting for this model only (after a rate limit of the model), and
+    /// for how long still; absent when none does.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub key_cooldowns: Vec<KeyCooldown>,
+}
+
+/// A key of a target's provider resting for the target's model only.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct KeyCooldown {
+    /// The key (an id, never the key).
+    pub credential_id: CredentialId,
+    /// How long it still rests for the model.
+    #[serde(serialize_with = "ser_ms")]
+    pub cooldown: Duration,
 }
 
 impl TargetHealth {
@@ -47,6 +61,12 @@ impl TargetHealth {
                 _ => None,
             },
             since: record.since.map(|s| now.saturating_duration_since(s)),
+            key_cooldowns: record
+                .key_cooldowns
+                .iter()
+                .filter(|(_, until)| *until > now)
+                .map(|(id, until)| KeyCooldown { credential_id: id.clone(), cooldown: *until - now })
+                .collect(),
         }
     }
 }
@@ -78,6 +98,10 @@ impl CredentialHealth {
             since: record.since.map(|s| now.saturating_duration_since(s)),
         }
     }
+}
+
+fn ser_ms<S: serde::Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(crate::trail::millis(*value))
 }
 
 fn ser_opt_ms<S: serde::Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {

@@ -3,9 +3,13 @@
 //! [`Run::apply`] is the one entry; the attempt itself (`attempt.rs`, `hedge.rs`) writes none
 //! of this.
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 
-use super::attempt::{Answered, AttemptEnd, Called, Callee, Failure, Hedged, Loss, Lost, Skip, Unsupported};
+use super::attempt::{
+    Answered, AttemptEnd, Called, Callee, Cut, Failure, Hedged, Loss, Lost, Skip, Unsupported,
+};
 use super::exchange::Exchange;
 use super::inner::Inner;
 use super::policy::{self, Chain, FailurePoint, Means, Next};
@@ -105,7 +109,7 @@ impl<'r, X: Exchange> Run<'r, X> {
             }
             Called::Failed(mut failure) => {
                 failure.attempt = failure.attempt.with_note(note);
-                if failure.cut {
+                if failure.cut == Cut::Deadline {
                     self.verdict.ran_out_of_time();
                 }
                 self.failed(tries, failure)
@@ -155,14 +159,14 @@ impl<'r, X: Exchange> Run<'r, X> {
     fn failed(&mut self, tries: &mut TargetTry, failure: Failure<'r>) -> Step {
         let Failure { who, cut, error, mut attempt } = failure;
         let inner = self.ctx.inner;
-        let events = if cut {
+        let events = if cut.says_nothing() {
             Vec::new()
         } else {
             inner.health.record_failure(&who.target, &who.slot.credential_ids, who.credential, &error)
         };
         // A probe whose outcome says nothing about the provider's health leaves the circuit
         // half-open for the next probe, instead of holding the slot.
-        if who.probe && (cut || !error.kind().counts_for_breaker()) {
+        if who.probe && (cut.says_nothing() || !error.kind().counts_for_breaker()) {
             inner.health.release_probe(&who.target, &who.slot.credential_ids);
         }
         let at = FailurePoint {
@@ -173,11 +177,13 @@ impl<'r, X: Exchange> Run<'r, X> {
             single_call: self.ctx.options.single_call,
             deadline: self.ctx.deadline,
             now: Instant::now(),
-            cut_by_deadline: cut,
+            cut_by_deadline: cut == Cut::Deadline,
             content_sent: false,
             special_chains: self.ctx.x.takes_special_chains(),
         };
-        let decision = policy::decide(&self.ctx.route, &error, &at, &mut Budgeted(inner));
+        let others_remain = self.plan.has_more();
+        let decision =
+            policy::decide_among(&self.ctx.route, &error, &at, others_remain, &mut Budgeted(inner));
         attempt.outcome = match decision.next {
             Next::Rotate | Next::Retry(_) => Outcome::Retried,
             Next::Switch(Chain::ContentPolicy) => Outcome::Redirected,
@@ -189,7 +195,7 @@ impl<'r, X: Exchange> Run<'r, X> {
         }
         inner.publish_all(events);
         self.record.failed(attempt);
-        self.carry_out(decision.next, tries, who.credential, error, cut)
+        self.carry_out(decision.next, tries, who.credential, error, cut == Cut::Deadline)
     }
 
     /// Does what the policy decided (a retry's backoff is slept by the walk, between attempts).
@@ -275,12 +281,12 @@ impl<'r, X: Exchange> Run<'r, X> {
         let says_nothing = match &lost.loss {
             Loss::Dropped => true,
             Loss::Failed { error, cut } => {
-                if !cut && !error.is_unsupported() {
+                if !cut.says_nothing() && !error.is_unsupported() {
                     let events =
                         health.record_failure(&who.target, &who.slot.credential_ids, who.credential, error);
                     self.ctx.inner.publish_all(events);
                 }
-                *cut || error.is_unsupported() || !error.kind().counts_for_breaker()
+                cut.says_nothing() || error.is_unsupported() || !error.kind().counts_for_breaker()
             }
         };
         if who.probe && says_nothing {
@@ -302,6 +308,8 @@ impl<'r, X: Exchange> Run<'r, X> {
             exclude: tries.exclude | (1 << who.credential),
             // Whether any other key passes, in whatever order.
             order: &[],
+            // A peek takes no probe.
+            probe_lease: Duration::ZERO,
         };
         matches!(self.ctx.inner.health.peek(&rotated), Gate::Pass { .. })
     }

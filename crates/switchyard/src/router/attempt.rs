@@ -14,6 +14,7 @@ use crate::health::{Gate, GateQuery};
 use crate::pacing::{Dispatch, PaceRequest, Pacer, Permit};
 use crate::provider::{Call, RateLimitSink};
 use crate::ratelimit::RateLimits;
+use crate::timeouts::{Timeouts, deadline_share};
 use crate::trace::TraceContext;
 use crate::trail::{Attempt, Outcome};
 use crate::{ErrorKind, ProviderError, Target};
@@ -71,11 +72,31 @@ pub(super) struct Unsupported {
     pub(super) attempt: Attempt,
 }
 
+/// Whether the router, not the provider, ended a call early: then it says nothing about the
+/// provider (no health, no latency, a probe's slot given back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cut {
+    /// The provider's own failure, or its own limit.
+    No,
+    /// The request's deadline passed: the walk is out of time.
+    Deadline,
+    /// Its first-byte wait was shortened to leave the targets after it a share of the
+    /// deadline (`timeouts::deadline_share`): the walk moves on.
+    Share,
+}
+
+impl Cut {
+    /// Whether the router ended the call, so that it says nothing about the provider.
+    pub(super) fn says_nothing(self) -> bool {
+        self != Cut::No
+    }
+}
+
 /// A call that failed, its error redacted and stamped.
 pub(super) struct Failure<'r> {
     pub(super) who: Callee<'r>,
-    /// The request's deadline, not the provider, cut it short.
-    pub(super) cut: bool,
+    /// Whether the router, not the provider, cut it short.
+    pub(super) cut: Cut,
     pub(super) error: ProviderError,
     /// Its record, outcome to be decided.
     pub(super) attempt: Attempt,
@@ -105,8 +126,8 @@ pub(super) struct Lost<'r> {
 pub(super) enum Loss {
     /// Dropped while it ran, or never sent: nothing is learnt of the target.
     Dropped,
-    /// It failed, with this error (redacted), cut short by the request's deadline or not.
-    Failed { error: ProviderError, cut: bool },
+    /// It failed, with this error (redacted), cut short by the router or not.
+    Failed { error: ProviderError, cut: Cut },
 }
 
 /// Who an attempt calls: a target, with one key of its provider.
@@ -150,12 +171,12 @@ pub(super) struct Reply<O> {
     pub(super) sent: Instant,
 }
 
-/// A call that did not answer: why, when it was sent, and whether the request's deadline (not
-/// the provider) cut it short. The error is as the provider gave it, not yet redacted.
+/// A call that did not answer: why, when it was sent, and whether the router (not the
+/// provider) cut it short. The error is as the provider gave it, not yet redacted.
 pub(super) struct Unanswered {
     pub(super) error: ProviderError,
     pub(super) sent: Instant,
-    pub(super) cut: bool,
+    pub(super) cut: Cut,
 }
 
 /// How one call ended.
@@ -188,7 +209,7 @@ impl<'r, X: Exchange> Run<'r, X> {
         let out = Outgoing { who, started, permit, span };
         match self.hedge_delay(tries) {
             None => {
-                let end = self.ctx.call(&out.who, out.permit.as_ref(), span).await;
+                let end = self.ctx.call(&out.who, out.permit.as_ref(), span, self.plan.remaining()).await;
                 AttemptEnd::Called(self.ended(out, end))
             }
             Some(delay) => self.send_hedged(out, delay).await,
@@ -229,7 +250,7 @@ impl<'r, X: Exchange> Run<'r, X> {
                 )
                 .failed(error.clone())
                 .with_note(Some("the pacer refused the call".to_owned()));
-                Err(Failure { who: who.clone(), cut: false, error, attempt })
+                Err(Failure { who: who.clone(), cut: Cut::No, error, attempt })
             }
         }
     }
@@ -291,6 +312,7 @@ impl<'r, X: Exchange> Context<'r, X> {
             force: tries.force,
             exclude: tries.exclude,
             order: &order,
+            probe_lease: self.probe_lease(now),
         };
         let (gate, events) = self.inner.health.admit(&query);
         self.inner.publish_all(events);
@@ -302,16 +324,18 @@ impl<'r, X: Exchange> Context<'r, X> {
         }
     }
 
-    /// Calls the provider within the attempt's limit and the request's deadline.
+    /// Calls the provider within the attempt's limits and the request's deadline; `later`
+    /// targets of the chain are still to try after this one, and a deadline leaves them their
+    /// share of it (`timeouts::deadline_share`).
     pub(super) async fn call(
         &self,
         who: &Callee<'_>,
         permit: Option<&Permit>,
         span: Option<TraceContext>,
+        later: usize,
     ) -> CallEnd<X::Output> {
-        let (limit, limit_name) = self.x.attempt_limit(&self.route);
         let sent = Instant::now();
-        let remaining = self.deadline.map_or(limit, |d| d.saturating_duration_since(sent).min(limit));
+        let limits = self.limits(sent, later);
         let sink = self.inner.pacer.as_ref().filter(|_| self.x.paced()).map(|pacer| PacerSink {
             pacer: &**pacer,
             provider: &who.slot.id,
@@ -321,26 +345,57 @@ impl<'r, X: Exchange> Context<'r, X> {
         let call = Call {
             model: who.target.model(),
             credential: who.credential(),
-            timeouts: self.route.timeouts(),
+            timeouts: &limits.timeouts,
             rate_limits: sink.as_ref().map(|s| s as &dyn RateLimitSink),
             forward: &self.options.forward_headers,
             trace: span,
         };
-        let (error, cut) = match tokio::time::timeout(remaining, self.x.call(&*who.slot.provider, call)).await
-        {
+        let called = tokio::time::timeout(limits.remaining, self.x.call(&*who.slot.provider, call)).await;
+        let (error, cut) = match called {
             Ok(Ok(output)) => return Ok(Reply { output, sent }),
-            Ok(Err(error)) => (error, false),
+            Ok(Err(error)) if error.is_silence() && limits.shared.is_some() => limits.share_spent(later),
+            Ok(Err(error)) => (error, Cut::No),
             // A timeout forced by the caller's deadline says nothing about the provider.
-            Err(_) if remaining < limit => {
-                let message = format!("request deadline passed after {remaining:?} of waiting");
-                (ProviderError::new(ErrorKind::Timeout, message), true)
+            Err(_) if limits.remaining < limits.limit => {
+                let message = format!("request deadline passed after {:?} of waiting", limits.remaining);
+                (ProviderError::new(ErrorKind::Timeout, message), Cut::Deadline)
+            }
+            Err(_) if limits.shared.is_some() => limits.share_spent(later),
+            // Nothing at all came (a stream that began to answer is held, not silent).
+            Err(_) if !self.x.answering() => {
+                let message = format!("no answer within the {} timeout of {:?}", limits.name, limits.limit);
+                (ProviderError::silence(message), Cut::No)
             }
             Err(_) => {
-                let message = format!("no answer within the {limit_name} timeout of {limit:?}");
-                (ProviderError::new(ErrorKind::Timeout, message), false)
+                let message = format!("no answer within the {} timeout of {:?}", limits.name, limits.limit);
+                (ProviderError::new(ErrorKind::Timeout, message), Cut::No)
             }
         };
         Err(Unanswered { error, sent, cut })
+    }
+
+    /// The limits of an attempt sent at `sent` with `later` targets after it: the route's,
+    /// with the first-byte wait (a call answered whole: its limit) shortened to the deadline's
+    /// share when that is shorter.
+    fn limits(&self, sent: Instant, later: usize) -> Limits {
+        let (mut limit, name) = self.x.attempt_limit(&self.route);
+        let mut timeouts = *self.route.timeouts();
+        let left = self.deadline.map(|d| d.saturating_duration_since(sent));
+        let share = left.and_then(|left| deadline_share(left, later));
+        let wait = if self.x.answers_whole() { &mut limit } else { &mut timeouts.first_byte };
+        let shared = share.filter(|share| *share < *wait);
+        if let Some(share) = shared {
+            *wait = share;
+        }
+        let remaining = left.map_or(limit, |left| left.min(limit));
+        Limits { timeouts, limit, name, remaining, shared }
+    }
+
+    /// How long a call made now may last: its limit, within the request's deadline. A probe
+    /// holds its circuit's half-open slot that long at most.
+    pub(super) fn probe_lease(&self, now: Instant) -> Duration {
+        let (limit, _) = self.x.attempt_limit(&self.route);
+        self.deadline.map_or(limit, |d| d.saturating_duration_since(now).min(limit))
     }
 
     /// A hedge's pacing permit, only if it can go now: a hedge that would wait is no hedge.
@@ -361,7 +416,7 @@ impl<'r, X: Exchange> Context<'r, X> {
     /// the caller's deadline, which says nothing about the provider).
     pub(super) fn measure(&self, target: &Target, took: Duration, failed: Option<&Unanswered>) {
         let says_speed = failed.is_none_or(|miss| {
-            !miss.cut
+            !miss.cut.says_nothing()
                 && matches!(
                     miss.error.kind(),
                     ErrorKind::Timeout
@@ -373,6 +428,29 @@ impl<'r, X: Exchange> Context<'r, X> {
         if says_speed && self.x.measured() {
             self.inner.latency.record(target, took);
         }
+    }
+}
+
+/// What bounds one attempt: the timeouts the provider is given, the attempt's own limit and
+/// its name, what is left of it within the deadline, and the deadline's share when that
+/// shortened the first-byte wait.
+struct Limits {
+    timeouts: Timeouts,
+    limit: Duration,
+    name: &'static str,
+    remaining: Duration,
+    shared: Option<Duration>,
+}
+
+impl Limits {
+    /// The silence of an attempt whose first-byte wait the deadline's share shortened: the
+    /// router's cut, not the provider's failure.
+    fn share_spent(&self, later: usize) -> (ProviderError, Cut) {
+        let share = self.shared.unwrap_or(self.limit);
+        let message = format!(
+            "no answer within {share:?}, its first-byte wait shortened to leave the {later} target(s) after it a share of the request deadline"
+        );
+        (ProviderError::silence(message), Cut::Share)
     }
 }
 

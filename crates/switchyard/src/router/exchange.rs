@@ -28,6 +28,12 @@ pub(crate) trait Exchange: Sync {
     /// limit for the error message.
     fn attempt_limit(&self, route: &Route) -> (Duration, &'static str);
 
+    /// Whether the call says nothing until its whole answer, so that its first-byte wait is
+    /// the attempt's limit; otherwise (a stream) its first content ends the `first_byte` wait.
+    fn answers_whole(&self) -> bool {
+        false
+    }
+
     /// Whether the answer is a content-filter refusal.
     fn is_content_filtered(&self, output: &Self::Output) -> bool;
 
@@ -97,6 +103,10 @@ impl Exchange for ChatExchange<'_> {
         provider.chat(call, self.request)
     }
 
+    fn answers_whole(&self) -> bool {
+        true
+    }
+
     fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {
         (route.timeouts().total, "total")
     }
@@ -134,6 +144,10 @@ impl Exchange for EmbeddingsExchange<'_> {
         call: Call<'a>,
     ) -> BoxFuture<'a, Result<EmbeddingsResponse, ProviderError>> {
         provider.embeddings(call, self.0)
+    }
+
+    fn answers_whole(&self) -> bool {
+        true
     }
 
     fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {
@@ -197,6 +211,10 @@ impl Exchange for CountTokensExchange<'_> {
         call: Call<'a>,
     ) -> BoxFuture<'a, Result<TokenCount, ProviderError>> {
         provider.count_tokens(call, self.0)
+    }
+
+    fn answers_whole(&self) -> bool {
+        true
     }
 
     fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {

@@ -158,13 +158,16 @@ impl<'r, X: Exchange> Run<'r, X> {
     ) -> AttemptEnd<'r, X::Output> {
         let hedge_span = self.ctx.options.trace.map(|trace| trace.child());
         let (ctx, plan, record) = (&self.ctx, &self.plan, &self.record);
+        let later = plan.remaining();
         let start = || {
             let who = ctx.admit_hedge(plan, &first.who.target)?;
             record.hedge_started(ctx.route.name(), &first.who.target, &who.target, delay);
             let hedge = HedgeRun { who: who.clone(), sent: Instant::now(), span: hedge_span };
-            Some((hedge, async move { ctx.call_hedge(&who, hedge_span).await }))
+            // The hedge's target is one of those after the first.
+            Some((hedge, async move { ctx.call_hedge(&who, hedge_span, later.saturating_sub(1)).await }))
         };
-        let raced = race(ctx.call(&first.who, first.permit.as_ref(), first.span), start, delay).await;
+        let first_call = ctx.call(&first.who, first.permit.as_ref(), first.span, later);
+        let raced = race(first_call, start, delay).await;
         match raced {
             Raced::Alone(end) => AttemptEnd::Called(self.ended(first, end)),
             Raced::FirstEnded { first: end, hedge, hedge_failed } => {
@@ -325,6 +328,7 @@ impl<'r, X: Exchange> Context<'r, X> {
             force: false,
             exclude: 0,
             order: &order,
+            probe_lease: self.probe_lease(Instant::now()),
         };
         if !matches!(inner.health.peek(&query), Gate::Pass { .. }) || !budget.try_spend() {
             return None;
@@ -343,9 +347,10 @@ impl<'r, X: Exchange> Context<'r, X> {
         &self,
         who: &Callee<'_>,
         span: Option<TraceContext>,
+        later: usize,
     ) -> Result<(Reply<X::Output>, Option<Permit>), HedgeMiss> {
         let Ok(permit) = self.hedge_permit(who).await else { return Err(HedgeMiss::NotSent) };
-        match self.call(who, permit.as_ref(), span).await {
+        match self.call(who, permit.as_ref(), span, later).await {
             Ok(reply) => Ok((reply, permit)),
             Err(failed) => Err(HedgeMiss::Failed(failed, permit)),
         }

@@ -71,6 +71,11 @@ impl Plan {
         !self.queue.is_empty()
     }
 
+    /// How many targets are still to try after the current one.
+    pub(super) fn remaining(&self) -> usize {
+        self.queue.len()
+    }
+
     /// The next target that is not `not`, without taking it (a hedge's).
     pub(super) fn peek_other(&self, not: &Target) -> Option<Target> {
         self.queue.iter().map(|(target, _)| target).find(|target| *target != not).cloned()

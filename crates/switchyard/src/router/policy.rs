@@ -99,11 +99,24 @@ impl Means for NoMeans {
     }
 }
 
-/// Decides what follows `error` at `at` on `route`.
+/// Decides what follows `error` at `at` on `route`, with no other target of the chain left to
+/// try (see [`decide_among`]).
 pub(super) fn decide(
     route: &Route,
     error: &ProviderError,
     at: &FailurePoint,
+    means: &mut dyn Means,
+) -> Decision {
+    decide_among(route, error, at, false, means)
+}
+
+/// Decides what follows `error` at `at` on `route`; `others_remain` when another target of the
+/// chain is still to try after this one.
+pub(super) fn decide_among(
+    route: &Route,
+    error: &ProviderError,
+    at: &FailurePoint,
+    others_remain: bool,
     means: &mut dyn Means,
 ) -> Decision {
     let kind = error.kind();
@@ -123,6 +136,11 @@ pub(super) fn decide(
     // Another key of the same provider can fix what this key broke.
     if at.can_rotate && matches!(kind, ErrorKind::Auth | ErrorKind::QuotaExceeded) {
         return Decision::new(Next::Rotate, Some("trying the provider's next credential".to_owned()));
+    }
+    // A target that said nothing is not asked again while another may answer at once.
+    if error.is_silence() && others_remain && !at.no_fallback && route.falls_back_on(error) {
+        let note = "said nothing within its first-byte wait: not asked again while another target remains";
+        return Decision::new(Next::MoveOn, Some(note.to_owned()));
     }
     let note = match retry(route, error, at, means) {
         Ok(delay) => return Decision::new(Next::Retry(delay), None),

@@ -121,10 +121,7 @@ async fn prefetch(
     let (mut stream, mut buffer, alive) = if timeouts.first_byte <= timeouts.total {
         let limit = timeouts.first_byte;
         tokio::time::timeout(limit, first).await.map_err(|_| {
-            ProviderError::new(
-                ErrorKind::Timeout,
-                format!("no answer within the first_byte timeout of {limit:?}"),
-            )
+            ProviderError::silence(format!("no answer within the first_byte timeout of {limit:?}"))
         })??
     } else {
         first.await?

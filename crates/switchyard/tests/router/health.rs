@@ -546,3 +546,67 @@ async fn the_health_view_lists_every_configured_target_and_key_as_unknown_before
     router.reset_all();
     assert_eq!(view(&router), all_unknown, "after a reset");
 }
+
+/// One key of provider `p`, whose `model-a` fails with `failure` on every call and whose
+/// `model-b` answers; the route tries `model-a` three times, then `model-b`.
+fn one_key_two_models(failure: Step) -> (Router, SimulatedProvider, SimulatedProvider) {
+    use switchyard::ProviderEntry;
+    use switchyard::credential::Secret;
+    let a = SimulatedProvider::new().script(std::iter::repeat_n(failure, 100));
+    let b = SimulatedProvider::new();
+    let provider = ByModel(vec![("model-a", a.clone()), ("model-b", b.clone())]);
+    let route = Route::builder("default").target("p:model-a").target("p:model-b").retry(quick_retry(3));
+    let router = Router::builder()
+        .provider(ProviderEntry::new("p", provider).key(Secret::new("sk-the-only-key-0001")))
+        .route(route.build().unwrap())
+        .build()
+        .unwrap();
+    (router, a, b)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_limit_of_one_model_rests_the_key_for_that_model_only() {
+    let (router, a, b) = one_key_two_models(Step::fail(ErrorKind::RateLimited));
+
+    let answer = router.chat(&request("default")).await.expect("the other model answers");
+    assert_eq!(answer.served_by.to_string(), "p:model-b");
+    assert_eq!(
+        answer.trail.outcomes(),
+        vec![Outcome::Retried, Outcome::Retried, Outcome::Failed, Outcome::Ok]
+    );
+    assert_eq!((a.calls(), b.calls()), (3, 1));
+
+    // The key still rests for model-a, and serves model-b.
+    let next = router.chat(&request("default")).await.unwrap();
+    assert_eq!(next.trail.outcomes(), vec![Outcome::SkippedUnhealthy, Outcome::Ok]);
+    assert_eq!(next.trail.attempts()[0].note.as_deref(), Some("every credential is cooling down"));
+    let key = router.credentials("p").unwrap()[0].id().clone();
+    let health = router.target_health(&target("p:model-a"));
+    assert_eq!(health.status, HealthStatus::RateLimited);
+    assert_eq!(health.key_cooldowns.iter().map(|k| &k.credential_id).collect::<Vec<_>>(), [&key]);
+    let credential = router.health().credentials.into_iter().find(|c| c.credential_id == key).unwrap();
+    assert_eq!((credential.status, credential.cooldown), (HealthStatus::Available, None), "not benched");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_limit_the_provider_says_is_the_account_s_rests_the_key_for_every_model() {
+    let account = typical_error(ErrorKind::RateLimited).account_wide();
+    let (router, a, b) = one_key_two_models(Step::Fail(account));
+
+    let error = router.chat(&request("default")).await.expect_err("the only key rests for every model");
+    assert_eq!(error.kind(), Some(ErrorKind::RateLimited));
+    assert_eq!(
+        outcomes_of(&error),
+        vec![Outcome::Retried, Outcome::Retried, Outcome::Failed, Outcome::SkippedUnhealthy]
+    );
+    assert_eq!((a.calls(), b.calls()), (3, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn quota_spent_on_one_model_benches_the_key_for_every_model() {
+    let (router, a, b) = one_key_two_models(Step::fail(ErrorKind::QuotaExceeded));
+
+    let error = router.chat(&request("default")).await.expect_err("the only key is out of quota");
+    assert_eq!(outcomes_of(&error), vec![Outcome::Failed, Outcome::SkippedExhausted]);
+    assert_eq!((a.calls(), b.calls()), (1, 0));
+}

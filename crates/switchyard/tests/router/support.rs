@@ -102,3 +102,47 @@ impl switchyard::provider::Provider for Echo {
         Box::pin(async { Err(switchyard::ProviderError::new(ErrorKind::Unavailable, "no streams")) })
     }
 }
+
+/// A provider whose models answer apart, each as its own simulated provider scripts it (a
+/// model it does not list fails as not found).
+pub struct ByModel(pub Vec<(&'static str, SimulatedProvider)>);
+
+impl ByModel {
+    fn model(&self, name: &str) -> Result<&SimulatedProvider, switchyard::ProviderError> {
+        self.0.iter().find(|(model, _)| *model == name).map(|(_, sim)| sim).ok_or_else(|| {
+            switchyard::ProviderError::new(ErrorKind::ModelNotFound, format!("no model {name}"))
+        })
+    }
+}
+
+impl switchyard::provider::Provider for ByModel {
+    fn kind(&self) -> &str {
+        "by-model"
+    }
+
+    fn chat<'a>(
+        &'a self,
+        call: switchyard::provider::Call<'a>,
+        request: &'a ChatRequest,
+    ) -> switchyard::provider::BoxFuture<'a, Result<switchyard::chat::ChatResponse, switchyard::ProviderError>>
+    {
+        match self.model(call.model) {
+            Ok(sim) => sim.chat(call, request),
+            Err(error) => Box::pin(async move { Err(error) }),
+        }
+    }
+
+    fn chat_stream<'a>(
+        &'a self,
+        call: switchyard::provider::Call<'a>,
+        request: &'a ChatRequest,
+    ) -> switchyard::provider::BoxFuture<
+        'a,
+        Result<switchyard::provider::ChunkStream, switchyard::ProviderError>,
+    > {
+        match self.model(call.model) {
+            Ok(sim) => sim.chat_stream(call, request),
+            Err(error) => Box::pin(async move { Err(error) }),
+        }
+    }
+}

@@ -48,10 +48,12 @@ impl Validator<'_> {
 
     pub(super) fn health(&mut self, config: &file::HealthConfig) -> HealthSettings {
         let default = HealthSettings::default();
+        let open_for = config.open_for.map_or(default.open_for, |d| d.0);
         let settings = HealthSettings {
             failure_threshold: config.failure_threshold.unwrap_or(default.failure_threshold),
-            open_for: config.open_for.map_or(default.open_for, |d| d.0),
-            open_max: config.open_max.map_or(default.open_max, |d| d.0),
+            open_for,
+            // Unset, the bound is never below the first open time it bounds.
+            open_max: config.open_max.map_or(default.open_max.max(open_for), |d| d.0),
             half_open_probes: config.half_open_probes.unwrap_or(default.half_open_probes),
             cooldown_on_rate_limit: config
                 .cooldown_on_rate_limit

@@ -72,9 +72,10 @@ enum Situation {
     ContentSent,
     Embeddings,
     SingleCall,
+    LastTarget,
 }
 
-const SITUATIONS: [Situation; 10] = [
+const SITUATIONS: [Situation; 11] = [
     Situation::FirstTry,
     Situation::RetriesLeft,
     Situation::RetriesSpent,
@@ -85,6 +86,7 @@ const SITUATIONS: [Situation; 10] = [
     Situation::ContentSent,
     Situation::Embeddings,
     Situation::SingleCall,
+    Situation::LastTarget,
 ];
 
 /// What follows, in short: Retry, Rotate, Switch to the context-window or content-policy
@@ -110,24 +112,34 @@ fn short(next: Next) -> Short {
     }
 }
 
-fn decide_in(kind: ErrorKind, situation: Situation) -> Decision {
+/// Decides after `error` in `situation`: on the general chain of two targets, the first, so
+/// another target remains, unless the situation has none (the content-policy chain's one
+/// target, a named target, fallback off, a stream that sent content, the last target).
+fn decide_in(error: &ProviderError, situation: Situation) -> Decision {
     let general = route();
     let explicit = general.for_named_target("a:m".parse::<Target>().unwrap());
     let mut at = first_try();
     let mut on = &general;
+    let mut others_remain = false;
     match situation {
-        Situation::FirstTry => {}
-        Situation::RetriesLeft => at.retries = 1,
-        Situation::RetriesSpent => at.retries = 2,
-        Situation::AnotherKey => at.can_rotate = true,
+        Situation::FirstTry => others_remain = true,
+        Situation::RetriesLeft => (at.retries, others_remain) = (1, true),
+        Situation::RetriesSpent => (at.retries, others_remain) = (2, true),
+        Situation::AnotherKey => (at.can_rotate, others_remain) = (true, true),
         Situation::ContentPolicyUsed => at.chain = Chain::ContentPolicy,
         Situation::ExplicitTarget => on = &explicit,
         Situation::FallbackOff => at.no_fallback = true,
         Situation::ContentSent => at.content_sent = true,
-        Situation::Embeddings => at.special_chains = false,
+        Situation::Embeddings => (at.special_chains, others_remain) = (false, true),
         Situation::SingleCall => (at.single_call, at.no_fallback, at.can_rotate) = (true, true, true),
+        Situation::LastTarget => {}
     }
-    decide(on, &ProviderError::new(kind, "test"), &at, &mut means())
+    decide_among(on, error, &at, others_remain, &mut means())
+}
+
+/// A timeout of a target that said nothing within its first-byte wait.
+fn silence() -> ProviderError {
+    ProviderError::silence("test")
 }
 
 #[tokio::test(start_paused = true)]
@@ -135,28 +147,47 @@ async fn every_kind_of_the_catalog_in_every_situation() {
     use Short::*;
     // Columns: first try, retries left, retries spent, another key, content policy used,
     // explicit target, fallback off, streamed content sent, an embeddings request, a single
-    // call (which has fallback off, and another key it does not take).
-    let table: [(ErrorKind, [Short; 10]); 13] = [
-        (ErrorKind::RateLimited, [R, R, M, R, R, R, R, S, R, S]),
-        (ErrorKind::QuotaExceeded, [M, M, M, K, M, M, S, S, M, S]),
-        (ErrorKind::Timeout, [R, R, M, R, R, R, R, S, R, S]),
-        (ErrorKind::Transport, [R, R, M, R, R, R, R, S, R, S]),
-        (ErrorKind::Unavailable, [R, R, M, R, R, R, R, S, R, S]),
-        (ErrorKind::MalformedResponse, [R, R, M, R, R, R, R, S, R, S]),
-        (ErrorKind::Auth, [M, M, M, K, M, M, S, S, M, S]),
-        (ErrorKind::ModelNotFound, [M, M, M, M, M, M, S, S, M, S]),
-        (ErrorKind::ContextLength, [W, W, W, W, S, S, S, S, S, S]),
-        (ErrorKind::ContentFiltered, [P, P, P, P, S, S, S, S, S, S]),
-        (ErrorKind::InvalidRequest, [S, S, S, S, S, S, S, S, S, S]),
-        (ErrorKind::SchemaViolation, [S, S, S, S, S, S, S, S, S, S]),
-        (ErrorKind::Cancelled, [S, S, S, S, S, S, S, S, S, S]),
+    // call (which has fallback off, and another key it does not take), the chain's last target.
+    let of = |kind| ProviderError::new(kind, "test");
+    let table: [(ProviderError, [Short; 11]); 14] = [
+        (of(ErrorKind::RateLimited), [R, R, M, R, R, R, R, S, R, S, R]),
+        (of(ErrorKind::QuotaExceeded), [M, M, M, K, M, M, S, S, M, S, M]),
+        (of(ErrorKind::Timeout), [R, R, M, R, R, R, R, S, R, S, R]),
+        // Said nothing within the first-byte wait: the next target at once while one remains.
+        (silence(), [M, M, M, M, R, R, R, S, M, S, R]),
+        (of(ErrorKind::Transport), [R, R, M, R, R, R, R, S, R, S, R]),
+        (of(ErrorKind::Unavailable), [R, R, M, R, R, R, R, S, R, S, R]),
+        (of(ErrorKind::MalformedResponse), [R, R, M, R, R, R, R, S, R, S, R]),
+        (of(ErrorKind::Auth), [M, M, M, K, M, M, S, S, M, S, M]),
+        (of(ErrorKind::ModelNotFound), [M, M, M, M, M, M, S, S, M, S, M]),
+        (of(ErrorKind::ContextLength), [W, W, W, W, S, S, S, S, S, S, W]),
+        (of(ErrorKind::ContentFiltered), [P, P, P, P, S, S, S, S, S, S, P]),
+        (of(ErrorKind::InvalidRequest), [S, S, S, S, S, S, S, S, S, S, S]),
+        (of(ErrorKind::SchemaViolation), [S, S, S, S, S, S, S, S, S, S, S]),
+        (of(ErrorKind::Cancelled), [S, S, S, S, S, S, S, S, S, S, S]),
     ];
-    for (kind, row) in table {
+    for (error, row) in table {
         for (situation, expected) in SITUATIONS.into_iter().zip(row) {
-            let decision = decide_in(kind, situation);
-            assert_eq!(short(decision.next), expected, "{kind:?} at {situation:?}: {decision:?}");
+            let decision = decide_in(&error, situation);
+            assert_eq!(short(decision.next), expected, "{error:?} at {situation:?}: {decision:?}");
         }
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn silence_is_asked_again_when_the_route_does_not_fall_back_on_timeouts() {
+    let narrow = Route::builder("default")
+        .target("a:m")
+        .target("b:m")
+        .retry(Retry { max_attempts: 3, ..Retry::default() })
+        .fallback_on(crate::route::ErrorFilter::Kinds(vec![ErrorKind::Unavailable]))
+        .build()
+        .unwrap();
+    let decision = decide_among(&narrow, &silence(), &first_try(), true, &mut means());
+    assert!(matches!(decision.next, Next::Retry(_)), "{decision:?}");
+    let decision = decide_among(&route(), &silence(), &first_try(), true, &mut means());
+    assert_eq!(decision.next, Next::MoveOn);
+    assert!(decision.note.unwrap().contains("not asked again"));
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,0 +1,114 @@
+//! Time and silence: a target that says nothing is not waited on again while another could
+//! answer, and a request's deadline leaves the targets after the first their share.
+
+use std::time::Duration;
+
+use switchyard::route::{Route, Timeouts};
+use switchyard::simulated::{SimulatedProvider, Step};
+use switchyard::trail::Outcome;
+use switchyard::{ErrorKind, RequestOptions, Router};
+use tokio::time::Instant;
+
+use crate::support::*;
+
+/// `silent:m`, which accepts every call and never answers, then a healthy `ok:m`; three tries
+/// per target, with `timeouts`.
+fn silent_then_ok(timeouts: Timeouts) -> (Router, SimulatedProvider, SimulatedProvider) {
+    let silent = SimulatedProvider::new().script(std::iter::repeat_n(Step::Hang, 10));
+    let ok = SimulatedProvider::new();
+    let route =
+        Route::builder("default").target("silent:m").target("ok:m").retry(quick_retry(3)).timeouts(timeouts);
+    (router(&[("silent", &silent), ("ok", &ok)], route), silent, ok)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_silent_past_its_first_byte_wait_goes_to_the_next_target_at_once() {
+    let timeouts = Timeouts { first_byte: Duration::from_secs(15), ..Timeouts::default() };
+    let (router, silent, ok) = silent_then_ok(timeouts);
+
+    let start = Instant::now();
+    let stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+
+    assert_eq!(start.elapsed(), Duration::from_secs(15), "one first-byte wait, not three");
+    assert_eq!(stream.served_by().to_string(), "ok:m");
+    assert_eq!(stream.trail().outcomes(), vec![Outcome::Failed, Outcome::Ok]);
+    let first = &stream.trail().attempts()[0];
+    assert_eq!(
+        (first.target().unwrap().as_str(), first.error_kind()),
+        ("silent:m", Some(ErrorKind::Timeout))
+    );
+    assert!(first.error.as_ref().is_some_and(|e| e.is_silence()), "{first:?}");
+    assert!(first.note.as_deref().unwrap_or_default().contains("not asked again"), "{first:?}");
+    assert_eq!((silent.calls(), ok.calls()), (1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_unanswered_within_its_limit_goes_to_the_next_target_at_once() {
+    let timeouts = Timeouts { total: Duration::from_secs(15), ..Timeouts::default() };
+    let (router, silent, _) = silent_then_ok(timeouts);
+
+    let start = Instant::now();
+    let answer = router.chat(&request("default")).await.unwrap();
+
+    assert_eq!(start.elapsed(), Duration::from_secs(15));
+    assert_eq!(answer.served_by.to_string(), "ok:m");
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Failed, Outcome::Ok]);
+    assert_eq!(silent.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_last_target_is_still_retried() {
+    let silent = SimulatedProvider::new().script([Step::Hang, Step::Reply]);
+    let timeouts = Timeouts { first_byte: Duration::from_secs(15), ..Timeouts::default() };
+    let route = Route::builder("default").target("silent:m").retry(quick_retry(3)).timeouts(timeouts);
+    let router = router(&[("silent", &silent)], route);
+
+    let stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+
+    assert_eq!(stream.trail().outcomes(), vec![Outcome::Retried, Outcome::Ok]);
+    assert_eq!(silent.calls(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_leaves_the_fallback_its_share_when_the_first_target_is_silent() {
+    let timeouts = Timeouts {
+        first_byte: Duration::from_secs(30),
+        deadline: Some(Duration::from_secs(10)),
+        ..Timeouts::default()
+    };
+    let (router, silent, ok) = silent_then_ok(timeouts);
+
+    let start = Instant::now();
+    let stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(5),
+        "half of the 10 s deadline, with one target after it"
+    );
+    assert_eq!(stream.served_by().to_string(), "ok:m");
+    assert_eq!(stream.trail().outcomes(), vec![Outcome::Failed, Outcome::Ok]);
+    let first = stream.trail().attempts()[0].error.clone().unwrap();
+    assert!(first.is_silence() && first.detail().contains("share of the request deadline"), "{first:?}");
+    assert_eq!((silent.calls(), ok.calls()), (1, 1));
+    let health = router.target_health(&"silent:m".parse().unwrap());
+    assert_eq!(health.consecutive_failures, 0, "a wait the deadline shortened is not held against it");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_leaves_the_fallback_its_share_of_a_call_answered_whole() {
+    let options = RequestOptions { deadline: Some(Duration::from_secs(9)), ..RequestOptions::default() };
+    let silent = SimulatedProvider::new().script([Step::Hang]);
+    let slow = SimulatedProvider::new().script([Step::Hang]);
+    let ok = SimulatedProvider::new();
+    let route = Route::builder("default").target("silent:m").target("slow:m").target("ok:m");
+    let router = router(&[("silent", &silent), ("slow", &slow), ("ok", &ok)], route);
+
+    let start = Instant::now();
+    let answer = router.chat_with(&request("default"), &options).await.unwrap();
+
+    // A third of 9 s, then half of the 6 s left.
+    assert_eq!(start.elapsed(), Duration::from_secs(6));
+    assert_eq!(answer.served_by.to_string(), "ok:m");
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Failed, Outcome::Failed, Outcome::Ok]);
+}
