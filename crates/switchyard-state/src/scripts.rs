@@ -388,8 +388,8 @@ for h = 0, 3 do
         cur[f .. 'g'] = '0'
       end
       -- An answer of the window that closed (late: its reset is no later than that
-      -- window's end) opens nothing.
-      local stale = closed ~= nil and reset ~= nil and now + reset <= closed + margin
+      -- window's end, or already due, which says nothing of the next window) opens nothing.
+      local stale = closed ~= nil and reset ~= nil and (reset <= margin or now + reset <= closed + margin)
       if not stale then
         -- Requests granted since the window closed may still be on their way, uncounted
         -- by the provider: all but the one this answer may be (none, when the fleet did
