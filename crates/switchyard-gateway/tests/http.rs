@@ -656,8 +656,10 @@ async fn admin_health_and_metrics_show_each_targets_recent_latency() {
     }
     let health = json_of(gateway.get("/admin/health", ADMIN_KEY).await).await;
     let latency = &health["targets"][0]["latency"];
+    // Real time on a shared machine: at least the provider's 40 ms, and of its order (not
+    // seconds, not a unit off), however late the scheduler ran the gateway.
     let p50 = latency["p50_ms"].as_f64().unwrap();
-    assert!((38.0..=44.0).contains(&p50), "{latency}");
+    assert!((38.0..200.0).contains(&p50), "{latency}");
     assert_eq!(latency["samples"], 3.0);
     let metrics = gateway.get("/metrics", ADMIN_KEY).await.text().await.unwrap();
     let line = metrics
@@ -665,7 +667,8 @@ async fn admin_health_and_metrics_show_each_targets_recent_latency() {
         .find(|l| l.starts_with("switchyard_target_latency_seconds{target=\"slow:m\",quantile=\"0.5\"}"))
         .unwrap_or_else(|| panic!("{metrics}"));
     let seconds: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
-    assert!((0.038..=0.044).contains(&seconds), "{line}");
+    assert!((0.038..0.2).contains(&seconds), "{line}");
+    assert!((seconds * 1000.0 - p50).abs() < 1.0, "the same figure as /admin/health: {line}, {p50} ms");
 }
 
 #[tokio::test]
