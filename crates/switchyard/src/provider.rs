@@ -89,6 +89,16 @@ pub trait Provider: Send + Sync + 'static {
         false
     }
 
+    /// Whether the provider continues an answer from a final assistant message (a prefill)
+    /// rather than answering it anew: how a stream broken after its first content is finished
+    /// by another target ([`Route::continuation`](crate::route::Route::continuation)). Claude
+    /// does on every cloud; an OpenAI-compatible server does when its operator says so. The
+    /// default (no) has the router ask such a target for the whole answer again instead, kept
+    /// only if it begins with exactly what the caller already has.
+    fn accepts_prefill(&self) -> bool {
+        false
+    }
+
     /// Prepares what the provider keeps per thread (connection pools, TLS roots), so that the
     /// first request a thread sends does not pay for it. A server calls it on each of its
     /// threads before serving; the default does nothing.

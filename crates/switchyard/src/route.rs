@@ -400,8 +400,15 @@ impl Route {
         self.stream_upstream
     }
 
-    /// Whether a stream that breaks after its first text is continued on the next target from
-    /// what the client already has. Default on.
+    /// Whether a stream that breaks after its first text (cut, stalled past `idle`, failed by an
+    /// error event) is finished by the route's other targets: one that accepts a prefill
+    /// ([`Provider::accepts_prefill`](crate::provider::Provider::accepts_prefill)) continues from
+    /// what the caller already has; another may regenerate the answer, kept only when it begins
+    /// with exactly that text. Its text follows on the caller's stream, so the caller receives
+    /// one whole answer; the trail marks the attempt `continued`. Only text (not a tool call, a
+    /// refusal, a structured answer or several choices), once per request, never when the
+    /// caller's deadline cut the stream; when no target continues, the caller is told of the
+    /// original break. Default on.
     pub fn continuation(&self) -> bool {
         self.continuation
     }

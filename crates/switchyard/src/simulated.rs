@@ -116,6 +116,8 @@ struct State {
     chunk_gap: Duration,
     /// Answers a non-streamed chat through its stream when the route streams upstream.
     streams_upstream: bool,
+    /// Continues a prefilled answer.
+    accepts_prefill: bool,
     embedding_dims: usize,
     calls: AtomicU64,
     /// An operator's fault drill, over the configured error rates and latency.
@@ -168,6 +170,7 @@ impl SimulatedProvider {
                 stream_chunks: 4,
                 chunk_gap: Duration::ZERO,
                 streams_upstream: false,
+                accepts_prefill: false,
                 embedding_dims: 8,
                 calls: AtomicU64::new(0),
                 drill: Mutex::new(Drill::default()),
@@ -229,6 +232,13 @@ impl SimulatedProvider {
         self.edit(|s| s.streams_upstream = on)
     }
 
+    /// Continues an answer from a final assistant message (a prefill), as Claude does: the
+    /// reply is what follows that text in the reply it would give, or the whole reply when
+    /// it does not begin so (default: no, a prefill is answered anew).
+    pub fn accepts_prefill(self, on: bool) -> Self {
+        self.edit(|s| s.accepts_prefill = on)
+    }
+
     /// Appends steps to the script of a provider already in use.
     pub fn push_steps(&self, steps: impl IntoIterator<Item = Step>) {
         self.state.script.lock().unwrap_or_else(|p| p.into_inner()).extend(steps);
@@ -284,6 +294,18 @@ impl SimulatedProvider {
     }
 
     fn reply_text(&self, request: &ChatRequest, model: &str) -> String {
+        let whole = self.whole_reply(request, model);
+        let prefill = match request.messages.last() {
+            Some(last) if self.state.accepts_prefill && last.role == Role::Assistant => last.text_content(),
+            _ => None,
+        };
+        match prefill {
+            Some(prefill) => whole.strip_prefix(prefill.as_str()).map_or(whole.clone(), str::to_owned),
+            None => whole,
+        }
+    }
+
+    fn whole_reply(&self, request: &ChatRequest, model: &str) -> String {
         if let Some(text) = &self.state.reply {
             return text.clone();
         }
@@ -381,6 +403,10 @@ impl Provider for SimulatedProvider {
 
     fn streams_upstream(&self) -> bool {
         self.state.streams_upstream
+    }
+
+    fn accepts_prefill(&self) -> bool {
+        self.state.accepts_prefill
     }
 
     fn chat<'a>(

@@ -33,6 +33,9 @@ pub enum Outcome {
     Candidate,
     /// Stopped unfinished: the other of a hedged pair answered first (the note says which).
     Cancelled,
+    /// It finished an answer another target's stream broke off: asked to continue from what the
+    /// caller already had, its text followed on the same stream.
+    Continued,
 }
 
 impl Outcome {
@@ -48,6 +51,7 @@ impl Outcome {
             Outcome::Redirected => "redirected",
             Outcome::Candidate => "candidate",
             Outcome::Cancelled => "cancelled",
+            Outcome::Continued => "continued",
         }
     }
 
@@ -125,6 +129,9 @@ pub struct Attempt {
     pub span_id: Option<u64>,
     /// Events of its stream skipped as unreadable (each said in the note).
     pub skipped_events: u32,
+    /// What the provider counted for this attempt, where the request's usage does not say it
+    /// alone: the two attempts of a continued stream (the broken one's as far as it told).
+    pub usage: Option<crate::chat::Usage>,
 }
 
 impl Attempt {
@@ -152,6 +159,7 @@ impl Attempt {
             note: None,
             span_id: None,
             skipped_events: 0,
+            usage: None,
         }
     }
 
@@ -177,6 +185,7 @@ impl Attempt {
             note: Some(reason),
             span_id: None,
             skipped_events: 0,
+            usage: None,
         }
     }
 
@@ -196,6 +205,7 @@ impl Attempt {
             note: None,
             span_id: None,
             skipped_events: 0,
+            usage: None,
         }
     }
 
@@ -269,6 +279,9 @@ impl Serialize for Attempt {
         if self.skipped_events > 0 {
             map.serialize_entry("skipped_events", &self.skipped_events)?;
         }
+        if let Some(usage) = &self.usage {
+            map.serialize_entry("usage", usage)?;
+        }
         map.end()
     }
 }
@@ -341,6 +354,11 @@ impl Trail {
         self.0.iter().map(|a| a.outcome).collect()
     }
 
+    /// Adds `other`'s attempts after these.
+    pub(crate) fn append(&mut self, other: Trail) {
+        self.0.extend(other.0);
+    }
+
     pub(crate) fn push(&mut self, attempt: Attempt) {
         self.0.push(attempt);
     }
@@ -355,7 +373,10 @@ impl Trail {
 
     /// The attempt that answered from `target`: the last `ok` one to it.
     pub(crate) fn serving_mut(&mut self, target: &Target) -> Option<&mut Attempt> {
-        self.0.iter_mut().rev().find(|a| a.outcome == Outcome::Ok && a.target() == Some(target))
+        self.0
+            .iter_mut()
+            .rev()
+            .find(|a| matches!(a.outcome, Outcome::Ok | Outcome::Continued) && a.target() == Some(target))
     }
 
     pub(crate) fn last_mut(&mut self) -> Option<&mut Attempt> {

@@ -11,12 +11,14 @@
 //! first attempt and its hedge), [`policy`] (what follows a failure: a pure function over the
 //! error catalog), [`candidates`] (non-provider answers at the end), [`exchange`] (what
 //! differs between a chat, a stream and embeddings), [`stream`] (a routed stream after its
-//! first chunk) and [`settler`] (that stream's only window on the router).
+//! first chunk), [`continuation`] (another target finishing a stream that broke after its
+//! first content) and [`settler`] (that stream's only window on the router).
 
 mod apply;
 mod assembled;
 mod attempt;
 mod candidates;
+mod continuation;
 mod entry;
 mod exchange;
 mod hedge;
@@ -49,6 +51,7 @@ use crate::route::{Route, RouteConfigError};
 use crate::trail::{Timing, Trail, Via};
 use crate::{RouteError, Target};
 
+use continuation::Resume;
 pub(crate) use entry::ProviderSlot;
 pub use entry::{KeyRotation, Price, ProviderEntry};
 use exchange::{ChatExchange, CountTokensExchange, EmbeddingsExchange, Exchange, Served};
@@ -423,6 +426,7 @@ impl Router {
         options: &RequestOptions,
     ) -> Result<RoutedStream, RouteError> {
         let resolved = self.inner.resolve(&request.model)?;
+        let resume = Resume::for_request(&resolved.route, request, options);
         let served = self.run(&StreamExchange::new(request, options.reasoning), resolved, options).await?;
         // One choice only: a stream of several is not put back together.
         let one_choice = request.extra.get("n").and_then(serde_json::Value::as_u64).is_none_or(|n| n <= 1);
@@ -431,7 +435,7 @@ impl Router {
             && matches!(served.via, Via::Target(_))
             && served.route.answer_caches().next().is_some();
         let router = StreamSettler::new(self.inner.clone(), served.route.clone());
-        let stream = RoutedStream::new(router, served);
+        let stream = RoutedStream::new(router, served, resume);
         Ok(if keep {
             stream.keeping(Keeping::new(request.clone(), options.cache_scope.clone()))
         } else {

@@ -1,13 +1,18 @@
 //! A routed stream's only window on the router once it is the caller's: the price of its
-//! answer, and recording a failure after content was sent. Nothing else of the router's
-//! insides reaches a stream.
+//! answer, recording a failure after content was sent, and asking another target to finish
+//! the answer. Nothing else of the router's insides reaches a stream.
 
 use std::sync::Arc;
 
+use super::continuation::{ContinueExchange, Continued};
 use super::entry::Price;
 use super::inner::Inner;
+use super::options::RequestOptions;
 use super::policy;
+use super::resolve::Resolved;
+use super::run::Run;
 use crate::events::EventKind;
+use crate::provider::BoxFuture;
 use crate::route::Route;
 use crate::{ProviderError, Target};
 
@@ -46,6 +51,21 @@ impl StreamSettler {
         let decision = policy::decide(&self.route, error, &at, &mut policy::NoMeans);
         debug_assert_eq!(decision.next, policy::Next::Stop, "a stream is never restarted");
         decision.note
+    }
+
+    /// Another target finishing the answer: `exchange` walked along `chain` under the route's
+    /// policy, as a request of its own.
+    pub(crate) fn continuation(
+        &self,
+        exchange: ContinueExchange,
+        chain: Vec<Target>,
+        options: RequestOptions,
+    ) -> BoxFuture<'static, Continued> {
+        let (inner, route) = (self.inner.clone(), self.route.clone());
+        Box::pin(async move {
+            let resolved = Resolved { route, chain, explicit: false };
+            Run::new(&inner, &exchange, resolved, &options).go().await
+        })
     }
 
     /// The configured price of `target`'s model.

@@ -13,6 +13,7 @@ use futures_core::Stream;
 use futures_util::StreamExt;
 use tokio::time::{Instant, Sleep};
 
+use super::continuation::{Continued, Resume, Splice, merge_trail};
 use super::exchange::{Exchange, Served};
 use super::settler::StreamSettler;
 use crate::chat::{ChatChunk, ChatRequest, ChatResponse, Delta, ReasoningShown, StreamNotice, Usage};
@@ -25,11 +26,11 @@ use crate::{ErrorKind, ProviderError, Target};
 /// A stream opened and read up to the first chunk its caller is shown: the buffered chunks, and
 /// the rest.
 pub(crate) struct Prefetched {
-    buffer: VecDeque<ChatChunk>,
-    rest: Option<ChunkStream>,
-    filtered: bool,
+    pub(crate) buffer: VecDeque<ChatChunk>,
+    pub(crate) rest: Option<ChunkStream>,
+    pub(crate) filtered: bool,
     /// When the stream showed life, if it was held after (reasoning its caller is not shown).
-    alive_since: Option<Instant>,
+    pub(crate) alive_since: Option<Instant>,
 }
 
 pub(crate) struct StreamExchange<'r> {
@@ -103,7 +104,7 @@ impl Exchange for StreamExchange<'_> {
 /// without the caller seeing a restart. Between the two (reasoning an Anthropic caller is not
 /// shown) chunks are held, each within the `idle` limit, less the reasoning itself, and for the
 /// `first_byte` limit at most: then the stream commits, so that the caller hears from it.
-async fn prefetch(
+pub(crate) async fn prefetch(
     provider: &dyn Provider,
     call: Call<'_>,
     (request, reasoning): (&ChatRequest, ReasoningShown),
@@ -250,6 +251,22 @@ pub struct RoutedStream {
     done: bool,
     /// The answer being streamed, kept for the route's `cache` candidates when it ends well.
     keeping: Option<Box<Keeping>>,
+    /// What another target needs to finish the answer if this stream breaks (see
+    /// [`continuation`](super::continuation)); taken when it does.
+    resume: Option<Box<Resume>>,
+    /// Another target finishing the answer, while it is asked.
+    continuing: Option<Box<Continuing>>,
+    /// How the continuing target's chunks follow on, once it answered.
+    splice: Option<Splice>,
+}
+
+/// A continuation being asked for, and the break the caller is told of if none comes.
+struct Continuing {
+    walk: BoxFuture<'static, Continued>,
+    broken: ProviderError,
+    /// Where the continuation's attempts fall in the request's trail.
+    offset: Duration,
+    splice: Splice,
 }
 
 /// A streamed answer put back together, for a `cache` candidate.
@@ -307,7 +324,7 @@ impl fmt::Debug for RoutedStream {
 }
 
 impl RoutedStream {
-    pub(crate) fn new(router: StreamSettler, served: Served<Prefetched>) -> Self {
+    pub(crate) fn new(router: StreamSettler, served: Served<Prefetched>, resume: Option<Resume>) -> Self {
         let attempt_end = served.attempt_started + served.timeouts.total;
         let (end, total_name, cut_by_deadline) = match served.deadline {
             Some(deadline) if deadline < attempt_end => (deadline, "request deadline", true),
@@ -315,6 +332,11 @@ impl RoutedStream {
         };
         let mut timing = served.timing;
         timing.first_token = Some(timing.total);
+        let resume = resume.map(|mut resume| {
+            let now = Instant::now();
+            resume.timed(now.checked_sub(timing.total).unwrap_or(now), served.deadline);
+            Box::new(resume)
+        });
         Self {
             router,
             buffer: served.output.buffer,
@@ -334,6 +356,9 @@ impl RoutedStream {
             usage: None,
             done: false,
             keeping: None,
+            resume,
+            continuing: None,
+            splice: None,
         }
     }
 
@@ -380,7 +405,13 @@ impl RoutedStream {
         self.permit.is_some()
     }
 
-    fn deliver(&mut self, chunk: ChatChunk) -> Poll<Option<Result<ChatChunk, StreamError>>> {
+    fn deliver(&mut self, mut chunk: ChatChunk) -> Poll<Option<Result<ChatChunk, StreamError>>> {
+        if let Some(splice) = self.splice.as_mut() {
+            splice.apply(&mut chunk);
+        }
+        if let Some(resume) = self.resume.as_mut() {
+            resume.shown(&chunk);
+        }
         if chunk.usage.is_some() {
             self.usage = chunk.usage;
         }
@@ -393,6 +424,13 @@ impl RoutedStream {
     fn finish(&mut self) {
         self.done = true;
         self.rest = None;
+        self.resume = None;
+        if self.splice.is_some()
+            && let Some((target, _)) = &self.answered
+            && let Some(attempt) = self.trail.serving_mut(target)
+        {
+            attempt.usage = self.usage;
+        }
         if let Some(keeping) = self.keeping.take() {
             let Keeping { request, scope, answer } = *keeping;
             // Nothing said is nothing to remember.
@@ -408,16 +446,22 @@ impl RoutedStream {
         }
     }
 
-    fn fail(&mut self, error: ProviderError) -> Poll<Option<Result<ChatChunk, StreamError>>> {
-        self.fail_as(error, Blame::Provider)
+    fn fail(
+        &mut self,
+        error: ProviderError,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<ChatChunk, StreamError>>> {
+        self.fail_as(error, Blame::Provider, cx)
     }
 
-    /// Ends the stream with `error`; health learns of it only when the provider is to blame
-    /// (the caller's deadline says nothing about the provider, as for an unstreamed attempt).
+    /// Ends the stream with `error`, unless another target may finish the answer; health
+    /// learns of it only when the provider is to blame (the caller's deadline says nothing
+    /// about the provider, as for an unstreamed attempt).
     fn fail_as(
         &mut self,
         error: ProviderError,
         blame: Blame,
+        cx: &mut Context<'_>,
     ) -> Poll<Option<Result<ChatChunk, StreamError>>> {
         let mut error = error;
         // A cut answer is no good answer to remember.
@@ -432,10 +476,70 @@ impl RoutedStream {
                 served.mid_stream = true;
                 served.error = Some(error.clone());
                 served.note = note;
+                served.usage = self.usage;
+            }
+            let resume = self.resume.take().filter(|_| blame == Blame::Provider);
+            if let Some(continuation) =
+                resume.and_then(|resume| resume.continuation(self.router.route(), &target, &self.trail))
+            {
+                self.continuing = Some(Box::new(Continuing {
+                    walk: self.router.continuation(
+                        continuation.exchange,
+                        continuation.chain,
+                        continuation.options,
+                    ),
+                    broken: error,
+                    offset: continuation.offset,
+                    splice: continuation.splice,
+                }));
+                return self.poll_continuing(cx);
             }
         }
         self.finish();
         Poll::Ready(Some(Err(StreamError { error, trail: self.trail.clone() })))
+    }
+
+    /// Waits for the target finishing the answer: then its chunks follow, or, if none could,
+    /// the break ends the stream.
+    fn poll_continuing(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<ChatChunk, StreamError>>> {
+        let Some(continuing) = self.continuing.as_mut() else { return self.poll_chunk(cx) };
+        let Poll::Ready(walked) = continuing.walk.as_mut().poll(cx) else { return Poll::Pending };
+        let Continuing { broken, offset, splice, .. } = *self.continuing.take().expect("polled above");
+        match walked {
+            Ok(served) => {
+                self.carry_on(served, offset, splice);
+                self.poll_chunk(cx)
+            }
+            Err(failed) => {
+                merge_trail(&mut self.trail, failed.into_trail(), offset);
+                self.finish();
+                Poll::Ready(Some(Err(StreamError { error: broken, trail: self.trail.clone() })))
+            }
+        }
+    }
+
+    /// Carries on with the continuing target's stream, within its own limits.
+    fn carry_on(&mut self, served: Served<Prefetched>, offset: Duration, splice: Splice) {
+        merge_trail(&mut self.trail, served.trail, offset);
+        if let Some(mut permit) = self.permit.take() {
+            permit.settle(self.usage.map(|u| u.total_tokens));
+        }
+        let now = Instant::now();
+        let attempt_end = served.attempt_started + served.timeouts.total;
+        (self.end, self.total_name, self.cut_by_deadline) = match served.deadline {
+            Some(deadline) if deadline < attempt_end => (deadline, "request deadline", true),
+            _ => (attempt_end, "total", false),
+        };
+        self.idle_limit = served.timeouts.idle;
+        self.last_chunk = now;
+        self.timer.as_mut().reset(within(self.end, now, self.idle_limit));
+        self.buffer = served.output.buffer;
+        self.rest = served.output.rest;
+        self.answered = served.answered;
+        self.permit = served.permit;
+        self.served_by = served.via;
+        self.usage = None;
+        self.splice = Some(splice);
     }
 }
 
@@ -487,6 +591,9 @@ impl RoutedStream {
         if this.done {
             return Poll::Ready(None);
         }
+        if this.continuing.is_some() {
+            return this.poll_continuing(cx);
+        }
         if let Some(chunk) = this.buffer.pop_front() {
             return this.deliver(chunk);
         }
@@ -499,14 +606,14 @@ impl RoutedStream {
         // when the stream is to wait.
         let now = Instant::now();
         if now >= this.end {
-            return this.fail_total();
+            return this.fail_total(cx);
         }
         match rest.as_mut().poll_next(cx) {
             Poll::Ready(Some(Ok(chunk))) => {
                 this.last_chunk = now;
                 this.deliver(chunk)
             }
-            Poll::Ready(Some(Err(error))) => this.fail(error),
+            Poll::Ready(Some(Err(error))) => this.fail(error, cx),
             Poll::Ready(None) => {
                 this.finish();
                 Poll::Ready(None)
@@ -515,7 +622,7 @@ impl RoutedStream {
                 while this.timer.as_mut().poll(cx).is_ready() {
                     let now = Instant::now();
                     if now >= this.end {
-                        return this.fail_total();
+                        return this.fail_total(cx);
                     }
                     let due = within(this.end, this.last_chunk, this.idle_limit);
                     if now < due {
@@ -523,10 +630,11 @@ impl RoutedStream {
                         continue;
                     }
                     let limit = this.idle_limit;
-                    return this.fail(ProviderError::new(
+                    let error = ProviderError::new(
                         ErrorKind::Timeout,
                         format!("no chunk within the idle timeout of {limit:?}"),
-                    ));
+                    );
+                    return this.fail(error, cx);
                 }
                 Poll::Pending
             }
@@ -542,11 +650,11 @@ fn within(end: Instant, from: Instant, limit: Duration) -> Instant {
 impl RoutedStream {
     /// Ends the stream at its total limit (the attempt's `total` timeout or the request's
     /// deadline, whichever came first).
-    fn fail_total(&mut self) -> Poll<Option<Result<ChatChunk, StreamError>>> {
+    fn fail_total(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<ChatChunk, StreamError>>> {
         let name = self.total_name;
         let error = ProviderError::new(ErrorKind::Timeout, format!("stream exceeded the {name} timeout"));
         let blame = if self.cut_by_deadline { Blame::Caller } else { Blame::Provider };
-        self.fail_as(error, blame)
+        self.fail_as(error, blame, cx)
     }
 }
 

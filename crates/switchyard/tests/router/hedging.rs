@@ -195,7 +195,11 @@ async fn a_stream_cut_after_the_first_attempt_won_its_race_blames_that_attempt_n
     // The first answers at 400 ms, beside a hedge started at 300 ms; then its stream breaks.
     let primary = slow(400).stream(3, Duration::from_millis(10)).script([Step::CutAfter(1)]);
     let backup = slow(500).stream(3, Duration::from_millis(10));
-    let router = hedged(&primary, &backup, 1.0);
+    // Continuation off: the break, not its rescue, is what this reads.
+    let hedge = Hedge { max_share: 1.0, ..Hedge::after(Duration::from_millis(300)) };
+    let route =
+        Route::builder("default").target("primary:m").target("backup:m").hedge(hedge).continuation(false);
+    let router = router(&[("primary", &primary), ("backup", &backup)], route.retry(quick_retry(1)));
     let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
     let mut failure = None;
     while let Some(item) = stream.next().await {

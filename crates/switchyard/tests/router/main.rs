@@ -6,6 +6,7 @@ mod assembled;
 mod budget;
 mod chains;
 mod config;
+mod continuation;
 mod embeddings;
 mod events;
 mod fallback;

@@ -92,13 +92,14 @@ async fn a_first_byte_timeout_counts_as_a_failure_and_falls_over() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_mid_stream_cut_ends_with_a_typed_error_and_is_not_restarted() {
+async fn without_continuation_a_mid_stream_cut_ends_with_a_typed_error_and_is_not_restarted() {
     let a = SimulatedProvider::new()
         .reply("abcdefgh")
         .stream(4, Duration::from_millis(10))
         .script([Step::CutAfter(2)]);
     let b = SimulatedProvider::new();
-    let router = router(&[("a", &a), ("b", &b)], Route::builder("default").target("a:m").target("b:m"));
+    let route = Route::builder("default").target("a:m").target("b:m").continuation(false);
+    let router = router(&[("a", &a), ("b", &b)], route);
     let mut events = router.subscribe();
 
     let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();

@@ -1,0 +1,309 @@
+//! Continuation: a stream broken after the caller saw text is finished by another target, and
+//! the caller receives one whole answer, or the original break.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use switchyard::chat::{ChatRequest, ResponseFormat};
+use switchyard::health::HealthStatus;
+use switchyard::route::{Route, Timeouts};
+use switchyard::simulated::{SimulatedProvider, Step};
+use switchyard::trail::Outcome;
+use switchyard::{ErrorKind, RequestOptions, RoutedStream, StreamError};
+use tokio::time::Instant;
+
+use crate::support::*;
+
+const ANSWER: &str = "one two three four five six";
+
+async fn collect(stream: &mut RoutedStream) -> (String, Option<StreamError>) {
+    let mut text = String::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(chunk) => text.extend(chunk.choices.iter().filter_map(|c| c.delta.content.clone())),
+            Err(error) => return (text, Some(error)),
+        }
+    }
+    (text, None)
+}
+
+/// A primary that streams `ANSWER` in six pieces and does `step` first.
+fn breaking(step: Step) -> SimulatedProvider {
+    SimulatedProvider::new().reply(ANSWER).stream(6, Duration::from_millis(10)).script([step])
+}
+
+fn two_targets(a: &SimulatedProvider, b: &SimulatedProvider) -> switchyard::Router {
+    router(&[("a", a), ("b", b)], Route::builder("default").target("a:m").target("b:m"))
+}
+
+fn outcomes(stream: &RoutedStream) -> Vec<(Outcome, bool)> {
+    stream.trail().attempts().iter().map(|a| (a.outcome, a.mid_stream)).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_cut_after_its_first_text_is_finished_by_a_target_that_takes_a_prefill() {
+    let a = breaking(Step::CutAfter(3));
+    let b = SimulatedProvider::new().reply(ANSWER).accepts_prefill(true);
+    let router = two_targets(&a, &b);
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let (text, error) = collect(&mut stream).await;
+
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text, ANSWER, "the text already sent, then only what follows it");
+    assert_eq!(outcomes(&stream), [(Outcome::Failed, true), (Outcome::Continued, false)]);
+    let attempts = stream.trail().attempts();
+    assert_eq!(attempts[0].error.as_ref().map(|e| e.kind()), Some(ErrorKind::Transport));
+    assert!(attempts[1].usage.is_some(), "the continuing attempt's usage is on its record");
+    assert_eq!(stream.usage(), attempts[1].usage);
+    assert_eq!(stream.served_by().to_string(), "b:m");
+    let health = router.target_health(&"a:m".parse().unwrap());
+    assert_eq!(health.status, HealthStatus::TemporarilyUnavailable, "the break still counts against a");
+}
+
+#[tokio::test(start_paused = true)]
+async fn whitespace_the_caller_has_is_not_sent_twice() {
+    // Cut after "one t" + "wo th": no whitespace at the end. Cut after a piece that ends in a
+    // space: the prefill leaves it out, so the continuation begins with one, which is dropped.
+    let a = SimulatedProvider::new().reply("abcd efgh").stream(2, Duration::from_millis(10));
+    let a = a.script([Step::CutAfter(1)]);
+    let b = SimulatedProvider::new().reply("abcd efgh").accepts_prefill(true);
+    let router = two_targets(&a, &b);
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let (text, error) = collect(&mut stream).await;
+
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text, "abcd efgh");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_stream_is_continued_once_its_idle_limit_passes() {
+    let a = breaking(Step::StallAfter(2));
+    let b = SimulatedProvider::new().reply(ANSWER).accepts_prefill(true);
+    let timeouts = Timeouts { idle: Duration::from_secs(5), ..Timeouts::default() };
+    let route = Route::builder("default").target("a:m").target("b:m").timeouts(timeouts);
+    let router = router(&[("a", &a), ("b", &b)], route);
+
+    let start = Instant::now();
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let (text, error) = collect(&mut stream).await;
+
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text, ANSWER);
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_secs(5) && waited < Duration::from_secs(6), "{waited:?}");
+    assert_eq!(stream.trail().attempts()[0].error_kind(), Some(ErrorKind::Timeout));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_target_without_prefills_rescues_the_answer_by_regenerating_what_the_caller_has() {
+    let a = breaking(Step::CutAfter(4));
+    let b = SimulatedProvider::new().reply(ANSWER).stream(3, Duration::from_millis(10));
+    let router = two_targets(&a, &b);
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let (text, error) = collect(&mut stream).await;
+
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text, ANSWER, "the regenerated beginning is not sent again");
+    assert_eq!(outcomes(&stream), [(Outcome::Failed, true), (Outcome::Continued, false)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_regenerated_answer_that_begins_otherwise_leaves_the_original_break() {
+    let a = breaking(Step::CutAfter(3));
+    let b = SimulatedProvider::new().reply("something else entirely");
+    let router = two_targets(&a, &b);
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let (text, error) = collect(&mut stream).await;
+
+    let error = error.expect("no whole answer: the break stands");
+    assert_eq!(text, "one two three f", "nothing of the other answer reaches the caller");
+    assert_eq!(
+        (error.error.kind(), error.error.target().map(|t| t.as_str())),
+        (ErrorKind::Transport, Some("a:m"))
+    );
+    let skipped = &error.trail.attempts()[1];
+    assert_eq!(skipped.outcome, Outcome::SkippedUnsupported);
+    assert!(skipped.error.as_ref().unwrap().detail().contains("did not begin with"), "{skipped:?}");
+    let health = router.target_health(&"b:m".parse().unwrap());
+    assert_eq!(health.consecutive_failures, 0, "b did nothing wrong");
+    assert_ne!(health.status, HealthStatus::TemporarilyUnavailable);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_prefill_never_masks_the_real_break() {
+    let a = breaking(Step::CutAfter(3));
+    let b = SimulatedProvider::new().accepts_prefill(true).script([Step::fail(ErrorKind::InvalidRequest)]);
+    let router = two_targets(&a, &b);
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let (_, error) = collect(&mut stream).await;
+
+    let error = error.expect("the break stands");
+    assert_eq!(error.error.kind(), ErrorKind::Transport, "the caller hears of the cut, not of the refusal");
+    assert_eq!(error.trail.outcomes(), [Outcome::Failed, Outcome::SkippedUnsupported]);
+    assert_eq!(b.calls(), 1, "a refusal is not retried");
+    let health = router.target_health(&"b:m".parse().unwrap());
+    assert_eq!(health.consecutive_failures, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_continuation_walks_on_past_a_target_that_cannot_continue() {
+    let a = breaking(Step::CutAfter(3));
+    let b = SimulatedProvider::new().reply("another answer");
+    let c = SimulatedProvider::new().reply(ANSWER).accepts_prefill(true);
+    let route = Route::builder("default").target("a:m").target("b:m").target("c:m");
+    let router = router(&[("a", &a), ("b", &b), ("c", &c)], route);
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let (text, error) = collect(&mut stream).await;
+
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text, ANSWER);
+    assert_eq!(stream.trail().outcomes(), [Outcome::Failed, Outcome::SkippedUnsupported, Outcome::Continued]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_is_continued_once_and_a_second_break_ends_it() {
+    let a = breaking(Step::CutAfter(2));
+    let b = SimulatedProvider::new().reply(ANSWER).stream(6, Duration::from_millis(10)).accepts_prefill(true);
+    let b = b.script([Step::CutAfter(1)]);
+    let c = SimulatedProvider::new().reply(ANSWER).accepts_prefill(true);
+    let route = Route::builder("default").target("a:m").target("b:m").target("c:m");
+    let router = router(&[("a", &a), ("b", &b), ("c", &c)], route);
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let (_, error) = collect(&mut stream).await;
+
+    let error = error.expect("the continuation broke too");
+    assert_eq!(error.error.target().map(|t| t.as_str()), Some("b:m"), "the caller hears of the last break");
+    assert_eq!(c.calls(), 0, "at most one continuation per request");
+    let attempts = error.trail.attempts();
+    assert_eq!(
+        attempts.iter().map(|a| (a.outcome, a.mid_stream)).collect::<Vec<_>>(),
+        [(Outcome::Failed, true), (Outcome::Failed, true)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn what_is_not_plain_text_is_not_continued() {
+    let structured = {
+        let mut request = request("default");
+        request.response_format = Some(ResponseFormat::JsonObject);
+        request
+    };
+    let several = {
+        let mut request = request("default");
+        request.extra.insert("n".to_owned(), 2.into());
+        request
+    };
+    for request in [structured, several] {
+        let a = breaking(Step::CutAfter(3));
+        let b = SimulatedProvider::new().reply(ANSWER).accepts_prefill(true);
+        let router = two_targets(&a, &b);
+
+        let mut stream = router.chat_stream(&request, &RequestOptions::default()).await.unwrap();
+        let (_, error) = collect(&mut stream).await;
+
+        assert!(error.is_some());
+        assert_eq!(b.calls(), 0);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_the_callers_deadline_cut_is_not_continued() {
+    let a = SimulatedProvider::new().reply(ANSWER).stream(6, Duration::from_secs(1));
+    let b = SimulatedProvider::new().reply(ANSWER).accepts_prefill(true);
+    let router = two_targets(&a, &b);
+    let options = RequestOptions { deadline: Some(Duration::from_millis(2500)), ..RequestOptions::default() };
+
+    let mut stream = router.chat_stream(&request("default"), &options).await.unwrap();
+    let (_, error) = collect(&mut stream).await;
+
+    assert_eq!(error.map(|e| e.error.kind()), Some(ErrorKind::Timeout));
+    assert_eq!(b.calls(), 0, "the caller's time is up: nothing more is asked");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_single_call_ends_at_the_break() {
+    let a = breaking(Step::CutAfter(3));
+    let b = SimulatedProvider::new().reply(ANSWER).accepts_prefill(true);
+    let router = two_targets(&a, &b);
+    let options = RequestOptions { single_call: true, ..RequestOptions::default() };
+
+    let mut stream = router.chat_stream(&request("default"), &options).await.unwrap();
+    assert!(collect(&mut stream).await.1.is_some());
+    assert_eq!(b.calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_prefill_carries_the_text_without_thinking_or_the_callers_bytes() {
+    // A provider that records what it was asked: the continuation's last message is the text
+    // the caller has, trimmed, and the request asks for no thinking.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(None::<ChatRequest>));
+    let recorder =
+        Recorder { seen: seen.clone(), inner: SimulatedProvider::new().reply(ANSWER).accepts_prefill(true) };
+    let a = SimulatedProvider::new().reply("abcd efgh").stream(2, Duration::from_millis(10));
+    let a = a.script([Step::CutAfter(1)]);
+    let router = builder(&[("a", &a)])
+        .provider(switchyard::ProviderEntry::new("b", recorder))
+        .route(Route::builder("default").target("a:m").target("b:m").build().unwrap())
+        .build()
+        .unwrap();
+    let mut request = request("default");
+    request
+        .extra
+        .insert("thinking".to_owned(), serde_json::json!({"type": "enabled", "budget_tokens": 1024}));
+
+    let mut stream = router.chat_stream(&request, &RequestOptions::default()).await.unwrap();
+    collect(&mut stream).await;
+
+    let sent = seen.lock().unwrap().take().expect("b was asked to continue");
+    let last = sent.messages.last().unwrap();
+    assert_eq!(
+        (last.role, last.text_content().as_deref()),
+        (switchyard::chat::Role::Assistant, Some("abcd"))
+    );
+    assert!(!sent.extra.contains_key("thinking"));
+    assert!(sent.verbatim.is_none());
+}
+
+/// A provider that keeps the last streamed request it was sent.
+struct Recorder {
+    seen: std::sync::Arc<std::sync::Mutex<Option<ChatRequest>>>,
+    inner: SimulatedProvider,
+}
+
+impl switchyard::provider::Provider for Recorder {
+    fn kind(&self) -> &str {
+        "recorder"
+    }
+
+    fn accepts_prefill(&self) -> bool {
+        true
+    }
+
+    fn chat<'a>(
+        &'a self,
+        call: switchyard::provider::Call<'a>,
+        request: &'a ChatRequest,
+    ) -> switchyard::provider::BoxFuture<'a, Result<switchyard::chat::ChatResponse, switchyard::ProviderError>>
+    {
+        self.inner.chat(call, request)
+    }
+
+    fn chat_stream<'a>(
+        &'a self,
+        call: switchyard::provider::Call<'a>,
+        request: &'a ChatRequest,
+    ) -> switchyard::provider::BoxFuture<
+        'a,
+        Result<switchyard::provider::ChunkStream, switchyard::ProviderError>,
+    > {
+        *self.seen.lock().unwrap() = Some(request.clone());
+        self.inner.chat_stream(call, request)
+    }
+}
