@@ -285,6 +285,106 @@ async fn the_operator_page_is_one_self_contained_document() {
     assert_eq!(redirect.headers()["location"], "/admin/");
 }
 
+/// A route whose primary (`dialect` of the mock) breaks its stream after two pieces of text,
+/// and whose fallback continues a prefilled answer with the mock's text.
+fn breaking_route(mock: std::net::SocketAddr, kind: &str, path: &str) -> String {
+    format!(
+        r#"
+providers:
+  primary: {{ kind: {kind}, base_url: "http://{mock}/cut=2~chunks=6{path}", api_key: sk-primary-000001 }}
+  fallback: {{ kind: simulated, prefill: true, reply: "mock answer from m", stream: {{ chunks: 3 }} }}
+routes:
+  default: {{ targets: [primary:m, fallback:m] }}
+gateway:
+  keys: [env://GW_KEY]
+  admin_key: env://ADMIN_KEY
+"#
+    )
+}
+
+/// The events of a server-sent-event body: (event name, data) pairs, `[DONE]` as a string.
+fn sse_events(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter(|event| !event.trim().is_empty())
+        .map(|event| {
+            let mut name = String::new();
+            let mut data = Value::Null;
+            for line in event.lines() {
+                if let Some(value) = line.strip_prefix("event: ") {
+                    name = value.to_owned();
+                } else if let Some(value) = line.strip_prefix("data: ") {
+                    data = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_owned()));
+                }
+            }
+            (name, data)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_anthropic_clients_stream_cut_after_its_first_text_is_finished_by_the_next_target() {
+    let (mock, _server) = switchyard_mock::spawn().await.unwrap();
+    let gateway = Gateway::of(&breaking_route(mock, "anthropic", "")).await;
+    let body = json!({ "model": "default", "max_tokens": 100, "stream": true,
+        "messages": [{ "role": "user", "content": "hi" }] });
+    let answer = gateway
+        .client
+        .post(gateway.url("/v1/messages"))
+        .header("x-api-key", GATEWAY_KEY)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let id = answer.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let events = sse_events(&answer.text().await.unwrap());
+
+    let names: Vec<&str> = events.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names.iter().filter(|n| **n == "message_start").count(), 1, "{names:?}");
+    assert_eq!(names.iter().filter(|n| **n == "content_block_start").count(), 1, "one text block: {names:?}");
+    assert_eq!(names.last(), Some(&"message_stop"), "{names:?}");
+    assert!(!names.contains(&"error"), "{events:?}");
+    let text: String = events
+        .iter()
+        .filter(|(name, _)| name == "content_block_delta")
+        .map(|(_, data)| data["delta"]["text"].as_str().unwrap_or_else(|| panic!("{events:?}")).to_owned())
+        .collect();
+    assert_eq!(text, "mock answer from m", "one whole answer, nothing said twice");
+
+    let (_, request) = gateway.get(&format!("/admin/requests/{id}")).await;
+    let attempts = request["attempts"].as_array().unwrap_or_else(|| panic!("{request}"));
+    let outcomes: Vec<&str> = attempts.iter().map(|a| a["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["failed", "continued"], "{request}");
+    assert_eq!(attempts[0]["mid_stream"], true);
+    assert!(attempts[1]["usage"]["completion_tokens"].is_number(), "{request}");
+}
+
+#[tokio::test]
+async fn an_openai_clients_stream_cut_after_its_first_text_is_finished_under_its_own_id() {
+    let (mock, _server) = switchyard_mock::spawn().await.unwrap();
+    let gateway = Gateway::of(&breaking_route(mock, "openai_compatible", "/v1")).await;
+    let body =
+        json!({ "model": "default", "stream": true, "messages": [{ "role": "user", "content": "hi" }] });
+    let answer = gateway
+        .client
+        .post(gateway.url("/v1/chat/completions"))
+        .bearer_auth(GATEWAY_KEY)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let events = sse_events(&answer.text().await.unwrap());
+
+    assert_eq!(events.last().map(|(_, data)| data.clone()), Some(Value::String("[DONE]".into())));
+    let chunks: Vec<&Value> = events.iter().map(|(_, data)| data).filter(|d| d.is_object()).collect();
+    assert!(chunks.iter().all(|c| c.get("error").is_none()), "{chunks:?}");
+    let ids: std::collections::BTreeSet<&str> = chunks.iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 1, "the continuation goes on under the stream's id: {ids:?}");
+    let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(text, "mock answer from m");
+    let finishes = chunks.iter().filter(|c| c["choices"][0]["finish_reason"].is_string()).count();
+    assert_eq!(finishes, 1);
+}
+
 impl Gateway {
     /// A gateway of `yaml` (which may name `env://GW_KEY` and `env://ADMIN_KEY`), in process.
     async fn of(yaml: &str) -> Self {

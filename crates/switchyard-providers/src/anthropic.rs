@@ -227,6 +227,10 @@ impl Provider for AnthropicProvider {
         true
     }
 
+    fn accepts_prefill(&self) -> bool {
+        true
+    }
+
     fn warm(&self) {
         self.client.warm();
     }

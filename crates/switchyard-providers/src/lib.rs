@@ -103,6 +103,10 @@ pub struct ProviderSettings {
     /// How an Anthropic model is asked to think when a client of another dialect sends
     /// `reasoning_effort`; by the model's name ([`anthropic::ThinkingStyle::of_model`]) when `None`.
     pub thinking: Option<anthropic::ThinkingStyle>,
+    /// Whether an `openai_compatible` server continues a final assistant message (a prefill)
+    /// rather than answering it anew ([`Provider::accepts_prefill`](switchyard::provider::Provider::accepts_prefill)).
+    /// Anthropic always does; OpenAI's API does not.
+    pub prefill: bool,
 }
 
 impl ProviderSettings {
@@ -120,6 +124,7 @@ impl ProviderSettings {
             http: HttpSettings::default(),
             responses_native: false,
             thinking: None,
+            prefill: false,
         }
     }
 

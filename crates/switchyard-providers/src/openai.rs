@@ -66,6 +66,8 @@ pub struct OpenAiProvider {
     client: http::HttpClient,
     /// An `openai_compatible` server that has the Responses API (`responses: native`).
     responses_native: bool,
+    /// An `openai_compatible` server that continues a prefill (`prefill: true`).
+    prefill: bool,
 }
 
 /// The operations' URLs of [`Endpoint::Plain`].
@@ -142,6 +144,7 @@ impl OpenAiProvider {
             headers: http::configured_headers(HeaderMap::new(), own.chain(extra))?,
             client: http::HttpClient::new(&settings.http)?,
             responses_native: settings.responses_native,
+            prefill: settings.prefill,
         })
     }
 
@@ -349,6 +352,10 @@ impl Provider for OpenAiProvider {
 
     fn streams_upstream(&self) -> bool {
         true
+    }
+
+    fn accepts_prefill(&self) -> bool {
+        self.prefill
     }
 
     fn warm(&self) {

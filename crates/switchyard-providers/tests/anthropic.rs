@@ -1628,3 +1628,122 @@ fn codec_reads_a_system_message_in_its_place_in_the_conversation() {
         {"type": "image", "source": {"type": "url", "url": "https://example.invalid/x.png"}}]}]});
     assert_eq!(codec::request_from_json(image).unwrap_err().field, "messages[0].content[0].type");
 }
+
+/// A chunk carrying one of Anthropic's own events, as an Anthropic upstream passes it on.
+fn native(event: &str, data: Value) -> ChatChunk {
+    let frame = format!("event: {event}\ndata: {data}\n\n");
+    let verbatim =
+        switchyard::chat::Verbatim::new(switchyard::chat::Dialect::Anthropic, bytes::Bytes::from(frame));
+    ChatChunk { verbatim: Some(verbatim), ..ChatChunk::default() }
+}
+
+/// What a writer sends for `chunks` then its end, as (event name, data) pairs.
+fn written(chunks: Vec<ChatChunk>) -> Vec<(String, Value)> {
+    use switchyard_providers::codec::StreamWriter as _;
+    let mut writer = codec::MessagesStreamWriter::new();
+    let mut out = Vec::new();
+    for chunk in chunks {
+        match writer.frame(&chunk) {
+            Some(frame) => out.extend_from_slice(&frame),
+            None => writer.chunk(chunk, &mut out),
+        }
+    }
+    writer.end(&mut out);
+    String::from_utf8(out)
+        .unwrap()
+        .split("\n\n")
+        .filter(|event| !event.is_empty())
+        .map(|event| {
+            let (name, data) = event.split_once('\n').unwrap();
+            let data: Value = serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+            (name.strip_prefix("event: ").unwrap().to_owned(), data)
+        })
+        .collect()
+}
+
+#[test]
+fn a_stream_continued_after_the_providers_own_events_goes_on_in_the_open_text_block() {
+    let events = written(vec![
+        native("message_start", json!({"type": "message_start", "message": {"id": "msg_1"}})),
+        native(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}}),
+        ),
+        native("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+        native(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}}),
+        ),
+        native(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Hel"}}),
+        ),
+        // The stream broke here; another target's canonical chunks follow.
+        chunk(Delta { content: Some("lo".into()), ..Delta::default() }, None),
+        chunk(Delta::default(), Some(FinishReason::Stop)),
+    ]);
+    let names: Vec<&str> = events.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "message_start",
+            "content_block_start",
+            "content_block_stop",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ]
+    );
+    assert_eq!(
+        events[5].1,
+        json!({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "lo"}})
+    );
+    assert_eq!(events[6].1["index"], 1);
+    assert_eq!(events[7].1["delta"]["stop_reason"], "end_turn");
+}
+
+#[test]
+fn a_continuation_after_a_closed_block_opens_the_next_one() {
+    let events = written(vec![
+        native("message_start", json!({"type": "message_start", "message": {"id": "msg_1"}})),
+        native(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        native(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}}),
+        ),
+        native("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+        chunk(Delta { content: Some(" there".into()), ..Delta::default() }, Some(FinishReason::Stop)),
+    ]);
+    assert_eq!(events[4].1["index"], 1);
+    assert_eq!(events[4].1["content_block"]["type"], "text");
+    assert_eq!(events.iter().filter(|(name, _)| name == "message_start").count(), 1);
+    assert_eq!(events.last().unwrap().0, "message_stop");
+}
+
+#[test]
+fn a_providers_stream_that_said_why_it_stopped_but_not_message_stop_gets_one_message_stop() {
+    let mut unterminated = chunk(Delta::default(), Some(FinishReason::Stop));
+    unterminated.usage = Some(Usage::new(3, 2));
+    let events = written(vec![
+        native("message_start", json!({"type": "message_start", "message": {"id": "msg_1"}})),
+        native(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        native("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+        native("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}})),
+        // The adapter's finish for a stream that ended without `message_stop`: no frame of its own.
+        unterminated,
+    ]);
+    let names: Vec<&str> = events.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["message_start", "content_block_start", "content_block_stop", "message_delta", "message_stop"]
+    );
+}

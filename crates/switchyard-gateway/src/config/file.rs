@@ -194,6 +194,10 @@ pub struct ProviderConfig {
     /// `adaptive` or `budget`: how an `anthropic` provider's models think when an OpenAI client
     /// sends `reasoning_effort` (default: by each model's name, adaptive from Claude 4.6 on).
     pub thinking: Option<ThinkingConfig>,
+    /// `true` for an `openai_compatible` (or simulated) server that continues a final
+    /// assistant message rather than answering it anew, so that a stream broken after its
+    /// first text can be continued on it (Anthropic providers always can). Default false.
+    pub prefill: Option<bool>,
     #[serde(default)]
     pub http2: bool,
     pub connect_timeout: Option<DurationText>,
@@ -229,6 +233,7 @@ impl ProviderConfig {
             project: None,
             responses: None,
             thinking: None,
+            prefill: None,
             http2: false,
             connect_timeout: None,
             ca_file: None,

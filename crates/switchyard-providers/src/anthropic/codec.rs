@@ -142,6 +142,43 @@ pub struct MessagesStreamWriter {
     encoder: StreamEncoder,
     /// A provider's own event was passed on.
     native: bool,
+    /// The content blocks the provider's own events started, and the one still open (with
+    /// whether it is text): where canonical chunks take over, when they follow (a stream
+    /// continued by another target).
+    blocks: NativeBlocks,
+    /// Canonical chunks took over from the provider's own events.
+    resumed: bool,
+}
+
+/// What the provider's own events said of the message, read from their first line.
+#[derive(Debug, Default)]
+struct NativeBlocks {
+    /// Content blocks started.
+    started: u32,
+    /// The block not yet stopped, with whether it is text.
+    open: Option<(u32, bool)>,
+    /// `message_delta` came: the provider said why the answer stopped.
+    stopped: bool,
+    /// `message_stop` came.
+    ended: bool,
+}
+
+impl NativeBlocks {
+    /// Takes note of one of the provider's events, as it was framed.
+    fn saw(&mut self, frame: &[u8]) {
+        if frame.starts_with(b"event: content_block_start") {
+            let has = |needle: &[u8]| frame.windows(needle.len()).any(|w| w == needle);
+            let text = has(br#""type":"text""#) || has(br#""type": "text""#);
+            self.open = Some((self.started, text));
+            self.started += 1;
+        } else if frame.starts_with(b"event: content_block_stop") {
+            self.open = None;
+        } else if frame.starts_with(b"event: message_delta") {
+            self.stopped = true;
+        } else if frame.starts_with(b"event: message_stop") {
+            self.ended = true;
+        }
+    }
 }
 
 impl MessagesStreamWriter {
@@ -156,17 +193,33 @@ impl crate::codec::StreamWriter for MessagesStreamWriter {
         let frame =
             chunk.verbatim.as_ref().and_then(|v| v.in_dialect(switchyard::chat::Dialect::Anthropic))?;
         self.native = true;
+        self.blocks.saw(frame);
         Some(frame.clone())
     }
 
     fn chunk(&mut self, chunk: switchyard::chat::ChatChunk, out: &mut Vec<u8>) {
+        if self.native {
+            if self.blocks.stopped {
+                // The provider's events said all but `message_stop`, which `end` adds.
+                return;
+            }
+            if !self.resumed {
+                self.resumed = true;
+                self.encoder.resume(self.blocks.started, self.blocks.open);
+            }
+        }
         for (name, data) in self.encoder.push(&chunk) {
             crate::codec::write_event(out, name, &data);
         }
     }
 
     fn end(&mut self, out: &mut Vec<u8>) {
-        if self.native {
+        if self.native && !self.resumed {
+            // A stream that ended after its `message_delta` without `message_stop` (passed as
+            // whole) is given the missing event.
+            if self.blocks.stopped && !self.blocks.ended {
+                crate::codec::write_event(out, "message_stop", &serde_json::json!({"type": "message_stop"}));
+            }
             return;
         }
         for (name, data) in self.encoder.finish() {

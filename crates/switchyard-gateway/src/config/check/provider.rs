@@ -137,6 +137,7 @@ impl Validator<'_> {
         settings.organization = config.organization.clone();
         settings.project = config.project.clone();
         settings.responses_native = self.responses_mode(path, kind, config.responses);
+        settings.prefill = self.prefill(path, kind, config.prefill);
         settings.thinking = match (kind, config.thinking) {
             (_, None) => None,
             (ProviderKind::Anthropic, Some(file::ThinkingConfig::Adaptive)) => Some(ThinkingStyle::Adaptive),
@@ -168,6 +169,32 @@ impl Validator<'_> {
 
     /// Whether a client of the Responses API is answered through the provider's own Responses
     /// API (`responses: native | translated`, which only `openai_compatible` chooses).
+    /// Whether the server continues a prefill: said only of an `openai_compatible` one (an
+    /// Anthropic provider always does; OpenAI's and Azure's APIs never do).
+    fn prefill(&mut self, path: &str, kind: ProviderKind, prefill: Option<bool>) -> bool {
+        match (kind, prefill) {
+            (ProviderKind::OpenAiCompatible, prefill) => prefill.unwrap_or(false),
+            (_, None) => false,
+            (ProviderKind::Anthropic, Some(_)) => {
+                self.problem(
+                    format!("{path}.prefill"),
+                    "anthropic providers always continue a prefill: remove the key",
+                );
+                false
+            }
+            (kind, Some(_)) => {
+                self.problem(
+                    format!("{path}.prefill"),
+                    format!(
+                        "applies only to openai_compatible (and simulated) providers, not {}",
+                        kind.as_str()
+                    ),
+                );
+                false
+            }
+        }
+    }
+
     fn responses_mode(&mut self, path: &str, kind: ProviderKind, mode: Option<file::ResponsesMode>) -> bool {
         match (kind, mode) {
             (ProviderKind::OpenAiCompatible, Some(file::ResponsesMode::Native)) => true,
@@ -249,5 +276,5 @@ fn simulated(config: &file::ProviderConfig) -> SimulatedProvider {
     if let Some(seed) = config.seed {
         sim = sim.seed(seed);
     }
-    sim
+    sim.accepts_prefill(config.prefill.unwrap_or(false))
 }

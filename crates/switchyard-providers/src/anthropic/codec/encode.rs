@@ -122,13 +122,19 @@ enum OpenBlock {
         /// The canonical tool call (`tool_calls[].index`) it writes.
         call: u32,
     },
+    /// A block of another kind the provider's own events opened (see [`StreamEncoder::resume`]):
+    /// closed before anything else is written.
+    Other {
+        /// The block's Anthropic content block index.
+        index: u32,
+    },
 }
 
 impl OpenBlock {
     /// The block's Anthropic content block index.
     fn index(self) -> u32 {
         match self {
-            OpenBlock::Text { index } | OpenBlock::Tool { index, .. } => index,
+            OpenBlock::Text { index } | OpenBlock::Tool { index, .. } | OpenBlock::Other { index } => index,
         }
     }
 }
@@ -257,6 +263,16 @@ impl StreamEncoder {
             self.stop_sequence = Some(sequence.to_owned());
         }
         events
+    }
+
+    /// Takes over a stream whose events so far were the provider's own (passed on as they
+    /// came): `message_start` was sent, `blocks` content blocks were started, and `open` is the
+    /// one not yet stopped, with whether it is text. Text then continues in an open text block.
+    pub fn resume(&mut self, blocks: u32, open: Option<(u32, bool)>) {
+        self.started = true;
+        self.next_block = blocks;
+        self.open = open
+            .map(|(index, text)| if text { OpenBlock::Text { index } } else { OpenBlock::Other { index } });
     }
 
     /// The closing events, once the canonical stream ended without error: the open block's
