@@ -561,7 +561,24 @@ fn help_names_every_option_and_points_to_the_readme_for_the_scenarios() {
         assert!(text.contains(option), "{option} missing from: {text}");
     }
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    for step in ["`ok`", "`tools`", "`custom`", "`filter`", "`think`", "`hang`", "`reset`", "`cut=N`"] {
+    for step in [
+        "`ok`",
+        "`tools`",
+        "`custom`",
+        "`filter`",
+        "`think`",
+        "`hang`",
+        "`reset`",
+        "`cut=N`",
+        "`noterm`",
+        "`badevent=N`",
+        "`stall=N`",
+        "`errevent=N`",
+        "`down=D`",
+        "`model429=M`",
+        "`noprefill`",
+        "`words=N`",
+    ] {
         assert!(readme.contains(step), "the README documents {step}");
     }
 }
