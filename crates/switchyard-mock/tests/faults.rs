@@ -305,3 +305,23 @@ async fn noprefill_refuses_a_request_ending_with_the_assistant_and_answers_other
         "mock answer from c"
     );
 }
+
+#[tokio::test]
+async fn the_responses_dialect_says_the_words_and_fails_in_band_with_an_error_event() {
+    let mock = Mock::start().await;
+    let body = json!({"model": "gpt-r", "input": "count", "stream": true});
+    let stream = mock.stream("ok~words=3", "v1/responses", &body).await;
+    let text: String = stream
+        .events
+        .iter()
+        .filter(|e| e.name.as_deref() == Some("response.output_text.delta"))
+        .map(|e| e.json()["delta"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(text, words(3));
+    assert_eq!(stream.events.last().unwrap().name.as_deref(), Some("response.completed"));
+
+    let stream = mock.stream("errevent=1~words=3", "v1/responses", &body).await;
+    let last = stream.events.last().unwrap();
+    assert_eq!(last.name.as_deref(), Some("error"));
+    assert_eq!(last.json()["code"], "server_error");
+}
