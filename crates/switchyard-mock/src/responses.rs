@@ -67,16 +67,29 @@ fn object(answer: &Answer<'_>, id: u64, done: bool) -> Value {
     })
 }
 
+/// Numbers a stream's events in order (`sequence_number`).
+struct Numbered(u64);
+
+impl Numbered {
+    /// The event `kind` with `data`, numbered next.
+    fn event(&mut self, kind: &str, mut data: Value) -> Bytes {
+        data["type"] = json!(kind);
+        data["sequence_number"] = json!(self.0);
+        self.0 += 1;
+        Bytes::from(format!("event: {kind}\ndata: {data}\n\n"))
+    }
+}
+
+/// The in-band error a stream sends when it fails after its start (`errevent`).
+fn stream_error() -> Value {
+    json!({"code": "server_error", "message": "The server had an error while processing your request.", "param": null})
+}
+
 /// The numbered events of a streamed answer.
 fn events(answer: &Answer<'_>, id: u64) -> Events {
     let Answer { content, ref shape, .. } = *answer;
-    let mut sequence = 0u64;
-    let mut event = |kind: &str, mut data: Value| {
-        data["type"] = json!(kind);
-        data["sequence_number"] = json!(sequence);
-        sequence += 1;
-        Bytes::from(format!("event: {kind}\ndata: {data}\n\n"))
-    };
+    let mut numbered = Numbered(0);
+    let mut event = |kind: &str, data: Value| numbered.event(kind, data);
     let opened = object(answer, id, false);
     let mut head = vec![
         event("response.created", json!({"response": opened})),
@@ -148,11 +161,7 @@ fn events(answer: &Answer<'_>, id: u64) -> Events {
     let finished = object(answer, id, true);
     let last = if content == Content::Filter { "response.incomplete" } else { "response.completed" };
     tail.push(event(last, json!({"response": finished})));
-    let error = || {
-        let error = json!({"code": "server_error", "message": "The server had an error while processing your request.", "param": null});
-        event("error", error)
-    };
-    let extra = answer.extra_event(error, UNREADABLE);
+    let extra = answer.extra_event(|| event("error", stream_error()), UNREADABLE);
     // The last event, the finish, is also the end: there is no terminator to leave out.
     Events { head, pieces, tail, end: None, extra }
 }
