@@ -108,15 +108,17 @@ async fn stall_sends_its_chunks_then_holds_the_stream_open_until_the_client_goes
             .await
             .unwrap();
         let mut text = String::new();
-        let quiet = loop {
-            match tokio::time::timeout(Duration::from_millis(300), response.chunk()).await {
+        while !text.contains(r#"" w2""#) {
+            match tokio::time::timeout(Duration::from_secs(5), response.chunk()).await {
                 Ok(Ok(Some(bytes))) => text.push_str(std::str::from_utf8(&bytes).unwrap()),
-                Ok(other) => panic!("{endpoint}: the stream ended: {other:?}"),
-                Err(_) => break text,
+                other => {
+                    panic!("{endpoint}: the stream ended or stalled before its chunks: {other:?}: {text}")
+                }
             }
-        };
-        assert!(quiet.contains(r#""w1""#) && quiet.contains(r#"" w2""#), "{endpoint}: {quiet}");
-        assert!(!quiet.contains("w3"), "{endpoint}: {quiet}");
+        }
+        assert!(text.contains(r#""w1""#) && !text.contains("w3"), "{endpoint}: {text}");
+        let after = tokio::time::timeout(Duration::from_millis(300), response.chunk()).await;
+        assert!(after.is_err(), "{endpoint}: more came after the stall's chunks: {after:?}");
         assert_eq!(mock.hanging().await, 1, "{endpoint}: the stalled stream is held");
 
         drop(response);
@@ -180,13 +182,14 @@ async fn errevent_without_stream_is_the_error_as_its_status() {
 async fn down_answers_503_from_its_first_request_until_the_outage_ends_then_ok() {
     let mock = Mock::start().await;
     let outage = Duration::from_secs(1);
-    let sent = Instant::now();
     assert_eq!(mock.post("down=1s", CHAT, &chat("m")).await.status.as_u16(), 503);
+    // The first request arrived before its answer: the outage ends at most `outage` after this.
+    let answered = Instant::now();
     let reply = mock.post("down=1s", MESSAGES, &messages("c")).await;
     assert_eq!(reply.status.as_u16(), 503, "the outage is the scenario's, across endpoints");
     assert_eq!(reply.json()["error"]["type"], "api_error");
     // The wait the fault itself needs: the outage is measured from the first request's arrival.
-    tokio::time::sleep(outage.saturating_sub(sent.elapsed())).await;
+    tokio::time::sleep(outage.saturating_sub(answered.elapsed())).await;
     assert_eq!(openai_content(&mock.post("down=1s", CHAT, &chat("m")).await), "mock answer from m");
     assert_eq!(mock.stats().await["scenarios"]["down=1s"]["requests"], 3);
 }
