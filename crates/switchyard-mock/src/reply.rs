@@ -56,7 +56,7 @@ pub(crate) const REFUSAL: &str = "I'm sorry, I can't help with that.";
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Shape {
     /// Content pieces of answers that are not text (tool-argument and refusal fragments); a
-    /// text answer's pieces are its [`Said`](crate::text::Said)'s. Also the completion token
+    /// text answer's pieces are its [`Said`]'s. Also the completion token
     /// count.
     pub(crate) pieces: u32,
     /// Pause between consecutive pieces of a stream.
