@@ -96,14 +96,17 @@ class Gateway:
         return next((t for t in body["targets"] if t["target"] == target), None)
 
 
-@pytest.fixture
-def gateway(mock, tmp_path):
-    """A factory: `gateway(yaml)` starts `switchyard serve` on that config and a free port."""
-    mock.reset()
-    processes = []
+class _Gateways:
+    """The gateways one fixture starts in `directory`: stopped together, their logs then checked
+    for keys."""
 
-    def start(config_yaml):
-        path = tmp_path / f"switchyard-{len(processes)}.yaml"
+    def __init__(self, directory):
+        self.directory = directory
+        self.processes = []
+
+    def start(self, config_yaml):
+        """Starts `switchyard serve` on that config and a free port."""
+        path = self.directory / f"switchyard-{len(self.processes)}.yaml"
         path.write_text(config_yaml)
         env = dict(os.environ, E2E_GATEWAY_KEY=GATEWAY_KEY, E2E_ADMIN_KEY=ADMIN_KEY)
         log = tempfile.TemporaryFile(mode="w+")
@@ -114,22 +117,44 @@ def gateway(mock, tmp_path):
             text=True,
             env=env,
         )
-        processes.append((process, log))
-        address = _read_listening(process, "switchyard serve")
+        self.processes.append((process, log))
+        try:
+            address = _read_listening(process, "switchyard serve")
+        except RuntimeError:
+            log.seek(0)
+            raise RuntimeError(f"switchyard serve did not start: {log.read()}") from None
         return Gateway(f"http://{address}")
 
-    yield start
-    for process, log in processes:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.seek(0)
-        logs = log.read()
-        # The access log must never carry a key.
-        for secret in (GATEWAY_KEY, ADMIN_KEY, "sk-upstream"):
-            assert secret not in logs, f"a key leaked into the logs: {secret}"
+    def stop(self):
+        for process, log in self.processes:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+            log.seek(0)
+            logs = log.read()
+            # The access log must never carry a key.
+            for secret in (GATEWAY_KEY, ADMIN_KEY, "sk-upstream"):
+                assert secret not in logs, f"a key leaked into the logs: {secret}"
+
+
+@pytest.fixture
+def gateway(mock, tmp_path):
+    """A factory: `gateway(yaml)` starts `switchyard serve` on that config and a free port."""
+    mock.reset()
+    gateways = _Gateways(tmp_path)
+    yield gateways.start
+    gateways.stop()
+
+
+@pytest.fixture(scope="module")
+def module_gateway(mock, tmp_path_factory):
+    """`gateway` for a whole module: a module that starts one gateway per config and resets
+    the mock and the gateway's health between its tests itself."""
+    gateways = _Gateways(tmp_path_factory.mktemp("gateways"))
+    yield gateways.start
+    gateways.stop()
 
 
 def config(mock, providers, routes, extra=""):

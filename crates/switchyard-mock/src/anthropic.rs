@@ -8,17 +8,21 @@ use hyper::{Response, StatusCode};
 
 use crate::body::MockBody;
 use crate::reply::{
-    self, ANSWER_PREFIX, Content, Events, Fault, PROMPT_TOKENS, Shape, TOOL_ARGUMENTS, TOOL_NAME, named_event,
+    self, Answer, Content, Events, Fault, NO_PREFILL, PROMPT_TOKENS, TOOL_ARGUMENTS, TOOL_NAME, named_event,
 };
 use crate::wire::{next_id, push_json_escaped, push_json_str, rfc3339, split_even, unix_now};
 
+/// A stream's unreadable event (`badevent`): a text delta cut off mid-object.
+const UNREADABLE: &[u8] =
+    b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\n\n";
+
 /// A Messages answer, streamed when `stream` is set.
-pub(crate) fn answer(content: Content, model: &str, stream: bool, shape: &Shape) -> Response<MockBody> {
+pub(crate) fn answer(answer: &Answer<'_>, stream: bool) -> Response<MockBody> {
     let id = next_id();
     let mut response = if stream {
-        reply::sse(events(content, model, shape, id), shape)
+        reply::sse(events(answer, id), &answer.shape)
     } else {
-        reply::json(StatusCode::OK, message(content, model, shape, id))
+        reply::json(StatusCode::OK, message(answer, id))
     };
     reply::add_header(&mut response, "request-id", &format!("req_mock{id}"));
     response
@@ -33,7 +37,8 @@ fn stop_reason(content: Content) -> &'static str {
     }
 }
 
-fn message(content: Content, model: &str, shape: &Shape, id: u64) -> String {
+fn message(answer: &Answer<'_>, id: u64) -> String {
+    let Answer { content, model, .. } = *answer;
     let mut s = String::with_capacity(512 + 2 * model.len());
     let _ = write!(s, r#"{{"id":"msg_mock{id}","type":"message","role":"assistant","model":"#);
     push_json_str(&mut s, model);
@@ -48,8 +53,9 @@ fn message(content: Content, model: &str, shape: &Shape, id: u64) -> String {
                 s.push_str("},");
             }
             s.push_str(r#"{"type":"text","text":""#);
-            s.push_str(ANSWER_PREFIX);
-            push_json_escaped(&mut s, model);
+            for piece in answer.said.pieces() {
+                push_json_escaped(&mut s, piece);
+            }
             s.push_str(r#""}"#);
         }
         Content::Tools | Content::Custom => {
@@ -69,12 +75,13 @@ fn message(content: Content, model: &str, shape: &Shape, id: u64) -> String {
         s,
         r#"],"stop_reason":"{}","stop_sequence":null,"usage":{{"input_tokens":{PROMPT_TOKENS},"output_tokens":{},"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"service_tier":"standard"}}}}"#,
         stop_reason(content),
-        shape.pieces
+        answer.tokens()
     );
     s
 }
 
-fn events(content: Content, model: &str, shape: &Shape, id: u64) -> Events {
+fn events(answer: &Answer<'_>, id: u64) -> Events {
+    let Answer { content, model, ref shape, .. } = *answer;
     let mut start = format!(
         r#"{{"type":"message_start","message":{{"id":"msg_mock{id}","type":"message","role":"assistant","content":[],"model":"#
     );
@@ -92,18 +99,20 @@ fn events(content: Content, model: &str, shape: &Shape, id: u64) -> Events {
     }
     let (block, pieces) = match content {
         Content::Text | Content::Think => {
-            let text = format!("{ANSWER_PREFIX}{model}");
-            let pieces = delta_events(&text, shape.pieces, index, "text_delta", "text");
+            let said = answer.said.pieces().iter().map(String::as_str);
+            let pieces = delta_events(said, index, "text_delta", "text");
             (Some(r#"{"type":"text","text":""}"#.to_owned()), pieces)
         }
         Content::Tools | Content::Custom => {
             let block =
                 format!(r#"{{"type":"tool_use","id":"toolu_mock{id}","name":"{TOOL_NAME}","input":{{}}}}"#);
-            (Some(block), delta_events(TOOL_ARGUMENTS, shape.pieces, 0, "input_json_delta", "partial_json"))
+            let pieces = split_even(TOOL_ARGUMENTS, shape.pieces);
+            (Some(block), delta_events(pieces, 0, "input_json_delta", "partial_json"))
         }
         Content::Filter => (None, Vec::new()),
         Content::Refuse => {
-            let pieces = delta_events(crate::reply::REFUSAL, shape.pieces, 0, "text_delta", "text");
+            let pieces =
+                delta_events(split_even(crate::reply::REFUSAL, shape.pieces), 0, "text_delta", "text");
             (Some(r#"{"type":"text","text":""}"#.to_owned()), pieces)
         }
     };
@@ -127,11 +136,18 @@ fn events(content: Content, model: &str, shape: &Shape, id: u64) -> Events {
         &format!(
             r#"{{"type":"message_delta","delta":{{"stop_reason":"{}","stop_sequence":null}},"usage":{{"output_tokens":{}}}}}"#,
             stop_reason(content),
-            shape.pieces
+            answer.tokens()
         ),
     ));
-    tail.push(named_event("message_stop", r#"{"type":"message_stop"}"#));
-    Events { head, pieces, tail }
+    let end = Some(named_event("message_stop", r#"{"type":"message_stop"}"#));
+    let extra = answer.extra_event(stream_error, UNREADABLE);
+    Events { head, pieces, tail, end, extra }
+}
+
+/// The in-band error a stream sends when it fails after its 200 (`errevent`): an `error`
+/// event, `overloaded_error`, as Anthropic sends one.
+fn stream_error() -> Bytes {
+    named_event("error", r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#)
 }
 
 /// A whole thinking block, index 0, as Anthropic streams one: its start, the thinking, the
@@ -158,10 +174,15 @@ fn thinking_events() -> Vec<Bytes> {
     ]
 }
 
-/// One `content_block_delta` event of block `index` per piece of `text`, in the delta type and
-/// field given.
-fn delta_events(text: &str, pieces: u32, index: u32, delta_type: &str, field: &str) -> Vec<Bytes> {
-    split_even(text, pieces)
+/// One `content_block_delta` event of block `index` per piece, in the delta type and field
+/// given.
+fn delta_events<'p>(
+    pieces: impl IntoIterator<Item = &'p str>,
+    index: u32,
+    delta_type: &str,
+    field: &str,
+) -> Vec<Bytes> {
+    pieces
         .into_iter()
         .map(|piece| {
             let mut data = format!(
@@ -202,6 +223,15 @@ pub(crate) fn fault(fault: &Fault<'_>) -> Response<MockBody> {
         Fault::Context => {
             (400, "invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum".to_owned())
         }
+        Fault::ModelRateLimit(model) => (
+            429,
+            "rate_limit_error",
+            format!(
+                "This request would exceed the rate limit for your organization of 50 requests per minute \
+                 for {model}. For details, refer to: https://docs.anthropic.com/en/api/rate-limits."
+            ),
+        ),
+        Fault::NoPrefill => (400, "invalid_request_error", NO_PREFILL.to_owned()),
         Fault::Invalid { status, message } => (*status, status_error(*status).0, message.clone()),
     };
 

@@ -11,6 +11,8 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
+use crate::registry::HangGuard;
+
 /// A response body produced by the mock.
 pub(crate) struct MockBody(Inner);
 
@@ -36,6 +38,9 @@ pub(crate) enum Ending {
     /// With an error, which makes hyper drop the connection without a terminator: the client sees
     /// a truncated body.
     Cut,
+    /// Never: the body stays pending, sending nothing, until the client goes away (hyper then
+    /// drops it).
+    Stall,
 }
 
 struct Script {
@@ -45,6 +50,8 @@ struct Script {
     /// Whether the yield before a cut has happened.
     flushed: bool,
     done: bool,
+    /// Kept for as long as the body lives: a stalled stream counts as a hanging request.
+    hold: Option<HangGuard>,
 }
 
 impl MockBody {
@@ -55,7 +62,21 @@ impl MockBody {
 
     /// A body played part by part, ending as `ending` says.
     pub(crate) fn script(parts: VecDeque<Part>, ending: Ending) -> MockBody {
-        MockBody(Inner::Script(Box::new(Script { parts, ending, sleep: None, flushed: false, done: false })))
+        MockBody(Inner::Script(Box::new(Script {
+            parts,
+            ending,
+            sleep: None,
+            flushed: false,
+            done: false,
+            hold: None,
+        })))
+    }
+
+    /// Keeps `guard` until the body is dropped (a scripted body only).
+    pub(crate) fn hold(&mut self, guard: HangGuard) {
+        if let Inner::Script(script) = &mut self.0 {
+            script.hold = Some(guard);
+        }
     }
 
     /// The bytes of a body built with [`MockBody::full`] and not yet polled.
@@ -115,6 +136,8 @@ impl Script {
                         None => self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
                     }
                 }
+                // Nothing will wake this task: hyper drops the body when the client leaves.
+                None if self.ending == Ending::Stall => return Poll::Pending,
                 None if self.ending == Ending::Cut && !self.flushed => {
                     // hyper flushes its write buffer when the body is not ready, but discards it
                     // when the body fails. Yield once so the frames before the cut reach the
@@ -127,7 +150,7 @@ impl Script {
                     self.done = true;
                     self.sleep = None;
                     return Poll::Ready(match self.ending {
-                        Ending::Clean => None,
+                        Ending::Clean | Ending::Stall => None,
                         Ending::Cut => Some(Err(io::Error::new(
                             io::ErrorKind::ConnectionAborted,
                             "switchyard-mock: stream cut as the scenario asked",

@@ -37,15 +37,30 @@
 //! | `hang` | never answers, until the client disconnects | same |
 //! | `reset` | closes the connection without a response | same |
 //! | `cut=N` | streams N content chunks, then drops the connection | same |
+//! | `noterm` | a whole stream (content, finish, usage) without `data: [DONE]` | `message_delta` with stop reason and usage, no `message_stop` |
+//! | `badevent=N` | a whole stream with one more event, not JSON, as its Nth | a `content_block_delta` that is not JSON |
+//! | `stall=N` | streams N content chunks, then sends nothing until the client goes | same |
+//! | `errevent=N` | N content chunks, then `data: {"error":{…,"type":"server_error"}}`, then the end | `event: error`, `overloaded_error` |
+//! | `down=D` | 503 until D after the scenario's first request, then `ok` | same |
+//! | `model429=M` | 429 `rate_limit_exceeded` without `retry-after` for model M, else `ok` | 429 `rate_limit_error` |
+//! | `noprefill` | 400 `invalid_request_error` (no assistant message prefill) when the last message is the assistant's, else `ok` | same |
 //!
 //! Modifiers follow a step after `~`: `latency=D` waits before answering (so before a stream's
 //! response head and first chunk), `jitter=D` adds a uniform random wait in `[0, D)`,
 //! `chunks=N` sets the number of content chunks of a stream (default 4; also the completion
-//! token count), `gap=D` pauses between chunks. Durations are written `500us`, `20ms`, `1.5s` or
-//! `2m`. Example: `ok~latency=20ms~chunks=8~gap=50ms`.
+//! token count), `gap=D` pauses between chunks, `words=N` makes the text the words
+//! `w1 w2 … wN` whatever the model, one per chunk (so `cut=40~words=60` breaks after 40 words,
+//! and two targets say the same). Durations are written `500us`, `20ms`, `1.5s` or `2m`.
+//! Example: `ok~latency=20ms~chunks=8~gap=50ms`.
 //!
-//! A non-streamed `cut=N` announces the full `content-length`, sends half the body and drops the
-//! connection. Embeddings answer `ok`, `tools` and `filter` alike with vectors.
+//! A request whose last message is the assistant's (a prefill) gets, from any text step, what
+//! follows that prefix in its text (the prefix compared without its trailing whitespace), or the
+//! whole text when it does not begin so.
+//!
+//! Sent whole, `cut=N` announces the full `content-length`, sends half the body and drops the
+//! connection; `stall=N` sends the half and holds it; `errevent=N` is the error as a status (500,
+//! Anthropic's 529); `noterm` and `badevent=N` are `ok`. Embeddings answer `ok`, `tools` and
+//! `filter` alike with vectors.
 //!
 //! # In tests
 //!
@@ -68,6 +83,7 @@ mod reply;
 mod responses;
 mod scenario;
 mod server;
+mod text;
 mod wire;
 
 use std::net::SocketAddr;

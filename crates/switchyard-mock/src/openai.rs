@@ -7,32 +7,32 @@ use bytes::Bytes;
 use hyper::Response;
 
 use crate::body::MockBody;
+use crate::reply::NO_PREFILL;
 use crate::reply::{
-    self, ANSWER_PREFIX, CUSTOM_INPUT, CUSTOM_TOOL, Content, Events, Fault, PROMPT_TOKENS, Shape,
-    TOOL_ARGUMENTS, TOOL_NAME,
+    self, Answer, CUSTOM_INPUT, CUSTOM_TOOL, Content, Events, Fault, PROMPT_TOKENS, TOOL_ARGUMENTS, TOOL_NAME,
 };
+use crate::text::Said;
 use crate::wire::{next_id, push_json_escaped, push_json_str, split_even, unix_now};
 
+/// The data of a stream's unreadable event (`badevent`): a chunk cut off mid-object.
+const UNREADABLE: &[u8] =
+    b"data: {\"id\":\"chatcmpl-mock\",\"object\":\"chat.completion.chunk\",\"choices\":[{\n\n";
+
 /// A chat completion answer, streamed when `stream` is set.
-pub(crate) fn answer(
-    content: Content,
-    model: &str,
-    stream: bool,
-    include_usage: bool,
-    shape: &Shape,
-) -> Response<MockBody> {
+pub(crate) fn answer(answer: &Answer<'_>, stream: bool, include_usage: bool) -> Response<MockBody> {
     let id = next_id();
     let created = unix_now();
     let mut response = if stream {
-        reply::sse(events(content, model, include_usage, shape, id, created), shape)
+        reply::sse(events(answer, include_usage, id, created), &answer.shape)
     } else {
-        reply::json(hyper::StatusCode::OK, completion(content, model, shape, id, created))
+        reply::json(hyper::StatusCode::OK, completion(answer, id, created))
     };
     reply::add_header(&mut response, "x-request-id", &format!("req_mock{id}"));
     response
 }
 
-fn completion(content: Content, model: &str, shape: &Shape, id: u64, created: u64) -> String {
+fn completion(answer: &Answer<'_>, id: u64, created: u64) -> String {
+    let Answer { content, model, .. } = *answer;
     let mut s = String::with_capacity(512 + 2 * model.len());
     let _ =
         write!(s, r#"{{"id":"chatcmpl-mock{id}","object":"chat.completion","created":{created},"model":"#);
@@ -41,8 +41,9 @@ fn completion(content: Content, model: &str, shape: &Shape, id: u64, created: u6
     let finish = match content {
         Content::Text | Content::Think => {
             s.push('"');
-            s.push_str(ANSWER_PREFIX);
-            push_json_escaped(&mut s, model);
+            for piece in answer.said.pieces() {
+                push_json_escaped(&mut s, piece);
+            }
             s.push('"');
             "stop"
         }
@@ -80,7 +81,7 @@ fn completion(content: Content, model: &str, shape: &Shape, id: u64, created: u6
         s.push_str("null");
     }
     let _ = write!(s, r#","annotations":[]}},"logprobs":null,"finish_reason":"{finish}"}}],"usage":"#);
-    push_usage(&mut s, shape.pieces);
+    push_usage(&mut s, answer.tokens());
     s.push_str(r#","service_tier":"default","system_fingerprint":"fp_mock"}"#);
     s
 }
@@ -142,7 +143,12 @@ impl Chunker {
 
     /// `text` in `pieces` chunks, each a delta of the one string member `field`.
     fn deltas(&self, field: &str, text: &str, pieces: u32) -> Vec<Bytes> {
-        split_even(text, pieces)
+        self.deltas_of(field, split_even(text, pieces))
+    }
+
+    /// One chunk per piece, each a delta of the one string member `field`.
+    fn deltas_of<'p>(&self, field: &str, pieces: impl IntoIterator<Item = &'p str>) -> Vec<Bytes> {
+        pieces
             .into_iter()
             .map(|piece| {
                 let mut delta = format!(r#"{{"{field}":"#);
@@ -172,15 +178,15 @@ impl Chunker {
     fn content(
         &self,
         content: Content,
-        model: &str,
+        said: &Said,
         pieces: u32,
         id: u64,
     ) -> (Vec<Bytes>, Vec<Bytes>, &'static str) {
-        let answer = format!("{ANSWER_PREFIX}{model}");
+        let text = || self.deltas_of("content", said.pieces().iter().map(String::as_str));
         match content {
             Content::Text => (
                 vec![self.chunk(r#"{"role":"assistant","content":"","refusal":null}"#, None)],
-                self.deltas("content", &answer, pieces),
+                text(),
                 "stop",
             ),
             Content::Think => {
@@ -188,7 +194,7 @@ impl Chunker {
                 let first = r#"{"role":"assistant","content":null,"reasoning_content":""}"#;
                 let mut head = vec![self.chunk(first, None)];
                 head.extend(self.deltas("reasoning_content", crate::reply::THOUGHT, 1));
-                (head, self.deltas("content", &answer, pieces), "stop")
+                (head, text(), "stop")
             }
             Content::Tools => {
                 let first = format!(
@@ -218,30 +224,31 @@ impl Chunker {
         }
     }
 
-    /// The chunks after the last piece: the finish, the usage when asked for, and `[DONE]`.
+    /// The chunks after the last piece: the finish and the usage when asked for.
     fn tail(&self, finish: &str, include_usage: bool, completion: u32) -> Vec<Bytes> {
         let mut tail = vec![self.chunk("{}", Some(finish))];
         if include_usage {
             tail.push(self.usage(completion));
         }
-        tail.push(Bytes::from_static(b"data: [DONE]\n\n"));
         tail
     }
 }
 
-/// A chat completion streamed: its chunks before, of and after the pieces.
-fn events(
-    content: Content,
-    model: &str,
-    include_usage: bool,
-    shape: &Shape,
-    id: u64,
-    created: u64,
-) -> Events {
-    let chunker = Chunker::new(model, include_usage, id, created);
-    let (head, pieces, finish) = chunker.content(content, model, shape.pieces, id);
-    let tail = chunker.tail(finish, include_usage, shape.pieces);
-    Events { head, pieces, tail }
+/// A chat completion streamed: its chunks before, of and after the pieces, then `[DONE]`.
+fn events(answer: &Answer<'_>, include_usage: bool, id: u64, created: u64) -> Events {
+    let chunker = Chunker::new(answer.model, include_usage, id, created);
+    let (head, pieces, finish) = chunker.content(answer.content, &answer.said, answer.shape.pieces, id);
+    let tail = chunker.tail(finish, include_usage, answer.tokens());
+    let end = Some(Bytes::from_static(b"data: [DONE]\n\n"));
+    let extra = answer.extra_event(stream_error, UNREADABLE);
+    Events { head, pieces, tail, end, extra }
+}
+
+/// The in-band error a stream sends when it fails after its 200 (`errevent`): an `error`
+/// object in a `data:` line, as OpenAI sends one.
+fn stream_error() -> Bytes {
+    let error = status_error(500);
+    Bytes::from(format!("data: {}\n\n", error.json()))
 }
 
 /// An OpenAI error body's members, with its status.
@@ -337,6 +344,19 @@ fn error_body(fault: &Fault<'_>) -> ErrorBody {
                  210000 tokens. Please reduce the length of the messages."
                     .to_owned(),
             )
+        },
+        Fault::ModelRateLimit(model) => ErrorBody::new(
+            429,
+            "requests",
+            Some("rate_limit_exceeded"),
+            format!(
+                "Rate limit reached for {model} in organization org-mock on requests per min (RPM): Limit 60, \
+                 Used 60, Requested 1. Visit https://platform.openai.com/account/rate-limits to learn more."
+            ),
+        ),
+        Fault::NoPrefill => ErrorBody {
+            param: Some("messages"),
+            ..ErrorBody::new(400, "invalid_request_error", None, NO_PREFILL.to_owned())
         },
         Fault::Invalid { status, message } => {
             let kind = if *status >= 500 { "server_error" } else { "invalid_request_error" };

@@ -6,6 +6,7 @@ use std::fmt;
 
 use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 
 /// The fields of a chat, messages or embeddings request that shape the mock's answer.
 #[derive(Debug, Default, Deserialize)]
@@ -28,6 +29,10 @@ pub(crate) struct Probe<'a> {
     /// Embeddings: vector length.
     #[serde(default)]
     pub(crate) dimensions: Option<u32>,
+    /// Chat and messages: the last message, unread (the others are skipped as they are
+    /// parsed), for [`Probe::prefill`].
+    #[serde(borrow, default, rename = "messages", deserialize_with = "last_element")]
+    last_message: Option<&'a RawValue>,
 }
 
 /// OpenAI `stream_options`.
@@ -71,6 +76,71 @@ impl<'a> Probe<'a> {
     pub(crate) fn include_usage(&self) -> bool {
         self.stream_options.as_ref().and_then(|o| o.include_usage) == Some(true)
     }
+
+    /// The text of the last message when it is the assistant's (a prefill the answer
+    /// continues): its `content` string, or the `text` of its parts (OpenAI) or blocks
+    /// (Anthropic), which share that shape; empty when it has none. `None` when the last
+    /// message is another role's, or there are no messages.
+    pub(crate) fn prefill(&self) -> Option<String> {
+        #[derive(Deserialize)]
+        struct Role<'a> {
+            #[serde(borrow, default)]
+            role: Cow<'a, str>,
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Content {
+            Text(String),
+            Parts(Vec<Part>),
+            Other(IgnoredAny),
+        }
+        #[derive(Deserialize)]
+        struct Part {
+            #[serde(default)]
+            text: Option<String>,
+        }
+        #[derive(Deserialize)]
+        struct Message {
+            #[serde(default)]
+            content: Option<Content>,
+        }
+        let last = self.last_message?.get();
+        // A user's message (perhaps megabytes, in a benchmark) is passed over by a search for
+        // the role's value rather than parsed a second time; one that holds the word is parsed
+        // for its role before its content is read. (A role spelled with escapes is not found.)
+        if !last.contains("\"assistant\"") || serde_json::from_str::<Role<'_>>(last).ok()?.role != "assistant"
+        {
+            return None;
+        }
+        let message: Message = serde_json::from_str(last).ok()?;
+        Some(match message.content {
+            Some(Content::Text(text)) => text,
+            Some(Content::Parts(parts)) => parts.into_iter().filter_map(|part| part.text).collect(),
+            Some(Content::Other(_)) | None => String::new(),
+        })
+    }
+}
+
+/// Deserializes a JSON array into its last element, unread; anything else into `None`.
+fn last_element<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error> {
+    struct LastVisitor;
+    impl<'de> Visitor<'de> for LastVisitor {
+        type Value = Option<&'de RawValue>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an array of messages")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut last = None;
+            while let Some(item) = seq.next_element::<&'de RawValue>()? {
+                last = Some(item);
+            }
+            Ok(last)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    deserializer.deserialize_any(LastVisitor)
 }
 
 impl<'de> Deserialize<'de> for InputCount {
@@ -157,6 +227,31 @@ mod tests {
         assert_eq!(probe.model, "a/b");
         assert!(!probe.streaming());
         assert!(!probe.include_usage());
+    }
+
+    #[test]
+    fn a_last_assistant_message_is_a_prefill_in_either_dialect() {
+        let prefill = |body: &[u8]| Probe::parse(body).unwrap().prefill();
+        let openai =
+            br#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"w1 w2"}]}"#;
+        assert_eq!(prefill(openai).as_deref(), Some("w1 w2"));
+        let blocks = br#"{"messages":[{"role":"user","content":"hi"},
+            {"content":[{"type":"text","text":"w1"},{"type":"text","text":" w2"}],"role":"assistant"}]}"#;
+        assert_eq!(prefill(blocks).as_deref(), Some("w1 w2"));
+        let tool_call = br#"{"messages":[{"role":"assistant","content":null,"tool_calls":[]}]}"#;
+        assert_eq!(prefill(tool_call).as_deref(), Some(""));
+    }
+
+    #[test]
+    fn no_prefill_without_a_last_assistant_message() {
+        let prefill = |body: &[u8]| Probe::parse(body).unwrap().prefill();
+        assert_eq!(
+            prefill(br#"{"messages":[{"role":"assistant","content":"a"},{"role":"user","content":"b"}]}"#),
+            None
+        );
+        assert_eq!(prefill(br#"{"messages":[]}"#), None);
+        assert_eq!(prefill(br#"{"messages":null}"#), None);
+        assert_eq!(prefill(br#"{"input":"embed me"}"#), None);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hyper::HeaderMap;
@@ -40,8 +41,9 @@ impl Endpoint {
 #[derive(Default)]
 pub(crate) struct Registry {
     scenarios: Mutex<HashMap<Box<str>, Entry>>,
-    /// Requests currently held by `hang`, so tests can see them released when clients leave.
-    hanging: AtomicUsize,
+    /// Requests currently held by `hang` or a `stall`ed stream, so tests can see them released
+    /// when clients leave.
+    hanging: Arc<AtomicUsize>,
     /// Connections accepted (and, behind TLS, through their handshake), so tests can see
     /// whether a client reuses its connections.
     connections: AtomicUsize,
@@ -50,6 +52,8 @@ pub(crate) struct Registry {
 struct Entry {
     plan: Arc<Plan>,
     requests: u64,
+    /// When the scenario's first request arrived (its clock, for `down=D`).
+    first: Instant,
     last: Option<LastRequest>,
 }
 
@@ -60,10 +64,10 @@ struct LastRequest {
     body: Bytes,
 }
 
-/// Counts one `hang` request for as long as it is held.
-pub(crate) struct HangGuard<'a>(&'a AtomicUsize);
+/// Counts one held request (`hang`, a stalled stream) for as long as it is held.
+pub(crate) struct HangGuard(Arc<AtomicUsize>);
 
-impl Drop for HangGuard<'_> {
+impl Drop for HangGuard {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
@@ -71,7 +75,8 @@ impl Drop for HangGuard<'_> {
 
 impl Registry {
     /// Counts a request against `scenario`, keeps it as the scenario's last request, and returns
-    /// the action it gets. The headers and body are moved in, not copied.
+    /// the action it gets and how long ago the scenario's first request arrived. The headers
+    /// and body are moved in, not copied.
     pub(crate) fn record(
         &self,
         scenario: &str,
@@ -79,23 +84,25 @@ impl Registry {
         method: hyper::Method,
         headers: HeaderMap,
         body: Bytes,
-    ) -> Result<Action, ScenarioError> {
+    ) -> Result<(Action, Duration), ScenarioError> {
         let last = Some(LastRequest { endpoint, method, headers, body });
         let mut scenarios = self.scenarios.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = match scenarios.get_mut(scenario) {
             Some(entry) => entry,
             None => {
                 let plan = Arc::new(Plan::parse(scenario)?);
-                scenarios.entry(scenario.into()).or_insert(Entry { plan, requests: 0, last: None })
+                let entry = Entry { plan, requests: 0, first: Instant::now(), last: None };
+                scenarios.entry(scenario.into()).or_insert(entry)
             }
         };
         let action = entry.plan.action_at(entry.requests).clone();
+        let since_first = entry.first.elapsed();
         entry.requests += 1;
         let previous = std::mem::replace(&mut entry.last, last);
         drop(scenarios);
         // Freed outside the lock: a previous multi-megabyte body should not stall other requests.
         drop(previous);
-        Ok(action)
+        Ok((action, since_first))
     }
 
     /// Forgets every scenario: counters restart at the first step.
@@ -110,9 +117,9 @@ impl Registry {
     }
 
     /// Marks a request as hanging until the guard is dropped.
-    pub(crate) fn hang(&self) -> HangGuard<'_> {
+    pub(crate) fn hang(&self) -> HangGuard {
         self.hanging.fetch_add(1, Ordering::Relaxed);
-        HangGuard(&self.hanging)
+        HangGuard(Arc::clone(&self.hanging))
     }
 
     /// The `/_stats` document:

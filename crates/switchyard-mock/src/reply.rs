@@ -8,7 +8,9 @@ use bytes::Bytes;
 use hyper::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, HeaderName, HeaderValue};
 use hyper::{Response, StatusCode};
 
-use crate::body::{Ending, MockBody, Part};
+pub(crate) use crate::body::Ending;
+use crate::body::{MockBody, Part};
+use crate::text::Said;
 
 /// The text of every normal answer is this prefix followed by the requested model.
 pub(crate) const ANSWER_PREFIX: &str = "mock answer from ";
@@ -43,18 +45,82 @@ pub(crate) const THOUGHT: &str = "The user wants the mock answer.";
 /// The signature of that reasoning (Anthropic's thinking blocks carry one).
 pub(crate) const THOUGHT_SIGNATURE: &str = "EqQBCkYIBxgCKkBmocksignature";
 
+/// Why a model that takes no prefill (`noprefill`) refuses a request that ends with one.
+pub(crate) const NO_PREFILL: &str =
+    "This model does not support assistant message prefill. The conversation must end with a user message.";
+
 /// What the model says when it declines (`refuse`).
 pub(crate) const REFUSAL: &str = "I'm sorry, I can't help with that.";
 
 /// How a successful answer is delivered.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Shape {
-    /// Content pieces: text or tool-argument fragments. Also the completion token count.
+    /// Content pieces of answers that are not text (tool-argument and refusal fragments); a
+    /// text answer's pieces are its [`Said`]'s. Also the completion token
+    /// count.
     pub(crate) pieces: u32,
     /// Pause between consecutive pieces of a stream.
     pub(crate) gap: Duration,
-    /// Send only this many pieces, then drop the connection.
-    pub(crate) cut: Option<u32>,
+    /// How the stream misbehaves, if it does.
+    pub(crate) fault: Option<StreamFault>,
+}
+
+/// A stream's misbehaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamFault {
+    /// Only this many pieces, then the connection drops.
+    Cut(u32),
+    /// Only this many pieces, then nothing while the connection stays open.
+    Stall(u32),
+    /// This many pieces, then the dialect's in-band error event, then the end of the body.
+    ErrorEvent(u32),
+    /// Every event but the terminator (`data: [DONE]`, `message_stop`), then the end of the body.
+    Unterminated,
+    /// One more event, not JSON, as the event at this position (1-based) of a whole stream.
+    BadEvent(u32),
+}
+
+impl StreamFault {
+    /// The pieces a stream sends before it breaks, when it breaks.
+    fn breaks_after(self) -> Option<u32> {
+        match self {
+            StreamFault::Cut(n) | StreamFault::Stall(n) | StreamFault::ErrorEvent(n) => Some(n),
+            StreamFault::Unterminated | StreamFault::BadEvent(_) => None,
+        }
+    }
+}
+
+/// One successful answer to render: its kind, the model it is from, what its text says (for
+/// `Text` and `Think`) and how it is delivered.
+pub(crate) struct Answer<'a> {
+    pub(crate) content: Content,
+    pub(crate) model: &'a str,
+    pub(crate) said: Said,
+    pub(crate) shape: Shape,
+}
+
+impl Answer<'_> {
+    /// Completion tokens: one per piece of the text or of the other content.
+    pub(crate) fn tokens(&self) -> u32 {
+        match self.content {
+            Content::Text | Content::Think => self.said.tokens(),
+            _ => self.shape.pieces,
+        }
+    }
+
+    /// The extra event `fault` needs in a stream: `error` for an error event, an unreadable
+    /// event for a bad one.
+    pub(crate) fn extra_event(
+        &self,
+        error: impl FnOnce() -> Bytes,
+        unreadable: &'static [u8],
+    ) -> Option<Bytes> {
+        match self.shape.fault {
+            Some(StreamFault::ErrorEvent(_)) => Some(error()),
+            Some(StreamFault::BadEvent(_)) => Some(Bytes::from_static(unreadable)),
+            _ => None,
+        }
+    }
 }
 
 /// A failure rendered in the request's dialect.
@@ -70,16 +136,25 @@ pub(crate) enum Fault<'a> {
     Auth,
     /// Prompt longer than the context window.
     Context,
+    /// 429 for this model, without `retry-after` or rate-limit headers.
+    ModelRateLimit(&'a str),
+    /// 400: the model does not take an assistant message last (a prefill).
+    NoPrefill,
     /// The mock itself rejects the request (bad scenario, bad JSON, body too large).
     Invalid { status: u16, message: String },
 }
 
 /// A streamed answer before it is scripted: the events before the first piece, one event per
-/// piece, and the events after the last piece.
+/// piece, the events after the last piece, and the terminator after those.
 pub(crate) struct Events {
     pub(crate) head: Vec<Bytes>,
     pub(crate) pieces: Vec<Bytes>,
     pub(crate) tail: Vec<Bytes>,
+    /// `data: [DONE]`, `message_stop`; none in a dialect whose last event is its finish.
+    pub(crate) end: Option<Bytes>,
+    /// The extra event a fault sends: the dialect's in-band error for
+    /// [`StreamFault::ErrorEvent`], an unreadable event for [`StreamFault::BadEvent`].
+    pub(crate) extra: Option<Bytes>,
 }
 
 /// The status as a `StatusCode`; scenarios only allow 400..=599, which are all valid.
@@ -95,12 +170,15 @@ pub(crate) fn json(status: StatusCode, body: String) -> Response<MockBody> {
     response
 }
 
-/// An SSE response playing `events`: pieces separated by `gap`, and with `cut` only the head and
-/// the first `cut` pieces followed by a dropped connection.
+/// An SSE response playing `events` as `shape` says: pieces separated by `gap`, and with a
+/// fault the stream broken, unterminated or spoiled by one event.
 pub(crate) fn sse(events: Events, shape: &Shape) -> Response<MockBody> {
-    let Events { head, pieces, tail } = events;
-    let sent = shape.cut.map_or(pieces.len(), |n| (n as usize).min(pieces.len()));
-    let mut parts = VecDeque::with_capacity(head.len() + 2 * sent + tail.len());
+    let Events { head, pieces, tail, end, extra } = events;
+    let sent = shape
+        .fault
+        .and_then(StreamFault::breaks_after)
+        .map_or(pieces.len(), |n| (n as usize).min(pieces.len()));
+    let mut parts = VecDeque::with_capacity(head.len() + 2 * sent + tail.len() + 2);
     parts.extend(head.into_iter().map(Part::Data));
     for (i, piece) in pieces.into_iter().take(sent).enumerate() {
         if i > 0 && !shape.gap.is_zero() {
@@ -108,11 +186,29 @@ pub(crate) fn sse(events: Events, shape: &Shape) -> Response<MockBody> {
         }
         parts.push_back(Part::Data(piece));
     }
-    let ending = if shape.cut.is_some() {
-        Ending::Cut
-    } else {
-        parts.extend(tail.into_iter().map(Part::Data));
-        Ending::Clean
+    let whole = |parts: &mut VecDeque<Part>, end: Option<Bytes>| {
+        parts.extend(tail.into_iter().chain(end).map(Part::Data));
+    };
+    let ending = match shape.fault {
+        None => {
+            whole(&mut parts, end);
+            Ending::Clean
+        }
+        Some(StreamFault::Cut(_)) => Ending::Cut,
+        Some(StreamFault::Stall(_)) => Ending::Stall,
+        Some(StreamFault::ErrorEvent(_)) => {
+            parts.extend(extra.map(Part::Data));
+            Ending::Clean
+        }
+        Some(StreamFault::Unterminated) => {
+            whole(&mut parts, None);
+            Ending::Clean
+        }
+        Some(StreamFault::BadEvent(position)) => {
+            whole(&mut parts, end);
+            insert_event(&mut parts, position, extra);
+            Ending::Clean
+        }
     };
     let mut response = Response::new(MockBody::script(parts, ending));
     let headers = response.headers_mut();
@@ -121,16 +217,32 @@ pub(crate) fn sse(events: Events, shape: &Shape) -> Response<MockBody> {
     response
 }
 
+/// Puts `event` in `parts` as their `position`th event (1-based; last when there are fewer).
+fn insert_event(parts: &mut VecDeque<Part>, position: u32, event: Option<Bytes>) {
+    let Some(event) = event else { return };
+    let mut seen = 0;
+    let at = parts
+        .iter()
+        .position(|part| {
+            let data = matches!(part, Part::Data(_));
+            seen += u32::from(data);
+            data && seen == position
+        })
+        .unwrap_or(parts.len());
+    parts.insert(at, Part::Data(event));
+}
+
 /// Turns a whole JSON answer into one that announces its full length but sends only the first
-/// half before dropping the connection: the non-streamed form of `cut`.
-pub(crate) fn truncate(response: Response<MockBody>) -> Response<MockBody> {
+/// half, then ends as `ending` says: dropped (`Cut`, the non-streamed form of `cut`) or held
+/// open (`Stall`, of `stall`).
+pub(crate) fn truncate(response: Response<MockBody>, ending: Ending) -> Response<MockBody> {
     let (mut parts, body) = response.into_parts();
     let Some(bytes) = body.into_full() else {
-        return Response::from_parts(parts, MockBody::script(VecDeque::new(), Ending::Cut));
+        return Response::from_parts(parts, MockBody::script(VecDeque::new(), ending));
     };
     parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
     let half = bytes.slice(..bytes.len() / 2);
-    Response::from_parts(parts, MockBody::script(VecDeque::from([Part::Data(half)]), Ending::Cut))
+    Response::from_parts(parts, MockBody::script(VecDeque::from([Part::Data(half)]), ending))
 }
 
 /// Adds a header whose value the mock formatted itself; a value that is not a valid header

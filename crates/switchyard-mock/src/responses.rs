@@ -6,30 +6,32 @@ use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
 
 use crate::body::MockBody;
-use crate::reply::{
-    self, ANSWER_PREFIX, Content, Events, PROMPT_TOKENS, REFUSAL, Shape, TOOL_ARGUMENTS, TOOL_NAME,
-};
+use crate::reply::{self, Answer, Content, Events, PROMPT_TOKENS, REFUSAL, TOOL_ARGUMENTS, TOOL_NAME};
 use crate::wire::{next_id, split_even, unix_now};
 
+/// A stream's unreadable event (`badevent`): a text delta cut off mid-object.
+const UNREADABLE: &[u8] =
+    b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\n\n";
+
 /// A Responses answer, streamed when `stream` is set.
-pub(crate) fn answer(content: Content, model: &str, stream: bool, shape: &Shape) -> Response<MockBody> {
+pub(crate) fn answer(answer: &Answer<'_>, stream: bool) -> Response<MockBody> {
     let id = next_id();
     let mut response = if stream {
-        reply::sse(events(content, model, shape, id), shape)
+        reply::sse(events(answer, id), &answer.shape)
     } else {
-        reply::json(StatusCode::OK, object(content, model, shape, id, true).to_string())
+        reply::json(StatusCode::OK, object(answer, id, true).to_string())
     };
     reply::add_header(&mut response, "x-request-id", &format!("req_mock{id}"));
     response
 }
 
-/// The one output item of `content`, whole; `None` for a filtered answer.
-fn item(content: Content, model: &str, id: u64) -> Option<Value> {
+/// The one output item of `content` (saying `text`), whole; `None` for a filtered answer.
+fn item(content: Content, text: &str, id: u64) -> Option<Value> {
     let message = |part: Value| json!({"type": "message", "id": format!("msg_mock{id}"), "status": "completed", "role": "assistant", "content": [part]});
     match content {
-        Content::Text | Content::Think => Some(message(
-            json!({"type": "output_text", "text": format!("{ANSWER_PREFIX}{model}"), "annotations": [], "logprobs": []}),
-        )),
+        Content::Text | Content::Think => {
+            Some(message(json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})))
+        }
         Content::Refuse => Some(message(json!({"type": "refusal", "refusal": REFUSAL}))),
         Content::Tools | Content::Custom => Some(
             json!({"type": "function_call", "id": format!("fc_mock{id}"), "call_id": format!("call_mock{id}"),
@@ -40,18 +42,20 @@ fn item(content: Content, model: &str, id: u64) -> Option<Value> {
 }
 
 /// The response object: in progress (no output yet) or done.
-fn object(content: Content, model: &str, shape: &Shape, id: u64, done: bool) -> Value {
+fn object(answer: &Answer<'_>, id: u64, done: bool) -> Value {
+    let Answer { content, model, .. } = *answer;
     let filtered = content == Content::Filter;
     let status = match (done, filtered) {
         (false, _) => "in_progress",
         (true, true) => "incomplete",
         (true, false) => "completed",
     };
-    let output: Vec<Value> = if done { item(content, model, id).into_iter().collect() } else { Vec::new() };
+    let output: Vec<Value> =
+        if done { item(content, &answer.said.text(), id).into_iter().collect() } else { Vec::new() };
     let usage = done.then(|| {
         json!({"input_tokens": PROMPT_TOKENS, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens": shape.pieces, "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": PROMPT_TOKENS + shape.pieces})
+            "output_tokens": answer.tokens(), "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": PROMPT_TOKENS + answer.tokens()})
     });
     json!({
         "id": format!("resp_mock{id}"), "object": "response", "created_at": unix_now(), "status": status,
@@ -63,22 +67,37 @@ fn object(content: Content, model: &str, shape: &Shape, id: u64, done: bool) -> 
     })
 }
 
-/// The numbered events of a streamed answer.
-fn events(content: Content, model: &str, shape: &Shape, id: u64) -> Events {
-    let mut sequence = 0u64;
-    let mut event = |kind: &str, mut data: Value| {
+/// Numbers a stream's events in order (`sequence_number`).
+struct Numbered(u64);
+
+impl Numbered {
+    /// The event `kind` with `data`, numbered next.
+    fn event(&mut self, kind: &str, mut data: Value) -> Bytes {
         data["type"] = json!(kind);
-        data["sequence_number"] = json!(sequence);
-        sequence += 1;
+        data["sequence_number"] = json!(self.0);
+        self.0 += 1;
         Bytes::from(format!("event: {kind}\ndata: {data}\n\n"))
-    };
-    let opened = object(content, model, shape, id, false);
+    }
+}
+
+/// The in-band error a stream sends when it fails after its start (`errevent`).
+fn stream_error() -> Value {
+    json!({"code": "server_error", "message": "The server had an error while processing your request.", "param": null})
+}
+
+/// The numbered events of a streamed answer.
+fn events(answer: &Answer<'_>, id: u64) -> Events {
+    let Answer { content, ref shape, .. } = *answer;
+    let mut numbered = Numbered(0);
+    let mut event = |kind: &str, data: Value| numbered.event(kind, data);
+    let opened = object(answer, id, false);
     let mut head = vec![
         event("response.created", json!({"response": opened})),
         event("response.in_progress", json!({"response": opened})),
     ];
-    let done = item(content, model, id);
-    let (item_id, text) = (format!("msg_mock{id}"), format!("{ANSWER_PREFIX}{model}"));
+    let text = answer.said.text();
+    let done = item(content, &text, id);
+    let item_id = format!("msg_mock{id}");
     let (mut pieces, mut tail) = (Vec::new(), Vec::new());
     match content {
         Content::Text | Content::Refuse | Content::Think => {
@@ -99,7 +118,12 @@ fn events(content: Content, model: &str, shape: &Shape, id: u64) -> Events {
                 data
             };
             head.push(event("response.content_part.added", with(json!({"part": part}))));
-            for piece in split_even(&whole, shape.pieces) {
+            let split: Vec<&str> = if refuse {
+                split_even(&whole, shape.pieces)
+            } else {
+                answer.said.pieces().iter().map(String::as_str).collect()
+            };
+            for piece in split {
                 pieces.push(if refuse {
                     event("response.refusal.delta", with(json!({"delta": piece})))
                 } else {
@@ -134,8 +158,10 @@ fn events(content: Content, model: &str, shape: &Shape, id: u64) -> Events {
         }
         Content::Filter => {}
     }
-    let finished = object(content, model, shape, id, true);
+    let finished = object(answer, id, true);
     let last = if content == Content::Filter { "response.incomplete" } else { "response.completed" };
     tail.push(event(last, json!({"response": finished})));
-    Events { head, pieces, tail }
+    let extra = answer.extra_event(|| event("error", stream_error()), UNREADABLE);
+    // The last event, the finish, is also the end: there is no terminator to leave out.
+    Events { head, pieces, tail, end: None, extra }
 }

@@ -6,11 +6,16 @@
 //! ```text
 //! scenario := step ("," step)* ("," "loop")?
 //! step     := kind ("~" modifier)*
-//! kind     := ok | tools | filter | quota | auth | context | hang | reset
-//!           | status=NNN | failNNN | ratelimit=SECONDS | authkey=KEY | cut=N
-//! modifier := latency=DURATION | jitter=DURATION | chunks=N | gap=DURATION
+//! kind     := ok | tools | custom | filter | refuse | think | quota | auth | context | hang
+//!           | reset | noterm | noprefill | status=NNN | failNNN | ratelimit=SECONDS
+//!           | authkey=KEY | cut=N | stall=N | errevent=N | badevent=N | down=DURATION
+//!           | model429=MODEL
+//! modifier := latency=DURATION | jitter=DURATION | chunks=N | gap=DURATION | words=N
 //! DURATION := NUMBER ("us" | "ms" | "s" | "m")
 //! ```
+//!
+//! With `words=N`, a step that breaks a stream after N chunks (`cut`, `stall`, `errevent`) must
+//! break it before its last word.
 
 use std::fmt;
 use std::sync::Arc;
@@ -43,6 +48,8 @@ pub(crate) struct Action {
     pub(crate) chunks: u32,
     /// Pause between consecutive content chunks of a streamed answer.
     pub(crate) gap: Duration,
+    /// The text answer is the words `w1 w2 … wN`, one per chunk, whatever the model.
+    pub(crate) words: Option<u32>,
 }
 
 /// What kind of answer a step produces.
@@ -77,6 +84,20 @@ pub(crate) enum Step {
     Reset,
     /// Send this many content chunks, then drop the connection.
     Cut(u32),
+    /// A whole stream (content, finish, usage) that ends without its terminator.
+    NoTerm,
+    /// An otherwise whole stream whose event at this position (1-based) is not JSON.
+    BadEvent(u32),
+    /// Send this many content chunks, then nothing, holding the connection open.
+    Stall(u32),
+    /// Send this many content chunks, then an in-band error event, then end the stream.
+    ErrEvent(u32),
+    /// 503 until this long after the scenario's first request, then `Ok`.
+    Down(Duration),
+    /// 429 without Retry-After when the request's model is this one, otherwise `Ok`.
+    Model429(Arc<str>),
+    /// 400 when the request ends with an assistant message (a prefill), otherwise `Ok`.
+    NoPrefill,
 }
 
 /// Why a scenario string was rejected; the message names the offending part and the fix.
@@ -137,6 +158,7 @@ impl Action {
             jitter: Duration::ZERO,
             chunks: DEFAULT_CHUNKS,
             gap: Duration::ZERO,
+            words: None,
         };
         for modifier in parts {
             let (name, value) = modifier.split_once('=').unwrap_or((modifier, ""));
@@ -150,14 +172,55 @@ impl Action {
                         return Err("`chunks` must be at least 1".to_owned());
                     }
                 }
+                "words" => {
+                    let words = parse_count(value)?;
+                    if words == 0 {
+                        return Err("`words` must be at least 1".to_owned());
+                    }
+                    action.words = Some(words);
+                }
                 _ => {
                     return Err(format!(
-                        "unknown modifier `{modifier}` (expected latency=D, jitter=D, chunks=N or gap=D)"
+                        "unknown modifier `{modifier}` (expected latency=D, jitter=D, chunks=N, gap=D or words=N)"
                     ));
                 }
             }
         }
+        action.check_words()?;
         Ok(action)
+    }
+
+    /// With `words=N` the answer has exactly N chunks (no room is made for a break, as it is
+    /// for `chunks`), so a break after N chunks must come before the last word.
+    fn check_words(&self) -> Result<(), String> {
+        let Some(words) = self.words else { return Ok(()) };
+        let (name, after) = match self.step {
+            Step::Cut(n) => ("cut", n),
+            Step::Stall(n) => ("stall", n),
+            Step::ErrEvent(n) => ("errevent", n),
+            _ => return Ok(()),
+        };
+        if after >= words {
+            return Err(format!(
+                "`{name}={after}` breaks the stream after {after} words but `words={words}` has only {words}: \
+                 give words={} or more",
+                after + 1
+            ));
+        }
+        Ok(())
+    }
+
+    /// The number of content chunks of a streamed answer and completion tokens: `words` when
+    /// given, else `chunks`, raised for a stream broken after N chunks so that it stops short
+    /// of its end.
+    pub(crate) fn pieces(&self) -> u32 {
+        if let Some(words) = self.words {
+            return words;
+        }
+        match self.step {
+            Step::Cut(n) | Step::Stall(n) | Step::ErrEvent(n) => self.chunks.max(n + 1),
+            _ => self.chunks,
+        }
     }
 }
 
@@ -183,6 +246,8 @@ impl Step {
             ("context", None) => Step::Context,
             ("hang", None) => Step::Hang,
             ("reset", None) => Step::Reset,
+            ("noterm", None) => Step::NoTerm,
+            ("noprefill", None) => Step::NoPrefill,
             ("status", Some(code)) => Step::Status(parse_status(code)?),
             ("ratelimit", Some(seconds)) => {
                 // Echoed verbatim into `retry-after`, so it must be a number a client can read.
@@ -195,10 +260,19 @@ impl Step {
             }
             ("authkey", Some(key)) if !key.is_empty() => Step::AuthKey(key.into()),
             ("cut", Some(count)) => Step::Cut(parse_count(count)?),
+            ("stall", Some(count)) => Step::Stall(parse_count(count)?),
+            ("errevent", Some(count)) => Step::ErrEvent(parse_count(count)?),
+            ("badevent", Some(position)) => match parse_count(position)? {
+                0 => return Err("`badevent` counts events from 1, got `0`".to_owned()),
+                n => Step::BadEvent(n),
+            },
+            ("down", Some(duration)) => Step::Down(parse_duration(duration)?),
+            ("model429", Some(model)) if !model.is_empty() => Step::Model429(model.into()),
             _ => {
                 return Err(format!(
-                    "unknown step `{kind}` (expected ok, tools, filter, quota, auth, context, hang, reset, \
-                     status=NNN, failNNN, ratelimit=S, authkey=KEY or cut=N)"
+                    "unknown step `{kind}` (expected ok, tools, custom, filter, refuse, think, quota, auth, \
+                     context, hang, reset, noterm, noprefill, status=NNN, failNNN, ratelimit=S, authkey=KEY, \
+                     cut=N, stall=N, errevent=N, badevent=N, down=D or model429=MODEL)"
                 ));
             }
         };
@@ -257,6 +331,39 @@ mod tests {
     }
 
     #[test]
+    fn fault_steps_and_words_parse() {
+        let steps: Vec<_> =
+            Plan::parse("noterm,badevent=10,stall=3,errevent=0,down=2s,model429=gpt-a,noprefill")
+                .unwrap()
+                .actions
+                .into_iter()
+                .map(|action| action.step)
+                .collect();
+        assert_eq!(
+            steps,
+            [
+                Step::NoTerm,
+                Step::BadEvent(10),
+                Step::Stall(3),
+                Step::ErrEvent(0),
+                Step::Down(Duration::from_secs(2)),
+                Step::Model429("gpt-a".into()),
+                Step::NoPrefill,
+            ]
+        );
+        let cut = Plan::parse("cut=40~words=60").unwrap();
+        assert_eq!(cut.action_at(0).words, Some(60));
+        assert_eq!(cut.action_at(0).pieces(), 60);
+    }
+
+    #[test]
+    fn a_break_after_n_chunks_leaves_a_piece_unsent() {
+        assert_eq!(Plan::parse("cut=5").unwrap().action_at(0).pieces(), 6, "chunks are raised past the cut");
+        assert_eq!(Plan::parse("stall=1~chunks=8").unwrap().action_at(0).pieces(), 8);
+        assert_eq!(Plan::parse("errevent=0").unwrap().action_at(0).pieces(), 4);
+    }
+
+    #[test]
     fn last_step_repeats_and_loop_cycles() {
         let plan = Plan::parse("fail503,ok").unwrap();
         let steps: Vec<_> = (0..4).map(|i| plan.action_at(i).step.clone()).collect();
@@ -279,6 +386,13 @@ mod tests {
             ("loop", "at least one step"),
             ("ok,loop,ok", "last step"),
             ("ok~chunks=0", "at least 1"),
+            ("ok~words=0", "at least 1"),
+            ("badevent=0", "counts events from 1"),
+            ("stall=x", "expected a count"),
+            ("down=5", "duration"),
+            ("model429=", "unknown step"),
+            ("cut=5~words=5", "give words=6 or more"),
+            ("stall=9~words=3", "`stall=9` breaks the stream after 9 words"),
         ] {
             let err = Plan::parse(text).unwrap_err().to_string();
             assert!(err.contains(needle), "{text}: {err}");

@@ -18,8 +18,9 @@ use tokio_rustls::TlsAcceptor;
 use crate::body::MockBody;
 use crate::probe::Probe;
 use crate::registry::{Endpoint, Registry};
-use crate::reply::{self, Content, Fault, Shape};
-use crate::scenario::{Action, Step};
+use crate::reply::{self, Answer, Content, Ending, Fault, Shape, StreamFault};
+use crate::scenario::Step;
+use crate::text::Said;
 use crate::{anthropic, embeddings, openai, responses};
 
 /// Largest request body read; larger ones get 413. Generous, since benchmarks send 1 MB bodies.
@@ -178,8 +179,8 @@ async fn api(
 
     let scenario = percent_decode(scenario);
     let presented = presented_key(&headers);
-    let action = match registry.record(&scenario, endpoint, method, headers, body.clone()) {
-        Ok(action) => action,
+    let (action, since_first) = match registry.record(&scenario, endpoint, method, headers, body.clone()) {
+        Ok(taken) => taken,
         Err(error) => {
             let message = format!("switchyard-mock: {error}");
             return Ok(dialect.fault(&Fault::Invalid { status: 400, message }));
@@ -191,29 +192,15 @@ async fn api(
         tokio::time::sleep(wait).await;
     }
 
-    let (content, cut) = match &action.step {
-        Step::Ok => (Content::Text, None),
-        Step::Tools => (Content::Tools, None),
-        Step::Custom => (Content::Custom, None),
-        Step::Filter => (Content::Filter, None),
-        Step::Refuse => (Content::Refuse, None),
-        Step::Think => (Content::Think, None),
-        Step::Cut(n) => (Content::Text, Some(*n)),
-        Step::AuthKey(key) if presented.as_ref().is_some_and(|p| p.as_bytes() == key.as_bytes()) => {
-            return Ok(dialect.fault(&Fault::Auth));
-        }
-        Step::AuthKey(_) => (Content::Text, None),
-        Step::Status(code) => return Ok(dialect.fault(&Fault::Status(*code))),
-        Step::RateLimit(seconds) => return Ok(dialect.fault(&Fault::RateLimit(seconds))),
-        Step::Quota => return Ok(dialect.fault(&Fault::Quota)),
-        Step::Auth => return Ok(dialect.fault(&Fault::Auth)),
-        Step::Context => return Ok(dialect.fault(&Fault::Context)),
-        Step::Hang => {
+    let (content, fault) = match play(&action.step, presented.as_ref(), since_first) {
+        Play::Answer(content, fault) => (content, fault),
+        Play::Fault(fault) => return Ok(dialect.fault(&fault)),
+        Play::Hang => {
             let _guard = registry.hang();
             // hyper notices the client closing the connection and drops this future then.
             return std::future::pending().await;
         }
-        Step::Reset => {
+        Play::Reset => {
             // A service error makes hyper close the connection without writing a response.
             return Err(io::Error::new(io::ErrorKind::ConnectionReset, "switchyard-mock: reset"));
         }
@@ -230,7 +217,64 @@ async fn api(
             return Ok(dialect.fault(&Fault::Invalid { status: 400, message }));
         }
     };
-    Ok(answer(dialect, content, &probe, &action, cut))
+    let prefill = probe.prefill();
+    match &action.step {
+        Step::Model429(model) if **model == *probe.model => {
+            return Ok(dialect.fault(&Fault::ModelRateLimit(model)));
+        }
+        Step::NoPrefill if prefill.is_some() => return Ok(dialect.fault(&Fault::NoPrefill)),
+        _ => {}
+    }
+    let said = Said::new(&probe.model, action.words, action.pieces(), prefill.as_deref());
+    let shape = Shape { pieces: action.pieces(), gap: action.gap, fault };
+    let answer = Answer { content, model: &probe.model, said, shape };
+    let mut response = respond(dialect, &answer, &probe);
+    if fault.is_some_and(|fault| matches!(fault, StreamFault::Stall(_))) {
+        response.body_mut().hold(registry.hang());
+    }
+    Ok(response)
+}
+
+/// What a step comes to before the request is read: an answer (perhaps a faulty stream), a
+/// failure, or no answer at all.
+enum Play<'a> {
+    Answer(Content, Option<StreamFault>),
+    Fault(Fault<'a>),
+    Hang,
+    Reset,
+}
+
+/// What `step` plays for a request that presented `presented` as its key, `since_first`
+/// after its scenario's first request. Steps that depend on the request's body (`model429`,
+/// `noprefill`) answer here, and are checked against it once it is read.
+fn play<'a>(step: &'a Step, presented: Option<&HeaderValue>, since_first: Duration) -> Play<'a> {
+    let text = |fault| Play::Answer(Content::Text, Some(fault));
+    match step {
+        Step::Ok | Step::Model429(_) | Step::NoPrefill => Play::Answer(Content::Text, None),
+        Step::Tools => Play::Answer(Content::Tools, None),
+        Step::Custom => Play::Answer(Content::Custom, None),
+        Step::Filter => Play::Answer(Content::Filter, None),
+        Step::Refuse => Play::Answer(Content::Refuse, None),
+        Step::Think => Play::Answer(Content::Think, None),
+        Step::Cut(n) => text(StreamFault::Cut(*n)),
+        Step::Stall(n) => text(StreamFault::Stall(*n)),
+        Step::ErrEvent(n) => text(StreamFault::ErrorEvent(*n)),
+        Step::NoTerm => text(StreamFault::Unterminated),
+        Step::BadEvent(n) => text(StreamFault::BadEvent(*n)),
+        Step::Down(outage) if since_first < *outage => Play::Fault(Fault::Status(503)),
+        Step::Down(_) => Play::Answer(Content::Text, None),
+        Step::AuthKey(key) if presented.is_some_and(|p| p.as_bytes() == key.as_bytes()) => {
+            Play::Fault(Fault::Auth)
+        }
+        Step::AuthKey(_) => Play::Answer(Content::Text, None),
+        Step::Status(code) => Play::Fault(Fault::Status(*code)),
+        Step::RateLimit(seconds) => Play::Fault(Fault::RateLimit(seconds)),
+        Step::Quota => Play::Fault(Fault::Quota),
+        Step::Auth => Play::Fault(Fault::Auth),
+        Step::Context => Play::Fault(Fault::Context),
+        Step::Hang => Play::Hang,
+        Step::Reset => Play::Reset,
+    }
 }
 
 /// A token count: a quarter of the characters of every string under `system` and
@@ -257,25 +301,26 @@ fn count_tokens(body: &[u8]) -> Response<MockBody> {
     reply::json(StatusCode::OK, format!(r#"{{"input_tokens":{}}}"#, total.div_ceil(4)))
 }
 
-fn answer(
-    dialect: Dialect,
-    content: Content,
-    probe: &Probe<'_>,
-    action: &Action,
-    cut: Option<u32>,
-) -> Response<MockBody> {
-    // A cut stream must stop short of the end, so it needs at least one piece more than it sends.
-    let pieces = cut.map_or(action.chunks, |n| action.chunks.max(n + 1));
-    let shape = Shape { pieces, gap: action.gap, cut };
-    let stream = probe.streaming();
+/// `answer` in `dialect`, streamed when the request asks. A stream's fault is scripted into
+/// it; an answer sent whole stands in for the fault as its non-streamed form: a body cut or
+/// stalled halfway, or for an error event the error as the status it would have had.
+fn respond(dialect: Dialect, answer: &Answer<'_>, probe: &Probe<'_>) -> Response<MockBody> {
+    let stream = probe.streaming() && dialect != Dialect::Embeddings;
+    if !stream && let Some(StreamFault::ErrorEvent(_)) = answer.shape.fault {
+        let status = if dialect == Dialect::Anthropic { 529 } else { 500 };
+        return dialect.fault(&Fault::Status(status));
+    }
     let response = match dialect {
-        Dialect::OpenAi => openai::answer(content, &probe.model, stream, probe.include_usage(), &shape),
-        Dialect::Anthropic => anthropic::answer(content, &probe.model, stream, &shape),
+        Dialect::OpenAi => openai::answer(answer, stream, probe.include_usage()),
+        Dialect::Anthropic => anthropic::answer(answer, stream),
         Dialect::Embeddings => embeddings::answer(probe),
-        Dialect::Responses => responses::answer(content, &probe.model, stream, &shape),
+        Dialect::Responses => responses::answer(answer, stream),
     };
-    let scripted = stream && dialect != Dialect::Embeddings;
-    if cut.is_some() && !scripted { reply::truncate(response) } else { response }
+    match answer.shape.fault {
+        Some(StreamFault::Cut(_)) if !stream => reply::truncate(response, Ending::Cut),
+        Some(StreamFault::Stall(_)) if !stream => reply::truncate(response, Ending::Stall),
+        _ => response,
+    }
 }
 
 /// The wire dialect of an endpoint, which decides the shape of answers and errors.
