@@ -37,7 +37,10 @@ pub struct Assembly {
 impl Assembly {
     /// Adds what `chunk` says.
     pub fn push(&mut self, chunk: ChatChunk) {
-        let ChatChunk { id, model, created, choices, usage, extra, verbatim, notice: _ } = chunk;
+        let ChatChunk { id, model, created, choices, usage, extra, verbatim, notice } = chunk;
+        if let Some(notice) = notice {
+            self.response.notices.push(notice);
+        }
         let response = &mut self.response;
         if response.id.is_empty() {
             response.id = id;

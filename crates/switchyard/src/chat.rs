@@ -689,6 +689,11 @@ pub struct ChatResponse {
     /// whole answer the provider would have written. Empty otherwise.
     #[serde(skip)]
     pub frames: Vec<Verbatim>,
+    /// What the stream the answer was put together from did short of failing (it ended
+    /// without its terminator, an unreadable event was skipped): the router writes it on the
+    /// attempt's record, as for a stream. Empty otherwise.
+    #[serde(skip)]
+    pub notices: Vec<StreamNotice>,
 }
 
 deserialize_with_extra!(ChatResponse {
@@ -697,7 +702,7 @@ deserialize_with_extra!(ChatResponse {
     "created" => created: OrDefault,
     "choices" => choices: Required,
     "usage" => usage: OrDefault,
-} defaults: verbatim, frames);
+} defaults: verbatim, frames, notices);
 
 impl ChatResponse {
     /// An answer with one assistant choice holding `text`.

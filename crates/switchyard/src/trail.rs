@@ -230,6 +230,19 @@ impl Attempt {
         self
     }
 
+    /// Writes down what its stream did short of failing (see [`StreamNotice`](crate::chat::StreamNotice)).
+    pub(crate) fn notice(&mut self, notice: crate::chat::StreamNotice) {
+        match notice {
+            crate::chat::StreamNotice::Unterminated => {
+                Trail::add_note(self, "the stream ended after its finish without its terminator");
+            }
+            crate::chat::StreamNotice::Skipped(detail) => {
+                self.skipped_events += 1;
+                Trail::add_note(self, &format!("an unreadable event was skipped: {detail}"));
+            }
+        }
+    }
+
     /// The target of the attempt, `None` for a candidate.
     pub fn target(&self) -> Option<&Target> {
         match &self.via {

@@ -133,6 +133,7 @@ pub(crate) fn to_chat_response(message: MessageResponse, origin: Dialect) -> Cha
         extra,
         verbatim: None,
         frames: Vec::new(),
+        notices: Vec::new(),
     }
 }
 

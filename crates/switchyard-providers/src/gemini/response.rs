@@ -114,6 +114,7 @@ pub(super) fn chat_response(
         extra: Extra::new(),
         verbatim: None,
         frames: Vec::new(),
+        notices: Vec::new(),
     })
 }
 

@@ -753,6 +753,7 @@ impl ResponseIn {
             extra: self.extra,
             verbatim: None,
             frames: Vec::new(),
+            notices: Vec::new(),
         })
     }
 }

@@ -120,7 +120,10 @@ impl<'r, X: Exchange> Run<'r, X> {
     /// The provider answered: served, or, a content-filter refusal on a route with a
     /// content-policy chain, kept aside and redirected.
     fn answered(&mut self, answered: Answered<'r, X::Output>) -> Step {
-        let Answered { who, output, permit, sent, mut attempt } = answered;
+        let Answered { who, mut output, permit, sent, mut attempt } = answered;
+        for notice in self.ctx.x.take_notices(&mut output) {
+            attempt.notice(notice);
+        }
         let inner = self.ctx.inner;
         let events = inner.health.record_success(&who.target, &who.slot.credential_ids, who.credential);
         inner.publish_all(events);

@@ -38,11 +38,9 @@ pub(super) async fn assembled(
         }
     };
     let limit = timeouts.first_byte.min(timeouts.total);
+    // A target that said nothing is not asked again while another remains, as for a stream.
     let stream: Option<ChunkStream> = tokio::time::timeout(limit, first).await.map_err(|_| {
-        ProviderError::new(
-            ErrorKind::Timeout,
-            format!("no answer within the first_byte timeout of {limit:?}"),
-        )
+        ProviderError::silence(format!("no answer within the first_byte timeout of {limit:?}"))
     })??;
     if let Some(mut stream) = stream {
         read_to_end(&mut stream, &mut assembly, timeouts.idle).await?;

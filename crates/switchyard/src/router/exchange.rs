@@ -75,6 +75,13 @@ pub(crate) trait Exchange: Sync {
         true
     }
 
+    /// What the answer's stream did short of failing, taken off it for the attempt's record
+    /// (an answer put back together from a stream; see [`ChatResponse::notices`]).
+    fn take_notices(&self, output: &mut Self::Output) -> Vec<crate::chat::StreamNotice> {
+        let _ = output;
+        Vec::new()
+    }
+
     /// Whether the attempt's time counts toward the target's latency: not for token counting,
     /// which says nothing of how fast the model answers.
     fn measured(&self) -> bool {
@@ -129,6 +136,10 @@ impl Exchange for ChatExchange<'_> {
 
     fn used_tokens(&self, output: &ChatResponse) -> Option<u32> {
         output.usage.map(|u| u.total_tokens)
+    }
+
+    fn take_notices(&self, output: &mut ChatResponse) -> Vec<crate::chat::StreamNotice> {
+        std::mem::take(&mut output.notices)
     }
 }
 

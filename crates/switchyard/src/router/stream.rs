@@ -573,15 +573,8 @@ impl RoutedStream {
     /// Says on the serving attempt what its stream did short of failing.
     fn notice(&mut self, notice: StreamNotice) {
         let Via::Target(target) = &self.served_by else { return };
-        let Some(attempt) = self.trail.serving_mut(target) else { return };
-        match notice {
-            StreamNotice::Unterminated => {
-                Trail::add_note(attempt, "the stream ended after its finish without its terminator");
-            }
-            StreamNotice::Skipped(detail) => {
-                attempt.skipped_events += 1;
-                Trail::add_note(attempt, &format!("an unreadable event was skipped: {detail}"));
-            }
+        if let Some(attempt) = self.trail.serving_mut(target) {
+            attempt.notice(notice);
         }
     }
 
