@@ -855,3 +855,27 @@ async fn every_metric_family_the_gateway_shows_is_documented_in_the_readme() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_dated_model_id_is_served_by_its_pattern_route_and_models_lists_the_pattern() {
+    let gateway = Gateway::start(
+        "providers:\n  a: { kind: simulated }\n  b: { kind: simulated }\nroutes:\n  default: { targets: [a:m] }\n  claude-*: { targets: [\"a:{model}\", \"b:{model}\"] }\ngateway: { keys: [env://GW_KEY] }\n",
+    )
+    .await;
+    let answer = gateway.post("/v1/chat/completions", chat("claude-sonnet-4-5-20250929")).await;
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["x-switchyard-target"], "a:claude-sonnet-4-5-20250929");
+
+    let listed = json_of(gateway.get("/v1/models", GATEWAY_KEY).await).await;
+    let ids: Vec<(&str, &str)> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["id"].as_str().unwrap(), m["switchyard_kind"].as_str().unwrap()))
+        .collect();
+    assert!(ids.contains(&("claude-*", "pattern")), "{ids:?}");
+    assert!(ids.iter().all(|(id, _)| !id.contains("{model}")), "no filled-in target is a name: {ids:?}");
+    let one = gateway.get("/v1/models/claude-opus-4-1-20250805", GATEWAY_KEY).await;
+    assert_eq!(one.status(), 200, "a model the pattern governs is a model here");
+    assert_eq!(gateway.get("/v1/models/gpt-unknown", GATEWAY_KEY).await.status(), 404);
+}

@@ -70,6 +70,9 @@ pub enum Rotation {
     Cheapest,
 }
 
+/// In a target of a pattern route, the model the client asked for (`anthropic:{model}`).
+pub const MODEL_PLACEHOLDER: &str = "{model}";
+
 /// One target of a route, with its tier and weight.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteTarget {
@@ -449,6 +452,35 @@ impl Route {
 
     /// The same policy over different targets, without special chains or candidates: what a
     /// request that names a target directly is governed by.
+    /// The prefix of a pattern route (its name ends in `*`, as `claude-*`): it governs every
+    /// model a client names that begins with it and no route has as its exact name (the
+    /// longest prefix first). `None` for a route of one name.
+    pub fn pattern(&self) -> Option<&str> {
+        self.name.strip_suffix('*')
+    }
+
+    /// This pattern route for the model `model` a client asked for: [`MODEL_PLACEHOLDER`] in
+    /// each target replaced by it. `Err` when a target would not be a target (white space).
+    pub(crate) fn for_model(&self, model: &str) -> Result<Route, crate::TargetError> {
+        let fill = |target: &Target| match target.model().contains(MODEL_PLACEHOLDER) {
+            true => Target::new(target.provider(), &target.model().replace(MODEL_PLACEHOLDER, model)),
+            false => Ok(target.clone()),
+        };
+        let targets = self
+            .targets
+            .iter()
+            .map(|t| Ok(RouteTarget { target: fill(&t.target)?, ..t.clone() }))
+            .collect::<Result<_, crate::TargetError>>()?;
+        let context_window = self.context_window.iter().map(fill).collect::<Result<_, _>>()?;
+        let content_policy = self.content_policy.iter().map(fill).collect::<Result<_, _>>()?;
+        Ok(Route { targets, context_window, content_policy, ..self.clone() })
+    }
+
+    /// Whether a target names [`MODEL_PLACEHOLDER`], to be filled per request.
+    pub(crate) fn fills_model(&self) -> bool {
+        self.all_targets().iter().any(|t| t.model().contains(MODEL_PLACEHOLDER))
+    }
+
     pub(crate) fn for_named_target(&self, target: Target) -> Route {
         // Field by field rather than `..self.clone()`, which would copy the chains it drops.
         Route {
@@ -629,6 +661,36 @@ impl RouteBuilder {
 
     /// Every rule a route must keep, checked once here: the gateway maps these problems onto
     /// its file's keys instead of checking them again.
+    /// What a pattern route's name and `{model}` targets must be.
+    fn pattern_problems(&self) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        let stars = self.name.matches('*').count();
+        if stars > 1 || (stars == 1 && !self.name.ends_with('*')) {
+            let message =
+                format!("route name `{}` can never match a model: `*` may only end a name", self.name);
+            problems.push(Problem::new("", message, "end the pattern with its one `*`, as `claude-*`"));
+        }
+        if stars == 0 {
+            let named = self
+                .targets
+                .iter()
+                .map(|t| &t.target)
+                .chain(&self.context_window)
+                .chain(&self.content_policy);
+            if let Some(target) = named.into_iter().find(|t| t.model().contains(MODEL_PLACEHOLDER)) {
+                let message = format!(
+                    "target `{target}` names `{MODEL_PLACEHOLDER}`, the model a client asked for, which only a pattern route has"
+                );
+                problems.push(Problem::new(
+                    "targets",
+                    message,
+                    "end the route's name with `*` (as `claude-*`) or name the model",
+                ));
+            }
+        }
+        problems
+    }
+
     fn problems(&self) -> Vec<Problem> {
         let mut problems = Vec::new();
         if let Some(hedge) = &self.hedge
@@ -689,6 +751,7 @@ impl RouteBuilder {
     pub fn build(self) -> Result<Route, RouteConfigError> {
         let mut problems = self.errors.clone();
         problems.extend(self.problems());
+        problems.extend(self.pattern_problems());
         if !problems.is_empty() {
             return Err(RouteConfigError { route: self.name, problems });
         }

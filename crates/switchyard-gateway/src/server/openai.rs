@@ -164,8 +164,14 @@ pub async fn embeddings(
 
 /// The model object of `id`, a route or a target, as `/v1/models` lists it.
 fn model_object(state: &AppState, id: &str, created: u64) -> Value {
-    let route = state.router.routes().any(|r| r.name() == id);
-    let kind = if route { "route" } else { "target" };
+    let kind = match state.router.routes().find(|r| r.name() == id) {
+        Some(route) if route.pattern().is_some() => "pattern",
+        Some(_) => "route",
+        None if state.router.governing_route(id).is_some_and(|name| name != id && name.ends_with('*')) => {
+            "route"
+        }
+        None => "target",
+    };
     json!({ "id": id, "object": "model", "created": created, "owned_by": "switchyard", "switchyard_kind": kind })
 }
 
@@ -191,7 +197,9 @@ pub async fn model(
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
     let names = model_names(&state.router);
-    if names.contains(&id) {
+    // A name a pattern governs (a dated model id) is a model here too.
+    let patterned = state.router.governing_route(&id).is_some_and(|name| name.ends_with('*'));
+    if names.contains(&id) || patterned {
         return axum::Json(model_object(&state, &id, unix_now())).into_response();
     }
     ApiError::new(

@@ -2,8 +2,8 @@
 //! latency boards, the event bus, the budgets, the pacer and the jitter.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 
 use super::entry::ProviderSlot;
 use crate::backoff::Jitter;
@@ -20,6 +20,36 @@ pub(super) struct RouteSlot {
     pub(super) turn: AtomicU64,
     /// The route's hedge budget, when it hedges.
     pub(super) hedges: Option<RetryBudget>,
+    /// A pattern route whose targets name `{model}`: the route filled in for each model a
+    /// client asked for, kept so a model is filled once (see [`Route::for_model`]).
+    pub(super) filled: Option<Mutex<HashMap<Box<str>, Arc<Route>>>>,
+}
+
+/// How many models a pattern route keeps filled in; past it the kept ones are let go (a
+/// client inventing names cannot grow memory).
+const FILLED_MAX: usize = 1024;
+
+impl RouteSlot {
+    pub(super) fn new(route: Route, hedges: Option<RetryBudget>) -> Self {
+        let filled = (route.pattern().is_some() && route.fills_model()).then(|| Mutex::new(HashMap::new()));
+        Self { route: Arc::new(route), turn: AtomicU64::new(0), hedges, filled }
+    }
+
+    /// The route for `model`: this one, or for a pattern whose targets name `{model}`, this
+    /// one filled in for it.
+    pub(super) fn for_model(&self, model: &str) -> Result<Arc<Route>, crate::TargetError> {
+        let Some(filled) = &self.filled else { return Ok(self.route.clone()) };
+        let mut filled = filled.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(route) = filled.get(model) {
+            return Ok(route.clone());
+        }
+        let route = Arc::new(self.route.for_model(model)?);
+        if filled.len() >= FILLED_MAX {
+            filled.clear();
+        }
+        filled.insert(model.into(), route.clone());
+        Ok(route)
+    }
 }
 
 /// What every clone of a router shares.
@@ -27,6 +57,8 @@ pub(crate) struct Inner {
     pub(crate) providers: HashMap<Arc<str>, ProviderSlot>,
     pub(super) routes: HashMap<Arc<str>, RouteSlot>,
     pub(super) route_order: Vec<Arc<str>>,
+    /// The pattern routes' names, the longest prefix first.
+    pub(super) patterns: Vec<Arc<str>>,
     pub(super) default_route: Arc<str>,
     pub(crate) health: HealthBoard,
     pub(crate) latency: LatencyBoard,

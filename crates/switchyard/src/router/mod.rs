@@ -36,7 +36,6 @@ mod verdict;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use crate::backoff::Jitter;
@@ -281,6 +280,7 @@ impl RouterBuilder {
         Ok(Router {
             inner: Arc::new(Inner {
                 providers,
+                patterns: Self::patterns(&routes, &route_order),
                 routes,
                 route_order,
                 default_route,
@@ -306,6 +306,15 @@ impl RouterBuilder {
             }
         }
         Ok(providers)
+    }
+
+    /// The names of the pattern routes, the longest prefix first (configured order breaking
+    /// ties, which only equal patterns could be).
+    fn patterns(routes: &HashMap<Arc<str>, RouteSlot>, order: &[Arc<str>]) -> Vec<Arc<str>> {
+        let mut patterns: Vec<Arc<str>> =
+            order.iter().filter(|name| routes[*name].route.pattern().is_some()).cloned().collect();
+        patterns.sort_by_key(|name| std::cmp::Reverse(name.len()));
+        patterns
     }
 
     /// The routes by name and in configuration order; every target must name a provider.
@@ -341,7 +350,7 @@ impl RouterBuilder {
                     window: Duration::from_secs(10),
                 })
             });
-            let slot = RouteSlot { route: Arc::new(route), turn: AtomicU64::new(0), hedges };
+            let slot = RouteSlot::new(route, hedges);
             if slots.insert(name.clone(), slot).is_some() {
                 return Err(ConfigError::DuplicateRoute(name.to_string()));
             }
@@ -565,6 +574,13 @@ impl Router {
     /// The configured route named `name`; `None` for any other name, targets included.
     pub fn route(&self, name: &str) -> Option<&Route> {
         self.inner.routes.get(name).map(|slot| &*slot.route)
+    }
+
+    /// The name of the route that would govern a request for `model`: the route of that name,
+    /// the default route for a `provider:model` target, else the pattern route of the longest
+    /// prefix `model` begins with; `None` when `model` names nothing.
+    pub fn governing_route(&self, model: &str) -> Option<&str> {
+        self.inner.governing(model)
     }
 
     /// The route that governs requests naming a target or an empty model: the one given to

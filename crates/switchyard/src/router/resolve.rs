@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::inner::Inner;
-use crate::route::{Rotation, Route, RouteTarget};
+use super::inner::{Inner, RouteSlot};
+use crate::route::{MODEL_PLACEHOLDER, Rotation, Route, RouteTarget};
 use crate::{RouteError, Target};
 
 /// What a request resolved to: the governing route, the chain, and whether it named a target.
@@ -18,26 +18,57 @@ pub(super) struct Resolved {
 
 impl Inner {
     /// The route or target `model` names; an empty model takes the default route.
+    ///
+    /// A route's own name first; then a `provider:model` target of a configured provider;
+    /// then the pattern route (a name ending in `*`) of the longest prefix `model` begins with,
+    /// its `{model}` targets filled in with it.
     pub(super) fn resolve(&self, model: &str) -> Result<Resolved, RouteError> {
         let name = if model.is_empty() { &*self.default_route } else { model };
-        if let Some(slot) = self.routes.get(name) {
+        if let Some(slot) = self.routes.get(name)
+            && slot.route.pattern().is_none()
+        {
             let route = slot.route.clone();
             let chain = self.rotate(&route, &slot.turn);
             return Ok(Resolved { route, chain, explicit: false });
         }
-        match model.parse::<Target>() {
-            Ok(target) if self.providers.contains_key(target.provider()) => {
-                let route = Arc::new(self.default_route().for_named_target(target.clone()));
-                Ok(Resolved { route, chain: vec![target], explicit: true })
-            }
-            _ => Err(self.unknown_model(model)),
+        if let Ok(target) = model.parse::<Target>()
+            && self.providers.contains_key(target.provider())
+        {
+            let route = Arc::new(self.default_route().for_named_target(target.clone()));
+            return Ok(Resolved { route, chain: vec![target], explicit: true });
         }
+        let Some(slot) = self.pattern_for(model) else { return Err(self.unknown_model(model)) };
+        let route = slot.for_model(model).map_err(|_| self.unknown_model(model))?;
+        let chain = self.rotate(&route, &slot.turn);
+        Ok(Resolved { route, chain, explicit: false })
+    }
+
+    /// The pattern route of the longest prefix `model` begins with.
+    pub(super) fn pattern_for(&self, model: &str) -> Option<&RouteSlot> {
+        self.patterns.iter().map(|name| &self.routes[name]).find(|slot| {
+            slot.route.pattern().is_some_and(|prefix| !model.is_empty() && model.starts_with(prefix))
+        })
+    }
+
+    /// The name of the route that governs `model` (see [`Inner::resolve`]), if any.
+    pub(super) fn governing(&self, model: &str) -> Option<&str> {
+        if let Some(slot) = self.routes.get(model)
+            && slot.route.pattern().is_none()
+        {
+            return Some(slot.route.name());
+        }
+        if model.parse::<Target>().is_ok_and(|target| self.providers.contains_key(target.provider())) {
+            return Some(&self.default_route);
+        }
+        self.pattern_for(model).map(|slot| slot.route.name())
     }
 
     /// The error for a model that names nothing, listing what can be named.
     pub(super) fn unknown_model(&self, model: &str) -> RouteError {
         let mut known: Vec<String> = self.route_order.iter().map(ToString::to_string).collect();
-        for target in self.routes().flat_map(|r| r.all_targets()) {
+        let nameable =
+            self.routes().flat_map(|r| r.all_targets()).filter(|t| !t.model().contains(MODEL_PLACEHOLDER));
+        for target in nameable {
             let name = target.to_string();
             // A target of several routes is listed once, where it first appears.
             if !known.contains(&name) {

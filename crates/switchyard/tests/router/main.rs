@@ -13,6 +13,7 @@ mod fallback;
 mod health;
 mod hedging;
 mod pacing;
+mod patterns;
 mod properties;
 mod recovery;
 mod retry;
