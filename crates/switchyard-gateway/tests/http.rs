@@ -879,3 +879,38 @@ async fn a_dated_model_id_is_served_by_its_pattern_route_and_models_lists_the_pa
     assert_eq!(one.status(), 200, "a model the pattern governs is a model here");
     assert_eq!(gateway.get("/v1/models/gpt-unknown", GATEWAY_KEY).await.status(), 404);
 }
+
+#[tokio::test]
+async fn a_session_named_by_header_or_by_the_requests_own_identifier_stays_on_one_target() {
+    let gateway = Gateway::start(
+        "providers:\n  a: { kind: simulated }\n  b: { kind: simulated }\nroutes:\n  default: { targets: [a:m, b:m], rotation: round_robin }\ngateway: { keys: [env://GW_KEY] }\n",
+    )
+    .await;
+    let target =
+        |response: reqwest::Response| response.headers()["x-switchyard-target"].to_str().unwrap().to_owned();
+    let mut alone = Vec::new();
+    for _ in 0..2 {
+        alone.push(target(gateway.post("/v1/chat/completions", chat("default")).await));
+    }
+    assert_ne!(alone[0], alone[1], "without a session the tier rotates");
+
+    let by_header = || {
+        gateway
+            .client
+            .post(gateway.url("/v1/chat/completions"))
+            .bearer_auth(GATEWAY_KEY)
+            .header("x-switchyard-session", "conv-1")
+    };
+    let mut user = chat("default");
+    user["user"] = json!("end-user-7");
+    let anthropic = json!({"model": "default", "max_tokens": 10, "metadata": {"user_id": "end-user-9"},
+        "messages": [{"role": "user", "content": "hi"}]});
+    for _ in 0..2 {
+        let first = target(by_header().json(&chat("default")).send().await.unwrap());
+        assert_eq!(target(by_header().json(&chat("default")).send().await.unwrap()), first);
+        let first = target(gateway.post("/v1/chat/completions", user.clone()).await);
+        assert_eq!(target(gateway.post("/v1/chat/completions", user.clone()).await), first);
+        let first = target(gateway.post("/v1/messages", anthropic.clone()).await);
+        assert_eq!(target(gateway.post("/v1/messages", anthropic.clone()).await), first);
+    }
+}

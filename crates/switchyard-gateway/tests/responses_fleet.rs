@@ -215,3 +215,33 @@ async fn a_streamed_turn_is_in_the_fleet_before_the_client_reads_that_it_complet
         assert_eq!(status, 200, "turn {turn}: the other replica must find {id}: {body}");
     }
 }
+
+#[tokio::test]
+async fn a_sessions_pin_made_through_one_replica_is_honoured_by_another() {
+    let redis = RedisServer::start();
+    let yaml = format!(
+        "providers:\n  a: {{ kind: simulated }}\n  b: {{ kind: simulated }}\nroutes:\n  default: {{ targets: [a:m, b:m], rotation: round_robin }}\ngateway: {{ keys: [{KEY}] }}\nstate: {{ redis: '{}', prefix: sessions }}\n",
+        redis.url()
+    );
+    let (one, two) = (in_process_url(&yaml).await, in_process_url(&yaml).await);
+    let client = reqwest::Client::new();
+    let send = |url: &str, session: Option<&str>| {
+        let mut request = client.post(format!("{url}/v1/chat/completions")).bearer_auth(KEY);
+        if let Some(session) = session {
+            request = request.header("x-switchyard-session", session);
+        }
+        request.json(&json!({"model": "default", "messages": [{"role": "user", "content": "hi"}]})).send()
+    };
+    let target =
+        |response: reqwest::Response| response.headers()["x-switchyard-target"].to_str().unwrap().to_owned();
+
+    assert_eq!(target(send(&two, None).await.unwrap()), "a:m", "two's next turn is b");
+    assert_eq!(target(send(&one, Some("conv")).await.unwrap()), "a:m");
+    let started = std::time::Instant::now();
+    while !redis.cli(&["KEYS", "sessions:*affinity*"]).contains("affinity") {
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "the pin reached Redis");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(!redis.cli(&["KEYS", "*"]).contains("conv"), "no session id in Redis");
+    assert_eq!(target(send(&two, Some("conv")).await.unwrap()), "a:m", "the fleet's pin, not two's turn");
+}

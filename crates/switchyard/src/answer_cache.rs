@@ -39,14 +39,9 @@ impl Default for AnswerCacheSettings {
 }
 
 /// Where a candidate's answers are also kept, so that every replica of a fleet can serve what
-/// any one saw (the gateway's is Redis). Entries are opaque bytes under a string key; the
-/// store holds the candidate's bounds and expires entries at `max_age` itself.
-pub trait SharedAnswers: Send + Sync + std::fmt::Debug {
-    /// Keeps `value` under `key`.
-    fn put(&self, key: String, value: Vec<u8>) -> crate::provider::BoxFuture<'_, Result<(), String>>;
-    /// The entry under `key`, if kept.
-    fn get(&self, key: String) -> crate::provider::BoxFuture<'_, Result<Option<Vec<u8>>, String>>;
-}
+/// any one saw: a [`SharedEntries`](crate::shared::SharedEntries) holding the candidate's
+/// bounds and expiring entries at `max_age` itself.
+pub use crate::shared::SharedEntries as SharedAnswers;
 
 /// The remembered answers of one candidate.
 #[derive(Debug)]
@@ -247,6 +242,15 @@ fn key_of(scope: &str, route: &str, request: &ChatRequest) -> u128 {
     key.json(&request.tool_choice);
     key.json(&request.response_format);
     key.json(&(request.temperature, request.top_p, request.max_tokens, &request.stop, request.seed));
+    key.finish()
+}
+
+/// `parts` as one 128-bit key (see [`Key`]): stable across builds, for keys kept in a fleet.
+pub(crate) fn hash_parts(parts: &[&[u8]]) -> u128 {
+    let mut key = Key::default();
+    for part in parts {
+        key.part(part);
+    }
     key.finish()
 }
 

@@ -35,6 +35,7 @@
 
 #![warn(missing_docs)]
 
+pub mod affinity;
 pub mod answer_cache;
 pub mod assembly;
 pub mod backoff;
@@ -53,6 +54,7 @@ pub mod ratelimit;
 pub mod route;
 mod router;
 pub mod serde_extra;
+pub mod shared;
 pub mod simulated;
 /// Streaming through the router: fail over until the first content chunk, then forward.
 pub mod stream {

@@ -257,6 +257,8 @@ pub struct Route {
     hedge: Option<Hedge>,
     stream_upstream: bool,
     continuation: bool,
+    affinity: Option<bool>,
+    affinity_ttl: Duration,
 }
 
 /// When a request is hedged: a second attempt on the chain's next target, started beside the
@@ -325,6 +327,8 @@ impl Route {
             hedge: None,
             stream_upstream: true,
             continuation: true,
+            affinity: None,
+            affinity_ttl: Duration::from_secs(3600),
             errors: Vec::new(),
             given: [0; 3],
         }
@@ -452,6 +456,17 @@ impl Route {
 
     /// The same policy over different targets, without special chains or candidates: what a
     /// request that names a target directly is governed by.
+    /// Whether a session's requests go back to where it was served ([`affinity`](crate::affinity)):
+    /// `None` leaves it to the router (on when a tier rotates or a provider rotates its keys).
+    pub fn affinity(&self) -> Option<bool> {
+        self.affinity
+    }
+
+    /// How long a session's pin lasts without a request. Default 1 h.
+    pub fn affinity_ttl(&self) -> Duration {
+        self.affinity_ttl
+    }
+
     /// The prefix of a pattern route (its name ends in `*`, as `claude-*`): it governs every
     /// model a client names that begins with it and no route has as its exact name (the
     /// longest prefix first). `None` for a route of one name.
@@ -501,6 +516,8 @@ impl Route {
             hedge: None,
             stream_upstream: self.stream_upstream,
             continuation: self.continuation,
+            affinity: self.affinity,
+            affinity_ttl: self.affinity_ttl,
         }
     }
 }
@@ -528,6 +545,8 @@ pub struct RouteBuilder {
     /// Targets given so far to each list (targets, context window, content policy), so a
     /// problem names its place in the list as configured.
     given: [usize; 3],
+    affinity: Option<bool>,
+    affinity_ttl: Duration,
 }
 
 impl RouteBuilder {
@@ -643,6 +662,20 @@ impl RouteBuilder {
     /// See [`Route::stream_upstream`].
     pub fn stream_upstream(mut self, on: bool) -> Self {
         self.stream_upstream = on;
+        self
+    }
+
+    /// Sends a session's requests back to the target and key that served it (`true`), or not
+    /// (`false`). Default: on when a tier rotates or a provider of the route rotates its keys.
+    /// See [`affinity`](crate::affinity).
+    pub fn affinity(mut self, on: bool) -> Self {
+        self.affinity = Some(on);
+        self
+    }
+
+    /// How long a session's pin lasts without a request (default 1 h).
+    pub fn affinity_ttl(mut self, ttl: Duration) -> Self {
+        self.affinity_ttl = ttl;
         self
     }
 
@@ -775,6 +808,8 @@ impl RouteBuilder {
             hedge: self.hedge,
             stream_upstream: self.stream_upstream,
             continuation: self.continuation,
+            affinity: self.affinity,
+            affinity_ttl: self.affinity_ttl,
         })
     }
 }

@@ -225,6 +225,14 @@ async fn ping_targets(loaded: &Loaded) -> usize {
                 continue;
             }
             seen.push(target);
+            if target.model().contains(switchyard::route::MODEL_PLACEHOLDER) {
+                println!(
+                    "  {:<40} {:>10}  not pinged: the model a client asks for fills it in",
+                    target.as_str(),
+                    "-"
+                );
+                continue;
+            }
             let mut request = ChatRequest::new(target.to_string(), vec![Message::user("ping")]);
             request.max_tokens = Some(1);
             let options = RequestOptions {

@@ -373,6 +373,19 @@ pub struct RouteConfig {
     /// Continue a stream broken after its first text on the next target: `on` (default) or
     /// `off`.
     pub continuation: Option<Switch>,
+    /// `session` (a session's requests go back to the target and key that served it) or
+    /// `none`. Default `session` where a tier rotates or a provider rotates its keys.
+    pub affinity: Option<AffinityConfig>,
+    /// How long a session's pin lasts without a request. Default 1h.
+    pub affinity_ttl: Option<DurationText>,
+}
+
+/// `affinity: session | none`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AffinityConfig {
+    Session,
+    None,
 }
 
 /// `on` or `off` (a boolean reads too).
@@ -468,6 +481,8 @@ impl RouteConfig {
             hedge: None,
             stream_upstream: None,
             continuation: None,
+            affinity: None,
+            affinity_ttl: None,
         }
     }
 }

@@ -14,6 +14,7 @@ use super::deliver::{Delivered, answered, route_failed};
 use super::errors::ApiError;
 use super::finished::metrics::usage;
 use super::lifecycle::Accepted;
+use super::options::session_of;
 use super::sse::respond;
 use super::state::AppState;
 
@@ -34,7 +35,8 @@ pub async fn messages(
         Err(response) => return *response,
     };
     exchange.note_claude_thinking(&request);
-    let options = exchange.options(&headers);
+    let mut options = exchange.options(&headers);
+    options.session = session_of(&headers, &request);
     if request.stream {
         return match state.router.chat_stream(&request, &options).await {
             Ok(stream) => respond(state.clone(), exchange, stream, MessagesStreamWriter::new()),

@@ -14,6 +14,7 @@ use super::deliver::{Delivered, answered, route_failed};
 use super::errors::ApiError;
 use super::finished::metrics::usage;
 use super::lifecycle::{Accepted, invalid_json};
+use super::options::session_of;
 use super::request::model_names;
 use super::sse::respond;
 use super::state::AppState;
@@ -34,7 +35,8 @@ pub async fn chat_completions(
         Err(response) => return *response,
     };
     exchange.note_claude_thinking(&request);
-    let options = exchange.options(&headers);
+    let mut options = exchange.options(&headers);
+    options.session = session_of(&headers, &request);
     if request.stream {
         let writer = codec::ChatStreamWriter::new(&exchange.id, unix_now(), codec::wants_usage(&request));
         return match state.router.chat_stream(&request, &options).await {

@@ -28,6 +28,24 @@ pub(crate) mod names {
     pub const FALLBACK: HeaderName = HeaderName::from_static("x-switchyard-fallback");
     pub const CACHE: HeaderName = HeaderName::from_static("x-switchyard-cache");
     pub const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+    pub const SESSION: HeaderName = HeaderName::from_static("x-switchyard-session");
+}
+
+/// The conversation a request belongs to, for session affinity: the `x-switchyard-session`
+/// header, else the request's own identifier where its dialect has one (OpenAI's
+/// `prompt_cache_key`, then `user`; Anthropic's `metadata.user_id`).
+pub(crate) fn session_of(headers: &HeaderMap, request: &switchyard::chat::ChatRequest) -> Option<String> {
+    use serde_json::Value;
+    let header = headers.get(names::SESSION).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(session) = header.filter(|s| !s.is_empty()) {
+        return Some(session.to_owned());
+    }
+    let extra = &request.extra;
+    let named = match request.origin {
+        switchyard::chat::Dialect::Anthropic => extra.get("metadata").and_then(|m| m.get("user_id")),
+        _ => extra.get("prompt_cache_key").or_else(|| extra.get("user")),
+    };
+    named.and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned)
 }
 
 /// The router's options a request's headers ask for: fallback off, cache off, the headers

@@ -24,6 +24,7 @@ use super::deliver::{Delivered, answered, route_failed};
 use super::errors::ApiError;
 use super::finished::metrics::usage;
 use super::lifecycle::Accepted;
+use super::options::session_of;
 use super::request::{Readers, RequestContext};
 use super::sse::{Encoder, Held, respond};
 use super::state::AppState;
@@ -49,8 +50,9 @@ pub async fn create(
         Ok(turn) => turn,
         Err(error) => return exchange.fail(&state, error),
     };
-    let Turn { chat, meta, keep } = turn;
-    let options = exchange.options(&headers);
+    let Turn { chat, meta, keep, conversation } = turn;
+    let mut options = exchange.options(&headers);
+    options.session = session_of(&headers, &chat).or(conversation);
     if chat.stream {
         return match state.router.chat_stream(&chat, &options).await {
             Ok(stream) => {
@@ -94,6 +96,9 @@ struct Turn {
     chat: ChatRequest,
     meta: Meta,
     keep: Option<Keep>,
+    /// The conversation, for session affinity: named by its first item, which every turn of it
+    /// (continued by `previous_response_id` or sent whole) begins with.
+    conversation: Option<String>,
 }
 
 /// The conversation so far (kept by the gateway, or named by item references), then this
@@ -133,13 +138,19 @@ async fn conversation(
         chat.messages.extend(this_turn);
     }
     items.extend(input);
+    let conversation = items.first().map(|first| format!("conversation:{:032x}", hash_of(first)));
     note_unsent_items(exchange, &items);
     exchange.note_claude_thinking(&chat);
     chat.verbatim = Some(native::native_body(body, &items));
     let meta =
         Meta { id: state.responses.new_id(), created_at: unix_now(), echo, previous_response_id, store };
     let keep = store.then(|| Keep { owner: owner.to_owned(), items });
-    Ok(Turn { chat, meta, keep })
+    Ok(Turn { chat, meta, keep, conversation })
+}
+
+/// A stable 128-bit hash of `item`'s JSON.
+fn hash_of(item: &Value) -> u128 {
+    switchyard::affinity::hash_of(item.to_string().as_bytes())
 }
 
 /// The items of the conversation `previous` ended, kept for `owner`.

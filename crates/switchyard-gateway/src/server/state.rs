@@ -67,9 +67,16 @@ impl AppState {
         let guard_metrics = exposure.guards_metrics(&gateway);
         let metrics = Metrics::new();
         describe(&metrics);
-        let listed = router.routes().flat_map(|route| route.all_targets()).cloned().collect();
+        // A pattern's `{model}` targets are filled in per request: not targets to list.
+        let listed = router
+            .routes()
+            .flat_map(|route| route.all_targets())
+            .filter(|t| !t.model().contains(switchyard::route::MODEL_PLACEHOLDER))
+            .cloned()
+            .collect();
         if let Some(store) = &gateway.shared_state {
             share_answers(&router, store);
+            share_pins(&router, store);
         }
         let telemetry = gateway.telemetry.as_ref().and_then(|settings| start_telemetry(settings, &router));
         let feed = events::RequestFeed::new(&router);
@@ -174,11 +181,19 @@ fn share_answers(router: &Router, store: &switchyard_state::RedisStore) {
     }
 }
 
-/// A `cache` candidate's answers in Redis.
+/// Keeps the sessions' pins in the fleet's Redis too (`P:affinity:<key>`), so that every
+/// replica honours them: at most 100,000, each for the longest `affinity_ttl` of the routes.
+fn share_pins(router: &Router, store: &switchyard_state::RedisStore) {
+    let ttl = router.routes().map(|route| route.affinity_ttl()).max().unwrap_or_default();
+    let bounds = KeptBounds { max_entries: 100_000, max_age: ttl, max_bytes: 32 << 20 };
+    router.pins().share(Arc::new(RedisAnswers(SharedResponses::named(store, "affinity", bounds))));
+}
+
+/// Entries of the fleet's Redis: a `cache` candidate's answers, the sessions' pins.
 #[derive(Debug)]
 struct RedisAnswers(SharedResponses);
 
-impl switchyard::answer_cache::SharedAnswers for RedisAnswers {
+impl switchyard::shared::SharedEntries for RedisAnswers {
     fn put(&self, key: String, value: Vec<u8>) -> switchyard::provider::BoxFuture<'_, Result<(), String>> {
         Box::pin(async move { self.0.put(&key, &value).await })
     }

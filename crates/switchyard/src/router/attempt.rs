@@ -302,7 +302,15 @@ impl<'r, X: Exchange> Run<'r, X> {
 impl<'r, X: Exchange> Context<'r, X> {
     /// Asks the health gate for `tries.target`: the key to call it with, or why it is skipped.
     fn admit(&self, slot: &'r ProviderSlot, tries: &TargetTry, now: Instant) -> Result<Callee<'r>, Skip> {
-        let order = slot.key_order();
+        let mut order = slot.key_order();
+        if let Some(prefer) = tries.prefer {
+            // The session's key first, then the rest in the provider's order.
+            if order.is_empty() {
+                order = (0..slot.credential_ids.len()).collect();
+            }
+            order.retain(|&index| index != prefer);
+            order.insert(0, prefer);
+        }
         let query = GateQuery {
             target: &tries.target,
             credentials: &slot.credential_ids,

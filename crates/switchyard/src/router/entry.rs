@@ -206,6 +206,11 @@ impl ProviderSlot {
         order
     }
 
+    /// Whether calls alternate over its keys (round robin among several).
+    pub(crate) fn rotates_keys(&self) -> bool {
+        self.key_rotation == KeyRotation::RoundRobin && self.credentials.len() > 1
+    }
+
     /// The configured price of `model`, if any.
     pub(crate) fn price(&self, model: &str) -> Option<&Price> {
         self.prices.get(model)

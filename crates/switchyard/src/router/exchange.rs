@@ -75,6 +75,12 @@ pub(crate) trait Exchange: Sync {
         true
     }
 
+    /// Whether a session's requests of this exchange go back to where it was served (and move
+    /// its pin): chats and streams; not embeddings or token counts.
+    fn pins_sessions(&self) -> bool {
+        false
+    }
+
     /// What the answer's stream did short of failing, taken off it for the attempt's record
     /// (an answer put back together from a stream; see [`ChatResponse::notices`]).
     fn take_notices(&self, output: &mut Self::Output) -> Vec<crate::chat::StreamNotice> {
@@ -140,6 +146,10 @@ impl Exchange for ChatExchange<'_> {
 
     fn take_notices(&self, output: &mut ChatResponse) -> Vec<crate::chat::StreamNotice> {
         std::mem::take(&mut output.notices)
+    }
+
+    fn pins_sessions(&self) -> bool {
+        true
     }
 }
 

@@ -23,6 +23,8 @@ pub(super) struct RouteSlot {
     /// A pattern route whose targets name `{model}`: the route filled in for each model a
     /// client asked for, kept so a model is filled once (see [`Route::for_model`]).
     pub(super) filled: Option<Mutex<HashMap<Box<str>, Arc<Route>>>>,
+    /// Sessions go back to where they were served ([`affinity`](crate::affinity)).
+    pub(super) affinity: bool,
 }
 
 /// How many models a pattern route keeps filled in; past it the kept ones are let go (a
@@ -30,9 +32,13 @@ pub(super) struct RouteSlot {
 const FILLED_MAX: usize = 1024;
 
 impl RouteSlot {
-    pub(super) fn new(route: Route, hedges: Option<RetryBudget>) -> Self {
+    /// `route` with its hedge budget; `rotates_keys` says whether a provider of it rotates
+    /// its keys, which (like a rotating tier) turns affinity on unless the route says.
+    pub(super) fn new(route: Route, hedges: Option<RetryBudget>, rotates_keys: bool) -> Self {
         let filled = (route.pattern().is_some() && route.fills_model()).then(|| Mutex::new(HashMap::new()));
-        Self { route: Arc::new(route), turn: AtomicU64::new(0), hedges, filled }
+        let rotates = route.rotation() != crate::route::Rotation::Ordered || rotates_keys;
+        let affinity = route.affinity().unwrap_or(rotates);
+        Self { route: Arc::new(route), turn: AtomicU64::new(0), hedges, filled, affinity }
     }
 
     /// The route for `model`: this one, or for a pattern whose targets name `{model}`, this
@@ -57,6 +63,8 @@ pub(crate) struct Inner {
     pub(crate) providers: HashMap<Arc<str>, ProviderSlot>,
     pub(super) routes: HashMap<Arc<str>, RouteSlot>,
     pub(super) route_order: Vec<Arc<str>>,
+    /// Where sessions were last served.
+    pub(crate) pins: crate::affinity::Pins,
     /// The pattern routes' names, the longest prefix first.
     pub(super) patterns: Vec<Arc<str>>,
     pub(super) default_route: Arc<str>,

@@ -29,6 +29,7 @@ mod policy;
 mod record;
 mod resolve;
 mod run;
+mod sessions;
 mod settler;
 pub(crate) mod stream;
 mod verdict;
@@ -281,6 +282,7 @@ impl RouterBuilder {
             inner: Arc::new(Inner {
                 providers,
                 patterns: Self::patterns(&routes, &route_order),
+                pins: crate::affinity::Pins::default(),
                 routes,
                 route_order,
                 default_route,
@@ -350,7 +352,11 @@ impl RouterBuilder {
                     window: Duration::from_secs(10),
                 })
             });
-            let slot = RouteSlot::new(route, hedges);
+            let rotates_keys = route
+                .all_targets()
+                .iter()
+                .any(|t| providers.get(t.provider()).is_some_and(|p| p.rotates_keys()));
+            let slot = RouteSlot::new(route, hedges, rotates_keys);
             if slots.insert(name.clone(), slot).is_some() {
                 return Err(ConfigError::DuplicateRoute(name.to_string()));
             }
@@ -381,10 +387,19 @@ impl Router {
     async fn run<X: Exchange>(
         &self,
         x: &X,
-        resolved: resolve::Resolved,
+        mut resolved: resolve::Resolved,
         options: &RequestOptions,
     ) -> Result<Served<X::Output>, RouteError> {
-        Run::new(&self.inner, x, resolved, options).go().await
+        let session = x.pins_sessions().then(|| self.inner.session(&resolved, options)).flatten();
+        let pin = match session {
+            Some(key) => self.inner.pinned(&mut resolved, key).await,
+            None => None,
+        };
+        let served = Run::new(&self.inner, x, resolved, options).pinned(pin).go().await?;
+        if let (Some(key), Some((target, credential))) = (session, &served.answered) {
+            self.inner.pin(key, target, *credential);
+        }
+        Ok(served)
     }
 
     /// Sends a chat along the route (or to the target) its `model` names.
@@ -574,6 +589,12 @@ impl Router {
     /// The configured route named `name`; `None` for any other name, targets included.
     pub fn route(&self, name: &str) -> Option<&Route> {
         self.inner.routes.get(name).map(|slot| &*slot.route)
+    }
+
+    /// Where sessions were last served: give it the fleet's store with
+    /// [`Pins::share`](crate::affinity::Pins::share) so every replica honours a pin.
+    pub fn pins(&self) -> &crate::affinity::Pins {
+        &self.inner.pins
     }
 
     /// The name of the route that would govern a request for `model`: the route of that name,

@@ -28,6 +28,10 @@ pub struct RequestOptions {
     /// Which reasoning the caller is shown: a stream commits (no fallback after it) with the
     /// first chunk the caller is shown. Default: any.
     pub reasoning: crate::chat::ReasoningShown,
+    /// The conversation the request belongs to, when the caller names one: on a route with
+    /// [`affinity`](crate::affinity), its requests go back to the target and key that served
+    /// it (kept per `cache_scope`, so one caller's sessions never steer another's).
+    pub session: Option<String>,
 }
 
 impl RequestOptions {

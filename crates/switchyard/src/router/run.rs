@@ -19,6 +19,7 @@ use super::options::RequestOptions;
 use super::plan::Plan;
 use super::record::Record;
 use super::resolve::Resolved;
+use super::sessions::SessionPin;
 use super::verdict::{TargetAnswer, Verdict};
 use crate::route::Route;
 use crate::trail::Via;
@@ -37,6 +38,8 @@ pub(super) struct Context<'r, X> {
     pub(super) deadline: Option<Instant>,
     /// How long a failed target is gated; `None` when the route turned the gate off.
     pub(super) health_ttl: Option<Duration>,
+    /// Where the request's session was served before (first in the plan).
+    pub(super) pin: Option<SessionPin>,
 }
 
 impl<X> Context<'_, X> {
@@ -86,12 +89,14 @@ pub(super) struct TargetTry {
     pub(super) note: Option<String>,
     /// The wait before the retry the policy decided on.
     pub(super) backoff: Option<Duration>,
+    /// The credential to ask for first: the one that served the request's session.
+    pub(super) prefer: Option<usize>,
 }
 
 impl TargetTry {
     /// The first try of `target`: no key tried yet, no retry, no error pending.
     pub(super) fn new(target: Target, force: bool, note: Option<String>) -> Self {
-        Self { target, force, exclude: 0, retries: 0, pending: None, note, backoff: None }
+        Self { target, force, exclude: 0, retries: 0, pending: None, note, backoff: None, prefer: None }
     }
 }
 
@@ -115,8 +120,15 @@ impl<'r, X: Exchange> Run<'r, X> {
                 route,
                 options,
                 explicit,
+                pin: None,
             },
         }
+    }
+
+    /// The run of a request whose session was served by `pin` before.
+    pub(super) fn pinned(mut self, pin: Option<SessionPin>) -> Self {
+        self.ctx.pin = pin;
+        self
     }
 
     /// Walks the plan to an answer or a final error.
@@ -124,8 +136,7 @@ impl<'r, X: Exchange> Run<'r, X> {
         let inner = self.ctx.inner;
         'plan: while let Some((target, force)) = self.plan.next() {
             let Some(mut slot) = inner.providers.get(target.provider()) else { continue };
-            let note = force.then(|| "every target was gated; trying the one that recovers first".to_owned());
-            let mut tries = TargetTry::new(target, force, note);
+            let mut tries = self.first_try(target, force);
             loop {
                 let end = self.attempt(slot, &tries).await;
                 match self.apply(&mut tries, end) {
@@ -150,6 +161,20 @@ impl<'r, X: Exchange> Run<'r, X> {
             }
         }
         self.end().await
+    }
+
+    /// The first try of `target`, asking first for its session's credential when the session
+    /// was served there, and saying so.
+    fn first_try(&self, target: Target, force: bool) -> TargetTry {
+        let mut note = force.then(|| "every target was gated; trying the one that recovers first".to_owned());
+        let pinned = self.ctx.pin.as_ref().filter(|pin| pin.target == target);
+        if pinned.is_some() {
+            let affinity = "affinity: the session's earlier requests were served here";
+            note = Some(note.map_or_else(|| affinity.to_owned(), |gated| format!("{affinity}; {gated}")));
+        }
+        let mut tries = TargetTry::new(target, force, note);
+        tries.prefer = pinned.and_then(|pin| pin.credential);
+        tries
     }
 
     /// After the walk: the answer; else the refusal the content-policy chain replaced; else

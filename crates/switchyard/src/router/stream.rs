@@ -93,6 +93,10 @@ impl Exchange for StreamExchange<'_> {
     fn answering(&self) -> bool {
         self.alive.load(Ordering::Relaxed)
     }
+
+    fn pins_sessions(&self) -> bool {
+        true
+    }
 }
 
 /// Opens the stream and reads it up to the first chunk the caller is shown.

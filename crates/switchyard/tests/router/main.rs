@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod affinity;
 mod assembled;
 mod budget;
 mod chains;

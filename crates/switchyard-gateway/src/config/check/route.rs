@@ -219,6 +219,12 @@ fn filters_and_hedge(mut builder: RouteBuilder, config: &file::RouteConfig) -> R
     if let Some(file::Switch(on)) = config.continuation {
         builder = builder.continuation(on);
     }
+    if let Some(affinity) = config.affinity {
+        builder = builder.affinity(affinity == file::AffinityConfig::Session);
+    }
+    if let Some(ttl) = &config.affinity_ttl {
+        builder = builder.affinity_ttl(ttl.0);
+    }
     builder
 }
 
