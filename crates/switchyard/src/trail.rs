@@ -125,6 +125,9 @@ pub struct Attempt {
     pub span_id: Option<u64>,
     /// Events of its stream skipped as unreadable (each said in the note).
     pub skipped_events: u32,
+    /// The provider's own id of the target's model, when the provider maps the name the
+    /// route used to another (`models:`); `None` when they are the same.
+    pub provider_model: Option<Arc<str>>,
 }
 
 impl Attempt {
@@ -152,6 +155,7 @@ impl Attempt {
             note: None,
             span_id: None,
             skipped_events: 0,
+            provider_model: None,
         }
     }
 
@@ -177,6 +181,7 @@ impl Attempt {
             note: Some(reason),
             span_id: None,
             skipped_events: 0,
+            provider_model: None,
         }
     }
 
@@ -196,6 +201,7 @@ impl Attempt {
             note: None,
             span_id: None,
             skipped_events: 0,
+            provider_model: None,
         }
     }
 
@@ -240,6 +246,9 @@ impl Serialize for Attempt {
         match &self.via {
             Via::Target(target) => map.serialize_entry("target", target.as_str())?,
             Via::Candidate(name) => map.serialize_entry("candidate", &**name)?,
+        }
+        if let Some(model) = &self.provider_model {
+            map.serialize_entry("provider_model", &**model)?;
         }
         if let Some(id) = &self.credential_id {
             map.serialize_entry("credential_id", id.as_str())?;

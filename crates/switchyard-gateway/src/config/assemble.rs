@@ -55,7 +55,7 @@ pub(crate) fn assemble(checked: CheckedConfig, source: Source, name: &str) -> Re
 
 /// A provider's router entry (its adapter, keys, rotation and prices) and its summary.
 fn entry(provider: CheckedProvider, name: &str) -> Result<(ProviderEntry, ProviderSummary), ConfigError> {
-    let CheckedProvider { id, kind, adapter, keys, origins, round_robin, prices, limits } = provider;
+    let CheckedProvider { id, kind, adapter, keys, origins, round_robin, prices, models, limits } = provider;
     let (adapter, base_url, simulated): (Arc<dyn Provider>, String, _) = match adapter {
         Adapter::Simulated(sim) => (Arc::new(sim.clone()), String::new(), Some(sim)),
         Adapter::Http { settings, base_url } => match switchyard_providers::build(&settings) {
@@ -72,6 +72,9 @@ fn entry(provider: CheckedProvider, name: &str) -> Result<(ProviderEntry, Provid
     }
     for (model, price) in prices {
         entry = entry.price(model, price);
+    }
+    for (model, provider_model) in models {
+        entry = entry.model(model, provider_model);
     }
     let summary =
         ProviderSummary { id, kind: kind.as_str(), base_url, credentials: origins, limits, simulated };

@@ -202,6 +202,11 @@ pub struct ProviderConfig {
     /// Price per million tokens, by model.
     #[serde(default)]
     pub prices: BTreeMap<String, PriceConfig>,
+    /// The provider's own id of each model a target names (`claude-sonnet-4-5:
+    /// us.anthropic.claude-sonnet-4-5-20250929-v1:0`): one route can name the same model on
+    /// several providers.
+    #[serde(default)]
+    pub models: BTreeMap<String, String>,
     /// Client-side pacing of this provider's allowance.
     pub limits: Option<LimitsConfig>,
     // Simulated providers only: how they behave. (Not a flattened struct: serde cannot deny
@@ -233,6 +238,7 @@ impl ProviderConfig {
             connect_timeout: None,
             ca_file: None,
             prices: BTreeMap::new(),
+            models: BTreeMap::new(),
             limits: None,
             latency: None,
             error_rates: BTreeMap::new(),

@@ -24,6 +24,8 @@ pub(crate) struct CheckedProvider {
     pub origins: Vec<String>,
     pub round_robin: bool,
     pub prices: Vec<(String, Price)>,
+    /// The provider's own id of each model a target names (`models:`).
+    pub models: Vec<(String, String)>,
     /// Client-side pacing, when configured.
     pub limits: Option<Limits>,
 }
@@ -60,6 +62,7 @@ impl Validator<'_> {
             self.engine_problem(&path, problem);
         }
         let limits = config.limits.as_ref().and_then(|l| self.limits(&format!("{path}.limits"), l));
+        let models = self.models(&path, &config.models);
         let (keys, origins) = self.keys(&path, config);
         if config.kind != Kind::Simulated {
             for key in config.keys_set() {
@@ -94,8 +97,33 @@ impl Validator<'_> {
             origins,
             round_robin: config.rotation == Some(file::KeyRotationConfig::RoundRobin),
             prices,
+            models,
             limits,
         })
+    }
+
+    /// The `models:` map: a route's name of a model to the provider's own id of it; neither
+    /// may be empty or padded.
+    fn models(&mut self, path: &str, models: &BTreeMap<String, String>) -> Vec<(String, String)> {
+        for (name, id) in models {
+            let at = format!("{path}.models.{name}");
+            if name.trim().is_empty() || name.trim() != name {
+                self.problem(
+                    format!("{path}.models"),
+                    format!(
+                        "model name `{name}` is empty or has spaces around it: write the name targets use"
+                    ),
+                );
+            } else if id.trim().is_empty() {
+                self.problem(
+                    at,
+                    "is empty: write the provider's own id of the model (e.g. `us.anthropic.claude-sonnet-4-5-20250929-v1:0`), or remove the entry",
+                );
+            } else if id.trim() != id {
+                self.problem(at, format!("`{id}` has spaces around it: write the provider's id alone"));
+            }
+        }
+        models.iter().map(|(name, id)| (name.clone(), id.clone())).collect()
     }
 
     /// The provider's keys (`api_key`, or `api_keys` with their priorities), and where each
