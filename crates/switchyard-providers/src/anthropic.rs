@@ -63,6 +63,8 @@ pub struct AnthropicProvider {
     forwarded: &'static [&'static str],
     /// How a `reasoning_effort` asks the model to think; by the model's name when `None`.
     thinking: Option<ThinkingStyle>,
+    /// Which of the client's `anthropic-beta` flags go on.
+    betas: crate::BetaPolicy,
 }
 
 impl AnthropicProvider {
@@ -105,6 +107,7 @@ impl AnthropicProvider {
             headers,
             forwarded,
             thinking: settings.thinking,
+            betas: settings.betas.clone(),
         })
     }
 
@@ -122,6 +125,8 @@ impl AnthropicProvider {
         body: Vec<u8>,
     ) -> Result<http::Response, ProviderError> {
         let key = call.credential.key();
+        let filtered = self.betas.filter_forward(call.forward);
+        let call = &Call { forward: filtered.as_deref().unwrap_or(call.forward), ..*call };
         let mut headers = http::call_headers(&self.headers, call, self.forwarded);
         if let Some(key) = key {
             headers.insert("x-api-key", http::key_value(key.expose())?);

@@ -9,7 +9,8 @@ use switchyard::simulated::SimulatedProvider;
 use switchyard::{Price, ProviderEntry, Target};
 use switchyard_pacing::Limits;
 use switchyard_providers::anthropic::ThinkingStyle;
-use switchyard_providers::{HttpSettings, ProviderKind, ProviderSettings};
+use switchyard_providers::bedrock::{AwsAuth, BedrockSettings};
+use switchyard_providers::{BetaPolicy, HttpSettings, ProviderKind, ProviderSettings};
 
 use super::Validator;
 use crate::config::{Kind, file};
@@ -156,6 +157,7 @@ impl Validator<'_> {
             Kind::Anthropic => ProviderKind::Anthropic,
             Kind::Gemini => ProviderKind::Gemini,
             Kind::Azure => ProviderKind::Azure,
+            Kind::Bedrock => ProviderKind::Bedrock,
             _ => ProviderKind::OpenAiCompatible,
         };
         let mut settings = ProviderSettings::new(kind);
@@ -165,15 +167,18 @@ impl Validator<'_> {
         settings.organization = config.organization.clone();
         settings.project = config.project.clone();
         settings.responses_native = self.responses_mode(path, kind, config.responses);
-        settings.thinking = match (kind, config.thinking) {
+        let claude = matches!(kind, ProviderKind::Anthropic | ProviderKind::Bedrock);
+        settings.thinking = match (claude, config.thinking) {
             (_, None) => None,
-            (ProviderKind::Anthropic, Some(file::ThinkingConfig::Adaptive)) => Some(ThinkingStyle::Adaptive),
-            (ProviderKind::Anthropic, Some(file::ThinkingConfig::Budget)) => Some(ThinkingStyle::Budget),
-            (_, Some(_)) => {
-                self.problem(format!("{path}.thinking"), "applies only to anthropic providers");
+            (true, Some(file::ThinkingConfig::Adaptive)) => Some(ThinkingStyle::Adaptive),
+            (true, Some(file::ThinkingConfig::Budget)) => Some(ThinkingStyle::Budget),
+            (false, Some(_)) => {
+                self.problem(format!("{path}.thinking"), "applies only to anthropic and bedrock providers");
                 None
             }
         };
+        settings.betas = self.betas(path, claude, config.betas.as_ref());
+        settings.bedrock = self.bedrock(path, kind, config);
         settings.http = HttpSettings {
             http2: config.http2,
             connect_timeout: config.connect_timeout.map_or(HttpSettings::default().connect_timeout, |d| d.0),
@@ -182,6 +187,8 @@ impl Validator<'_> {
         };
         match settings.check() {
             Ok(base_url) => Some(Adapter::Http { settings: Box::new(settings), base_url }),
+            // Reported with the region's own problem.
+            Err(switchyard_providers::BuildError::MissingRegion) => None,
             Err(error @ switchyard_providers::BuildError::MissingBaseUrl(_))
             | Err(error @ switchyard_providers::BuildError::InvalidBaseUrl(_)) => {
                 self.problem(format!("{path}.base_url"), error.to_string());
@@ -192,6 +199,110 @@ impl Validator<'_> {
                 None
             }
         }
+    }
+
+    /// `betas: forward | drop | [flags]`, for providers that speak to Claude.
+    fn betas(&mut self, path: &str, claude: bool, betas: Option<&file::BetasConfig>) -> BetaPolicy {
+        let at = format!("{path}.betas");
+        match (claude, betas) {
+            (_, None) => BetaPolicy::Forward,
+            (false, Some(_)) => {
+                self.problem(at, "applies only to anthropic and bedrock providers");
+                BetaPolicy::Forward
+            }
+            (true, Some(file::BetasConfig::Mode(mode))) => match mode.as_str() {
+                "forward" => BetaPolicy::Forward,
+                "drop" => BetaPolicy::Drop,
+                other => {
+                    self.problem(
+                        at,
+                        format!("`{other}` is not `forward`, `drop` or a list of the beta flags to pass on"),
+                    );
+                    BetaPolicy::Forward
+                }
+            },
+            (true, Some(file::BetasConfig::Allow(flags))) => {
+                if flags.iter().any(|f| f.trim().is_empty() || f.contains(',')) {
+                    self.problem(at, "a beta flag is empty or holds a comma: list one flag per entry");
+                }
+                BetaPolicy::Allow(flags.clone())
+            }
+        }
+    }
+
+    /// Bedrock's `region` (required) and `aws` credentials; either on another kind is a problem.
+    fn bedrock(
+        &mut self,
+        path: &str,
+        kind: ProviderKind,
+        config: &file::ProviderConfig,
+    ) -> Option<BedrockSettings> {
+        if kind != ProviderKind::Bedrock {
+            for (set, key) in [(config.region.is_some(), "region"), (config.aws.is_some(), "aws")] {
+                if set {
+                    self.problem(format!("{path}.{key}"), "applies only to bedrock providers");
+                }
+            }
+            return None;
+        }
+        let aws = config.aws.as_ref().map(|aws| self.aws(&format!("{path}.aws"), aws)).unwrap_or_default();
+        let region = match config.region.as_deref().map(str::trim) {
+            Some(region)
+                if !region.is_empty() && region.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') =>
+            {
+                region.to_owned()
+            }
+            Some(region) => {
+                self.problem(
+                    format!("{path}.region"),
+                    format!("`{region}` is not an AWS region: write one like us-east-1"),
+                );
+                return None;
+            }
+            None => {
+                self.problem(format!("{path}.region"), "bedrock providers need a region: add `region: us-east-1` (the one your models are enabled in)");
+                return None;
+            }
+        };
+        Some(BedrockSettings { region, aws })
+    }
+
+    /// The `aws:` keys, resolved (`env://`), checked as a set.
+    fn aws(&mut self, path: &str, aws: &file::AwsConfig) -> AwsAuth {
+        let mut secret = |name: &str, value: &Option<String>| {
+            value
+                .as_deref()
+                .and_then(|text| self.secret(&format!("{path}.{name}"), text))
+                .map(|(secret, _)| secret)
+        };
+        let auth = AwsAuth {
+            access_key_id: secret("access_key_id", &aws.access_key_id),
+            secret_access_key: secret("secret_access_key", &aws.secret_access_key),
+            session_token: secret("session_token", &aws.session_token),
+            profile: aws.profile.clone(),
+            role_arn: aws.role_arn.clone(),
+        };
+        if aws.access_key_id.is_some() != aws.secret_access_key.is_some() {
+            self.problem(path, "give `access_key_id` and `secret_access_key` together (or neither, for the AWS default chain)");
+        }
+        if aws.session_token.is_some() && aws.access_key_id.is_none() {
+            self.problem(
+                format!("{path}.session_token"),
+                "goes with `access_key_id` and `secret_access_key`",
+            );
+        }
+        if aws.access_key_id.is_some() && aws.profile.is_some() {
+            self.problem(format!("{path}.profile"), "give explicit keys or a profile, not both");
+        }
+        if let Some(role) = &aws.role_arn
+            && !role.starts_with("arn:")
+        {
+            self.problem(
+                format!("{path}.role_arn"),
+                format!("`{role}` is not a role ARN: write one like arn:aws:iam::123456789012:role/bedrock"),
+            );
+        }
+        auth
     }
 
     /// Whether a client of the Responses API is answered through the provider's own Responses
