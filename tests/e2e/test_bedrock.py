@@ -211,3 +211,60 @@ def test_a_wrong_signature_is_refused_and_reported_as_auth_without_secrets(mock,
     assert "sk-upstream" not in json.dumps(record)
     error = record["attempts"][0]["error"]
     assert (error["kind"], error["status"], error["code"]) == ("auth", 403, "InvalidSignatureException")
+
+
+def test_no_secret_key_session_token_or_signature_in_logs_events_metrics_or_trails(mock, bedrock, tmp_path):
+    import os
+    import subprocess
+    import tempfile
+    import urllib.request
+
+    from conftest import ADMIN_KEY, BIN, _read_listening
+
+    signatures = []
+
+    def behave(model, action, body, record):
+        # A service that echoes everything it was sent, as SignatureDoesNotMatch echoes the
+        # canonical request (session token included).
+        signature = record["headers"]["authorization"].rsplit("Signature=", 1)[1]
+        signatures.append(signature)
+        return Reply.error(403, "AccessDeniedException", f"denied: token {TOKEN} secret {SECRET} signature {signature}")
+
+    fake = bedrock(behave)
+    path = tmp_path / "leak.yaml"
+    path.write_text(gateway_config(mock, fake, {"default": "{ targets: [bedrock:claude-sonnet-4-5] }"}))
+    env = dict(os.environ, E2E_GATEWAY_KEY=GATEWAY_KEY, E2E_ADMIN_KEY=ADMIN_KEY, AWS_EC2_METADATA_DISABLED="true")
+    env.pop("RUST_LOG", None)
+    log = tempfile.TemporaryFile(mode="w+")
+    process = subprocess.Popen(
+        [BIN, "serve", "--config", str(path), "--listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "trace"],
+        stdout=subprocess.PIPE, stderr=log, text=True, env=env,
+    )
+    try:
+        url = "http://" + _read_listening(process, "switchyard serve")
+        sdk = anthropic.Anthropic(base_url=url, api_key=GATEWAY_KEY, max_retries=0, timeout=30)
+        for stream in (False, True):
+            with pytest.raises(anthropic.APIStatusError) as refused:
+                if stream:
+                    with sdk.messages.stream(model="default", max_tokens=8, messages=[{"role": "user", "content": "Hi"}]) as s:
+                        list(s.text_stream)
+                else:
+                    sdk.messages.create(model="default", max_tokens=8, messages=[{"role": "user", "content": "Hi"}])
+        seen = [str(refused.value.body)]
+        for target in ("/metrics", "/admin/requests", "/admin/health"):
+            request = urllib.request.Request(url + target, headers={"authorization": f"Bearer {ADMIN_KEY}"})
+            with urllib.request.urlopen(request, timeout=10) as response:
+                seen.append(response.read().decode())
+        request = urllib.request.Request(url + "/admin/events?recent=100", headers={"authorization": f"Bearer {ADMIN_KEY}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            seen.append(response.read1(65536).decode())
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    log.seek(0)
+    seen.append(log.read())
+    text = "\n".join(seen)
+    assert signatures and "AccessDeniedException" in text
+    assert "denied: token [redacted]" in text, "the provider's message is kept, less its secrets"
+    for secret in [SECRET, TOKEN, *signatures]:
+        assert secret not in text, f"{secret[:12]}... leaked"
