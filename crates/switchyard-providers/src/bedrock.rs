@@ -48,7 +48,7 @@ use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
 use switchyard::{ErrorKind, ProviderError};
 
 pub use auth::{AwsAuth, CredentialCache, CredentialsInfo, MIN_LEFT, REFRESH_BEFORE, mask};
-pub use sign::{SIGNING_NAME, escape_segment, model_path};
+pub use sign::{SIGNING_NAME, escape_segment, model_path, sign_request};
 
 use crate::anthropic::ThinkingStyle;
 use crate::betas::BetaPolicy;

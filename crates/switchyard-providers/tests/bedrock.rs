@@ -574,3 +574,49 @@ impl ProvideCredentials for ChainRef {
         self.0.provide_credentials()
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Thinking crosses between Anthropic and Bedrock
+
+#[tokio::test]
+async fn thinking_blocks_and_signatures_reach_bedrock_as_anthropic_wrote_them_and_come_back_whole() {
+    // A conversation begun on Anthropic's API: its signed thinking block goes on to Bedrock as
+    // the client sent it (the signatures are the same across Claude's platforms).
+    let fake = Fake::json(200, claude_answer()).await;
+    let provider = provider(&fake.origin());
+    let written = br#"{"model":"r","max_tokens":2048,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"6*7?"},{"role":"assistant","content":[{"type":"thinking","thinking":"Six times seven.","signature":"EqQBCgIYAhIMsignedByAnthropic"},{"type":"text","text":"42"}]},{"role":"user","content":"And 6*8?"}]}"#;
+    let caller = Caller::new(&provider, None);
+    provider.chat(caller.call(CLAUDE, None), &anthropic_request(written)).await.unwrap();
+    assert_eq!(
+        fake.only_request().body["messages"][1]["content"][0],
+        json!({"type": "thinking", "thinking": "Six times seven.", "signature": "EqQBCgIYAhIMsignedByAnthropic"})
+    );
+
+    // Bedrock's streamed thinking comes back to an OpenAI-dialect client whole, with its
+    // signature, as `thinking_blocks` (what it sends back to either platform next turn).
+    let events = vec![
+        json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "model": "claude", "content": [], "stop_reason": null, "usage": {"input_tokens": 5, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Six times eight."}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "ErUBCkYIBxgCsignedOnBedrock"}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "48"}}),
+        json!({"type": "content_block_stop", "index": 1}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}}),
+        json!({"type": "message_stop"}),
+    ];
+    let fake = Fake::start(move |_| event_stream_reply(claude_stream(&events))).await;
+    let provider = self::provider(&fake.origin());
+    let caller = Caller::new(&provider, None);
+    let stream = provider.chat_stream(caller.call(CLAUDE, None), &hello()).await.unwrap();
+    let chunks = ok_chunks(items(stream).await);
+    let blocks: Vec<Value> = chunks.iter().flat_map(|c| c.choices[0].delta.thinking_blocks.clone()).collect();
+    assert_eq!(
+        blocks,
+        [
+            json!({"type": "thinking", "thinking": "Six times eight.", "signature": "ErUBCkYIBxgCsignedOnBedrock"})
+        ]
+    );
+    assert_eq!(text_of(&chunks), "48");
+}
