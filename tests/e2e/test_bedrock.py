@@ -268,3 +268,23 @@ def test_no_secret_key_session_token_or_signature_in_logs_events_metrics_or_trai
     assert "denied: token [redacted]" in text, "the provider's message is kept, less its secrets"
     for secret in [SECRET, TOKEN, *signatures]:
         assert secret not in text, f"{secret[:12]}... leaked"
+
+
+def test_doctor_pings_bedrock_with_a_signed_call_and_names_its_credentials(mock, bedrock, tmp_path):
+    import os
+    import subprocess
+
+    from conftest import BIN
+
+    fake = bedrock(answering("pong"))
+    path = tmp_path / "doctor.yaml"
+    path.write_text(gateway_config(mock, fake, {"default": "{ targets: [bedrock:claude-sonnet-4-5, bedrock:llama] }"}))
+    env = dict(os.environ, E2E_GATEWAY_KEY=GATEWAY_KEY, E2E_ADMIN_KEY="sk-admin-e2e-9876543210", AWS_EC2_METADATA_DISABLED="true")
+    done = subprocess.run([BIN, "doctor", "--ping", "--config", str(path)], capture_output=True, text=True, env=env, timeout=60)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "region us-east-1" in out
+    assert "aws credentials: switchyard-config (access key AKIA****0001, with a session token)" in out
+    assert sorted(r["model"] for r in fake.requests) == [LLAMA_ID, CLAUDE_ID], "one call per target"
+    assert fake.verified == len(fake.requests) and fake.refused == 0
+    assert SECRET not in out and TOKEN not in out
