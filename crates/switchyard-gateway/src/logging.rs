@@ -147,7 +147,7 @@ impl LogFilter {
         if max == LevelFilter::OFF && targets.default_level().is_none() && targets.iter().next().is_none() {
             return Err(format!("no level given: {fix}"));
         }
-        Ok(Self { targets, max })
+        Ok(Self { targets: aws_capped(targets), max })
     }
 
     /// `info`: what is written when nothing says otherwise.
@@ -185,6 +185,23 @@ impl LogFilter {
     pub fn layer(&self) -> Targets {
         self.targets.clone()
     }
+}
+
+/// `targets` with the AWS SDK's crates (`aws_config`, `aws_sigv4`, `aws_smithy_*`, ...) at
+/// `info` at most, whatever the directives say: their debug and trace lines can carry what a
+/// request was signed with (aws-sigv4 traces the canonical request, session token included)
+/// and the answers of STS or the metadata service (credentials).
+fn aws_capped(targets: Targets) -> Targets {
+    const AWS: &str = "aws_";
+    let cap = |level: LevelFilter| level.min(LevelFilter::INFO);
+    let default = targets.default_level().unwrap_or(LevelFilter::OFF);
+    let mut capped = targets.clone().with_target(AWS, cap(default));
+    for (target, level) in targets.iter() {
+        if target.starts_with(AWS) {
+            capped = capped.with_target(target, cap(level));
+        }
+    }
+    capped
 }
 
 /// The access log: one line per request, in the format of the other log lines.
@@ -429,6 +446,16 @@ mod tests {
         assert!(!filter.enables("switchyard::access", Level::INFO));
         assert!(!filter.enables("hyper", Level::INFO));
         assert_eq!(filter.max_level(), LevelFilter::WARN);
+    }
+
+    #[test]
+    fn the_aws_sdks_lines_stay_at_info_whatever_is_asked() {
+        let filter = LogFilter::parse("trace,aws_config=debug").unwrap();
+        assert!(!filter.enables("aws_sigv4::http_request::sign", Level::TRACE));
+        assert!(!filter.enables("aws_config::sts", Level::DEBUG));
+        assert!(filter.enables("aws_config::sts", Level::INFO));
+        assert!(filter.enables("switchyard::router", Level::TRACE));
+        assert!(!LogFilter::parse("warn").unwrap().enables("aws_config", Level::INFO));
     }
 
     #[test]

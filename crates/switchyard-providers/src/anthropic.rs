@@ -19,7 +19,7 @@ mod classify;
 pub mod codec;
 mod request;
 mod response;
-mod stream;
+pub(crate) mod stream;
 mod thinking;
 mod wire;
 
@@ -63,6 +63,8 @@ pub struct AnthropicProvider {
     forwarded: &'static [&'static str],
     /// How a `reasoning_effort` asks the model to think; by the model's name when `None`.
     thinking: Option<ThinkingStyle>,
+    /// Which of the client's `anthropic-beta` flags go on.
+    betas: crate::BetaPolicy,
 }
 
 impl AnthropicProvider {
@@ -105,6 +107,7 @@ impl AnthropicProvider {
             headers,
             forwarded,
             thinking: settings.thinking,
+            betas: settings.betas.clone(),
         })
     }
 
@@ -122,6 +125,8 @@ impl AnthropicProvider {
         body: Vec<u8>,
     ) -> Result<http::Response, ProviderError> {
         let key = call.credential.key();
+        let filtered = self.betas.filter_forward(call.forward);
+        let call = &Call { forward: filtered.as_deref().unwrap_or(call.forward), ..*call };
         let mut headers = http::call_headers(&self.headers, call, self.forwarded);
         if let Some(key) = key {
             headers.insert("x-api-key", http::key_value(key.expose())?);
@@ -131,28 +136,61 @@ impl AnthropicProvider {
         self.client.exchange(request, call, None, classify).await
     }
 
-    /// The serialized request body (serialized once, here): the client's own, with the model
-    /// and `stream` set, when it wrote in this dialect; else translated.
+    /// The serialized request body: see [`messages_body`].
     fn body(&self, call: &Call<'_>, request: &ChatRequest, stream: bool) -> Result<Vec<u8>, ProviderError> {
-        if let Some(body) = Self::verbatim(request) {
-            let stream = if stream { Edit::Flag(true) } else { Edit::FalseIfPresent };
-            return verbatim::rewrite(body, &[("model", Edit::Text(call.model)), ("stream", stream)]);
-        }
-        let wire = request::build(call.model, request, stream, self.thinking)?;
-        serde_json::to_vec(&wire).map_err(|error| {
-            ProviderError::new(
-                ErrorKind::InvalidRequest,
-                format!("the request could not be serialized: {error}"),
-            )
-        })
+        messages_body(call.model, request, stream, self.thinking)
     }
+}
+
+/// A Messages API request body for `model` (serialized once, here): the client's own, with the
+/// model and `stream` set, when it wrote in this dialect; else translated (a
+/// `reasoning_effort` thinks in `thinking`). Bedrock's InvokeModel sends the same body, less
+/// the model and `stream`.
+pub(crate) fn messages_body(
+    model: &str,
+    request: &ChatRequest,
+    stream: bool,
+    thinking: Option<ThinkingStyle>,
+) -> Result<Vec<u8>, ProviderError> {
+    if let Some(body) = verbatim_body(request) {
+        let stream = if stream { Edit::Flag(true) } else { Edit::FalseIfPresent };
+        return verbatim::rewrite(body, &[("model", Edit::Text(model)), ("stream", stream)]);
+    }
+    let wire = request::build(model, request, stream, thinking)?;
+    serde_json::to_vec(&wire).map_err(|error| {
+        ProviderError::new(ErrorKind::InvalidRequest, format!("the request could not be serialized: {error}"))
+    })
+}
+
+/// The client's body, when it is in the Messages dialect.
+pub(crate) fn verbatim_body(request: &ChatRequest) -> Option<&bytes::Bytes> {
+    request.verbatim.as_ref().and_then(|v| v.in_dialect(Dialect::Anthropic))
+}
+
+/// A whole Messages API answer: the canonical answer, with the provider's bytes when the
+/// request went out verbatim. Any key of the call is cut out of the error.
+pub(crate) fn whole_answer(
+    call: &Call<'_>,
+    request: &ChatRequest,
+    bytes: bytes::Bytes,
+) -> Result<ChatResponse, ProviderError> {
+    let message = switchyard::serde_extra::from_slice::<wire::MessageResponse>(&bytes).map_err(|error| {
+        let text = String::from_utf8_lossy(&bytes);
+        let detail = format!("the answer is not a Messages API response ({error}): {}", http::excerpt(&text));
+        ProviderError::new(ErrorKind::MalformedResponse, classify::redact(detail, call.credential.key()))
+    })?;
+    let mut answer = response::to_chat_response(message, request.origin);
+    if verbatim_body(request).is_some() {
+        answer.verbatim = Some(Verbatim::new(Dialect::Anthropic, bytes));
+    }
+    Ok(answer)
 }
 
 impl AnthropicProvider {
     /// Counts `request`'s input tokens: the client's body with the model set, when it wrote in
     /// this dialect; else the translated request, with only the members counting takes.
     async fn count(&self, call: Call<'_>, request: &ChatRequest) -> Result<TokenCount, ProviderError> {
-        let verbatim = Self::verbatim(request);
+        let verbatim = verbatim_body(request);
         let body = match verbatim {
             Some(body) => verbatim::rewrite(body, &[("model", Edit::Text(call.model))])?,
             None => {
@@ -184,37 +222,6 @@ impl AnthropicProvider {
             input_tokens: counted.input_tokens,
             verbatim: verbatim.map(|_| Verbatim::new(Dialect::Anthropic, bytes)),
         })
-    }
-
-    /// The client's body, when it is in the Messages dialect.
-    fn verbatim(request: &ChatRequest) -> Option<&bytes::Bytes> {
-        request.verbatim.as_ref().and_then(|v| v.in_dialect(Dialect::Anthropic))
-    }
-}
-
-impl AnthropicProvider {
-    /// A whole Messages API answer: the canonical answer, with the provider's bytes when the
-    /// request went out verbatim.
-    fn whole_answer(
-        call: &Call<'_>,
-        request: &ChatRequest,
-        bytes: bytes::Bytes,
-    ) -> Result<ChatResponse, ProviderError> {
-        let message =
-            switchyard::serde_extra::from_slice::<wire::MessageResponse>(&bytes).map_err(|error| {
-                let text = String::from_utf8_lossy(&bytes);
-                let detail =
-                    format!("the answer is not a Messages API response ({error}): {}", http::excerpt(&text));
-                ProviderError::new(
-                    ErrorKind::MalformedResponse,
-                    classify::redact(detail, call.credential.key()),
-                )
-            })?;
-        let mut answer = response::to_chat_response(message, request.origin);
-        if Self::verbatim(request).is_some() {
-            answer.verbatim = Some(Verbatim::new(Dialect::Anthropic, bytes));
-        }
-        Ok(answer)
     }
 }
 
@@ -248,7 +255,7 @@ impl Provider for AnthropicProvider {
             let body = self.body(&call, request, false)?;
             let response = self.send(&call, body).await?;
             let bytes = http::read_body(response).await?;
-            Self::whole_answer(&call, request, bytes)
+            whole_answer(&call, request, bytes)
         })
     }
 
@@ -272,7 +279,7 @@ impl Provider for AnthropicProvider {
             if content_type.is_some_and(|ct| ct.trim_start().starts_with("application/json")) {
                 // A server that ignored `stream` and answered whole: that answer, as a stream.
                 let bytes = http::read_body(response).await?;
-                let answer = Self::whole_answer(&call, request, bytes)?;
+                let answer = whole_answer(&call, request, bytes)?;
                 return Ok(Box::pin(futures_util::stream::iter(answer.into_chunks().into_iter().map(Ok)))
                     as ChunkStream);
             }
@@ -289,7 +296,7 @@ impl Provider for AnthropicProvider {
             }
             let events = SseStream::new(http::body_stream(response));
             let mut decoder = stream::Decoder::new(request.origin, call.credential.key().cloned());
-            decoder.pass_on = Self::verbatim(request).is_some();
+            decoder.pass_on = verbatim_body(request).is_some();
             Ok(stream::chunk_stream(events, decoder))
         })
     }

@@ -311,7 +311,7 @@ fn on_this_thread<T>(home: &Weak<Home>, f: impl FnOnce(&mut pool::Pool) -> T) ->
 
 /// The `Host` header of a request to `uri`: its host, and its port as written unless it is the
 /// scheme's default (hyper's client's rule).
-fn host_value(uri: &Uri) -> Option<HeaderValue> {
+pub(crate) fn host_value(uri: &Uri) -> Option<HeaderValue> {
     let host = uri.host()?;
     let default_port = if matches!(uri.scheme_str(), Some("https" | "wss")) { 443 } else { 80 };
     let value = match uri.port() {
@@ -509,7 +509,12 @@ pub(crate) fn key_value(text: &str) -> Result<HeaderValue, ProviderError> {
 
 /// A POST of `body` to `uri` with `headers`, plus `accept: */*` unless they name one.
 pub fn post(uri: Uri, headers: HeaderMap, body: Vec<u8>) -> Request {
-    let mut request = Request::new(Full::new(Bytes::from(body)));
+    post_bytes(uri, headers, Bytes::from(body))
+}
+
+/// [`post`] of a body already in [`Bytes`] (a signer reads it too).
+pub fn post_bytes(uri: Uri, headers: HeaderMap, body: Bytes) -> Request {
+    let mut request = Request::new(Full::new(body));
     *request.method_mut() = Method::POST;
     *request.uri_mut() = uri;
     *request.headers_mut() = headers;

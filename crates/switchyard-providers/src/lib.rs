@@ -16,6 +16,8 @@
 //! ```
 
 pub mod anthropic;
+pub mod bedrock;
+mod betas;
 pub mod codec;
 pub mod gemini;
 pub mod http;
@@ -29,6 +31,7 @@ use std::sync::Arc;
 
 use switchyard::provider::Provider;
 
+pub use crate::betas::BetaPolicy;
 pub use crate::http::HttpSettings;
 
 /// The kinds of HTTP provider Switchyard speaks.
@@ -47,6 +50,10 @@ pub enum ProviderKind {
     Azure,
     /// Any server speaking the OpenAI dialect (Ollama, vLLM, llama.cpp, Groq, OpenRouter, ...).
     OpenAiCompatible,
+    /// AWS Bedrock's runtime (SigV4, or a Bedrock API key as `Authorization: Bearer`), base
+    /// `https://bedrock-runtime.{region}.amazonaws.com`: Claude through InvokeModel, other
+    /// models through Converse.
+    Bedrock,
 }
 
 impl ProviderKind {
@@ -58,6 +65,7 @@ impl ProviderKind {
             ProviderKind::Gemini => "gemini",
             ProviderKind::Azure => "azure",
             ProviderKind::OpenAiCompatible => "openai_compatible",
+            ProviderKind::Bedrock => "bedrock",
         }
     }
 
@@ -67,7 +75,7 @@ impl ProviderKind {
             ProviderKind::OpenAi => Some("https://api.openai.com/v1"),
             ProviderKind::Anthropic => Some("https://api.anthropic.com"),
             ProviderKind::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
-            ProviderKind::Azure | ProviderKind::OpenAiCompatible => None,
+            ProviderKind::Azure | ProviderKind::OpenAiCompatible | ProviderKind::Bedrock => None,
         }
     }
 }
@@ -107,6 +115,11 @@ pub struct ProviderSettings {
     /// rather than answering it anew ([`Provider::accepts_prefill`](switchyard::provider::Provider::accepts_prefill)).
     /// Anthropic always does; OpenAI's API does not.
     pub prefill: bool,
+    /// Which of a client's `anthropic-beta` flags a Claude provider (Anthropic, Bedrock) passes
+    /// on: all by default.
+    pub betas: BetaPolicy,
+    /// Bedrock's region and AWS credentials; required for [`ProviderKind::Bedrock`].
+    pub bedrock: Option<bedrock::BedrockSettings>,
 }
 
 impl ProviderSettings {
@@ -125,6 +138,8 @@ impl ProviderSettings {
             responses_native: false,
             thinking: None,
             prefill: false,
+            betas: BetaPolicy::Forward,
+            bedrock: None,
         }
     }
 
@@ -137,6 +152,9 @@ impl ProviderSettings {
     /// Checks what [`build`] would refuse of these settings, without building anything: the
     /// base URL in force (returned) and every configured header.
     pub fn check(&self) -> Result<String, BuildError> {
+        if self.kind == ProviderKind::Bedrock && self.bedrock.is_none() {
+            return Err(BuildError::MissingRegion);
+        }
         let base_url = self.resolved_base_url()?;
         let headers = self.headers.iter().map(|(name, value)| (name.as_str(), value.as_str()));
         crate::http::configured_headers(::http::HeaderMap::new(), headers)?;
@@ -148,6 +166,10 @@ impl ProviderSettings {
         let url = match (&self.base_url, self.kind.default_base_url()) {
             (Some(url), _) => url.clone(),
             (None, Some(url)) => url.to_owned(),
+            (None, None) if self.kind == ProviderKind::Bedrock => match &self.bedrock {
+                Some(bedrock) => bedrock::default_base_url(&bedrock.region),
+                None => return Err(BuildError::MissingRegion),
+            },
             (None, None) => return Err(BuildError::MissingBaseUrl(self.kind)),
         };
         if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -163,6 +185,9 @@ pub enum BuildError {
     /// The kind has no public endpoint (Azure, OpenAI-compatible) and no `base_url` was set.
     #[error("providers of kind `{0}` need a base_url")]
     MissingBaseUrl(ProviderKind),
+    /// A Bedrock provider without its region.
+    #[error("bedrock providers need a region (e.g. us-east-1)")]
+    MissingRegion,
     /// The `base_url` (held here) does not start with `http://` or `https://`.
     #[error("base_url `{0}` is not an http:// or https:// URL")]
     InvalidBaseUrl(String),
@@ -182,5 +207,6 @@ pub fn build(settings: &ProviderSettings) -> Result<Arc<dyn Provider>, BuildErro
         }
         ProviderKind::Anthropic => Arc::new(anthropic::AnthropicProvider::new(settings)?),
         ProviderKind::Gemini => Arc::new(gemini::GeminiProvider::new(settings)?),
+        ProviderKind::Bedrock => Arc::new(bedrock::BedrockProvider::new(settings)?),
     })
 }

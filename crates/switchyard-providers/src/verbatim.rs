@@ -27,6 +27,10 @@ pub(crate) enum Edit<'a> {
     FalseIfPresent,
     /// Merge `"<field>": true` into the object (or write a new object with it).
     Enable(&'a str),
+    /// Write this JSON text as the value, in its place (or at the end when absent).
+    Raw(&'a str),
+    /// Take the member out (with its comma), wherever it stands.
+    Remove,
 }
 
 /// `body` (a JSON object) with each named member edited, the rest as written. Member names
@@ -39,14 +43,35 @@ pub(crate) fn rewrite<const N: usize>(
     let mut out = Vec::with_capacity(body.len() + 64);
     let mut copied = 0;
     let mut done = [false; N];
-    let (end, empty) = top_level(body, |member| {
-        let Some(at) = member.edit(body, edits) else { return Ok(()) };
-        if done[at] {
-            // From the comma before it to its value's end: it is not the first member.
-            out.extend_from_slice(&body[copied..member.comma]);
+    // Members left in place, and whether the first of them must lose the comma before it (the
+    // members before it were all taken out).
+    let mut kept = 0usize;
+    let mut drop_comma = false;
+    let (end, _) = top_level(body, |member| {
+        let at = member.edit(body, edits);
+        let removing = at.is_some_and(|at| done[at] || matches!(edits[at].1, Edit::Remove));
+        if removing {
+            // From the comma before it (or, when no member before it stays, from its name) to
+            // its value's end.
+            let start = match (kept, body[member.comma]) {
+                (0, b'{') => member.key.0,
+                (0, _) => copied,
+                _ => member.comma,
+            };
+            out.extend_from_slice(&body[copied..start]);
             copied = member.value.1;
+            drop_comma |= kept == 0;
+            if let Some(at) = at {
+                done[at] = true;
+            }
             return Ok(());
         }
+        if std::mem::take(&mut drop_comma) {
+            out.extend_from_slice(&body[copied..member.comma]);
+            copied = member.comma + 1;
+        }
+        kept += 1;
+        let Some(at) = at else { return Ok(()) };
         done[at] = true;
         if let Some(edited) = edited(edits[at].1, Some(&body[member.value.0..member.value.1]))? {
             out.extend_from_slice(&body[copied..member.value.0]);
@@ -56,7 +81,7 @@ pub(crate) fn rewrite<const N: usize>(
         Ok(())
     })?;
     out.extend_from_slice(&body[copied..end]);
-    let mut first = empty;
+    let mut first = kept == 0;
     for ((key, edit), done) in edits.iter().zip(done) {
         if !done && let Some(edited) = edited(*edit, None)? {
             if !std::mem::take(&mut first) {
@@ -79,6 +104,8 @@ fn edited<'a>(edit: Edit<'a>, current: Option<&[u8]>) -> Result<Option<Member<'a
         Edit::Text(text) => Some(Member::Text(text)),
         Edit::Flag(flag) => Some(Member::Flag(flag)),
         Edit::FalseIfPresent => current.map(|_| Member::Flag(false)),
+        Edit::Raw(text) => Some(Member::Raw(text)),
+        Edit::Remove => None,
         Edit::Enable(field) => {
             let mut object = match current.map(serde_json::from_slice::<Value>) {
                 None | Some(Ok(Value::Null)) => return Ok(Some(Member::Enabled(field))),
@@ -99,6 +126,7 @@ fn edited<'a>(edit: Edit<'a>, current: Option<&[u8]>) -> Result<Option<Member<'a
 /// One edited member's value as it is written out.
 enum Member<'a> {
     Text(&'a str),
+    Raw(&'a str),
     Flag(bool),
     /// `{"<field>":true}`.
     Enabled(&'a str),
@@ -113,6 +141,7 @@ impl Member<'_> {
                 let _ = serde_json::to_writer(&mut *out, text);
             }
             Member::Flag(flag) => out.extend_from_slice(if *flag { b"true" } else { b"false" }),
+            Member::Raw(text) => out.extend_from_slice(text.as_bytes()),
             Member::Enabled(field) => {
                 out.extend_from_slice(b"{\"");
                 out.extend_from_slice(field.as_bytes());
@@ -380,6 +409,35 @@ mod tests {
         );
         assert_eq!(text(r#"{"stream":true}"#, &[("stream", Edit::FalseIfPresent)]), r#"{"stream":false}"#);
         assert_eq!(text("{}", &[("stream", Edit::FalseIfPresent)]), "{}");
+    }
+
+    #[test]
+    fn a_removed_member_leaves_with_its_comma_wherever_it_stands_and_raw_json_is_written() {
+        let edits = [
+            ("model", Edit::Remove),
+            ("stream", Edit::Remove),
+            ("anthropic_beta", Edit::Raw(r#"["a","b"]"#)),
+        ];
+        assert_eq!(
+            text(r#"{"model":"m","max_tokens":5,"stream":true}"#, &edits),
+            r#"{"max_tokens":5,"anthropic_beta":["a","b"]}"#
+        );
+        assert_eq!(
+            text(r#"{ "model" : "m" , "stream":true, "x":1 }"#, &edits),
+            r#"{  "x":1,"anthropic_beta":["a","b"] }"#
+        );
+        assert_eq!(
+            text(r#"{"a":1,"model":"m","b":2}"#, &edits),
+            r#"{"a":1,"b":2,"anthropic_beta":["a","b"]}"#
+        );
+        assert_eq!(text(r#"{"model":"m","stream":false}"#, &edits), r#"{"anthropic_beta":["a","b"]}"#);
+        assert_eq!(text(r#"{"anthropic_beta":[],"model":"m"}"#, &edits), r#"{"anthropic_beta":["a","b"]}"#);
+        let removed: serde_json::Value = serde_json::from_str(&text(
+            r#"{"model":"m","model":"n","k":[1,{"model":2}]}"#,
+            &[("model", Edit::Remove)],
+        ))
+        .unwrap();
+        assert_eq!(removed, serde_json::json!({"k": [1, {"model": 2}]}));
     }
 
     #[test]

@@ -111,6 +111,27 @@ fn weather_tool() -> Tool {
 // Request translation
 
 #[tokio::test]
+async fn a_betas_allow_list_passes_only_the_clients_flags_it_names_and_configured_ones_always() {
+    let fake = Fake::json(200, text_answer()).await;
+    let mut settings = ProviderSettings::new(ProviderKind::Anthropic).base_url(fake.origin());
+    settings.headers.push(("anthropic-beta".into(), "tools-2024-05-16".into()));
+    settings.betas = switchyard_providers::BetaPolicy::Allow(vec!["context-1m-2025-08-07".into()]);
+    let harness = Harness::new(AnthropicProvider::new(&settings).unwrap(), Some(KEY), MODEL);
+    let forward =
+        vec![("anthropic-beta".to_owned(), "context-1m-2025-08-07,claude-code-20250219".to_owned())];
+    let caller = support::Caller::new(&harness.provider, Some(KEY)).forward(&forward);
+    harness.provider.chat(caller.call(MODEL, None), &hello()).await.unwrap();
+    let sent: Vec<_> = fake
+        .only_request()
+        .headers
+        .get_all("anthropic-beta")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(sent, ["tools-2024-05-16", "context-1m-2025-08-07"]);
+}
+
+#[tokio::test]
 async fn request_carries_key_version_content_type_and_extra_headers_to_v1_messages() {
     let fake = Fake::json(200, text_answer()).await;
     let mut settings = ProviderSettings::new(ProviderKind::Anthropic).base_url(fake.origin());

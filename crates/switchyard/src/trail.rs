@@ -132,6 +132,9 @@ pub struct Attempt {
     /// What the provider counted for this attempt, where the request's usage does not say it
     /// alone: the two attempts of a continued stream (the broken one's as far as it told).
     pub usage: Option<crate::chat::Usage>,
+    /// The provider's own id of the target's model, when the provider maps the name the
+    /// route used to another (`models:`); `None` when they are the same.
+    pub provider_model: Option<Arc<str>>,
 }
 
 impl Attempt {
@@ -160,6 +163,7 @@ impl Attempt {
             span_id: None,
             skipped_events: 0,
             usage: None,
+            provider_model: None,
         }
     }
 
@@ -186,6 +190,7 @@ impl Attempt {
             span_id: None,
             skipped_events: 0,
             usage: None,
+            provider_model: None,
         }
     }
 
@@ -206,6 +211,7 @@ impl Attempt {
             span_id: None,
             skipped_events: 0,
             usage: None,
+            provider_model: None,
         }
     }
 
@@ -263,6 +269,9 @@ impl Serialize for Attempt {
         match &self.via {
             Via::Target(target) => map.serialize_entry("target", target.as_str())?,
             Via::Candidate(name) => map.serialize_entry("candidate", &**name)?,
+        }
+        if let Some(model) = &self.provider_model {
+            map.serialize_entry("provider_model", &**model)?;
         }
         if let Some(id) = &self.credential_id {
             map.serialize_entry("credential_id", id.as_str())?;

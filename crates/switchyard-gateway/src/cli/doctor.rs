@@ -14,7 +14,7 @@ use super::text::{counted, duration_text, setting};
 pub(crate) async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCode> {
     println!("config: {}", loaded.origin());
     println!("listen: {}", loaded.listen);
-    print_providers(loaded);
+    print_providers(loaded).await;
     print_routes_settings(loaded);
     print_health(loaded);
     print_gateway(loaded);
@@ -28,7 +28,7 @@ pub(crate) async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCo
 }
 
 /// Each provider with its limits and its credentials, masked.
-fn print_providers(loaded: &Loaded) {
+async fn print_providers(loaded: &Loaded) {
     println!("providers:");
     for provider in &loaded.providers {
         let base =
@@ -79,6 +79,35 @@ fn print_providers(loaded: &Loaded) {
             let origin = provider.credentials.get(i).map_or("no key", String::as_str);
             println!("    credential {} key {} from {origin}", credential.id(), credential.masked());
         }
+        if let Some(bedrock) = &provider.bedrock {
+            print_bedrock(bedrock, !provider.credentials.is_empty()).await;
+        }
+    }
+}
+
+/// A Bedrock provider's region and what its credentials are: the API key (bearer), or the AWS
+/// credentials the chain finds now (which provider of the chain, the access key masked, when
+/// they expire); never a secret.
+async fn print_bedrock(bedrock: &config::BedrockSummary, keyed: bool) {
+    println!("    region {}", bedrock.region);
+    if keyed {
+        println!("    auth: Bedrock API key (Authorization: Bearer); SigV4 is not used");
+        return;
+    }
+    println!("    auth: SigV4 with {}", bedrock.credentials.source());
+    match tokio::time::timeout(Duration::from_secs(15), bedrock.credentials.info()).await {
+        Ok(Ok(info)) => {
+            let token = if info.session_token { ", with a session token" } else { "" };
+            let expiry = info.expiry.and_then(|at| at.duration_since(std::time::SystemTime::now()).ok());
+            let expiry =
+                expiry.map_or_else(String::new, |left| format!(", expiring in {}", duration_text(left)));
+            println!(
+                "    aws credentials: {} (access key {}{token}{expiry})",
+                info.provider, info.access_key_id
+            );
+        }
+        Ok(Err(error)) => println!("    aws credentials: none found: {}", error.detail()),
+        Err(_) => println!("    aws credentials: none found within 15s"),
     }
 }
 

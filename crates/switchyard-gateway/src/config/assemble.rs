@@ -10,8 +10,10 @@ use switchyard_pacing::{LimitPacer, Limits};
 use switchyard_state::RedisStore;
 
 use super::check::{Adapter, CheckedConfig, CheckedProvider};
-use super::{ConfigError, Loaded, ProviderSummary, Source};
+use super::{BedrockSummary, ConfigError, Loaded, ProviderSummary, Source};
 use crate::drills::Drills;
+use switchyard_providers::ProviderKind;
+use switchyard_providers::bedrock::BedrockProvider;
 
 /// The router and the gateway of `checked`, which came from `source` (named `name` in errors).
 pub(crate) fn assemble(checked: CheckedConfig, source: Source, name: &str) -> Result<Loaded, ConfigError> {
@@ -55,12 +57,23 @@ pub(crate) fn assemble(checked: CheckedConfig, source: Source, name: &str) -> Re
 
 /// A provider's router entry (its adapter, keys, rotation and prices) and its summary.
 fn entry(provider: CheckedProvider, name: &str) -> Result<(ProviderEntry, ProviderSummary), ConfigError> {
-    let CheckedProvider { id, kind, adapter, keys, origins, round_robin, prices, limits } = provider;
+    let CheckedProvider { id, kind, adapter, keys, origins, round_robin, prices, models, limits } = provider;
+    let failed = |error: switchyard_providers::BuildError| {
+        ConfigError::one(name, format!("providers.{id}"), error.to_string())
+    };
+    let mut bedrock = None;
     let (adapter, base_url, simulated): (Arc<dyn Provider>, String, _) = match adapter {
         Adapter::Simulated(sim) => (Arc::new(sim.clone()), String::new(), Some(sim)),
+        // Built as itself, so that `doctor` can ask its credential cache what it found.
+        Adapter::Http { settings, base_url } if settings.kind == ProviderKind::Bedrock => {
+            let adapter = BedrockProvider::new(&settings).map_err(failed)?;
+            let credentials = adapter.credentials().clone();
+            bedrock = Some(BedrockSummary { region: adapter.region().to_owned(), credentials });
+            (Arc::new(adapter), base_url, None)
+        }
         Adapter::Http { settings, base_url } => match switchyard_providers::build(&settings) {
             Ok(adapter) => (adapter, base_url, None),
-            Err(error) => return Err(ConfigError::one(name, format!("providers.{id}"), error.to_string())),
+            Err(error) => return Err(failed(error)),
         },
     };
     let mut entry = ProviderEntry::from_arc(id.as_str(), adapter);
@@ -73,7 +86,17 @@ fn entry(provider: CheckedProvider, name: &str) -> Result<(ProviderEntry, Provid
     for (model, price) in prices {
         entry = entry.price(model, price);
     }
-    let summary =
-        ProviderSummary { id, kind: kind.as_str(), base_url, credentials: origins, limits, simulated };
+    for (model, provider_model) in models {
+        entry = entry.model(model, provider_model);
+    }
+    let summary = ProviderSummary {
+        id,
+        kind: kind.as_str(),
+        base_url,
+        credentials: origins,
+        limits,
+        simulated,
+        bedrock,
+    };
     Ok((entry, summary))
 }

@@ -99,6 +99,8 @@ pub enum Kind {
     Azure,
     /// A server that speaks the OpenAI API (vLLM, Ollama, Groq, ...).
     OpenaiCompatible,
+    /// AWS Bedrock's runtime.
+    Bedrock,
     /// A simulated provider, for demos, drills and tests.
     Simulated,
 }
@@ -112,6 +114,7 @@ impl Kind {
             Kind::Gemini => "gemini",
             Kind::Azure => "azure",
             Kind::OpenaiCompatible => "openai_compatible",
+            Kind::Bedrock => "bedrock",
             Kind::Simulated => "simulated",
         }
     }
@@ -159,6 +162,33 @@ pub enum ThinkingConfig {
     Budget,
 }
 
+/// `aws: { access_key_id, secret_access_key, session_token, profile, role_arn }`: how a Bedrock
+/// provider finds its credentials (keys may be `env://NAME`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AwsConfig {
+    /// An explicit access key id, with `secret_access_key`.
+    pub access_key_id: Option<String>,
+    /// The secret of the explicit key.
+    pub secret_access_key: Option<String>,
+    /// The session token of temporary explicit keys.
+    pub session_token: Option<String>,
+    /// A profile of the shared config and credentials files.
+    pub profile: Option<String>,
+    /// A role assumed on top of the credentials found.
+    pub role_arn: Option<String>,
+}
+
+/// `betas: forward | drop | [flag, ...]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum BetasConfig {
+    /// `forward` or `drop`.
+    Mode(String),
+    /// The flags passed on.
+    Allow(Vec<String>),
+}
+
 /// How a provider answers Responses API clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -191,6 +221,13 @@ pub struct ProviderConfig {
     /// `native` or `translated`: how an `openai_compatible` server answers Responses API
     /// clients (default `translated`, to Chat Completions).
     pub responses: Option<ResponsesMode>,
+    /// Bedrock's AWS region (`us-east-1`): its endpoint's and SigV4's.
+    pub region: Option<String>,
+    /// Bedrock's SigV4 credentials; the AWS default chain when absent.
+    pub aws: Option<AwsConfig>,
+    /// Which of a client's `anthropic-beta` flags a Claude provider passes on: `forward` (the
+    /// default), `drop`, or a list of the flags allowed.
+    pub betas: Option<BetasConfig>,
     /// `adaptive` or `budget`: how an `anthropic` provider's models think when an OpenAI client
     /// sends `reasoning_effort` (default: by each model's name, adaptive from Claude 4.6 on).
     pub thinking: Option<ThinkingConfig>,
@@ -206,6 +243,11 @@ pub struct ProviderConfig {
     /// Price per million tokens, by model.
     #[serde(default)]
     pub prices: BTreeMap<String, PriceConfig>,
+    /// The provider's own id of each model a target names (`claude-sonnet-4-5:
+    /// us.anthropic.claude-sonnet-4-5-20250929-v1:0`): one route can name the same model on
+    /// several providers.
+    #[serde(default)]
+    pub models: BTreeMap<String, String>,
     /// Client-side pacing of this provider's allowance.
     pub limits: Option<LimitsConfig>,
     // Simulated providers only: how they behave. (Not a flattened struct: serde cannot deny
@@ -232,12 +274,16 @@ impl ProviderConfig {
             organization: None,
             project: None,
             responses: None,
+            region: None,
+            aws: None,
+            betas: None,
             thinking: None,
             prefill: None,
             http2: false,
             connect_timeout: None,
             ca_file: None,
             prices: BTreeMap::new(),
+            models: BTreeMap::new(),
             limits: None,
             latency: None,
             error_rates: BTreeMap::new(),

@@ -108,6 +108,17 @@ pub struct ProviderSummary {
     pub limits: Option<Limits>,
     /// The provider itself when it is `simulated`, for fault drills.
     pub simulated: Option<SimulatedProvider>,
+    /// A Bedrock provider's region and credential cache, for `doctor`.
+    pub bedrock: Option<BedrockSummary>,
+}
+
+/// What `doctor` shows of a Bedrock provider.
+#[derive(Debug, Clone)]
+pub struct BedrockSummary {
+    /// The AWS region.
+    pub region: String,
+    /// The credentials its SigV4 calls use (a keyed provider sends its API key instead).
+    pub credentials: std::sync::Arc<switchyard_providers::bedrock::CredentialCache>,
 }
 
 /// What `serve` logs, as the file's `log:` says.

@@ -53,6 +53,15 @@ fn is_credit_balance(message: &str) -> bool {
     message.to_ascii_lowercase().contains("your credit balance is too low")
 }
 
+/// A 400 refusing a beta flag: "invalid beta flag" (Bedrock, Vertex), or Anthropic's
+/// "Unexpected value(s) `...` for the `anthropic-beta` header". The target is skipped for the
+/// request (unsupported), its health untouched.
+fn is_beta_refusal(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    message.contains("invalid beta flag")
+        || (message.contains("unexpected value") && message.contains("anthropic-beta"))
+}
+
 /// A classified error from a non-2xx response and its (possibly empty, possibly non-JSON) body.
 /// The key, should a body ever echo it, is cut out of the detail.
 pub(crate) fn http_error(
@@ -69,7 +78,15 @@ pub(crate) fn http_error(
             } else {
                 http::excerpt(&parsed.error.message)
             };
-            ProviderError::new(kind, redact(detail, key)).with_code(parsed.error.kind)
+            if status == 400 && is_beta_refusal(&parsed.error.message) {
+                ProviderError::unsupported(format!(
+                    "the provider refused a beta flag: {}",
+                    redact(detail, key)
+                ))
+                .with_code(parsed.error.kind)
+            } else {
+                ProviderError::new(kind, redact(detail, key)).with_code(parsed.error.kind)
+            }
         }
         Err(_) => {
             let detail = if body.trim().is_empty() {
@@ -144,6 +161,17 @@ mod tests {
         assert_eq!(kind_of(&body("brand_new_error", ""), Some(503)), ErrorKind::Unavailable);
         assert_eq!(kind_of(&body("brand_new_error", ""), Some(401)), ErrorKind::Auth);
         assert_eq!(kind_of(&body("brand_new_error", ""), None), ErrorKind::Unavailable);
+    }
+
+    #[test]
+    fn a_refused_beta_flag_is_unsupported_and_other_bad_requests_are_not() {
+        let refusal =
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"invalid beta flag"}}"#;
+        assert!(http_error(400, refusal, None, None).is_unsupported());
+        let unexpected = r#"{"type":"error","error":{"type":"invalid_request_error","message":"Unexpected value(s) `x-2099` for the `anthropic-beta` header."}}"#;
+        assert!(http_error(400, unexpected, None, None).is_unsupported());
+        let plain = r#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: field required"}}"#;
+        assert!(!http_error(400, plain, None, None).is_unsupported());
     }
 
     #[test]

@@ -150,6 +150,21 @@ impl Callee<'_> {
         &self.slot.credential_ids[self.credential]
     }
 
+    /// The model the provider is asked for: its own id of the target's model when it maps it
+    /// ([`ProviderEntry::model`](super::ProviderEntry::model)), else the target's.
+    pub(super) fn model(&self) -> &str {
+        self.slot.provider_model(self.target.model()).map_or(self.target.model(), |m| m)
+    }
+
+    /// The record of a call to this target with this key, `started` after the request began,
+    /// taking `duration` of which `queued` waiting for the pacer (outcome `ok` until the router
+    /// says otherwise), with the provider's own id of the model when it differs.
+    pub(super) fn called(&self, started: Duration, duration: Duration, queued: Duration) -> Attempt {
+        let mut attempt = Attempt::called(&self.target, self.credential_id(), started, duration, queued);
+        attempt.provider_model = self.slot.provider_model(self.target.model()).cloned();
+        attempt
+    }
+
     /// `error` from this call, redacted of the key and stamped with the target and key.
     pub(super) fn attribute(&self, error: ProviderError) -> ProviderError {
         self.slot.attribute(error, &self.target, self.credential)
@@ -241,15 +256,10 @@ impl<'r, X: Exchange> Run<'r, X> {
                 let error =
                     error.with_target(who.target.clone()).with_credential(who.credential_id().clone());
                 let waited = asked.elapsed();
-                let attempt = Attempt::called(
-                    &who.target,
-                    who.credential_id(),
-                    self.record.offset(asked),
-                    waited,
-                    waited,
-                )
-                .failed(error.clone())
-                .with_note(Some("the pacer refused the call".to_owned()));
+                let attempt = who
+                    .called(self.record.offset(asked), waited, waited)
+                    .failed(error.clone())
+                    .with_note(Some("the pacer refused the call".to_owned()));
                 Err(Failure { who: who.clone(), cut: Cut::No, error, attempt })
             }
         }
@@ -261,14 +271,7 @@ impl<'r, X: Exchange> Run<'r, X> {
         let Outgoing { who, started, mut permit, span } = out;
         let finished = Instant::now();
         let queued = permit.as_ref().map_or(Duration::ZERO, |p| p.waited);
-        let mut attempt = Attempt::called(
-            &who.target,
-            who.credential_id(),
-            self.record.offset(started),
-            finished - started,
-            queued,
-        )
-        .with_span(span);
+        let mut attempt = who.called(self.record.offset(started), finished - started, queued).with_span(span);
         match end {
             Ok(Reply { output, sent }) => {
                 let answering = self.ctx.x.answering_since(&output).unwrap_or(finished);
@@ -351,7 +354,7 @@ impl<'r, X: Exchange> Context<'r, X> {
             dispatch: permit.and_then(|p| p.dispatch),
         });
         let call = Call {
-            model: who.target.model(),
+            model: who.model(),
             credential: who.credential(),
             timeouts: &limits.timeouts,
             rate_limits: sink.as_ref().map(|s| s as &dyn RateLimitSink),

@@ -44,6 +44,8 @@ pub struct ProviderEntry {
     /// Each key with its priority (lower first).
     pub(super) keys: Vec<(Secret, u32)>,
     pub(super) prices: HashMap<String, Price>,
+    /// The provider's own id of each model a target names, where they differ.
+    pub(super) models: HashMap<String, Arc<str>>,
     pub(super) key_rotation: KeyRotation,
 }
 
@@ -74,6 +76,7 @@ impl ProviderEntry {
             provider,
             keys: Vec::new(),
             prices: HashMap::new(),
+            models: HashMap::new(),
             key_rotation: KeyRotation::Ordered,
         }
     }
@@ -101,6 +104,26 @@ impl ProviderEntry {
     /// Sets the price of `model`, for the cost of each answer.
     pub fn price(mut self, model: impl Into<String>, price: Price) -> Self {
         self.prices.insert(model.into(), price);
+        self
+    }
+
+    /// Calls to targets naming `model` ask the provider for `provider_model`, its own id of it
+    /// (`claude-sonnet-4-5` as Bedrock's `us.anthropic.claude-sonnet-4-5-20250929-v1:0`), so
+    /// that one route can name the same model on several providers. The trail and the answer
+    /// show the target's name; each attempt also records the provider's id
+    /// ([`Attempt::provider_model`](crate::trail::Attempt::provider_model)). Prices stay keyed
+    /// by the target's name.
+    ///
+    /// ```
+    /// use switchyard::ProviderEntry;
+    /// use switchyard::simulated::SimulatedProvider;
+    ///
+    /// let entry = ProviderEntry::new("bedrock", SimulatedProvider::new())
+    ///     .model("claude-sonnet-4-5", "us.anthropic.claude-sonnet-4-5-20250929-v1:0");
+    /// assert_eq!(entry.id(), "bedrock");
+    /// ```
+    pub fn model(mut self, model: impl Into<String>, provider_model: impl Into<Arc<str>>) -> Self {
+        self.models.insert(model.into(), provider_model.into());
         self
     }
 
@@ -147,6 +170,7 @@ impl ProviderEntry {
             credential_ids: credentials.iter().map(|c| c.id().clone()).collect(),
             credentials,
             prices: self.prices,
+            models: self.models,
             key_order: order,
             key_tiers: tiers,
             key_rotation: self.key_rotation,
@@ -172,6 +196,8 @@ pub(crate) struct ProviderSlot {
     pub(crate) credentials: Vec<Credential>,
     pub(crate) credential_ids: Vec<CredentialId>,
     prices: HashMap<String, Price>,
+    /// The provider's own id of a target's model, where it has one ([`ProviderEntry::model`]).
+    models: HashMap<String, Arc<str>>,
     /// Credential indexes by priority, then configured order.
     key_order: Vec<usize>,
     /// How many keys each priority holds, highest first, along `key_order`.
@@ -209,6 +235,11 @@ impl ProviderSlot {
     /// Whether calls alternate over its keys (round robin among several).
     pub(crate) fn rotates_keys(&self) -> bool {
         self.key_rotation == KeyRotation::RoundRobin && self.credentials.len() > 1
+    }
+
+    /// The provider's own id of `model` (a target's model), when the provider maps it to one.
+    pub(crate) fn provider_model(&self, model: &str) -> Option<&Arc<str>> {
+        self.models.get(model)
     }
 
     /// The configured price of `model`, if any.

@@ -102,13 +102,7 @@ impl HedgeRun<'_> {
     /// Its record, ended now.
     fn entry(&self, record: &Record<'_>, outcome: Outcome, note: String) -> Attempt {
         let ended = Instant::now();
-        let mut attempt = Attempt::called(
-            &self.who.target,
-            self.who.credential_id(),
-            record.offset(self.sent),
-            ended - self.sent,
-            Duration::ZERO,
-        );
+        let mut attempt = self.who.called(record.offset(self.sent), ended - self.sent, Duration::ZERO);
         attempt.outcome = outcome;
         attempt.hedge = true;
         attempt.span_id = self.span.map(|span| span.span_id);
@@ -280,14 +274,8 @@ impl<'r, X: Exchange> Run<'r, X> {
             permit.settle(None);
         }
         let now = Instant::now();
-        let mut attempt = Attempt::called(
-            &who.target,
-            who.credential_id(),
-            self.record.offset(started),
-            now - started,
-            Duration::ZERO,
-        )
-        .with_span(span);
+        let mut attempt =
+            who.called(self.record.offset(started), now - started, Duration::ZERO).with_span(span);
         let loss = match failed {
             None => {
                 attempt.outcome = Outcome::Cancelled;

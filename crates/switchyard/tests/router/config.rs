@@ -149,3 +149,40 @@ fn a_routes_problems_name_their_keys_and_fixes() {
     assert_eq!(paths, ["targets[1]", "", "retry.max_attempts"], "{error}");
     assert!(error.problems.iter().all(|p| !p.fix.is_empty()), "{error:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_mapped_model_is_asked_of_the_provider_by_its_own_id_and_the_trail_keeps_both() {
+    use switchyard::chat::{ChatRequest, Message};
+    let bedrock = SimulatedProvider::new();
+    let router = Router::builder()
+        .provider(
+            ProviderEntry::new("bedrock", bedrock)
+                .model("claude-sonnet-4-5", "us.anthropic.claude-sonnet-4-5-20250929-v1:0"),
+        )
+        .route(Route::builder("default").target("bedrock:claude-sonnet-4-5").build().unwrap())
+        .build()
+        .unwrap();
+    let answer = router.chat(&ChatRequest::new("default", vec![Message::user("hi")])).await.unwrap();
+    assert_eq!(answer.response.text().as_deref(), Some("[us.anthropic.claude-sonnet-4-5-20250929-v1:0] hi"));
+    assert_eq!(answer.served_by.to_string(), "bedrock:claude-sonnet-4-5");
+    let attempt = &answer.trail.attempts()[0];
+    assert_eq!(attempt.provider_model.as_deref(), Some("us.anthropic.claude-sonnet-4-5-20250929-v1:0"));
+    let json = serde_json::to_value(&answer.trail).unwrap();
+    assert_eq!(json[0]["target"], "bedrock:claude-sonnet-4-5");
+    assert_eq!(json[0]["provider_model"], "us.anthropic.claude-sonnet-4-5-20250929-v1:0");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unmapped_model_is_asked_by_its_name_and_the_trail_has_no_provider_model() {
+    use switchyard::chat::{ChatRequest, Message};
+    let router = Router::builder()
+        .provider(ProviderEntry::new("local", SimulatedProvider::new()).model("other", "other-id"))
+        .route(Route::builder("default").target("local:m").build().unwrap())
+        .build()
+        .unwrap();
+    let answer = router.chat(&ChatRequest::new("default", vec![Message::user("hi")])).await.unwrap();
+    assert_eq!(answer.response.text().as_deref(), Some("[m] hi"));
+    assert_eq!(answer.trail.attempts()[0].provider_model, None);
+    let json = serde_json::to_value(&answer.trail).unwrap();
+    assert!(json[0].get("provider_model").is_none(), "{json}");
+}

@@ -9,7 +9,8 @@ use switchyard::simulated::SimulatedProvider;
 use switchyard::{Price, ProviderEntry, Target};
 use switchyard_pacing::Limits;
 use switchyard_providers::anthropic::ThinkingStyle;
-use switchyard_providers::{HttpSettings, ProviderKind, ProviderSettings};
+use switchyard_providers::bedrock::{AwsAuth, BedrockSettings};
+use switchyard_providers::{BetaPolicy, HttpSettings, ProviderKind, ProviderSettings};
 
 use super::Validator;
 use crate::config::{Kind, file};
@@ -24,6 +25,8 @@ pub(crate) struct CheckedProvider {
     pub origins: Vec<String>,
     pub round_robin: bool,
     pub prices: Vec<(String, Price)>,
+    /// The provider's own id of each model a target names (`models:`).
+    pub models: Vec<(String, String)>,
     /// Client-side pacing, when configured.
     pub limits: Option<Limits>,
 }
@@ -60,6 +63,7 @@ impl Validator<'_> {
             self.engine_problem(&path, problem);
         }
         let limits = config.limits.as_ref().and_then(|l| self.limits(&format!("{path}.limits"), l));
+        let models = self.models(&path, &config.models);
         let (keys, origins) = self.keys(&path, config);
         if config.kind != Kind::Simulated {
             for key in config.keys_set() {
@@ -94,8 +98,33 @@ impl Validator<'_> {
             origins,
             round_robin: config.rotation == Some(file::KeyRotationConfig::RoundRobin),
             prices,
+            models,
             limits,
         })
+    }
+
+    /// The `models:` map: a route's name of a model to the provider's own id of it; neither
+    /// may be empty or padded.
+    fn models(&mut self, path: &str, models: &BTreeMap<String, String>) -> Vec<(String, String)> {
+        for (name, id) in models {
+            let at = format!("{path}.models.{name}");
+            if name.trim().is_empty() || name.trim() != name {
+                self.problem(
+                    format!("{path}.models"),
+                    format!(
+                        "model name `{name}` is empty or has spaces around it: write the name targets use"
+                    ),
+                );
+            } else if id.trim().is_empty() {
+                self.problem(
+                    at,
+                    "is empty: write the provider's own id of the model (e.g. `us.anthropic.claude-sonnet-4-5-20250929-v1:0`), or remove the entry",
+                );
+            } else if id.trim() != id {
+                self.problem(at, format!("`{id}` has spaces around it: write the provider's id alone"));
+            }
+        }
+        models.iter().map(|(name, id)| (name.clone(), id.clone())).collect()
     }
 
     /// The provider's keys (`api_key`, or `api_keys` with their priorities), and where each
@@ -128,6 +157,7 @@ impl Validator<'_> {
             Kind::Anthropic => ProviderKind::Anthropic,
             Kind::Gemini => ProviderKind::Gemini,
             Kind::Azure => ProviderKind::Azure,
+            Kind::Bedrock => ProviderKind::Bedrock,
             _ => ProviderKind::OpenAiCompatible,
         };
         let mut settings = ProviderSettings::new(kind);
@@ -138,15 +168,18 @@ impl Validator<'_> {
         settings.project = config.project.clone();
         settings.responses_native = self.responses_mode(path, kind, config.responses);
         settings.prefill = self.prefill(path, kind, config.prefill);
-        settings.thinking = match (kind, config.thinking) {
+        let claude = matches!(kind, ProviderKind::Anthropic | ProviderKind::Bedrock);
+        settings.thinking = match (claude, config.thinking) {
             (_, None) => None,
-            (ProviderKind::Anthropic, Some(file::ThinkingConfig::Adaptive)) => Some(ThinkingStyle::Adaptive),
-            (ProviderKind::Anthropic, Some(file::ThinkingConfig::Budget)) => Some(ThinkingStyle::Budget),
-            (_, Some(_)) => {
-                self.problem(format!("{path}.thinking"), "applies only to anthropic providers");
+            (true, Some(file::ThinkingConfig::Adaptive)) => Some(ThinkingStyle::Adaptive),
+            (true, Some(file::ThinkingConfig::Budget)) => Some(ThinkingStyle::Budget),
+            (false, Some(_)) => {
+                self.problem(format!("{path}.thinking"), "applies only to anthropic and bedrock providers");
                 None
             }
         };
+        settings.betas = self.betas(path, claude, config.betas.as_ref());
+        settings.bedrock = self.bedrock(path, kind, config);
         settings.http = HttpSettings {
             http2: config.http2,
             connect_timeout: config.connect_timeout.map_or(HttpSettings::default().connect_timeout, |d| d.0),
@@ -155,6 +188,8 @@ impl Validator<'_> {
         };
         match settings.check() {
             Ok(base_url) => Some(Adapter::Http { settings: Box::new(settings), base_url }),
+            // Reported with the region's own problem.
+            Err(switchyard_providers::BuildError::MissingRegion) => None,
             Err(error @ switchyard_providers::BuildError::MissingBaseUrl(_))
             | Err(error @ switchyard_providers::BuildError::InvalidBaseUrl(_)) => {
                 self.problem(format!("{path}.base_url"), error.to_string());
@@ -167,6 +202,110 @@ impl Validator<'_> {
         }
     }
 
+    /// `betas: forward | drop | [flags]`, for providers that speak to Claude.
+    fn betas(&mut self, path: &str, claude: bool, betas: Option<&file::BetasConfig>) -> BetaPolicy {
+        let at = format!("{path}.betas");
+        match (claude, betas) {
+            (_, None) => BetaPolicy::Forward,
+            (false, Some(_)) => {
+                self.problem(at, "applies only to anthropic and bedrock providers");
+                BetaPolicy::Forward
+            }
+            (true, Some(file::BetasConfig::Mode(mode))) => match mode.as_str() {
+                "forward" => BetaPolicy::Forward,
+                "drop" => BetaPolicy::Drop,
+                other => {
+                    self.problem(
+                        at,
+                        format!("`{other}` is not `forward`, `drop` or a list of the beta flags to pass on"),
+                    );
+                    BetaPolicy::Forward
+                }
+            },
+            (true, Some(file::BetasConfig::Allow(flags))) => {
+                if flags.iter().any(|f| f.trim().is_empty() || f.contains(',')) {
+                    self.problem(at, "a beta flag is empty or holds a comma: list one flag per entry");
+                }
+                BetaPolicy::Allow(flags.clone())
+            }
+        }
+    }
+
+    /// Bedrock's `region` (required) and `aws` credentials; either on another kind is a problem.
+    fn bedrock(
+        &mut self,
+        path: &str,
+        kind: ProviderKind,
+        config: &file::ProviderConfig,
+    ) -> Option<BedrockSettings> {
+        if kind != ProviderKind::Bedrock {
+            for (set, key) in [(config.region.is_some(), "region"), (config.aws.is_some(), "aws")] {
+                if set {
+                    self.problem(format!("{path}.{key}"), "applies only to bedrock providers");
+                }
+            }
+            return None;
+        }
+        let aws = config.aws.as_ref().map(|aws| self.aws(&format!("{path}.aws"), aws)).unwrap_or_default();
+        let region = match config.region.as_deref().map(str::trim) {
+            Some(region)
+                if !region.is_empty() && region.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') =>
+            {
+                region.to_owned()
+            }
+            Some(region) => {
+                self.problem(
+                    format!("{path}.region"),
+                    format!("`{region}` is not an AWS region: write one like us-east-1"),
+                );
+                return None;
+            }
+            None => {
+                self.problem(format!("{path}.region"), "bedrock providers need a region: add `region: us-east-1` (the one your models are enabled in)");
+                return None;
+            }
+        };
+        Some(BedrockSettings { region, aws })
+    }
+
+    /// The `aws:` keys, resolved (`env://`), checked as a set.
+    fn aws(&mut self, path: &str, aws: &file::AwsConfig) -> AwsAuth {
+        let mut secret = |name: &str, value: &Option<String>| {
+            value
+                .as_deref()
+                .and_then(|text| self.secret(&format!("{path}.{name}"), text))
+                .map(|(secret, _)| secret)
+        };
+        let auth = AwsAuth {
+            access_key_id: secret("access_key_id", &aws.access_key_id),
+            secret_access_key: secret("secret_access_key", &aws.secret_access_key),
+            session_token: secret("session_token", &aws.session_token),
+            profile: aws.profile.clone(),
+            role_arn: aws.role_arn.clone(),
+        };
+        if aws.access_key_id.is_some() != aws.secret_access_key.is_some() {
+            self.problem(path, "give `access_key_id` and `secret_access_key` together (or neither, for the AWS default chain)");
+        }
+        if aws.session_token.is_some() && aws.access_key_id.is_none() {
+            self.problem(
+                format!("{path}.session_token"),
+                "goes with `access_key_id` and `secret_access_key`",
+            );
+        }
+        if aws.access_key_id.is_some() && aws.profile.is_some() {
+            self.problem(format!("{path}.profile"), "give explicit keys or a profile, not both");
+        }
+        if let Some(role) = &aws.role_arn
+            && !role.starts_with("arn:")
+        {
+            self.problem(
+                format!("{path}.role_arn"),
+                format!("`{role}` is not a role ARN: write one like arn:aws:iam::123456789012:role/bedrock"),
+            );
+        }
+        auth
+    }
+
     /// Whether a client of the Responses API is answered through the provider's own Responses
     /// API (`responses: native | translated`, which only `openai_compatible` chooses).
     /// Whether the server continues a prefill: said only of an `openai_compatible` one (an
@@ -175,10 +314,10 @@ impl Validator<'_> {
         match (kind, prefill) {
             (ProviderKind::OpenAiCompatible, prefill) => prefill.unwrap_or(false),
             (_, None) => false,
-            (ProviderKind::Anthropic, Some(_)) => {
+            (ProviderKind::Anthropic | ProviderKind::Bedrock, Some(_)) => {
                 self.problem(
                     format!("{path}.prefill"),
-                    "anthropic providers always continue a prefill: remove the key",
+                    "anthropic and bedrock providers continue a Claude prefill by themselves: remove the key",
                 );
                 false
             }

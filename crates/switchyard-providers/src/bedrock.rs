@@ -1,0 +1,333 @@
+//! AWS Bedrock's runtime API (`https://bedrock-runtime.{region}.amazonaws.com`): Claude through
+//! InvokeModel with the Messages body, every other model through Converse, embeddings (Titan
+//! and Cohere), each request signed with SigV4 (or sent with a Bedrock API key as a bearer
+//! token).
+//!
+//! ```no_run
+//! use switchyard_providers::bedrock::{AwsAuth, BedrockSettings};
+//! use switchyard_providers::{ProviderKind, ProviderSettings, build};
+//!
+//! let mut settings = ProviderSettings::new(ProviderKind::Bedrock);
+//! settings.bedrock = Some(BedrockSettings { region: "us-east-1".into(), aws: AwsAuth::default() });
+//! let provider = build(&settings).unwrap();
+//! ```
+//!
+//! - **Claude** (a model id, inference-profile id or ARN naming `anthropic.` or `claude`):
+//!   `/model/{id}/invoke` and `/invoke-with-response-stream`, the Messages body the Anthropic
+//!   adapter writes (shared, not copied) less `model` and `stream`, with `anthropic_version:
+//!   bedrock-2023-05-31` and the beta flags as `anthropic_beta`; the answer and the stream's
+//!   events (each chunk frame's `bytes`) are Anthropic's and read by the Anthropic adapter's
+//!   decoder, so an Anthropic client loses nothing (thinking and signatures, tools, cache
+//!   control, documents, cache counts). An application-inference-profile ARN names no model:
+//!   it goes through Converse.
+//! - **Every other model**: `/model/{id}/converse` and `/converse-stream` (`converse/`).
+//! - **Streams** are AWS event streams (`eventstream.rs`); exception frames end the stream
+//!   with their classified error, before the first content a failover, after it the
+//!   mid-stream error the router reports.
+//! - **Credentials** (`auth.rs`): the configured `api_key` as a bearer token; else SigV4
+//!   (`sign.rs`) with the AWS SDK's chain, kept and refreshed off the request path.
+//! - **Secrets** (the secret key, the session token, the signature, the API key) are cut out
+//!   of every error the adapter reports ([`Redactor`]).
+
+mod auth;
+mod classify;
+mod converse;
+mod embeddings;
+pub mod eventstream;
+mod invoke;
+mod sign;
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use ::http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderMap, HeaderValue};
+use bytes::Bytes;
+use switchyard::chat::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse};
+use switchyard::credential::Secret;
+use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
+use switchyard::{ErrorKind, ProviderError};
+
+pub use auth::{AwsAuth, CredentialCache, CredentialsInfo, MIN_LEFT, REFRESH_BEFORE, mask};
+pub use sign::{SIGNING_NAME, escape_segment, model_path, sign_request};
+
+use crate::anthropic::ThinkingStyle;
+use crate::betas::BetaPolicy;
+use crate::{BuildError, ProviderSettings, http};
+
+/// The `anthropic_version` Bedrock's InvokeModel takes for Claude.
+pub const ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
+
+/// What a Bedrock provider needs beyond the common settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BedrockSettings {
+    /// The AWS region (`us-east-1`): the endpoint's and SigV4's.
+    pub region: String,
+    /// How SigV4 credentials are found (ignored for calls made with an API key).
+    pub aws: AwsAuth,
+}
+
+/// The public endpoint of Bedrock's runtime in `region`.
+pub fn default_base_url(region: &str) -> String {
+    format!("https://bedrock-runtime.{region}.amazonaws.com")
+}
+
+/// Whether `model` (an id, profile id or ARN) is Claude, called through InvokeModel.
+pub fn is_claude(model: &str) -> bool {
+    let model = model.to_ascii_lowercase();
+    model.contains("anthropic.") || model.contains("claude")
+}
+
+/// The secrets one call used, cut out of whatever it reports.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Redactor {
+    secrets: Vec<Secret>,
+}
+
+impl Redactor {
+    fn add(&mut self, secret: Secret) {
+        self.secrets.push(secret);
+    }
+
+    /// `text` with every secret of the call replaced by `[redacted]`.
+    pub(crate) fn clean(&self, text: &str) -> String {
+        let mut text = text.to_owned();
+        for secret in &self.secrets {
+            if let std::borrow::Cow::Owned(clean) = secret.redact(&text) {
+                text = clean;
+            }
+        }
+        text
+    }
+}
+
+/// Unix seconds now.
+pub(crate) fn now_unix() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// The Bedrock adapter.
+#[derive(Debug)]
+pub struct BedrockProvider {
+    client: http::HttpClient,
+    base_url: String,
+    host: HeaderValue,
+    region: String,
+    /// The configured headers (sent and signed), less `anthropic-beta`, which goes in the body.
+    headers: HeaderMap,
+    /// `anthropic-beta` flags the configuration sets, sent to every Claude model.
+    configured_betas: Vec<String>,
+    betas: BetaPolicy,
+    thinking: Option<ThinkingStyle>,
+    credentials: Arc<CredentialCache>,
+}
+
+impl BedrockProvider {
+    /// An adapter for `settings`, whose `bedrock` names the region (and credentials).
+    pub fn new(settings: &ProviderSettings) -> Result<Self, BuildError> {
+        let bedrock = settings.bedrock.as_ref().ok_or(BuildError::MissingRegion)?;
+        let base_url = settings.resolved_base_url()?;
+        let uri =
+            http::parse_uri(base_url.clone()).map_err(|_| BuildError::InvalidBaseUrl(base_url.clone()))?;
+        let host = http::host_value(&uri).ok_or_else(|| BuildError::InvalidBaseUrl(base_url.clone()))?;
+        let mut configured_betas = Vec::new();
+        let mut extra = Vec::new();
+        for (name, value) in &settings.headers {
+            if name.eq_ignore_ascii_case("anthropic-beta") {
+                configured_betas
+                    .extend(value.split(',').map(str::trim).filter(|f| !f.is_empty()).map(str::to_owned));
+            } else {
+                extra.push((name.as_str(), value.as_str()));
+            }
+        }
+        Ok(Self {
+            client: http::HttpClient::new(&settings.http)?,
+            host,
+            region: bedrock.region.clone(),
+            headers: http::configured_headers(HeaderMap::new(), extra)?,
+            configured_betas,
+            betas: settings.betas.clone(),
+            thinking: settings.thinking,
+            credentials: Arc::new(CredentialCache::new(&bedrock.region, bedrock.aws.clone())),
+            base_url,
+        })
+    }
+
+    /// The adapter with credentials from `cache` (an embedding program's own chain, a test's).
+    pub fn with_credentials(mut self, cache: Arc<CredentialCache>) -> Self {
+        self.credentials = cache;
+        self
+    }
+
+    /// The credential cache, for `doctor` and tests.
+    pub fn credentials(&self) -> &Arc<CredentialCache> {
+        &self.credentials
+    }
+
+    /// The region.
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
+    /// The beta flags a Claude call sends: the configured ones, then the client's the policy
+    /// passes.
+    fn betas(&self, call: &Call<'_>) -> Vec<String> {
+        let mut betas = self.configured_betas.clone();
+        for flag in self.betas.client_betas(call.forward) {
+            if !betas.contains(&flag) {
+                betas.push(flag);
+            }
+        }
+        betas
+    }
+
+    /// POSTs `body` to `path`, authenticated (the call's API key as a bearer token, else
+    /// SigV4), accepting `accept`; the response when it is a success, else the classified
+    /// error. The secrets used go with the response, for what reads it later.
+    async fn send(
+        &self,
+        call: &Call<'_>,
+        path: &str,
+        body: Vec<u8>,
+        accept: &'static str,
+    ) -> Result<(http::Response, Redactor), ProviderError> {
+        let uri = http::parse_uri(format!("{}{path}", self.base_url))?;
+        let mut headers = http::call_headers(&self.headers, call, &[]);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static(accept));
+        headers.insert(HOST, self.host.clone());
+        let body = Bytes::from(body);
+        let mut request = http::post_bytes(uri, headers, body.clone());
+        let mut redactor = Redactor::default();
+        match call.credential.key() {
+            Some(key) => {
+                let value = http::key_value(&format!("Bearer {}", key.expose()))?;
+                request.headers_mut().insert(AUTHORIZATION, value);
+                redactor.add(key.clone());
+            }
+            None => {
+                let credentials = self.credentials.get().await?;
+                redactor.add(Secret::new(credentials.secret_access_key()));
+                if let Some(token) = credentials.session_token() {
+                    redactor.add(Secret::new(token));
+                }
+                let signature =
+                    sign::sign_request(&mut request, &body, &credentials, &self.region, SystemTime::now())?;
+                redactor.add(signature);
+            }
+        }
+        let response = self.client.send(request).await.map_err(ProviderError::from)?;
+        let limits = http::observe_limits(&response, call.rate_limits);
+        if response.status().is_success() {
+            return Ok((response, redactor));
+        }
+        let status = response.status().as_u16();
+        let kind =
+            response.headers().get("x-amzn-errortype").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let wait = http::retry_after(status, &limits);
+        let text = http::read_error_body(response).await;
+        Err(classify::http_error(status, kind.as_deref(), &text, wait, &redactor))
+    }
+}
+
+/// The request id Bedrock answered with, the id of a Converse answer.
+fn request_id(response: &http::Response) -> String {
+    response.headers().get("x-amzn-requestid").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
+}
+
+impl Provider for BedrockProvider {
+    fn kind(&self) -> &str {
+        "bedrock"
+    }
+
+    fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    fn streams_upstream(&self) -> bool {
+        true
+    }
+
+    fn warm(&self) {
+        self.client.warm();
+    }
+
+    fn chat<'a>(
+        &'a self,
+        call: Call<'a>,
+        request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
+        Box::pin(async move {
+            if is_claude(call.model) {
+                let body = invoke::body(&call, request, &self.betas(&call), self.thinking)?;
+                let (response, redactor) =
+                    self.send(&call, &model_path(call.model, "invoke"), body, "application/json").await?;
+                let bytes = http::read_body(response).await?;
+                return crate::anthropic::whole_answer(&call, request, bytes)
+                    .map_err(|e| redact(e, &redactor));
+            }
+            let body = converse::request::body(request)?;
+            let (response, redactor) =
+                self.send(&call, &model_path(call.model, "converse"), body, "application/json").await?;
+            let id = request_id(&response);
+            let bytes = http::read_body(response).await?;
+            converse::whole_answer(&bytes, call.model, id).map_err(|e| redact(e, &redactor))
+        })
+    }
+
+    fn chat_stream<'a>(
+        &'a self,
+        call: Call<'a>,
+        request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>> {
+        Box::pin(async move {
+            let claude = is_claude(call.model);
+            let (body, action) = if claude {
+                (
+                    invoke::body(&call, request, &self.betas(&call), self.thinking)?,
+                    "invoke-with-response-stream",
+                )
+            } else {
+                (converse::request::body(request)?, "converse-stream")
+            };
+            let accept = "application/vnd.amazon.eventstream";
+            let (response, redactor) =
+                self.send(&call, &model_path(call.model, action), body, accept).await?;
+            check_event_stream(&response, &redactor)?;
+            let id = request_id(&response);
+            let frames = eventstream::Frames::new(http::body_stream(response));
+            if claude {
+                return Ok(invoke::chunk_stream(frames, &call, request, redactor));
+            }
+            Ok(converse::chunk_stream(frames, call.model.to_owned(), id, redactor))
+        })
+    }
+
+    fn embeddings<'a>(
+        &'a self,
+        call: Call<'a>,
+        request: &'a EmbeddingsRequest,
+    ) -> BoxFuture<'a, Result<EmbeddingsResponse, ProviderError>> {
+        Box::pin(embeddings::embed(self, call, request))
+    }
+}
+
+/// A 200 that is not an event stream (a proxy's page) would otherwise read as a broken stream.
+fn check_event_stream(response: &http::Response, redactor: &Redactor) -> Result<(), ProviderError> {
+    let content_type = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if content_type.is_empty() || content_type.starts_with("application/vnd.amazon.eventstream") {
+        return Ok(());
+    }
+    Err(ProviderError::new(
+        ErrorKind::MalformedResponse,
+        redactor.clean(&format!("expected an AWS event stream, got `{content_type}`")),
+    ))
+}
+
+/// `error` with the call's secrets cut out of its detail.
+fn redact(error: ProviderError, redactor: &Redactor) -> ProviderError {
+    let mut error = error;
+    for secret in &redactor.secrets {
+        error = error.redacted(secret);
+    }
+    error
+}

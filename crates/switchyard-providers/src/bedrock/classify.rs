@@ -1,0 +1,245 @@
+//! Bedrock failures into the error catalog.
+//!
+//! Bedrock names its errors by exception type: in the `x-amzn-ErrorType` header of an error
+//! answer (`ThrottlingException:http://internal.amazon.com/coral/...`, the part before the
+//! colon), else the body's `__type` or `code`; in a stream, an exception frame's
+//! `:exception-type` (`throttlingException`, lower camel case). The message is read only where
+//! the type is ambiguous: a `ValidationException` about an over-long input is context_length,
+//! one refusing a beta flag is unsupported (the target is skipped for the request). Bedrock
+//! sends no rate-limit headers: configured `limits` pace it.
+
+use std::time::Duration;
+
+use switchyard::{ErrorKind, ProviderError};
+
+use super::Redactor;
+use crate::http;
+
+/// The catalog kind of Bedrock exception `kind` (either case of its first letter, any
+/// `:namespace` suffix cut), with its `message` for the ambiguous ones; `status` is the answer's,
+/// `None` in a stream.
+pub(crate) fn kind_of(kind: &str, message: &str, status: Option<u16>) -> ErrorKind {
+    match normalized(kind).as_str() {
+        "ThrottlingException" | "TooManyRequestsException" => ErrorKind::RateLimited,
+        "ServiceUnavailableException"
+        | "ModelNotReadyException"
+        | "InternalServerException"
+        | "InternalFailure"
+        | "ModelStreamErrorException"
+        | "ModelErrorException" => ErrorKind::Unavailable,
+        "ModelTimeoutException" | "RequestTimeout" | "RequestTimeoutException" => ErrorKind::Timeout,
+        "ValidationException" if is_context_length(message) => ErrorKind::ContextLength,
+        "ValidationException" | "SerializationException" => ErrorKind::InvalidRequest,
+        "AccessDeniedException"
+        | "UnrecognizedClientException"
+        | "ExpiredTokenException"
+        | "ExpiredToken"
+        | "InvalidSignatureException"
+        | "SignatureDoesNotMatch"
+        | "IncompleteSignature"
+        | "InvalidClientTokenId"
+        | "MissingAuthenticationToken"
+        | "MissingAuthenticationTokenException" => ErrorKind::Auth,
+        "ResourceNotFoundException" => ErrorKind::ModelNotFound,
+        "ServiceQuotaExceededException" => ErrorKind::QuotaExceeded,
+        _ => status.map_or(ErrorKind::Unavailable, http::status_kind),
+    }
+}
+
+/// `ThrottlingException` of `throttlingException` or `ThrottlingException:http://...`.
+fn normalized(kind: &str) -> String {
+    let kind = kind.split(':').next().unwrap_or_default().trim();
+    let mut chars = kind.chars();
+    match chars.next() {
+        Some(first) => first.to_ascii_uppercase().to_string() + chars.as_str(),
+        None => String::new(),
+    }
+}
+
+/// Bedrock's and its models' wordings of an input past the model's context: Bedrock's own
+/// ("Input is too long for requested model", "Too many input tokens. Max input tokens: ..."),
+/// and Claude's, passed through ("prompt is too long: ...", "input length and `max_tokens`
+/// exceed context limit: ...").
+pub(crate) fn is_context_length(message: &str) -> bool {
+    let message = message.to_ascii_lowercase().replace('`', "");
+    [
+        "input is too long",
+        "too many input tokens",
+        "prompt is too long",
+        "input length and max_tokens exceed context limit",
+        "maximum context length",
+    ]
+    .iter()
+    .any(|phrase| message.contains(phrase))
+}
+
+/// Whether a 400 refuses a beta flag (`invalid beta flag`, as Bedrock and Vertex answer the
+/// flags Claude Code sends that they do not know).
+pub(crate) fn is_beta_refusal(status: u16, message: &str) -> bool {
+    status == 400 && message.to_ascii_lowercase().contains("invalid beta flag")
+}
+
+/// The error of a non-2xx answer: its type from the `x-amzn-errortype` header or the body,
+/// its message from the body (`message` or `Message`), both cut of every secret.
+pub(crate) fn http_error(
+    status: u16,
+    header: Option<&str>,
+    body: &str,
+    retry_after: Option<Duration>,
+    redactor: &Redactor,
+) -> ProviderError {
+    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let field = |name: &str| parsed.as_ref().and_then(|v| v.get(name)).and_then(|v| v.as_str());
+    let kind = header
+        .map(str::to_owned)
+        .or_else(|| field("__type").map(|t| t.rsplit('#').next().unwrap_or(t).to_owned()))
+        .or_else(|| field("code").map(str::to_owned))
+        .map(|kind| normalized(&kind))
+        .unwrap_or_default();
+    let message = field("message").or_else(|| field("Message")).map(str::to_owned).unwrap_or_else(|| {
+        if body.trim().is_empty() { format!("HTTP {status} with an empty body") } else { body.to_owned() }
+    });
+    let detail = redactor.clean(&http::excerpt(&message));
+    let mut error = if is_beta_refusal(status, &message) {
+        ProviderError::unsupported(format!("the provider refused a beta flag: {detail}"))
+    } else {
+        ProviderError::new(kind_of(&kind, &message, Some(status)), detail)
+    };
+    error = error.with_status(status);
+    if !kind.is_empty() {
+        error = error.with_code(kind);
+    }
+    match retry_after {
+        Some(wait) => error.with_retry_after(wait),
+        None => error,
+    }
+}
+
+/// An exception frame of a stream (`:message-type: exception`), its payload `{"message"}`.
+pub(crate) fn stream_exception(kind: &str, payload: &[u8], redactor: &Redactor) -> ProviderError {
+    let message = serde_json::from_slice::<serde_json::Value>(payload)
+        .ok()
+        .and_then(|v| {
+            v.get("message").or_else(|| v.get("Message")).and_then(|m| m.as_str()).map(str::to_owned)
+        })
+        .unwrap_or_else(|| String::from_utf8_lossy(payload).into_owned());
+    let detail = redactor.clean(&format!("exception in the stream: {}", http::excerpt(&message)));
+    ProviderError::new(kind_of(kind, &message, None), detail).with_code(normalized(kind))
+}
+
+/// An error frame of a stream (`:message-type: error`, its `:error-code` and `:error-message`).
+pub(crate) fn stream_error(code: &str, message: &str, redactor: &Redactor) -> ProviderError {
+    let detail = redactor.clean(&format!("error in the stream: {}", http::excerpt(message)));
+    ProviderError::new(kind_of(code, message, None), detail).with_code(normalized(code))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_documented_exception_has_its_kind() {
+        let cases = [
+            ("ThrottlingException", ErrorKind::RateLimited),
+            ("ServiceUnavailableException", ErrorKind::Unavailable),
+            ("ModelNotReadyException", ErrorKind::Unavailable),
+            ("InternalServerException", ErrorKind::Unavailable),
+            ("ModelTimeoutException", ErrorKind::Timeout),
+            ("ValidationException", ErrorKind::InvalidRequest),
+            ("AccessDeniedException", ErrorKind::Auth),
+            ("UnrecognizedClientException", ErrorKind::Auth),
+            ("ExpiredTokenException", ErrorKind::Auth),
+            ("ResourceNotFoundException", ErrorKind::ModelNotFound),
+            ("ServiceQuotaExceededException", ErrorKind::QuotaExceeded),
+        ];
+        for (kind, expected) in cases {
+            assert_eq!(kind_of(kind, "", Some(400)), expected, "{kind}");
+            let header = format!("{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/");
+            assert_eq!(kind_of(&header, "", Some(400)), expected, "{header}");
+        }
+        // Stream exceptions are named in lower camel case.
+        assert_eq!(kind_of("throttlingException", "", None), ErrorKind::RateLimited);
+        assert_eq!(kind_of("modelStreamErrorException", "", None), ErrorKind::Unavailable);
+    }
+
+    #[test]
+    fn an_over_long_input_is_context_length_and_other_validation_is_invalid_request() {
+        for message in [
+            "Input is too long for requested model.",
+            "Too many input tokens. Max input tokens: 8192, request input token count: 9279",
+            "prompt is too long: 210000 tokens > 200000 maximum",
+            "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000",
+        ] {
+            assert_eq!(
+                kind_of("ValidationException", message, Some(400)),
+                ErrorKind::ContextLength,
+                "{message}"
+            );
+        }
+        assert_eq!(
+            kind_of("ValidationException", "temperature: must be <= 1", Some(400)),
+            ErrorKind::InvalidRequest
+        );
+    }
+
+    #[test]
+    fn an_unknown_type_falls_back_to_the_status() {
+        assert_eq!(kind_of("BrandNewException", "", Some(503)), ErrorKind::Unavailable);
+        assert_eq!(kind_of("", "", Some(403)), ErrorKind::Auth);
+        assert_eq!(kind_of("", "", Some(429)), ErrorKind::RateLimited);
+    }
+
+    #[test]
+    fn the_type_comes_from_the_header_else_the_body() {
+        let redactor = Redactor::default();
+        let error = http_error(
+            429,
+            Some("ThrottlingException:http://x/"),
+            r#"{"message":"Too many requests, please wait before trying again."}"#,
+            None,
+            &redactor,
+        );
+        assert_eq!(
+            (error.kind(), error.code(), error.status()),
+            (ErrorKind::RateLimited, Some("ThrottlingException"), Some(429))
+        );
+        assert_eq!(error.detail(), "Too many requests, please wait before trying again.");
+        let error = http_error(
+            400,
+            None,
+            r#"{"__type":"com.amazon.coral.service#UnrecognizedClientException","Message":"The security token included in the request is invalid."}"#,
+            None,
+            &redactor,
+        );
+        assert_eq!((error.kind(), error.code()), (ErrorKind::Auth, Some("UnrecognizedClientException")));
+        let error = http_error(502, None, "<html>bad gateway</html>", None, &redactor);
+        assert_eq!((error.kind(), error.code()), (ErrorKind::Unavailable, None));
+    }
+
+    #[test]
+    fn a_refused_beta_flag_is_unsupported() {
+        let error = http_error(
+            400,
+            Some("ValidationException"),
+            r#"{"message":"invalid beta flag"}"#,
+            None,
+            &Redactor::default(),
+        );
+        assert!(error.is_unsupported(), "{error:?}");
+        assert_eq!(error.status(), Some(400));
+    }
+
+    #[test]
+    fn a_stream_exception_is_classified_by_its_type() {
+        let error =
+            stream_exception("throttlingException", br#"{"message":"slow down"}"#, &Redactor::default());
+        assert_eq!((error.kind(), error.code()), (ErrorKind::RateLimited, Some("ThrottlingException")));
+        assert!(error.detail().contains("slow down"));
+        let error = stream_exception(
+            "validationException",
+            br#"{"message":"Input is too long for requested model."}"#,
+            &Redactor::default(),
+        );
+        assert_eq!(error.kind(), ErrorKind::ContextLength);
+    }
+}
