@@ -27,6 +27,8 @@ pub(crate) enum Edit<'a> {
     FalseIfPresent,
     /// Merge `"<field>": true` into the object (or write a new object with it).
     Enable(&'a str),
+    /// Leave the member out (a cloud that names the model in its URL refuses it in the body).
+    Remove,
 }
 
 /// `body` (a JSON object) with each named member edited, the rest as written. Member names
@@ -39,14 +41,30 @@ pub(crate) fn rewrite<const N: usize>(
     let mut out = Vec::with_capacity(body.len() + 64);
     let mut copied = 0;
     let mut done = [false; N];
-    let (end, empty) = top_level(body, |member| {
-        let Some(at) = member.edit(body, edits) else { return Ok(()) };
-        if done[at] {
-            // From the comma before it to its value's end: it is not the first member.
+    // Whether a member of the body is written out yet, and whether the comma after a member
+    // left out (with none written before it) must go with it.
+    let (mut kept, mut orphan_comma) = (false, false);
+    let (end, _) = top_level(body, |member| {
+        if std::mem::take(&mut orphan_comma) {
             out.extend_from_slice(&body[copied..member.comma]);
+            copied = member.comma + 1;
+        }
+        let at = member.edit(body, edits);
+        if let Some(at) = at.filter(|&at| done[at] || matches!(edits[at].1, Edit::Remove)) {
+            done[at] = true;
+            if kept {
+                // From the comma before it to its value's end.
+                out.extend_from_slice(&body[copied..member.comma]);
+            } else {
+                // From its key to its value's end, and the comma after it when one follows.
+                out.extend_from_slice(&body[copied..member.key.0]);
+                orphan_comma = true;
+            }
             copied = member.value.1;
             return Ok(());
         }
+        kept = true;
+        let Some(at) = at else { return Ok(()) };
         done[at] = true;
         if let Some(edited) = edited(edits[at].1, Some(&body[member.value.0..member.value.1]))? {
             out.extend_from_slice(&body[copied..member.value.0]);
@@ -56,7 +74,7 @@ pub(crate) fn rewrite<const N: usize>(
         Ok(())
     })?;
     out.extend_from_slice(&body[copied..end]);
-    let mut first = empty;
+    let mut first = !kept;
     for ((key, edit), done) in edits.iter().zip(done) {
         if !done && let Some(edited) = edited(*edit, None)? {
             if !std::mem::take(&mut first) {
@@ -79,6 +97,7 @@ fn edited<'a>(edit: Edit<'a>, current: Option<&[u8]>) -> Result<Option<Member<'a
         Edit::Text(text) => Some(Member::Text(text)),
         Edit::Flag(flag) => Some(Member::Flag(flag)),
         Edit::FalseIfPresent => current.map(|_| Member::Flag(false)),
+        Edit::Remove => None,
         Edit::Enable(field) => {
             let mut object = match current.map(serde_json::from_slice::<Value>) {
                 None | Some(Ok(Value::Null)) => return Ok(Some(Member::Enabled(field))),
@@ -360,6 +379,26 @@ mod tests {
         );
         assert_eq!(text("{ }", &edits), r#"{"model":"m","stream":true }"#);
         assert_eq!(text(r#"{"model":"x","model":"y"}"#, &edits), r#"{"model":"m","stream":true}"#);
+    }
+
+    #[test]
+    fn a_removed_member_leaves_with_one_comma_wherever_it_stands() {
+        let edits = [("model", Edit::Remove), ("anthropic_version", Edit::Text("v"))];
+        assert_eq!(text(r#"{"model":"x","a":1}"#, &edits), r#"{"a":1,"anthropic_version":"v"}"#);
+        assert_eq!(
+            text(r#"{"a":1, "model" : "x" ,"b":2}"#, &edits),
+            r#"{"a":1 ,"b":2,"anthropic_version":"v"}"#
+        );
+        assert_eq!(text(r#"{"a":1,"model":"x"}"#, &edits), r#"{"a":1,"anthropic_version":"v"}"#);
+        assert_eq!(text(r#"{ "model":"x" }"#, &edits), r#"{ "anthropic_version":"v" }"#);
+        assert_eq!(text(r#"{"model":"x","model":"y","a":1}"#, &edits), r#"{"a":1,"anthropic_version":"v"}"#);
+        assert_eq!(text(r#"{"model":"x","model":"y"}"#, &[("model", Edit::Remove)]), "{}");
+        for body in [r#"{"model":"x","a":1}"#, r#"{"a":1,"model":"x","b":{"model":2}}"#, r#"{"model":"x"}"#] {
+            let out = text(body, &edits);
+            let value: Value = serde_json::from_str(&out).unwrap();
+            assert!(value.get("model").is_none(), "{out}");
+            assert_eq!(value["anthropic_version"], "v", "{out}");
+        }
     }
 
     #[test]
