@@ -23,6 +23,7 @@ pub mod openai;
 pub mod responses;
 pub mod sse;
 mod verbatim;
+pub mod vertex;
 
 use std::fmt;
 use std::sync::Arc;
@@ -47,6 +48,9 @@ pub enum ProviderKind {
     Azure,
     /// Any server speaking the OpenAI dialect (Ollama, vLLM, llama.cpp, Groq, OpenRouter, ...).
     OpenAiCompatible,
+    /// Google Vertex AI: Claude and Gemini of one project and region, with Google OAuth
+    /// tokens; needs [`ProviderSettings::vertex`]. Base `https://{region}-aiplatform.googleapis.com/v1`.
+    Vertex,
 }
 
 impl ProviderKind {
@@ -58,6 +62,7 @@ impl ProviderKind {
             ProviderKind::Gemini => "gemini",
             ProviderKind::Azure => "azure",
             ProviderKind::OpenAiCompatible => "openai_compatible",
+            ProviderKind::Vertex => "vertex",
         }
     }
 
@@ -67,7 +72,8 @@ impl ProviderKind {
             ProviderKind::OpenAi => Some("https://api.openai.com/v1"),
             ProviderKind::Anthropic => Some("https://api.anthropic.com"),
             ProviderKind::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
-            ProviderKind::Azure | ProviderKind::OpenAiCompatible => None,
+            // Vertex AI's depends on the region: [`vertex::VertexSettings::default_base_url`].
+            ProviderKind::Azure | ProviderKind::OpenAiCompatible | ProviderKind::Vertex => None,
         }
     }
 }
@@ -103,6 +109,9 @@ pub struct ProviderSettings {
     /// How an Anthropic model is asked to think when a client of another dialect sends
     /// `reasoning_effort`; by the model's name ([`anthropic::ThinkingStyle::of_model`]) when `None`.
     pub thinking: Option<anthropic::ThinkingStyle>,
+    /// A Vertex AI provider's project, region and credentials; required for
+    /// [`ProviderKind::Vertex`], unused by the other kinds.
+    pub vertex: Option<vertex::VertexSettings>,
 }
 
 impl ProviderSettings {
@@ -120,6 +129,7 @@ impl ProviderSettings {
             http: HttpSettings::default(),
             responses_native: false,
             thinking: None,
+            vertex: None,
         }
     }
 
@@ -130,8 +140,19 @@ impl ProviderSettings {
     }
 
     /// Checks what [`build`] would refuse of these settings, without building anything: the
-    /// base URL in force (returned) and every configured header.
+    /// base URL in force (returned), every configured header and, for Vertex AI, that its
+    /// settings are there and its credentials file reads.
     pub fn check(&self) -> Result<String, BuildError> {
+        if self.kind == ProviderKind::Vertex {
+            let vertex = self.vertex.as_ref().ok_or(BuildError::Vertex {
+                field: "project",
+                problem: "a vertex provider needs its project, region and credentials".to_owned(),
+            })?;
+            vertex
+                .credentials()
+                .describe()
+                .map_err(|error| BuildError::Vertex { field: "credentials", problem: error.to_string() })?;
+        }
         let base_url = self.resolved_base_url()?;
         let headers = self.headers.iter().map(|(name, value)| (name.as_str(), value.as_str()));
         crate::http::configured_headers(::http::HeaderMap::new(), headers)?;
@@ -140,10 +161,11 @@ impl ProviderSettings {
 
     /// The base URL in force, without a trailing slash.
     pub fn resolved_base_url(&self) -> Result<String, BuildError> {
-        let url = match (&self.base_url, self.kind.default_base_url()) {
-            (Some(url), _) => url.clone(),
-            (None, Some(url)) => url.to_owned(),
-            (None, None) => return Err(BuildError::MissingBaseUrl(self.kind)),
+        let url = match (&self.base_url, self.kind.default_base_url(), &self.vertex) {
+            (Some(url), _, _) => url.clone(),
+            (None, Some(url), _) => url.to_owned(),
+            (None, None, Some(vertex)) if self.kind == ProviderKind::Vertex => vertex.default_base_url(),
+            (None, None, _) => return Err(BuildError::MissingBaseUrl(self.kind)),
         };
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(BuildError::InvalidBaseUrl(url));
@@ -164,6 +186,15 @@ pub enum BuildError {
     /// A configured header (its name is held here) is not a valid header name or value.
     #[error("header `{0}` is not a valid HTTP header name or value")]
     InvalidHeader(String),
+    /// A Vertex AI setting (its name is held here) cannot serve: a project or region that
+    /// could not name one, credentials that cannot be read.
+    #[error("{field}: {problem}")]
+    Vertex {
+        /// `project`, `region` or `credentials`.
+        field: &'static str,
+        /// What is wrong, and the fix.
+        problem: String,
+    },
     /// The HTTP client could not be built: the platform's TLS verifier failed to set up.
     #[error("could not build the HTTP client: {0}")]
     Client(#[from] crate::http::ClientError),
@@ -177,5 +208,6 @@ pub fn build(settings: &ProviderSettings) -> Result<Arc<dyn Provider>, BuildErro
         }
         ProviderKind::Anthropic => Arc::new(anthropic::AnthropicProvider::new(settings)?),
         ProviderKind::Gemini => Arc::new(gemini::GeminiProvider::new(settings)?),
+        ProviderKind::Vertex => Arc::new(vertex::VertexProvider::new(settings)?),
     })
 }
