@@ -148,10 +148,13 @@ impl ProviderSettings {
                 field: "project",
                 problem: "a vertex provider needs its project, region and credentials".to_owned(),
             })?;
-            vertex
-                .credentials()
-                .describe()
-                .map_err(|error| BuildError::Vertex { field: "credentials", problem: error.to_string() })?;
+            vertex.credentials().describe().map_err(|error| {
+                let problem = match vertex.credentials() {
+                    vertex::GoogleCredentials::File(_) => error.to_string(),
+                    found => format!("{error} (found as {})", found.origin()),
+                };
+                BuildError::Vertex { field: "credentials", problem }
+            })?;
         }
         let base_url = self.resolved_base_url()?;
         let headers = self.headers.iter().map(|(name, value)| (name.as_str(), value.as_str()));

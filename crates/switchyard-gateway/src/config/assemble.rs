@@ -56,10 +56,14 @@ pub(crate) fn assemble(checked: CheckedConfig, source: Source, name: &str) -> Re
 /// A provider's router entry (its adapter, keys, rotation and prices) and its summary.
 fn entry(provider: CheckedProvider, name: &str) -> Result<(ProviderEntry, ProviderSummary), ConfigError> {
     let CheckedProvider { id, kind, adapter, keys, origins, round_robin, prices, limits } = provider;
+    let mut notes = Vec::new();
     let (adapter, base_url, simulated): (Arc<dyn Provider>, String, _) = match adapter {
         Adapter::Simulated(sim) => (Arc::new(sim.clone()), String::new(), Some(sim)),
         Adapter::Http { settings, base_url } => match switchyard_providers::build(&settings) {
-            Ok(adapter) => (adapter, base_url, None),
+            Ok(adapter) => {
+                notes = vertex_notes(&settings);
+                (adapter, base_url, None)
+            }
             Err(error) => return Err(ConfigError::one(name, format!("providers.{id}"), error.to_string())),
         },
     };
@@ -74,6 +78,16 @@ fn entry(provider: CheckedProvider, name: &str) -> Result<(ProviderEntry, Provid
         entry = entry.price(model, price);
     }
     let summary =
-        ProviderSummary { id, kind: kind.as_str(), base_url, credentials: origins, limits, simulated };
+        ProviderSummary { id, kind: kind.as_str(), base_url, credentials: origins, limits, simulated, notes };
     Ok((entry, summary))
+}
+
+/// A `vertex` provider's project and region, and its credentials as found (masked).
+fn vertex_notes(settings: &switchyard_providers::ProviderSettings) -> Vec<String> {
+    let Some(vertex) = &settings.vertex else { return Vec::new() };
+    let credentials = vertex.credentials().describe().unwrap_or_else(|error| error.to_string());
+    vec![
+        format!("project {}, region {}", vertex.project(), vertex.region()),
+        format!("google credentials: {credentials}"),
+    ]
 }

@@ -99,6 +99,8 @@ pub enum Kind {
     Azure,
     /// A server that speaks the OpenAI API (vLLM, Ollama, Groq, ...).
     OpenaiCompatible,
+    /// Google Vertex AI: Claude and Gemini of one project and region.
+    Vertex,
     /// A simulated provider, for demos, drills and tests.
     Simulated,
 }
@@ -112,6 +114,7 @@ impl Kind {
             Kind::Gemini => "gemini",
             Kind::Azure => "azure",
             Kind::OpenaiCompatible => "openai_compatible",
+            Kind::Vertex => "vertex",
             Kind::Simulated => "simulated",
         }
     }
@@ -187,7 +190,14 @@ pub struct ProviderConfig {
     pub headers: BTreeMap<String, String>,
     pub api_version: Option<String>,
     pub organization: Option<String>,
+    /// OpenAI's `OpenAI-Project`; a `vertex` provider's Google Cloud project.
     pub project: Option<String>,
+    /// A `vertex` provider's region (`us-east5`), or `global`.
+    pub region: Option<String>,
+    /// A `vertex` provider's Google credentials file (a service account key, gcloud's
+    /// authorized user, a workload identity federation file), or `env://NAME` naming it.
+    /// Default: Application Default Credentials.
+    pub credentials: Option<String>,
     /// `native` or `translated`: how an `openai_compatible` server answers Responses API
     /// clients (default `translated`, to Chat Completions).
     pub responses: Option<ResponsesMode>,
@@ -227,6 +237,8 @@ impl ProviderConfig {
             api_version: None,
             organization: None,
             project: None,
+            region: None,
+            credentials: None,
             responses: None,
             thinking: None,
             http2: false,

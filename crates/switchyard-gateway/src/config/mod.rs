@@ -108,6 +108,9 @@ pub struct ProviderSummary {
     pub limits: Option<Limits>,
     /// The provider itself when it is `simulated`, for fault drills.
     pub simulated: Option<SimulatedProvider>,
+    /// What else an operator is shown of it, a line each (a `vertex` provider's project and
+    /// region, and its Google credentials, masked, with where they were found).
+    pub notes: Vec<String>,
 }
 
 /// What `serve` logs, as the file's `log:` says.

@@ -9,6 +9,7 @@ use switchyard::simulated::SimulatedProvider;
 use switchyard::{Price, ProviderEntry, Target};
 use switchyard_pacing::Limits;
 use switchyard_providers::anthropic::ThinkingStyle;
+use switchyard_providers::vertex::{GoogleCredentials, VertexSettings};
 use switchyard_providers::{HttpSettings, ProviderKind, ProviderSettings};
 
 use super::Validator;
@@ -128,6 +129,7 @@ impl Validator<'_> {
             Kind::Anthropic => ProviderKind::Anthropic,
             Kind::Gemini => ProviderKind::Gemini,
             Kind::Azure => ProviderKind::Azure,
+            Kind::Vertex => ProviderKind::Vertex,
             _ => ProviderKind::OpenAiCompatible,
         };
         let mut settings = ProviderSettings::new(kind);
@@ -139,13 +141,18 @@ impl Validator<'_> {
         settings.responses_native = self.responses_mode(path, kind, config.responses);
         settings.thinking = match (kind, config.thinking) {
             (_, None) => None,
-            (ProviderKind::Anthropic, Some(file::ThinkingConfig::Adaptive)) => Some(ThinkingStyle::Adaptive),
-            (ProviderKind::Anthropic, Some(file::ThinkingConfig::Budget)) => Some(ThinkingStyle::Budget),
+            (ProviderKind::Anthropic | ProviderKind::Vertex, Some(file::ThinkingConfig::Adaptive)) => {
+                Some(ThinkingStyle::Adaptive)
+            }
+            (ProviderKind::Anthropic | ProviderKind::Vertex, Some(file::ThinkingConfig::Budget)) => {
+                Some(ThinkingStyle::Budget)
+            }
             (_, Some(_)) => {
-                self.problem(format!("{path}.thinking"), "applies only to anthropic providers");
+                self.problem(format!("{path}.thinking"), "applies only to anthropic and vertex providers");
                 None
             }
         };
+        settings.vertex = self.vertex(path, kind, config);
         settings.http = HttpSettings {
             http2: config.http2,
             connect_timeout: config.connect_timeout.map_or(HttpSettings::default().connect_timeout, |d| d.0),
@@ -157,6 +164,71 @@ impl Validator<'_> {
             Err(error @ switchyard_providers::BuildError::MissingBaseUrl(_))
             | Err(error @ switchyard_providers::BuildError::InvalidBaseUrl(_)) => {
                 self.problem(format!("{path}.base_url"), error.to_string());
+                None
+            }
+            // Reported where the Vertex settings were read.
+            Err(switchyard_providers::BuildError::Vertex { .. }) if settings.vertex.is_none() => None,
+            Err(switchyard_providers::BuildError::Vertex { field, problem }) => {
+                self.problem(format!("{path}.{field}"), problem);
+                None
+            }
+            Err(error) => {
+                self.problem(path, error.to_string());
+                None
+            }
+        }
+    }
+
+    /// A `vertex` provider's project, region and credentials (`None`, with its problems, when
+    /// one is missing or wrong); for another kind, `None`, and a problem for each of the
+    /// Vertex-only keys given.
+    fn vertex(
+        &mut self,
+        path: &str,
+        kind: ProviderKind,
+        config: &file::ProviderConfig,
+    ) -> Option<VertexSettings> {
+        if kind != ProviderKind::Vertex {
+            for (key, given) in
+                [("region", config.region.is_some()), ("credentials", config.credentials.is_some())]
+            {
+                if given {
+                    self.problem(format!("{path}.{key}"), "applies only to vertex providers");
+                }
+            }
+            return None;
+        }
+        if config.api_key.is_some() || !config.api_keys.is_empty() {
+            let key = if config.api_key.is_some() { "api_key" } else { "api_keys" };
+            self.problem(
+                format!("{path}.{key}"),
+                "vertex providers authenticate with Google credentials, not API keys: remove it, and give `credentials: /path/to/key.json` or rely on Application Default Credentials",
+            );
+        }
+        let required = |v: &mut Self, key: &str, value: &Option<String>, example: &str| {
+            let value = value.as_deref().map(str::trim).filter(|value| !value.is_empty());
+            if value.is_none() {
+                v.problem(
+                    format!("{path}.{key}"),
+                    format!("is required for vertex providers, like `{key}: {example}`"),
+                );
+            }
+            value.map(str::to_owned)
+        };
+        let project = required(self, "project", &config.project, "my-project");
+        let region = required(self, "region", &config.region, "us-east5`, or `global");
+        let credentials = match &config.credentials {
+            Some(text) => {
+                let (file, _) =
+                    self.resolve(&format!("{path}.credentials"), text, "path", "GOOGLE_CREDENTIALS_FILE")?;
+                GoogleCredentials::File(file.into())
+            }
+            None => GoogleCredentials::application_default(self.env),
+        };
+        match VertexSettings::new(project?, region?, credentials) {
+            Ok(settings) => Some(settings),
+            Err(switchyard_providers::BuildError::Vertex { field, problem }) => {
+                self.problem(format!("{path}.{field}"), problem);
                 None
             }
             Err(error) => {
