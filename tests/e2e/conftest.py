@@ -82,8 +82,15 @@ def _maybe_json(text):
 class Gateway:
     """One running gateway."""
 
-    def __init__(self, url):
+    def __init__(self, url, log=None):
         self.url = url
+        self._log = log
+
+    def logs(self):
+        """What the gateway has logged so far (its stderr)."""
+        self._log.flush()
+        self._log.seek(0)
+        return self._log.read()
 
     def get(self, path, key=ADMIN_KEY):
         return _http("GET", self.url + path, None, {"authorization": f"Bearer {key}"})
@@ -102,13 +109,13 @@ def gateway(mock, tmp_path):
     mock.reset()
     processes = []
 
-    def start(config_yaml):
+    def start(config_yaml, args=(), env=None):
         path = tmp_path / f"switchyard-{len(processes)}.yaml"
         path.write_text(config_yaml)
-        env = dict(os.environ, E2E_GATEWAY_KEY=GATEWAY_KEY, E2E_ADMIN_KEY=ADMIN_KEY)
+        env = dict(os.environ, E2E_GATEWAY_KEY=GATEWAY_KEY, E2E_ADMIN_KEY=ADMIN_KEY, **(env or {}))
         log = tempfile.TemporaryFile(mode="w+")
         process = subprocess.Popen(
-            [BIN, "serve", "--config", str(path), "--listen", "127.0.0.1:0", "--log-format", "json"],
+            [BIN, "serve", "--config", str(path), "--listen", "127.0.0.1:0", "--log-format", "json", *args],
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
@@ -116,7 +123,7 @@ def gateway(mock, tmp_path):
         )
         processes.append((process, log))
         address = _read_listening(process, "switchyard serve")
-        return Gateway(f"http://{address}")
+        return Gateway(f"http://{address}", log)
 
     yield start
     for process, log in processes:
