@@ -26,10 +26,10 @@ def vertex(tmp_path):
     fake.stop()
 
 
-def vertex_provider(fake, provider_id="vertex", prefix=""):
+def vertex_provider(fake, provider_id="vertex", prefix="", more=""):
     return (
         f"  {provider_id}: {{ kind: vertex, project: switchyard-e2e, region: us-east5, "
-        f"base_url: \"{fake.url}{prefix}/v1\", credentials: \"{fake.sa_file}\" }}\n"
+        f"base_url: \"{fake.url}{prefix}/v1\", credentials: \"{fake.sa_file}\"{more} }}\n"
     )
 
 
@@ -46,13 +46,16 @@ def openai_client(gw):
     return openai.OpenAI(base_url=gw.url + "/v1", api_key=GATEWAY_KEY, max_retries=0, timeout=30)
 
 
+PRICED = f", prices: {{ \"{CLAUDE}\": {{ input: 3, output: 15 }} }}"
+
+
 def claude_route(mock, vertex, gateway, args=(), route=""):
     text = config(
         mock,
         {"claude": ("anthropic", "status=529", ANT_KEY)},
         {"default": f"{{ targets: [claude:claude-sonnet-4-5, vertex:{CLAUDE}], retry: {{ max_attempts: 1 }}{route} }}"},
     )
-    return gateway(with_vertex(text, vertex_provider(vertex)), args=args)
+    return gateway(with_vertex(text, vertex_provider(vertex, more=PRICED)), args=args)
 
 
 def test_an_overloaded_anthropic_fails_over_to_the_same_claude_on_vertex_whole(mock, vertex, gateway):
@@ -72,6 +75,10 @@ def test_an_overloaded_anthropic_fails_over_to_the_same_claude_on_vertex_whole(m
     assert path == f"/v1/projects/switchyard-e2e/locations/us-east5/publishers/anthropic/models/{CLAUDE}:rawPredict"
     assert "model" not in body and body["anthropic_version"] == "vertex-2023-10-16"
     assert body["messages"] == [{"role": "user", "content": "Hello"}], "the client's body, as written"
+    # The answer is priced by the Vertex model id: 10 input and 5 output tokens at 3 and 15 per million.
+    _, metrics, _ = gw.get("/metrics")
+    cost = next(line for line in metrics.splitlines() if line.startswith("switchyard_cost_total") and CLAUDE in line)
+    assert abs(float(cost.rsplit(" ", 1)[1]) - 0.000105) < 1e-12, cost
 
 
 def test_an_overloaded_anthropic_fails_over_to_the_same_claude_on_vertex_streamed(mock, vertex, gateway):
