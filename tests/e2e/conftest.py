@@ -82,8 +82,15 @@ def _maybe_json(text):
 class Gateway:
     """One running gateway."""
 
-    def __init__(self, url):
+    def __init__(self, url, log=None):
         self.url = url
+        self._log = log
+
+    def logs(self):
+        """What the gateway has logged so far (its stderr)."""
+        self._log.flush()
+        self._log.seek(0)
+        return self._log.read()
 
     def get(self, path, key=ADMIN_KEY):
         return _http("GET", self.url + path, None, {"authorization": f"Bearer {key}"})
@@ -104,14 +111,15 @@ class _Gateways:
         self.directory = directory
         self.processes = []
 
-    def start(self, config_yaml):
-        """Starts `switchyard serve` on that config and a free port."""
+    def start(self, config_yaml, args=(), env=None):
+        """Starts `switchyard serve` on that config (with more `args`, and `env` added to the
+        environment) and a free port."""
         path = self.directory / f"switchyard-{len(self.processes)}.yaml"
         path.write_text(config_yaml)
-        env = dict(os.environ, E2E_GATEWAY_KEY=GATEWAY_KEY, E2E_ADMIN_KEY=ADMIN_KEY)
+        env = dict(os.environ, E2E_GATEWAY_KEY=GATEWAY_KEY, E2E_ADMIN_KEY=ADMIN_KEY, **(env or {}))
         log = tempfile.TemporaryFile(mode="w+")
         process = subprocess.Popen(
-            [BIN, "serve", "--config", str(path), "--listen", "127.0.0.1:0", "--log-format", "json"],
+            [BIN, "serve", "--config", str(path), "--listen", "127.0.0.1:0", "--log-format", "json", *args],
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
@@ -123,7 +131,7 @@ class _Gateways:
         except RuntimeError:
             log.seek(0)
             raise RuntimeError(f"switchyard serve did not start: {log.read()}") from None
-        return Gateway(f"http://{address}")
+        return Gateway(f"http://{address}", log)
 
     def stop(self):
         for process, log in self.processes:

@@ -93,6 +93,38 @@ routes:
 }
 
 #[test]
+fn doctor_shows_a_vertex_provider_s_project_region_and_masked_google_credentials() {
+    let key = write_config(
+        "vertex-sa.json",
+        r#"{"type":"service_account","project_id":"p","private_key_id":"0123456789abcdef0123456789abcdef0123abcd",
+            "private_key":"-----BEGIN PRIVATE KEY-----\nMIIE-SECRET-KEY-BODY\n-----END PRIVATE KEY-----\n",
+            "client_email":"router@p.iam.gserviceaccount.com","token_uri":"http://127.0.0.1:9/token"}"#,
+    );
+    let config = write_config(
+        "doctor-vertex.yaml",
+        &format!(
+            r#"
+providers:
+  vertex: {{ kind: vertex, project: my-project, region: global, credentials: "{}" }}
+routes:
+  default: {{ targets: [vertex:claude-sonnet-4-5@20250929] }}
+"#,
+            key.display()
+        ),
+    );
+    let (code, out, err) = run(&["doctor", "--config", config.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("vertex (vertex https://aiplatform.googleapis.com/v1)"), "{out}");
+    assert!(out.contains("    project my-project, region global"), "{out}");
+    let found = format!(
+        "    google credentials: service account router@p.iam.gserviceaccount.com (key ****abcd), from the file {}",
+        key.display()
+    );
+    assert!(out.contains(&found), "{out}");
+    assert!(!out.contains("SECRET") && !out.contains("0123456789abcdef"), "{out}");
+}
+
+#[test]
 fn chat_prints_the_answer_then_the_trail() {
     let config = write_config(
         "chat.yaml",

@@ -26,12 +26,15 @@ mod wire;
 use ::http::Uri;
 use ::http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use switchyard::chat::{ChatRequest, ChatResponse, Dialect, TokenCount, Verbatim};
+use switchyard::credential::Secret;
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
 use switchyard::{ErrorKind, ProviderError};
 
 pub use request::{DEFAULT_MAX_TOKENS, VERBATIM_BLOCKS, sendable_thinking};
 pub use response::VERBATIM_USAGE;
 pub use thinking::ThinkingStyle;
+
+pub(crate) use classify::messages_error;
 
 use crate::sse::SseStream;
 use crate::verbatim::{self, Edit};
@@ -136,54 +139,69 @@ impl AnthropicProvider {
         self.client.exchange(request, call, None, classify).await
     }
 
-    /// The serialized request body: see [`messages_body`].
+    /// The serialized request body for Anthropic's own API.
     fn body(&self, call: &Call<'_>, request: &ChatRequest, stream: bool) -> Result<Vec<u8>, ProviderError> {
-        messages_body(call.model, request, stream, self.thinking)
+        messages_body(call.model, request, stream, self.thinking, Envelope::Anthropic)
     }
 }
 
-/// A Messages API request body for `model` (serialized once, here): the client's own, with the
-/// model and `stream` set, when it wrote in this dialect; else translated (a
-/// `reasoning_effort` thinks in `thinking`). Bedrock's InvokeModel sends the same body, less
-/// the model and `stream`.
+/// Where a Messages body goes, which decides how it names the model and the API version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Envelope {
+    /// Anthropic's own API: `model` in the body, the version in the `anthropic-version` header.
+    Anthropic,
+    /// A cloud that names the model in its URL and reads the version from the body's
+    /// `anthropic_version` (Vertex AI: `vertex-2023-10-16`); the body has no `model`.
+    Cloud {
+        /// The body's `anthropic_version`.
+        version: &'static str,
+    },
+}
+
+/// The serialized Messages body for `model` (serialized once, here): the client's own, with
+/// the model and `stream` set, when it wrote in this dialect; else translated. A `reasoning_effort`
+/// asks the model to think in `thinking` style (by its name when `None`). For a cloud
+/// ([`Envelope::Cloud`]) the `model` member is left out and its `anthropic_version` written.
 pub(crate) fn messages_body(
     model: &str,
     request: &ChatRequest,
     stream: bool,
     thinking: Option<ThinkingStyle>,
+    envelope: Envelope,
 ) -> Result<Vec<u8>, ProviderError> {
-    if let Some(body) = verbatim_body(request) {
-        let stream = if stream { Edit::Flag(true) } else { Edit::FalseIfPresent };
-        return verbatim::rewrite(body, &[("model", Edit::Text(model)), ("stream", stream)]);
+    let stream_edit = if stream { Edit::Flag(true) } else { Edit::FalseIfPresent };
+    match (verbatim_body(request), envelope) {
+        (Some(body), Envelope::Anthropic) => {
+            verbatim::rewrite(body, &[("model", Edit::Text(model)), ("stream", stream_edit)])
+        }
+        (Some(body), Envelope::Cloud { version }) => verbatim::rewrite(
+            body,
+            &[("model", Edit::Remove), ("anthropic_version", Edit::Text(version)), ("stream", stream_edit)],
+        ),
+        (None, envelope) => {
+            let wire = request::build(model, request, stream, thinking)?;
+            let wire = serde_json::to_vec(&wire).map_err(|error| {
+                ProviderError::new(
+                    ErrorKind::InvalidRequest,
+                    format!("the request could not be serialized: {error}"),
+                )
+            })?;
+            match envelope {
+                Envelope::Anthropic => Ok(wire),
+                // The translated body names the model (its thinking is chosen by it); the
+                // cloud's may not.
+                Envelope::Cloud { version } => verbatim::rewrite(
+                    &wire,
+                    &[("model", Edit::Remove), ("anthropic_version", Edit::Text(version))],
+                ),
+            }
+        }
     }
-    let wire = request::build(model, request, stream, thinking)?;
-    serde_json::to_vec(&wire).map_err(|error| {
-        ProviderError::new(ErrorKind::InvalidRequest, format!("the request could not be serialized: {error}"))
-    })
 }
 
 /// The client's body, when it is in the Messages dialect.
 pub(crate) fn verbatim_body(request: &ChatRequest) -> Option<&bytes::Bytes> {
     request.verbatim.as_ref().and_then(|v| v.in_dialect(Dialect::Anthropic))
-}
-
-/// A whole Messages API answer: the canonical answer, with the provider's bytes when the
-/// request went out verbatim. Any key of the call is cut out of the error.
-pub(crate) fn whole_answer(
-    call: &Call<'_>,
-    request: &ChatRequest,
-    bytes: bytes::Bytes,
-) -> Result<ChatResponse, ProviderError> {
-    let message = switchyard::serde_extra::from_slice::<wire::MessageResponse>(&bytes).map_err(|error| {
-        let text = String::from_utf8_lossy(&bytes);
-        let detail = format!("the answer is not a Messages API response ({error}): {}", http::excerpt(&text));
-        ProviderError::new(ErrorKind::MalformedResponse, classify::redact(detail, call.credential.key()))
-    })?;
-    let mut answer = response::to_chat_response(message, request.origin);
-    if verbatim_body(request).is_some() {
-        answer.verbatim = Some(Verbatim::new(Dialect::Anthropic, bytes));
-    }
-    Ok(answer)
 }
 
 impl AnthropicProvider {
@@ -225,6 +243,55 @@ impl AnthropicProvider {
     }
 }
 
+/// A whole Messages API answer: the canonical answer, with the provider's bytes when the
+/// request went out verbatim. `key` is cut out of any error text.
+pub(crate) fn whole_answer(
+    request: &ChatRequest,
+    bytes: bytes::Bytes,
+    key: Option<&Secret>,
+) -> Result<ChatResponse, ProviderError> {
+    let message = switchyard::serde_extra::from_slice::<wire::MessageResponse>(&bytes).map_err(|error| {
+        let text = String::from_utf8_lossy(&bytes);
+        let detail = format!("the answer is not a Messages API response ({error}): {}", http::excerpt(&text));
+        ProviderError::new(ErrorKind::MalformedResponse, classify::redact(detail, key))
+    })?;
+    let mut answer = response::to_chat_response(message, request.origin);
+    if verbatim_body(request).is_some() {
+        answer.verbatim = Some(Verbatim::new(Dialect::Anthropic, bytes));
+    }
+    Ok(answer)
+}
+
+/// The chunks of a streamed Messages answer (`response`, a success). A server that ignored
+/// `stream` and answered whole gives that answer as a stream; a 200 that is neither is
+/// `malformed_response`. `key` is cut out of any error text.
+pub(crate) async fn answer_stream(
+    response: http::Response,
+    request: &ChatRequest,
+    key: Option<Secret>,
+) -> Result<ChunkStream, ProviderError> {
+    let content_type = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    if content_type.is_some_and(|ct| ct.trim_start().starts_with("application/json")) {
+        let bytes = http::read_body(response).await?;
+        let answer = whole_answer(request, bytes, key.as_ref())?;
+        return Ok(
+            Box::pin(futures_util::stream::iter(answer.into_chunks().into_iter().map(Ok))) as ChunkStream
+        );
+    }
+    if let Some(content_type) = content_type.filter(|ct| !ct.starts_with("text/event-stream")) {
+        // A 200 that is not a stream (a proxy's page, a JSON body) would otherwise read
+        // as a stream that ended early.
+        let detail = format!("expected an event stream, got `{content_type}`");
+        let body = http::read_error_body(response).await;
+        let detail = format!("{detail}: {}", http::excerpt(&body));
+        return Err(ProviderError::new(ErrorKind::MalformedResponse, classify::redact(detail, key.as_ref())));
+    }
+    let events = SseStream::new(http::body_stream(response));
+    let mut decoder = stream::Decoder::new(request.origin, key);
+    decoder.pass_on = verbatim_body(request).is_some();
+    Ok(stream::chunk_stream(events, decoder))
+}
+
 impl Provider for AnthropicProvider {
     fn kind(&self) -> &str {
         "anthropic"
@@ -255,7 +322,7 @@ impl Provider for AnthropicProvider {
             let body = self.body(&call, request, false)?;
             let response = self.send(&call, body).await?;
             let bytes = http::read_body(response).await?;
-            whole_answer(&call, request, bytes)
+            whole_answer(request, bytes, call.credential.key())
         })
     }
 
@@ -275,29 +342,7 @@ impl Provider for AnthropicProvider {
         Box::pin(async move {
             let body = self.body(&call, request, true)?;
             let response = self.send(&call, body).await?;
-            let content_type = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
-            if content_type.is_some_and(|ct| ct.trim_start().starts_with("application/json")) {
-                // A server that ignored `stream` and answered whole: that answer, as a stream.
-                let bytes = http::read_body(response).await?;
-                let answer = whole_answer(&call, request, bytes)?;
-                return Ok(Box::pin(futures_util::stream::iter(answer.into_chunks().into_iter().map(Ok)))
-                    as ChunkStream);
-            }
-            if let Some(content_type) = content_type.filter(|ct| !ct.starts_with("text/event-stream")) {
-                // A 200 that is not a stream (a proxy's page, a JSON body) would otherwise read
-                // as a stream that ended early.
-                let detail = format!("expected an event stream, got `{content_type}`");
-                let body = http::read_error_body(response).await;
-                let detail = format!("{detail}: {}", http::excerpt(&body));
-                return Err(ProviderError::new(
-                    ErrorKind::MalformedResponse,
-                    classify::redact(detail, call.credential.key()),
-                ));
-            }
-            let events = SseStream::new(http::body_stream(response));
-            let mut decoder = stream::Decoder::new(request.origin, call.credential.key().cloned());
-            decoder.pass_on = verbatim_body(request).is_some();
-            Ok(stream::chunk_stream(events, decoder))
+            answer_stream(response, request, call.credential.key().cloned()).await
         })
     }
 }

@@ -262,7 +262,7 @@ impl Provider for BedrockProvider {
                 let (response, redactor) =
                     self.send(&call, &model_path(call.model, "invoke"), body, "application/json").await?;
                 let bytes = http::read_body(response).await?;
-                return crate::anthropic::whole_answer(&call, request, bytes)
+                return crate::anthropic::whole_answer(request, bytes, call.credential.key())
                     .map_err(|e| redact(e, &redactor));
             }
             let body = converse::request::body(request)?;

@@ -97,8 +97,11 @@ use tokio::time::Instant;
 
 pub use request::SKIP_THOUGHT_SIGNATURE;
 
-use classify::{Redactor, classify_google_error, classify_http_error};
-use embeddings::{embed_request, embedding_options};
+pub(crate) use classify::{Redactor, classify_http_error};
+pub(crate) use embeddings::embedding_options;
+
+use classify::classify_google_error;
+use embeddings::embed_request;
 use request::{encode, invalid_request, model_path, request_body};
 use response::{chat_response, parse_success};
 use stream::GeminiChunks;
@@ -185,6 +188,42 @@ impl GeminiProvider {
     }
 }
 
+/// The serialized `generateContent` body for `request`, sent to `model` (Gemini on Vertex AI
+/// sends the same).
+pub(crate) fn generate_body(request: &ChatRequest, model: &str) -> Result<Vec<u8>, ProviderError> {
+    encode(&request_body(request, model)?)
+}
+
+/// A whole `generateContent` answer of `model` as the canonical answer; an error object inside
+/// it is classified like any other error.
+fn answer_of(
+    answer: GenerateContentResponse,
+    model: &str,
+    redactor: &Redactor,
+) -> Result<ChatResponse, ProviderError> {
+    if let Some(error) = &answer.error {
+        let status = error.http_status().unwrap_or(200);
+        return Err(classify_google_error(status, error, None, redactor));
+    }
+    chat_response(answer, model)
+}
+
+/// [`answer_of`] the 2xx body `bytes` (of HTTP `status`).
+pub(crate) fn whole_answer(
+    status: u16,
+    bytes: &[u8],
+    model: &str,
+    redactor: &Redactor,
+) -> Result<ChatResponse, ProviderError> {
+    answer_of(parse_success(status, bytes, redactor)?, model, redactor)
+}
+
+/// The chunks of a `streamGenerateContent?alt=sse` answer (`response`, a success) of `model`.
+pub(crate) fn answer_stream(response: http::Response, model: &str, redactor: Redactor) -> ChunkStream {
+    let events = SseStream::new(http::body_stream(response));
+    Box::pin(GeminiChunks::new(events, model, redactor))
+}
+
 impl Provider for GeminiProvider {
     fn kind(&self) -> &str {
         "gemini"
@@ -209,13 +248,9 @@ impl Provider for GeminiProvider {
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
         Box::pin(async move {
             let url = self.url(call.model, "generateContent")?;
-            let body = encode(&request_body(request, call.model)?)?;
+            let body = generate_body(request, call.model)?;
             let answer: GenerateContentResponse = self.send_for_json(call, url, body).await?;
-            if let Some(error) = &answer.error {
-                let status = error.http_status().unwrap_or(200);
-                return Err(classify_google_error(status, error, None, &Redactor::of(call)));
-            }
-            chat_response(answer, call.model)
+            answer_of(answer, call.model, &Redactor::of(call))
         })
     }
 
@@ -226,12 +261,10 @@ impl Provider for GeminiProvider {
     ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>> {
         Box::pin(async move {
             let url = format!("{}?alt=sse", self.url(call.model, "streamGenerateContent")?);
-            let body = encode(&request_body(request, call.model)?)?;
+            let body = generate_body(request, call.model)?;
             // No total timeout on a stream: the router's first-byte, idle and total govern it.
             let response = self.send(call, url, body, None).await?;
-            let events = SseStream::new(http::body_stream(response));
-            let chunks = GeminiChunks::new(events, call.model, Redactor::of(call));
-            Ok(Box::pin(chunks) as ChunkStream)
+            Ok(answer_stream(response, call.model, Redactor::of(call)))
         })
     }
 

@@ -360,6 +360,22 @@ pub fn read_ca_file(path: &std::path::Path) -> Result<Vec<CertificateDer<'static
     Ok(certificates)
 }
 
+/// The connector of a client beside a provider's own pools (the one Google's token endpoints
+/// are reached through): this crate's TLS, the platform's roots and `extra_roots`, HTTP/1, and
+/// the whole connect within `connect_timeout`.
+pub(crate) type TokenConnector = Connector;
+
+/// A [`TokenConnector`] made from `settings`.
+pub(crate) fn token_connector(settings: &HttpSettings) -> Result<TokenConnector, ClientError> {
+    let tls = tls_config(&settings.extra_roots)?;
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    let https =
+        HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().wrap_connector(http);
+    Ok(ConnectWithin { inner: https, limit: settings.connect_timeout })
+}
+
 /// A client with `settings`. No total timeout: the router's first-byte, idle and total
 /// timeouts govern every call.
 fn client(settings: &HttpSettings, tls: &rustls::ClientConfig) -> Pool {

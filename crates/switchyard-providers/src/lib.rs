@@ -25,6 +25,7 @@ pub mod openai;
 pub mod responses;
 pub mod sse;
 mod verbatim;
+pub mod vertex;
 
 use std::fmt;
 use std::sync::Arc;
@@ -54,6 +55,9 @@ pub enum ProviderKind {
     /// `https://bedrock-runtime.{region}.amazonaws.com`: Claude through InvokeModel, other
     /// models through Converse.
     Bedrock,
+    /// Google Vertex AI: Claude and Gemini of one project and region, with Google OAuth
+    /// tokens; needs [`ProviderSettings::vertex`]. Base `https://{region}-aiplatform.googleapis.com/v1`.
+    Vertex,
 }
 
 impl ProviderKind {
@@ -66,6 +70,7 @@ impl ProviderKind {
             ProviderKind::Azure => "azure",
             ProviderKind::OpenAiCompatible => "openai_compatible",
             ProviderKind::Bedrock => "bedrock",
+            ProviderKind::Vertex => "vertex",
         }
     }
 
@@ -75,7 +80,12 @@ impl ProviderKind {
             ProviderKind::OpenAi => Some("https://api.openai.com/v1"),
             ProviderKind::Anthropic => Some("https://api.anthropic.com"),
             ProviderKind::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
-            ProviderKind::Azure | ProviderKind::OpenAiCompatible | ProviderKind::Bedrock => None,
+            // Bedrock's and Vertex AI's depend on the region
+            // ([`vertex::VertexSettings::default_base_url`]).
+            ProviderKind::Azure
+            | ProviderKind::OpenAiCompatible
+            | ProviderKind::Bedrock
+            | ProviderKind::Vertex => None,
         }
     }
 }
@@ -120,6 +130,9 @@ pub struct ProviderSettings {
     pub betas: BetaPolicy,
     /// Bedrock's region and AWS credentials; required for [`ProviderKind::Bedrock`].
     pub bedrock: Option<bedrock::BedrockSettings>,
+    /// A Vertex AI provider's project, region and credentials; required for
+    /// [`ProviderKind::Vertex`], unused by the other kinds.
+    pub vertex: Option<vertex::VertexSettings>,
 }
 
 impl ProviderSettings {
@@ -140,6 +153,7 @@ impl ProviderSettings {
             prefill: false,
             betas: BetaPolicy::Forward,
             bedrock: None,
+            vertex: None,
         }
     }
 
@@ -150,10 +164,24 @@ impl ProviderSettings {
     }
 
     /// Checks what [`build`] would refuse of these settings, without building anything: the
-    /// base URL in force (returned) and every configured header.
+    /// base URL in force (returned), every configured header and, for Vertex AI, that its
+    /// settings are there and its credentials file reads.
     pub fn check(&self) -> Result<String, BuildError> {
         if self.kind == ProviderKind::Bedrock && self.bedrock.is_none() {
             return Err(BuildError::MissingRegion);
+        }
+        if self.kind == ProviderKind::Vertex {
+            let vertex = self.vertex.as_ref().ok_or(BuildError::Vertex {
+                field: "project",
+                problem: "a vertex provider needs its project, region and credentials".to_owned(),
+            })?;
+            vertex.credentials().describe().map_err(|error| {
+                let problem = match vertex.credentials() {
+                    vertex::GoogleCredentials::File(_) => error.to_string(),
+                    found => format!("{error} (found as {})", found.origin()),
+                };
+                BuildError::Vertex { field: "credentials", problem }
+            })?;
         }
         let base_url = self.resolved_base_url()?;
         let headers = self.headers.iter().map(|(name, value)| (name.as_str(), value.as_str()));
@@ -163,14 +191,15 @@ impl ProviderSettings {
 
     /// The base URL in force, without a trailing slash.
     pub fn resolved_base_url(&self) -> Result<String, BuildError> {
-        let url = match (&self.base_url, self.kind.default_base_url()) {
-            (Some(url), _) => url.clone(),
-            (None, Some(url)) => url.to_owned(),
-            (None, None) if self.kind == ProviderKind::Bedrock => match &self.bedrock {
+        let url = match (&self.base_url, self.kind.default_base_url(), &self.vertex) {
+            (Some(url), _, _) => url.clone(),
+            (None, Some(url), _) => url.to_owned(),
+            (None, None, Some(vertex)) if self.kind == ProviderKind::Vertex => vertex.default_base_url(),
+            (None, None, _) if self.kind == ProviderKind::Bedrock => match &self.bedrock {
                 Some(bedrock) => bedrock::default_base_url(&bedrock.region),
                 None => return Err(BuildError::MissingRegion),
             },
-            (None, None) => return Err(BuildError::MissingBaseUrl(self.kind)),
+            (None, None, _) => return Err(BuildError::MissingBaseUrl(self.kind)),
         };
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(BuildError::InvalidBaseUrl(url));
@@ -194,6 +223,15 @@ pub enum BuildError {
     /// A configured header (its name is held here) is not a valid header name or value.
     #[error("header `{0}` is not a valid HTTP header name or value")]
     InvalidHeader(String),
+    /// A Vertex AI setting (its name is held here) cannot serve: a project or region that
+    /// could not name one, credentials that cannot be read.
+    #[error("{field}: {problem}")]
+    Vertex {
+        /// `project`, `region` or `credentials`.
+        field: &'static str,
+        /// What is wrong, and the fix.
+        problem: String,
+    },
     /// The HTTP client could not be built: the platform's TLS verifier failed to set up.
     #[error("could not build the HTTP client: {0}")]
     Client(#[from] crate::http::ClientError),
@@ -208,5 +246,6 @@ pub fn build(settings: &ProviderSettings) -> Result<Arc<dyn Provider>, BuildErro
         ProviderKind::Anthropic => Arc::new(anthropic::AnthropicProvider::new(settings)?),
         ProviderKind::Gemini => Arc::new(gemini::GeminiProvider::new(settings)?),
         ProviderKind::Bedrock => Arc::new(bedrock::BedrockProvider::new(settings)?),
+        ProviderKind::Vertex => Arc::new(vertex::VertexProvider::new(settings)?),
     })
 }

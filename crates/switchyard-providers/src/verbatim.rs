@@ -392,6 +392,26 @@ mod tests {
     }
 
     #[test]
+    fn a_removed_member_leaves_with_one_comma_wherever_it_stands() {
+        let edits = [("model", Edit::Remove), ("anthropic_version", Edit::Text("v"))];
+        assert_eq!(text(r#"{"model":"x","a":1}"#, &edits), r#"{"a":1,"anthropic_version":"v"}"#);
+        assert_eq!(
+            text(r#"{"a":1, "model" : "x" ,"b":2}"#, &edits),
+            r#"{"a":1 ,"b":2,"anthropic_version":"v"}"#
+        );
+        assert_eq!(text(r#"{"a":1,"model":"x"}"#, &edits), r#"{"a":1,"anthropic_version":"v"}"#);
+        assert_eq!(text(r#"{ "model":"x" }"#, &edits), r#"{ "anthropic_version":"v" }"#);
+        assert_eq!(text(r#"{"model":"x","model":"y","a":1}"#, &edits), r#"{"a":1,"anthropic_version":"v"}"#);
+        assert_eq!(text(r#"{"model":"x","model":"y"}"#, &[("model", Edit::Remove)]), "{}");
+        for body in [r#"{"model":"x","a":1}"#, r#"{"a":1,"model":"x","b":{"model":2}}"#, r#"{"model":"x"}"#] {
+            let out = text(body, &edits);
+            let value: Value = serde_json::from_str(&out).unwrap();
+            assert!(value.get("model").is_none(), "{out}");
+            assert_eq!(value["anthropic_version"], "v", "{out}");
+        }
+    }
+
+    #[test]
     fn streaming_edits_set_in_place_merge_and_append() {
         let body = r#"{"stream":false,"model":"r","stream_options":{"x":1}}"#;
         let edits = [

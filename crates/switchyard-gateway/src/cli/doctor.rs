@@ -74,8 +74,18 @@ async fn print_providers(loaded: &Loaded) {
                 }
             }
         }
+        for note in &provider.notes {
+            println!("    {note}");
+        }
         let credentials = loaded.router.credentials(&provider.id).unwrap_or_default();
         for (i, credential) in credentials.iter().enumerate() {
+            if provider.kind == "vertex" {
+                println!(
+                    "    credential {}: a Google access token, from the credentials above",
+                    credential.id()
+                );
+                continue;
+            }
             let origin = provider.credentials.get(i).map_or("no key", String::as_str);
             println!("    credential {} key {} from {origin}", credential.id(), credential.masked());
         }

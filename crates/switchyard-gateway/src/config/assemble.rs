@@ -62,6 +62,7 @@ fn entry(provider: CheckedProvider, name: &str) -> Result<(ProviderEntry, Provid
         ConfigError::one(name, format!("providers.{id}"), error.to_string())
     };
     let mut bedrock = None;
+    let mut notes = Vec::new();
     let (adapter, base_url, simulated): (Arc<dyn Provider>, String, _) = match adapter {
         Adapter::Simulated(sim) => (Arc::new(sim.clone()), String::new(), Some(sim)),
         // Built as itself, so that `doctor` can ask its credential cache what it found.
@@ -72,7 +73,10 @@ fn entry(provider: CheckedProvider, name: &str) -> Result<(ProviderEntry, Provid
             (Arc::new(adapter), base_url, None)
         }
         Adapter::Http { settings, base_url } => match switchyard_providers::build(&settings) {
-            Ok(adapter) => (adapter, base_url, None),
+            Ok(adapter) => {
+                notes = vertex_notes(&settings);
+                (adapter, base_url, None)
+            }
             Err(error) => return Err(failed(error)),
         },
     };
@@ -97,6 +101,17 @@ fn entry(provider: CheckedProvider, name: &str) -> Result<(ProviderEntry, Provid
         limits,
         simulated,
         bedrock,
+        notes,
     };
     Ok((entry, summary))
+}
+
+/// A `vertex` provider's project and region, and its credentials as found (masked).
+fn vertex_notes(settings: &switchyard_providers::ProviderSettings) -> Vec<String> {
+    let Some(vertex) = &settings.vertex else { return Vec::new() };
+    let credentials = vertex.credentials().describe().unwrap_or_else(|error| error.to_string());
+    vec![
+        format!("project {}, region {}", vertex.project(), vertex.region()),
+        format!("google credentials: {credentials}"),
+    ]
 }

@@ -101,6 +101,8 @@ pub enum Kind {
     OpenaiCompatible,
     /// AWS Bedrock's runtime.
     Bedrock,
+    /// Google Vertex AI: Claude and Gemini of one project and region.
+    Vertex,
     /// A simulated provider, for demos, drills and tests.
     Simulated,
 }
@@ -115,6 +117,7 @@ impl Kind {
             Kind::Azure => "azure",
             Kind::OpenaiCompatible => "openai_compatible",
             Kind::Bedrock => "bedrock",
+            Kind::Vertex => "vertex",
             Kind::Simulated => "simulated",
         }
     }
@@ -217,12 +220,18 @@ pub struct ProviderConfig {
     pub headers: BTreeMap<String, String>,
     pub api_version: Option<String>,
     pub organization: Option<String>,
+    /// OpenAI's `OpenAI-Project`; a `vertex` provider's Google Cloud project.
     pub project: Option<String>,
+    /// A `bedrock` provider's AWS region (`us-east-1`: its endpoint's and SigV4's), or a
+    /// `vertex` provider's region (`us-east5`, or `global`).
+    pub region: Option<String>,
+    /// A `vertex` provider's Google credentials file (a service account key, gcloud's
+    /// authorized user, a workload identity federation file), or `env://NAME` naming it.
+    /// Default: Application Default Credentials.
+    pub credentials: Option<String>,
     /// `native` or `translated`: how an `openai_compatible` server answers Responses API
     /// clients (default `translated`, to Chat Completions).
     pub responses: Option<ResponsesMode>,
-    /// Bedrock's AWS region (`us-east-1`): its endpoint's and SigV4's.
-    pub region: Option<String>,
     /// Bedrock's SigV4 credentials; the AWS default chain when absent.
     pub aws: Option<AwsConfig>,
     /// Which of a client's `anthropic-beta` flags a Claude provider passes on: `forward` (the
@@ -273,8 +282,9 @@ impl ProviderConfig {
             api_version: None,
             organization: None,
             project: None,
-            responses: None,
             region: None,
+            credentials: None,
+            responses: None,
             aws: None,
             betas: None,
             thinking: None,

@@ -110,6 +110,9 @@ pub struct ProviderSummary {
     pub simulated: Option<SimulatedProvider>,
     /// A Bedrock provider's region and credential cache, for `doctor`.
     pub bedrock: Option<BedrockSummary>,
+    /// What else an operator is shown of it, a line each (a `vertex` provider's project and
+    /// region, and its Google credentials, masked, with where they were found).
+    pub notes: Vec<String>,
 }
 
 /// What `doctor` shows of a Bedrock provider.

@@ -451,6 +451,7 @@ fn provider_name(kind: &str) -> &'static str {
         "openai" => "openai",
         "anthropic" => "anthropic",
         "gemini" => "gcp.gemini",
+        "vertex" => "gcp.vertex_ai",
         "azure" => "azure.ai.openai",
         "simulated" => "simulated",
         _ => "_OTHER",

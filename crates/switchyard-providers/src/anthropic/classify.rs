@@ -70,38 +70,45 @@ pub(crate) fn http_error(
     retry_after: Option<Duration>,
     key: Option<&Secret>,
 ) -> ProviderError {
-    let error = match serde_json::from_str::<ErrorResponse>(body) {
-        Ok(parsed) => {
-            let kind = kind_of(&parsed.error, Some(status));
-            let detail = if parsed.error.message.is_empty() {
-                format!("HTTP {status} with no message")
-            } else {
-                http::excerpt(&parsed.error.message)
-            };
-            if status == 400 && is_beta_refusal(&parsed.error.message) {
-                ProviderError::unsupported(format!(
-                    "the provider refused a beta flag: {}",
-                    redact(detail, key)
-                ))
-                .with_code(parsed.error.kind)
-            } else {
-                ProviderError::new(kind, redact(detail, key)).with_code(parsed.error.kind)
-            }
+    messages_error(status, body, retry_after, key).unwrap_or_else(|| {
+        let detail = if body.trim().is_empty() {
+            format!("HTTP {status} with an empty body")
+        } else {
+            http::excerpt(body)
+        };
+        let error = ProviderError::new(http::status_kind(status), redact(detail, key)).with_status(status);
+        match retry_after {
+            Some(wait) => error.with_retry_after(wait),
+            None => error,
         }
-        Err(_) => {
-            let detail = if body.trim().is_empty() {
-                format!("HTTP {status} with an empty body")
-            } else {
-                http::excerpt(body)
-            };
-            ProviderError::new(http::status_kind(status), redact(detail, key))
-        }
+    })
+}
+
+/// [`http_error`] of a body that is an Anthropic error (`{"type": "error", "error": {...}}`);
+/// `None` for any other body (a cloud in front of Claude may answer in its own shape).
+pub(crate) fn messages_error(
+    status: u16,
+    body: &str,
+    retry_after: Option<Duration>,
+    key: Option<&Secret>,
+) -> Option<ProviderError> {
+    let parsed = serde_json::from_str::<ErrorResponse>(body).ok()?;
+    let kind = kind_of(&parsed.error, Some(status));
+    let detail = if parsed.error.message.is_empty() {
+        format!("HTTP {status} with no message")
+    } else {
+        http::excerpt(&parsed.error.message)
     };
-    let error = error.with_status(status);
-    match retry_after {
+    let error = if status == 400 && is_beta_refusal(&parsed.error.message) {
+        ProviderError::unsupported(format!("the provider refused a beta flag: {}", redact(detail, key)))
+    } else {
+        ProviderError::new(kind, redact(detail, key))
+    };
+    let error = error.with_code(parsed.error.kind).with_status(status);
+    Some(match retry_after {
         Some(wait) => error.with_retry_after(wait),
         None => error,
-    }
+    })
 }
 
 /// An `error` event inside a 200 stream.

@@ -28,7 +28,8 @@ pub(crate) fn body(
     betas: &[String],
     thinking: Option<ThinkingStyle>,
 ) -> Result<Vec<u8>, ProviderError> {
-    let messages = anthropic::messages_body(call.model, request, false, thinking)?;
+    let messages =
+        anthropic::messages_body(call.model, request, false, thinking, anthropic::Envelope::Anthropic)?;
     let listed = serde_json::to_string(betas).unwrap_or_else(|_| "[]".to_owned());
     let beta = if betas.is_empty() { Edit::Remove } else { Edit::Raw(&listed) };
     verbatim::rewrite(

@@ -94,7 +94,7 @@ fn is_token_limit(message: &str) -> bool {
 }
 
 /// Classifies an error answer with HTTP `status` and `body`.
-pub(super) fn classify_http_error(
+pub(crate) fn classify_http_error(
     status: u16,
     body: &str,
     retry_after: Option<Duration>,
@@ -166,16 +166,21 @@ pub(super) fn classify_google_error(
 
 /// Removes the call's key from provider text before it enters an error, in case an upstream
 /// or proxy ever echoes it.
-pub(super) struct Redactor(Option<Secret>);
+pub(crate) struct Redactor(Option<Secret>);
 
 impl Redactor {
+    /// A redactor for `secret` (nothing to cut when `None`).
+    pub(crate) fn new(secret: Option<Secret>) -> Self {
+        Redactor(secret)
+    }
+
     /// A redactor for the key of `call`'s credential (none when it has no key).
     pub(super) fn of(call: Call<'_>) -> Self {
         Redactor(call.credential.key().cloned())
     }
 
     /// `text` with every occurrence of the key replaced.
-    pub(super) fn clean(&self, text: &str) -> String {
+    pub(crate) fn clean(&self, text: &str) -> String {
         self.0.as_ref().map_or_else(|| text.to_owned(), |key| key.redact(text).into_owned())
     }
 }

@@ -10,7 +10,7 @@ use super::request::invalid_request;
 /// Per-request embedding options: `outputDimensionality` from `dimensions`, and Gemini's own
 /// `taskType` / `title` when given in `extra`. OpenAI's `user` and `encoding_format: float` are
 /// harmless; anything else is refused.
-pub(super) fn embedding_options(request: &EmbeddingsRequest) -> Result<Map<String, Value>, ProviderError> {
+pub(crate) fn embedding_options(request: &EmbeddingsRequest) -> Result<Map<String, Value>, ProviderError> {
     let mut options = Map::new();
     if let Some(dimensions) = request.dimensions {
         options.insert("outputDimensionality".into(), json!(dimensions));

@@ -10,6 +10,7 @@ use switchyard::{Price, ProviderEntry, Target};
 use switchyard_pacing::Limits;
 use switchyard_providers::anthropic::ThinkingStyle;
 use switchyard_providers::bedrock::{AwsAuth, BedrockSettings};
+use switchyard_providers::vertex::{GoogleCredentials, VertexSettings};
 use switchyard_providers::{BetaPolicy, HttpSettings, ProviderKind, ProviderSettings};
 
 use super::Validator;
@@ -158,6 +159,7 @@ impl Validator<'_> {
             Kind::Gemini => ProviderKind::Gemini,
             Kind::Azure => ProviderKind::Azure,
             Kind::Bedrock => ProviderKind::Bedrock,
+            Kind::Vertex => ProviderKind::Vertex,
             _ => ProviderKind::OpenAiCompatible,
         };
         let mut settings = ProviderSettings::new(kind);
@@ -168,18 +170,26 @@ impl Validator<'_> {
         settings.project = config.project.clone();
         settings.responses_native = self.responses_mode(path, kind, config.responses);
         settings.prefill = self.prefill(path, kind, config.prefill);
-        let claude = matches!(kind, ProviderKind::Anthropic | ProviderKind::Bedrock);
+        let claude = matches!(kind, ProviderKind::Anthropic | ProviderKind::Bedrock | ProviderKind::Vertex);
         settings.thinking = match (claude, config.thinking) {
             (_, None) => None,
             (true, Some(file::ThinkingConfig::Adaptive)) => Some(ThinkingStyle::Adaptive),
             (true, Some(file::ThinkingConfig::Budget)) => Some(ThinkingStyle::Budget),
             (false, Some(_)) => {
-                self.problem(format!("{path}.thinking"), "applies only to anthropic and bedrock providers");
+                self.problem(
+                    format!("{path}.thinking"),
+                    "applies only to anthropic, bedrock and vertex providers",
+                );
                 None
             }
         };
-        settings.betas = self.betas(path, claude, config.betas.as_ref());
+        settings.betas = self.betas(
+            path,
+            matches!(kind, ProviderKind::Anthropic | ProviderKind::Bedrock),
+            config.betas.as_ref(),
+        );
         settings.bedrock = self.bedrock(path, kind, config);
+        settings.vertex = self.vertex(path, kind, config);
         settings.http = HttpSettings {
             http2: config.http2,
             connect_timeout: config.connect_timeout.map_or(HttpSettings::default().connect_timeout, |d| d.0),
@@ -193,6 +203,70 @@ impl Validator<'_> {
             Err(error @ switchyard_providers::BuildError::MissingBaseUrl(_))
             | Err(error @ switchyard_providers::BuildError::InvalidBaseUrl(_)) => {
                 self.problem(format!("{path}.base_url"), error.to_string());
+                None
+            }
+            // Reported where the Vertex settings were read.
+            Err(switchyard_providers::BuildError::Vertex { .. }) if settings.vertex.is_none() => None,
+            Err(switchyard_providers::BuildError::Vertex { field, problem }) => {
+                self.problem(format!("{path}.{field}"), problem);
+                None
+            }
+            Err(error) => {
+                self.problem(path, error.to_string());
+                None
+            }
+        }
+    }
+
+    /// A `vertex` provider's project, region and credentials (`None`, with its problems, when
+    /// one is missing or wrong); for another kind, `None`, and a problem for each of the
+    /// Vertex-only keys given.
+    fn vertex(
+        &mut self,
+        path: &str,
+        kind: ProviderKind,
+        config: &file::ProviderConfig,
+    ) -> Option<VertexSettings> {
+        if kind != ProviderKind::Vertex {
+            let region = config.region.is_some() && kind != ProviderKind::Bedrock;
+            for (key, given) in [("region", region), ("credentials", config.credentials.is_some())] {
+                if given {
+                    self.problem(format!("{path}.{key}"), "applies only to bedrock and vertex providers");
+                }
+            }
+            return None;
+        }
+        if config.api_key.is_some() || !config.api_keys.is_empty() {
+            let key = if config.api_key.is_some() { "api_key" } else { "api_keys" };
+            self.problem(
+                format!("{path}.{key}"),
+                "vertex providers authenticate with Google credentials, not API keys: remove it, and give `credentials: /path/to/key.json` or rely on Application Default Credentials",
+            );
+        }
+        let required = |v: &mut Self, key: &str, value: &Option<String>, example: &str| {
+            let value = value.as_deref().map(str::trim).filter(|value| !value.is_empty());
+            if value.is_none() {
+                v.problem(
+                    format!("{path}.{key}"),
+                    format!("is required for vertex providers, like `{key}: {example}`"),
+                );
+            }
+            value.map(str::to_owned)
+        };
+        let project = required(self, "project", &config.project, "my-project");
+        let region = required(self, "region", &config.region, "us-east5`, or `global");
+        let credentials = match &config.credentials {
+            Some(text) => {
+                let (file, _) =
+                    self.resolve(&format!("{path}.credentials"), text, "path", "GOOGLE_CREDENTIALS_FILE")?;
+                GoogleCredentials::File(file.into())
+            }
+            None => GoogleCredentials::application_default(self.env),
+        };
+        match VertexSettings::new(project?, region?, credentials) {
+            Ok(settings) => Some(settings),
+            Err(switchyard_providers::BuildError::Vertex { field, problem }) => {
+                self.problem(format!("{path}.{field}"), problem);
                 None
             }
             Err(error) => {
@@ -239,10 +313,9 @@ impl Validator<'_> {
         config: &file::ProviderConfig,
     ) -> Option<BedrockSettings> {
         if kind != ProviderKind::Bedrock {
-            for (set, key) in [(config.region.is_some(), "region"), (config.aws.is_some(), "aws")] {
-                if set {
-                    self.problem(format!("{path}.{key}"), "applies only to bedrock providers");
-                }
+            // A misplaced `region` is reported once, by `vertex`.
+            if config.aws.is_some() {
+                self.problem(format!("{path}.aws"), "applies only to bedrock providers");
             }
             return None;
         }
