@@ -412,6 +412,12 @@ impl HealthStore for RedisStore {
         self.send(&mut book, keys.map(|key| (key, Change::Reset)).collect());
     }
 
+    fn drop_records(&self, targets: &[Target], credentials: &[CredentialId]) {
+        // This replica's copies only: the fleet's records are every replica's, and the others
+        // may still run a configuration that names them (they expire by themselves).
+        self.shared.memory.drop_records(targets, credentials);
+    }
+
     fn clear(&self) {
         let mut book = self.shared.book();
         self.shared.memory.clear();

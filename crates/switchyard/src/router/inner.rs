@@ -18,28 +18,31 @@ use crate::route::Route;
 pub(super) struct RouteSlot {
     pub(super) route: Arc<Route>,
     pub(super) turn: AtomicU64,
-    /// The route's hedge budget, when it hedges.
-    pub(super) hedges: Option<RetryBudget>,
+    /// The route's hedge budget, when it hedges (kept across a reconfiguration that leaves the
+    /// route's hedging as it was).
+    pub(super) hedges: Option<Arc<RetryBudget>>,
 }
 
-/// What every clone of a router shares.
+/// What every clone of a router shares. The providers and routes are one configuration's; the
+/// boards, the bus, the budgets and the jitter are what the router has learned and are handed
+/// on to the router of the next configuration ([`Router::reconfigure`](super::Router::reconfigure)).
 pub(crate) struct Inner {
     pub(crate) providers: HashMap<Arc<str>, ProviderSlot>,
     pub(super) routes: HashMap<Arc<str>, RouteSlot>,
     pub(super) route_order: Vec<Arc<str>>,
     pub(super) default_route: Arc<str>,
     pub(crate) health: HealthBoard,
-    pub(crate) latency: LatencyBoard,
+    pub(crate) latency: Arc<LatencyBoard>,
     pub(crate) events: EventBus,
-    pub(super) budget: RetryBudget,
+    pub(super) budget: Arc<RetryBudget>,
     pub(super) pacer: Option<Arc<dyn Pacer>>,
-    pub(super) jitter: Jitter,
+    pub(super) jitter: Arc<Jitter>,
 }
 
 impl Inner {
     /// The hedge budget of the route `name`, when it hedges.
     pub(crate) fn hedge_budget(&self, name: &str) -> Option<&RetryBudget> {
-        self.routes.get(name)?.hedges.as_ref()
+        self.routes.get(name)?.hedges.as_deref()
     }
 
     pub(crate) fn publish_all<E: Into<EventKind>>(&self, events: impl IntoIterator<Item = E>) {

@@ -13,6 +13,7 @@ mod health;
 mod hedging;
 mod pacing;
 mod properties;
+mod reconfigure;
 mod recovery;
 mod retry;
 mod streaming;
