@@ -84,9 +84,9 @@ impl HealthBoard {
         Self { settings, store: self.store.clone() }
     }
 
-    /// Every target the store holds a record of.
-    pub fn recorded_targets(&self) -> Vec<Target> {
-        self.store.all().0.into_iter().map(|(target, _)| target).collect()
+    /// Every target the store holds a record of, with its status.
+    pub fn recorded_targets(&self) -> Vec<(Target, HealthStatus)> {
+        self.store.all().0.into_iter().map(|(target, record)| (target, record.status)).collect()
     }
 
     /// Drops the records of `targets` and `credentials` from this process, announcing nothing

@@ -9,7 +9,9 @@
 //!   provider's kind and base URL are unchanged (the model is in the key itself) and, when the
 //!   old configuration named it, the new one names it too;
 //! - a credential keeps its record while its [`CredentialId`] is configured: the id hashes
-//!   kind, base URL and key, so a rotated key or a moved provider is a new credential;
+//!   kind, base URL and key, so a rotated key or a moved provider is a new credential; a
+//!   target exhausted because every key of its provider was is forgotten when the provider
+//!   gets a key it did not have (that key has not been refused);
 //! - a route that hedges as it did keeps its hedge budget; the retry budget is kept while its
 //!   settings are.
 //!
@@ -26,7 +28,7 @@ use crate::backoff::Jitter;
 use crate::budget::RetryBudget;
 use crate::credential::CredentialId;
 use crate::events::EventBus;
-use crate::health::HealthBoard;
+use crate::health::{HealthBoard, HealthStatus};
 use crate::latency::LatencyBoard;
 
 /// What a router is built over: fresh for a new router, handed on by a reconfigured one.
@@ -113,7 +115,18 @@ fn forgotten(old: &Inner, new: &Inner) -> Forgotten {
         inner.routes().flat_map(|route| route.all_targets()).cloned().collect()
     };
     let (was, is) = (configured(old), configured(new));
-    let mut known: Vec<Target> = old.health.recorded_targets();
+    let recorded = old.health.recorded_targets();
+    let exhausted: HashSet<&Target> =
+        recorded.iter().filter(|(_, status)| *status == HealthStatus::Exhausted).map(|(t, _)| t).collect();
+    let keys = |inner: &Inner, provider: &str| -> HashSet<CredentialId> {
+        inner
+            .providers
+            .get(provider)
+            .map(|slot| slot.credential_ids.iter().cloned().collect())
+            .unwrap_or_default()
+    };
+    let new_key = |provider: &str| !keys(new, provider).is_subset(&keys(old, provider));
+    let mut known: Vec<Target> = recorded.iter().map(|(target, _)| target.clone()).collect();
     known.extend(old.latency.targets());
     known.extend(was.iter().cloned());
     known.sort();
@@ -123,7 +136,10 @@ fn forgotten(old: &Inner, new: &Inner) -> Forgotten {
         .filter(|target| {
             let provider = target.provider();
             let now = identity(new, provider);
-            now.is_none() || now != identity(old, provider) || (was.contains(target) && !is.contains(target))
+            now.is_none()
+                || now != identity(old, provider)
+                || (was.contains(target) && !is.contains(target))
+                || (exhausted.contains(target) && new_key(provider))
         })
         .collect();
     let ids = |inner: &Inner| -> HashSet<CredentialId> {

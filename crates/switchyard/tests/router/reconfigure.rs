@@ -221,3 +221,25 @@ async fn a_reconfiguration_that_does_not_build_changes_nothing() {
     assert!(router.reconfigure(broken).is_err());
     assert_eq!(router.target_health(&target("a:m")).breaker, "open", "nothing was dropped");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_target_exhausted_by_its_only_key_is_called_again_with_a_rotated_key() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::QuotaExceeded)]);
+    let b = SimulatedProvider::new();
+    let keys = |key: &str| vec![keyed("a", &a, &[key]), ProviderEntry::new("b", b.clone())];
+    let router = config(keys("sk-spent-0123456789"), &[]).build().unwrap();
+    router.chat(&request("default")).await.unwrap();
+    assert_eq!(router.target_health(&target("a:m")).status, HealthStatus::Exhausted);
+
+    let (same, _) = router.reconfigure(config(keys("sk-spent-0123456789"), &["fast"])).unwrap();
+    assert_eq!(
+        same.target_health(&target("a:m")).status,
+        HealthStatus::Exhausted,
+        "the same key: still spent"
+    );
+
+    let (rotated, forgotten) = same.reconfigure(config(keys("sk-fresh-0123456789"), &[])).unwrap();
+    assert_eq!(forgotten.targets, vec![target("a:m")]);
+    let answer = rotated.chat(&request("default")).await.unwrap();
+    assert_eq!(answer.served_by.to_string(), "a:m", "the new key is tried");
+}
