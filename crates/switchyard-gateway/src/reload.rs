@@ -150,6 +150,8 @@ struct Status {
 pub struct ConfigLife {
     /// The file, when the configuration came from one.
     path: Option<PathBuf>,
+    /// The file as it was when it was loaded: what the watch compares with.
+    loaded_as: Option<Fingerprint>,
     /// The address the gateway listens on: a new configuration must be allowed there.
     listen: SocketAddr,
     status: Mutex<Status>,
@@ -178,7 +180,17 @@ impl ConfigLife {
             last_error: None,
             restart: Vec::new(),
         };
-        Self { path, listen, status: Mutex::new(status), reloading: Mutex::new(()) }
+        let loaded_as = path.as_deref().and_then(fingerprint);
+        Self { path, loaded_as, listen, status: Mutex::new(status), reloading: Mutex::new(()) }
+    }
+
+    /// Watches the file from the state it was loaded in (a change made since is seen) and
+    /// calls `changed` once per settled change; see [`watch`]. Never returns without a file.
+    pub async fn watch(&self, changed: impl FnMut()) {
+        match &self.path {
+            Some(path) => watch_with(|| fingerprint(path), self.loaded_as, POLL, QUIET, changed).await,
+            None => std::future::pending().await,
+        }
     }
 
     /// The file the configuration came from, when it did.
@@ -423,17 +435,20 @@ pub const QUIET: Duration = Duration::from_millis(500);
 /// network filesystem are seen alike) and calls `changed` once per settled change
 /// ([`Settle`], [`QUIET`]). Runs until the task is dropped.
 pub async fn watch(path: PathBuf, changed: impl FnMut()) {
-    watch_with(|| fingerprint(&path), POLL, QUIET, changed).await;
+    let now = fingerprint(&path);
+    watch_with(|| fingerprint(&path), now, POLL, QUIET, changed).await;
 }
 
-/// [`watch`] over any fingerprint source, every `every`, settling for `quiet`.
+/// [`watch`] over any fingerprint source from `from` (what was last loaded), every `every`,
+/// settling for `quiet`.
 pub async fn watch_with(
     mut look: impl FnMut() -> Option<Fingerprint>,
+    from: Option<Fingerprint>,
     every: Duration,
     quiet: Duration,
     mut changed: impl FnMut(),
 ) {
-    let mut settle = Settle::new(look(), quiet);
+    let mut settle = Settle::new(from, quiet);
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -466,7 +481,7 @@ mod tests {
             let changed = move || {
                 counted.fetch_add(1, Ordering::SeqCst);
             };
-            watch_with(look, POLL, QUIET, changed).await;
+            watch_with(look, at(1), POLL, QUIET, changed).await;
         });
         (task, reloads)
     }
@@ -507,6 +522,15 @@ mod tests {
         }
         let took = changed.elapsed();
         assert!(took >= QUIET && took <= QUIET + 2 * POLL, "{took:?}");
+        task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_made_before_the_watch_began_is_reloaded() {
+        let version = Arc::new(AtomicU64::new(2));
+        let (task, reloads) = watched(version.clone());
+        run_for(QUIET + 2 * POLL).await;
+        assert_eq!(reloads.load(Ordering::SeqCst), 1, "the file is not the one loaded");
         task.abort();
     }
 

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use anyhow::{Context, anyhow, bail};
 use switchyard_gateway::config::{self, Exposure, Loaded};
 use switchyard_gateway::logging::{AccessLog, BatchedStderr, LogFilter, LogFormat};
-use switchyard_gateway::reload::{self, ConfigLife, Trigger};
+use switchyard_gateway::reload::{ConfigLife, Trigger};
 use switchyard_gateway::server::{AppState, app};
 use switchyard_gateway::workers::Workers;
 use switchyard_state::RedisStore;
@@ -232,16 +232,14 @@ impl Reloads {
     /// dropped.
     async fn run(self) {
         let Reloads { state, life, hangups, watch } = self;
-        let watched = life.path().filter(|_| watch).map(std::path::Path::to_path_buf);
         let watch = {
             let (state, life) = (state.clone(), life.clone());
             async move {
-                match watched {
+                if watch {
                     // Reloads are one at a time (ConfigLife's lock): the watch need not wait.
-                    Some(path) => {
-                        reload::watch(path, || in_background(&state, &life, Trigger::FileChanged)).await
-                    }
-                    None => std::future::pending().await,
+                    life.watch(|| in_background(&state, &life, Trigger::FileChanged)).await;
+                } else {
+                    std::future::pending::<()>().await;
                 }
             }
         };
