@@ -13,7 +13,7 @@ use std::process::Child;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{serve, signal, stop, until, write_config};
+use support::{serve, signal, stop, stop_flushed, until, write_config};
 
 const ADMIN: &str = "reload-admin-0123456789";
 /// How long a real gateway may take to see a change (the watch polls every 250 ms and waits
@@ -105,7 +105,7 @@ async fn sighup_reloads_the_file_and_a_new_route_is_served() {
     signal(&server, "HUP");
     until_served(&addr, "fast").await;
     assert_eq!(chat(&addr, "default").await, (200, "up:m".to_owned()), "still serving, same process");
-    let logs = stop(server);
+    let logs = stop_flushed(server);
     assert!(logs.contains("configuration reloaded") && logs.contains("SIGHUP"), "{logs}");
 }
 
@@ -115,7 +115,7 @@ async fn an_edit_of_the_watched_file_is_served_without_a_signal() {
     let (server, addr) = serve(&path, &[]);
     std::fs::write(&path, config("", "  fast: { targets: [up:m] }", "")).unwrap();
     until_served(&addr, "fast").await;
-    let logs = stop(server);
+    let logs = stop_flushed(server);
     assert!(logs.contains("file change"), "{logs}");
 }
 
@@ -255,7 +255,7 @@ async fn an_invalid_file_keeps_the_running_configuration_and_says_why_everywhere
     assert!(rejected["problems"][0].as_str().unwrap().starts_with("routes."), "{rejected}");
     let metrics = client().get(format!("http://{addr}/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("switchyard_config_reloads_total{result=\"rejected\"} 1"), "{metrics}");
-    let logs = stop(server);
+    let logs = stop_flushed(server);
     assert!(logs.contains("configuration rejected") && logs.contains("routes.fast"), "{logs}");
 }
 
@@ -336,7 +336,7 @@ async fn a_rotated_key_is_a_fresh_credential_and_the_old_one_is_forgotten() {
     assert_eq!(credential_status(&after, &fresh), "unknown");
     assert!(after["credentials"].as_array().unwrap().iter().all(|c| c["credential_id"] != spent.as_str()));
     assert_eq!(target(&after, "paid:m").unwrap()["status"], "unknown", "its exhaustion was the old key's");
-    let logs_key = stop(server);
+    let logs_key = stop_flushed(server);
     assert!(
         !logs_key.contains("sk-rotated-0123456789") && !logs_key.contains("sk-spent-0123456789"),
         "keys never logged"
@@ -359,7 +359,7 @@ async fn listen_and_threads_need_a_restart_and_the_rest_of_the_reload_applies() 
     assert_eq!(chat(&addr, "fast").await.0, 200, "the rest applies");
     let health = health(&addr).await;
     assert_eq!(health["config"]["restart_required"], json!(["gateway.threads", "listen"]));
-    let logs = stop(server);
+    let logs = stop_flushed(server);
     assert!(logs.contains("apply only at a restart"), "{logs}");
 }
 

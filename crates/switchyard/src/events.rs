@@ -302,17 +302,21 @@ impl serde::Serialize for Event {
             }
             EventKind::SharedStateDegraded { reason } => map.serialize_entry("reason", reason)?,
             EventKind::SharedStateRestored => {}
-            EventKind::ConfigReloaded { hash, changes } => {
-                map.serialize_entry("hash", hash)?;
-                map.serialize_entry("changes", changes)?;
-            }
-            EventKind::ConfigRejected { hash, problems } => {
-                map.serialize_entry("hash", hash)?;
-                map.serialize_entry("problems", problems)?;
-            }
+            EventKind::ConfigReloaded { hash, changes } => hashed(&mut map, hash, ("changes", changes))?,
+            EventKind::ConfigRejected { hash, problems } => hashed(&mut map, hash, ("problems", problems))?,
         }
         map.end()
     }
+}
+
+/// A configuration's `hash` and the lines of what befell it (`changes`, `problems`).
+fn hashed<M: serde::ser::SerializeMap>(
+    map: &mut M,
+    hash: &str,
+    lines: (&str, &[String]),
+) -> Result<(), M::Error> {
+    map.serialize_entry("hash", hash)?;
+    map.serialize_entry(lines.0, lines.1)
 }
 
 /// `target` or `credential_id`, as the subject is.

@@ -257,3 +257,15 @@ pub async fn until<T>(
         }
     }
 }
+
+/// Stops a gateway with SIGTERM, as an operator does, and returns its logs once it has exited:
+/// every line it logged has been written (a kill could lose the last batch).
+pub fn stop_flushed(mut server: Child) -> String {
+    signal(&server, "TERM");
+    stopped(server.id());
+    let exit = server.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+    let mut logs = String::new();
+    server.stderr.take().unwrap().read_to_string(&mut logs).unwrap();
+    logs
+}
