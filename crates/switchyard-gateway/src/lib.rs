@@ -5,7 +5,8 @@
 //!
 //! What the `switchyard` binary and the tests use is public: [`config`] (load and check a
 //! configuration, from a file, the environment or the demo), [`server`] (the HTTP
-//! application over a router), [`workers`] (the event loops that serve it) and [`logging`].
+//! application over a router), [`reload`] (the configuration's life in a running gateway),
+//! [`workers`] (the event loops that serve it) and [`logging`].
 //! The rest are the server's rooms.
 
 mod clock;
@@ -15,6 +16,7 @@ pub(crate) mod drills;
 pub mod logging;
 pub(crate) mod metrics;
 pub(crate) mod recent;
+pub mod reload;
 pub(crate) mod responses;
 pub mod server;
 pub(crate) mod telemetry;

@@ -58,9 +58,14 @@ enum Command {
         /// info.
         #[arg(long)]
         log_level: Option<String>,
-        /// Serving threads, each one event loop (default: one per core).
+        /// Serving threads, each one event loop (before the file's `gateway.threads`; default:
+        /// one per core).
         #[arg(long)]
         threads: Option<NonZeroUsize>,
+        /// Do not watch the configuration file: reload it only on SIGHUP or
+        /// POST /admin/config/reload.
+        #[arg(long)]
+        no_watch: bool,
     },
     /// Validate the configuration and print routes, targets, health settings and credentials.
     Doctor {
@@ -152,8 +157,9 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve { config, demo, listen, log_format, log_level, threads } => {
-            let options = cli::serve::Options { config, demo, listen, log_format, log_level, threads };
+        Command::Serve { config, demo, listen, log_format, log_level, threads, no_watch } => {
+            let options =
+                cli::serve::Options { config, demo, listen, log_format, log_level, threads, no_watch };
             cli::serve::serve(options).await
         }
         Command::Doctor { config, ping } => cli::doctor::doctor(&load(config.as_ref(), false)?, ping).await,

@@ -50,7 +50,10 @@ pub use limits::Limits;
 
 /// The pacer of configured limits, one lane per provider (or per key).
 pub struct LimitPacer {
-    providers: HashMap<Arc<str>, ProviderLanes>,
+    /// Each paced provider's lanes; shared with the pacer of the next configuration while the
+    /// provider's limits are unchanged ([`LimitPacer::reconfigured`]).
+    providers: HashMap<Arc<str>, Arc<ProviderLanes>>,
+    fleet: Option<Arc<dyn FleetPacing>>,
 }
 
 struct ProviderLanes {
@@ -119,17 +122,82 @@ impl LimitPacer {
         limits: impl IntoIterator<Item = (String, Limits)>,
         fleet: Option<Arc<dyn FleetPacing>>,
     ) -> Self {
+        Self::build_over(limits, fleet, &HashMap::new())
+    }
+
+    /// A pacer of `limits` whose providers of unchanged limits keep the lanes of `kept`.
+    fn build_over(
+        limits: impl IntoIterator<Item = (String, Limits)>,
+        fleet: Option<Arc<dyn FleetPacing>>,
+        kept: &HashMap<Arc<str>, Arc<ProviderLanes>>,
+    ) -> Self {
         let providers = limits
             .into_iter()
             .map(|(provider, limits)| {
+                let provider: Arc<str> = provider.into();
+                if let Some(lanes) = kept.get(&provider).filter(|lanes| lanes.limits == limits) {
+                    return (provider, lanes.clone());
+                }
                 let shared = (!limits.per_credential)
                     .then(|| Arc::new(Lane::new(&provider, None, limits.clone(), fleet.clone())));
                 let lanes =
                     ProviderLanes { limits, shared, per_key: Default::default(), fleet: fleet.clone() };
-                (provider.into(), lanes)
+                (provider, Arc::new(lanes))
             })
             .collect();
-        Self { providers }
+        Self { providers, fleet }
+    }
+
+    /// The pacer of a new configuration's `limits`: a provider whose limits are unchanged
+    /// keeps its lanes as they are (what its buckets hold, what its headers said, its holds,
+    /// the fleet's slices in hand, the calls in flight); a provider whose limits changed, or
+    /// a new one, starts with fresh lanes. Lanes of providers no longer paced (or paced
+    /// anew) give their unspent fleet slices back. With a fleet, the new pacer is the one the
+    /// fleet tells of holds and windows from now on. This pacer keeps working for the calls
+    /// still running on it.
+    ///
+    /// ```
+    /// use switchyard_pacing::{LimitPacer, Limits};
+    ///
+    /// let rpm = |n| Limits { requests_per_minute: Some(n), ..Limits::default() };
+    /// let pacer = LimitPacer::new([("a".to_owned(), rpm(60)), ("b".to_owned(), rpm(60))]);
+    /// let next = pacer.reconfigured([("a".to_owned(), rpm(60)), ("b".to_owned(), rpm(120))]);
+    /// assert!(next.keeps_lanes_of(&pacer, "a") && !next.keeps_lanes_of(&pacer, "b"));
+    /// ```
+    pub fn reconfigured(&self, limits: impl IntoIterator<Item = (String, Limits)>) -> Arc<Self> {
+        let next = Arc::new(Self::build_over(limits, self.fleet.clone(), &self.providers));
+        for (provider, lanes) in &self.providers {
+            if !next.keeps_lanes_of(self, provider) {
+                lanes.each(Lane::surrender);
+            }
+        }
+        if let Some(fleet) = &self.fleet {
+            fleet.watch(Arc::downgrade(&next) as Weak<dyn FleetSink>);
+        }
+        next
+    }
+
+    /// Whether this pacer paces `provider` on the very lanes `other` does.
+    pub fn keeps_lanes_of(&self, other: &LimitPacer, provider: &str) -> bool {
+        match (self.providers.get(provider), other.providers.get(provider)) {
+            (Some(mine), Some(theirs)) => Arc::ptr_eq(mine, theirs),
+            _ => false,
+        }
+    }
+
+    /// Drops the per-key lanes of keys `keep` turns down (a rotated or removed key: its
+    /// allowance was its own).
+    pub fn retain_keys(&self, keep: impl Fn(&str, &CredentialId) -> bool) {
+        for (provider, lanes) in &self.providers {
+            let mut per_key = lanes.per_key.lock().unwrap_or_else(|p| p.into_inner());
+            per_key.retain(|id, lane| {
+                let kept = keep(provider, id);
+                if !kept {
+                    lane.surrender();
+                }
+                kept
+            });
+        }
     }
 
     /// The lane named `key` in the fleet (`provider` or `provider/credential`), if made.

@@ -71,11 +71,19 @@ impl SharedHedges {
 
     /// Exchanges once a second, for as long as the process runs, on the current runtime.
     pub fn start(self, router: Router) {
+        self.start_with(move || Some(router.clone()));
+    }
+
+    /// [`start`](Self::start), exchanging the windows of whichever router `current` returns at
+    /// each tick (a gateway that reloads its configuration hands over its routes as they are),
+    /// until it returns `None`.
+    pub fn start_with(self, current: impl Fn() -> Option<Router> + Send + 'static) {
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(EVERY);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticks.tick().await;
+                let Some(router) = current() else { return };
                 if let Err(reason) = self.sync(&router).await {
                     // The budgets fall back to this replica's own counts as the fleet's go stale.
                     tracing::debug!(reason, "hedge budgets not exchanged with the fleet");

@@ -211,6 +211,10 @@ pub struct Replica {
     /// Its Switchyard version.
     #[serde(default)]
     pub version: String,
+    /// The hash of the configuration it runs, as its `/admin/health` shows it (empty from a
+    /// replica that does not say, or predates it).
+    #[serde(default)]
+    pub config_hash: String,
 }
 
 /// A change for the background task to write.
@@ -233,6 +237,8 @@ pub(crate) struct Shared {
     events: Mutex<Option<EventBus>>,
     /// Whether the link is up and the fleet's size, for pacing.
     fleet: pace::FleetView,
+    /// The hash of the configuration this replica runs, told to the fleet with its heartbeat.
+    config_hash: Mutex<String>,
 }
 
 /// The store's bookkeeping of the shared records: the generation each was last seen at, and
@@ -302,6 +308,7 @@ impl RedisStore {
             book: Mutex::new(Book { seen: HashMap::new(), pending: HashMap::new(), status }),
             events: Mutex::new(None),
             fleet: pace::FleetView::default(),
+            config_hash: Mutex::new(String::new()),
         });
         Ok(Self { shared, client, ops, pace, inbox: Mutex::new(Some((inbox, pace_inbox))) })
     }
@@ -318,6 +325,12 @@ impl RedisStore {
         if let Some((inbox, pace)) = inbox {
             tokio::spawn(link::Link::new(self.shared.clone(), self.client.clone(), inbox, pace).run());
         }
+    }
+
+    /// Tells the fleet, from the next heartbeat on, that this replica runs the configuration
+    /// of `hash` (each replica lists the others' in [`SharedStateStatus::replicas`]).
+    pub fn set_config_hash(&self, hash: &str) {
+        *self.shared.config_hash.lock().unwrap_or_else(|p| p.into_inner()) = hash.to_owned();
     }
 
     /// Publishes `shared_state_degraded` and `shared_state_restored` on `bus` from now on.
@@ -410,6 +423,12 @@ impl HealthStore for RedisStore {
             .chain(rests);
         let mut book = self.shared.book();
         self.send(&mut book, keys.map(|key| (key, Change::Reset)).collect());
+    }
+
+    fn drop_records(&self, targets: &[Target], credentials: &[CredentialId]) {
+        // This replica's copies only: the fleet's records are every replica's, and the others
+        // may still run a configuration that names them (they expire by themselves).
+        self.shared.memory.drop_records(targets, credentials);
     }
 
     fn clear(&self) {

@@ -674,7 +674,12 @@ impl Link {
     /// The periodic round trip: heartbeat, membership, and every record resynced.
     async fn reconcile(&mut self) {
         let Some(mut conn) = self.conn.clone() else { return };
-        let info = serde_json::json!({ "id": self.settings().replica, "version": env!("CARGO_PKG_VERSION") });
+        let config_hash = self.shared.config_hash.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let info = serde_json::json!({
+            "id": self.settings().replica,
+            "version": env!("CARGO_PKG_VERSION"),
+            "config_hash": config_hash,
+        });
         let scripts = self.scripts.clone();
         let mut call = scripts.sync.prepare_invoke();
         let ttl = (self.settings().reconcile_every * 3).as_millis().max(1_000) as u64;

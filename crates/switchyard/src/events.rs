@@ -179,6 +179,21 @@ pub enum EventKind {
     /// The shared health store answers again: this replica resynced and wrote back what it
     /// learned meanwhile.
     SharedStateRestored,
+    /// A new configuration was swapped in ([`Router::reconfigure`](crate::Router::reconfigure)):
+    /// requests from now on use it, those running finish on the one they started with.
+    ConfigReloaded {
+        /// A hash of the new configuration, as the operator's view shows it.
+        hash: String,
+        /// What changed, one line each (`routes.fast: added`).
+        changes: Vec<String>,
+    },
+    /// A new configuration was refused: the running one stays.
+    ConfigRejected {
+        /// A hash of the refused configuration.
+        hash: String,
+        /// Every problem found, each as `key.path: what is wrong and the fix`.
+        problems: Vec<String>,
+    },
 }
 
 impl EventKind {
@@ -203,6 +218,8 @@ impl EventKind {
             EventKind::CandidateFailed { .. } => "candidate_failed",
             EventKind::SharedStateDegraded { .. } => "shared_state_degraded",
             EventKind::SharedStateRestored => "shared_state_restored",
+            EventKind::ConfigReloaded { .. } => "config_reloaded",
+            EventKind::ConfigRejected { .. } => "config_rejected",
         }
     }
 }
@@ -285,9 +302,21 @@ impl serde::Serialize for Event {
             }
             EventKind::SharedStateDegraded { reason } => map.serialize_entry("reason", reason)?,
             EventKind::SharedStateRestored => {}
+            EventKind::ConfigReloaded { hash, changes } => hashed(&mut map, hash, ("changes", changes))?,
+            EventKind::ConfigRejected { hash, problems } => hashed(&mut map, hash, ("problems", problems))?,
         }
         map.end()
     }
+}
+
+/// A configuration's `hash` and the lines of what befell it (`changes`, `problems`).
+fn hashed<M: serde::ser::SerializeMap>(
+    map: &mut M,
+    hash: &str,
+    lines: (&str, &[String]),
+) -> Result<(), M::Error> {
+    map.serialize_entry("hash", hash)?;
+    map.serialize_entry(lines.0, lines.1)
 }
 
 /// `target` or `credential_id`, as the subject is.

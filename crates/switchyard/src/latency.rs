@@ -172,6 +172,19 @@ impl LatencyBoard {
         Some((sketch.quantile(q, now)?, sketch.total))
     }
 
+    /// Forgets the sketches of `targets` (a reconfiguration removed or changed them).
+    pub fn forget(&self, targets: &[Target]) {
+        let mut sketches = self.sketches.lock().unwrap_or_else(|p| p.into_inner());
+        for target in targets {
+            sketches.remove(target);
+        }
+    }
+
+    /// The targets with a sketch.
+    pub fn targets(&self) -> Vec<Target> {
+        self.sketches.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect()
+    }
+
     /// Every target's recent latency.
     pub fn all(&self) -> Vec<(Target, LatencySummary)> {
         let now = Instant::now();

@@ -20,7 +20,11 @@ pub(crate) async fn health(url: &str, key: Option<String>) -> anyhow::Result<Exi
     if !body.is_object() {
         bail!("the gateway at {url} answered /admin/health with something that is not JSON");
     }
-    println!("{}\n", shared_state_line(&body["shared_state"]));
+    println!("{}", shared_state_line(&body["shared_state"]));
+    for line in config_lines(&body["config"]) {
+        println!("{line}");
+    }
+    println!();
     print_targets(&body);
     print_credentials(&body);
     print_pacing(&body);
@@ -42,6 +46,44 @@ fn shared_state_line(shared: &Value) -> String {
         line.push_str(&format!(", {}: {}", counted(ids.len(), "replica"), ids.join(", ")));
     }
     line
+}
+
+/// `config: 3f2a… loaded 2026-…Z`, what awaits a restart, the last file refused, and, with
+/// shared state, whether the fleet runs the same configuration (each replica's hash when not).
+fn config_lines(config: &Value) -> Vec<String> {
+    let Some(hash) = config["hash"].as_str() else { return Vec::new() };
+    let mut lines = vec![format!("config: {hash} loaded {}", config["loaded_at"].as_str().unwrap_or("-"))];
+    let restart: Vec<&str> =
+        config["restart_required"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    if !restart.is_empty() {
+        lines.push(format!("  changed, applies at the next restart: {}", restart.join(", ")));
+    }
+    if let Some(error) = config["last_error"].as_object() {
+        lines.push(format!(
+            "  last reload rejected at {} (the running configuration stays):",
+            error.get("at").and_then(Value::as_str).unwrap_or("-")
+        ));
+        for problem in error.get("problems").and_then(Value::as_array).into_iter().flatten() {
+            lines.push(format!(
+                "    {}: {}",
+                problem["path"].as_str().unwrap_or_default(),
+                problem["message"].as_str().unwrap_or_default()
+            ));
+        }
+    }
+    let fleet = &config["fleet"];
+    match fleet["agrees"].as_bool() {
+        Some(true) => lines.push("  every replica runs this configuration".to_owned()),
+        Some(false) => {
+            lines.push("  the fleet disagrees: its replicas run different configurations:".to_owned());
+            for replica in fleet["replicas"].as_array().into_iter().flatten() {
+                let hash = replica["hash"].as_str().filter(|h| !h.is_empty()).unwrap_or("(not said)");
+                lines.push(format!("    {} {hash}", replica["replica"].as_str().unwrap_or_default()));
+            }
+        }
+        None => {}
+    }
+    lines
 }
 
 /// Every configured target (`unknown` until first called), with its breaker and latency.

@@ -1,17 +1,17 @@
-//! `switchyard serve`: the gateway, until a signal stops it.
+//! `switchyard serve`: the gateway, until a signal stops it. `SIGHUP` reloads the
+//! configuration, as a change of its file does (see `switchyard_gateway::reload`).
 
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use std::net::SocketAddr;
 
 use anyhow::{Context, anyhow, bail};
-use switchyard::Router;
 use switchyard_gateway::config::{self, Exposure, Loaded};
 use switchyard_gateway::logging::{AccessLog, BatchedStderr, LogFilter, LogFormat};
+use switchyard_gateway::reload::{ConfigLife, Trigger};
 use switchyard_gateway::server::{AppState, app};
 use switchyard_gateway::workers::Workers;
 use switchyard_state::RedisStore;
@@ -53,6 +53,8 @@ pub(crate) struct Options {
     /// `--log-level LEVEL`.
     pub(crate) log_level: Option<String>,
     pub(crate) threads: Option<NonZeroUsize>,
+    /// `--no-watch`: reload only on SIGHUP and `POST /admin/config/reload`.
+    pub(crate) no_watch: bool,
 }
 
 pub(crate) async fn serve(options: Options) -> anyhow::Result<ExitCode> {
@@ -70,7 +72,8 @@ pub(crate) async fn serve(options: Options) -> anyhow::Result<ExitCode> {
             .map_err(|problem| anyhow!("{problem}"))?;
     let log = init_logging(options.log_format, &filter);
     let access = AccessLog::filtered(loaded.log.access, &filter, options.log_format, log.clone());
-    let result = serve_logged(loaded, addr, options.threads, access, log.clone()).await;
+    let serving = Serving { threads: options.threads, watch: !options.no_watch };
+    let result = serve_logged(loaded, addr, serving, access, log.clone()).await;
     if let Some(log) = log {
         log.flush();
     }
@@ -82,39 +85,81 @@ pub(crate) async fn serve(options: Options) -> anyhow::Result<ExitCode> {
 async fn serve_logged(
     loaded: Loaded,
     addr: SocketAddr,
-    threads: Option<NonZeroUsize>,
+    serving: Serving,
     access: AccessLog,
     log: Option<BatchedStderr>,
 ) -> anyhow::Result<ExitCode> {
     let exposure = check_exposure(addr, &loaded, log.as_ref())?;
+    // Before the banner: a SIGHUP from then on reloads, never kills.
+    let hangups = hangups()?;
     let listener =
         tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
+    let life = Arc::new(config_life(&loaded, addr));
     print_banner(local, &loaded);
-    if let Some(store) = &loaded.gateway.shared_state {
-        join_fleet(store, &loaded.router);
-    }
-    let grace = loaded.gateway.shutdown_grace;
     let limits = loaded.gateway.connections;
     let store = loaded.gateway.shared_state.clone();
-    // Held until the store closes: its pacer's unspent slices go back then.
-    let pacing = loaded.router.clone();
+    let threads = serving
+        .threads
+        .or(loaded.gateway.threads)
+        .or_else(|| std::thread::available_parallelism().ok())
+        .unwrap_or(NonZeroUsize::MIN);
     let router = loaded.router.clone();
-    let prepare = Arc::new(move || router.warm());
     let state = AppState::exposed(loaded.router, loaded.gateway, access, &exposure);
-    let threads = threads.or_else(|| std::thread::available_parallelism().ok()).unwrap_or(NonZeroUsize::MIN);
+    state.set_config(life.clone());
+    if let Some(store) = &store {
+        store.set_config_hash(&life.hash());
+        join_fleet(store, &state);
+    }
+    // Each thread's provider state made before serving; a reload's new providers make theirs on
+    // first use.
+    let prepare = Arc::new(move || router.warm());
     let stop = state.clone();
     let workers = Workers::start(listener, threads, app(state.clone()), limits, prepare, state.stop_signal())
         .context("cannot start the workers")?;
-    let ending = Ending { stop: &stop, store: store.as_ref(), grace, log };
-    run_until_signal(workers, ending).await?;
+    let reloads = Reloads { state: state.clone(), life, hangups, watch: serving.watch };
+    let ending = Ending { stop: &stop, store: store.as_ref(), log };
+    run_until_signal(workers, reloads, ending).await?;
     // Slices of the fleet's pacing buckets not spent go back; the membership is left.
     if let Some(store) = &store {
         store.close().await;
     }
     flush_traces(&stop).await;
-    drop(pacing);
+    // Held until the store closed: the pacer's unspent slices went back then.
+    drop(state);
     Ok(ExitCode::SUCCESS)
+}
+
+/// How `serve` runs, as its command line says.
+struct Serving {
+    /// `--threads`, before the file's `gateway.threads`.
+    threads: Option<NonZeroUsize>,
+    /// Whether the configuration file is watched (not with `--no-watch`).
+    watch: bool,
+}
+
+/// The configuration's life: reloads read its file again, when it came from one.
+fn config_life(loaded: &Loaded, addr: SocketAddr) -> ConfigLife {
+    let text = match &loaded.source {
+        config::Source::File(path) => std::fs::read_to_string(path)
+            .ok()
+            // Changed since it was loaded: the next reload lists every section as changed.
+            .filter(|text| config::config_hash(text) == loaded.hash),
+        _ => None,
+    };
+    ConfigLife::new(loaded, text, addr)
+}
+
+/// The `SIGHUP`s this process receives, from now on (its default, ending the process, is off).
+fn hangups() -> anyhow::Result<Option<tokio::signal::unix::Signal>> {
+    #[cfg(unix)]
+    {
+        let signal = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("cannot listen for SIGHUP")?;
+        Ok(Some(signal))
+    }
+    #[cfg(not(unix))]
+    Ok(None)
 }
 
 /// Refuses an exposure the configuration does not guard, warns of an open relay, and flushes
@@ -153,14 +198,14 @@ fn print_banner(local: SocketAddr, loaded: &Loaded) {
 }
 
 /// Starts the fleet's shared state: its events published to the router's, and hedge budgets
-/// exchanged when a route hedges.
-fn join_fleet(store: &Arc<RedisStore>, router: &Router) {
-    store.publish_events_to(router.events().clone());
+/// exchanged (those of the routes in force, which a reload may change).
+fn join_fleet(store: &Arc<RedisStore>, state: &Arc<AppState>) {
+    store.publish_events_to(state.live().router.events().clone());
     store.start();
     // Hedge budgets counted fleet-wide: each replica's windows exchanged once a second.
-    if !router.hedge_windows().is_empty() {
-        switchyard_state::hedges::SharedHedges::new(store).start(router.clone());
-    }
+    let state = Arc::downgrade(state);
+    switchyard_state::hedges::SharedHedges::new(store)
+        .start_with(move || state.upgrade().map(|state| state.live().router.clone()));
 }
 
 /// What a shutdown needs once the grace period is over.
@@ -169,21 +214,69 @@ struct Ending<'a> {
     stop: &'a AppState,
     /// The fleet's store, closed before exiting.
     store: Option<&'a Arc<RedisStore>>,
-    /// How long open streams have to finish after a signal.
-    grace: Duration,
     /// The log, flushed before exiting.
     log: Option<BatchedStderr>,
 }
 
-/// Waits for the workers to finish or a signal; after a signal, drains for the grace period
-/// and then exits the process.
-async fn run_until_signal(workers: Workers, ending: Ending<'_>) -> anyhow::Result<()> {
-    let Ending { stop, store, grace, log } = ending;
+/// What reloads the configuration while the gateway serves: `SIGHUP`, and the file's watch.
+struct Reloads {
+    state: Arc<AppState>,
+    life: Arc<ConfigLife>,
+    hangups: Option<tokio::signal::unix::Signal>,
+    /// Whether the file is watched.
+    watch: bool,
+}
+
+impl Reloads {
+    /// Reloads on each `SIGHUP` and each settled change of the file, one at a time, until
+    /// dropped.
+    async fn run(self) {
+        let Reloads { state, life, hangups, watch } = self;
+        let watch = {
+            let (state, life) = (state.clone(), life.clone());
+            async move {
+                if watch {
+                    // Reloads are one at a time (ConfigLife's lock): the watch need not wait.
+                    life.watch(|| in_background(&state, &life, Trigger::FileChanged)).await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        let signals = async move {
+            let Some(mut hangups) = hangups else { return std::future::pending().await };
+            while hangups.recv().await.is_some() {
+                reload_now(&state, &life, Trigger::Signal).await;
+            }
+        };
+        tokio::join!(watch, signals);
+    }
+}
+
+/// One reload, off the async threads, not waited for.
+fn in_background(state: &Arc<AppState>, life: &Arc<ConfigLife>, trigger: Trigger) {
+    let (state, life) = (state.clone(), life.clone());
+    tokio::task::spawn_blocking(move || life.reload(&state, trigger));
+}
+
+/// One reload, off the async threads (it reads and builds).
+async fn reload_now(state: &Arc<AppState>, life: &Arc<ConfigLife>, trigger: Trigger) {
+    let (state, life) = (state.clone(), life.clone());
+    let _ = tokio::task::spawn_blocking(move || life.reload(&state, trigger)).await;
+}
+
+/// Waits for the workers to finish or a signal, reloading meanwhile; after a signal, drains
+/// for the grace period and then exits the process.
+async fn run_until_signal(workers: Workers, reloads: Reloads, ending: Ending<'_>) -> anyhow::Result<()> {
+    let Ending { stop, store, log } = ending;
     let finished = workers.finished();
     tokio::pin!(finished);
     tokio::select! {
         result = &mut finished => result.context("the server failed")?,
+        () = reloads.run() => {}
         () = shutdown_signal() => {
+            // The grace period of the configuration in force.
+            let grace = stop.live().gateway.shutdown_grace;
             eprintln!("switchyard: shutting down; open streams have {grace:?} to finish");
             stop.stop();
             // Bound the drain: a stream that never ends must not hold the process forever.

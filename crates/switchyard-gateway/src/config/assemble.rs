@@ -1,11 +1,15 @@
 //! Assembly: the router, the providers' adapters, the pacer and the fleet's store, built from a
 //! configuration already checked ([`super::check`]). What can still fail here (an HTTP client
 //! the platform cannot set up) is reported as the file's problem, as a check would.
+//!
+//! A reload assembles over the running configuration ([`reassemble`]): the router is
+//! reconfigured rather than built, so it keeps what it learned, and the fleet's store and the
+//! pacer's lanes are handed on.
 
 use std::sync::Arc;
 
 use switchyard::provider::Provider;
-use switchyard::{ProviderEntry, Router};
+use switchyard::{Forgotten, ProviderEntry, Router, RouterBuilder};
 use switchyard_pacing::{LimitPacer, Limits};
 use switchyard_state::RedisStore;
 
@@ -17,25 +21,100 @@ use switchyard_providers::bedrock::BedrockProvider;
 
 /// The router and the gateway of `checked`, which came from `source` (named `name` in errors).
 pub(crate) fn assemble(checked: CheckedConfig, source: Source, name: &str) -> Result<Loaded, ConfigError> {
-    let CheckedConfig { listen, providers, routes, default_route, health, budget, mut gateway, state, log } =
-        checked;
-    let store = match state.map(RedisStore::new).transpose() {
+    let store = match checked.state.clone().map(RedisStore::new).transpose() {
         Ok(store) => store.map(Arc::new),
         Err(error) => return Err(ConfigError::one(name, "state.redis", error.to_string())),
     };
-    let mut builder = Router::builder().health(health).retry_budget(budget);
+    let paced = paced(&checked);
+    // No limits, no pacer: unpaced calls pay nothing for pacing.
+    let pacer = match (&store, paced.is_empty()) {
+        (_, true) => None,
+        // One allowance for the fleet: rpm, tpm, header budgets and 429 holds.
+        (Some(store), false) => Some(LimitPacer::shared(paced, store.clone())),
+        (None, false) => Some(Arc::new(LimitPacer::new(paced))),
+    };
+    let mut builder = Router::builder();
     if let Some(store) = &store {
         builder = builder.health_store(store.clone());
     }
-    let paced: Vec<(String, Limits)> =
-        providers.iter().filter_map(|p| p.limits.clone().map(|limits| (p.id.clone(), limits))).collect();
-    // No limits, no pacer: unpaced calls pay nothing for pacing.
-    if !paced.is_empty() {
-        builder = match &store {
-            // One allowance for the fleet: rpm, tpm, header budgets and 429 holds.
-            Some(store) => builder.pacer(LimitPacer::shared(paced, store.clone())),
-            None => builder.pacer(Arc::new(LimitPacer::new(paced))),
-        };
+    let (builder, parts) = configure(builder, checked, pacer, name)?;
+    let router = builder.build().map_err(|e| ConfigError::one(name, "routes", e.to_string()))?;
+    Ok(parts.loaded(router, store, source))
+}
+
+/// What a running gateway hands a reload: its router (whose learned state is kept), its
+/// fleet's store and its pacer.
+pub(crate) struct Running<'a> {
+    pub router: &'a Router,
+    pub store: Option<Arc<RedisStore>>,
+    pub pacer: Option<&'a LimitPacer>,
+}
+
+/// [`assemble`] for a running gateway: the router reconfigured from `running`'s (what it
+/// learned kept by key), the running store kept whatever `state:` now says (it is fixed at
+/// start), and the pacer's lanes of unchanged limits handed on. Returns what was forgotten.
+pub(crate) fn reassemble(
+    checked: CheckedConfig,
+    source: Source,
+    name: &str,
+    running: Running<'_>,
+) -> Result<(Loaded, Forgotten), ConfigError> {
+    let paced = paced(&checked);
+    let pacer = match (running.pacer, &running.store, paced.is_empty()) {
+        (_, _, true) => None,
+        (Some(pacer), _, false) => Some(pacer.reconfigured(paced)),
+        (None, Some(store), false) => Some(LimitPacer::shared(paced, store.clone())),
+        (None, None, false) => Some(Arc::new(LimitPacer::new(paced))),
+    };
+    let (builder, parts) = configure(Router::builder(), checked, pacer.clone(), name)?;
+    let (router, forgotten) =
+        running.router.reconfigure(builder).map_err(|e| ConfigError::one(name, "routes", e.to_string()))?;
+    if let Some(pacer) = &pacer {
+        // A rotated or removed key's own lane goes with it.
+        pacer.retain_keys(|provider, id| {
+            router.credentials(provider).is_some_and(|keys| keys.iter().any(|key| key.id() == id))
+        });
+    }
+    Ok((parts.loaded(router, running.store, source), forgotten))
+}
+
+/// Each paced provider's limits.
+fn paced(checked: &CheckedConfig) -> Vec<(String, Limits)> {
+    checked.providers.iter().filter_map(|p| p.limits.clone().map(|limits| (p.id.clone(), limits))).collect()
+}
+
+/// What assembly makes beside the router.
+struct Parts {
+    listen: std::net::SocketAddr,
+    gateway: crate::config::GatewaySettings,
+    summaries: Vec<ProviderSummary>,
+    log: crate::config::LogSettings,
+    pacer: Option<Arc<LimitPacer>>,
+}
+
+impl Parts {
+    fn loaded(mut self, router: Router, store: Option<Arc<RedisStore>>, source: Source) -> Loaded {
+        self.gateway.shared_state = store;
+        self.gateway.pacer = self.pacer;
+        self.gateway.drills =
+            Drills::new(self.summaries.iter().map(|s| (s.id.clone(), s.kind, s.simulated.clone())));
+        let (listen, gateway, providers, log) = (self.listen, self.gateway, self.summaries, self.log);
+        Loaded { source, reason: None, listen, router, gateway, providers, log, hash: String::new() }
+    }
+}
+
+/// `builder` given `checked`'s settings, providers, routes and `pacer`.
+fn configure(
+    builder: RouterBuilder,
+    checked: CheckedConfig,
+    pacer: Option<Arc<LimitPacer>>,
+    name: &str,
+) -> Result<(RouterBuilder, Parts), ConfigError> {
+    let CheckedConfig { listen, providers, routes, default_route, health, budget, gateway, state: _, log } =
+        checked;
+    let mut builder = builder.health(health).retry_budget(budget);
+    if let Some(pacer) = &pacer {
+        builder = builder.pacer(pacer.clone());
     }
     let mut summaries = Vec::new();
     for provider in providers {
@@ -49,10 +128,7 @@ pub(crate) fn assemble(checked: CheckedConfig, source: Source, name: &str) -> Re
     if let Some(default) = &default_route {
         builder = builder.default_route(default);
     }
-    let router = builder.build().map_err(|e| ConfigError::one(name, "routes", e.to_string()))?;
-    gateway.shared_state = store;
-    gateway.drills = Drills::new(summaries.iter().map(|s| (s.id.clone(), s.kind, s.simulated.clone())));
-    Ok(Loaded { source, reason: None, listen, router, gateway, providers: summaries, log })
+    Ok((builder, Parts { listen, gateway, summaries, log, pacer }))
 }
 
 /// A provider's router entry (its adapter, keys, rotation and prices) and its summary.

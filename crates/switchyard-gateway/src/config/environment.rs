@@ -1,7 +1,7 @@
 //! The configurations that come without a file: providers from API keys in the environment,
 //! and the embedded demo.
 
-use super::{ConfigError, FileConfig, Kind, Loaded, Source, build, file, parse};
+use super::{ConfigError, FileConfig, Kind, Loaded, Source, build, config_hash, file, parse};
 
 const DEMO: &str = include_str!("demo.yaml");
 
@@ -16,7 +16,7 @@ pub fn load_demo() -> Result<Loaded, ConfigError> {
 pub(crate) fn demo(env: &dyn Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError> {
     let mut file = parse(DEMO, false, "(embedded demo)")?;
     gateway_keys_from_env(&mut file, env);
-    build(file, Source::Demo, env)
+    build(file, Source::Demo, env).map(|loaded| Loaded { hash: config_hash(DEMO), ..loaded })
 }
 
 fn gateway_keys_from_env(file: &mut FileConfig, env: &dyn Fn(&str) -> Option<String>) {

@@ -29,13 +29,21 @@ impl Exposure {
 
 /// Whether a gateway may listen on `listen` with `loaded`'s providers and keys.
 pub fn exposure(listen: SocketAddr, loaded: &Loaded) -> Exposure {
+    exposure_of(listen, loaded.providers.iter().map(|p| p.kind), &loaded.gateway)
+}
+
+/// [`exposure`] of providers of `kinds` (as the file writes them) behind `gateway`'s keys.
+pub(crate) fn exposure_of<'a>(
+    listen: SocketAddr,
+    mut kinds: impl Iterator<Item = &'a str>,
+    gateway: &GatewaySettings,
+) -> Exposure {
     if listen.ip().to_canonical().is_loopback() {
         return Exposure::Loopback;
     }
-    if loaded.providers.iter().all(|p| p.kind == Kind::Simulated.as_str()) {
+    if kinds.all(|kind| kind == Kind::Simulated.as_str()) {
         return Exposure::Demo;
     }
-    let gateway = &loaded.gateway;
     let mut missing = Vec::new();
     if gateway.keys.is_empty() {
         missing.push("gateway.keys");

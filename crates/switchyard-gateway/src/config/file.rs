@@ -667,6 +667,8 @@ pub struct GatewayConfig {
     /// Client connections open at once. Default: the smaller of 10,000 and 80% of the
     /// process's descriptor limit.
     pub max_connections: Option<usize>,
+    /// Serving threads, each one event loop. Default: one per core.
+    pub threads: Option<usize>,
     /// The Responses API's conversation store.
     pub responses: Option<ResponsesConfig>,
 }

@@ -6,6 +6,7 @@
 //! built), and assembly of the router, the providers and the stores from it (`assemble`).
 
 mod assemble;
+mod changes;
 mod check;
 mod environment;
 mod exposure;
@@ -24,6 +25,8 @@ use switchyard_pacing::Limits;
 
 use crate::logging::LogFilter;
 
+pub(crate) use assemble::Running;
+pub use changes::{Changes, RESTART_ONLY, changes};
 pub use environment::{from_env, load_demo};
 pub use exposure::{Exposure, exposure, listen_address, refusal};
 pub use file::{FileConfig, Kind, parse_duration};
@@ -149,6 +152,27 @@ pub struct Loaded {
     pub providers: Vec<ProviderSummary>,
     /// What to log.
     pub log: LogSettings,
+    /// The configuration's hash ([`config_hash`] of the file's text, or of what stands for it:
+    /// the demo's text, the environment's variable names); empty when built from a model.
+    pub hash: String,
+}
+
+/// The hash a configuration is known by in `/admin/health`, its events and the fleet: 16 hex
+/// digits of FNV-1a (64 bits) over `text`, stable across builds and platforms, so that two
+/// replicas of any version agree on it.
+///
+/// ```
+/// let hash = switchyard_gateway::config::config_hash("routes: {}\n");
+/// assert_eq!(hash.len(), 16);
+/// assert_ne!(hash, switchyard_gateway::config::config_hash("routes: {} \n"));
+/// ```
+pub fn config_hash(text: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
 }
 
 impl fmt::Debug for Loaded {
@@ -193,16 +217,56 @@ pub fn check_file(
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::one(&name, "(file)", format!("cannot read it: {e}")))?;
-    let is_toml = path.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("toml"));
-    let parsed = read::read(&text, is_toml, &name)?;
-    build_parsed(parsed, Source::File(name), env, unset_env)
+    let parsed = read::read(&text, is_toml(path), &name)?;
+    let mut checked = build_parsed(parsed, Source::File(name), env, unset_env)?;
+    checked.loaded.hash = config_hash(&text);
+    Ok(checked)
+}
+
+/// Whether the file at `path` is TOML (it ends in `.toml`); else it is YAML.
+pub fn is_toml(path: &Path) -> bool {
+    path.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("toml"))
+}
+
+/// `text`, the new content of the file at `path`, checked completely as at start and
+/// assembled over the `running` gateway's: its router reconfigured (what it learned kept by
+/// key), its fleet's store and pacer's lanes handed on. Nothing of the running gateway changes
+/// here but what the router's reconfiguration forgets, and only once everything checked.
+///
+/// The gateway listens on `listen`: beyond loopback, a configuration without the keys that
+/// guard it there is refused, as at start, before anything is built.
+pub(crate) fn reload(
+    path: &Path,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    running: Running<'_>,
+    listen: SocketAddr,
+) -> Result<(Loaded, switchyard::Forgotten), ConfigError> {
+    let name = path.display().to_string();
+    let parsed = read::read(text, is_toml(path), &name)?;
+    let (checked, _) = check::check(parsed, &name, env, UnsetEnv::Error)?;
+    let kinds = checked.providers.iter().map(|p| p.kind.as_str());
+    if let Exposure::Refused(missing) = exposure::exposure_of(listen, kinds, &checked.gateway) {
+        let message = format!(
+            "is needed to serve real providers on {listen}, beyond loopback: add it, or set `gateway.open: true` to run an open relay on purpose"
+        );
+        let problems =
+            missing.iter().map(|key| Problem { path: (*key).to_owned(), message: message.clone() });
+        return Err(ConfigError { file: name, problems: problems.collect() });
+    }
+    let (mut loaded, forgotten) = assemble::reassemble(checked, Source::File(name.clone()), &name, running)?;
+    loaded.hash = config_hash(text);
+    Ok((loaded, forgotten))
 }
 
 /// The configuration when no file is given: providers from API keys in the environment, or
 /// the embedded demo when there are none.
 pub fn load_default(env: &dyn Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError> {
     match from_env(env) {
-        Some((file, vars)) => build(file, Source::Environment(vars), env),
+        Some((file, vars)) => {
+            let hash = config_hash(&format!("(environment) {}", vars.join(",")));
+            build(file, Source::Environment(vars), env).map(|loaded| Loaded { hash, ..loaded })
+        }
         None => environment::demo(env),
     }
 }

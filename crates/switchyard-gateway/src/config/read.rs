@@ -84,6 +84,13 @@ pub(crate) fn read(text: &str, is_toml: bool, name: &str) -> Result<Parsed, Conf
     Ok(parsed)
 }
 
+/// The text's tree as a JSON value (`null` when it does not parse), for comparing two
+/// versions of a file section by section.
+pub(crate) fn tree(text: &str, is_toml: bool) -> Value {
+    let parsed = if is_toml { toml::from_str::<Value>(text).ok() } else { yaml(text).ok().map(|(v, _)| v) };
+    parsed.unwrap_or(Value::Null)
+}
+
 /// YAML text as a JSON value, and a problem for each key given twice in one mapping (the first
 /// value is kept). The parser's own duplicate check is off: it stops at the first, and names
 /// neither the key's path nor the way to fix it.

@@ -1,10 +1,12 @@
 //! The gateway's own settings, as checked: keys, body and connection limits, the Responses
 //! API's store bounds, and what assembly adds (the shared store, drills, traces).
 
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
 use switchyard::credential::Secret;
+use switchyard_pacing::LimitPacer;
 use switchyard_state::RedisStore;
 
 use crate::drills::Drills;
@@ -29,8 +31,14 @@ pub struct GatewaySettings {
     pub metrics_open: bool,
     /// The connection rules every client connection is held to.
     pub connections: ConnectionLimits,
+    /// `gateway.threads`: serving threads, each one event loop (`--threads` comes first;
+    /// default one per core). Fixed at start.
+    pub threads: Option<NonZeroUsize>,
     /// The fleet's shared state (`state:`), when configured; started by `serve`.
     pub shared_state: Option<Arc<RedisStore>>,
+    /// The pacer assembly made of the providers' limits, when some provider has limits: a
+    /// reload hands its lanes on ([`LimitPacer::reconfigured`]).
+    pub pacer: Option<Arc<LimitPacer>>,
     /// The bounds of the Responses API's conversation store (`gateway.responses`).
     pub responses: ResponsesBounds,
     /// The providers fault drills can change (`POST /admin/simulated/{provider}`).

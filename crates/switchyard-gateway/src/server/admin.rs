@@ -17,29 +17,32 @@ use switchyard::chat::Dialect;
 
 use super::auth::{authorized, unauthorized};
 use super::errors::ApiError;
-use super::state::AppState;
+use super::state::{AppState, Live};
 
 pub(super) fn admin_allowed(state: &AppState, headers: &HeaderMap) -> bool {
-    match &state.gateway.admin_key {
+    let live = state.live();
+    match &live.gateway.admin_key {
         Some(key) => authorized(std::slice::from_ref(key), headers),
-        None => authorized(&state.gateway.keys, headers),
+        None => authorized(&live.gateway.keys, headers),
     }
 }
 
 pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
-    let routes: Vec<&str> = state.router.routes().map(|r| r.name()).collect();
+    let live = state.live();
+    let routes: Vec<&str> = live.router.routes().map(|r| r.name()).collect();
     axum::Json(json!({ "status": "ready", "routes": routes })).into_response()
 }
 
 pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     // Prometheus sends the admin key as `authorization: Bearer` (its scrape config's
     // `authorization` or `bearer_token_file`).
-    if state.guard_metrics && !admin_allowed(&state, &headers) {
+    let live = state.live();
+    if live.guard_metrics && !admin_allowed(&state, &headers) {
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
-    let snapshot = state.router.health();
+    let snapshot = live.router.health();
     // Only targets of the configuration: names clients invent must not grow /metrics.
-    let targets: Vec<_> = snapshot.targets.iter().filter(|t| state.is_listed(&t.target)).collect();
+    let targets: Vec<_> = snapshot.targets.iter().filter(|t| live.is_listed(&t.target)).collect();
     let mut gauges = Vec::new();
     for target in &targets {
         for status in
@@ -67,8 +70,8 @@ pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
             value,
         ));
     }
-    for (target, latency) in state.router.latencies() {
-        if !state.is_listed(&target) {
+    for (target, latency) in live.router.latencies() {
+        if !live.is_listed(&target) {
             continue;
         }
         for (quantile, value) in [("0.5", latency.p50), ("0.95", latency.p95), ("0.99", latency.p99)] {
@@ -80,7 +83,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
             ));
         }
     }
-    let (backend, up) = match &state.gateway.shared_state {
+    let (backend, up) = match &live.gateway.shared_state {
         Some(store) => ("redis", store.status().status == "ok"),
         None => ("memory", true),
     };
@@ -98,28 +101,28 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
     if !admin_allowed(&state, &headers) {
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
-    let snapshot = state.router.health();
-    let providers: Vec<Value> = state
-        .router
+    let live = state.live();
+    let router = &live.router;
+    let snapshot = router.health();
+    let providers: Vec<Value> = router
         .provider_ids()
         .into_iter()
         .map(|id| {
-            let credentials: Vec<Value> = state
-                .router
+            let credentials: Vec<Value> = router
                 .credentials(id)
                 .unwrap_or_default()
                 .iter()
                 .map(|c| json!({ "credential_id": c.id(), "key": c.masked() }))
                 .collect();
             let mut provider = json!({ "id": id, "credentials": credentials });
-            if let Some(drill) = state.gateway.drills.describe(id) {
+            if let Some(drill) = live.gateway.drills.describe(id) {
                 provider["kind"] = "simulated".into();
                 provider["drill"] = drill;
             }
             provider
         })
         .collect();
-    let latencies: std::collections::HashMap<_, _> = state.router.latencies().into_iter().collect();
+    let latencies: std::collections::HashMap<_, _> = router.latencies().into_iter().collect();
     let targets: Vec<Value> = snapshot
         .targets
         .iter()
@@ -131,8 +134,7 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
             value
         })
         .collect();
-    let routes: Vec<Value> = state
-        .router
+    let routes: Vec<Value> = router
         .routes()
         .map(|route| {
             let candidates: Vec<&str> = route.candidates().iter().map(|c| c.name().as_ref()).collect();
@@ -144,11 +146,44 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
         "targets": targets,
         "credentials": snapshot.credentials,
         "providers": providers,
-        "pacing": state.router.pacing(),
-        "shared_state": shared_state(&state),
-        "answer_caches": answer_caches(&state),
+        "pacing": router.pacing(),
+        "shared_state": shared_state(&live),
+        "answer_caches": answer_caches(&live),
+        "config": state.config().map(|life| life.to_json(&live)),
     }))
     .into_response()
+}
+
+/// `POST /admin/config/reload`: reads the configuration file again and puts it in force when
+/// it is good. Answers what changed (200), or every problem found (422) with the running
+/// configuration left as it was.
+pub async fn reload(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if !admin_allowed(&state, &headers) {
+        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+    }
+    let Some(life) = state.config().cloned() else {
+        return ApiError::new(
+            StatusCode::CONFLICT,
+            "not_reloadable",
+            "this gateway was not started by `switchyard serve`: it has no configuration to read again",
+        )
+        .into_response(Dialect::OpenAi, "");
+    };
+    // Reading and building blocks: off the serving thread.
+    let reloading = state.clone();
+    let outcome =
+        tokio::task::spawn_blocking(move || life.reload(&reloading, crate::reload::Trigger::Admin)).await;
+    match outcome {
+        Ok(outcome) => {
+            let status = match outcome {
+                crate::reload::Outcome::Rejected { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+                _ => StatusCode::OK,
+            };
+            (status, axum::Json(outcome.to_json())).into_response()
+        }
+        Err(_) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the reload did not finish")
+            .into_response(Dialect::OpenAi, ""),
+    }
 }
 
 pub async fn reset(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
@@ -181,31 +216,32 @@ pub async fn reset(State(state): State<Arc<AppState>>, headers: HeaderMap, body:
             _ => return bad_request("the body must be a JSON object or empty".to_owned()),
         }
     };
+    let live = state.live();
     match target {
-        Some(target) => match state.router.reset(&target) {
-            Ok(()) => axum::Json(json!({ "reset": target.to_string(), "applies_to": fleet_reach(&state) }))
+        Some(target) => match live.router.reset(&target) {
+            Ok(()) => axum::Json(json!({ "reset": target.to_string(), "applies_to": fleet_reach(&live) }))
                 .into_response(),
             Err(error) => ApiError::new(StatusCode::NOT_FOUND, "unknown_target", error.to_string())
                 .into_response(Dialect::OpenAi, ""),
         },
         None => {
-            state.router.reset_all();
-            axum::Json(json!({ "reset": "all", "applies_to": fleet_reach(&state) })).into_response()
+            live.router.reset_all();
+            axum::Json(json!({ "reset": "all", "applies_to": fleet_reach(&live) })).into_response()
         }
     }
 }
 
 /// `shared_state` of `/admin/health`: the backend, whether it answers, and the fleet.
-fn shared_state(state: &AppState) -> Value {
-    match &state.gateway.shared_state {
+fn shared_state(live: &Live) -> Value {
+    match &live.gateway.shared_state {
         Some(store) => serde_json::to_value(store.status()).unwrap_or(Value::Null),
         None => json!({ "backend": "memory", "status": "ok" }),
     }
 }
 
 /// What a reset tells the operator about the rest of the fleet.
-fn fleet_reach(state: &AppState) -> &'static str {
-    match &state.gateway.shared_state {
+fn fleet_reach(live: &Live) -> &'static str {
+    match &live.gateway.shared_state {
         None => "this replica",
         Some(store) if store.status().status == "ok" => "every replica",
         Some(_) => "this replica now; every replica once Redis answers",
@@ -219,7 +255,7 @@ fn bad_request(message: String) -> Response {
 /// An admin request's body (64 KiB at most), held to `gateway.body_timeout` as every body is;
 /// any other failure is answered `refusal`.
 async fn small_body(state: &AppState, body: Body, refusal: &str) -> Result<Bytes, Response> {
-    match read(body, 64 * 1024, state.gateway.connections.body_timeout).await {
+    match read(body, 64 * 1024, state.live().gateway.connections.body_timeout).await {
         Ok(bytes) => Ok(bytes),
         Err(error @ BodyError::Stalled { .. }) => {
             Err(super::lifecycle::stalled(&error).into_response(Dialect::OpenAi, ""))
@@ -266,7 +302,7 @@ pub async fn drill(
         Ok(body) => body,
         Err(refused) => return refused,
     };
-    match state.gateway.drills.apply(&provider, &body) {
+    match state.live().gateway.drills.apply(&provider, &body) {
         Ok(drill) => {
             tracing::info!(provider = %provider, drill = %drill, "fault drill");
             axum::Json(json!({ "provider": provider, "drill": drill })).into_response()
@@ -296,16 +332,18 @@ pub async fn request(
         None => ApiError::new(
             StatusCode::NOT_FOUND,
             "unknown_request",
-            format!("no recent request `{id}`: only the last {} are kept", state.gateway.recent_requests),
+            format!(
+                "no recent request `{id}`: only the last {} are kept",
+                state.live().gateway.recent_requests
+            ),
         )
         .into_response(Dialect::OpenAi, ""),
     }
 }
 
 /// What each route's `cache` candidates keep: entries and bytes.
-fn answer_caches(state: &AppState) -> Vec<Value> {
-    state
-        .router
+fn answer_caches(live: &Live) -> Vec<Value> {
+    live.router
         .routes()
         .flat_map(|route| {
             route.candidates().iter().filter_map(move |candidate| {

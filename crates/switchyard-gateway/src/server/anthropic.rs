@@ -38,15 +38,15 @@ pub async fn messages(
     let mut options = exchange.options(&headers);
     options.session = session_of(&headers, &request);
     if request.stream {
-        return match state.router.chat_stream(&request, &options).await {
+        return match exchange.live.router.chat_stream(&request, &options).await {
             Ok(stream) => respond(state.clone(), exchange, stream, MessagesStreamWriter::new()),
             Err(error) => route_failed(&state, &exchange, error),
         };
     }
-    match state.router.chat_with(&request, &options).await {
+    match exchange.live.router.chat_with(&request, &options).await {
         Ok(mut answer) => match codec::response_body(&mut answer.response) {
             Ok(body) => {
-                usage(&state, &answer.served_by, answer.usage, answer.cost);
+                usage(&state, &exchange.live, &answer.served_by, answer.usage, answer.cost);
                 answered(&state, &exchange, body, Delivered::from(&mut answer))
             }
             Err(error) => exchange.fail(
@@ -74,7 +74,7 @@ pub async fn count_tokens(
         Ok(accepted) => accepted,
         Err(response) => return *response,
     };
-    match state.router.count_tokens(&request, &exchange.options(&headers)).await {
+    match exchange.live.router.count_tokens(&request, &exchange.options(&headers)).await {
         Ok(answer) => {
             let body = match answer.count.verbatim.as_ref().and_then(|v| v.in_dialect(Dialect::Anthropic)) {
                 Some(bytes) => bytes.clone(),

@@ -83,7 +83,7 @@ pub(crate) fn route_failed(
     error: switchyard::RouteError,
 ) -> Response {
     // A model that named nothing is logged under the default route, which would have governed.
-    let route: Arc<str> = error.route().unwrap_or_else(|| state.router.default_route().name()).into();
+    let route: Arc<str> = error.route().unwrap_or_else(|| exchange.live.router.default_route().name()).into();
     let api = ApiError::from_route(&error);
     let status = api.status.as_u16();
     let attempts = error.trail().len();

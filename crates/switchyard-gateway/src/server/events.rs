@@ -129,7 +129,7 @@ pub async fn stream(
         return ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
             .into_response(Dialect::OpenAi, "");
     }
-    let (events, replay) = state.feed.follow(&state.router, recent);
+    let (events, replay) = state.feed.follow(&state.live().router, recent);
     let feed = Feed {
         events,
         requests: state.feed.subscribe(),

@@ -43,12 +43,13 @@ pub(crate) async fn lifecycle(
 ) -> Response {
     let (mut parts, body) = request.into_parts();
     let mut context = RequestContext::start(&state, &parts.headers, endpoint.dialect, endpoint.name);
-    if !authorized(&state.gateway.keys, &parts.headers) {
+    if !authorized(&context.live.gateway.keys, &parts.headers) {
         return context.fail(&state, unauthorized(&parts.headers));
     }
     // Only a client with a key chooses a trace to continue.
     context.trace = state.telemetry.as_ref().map(|telemetry| telemetry.begin(&parts.headers));
-    match json_body(&parts.headers, body, &state.gateway).await {
+    let read = json_body(&parts.headers, body, &context.live.gateway).await;
+    match read {
         Ok(body) => {
             parts.extensions.insert(Accepted { context, body });
             next.run(Request::from_parts(parts, Body::empty())).await

@@ -37,7 +37,7 @@ use switchyard::chat::Dialect;
 
 pub use errors::ApiError;
 pub use request::RequestContext;
-pub use state::AppState;
+pub use state::{AppState, Live};
 
 use lifecycle::{Endpoint, lifecycle};
 
@@ -67,6 +67,7 @@ pub fn app(state: Arc<AppState>) -> HttpRouter {
         .route("/metrics", get(admin::metrics))
         .route("/admin/health", get(admin::health))
         .route("/admin/health/reset", post(admin::reset))
+        .route("/admin/config/reload", post(admin::reload))
         .route("/admin/requests", get(admin::requests))
         .route("/admin/requests/{id}", get(admin::request))
         .route("/admin/events", get(events::stream))
@@ -80,7 +81,7 @@ pub fn app(state: Arc<AppState>) -> HttpRouter {
 
 async fn not_found(request: Request) -> Response {
     let message = format!(
-        "no such endpoint: {} {}. Endpoints: POST /v1/chat/completions, POST /v1/messages, POST /v1/responses, POST /v1/embeddings, GET /v1/models, GET /v1/models/{{id}}, GET /healthz, GET /readyz, GET /metrics, GET /admin/, GET /admin/health, POST /admin/health/reset, GET /admin/requests, GET /admin/requests/{{id}}, GET /admin/events, POST /admin/simulated/{{provider}}",
+        "no such endpoint: {} {}. Endpoints: POST /v1/chat/completions, POST /v1/messages, POST /v1/responses, POST /v1/embeddings, GET /v1/models, GET /v1/models/{{id}}, GET /healthz, GET /readyz, GET /metrics, GET /admin/, GET /admin/health, POST /admin/health/reset, POST /admin/config/reload, GET /admin/requests, GET /admin/requests/{{id}}, GET /admin/events, POST /admin/simulated/{{provider}}",
         request.method(),
         request.uri().path()
     );

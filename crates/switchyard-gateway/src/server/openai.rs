@@ -17,7 +17,7 @@ use super::lifecycle::{Accepted, invalid_json};
 use super::options::session_of;
 use super::request::model_names;
 use super::sse::respond;
-use super::state::AppState;
+use super::state::{AppState, Live};
 use crate::clock::unix_now;
 
 /// `POST /v1/chat/completions`: the client's request routed, the answer (or its stream) in
@@ -39,14 +39,14 @@ pub async fn chat_completions(
     options.session = session_of(&headers, &request);
     if request.stream {
         let writer = codec::ChatStreamWriter::new(&exchange.id, unix_now(), codec::wants_usage(&request));
-        return match state.router.chat_stream(&request, &options).await {
+        return match exchange.live.router.chat_stream(&request, &options).await {
             Ok(stream) => respond(state.clone(), exchange, stream, writer),
             Err(error) => route_failed(&state, &exchange, error),
         };
     }
-    match state.router.chat_with(&request, &options).await {
+    match exchange.live.router.chat_with(&request, &options).await {
         Ok(mut answer) => {
-            usage(&state, &answer.served_by, answer.usage, answer.cost);
+            usage(&state, &exchange.live, &answer.served_by, answer.usage, answer.cost);
             let body = codec::response_body(&mut answer.response, &exchange.id, unix_now());
             answered(&state, &exchange, body, Delivered::from(&mut answer))
         }
@@ -132,7 +132,7 @@ pub async fn embeddings(
         Ok(accepted) => accepted,
         Err(response) => return *response,
     };
-    match state.router.embeddings(&request, &exchange.options(&headers)).await {
+    match exchange.live.router.embeddings(&request, &exchange.options(&headers)).await {
         Ok(answer) => {
             let encoding = Encoding::of(&request).unwrap_or(Encoding::Float);
             let data = answer
@@ -165,11 +165,11 @@ pub async fn embeddings(
 }
 
 /// The model object of `id`, a route or a target, as `/v1/models` lists it.
-fn model_object(state: &AppState, id: &str, created: u64) -> Value {
-    let kind = match state.router.routes().find(|r| r.name() == id) {
+fn model_object(live: &Live, id: &str, created: u64) -> Value {
+    let kind = match live.router.routes().find(|r| r.name() == id) {
         Some(route) if route.pattern().is_some() => "pattern",
         Some(_) => "route",
-        None if state.router.governing_route(id).is_some_and(|name| name != id && name.ends_with('*')) => {
+        None if live.router.governing_route(id).is_some_and(|name| name != id && name.ends_with('*')) => {
             "route"
         }
         None => "target",
@@ -179,12 +179,13 @@ fn model_object(state: &AppState, id: &str, created: u64) -> Value {
 
 /// The routes, then every target one can name.
 pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if !authorized(&state.gateway.keys, &headers) {
+    let live = state.live();
+    if !authorized(&live.gateway.keys, &headers) {
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
     let created = unix_now();
     let data: Vec<Value> =
-        model_names(&state.router).into_iter().map(|id| model_object(&state, &id, created)).collect();
+        model_names(&live.router).into_iter().map(|id| model_object(&live, &id, created)).collect();
     axum::Json(json!({ "object": "list", "data": data })).into_response()
 }
 
@@ -195,14 +196,15 @@ pub async fn model(
     headers: HeaderMap,
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> Response {
-    if !authorized(&state.gateway.keys, &headers) {
+    let live = state.live();
+    if !authorized(&live.gateway.keys, &headers) {
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
-    let names = model_names(&state.router);
+    let names = model_names(&live.router);
     // A name a pattern governs (a dated model id) is a model here too.
-    let patterned = state.router.governing_route(&id).is_some_and(|name| name.ends_with('*'));
+    let patterned = live.router.governing_route(&id).is_some_and(|name| name.ends_with('*'));
     if names.contains(&id) || patterned {
-        return axum::Json(model_object(&state, &id, unix_now())).into_response();
+        return axum::Json(model_object(&live, &id, unix_now())).into_response();
     }
     ApiError::new(
         StatusCode::NOT_FOUND,

@@ -16,7 +16,7 @@ use switchyard::{RequestOptions, Router};
 use super::errors::ApiError;
 use super::finished::{self, Ending, FinishedRequest, Settled};
 use super::options::{names, options};
-use super::state::AppState;
+use super::state::{AppState, Live};
 
 /// One request's identity and clock, from arrival to the log line.
 #[derive(Debug, Clone)]
@@ -43,6 +43,9 @@ pub struct RequestContext {
     /// What the request carried that only some providers read, noted on the attempts sent
     /// to the others.
     pub(crate) unsent: Vec<(Readers, String)>,
+    /// The configuration in force when it arrived: the request runs on it to its end, even
+    /// when a reload swaps another in meanwhile.
+    pub(crate) live: Arc<Live>,
 }
 
 /// The providers that read a part of a request only some can.
@@ -84,6 +87,7 @@ impl RequestContext {
             model: String::new(),
             routed: std::sync::OnceLock::new(),
             unsent: Vec::new(),
+            live: state.live(),
         }
     }
 
@@ -97,7 +101,8 @@ impl RequestContext {
     ) -> Result<(Self, T), Box<Response>> {
         match parsed {
             Ok(request) if model(&request).trim().is_empty() => {
-                Err(Box::new(self.fail(state, missing_model(&state.router))))
+                let error = missing_model(&self.live.router);
+                Err(Box::new(self.fail(state, error)))
             }
             Ok(request) => {
                 if self.trace.is_some() {
@@ -164,7 +169,7 @@ impl RequestContext {
     /// The request as it ended, once: its metrics, its trace, its access-log line, then its
     /// record in the history and on the event feed.
     pub(crate) fn finish(&self, state: &AppState, ending: Ending<'_>) {
-        let done = self.finished(state, ending);
+        let done = self.finished(ending);
         finished::metrics::record(state, &done);
         finished::telemetry::record(state, &done);
         finished::access::record(state, &done);
@@ -173,13 +178,13 @@ impl RequestContext {
 
     /// The [`FinishedRequest`] of `ending`, with what the request was not sent noted on the
     /// attempts it concerns.
-    fn finished<'a>(&'a self, state: &AppState, ending: Ending<'a>) -> FinishedRequest<'a> {
+    fn finished<'a>(&'a self, ending: Ending<'a>) -> FinishedRequest<'a> {
         let Ending { route, served_by, status, attempts, mut settled } = ending;
         if let Some(settled) = settled.as_mut() {
             for (readers, note) in &self.unsent {
                 let readers = match readers {
-                    Readers::ResponsesNative => &state.gateway.responses_native,
-                    Readers::Anthropic => &state.gateway.anthropic_providers,
+                    Readers::ResponsesNative => &self.live.gateway.responses_native,
+                    Readers::Anthropic => &self.live.gateway.anthropic_providers,
                 };
                 note_unread(&mut settled.trail, note, readers);
             }
@@ -201,6 +206,7 @@ impl RequestContext {
             trace: self.trace,
             model: &self.model,
             settled,
+            live: &self.live,
         }
     }
 

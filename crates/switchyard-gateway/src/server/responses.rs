@@ -45,7 +45,7 @@ pub async fn create(
         Ok(accepted) => accepted,
         Err(response) => return *response,
     };
-    let owner = owner_of(presented_key(&headers).filter(|_| !state.gateway.keys.is_empty()));
+    let owner = owner_of(presented_key(&headers).filter(|_| !exchange.live.gateway.keys.is_empty()));
     let turn = match conversation(&state, &mut exchange, &owner, parsed).await {
         Ok(turn) => turn,
         Err(error) => return exchange.fail(&state, error),
@@ -54,7 +54,7 @@ pub async fn create(
     let mut options = exchange.options(&headers);
     options.session = session_of(&headers, &chat).or(conversation);
     if chat.stream {
-        return match state.router.chat_stream(&chat, &options).await {
+        return match exchange.live.router.chat_stream(&chat, &options).await {
             Ok(stream) => {
                 let encoder = ResponsesEncoder::new(state.clone(), meta, keep);
                 respond(state.clone(), exchange, stream, encoder)
@@ -62,9 +62,9 @@ pub async fn create(
             Err(error) => route_failed(&state, &exchange, error),
         };
     }
-    match state.router.chat_with(&chat, &options).await {
+    match exchange.live.router.chat_with(&chat, &options).await {
         Ok(mut answer) => {
-            usage(&state, &answer.served_by, answer.usage, answer.cost);
+            usage(&state, &exchange.live, &answer.served_by, answer.usage, answer.cost);
             let object = whole_object(&mut answer.response, &meta);
             if let Some(keep) = keep {
                 state.responses.keep(meta.id.clone(), keep.entry(&object)).await;
@@ -206,13 +206,13 @@ async fn read_references(
     let ids: Vec<String> =
         positions.iter().map(|&i| input[i]["id"].as_str().unwrap_or_default().to_owned()).collect();
     let names: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let found = state.responses.items(owner, &names, state.gateway.max_body).await.map_err(|why| {
+    let max_body = state.live().gateway.max_body;
+    let found = state.responses.items(owner, &names, max_body).await.map_err(|why| {
         bad(match why {
             Unreadable::TooMany => format!("input holds more than {MAX_REFERENCES} item references"),
-            Unreadable::TooLarge => format!(
-                "the items input references add up to more than gateway.max_body ({} bytes)",
-                state.gateway.max_body
-            ),
+            Unreadable::TooLarge => {
+                format!("the items input references add up to more than gateway.max_body ({max_body} bytes)")
+            }
         })
     })?;
     for (position, item) in positions.into_iter().zip(found) {
@@ -327,10 +327,11 @@ pub async fn delete(
 
 /// The owner name of an authorized caller's kept responses, or the 401.
 fn caller(state: &AppState, headers: &HeaderMap) -> Result<String, Box<Response>> {
-    if !authorized(&state.gateway.keys, headers) {
+    let keys = &state.live().gateway.keys;
+    if !authorized(keys, headers) {
         return Err(Box::new(unauthorized(headers).into_response(Dialect::Responses, "")));
     }
-    Ok(owner_of(presented_key(headers).filter(|_| !state.gateway.keys.is_empty())))
+    Ok(owner_of(presented_key(headers).filter(|_| !keys.is_empty())))
 }
 
 /// The 404 for an id not kept for this key: the same whether it never existed, expired, or is

@@ -1,8 +1,13 @@
-//! What every handler shares ([`AppState`]): the router, the settings, the metrics, the
-//! history and its feed, the Responses API's conversations, the trace exporter.
+//! What every handler shares ([`AppState`]): the configuration in force ([`Live`]: the router,
+//! the settings), the metrics, the history and its feed, the Responses API's conversations,
+//! the trace exporter, and the configuration's life (its hash, reloads).
+//!
+//! A reload swaps the [`Live`] whole. A request reads the one in force once, as it starts
+//! ([`AppState::live`]), and keeps it to its end: a stream runs on the configuration it began
+//! with.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, RwLock};
 
 use switchyard::trail::Via;
 use switchyard::{Router, Target};
@@ -18,12 +23,64 @@ use crate::recent::Recent;
 use crate::responses::ResponseStore;
 use crate::telemetry::Telemetry;
 
-/// Everything handlers share.
-pub struct AppState {
+/// What one configuration made: the router every request goes through, the gateway's
+/// settings, and the targets the configuration names.
+pub struct Live {
     /// The router every request goes through.
     pub router: Router,
     /// The gateway's settings.
     pub gateway: GatewaySettings,
+    /// The targets the configuration names; others (named by clients) share one metric label.
+    /// Keys from the configuration only (a client's target is looked up, never inserted).
+    listed: HashSet<Target, crate::metrics::FxBuild>,
+    /// Whether `/metrics` asks for the admin key (beyond loopback, unless `metrics_open`).
+    pub(crate) guard_metrics: bool,
+}
+
+impl std::fmt::Debug for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Live").field("router", &self.router).finish_non_exhaustive()
+    }
+}
+
+impl Live {
+    /// The configuration of `router` and `gateway`, reachable as `exposure` says.
+    pub fn new(router: Router, gateway: GatewaySettings, exposure: &Exposure) -> Self {
+        let guard_metrics = exposure.guards_metrics(&gateway);
+        // A pattern's `{model}` targets are filled in per request: not targets to list.
+        let listed = router
+            .routes()
+            .flat_map(|route| route.all_targets())
+            .filter(|t| !t.model().contains(switchyard::route::MODEL_PLACEHOLDER))
+            .cloned()
+            .collect();
+        Self { router, gateway, listed, guard_metrics }
+    }
+
+    /// Whether the configuration names `target`.
+    pub fn is_listed(&self, target: &Target) -> bool {
+        self.listed.contains(target)
+    }
+
+    /// The metric label of `via`: a target of the configuration by name, any other as one
+    /// label, a candidate by its name.
+    pub(crate) fn target_label(&self, via: &Via) -> LabelValue {
+        match via {
+            Via::Target(target) if self.is_listed(target) => LabelValue::Shared(target.shared()),
+            Via::Target(_) => LabelValue::Static("(unlisted)"),
+            Via::Candidate(_) => LabelValue::from(via.to_string()),
+        }
+    }
+}
+
+/// Everything handlers share.
+pub struct AppState {
+    /// The configuration in force; a reload swaps it whole.
+    live: RwLock<Arc<Live>>,
+    /// Who can reach the gateway: what `/metrics` asks of a configuration swapped in.
+    exposure: Exposure,
+    /// The configuration's life, for `serve`: its hash, its reloads.
+    config: OnceLock<Arc<crate::reload::ConfigLife>>,
     /// The finished requests kept (`/admin/requests`).
     pub recent: Recent,
     /// The counters and histograms of `/metrics`.
@@ -38,11 +95,6 @@ pub struct AppState {
     stopping: tokio::sync::watch::Sender<bool>,
     pub(crate) access: AccessLog,
     pub(crate) ids: IdSource,
-    /// The targets the configuration names; others (named by clients) share one metric label.
-    /// Keys from the configuration only (a client's target is looked up, never inserted).
-    listed: HashSet<Target, crate::metrics::FxBuild>,
-    /// Whether `/metrics` asks for the admin key (beyond loopback, unless `metrics_open`).
-    pub(crate) guard_metrics: bool,
 }
 
 impl AppState {
@@ -64,16 +116,8 @@ impl AppState {
         access: AccessLog,
         exposure: &Exposure,
     ) -> Arc<Self> {
-        let guard_metrics = exposure.guards_metrics(&gateway);
         let metrics = Metrics::new();
         describe(&metrics);
-        // A pattern's `{model}` targets are filled in per request: not targets to list.
-        let listed = router
-            .routes()
-            .flat_map(|route| route.all_targets())
-            .filter(|t| !t.model().contains(switchyard::route::MODEL_PLACEHOLDER))
-            .cloned()
-            .collect();
         if let Some(store) = &gateway.shared_state {
             share_answers(&router, store);
             share_pins(&router, store);
@@ -99,16 +143,43 @@ impl AppState {
                 }
                 None => ResponseStore::new(gateway.responses),
             },
-            router,
-            gateway,
+            live: RwLock::new(Arc::new(Live::new(router, gateway, exposure))),
+            exposure: exposure.clone(),
+            config: OnceLock::new(),
             metrics,
             feed,
             stopping: tokio::sync::watch::Sender::new(false),
             access,
             ids: IdSource::new(),
-            listed,
-            guard_metrics,
         })
+    }
+
+    /// The configuration in force: read once by a request as it starts, and kept to its end.
+    pub fn live(&self) -> Arc<Live> {
+        // A panic while holding this lock cannot leave a half-written `Arc` behind.
+        self.live.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Puts the configuration of `router` and `gateway` in force for every request from now
+    /// on; requests running keep the one they started with. Returns the one it replaced.
+    pub(crate) fn swap(&self, router: Router, gateway: GatewaySettings) -> Arc<Live> {
+        if let Some(store) = &gateway.shared_state {
+            share_answers(&router, store);
+            share_pins(&router, store);
+        }
+        let live = Arc::new(Live::new(router, gateway, &self.exposure));
+        std::mem::replace(&mut *self.live.write().unwrap_or_else(|p| p.into_inner()), live)
+    }
+
+    /// The configuration's life (hash, load time, last error, reloads), once `serve` set it.
+    pub fn config(&self) -> Option<&Arc<crate::reload::ConfigLife>> {
+        self.config.get()
+    }
+
+    /// Sets the configuration's life: its hash and how it reloads. Once; later calls do
+    /// nothing.
+    pub fn set_config(&self, life: Arc<crate::reload::ConfigLife>) {
+        let _ = self.config.set(life);
     }
 
     /// A receiver that turns `true` once [`AppState::stop`] is called.
@@ -120,21 +191,6 @@ impl AppState {
     /// they do not hold the drain of requests.
     pub fn stop(&self) {
         self.stopping.send_replace(true);
-    }
-
-    /// Whether the configuration names `target`.
-    pub fn is_listed(&self, target: &Target) -> bool {
-        self.listed.contains(target)
-    }
-
-    /// The metric label of `via`: a target of the configuration by name, any other as one
-    /// label, a candidate by its name.
-    pub(crate) fn target_label(&self, via: &Via) -> LabelValue {
-        match via {
-            Via::Target(target) if self.is_listed(target) => LabelValue::Shared(target.shared()),
-            Via::Target(_) => LabelValue::Static("(unlisted)"),
-            Via::Candidate(_) => LabelValue::from(via.to_string()),
-        }
     }
 }
 

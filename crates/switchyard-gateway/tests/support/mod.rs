@@ -231,3 +231,41 @@ pub async fn in_process(yaml: &str) -> SocketAddr {
 pub async fn in_process_url(yaml: &str) -> String {
     format!("http://{}", in_process(yaml).await)
 }
+
+/// Sends `signal` (`HUP`, `TERM`) to a process this test started, by its id.
+pub fn signal(process: &Child, signal: &str) {
+    let status =
+        Command::new("kill").args([&format!("-{signal}"), &process.id().to_string()]).status().unwrap();
+    assert!(status.success(), "kill -{signal} {}", process.id());
+}
+
+/// Waits until `check` gives a value, asking again every 20 ms for at most `within` of real
+/// time (a real process is changing): the value, or a panic naming `what` and the last answer.
+pub async fn until<T>(
+    what: &str,
+    within: std::time::Duration,
+    mut check: impl AsyncFnMut() -> Result<T, String>,
+) -> T {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(last) if std::time::Instant::now() >= deadline => {
+                panic!("{what}: not within {within:?}; last: {last}")
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// Stops a gateway with SIGTERM, as an operator does, and returns its logs once it has exited:
+/// every line it logged has been written (a kill could lose the last batch).
+pub fn stop_flushed(mut server: Child) -> String {
+    signal(&server, "TERM");
+    stopped(server.id());
+    let exit = server.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+    let mut logs = String::new();
+    server.stderr.take().unwrap().read_to_string(&mut logs).unwrap();
+    logs
+}

@@ -79,6 +79,22 @@ impl HealthBoard {
         Self { settings, store }
     }
 
+    /// A board of `settings` over this board's store: what a reconfiguration keeps.
+    pub fn reconfigured(&self, settings: HealthSettings) -> Self {
+        Self { settings, store: self.store.clone() }
+    }
+
+    /// Every target the store holds a record of, with its status.
+    pub fn recorded_targets(&self) -> Vec<(Target, HealthStatus)> {
+        self.store.all().0.into_iter().map(|(target, record)| (target, record.status)).collect()
+    }
+
+    /// Drops the records of `targets` and `credentials` from this process, announcing nothing
+    /// (see [`HealthStore::drop_records`]).
+    pub fn drop_records(&self, targets: &[Target], credentials: &[CredentialId]) {
+        self.store.drop_records(targets, credentials);
+    }
+
     /// The settings the board was built with.
     pub fn settings(&self) -> &HealthSettings {
         &self.settings

@@ -71,6 +71,14 @@ pub trait HealthStore: Send + Sync + 'static {
     fn forget(&self, target: &Target, credentials: &[CredentialId]) {
         let _ = (target, credentials);
     }
+
+    /// Drops what this process holds of `targets` and `credentials`, and every target's rest
+    /// of those credentials, announcing nothing: a reconfiguration removed them, or changed
+    /// them so that what was learned no longer describes them
+    /// ([`Router::reconfigure`](crate::Router::reconfigure)). Unlike an operator's reset, a
+    /// shared store drops its own copies only: the fleet's records are every replica's, and
+    /// other replicas may still run the configuration that names them.
+    fn drop_records(&self, targets: &[Target], credentials: &[CredentialId]);
 }
 
 /// The in-process store: one mutex over two maps, held for microseconds and never across an
@@ -196,6 +204,21 @@ impl HealthStore for MemoryStore {
         let mut state = self.lock();
         state.targets.clear();
         state.credentials.clear();
+    }
+
+    fn drop_records(&self, targets: &[Target], credentials: &[CredentialId]) {
+        let mut state = self.lock();
+        for target in targets {
+            state.targets.remove(target);
+        }
+        for id in credentials {
+            state.credentials.remove(id);
+        }
+        if !credentials.is_empty() {
+            for record in state.targets.values_mut() {
+                record.key_cooldowns.retain(|(id, _)| !credentials.contains(id));
+            }
+        }
     }
 }
 

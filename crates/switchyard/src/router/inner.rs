@@ -18,8 +18,9 @@ use crate::route::Route;
 pub(super) struct RouteSlot {
     pub(super) route: Arc<Route>,
     pub(super) turn: AtomicU64,
-    /// The route's hedge budget, when it hedges.
-    pub(super) hedges: Option<RetryBudget>,
+    /// The route's hedge budget, when it hedges (kept across a reconfiguration that leaves the
+    /// route's hedging as it was).
+    pub(super) hedges: Option<Arc<RetryBudget>>,
     /// A pattern route whose targets name `{model}`: the route filled in for each model a
     /// client asked for, kept so a model is filled once (see [`Route::for_model`]).
     pub(super) filled: Option<Mutex<HashMap<Box<str>, Arc<Route>>>>,
@@ -34,7 +35,7 @@ const FILLED_MAX: usize = 1024;
 impl RouteSlot {
     /// `route` with its hedge budget; `rotates_keys` says whether a provider of it rotates
     /// its keys, which (like a rotating tier) turns affinity on unless the route says.
-    pub(super) fn new(route: Route, hedges: Option<RetryBudget>, rotates_keys: bool) -> Self {
+    pub(super) fn new(route: Route, hedges: Option<Arc<RetryBudget>>, rotates_keys: bool) -> Self {
         let filled = (route.pattern().is_some() && route.fills_model()).then(|| Mutex::new(HashMap::new()));
         let rotates = route.rotation() != crate::route::Rotation::Ordered || rotates_keys;
         let affinity = route.affinity().unwrap_or(rotates);
@@ -58,28 +59,30 @@ impl RouteSlot {
     }
 }
 
-/// What every clone of a router shares.
+/// What every clone of a router shares. The providers and routes are one configuration's; the
+/// boards, the bus, the budgets and the jitter are what the router has learned and are handed
+/// on to the router of the next configuration ([`Router::reconfigure`](super::Router::reconfigure)).
 pub(crate) struct Inner {
     pub(crate) providers: HashMap<Arc<str>, ProviderSlot>,
     pub(super) routes: HashMap<Arc<str>, RouteSlot>,
     pub(super) route_order: Vec<Arc<str>>,
     /// Where sessions were last served.
-    pub(crate) pins: crate::affinity::Pins,
+    pub(crate) pins: Arc<crate::affinity::Pins>,
     /// The pattern routes' names, the longest prefix first.
     pub(super) patterns: Vec<Arc<str>>,
     pub(super) default_route: Arc<str>,
     pub(crate) health: HealthBoard,
-    pub(crate) latency: LatencyBoard,
+    pub(crate) latency: Arc<LatencyBoard>,
     pub(crate) events: EventBus,
-    pub(super) budget: RetryBudget,
+    pub(super) budget: Arc<RetryBudget>,
     pub(super) pacer: Option<Arc<dyn Pacer>>,
-    pub(super) jitter: Jitter,
+    pub(super) jitter: Arc<Jitter>,
 }
 
 impl Inner {
     /// The hedge budget of the route `name`, when it hedges.
     pub(crate) fn hedge_budget(&self, name: &str) -> Option<&RetryBudget> {
-        self.routes.get(name)?.hedges.as_ref()
+        self.routes.get(name)?.hedges.as_deref()
     }
 
     pub(crate) fn publish_all<E: Into<EventKind>>(&self, events: impl IntoIterator<Item = E>) {

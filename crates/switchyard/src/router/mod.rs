@@ -26,6 +26,7 @@ mod inner;
 mod options;
 mod plan;
 mod policy;
+mod reconfigure;
 mod record;
 mod resolve;
 mod run;
@@ -45,7 +46,7 @@ use crate::chat::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsRespon
 use crate::credential::{Credential, CredentialId};
 use crate::events::{EventBus, Subscription};
 use crate::health::{HealthBoard, HealthSettings, HealthSnapshot, HealthStore, TargetHealth};
-use crate::latency::{LatencyBoard, LatencySummary};
+use crate::latency::LatencySummary;
 use crate::pacing::Pacer;
 use crate::route::{Route, RouteConfigError};
 use crate::trail::{Timing, Trail, Via};
@@ -57,6 +58,8 @@ pub use entry::{KeyRotation, Price, ProviderEntry};
 use exchange::{ChatExchange, CountTokensExchange, EmbeddingsExchange, Exchange, Served};
 use inner::{Inner, RouteSlot};
 pub use options::RequestOptions;
+pub use reconfigure::Forgotten;
+use reconfigure::Kept;
 use run::Run;
 use settler::StreamSettler;
 use stream::{Keeping, RoutedStream, StreamExchange};
@@ -262,8 +265,27 @@ impl RouterBuilder {
 
     /// Validates providers and routes together and builds the router.
     pub fn build(self) -> Result<Router, ConfigError> {
+        let health = match self.store.clone() {
+            Some(store) => HealthBoard::with_store(self.health.clone(), store),
+            None => HealthBoard::new(self.health.clone()),
+        };
+        let kept = Kept {
+            health,
+            latency: Arc::default(),
+            events: EventBus::new(self.event_capacity),
+            budget: Arc::new(RetryBudget::new(self.budget)),
+            jitter: Arc::new(Jitter::new(self.seed)),
+            hedges: HashMap::new(),
+            pins: Arc::default(),
+        };
+        self.build_over(kept)
+    }
+
+    /// Builds the router of these providers and routes over `kept`: the boards, bus and
+    /// budgets of a new router, or those a reconfigured one hands on.
+    fn build_over(self, kept: Kept) -> Result<Router, ConfigError> {
         let providers = Self::providers(self.providers)?;
-        let (routes, route_order) = Self::routes(self.routes, &providers)?;
+        let (routes, route_order) = Self::routes(self.routes, &providers, &kept.hedges)?;
         let default_route: Arc<str> = match self.default_route {
             Some(name) => routes
                 .get_key_value(name.as_str())
@@ -274,24 +296,20 @@ impl RouterBuilder {
                 .map(|(k, _)| k.clone())
                 .unwrap_or_else(|| route_order[0].clone()),
         };
-        let health = match self.store {
-            Some(store) => HealthBoard::with_store(self.health, store),
-            None => HealthBoard::new(self.health),
-        };
         Ok(Router {
             inner: Arc::new(Inner {
                 providers,
                 patterns: Self::patterns(&routes, &route_order),
-                pins: crate::affinity::Pins::default(),
+                pins: kept.pins,
                 routes,
                 route_order,
                 default_route,
-                health,
-                latency: LatencyBoard::default(),
-                events: EventBus::new(self.event_capacity),
-                budget: RetryBudget::new(self.budget),
+                health: kept.health,
+                latency: kept.latency,
+                events: kept.events,
+                budget: kept.budget,
                 pacer: self.pacer,
-                jitter: Jitter::new(self.seed),
+                jitter: kept.jitter,
             }),
         })
     }
@@ -319,11 +337,13 @@ impl RouterBuilder {
         patterns
     }
 
-    /// The routes by name and in configuration order; every target must name a provider.
+    /// The routes by name and in configuration order; every target must name a provider. A
+    /// route that hedges as one of `hedges` did keeps that budget.
     #[allow(clippy::type_complexity)]
     fn routes(
         routes: Vec<Route>,
         providers: &HashMap<Arc<str>, ProviderSlot>,
+        hedges: &HashMap<Arc<str>, Arc<RetryBudget>>,
     ) -> Result<(HashMap<Arc<str>, RouteSlot>, Vec<Arc<str>>), ConfigError> {
         if routes.is_empty() {
             return Err(ConfigError::NoRoutes);
@@ -346,11 +366,15 @@ impl RouterBuilder {
             let name = route.name_arc().clone();
             order.push(name.clone());
             let hedges = route.hedge().map(|hedge| {
-                RetryBudget::new(RetryBudgetSettings {
+                let settings = RetryBudgetSettings {
                     ratio: hedge.max_share,
                     min_retries: hedge.min_hedges,
                     window: Duration::from_secs(10),
-                })
+                };
+                match hedges.get(&name) {
+                    Some(kept) if *kept.settings() == settings => kept.clone(),
+                    _ => Arc::new(RetryBudget::new(settings)),
+                }
             });
             let rotates_keys = route
                 .all_targets()

@@ -16,6 +16,7 @@ mod hedging;
 mod pacing;
 mod patterns;
 mod properties;
+mod reconfigure;
 mod recovery;
 mod retry;
 mod streaming;

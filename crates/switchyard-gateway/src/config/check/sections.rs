@@ -155,6 +155,12 @@ impl Validator<'_> {
                 "0 would accept no connection: use at least 1, or leave it out for the default",
             );
         }
+        if config.threads == Some(0) {
+            self.problem(
+                "gateway.threads",
+                "0 would serve nothing: use at least 1, or leave it out for one per core",
+            );
+        }
         Some(GatewaySettings {
             keys,
             admin_key,
@@ -164,7 +170,9 @@ impl Validator<'_> {
             open: config.open.unwrap_or(false),
             metrics_open: config.metrics_open.unwrap_or(false),
             connections: ConnectionLimits { header_timeout, idle_timeout, body_timeout, max_connections },
+            threads: config.threads.and_then(std::num::NonZeroUsize::new),
             shared_state: None,
+            pacer: None,
             responses: self.responses(config.responses.as_ref()),
             drills: Drills::default(),
             telemetry: None,

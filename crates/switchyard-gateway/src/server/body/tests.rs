@@ -112,7 +112,7 @@ fn gateway() -> Arc<AppState> {
 /// A new connection to `state`'s gateway: the client's end.
 fn connect(state: &Arc<AppState>) -> DuplexStream {
     let (client, server) = tokio::io::duplex(64 * 1024);
-    let limits = state.gateway.connections;
+    let limits = state.live().gateway.connections;
     tokio::spawn(crate::connection::serve(server, app(state.clone()), limits, state.stop_signal()));
     client
 }

@@ -5,6 +5,7 @@ use switchyard::trail::{Outcome, Trail, Via};
 
 use crate::metrics::{LabelValue, Metrics, labels};
 use crate::server::AppState;
+use crate::server::state::Live;
 
 use super::{FinishedRequest, Settled};
 
@@ -31,7 +32,7 @@ pub(crate) fn record(state: &AppState, done: &FinishedRequest<'_>) {
         done.elapsed.as_secs_f64(),
     );
     let Some(Settled { trail, timing, .. }) = &done.settled else { return };
-    attempts(state, trail);
+    attempts(state, done.live, trail);
     if let Some(first_token) = timing.first_token {
         metrics.observe(
             "switchyard_time_to_first_token_seconds",
@@ -47,19 +48,19 @@ pub(crate) fn record(state: &AppState, done: &FinishedRequest<'_>) {
 }
 
 /// Each attempt, by target, outcome and error kind; the unreadable events its stream skipped.
-fn attempts(state: &AppState, trail: &Trail) {
+fn attempts(state: &AppState, live: &Live, trail: &Trail) {
     for attempt in trail {
         if attempt.skipped_events > 0 {
             state.metrics.increment(
                 "switchyard_stream_events_skipped_total",
-                labels([("target", state.target_label(&attempt.via))]),
+                labels([("target", live.target_label(&attempt.via))]),
                 u64::from(attempt.skipped_events),
             );
         }
         state.metrics.increment(
             "switchyard_attempts_total",
             labels([
-                ("target", state.target_label(&attempt.via)),
+                ("target", live.target_label(&attempt.via)),
                 ("outcome", attempt.outcome.as_str().into()),
                 ("error_kind", attempt.error_kind().map_or("", |k| k.as_str()).into()),
             ]),
@@ -100,6 +101,7 @@ fn routing(metrics: &Metrics, route: &LabelValue, trail: &Trail, served_by: Opti
 /// Counts the tokens and the cost of an answer a target gave.
 pub(crate) fn usage(
     state: &AppState,
+    live: &Live,
     served_by: &Via,
     usage: Option<switchyard::chat::Usage>,
     cost: Option<f64>,
@@ -107,7 +109,7 @@ pub(crate) fn usage(
     if !matches!(served_by, Via::Target(_)) {
         return;
     }
-    let target = state.target_label(served_by);
+    let target = live.target_label(served_by);
     if let Some(usage) = usage {
         state.metrics.increment(
             "switchyard_tokens_total",
@@ -181,4 +183,8 @@ pub(crate) fn describe(metrics: &Metrics) {
         "Unreadable events of a provider's stream skipped (the stream went on), by target.",
     );
     metrics.describe("switchyard_cost_total", "Cost at the configured prices, by target.");
+    metrics.describe(
+        "switchyard_config_reloads_total",
+        "Configuration reloads, by result: reloaded, unchanged (the same file), rejected (the running one stays).",
+    );
 }

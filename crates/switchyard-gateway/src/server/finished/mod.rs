@@ -57,6 +57,8 @@ pub(crate) struct FinishedRequest<'a> {
     /// The `model` the client named (kept only for a traced request).
     pub model: &'a str,
     pub settled: Option<Settled>,
+    /// The configuration the request ran on: which targets it names, for metric labels.
+    pub live: &'a super::state::Live,
 }
 
 impl FinishedRequest<'_> {
@@ -110,7 +112,15 @@ mod tests {
             trace: None,
             model: "",
             settled,
+            live: live(),
         }
+    }
+
+    /// The demo's configuration, for a request that ran on it.
+    fn live() -> &'static crate::server::Live {
+        let loaded = crate::config::load_demo().unwrap();
+        let exposure = crate::config::Exposure::Loopback;
+        Box::leak(Box::new(crate::server::Live::new(loaded.router, loaded.gateway, &exposure)))
     }
 
     #[test]

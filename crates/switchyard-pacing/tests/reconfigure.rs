@@ -1,0 +1,79 @@
+//! A pacer handed a new configuration's limits: lanes of unchanged limits keep their budgets,
+//! changed ones start fresh, and a rotated key's own lane is dropped.
+
+#![allow(clippy::unwrap_used)]
+
+use switchyard::credential::{CredentialId, Secret};
+use switchyard::pacing::{PaceRequest, Pacer};
+use switchyard_pacing::{LimitPacer, Limits};
+
+fn rpm(n: u32) -> Limits {
+    Limits { requests_per_minute: Some(n), ..Limits::default() }
+}
+
+fn credential(key: &str) -> CredentialId {
+    CredentialId::derive("openai", "https://api.example", Some(&Secret::new(key)))
+}
+
+/// Sends one call on `provider`'s lane with `key`.
+async fn send(pacer: &LimitPacer, provider: &str, key: &CredentialId) {
+    let request =
+        PaceRequest { provider, credential_id: key, estimated_tokens: 1, deadline: None, spill_after: None };
+    let mut permit = pacer.acquire(request).await.unwrap();
+    permit.settle(Some(1));
+}
+
+/// The requests left in `provider`'s lanes, rounded down.
+fn left(pacer: &LimitPacer, provider: &str) -> Vec<u64> {
+    pacer
+        .snapshot()
+        .iter()
+        .filter(|lane| lane.provider == provider)
+        .map(|lane| lane.requests_available.unwrap().floor() as u64)
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lane_of_unchanged_limits_keeps_its_spent_budget_and_a_changed_one_starts_full() {
+    let key = credential("sk-one-0123456789");
+    let pacer = LimitPacer::new([("a".to_owned(), rpm(600)), ("b".to_owned(), rpm(600))]);
+    for _ in 0..5 {
+        send(&pacer, "a", &key).await;
+        send(&pacer, "b", &key).await;
+    }
+    // 600 rpm holds one second's share, 10, as its burst: 5 are spent.
+    assert_eq!(left(&pacer, "a"), [5]);
+
+    let next = pacer.reconfigured([("a".to_owned(), rpm(600)), ("b".to_owned(), rpm(1200))]);
+    assert_eq!(left(&next, "a"), [5], "the same limits: the same budget");
+    assert_eq!(left(&next, "b"), [20], "new limits: a fresh lane");
+    send(&next, "a", &key).await;
+    assert_eq!(left(&pacer, "a"), [4], "one lane, spent through either pacer");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_provider_no_longer_paced_is_not_paced_by_the_next_pacer() {
+    let key = credential("sk-one-0123456789");
+    let pacer = LimitPacer::new([("a".to_owned(), rpm(600))]);
+    send(&pacer, "a", &key).await;
+    let next = pacer.reconfigured([("b".to_owned(), rpm(600))]);
+    assert!(left(&next, "a").is_empty());
+    assert!(!next.keeps_lanes_of(&pacer, "a"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rotated_keys_own_lane_is_dropped_and_the_kept_keys_lane_stays() {
+    let (old, kept) = (credential("sk-old-0123456789"), credential("sk-kept-0123456789"));
+    let per_key = Limits { per_credential: true, ..rpm(600) };
+    let pacer = LimitPacer::new([("a".to_owned(), per_key.clone())]);
+    send(&pacer, "a", &old).await;
+    send(&pacer, "a", &kept).await;
+    send(&pacer, "a", &kept).await;
+
+    let next = pacer.reconfigured([("a".to_owned(), per_key)]);
+    next.retain_keys(|_, id| *id == kept);
+    let lanes = next.snapshot();
+    assert_eq!(lanes.len(), 1, "{lanes:?}");
+    assert_eq!(lanes[0].credential_id.as_ref(), Some(&kept));
+    assert_eq!(left(&next, "a"), [8]);
+}
