@@ -301,7 +301,7 @@ impl Provider for AnthropicProvider {
         true
     }
 
-    fn accepts_prefill(&self) -> bool {
+    fn accepts_prefill(&self, _model: &str) -> bool {
         true
     }
 

@@ -247,6 +247,12 @@ impl Provider for BedrockProvider {
         true
     }
 
+    /// Claude continues a prefill through InvokeModel as on Anthropic's API; a Converse model
+    /// is asked for the whole answer again.
+    fn accepts_prefill(&self, model: &str) -> bool {
+        is_claude(model)
+    }
+
     fn warm(&self) {
         self.client.warm();
     }

@@ -354,7 +354,7 @@ impl Provider for OpenAiProvider {
         true
     }
 
-    fn accepts_prefill(&self) -> bool {
+    fn accepts_prefill(&self, _model: &str) -> bool {
         self.prefill
     }
 

@@ -404,6 +404,12 @@ impl Provider for VertexProvider {
         true
     }
 
+    /// Claude continues a prefill on Vertex as on Anthropic's API; Gemini is asked for the
+    /// whole answer again.
+    fn accepts_prefill(&self, model: &str) -> bool {
+        Publisher::of(model) == Publisher::Anthropic
+    }
+
     fn warm(&self) {
         self.client.warm();
     }

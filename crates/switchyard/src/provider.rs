@@ -95,7 +95,8 @@ pub trait Provider: Send + Sync + 'static {
     /// does on every cloud; an OpenAI-compatible server does when its operator says so. The
     /// default (no) has the router ask such a target for the whole answer again instead, kept
     /// only if it begins with exactly what the caller already has.
-    fn accepts_prefill(&self) -> bool {
+    fn accepts_prefill(&self, model: &str) -> bool {
+        let _ = model;
         false
     }
 

@@ -405,7 +405,7 @@ impl Provider for SimulatedProvider {
         self.state.streams_upstream
     }
 
-    fn accepts_prefill(&self) -> bool {
+    fn accepts_prefill(&self, _model: &str) -> bool {
         self.state.accepts_prefill
     }
 

@@ -224,7 +224,7 @@ impl Exchange for ContinueExchange {
         provider: &'a dyn Provider,
         call: Call<'a>,
     ) -> BoxFuture<'a, Result<Prefetched, ProviderError>> {
-        if provider.accepts_prefill() {
+        if provider.accepts_prefill(call.model) {
             Box::pin(async move {
                 let prefetched = prefetch(provider, call, (&self.prefill, self.reasoning), &self.alive).await;
                 prefetched.map_err(refused_prefill)

@@ -282,7 +282,7 @@ impl switchyard::provider::Provider for Recorder {
         "recorder"
     }
 
-    fn accepts_prefill(&self) -> bool {
+    fn accepts_prefill(&self, _model: &str) -> bool {
         true
     }
 
