@@ -228,11 +228,11 @@ impl Validator<'_> {
         config: &file::ProviderConfig,
     ) -> Option<VertexSettings> {
         if kind != ProviderKind::Vertex {
-            let region = config.region.is_some() && kind != ProviderKind::Bedrock;
-            for (key, given) in [("region", region), ("credentials", config.credentials.is_some())] {
-                if given {
-                    self.problem(format!("{path}.{key}"), "applies only to bedrock and vertex providers");
-                }
+            if config.region.is_some() && kind != ProviderKind::Bedrock {
+                self.problem(format!("{path}.region"), "applies only to bedrock and vertex providers");
+            }
+            if config.credentials.is_some() {
+                self.problem(format!("{path}.credentials"), "applies only to vertex providers");
             }
             return None;
         }
