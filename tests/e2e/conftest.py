@@ -4,6 +4,7 @@ mock upstream (`switchyard-mock`), all on loopback.
 The binaries come from SWITCHYARD_BIN and SWITCHYARD_MOCK_BIN (scripts/e2e builds them).
 """
 
+import itertools
 import json
 import os
 import subprocess
@@ -103,6 +104,9 @@ class Gateway:
         return next((t for t in body["targets"] if t["target"] == target), None)
 
 
+_REPLICAS = itertools.count()
+
+
 class _Gateways:
     """The gateways one fixture starts in `directory`: stopped together, their logs then checked
     for keys."""
@@ -117,6 +121,8 @@ class _Gateways:
         path = self.directory / f"switchyard-{len(self.processes)}.yaml"
         path.write_text(config_yaml)
         env = dict(os.environ, E2E_GATEWAY_KEY=GATEWAY_KEY, E2E_ADMIN_KEY=ADMIN_KEY, **(env or {}))
+        # Replicas on one host are told apart by name (the host name is the default).
+        env.setdefault("SWITCHYARD_REPLICA", f"e2e-{os.getpid()}-{next(_REPLICAS)}")
         log = tempfile.TemporaryFile(mode="w+")
         process = subprocess.Popen(
             [BIN, "serve", "--config", str(path), "--listen", "127.0.0.1:0", "--log-format", "json", *args],

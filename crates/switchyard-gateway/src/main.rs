@@ -114,6 +114,9 @@ enum Command {
         /// Print each event as the JSON the gateway sent, one per line.
         #[arg(long)]
         json: bool,
+        /// Every replica's events (with shared state), each naming its replica.
+        #[arg(long)]
+        fleet: bool,
     },
     /// Configuration commands.
     Config {
@@ -168,7 +171,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cli::chat::chat(&loaded.router, target.or(route).unwrap_or_default(), stream, prompt).await
         }
         Command::Health { url, key } => cli::health::health(&url, key).await,
-        Command::Events { url, key, json } => cli::events::events(&url, key, json).await,
+        Command::Events { url, key, json, fleet } => {
+            let path = if fleet { "/admin/events?scope=fleet" } else { "/admin/events" };
+            cli::events::events(&url, key, json, path).await
+        }
         Command::Config { command: ConfigCommand::Check { file, strict } } => {
             Ok(cli::config::check(&file, strict))
         }

@@ -14,6 +14,8 @@ use switchyard::trail::{Trail, Via};
 #[derive(Debug, Clone)]
 pub struct RequestRecord {
     pub id: String,
+    /// The replica that served it.
+    pub replica: Arc<str>,
     /// When the request arrived.
     pub at: SystemTime,
     pub endpoint: &'static str,
@@ -34,6 +36,7 @@ impl Serialize for RequestRecord {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("request_id", &self.id)?;
+        map.serialize_entry("replica", &*self.replica)?;
         map.serialize_entry("time", &crate::logging::rfc3339(self.at))?;
         map.serialize_entry("endpoint", self.endpoint)?;
         map.serialize_entry("route", &*self.route)?;
@@ -78,6 +81,7 @@ impl Serialize for Summary<'_> {
         let unix = record.at.duration_since(UNIX_EPOCH).unwrap_or_default();
         let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("request_id", &record.id)?;
+        map.serialize_entry("replica", &*record.replica)?;
         map.serialize_entry("time", &crate::logging::rfc3339(record.at))?;
         map.serialize_entry("time_ms", &(unix.as_millis() as u64))?;
         map.serialize_entry("endpoint", record.endpoint)?;
@@ -105,7 +109,7 @@ impl Serialize for Summary<'_> {
 #[derive(Debug)]
 pub struct Recent {
     capacity: usize,
-    entries: Mutex<VecDeque<RequestRecord>>,
+    entries: Mutex<VecDeque<Arc<RequestRecord>>>,
 }
 
 impl Recent {
@@ -114,7 +118,7 @@ impl Recent {
     }
 
     /// Keeps `record`, dropping the oldest when full.
-    pub fn insert(&self, record: RequestRecord) {
+    pub fn insert(&self, record: Arc<RequestRecord>) {
         if self.capacity == 0 {
             return;
         }
@@ -129,7 +133,7 @@ impl Recent {
     }
 
     /// The `limit` newest records, newest first.
-    pub fn latest(&self, limit: usize) -> Vec<RequestRecord> {
+    pub fn latest(&self, limit: usize) -> Vec<Arc<RequestRecord>> {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         entries.iter().rev().take(limit).cloned().collect()
     }
@@ -140,7 +144,7 @@ impl Recent {
     }
 
     /// The record of request `id`, if it is still kept.
-    pub fn get(&self, id: &str) -> Option<RequestRecord> {
+    pub fn get(&self, id: &str) -> Option<Arc<RequestRecord>> {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         entries.iter().rev().find(|record| record.id == id).cloned()
     }
@@ -153,6 +157,7 @@ mod tests {
     fn record(id: &str) -> RequestRecord {
         RequestRecord {
             id: id.to_owned(),
+            replica: "a".into(),
             at: SystemTime::UNIX_EPOCH,
             endpoint: "chat_completions",
             route: "default".into(),
@@ -169,11 +174,11 @@ mod tests {
     fn the_oldest_record_leaves_first() {
         let recent = Recent::new(2);
         for id in ["a", "b", "c"] {
-            recent.insert(record(id));
+            recent.insert(Arc::new(record(id)));
         }
         assert!(recent.get("a").is_none());
-        assert_eq!(recent.get("c").map(|r| r.id), Some("c".to_owned()));
-        let latest: Vec<String> = recent.latest(5).into_iter().map(|r| r.id).collect();
+        assert_eq!(recent.get("c").map(|r| r.id.clone()), Some("c".to_owned()));
+        let latest: Vec<String> = recent.latest(5).into_iter().map(|r| r.id.clone()).collect();
         assert_eq!(latest, ["c", "b"], "newest first, only what is kept");
         assert_eq!(recent.latest(1).len(), 1);
     }

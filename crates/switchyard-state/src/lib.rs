@@ -45,13 +45,16 @@ use switchyard::events::EventBus;
 use switchyard::health::{AllRecords, CredentialRecord, HealthStore, MemoryStore, Records};
 use tokio::sync::mpsc;
 
+pub mod feed;
 pub mod hedges;
 mod link;
+mod members;
 mod pace;
 pub mod responses;
 mod scripts;
 #[doc(hidden)]
 pub mod testing;
+pub mod trails;
 pub mod wire;
 
 use wire::{Change, Key};
@@ -65,7 +68,8 @@ pub struct StateSettings {
     /// Prefixes every key and the channel, so that several fleets can share one Redis.
     /// Default `switchyard`.
     pub prefix: String,
-    /// This replica's id in the fleet. Default: the host name and process id.
+    /// This replica's name in the fleet, unique in it ([`RedisStore::claim`]). Default: the
+    /// host name (a pod's name in Kubernetes).
     pub replica: String,
     /// The bound on every call to Redis (connecting takes twice as long). Default 250 ms.
     pub timeout: Duration,
@@ -129,16 +133,23 @@ impl std::fmt::Debug for StateSettings {
     }
 }
 
-/// The host name and process id, which tell replicas apart in the membership list.
+/// The host name (a pod's name in Kubernetes), which names a replica unless it is told a name.
 fn default_replica_id() -> String {
-    let host = std::fs::read_to_string("/etc/hostname")
+    host_name()
+}
+
+/// This machine's host name, with only the characters a replica id may hold; `host` when
+/// none can be read.
+pub fn host_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
         .ok()
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "host".to_owned());
+        .unwrap_or_default();
     let host: String = host.chars().filter(|c| c.is_ascii_alphanumeric() || "-._".contains(*c)).collect();
-    format!("{host}-{}", std::process::id())
+    if host.is_empty() { "host".to_owned() } else { host }
 }
 
 /// `url` with its password replaced by `****`, for logs, errors and operator displays.
@@ -179,6 +190,16 @@ pub enum StateError {
     /// The replica id is empty or holds characters ids should not.
     #[error("replica id `{0}` must be 1 to 128 letters, digits, `-`, `_`, `.`, `:` or `@`")]
     BadReplica(String),
+    /// Another live replica of the fleet goes by this replica's name.
+    #[error(
+        "replica name `{name}` is taken by a live replica of this fleet ({holder}): give this one another name (state.replica, or SWITCHYARD_REPLICA)"
+    )]
+    NameTaken {
+        /// The name.
+        name: String,
+        /// Who holds it: its host, process id and start time.
+        holder: String,
+    },
 }
 
 /// How the fleet's shared state is doing, as `/admin/health` shows it under `shared_state`.
@@ -215,6 +236,20 @@ pub struct Replica {
     /// replica that does not say, or predates it).
     #[serde(default)]
     pub config_hash: String,
+    /// The host it runs on and its process id.
+    #[serde(default)]
+    pub host: String,
+    #[serde(default)]
+    pub pid: u32,
+    /// When it started, in milliseconds since the Unix epoch (0 from one that does not say).
+    #[serde(default)]
+    pub started_ms: u64,
+    /// The requests it was serving at its last heartbeat.
+    #[serde(default)]
+    pub in_flight: u64,
+    /// What tells this run of the replica from another run under the same name.
+    #[serde(default)]
+    pub instance: String,
 }
 
 /// A change for the background task to write.
@@ -239,6 +274,8 @@ pub(crate) struct Shared {
     fleet: pace::FleetView,
     /// The hash of the configuration this replica runs, told to the fleet with its heartbeat.
     config_hash: Mutex<String>,
+    /// What the heartbeat tells of this run of the replica.
+    pub(crate) member: members::Member,
 }
 
 /// The store's bookkeeping of the shared records: the generation each was last seen at, and
@@ -309,6 +346,7 @@ impl RedisStore {
             events: Mutex::new(None),
             fleet: pace::FleetView::default(),
             config_hash: Mutex::new(String::new()),
+            member: members::Member::new(),
         });
         Ok(Self { shared, client, ops, pace, inbox: Mutex::new(Some((inbox, pace_inbox))) })
     }
@@ -355,6 +393,21 @@ impl RedisStore {
     /// This replica's id.
     pub fn replica(&self) -> &str {
         &self.shared.settings.replica
+    }
+
+    /// Reads how many requests this replica is serving, for its heartbeat (the operator page
+    /// shows every replica's). Once; later calls change nothing.
+    pub fn count_in_flight_with(&self, count: impl Fn() -> u64 + Send + Sync + 'static) {
+        let _ = self.shared.member.in_flight.set(Box::new(count));
+    }
+
+    /// Claims this replica's name in the fleet before it serves: refused with
+    /// [`StateError::NameTaken`] while another live replica holds it. A claim left by a run
+    /// that stopped without leaving (killed) lapses with its heartbeat, which this waits for
+    /// (three reconcile periods at most). When Redis does not answer, the name is not checked
+    /// (`Ok(false)`): the replica serves from its own memory, as it would anyway.
+    pub async fn claim(&self) -> Result<bool, StateError> {
+        members::claim(&self.shared, &self.client).await
     }
 
     /// Queues `changes` for the background task, noting what this replica knew of each

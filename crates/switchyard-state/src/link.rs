@@ -675,15 +675,12 @@ impl Link {
     async fn reconcile(&mut self) {
         let Some(mut conn) = self.conn.clone() else { return };
         let config_hash = self.shared.config_hash.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let info = serde_json::json!({
-            "id": self.settings().replica,
-            "version": env!("CARGO_PKG_VERSION"),
-            "config_hash": config_hash,
-        });
+        let info = self.shared.member.describe(&self.settings().replica, &config_hash);
+        let info = serde_json::to_string(&info).unwrap_or_default();
         let scripts = self.scripts.clone();
         let mut call = scripts.sync.prepare_invoke();
-        let ttl = (self.settings().reconcile_every * 3).as_millis().max(1_000) as u64;
-        call.arg(&self.settings().prefix).arg(&self.settings().replica).arg(ttl).arg(info.to_string());
+        let ttl = crate::members::heartbeat_ttl(self.settings().reconcile_every).as_millis() as u64;
+        call.arg(&self.settings().prefix).arg(&self.settings().replica).arg(ttl).arg(info);
         let known = if self.full_resync { -1 } else { self.highest as i64 };
         // A fresh proposal each time: a replica that finds the records gone must not set the
         // epoch it already knows, or it would not notice.

@@ -18,18 +18,24 @@ const FIRST_WAIT: Duration = Duration::from_millis(250);
 /// The longest wait between two tries: a restarted gateway is followed within this.
 const MOST_WAIT: Duration = Duration::from_secs(5);
 
-pub(crate) async fn events(url: &str, key: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
+/// Follows the events at `path` (`/admin/events`, or with `?scope=fleet` the fleet's).
+pub(crate) async fn events(
+    url: &str,
+    key: Option<String>,
+    json: bool,
+    path: &str,
+) -> anyhow::Result<ExitCode> {
     let url = gateway_url(url);
     let follow = async {
         // The first connection must work: a wrong address or key is said at once.
-        let mut response = connect(&url, key.clone()).await.map_err(|failure| failure.error)?;
+        let mut response = connect(&url, path, key.clone()).await.map_err(|failure| failure.error)?;
         loop {
             let why = match relay(response, json).await {
                 Relayed::OutputClosed => return Ok(ExitCode::SUCCESS),
                 Relayed::Ended(why) => why,
             };
             eprintln!("switchyard: the event stream from {url} dropped ({why}); reconnecting");
-            response = reconnect(&url, &key).await?;
+            response = reconnect(&url, path, &key).await?;
             eprintln!("switchyard: the event stream from {url} is back");
         }
     };
@@ -47,9 +53,8 @@ struct Failure {
 }
 
 /// Opens the event stream.
-async fn connect(url: &str, key: Option<String>) -> Result<reqwest::Response, Failure> {
-    let response =
-        admin_get(url, "/admin/events", key).await.map_err(|error| Failure { error, refused: false })?;
+async fn connect(url: &str, path: &str, key: Option<String>) -> Result<reqwest::Response, Failure> {
+    let response = admin_get(url, path, key).await.map_err(|error| Failure { error, refused: false })?;
     let status = response.status();
     if status.is_success() {
         return Ok(response);
@@ -62,11 +67,11 @@ async fn connect(url: &str, key: Option<String>) -> Result<reqwest::Response, Fa
 
 /// Tries again until the stream opens, waiting longer after each failure (never longer than
 /// [`MOST_WAIT`]); a refused key ends it.
-async fn reconnect(url: &str, key: &Option<String>) -> anyhow::Result<reqwest::Response> {
+async fn reconnect(url: &str, path: &str, key: &Option<String>) -> anyhow::Result<reqwest::Response> {
     let mut wait = FIRST_WAIT;
     loop {
         tokio::time::sleep(wait).await;
-        match connect(url, key.clone()).await {
+        match connect(url, path, key.clone()).await {
             Ok(response) => return Ok(response),
             Err(failure) if failure.refused => return Err(failure.error),
             Err(_) => wait = (wait * 2).min(MOST_WAIT),

@@ -90,6 +90,9 @@ async fn serve_logged(
     log: Option<BatchedStderr>,
 ) -> anyhow::Result<ExitCode> {
     let exposure = check_exposure(addr, &loaded, log.as_ref())?;
+    if let Some(store) = &loaded.gateway.shared_state {
+        claim_name(store).await?;
+    }
     // Before the banner: a SIGHUP from then on reloads, never kills.
     let hangups = hangups()?;
     let listener =
@@ -201,11 +204,30 @@ fn print_banner(local: SocketAddr, loaded: &Loaded) {
 /// exchanged (those of the routes in force, which a reload may change).
 fn join_fleet(store: &Arc<RedisStore>, state: &Arc<AppState>) {
     store.publish_events_to(state.live().router.events().clone());
+    state.share_trails(store);
+    let counted = Arc::downgrade(state);
+    store.count_in_flight_with(move || counted.upgrade().map_or(0, |state| state.in_flight()));
     store.start();
     // Hedge budgets counted fleet-wide: each replica's windows exchanged once a second.
     let state = Arc::downgrade(state);
     switchyard_state::hedges::SharedHedges::new(store)
         .start_with(move || state.upgrade().map(|state| state.live().router.clone()));
+}
+
+/// Claims the replica's name in the fleet: a live replica of the same name stops this one
+/// here, before it listens; a Redis that does not answer leaves the name unchecked.
+async fn claim_name(store: &RedisStore) -> anyhow::Result<()> {
+    match store.claim().await {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            tracing::warn!(
+                replica = store.replica(),
+                "Redis did not answer: the replica's name is not checked against the fleet"
+            );
+            Ok(())
+        }
+        Err(error) => Err(error.into()),
+    }
 }
 
 /// What a shutdown needs once the grace period is over.

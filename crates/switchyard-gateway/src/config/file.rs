@@ -83,6 +83,9 @@ pub struct StateConfig {
     pub redis: String,
     /// Prefixes every key, so that several fleets can share one Redis. Default `switchyard`.
     pub prefix: Option<String>,
+    /// This replica's name in the fleet, unique in it: else `SWITCHYARD_REPLICA`, else the
+    /// host name (a pod's name in Kubernetes).
+    pub replica: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

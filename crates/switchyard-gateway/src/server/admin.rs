@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -248,7 +248,7 @@ fn fleet_reach(live: &Live) -> &'static str {
     }
 }
 
-fn bad_request(message: String) -> Response {
+pub(super) fn bad_request(message: String) -> Response {
     ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message).into_response(Dialect::OpenAi, "")
 }
 
@@ -262,30 +262,6 @@ async fn small_body(state: &AppState, body: Body, refusal: &str) -> Result<Bytes
         }
         Err(_) => Err(bad_request(refusal.to_owned())),
     }
-}
-
-/// `GET /admin/requests?limit=N`: the newest requests kept, newest first (50 by default).
-pub async fn requests(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Query(query): Query<Vec<(String, String)>>,
-) -> Response {
-    if !admin_allowed(&state, &headers) {
-        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
-    }
-    let mut limit = 50;
-    for (name, value) in &query {
-        match name.as_str() {
-            "limit" => match value.parse::<usize>() {
-                Ok(n) if n > 0 => limit = n,
-                _ => return bad_request(format!("limit `{value}` is not a positive whole number")),
-            },
-            other => return bad_request(format!("unknown parameter `{other}`: only `limit` is taken")),
-        }
-    }
-    let records = state.recent.latest(limit);
-    let requests: Vec<_> = records.iter().map(|record| record.summary()).collect();
-    axum::Json(json!({ "requests": requests, "kept": state.recent.capacity() })).into_response()
 }
 
 /// `POST /admin/simulated/{provider}`: a fault drill on a simulated provider.
@@ -316,28 +292,6 @@ pub async fn drill(
                 .into_response(Dialect::OpenAi, "")
         }
         Err(DrillError::Invalid(message)) => bad_request(message),
-    }
-}
-
-pub async fn request(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Response {
-    if !admin_allowed(&state, &headers) {
-        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
-    }
-    match state.recent.get(&id) {
-        Some(record) => axum::Json(record).into_response(),
-        None => ApiError::new(
-            StatusCode::NOT_FOUND,
-            "unknown_request",
-            format!(
-                "no recent request `{id}`: only the last {} are kept",
-                state.live().gateway.recent_requests
-            ),
-        )
-        .into_response(Dialect::OpenAi, ""),
     }
 }
 

@@ -30,7 +30,7 @@ use super::errors::ApiError;
 use super::state::AppState;
 use crate::recent::RequestRecord;
 
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
+pub(super) const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// How many of the router's recent events the gateway keeps for a new subscriber
 /// (`?recent=N`): as many as the operator page shows.
@@ -116,18 +116,15 @@ pub async fn stream(
     if !admin_allowed(&state, &headers) {
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
-    let mut recent = 0;
-    for (name, value) in &query {
-        let message = match (name.as_str(), value.parse::<usize>()) {
-            ("recent", Ok(n)) if n <= HISTORY => {
-                recent = n;
-                continue;
-            }
-            ("recent", _) => format!("recent `{value}` is not a whole number from 0 to {HISTORY}"),
-            (other, _) => format!("unknown parameter `{other}`: only `recent` is taken"),
-        };
-        return ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
-            .into_response(Dialect::OpenAi, "");
+    let (recent, fleet) = match parameters(&query) {
+        Ok(asked) => asked,
+        Err(message) => {
+            return ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+                .into_response(Dialect::OpenAi, "");
+        }
+    };
+    if fleet {
+        return super::fleet_events::stream(&state, recent).await;
     }
     let (events, replay) = state.feed.follow(&state.live().router, recent);
     let feed = Feed {
@@ -144,7 +141,32 @@ pub async fn stream(
         let frame = feed.next().await?;
         Some((Ok::<_, std::convert::Infallible>(frame), feed))
     });
-    let mut response = Body::from_stream(body).into_response();
+    event_stream(Body::from_stream(body))
+}
+
+/// `recent` and whether the fleet's events are asked for (`scope=fleet`).
+fn parameters(query: &[(String, String)]) -> Result<(usize, bool), String> {
+    let (mut recent, mut fleet) = (0, false);
+    for (name, value) in query {
+        match (name.as_str(), value.parse::<usize>()) {
+            ("recent", Ok(n)) if n <= HISTORY => recent = n,
+            ("recent", _) => {
+                return Err(format!("recent `{value}` is not a whole number from 0 to {HISTORY}"));
+            }
+            ("scope", _) => match value.as_str() {
+                "fleet" => fleet = true,
+                "replica" => fleet = false,
+                other => return Err(format!("scope `{other}` is not `fleet` or `replica`")),
+            },
+            (other, _) => return Err(format!("unknown parameter `{other}`: `recent` and `scope` are taken")),
+        }
+    }
+    Ok((recent, fleet))
+}
+
+/// A response of server-sent events with `body`.
+pub(super) fn event_stream(body: Body) -> Response {
+    let mut response = body.into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -242,7 +264,7 @@ impl Feed {
 }
 
 /// One SSE frame. The JSON is on one line, so one `data:` field carries it.
-fn frame(name: &str, json: &str) -> Vec<u8> {
+pub(super) fn frame(name: &str, json: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(name.len() + json.len() + 16);
     out.extend_from_slice(b"event: ");
     out.extend_from_slice(name.as_bytes());

@@ -1,10 +1,12 @@
 //! Request ids: a process prefix and a counter.
 
+use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Request ids: a process prefix (start time) and a counter; cheap and unique enough to find a
-/// request in logs and in `/admin/requests/{id}`.
+/// Request ids: a random process prefix (48 bits) and a counter; cheap, and unique across a
+/// fleet, so that an id names one request in logs and in `/admin/requests/{id}` on any replica
+/// (a prefix of the start time alone was the same for two replicas started in one millisecond).
 pub(crate) struct IdSource {
     prefix: String,
     next: AtomicU64,
@@ -12,8 +14,7 @@ pub(crate) struct IdSource {
 
 impl IdSource {
     pub(crate) fn new() -> Self {
-        let start = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
-        Self { prefix: format!("req_{:x}", start & 0xffff_ffff), next: AtomicU64::new(1) }
+        Self { prefix: format!("req_{:012x}", random_prefix()), next: AtomicU64::new(1) }
     }
 
     /// The prefix and the counter in at least six hex digits, written digit by digit: this
@@ -30,6 +31,15 @@ impl IdSource {
     }
 }
 
+/// 48 random bits: the process's random hasher keys (from the operating system) over the
+/// start time and the process id.
+fn random_prefix() -> u64 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos());
+    hasher.write_u32(std::process::id());
+    hasher.finish() & 0xffff_ffff_ffff
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -40,5 +50,13 @@ mod tests {
             let ids = IdSource { prefix: "req_1f".to_owned(), next: AtomicU64::new(n) };
             assert_eq!(ids.next(), format!("req_1f{n:06x}"));
         }
+    }
+
+    #[test]
+    fn two_sources_made_at_once_hand_out_different_ids() {
+        let (a, b) = (IdSource::new(), IdSource::new());
+        let (x, y) = (a.next(), b.next());
+        assert_ne!(x, y, "two replicas started together must not share ids");
+        assert_eq!(x.len(), "req_".len() + 12 + 6);
     }
 }

@@ -15,6 +15,8 @@ mod deliver;
 mod errors;
 mod events;
 mod finished;
+mod fleet_events;
+mod history;
 mod ids;
 mod lifecycle;
 mod openai;
@@ -68,8 +70,8 @@ pub fn app(state: Arc<AppState>) -> HttpRouter {
         .route("/admin/health", get(admin::health))
         .route("/admin/health/reset", post(admin::reset))
         .route("/admin/config/reload", post(admin::reload))
-        .route("/admin/requests", get(admin::requests))
-        .route("/admin/requests/{id}", get(admin::request))
+        .route("/admin/requests", get(history::requests))
+        .route("/admin/requests/{id}", get(history::request))
         .route("/admin/events", get(events::stream))
         .route("/admin/simulated/{provider}", post(admin::drill))
         .route("/admin", get(page::redirect))

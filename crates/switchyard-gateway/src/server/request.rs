@@ -76,6 +76,7 @@ impl RequestContext {
                     && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
             })
             .map_or_else(|| state.ids.next(), str::to_owned);
+        state.begun.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Self {
             id,
             dialect,
@@ -169,6 +170,7 @@ impl RequestContext {
     /// The request as it ended, once: its metrics, its trace, its access-log line, then its
     /// record in the history and on the event feed.
     pub(crate) fn finish(&self, state: &AppState, ending: Ending<'_>) {
+        state.ended.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let done = self.finished(ending);
         finished::metrics::record(state, &done);
         finished::telemetry::record(state, &done);

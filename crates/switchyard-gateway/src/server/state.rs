@@ -95,6 +95,13 @@ pub struct AppState {
     stopping: tokio::sync::watch::Sender<bool>,
     pub(crate) access: AccessLog,
     pub(crate) ids: IdSource,
+    /// This replica's name: the fleet's (`state.replica`), else the host name.
+    pub replica: Arc<str>,
+    /// The fleet's trails, once [`AppState::share_trails`] started them.
+    pub(crate) trails: OnceLock<crate::fleet::FleetTrails>,
+    /// Requests begun and ended, for the in-flight count the fleet's heartbeat carries.
+    pub(crate) begun: std::sync::atomic::AtomicU64,
+    pub(crate) ended: std::sync::atomic::AtomicU64,
 }
 
 impl AppState {
@@ -124,6 +131,10 @@ impl AppState {
         }
         let telemetry = gateway.telemetry.as_ref().and_then(|settings| start_telemetry(settings, &router));
         let feed = events::RequestFeed::new(&router);
+        let replica: Arc<str> = match &gateway.shared_state {
+            Some(store) => store.replica().into(),
+            None => switchyard_state::host_name().into(),
+        };
         Arc::new(Self {
             telemetry,
             recent: Recent::new(gateway.recent_requests),
@@ -151,6 +162,10 @@ impl AppState {
             stopping: tokio::sync::watch::Sender::new(false),
             access,
             ids: IdSource::new(),
+            replica,
+            trails: OnceLock::new(),
+            begun: Default::default(),
+            ended: Default::default(),
         })
     }
 
@@ -180,6 +195,30 @@ impl AppState {
     /// nothing.
     pub fn set_config(&self, life: Arc<crate::reload::ConfigLife>) {
         let _ = self.config.set(life);
+    }
+
+    /// Publishes each finished request's trail to the fleet's Redis from now on (this
+    /// replica's newest `gateway.recent_requests`, each kept an hour), so that every replica
+    /// finds it. Once; later calls do nothing. Needs a tokio runtime.
+    pub fn share_trails(&self, store: &switchyard_state::RedisStore) {
+        let kept = self.recent.capacity();
+        if kept > 0 && self.trails.get().is_none() {
+            let events = self.live().router.subscribe();
+            let _ = self.trails.set(crate::fleet::FleetTrails::start(
+                store,
+                kept,
+                crate::fleet::TRAIL_TTL,
+                events,
+            ));
+        }
+    }
+
+    /// The requests being served: begun and not yet ended.
+    pub fn in_flight(&self) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        // Ended read first: a request ending between the two reads is not counted below zero.
+        let ended = self.ended.load(Relaxed);
+        self.begun.load(Relaxed).saturating_sub(ended)
     }
 
     /// A receiver that turns `true` once [`AppState::stop`] is called.

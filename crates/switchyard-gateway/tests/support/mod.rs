@@ -151,6 +151,13 @@ pub fn run_in(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> (i32, String, 
 /// Starts a gateway as `command` says, with its stdout and stderr piped: the process, the
 /// loopback address to reach it at and the banner's `config:` line, or its exit code and stderr.
 fn start(mut command: Command) -> Result<(Child, String, String), (i32, String)> {
+    // Replicas of one host are told apart by name (the host name is the default), unless the
+    // test names them itself.
+    if !command.get_envs().any(|(name, _)| name == "SWITCHYARD_REPLICA") {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        command.env("SWITCHYARD_REPLICA", format!("test-{}-{n}", std::process::id()));
+    }
     let mut server = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     started(server.id());
     let mut stdout = BufReader::new(server.stdout.take().unwrap());

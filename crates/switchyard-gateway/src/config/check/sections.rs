@@ -199,11 +199,23 @@ impl Validator<'_> {
         if let Some(prefix) = &config.prefix {
             settings.prefix = prefix.clone();
         }
+        let named = config.replica.as_ref().map(|name| (name.trim().to_owned(), "state.replica"));
+        let named = named.or_else(|| {
+            (self.env)("SWITCHYARD_REPLICA").map(|name| (name.trim().to_owned(), "SWITCHYARD_REPLICA"))
+        });
+        let mut replica_from = "state.replica";
+        if let Some((name, from)) = named {
+            settings.replica = name;
+            replica_from = from;
+        }
         match settings.check() {
             Ok(()) => Some(settings),
             Err(error) => {
-                let path =
-                    if matches!(error, StateError::BadPrefix(_)) { "state.prefix" } else { "state.redis" };
+                let path = match error {
+                    StateError::BadPrefix(_) => "state.prefix",
+                    StateError::BadReplica(_) => replica_from,
+                    _ => "state.redis",
+                };
                 self.problem(path, error.to_string());
                 None
             }

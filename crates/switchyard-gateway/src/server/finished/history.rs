@@ -11,6 +11,7 @@ pub(crate) fn keep(state: &AppState, done: FinishedRequest<'_>) {
     let Some(Settled { trail, timing, .. }) = done.settled else { return };
     let record = RequestRecord {
         id: done.id.to_owned(),
+        replica: state.replica.clone(),
         at: done.wall,
         endpoint: done.endpoint,
         route: done.route,
@@ -22,6 +23,10 @@ pub(crate) fn keep(state: &AppState, done: FinishedRequest<'_>) {
         trail,
     };
     let line = state.feed.render(&record);
+    let record = std::sync::Arc::new(record);
+    if let Some(trails) = state.trails.get() {
+        trails.publish(record.clone());
+    }
     state.recent.insert(record);
     state.feed.send(line);
 }

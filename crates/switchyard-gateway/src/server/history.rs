@@ -1,0 +1,249 @@
+//! `GET /admin/requests` and `GET /admin/requests/{id}`: the recent requests of the fleet
+//! (with shared state: every replica's, through the trails in Redis) or of this replica, and
+//! one request's whole trail, found on whichever replica served it.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use switchyard::chat::Dialect;
+
+use super::admin::{admin_allowed, bad_request};
+use super::auth::unauthorized;
+use super::errors::ApiError;
+use super::state::AppState;
+
+/// Lines read from the fleet per line asked for, when filters may pass over most of them.
+const FILTERED_WINDOW: usize = 20;
+/// The fleet's lines read for one list at most.
+const MAX_WINDOW: usize = 5000;
+
+/// What a list asks for: how many, which, and from where.
+#[derive(Debug, Default)]
+struct Filter {
+    limit: usize,
+    route: Option<String>,
+    status: Option<StatusFilter>,
+    target: Option<String>,
+    replica: Option<String>,
+    /// This replica's memory only, fleet or not.
+    local: bool,
+}
+
+/// `status=429`, `status=5xx`, or `status=error` (400 and above).
+#[derive(Debug, Clone, Copy)]
+enum StatusFilter {
+    Exact(u16),
+    Class(u16),
+    Error,
+}
+
+impl StatusFilter {
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "error" => Some(Self::Error),
+            class if class.len() == 3 && class.ends_with("xx") => {
+                class[..1].parse::<u16>().ok().filter(|c| (1..=5).contains(c)).map(Self::Class)
+            }
+            exact => exact.parse::<u16>().ok().filter(|s| (100..600).contains(s)).map(Self::Exact),
+        }
+    }
+
+    fn admits(self, status: u16) -> bool {
+        match self {
+            Self::Exact(wanted) => status == wanted,
+            Self::Class(class) => status / 100 == class,
+            Self::Error => status >= 400,
+        }
+    }
+}
+
+impl Filter {
+    fn parse(query: &[(String, String)]) -> Result<Self, String> {
+        let mut filter = Filter { limit: 50, ..Filter::default() };
+        for (name, value) in query {
+            match name.as_str() {
+                "limit" => match value.parse::<usize>() {
+                    Ok(n) if n > 0 => filter.limit = n.min(MAX_WINDOW),
+                    _ => return Err(format!("limit `{value}` is not a positive whole number")),
+                },
+                "route" => filter.route = Some(value.clone()),
+                "target" => filter.target = Some(value.clone()),
+                "replica" => filter.replica = Some(value.clone()),
+                "status" => {
+                    let parsed = StatusFilter::parse(value);
+                    filter.status = Some(parsed.ok_or_else(|| {
+                        format!("status `{value}` is not a status (429), a class (5xx) or `error`")
+                    })?);
+                }
+                "scope" => match value.as_str() {
+                    "fleet" => filter.local = false,
+                    "replica" => filter.local = true,
+                    other => return Err(format!("scope `{other}` is not `fleet` or `replica`")),
+                },
+                other => {
+                    return Err(format!(
+                        "unknown parameter `{other}`: `limit`, `route`, `status`, `target`, `replica` and `scope` are taken"
+                    ));
+                }
+            }
+        }
+        Ok(filter)
+    }
+
+    fn narrows(&self) -> bool {
+        self.route.is_some() || self.status.is_some() || self.target.is_some() || self.replica.is_some()
+    }
+
+    /// Whether a request's line (as `/admin/requests` lists it) passes.
+    fn admits(&self, line: &Value) -> bool {
+        let text = |key: &str| line.get(key).and_then(Value::as_str);
+        let route_ok = self.route.as_deref().is_none_or(|route| text("route") == Some(route));
+        let replica_ok = self.replica.as_deref().is_none_or(|replica| text("replica") == Some(replica));
+        let status = line.get("status").and_then(Value::as_u64).unwrap_or_default() as u16;
+        let status_ok = self.status.is_none_or(|filter| filter.admits(status));
+        let target_ok = self.target.as_deref().is_none_or(|target| {
+            text("served_by") == Some(target)
+                || line["failed"].as_array().is_some_and(|failed| failed.iter().any(|t| t == target))
+        });
+        route_ok && replica_ok && status_ok && target_ok
+    }
+}
+
+/// `GET /admin/requests`: the newest requests, newest first (50 by default), filtered by
+/// `route`, `status`, `target` (served by it, or failed on it) and `replica`. With shared
+/// state, the fleet's (`scope=replica` for this replica's alone); when Redis does not answer,
+/// this replica's, marked `partial`.
+pub async fn requests(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Response {
+    if !admin_allowed(&state, &headers) {
+        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+    }
+    let filter = match Filter::parse(&query) {
+        Ok(filter) => filter,
+        Err(message) => return bad_request(message),
+    };
+    let kept = state.recent.capacity();
+    let mut body = match (state.trails.get(), filter.local) {
+        (Some(trails), false) => {
+            let window = if filter.narrows() { filter.limit * FILTERED_WINDOW } else { filter.limit };
+            match trails.shared().latest(window.min(MAX_WINDOW)).await {
+                Ok(lines) => {
+                    let lines = lines.iter().filter_map(|line| serde_json::from_slice::<Value>(line).ok());
+                    let requests: Vec<Value> =
+                        lines.filter(|line| filter.admits(line)).take(filter.limit).collect();
+                    json!({ "requests": requests, "scope": "fleet", "partial": false })
+                }
+                Err(reason) => {
+                    let mut body = local(&state, &filter);
+                    body["partial"] = json!(true);
+                    body["reason"] = json!(format!(
+                        "the fleet's trails could not be read ({reason}): this replica's alone"
+                    ));
+                    body
+                }
+            }
+        }
+        _ => local(&state, &filter),
+    };
+    body["kept"] = json!(kept);
+    body["replica"] = json!(&*state.replica);
+    axum::Json(body).into_response()
+}
+
+/// This replica's own list, as `requests` answers it.
+fn local(state: &AppState, filter: &Filter) -> Value {
+    let records = state.recent.latest(state.recent.capacity());
+    let requests: Vec<Value> = records
+        .iter()
+        .filter_map(|record| serde_json::to_value(record.summary()).ok())
+        .filter(|line| filter.admits(line))
+        .take(filter.limit)
+        .collect();
+    json!({ "requests": requests, "scope": "replica", "partial": false })
+}
+
+/// `GET /admin/requests/{id}`: a request's whole trail, from this replica's memory or, with
+/// shared state, from the fleet's trails; its `replica` names the replica that served it.
+pub async fn request(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if !admin_allowed(&state, &headers) {
+        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+    }
+    if let Some(record) = state.recent.get(&id) {
+        return axum::Json(record).into_response();
+    }
+    let kept = state.recent.capacity();
+    let here = format!("this replica's ({}) last {kept} requests", state.replica);
+    let Some(trails) = state.trails.get() else {
+        return unknown(
+            format!(
+                "no request `{id}` among {here}: without shared state, only the replica that served a request knows it"
+            ),
+            false,
+        );
+    };
+    match trails.shared().get(&id).await {
+        Ok(Some(record)) => ([(header::CONTENT_TYPE, "application/json")], record).into_response(),
+        Ok(None) => unknown(
+            format!(
+                "no request `{id}` among {here} nor the fleet's trails (each replica's last {kept}, kept {} min)",
+                crate::fleet::TRAIL_TTL.as_secs() / 60
+            ),
+            false,
+        ),
+        Err(reason) => unknown(
+            format!("no request `{id}` among {here}; the fleet's trails could not be searched: {reason}"),
+            true,
+        ),
+    }
+}
+
+/// The 404 of a request not found, saying what was searched; `partial` when the fleet's
+/// trails could not be.
+fn unknown(message: String, partial: bool) -> Response {
+    let mut response =
+        ApiError::new(StatusCode::NOT_FOUND, "unknown_request", message).into_response(Dialect::OpenAi, "");
+    if partial {
+        response.headers_mut().insert("x-switchyard-partial", header::HeaderValue::from_static("true"));
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(query: &[(&str, &str)]) -> Result<Filter, String> {
+        let query: Vec<(String, String)> =
+            query.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        Filter::parse(&query)
+    }
+
+    #[test]
+    fn a_filter_admits_the_lines_it_names() {
+        let line = json!({ "route": "default", "replica": "a", "status": 502, "served_by": null, "failed": ["p:m"] });
+        assert!(parse(&[("status", "5xx")]).unwrap().admits(&line));
+        assert!(parse(&[("status", "error"), ("target", "p:m")]).unwrap().admits(&line));
+        assert!(!parse(&[("status", "429")]).unwrap().admits(&line));
+        assert!(!parse(&[("replica", "b")]).unwrap().admits(&line));
+        assert!(!parse(&[("route", "other")]).unwrap().admits(&line));
+        assert!(parse(&[("route", "default"), ("replica", "a")]).unwrap().admits(&line));
+    }
+
+    #[test]
+    fn a_bad_parameter_is_named() {
+        assert!(parse(&[("status", "teapot")]).unwrap_err().contains("teapot"));
+        assert!(parse(&[("scope", "world")]).unwrap_err().contains("world"));
+        assert!(parse(&[("colour", "red")]).unwrap_err().contains("colour"));
+        assert!(parse(&[("limit", "0")]).unwrap_err().contains("limit"));
+    }
+}

@@ -1,0 +1,224 @@
+//! One fleet, one view: three `switchyard serve` replicas named `a`, `b` and `c` on one real
+//! `redis-server`. A request served by one is found through the others with its replica
+//! named; the fleet's list holds every replica's requests, newest first, and filters; the
+//! fleet's event stream carries a circuit opening on `a` as `c` serves it; with Redis stalled
+//! lookups answer from the replica's memory, marked partial, while requests flow; and a
+//! replica started under a live replica's name is refused, naming the holder.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::process::Child;
+use std::time::Duration;
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use switchyard_state::testing::RedisServer;
+
+const API_KEY: &str = "sk-view-upstream-secret-0123456789";
+const CLIENT_KEY: &str = "sk-view-client-secret-0123456789";
+const ADMIN_KEY: &str = "view-admin-secret-0123456789";
+
+/// `down` answers 500; every other model answers.
+async fn upstream(Json(body): Json<Value>) -> Response {
+    let model = body["model"].as_str().unwrap_or_default().to_owned();
+    if model == "down" {
+        let body = json!({ "error": { "message": "down", "type": "server_error", "code": "server_error" } });
+        return (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response();
+    }
+    Json(json!({
+        "id": "chatcmpl-view", "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{ "index": 0, "message": { "role": "assistant", "content": "ok" }, "finish_reason": "stop" }],
+        "usage": { "prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2 }
+    }))
+    .into_response()
+}
+
+async fn start_upstream() -> SocketAddr {
+    let app = axum::Router::new().route("/v1/chat/completions", post(upstream));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+fn config(upstream: SocketAddr, redis: &str) -> String {
+    format!(
+        "providers:
+  up: {{ kind: openai_compatible, base_url: 'http://{upstream}/v1', api_key: {API_KEY} }}
+  dead: {{ kind: openai_compatible, base_url: 'http://{upstream}/v1', api_key: {API_KEY}-d }}
+routes:
+  default: {{ targets: [up:ok] }}
+  other: {{ targets: [up:other] }}
+  down: {{ targets: [dead:down, up:ok], retry: {{ max_attempts: 3, backoff_base: 1ms, backoff_max: 2ms }}, health_gate: false }}
+health: {{ failure_threshold: 3 }}
+gateway: {{ keys: [{CLIENT_KEY}], admin_key: {ADMIN_KEY} }}
+state: {{ redis: '{redis}', prefix: view-test }}
+"
+    )
+}
+
+struct Fleet {
+    replicas: Vec<(Child, String)>,
+    client: reqwest::Client,
+}
+
+impl Fleet {
+    /// A chat through `replica`: its status and request id.
+    async fn chat(&self, replica: usize, model: &str) -> (u16, String) {
+        let url = format!("http://{}/v1/chat/completions", self.replicas[replica].1);
+        let body = json!({ "model": model, "messages": [{ "role": "user", "content": "hi" }] });
+        let response = self.client.post(url).bearer_auth(CLIENT_KEY).json(&body).send().await.unwrap();
+        let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
+        (response.status().as_u16(), id)
+    }
+
+    async fn admin(&self, replica: usize, path: &str) -> (u16, Value) {
+        let url = format!("http://{}{path}", self.replicas[replica].1);
+        let response = self.client.get(url).bearer_auth(ADMIN_KEY).send().await.unwrap();
+        (response.status().as_u16(), response.json().await.unwrap_or_default())
+    }
+
+    /// Asks `replica` for `path` until `check` holds of its answer (the trails are written off
+    /// the request path), for at most two seconds.
+    async fn until(&self, replica: usize, path: &str, check: impl Fn(u16, &Value) -> bool) -> Value {
+        let start = tokio::time::Instant::now();
+        loop {
+            let (status, body) = self.admin(replica, path).await;
+            if check(status, &body) {
+                return body;
+            }
+            assert!(start.elapsed() < Duration::from_secs(2), "replica {replica}, {path}: {status} {body}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+fn ids(list: &Value) -> Vec<String> {
+    list["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["request_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Reads the SSE `response` until an event `name` of `replica` arrives, for at most 5 s.
+async fn until_event(response: &mut reqwest::Response, name: &str, replica: &str) -> Value {
+    let mut buffer = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let chunk = tokio::time::timeout_at(deadline, response.chunk()).await;
+        let chunk = chunk.unwrap_or_else(|_| panic!("no {name} of {replica} within 5 s: {buffer}")).unwrap();
+        buffer.push_str(&String::from_utf8_lossy(&chunk.expect("the stream stays open")));
+        for block in buffer.split("\n\n") {
+            let Some(data) = block.lines().find_map(|l| l.strip_prefix("data: ")) else { continue };
+            let event: Value = serde_json::from_str(data).unwrap();
+            if block.starts_with(&format!("event: {name}\n")) && event["replica"] == replica {
+                return event;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_replica_answers_for_the_whole_fleet() {
+    let redis = RedisServer::start();
+    let upstream = start_upstream().await;
+    let path = support::write_config("fleet-view.yaml", &config(upstream, &redis.url()));
+    let mut replicas = Vec::new();
+    for name in ["a", "b", "c"] {
+        replicas.push(
+            support::serve_with_env(&[("SWITCHYARD_REPLICA", name)], &path, "127.0.0.1:0", &[]).unwrap(),
+        );
+    }
+    let logs = support::read_logs(&mut replicas);
+    let fleet = Fleet { replicas, client: reqwest::Client::new() };
+    fleet
+        .until(2, "/admin/health", |_, h| {
+            h["shared_state"]["replicas"].as_array().is_some_and(|r| r.len() == 3)
+        })
+        .await;
+
+    // A request served by `a` is found through `b` and `c`, with its replica named.
+    let (status, served_by_a) = fleet.chat(0, "default").await;
+    assert_eq!(status, 200);
+    for replica in [1, 2] {
+        let found =
+            fleet.until(replica, &format!("/admin/requests/{served_by_a}"), |status, _| status == 200).await;
+        assert_eq!(found["replica"], "a");
+        assert_eq!(found["request_id"], served_by_a.as_str());
+        assert_eq!(found["attempts"][0]["target"], "up:ok", "the whole trail: {found}");
+    }
+
+    // The fleet's list: every replica's requests, newest first, and its filters.
+    let (_, by_b) = fleet.chat(1, "other").await;
+    let (_, by_c) = fleet.chat(2, "default").await;
+    let list = fleet.until(0, "/admin/requests", |_, list| ids(list).len() >= 3).await;
+    assert_eq!(ids(&list)[..3], [by_c.clone(), by_b.clone(), served_by_a.clone()], "{list}");
+    assert_eq!(list["scope"], "fleet");
+    assert_eq!(list["partial"], false);
+    let only_b = fleet.admin(2, "/admin/requests?replica=b").await.1;
+    assert_eq!(ids(&only_b), [by_b.clone()]);
+    let other_route = fleet.admin(0, "/admin/requests?route=other").await.1;
+    assert_eq!(ids(&other_route), [by_b.clone()]);
+    let mine = fleet.admin(0, "/admin/requests?scope=replica").await.1;
+    assert_eq!(ids(&mine), [served_by_a.clone()], "this replica's alone");
+
+    // The fleet's events, followed through `c`, carry a circuit opening on `a`.
+    let url = format!("http://{}/admin/events?scope=fleet", fleet.replicas[2].1);
+    let mut events = fleet.client.get(url).bearer_auth(ADMIN_KEY).send().await.unwrap();
+    assert_eq!(events.status(), 200);
+    assert_eq!(fleet.chat(0, "down").await.0, 200, "falls back to up:ok");
+    let opened = until_event(&mut events, "circuit_opened", "a").await;
+    assert_eq!(opened["target"], "dead:down", "{opened}");
+    until_event(&mut events, "request_finished", "a").await;
+    drop(events);
+
+    // Redis stalled: lookups answer from the replica's memory, marked partial; requests flow.
+    redis.stall();
+    let (status, during) = fleet.chat(1, "default").await;
+    assert_eq!(status, 200, "requests flow while Redis is stalled");
+    let (status, list) = fleet.admin(1, "/admin/requests").await;
+    assert_eq!(status, 200);
+    assert_eq!(list["partial"], true, "{list}");
+    assert!(ids(&list).contains(&during), "this replica's own requests are listed");
+    let (status, missing) = fleet.admin(1, &format!("/admin/requests/{by_c}")).await;
+    assert_eq!(status, 404);
+    let message = missing["error"]["message"].as_str().unwrap();
+    assert!(message.contains("could not be searched") && message.contains("(b)"), "{message}");
+    redis.resume();
+
+    // A second replica under a live replica's name is refused, naming the holder.
+    let refused = support::serve_with_env(&[("SWITCHYARD_REPLICA", "b")], &path, "127.0.0.1:0", &[]);
+    let (code, stderr) = refused.expect_err("a live replica holds the name `b`");
+    assert_ne!(code, 0);
+    assert!(stderr.contains("`b` is taken") && stderr.contains("pid"), "{stderr}");
+
+    // No secret reached the fleet's trails or events.
+    let dump = redis.cli(&["--scan", "--pattern", "view-test:*"]);
+    for key in dump.lines().filter(|k| k.contains("trail") || k.ends_with(":events")) {
+        let kind = redis.cli(&["type", key]);
+        let text = match kind.trim() {
+            "string" => redis.cli(&["get", key]),
+            "hash" => redis.cli(&["hgetall", key]),
+            "stream" => redis.cli(&["xrange", key, "-", "+"]),
+            _ => redis.cli(&["zrange", key, "0", "-1"]),
+        };
+        for secret in [API_KEY, CLIENT_KEY, ADMIN_KEY] {
+            assert!(!text.contains(secret), "{key} holds a key");
+        }
+    }
+    for (child, _) in fleet.replicas {
+        support::stop_piped(child);
+    }
+    for log in logs {
+        let log = log.join().unwrap();
+        assert!(!log.contains(API_KEY) && !log.contains(CLIENT_KEY), "a key reached the logs");
+    }
+}
