@@ -163,11 +163,12 @@ class Switchyard(UnderTest):
     to its environment."""
 
     def __init__(self, binary, folder, name="switchyard", *, core=None, wrapper=(), env=None, state=None,
-                 telemetry=None):
+                 telemetry=None, state_settings=None):
         super().__init__(name, folder, core, wrapper)
         self.binary = binary
         self.env = dict(env or {})
         self.state = state
+        self.state_settings = dict(state_settings or {})
         self.telemetry = telemetry
         self.providers = {}
         self.routes = {}
@@ -189,7 +190,7 @@ class Switchyard(UnderTest):
         """The configuration it serves (JSON is YAML)."""
         config = {"providers": self.providers, "routes": self.routes}
         if self.state:
-            config["state"] = {"redis": self.state, "prefix": "bench"}
+            config["state"] = {"redis": self.state, "prefix": "bench", **self.state_settings}
         if self.telemetry:
             config["telemetry"] = self.telemetry
         return config

@@ -3,7 +3,9 @@
 // GATEWAY_KEY (when clients need one) and SCREENSHOT (where to write the picture) in the
 // environment. SCENARIO picks what is checked: `drill` (the default, on the embedded demo: a
 // fault drill followed live) or `details` (on details_config() of test_operator_page.py: the
-// events panel's first events, a broken stream, sub-millisecond latencies, a request by id).
+// events panel's first events, a broken stream, sub-millisecond latencies, a request by id) or
+// `fleet` (three replicas on one Redis, the page opened on one, OTHER the URL of another: the
+// replicas listed, a request the other served shown live and its trail opened, the picker).
 // Exits non-zero, naming the step, when the page does not do what an operator needs.
 const { chromium } = require('playwright-core');
 
@@ -97,6 +99,39 @@ async function details(page, report) {
   await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true });
 }
 
+// The page opened on one replica of three shows the fleet.
+async function fleet(page, report) {
+  const other = process.env.OTHER;
+  await page.goto(gateway + '/admin/');
+  await step('the page asks for the admin key', () => logIn(page));
+  await step('all three replicas are listed', () =>
+    page.waitForFunction(() => document.querySelectorAll('#replicas tbody tr[data-replica]').length === 3));
+  report.replicas = await page.locator('#replicas tbody tr').evaluateAll((rows) => rows.map((r) => r.dataset.replica));
+  await step('the event stream is live', () => page.locator('#live', { hasText: 'live' }).waitFor());
+  const response = await fetch(other + '/v1/chat/completions', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${gatewayKey}` },
+    body: JSON.stringify({ model: 'default', messages: [{ role: 'user', content: 'hello' }] }),
+  });
+  const id = response.headers.get('x-request-id');
+  if (response.status !== 200) throw new Error(`the other replica answered ${response.status}`);
+  const row = page.locator(`#requests tr[data-request="${id}"]`);
+  await step('a request another replica served appears, live', () => row.waitFor());
+  report.other_row_replica = (await row.locator('td.replica').innerText()).trim();
+  await step('its trail opens from the page', async () => {
+    await row.click();
+    await page.locator('#trail-panel').waitFor({ state: 'visible' });
+    await page.locator('#trail tbody tr[data-outcome="ok"]').first().waitFor();
+  });
+  report.trail_summary = await page.locator('#trail-summary').innerText();
+  await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true });
+  await step('the picker shows one replica\'s requests', async () => {
+    await page.selectOption('#scope', 'b');
+    await page.waitForFunction(() => [...document.querySelectorAll('#requests tbody tr td.replica')].every((c) => c.innerText.trim() === 'b'));
+  });
+  report.picked = await page.locator('#requests tbody tr td.replica').evaluateAll((cells) => cells.map((c) => c.innerText.trim()));
+}
+
 async function step(name, action) {
   try {
     return await action();
@@ -119,8 +154,8 @@ async function step(name, action) {
     page.on('dialog', (dialog) => { dialogs.push(dialog.message()); dialog.accept(); });
     const failures = [];
     page.on('pageerror', (error) => failures.push(String(error)));
-    if (process.env.SCENARIO === 'details') {
-      await details(page, report);
+    if (process.env.SCENARIO === 'details' || process.env.SCENARIO === 'fleet') {
+      await (process.env.SCENARIO === 'fleet' ? fleet : details)(page, report);
       report.page_errors = failures;
       console.log(JSON.stringify(report));
       return;

@@ -75,7 +75,7 @@ def test_the_operator_page_follows_a_fault_drill_live(demo):
     assert steady is None or steady["breaker"] == "closed", steady
 
 
-def run_page(url, scenario, screenshot_name):
+def run_page(url, scenario, screenshot_name, extra_env=None):
     """operator_page.js in SCENARIO against the gateway at `url`: its report."""
     if not os.path.exists("/usr/bin/chromium"):
         pytest.fail("the Debian package chromium is not installed (scripts/test installs it)")
@@ -85,7 +85,7 @@ def run_page(url, scenario, screenshot_name):
     result = subprocess.run(
         ["node", os.path.join(HERE, "operator_page.js")],
         env={**os.environ, "NODE_PATH": os.path.abspath(NODE_MODULES), "GATEWAY": url, "ADMIN_KEY": ADMIN_KEY,
-             "GATEWAY_KEY": GATEWAY_KEY, "SCREENSHOT": screenshot, "SCENARIO": scenario},
+             "GATEWAY_KEY": GATEWAY_KEY, "SCREENSHOT": screenshot, "SCENARIO": scenario, **(extra_env or {})},
         capture_output=True,
         text=True,
         timeout=120,
@@ -165,3 +165,50 @@ def test_switchyard_events_prints_the_stream(demo):
         tail.terminate()
         tail.wait(timeout=10)
         _http("POST", demo + "/admin/simulated/flaky", {}, {"authorization": f"Bearer {ADMIN_KEY}"})
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """A `redis-server` of this test's own on a free port, stopped by its process id after."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as attempt:
+            if attempt.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.02)
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_the_operator_page_shows_the_whole_fleet(gateway, redis_url):
+    config = f"""
+providers:
+  steady: {{ kind: simulated }}
+routes:
+  default: {{ targets: [steady:m] }}
+gateway: {{ keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }}
+state: {{ redis: "{redis_url}", prefix: page-fleet }}
+"""
+    a, b, c = (gateway(config, env={"SWITCHYARD_REPLICA": name}).url for name in "abc")
+    body = {"model": "default", "messages": [{"role": "user", "content": "hello"}]}
+    for _ in range(2):
+        status, _, _ = _http("POST", b + "/v1/chat/completions", body, {"authorization": f"Bearer {GATEWAY_KEY}"})
+        assert status == 200
+    report = run_page(c, "fleet", "operator-page-fleet.png", {"OTHER": a})
+    assert sorted(report["replicas"]) == ["a", "b", "c"], report
+    assert report["other_row_replica"] == "a", report
+    assert "at replica a" in report["trail_summary"], report
+    assert report["picked"] and set(report["picked"]) == {"b"}, report
+    assert report["page_errors"] == []

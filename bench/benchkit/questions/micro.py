@@ -28,6 +28,7 @@ BENCHMARKS = {
     "shared_state": "health shared through Redis: how fast a change travels, and what it costs a request",
     "fleet_pacing": "pacing one allowance across the fleet through Redis against pacing alone",
     "tracing_app": "exporting every trace (always_on) against telemetry off, the gateway's HTTP app in process",
+    "sigv4": "what SigV4 costs a Bedrock request: signing it, and taking kept credentials from the cache",
 }
 
 

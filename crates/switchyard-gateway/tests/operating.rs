@@ -247,7 +247,10 @@ async fn the_history_lists_the_newest_requests_first() {
     for (query, message) in [
         ("limit=0", "limit `0` is not a positive whole number"),
         ("limit=ten", "limit `ten` is not a positive whole number"),
-        ("since=1", "unknown parameter `since`: only `limit` is taken"),
+        (
+            "since=1",
+            "unknown parameter `since`: `limit`, `route`, `status`, `target`, `replica` and `scope` are taken",
+        ),
     ] {
         let (status, body) = gateway.get(&format!("/admin/requests?{query}")).await;
         assert_eq!((status, body["error"]["message"].as_str().unwrap()), (400, message));
@@ -565,7 +568,7 @@ async fn the_event_stream_opens_with_the_recent_events_when_asked() {
 
     for (query, message) in [
         ("?recent=201", "recent `201` is not a whole number from 0 to 200"),
-        ("?since=1", "unknown parameter `since`: only `recent` is taken"),
+        ("?since=1", "unknown parameter `since`: `recent` and `scope` are taken"),
     ] {
         let refused = gateway.events(query).await;
         assert_eq!(refused.status(), 400);

@@ -79,6 +79,9 @@ pub struct StateSettings {
     /// Calls to Redis failing in a row before the replica reports `degraded` and stops
     /// calling it except to probe. Default 3.
     pub failures_to_degrade: u32,
+    /// Whether the replica writes its finished requests' trails and its events to Redis, for
+    /// the fleet's view ([`trails`], [`feed`]). Default on.
+    pub trails: bool,
 }
 
 impl StateSettings {
@@ -91,6 +94,7 @@ impl StateSettings {
             timeout: Duration::from_millis(250),
             reconcile_every: Duration::from_secs(1),
             failures_to_degrade: 3,
+            trails: true,
         }
     }
 }

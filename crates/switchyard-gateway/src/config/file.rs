@@ -86,6 +86,9 @@ pub struct StateConfig {
     /// This replica's name in the fleet, unique in it: else `SWITCHYARD_REPLICA`, else the
     /// host name (a pod's name in Kubernetes).
     pub replica: Option<String>,
+    /// Whether finished requests' trails and events go to Redis for the fleet's view (default
+    /// true).
+    pub trails: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -202,7 +202,7 @@ impl AppState {
     /// finds it. Once; later calls do nothing. Needs a tokio runtime.
     pub fn share_trails(&self, store: &switchyard_state::RedisStore) {
         let kept = self.recent.capacity();
-        if kept > 0 && self.trails.get().is_none() {
+        if kept > 0 && store.settings().trails && self.trails.get().is_none() {
             let events = self.live().router.subscribe();
             let _ = self.trails.set(crate::fleet::FleetTrails::start(
                 store,

@@ -199,6 +199,7 @@ impl Validator<'_> {
         if let Some(prefix) = &config.prefix {
             settings.prefix = prefix.clone();
         }
+        settings.trails = config.trails.unwrap_or(true);
         let named = config.replica.as_ref().map(|name| (name.trim().to_owned(), "state.replica"));
         let named = named.or_else(|| {
             (self.env)("SWITCHYARD_REPLICA").map(|name| (name.trim().to_owned(), "SWITCHYARD_REPLICA"))
