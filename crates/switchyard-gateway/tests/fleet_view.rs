@@ -179,6 +179,26 @@ async fn any_replica_answers_for_the_whole_fleet() {
     assert_eq!(opened["target"], "dead:down", "{opened}");
     until_event(&mut events, "request_finished", "a").await;
     drop(events);
+    // Each replica's heartbeat tells what it sees unwell, and what it is doing.
+    let health = fleet
+        .until(2, "/admin/health", |_, h| {
+            let replicas = h["shared_state"]["replicas"].as_array().unwrap();
+            let a = replicas.iter().find(|r| r["id"] == "a").unwrap();
+            let unwell = a["unwell"].as_array();
+            unwell.is_some_and(|unwell| {
+                unwell.iter().any(|u| u["target"] == "dead:down" && u["breaker"] == "open")
+            })
+        })
+        .await;
+    let a = health["shared_state"]["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "a")
+        .unwrap()
+        .clone();
+    assert!(a["started_ms"].as_u64().unwrap() > 0 && a["pid"].as_u64().unwrap() > 0, "{a}");
+    assert_eq!(a["in_flight"], 0, "{a}");
 
     // Redis stalled: lookups answer from the replica's memory, marked partial; requests flow.
     redis.stall();

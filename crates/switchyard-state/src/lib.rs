@@ -254,6 +254,23 @@ pub struct Replica {
     /// What tells this run of the replica from another run under the same name.
     #[serde(default)]
     pub instance: String,
+    /// The targets it saw unwell (not `available` or `unknown`, or a circuit not closed) at its
+    /// last heartbeat: where its view may differ from another's (a circuit it opened while
+    /// Redis was away). At most 64. Left out when empty: Redis's Lua would give an empty
+    /// list back as an empty object.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unwell: Vec<TargetView>,
+}
+
+/// One replica's view of one target, as its heartbeat tells it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TargetView {
+    /// `provider:model`.
+    pub target: String,
+    /// Its health status (`exhausted`, `temporarily_unavailable`, ...).
+    pub status: String,
+    /// Its circuit: `closed`, `open` or `half_open`.
+    pub breaker: String,
 }
 
 /// A change for the background task to write.
@@ -403,6 +420,12 @@ impl RedisStore {
     /// shows every replica's). Once; later calls change nothing.
     pub fn count_in_flight_with(&self, count: impl Fn() -> u64 + Send + Sync + 'static) {
         let _ = self.shared.member.in_flight.set(Box::new(count));
+    }
+
+    /// Reads the targets this replica sees unwell, for its heartbeat ([`Replica::unwell`]).
+    /// Once; later calls change nothing.
+    pub fn describe_targets_with(&self, views: impl Fn() -> Vec<TargetView> + Send + Sync + 'static) {
+        let _ = self.shared.member.views.set(Box::new(views));
     }
 
     /// Claims this replica's name in the fleet before it serves: refused with

@@ -4,7 +4,7 @@
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::{Replica, Shared, StateError};
+use crate::{Replica, Shared, StateError, TargetView};
 
 /// What the heartbeat tells of this run of the replica, beside its name and configuration.
 pub(crate) struct Member {
@@ -12,7 +12,11 @@ pub(crate) struct Member {
     pub(crate) instance: String,
     pub(crate) started_ms: u64,
     pub(crate) in_flight: OnceLock<Box<dyn Fn() -> u64 + Send + Sync>>,
+    pub(crate) views: OnceLock<Box<dyn Fn() -> Vec<TargetView> + Send + Sync>>,
 }
+
+/// Unwell targets a heartbeat carries at most.
+const MAX_VIEWS: usize = 64;
 
 impl Member {
     pub(crate) fn new() -> Self {
@@ -29,6 +33,7 @@ impl Member {
             instance: format!("{random:016x}"),
             started_ms: started.as_millis() as u64,
             in_flight: OnceLock::new(),
+            views: OnceLock::new(),
         }
     }
 
@@ -43,6 +48,11 @@ impl Member {
             started_ms: self.started_ms,
             in_flight: self.in_flight.get().map_or(0, |count| count()),
             instance: self.instance.clone(),
+            unwell: self.views.get().map_or_else(Vec::new, |views| {
+                let mut views = views();
+                views.truncate(MAX_VIEWS);
+                views
+            }),
         }
     }
 }

@@ -205,6 +205,10 @@ fn print_banner(local: SocketAddr, loaded: &Loaded) {
 fn join_fleet(store: &Arc<RedisStore>, state: &Arc<AppState>) {
     store.publish_events_to(state.live().router.events().clone());
     state.share_trails(store);
+    let viewed = Arc::downgrade(state);
+    store.describe_targets_with(move || {
+        viewed.upgrade().map_or_else(Vec::new, |state| state.unwell_targets())
+    });
     let counted = Arc::downgrade(state);
     store.count_in_flight_with(move || counted.upgrade().map_or(0, |state| state.in_flight()));
     store.start();

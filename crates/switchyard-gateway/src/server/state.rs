@@ -213,6 +213,24 @@ impl AppState {
         }
     }
 
+    /// The configured targets this replica sees unwell (a status other than `available` or
+    /// `unknown`, or a circuit not closed), for the fleet's heartbeat.
+    pub fn unwell_targets(&self) -> Vec<switchyard_state::TargetView> {
+        let live = self.live();
+        let snapshot = live.router.health();
+        snapshot
+            .targets
+            .iter()
+            .filter(|t| live.is_listed(&t.target))
+            .filter(|t| !matches!(t.status.as_str(), "available" | "unknown") || t.breaker != "closed")
+            .map(|t| switchyard_state::TargetView {
+                target: t.target.to_string(),
+                status: t.status.as_str().to_owned(),
+                breaker: t.breaker.to_owned(),
+            })
+            .collect()
+    }
+
     /// The requests being served: begun and not yet ended.
     pub fn in_flight(&self) -> u64 {
         use std::sync::atomic::Ordering::Relaxed;
