@@ -186,7 +186,7 @@ pub async fn request(
     let Some(trails) = state.trails.get() else {
         return unknown(
             format!(
-                "no request `{id}` among {here}: without shared state, only the replica that served a request knows it"
+                "no recent request `{id}` among {here}: without shared state, only the replica that served a request knows it"
             ),
             false,
         );
@@ -195,13 +195,13 @@ pub async fn request(
         Ok(Some(record)) => ([(header::CONTENT_TYPE, "application/json")], record).into_response(),
         Ok(None) => unknown(
             format!(
-                "no request `{id}` among {here} nor the fleet's trails (each replica's last {kept}, kept {} min)",
+                "no recent request `{id}` among {here} nor the fleet's trails (each replica's last {kept}, kept {} min)",
                 crate::fleet::TRAIL_TTL.as_secs() / 60
             ),
             false,
         ),
         Err(reason) => unknown(
-            format!("no request `{id}` among {here}; the fleet's trails could not be searched: {reason}"),
+            format!("no recent request `{id}` among {here}; the fleet's trails could not be searched: {reason}"),
             true,
         ),
     }
