@@ -203,6 +203,8 @@ pub struct VertexProvider {
     tokens: TokenCache<GoogleTokens>,
     /// How a `reasoning_effort` asks Claude to think; by the model's name when `None`.
     thinking: Option<ThinkingStyle>,
+    /// Which of a client's `anthropic-beta` flags reach Claude (`betas:`).
+    betas: crate::BetaPolicy,
 }
 
 impl fmt::Debug for VertexProvider {
@@ -239,6 +241,7 @@ impl VertexProvider {
             headers,
             tokens: TokenCache::new(tokens),
             thinking: settings.thinking,
+            betas: settings.betas.clone(),
         })
     }
 
@@ -270,6 +273,8 @@ impl VertexProvider {
         deadline: Option<Instant>,
     ) -> Result<(http::Response, Secret), ProviderError> {
         let token = self.tokens.token().await.map_err(AuthError::into_provider_error)?;
+        let filtered = self.betas.filter_forward(call.forward);
+        let call = &Call { forward: filtered.as_deref().unwrap_or(call.forward), ..*call };
         let mut headers = http::call_headers(&self.headers, call, publisher.forwarded());
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(AUTHORIZATION, bearer(&token)?);

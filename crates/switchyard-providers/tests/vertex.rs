@@ -30,7 +30,7 @@ use switchyard::chat::{ChatRequest, Dialect, EmbeddingsRequest, Message, Verbati
 use switchyard::provider::Provider;
 use switchyard::{ErrorKind, ProviderError};
 use switchyard_providers::vertex::{GoogleCredentials, VertexProvider, VertexSettings};
-use switchyard_providers::{ProviderKind, ProviderSettings};
+use switchyard_providers::{BetaPolicy, ProviderKind, ProviderSettings};
 
 const CLAUDE: &str = "claude-sonnet-4-5@20250929";
 const GEMINI: &str = "gemini-2.5-flash";
@@ -445,6 +445,28 @@ async fn betas_travel_as_the_anthropic_beta_header_and_the_version_only_in_the_b
     assert_eq!(claude.header("anthropic-beta"), Some("context-1m-2025-08-07"));
     assert_eq!(claude.header("anthropic-version"), None);
     assert_eq!(gemini.header("anthropic-beta"), None, "Gemini is sent no Claude header");
+}
+
+#[tokio::test]
+async fn the_provider_s_betas_decide_which_of_the_client_s_flags_reach_claude() {
+    let (google, _) = Google::start().await;
+    let upstream = vertex(&google).await;
+    let dir = tempdir::Dir::new();
+    let forward = [("anthropic-beta".to_owned(), "context-1m-2025-08-07, claude-code-20250219".to_owned())];
+    for (policy, sent) in [
+        (BetaPolicy::Allow(vec!["context-1m-2025-08-07".into()]), Some("context-1m-2025-08-07")),
+        (BetaPolicy::Drop, None),
+    ] {
+        let mut settings = ProviderSettings::new(ProviderKind::Vertex).base_url(upstream.url("/v1"));
+        let credentials = GoogleCredentials::File(google.key_file(dir.path()));
+        settings.vertex = Some(VertexSettings::new(PROJECT, "us-east5", credentials).unwrap());
+        settings.betas = policy;
+        let provider = VertexProvider::new(&settings).unwrap();
+        let caller = Caller::new(&provider, None).forward(&forward);
+        provider.chat(caller.call(CLAUDE, None), &hello()).await.unwrap();
+        let seen = upstream.requests();
+        assert_eq!(seen.last().unwrap().header("anthropic-beta"), sent);
+    }
 }
 
 #[tokio::test]

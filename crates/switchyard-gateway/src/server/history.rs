@@ -201,7 +201,9 @@ pub async fn request(
             false,
         ),
         Err(reason) => unknown(
-            format!("no recent request `{id}` among {here}; the fleet's trails could not be searched: {reason}"),
+            format!(
+                "no recent request `{id}` among {here}; the fleet's trails could not be searched: {reason}"
+            ),
             true,
         ),
     }

@@ -183,11 +183,7 @@ impl Validator<'_> {
                 None
             }
         };
-        settings.betas = self.betas(
-            path,
-            matches!(kind, ProviderKind::Anthropic | ProviderKind::Bedrock),
-            config.betas.as_ref(),
-        );
+        settings.betas = self.betas(path, claude, config.betas.as_ref());
         settings.bedrock = self.bedrock(path, kind, config);
         settings.vertex = self.vertex(path, kind, config);
         settings.http = HttpSettings {
@@ -282,7 +278,7 @@ impl Validator<'_> {
         match (claude, betas) {
             (_, None) => BetaPolicy::Forward,
             (false, Some(_)) => {
-                self.problem(at, "applies only to anthropic and bedrock providers");
+                self.problem(at, "applies only to anthropic, bedrock and vertex providers");
                 BetaPolicy::Forward
             }
             (true, Some(file::BetasConfig::Mode(mode))) => match mode.as_str() {
