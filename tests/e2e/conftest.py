@@ -137,7 +137,9 @@ class _Gateways:
         except RuntimeError:
             log.seek(0)
             raise RuntimeError(f"switchyard serve did not start: {log.read()}") from None
-        return Gateway(f"http://{address}", log)
+        gateway = Gateway(f"http://{address}", log)
+        gateway.config_path = path
+        return gateway
 
     def stop(self):
         for process, log in self.processes:

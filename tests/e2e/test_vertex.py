@@ -155,6 +155,30 @@ def test_the_token_is_fetched_once_for_many_calls_and_again_after_it_expires(moc
     assert vertex.refused_tokens == 0, "no call went out with an expired token"
 
 
+def test_a_reload_that_leaves_the_provider_as_it_was_keeps_its_token(mock, vertex, gateway):
+    text = config(mock, {}, {"claude": f"{{ targets: [vertex:{CLAUDE}] }}"})
+    # Reloaded when asked, not when the watch sees the file change.
+    gw = gateway(with_vertex(text, vertex_provider(vertex)), args=("--no-watch",))
+    claude = anthropic_client(gw)
+    claude.messages.create(model="claude", max_tokens=16, messages=[{"role": "user", "content": "Hi"}])
+    assert len(vertex.grants) == 1
+    # A route added, the provider as it was: its adapter, and the token it holds, go on.
+    text = config(mock, {}, {"claude": f"{{ targets: [vertex:{CLAUDE}] }}", "also": f"{{ targets: [vertex:{GEMINI}] }}"})
+    gw.config_path.write_text(with_vertex(text, vertex_provider(vertex)))
+    status, body, _ = gw.post("/admin/config/reload")
+    assert status == 200 and body["result"] == "reloaded", body
+    claude.messages.create(model="claude", max_tokens=16, messages=[{"role": "user", "content": "Hi"}])
+    claude.messages.create(model="also", max_tokens=16, messages=[{"role": "user", "content": "Hi"}])
+    assert len(vertex.grants) == 1, "no new token: the running adapter was kept"
+    # The provider changed (another region): a new adapter, which fetches its own token.
+    gw.config_path.write_text(with_vertex(text, vertex_provider(vertex).replace("us-east5", "europe-west1")))
+    status, body, _ = gw.post("/admin/config/reload")
+    assert status == 200 and body["result"] == "reloaded", body
+    claude.messages.create(model="claude", max_tokens=16, messages=[{"role": "user", "content": "Hi"}])
+    assert len(vertex.grants) == 2
+    assert vertex.calls[-1][0].startswith("/v1/projects/switchyard-e2e/locations/europe-west1/")
+
+
 def test_no_key_assertion_or_token_reaches_the_logs_even_at_debug(mock, vertex, gateway):
     gw = claude_route(mock, vertex, gateway, args=("--log-level", "debug"))
     sdk = anthropic_client(gw)

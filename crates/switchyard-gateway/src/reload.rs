@@ -305,6 +305,7 @@ impl ConfigLife {
             router: &live.router,
             store: live.gateway.shared_state.clone(),
             pacer: live.gateway.pacer.as_deref(),
+            adapters: &live.gateway.adapters,
         };
         let env = |name: &str| std::env::var(name).ok();
         let (loaded, forgotten) = match config::reload(path, &text, &env, running, self.listen) {

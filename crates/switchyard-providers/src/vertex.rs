@@ -419,8 +419,10 @@ impl Provider for VertexProvider {
         self.client.warm();
     }
 
+    /// The project's and region's URL (`.../v1/projects/P/locations/R/publishers`): what tells
+    /// one Vertex account from another, for credential ids and for what a reload keeps.
     fn base_url(&self) -> &str {
-        &self.base_url
+        self.publishers.trim_end_matches('/')
     }
 
     fn chat<'a>(

@@ -3,9 +3,12 @@
 //! the platform cannot set up) is reported as the file's problem, as a check would.
 //!
 //! A reload assembles over the running configuration ([`reassemble`]): the router is
-//! reconfigured rather than built, so it keeps what it learned, and the fleet's store and the
-//! pacer's lanes are handed on.
+//! reconfigured rather than built, so it keeps what it learned, the fleet's store and the
+//! pacer's lanes are handed on, and the adapter of a provider whose settings did not change is
+//! the running one ([`BuiltAdapters`]): its connections, and a cloud's credentials or token,
+//! stay warm.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use switchyard::provider::Provider;
@@ -16,8 +19,30 @@ use switchyard_state::RedisStore;
 use super::check::{Adapter, CheckedConfig, CheckedProvider};
 use super::{BedrockSummary, ConfigError, Loaded, ProviderSummary, Source};
 use crate::drills::Drills;
-use switchyard_providers::ProviderKind;
 use switchyard_providers::bedrock::BedrockProvider;
+use switchyard_providers::{ProviderKind, ProviderSettings};
+
+/// An HTTP provider's adapter as built, and what it was built of.
+#[derive(Clone)]
+pub(crate) struct BuiltAdapter {
+    settings: ProviderSettings,
+    adapter: Arc<dyn Provider>,
+    bedrock: Option<BedrockSummary>,
+    notes: Vec<String>,
+}
+
+impl std::fmt::Debug for BuiltAdapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The settings hold keys; the kind and URL say which adapter it is.
+        f.debug_struct("BuiltAdapter")
+            .field("kind", &self.settings.kind)
+            .field("base_url", &self.adapter.base_url())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The HTTP providers' adapters of a configuration, by provider id.
+pub(crate) type BuiltAdapters = HashMap<String, BuiltAdapter>;
 
 /// The router and the gateway of `checked`, which came from `source` (named `name` in errors).
 pub(crate) fn assemble(checked: CheckedConfig, source: Source, name: &str) -> Result<Loaded, ConfigError> {
@@ -37,7 +62,7 @@ pub(crate) fn assemble(checked: CheckedConfig, source: Source, name: &str) -> Re
     if let Some(store) = &store {
         builder = builder.health_store(store.clone());
     }
-    let (builder, parts) = configure(builder, checked, pacer, name)?;
+    let (builder, parts) = configure(builder, checked, pacer, name, &BuiltAdapters::new())?;
     let router = builder.build().map_err(|e| ConfigError::one(name, "routes", e.to_string()))?;
     Ok(parts.loaded(router, store, source))
 }
@@ -48,6 +73,8 @@ pub(crate) struct Running<'a> {
     pub router: &'a Router,
     pub store: Option<Arc<RedisStore>>,
     pub pacer: Option<&'a LimitPacer>,
+    /// The running adapters: reused for providers whose settings are unchanged.
+    pub adapters: &'a BuiltAdapters,
 }
 
 /// [`assemble`] for a running gateway: the router reconfigured from `running`'s (what it
@@ -66,7 +93,7 @@ pub(crate) fn reassemble(
         (None, Some(store), false) => Some(LimitPacer::shared(paced, store.clone())),
         (None, None, false) => Some(Arc::new(LimitPacer::new(paced))),
     };
-    let (builder, parts) = configure(Router::builder(), checked, pacer.clone(), name)?;
+    let (builder, parts) = configure(Router::builder(), checked, pacer.clone(), name, running.adapters)?;
     let (router, forgotten) =
         running.router.reconfigure(builder).map_err(|e| ConfigError::one(name, "routes", e.to_string()))?;
     if let Some(pacer) = &pacer {
@@ -90,12 +117,14 @@ struct Parts {
     summaries: Vec<ProviderSummary>,
     log: crate::config::LogSettings,
     pacer: Option<Arc<LimitPacer>>,
+    adapters: BuiltAdapters,
 }
 
 impl Parts {
     fn loaded(mut self, router: Router, store: Option<Arc<RedisStore>>, source: Source) -> Loaded {
         self.gateway.shared_state = store;
         self.gateway.pacer = self.pacer;
+        self.gateway.adapters = Arc::new(self.adapters);
         self.gateway.drills =
             Drills::new(self.summaries.iter().map(|s| (s.id.clone(), s.kind, s.simulated.clone())));
         let (listen, gateway, providers, log) = (self.listen, self.gateway, self.summaries, self.log);
@@ -109,6 +138,7 @@ fn configure(
     checked: CheckedConfig,
     pacer: Option<Arc<LimitPacer>>,
     name: &str,
+    running: &BuiltAdapters,
 ) -> Result<(RouterBuilder, Parts), ConfigError> {
     let CheckedConfig { listen, providers, routes, default_route, health, budget, gateway, state: _, log } =
         checked;
@@ -117,9 +147,13 @@ fn configure(
         builder = builder.pacer(pacer.clone());
     }
     let mut summaries = Vec::new();
+    let mut adapters = BuiltAdapters::new();
     for provider in providers {
-        let (entry, summary) = entry(provider, name)?;
+        let (entry, summary, built) = entry(provider, name, running)?;
         builder = builder.provider(entry);
+        if let Some(built) = built {
+            adapters.insert(summary.id.clone(), built);
+        }
         summaries.push(summary);
     }
     for route in routes {
@@ -128,34 +162,29 @@ fn configure(
     if let Some(default) = &default_route {
         builder = builder.default_route(default);
     }
-    Ok((builder, Parts { listen, gateway, summaries, log, pacer }))
+    Ok((builder, Parts { listen, gateway, summaries, log, pacer, adapters }))
 }
 
-/// A provider's router entry (its adapter, keys, rotation and prices) and its summary.
-fn entry(provider: CheckedProvider, name: &str) -> Result<(ProviderEntry, ProviderSummary), ConfigError> {
+/// A provider's router entry (its adapter, keys, rotation and prices), its summary, and its
+/// adapter as built when it speaks HTTP (the running one's when `running` holds the same).
+fn entry(
+    provider: CheckedProvider,
+    name: &str,
+    running: &BuiltAdapters,
+) -> Result<(ProviderEntry, ProviderSummary, Option<BuiltAdapter>), ConfigError> {
     let CheckedProvider { id, kind, adapter, keys, origins, round_robin, prices, models, limits } = provider;
-    let failed = |error: switchyard_providers::BuildError| {
-        ConfigError::one(name, format!("providers.{id}"), error.to_string())
-    };
-    let mut bedrock = None;
-    let mut notes = Vec::new();
-    let (adapter, base_url, simulated): (Arc<dyn Provider>, String, _) = match adapter {
-        Adapter::Simulated(sim) => (Arc::new(sim.clone()), String::new(), Some(sim)),
-        // Built as itself, so that `doctor` can ask its credential cache what it found.
-        Adapter::Http { settings, base_url } if settings.kind == ProviderKind::Bedrock => {
-            let adapter = BedrockProvider::new(&settings).map_err(failed)?;
-            let credentials = adapter.credentials().clone();
-            bedrock = Some(BedrockSummary { region: adapter.region().to_owned(), credentials });
-            (Arc::new(adapter), base_url, None)
+    let (adapter, base_url, simulated, built): (Arc<dyn Provider>, String, _, _) = match adapter {
+        Adapter::Simulated(sim) => (Arc::new(sim.clone()), String::new(), Some(sim), None),
+        Adapter::Http { settings, base_url } => {
+            let built = match running.get(&id).filter(|kept| kept.settings == *settings) {
+                Some(kept) => kept.clone(),
+                None => build(*settings)
+                    .map_err(|error| ConfigError::one(name, format!("providers.{id}"), error.to_string()))?,
+            };
+            (built.adapter.clone(), base_url, None, Some(built))
         }
-        Adapter::Http { settings, base_url } => match switchyard_providers::build(&settings) {
-            Ok(adapter) => {
-                notes = vertex_notes(&settings);
-                (adapter, base_url, None)
-            }
-            Err(error) => return Err(failed(error)),
-        },
     };
+    let (bedrock, notes) = built.as_ref().map_or((None, Vec::new()), |b| (b.bedrock.clone(), b.notes.clone()));
     let mut entry = ProviderEntry::from_arc(id.as_str(), adapter);
     for (key, priority) in keys {
         entry = entry.key_with_priority(key, priority);
@@ -179,7 +208,21 @@ fn entry(provider: CheckedProvider, name: &str) -> Result<(ProviderEntry, Provid
         bedrock,
         notes,
     };
-    Ok((entry, summary))
+    Ok((entry, summary, built))
+}
+
+/// The adapter of `settings`: Bedrock's built as itself, so that `doctor` can ask its credential
+/// cache what it found; a Vertex provider's with its project and credentials noted.
+fn build(settings: ProviderSettings) -> Result<BuiltAdapter, switchyard_providers::BuildError> {
+    if settings.kind == ProviderKind::Bedrock {
+        let adapter = BedrockProvider::new(&settings)?;
+        let credentials = adapter.credentials().clone();
+        let bedrock = Some(BedrockSummary { region: adapter.region().to_owned(), credentials });
+        return Ok(BuiltAdapter { settings, adapter: Arc::new(adapter), bedrock, notes: Vec::new() });
+    }
+    let adapter = switchyard_providers::build(&settings)?;
+    let notes = vertex_notes(&settings);
+    Ok(BuiltAdapter { settings, adapter, bedrock: None, notes })
 }
 
 /// A `vertex` provider's project and region, and its credentials as found (masked).

@@ -36,6 +36,9 @@ pub struct GatewaySettings {
     pub threads: Option<NonZeroUsize>,
     /// The fleet's shared state (`state:`), when configured; started by `serve`.
     pub shared_state: Option<Arc<RedisStore>>,
+    /// The HTTP providers' adapters, which a reload reuses where a provider's settings did not
+    /// change.
+    pub(crate) adapters: Arc<crate::config::assemble::BuiltAdapters>,
     /// The pacer assembly made of the providers' limits, when some provider has limits: a
     /// reload hands its lanes on ([`LimitPacer::reconfigured`]).
     pub pacer: Option<Arc<LimitPacer>>,

@@ -6,8 +6,9 @@
 //! What is kept is found by key, the keys the records already have:
 //!
 //! - a target (`provider:model`) keeps its health, breaker, cooldowns and latency while its
-//!   provider's kind and base URL are unchanged (the model is in the key itself) and, when the
-//!   old configuration named it, the new one names it too;
+//!   provider's kind and base URL are unchanged (the model is in the key itself, and the
+//!   provider's own id of it, `models:`, is unchanged too) and, when the old configuration
+//!   named it, the new one names it too;
 //! - a credential keeps its record while its [`CredentialId`] is configured: the id hashes
 //!   kind, base URL and key, so a rotated key or a moved provider is a new credential; a
 //!   target exhausted because every key of its provider was is forgotten when the provider
@@ -131,6 +132,10 @@ fn forgotten(old: &Inner, new: &Inner) -> Forgotten {
             .unwrap_or_default()
     };
     let new_key = |provider: &str| !keys(new, provider).is_subset(&keys(old, provider));
+    // The provider's own id of the target's model (`models:`): another id is another model.
+    let mapped = |inner: &Inner, target: &Target| {
+        inner.providers.get(target.provider()).and_then(|slot| slot.provider_model(target.model()).cloned())
+    };
     let mut known: Vec<Target> = recorded.iter().map(|(target, _)| target.clone()).collect();
     known.extend(old.latency.targets());
     known.extend(was.iter().cloned());
@@ -145,6 +150,7 @@ fn forgotten(old: &Inner, new: &Inner) -> Forgotten {
                 || now != identity(old, provider)
                 || (was.contains(target) && !is.contains(target))
                 || (exhausted.contains(target) && new_key(provider))
+                || mapped(old, target) != mapped(new, target)
         })
         .collect();
     let ids = |inner: &Inner| -> HashSet<CredentialId> {

@@ -243,3 +243,23 @@ async fn a_target_exhausted_by_its_only_key_is_called_again_with_a_rotated_key()
     let answer = rotated.chat(&request("default")).await.unwrap();
     assert_eq!(answer.served_by.to_string(), "a:m", "the new key is tried");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_target_whose_provider_now_maps_it_to_another_model_starts_fresh() {
+    let a = SimulatedProvider::new().error_rate(ErrorKind::Unavailable, 1.0);
+    let b = SimulatedProvider::new();
+    let router = with_open_circuit(&a, &b).await;
+
+    // The same mapping again: nothing is forgotten.
+    let (same, forgotten) = router.reconfigure(config(entries(&a, &b), &[])).unwrap();
+    assert!(forgotten.targets.is_empty(), "{forgotten:?}");
+    assert_eq!(same.target_health(&target("a:m")).breaker, "open");
+
+    // `a` now sends `m` as another model of its own: what was learned of the old one goes.
+    let mapped =
+        vec![ProviderEntry::new("a", a.clone()).model("m", "m-2026"), ProviderEntry::new("b", b.clone())];
+    let (next, forgotten) = same.reconfigure(config(mapped, &[])).unwrap();
+    assert_eq!(forgotten.targets, vec![target("a:m")]);
+    assert_eq!(next.target_health(&target("a:m")).breaker, "closed");
+    assert_eq!(next.target_health(&target("b:m")).status, same.target_health(&target("b:m")).status);
+}

@@ -172,6 +172,7 @@ impl Validator<'_> {
             connections: ConnectionLimits { header_timeout, idle_timeout, body_timeout, max_connections },
             threads: config.threads.and_then(std::num::NonZeroUsize::new),
             shared_state: None,
+            adapters: Default::default(),
             pacer: None,
             responses: self.responses(config.responses.as_ref()),
             drills: Drills::default(),
