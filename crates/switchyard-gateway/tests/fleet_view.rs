@@ -200,6 +200,44 @@ async fn any_replica_answers_for_the_whole_fleet() {
     assert!(a["started_ms"].as_u64().unwrap() > 0 && a["pid"].as_u64().unwrap() > 0, "{a}");
     assert_eq!(a["in_flight"], 0, "{a}");
 
+    // `switchyard events --fleet` through `b` prints a request `c` served, naming `c`.
+    let mut tail = std::process::Command::new(support::BIN)
+        .args([
+            "events",
+            "--fleet",
+            "--json",
+            "--url",
+            &format!("http://{}", fleet.replicas[1].1),
+            "--key",
+            ADMIN_KEY,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(tail.stdout.take().unwrap()));
+    let (seen, found) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let event: Value = serde_json::from_str(&line).unwrap_or_default();
+            if event["event"] == "request_finished" && event["replica"] == "c" {
+                let _ = seen.send(event["request_id"].as_str().unwrap_or_default().to_owned());
+                return;
+            }
+        }
+    });
+    let mut printed = None;
+    for _ in 0..50 {
+        let (_, id) = fleet.chat(2, "default").await;
+        if let Ok(got) = found.recv_timeout(Duration::from_millis(100)) {
+            printed = Some((got, id));
+            break;
+        }
+    }
+    tail.kill().unwrap();
+    tail.wait().unwrap();
+    let (got, _) = printed.expect("switchyard events --fleet printed a request of replica c");
+    assert!(got.starts_with("req_"), "{got}");
+
     // Redis stalled: lookups answer from the replica's memory, marked partial; requests flow.
     redis.stall();
     let (status, during) = fleet.chat(1, "default").await;

@@ -184,7 +184,8 @@ fn entry(
             (built.adapter.clone(), base_url, None, Some(built))
         }
     };
-    let (bedrock, notes) = built.as_ref().map_or((None, Vec::new()), |b| (b.bedrock.clone(), b.notes.clone()));
+    let (bedrock, notes) =
+        built.as_ref().map_or((None, Vec::new()), |b| (b.bedrock.clone(), b.notes.clone()));
     let mut entry = ProviderEntry::from_arc(id.as_str(), adapter);
     for (key, priority) in keys {
         entry = entry.key_with_priority(key, priority);
