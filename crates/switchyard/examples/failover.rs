@@ -2,7 +2,7 @@
 //! fallback), sends a few chats, and prints each answer, who served it, the trail, and the
 //! events the router published.
 //!
-//! Run it with `cargo run -p switchyard --example failover`.
+//! Run it with `cargo run -p switchyard-core --example failover`.
 
 use std::time::Duration;
 
