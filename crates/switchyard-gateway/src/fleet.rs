@@ -20,7 +20,10 @@ use crate::recent::RequestRecord;
 /// Records waiting for the writer at most; more are dropped.
 const QUEUE: usize = 4096;
 /// Records written in one script call at most.
-const BATCH: usize = 128;
+const BATCH: usize = 512;
+/// How long the writer gathers records after the first of a batch: one round trip to Redis
+/// for all of them, rather than one per request (a trail appears this much later).
+const GATHER: Duration = Duration::from_millis(50);
 
 /// How long the fleet keeps a trail.
 pub(crate) const TRAIL_TTL: Duration = Duration::from_secs(3600);
@@ -49,7 +52,7 @@ impl FleetTrails {
         let stream = Arc::new(SharedEvents::new(store));
         let (queue, inbox) = mpsc::channel(QUEUE);
         let lost = Arc::new(AtomicU64::new(0));
-        tokio::spawn(write(shared.clone(), stream.clone(), inbox, lost.clone()));
+        tokio::spawn(write(shared.clone(), inbox, lost.clone()));
         tokio::spawn(tell(stream.clone(), events, store.replica().to_owned()));
         Self { shared, events: stream, queue, lost }
     }
@@ -72,35 +75,27 @@ impl FleetTrails {
     }
 }
 
-/// The writer: what is queued, in batches, until the sender is dropped.
+/// The writer: what is queued, in batches gathered for [`GATHER`], until the sender is
+/// dropped. Each batch is one script call, which also tells the fleet's event stream.
 async fn write(
     shared: Arc<SharedTrails>,
-    stream: Arc<SharedEvents>,
     mut inbox: mpsc::Receiver<Arc<RequestRecord>>,
     lost: Arc<AtomicU64>,
 ) {
     let mut records = Vec::with_capacity(BATCH);
     while inbox.recv_many(&mut records, BATCH).await > 0 {
+        tokio::time::sleep(GATHER).await;
+        while records.len() < BATCH
+            && let Ok(record) = inbox.try_recv()
+        {
+            records.push(record);
+        }
         let batch: Vec<TrailEntry> = records.drain(..).filter_map(|record| entry(&record)).collect();
         if let Err(error) = shared.put(&batch).await {
             lost.fetch_add(batch.len() as u64, Ordering::Relaxed);
             tracing::debug!(target: "switchyard::shared_state", %error, "trails not written");
-            continue;
-        }
-        let finished: Vec<String> = batch.iter().filter_map(|entry| finished_event(&entry.line)).collect();
-        let events: Vec<(&str, &str)> =
-            finished.iter().map(|json| ("request_finished", json.as_str())).collect();
-        if let Err(error) = stream.add(&events).await {
-            tracing::debug!(target: "switchyard::shared_state", %error, "finished requests not told to the fleet");
         }
     }
-}
-
-/// A request's line as its `request_finished` event: the line with the event's name.
-fn finished_event(line: &[u8]) -> Option<String> {
-    let line = std::str::from_utf8(line).ok()?;
-    let rest = line.strip_prefix('{')?;
-    Some(format!("{{\"event\":\"request_finished\",{rest}"))
 }
 
 /// Tells the fleet this replica's router events, each naming the replica, until the bus ends.

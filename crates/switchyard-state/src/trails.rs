@@ -6,7 +6,8 @@
 //! arrived, and `P:trails:line` holds each one's line in the list (its summary); each
 //! replica's own ids are ordered in `P:trails:of:<replica>`, which is held to the replica's
 //! count bound. One script writes a batch and makes room: the expired leave first, then a
-//! replica's oldest beyond its bound.
+//! replica's oldest beyond its bound; each request's line goes to the fleet's event stream
+//! too, as its `request_finished` event.
 //!
 //! Writes are off the request path (the gateway hands records to a background task); reads
 //! are an operator's, each bounded by the store's timeout.
@@ -18,11 +19,13 @@ use redis::aio::ConnectionManager;
 
 use crate::RedisStore;
 
-/// ARGV: prefix, replica, count bound, age bound (ms), then (id, score, record, line) for each
-/// request of the batch.
+/// ARGV: prefix, replica, count bound, age bound (ms), the event stream's bound, then (id,
+/// score, record, line) for each request of the batch. Each request's line also goes to the
+/// fleet's event stream as its `request_finished` event (see [`crate::feed`]), in the same
+/// round trip.
 const PUT: &str = r#"
 local prefix, replica = ARGV[1], ARGV[2]
-local max_count, max_age = tonumber(ARGV[3]), tonumber(ARGV[4])
+local max_count, max_age, max_events = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local order, lines, mine = prefix .. ':trails', prefix .. ':trails:line', prefix .. ':trails:of:' .. replica
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -32,12 +35,14 @@ local function drop(id)
   redis.call('HDEL', lines, id)
   redis.call('DEL', prefix .. ':trail:' .. id)
 end
-for i = 5, #ARGV, 4 do
-  local id, score = ARGV[i], tonumber(ARGV[i + 1])
+for i = 6, #ARGV, 4 do
+  local id, score, line = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 3]
   redis.call('SET', prefix .. ':trail:' .. id, ARGV[i + 2], 'PX', max_age)
   redis.call('ZADD', order, score, id)
   redis.call('ZADD', mine, score, id)
-  redis.call('HSET', lines, id, ARGV[i + 3])
+  redis.call('HSET', lines, id, line)
+  local event = '{"event":"request_finished",' .. string.sub(line, 2)
+  redis.call('XADD', prefix .. ':events', 'MAXLEN', '~', max_events, '*', 'n', 'request_finished', 'd', event)
 end
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', order, '-inf', now - max_age, 'LIMIT', 0, 1000)) do drop(id) end
 local excess = redis.call('ZCARD', mine) - max_count
@@ -131,7 +136,8 @@ impl SharedTrails {
         call.arg(&self.prefix)
             .arg(&self.replica)
             .arg(self.max_count)
-            .arg(self.max_age.as_millis().max(1) as u64);
+            .arg(self.max_age.as_millis().max(1) as u64)
+            .arg(crate::feed::KEPT);
         for entry in batch {
             call.arg(&entry.id).arg(entry.at_ms).arg(&entry.record).arg(&entry.line);
         }
