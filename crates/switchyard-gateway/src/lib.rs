@@ -13,6 +13,7 @@ mod clock;
 pub mod config;
 pub(crate) mod connection;
 pub(crate) mod drills;
+pub mod keys;
 pub mod logging;
 pub(crate) mod metrics;
 pub(crate) mod recent;

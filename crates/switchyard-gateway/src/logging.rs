@@ -244,6 +244,8 @@ pub struct AccessEntry<'a> {
     pub latency: Duration,
     /// What the gateway added beyond the upstream calls and pacing.
     pub overhead: Duration,
+    /// The label of the client key it came with (its name, never the key).
+    pub key: Option<&'a str>,
 }
 
 thread_local! {
@@ -316,6 +318,10 @@ fn text_line(out: &mut Vec<u8>, entry: &AccessEntry<'_>, now: SystemTime) {
         out.extend_from_slice(b" served_by=");
         debug_quoted(out, &via.text());
     }
+    if let Some(key) = entry.key {
+        out.extend_from_slice(b" key=");
+        debug_quoted(out, key);
+    }
     out.extend_from_slice(b" attempts=");
     number(out, entry.attempts as u64);
     out.extend_from_slice(b" status=");
@@ -341,6 +347,9 @@ fn json_line(out: &mut Vec<u8>, entry: &AccessEntry<'_>, now: SystemTime) {
     json_field(out, "route", entry.route);
     if let Some(via) = entry.served_by {
         json_field(out, "served_by", &via.text());
+    }
+    if let Some(key) = entry.key {
+        json_field(out, "key", key);
     }
     out.extend_from_slice(b",\"attempts\":");
     number(out, entry.attempts as u64);
@@ -562,6 +571,7 @@ mod tests {
             error: None,
             latency: Duration::from_micros(7_934),
             overhead: Duration::from_micros(76),
+            key: None,
         }
     }
 

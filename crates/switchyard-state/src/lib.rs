@@ -50,6 +50,7 @@ mod link;
 mod pace;
 pub mod responses;
 mod scripts;
+pub mod spend;
 #[doc(hidden)]
 pub mod testing;
 pub mod wire;

@@ -12,6 +12,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 use switchyard::trail::Via;
 use switchyard::{Router, Target};
 use switchyard_state::responses::{KeptBounds, SharedResponses};
+use switchyard_state::spend::SharedSpend;
 
 use super::events;
 use super::finished::metrics::describe;
@@ -95,6 +96,8 @@ pub struct AppState {
     stopping: tokio::sync::watch::Sender<bool>,
     pub(crate) access: AccessLog,
     pub(crate) ids: IdSource,
+    /// What client keys spent, counted for the fleet in its Redis (with shared state).
+    pub(crate) spend: Option<Arc<switchyard_state::spend::SharedSpend>>,
 }
 
 impl AppState {
@@ -124,7 +127,9 @@ impl AppState {
         }
         let telemetry = gateway.telemetry.as_ref().and_then(|settings| start_telemetry(settings, &router));
         let feed = events::RequestFeed::new(&router);
+        let spend = gateway.shared_state.as_ref().map(|store| Arc::new(SharedSpend::new(store)));
         Arc::new(Self {
+            spend,
             telemetry,
             recent: Recent::new(gateway.recent_requests),
             responses: match &gateway.shared_state {
@@ -162,7 +167,9 @@ impl AppState {
 
     /// Puts the configuration of `router` and `gateway` in force for every request from now
     /// on; requests running keep the one they started with. Returns the one it replaced.
-    pub(crate) fn swap(&self, router: Router, gateway: GatewaySettings) -> Arc<Live> {
+    pub(crate) fn swap(&self, router: Router, mut gateway: GatewaySettings) -> Arc<Live> {
+        // A key kept across the reload keeps what it used and spent.
+        gateway.keys.adopt(&self.live().gateway.keys);
         if let Some(store) = &gateway.shared_state {
             share_answers(&router, store);
             share_pins(&router, store);
