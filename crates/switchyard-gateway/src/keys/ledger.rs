@@ -185,8 +185,20 @@ impl ClientKey {
     /// spend again in the background when it is time to.
     fn within_budget(&self, shared: Shared<'_>) -> Result<(), Refusal> {
         let Some(budget) = self.rules.budget else { return Ok(()) };
+        let (spent, resets) = self.spend_now(budget.per, shared);
+        if spent >= budget.usd {
+            return Err(Refusal::Budget { spent, usd: budget.usd, per: budget.per, resets });
+        }
+        Ok(())
+    }
+}
+
+impl ClientKey {
+    /// What the key spent in the period running and when it resets; the fleet's total is
+    /// read again in the background when it is time to.
+    fn spend_now(&self, per: Period, shared: Shared<'_>) -> (f64, SystemTime) {
         let mut books = self.ledger.books();
-        let resets = books.spend.roll(budget.per, SystemTime::now()).resets;
+        let resets = books.spend.roll(per, SystemTime::now()).resets;
         let read = shared.spend.and_then(|_| books.spend.read_due(std::time::Instant::now()));
         let spent = books.spend.total(shared.replicas());
         drop(books);
@@ -197,10 +209,7 @@ impl ClientKey {
                 ledger.books().spend.read(&period, answer);
             });
         }
-        if spent >= budget.usd {
-            return Err(Refusal::Budget { spent, usd: budget.usd, per: budget.per, resets });
-        }
-        Ok(())
+        (spent, resets)
     }
 }
 
@@ -249,16 +258,17 @@ impl ClientKey {
     /// flight, and its spend, budget and reset. Never the key.
     pub(crate) fn view(&self, shared: Shared<'_>) -> Value {
         let limits = self.rules.limits;
-        let mut books = self.ledger.books();
-        let minute = books.minute.now(Instant::now());
-        let usage = json!({
-            "requests_this_minute": minute.requests,
-            "tokens_this_minute": minute.tokens,
-            "in_flight": self.ledger.in_flight.load(Ordering::Acquire),
-        });
+        let usage = {
+            let mut books = self.ledger.books();
+            let minute = books.minute.now(Instant::now());
+            json!({
+                "requests_this_minute": minute.requests,
+                "tokens_this_minute": minute.tokens,
+                "in_flight": self.ledger.in_flight.load(Ordering::Acquire),
+            })
+        };
         let budget = self.rules.budget.map(|budget| {
-            let resets = books.spend.roll(budget.per, SystemTime::now()).resets;
-            let spent = books.spend.total(shared.replicas());
+            let (spent, resets) = self.spend_now(budget.per, shared);
             json!({
                 "usd": budget.usd,
                 "per": budget.per.as_str(),
@@ -283,9 +293,6 @@ impl ClientKey {
 
     /// What the key spent in its period as this replica knows it, when it has a budget.
     pub(crate) fn spent(&self, shared: Shared<'_>) -> Option<f64> {
-        let budget = self.rules.budget?;
-        let mut books = self.ledger.books();
-        books.spend.roll(budget.per, SystemTime::now());
-        Some(books.spend.total(shared.replicas()))
+        Some(self.spend_now(self.rules.budget?.per, shared).0)
     }
 }

@@ -9,8 +9,9 @@ use std::time::{Instant, SystemTime};
 
 use super::period::{Period, Window};
 
-/// How often the fleet's total is read again while requests come.
-const READ_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often the fleet's total is read again while requests come: what other replicas spent
+/// is seen this late at most (plus a call's time).
+const READ_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// A key's spend in its current period.
 #[derive(Debug, Default)]
