@@ -224,3 +224,47 @@ async fn the_keys_name_is_in_the_logs_metrics_and_history_and_the_key_is_nowhere
     }
     assert!(keys.contains("\"name\":\"team\"") && bare_label.contains("key-"), "{keys}");
 }
+
+/// The real binary's configuration: `team` at `rpm` a minute, and `extra` routes.
+fn served_config(rpm: u32, extra: &str) -> String {
+    format!(
+        "providers:
+  up: {{ kind: simulated, reply: ok }}
+routes:
+  default: {{ targets: [up:m] }}
+{extra}
+gateway:
+  admin_key: gw-admin-key-0003
+  keys:
+    - {{ name: team, key: {TEAM}, limits: {{ requests_per_minute: {rpm} }} }}
+"
+    )
+}
+
+#[tokio::test]
+async fn a_reload_keeps_an_unchanged_keys_counters_and_restarts_them_under_new_limits() {
+    let path = support::write_config("keys-reload.yaml", &served_config(2, ""));
+    let (server, addr) = support::serve(&path, &["--no-watch"]);
+    let gateway: SocketAddr = addr.parse().unwrap();
+    for _ in 0..2 {
+        assert_eq!(chat(gateway, TEAM, "default").await.status, 200);
+    }
+    assert_eq!(chat(gateway, TEAM, "default").await.status, 429);
+    let reload = || async {
+        let response = reqwest::Client::new()
+            .post(format!("http://{addr}/admin/config/reload"))
+            .bearer_auth("gw-admin-key-0003")
+            .send()
+            .await
+            .unwrap();
+        response.status().as_u16()
+    };
+    std::fs::write(&path, served_config(2, "  extra: { targets: [up:m] }")).unwrap();
+    assert_eq!(reload().await, 200);
+    assert_eq!(chat(gateway, TEAM, "extra").await.status, 429, "the key kept its spent minute");
+    std::fs::write(&path, served_config(100, "  extra: { targets: [up:m] }")).unwrap();
+    assert_eq!(reload().await, 200);
+    assert_eq!(chat(gateway, TEAM, "extra").await.status, 200, "new limits, new buckets");
+    let logs = support::stop(server);
+    assert!(!logs.contains(TEAM), "{logs}");
+}
