@@ -167,7 +167,7 @@ impl ClientKey {
         };
         let Some(store) = shared.store else { return Ok(()) };
         let lane = format!("key:{}", self.hash);
-        let grant = FleetPacing::lease(&**store, &lane, ask).await;
+        let grant = FleetPacing::lease(&**store, &lane, *ask).await;
         let mut books = self.ledger.books();
         let admitted = match grant {
             Some(grant) => books.limiter.granted(&grant, Instant::now()),

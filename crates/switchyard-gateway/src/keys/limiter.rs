@@ -140,7 +140,7 @@ impl Limiter {
         match mode {
             Mode::Alone => self.alone.admit(now).map_err(Step::Refuse),
             Mode::Share(replicas) => self.share_of(replicas, now).admit(now).map_err(Step::Refuse),
-            Mode::Fleet => self.from_hand(now).map_err(Step::Lease),
+            Mode::Fleet => self.spend_hand(now).map_err(Step::Lease),
         }
     }
 
@@ -153,7 +153,7 @@ impl Limiter {
     }
 
     /// Admits from the slices in hand, or says what to lease.
-    fn from_hand(&mut self, now: Instant) -> Result<(), LeaseAsk> {
+    fn spend_hand(&mut self, now: Instant) -> Result<(), Box<LeaseAsk>> {
         if self.hand.until.is_some_and(|until| now >= until) {
             self.hand.held = [0.0; 2];
             self.hand.until = None;
@@ -176,7 +176,7 @@ impl Limiter {
             ask.want[d] = need.max(slice_size(allowance, 1));
             ask.buckets[d] = Some(BucketSpec { capacity: allowance, per_sec: allowance / 60.0 });
         }
-        Err(ask)
+        Err(Box::new(ask))
     }
 
     /// Takes in what the fleet granted, then admits the request from it; or the wait the
@@ -192,7 +192,7 @@ impl Limiter {
         self.hand.held[1] -= pay;
         self.hand.owed -= pay;
         // A grant meets the need it was asked for; only an expiry in between leaves it short.
-        self.from_hand(now).map_err(|_| Duration::from_secs(1))
+        self.spend_hand(now).map_err(|_| Duration::from_secs(1))
     }
 
     /// Charges the tokens an answer used, counted as `mode` says.
@@ -216,7 +216,7 @@ pub(crate) enum Step {
     /// Refused: the key may send again after this.
     Refuse(Duration),
     /// Lease this from the fleet first.
-    Lease(LeaseAsk),
+    Lease(Box<LeaseAsk>),
 }
 
 #[cfg(test)]
