@@ -268,3 +268,27 @@ async fn a_reload_keeps_an_unchanged_keys_counters_and_restarts_them_under_new_l
     let logs = support::stop(server);
     assert!(!logs.contains(TEAM), "{logs}");
 }
+
+#[test]
+fn doctor_lists_each_named_key_with_its_rules_and_never_the_key() {
+    let config = format!(
+        "providers:
+  up: {{ kind: simulated }}
+routes:
+  default: {{ targets: [up:m] }}
+gateway:
+  keys:
+    - {BARE}
+    - {{ name: search-team, key: {TEAM}, routes: [default], limits: {{ requests_per_minute: 600 }}, budget: {{ usd: 50, per: day }} }}
+"
+    );
+    let path = support::write_config("keys-doctor.yaml", &config);
+    let (code, stdout, stderr) = support::run(&["doctor", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("gateway: 2 client keys"), "{stdout}");
+    assert!(
+        stdout.contains("key search-team: may use default, requests_per_minute 600, budget $50 per day"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(TEAM) && !stdout.contains(BARE), "{stdout}");
+}
