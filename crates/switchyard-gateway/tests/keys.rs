@@ -292,3 +292,22 @@ gateway:
     );
     assert!(!stdout.contains(TEAM) && !stdout.contains(BARE), "{stdout}");
 }
+
+#[tokio::test]
+async fn switchyard_keys_prints_each_keys_minute_against_its_limits() {
+    let path = support::write_config("keys-cli.yaml", &served_config(5, ""));
+    let (server, addr) = support::serve(&path, &["--no-watch"]);
+    let gateway: SocketAddr = addr.parse().unwrap();
+    assert_eq!(chat(gateway, TEAM, "default").await.status, 200);
+    let url = format!("http://{addr}");
+    let (code, stdout, stderr) = tokio::task::spawn_blocking(move || {
+        support::run(&["keys", "--url", &url, "--key", "gw-admin-key-0003"])
+    })
+    .await
+    .unwrap();
+    support::stop(server);
+    assert_eq!(code, 0, "{stderr}");
+    let line = stdout.lines().find(|l| l.starts_with("team ")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(line.contains(" 1/5 "), "one request of its 5 this minute: {line}");
+    assert!(!stdout.contains(TEAM), "{stdout}");
+}
