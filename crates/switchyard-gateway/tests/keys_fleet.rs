@@ -70,8 +70,9 @@ struct Fleet {
 }
 
 impl Fleet {
-    async fn start(upstream: SocketAddr, redis: &str) -> Self {
-        let path = support::write_config("keys-fleet.yaml", &config(upstream, redis));
+    /// Three replicas of `config` named `name` (tests run side by side in one process).
+    async fn start(name: &str, upstream: SocketAddr, redis: &str) -> Self {
+        let path = support::write_config(&format!("keys-fleet-{name}.yaml"), &config(upstream, redis));
         let replicas = (0..REPLICAS).map(|_| support::serve(&path, &[])).collect();
         let fleet = Self { replicas, client: reqwest::Client::new() };
         for replica in 0..REPLICAS {
@@ -109,11 +110,56 @@ impl Fleet {
     }
 }
 
+impl Fleet {
+    /// `2 × RPM` requests of the rated key spread over the replicas, eight at a time: each
+    /// status and error code, and the seconds it took.
+    async fn fan_out(&self) -> (Vec<(u16, String)>, f64) {
+        let started = std::time::Instant::now();
+        let lanes = (0..8).map(|lane| async move {
+            let mut statuses = Vec::new();
+            for i in 0..(2 * RPM / 8) {
+                statuses.push(self.chat((lane + i) % REPLICAS, RATED).await);
+            }
+            statuses
+        });
+        let statuses = futures_util::future::join_all(lanes).await.into_iter().flatten().collect();
+        (statuses, started.elapsed().as_secs_f64())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_stalled_each_replica_admits_its_share_of_a_keys_minute() {
+    let redis = RedisServer::start();
+    let (upstream, calls) = start_upstream().await;
+    let fleet = Fleet::start("stalled", upstream, &redis.url()).await;
+    redis.stall();
+    for replica in 0..REPLICAS {
+        support::until("the replica sees Redis is away", Duration::from_secs(10), async || {
+            let health = fleet.admin(replica, "/admin/health").await;
+            if health["shared_state"]["status"] == "degraded" { Ok(()) } else { Err(health.to_string()) }
+        })
+        .await;
+    }
+    let (statuses, elapsed) = fleet.fan_out().await;
+    redis.resume();
+    fleet.stop();
+    let admitted = statuses.iter().filter(|(status, _)| *status == 200).count();
+    // Each replica's share: a third of the minute, and a third of the refill meanwhile.
+    let bound = RPM as f64 + elapsed;
+    assert!(admitted as f64 <= bound, "{admitted} admitted in {elapsed:.1}s, bound {bound}");
+    assert!(admitted >= RPM - 5, "each replica spends its share: {admitted}");
+    assert!(
+        statuses.iter().all(|(s, code)| *s == 200 || (*s == 429 && code == "key_rate_limited")),
+        "{statuses:?}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), admitted);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keys_limits_and_budget_hold_for_the_fleet_and_redis_holds_no_key() {
     let redis = RedisServer::start();
     let (upstream, calls) = start_upstream().await;
-    let fleet = Fleet::start(upstream, &redis.url()).await;
+    let fleet = Fleet::start("shared", upstream, &redis.url()).await;
 
     // Twice the key's minute, spread over the three replicas, eight at a time.
     let started = std::time::Instant::now();
