@@ -153,21 +153,25 @@ impl ClientKey {
         let refuse =
             |retry_after| Refusal::RateLimited { retry_after, what: "requests or tokens per minute" };
         let mode = shared.mode();
-        let step = {
+        let (step, expired) = {
             let mut books = self.ledger.books();
             if !books.limiter.limits_rate() {
                 return Ok(());
             }
-            books.limiter.admit(mode, Instant::now())
+            let step = books.limiter.admit(mode, Instant::now());
+            (step, books.limiter.expired())
         };
+        let lane = || format!("key:{}", self.hash);
+        if let (Some((units, buckets)), Some(store)) = (expired, shared.store) {
+            store.give_back(&lane(), units, buckets);
+        }
         let ask = match step {
             Ok(()) => return Ok(()),
             Err(Step::Refuse(wait)) => return Err(refuse(wait)),
             Err(Step::Lease(ask)) => ask,
         };
         let Some(store) = shared.store else { return Ok(()) };
-        let lane = format!("key:{}", self.hash);
-        let grant = FleetPacing::lease(&**store, &lane, *ask).await;
+        let grant = FleetPacing::lease(&**store, &lane(), *ask).await;
         let mut books = self.ledger.books();
         let admitted = match grant {
             Some(grant) => books.limiter.granted(&grant, Instant::now()),

@@ -3,8 +3,10 @@
 //!
 //! Alone, a key spends its own buckets. With shared state, it leases slices of the fleet's
 //! buckets (`P:pace:key:<hash>`, through the leases pacing uses: [`FleetPacing`]) and spends
-//! them here; the request that finds its slice spent leases the next (one round trip), and a
-//! slice unspent after [`SLICE_TTL`] is stranded. While the fleet cannot be reached, the key
+//! them here; the request that finds its slice spent leases the next (one round trip), and
+//! what is unspent of a slice after [`SLICE_TTL`] goes back to the fleet's bucket (a bucket of a
+//! minute refills a 1% slice in 0.6 s: slices stranded at each expiry would starve a key whose
+//! requests trickle in over a few replicas). While the fleet cannot be reached, the key
 //! spends its share: buckets of the allowance divided by the last known fleet size.
 //!
 //! Tokens are known only when an answer ends: a request is admitted while the key's tokens
@@ -92,8 +94,10 @@ impl Buckets {
 struct Hand {
     /// Requests, tokens.
     held: [f64; 2],
-    /// When what is held expires (stranded, never spent).
+    /// When what is held expires: it goes back to the fleet.
     until: Option<Instant>,
+    /// What expired unspent, to give back.
+    expired: [f64; 2],
     /// Tokens answers used beyond what was in hand, paid from the next grants.
     owed: f64,
 }
@@ -155,6 +159,9 @@ impl Limiter {
     /// Admits from the slices in hand, or says what to lease.
     fn spend_hand(&mut self, now: Instant) -> Result<(), Box<LeaseAsk>> {
         if self.hand.until.is_some_and(|until| now >= until) {
+            for (expired, held) in self.hand.expired.iter_mut().zip(self.hand.held) {
+                *expired += held.max(0.0);
+            }
             self.hand.held = [0.0; 2];
             self.hand.until = None;
         }
@@ -177,6 +184,18 @@ impl Limiter {
             ask.buckets[d] = Some(BucketSpec { capacity: allowance, per_sec: allowance / 60.0 });
         }
         Err(Box::new(ask))
+    }
+
+    /// What expired unspent since the last call, with the buckets it goes back to.
+    pub(crate) fn expired(&mut self) -> Option<([f64; 2], [Option<BucketSpec>; 2])> {
+        let units = std::mem::take(&mut self.hand.expired);
+        if units.iter().all(|u| *u <= 0.0) {
+            return None;
+        }
+        let spec = |per_minute: Option<u64>| {
+            per_minute.map(|pm| BucketSpec { capacity: pm as f64, per_sec: pm as f64 / 60.0 })
+        };
+        Some((units, [spec(self.limits.requests_per_minute), spec(self.limits.tokens_per_minute)]))
     }
 
     /// Takes in what the fleet granted, then admits the request from it; or the wait the
@@ -268,6 +287,15 @@ mod tests {
             assert!(limiter.admit(Mode::Fleet, Instant::now()).is_ok(), "from the slice");
         }
         assert!(matches!(limiter.admit(Mode::Fleet, Instant::now()), Err(Step::Lease(_))));
+        tokio::time::advance(SLICE_TTL).await;
+        let grant = LeaseGrant { granted: [6.0, 0.0, 0.0, 0.0, 0.0, 0.0], ..LeaseGrant::default() };
+        assert!(limiter.granted(&grant, Instant::now()).is_ok());
+        tokio::time::advance(SLICE_TTL).await;
+        assert!(matches!(limiter.admit(Mode::Fleet, Instant::now()), Err(Step::Lease(_))));
+        let (units, buckets) = limiter.expired().expect("the unspent slice goes back");
+        assert_eq!(units, [5.0, 0.0]);
+        assert_eq!(buckets[1], None, "no tokens bucket to give to");
+        assert!(limiter.expired().is_none(), "once");
         let refused = LeaseGrant { retry_in: Some(Duration::from_millis(100)), ..LeaseGrant::default() };
         assert_eq!(limiter.granted(&refused, Instant::now()), Err(Duration::from_millis(100)));
     }
