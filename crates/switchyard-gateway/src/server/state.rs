@@ -97,7 +97,7 @@ pub struct AppState {
     pub(crate) access: AccessLog,
     pub(crate) ids: IdSource,
     /// What client keys spent, counted for the fleet in its Redis (with shared state).
-    pub(crate) spend: Option<Arc<switchyard_state::spend::SharedSpend>>,
+    pub(crate) spend: Option<Arc<SharedSpend>>,
 }
 
 impl AppState {
