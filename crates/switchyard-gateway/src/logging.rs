@@ -641,4 +641,17 @@ mod tests {
         let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!((line["status"].as_u64(), line["error"].as_str()), (Some(200), Some("timeout")));
     }
+
+    #[test]
+    fn a_request_names_its_client_key_by_label_in_both_formats() {
+        let keyed = AccessEntry { key: Some("search \"team\""), ..entry(None, "r") };
+        let mut out = Vec::new();
+        text_line(&mut out, &keyed, at(0, 0));
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains(" route=\"r\" key=\"search \\\"team\\\"\" attempts=2 "), "{text}");
+        let mut out = Vec::new();
+        json_line(&mut out, &keyed, at(0, 0));
+        let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(line["key"], "search \"team\"");
+    }
 }
