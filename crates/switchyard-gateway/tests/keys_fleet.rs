@@ -226,3 +226,18 @@ async fn a_keys_limits_and_budget_hold_for_the_fleet_and_redis_holds_no_key() {
         }
     }
 }
+
+#[test]
+fn doctor_says_what_the_fleet_shares_of_a_keys_limits() {
+    let redis = RedisServer::start();
+    let upstream: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let path = support::write_config("keys-fleet-doctor.yaml", &config(upstream, &redis.url()));
+    let (code, stdout, stderr) = support::run(&["doctor", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("key rated: requests_per_minute 60"), "{stdout}");
+    assert!(
+        stdout.contains("keys: requests/tokens per minute and budgets are the fleet's; max_concurrent is split among the replicas"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(RATED) && !stdout.contains(SPENDER), "{stdout}");
+}

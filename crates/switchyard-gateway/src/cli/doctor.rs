@@ -213,6 +213,13 @@ fn print_gateway(loaded: &Loaded) {
     for key in gateway.keys.iter().filter(|key| key.named || key.rules != Default::default()) {
         println!("  key {}: {}", key.label, key_rules(&key.rules));
     }
+    let limited =
+        gateway.keys.iter().any(|key| key.rules.limits != Default::default() || key.rules.budget.is_some());
+    if limited && gateway.shared_state.is_some() {
+        println!(
+            "  keys: requests/tokens per minute and budgets are the fleet's; max_concurrent is split among the replicas"
+        );
+    }
     let limits = gateway.connections;
     println!(
         "connections: header_timeout {}, body_timeout {}, idle_timeout {}, max_connections {}",
