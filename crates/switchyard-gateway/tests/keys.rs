@@ -311,3 +311,29 @@ async fn switchyard_keys_prints_each_keys_minute_against_its_limits() {
     assert!(line.contains(" 1/5 "), "one request of its 5 this minute: {line}");
     assert!(!stdout.contains(TEAM), "{stdout}");
 }
+
+#[tokio::test]
+async fn only_the_answer_is_billed_never_a_failed_attempt_or_a_failed_request() {
+    let (up, _) = upstream(1000).await;
+    let yaml = format!(
+        "providers:
+  up: {{ kind: openai, base_url: 'http://{up}/v1', api_key: sk-upstream-0001, prices: {{ m: {{ input: 1000000, output: 0 }} }} }}
+  down: {{ kind: openai, base_url: 'http://127.0.0.1:9/v1', api_key: sk-upstream-0002, prices: {{ m: {{ input: 1000000, output: 0 }} }} }}
+routes:
+  default: {{ targets: [down:m, up:m], retry: {{ max_attempts: 1 }}, health_gate: false }}
+  broken: {{ targets: [down:m], retry: {{ max_attempts: 1 }}, health_gate: false }}
+gateway:
+  admin_key: gw-admin-key-0003
+  keys:
+    - {{ name: team, key: {TEAM}, budget: {{ usd: 100, per: day }} }}
+"
+    );
+    let gateway = support::in_process(&yaml).await;
+    let served = chat(gateway, TEAM, "default").await;
+    assert_eq!(served.status, 200, "{}", served.body);
+    assert_eq!(chat(gateway, TEAM, "broken").await.status, 502);
+    let keys: Value = serde_json::from_str(&admin(gateway, "/admin/keys").await).unwrap();
+    let budget = &keys["keys"][0]["budget"];
+    assert_eq!(budget["spent_usd"], 10.0, "the one answer, not its failed attempt nor the 502: {budget}");
+    assert_eq!(keys["keys"][0]["usage"]["requests_this_minute"], 2);
+}
