@@ -337,3 +337,26 @@ gateway:
     assert_eq!(budget["spent_usd"], 10.0, "the one answer, not its failed attempt nor the 502: {budget}");
     assert_eq!(keys["keys"][0]["usage"]["requests_this_minute"], 2);
 }
+
+#[tokio::test]
+async fn a_streamed_answer_is_charged_when_its_stream_ends() {
+    let (up, _) = upstream(1000).await;
+    let gateway = support::in_process(&config(up, "budget: { usd: 100, per: day }")).await;
+    let body =
+        json!({ "model": "default", "stream": true, "messages": [{ "role": "user", "content": "hi" }] });
+    let response = reqwest::Client::new()
+        .post(format!("http://{gateway}/v1/chat/completions"))
+        .bearer_auth(TEAM)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let events = response.text().await.unwrap();
+    assert!(events.contains("[DONE]"), "{events}");
+    let keys: Value = serde_json::from_str(&admin(gateway, "/admin/keys").await).unwrap();
+    let team = &keys["keys"][1];
+    assert_eq!(team["budget"]["spent_usd"], 10.0, "{team}");
+    assert_eq!(team["usage"]["tokens_this_minute"], 20);
+    assert_eq!(team["usage"]["in_flight"], 0, "its place is given back as the stream ends");
+}
