@@ -159,17 +159,18 @@ class UnderTest:
 
 class Switchyard(UnderTest):
     """`switchyard serve` from `binary` with the routes given by `route()`; `state` (a Redis
-    URL) shares its health through Redis, `telemetry` is its `telemetry:` section, `env` adds
-    to its environment."""
+    URL) shares its health through Redis, `telemetry` is its `telemetry:` section, `gateway` its
+    `gateway:` section, `env` adds to its environment."""
 
     def __init__(self, binary, folder, name="switchyard", *, core=None, wrapper=(), env=None, state=None,
-                 telemetry=None, state_settings=None):
+                 telemetry=None, state_settings=None, gateway=None):
         super().__init__(name, folder, core, wrapper)
         self.binary = binary
         self.env = dict(env or {})
         self.state = state
         self.state_settings = dict(state_settings or {})
         self.telemetry = telemetry
+        self.gateway = gateway
         self.providers = {}
         self.routes = {}
 
@@ -193,6 +194,8 @@ class Switchyard(UnderTest):
             config["state"] = {"redis": self.state, "prefix": "bench", **self.state_settings}
         if self.telemetry:
             config["telemetry"] = self.telemetry
+        if self.gateway:
+            config["gateway"] = self.gateway
         return config
 
     @property

@@ -5,4 +5,5 @@ options), `SUMMARY` (the one line of `bench/run --help`), `arguments(parser)` ad
 to an `argparse` parser, an optional `check(parser, args)` refusing bad combinations through
 `parser.error`, and `run(args)`, which returns the exit status (None for 0)."""
 
-QUESTIONS = ["compare", "hop", "instructions", "legs", "layout", "hedging", "tracing", "upstream", "trails", "micro"]
+QUESTIONS = ["compare", "hop", "instructions", "legs", "layout", "hedging", "tracing", "upstream", "trails", "keys",
+             "micro"]

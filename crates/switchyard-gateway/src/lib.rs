@@ -14,6 +14,7 @@ pub mod config;
 pub(crate) mod connection;
 pub(crate) mod drills;
 pub(crate) mod fleet;
+pub mod keys;
 pub mod logging;
 pub(crate) mod metrics;
 pub(crate) mod recent;

@@ -244,6 +244,8 @@ pub struct AccessEntry<'a> {
     pub latency: Duration,
     /// What the gateway added beyond the upstream calls and pacing.
     pub overhead: Duration,
+    /// The label of the client key it came with (its name, never the key).
+    pub key: Option<&'a str>,
 }
 
 thread_local! {
@@ -316,6 +318,10 @@ fn text_line(out: &mut Vec<u8>, entry: &AccessEntry<'_>, now: SystemTime) {
         out.extend_from_slice(b" served_by=");
         debug_quoted(out, &via.text());
     }
+    if let Some(key) = entry.key {
+        out.extend_from_slice(b" key=");
+        debug_quoted(out, key);
+    }
     out.extend_from_slice(b" attempts=");
     number(out, entry.attempts as u64);
     out.extend_from_slice(b" status=");
@@ -341,6 +347,9 @@ fn json_line(out: &mut Vec<u8>, entry: &AccessEntry<'_>, now: SystemTime) {
     json_field(out, "route", entry.route);
     if let Some(via) = entry.served_by {
         json_field(out, "served_by", &via.text());
+    }
+    if let Some(key) = entry.key {
+        json_field(out, "key", key);
     }
     out.extend_from_slice(b",\"attempts\":");
     number(out, entry.attempts as u64);
@@ -562,6 +571,7 @@ mod tests {
             error: None,
             latency: Duration::from_micros(7_934),
             overhead: Duration::from_micros(76),
+            key: None,
         }
     }
 
@@ -630,5 +640,18 @@ mod tests {
         json_line(&mut out, &failed, at(0, 0));
         let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!((line["status"].as_u64(), line["error"].as_str()), (Some(200), Some("timeout")));
+    }
+
+    #[test]
+    fn a_request_names_its_client_key_by_label_in_both_formats() {
+        let keyed = AccessEntry { key: Some("search \"team\""), ..entry(None, "r") };
+        let mut out = Vec::new();
+        text_line(&mut out, &keyed, at(0, 0));
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains(" route=\"r\" key=\"search \\\"team\\\"\" attempts=2 "), "{text}");
+        let mut out = Vec::new();
+        json_line(&mut out, &keyed, at(0, 0));
+        let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(line["key"], "search \"team\"");
     }
 }

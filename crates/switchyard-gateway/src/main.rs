@@ -103,6 +103,15 @@ enum Command {
         #[arg(long)]
         key: Option<String>,
     },
+    /// Print a running gateway's client keys: limits, usage this minute, spend and budget.
+    Keys {
+        /// The gateway's base URL.
+        #[arg(long, default_value = "http://127.0.0.1:4680")]
+        url: String,
+        /// Admin key (default: $SWITCHYARD_ADMIN_KEY, else $SWITCHYARD_KEY).
+        #[arg(long)]
+        key: Option<String>,
+    },
     /// Follow a running gateway's events (health, breakers, failovers, finished requests).
     Events {
         /// The gateway's base URL.
@@ -171,6 +180,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cli::chat::chat(&loaded.router, target.or(route).unwrap_or_default(), stream, prompt).await
         }
         Command::Health { url, key } => cli::health::health(&url, key).await,
+        Command::Keys { url, key } => cli::keys::keys(&url, key).await,
         Command::Events { url, key, json, fleet } => {
             let path = if fleet { "/admin/events?scope=fleet" } else { "/admin/events" };
             cli::events::events(&url, key, json, path).await

@@ -26,6 +26,8 @@ pub struct RequestRecord {
     pub queued: Duration,
     pub first_token: Option<Duration>,
     pub trail: Trail,
+    /// The label of the client key it came with (its name, never the key).
+    pub key: Option<Arc<str>>,
 }
 
 fn ms(duration: Duration) -> f64 {
@@ -40,6 +42,7 @@ impl Serialize for RequestRecord {
         map.serialize_entry("time", &crate::logging::rfc3339(self.at))?;
         map.serialize_entry("endpoint", self.endpoint)?;
         map.serialize_entry("route", &*self.route)?;
+        map.serialize_entry("key", &self.key.as_deref())?;
         map.serialize_entry("served_by", &self.served_by.as_ref().map(ToString::to_string))?;
         map.serialize_entry("fallback", &self.fell_back())?;
         map.serialize_entry("status", &self.status)?;
@@ -86,6 +89,7 @@ impl Serialize for Summary<'_> {
         map.serialize_entry("time_ms", &(unix.as_millis() as u64))?;
         map.serialize_entry("endpoint", record.endpoint)?;
         map.serialize_entry("route", &*record.route)?;
+        map.serialize_entry("key", &record.key.as_deref())?;
         map.serialize_entry("served_by", &record.served_by.as_ref().map(ToString::to_string))?;
         map.serialize_entry("status", &record.status)?;
         map.serialize_entry("stream_error", &record.stream_error())?;
@@ -167,6 +171,7 @@ mod tests {
             queued: Duration::ZERO,
             first_token: None,
             trail: Trail::default(),
+            key: None,
         }
     }
 

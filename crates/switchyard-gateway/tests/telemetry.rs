@@ -390,3 +390,26 @@ fn bad_telemetry_settings_are_named() {
             .unwrap();
     assert!(loaded.gateway.telemetry.is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_span_names_its_client_key_by_name_never_the_key() {
+    let (collector, received) = receiver().await;
+    let (upstream, _) = upstream().await;
+    let sections = format!(
+        "telemetry: {{ endpoint: \"{collector}\", headers: {{ authorization: \"Bearer collector-token\" }} }}\ngateway: {{ keys: [{{ name: traced-team, key: gw-traced-key-0001 }}] }}"
+    );
+    let (gateway, state) = gateway(&upstream, &sections, HashMap::new()).await;
+    let response = reqwest::Client::new()
+        .post(format!("{gateway}/v1/chat/completions"))
+        .bearer_auth("gw-traced-key-0001")
+        .json(&json!({ "model": "default", "messages": [{ "role": "user", "content": "hi" }] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    flush(&state).await;
+    let (spans, _) = spans(&received);
+    let request = spans.iter().find(|s| s.kind == SpanKind::Server as i32).unwrap();
+    assert_eq!(attribute(request, "switchyard.key").as_deref(), Some("traced-team"));
+    assert!(!format!("{spans:?}").contains("gw-traced-key"), "the key was recorded");
+}

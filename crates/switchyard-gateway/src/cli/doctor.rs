@@ -210,6 +210,16 @@ fn print_gateway(loaded: &Loaded) {
         if gateway.admin_key.is_some() { "set" } else { "not set" },
         gateway.max_body
     );
+    for key in gateway.keys.iter().filter(|key| key.named || key.rules != Default::default()) {
+        println!("  key {}: {}", key.label, key_rules(&key.rules));
+    }
+    let limited =
+        gateway.keys.iter().any(|key| key.rules.limits != Default::default() || key.rules.budget.is_some());
+    if limited && gateway.shared_state.is_some() {
+        println!(
+            "  keys: requests/tokens per minute and budgets are the fleet's; max_concurrent is split among the replicas"
+        );
+    }
     let limits = gateway.connections;
     println!(
         "connections: header_timeout {}, body_timeout {}, idle_timeout {}, max_connections {}",
@@ -219,6 +229,28 @@ fn print_gateway(loaded: &Loaded) {
         limits.max_connections
     );
     println!("exposure: {}", exposure_line(loaded.listen, loaded));
+}
+
+/// A client key's rules in a line: the models it may use, its limits, its budget.
+fn key_rules(rules: &switchyard_gateway::keys::KeyRules) -> String {
+    let mut parts = Vec::new();
+    if let Some(routes) = &rules.routes {
+        parts.push(format!("may use {}", routes.join(", ")));
+    }
+    let limits = rules.limits;
+    for (name, value) in [
+        ("requests_per_minute", limits.requests_per_minute),
+        ("tokens_per_minute", limits.tokens_per_minute),
+        ("max_concurrent", limits.max_concurrent.map(u64::from)),
+    ] {
+        if let Some(value) = value {
+            parts.push(format!("{name} {value}"));
+        }
+    }
+    if let Some(budget) = rules.budget {
+        parts.push(format!("budget ${} per {}", budget.usd, budget.per.as_str()));
+    }
+    if parts.is_empty() { "no limits".to_owned() } else { parts.join(", ") }
 }
 
 /// Where health is kept; with Redis, whether it answers and who is alive. False when it does

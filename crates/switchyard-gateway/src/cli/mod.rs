@@ -5,6 +5,7 @@ pub(crate) mod config;
 pub(crate) mod doctor;
 pub(crate) mod events;
 pub(crate) mod health;
+pub(crate) mod keys;
 pub(crate) mod serve;
 pub(crate) mod text;
 

@@ -21,7 +21,7 @@ pub(crate) fn demo(env: &dyn Fn(&str) -> Option<String>) -> Result<Loaded, Confi
 
 fn gateway_keys_from_env(file: &mut FileConfig, env: &dyn Fn(&str) -> Option<String>) {
     if env("SWITCHYARD_KEY").is_some_and(|k| !k.is_empty()) {
-        file.gateway.keys.push("env://SWITCHYARD_KEY".to_owned());
+        file.gateway.keys.push(super::file::ClientKeyConfig::Text("env://SWITCHYARD_KEY".to_owned()));
     }
     if env("SWITCHYARD_ADMIN_KEY").is_some_and(|k| !k.is_empty()) {
         file.gateway.admin_key = Some("env://SWITCHYARD_ADMIN_KEY".to_owned());

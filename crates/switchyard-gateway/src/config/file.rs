@@ -650,9 +650,10 @@ pub struct RetryBudgetConfig {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayConfig {
-    /// Keys clients must send (Bearer or x-api-key); none = open.
+    /// Keys clients must send (Bearer or x-api-key); none = open. Each a string, or a key
+    /// with a name, the models it may use, limits and a budget.
     #[serde(default)]
-    pub keys: Vec<String>,
+    pub keys: Vec<ClientKeyConfig>,
     pub admin_key: Option<String>,
     /// The largest request body accepted, in bytes or with a unit (`4mb`). Default 32 MiB.
     pub max_body: Option<ByteSize>,
@@ -677,6 +678,77 @@ pub struct GatewayConfig {
     pub threads: Option<usize>,
     /// The Responses API's conversation store.
     pub responses: Option<ResponsesConfig>,
+}
+
+/// One of `gateway.keys`: the key alone (`env://NAME` or the text), or with its rules.
+#[derive(Debug, Clone)]
+pub enum ClientKeyConfig {
+    /// The key, with no limits.
+    Text(String),
+    /// A key with a name and rules.
+    Named(NamedKeyConfig),
+}
+
+impl<'de> Deserialize<'de> for ClientKeyConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Not `untagged`: a mistake inside a key's map is reported at its own key path.
+        struct KeyVisitor;
+        impl<'de> serde::de::Visitor<'de> for KeyVisitor {
+            type Value = ClientKeyConfig;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key (`env://NAME` or its text), or a map with `name` and `key`")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ClientKeyConfig, E> {
+                Ok(ClientKeyConfig::Text(v.to_owned()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<ClientKeyConfig, A::Error> {
+                let deserializer = serde::de::value::MapAccessDeserializer::new(map);
+                NamedKeyConfig::deserialize(deserializer).map(ClientKeyConfig::Named)
+            }
+        }
+        deserializer.deserialize_any(KeyVisitor)
+    }
+}
+
+/// A key of `gateway.keys` with its rules.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedKeyConfig {
+    /// What logs, metrics, traces and `/admin/keys` call it.
+    pub name: String,
+    /// The key: `env://NAME` or its text.
+    pub key: String,
+    /// The models it may use: route names, patterns, `provider:model` targets. Default all.
+    pub routes: Option<Vec<String>>,
+    /// Its rate and concurrency limits.
+    pub limits: Option<KeyLimitsConfig>,
+    /// What it may spend per period.
+    pub budget: Option<BudgetConfig>,
+}
+
+/// `gateway.keys[].limits`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyLimitsConfig {
+    pub requests_per_minute: Option<u64>,
+    pub tokens_per_minute: Option<u64>,
+    pub max_concurrent: Option<u32>,
+}
+
+/// `gateway.keys[].budget`: `{ usd: 50, per: day }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetConfig {
+    pub usd: f64,
+    pub per: BudgetPeriod,
+}
+
+/// `day` (UTC) or `month` (calendar, UTC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetPeriod {
+    Day,
+    Month,
 }
 
 /// `gateway.responses`: how much of the Responses API's conversations the gateway keeps.

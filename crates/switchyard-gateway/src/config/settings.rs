@@ -15,8 +15,9 @@ use crate::telemetry::TelemetrySettings;
 /// Gateway settings that are not routing.
 #[derive(Debug, Clone)]
 pub struct GatewaySettings {
-    /// `gateway.keys`: the keys clients send (none: no key needed).
-    pub keys: Vec<Secret>,
+    /// `gateway.keys`: the keys clients send (none: no key needed), with their rules and
+    /// what each has used.
+    pub keys: crate::keys::ClientKeys,
     /// `gateway.admin_key`: the key of `/admin` and, beyond loopback, `/metrics`.
     pub admin_key: Option<Secret>,
     /// `gateway.max_body`: the largest request body, in bytes.

@@ -15,15 +15,15 @@ use crate::metrics::labels;
 use super::body::{BodyError, read};
 use switchyard::chat::Dialect;
 
-use super::auth::{authorized, unauthorized};
+use super::auth::{admitted, authorized, unauthorized};
 use super::errors::ApiError;
 use super::state::{AppState, Live};
 
-pub(super) fn admin_allowed(state: &AppState, headers: &HeaderMap) -> bool {
+pub(crate) fn admin_allowed(state: &AppState, headers: &HeaderMap) -> bool {
     let live = state.live();
     match &live.gateway.admin_key {
         Some(key) => authorized(std::slice::from_ref(key), headers),
-        None => authorized(&live.gateway.keys, headers),
+        None => admitted(&live.gateway.keys, headers),
     }
 }
 
@@ -93,6 +93,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
         labels([("backend", backend.into())]),
         if up { 1.0 } else { 0.0 },
     ));
+    gauges.extend(super::keys::gauges(&state, &live));
     let text = state.metrics.render(&gauges);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

@@ -30,7 +30,7 @@ pub async fn messages(
         request.verbatim = Some(Verbatim::new(Dialect::Anthropic, body.clone()));
         request
     });
-    let (mut exchange, request) = match context.accept(&state, parsed, |r: &ChatRequest| &r.model) {
+    let (mut exchange, request) = match context.accept(&state, parsed, |r: &ChatRequest| &r.model).await {
         Ok(accepted) => accepted,
         Err(response) => return *response,
     };
@@ -70,10 +70,11 @@ pub async fn count_tokens(
     headers: HeaderMap,
     Accepted { context, body }: Accepted,
 ) -> Response {
-    let (exchange, request) = match context.accept(&state, count_request(&body), |r: &ChatRequest| &r.model) {
-        Ok(accepted) => accepted,
-        Err(response) => return *response,
-    };
+    let (exchange, request) =
+        match context.accept(&state, count_request(&body), |r: &ChatRequest| &r.model).await {
+            Ok(accepted) => accepted,
+            Err(response) => return *response,
+        };
     match exchange.live.router.count_tokens(&request, &exchange.options(&headers)).await {
         Ok(answer) => {
             let body = match answer.count.verbatim.as_ref().and_then(|v| v.in_dialect(Dialect::Anthropic)) {
@@ -88,6 +89,7 @@ pub async fn count_tokens(
                 trail: answer.trail,
                 timing: answer.timing,
                 usage: None,
+                cost: None,
             };
             answered(&state, &exchange, body, served)
         }

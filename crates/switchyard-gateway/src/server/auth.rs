@@ -1,12 +1,31 @@
 //! The gateway key: read from `Authorization: Bearer` or `x-api-key`, compared in constant time.
 
+use std::sync::Arc;
+
 use axum::http::{HeaderMap, StatusCode, header};
 use switchyard::credential::Secret;
+
+use crate::keys::{ClientKey, ClientKeys, constant_time_eq};
 
 use super::errors::ApiError;
 use super::options::names;
 
-/// Checks the gateway key (Bearer or x-api-key) when keys are configured.
+/// Whether the request carries one of the client keys, when keys are configured.
+pub(crate) fn admitted(keys: &ClientKeys, headers: &HeaderMap) -> bool {
+    client_key(keys, headers).is_ok()
+}
+
+/// The client key the request carries: `None` when no key is configured, an error when the
+/// request carries none of them.
+pub(crate) fn client_key(keys: &ClientKeys, headers: &HeaderMap) -> Result<Option<Arc<ClientKey>>, ()> {
+    if keys.is_empty() {
+        return Ok(None);
+    }
+    let presented = presented_key(headers).ok_or(())?;
+    keys.find(presented).cloned().map(Some).ok_or(())
+}
+
+/// Checks a key (Bearer or x-api-key) against `keys` (the admin key), when there are any.
 pub(crate) fn authorized(keys: &[Secret], headers: &HeaderMap) -> bool {
     if keys.is_empty() {
         return true;
@@ -23,14 +42,6 @@ pub(crate) fn presented_key(headers: &HeaderMap) -> Option<&str> {
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .or_else(|| headers.get(names::API_KEY).and_then(|v| v.to_str().ok()))
         .map(str::trim)
-}
-
-/// Whether `a` and `b` are equal, in a time that does not tell where they differ.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The refusal of a request without a valid gateway key, saying how to send one.

@@ -20,6 +20,8 @@ pub(crate) struct Delivered {
     pub trail: Trail,
     pub timing: Timing,
     pub usage: Option<switchyard::chat::Usage>,
+    /// What the answer cost at the configured prices.
+    pub cost: Option<f64>,
 }
 
 impl From<&mut switchyard::Answer> for Delivered {
@@ -30,6 +32,7 @@ impl From<&mut switchyard::Answer> for Delivered {
             trail: std::mem::take(&mut answer.trail),
             timing: answer.timing,
             usage: answer.usage,
+            cost: answer.cost,
         }
     }
 }
@@ -47,7 +50,8 @@ pub(crate) fn answered(
     let attempts = served.trail.len();
     exchange.stamp(&mut response, Some(&served.served_by), attempts);
     routing_headers(&mut response, &served.trail, served.timing.queued);
-    let settled = Some(Settled { trail: served.trail, timing: served.timing, usage: served.usage });
+    let settled =
+        Some(Settled { trail: served.trail, timing: served.timing, usage: served.usage, cost: served.cost });
     let ending =
         Ending { route: served.route, served_by: Some(&served.served_by), status: 200, attempts, settled };
     exchange.finish(state, ending);

@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use switchyard::chat::Dialect;
 
-use super::admin::{admin_allowed, bad_request};
-use super::auth::unauthorized;
+use super::admin::bad_request;
+use super::auth::{authorized, client_key, unauthorized};
 use super::errors::ApiError;
 use super::state::AppState;
 
@@ -19,6 +19,21 @@ use super::state::AppState;
 const FILTERED_WINDOW: usize = 20;
 /// The fleet's lines read for one list at most.
 const MAX_WINDOW: usize = 5000;
+
+/// Who reads the history: the admin key sees every request; without one (`gateway.admin_key`
+/// unset, when any client key may read it) a client key sees only its own requests, never
+/// another key's trails.
+fn reader(state: &AppState, headers: &HeaderMap) -> Result<Option<Arc<str>>, Response> {
+    let live = state.live();
+    let refused = || unauthorized(headers).into_response(Dialect::OpenAi, "");
+    match &live.gateway.admin_key {
+        Some(admin) => authorized(std::slice::from_ref(admin), headers).then_some(None).ok_or_else(refused),
+        None => match client_key(&live.gateway.keys, headers) {
+            Ok(key) => Ok(key.map(|key| key.label.clone())),
+            Err(()) => Err(refused()),
+        },
+    }
+}
 
 /// What a list asks for: how many, which, and from where.
 #[derive(Debug, Default)]
@@ -28,6 +43,8 @@ struct Filter {
     status: Option<StatusFilter>,
     target: Option<String>,
     replica: Option<String>,
+    /// The client key whose requests alone are shown (see [`reader`]).
+    key: Option<Arc<str>>,
     /// This replica's memory only, fleet or not.
     local: bool,
 }
@@ -94,7 +111,11 @@ impl Filter {
     }
 
     fn narrows(&self) -> bool {
-        self.route.is_some() || self.status.is_some() || self.target.is_some() || self.replica.is_some()
+        self.route.is_some()
+            || self.status.is_some()
+            || self.target.is_some()
+            || self.replica.is_some()
+            || self.key.is_some()
     }
 
     /// Whether a request's line (as `/admin/requests` lists it) passes.
@@ -102,13 +123,14 @@ impl Filter {
         let text = |key: &str| line.get(key).and_then(Value::as_str);
         let route_ok = self.route.as_deref().is_none_or(|route| text("route") == Some(route));
         let replica_ok = self.replica.as_deref().is_none_or(|replica| text("replica") == Some(replica));
+        let key_ok = self.key.as_deref().is_none_or(|key| text("key") == Some(key));
         let status = line.get("status").and_then(Value::as_u64).unwrap_or_default() as u16;
         let status_ok = self.status.is_none_or(|filter| filter.admits(status));
         let target_ok = self.target.as_deref().is_none_or(|target| {
             text("served_by") == Some(target)
                 || line["failed"].as_array().is_some_and(|failed| failed.iter().any(|t| t == target))
         });
-        route_ok && replica_ok && status_ok && target_ok
+        route_ok && replica_ok && status_ok && target_ok && key_ok
     }
 }
 
@@ -121,13 +143,15 @@ pub async fn requests(
     headers: HeaderMap,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
-    if !admin_allowed(&state, &headers) {
-        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
-    }
-    let filter = match Filter::parse(&query) {
+    let key = match reader(&state, &headers) {
+        Ok(key) => key,
+        Err(refused) => return refused,
+    };
+    let mut filter = match Filter::parse(&query) {
         Ok(filter) => filter,
         Err(message) => return bad_request(message),
     };
+    filter.key = key;
     let kept = state.recent.capacity();
     let mut body = match (state.trails.get(), filter.local) {
         (Some(trails), false) => {
@@ -175,10 +199,16 @@ pub async fn request(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    if !admin_allowed(&state, &headers) {
-        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
-    }
-    if let Some(record) = state.recent.get(&id) {
+    let key = match reader(&state, &headers) {
+        Ok(key) => key,
+        Err(refused) => return refused,
+    };
+    // A client key reading without the admin key finds its own requests alone: another key's
+    // is not found, as if it did not exist.
+    let mine = |of: Option<&str>| key.as_deref().is_none_or(|key| of == Some(key));
+    if let Some(record) = state.recent.get(&id)
+        && mine(record.key.as_deref())
+    {
         return axum::Json(record).into_response();
     }
     let kept = state.recent.capacity();
@@ -192,8 +222,14 @@ pub async fn request(
         );
     };
     match trails.shared().get(&id).await {
-        Ok(Some(record)) => ([(header::CONTENT_TYPE, "application/json")], record).into_response(),
-        Ok(None) => unknown(
+        Ok(Some(record))
+            if key.is_none()
+                || serde_json::from_slice::<Value>(&record)
+                    .is_ok_and(|found| mine(found["key"].as_str())) =>
+        {
+            ([(header::CONTENT_TYPE, "application/json")], record).into_response()
+        }
+        Ok(_) => unknown(
             format!(
                 "no recent request `{id}` among {here} nor the fleet's trails (each replica's last {kept}, kept {} min)",
                 crate::fleet::TRAIL_TTL.as_secs() / 60

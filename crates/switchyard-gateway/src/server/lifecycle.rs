@@ -13,7 +13,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use switchyard::chat::Dialect;
 
-use super::auth::{authorized, unauthorized};
+use super::auth::{client_key, unauthorized};
 use super::body;
 use super::errors::ApiError;
 use super::request::RequestContext;
@@ -43,8 +43,9 @@ pub(crate) async fn lifecycle(
 ) -> Response {
     let (mut parts, body) = request.into_parts();
     let mut context = RequestContext::start(&state, &parts.headers, endpoint.dialect, endpoint.name);
-    if !authorized(&context.live.gateway.keys, &parts.headers) {
-        return context.fail(&state, unauthorized(&parts.headers));
+    match client_key(&context.live.gateway.keys, &parts.headers) {
+        Ok(key) => context.key = key,
+        Err(()) => return context.fail(&state, unauthorized(&parts.headers)),
     }
     // Only a client with a key chooses a trace to continue.
     context.trace = state.telemetry.as_ref().map(|telemetry| telemetry.begin(&parts.headers));

@@ -18,6 +18,7 @@ mod finished;
 mod fleet_events;
 mod history;
 mod ids;
+mod keys;
 mod lifecycle;
 mod openai;
 mod options;
@@ -69,6 +70,7 @@ pub fn app(state: Arc<AppState>) -> HttpRouter {
         .route("/metrics", get(admin::metrics))
         .route("/admin/health", get(admin::health))
         .route("/admin/health/reset", post(admin::reset))
+        .route("/admin/keys", get(keys::list))
         .route("/admin/config/reload", post(admin::reload))
         .route("/admin/requests", get(history::requests))
         .route("/admin/requests/{id}", get(history::request))
@@ -83,7 +85,7 @@ pub fn app(state: Arc<AppState>) -> HttpRouter {
 
 async fn not_found(request: Request) -> Response {
     let message = format!(
-        "no such endpoint: {} {}. Endpoints: POST /v1/chat/completions, POST /v1/messages, POST /v1/responses, POST /v1/embeddings, GET /v1/models, GET /v1/models/{{id}}, GET /healthz, GET /readyz, GET /metrics, GET /admin/, GET /admin/health, POST /admin/health/reset, POST /admin/config/reload, GET /admin/requests, GET /admin/requests/{{id}}, GET /admin/events, POST /admin/simulated/{{provider}}",
+        "no such endpoint: {} {}. Endpoints: POST /v1/chat/completions, POST /v1/messages, POST /v1/responses, POST /v1/embeddings, GET /v1/models, GET /v1/models/{{id}}, GET /healthz, GET /readyz, GET /metrics, GET /admin/, GET /admin/health, POST /admin/health/reset, GET /admin/keys, POST /admin/config/reload, GET /admin/requests, GET /admin/requests/{{id}}, GET /admin/events, POST /admin/simulated/{{provider}}",
         request.method(),
         request.uri().path()
     );

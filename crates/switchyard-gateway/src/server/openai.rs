@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use switchyard::chat::{ChatRequest, Dialect, EmbeddingsRequest};
 use switchyard_providers::openai::codec;
 
-use super::auth::{authorized, unauthorized};
+use super::auth::{admitted, unauthorized};
 use super::deliver::{Delivered, answered, route_failed};
 use super::errors::ApiError;
 use super::finished::metrics::usage;
@@ -30,7 +30,7 @@ pub async fn chat_completions(
     let parsed = codec::request_from_bytes(&body)
         .map_err(|e| invalid_json(&e))
         .and_then(|request| codec::check(&request).map(|()| request).map_err(invalid));
-    let (mut exchange, request) = match context.accept(&state, parsed, |r: &ChatRequest| &r.model) {
+    let (mut exchange, request) = match context.accept(&state, parsed, |r: &ChatRequest| &r.model).await {
         Ok(accepted) => accepted,
         Err(response) => return *response,
     };
@@ -128,7 +128,7 @@ pub async fn embeddings(
     let parsed = serde_json::from_slice::<EmbeddingsRequest>(&body)
         .map_err(|e| invalid_json(&e))
         .and_then(|request| Encoding::of(&request).map(|_| request));
-    let (exchange, request) = match context.accept(&state, parsed, |r: &EmbeddingsRequest| &r.model) {
+    let (exchange, request) = match context.accept(&state, parsed, |r: &EmbeddingsRequest| &r.model).await {
         Ok(accepted) => accepted,
         Err(response) => return *response,
     };
@@ -157,6 +157,7 @@ pub async fn embeddings(
                 trail: answer.trail,
                 timing: answer.timing,
                 usage: answer.response.usage.map(|u| switchyard::chat::Usage::new(u.prompt_tokens, 0)),
+                cost: None,
             };
             answered(&state, &exchange, body, served)
         }
@@ -180,7 +181,7 @@ fn model_object(live: &Live, id: &str, created: u64) -> Value {
 /// The routes, then every target one can name.
 pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let live = state.live();
-    if !authorized(&live.gateway.keys, &headers) {
+    if !admitted(&live.gateway.keys, &headers) {
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
     let created = unix_now();
@@ -197,7 +198,7 @@ pub async fn model(
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> Response {
     let live = state.live();
-    if !authorized(&live.gateway.keys, &headers) {
+    if !admitted(&live.gateway.keys, &headers) {
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
     let names = model_names(&live.router);

@@ -46,6 +46,10 @@ pub struct RequestContext {
     /// The configuration in force when it arrived: the request runs on it to its end, even
     /// when a reload swaps another in meanwhile.
     pub(crate) live: Arc<Live>,
+    /// The client key it came with, when keys are configured.
+    pub(crate) key: Option<Arc<crate::keys::ClientKey>>,
+    /// Its key's admission: its place among the key's requests in flight, held to its end.
+    pub(crate) pass: Option<Arc<crate::keys::Pass>>,
 }
 
 /// The providers that read a part of a request only some can.
@@ -89,12 +93,15 @@ impl RequestContext {
             routed: std::sync::OnceLock::new(),
             unsent: Vec::new(),
             live: state.live(),
+            key: None,
+            pass: None,
         }
     }
 
-    /// The parsed request, when it parsed and names a `model`; else the request answered
-    /// (boxed: a response is large, and a refusal the rare case) and logged as refused.
-    pub(crate) fn accept<T>(
+    /// The parsed request, when it parsed, names a `model` and its key admits it; else the
+    /// request answered (boxed: a response is large, and a refusal the rare case) and logged
+    /// as refused.
+    pub(crate) async fn accept<T>(
         mut self,
         state: &AppState,
         parsed: Result<T, ApiError>,
@@ -106,6 +113,9 @@ impl RequestContext {
                 Err(Box::new(self.fail(state, error)))
             }
             Ok(request) => {
+                if let Err(error) = self.admit(state, model(&request)).await {
+                    return Err(Box::new(self.fail(state, error)));
+                }
                 if self.trace.is_some() {
                     self.model = model(&request).to_owned();
                 }
@@ -151,7 +161,7 @@ impl RequestContext {
     pub(crate) fn finish_failure(&self, state: &AppState, route: Arc<str>, status: u16, trail: Trail) {
         let timing = Timing { total: self.started.elapsed(), ..Timing::default() };
         let attempts = trail.len();
-        let settled = Some(Settled { trail, timing, usage: None });
+        let settled = Some(Settled { trail, timing, usage: None, cost: None });
         self.finish(state, Ending { route, served_by: None, status, attempts, settled });
     }
 
@@ -171,6 +181,7 @@ impl RequestContext {
     /// record in the history and on the event feed.
     pub(crate) fn finish(&self, state: &AppState, ending: Ending<'_>) {
         state.ended.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.charge(state, &ending);
         let done = self.finished(ending);
         finished::metrics::record(state, &done);
         finished::telemetry::record(state, &done);
@@ -209,6 +220,7 @@ impl RequestContext {
             model: &self.model,
             settled,
             live: &self.live,
+            key: self.key.as_ref().map(|key| key.label.clone()),
         }
     }
 

@@ -19,7 +19,7 @@ use switchyard_providers::responses::decode::{self, ResponsesRequest};
 use switchyard_providers::responses::encode::{self, Meta, ResponsesStreamWriter};
 use switchyard_providers::responses::{is_claude_thinking, native};
 
-use super::auth::{authorized, presented_key, unauthorized};
+use super::auth::{admitted, presented_key, unauthorized};
 use super::deliver::{Delivered, answered, route_failed};
 use super::errors::ApiError;
 use super::finished::metrics::usage;
@@ -41,10 +41,11 @@ pub async fn create(
 ) -> Response {
     let parsed = decode::request_from_slice(&body)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()));
-    let (mut exchange, parsed) = match context.accept(&state, parsed, |r: &ResponsesRequest| &r.chat.model) {
-        Ok(accepted) => accepted,
-        Err(response) => return *response,
-    };
+    let (mut exchange, parsed) =
+        match context.accept(&state, parsed, |r: &ResponsesRequest| &r.chat.model).await {
+            Ok(accepted) => accepted,
+            Err(response) => return *response,
+        };
     let owner = owner_of(presented_key(&headers).filter(|_| !exchange.live.gateway.keys.is_empty()));
     let turn = match conversation(&state, &mut exchange, &owner, parsed).await {
         Ok(turn) => turn,
@@ -328,7 +329,7 @@ pub async fn delete(
 /// The owner name of an authorized caller's kept responses, or the 401.
 fn caller(state: &AppState, headers: &HeaderMap) -> Result<String, Box<Response>> {
     let keys = &state.live().gateway.keys;
-    if !authorized(keys, headers) {
+    if !admitted(keys, headers) {
         return Err(Box::new(unauthorized(headers).into_response(Dialect::Responses, "")));
     }
     Ok(owner_of(presented_key(headers).filter(|_| !keys.is_empty())))

@@ -108,7 +108,7 @@ impl<E> SseBody<E> {
             let trail = self.stream.trail().clone();
             let timing = *self.stream.timing();
             let attempts = trail.len();
-            let settled = Some(Settled { trail, timing, usage: used });
+            let settled = Some(Settled { trail, timing, usage: used, cost: self.stream.cost() });
             let route = self.route.clone();
             exchange.finish(
                 &self.state,

@@ -12,6 +12,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 use switchyard::trail::Via;
 use switchyard::{Router, Target};
 use switchyard_state::responses::{KeptBounds, SharedResponses};
+use switchyard_state::spend::SharedSpend;
 
 use super::events;
 use super::finished::metrics::describe;
@@ -102,6 +103,8 @@ pub struct AppState {
     /// Requests begun and ended, for the in-flight count the fleet's heartbeat carries.
     pub(crate) begun: std::sync::atomic::AtomicU64,
     pub(crate) ended: std::sync::atomic::AtomicU64,
+    /// What client keys spent, counted for the fleet in its Redis (with shared state).
+    pub(crate) spend: Option<Arc<SharedSpend>>,
 }
 
 impl AppState {
@@ -135,7 +138,9 @@ impl AppState {
             Some(store) => store.replica().into(),
             None => switchyard_state::host_name().into(),
         };
+        let spend = gateway.shared_state.as_ref().map(|store| Arc::new(SharedSpend::new(store)));
         Arc::new(Self {
+            spend,
             telemetry,
             recent: Recent::new(gateway.recent_requests),
             responses: match &gateway.shared_state {
@@ -177,7 +182,9 @@ impl AppState {
 
     /// Puts the configuration of `router` and `gateway` in force for every request from now
     /// on; requests running keep the one they started with. Returns the one it replaced.
-    pub(crate) fn swap(&self, router: Router, gateway: GatewaySettings) -> Arc<Live> {
+    pub(crate) fn swap(&self, router: Router, mut gateway: GatewaySettings) -> Arc<Live> {
+        // A key kept across the reload keeps what it used and spent.
+        gateway.keys.adopt(&self.live().gateway.keys);
         if let Some(store) = &gateway.shared_state {
             share_answers(&router, store);
             share_pins(&router, store);

@@ -144,6 +144,8 @@ pub struct RequestSpan<'a> {
     pub queued: Duration,
     pub usage: Option<Usage>,
     pub trail: Option<&'a Trail>,
+    /// The label of the client key it came with (its name, never the key).
+    pub key: Option<&'a str>,
 }
 
 impl Telemetry {
@@ -277,6 +279,9 @@ impl Telemetry {
         ]);
         if !request.route.is_empty() {
             attributes.push(KeyValue::new("switchyard.route", request.route.to_owned()));
+        }
+        if let Some(key) = request.key {
+            attributes.push(KeyValue::new("switchyard.key", key.to_owned()));
         }
         match request.served_by {
             Some(Via::Target(target)) => {

@@ -276,3 +276,18 @@ pub fn stop_flushed(mut server: Child) -> String {
     server.stderr.take().unwrap().read_to_string(&mut logs).unwrap();
     logs
 }
+
+/// [`in_process`], with its access log written as text into the buffer returned.
+pub async fn in_process_logged(yaml: &str) -> (SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    use switchyard_gateway::logging::{AccessLog, LogFormat};
+    use switchyard_gateway::{config, server};
+    let file = config::parse(yaml, false, "test.yaml").unwrap();
+    let loaded = config::build(file, config::Source::File("test.yaml".into()), &|_: &str| None).unwrap();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let access = AccessLog::to_buffer(LogFormat::Text, log.clone());
+    let state = server::AppState::with_access_log(loaded.router, loaded.gateway, access);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, server::app(state)).await.unwrap() });
+    (addr, log)
+}

@@ -4,6 +4,7 @@
 //! given (`env://` resolved once, in [`Validator::resolve`]), and `ca_file`s are read to be
 //! checked.
 
+mod keys;
 mod provider;
 mod route;
 mod sections;
@@ -65,6 +66,7 @@ pub(crate) fn check(
     let health = v.health(&file.health);
     let budget = v.budget(&file.retry_budget);
     let gateway = v.gateway(&file.gateway);
+    let client_keys = v.client_keys(&file);
     let state = file.state.as_ref().and_then(|state| v.shared_state(state));
     let telemetry = v.telemetry(file.telemetry.as_ref());
     let log = v.log(file.log.as_ref());
@@ -74,6 +76,7 @@ pub(crate) fn check(
     let (Some(listen), Some(mut gateway)) = (listen, gateway) else {
         return Err(ConfigError::one(name, "(top level)", "invalid configuration"));
     };
+    gateway.keys = client_keys;
     gateway.telemetry = telemetry;
     gateway.responses_native = responses_native(&file.providers);
     gateway.anthropic_providers =

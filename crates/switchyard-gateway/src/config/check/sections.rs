@@ -127,12 +127,6 @@ impl Validator<'_> {
     }
 
     pub(super) fn gateway(&mut self, config: &file::GatewayConfig) -> Option<GatewaySettings> {
-        let keys = config
-            .keys
-            .iter()
-            .enumerate()
-            .filter_map(|(i, text)| self.secret(&format!("gateway.keys[{i}]"), text).map(|(s, _)| s))
-            .collect();
         let admin_key =
             config.admin_key.as_ref().and_then(|text| self.secret("gateway.admin_key", text).map(|(s, _)| s));
         // 32 MiB: a photo or two as base64 (the providers take requests of that order).
@@ -162,7 +156,8 @@ impl Validator<'_> {
             );
         }
         Some(GatewaySettings {
-            keys,
+            // Checked with the routes they may name: `client_keys`.
+            keys: crate::keys::ClientKeys::default(),
             admin_key,
             max_body,
             recent_requests: config.recent_requests.unwrap_or(1000),

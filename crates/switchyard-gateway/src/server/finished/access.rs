@@ -17,5 +17,6 @@ pub(crate) fn record(state: &AppState, done: &FinishedRequest<'_>) {
         error: done.late_error,
         latency: done.elapsed,
         overhead: done.overhead(),
+        key: done.key.as_deref(),
     });
 }

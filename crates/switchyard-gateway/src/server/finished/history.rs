@@ -21,6 +21,7 @@ pub(crate) fn keep(state: &AppState, done: FinishedRequest<'_>) {
         queued: timing.queued,
         first_token: timing.first_token,
         trail,
+        key: done.key,
     };
     let line = state.feed.render(&record);
     let record = std::sync::Arc::new(record);

@@ -31,6 +31,13 @@ pub(crate) fn record(state: &AppState, done: &FinishedRequest<'_>) {
         labels([("route", route.clone())]),
         done.elapsed.as_secs_f64(),
     );
+    if let Some(key) = &done.key {
+        metrics.increment(
+            "switchyard_key_requests_total",
+            labels([("key", LabelValue::Shared(key.clone()))]),
+            1,
+        );
+    }
     let Some(Settled { trail, timing, .. }) = &done.settled else { return };
     attempts(state, done.live, trail);
     if let Some(first_token) = timing.first_token {
@@ -183,6 +190,10 @@ pub(crate) fn describe(metrics: &Metrics) {
         "Unreadable events of a provider's stream skipped (the stream went on), by target.",
     );
     metrics.describe("switchyard_cost_total", "Cost at the configured prices, by target.");
+    metrics.describe(
+        "switchyard_key_requests_total",
+        "Requests by client key (its name, or a label of its hash), refused ones included.",
+    );
     metrics.describe(
         "switchyard_config_reloads_total",
         "Configuration reloads, by result: reloaded, unchanged (the same file), rejected (the running one stays).",

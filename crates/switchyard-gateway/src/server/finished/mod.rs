@@ -22,6 +22,8 @@ pub(crate) struct Settled {
     pub timing: Timing,
     /// The tokens the answer used, when the provider said.
     pub usage: Option<Usage>,
+    /// What the answer cost at the configured prices (failed attempts are not billed).
+    pub cost: Option<f64>,
 }
 
 /// How a request ends, as the code that ends it says: the route that governed it, who served
@@ -59,6 +61,8 @@ pub(crate) struct FinishedRequest<'a> {
     pub settled: Option<Settled>,
     /// The configuration the request ran on: which targets it names, for metric labels.
     pub live: &'a super::state::Live,
+    /// The label of the client key it came with (its name, never the key).
+    pub key: Option<Arc<str>>,
 }
 
 impl FinishedRequest<'_> {
@@ -113,6 +117,7 @@ mod tests {
             model: "",
             settled,
             live: live(),
+            key: None,
         }
     }
 
@@ -139,12 +144,15 @@ mod tests {
         .collect();
         let timing =
             Timing { total: Duration::from_millis(35), queued: Duration::from_millis(10), first_token: None };
-        let whole =
-            finished(Some(Settled { trail: trail.clone(), timing, usage: None }), Duration::from_millis(36));
+        let whole = finished(
+            Some(Settled { trail: trail.clone(), timing, usage: None, cost: None }),
+            Duration::from_millis(36),
+        );
         assert_eq!(whole.overhead(), Duration::from_millis(6), "36 - 20 upstream - 10 queued");
         // A stream: only up to its first chunk, whenever it ended.
         let timing = Timing { first_token: Some(Duration::from_millis(31)), ..timing };
-        let stream = finished(Some(Settled { trail, timing, usage: None }), Duration::from_secs(9));
+        let stream =
+            finished(Some(Settled { trail, timing, usage: None, cost: None }), Duration::from_secs(9));
         assert_eq!(stream.overhead(), Duration::from_millis(5), "35 - 20 - 10");
         assert_eq!(finished(None, Duration::from_millis(4)).overhead(), Duration::from_millis(4));
     }

@@ -24,5 +24,6 @@ pub(crate) fn record(state: &AppState, done: &FinishedRequest<'_>) {
         queued: done.queued(),
         usage: done.usage(),
         trail: done.trail(),
+        key: done.key.as_deref(),
     });
 }

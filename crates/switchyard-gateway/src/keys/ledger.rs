@@ -1,0 +1,302 @@
+//! What a key has used: its rate buckets, its requests in flight, its spend in the period,
+//! and its usage this minute; and the admission of a request by it ([`ClientKey::admit`]).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use serde_json::{Value, json};
+use switchyard::Router;
+use switchyard_pacing::fleet::FleetPacing;
+use switchyard_state::RedisStore;
+use switchyard_state::spend::SharedSpend;
+use tokio::time::Instant;
+
+use super::limiter::{Limiter, Mode, Step};
+use super::spend::{Due, Spend};
+use super::{ClientKey, KeyRules, Period};
+
+/// The fleet's Redis, when there is one: its leases (rates) and the spend it keeps.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Shared<'a> {
+    pub store: Option<&'a Arc<RedisStore>>,
+    pub spend: Option<&'a Arc<SharedSpend>>,
+}
+
+impl Shared<'_> {
+    fn replicas(&self) -> usize {
+        self.store.map_or(1, |s| FleetPacing::replicas(&**s))
+    }
+
+    /// How the rate limits count now.
+    fn mode(&self) -> Mode {
+        match self.store {
+            None => Mode::Alone,
+            Some(store) if store.shared() => Mode::Fleet,
+            Some(_) => Mode::Share(self.replicas()),
+        }
+    }
+}
+
+/// Why a key's request was refused before any provider was called.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Refusal {
+    /// The model is not among the key's `routes`.
+    NotAllowed { routes: Vec<String> },
+    /// Over its requests or tokens per minute, or its requests in flight.
+    RateLimited { retry_after: Duration, what: &'static str },
+    /// Its budget for the period is spent.
+    Budget { spent: f64, usd: f64, per: Period, resets: SystemTime },
+}
+
+/// The requests and tokens of the minute running.
+#[derive(Debug)]
+struct Minute {
+    start: Instant,
+    requests: u64,
+    tokens: u64,
+}
+
+impl Minute {
+    fn now(&mut self, now: Instant) -> &mut Self {
+        if now.saturating_duration_since(self.start) >= Duration::from_secs(60) {
+            *self = Minute { start: now, requests: 0, tokens: 0 };
+        }
+        self
+    }
+}
+
+#[derive(Debug)]
+struct Books {
+    limiter: Limiter,
+    spend: Spend,
+    minute: Minute,
+}
+
+/// What one key has used; shared by the requests it sent, and handed on by a reload.
+#[derive(Debug)]
+pub(crate) struct Ledger {
+    books: Mutex<Books>,
+    in_flight: AtomicU32,
+}
+
+impl Ledger {
+    pub(crate) fn new(rules: &KeyRules) -> Self {
+        let minute = Minute { start: Instant::now(), requests: 0, tokens: 0 };
+        let books = Books { limiter: Limiter::new(rules.limits), spend: Spend::default(), minute };
+        Self { books: Mutex::new(books), in_flight: AtomicU32::new(0) }
+    }
+
+    fn books(&self) -> MutexGuard<'_, Books> {
+        // Every change under this lock is a few numbers: a panic leaves nothing half-written.
+        self.books.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes on `rules`: the rate buckets start again when the limits changed; what is in
+    /// flight and what was spent stay.
+    pub(crate) fn reconfigure(&self, rules: &KeyRules) {
+        let mut books = self.books();
+        if books.limiter.limits() != rules.limits {
+            books.limiter = Limiter::new(rules.limits);
+        }
+    }
+}
+
+/// An admitted request: holds its place among the key's requests in flight until dropped,
+/// and charges what its answer used.
+#[derive(Debug)]
+pub(crate) struct Pass {
+    key: Arc<ClientKey>,
+}
+
+impl Drop for Pass {
+    fn drop(&mut self) {
+        self.key.ledger.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl ClientKey {
+    /// Admits a request for `model`, or says why not: a model outside `routes`, the budget
+    /// spent, the requests in flight or the rate at their limit. No provider is called
+    /// before this.
+    pub(crate) async fn admit(
+        self: &Arc<Self>,
+        model: &str,
+        router: &Router,
+        shared: Shared<'_>,
+    ) -> Result<Pass, Refusal> {
+        if !self.rules.allows(model, router) {
+            return Err(Refusal::NotAllowed { routes: self.rules.routes.clone().unwrap_or_default() });
+        }
+        self.within_budget(shared)?;
+        let pass = self.enter(shared)?;
+        self.within_rate(shared).await?;
+        self.ledger.books().minute.now(Instant::now()).requests += 1;
+        Ok(pass)
+    }
+
+    /// Takes a place among the key's requests in flight: its `max_concurrent`, or with
+    /// shared state its share of it.
+    fn enter(self: &Arc<Self>, shared: Shared<'_>) -> Result<Pass, Refusal> {
+        let in_flight = self.ledger.in_flight.fetch_add(1, Ordering::AcqRel);
+        let pass = Pass { key: self.clone() };
+        let Some(max) = self.rules.limits.max_concurrent else { return Ok(pass) };
+        let bound = (max / shared.replicas() as u32).max(1);
+        if in_flight >= bound {
+            return Err(Refusal::RateLimited { retry_after: Duration::from_secs(1), what: "max_concurrent" });
+        }
+        Ok(pass)
+    }
+
+    /// Refuses a request over the key's requests or tokens per minute.
+    async fn within_rate(&self, shared: Shared<'_>) -> Result<(), Refusal> {
+        let refuse =
+            |retry_after| Refusal::RateLimited { retry_after, what: "requests or tokens per minute" };
+        let mode = shared.mode();
+        let (step, expired) = {
+            let mut books = self.ledger.books();
+            if !books.limiter.limits_rate() {
+                return Ok(());
+            }
+            let step = books.limiter.admit(mode, Instant::now());
+            (step, books.limiter.expired())
+        };
+        let lane = || format!("key:{}", self.hash);
+        if let (Some((units, buckets)), Some(store)) = (expired, shared.store) {
+            store.give_back(&lane(), units, buckets);
+        }
+        let ask = match step {
+            Ok(()) => return Ok(()),
+            Err(Step::Refuse(wait)) => return Err(refuse(wait)),
+            Err(Step::Lease(ask)) => ask,
+        };
+        let Some(store) = shared.store else { return Ok(()) };
+        let grant = FleetPacing::lease(&**store, &lane(), *ask).await;
+        let mut books = self.ledger.books();
+        let admitted = match grant {
+            Some(grant) => books.limiter.granted(&grant, Instant::now()),
+            // Out of the fleet's reach: the key's share.
+            None => match books.limiter.admit(Mode::Share(shared.replicas()), Instant::now()) {
+                Ok(()) => Ok(()),
+                Err(Step::Refuse(wait)) => Err(wait),
+                Err(Step::Lease(_)) => Ok(()),
+            },
+        };
+        admitted.map_err(refuse)
+    }
+
+    /// Refuses a request of a key whose budget for the period is spent; reads the fleet's
+    /// spend again in the background when it is time to.
+    fn within_budget(&self, shared: Shared<'_>) -> Result<(), Refusal> {
+        let Some(budget) = self.rules.budget else { return Ok(()) };
+        let (spent, resets) = self.spend_now(budget.per, shared);
+        if spent >= budget.usd {
+            return Err(Refusal::Budget { spent, usd: budget.usd, per: budget.per, resets });
+        }
+        Ok(())
+    }
+}
+
+impl ClientKey {
+    /// What the key spent in the period running and when it resets; the fleet's total is
+    /// read again in the background when it is time to.
+    fn spend_now(&self, per: Period, shared: Shared<'_>) -> (f64, SystemTime) {
+        let mut books = self.ledger.books();
+        let resets = books.spend.roll(per, SystemTime::now()).resets;
+        let read = shared.spend.and_then(|_| books.spend.read_due(std::time::Instant::now()));
+        let spent = books.spend.total(shared.replicas());
+        drop(books);
+        if let (Some(period), Some(spend)) = (read, shared.spend) {
+            let (ledger, hash, spend) = (self.ledger.clone(), self.hash.clone(), spend.clone());
+            tokio::spawn(async move {
+                let answer = spend.get(&hash, &period).await;
+                ledger.books().spend.read(&period, answer);
+            });
+        }
+        (spent, resets)
+    }
+}
+
+impl Pass {
+    /// Charges what the request's answer used: its tokens to the rate, its cost to the
+    /// budget (sent to the fleet's Redis in the background).
+    pub(crate) fn charge(&self, tokens: u64, usd: Option<f64>, shared: Shared<'_>) {
+        let key = &self.key;
+        let mode = shared.mode();
+        let mut books = key.ledger.books();
+        books.minute.now(Instant::now()).tokens += tokens;
+        if tokens > 0 {
+            books.limiter.charge(tokens as f64, mode, Instant::now());
+        }
+        let (Some(usd), Some(budget)) = (usd.filter(|usd| *usd > 0.0), key.rules.budget) else { return };
+        books.spend.roll(budget.per, SystemTime::now());
+        books.spend.charge(usd, shared.spend.is_some());
+        let due = books.spend.flush();
+        drop(books);
+        if let (Some(due), Some(spend)) = (due, shared.spend) {
+            flush(key.ledger.clone(), key.hash.clone(), spend.clone(), due);
+        }
+    }
+}
+
+/// Sends `due` to Redis, and whatever was charged meanwhile after it.
+fn flush(ledger: Arc<Ledger>, hash: Arc<str>, spend: Arc<SharedSpend>, due: Due) {
+    tokio::spawn(async move {
+        let mut due = Some(due);
+        while let Some(sent) = due.take() {
+            let ends = sent.resets.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs();
+            let answer = spend.add(&hash, &sent.period, sent.usd, ends).await;
+            let failed = answer.is_err();
+            let mut books = ledger.books();
+            books.spend.flushed(&sent, answer);
+            // After a failure the next charge (or the next period) tries again.
+            if !failed {
+                due = books.spend.flush();
+            }
+        }
+    });
+}
+
+impl ClientKey {
+    /// The key as `/admin/keys` shows it: its label, rules, usage this minute, requests in
+    /// flight, and its spend, budget and reset. Never the key.
+    pub(crate) fn view(&self, shared: Shared<'_>) -> Value {
+        let limits = self.rules.limits;
+        let usage = {
+            let mut books = self.ledger.books();
+            let minute = books.minute.now(Instant::now());
+            json!({
+                "requests_this_minute": minute.requests,
+                "tokens_this_minute": minute.tokens,
+                "in_flight": self.ledger.in_flight.load(Ordering::Acquire),
+            })
+        };
+        let budget = self.rules.budget.map(|budget| {
+            let (spent, resets) = self.spend_now(budget.per, shared);
+            json!({
+                "usd": budget.usd,
+                "per": budget.per.as_str(),
+                "spent_usd": spent,
+                "remaining_usd": (budget.usd - spent).max(0.0),
+                "resets_at": crate::logging::rfc3339(resets),
+            })
+        });
+        json!({
+            "name": &*self.label,
+            "named": self.named,
+            "routes": self.rules.routes,
+            "limits": {
+                "requests_per_minute": limits.requests_per_minute,
+                "tokens_per_minute": limits.tokens_per_minute,
+                "max_concurrent": limits.max_concurrent,
+            },
+            "usage": usage,
+            "budget": budget,
+        })
+    }
+
+    /// What the key spent in its period as this replica knows it, when it has a budget.
+    pub(crate) fn spent(&self, shared: Shared<'_>) -> Option<f64> {
+        Some(self.spend_now(self.rules.budget?.per, shared).0)
+    }
+}

@@ -1,0 +1,302 @@
+//! A key's requests and tokens per minute: buckets that hold a minute's worth and refill at
+//! the rate (a key with 5 a minute may send 5 at once), here or leased from the fleet's.
+//!
+//! Alone, a key spends its own buckets. With shared state, it leases slices of the fleet's
+//! buckets (`P:pace:key:<hash>`, through the leases pacing uses: [`FleetPacing`]) and spends
+//! them here; the request that finds its slice spent leases the next (one round trip), and
+//! what is unspent of a slice after [`SLICE_TTL`] goes back to the fleet's bucket (a bucket of a
+//! minute refills a 1% slice in 0.6 s: slices stranded at each expiry would starve a key whose
+//! requests trickle in over a few replicas). While the fleet cannot be reached, the key
+//! spends its share: buckets of the allowance divided by the last known fleet size.
+//!
+//! Tokens are known only when an answer ends: a request is admitted while the key's tokens
+//! are not in debt, and its usage is charged when it ends (into debt, paid back at the rate).
+
+use std::time::Duration;
+
+use switchyard_pacing::fleet::{BucketSpec, DIMENSIONS, LeaseAsk, LeaseGrant, SLICE_TTL, slice_size};
+use tokio::time::Instant;
+
+use super::KeyLimits;
+
+/// A bucket holding a minute's worth (or its share of it), refilled at the rate.
+#[derive(Debug, Clone)]
+struct MinuteBucket {
+    capacity: f64,
+    per_sec: f64,
+    level: f64,
+    at: Instant,
+}
+
+impl MinuteBucket {
+    /// `per_minute` among `share` replicas: a bucket of `per_minute / share`, full.
+    fn new(per_minute: u64, share: usize, now: Instant) -> Self {
+        let capacity = per_minute as f64 / share.max(1) as f64;
+        Self { capacity, per_sec: capacity / 60.0, level: capacity, at: now }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.level = (self.level + elapsed * self.per_sec).min(self.capacity);
+        self.at = now;
+    }
+
+    /// Whether one unit is there; else how long until it is.
+    fn ready(&mut self, now: Instant) -> Result<(), Duration> {
+        self.refill(now);
+        let needed = 1f64.min(self.capacity);
+        if self.level >= needed || self.per_sec <= 0.0 {
+            return Ok(());
+        }
+        Err(Duration::from_secs_f64(((needed - self.level) / self.per_sec).min(1e6)))
+    }
+}
+
+/// The requests and tokens buckets of one way of counting.
+#[derive(Debug, Clone, Default)]
+struct Buckets {
+    requests: Option<MinuteBucket>,
+    tokens: Option<MinuteBucket>,
+}
+
+impl Buckets {
+    fn new(limits: &KeyLimits, share: usize, now: Instant) -> Self {
+        let bucket = |per_minute: Option<u64>| per_minute.map(|pm| MinuteBucket::new(pm, share, now));
+        Self { requests: bucket(limits.requests_per_minute), tokens: bucket(limits.tokens_per_minute) }
+    }
+
+    /// Takes a request when both buckets allow one; else the longer wait.
+    fn admit(&mut self, now: Instant) -> Result<(), Duration> {
+        let tokens = self.tokens.as_mut().map_or(Ok(()), |b| b.ready(now));
+        let requests = self.requests.as_mut().map_or(Ok(()), |b| b.ready(now));
+        match (requests, tokens) {
+            (Ok(()), Ok(())) => {
+                if let Some(bucket) = self.requests.as_mut() {
+                    bucket.level -= 1.0;
+                }
+                Ok(())
+            }
+            (Err(a), Err(b)) => Err(a.max(b)),
+            (Err(wait), _) | (_, Err(wait)) => Err(wait),
+        }
+    }
+
+    fn charge(&mut self, tokens: f64, now: Instant) {
+        if let Some(bucket) = self.tokens.as_mut() {
+            bucket.refill(now);
+            bucket.level -= tokens;
+        }
+    }
+}
+
+/// Slices of the fleet's buckets in hand.
+#[derive(Debug, Clone, Default)]
+struct Hand {
+    /// Requests, tokens.
+    held: [f64; 2],
+    /// When what is held expires: it goes back to the fleet.
+    until: Option<Instant>,
+    /// What expired unspent, to give back.
+    expired: [f64; 2],
+    /// Tokens answers used beyond what was in hand, paid from the next grants.
+    owed: f64,
+}
+
+/// How a key counts right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// No shared state: the key's own buckets.
+    Alone,
+    /// Shared state out of reach: the key's share among this many replicas.
+    Share(usize),
+    /// Slices leased from the fleet's buckets.
+    Fleet,
+}
+
+/// The rate limits of one key.
+#[derive(Debug)]
+pub(crate) struct Limiter {
+    limits: KeyLimits,
+    alone: Buckets,
+    share: Option<(usize, Buckets)>,
+    hand: Hand,
+}
+
+impl Limiter {
+    pub(crate) fn new(limits: KeyLimits) -> Self {
+        let alone = Buckets::new(&limits, 1, Instant::now());
+        Self { limits, alone, share: None, hand: Hand::default() }
+    }
+
+    /// The limits it counts.
+    pub(crate) fn limits(&self) -> KeyLimits {
+        self.limits
+    }
+
+    /// Whether the key has any rate limit.
+    pub(crate) fn limits_rate(&self) -> bool {
+        self.limits.requests_per_minute.is_some() || self.limits.tokens_per_minute.is_some()
+    }
+
+    /// Admits a request counted as `mode` says: `Ok`, a wait to refuse it with, or (in the
+    /// fleet) what to lease before it can be told.
+    pub(crate) fn admit(&mut self, mode: Mode, now: Instant) -> Result<(), Step> {
+        match mode {
+            Mode::Alone => self.alone.admit(now).map_err(Step::Refuse),
+            Mode::Share(replicas) => self.share_of(replicas, now).admit(now).map_err(Step::Refuse),
+            Mode::Fleet => self.spend_hand(now).map_err(Step::Lease),
+        }
+    }
+
+    /// The buckets of a share among `replicas`, made anew when the fleet's size changed.
+    fn share_of(&mut self, replicas: usize, now: Instant) -> &mut Buckets {
+        if self.share.as_ref().is_none_or(|(n, _)| *n != replicas) {
+            self.share = Some((replicas, Buckets::new(&self.limits, replicas, now)));
+        }
+        &mut self.share.get_or_insert_with(|| (replicas, Buckets::default())).1
+    }
+
+    /// Admits from the slices in hand, or says what to lease.
+    fn spend_hand(&mut self, now: Instant) -> Result<(), Box<LeaseAsk>> {
+        if self.hand.until.is_some_and(|until| now >= until) {
+            for (expired, held) in self.hand.expired.iter_mut().zip(self.hand.held) {
+                *expired += held.max(0.0);
+            }
+            self.hand.held = [0.0; 2];
+            self.hand.until = None;
+        }
+        let rpm = self.limits.requests_per_minute.map(|pm| pm as f64);
+        let tpm = self.limits.tokens_per_minute.map(|pm| pm as f64);
+        let need_requests = if rpm.is_some() && self.hand.held[0] < 1.0 { 1.0 } else { 0.0 };
+        let short = self.hand.owed - self.hand.held[1] + 1.0;
+        let need_tokens = if tpm.is_some() && short > 0.0 { short } else { 0.0 };
+        if need_requests == 0.0 && need_tokens == 0.0 {
+            if rpm.is_some() {
+                self.hand.held[0] -= 1.0;
+            }
+            return Ok(());
+        }
+        let mut ask = LeaseAsk { need: [0.0; DIMENSIONS], want: [0.0; DIMENSIONS], buckets: [None, None] };
+        for (d, (allowance, need)) in [(rpm, need_requests), (tpm, need_tokens)].into_iter().enumerate() {
+            let Some(allowance) = allowance else { continue };
+            ask.need[d] = need;
+            ask.want[d] = need.max(slice_size(allowance, 1));
+            ask.buckets[d] = Some(BucketSpec { capacity: allowance, per_sec: allowance / 60.0 });
+        }
+        Err(Box::new(ask))
+    }
+
+    /// What expired unspent since the last call, with the buckets it goes back to.
+    pub(crate) fn expired(&mut self) -> Option<([f64; 2], [Option<BucketSpec>; 2])> {
+        let units = std::mem::take(&mut self.hand.expired);
+        if units.iter().all(|u| *u <= 0.0) {
+            return None;
+        }
+        let spec = |per_minute: Option<u64>| {
+            per_minute.map(|pm| BucketSpec { capacity: pm as f64, per_sec: pm as f64 / 60.0 })
+        };
+        Some((units, [spec(self.limits.requests_per_minute), spec(self.limits.tokens_per_minute)]))
+    }
+
+    /// Takes in what the fleet granted, then admits the request from it; or the wait the
+    /// fleet said.
+    pub(crate) fn granted(&mut self, grant: &LeaseGrant, now: Instant) -> Result<(), Duration> {
+        if let Some(wait) = grant.retry_in {
+            return Err(wait);
+        }
+        self.hand.held[0] += grant.granted[0];
+        self.hand.held[1] += grant.granted[1];
+        self.hand.until = Some(now + SLICE_TTL);
+        let pay = self.hand.owed.min(self.hand.held[1].max(0.0));
+        self.hand.held[1] -= pay;
+        self.hand.owed -= pay;
+        // A grant meets the need it was asked for; only an expiry in between leaves it short.
+        self.spend_hand(now).map_err(|_| Duration::from_secs(1))
+    }
+
+    /// Charges the tokens an answer used, counted as `mode` says.
+    pub(crate) fn charge(&mut self, tokens: f64, mode: Mode, now: Instant) {
+        match mode {
+            Mode::Alone => self.alone.charge(tokens, now),
+            Mode::Share(replicas) => self.share_of(replicas, now).charge(tokens, now),
+            Mode::Fleet if self.limits.tokens_per_minute.is_some() => {
+                let spent = tokens.min(self.hand.held[1].max(0.0));
+                self.hand.held[1] -= spent;
+                self.hand.owed += tokens - spent;
+            }
+            Mode::Fleet => {}
+        }
+    }
+}
+
+/// Why [`Limiter::admit`] did not admit at once.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Refused: the key may send again after this.
+    Refuse(Duration),
+    /// Lease this from the fleet first.
+    Lease(Box<LeaseAsk>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(rpm: Option<u64>, tpm: Option<u64>) -> KeyLimits {
+        KeyLimits { requests_per_minute: rpm, tokens_per_minute: tpm, max_concurrent: None }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_of_five_a_minute_sends_five_at_once_then_one_every_twelve_seconds() {
+        let mut limiter = Limiter::new(limits(Some(5), None));
+        for _ in 0..5 {
+            assert!(limiter.admit(Mode::Alone, Instant::now()).is_ok());
+        }
+        let Err(Step::Refuse(wait)) = limiter.admit(Mode::Alone, Instant::now()) else { panic!("refused") };
+        assert_eq!(wait.as_secs_f64().round(), 12.0);
+        tokio::time::advance(Duration::from_secs(12)).await;
+        assert!(limiter.admit(Mode::Alone, Instant::now()).is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tokens_used_beyond_the_minute_hold_the_key_until_the_debt_is_paid() {
+        let mut limiter = Limiter::new(limits(None, Some(600)));
+        assert!(limiter.admit(Mode::Alone, Instant::now()).is_ok());
+        limiter.charge(900.0, Mode::Alone, Instant::now());
+        let Err(Step::Refuse(wait)) = limiter.admit(Mode::Alone, Instant::now()) else { panic!("refused") };
+        // 301 tokens short at 10 a second.
+        assert_eq!(wait.as_secs_f64().ceil(), 31.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn out_of_the_fleets_reach_a_key_spends_its_share() {
+        let mut limiter = Limiter::new(limits(Some(30), None));
+        let admitted = (0..30).filter(|_| limiter.admit(Mode::Share(3), Instant::now()).is_ok()).count();
+        assert_eq!(admitted, 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn in_the_fleet_a_request_leases_when_its_hand_is_empty_and_spends_the_slice_after() {
+        let mut limiter = Limiter::new(limits(Some(600), None));
+        let Err(Step::Lease(ask)) = limiter.admit(Mode::Fleet, Instant::now()) else { panic!("a lease") };
+        assert_eq!((ask.need[0], ask.want[0]), (1.0, 6.0));
+        assert_eq!(ask.buckets[0], Some(BucketSpec { capacity: 600.0, per_sec: 10.0 }));
+        let grant = LeaseGrant { granted: [6.0, 0.0, 0.0, 0.0, 0.0, 0.0], ..LeaseGrant::default() };
+        assert!(limiter.granted(&grant, Instant::now()).is_ok());
+        for _ in 0..5 {
+            assert!(limiter.admit(Mode::Fleet, Instant::now()).is_ok(), "from the slice");
+        }
+        assert!(matches!(limiter.admit(Mode::Fleet, Instant::now()), Err(Step::Lease(_))));
+        tokio::time::advance(SLICE_TTL).await;
+        let grant = LeaseGrant { granted: [6.0, 0.0, 0.0, 0.0, 0.0, 0.0], ..LeaseGrant::default() };
+        assert!(limiter.granted(&grant, Instant::now()).is_ok());
+        tokio::time::advance(SLICE_TTL).await;
+        assert!(matches!(limiter.admit(Mode::Fleet, Instant::now()), Err(Step::Lease(_))));
+        let (units, buckets) = limiter.expired().expect("the unspent slice goes back");
+        assert_eq!(units, [5.0, 0.0]);
+        assert_eq!(buckets[1], None, "no tokens bucket to give to");
+        assert!(limiter.expired().is_none(), "once");
+        let refused = LeaseGrant { retry_in: Some(Duration::from_millis(100)), ..LeaseGrant::default() };
+        assert_eq!(limiter.granted(&refused, Instant::now()), Err(Duration::from_millis(100)));
+    }
+}

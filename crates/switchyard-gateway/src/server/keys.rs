@@ -1,0 +1,124 @@
+//! Client keys at the door: a request's key admits it or refuses it (`model_not_allowed`,
+//! `key_rate_limited`, `budget_exceeded`) before any provider is called, and what its answer
+//! used is charged to the key as it ends. `/admin/keys` shows each key's usage and budget.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use switchyard::chat::Dialect;
+
+use super::auth::unauthorized;
+use super::errors::ApiError;
+use super::finished::Ending;
+use super::request::RequestContext;
+use super::state::{AppState, Live};
+use crate::keys::{ClientKey, Refusal, Shared};
+
+/// The fleet's Redis as keys count through it, when there is one.
+pub(crate) fn shared<'a>(state: &'a AppState, live: &'a Live) -> Shared<'a> {
+    Shared { store: live.gateway.shared_state.as_ref(), spend: state.spend.as_ref() }
+}
+
+impl RequestContext {
+    /// Admits the request for `model` by its key (none configured: every request), holding
+    /// its place among the key's requests in flight until it ends.
+    pub(crate) async fn admit(&mut self, state: &AppState, model: &str) -> Result<(), ApiError> {
+        let Some(key) = self.key.clone() else { return Ok(()) };
+        let admitted = key.admit(model, &self.live.router, shared(state, &self.live)).await;
+        match admitted {
+            Ok(pass) => {
+                self.pass = Some(Arc::new(pass));
+                Ok(())
+            }
+            Err(refusal) => Err(refused(&key, model, refusal)),
+        }
+    }
+
+    /// Charges what the request's answer used to its key: tokens to its rate, the cost to
+    /// its budget. A refused or failed request used nothing.
+    pub(crate) fn charge(&self, state: &AppState, ending: &Ending<'_>) {
+        let (Some(pass), Some(settled)) = (&self.pass, &ending.settled) else { return };
+        let tokens = settled.usage.map_or(0, |u| u64::from(u.prompt_tokens) + u64::from(u.completion_tokens));
+        pass.charge(tokens, settled.cost, shared(state, &self.live));
+    }
+}
+
+/// The answer to a request its key refused.
+fn refused(key: &ClientKey, model: &str, refusal: Refusal) -> ApiError {
+    let name = &key.label;
+    match refusal {
+        Refusal::NotAllowed { routes } => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "model_not_allowed",
+            format!("the key `{name}` may not use `{model}`: it may use {}", routes.join(", ")),
+        ),
+        Refusal::RateLimited { retry_after, what } => {
+            let mut error = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "key_rate_limited",
+                format!(
+                    "the key `{name}` is at its {what}: retry after {}s",
+                    retry_after.as_secs_f64().ceil().max(1.0)
+                ),
+            );
+            error.retry_after = Some(retry_after);
+            error
+        }
+        Refusal::Budget { spent, usd, per, resets } => {
+            let mut error = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "budget_exceeded",
+                format!(
+                    "the key `{name}` spent ${spent:.4} of its ${usd} budget for the {}: it resets at {}",
+                    per.as_str(),
+                    crate::logging::rfc3339(resets)
+                ),
+            );
+            error.retry_after = resets.duration_since(std::time::SystemTime::now()).ok();
+            error
+        }
+    }
+}
+
+/// One gauge of `/metrics`: its family, help, labels and value.
+type Gauge = (&'static str, &'static str, crate::metrics::Labels, f64);
+
+/// The spend and budget of each key with a budget, for `/metrics`.
+pub(crate) fn gauges(state: &AppState, live: &Live) -> Vec<Gauge> {
+    let shared = shared(state, live);
+    let mut gauges = Vec::new();
+    for key in live.gateway.keys.iter() {
+        let (Some(budget), Some(spent)) = (key.rules.budget, key.spent(shared)) else { continue };
+        let label =
+            || crate::metrics::labels([("key", crate::metrics::LabelValue::Shared(key.label.clone()))]);
+        gauges.push((
+            "switchyard_key_spend_usd",
+            "What each client key spent in its budget's period (the fleet's, with shared state), in US dollars.",
+            label(),
+            spent,
+        ));
+        gauges.push((
+            "switchyard_key_budget_usd",
+            "Each client key's budget per period, in US dollars.",
+            label(),
+            budget.usd,
+        ));
+    }
+    gauges
+}
+
+/// `GET /admin/keys`: each key's name, rules, usage this minute, requests in flight, spend,
+/// remaining budget and its reset. Never a key.
+pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if !super::admin::admin_allowed(&state, &headers) {
+        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+    }
+    let live = state.live();
+    let shared = shared(&state, &live);
+    let keys: Vec<_> = live.gateway.keys.iter().map(|key| key.view(shared)).collect();
+    let fleet = shared.store.is_some();
+    axum::Json(json!({ "keys": keys, "shared": fleet })).into_response()
+}

@@ -1,0 +1,392 @@
+//! Client keys with their own limits and budgets (`gateway.keys`), on a gateway served in
+//! process over loopback in front of an upstream that counts its calls: a key over its rate,
+//! its requests in flight, its tokens or its budget is refused before any provider is called,
+//! while another key is served; a model outside a key's `routes` is refused by name; the
+//! key's name (never the key) is what the logs, metrics and `/admin/keys` say. Minute refills
+//! run on tokio's paused clock.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::routing::post;
+use serde_json::{Value, json};
+use tokio::sync::{Notify, Semaphore};
+
+/// The upstream: counts its calls, answers 10 prompt and 10 completion tokens, and holds each
+/// answer until `release` has a permit (many by default).
+#[derive(Clone)]
+struct Upstream {
+    calls: Arc<AtomicUsize>,
+    arrived: Arc<Notify>,
+    release: Arc<Semaphore>,
+}
+
+async fn answer(State(up): State<Upstream>, Json(body): Json<Value>) -> Json<Value> {
+    up.calls.fetch_add(1, Ordering::SeqCst);
+    up.arrived.notify_one();
+    up.release.acquire().await.unwrap().forget();
+    Json(json!({
+        "id": "chatcmpl-keys", "object": "chat.completion", "created": 0, "model": body["model"],
+        "choices": [{ "index": 0, "message": { "role": "assistant", "content": "ok" }, "finish_reason": "stop" }],
+        "usage": { "prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20 }
+    }))
+}
+
+async fn upstream(permits: usize) -> (SocketAddr, Upstream) {
+    let up = Upstream {
+        calls: Arc::new(AtomicUsize::new(0)),
+        arrived: Arc::new(Notify::new()),
+        release: Arc::new(Semaphore::new(permits)),
+    };
+    let app = axum::Router::new().route("/v1/chat/completions", post(answer)).with_state(up.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, up)
+}
+
+const BARE: &str = "gw-bare-key-0000000001";
+const TEAM: &str = "gw-team-key-secret-0002";
+
+/// A gateway whose second key, `team`, has `rules`; the first is bare. A dollar per prompt
+/// token: each answer costs $10.
+fn config(up: SocketAddr, rules: &str) -> String {
+    format!(
+        "providers:
+  up: {{ kind: openai, base_url: 'http://{up}/v1', api_key: sk-upstream-0001, prices: {{ m: {{ input: 1000000, output: 0 }} }} }}
+routes:
+  default: {{ targets: [up:m], retry: {{ max_attempts: 1 }}, health_gate: false }}
+  other: {{ targets: [up:m], retry: {{ max_attempts: 1 }}, health_gate: false }}
+  claude-*: {{ targets: [up:m], retry: {{ max_attempts: 1 }}, health_gate: false }}
+gateway:
+  admin_key: gw-admin-key-0003
+  keys:
+    - {BARE}
+    - {{ name: team, key: {TEAM}, {rules} }}
+"
+    )
+}
+
+struct Reply {
+    status: u16,
+    retry_after: Option<u64>,
+    body: Value,
+}
+
+async fn chat(gateway: SocketAddr, key: &str, model: &str) -> Reply {
+    let body = json!({ "model": model, "messages": [{ "role": "user", "content": "hi" }] });
+    let response = reqwest::Client::new()
+        .post(format!("http://{gateway}/v1/chat/completions"))
+        .bearer_auth(key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let retry_after = response.headers().get("retry-after").map(|v| v.to_str().unwrap().parse().unwrap());
+    Reply { status, retry_after, body: response.json().await.unwrap_or_default() }
+}
+
+async fn admin(gateway: SocketAddr, path: &str) -> String {
+    let response = reqwest::Client::new()
+        .get(format!("http://{gateway}{path}"))
+        .bearer_auth("gw-admin-key-0003")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{path}");
+    response.text().await.unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_over_its_rate_is_refused_with_retry_after_and_no_upstream_call_while_another_is_served() {
+    let (up, upstream) = upstream(1000).await;
+    let gateway = support::in_process(&config(up, "limits: { requests_per_minute: 2 }")).await;
+    for _ in 0..2 {
+        assert_eq!(chat(gateway, TEAM, "default").await.status, 200, "a minute's worth at once");
+    }
+    let refused = chat(gateway, TEAM, "default").await;
+    assert_eq!(refused.status, 429);
+    assert_eq!(refused.body["error"]["code"], "key_rate_limited", "{}", refused.body);
+    assert_eq!(refused.retry_after, Some(30), "one request every 30 s refills");
+    assert_eq!(upstream.calls.load(Ordering::SeqCst), 2, "no provider was called for the refusal");
+    assert_eq!(chat(gateway, BARE, "default").await.status, 200, "another key is served meanwhile");
+    tokio::time::advance(Duration::from_secs(30)).await;
+    assert_eq!(chat(gateway, TEAM, "default").await.status, 200, "refilled after its Retry-After");
+    assert_eq!(upstream.calls.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn a_key_at_its_requests_in_flight_is_refused_at_once_until_one_ends() {
+    let (up, upstream) = upstream(0).await;
+    let gateway = support::in_process(&config(up, "limits: { max_concurrent: 1 }")).await;
+    let first = tokio::spawn(async move { chat(gateway, TEAM, "default").await.status });
+    upstream.arrived.notified().await;
+    let refused = chat(gateway, TEAM, "default").await;
+    assert_eq!((refused.status, refused.body["error"]["code"].as_str()), (429, Some("key_rate_limited")));
+    assert!(refused.retry_after.is_some());
+    assert_eq!(upstream.calls.load(Ordering::SeqCst), 1);
+    upstream.release.add_permits(1000);
+    assert_eq!(first.await.unwrap(), 200);
+    assert_eq!(chat(gateway, TEAM, "default").await.status, 200, "its place is free again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn tokens_beyond_a_keys_minute_hold_it_until_they_are_paid_back() {
+    let (up, upstream) = upstream(1000).await;
+    let gateway = support::in_process(&config(up, "limits: { tokens_per_minute: 15 }")).await;
+    assert_eq!(chat(gateway, TEAM, "default").await.status, 200, "admitted with tokens left");
+    // 20 tokens used of 15: 5 in debt, and 1 more wanted, at 0.25 a second.
+    let refused = chat(gateway, TEAM, "default").await;
+    assert_eq!((refused.status, refused.body["error"]["code"].as_str()), (429, Some("key_rate_limited")));
+    assert_eq!(refused.retry_after, Some(24));
+    assert_eq!(upstream.calls.load(Ordering::SeqCst), 1);
+    tokio::time::advance(Duration::from_secs(24)).await;
+    assert_eq!(chat(gateway, TEAM, "default").await.status, 200);
+}
+
+#[tokio::test]
+async fn a_key_that_spent_its_budget_is_refused_until_the_period_resets() {
+    let (up, upstream) = upstream(1000).await;
+    let gateway = support::in_process(&config(up, "budget: { usd: 25, per: day }")).await;
+    // $10 an answer: the third is admitted with $5 left, and completes.
+    for _ in 0..3 {
+        assert_eq!(chat(gateway, TEAM, "default").await.status, 200);
+    }
+    let refused = chat(gateway, TEAM, "default").await;
+    assert_eq!(refused.status, 429);
+    assert_eq!(refused.body["error"]["code"], "budget_exceeded");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let midnight = (now / 86_400 + 1) * 86_400;
+    let reset = switchyard_gateway::logging::rfc3339(std::time::UNIX_EPOCH + Duration::from_secs(midnight));
+    let message = refused.body["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&reset) && message.contains("$30.0000 of its $25"), "{message}");
+    assert!(refused.retry_after.is_some_and(|s| s.abs_diff(midnight - now) <= 2));
+    assert_eq!(upstream.calls.load(Ordering::SeqCst), 3);
+    assert_eq!(chat(gateway, BARE, "default").await.status, 200, "a key without a budget goes on");
+    let keys: Value = serde_json::from_str(&admin(gateway, "/admin/keys").await).unwrap();
+    let team = &keys["keys"][1];
+    assert_eq!(team["name"], "team");
+    assert_eq!(team["budget"]["spent_usd"], 30.0);
+    assert_eq!(team["budget"]["remaining_usd"], 0.0);
+    assert_eq!(team["budget"]["resets_at"], reset.as_str());
+    assert_eq!(team["usage"]["requests_this_minute"], 3);
+    assert_eq!(team["usage"]["tokens_this_minute"], 60);
+}
+
+#[tokio::test]
+async fn a_model_outside_a_keys_routes_is_refused_naming_what_it_may_use() {
+    let (up, upstream) = upstream(1000).await;
+    let gateway = support::in_process(&config(up, "routes: [default, \"claude-*\"]")).await;
+    let refused = chat(gateway, TEAM, "other").await;
+    assert_eq!(refused.status, 403);
+    assert_eq!(refused.body["error"]["code"], "model_not_allowed");
+    let message = refused.body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("default, claude-*"), "{message}");
+    assert_eq!(chat(gateway, TEAM, "up:m").await.status, 403, "a target is not the default route");
+    assert_eq!(upstream.calls.load(Ordering::SeqCst), 0);
+    assert_eq!(chat(gateway, TEAM, "default").await.status, 200);
+    assert_eq!(chat(gateway, TEAM, "claude-sonnet-4-5-20250929").await.status, 200, "the pattern");
+    assert_eq!(chat(gateway, BARE, "other").await.status, 200, "a key without routes uses any");
+}
+
+#[tokio::test]
+async fn the_keys_name_is_in_the_logs_metrics_and_history_and_the_key_is_nowhere() {
+    let (up, _) = upstream(1000).await;
+    let rules = "limits: { requests_per_minute: 100 }, budget: { usd: 50, per: month }";
+    let (gateway, log) = support::in_process_logged(&config(up, rules)).await;
+    assert_eq!(chat(gateway, TEAM, "default").await.status, 200);
+    assert_eq!(chat(gateway, BARE, "default").await.status, 200);
+    let metrics = admin(gateway, "/metrics").await;
+    assert!(metrics.contains("switchyard_key_requests_total{key=\"team\"} 1"), "{metrics}");
+    assert!(metrics.contains("switchyard_key_spend_usd{key=\"team\"} 10"), "{metrics}");
+    assert!(metrics.contains("switchyard_key_budget_usd{key=\"team\"} 50"), "{metrics}");
+    let bare_label =
+        metrics.lines().find(|l| l.starts_with("switchyard_key_requests_total{key=\"key-")).unwrap();
+    let requests = admin(gateway, "/admin/requests").await;
+    assert!(requests.contains("\"key\":\"team\""), "{requests}");
+    let keys = admin(gateway, "/admin/keys").await;
+    let log = String::from_utf8(log.lock().unwrap().clone()).unwrap();
+    assert!(log.contains("key=\"team\""), "{log}");
+    for (what, text) in [("metrics", &metrics), ("history", &requests), ("/admin/keys", &keys), ("log", &log)]
+    {
+        for secret in [TEAM, BARE, "secret"] {
+            assert!(!text.contains(secret), "{what} holds a key: {text}");
+        }
+    }
+    assert!(keys.contains("\"name\":\"team\"") && bare_label.contains("key-"), "{keys}");
+}
+
+/// The real binary's configuration: `team` at `rpm` a minute, and `extra` routes.
+fn served_config(rpm: u32, extra: &str) -> String {
+    format!(
+        "providers:
+  up: {{ kind: simulated, reply: ok }}
+routes:
+  default: {{ targets: [up:m] }}
+{extra}
+gateway:
+  admin_key: gw-admin-key-0003
+  keys:
+    - {{ name: team, key: {TEAM}, limits: {{ requests_per_minute: {rpm} }} }}
+"
+    )
+}
+
+#[tokio::test]
+async fn a_reload_keeps_an_unchanged_keys_counters_and_restarts_them_under_new_limits() {
+    let path = support::write_config("keys-reload.yaml", &served_config(2, ""));
+    let (server, addr) = support::serve(&path, &["--no-watch"]);
+    let gateway: SocketAddr = addr.parse().unwrap();
+    for _ in 0..2 {
+        assert_eq!(chat(gateway, TEAM, "default").await.status, 200);
+    }
+    assert_eq!(chat(gateway, TEAM, "default").await.status, 429);
+    let reload = || async {
+        let response = reqwest::Client::new()
+            .post(format!("http://{addr}/admin/config/reload"))
+            .bearer_auth("gw-admin-key-0003")
+            .send()
+            .await
+            .unwrap();
+        response.status().as_u16()
+    };
+    std::fs::write(&path, served_config(2, "  extra: { targets: [up:m] }")).unwrap();
+    assert_eq!(reload().await, 200);
+    assert_eq!(chat(gateway, TEAM, "extra").await.status, 429, "the key kept its spent minute");
+    std::fs::write(&path, served_config(100, "  extra: { targets: [up:m] }")).unwrap();
+    assert_eq!(reload().await, 200);
+    assert_eq!(chat(gateway, TEAM, "extra").await.status, 200, "new limits, new buckets");
+    let logs = support::stop(server);
+    assert!(!logs.contains(TEAM), "{logs}");
+}
+
+#[test]
+fn doctor_lists_each_named_key_with_its_rules_and_never_the_key() {
+    let config = format!(
+        "providers:
+  up: {{ kind: simulated }}
+routes:
+  default: {{ targets: [up:m] }}
+gateway:
+  keys:
+    - {BARE}
+    - {{ name: search-team, key: {TEAM}, routes: [default], limits: {{ requests_per_minute: 600 }}, budget: {{ usd: 50, per: day }} }}
+"
+    );
+    let path = support::write_config("keys-doctor.yaml", &config);
+    let (code, stdout, stderr) = support::run(&["doctor", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("gateway: 2 client keys"), "{stdout}");
+    assert!(
+        stdout.contains("key search-team: may use default, requests_per_minute 600, budget $50 per day"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(TEAM) && !stdout.contains(BARE), "{stdout}");
+}
+
+#[tokio::test]
+async fn switchyard_keys_prints_each_keys_minute_against_its_limits() {
+    let path = support::write_config("keys-cli.yaml", &served_config(5, ""));
+    let (server, addr) = support::serve(&path, &["--no-watch"]);
+    let gateway: SocketAddr = addr.parse().unwrap();
+    assert_eq!(chat(gateway, TEAM, "default").await.status, 200);
+    let url = format!("http://{addr}");
+    let (code, stdout, stderr) = tokio::task::spawn_blocking(move || {
+        support::run(&["keys", "--url", &url, "--key", "gw-admin-key-0003"])
+    })
+    .await
+    .unwrap();
+    support::stop(server);
+    assert_eq!(code, 0, "{stderr}");
+    let line = stdout.lines().find(|l| l.starts_with("team ")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(line.contains(" 1/5 "), "one request of its 5 this minute: {line}");
+    assert!(!stdout.contains(TEAM), "{stdout}");
+}
+
+#[tokio::test]
+async fn only_the_answer_is_billed_never_a_failed_attempt_or_a_failed_request() {
+    let (up, _) = upstream(1000).await;
+    let yaml = format!(
+        "providers:
+  up: {{ kind: openai, base_url: 'http://{up}/v1', api_key: sk-upstream-0001, prices: {{ m: {{ input: 1000000, output: 0 }} }} }}
+  down: {{ kind: openai, base_url: 'http://127.0.0.1:9/v1', api_key: sk-upstream-0002, prices: {{ m: {{ input: 1000000, output: 0 }} }} }}
+routes:
+  default: {{ targets: [down:m, up:m], retry: {{ max_attempts: 1 }}, health_gate: false }}
+  broken: {{ targets: [down:m], retry: {{ max_attempts: 1 }}, health_gate: false }}
+gateway:
+  admin_key: gw-admin-key-0003
+  keys:
+    - {{ name: team, key: {TEAM}, budget: {{ usd: 100, per: day }} }}
+"
+    );
+    let gateway = support::in_process(&yaml).await;
+    let served = chat(gateway, TEAM, "default").await;
+    assert_eq!(served.status, 200, "{}", served.body);
+    assert_eq!(chat(gateway, TEAM, "broken").await.status, 502);
+    let keys: Value = serde_json::from_str(&admin(gateway, "/admin/keys").await).unwrap();
+    let budget = &keys["keys"][0]["budget"];
+    assert_eq!(budget["spent_usd"], 10.0, "the one answer, not its failed attempt nor the 502: {budget}");
+    assert_eq!(keys["keys"][0]["usage"]["requests_this_minute"], 2);
+}
+
+#[tokio::test]
+async fn a_streamed_answer_is_charged_when_its_stream_ends() {
+    let (up, _) = upstream(1000).await;
+    let gateway = support::in_process(&config(up, "budget: { usd: 100, per: day }")).await;
+    let body =
+        json!({ "model": "default", "stream": true, "messages": [{ "role": "user", "content": "hi" }] });
+    let response = reqwest::Client::new()
+        .post(format!("http://{gateway}/v1/chat/completions"))
+        .bearer_auth(TEAM)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let events = response.text().await.unwrap();
+    assert!(events.contains("[DONE]"), "{events}");
+    let keys: Value = serde_json::from_str(&admin(gateway, "/admin/keys").await).unwrap();
+    let team = &keys["keys"][1];
+    assert_eq!(team["budget"]["spent_usd"], 10.0, "{team}");
+    assert_eq!(team["usage"]["tokens_this_minute"], 20);
+    assert_eq!(team["usage"]["in_flight"], 0, "its place is given back as the stream ends");
+}
+
+#[tokio::test]
+async fn without_an_admin_key_a_client_key_reads_its_own_trails_and_never_another_keys() {
+    let (up, _) = upstream(1000).await;
+    let yaml =
+        config(up, "limits: { requests_per_minute: 100 }").replace("  admin_key: gw-admin-key-0003\n", "");
+    let gateway = support::in_process(&yaml).await;
+    let (team, bare) = (chat(gateway, TEAM, "default").await, chat(gateway, BARE, "default").await);
+    assert_eq!((team.status, bare.status), (200, 200));
+    let read = |key: &'static str, path: String| async move {
+        let response = reqwest::Client::new()
+            .get(format!("http://{gateway}{path}"))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.json::<Value>().await.unwrap())
+    };
+    let listed = |list: &Value| -> Vec<String> {
+        list["requests"].as_array().unwrap().iter().map(|r| r["key"].as_str().unwrap().to_owned()).collect()
+    };
+    let (status, mine) = read(TEAM, "/admin/requests".to_owned()).await;
+    assert_eq!((status, listed(&mine)), (200, vec!["team".to_owned()]), "only its own requests");
+    let (_, theirs) = read(BARE, "/admin/requests".to_owned()).await;
+    assert!(!listed(&theirs).contains(&"team".to_owned()), "{theirs}");
+    let team_request = mine["requests"][0]["request_id"].as_str().unwrap().to_owned();
+    assert_eq!(read(TEAM, format!("/admin/requests/{team_request}")).await.0, 200);
+    let (status, refused) = read(BARE, format!("/admin/requests/{team_request}")).await;
+    assert_eq!(status, 404, "another key's trail is not found: {refused}");
+}

@@ -1,0 +1,86 @@
+//! What client keys spent, counted for the fleet: one number per key and budget period,
+//! `P:spend:<key hash>:<period>`, raised with `INCRBYFLOAT` by the replica that served an
+//! answer and read by the others. The key is a hash of the client's key, never the key; the
+//! number expires a day after its period ends.
+//!
+//! Every call is bounded by the store's timeout; a caller that gets an error counts on from
+//! its own memory and tries again later.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+
+use crate::RedisStore;
+
+/// How long a period's number outlives the period.
+const KEPT_PAST_END: u64 = 86_400;
+
+/// The spend of client keys in the Redis of a [`RedisStore`].
+pub struct SharedSpend {
+    client: redis::Client,
+    url: String,
+    prefix: String,
+    timeout: Duration,
+    conn: tokio::sync::Mutex<Option<ConnectionManager>>,
+}
+
+impl std::fmt::Debug for SharedSpend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedSpend").field("prefix", &self.prefix).finish_non_exhaustive()
+    }
+}
+
+impl SharedSpend {
+    /// Spend kept in `store`'s Redis, under its prefix.
+    pub fn new(store: &RedisStore) -> Self {
+        let settings = store.settings();
+        Self {
+            client: store.client.clone(),
+            url: settings.url.clone(),
+            prefix: settings.prefix.clone(),
+            timeout: settings.timeout,
+            conn: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    fn key(&self, key_hash: &str, period: &str) -> String {
+        format!("{}:spend:{key_hash}:{period}", self.prefix)
+    }
+
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, String> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(crate::scrub(&error.to_string(), &self.url)),
+            Err(_) => Err("Redis did not answer in time".to_owned()),
+        }
+    }
+
+    /// Adds `usd` to what the key of `key_hash` spent in `period`, which ends at
+    /// `ends_unix` (seconds since the epoch); the fleet's total after it.
+    pub async fn add(&self, key_hash: &str, period: &str, usd: f64, ends_unix: u64) -> Result<f64, String> {
+        let mut conn = crate::kept_connection(&self.conn, &self.client, &self.url, self.timeout).await?;
+        let key = self.key(key_hash, period);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("INCRBYFLOAT")
+            .arg(&key)
+            .arg(format!("{usd}"))
+            .cmd("EXPIREAT")
+            .arg(&key)
+            .arg(ends_unix + KEPT_PAST_END)
+            .ignore();
+        let (total,): (String,) = self.bounded(pipe.query_async(&mut conn)).await?;
+        total.parse().map_err(|_| format!("Redis answered `{total}` for a spend"))
+    }
+
+    /// What the key of `key_hash` spent in `period`, the fleet's total (0 when nothing yet).
+    pub async fn get(&self, key_hash: &str, period: &str) -> Result<f64, String> {
+        let mut conn = crate::kept_connection(&self.conn, &self.client, &self.url, self.timeout).await?;
+        let value: Option<String> =
+            self.bounded(redis::cmd("GET").arg(self.key(key_hash, period)).query_async(&mut conn)).await?;
+        Ok(value.and_then(|v| v.parse().ok()).unwrap_or(0.0))
+    }
+}
