@@ -390,3 +390,28 @@ async fn without_an_admin_key_a_client_key_reads_its_own_trails_and_never_anothe
     let (status, refused) = read(BARE, format!("/admin/requests/{team_request}")).await;
     assert_eq!(status, 404, "another key's trail is not found: {refused}");
 }
+
+#[tokio::test]
+async fn a_key_held_to_some_routes_is_shown_only_the_models_it_may_use() {
+    let (up, _) = upstream(1000).await;
+    let gateway = support::in_process(&config(up, "routes: [default, \"claude-*\"]")).await;
+    let get = |key: &'static str, path: &'static str| async move {
+        let response = reqwest::Client::new()
+            .get(format!("http://{gateway}{path}"))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.json::<Value>().await.unwrap())
+    };
+    let ids = |list: &Value| -> Vec<String> {
+        list["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_owned()).collect()
+    };
+    let (_, team) = get(TEAM, "/v1/models").await;
+    assert_eq!(ids(&team), ["claude-*", "default"], "{team}");
+    let (_, bare) = get(BARE, "/v1/models").await;
+    assert!(ids(&bare).contains(&"other".to_owned()) && ids(&bare).contains(&"up:m".to_owned()), "{bare}");
+    assert_eq!(get(TEAM, "/v1/models/claude-sonnet-4-5-20250929").await.0, 200);
+    assert_eq!(get(TEAM, "/v1/models/other").await.0, 404);
+    assert_eq!(get(BARE, "/v1/models/other").await.0, 200);
+}

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use switchyard::chat::{ChatRequest, Dialect, EmbeddingsRequest};
 use switchyard_providers::openai::codec;
 
-use super::auth::{admitted, unauthorized};
+use super::auth::{client_key, unauthorized};
 use super::deliver::{Delivered, answered, route_failed};
 use super::errors::ApiError;
 use super::finished::metrics::usage;
@@ -181,12 +181,17 @@ fn model_object(live: &Live, id: &str, created: u64) -> Value {
 /// The routes, then every target one can name.
 pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let live = state.live();
-    if !admitted(&live.gateway.keys, &headers) {
+    let Ok(key) = client_key(&live.gateway.keys, &headers) else {
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
-    }
+    };
     let created = unix_now();
-    let data: Vec<Value> =
-        model_names(&live.router).into_iter().map(|id| model_object(&live, &id, created)).collect();
+    // A key held to some `routes` is shown the models it may use.
+    let allowed = |id: &String| key.as_ref().is_none_or(|key| key.rules.allows(id, &live.router));
+    let data: Vec<Value> = model_names(&live.router)
+        .into_iter()
+        .filter(allowed)
+        .map(|id| model_object(&live, &id, created))
+        .collect();
     axum::Json(json!({ "object": "list", "data": data })).into_response()
 }
 
@@ -198,13 +203,15 @@ pub async fn model(
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> Response {
     let live = state.live();
-    if !admitted(&live.gateway.keys, &headers) {
+    let Ok(key) = client_key(&live.gateway.keys, &headers) else {
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
-    }
-    let names = model_names(&live.router);
+    };
+    // A key held to some `routes` is shown the models it may use.
+    let allowed = |id: &String| key.as_ref().is_none_or(|key| key.rules.allows(id, &live.router));
+    let names: Vec<String> = model_names(&live.router).into_iter().filter(allowed).collect();
     // A name a pattern governs (a dated model id) is a model here too.
     let patterned = live.router.governing_route(&id).is_some_and(|name| name.ends_with('*'));
-    if names.contains(&id) || patterned {
+    if names.contains(&id) || (patterned && allowed(&id)) {
         return axum::Json(model_object(&live, &id, unix_now())).into_response();
     }
     ApiError::new(
