@@ -93,8 +93,10 @@ async fn serve_logged(
     if let Some(store) = &loaded.gateway.shared_state {
         claim_name(store).await?;
     }
-    // Before the banner: a SIGHUP from then on reloads, never kills.
+    // Before the banner: a SIGHUP from then on reloads, never kills, and a SIGTERM or SIGINT
+    // drains (a signal before its handler is installed would end the process on the spot).
     let hangups = hangups()?;
+    let stops = Stops::listen()?;
     let listener =
         tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
@@ -121,7 +123,7 @@ async fn serve_logged(
     let workers = Workers::start(listener, threads, app(state.clone()), limits, prepare, state.stop_signal())
         .context("cannot start the workers")?;
     let reloads = Reloads { state: state.clone(), life, hangups, watch: serving.watch };
-    let ending = Ending { stop: &stop, store: store.as_ref(), log };
+    let ending = Ending { stop: &stop, store: store.as_ref(), log, stops };
     run_until_signal(workers, reloads, ending).await?;
     // Slices of the fleet's pacing buckets not spent go back; the membership is left.
     if let Some(store) = &store {
@@ -242,6 +244,8 @@ struct Ending<'a> {
     store: Option<&'a Arc<RedisStore>>,
     /// The log, flushed before exiting.
     log: Option<BatchedStderr>,
+    /// The signals that begin it.
+    stops: Stops,
 }
 
 /// What reloads the configuration while the gateway serves: `SIGHUP`, and the file's watch.
@@ -294,13 +298,13 @@ async fn reload_now(state: &Arc<AppState>, life: &Arc<ConfigLife>, trigger: Trig
 /// Waits for the workers to finish or a signal, reloading meanwhile; after a signal, drains
 /// for the grace period and then exits the process.
 async fn run_until_signal(workers: Workers, reloads: Reloads, ending: Ending<'_>) -> anyhow::Result<()> {
-    let Ending { stop, store, log } = ending;
+    let Ending { stop, store, log, stops } = ending;
     let finished = workers.finished();
     tokio::pin!(finished);
     tokio::select! {
         result = &mut finished => result.context("the server failed")?,
         () = reloads.run() => {}
-        () = shutdown_signal() => {
+        () = stops.wait() => {
             // The grace period of the configuration in force.
             let grace = stop.live().gateway.shutdown_grace;
             eprintln!("switchyard: shutting down; open streams have {grace:?} to finish");
@@ -332,23 +336,37 @@ async fn flush_traces(state: &AppState) {
     }
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// `SIGTERM` and `SIGINT` (Ctrl-C), listened for from start: either begins the shutdown.
+struct Stops {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+    terminate: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Stops {
+    fn listen() -> anyhow::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+            let interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+            Ok(Self { terminate, interrupt })
         }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
+        #[cfg(not(unix))]
+        Ok(Self {})
+    }
+
+    /// Until one of them arrives.
+    async fn wait(mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.terminate.recv() => {},
+            _ = self.interrupt.recv() => {},
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
