@@ -120,16 +120,11 @@ impl SharedResponses {
         crate::kept_connection(&self.conn, &self.client, &self.url, self.timeout).await
     }
 
-    /// Runs `call` within the timeout.
     async fn bounded<T>(
         &self,
         call: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, String> {
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(crate::scrub(&error.to_string(), &self.url)),
-            Err(_) => Err("Redis did not answer in time".to_owned()),
-        }
+        crate::bounded(self.timeout, &self.url, call).await
     }
 
     /// Keeps `value` under `id`, making room as the bounds say; an error, with nothing else

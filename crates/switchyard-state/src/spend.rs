@@ -51,11 +51,7 @@ impl SharedSpend {
         &self,
         call: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, String> {
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(crate::scrub(&error.to_string(), &self.url)),
-            Err(_) => Err("Redis did not answer in time".to_owned()),
-        }
+        crate::bounded(self.timeout, &self.url, call).await
     }
 
     /// Adds `usd` to what the key of `key_hash` spent in `period`, which ends at

@@ -119,11 +119,7 @@ impl SharedTrails {
         &self,
         call: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, String> {
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(crate::scrub(&error.to_string(), &self.url)),
-            Err(_) => Err("Redis did not answer in time".to_owned()),
-        }
+        crate::bounded(self.timeout, &self.url, call).await
     }
 
     /// Keeps `batch`, making room as the bounds say.

@@ -159,8 +159,16 @@ pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: u32, day: u32) -> Option<i64> {
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm), for years
+/// 1970 to 9999; `None` for a date out of range.
+///
+/// ```
+/// use switchyard::time::days_from_civil;
+/// assert_eq!(days_from_civil(1970, 1, 1), Some(0));
+/// assert_eq!(days_from_civil(2000, 2, 29), Some(11_016));
+/// assert_eq!(days_from_civil(2000, 13, 1), None);
+/// ```
+pub fn days_from_civil(year: i64, month: u32, day: u32) -> Option<i64> {
     if !(1..=12).contains(&month) || !(1..=31).contains(&day) || !(1970..=9999).contains(&year) {
         return None;
     }

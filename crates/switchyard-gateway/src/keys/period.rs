@@ -29,7 +29,9 @@ impl Period {
             Period::Day => (format!("d{year:04}{month:02}{day:02}"), days + 1),
             Period::Month => {
                 let (y, m) = if month == 12 { (year + 1, 1) } else { (year, month + 1) };
-                (format!("m{year:04}{month:02}"), days_from_civil(y, m, 1))
+                // Within the calendar's range for any date a clock gives.
+                let first = switchyard::time::days_from_civil(y, m, 1).unwrap_or(days + 1);
+                (format!("m{year:04}{month:02}"), first)
             }
         };
         let resets = UNIX_EPOCH + Duration::from_secs(u64::try_from(next).unwrap_or(0) * 86_400);
@@ -42,17 +44,6 @@ impl Period {
 pub(crate) struct Window {
     pub id: String,
     pub resets: SystemTime,
-}
-
-/// Days since 1970-01-01 of a date of the proleptic Gregorian calendar (Howard Hinnant's).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(month);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]
