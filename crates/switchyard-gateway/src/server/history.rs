@@ -23,15 +23,12 @@ const MAX_WINDOW: usize = 5000;
 /// Who reads the history: the admin key sees every request; without one (`gateway.admin_key`
 /// unset, when any client key may read it) a client key sees only its own requests, never
 /// another key's trails.
-fn reader(state: &AppState, headers: &HeaderMap) -> Result<Option<Arc<str>>, Response> {
+/// `Err` when the request may not read it.
+fn reader(state: &AppState, headers: &HeaderMap) -> Result<Option<Arc<str>>, ()> {
     let live = state.live();
-    let refused = || unauthorized(headers).into_response(Dialect::OpenAi, "");
     match &live.gateway.admin_key {
-        Some(admin) => authorized(std::slice::from_ref(admin), headers).then_some(None).ok_or_else(refused),
-        None => match client_key(&live.gateway.keys, headers) {
-            Ok(key) => Ok(key.map(|key| key.label.clone())),
-            Err(()) => Err(refused()),
-        },
+        Some(admin) => authorized(std::slice::from_ref(admin), headers).then_some(None).ok_or(()),
+        None => client_key(&live.gateway.keys, headers).map(|key| key.map(|key| key.label.clone())),
     }
 }
 
@@ -143,9 +140,8 @@ pub async fn requests(
     headers: HeaderMap,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
-    let key = match reader(&state, &headers) {
-        Ok(key) => key,
-        Err(refused) => return refused,
+    let Ok(key) = reader(&state, &headers) else {
+        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     };
     let mut filter = match Filter::parse(&query) {
         Ok(filter) => filter,
@@ -199,9 +195,8 @@ pub async fn request(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    let key = match reader(&state, &headers) {
-        Ok(key) => key,
-        Err(refused) => return refused,
+    let Ok(key) = reader(&state, &headers) else {
+        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     };
     // A client key reading without the admin key finds its own requests alone: another key's
     // is not found, as if it did not exist.
