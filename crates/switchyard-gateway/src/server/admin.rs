@@ -93,6 +93,14 @@ pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
         labels([("backend", backend.into())]),
         if up { 1.0 } else { 0.0 },
     ));
+    if let Some(trails) = state.trails.get() {
+        gauges.push((
+            "switchyard_fleet_trails_lost",
+            "Finished requests' trails not written to the fleet's Redis since start (its queue full, or Redis away).",
+            labels([]),
+            trails.lost.load(std::sync::atomic::Ordering::Relaxed) as f64,
+        ));
+    }
     gauges.extend(super::keys::gauges(&state, &live));
     let text = state.metrics.render(&gauges);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
