@@ -289,6 +289,11 @@ impl<'r, X: Exchange> Run<'r, X> {
                     permit.settle(None);
                 }
                 if miss.error.is_unsupported() {
+                    // A target that cannot take this request says nothing of its health: a
+                    // half-open circuit's probe slot goes back for the next request.
+                    if who.probe {
+                        self.ctx.inner.health.release_probe(&who.target, &who.slot.credential_ids);
+                    }
                     let error = miss.error.with_target(who.target.clone());
                     attempt.outcome = Outcome::SkippedUnsupported;
                     attempt.credential_id = None;

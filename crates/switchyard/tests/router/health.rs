@@ -6,7 +6,7 @@ use switchyard::health::{HealthSettings, HealthStatus};
 use switchyard::route::Route;
 use switchyard::simulated::{SimulatedProvider, Step, typical_error};
 use switchyard::trail::Outcome;
-use switchyard::{ErrorKind, Router, Target};
+use switchyard::{ErrorKind, ProviderError, Router, Target};
 use tokio::time::Instant;
 
 use crate::support::*;
@@ -609,4 +609,32 @@ async fn quota_spent_on_one_model_benches_the_key_for_every_model() {
     let error = router.chat(&request("default")).await.expect_err("the only key is out of quota");
     assert_eq!(outcomes_of(&error), vec![Outcome::Failed, Outcome::SkippedExhausted]);
     assert_eq!((a.calls(), b.calls()), (1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_the_target_refuses_as_unsupported_gives_the_slot_back_for_the_next_request() {
+    let unsupported = ProviderError::unsupported("this request cannot be written in its API");
+    let a = SimulatedProvider::new().script([
+        Step::fail(ErrorKind::Unavailable),
+        Step::Fail(unsupported),
+        Step::Reply,
+    ]);
+    let b = SimulatedProvider::new();
+    let settings = HealthSettings {
+        failure_threshold: 1,
+        open_for: Duration::from_secs(10),
+        ..HealthSettings::default()
+    };
+    let router = behind_breaker(&a, &b, settings);
+    router.chat(&request("default")).await.unwrap(); // opens the circuit
+    tokio::time::advance(Duration::from_secs(10)).await;
+
+    let refused = router.chat(&request("default")).await.unwrap();
+    assert_eq!(refused.trail.outcomes(), vec![Outcome::SkippedUnsupported, Outcome::Ok]);
+    assert_eq!(router.target_health(&target("a:m")).breaker, "half_open", "nothing was learned");
+    // The slot is free: the next request is the probe, and closes the circuit.
+    let probe = router.chat(&request("default")).await.unwrap();
+    assert_eq!(probe.served_by.to_string(), "a:m", "{:?}", probe.trail.outcomes());
+    assert_eq!(router.target_health(&target("a:m")).breaker, "closed");
+    assert_eq!(a.calls(), 3);
 }
