@@ -145,26 +145,38 @@ impl<'r> Record<'r> {
 
     /// A call failed, its outcome decided: announced, with whether it will be retried.
     pub(super) fn failed(&mut self, attempt: Attempt) {
+        self.announce_failure(&attempt, attempt.outcome == Outcome::Retried);
+        self.trail.push(attempt);
+    }
+
+    /// `attempt`'s failure on the event bus.
+    fn announce_failure(&self, attempt: &Attempt, will_retry: bool) {
         if let (Some(target), Some(error)) = (attempt.target(), &attempt.error) {
             self.events.publish(EventKind::AttemptFailed {
                 target: target.clone(),
                 credential_id: attempt.credential_id.clone(),
                 error: error.clone(),
-                will_retry: attempt.outcome == Outcome::Retried,
+                will_retry,
             });
+        }
+    }
+
+    /// The half of a hedged pair that lost (cancelled while it ran, or failed beside the
+    /// other): recorded, and announced when it failed (its provider failed, whichever half
+    /// answered); never retried.
+    pub(super) fn lost(&mut self, attempt: Attempt) {
+        if attempt.outcome == Outcome::Failed {
+            self.announce_failure(&attempt, false);
         }
         self.trail.push(attempt);
     }
 
-    /// The half of a hedged pair that lost (cancelled while it ran, or failed beside the
-    /// other): recorded, not announced, since nothing is decided on it.
-    pub(super) fn lost(&mut self, attempt: Attempt) {
-        self.trail.push(attempt);
-    }
-
     /// A hedge that lost to the first attempt recorded at `first`: placed after it, since it
-    /// started later.
+    /// started later; announced as [`lost`](Self::lost) is.
     pub(super) fn lost_beside(&mut self, first: usize, attempt: Attempt) {
+        if attempt.outcome == Outcome::Failed {
+            self.announce_failure(&attempt, false);
+        }
         self.trail.insert(first + 1, attempt);
     }
 

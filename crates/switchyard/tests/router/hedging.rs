@@ -75,6 +75,7 @@ async fn a_failing_hedge_leaves_the_first_attempt_running() {
     let primary = slow(1000);
     let backup = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
     let router = hedged(&primary, &backup, 1.0);
+    let mut events = router.subscribe();
     let start = Instant::now();
     let answer = router.chat(&request("default")).await.unwrap();
     assert_eq!(start.elapsed(), Duration::from_millis(1000));
@@ -83,6 +84,9 @@ async fn a_failing_hedge_leaves_the_first_attempt_running() {
         outcomes(&answer.trail),
         [("primary:m".into(), Outcome::Ok, false), ("backup:m".into(), Outcome::Failed, true)]
     );
+    // The hedge's failure is announced as any failure is, though the first attempt answered.
+    let names = event_names(&mut events);
+    assert!(names.contains(&"attempt_failed"), "{names:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -90,6 +94,7 @@ async fn a_failing_first_attempt_leaves_the_hedge_to_answer() {
     let primary = slow(500).script([Step::fail(ErrorKind::Unavailable)]);
     let backup = slow(400);
     let router = hedged(&primary, &backup, 1.0);
+    let mut events = router.subscribe();
     let start = Instant::now();
     let answer = router.chat(&request("default")).await.unwrap();
     // The first failed at 500 ms; the hedge, started at 300, answered at 700.
@@ -100,9 +105,11 @@ async fn a_failing_first_attempt_leaves_the_hedge_to_answer() {
         [("primary:m".into(), Outcome::Failed, false), ("backup:m".into(), Outcome::Ok, true)]
     );
     assert_eq!(backup.calls(), 1, "the hedge is the backup's attempt: no second call");
-    // The first's failure counts toward its health though the hedge answered.
+    // The first's failure counts toward its health though the hedge answered, and is announced.
     let health = router.target_health(&"primary:m".parse().unwrap());
     assert_eq!(health.consecutive_failures, 1, "{health:?}");
+    let names = event_names(&mut events);
+    assert!(names.contains(&"attempt_failed") && names.contains(&"hedge_won"), "{names:?}");
 }
 
 #[tokio::test(start_paused = true)]
