@@ -60,7 +60,7 @@
 //!
 //! | status | kind |
 //! |---|---|
-//! | `RESOURCE_EXHAUSTED` | `rate_limited`; `quota_exceeded` only when a `QuotaFailure` violation names a per-day quota (`quotaId` containing `PerDay`), which will not clear for hours |
+//! | `RESOURCE_EXHAUSTED` | `rate_limited`, the key resting for that model alone unless every quota spent is the project's; `quota_exceeded` (the key benched) for a project's per-day quota. A per-day quota (`quotaId` containing `PerDay`) waits until midnight in Los Angeles, when Google resets them, whatever the `RetryInfo` says |
 //! | `UNAVAILABLE`, `INTERNAL`, `UNKNOWN`, `DATA_LOSS`, `ABORTED`, `CANCELLED` | `unavailable` |
 //! | `DEADLINE_EXCEEDED` | `timeout` |
 //! | `UNAUTHENTICATED`, `PERMISSION_DENIED`, any status with `ErrorInfo.reason` `API_KEY_INVALID` | `auth` |

@@ -676,11 +676,21 @@ async fn resource_exhausted_is_rate_limited_with_the_retry_info_delay() {
 }
 
 #[tokio::test]
-async fn a_spent_daily_quota_is_quota_exceeded() {
+async fn a_model_s_spent_daily_quota_rests_the_key_for_that_model_until_the_day_resets() {
     let details = quota_details("GenerateRequestsPerDayPerProjectPerModel-FreeTier", "30s");
     let error = chat_error(429, google_error(429, "RESOURCE_EXHAUSTED", QUOTA_MESSAGE, details)).await;
-    assert_eq!(error.kind(), ErrorKind::QuotaExceeded);
+    // The model's quota: the key's other models still answer, so it is not the key's bench.
+    assert_eq!(error.kind(), ErrorKind::RateLimited);
+    assert!(!error.is_account_wide());
     assert!(error.detail().contains("PerDay"));
+    let wait = error.retry_after().unwrap();
+    assert!(wait >= Duration::from_secs(30) && wait <= Duration::from_secs(86_400), "{wait:?}");
+    // A project's daily quota (no model among its dimensions) benches the key.
+    let details = json!([{ "@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{
+        "quotaId": "GenerateRequestsPerDayPerProject", "quotaDimensions": { "location": "global" }
+    }]}]);
+    let error = chat_error(429, google_error(429, "RESOURCE_EXHAUSTED", QUOTA_MESSAGE, details)).await;
+    assert_eq!(error.kind(), ErrorKind::QuotaExceeded);
 }
 
 #[tokio::test]

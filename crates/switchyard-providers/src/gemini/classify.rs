@@ -130,7 +130,11 @@ pub(super) fn classify_google_error(
         ErrorKind::Auth
     } else {
         match code {
-            "RESOURCE_EXHAUSTED" if details.daily_quota_spent() => ErrorKind::QuotaExceeded,
+            // A project's daily quota benches the key; a model's rests the key for that model
+            // alone, until the day's reset: the key's other models still answer.
+            "RESOURCE_EXHAUSTED" if details.daily_quota_spent() && details.project_wide() => {
+                ErrorKind::QuotaExceeded
+            }
             "RESOURCE_EXHAUSTED" => ErrorKind::RateLimited,
             "UNAVAILABLE" | "INTERNAL" | "UNKNOWN" | "DATA_LOSS" | "ABORTED" | "CANCELLED" => {
                 ErrorKind::Unavailable
@@ -158,10 +162,43 @@ pub(super) fn classify_google_error(
     if kind == ErrorKind::RateLimited && details.project_wide() {
         classified = classified.account_wide();
     }
-    match retry_after.or(details.retry_delay) {
+    let mut wait = retry_after.or(details.retry_delay);
+    if code == "RESOURCE_EXHAUSTED" && details.daily_quota_spent() {
+        // A daily quota refills at midnight Pacific time, not in the seconds a RetryInfo says.
+        let reset = until_pacific_midnight(std::time::SystemTime::now());
+        wait = Some(wait.map_or(reset, |given| given.max(reset)));
+    }
+    match wait {
         Some(wait) => classified.with_retry_after(wait),
         None => classified,
     }
+}
+
+/// How long from `now` until the next midnight in Los Angeles, where Google resets daily
+/// quotas: UTC−7 from the second Sunday of March to the first Sunday of November (US daylight
+/// saving time, changing at 02:00 local), UTC−8 otherwise.
+fn until_pacific_midnight(now: std::time::SystemTime) -> Duration {
+    let unix = now.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
+    let offset = if pacific_daylight(unix) { 7 * 3600 } else { 8 * 3600 };
+    let local = unix - offset;
+    let next_midnight = (local.div_euclid(86_400) + 1) * 86_400;
+    Duration::from_secs((next_midnight - local) as u64)
+}
+
+/// Whether US Pacific daylight time is in force at `unix` (seconds since the epoch, UTC).
+fn pacific_daylight(unix: i64) -> bool {
+    let (year, _, _) = switchyard::time::civil_from_days((unix - 8 * 3600).div_euclid(86_400));
+    // The n-th Sunday of a month, as days since the epoch (1970-01-01 was a Thursday).
+    let sunday = |month: u32, nth: i64| {
+        let first = switchyard::time::days_from_civil(year, month, 1).unwrap_or_default();
+        let weekday = (first + 4).rem_euclid(7); // 0 = Sunday
+        first + (7 - weekday) % 7 + 7 * (nth - 1)
+    };
+    // 02:00 PST on the second Sunday of March is 10:00 UTC; 02:00 PDT on the first Sunday of
+    // November is 09:00 UTC.
+    let starts = sunday(3, 2) * 86_400 + 10 * 3600;
+    let ends = sunday(11, 1) * 86_400 + 9 * 3600;
+    (starts..ends).contains(&unix)
 }
 
 /// Removes the call's key from provider text before it enters an error, in case an upstream
@@ -191,7 +228,29 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn only_per_day_quota_failures_are_quota_exceeded() {
+    fn a_daily_quota_waits_until_midnight_in_los_angeles() {
+        // `YYYY-MM-DDTHH:MM` UTC, in seconds since the epoch.
+        let unix = |text: &str| -> i64 {
+            let number = |range: std::ops::Range<usize>| text[range].parse::<i64>().unwrap();
+            let day =
+                switchyard::time::days_from_civil(number(0..4), number(5..7) as u32, number(8..10) as u32);
+            day.unwrap() * 86_400 + number(11..13) * 3600 + number(14..16) * 60
+        };
+        let at = |text: &str| std::time::UNIX_EPOCH + Duration::from_secs(unix(text) as u64);
+        // Winter, PST (UTC−8): midnight is 08:00 UTC.
+        assert_eq!(until_pacific_midnight(at("2026-12-04T07:00")), Duration::from_secs(3600));
+        assert_eq!(until_pacific_midnight(at("2026-12-04T08:00")), Duration::from_secs(86_400));
+        // Summer, PDT (UTC−7): midnight is 07:00 UTC.
+        assert_eq!(until_pacific_midnight(at("2026-07-01T06:30")), Duration::from_secs(1800));
+        // 2026's changes: 8 March at 10:00 UTC, 1 November at 09:00 UTC.
+        assert!(!pacific_daylight(unix("2026-03-08T09:59")));
+        assert!(pacific_daylight(unix("2026-03-08T10:00")));
+        assert!(pacific_daylight(unix("2026-11-01T08:59")));
+        assert!(!pacific_daylight(unix("2026-11-01T09:00")));
+    }
+
+    #[test]
+    fn a_model_s_daily_quota_rests_that_model_and_a_project_s_benches_the_key() {
         let body = |quota_id: &str| {
             json!({"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED", "details": [
                 {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"quotaId": quota_id}]},
@@ -202,7 +261,13 @@ mod tests {
         let none = Redactor(None);
         let daily =
             classify_http_error(429, &body("GenerateRequestsPerDayPerProjectPerModel-FreeTier"), None, &none);
-        assert_eq!(daily.kind(), ErrorKind::QuotaExceeded);
+        assert_eq!(daily.kind(), ErrorKind::RateLimited, "the model's quota: its other models answer");
+        assert!(!daily.is_account_wide());
+        let rest = daily.retry_after().unwrap();
+        assert!(rest > Duration::from_millis(1500) && rest <= Duration::from_secs(86_400), "{rest:?}");
+        let project = classify_http_error(429, &body("GenerateRequestsPerDayPerProject"), None, &none);
+        assert_eq!(project.kind(), ErrorKind::QuotaExceeded, "the project's quota benches the key");
+        assert!(project.retry_after().unwrap() > Duration::from_millis(1500));
         let minute =
             classify_http_error(429, &body("GenerateRequestsPerMinutePerProjectPerModel"), None, &none);
         assert_eq!(minute.kind(), ErrorKind::RateLimited);
