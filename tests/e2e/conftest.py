@@ -186,3 +186,28 @@ def config(mock, providers, routes, extra=""):
         lines.append(f"  {name}: {body}")
     lines.append("gateway: { keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }")
     return "\n".join(lines) + "\n" + extra
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """A `redis-server` of this test's own on a free port, stopped by its process id after."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as attempt:
+            if attempt.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.02)
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

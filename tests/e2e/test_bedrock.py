@@ -213,10 +213,57 @@ def test_a_wrong_signature_is_refused_and_reported_as_auth_without_secrets(mock,
     assert (error["kind"], error["status"], error["code"]) == ("auth", 403, "InvalidSignatureException")
 
 
-def test_no_secret_key_session_token_or_signature_in_logs_events_metrics_or_trails(mock, bedrock, tmp_path):
+class Collector:
+    """An OTLP/HTTP collector on loopback that keeps every export's body as text."""
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.bodies = []
+        collector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                collector.bodies.append(body.decode("utf-8", "replace"))
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+def redis_dump(redis_url):
+    """Every key of the Redis at `redis_url` and its value, as text."""
+    import subprocess
+
+    port = redis_url.rsplit(":", 1)[1].split("/")[0]
+    cli = lambda *args: subprocess.run(["redis-cli", "-p", port, *args], capture_output=True, text=True).stdout  # noqa: E731
+    out = []
+    for key in cli("--scan").split():
+        kind = cli("type", key).strip()
+        read = {"string": ("get",), "hash": ("hgetall",), "stream": ("xrange",), "zset": ("zrange",), "set": ("smembers",)}
+        args = {"stream": (key, "-", "+"), "zset": (key, "0", "-1")}.get(kind, (key,))
+        out.append(key + " " + cli(*read.get(kind, ("type",)), *args))
+    return "\n".join(out)
+
+
+def test_no_secret_key_session_token_or_signature_in_logs_events_metrics_or_trails(mock, bedrock, tmp_path, redis_url):
     import os
     import subprocess
     import tempfile
+    import time
     import urllib.request
 
     from conftest import ADMIN_KEY, BIN, _read_listening
@@ -231,9 +278,16 @@ def test_no_secret_key_session_token_or_signature_in_logs_events_metrics_or_trai
         return Reply.error(403, "AccessDeniedException", f"denied: token {TOKEN} secret {SECRET} signature {signature}")
 
     fake = bedrock(behave)
+    collector = Collector()
     path = tmp_path / "leak.yaml"
-    path.write_text(gateway_config(mock, fake, {"default": "{ targets: [bedrock:claude-sonnet-4-5] }"}))
+    # With the fleet's Redis (health, trails, events) and every trace exported: none may hold them.
+    shared = (
+        f'state: {{ redis: "{redis_url}", prefix: leak }}\n'
+        f'telemetry: {{ endpoint: "{collector.url}", protocol: http/json, sampler: always_on }}\n'
+    )
+    path.write_text(gateway_config(mock, fake, {"default": "{ targets: [bedrock:claude-sonnet-4-5] }"}) + shared)
     env = dict(os.environ, E2E_GATEWAY_KEY=GATEWAY_KEY, E2E_ADMIN_KEY=ADMIN_KEY, AWS_EC2_METADATA_DISABLED="true")
+    env["SWITCHYARD_REPLICA"] = "leak-test"
     env.pop("RUST_LOG", None)
     log = tempfile.TemporaryFile(mode="w+")
     process = subprocess.Popen(
@@ -243,6 +297,7 @@ def test_no_secret_key_session_token_or_signature_in_logs_events_metrics_or_trai
     try:
         url = "http://" + _read_listening(process, "switchyard serve")
         sdk = anthropic.Anthropic(base_url=url, api_key=GATEWAY_KEY, max_retries=0, timeout=30)
+        seen = []
         for stream in (False, True):
             with pytest.raises(anthropic.APIStatusError) as refused:
                 if stream:
@@ -250,7 +305,7 @@ def test_no_secret_key_session_token_or_signature_in_logs_events_metrics_or_trai
                         list(s.text_stream)
                 else:
                     sdk.messages.create(model="default", max_tokens=8, messages=[{"role": "user", "content": "Hi"}])
-        seen = [str(refused.value.body)]
+            seen.append(str(refused.value.body))
         for target in ("/metrics", "/admin/requests", "/admin/health"):
             request = urllib.request.Request(url + target, headers={"authorization": f"Bearer {ADMIN_KEY}"})
             with urllib.request.urlopen(request, timeout=10) as response:
@@ -258,12 +313,21 @@ def test_no_secret_key_session_token_or_signature_in_logs_events_metrics_or_trai
         request = urllib.request.Request(url + "/admin/events?recent=100", headers={"authorization": f"Bearer {ADMIN_KEY}"})
         with urllib.request.urlopen(request, timeout=10) as response:
             seen.append(response.read1(65536).decode())
+        # The trails reach Redis within the writer's gathering (50 ms).
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and "trail:" not in redis_dump(redis_url):
+            time.sleep(0.05)
     finally:
         process.terminate()
         process.wait(timeout=10)
+        collector.close()
     log.seek(0)
     seen.append(log.read())
+    seen.append(redis_dump(redis_url))
+    seen.extend(collector.bodies)
     text = "\n".join(seen)
+    assert "trail:" in seen[-1 - len(collector.bodies)], "the trails reached Redis"
+    assert collector.bodies and "chat" in "".join(collector.bodies), "the traces were exported"
     assert signatures and "AccessDeniedException" in text
     assert "denied: token [redacted]" in text, "the provider's message is kept, less its secrets"
     for secret in [SECRET, TOKEN, *signatures]:

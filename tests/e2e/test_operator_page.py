@@ -167,31 +167,6 @@ def test_switchyard_events_prints_the_stream(demo):
         _http("POST", demo + "/admin/simulated/flaky", {}, {"authorization": f"Bearer {ADMIN_KEY}"})
 
 
-@pytest.fixture
-def redis_url(tmp_path):
-    """A `redis-server` of this test's own on a free port, stopped by its process id after."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with socket.socket() as attempt:
-            if attempt.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.02)
-    try:
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
 def test_the_operator_page_shows_the_whole_fleet(gateway, redis_url):
     config = f"""
 providers:

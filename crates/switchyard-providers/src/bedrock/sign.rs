@@ -51,6 +51,31 @@ pub fn model_path(model: &str, action: &str) -> String {
 /// Signs `request` (its whole `body` given) for `region` at `time`: adds `x-amz-date`,
 /// `x-amz-security-token` for temporary credentials, and `authorization`, marked sensitive.
 /// Returns the signature, which the adapter cuts out of anything it reports. (Public for the
+
+/// Headers a proxy or a tracer may change or drop on the way, left out of the signature as
+/// AWS's own SDKs leave them (botocore's `SIGNED_HEADERS_BLACKLIST`): beside what `aws-sigv4`
+/// leaves out by default, hop-by-hop headers and the W3C trace context, which a traced
+/// gateway sends with every call (signed, it failed every traced call).
+const UNSIGNED: [&str; 11] = [
+    "baggage",
+    "connection",
+    "expect",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "traceparent",
+    "tracestate",
+    "trailer",
+    "upgrade",
+];
+
+/// `aws-sigv4`'s settings, leaving [`UNSIGNED`] out too.
+fn signing_settings() -> SigningSettings {
+    let mut settings = SigningSettings::default();
+    settings.excluded_headers.get_or_insert_with(Vec::new).extend(UNSIGNED.map(std::borrow::Cow::Borrowed));
+    settings
+}
 /// signing benchmark: the adapter signs every request it sends through here.)
 pub fn sign_request(
     request: &mut Request,
@@ -68,7 +93,7 @@ pub fn sign_request(
         .region(region)
         .name(SIGNING_NAME)
         .time(time)
-        .settings(SigningSettings::default())
+        .settings(signing_settings())
         .build()
         .map_err(|error| failed(&error))?
         .into();
@@ -119,5 +144,32 @@ mod tests {
             "/model/arn%3Aaws%3Abedrock%3Aeu-west-1%3A123456789012%3Aapplication-inference-profile%2Fa1b2c3/invoke-with-response-stream"
         );
         assert_eq!(escape_segment("a b+c?d#é"), "a%20b%2Bc%3Fd%23%C3%A9");
+    }
+
+    #[test]
+    fn the_trace_context_and_hop_by_hop_headers_are_left_out_of_the_signature() {
+        let mut headers = http::HeaderMap::new();
+        for (name, value) in [
+            ("host", "bedrock-runtime.us-east-1.amazonaws.com"),
+            ("content-type", "application/json"),
+            ("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+            ("tracestate", "vendor=1"),
+            ("baggage", "team=search"),
+        ] {
+            headers.insert(http::HeaderName::from_static(name), http::HeaderValue::from_static(value));
+        }
+        let uri = "https://bedrock-runtime.us-east-1.amazonaws.com/model/m/invoke".parse().unwrap();
+        let mut request = crate::http::post_bytes(uri, headers, bytes::Bytes::from_static(b"{}"));
+        let credentials = Credentials::new("AKIDEXAMPLE", "secret", None, None, "test");
+        sign_request(&mut request, b"{}", &credentials, "us-east-1", std::time::UNIX_EPOCH).unwrap();
+        let authorization = request.headers()["authorization"].to_str().unwrap();
+        assert!(
+            authorization.contains("SignedHeaders=accept;content-type;host;x-amz-date,"),
+            "{authorization}"
+        );
+        assert_eq!(
+            request.headers()["traceparent"],
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        );
     }
 }
