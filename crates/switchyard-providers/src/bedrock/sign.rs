@@ -48,10 +48,6 @@ pub fn model_path(model: &str, action: &str) -> String {
     format!("/model/{}/{action}", escape_segment(model))
 }
 
-/// Signs `request` (its whole `body` given) for `region` at `time`: adds `x-amz-date`,
-/// `x-amz-security-token` for temporary credentials, and `authorization`, marked sensitive.
-/// Returns the signature, which the adapter cuts out of anything it reports. (Public for the
-
 /// Headers a proxy or a tracer may change or drop on the way, left out of the signature as
 /// AWS's own SDKs leave them (botocore's `SIGNED_HEADERS_BLACKLIST`): beside what `aws-sigv4`
 /// leaves out by default, hop-by-hop headers and the W3C trace context, which a traced
@@ -76,6 +72,10 @@ fn signing_settings() -> SigningSettings {
     settings.excluded_headers.get_or_insert_with(Vec::new).extend(UNSIGNED.map(std::borrow::Cow::Borrowed));
     settings
 }
+
+/// Signs `request` (its whole `body` given) for `region` at `time`: adds `x-amz-date`,
+/// `x-amz-security-token` for temporary credentials, and `authorization`, marked sensitive.
+/// Returns the signature, which the adapter cuts out of anything it reports. (Public for the
 /// signing benchmark: the adapter signs every request it sends through here.)
 pub fn sign_request(
     request: &mut Request,
