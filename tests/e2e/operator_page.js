@@ -107,6 +107,9 @@ async function fleet(page, report) {
   await step('all three replicas are listed', () =>
     page.waitForFunction(() => document.querySelectorAll('#replicas tbody tr[data-replica]').length === 3));
   report.replicas = await page.locator('#replicas tbody tr').evaluateAll((rows) => rows.map((r) => r.dataset.replica));
+  await step('each target says how the other replicas see it', () =>
+    page.waitForFunction(() => [...document.querySelectorAll('#targets td.fleet-view')].some((c) => c.innerText.trim() === 'same')));
+  report.fleet_view = await page.locator('#targets td.fleet-view').evaluateAll((cells) => cells.map((c) => c.innerText.trim()));
   await step('the event stream is live', () => page.locator('#live', { hasText: 'live' }).waitFor());
   const response = await fetch(other + '/v1/chat/completions', {
     method: 'POST',

@@ -183,6 +183,8 @@ state: {{ redis: "{redis_url}", prefix: page-fleet }}
         assert status == 200
     report = run_page(c, "fleet", "operator-page-fleet.png", {"OTHER": a})
     assert sorted(report["replicas"]) == ["a", "b", "c"], report
+    # Healthy everywhere: every replica sees each target as this one does.
+    assert report["fleet_view"] and set(report["fleet_view"]) == {"same"}, report
     assert report["other_row_replica"] == "a", report
     assert "at replica a" in report["trail_summary"], report
     assert report["picked"] and set(report["picked"]) == {"b"}, report
