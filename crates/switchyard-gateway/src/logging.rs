@@ -5,7 +5,7 @@
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use switchyard::trail::Via;
 
@@ -403,35 +403,8 @@ fn debug_quoted(out: &mut Vec<u8>, text: &str) {
     }
 }
 
-/// `at` in RFC 3339, UTC, with microseconds: `2026-11-29T17:43:39.473797Z`.
-pub fn rfc3339(at: SystemTime) -> String {
-    let mut out = Vec::with_capacity(27);
-    timestamp(&mut out, at);
-    String::from_utf8(out).unwrap_or_default()
-}
-
-/// RFC 3339 in UTC with microseconds: `2026-11-29T17:43:39.473797Z`. Written digit by digit:
-/// the formatting machinery cost an access line more than the rest of it.
-fn timestamp(out: &mut Vec<u8>, now: SystemTime) {
-    let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let seconds = since.as_secs();
-    let (year, month, day) = switchyard::time::civil_from_days((seconds / 86_400) as i64);
-    let time = seconds % 86_400;
-    digits(out, u64::try_from(year).unwrap_or(0), 4);
-    out.push(b'-');
-    digits(out, u64::from(month), 2);
-    out.push(b'-');
-    digits(out, u64::from(day), 2);
-    out.push(b'T');
-    digits(out, time / 3600, 2);
-    out.push(b':');
-    digits(out, time / 60 % 60, 2);
-    out.push(b':');
-    digits(out, time % 60, 2);
-    out.push(b'.');
-    digits(out, u64::from(since.subsec_micros()), 6);
-    out.push(b'Z');
-}
+pub use switchyard::time::rfc3339;
+use switchyard::time::write_rfc3339 as timestamp;
 
 /// The last `width` decimal digits of `value`, zero-padded.
 fn digits(out: &mut Vec<u8>, mut value: u64, width: usize) {
@@ -445,6 +418,8 @@ fn digits(out: &mut Vec<u8>, mut value: u64, width: usize) {
 
 #[cfg(test)]
 mod tests {
+    use std::time::UNIX_EPOCH;
+
     use super::*;
     use switchyard::Target;
 

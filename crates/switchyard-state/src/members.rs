@@ -113,14 +113,6 @@ pub(crate) async fn claim(shared: &Shared, client: &redis::Client) -> Result<boo
 /// `host vm-1, pid 812, up since 2026-12-04T10:00:00Z`.
 fn describe_holder(holder: Replica) -> String {
     let started = UNIX_EPOCH + Duration::from_millis(holder.started_ms);
-    let since = humantime_utc(started);
+    let since = switchyard::time::rfc3339(started);
     format!("host {}, pid {}, started {since}", holder.host, holder.pid)
-}
-
-/// `YYYY-MM-DDTHH:MM:SSZ` of `at`.
-fn humantime_utc(at: SystemTime) -> String {
-    let seconds = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
-    let (days, rest) = (seconds / 86_400, seconds % 86_400);
-    let (year, month, day) = switchyard::time::civil_from_days(days as i64);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rest / 3600, rest / 60 % 60, rest % 60)
 }
