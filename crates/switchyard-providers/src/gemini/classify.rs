@@ -229,14 +229,9 @@ mod tests {
 
     #[test]
     fn a_daily_quota_waits_until_midnight_in_los_angeles() {
-        // `YYYY-MM-DDTHH:MM` UTC, in seconds since the epoch.
-        let unix = |text: &str| -> i64 {
-            let number = |range: std::ops::Range<usize>| text[range].parse::<i64>().unwrap();
-            let day =
-                switchyard::time::days_from_civil(number(0..4), number(5..7) as u32, number(8..10) as u32);
-            day.unwrap() * 86_400 + number(11..13) * 3600 + number(14..16) * 60
-        };
-        let at = |text: &str| std::time::UNIX_EPOCH + Duration::from_secs(unix(text) as u64);
+        // `YYYY-MM-DDTHH:MM`, UTC.
+        let at = |text: &str| switchyard::time::parse_rfc3339(&format!("{text}:00Z")).unwrap();
+        let unix = |text: &str| at(text).duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
         // Winter, PST (UTC−8): midnight is 08:00 UTC.
         assert_eq!(until_pacific_midnight(at("2026-12-04T07:00")), Duration::from_secs(3600));
         assert_eq!(until_pacific_midnight(at("2026-12-04T08:00")), Duration::from_secs(86_400));
