@@ -147,55 +147,68 @@ impl AnthropicProvider {
 
 /// Where a Messages body goes, which decides how it names the model and the API version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Envelope {
+pub(crate) enum Envelope<'a> {
     /// Anthropic's own API: `model` in the body, the version in the `anthropic-version` header.
     Anthropic,
     /// A cloud that names the model in its URL and reads the version from the body's
-    /// `anthropic_version` (Vertex AI: `vertex-2023-10-16`); the body has no `model`.
+    /// `anthropic_version` (Vertex AI: `vertex-2023-10-16`; Bedrock: `bedrock-2023-05-31`); the
+    /// body has no `model`.
     Cloud {
         /// The body's `anthropic_version`.
         version: &'static str,
+        /// Whether the body says `stream` (Vertex), or the endpoint does (Bedrock).
+        stream_in_body: bool,
+        /// The beta flags as the body's `anthropic_beta` (a JSON list), where the cloud takes
+        /// them there (Bedrock); `None`: no `anthropic_beta` in the body.
+        betas: Option<&'a str>,
     },
 }
 
 /// The serialized Messages body for `model` (serialized once, here): the client's own, with
 /// the model and `stream` set, when it wrote in this dialect; else translated. A `reasoning_effort`
 /// asks the model to think in `thinking` style (by its name when `None`). For a cloud
-/// ([`Envelope::Cloud`]) the `model` member is left out and its `anthropic_version` written.
+/// ([`Envelope::Cloud`]) the body is rewritten once: `model` left out, its `anthropic_version`,
+/// `stream` and `anthropic_beta` written as the cloud takes them.
 pub(crate) fn messages_body(
     model: &str,
     request: &ChatRequest,
     stream: bool,
     thinking: Option<ThinkingStyle>,
-    envelope: Envelope,
+    envelope: Envelope<'_>,
 ) -> Result<Vec<u8>, ProviderError> {
     let stream_edit = if stream { Edit::Flag(true) } else { Edit::FalseIfPresent };
-    match (verbatim_body(request), envelope) {
-        (Some(body), Envelope::Anthropic) => {
+    let translated;
+    let body = match verbatim_body(request) {
+        Some(body) => body.as_ref(),
+        None => {
+            translated =
+                serde_json::to_vec(&request::build(model, request, stream, thinking)?).map_err(|error| {
+                    ProviderError::new(
+                        ErrorKind::InvalidRequest,
+                        format!("the request could not be serialized: {error}"),
+                    )
+                })?;
+            // The translated body names the model (its thinking is chosen by it) and says
+            // `stream` already.
+            if envelope == Envelope::Anthropic {
+                return Ok(translated);
+            }
+            &translated[..]
+        }
+    };
+    match envelope {
+        Envelope::Anthropic => {
             verbatim::rewrite(body, &[("model", Edit::Text(model)), ("stream", stream_edit)])
         }
-        (Some(body), Envelope::Cloud { version }) => verbatim::rewrite(
+        Envelope::Cloud { version, stream_in_body, betas } => verbatim::rewrite(
             body,
-            &[("model", Edit::Remove), ("anthropic_version", Edit::Text(version)), ("stream", stream_edit)],
+            &[
+                ("model", Edit::Remove),
+                ("anthropic_version", Edit::Text(version)),
+                ("stream", if stream_in_body { stream_edit } else { Edit::Remove }),
+                ("anthropic_beta", betas.map_or(Edit::Remove, Edit::Raw)),
+            ],
         ),
-        (None, envelope) => {
-            let wire = request::build(model, request, stream, thinking)?;
-            let wire = serde_json::to_vec(&wire).map_err(|error| {
-                ProviderError::new(
-                    ErrorKind::InvalidRequest,
-                    format!("the request could not be serialized: {error}"),
-                )
-            })?;
-            match envelope {
-                Envelope::Anthropic => Ok(wire),
-                // The translated body names the model (its thinking is chosen by it); the
-                // cloud's may not.
-                Envelope::Cloud { version } => verbatim::rewrite(
-                    &wire,
-                    &[("model", Edit::Remove), ("anthropic_version", Edit::Text(version))],
-                ),
-            }
-        }
     }
 }
 

@@ -320,7 +320,7 @@ impl VertexProvider {
             request,
             stream,
             self.thinking,
-            Envelope::Cloud { version: CLAUDE_VERSION },
+            Envelope::Cloud { version: CLAUDE_VERSION, stream_in_body: true, betas: None },
         )
     }
 

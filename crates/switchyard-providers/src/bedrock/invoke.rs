@@ -19,7 +19,6 @@ use super::eventstream::Frame;
 use super::{ANTHROPIC_VERSION, Redactor, classify};
 use crate::anthropic::{self, ThinkingStyle};
 use crate::sse::SseEvent;
-use crate::verbatim::{self, Edit};
 
 /// The InvokeModel body of `request` with `betas`.
 pub(crate) fn body(
@@ -28,19 +27,13 @@ pub(crate) fn body(
     betas: &[String],
     thinking: Option<ThinkingStyle>,
 ) -> Result<Vec<u8>, ProviderError> {
-    let messages =
-        anthropic::messages_body(call.model, request, false, thinking, anthropic::Envelope::Anthropic)?;
     let listed = serde_json::to_string(betas).unwrap_or_else(|_| "[]".to_owned());
-    let beta = if betas.is_empty() { Edit::Remove } else { Edit::Raw(&listed) };
-    verbatim::rewrite(
-        &messages,
-        &[
-            ("model", Edit::Remove),
-            ("stream", Edit::Remove),
-            ("anthropic_version", Edit::Text(ANTHROPIC_VERSION)),
-            ("anthropic_beta", beta),
-        ],
-    )
+    let envelope = anthropic::Envelope::Cloud {
+        version: ANTHROPIC_VERSION,
+        stream_in_body: false,
+        betas: (!betas.is_empty()).then_some(listed.as_str()),
+    };
+    anthropic::messages_body(call.model, request, false, thinking, envelope)
 }
 
 /// The chunks of an InvokeModel stream: its frames as Anthropic events, read by the Anthropic
