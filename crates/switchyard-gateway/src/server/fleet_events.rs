@@ -37,7 +37,7 @@ pub(super) async fn stream(state: &AppState, recent: usize) -> Response {
         Err(reason) => return unavailable(reason),
     };
     let mut opening = b"retry: 2000\n: switchyard fleet events\n\n".to_vec();
-    for event in replay.iter().rev().take(recent).rev() {
+    for event in &replay {
         opening.extend_from_slice(&frame(&event.name, &event.json));
     }
     let follow =
