@@ -138,7 +138,7 @@ async fn any_replica_answers_for_the_whole_fleet() {
         );
     }
     let logs = support::read_logs(&mut replicas);
-    let fleet = Fleet { replicas, client: reqwest::Client::new() };
+    let mut fleet = Fleet { replicas, client: reqwest::Client::new() };
     fleet
         .until(2, "/admin/health", |_, h| {
             h["shared_state"]["replicas"].as_array().is_some_and(|r| r.len() == 3)
@@ -274,6 +274,14 @@ async fn any_replica_answers_for_the_whole_fleet() {
     let (code, stderr) = refused.expect_err("a live replica holds the name `b`");
     assert_ne!(code, 0);
     assert!(stderr.contains("`b` is taken") && stderr.contains("pid"), "{stderr}");
+
+    // A replica killed without leaving: its name lapses with its heartbeat, and a replica
+    // started under it again waits that out and serves.
+    let c = fleet.replicas.pop().unwrap();
+    support::stop_piped(c.0);
+    let restarted = support::serve_with_env(&[("SWITCHYARD_REPLICA", "c")], &path, "127.0.0.1:0", &[]);
+    let (restarted, _) = restarted.expect("the killed replica's name lapsed");
+    support::stop_piped(restarted);
 
     // No secret reached the fleet's trails or events.
     let dump = redis.cli(&["--scan", "--pattern", "view-test:*"]);
