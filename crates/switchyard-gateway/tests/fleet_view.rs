@@ -276,12 +276,20 @@ async fn any_replica_answers_for_the_whole_fleet() {
     assert!(stderr.contains("`b` is taken") && stderr.contains("pid"), "{stderr}");
 
     // A replica killed without leaving: its name lapses with its heartbeat, and a replica
-    // started under it again waits that out and serves.
+    // started under it again waits that out and serves; this one with `state.trails: false`,
+    // so it keeps its history to itself.
     let c = fleet.replicas.pop().unwrap();
     support::stop_piped(c.0);
-    let restarted = support::serve_with_env(&[("SWITCHYARD_REPLICA", "c")], &path, "127.0.0.1:0", &[]);
-    let (restarted, _) = restarted.expect("the killed replica's name lapsed");
-    support::stop_piped(restarted);
+    let quiet =
+        config(upstream, &redis.url()).replace("prefix: view-test", "prefix: view-test, trails: false");
+    let quiet = support::write_config("fleet-view-quiet.yaml", &quiet);
+    let restarted = support::serve_with_env(&[("SWITCHYARD_REPLICA", "c")], &quiet, "127.0.0.1:0", &[]);
+    fleet.replicas.push(restarted.expect("the killed replica's name lapsed"));
+    let (status, _) = fleet.chat(2, "default").await;
+    assert_eq!(status, 200);
+    let (_, list) = fleet.admin(2, "/admin/requests").await;
+    assert_eq!(list["scope"], "replica", "trails off: this replica's history alone: {list}");
+    support::stop_piped(fleet.replicas.pop().unwrap().0);
 
     // No secret reached the fleet's trails or events.
     let dump = redis.cli(&["--scan", "--pattern", "view-test:*"]);
