@@ -21,16 +21,8 @@ const MAX_VIEWS: usize = 64;
 impl Member {
     pub(crate) fn new() -> Self {
         let started = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        // The process's random hasher keys, mixed with the start: unique without a new crate.
-        let random = {
-            use std::hash::{BuildHasher, Hasher};
-            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-            hasher.write_u128(started.as_nanos());
-            hasher.write_u32(std::process::id());
-            hasher.finish()
-        };
         Self {
-            instance: format!("{random:016x}"),
+            instance: format!("{:016x}", switchyard::trace::random_id()),
             started_ms: started.as_millis() as u64,
             in_flight: OnceLock::new(),
             views: OnceLock::new(),

@@ -1,8 +1,6 @@
 //! Request ids: a process prefix and a counter.
 
-use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Request ids: a random process prefix (48 bits) and a counter; cheap, and unique across a
 /// fleet, so that an id names one request in logs and in `/admin/requests/{id}` on any replica
@@ -14,7 +12,9 @@ pub(crate) struct IdSource {
 
 impl IdSource {
     pub(crate) fn new() -> Self {
-        Self { prefix: format!("req_{:012x}", random_prefix()), next: AtomicU64::new(1) }
+        // 48 random bits (the engine's id source, seeded by the operating system).
+        let random = switchyard::trace::random_id() & 0xffff_ffff_ffff;
+        Self { prefix: format!("req_{random:012x}"), next: AtomicU64::new(1) }
     }
 
     /// The prefix and the counter in at least six hex digits, written digit by digit: this
@@ -29,15 +29,6 @@ impl IdSource {
         }
         id
     }
-}
-
-/// 48 random bits: the process's random hasher keys (from the operating system) over the
-/// start time and the process id.
-fn random_prefix() -> u64 {
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos());
-    hasher.write_u32(std::process::id());
-    hasher.finish() & 0xffff_ffff_ffff
 }
 
 #[cfg(test)]
