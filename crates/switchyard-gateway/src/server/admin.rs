@@ -15,15 +15,23 @@ use crate::metrics::labels;
 use super::body::{BodyError, read};
 use switchyard::chat::Dialect;
 
-use super::auth::{admitted, authorized, unauthorized};
+use super::auth::{authorized, client_key, unauthorized};
 use super::errors::ApiError;
 use super::state::{AppState, Live};
 
+/// Whether the request may use `/admin/*`: see [`admin_reader`].
 pub(crate) fn admin_allowed(state: &AppState, headers: &HeaderMap) -> bool {
+    admin_reader(state, headers).is_ok()
+}
+
+/// Who the request reads `/admin/*` as: the admin key (`Ok(None)`), or, without one
+/// (`gateway.admin_key` unset), the client key it carries, by its label (`Ok(Some)`; `Ok(None)`
+/// when no key is configured at all); `Err` when it may not.
+pub(crate) fn admin_reader(state: &AppState, headers: &HeaderMap) -> Result<Option<Arc<str>>, ()> {
     let live = state.live();
     match &live.gateway.admin_key {
-        Some(key) => authorized(std::slice::from_ref(key), headers),
-        None => admitted(&live.gateway.keys, headers),
+        Some(admin) => authorized(std::slice::from_ref(admin), headers).then_some(None).ok_or(()),
+        None => client_key(&live.gateway.keys, headers).map(|key| key.map(|key| key.label.clone())),
     }
 }
 

@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use switchyard::chat::Dialect;
 
-use super::admin::bad_request;
-use super::auth::{authorized, client_key, unauthorized};
+use super::admin::{admin_reader, bad_request};
+use super::auth::unauthorized;
 use super::errors::ApiError;
 use super::state::AppState;
 
@@ -19,18 +19,6 @@ use super::state::AppState;
 const FILTERED_WINDOW: usize = 20;
 /// The fleet's lines read for one list at most.
 const MAX_WINDOW: usize = 5000;
-
-/// Who reads the history: the admin key sees every request; without one (`gateway.admin_key`
-/// unset, when any client key may read it) a client key sees only its own requests, never
-/// another key's trails.
-/// `Err` when the request may not read it.
-fn reader(state: &AppState, headers: &HeaderMap) -> Result<Option<Arc<str>>, ()> {
-    let live = state.live();
-    match &live.gateway.admin_key {
-        Some(admin) => authorized(std::slice::from_ref(admin), headers).then_some(None).ok_or(()),
-        None => client_key(&live.gateway.keys, headers).map(|key| key.map(|key| key.label.clone())),
-    }
-}
 
 /// What a list asks for: how many, which, and from where.
 #[derive(Debug, Default)]
@@ -40,7 +28,8 @@ struct Filter {
     status: Option<StatusFilter>,
     target: Option<String>,
     replica: Option<String>,
-    /// The client key whose requests alone are shown (see [`reader`]).
+    /// The client key whose requests alone are shown: a client key reading without the admin
+    /// key sees only its own requests, never another key's trails.
     key: Option<Arc<str>>,
     /// This replica's memory only, fleet or not.
     local: bool,
@@ -140,7 +129,7 @@ pub async fn requests(
     headers: HeaderMap,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
-    let Ok(key) = reader(&state, &headers) else {
+    let Ok(key) = admin_reader(&state, &headers) else {
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     };
     let mut filter = match Filter::parse(&query) {
@@ -195,7 +184,7 @@ pub async fn request(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    let Ok(key) = reader(&state, &headers) else {
+    let Ok(key) = admin_reader(&state, &headers) else {
         return unauthorized(&headers).into_response(Dialect::OpenAi, "");
     };
     // A client key reading without the admin key finds its own requests alone: another key's
