@@ -57,7 +57,17 @@ impl Gateway {
     }
 
     async fn chat(&self) -> reqwest::Response {
-        let body = json!({ "model": "default", "messages": [{ "role": "user", "content": "hi" }] });
+        self.send_chat(json!({ "model": "default", "messages": [{ "role": "user", "content": "hi" }] })).await
+    }
+
+    /// The same chat, streamed.
+    async fn chat_stream(&self) -> reqwest::Response {
+        let body =
+            json!({ "model": "default", "stream": true, "messages": [{ "role": "user", "content": "hi" }] });
+        self.send_chat(body).await
+    }
+
+    async fn send_chat(&self, body: Value) -> reqwest::Response {
         self.client
             .post(self.url("/v1/chat/completions"))
             .bearer_auth(GATEWAY_KEY)
@@ -365,16 +375,7 @@ async fn an_anthropic_clients_stream_cut_after_its_first_text_is_finished_by_the
 async fn an_openai_clients_stream_cut_after_its_first_text_is_finished_under_its_own_id() {
     let (mock, _server) = switchyard_mock::spawn().await.unwrap();
     let gateway = Gateway::of(&breaking_route(mock, "openai_compatible", "/v1")).await;
-    let body =
-        json!({ "model": "default", "stream": true, "messages": [{ "role": "user", "content": "hi" }] });
-    let answer = gateway
-        .client
-        .post(gateway.url("/v1/chat/completions"))
-        .bearer_auth(GATEWAY_KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let answer = gateway.chat_stream().await;
     let events = sse_events(&answer.text().await.unwrap());
 
     assert_eq!(events.last().map(|(_, data)| data.clone()), Some(Value::String("[DONE]".into())));
@@ -591,16 +592,7 @@ gateway:
 "#
     ))
     .await;
-    let body =
-        json!({ "model": "default", "stream": true, "messages": [{ "role": "user", "content": "hi" }] });
-    let answer = gateway
-        .client
-        .post(gateway.url("/v1/chat/completions"))
-        .bearer_auth(GATEWAY_KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let answer = gateway.chat_stream().await;
     assert_eq!(answer.status(), 200, "the 200 went out with the first content");
     let text = answer.text().await.unwrap_or_default();
     assert!(text.contains("\"error\""), "the stream ends with an error event: {text}");
