@@ -22,6 +22,7 @@ pub mod codec;
 pub mod gemini;
 pub mod http;
 pub mod openai;
+mod pieces;
 pub mod responses;
 pub mod sse;
 mod verbatim;

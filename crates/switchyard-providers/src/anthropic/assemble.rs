@@ -5,39 +5,44 @@
 //! and its signature, citations), and the stop reason, stop sequence and usage of
 //! `message_delta`. Blocks and members Switchyard does not model pass as they came.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
-use serde_json::{Map, Value};
+use serde::de::IgnoredAny;
+
+use crate::pieces::{self, Object, Part};
+
+/// The members each event is read into, the rest left as written.
+const OPENED: [&str; 4] = ["message", "content_block", "delta", "usage"];
 
 /// The whole message the `frames` (server-sent events) stream; `None` without a
 /// `message_start`.
 pub fn answer_of_frames(frames: &[Bytes]) -> Option<Bytes> {
-    let mut message: Option<Map<String, Value>> = None;
+    let data: Vec<_> = frames.iter().filter_map(|frame| pieces::data_of(frame)).collect();
+    let mut message: Option<Object> = None;
     let mut blocks: Vec<Block> = Vec::new();
-    for frame in frames {
-        let Some(Value::Object(event)) = data_of(frame) else { continue };
-        match event.get("type").and_then(Value::as_str) {
-            Some("message_start") => {
-                message = event.get("message").and_then(Value::as_object).cloned();
-            }
+    for mut event in data.iter().filter_map(|data| pieces::read(data, &OPENED)) {
+        let kind = event.get("type").and_then(Part::text);
+        let index = event.get("index").and_then(|index| index.as_u64()).unwrap_or_default() as usize;
+        match kind.as_deref() {
+            Some("message_start") => message = event.remove("message").and_then(Part::into_object),
             Some("content_block_start") => {
-                let index = index_of(&event);
-                let block =
-                    event.get("content_block").and_then(Value::as_object).cloned().unwrap_or_default();
+                let object = event.remove("content_block").and_then(Part::into_object).unwrap_or_default();
                 while blocks.len() <= index {
                     blocks.push(Block::default());
                 }
-                blocks[index] = Block { object: block, input_json: String::new() };
+                blocks[index] = Block { object, input_json: String::new() };
             }
             Some("content_block_delta") => {
-                if let (Some(block), Some(Value::Object(delta))) =
-                    (blocks.get_mut(index_of(&event)), event.get("delta"))
+                if let (Some(block), Some(delta)) =
+                    (blocks.get_mut(index), event.remove("delta").and_then(Part::into_object))
                 {
                     block.apply(delta);
                 }
             }
             Some("message_delta") => {
                 if let Some(message) = message.as_mut() {
-                    message_delta(message, &event);
+                    message_delta(message, event);
                 }
             }
             _ => {}
@@ -45,37 +50,29 @@ pub fn answer_of_frames(frames: &[Bytes]) -> Option<Bytes> {
     }
     let mut message = message?;
     let content = blocks.into_iter().map(Block::finish).collect();
-    message.insert("content".to_owned(), Value::Array(content));
-    serde_json::to_vec(&message).ok().map(Bytes::from)
-}
-
-/// The JSON of a frame's `data:` lines.
-fn data_of(frame: &Bytes) -> Option<Value> {
-    let text = std::str::from_utf8(frame).ok()?;
-    let data: Vec<&str> =
-        text.lines().filter_map(|line| line.strip_prefix("data:")).map(str::trim_start).collect();
-    serde_json::from_str(&data.join("\n")).ok()
-}
-
-/// An event's block `index`.
-fn index_of(event: &Map<String, Value>) -> usize {
-    event.get("index").and_then(Value::as_u64).unwrap_or_default() as usize
+    message.insert(Cow::Borrowed("content"), Part::Items(content));
+    let mut out = Vec::with_capacity(frames.iter().map(Bytes::len).sum::<usize>() / 2);
+    message.write(&mut out);
+    Some(Bytes::from(out))
 }
 
 /// The stop reason, stop sequence and usage of a `message_delta`, onto the message.
-fn message_delta(message: &mut Map<String, Value>, event: &Map<String, Value>) {
-    if let Some(Value::Object(delta)) = event.get("delta") {
-        for (name, value) in delta {
-            message.insert(name.clone(), value.clone());
+fn message_delta<'a>(message: &mut Object<'a>, mut event: Object<'a>) {
+    if let Some(delta) = event.remove("delta").and_then(Part::into_object) {
+        for (name, value) in delta.into_members() {
+            message.insert(name, value);
         }
     }
-    if let Some(Value::Object(usage)) = event.get("usage") {
-        let so_far = message.entry("usage").or_insert_with(|| Value::Object(Map::new()));
-        if let Value::Object(so_far) = so_far {
-            for (name, value) in usage {
+    if let Some(usage) = event.remove("usage").and_then(Part::into_object) {
+        let so_far = message.entry(Cow::Borrowed("usage"));
+        if so_far.object_mut().is_none() {
+            *so_far = Part::Object(Object::default());
+        }
+        if let Some(so_far) = so_far.object_mut() {
+            for (name, value) in usage.into_members() {
                 // A count the delta leaves null keeps what `message_start` said.
                 if !value.is_null() {
-                    so_far.insert(name.clone(), value.clone());
+                    so_far.insert(name, value);
                 }
             }
         }
@@ -84,28 +81,30 @@ fn message_delta(message: &mut Map<String, Value>, event: &Map<String, Value>) {
 
 /// One content block as it streams.
 #[derive(Default)]
-struct Block {
+struct Block<'a> {
     /// The block as `content_block_start` opened it, deltas applied.
-    object: Map<String, Value>,
-    /// A tool's input as its JSON pieces came, parsed when the block is whole.
+    object: Object<'a>,
+    /// A tool's input as its JSON pieces came, kept when the block is whole.
     input_json: String,
 }
 
-impl Block {
+impl<'a> Block<'a> {
     /// Applies one `content_block_delta`.
-    fn apply(&mut self, delta: &Map<String, Value>) {
-        let text = |name: &str| delta.get(name).and_then(Value::as_str).unwrap_or_default();
-        match delta.get("type").and_then(Value::as_str) {
-            Some("text_delta") => self.append("text", text("text")),
-            Some("thinking_delta") => self.append("thinking", text("thinking")),
-            Some("signature_delta") => self.append("signature", text("signature")),
-            Some("input_json_delta") => self.input_json.push_str(text("partial_json")),
-            Some("citations_delta") => {
-                if let Some(citation) = delta.get("citation") {
-                    let citations =
-                        self.object.entry("citations").or_insert_with(|| Value::Array(Vec::new()));
-                    if let Value::Array(citations) = citations {
-                        citations.push(citation.clone());
+    fn apply(&mut self, mut delta: Object<'a>) {
+        let text = |name: &str| delta.get(name).and_then(Part::text).unwrap_or_default();
+        match text("type").as_ref() {
+            "text_delta" => self.append("text", &text("text")),
+            "thinking_delta" => self.append("thinking", &text("thinking")),
+            "signature_delta" => self.append("signature", &text("signature")),
+            "input_json_delta" => self.input_json.push_str(&text("partial_json")),
+            "citations_delta" => {
+                if let Some(citation) = delta.remove("citation") {
+                    let citations = self.object.entry(Cow::Borrowed("citations"));
+                    if citations.items_mut().is_none() {
+                        *citations = Part::Items(Vec::new());
+                    }
+                    if let Some(items) = citations.items_mut() {
+                        items.push(citation);
                     }
                 }
             }
@@ -113,29 +112,26 @@ impl Block {
         }
     }
 
-    fn append(&mut self, name: &str, piece: &str) {
-        match self.object.get_mut(name) {
-            Some(Value::String(so_far)) => so_far.push_str(piece),
-            _ => {
-                self.object.insert(name.to_owned(), Value::from(piece));
-            }
+    fn append(&mut self, name: &'static str, piece: &str) {
+        let slot = self.object.entry(Cow::Borrowed(name));
+        match slot.text_mut() {
+            Some(so_far) => so_far.push_str(piece),
+            None => *slot = Part::Text(piece.to_owned()),
         }
     }
 
-    /// The whole block: a tool's input parsed from its pieces.
-    fn finish(mut self) -> Value {
-        if !self.input_json.is_empty()
-            && let Ok(input) = serde_json::from_str::<Value>(&self.input_json)
-        {
-            self.object.insert("input".to_owned(), input);
+    /// The whole block: a tool's input as its pieces wrote it, once they make JSON.
+    fn finish(mut self) -> Part<'a> {
+        if !self.input_json.is_empty() && serde_json::from_str::<IgnoredAny>(&self.input_json).is_ok() {
+            self.object.insert(Cow::Borrowed("input"), Part::Json(self.input_json));
         }
-        Value::Object(self.object)
+        Part::Object(self.object)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 

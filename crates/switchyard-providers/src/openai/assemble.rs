@@ -6,9 +6,12 @@
 //! (`system_fingerprint`, `service_tier`, a vendor's own) as they came. Stream-only members
 //! (`obfuscation`) are left out, and `object` says `chat.completion`.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
-use serde_json::{Map, Value};
 use switchyard::chat::Usage;
+
+use crate::pieces::{self, Kind, Object, Part};
 
 /// Members whose pieces are joined: the text a choice streams in fragments.
 const JOINED: [&str; 6] = ["content", "refusal", "reasoning_content", "reasoning", "arguments", "input"];
@@ -16,161 +19,187 @@ const JOINED: [&str; 6] = ["content", "refusal", "reasoning_content", "reasoning
 /// Members a stream carries that a whole answer does not.
 const STREAM_ONLY: [&str; 2] = ["obfuscation", "stream_options"];
 
+/// The members each event is read into, the rest left as written: what every chunk adds to.
+const OPENED: [&str; 2] = ["choices", "delta"];
+
 /// The whole answer the `frames` (server-sent events, `data:` lines) stream, with `usage` when
 /// no event told it (the gateway asked for it; the client did not); `None` when no frame is a
 /// chunk.
 pub fn answer_of_frames(frames: &[Bytes], usage: Option<&Usage>) -> Option<Bytes> {
-    let mut answer = Map::new();
-    let mut choices: Vec<Map<String, Value>> = Vec::new();
-    for frame in frames {
-        let Some(Value::Object(chunk)) = data_of(frame) else { continue };
+    let data: Vec<_> = frames.iter().filter_map(|frame| pieces::data_of(frame)).collect();
+    let mut answer = Object::default();
+    let mut choices: Vec<(u64, Object)> = Vec::new();
+    for chunk in data.iter().filter_map(|data| pieces::read(data, &OPENED)) {
         add_chunk(&mut answer, &mut choices, chunk);
     }
-    if answer.is_empty() {
+    if answer.is_empty() && choices.is_empty() {
         return None;
     }
-    answer.insert("object".to_owned(), Value::from("chat.completion"));
-    choices.sort_by_key(|choice| choice.get("index").and_then(Value::as_u64).unwrap_or_default());
-    answer.insert("choices".to_owned(), Value::Array(choices.into_iter().map(Value::Object).collect()));
-    if answer.get("usage").is_none_or(Value::is_null)
-        && let Some(usage) = usage
-    {
-        answer.insert("usage".to_owned(), serde_json::to_value(usage).unwrap_or(Value::Null));
-    }
-    serde_json::to_vec(&order(answer)).ok().map(Bytes::from)
-}
-
-/// The JSON of a frame's `data:` lines; `None` for `[DONE]`, a comment or anything else.
-fn data_of(frame: &Bytes) -> Option<Value> {
-    let text = std::str::from_utf8(frame).ok()?;
-    let data: Vec<&str> =
-        text.lines().filter_map(|line| line.strip_prefix("data:")).map(str::trim_start).collect();
-    serde_json::from_str(&data.join("\n")).ok()
+    choices.sort_by_key(|(index, _)| *index);
+    let choices = Part::Items(choices.into_iter().map(|(_, choice)| Part::Object(choice)).collect());
+    let usage = match answer.remove("usage") {
+        Some(told) if !told.is_null() => told,
+        _ => usage.and_then(|usage| serde_json::to_string(usage).ok()).map_or(Part::Null, Part::Json),
+    };
+    let mut out = Vec::with_capacity(frames.iter().map(Bytes::len).sum::<usize>() / 2);
+    ordered(answer, choices, usage).write(&mut out);
+    Some(Bytes::from(out))
 }
 
 /// Adds one chunk to the answer's members and its choices.
-fn add_chunk(
-    answer: &mut Map<String, Value>,
-    choices: &mut Vec<Map<String, Value>>,
-    chunk: Map<String, Value>,
-) {
-    for (name, value) in chunk {
-        match name.as_str() {
+fn add_chunk<'a>(answer: &mut Object<'a>, choices: &mut Vec<(u64, Object<'a>)>, chunk: Object<'a>) {
+    for (name, value) in chunk.into_members() {
+        match name.as_ref() {
             "choices" => {
-                for choice in value.as_array().into_iter().flatten().filter_map(Value::as_object) {
-                    add_choice(choices, choice);
+                for choice in value.into_items().into_iter().flatten() {
+                    if let Some(choice) = choice.into_object() {
+                        add_choice(choices, choice);
+                    }
                 }
             }
             // The first of each, as every chunk repeats them.
             "id" | "created" | "model" => {
-                answer.entry(name).or_insert(value);
+                let slot = answer.entry(name);
+                if slot.is_null() {
+                    *slot = value;
+                }
             }
             name if STREAM_ONLY.contains(&name) || name == "object" => {}
             // A later usage or fingerprint is the answer's; a null one says nothing.
             _ if value.is_null() => {
-                answer.entry(name).or_insert(Value::Null);
+                answer.entry(name);
             }
-            _ => {
-                answer.insert(name, value);
-            }
+            _ => answer.insert(name, value),
         }
     }
 }
 
 /// Adds one chunk's choice: its delta to the choice's message, its log-probabilities, its
 /// finish reason.
-fn add_choice(choices: &mut Vec<Map<String, Value>>, choice: &Map<String, Value>) {
-    let index = choice.get("index").and_then(Value::as_u64).unwrap_or_default();
-    let at = match choices.iter().position(|c| c.get("index").and_then(Value::as_u64) == Some(index)) {
+fn add_choice<'a>(choices: &mut Vec<(u64, Object<'a>)>, mut choice: Object<'a>) {
+    let index = choice.remove("index").and_then(|index| index.as_u64()).unwrap_or_default();
+    let at = match choices.iter().position(|(i, _)| *i == index) {
         Some(at) => at,
         None => {
-            let mut fresh = Map::new();
-            fresh.insert("index".to_owned(), Value::from(index));
-            fresh.insert("message".to_owned(), Value::Object(Map::new()));
-            fresh.insert("logprobs".to_owned(), Value::Null);
-            fresh.insert("finish_reason".to_owned(), Value::Null);
-            choices.push(fresh);
+            let fresh = [
+                ("index", Part::number(index)),
+                ("message", Part::Object(Object::default())),
+                ("logprobs", Part::Null),
+                ("finish_reason", Part::Null),
+            ];
+            choices
+                .push((index, fresh.into_iter().map(|(name, part)| (Cow::Borrowed(name), part)).collect()));
             choices.len() - 1
         }
     };
-    let target = &mut choices[at];
-    for (name, value) in choice {
-        match name.as_str() {
-            "index" => {}
+    let target = &mut choices[at].1;
+    for (name, value) in choice.into_members() {
+        match name.as_ref() {
             "delta" => {
-                if let (Some(Value::Object(message)), Value::Object(delta)) =
-                    (target.get_mut("message"), value)
+                if let (Some(message), Some(delta)) =
+                    (target.get_mut("message").and_then(Part::object_mut), value.into_object())
                 {
                     merge(message, delta);
                 }
             }
             "finish_reason" if value.is_null() => {}
-            "logprobs" => match (target.get_mut("logprobs"), value) {
-                (Some(Value::Object(so_far)), Value::Object(more)) => merge(so_far, more),
-                (Some(slot), more) if !more.is_null() => *slot = more.clone(),
-                _ => {}
-            },
-            _ => {
-                target.insert(name.clone(), value.clone());
+            "logprobs" => {
+                let slot = target.entry(name);
+                if value.kind() == Kind::Object
+                    && let Some(so_far) = slot.object_mut()
+                {
+                    if let Some(more) = value.into_object() {
+                        merge(so_far, more);
+                    }
+                } else if !value.is_null() {
+                    *slot = value;
+                }
             }
+            _ => target.insert(name, value),
         }
     }
 }
 
 /// Merges a fragment into what came before: text members joined, arrays appended (tool-call
 /// fragments by their index), objects merged, anything else replaced.
-fn merge(so_far: &mut Map<String, Value>, piece: &Map<String, Value>) {
-    for (name, value) in piece {
-        let slot = so_far.entry(name.clone()).or_insert(Value::Null);
-        match (slot, value) {
-            (slot, value) if name == "tool_calls" => merge_calls(slot, value),
-            (Value::String(text), Value::String(more)) if JOINED.contains(&name.as_str()) => {
-                text.push_str(more)
-            }
-            (Value::Array(items), Value::Array(more)) => items.extend(more.iter().cloned()),
-            (Value::Object(object), Value::Object(more)) => merge(object, more),
-            // A null piece does not undo what came before.
-            (slot, Value::Null) if !slot.is_null() => {}
-            (slot, value) => *slot = value.clone(),
+fn merge<'a>(so_far: &mut Object<'a>, piece: Object<'a>) {
+    for (name, value) in piece.into_members() {
+        let joined = JOINED.contains(&name.as_ref());
+        let calls = name == "tool_calls";
+        let slot = so_far.entry(name);
+        if calls {
+            merge_calls(slot, value);
+            continue;
         }
+        match value.kind() {
+            Kind::Text if joined => {
+                if let (Some(text), Some(piece)) = (slot.text_mut(), value.text()) {
+                    text.push_str(&piece);
+                    continue;
+                }
+            }
+            Kind::Items => {
+                if let Some(items) = slot.items_mut() {
+                    items.extend(value.into_items().into_iter().flatten());
+                    continue;
+                }
+            }
+            Kind::Object => {
+                if let Some(object) = slot.object_mut() {
+                    merge(object, value.into_object().unwrap_or_default());
+                    continue;
+                }
+            }
+            // A null piece does not undo what came before.
+            Kind::Null if !slot.is_null() => continue,
+            _ => {}
+        }
+        *slot = value;
     }
 }
 
 /// Tool-call fragments put together by their `index`, which a whole answer does not carry.
-fn merge_calls(slot: &mut Value, fragments: &Value) {
-    if !slot.is_array() {
-        *slot = Value::Array(Vec::new());
+fn merge_calls<'a>(slot: &mut Part<'a>, fragments: Part<'a>) {
+    if slot.items_mut().is_none() {
+        *slot = Part::Items(Vec::new());
     }
-    let (Value::Array(calls), Value::Array(fragments)) = (slot, fragments) else { return };
-    for (position, fragment) in fragments.iter().enumerate() {
-        let Value::Object(fragment) = fragment else { continue };
-        let index = fragment.get("index").and_then(Value::as_u64).map_or(position, |i| i as usize);
+    let (Some(calls), Some(fragments)) = (slot.items_mut(), fragments.into_items()) else { return };
+    for (position, fragment) in fragments.into_iter().enumerate() {
+        let Some(mut fragment) = fragment.into_object() else { continue };
+        let index = fragment.remove("index").and_then(|index| index.as_u64());
+        let index = index.map_or(position, |index| index as usize);
         while calls.len() <= index {
-            calls.push(Value::Object(Map::new()));
+            calls.push(Part::Object(Object::default()));
         }
-        if let Value::Object(call) = &mut calls[index] {
-            let mut fragment = fragment.clone();
-            fragment.remove("index");
-            merge(call, &fragment);
+        if let Some(call) = calls[index].object_mut() {
+            merge(call, fragment);
         }
     }
 }
 
 /// The answer's members in the order a whole answer writes them, the others after.
-fn order(mut answer: Map<String, Value>) -> Value {
-    let mut ordered = Map::new();
-    for name in ["id", "object", "created", "model", "choices", "usage"] {
-        if let Some(value) = answer.remove(name) {
-            ordered.insert(name.to_owned(), value);
-        }
+fn ordered<'a>(mut answer: Object<'a>, choices: Part<'a>, usage: Part<'a>) -> Object<'a> {
+    let mut take = |name: &str| answer.remove(name).unwrap_or(Part::Null);
+    let head = [
+        ("id", take("id")),
+        ("object", Part::Json("\"chat.completion\"".to_owned())),
+        ("created", take("created")),
+        ("model", take("model")),
+        ("choices", choices),
+    ];
+    let mut ordered: Object = head.into_iter().map(|(name, part)| (Cow::Borrowed(name), part)).collect();
+    if !usage.is_null() {
+        ordered.insert(Cow::Borrowed("usage"), usage);
     }
-    ordered.extend(answer);
-    Value::Object(ordered)
+    for (name, part) in answer.into_members() {
+        ordered.insert(name, part);
+    }
+    ordered
 }
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 
@@ -249,5 +278,30 @@ mod tests {
         assert_eq!(texts, ["A", "B"]);
         assert_eq!(answer["usage"]["total_tokens"], 3);
         assert!(answer_of_frames(&[Bytes::from_static(b"data: [DONE]\n\n")], None).is_none());
+    }
+
+    #[test]
+    fn numbers_and_escapes_are_kept_as_the_provider_wrote_them() {
+        let frames = [
+            Bytes::from_static(
+                br#"data: {"id":"c","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"line\n\"one\""},"logprobs":{"content":[{"token":"x","logprob":-1.0000000000000002e-7}]}}]}
+
+"#,
+            ),
+            Bytes::from_static(
+                br#"data: {"id":"c","choices":[{"index":0,"delta":{"content":" caf\u00e9"},"finish_reason":"stop"}],"x_vendor":{"score":0.10}}
+
+"#,
+            ),
+            Bytes::from_static(b"data: [DONE]\n\n"),
+        ];
+        let body = answer_of_frames(&frames, None).unwrap();
+        let text = std::str::from_utf8(&body).unwrap();
+        assert!(text.contains(r#""logprob":-1.0000000000000002e-7"#), "{text}");
+        assert!(text.contains(r#""x_vendor":{"score":0.10}"#), "{text}");
+        let answer: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(answer["choices"][0]["message"]["content"], "line\n\"one\" caf\u{e9}");
+        assert_eq!(answer["choices"][0]["finish_reason"], "stop");
+        assert_eq!(answer["object"], "chat.completion");
     }
 }
