@@ -7,9 +7,12 @@
 //! (then it is whole, and a notice says the terminator was missing). An event that is no
 //! chunk is skipped with a notice, up to [`MAX_SKIPPED`] of them; one more fails the stream.
 
+use std::pin::Pin;
 use std::sync::LazyLock;
+use std::task::{Context, Poll, ready};
 
-use futures_util::{StreamExt, stream};
+use futures_util::future::BoxFuture;
+use futures_util::{Stream, StreamExt, stream};
 use memchr::memmem;
 use serde::Deserialize;
 use serde_json::Value;
@@ -36,17 +39,44 @@ pub(super) fn chunks(
     let body = crate::http::body_stream(response);
     let reader =
         Reader { events: SseStream::new(body), key, ended: false, pass_on, choices: (0, 0), skipped: 0 };
-    Box::pin(stream::unfold(Some(reader), |reader| async move {
-        let mut reader = reader?;
-        match reader.next().await {
-            Some(item) => Some((item, Some(reader))),
-            None => {
-                // Ended: the rest of the body is read so that its connection is kept.
-                crate::sse::release(reader.events).await;
-                None
+    Box::pin(Chunks::Reading(reader))
+}
+
+/// The stream of chunks: read in place (a future per chunk would move the reader in and out
+/// of it each time), then, once ended, the rest of the body read so that its connection is
+/// kept.
+// One per stream, boxed: the ended variants' unused room costs nothing worth a second box.
+#[allow(clippy::large_enum_variant)]
+enum Chunks {
+    Reading(Reader),
+    Releasing(BoxFuture<'static, ()>),
+    Ended,
+}
+
+impl Stream for Chunks {
+    type Item = Result<ChatChunk, ProviderError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            match this {
+                Chunks::Reading(reader) => match ready!(reader.poll_next(cx)) {
+                    Some(item) => return Poll::Ready(Some(item)),
+                    None => {
+                        let Chunks::Reading(reader) = std::mem::replace(this, Chunks::Ended) else {
+                            unreachable!()
+                        };
+                        *this = Chunks::Releasing(Box::pin(crate::sse::release(reader.events)));
+                    }
+                },
+                Chunks::Releasing(release) => {
+                    ready!(release.as_mut().poll(cx));
+                    *this = Chunks::Ended;
+                }
+                Chunks::Ended => return Poll::Ready(None),
             }
         }
-    }))
+    }
 }
 
 /// A whole answer as a stream, for servers that answer a streaming request with plain JSON.
@@ -105,9 +135,9 @@ enum Step {
 
 impl Reader {
     /// The next chunk, or the error that ends the stream; `None` after `[DONE]` or an error.
-    async fn next(&mut self) -> Option<Result<ChatChunk, ProviderError>> {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<ChatChunk, ProviderError>>> {
         while !self.ended {
-            let step = match self.events.next().await {
+            let step = match ready!(self.events.poll_next_unpin(cx)) {
                 Some(Ok(event)) => match (self.translate(&event), self.pass_on) {
                     (Step::Chunk(chunk), Some(pass_on)) => Step::Chunk(Self::framed(chunk, &event, pass_on)),
                     // A chunk that says nothing canonical still reaches a client of this
@@ -121,10 +151,10 @@ impl Reader {
                 None if self.choices.0 != 0 && self.choices.0 == self.choices.1 => {
                     // The answer finished; only its terminator is missing.
                     self.ended = true;
-                    return Some(Ok(ChatChunk {
+                    return Poll::Ready(Some(Ok(ChatChunk {
                         notice: Some(StreamNotice::Unterminated),
                         ..ChatChunk::default()
-                    }));
+                    })));
                 }
                 None => Step::Fail(self.cut_off()),
             };
@@ -137,22 +167,22 @@ impl Reader {
                             self.choices.1 |= bit;
                         }
                     }
-                    return Some(Ok(chunk));
+                    return Poll::Ready(Some(Ok(chunk)));
                 }
                 Step::Skip => {}
                 Step::Done => self.ended = true,
                 Step::Unreadable(error) if self.skipped < MAX_SKIPPED => {
                     self.skipped += 1;
                     let notice = StreamNotice::Skipped(error.detail().to_owned());
-                    return Some(Ok(ChatChunk { notice: Some(notice), ..ChatChunk::default() }));
+                    return Poll::Ready(Some(Ok(ChatChunk { notice: Some(notice), ..ChatChunk::default() })));
                 }
                 Step::Fail(error) | Step::Unreadable(error) => {
                     self.ended = true;
-                    return Some(Err(error));
+                    return Poll::Ready(Some(Err(error)));
                 }
             }
         }
-        None
+        Poll::Ready(None)
     }
 
     /// `chunk` carrying its event's frame, but for the usage chunk the client did not ask for.
