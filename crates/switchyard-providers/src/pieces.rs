@@ -351,6 +351,12 @@ fn write_string(text: &str, out: &mut Vec<u8>) {
 /// The JSON of an SSE frame's `data:` lines (joined by newlines when there are several).
 pub(crate) fn data_of(frame: &[u8]) -> Option<Cow<'_, str>> {
     let text = std::str::from_utf8(frame).ok()?;
+    // The frames the decoders keep are one `data:` line and the blank line that ends them.
+    if let Some(data) = text.strip_prefix("data: ").and_then(|rest| rest.strip_suffix("\n\n"))
+        && !data.contains('\n')
+    {
+        return Some(Cow::Borrowed(data));
+    }
     let mut lines = text.lines().filter_map(|line| line.strip_prefix("data:")).map(str::trim_start);
     let first = lines.next()?;
     match lines.next() {
@@ -458,6 +464,8 @@ mod tests {
     #[test]
     fn a_frame_is_its_data_lines() {
         assert_eq!(data_of(b"event: x\ndata: {\"a\":1}\n\n").as_deref(), Some("{\"a\":1}"));
+        assert_eq!(data_of(b"data: {\"a\":1}\n\n").as_deref(), Some("{\"a\":1}"));
+        assert_eq!(data_of(b"data:{\"a\":1}\r\n\r\n").as_deref(), Some("{\"a\":1}"));
         assert_eq!(data_of(b"data: {\"a\":\ndata: 1}\n\n").as_deref(), Some("{\"a\":\n1}"));
         assert_eq!(data_of(b": comment\n\n"), None);
     }
