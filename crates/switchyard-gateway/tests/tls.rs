@@ -13,7 +13,8 @@ use support::in_process_url;
 
 /// A certificate authority and a certificate for 127.0.0.1 it signed, in a folder of their own.
 fn certificates(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("switchyard-tls-{name}-{}", std::process::id()));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("switchyard-tls-{name}-{}", std::process::id()));
     switchyard_state::testing::make_certificates(&dir);
     dir
 }

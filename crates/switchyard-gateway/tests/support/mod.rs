@@ -49,9 +49,15 @@ fn stopped(pid: u32) {
     STARTED.with(|reaper| reaper.0.borrow_mut().retain(|listed| *listed != pid));
 }
 
+/// This test process's own folder, under the build's `target/tmp` (never the system's
+/// temporary folder, where every run would leave one behind).
+fn own_folder() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("switchyard-cli-{}", std::process::id()))
+}
+
 /// Writes a config file for this test process; returns its path.
 pub fn write_config(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("switchyard-cli-{}", std::process::id()));
+    let dir = own_folder();
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
@@ -181,7 +187,7 @@ fn start(mut command: Command) -> Result<(Child, String, String), (i32, String)>
 
 /// A folder of this test process's own named `name`, empty.
 pub fn empty_folder(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("switchyard-cli-{}", std::process::id())).join(name);
+    let dir = own_folder().join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
