@@ -431,6 +431,60 @@ async fn an_anthropic_client_s_own_body_goes_as_written_without_its_model() {
     );
 }
 
+/// What a Claude stream with signed thinking looks like on Vertex (as on Anthropic's API).
+const THINKING_STREAM: &str = concat!(
+    "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_vrtx_03\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n",
+    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"Six times eight.\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"ErUBCkYIBxgCsignedOnVertex\"}}\n\n",
+    "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"48\"}}\n\n",
+    "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
+    "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":9}}\n\n",
+    "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+);
+
+#[tokio::test]
+async fn thinking_blocks_and_signatures_reach_vertex_as_anthropic_wrote_them_and_come_back_whole() {
+    // A conversation begun on Anthropic's API: its signed thinking block goes on to Vertex as
+    // the client sent it (the signatures are the same across Claude's platforms).
+    let s = setup().await;
+    let written = br#"{"model":"route","max_tokens":2048,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"6*7?"},{"role":"assistant","content":[{"type":"thinking","thinking":"Six times seven.","signature":"EqQBCgIYAhIMsignedByAnthropic"},{"type":"text","text":"42"}]},{"role":"user","content":"And 6*8?"}]}"#;
+    let mut request = switchyard_providers::anthropic::codec::request_from_slice(written).unwrap();
+    request.verbatim = Some(Verbatim::new(Dialect::Anthropic, &written[..]));
+    s.provider.chat(s.caller.call(CLAUDE, None), &request).await.unwrap();
+    let seen = s.upstream.only_request();
+    assert_eq!(
+        seen.body["messages"][1]["content"][0],
+        json!({"type": "thinking", "thinking": "Six times seven.", "signature": "EqQBCgIYAhIMsignedByAnthropic"})
+    );
+    assert_eq!(seen.body["thinking"], json!({"type": "enabled", "budget_tokens": 1024}));
+
+    // Vertex's streamed thinking comes back to an OpenAI-dialect client whole, with its
+    // signature, as `thinking_blocks` (what it sends back to either platform next turn).
+    let google = s.google.clone();
+    let upstream = Fake::start(move |seen: &Seen| {
+        assert!(google.honours(seen.header("authorization")), "a call without the token");
+        sse_reply(&[], THINKING_STREAM)
+    })
+    .await;
+    let dir = tempdir::Dir::new();
+    let provider = provider(&upstream, "us-east5", GoogleCredentials::File(s.google.key_file(dir.path())));
+    let caller = Caller::new(&provider, None);
+    let (chunks, error) =
+        drain(provider.chat_stream(caller.call(CLAUDE, None), &hello()).await.unwrap()).await;
+    assert!(error.is_none(), "{error:?}");
+    let blocks: Vec<Value> = chunks.iter().flat_map(|c| c.choices[0].delta.thinking_blocks.clone()).collect();
+    assert_eq!(
+        blocks,
+        [
+            json!({"type": "thinking", "thinking": "Six times eight.", "signature": "ErUBCkYIBxgCsignedOnVertex"})
+        ]
+    );
+    assert_eq!(text_of(&chunks), "48");
+}
+
 #[tokio::test]
 async fn betas_travel_as_the_anthropic_beta_header_and_the_version_only_in_the_body() {
     let s = setup().await;
