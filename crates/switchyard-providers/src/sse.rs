@@ -23,7 +23,11 @@ impl SseEvent {
     /// line of data, and the blank line that ends it. Comments, `id:` and `retry:` lines are not
     /// kept, so this is the event as a client's parser reads it, not necessarily its bytes.
     pub fn to_frame(&self) -> Bytes {
-        let mut out = Vec::with_capacity(self.data.len() + 16 + self.event.as_ref().map_or(0, String::len));
+        // Exactly as long as the frame: a `Vec` with room to spare costs `Bytes` a second
+        // allocation to share it.
+        let lines = 1 + memchr::memchr_iter(b'\n', self.data.as_bytes()).count();
+        let head = self.event.as_ref().map_or(0, |name| "event: \n".len() + name.len());
+        let mut out = Vec::with_capacity(head + self.data.len() + lines * "data: ".len() + 2);
         if let Some(name) = &self.event {
             out.extend_from_slice(b"event: ");
             out.extend_from_slice(name.as_bytes());
@@ -44,6 +48,7 @@ impl SseEvent {
             }
         }
         out.push(b'\n');
+        debug_assert_eq!(out.len(), out.capacity(), "the frame's length was reckoned wrong");
         Bytes::from(out)
     }
 }
