@@ -140,15 +140,32 @@ mod tests {
 
     use super::*;
 
-    /// A folder of this test's own, with `files` written in it.
-    fn folder(name: &str, files: &[&str]) -> PathBuf {
+    /// A folder of this test's own, with `files` written in it; removed when dropped.
+    fn folder(name: &str, files: &[&str]) -> Folder {
         let dir = std::env::temp_dir().join(format!("switchyard-locate-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         for file in files {
             std::fs::write(dir.join(file), "providers: {}\n").unwrap();
         }
-        dir
+        Folder(dir)
+    }
+
+    /// See [`folder`].
+    struct Folder(PathBuf);
+
+    impl std::ops::Deref for Folder {
+        type Target = Path;
+
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Folder {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 
     fn places(dir: &Path) -> Vec<Place> {
