@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, MultiplexedConnection};
+use redis::aio::MultiplexedConnection;
 
-use crate::RedisStore;
+use crate::{Kept, RedisStore};
 
 /// Entries the stream keeps, about (Redis trims it in whole nodes).
 pub const KEPT: usize = 10_000;
@@ -25,11 +25,8 @@ pub struct FleetEvent {
 
 /// The fleet's event stream in the Redis of a [`RedisStore`].
 pub struct SharedEvents {
-    client: redis::Client,
-    url: String,
+    redis: Kept,
     key: String,
-    timeout: Duration,
-    conn: tokio::sync::Mutex<Option<ConnectionManager>>,
 }
 
 impl std::fmt::Debug for SharedEvents {
@@ -41,18 +38,7 @@ impl std::fmt::Debug for SharedEvents {
 impl SharedEvents {
     /// The stream of `store`'s fleet.
     pub fn new(store: &RedisStore) -> Self {
-        let settings = store.settings();
-        Self {
-            client: store.client.clone(),
-            url: settings.url.clone(),
-            key: format!("{}:events", settings.prefix),
-            timeout: settings.timeout,
-            conn: tokio::sync::Mutex::new(None),
-        }
-    }
-
-    fn scrubbed(&self, error: &redis::RedisError) -> String {
-        crate::scrub(&error.to_string(), &self.url)
+        Self { redis: Kept::new(store), key: format!("{}:events", store.settings().prefix) }
     }
 
     /// Appends `events` (name, JSON), in order.
@@ -60,7 +46,7 @@ impl SharedEvents {
         if events.is_empty() {
             return Ok(());
         }
-        let mut conn = crate::kept_connection(&self.conn, &self.client, &self.url, self.timeout).await?;
+        let mut conn = self.redis.connection().await?;
         let mut pipe = redis::pipe();
         for (name, json) in events {
             pipe.cmd("XADD")
@@ -76,26 +62,13 @@ impl SharedEvents {
                 .ignore();
         }
         pipe.cmd("PEXPIRE").arg(&self.key).arg(86_400_000u64).ignore();
-        match tokio::time::timeout(self.timeout, pipe.query_async::<()>(&mut conn)).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err(self.scrubbed(&error)),
-            Err(_) => Err("Redis did not answer in time".to_owned()),
-        }
+        self.redis.bounded(pipe.query_async::<()>(&mut conn)).await
     }
 
     /// A reader of the stream: a connection of its own, for reads that wait.
     pub async fn reader(&self) -> Result<EventReader, String> {
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout * 4))
-            .set_response_timeout(Some(WAIT + self.timeout * 4));
-        let conn = tokio::time::timeout(
-            self.timeout * 8,
-            self.client.get_multiplexed_async_connection_with_config(&config),
-        )
-        .await
-        .map_err(|_| "connecting to Redis timed out".to_owned())?
-        .map_err(|error| self.scrubbed(&error))?;
-        Ok(EventReader { conn, key: self.key.clone(), url: self.url.clone() })
+        let conn = self.redis.own_connection(WAIT).await?;
+        Ok(EventReader { conn, key: self.key.clone(), url: self.redis.url().to_owned() })
     }
 }
 

@@ -11,10 +11,9 @@
 use std::time::Duration;
 
 use redis::Script;
-use redis::aio::ConnectionManager;
 use switchyard::Router;
 
-use crate::RedisStore;
+use crate::{Kept, RedisStore};
 
 /// How long another replica's window counts after it was written.
 const FRESH_MS: u64 = 3_000;
@@ -45,12 +44,9 @@ return {total_requests, total_hedges}
 
 /// The exchange of one replica's hedge windows with the fleet's.
 pub struct SharedHedges {
-    client: redis::Client,
-    url: String,
+    redis: Kept,
     prefix: String,
     replica: String,
-    timeout: Duration,
-    conn: tokio::sync::Mutex<Option<ConnectionManager>>,
     exchange: Script,
 }
 
@@ -59,12 +55,9 @@ impl SharedHedges {
     pub fn new(store: &RedisStore) -> Self {
         let settings = store.settings();
         Self {
-            client: store.client.clone(),
-            url: settings.url.clone(),
+            redis: Kept::new(store),
             prefix: settings.prefix.clone(),
             replica: settings.replica.clone(),
-            timeout: settings.timeout,
-            conn: tokio::sync::Mutex::new(None),
             exchange: Script::new(EXCHANGE),
         }
     }
@@ -110,23 +103,14 @@ impl SharedHedges {
     }
 
     async fn exchange_all(&self, router: &Router, windows: &[switchyard::HedgeWindow]) -> Result<(), String> {
-        let mut conn = self.connection().await?;
+        let mut conn = self.redis.connection().await?;
         for window in windows {
             let key = format!("{}:hedges:{}", self.prefix, window.route);
             let mut call = self.exchange.key(key);
             call.arg(&self.replica).arg(window.requests).arg(window.hedges).arg(FRESH_MS);
-            let (requests, hedges): (u64, u64) =
-                match tokio::time::timeout(self.timeout, call.invoke_async(&mut conn)).await {
-                    Ok(Ok(counts)) => counts,
-                    Ok(Err(error)) => return Err(crate::scrub(&error.to_string(), &self.url)),
-                    Err(_) => return Err("Redis did not answer in time".to_owned()),
-                };
+            let (requests, hedges): (u64, u64) = self.redis.bounded(call.invoke_async(&mut conn)).await?;
             router.set_fleet_hedges(&window.route, requests, hedges);
         }
         Ok(())
-    }
-
-    async fn connection(&self) -> Result<ConnectionManager, String> {
-        crate::kept_connection(&self.conn, &self.client, &self.url, self.timeout).await
     }
 }

@@ -553,26 +553,79 @@ pub async fn check(settings: &StateSettings) -> Result<Vec<Replica>, String> {
     link::check(settings).await
 }
 
-/// The connection kept in `slot`, made on first use: each call bounded by `timeout`, connecting
-/// by twice that, one retry; errors with the URL's password scrubbed.
-pub(crate) async fn kept_connection(
-    slot: &tokio::sync::Mutex<Option<redis::aio::ConnectionManager>>,
-    client: &redis::Client,
-    url: &str,
+/// A connection to a store's Redis kept for one use of it (the spend, the trails, the events,
+/// kept responses, hedge windows): made on first call and kept; each call bounded by the store's
+/// timeout, connecting by twice that with one retry; errors with the URL's password scrubbed.
+pub(crate) struct Kept {
+    client: redis::Client,
+    /// For scrubbing error texts: it may hold a password.
+    url: String,
     timeout: Duration,
-) -> Result<redis::aio::ConnectionManager, String> {
-    let mut conn = slot.lock().await;
-    if let Some(conn) = conn.as_ref() {
-        return Ok(conn.clone());
+    conn: tokio::sync::Mutex<Option<redis::aio::ConnectionManager>>,
+}
+
+impl Kept {
+    pub(crate) fn new(store: &RedisStore) -> Self {
+        let settings = store.settings();
+        Self {
+            client: store.client.clone(),
+            url: settings.url.clone(),
+            timeout: settings.timeout,
+            conn: tokio::sync::Mutex::new(None),
+        }
     }
-    let config = redis::aio::ConnectionManagerConfig::new()
-        .set_response_timeout(Some(timeout))
-        .set_connection_timeout(Some(timeout * 2))
-        .set_number_of_retries(1);
-    let made = tokio::time::timeout(timeout * 4, client.get_connection_manager_with_config(config))
+
+    /// The kept connection, made on first use.
+    pub(crate) async fn connection(&self) -> Result<redis::aio::ConnectionManager, String> {
+        let mut conn = self.conn.lock().await;
+        if let Some(conn) = conn.as_ref() {
+            return Ok(conn.clone());
+        }
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.timeout))
+            .set_connection_timeout(Some(self.timeout * 2))
+            .set_number_of_retries(1);
+        let made =
+            tokio::time::timeout(self.timeout * 4, self.client.get_connection_manager_with_config(config))
+                .await
+                .map_err(|_| "connecting to Redis timed out".to_owned())?
+                .map_err(|error| self.scrubbed(&error))?;
+        *conn = Some(made.clone());
+        Ok(made)
+    }
+
+    /// `call` within the timeout, its error scrubbed.
+    pub(crate) async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, String> {
+        bounded(self.timeout, &self.url, call).await
+    }
+
+    /// `error`'s text without the URL's password.
+    pub(crate) fn scrubbed(&self, error: &redis::RedisError) -> String {
+        scrub(&error.to_string(), &self.url)
+    }
+
+    /// A connection of its own (not the kept one), for reads that wait up to `wait`.
+    pub(crate) async fn own_connection(
+        &self,
+        wait: Duration,
+    ) -> Result<redis::aio::MultiplexedConnection, String> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout * 4))
+            .set_response_timeout(Some(wait + self.timeout * 4));
+        tokio::time::timeout(
+            self.timeout * 8,
+            self.client.get_multiplexed_async_connection_with_config(&config),
+        )
         .await
         .map_err(|_| "connecting to Redis timed out".to_owned())?
-        .map_err(|error| scrub(&error.to_string(), url))?;
-    *conn = Some(made.clone());
-    Ok(made)
+        .map_err(|error| self.scrubbed(&error))
+    }
+
+    /// The URL as configured (it may hold a password), for a reader that scrubs its own errors.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
 }

@@ -14,9 +14,8 @@
 use std::time::Duration;
 
 use redis::Script;
-use redis::aio::ConnectionManager;
 
-use crate::RedisStore;
+use crate::{Kept, RedisStore};
 
 const PUT: &str = r#"
 local base, id, value = ARGV[1], ARGV[2], ARGV[3]
@@ -72,16 +71,12 @@ pub struct KeptBounds {
 
 /// Kept responses in the Redis of a [`RedisStore`].
 pub struct SharedResponses {
-    client: redis::Client,
-    /// For scrubbing error texts: it may hold a password.
-    url: String,
+    redis: Kept,
     /// `P:responses`: the ordered set of ids, and the stem of its size hash and byte count.
     base: String,
     /// `P:response:`: what an entry's key starts with.
     entry: String,
-    timeout: Duration,
     bounds: KeptBounds,
-    conn: tokio::sync::Mutex<Option<ConnectionManager>>,
     put: Script,
     delete: Script,
 }
@@ -103,34 +98,19 @@ impl SharedResponses {
     pub fn named(store: &RedisStore, kind: &str, bounds: KeptBounds) -> Self {
         let settings = store.settings();
         Self {
-            client: store.client.clone(),
-            url: settings.url.clone(),
+            redis: Kept::new(store),
             base: format!("{}:{kind}s", settings.prefix),
             entry: format!("{}:{kind}:", settings.prefix),
-            timeout: settings.timeout,
             bounds,
-            conn: tokio::sync::Mutex::new(None),
             put: Script::new(PUT),
             delete: Script::new(DELETE),
         }
     }
 
-    /// A connection, made on first use and kept.
-    async fn connection(&self) -> Result<ConnectionManager, String> {
-        crate::kept_connection(&self.conn, &self.client, &self.url, self.timeout).await
-    }
-
-    async fn bounded<T>(
-        &self,
-        call: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, String> {
-        crate::bounded(self.timeout, &self.url, call).await
-    }
-
     /// Keeps `value` under `id`, making room as the bounds say; an error, with nothing else
     /// dropped, when it is larger than the byte bound alone.
     pub async fn put(&self, id: &str, value: &[u8]) -> Result<(), String> {
-        let mut conn = self.connection().await?;
+        let mut conn = self.redis.connection().await?;
         let bounds = self.bounds;
         let mut invocation = self.put.prepare_invoke();
         invocation
@@ -141,7 +121,7 @@ impl SharedResponses {
             .arg(bounds.max_age.as_millis().max(1) as u64)
             .arg(bounds.max_bytes)
             .arg(&self.entry);
-        match self.bounded(invocation.invoke_async::<i64>(&mut conn)).await? {
+        match self.redis.bounded(invocation.invoke_async::<i64>(&mut conn)).await? {
             0 => Err(format!(
                 "{} bytes is more than the fleet's byte bound, {}",
                 value.len(),
@@ -153,16 +133,16 @@ impl SharedResponses {
 
     /// The entry `id`, when it is kept.
     pub async fn get(&self, id: &str) -> Result<Option<Vec<u8>>, String> {
-        let mut conn = self.connection().await?;
+        let mut conn = self.redis.connection().await?;
         let key = format!("{}{id}", self.entry);
-        self.bounded(redis::cmd("GET").arg(key).query_async::<Option<Vec<u8>>>(&mut conn)).await
+        self.redis.bounded(redis::cmd("GET").arg(key).query_async::<Option<Vec<u8>>>(&mut conn)).await
     }
 
     /// Forgets the entry `id`; whether it was kept.
     pub async fn delete(&self, id: &str) -> Result<bool, String> {
-        let mut conn = self.connection().await?;
+        let mut conn = self.redis.connection().await?;
         let mut invocation = self.delete.prepare_invoke();
         invocation.arg(&self.base).arg(id).arg(&self.entry);
-        self.bounded(invocation.invoke_async::<i64>(&mut conn)).await.map(|n| n > 0)
+        self.redis.bounded(invocation.invoke_async::<i64>(&mut conn)).await.map(|n| n > 0)
     }
 }

@@ -6,22 +6,15 @@
 //! Every call is bounded by the store's timeout; a caller that gets an error counts on from
 //! its own memory and tries again later.
 
-use std::time::Duration;
-
-use redis::aio::ConnectionManager;
-
-use crate::RedisStore;
+use crate::{Kept, RedisStore};
 
 /// How long a period's number outlives the period.
 const KEPT_PAST_END: u64 = 86_400;
 
 /// The spend of client keys in the Redis of a [`RedisStore`].
 pub struct SharedSpend {
-    client: redis::Client,
-    url: String,
+    redis: Kept,
     prefix: String,
-    timeout: Duration,
-    conn: tokio::sync::Mutex<Option<ConnectionManager>>,
 }
 
 impl std::fmt::Debug for SharedSpend {
@@ -33,31 +26,17 @@ impl std::fmt::Debug for SharedSpend {
 impl SharedSpend {
     /// Spend kept in `store`'s Redis, under its prefix.
     pub fn new(store: &RedisStore) -> Self {
-        let settings = store.settings();
-        Self {
-            client: store.client.clone(),
-            url: settings.url.clone(),
-            prefix: settings.prefix.clone(),
-            timeout: settings.timeout,
-            conn: tokio::sync::Mutex::new(None),
-        }
+        Self { redis: Kept::new(store), prefix: store.settings().prefix.clone() }
     }
 
     fn key(&self, key_hash: &str, period: &str) -> String {
         format!("{}:spend:{key_hash}:{period}", self.prefix)
     }
 
-    async fn bounded<T>(
-        &self,
-        call: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, String> {
-        crate::bounded(self.timeout, &self.url, call).await
-    }
-
     /// Adds `usd` to what the key of `key_hash` spent in `period`, which ends at
     /// `ends_unix` (seconds since the epoch); the fleet's total after it.
     pub async fn add(&self, key_hash: &str, period: &str, usd: f64, ends_unix: u64) -> Result<f64, String> {
-        let mut conn = crate::kept_connection(&self.conn, &self.client, &self.url, self.timeout).await?;
+        let mut conn = self.redis.connection().await?;
         let key = self.key(key_hash, period);
         let mut pipe = redis::pipe();
         pipe.atomic()
@@ -68,15 +47,17 @@ impl SharedSpend {
             .arg(&key)
             .arg(ends_unix + KEPT_PAST_END)
             .ignore();
-        let (total,): (String,) = self.bounded(pipe.query_async(&mut conn)).await?;
+        let (total,): (String,) = self.redis.bounded(pipe.query_async(&mut conn)).await?;
         total.parse().map_err(|_| format!("Redis answered `{total}` for a spend"))
     }
 
     /// What the key of `key_hash` spent in `period`, the fleet's total (0 when nothing yet).
     pub async fn get(&self, key_hash: &str, period: &str) -> Result<f64, String> {
-        let mut conn = crate::kept_connection(&self.conn, &self.client, &self.url, self.timeout).await?;
-        let value: Option<String> =
-            self.bounded(redis::cmd("GET").arg(self.key(key_hash, period)).query_async(&mut conn)).await?;
+        let mut conn = self.redis.connection().await?;
+        let value: Option<String> = self
+            .redis
+            .bounded(redis::cmd("GET").arg(self.key(key_hash, period)).query_async(&mut conn))
+            .await?;
         Ok(value.and_then(|v| v.parse().ok()).unwrap_or(0.0))
     }
 }

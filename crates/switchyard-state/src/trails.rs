@@ -15,9 +15,8 @@
 use std::time::Duration;
 
 use redis::Script;
-use redis::aio::ConnectionManager;
 
-use crate::RedisStore;
+use crate::{Kept, RedisStore};
 
 /// ARGV: prefix, replica, count bound, age bound (ms), the event stream's bound, then (id,
 /// score, record, line) for each request of the batch. Each request's line also goes to the
@@ -70,15 +69,11 @@ pub struct TrailEntry {
 
 /// The fleet's trails in the Redis of a [`RedisStore`].
 pub struct SharedTrails {
-    client: redis::Client,
-    /// For scrubbing error texts: it may hold a password.
-    url: String,
+    redis: Kept,
     prefix: String,
     replica: String,
-    timeout: Duration,
     max_count: usize,
     max_age: Duration,
-    conn: tokio::sync::Mutex<Option<ConnectionManager>>,
     put: Script,
 }
 
@@ -99,27 +94,13 @@ impl SharedTrails {
     pub fn new(store: &RedisStore, max_count: usize, max_age: Duration) -> Self {
         let settings = store.settings();
         Self {
-            client: store.client.clone(),
-            url: settings.url.clone(),
+            redis: Kept::new(store),
             prefix: settings.prefix.clone(),
             replica: settings.replica.clone(),
-            timeout: settings.timeout,
             max_count,
             max_age,
-            conn: tokio::sync::Mutex::new(None),
             put: Script::new(PUT),
         }
-    }
-
-    async fn connection(&self) -> Result<ConnectionManager, String> {
-        crate::kept_connection(&self.conn, &self.client, &self.url, self.timeout).await
-    }
-
-    async fn bounded<T>(
-        &self,
-        call: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, String> {
-        crate::bounded(self.timeout, &self.url, call).await
     }
 
     /// Keeps `batch`, making room as the bounds say.
@@ -127,7 +108,7 @@ impl SharedTrails {
         if batch.is_empty() {
             return Ok(());
         }
-        let mut conn = self.connection().await?;
+        let mut conn = self.redis.connection().await?;
         let mut call = self.put.prepare_invoke();
         call.arg(&self.prefix)
             .arg(&self.replica)
@@ -137,14 +118,14 @@ impl SharedTrails {
         for entry in batch {
             call.arg(&entry.id).arg(entry.at_ms).arg(&entry.record).arg(&entry.line);
         }
-        self.bounded(call.invoke_async::<i64>(&mut conn)).await.map(drop)
+        self.redis.bounded(call.invoke_async::<i64>(&mut conn)).await.map(drop)
     }
 
     /// The record of request `id`, when the fleet keeps it.
     pub async fn get(&self, id: &str) -> Result<Option<Vec<u8>>, String> {
-        let mut conn = self.connection().await?;
+        let mut conn = self.redis.connection().await?;
         let key = format!("{}:trail:{id}", self.prefix);
-        self.bounded(redis::cmd("GET").arg(key).query_async::<Option<Vec<u8>>>(&mut conn)).await
+        self.redis.bounded(redis::cmd("GET").arg(key).query_async::<Option<Vec<u8>>>(&mut conn)).await
     }
 
     /// The lines of the fleet's `limit` newest requests, newest first.
@@ -152,9 +133,10 @@ impl SharedTrails {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let mut conn = self.connection().await?;
+        let mut conn = self.redis.connection().await?;
         let order = format!("{}:trails", self.prefix);
         let ids: Vec<String> = self
+            .redis
             .bounded(redis::cmd("ZREVRANGE").arg(&order).arg(0).arg(limit - 1).query_async(&mut conn))
             .await?;
         if ids.is_empty() {
@@ -162,7 +144,7 @@ impl SharedTrails {
         }
         let lines = format!("{}:trails:line", self.prefix);
         let found: Vec<Option<Vec<u8>>> =
-            self.bounded(redis::cmd("HMGET").arg(&lines).arg(&ids).query_async(&mut conn)).await?;
+            self.redis.bounded(redis::cmd("HMGET").arg(&lines).arg(&ids).query_async(&mut conn)).await?;
         Ok(found.into_iter().flatten().collect())
     }
 }
