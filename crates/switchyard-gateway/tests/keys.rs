@@ -106,6 +106,13 @@ async fn admin(gateway: SocketAddr, path: &str) -> String {
     response.text().await.unwrap()
 }
 
+/// GETs `path` with `key` as the bearer token: the status and the JSON answer.
+async fn get_as(gateway: SocketAddr, key: &str, path: &str) -> (u16, Value) {
+    let response =
+        reqwest::Client::new().get(format!("http://{gateway}{path}")).bearer_auth(key).send().await.unwrap();
+    (response.status().as_u16(), response.json::<Value>().await.unwrap())
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_key_over_its_rate_is_refused_with_retry_after_and_no_upstream_call_while_another_is_served() {
     let (up, upstream) = upstream(1000).await;
@@ -369,25 +376,17 @@ async fn without_an_admin_key_a_client_key_reads_its_own_trails_and_never_anothe
     let gateway = support::in_process(&yaml).await;
     let (team, bare) = (chat(gateway, TEAM, "default").await, chat(gateway, BARE, "default").await);
     assert_eq!((team.status, bare.status), (200, 200));
-    let read = |key: &'static str, path: String| async move {
-        let response = reqwest::Client::new()
-            .get(format!("http://{gateway}{path}"))
-            .bearer_auth(key)
-            .send()
-            .await
-            .unwrap();
-        (response.status().as_u16(), response.json::<Value>().await.unwrap())
-    };
     let listed = |list: &Value| -> Vec<String> {
         list["requests"].as_array().unwrap().iter().map(|r| r["key"].as_str().unwrap().to_owned()).collect()
     };
-    let (status, mine) = read(TEAM, "/admin/requests".to_owned()).await;
+    let (status, mine) = get_as(gateway, TEAM, "/admin/requests").await;
     assert_eq!((status, listed(&mine)), (200, vec!["team".to_owned()]), "only its own requests");
-    let (_, theirs) = read(BARE, "/admin/requests".to_owned()).await;
+    let (_, theirs) = get_as(gateway, BARE, "/admin/requests").await;
     assert!(!listed(&theirs).contains(&"team".to_owned()), "{theirs}");
     let team_request = mine["requests"][0]["request_id"].as_str().unwrap().to_owned();
-    assert_eq!(read(TEAM, format!("/admin/requests/{team_request}")).await.0, 200);
-    let (status, refused) = read(BARE, format!("/admin/requests/{team_request}")).await;
+    let trail = format!("/admin/requests/{team_request}");
+    assert_eq!(get_as(gateway, TEAM, &trail).await.0, 200);
+    let (status, refused) = get_as(gateway, BARE, &trail).await;
     assert_eq!(status, 404, "another key's trail is not found: {refused}");
 }
 
@@ -395,15 +394,7 @@ async fn without_an_admin_key_a_client_key_reads_its_own_trails_and_never_anothe
 async fn a_key_held_to_some_routes_is_shown_only_the_models_it_may_use() {
     let (up, _) = upstream(1000).await;
     let gateway = support::in_process(&config(up, "routes: [default, \"claude-*\"]")).await;
-    let get = |key: &'static str, path: &'static str| async move {
-        let response = reqwest::Client::new()
-            .get(format!("http://{gateway}{path}"))
-            .bearer_auth(key)
-            .send()
-            .await
-            .unwrap();
-        (response.status().as_u16(), response.json::<Value>().await.unwrap())
-    };
+    let get = |key: &'static str, path: &'static str| get_as(gateway, key, path);
     let ids = |list: &Value| -> Vec<String> {
         list["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_owned()).collect()
     };

@@ -21,6 +21,17 @@ fn behind_breaker(a: &SimulatedProvider, b: &SimulatedProvider, settings: Health
     router_with(&[("a", a), ("b", b)], route, settings)
 }
 
+/// A router whose breaker on `a` (whose first call must fail) opened on that failure for
+/// `open_for`, which has just passed: the next request to `a` is the half-open probe.
+async fn half_open(a: &SimulatedProvider, b: &SimulatedProvider, open_for: Duration) -> Router {
+    let settings = HealthSettings { failure_threshold: 1, open_for, ..HealthSettings::default() };
+    let router = behind_breaker(a, b, settings);
+    router.chat(&request("default")).await.unwrap(); // opens the circuit
+    assert_eq!(router.target_health(&target("a:m")).breaker, "open");
+    tokio::time::advance(open_for).await;
+    router
+}
+
 fn target(text: &str) -> Target {
     text.parse().unwrap()
 }
@@ -186,15 +197,7 @@ async fn a_half_open_circuit_lets_one_probe_through_at_a_time() {
         Step::Delay(Duration::from_secs(5), Box::new(Step::Reply)),
     ]);
     let b = SimulatedProvider::new();
-    let settings = HealthSettings {
-        failure_threshold: 1,
-        open_for: Duration::from_secs(10),
-        ..HealthSettings::default()
-    };
-    let router = behind_breaker(&a, &b, settings);
-
-    router.chat(&request("default")).await.unwrap();
-    tokio::time::advance(Duration::from_secs(10)).await;
+    let router = half_open(&a, &b, Duration::from_secs(10)).await;
 
     let (first, second) = (request("default"), request("default"));
     let (probe, other) = tokio::join!(router.chat(&first), async {
@@ -364,15 +367,7 @@ async fn a_probe_answered_with_a_rate_limit_gives_its_slot_back() {
     let a = SimulatedProvider::new()
         .script([Step::fail(ErrorKind::Unavailable), Step::rate_limited(Duration::from_secs(1))]);
     let b = SimulatedProvider::new();
-    let settings = HealthSettings {
-        failure_threshold: 1,
-        open_for: Duration::from_secs(30),
-        ..HealthSettings::default()
-    };
-    let router = behind_breaker(&a, &b, settings);
-
-    router.chat(&request("default")).await.unwrap(); // opens the circuit
-    tokio::time::advance(Duration::from_secs(30)).await;
+    let router = half_open(&a, &b, Duration::from_secs(30)).await;
     router.chat(&request("default")).await.unwrap(); // the probe meets a 429
 
     let next = router.chat(&request("default")).await.unwrap();
@@ -620,14 +615,7 @@ async fn a_probe_the_target_refuses_as_unsupported_gives_the_slot_back_for_the_n
         Step::Reply,
     ]);
     let b = SimulatedProvider::new();
-    let settings = HealthSettings {
-        failure_threshold: 1,
-        open_for: Duration::from_secs(10),
-        ..HealthSettings::default()
-    };
-    let router = behind_breaker(&a, &b, settings);
-    router.chat(&request("default")).await.unwrap(); // opens the circuit
-    tokio::time::advance(Duration::from_secs(10)).await;
+    let router = half_open(&a, &b, Duration::from_secs(10)).await;
 
     let refused = router.chat(&request("default")).await.unwrap();
     assert_eq!(refused.trail.outcomes(), vec![Outcome::SkippedUnsupported, Outcome::Ok]);
