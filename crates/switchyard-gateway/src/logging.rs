@@ -604,29 +604,25 @@ mod tests {
         }
     }
 
+    /// `entry`'s access line in the text format, and in JSON read back.
+    fn both_lines(entry: &AccessEntry<'_>) -> (String, serde_json::Value) {
+        let (mut text, mut json) = (Vec::new(), Vec::new());
+        text_line(&mut text, entry, at(0, 0));
+        json_line(&mut json, entry, at(0, 0));
+        (String::from_utf8(text).unwrap(), serde_json::from_slice(&json).unwrap())
+    }
+
     #[test]
     fn a_request_that_failed_after_its_status_names_the_error() {
-        let failed = AccessEntry { error: Some("timeout"), ..entry(None, "r") };
-        let mut out = Vec::new();
-        text_line(&mut out, &failed, at(0, 0));
-        let text = String::from_utf8(out).unwrap();
+        let (text, line) = both_lines(&AccessEntry { error: Some("timeout"), ..entry(None, "r") });
         assert!(text.contains(" status=200 error=timeout latency_ms=7.934 "), "{text}");
-        let mut out = Vec::new();
-        json_line(&mut out, &failed, at(0, 0));
-        let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!((line["status"].as_u64(), line["error"].as_str()), (Some(200), Some("timeout")));
     }
 
     #[test]
     fn a_request_names_its_client_key_by_label_in_both_formats() {
-        let keyed = AccessEntry { key: Some("search \"team\""), ..entry(None, "r") };
-        let mut out = Vec::new();
-        text_line(&mut out, &keyed, at(0, 0));
-        let text = String::from_utf8(out).unwrap();
+        let (text, line) = both_lines(&AccessEntry { key: Some("search \"team\""), ..entry(None, "r") });
         assert!(text.contains(" route=\"r\" key=\"search \\\"team\\\"\" attempts=2 "), "{text}");
-        let mut out = Vec::new();
-        json_line(&mut out, &keyed, at(0, 0));
-        let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(line["key"], "search \"team\"");
     }
 }
