@@ -6,6 +6,9 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_core::Stream;
+use futures_util::future::BoxFuture;
+use switchyard::chat::ChatChunk;
+use switchyard::provider::ChunkStream;
 use switchyard::{ErrorKind, ProviderError};
 
 /// One event: its `event:` name (if any) and its `data:` lines joined with `\n`.
@@ -254,6 +257,65 @@ where
         let rest = async { while events.next().await.is_some() {} };
         let _ = tokio::time::timeout(RELEASE_BACKGROUND, rest).await;
     });
+}
+
+/// What reads a stream's chunks from its events where it lies (see [`read_chunks`]).
+pub(crate) trait ReadChunks: Send + Unpin + 'static {
+    /// The events it reads, read to their end once it is done.
+    type Events: Stream + Send + Unpin + 'static;
+
+    /// The next chunk, or the error that ends the stream; `None` once it ended.
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<ChatChunk, ProviderError>>>;
+
+    /// The events not read yet.
+    fn into_events(self) -> Self::Events;
+}
+
+/// The chunks `reader` reads, then, once it ended, the rest of its events read ([`release`]) so
+/// that the connection is kept. The reader stays where it is from chunk to chunk (a future per
+/// chunk, as `stream::unfold` makes, moves the whole reader in and out each time).
+pub(crate) fn read_chunks<R: ReadChunks>(reader: R) -> ChunkStream
+where
+    <R::Events as Stream>::Item: Send,
+{
+    Box::pin(Chunks::Reading(reader))
+}
+
+// One per stream, boxed: the ended variants' unused room costs nothing worth a second box.
+#[allow(clippy::large_enum_variant)]
+enum Chunks<R> {
+    Reading(R),
+    Releasing(BoxFuture<'static, ()>),
+    Ended,
+}
+
+impl<R: ReadChunks> Stream for Chunks<R>
+where
+    <R::Events as Stream>::Item: Send,
+{
+    type Item = Result<ChatChunk, ProviderError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            match this {
+                Chunks::Reading(reader) => match std::task::ready!(reader.poll_chunk(cx)) {
+                    Some(item) => return Poll::Ready(Some(item)),
+                    None => {
+                        let Chunks::Reading(reader) = std::mem::replace(this, Chunks::Ended) else {
+                            unreachable!()
+                        };
+                        *this = Chunks::Releasing(Box::pin(release(reader.into_events())));
+                    }
+                },
+                Chunks::Releasing(release) => {
+                    std::task::ready!(release.as_mut().poll(cx));
+                    *this = Chunks::Ended;
+                }
+                Chunks::Ended => return Poll::Ready(None),
+            }
+        }
+    }
 }
 
 /// Turns a byte stream (a response body) into SSE events. A body error ends the stream with a

@@ -8,6 +8,7 @@
 //! canonical stream and are skipped.
 
 use std::collections::HashMap;
+use std::task::{Context, Poll, ready};
 
 use futures_core::Stream;
 use futures_util::StreamExt;
@@ -23,7 +24,7 @@ use switchyard::{ErrorKind, ProviderError};
 use super::classify;
 use super::response::{finish_reason, now_unix};
 use super::wire::{Block, BlockDelta, MessageDeltaBody, StreamEvent, Usage};
-use crate::sse::SseEvent;
+use crate::sse::{ReadChunks, SseEvent};
 
 /// Turns SSE events into canonical chunks. The stream ends after `message_stop`; a body that
 /// ends before it is a transport error, never a clean end, unless a `message_delta` said why
@@ -32,24 +33,38 @@ pub(crate) fn chunk_stream<S>(events: S, decoder: Decoder) -> ChunkStream
 where
     S: Stream<Item = Result<SseEvent, ProviderError>> + Send + Unpin + 'static,
 {
-    Box::pin(futures_util::stream::unfold(Some((events, decoder)), |state| async move {
-        let (mut events, mut decoder) = state?;
-        if decoder.finished {
-            // After the last chunk: the rest of the body is read so that its connection is
-            // kept.
-            crate::sse::release(events).await;
-            return None;
+    crate::sse::read_chunks(Reader { events, decoder, failed: false })
+}
+
+/// The events of one stream and what they said so far.
+struct Reader<S> {
+    events: S,
+    decoder: Decoder,
+    /// An error ended the stream: nothing more is read.
+    failed: bool,
+}
+
+impl<S> ReadChunks for Reader<S>
+where
+    S: Stream<Item = Result<SseEvent, ProviderError>> + Send + Unpin + 'static,
+{
+    type Events = S;
+
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<ChatChunk, ProviderError>>> {
+        let decoder = &mut self.decoder;
+        if decoder.finished || self.failed {
+            return Poll::Ready(None);
         }
         loop {
-            let item = match events.next().await {
+            let failure = match ready!(self.events.poll_next_unpin(cx)) {
                 // The answer said why it stopped; only its `message_stop` is missing.
                 None if decoder.stop_reason.is_some() => {
                     decoder.finished = true;
                     let chunk = ChatChunk { notice: Some(StreamNotice::Unterminated), ..decoder.finish() };
-                    return Some((Ok(chunk), Some((events, decoder))));
+                    return Poll::Ready(Some(Ok(chunk)));
                 }
-                None => Err(ProviderError::new(ErrorKind::Transport, "stream ended before message_stop")),
-                Some(Err(error)) => Err(error),
+                None => ProviderError::new(ErrorKind::Transport, "stream ended before message_stop"),
+                Some(Err(error)) => error,
                 Some(Ok(event)) => {
                     // A request sent verbatim is answered verbatim: every event, with its
                     // frame, canonical or not.
@@ -58,20 +73,27 @@ where
                         (Ok(None), None) => continue,
                         // A skipped event's frame is not passed on.
                         (Ok(Some(chunk)), _) if chunk.notice.is_some() => {
-                            return Some((Ok(chunk), Some((events, decoder))));
+                            return Poll::Ready(Some(Ok(chunk)));
                         }
                         (Ok(chunk), frame @ Some(_)) => {
-                            let chunk = ChatChunk { verbatim: frame, ..chunk.unwrap_or_default() };
-                            return Some((Ok(chunk), Some((events, decoder))));
+                            return Poll::Ready(Some(Ok(ChatChunk {
+                                verbatim: frame,
+                                ..chunk.unwrap_or_default()
+                            })));
                         }
-                        (Ok(Some(chunk)), None) => return Some((Ok(chunk), Some((events, decoder)))),
-                        (Err(error), _) => Err(error),
+                        (Ok(Some(chunk)), None) => return Poll::Ready(Some(Ok(chunk))),
+                        (Err(error), _) => error,
                     }
                 }
             };
-            return Some((item, None));
+            self.failed = true;
+            return Poll::Ready(Some(Err(failure)));
         }
-    }))
+    }
+
+    fn into_events(self) -> S {
+        self.events
+    }
 }
 
 /// A tool-use block being streamed.

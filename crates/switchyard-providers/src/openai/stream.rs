@@ -7,12 +7,10 @@
 //! (then it is whole, and a notice says the terminator was missing). An event that is no
 //! chunk is skipped with a notice, up to [`MAX_SKIPPED`] of them; one more fails the stream.
 
-use std::pin::Pin;
 use std::sync::LazyLock;
 use std::task::{Context, Poll, ready};
 
-use futures_util::future::BoxFuture;
-use futures_util::{Stream, StreamExt, stream};
+use futures_util::{StreamExt, stream};
 use memchr::memmem;
 use serde::Deserialize;
 use serde_json::Value;
@@ -27,7 +25,7 @@ use switchyard::{ErrorKind, ProviderError};
 
 use super::errors;
 use super::wire::{UsageIn, arguments_text, nullable};
-use crate::sse::{SseEvent, SseStream};
+use crate::sse::{ReadChunks, SseEvent, SseStream};
 
 /// The chunks of a streaming response. The body is read as it arrives, never buffered whole.
 pub(super) fn chunks(
@@ -39,44 +37,7 @@ pub(super) fn chunks(
     let body = crate::http::body_stream(response);
     let reader =
         Reader { events: SseStream::new(body), key, ended: false, pass_on, choices: (0, 0), skipped: 0 };
-    Box::pin(Chunks::Reading(reader))
-}
-
-/// The stream of chunks: read in place (a future per chunk would move the reader in and out
-/// of it each time), then, once ended, the rest of the body read so that its connection is
-/// kept.
-// One per stream, boxed: the ended variants' unused room costs nothing worth a second box.
-#[allow(clippy::large_enum_variant)]
-enum Chunks {
-    Reading(Reader),
-    Releasing(BoxFuture<'static, ()>),
-    Ended,
-}
-
-impl Stream for Chunks {
-    type Item = Result<ChatChunk, ProviderError>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        loop {
-            match this {
-                Chunks::Reading(reader) => match ready!(reader.poll_next(cx)) {
-                    Some(item) => return Poll::Ready(Some(item)),
-                    None => {
-                        let Chunks::Reading(reader) = std::mem::replace(this, Chunks::Ended) else {
-                            unreachable!()
-                        };
-                        *this = Chunks::Releasing(Box::pin(crate::sse::release(reader.events)));
-                    }
-                },
-                Chunks::Releasing(release) => {
-                    ready!(release.as_mut().poll(cx));
-                    *this = Chunks::Ended;
-                }
-                Chunks::Ended => return Poll::Ready(None),
-            }
-        }
-    }
+    crate::sse::read_chunks(reader)
 }
 
 /// A whole answer as a stream, for servers that answer a streaming request with plain JSON.
@@ -133,9 +94,11 @@ enum Step {
     Unreadable(ProviderError),
 }
 
-impl Reader {
+impl ReadChunks for Reader {
+    type Events = SseStream<Body>;
+
     /// The next chunk, or the error that ends the stream; `None` after `[DONE]` or an error.
-    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<ChatChunk, ProviderError>>> {
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<ChatChunk, ProviderError>>> {
         while !self.ended {
             let step = match ready!(self.events.poll_next_unpin(cx)) {
                 Some(Ok(event)) => match (self.translate(&event), self.pass_on) {
@@ -185,6 +148,12 @@ impl Reader {
         Poll::Ready(None)
     }
 
+    fn into_events(self) -> SseStream<Body> {
+        self.events
+    }
+}
+
+impl Reader {
     /// `chunk` carrying its event's frame, but for the usage chunk the client did not ask for.
     fn framed(mut chunk: ChatChunk, event: &SseEvent, pass_on: PassOn) -> ChatChunk {
         let usage_only = chunk.choices.is_empty() && chunk.usage.is_some();
