@@ -221,7 +221,7 @@ pub(crate) fn whole_answer(
 /// The chunks of a `streamGenerateContent?alt=sse` answer (`response`, a success) of `model`.
 pub(crate) fn answer_stream(response: http::Response, model: &str, redactor: Redactor) -> ChunkStream {
     let events = SseStream::new(http::body_stream(response));
-    Box::pin(GeminiChunks::new(events, model, redactor))
+    crate::sse::read_chunks(GeminiChunks::new(events, model, redactor))
 }
 
 impl Provider for GeminiProvider {

@@ -493,6 +493,39 @@ async fn streamed_text_split_at_awkward_places_arrives_whole_with_one_finish() {
 }
 
 #[tokio::test]
+async fn the_stream_reads_on_past_a_finish_until_every_candidate_finished_and_the_usage_came() {
+    // The stream ends at the finish without waiting on the body only when nothing is left to
+    // say: here the finish comes without usage and the usage in an event of its own, and of two
+    // candidates the second finishes after the first.
+    let mut two = stream_event(json!([{ "text": "A." }]), Some("STOP"), final_usage());
+    two["candidates"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({ "content": { "role": "model", "parts": [{ "text": "B" }] }, "index": 1 }));
+    let last = json!({ "content": { "role": "model", "parts": [{ "text": "b." }] }, "finishReason": "STOP", "index": 1 });
+    let body = sse(&[
+        stream_event(json!([{ "text": "Hi" }]), Some("STOP"), Value::Null),
+        json!({ "usageMetadata": final_usage(), "responseId": "JPozaonvK7yzvdIPrJ7FyAk" }),
+    ]);
+    let chunks = ok_chunks(stream(&streaming(&body).await, &hello()).await.unwrap());
+    assert_eq!(
+        chunks.last().unwrap().usage,
+        Some(Usage { prompt_tokens: 9, completion_tokens: 5, total_tokens: 14, ..Usage::default() }),
+        "the usage after the finish is read"
+    );
+
+    let body = sse(&[two, json!({ "candidates": [last], "usageMetadata": final_usage() })]);
+    let chunks = ok_chunks(stream(&streaming(&body).await, &hello()).await.unwrap());
+    let second: String = chunks
+        .iter()
+        .flat_map(|c| &c.choices)
+        .filter(|c| c.index == 1)
+        .filter_map(|c| c.delta.content.as_deref())
+        .collect();
+    assert_eq!(second, "Bb.", "the second candidate is read to its finish");
+}
+
+#[tokio::test]
 async fn streamed_thought_summaries_are_reasoning_that_commits_the_stream() {
     let body = sse(&[
         stream_event(json!([{ "text": "Adding up.", "thought": true }]), None, early_usage()),

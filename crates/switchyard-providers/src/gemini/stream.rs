@@ -1,14 +1,17 @@
 //! Gemini's `streamGenerateContent?alt=sse` events into canonical chunks. Each event is a
 //! whole `GenerateContentResponse`; Gemini sends no `[DONE]`, so the stream is complete only
-//! once a finish reason (or a prompt block) has arrived.
+//! once a finish reason (or a prompt block) has arrived. It ends there, once every candidate
+//! finished and the usage came (Gemini's last event carries both), without waiting on the
+//! body's end, which is then read in the background so that the connection is kept; a body
+//! that ends after the finish ends it too.
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_core::Stream;
+use futures_util::StreamExt;
 use switchyard::chat::{
     ChatChunk, ChunkChoice, Delta, Extra, FinishReason, FunctionCallDelta, Role, StreamNotice, ToolCallDelta,
     Usage,
@@ -19,7 +22,7 @@ use super::classify::{Redactor, classify_google_error, parse_google_error};
 use super::response::{Read, finish_reason, read_parts, unix_now};
 use super::wire::{Candidate, GenerateContentResponse, UsageMetadata};
 use crate::http;
-use crate::sse::{SseEvent, SseStream};
+use crate::sse::{ReadChunks, SseEvent, SseStream};
 
 /// Turns Gemini's SSE events (each a whole `GenerateContentResponse`) into canonical chunks:
 /// a role chunk first, then text and complete tool calls, then a finish chunk with usage.
@@ -43,6 +46,10 @@ pub(super) struct GeminiChunks<S> {
     /// A finish reason (or a prompt block) was seen: the answer is complete, and the body may
     /// end.
     finished: bool,
+    /// The candidates seen and those finished, one bit per index (the first 64).
+    candidates: (u64, u64),
+    /// An event with a finish reason, or one after it, carried the usage.
+    counted: bool,
     /// Nothing more is read: the body ended or the stream failed.
     done: bool,
     /// Tool calls seen per candidate index, for `ToolCallDelta::index`.
@@ -69,6 +76,8 @@ impl<S> GeminiChunks<S> {
             id: String::new(),
             started: false,
             finished: false,
+            candidates: (0, 0),
+            counted: false,
             done: false,
             tool_calls_per_choice: Vec::new(),
             next_id: 0,
@@ -124,6 +133,8 @@ impl<S> GeminiChunks<S> {
         }
         if answer.prompt_block().is_some() {
             self.finished = true;
+            // The prompt was refused: nothing more comes.
+            self.done = true;
             let finish =
                 ChunkChoice { finish_reason: Some(FinishReason::ContentFilter), ..ChunkChoice::default() };
             let chunk = self.chunk(vec![finish], usage);
@@ -133,6 +144,11 @@ impl<S> GeminiChunks<S> {
         let mut content = Vec::new();
         let mut finishes = Vec::new();
         for candidate in &answer.candidates {
+            let bit = 1u64.checked_shl(candidate.index.unwrap_or(0)).unwrap_or(0);
+            self.candidates.0 |= bit;
+            if candidate.finish_reason.is_some() {
+                self.candidates.1 |= bit;
+            }
             let (delta, finish) = self.on_candidate(candidate);
             content.extend(delta);
             finishes.extend(finish);
@@ -143,13 +159,18 @@ impl<S> GeminiChunks<S> {
         }
         if !finishes.is_empty() {
             self.finished = true;
+            self.counted |= usage.is_some();
             let chunk = self.chunk(finishes, usage);
             self.ready.push_back(Ok(chunk));
         } else if answer.candidates.is_empty() && self.finished && usage.is_some() {
             // A usage-only event after the finish: pass the final count on.
+            self.counted = true;
             let chunk = self.chunk(Vec::new(), usage);
             self.ready.push_back(Ok(chunk));
         }
+        // Every candidate finished and the usage came: the answer is whole.
+        let (seen, finished) = self.candidates;
+        self.done |= self.counted && seen != 0 && seen == finished;
     }
 
     /// The answer one event holds. An event that is not the JSON expected, or that carries an
@@ -296,48 +317,50 @@ impl<S> GeminiChunks<S> {
     }
 }
 
-impl<S, E> Stream for GeminiChunks<S>
+impl<S, E> ReadChunks for GeminiChunks<S>
 where
-    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    S: Stream<Item = Result<Bytes, E>> + Send + Unpin + 'static,
     E: fmt::Display,
 {
-    type Item = Result<ChatChunk, ProviderError>;
+    type Events = SseStream<S>;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = &mut *self;
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<ChatChunk, ProviderError>>> {
         loop {
-            if let Some(item) = this.ready.pop_front() {
+            if let Some(item) = self.ready.pop_front() {
                 return Poll::Ready(Some(item));
             }
-            if this.done {
+            if self.done {
                 return Poll::Ready(None);
             }
-            let polled = Pin::new(&mut this.events).poll_next(cx);
-            match polled {
+            match self.events.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(event))) => {
-                    this.on_event(&event);
-                    this.take_stray();
+                    self.on_event(&event);
+                    self.take_stray();
                 }
-                Poll::Ready(Some(Err(error))) if this.finished => {
+                Poll::Ready(Some(Err(error))) if self.finished => {
                     // The answer is complete; a connection that breaks while closing costs nothing.
                     tracing::debug!(%error, "gemini stream broke after its finish reason");
-                    this.done = true;
+                    self.done = true;
                 }
                 Poll::Ready(Some(Err(error))) => {
-                    let detail = this.redactor.clean(error.detail());
-                    this.fail(ProviderError::new(error.kind(), detail));
+                    let detail = self.redactor.clean(error.detail());
+                    self.fail(ProviderError::new(error.kind(), detail));
                 }
                 Poll::Ready(None) => {
-                    this.take_stray();
-                    this.on_end();
+                    self.take_stray();
+                    self.on_end();
                 }
                 Poll::Pending => {
-                    this.take_stray();
-                    if this.ready.is_empty() {
+                    self.take_stray();
+                    if self.ready.is_empty() {
                         return Poll::Pending;
                     }
                 }
             }
         }
+    }
+
+    fn into_events(self) -> SseStream<S> {
+        self.events
     }
 }
