@@ -4,8 +4,9 @@
 //! usage) is read from them into the canonical types.
 
 use std::collections::HashMap;
+use std::task::{Context, Poll, ready};
 
-use futures_util::{StreamExt, stream};
+use futures_util::StreamExt;
 use serde_json::Value;
 use switchyard::chat::{
     ChatChunk, ChatResponse, Choice, ChunkChoice, CompletionTokensDetails, Content, Delta, Dialect,
@@ -16,7 +17,7 @@ use switchyard::provider::ChunkStream;
 use switchyard::{ErrorKind, ProviderError};
 
 use super::errors;
-use crate::sse::{SseEvent, SseStream};
+use crate::sse::{ReadChunks, SseEvent, SseStream};
 
 /// A whole Responses answer: canonical for routing, with its bytes for the client.
 pub(super) fn parse_answer(bytes: bytes::Bytes, key: Option<&Secret>) -> Result<ChatResponse, ProviderError> {
@@ -111,26 +112,33 @@ fn usage(usage: &Value) -> Option<Usage> {
     Some(canonical)
 }
 
-/// The chunks of a Responses stream: one per event, each with its frame.
+/// The chunks of a Responses stream: one per event, each with its frame. Once it ended, the
+/// rest of the body is read so that its connection is kept.
 pub(super) fn chunks(response: crate::http::Response, key: Option<Secret>) -> ChunkStream {
     let events = SseStream::new(crate::http::body_stream(response));
-    let reader = Reader { events, key, calls: HashMap::new(), ended: false };
-    Box::pin(stream::unfold(Some(reader), |reader| async move {
-        let mut reader = reader?;
-        if reader.ended {
-            crate::sse::release(reader.events).await;
-            return None;
+    crate::sse::read_chunks(Reader { events, key, calls: HashMap::new(), ended: false })
+}
+
+impl ReadChunks for Reader {
+    type Events = SseStream<crate::http::BodyStream>;
+
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<ChatChunk, ProviderError>>> {
+        if self.ended {
+            return Poll::Ready(None);
         }
-        let item = match reader.events.next().await {
-            Some(Ok(event)) => reader.read(&event),
+        let item = match ready!(self.events.poll_next_unpin(cx)) {
+            Some(Ok(event)) => self.read(&event),
             Some(Err(error)) => Err(error),
             None => Err(ProviderError::new(ErrorKind::Transport, "stream ended before response.completed")),
         };
-        match item {
-            Ok(chunk) => Some((Ok(chunk), Some(reader))),
-            Err(error) => Some((Err(error), None)),
-        }
-    }))
+        // `read` ends the stream at `response.completed`; an error ends it too.
+        self.ended |= item.is_err();
+        Poll::Ready(Some(item))
+    }
+
+    fn into_events(self) -> Self::Events {
+        self.events
+    }
 }
 
 struct Reader {

@@ -5,8 +5,10 @@
 //! stopped; the `metadata` event after it brings the usage, and the last chunk carries both.
 //! A stream that ends after `messageStop` without `metadata` is whole without usage; one that
 //! ends before `messageStop` broke off. An exception frame ends the stream with its error.
+//! After the last chunk the rest of the body is read, so that its connection is kept.
 
 use std::collections::HashMap;
+use std::task::{Context, Poll, ready};
 
 use futures_core::Stream;
 use futures_util::StreamExt;
@@ -21,20 +23,34 @@ use super::{TokenUsage, finish_reason};
 use crate::bedrock::Redactor;
 use crate::bedrock::classify;
 use crate::bedrock::eventstream::Frame;
+use crate::sse::ReadChunks;
 
-/// The chunks of a Converse stream's `frames`, for `model`, its id the request's.
+/// The chunks of a Converse stream's `frames`, for `model`, its id the request's. Once the
+/// answer ended, the rest of the body is read so that its connection is kept.
 pub(crate) fn chunk_stream<S>(frames: S, model: String, id: String, redactor: Redactor) -> ChunkStream
 where
     S: Stream<Item = Result<Frame, ProviderError>> + Send + Unpin + 'static,
 {
     let decoder = Decoder { model, id, redactor, created: crate::bedrock::now_unix(), ..Decoder::default() };
-    Box::pin(futures_util::stream::unfold(Some((frames, decoder)), |state| async move {
-        let (mut frames, mut decoder) = state?;
-        loop {
-            if decoder.done {
-                return None;
-            }
-            let item = match frames.next().await {
+    crate::sse::read_chunks(Reader { frames, decoder })
+}
+
+/// The frames of one stream and what they said so far.
+struct Reader<S> {
+    frames: S,
+    decoder: Decoder,
+}
+
+impl<S> ReadChunks for Reader<S>
+where
+    S: Stream<Item = Result<Frame, ProviderError>> + Send + Unpin + 'static,
+{
+    type Events = S;
+
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<ChatChunk, ProviderError>>> {
+        let decoder = &mut self.decoder;
+        while !decoder.done {
+            let item = match ready!(self.frames.poll_next_unpin(cx)) {
                 None if decoder.stop_reason.is_some() => {
                     decoder.done = true;
                     Ok(ChatChunk { notice: Some(StreamNotice::Unterminated), ..decoder.finish(None) })
@@ -47,10 +63,16 @@ where
                     Err(error) => Err(error),
                 },
             };
-            let next = if item.is_ok() { Some((frames, decoder)) } else { None };
-            return Some((item, next));
+            // An error ends the stream.
+            decoder.done |= item.is_err();
+            return Poll::Ready(Some(item));
         }
-    }))
+        Poll::Ready(None)
+    }
+
+    fn into_events(self) -> S {
+        self.frames
+    }
 }
 
 /// The state of one streamed answer.
