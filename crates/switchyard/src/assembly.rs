@@ -95,6 +95,12 @@ impl Assembly {
     pub fn is_empty(&self) -> bool {
         self.response.choices.is_empty()
     }
+
+    /// Whether every choice begun has finished: the answer is whole.
+    pub fn is_whole(&self) -> bool {
+        let choices = &self.response.choices;
+        !choices.is_empty() && choices.iter().all(|choice| choice.finish_reason.is_some())
+    }
 }
 
 /// Adds one chunk's `delta` to `message`: text, refusal and reasoning pieces concatenated,

@@ -70,7 +70,7 @@ pub use budget::RetryBudgetSettings;
 pub use error::{ErrorKind, HealthEffect, ProviderError, RouteError, UnknownErrorKind};
 pub use router::stream::{RoutedStream, StreamError};
 pub use router::{
-    Answer, ConfigError, EmbeddingsAnswer, Forgotten, HedgeWindow, KeyRotation, Price, ProviderEntry,
-    RequestOptions, Router, RouterBuilder, TokenCountAnswer,
+    AFTER_FINISH, Answer, ConfigError, EmbeddingsAnswer, Forgotten, HedgeWindow, KeyRotation, Price,
+    ProviderEntry, RequestOptions, Router, RouterBuilder, TokenCountAnswer,
 };
 pub use target::{Target, TargetError};

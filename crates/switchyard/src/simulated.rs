@@ -59,6 +59,9 @@ pub enum Step {
     CutAfter(usize),
     /// Streams: send this many content chunks, then go silent forever.
     StallAfter(usize),
+    /// Streams: send the whole answer, its finish and usage, then go silent forever instead of
+    /// ending (a provider that never sends its terminator nor closes the stream).
+    StallAfterFinish,
     /// Send this many content chunks, then end with `finish_reason: content_filter` (the
     /// provider's filter cut the answer midway).
     FilterAfter(usize),
@@ -355,6 +358,7 @@ impl SimulatedProvider {
         let (limit, ending) = match step {
             Step::CutAfter(k) => (*k, Ending::Cut),
             Step::StallAfter(k) => (*k, Ending::Stall),
+            Step::StallAfterFinish => (usize::MAX, Ending::Normal),
             Step::ContentFilter => (0, Ending::Filtered),
             Step::FilterAfter(k) => (*k, Ending::Filtered),
             _ => (usize::MAX, Ending::Normal),
@@ -377,6 +381,9 @@ impl SimulatedProvider {
             Ending::Stall => (gap, None),
         };
         items.push(last);
+        if matches!(step, Step::StallAfterFinish) {
+            items.push((gap, None));
+        }
         items
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use crate::assembly::Assembly;
-use crate::chat::{ChatRequest, ChatResponse};
+use crate::chat::{ChatChunk, ChatRequest, ChatResponse, StreamNotice};
 use crate::provider::{Call, ChunkStream, Provider};
 use crate::{ErrorKind, ProviderError};
 
@@ -51,16 +51,24 @@ pub(super) async fn assembled(
     Ok(assembly.finish())
 }
 
-/// Reads the rest of `stream` into `assembly`, each chunk within `idle`.
+/// Reads the rest of `stream` into `assembly`, each chunk within `idle`; once every choice
+/// finished, within [`AFTER_FINISH`](super::AFTER_FINISH), after which a stream that said
+/// nothing more is whole without its terminator.
 async fn read_to_end(
     stream: &mut ChunkStream,
     assembly: &mut Assembly,
     idle: Duration,
 ) -> Result<(), ProviderError> {
     loop {
-        match tokio::time::timeout(idle, stream.next()).await {
+        let whole = assembly.is_whole();
+        let limit = if whole { idle.min(super::AFTER_FINISH) } else { idle };
+        match tokio::time::timeout(limit, stream.next()).await {
             Ok(Some(item)) => assembly.push(item?),
             Ok(None) => return Ok(()),
+            Err(_) if whole => {
+                assembly.push(ChatChunk { notice: Some(StreamNotice::Unterminated), ..ChatChunk::default() });
+                return Ok(());
+            }
             Err(_) => {
                 let message = format!("no chunk within the idle timeout of {idle:?}");
                 return Err(ProviderError::new(ErrorKind::Timeout, message));

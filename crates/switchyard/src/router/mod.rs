@@ -35,6 +35,12 @@ mod settler;
 pub(crate) mod stream;
 mod verdict;
 
+/// How long a stream whose every choice has finished waits for what may still follow (the
+/// usage, the terminator) before it ends as whole without them: a provider that holds its
+/// stream open after the answer (no `[DONE]`, no `message_stop`) neither keeps the caller
+/// waiting for the `idle` limit nor fails a complete answer.
+pub const AFTER_FINISH: std::time::Duration = std::time::Duration::from_secs(1);
+
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;

@@ -252,6 +252,8 @@ pub struct RoutedStream {
     trail: Trail,
     timing: Timing,
     usage: Option<Usage>,
+    /// The choices seen and those finished, one bit per index (the first 64).
+    choices: (u64, u64),
     done: bool,
     /// The answer being streamed, kept for the route's `cache` candidates when it ends well.
     keeping: Option<Box<Keeping>>,
@@ -358,6 +360,7 @@ impl RoutedStream {
             trail: served.trail,
             timing,
             usage: None,
+            choices: (0, 0),
             done: false,
             keeping: None,
             resume,
@@ -422,7 +425,35 @@ impl RoutedStream {
         if let Some(keeping) = self.keeping.as_mut() {
             keeping.add(&chunk);
         }
+        let was_whole = self.is_whole();
+        for choice in &chunk.choices {
+            let bit = 1u64.checked_shl(choice.index).unwrap_or(0);
+            self.choices.0 |= bit;
+            if choice.finish_reason.is_some() {
+                self.choices.1 |= bit;
+            }
+        }
+        if !was_whole && self.is_whole() {
+            // Only the terminator (and the usage that may come before it) is left to wait for.
+            let due = within(self.end, Instant::now(), self.wait_limit());
+            self.timer.as_mut().reset(due);
+        }
         Poll::Ready(Some(Ok(chunk)))
+    }
+
+    /// Whether every choice the stream began has finished: the answer is whole.
+    fn is_whole(&self) -> bool {
+        let (seen, finished) = self.choices;
+        seen != 0 && seen == finished
+    }
+
+    /// How long the stream may go without a chunk: the `idle` limit, and once the answer is
+    /// whole no more than [`AFTER_FINISH`](super::AFTER_FINISH).
+    fn wait_limit(&self) -> Duration {
+        match self.is_whole() {
+            true => self.idle_limit.min(super::AFTER_FINISH),
+            false => self.idle_limit,
+        }
     }
 
     fn finish(&mut self) {
@@ -621,10 +652,16 @@ impl RoutedStream {
                     if now >= this.end {
                         return this.fail_total(cx);
                     }
-                    let due = within(this.end, this.last_chunk, this.idle_limit);
+                    let due = within(this.end, this.last_chunk, this.wait_limit());
                     if now < due {
                         this.timer.as_mut().reset(due);
                         continue;
+                    }
+                    if this.is_whole() {
+                        // The answer is whole; only its terminator did not come.
+                        this.notice(StreamNotice::Unterminated);
+                        this.finish();
+                        return Poll::Ready(None);
                     }
                     let limit = this.idle_limit;
                     let error = ProviderError::new(

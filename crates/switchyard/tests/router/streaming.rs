@@ -137,6 +137,30 @@ async fn an_idle_timeout_ends_a_stalled_stream() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_stream_held_open_after_its_finish_ends_whole_soon_after() {
+    // The provider sent the whole answer, its finish and usage, then neither its terminator
+    // nor the end of the stream: the caller's stream ends whole a second later, not at the
+    // 30 s idle limit and not in an error, and the target stays healthy.
+    let a = SimulatedProvider::new().script([Step::StallAfterFinish]);
+    let timeouts = Timeouts { idle: Duration::from_secs(30), ..Timeouts::default() };
+    let router = router(&[("a", &a)], Route::builder("default").target("a:m").timeouts(timeouts));
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let start = Instant::now();
+    let (text, error) = collect(&mut stream).await;
+
+    assert!(error.is_none(), "{error:?}");
+    assert!(!text.is_empty());
+    assert_eq!(start.elapsed(), switchyard::AFTER_FINISH);
+    assert!(stream.usage().is_some(), "the usage that came before the stall");
+    let attempt = &stream.trail().attempts()[0];
+    assert_eq!(attempt.outcome, Outcome::Ok);
+    assert!(attempt.note.as_deref().unwrap_or_default().contains("without its terminator"), "{attempt:?}");
+    let statuses: Vec<_> = router.health().targets.iter().map(|t| t.status).collect();
+    assert_eq!(statuses, [HealthStatus::Available]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_idle_limit_runs_from_the_last_chunk() {
     // Chunks 3 s apart under a 5 s idle limit: the stream outlives the limit many times over,
     // and the stall after its fourth chunk is cut 5 s after that chunk, not before.
