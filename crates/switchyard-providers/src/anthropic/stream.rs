@@ -60,8 +60,14 @@ where
                 // The answer said why it stopped; only its `message_stop` is missing.
                 None if decoder.stop_reason.is_some() => {
                     decoder.finished = true;
-                    let chunk = ChatChunk { notice: Some(StreamNotice::Unterminated), ..decoder.finish() };
-                    return Poll::Ready(Some(Ok(chunk)));
+                    let chunk = match std::mem::replace(&mut decoder.told, true) {
+                        true => ChatChunk::default(),
+                        false => decoder.finish(),
+                    };
+                    return Poll::Ready(Some(Ok(ChatChunk {
+                        notice: Some(StreamNotice::Unterminated),
+                        ..chunk
+                    })));
                 }
                 None => ProviderError::new(ErrorKind::Transport, "stream ended before message_stop"),
                 Some(Err(error)) => error,
@@ -70,6 +76,7 @@ where
                     // frame, canonical or not.
                     let frame = decoder.pass_on.then(|| Verbatim::new(Dialect::Anthropic, event.to_frame()));
                     match (decoder.decode(event), frame) {
+                        (Ok(None), None) if decoder.finished => return Poll::Ready(None),
                         (Ok(None), None) => continue,
                         // A skipped event's frame is not passed on.
                         (Ok(Some(chunk)), _) if chunk.notice.is_some() => {
@@ -138,6 +145,9 @@ pub(crate) struct Decoder {
     stop_sequence: Option<String>,
     /// `message_stop` was seen: the stream ends after the last chunk.
     finished: bool,
+    /// The finish (why the answer stopped, and its usage) went out: at the `message_delta` that
+    /// said why, or at `message_stop` when none did.
+    told: bool,
     /// Whether each chunk carries its event's frame (the request went out verbatim).
     pub(crate) pass_on: bool,
     /// Events skipped as unreadable so far.
@@ -165,6 +175,7 @@ impl Decoder {
             stop_reason: None,
             stop_sequence: None,
             finished: false,
+            told: false,
             pass_on: false,
             skipped: 0,
         }
@@ -199,11 +210,14 @@ impl Decoder {
             },
             StreamEvent::MessageDelta { delta, usage } => {
                 self.message_delta(delta, usage);
-                None
+                // The answer is whole once it says why it stopped: the finish goes out now,
+                // so that a stream held open before its `message_stop` is whole too.
+                (self.stop_reason.is_some() && !std::mem::replace(&mut self.told, true))
+                    .then(|| self.finish())
             }
             StreamEvent::MessageStop => {
                 self.finished = true;
-                Some(self.finish())
+                (!std::mem::replace(&mut self.told, true)).then(|| self.finish())
             }
             StreamEvent::Error { error } => return Err(classify::stream_error(&error, self.key.as_ref())),
             StreamEvent::Ping | StreamEvent::Unknown(_) => None,
