@@ -50,6 +50,7 @@ FAULTS = {
     "once500": "fail500,ok~words=40",
     "reset": "reset,ok~words=40",
     "noterm": "noterm~words=40",
+    "noend": "noend~words=40",
     "badevent": "badevent=10~words=40",
     "hang": "hang",
     "down": "down=2s~words=40",
@@ -285,6 +286,20 @@ def test_a_stream_without_its_terminator_is_whole_and_leaves_the_target_healthy(
     again = ask(gw, dialect, route, stream)
     again.whole()
     assert seen(mock, scenario) == 2 and seen(mock, ANSWER) == 0, "the next request goes to the primary"
+
+
+@pytest.mark.parametrize("dialect,stream", VARIANTS, ids=VARIANT_IDS)
+def test_a_stream_held_open_after_its_answer_is_whole_and_leaves_the_target_healthy(gw, mock, dialect, stream):
+    # The whole answer, its finish and usage, then neither the terminator nor the end of the body.
+    route, scenario = route_of("noend", dialect), FAULTS["noend"]
+    asked = ask(gw, dialect, route, stream)
+    asked.whole()
+    assert seen(mock, scenario) == 1 and seen(mock, ANSWER) == 0, "one attempt"
+    attempts = trail(gw, asked)
+    assert [a["outcome"] for a in attempts] == ["ok"]
+    assert "terminator" in attempts[0].get("note", ""), attempts[0]
+    assert gw.health_of(f"{route}:{primary_of(dialect)}")["status"] == "available"
+    assert asked.seconds < QUICK
 
 
 @pytest.mark.parametrize("dialect,stream", VARIANTS, ids=VARIANT_IDS)

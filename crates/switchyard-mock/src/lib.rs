@@ -38,6 +38,7 @@
 //! | `reset` | closes the connection without a response | same |
 //! | `cut=N` | streams N content chunks, then drops the connection | same |
 //! | `noterm` | a whole stream (content, finish, usage) without `data: [DONE]` | `message_delta` with stop reason and usage, no `message_stop` |
+//! | `noend` | as `noterm`, then the connection held open | as `noterm`, then the connection held open |
 //! | `badevent=N` | a whole stream with one more event, not JSON, as its Nth | a `content_block_delta` that is not JSON |
 //! | `stall=N` | streams N content chunks, then sends nothing until the client goes | same |
 //! | `errevent=N` | N content chunks, then `data: {"error":{…,"type":"server_error"}}`, then the end | `event: error`, `overloaded_error` |
@@ -59,7 +60,7 @@
 //!
 //! Sent whole, `cut=N` announces the full `content-length`, sends half the body and drops the
 //! connection; `stall=N` sends the half and holds it; `errevent=N` is the error as a status (500,
-//! Anthropic's 529); `noterm` and `badevent=N` are `ok`. Embeddings answer `ok`, `tools` and
+//! Anthropic's 529); `noterm`, `noend` and `badevent=N` are `ok`. Embeddings answer `ok`, `tools` and
 //! `filter` alike with vectors.
 //!
 //! # In tests

@@ -76,6 +76,8 @@ pub(crate) enum StreamFault {
     ErrorEvent(u32),
     /// Every event but the terminator (`data: [DONE]`, `message_stop`), then the end of the body.
     Unterminated,
+    /// Every event but the terminator, then nothing while the connection stays open.
+    Held,
     /// One more event, not JSON, as the event at this position (1-based) of a whole stream.
     BadEvent(u32),
 }
@@ -85,7 +87,7 @@ impl StreamFault {
     fn breaks_after(self) -> Option<u32> {
         match self {
             StreamFault::Cut(n) | StreamFault::Stall(n) | StreamFault::ErrorEvent(n) => Some(n),
-            StreamFault::Unterminated | StreamFault::BadEvent(_) => None,
+            StreamFault::Unterminated | StreamFault::Held | StreamFault::BadEvent(_) => None,
         }
     }
 }
@@ -203,6 +205,10 @@ pub(crate) fn sse(events: Events, shape: &Shape) -> Response<MockBody> {
         Some(StreamFault::Unterminated) => {
             whole(&mut parts, None);
             Ending::Clean
+        }
+        Some(StreamFault::Held) => {
+            whole(&mut parts, None);
+            Ending::Stall
         }
         Some(StreamFault::BadEvent(position)) => {
             whole(&mut parts, end);

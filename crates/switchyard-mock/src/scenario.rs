@@ -7,7 +7,7 @@
 //! scenario := step ("," step)* ("," "loop")?
 //! step     := kind ("~" modifier)*
 //! kind     := ok | tools | custom | filter | refuse | think | quota | auth | context | hang
-//!           | reset | noterm | noprefill | status=NNN | failNNN | ratelimit=SECONDS
+//!           | reset | noterm | noend | noprefill | status=NNN | failNNN | ratelimit=SECONDS
 //!           | authkey=KEY | cut=N | stall=N | errevent=N | badevent=N | down=DURATION
 //!           | model429=MODEL
 //! modifier := latency=DURATION | jitter=DURATION | chunks=N | gap=DURATION | words=N
@@ -86,6 +86,8 @@ pub(crate) enum Step {
     Cut(u32),
     /// A whole stream (content, finish, usage) that ends without its terminator.
     NoTerm,
+    /// A whole stream without its terminator that then holds the connection open.
+    NoEnd,
     /// An otherwise whole stream whose event at this position (1-based) is not JSON.
     BadEvent(u32),
     /// Send this many content chunks, then nothing, holding the connection open.
@@ -247,6 +249,7 @@ impl Step {
             ("hang", None) => Step::Hang,
             ("reset", None) => Step::Reset,
             ("noterm", None) => Step::NoTerm,
+            ("noend", None) => Step::NoEnd,
             ("noprefill", None) => Step::NoPrefill,
             ("status", Some(code)) => Step::Status(parse_status(code)?),
             ("ratelimit", Some(seconds)) => {
@@ -271,7 +274,7 @@ impl Step {
             _ => {
                 return Err(format!(
                     "unknown step `{kind}` (expected ok, tools, custom, filter, refuse, think, quota, auth, \
-                     context, hang, reset, noterm, noprefill, status=NNN, failNNN, ratelimit=S, authkey=KEY, \
+                     context, hang, reset, noterm, noend, noprefill, status=NNN, failNNN, ratelimit=S, authkey=KEY, \
                      cut=N, stall=N, errevent=N, badevent=N, down=D or model429=MODEL)"
                 ));
             }
@@ -333,7 +336,7 @@ mod tests {
     #[test]
     fn fault_steps_and_words_parse() {
         let steps: Vec<_> =
-            Plan::parse("noterm,badevent=10,stall=3,errevent=0,down=2s,model429=gpt-a,noprefill")
+            Plan::parse("noterm,noend,badevent=10,stall=3,errevent=0,down=2s,model429=gpt-a,noprefill")
                 .unwrap()
                 .actions
                 .into_iter()
@@ -343,6 +346,7 @@ mod tests {
             steps,
             [
                 Step::NoTerm,
+                Step::NoEnd,
                 Step::BadEvent(10),
                 Step::Stall(3),
                 Step::ErrEvent(0),

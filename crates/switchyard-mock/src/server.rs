@@ -229,7 +229,13 @@ async fn api(
     let shape = Shape { pieces: action.pieces(), gap: action.gap, fault };
     let answer = Answer { content, model: &probe.model, said, shape };
     let mut response = respond(dialect, &answer, &probe);
-    if fault.is_some_and(|fault| matches!(fault, StreamFault::Stall(_))) {
+    // A body held open counts as a hanging request (`noend` holds only a stream).
+    let held = match fault {
+        Some(StreamFault::Stall(_)) => true,
+        Some(StreamFault::Held) => probe.streaming(),
+        _ => false,
+    };
+    if held {
         response.body_mut().hold(registry.hang());
     }
     Ok(response)
@@ -260,6 +266,7 @@ fn play<'a>(step: &'a Step, presented: Option<&HeaderValue>, since_first: Durati
         Step::Stall(n) => text(StreamFault::Stall(*n)),
         Step::ErrEvent(n) => text(StreamFault::ErrorEvent(*n)),
         Step::NoTerm => text(StreamFault::Unterminated),
+        Step::NoEnd => text(StreamFault::Held),
         Step::BadEvent(n) => text(StreamFault::BadEvent(*n)),
         Step::Down(outage) if since_first < *outage => Play::Fault(Fault::Status(503)),
         Step::Down(_) => Play::Answer(Content::Text, None),

@@ -57,10 +57,49 @@ async fn noterm_streams_whole_answers_without_their_terminator() {
 }
 
 #[tokio::test]
-async fn noterm_answers_whole_when_not_streamed() {
+async fn noend_streams_whole_answers_without_their_terminator_then_holds_the_stream_open() {
     let mock = Mock::start().await;
-    assert_eq!(openai_content(&mock.post("noterm", CHAT, &chat("m")).await), "mock answer from m");
-    assert_eq!(anthropic_content(&mock.post("noterm", MESSAGES, &messages("c")).await), "mock answer from c");
+    for (endpoint, body, last) in [
+        (CHAT, chat_stream("m", true), r#""completion_tokens":"#),
+        (MESSAGES, messages_stream("c"), r#""stop_reason":"end_turn""#),
+    ] {
+        let mut response = mock
+            .client
+            .post(mock.url("noend~chunks=2", endpoint))
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let mut text = String::new();
+        while !text.contains(last) || !text.ends_with("\n\n") {
+            match tokio::time::timeout(Duration::from_secs(5), response.chunk()).await {
+                Ok(Ok(Some(bytes))) => text.push_str(std::str::from_utf8(&bytes).unwrap()),
+                other => {
+                    panic!("{endpoint}: the stream ended or stalled before its answer: {other:?}: {text}")
+                }
+            }
+        }
+        assert!(!text.contains("[DONE]") && !text.contains("message_stop"), "{endpoint}: {text}");
+        let after = tokio::time::timeout(Duration::from_millis(300), response.chunk()).await;
+        assert!(after.is_err(), "{endpoint}: the stream ended or went on: {after:?}");
+        assert_eq!(mock.hanging().await, 1, "{endpoint}: the stream is held open");
+        drop(response);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while mock.hanging().await != 0 {
+            assert!(Instant::now() < deadline, "{endpoint}: the held stream outlived its client");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn noterm_and_noend_answer_whole_when_not_streamed() {
+    let mock = Mock::start().await;
+    for step in ["noterm", "noend"] {
+        assert_eq!(openai_content(&mock.post(step, CHAT, &chat("m")).await), "mock answer from m");
+        assert_eq!(anthropic_content(&mock.post(step, MESSAGES, &messages("c")).await), "mock answer from c");
+    }
+    assert_eq!(mock.hanging().await, 0);
 }
 
 #[tokio::test]
