@@ -229,16 +229,20 @@ async fn api(
     let shape = Shape { pieces: action.pieces(), gap: action.gap, fault };
     let answer = Answer { content, model: &probe.model, said, shape };
     let mut response = respond(dialect, &answer, &probe);
-    // A body held open counts as a hanging request (`noend` holds only a stream).
-    let held = match fault {
-        Some(StreamFault::Stall(_)) => true,
-        Some(StreamFault::Held) => probe.streaming(),
-        _ => false,
-    };
-    if held {
+    if holds_open(fault, probe.streaming()) {
         response.body_mut().hold(registry.hang());
     }
     Ok(response)
+}
+
+/// Whether the answer's body is held open, which counts as a hanging request: a stall's
+/// (streamed or not), and a `noend` stream's.
+fn holds_open(fault: Option<StreamFault>, streaming: bool) -> bool {
+    match fault {
+        Some(StreamFault::Stall(_)) => true,
+        Some(StreamFault::Held) => streaming,
+        _ => false,
+    }
 }
 
 /// What a step comes to before the request is read: an answer (perhaps a faulty stream), a
