@@ -384,7 +384,10 @@ async fn a_converse_stream_becomes_canonical_chunks() {
     let stream = provider.chat_stream(caller.call(LLAMA, None), &hello()).await.unwrap();
     let chunks = ok_chunks(items(stream).await);
     assert_eq!(text_of(&chunks), "Salut");
-    assert_eq!(chunks.last().unwrap().choices[0].finish_reason, Some(FinishReason::Length));
+    // The finish at `messageStop`, the usage of `metadata` after it.
+    let finish = chunks.iter().rev().find(|c| !c.choices.is_empty()).unwrap();
+    assert_eq!(finish.choices[0].finish_reason, Some(FinishReason::Length));
+    assert_eq!(chunks.last().unwrap().usage.map(|u| u.total_tokens), Some(4));
     assert_eq!(fake.only_request().path(), "/model/meta.llama3-70b-instruct-v1%3A0/converse-stream");
 }
 

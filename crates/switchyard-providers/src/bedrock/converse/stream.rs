@@ -2,7 +2,8 @@
 //!
 //! Converse numbers content blocks in one sequence (text, tool use, reasoning); canonical tool
 //! calls are numbered among themselves. The answer is whole once `messageStop` said why it
-//! stopped; the `metadata` event after it brings the usage, and the last chunk carries both.
+//! stopped, and its finish goes out then (so that a stream held open after it is whole too);
+//! the `metadata` event after it brings the usage, in a chunk of its own, and ends the stream.
 //! A stream that ends after `messageStop` without `metadata` is whole without usage; one that
 //! ends before `messageStop` broke off. An exception frame ends the stream with its error.
 //! After the last chunk the rest of the body is read, so that its connection is kept.
@@ -53,7 +54,7 @@ where
             let item = match ready!(self.frames.poll_next_unpin(cx)) {
                 None if decoder.stop_reason.is_some() => {
                     decoder.done = true;
-                    Ok(ChatChunk { notice: Some(StreamNotice::Unterminated), ..decoder.finish(None) })
+                    Ok(ChatChunk { notice: Some(StreamNotice::Unterminated), ..ChatChunk::default() })
                 }
                 None => Err(ProviderError::new(ErrorKind::Transport, "stream ended before messageStop")),
                 Some(Err(error)) => Err(error),
@@ -116,13 +117,19 @@ impl Decoder {
             "messageStop" => {
                 self.stop_reason =
                     Some(event.get("stopReason").and_then(Value::as_str).unwrap_or("end_turn").to_owned());
-                None
+                Some(self.finish())
             }
             "metadata" => {
                 let usage =
                     event.get("usage").and_then(|u| serde_json::from_value::<TokenUsage>(u.clone()).ok());
                 self.done = true;
-                Some(self.finish(usage))
+                usage.map(|usage| ChatChunk {
+                    id: self.id.clone(),
+                    model: self.model.clone(),
+                    created: self.created,
+                    usage: Some(usage.canonical()),
+                    ..ChatChunk::default()
+                })
             }
             _ => None,
         })
@@ -176,12 +183,11 @@ impl Decoder {
         }
     }
 
-    /// The last chunk: why the answer ended, and the usage when it came.
-    fn finish(&self, usage: Option<TokenUsage>) -> ChatChunk {
+    /// The finish: why the answer ended.
+    fn finish(&self) -> ChatChunk {
         let mut chunk = self.chunk(Delta::default());
         chunk.choices[0].finish_reason =
             Some(finish_reason(self.stop_reason.as_deref().unwrap_or("end_turn")));
-        chunk.usage = usage.map(TokenUsage::canonical);
         chunk
     }
 }
@@ -203,7 +209,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn text_and_tool_calls_stream_and_the_last_chunk_has_reason_and_usage() {
+    async fn text_and_tool_calls_stream_then_the_finish_at_message_stop_then_the_usage() {
         let chunks = collect(vec![
             event("messageStart", r#"{"role":"assistant"}"#),
             event("contentBlockDelta", r#"{"contentBlockIndex":0,"delta":{"text":"Hi"}}"#),
@@ -231,9 +237,24 @@ mod tests {
             chunks[3].choices[0].delta.tool_calls[0].function.as_ref().unwrap().arguments.as_deref(),
             Some(r#"{"a":1}"#)
         );
-        let last = chunks.last().unwrap();
-        assert_eq!(last.choices[0].finish_reason, Some(FinishReason::ToolCalls));
-        assert_eq!(last.usage.unwrap().total_tokens, 5);
+        let [.., finish, usage] = chunks.as_slice() else { panic!("{chunks:?}") };
+        assert_eq!(finish.choices[0].finish_reason, Some(FinishReason::ToolCalls));
+        assert!(usage.choices.is_empty());
+        assert_eq!(usage.usage.unwrap().total_tokens, 5);
+        assert_eq!((usage.id.as_str(), usage.model.as_str()), ("id", "m"));
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_ends_after_message_stop_without_metadata_is_whole_and_says_so() {
+        let chunks = collect(vec![
+            event("contentBlockDelta", r#"{"contentBlockIndex":0,"delta":{"text":"Hi"}}"#),
+            event("messageStop", r#"{"stopReason":"end_turn"}"#),
+        ])
+        .await;
+        let chunks: Vec<ChatChunk> = chunks.into_iter().map(Result::unwrap).collect();
+        assert_eq!(chunks[1].choices[0].finish_reason, Some(FinishReason::Stop));
+        assert_eq!(chunks[2].notice, Some(StreamNotice::Unterminated));
+        assert_eq!(chunks.len(), 3);
     }
 
     #[tokio::test]
