@@ -198,3 +198,52 @@ class FakeBedrock:
             handler.send_header(name, value)
         handler.end_headers()
         handler.wfile.write(payload)
+
+
+class FakeSsoPortal:
+    """IAM Identity Center's portal on loopback: `GetRoleCredentials` (`GET
+    /federation/credentials?account_id=…&role_name=…` with the `x-amz-sso_bearer_token` header,
+    as the portal API reference gives it) answers the role's temporary credentials for the one
+    access token it knows, and 401 `UnauthorizedException` for any other."""
+
+    def __init__(self, access_token, account_id, role_name, credentials):
+        self.calls = []
+        portal = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                from urllib.parse import parse_qs, urlsplit
+
+                url = urlsplit(self.path)
+                query = {k: v[0] for k, v in parse_qs(url.query).items()}
+                token = self.headers.get("x-amz-sso_bearer_token")
+                portal.calls.append({"path": url.path, "query": query, "token_matches": token == access_token})
+                wanted = {"account_id": account_id, "role_name": role_name}
+                if url.path != "/federation/credentials" or query != wanted or token != access_token:
+                    self._send(401, {"message": "Session token not found or invalid"}, "UnauthorizedException")
+                    return
+                access_key, secret, session_token, expiration_ms = credentials
+                self._send(200, {"roleCredentials": {"accessKeyId": access_key, "secretAccessKey": secret,
+                                                     "sessionToken": session_token, "expiration": expiration_ms}})
+
+            def _send(self, status, body, error_type=None):
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                if error_type:
+                    self.send_header("x-amzn-errortype", error_type)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()

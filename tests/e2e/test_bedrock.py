@@ -352,3 +352,61 @@ def test_doctor_pings_bedrock_with_a_signed_call_and_names_its_credentials(mock,
     assert sorted(r["model"] for r in fake.requests) == [LLAMA_ID, CLAUDE_ID], "one call per target"
     assert fake.verified == len(fake.requests) and fake.refused == 0
     assert SECRET not in out and TOKEN not in out
+
+
+def test_sso_profile_credentials_sign_bedrock_calls(mock, gateway, bedrock, tmp_path):
+    """A Bedrock provider on an IAM Identity Center (SSO) profile: the gateway reads the
+    `sso-session` profile and the token `aws sso login` cached, asks the portal for the role's
+    credentials, and signs with them (verified by botocore); no secret reaches the logs."""
+    import hashlib
+    import os
+    import time
+
+    from fake_bedrock import FakeSsoPortal
+
+    sso_token = "sk-upstream-sso-access-token-aoJGUhKc"
+    sso_key, sso_secret, sso_session = "ASIAE2ESSOROLE000001", "sk-upstream-sso-secret-Zx81", "sk-upstream-sso-session-Qw9"
+    expiry_ms = int((time.time() + 3600) * 1000)
+    portal = FakeSsoPortal(sso_token, "111122223333", "BedrockUser", (sso_key, sso_secret, sso_session, expiry_ms))
+    home = tmp_path / "home"
+    (home / ".aws" / "sso" / "cache").mkdir(parents=True)
+    (home / ".aws" / "config").write_text(
+        "[profile corp-dev]\nsso_session = corp\nsso_account_id = 111122223333\n"
+        "sso_role_name = BedrockUser\nregion = us-east-1\n\n"
+        "[sso-session corp]\nsso_start_url = https://corp.awsapps.com/start\nsso_region = us-east-1\n"
+        "sso_registration_scopes = sso:account:access\n"
+    )
+    # Where `aws sso login` leaves the token of session `corp`: the SHA-1 of its name.
+    cached = home / ".aws" / "sso" / "cache" / (hashlib.sha1(b"corp").hexdigest() + ".json")
+    cached.write_text(json.dumps({"accessToken": sso_token, "expiresAt": "2099-01-01T00:00:00Z",
+                                  "region": "us-east-1", "startUrl": "https://corp.awsapps.com/start"}))
+    fake = bedrock(answering("Signed through SSO"), keys={sso_key: sso_secret})
+    provider = (f'  bedrock: {{ kind: bedrock, region: us-east-1, base_url: "{fake.url}", '
+                f'models: {{ claude-sonnet-4-5: "{CLAUDE_ID}" }}, aws: {{ profile: corp-dev }} }}')
+    config = "\n".join(["providers:", provider, "routes:",
+                        "  default: { targets: [bedrock:claude-sonnet-4-5] }",
+                        "gateway: { keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }"]) + "\n"
+    env = {"HOME": str(home), "AWS_CONFIG_FILE": str(home / ".aws" / "config"),
+           "AWS_SHARED_CREDENTIALS_FILE": str(home / ".aws" / "credentials"),
+           "AWS_ENDPOINT_URL_SSO": portal.url, "AWS_EC2_METADATA_DISABLED": "true"}
+    assert "AWS_ACCESS_KEY_ID" not in os.environ, "AWS keys in the environment come before any profile"
+    try:
+        gw = gateway(config, env=env)
+        for stream in (False, True):
+            if stream:
+                with claude(gw).messages.stream(model="default", max_tokens=64,
+                                                messages=[{"role": "user", "content": "Hi"}]) as answer:
+                    text = "".join(answer.text_stream)
+            else:
+                message = claude(gw).messages.create(model="default", max_tokens=64,
+                                                     messages=[{"role": "user", "content": "Hi"}])
+                text = message.content[0].text
+            assert text == "Signed through SSO"
+        assert fake.verified == 2 and fake.refused == 0, "both calls signed with the role's credentials"
+        assert all(r["headers"].get("x-amz-security-token") == sso_session for r in fake.requests)
+        assert [c["token_matches"] for c in portal.calls] == [True], "the portal asked once, with the cached token"
+        _, metrics, _ = gw.get("/metrics")
+        for secret in (sso_token, sso_secret, sso_session):
+            assert secret not in str(metrics)
+    finally:
+        portal.close()
