@@ -35,6 +35,32 @@ fn anthropic_content(reply: &Reply) -> String {
     reply.json()["content"][0]["text"].as_str().unwrap().to_owned()
 }
 
+/// Reads `response` until `done` says its text so far is all that was to come.
+async fn read_until(response: &mut reqwest::Response, endpoint: &str, done: impl Fn(&str) -> bool) -> String {
+    let mut text = String::new();
+    while !done(&text) {
+        match tokio::time::timeout(Duration::from_secs(5), response.chunk()).await {
+            Ok(Ok(Some(bytes))) => text.push_str(std::str::from_utf8(&bytes).unwrap()),
+            other => panic!("{endpoint}: the stream ended or stalled before its part: {other:?}: {text}"),
+        }
+    }
+    text
+}
+
+/// Checks that `response` sends nothing more and is held open (a hanging request) until the
+/// client goes.
+async fn held_until_its_client_goes(mock: &Mock, mut response: reqwest::Response, endpoint: &str) {
+    let after = tokio::time::timeout(Duration::from_millis(300), response.chunk()).await;
+    assert!(after.is_err(), "{endpoint}: the stream ended or went on: {after:?}");
+    assert_eq!(mock.hanging().await, 1, "{endpoint}: the stream is held open");
+    drop(response);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while mock.hanging().await != 0 {
+        assert!(Instant::now() < deadline, "{endpoint}: the held stream outlived its client");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test]
 async fn noterm_streams_whole_answers_without_their_terminator() {
     let mock = Mock::start().await;
@@ -70,25 +96,10 @@ async fn noend_streams_whole_answers_without_their_terminator_then_holds_the_str
             .send()
             .await
             .unwrap();
-        let mut text = String::new();
-        while !text.contains(last) || !text.ends_with("\n\n") {
-            match tokio::time::timeout(Duration::from_secs(5), response.chunk()).await {
-                Ok(Ok(Some(bytes))) => text.push_str(std::str::from_utf8(&bytes).unwrap()),
-                other => {
-                    panic!("{endpoint}: the stream ended or stalled before its answer: {other:?}: {text}")
-                }
-            }
-        }
+        let text =
+            read_until(&mut response, endpoint, |text| text.contains(last) && text.ends_with("\n\n")).await;
         assert!(!text.contains("[DONE]") && !text.contains("message_stop"), "{endpoint}: {text}");
-        let after = tokio::time::timeout(Duration::from_millis(300), response.chunk()).await;
-        assert!(after.is_err(), "{endpoint}: the stream ended or went on: {after:?}");
-        assert_eq!(mock.hanging().await, 1, "{endpoint}: the stream is held open");
-        drop(response);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while mock.hanging().await != 0 {
-            assert!(Instant::now() < deadline, "{endpoint}: the held stream outlived its client");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        held_until_its_client_goes(&mock, response, endpoint).await;
     }
 }
 
@@ -146,26 +157,9 @@ async fn stall_sends_its_chunks_then_holds_the_stream_open_until_the_client_goes
             .send()
             .await
             .unwrap();
-        let mut text = String::new();
-        while !text.contains(r#"" w2""#) {
-            match tokio::time::timeout(Duration::from_secs(5), response.chunk()).await {
-                Ok(Ok(Some(bytes))) => text.push_str(std::str::from_utf8(&bytes).unwrap()),
-                other => {
-                    panic!("{endpoint}: the stream ended or stalled before its chunks: {other:?}: {text}")
-                }
-            }
-        }
+        let text = read_until(&mut response, endpoint, |text| text.contains(r#"" w2""#)).await;
         assert!(text.contains(r#""w1""#) && !text.contains("w3"), "{endpoint}: {text}");
-        let after = tokio::time::timeout(Duration::from_millis(300), response.chunk()).await;
-        assert!(after.is_err(), "{endpoint}: more came after the stall's chunks: {after:?}");
-        assert_eq!(mock.hanging().await, 1, "{endpoint}: the stalled stream is held");
-
-        drop(response);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while mock.hanging().await != 0 {
-            assert!(Instant::now() < deadline, "{endpoint}: the stall outlived its client");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        held_until_its_client_goes(&mock, response, endpoint).await;
     }
 }
 
