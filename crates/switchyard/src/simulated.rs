@@ -62,6 +62,9 @@ pub enum Step {
     /// Streams: send the whole answer, its finish and usage, then go silent forever instead of
     /// ending (a provider that never sends its terminator nor closes the stream).
     StallAfterFinish,
+    /// Streams: send the whole answer, its finish and usage, then break (a transport error)
+    /// before the terminator.
+    CutAfterFinish,
     /// Send this many content chunks, then end with `finish_reason: content_filter` (the
     /// provider's filter cut the answer midway).
     FilterAfter(usize),
@@ -358,7 +361,7 @@ impl SimulatedProvider {
         let (limit, ending) = match step {
             Step::CutAfter(k) => (*k, Ending::Cut),
             Step::StallAfter(k) => (*k, Ending::Stall),
-            Step::StallAfterFinish => (usize::MAX, Ending::Normal),
+            Step::StallAfterFinish | Step::CutAfterFinish => (usize::MAX, Ending::Normal),
             Step::ContentFilter => (0, Ending::Filtered),
             Step::FilterAfter(k) => (*k, Ending::Filtered),
             _ => (usize::MAX, Ending::Normal),
@@ -381,8 +384,10 @@ impl SimulatedProvider {
             Ending::Stall => (gap, None),
         };
         items.push(last);
-        if matches!(step, Step::StallAfterFinish) {
-            items.push((gap, None));
+        match step {
+            Step::StallAfterFinish => items.push((gap, None)),
+            Step::CutAfterFinish => items.push((gap, Some(Err(typical_error(ErrorKind::Transport))))),
+            _ => {}
         }
         items
     }

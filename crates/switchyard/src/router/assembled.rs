@@ -53,7 +53,7 @@ pub(super) async fn assembled(
 
 /// Reads the rest of `stream` into `assembly`, each chunk within `idle`; once every choice
 /// finished, within [`AFTER_FINISH`](super::AFTER_FINISH), after which a stream that said
-/// nothing more is whole without its terminator.
+/// nothing more, or broke, is whole without its terminator.
 async fn read_to_end(
     stream: &mut ChunkStream,
     assembly: &mut Assembly,
@@ -63,12 +63,13 @@ async fn read_to_end(
         let whole = assembly.is_whole();
         let limit = if whole { idle.min(super::AFTER_FINISH) } else { idle };
         match tokio::time::timeout(limit, stream.next()).await {
-            Ok(Some(item)) => assembly.push(item?),
+            Ok(Some(Ok(chunk))) => assembly.push(chunk),
             Ok(None) => return Ok(()),
-            Err(_) if whole => {
+            Ok(Some(Err(_))) | Err(_) if whole => {
                 assembly.push(ChatChunk { notice: Some(StreamNotice::Unterminated), ..ChatChunk::default() });
                 return Ok(());
             }
+            Ok(Some(Err(error))) => return Err(error),
             Err(_) => {
                 let message = format!("no chunk within the idle timeout of {idle:?}");
                 return Err(ProviderError::new(ErrorKind::Timeout, message));

@@ -252,8 +252,9 @@ pub struct RoutedStream {
     trail: Trail,
     timing: Timing,
     usage: Option<Usage>,
-    /// The choices seen and those finished, one bit per index (the first 64).
-    choices: (u64, u64),
+    /// The choices seen and those finished, one bit per index; `None` once a choice past the
+    /// first 64 was seen (then the stream is not taken as whole before its end).
+    choices: Option<(u64, u64)>,
     done: bool,
     /// The answer being streamed, kept for the route's `cache` candidates when it ends well.
     keeping: Option<Box<Keeping>>,
@@ -360,7 +361,7 @@ impl RoutedStream {
             trail: served.trail,
             timing,
             usage: None,
-            choices: (0, 0),
+            choices: Some((0, 0)),
             done: false,
             keeping: None,
             resume,
@@ -427,11 +428,11 @@ impl RoutedStream {
         }
         let was_whole = self.is_whole();
         for choice in &chunk.choices {
-            let bit = 1u64.checked_shl(choice.index).unwrap_or(0);
-            self.choices.0 |= bit;
-            if choice.finish_reason.is_some() {
-                self.choices.1 |= bit;
-            }
+            let bit = 1u64.checked_shl(choice.index);
+            self.choices = self.choices.zip(bit).map(|((seen, finished), bit)| match choice.finish_reason {
+                Some(_) => (seen | bit, finished | bit),
+                None => (seen | bit, finished),
+            });
         }
         if !was_whole && self.is_whole() {
             // Only the terminator (and the usage that may come before it) is left to wait for.
@@ -441,10 +442,17 @@ impl RoutedStream {
         Poll::Ready(Some(Ok(chunk)))
     }
 
-    /// Whether every choice the stream began has finished: the answer is whole.
+    /// Whether every choice the stream began has finished: the answer is whole. A choice past
+    /// the first 64 is not kept count of, and leaves the stream never whole before its end.
     fn is_whole(&self) -> bool {
-        let (seen, finished) = self.choices;
-        seen != 0 && seen == finished
+        self.choices.is_some_and(|(seen, finished)| seen != 0 && seen == finished)
+    }
+
+    /// Ends a whole answer whose terminator did not come (held open, cut, past its limit).
+    fn end_whole(&mut self) -> Poll<Option<Result<ChatChunk, StreamError>>> {
+        self.notice(StreamNotice::Unterminated);
+        self.finish();
+        Poll::Ready(None)
     }
 
     /// How long the stream may go without a chunk: the `idle` limit, and once the answer is
@@ -641,6 +649,8 @@ impl RoutedStream {
                 this.last_chunk = now;
                 this.deliver(chunk)
             }
+            // The answer is whole: a break before its terminator costs it nothing.
+            Poll::Ready(Some(Err(_))) if this.is_whole() => this.end_whole(),
             Poll::Ready(Some(Err(error))) => this.fail(error, cx),
             Poll::Ready(None) => {
                 this.finish();
@@ -658,10 +668,7 @@ impl RoutedStream {
                         continue;
                     }
                     if this.is_whole() {
-                        // The answer is whole; only its terminator did not come.
-                        this.notice(StreamNotice::Unterminated);
-                        this.finish();
-                        return Poll::Ready(None);
+                        return this.end_whole();
                     }
                     let limit = this.idle_limit;
                     let error = ProviderError::new(
@@ -685,6 +692,9 @@ impl RoutedStream {
     /// Ends the stream at its total limit (the attempt's `total` timeout or the request's
     /// deadline, whichever came first).
     fn fail_total(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<ChatChunk, StreamError>>> {
+        if self.is_whole() {
+            return self.end_whole();
+        }
         let name = self.total_name;
         let error = ProviderError::new(ErrorKind::Timeout, format!("stream exceeded the {name} timeout"));
         let blame = if self.cut_by_deadline { Blame::Caller } else { Blame::Provider };

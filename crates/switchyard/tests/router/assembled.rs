@@ -68,18 +68,24 @@ async fn a_whole_request_whose_stream_breaks_or_stalls_is_retried_whole() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_whole_request_whose_stream_is_held_open_after_its_finish_is_answered_soon_after() {
-    let held = remote().script([Step::StallAfterFinish]);
-    let route = Route::builder("default").target("p:m").retry(quick_retry(2)).timeouts(limits(5, 30));
-    let router = router(&[("p", &held)], route);
-    let start = Instant::now();
-    let answer = router.chat(&request("default")).await.unwrap();
-    assert_eq!(answer.response.text().as_deref(), Some("a whole answer in pieces"));
-    assert!(answer.usage.is_some(), "the usage that came before the stall");
-    assert_eq!(start.elapsed(), switchyard::AFTER_FINISH, "not the 30 s idle limit");
-    assert_eq!((held.calls(), answer.trail.outcomes()), (1, vec![Outcome::Ok]));
-    let note = answer.trail.attempts()[0].note.clone().unwrap_or_default();
-    assert!(note.contains("without its terminator"), "{note}");
+async fn a_whole_request_whose_stream_is_held_open_or_cut_after_its_finish_is_answered() {
+    // Held open after the finish: answered a second later, not at the 30 s idle limit; cut
+    // after it: answered at once, not retried.
+    for (step, ends_at) in
+        [(Step::StallAfterFinish, switchyard::AFTER_FINISH), (Step::CutAfterFinish, Duration::ZERO)]
+    {
+        let held = remote().script([step.clone()]);
+        let route = Route::builder("default").target("p:m").retry(quick_retry(2)).timeouts(limits(5, 30));
+        let router = router(&[("p", &held)], route);
+        let start = Instant::now();
+        let answer = router.chat(&request("default")).await.unwrap();
+        assert_eq!(answer.response.text().as_deref(), Some("a whole answer in pieces"), "{step:?}");
+        assert!(answer.usage.is_some(), "{step:?}: the usage that came before the end");
+        assert_eq!(start.elapsed(), ends_at, "{step:?}");
+        assert_eq!((held.calls(), answer.trail.outcomes()), (1, vec![Outcome::Ok]), "{step:?}");
+        let note = answer.trail.attempts()[0].note.clone().unwrap_or_default();
+        assert!(note.contains("without its terminator"), "{step:?}: {note}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

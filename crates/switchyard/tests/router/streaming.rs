@@ -161,6 +161,32 @@ async fn a_stream_held_open_after_its_finish_ends_whole_soon_after() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_whole_answer_is_not_failed_by_a_break_or_the_total_limit_before_its_terminator() {
+    // Cut after the finish: whole at once. Held open after a finish that came half a second
+    // before the total limit: whole at that limit, not failed by it.
+    let cut = SimulatedProvider::new().script([Step::CutAfterFinish]);
+    let held = SimulatedProvider::new().stream(5, Duration::from_secs(2)).script([Step::StallAfterFinish]);
+    let total = Duration::from_millis(8500);
+    for (provider, ends_at) in [(&cut, Duration::ZERO), (&held, total)] {
+        let timeouts = Timeouts { idle: Duration::from_secs(30), total, ..Timeouts::default() };
+        let router = router(&[("a", provider)], Route::builder("default").target("a:m").timeouts(timeouts));
+        let start = Instant::now();
+        let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+        let (text, error) = collect(&mut stream).await;
+        assert!(error.is_none() && !text.is_empty(), "{error:?}");
+        assert_eq!(start.elapsed(), ends_at);
+        let attempt = &stream.trail().attempts()[0];
+        assert_eq!(attempt.outcome, Outcome::Ok);
+        assert!(
+            attempt.note.as_deref().unwrap_or_default().contains("without its terminator"),
+            "{attempt:?}"
+        );
+        let statuses: Vec<_> = router.health().targets.iter().map(|t| t.status).collect();
+        assert_eq!(statuses, [HealthStatus::Available]);
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_idle_limit_runs_from_the_last_chunk() {
     // Chunks 3 s apart under a 5 s idle limit: the stream outlives the limit many times over,
     // and the stall after its fourth chunk is cut 5 s after that chunk, not before.
