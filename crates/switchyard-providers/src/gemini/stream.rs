@@ -46,8 +46,9 @@ pub(super) struct GeminiChunks<S> {
     /// A finish reason (or a prompt block) was seen: the answer is complete, and the body may
     /// end.
     finished: bool,
-    /// The candidates seen and those finished, one bit per index (the first 64).
-    candidates: (u64, u64),
+    /// The candidates seen and those finished, one bit per index; `None` once a candidate past
+    /// the first 64 was seen (then the stream ends only with its body).
+    candidates: Option<(u64, u64)>,
     /// An event with a finish reason, or one after it, carried the usage.
     counted: bool,
     /// Nothing more is read: the body ended or the stream failed.
@@ -76,7 +77,7 @@ impl<S> GeminiChunks<S> {
             id: String::new(),
             started: false,
             finished: false,
-            candidates: (0, 0),
+            candidates: Some((0, 0)),
             counted: false,
             done: false,
             tool_calls_per_choice: Vec::new(),
@@ -144,11 +145,12 @@ impl<S> GeminiChunks<S> {
         let mut content = Vec::new();
         let mut finishes = Vec::new();
         for candidate in &answer.candidates {
-            let bit = 1u64.checked_shl(candidate.index.unwrap_or(0)).unwrap_or(0);
-            self.candidates.0 |= bit;
-            if candidate.finish_reason.is_some() {
-                self.candidates.1 |= bit;
-            }
+            let bit = 1u64.checked_shl(candidate.index.unwrap_or(0));
+            self.candidates =
+                self.candidates.zip(bit).map(|((seen, finished), bit)| match candidate.finish_reason {
+                    Some(_) => (seen | bit, finished | bit),
+                    None => (seen | bit, finished),
+                });
             let (delta, finish) = self.on_candidate(candidate);
             content.extend(delta);
             finishes.extend(finish);
@@ -169,8 +171,8 @@ impl<S> GeminiChunks<S> {
             self.ready.push_back(Ok(chunk));
         }
         // Every candidate finished and the usage came: the answer is whole.
-        let (seen, finished) = self.candidates;
-        self.done |= self.counted && seen != 0 && seen == finished;
+        let whole = self.candidates.is_some_and(|(seen, finished)| seen != 0 && seen == finished);
+        self.done |= self.counted && whole;
     }
 
     /// The answer one event holds. An event that is not the JSON expected, or that carries an
