@@ -210,10 +210,17 @@ impl Decoder {
             },
             StreamEvent::MessageDelta { delta, usage } => {
                 self.message_delta(delta, usage);
-                // The answer is whole once it says why it stopped: the finish goes out now,
-                // so that a stream held open before its `message_stop` is whole too.
-                (self.stop_reason.is_some() && !std::mem::replace(&mut self.told, true))
-                    .then(|| self.finish())
+                match (self.told, self.stop_reason.is_some()) {
+                    // A later count than the finish carried.
+                    (true, _) => Some(self.usage_chunk()),
+                    // The answer is whole once it says why it stopped: the finish goes out now,
+                    // so that a stream held open before its `message_stop` is whole too.
+                    (false, true) => {
+                        self.told = true;
+                        Some(self.finish())
+                    }
+                    (false, false) => None,
+                }
             }
             StreamEvent::MessageStop => {
                 self.finished = true;
@@ -353,6 +360,14 @@ impl Decoder {
         })
     }
 
+    /// A chunk with only the latest usage.
+    fn usage_chunk(&self) -> ChatChunk {
+        let mut chunk = self.chunk(Delta::default());
+        chunk.choices.clear();
+        chunk.usage = Some(self.usage.canonical());
+        chunk
+    }
+
     /// The last chunk: why the answer ended, and the usage.
     fn finish(&self) -> ChatChunk {
         let mut chunk = self.chunk(Delta::default());
@@ -407,3 +422,78 @@ const KNOWN_EVENTS: [&str; 8] = [
     "ping",
     "error",
 ];
+
+#[cfg(test)]
+mod tests {
+    use futures_util::StreamExt;
+    use switchyard::chat::FinishReason;
+
+    use super::*;
+
+    fn event(name: &str, data: &str) -> Result<SseEvent, ProviderError> {
+        Ok(SseEvent { event: Some(name.to_owned()), data: data.to_owned() })
+    }
+
+    async fn chunks(events: Vec<Result<SseEvent, ProviderError>>, pass_on: bool) -> Vec<ChatChunk> {
+        let mut decoder = Decoder::new(Dialect::Anthropic, None);
+        decoder.pass_on = pass_on;
+        chunk_stream(futures_util::stream::iter(events), decoder).map(Result::unwrap).collect().await
+    }
+
+    fn answer(deltas: &[&str]) -> Vec<Result<SseEvent, ProviderError>> {
+        let mut events = vec![
+            event(
+                "message_start",
+                r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"c","content":[],"stop_reason":null,"usage":{"input_tokens":3,"output_tokens":1}}}"#,
+            ),
+            event(
+                "content_block_start",
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            ),
+            event(
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+            ),
+            event("content_block_stop", r#"{"type":"content_block_stop","index":0}"#),
+        ];
+        events.extend(deltas.iter().map(|data| event("message_delta", data)));
+        events.push(event("message_stop", r#"{"type":"message_stop"}"#));
+        events
+    }
+
+    const STOPPED: &str = r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}"#;
+
+    #[tokio::test]
+    async fn the_finish_goes_out_once_at_the_message_delta_that_says_why_and_message_stop_frame_follows() {
+        let chunks = chunks(answer(&[STOPPED]), true).await;
+        let finishes: Vec<usize> = (0..chunks.len())
+            .filter(|&i| chunks[i].choices.iter().any(|c| c.finish_reason.is_some()))
+            .collect();
+        assert_eq!(finishes.len(), 1, "{chunks:#?}");
+        let finish = &chunks[finishes[0]];
+        assert_eq!(finish.choices[0].finish_reason, Some(FinishReason::Stop));
+        assert_eq!(finish.usage.map(|u| u.completion_tokens), Some(2));
+        let frame = |chunk: &ChatChunk| {
+            let bytes = chunk.verbatim.as_ref().and_then(|v| v.in_dialect(Dialect::Anthropic)).unwrap();
+            String::from_utf8(bytes.to_vec()).unwrap()
+        };
+        assert!(frame(finish).starts_with("event: message_delta\n"), "{}", frame(finish));
+        let last = chunks.last().unwrap();
+        assert!(
+            frame(last).starts_with("event: message_stop\n"),
+            "the message_stop frame follows the finish"
+        );
+        assert!(last.choices.is_empty() && last.usage.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_later_message_delta_passes_its_count_on() {
+        let later = r#"{"type":"message_delta","delta":{},"usage":{"output_tokens":9}}"#;
+        let chunks = chunks(answer(&[STOPPED, later]), false).await;
+        let finishes = chunks.iter().filter(|c| c.choices.iter().any(|c| c.finish_reason.is_some())).count();
+        assert_eq!(finishes, 1);
+        let last = chunks.last().unwrap();
+        assert!(last.choices.is_empty(), "{last:?}");
+        assert_eq!(last.usage.map(|u| u.completion_tokens), Some(9));
+    }
+}
