@@ -274,37 +274,30 @@ def test_a_connection_reset_is_retried_on_the_same_target(gw, mock, dialect, str
     assert asked.seconds < QUICK
 
 
+# A stream without its terminator: closed after its answer (`noterm`), or held open (`noend`).
+UNTERMINATED = ("noterm", "noend")
+
+
+@pytest.mark.parametrize("fault", UNTERMINATED)
 @pytest.mark.parametrize("dialect,stream", VARIANTS, ids=VARIANT_IDS)
-def test_a_stream_without_its_terminator_is_whole_and_leaves_the_target_healthy(gw, mock, dialect, stream):
-    route, scenario = route_of("noterm", dialect), FAULTS["noterm"]
+def test_a_stream_without_its_terminator_is_whole_and_leaves_the_target_healthy(gw, mock, dialect, stream, fault):
+    route, scenario = route_of(fault, dialect), FAULTS[fault]
     asked = ask(gw, dialect, route, stream)
     asked.whole()
     assert seen(mock, scenario) == 1 and seen(mock, ANSWER) == 0, "one attempt"
     assert [a["outcome"] for a in trail(gw, asked)] == ["ok"]
     assert gw.health_of(f"{route}:{primary_of(dialect)}")["status"] == "available"
+    assert asked.seconds < QUICK
 
     again = ask(gw, dialect, route, stream)
     again.whole()
     assert seen(mock, scenario) == 2 and seen(mock, ANSWER) == 0, "the next request goes to the primary"
 
 
+@pytest.mark.parametrize("fault", UNTERMINATED)
 @pytest.mark.parametrize("dialect,stream", VARIANTS, ids=VARIANT_IDS)
-def test_a_stream_held_open_after_its_answer_is_whole_and_leaves_the_target_healthy(gw, mock, dialect, stream):
-    # The whole answer, its finish and usage, then neither the terminator nor the end of the body.
-    route, scenario = route_of("noend", dialect), FAULTS["noend"]
-    asked = ask(gw, dialect, route, stream)
-    asked.whole()
-    assert seen(mock, scenario) == 1 and seen(mock, ANSWER) == 0, "one attempt"
-    attempts = trail(gw, asked)
-    assert [a["outcome"] for a in attempts] == ["ok"]
-    assert "terminator" in attempts[0].get("note", ""), attempts[0]
-    assert gw.health_of(f"{route}:{primary_of(dialect)}")["status"] == "available"
-    assert asked.seconds < QUICK
-
-
-@pytest.mark.parametrize("dialect,stream", VARIANTS, ids=VARIANT_IDS)
-def test_a_missing_terminator_is_noted_in_the_trail(gw, mock, dialect, stream):
-    asked = ask(gw, dialect, route_of("noterm", dialect), stream)
+def test_a_missing_terminator_is_noted_in_the_trail(gw, mock, dialect, stream, fault):
+    asked = ask(gw, dialect, route_of(fault, dialect), stream)
     asked.whole()
     note = trail(gw, asked)[0].get("note", "")
     assert "terminator" in note, f"the trail does not say the stream ended without its terminator: {note!r}"
