@@ -232,8 +232,10 @@ const RELEASE_BACKGROUND: std::time::Duration = std::time::Duration::from_secs(1
 /// the pool: a body dropped before its end closes its connection, and the next call pays a
 /// new TCP (and TLS) handshake. The end is awaited for at most [`RELEASE_INLINE`], then read
 /// in the background for at most [`RELEASE_BACKGROUND`]; a body that still has not ended is
-/// dropped (its connection closed). Only a stream that ended cleanly is released: a caller
-/// that goes away mid-stream drops the body, which closes the upstream call at once.
+/// dropped (its connection closed). Only a stream read to its last item is released (the end
+/// of its answer, or the error that ended it, after which a provider's error event may still
+/// leave the connection reusable): a caller that goes away mid-stream drops the body, which
+/// closes the upstream call at once.
 ///
 /// Most bodies end in bytes already read, and then the first look finds the end: an HTTP/1
 /// body's read drives its connection, which decodes what it holds, and the inline timer
