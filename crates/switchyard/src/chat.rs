@@ -969,6 +969,11 @@ impl ChatChunk {
         }
     }
 
+    /// Whether any choice of this chunk finished (with its reason).
+    pub fn finishes(&self) -> bool {
+        self.choices.iter().any(|choice| choice.finish_reason.is_some())
+    }
+
     /// Whether this chunk carries content (text, a model's refusal or reasoning, a thinking
     /// block, a tool call): the upstream is answering, and the stream's first-byte wait is
     /// over. Reasoning counts: a model that thinks for a minute is answering. Whether the

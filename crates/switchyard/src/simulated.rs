@@ -65,6 +65,9 @@ pub enum Step {
     /// Streams: send the whole answer, its finish and usage, then break (a transport error)
     /// before the terminator.
     CutAfterFinish,
+    /// Streams: an answer without content (its role, then its finish and usage), then silence
+    /// with the stream held open.
+    EmptyThenStall,
     /// Send this many content chunks, then end with `finish_reason: content_filter` (the
     /// provider's filter cut the answer midway).
     FilterAfter(usize),
@@ -362,6 +365,7 @@ impl SimulatedProvider {
             Step::CutAfter(k) => (*k, Ending::Cut),
             Step::StallAfter(k) => (*k, Ending::Stall),
             Step::StallAfterFinish | Step::CutAfterFinish => (usize::MAX, Ending::Normal),
+            Step::EmptyThenStall => (0, Ending::Normal),
             Step::ContentFilter => (0, Ending::Filtered),
             Step::FilterAfter(k) => (*k, Ending::Filtered),
             _ => (usize::MAX, Ending::Normal),
@@ -385,7 +389,7 @@ impl SimulatedProvider {
         };
         items.push(last);
         match step {
-            Step::StallAfterFinish => items.push((gap, None)),
+            Step::StallAfterFinish | Step::EmptyThenStall => items.push((gap, None)),
             Step::CutAfterFinish => items.push((gap, Some(Err(typical_error(ErrorKind::Transport))))),
             _ => {}
         }

@@ -27,7 +27,7 @@ pub(super) async fn assembled(
             match stream.next().await {
                 Some(item) => {
                     let chunk = item?;
-                    let alive = chunk.has_content() || chunk.is_content_filtered();
+                    let alive = chunk.has_content() || chunk.is_content_filtered() || chunk.finishes();
                     assembly.push(chunk);
                     if alive {
                         return Ok(Some(stream));

@@ -102,9 +102,10 @@ impl Exchange for StreamExchange<'_> {
 /// Opens the stream and reads it up to the first chunk the caller is shown.
 ///
 /// Two moments matter, and they can differ. The upstream shows life with its first content,
-/// reasoning included: that ends the `first_byte` wait, so a model that thinks for minutes is
-/// never failed over for slowness. The stream commits with the first chunk the caller will be
-/// shown ([`ChatChunk::shows_content`]): until then the router may still retry or fall back
+/// reasoning included, or its finish (an empty answer is an answer): that ends the
+/// `first_byte` wait, so a model that thinks for minutes is never failed over for slowness.
+/// The stream commits with the first chunk the caller will be shown
+/// ([`ChatChunk::shows_content`]) or a finish: until then the router may still retry or fall back
 /// without the caller seeing a restart. Between the two (reasoning an Anthropic caller is not
 /// shown) chunks are held, each within the `idle` limit, less the reasoning itself, and for the
 /// `first_byte` limit at most: then the stream commits, so that the caller hears from it.
@@ -118,8 +119,9 @@ pub(crate) async fn prefetch(
     let first = async {
         let mut stream = provider.chat_stream(call, request).await?;
         let mut buffer = VecDeque::new();
-        let alive =
-            read_until(&mut stream, &mut buffer, |c| c.has_content() || c.is_content_filtered()).await?;
+        // A finish is an answer too, if an empty one.
+        let answered = |c: &ChatChunk| c.has_content() || c.is_content_filtered() || c.finishes();
+        let alive = read_until(&mut stream, &mut buffer, answered).await?;
         Ok::<_, ProviderError>((stream, buffer, alive))
     };
     // At equal limits the first-byte timer, polled first, names the wait.
@@ -142,7 +144,7 @@ pub(crate) async fn prefetch(
     let mut chunk = buffer.pop_back().expect("the chunk that showed life");
     loop {
         let (shown, filtered) = (chunk.shows_content(reasoning), chunk.is_content_filtered());
-        if shown || filtered {
+        if shown || filtered || chunk.finishes() {
             buffer.push_back(chunk);
             let filtered = filtered && !shown;
             return Ok(Prefetched {

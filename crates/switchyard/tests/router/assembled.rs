@@ -89,6 +89,19 @@ async fn a_whole_request_whose_stream_is_held_open_or_cut_after_its_finish_is_an
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_empty_whole_answer_held_open_after_its_finish_is_the_answer_not_a_silence() {
+    let empty = remote().script([Step::EmptyThenStall]);
+    let backup = remote();
+    let route = Route::builder("default").target("a:m").target("b:m").timeouts(limits(5, 30));
+    let router = router(&[("a", &empty), ("b", &backup)], route);
+    let start = Instant::now();
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!(answer.served_by.to_string(), "a:m");
+    assert_eq!(answer.response.choices[0].finish_reason, Some(switchyard::chat::FinishReason::Stop));
+    assert_eq!((start.elapsed(), backup.calls()), (switchyard::AFTER_FINISH, 0));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_route_that_does_not_stream_upstream_asks_for_the_whole_answer() {
     let slow = remote().latency(Latency::Fixed(Duration::from_secs(10)));
     let route = Route::builder("default").target("p:m").timeouts(limits(5, 5)).stream_upstream(false);

@@ -187,6 +187,23 @@ async fn a_whole_answer_is_not_failed_by_a_break_or_the_total_limit_before_its_t
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_empty_answer_held_open_after_its_finish_is_the_answer_not_a_silence() {
+    // No content, only a finish, then the stream held open: the answer came (an empty one), so
+    // neither the 5 s first-byte wait fails it over nor is the backup asked.
+    let empty = SimulatedProvider::new().script([Step::EmptyThenStall]);
+    let backup = SimulatedProvider::new();
+    let timeouts = Timeouts { first_byte: Duration::from_secs(5), ..Timeouts::default() };
+    let route = Route::builder("default").target("a:m").target("b:m").timeouts(timeouts);
+    let router = router(&[("a", &empty), ("b", &backup)], route);
+    let start = Instant::now();
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let (text, error) = collect(&mut stream).await;
+    assert!(error.is_none() && text.is_empty(), "{error:?} {text:?}");
+    assert_eq!(start.elapsed(), switchyard::AFTER_FINISH);
+    assert_eq!((backup.calls(), stream.served_by().to_string()), (0, "a:m".to_owned()));
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_idle_limit_runs_from_the_last_chunk() {
     // Chunks 3 s apart under a 5 s idle limit: the stream outlives the limit many times over,
     // and the stall after its fourth chunk is cut 5 s after that chunk, not before.
