@@ -493,7 +493,7 @@ async fn streamed_text_split_at_awkward_places_arrives_whole_with_one_finish() {
 }
 
 #[tokio::test]
-async fn the_stream_reads_on_past_a_finish_until_every_candidate_finished_and_the_usage_came() {
+async fn the_stream_reads_on_past_a_finish_until_every_candidate_finished_and_the_answer_was_counted() {
     // The stream ends at the finish without waiting on the body only when nothing is left to
     // say: here the finish comes without usage and the usage in an event of its own, and of two
     // candidates the second finishes after the first.
@@ -513,6 +513,14 @@ async fn the_stream_reads_on_past_a_finish_until_every_candidate_finished_and_th
         Some(Usage { prompt_tokens: 9, completion_tokens: 5, total_tokens: 14, ..Usage::default() }),
         "the usage after the finish is read"
     );
+
+    // A finish whose event counts only the prompt: the answer's count after it is read.
+    let body = sse(&[
+        stream_event(json!([{ "text": "Hi" }]), Some("STOP"), early_usage()),
+        json!({ "usageMetadata": final_usage() }),
+    ]);
+    let chunks = ok_chunks(stream(&streaming(&body).await, &hello()).await.unwrap());
+    assert_eq!(chunks.last().unwrap().usage.map(|u| u.completion_tokens), Some(5), "the final count is read");
 
     let body = sse(&[two, json!({ "candidates": [last], "usageMetadata": final_usage() })]);
     let chunks = ok_chunks(stream(&streaming(&body).await, &hello()).await.unwrap());

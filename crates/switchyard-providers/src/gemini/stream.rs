@@ -1,9 +1,9 @@
 //! Gemini's `streamGenerateContent?alt=sse` events into canonical chunks. Each event is a
 //! whole `GenerateContentResponse`; Gemini sends no `[DONE]`, so the stream is complete only
 //! once a finish reason (or a prompt block) has arrived. It ends there, once every candidate
-//! finished and the usage came (Gemini's last event carries both), without waiting on the
-//! body's end, which is then read in the background so that the connection is kept; a body
-//! that ends after the finish ends it too.
+//! finished and the answer's token count came (Gemini's last event carries both; early events
+//! count the prompt only), without waiting on the body's end, which is then read in the
+//! background so that the connection is kept; a body that ends after the finish ends it too.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -49,7 +49,7 @@ pub(super) struct GeminiChunks<S> {
     /// The candidates seen and those finished, one bit per index; `None` once a candidate past
     /// the first 64 was seen (then the stream ends only with its body).
     candidates: Option<(u64, u64)>,
-    /// An event with a finish reason, or one after it, carried the usage.
+    /// An event with a finish reason, or one after it, carried the answer's token count.
     counted: bool,
     /// Nothing more is read: the body ended or the stream failed.
     done: bool,
@@ -128,6 +128,8 @@ impl<S> GeminiChunks<S> {
             self.model.clone_from(version);
         }
         let usage = answer.usage_metadata.as_ref().map(UsageMetadata::to_usage);
+        // Early events count the prompt only; the answer's own count comes with its end.
+        let final_count = answer.usage_metadata.as_ref().is_some_and(UsageMetadata::counts_the_answer);
         if !self.started {
             self.started = true;
             self.push_role_chunk(&answer.candidates, usage);
@@ -161,16 +163,16 @@ impl<S> GeminiChunks<S> {
         }
         if !finishes.is_empty() {
             self.finished = true;
-            self.counted |= usage.is_some();
+            self.counted |= final_count;
             let chunk = self.chunk(finishes, usage);
             self.ready.push_back(Ok(chunk));
         } else if answer.candidates.is_empty() && self.finished && usage.is_some() {
             // A usage-only event after the finish: pass the final count on.
-            self.counted = true;
+            self.counted |= final_count;
             let chunk = self.chunk(Vec::new(), usage);
             self.ready.push_back(Ok(chunk));
         }
-        // Every candidate finished and the usage came: the answer is whole.
+        // Every candidate finished and the answer was counted: the answer is whole.
         let whole = self.candidates.is_some_and(|(seen, finished)| seen != 0 && seen == finished);
         self.done |= self.counted && whole;
     }

@@ -115,6 +115,12 @@ pub(super) struct UsageMetadata {
 }
 
 impl UsageMetadata {
+    /// Whether this counts the answer's tokens (text or thoughts), which early stream events,
+    /// counting the prompt only, do not.
+    pub(super) fn counts_the_answer(&self) -> bool {
+        self.candidates_token_count > 0 || self.thoughts_token_count > 0
+    }
+
     /// Thinking counts as completion, as OpenAI counts reasoning tokens.
     pub(super) fn to_usage(&self) -> Usage {
         let prompt = self.prompt_token_count.saturating_add(self.tool_use_prompt_token_count);
