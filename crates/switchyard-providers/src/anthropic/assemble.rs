@@ -60,6 +60,11 @@ pub fn answer_of_frames(frames: &[Bytes]) -> Option<Bytes> {
 fn message_delta<'a>(message: &mut Object<'a>, mut event: Object<'a>) {
     if let Some(delta) = event.remove("delta").and_then(Part::into_object) {
         for (name, value) in delta.into_members() {
+            // A null does not undo what an earlier delta said (a later one repeating only
+            // the usage, with `stop_reason: null`).
+            if value.is_null() && message.get(&name).is_some_and(|so_far| !so_far.is_null()) {
+                continue;
+            }
             message.insert(name, value);
         }
     }
@@ -186,7 +191,12 @@ mod tests {
             frame("ping", json!({"type": "ping"})),
             frame(
                 "message_delta",
-                json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 30, "input_tokens": null}}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 29, "input_tokens": null}}),
+            ),
+            // A later delta with only a count: its null stop reason does not undo the first's.
+            frame(
+                "message_delta",
+                json!({"type": "message_delta", "delta": {"stop_reason": null}, "usage": {"output_tokens": 30}}),
             ),
             frame("message_stop", json!({"type": "message_stop"})),
         ];

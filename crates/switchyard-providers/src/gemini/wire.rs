@@ -115,10 +115,10 @@ pub(super) struct UsageMetadata {
 }
 
 impl UsageMetadata {
-    /// Whether this counts the answer's tokens (text or thoughts), which early stream events,
-    /// counting the prompt only, do not.
+    /// Whether this counts the answer's tokens, which early stream events, counting the prompt
+    /// (and a thinking model's thoughts so far) only, do not.
     pub(super) fn counts_the_answer(&self) -> bool {
-        self.candidates_token_count > 0 || self.thoughts_token_count > 0
+        self.candidates_token_count > 0
     }
 
     /// Thinking counts as completion, as OpenAI counts reasoning tokens.
