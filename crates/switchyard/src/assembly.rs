@@ -96,6 +96,14 @@ impl Assembly {
         self.response.choices.is_empty()
     }
 
+    /// Whether any choice has something to show: text, a refusal, reasoning or a tool call.
+    pub fn has_content(&self) -> bool {
+        self.response.choices.iter().any(|choice| {
+            let message = &choice.message;
+            message.content.is_some() || !message.tool_calls.is_empty() || !message.extra.is_empty()
+        })
+    }
+
     /// Whether every choice begun has finished: the answer is whole.
     pub fn is_whole(&self) -> bool {
         let choices = &self.response.choices;

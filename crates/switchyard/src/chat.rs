@@ -937,6 +937,9 @@ pub enum StreamNotice {
     /// The stream ended after its finish without its terminator (`data: [DONE]`,
     /// `message_stop`): the answer is whole all the same.
     Unterminated,
+    /// The stream broke after its finish, before its terminator: the answer is whole all the
+    /// same; what broke it (scrubbed).
+    BrokenAfterFinish(String),
     /// An event that could not be read was skipped; what was wrong with it (scrubbed).
     Skipped(String),
 }

@@ -68,6 +68,8 @@ pub enum Step {
     /// Streams: an answer without content (its role, then its finish and usage), then silence
     /// with the stream held open.
     EmptyThenStall,
+    /// Streams: an answer without content, then a break (a transport error).
+    EmptyThenCut,
     /// Send this many content chunks, then end with `finish_reason: content_filter` (the
     /// provider's filter cut the answer midway).
     FilterAfter(usize),
@@ -365,7 +367,7 @@ impl SimulatedProvider {
             Step::CutAfter(k) => (*k, Ending::Cut),
             Step::StallAfter(k) => (*k, Ending::Stall),
             Step::StallAfterFinish | Step::CutAfterFinish => (usize::MAX, Ending::Normal),
-            Step::EmptyThenStall => (0, Ending::Normal),
+            Step::EmptyThenStall | Step::EmptyThenCut => (0, Ending::Normal),
             Step::ContentFilter => (0, Ending::Filtered),
             Step::FilterAfter(k) => (*k, Ending::Filtered),
             _ => (usize::MAX, Ending::Normal),
@@ -390,7 +392,9 @@ impl SimulatedProvider {
         items.push(last);
         match step {
             Step::StallAfterFinish | Step::EmptyThenStall => items.push((gap, None)),
-            Step::CutAfterFinish => items.push((gap, Some(Err(typical_error(ErrorKind::Transport))))),
+            Step::CutAfterFinish | Step::EmptyThenCut => {
+                items.push((gap, Some(Err(typical_error(ErrorKind::Transport)))));
+            }
             _ => {}
         }
         items

@@ -242,6 +242,12 @@ impl Attempt {
             crate::chat::StreamNotice::Unterminated => {
                 Trail::add_note(self, "the stream ended after its finish without its terminator");
             }
+            crate::chat::StreamNotice::BrokenAfterFinish(detail) => {
+                Trail::add_note(
+                    self,
+                    &format!("the stream broke after its finish, before its terminator: {detail}"),
+                );
+            }
             crate::chat::StreamNotice::Skipped(detail) => {
                 self.skipped_events += 1;
                 Trail::add_note(self, &format!("an unreadable event was skipped: {detail}"));

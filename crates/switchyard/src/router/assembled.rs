@@ -65,8 +65,14 @@ async fn read_to_end(
         match tokio::time::timeout(limit, stream.next()).await {
             Ok(Some(Ok(chunk))) => assembly.push(chunk),
             Ok(None) => return Ok(()),
-            Ok(Some(Err(_))) | Err(_) if whole => {
+            Err(_) if whole => {
                 assembly.push(ChatChunk { notice: Some(StreamNotice::Unterminated), ..ChatChunk::default() });
+                return Ok(());
+            }
+            // An empty answer that then broke is no answer to keep: it is asked again.
+            Ok(Some(Err(error))) if whole && assembly.has_content() => {
+                let notice = StreamNotice::BrokenAfterFinish(error.detail().to_owned());
+                assembly.push(ChatChunk { notice: Some(notice), ..ChatChunk::default() });
                 return Ok(());
             }
             Ok(Some(Err(error))) => return Err(error),

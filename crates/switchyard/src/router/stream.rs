@@ -116,23 +116,7 @@ pub(crate) async fn prefetch(
     answering: &AtomicBool,
 ) -> Result<Prefetched, ProviderError> {
     let timeouts = call.timeouts;
-    let first = async {
-        let mut stream = provider.chat_stream(call, request).await?;
-        let mut buffer = VecDeque::new();
-        // A finish is an answer too, if an empty one.
-        let answered = |c: &ChatChunk| c.has_content() || c.is_content_filtered() || c.finishes();
-        let alive = read_until(&mut stream, &mut buffer, answered).await?;
-        Ok::<_, ProviderError>((stream, buffer, alive))
-    };
-    // At equal limits the first-byte timer, polled first, names the wait.
-    let (mut stream, mut buffer, alive) = if timeouts.first_byte <= timeouts.total {
-        let limit = timeouts.first_byte;
-        tokio::time::timeout(limit, first).await.map_err(|_| {
-            ProviderError::silence(format!("no answer within the first_byte timeout of {limit:?}"))
-        })??
-    } else {
-        first.await?
-    };
+    let (mut stream, mut buffer, alive) = first_life(provider, call, request).await?;
     if !alive {
         return Ok(Prefetched { buffer, rest: None, filtered: false, alive_since: None });
     }
@@ -144,7 +128,16 @@ pub(crate) async fn prefetch(
     let mut chunk = buffer.pop_back().expect("the chunk that showed life");
     loop {
         let (shown, filtered) = (chunk.shows_content(reasoning), chunk.is_content_filtered());
-        if shown || filtered || chunk.finishes() {
+        if !shown && !filtered && chunk.finishes() {
+            buffer.push_back(chunk);
+            if let Some(next) = after_empty(&mut stream, &mut buffer, timeouts.idle).await? {
+                chunk = next;
+                continue;
+            }
+            let alive_since = held.then_some(alive_since);
+            return Ok(Prefetched { buffer, rest: None, filtered: false, alive_since });
+        }
+        if shown || filtered {
             buffer.push_back(chunk);
             let filtered = filtered && !shown;
             return Ok(Prefetched {
@@ -182,6 +175,53 @@ pub(crate) async fn prefetch(
                     alive_since: held.then_some(alive_since),
                 });
             }
+        }
+    }
+}
+
+/// Opens the stream and reads it up to the first chunk that shows life (content, a content
+/// filter's stop, or a finish: an empty answer is an answer), within the `first_byte` limit;
+/// whether one came (not: the stream ended first).
+async fn first_life(
+    provider: &dyn Provider,
+    call: Call<'_>,
+    request: &ChatRequest,
+) -> Result<(ChunkStream, VecDeque<ChatChunk>, bool), ProviderError> {
+    let timeouts = *call.timeouts;
+    let first = async {
+        let mut stream = provider.chat_stream(call, request).await?;
+        let mut buffer = VecDeque::new();
+        let answered = |c: &ChatChunk| c.has_content() || c.is_content_filtered() || c.finishes();
+        let alive = read_until(&mut stream, &mut buffer, answered).await?;
+        Ok::<_, ProviderError>((stream, buffer, alive))
+    };
+    // At equal limits the first-byte timer, polled first, names the wait.
+    if timeouts.first_byte <= timeouts.total {
+        let limit = timeouts.first_byte;
+        tokio::time::timeout(limit, first).await.map_err(|_| {
+            ProviderError::silence(format!("no answer within the first_byte timeout of {limit:?}"))
+        })?
+    } else {
+        first.await
+    }
+}
+
+/// Reads what follows an answer's finish that came without content: the next chunk (the
+/// usage, say), or `None` once the stream ended or went quiet for
+/// [`AFTER_FINISH`](super::AFTER_FINISH) (the empty answer stands; gone quiet, its terminator
+/// missing, which `buffer` is told); the error it broke with if it broke (an empty answer that
+/// broke is asked again, not kept).
+async fn after_empty(
+    stream: &mut ChunkStream,
+    buffer: &mut VecDeque<ChatChunk>,
+    idle: Duration,
+) -> Result<Option<ChatChunk>, ProviderError> {
+    match tokio::time::timeout(idle.min(super::AFTER_FINISH), stream.next()).await {
+        Ok(Some(next)) => next.map(Some),
+        Ok(None) => Ok(None),
+        Err(_) => {
+            buffer.push_back(ChatChunk { notice: Some(StreamNotice::Unterminated), ..ChatChunk::default() });
+            Ok(None)
         }
     }
 }
@@ -652,7 +692,11 @@ impl RoutedStream {
                 this.deliver(chunk)
             }
             // The answer is whole: a break before its terminator costs it nothing.
-            Poll::Ready(Some(Err(_))) if this.is_whole() => this.end_whole(),
+            Poll::Ready(Some(Err(error))) if this.is_whole() => {
+                this.notice(StreamNotice::BrokenAfterFinish(error.detail().to_owned()));
+                this.finish();
+                Poll::Ready(None)
+            }
             Poll::Ready(Some(Err(error))) => this.fail(error, cx),
             Poll::Ready(None) => {
                 this.finish();

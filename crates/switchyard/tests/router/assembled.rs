@@ -71,9 +71,11 @@ async fn a_whole_request_whose_stream_breaks_or_stalls_is_retried_whole() {
 async fn a_whole_request_whose_stream_is_held_open_or_cut_after_its_finish_is_answered() {
     // Held open after the finish: answered a second later, not at the 30 s idle limit; cut
     // after it: answered at once, not retried.
-    for (step, ends_at) in
-        [(Step::StallAfterFinish, switchyard::AFTER_FINISH), (Step::CutAfterFinish, Duration::ZERO)]
-    {
+    let cases = [
+        (Step::StallAfterFinish, switchyard::AFTER_FINISH, "without its terminator"),
+        (Step::CutAfterFinish, Duration::ZERO, "broke after its finish, before its terminator: simulated"),
+    ];
+    for (step, ends_at, said) in cases {
         let held = remote().script([step.clone()]);
         let route = Route::builder("default").target("p:m").retry(quick_retry(2)).timeouts(limits(5, 30));
         let router = router(&[("p", &held)], route);
@@ -84,7 +86,7 @@ async fn a_whole_request_whose_stream_is_held_open_or_cut_after_its_finish_is_an
         assert_eq!(start.elapsed(), ends_at, "{step:?}");
         assert_eq!((held.calls(), answer.trail.outcomes()), (1, vec![Outcome::Ok]), "{step:?}");
         let note = answer.trail.attempts()[0].note.clone().unwrap_or_default();
-        assert!(note.contains("without its terminator"), "{step:?}: {note}");
+        assert!(note.contains(said), "{step:?}: {note}");
     }
 }
 
@@ -99,6 +101,16 @@ async fn an_empty_whole_answer_held_open_after_its_finish_is_the_answer_not_a_si
     assert_eq!(answer.served_by.to_string(), "a:m");
     assert_eq!(answer.response.choices[0].finish_reason, Some(switchyard::chat::FinishReason::Stop));
     assert_eq!((start.elapsed(), backup.calls()), (switchyard::AFTER_FINISH, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_empty_whole_answer_that_then_breaks_is_asked_again() {
+    let flaky = remote().script([Step::EmptyThenCut]);
+    let route = Route::builder("default").target("p:m").retry(quick_retry(2)).timeouts(limits(5, 30));
+    let router = router(&[("p", &flaky)], route);
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!(answer.response.text().as_deref(), Some("a whole answer in pieces"));
+    assert_eq!((flaky.calls(), answer.trail.outcomes()), (2, vec![Outcome::Retried, Outcome::Ok]));
 }
 
 #[tokio::test(start_paused = true)]

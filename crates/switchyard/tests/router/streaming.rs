@@ -167,7 +167,8 @@ async fn a_whole_answer_is_not_failed_by_a_break_or_the_total_limit_before_its_t
     let cut = SimulatedProvider::new().script([Step::CutAfterFinish]);
     let held = SimulatedProvider::new().stream(5, Duration::from_secs(2)).script([Step::StallAfterFinish]);
     let total = Duration::from_millis(8500);
-    for (provider, ends_at) in [(&cut, Duration::ZERO), (&held, total)] {
+    let cases = [(&cut, Duration::ZERO, "broke after its finish"), (&held, total, "without its terminator")];
+    for (provider, ends_at, note) in cases {
         let timeouts = Timeouts { idle: Duration::from_secs(30), total, ..Timeouts::default() };
         let router = router(&[("a", provider)], Route::builder("default").target("a:m").timeouts(timeouts));
         let start = Instant::now();
@@ -177,10 +178,7 @@ async fn a_whole_answer_is_not_failed_by_a_break_or_the_total_limit_before_its_t
         assert_eq!(start.elapsed(), ends_at);
         let attempt = &stream.trail().attempts()[0];
         assert_eq!(attempt.outcome, Outcome::Ok);
-        assert!(
-            attempt.note.as_deref().unwrap_or_default().contains("without its terminator"),
-            "{attempt:?}"
-        );
+        assert!(attempt.note.as_deref().unwrap_or_default().contains(note), "{attempt:?}");
         let statuses: Vec<_> = router.health().targets.iter().map(|t| t.status).collect();
         assert_eq!(statuses, [HealthStatus::Available]);
     }
@@ -201,6 +199,20 @@ async fn an_empty_answer_held_open_after_its_finish_is_the_answer_not_a_silence(
     assert!(error.is_none() && text.is_empty(), "{error:?} {text:?}");
     assert_eq!(start.elapsed(), switchyard::AFTER_FINISH);
     assert_eq!((backup.calls(), stream.served_by().to_string()), (0, "a:m".to_owned()));
+    let note = stream.trail().attempts()[0].note.clone().unwrap_or_default();
+    assert!(note.contains("without its terminator"), "{note}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_empty_answer_that_then_breaks_is_asked_again() {
+    let flaky = SimulatedProvider::new().script([Step::EmptyThenCut]);
+    let route = Route::builder("default").target("a:m").retry(quick_retry(2));
+    let router = router(&[("a", &flaky)], route);
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let (text, error) = collect(&mut stream).await;
+    assert!(error.is_none() && !text.is_empty(), "{error:?} {text:?}");
+    assert_eq!(flaky.calls(), 2);
+    assert_eq!(stream.trail().outcomes(), [Outcome::Retried, Outcome::Ok]);
 }
 
 #[tokio::test(start_paused = true)]
