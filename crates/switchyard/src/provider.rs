@@ -37,6 +37,9 @@ pub struct Call<'a> {
     /// The attempt's own span, when the request is traced: an HTTP adapter sends it as the
     /// `traceparent` header.
     pub trace: Option<crate::trace::TraceContext>,
+    /// When the attempt's limit runs out (its `total`, or its share of the request's
+    /// deadline), when the router set one: the call is cut then.
+    pub ends: Option<tokio::time::Instant>,
 }
 
 /// Receives what providers say about their allowance.

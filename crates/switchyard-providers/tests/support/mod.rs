@@ -291,6 +291,7 @@ impl Caller {
             rate_limits: sink,
             forward: &self.forward,
             trace: self.trace,
+            ends: None,
         }
     }
 }

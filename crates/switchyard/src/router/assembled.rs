@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use tokio::time::Instant;
 
 use crate::assembly::Assembly;
 use crate::chat::{ChatChunk, ChatRequest, ChatResponse, StreamNotice};
@@ -18,7 +19,7 @@ pub(super) async fn assembled(
     call: Call<'_>,
     request: &ChatRequest,
 ) -> Result<ChatResponse, ProviderError> {
-    let timeouts = *call.timeouts;
+    let (timeouts, ends) = (*call.timeouts, call.ends);
     let mut assembly = Assembly::default();
     // The first-byte wait covers the connection, the head and the first content.
     let first = async {
@@ -43,7 +44,7 @@ pub(super) async fn assembled(
         ProviderError::silence(format!("no answer within the first_byte timeout of {limit:?}"))
     })??;
     if let Some(mut stream) = stream {
-        read_to_end(&mut stream, &mut assembly, timeouts.idle).await?;
+        read_to_end(&mut stream, &mut assembly, timeouts.idle, ends).await?;
     }
     if assembly.is_empty() {
         return Err(ProviderError::new(ErrorKind::MalformedResponse, "the stream ended without an answer"));
@@ -52,16 +53,24 @@ pub(super) async fn assembled(
 }
 
 /// Reads the rest of `stream` into `assembly`, each chunk within `idle`; once every choice
-/// finished, within [`AFTER_FINISH`](super::AFTER_FINISH), after which a stream that said
-/// nothing more, or broke, is whole without its terminator.
+/// finished, within [`AFTER_FINISH`](super::AFTER_FINISH) and the attempt's end (`ends`),
+/// after which a stream that said nothing more, or broke, is whole without its terminator.
 async fn read_to_end(
     stream: &mut ChunkStream,
     assembly: &mut Assembly,
     idle: Duration,
+    ends: Option<Instant>,
 ) -> Result<(), ProviderError> {
     loop {
         let whole = assembly.is_whole();
-        let limit = if whole { idle.min(super::AFTER_FINISH) } else { idle };
+        let limit = match (whole, ends) {
+            // Up to the attempt's end exactly, which the attempt cuts at: ended whole, not cut.
+            (true, Some(ends)) => {
+                idle.min(super::AFTER_FINISH).min(ends.saturating_duration_since(Instant::now()))
+            }
+            (true, None) => idle.min(super::AFTER_FINISH),
+            (false, _) => idle,
+        };
         match tokio::time::timeout(limit, stream.next()).await {
             Ok(Some(Ok(chunk))) => assembly.push(chunk),
             Ok(None) => return Ok(()),

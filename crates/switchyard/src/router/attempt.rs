@@ -358,6 +358,9 @@ impl<'r, X: Exchange> Context<'r, X> {
             credential_id: who.credential_id(),
             dispatch: permit.and_then(|p| p.dispatch),
         });
+        // One instant for the cut and for the call to know it by: a call that ends itself at its
+        // limit (a whole answer held open) is not cut at the same moment first.
+        let ends = sent.checked_add(limits.remaining);
         let call = Call {
             model: who.model(),
             credential: who.credential(),
@@ -365,8 +368,12 @@ impl<'r, X: Exchange> Context<'r, X> {
             rate_limits: sink.as_ref().map(|s| s as &dyn RateLimitSink),
             forward: &self.options.forward_headers,
             trace: span,
+            ends,
         };
-        let called = tokio::time::timeout(limits.remaining, self.x.call(&*who.slot.provider, call)).await;
+        let called = match ends {
+            Some(ends) => tokio::time::timeout_at(ends, self.x.call(&*who.slot.provider, call)).await,
+            None => Ok(self.x.call(&*who.slot.provider, call).await),
+        };
         let (error, cut) = match called {
             Ok(Ok(output)) => return Ok(Reply { output, sent }),
             Ok(Err(error)) if error.is_silence() && limits.shared.is_some() => limits.share_spent(later),

@@ -91,6 +91,21 @@ async fn a_whole_request_whose_stream_is_held_open_or_cut_after_its_finish_is_an
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_whole_answer_held_open_up_to_the_attempts_limit_is_the_answer_not_a_silence() {
+    // The finish comes at 8 s, half a second before the attempt's 8.5 s limit; the stream is
+    // then held open: the answer is whole at the limit, not cut by it and asked again.
+    let held = remote().stream(5, Duration::from_secs(2)).script([Step::StallAfterFinish]);
+    let timeouts = Timeouts { total: Duration::from_millis(8500), ..limits(5, 30) };
+    let route = Route::builder("default").target("p:m").retry(quick_retry(2)).timeouts(timeouts);
+    let router = router(&[("p", &held)], route);
+    let start = Instant::now();
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!(answer.response.text().as_deref(), Some("a whole answer in pieces"));
+    assert_eq!((start.elapsed(), held.calls()), (Duration::from_millis(8500), 1));
+    assert_eq!(answer.trail.outcomes(), [Outcome::Ok]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_empty_whole_answer_held_open_after_its_finish_is_the_answer_not_a_silence() {
     let empty = remote().script([Step::EmptyThenStall]);
     let backup = remote();
