@@ -32,6 +32,8 @@ use crate::chat::{
 #[derive(Debug, Default)]
 pub struct Assembly {
     response: ChatResponse,
+    /// How many choices were asked for (`n`); 0 reads as 1.
+    asked: u64,
 }
 
 impl Assembly {
@@ -104,10 +106,19 @@ impl Assembly {
         })
     }
 
-    /// Whether every choice begun has finished: the answer is whole.
+    /// An assembly of an answer with `choices` choices (`n`): it is whole once that many
+    /// finished, not only those begun so far.
+    pub fn expecting(mut self, choices: u64) -> Self {
+        self.asked = choices;
+        self
+    }
+
+    /// Whether every choice asked for (at least one) has begun and finished: the answer is
+    /// whole.
     pub fn is_whole(&self) -> bool {
         let choices = &self.response.choices;
-        !choices.is_empty() && choices.iter().all(|choice| choice.finish_reason.is_some())
+        choices.len() as u64 >= self.asked.max(1)
+            && choices.iter().all(|choice| choice.finish_reason.is_some())
     }
 }
 
@@ -200,6 +211,22 @@ mod tests {
         assert_eq!(second.message.extra["refusal"], "No.");
         assert_eq!(answer.usage, Some(Usage::new(3, 4)));
         assert_eq!(answer.extra["system_fingerprint"], "fp_1");
+    }
+
+    #[test]
+    fn an_answer_is_whole_once_every_choice_asked_for_finished() {
+        let mut one = Assembly::default();
+        let mut two = Assembly::default().expecting(2);
+        assert!(!one.is_whole() && !two.is_whole(), "nothing yet");
+        for assembly in [&mut one, &mut two] {
+            assembly.push(chunk(0, json!({"content": "A"}), Some(FinishReason::Stop)));
+        }
+        assert!(one.is_whole());
+        assert!(!two.is_whole(), "choice 1 has not begun");
+        two.push(chunk(1, json!({"content": "B"}), None));
+        assert!(!two.is_whole());
+        two.push(chunk(1, json!({}), Some(FinishReason::Stop)));
+        assert!(two.is_whole());
     }
 
     #[test]

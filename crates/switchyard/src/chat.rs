@@ -154,6 +154,11 @@ impl ChatRequest {
         Self { model: model.into(), messages, ..Self::default() }
     }
 
+    /// How many choices the request asks for (`n`, 1 when it does not say).
+    pub fn choices_asked(&self) -> u64 {
+        self.extra.get("n").and_then(serde_json::Value::as_u64).unwrap_or(1).max(1)
+    }
+
     /// The most this request can cost in tokens, as pacing reserves it: the prompt's estimate
     /// plus `max_tokens`.
     pub fn estimated_tokens(&self) -> u32 {

@@ -20,7 +20,7 @@ pub(super) async fn assembled(
     request: &ChatRequest,
 ) -> Result<ChatResponse, ProviderError> {
     let (timeouts, ends) = (*call.timeouts, call.ends);
-    let mut assembly = Assembly::default();
+    let mut assembly = Assembly::default().expecting(request.choices_asked());
     // The first-byte wait covers the connection, the head and the first content.
     let first = async {
         let mut stream = provider.chat_stream(call, request).await?;

@@ -57,7 +57,7 @@ impl Resume {
             request.response_format,
             Some(ResponseFormat::JsonObject | ResponseFormat::JsonSchema { .. })
         );
-        let several = request.extra.get("n").and_then(serde_json::Value::as_u64).is_some_and(|n| n > 1);
+        let several = request.choices_asked() > 1;
         if !route.continuation() || options.first_target_only() || structured || several {
             return None;
         }

@@ -483,13 +483,12 @@ impl Router {
         let resume = Resume::for_request(&resolved.route, request, options);
         let served = self.run(&StreamExchange::new(request, options.reasoning), resolved, options).await?;
         // One choice only: a stream of several is not put back together.
-        let one_choice = request.extra.get("n").and_then(serde_json::Value::as_u64).is_none_or(|n| n <= 1);
         let keep = !options.no_cache
-            && one_choice
+            && request.choices_asked() == 1
             && matches!(served.via, Via::Target(_))
             && served.route.answer_caches().next().is_some();
         let router = StreamSettler::new(self.inner.clone(), served.route.clone());
-        let stream = RoutedStream::new(router, served, resume);
+        let stream = RoutedStream::new(router, served, resume).expecting(request.choices_asked());
         Ok(if keep {
             stream.keeping(Keeping::new(request.clone(), options.cache_scope.clone()))
         } else {

@@ -294,8 +294,9 @@ pub struct RoutedStream {
     trail: Trail,
     timing: Timing,
     usage: Option<Usage>,
-    /// The choices seen and those finished, one bit per index; `None` once a choice past the
-    /// first 64 was seen (then the stream is not taken as whole before its end).
+    /// The choices asked for or seen, and those finished, one bit per index; `None` once a
+    /// choice past the first 64 was asked for or seen (then the stream is not taken as whole
+    /// before its end).
     choices: Option<(u64, u64)>,
     done: bool,
     /// The answer being streamed, kept for the route's `cache` candidates when it ends well.
@@ -410,6 +411,15 @@ impl RoutedStream {
             continuing: None,
             splice: None,
         }
+    }
+
+    /// Takes the answer as whole only once all `choices` asked for have finished, not only
+    /// those begun so far.
+    pub(crate) fn expecting(mut self, choices: u64) -> Self {
+        let asked = u32::try_from(choices).ok().and_then(|n| 1u64.checked_shl(n)).map(|bit| bit - 1);
+        // 64 or more: not kept count of; the stream ends only with its body.
+        self.choices = asked.map(|asked| (asked, 0));
+        self
     }
 
     /// Keeps the answer for the route's `cache` candidates when the stream ends well.
