@@ -160,6 +160,44 @@ fn add_delta(message: &mut Message, delta: Delta) {
     }
 }
 
+/// Which choices of a streamed answer have begun and which have finished, by index: the answer
+/// is whole once every choice asked for ([`Finishes::expecting`]) and every one begun has
+/// finished. Only the first 64 indexes are counted; an answer of more, or a choice past them,
+/// is never whole before its stream ends. (A stream's readers and the router keep one each;
+/// [`Assembly::is_whole`] reads the same from the answer it holds.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Finishes(Option<(u64, u64)>);
+
+impl Default for Finishes {
+    fn default() -> Self {
+        Self(Some((0, 0)))
+    }
+}
+
+impl Finishes {
+    /// Expecting `choices` choices (`n`), whether they have begun or not.
+    pub fn expecting(choices: u64) -> Self {
+        let asked = u32::try_from(choices).ok().and_then(|n| 1u64.checked_shl(n)).map(|bit| bit - 1);
+        Self(asked.map(|asked| (asked, 0)))
+    }
+
+    /// Notes what `chunk` says of its choices.
+    pub fn see(&mut self, chunk: &ChatChunk) {
+        for choice in &chunk.choices {
+            let bit = 1u64.checked_shl(choice.index);
+            self.0 = self.0.zip(bit).map(|((seen, finished), bit)| match choice.finish_reason {
+                Some(_) => (seen | bit, finished | bit),
+                None => (seen | bit, finished),
+            });
+        }
+    }
+
+    /// Whether every choice expected or begun (at least one) has finished.
+    pub fn is_whole(&self) -> bool {
+        self.0.is_some_and(|(seen, finished)| seen != 0 && seen == finished)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -211,6 +249,39 @@ mod tests {
         assert_eq!(second.message.extra["refusal"], "No.");
         assert_eq!(answer.usage, Some(Usage::new(3, 4)));
         assert_eq!(answer.extra["system_fingerprint"], "fp_1");
+    }
+
+    #[test]
+    fn finishes_count_the_choices_asked_for_begun_and_finished() {
+        let finish = |index| ChatChunk {
+            choices: vec![ChunkChoice {
+                index,
+                finish_reason: Some(FinishReason::Stop),
+                ..ChunkChoice::default()
+            }],
+            ..ChatChunk::default()
+        };
+        let begin = |index| ChatChunk {
+            choices: vec![ChunkChoice { index, ..ChunkChoice::default() }],
+            ..ChatChunk::default()
+        };
+        let mut any = Finishes::default();
+        assert!(!any.is_whole(), "nothing begun");
+        any.see(&begin(1));
+        any.see(&finish(0));
+        assert!(!any.is_whole(), "choice 1 begun, not finished");
+        any.see(&finish(1));
+        assert!(any.is_whole());
+        let mut two = Finishes::expecting(2);
+        two.see(&finish(0));
+        assert!(!two.is_whole(), "choice 1 asked for, not begun");
+        two.see(&finish(1));
+        assert!(two.is_whole());
+        let mut past = Finishes::default();
+        past.see(&finish(64));
+        past.see(&finish(0));
+        assert!(!past.is_whole(), "a choice past the count is never whole");
+        assert!(!Finishes::expecting(65).is_whole());
     }
 
     #[test]

@@ -969,6 +969,11 @@ impl ChatChunk {
         }
     }
 
+    /// A chunk that only carries what its stream did short of failing (see [`StreamNotice`]).
+    pub fn notice(notice: StreamNotice) -> Self {
+        Self { notice: Some(notice), ..Self::default() }
+    }
+
     /// A chunk that only says why the answer ended.
     pub fn finish(reason: FinishReason) -> Self {
         Self {

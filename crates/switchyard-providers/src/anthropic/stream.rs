@@ -52,22 +52,13 @@ where
 
     fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<ChatChunk, ProviderError>>> {
         let decoder = &mut self.decoder;
-        if decoder.finished || self.failed {
-            return Poll::Ready(None);
-        }
-        loop {
+        while !decoder.finished && !self.failed {
             let failure = match ready!(self.events.poll_next_unpin(cx)) {
-                // The answer said why it stopped; only its `message_stop` is missing.
-                None if decoder.stop_reason.is_some() => {
+                // The answer said why it stopped (and its finish went out then); only its
+                // `message_stop` is missing.
+                None if decoder.told => {
                     decoder.finished = true;
-                    let chunk = match std::mem::replace(&mut decoder.told, true) {
-                        true => ChatChunk::default(),
-                        false => decoder.finish(),
-                    };
-                    return Poll::Ready(Some(Ok(ChatChunk {
-                        notice: Some(StreamNotice::Unterminated),
-                        ..chunk
-                    })));
+                    return Poll::Ready(Some(Ok(ChatChunk::notice(StreamNotice::Unterminated))));
                 }
                 None => ProviderError::new(ErrorKind::Transport, "stream ended before message_stop"),
                 Some(Err(error)) => error,
@@ -76,7 +67,6 @@ where
                     // frame, canonical or not.
                     let frame = decoder.pass_on.then(|| Verbatim::new(Dialect::Anthropic, event.to_frame()));
                     match (decoder.decode(event), frame) {
-                        (Ok(None), None) if decoder.finished => return Poll::Ready(None),
                         (Ok(None), None) => continue,
                         // A skipped event's frame is not passed on.
                         (Ok(Some(chunk)), _) if chunk.notice.is_some() => {
@@ -96,6 +86,7 @@ where
             self.failed = true;
             return Poll::Ready(Some(Err(failure)));
         }
+        Poll::Ready(None)
     }
 
     fn into_events(self) -> S {
@@ -189,7 +180,7 @@ impl Decoder {
             Err(error) if self.skipped < MAX_SKIPPED => {
                 self.skipped += 1;
                 let notice = StreamNotice::Skipped(error.detail().to_owned());
-                return Ok(Some(ChatChunk { notice: Some(notice), ..ChatChunk::default() }));
+                return Ok(Some(ChatChunk::notice(notice)));
             }
             Err(error) => return Err(error),
         };

@@ -12,6 +12,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures_core::Stream;
 use futures_util::StreamExt;
+use switchyard::assembly::Finishes;
 use switchyard::chat::{
     ChatChunk, ChunkChoice, Delta, Extra, FinishReason, FunctionCallDelta, Role, StreamNotice, ToolCallDelta,
     Usage,
@@ -46,9 +47,8 @@ pub(super) struct GeminiChunks<S> {
     /// A finish reason (or a prompt block) was seen: the answer is complete, and the body may
     /// end.
     finished: bool,
-    /// The candidates seen and those finished, one bit per index; `None` once a candidate past
-    /// the first 64 was seen (then the stream ends only with its body).
-    candidates: Option<(u64, u64)>,
+    /// The candidates begun and those finished.
+    candidates: Finishes,
     /// An event with a finish reason, or one after it, carried the answer's token count.
     counted: bool,
     /// Nothing more is read: the body ended or the stream failed.
@@ -77,7 +77,7 @@ impl<S> GeminiChunks<S> {
             id: String::new(),
             started: false,
             finished: false,
-            candidates: Some((0, 0)),
+            candidates: Finishes::default(),
             counted: false,
             done: false,
             tool_calls_per_choice: Vec::new(),
@@ -116,7 +116,7 @@ impl<S> GeminiChunks<S> {
             Err(failure) if failure.kind() == ErrorKind::MalformedResponse && self.skipped < MAX_SKIPPED => {
                 self.skipped += 1;
                 let notice = StreamNotice::Skipped(failure.detail().to_owned());
-                self.ready.push_back(Ok(ChatChunk { notice: Some(notice), ..ChatChunk::default() }));
+                self.ready.push_back(Ok(ChatChunk::notice(notice)));
                 return;
             }
             Err(failure) => return self.fail(failure),
@@ -147,24 +147,20 @@ impl<S> GeminiChunks<S> {
         let mut content = Vec::new();
         let mut finishes = Vec::new();
         for candidate in &answer.candidates {
-            let bit = 1u64.checked_shl(candidate.index.unwrap_or(0));
-            self.candidates =
-                self.candidates.zip(bit).map(|((seen, finished), bit)| match candidate.finish_reason {
-                    Some(_) => (seen | bit, finished | bit),
-                    None => (seen | bit, finished),
-                });
             let (delta, finish) = self.on_candidate(candidate);
             content.extend(delta);
             finishes.extend(finish);
         }
         if !content.is_empty() {
             let chunk = self.chunk(content, None);
+            self.candidates.see(&chunk);
             self.ready.push_back(Ok(chunk));
         }
         if !finishes.is_empty() {
             self.finished = true;
             self.counted |= final_count;
             let chunk = self.chunk(finishes, usage);
+            self.candidates.see(&chunk);
             self.ready.push_back(Ok(chunk));
         } else if answer.candidates.is_empty() && self.finished && usage.is_some() {
             // A usage-only event after the finish: pass the final count on.
@@ -173,8 +169,7 @@ impl<S> GeminiChunks<S> {
             self.ready.push_back(Ok(chunk));
         }
         // Every candidate finished and the answer was counted: the answer is whole.
-        let whole = self.candidates.is_some_and(|(seen, finished)| seen != 0 && seen == finished);
-        self.done |= self.counted && whole;
+        self.done |= self.counted && self.candidates.is_whole();
     }
 
     /// The answer one event holds. An event that is not the JSON expected, or that carries an
@@ -225,6 +220,7 @@ impl<S> GeminiChunks<S> {
             })
             .collect();
         let role = self.chunk(choices, usage);
+        self.candidates.see(&role);
         self.ready.push_back(Ok(role));
     }
 

@@ -14,6 +14,7 @@ use futures_util::{StreamExt, stream};
 use memchr::memmem;
 use serde::Deserialize;
 use serde_json::Value;
+use switchyard::assembly::Finishes;
 use switchyard::chat::{
     ChatChunk, ChatResponse, ChunkChoice, Delta, Dialect, Extra, FinishReason, FunctionCallDelta, Role,
     StreamNotice, ToolCallDelta, Verbatim,
@@ -35,8 +36,14 @@ pub(super) fn chunks(
 ) -> ChunkStream {
     // Body errors name no URL, so nothing in a query string reaches an error text.
     let body = crate::http::body_stream(response);
-    let reader =
-        Reader { events: SseStream::new(body), key, ended: false, pass_on, choices: (0, 0), skipped: 0 };
+    let reader = Reader {
+        events: SseStream::new(body),
+        key,
+        ended: false,
+        pass_on,
+        choices: Finishes::default(),
+        skipped: 0,
+    };
     crate::sse::read_chunks(reader)
 }
 
@@ -67,9 +74,9 @@ struct Reader {
     ended: bool,
     /// Set when the request went out verbatim: chunks carry their frames.
     pass_on: Option<PassOn>,
-    /// The choices seen and those finished, one bit per index (the first 64): a body that
-    /// ends without `[DONE]` once every choice seen has finished is whole.
-    choices: (u64, u64),
+    /// The choices begun and those finished: a body that ends without `[DONE]` once every
+    /// choice begun has finished is whole.
+    choices: Finishes,
     /// Events skipped as unreadable so far.
     skipped: u32,
 }
@@ -111,25 +118,16 @@ impl ReadChunks for Reader {
                     (step, _) => step,
                 },
                 Some(Err(error)) => Step::Fail(error),
-                None if self.choices.0 != 0 && self.choices.0 == self.choices.1 => {
+                None if self.choices.is_whole() => {
                     // The answer finished; only its terminator is missing.
                     self.ended = true;
-                    return Poll::Ready(Some(Ok(ChatChunk {
-                        notice: Some(StreamNotice::Unterminated),
-                        ..ChatChunk::default()
-                    })));
+                    return Poll::Ready(Some(Ok(ChatChunk::notice(StreamNotice::Unterminated))));
                 }
                 None => Step::Fail(self.cut_off()),
             };
             match step {
                 Step::Chunk(chunk) => {
-                    for choice in &chunk.choices {
-                        let bit = 1u64.checked_shl(choice.index).unwrap_or(0);
-                        self.choices.0 |= bit;
-                        if choice.finish_reason.is_some() {
-                            self.choices.1 |= bit;
-                        }
-                    }
+                    self.choices.see(&chunk);
                     return Poll::Ready(Some(Ok(chunk)));
                 }
                 Step::Skip => {}
@@ -137,7 +135,7 @@ impl ReadChunks for Reader {
                 Step::Unreadable(error) if self.skipped < MAX_SKIPPED => {
                     self.skipped += 1;
                     let notice = StreamNotice::Skipped(error.detail().to_owned());
-                    return Poll::Ready(Some(Ok(ChatChunk { notice: Some(notice), ..ChatChunk::default() })));
+                    return Poll::Ready(Some(Ok(ChatChunk::notice(notice))));
                 }
                 Step::Fail(error) | Step::Unreadable(error) => {
                     self.ended = true;

@@ -75,13 +75,13 @@ async fn read_to_end(
             Ok(Some(Ok(chunk))) => assembly.push(chunk),
             Ok(None) => return Ok(()),
             Err(_) if whole => {
-                assembly.push(ChatChunk { notice: Some(StreamNotice::Unterminated), ..ChatChunk::default() });
+                assembly.push(ChatChunk::notice(StreamNotice::Unterminated));
                 return Ok(());
             }
             // An empty answer that then broke is no answer to keep: it is asked again.
             Ok(Some(Err(error))) if whole && assembly.has_content() => {
                 let notice = StreamNotice::BrokenAfterFinish(error.detail().to_owned());
-                assembly.push(ChatChunk { notice: Some(notice), ..ChatChunk::default() });
+                assembly.push(ChatChunk::notice(notice));
                 return Ok(());
             }
             Ok(Some(Err(error))) => return Err(error),

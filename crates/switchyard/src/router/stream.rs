@@ -16,6 +16,7 @@ use tokio::time::{Instant, Sleep};
 use super::continuation::{Continued, Resume, Splice, merge_trail};
 use super::exchange::{Exchange, Served};
 use super::settler::StreamSettler;
+use crate::assembly::Finishes;
 use crate::chat::{ChatChunk, ChatRequest, ChatResponse, Delta, ReasoningShown, StreamNotice, Usage};
 use crate::pacing::Permit;
 use crate::provider::{BoxFuture, Call, ChunkStream, Provider};
@@ -220,7 +221,7 @@ async fn after_empty(
         Ok(Some(next)) => next.map(Some),
         Ok(None) => Ok(None),
         Err(_) => {
-            buffer.push_back(ChatChunk { notice: Some(StreamNotice::Unterminated), ..ChatChunk::default() });
+            buffer.push_back(ChatChunk::notice(StreamNotice::Unterminated));
             Ok(None)
         }
     }
@@ -294,10 +295,8 @@ pub struct RoutedStream {
     trail: Trail,
     timing: Timing,
     usage: Option<Usage>,
-    /// The choices asked for or seen, and those finished, one bit per index; `None` once a
-    /// choice past the first 64 was asked for or seen (then the stream is not taken as whole
-    /// before its end).
-    choices: Option<(u64, u64)>,
+    /// The choices asked for or begun, and those finished.
+    choices: Finishes,
     done: bool,
     /// The answer being streamed, kept for the route's `cache` candidates when it ends well.
     keeping: Option<Box<Keeping>>,
@@ -404,7 +403,7 @@ impl RoutedStream {
             trail: served.trail,
             timing,
             usage: None,
-            choices: Some((0, 0)),
+            choices: Finishes::default(),
             done: false,
             keeping: None,
             resume,
@@ -416,9 +415,7 @@ impl RoutedStream {
     /// Takes the answer as whole only once all `choices` asked for have finished, not only
     /// those begun so far.
     pub(crate) fn expecting(mut self, choices: u64) -> Self {
-        let asked = u32::try_from(choices).ok().and_then(|n| 1u64.checked_shl(n)).map(|bit| bit - 1);
-        // 64 or more: not kept count of; the stream ends only with its body.
-        self.choices = asked.map(|asked| (asked, 0));
+        self.choices = Finishes::expecting(choices);
         self
     }
 
@@ -478,26 +475,14 @@ impl RoutedStream {
         if let Some(keeping) = self.keeping.as_mut() {
             keeping.add(&chunk);
         }
-        let was_whole = self.is_whole();
-        for choice in &chunk.choices {
-            let bit = 1u64.checked_shl(choice.index);
-            self.choices = self.choices.zip(bit).map(|((seen, finished), bit)| match choice.finish_reason {
-                Some(_) => (seen | bit, finished | bit),
-                None => (seen | bit, finished),
-            });
-        }
-        if !was_whole && self.is_whole() {
+        let was_whole = self.choices.is_whole();
+        self.choices.see(&chunk);
+        if !was_whole && self.choices.is_whole() {
             // Only the terminator (and the usage that may come before it) is left to wait for.
             let due = within(self.end, Instant::now(), self.wait_limit());
             self.timer.as_mut().reset(due);
         }
         Poll::Ready(Some(Ok(chunk)))
-    }
-
-    /// Whether every choice the stream began has finished: the answer is whole. A choice past
-    /// the first 64 is not kept count of, and leaves the stream never whole before its end.
-    fn is_whole(&self) -> bool {
-        self.choices.is_some_and(|(seen, finished)| seen != 0 && seen == finished)
     }
 
     /// Ends a whole answer whose terminator did not come (held open, cut, past its limit).
@@ -510,7 +495,7 @@ impl RoutedStream {
     /// How long the stream may go without a chunk: the `idle` limit, and once the answer is
     /// whole no more than [`AFTER_FINISH`](super::AFTER_FINISH).
     fn wait_limit(&self) -> Duration {
-        match self.is_whole() {
+        match self.choices.is_whole() {
             true => self.idle_limit.min(super::AFTER_FINISH),
             false => self.idle_limit,
         }
@@ -702,7 +687,7 @@ impl RoutedStream {
                 this.deliver(chunk)
             }
             // The answer is whole: a break before its terminator costs it nothing.
-            Poll::Ready(Some(Err(error))) if this.is_whole() => {
+            Poll::Ready(Some(Err(error))) if this.choices.is_whole() => {
                 this.notice(StreamNotice::BrokenAfterFinish(error.detail().to_owned()));
                 this.finish();
                 Poll::Ready(None)
@@ -723,7 +708,7 @@ impl RoutedStream {
                         this.timer.as_mut().reset(due);
                         continue;
                     }
-                    if this.is_whole() {
+                    if this.choices.is_whole() {
                         return this.end_whole();
                     }
                     let limit = this.idle_limit;
@@ -748,7 +733,7 @@ impl RoutedStream {
     /// Ends the stream at its total limit (the attempt's `total` timeout or the request's
     /// deadline, whichever came first).
     fn fail_total(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<ChatChunk, StreamError>>> {
-        if self.is_whole() {
+        if self.choices.is_whole() {
             return self.end_whole();
         }
         let name = self.total_name;

@@ -54,7 +54,7 @@ where
             let item = match ready!(self.frames.poll_next_unpin(cx)) {
                 None if decoder.stop_reason.is_some() => {
                     decoder.done = true;
-                    Ok(ChatChunk { notice: Some(StreamNotice::Unterminated), ..ChatChunk::default() })
+                    Ok(ChatChunk::notice(StreamNotice::Unterminated))
                 }
                 None => Err(ProviderError::new(ErrorKind::Transport, "stream ended before messageStop")),
                 Some(Err(error)) => Err(error),
