@@ -689,10 +689,8 @@ impl ResponsesStreamWriter {
 
     /// A provider's event, passed on; a response object in it is restamped.
     fn pass(&mut self, frame: &bytes::Bytes, out: &mut Vec<u8>) {
-        let text = std::str::from_utf8(frame).unwrap_or_default();
-        let data: Vec<&str> =
-            text.lines().filter_map(|line| line.strip_prefix("data:")).map(str::trim_start).collect();
-        let Ok(mut event) = serde_json::from_str::<Value>(&data.join("\n")) else {
+        let data = crate::pieces::data_of(frame).unwrap_or_default();
+        let Ok(mut event) = serde_json::from_str::<Value>(&data) else {
             self.native.get_or_insert(0);
             out.extend_from_slice(frame);
             return;

@@ -48,10 +48,8 @@ pub fn native_object(bytes: &[u8], meta: &Meta) -> Value {
 pub fn object_of_frames(frames: &[bytes::Bytes], meta: &Meta) -> Option<Value> {
     let mut whole = None;
     for frame in frames {
-        let Ok(text) = std::str::from_utf8(frame) else { continue };
-        let data: Vec<&str> =
-            text.lines().filter_map(|line| line.strip_prefix("data:")).map(str::trim_start).collect();
-        let Ok(mut event) = serde_json::from_str::<Value>(&data.join("\n")) else { continue };
+        let Some(data) = crate::pieces::data_of(frame) else { continue };
+        let Ok(mut event) = serde_json::from_str::<Value>(&data) else { continue };
         if matches!(event["type"].as_str(), Some("response.completed" | "response.incomplete")) {
             whole = Some(event["response"].take());
         }
