@@ -348,6 +348,39 @@ fn write_string(text: &str, out: &mut Vec<u8>) {
     let _ = serde_json::to_writer(&mut *out, text);
 }
 
+/// Merges a piece into what came before, member by member: a text member named in `joined`
+/// appended, arrays appended, objects merged, a null left out (it does not undo what came
+/// before), anything else replaced.
+pub(crate) fn merge<'a>(so_far: &mut Object<'a>, piece: Object<'a>, joined: &[&str]) {
+    for (name, value) in piece.into_members() {
+        let join = joined.contains(&name.as_ref());
+        let slot = so_far.entry(name);
+        match value.kind() {
+            Kind::Text if join => {
+                if let (Some(text), Some(piece)) = (slot.text_mut(), value.text()) {
+                    text.push_str(&piece);
+                    continue;
+                }
+            }
+            Kind::Items => {
+                if let Some(items) = slot.items_mut() {
+                    items.extend(value.into_items().into_iter().flatten());
+                    continue;
+                }
+            }
+            Kind::Object => {
+                if let Some(object) = slot.object_mut() {
+                    merge(object, value.into_object().unwrap_or_default(), joined);
+                    continue;
+                }
+            }
+            Kind::Null if !slot.is_null() => continue,
+            _ => {}
+        }
+        *slot = value;
+    }
+}
+
 /// The JSON of an SSE frame's `data:` lines (joined by newlines when there are several).
 pub(crate) fn data_of(frame: &[u8]) -> Option<Cow<'_, str>> {
     let text = std::str::from_utf8(frame).ok()?;
@@ -357,18 +390,12 @@ pub(crate) fn data_of(frame: &[u8]) -> Option<Cow<'_, str>> {
     {
         return Some(Cow::Borrowed(data));
     }
-    let mut lines = text.lines().filter_map(|line| line.strip_prefix("data:")).map(str::trim_start);
-    let first = lines.next()?;
-    match lines.next() {
-        None => Some(Cow::Borrowed(first)),
-        Some(second) => {
-            let mut data = [first, second].join("\n");
-            for line in lines {
-                data.push('\n');
-                data.push_str(line);
-            }
-            Some(Cow::Owned(data))
-        }
+    let lines: Vec<&str> =
+        text.lines().filter_map(|line| line.strip_prefix("data:")).map(str::trim_start).collect();
+    match lines.as_slice() {
+        [] => None,
+        [one] => Some(Cow::Borrowed(one)),
+        _ => Some(Cow::Owned(lines.join("\n"))),
     }
 }
 
@@ -378,10 +405,6 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-
-    fn raw(json: &str) -> &str {
-        json
-    }
 
     fn written(part: &Part<'_>) -> String {
         let mut out = Vec::new();
@@ -393,17 +416,24 @@ mod tests {
     fn strings_joined_and_the_rest_the_last_events_as_written() {
         let mut answer = Object::default();
         for event in [r#"{"text": "Hel", "n": 1.50}"#, r#"{"text": "lo.", "n": 2.50}"#] {
-            for (name, value) in read(event, &[]).unwrap().into_members() {
-                let more = value;
-                let slot = answer.entry(name);
-                if let (Some(so_far), Some(piece)) = (slot.text_mut(), more.text()) {
-                    so_far.push_str(&piece);
-                } else {
-                    *slot = more;
-                }
-            }
+            merge(&mut answer, read(event, &[]).unwrap(), &["text"]);
         }
         assert_eq!(written(&Part::Object(answer)), r#"{"text":"Hello.","n":2.50}"#);
+    }
+
+    #[test]
+    fn a_merge_appends_arrays_merges_objects_and_a_null_keeps_what_came() {
+        let mut answer = Object::default();
+        for event in [
+            r#"{"list": [1], "o": {"a": "x", "k": 1}, "s": "kept"}"#,
+            r#"{"list": [2], "o": {"k": 2, "z": null}, "s": null}"#,
+        ] {
+            merge(&mut answer, read(event, &[]).unwrap(), &[]);
+        }
+        assert_eq!(
+            written(&Part::Object(answer)),
+            r#"{"list":[1,2],"o":{"a":"x","k":2,"z":null},"s":"kept"}"#
+        );
     }
 
     #[test]
@@ -434,15 +464,15 @@ mod tests {
 
     #[test]
     fn opened_values_take_pieces_and_stay_valid_json() {
-        let mut text = Part::Raw(raw(r#""line\none ""#));
+        let mut text = Part::Raw(r#""line\none ""#);
         text.text_mut().unwrap().push_str("and \"two\"");
         assert_eq!(serde_json::from_str::<String>(&written(&text)).unwrap(), "line\none and \"two\"");
 
-        let mut list = Part::Raw(raw("[1, {\"x\": 2}]"));
-        list.items_mut().unwrap().push(Part::Raw(raw("\"three\"")));
+        let mut list = Part::Raw("[1, {\"x\": 2}]");
+        list.items_mut().unwrap().push(Part::Raw("\"three\""));
         assert_eq!(serde_json::from_str::<Value>(&written(&list)).unwrap(), json!([1, {"x": 2}, "three"]));
 
-        let mut object = Part::Raw(raw(r#"{"k": "v", "n": 1}"#));
+        let mut object = Part::Raw(r#"{"k": "v", "n": 1}"#);
         let opened = object.object_mut().unwrap();
         opened.insert(Cow::Borrowed("n"), Part::number(2));
         opened.insert(Cow::Borrowed("new\"name"), Part::Null);
@@ -451,11 +481,11 @@ mod tests {
 
     #[test]
     fn a_value_of_another_kind_is_not_opened() {
-        assert!(Part::Raw(raw("12")).text_mut().is_none());
-        assert!(Part::Raw(raw("\"s\"")).items_mut().is_none());
-        assert!(Part::Raw(raw("[1]")).object_mut().is_none());
-        assert!(Part::Raw(raw("null")).is_null());
-        assert_eq!(Part::Raw(raw("7")).as_u64(), Some(7));
+        assert!(Part::Raw("12").text_mut().is_none());
+        assert!(Part::Raw("\"s\"").items_mut().is_none());
+        assert!(Part::Raw("[1]").object_mut().is_none());
+        assert!(Part::Raw("null").is_null());
+        assert_eq!(Part::Raw("7").as_u64(), Some(7));
         assert!(read("[1]", &[]).is_none());
         assert!(read("[DONE]", &[]).is_none());
         assert!(read("{\"a\": 1} trailing", &[]).is_none());

@@ -56,31 +56,15 @@ pub fn answer_of_frames(frames: &[Bytes]) -> Option<Bytes> {
     Some(Bytes::from(out))
 }
 
-/// The stop reason, stop sequence and usage of a `message_delta`, onto the message.
+/// The stop reason, stop sequence and usage of a `message_delta`, onto the message: a null
+/// does not undo what came before (a count the delta leaves null keeps what `message_start`
+/// said; a later delta with only a count keeps the stop reason).
 fn message_delta<'a>(message: &mut Object<'a>, mut event: Object<'a>) {
     if let Some(delta) = event.remove("delta").and_then(Part::into_object) {
-        for (name, value) in delta.into_members() {
-            // A null does not undo what an earlier delta said (a later one repeating only
-            // the usage, with `stop_reason: null`).
-            if value.is_null() && message.get(&name).is_some_and(|so_far| !so_far.is_null()) {
-                continue;
-            }
-            message.insert(name, value);
-        }
+        pieces::merge(message, delta, &[]);
     }
-    if let Some(usage) = event.remove("usage").and_then(Part::into_object) {
-        let so_far = message.entry(Cow::Borrowed("usage"));
-        if so_far.object_mut().is_none() {
-            *so_far = Part::Object(Object::default());
-        }
-        if let Some(so_far) = so_far.object_mut() {
-            for (name, value) in usage.into_members() {
-                // A count the delta leaves null keeps what `message_start` said.
-                if !value.is_null() {
-                    so_far.insert(name, value);
-                }
-            }
-        }
+    if let Some(usage) = event.remove("usage") {
+        pieces::merge(message, [(Cow::Borrowed("usage"), usage)].into_iter().collect(), &[]);
     }
 }
 
@@ -104,13 +88,8 @@ impl<'a> Block<'a> {
             "input_json_delta" => self.input_json.push_str(&text("partial_json")),
             "citations_delta" => {
                 if let Some(citation) = delta.remove("citation") {
-                    let citations = self.object.entry(Cow::Borrowed("citations"));
-                    if citations.items_mut().is_none() {
-                        *citations = Part::Items(Vec::new());
-                    }
-                    if let Some(items) = citations.items_mut() {
-                        items.push(citation);
-                    }
+                    let citations = [(Cow::Borrowed("citations"), Part::Items(vec![citation]))];
+                    pieces::merge(&mut self.object, citations.into_iter().collect(), &[]);
                 }
             }
             _ => {}

@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use switchyard::chat::Usage;
 
-use crate::pieces::{self, Kind, Object, Part};
+use crate::pieces::{self, Object, Part};
 
 /// Members whose pieces are joined: the text a choice streams in fragments.
 const JOINED: [&str; 6] = ["content", "refusal", "reasoning_content", "reasoning", "arguments", "input"];
@@ -93,69 +93,24 @@ fn add_choice<'a>(choices: &mut Vec<(u64, Object<'a>)>, mut choice: Object<'a>) 
         }
     };
     let target = &mut choices[at].1;
-    for (name, value) in choice.into_members() {
-        match name.as_ref() {
-            "delta" => {
-                if let (Some(message), Some(delta)) =
-                    (target.get_mut("message").and_then(Part::object_mut), value.into_object())
-                {
-                    merge(message, delta);
-                }
-            }
-            "finish_reason" if value.is_null() => {}
-            "logprobs" => {
-                let slot = target.entry(name);
-                if value.kind() == Kind::Object
-                    && let Some(so_far) = slot.object_mut()
-                {
-                    if let Some(more) = value.into_object() {
-                        merge(so_far, more);
-                    }
-                } else if !value.is_null() {
-                    *slot = value;
-                }
-            }
-            _ => target.insert(name, value),
-        }
+    // The delta goes to the message; log-probabilities, the finish reason and the rest merge.
+    if let (Some(message), Some(delta)) = (
+        target.get_mut("message").and_then(Part::object_mut),
+        choice.remove("delta").and_then(Part::into_object),
+    ) {
+        merge(message, delta);
     }
+    pieces::merge(target, choice, &[]);
 }
 
-/// Merges a fragment into what came before: text members joined, arrays appended (tool-call
-/// fragments by their index), objects merged, anything else replaced.
-fn merge<'a>(so_far: &mut Object<'a>, piece: Object<'a>) {
-    for (name, value) in piece.into_members() {
-        let joined = JOINED.contains(&name.as_ref());
-        let calls = name == "tool_calls";
-        let slot = so_far.entry(name);
-        if calls {
-            merge_calls(slot, value);
-            continue;
-        }
-        match value.kind() {
-            Kind::Text if joined => {
-                if let (Some(text), Some(piece)) = (slot.text_mut(), value.text()) {
-                    text.push_str(&piece);
-                    continue;
-                }
-            }
-            Kind::Items => {
-                if let Some(items) = slot.items_mut() {
-                    items.extend(value.into_items().into_iter().flatten());
-                    continue;
-                }
-            }
-            Kind::Object => {
-                if let Some(object) = slot.object_mut() {
-                    merge(object, value.into_object().unwrap_or_default());
-                    continue;
-                }
-            }
-            // A null piece does not undo what came before.
-            Kind::Null if !slot.is_null() => continue,
-            _ => {}
-        }
-        *slot = value;
+/// Merges a delta (or a tool call's fragment) into what came before: text members joined,
+/// tool-call fragments put together by their index, other arrays appended, objects merged,
+/// anything else replaced.
+fn merge<'a>(so_far: &mut Object<'a>, mut piece: Object<'a>) {
+    if let Some(calls) = piece.remove("tool_calls") {
+        merge_calls(so_far.entry(Cow::Borrowed("tool_calls")), calls);
     }
+    pieces::merge(so_far, piece, &JOINED);
 }
 
 /// Tool-call fragments put together by their `index`, which a whole answer does not carry.
@@ -182,7 +137,7 @@ fn ordered<'a>(mut answer: Object<'a>, choices: Part<'a>, usage: Part<'a>) -> Ob
     let mut take = |name: &str| answer.remove(name).unwrap_or(Part::Null);
     let head = [
         ("id", take("id")),
-        ("object", Part::Json("\"chat.completion\"".to_owned())),
+        ("object", Part::Raw("\"chat.completion\"")),
         ("created", take("created")),
         ("model", take("model")),
         ("choices", choices),
