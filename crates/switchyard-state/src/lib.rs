@@ -534,20 +534,6 @@ pub(crate) fn scrub(text: &str, url: &str) -> String {
     }
 }
 
-/// `call`, bounded by `timeout`: its value, or its error with `url`'s password scrubbed, or
-/// that Redis did not answer in time.
-pub(crate) async fn bounded<T>(
-    timeout: Duration,
-    url: &str,
-    call: impl std::future::Future<Output = redis::RedisResult<T>>,
-) -> Result<T, String> {
-    match tokio::time::timeout(timeout, call).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) => Err(scrub(&error.to_string(), url)),
-        Err(_) => Err("Redis did not answer in time".to_owned()),
-    }
-}
-
 /// What `switchyard doctor` reports of a Redis: whether it answers, and the fleet on it.
 pub async fn check(settings: &StateSettings) -> Result<Vec<Replica>, String> {
     link::check(settings).await
@@ -594,12 +580,17 @@ impl Kept {
         Ok(made)
     }
 
-    /// `call` within the timeout, its error scrubbed.
+    /// `call` within the timeout: its value, or its error with the URL's password scrubbed,
+    /// or that Redis did not answer in time.
     pub(crate) async fn bounded<T>(
         &self,
         call: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, String> {
-        bounded(self.timeout, &self.url, call).await
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(self.scrubbed(&error)),
+            Err(_) => Err("Redis did not answer in time".to_owned()),
+        }
     }
 
     /// `error`'s text without the URL's password.
