@@ -11,7 +11,8 @@ use build::{Linking, link_arguments, links_with, wanted};
 
 /// Linking as the host's `rustc` from `PATH` does, in a folder of its own.
 fn host(name: &str) -> Linking {
-    let folder = std::env::temp_dir().join(format!("switchyard-build-script-{name}-{}", std::process::id()));
+    let folder = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("switchyard-build-script-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&folder).unwrap();
     Linking { rustc: "rustc".into(), target: None, flags: Vec::new(), linker: None, folder }
 }
@@ -78,7 +79,8 @@ fn a_packaged_crate_names_the_commit_it_was_made_from() {
 }"#;
     assert_eq!(build::packaged_commit(info).as_deref(), Some("869708c"));
     assert_eq!(build::packaged_commit("{}"), None);
-    let folder = std::env::temp_dir().join(format!("switchyard-build-script-package-{}", std::process::id()));
+    let folder = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("switchyard-build-script-package-{}", std::process::id()));
     std::fs::create_dir_all(&folder).unwrap();
     std::fs::write(folder.join(".cargo_vcs_info.json"), info).unwrap();
     assert_eq!(build::commit(&folder), "869708c");
@@ -88,7 +90,8 @@ fn a_packaged_crate_names_the_commit_it_was_made_from() {
 
 #[test]
 fn outside_a_checkout_the_commit_is_unknown() {
-    let folder = std::env::temp_dir().join(format!("switchyard-build-script-nogit-{}", std::process::id()));
+    let folder = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("switchyard-build-script-nogit-{}", std::process::id()));
     std::fs::create_dir_all(&folder).unwrap();
     let inside_a_checkout = std::process::Command::new("git")
         .args(["rev-parse", "--git-dir"])
