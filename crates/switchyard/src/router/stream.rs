@@ -486,8 +486,8 @@ impl RoutedStream {
     }
 
     /// Ends a whole answer whose terminator did not come (held open, cut, past its limit).
-    fn end_whole(&mut self) -> Poll<Option<Result<ChatChunk, StreamError>>> {
-        self.notice(StreamNotice::Unterminated);
+    fn end_whole(&mut self, notice: StreamNotice) -> Poll<Option<Result<ChatChunk, StreamError>>> {
+        self.notice(notice);
         self.finish();
         Poll::Ready(None)
     }
@@ -688,9 +688,7 @@ impl RoutedStream {
             }
             // The answer is whole: a break before its terminator costs it nothing.
             Poll::Ready(Some(Err(error))) if this.choices.is_whole() => {
-                this.notice(StreamNotice::BrokenAfterFinish(error.detail().to_owned()));
-                this.finish();
-                Poll::Ready(None)
+                this.end_whole(StreamNotice::BrokenAfterFinish(error.detail().to_owned()))
             }
             Poll::Ready(Some(Err(error))) => this.fail(error, cx),
             Poll::Ready(None) => {
@@ -709,7 +707,7 @@ impl RoutedStream {
                         continue;
                     }
                     if this.choices.is_whole() {
-                        return this.end_whole();
+                        return this.end_whole(StreamNotice::Unterminated);
                     }
                     let limit = this.idle_limit;
                     let error = ProviderError::new(
@@ -734,7 +732,7 @@ impl RoutedStream {
     /// deadline, whichever came first).
     fn fail_total(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<ChatChunk, StreamError>>> {
         if self.choices.is_whole() {
-            return self.end_whole();
+            return self.end_whole(StreamNotice::Unterminated);
         }
         let name = self.total_name;
         let error = ProviderError::new(ErrorKind::Timeout, format!("stream exceeded the {name} timeout"));

@@ -156,57 +156,16 @@ async fn a_target_silent_to_a_whole_request_is_not_asked_again_while_another_rem
     assert_eq!(start.elapsed(), Duration::from_secs(5));
 }
 
-/// A provider across a network whose stream says, short of failing, what `notices` say.
-struct Noticing(Vec<switchyard::chat::StreamNotice>);
-
-impl switchyard::provider::Provider for Noticing {
-    fn kind(&self) -> &str {
-        "noticing"
-    }
-
-    fn streams_upstream(&self) -> bool {
-        true
-    }
-
-    fn chat<'a>(
-        &'a self,
-        _: switchyard::provider::Call<'a>,
-        _: &'a switchyard::chat::ChatRequest,
-    ) -> switchyard::provider::BoxFuture<'a, Result<switchyard::chat::ChatResponse, switchyard::ProviderError>>
-    {
-        unreachable!("asked as a stream")
-    }
-
-    fn chat_stream<'a>(
-        &'a self,
-        _: switchyard::provider::Call<'a>,
-        _: &'a switchyard::chat::ChatRequest,
-    ) -> switchyard::provider::BoxFuture<
-        'a,
-        Result<switchyard::provider::ChunkStream, switchyard::ProviderError>,
-    > {
-        use switchyard::chat::{ChatChunk, FinishReason};
-        let mut chunks = vec![ChatChunk::text("whole")];
-        for notice in &self.0 {
-            chunks.push(ChatChunk { notice: Some(notice.clone()), ..ChatChunk::default() });
-        }
-        chunks.push(ChatChunk::finish(FinishReason::Stop));
-        Box::pin(async move {
-            let stream = futures_util::stream::iter(chunks.into_iter().map(Ok));
-            Ok(Box::pin(stream) as switchyard::provider::ChunkStream)
-        })
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn what_the_stream_of_a_whole_answer_said_short_of_failing_is_on_its_attempt() {
-    use switchyard::chat::StreamNotice;
-    let notices = vec![StreamNotice::Skipped("not JSON".into()), StreamNotice::Unterminated];
-    let router = switchyard::Router::builder()
-        .provider(switchyard::ProviderEntry::new("p", Noticing(notices)))
-        .route(Route::builder("default").target("p:m").build().unwrap())
-        .build()
-        .unwrap();
+    use switchyard::chat::{ChatChunk, FinishReason, StreamNotice};
+    let router = Scripted(vec![
+        Ok(ChatChunk::text("whole")),
+        Ok(ChatChunk::notice(StreamNotice::Skipped("not JSON".into()))),
+        Ok(ChatChunk::notice(StreamNotice::Unterminated)),
+        Ok(ChatChunk::finish(FinishReason::Stop)),
+    ])
+    .router();
     let answer = router.chat(&request("default")).await.unwrap();
     assert_eq!(answer.response.text().as_deref(), Some("whole"));
     let attempt = &answer.trail.attempts()[0];

@@ -215,47 +215,16 @@ async fn an_empty_answer_that_then_breaks_is_asked_again() {
     assert_eq!(stream.trail().outcomes(), [Outcome::Retried, Outcome::Ok]);
 }
 
-/// A provider whose stream finishes choice 0, then breaks.
-struct FirstChoiceThenBreak;
-
-impl switchyard::provider::Provider for FirstChoiceThenBreak {
-    fn kind(&self) -> &str {
-        "first-choice"
-    }
-
-    fn chat<'a>(
-        &'a self,
-        _: switchyard::provider::Call<'a>,
-        _: &'a switchyard::chat::ChatRequest,
-    ) -> BoxFuture<'a, Result<switchyard::chat::ChatResponse, ProviderError>> {
-        unreachable!("asked as a stream")
-    }
-
-    fn chat_stream<'a>(
-        &'a self,
-        _: switchyard::provider::Call<'a>,
-        _: &'a switchyard::chat::ChatRequest,
-    ) -> BoxFuture<'a, Result<switchyard::provider::ChunkStream, ProviderError>> {
-        let items = vec![
-            Ok(ChatChunk::text("A")),
-            Ok(ChatChunk::finish(switchyard::chat::FinishReason::Stop)),
-            Err(ProviderError::new(ErrorKind::Transport, "connection reset")),
-        ];
-        Box::pin(async move {
-            Ok(Box::pin(futures_util::stream::iter(items)) as switchyard::provider::ChunkStream)
-        })
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn an_answer_is_whole_only_once_every_choice_asked_for_finished() {
     // Choice 0 finished, then the stream broke: whole for one choice asked, broken for two.
     for (n, whole) in [(None, true), (Some(2), false)] {
-        let router = switchyard::Router::builder()
-            .provider(switchyard::ProviderEntry::new("p", FirstChoiceThenBreak))
-            .route(Route::builder("default").target("p:m").build().unwrap())
-            .build()
-            .unwrap();
+        let router = Scripted(vec![
+            Ok(ChatChunk::text("A")),
+            Ok(ChatChunk::finish(switchyard::chat::FinishReason::Stop)),
+            Err(ProviderError::new(ErrorKind::Transport, "connection reset")),
+        ])
+        .router();
         let mut asked = request("default");
         if let Some(n) = n {
             asked.extra.insert("n".into(), n.into());

@@ -146,3 +146,48 @@ impl switchyard::provider::Provider for ByModel {
         }
     }
 }
+
+/// A provider across a network whose every stream is `items`, as written.
+pub struct Scripted(pub Vec<Result<switchyard::chat::ChatChunk, switchyard::ProviderError>>);
+
+impl Scripted {
+    /// A router of this provider alone, as `p`, on route `default`.
+    pub fn router(self) -> Router {
+        Router::builder()
+            .provider(ProviderEntry::new("p", self))
+            .route(switchyard::route::Route::builder("default").target("p:m").build().unwrap())
+            .build()
+            .unwrap()
+    }
+}
+
+impl switchyard::provider::Provider for Scripted {
+    fn kind(&self) -> &str {
+        "scripted"
+    }
+
+    fn streams_upstream(&self) -> bool {
+        true
+    }
+
+    fn chat<'a>(
+        &'a self,
+        _: switchyard::provider::Call<'a>,
+        _: &'a ChatRequest,
+    ) -> switchyard::provider::BoxFuture<'a, Result<switchyard::chat::ChatResponse, switchyard::ProviderError>>
+    {
+        unreachable!("asked as a stream")
+    }
+
+    fn chat_stream<'a>(
+        &'a self,
+        _: switchyard::provider::Call<'a>,
+        _: &'a ChatRequest,
+    ) -> switchyard::provider::BoxFuture<
+        'a,
+        Result<switchyard::provider::ChunkStream, switchyard::ProviderError>,
+    > {
+        let stream = futures_util::stream::iter(self.0.clone());
+        Box::pin(async move { Ok(Box::pin(stream) as switchyard::provider::ChunkStream) })
+    }
+}
