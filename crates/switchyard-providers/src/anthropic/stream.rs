@@ -478,6 +478,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_body_that_ends_after_the_finish_without_message_stop_is_whole_and_says_so() {
+        let mut events = answer(&[STOPPED]);
+        events.pop();
+        let chunks = chunks(events, false).await;
+        let finishes = chunks.iter().filter(|c| c.choices.iter().any(|c| c.finish_reason.is_some())).count();
+        assert_eq!(finishes, 1, "the finish went out once, at its message_delta");
+        assert_eq!(chunks.last().unwrap().notice, Some(StreamNotice::Unterminated));
+        // Without any message_delta, the same body is a cut answer.
+        let mut events = answer(&[]);
+        events.pop();
+        let mut decoder = Decoder::new(Dialect::Anthropic, None);
+        decoder.pass_on = false;
+        let items: Vec<_> = chunk_stream(futures_util::stream::iter(events), decoder).collect().await;
+        let error = items.last().unwrap().as_ref().unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Transport);
+    }
+
+    #[tokio::test]
     async fn a_later_message_delta_passes_its_count_on() {
         let later = r#"{"type":"message_delta","delta":{},"usage":{"output_tokens":9}}"#;
         let chunks = chunks(answer(&[STOPPED, later]), false).await;
