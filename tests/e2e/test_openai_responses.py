@@ -181,6 +181,26 @@ def test_a_failure_after_the_first_event_is_response_failed_then_an_error_event(
     assert [event.sequence_number for event in events] == list(range(len(events)))
 
 
+def test_a_call_cut_by_a_stalled_stream_is_never_given_as_done(mock, gateway):
+    # A translated stream that stops mid-call: a client that saw the call `done` would run it
+    # with arguments cut short.
+    gw = gateway(config(
+        mock,
+        {"a": ("openai_compatible", "tools~chunks=6~gap=1s", KEY)},
+        {"default": "{ targets: [a:gpt-test], retry: { max_attempts: 1 }, timeouts: { idle: 200ms } }"},
+    ))
+    with client(gw).responses.stream(model="default", input="Weather in Paris?", tools=[WEATHER]) as stream:
+        events = list(stream)
+    kinds = [event.type for event in events]
+    assert "response.function_call_arguments.delta" in kinds
+    assert "response.function_call_arguments.done" not in kinds
+    assert not [e for e in events if e.type == "response.output_item.done" and e.item.type == "function_call"]
+    assert kinds[-2:] == ["response.failed", "error"]
+    calls = [item for item in events[-2].response.output if item.type == "function_call"]
+    assert [call.status for call in calls] == ["incomplete"]
+    assert calls[0].arguments != '{"city":"Paris"}'
+
+
 def test_a_conversation_goes_on_after_its_provider_went_down_on_a_provider_of_another_kind(mock, gateway):
     gw = gateway(config(
         mock,

@@ -15,7 +15,9 @@
 //! `response.output_text.delta`, `response.refusal.delta`, ... `.done`;
 //! `response.function_call_arguments.delta` / `.done`), `response.output_item.done`, and at the
 //! end `response.completed` (or `response.incomplete`) with the whole response; a failure after
-//! it began is `response.failed` then `error`. Every event carries its `sequence_number`.
+//! it began is `response.failed` then `error`, the item the break cut listed in the failed
+//! response as `incomplete` and never `.done` (a client would act on a call cut short). Every
+//! event carries its `sequence_number`.
 
 use serde_json::{Value, json};
 use switchyard::chat::{
@@ -523,6 +525,32 @@ impl StreamEncoder {
         }
     }
 
+    /// Ends the open item where the stream broke: no `.done` event says it is whole (a client
+    /// acts on a finished call), and the failed response lists it as `incomplete`.
+    fn cut(&mut self) {
+        let item = match self.open.take() {
+            None => return,
+            Some(Open::Message { index, text, refusal, .. }) => {
+                let mut parts: Vec<(usize, Value)> = Vec::new();
+                parts.extend(text.map(|(at, text)| (at, text_part(&text))));
+                parts.extend(refusal.map(|(at, refusal)| (at, refusal_part(&refusal))));
+                parts.sort_by_key(|(content_index, _)| *content_index);
+                let parts = parts.into_iter().map(|(_, part)| part).collect();
+                message_item(&self.item_id(index), "incomplete", parts)
+            }
+            Some(Open::Reasoning { index, text }) => {
+                reasoning_item(&reasoning_item_id(&self.meta.id, index), "incomplete", &text)
+            }
+            Some(Open::Call(open)) => {
+                let item_id = call_item_id(&self.meta.id, open.index);
+                let item =
+                    CallItem { id: &item_id, call_id: &open.call_id, name: &open.name, custom: open.custom };
+                item.write(&self.meta.echo.tools, &open.arguments, "incomplete")
+            }
+        };
+        self.output.push(item);
+    }
+
     /// Closes the message item at `index`: its text and refusal parts, in their order, then
     /// the item.
     fn close_message(
@@ -625,7 +653,7 @@ impl StreamEncoder {
     pub fn fail(&mut self, code: &str, message: &str) -> Vec<Event> {
         let mut events = Vec::new();
         self.start(&mut events);
-        self.close(&mut events);
+        self.cut();
         let error = json!({ "code": code, "message": message });
         let response =
             object(&self.meta, Status::Failed, self.output.clone(), self.usage.as_ref(), &self.model, error);
@@ -988,23 +1016,47 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_that_fails_ends_with_response_failed_then_error() {
+    fn a_stream_that_fails_ends_with_response_failed_then_error_and_the_cut_item_is_never_done() {
         let mut encoder = StreamEncoder::new(meta());
         encoder.push(&chunk(Delta { content: Some("Hel".into()), ..Delta::default() }, None));
         let events = encoder.fail("server_error", "the upstream went away");
         let kinds: Vec<_> = events.iter().map(|(kind, _)| *kind).collect();
-        assert_eq!(
-            kinds,
-            [
-                "response.output_text.done",
-                "response.content_part.done",
-                "response.output_item.done",
-                "response.failed",
-                "error"
-            ]
+        assert_eq!(kinds, ["response.failed", "error"]);
+        let response = &events[0].1["response"];
+        assert_eq!(response["status"], "failed");
+        assert_eq!(response["error"]["code"], "server_error");
+        assert_eq!(response["output"][0]["status"], "incomplete");
+        assert_eq!(response["output"][0]["content"][0]["text"], "Hel");
+        assert_eq!(events[1].1["message"], "the upstream went away");
+    }
+
+    #[test]
+    fn a_call_cut_by_a_break_is_incomplete_and_items_finished_before_it_stay_done() {
+        let mut encoder = StreamEncoder::new(meta());
+        encoder.push(&chunk(Delta { content: Some("Checking.".into()), ..Delta::default() }, None));
+        let call = ToolCallDelta {
+            index: 0,
+            id: Some("call_1".into()),
+            kind: Some("function".into()),
+            function: Some(FunctionCallDelta {
+                name: Some("weather".into()),
+                arguments: Some("{\"ci".into()),
+            }),
+            extra: Default::default(),
+        };
+        let opened = encoder.push(&chunk(Delta { tool_calls: vec![call], ..Delta::default() }, None));
+        assert!(opened.iter().any(|(kind, _)| *kind == "response.output_item.done"), "the message closed");
+        let events = encoder.fail("server_error", "cut");
+        assert!(
+            !events.iter().any(|(kind, _)| kind.ends_with(".done")),
+            "a call cut short is never done: {events:?}"
         );
-        assert_eq!(events[3].1["response"]["status"], "failed");
-        assert_eq!(events[3].1["response"]["error"]["code"], "server_error");
-        assert_eq!(events[4].1["message"], "the upstream went away");
+        let output = &events[0].1["response"]["output"];
+        assert_eq!(output[0]["status"], "completed");
+        assert_eq!(
+            (output[1]["status"].as_str(), output[1]["arguments"].as_str()),
+            (Some("incomplete"), Some("{\"ci"))
+        );
+        assert!(encoder.turn().tool_calls.is_empty(), "a cut call is no call of the turn");
     }
 }
