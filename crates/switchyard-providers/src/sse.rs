@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures_core::Stream;
 use futures_util::future::BoxFuture;
-use switchyard::chat::ChatChunk;
+use switchyard::chat::{ChatChunk, StreamNotice};
 use switchyard::provider::ChunkStream;
 use switchyard::{ErrorKind, ProviderError};
 
@@ -60,6 +60,27 @@ impl SseEvent {
 /// megabytes for inline media); an upstream that sends more without ending its event is broken,
 /// and reading on would let it take the gateway's memory.
 pub const MAX_EVENT_BYTES: usize = 32 << 20;
+
+/// Unreadable events a stream may skip before it fails as `malformed_response`: one stray
+/// event is noise; more say the stream is broken.
+pub const MAX_SKIPPED: u32 = 3;
+
+/// The unreadable events a stream skipped: each a notice while fewer than [`MAX_SKIPPED`] were,
+/// the next the stream's end.
+#[derive(Debug, Default)]
+pub(crate) struct Skips(u32);
+
+impl Skips {
+    /// The notice that skips the event `error` says does not read, or `error` itself once
+    /// [`MAX_SKIPPED`] were skipped.
+    pub(crate) fn skip(&mut self, error: ProviderError) -> Result<ChatChunk, ProviderError> {
+        if self.0 >= MAX_SKIPPED {
+            return Err(error);
+        }
+        self.0 += 1;
+        Ok(ChatChunk::notice(StreamNotice::Skipped(error.detail().to_owned())))
+    }
+}
 
 /// The most of the stray lines kept: enough for any error body, not a stream of garbage.
 pub const MAX_STRAY_BYTES: usize = 64 << 10;

@@ -1476,3 +1476,52 @@ async fn http2_is_spoken_with_prior_knowledge_when_configured() {
         assert_eq!(fake.only_request().version, version, "http2: {http2}");
     }
 }
+
+/// A Responses request, which an OpenAI provider sends to `/responses` as it stands.
+fn responses_request() -> ChatRequest {
+    let body = bytes::Bytes::from_static(br#"{"model":"default","input":"hi","stream":true}"#);
+    let mut request = hello();
+    request.verbatim = Some(switchyard::chat::Verbatim::new(Dialect::Responses, body));
+    request
+}
+
+#[tokio::test]
+async fn a_responses_stream_skips_an_event_that_is_not_json_while_few_are() {
+    let event = |kind: &str, data: &str| format!("event: {kind}\ndata: {data}\n\n");
+    let delta = |text: &str| {
+        let data = json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": text});
+        event("response.output_text.delta", &data.to_string())
+    };
+    let broken = event("response.output_text.delta", &format!("{{\"delta\": \"{KEY}"));
+    let completed = event(
+        "response.completed",
+        r#"{"type":"response.completed","response":{"id":"resp_1","model":"m","status":"completed","output":[],"usage":{"input_tokens":3,"output_tokens":2,"total_tokens":5}}}"#,
+    );
+    let created = event(
+        "response.created",
+        r#"{"type":"response.created","response":{"id":"resp_1","model":"m","status":"in_progress","output":[]}}"#,
+    );
+    let once = [created.clone(), delta("Hel"), broken.clone(), delta("lo"), completed.clone()].concat();
+    let often = [created, delta("Hel"), broken.repeat(4), delta("lo"), completed].concat();
+    let fake = Fake::start(move |seen| {
+        let body = if seen.path().contains("often") { often.clone() } else { once.clone() };
+        sse_reply(&[], &body)
+    })
+    .await;
+
+    let (chunks, error) =
+        drain(Harness::openai(fake.url("/once/v1")).stream(&responses_request()).await.unwrap()).await;
+    assert!(error.is_none(), "one event that is not JSON ends nothing: {error:?}");
+    assert_eq!(text_of(&chunks), "Hello");
+    assert_eq!(finish_of(&chunks), [FinishReason::Stop]);
+    let notices: Vec<_> = chunks.iter().filter_map(|chunk| chunk.notice.as_ref()).collect();
+    let [switchyard::chat::StreamNotice::Skipped(detail)] = notices.as_slice() else {
+        panic!("one notice of the skipped event: {notices:?}")
+    };
+    assert!(!detail.contains(KEY), "a notice leaks the key: {detail}");
+
+    let (chunks, error) =
+        drain(Harness::openai(fake.url("/often/v1")).stream(&responses_request()).await.unwrap()).await;
+    assert_eq!(error.map(|error| error.kind()), Some(ErrorKind::MalformedResponse));
+    assert_eq!(text_of(&chunks), "Hel", "the stream ends at the fourth such event");
+}

@@ -24,7 +24,7 @@ use switchyard::{ErrorKind, ProviderError};
 use super::classify;
 use super::response::{finish_reason, now_unix};
 use super::wire::{Block, BlockDelta, MessageDeltaBody, StreamEvent, Usage};
-use crate::sse::{ReadChunks, SseEvent};
+use crate::sse::{ReadChunks, Skips, SseEvent};
 
 /// Turns SSE events into canonical chunks. The stream ends after `message_stop`; a body that
 /// ends before it is a transport error, never a clean end, unless a `message_delta` said why
@@ -142,12 +142,8 @@ pub(crate) struct Decoder {
     /// Whether each chunk carries its event's frame (the request went out verbatim).
     pub(crate) pass_on: bool,
     /// Events skipped as unreadable so far.
-    skipped: u32,
+    skips: Skips,
 }
-
-/// Unreadable events a stream may skip before it fails as `malformed_response`: one stray
-/// event is noise; more say the stream is broken.
-const MAX_SKIPPED: u32 = 3;
 
 impl Decoder {
     /// A decoder for a request of `origin` (which decides whether Anthropic-only details are
@@ -168,21 +164,16 @@ impl Decoder {
             finished: false,
             told: false,
             pass_on: false,
-            skipped: 0,
+            skips: Skips::default(),
         }
     }
 
     /// The chunk an event produces, if any. An event that does not read is skipped with a
-    /// notice while few are ([`MAX_SKIPPED`]); one more fails the stream.
+    /// notice while few are ([`crate::sse::MAX_SKIPPED`]); one more fails the stream.
     pub(crate) fn decode(&mut self, event: SseEvent) -> Result<Option<ChatChunk>, ProviderError> {
         let event = match parse(event, self.key.as_ref()) {
             Ok(event) => event,
-            Err(error) if self.skipped < MAX_SKIPPED => {
-                self.skipped += 1;
-                let notice = StreamNotice::Skipped(error.detail().to_owned());
-                return Ok(Some(ChatChunk::notice(notice)));
-            }
-            Err(error) => return Err(error),
+            Err(error) => return self.skips.skip(error).map(Some),
         };
         Ok(match event {
             StreamEvent::MessageStart { message } => {

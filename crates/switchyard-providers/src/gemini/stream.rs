@@ -14,8 +14,7 @@ use futures_core::Stream;
 use futures_util::StreamExt;
 use switchyard::assembly::Finishes;
 use switchyard::chat::{
-    ChatChunk, ChunkChoice, Delta, Extra, FinishReason, FunctionCallDelta, Role, StreamNotice, ToolCallDelta,
-    Usage,
+    ChatChunk, ChunkChoice, Delta, Extra, FinishReason, FunctionCallDelta, Role, ToolCallDelta, Usage,
 };
 use switchyard::{ErrorKind, ProviderError};
 
@@ -23,7 +22,7 @@ use super::classify::{Redactor, classify_google_error, parse_google_error};
 use super::response::{Read, finish_reason, read_parts, unix_now};
 use super::wire::{Candidate, GenerateContentResponse, UsageMetadata};
 use crate::http;
-use crate::sse::{ReadChunks, SseEvent, SseStream};
+use crate::sse::{ReadChunks, Skips, SseEvent, SseStream};
 
 /// Turns Gemini's SSE events (each a whole `GenerateContentResponse`) into canonical chunks:
 /// a role chunk first, then text and complete tool calls, then a finish chunk with usage.
@@ -58,12 +57,8 @@ pub(super) struct GeminiChunks<S> {
     /// Tool calls seen in the whole stream, for `call_<n>` ids.
     next_id: u32,
     /// Events skipped as unreadable so far.
-    skipped: u32,
+    skips: Skips,
 }
-
-/// Unreadable events a stream may skip before it fails as `malformed_response`: one stray
-/// event is noise; more say the stream is broken.
-const MAX_SKIPPED: u32 = 3;
 
 impl<S> GeminiChunks<S> {
     /// The chunks of `events`, an answer of the upstream `model`.
@@ -82,7 +77,7 @@ impl<S> GeminiChunks<S> {
             done: false,
             tool_calls_per_choice: Vec::new(),
             next_id: 0,
-            skipped: 0,
+            skips: Skips::default(),
         }
     }
 
@@ -113,11 +108,11 @@ impl<S> GeminiChunks<S> {
         let answer = match self.decode(event) {
             Ok(answer) => answer,
             // An event that does not read (not an error Google wrote) is skipped while few are.
-            Err(failure) if failure.kind() == ErrorKind::MalformedResponse && self.skipped < MAX_SKIPPED => {
-                self.skipped += 1;
-                let notice = StreamNotice::Skipped(failure.detail().to_owned());
-                self.ready.push_back(Ok(ChatChunk::notice(notice)));
-                return;
+            Err(failure) if failure.kind() == ErrorKind::MalformedResponse => {
+                return match self.skips.skip(failure) {
+                    Ok(notice) => self.ready.push_back(Ok(notice)),
+                    Err(failure) => self.fail(failure),
+                };
             }
             Err(failure) => return self.fail(failure),
         };

@@ -17,7 +17,7 @@ use switchyard::provider::ChunkStream;
 use switchyard::{ErrorKind, ProviderError};
 
 use super::errors;
-use crate::sse::{ReadChunks, SseEvent, SseStream};
+use crate::sse::{ReadChunks, Skips, SseEvent, SseStream};
 
 /// A whole Responses answer: canonical for routing, with its bytes for the client.
 pub(super) fn parse_answer(bytes: bytes::Bytes, key: Option<&Secret>) -> Result<ChatResponse, ProviderError> {
@@ -112,11 +112,18 @@ fn usage(usage: &Value) -> Option<Usage> {
     Some(canonical)
 }
 
-/// The chunks of a Responses stream: one per event, each with its frame. Once it ended, the
-/// rest of the body is read so that its connection is kept.
+/// The chunks of a Responses stream: one per event, each with its frame. An event that is not
+/// JSON is skipped with a notice while few are ([`crate::sse::MAX_SKIPPED`]); one more fails
+/// the stream. Once it ended, the rest of the body is read so that its connection is kept.
 pub(super) fn chunks(response: crate::http::Response, key: Option<Secret>) -> ChunkStream {
     let events = SseStream::new(crate::http::body_stream(response));
-    crate::sse::read_chunks(Reader { events, key, calls: HashMap::new(), ended: false })
+    crate::sse::read_chunks(Reader {
+        events,
+        key,
+        calls: HashMap::new(),
+        ended: false,
+        skips: Skips::default(),
+    })
 }
 
 impl ReadChunks for Reader {
@@ -127,7 +134,11 @@ impl ReadChunks for Reader {
             return Poll::Ready(None);
         }
         let item = match ready!(self.events.poll_next_unpin(cx)) {
-            Some(Ok(event)) => self.read(&event),
+            // An event that is not JSON is skipped while few are; its frame is not passed on.
+            Some(Ok(event)) => match self.read(&event) {
+                Err(error) if error.kind() == ErrorKind::MalformedResponse => self.skips.skip(error),
+                read => read,
+            },
             Some(Err(error)) => Err(error),
             None => Err(ProviderError::new(ErrorKind::Transport, "stream ended before response.completed")),
         };
@@ -147,6 +158,8 @@ struct Reader {
     /// Function-call item ids, numbered as canonical tool calls.
     calls: HashMap<String, u32>,
     ended: bool,
+    /// Events skipped as unreadable so far.
+    skips: Skips,
 }
 
 impl Reader {

@@ -5,7 +5,8 @@
 //! that error, classified; a body that ends before `[DONE]` ends it with a transport error, so
 //! that a cut-off answer never passes for a complete one, unless every choice it had finished
 //! (then it is whole, and a notice says the terminator was missing). An event that is no
-//! chunk is skipped with a notice, up to [`MAX_SKIPPED`] of them; one more fails the stream.
+//! chunk is skipped with a notice, up to [`crate::sse::MAX_SKIPPED`] of them; one more fails
+//! the stream.
 
 use std::sync::LazyLock;
 use std::task::{Context, Poll, ready};
@@ -26,7 +27,7 @@ use switchyard::{ErrorKind, ProviderError};
 
 use super::errors;
 use super::wire::{UsageIn, arguments_text, nullable};
-use crate::sse::{ReadChunks, SseEvent, SseStream};
+use crate::sse::{ReadChunks, Skips, SseEvent, SseStream};
 
 /// The chunks of a streaming response. The body is read as it arrives, never buffered whole.
 pub(super) fn chunks(
@@ -42,7 +43,7 @@ pub(super) fn chunks(
         ended: false,
         pass_on,
         choices: Finishes::default(),
-        skipped: 0,
+        skips: Skips::default(),
     };
     crate::sse::read_chunks(reader)
 }
@@ -78,12 +79,8 @@ struct Reader {
     /// choice begun has finished is whole.
     choices: Finishes,
     /// Events skipped as unreadable so far.
-    skipped: u32,
+    skips: Skips,
 }
-
-/// Unreadable events a stream may skip before it fails as `malformed_response`: one stray
-/// event is noise; more say the stream is broken.
-const MAX_SKIPPED: u32 = 3;
 
 /// What one event amounts to.
 // Boxing the chunk would cost an allocation per chunk; a step lives for one event.
@@ -132,12 +129,14 @@ impl ReadChunks for Reader {
                 }
                 Step::Skip => {}
                 Step::Done => self.ended = true,
-                Step::Unreadable(error) if self.skipped < MAX_SKIPPED => {
-                    self.skipped += 1;
-                    let notice = StreamNotice::Skipped(error.detail().to_owned());
-                    return Poll::Ready(Some(Ok(ChatChunk::notice(notice))));
-                }
-                Step::Fail(error) | Step::Unreadable(error) => {
+                Step::Unreadable(error) => match self.skips.skip(error) {
+                    Ok(notice) => return Poll::Ready(Some(Ok(notice))),
+                    Err(error) => {
+                        self.ended = true;
+                        return Poll::Ready(Some(Err(error)));
+                    }
+                },
+                Step::Fail(error) => {
                     self.ended = true;
                     return Poll::Ready(Some(Err(error)));
                 }
