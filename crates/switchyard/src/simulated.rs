@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use crate::backoff::Jitter;
 use crate::chat::{
     ChatChunk, ChatRequest, ChatResponse, ChunkChoice, Delta, Embedding, EmbeddingsRequest,
-    EmbeddingsResponse, FinishReason, Role, Usage,
+    EmbeddingsResponse, FinishReason, Role, TokenCount, Usage,
 };
 use crate::provider::{BoxFuture, Call, ChunkStream, Provider};
 use crate::{ErrorKind, ProviderError};
@@ -331,6 +331,18 @@ impl SimulatedProvider {
     }
 }
 
+impl SimulatedProvider {
+    /// The next step with its delays waited out: an error step as that error; a hang never
+    /// settles.
+    async fn settle(&self) -> Result<Step, ProviderError> {
+        match resolve(self.next_step(), self.latency_now()).await {
+            Some(Step::Fail(error)) => Err(error),
+            Some(step) => Ok(step),
+            None => Err(ProviderError::new(ErrorKind::Timeout, "unreachable: a hang never settles")),
+        }
+    }
+}
+
 /// Resolves a step's delays, returning the step to perform.
 async fn resolve(step: Step, base: Duration) -> Option<Step> {
     let mut step = step;
@@ -435,12 +447,7 @@ impl Provider for SimulatedProvider {
         request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
         Box::pin(async move {
-            let step = self.next_step();
-            let Some(step) = resolve(step, self.latency_now()).await else {
-                return Err(ProviderError::new(ErrorKind::Timeout, "unreachable: a hang never settles"));
-            };
-            let text = match step {
-                Step::Fail(error) => return Err(error),
+            let text = match self.settle().await? {
                 Step::ContentFilter | Step::FilterAfter(_) => {
                     let mut response = ChatResponse::from_text(call.model, "");
                     response.choices[0].message.content = None;
@@ -515,13 +522,7 @@ impl Provider for SimulatedProvider {
         request: &'a EmbeddingsRequest,
     ) -> BoxFuture<'a, Result<EmbeddingsResponse, ProviderError>> {
         Box::pin(async move {
-            let step = self.next_step();
-            let Some(step) = resolve(step, self.latency_now()).await else {
-                return Err(ProviderError::new(ErrorKind::Timeout, "unreachable: a hang never settles"));
-            };
-            if let Step::Fail(error) = step {
-                return Err(error);
-            }
+            self.settle().await?;
             let dims = self.state.embedding_dims;
             let data = request
                 .input
@@ -534,6 +535,19 @@ impl Provider for SimulatedProvider {
                 })
                 .collect();
             Ok(EmbeddingsResponse { data, model: call.model.to_owned(), ..EmbeddingsResponse::default() })
+        })
+    }
+
+    /// The request's estimated input tokens, on the script's next step (a hang, an error or a
+    /// delay as a chat would take it).
+    fn count_tokens<'a>(
+        &'a self,
+        _: Call<'a>,
+        request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<TokenCount, ProviderError>> {
+        Box::pin(async move {
+            self.settle().await?;
+            Ok(TokenCount { input_tokens: request.estimated_prompt_tokens(), verbatim: None })
         })
     }
 }

@@ -239,7 +239,14 @@ impl Exchange for CountTokensExchange<'_> {
     }
 
     fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {
-        (route.timeouts().total, "total")
+        // A count is answered at once: a provider silent past the route's first-byte wait is as
+        // silent as a chat that showed nothing by then (Claude Code counts before it asks).
+        let timeouts = route.timeouts();
+        if timeouts.first_byte < timeouts.total {
+            (timeouts.first_byte, "first_byte")
+        } else {
+            (timeouts.total, "total")
+        }
     }
 
     fn is_content_filtered(&self, _: &TokenCount) -> bool {

@@ -521,7 +521,8 @@ impl Router {
     }
 
     /// Counts the input tokens of `request` along its route: the first target whose provider
-    /// counts (Anthropic's) answers; targets of providers that do not are skipped as
+    /// counts (Anthropic's; a simulated one's estimate) answers, each attempt within the
+    /// route's `first_byte` wait; targets of providers that do not count are skipped as
     /// unsupported, and a route with none answers `invalid_request` naming it.
     pub async fn count_tokens(
         &self,

@@ -112,3 +112,19 @@ async fn a_deadline_leaves_the_fallback_its_share_of_a_call_answered_whole() {
     assert_eq!(answer.served_by.to_string(), "ok:m");
     assert_eq!(answer.trail.outcomes(), vec![Outcome::Failed, Outcome::Failed, Outcome::Ok]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_count_unanswered_within_the_first_byte_wait_goes_to_the_next_target_at_once() {
+    let timeouts = Timeouts { first_byte: Duration::from_secs(5), ..Timeouts::default() };
+    let (router, silent, ok) = silent_then_ok(timeouts);
+
+    let start = Instant::now();
+    let answer = router.count_tokens(&request("default"), &RequestOptions::default()).await.unwrap();
+
+    assert_eq!(start.elapsed(), Duration::from_secs(5), "a count waits first_byte, not total");
+    assert!(answer.count.input_tokens > 0);
+    assert_eq!(answer.served_by.to_string(), "ok:m");
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Failed, Outcome::Ok]);
+    assert!(answer.trail.attempts()[0].error.as_ref().is_some_and(|e| e.is_silence()));
+    assert_eq!((silent.calls(), ok.calls()), (1, 1));
+}
