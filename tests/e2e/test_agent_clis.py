@@ -166,3 +166,16 @@ def test_codex_toward_a_chat_completions_upstream_gets_its_answer(mock, gateway,
     body = last_sent(mock, "ok")["json"]
     assert all(tool["type"] == "function" for tool in body["tools"]), body["tools"]
     assert body["messages"][0]["role"] in ("system", "developer")
+
+
+def test_codex_on_openai_gets_a_whole_answer_when_its_stream_breaks_and_claude_continues_it(
+    mock, gateway, tmp_path
+):
+    gw = gateway(config(
+        mock,
+        {"openai": ("openai", "cut=3~words=8", OPENAI_KEY), "claude": ("anthropic", "ok~words=8", ANT_KEY)},
+        {"default": "{ targets: [openai:gpt-test, claude:claude-test], retry: { max_attempts: 1 } }"},
+    ))
+    out = run_codex(gw, tmp_path)
+    assert "w1 w2 w3 w4 w5 w6 w7 w8" in out, out
+    assert [a["outcome"] for a in trail(gw)["attempts"]] == ["failed", "continued"]

@@ -201,6 +201,29 @@ def test_a_call_cut_by_a_stalled_stream_is_never_given_as_done(mock, gateway):
     assert calls[0].arguments != '{"city":"Paris"}'
 
 
+def test_a_stream_an_openai_target_broke_is_finished_by_another_in_the_same_message(mock, gateway):
+    # Codex on OpenAI: the provider's own events pass as they came until the cut, then Claude
+    # continues the text and the gateway writes on in the provider's message.
+    gw = gateway(config(
+        mock,
+        {"a": ("openai", "cut=3~words=8", KEY), "claude": ("anthropic", "ok~words=8", ANT)},
+        {"default": "{ targets: [a:gpt-test, claude:claude-test], retry: { max_attempts: 1 } }"},
+    ))
+    with client(gw).responses.stream(model="default", input="Hello") as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    assert final.output_text == "w1 w2 w3 w4 w5 w6 w7 w8"
+    assert [item.type for item in final.output] == ["message"]
+    kinds = [event.type for event in events]
+    assert kinds.count("response.created") == 1 and kinds.count("response.output_item.added") == 1
+    assert kinds[-1] == "response.completed"
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    deltas = [event for event in events if event.type == "response.output_text.delta"]
+    assert len({(event.item_id, event.output_index) for event in deltas}) == 1, "one message throughout"
+    prefill = sent(mock, "ok~words=8")["messages"][-1]
+    assert prefill["role"] == "assistant" and "w1 w2 w3" in str(prefill["content"])
+
+
 def test_a_conversation_goes_on_after_its_provider_went_down_on_a_provider_of_another_kind(mock, gateway):
     gw = gateway(config(
         mock,

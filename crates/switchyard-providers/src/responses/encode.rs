@@ -271,6 +271,9 @@ pub struct StreamEncoder {
     turn_calls: Vec<ToolCall>,
     /// Claude's signed thinking blocks of the open reasoning item, sealed into it as it closes.
     thinking: Vec<Value>,
+    /// The output index and id of a message a provider's own events opened, which this encoder
+    /// took over ([`adopt`](Self::adopt)).
+    adopted: Option<(usize, String)>,
 }
 
 /// One event: its type and its data.
@@ -292,15 +295,35 @@ impl StreamEncoder {
             turn_text: String::new(),
             turn_calls: Vec::new(),
             thinking: Vec::new(),
+            adopted: None,
         }
     }
 
-    /// Numbers this encoder's events after `sequence`, in a stream whose events so far were
-    /// someone else's (a provider that speaks the Responses API), which also opened the
-    /// response: what this encoder writes then is how it ends.
-    pub fn continue_after(&mut self, sequence: u64) {
-        self.sequence = sequence + 1;
+    /// Takes over a stream whose events so far were a provider's own (one that speaks the
+    /// Responses API), as [`Native`] saw them: its events numbered on from the last, its
+    /// finished items kept, the message it was writing written on (another target continuing
+    /// the answer) or, when the stream fails, listed `incomplete`.
+    pub fn adopt(&mut self, native: Native) {
+        self.sequence = native.sequence + 1;
         self.started = true;
+        if self.model.is_empty() {
+            self.model = native.model;
+        }
+        for item in native.output.iter().filter(|item| item["type"] == "message") {
+            let parts = item["content"].as_array().into_iter().flatten();
+            for part in parts.filter(|part| part["type"] == "output_text") {
+                self.turn_text.push_str(part["text"].as_str().unwrap_or_default());
+            }
+        }
+        self.output = native.output;
+        if let Some(open) = native.open {
+            if let Some((_, text)) = &open.text {
+                self.turn_text.push_str(text);
+            }
+            self.adopted = Some((open.index, open.id));
+            self.open =
+                Some(Open::Message { index: open.index, text: open.text, refusal: None, parts: open.parts });
+        }
     }
 
     fn event(&mut self, kind: &'static str, mut data: Value, events: &mut Vec<Event>) {
@@ -510,7 +533,10 @@ impl StreamEncoder {
 
     /// The id of the message item at `index`.
     fn item_id(&self, index: usize) -> String {
-        format!("msg_{}_{index}", self.meta.id.trim_start_matches("resp_"))
+        match &self.adopted {
+            Some((at, id)) if *at == index => id.clone(),
+            _ => format!("msg_{}_{index}", self.meta.id.trim_start_matches("resp_")),
+        }
     }
 
     /// Closes the open item: its parts' and its own `.done` events.
@@ -685,14 +711,79 @@ impl StreamEncoder {
     }
 }
 
+/// What a provider's own Responses events showed the client, as they pass: enough for the
+/// gateway to take the stream over ([`StreamEncoder::adopt`]) when it goes on in canonical
+/// chunks (another target continuing the answer) or fails.
+#[derive(Debug, Default)]
+pub struct Native {
+    /// The last `sequence_number` passed on.
+    sequence: u64,
+    model: String,
+    /// The items finished, as the provider wrote them.
+    output: Vec<Value>,
+    /// The message being written.
+    open: Option<NativeMessage>,
+}
+
+/// A message a provider's events opened and have not finished.
+#[derive(Debug)]
+struct NativeMessage {
+    index: usize,
+    id: String,
+    /// Its text part: content index, the text so far.
+    text: Option<(usize, String)>,
+    /// Its parts so far.
+    parts: usize,
+}
+
+impl Native {
+    /// Takes note of one event passed on.
+    pub fn see(&mut self, event: &Value) {
+        if let Some(sequence) = event["sequence_number"].as_u64() {
+            self.sequence = sequence;
+        }
+        let index = event["output_index"].as_u64().and_then(|index| usize::try_from(index).ok());
+        let open = self.open.as_mut().filter(|open| Some(open.index) == index);
+        match (event["type"].as_str().unwrap_or_default(), open) {
+            ("response.created" | "response.in_progress", _) => {
+                let model = event["response"]["model"].as_str().unwrap_or_default();
+                model.clone_into(&mut self.model);
+            }
+            ("response.output_item.added", _) if event["item"]["type"] == "message" => {
+                let id = event["item"]["id"].as_str().unwrap_or_default().to_owned();
+                self.open = index.map(|index| NativeMessage { index, id, text: None, parts: 0 });
+            }
+            ("response.content_part.added", Some(open)) => {
+                if event["part"]["type"] == "output_text" {
+                    open.text = Some((open.parts, String::new()));
+                }
+                open.parts += 1;
+            }
+            ("response.output_text.delta", Some(open)) => {
+                if let Some((_, text)) = &mut open.text {
+                    text.push_str(event["delta"].as_str().unwrap_or_default());
+                }
+            }
+            ("response.output_item.done", open) => {
+                if open.is_some() {
+                    self.open = None;
+                }
+                self.output.push(event["item"].clone());
+            }
+            _ => {}
+        }
+    }
+}
+
 /// A routed stream as a Responses client reads it: the canonical chunks as numbered events,
 /// or a provider's own events passed on under the gateway's id. The whole response, once the
 /// stream has it, is handed to whoever keeps it ([`ResponsesStreamWriter::take_completed`]).
 pub struct ResponsesStreamWriter {
     meta: Meta,
     encoder: StreamEncoder,
-    /// The last `sequence_number` of a provider's own events, once one was passed on.
-    native: Option<u64>,
+    /// What a provider's own events showed, while they are passed on; the encoder takes it
+    /// over at the first canonical chunk after them (a continuation) or at a failure.
+    native: Option<Native>,
     /// The whole response, once the stream completed, until taken.
     completed: Option<Value>,
 }
@@ -718,16 +809,12 @@ impl ResponsesStreamWriter {
     /// A provider's event, passed on; a response object in it is restamped.
     fn pass(&mut self, frame: &bytes::Bytes, out: &mut Vec<u8>) {
         let data = crate::pieces::data_of(frame).unwrap_or_default();
+        let native = self.native.get_or_insert_default();
         let Ok(mut event) = serde_json::from_str::<Value>(&data) else {
-            self.native.get_or_insert(0);
             out.extend_from_slice(frame);
             return;
         };
-        let sequence = event["sequence_number"].as_u64();
-        let native = self.native.get_or_insert(0);
-        if let Some(sequence) = sequence {
-            *native = sequence;
-        }
+        native.see(&event);
         let Some(response) = event.get_mut("response") else {
             out.extend_from_slice(frame);
             return;
@@ -748,6 +835,9 @@ impl crate::codec::StreamWriter for ResponsesStreamWriter {
         {
             return self.pass(frame, out);
         }
+        if let Some(native) = self.native.take() {
+            self.encoder.adopt(native);
+        }
         Self::write(self.encoder.push(&chunk), out);
     }
 
@@ -766,8 +856,8 @@ impl crate::codec::StreamWriter for ResponsesStreamWriter {
             }
             _ => "server_error",
         };
-        if let Some(sequence) = self.native {
-            self.encoder.continue_after(sequence);
+        if let Some(native) = self.native.take() {
+            self.encoder.adopt(native);
         }
         let message = format!("the stream failed after content was sent: {error}");
         Self::write(self.encoder.fail(code, &message), out);
@@ -1058,5 +1148,108 @@ mod tests {
             (Some("incomplete"), Some("{\"ci"))
         );
         assert!(encoder.turn().tool_calls.is_empty(), "a cut call is no call of the turn");
+    }
+
+    /// A provider's own events as they reach the writer: each a chunk carrying its frame.
+    fn native_chunk(event: Value) -> ChatChunk {
+        let kind = event["type"].as_str().unwrap().to_owned();
+        let frame = format!("event: {kind}\ndata: {event}\n\n");
+        ChatChunk {
+            verbatim: Some(switchyard::chat::Verbatim::new(
+                switchyard::chat::Dialect::Responses,
+                bytes::Bytes::from(frame),
+            )),
+            ..ChatChunk::default()
+        }
+    }
+
+    /// The events `out` holds, as (type, data).
+    fn written(out: &[u8]) -> Vec<(String, Value)> {
+        let text = std::str::from_utf8(out).unwrap();
+        text.split("\n\n")
+            .filter_map(|frame| frame.lines().find_map(|line| line.strip_prefix("data: ")))
+            .map(|data| {
+                let event: Value = serde_json::from_str(data).unwrap();
+                (event["type"].as_str().unwrap().to_owned(), event)
+            })
+            .collect()
+    }
+
+    /// A provider's stream that began a message and said "Hel" of it, after a reasoning item.
+    fn native_begun(writer: &mut ResponsesStreamWriter, out: &mut Vec<u8>) {
+        let events = [
+            json!({"type": "response.created", "sequence_number": 0, "response": {"id": "resp_up", "model": "gpt-5", "status": "in_progress", "output": []}}),
+            json!({"type": "response.output_item.added", "sequence_number": 1, "output_index": 0, "item": {"type": "reasoning", "id": "rs_up", "summary": []}}),
+            json!({"type": "response.output_item.done", "sequence_number": 2, "output_index": 0, "item": {"type": "reasoning", "id": "rs_up", "summary": [], "encrypted_content": "gAAA"}}),
+            json!({"type": "response.output_item.added", "sequence_number": 3, "output_index": 1, "item": {"type": "message", "id": "msg_up", "role": "assistant", "status": "in_progress", "content": []}}),
+            json!({"type": "response.content_part.added", "sequence_number": 4, "item_id": "msg_up", "output_index": 1, "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}),
+            json!({"type": "response.output_text.delta", "sequence_number": 5, "item_id": "msg_up", "output_index": 1, "content_index": 0, "delta": "Hel"}),
+        ];
+        for event in events {
+            crate::codec::StreamWriter::chunk(writer, native_chunk(event), out);
+        }
+    }
+
+    #[test]
+    fn a_continuation_after_a_providers_own_events_writes_on_in_its_message() {
+        use crate::codec::StreamWriter;
+        let mut writer = ResponsesStreamWriter::new(meta());
+        let mut out = Vec::new();
+        native_begun(&mut writer, &mut out);
+        let passed = written(&out).len();
+        // Another target's chunks, continuing the answer.
+        writer.chunk(chunk(Delta { content: Some("lo".into()), ..Delta::default() }, None), &mut out);
+        let mut last = chunk(Delta::default(), Some(FinishReason::Stop));
+        last.usage = Some(Usage::new(12, 1));
+        writer.chunk(last, &mut out);
+        writer.end(&mut out);
+
+        let events = written(&out);
+        let sequence: Vec<u64> = events.iter().map(|(_, e)| e["sequence_number"].as_u64().unwrap()).collect();
+        assert_eq!(sequence, (0..events.len() as u64).collect::<Vec<_>>(), "numbered on without a gap");
+        let kinds: Vec<&str> = events[passed..].iter().map(|(kind, _)| kind.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.completed"
+            ],
+            "no second response.created, no second message"
+        );
+        let delta = &events[passed].1;
+        assert_eq!(
+            (&delta["item_id"], &delta["output_index"], &delta["delta"]),
+            (&json!("msg_up"), &json!(1), &json!("lo"))
+        );
+        assert_eq!(events[passed + 1].1["text"], "Hello");
+        let response = &events.last().unwrap().1["response"];
+        assert_eq!(response["id"], "resp_1");
+        assert_eq!(response["output"][0]["encrypted_content"], "gAAA", "the provider's items kept");
+        assert_eq!(response["output"][1]["id"], "msg_up");
+        assert_eq!(response["output"][1]["content"][0]["text"], "Hello");
+        assert_eq!(writer.take_completed().unwrap()["output"][1]["content"][0]["text"], "Hello");
+        assert_eq!(writer.encoder.turn().text_content().as_deref(), Some("Hello"));
+    }
+
+    #[test]
+    fn a_providers_own_stream_that_breaks_lists_its_message_incomplete() {
+        use crate::codec::StreamWriter;
+        let mut writer = ResponsesStreamWriter::new(meta());
+        let mut out = Vec::new();
+        native_begun(&mut writer, &mut out);
+        let passed = written(&out).len();
+        assert!(
+            writer.fail(&switchyard::ProviderError::new(switchyard::ErrorKind::Transport, "cut"), &mut out)
+        );
+        let events = written(&out);
+        let kinds: Vec<&str> = events[passed..].iter().map(|(kind, _)| kind.as_str()).collect();
+        assert_eq!(kinds, ["response.failed", "error"]);
+        assert_eq!(events[passed].1["sequence_number"], 6);
+        let output = &events[passed].1["response"]["output"];
+        assert_eq!((&output[1]["id"], &output[1]["status"]), (&json!("msg_up"), &json!("incomplete")));
+        assert_eq!(output[1]["content"][0]["text"], "Hel");
     }
 }

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::exchange::{Exchange, Served};
 use super::options::RequestOptions;
 use super::stream::{Prefetched, prefetch};
-use crate::chat::{ChatChunk, ChatRequest, ChatResponse, Dialect, Message, ReasoningShown, ResponseFormat};
+use crate::chat::{ChatChunk, ChatRequest, ChatResponse, Message, ReasoningShown, ResponseFormat};
 use crate::provider::{BoxFuture, Call, ChunkStream, Provider};
 use crate::route::Route;
 use crate::trail::{Outcome, Trail};
@@ -35,8 +35,8 @@ pub(crate) struct Resume {
     options: RequestOptions,
     /// The text of the answer the caller has been shown.
     delivered: String,
-    /// Nothing but text has been shown: no tool call, no refusal, no finish, no Responses
-    /// event passed on as the provider wrote it.
+    /// Nothing but text has been shown: no tool call, no refusal, no finish. (A Responses
+    /// client's writer takes over a provider's own events where they stop.)
     text_only: bool,
     /// The id and time the caller's chunks carry, for the continuation's.
     id: Option<(String, u64)>,
@@ -87,10 +87,6 @@ impl Resume {
         }
         if self.id.is_none() && !chunk.id.is_empty() {
             self.id = Some((chunk.id.clone(), chunk.created));
-        }
-        if chunk.verbatim.as_ref().is_some_and(|v| v.dialect() == Dialect::Responses) {
-            self.text_only = false;
-            return;
         }
         for choice in &chunk.choices {
             let delta = &choice.delta;
