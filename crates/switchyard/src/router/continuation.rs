@@ -147,7 +147,9 @@ pub(crate) struct Continuation {
 
 /// What a continued stream's chunks are given to follow on from the caller's: the caller's id
 /// and time, no event of the provider's own (the caller's writer continues its own events),
-/// and no second role or leading whitespace the caller already has.
+/// no second role or leading whitespace the caller already has, and none of the continuing
+/// model's reasoning (the caller is inside the answer's text: a model that thinks before it
+/// continues would split it in two).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Splice {
     id: Option<(String, u64)>,
@@ -166,6 +168,8 @@ impl Splice {
         }
         for choice in &mut chunk.choices {
             choice.delta.role = None;
+            choice.delta.reasoning_content = None;
+            choice.delta.thinking_blocks.clear();
             if self.trim_start
                 && let Some(text) = choice.delta.content.as_mut()
             {

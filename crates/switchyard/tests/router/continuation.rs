@@ -4,12 +4,14 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use switchyard::chat::{ChatRequest, ResponseFormat};
+use switchyard::chat::{
+    ChatChunk, ChatRequest, ChunkChoice, Delta, FinishReason, ReasoningShown, ResponseFormat,
+};
 use switchyard::health::HealthStatus;
 use switchyard::route::{Route, Timeouts};
 use switchyard::simulated::{SimulatedProvider, Step};
 use switchyard::trail::Outcome;
-use switchyard::{ErrorKind, RequestOptions, RoutedStream, StreamError};
+use switchyard::{ErrorKind, ProviderEntry, RequestOptions, RoutedStream, StreamError};
 use tokio::time::Instant;
 
 use crate::support::*;
@@ -306,4 +308,42 @@ impl switchyard::provider::Provider for Recorder {
         *self.seen.lock().unwrap() = Some(request.clone());
         self.inner.chat_stream(call, request)
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_continuing_models_reasoning_is_not_shown_inside_the_answer() {
+    let a = breaking(Step::CutAfter(3));
+    let think = ChatChunk {
+        choices: vec![ChunkChoice {
+            delta: Delta { reasoning_content: Some("Let me think.".into()), ..Delta::default() },
+            ..ChunkChoice::default()
+        }],
+        ..ChatChunk::default()
+    };
+    // What follows the prefill "one two three f" (three of six pieces), after a thought.
+    let mut pieces = vec![Ok(think)];
+    pieces.extend(["our", " five", " six"].map(|word| Ok(ChatChunk::text(word))));
+    pieces.push(Ok(ChatChunk::finish(FinishReason::Stop)));
+    let router = builder(&[("a", &a)])
+        .provider(ProviderEntry::new("b", Scripted(pieces)))
+        .route(Route::builder("default").target("a:m").target("b:m").build().unwrap())
+        .build()
+        .unwrap();
+    // The default: a caller shown any model's reasoning.
+    assert_eq!(RequestOptions::default().reasoning, ReasoningShown::Any);
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let mut chunks = Vec::new();
+    while let Some(item) = stream.next().await {
+        chunks.push(item.unwrap());
+    }
+
+    let text: String =
+        chunks.iter().flat_map(|c| c.choices.iter().filter_map(|c| c.delta.content.clone())).collect();
+    assert_eq!(text, ANSWER);
+    assert!(
+        chunks.iter().all(|c| c.choices.iter().all(|c| c.delta.reasoning_content.is_none())),
+        "reasoning in the middle of the text: {chunks:?}"
+    );
+    assert_eq!(outcomes(&stream), [(Outcome::Failed, true), (Outcome::Continued, false)]);
 }

@@ -147,7 +147,8 @@ impl switchyard::provider::Provider for ByModel {
     }
 }
 
-/// A provider across a network whose every stream is `items`, as written.
+/// A provider across a network whose every stream is `items`, as written; it takes a prefill
+/// (its items are then what follows it).
 pub struct Scripted(pub Vec<Result<switchyard::chat::ChatChunk, switchyard::ProviderError>>);
 
 impl Scripted {
@@ -164,6 +165,10 @@ impl Scripted {
 impl switchyard::provider::Provider for Scripted {
     fn kind(&self) -> &str {
         "scripted"
+    }
+
+    fn accepts_prefill(&self, _: &str) -> bool {
+        true
     }
 
     fn streams_upstream(&self) -> bool {
