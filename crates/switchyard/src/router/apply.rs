@@ -154,7 +154,7 @@ impl<'r, X: Exchange> Run<'r, X> {
     /// the target did not fail, it was never asked.
     fn unsupported(&mut self, unsupported: Unsupported) -> Step {
         self.record.unsupported(unsupported.attempt);
-        self.verdict.failed(unsupported.error);
+        self.verdict.skipped(unsupported.error);
         Step::Next
     }
 

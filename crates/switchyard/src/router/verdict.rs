@@ -26,7 +26,8 @@ pub(super) struct Verdict<O> {
     /// produces nothing, since it is the provider's real answer. Boxed: rarely set, and the
     /// answer it holds would grow every request's state.
     refusal: Option<Box<TargetAnswer<O>>>,
-    /// The latest failure, which the request fails with when nothing answers.
+    /// The latest failure (a skip only when nothing failed), which the request fails with when
+    /// nothing answers.
     last_error: Option<ProviderError>,
     /// The request's deadline ended the walk.
     out_of_time: bool,
@@ -50,6 +51,12 @@ impl<O> Verdict<O> {
     /// The latest failure, the request's if nothing answers.
     pub(super) fn failed(&mut self, error: ProviderError) {
         self.last_error = Some(error);
+    }
+
+    /// A target skipped, never asked: the request's error only when nothing failed before it
+    /// (a skip after a timeout would otherwise hide the timeout behind "cannot be written").
+    pub(super) fn skipped(&mut self, error: ProviderError) {
+        self.last_error.get_or_insert(error);
     }
 
     /// The request's deadline passed.

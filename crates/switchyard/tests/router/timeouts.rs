@@ -128,3 +128,23 @@ async fn a_count_unanswered_within_the_first_byte_wait_goes_to_the_next_target_a
     assert!(answer.trail.attempts()[0].error.as_ref().is_some_and(|e| e.is_silence()));
     assert_eq!((silent.calls(), ok.calls()), (1, 1));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_is_the_requests_error_when_the_target_after_it_was_only_skipped() {
+    let silent = SimulatedProvider::new().script([Step::Hang]);
+    let cannot = SimulatedProvider::new().script([Step::Fail(switchyard::ProviderError::unsupported(
+        "this request cannot be written in its API",
+    ))]);
+    let route = Route::builder("default")
+        .target("silent:m")
+        .target("cannot:m")
+        .retry(quick_retry(1))
+        .timeouts(Timeouts { total: Duration::from_secs(5), ..Timeouts::default() });
+    let router = router(&[("silent", &silent), ("cannot", &cannot)], route);
+
+    let error = router.chat(&request("default")).await.unwrap_err();
+
+    let outcomes: Vec<Outcome> = error.trail().iter().map(|a| a.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Failed, Outcome::SkippedUnsupported]);
+    assert_eq!(error.kind(), Some(ErrorKind::Timeout), "{error}");
+}
