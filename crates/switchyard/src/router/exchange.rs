@@ -28,9 +28,11 @@ pub(crate) trait Exchange: Sync {
     /// limit for the error message.
     fn attempt_limit(&self, route: &Route) -> (Duration, &'static str);
 
-    /// Whether the call says nothing until its whole answer, so that its first-byte wait is
-    /// the attempt's limit; otherwise (a stream) its first content ends the `first_byte` wait.
-    fn answers_whole(&self) -> bool {
+    /// Whether the call to `provider` says nothing until its whole answer, so that its
+    /// first-byte wait is the attempt's limit; otherwise (a stream, or a whole answer asked as
+    /// one) its first content ends the `first_byte` wait.
+    fn answers_whole(&self, provider: &dyn Provider) -> bool {
+        let _ = provider;
         false
     }
 
@@ -116,8 +118,9 @@ impl Exchange for ChatExchange<'_> {
         provider.chat(call, self.request)
     }
 
-    fn answers_whole(&self) -> bool {
-        true
+    fn answers_whole(&self, provider: &dyn Provider) -> bool {
+        // Asked as a stream and put together, it shows life long before its end.
+        !(self.streamed && provider.streams_upstream())
     }
 
     fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {
@@ -167,7 +170,7 @@ impl Exchange for EmbeddingsExchange<'_> {
         provider.embeddings(call, self.0)
     }
 
-    fn answers_whole(&self) -> bool {
+    fn answers_whole(&self, _: &dyn Provider) -> bool {
         true
     }
 
@@ -234,7 +237,7 @@ impl Exchange for CountTokensExchange<'_> {
         provider.count_tokens(call, self.0)
     }
 
-    fn answers_whole(&self) -> bool {
+    fn answers_whole(&self, _: &dyn Provider) -> bool {
         true
     }
 

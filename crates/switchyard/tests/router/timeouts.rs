@@ -148,3 +148,33 @@ async fn a_timeout_is_the_requests_error_when_the_target_after_it_was_only_skipp
     assert_eq!(outcomes, [Outcome::Failed, Outcome::SkippedUnsupported]);
     assert_eq!(error.kind(), Some(ErrorKind::Timeout), "{error}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_shares_only_the_first_byte_wait_of_a_whole_answer_asked_as_a_stream() {
+    // Twenty pieces 200 ms apart: over 3 s to the end, the first at once. With a 6 s deadline and
+    // one target after it, its first-byte wait is 3 s: the answer that shows life at once is
+    // not cut at 3 s as silent.
+    let options = RequestOptions { deadline: Some(Duration::from_secs(6)), ..RequestOptions::default() };
+    let words = (1..=20).map(|n| format!("w{n} ")).collect::<String>();
+    let slow =
+        SimulatedProvider::new().reply(words).streams_upstream(true).stream(20, Duration::from_millis(200));
+    let ok = SimulatedProvider::new().streams_upstream(true);
+    let route = Route::builder("default").target("slow:m").target("ok:m");
+    let router = router(&[("slow", &slow), ("ok", &ok)], route);
+
+    let start = Instant::now();
+    let answer = router.chat_with(&request("default"), &options).await.unwrap();
+
+    assert!(start.elapsed() > Duration::from_secs(3), "{:?}", start.elapsed());
+    assert_eq!(answer.served_by.to_string(), "slow:m");
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Ok]);
+
+    // A silent one is still cut at its share, and the next answers within the deadline.
+    let silent = SimulatedProvider::new().streams_upstream(true).script([Step::Hang]);
+    let route = Route::builder("default").target("silent:m").target("ok:m");
+    let second = crate::support::router(&[("silent", &silent), ("ok", &ok)], route);
+    let start = Instant::now();
+    let answer = second.chat_with(&request("default"), &options).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
+    assert_eq!(answer.served_by.to_string(), "ok:m");
+}
