@@ -122,6 +122,10 @@ pub(crate) struct Decoder {
     tools: HashMap<u32, OpenTool>,
     /// The canonical index the next tool-use block gets.
     next_ordinal: u32,
+    /// Blocks of tools the provider runs itself (`server_tool_use` for web search, web fetch
+    /// and code execution; `mcp_tool_use`), by content block index: their input streams as a
+    /// tool's does, and is no call of the answer's (their frames pass to an Anthropic client).
+    server_tools: Vec<u32>,
     /// The text so far of each thinking block started and not yet signed, by content block
     /// index; kept only for an OpenAI-dialect client (Responses clients included), which gets
     /// the block whole.
@@ -157,6 +161,7 @@ impl Decoder {
             created: now_unix(),
             tools: HashMap::new(),
             next_ordinal: 0,
+            server_tools: Vec::new(),
             thinking: HashMap::new(),
             usage: super::wire::Usage::default(),
             stop_reason: None,
@@ -230,13 +235,20 @@ impl Decoder {
                     extra: Default::default(),
                 }))
             }
+            Block::Raw(block)
+                if matches!(block["type"].as_str(), Some("server_tool_use" | "mcp_tool_use")) =>
+            {
+                self.server_tools.push(index);
+                None
+            }
             Block::Raw(block) => self.start_thinking(index, block),
             _ => None,
         }
     }
 
     /// The chunk a `content_block_delta` gives: text, thinking, a signed thinking block, or
-    /// tool-call arguments (refused for a block that is no tool call).
+    /// tool-call arguments (nothing for a server tool's block; refused for a block that is no
+    /// tool's).
     fn block_delta(&mut self, index: u32, delta: BlockDelta) -> Result<Option<ChatChunk>, ProviderError> {
         Ok(match delta {
             BlockDelta::TextDelta { text } if !text.is_empty() => Some(self.text(text)),
@@ -260,6 +272,7 @@ impl Decoder {
                         let ordinal = tool.ordinal;
                         Some(self.arguments(ordinal, partial_json))
                     }
+                    None if self.server_tools.contains(&index) => None,
                     None => {
                         return Err(ProviderError::new(
                             ErrorKind::MalformedResponse,
@@ -441,6 +454,64 @@ mod tests {
         events.extend(deltas.iter().map(|data| event("message_delta", data)));
         events.push(event("message_stop", r#"{"type":"message_stop"}"#));
         events
+    }
+
+    #[tokio::test]
+    async fn a_server_tools_input_and_result_pass_and_the_answer_goes_on() {
+        let mut events = answer(&[STOPPED]);
+        let tail = events.split_off(4);
+        events.extend([
+            event(
+                "content_block_start",
+                r#"{"type":"content_block_start","index":1,"content_block":{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{}}}"#,
+            ),
+            event(
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"query\": \"weather\"}"}}"#,
+            ),
+            event("content_block_stop", r#"{"type":"content_block_stop","index":1}"#),
+            event(
+                "content_block_start",
+                r#"{"type":"content_block_start","index":2,"content_block":{"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[{"type":"web_search_result","title":"Weather","url":"https://example.com/weather","encrypted_content":"EqgfCioIARgBIiQ3"}]}}"#,
+            ),
+            event("content_block_stop", r#"{"type":"content_block_stop","index":2}"#),
+            event(
+                "content_block_start",
+                r#"{"type":"content_block_start","index":3,"content_block":{"type":"text","text":""}}"#,
+            ),
+            event(
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":3,"delta":{"type":"text_delta","text":" Sunny."}}"#,
+            ),
+            event("content_block_stop", r#"{"type":"content_block_stop","index":3}"#),
+        ]);
+        events.extend(tail);
+        let total = events.len();
+
+        for pass_on in [true, false] {
+            let mut decoder = Decoder::new(Dialect::Anthropic, None);
+            decoder.pass_on = pass_on;
+            let items: Vec<_> =
+                chunk_stream(futures_util::stream::iter(events.clone()), decoder).collect().await;
+            let chunks: Vec<ChatChunk> =
+                items.into_iter().map(|item| item.expect("no event is refused")).collect();
+            let text: String = chunks
+                .iter()
+                .flat_map(|c| c.choices.iter().filter_map(|c| c.delta.content.clone()))
+                .collect();
+            assert_eq!(text, "Hi Sunny.");
+            assert!(
+                chunks.iter().all(|c| c.choices.iter().all(|c| c.delta.tool_calls.is_empty())),
+                "no call of the answer's"
+            );
+            if pass_on {
+                assert_eq!(
+                    chunks.iter().filter(|c| c.verbatim.is_some()).count(),
+                    total,
+                    "every frame passes"
+                );
+            }
+        }
     }
 
     const STOPPED: &str = r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}"#;
