@@ -279,18 +279,15 @@ impl OpenAiProvider {
         let (body, pass_on) = match verbatim {
             Some(body) => {
                 // Usage is asked for whatever the client said: cost and token budgets need it.
-                // The chunk that carries it is passed on only when the client asked too.
+                // The chunk that carries it is passed on only when the client asked too, or
+                // asked for a whole answer (put together from the stream: its usage as the
+                // provider wrote it, details and all).
                 let edits = [
                     ("model", Edit::Text(call.model)),
                     ("stream", Edit::Flag(true)),
                     ("stream_options", Edit::Enable("include_usage")),
                 ];
-                let usage_chunk = request
-                    .extra
-                    .get("stream_options")
-                    .and_then(|options| options.get("include_usage"))
-                    .and_then(serde_json::Value::as_bool)
-                    .unwrap_or(false);
+                let usage_chunk = !request.stream || codec::wants_usage(request);
                 (verbatim::rewrite(body, &edits)?, Some(stream::PassOn { usage_chunk }))
             }
             None => (wire::chat_body(request, call.model, true, self.wants_max_completion_tokens())?, None),
