@@ -1535,6 +1535,46 @@ fn stream_encoder_writes_the_exact_event_sequence_for_tool_calls() {
     );
 }
 
+#[test]
+fn stream_encoder_holds_a_call_that_begins_while_the_open_one_goes_on_and_loses_no_fragment() {
+    // A server that interleaves two parallel calls' fragments: 0 opens, 1 opens, 0, 1, 0.
+    let events = encode(&[
+        chunk(call_delta(0, Some("call_1"), Some("get_weather"), "{\"city\":"), None),
+        chunk(call_delta(1, Some("call_2"), Some("get_time"), "{\"zone\":"), None),
+        chunk(call_delta(0, None, None, " \"Par"), None),
+        chunk(call_delta(1, None, None, " \"CET\"}"), None),
+        chunk(call_delta(0, None, None, "is\"}"), None),
+        chunk(Delta::default(), Some(FinishReason::ToolCalls)),
+    ]);
+    // One block open at a time, each whole: its start, its deltas, its stop.
+    let mut open: Option<u64> = None;
+    let mut inputs: Vec<(String, String)> = Vec::new();
+    for (name, data) in &events {
+        match *name {
+            "content_block_start" => {
+                assert_eq!(open, None, "a block began while another was open: {events:#?}");
+                open = data["index"].as_u64();
+                inputs.push((data["content_block"]["name"].as_str().unwrap().to_owned(), String::new()));
+            }
+            "content_block_delta" => {
+                assert_eq!(data["index"].as_u64(), open, "a delta outside the open block");
+                inputs.last_mut().unwrap().1.push_str(data["delta"]["partial_json"].as_str().unwrap());
+            }
+            "content_block_stop" => open = None,
+            _ => {}
+        }
+    }
+    let inputs: Vec<(String, Value)> =
+        inputs.into_iter().map(|(name, json)| (name, serde_json::from_str(&json).unwrap())).collect();
+    assert_eq!(
+        inputs,
+        [
+            ("get_weather".to_owned(), json!({"city": "Paris"})),
+            ("get_time".to_owned(), json!({"zone": "CET"}))
+        ]
+    );
+}
+
 #[tokio::test]
 async fn anthropic_stream_decoded_and_reencoded_keeps_its_events() {
     let original = tool_stream_events();

@@ -161,9 +161,11 @@ impl OpenBlock {
 /// );
 /// ```
 ///
-/// Only the first choice is written. Fragments of one tool call must arrive together, as
-/// every provider streams them: a fragment for a call whose block was already closed cannot be
-/// expressed in Anthropic's stream and is dropped with a warning. `message_start` reports the
+/// Only the first choice is written. A tool call streams in its block while its fragments
+/// come together, as providers stream them; a call that begins while the open one's arguments
+/// are not yet whole JSON (a server that interleaves parallel calls' fragments) is held and
+/// written whole once the open block ends, since Anthropic's stream has one block open at a
+/// time. `message_start` reports the
 /// usage of the first chunk, which only some upstreams tell (Gemini does; OpenAI-dialect
 /// servers count at the end), else 0; the final `message_delta` carries both counts. Reasoning (`reasoning_content`) of another dialect's model is not
 /// written: a thinking block needs Anthropic's signature, and one without it, sent back in
@@ -180,6 +182,10 @@ pub struct StreamEncoder {
     open: Option<OpenBlock>,
     /// Canonical tool calls whose block was stopped: later fragments of them are dropped.
     closed_calls: HashSet<u32>,
+    /// The open tool block's arguments so far: whole JSON says no fragment of it can follow.
+    open_arguments: String,
+    /// Calls begun while the open call could still go on, written whole when it ends.
+    held: Vec<HeldCall>,
     /// The canonical finish reason of choice 0, once a chunk gave it.
     finish_reason: Option<FinishReason>,
     /// An Anthropic upstream's own `stop_reason`, from a chunk's `extra`; preferred over the
@@ -211,7 +217,7 @@ impl StreamEncoder {
             let text = choice.delta.content.as_deref().or(choice.delta.refusal.as_deref());
             if let Some(text) = text.filter(|text| !text.is_empty()) {
                 if !matches!(self.open, Some(OpenBlock::Text { .. })) {
-                    self.close(&mut events);
+                    self.settle(&mut events);
                     let index = self.open_block(|index| OpenBlock::Text { index });
                     events.push(event(StreamEvent::ContentBlockStart {
                         index,
@@ -221,36 +227,11 @@ impl StreamEncoder {
                 self.delta(BlockDelta::TextDelta { text: text.to_owned() }, &mut events);
             }
             for call in &choice.delta.tool_calls {
-                let continues =
-                    matches!(self.open, Some(OpenBlock::Tool { call: open, .. }) if open == call.index);
-                if !continues {
-                    if self.closed_calls.contains(&call.index) {
-                        tracing::warn!(call = call.index, "late fragment of a closed tool call dropped");
-                        continue;
-                    }
-                    self.close(&mut events);
-                    let index = self.open_block(|index| OpenBlock::Tool { index, call: call.index });
-                    let function = call.function.as_ref();
-                    let name = function.and_then(|f| f.name.clone()).unwrap_or_default();
-                    let id =
-                        call.id.clone().filter(|id| !id.is_empty()).unwrap_or_else(|| fresh_id("toolu_"));
-                    events.push(event(StreamEvent::ContentBlockStart {
-                        index,
-                        content_block: Block::ToolUse { id, name, input: json!({}) },
-                    }));
-                }
-                let arguments =
-                    call.function.as_ref().and_then(|f| f.arguments.as_deref()).unwrap_or_default();
-                if !arguments.is_empty() {
-                    self.delta(
-                        BlockDelta::InputJsonDelta { partial_json: arguments.to_owned() },
-                        &mut events,
-                    );
-                }
+                self.tool_fragment(call, &mut events);
             }
             if let Some(reason) = &choice.finish_reason {
                 self.finish_reason = Some(reason.clone());
-                self.close(&mut events);
+                self.settle(&mut events);
             }
         }
         if let Some(usage) = chunk.usage {
@@ -285,7 +266,7 @@ impl StreamEncoder {
         if !self.started {
             self.start(&ChatChunk::default(), &mut events);
         }
-        self.close(&mut events);
+        self.settle(&mut events);
         self.finished = true;
         let stop_reason = match (&self.stop_reason, &self.finish_reason) {
             (Some(raw), _) => raw.clone(),
@@ -347,15 +328,86 @@ impl StreamEncoder {
         }
     }
 
+    /// One fragment of a tool call: into the open call's block, or a held call, or a new block
+    /// (held while the open call could still go on).
+    fn tool_fragment(&mut self, call: &switchyard::chat::ToolCallDelta, events: &mut Vec<Event>) {
+        let function = call.function.as_ref();
+        let arguments = function.and_then(|f| f.arguments.as_deref()).unwrap_or_default();
+        if matches!(self.open, Some(OpenBlock::Tool { call: open, .. }) if open == call.index) {
+            self.open_arguments.push_str(arguments);
+            if !arguments.is_empty() {
+                self.delta(BlockDelta::InputJsonDelta { partial_json: arguments.to_owned() }, events);
+            }
+            return;
+        }
+        if let Some(held) = self.held.iter_mut().find(|held| held.call == call.index) {
+            held.arguments.push_str(arguments);
+            return;
+        }
+        if self.closed_calls.contains(&call.index) {
+            tracing::warn!(call = call.index, "a fragment after a tool call's whole arguments dropped");
+            return;
+        }
+        let name = function.and_then(|f| f.name.clone()).unwrap_or_default();
+        let id = call.id.clone().filter(|id| !id.is_empty()).unwrap_or_else(|| fresh_id("toolu_"));
+        let open_call_goes_on =
+            matches!(self.open, Some(OpenBlock::Tool { .. })) && !is_json(&self.open_arguments);
+        if open_call_goes_on || !self.held.is_empty() {
+            self.held.push(HeldCall { call: call.index, id, name, arguments: arguments.to_owned() });
+            return;
+        }
+        self.close(events);
+        self.write_call(HeldCall { call: call.index, id, name, arguments: arguments.to_owned() }, events);
+    }
+
+    /// Opens a tool block for `call` with its arguments so far (the block stays open).
+    fn write_call(&mut self, call: HeldCall, events: &mut Vec<Event>) {
+        let HeldCall { call, id, name, arguments } = call;
+        let index = self.open_block(|index| OpenBlock::Tool { index, call });
+        events.push(event(StreamEvent::ContentBlockStart {
+            index,
+            content_block: Block::ToolUse { id, name, input: json!({}) },
+        }));
+        if !arguments.is_empty() {
+            self.delta(BlockDelta::InputJsonDelta { partial_json: arguments.clone() }, events);
+        }
+        self.open_arguments = arguments;
+    }
+
+    /// Closes the open block for good (text, the finish or the end follows), then writes each
+    /// held call whole.
+    fn settle(&mut self, events: &mut Vec<Event>) {
+        self.close(events);
+        for call in std::mem::take(&mut self.held) {
+            self.write_call(call, events);
+            self.close(events);
+        }
+    }
+
     /// Writes `content_block_stop` for the open block, if any, and remembers a closed tool call.
     fn close(&mut self, events: &mut Vec<Event>) {
         if let Some(open) = self.open.take() {
             if let OpenBlock::Tool { call, .. } = open {
                 self.closed_calls.insert(call);
             }
+            self.open_arguments.clear();
             events.push(event(StreamEvent::ContentBlockStop { index: open.index() }));
         }
     }
+}
+
+/// A tool call held until the open block ends.
+#[derive(Debug)]
+struct HeldCall {
+    call: u32,
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Whether `arguments` are whole JSON: no fragment of them can follow.
+fn is_json(arguments: &str) -> bool {
+    serde_json::from_str::<serde::de::IgnoredAny>(arguments).is_ok()
 }
 
 /// `event` as its SSE name and JSON data.
