@@ -78,3 +78,9 @@ pub fn write_event(out: &mut Vec<u8>, name: &str, value: &impl serde::Serialize)
     out.push(b'\n');
     write_data(out, value);
 }
+
+/// Whether a tool call's `arguments` so far are whole JSON, so that no fragment of them can
+/// follow: a writer that holds a call begun while another goes on asks it of the open call.
+pub(crate) fn is_whole_json(arguments: &str) -> bool {
+    serde_json::from_str::<serde::de::IgnoredAny>(arguments).is_ok()
+}

@@ -16,8 +16,10 @@
 //! `response.function_call_arguments.delta` / `.done`), `response.output_item.done`, and at the
 //! end `response.completed` (or `response.incomplete`) with the whole response; a failure after
 //! it began is `response.failed` then `error`, the item the break cut listed in the failed
-//! response as `incomplete` and never `.done` (a client would act on a call cut short). Every
-//! event carries its `sequence_number`.
+//! response as `incomplete` and never `.done` (a client would act on a call cut short). A call
+//! that begins while the open function call's arguments are not yet whole JSON (a server that
+//! interleaves parallel calls) is held and written whole once the open item ends. Every event
+//! carries its `sequence_number`.
 
 use serde_json::{Value, json};
 use switchyard::chat::{
@@ -264,6 +266,9 @@ pub struct StreamEncoder {
     open: Option<Open>,
     /// The calls closed so far: a fragment of one of them cannot be expressed.
     closed_calls: Vec<u32>,
+    /// Calls begun while the open function call's arguments were not yet whole JSON (a server
+    /// that interleaves parallel calls' fragments), written whole once it ends.
+    held: Vec<(ToolCallDelta, String)>,
     finish: Option<FinishReason>,
     usage: Option<Usage>,
     /// The assistant turn, for the conversation.
@@ -290,6 +295,7 @@ impl StreamEncoder {
             output: Vec::new(),
             open: None,
             closed_calls: Vec::new(),
+            held: Vec::new(),
             finish: None,
             usage: None,
             turn_text: String::new(),
@@ -395,17 +401,42 @@ impl StreamEncoder {
         };
         let same = matches!(&self.open, Some(Open::Call(open)) if open.call == call.index);
         if !same {
+            if let Some((_, so_far)) = self.held.iter_mut().find(|(held, _)| held.index == call.index) {
+                so_far.push_str(arguments);
+                return;
+            }
             if self.closed_calls.contains(&call.index) {
                 tracing::warn!(
                     call = call.index,
-                    "a fragment of a closed tool call cannot be expressed in the Responses stream; dropped"
+                    "a fragment after a tool call's whole arguments cannot be expressed in the Responses stream; dropped"
                 );
+                return;
+            }
+            let goes_on = matches!(&self.open, Some(Open::Call(open))
+                if !open.custom && !crate::codec::is_whole_json(&open.arguments));
+            if goes_on || !self.held.is_empty() {
+                self.held.push((call.clone(), arguments.to_owned()));
                 return;
             }
             let custom = call.kind.as_deref() == Some("custom") || custom.is_some();
             self.open_call(call, name, custom, events);
         }
         self.call_arguments(name, arguments, events);
+    }
+
+    /// Closes the open item for good (other output, the finish or the end follows), then
+    /// writes each held call whole.
+    fn settle(&mut self, events: &mut Vec<Event>) {
+        self.close(events);
+        for (mut call, arguments) in std::mem::take(&mut self.held) {
+            if let Some(function) = call.function.as_mut() {
+                function.arguments = Some(arguments);
+            } else if let Some(custom) = call.extra.get_mut("custom") {
+                custom["input"] = Value::String(arguments);
+            }
+            self.tool_call(&call, events);
+            self.close(events);
+        }
     }
 
     /// Closes the open item and opens a call item for `call`, named `name` so far.
@@ -458,7 +489,7 @@ impl StreamEncoder {
         if matches!(self.open, Some(Open::Reasoning { .. })) {
             return;
         }
-        self.close(events);
+        self.settle(events);
         let index = self.output.len();
         let item_id = reasoning_item_id(&self.meta.id, index);
         let item = reasoning_item(&item_id, "in_progress", "");
@@ -485,7 +516,7 @@ impl StreamEncoder {
     /// Text (or refusal) into the open message, opening one (and the part) when needed.
     fn text(&mut self, text: &str, refusal: bool, events: &mut Vec<Event>) {
         if !matches!(self.open, Some(Open::Message { .. })) {
-            self.close(events);
+            self.settle(events);
             let index = self.output.len();
             let item = message_item(&self.item_id(index), "in_progress", Vec::new());
             self.event("response.output_item.added", json!({ "output_index": index, "item": item }), events);
@@ -555,26 +586,43 @@ impl StreamEncoder {
     /// acts on a finished call), and the failed response lists it as `incomplete`.
     fn cut(&mut self) {
         let item = match self.open.take() {
-            None => return,
+            None => None,
             Some(Open::Message { index, text, refusal, .. }) => {
                 let mut parts: Vec<(usize, Value)> = Vec::new();
                 parts.extend(text.map(|(at, text)| (at, text_part(&text))));
                 parts.extend(refusal.map(|(at, refusal)| (at, refusal_part(&refusal))));
                 parts.sort_by_key(|(content_index, _)| *content_index);
                 let parts = parts.into_iter().map(|(_, part)| part).collect();
-                message_item(&self.item_id(index), "incomplete", parts)
+                Some(message_item(&self.item_id(index), "incomplete", parts))
             }
             Some(Open::Reasoning { index, text }) => {
-                reasoning_item(&reasoning_item_id(&self.meta.id, index), "incomplete", &text)
+                Some(reasoning_item(&reasoning_item_id(&self.meta.id, index), "incomplete", &text))
             }
             Some(Open::Call(open)) => {
                 let item_id = call_item_id(&self.meta.id, open.index);
                 let item =
                     CallItem { id: &item_id, call_id: &open.call_id, name: &open.name, custom: open.custom };
-                item.write(&self.meta.echo.tools, &open.arguments, "incomplete")
+                Some(item.write(&self.meta.echo.tools, &open.arguments, "incomplete"))
             }
         };
-        self.output.push(item);
+        self.output.extend(item);
+        // Calls held behind it, never begun on the stream.
+        for (call, arguments) in std::mem::take(&mut self.held) {
+            let item_id = call_item_id(&self.meta.id, self.output.len());
+            let call_id = call.id.clone().unwrap_or_else(|| item_id.clone());
+            let custom = call.extra.get("custom");
+            let name = match custom {
+                Some(custom) => custom["name"].as_str(),
+                None => call.function.as_ref().and_then(|f| f.name.as_deref()),
+            };
+            let item = CallItem {
+                id: &item_id,
+                call_id: &call_id,
+                name: name.unwrap_or_default(),
+                custom: custom.is_some(),
+            };
+            self.output.push(item.write(&self.meta.echo.tools, &arguments, "incomplete"));
+        }
     }
 
     /// Closes the message item at `index`: its text and refusal parts, in their order, then
@@ -666,7 +714,7 @@ impl StreamEncoder {
     pub fn finish(&mut self) -> Vec<Event> {
         let mut events = Vec::new();
         self.start(&mut events);
-        self.close(&mut events);
+        self.settle(&mut events);
         let status = Status::of(self.finish.as_ref());
         let kind = if status == Status::Completed { "response.completed" } else { "response.incomplete" };
         let response = self.response();
@@ -1251,5 +1299,50 @@ mod tests {
         let output = &events[passed].1["response"]["output"];
         assert_eq!((&output[1]["id"], &output[1]["status"]), (&json!("msg_up"), &json!("incomplete")));
         assert_eq!(output[1]["content"][0]["text"], "Hel");
+    }
+
+    #[test]
+    fn a_call_begun_while_the_open_one_goes_on_is_held_and_no_fragment_is_lost() {
+        let fragment = |index: u32, head: Option<(&str, &str)>, arguments: &str| {
+            let delta = Delta {
+                tool_calls: vec![ToolCallDelta {
+                    index,
+                    id: head.map(|(id, _)| id.to_owned()),
+                    kind: head.map(|_| "function".to_owned()),
+                    function: Some(FunctionCallDelta {
+                        name: head.map(|(_, name)| name.to_owned()),
+                        arguments: Some(arguments.to_owned()),
+                    }),
+                    extra: Default::default(),
+                }],
+                ..Delta::default()
+            };
+            chunk(delta, None)
+        };
+        let mut encoder = StreamEncoder::new(meta());
+        let mut events = Vec::new();
+        for chunk in [
+            fragment(0, Some(("call_1", "weather")), "{\"city\":"),
+            fragment(1, Some(("call_2", "time")), "{\"zone\":"),
+            fragment(0, None, " \"Paris\"}"),
+            fragment(1, None, " \"CET\"}"),
+            chunk(Delta::default(), Some(FinishReason::ToolCalls)),
+        ] {
+            events.extend(encoder.push(&chunk));
+        }
+        events.extend(encoder.finish());
+        let done: Vec<(&str, &str)> = events
+            .iter()
+            .filter(|(kind, _)| *kind == "response.function_call_arguments.done")
+            .map(|(_, data)| (data["name"].as_str().unwrap(), data["arguments"].as_str().unwrap()))
+            .collect();
+        assert_eq!(done, [("weather", "{\"city\": \"Paris\"}"), ("time", "{\"zone\": \"CET\"}")]);
+        let added = events.iter().filter(|(kind, _)| *kind == "response.output_item.added").count();
+        assert_eq!(added, 2);
+        let output = &events.last().unwrap().1["response"]["output"];
+        assert_eq!(
+            (output[0]["call_id"].as_str(), output[1]["call_id"].as_str()),
+            (Some("call_1"), Some("call_2"))
+        );
     }
 }

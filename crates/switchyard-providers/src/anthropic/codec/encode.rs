@@ -350,8 +350,8 @@ impl StreamEncoder {
         }
         let name = function.and_then(|f| f.name.clone()).unwrap_or_default();
         let id = call.id.clone().filter(|id| !id.is_empty()).unwrap_or_else(|| fresh_id("toolu_"));
-        let open_call_goes_on =
-            matches!(self.open, Some(OpenBlock::Tool { .. })) && !is_json(&self.open_arguments);
+        let open_call_goes_on = matches!(self.open, Some(OpenBlock::Tool { .. }))
+            && !crate::codec::is_whole_json(&self.open_arguments);
         if open_call_goes_on || !self.held.is_empty() {
             self.held.push(HeldCall { call: call.index, id, name, arguments: arguments.to_owned() });
             return;
@@ -403,11 +403,6 @@ struct HeldCall {
     id: String,
     name: String,
     arguments: String,
-}
-
-/// Whether `arguments` are whole JSON: no fragment of them can follow.
-fn is_json(arguments: &str) -> bool {
-    serde_json::from_str::<serde::de::IgnoredAny>(arguments).is_ok()
 }
 
 /// `event` as its SSE name and JSON data.
