@@ -62,9 +62,14 @@ impl RequestRecord {
     }
 
     /// For a stream that broke after its first content reached the client (its status is
-    /// the 200 already sent): the kind of the failure.
+    /// the 200 already sent): the kind of the failure the client was told of, the last break.
+    /// A break another target continued to the end is none.
     pub fn stream_error(&self) -> Option<switchyard::ErrorKind> {
-        self.trail.attempts().iter().find(|a| a.mid_stream).and_then(|a| a.error_kind())
+        let attempts = self.trail.attempts();
+        if attempts.iter().any(|a| a.outcome == switchyard::trail::Outcome::Continued) {
+            return None;
+        }
+        attempts.iter().rev().find(|a| a.mid_stream).and_then(|a| a.error_kind())
     }
 
     /// The request as a line of the history: no trail, only how many attempts it took.

@@ -602,3 +602,27 @@ gateway:
     assert_eq!(request["status"], 200);
     assert_eq!(request["stream_error"], "transport", "the mock dropped the connection: {request}");
 }
+
+#[tokio::test]
+async fn a_stream_another_target_continued_to_its_end_is_not_listed_as_broken() {
+    let (mock, _server) = switchyard_mock::spawn().await.unwrap();
+    let gateway = Gateway::of(&format!(
+        r#"
+providers:
+  cut: {{ kind: openai_compatible, base_url: "http://{mock}/cut=2~words=6/v1" }}
+  whole: {{ kind: openai_compatible, base_url: "http://{mock}/ok~words=6/v1", prefill: true }}
+routes:
+  default: {{ targets: [cut:m, whole:m], retry: {{ max_attempts: 1 }} }}
+gateway:
+  keys: [env://GW_KEY]
+  admin_key: env://ADMIN_KEY
+"#
+    ))
+    .await;
+    let text = gateway.chat_stream().await.text().await.unwrap_or_default();
+    assert!(!text.contains("\"error\""), "the answer was continued: {text}");
+
+    let (_, listed) = gateway.get("/admin/requests?limit=1").await;
+    let request = &listed["requests"][0];
+    assert_eq!((&request["status"], &request["stream_error"]), (&json!(200), &Value::Null), "{request}");
+}
