@@ -383,7 +383,7 @@ impl<'r, X: Exchange> Context<'r, X> {
                 let message = format!("request deadline passed after {:?} of waiting", limits.remaining);
                 (ProviderError::new(ErrorKind::Timeout, message), Cut::Deadline)
             }
-            Err(_) if limits.shared.is_some() => limits.share_spent(later),
+            Err(_) if limits.share_is_limit => limits.share_spent(later),
             // Nothing at all came (a stream that began to answer is held, not silent).
             Err(_) if !self.x.answering() => {
                 let message = format!("no answer within the {} timeout of {:?}", limits.name, limits.limit);
@@ -405,13 +405,14 @@ impl<'r, X: Exchange> Context<'r, X> {
         let mut timeouts = *self.route.timeouts();
         let left = self.deadline.map(|d| d.saturating_duration_since(sent));
         let share = left.and_then(|left| deadline_share(left, later));
-        let wait = if self.x.answers_whole(provider) { &mut limit } else { &mut timeouts.first_byte };
+        let whole = self.x.answers_whole(provider);
+        let wait = if whole { &mut limit } else { &mut timeouts.first_byte };
         let shared = share.filter(|share| *share < *wait);
         if let Some(share) = shared {
             *wait = share;
         }
         let remaining = left.map_or(limit, |left| left.min(limit));
-        Limits { timeouts, limit, name, remaining, shared }
+        Limits { timeouts, limit, name, remaining, shared, share_is_limit: whole && shared.is_some() }
     }
 
     /// How long a call made now may last: its limit, within the request's deadline. A probe
@@ -462,7 +463,11 @@ struct Limits {
     limit: Duration,
     name: &'static str,
     remaining: Duration,
+    /// The deadline's share, when it shortened the first-byte wait.
     shared: Option<Duration>,
+    /// The share shortened the attempt's limit itself (a call answered whole, whose first byte
+    /// is its end): the attempt cut at its limit was cut by the share.
+    share_is_limit: bool,
 }
 
 impl Limits {

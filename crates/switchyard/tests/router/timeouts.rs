@@ -178,3 +178,26 @@ async fn a_deadline_shares_only_the_first_byte_wait_of_a_whole_answer_asked_as_a
     assert_eq!(start.elapsed(), Duration::from_secs(3));
     assert_eq!(answer.served_by.to_string(), "ok:m");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_whole_answer_asked_as_a_stream_that_outlasts_its_total_is_its_timeout_not_the_deadlines_share() {
+    // The share (6 s of a 12 s deadline) shortens only the first-byte wait; the answer begins at
+    // once and runs past its 4 s total: the provider's timeout, not a cut of the router's.
+    let options = RequestOptions { deadline: Some(Duration::from_secs(12)), ..RequestOptions::default() };
+    let words = (1..=20).map(|n| format!("w{n} ")).collect::<String>();
+    let slow =
+        SimulatedProvider::new().reply(words).streams_upstream(true).stream(20, Duration::from_millis(500));
+    let ok = SimulatedProvider::new().streams_upstream(true);
+    let timeouts = Timeouts { total: Duration::from_secs(4), ..Timeouts::default() };
+    let route =
+        Route::builder("default").target("slow:m").target("ok:m").retry(quick_retry(1)).timeouts(timeouts);
+    let router = router(&[("slow", &slow), ("ok", &ok)], route);
+
+    let answer = router.chat_with(&request("default"), &options).await.unwrap();
+
+    assert_eq!(answer.served_by.to_string(), "ok:m");
+    let first = &answer.trail.attempts()[0];
+    let error = first.error.as_ref().unwrap();
+    assert_eq!(error.kind(), ErrorKind::Timeout);
+    assert!(error.detail().contains("total timeout of 4s"), "not the share's cut: {error:?}");
+}
