@@ -1525,3 +1525,29 @@ async fn a_responses_stream_skips_an_event_that_is_not_json_while_few_are() {
     assert_eq!(error.map(|error| error.kind()), Some(ErrorKind::MalformedResponse));
     assert_eq!(text_of(&chunks), "Hel", "the stream ends at the fourth such event");
 }
+
+#[tokio::test]
+async fn a_responses_stream_gives_a_custom_tools_call_as_a_call() {
+    let event = |data: Value| format!("event: {}\ndata: {data}\n\n", data["type"].as_str().unwrap());
+    let body = [
+        event(json!({"type": "response.created", "response": {"id": "resp_1", "model": "gpt-5", "status": "in_progress", "output": []}})),
+        event(json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_1", "name": "apply_patch", "input": ""}})),
+        event(json!({"type": "response.custom_tool_call_input.delta", "item_id": "ctc_1", "output_index": 0, "delta": "*** Begin"})),
+        event(json!({"type": "response.custom_tool_call_input.delta", "item_id": "ctc_1", "output_index": 0, "delta": " Patch"})),
+        event(json!({"type": "response.completed", "response": {"id": "resp_1", "model": "gpt-5", "status": "completed", "output": [], "usage": {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}}})),
+    ]
+    .concat();
+    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
+
+    let (chunks, error) =
+        drain(Harness::openai(fake.url("/v1")).stream(&responses_request()).await.unwrap()).await;
+
+    assert!(error.is_none(), "{error:?}");
+    let calls: Vec<_> = chunks.iter().flat_map(|c| &c.choices).flat_map(|c| &c.delta.tool_calls).collect();
+    assert_eq!(calls[0].kind.as_deref(), Some("custom"));
+    assert_eq!(calls[0].id.as_deref(), Some("call_1"));
+    assert_eq!(calls[0].extra["custom"]["name"], "apply_patch");
+    let input: String = calls.iter().filter_map(|c| c.extra["custom"]["input"].as_str()).collect();
+    assert_eq!(input, "*** Begin Patch");
+    assert_eq!(finish_of(&chunks), [FinishReason::ToolCalls]);
+}

@@ -219,7 +219,8 @@ impl SimulatedProvider {
         self.edit(|s| s.outages.push((from, until)))
     }
 
-    /// The steps of the next calls, in order.
+    /// The steps of the next calls, in order (every call takes one: a chat, a stream, an
+    /// embedding, a token count).
     pub fn script(self, steps: impl IntoIterator<Item = Step>) -> Self {
         self.edit(|s| s.script.get_mut().unwrap_or_else(|p| p.into_inner()).extend(steps))
     }

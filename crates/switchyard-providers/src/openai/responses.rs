@@ -9,7 +9,7 @@ use std::task::{Context, Poll, ready};
 use futures_util::StreamExt;
 use serde_json::Value;
 use switchyard::chat::{
-    ChatChunk, ChatResponse, Choice, ChunkChoice, CompletionTokensDetails, Content, Delta, Dialect,
+    ChatChunk, ChatResponse, Choice, ChunkChoice, CompletionTokensDetails, Content, Delta, Dialect, Extra,
     FinishReason, FunctionCallDelta, Message, PromptTokensDetails, ToolCall, ToolCallDelta, Usage, Verbatim,
 };
 use switchyard::credential::Secret;
@@ -163,6 +163,45 @@ struct Reader {
 }
 
 impl Reader {
+    /// The canonical fragment of a call an event of `kind` carries: a function call or a
+    /// custom tool's call (Codex's `apply_patch` on GPT-5) beginning, or more of its arguments
+    /// (input). Calls are numbered in the order they begin; so that routing sees a call (a
+    /// break inside one is not continued as text), a custom call is one too, as the Chat
+    /// Completions reader gives it.
+    fn call(&mut self, kind: &str, data: &Value) -> Option<ToolCallDelta> {
+        let custom = |value: Value| [("custom".to_owned(), value)].into_iter().collect();
+        let item = &data["item"];
+        if kind == "response.output_item.added" {
+            let is_custom = match item["type"].as_str() {
+                Some("function_call") => false,
+                Some("custom_tool_call") => true,
+                _ => return None,
+            };
+            let index = u32::try_from(self.calls.len()).unwrap_or(u32::MAX);
+            self.calls.insert(item["id"].as_str().unwrap_or_default().to_owned(), index);
+            let name = item["name"].as_str().map(str::to_owned);
+            let (function, extra) = match is_custom {
+                true => (None, custom(serde_json::json!({ "name": name }))),
+                false => (Some(FunctionCallDelta { name, arguments: Some(String::new()) }), Extra::default()),
+            };
+            let kind = Some(if is_custom { "custom" } else { "function" }.to_owned());
+            return Some(ToolCallDelta {
+                index,
+                id: item["call_id"].as_str().map(str::to_owned),
+                kind,
+                function,
+                extra,
+            });
+        }
+        let index = *self.calls.get(data["item_id"].as_str().unwrap_or_default())?;
+        let piece = data["delta"].as_str().map(str::to_owned);
+        let (function, extra) = match kind {
+            "response.custom_tool_call_input.delta" => (None, custom(serde_json::json!({ "input": piece }))),
+            _ => (Some(FunctionCallDelta { name: None, arguments: piece }), Extra::default()),
+        };
+        Some(ToolCallDelta { index, id: None, kind: None, function, extra })
+    }
+
     fn read(&mut self, event: &SseEvent) -> Result<ChatChunk, ProviderError> {
         let data: Value = serde_json::from_str(&event.data).map_err(|error| {
             let detail =
@@ -175,36 +214,9 @@ impl Reader {
         match kind {
             "response.output_text.delta" => delta.content = data["delta"].as_str().map(str::to_owned),
             "response.refusal.delta" => delta.refusal = data["delta"].as_str().map(str::to_owned),
-            "response.output_item.added" if data["item"]["type"] == "function_call" => {
-                let ordinal = u32::try_from(self.calls.len()).unwrap_or(u32::MAX);
-                let item = &data["item"];
-                self.calls.insert(item["id"].as_str().unwrap_or_default().to_owned(), ordinal);
-                delta.tool_calls.push(ToolCallDelta {
-                    index: ordinal,
-                    id: item["call_id"].as_str().map(str::to_owned),
-                    kind: Some("function".to_owned()),
-                    function: Some(FunctionCallDelta {
-                        name: item["name"].as_str().map(str::to_owned),
-                        arguments: Some(String::new()),
-                    }),
-                    extra: Default::default(),
-                });
-            }
-            "response.function_call_arguments.delta" => {
-                let item = data["item_id"].as_str().unwrap_or_default();
-                if let Some(&ordinal) = self.calls.get(item) {
-                    delta.tool_calls.push(ToolCallDelta {
-                        index: ordinal,
-                        id: None,
-                        kind: None,
-                        function: Some(FunctionCallDelta {
-                            name: None,
-                            arguments: data["delta"].as_str().map(str::to_owned),
-                        }),
-                        extra: Default::default(),
-                    });
-                }
-            }
+            "response.output_item.added"
+            | "response.function_call_arguments.delta"
+            | "response.custom_tool_call_input.delta" => delta.tool_calls.extend(self.call(kind, &data)),
             "response.completed" | "response.incomplete" => {
                 self.ended = true;
                 let response = &data["response"];

@@ -307,8 +307,9 @@ impl StreamEncoder {
 
     /// Takes over a stream whose events so far were a provider's own (one that speaks the
     /// Responses API), as [`Native`] saw them: its events numbered on from the last, its
-    /// finished items kept, the message it was writing written on (another target continuing
-    /// the answer) or, when the stream fails, listed `incomplete`.
+    /// finished items kept, an item of another kind it left unfinished listed `incomplete`,
+    /// the message it was writing written on (another target continuing the answer) or, when
+    /// the stream fails, listed `incomplete`.
     pub fn adopt(&mut self, native: Native) {
         self.sequence = native.sequence + 1;
         self.started = true;
@@ -322,6 +323,12 @@ impl StreamEncoder {
             }
         }
         self.output = native.output;
+        // An item of another kind the break left unfinished is listed as such; what follows
+        // takes the places after it.
+        if let Some((_, mut item)) = native.other {
+            item["status"] = Value::from("incomplete");
+            self.output.push(item);
+        }
         if let Some(open) = native.open {
             if let Some((_, text)) = &open.text {
                 self.turn_text.push_str(text);
@@ -771,6 +778,8 @@ pub struct Native {
     output: Vec<Value>,
     /// The message being written.
     open: Option<NativeMessage>,
+    /// An item of another kind being written (reasoning, a hosted tool's call), as added.
+    other: Option<(usize, Value)>,
 }
 
 /// A message a provider's events opened and have not finished.
@@ -801,6 +810,9 @@ impl Native {
                 let id = event["item"]["id"].as_str().unwrap_or_default().to_owned();
                 self.open = index.map(|index| NativeMessage { index, id, text: None, parts: 0 });
             }
+            ("response.output_item.added", _) => {
+                self.other = index.map(|index| (index, event["item"].clone()));
+            }
             ("response.content_part.added", Some(open)) => {
                 if event["part"]["type"] == "output_text" {
                     open.text = Some((open.parts, String::new()));
@@ -815,6 +827,9 @@ impl Native {
             ("response.output_item.done", open) => {
                 if open.is_some() {
                     self.open = None;
+                }
+                if self.other.as_ref().is_some_and(|(at, _)| Some(*at) == index) {
+                    self.other = None;
                 }
                 self.output.push(event["item"].clone());
             }
@@ -1344,5 +1359,46 @@ mod tests {
             (output[0]["call_id"].as_str(), output[1]["call_id"].as_str()),
             (Some("call_1"), Some("call_2"))
         );
+    }
+
+    #[test]
+    fn an_item_of_another_kind_the_break_left_open_keeps_its_place_and_is_incomplete() {
+        use crate::codec::StreamWriter;
+        let mut writer = ResponsesStreamWriter::new(meta());
+        let mut out = Vec::new();
+        native_begun(&mut writer, &mut out);
+        for event in [
+            json!({"type": "response.output_text.delta", "sequence_number": 6, "item_id": "msg_up", "output_index": 1, "content_index": 0, "delta": "lo"}),
+            json!({"type": "response.output_item.done", "sequence_number": 7, "output_index": 1, "item": {"type": "message", "id": "msg_up", "role": "assistant", "status": "completed", "content": [{"type": "output_text", "text": "Hello", "annotations": []}]}}),
+            json!({"type": "response.output_item.added", "sequence_number": 8, "output_index": 2, "item": {"type": "reasoning", "id": "rs_up2", "summary": []}}),
+        ] {
+            writer.chunk(native_chunk(event), &mut out);
+        }
+        writer.chunk(
+            chunk(Delta { content: Some(" More.".into()), ..Delta::default() }, Some(FinishReason::Stop)),
+            &mut out,
+        );
+        writer.end(&mut out);
+
+        let events = written(&out);
+        let added = events.iter().rev().find(|(kind, _)| kind == "response.output_item.added").unwrap();
+        assert_eq!(added.1["output_index"], 3, "the new message after the unfinished reasoning");
+        let output = &events.last().unwrap().1["response"]["output"];
+        let kinds: Vec<(&str, &str)> = output
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|item| (item["type"].as_str().unwrap(), item["status"].as_str().unwrap_or("-")))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("reasoning", "-"),
+                ("message", "completed"),
+                ("reasoning", "incomplete"),
+                ("message", "completed")
+            ]
+        );
+        assert_eq!(writer.encoder.turn().text_content().as_deref(), Some("Hello More."));
     }
 }
