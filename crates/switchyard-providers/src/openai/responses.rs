@@ -64,6 +64,17 @@ fn canonical(response: &Value) -> ChatResponse {
                 item["name"].as_str().unwrap_or_default().to_owned(),
                 item["arguments"].as_str().unwrap_or_default().to_owned(),
             )),
+            // A custom tool's call, as the Chat Completions reader gives one.
+            Some("custom_tool_call") => {
+                let mut call =
+                    ToolCall::function(item["call_id"].as_str().unwrap_or_default().to_owned(), "", "");
+                call.kind = "custom".to_owned();
+                call.extra.insert(
+                    "custom".to_owned(),
+                    serde_json::json!({"name": item["name"], "input": item["input"]}),
+                );
+                calls.push(call);
+            }
             _ => {}
         }
     }
@@ -263,7 +274,8 @@ mod tests {
                 {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA"},
                 {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
                  "content": [{"type": "output_text", "text": "Let me check.", "annotations": []}]},
-                {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "weather", "arguments": "{}", "status": "completed"}],
+                {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "weather", "arguments": "{}", "status": "completed"},
+                {"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_2", "name": "apply_patch", "input": "*** Begin Patch", "status": "completed"}],
             "usage": {"input_tokens": 20, "input_tokens_details": {"cached_tokens": 8}, "output_tokens": 30,
                       "output_tokens_details": {"reasoning_tokens": 12}, "total_tokens": 50}});
         let bytes = bytes::Bytes::from(object.to_string());
@@ -271,6 +283,12 @@ mod tests {
         let choice = &answer.choices[0];
         assert_eq!(choice.message.text_content().as_deref(), Some("Let me check."));
         assert_eq!(choice.message.tool_calls[0].id, "call_1");
+        let custom = &choice.message.tool_calls[1];
+        assert_eq!((custom.kind.as_str(), custom.id.as_str()), ("custom", "call_2"));
+        assert_eq!(
+            custom.extra["custom"],
+            serde_json::json!({"name": "apply_patch", "input": "*** Begin Patch"})
+        );
         assert_eq!(choice.finish_reason, Some(FinishReason::ToolCalls));
         let usage = answer.usage.unwrap();
         assert_eq!((usage.total_tokens, usage.cached_tokens()), (50, Some(8)));
