@@ -308,6 +308,68 @@ async fn reasoning_effort_asks_gemini_to_think_and_show_its_thoughts() {
 }
 
 #[tokio::test]
+async fn what_claude_code_and_openai_clients_send_beside_the_conversation_reaches_gemini_translated_or_left_out()
+ {
+    // Claude Code's request: adaptive thinking, context management, an effort.
+    let fake = Fake::json(200, text_answer("ok")).await;
+    let mut request = hello();
+    request.origin = switchyard::chat::Dialect::Anthropic;
+    for (key, value) in [
+        ("thinking", json!({"type": "adaptive"})),
+        ("context_management", json!({"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]})),
+        ("output_config", json!({"effort": "high"})),
+        ("metadata", json!({"user_id": "u-1"})),
+    ] {
+        request.extra.insert(key.into(), value);
+    }
+    chat(&fake, &request).await.unwrap();
+    let body = fake.only_request().body;
+    assert!(
+        body["generationConfig"].get("thinkingConfig").is_none(),
+        "Gemini's own dynamic thinking: {body}"
+    );
+    for key in ["thinking", "context_management", "output_config", "metadata"] {
+        assert!(body.get(key).is_none(), "{key} sent: {body}");
+    }
+
+    // A budget is the effort it stands for.
+    let fake = Fake::json(200, text_answer("ok")).await;
+    request.extra.insert("thinking".into(), json!({"type": "enabled", "budget_tokens": 4000}));
+    chat(&fake, &request).await.unwrap();
+    assert_eq!(
+        fake.only_request().body["generationConfig"]["thinkingConfig"],
+        json!({"thinkingBudget": 8192, "includeThoughts": true})
+    );
+
+    // An OpenAI client's session key, tier and safety id change nothing Gemini answers.
+    let fake = Fake::json(200, text_answer("ok")).await;
+    let mut request = hello();
+    for (key, value) in [
+        ("prompt_cache_key", json!("session-1")),
+        ("service_tier", json!("auto")),
+        ("safety_identifier", json!("u-1")),
+        ("logprobs", json!(false)),
+    ] {
+        request.extra.insert(key.into(), value);
+    }
+    chat(&fake, &request).await.unwrap();
+    let body = fake.only_request().body;
+    assert!(
+        ["prompt_cache_key", "service_tier", "safety_identifier", "logprobs"]
+            .iter()
+            .all(|k| body.get(*k).is_none())
+    );
+
+    // A structured output Gemini is not told of is still refused, by name.
+    let fake = Fake::json(200, text_answer("ok")).await;
+    let mut request = hello();
+    request.origin = switchyard::chat::Dialect::Anthropic;
+    request.extra.insert("output_config".into(), json!({"format": {"type": "json_schema", "schema": {}}}));
+    let error = chat(&fake, &request).await.unwrap_err();
+    assert!(error.detail().contains("`output_config`"), "{error}");
+}
+
+#[tokio::test]
 async fn gemini_dialect_fields_pass_through_untouched() {
     let fake = Fake::json(200, text_answer("ok")).await;
     let mut request = hello();

@@ -1,4 +1,5 @@
-//! OpenAI's `reasoning_effort` as Gemini's `generationConfig.thinkingConfig`.
+//! OpenAI's `reasoning_effort` (and Anthropic's `thinking`) as Gemini's
+//! `generationConfig.thinkingConfig`.
 //!
 //! Gemini 3 takes a thinking *level*, Gemini 2.5 a token *budget* (which Gemini 3 also reads,
 //! so a name that gives no generation gets the budget); models before 2.5 do not think, and
@@ -12,6 +13,10 @@
 //! | `minimal`, `low` | `low` | 1024 |
 //! | `medium` | `high` | 8192 |
 //! | `high`, `xhigh` | `high` | 24576 |
+//!
+//! An Anthropic client's `thinking` ([`from_anthropic`]): `enabled` as the effort its budget
+//! stands for (up to 1024 `low`, up to 8192 `medium`, more `high`), `adaptive` as Gemini's own
+//! dynamic thinking, `disabled` as `none` where the model can stop thinking.
 
 use serde_json::{Value, json};
 use switchyard::ProviderError;
@@ -48,6 +53,29 @@ pub(super) fn config(effort: &Value, model: &str) -> Result<Value, ProviderError
         (_, true) => json!({ "thinkingLevel": level, "includeThoughts": true }),
         (_, false) => json!({ "thinkingBudget": budget, "includeThoughts": true }),
     })
+}
+
+/// Gemini's `thinkingConfig` for an Anthropic client's `thinking`: `enabled` with a budget as
+/// the effort that budget stands for, `adaptive` as Gemini's own dynamic thinking (its
+/// default: nothing to send), `disabled` as no thinking where the model can stop (else its
+/// default). `None` sends nothing.
+pub(super) fn from_anthropic(thinking: &Value, model: &str) -> Result<Option<Value>, ProviderError> {
+    match thinking["type"].as_str() {
+        Some("enabled") => {
+            let budget = thinking["budget_tokens"].as_u64().unwrap_or(1024);
+            let effort = match budget {
+                ..=1024 => "low",
+                1025..=8192 => "medium",
+                _ => "high",
+            };
+            config(&Value::from(effort), model).map(Some)
+        }
+        Some("disabled") => Ok(config(&Value::from("none"), model).ok()),
+        Some("adaptive") => Ok(None),
+        _ => Err(invalid_request(format!(
+            "`thinking` is {thinking}: expected its type to be enabled, adaptive or disabled"
+        ))),
+    }
 }
 
 /// The `(major, minor)` generation a Gemini model's name gives (`gemini-2.5-flash`,
