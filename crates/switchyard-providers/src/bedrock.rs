@@ -88,6 +88,22 @@ impl Redactor {
         self.secrets.push(secret);
     }
 
+    /// `error` with every secret of the call cut out of its detail and code.
+    pub(crate) fn error(&self, error: ProviderError) -> ProviderError {
+        self.secrets.iter().fold(error, |error, secret| error.redacted(secret))
+    }
+
+    /// `chunk` with every secret of the call cut out of what its notice quotes.
+    pub(crate) fn chunk(&self, mut chunk: switchyard::chat::ChatChunk) -> switchyard::chat::ChatChunk {
+        use switchyard::chat::StreamNotice;
+        if let Some(StreamNotice::Skipped(detail) | StreamNotice::BrokenAfterFinish(detail)) =
+            &mut chunk.notice
+        {
+            *detail = self.clean(detail);
+        }
+        chunk
+    }
+
     /// `text` with every secret of the call replaced by `[redacted]`.
     pub(crate) fn clean(&self, text: &str) -> String {
         let mut text = text.to_owned();

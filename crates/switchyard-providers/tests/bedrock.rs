@@ -455,6 +455,30 @@ async fn no_secret_key_session_token_or_signature_reaches_an_error_or_debug_outp
     assert!(shown.contains("[redacted]"), "{shown}");
 }
 
+#[tokio::test]
+async fn no_secret_reaches_an_error_or_notice_from_the_anthropic_events_of_a_claude_stream() {
+    // Claude's own `error` event, and an unreadable one, inside `chunk` frames: the texts the
+    // Anthropic decoder quotes, which it cannot scrub of SigV4 secrets it does not know.
+    let echo = format!("echo secret {SECRET} token {TOKEN}");
+    let mut events = claude_events()[..3].to_vec();
+    events.push(json!({"type": "content_block_delta", "index": echo, "delta": {"type": "text_delta", "text": "x"}}));
+    events.push(json!({"type": "error", "error": {"type": "overloaded_error", "message": echo}}));
+    let fake = Fake::start(move |_| event_stream_reply(claude_stream(&events))).await;
+    let provider = provider(&fake.origin());
+    let caller = Caller::new(&provider, None);
+    let stream = provider.chat_stream(caller.call(CLAUDE, None), &hello()).await.unwrap();
+    let items = items(stream).await;
+    let error = items.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Unavailable);
+    let notices: Vec<_> = items.iter().filter_map(|item| item.as_ref().ok()?.notice.as_ref()).collect();
+    assert!(!notices.is_empty(), "the unreadable event was skipped with a notice");
+    let shown = format!("{error} {error:?} {notices:?}");
+    for secret in [SECRET, TOKEN] {
+        assert!(!shown.contains(secret), "{secret} leaked: {shown}");
+    }
+    assert!(shown.contains("[redacted]"), "{shown}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Credentials kept and refreshed
 

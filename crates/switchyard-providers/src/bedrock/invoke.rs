@@ -47,10 +47,14 @@ pub(crate) fn chunk_stream<S>(
 where
     S: Stream<Item = Result<Frame, ProviderError>> + Send + Unpin + 'static,
 {
+    let scrub = redactor.clone();
     let events = frames.map(move |frame| frame.and_then(|frame| event_of(frame, &redactor)));
     let mut decoder = anthropic::stream::Decoder::new(request.origin, call.credential.key().cloned());
     decoder.pass_on = anthropic::verbatim_body(request).is_some();
-    anthropic::stream::chunk_stream(events, decoder)
+    // What the events say (an `error` event's message, an unreadable event's excerpt) is cut
+    // free of the call's secrets, which the decoder does not know under SigV4.
+    let chunks = anthropic::stream::chunk_stream(events, decoder);
+    Box::pin(chunks.map(move |item| item.map(|chunk| scrub.chunk(chunk)).map_err(|error| scrub.error(error))))
 }
 
 /// The SSE event of one frame; an exception or error frame is its classified error.
