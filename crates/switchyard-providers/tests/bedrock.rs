@@ -269,9 +269,21 @@ async fn bedrock_errors_are_classified_by_their_type_header() {
         (400, "ValidationException", "Input is too long for requested model.", ErrorKind::ContextLength),
         (400, "ValidationException", "temperature out of range", ErrorKind::InvalidRequest),
         (403, "AccessDeniedException", "no access", ErrorKind::Auth),
+        (
+            403,
+            "AccessDeniedException",
+            "You don't have access to the model with the specified model ID.",
+            ErrorKind::ModelNotFound,
+        ),
         (403, "UnrecognizedClientException", "bad token", ErrorKind::Auth),
+        (
+            403,
+            "ExpiredTokenException",
+            "The security token included in the request is expired",
+            ErrorKind::Unavailable,
+        ),
         (404, "ResourceNotFoundException", "no such model", ErrorKind::ModelNotFound),
-        (400, "ServiceQuotaExceededException", "quota", ErrorKind::QuotaExceeded),
+        (400, "ServiceQuotaExceededException", "quota", ErrorKind::RateLimited),
     ];
     for (status, kind, message, expected) in cases {
         let header = format!("{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/");
@@ -461,7 +473,9 @@ async fn no_secret_reaches_an_error_or_notice_from_the_anthropic_events_of_a_cla
     // Anthropic decoder quotes, which it cannot scrub of SigV4 secrets it does not know.
     let echo = format!("echo secret {SECRET} token {TOKEN}");
     let mut events = claude_events()[..3].to_vec();
-    events.push(json!({"type": "content_block_delta", "index": echo, "delta": {"type": "text_delta", "text": "x"}}));
+    events.push(
+        json!({"type": "content_block_delta", "index": echo, "delta": {"type": "text_delta", "text": "x"}}),
+    );
     events.push(json!({"type": "error", "error": {"type": "overloaded_error", "message": echo}}));
     let fake = Fake::start(move |_| event_stream_reply(claude_stream(&events))).await;
     let provider = provider(&fake.origin());

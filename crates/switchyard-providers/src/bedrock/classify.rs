@@ -30,10 +30,14 @@ pub(crate) fn kind_of(kind: &str, message: &str, status: Option<u16>) -> ErrorKi
         "ModelTimeoutException" | "RequestTimeout" | "RequestTimeoutException" => ErrorKind::Timeout,
         "ValidationException" if is_context_length(message) => ErrorKind::ContextLength,
         "ValidationException" | "SerializationException" => ErrorKind::InvalidRequest,
+        // One model's access not granted (or an IAM policy naming models): the target, not the
+        // credential, which the provider's other models still take.
+        "AccessDeniedException" if is_model_access(message) => ErrorKind::ModelNotFound,
+        // Temporary credentials past their end: the kept ones are refreshed, so the next
+        // call goes out with fresh ones; benching the credential would keep it out for good.
+        "ExpiredTokenException" | "ExpiredToken" => ErrorKind::Unavailable,
         "AccessDeniedException"
         | "UnrecognizedClientException"
-        | "ExpiredTokenException"
-        | "ExpiredToken"
         | "InvalidSignatureException"
         | "SignatureDoesNotMatch"
         | "IncompleteSignature"
@@ -41,7 +45,9 @@ pub(crate) fn kind_of(kind: &str, message: &str, status: Option<u16>) -> ErrorKi
         | "MissingAuthenticationToken"
         | "MissingAuthenticationTokenException" => ErrorKind::Auth,
         "ResourceNotFoundException" => ErrorKind::ModelNotFound,
-        "ServiceQuotaExceededException" => ErrorKind::QuotaExceeded,
+        // A per-model quota of the account ("You can resubmit your request later"): a rate
+        // limit of the (credential, model), not the account's credit.
+        "ServiceQuotaExceededException" => ErrorKind::RateLimited,
         _ => status.map_or(ErrorKind::Unavailable, http::status_kind),
     }
 }
@@ -71,6 +77,17 @@ pub(crate) fn is_context_length(message: &str) -> bool {
     ]
     .iter()
     .any(|phrase| message.contains(phrase))
+}
+
+/// Whether an `AccessDeniedException` is about one model: its access not granted ("You don't
+/// have access to the model with the specified model ID.") or an IAM policy that leaves out the
+/// model's resource ("... not authorized to perform: bedrock:InvokeModel on resource:
+/// arn:aws:bedrock:...:foundation-model/...").
+fn is_model_access(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    message.contains("access to the model")
+        || (message.contains("on resource")
+            && (message.contains("foundation-model/") || message.contains("inference-profile/")))
 }
 
 /// Whether a 400 refuses a beta flag (`invalid beta flag`, as Bedrock and Vertex answer the
@@ -148,9 +165,9 @@ mod tests {
             ("ValidationException", ErrorKind::InvalidRequest),
             ("AccessDeniedException", ErrorKind::Auth),
             ("UnrecognizedClientException", ErrorKind::Auth),
-            ("ExpiredTokenException", ErrorKind::Auth),
+            ("ExpiredTokenException", ErrorKind::Unavailable),
             ("ResourceNotFoundException", ErrorKind::ModelNotFound),
-            ("ServiceQuotaExceededException", ErrorKind::QuotaExceeded),
+            ("ServiceQuotaExceededException", ErrorKind::RateLimited),
         ];
         for (kind, expected) in cases {
             assert_eq!(kind_of(kind, "", Some(400)), expected, "{kind}");
@@ -180,6 +197,23 @@ mod tests {
             kind_of("ValidationException", "temperature: must be <= 1", Some(400)),
             ErrorKind::InvalidRequest
         );
+    }
+
+    #[test]
+    fn a_model_whose_access_is_denied_is_that_targets_not_the_credentials() {
+        for message in [
+            "You don't have access to the model with the specified model ID.",
+            "User: arn:aws:iam::123456789012:user/app is not authorized to perform: bedrock:InvokeModel on resource: arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-opus-4-1-20250805-v1:0 because no identity-based policy allows the bedrock:InvokeModel action",
+        ] {
+            assert_eq!(
+                kind_of("AccessDeniedException", message, Some(403)),
+                ErrorKind::ModelNotFound,
+                "{message}"
+            );
+        }
+        let account =
+            "User: arn:aws:iam::123456789012:user/app is not authorized to perform: bedrock:InvokeModel";
+        assert_eq!(kind_of("AccessDeniedException", account, Some(403)), ErrorKind::Auth);
     }
 
     #[test]
