@@ -47,7 +47,8 @@
 //! An Anthropic error body (the model answered) is classified as the Anthropic adapter does; any
 //! other (Vertex answered, a `google.rpc.Status`) as the Gemini adapter does. Vertex's 429
 //! `RESOURCE_EXHAUSTED` carries no Retry-After: it is `rate_limited`, and the health board's
-//! `cooldown_on_rate_limit` rests the target. A 401 drops the cached token, so the next call
+//! `cooldown_on_rate_limit` rests the target. A 401 drops the cached token and the call is sent
+//! once more with a fresh one; a second 401 fails it, and the next call
 //! fetches another. A token that cannot be had fails the call before anything is sent: `auth`
 //! when the credentials are refused, `transport` or `timeout` when the token endpoint is out of
 //! reach.
@@ -263,7 +264,10 @@ impl VertexProvider {
     }
 
     /// Sends `body` to `url` with the access token and returns the success with the token
-    /// sent (cut out of any error text); otherwise the classified error.
+    /// sent (cut out of any error text); otherwise the classified error. A token refused (401)
+    /// is forgotten and the call sent once more with a fresh one, as Google's own clients do: a
+    /// token revoked or expired early is no reason to fail the call, nor to bench the
+    /// credential, which a 401 does.
     async fn send(
         &self,
         call: &Call<'_>,
@@ -272,22 +276,31 @@ impl VertexProvider {
         publisher: Publisher,
         deadline: Option<Instant>,
     ) -> Result<(http::Response, Secret), ProviderError> {
-        let token = self.tokens.token().await.map_err(AuthError::into_provider_error)?;
         let filtered = self.betas.filter_forward(call.forward);
         let call = &Call { forward: filtered.as_deref().unwrap_or(call.forward), ..*call };
-        let mut headers = http::call_headers(&self.headers, call, publisher.forwarded());
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(AUTHORIZATION, bearer(&token)?);
-        let request = http::post(http::parse_uri(url)?, headers, body);
-        let classify = |status, body: &str, wait| {
-            if status == 401 {
-                // The token was refused: the next call fetches another.
-                self.tokens.forget();
+        let uri = http::parse_uri(url)?;
+        let body = bytes::Bytes::from(body);
+        let mut refused = false;
+        loop {
+            let token = self.tokens.token().await.map_err(AuthError::into_provider_error)?;
+            let mut headers = http::call_headers(&self.headers, call, publisher.forwarded());
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            headers.insert(AUTHORIZATION, bearer(&token)?);
+            let request = http::post_bytes(uri.clone(), headers, body.clone());
+            let classify = |status, body: &str, wait| classify(publisher, status, body, wait, &token);
+            match self.client.exchange(request, call, deadline, classify).await {
+                Ok(response) => return Ok((response, token)),
+                Err(error) if error.status() == Some(401) && !std::mem::replace(&mut refused, true) => {
+                    self.tokens.forget();
+                }
+                Err(error) => {
+                    if error.status() == Some(401) {
+                        self.tokens.forget();
+                    }
+                    return Err(error);
+                }
             }
-            classify(publisher, status, body, wait, &token)
-        };
-        let response = self.client.exchange(request, call, deadline, classify).await?;
-        Ok((response, token))
+        }
     }
 
     async fn claude(&self, call: Call<'_>, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {

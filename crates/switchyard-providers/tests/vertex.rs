@@ -673,15 +673,32 @@ async fn claude_s_own_errors_and_vertex_s_are_classified_by_their_shapes() {
 }
 
 #[tokio::test]
-async fn a_refused_token_is_dropped_and_the_next_call_fetches_another() {
+async fn a_refused_token_is_dropped_and_the_call_sent_again_with_a_fresh_one() {
     let s = setup().await;
     s.provider.chat(s.caller.call(CLAUDE, None), &hello()).await.unwrap();
-    // Vertex stops honouring the token (revoked): the call fails as auth, the next gets a new one.
+    // Vertex stops honouring the token (revoked): the call gets a new one and goes through, so
+    // the credential is never reported as refused.
     s.google.inner.issued.lock().unwrap().clear();
-    let error = s.provider.chat(s.caller.call(CLAUDE, None), &hello()).await.unwrap_err();
-    assert_eq!((error.kind(), error.status()), (ErrorKind::Auth, Some(401)));
     s.provider.chat(s.caller.call(CLAUDE, None), &hello()).await.unwrap();
     assert_eq!(s.google.granted(), 2);
+    assert_eq!(s.upstream.requests().len(), 3, "the first call, the refused one and its second sending");
+}
+
+#[tokio::test]
+async fn a_credential_refused_with_a_fresh_token_too_is_auth_after_two_sendings() {
+    let (google, _) = Google::start().await;
+    let upstream = Fake::start(|_: &Seen| {
+        let body = json!({ "error": { "code": 401, "message": "Request had invalid authentication credentials.", "status": "UNAUTHENTICATED" } });
+        json_reply(401, &[], &body)
+    })
+    .await;
+    let dir = tempdir::Dir::new();
+    let provider = provider(&upstream, "us-east5", GoogleCredentials::File(google.key_file(dir.path())));
+    let caller = Caller::new(&provider, None);
+    let error = provider.chat(caller.call(GEMINI, None), &hello()).await.unwrap_err();
+    assert_eq!((error.kind(), error.status()), (ErrorKind::Auth, Some(401)));
+    assert_eq!(upstream.requests().len(), 2);
+    assert_eq!(google.granted(), 2, "a fresh token for the second sending");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -723,10 +740,11 @@ async fn a_token_that_lives_no_time_is_fetched_for_each_call() {
     let s = setup().await;
     s.google.set_lifetime(0);
     for _ in 0..3 {
-        // The fake Vertex refuses a token whose second is over: what counts here is the exchange.
+        // The fake Vertex refuses a token whose second is over (and the call is sent once more
+        // with another): what counts here is the exchange.
         let _ = s.provider.chat(s.caller.call(CLAUDE, None), &hello()).await;
     }
-    assert_eq!(s.google.granted(), 3);
+    assert_eq!(s.google.granted(), 6, "a token for each sending, none kept");
 }
 
 #[tokio::test]
