@@ -84,3 +84,14 @@ pub fn write_event(out: &mut Vec<u8>, name: &str, value: &impl serde::Serialize)
 pub(crate) fn is_whole_json(arguments: &str) -> bool {
     serde_json::from_str::<serde::de::IgnoredAny>(arguments).is_ok()
 }
+
+/// A fresh id with `prefix` (`msg_`, `toolu_`, `call_`): unique within the process and across
+/// restarts (the time in nanoseconds, then a counter), for what an answer must name and its
+/// provider did not.
+pub(crate) fn fresh_id(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{SystemTime, UNIX_EPOCH};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{prefix}{nanos:x}{:04x}", COUNTER.fetch_add(1, Ordering::Relaxed))
+}

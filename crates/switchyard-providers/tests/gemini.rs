@@ -451,13 +451,18 @@ async fn function_calls_become_tool_calls_with_generated_ids() {
     assert_eq!(choice.index, 0);
     assert_eq!(choice.finish_reason, Some(FinishReason::ToolCalls));
     assert_eq!(choice.message.content, None);
-    assert_eq!(
-        choice.message.tool_calls,
-        vec![
-            tool_call("call_0", "get_weather", r#"{"city":"Paris"}"#),
-            tool_call("call_1", "get_time", "{}")
-        ]
-    );
+    let calls = &choice.message.tool_calls;
+    let named: Vec<(&str, &str)> =
+        calls.iter().map(|c| (c.function.name.as_str(), c.function.arguments.as_str())).collect();
+    assert_eq!(named, [("get_weather", r#"{"city":"Paris"}"#), ("get_time", "{}")]);
+    // Ids of their own, unique across answers: a conversation's turns never repeat one.
+    let again = chat(&fake, &hello()).await.unwrap();
+    let mut ids: Vec<&str> =
+        calls.iter().chain(&again.choices[0].message.tool_calls).map(|c| c.id.as_str()).collect();
+    assert!(ids.iter().all(|id| id.starts_with("call_")), "{ids:?}");
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 4, "{ids:?}");
 }
 
 #[tokio::test]
@@ -635,13 +640,15 @@ async fn streamed_function_calls_arrive_as_complete_tool_call_deltas() {
         chunks.iter().flat_map(|c| &c.choices).flat_map(|c| c.delta.tool_calls.clone()).collect();
     assert_eq!(deltas.len(), 2);
     assert_eq!(deltas[0].index, 0);
-    assert_eq!(deltas[0].id.as_deref(), Some("call_0"));
+    assert!(deltas[0].id.as_deref().is_some_and(|id| id.starts_with("call_")));
     assert_eq!(deltas[0].kind.as_deref(), Some("function"));
     let first = deltas[0].function.as_ref().unwrap();
     assert_eq!(first.name.as_deref(), Some("get_weather"));
     assert_eq!(first.arguments.as_deref(), Some(r#"{"city":"Zürich"}"#));
     assert_eq!(deltas[1].index, 1);
-    assert_eq!(deltas[1].id.as_deref(), Some("call_1"));
+    assert!(
+        deltas[1].id.as_deref().is_some_and(|id| id.starts_with("call_")) && deltas[1].id != deltas[0].id
+    );
     assert_eq!(deltas[1].function.as_ref().unwrap().name.as_deref(), Some("get_time"));
     let finish = chunks.iter().flat_map(|c| &c.choices).find_map(|c| c.finish_reason.clone());
     assert_eq!(finish, Some(FinishReason::ToolCalls));

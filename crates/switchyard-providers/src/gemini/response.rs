@@ -41,8 +41,10 @@ pub(super) struct Read {
 }
 
 /// The text, thoughts and tool calls of a candidate. Tool-call ids are Gemini's when it sends
-/// them, else `call_<n>` with `n` counted by `next_id` across the whole answer.
-pub(super) fn read_parts(parts: &[Part], next_id: &mut u32) -> Read {
+/// them, else fresh ones (`call_` and a unique suffix): ids counted from zero in each answer
+/// repeat across a conversation's turns, which Anthropic refuses (`tool_use` ids must be
+/// unique) and agents that pair results with calls by id misread.
+pub(super) fn read_parts(parts: &[Part]) -> Read {
     let (mut text, mut thoughts) = (String::new(), String::new());
     let mut calls = Vec::new();
     for part in parts {
@@ -50,8 +52,11 @@ pub(super) fn read_parts(parts: &[Part], next_id: &mut u32) -> Read {
             if part.thought { thoughts.push_str(piece) } else { text.push_str(piece) }
         }
         if let Some(call) = &part.function_call {
-            let id = call.id.clone().filter(|id| !id.is_empty()).unwrap_or_else(|| format!("call_{next_id}"));
-            *next_id += 1;
+            let id = call
+                .id
+                .clone()
+                .filter(|id| !id.is_empty())
+                .unwrap_or_else(|| crate::codec::fresh_id("call_"));
             let arguments = call.args.as_ref().map_or_else(|| "{}".to_owned(), Value::to_string);
             calls.push(ToolCall::function(id, call.name.clone(), arguments));
         }
@@ -86,10 +91,9 @@ pub(super) fn chat_response(
             "the answer has neither candidates nor a prompt block reason",
         ));
     }
-    let mut next_id = 0;
     for (position, candidate) in answer.candidates.iter().enumerate() {
         let parts = candidate.content.as_ref().map_or(&[][..], |content| &content.parts[..]);
-        let Read { text, thoughts, calls: tool_calls } = read_parts(parts, &mut next_id);
+        let Read { text, thoughts, calls: tool_calls } = read_parts(parts);
         let finish = candidate.finish_reason.as_deref().map(|r| finish_reason(r, !tool_calls.is_empty()));
         let content =
             if text.is_empty() && !tool_calls.is_empty() { None } else { Some(Content::Text(text)) };

@@ -54,8 +54,6 @@ pub(super) struct GeminiChunks<S> {
     done: bool,
     /// Tool calls seen per candidate index, for `ToolCallDelta::index`.
     tool_calls_per_choice: Vec<(u32, u32)>,
-    /// Tool calls seen in the whole stream, for `call_<n>` ids.
-    next_id: u32,
     /// Events skipped as unreadable so far.
     skips: Skips,
 }
@@ -76,7 +74,6 @@ impl<S> GeminiChunks<S> {
             counted: false,
             done: false,
             tool_calls_per_choice: Vec::new(),
-            next_id: 0,
             skips: Skips::default(),
         }
     }
@@ -224,7 +221,7 @@ impl<S> GeminiChunks<S> {
     fn on_candidate(&mut self, candidate: &Candidate) -> (Option<ChunkChoice>, Option<ChunkChoice>) {
         let index = candidate.index.unwrap_or(0);
         let parts = candidate.content.as_ref().map_or(&[][..], |content| &content.parts[..]);
-        let Read { text, thoughts, calls } = read_parts(parts, &mut self.next_id);
+        let Read { text, thoughts, calls } = read_parts(parts);
         let seen = self.tool_calls_seen(index);
         let deltas: Vec<ToolCallDelta> = calls
             .into_iter()

@@ -1,8 +1,6 @@
 //! Canonical answers and chunk streams into Messages API answers and stream events.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use switchyard::chat::{ChatChunk, ChatResponse, Extra, FinishReason, Usage};
@@ -11,13 +9,6 @@ use super::{CodecError, Event};
 use crate::anthropic::request::VERBATIM_BLOCKS;
 use crate::anthropic::response::{self, VERBATIM_USAGE};
 use crate::anthropic::wire::{self, Block, BlockDelta, MessageDeltaBody, MessageResponse, StreamEvent};
-
-/// A process-unique id with `prefix`, for answers whose upstream gave none.
-fn fresh_id(prefix: &str) -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    format!("{prefix}{nanos:x}{:04x}", COUNTER.fetch_add(1, Ordering::Relaxed))
-}
 
 /// Serializes a wire type. These are plain structs with string keys, which cannot fail to
 /// serialize; `null` stands in should that ever change.
@@ -77,7 +68,7 @@ pub fn response_to_json(response: &ChatResponse) -> Result<Value, CodecError> {
         _ => usage_of(response.usage.unwrap_or_default()),
     };
     let message = MessageResponse {
-        id: if response.id.is_empty() { fresh_id("msg_") } else { response.id.clone() },
+        id: if response.id.is_empty() { crate::codec::fresh_id("msg_") } else { response.id.clone() },
         kind: "message".to_owned(),
         role: "assistant".to_owned(),
         model: response.model.clone(),
@@ -94,7 +85,7 @@ pub fn response_to_json(response: &ChatResponse) -> Result<Value, CodecError> {
 fn with_tool_id(block: Block) -> Block {
     match block {
         Block::ToolUse { id, name, input } if id.is_empty() => {
-            Block::ToolUse { id: fresh_id("toolu_"), name, input }
+            Block::ToolUse { id: crate::codec::fresh_id("toolu_"), name, input }
         }
         other => other,
     }
@@ -301,7 +292,7 @@ impl StreamEncoder {
         );
         events.push(event(StreamEvent::MessageStart {
             message: MessageResponse {
-                id: if id.is_empty() { fresh_id("msg_") } else { id.to_owned() },
+                id: if id.is_empty() { crate::codec::fresh_id("msg_") } else { id.to_owned() },
                 kind: "message".to_owned(),
                 role: "assistant".to_owned(),
                 model: chunk.model.clone(),
@@ -349,7 +340,8 @@ impl StreamEncoder {
             return;
         }
         let name = function.and_then(|f| f.name.clone()).unwrap_or_default();
-        let id = call.id.clone().filter(|id| !id.is_empty()).unwrap_or_else(|| fresh_id("toolu_"));
+        let id =
+            call.id.clone().filter(|id| !id.is_empty()).unwrap_or_else(|| crate::codec::fresh_id("toolu_"));
         let open_call_goes_on = matches!(self.open, Some(OpenBlock::Tool { .. }))
             && !crate::codec::is_whole_json(&self.open_arguments);
         if open_call_goes_on || !self.held.is_empty() {
