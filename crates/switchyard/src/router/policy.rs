@@ -133,8 +133,10 @@ pub(super) fn decide_among(
     if at.single_call {
         return Decision::new(Next::Stop, Some("a single call: not retried".to_owned()));
     }
-    // Another key of the same provider can fix what this key broke.
-    if at.can_rotate && matches!(kind, ErrorKind::Auth | ErrorKind::QuotaExceeded) {
+    // Another key of the same provider can fix what this key broke, at once: a rate limit rests
+    // this (key, model), not the others, and waiting out its Retry-After (often past max_wait)
+    // would leave a fresh key unused.
+    if at.can_rotate && matches!(kind, ErrorKind::Auth | ErrorKind::QuotaExceeded | ErrorKind::RateLimited) {
         return Decision::new(Next::Rotate, Some("trying the provider's next credential".to_owned()));
     }
     // A target that said nothing is not asked again while another may answer at once.

@@ -370,9 +370,12 @@ async fn a_key_cooling_down_drops_out_of_the_rotation_until_it_recovers() {
     let sim = SimulatedProvider::new().script([Step::rate_limited(Duration::from_secs(3))]);
     let router = keys_router(&sim, &[("sk-a-000", 0), ("sk-b-000", 0)], switchyard::KeyRotation::RoundRobin);
     let ids = router.credentials("p").unwrap().iter().map(|c| c.id().to_string()).collect::<Vec<_>>();
-    // The first call (key a) is rate limited: the request moves to key b, and a rests.
+    // The first call (key a) is rate limited: the request moves to key b at once (not after
+    // a's Retry-After), and a rests for the rate-limit cooldown (5 s, above its Retry-After).
+    let start = Instant::now();
     assert_eq!(keys_used(&router, 3).await, vec![ids[1].clone(); 3]);
-    tokio::time::advance(Duration::from_secs(4)).await;
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    tokio::time::advance(Duration::from_secs(6)).await;
     let used = keys_used(&router, 4).await;
     assert_eq!(used.iter().filter(|id| **id == ids[0]).count(), 2, "a is back in the rotation: {used:?}");
 }

@@ -150,7 +150,7 @@ async fn every_kind_of_the_catalog_in_every_situation() {
     // call (which has fallback off, and another key it does not take), the chain's last target.
     let of = |kind| ProviderError::new(kind, "test");
     let table: [(ProviderError, [Short; 11]); 14] = [
-        (of(ErrorKind::RateLimited), [R, R, M, R, R, R, R, S, R, S, R]),
+        (of(ErrorKind::RateLimited), [R, R, M, K, R, R, R, S, R, S, R]),
         (of(ErrorKind::QuotaExceeded), [M, M, M, K, M, M, S, S, M, S, M]),
         (of(ErrorKind::Timeout), [R, R, M, R, R, R, R, S, R, S, R]),
         // Said nothing within the first-byte wait: the next target at once while one remains.
