@@ -682,6 +682,23 @@ async fn a_connection_broken_after_the_finish_reason_loses_nothing() {
 }
 
 #[tokio::test]
+async fn a_generation_gemini_could_not_finish_is_a_malformed_response_whole_or_streamed() {
+    for reason in ["MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"] {
+        let event = stream_event(json!([]), Some(reason), final_usage());
+        let fake = streaming(&sse(std::slice::from_ref(&event))).await;
+        let items = stream(&fake, &hello()).await.unwrap();
+        let error = items.last().unwrap().as_ref().unwrap_err();
+        assert_eq!((error.kind(), error.code()), (ErrorKind::MalformedResponse, Some(reason)));
+        let finishes = items.iter().filter_map(|item| item.as_ref().ok()).flat_map(|chunk| &chunk.choices);
+        assert!(finishes.into_iter().all(|choice| choice.finish_reason.is_none()), "no finish is passed on");
+
+        let fake = Fake::json(200, event).await;
+        let error = chat(&fake, &hello()).await.unwrap_err();
+        assert_eq!((error.kind(), error.code()), (ErrorKind::MalformedResponse, Some(reason)), "{error}");
+    }
+}
+
+#[tokio::test]
 async fn a_stream_that_ends_without_a_finish_reason_is_a_transport_error() {
     let body = sse(&[stream_event(json!([{ "text": "Once upon" }]), None, early_usage())]);
     let fake = streaming(&body).await;

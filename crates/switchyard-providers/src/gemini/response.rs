@@ -29,6 +29,26 @@ pub(super) fn finish_reason(reason: &str, has_tool_calls: bool) -> FinishReason 
     }
 }
 
+/// The error a candidate's finish reason says when the model failed to produce an answer
+/// (its function call malformed, a tool call it was not offered, too many): a model's failure,
+/// asked again or of the next target, not an answer to pass on with a finish reason no client
+/// knows.
+pub(super) fn failed_generation(reason: &str) -> Option<ProviderError> {
+    let why = match reason {
+        "MALFORMED_FUNCTION_CALL" => "its function call was malformed",
+        "UNEXPECTED_TOOL_CALL" => "it called a tool it was not offered",
+        "TOO_MANY_TOOL_CALLS" => "it made too many tool calls",
+        _ => return None,
+    };
+    Some(
+        ProviderError::new(
+            ErrorKind::MalformedResponse,
+            format!("Gemini did not finish the answer ({reason}): {why}"),
+        )
+        .with_code(reason),
+    )
+}
+
 /// What one candidate's parts say.
 #[derive(Debug, Default)]
 pub(super) struct Read {
@@ -92,6 +112,9 @@ pub(super) fn chat_response(
         ));
     }
     for (position, candidate) in answer.candidates.iter().enumerate() {
+        if let Some(error) = candidate.finish_reason.as_deref().and_then(failed_generation) {
+            return Err(error);
+        }
         let parts = candidate.content.as_ref().map_or(&[][..], |content| &content.parts[..]);
         let Read { text, thoughts, calls: tool_calls } = read_parts(parts);
         let finish = candidate.finish_reason.as_deref().map(|r| finish_reason(r, !tool_calls.is_empty()));

@@ -19,7 +19,7 @@ use switchyard::chat::{
 use switchyard::{ErrorKind, ProviderError};
 
 use super::classify::{Redactor, classify_google_error, parse_google_error};
-use super::response::{Read, finish_reason, read_parts, unix_now};
+use super::response::{Read, failed_generation, finish_reason, read_parts, unix_now};
 use super::wire::{Candidate, GenerateContentResponse, UsageMetadata};
 use crate::http;
 use crate::sse::{ReadChunks, Skips, SseEvent, SseStream};
@@ -135,6 +135,11 @@ impl<S> GeminiChunks<S> {
             let chunk = self.chunk(vec![finish], usage);
             self.ready.push_back(Ok(chunk));
             return;
+        }
+        let failed =
+            answer.candidates.iter().find_map(|c| c.finish_reason.as_deref().and_then(failed_generation));
+        if let Some(error) = failed {
+            return self.fail(error);
         }
         let mut content = Vec::new();
         let mut finishes = Vec::new();
