@@ -1,6 +1,7 @@
 """The two most used agent CLIs, run as users run them against a gateway: Claude Code
 (`claude -p`, with ANTHROPIC_BASE_URL) and Codex CLI (`codex exec`, a `model_providers` entry
-with `wire_api = "responses"`), each toward an upstream of its own API and toward another.
+with `wire_api = "responses"`), each toward an upstream of its own API and toward another
+(Claude Code toward Gemini on Vertex too), and Codex rescued by another target's continuation.
 
 The versions are pinned in scripts/e2e. Both send what Switchyard does not model on their first
 request: Claude Code a `role: "system"` message inside `messages` (beta
@@ -179,3 +180,28 @@ def test_codex_on_openai_gets_a_whole_answer_when_its_stream_breaks_and_claude_c
     out = run_codex(gw, tmp_path)
     assert "w1 w2 w3 w4 w5 w6 w7 w8" in out, out
     assert [a["outcome"] for a in trail(gw)["attempts"]] == ["failed", "continued"]
+
+
+def test_claude_code_toward_gemini_on_vertex_gets_its_answer(mock, gateway, tmp_path):
+    from fake_vertex import FakeVertex
+
+    vertex = FakeVertex()
+    try:
+        sa_file = vertex.key_file(tmp_path)
+        gw = gateway(f"""
+providers:
+  vertex: {{ kind: vertex, project: switchyard-e2e, region: us-east5, base_url: "{vertex.url}/v1", credentials: "{sa_file}" }}
+routes:
+  default: {{ targets: ["vertex:gemini-2.5-flash"] }}
+gateway: {{ keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }}
+""")
+        result = run_claude(gw, tmp_path)
+        # Claude Code's thinking, context management and effort reached Gemini translated or
+        # left out, not refused.
+        assert result["is_error"] is False, result
+        assert result["result"] == "gemini on vertex: gemini-2.5-flash"
+        path, _, body = vertex.calls[-1]
+        assert "gemini-2.5-flash" in path
+        assert not {"thinking", "context_management", "output_config"} & set(body), body
+    finally:
+        vertex.stop()
