@@ -366,6 +366,31 @@ async fn other_models_go_through_converse_with_system_tools_and_stop_sequences()
 }
 
 #[tokio::test]
+async fn what_claude_code_sends_beside_the_conversation_does_not_refuse_a_converse_model() {
+    let answer = json!({"output":{"message":{"role":"assistant","content":[{"text":"Hi"}]}},"stopReason":"end_turn","usage":{"inputTokens":3,"outputTokens":1,"totalTokens":4}});
+    let fake = Fake::json(200, answer).await;
+    let provider = provider(&fake.origin());
+    let mut request = hello();
+    request.origin = switchyard::chat::Dialect::Anthropic;
+    for (key, value) in [
+        ("thinking", json!({"type": "adaptive"})),
+        ("context_management", json!({"edits": []})),
+        ("output_config", json!({"effort": "high"})),
+        ("metadata", json!({"user_id": "u-1"})),
+    ] {
+        request.extra.insert(key.into(), value);
+    }
+    let caller = Caller::new(&provider, None);
+    let answer = provider.chat(caller.call(LLAMA, None), &request).await.unwrap();
+    assert_eq!(answer.text().as_deref(), Some("Hi"));
+    let body = fake.only_request().body;
+    assert!(
+        ["thinking", "context_management", "output_config"].iter().all(|k| body.get(*k).is_none()),
+        "{body}"
+    );
+}
+
+#[tokio::test]
 async fn what_converse_cannot_express_is_unsupported_before_anything_is_sent() {
     let fake = Fake::json(200, json!({})).await;
     let provider = provider(&fake.origin());
