@@ -21,6 +21,15 @@ impl Period {
         }
     }
 
+    /// Whether the window named `id` is one of this kind of period (`d…` a day's, `m…` a
+    /// month's).
+    pub(crate) fn names(self, id: &str) -> bool {
+        id.starts_with(match self {
+            Period::Day => 'd',
+            Period::Month => 'm',
+        })
+    }
+
     /// The period `at` falls in.
     pub(crate) fn at(self, at: SystemTime) -> Window {
         let days = (at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() / 86_400) as i64;

@@ -38,10 +38,15 @@ pub(crate) struct Due {
 }
 
 impl Spend {
-    /// The period `now` falls in, starting a new one (from nothing) when the last ended.
+    /// The period `now` falls in, starting a new one (from nothing) when the last ended. When
+    /// the budget's `per` changed (a reload), the spend so far stands in the new period's window:
+    /// kept in the old one, a month's window for a day's budget locked the key out until the
+    /// month's end.
     pub(crate) fn roll(&mut self, per: Period, now: SystemTime) -> &Window {
-        if self.window.as_ref().is_none_or(|w| now >= w.resets) {
-            *self = Spend { window: Some(per.at(now)), ..Spend::default() };
+        match &mut self.window {
+            Some(window) if now < window.resets && per.names(&window.id) => {}
+            Some(window) if now < window.resets => *window = per.at(now),
+            _ => *self = Spend { window: Some(per.at(now)), ..Spend::default() },
         }
         self.window.get_or_insert_with(|| per.at(now))
     }
@@ -146,5 +151,19 @@ mod tests {
         assert_eq!(spend.total(1), 2.0);
         spend.roll(Period::Day, now + std::time::Duration::from_secs(86_400));
         assert_eq!(spend.total(1), 0.0);
+    }
+
+    #[test]
+    fn a_budget_whose_period_changed_counts_in_the_new_periods_window() {
+        let now = switchyard::time::parse_rfc3339("2026-12-05T07:00:00Z").unwrap();
+        let mut spend = Spend::default();
+        spend.roll(Period::Month, now);
+        spend.charge(16.0, false);
+        let window = spend.roll(Period::Day, now).clone();
+        assert_eq!((window.id.as_str(), window.resets), ("d20261205", Period::Day.at(now).resets));
+        assert_eq!(spend.total(1), 16.0, "the spend so far stands");
+        assert_eq!(spend.roll(Period::Month, now).id, "m202612");
+        spend.roll(Period::Month, Period::Month.at(now).resets);
+        assert_eq!(spend.total(1), 0.0, "the next month starts from nothing");
     }
 }
