@@ -535,7 +535,15 @@ impl Provider for SimulatedProvider {
                     embedding: pseudo_vector(call.model, text, dims),
                 })
                 .collect();
-            Ok(EmbeddingsResponse { data, model: call.model.to_owned(), ..EmbeddingsResponse::default() })
+            // A token for four characters, as the estimates count.
+            let chars: usize = request.input.texts().iter().map(|text| text.len()).sum();
+            let usage = Usage::new(u32::try_from(chars.div_ceil(4)).unwrap_or(u32::MAX), 0);
+            Ok(EmbeddingsResponse {
+                data,
+                model: call.model.to_owned(),
+                usage: Some(usage),
+                ..EmbeddingsResponse::default()
+            })
         })
     }
 

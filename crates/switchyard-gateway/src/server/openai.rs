@@ -157,7 +157,7 @@ pub async fn embeddings(
                 trail: answer.trail,
                 timing: answer.timing,
                 usage: answer.response.usage.map(|u| switchyard::chat::Usage::new(u.prompt_tokens, 0)),
-                cost: None,
+                cost: answer.cost,
             };
             answered(&state, &exchange, body, served)
         }

@@ -150,6 +150,9 @@ pub struct EmbeddingsAnswer {
     pub trail: Trail,
     /// Where the request's time went: in total, and queued by pacing.
     pub timing: Timing,
+    /// The cost of the embedded input at the provider's configured price (its `input` price a
+    /// million tokens), when one is set and the provider counted the tokens.
+    pub cost: Option<f64>,
 }
 
 /// A successful token count.
@@ -452,15 +455,7 @@ impl Router {
             }
         }
         let usage = served.output.usage;
-        let cost = match (&served.answered, &usage) {
-            (Some((target, _)), Some(usage)) => self
-                .inner
-                .providers
-                .get(target.provider())
-                .and_then(|slot| slot.price(target.model()))
-                .map(|price| price.cost(usage)),
-            _ => None,
-        };
+        let cost = self.cost(served.answered.as_ref(), usage.as_ref());
         Ok(Answer {
             response: served.output,
             served_by: served.via,
@@ -511,12 +506,15 @@ impl Router {
                 targets.iter().filter(|t| t.embedding_space() == space).map(|t| t.target.clone()).collect();
         }
         let served = self.run(&EmbeddingsExchange(request), resolved, options).await?;
+        let usage = served.output.usage.map(|u| Usage::new(u.prompt_tokens, 0));
+        let cost = self.cost(served.answered.as_ref(), usage.as_ref());
         Ok(EmbeddingsAnswer {
             response: served.output,
             served_by: served.via,
             route: served.route.name_arc().clone(),
             trail: served.trail,
             timing: served.timing,
+            cost,
         })
     }
 
@@ -538,6 +536,13 @@ impl Router {
             trail: served.trail,
             timing: served.timing,
         })
+    }
+
+    /// What `usage` cost at the price of the target that answered, when it has one.
+    fn cost(&self, answered: Option<&(Target, usize)>, usage: Option<&Usage>) -> Option<f64> {
+        let ((target, _), usage) = (answered?, usage?);
+        let price = self.inner.providers.get(target.provider())?.price(target.model())?;
+        Some(price.cost(usage))
     }
 
     /// A new subscription to the router's events.

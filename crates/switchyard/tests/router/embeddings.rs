@@ -85,3 +85,23 @@ async fn an_input_too_long_for_embeddings_never_takes_the_routes_context_window_
     assert_eq!(long.calls(), 0, "a chat model's vectors are not the embedding space's");
     assert_eq!(error.trail().len(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_embedding_costs_its_input_at_the_price_of_the_target_that_answered() {
+    let sim = SimulatedProvider::new();
+    let price = switchyard::Price { input_per_million: 1_000_000.0, output_per_million: 0.0 };
+    let router = builder(&[])
+        .provider(switchyard::ProviderEntry::new("p", sim).price("m", price))
+        .route(Route::builder("embed").target("p:m").build().unwrap())
+        .build()
+        .unwrap();
+    let request = EmbeddingsRequest {
+        input: EmbeddingInput::Many(vec!["abcdefgh".into(), "ijkl".into()]),
+        ..embed("embed")
+    };
+
+    let answer = router.embeddings(&request, &RequestOptions::default()).await.unwrap();
+
+    assert_eq!(answer.response.usage.map(|u| u.prompt_tokens), Some(3));
+    assert_eq!(answer.cost, Some(3.0), "three input tokens at a dollar each");
+}
