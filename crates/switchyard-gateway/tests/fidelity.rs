@@ -207,6 +207,24 @@ async fn what_the_gateway_observes_of_a_verbatim_answer_still_steers_the_route()
 }
 
 #[tokio::test]
+async fn a_document_in_a_tool_result_reaches_an_anthropic_provider_as_written_and_another_refuses_it() {
+    // Claude Code's Read of a PDF: the document comes back inside the tool's result.
+    let body = r#"{"model":"default","max_tokens":64,"messages":[{"role":"user","content":"Read a.pdf"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Read","input":{"file_path":"a.pdf"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"JVBERi0="}},{"type":"image","source":{"type":"file","file_id":"file_1"}}]}]}]}"#;
+    let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
+    let claude = gateway("anthropic", "", &upstream, "claude-sonnet-4-5").await;
+    let (status, answer) = post(claude, "/v1/messages", body).await;
+    assert_eq!((status, answer.as_str()), (200, ANTHROPIC_ANSWER));
+    assert_eq!(upstream.received().1, body.replacen("default", "claude-sonnet-4-5", 1));
+
+    let gpt = Upstream::start(OPENAI_ANSWER, "").await;
+    let openai = gateway("openai", "/v1", &gpt, "gpt-4o").await;
+    let (status, answer) = post(openai, "/v1/messages", body).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("messages[2].content[1] is a `image` part"), "the file image, by name: {answer}");
+    assert!(gpt.seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn a_part_only_the_clients_dialect_knows_is_refused_by_a_provider_of_another_naming_it() {
     let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
     let gateway = gateway("anthropic", "", &upstream, "claude-sonnet-4-5").await;

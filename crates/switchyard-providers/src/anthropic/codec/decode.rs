@@ -294,21 +294,15 @@ fn read_part(object: &Map<String, Value>, kind: &str, path: &str) -> Result<Cont
             string_field(source, "data", &source_path)?
         ),
         Some("url") => string_field(source, "url", &source_path)?,
-        other => {
-            return Err(CodecError::new(
-                format!("{source_path}.type"),
-                format!(
-                    "is {}; Switchyard translates base64 and url image sources",
-                    other.map_or("missing".to_owned(), |o| format!("`{o}`"))
-                ),
-            ));
-        }
+        // A file the Files API holds: kept as written, for an Anthropic upstream.
+        Some(_) => return Ok(ContentPart::Other(Value::Object(object.clone()))),
+        None => return Err(CodecError::new(format!("{source_path}.type"), "is required")),
     };
     Ok(ContentPart::ImageUrl { image_url: ImageUrl { url, detail: None } })
 }
 
 /// A `tool_result` block as a tool message: `tool_use_id` becomes `tool_call_id`; text and
-/// image content become content parts. `is_error` is not read here (the block is kept
+/// image content become content parts, any other block a part kept as written. `is_error` is not read here (the block is kept
 /// verbatim instead).
 fn read_tool_result(object: &Map<String, Value>, path: &str) -> Result<Message, CodecError> {
     let tool_use_id = string_field(object, "tool_use_id", path)?;
@@ -324,10 +318,9 @@ fn read_tool_result(object: &Map<String, Value>, path: &str) -> Result<Message, 
                     let (inner, kind) = block_object(block, &block_path)?;
                     match kind {
                         "text" | "image" => read_part(inner, kind, &block_path),
-                        other => Err(CodecError::new(
-                            format!("{block_path}.type"),
-                            format!("is `{other}`; Switchyard translates text and image tool results"),
-                        )),
+                        // A document (Claude Code's Read of a PDF), a search result, ...: kept
+                        // as written, for an Anthropic upstream; another refuses it by name.
+                        _ => Ok(ContentPart::Other(block.clone())),
                     }
                 })
                 .collect::<Result<Vec<_>, _>>()?;
