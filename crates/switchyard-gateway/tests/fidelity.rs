@@ -225,6 +225,23 @@ async fn a_document_in_a_tool_result_reaches_an_anthropic_provider_as_written_an
 }
 
 #[tokio::test]
+async fn a_tool_turn_another_model_answered_goes_on_to_claude_without_the_clients_thinking() {
+    // Claude Code, thinking on, after a fallback of another kind answered its last tool turn:
+    // that turn opens on no thinking block, which Anthropic refuses while thinking is on.
+    let body = r#"{"model":"default","max_tokens":2048,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":[{"type":"text","text":"Checking."},{"type":"tool_use","id":"call_1","name":"get_weather","input":{"city":"Paris"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"sunny"}]}]}"#;
+    let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
+    let claude = gateway("anthropic", "", &upstream, "claude-sonnet-4-5").await;
+    let (status, answer) = post(claude, "/v1/messages", body).await;
+    assert_eq!(status, 200, "{answer}");
+    let expected = body.replacen("default", "claude-sonnet-4-5", 1).replacen(
+        r#""thinking":{"type":"enabled","budget_tokens":1024},"#,
+        "",
+        1,
+    );
+    assert_eq!(upstream.received().1, expected, "the rest as the client wrote it");
+}
+
+#[tokio::test]
 async fn a_part_only_the_clients_dialect_knows_is_refused_by_a_provider_of_another_naming_it() {
     let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
     let gateway = gateway("anthropic", "", &upstream, "claude-sonnet-4-5").await;

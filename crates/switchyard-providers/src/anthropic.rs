@@ -196,10 +196,12 @@ pub(crate) fn messages_body(
             &translated[..]
         }
     };
+    let thinking = if thinking_cannot_go_on(request) { Edit::Remove } else { Edit::Keep };
     match envelope {
-        Envelope::Anthropic => {
-            verbatim::rewrite(body, &[("model", Edit::Text(model)), ("stream", stream_edit)])
-        }
+        Envelope::Anthropic => verbatim::rewrite(
+            body,
+            &[("model", Edit::Text(model)), ("stream", stream_edit), ("thinking", thinking)],
+        ),
         Envelope::Cloud { version, stream_in_body, betas } => verbatim::rewrite(
             body,
             &[
@@ -207,9 +209,28 @@ pub(crate) fn messages_body(
                 ("anthropic_version", Edit::Text(version)),
                 ("stream", if stream_in_body { stream_edit } else { Edit::Remove }),
                 ("anthropic_beta", betas.map_or(Edit::Remove, Edit::Raw)),
+                ("thinking", thinking),
             ],
         ),
     }
+}
+
+/// Whether a client's own `thinking` must go from its body: its last assistant turn calls a
+/// tool without opening on a thinking block, as when another model (a fallback of another
+/// kind) answered it. Anthropic refuses thinking then ("Expected `thinking` or
+/// `redacted_thinking`, but found `tool_use`"), so the turn goes on without it, as a request
+/// of another dialect does (see `thinking::tool_turn_without_its_thinking`).
+fn thinking_cannot_go_on(request: &ChatRequest) -> bool {
+    let on = request.extra.get("thinking").is_some_and(|thinking| thinking["type"] != "disabled");
+    let Some(last) = request.messages.iter().rev().find(|m| m.role == switchyard::chat::Role::Assistant)
+    else {
+        return false;
+    };
+    // The turn's blocks as the client wrote them, kept when the canonical message lost some.
+    let first = last.extra.get(request::VERBATIM_BLOCKS).and_then(|blocks| blocks.get(0));
+    let opens_on_thinking =
+        first.is_some_and(|block| block["type"] == "thinking" || block["type"] == "redacted_thinking");
+    on && !last.tool_calls.is_empty() && !opens_on_thinking
 }
 
 /// The client's body, when it is in the Messages dialect.
@@ -223,7 +244,10 @@ impl AnthropicProvider {
     async fn count(&self, call: Call<'_>, request: &ChatRequest) -> Result<TokenCount, ProviderError> {
         let verbatim = verbatim_body(request);
         let body = match verbatim {
-            Some(body) => verbatim::rewrite(body, &[("model", Edit::Text(call.model))])?,
+            Some(body) => {
+                let thinking = if thinking_cannot_go_on(request) { Edit::Remove } else { Edit::Keep };
+                verbatim::rewrite(body, &[("model", Edit::Text(call.model)), ("thinking", thinking)])?
+            }
             None => {
                 let mut body =
                     serde_json::to_value(request::build(call.model, request, false, self.thinking)?)

@@ -31,6 +31,8 @@ pub(crate) enum Edit<'a> {
     Raw(&'a str),
     /// Take the member out (with its comma), wherever it stands.
     Remove,
+    /// Leave the member as it stands (an edit that applies only sometimes).
+    Keep,
 }
 
 /// `body` (a JSON object) with each named member edited, the rest as written. Member names
@@ -105,7 +107,7 @@ fn edited<'a>(edit: Edit<'a>, current: Option<&[u8]>) -> Result<Option<Member<'a
         Edit::Flag(flag) => Some(Member::Flag(flag)),
         Edit::FalseIfPresent => current.map(|_| Member::Flag(false)),
         Edit::Raw(text) => Some(Member::Raw(text)),
-        Edit::Remove => None,
+        Edit::Remove | Edit::Keep => None,
         Edit::Enable(field) => {
             let mut object = match current.map(serde_json::from_slice::<Value>) {
                 None | Some(Ok(Value::Null)) => return Ok(Some(Member::Enabled(field))),
