@@ -95,3 +95,14 @@ pub(crate) fn fresh_id(prefix: &str) -> String {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     format!("{prefix}{nanos:x}{:04x}", COUNTER.fetch_add(1, Ordering::Relaxed))
 }
+
+/// A tool call's id as Anthropic and Bedrock's Converse take one (`^[a-zA-Z0-9_-]+$`): every
+/// other character `_`. Ids of other servers (`functions.get_weather:0` from Kimi on vLLM) would
+/// be refused; the same id always gives the same one, so a call and its result still pair.
+pub(crate) fn tool_id(id: &str) -> std::borrow::Cow<'_, str> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if id.chars().all(allowed) {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    std::borrow::Cow::Owned(id.chars().map(|c| if allowed(c) { c } else { '_' }).collect())
+}

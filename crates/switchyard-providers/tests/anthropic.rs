@@ -1398,6 +1398,32 @@ fn codec_writes_an_answer_from_another_provider_in_anthropic_shape() {
     );
 }
 
+#[tokio::test]
+async fn a_tool_call_id_anthropic_would_refuse_is_made_one_it_takes_the_same_way_each_time() {
+    // Kimi on vLLM names its calls `functions.get_weather:0`; Anthropic takes `^[a-zA-Z0-9_-]+$`.
+    let odd = "functions.get_weather:0";
+    let mut answer = ChatResponse::from_text("kimi", "");
+    answer.choices[0].message.tool_calls = vec![tool_call(odd, "get_weather", "{}")];
+    let written = codec::response_to_json(&answer).unwrap();
+    assert_eq!(written["content"][0]["id"], "functions_get_weather_0", "{written}");
+    let streamed =
+        encode(&[chunk(call_delta(0, Some(odd), Some("get_weather"), "{}"), Some(FinishReason::ToolCalls))]);
+    let start = streamed.iter().find(|(name, _)| *name == "content_block_start").unwrap();
+    assert_eq!(start.1["content_block"]["id"], "functions_get_weather_0");
+
+    // The conversation carried on from an OpenAI client reaches Claude with both ends alike.
+    let fake = Fake::json(200, text_answer()).await;
+    let mut call = Message::assistant("");
+    call.content = None;
+    call.tool_calls = vec![tool_call(odd, "get_weather", "{}")];
+    let result = Message { tool_call_id: Some(odd.into()), ..Message::text(Role::Tool, "sunny") };
+    let request = ChatRequest::new("default", vec![Message::user("Weather?"), call, result]);
+    chat(&fake, &request).await.unwrap();
+    let sent = fake.only_request().body;
+    assert_eq!(sent["messages"][1]["content"][0]["id"], "functions_get_weather_0");
+    assert_eq!(sent["messages"][2]["content"][0]["tool_use_id"], "functions_get_weather_0");
+}
+
 fn chunk(delta: Delta, finish_reason: Option<FinishReason>) -> ChatChunk {
     ChatChunk {
         id: "chatcmpl-9".into(),

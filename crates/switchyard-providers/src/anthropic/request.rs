@@ -344,7 +344,7 @@ pub(crate) fn message_blocks(message: &Message, index: usize) -> Result<Vec<Bloc
                 }
                 let field = format!("messages[{index}].tool_calls[{k}].function.arguments");
                 blocks.push(Block::ToolUse {
-                    id: call.id.clone(),
+                    id: crate::codec::tool_id(&call.id).into_owned(),
                     name: call.function.name.clone(),
                     input: parse_arguments(&call.function.arguments, &field)?,
                 });
@@ -360,6 +360,7 @@ pub(crate) fn message_blocks(message: &Message, index: usize) -> Result<Vec<Bloc
                 Some(Content::Text(text)) => Some(ToolResultContent::Text(text.clone())),
                 Some(content) => Some(ToolResultContent::Blocks(content_blocks(Some(content), index)?)),
             };
+            let tool_use_id = crate::codec::tool_id(&tool_use_id).into_owned();
             Ok(vec![Block::ToolResult { tool_use_id, content, is_error: None }])
         }
     }

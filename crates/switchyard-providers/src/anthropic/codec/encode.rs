@@ -87,6 +87,9 @@ fn with_tool_id(block: Block) -> Block {
         Block::ToolUse { id, name, input } if id.is_empty() => {
             Block::ToolUse { id: crate::codec::fresh_id("toolu_"), name, input }
         }
+        Block::ToolUse { id, name, input } => {
+            Block::ToolUse { id: crate::codec::tool_id(&id).into_owned(), name, input }
+        }
         other => other,
     }
 }
@@ -340,8 +343,11 @@ impl StreamEncoder {
             return;
         }
         let name = function.and_then(|f| f.name.clone()).unwrap_or_default();
-        let id =
-            call.id.clone().filter(|id| !id.is_empty()).unwrap_or_else(|| crate::codec::fresh_id("toolu_"));
+        let id = call
+            .id
+            .as_deref()
+            .filter(|id| !id.is_empty())
+            .map_or_else(|| crate::codec::fresh_id("toolu_"), |id| crate::codec::tool_id(id).into_owned());
         let open_call_goes_on = matches!(self.open, Some(OpenBlock::Tool { .. }))
             && !crate::codec::is_whole_json(&self.open_arguments);
         if open_call_goes_on || !self.held.is_empty() {

@@ -154,7 +154,7 @@ fn assistant_blocks(message: &Message, i: usize) -> Result<Vec<Value>, ProviderE
             }
         };
         blocks
-            .push(json!({ "toolUse": { "toolUseId": call.id, "name": call.function.name, "input": input } }));
+            .push(json!({ "toolUse": { "toolUseId": crate::codec::tool_id(&call.id), "name": call.function.name, "input": input } }));
     }
     Ok(blocks)
 }
@@ -169,7 +169,7 @@ fn tool_result(message: &Message, i: usize) -> Result<Value, ProviderError> {
         Ok(object @ Value::Object(_)) => json!([{ "json": object }]),
         _ => json!([{ "text": text }]),
     };
-    Ok(json!({ "toolResult": { "toolUseId": id, "content": content } }))
+    Ok(json!({ "toolResult": { "toolUseId": crate::codec::tool_id(id), "content": content } }))
 }
 
 /// `inferenceConfig`, and the refusal of what has no Converse field. Left out as changing
