@@ -220,7 +220,7 @@ async fn a_document_in_a_tool_result_reaches_an_anthropic_provider_as_written_an
     let openai = gateway("openai", "/v1", &gpt, "gpt-4o").await;
     let (status, answer) = post(openai, "/v1/messages", body).await;
     assert_eq!(status, 400, "{answer}");
-    assert!(answer.contains("messages[2].content[1] is a `image` part"), "the file image, by name: {answer}");
+    assert!(answer.contains("messages[2].content[0] is a `document` part"), "by name: {answer}");
     assert!(gpt.seen.lock().unwrap().is_empty());
 }
 

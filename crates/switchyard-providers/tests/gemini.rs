@@ -390,6 +390,26 @@ async fn gemini_dialect_fields_pass_through_untouched() {
 }
 
 #[tokio::test]
+async fn a_tool_result_holding_an_image_is_refused_by_name_not_sent_without_it() {
+    let fake = Fake::json(200, text_answer("ok")).await;
+    let mut call = Message::assistant("");
+    call.tool_calls = vec![switchyard::chat::ToolCall::function("call_1", "screenshot", "{}")];
+    let image = ContentPart::ImageUrl {
+        image_url: ImageUrl { url: "data:image/png;base64,iVBOR".into(), detail: None },
+    };
+    let result = Message {
+        content: Some(Content::Parts(vec![image])),
+        tool_call_id: Some("call_1".into()),
+        ..Message::text(Role::Tool, "")
+    };
+    let request = ChatRequest::new("default", vec![Message::user("Look"), call, result]);
+    let error = chat(&fake, &request).await.unwrap_err();
+    assert!(error.is_unsupported(), "{error:?}");
+    assert!(error.detail().contains("messages[2].content[0] is a `image_url` part"), "{error}");
+    assert!(fake.requests().is_empty());
+}
+
+#[tokio::test]
 async fn a_tool_result_without_a_matching_call_is_an_invalid_request_naming_the_field() {
     let fake = Fake::json(200, text_answer("ok")).await;
     let request = ChatRequest::new("default", vec![Message::user("hi"), tool_result("call_9", "42")]);

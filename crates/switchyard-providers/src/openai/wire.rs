@@ -67,8 +67,14 @@ fn refuse_foreign_parts(request: &ChatRequest) -> Result<(), ProviderError> {
     }
     for (i, message) in request.messages.iter().enumerate() {
         let Some(Content::Parts(parts)) = &message.content else { continue };
-        let untranslatable =
-            |part: &&ContentPart| matches!(part, ContentPart::Other(value) if file_part(value).is_none());
+        // A tool message of Chat Completions holds text only ("Image URLs are only allowed for
+        // messages with role 'user'").
+        let tool = message.role == switchyard::chat::Role::Tool;
+        let untranslatable = |part: &&ContentPart| match part {
+            ContentPart::Other(value) => tool || file_part(value).is_none(),
+            ContentPart::Text { .. } => false,
+            _ => tool,
+        };
         if let Some((j, part)) = parts.iter().enumerate().find(|(_, part)| untranslatable(part)) {
             return Err(ProviderError::unsupported(format!(
                 "messages[{i}].content[{j}] is a `{}` part, which Switchyard cannot translate to the Chat Completions API",
