@@ -218,8 +218,9 @@ pub enum BuildError {
     /// A Bedrock provider without its region.
     #[error("bedrock providers need a region (e.g. us-east-1)")]
     MissingRegion,
-    /// The `base_url` (held here) does not start with `http://` or `https://`.
-    #[error("base_url `{0}` is not an http:// or https:// URL")]
+    /// The `base_url` (held here) does not start with `http://` or `https://`; a password in
+    /// it is not shown.
+    #[error("base_url `{}` is not an http:// or https:// URL", without_password(.0))]
     InvalidBaseUrl(String),
     /// A configured header (its name is held here) is not a valid header name or value.
     #[error("header `{0}` is not a valid HTTP header name or value")]
@@ -249,4 +250,25 @@ pub fn build(settings: &ProviderSettings) -> Result<Arc<dyn Provider>, BuildErro
         ProviderKind::Bedrock => Arc::new(bedrock::BedrockProvider::new(settings)?),
         ProviderKind::Vertex => Arc::new(vertex::VertexProvider::new(settings)?),
     })
+}
+
+/// `url` with the password of its user part (`user:password@`) shown as `***`, for what is
+/// printed or logged.
+///
+/// ```
+/// use switchyard_providers::without_password;
+/// assert_eq!(without_password("https://me:s3cret@proxy.local/v1?x=@"), "https://me:***@proxy.local/v1?x=@");
+/// assert_eq!(without_password("http://127.0.0.1:8080/v1"), "http://127.0.0.1:8080/v1");
+/// assert_eq!(without_password("ftp://user@host"), "ftp://user@host");
+/// ```
+pub fn without_password(url: &str) -> std::borrow::Cow<'_, str> {
+    let start = url.find("://").map_or(0, |at| at + 3);
+    let authority_end = url[start..].find(['/', '?', '#']).map_or(url.len(), |at| start + at);
+    let Some(at) = url[start..authority_end].rfind('@').map(|at| start + at) else {
+        return std::borrow::Cow::Borrowed(url);
+    };
+    match url[start..at].find(':') {
+        Some(colon) => std::borrow::Cow::Owned(format!("{}:***{}", &url[..start + colon], &url[at..])),
+        None => std::borrow::Cow::Borrowed(url),
+    }
 }

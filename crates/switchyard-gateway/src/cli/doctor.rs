@@ -31,8 +31,11 @@ pub(crate) async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCo
 async fn print_providers(loaded: &Loaded) {
     println!("providers:");
     for provider in &loaded.providers {
-        let base =
-            if provider.base_url.is_empty() { String::new() } else { format!(" {}", provider.base_url) };
+        let base = if provider.base_url.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", switchyard_providers::without_password(&provider.base_url))
+        };
         println!("  {} ({}{base})", provider.id, provider.kind);
         if let Some(limits) = &provider.limits {
             let mut parts = Vec::new();

@@ -231,7 +231,10 @@ fn shape(mut value: Value) -> Parsed {
             Err(error) => error,
         };
         let path = steps(error.path());
-        let message = error.into_inner().to_string();
+        let mut message = error.into_inner().to_string();
+        if holds_a_secret(&path) {
+            message = without_values(&message);
+        }
         let at = owner(&path);
         if at.is_empty() || !remove(&mut value, at) {
             let shown = if path.is_empty() { "(top level)".to_owned() } else { display(&path) };
@@ -246,6 +249,25 @@ fn shape(mut value: Value) -> Parsed {
         parsed.removed.0.push(at.to_vec());
     }
     parsed
+}
+
+/// Whether the key at `path` holds a secret (a key, a token, a password): its value is not
+/// quoted in a problem, which goes to the log, `/admin/health` and the `config_rejected` event.
+fn holds_a_secret(path: &[Step]) -> bool {
+    path.iter().any(|step| match step {
+        Step::Key(key) => ["key", "secret", "token", "password"].iter().any(|word| key.contains(word)),
+        Step::Index(_) => false,
+    })
+}
+
+/// `message` without the value a type error quotes: "invalid type: integer `12345678901`,
+/// expected a string" says "invalid type: integer, expected a string". Other messages name keys,
+/// not values, and stand.
+fn without_values(message: &str) -> String {
+    let head = ["invalid type: ", "invalid value: "].into_iter().find(|head| message.starts_with(head));
+    let (Some(head), Some(expected)) = (head, message.find(", expected")) else { return message.to_owned() };
+    let kind = message[head.len()..expected].split([' ', '`', '"']).next().unwrap_or_default();
+    format!("{head}{kind}{}", &message[expected..])
 }
 
 /// The error's path as steps, up to the first step the tracker could not follow.
@@ -343,6 +365,20 @@ mod tests {
                 "line 4: `text` is given twice (routes.r.candidates[0].text, first on line 4): keep one",
                 "line 5: `targets` is given twice (routes.r.targets, first on line 3): keep one",
             ]
+        );
+    }
+
+    #[test]
+    fn a_secret_of_the_wrong_type_is_not_quoted() {
+        let text = "providers:\n  p: { kind: openai, api_key: 12345678901 }\ngateway: { keys: [98765432109], admin_key: 55512345678 }\n";
+        let found = problems(text);
+        assert_eq!(found.len(), 3, "{found:?}");
+        for secret in ["12345678901", "98765432109", "55512345678"] {
+            assert!(!found.iter().any(|problem| problem.contains(secret)), "{secret} quoted: {found:?}");
+        }
+        assert!(
+            found.iter().any(|p| p.starts_with("providers.p.api_key: invalid type: integer, expected")),
+            "{found:?}"
         );
     }
 
