@@ -106,3 +106,28 @@ pub(crate) fn tool_id(id: &str) -> std::borrow::Cow<'_, str> {
     }
     std::borrow::Cow::Owned(id.chars().map(|c| if allowed(c) { c } else { '_' }).collect())
 }
+
+/// Whether a field of another dialect's request changes nothing a provider without it answers,
+/// so that its adapter leaves it out rather than refusing the request: OpenAI's `user`,
+/// `metadata`, `stream_options`, `parallel_tool_calls`, `store`, `service_tier`,
+/// `safety_identifier`, `prompt_cache_key`; Anthropic's `context_management` and an
+/// `output_config` without a `format`; a null; defaults spelled out (`n: 1`, `logprobs:
+/// false`). Claude Code and the OpenAI SDKs send some of these on every request.
+pub(crate) fn is_harmless_foreign(key: &str, value: &serde_json::Value) -> bool {
+    match key {
+        _ if value.is_null() => true,
+        "user"
+        | "metadata"
+        | "stream_options"
+        | "parallel_tool_calls"
+        | "store"
+        | "service_tier"
+        | "safety_identifier"
+        | "prompt_cache_key"
+        | "context_management" => true,
+        "output_config" => value.get("format").is_none(),
+        "logprobs" => value == &serde_json::Value::Bool(false),
+        "n" => value.as_u64() == Some(1),
+        _ => false,
+    }
+}

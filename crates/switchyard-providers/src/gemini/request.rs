@@ -386,10 +386,7 @@ fn merge_native_extra(body: &mut Map<String, Value>, extra: &Extra) {
 /// Fields of another dialect: translated when Gemini has the same knob, ignored when harmless,
 /// refused otherwise (never silently dropped).
 ///
-/// Ignored: OpenAI's `user`, `metadata`, `stream_options`, `parallel_tool_calls`, `store`,
-/// `service_tier`, `safety_identifier`, `prompt_cache_key` and defaults spelled out (`n: 1`,
-/// `logprobs: false`); Anthropic's `metadata`, `service_tier`, `context_management` (how
-/// Anthropic trims its own context) and an `output_config` without a `format`. Translated:
+/// Ignored: what [`crate::codec::is_harmless_foreign`] names. Translated:
 /// Anthropic's `thinking` (a budget to Gemini's, `adaptive` to Gemini's own dynamic thinking,
 /// `disabled` to none where the model can stop thinking), OpenAI's `reasoning_effort` and
 /// penalties. Claude Code sends `thinking` and `context_management` on every request.
@@ -408,24 +405,12 @@ fn translate_foreign_extra(
             }
         };
         match key.as_str() {
-            _ if value.is_null() => {}
-            "user"
-            | "metadata"
-            | "stream_options"
-            | "parallel_tool_calls"
-            | "store"
-            | "service_tier"
-            | "safety_identifier"
-            | "prompt_cache_key"
-            | "context_management" => {}
-            "output_config" if value.get("format").is_none() => {}
-            "logprobs" if value == &Value::Bool(false) => {}
+            _ if crate::codec::is_harmless_foreign(key, value) => {}
             "thinking" => {
                 if let Some(config) = super::thinking::from_anthropic(value, model)? {
                     generation.insert("thinkingConfig".to_owned(), config);
                 }
             }
-            "n" if value.as_u64() == Some(1) => {}
             "max_completion_tokens" if request.max_tokens.is_none() => number("maxOutputTokens", generation)?,
             "max_completion_tokens" => {}
             "frequency_penalty" => number("frequencyPenalty", generation)?,

@@ -172,32 +172,16 @@ fn tool_result(message: &Message, i: usize) -> Result<Value, ProviderError> {
     Ok(json!({ "toolResult": { "toolUseId": crate::codec::tool_id(id), "content": content } }))
 }
 
-/// `inferenceConfig`, and the refusal of what has no Converse field. Left out as changing
-/// nothing a Converse model answers: OpenAI's `user`, `metadata`, `store`, `service_tier`,
-/// `safety_identifier`, `prompt_cache_key` and defaults spelled out; Anthropic's
-/// `context_management`, an `output_config` without a `format`, and `thinking`, which the
-/// models Converse serves here (not Claude) do not take (Claude Code sends the three on every
-/// request).
+/// `inferenceConfig`, and the refusal of what has no Converse field. Left out: what
+/// [`crate::codec::is_harmless_foreign`] names, and Anthropic's `thinking`, which the models
+/// Converse serves here (not Claude) do not take (Claude Code sends it on every request).
 fn inference_config(request: &ChatRequest) -> Result<Map<String, Value>, ProviderError> {
     let mut config = Map::new();
     let mut max_tokens = request.max_tokens.map(Value::from);
     for (key, value) in &request.extra {
         match key.as_str() {
-            _ if value.is_null() => {}
-            "user"
-            | "metadata"
-            | "stream_options"
-            | "parallel_tool_calls"
-            | "store"
-            | "stream"
-            | "service_tier"
-            | "safety_identifier"
-            | "prompt_cache_key"
-            | "context_management"
-            | "thinking" => {}
-            "output_config" if value.get("format").is_none() => {}
-            "logprobs" if value == &Value::Bool(false) => {}
-            "n" if value.as_u64() == Some(1) => {}
+            _ if crate::codec::is_harmless_foreign(key, value) => {}
+            "stream" | "thinking" => {}
             "max_completion_tokens" if value.is_u64() => {
                 max_tokens = max_tokens.or_else(|| Some(value.clone()));
             }
