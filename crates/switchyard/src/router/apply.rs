@@ -174,7 +174,7 @@ impl<'r, X: Exchange> Run<'r, X> {
         }
         let at = FailurePoint {
             retries: tries.retries,
-            can_rotate: self.can_rotate(&who, tries),
+            can_rotate: self.can_rotate(&who, tries, error.kind() == ErrorKind::RateLimited),
             chain: self.plan.chain(),
             no_fallback: self.ctx.no_fallback(),
             single_call: self.ctx.options.single_call,
@@ -297,18 +297,22 @@ impl<'r, X: Exchange> Run<'r, X> {
         }
     }
 
-    /// Whether the provider has another credential the gate would let through now.
-    fn can_rotate(&self, who: &Callee<'r>, tries: &TargetTry) -> bool {
+    /// Whether the provider has another credential the gate would let through now; after a
+    /// rate limit (`fresh`), one that is not resting itself: going on to a key the provider
+    /// asked to wait would only be refused again.
+    fn can_rotate(&self, who: &Callee<'r>, tries: &TargetTry, fresh: bool) -> bool {
         if who.credential >= 63 {
             return false;
         }
         let rotated = GateQuery {
             target: &who.target,
             credentials: &who.slot.credential_ids,
-            health_ttl: None,
             explicit: self.ctx.explicit,
             force: tries.force,
             exclude: tries.exclude | (1 << who.credential),
+            // A resting key passes only with the TTL gate off; a rate-limited target is not
+            // held by the TTL, so a zero one lets exactly the fresh keys through.
+            health_ttl: fresh.then_some(Duration::ZERO),
             // Whether any other key passes, in whatever order.
             order: &[],
             // A peek takes no probe.

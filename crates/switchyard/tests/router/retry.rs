@@ -381,6 +381,21 @@ async fn a_key_cooling_down_drops_out_of_the_rotation_until_it_recovers() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_rate_limit_goes_on_at_once_only_to_a_key_that_is_not_resting_itself() {
+    let limited = || Step::rate_limited(Duration::from_secs(60));
+    let sim = SimulatedProvider::new().script([limited(), Step::Text("ok".into()), limited()]);
+    let router = keys_router(&sim, &[("sk-a-000", 0), ("sk-b-000", 0)], switchyard::KeyRotation::RoundRobin);
+    // Key a is limited: b answers at once, and a rests for a minute.
+    router.chat(&request("default")).await.unwrap();
+    assert_eq!(sim.calls(), 2);
+    tokio::time::advance(Duration::from_secs(10)).await;
+    // Now b is limited too: a, still resting, is not asked within the wait the provider named.
+    let error = router.chat(&request("default")).await.unwrap_err();
+    assert_eq!(error.kind(), Some(ErrorKind::RateLimited));
+    assert_eq!(sim.calls(), 3, "no call to the resting key");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_lower_priority_key_is_used_only_when_every_key_above_is_out() {
     let sim = SimulatedProvider::new()
         .script([Step::fail(ErrorKind::QuotaExceeded), Step::fail(ErrorKind::QuotaExceeded)]);
