@@ -228,16 +228,20 @@ async fn a_document_in_a_tool_result_reaches_an_anthropic_provider_as_written_an
 async fn a_tool_turn_another_model_answered_goes_on_to_claude_without_the_clients_thinking() {
     // Claude Code, thinking on, after a fallback of another kind answered its last tool turn:
     // that turn opens on no thinking block, which Anthropic refuses while thinking is on.
-    let body = r#"{"model":"default","max_tokens":2048,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":[{"type":"text","text":"Checking."},{"type":"tool_use","id":"call_1","name":"get_weather","input":{"city":"Paris"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"sunny"}]}]}"#;
+    let body = r#"{"model":"default","max_tokens":2048,"thinking":{"type":"enabled","budget_tokens":1024},"context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":[{"type":"text","text":"Checking."},{"type":"tool_use","id":"call_1","name":"get_weather","input":{"city":"Paris"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"sunny"}]}]}"#;
     let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
     let claude = gateway("anthropic", "", &upstream, "claude-sonnet-4-5").await;
     let (status, answer) = post(claude, "/v1/messages", body).await;
     assert_eq!(status, 200, "{answer}");
-    let expected = body.replacen("default", "claude-sonnet-4-5", 1).replacen(
-        r#""thinking":{"type":"enabled","budget_tokens":1024},"#,
-        "",
-        1,
-    );
+    // Clearing thinking needs thinking on: it goes with it.
+    let expected = body
+        .replacen("default", "claude-sonnet-4-5", 1)
+        .replacen(r#""thinking":{"type":"enabled","budget_tokens":1024},"#, "", 1)
+        .replacen(
+            r#""context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},"#,
+            "",
+            1,
+        );
     assert_eq!(upstream.received().1, expected, "the rest as the client wrote it");
 }
 

@@ -196,11 +196,16 @@ pub(crate) fn messages_body(
             &translated[..]
         }
     };
-    let thinking = if thinking_cannot_go_on(request) { Edit::Remove } else { Edit::Keep };
+    let (thinking, management) = thinking_edits(request);
     match envelope {
         Envelope::Anthropic => verbatim::rewrite(
             body,
-            &[("model", Edit::Text(model)), ("stream", stream_edit), ("thinking", thinking)],
+            &[
+                ("model", Edit::Text(model)),
+                ("stream", stream_edit),
+                ("thinking", thinking),
+                ("context_management", management),
+            ],
         ),
         Envelope::Cloud { version, stream_in_body, betas } => verbatim::rewrite(
             body,
@@ -210,9 +215,25 @@ pub(crate) fn messages_body(
                 ("stream", if stream_in_body { stream_edit } else { Edit::Remove }),
                 ("anthropic_beta", betas.map_or(Edit::Remove, Edit::Raw)),
                 ("thinking", thinking),
+                ("context_management", management),
             ],
         ),
     }
+}
+
+/// The edits of a client's `thinking` and `context_management`: both as written, unless the
+/// thinking must go ([`thinking_cannot_go_on`]); then a `context_management` that clears
+/// thinking (Claude Code's `clear_thinking_20251015`, which Anthropic refuses without thinking)
+/// goes with it.
+fn thinking_edits(request: &ChatRequest) -> (Edit<'static>, Edit<'static>) {
+    if !thinking_cannot_go_on(request) {
+        return (Edit::Keep, Edit::Keep);
+    }
+    let clears_thinking = request
+        .extra
+        .get("context_management")
+        .is_some_and(|value| value.to_string().contains("clear_thinking"));
+    (Edit::Remove, if clears_thinking { Edit::Remove } else { Edit::Keep })
 }
 
 /// Whether a client's own `thinking` must go from its body: its last assistant turn calls a
@@ -245,8 +266,13 @@ impl AnthropicProvider {
         let verbatim = verbatim_body(request);
         let body = match verbatim {
             Some(body) => {
-                let thinking = if thinking_cannot_go_on(request) { Edit::Remove } else { Edit::Keep };
-                verbatim::rewrite(body, &[("model", Edit::Text(call.model)), ("thinking", thinking)])?
+                let (thinking, management) = thinking_edits(request);
+                let edits = [
+                    ("model", Edit::Text(call.model)),
+                    ("thinking", thinking),
+                    ("context_management", management),
+                ];
+                verbatim::rewrite(body, &edits)?
             }
             None => {
                 let mut body =
