@@ -45,7 +45,12 @@ impl Spend {
     pub(crate) fn roll(&mut self, per: Period, now: SystemTime) -> &Window {
         match &mut self.window {
             Some(window) if now < window.resets && per.names(&window.id) => {}
-            Some(window) if now < window.resets => *window = per.at(now),
+            Some(window) if now < window.resets => {
+                *window = per.at(now);
+                // A flush on its way counts in the old period, whose answer is not awaited:
+                // what it carried is sent again, in the new one.
+                self.pending += std::mem::take(&mut self.sending);
+            }
             _ => *self = Spend { window: Some(per.at(now)), ..Spend::default() },
         }
         self.window.get_or_insert_with(|| per.at(now))
@@ -165,5 +170,21 @@ mod tests {
         assert_eq!(spend.roll(Period::Month, now).id, "m202612");
         spend.roll(Period::Month, Period::Month.at(now).resets);
         assert_eq!(spend.total(1), 0.0, "the next month starts from nothing");
+    }
+
+    #[test]
+    fn a_flush_on_its_way_when_the_period_changes_does_not_stop_the_next() {
+        let now = switchyard::time::parse_rfc3339("2026-12-05T07:00:00Z").unwrap();
+        let mut spend = Spend::default();
+        spend.roll(Period::Month, now);
+        spend.charge(16.0, true);
+        let old = spend.flush().unwrap();
+        spend.roll(Period::Day, now);
+        spend.flushed(&old, Ok(16.0));
+        let again = spend.flush().expect("the day's flush goes");
+        assert_eq!((again.period.as_str(), again.usd), ("d20261205", 16.0));
+        spend.flushed(&again, Ok(16.0));
+        spend.charge(1.0, true);
+        assert!(spend.flush().is_some(), "and the ones after it");
     }
 }
