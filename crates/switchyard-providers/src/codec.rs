@@ -131,3 +131,22 @@ pub(crate) fn is_harmless_foreign(key: &str, value: &serde_json::Value) -> bool 
         _ => false,
     }
 }
+
+/// Refuses (as unsupported: the route goes on) a tool result of `messages[i]` holding more than
+/// text, which `api`'s tool results cannot carry: sent without it, the model would answer
+/// without the image or document a tool returned.
+pub(crate) fn text_only_tool_result(
+    message: &switchyard::chat::Message,
+    i: usize,
+    api: &str,
+) -> Result<(), switchyard::ProviderError> {
+    use switchyard::chat::{Content, ContentPart};
+    let Some(Content::Parts(parts)) = &message.content else { return Ok(()) };
+    match parts.iter().position(|part| !matches!(part, ContentPart::Text { .. })) {
+        Some(j) => Err(switchyard::ProviderError::unsupported(format!(
+            "messages[{i}].content[{j}] is a `{}` part in a tool result, which {api} cannot carry",
+            parts[j].kind()
+        ))),
+        None => Ok(()),
+    }
+}

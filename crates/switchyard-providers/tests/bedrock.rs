@@ -391,6 +391,27 @@ async fn what_claude_code_sends_beside_the_conversation_does_not_refuse_a_conver
 }
 
 #[tokio::test]
+async fn a_tool_result_holding_an_image_is_refused_by_converse_not_sent_without_it() {
+    let fake = Fake::json(200, json!({})).await;
+    let provider = provider(&fake.origin());
+    let mut call = Message::assistant("");
+    call.tool_calls = vec![switchyard::chat::ToolCall::function("call_1", "screenshot", "{}")];
+    let image = switchyard::chat::ContentPart::ImageUrl {
+        image_url: switchyard::chat::ImageUrl { url: "data:image/png;base64,iVBOR".into(), detail: None },
+    };
+    let result = Message {
+        content: Some(switchyard::chat::Content::Parts(vec![image])),
+        tool_call_id: Some("call_1".into()),
+        ..Message::text(switchyard::chat::Role::Tool, "")
+    };
+    let request = ChatRequest::new("r", vec![Message::user("Look"), call, result]);
+    let caller = Caller::new(&provider, None);
+    let error = provider.chat(caller.call(LLAMA, None), &request).await.unwrap_err();
+    assert!(error.is_unsupported() && error.detail().contains("messages[2].content[0]"), "{error:?}");
+    assert!(fake.requests().is_empty());
+}
+
+#[tokio::test]
 async fn what_converse_cannot_express_is_unsupported_before_anything_is_sent() {
     let fake = Fake::json(200, json!({})).await;
     let provider = provider(&fake.origin());

@@ -197,16 +197,7 @@ fn parse_arguments(arguments: &str, field: &str) -> Result<Value, ProviderError>
 /// and the result, sent as is when it is a JSON object, else as `{"result": text}`.
 fn function_response(messages: &[Message], i: usize) -> Result<Value, ProviderError> {
     let message = &messages[i];
-    // A result of more than text (an image a tool returned) has no place in a function
-    // response: refused by name, not sent without it.
-    if let Some(Content::Parts(parts)) = &message.content
-        && let Some(j) = parts.iter().position(|part| !matches!(part, ContentPart::Text { .. }))
-    {
-        return Err(ProviderError::unsupported(format!(
-            "messages[{i}].content[{j}] is a `{}` part in a tool result, which a Gemini function response cannot carry",
-            parts[j].kind()
-        )));
-    }
+    crate::codec::text_only_tool_result(message, i, "a Gemini function response")?;
     let name = tool_name(messages, i)?;
     let text = message.text_content().unwrap_or_default();
     let response = match serde_json::from_str::<Value>(&text) {

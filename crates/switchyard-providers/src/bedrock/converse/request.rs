@@ -164,6 +164,7 @@ fn tool_result(message: &Message, i: usize) -> Result<Value, ProviderError> {
     let Some(id) = &message.tool_call_id else {
         return Err(unsupported(format_args!("messages[{i}]: a tool result without `tool_call_id`")));
     };
+    crate::codec::text_only_tool_result(message, i, "Switchyard's Converse translation")?;
     let text = message.text_content().unwrap_or_default();
     let content = match serde_json::from_str::<Value>(&text) {
         Ok(object @ Value::Object(_)) => json!([{ "json": object }]),
