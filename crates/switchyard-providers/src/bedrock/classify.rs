@@ -33,8 +33,9 @@ pub(crate) fn kind_of(kind: &str, message: &str, status: Option<u16>) -> ErrorKi
         // One model's access not granted (or an IAM policy naming models): the target, not the
         // credential, which the provider's other models still take.
         "AccessDeniedException" if is_model_access(message) => ErrorKind::ModelNotFound,
-        // Temporary credentials past their end: the kept ones are refreshed, so the next
-        // call goes out with fresh ones; benching the credential would keep it out for good.
+        // Temporary credentials past their end: kept ones with an expiry (a role, SSO, a
+        // process) are refreshed before the next call; benching the credential would keep it
+        // out for good, past that refresh. (Static ones never come back either way.)
         "ExpiredTokenException" | "ExpiredToken" => ErrorKind::Unavailable,
         "AccessDeniedException"
         | "UnrecognizedClientException"
@@ -80,14 +81,11 @@ pub(crate) fn is_context_length(message: &str) -> bool {
 }
 
 /// Whether an `AccessDeniedException` is about one model: its access not granted ("You don't
-/// have access to the model with the specified model ID.") or an IAM policy that leaves out the
-/// model's resource ("... not authorized to perform: bedrock:InvokeModel on resource:
-/// arn:aws:bedrock:...:foundation-model/...").
+/// have access to the model with the specified model ID."). An IAM refusal names the model's
+/// resource whether the policy leaves out that model or all of Bedrock, so it stays the
+/// credential's (`auth`).
 fn is_model_access(message: &str) -> bool {
-    let message = message.to_ascii_lowercase();
-    message.contains("access to the model")
-        || (message.contains("on resource")
-            && (message.contains("foundation-model/") || message.contains("inference-profile/")))
+    message.to_ascii_lowercase().contains("access to the model")
 }
 
 /// Whether a 400 refuses a beta flag (`invalid beta flag`, as Bedrock and Vertex answer the
@@ -201,19 +199,11 @@ mod tests {
 
     #[test]
     fn a_model_whose_access_is_denied_is_that_targets_not_the_credentials() {
-        for message in [
-            "You don't have access to the model with the specified model ID.",
-            "User: arn:aws:iam::123456789012:user/app is not authorized to perform: bedrock:InvokeModel on resource: arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-opus-4-1-20250805-v1:0 because no identity-based policy allows the bedrock:InvokeModel action",
-        ] {
-            assert_eq!(
-                kind_of("AccessDeniedException", message, Some(403)),
-                ErrorKind::ModelNotFound,
-                "{message}"
-            );
-        }
-        let account =
-            "User: arn:aws:iam::123456789012:user/app is not authorized to perform: bedrock:InvokeModel";
-        assert_eq!(kind_of("AccessDeniedException", account, Some(403)), ErrorKind::Auth);
+        let model = "You don't have access to the model with the specified model ID.";
+        assert_eq!(kind_of("AccessDeniedException", model, Some(403)), ErrorKind::ModelNotFound);
+        // IAM names the model's resource whether it denies that model or all of Bedrock.
+        let iam = "User: arn:aws:iam::123456789012:user/app is not authorized to perform: bedrock:InvokeModel on resource: arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-opus-4-1-20250805-v1:0 because no identity-based policy allows the bedrock:InvokeModel action";
+        assert_eq!(kind_of("AccessDeniedException", iam, Some(403)), ErrorKind::Auth);
     }
 
     #[test]

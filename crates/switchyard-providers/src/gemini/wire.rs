@@ -73,7 +73,7 @@ pub(super) struct Part {
 /// `parts[].functionCall`.
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct GeminiFunctionCall {
-    /// The call's `id`, sent by newer models only; without it the adapter makes `call_<n>`.
+    /// The call's `id`, sent by newer models only; without it the adapter makes a fresh `call_` id.
     #[serde(default)]
     pub(super) id: Option<String>,
     /// The called function's `name`; required.

@@ -51,14 +51,19 @@ const EMBEDDINGS_FIELDS: &[&str] = &["model", "input", "dimensions", "encoding_f
 ///
 /// `streaming` adds `stream: true` and `stream_options.include_usage` (merged into the client's
 /// own `stream_options`, which a non-streaming call never sends since OpenAI rejects it there).
-/// `completion_tokens_name` sends `max_tokens` as `max_completion_tokens`.
+/// `completion_tokens_name` (OpenAI's own API) sends `max_tokens` as `max_completion_tokens`, and
+/// refuses a tool result of more than text, which that API does not take.
 /// Members of a tool the adapter writes itself.
 const TOOL_FIELDS: &[&str] = &["type", "function"];
 
 /// Refuses a request of another dialect holding a part or a tool the canonical types do not
 /// model (an Anthropic `document` block, a server tool): written into Chat Completions as it
 /// is, it would mean nothing.
-fn refuse_foreign_parts(request: &ChatRequest) -> Result<(), ProviderError> {
+///
+/// OpenAI's own API (`openai_itself`) takes text only in a tool message ("Image URLs are only
+/// allowed for messages with role 'user'"); servers that speak its dialect may take more
+/// (OpenRouter, vLLM), and are sent it.
+fn refuse_foreign_parts(request: &ChatRequest, openai_itself: bool) -> Result<(), ProviderError> {
     if let Some((i, tool)) = request.tools.iter().enumerate().find(|(_, tool)| !tool.is_function()) {
         return Err(ProviderError::unsupported(format!(
             "tools[{i}] is a `{}` tool; only `function` tools translate to the Chat Completions API",
@@ -67,9 +72,7 @@ fn refuse_foreign_parts(request: &ChatRequest) -> Result<(), ProviderError> {
     }
     for (i, message) in request.messages.iter().enumerate() {
         let Some(Content::Parts(parts)) = &message.content else { continue };
-        // A tool message of Chat Completions holds text only ("Image URLs are only allowed for
-        // messages with role 'user'").
-        let tool = message.role == switchyard::chat::Role::Tool;
+        let tool = openai_itself && message.role == switchyard::chat::Role::Tool;
         let untranslatable = |part: &&ContentPart| match part {
             ContentPart::Other(value) => tool || file_part(value).is_none(),
             ContentPart::Text { .. } => false,
@@ -140,7 +143,7 @@ pub(super) fn chat_body(
     let forward = request.origin == Dialect::OpenAi;
     if !forward {
         log_dropped(request);
-        refuse_foreign_parts(request)?;
+        refuse_foreign_parts(request, completion_tokens_name)?;
     }
     let extra = forward.then_some(&request.extra);
     // The client's explicit `max_completion_tokens` (an extra) wins over the modelled field.
@@ -802,6 +805,25 @@ mod tests {
     fn body(request: &ChatRequest, streaming: bool, completion_tokens: bool) -> Value {
         let bytes = chat_body(request, "gpt-4o-mini", streaming, completion_tokens).unwrap();
         serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[test]
+    fn a_tool_result_with_an_image_goes_to_a_server_of_the_dialect_but_not_to_openai_itself() {
+        let image = ContentPart::ImageUrl {
+            image_url: switchyard::chat::ImageUrl { url: "data:image/png;base64,iVBOR".into(), detail: None },
+        };
+        let mut call = Message::assistant("");
+        call.tool_calls = vec![switchyard::chat::ToolCall::function("call_1", "screenshot", "{}")];
+        let result = Message {
+            content: Some(Content::Parts(vec![image])),
+            tool_call_id: Some("call_1".into()),
+            ..Message::text(switchyard::chat::Role::Tool, "")
+        };
+        let mut request = ChatRequest::new("route", vec![Message::user("Look"), call, result]);
+        request.origin = Dialect::Anthropic;
+        assert_eq!(body(&request, false, false)["messages"][2]["content"][0]["type"], "image_url");
+        let error = chat_body(&request, "gpt-4o", false, true).unwrap_err();
+        assert!(error.is_unsupported() && error.detail().contains("messages[2].content[0]"), "{error:?}");
     }
 
     #[test]
