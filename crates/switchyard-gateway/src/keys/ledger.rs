@@ -128,7 +128,7 @@ impl ClientKey {
         if !self.rules.allows(model, router) {
             return Err(Refusal::NotAllowed { routes: self.rules.routes.clone().unwrap_or_default() });
         }
-        self.within_budget(shared)?;
+        self.within_budget(shared).await?;
         let pass = self.enter(shared)?;
         self.within_rate(shared).await?;
         self.ledger.books().minute.now(Instant::now()).requests += 1;
@@ -185,11 +185,11 @@ impl ClientKey {
         admitted.map_err(refuse)
     }
 
-    /// Refuses a request of a key whose budget for the period is spent; reads the fleet's
-    /// spend again in the background when it is time to.
-    fn within_budget(&self, shared: Shared<'_>) -> Result<(), Refusal> {
+    /// Refuses a request of a key whose budget for the period is spent, by the fleet's spend
+    /// read again first when it is time to.
+    async fn within_budget(&self, shared: Shared<'_>) -> Result<(), Refusal> {
         let Some(budget) = self.rules.budget else { return Ok(()) };
-        let (spent, resets) = self.spend_now(budget.per, shared);
+        let (spent, resets) = self.spend_now(budget.per, shared).await;
         if spent >= budget.usd {
             return Err(Refusal::Budget { spent, usd: budget.usd, per: budget.per, resets });
         }
@@ -198,22 +198,53 @@ impl ClientKey {
 }
 
 impl ClientKey {
-    /// What the key spent in the period running and when it resets; the fleet's total is
-    /// read again in the background when it is time to.
-    fn spend_now(&self, per: Period, shared: Shared<'_>) -> (f64, SystemTime) {
+    /// What the key spent in the period running and when it resets, for admitting a request:
+    /// when the last read of the fleet's total is 200 ms old, it is read again first (a replica
+    /// idle for a while would otherwise admit on what the fleet spent long ago), or in the
+    /// background while Redis is failing, so that its timeouts do not hold every request.
+    async fn spend_now(&self, per: Period, shared: Shared<'_>) -> (f64, SystemTime) {
+        let (resets, read) = self.due_read(per, shared);
+        if let Some((reading, degraded)) = read {
+            if degraded {
+                tokio::spawn(reading);
+            } else {
+                reading.await;
+            }
+        }
+        (self.ledger.books().spend.total(shared.replicas()), resets)
+    }
+
+    /// What the key spent as far as this replica knows, for what is shown: a read due goes on in
+    /// the background.
+    fn spend_known(&self, per: Period, shared: Shared<'_>) -> (f64, SystemTime) {
+        let (resets, read) = self.due_read(per, shared);
+        if let Some((reading, _)) = read {
+            tokio::spawn(reading);
+        }
+        (self.ledger.books().spend.total(shared.replicas()), resets)
+    }
+
+    /// When the period resets, and the read of the fleet's total due now (with whether Redis's
+    /// last answer failed).
+    fn due_read(
+        &self,
+        per: Period,
+        shared: Shared<'_>,
+    ) -> (SystemTime, Option<(impl Future<Output = ()> + Send + 'static, bool)>) {
         let mut books = self.ledger.books();
         let resets = books.spend.roll(per, SystemTime::now()).resets;
-        let read = shared.spend.and_then(|_| books.spend.read_due(std::time::Instant::now()));
-        let spent = books.spend.total(shared.replicas());
+        let period = shared.spend.and_then(|_| books.spend.read_due(std::time::Instant::now()));
+        let degraded = books.spend.degraded();
         drop(books);
-        if let (Some(period), Some(spend)) = (read, shared.spend) {
+        let read = period.zip(shared.spend).map(|(period, spend)| {
             let (ledger, hash, spend) = (self.ledger.clone(), self.hash.clone(), spend.clone());
-            tokio::spawn(async move {
+            let reading = async move {
                 let answer = spend.get(&hash, &period).await;
                 ledger.books().spend.read(&period, answer);
-            });
-        }
-        (spent, resets)
+            };
+            (reading, degraded)
+        });
+        (resets, read)
     }
 }
 
@@ -272,7 +303,7 @@ impl ClientKey {
             })
         };
         let budget = self.rules.budget.map(|budget| {
-            let (spent, resets) = self.spend_now(budget.per, shared);
+            let (spent, resets) = self.spend_known(budget.per, shared);
             json!({
                 "usd": budget.usd,
                 "per": budget.per.as_str(),
@@ -297,6 +328,6 @@ impl ClientKey {
 
     /// What the key spent in its period as this replica knows it, when it has a budget.
     pub(crate) fn spent(&self, shared: Shared<'_>) -> Option<f64> {
-        Some(self.spend_now(self.rules.budget?.per, shared).0)
+        Some(self.spend_known(self.rules.budget?.per, shared).0)
     }
 }

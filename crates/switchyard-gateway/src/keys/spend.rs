@@ -103,6 +103,11 @@ impl Spend {
         }
     }
 
+    /// Whether the last call to Redis failed.
+    pub(crate) fn degraded(&self) -> bool {
+        self.degraded
+    }
+
     /// The period to read the fleet's total of, when it is time to.
     pub(crate) fn read_due(&mut self, now: Instant) -> Option<String> {
         let window = self.window.as_ref()?;
