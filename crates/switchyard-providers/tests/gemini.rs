@@ -390,6 +390,37 @@ async fn gemini_dialect_fields_pass_through_untouched() {
 }
 
 #[tokio::test]
+async fn results_of_two_calls_of_one_function_go_in_the_order_of_the_calls() {
+    let fake = Fake::json(200, text_answer("ok")).await;
+    let mut call = Message::assistant("");
+    call.tool_calls = vec![
+        switchyard::chat::ToolCall::function("call_a", "get_weather", r#"{"city":"Paris"}"#),
+        switchyard::chat::ToolCall::function("call_b", "get_weather", r#"{"city":"London"}"#),
+    ];
+    let result =
+        |id: &str, text: &str| Message { tool_call_id: Some(id.into()), ..Message::text(Role::Tool, text) };
+    // Sent back the other way round, as a client may.
+    let request = ChatRequest::new(
+        "default",
+        vec![
+            Message::user("Weather?"),
+            call,
+            result("call_b", "rain in London"),
+            result("call_a", "sun in Paris"),
+        ],
+    );
+    chat(&fake, &request).await.unwrap();
+    let parts = &fake.only_request().body["contents"][2]["parts"];
+    let results: Vec<&str> = parts
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["functionResponse"]["response"]["result"].as_str().unwrap())
+        .collect();
+    assert_eq!(results, ["sun in Paris", "rain in London"]);
+}
+
+#[tokio::test]
 async fn a_tool_result_holding_an_image_is_refused_by_name_not_sent_without_it() {
     let fake = Fake::json(200, text_answer("ok")).await;
     let mut call = Message::assistant("");

@@ -75,7 +75,8 @@ pub(super) fn request_body(request: &ChatRequest, model: &str) -> Result<Map<Str
 fn translate_messages(messages: &[Message]) -> Result<(Vec<Value>, Vec<Value>), ProviderError> {
     let mut system = Vec::new();
     let mut contents: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    for (i, message) in messages.iter().enumerate() {
+    for i in in_call_order(messages) {
+        let message = &messages[i];
         let (role, parts) = match message.role {
             Role::System | Role::Developer => {
                 system.extend(system_parts(message, i)?);
@@ -96,6 +97,35 @@ fn translate_messages(messages: &[Message]) -> Result<(Vec<Value>, Vec<Value>), 
     let contents =
         contents.into_iter().map(|(role, parts)| json!({ "role": role, "parts": parts })).collect();
     Ok((system, contents))
+}
+
+/// The messages' indexes in order, but for each run of tool results sorted by the order of the
+/// calls they answer: Gemini pairs a function's responses with its calls by their order (a
+/// response has no id), so results of two calls of one function sent back the other way round
+/// would answer each other's call.
+fn in_call_order(messages: &[Message]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..messages.len()).collect();
+    let is_result = |i: usize| messages[i].role == Role::Tool;
+    let mut start = 0;
+    while start < messages.len() {
+        if !is_result(start) {
+            start += 1;
+            continue;
+        }
+        let end = (start..messages.len()).find(|&i| !is_result(i)).unwrap_or(messages.len());
+        order[start..end].sort_by_key(|&i| call_position(messages, i));
+        start = end;
+    }
+    order
+}
+
+/// Where the call tool result `i` answers stands among the calls of the nearest assistant turn
+/// before it (last when none is found).
+fn call_position(messages: &[Message], i: usize) -> usize {
+    let id = messages[i].tool_call_id.as_deref();
+    let turn = messages[..i].iter().rev().find(|m| m.role == Role::Assistant && !m.tool_calls.is_empty());
+    turn.and_then(|turn| turn.tool_calls.iter().position(|call| Some(call.id.as_str()) == id))
+        .unwrap_or(usize::MAX)
 }
 
 /// The error for a part the canonical types do not model (a `file`, `input_audio` or
