@@ -187,6 +187,10 @@ async fn a_key_that_spent_its_budget_is_refused_until_the_period_resets() {
     assert_eq!(team["budget"]["resets_at"], reset.as_str());
     assert_eq!(team["usage"]["requests_this_minute"], 3);
     assert_eq!(team["usage"]["tokens_this_minute"], 60);
+    // The refusal is in the history, under the key, with no attempt: what its owner asks about.
+    let refused: Value = serde_json::from_str(&admin(gateway, "/admin/requests?status=429").await).unwrap();
+    let line = &refused["requests"][0];
+    assert_eq!((&line["status"], &line["key"], &line["attempts"]), (&json!(429), &json!("team"), &json!(0)), "{refused}");
 }
 
 #[tokio::test]

@@ -7,8 +7,17 @@ use crate::server::AppState;
 use super::{FinishedRequest, Settled};
 
 /// Keeps a routed request's record, then announces it: a subscriber may open its trail at once.
+/// A request refused before routing is kept too when it came with a client key (its budget
+/// spent, its rate or its routes exceeded: what the key's owner asks about), with no attempt.
 pub(crate) fn keep(state: &AppState, done: FinishedRequest<'_>) {
-    let Some(Settled { trail, timing, .. }) = done.settled else { return };
+    let (trail, timing) = match done.settled {
+        Some(Settled { trail, timing, .. }) => (trail, timing),
+        None if done.key.is_some() => (
+            switchyard::trail::Trail::default(),
+            switchyard::trail::Timing { total: done.elapsed, ..Default::default() },
+        ),
+        None => return,
+    };
     let record = RequestRecord {
         id: done.id.to_owned(),
         replica: state.replica.clone(),
