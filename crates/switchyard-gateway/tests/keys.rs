@@ -190,7 +190,11 @@ async fn a_key_that_spent_its_budget_is_refused_until_the_period_resets() {
     // The refusal is in the history, under the key, with no attempt: what its owner asks about.
     let refused: Value = serde_json::from_str(&admin(gateway, "/admin/requests?status=429").await).unwrap();
     let line = &refused["requests"][0];
-    assert_eq!((&line["status"], &line["key"], &line["attempts"]), (&json!(429), &json!("team"), &json!(0)), "{refused}");
+    assert_eq!(
+        (&line["status"], &line["key"], &line["attempts"]),
+        (&json!(429), &json!("team"), &json!(0)),
+        "{refused}"
+    );
 }
 
 #[tokio::test]
