@@ -198,7 +198,9 @@ impl BedrockProvider {
 
     /// POSTs `body` to `path`, authenticated (the call's API key as a bearer token, else
     /// SigV4), accepting `accept`; the response when it is a success, else the classified
-    /// error. The secrets used go with the response, for what reads it later.
+    /// error. The secrets used go with the response, for what reads it later. Credentials AWS
+    /// says expired are forgotten and the call sent once more with ones loaded again (fresh from
+    /// a role, SSO or a process); expired again, they are the credential's failure (`auth`).
     async fn send(
         &self,
         call: &Call<'_>,
@@ -206,12 +208,32 @@ impl BedrockProvider {
         body: Vec<u8>,
         accept: &'static str,
     ) -> Result<(http::Response, Redactor), ProviderError> {
+        let body = Bytes::from(body);
+        match self.send_once(call, path, body.clone(), accept).await {
+            Err(error) if expired(&error) && call.credential.key().is_none() => {
+                self.credentials.forget();
+                self.send_once(call, path, body, accept).await.map_err(|error| match expired(&error) {
+                    true => credentials_refused(&error),
+                    false => error,
+                })
+            }
+            sent => sent,
+        }
+    }
+
+    /// [`send`](Self::send)'s one sending.
+    async fn send_once(
+        &self,
+        call: &Call<'_>,
+        path: &str,
+        body: Bytes,
+        accept: &'static str,
+    ) -> Result<(http::Response, Redactor), ProviderError> {
         let uri = http::parse_uri(format!("{}{path}", self.base_url))?;
         let mut headers = http::call_headers(&self.headers, call, &[]);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(ACCEPT, HeaderValue::from_static(accept));
         headers.insert(HOST, self.host.clone());
-        let body = Bytes::from(body);
         let mut request = http::post_bytes(uri, headers, body.clone());
         let mut redactor = Redactor::default();
         match call.credential.key() {
@@ -243,6 +265,23 @@ impl BedrockProvider {
         let text = http::read_error_body(response).await;
         Err(classify::http_error(status, kind.as_deref(), &text, wait, &redactor))
     }
+}
+
+/// Whether AWS refused the call's credentials as expired.
+fn expired(error: &ProviderError) -> bool {
+    matches!(error.code(), Some("ExpiredTokenException" | "ExpiredToken"))
+}
+
+/// `error` (credentials expired even when loaded again) as the credential's failure.
+fn credentials_refused(error: &ProviderError) -> ProviderError {
+    let mut refused = ProviderError::new(ErrorKind::Auth, error.detail().to_owned());
+    if let Some(status) = error.status() {
+        refused = refused.with_status(status);
+    }
+    if let Some(code) = error.code() {
+        refused = refused.with_code(code.to_owned());
+    }
+    refused
 }
 
 /// The request id Bedrock answered with, the id of a Converse answer.

@@ -276,11 +276,12 @@ async fn bedrock_errors_are_classified_by_their_type_header() {
             ErrorKind::ModelNotFound,
         ),
         (403, "UnrecognizedClientException", "bad token", ErrorKind::Auth),
+        // Expired even when loaded again (this fake's answer every time): the credential's.
         (
             403,
             "ExpiredTokenException",
             "The security token included in the request is expired",
-            ErrorKind::Unavailable,
+            ErrorKind::Auth,
         ),
         (404, "ResourceNotFoundException", "no such model", ErrorKind::ModelNotFound),
         (400, "ServiceQuotaExceededException", "quota", ErrorKind::RateLimited),
@@ -409,6 +410,36 @@ async fn a_tool_result_holding_an_image_is_refused_by_converse_not_sent_without_
     let error = provider.chat(caller.call(LLAMA, None), &request).await.unwrap_err();
     assert!(error.is_unsupported() && error.detail().contains("messages[2].content[0]"), "{error:?}");
     assert!(fake.requests().is_empty());
+}
+
+#[tokio::test]
+async fn credentials_aws_says_expired_are_loaded_again_once_and_expired_again_are_auth() {
+    let expired = || {
+        json_reply(
+            403,
+            &[("x-amzn-errortype", "ExpiredTokenException")],
+            &json!({ "message": "The security token included in the request is expired" }),
+        )
+    };
+    let answer = json!({"output":{"message":{"role":"assistant","content":[{"text":"Hi"}]}},"stopReason":"end_turn","usage":{"inputTokens":3,"outputTokens":1,"totalTokens":4}});
+    let seen = Arc::new(AtomicU32::new(0));
+    let count = seen.clone();
+    let once = Fake::start(move |_| {
+        if count.fetch_add(1, Ordering::SeqCst) == 0 { expired() } else { json_reply(200, &[], &answer) }
+    })
+    .await;
+    let renewed = provider(&once.origin());
+    let caller = Caller::new(&renewed, None);
+    let answered = renewed.chat(caller.call(LLAMA, None), &hello()).await.unwrap();
+    assert_eq!(answered.text().as_deref(), Some("Hi"));
+    assert_eq!(once.requests().len(), 2, "sent once more, with the credentials loaded again");
+
+    let always = Fake::start(move |_| expired()).await;
+    let stale = provider(&always.origin());
+    let caller = Caller::new(&stale, None);
+    let error = stale.chat(caller.call(LLAMA, None), &hello()).await.unwrap_err();
+    assert_eq!((error.kind(), error.code()), (ErrorKind::Auth, Some("ExpiredTokenException")));
+    assert_eq!(always.requests().len(), 2);
 }
 
 #[tokio::test]

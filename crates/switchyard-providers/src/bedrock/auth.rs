@@ -191,6 +191,13 @@ impl CredentialCache {
         })
     }
 
+    /// Forgets the credentials in hand (AWS said they expired): the next call loads them again.
+    pub(crate) fn forget(&self) {
+        if let Ok(mut kept) = self.current.lock() {
+            *kept = None;
+        }
+    }
+
     fn kept(&self) -> Option<Credentials> {
         self.current.lock().ok().and_then(|kept| kept.clone())
     }

@@ -33,9 +33,8 @@ pub(crate) fn kind_of(kind: &str, message: &str, status: Option<u16>) -> ErrorKi
         // One model's access not granted (or an IAM policy naming models): the target, not the
         // credential, which the provider's other models still take.
         "AccessDeniedException" if is_model_access(message) => ErrorKind::ModelNotFound,
-        // Temporary credentials past their end: kept ones with an expiry (a role, SSO, a
-        // process) are refreshed before the next call; benching the credential would keep it
-        // out for good, past that refresh. (Static ones never come back either way.)
+        // Temporary credentials past their end: the adapter loads them again and sends the call
+        // once more (`BedrockProvider::send`), and only then calls them the credential's.
         "ExpiredTokenException" | "ExpiredToken" => ErrorKind::Unavailable,
         "AccessDeniedException"
         | "UnrecognizedClientException"
