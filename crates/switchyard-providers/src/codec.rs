@@ -150,3 +150,11 @@ pub(crate) fn text_only_tool_result(
         None => Ok(()),
     }
 }
+
+/// Whether tool message `message` reports a failed call: an Anthropic client's `tool_result`
+/// with `is_error: true` (kept with the message's blocks as written), which Converse writes as
+/// `status: "error"` and Gemini as an `error` response.
+pub(crate) fn tool_failed(message: &switchyard::chat::Message) -> bool {
+    let blocks = message.extra.get(crate::anthropic::VERBATIM_BLOCKS);
+    blocks.and_then(|blocks| blocks.get(0)).is_some_and(|block| block["is_error"] == true)
+}

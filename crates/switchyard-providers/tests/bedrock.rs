@@ -443,6 +443,23 @@ async fn credentials_aws_says_expired_are_loaded_again_once_and_expired_again_ar
 }
 
 #[tokio::test]
+async fn a_tool_result_an_anthropic_client_marked_failed_is_a_converse_error_result() {
+    let answer = json!({"output":{"message":{"role":"assistant","content":[{"text":"Sorry"}]}},"stopReason":"end_turn","usage":{"inputTokens":3,"outputTokens":1,"totalTokens":4}});
+    let fake = Fake::json(200, answer).await;
+    let provider = provider(&fake.origin());
+    let request = anthropic_request(
+        br#"{"model":"r","max_tokens":16,"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"the service is down","is_error":true}]}]}"#,
+    );
+    let caller = Caller::new(&provider, None);
+    provider.chat(caller.call(LLAMA, None), &request).await.unwrap();
+    let result = &fake.only_request().body["messages"][2]["content"][0]["toolResult"];
+    assert_eq!(
+        (&result["status"], &result["content"][0]["text"]),
+        (&json!("error"), &json!("the service is down"))
+    );
+}
+
+#[tokio::test]
 async fn what_converse_cannot_express_is_unsupported_before_anything_is_sent() {
     let fake = Fake::json(200, json!({})).await;
     let provider = provider(&fake.origin());

@@ -390,6 +390,16 @@ async fn gemini_dialect_fields_pass_through_untouched() {
 }
 
 #[tokio::test]
+async fn a_tool_result_an_anthropic_client_marked_failed_is_an_error_response() {
+    let fake = Fake::json(200, text_answer("ok")).await;
+    let body = br#"{"model":"r","max_tokens":16,"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"the service is down","is_error":true}]}]}"#;
+    let request = switchyard_providers::anthropic::codec::request_from_slice(body).unwrap();
+    chat(&fake, &request).await.unwrap();
+    let response = &fake.only_request().body["contents"][2]["parts"][0]["functionResponse"]["response"];
+    assert_eq!(response, &json!({"error": "the service is down"}));
+}
+
+#[tokio::test]
 async fn results_of_two_calls_of_one_function_go_in_the_order_of_the_calls() {
     let fake = Fake::json(200, text_answer("ok")).await;
     let mut call = Message::assistant("");

@@ -232,6 +232,8 @@ fn function_response(messages: &[Message], i: usize) -> Result<Value, ProviderEr
     let text = message.text_content().unwrap_or_default();
     let response = match serde_json::from_str::<Value>(&text) {
         Ok(object @ Value::Object(_)) => object,
+        // A failed call's report, as Gemini's function responses say one.
+        _ if crate::codec::tool_failed(message) => json!({ "error": text }),
         _ => json!({ "result": text }),
     };
     Ok(json!({ "functionResponse": { "name": name, "response": response } }))

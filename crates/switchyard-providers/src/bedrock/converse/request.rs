@@ -170,7 +170,11 @@ fn tool_result(message: &Message, i: usize) -> Result<Value, ProviderError> {
         Ok(object @ Value::Object(_)) => json!([{ "json": object }]),
         _ => json!([{ "text": text }]),
     };
-    Ok(json!({ "toolResult": { "toolUseId": crate::codec::tool_id(id), "content": content } }))
+    let mut result = json!({ "toolUseId": crate::codec::tool_id(id), "content": content });
+    if crate::codec::tool_failed(message) {
+        result["status"] = json!("error");
+    }
+    Ok(json!({ "toolResult": result }))
 }
 
 /// `inferenceConfig`, and the refusal of what has no Converse field. Left out: what
