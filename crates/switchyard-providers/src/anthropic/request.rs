@@ -206,27 +206,22 @@ struct Foreign {
 
 /// Reads the `extra` of a request of another dialect (OpenAI's, in practice).
 ///
-/// Ignored, because they cannot change what Anthropic answers: `null` values (OpenAI's
-/// "unset"), `stream_options` (Anthropic streams always report usage), `store` and `metadata`
-/// (OpenAI's stored completions), `service_tier`, `safety_identifier`, `prompt_cache_key`, and
-/// defaults spelled out: `n: 1`, `logprobs: false`, zero `frequency_penalty` and
-/// `presence_penalty`, an empty `logit_bias`, `modalities: ["text"]`. Mapped:
-/// `max_completion_tokens`, `user`, `parallel_tool_calls`, `reasoning_effort`. Anything else is
+/// Ignored, because they cannot change what Anthropic answers: what
+/// [`crate::codec::is_harmless_foreign`] names (`stream_options`: Anthropic streams always
+/// report usage), and defaults spelled out: zero `frequency_penalty` and `presence_penalty`, an
+/// empty `logit_bias`, `modalities: ["text"]`. Mapped: `max_completion_tokens`, `user`,
+/// `reasoning_effort` (`parallel_tool_calls` is read with the tool choice). Anything else is
 /// refused, naming it.
 fn read_foreign_extra(extra: &Extra) -> Result<Foreign, ProviderError> {
     let mut foreign = Foreign::default();
     for (key, value) in extra {
         let harmless = match key.as_str() {
-            _ if value.is_null() => true,
-            "stream_options"
-            | "store"
-            | "metadata"
-            | "service_tier"
-            | "safety_identifier"
-            | "prompt_cache_key"
-            | "parallel_tool_calls" => true,
-            "n" => value.as_u64() == Some(1),
-            "logprobs" => value == &Value::Bool(false),
+            "user" if !value.is_null() => {
+                foreign.user =
+                    Some(value.as_str().ok_or_else(|| invalid(key, "must be a string"))?.to_owned());
+                true
+            }
+            _ if crate::codec::is_harmless_foreign(key, value) => true,
             "frequency_penalty" | "presence_penalty" => value.as_f64() == Some(0.0),
             "logit_bias" => value.as_object().is_some_and(Map::is_empty),
             "modalities" => value == &json!(["text"]),
@@ -238,11 +233,6 @@ fn read_foreign_extra(extra: &Extra) -> Result<Foreign, ProviderError> {
             }
             "reasoning_effort" => {
                 foreign.reasoning_effort = Some(value.clone());
-                true
-            }
-            "user" => {
-                foreign.user =
-                    Some(value.as_str().ok_or_else(|| invalid(key, "must be a string"))?.to_owned());
                 true
             }
             _ => false,
