@@ -104,6 +104,14 @@ pub(super) struct ChatExchange<'r> {
     pub(super) streamed: bool,
 }
 
+impl ChatExchange<'_> {
+    /// Whether the whole answer is asked of `provider` as a stream and put together (the
+    /// route's `stream_upstream`, a provider across a network).
+    fn asks_a_stream(&self, provider: &dyn Provider) -> bool {
+        self.streamed && provider.streams_upstream()
+    }
+}
+
 impl Exchange for ChatExchange<'_> {
     type Output = ChatResponse;
 
@@ -112,7 +120,7 @@ impl Exchange for ChatExchange<'_> {
         provider: &'a dyn Provider,
         call: Call<'a>,
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
-        if self.streamed && provider.streams_upstream() {
+        if self.asks_a_stream(provider) {
             return Box::pin(super::assembled::assembled(provider, call, self.request));
         }
         provider.chat(call, self.request)
@@ -120,7 +128,7 @@ impl Exchange for ChatExchange<'_> {
 
     fn answers_whole(&self, provider: &dyn Provider) -> bool {
         // Asked as a stream and put together, it shows life long before its end.
-        !(self.streamed && provider.streams_upstream())
+        !self.asks_a_stream(provider)
     }
 
     fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {
