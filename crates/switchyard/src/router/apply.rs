@@ -144,6 +144,9 @@ impl<'r, X: Exchange> Run<'r, X> {
             self.plan.switch(Chain::ContentPolicy, self.ctx.route.content_policy());
             return Step::Next;
         }
+        if refused {
+            attempt.filtered();
+        }
         self.record.succeeded(attempt);
         self.verdict.answered(answer);
         Step::Answered

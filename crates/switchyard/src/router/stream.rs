@@ -475,6 +475,12 @@ impl RoutedStream {
         if let Some(keeping) = self.keeping.as_mut() {
             keeping.add(&chunk);
         }
+        if chunk.is_content_filtered()
+            && let Via::Target(target) = &self.served_by
+            && let Some(attempt) = self.trail.serving_mut(target)
+        {
+            attempt.filtered();
+        }
         let was_whole = self.choices.is_whole();
         self.choices.see(&chunk);
         if !was_whole && self.choices.is_whole() {

@@ -89,6 +89,10 @@ async fn a_refusal_without_content_policy_targets_is_the_answer() {
     let answer = router.chat(&request("default")).await.unwrap();
     assert!(answer.response.is_content_filtered());
     assert_eq!(general.calls(), 0, "a refusal is not a provider failure");
+    let served = &answer.trail.attempts()[0];
+    assert_eq!(served.outcome, Outcome::Ok);
+    let note = served.note.as_deref().unwrap_or_default();
+    assert!(note.contains("content filter stopped the answer"), "the trail says what was served: {note:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -131,6 +135,12 @@ async fn a_content_filter_after_streamed_content_is_never_redirected() {
     assert_eq!(finish, Some(FinishReason::ContentFilter), "the refusal surfaces as it came");
     assert_eq!(lenient.calls(), 0, "no silent restart after content reached the caller");
     assert_eq!(stream.trail().outcomes(), vec![Outcome::Ok]);
+    let note = stream.trail().attempts()[0].note.clone().unwrap_or_default();
+    assert_eq!(
+        note.matches("content filter stopped the answer").count(),
+        1,
+        "the trail says, once, that the filter cut the answer: {note:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
