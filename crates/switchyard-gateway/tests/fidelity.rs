@@ -329,6 +329,27 @@ async fn count_tokens_is_answered_by_the_routes_first_target_that_counts_as_it_w
 }
 
 #[tokio::test]
+async fn count_tokens_of_a_tool_turn_another_model_answered_goes_without_the_clients_thinking() {
+    // Claude Code counts the conversation it is about to send: the same rule as the call's, or
+    // Anthropic refuses the count ("Expected `thinking` ... found `tool_use`").
+    const COUNT: &str = r#"{"input_tokens":42}"#;
+    let claude = Upstream::start(COUNT, "").await;
+    let gateway = gateway("anthropic", "", &claude, "claude-sonnet-4-5").await;
+    let body = r#"{"model":"default","thinking":{"type":"enabled","budget_tokens":1024},"context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":[{"type":"tool_use","id":"call_1","name":"get_weather","input":{"city":"Paris"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"sunny"}]}]}"#;
+    let (status, answer) = post(gateway, "/v1/messages/count_tokens", body).await;
+    assert_eq!((status, answer.as_str()), (200, COUNT));
+    let expected = body
+        .replacen("default", "claude-sonnet-4-5", 1)
+        .replacen(r#""thinking":{"type":"enabled","budget_tokens":1024},"#, "", 1)
+        .replacen(
+            r#""context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},"#,
+            "",
+            1,
+        );
+    assert_eq!(claude.received(), ("/v1/messages/count_tokens".to_owned(), expected));
+}
+
+#[tokio::test]
 async fn a_pdf_crosses_dialects_as_a_document_one_way_and_a_file_the_other() {
     // An OpenAI client's inline PDF reaches Anthropic as a document block.
     let claude = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;

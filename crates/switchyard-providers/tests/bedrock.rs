@@ -714,6 +714,21 @@ impl ProvideCredentials for ChainRef {
 // Thinking crosses between Anthropic and Bedrock
 
 #[tokio::test]
+async fn a_tool_turn_another_model_answered_reaches_claude_on_bedrock_without_the_clients_thinking() {
+    // Claude Code, thinking on, after a fallback of another kind answered its last tool turn:
+    // Bedrock refuses thinking then, as Anthropic does, and clearing thinking without it.
+    let fake = Fake::json(200, claude_answer()).await;
+    let provider = provider(&fake.origin());
+    let written = br#"{"model":"r","max_tokens":2048,"thinking":{"type":"enabled","budget_tokens":1024},"context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":[{"type":"text","text":"Checking."},{"type":"tool_use","id":"call_1","name":"get_weather","input":{"city":"Paris"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"sunny"}]}]}"#;
+    let caller = Caller::new(&provider, None);
+    provider.chat(caller.call(CLAUDE, None), &anthropic_request(written)).await.unwrap();
+    let body = fake.only_request().body;
+    assert_eq!((body.get("thinking"), body.get("context_management")), (None, None), "{body}");
+    assert_eq!(body["anthropic_version"], "bedrock-2023-05-31");
+    assert_eq!(body["messages"][1]["content"][1]["id"], "call_1", "the rest as written: {body}");
+}
+
+#[tokio::test]
 async fn thinking_blocks_and_signatures_reach_bedrock_as_anthropic_wrote_them_and_come_back_whole() {
     // A conversation begun on Anthropic's API: its signed thinking block goes on to Bedrock as
     // the client sent it (the signatures are the same across Claude's platforms).
