@@ -236,22 +236,12 @@ fn thinking_edits(request: &ChatRequest) -> (Edit<'static>, Edit<'static>) {
     (Edit::Remove, if clears_thinking { Edit::Remove } else { Edit::Keep })
 }
 
-/// Whether a client's own `thinking` must go from its body: its last assistant turn calls a
-/// tool without opening on a thinking block, as when another model (a fallback of another
-/// kind) answered it. Anthropic refuses thinking then ("Expected `thinking` or
-/// `redacted_thinking`, but found `tool_use`"), so the turn goes on without it, as a request
-/// of another dialect does (see `thinking::tool_turn_without_its_thinking`).
+/// Whether a client's own `thinking` must go from its body: it thinks, and its last assistant
+/// turn is a tool turn without its thinking ([`thinking::tool_turn_without_its_thinking`]), as
+/// a request of another dialect goes on without it.
 fn thinking_cannot_go_on(request: &ChatRequest) -> bool {
     let on = request.extra.get("thinking").is_some_and(|thinking| thinking["type"] != "disabled");
-    let Some(last) = request.messages.iter().rev().find(|m| m.role == switchyard::chat::Role::Assistant)
-    else {
-        return false;
-    };
-    // The turn's blocks as the client wrote them, kept when the canonical message lost some.
-    let first = last.extra.get(request::VERBATIM_BLOCKS).and_then(|blocks| blocks.get(0));
-    let opens_on_thinking =
-        first.is_some_and(|block| block["type"] == "thinking" || block["type"] == "redacted_thinking");
-    on && !last.tool_calls.is_empty() && !opens_on_thinking
+    on && thinking::tool_turn_without_its_thinking(request)
 }
 
 /// The client's body, when it is in the Messages dialect.

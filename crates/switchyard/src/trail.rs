@@ -258,7 +258,8 @@ impl Attempt {
     /// Writes down, once, that the provider's content filter stopped the answer it served: the
     /// attempt answered (`ok`), but what the caller got is a refusal, and the trail says so.
     pub(crate) fn filtered(&mut self) {
-        const FILTERED: &str = "the provider's content filter stopped the answer (finish_reason content_filter)";
+        const FILTERED: &str =
+            "the provider's content filter stopped the answer (finish_reason content_filter)";
         if !self.note.as_deref().is_some_and(|note| note.contains(FILTERED)) {
             Trail::add_note(self, FILTERED);
         }

@@ -38,9 +38,9 @@
 
 use serde_json::{Value, json};
 use switchyard::ProviderError;
-use switchyard::chat::{ChatRequest, ToolChoice};
+use switchyard::chat::{ChatRequest, Dialect, Role, ToolChoice};
 
-use super::request::invalid;
+use super::request::{VERBATIM_BLOCKS, invalid, sendable_thinking};
 use super::wire::{Block, MessagesRequest, Turn};
 
 /// How a Claude model is asked to think.
@@ -148,8 +148,7 @@ pub(crate) fn ask(
     };
     let thinking = from_effort(effort, style, wire.model)?;
     let prefilled = wire.messages.last().is_some_and(|turn| turn.role == "assistant");
-    let Some(thinking) = thinking.filter(|_| !prefilled && !tool_turn_without_its_thinking(&wire.messages))
-    else {
+    let Some(thinking) = thinking.filter(|_| !prefilled && !tool_turn_without_its_thinking(request)) else {
         drop_thinking(&mut wire.messages);
         return Ok(());
     };
@@ -180,14 +179,24 @@ pub(crate) fn drop_thinking(turns: &mut Vec<Turn>) {
 }
 
 /// Whether the conversation is in the middle of a tool-use turn whose thinking it does not
-/// carry: its last assistant turn calls a tool without opening on a thinking block. Anthropic
-/// refuses thinking then (the turn must open with the block it was thought in), so the turn
-/// is continued without thinking.
-fn tool_turn_without_its_thinking(turns: &[Turn]) -> bool {
-    let Some(last) = turns.iter().rev().find(|turn| turn.role == "assistant") else { return false };
-    let calls_a_tool = last.content.iter().any(|block| matches!(block, Block::ToolUse { .. }));
-    let opens_on_thinking = last.content.first().is_some_and(is_thinking);
-    calls_a_tool && !opens_on_thinking
+/// carry: its last assistant turn calls a tool without opening on a thinking block (as when
+/// another model, a fallback of another kind, answered it). Anthropic refuses thinking then
+/// ("Expected `thinking` or `redacted_thinking`, but found `tool_use`": the turn must open with
+/// the block it was thought in), so the turn is continued without thinking. One rule for a
+/// translated request and for a client's own Messages body: the turn opens as the client wrote
+/// it (its kept blocks), else on the signed `thinking_blocks` it sent back.
+pub(crate) fn tool_turn_without_its_thinking(request: &ChatRequest) -> bool {
+    let Some(last) = request.messages.iter().rev().find(|message| message.role == Role::Assistant) else {
+        return false;
+    };
+    let written = last.extra.get(VERBATIM_BLOCKS).filter(|_| request.origin == Dialect::Anthropic);
+    let opens_on_thinking = match written {
+        Some(blocks) => blocks
+            .get(0)
+            .is_some_and(|block| block["type"] == "thinking" || block["type"] == "redacted_thinking"),
+        None => last.thinking_blocks().iter().any(|block| sendable_thinking(block).is_some()),
+    };
+    !last.tool_calls.is_empty() && !opens_on_thinking
 }
 
 /// Whether `block` is a thinking block, redacted or not.
