@@ -392,27 +392,6 @@ async fn what_claude_code_sends_beside_the_conversation_does_not_refuse_a_conver
 }
 
 #[tokio::test]
-async fn a_tool_result_holding_an_image_is_refused_by_converse_not_sent_without_it() {
-    let fake = Fake::json(200, json!({})).await;
-    let provider = provider(&fake.origin());
-    let mut call = Message::assistant("");
-    call.tool_calls = vec![switchyard::chat::ToolCall::function("call_1", "screenshot", "{}")];
-    let image = switchyard::chat::ContentPart::ImageUrl {
-        image_url: switchyard::chat::ImageUrl { url: "data:image/png;base64,iVBOR".into(), detail: None },
-    };
-    let result = Message {
-        content: Some(switchyard::chat::Content::Parts(vec![image])),
-        tool_call_id: Some("call_1".into()),
-        ..Message::text(switchyard::chat::Role::Tool, "")
-    };
-    let request = ChatRequest::new("r", vec![Message::user("Look"), call, result]);
-    let caller = Caller::new(&provider, None);
-    let error = provider.chat(caller.call(LLAMA, None), &request).await.unwrap_err();
-    assert!(error.is_unsupported() && error.detail().contains("messages[2].content[0]"), "{error:?}");
-    assert!(fake.requests().is_empty());
-}
-
-#[tokio::test]
 async fn credentials_aws_says_expired_are_loaded_again_once_and_expired_again_are_auth() {
     let expired = || {
         json_reply(
@@ -457,6 +436,35 @@ async fn a_tool_result_an_anthropic_client_marked_failed_is_a_converse_error_res
         (&result["status"], &result["content"][0]["text"]),
         (&json!("error"), &json!("the service is down"))
     );
+}
+
+#[tokio::test]
+async fn a_tool_results_image_reaches_converse_as_an_image_block_and_a_document_is_refused_by_name() {
+    // Claude Code's screenshot tool: the image comes back inside the tool's result.
+    let answer = json!({"output":{"message":{"role":"assistant","content":[{"text":"A cat"}]}},"stopReason":"end_turn","usage":{"inputTokens":3,"outputTokens":2,"totalTokens":5}});
+    let fake = Fake::json(200, answer).await;
+    let provider = provider(&fake.origin());
+    let request = anthropic_request(
+        br#"{"model":"r","max_tokens":16,"messages":[{"role":"user","content":"Look"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"screenshot","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"text","text":"the screen"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}]}]}]}"#,
+    );
+    let caller = Caller::new(&provider, None);
+    provider.chat(caller.call(LLAMA, None), &request).await.unwrap();
+    let result = &fake.only_request().body["messages"][2]["content"][0]["toolResult"];
+    assert_eq!(
+        result["content"],
+        json!([{"text": "the screen"}, {"image": {"format": "png", "source": {"bytes": "iVBORw0KGgo="}}}])
+    );
+
+    let pdf = anthropic_request(
+        br#"{"model":"r","max_tokens":16,"messages":[{"role":"user","content":"Read"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Read","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"JVBERi0="}}]}]}]}"#,
+    );
+    let error = provider.chat(caller.call(LLAMA, None), &pdf).await.unwrap_err();
+    assert!(error.is_unsupported(), "{error:?}");
+    assert!(
+        error.detail().contains("messages[2].content[0] is a `document` part in a tool result"),
+        "{error:?}"
+    );
+    assert_eq!(fake.requests().len(), 1, "nothing sent for the refused one");
 }
 
 #[tokio::test]

@@ -159,22 +159,49 @@ fn assistant_blocks(message: &Message, i: usize) -> Result<Vec<Value>, ProviderE
     Ok(blocks)
 }
 
-/// The `toolResult` block of tool message `i`: a JSON object's result as `json`, else text.
+/// The `toolResult` block of tool message `i`: a JSON object's result as `json`, text as `text`;
+/// a result with images (a screenshot Claude Code's tool took) as its text and image blocks,
+/// which Converse's tool results take as its user turns do.
 fn tool_result(message: &Message, i: usize) -> Result<Value, ProviderError> {
     let Some(id) = &message.tool_call_id else {
         return Err(unsupported(format_args!("messages[{i}]: a tool result without `tool_call_id`")));
     };
-    crate::codec::text_only_tool_result(message, i, "Switchyard's Converse translation")?;
-    let text = message.text_content().unwrap_or_default();
-    let content = match serde_json::from_str::<Value>(&text) {
-        Ok(object @ Value::Object(_)) => json!([{ "json": object }]),
-        _ => json!([{ "text": text }]),
+    let content = match &message.content {
+        Some(Content::Parts(parts)) if parts.iter().any(|part| !matches!(part, ContentPart::Text { .. })) => {
+            Value::Array(
+                parts
+                    .iter()
+                    .enumerate()
+                    .map(|(j, part)| result_block(part, i, j))
+                    .collect::<Result<_, _>>()?,
+            )
+        }
+        _ => {
+            let text = message.text_content().unwrap_or_default();
+            match serde_json::from_str::<Value>(&text) {
+                Ok(object @ Value::Object(_)) => json!([{ "json": object }]),
+                _ => json!([{ "text": text }]),
+            }
+        }
     };
     let mut result = json!({ "toolUseId": crate::codec::tool_id(id), "content": content });
     if crate::codec::tool_failed(message) {
         result["status"] = json!("error");
     }
     Ok(json!({ "toolResult": result }))
+}
+
+/// Part `j` of tool result `i` as a block of Converse's `toolResult`: text or an image; anything
+/// else refused by name, so the route goes on rather than the model answering without it.
+fn result_block(part: &ContentPart, i: usize, j: usize) -> Result<Value, ProviderError> {
+    match part {
+        ContentPart::Text { text } => Ok(json!({ "text": text })),
+        ContentPart::ImageUrl { image_url } => image(&image_url.url, i, j),
+        other => Err(unsupported(format_args!(
+            "messages[{i}].content[{j}] is a `{}` part in a tool result, which Switchyard's Converse translation cannot carry",
+            other.kind()
+        ))),
+    }
 }
 
 /// `inferenceConfig`, and the refusal of what has no Converse field. Left out: what
