@@ -235,8 +235,15 @@ fn call_item_id(response_id: &str, i: usize) -> String {
 /// The output item being written.
 #[derive(Debug)]
 enum Open {
-    /// A message: its parts so far (a text part, then perhaps a refusal part).
-    Message { index: usize, text: Option<(usize, String)>, refusal: Option<(usize, String)>, parts: usize },
+    /// A message: its parts so far (a text part, then perhaps a refusal part), and the parts a
+    /// provider's own events finished before the gateway took the stream over.
+    Message {
+        index: usize,
+        text: Option<(usize, String)>,
+        refusal: Option<(usize, String)>,
+        parts: usize,
+        earlier: Vec<(usize, Value)>,
+    },
     /// A function call (or a custom tool's call).
     Call(OpenCall),
     /// The model's reasoning: one summary part, its text so far.
@@ -330,12 +337,21 @@ impl StreamEncoder {
             self.output.push(item);
         }
         if let Some(open) = native.open {
+            let earlier = open.done.iter().filter(|(_, part)| part["type"] == "output_text");
+            for (_, part) in earlier {
+                self.turn_text.push_str(part["text"].as_str().unwrap_or_default());
+            }
             if let Some((_, text)) = &open.text {
                 self.turn_text.push_str(text);
             }
             self.adopted = Some((open.index, open.id));
-            self.open =
-                Some(Open::Message { index: open.index, text: open.text, refusal: None, parts: open.parts });
+            self.open = Some(Open::Message {
+                index: open.index,
+                text: open.text,
+                refusal: None,
+                parts: open.parts,
+                earlier: open.done,
+            });
         }
     }
 
@@ -527,9 +543,10 @@ impl StreamEncoder {
             let index = self.output.len();
             let item = message_item(&self.item_id(index), "in_progress", Vec::new());
             self.event("response.output_item.added", json!({ "output_index": index, "item": item }), events);
-            self.open = Some(Open::Message { index, text: None, refusal: None, parts: 0 });
+            self.open =
+                Some(Open::Message { index, text: None, refusal: None, parts: 0, earlier: Vec::new() });
         }
-        let Some(Open::Message { index, text: open_text, refusal: open_refusal, parts }) = &mut self.open
+        let Some(Open::Message { index, text: open_text, refusal: open_refusal, parts, .. }) = &mut self.open
         else {
             return;
         };
@@ -581,8 +598,8 @@ impl StreamEncoder {
     fn close(&mut self, events: &mut Vec<Event>) {
         match self.open.take() {
             None => {}
-            Some(Open::Message { index, text, refusal, .. }) => {
-                self.close_message(index, text, refusal, events)
+            Some(Open::Message { index, text, refusal, earlier, .. }) => {
+                self.close_message(index, (text, refusal), earlier, events)
             }
             Some(Open::Reasoning { index, text }) => self.close_reasoning(index, &text, events),
             Some(Open::Call(open)) => self.close_call(open, events),
@@ -594,8 +611,8 @@ impl StreamEncoder {
     fn cut(&mut self) {
         let item = match self.open.take() {
             None => None,
-            Some(Open::Message { index, text, refusal, .. }) => {
-                let mut parts: Vec<(usize, Value)> = Vec::new();
+            Some(Open::Message { index, text, refusal, earlier, .. }) => {
+                let mut parts = earlier;
                 parts.extend(text.map(|(at, text)| (at, text_part(&text))));
                 parts.extend(refusal.map(|(at, refusal)| (at, refusal_part(&refusal))));
                 parts.sort_by_key(|(content_index, _)| *content_index);
@@ -633,12 +650,12 @@ impl StreamEncoder {
     }
 
     /// Closes the message item at `index`: its text and refusal parts, in their order, then
-    /// the item.
+    /// the item, with the parts finished `earlier` (by a provider's own events) in their places.
     fn close_message(
         &mut self,
         index: usize,
-        text: Option<(usize, String)>,
-        refusal: Option<(usize, String)>,
+        (text, refusal): (Option<(usize, String)>, Option<(usize, String)>),
+        earlier: Vec<(usize, Value)>,
         events: &mut Vec<Event>,
     ) {
         let item_id = self.item_id(index);
@@ -658,6 +675,8 @@ impl StreamEncoder {
             let data = json!({ "item_id": item_id, "output_index": index, "content_index": content_index, "part": part });
             self.event("response.content_part.done", data, events);
         }
+        parts.extend(earlier);
+        parts.sort_by_key(|(content_index, _)| *content_index);
         let item = message_item(&item_id, "completed", parts.into_iter().map(|(_, part)| part).collect());
         self.output.push(item.clone());
         self.event("response.output_item.done", json!({ "output_index": index, "item": item }), events);
@@ -787,10 +806,12 @@ pub struct Native {
 struct NativeMessage {
     index: usize,
     id: String,
-    /// Its text part: content index, the text so far.
+    /// Its text part being written: content index, the text so far.
     text: Option<(usize, String)>,
     /// Its parts so far.
     parts: usize,
+    /// Its parts finished: content index, the part as written.
+    done: Vec<(usize, Value)>,
 }
 
 impl Native {
@@ -808,7 +829,8 @@ impl Native {
             }
             ("response.output_item.added", _) if event["item"]["type"] == "message" => {
                 let id = event["item"]["id"].as_str().unwrap_or_default().to_owned();
-                self.open = index.map(|index| NativeMessage { index, id, text: None, parts: 0 });
+                self.open =
+                    index.map(|index| NativeMessage { index, id, text: None, parts: 0, done: Vec::new() });
             }
             ("response.output_item.added", _) => {
                 self.other = index.map(|index| (index, event["item"].clone()));
@@ -823,6 +845,14 @@ impl Native {
                 if let Some((_, text)) = &mut open.text {
                     text.push_str(event["delta"].as_str().unwrap_or_default());
                 }
+            }
+            ("response.content_part.done", Some(open)) => {
+                let at = event["content_index"].as_u64().and_then(|at| usize::try_from(at).ok());
+                let Some(at) = at else { return };
+                if open.text.as_ref().is_some_and(|(text_at, _)| *text_at == at) {
+                    open.text = None;
+                }
+                open.done.push((at, event["part"].clone()));
             }
             ("response.output_item.done", open) => {
                 if open.is_some() {
@@ -1295,6 +1325,44 @@ mod tests {
         assert_eq!(response["output"][1]["content"][0]["text"], "Hello");
         assert_eq!(writer.take_completed().unwrap()["output"][1]["content"][0]["text"], "Hello");
         assert_eq!(writer.encoder.turn().text_content().as_deref(), Some("Hello"));
+    }
+
+    #[test]
+    fn a_native_messages_finished_part_is_kept_when_another_target_writes_on_in_a_part_after_it() {
+        use crate::codec::StreamWriter;
+        let mut writer = ResponsesStreamWriter::new(meta());
+        let mut out = Vec::new();
+        native_begun(&mut writer, &mut out);
+        let events = [
+            json!({"type": "response.output_text.done", "sequence_number": 6, "item_id": "msg_up", "output_index": 1, "content_index": 0, "text": "Hel"}),
+            json!({"type": "response.content_part.done", "sequence_number": 7, "item_id": "msg_up", "output_index": 1, "content_index": 0, "part": {"type": "output_text", "text": "Hel", "annotations": [{"type": "url_citation", "url": "https://example.com"}]}}),
+            json!({"type": "response.content_part.added", "sequence_number": 8, "item_id": "msg_up", "output_index": 1, "content_index": 1, "part": {"type": "output_text", "text": "", "annotations": []}}),
+            json!({"type": "response.output_text.delta", "sequence_number": 9, "item_id": "msg_up", "output_index": 1, "content_index": 1, "delta": "lo "}),
+        ];
+        for event in events {
+            writer.chunk(native_chunk(event), &mut out);
+        }
+        let passed = written(&out).len();
+        writer.chunk(chunk(Delta { content: Some("there".into()), ..Delta::default() }, None), &mut out);
+        writer.chunk(chunk(Delta::default(), Some(FinishReason::Stop)), &mut out);
+        writer.end(&mut out);
+
+        let events = written(&out);
+        let delta = &events[passed].1;
+        assert_eq!((&delta["content_index"], &delta["delta"]), (&json!(1), &json!("there")));
+        let parts_done: Vec<&Value> = events[passed..]
+            .iter()
+            .filter(|(kind, _)| kind == "response.content_part.done")
+            .map(|(_, event)| &event["content_index"])
+            .collect();
+        assert_eq!(parts_done, [&json!(1)], "the finished part is not finished twice");
+        let content = &events.last().unwrap().1["response"]["output"][1]["content"];
+        assert_eq!((&content[0]["text"], &content[1]["text"]), (&json!("Hel"), &json!("lo there")));
+        assert_eq!(
+            content[0]["annotations"][0]["url"], "https://example.com",
+            "kept as the provider wrote it"
+        );
+        assert_eq!(writer.encoder.turn().text_content().as_deref(), Some("Hello there"));
     }
 
     #[test]
