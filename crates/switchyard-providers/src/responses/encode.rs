@@ -232,6 +232,9 @@ fn call_item_id(response_id: &str, i: usize) -> String {
     format!("fc_{}_{i}", response_id.trim_start_matches("resp_"))
 }
 
+/// A part of a message as the encoder wrote it: its content index and its text, when written.
+type Written = Option<(usize, String)>;
+
 /// The output item being written.
 #[derive(Debug)]
 enum Open {
@@ -654,7 +657,7 @@ impl StreamEncoder {
     fn close_message(
         &mut self,
         index: usize,
-        (text, refusal): (Option<(usize, String)>, Option<(usize, String)>),
+        (text, refusal): (Written, Written),
         earlier: Vec<(usize, Value)>,
         events: &mut Vec<Event>,
     ) {
