@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::chat::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, TokenCount};
+use crate::chat::{
+    ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, FinishReason, TokenCount,
+};
 use crate::pacing::Permit;
 use crate::provider::{BoxFuture, Call, Provider};
 use crate::route::Route;
 use crate::timeouts::Timeouts;
 use crate::trail::{Timing, Trail, Via};
-use crate::{ProviderError, Target};
+use crate::{ErrorKind, ProviderError, Target};
 
 /// What one kind of exchange does at the points where they differ.
 pub(crate) trait Exchange: Sync {
@@ -120,10 +122,18 @@ impl Exchange for ChatExchange<'_> {
         provider: &'a dyn Provider,
         call: Call<'a>,
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
-        if self.asks_a_stream(provider) {
-            return Box::pin(super::assembled::assembled(provider, call, self.request));
+        let answer = match self.asks_a_stream(provider) {
+            true => Box::pin(super::assembled::assembled(provider, call, self.request)),
+            false => provider.chat(call, self.request),
+        };
+        if self.request.origin != crate::chat::Dialect::Anthropic {
+            return answer;
         }
-        provider.chat(call, self.request)
+        Box::pin(async move {
+            let response = answer.await?;
+            inputs_are_objects(&response)?;
+            Ok(response)
+        })
     }
 
     fn answers_whole(&self, provider: &dyn Provider) -> bool {
@@ -162,6 +172,30 @@ impl Exchange for ChatExchange<'_> {
     fn pins_sessions(&self) -> bool {
         true
     }
+}
+
+/// Fails an answer for an Anthropic client whose tool call's arguments are not a JSON object (a
+/// model that wrote broken JSON and said it was done): a `tool_use` block's input is an object,
+/// so the answer cannot be written, and it is a malformed answer, asked again or of the next
+/// target. A call cut by the answer's length limit stands: the client asked for no more, and
+/// reads `max_tokens`.
+fn inputs_are_objects(response: &ChatResponse) -> Result<(), ProviderError> {
+    let choices = response.choices.iter().filter(|choice| choice.finish_reason != Some(FinishReason::Length));
+    let calls = choices.flat_map(|choice| &choice.message.tool_calls).filter(|call| call.is_function());
+    for call in calls {
+        let arguments = call.function.arguments.trim();
+        let object = arguments.is_empty()
+            || serde_json::from_str::<&serde_json::value::RawValue>(arguments)
+                .is_ok_and(|raw| raw.get().starts_with('{'));
+        if !object {
+            let name = &call.function.name;
+            return Err(ProviderError::new(
+                ErrorKind::MalformedResponse,
+                format!("the answer's call of `{name}` has arguments that are not a JSON object"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// An embeddings request.

@@ -173,3 +173,51 @@ async fn what_the_stream_of_a_whole_answer_said_short_of_failing_is_on_its_attem
     let note = attempt.note.as_deref().unwrap_or_default();
     assert!(note.contains("skipped: not JSON") && note.contains("without its terminator"), "{note}");
 }
+
+/// A route of a provider whose stream calls `get_weather` with `arguments`, finished with
+/// `finish`, then a simulated provider that answers in words.
+fn broken_call_then_words(
+    arguments: &str,
+    finish: switchyard::chat::FinishReason,
+) -> (switchyard::Router, SimulatedProvider) {
+    use switchyard::chat::ChatChunk;
+    let call: ChatChunk = serde_json::from_value(serde_json::json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+    ]}}]}))
+    .unwrap();
+    let words = SimulatedProvider::new().reply("in words");
+    let router = switchyard::Router::builder()
+        .provider(switchyard::ProviderEntry::new(
+            "p",
+            Scripted(vec![Ok(call), Ok(ChatChunk::finish(finish))]),
+        ))
+        .provider(switchyard::ProviderEntry::new("s", words.clone()))
+        .route(Route::builder("default").target("p:m").target("s:m").retry(quick_retry(1)).build().unwrap())
+        .build()
+        .unwrap();
+    (router, words)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_input_an_anthropic_client_cannot_be_written_is_a_malformed_answer_and_the_next_target_answers()
+ {
+    use switchyard::chat::{Dialect, FinishReason};
+    let mut anthropic = request("default");
+    anthropic.origin = Dialect::Anthropic;
+    let (router, words) = broken_call_then_words(r#"{"city": "Par"#, FinishReason::ToolCalls);
+    let answer = router.chat(&anthropic).await.unwrap();
+    assert_eq!((answer.served_by.to_string(), words.calls()), ("s:m".to_owned(), 1));
+    let failed = &answer.trail.attempts()[0];
+    assert_eq!(failed.error_kind(), Some(switchyard::ErrorKind::MalformedResponse));
+    assert!(failed.error.as_ref().unwrap().detail().contains("`get_weather`"), "{failed:?}");
+
+    // An OpenAI client takes the arguments as a string, as the provider wrote them.
+    let (router, words) = broken_call_then_words(r#"{"city": "Par"#, FinishReason::ToolCalls);
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!((answer.served_by.to_string(), words.calls()), ("p:m".to_owned(), 0));
+    // A call its length limit cut stands: the client reads the limit.
+    let (router, words) = broken_call_then_words(r#"{"city": "Par"#, FinishReason::Length);
+    let answer = router.chat(&anthropic).await.unwrap();
+    assert_eq!((answer.served_by.to_string(), words.calls()), ("p:m".to_owned(), 0));
+    assert_eq!(answer.response.choices[0].message.tool_calls[0].function.arguments, r#"{"city": "Par"#);
+}
