@@ -1396,6 +1396,14 @@ fn codec_writes_an_answer_from_another_provider_in_anthropic_shape() {
         codec::response_to_json(&broken).unwrap_err().field,
         "choices[0].message.tool_calls[0].function.arguments"
     );
+    // Cut by its length limit: the call is as incomplete as Anthropic's own would be, and
+    // `max_tokens` says so.
+    broken.choices[0].finish_reason = Some(FinishReason::Length);
+    let written = codec::response_to_json(&broken).unwrap();
+    assert_eq!(
+        (&written["content"][1]["input"], &written["stop_reason"]),
+        (&json!({}), &json!("max_tokens"))
+    );
 }
 
 #[tokio::test]

@@ -105,7 +105,7 @@ pub(crate) fn to_chat_response(message: MessageResponse, origin: Dialect) -> Cha
     let mut choice_extra = Extra::new();
     let mut extra = Extra::new();
     if origin == Dialect::Anthropic {
-        let rebuilt = answer_blocks(&answer).ok().map(|blocks| serde_json::to_value(blocks).ok());
+        let rebuilt = answer_blocks(&answer, false).ok().map(|blocks| serde_json::to_value(blocks).ok());
         if rebuilt != Some(Some(Value::Array(message.content.clone()))) {
             answer.extra.insert(VERBATIM_BLOCKS.to_owned(), Value::Array(message.content));
         }
@@ -139,8 +139,10 @@ pub(crate) fn to_chat_response(message: MessageResponse, origin: Dialect) -> Cha
 
 /// The content blocks of a canonical answer: its text as one block, then its tool calls. Fails
 /// with the path (under the message) and the reason of a tool call whose arguments are not a
-/// JSON object, or that is of a kind the Messages API cannot express (a `custom` call).
-pub(crate) fn answer_blocks(message: &Message) -> Result<Vec<Block>, (String, String)> {
+/// JSON object, or that is of a kind the Messages API cannot express (a `custom` call); in an
+/// answer its length limit `cut`, such a call's input is `{}` (Anthropic's own answer cut in a
+/// `tool_use` block is as incomplete, and `max_tokens` says so).
+pub(crate) fn answer_blocks(message: &Message, cut: bool) -> Result<Vec<Block>, (String, String)> {
     let mut blocks = Vec::new();
     let text = message.text_content().unwrap_or_default();
     if !text.is_empty() {
@@ -157,6 +159,7 @@ pub(crate) fn answer_blocks(message: &Message) -> Result<Vec<Block>, (String, St
         } else {
             match serde_json::from_str::<Value>(&call.function.arguments) {
                 Ok(input @ Value::Object(_)) => input,
+                _ if cut => Value::Object(Default::default()),
                 Ok(_) => return Err((arguments(k), "is not a JSON object".to_owned())),
                 Err(error) => return Err((arguments(k), format!("is not valid JSON: {error}"))),
             }

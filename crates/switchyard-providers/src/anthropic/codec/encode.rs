@@ -36,11 +36,14 @@ pub fn response_to_json(response: &ChatResponse) -> Result<Value, CodecError> {
         None => Vec::new(),
         Some(answer) => match answer.extra.get(VERBATIM_BLOCKS).and_then(Value::as_array) {
             Some(blocks) => blocks.clone(),
-            None => response::answer_blocks(answer)
-                .map_err(|(path, reason)| CodecError::new(format!("choices[0].message.{path}"), reason))?
-                .into_iter()
-                .map(|block| to_json(&with_tool_id(block)))
-                .collect(),
+            None => response::answer_blocks(
+                answer,
+                choice.is_some_and(|c| c.finish_reason == Some(FinishReason::Length)),
+            )
+            .map_err(|(path, reason)| CodecError::new(format!("choices[0].message.{path}"), reason))?
+            .into_iter()
+            .map(|block| to_json(&with_tool_id(block)))
+            .collect(),
         },
     };
     let mut content = content;
