@@ -246,6 +246,26 @@ async fn a_tool_turn_another_model_answered_goes_on_to_claude_without_the_client
 }
 
 #[tokio::test]
+async fn an_answer_an_anthropic_client_cannot_be_written_is_a_502_that_keeps_its_attempt() {
+    // GPT-5's free-form tool call has no form in the Messages API.
+    let custom = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-5","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"custom","custom":{"name":"apply_patch","input":"*** Begin Patch"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13}}"#;
+    let gpt = Upstream::start(custom, "").await;
+    let gateway = gateway("openai", "/v1", &gpt, "gpt-5").await;
+    let body = r#"{"model":"default","max_tokens":64,"messages":[{"role":"user","content":"Patch it"}]}"#;
+    let (status, answer) = post(gateway, "/v1/messages", body).await;
+    assert_eq!(status, 502, "{answer}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["error"]["type"], "api_error", "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("tool_calls[0]"), "{answer}");
+    let attempts = &answer["switchyard"]["attempts"];
+    assert_eq!(
+        (attempts[0]["target"].as_str(), attempts[0]["outcome"].as_str()),
+        (Some("up:gpt-5"), Some("ok")),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
 async fn a_part_only_the_clients_dialect_knows_is_refused_by_a_provider_of_another_naming_it() {
     let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
     let gateway = gateway("anthropic", "", &upstream, "claude-sonnet-4-5").await;

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use switchyard::chat::{ChatRequest, Dialect, Verbatim};
 use switchyard_providers::anthropic::codec::{self, MessagesStreamWriter};
 
-use super::deliver::{Delivered, answered, route_failed};
+use super::deliver::{Delivered, answered, route_failed, unwritable};
 use super::errors::ApiError;
 use super::finished::metrics::usage;
 use super::lifecycle::Accepted;
@@ -44,16 +44,13 @@ pub async fn messages(
         };
     }
     match exchange.live.router.chat_with(&request, &options).await {
-        Ok(mut answer) => match codec::response_body(&mut answer.response) {
-            Ok(body) => {
-                usage(&state, &exchange.live, &answer.served_by, answer.usage, answer.cost);
-                answered(&state, &exchange, body, Delivered::from(&mut answer))
+        Ok(mut answer) => {
+            usage(&state, &exchange.live, &answer.served_by, answer.usage, answer.cost);
+            match codec::response_body(&mut answer.response) {
+                Ok(body) => answered(&state, &exchange, body, Delivered::from(&mut answer)),
+                Err(error) => unwritable(&state, &exchange, error.to_string(), Delivered::from(&mut answer)),
             }
-            Err(error) => exchange.fail(
-                &state,
-                ApiError::new(StatusCode::BAD_GATEWAY, "untranslatable_answer", error.to_string()),
-            ),
-        },
+        }
         Err(error) => route_failed(&state, &exchange, error),
     }
 }

@@ -58,6 +58,28 @@ pub(crate) fn answered(
     response
 }
 
+/// A 502 for an answer that came but cannot be written in the client's dialect: logged under
+/// its route, with its trail and its usage (the provider was paid for it), as an answer is.
+pub(crate) fn unwritable(
+    state: &AppState,
+    exchange: &RequestContext,
+    why: String,
+    served: Delivered,
+) -> Response {
+    let mut error = ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "untranslatable_answer", why);
+    error.attempts = serde_json::to_value(&served.trail).ok().map(Box::new);
+    let status = error.status.as_u16();
+    let mut response = error.into_response(exchange.dialect, &exchange.id);
+    let attempts = served.trail.len();
+    exchange.stamp(&mut response, Some(&served.served_by), attempts);
+    let settled =
+        Some(Settled { trail: served.trail, timing: served.timing, usage: served.usage, cost: served.cost });
+    let ending =
+        Ending { route: served.route, served_by: Some(&served.served_by), status, attempts, settled };
+    exchange.finish(state, ending);
+    response
+}
+
 /// `x-switchyard-hedged` on a hedged answer, the stale headers of a remembered one, and
 /// `x-switchyard-queued-ms` when pacing held it.
 pub(crate) fn routing_headers(response: &mut Response, trail: &Trail, queued: std::time::Duration) {
