@@ -303,7 +303,10 @@ impl Lane {
         }
         let (wait, reason) =
             waits.into_iter().max_by_key(|(wait, _)| *wait).unwrap_or((Duration::ZERO, WaitReason::Rpm));
+        // A call that may go at once goes: its patience bounds a wait, and there is none (a
+        // hedge's patience is zero, already past by the time it is booked).
         if let Some(at) = patience.give_up_at
+            && !wait.is_zero()
             && now + wait > at
         {
             return Err(self.refuse(reason, wait, patience.spilled(now + wait)));
