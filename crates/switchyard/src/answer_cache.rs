@@ -4,10 +4,12 @@
 //! It is a fallback, not a cache in front of providers: every successful answer on the route is
 //! remembered, and only a request whose every target failed is answered from here. Answers
 //! are remembered under a key of the request's meaning, the same whichever dialect it came in:
-//! the route, each message's role, content, tool calls and tool call id, the tools and tool
-//! choice, the response format, and the parameters that change an answer (temperature,
-//! top_p, max tokens, stop, seed); not `stream`, `user`, metadata or fields the canonical
-//! types do not model. Entries are kept per scope (the gateway key, hashed), so no caller is
+//! the route (and on a pattern route the model the client named), each message's role, content,
+//! tool calls and tool call id, the tools and tool choice, the response format, the parameters
+//! that change an answer (temperature, top_p, max tokens, stop, seed) and the dialects' own that
+//! do (`n`, `logprobs`, `top_logprobs`, `reasoning_effort`, `thinking`, `output_config`, ...:
+//! [`SHAPING`]); not `stream`, `user`, metadata or other fields the canonical types do not
+//! model. Entries are kept per scope (the gateway key, hashed), so no caller is
 //! answered with what another caller was told. Bounded by age, count and bytes, oldest first.
 
 use std::hash::Hasher;
@@ -242,8 +244,34 @@ fn key_of(scope: &str, route: &str, request: &ChatRequest) -> u128 {
     key.json(&request.tool_choice);
     key.json(&request.response_format);
     key.json(&(request.temperature, request.top_p, request.max_tokens, &request.stop, request.seed));
+    for field in SHAPING {
+        if let Some(value) = request.extra.get(*field) {
+            key.part(field.as_bytes());
+            key.json(value);
+        }
+    }
+    // A pattern route serves each model a client names: the model is part of the question.
+    if route.ends_with('*') {
+        key.part(request.model.as_bytes());
+    }
     key.finish()
 }
+
+/// Fields the canonical types do not model that change what an answer is (how many choices,
+/// their log probabilities, how long or how thought through, structured or not): part of the
+/// key when a client sends them.
+const SHAPING: &[&str] = &[
+    "n",
+    "logprobs",
+    "top_logprobs",
+    "max_completion_tokens",
+    "reasoning_effort",
+    "thinking",
+    "output_config",
+    "top_k",
+    "presence_penalty",
+    "frequency_penalty",
+];
 
 /// `parts` as one 128-bit key (see [`Key`]): stable across builds, for keys kept in a fleet.
 pub(crate) fn hash_parts(parts: &[&[u8]]) -> u128 {
@@ -332,10 +360,26 @@ mod tests {
         let mut warmer = request("hi");
         warmer.temperature = Some(0.9);
         assert!(cache.recall("alice", "default", &warmer).is_none(), "another temperature");
+        let mut three = request("hi");
+        three.extra.insert("n".into(), 3.into());
+        assert!(cache.recall("alice", "default", &three).is_none(), "another number of choices");
+        let mut logprobs = request("hi");
+        logprobs.extra.insert("logprobs".into(), true.into());
+        assert!(cache.recall("alice", "default", &logprobs).is_none(), "log probabilities asked");
         tokio::time::advance(Duration::from_secs(60)).await;
         assert_eq!(cache.recall("alice", "default", &request("hi")).unwrap().1, Duration::from_secs(60));
         tokio::time::advance(Duration::from_secs(1)).await;
         assert!(cache.recall("alice", "default", &request("hi")).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pattern_route_recalls_an_answer_only_for_the_model_it_was_given_for() {
+        let cache = AnswerCache::new(AnswerCacheSettings::default());
+        let small = ChatRequest::new("m-small", vec![Message::user("which model?")]);
+        cache.remember("alice", "m-*", &small, &ChatResponse::from_text("m-small", "m-small here"));
+        assert!(cache.recall("alice", "m-*", &small).is_some());
+        let large = ChatRequest::new("m-large", vec![Message::user("which model?")]);
+        assert!(cache.recall("alice", "m-*", &large).is_none(), "another model's answer");
     }
 
     /// A shared store that is away.
