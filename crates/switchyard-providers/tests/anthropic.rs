@@ -306,6 +306,41 @@ async fn sampling_parameters_and_stop_map_to_anthropic_fields() {
 }
 
 #[tokio::test]
+async fn what_claude_refuses_of_an_openai_clients_sampling_and_stops_is_mended_or_unsupported() {
+    let fake = Fake::json(200, text_answer()).await;
+    let provider = provider(&fake.origin());
+    let caller = support::Caller::new(&provider, Some(KEY));
+    let sonnet = "claude-sonnet-4-5-20250929";
+    let both = |t: f64, p: f64| ChatRequest { temperature: Some(t), top_p: Some(p), ..hello() };
+    // Claude from Opus 4.1 on takes one sampler: the one at its default goes.
+    provider.chat(caller.call(sonnet, None), &both(0.3, 1.0)).await.unwrap();
+    let body = fake.last_request().body;
+    assert_eq!((&body["temperature"], body.get("top_p")), (&json!(0.3), None));
+    provider.chat(caller.call(sonnet, None), &both(1.0, 0.8)).await.unwrap();
+    let body = fake.last_request().body;
+    assert_eq!((body.get("temperature"), &body["top_p"]), (None, &json!(0.8)));
+    // Claude Sonnet 4 takes both.
+    provider.chat(caller.call("claude-sonnet-4-20250514", None), &both(0.3, 0.8)).await.unwrap();
+    assert_eq!(fake.last_request().body["top_p"], 0.8);
+    assert_eq!(fake.requests().len(), 3);
+
+    // Both set toward a model that takes one; a stop sequence of white space only, which
+    // Anthropic refuses; nothing to say: unsupported, naming it, before anything is sent.
+    let error = provider.chat(caller.call(sonnet, None), &both(0.3, 0.8)).await.unwrap_err();
+    assert!(
+        error.is_unsupported() && error.detail().contains("`top_p` is 0.8 beside a temperature of 0.3"),
+        "{error:?}"
+    );
+    let newline = ChatRequest { stop: Some(Stop::Many(vec!["END".into(), "\n".into()])), ..hello() };
+    let error = provider.chat(caller.call(sonnet, None), &newline).await.unwrap_err();
+    assert!(error.is_unsupported() && error.detail().contains(r#"`stop` holds "\n""#), "{error:?}");
+    let empty = ChatRequest::new("default", vec![Message::user("")]);
+    let error = provider.chat(caller.call(sonnet, None), &empty).await.unwrap_err();
+    assert!(error.is_unsupported() && error.detail().contains("`messages`"), "{error:?}");
+    assert_eq!(fake.requests().len(), 3, "nothing sent for the refused ones");
+}
+
+#[tokio::test]
 async fn harmless_openai_fields_are_ignored_and_mappable_ones_are_mapped() {
     let fake = Fake::json(200, text_answer()).await;
     let mut request = ChatRequest { tools: vec![weather_tool()], seed: Some(7), ..hello() };

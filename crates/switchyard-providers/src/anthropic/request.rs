@@ -76,7 +76,12 @@ pub(crate) fn build<'a>(
     let max_tokens = request.max_tokens.or(foreign.max_completion_tokens).unwrap_or(DEFAULT_MAX_TOKENS);
     let output_config = output_config(request.response_format.as_ref())?;
     check_sampling(request)?;
+    let (temperature, top_p) = samplers(request, model)?;
+    let stop_sequences = stop_sequences(request)?;
     let (system, turns) = conversation(request)?;
+    if turns.is_empty() {
+        return Err(invalid("messages", "hold no content Anthropic takes: every message is empty"));
+    }
     let tools = request
         .tools
         .iter()
@@ -98,9 +103,9 @@ pub(crate) fn build<'a>(
         messages: turns,
         tools,
         tool_choice,
-        temperature: request.temperature,
-        top_p: request.top_p,
-        stop_sequences: request.stop.as_ref().map(|stop| stop.to_vec()).unwrap_or_default(),
+        temperature,
+        top_p,
+        stop_sequences,
         metadata: foreign.user.map(|user| json!({ "user_id": user })),
         output_config,
         thinking: None,
@@ -153,6 +158,44 @@ fn check_sampling(request: &ChatRequest) -> Result<(), ProviderError> {
         }
     }
     Ok(())
+}
+
+/// The `temperature` and `top_p` sent. Claude from Opus 4.1 on takes one or the other, not both
+/// ("`temperature` and `top_p` cannot both be specified for this model"), which a request of
+/// another dialect often sets: the one at its default (1, sampling as if unset) is left out;
+/// both set otherwise is unsupported toward those models, naming them, so that the route goes
+/// on. A Messages client's own request is sent as written.
+fn samplers(request: &ChatRequest, model: &str) -> Result<(Option<f64>, Option<f64>), ProviderError> {
+    let (temperature, top_p) = (request.temperature, request.top_p);
+    let (Some(t), Some(p)) = (temperature, top_p) else { return Ok((temperature, top_p)) };
+    if request.origin == Dialect::Anthropic {
+        return Ok((temperature, top_p));
+    }
+    match (t == 1.0, p == 1.0) {
+        (_, true) => Ok((temperature, None)),
+        (true, false) => Ok((None, top_p)),
+        (false, false) if thinking::takes_one_sampler(model) => Err(invalid(
+            "top_p",
+            format_args!("is {p} beside a temperature of {t}, and `{model}` takes only one of the two"),
+        )),
+        (false, false) => Ok((temperature, top_p)),
+    }
+}
+
+/// The stop sequences sent: a client of another dialect's, unless one is only white space,
+/// which Anthropic refuses ("each stop sequence must contain non-whitespace"): then the request
+/// is unsupported, naming it (left out, the answer would run past where the client stops it).
+fn stop_sequences(request: &ChatRequest) -> Result<Vec<String>, ProviderError> {
+    let stops = request.stop.as_ref().map(|stop| stop.to_vec()).unwrap_or_default();
+    if request.origin != Dialect::Anthropic
+        && let Some(blank) = stops.iter().find(|stop| stop.trim().is_empty())
+    {
+        return Err(invalid(
+            "stop",
+            format_args!("holds {blank:?}, white space only, which Anthropic refuses"),
+        ));
+    }
+    Ok(stops)
 }
 
 /// The messages as Anthropic's top-level `system` and alternating user and assistant turns.

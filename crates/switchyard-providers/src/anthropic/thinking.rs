@@ -68,6 +68,12 @@ impl ThinkingStyle {
     }
 }
 
+/// Whether `model` takes `temperature` or `top_p`, not both: Claude from Opus 4.1 on, by the
+/// generation its name gives (a name that gives none is sent both, as it was asked).
+pub(crate) fn takes_one_sampler(model: &str) -> bool {
+    generation(model).is_some_and(|version| version >= (4, 1))
+}
+
 /// The `(major, minor)` generation a Claude model's name gives: the one- or two-digit number
 /// right after `claude` (`claude-3-7-sonnet`, `claude-2.1`) or after its family
 /// (`claude-sonnet-4-5`, `claude-instant-1.2`), and the next one when it follows at once (a
