@@ -246,6 +246,25 @@ async fn a_tool_turn_another_model_answered_goes_on_to_claude_without_the_client
 }
 
 #[tokio::test]
+async fn an_anthropic_clients_structured_output_and_one_call_at_a_time_reach_an_openai_provider() {
+    let gpt = Upstream::start(OPENAI_ANSWER, "").await;
+    let gateway = gateway("openai", "/v1", &gpt, "gpt-4o").await;
+    let body = r#"{"model":"default","max_tokens":64,"messages":[{"role":"user","content":"Weather?"}],"tools":[{"name":"get_weather","input_schema":{"type":"object"}}],"tool_choice":{"type":"auto","disable_parallel_tool_use":true},"output_config":{"format":{"type":"json_schema","schema":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"],"additionalProperties":false}}}}"#;
+    let (status, answer) = post(gateway, "/v1/messages", body).await;
+    assert_eq!(status, 200, "{answer}");
+    let sent: serde_json::Value = serde_json::from_str(&gpt.received().1).unwrap();
+    assert_eq!(sent["parallel_tool_calls"], false, "{sent}");
+    let format = &sent["response_format"];
+    assert_eq!(
+        (&format["type"], &format["json_schema"]["strict"]),
+        (&serde_json::json!("json_schema"), &serde_json::json!(true)),
+        "{sent}"
+    );
+    assert_eq!(format["json_schema"]["schema"]["required"], serde_json::json!(["city"]), "{sent}");
+    assert!(sent.get("output_config").is_none(), "{sent}");
+}
+
+#[tokio::test]
 async fn an_answer_an_anthropic_client_cannot_be_written_is_a_502_that_keeps_its_attempt() {
     // GPT-5's free-form tool call has no form in the Messages API.
     let custom = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-5","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"custom","custom":{"name":"apply_patch","input":"*** Begin Patch"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13}}"#;

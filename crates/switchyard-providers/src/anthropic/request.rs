@@ -74,7 +74,9 @@ pub(crate) fn build<'a>(
         if origin == Dialect::Anthropic { Foreign::default() } else { read_foreign_extra(&request.extra)? };
     let parallel_tool_calls = parallel_tool_calls(&request.extra)?;
     let max_tokens = request.max_tokens.or(foreign.max_completion_tokens).unwrap_or(DEFAULT_MAX_TOKENS);
-    let output_config = output_config(request.response_format.as_ref())?;
+    // A Messages client's own structured output travels in its `output_config`, as written.
+    let format = request.response_format.as_ref().filter(|_| origin != Dialect::Anthropic);
+    let output_config = output_config(format)?;
     check_sampling(request)?;
     let (temperature, top_p) = samplers(request, model)?;
     let stop_sequences = stop_sequences(request)?;

@@ -278,7 +278,7 @@ mod tests {
     #[test]
     fn xhigh_is_asked_only_of_the_models_that_have_it() {
         let ask = |model: &'static str| {
-            let request = ChatRequest::default();
+            let request = ChatRequest::new("m", vec![switchyard::chat::Message::user("hi")]);
             let mut wire = crate::anthropic::request::build(model, &request, false, None).unwrap();
             super::ask(&mut wire, &json!("xhigh"), None, &request).unwrap();
             wire.output_config.map(|config| config["effort"].clone())

@@ -192,6 +192,9 @@ pub(super) fn chat_body(
             .map(|format| ResponseFormatBody::new(format, forward)),
         stream: streaming,
         stream_options,
+        parallel_tool_calls: (!forward && !request.tools.is_empty())
+            .then(|| request.extra.get("parallel_tool_calls").and_then(Value::as_bool))
+            .flatten(),
         extra: Passthrough {
             fields: extra,
             skip: REQUEST_FIELDS,
@@ -284,6 +287,10 @@ struct ChatBody<'a> {
     /// with `include_usage: true` forced, so that the final chunk carries usage.
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<Map<String, Value>>,
+    /// `parallel_tool_calls: false` of a request of another dialect (an Anthropic client's
+    /// `disable_parallel_tool_use`); an OpenAI client's own travels with its other fields.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parallel_tool_calls: Option<bool>,
     /// The request's unmodelled fields, when it arrived in the OpenAI dialect.
     #[serde(flatten)]
     extra: Passthrough<'a>,

@@ -2,8 +2,8 @@
 
 use serde_json::{Map, Value};
 use switchyard::chat::{
-    ChatRequest, Content, ContentPart, Dialect, Extra, FunctionDefinition, ImageUrl, Message, Role, Stop,
-    Tool, ToolCall, ToolChoice, ToolChoiceFunction,
+    ChatRequest, Content, ContentPart, Dialect, Extra, FunctionDefinition, ImageUrl, JsonSchemaFormat,
+    Message, ResponseFormat, Role, Stop, Tool, ToolCall, ToolChoice, ToolChoiceFunction,
 };
 
 use super::CodecError;
@@ -22,8 +22,9 @@ pub fn request_from_slice(body: &[u8]) -> Result<ChatRequest, CodecError> {
 /// message's `tool_result` blocks become tool messages; `tool_use` blocks become tool calls;
 /// images become image parts (base64 sources as `data:` URLs); `tool_choice` any/tool become
 /// required/a named function, and `disable_parallel_tool_use: true` becomes
-/// `parallel_tool_calls: false` in `extra`; `stop_sequences` become `stop`. Every other
-/// top-level field (`top_k`, `metadata`, `thinking`, ...) is kept in `extra`.
+/// `parallel_tool_calls: false` in `extra`; `stop_sequences` become `stop`; structured output
+/// (`output_config.format`) is also the response format. Every other top-level field (`top_k`,
+/// `metadata`, `thinking`, `output_config`, ...) is kept in `extra`.
 pub fn request_from_json(body: Value) -> Result<ChatRequest, CodecError> {
     let Value::Object(mut body) = body else {
         return Err(CodecError::new("body", "must be a JSON object"));
@@ -82,6 +83,7 @@ pub fn request_from_json(body: Value) -> Result<ChatRequest, CodecError> {
         Some(_) => return Err(CodecError::new("stream", "must be a boolean")),
         None => false,
     };
+    let response_format = structured_output(&body)?;
     extra.extend(body);
 
     Ok(ChatRequest {
@@ -94,12 +96,39 @@ pub fn request_from_json(body: Value) -> Result<ChatRequest, CodecError> {
         max_tokens: Some(max_tokens),
         stop,
         seed: None,
-        response_format: None,
+        response_format,
         stream,
         extra,
         verbatim: None,
         origin: Dialect::Anthropic,
     })
+}
+
+/// Structured output (`output_config.format` of type `json_schema`) as the canonical response
+/// format, which a provider of another dialect honours (OpenAI's strict `json_schema`, Gemini's
+/// response schema) or refuses by name; `output_config` itself stays in `extra`, for an
+/// Anthropic provider to receive as written.
+fn structured_output(body: &Map<String, Value>) -> Result<Option<ResponseFormat>, CodecError> {
+    let Some(format) = body.get("output_config").and_then(|config| config.get("format")) else {
+        return Ok(None);
+    };
+    if format.is_null() {
+        return Ok(None);
+    }
+    if format["type"] != "json_schema" {
+        return Err(CodecError::new("output_config.format.type", "must be `json_schema`"));
+    }
+    let Some(schema) = format.get("schema").filter(|schema| schema.is_object()) else {
+        return Err(CodecError::new("output_config.format.schema", "must be a JSON schema object"));
+    };
+    let json_schema = JsonSchemaFormat {
+        name: "output".to_owned(),
+        schema: Some(schema.clone()),
+        // Anthropic's structured output is constrained decoding: the schema is followed exactly.
+        strict: Some(true),
+        extra: Extra::new(),
+    };
+    Ok(Some(ResponseFormat::JsonSchema { json_schema }))
 }
 
 /// Removes `key`; a `null` counts as absent.
