@@ -246,6 +246,24 @@ async fn a_tool_turn_another_model_answered_goes_on_to_claude_without_the_client
 }
 
 #[tokio::test]
+async fn a_call_without_words_reaches_an_openai_client_with_content_and_refusal_null_as_openai_writes_it() {
+    const CALL: &str = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{"city":"Paris"}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":20,"output_tokens":12}}"#;
+    let claude = Upstream::start(CALL, "").await;
+    let gateway = gateway("anthropic", "", &claude, "claude-sonnet-4-5").await;
+    let body = r#"{"model":"default","messages":[{"role":"user","content":"Weather?"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]}"#;
+    let (status, answer) = post(gateway, "/v1/chat/completions", body).await;
+    assert_eq!(status, 200, "{answer}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    let message = answer["choices"][0]["message"].as_object().unwrap();
+    assert_eq!(
+        (message.get("content"), message.get("refusal")),
+        (Some(&serde_json::Value::Null), Some(&serde_json::Value::Null)),
+        "{answer}"
+    );
+    assert_eq!(message["tool_calls"][0]["function"]["arguments"], r#"{"city":"Paris"}"#);
+}
+
+#[tokio::test]
 async fn an_anthropic_clients_structured_output_and_one_call_at_a_time_reach_an_openai_provider() {
     let gpt = Upstream::start(OPENAI_ANSWER, "").await;
     let gateway = gateway("openai", "/v1", &gpt, "gpt-4o").await;

@@ -62,6 +62,14 @@ pub fn response_body(response: &mut ChatResponse, request_id: &str, now: u64) ->
         response.created = now;
     }
     response.extra.entry("object").or_insert_with(|| Value::from("chat.completion"));
+    // OpenAI writes both on every message, `null` when empty (a call without words): clients
+    // test them against null.
+    for message in response.choices.iter_mut().map(|choice| &mut choice.message) {
+        if message.content.is_none() {
+            message.extra.insert("content".to_owned(), Value::Null);
+        }
+        message.extra.entry("refusal").or_insert(Value::Null);
+    }
     // Serializing the canonical types cannot fail.
     Bytes::from(serde_json::to_vec(response).unwrap_or_default())
 }
