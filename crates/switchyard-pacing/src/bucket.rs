@@ -47,6 +47,11 @@ impl Bucket {
         self.level -= units;
     }
 
+    /// What it refills a second.
+    pub(crate) fn per_sec(&self) -> f64 {
+        self.per_sec
+    }
+
     /// What it holds now (negative: debt being paid back).
     pub(crate) fn level(&self) -> f64 {
         self.level

@@ -42,6 +42,9 @@ struct State {
     /// Calls dispatched whose permits are still held (streams until they end).
     active: u32,
     learned: Option<RateLimits>,
+    /// The tokens dispatched calls have given back so far, their answers having used less than
+    /// their estimates: a call booked before they came back waits that much less.
+    given_back: f64,
 }
 
 /// How long a caller will wait: until its deadline, or until it spills over to the next
@@ -80,6 +83,11 @@ struct Booked {
     /// The queue position this call took, and what it replaced, to give it back on cancel.
     previous_slot: (Instant, WaitReason),
     slot_taken: Instant,
+    /// The part of `wait` no refund shortens: the requests bucket's, a 429's hold, and with a
+    /// `min_interval` the whole of it.
+    floor: Duration,
+    /// [`State::given_back`] when it was booked.
+    given_back: f64,
 }
 
 /// What the gate says to a call that has its concurrency slot and bucket reservation.
@@ -101,6 +109,8 @@ pub(super) struct Lane {
     turnstile: Semaphore,
     /// Woken when what the gate decides on changes: headers arrived, a call ended.
     changed: Notify,
+    /// Woken when a dispatched call gives back tokens it did not use.
+    given_back: Notify,
     /// The fleet's share of the allowance, when the lane is paced with other replicas.
     fleet: Option<Arc<FleetGate>>,
 }
@@ -134,6 +144,7 @@ impl Lane {
             uncounted: Uncounted::default(),
             active: 0,
             learned: None,
+            given_back: 0.0,
         };
         let slots = limits.max_concurrent.map(|n| Arc::new(Semaphore::new(n.max(1) as usize)));
         let fleet = fleet.map(|fleet| {
@@ -155,6 +166,7 @@ impl Lane {
             state: Mutex::new(state),
             turnstile: Semaphore::new(1),
             changed: Notify::new(),
+            given_back: Notify::new(),
             fleet,
         }
     }
@@ -224,7 +236,7 @@ impl Lane {
         let mut reason = booked.reason;
         if !booked.wait.is_zero() {
             // Dropped here (the caller went away), the reservation refunds itself.
-            tokio::time::sleep(booked.wait).await;
+            self.sleep_booked(&booked).await;
         }
         if let Some(gate) = &self.fleet {
             let before = if booked.wait.is_zero() { booked.at } else { Instant::now() };
@@ -251,6 +263,45 @@ impl Lane {
             None
         };
         Ok(Permit::new(waited, reason, Some(Box::new(reservation))).with_dispatch(dispatch))
+    }
+
+    /// Sleeps out a booked wait. A wait for tokens is cut short by what calls dispatched before
+    /// it give back meanwhile (their answers used less than their estimates, `max_tokens` say):
+    /// their tokens were what it waited for. Then the queue position it leaves early is freed.
+    async fn sleep_booked(&self, booked: &Booked) {
+        let planned = booked.at + booked.wait;
+        loop {
+            let given = self.given_back.notified();
+            tokio::pin!(given);
+            given.as_mut().enable();
+            let due = self.due(booked);
+            if Instant::now() < due {
+                tokio::select! {
+                    () = tokio::time::sleep_until(due) => {}
+                    () = &mut given => continue,
+                }
+            }
+            if due < planned {
+                let mut state = self.lock();
+                if state.next_slot == booked.slot_taken {
+                    state.next_slot = Instant::now();
+                }
+            }
+            return;
+        }
+    }
+
+    /// When a booked call may go: its wait less the tokens given back since it was booked, at
+    /// the rate they refill, and never before its floor.
+    fn due(&self, booked: &Booked) -> Instant {
+        let state = self.lock();
+        let per_sec = state.tokens.as_ref().map_or(0.0, Bucket::per_sec);
+        let given = state.given_back - booked.given_back;
+        if per_sec <= 0.0 || given <= 0.0 {
+            return booked.at + booked.wait;
+        }
+        let sooner = Duration::from_secs_f64((given / per_sec).min(1e6));
+        booked.at + booked.wait.saturating_sub(sooner).max(booked.floor)
     }
 
     /// What a wait for the fleet's share is reported as.
@@ -301,6 +352,12 @@ impl Lane {
         if let Some(until) = state.held_until {
             waits.push((until.saturating_duration_since(now), WaitReason::ProviderHeaders));
         }
+        let unshortened = |reason: &WaitReason| {
+            !self.limits.min_interval.is_zero()
+                || matches!(reason, WaitReason::Rpm | WaitReason::ProviderHeaders)
+        };
+        let floor = waits.iter().filter(|(_, why)| unshortened(why)).map(|(wait, _)| *wait).max();
+        let floor = floor.unwrap_or_default();
         let (wait, reason) =
             waits.into_iter().max_by_key(|(wait, _)| *wait).unwrap_or((Duration::ZERO, WaitReason::Rpm));
         // A call that may go at once goes: its patience bounds a wait, and there is none (a
@@ -320,7 +377,8 @@ impl Lane {
         let previous_slot = (state.next_slot, state.next_reason);
         state.next_slot = now + wait + self.limits.min_interval;
         state.next_reason = reason;
-        Ok(Booked { at: now, wait, reason, previous_slot, slot_taken: state.next_slot })
+        let given_back = state.given_back;
+        Ok(Booked { at: now, wait, reason, previous_slot, slot_taken: state.next_slot, floor, given_back })
     }
 
     /// Waits until a 429's hold is over and the header budget lets a call of `tokens` go,
@@ -614,11 +672,13 @@ impl PermitGuard for Reservation {
         {
             let mut state = self.lane.lock();
             if let Some(bucket) = state.tokens.as_mut() {
-                match used_tokens {
-                    // Corrected: what was reserved and not used comes back (or more is taken).
-                    Some(used) => bucket.give(self.tokens - f64::from(used)),
-                    // Failed: nothing was generated.
-                    None => bucket.give(self.tokens),
+                // Corrected: what was reserved and not used comes back (or more is taken); a
+                // failure generated nothing.
+                let back = self.tokens - used_tokens.map_or(0.0, f64::from);
+                bucket.give(back);
+                if back > 0.0 && self.dispatch.is_some() {
+                    state.given_back += back;
+                    self.lane.given_back.notify_waiters();
                 }
             }
             // Answered (or failed): no longer a call whose headers may still come.

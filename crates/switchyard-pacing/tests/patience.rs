@@ -34,3 +34,39 @@ async fn a_call_of_no_patience_goes_when_its_lane_lets_it_go_at_once() {
         permit.settle(Some(10));
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_waiting_for_tokens_goes_when_the_calls_before_it_give_back_what_they_did_not_use() {
+    // 6,000 tokens a minute (100 a second); three calls that may write 1,000 tokens each (their
+    // max_tokens), and use 12.
+    let key = credential("sk-one-0123456789");
+    let limits = Limits { tokens_per_minute: Some(6000), ..Limits::default() };
+    let pacer = std::sync::Arc::new(LimitPacer::new([("a".to_owned(), limits)]));
+    let start = tokio::time::Instant::now();
+    let call = |pacer: std::sync::Arc<LimitPacer>, key: CredentialId, after: u64| async move {
+        tokio::time::sleep(std::time::Duration::from_millis(after)).await;
+        let request = PaceRequest {
+            provider: "a",
+            credential_id: &key,
+            estimated_tokens: 1000,
+            deadline: None,
+            spill_after: None,
+        };
+        let mut permit = pacer.acquire(request).await.unwrap();
+        let went = start.elapsed();
+        // The answer takes 100 ms and uses 12 tokens of its 1,000.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        permit.settle(Some(12));
+        went
+    };
+    let calls = [0, 20, 40].map(|after| tokio::spawn(call(pacer.clone(), key.clone(), after)));
+    let mut went = Vec::new();
+    for call in calls {
+        went.push(call.await.unwrap().as_millis());
+    }
+    // Each goes once the one before gave its unused tokens back and the bucket refilled what
+    // they used (12 tokens: 120 ms), not after the 10 s its estimate would have held it.
+    assert_eq!(went[0], 0);
+    assert!(went[1] <= 250 && went[2] <= 500, "{went:?}");
+    assert!(went[1] >= 100 && went[2] >= went[1] + 100, "each after the one before answered: {went:?}");
+}
