@@ -218,8 +218,7 @@ impl Lane {
         let patience = Patience::of(&request);
         // Concurrency first, so that a call waiting for its rate slot already counts as in
         // flight: the two limits then hold together, never one at the other's expense.
-        let slot = self.take_slot(&patience).await?;
-        let queued_for_slot = patience.start.elapsed();
+        let (slot, waited_for_slot) = self.take_slot(&patience).await?;
 
         let tokens = f64::from(request.estimated_tokens);
         let booked = self.book(tokens, &patience)?;
@@ -233,7 +232,8 @@ impl Lane {
             settled: false,
             _slot: slot,
         };
-        let mut reason = booked.reason;
+        // Why it waited, once it did (a call that goes at once waited for nothing).
+        let mut reason = (!booked.wait.is_zero()).then_some(booked.reason);
         if !booked.wait.is_zero() {
             // Dropped here (the caller went away), the reservation refunds itself.
             self.sleep_booked(&booked).await;
@@ -246,7 +246,7 @@ impl Lane {
             })?;
             reservation.fleet = Some(taken);
             if taken.waited {
-                reason = self.fleet_reason();
+                reason = Some(self.fleet_reason());
             }
         }
         // The provider may have spoken while this call waited for its slot: what its headers
@@ -254,14 +254,8 @@ impl Lane {
         let dispatch = self.pass_gate(tokens, &patience, &mut reason, reservation.fleet).await?;
         reservation.dispatch = Some(dispatch);
 
-        let waited = patience.start.elapsed();
-        let reason = if waited > queued_for_slot {
-            Some(reason)
-        } else if !queued_for_slot.is_zero() {
-            Some(WaitReason::Concurrency)
-        } else {
-            None
-        };
+        let reason = reason.or(waited_for_slot.then_some(WaitReason::Concurrency));
+        let waited = if reason.is_some() { patience.start.elapsed() } else { Duration::ZERO };
         Ok(Permit::new(waited, reason, Some(Box::new(reservation))).with_dispatch(dispatch))
     }
 
@@ -315,11 +309,15 @@ impl Lane {
         }
     }
 
-    /// A concurrency slot, when the lane has a bound: at once, or in arrival order.
-    async fn take_slot(&self, patience: &Patience) -> Result<Option<OwnedSemaphorePermit>, ProviderError> {
-        let Some(slots) = &self.slots else { return Ok(None) };
+    /// A concurrency slot, when the lane has a bound: at once, or in arrival order; and whether
+    /// it was waited for.
+    async fn take_slot(
+        &self,
+        patience: &Patience,
+    ) -> Result<(Option<OwnedSemaphorePermit>, bool), ProviderError> {
+        let Some(slots) = &self.slots else { return Ok((None, false)) };
         if let Ok(slot) = slots.clone().try_acquire_owned() {
-            return Ok(Some(slot));
+            return Ok((Some(slot), false));
         }
         let waiting = slots.clone().acquire_owned();
         let slot = match patience.give_up_at {
@@ -329,7 +327,7 @@ impl Lane {
             None => waiting.await,
         };
         // The semaphore is never closed while the lane lives.
-        Ok(slot.ok())
+        Ok((slot.ok(), true))
     }
 
     /// Books the call's dispatch time against the buckets, the interval and a 429's hold, in
@@ -387,7 +385,7 @@ impl Lane {
         &self,
         tokens: f64,
         patience: &Patience,
-        reason: &mut WaitReason,
+        reason: &mut Option<WaitReason>,
         fleet: Option<Taken>,
     ) -> Result<Dispatch, ProviderError> {
         let (start, give_up_at) = (patience.start, patience.give_up_at);
@@ -419,11 +417,11 @@ impl Lane {
                     };
                     // The turnstile is never closed while the lane lives.
                     turn = taken.ok();
-                    *reason = WaitReason::ProviderHeaders;
+                    *reason = Some(WaitReason::ProviderHeaders);
                     continue;
                 }
             };
-            *reason = WaitReason::ProviderHeaders;
+            *reason = Some(WaitReason::ProviderHeaders);
             if let (Some(until), Some(at)) = (until, give_up_at)
                 && until > at
             {

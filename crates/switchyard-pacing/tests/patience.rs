@@ -31,6 +31,8 @@ async fn a_call_of_no_patience_goes_when_its_lane_lets_it_go_at_once() {
             spill_after: Some(std::time::Duration::ZERO),
         };
         let mut permit = pacer.acquire(hedge).await.expect("room at once: sent");
+        // It waited for nothing: no wait is reported (no `rate_limit_waited`, no queued time).
+        assert_eq!((permit.waited, permit.reason), (std::time::Duration::ZERO, None));
         permit.settle(Some(10));
     }
 }
