@@ -254,7 +254,7 @@ impl OpenAiProvider {
                 body,
                 &[("model", Edit::Text(call.model)), ("stream", Edit::FalseIfPresent)],
             )?,
-            None => wire::chat_body(request, call.model, false, self.wants_max_completion_tokens())?,
+            None => return self.complete_translated(call, request).await,
         };
         let response = self.post(call, "chat/completions", body, false).await?;
         let bytes = http::read_body(response).await?;
@@ -263,6 +263,43 @@ impl OpenAiProvider {
             answer.verbatim = Some(Verbatim::new(Dialect::OpenAi, bytes));
         }
         Ok(answer)
+    }
+
+    /// A non-streaming chat completion of a request of another dialect.
+    async fn complete_translated(
+        &self,
+        call: Call<'_>,
+        request: &ChatRequest,
+    ) -> Result<ChatResponse, ProviderError> {
+        let response = self.post_translated(call, request, false).await?;
+        let bytes = http::read_body(response).await?;
+        wire::parse_response(&bytes, call.credential.key())
+    }
+
+    /// Posts a request of another dialect, translated. Its output limit refused as larger than
+    /// the model takes (Claude Code's 32,000 toward gpt-4o's 16,384: the client wrote it for
+    /// another provider's model) is sent once more at the model's limit, which the refusal
+    /// names.
+    async fn post_translated(
+        &self,
+        call: Call<'_>,
+        request: &ChatRequest,
+        streaming: bool,
+    ) -> Result<http::Response, ProviderError> {
+        let completion_tokens = self.wants_max_completion_tokens();
+        let body = wire::chat_body(request, call.model, streaming, completion_tokens)?;
+        let error = match self.post(call, "chat/completions", body, streaming).await {
+            Err(error) => error,
+            sent => return sent,
+        };
+        let lower = |most: &u32| request.max_tokens.is_some_and(|asked| asked > *most);
+        let foreign = request.origin != Dialect::OpenAi;
+        let Some(most) = errors::output_limit(&error).filter(lower).filter(|_| foreign) else {
+            return Err(error);
+        };
+        let capped = ChatRequest { max_tokens: Some(most), ..request.clone() };
+        let body = wire::chat_body(&capped, call.model, streaming, completion_tokens)?;
+        self.post(call, "chat/completions", body, streaming).await
     }
 
     /// A streaming chat completion: `stream: true` to `chat/completions`, the SSE body read as
@@ -275,8 +312,7 @@ impl OpenAiProvider {
             let response = self.post(call, "responses", body, true).await?;
             return Ok(responses::chunks(response, call.credential.key().cloned()));
         }
-        let verbatim = verbatim_chat(request);
-        let (body, pass_on) = match verbatim {
+        let (response, pass_on) = match verbatim_chat(request) {
             Some(body) => {
                 // Usage is asked for whatever the client said: cost and token budgets need it.
                 // The chunk that carries it is passed on only when the client asked too, or
@@ -288,11 +324,11 @@ impl OpenAiProvider {
                     ("stream_options", Edit::Enable("include_usage")),
                 ];
                 let usage_chunk = !request.stream || codec::wants_usage(request);
-                (verbatim::rewrite(body, &edits)?, Some(stream::PassOn { usage_chunk }))
+                let body = verbatim::rewrite(body, &edits)?;
+                (self.post(call, "chat/completions", body, true).await?, Some(stream::PassOn { usage_chunk }))
             }
-            None => (wire::chat_body(request, call.model, true, self.wants_max_completion_tokens())?, None),
+            None => (self.post_translated(call, request, true).await?, None),
         };
-        let response = self.post(call, "chat/completions", body, true).await?;
         let is_json = response
             .headers()
             .get(header::CONTENT_TYPE)

@@ -1551,3 +1551,37 @@ async fn a_responses_stream_gives_a_custom_tools_call_as_a_call() {
     assert_eq!(input, "*** Begin Patch");
     assert_eq!(finish_of(&chunks), [FinishReason::ToolCalls]);
 }
+
+#[tokio::test]
+async fn an_output_limit_the_model_refuses_is_sent_once_more_at_its_limit_for_a_request_of_another_dialect() {
+    // gpt-4o writes at most 16,384 tokens; Claude Code asks for 32,000.
+    let fake = Fake::start(|seen| {
+        let asked = seen.body["max_completion_tokens"].as_u64().unwrap_or_default();
+        if asked > 16384 {
+            let message = format!(
+                "max_tokens is too large: {asked}. This model supports at most 16384 completion tokens, whereas you provided {asked}."
+            );
+            let body = json!({"error": {"message": message, "type": "invalid_request_error", "param": "max_tokens", "code": null}});
+            return json_reply(400, &[], &body);
+        }
+        json_reply(200, &[], &completion("Hello"))
+    })
+    .await;
+    let harness = Harness::openai(fake.url("/v1"));
+    let mut anthropic = ChatRequest { max_tokens: Some(32000), ..hello() };
+    anthropic.origin = Dialect::Anthropic;
+    let answer = harness.chat(&anthropic).await.unwrap();
+    assert_eq!(answer.text().as_deref(), Some("Hello"));
+    let asked: Vec<Value> =
+        fake.requests().iter().map(|seen| seen.body["max_completion_tokens"].clone()).collect();
+    assert_eq!(asked, [json!(32000), json!(16384)]);
+    let stream = harness.stream(&anthropic).await.unwrap();
+    assert_eq!(support::text_of(&support::ok_chunks(support::items(stream).await)), "Hello");
+    assert_eq!(fake.requests().len(), 4, "streamed, the same");
+
+    // An OpenAI client's own limit is its own: the refusal is its answer.
+    let own = ChatRequest { max_tokens: Some(32000), ..hello() };
+    let error = harness.chat(&own).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidRequest);
+    assert_eq!(fake.requests().len(), 5);
+}
