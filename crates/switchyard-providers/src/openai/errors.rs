@@ -195,6 +195,18 @@ fn specific_type_kind(kind: &str) -> Option<ErrorKind> {
     })
 }
 
+/// The most output tokens the model takes, when `error` refused a request's limit as larger
+/// ("max_tokens is too large: 32000. This model supports at most 16384 completion tokens,
+/// whereas you provided 32000.", OpenAI's and the servers that copy it).
+pub(super) fn output_limit(error: &ProviderError) -> Option<u32> {
+    if error.kind() != ErrorKind::InvalidRequest || !error.detail().contains("is too large") {
+        return None;
+    }
+    let (_, rest) = error.detail().split_once("supports at most ")?;
+    let digits = rest.split(|c: char| !c.is_ascii_digit()).next()?;
+    digits.parse().ok().filter(|most| *most > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -267,16 +279,4 @@ mod tests {
         let key = Secret::new("sk-test-secret-123");
         assert_eq!(scrub("bad key sk-test-secret-123 given", Some(&key)), "bad key [redacted] given");
     }
-}
-
-/// The most output tokens the model takes, when `error` refused a request's limit as larger
-/// ("max_tokens is too large: 32000. This model supports at most 16384 completion tokens,
-/// whereas you provided 32000.", OpenAI's and the servers that copy it).
-pub(super) fn output_limit(error: &ProviderError) -> Option<u32> {
-    if error.kind() != ErrorKind::InvalidRequest || !error.detail().contains("is too large") {
-        return None;
-    }
-    let (_, rest) = error.detail().split_once("supports at most ")?;
-    let digits = rest.split(|c: char| !c.is_ascii_digit()).next()?;
-    digits.parse().ok().filter(|most| *most > 0)
 }
