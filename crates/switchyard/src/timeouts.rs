@@ -11,7 +11,8 @@ pub struct Timeouts {
     pub first_byte: Duration,
     /// Between two chunks of a stream. Default 30 s.
     pub idle: Duration,
-    /// One whole attempt. Default 120 s.
+    /// One whole attempt. Default 600 s, as the OpenAI and Anthropic SDKs wait: an agent's
+    /// long answer streams for minutes, and `first_byte` and `idle` catch a provider gone quiet.
     pub total: Duration,
     /// The whole request, queueing, retries and fallbacks included. Default none.
     pub deadline: Option<Duration>,
@@ -22,7 +23,7 @@ impl Default for Timeouts {
         Self {
             first_byte: Duration::from_secs(30),
             idle: Duration::from_secs(30),
-            total: Duration::from_secs(120),
+            total: Duration::from_secs(600),
             deadline: None,
         }
     }
