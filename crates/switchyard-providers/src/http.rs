@@ -707,6 +707,10 @@ pub fn status_kind(status: u16) -> ErrorKind {
         401 | 403 => ErrorKind::Auth,
         404 => ErrorKind::ModelNotFound,
         408 => ErrorKind::Timeout,
+        // A conflict or a too-early refusal is the server's moment, not the request's fault
+        // (the SDKs retry both); a redirect is not followed (the key would go where it points),
+        // and is the provider's failure, not the client's.
+        409 | 425 | 300..=399 => ErrorKind::Unavailable,
         500..=599 => ErrorKind::Unavailable,
         _ => ErrorKind::InvalidRequest,
     }

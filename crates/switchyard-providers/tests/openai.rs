@@ -805,6 +805,17 @@ async fn server_errors_500_and_503_are_unavailable() {
 }
 
 #[tokio::test]
+async fn a_conflict_a_too_early_and_a_redirect_are_the_providers_moment_not_the_clients_fault() {
+    // The SDKs retry 409; a 425 asks to come back; a redirect is not followed (the key would
+    // go where it points). None is a bad request of the client's: another target may answer.
+    let conflict = error_body("Conflict", Value::Null, Value::Null);
+    assert_eq!(chat_error(409, &[], conflict).await.kind(), ErrorKind::Unavailable);
+    assert_eq!(chat_error(425, &[], json!({})).await.kind(), ErrorKind::Unavailable);
+    let moved = chat_error(307, &[("location", "http://127.0.0.1:9/elsewhere")], json!({})).await;
+    assert_eq!((moved.kind(), moved.status()), (ErrorKind::Unavailable, Some(307)));
+}
+
+#[tokio::test]
 async fn a_502_with_an_html_body_is_unavailable() {
     let fake =
         Fake::start(|_| respond(502, &[], "text/html", Body::from("<html><h1>502 Bad Gateway</h1></html>")))
