@@ -252,8 +252,14 @@ impl Link {
             }
         }
         let Some(mut conn) = self.conn.clone() else { return };
-        let ping = redis::cmd("PING");
-        if let Err(reason) = self.bounded(ping.query_async::<String>(&mut conn)).await {
+        // A write, not a ping: a Redis out of memory or read-only answers a ping, and nothing
+        // this replica must share.
+        let mut probe = redis::cmd("SET");
+        let key = format!("{}:probe:{}", self.settings().prefix, self.settings().replica);
+        probe.arg(key).arg(1).arg("PX").arg(PROBE_TTL_MS);
+        if let Err(reason) = self.bounded(probe.query_async::<String>(&mut conn)).await {
+            // Built afresh next time: a connection refused its password does not recover.
+            self.conn = None;
             return self.down(&reason);
         }
         if !self.subscribe().await {
@@ -318,7 +324,9 @@ impl Link {
             }
             Ok(Err(error)) => {
                 let reason = scrub(&error.to_string(), &self.settings().url);
-                if absent(&error) {
+                if refusing(&error) {
+                    self.down(&reason);
+                } else if absent(&error) {
                     self.failed(&reason);
                 }
                 Err(reason)
@@ -467,11 +475,15 @@ impl Link {
                             }
                         }
                     }
-                    Err(error) if absent(&error) => {
+                    Err(error) if absent(&error) || refusing(&error) => {
                         // This write and the rest of the batch go again when Redis answers
                         // (the merges make a repeated write harmless).
                         self.outbox.push_front(op);
-                        self.failed(&scrub(&error.to_string(), &self.settings().url));
+                        let reason = scrub(&error.to_string(), &self.settings().url);
+                        match refusing(&error) {
+                            true => self.down(&reason),
+                            false => self.failed(&reason),
+                        }
                         return;
                     }
                     Err(error) => {
@@ -488,6 +500,9 @@ impl Link {
         }
     }
 }
+
+/// How long the key a reconnecting replica writes to probe Redis lasts, in ms.
+const PROBE_TTL_MS: u64 = 60_000;
 
 /// At most this many writes are sent at once.
 const BATCH: usize = 64;
@@ -516,6 +531,17 @@ fn absent(error: &redis::RedisError) -> bool {
         || error.is_timeout()
         || error.is_connection_dropped()
         || error.is_connection_refusal()
+}
+
+/// Whether Redis answered with a refusal it gives every write now, not one op's own error: out
+/// of memory, read-only after a failover, loading, its password changed. Said outright, it
+/// degrades the link at once (no count of failures, as for silence), and what was refused is
+/// written back once Redis serves again.
+fn refusing(error: &redis::RedisError) -> bool {
+    const REFUSALS: [&str; 8] =
+        ["OOM", "READONLY", "MASTERDOWN", "LOADING", "NOAUTH", "WRONGPASS", "MISCONF", "NOPERM"];
+    error.kind() == redis::ErrorKind::AuthenticationFailed
+        || error.code().is_some_and(|code| REFUSALS.contains(&code))
 }
 
 /// The script call that writes `op`.

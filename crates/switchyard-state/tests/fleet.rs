@@ -296,3 +296,36 @@ async fn a_replica_restarted_under_the_same_id_still_resets_the_fleet() {
         eventually(&format!("round {round}: b is reset"), PROPAGATION, || !is_skip(&b.gate(&t, &k))).await;
     }
 }
+
+#[tokio::test]
+async fn a_redis_that_refuses_writes_degrades_the_link_which_writes_back_once_it_serves_again() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |s| s.reconcile_every = Duration::from_millis(50)).await;
+    eventually("connected", OUTAGE, || a.store().status().status == "ok").await;
+    // Out of memory, it answers a ping and refuses every write.
+    server.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    let (t, k) = (target(), keys(1));
+    for _ in 0..3 {
+        a.fail(&t, &k, 0, &error(ErrorKind::QuotaExceeded, Some(Duration::from_secs(600))));
+    }
+    eventually("degraded", OUTAGE, || a.store().status().status == "degraded").await;
+    server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+    eventually("restored", OUTAGE, || a.store().status().status == "ok").await;
+    let b = redis_replica(&server, "b", |_| {}).await;
+    eventually("b learns what a learned meanwhile", PROPAGATION * 8, || is_skip(&b.gate(&t, &k))).await;
+}
+
+#[tokio::test]
+async fn a_replica_refused_its_password_connects_again_once_redis_takes_it() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |s| s.reconcile_every = Duration::from_millis(50)).await;
+    eventually("connected", OUTAGE, || a.store().status().status == "ok").await;
+    // The password changes under the replica, and its connections are dropped.
+    server.cli(&["CONFIG", "SET", "requirepass", "n3w-pass"]);
+    server.cli(&["-a", "n3w-pass", "--no-auth-warning", "CLIENT", "KILL", "TYPE", "normal"]);
+    server.cli(&["-a", "n3w-pass", "--no-auth-warning", "CLIENT", "KILL", "TYPE", "pubsub"]);
+    eventually("degraded", OUTAGE, || a.store().status().status == "degraded").await;
+    server.cli(&["-a", "n3w-pass", "--no-auth-warning", "CONFIG", "SET", "requirepass", ""]);
+    eventually("connected again, with no restart", OUTAGE, || a.store().status().status == "ok").await;
+}
