@@ -119,7 +119,9 @@ pub(crate) async fn prefetch(
     let timeouts = call.timeouts;
     let (mut stream, mut buffer, alive) = first_life(provider, call, request).await?;
     if !alive {
-        return Ok(Prefetched { buffer, rest: None, filtered: false, alive_since: None });
+        // Ended with no content and no finish (only its terminator, or chunks of nothing): no
+        // answer, as for one asked whole; the caller has seen nothing, so it is asked again.
+        return Err(ProviderError::new(ErrorKind::MalformedResponse, "the stream ended without an answer"));
     }
     let alive_since = Instant::now();
     // The caller hears from the stream within the first-byte limit either way: reasoning it is

@@ -695,3 +695,24 @@ async fn a_remembered_answer_streams_whole_with_its_tool_calls_and_usage() {
     assert_eq!(calls, ["get_weather"], "the remembered tool call reaches the caller");
     assert_eq!(stream.usage().map(|u| u.total_tokens), Some(19));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_ends_with_no_answer_is_malformed_and_the_next_target_answers() {
+    // Only its terminator, or chunks of nothing (a role, an empty choice list).
+    let nothing = switchyard::chat::ChatChunk::default();
+    let words = SimulatedProvider::new().reply("in words");
+    let router = switchyard::Router::builder()
+        .provider(switchyard::ProviderEntry::new("p", Scripted(vec![Ok(nothing)])))
+        .provider(switchyard::ProviderEntry::new("s", words.clone()))
+        .route(Route::builder("default").target("p:m").target("s:m").retry(quick_retry(1)).build().unwrap())
+        .build()
+        .unwrap();
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let mut text = String::new();
+    while let Some(chunk) = stream.next().await {
+        text.extend(chunk.unwrap().choices.iter().filter_map(|c| c.delta.content.clone()));
+    }
+    assert_eq!(text, "in words");
+    let failed = &stream.trail().attempts()[0];
+    assert_eq!(failed.error_kind(), Some(switchyard::ErrorKind::MalformedResponse));
+}
