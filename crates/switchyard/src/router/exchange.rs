@@ -123,7 +123,12 @@ impl Exchange for ChatExchange<'_> {
         call: Call<'a>,
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
         let answer = match self.asks_a_stream(provider) {
-            true => Box::pin(super::assembled::assembled(provider, call, self.request)),
+            true => Box::pin(async move {
+                match super::assembled::assembled(provider, call, self.request).await {
+                    Err(error) if refuses_to_stream(&error) => provider.chat(call, self.request).await,
+                    answered => answered,
+                }
+            }),
             false => provider.chat(call, self.request),
         };
         if self.request.origin != crate::chat::Dialect::Anthropic {
@@ -172,6 +177,14 @@ impl Exchange for ChatExchange<'_> {
     fn pins_sessions(&self) -> bool {
         true
     }
+}
+
+/// Whether a provider refused a request for being streamed ("Your organization must be
+/// verified to stream this model", "Unrecognized request argument supplied: stream_options",
+/// "Streaming is not supported"): a whole answer the route asked as a stream is then asked
+/// whole, as the client asked it.
+fn refuses_to_stream(error: &ProviderError) -> bool {
+    error.kind() == ErrorKind::InvalidRequest && error.detail().to_ascii_lowercase().contains("stream")
 }
 
 /// Fails an answer for an Anthropic client whose tool call's arguments are not a JSON object (a

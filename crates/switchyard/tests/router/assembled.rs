@@ -221,3 +221,54 @@ async fn a_tool_input_an_anthropic_client_cannot_be_written_is_a_malformed_answe
     assert_eq!((answer.served_by.to_string(), words.calls()), ("p:m".to_owned(), 0));
     assert_eq!(answer.response.choices[0].message.tool_calls[0].function.arguments, r#"{"city": "Par"#);
 }
+
+/// A provider across a network that refuses to stream (an Azure api-version without
+/// `stream_options`, an organisation OpenAI has not verified to stream a model) and answers
+/// whole.
+struct Unstreamed;
+
+impl switchyard::provider::Provider for Unstreamed {
+    fn kind(&self) -> &str {
+        "unstreamed"
+    }
+
+    fn streams_upstream(&self) -> bool {
+        true
+    }
+
+    fn chat<'a>(
+        &'a self,
+        _: switchyard::provider::Call<'a>,
+        _: &'a switchyard::chat::ChatRequest,
+    ) -> switchyard::provider::BoxFuture<'a, Result<switchyard::chat::ChatResponse, switchyard::ProviderError>>
+    {
+        Box::pin(async { Ok(switchyard::chat::ChatResponse::from_text("m", "whole")) })
+    }
+
+    fn chat_stream<'a>(
+        &'a self,
+        _: switchyard::provider::Call<'a>,
+        _: &'a switchyard::chat::ChatRequest,
+    ) -> switchyard::provider::BoxFuture<
+        'a,
+        Result<switchyard::provider::ChunkStream, switchyard::ProviderError>,
+    > {
+        let refusal = "Unrecognized request argument supplied: stream_options";
+        Box::pin(async move {
+            Err(switchyard::ProviderError::new(switchyard::ErrorKind::InvalidRequest, refusal)
+                .with_status(400))
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_whole_answer_a_provider_refuses_to_stream_is_asked_of_it_whole() {
+    let router = switchyard::Router::builder()
+        .provider(switchyard::ProviderEntry::new("p", Unstreamed))
+        .route(Route::builder("default").target("p:m").build().unwrap())
+        .build()
+        .unwrap();
+    let answer = router.chat(&request("default")).await.expect("answered whole");
+    assert_eq!(answer.response.text().as_deref(), Some("whole"));
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Ok]);
+}
