@@ -56,7 +56,7 @@ pub enum HealthEffect {
     Exhausted,
     /// Counts toward the circuit breaker and gates the target for the health TTL.
     TemporarilyUnavailable,
-    /// The credential is benched as unauthorized until reset.
+    /// The credential is benched as unauthorized for a minute, then tried again.
     Unauthorized,
     /// The target is marked unavailable (its model does not exist there).
     ModelUnavailable,

@@ -12,6 +12,11 @@ use crate::credential::CredentialId;
 use crate::error::HealthEffect;
 use crate::{ProviderError, Target};
 
+/// How long a key the provider refused is benched before it is tried again: long enough not
+/// to spend requests on a revoked key, short enough that a key fixed upstream, or a provider's
+/// passing auth outage, is back in use without an operator.
+pub(crate) const AUTH_REST: Duration = Duration::from_secs(60);
+
 /// One failed call, as the rules see it.
 pub(super) struct Failure<'a> {
     target: &'a Target,
@@ -125,11 +130,13 @@ impl<'a> Failure<'a> {
         breaker::drive(t, self.target, input, settings, events);
     }
 
-    /// The key is refused for good; the target is marked once every key of it is.
+    /// The key is refused: benched for [`AUTH_REST`], then tried again; the target is marked
+    /// once every key of it is.
     fn unauthorized(&self, records: &mut Records, events: &mut Vec<HealthEvent>) {
         if let Some((c, change)) =
             self.credential_change(&mut records.credentials, HealthStatus::Unauthorized)
         {
+            c.retry_until = self.later(c.retry_until, Some(self.now + AUTH_REST));
             change.apply(c, events);
         }
         if records.credentials.iter().all(|c| c.status == HealthStatus::Unauthorized) {

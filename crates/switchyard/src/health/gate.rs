@@ -190,8 +190,8 @@ enum Pick {
 
 /// The first usable credential in the provider's order that is not resting (for every model,
 /// or for this target's in `model_rests`), else the one that rests the shortest. Unauthorized
-/// ones are never usable, exhausted ones only when the request named the target (or their
-/// reset has passed).
+/// ones are usable once their bench has passed, exhausted ones only when the request named the
+/// target (or their reset has passed).
 fn pick_credential(
     credentials: &[CredentialRecord],
     model_rests: &[(CredentialId, Instant)],
@@ -211,7 +211,7 @@ fn pick_credential(
             continue;
         }
         match c.status {
-            HealthStatus::Unauthorized => continue,
+            HealthStatus::Unauthorized if c.retry_until.is_none_or(|u| now < u) => continue,
             HealthStatus::Exhausted if !query.explicit && c.retry_until.is_none_or(|u| now < u) => {
                 exhausted = true;
                 continue;

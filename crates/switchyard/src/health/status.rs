@@ -33,8 +33,9 @@ pub enum HealthStatus {
     /// answer) or does not serve the model: the target is skipped for the route's health TTL,
     /// and a credential rests for `cooldown_on_error` when that is set.
     TemporarilyUnavailable,
-    /// The provider refused the key: the credential is never picked again until an operator's
-    /// reset. A target is unauthorized once every credential of it is.
+    /// The provider refused the key: the credential is benched for a minute, then tried again
+    /// (a refusal again benches it again). A target is unauthorized once every credential of
+    /// it is.
     Unauthorized,
 }
 

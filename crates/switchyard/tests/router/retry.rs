@@ -88,7 +88,7 @@ async fn retry_after_above_max_wait_goes_to_the_candidates() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn auth_error_is_never_retried_on_the_same_key_and_benches_it() {
+async fn auth_error_is_never_retried_on_the_same_key_and_benches_it_for_a_minute() {
     let primary = SimulatedProvider::new().script([Step::fail(ErrorKind::Auth)]);
     let secondary = SimulatedProvider::new();
     let router = Router::builder()
@@ -109,7 +109,15 @@ async fn auth_error_is_never_retried_on_the_same_key_and_benches_it() {
 
     let again = router.chat(&request("default")).await.unwrap();
     assert_eq!(again.trail.outcomes(), vec![Outcome::SkippedUnhealthy, Outcome::Ok]);
-    assert_eq!(primary.calls(), 1, "a benched key is not used again until reset");
+    assert_eq!(primary.calls(), 1, "a benched key is not used again while benched");
+
+    // A minute on (a key fixed upstream, a provider's auth outage over), it is tried again.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let back = router.chat(&request("default")).await.unwrap();
+    assert_eq!((back.served_by.to_string(), primary.calls()), ("a:m".to_owned(), 2));
+    let health = router.health();
+    let credential = health.credentials.iter().find(|c| c.credential_id == a_key).expect("recorded");
+    assert_eq!(credential.status, HealthStatus::Available);
 }
 
 #[tokio::test(start_paused = true)]
