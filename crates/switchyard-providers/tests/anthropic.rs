@@ -366,6 +366,13 @@ async fn harmless_openai_fields_are_ignored_and_mappable_ones_are_mapped() {
     let mut keys: Vec<_> = body.as_object().unwrap().keys().cloned().collect();
     keys.sort();
     assert_eq!(keys, ["max_tokens", "messages", "metadata", "model", "tool_choice", "tools"]);
+
+    // `safety_identifier`, OpenAI's successor of `user`, names the end user when `user` does not.
+    let fake = Fake::json(200, text_answer()).await;
+    let mut request = hello();
+    request.extra.insert("safety_identifier".into(), json!("u-9"));
+    chat(&fake, &request).await.unwrap();
+    assert_eq!(fake.only_request().body["metadata"], json!({"user_id": "u-9"}));
 }
 
 #[tokio::test]

@@ -387,6 +387,17 @@ impl Trail {
         self.0.last()
     }
 
+    /// How many times a target was asked again with the same key: a rotation to the provider's
+    /// next key (also marked `retried`) is not a retry, nor counted against `max_attempts`.
+    pub fn retries(&self) -> usize {
+        let attempts = &self.0;
+        let again = |(i, a): &(usize, &Attempt)| {
+            a.outcome == Outcome::Retried
+                && attempts.get(i + 1).is_none_or(|next| next.credential_id == a.credential_id)
+        };
+        attempts.iter().enumerate().filter(again).count()
+    }
+
     /// The outcomes in order, handy in tests and logs.
     pub fn outcomes(&self) -> Vec<Outcome> {
         self.0.iter().map(|a| a.outcome).collect()
@@ -517,6 +528,18 @@ mod tests {
         );
         let candidate = Via::Candidate("apology".into());
         assert!(trail(vec![failed.clone()]).fell_back_to(Some(&candidate)), "a candidate");
+    }
+
+    #[test]
+    fn a_retry_asks_again_with_the_same_key_and_a_rotation_is_none() {
+        let retried = |attempt: Attempt| Attempt { outcome: Outcome::Retried, ..attempt };
+        let again = trail(vec![retried(called("a:m")), called("a:m")]);
+        assert_eq!(again.retries(), 1);
+        let other_key =
+            CredentialId::derive("openai", "http://x", Some(&crate::credential::Secret::new("sk-2")));
+        let next =
+            Attempt::called(&target("a:m"), &other_key, Duration::ZERO, Duration::ZERO, Duration::ZERO);
+        assert_eq!(trail(vec![retried(called("a:m")), next]).retries(), 0, "a rotation");
     }
 
     #[test]

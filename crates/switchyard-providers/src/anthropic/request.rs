@@ -259,11 +259,18 @@ struct Foreign {
 /// refused, naming it.
 fn read_foreign_extra(extra: &Extra) -> Result<Foreign, ProviderError> {
     let mut foreign = Foreign::default();
+    let mut safety = None;
     for (key, value) in extra {
         let harmless = match key.as_str() {
             "user" if !value.is_null() => {
                 foreign.user =
                     Some(value.as_str().ok_or_else(|| invalid(key, "must be a string"))?.to_owned());
+                true
+            }
+            // OpenAI's successor of `user` for the same end user: `metadata.user_id` too, when
+            // the request sets no `user`.
+            "safety_identifier" if value.is_string() => {
+                safety = value.as_str().map(str::to_owned);
                 true
             }
             _ if crate::codec::is_harmless_foreign(key, value) => true,
@@ -291,6 +298,7 @@ fn read_foreign_extra(extra: &Extra) -> Result<Foreign, ProviderError> {
             ));
         }
     }
+    foreign.user = foreign.user.or(safety);
     Ok(foreign)
 }
 

@@ -99,7 +99,7 @@ fn routing(metrics: &Metrics, route: &LabelValue, trail: &Trail, served_by: Opti
             );
         }
     }
-    let retries = trail.attempts().iter().filter(|a| a.outcome == Outcome::Retried).count();
+    let retries = trail.retries();
     if retries > 0 {
         metrics.increment("switchyard_retries_total", by_route(), retries as u64);
     }
