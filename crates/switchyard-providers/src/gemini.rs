@@ -111,6 +111,9 @@ use crate::http;
 use crate::sse::SseStream;
 use crate::{BuildError, ProviderSettings};
 
+/// The most texts one `batchEmbedContents` call embeds.
+const EMBED_BATCH: usize = 100;
+
 /// The Gemini API adapter.
 pub struct GeminiProvider {
     /// The resolved base URL (`.../v1beta`), without a trailing slash; each request appends
@@ -287,22 +290,27 @@ impl Provider for GeminiProvider {
                     if texts.is_empty() {
                         return Err(invalid_request("input: give at least one text to embed"));
                     }
-                    let requests: Vec<Value> =
-                        texts.iter().map(|text| embed_request(text, Some(&path), &options)).collect();
-                    let url = self.url(call.model, "batchEmbedContents")?;
-                    let body = encode(&json!({ "requests": requests }))?;
-                    let answer: BatchEmbedContentsResponse = self.send_for_json(call, url, body).await?;
-                    if answer.embeddings.len() != texts.len() {
-                        return Err(ProviderError::new(
-                            ErrorKind::MalformedResponse,
-                            format!(
-                                "batchEmbedContents returned {} vectors for {} inputs",
-                                answer.embeddings.len(),
-                                texts.len()
-                            ),
-                        ));
+                    let mut vectors = Vec::with_capacity(texts.len());
+                    // Gemini embeds at most 100 texts a batch.
+                    for batch in texts.chunks(EMBED_BATCH) {
+                        let requests: Vec<Value> =
+                            batch.iter().map(|text| embed_request(text, Some(&path), &options)).collect();
+                        let url = self.url(call.model, "batchEmbedContents")?;
+                        let body = encode(&json!({ "requests": requests }))?;
+                        let answer: BatchEmbedContentsResponse = self.send_for_json(call, url, body).await?;
+                        if answer.embeddings.len() != batch.len() {
+                            return Err(ProviderError::new(
+                                ErrorKind::MalformedResponse,
+                                format!(
+                                    "batchEmbedContents returned {} vectors for {} inputs",
+                                    answer.embeddings.len(),
+                                    batch.len()
+                                ),
+                            ));
+                        }
+                        vectors.extend(answer.embeddings.into_iter().map(|e| e.values));
                     }
-                    answer.embeddings.into_iter().map(|e| e.values).collect()
+                    vectors
                 }
             };
             Ok(EmbeddingsResponse {

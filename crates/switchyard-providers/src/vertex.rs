@@ -368,12 +368,20 @@ impl VertexProvider {
         if Publisher::of(call.model) == Publisher::Anthropic {
             return Err(ProviderError::unsupported(format!("`{}` does not embed on Vertex AI", call.model)));
         }
-        let url = self.url(Publisher::Google, call.model, "predict")?;
-        let (body, texts) = embeddings::predict_body(request)?;
         let deadline = Instant::now().checked_add(call.timeouts.total);
-        let (response, token) = self.send(&call, url, body, Publisher::Google, deadline).await?;
-        let bytes = http::until(deadline, http::read_body(response)).await?;
-        embeddings::answer(&bytes, texts, call.model).map_err(|error| error.redacted(&token))
+        let mut whole: Option<EmbeddingsResponse> = None;
+        for (body, texts) in embeddings::predict_bodies(request, call.model)? {
+            let url = self.url(Publisher::Google, call.model, "predict")?;
+            let (response, token) = self.send(&call, url, body, Publisher::Google, deadline).await?;
+            let bytes = http::until(deadline, http::read_body(response)).await?;
+            let part =
+                embeddings::answer(&bytes, texts, call.model).map_err(|error| error.redacted(&token))?;
+            whole = Some(match whole {
+                None => part,
+                Some(so_far) => embeddings::joined(so_far, part),
+            });
+        }
+        whole.ok_or_else(|| ProviderError::unsupported("input: give at least one text to embed"))
     }
 }
 

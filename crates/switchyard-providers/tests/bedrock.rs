@@ -542,6 +542,57 @@ async fn titan_embeds_one_text_per_call_and_cohere_a_batch() {
     assert_eq!(fake.last_request().body, json!({"texts": ["a", "b"], "input_type": "search_document"}));
 }
 
+#[tokio::test]
+async fn cohere_embeds_in_batches_of_96_and_embed_v4_answers_by_type_at_the_size_asked() {
+    // Embed v4, asked for float vectors, answers `embeddings: {"float": [...]}`.
+    let fake = Fake::start(|seen| {
+        let texts = seen.body["texts"].as_array().map_or(0, Vec::len);
+        let vectors: Vec<Value> = (0..texts).map(|i| json!([i as f64])).collect();
+        let embeddings = match seen.body.get("embedding_types") {
+            Some(_) => json!({ "float": vectors }),
+            None => json!(vectors),
+        };
+        json_reply(
+            200,
+            &[],
+            &json!({"embeddings": embeddings, "id": "x", "response_type": "embeddings_by_type"}),
+        )
+    })
+    .await;
+    let provider = provider(&fake.origin());
+    let caller = Caller::new(&provider, None);
+    let texts: Vec<String> = (0..100).map(|i| format!("text {i}")).collect();
+    let mut extra = switchyard::chat::Extra::new();
+    // The OpenAI SDK asks for base64 by default: the gateway writes it from the floats.
+    extra.insert("encoding_format".into(), json!("base64"));
+    let request = EmbeddingsRequest {
+        model: "r".into(),
+        input: EmbeddingInput::Many(texts),
+        dimensions: Some(512),
+        extra,
+    };
+    let v4 = provider.embeddings(caller.call("cohere.embed-v4:0", None), &request).await.unwrap();
+    assert_eq!(v4.data.len(), 100);
+    assert_eq!(
+        (v4.data[99].index, v4.data[99].embedding.clone()),
+        (99, vec![3.0]),
+        "the second call's fourth"
+    );
+    let sent: Vec<(usize, Value)> = fake
+        .requests()
+        .iter()
+        .map(|seen| (seen.body["texts"].as_array().unwrap().len(), seen.body["output_dimension"].clone()))
+        .collect();
+    assert_eq!(sent, [(96, json!(512)), (4, json!(512))]);
+
+    // Embed v3 and Titan v1 embed at one size: `dimensions` is refused, not ignored.
+    for model in ["cohere.embed-english-v3", "amazon.titan-embed-text-v1"] {
+        let error = provider.embeddings(caller.call(model, None), &request).await.unwrap_err();
+        assert!(error.is_unsupported() && error.detail().contains("`dimensions`"), "{model}: {error:?}");
+    }
+    assert_eq!(fake.requests().len(), 2, "nothing sent for the refused ones");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Secrets
 

@@ -1055,6 +1055,29 @@ async fn several_inputs_are_embedded_in_one_batch_in_input_order() {
 }
 
 #[tokio::test]
+async fn inputs_are_embedded_in_batches_of_100_and_base64_asked_of_the_gateway_is_no_concern_of_gemini() {
+    let fake = Fake::start(|seen| {
+        let texts = seen.body["requests"].as_array().map_or(0, Vec::len);
+        let embeddings: Vec<Value> = (0..texts).map(|i| json!({ "values": [i as f64] })).collect();
+        json_reply(200, &[], &json!({ "embeddings": embeddings }))
+    })
+    .await;
+    let mut extra = Extra::new();
+    extra.insert("encoding_format".into(), json!("base64"));
+    let request = EmbeddingsRequest {
+        model: "embed".into(),
+        input: EmbeddingInput::Many((0..150).map(|i| format!("text {i}")).collect()),
+        dimensions: None,
+        extra,
+    };
+    let response = embed(&fake, &request).await.unwrap();
+    let batches: Vec<usize> =
+        fake.requests().iter().map(|seen| seen.body["requests"].as_array().unwrap().len()).collect();
+    assert_eq!(batches, [100, 50]);
+    assert_eq!((response.data[149].index, response.data[149].embedding.clone()), (149, vec![49.0]));
+}
+
+#[tokio::test]
 async fn embedding_errors_are_classified_like_chat_errors() {
     let body =
         google_error(429, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota).", json!([]));

@@ -24,7 +24,8 @@ pub(super) async fn embed(
         match key.as_str() {
             _ if value.is_null() => {}
             "user" => {}
-            "encoding_format" if value == "float" => {}
+            // The gateway writes the vectors as the client asked (base64: the OpenAI SDK's default).
+            "encoding_format" => {}
             "input_type" if value.is_string() => input_type = Some(value.clone()),
             _ => {
                 return Err(ProviderError::unsupported(format!(
@@ -35,21 +36,17 @@ pub(super) async fn embed(
     }
     if model.contains("cohere.embed") {
         let input_type = input_type.unwrap_or_else(|| json!("search_document"));
-        let body = json!({ "texts": texts, "input_type": input_type });
-        let answer = call_model(provider, &call, &body).await?;
-        let vectors = answer.get("embeddings").and_then(Value::as_array).cloned().unwrap_or_default();
-        let data = vectors.iter().enumerate().map(|(i, v)| vector(i, v)).collect::<Result<Vec<_>, _>>()?;
-        return Ok(EmbeddingsResponse {
-            data,
-            model: call.model.to_owned(),
-            ..EmbeddingsResponse::default()
-        });
+        return cohere(provider, &call, request, (&texts, input_type)).await;
     }
     if !model.contains("titan-embed") {
         return Err(ProviderError::unsupported(format!(
             "model `{}` does not embed on Bedrock here (Titan and Cohere embedding models do)",
             call.model
         )));
+    }
+    // Only Titan Text Embeddings v2 takes `dimensions`; sent to another, it is refused.
+    if request.dimensions.is_some() && !model.contains("text-v2") {
+        return Err(ProviderError::unsupported(format!("`dimensions`: `{}` embeds at one size", call.model)));
     }
     let mut data = Vec::with_capacity(texts.len());
     let mut tokens = 0u32;
@@ -69,6 +66,48 @@ pub(super) async fn embed(
         ..EmbeddingsResponse::default()
     })
 }
+
+/// Cohere's vectors of `texts`, in calls of at most [`COHERE_BATCH`] texts. Embed v4 is asked
+/// for float vectors (answered by type, `embeddings.float`) of the request's `dimensions`
+/// (`output_dimension`); v3 answers a list and embeds at one size, so `dimensions` is refused.
+async fn cohere(
+    provider: &BedrockProvider,
+    call: &Call<'_>,
+    request: &EmbeddingsRequest,
+    (texts, input_type): (&[&str], Value),
+) -> Result<EmbeddingsResponse, ProviderError> {
+    let v4 = call.model.to_ascii_lowercase().contains("embed-v4");
+    if request.dimensions.is_some() && !v4 {
+        return Err(ProviderError::unsupported(format!("`dimensions`: `{}` embeds at one size", call.model)));
+    }
+    let mut data = Vec::with_capacity(texts.len());
+    for batch in texts.chunks(COHERE_BATCH) {
+        let mut body = json!({ "texts": batch, "input_type": input_type });
+        if v4 {
+            body["embedding_types"] = json!(["float"]);
+            if let Some(dimensions) = request.dimensions {
+                body["output_dimension"] = json!(dimensions);
+            }
+        }
+        let answer = call_model(provider, call, &body).await?;
+        let vectors = match answer.get("embeddings") {
+            Some(Value::Array(vectors)) => vectors,
+            Some(by_type) => by_type.get("float").and_then(Value::as_array).map_or(&[][..], Vec::as_slice),
+            None => &[][..],
+        };
+        if vectors.len() != batch.len() {
+            let detail = format!("Cohere returned {} vectors for {} texts", vectors.len(), batch.len());
+            return Err(ProviderError::new(ErrorKind::MalformedResponse, detail));
+        }
+        for v in vectors {
+            data.push(vector(data.len(), v)?);
+        }
+    }
+    Ok(EmbeddingsResponse { data, model: call.model.to_owned(), ..EmbeddingsResponse::default() })
+}
+
+/// The most texts one Cohere embed call takes.
+const COHERE_BATCH: usize = 96;
 
 /// One InvokeModel call with `body`, its answer as JSON.
 async fn call_model(

@@ -8,8 +8,9 @@ use switchyard::chat::EmbeddingsRequest;
 use super::request::invalid_request;
 
 /// Per-request embedding options: `outputDimensionality` from `dimensions`, and Gemini's own
-/// `taskType` / `title` when given in `extra`. OpenAI's `user` and `encoding_format: float` are
-/// harmless; anything else is refused.
+/// `taskType` / `title` when given in `extra`. OpenAI's `user` and `encoding_format` are
+/// harmless (the gateway writes the vectors as the client asked: base64 is the OpenAI SDK's
+/// default); anything else is refused.
 pub(crate) fn embedding_options(request: &EmbeddingsRequest) -> Result<Map<String, Value>, ProviderError> {
     let mut options = Map::new();
     if let Some(dimensions) = request.dimensions {
@@ -19,7 +20,7 @@ pub(crate) fn embedding_options(request: &EmbeddingsRequest) -> Result<Map<Strin
         match key.as_str() {
             _ if value.is_null() => {}
             "user" => {}
-            "encoding_format" if value == "float" => {}
+            "encoding_format" => {}
             "taskType" | "title" => {
                 options.insert(key.clone(), value.clone());
             }

@@ -14,8 +14,13 @@ use switchyard::{ErrorKind, ProviderError};
 
 use crate::{gemini, http};
 
-/// The `predict` body for `request`, and how many texts it embeds.
-pub(super) fn predict_body(request: &EmbeddingsRequest) -> Result<(Vec<u8>, usize), ProviderError> {
+/// The `predict` bodies for `request` to `model`, and how many texts each embeds: one call for
+/// at most [`PREDICT_BATCH`] texts, and one text a call for `gemini-embedding-*`, which Vertex
+/// embeds one instance at a time.
+pub(super) fn predict_bodies(
+    request: &EmbeddingsRequest,
+    model: &str,
+) -> Result<Vec<(Vec<u8>, usize)>, ProviderError> {
     let options = gemini::embedding_options(request)?;
     let texts: Vec<&str> = match &request.input {
         EmbeddingInput::One(text) => vec![text],
@@ -31,22 +36,32 @@ pub(super) fn predict_body(request: &EmbeddingsRequest) -> Result<(Vec<u8>, usiz
     if let Some(title) = options.get("title") {
         shared.insert("title".into(), title.clone());
     }
-    let instances: Vec<Value> = texts
-        .iter()
-        .map(|text| {
-            let mut instance = shared.clone();
-            instance.insert("content".into(), json!(text));
-            Value::Object(instance)
+    let per_call = if model.to_ascii_lowercase().contains("gemini-embedding") { 1 } else { PREDICT_BATCH };
+    texts
+        .chunks(per_call)
+        .map(|batch| {
+            let instances: Vec<Value> = batch
+                .iter()
+                .map(|text| {
+                    let mut instance = shared.clone();
+                    instance.insert("content".into(), json!(text));
+                    Value::Object(instance)
+                })
+                .collect();
+            let mut body = json!({ "instances": instances });
+            if let Some(dimensions) = options.get("outputDimensionality") {
+                body["parameters"] = json!({ "outputDimensionality": dimensions });
+            }
+            let bytes = serde_json::to_vec(&body).map_err(|error| {
+                ProviderError::unsupported(format!("the request could not be encoded: {error}"))
+            })?;
+            Ok((bytes, batch.len()))
         })
-        .collect();
-    let mut body = json!({ "instances": instances });
-    if let Some(dimensions) = options.get("outputDimensionality") {
-        body["parameters"] = json!({ "outputDimensionality": dimensions });
-    }
-    let bytes = serde_json::to_vec(&body)
-        .map_err(|error| ProviderError::unsupported(format!("the request could not be encoded: {error}")))?;
-    Ok((bytes, texts.len()))
+        .collect()
 }
+
+/// The most texts one `predict` call embeds (Vertex AI's text embedding models take 250).
+const PREDICT_BATCH: usize = 250;
 
 #[derive(Deserialize)]
 struct PredictResponse {
@@ -111,6 +126,21 @@ pub(super) fn answer(bytes: &[u8], texts: usize, model: &str) -> Result<Embeddin
     })
 }
 
+/// The answers of two calls as one: `next`'s vectors after `first`'s, numbered on, and the
+/// tokens both counted.
+pub(super) fn joined(mut first: EmbeddingsResponse, next: EmbeddingsResponse) -> EmbeddingsResponse {
+    let offset = u32::try_from(first.data.len()).unwrap_or(u32::MAX);
+    first.data.extend(next.data.into_iter().map(|e| Embedding { index: e.index + offset, ..e }));
+    first.usage = match (first.usage, next.usage) {
+        (Some(a), Some(b)) => {
+            let tokens = a.prompt_tokens.saturating_add(b.prompt_tokens);
+            Some(Usage { prompt_tokens: tokens, total_tokens: tokens, ..Usage::default() })
+        }
+        (a, b) => a.or(b),
+    };
+    first
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,7 +159,7 @@ mod tests {
             json!({ "taskType": "RETRIEVAL_QUERY", "encoding_format": "float" }),
         );
         asked.dimensions = Some(256);
-        let (body, texts) = predict_body(&asked).unwrap();
+        let [(body, texts)] = predict_bodies(&asked, "text-embedding-005").unwrap().try_into().unwrap();
         let body: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(texts, 2);
         assert_eq!(
@@ -142,7 +172,10 @@ mod tests {
                 "parameters": { "outputDimensionality": 256 }
             })
         );
-        let (one, _) = predict_body(&request(EmbeddingInput::One("a".into()), json!({}))).unwrap();
+        let [(one, _)] = predict_bodies(&request(EmbeddingInput::One("a".into()), json!({})), "m")
+            .unwrap()
+            .try_into()
+            .unwrap();
         assert_eq!(
             serde_json::from_slice::<Value>(&one).unwrap(),
             json!({ "instances": [{ "content": "a" }] })
@@ -150,10 +183,23 @@ mod tests {
     }
 
     #[test]
+    fn texts_go_in_calls_of_at_most_250_and_one_at_a_time_to_gemini_embedding() {
+        let texts = EmbeddingInput::Many((0..300).map(|i| i.to_string()).collect());
+        let asked = request(texts, json!({}));
+        let sizes =
+            |model| predict_bodies(&asked, model).unwrap().iter().map(|(_, n)| *n).collect::<Vec<_>>();
+        assert_eq!(sizes("text-embedding-005"), [250, 50]);
+        let two = request(EmbeddingInput::Many(vec!["a".into(), "b".into()]), json!({}));
+        let calls = predict_bodies(&two, "gemini-embedding-001").unwrap();
+        assert_eq!(calls.iter().map(|(_, n)| *n).collect::<Vec<_>>(), [1, 1]);
+    }
+
+    #[test]
     fn an_unknown_member_or_no_text_is_refused_before_sending() {
-        let unknown = predict_body(&request(EmbeddingInput::One("a".into()), json!({ "truncate": "END" })));
+        let unknown =
+            predict_bodies(&request(EmbeddingInput::One("a".into()), json!({ "truncate": "END" })), "m");
         assert!(unknown.unwrap_err().is_unsupported());
-        let empty = predict_body(&request(EmbeddingInput::Many(Vec::new()), json!({})));
+        let empty = predict_bodies(&request(EmbeddingInput::Many(Vec::new()), json!({})), "m");
         assert!(empty.unwrap_err().is_unsupported());
     }
 
