@@ -258,6 +258,12 @@ async fn embeddings_come_back_as_the_client_asked_floats_unwidened_or_base64() {
     assert_eq!(refused.status(), 400);
     let body = json_of(refused).await;
     assert!(body["error"]["message"].as_str().unwrap().contains("encoding_format"), "{body}");
+
+    // Nothing to embed is refused as OpenAI refuses it, whichever provider the route names.
+    let empty = gateway.post("/v1/embeddings", serde_json::json!({ "model": "default", "input": [] })).await;
+    assert_eq!(empty.status(), 400);
+    let body = json_of(empty).await;
+    assert!(body["error"]["message"].as_str().unwrap().contains("input is empty"), "{body}");
 }
 
 #[tokio::test]

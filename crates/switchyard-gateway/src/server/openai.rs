@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use switchyard::chat::{ChatRequest, Dialect, EmbeddingsRequest};
+use switchyard::chat::{ChatRequest, Dialect, EmbeddingInput, EmbeddingsRequest};
 use switchyard_providers::openai::codec;
 
 use super::auth::{client_key, unauthorized};
@@ -127,7 +127,16 @@ pub async fn embeddings(
 ) -> Response {
     let parsed = serde_json::from_slice::<EmbeddingsRequest>(&body)
         .map_err(|e| invalid_json(&e))
-        .and_then(|request| Encoding::of(&request).map(|_| request));
+        .and_then(|request| Encoding::of(&request).map(|_| request))
+        .and_then(|request| match &request.input {
+            // As OpenAI refuses it: no provider is asked to embed nothing.
+            EmbeddingInput::Many(texts) if texts.is_empty() => Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "input is empty: give at least one text to embed",
+            )),
+            _ => Ok(request),
+        });
     let (exchange, request) = match context.accept(&state, parsed, |r: &EmbeddingsRequest| &r.model).await {
         Ok(accepted) => accepted,
         Err(response) => return *response,
