@@ -492,20 +492,34 @@ impl Router {
     }
 
     /// Embeds along a route. Fallback stays within one embedding space: vectors of two models
-    /// are not interchangeable.
+    /// are not interchangeable. The space is the first target's, unless no target of it can
+    /// embed (a chat model first on the route): then the next space's.
     pub async fn embeddings(
         &self,
         request: &EmbeddingsRequest,
         options: &RequestOptions,
     ) -> Result<EmbeddingsAnswer, RouteError> {
-        let mut resolved = self.inner.resolve(&request.model)?;
-        if !resolved.explicit {
-            let targets = resolved.route.targets();
-            let space = targets[0].embedding_space().to_owned();
-            resolved.chain =
-                targets.iter().filter(|t| t.embedding_space() == space).map(|t| t.target.clone()).collect();
+        let resolved = self.inner.resolve(&request.model)?;
+        let chains = match resolved.explicit {
+            true => vec![resolved.chain.clone()],
+            false => self.inner.embedding_spaces(resolved.route.targets()),
+        };
+        let mut outcome = None;
+        for chain in chains {
+            let resolved = resolve::Resolved { chain, ..resolved.clone() };
+            let attempt = self.run(&EmbeddingsExchange(request), resolved, options).await;
+            let unsupported = |error: &RouteError| {
+                let trail = error.trail();
+                !trail.is_empty()
+                    && trail.iter().all(|a| a.outcome == crate::trail::Outcome::SkippedUnsupported)
+            };
+            let go_on = attempt.as_ref().is_err_and(unsupported);
+            outcome = Some(attempt);
+            if !go_on {
+                break;
+            }
         }
-        let served = self.run(&EmbeddingsExchange(request), resolved, options).await?;
+        let served = outcome.expect("a route has at least one target")?;
         let usage = served.output.usage.map(|u| Usage::new(u.prompt_tokens, 0));
         let cost = self.cost(served.answered.as_ref(), usage.as_ref());
         Ok(EmbeddingsAnswer {

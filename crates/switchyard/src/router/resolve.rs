@@ -10,6 +10,7 @@ use crate::route::{MODEL_PLACEHOLDER, Rotation, Route, RouteTarget};
 use crate::{RouteError, Target};
 
 /// What a request resolved to: the governing route, the chain, and whether it named a target.
+#[derive(Clone)]
 pub(super) struct Resolved {
     pub(super) route: Arc<Route>,
     pub(super) chain: Vec<Target>,
@@ -17,6 +18,29 @@ pub(super) struct Resolved {
 }
 
 impl Inner {
+    /// The chains of `targets` by embedding space, in the order the spaces first appear. A
+    /// target's space is its `embedding_space`, else the provider's own id of its model (two
+    /// route-side names of one model are one space; one name over two providers' models, two).
+    pub(super) fn embedding_spaces(&self, targets: &[crate::route::RouteTarget]) -> Vec<Vec<Target>> {
+        let space = |t: &crate::route::RouteTarget| -> String {
+            if let Some(space) = &t.embedding_space {
+                return space.clone();
+            }
+            let slot = self.providers.get(t.target.provider());
+            let model = slot.and_then(|slot| slot.provider_model(t.target.model()));
+            model.map_or_else(|| t.target.model().to_owned(), |model| model.to_string())
+        };
+        let mut spaces: Vec<(String, Vec<Target>)> = Vec::new();
+        for target in targets {
+            let name = space(target);
+            match spaces.iter_mut().find(|(known, _)| *known == name) {
+                Some((_, chain)) => chain.push(target.target.clone()),
+                None => spaces.push((name, vec![target.target.clone()])),
+            }
+        }
+        spaces.into_iter().map(|(_, chain)| chain).collect()
+    }
+
     /// The route or target `model` names; an empty model takes the default route.
     ///
     /// A route's own name first; then a `provider:model` target of a configured provider;

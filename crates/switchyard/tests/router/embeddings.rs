@@ -105,3 +105,46 @@ async fn an_embedding_costs_its_input_at_the_price_of_the_target_that_answered()
     assert_eq!(answer.response.usage.map(|u| u.prompt_tokens), Some(3));
     assert_eq!(answer.cost, Some(3.0), "three input tokens at a dollar each");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_route_whose_first_target_cannot_embed_embeds_with_the_next_space() {
+    // A chat model first: its provider does not embed.
+    let chat = SimulatedProvider::new()
+        .script([Step::Fail(switchyard::ProviderError::unsupported("this provider does not embed"))]);
+    let embedder = SimulatedProvider::new();
+    let route = Route::builder("mixed").target("chat:claude").target("embedder:text-embedding-3-small");
+    let router = router(&[("chat", &chat), ("embedder", &embedder)], route);
+
+    let answer = router.embeddings(&embed("mixed"), &RequestOptions::default()).await.unwrap();
+    assert_eq!(answer.served_by.to_string(), "embedder:text-embedding-3-small");
+    assert_eq!(answer.response.data.len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_route_side_name_for_two_providers_models_is_two_spaces() {
+    // `embed` is OpenAI's text-embedding-3-small on one provider and Titan on the other.
+    let openai = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let titan = SimulatedProvider::new();
+    let router = switchyard::Router::builder()
+        .provider(
+            switchyard::ProviderEntry::new("openai", openai.clone()).model("embed", "text-embedding-3-small"),
+        )
+        .provider(
+            switchyard::ProviderEntry::new("bedrock", titan.clone())
+                .model("embed", "amazon.titan-embed-text-v2:0"),
+        )
+        .route(
+            Route::builder("embed")
+                .target("openai:embed")
+                .target("bedrock:embed")
+                .retry(quick_retry(1))
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+
+    let error = router.embeddings(&embed("embed"), &RequestOptions::default()).await.unwrap_err();
+    assert!(matches!(error, RouteError::Upstream { .. } | RouteError::AllTargetsFailed { .. }), "{error:?}");
+    assert_eq!(titan.calls(), 0, "Titan's vectors are not OpenAI's");
+}
