@@ -194,6 +194,22 @@ pub(super) struct Unanswered {
     pub(super) cut: Cut,
 }
 
+/// A half-open probe's slot, given back if its attempt is dropped before it ends.
+struct ProbeGuard<'a> {
+    health: &'a crate::health::HealthBoard,
+    target: crate::Target,
+    credentials: &'a [crate::credential::CredentialId],
+    armed: bool,
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.health.release_probe(&self.target, self.credentials);
+        }
+    }
+}
+
 /// How one call ended.
 pub(super) type CallEnd<O> = Result<Reply<O>, Unanswered>;
 
@@ -212,23 +228,37 @@ impl<'r, X: Exchange> Run<'r, X> {
             Ok(who) => who,
             Err(skip) => return AttemptEnd::Skipped(skip),
         };
+        // Held until the attempt ends and its outcome decides the circuit; dropped before
+        // (the caller went away), it lets the slot go for the next request to probe at once.
+        let mut probe = ProbeGuard {
+            health: &self.ctx.inner.health,
+            target: who.target.clone(),
+            credentials: &slot.credential_ids,
+            armed: who.probe,
+        };
         if tries.pending.is_none() {
             self.record.calling(&who.target, self.verdict.last_kind());
         }
         let started = Instant::now();
         let permit = match self.permit(&who).await {
             Ok(permit) => permit,
-            Err(refused) => return AttemptEnd::PacerRefused(refused),
+            Err(refused) => {
+                // Its outcome gives the slot back.
+                probe.armed = false;
+                return AttemptEnd::PacerRefused(refused);
+            }
         };
         let span = self.ctx.options.trace.map(|trace| trace.child());
         let out = Outgoing { who, started, permit, span };
-        match self.hedge_delay(tries) {
+        let end = match self.hedge_delay(tries) {
             None => {
                 let end = self.ctx.call(&out.who, out.permit.as_ref(), span, self.plan.remaining()).await;
                 AttemptEnd::Called(self.ended(out, end))
             }
             Some(delay) => self.send_hedged(out, delay).await,
-        }
+        };
+        probe.armed = false;
+        end
     }
 
     /// Waits for the pacer's permit, counted against the deadline. A refusal is a failure

@@ -626,3 +626,16 @@ async fn a_probe_the_target_refuses_as_unsupported_gives_the_slot_back_for_the_n
     assert_eq!(router.target_health(&target("a:m")).breaker, "closed");
     assert_eq!(a.calls(), 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_whose_caller_went_away_gives_its_slot_back_at_once() {
+    // The probe hangs, and its caller gives up: the next request probes, not waits the limit.
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable), Step::Hang, Step::Reply]);
+    let b = SimulatedProvider::new();
+    let router = half_open(&a, &b, Duration::from_secs(10)).await;
+
+    let gone = tokio::time::timeout(Duration::from_secs(1), router.chat(&request("default"))).await;
+    assert!(gone.is_err(), "the caller went away mid-probe");
+    let next = router.chat(&request("default")).await.unwrap();
+    assert_eq!(next.served_by.to_string(), "a:m", "probed again at once: {:?}", next.trail.outcomes());
+}
