@@ -95,6 +95,12 @@ gateway:
     assert_eq!(route.targets().len(), 3);
     assert_eq!(route.targets()[2].target.model(), "qwen3:8b");
     assert_eq!(route.retry().max_wait, std::time::Duration::from_secs(5));
+    // `total` alone was meant for every attempt: those answered whole too.
+    let timeouts = route.timeouts();
+    assert_eq!(
+        (timeouts.total, timeouts.whole),
+        (std::time::Duration::from_secs(120), std::time::Duration::from_secs(120))
+    );
     assert_eq!(loaded.router.credentials("claude").unwrap().len(), 2);
     assert_eq!(loaded.gateway.keys.len(), 1);
     assert_eq!(loaded.listen.port(), 4680);

@@ -11,9 +11,14 @@ pub struct Timeouts {
     pub first_byte: Duration,
     /// Between two chunks of a stream. Default 30 s.
     pub idle: Duration,
-    /// One whole attempt. Default 600 s, as the OpenAI and Anthropic SDKs wait: an agent's
-    /// long answer streams for minutes, and `first_byte` and `idle` catch a provider gone quiet.
+    /// One whole attempt that streams. Default 600 s, as the OpenAI and Anthropic SDKs wait: an
+    /// agent's long answer streams for minutes, and `first_byte` and `idle` catch a provider
+    /// gone quiet.
     pub total: Duration,
+    /// One attempt answered whole (embeddings; a chat asked whole: `stream_upstream: false`, or
+    /// a provider that refuses to stream it), which says nothing until its end: its silence is
+    /// caught only here. Default 120 s (a configuration that sets `total` alone sets this too).
+    pub whole: Duration,
     /// The whole request, queueing, retries and fallbacks included. Default none.
     pub deadline: Option<Duration>,
 }
@@ -24,6 +29,7 @@ impl Default for Timeouts {
             first_byte: Duration::from_secs(30),
             idle: Duration::from_secs(30),
             total: Duration::from_secs(600),
+            whole: Duration::from_secs(120),
             deadline: None,
         }
     }

@@ -605,6 +605,7 @@ pub struct TimeoutsConfig {
     pub first_byte: Option<DurationText>,
     pub idle: Option<DurationText>,
     pub total: Option<DurationText>,
+    pub whole: Option<DurationText>,
     pub deadline: Option<DurationText>,
 }
 

@@ -125,7 +125,14 @@ impl Exchange for ChatExchange<'_> {
         let answer = match self.asks_a_stream(provider) {
             true => Box::pin(async move {
                 match super::assembled::assembled(provider, call, self.request).await {
-                    Err(error) if refuses_to_stream(&error) => provider.chat(call, self.request).await,
+                    Err(error) if refuses_to_stream(&error) => {
+                        // Answered whole, it says nothing until its end: within `whole`.
+                        let limit = call.timeouts.whole;
+                        let whole = tokio::time::timeout(limit, provider.chat(call, self.request));
+                        whole.await.map_err(|_| {
+                            ProviderError::silence(format!("no answer within the whole timeout of {limit:?}"))
+                        })?
+                    }
                     answered => answered,
                 }
             }),
@@ -147,7 +154,10 @@ impl Exchange for ChatExchange<'_> {
     }
 
     fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {
-        (route.timeouts().total, "total")
+        match self.streamed {
+            true => (route.timeouts().total, "total"),
+            false => (route.timeouts().whole, "whole"),
+        }
     }
 
     fn is_content_filtered(&self, output: &ChatResponse) -> bool {
@@ -184,7 +194,14 @@ impl Exchange for ChatExchange<'_> {
 /// "Streaming is not supported"): a whole answer the route asked as a stream is then asked
 /// whole, as the client asked it.
 fn refuses_to_stream(error: &ProviderError) -> bool {
-    error.kind() == ErrorKind::InvalidRequest && error.detail().to_ascii_lowercase().contains("stream")
+    let detail = error.detail().to_ascii_lowercase();
+    // "stream" as a word of its own (`stream`, stream_options, streaming), not inside "upstream".
+    let names_streaming = detail
+        .match_indices("stream")
+        .any(|(at, _)| !detail[..at].chars().next_back().is_some_and(|c| c.is_ascii_alphabetic()));
+    error.kind() == ErrorKind::InvalidRequest
+        && error.status().is_none_or(|status| status == 400)
+        && names_streaming
 }
 
 /// Fails an answer for an Anthropic client whose tool call's arguments are not a JSON object (a
@@ -230,7 +247,7 @@ impl Exchange for EmbeddingsExchange<'_> {
     }
 
     fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {
-        (route.timeouts().total, "total")
+        (route.timeouts().whole, "whole")
     }
 
     fn is_content_filtered(&self, _: &EmbeddingsResponse) -> bool {

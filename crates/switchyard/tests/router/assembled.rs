@@ -24,6 +24,7 @@ fn limits(first_byte: u64, idle: u64) -> Timeouts {
         first_byte: Duration::from_secs(first_byte),
         idle: Duration::from_secs(idle),
         total: Duration::from_secs(120),
+        whole: Duration::from_secs(120),
         deadline: None,
     }
 }

@@ -201,3 +201,24 @@ async fn a_whole_answer_asked_as_a_stream_that_outlasts_its_total_is_its_timeout
     assert_eq!(error.kind(), ErrorKind::Timeout);
     assert!(error.detail().contains("total timeout of 4s"), "not the share's cut: {error:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_answered_whole_waits_whole_not_a_streams_total() {
+    // Embeddings say nothing until their end: a silent provider is left after `whole` (120 s by
+    // default), not the 600 s a long stream may take.
+    let silent = SimulatedProvider::new().script([Step::Hang]);
+    let ok = SimulatedProvider::new();
+    let route = Route::builder("default").target("silent:e").target("ok:e");
+    let router = router(&[("silent", &silent), ("ok", &ok)], route);
+    let request = switchyard::chat::EmbeddingsRequest {
+        model: "default".into(),
+        input: switchyard::chat::EmbeddingInput::One("a".into()),
+        dimensions: None,
+        extra: Default::default(),
+    };
+    let start = Instant::now();
+    let answer = router.embeddings(&request, &RequestOptions::default()).await.unwrap();
+    assert_eq!(start.elapsed(), Timeouts::default().whole);
+    assert_eq!(Timeouts::default().whole, Duration::from_secs(120));
+    assert_eq!(answer.served_by.to_string(), "ok:e");
+}

@@ -192,6 +192,8 @@ fn retry_and_timeouts(mut builder: RouteBuilder, config: &file::RouteConfig) -> 
             first_byte: timeouts.first_byte.map_or(default.first_byte, |d| d.0),
             idle: timeouts.idle.map_or(default.idle, |d| d.0),
             total: timeouts.total.map_or(default.total, |d| d.0),
+            // A configuration that sets `total` alone meant it for every attempt.
+            whole: timeouts.whole.or(timeouts.total).map_or(default.whole, |d| d.0),
             deadline: timeouts.deadline.map(|d| d.0),
         };
         builder = builder.timeouts(timeouts);
