@@ -42,8 +42,9 @@ struct State {
     /// Calls dispatched whose permits are still held (streams until they end).
     active: u32,
     learned: Option<RateLimits>,
-    /// The tokens dispatched calls have given back so far, their answers having used less than
-    /// their estimates: a call booked before they came back waits that much less.
+    /// The tokens dispatched calls have given back so far, net: what their answers used less
+    /// than their estimates, less what some used beyond. A call booked before they came back
+    /// waits that much less.
     given_back: f64,
 }
 
@@ -674,9 +675,14 @@ impl PermitGuard for Reservation {
                 // failure generated nothing.
                 let back = self.tokens - used_tokens.map_or(0.0, f64::from);
                 bucket.give(back);
-                if back > 0.0 && self.dispatch.is_some() {
+                // Only an answer that told its usage gives waiters its unused tokens (what it
+                // used beyond its estimate is taken from them); a call cut or abandoned without
+                // it may have spent them all.
+                if used_tokens.is_some() && self.dispatch.is_some() {
                     state.given_back += back;
-                    self.lane.given_back.notify_waiters();
+                    if back > 0.0 {
+                        self.lane.given_back.notify_waiters();
+                    }
                 }
             }
             // Answered (or failed): no longer a call whose headers may still come.

@@ -72,3 +72,30 @@ async fn a_call_waiting_for_tokens_goes_when_the_calls_before_it_give_back_what_
     assert!(went[1] <= 250 && went[2] <= 500, "{went:?}");
     assert!(went[1] >= 100 && went[2] >= went[1] + 100, "each after the one before answered: {went:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_ends_without_its_usage_gives_waiters_nothing_it_may_have_spent() {
+    // The first call's stream is cut before its usage came: it may have written its 1,000
+    // tokens, so the one waiting behind it waits the 10 s they take to refill.
+    let key = credential("sk-one-0123456789");
+    let limits = Limits { tokens_per_minute: Some(6000), ..Limits::default() };
+    let pacer = std::sync::Arc::new(LimitPacer::new([("a".to_owned(), limits)]));
+    let start = tokio::time::Instant::now();
+    let ask = |pacer: std::sync::Arc<LimitPacer>, key: CredentialId| async move {
+        let request = PaceRequest {
+            provider: "a",
+            credential_id: &key,
+            estimated_tokens: 1000,
+            deadline: None,
+            spill_after: None,
+        };
+        pacer.acquire(request).await.unwrap()
+    };
+    let mut first = ask(pacer.clone(), key.clone()).await;
+    let second = tokio::spawn(ask(pacer.clone(), key.clone()));
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    first.settle(None);
+    let mut second = second.await.unwrap();
+    assert!(start.elapsed() >= std::time::Duration::from_secs(9), "{:?}", start.elapsed());
+    second.settle(Some(10));
+}
