@@ -280,6 +280,16 @@ async fn an_anthropic_clients_structured_output_and_one_call_at_a_time_reach_an_
     );
     assert_eq!(format["json_schema"]["schema"]["required"], serde_json::json!(["city"]), "{sent}");
     assert!(sent.get("output_config").is_none(), "{sent}");
+
+    // A schema with an optional property, which OpenAI's strict mode refuses: asked not strict.
+    let optional = body.replacen(r#""required":["city"],"#, "", 1);
+    let gpt = Upstream::start(OPENAI_ANSWER, "").await;
+    let gateway = self::gateway("openai", "/v1", &gpt, "gpt-4o").await;
+    let (status, answer) = post(gateway, "/v1/messages", &optional).await;
+    assert_eq!(status, 200, "{answer}");
+    let sent: serde_json::Value = serde_json::from_str(&gpt.received().1).unwrap();
+    assert_eq!(sent["response_format"]["type"], "json_schema", "{sent}");
+    assert_eq!(sent["response_format"]["json_schema"].get("strict"), None, "{sent}");
 }
 
 #[tokio::test]
