@@ -93,6 +93,13 @@ pub(crate) fn is_beta_refusal(status: u16, message: &str) -> bool {
     status == 400 && message.to_ascii_lowercase().contains("invalid beta flag")
 }
 
+/// Whether a validation error says the model lacks what the request uses (images, tools, a
+/// document), not that the request is malformed.
+fn lacks_a_capability(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    message.contains("doesn't support") || message.contains("does not support")
+}
+
 /// The error of a non-2xx answer: its type from the `x-amzn-errortype` header or the body,
 /// its message from the body (`message` or `Message`), both cut of every secret.
 pub(crate) fn http_error(
@@ -116,6 +123,10 @@ pub(crate) fn http_error(
     let detail = redactor.clean(&http::excerpt(&message));
     let mut error = if is_beta_refusal(status, &message) {
         ProviderError::unsupported(format!("the provider refused a beta flag: {detail}"))
+    } else if kind == "ValidationException" && lacks_a_capability(&message) {
+        // "This model doesn't support the image field for user messages", tool use, a
+        // document: this model cannot take the request, another may.
+        ProviderError::unsupported(format!("the model cannot take this request: {detail}"))
     } else {
         ProviderError::new(kind_of(&kind, &message, Some(status)), detail)
     };
@@ -237,6 +248,16 @@ mod tests {
         assert_eq!((error.kind(), error.code()), (ErrorKind::Auth, Some("UnrecognizedClientException")));
         let error = http_error(502, None, "<html>bad gateway</html>", None, &redactor);
         assert_eq!((error.kind(), error.code()), (ErrorKind::Unavailable, None));
+    }
+
+    #[test]
+    fn a_model_without_a_capability_the_request_uses_is_unsupported() {
+        let body = r#"{"message":"This model doesn't support the image field for user messages."}"#;
+        let error = http_error(400, Some("ValidationException"), body, None, &Redactor::default());
+        assert!(error.is_unsupported(), "{error:?}");
+        let malformed = r#"{"message":"1 validation error detected: Value at 'messages.1.member.content.2.member.image.format' failed to satisfy constraint"}"#;
+        let error = http_error(400, Some("ValidationException"), malformed, None, &Redactor::default());
+        assert!(!error.is_unsupported() && error.kind() == ErrorKind::InvalidRequest, "{error:?}");
     }
 
     #[test]
