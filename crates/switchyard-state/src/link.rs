@@ -538,8 +538,9 @@ fn absent(error: &redis::RedisError) -> bool {
 /// degrades the link at once (no count of failures, as for silence), and what was refused is
 /// written back once Redis serves again.
 fn refusing(error: &redis::RedisError) -> bool {
-    const REFUSALS: [&str; 8] =
-        ["OOM", "READONLY", "MASTERDOWN", "LOADING", "NOAUTH", "WRONGPASS", "MISCONF", "NOPERM"];
+    // Not NOPERM: an ACL refuses one command or key, not every write.
+    const REFUSALS: [&str; 7] =
+        ["OOM", "READONLY", "MASTERDOWN", "LOADING", "NOAUTH", "WRONGPASS", "MISCONF"];
     error.kind() == redis::ErrorKind::AuthenticationFailed
         || error.code().is_some_and(|code| REFUSALS.contains(&code))
 }

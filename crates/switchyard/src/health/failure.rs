@@ -136,7 +136,8 @@ impl<'a> Failure<'a> {
         if let Some((c, change)) =
             self.credential_change(&mut records.credentials, HealthStatus::Unauthorized)
         {
-            c.retry_until = self.later(c.retry_until, Some(self.now + AUTH_REST));
+            // From this refusal on, whatever a trying call held it for.
+            c.retry_until = Some(self.now + AUTH_REST);
             change.apply(c, events);
         }
         if records.credentials.iter().all(|c| c.status == HealthStatus::Unauthorized) {

@@ -69,8 +69,9 @@ pub struct GateQuery<'a> {
     pub probe_lease: Duration,
 }
 
-/// The gate rules, on loaded records. Mutates only to move an open circuit to half-open and to
-/// take a probe slot, and only when the call will really be made.
+/// The gate rules, on loaded records. Mutates only to move an open circuit to half-open, to
+/// take a probe slot, and to let one call at a time try a refused key again, and only when
+/// the call will really be made.
 pub(super) fn decide(
     settings: &HealthSettings,
     records: &mut Records,
@@ -85,6 +86,14 @@ pub(super) fn decide(
     if probe {
         let take = BreakerInput::TakeProbe { now, lease: query.probe_lease };
         breaker::drive(&mut records.target, query.target, take, settings, &mut events);
+    }
+    // A refused key whose bench has passed is tried by one call at a time: the others wait
+    // out the call's limit (its outcome benches the key again or restores it), not all send
+    // it at once.
+    if let Some(key) = records.credentials.get_mut(credential)
+        && key.status == HealthStatus::Unauthorized
+    {
+        key.retry_until = Some(now + query.probe_lease.min(super::failure::AUTH_REST));
     }
     (Gate::Pass { credential, probe }, events)
 }

@@ -89,7 +89,10 @@ async fn retry_after_above_max_wait_goes_to_the_candidates() {
 
 #[tokio::test(start_paused = true)]
 async fn auth_error_is_never_retried_on_the_same_key_and_benches_it_for_a_minute() {
-    let primary = SimulatedProvider::new().script([Step::fail(ErrorKind::Auth)]);
+    let primary = SimulatedProvider::new().script([
+        Step::fail(ErrorKind::Auth),
+        Step::Delay(Duration::from_secs(1), Box::new(Step::Reply)),
+    ]);
     let secondary = SimulatedProvider::new();
     let router = Router::builder()
         .provider(keyed("a", &primary, &["sk-only-key-0001"]))
@@ -111,10 +114,17 @@ async fn auth_error_is_never_retried_on_the_same_key_and_benches_it_for_a_minute
     assert_eq!(again.trail.outcomes(), vec![Outcome::SkippedUnhealthy, Outcome::Ok]);
     assert_eq!(primary.calls(), 1, "a benched key is not used again while benched");
 
-    // A minute on (a key fixed upstream, a provider's auth outage over), it is tried again.
+    // A minute on (a key fixed upstream, a provider's auth outage over), it is tried again, by
+    // one call: another meanwhile goes to the fallback rather than try it too.
     tokio::time::advance(Duration::from_secs(60)).await;
-    let back = router.chat(&request("default")).await.unwrap();
+    let (first, second) = (request("default"), request("default"));
+    let (back, meanwhile) = tokio::join!(router.chat(&first), async {
+        tokio::task::yield_now().await;
+        router.chat(&second).await
+    });
+    let (back, meanwhile) = (back.unwrap(), meanwhile.unwrap());
     assert_eq!((back.served_by.to_string(), primary.calls()), ("a:m".to_owned(), 2));
+    assert_eq!(meanwhile.served_by.to_string(), "b:m");
     let health = router.health();
     let credential = health.credentials.iter().find(|c| c.credential_id == a_key).expect("recorded");
     assert_eq!(credential.status, HealthStatus::Available);
