@@ -58,7 +58,8 @@ enum Step {
 
 /// Reads YAML (or TOML) text. A syntax error is the only error: the parser cannot go on.
 pub(crate) fn read(text: &str, is_toml: bool, name: &str) -> Result<Parsed, ConfigError> {
-    let syntax = |message: String| ConfigError::one(name, "(syntax)", message.trim().to_owned());
+    // The parser quotes the line it stopped at, which may hold a key written inline.
+    let syntax = |message: String| ConfigError::one(name, "(syntax)", without_secrets(message.trim()));
     let (value, duplicates) = if is_toml {
         (toml::from_str::<Value>(text).map_err(|e| syntax(e.to_string()))?, Vec::new())
     } else {
@@ -82,6 +83,31 @@ pub(crate) fn read(text: &str, is_toml: bool, name: &str) -> Result<Parsed, Conf
     problems.append(&mut parsed.problems);
     parsed.problems = problems;
     Ok(parsed)
+}
+
+/// `message` with every word that looks like a secret (16 characters or more of a key's
+/// alphabet, letters and digits both) masked: a syntax error cannot tell which values are keys.
+fn without_secrets(message: &str) -> String {
+    let keyish = |c: char| c.is_ascii_alphanumeric() || "-_+/=.~".contains(c);
+    let mut out = String::with_capacity(message.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        let secret = word.len() >= 16
+            && word.chars().any(|c| c.is_ascii_digit())
+            && word.chars().any(|c| c.is_ascii_alphabetic());
+        out.push_str(if secret { "****" } else { word.as_str() });
+        word.clear();
+    };
+    for c in message.chars() {
+        if keyish(c) {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
 }
 
 /// The text's tree as a JSON value (`null` when it does not parse), for comparing two
@@ -345,6 +371,19 @@ mod tests {
             .iter()
             .map(|p| format!("{}: {}", p.path, p.message))
             .collect()
+    }
+
+    #[test]
+    fn a_syntax_error_on_a_line_with_a_key_does_not_quote_the_key() {
+        let key = "sk-FAKESYNTAXLEAK-0123456789abcdef";
+        for (text, toml) in [
+            (format!("providers:\n  oa: {{ api_key: \"{key}\", kind: openai, base_url: ] }}\n"), false),
+            (format!("[providers.oa]\napi_key = \"{key}\" kind = \"openai\"\n"), true),
+        ] {
+            let error = read(&text, toml, "t.yaml").err().expect("a syntax error").to_string();
+            assert!(!error.contains("FAKESYNTAXLEAK") && !error.contains("0123456789abcdef"), "{error}");
+            assert!(error.contains("(syntax)"), "{error}");
+        }
     }
 
     #[test]

@@ -89,10 +89,8 @@ async fn retry_after_above_max_wait_goes_to_the_candidates() {
 
 #[tokio::test(start_paused = true)]
 async fn auth_error_is_never_retried_on_the_same_key_and_benches_it_for_a_minute() {
-    let primary = SimulatedProvider::new().script([
-        Step::fail(ErrorKind::Auth),
-        Step::Delay(Duration::from_secs(1), Box::new(Step::Reply)),
-    ]);
+    let primary = SimulatedProvider::new()
+        .script([Step::fail(ErrorKind::Auth), Step::Delay(Duration::from_secs(1), Box::new(Step::Reply))]);
     let secondary = SimulatedProvider::new();
     let router = Router::builder()
         .provider(keyed("a", &primary, &["sk-only-key-0001"]))
