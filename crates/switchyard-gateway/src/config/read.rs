@@ -380,7 +380,8 @@ mod tests {
             (format!("providers:\n  oa: {{ api_key: \"{key}\", kind: openai, base_url: ] }}\n"), false),
             (format!("[providers.oa]\napi_key = \"{key}\" kind = \"openai\"\n"), true),
         ] {
-            let error = read(&text, toml, "t.yaml").err().expect("a syntax error").to_string();
+            let Err(error) = read(&text, toml, "t.yaml") else { panic!("a syntax error") };
+            let error = error.to_string();
             assert!(!error.contains("FAKESYNTAXLEAK") && !error.contains("0123456789abcdef"), "{error}");
             assert!(error.contains("(syntax)"), "{error}");
         }
