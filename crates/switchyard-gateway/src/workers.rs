@@ -75,14 +75,27 @@ impl Workers {
             let app = app.clone();
             let prepare = prepare.clone();
             let stop = stop.clone();
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            thread::Builder::new().name(format!("switchyard-worker-{index}")).spawn(move || {
-                let result = runtime.block_on(async move {
-                    prepare();
-                    work(inbox, app, limits, stop).await;
-                    Ok(())
+            // The runtime is made on its thread: made here, a thread that cannot start would drop
+            // it inside this runtime, a panic that hides why.
+            let worker = move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+                let result = runtime.and_then(|runtime| {
+                    runtime.block_on(async move {
+                        prepare();
+                        work(inbox, app, limits, stop).await;
+                        Ok(())
+                    })
                 });
                 let _ = finished.send(result);
+            };
+            thread::Builder::new().name(format!("switchyard-worker-{index}")).spawn(worker).map_err(|error| {
+                io::Error::new(
+                    error.kind(),
+                    format!(
+                        "cannot start worker thread {} of {threads} ({error}): lower `--threads` (`gateway.threads`) or raise the process's thread limit",
+                        index + 1
+                    ),
+                )
             })?;
             senders.push(connections);
             done.push(finished_rx);
