@@ -152,6 +152,16 @@ fn durations_take_units() {
     assert_eq!(config::parse_duration("1m30s"), Some(std::time::Duration::from_secs(90)));
     assert_eq!(config::parse_duration("5 minutes"), None);
     assert_eq!(config::parse_duration("-1s"), None);
+    // Past a day, as written (a month of kept responses is not a day's), up to a year.
+    assert_eq!(config::parse_duration("720h"), Some(std::time::Duration::from_secs(720 * 3600)));
+    assert_eq!(config::parse_duration("9000h"), None);
+
+    let text = "providers:\n  p: { kind: simulated }\nroutes:\n  default: { targets: [p:m], timeouts: { total: 99999999999999999999h } }\n";
+    let error = config::parse(text, false, "long.yaml")
+        .and_then(|file| config::build(file, config::Source::File("long.yaml".into()), &env).map(|_| ()))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("longer than a year"), "refused, not cut to a day: {error}");
 }
 
 /// A provider that costs money, with the gateway settings `gateway` adds.

@@ -29,6 +29,12 @@ pub(crate) fn seconds(value: f64) -> Duration {
 /// Go-style durations as OpenAI sends them: `6m0s`, `1.5s`, `20ms`, `1h2m3.5s`, `250us`.
 /// Clamped to [`MAX_DURATION`]; `None` when the text is not such a duration.
 pub fn parse_duration(text: &str) -> Option<Duration> {
+    duration_seconds(text).map(|total| seconds(total.min(MAX_DURATION.as_secs_f64())))
+}
+
+/// The seconds a Go-style duration says, unclamped (a configuration refuses what is too long
+/// rather than shorten it unseen); `None` when the text is not such a duration.
+pub fn duration_seconds(text: &str) -> Option<f64> {
     let text = text.trim();
     if text.is_empty() {
         return None;
@@ -57,10 +63,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
         };
         total += number * scale;
     }
-    if !total.is_finite() {
-        return None;
-    }
-    Some(seconds(total.min(MAX_DURATION.as_secs_f64())))
+    total.is_finite().then_some(total)
 }
 
 /// RFC 3339 timestamps: `2025-01-01T00:00:30Z`, `2025-01-01T00:00:30.5+02:00`.

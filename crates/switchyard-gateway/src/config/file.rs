@@ -809,9 +809,16 @@ impl serde::de::Visitor<'_> for DurationVisitor {
         if let Some(message) = unit_missing(v) {
             return Err(E::custom(message));
         }
-        parse_duration(v).map(DurationText).ok_or_else(|| E::custom(bad_duration(v)))
+        let seconds = config_seconds(v).ok_or_else(|| E::custom(bad_duration(v)))?;
+        if seconds > LONGEST.as_secs_f64() {
+            return Err(E::custom(format!("duration `{v}` is longer than a year, the most a setting takes")));
+        }
+        Ok(DurationText(Duration::from_secs_f64(seconds)))
     }
 }
+
+/// The longest duration a setting takes.
+const LONGEST: Duration = Duration::from_secs(366 * 24 * 3600);
 
 fn bad_duration(text: &str) -> String {
     format!("bad duration `{text}`: write a number with a unit, like 250ms, 30s, 5m or 1h")
@@ -836,13 +843,19 @@ fn no_unit(text: &str, number: f64) -> String {
     format!("`{text}` has no unit: write {first} or {second}")
 }
 
-/// `250ms`, `1.5s`, `30s`, `5m`, `1h`, or `1m30s`.
+/// `250ms`, `1.5s`, `30s`, `5m`, `1h`, or `1m30s`, up to a year (`None` past it: a setting is
+/// never shortened unseen).
 pub fn parse_duration(text: &str) -> Option<Duration> {
+    config_seconds(text).filter(|seconds| *seconds <= LONGEST.as_secs_f64()).map(Duration::from_secs_f64)
+}
+
+/// The seconds a setting's duration says, unclamped.
+fn config_seconds(text: &str) -> Option<f64> {
     let text = text.trim();
-    if text.is_empty() {
+    if !text.chars().next().is_some_and(|c| c.is_ascii_digit()) {
         return None;
     }
-    switchyard::time::parse_duration(text).filter(|_| text.chars().next().is_some_and(|c| c.is_ascii_digit()))
+    switchyard::time::duration_seconds(text)
 }
 
 /// A size in bytes: a number, or with a unit (`512kb`, `4mb`, `1gb`; powers of 1024).
