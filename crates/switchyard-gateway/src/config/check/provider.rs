@@ -77,6 +77,16 @@ impl Validator<'_> {
         for (field, problem) in crate::drills::error_rate_problems(&config.error_rates) {
             self.problem(format!("{path}.error_rates{field}"), problem);
         }
+        for (model, price) in &config.prices {
+            for (side, value) in [("input", price.input), ("output", price.output)] {
+                if !(value.is_finite() && value >= 0.0) {
+                    self.problem(
+                        format!("{path}.prices.{model}.{side}"),
+                        format!("is {value}: a price per million tokens is a number of dollars, 0 or more"),
+                    );
+                }
+            }
+        }
         let adapter = match config.kind {
             Kind::Simulated => Some(Adapter::Simulated(simulated(config))),
             kind => self.http(&path, kind, config),
