@@ -150,6 +150,44 @@ async fn malformed_json_is_a_400_that_says_where() {
 }
 
 #[tokio::test]
+async fn a_member_of_the_wrong_type_is_a_400_that_names_it() {
+    let gateway = Gateway::start(BASIC).await;
+    let cases = [
+        (
+            "/v1/chat/completions",
+            r#"{"model":"default","messages":[{"role":1,"content":"hi"}]}"#,
+            "`messages[0].role`",
+        ),
+        (
+            "/v1/chat/completions",
+            r#"{"model":"default","messages":[{"role":"user","content":"hi"}],"tool_choice":3}"#,
+            "`tool_choice`",
+        ),
+        (
+            "/v1/chat/completions",
+            r#"{"model":"default","messages":[{"role":"user","content":"hi"}],"max_tokens":-1}"#,
+            "`max_tokens`",
+        ),
+        ("/v1/embeddings", r#"{"model":"default","input":"a","dimensions":"many"}"#, "`dimensions`"),
+    ];
+    for (path, body, named) in cases {
+        let response = gateway
+            .client
+            .post(gateway.url(path))
+            .bearer_auth(GATEWAY_KEY)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{body}");
+        let answer = json_of(response).await;
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(named), "{body}: {message}");
+    }
+}
+
+#[tokio::test]
 async fn a_missing_model_lists_the_valid_names() {
     let gateway = Gateway::start(BASIC).await;
     let response = gateway

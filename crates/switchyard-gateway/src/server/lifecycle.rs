@@ -118,3 +118,25 @@ pub(crate) fn invalid_json(error: &serde_json::Error) -> ApiError {
         format!("the body is not a valid request: {error}"),
     )
 }
+
+/// A body of valid JSON that `T` refuses, as a 400 naming the member at fault: the body is read
+/// again, on this path only, to find where (`messages[0].role`, `tool_choice`).
+pub(crate) fn invalid_body<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    error: &serde_json::Error,
+) -> ApiError {
+    // Not JSON at all: the parser's line and column say where.
+    if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() {
+        return invalid_json(error);
+    }
+    let mut reader = serde_json::Deserializer::from_slice(body);
+    let path = match serde_path_to_error::deserialize::<_, T>(&mut reader) {
+        Err(located) => located.path().to_string(),
+        Ok(_) => String::new(),
+    };
+    let message = match path.as_str() {
+        "" | "." => format!("the body is not a valid request: {error}"),
+        path => format!("the body is not a valid request: `{path}`: {error}"),
+    };
+    ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", message)
+}

@@ -13,7 +13,7 @@ use super::auth::{client_key, unauthorized};
 use super::deliver::{Delivered, answered, route_failed};
 use super::errors::ApiError;
 use super::finished::metrics::usage;
-use super::lifecycle::{Accepted, invalid_json};
+use super::lifecycle::{Accepted, invalid_body};
 use super::options::session_of;
 use super::request::model_names;
 use super::sse::respond;
@@ -28,7 +28,7 @@ pub async fn chat_completions(
     Accepted { context, body }: Accepted,
 ) -> Response {
     let parsed = codec::request_from_bytes(&body)
-        .map_err(|e| invalid_json(&e))
+        .map_err(|e| invalid_body::<ChatRequest>(&body, &e))
         .and_then(|request| codec::check(&request).map(|()| request).map_err(invalid));
     let (mut exchange, request) = match context.accept(&state, parsed, |r: &ChatRequest| &r.model).await {
         Ok(accepted) => accepted,
@@ -126,7 +126,7 @@ pub async fn embeddings(
     Accepted { context, body }: Accepted,
 ) -> Response {
     let parsed = serde_json::from_slice::<EmbeddingsRequest>(&body)
-        .map_err(|e| invalid_json(&e))
+        .map_err(|e| invalid_body::<EmbeddingsRequest>(&body, &e))
         .and_then(|request| Encoding::of(&request).map(|_| request))
         .and_then(|request| match &request.input {
             // As OpenAI refuses it: no provider is asked to embed nothing.
