@@ -286,6 +286,8 @@ impl Provider for GeminiProvider {
                     let answer: EmbedContentResponse = self.send_for_json(call, url, body).await?;
                     vec![answer.embedding.values]
                 }
+                // Refused by `embedding_options` above.
+                EmbeddingInput::Tokens(_) => Vec::new(),
                 EmbeddingInput::Many(texts) => {
                     if texts.is_empty() {
                         return Err(invalid_request("input: give at least one text to embed"));

@@ -352,7 +352,7 @@ impl OpenAiProvider {
         let body = wire::embeddings_body(request, call.model)?;
         let response = self.post(call, "embeddings", body, false).await?;
         let bytes = http::read_body(response).await?;
-        wire::parse_embeddings(&bytes, request.input.texts().len(), call.credential.key())
+        wire::parse_embeddings(&bytes, request.input.len(), call.credential.key())
     }
 }
 

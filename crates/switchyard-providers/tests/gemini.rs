@@ -1078,6 +1078,20 @@ async fn inputs_are_embedded_in_batches_of_100_and_base64_asked_of_the_gateway_i
 }
 
 #[tokio::test]
+async fn token_ids_are_unsupported_by_gemini_before_anything_is_sent() {
+    let fake = Fake::json(200, json!({})).await;
+    let request = EmbeddingsRequest {
+        model: "embed".into(),
+        input: EmbeddingInput::Tokens(vec![vec![1, 2, 3]]),
+        dimensions: None,
+        extra: Extra::new(),
+    };
+    let error = embed(&fake, &request).await.unwrap_err();
+    assert!(error.is_unsupported() && error.detail().contains("token ids"), "{error:?}");
+    assert!(fake.requests().is_empty());
+}
+
+#[tokio::test]
 async fn embedding_errors_are_classified_like_chat_errors() {
     let body =
         google_error(429, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota).", json!([]));

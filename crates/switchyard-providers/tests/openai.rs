@@ -1297,6 +1297,29 @@ async fn embeddings_round_trip_in_input_order() {
 }
 
 #[tokio::test]
+async fn token_id_inputs_reach_an_openai_server_as_written() {
+    // LangChain's OpenAIEmbeddings sends token ids: `int[]` is one input, `int[][]` several.
+    let one: EmbeddingsRequest = serde_json::from_value(json!({"model": "e", "input": [1, 2, 3]})).unwrap();
+    assert_eq!(one.input, EmbeddingInput::Tokens(vec![vec![1, 2, 3]]));
+    let two: EmbeddingsRequest =
+        serde_json::from_value(json!({"model": "e", "input": [[1, 2], [3]]})).unwrap();
+    assert_eq!(two.input.len(), 2);
+    let mixed = serde_json::from_value::<EmbeddingsRequest>(json!({"model": "e", "input": ["a", 1]}));
+    assert!(mixed.unwrap_err().to_string().contains("mixes strings, token ids"));
+
+    let answer = json!({"object": "list",
+        "data": [{"object": "embedding", "index": 0, "embedding": [0.5]},
+                 {"object": "embedding", "index": 1, "embedding": [0.25]}],
+        "model": "text-embedding-3-small", "usage": {"prompt_tokens": 3, "total_tokens": 3}});
+    let fake = Fake::start(move |_| json_reply(200, &[], &answer)).await;
+    let harness = Harness::openai(fake.url("/v1"));
+    let response =
+        harness.provider.embeddings(harness.call("text-embedding-3-small", None), &two).await.unwrap();
+    assert_eq!(fake.only_request().body["input"], json!([[1, 2], [3]]));
+    assert_eq!(response.data.len(), 2);
+}
+
+#[tokio::test]
 async fn embeddings_with_a_missing_vector_are_malformed() {
     let answer = json!({"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.1]}],
         "model": "m", "usage": {"prompt_tokens": 2, "total_tokens": 2}});

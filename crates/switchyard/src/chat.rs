@@ -1175,7 +1175,8 @@ deserialize_with_extra!(EmbeddingsRequest {
     "dimensions" => dimensions: OrDefault,
 });
 
-/// What to embed: one text or several.
+/// What to embed: one text or several, or token ids (OpenAI's `int[]` and `int[][]`, which
+/// LangChain sends), which only a provider of OpenAI's dialect reads.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum EmbeddingInput {
@@ -1183,26 +1184,112 @@ pub enum EmbeddingInput {
     One(String),
     /// Several texts: the answer has one vector each.
     Many(Vec<String>),
+    /// Inputs of token ids, each a list: the answer has one vector each.
+    Tokens(Vec<Vec<u32>>),
+}
+
+/// One element of an `input` list: a text, a token id, or a list of token ids.
+enum InputItem {
+    Text(String),
+    Token(u32),
+    Tokens(Vec<u32>),
+}
+
+impl<'de> Deserialize<'de> for InputItem {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Item;
+        impl<'de> serde::de::Visitor<'de> for Item {
+            type Value = InputItem;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string, a token id or a list of token ids")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<InputItem, E> {
+                Ok(InputItem::Text(text.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<InputItem, E> {
+                Ok(InputItem::Text(text))
+            }
+            fn visit_u64<E: serde::de::Error>(self, id: u64) -> Result<InputItem, E> {
+                u32::try_from(id).map(InputItem::Token).map_err(|_| E::custom("a token id past u32"))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<InputItem, A::Error> {
+                Vec::deserialize(serde::de::value::SeqAccessDeserializer::new(seq)).map(InputItem::Tokens)
+            }
+        }
+        deserializer.deserialize_any(Item)
+    }
 }
 
 impl<'de> Deserialize<'de> for EmbeddingInput {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        string_or_list(
+        let read = string_or_list(
             deserializer,
-            "a string or a list of strings",
-            EmbeddingInput::One,
-            EmbeddingInput::Many,
-        )
+            "a string, a list of strings, a list of token ids or a list of token-id lists",
+            |one| Ok(EmbeddingInput::One(one)),
+            EmbeddingInput::of_items,
+        )?;
+        read.map_err(serde::de::Error::custom)
     }
 }
 
 impl EmbeddingInput {
-    /// The texts in input order (one for [`EmbeddingInput::One`]).
+    /// A list's elements as one kind of input; `Err` when they mix kinds.
+    fn of_items(items: Vec<InputItem>) -> Result<Self, &'static str> {
+        let mixed = "mixes strings, token ids and token-id lists: send one kind";
+        match items.first() {
+            None | Some(InputItem::Text(_)) => items
+                .into_iter()
+                .map(|item| match item {
+                    InputItem::Text(text) => Ok(text),
+                    _ => Err(mixed),
+                })
+                .collect::<Result<_, _>>()
+                .map(EmbeddingInput::Many),
+            Some(InputItem::Token(_)) => items
+                .into_iter()
+                .map(|item| match item {
+                    InputItem::Token(id) => Ok(id),
+                    _ => Err(mixed),
+                })
+                .collect::<Result<_, _>>()
+                .map(|ids| EmbeddingInput::Tokens(vec![ids])),
+            Some(InputItem::Tokens(_)) => items
+                .into_iter()
+                .map(|item| match item {
+                    InputItem::Tokens(ids) => Ok(ids),
+                    _ => Err(mixed),
+                })
+                .collect::<Result<_, _>>()
+                .map(EmbeddingInput::Tokens),
+        }
+    }
+
+    /// The texts in input order (one for [`EmbeddingInput::One`]); none for token ids.
     pub fn texts(&self) -> Vec<&str> {
         match self {
             EmbeddingInput::One(one) => vec![one.as_str()],
             EmbeddingInput::Many(many) => many.iter().map(String::as_str).collect(),
+            EmbeddingInput::Tokens(_) => Vec::new(),
         }
+    }
+
+    /// How many inputs, so vectors, the answer holds.
+    pub fn len(&self) -> usize {
+        match self {
+            EmbeddingInput::One(_) => 1,
+            EmbeddingInput::Many(many) => many.len(),
+            EmbeddingInput::Tokens(lists) => lists.len(),
+        }
+    }
+
+    /// Whether there is nothing to embed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the inputs are token ids, which only OpenAI's dialect takes.
+    pub fn is_tokens(&self) -> bool {
+        matches!(self, EmbeddingInput::Tokens(_))
     }
 }
 

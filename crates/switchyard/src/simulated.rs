@@ -525,9 +525,14 @@ impl Provider for SimulatedProvider {
         Box::pin(async move {
             self.settle().await?;
             let dims = self.state.embedding_dims;
-            let data = request
-                .input
-                .texts()
+            // Token ids are embedded as the text of their numbers.
+            let inputs: Vec<String> = match &request.input {
+                crate::chat::EmbeddingInput::Tokens(lists) => {
+                    lists.iter().map(|ids| format!("{ids:?}")).collect()
+                }
+                input => input.texts().into_iter().map(str::to_owned).collect(),
+            };
+            let data = inputs
                 .iter()
                 .enumerate()
                 .map(|(index, text)| Embedding {
@@ -536,7 +541,7 @@ impl Provider for SimulatedProvider {
                 })
                 .collect();
             // A token for four characters, as the estimates count.
-            let chars: usize = request.input.texts().iter().map(|text| text.len()).sum();
+            let chars: usize = inputs.iter().map(String::len).sum();
             let usage = Usage::new(u32::try_from(chars.div_ceil(4)).unwrap_or(u32::MAX), 0);
             Ok(EmbeddingsResponse {
                 data,

@@ -18,6 +18,9 @@ pub(super) async fn embed(
     request: &EmbeddingsRequest,
 ) -> Result<EmbeddingsResponse, ProviderError> {
     let model = call.model.to_ascii_lowercase();
+    if request.input.is_tokens() {
+        return Err(ProviderError::unsupported("`input` is token ids, which only OpenAI's dialect reads"));
+    }
     let texts = request.input.texts();
     let mut input_type = None;
     for (key, value) in &request.extra {

@@ -12,6 +12,9 @@ use super::request::invalid_request;
 /// harmless (the gateway writes the vectors as the client asked: base64 is the OpenAI SDK's
 /// default); anything else is refused.
 pub(crate) fn embedding_options(request: &EmbeddingsRequest) -> Result<Map<String, Value>, ProviderError> {
+    if request.input.is_tokens() {
+        return Err(ProviderError::unsupported("`input` is token ids, which only OpenAI's dialect reads"));
+    }
     let mut options = Map::new();
     if let Some(dimensions) = request.dimensions {
         options.insert("outputDimensionality".into(), json!(dimensions));

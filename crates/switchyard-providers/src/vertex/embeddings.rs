@@ -9,7 +9,7 @@
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use switchyard::chat::{Embedding, EmbeddingInput, EmbeddingsRequest, EmbeddingsResponse, Extra, Usage};
+use switchyard::chat::{Embedding, EmbeddingsRequest, EmbeddingsResponse, Extra, Usage};
 use switchyard::{ErrorKind, ProviderError};
 
 use crate::{gemini, http};
@@ -22,10 +22,8 @@ pub(super) fn predict_bodies(
     model: &str,
 ) -> Result<Vec<(Vec<u8>, usize)>, ProviderError> {
     let options = gemini::embedding_options(request)?;
-    let texts: Vec<&str> = match &request.input {
-        EmbeddingInput::One(text) => vec![text],
-        EmbeddingInput::Many(texts) => texts.iter().map(String::as_str).collect(),
-    };
+    // Token ids are refused by `embedding_options` above.
+    let texts = request.input.texts();
     if texts.is_empty() {
         return Err(ProviderError::unsupported("input: give at least one text to embed"));
     }
@@ -144,6 +142,7 @@ pub(super) fn joined(mut first: EmbeddingsResponse, next: EmbeddingsResponse) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use switchyard::chat::EmbeddingInput;
 
     fn request(input: EmbeddingInput, extra: Value) -> EmbeddingsRequest {
         let mut request: EmbeddingsRequest = serde_json::from_value(json!({ "input": "x" })).unwrap();

@@ -263,8 +263,12 @@ impl Exchange for EmbeddingsExchange<'_> {
     }
 
     fn estimated_tokens(&self) -> u32 {
-        let chars: usize = self.0.input.texts().iter().map(|t| t.len()).sum();
-        u32::try_from(chars.div_ceil(4)).unwrap_or(u32::MAX)
+        let tokens = match &self.0.input {
+            // Token ids count themselves.
+            crate::chat::EmbeddingInput::Tokens(lists) => lists.iter().map(Vec::len).sum(),
+            input => input.texts().iter().map(|t| t.len()).sum::<usize>().div_ceil(4),
+        };
+        u32::try_from(tokens).unwrap_or(u32::MAX)
     }
 
     fn used_tokens(&self, output: &EmbeddingsResponse) -> Option<u32> {
