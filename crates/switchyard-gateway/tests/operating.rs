@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -625,4 +627,37 @@ gateway:
     let (_, listed) = gateway.get("/admin/requests?limit=1").await;
     let request = &listed["requests"][0];
     assert_eq!((&request["status"], &request["stream_error"]), (&json!(200), &Value::Null), "{request}");
+}
+
+#[tokio::test]
+async fn a_request_its_client_left_before_the_answer_is_logged_as_499() {
+    let gateway = Gateway::of(
+        r#"
+providers:
+  slow: { kind: simulated, latency: 30s }
+routes:
+  default: { targets: [slow:m] }
+gateway:
+  keys: [env://GW_KEY]
+  admin_key: env://ADMIN_KEY
+"#,
+    )
+    .await;
+    let body = json!({ "model": "default", "messages": [{ "role": "user", "content": "hi" }] });
+    let left = gateway
+        .client
+        .post(gateway.url("/v1/chat/completions"))
+        .bearer_auth(GATEWAY_KEY)
+        .timeout(std::time::Duration::from_millis(300))
+        .json(&body)
+        .send()
+        .await;
+    assert!(left.is_err(), "the client gave up");
+    let listed = support::until("the request is listed", std::time::Duration::from_secs(10), async || {
+        let (_, listed) = gateway.get("/admin/requests?limit=5").await;
+        let found = listed["requests"].as_array().is_some_and(|list| list.iter().any(|r| r["status"] == 499));
+        if found { Ok(listed) } else { Err(listed.to_string()) }
+    })
+    .await;
+    assert_eq!(listed["requests"][0]["endpoint"], "chat_completions", "{listed}");
 }

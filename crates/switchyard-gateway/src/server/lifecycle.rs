@@ -52,10 +52,36 @@ pub(crate) async fn lifecycle(
     let read = json_body(&parts.headers, body, &context.live.gateway).await;
     match read {
         Ok(body) => {
+            let mut watch = Abandoned { state: state.clone(), context: Some(context.clone()) };
             parts.extensions.insert(Accepted { context, body });
-            next.run(Request::from_parts(parts, Body::empty())).await
+            let response = next.run(Request::from_parts(parts, Body::empty())).await;
+            watch.context = None;
+            response
         }
         Err(error) => context.fail(&state, error),
+    }
+}
+
+/// A request whose client goes away before it is answered: the handler is dropped unfinished,
+/// and this logs it then (499, as a stream its client left is), so that every request has its
+/// line, metrics and `/admin/requests` entry.
+struct Abandoned {
+    state: Arc<AppState>,
+    /// Until the handler answered.
+    context: Option<RequestContext>,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        let Some(context) = self.context.take() else { return };
+        let ending = super::finished::Ending {
+            route: "".into(),
+            served_by: None,
+            status: 499,
+            attempts: 0,
+            settled: None,
+        };
+        context.finish(&self.state, ending);
     }
 }
 

@@ -50,6 +50,9 @@ pub struct RequestContext {
     pub(crate) key: Option<Arc<crate::keys::ClientKey>>,
     /// Its key's admission: its place among the key's requests in flight, held to its end.
     pub(crate) pass: Option<Arc<crate::keys::Pass>>,
+    /// Whether it was logged ([`RequestContext::finish`]), shared by its clones: one that was
+    /// not when its client went away is logged then, as 499.
+    pub(crate) logged: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The providers that read a part of a request only some can.
@@ -95,6 +98,7 @@ impl RequestContext {
             live: state.live(),
             key: None,
             pass: None,
+            logged: Arc::default(),
         }
     }
 
@@ -180,6 +184,9 @@ impl RequestContext {
     /// The request as it ended, once: its metrics, its trace, its access-log line, then its
     /// record in the history and on the event feed.
     pub(crate) fn finish(&self, state: &AppState, ending: Ending<'_>) {
+        if self.logged.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
         state.ended.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.charge(state, &ending);
         let done = self.finished(ending);
