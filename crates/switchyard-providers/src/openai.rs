@@ -123,8 +123,17 @@ impl OpenAiProvider {
                 Endpoint::AzureDeployment { path: path.trim_end_matches('/').to_owned(), query }
             }
             _ => {
+                // A query the base URL carries (a proxy's key or version) goes after each
+                // operation's path, not before it; a fragment is no part of a request.
+                if base_url.contains('#') {
+                    return Err(BuildError::InvalidBaseUrl(base_url.clone()));
+                }
+                let (path, query) = match base_url.split_once('?') {
+                    Some((path, query)) => (path.trim_end_matches('/'), format!("?{query}")),
+                    None => (base_url.as_str(), String::new()),
+                };
                 let parse = |operation: &str| {
-                    Uri::try_from(format!("{base_url}/{operation}"))
+                    Uri::try_from(format!("{path}/{operation}{query}"))
                         .map_err(|_| BuildError::InvalidBaseUrl(base_url.clone()))
                 };
                 Endpoint::Plain(Box::new(PlainUrls {

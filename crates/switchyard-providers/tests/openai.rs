@@ -1173,6 +1173,21 @@ async fn compatible_server_with_a_key_gets_a_bearer_token() {
 }
 
 #[tokio::test]
+async fn a_query_on_the_base_url_follows_each_operations_path_and_a_fragment_is_refused() {
+    // A proxy that wants its key or version in the query.
+    let fake = Fake::json(200, completion("ok")).await;
+    let settings = ProviderSettings::new(ProviderKind::OpenAiCompatible)
+        .base_url(format!("{}?team=search&v=2", fake.url("/v1")));
+    let harness = Harness::configured(settings, None);
+    harness.provider.chat(harness.call("m", None), &hello()).await.unwrap();
+    assert_eq!(fake.only_request().uri, "/v1/chat/completions?team=search&v=2");
+
+    let fragment =
+        ProviderSettings::new(ProviderKind::OpenAiCompatible).base_url("http://127.0.0.1:9/v1#frag");
+    assert!(matches!(OpenAiProvider::new(&fragment), Err(BuildError::InvalidBaseUrl(_))));
+}
+
+#[tokio::test]
 async fn compatible_flat_error_bodies_are_classified() {
     // vLLM: no `error` wrapper, the code is the HTTP status as a number.
     let vllm = json!({"object": "error", "message": "This model's maximum context length is 2048 tokens. However, you requested 2723 tokens (2223 in the messages, 500 in the completion).",
