@@ -15,9 +15,9 @@ impl Validator<'_> {
         for (i, entry) in file.gateway.keys.iter().enumerate() {
             let path = format!("gateway.keys[{i}]");
             let key = match entry {
-                ClientKeyConfig::Text(text) => self
-                    .secret(&path, text)
-                    .map(|(secret, _)| ClientKey::new(secret, None, KeyRules::default())),
+                ClientKeyConfig::Text(text) => {
+                    self.key(&path, text).map(|(secret, _)| ClientKey::new(secret, None, KeyRules::default()))
+                }
                 ClientKeyConfig::Named(named) => self.named_key(&path, named, file),
             };
             let Some(key) = key else { continue };
@@ -58,7 +58,7 @@ impl Validator<'_> {
                 ),
             );
         }
-        let secret = self.secret(&format!("{path}.key"), &named.key);
+        let secret = self.key(&format!("{path}.key"), &named.key);
         let routes = named.routes.as_ref().map(|routes| self.key_routes(path, routes, file));
         let limits = self.key_limits(path, named.limits.as_ref());
         let budget = named.budget.as_ref().and_then(|budget| self.key_budget(path, budget));

@@ -154,6 +154,21 @@ impl Validator<'_> {
         Some((Secret::new(value), origin))
     }
 
+    /// [`Self::secret`], for a key that is one word (an API key, a client or admin key): one
+    /// with a space, a line break or a control character would be refused at every call, so
+    /// it is refused now (and not shown).
+    fn key(&mut self, path: &str, text: &str) -> Option<(Secret, String)> {
+        let (secret, origin) = self.secret(path, text)?;
+        if secret.expose().chars().any(|c| c.is_whitespace() || c.is_control()) {
+            self.problem(
+                path,
+                "the key holds a space, a line break or a control character: a key is one word",
+            );
+            return None;
+        }
+        Some((secret, origin))
+    }
+
     /// `text` itself (trimmed), or the value of the variable an `env://NAME` names, with where
     /// it came from (`literal` or `env://NAME`): the one place `env://` is resolved. An unset or
     /// empty variable is a problem, or with [`UnsetEnv::Warning`] a warning, and `None`. `what`

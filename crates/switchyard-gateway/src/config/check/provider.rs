@@ -153,7 +153,7 @@ impl Validator<'_> {
             }),
         );
         for (key_path, text, priority) in listed {
-            if let Some((secret, origin)) = self.secret(&key_path, text) {
+            if let Some((secret, origin)) = self.key(&key_path, text) {
                 origins.push(origin);
                 keys.push((secret, priority));
             }

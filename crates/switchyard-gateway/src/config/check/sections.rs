@@ -128,7 +128,7 @@ impl Validator<'_> {
 
     pub(super) fn gateway(&mut self, config: &file::GatewayConfig) -> Option<GatewaySettings> {
         let admin_key =
-            config.admin_key.as_ref().and_then(|text| self.secret("gateway.admin_key", text).map(|(s, _)| s));
+            config.admin_key.as_ref().and_then(|text| self.key("gateway.admin_key", text).map(|(s, _)| s));
         // 32 MiB: a photo or two as base64 (the providers take requests of that order).
         let max_body = config.max_body.map_or(32 << 20, |b| b.0);
         if max_body < 1024 {
