@@ -66,13 +66,20 @@ pub(crate) struct FinishedRequest<'a> {
 }
 
 impl FinishedRequest<'_> {
-    /// The time the gateway added beyond the upstream calls and pacing: up to a stream's
-    /// first chunk (its time after that belongs to the upstream), else the whole request.
+    /// The time the gateway added beyond the upstream calls, pacing and the waits between
+    /// attempts (a retry's backoff, a Retry-After: the policy's, not the gateway's cost): up to
+    /// a stream's first chunk (its time after that belongs to the upstream), else the whole
+    /// request.
     pub(crate) fn overhead(&self) -> Duration {
         let Some(Settled { trail, timing, .. }) = &self.settled else { return self.elapsed };
-        let upstream: Duration = trail.attempts().iter().map(|a| a.duration.saturating_sub(a.queued)).sum();
+        let attempts = trail.attempts();
+        let upstream: Duration = attempts.iter().map(|a| a.duration.saturating_sub(a.queued)).sum();
+        let waited: Duration = attempts
+            .windows(2)
+            .map(|pair| pair[1].started.saturating_sub(pair[0].started + pair[0].duration))
+            .sum();
         let until = if timing.first_token.is_some() { timing.total } else { self.elapsed };
-        until.saturating_sub(upstream).saturating_sub(timing.queued)
+        until.saturating_sub(upstream).saturating_sub(timing.queued).saturating_sub(waited)
     }
 
     /// The time it waited for pacing.
@@ -155,5 +162,20 @@ mod tests {
             finished(Some(Settled { trail, timing, usage: None, cost: None }), Duration::from_secs(9));
         assert_eq!(stream.overhead(), Duration::from_millis(5), "35 - 20 - 10");
         assert_eq!(finished(None, Duration::from_millis(4)).overhead(), Duration::from_millis(4));
+
+        // A retry 400 ms of backoff after a 3 ms failure: the backoff is the policy's wait.
+        let failed = Attempt::called(&target, &id, Duration::ZERO, Duration::from_millis(3), Duration::ZERO);
+        let retried = Attempt::called(
+            &target,
+            &id,
+            Duration::from_millis(403),
+            Duration::from_millis(3),
+            Duration::ZERO,
+        );
+        let trail: Trail = [failed, retried].into_iter().collect();
+        let timing = Timing { total: Duration::from_millis(407), queued: Duration::ZERO, first_token: None };
+        let backed_off =
+            finished(Some(Settled { trail, timing, usage: None, cost: None }), Duration::from_millis(407));
+        assert_eq!(backed_off.overhead(), Duration::from_millis(1), "407 - 6 upstream - 400 backoff");
     }
 }
