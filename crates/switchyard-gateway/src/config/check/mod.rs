@@ -67,6 +67,15 @@ pub(crate) fn check(
     let budget = v.budget(&file.retry_budget);
     let gateway = v.gateway(&file.gateway);
     let client_keys = v.client_keys(&file);
+    if let Some(admin) = gateway.as_ref().and_then(|g| g.admin_key.as_ref())
+        && client_keys.find(admin.expose()).is_some()
+    {
+        // A client holding it could reset health, reload and read every request.
+        v.problem(
+            "gateway.admin_key",
+            "is also a client key (`gateway.keys`): give the admin key its own value",
+        );
+    }
     let state = file.state.as_ref().and_then(|state| v.shared_state(state));
     let telemetry = v.telemetry(file.telemetry.as_ref());
     let log = v.log(file.log.as_ref());
