@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use ::http::header::{ACCEPT, HOST, HeaderMap, HeaderName, HeaderValue};
+use ::http::header::{ACCEPT, ACCEPT_ENCODING, HOST, HeaderMap, HeaderName, HeaderValue};
 use ::http::uri::Authority;
 use ::http::{Method, Uri};
 use bytes::Bytes;
@@ -221,6 +221,13 @@ impl HttpClient {
         classify: impl FnOnce(u16, &str, Option<Duration>) -> ProviderError,
     ) -> Result<Response, ProviderError> {
         let response = until(deadline, self.send(request)).await?;
+        if let Some(coding) = encoded(&response) {
+            // Read as it is, it would be bytes of nothing: a proxy compressed it unasked.
+            return Err(ProviderError::new(
+                ErrorKind::MalformedResponse,
+                format!("the answer came `{coding}`-encoded though `identity` was asked: it cannot be read"),
+            ));
+        }
         if response.status().is_success() {
             // A success's headers matter only to a pacer: without one, they are not read.
             if let Some(sink) = call.rate_limits {
@@ -523,7 +530,9 @@ pub(crate) fn key_value(text: &str) -> Result<HeaderValue, ProviderError> {
     Ok(value)
 }
 
-/// A POST of `body` to `uri` with `headers`, plus `accept: */*` unless they name one.
+/// A POST of `body` to `uri` with `headers`, plus `accept: */*` unless they name one, and
+/// `accept-encoding: identity` (the answer is read as sent; without it any coding is allowed,
+/// and a compressing proxy may take that).
 pub fn post(uri: Uri, headers: HeaderMap, body: Vec<u8>) -> Request {
     post_bytes(uri, headers, Bytes::from(body))
 }
@@ -535,7 +544,14 @@ pub fn post_bytes(uri: Uri, headers: HeaderMap, body: Bytes) -> Request {
     *request.uri_mut() = uri;
     *request.headers_mut() = headers;
     request.headers_mut().entry(ACCEPT).or_insert(HeaderValue::from_static("*/*"));
+    request.headers_mut().entry(ACCEPT_ENCODING).or_insert(HeaderValue::from_static("identity"));
     request
+}
+
+/// The content coding of `response` when it is not the identity.
+fn encoded(response: &Response) -> Option<String> {
+    let coding = response.headers().get(::http::header::CONTENT_ENCODING)?.to_str().unwrap_or("?").trim();
+    (!coding.is_empty() && !coding.eq_ignore_ascii_case("identity")).then(|| excerpt(coding))
 }
 
 /// Parses a URL built for one request. The error names no URL: a query string may hold a key.

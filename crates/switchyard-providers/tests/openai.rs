@@ -1188,6 +1188,21 @@ async fn a_query_on_the_base_url_follows_each_operations_path_and_a_fragment_is_
 }
 
 #[tokio::test]
+async fn the_answer_is_asked_as_sent_and_one_a_proxy_compressed_anyway_is_malformed_not_garbage() {
+    let fake = Fake::start(|_| {
+        let mut reply = json_reply(200, &[], &completion("ok"));
+        reply.headers_mut().insert("content-encoding", axum::http::HeaderValue::from_static("gzip"));
+        reply
+    })
+    .await;
+    let harness = Harness::openai(fake.url("/v1"));
+    let error = harness.chat(&hello()).await.unwrap_err();
+    assert_eq!(fake.only_request().header("accept-encoding"), Some("identity"));
+    assert_eq!(error.kind(), ErrorKind::MalformedResponse, "{error:?}");
+    assert!(error.detail().contains("`gzip`-encoded"), "{error:?}");
+}
+
+#[tokio::test]
 async fn compatible_flat_error_bodies_are_classified() {
     // vLLM: no `error` wrapper, the code is the HTTP status as a number.
     let vllm = json!({"object": "error", "message": "This model's maximum context length is 2048 tokens. However, you requested 2723 tokens (2223 in the messages, 500 in the completion).",

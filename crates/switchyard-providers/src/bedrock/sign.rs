@@ -51,8 +51,10 @@ pub fn model_path(model: &str, action: &str) -> String {
 /// Headers a proxy or a tracer may change or drop on the way, left out of the signature as
 /// AWS's own SDKs leave them (botocore's `SIGNED_HEADERS_BLACKLIST`): beside what `aws-sigv4`
 /// leaves out by default, hop-by-hop headers and the W3C trace context, which a traced
-/// gateway sends with every call (signed, it failed every traced call).
-const UNSIGNED: [&str; 11] = [
+/// gateway sends with every call (signed, it failed every traced call), and the content coding
+/// asked, which a compressing proxy may rewrite.
+const UNSIGNED: [&str; 12] = [
+    "accept-encoding",
     "baggage",
     "connection",
     "expect",
