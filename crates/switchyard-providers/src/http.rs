@@ -237,6 +237,9 @@ impl HttpClient {
         }
         let limits = observe_limits(&response, call.rate_limits);
         let status = response.status().as_u16();
+        if let Some(redirect) = redirect(&response) {
+            return Err(ProviderError::new(ErrorKind::Unavailable, redirect).with_status(status));
+        }
         let wait = retry_after(status, &limits);
         let body = read_error_body_until(response, deadline).await;
         Err(classify(status, &body, wait))
@@ -546,6 +549,26 @@ pub fn post_bytes(uri: Uri, headers: HeaderMap, body: Bytes) -> Request {
     request.headers_mut().entry(ACCEPT).or_insert(HeaderValue::from_static("*/*"));
     request.headers_mut().entry(ACCEPT_ENCODING).or_insert(HeaderValue::from_static("identity"));
     request
+}
+
+/// What a redirect says, for the operator to correct `base_url`: where it points (its query
+/// and any password left out), since it is not followed (the key would go there).
+fn redirect(response: &Response) -> Option<String> {
+    let status = response.status();
+    if !status.is_redirection() {
+        return None;
+    }
+    let location = response.headers().get(::http::header::LOCATION).and_then(|v| v.to_str().ok());
+    let location = location.map(|l| l.split(['?', '#']).next().unwrap_or_default());
+    let location = location.map(|l| crate::without_password(l).into_owned());
+    Some(match location {
+        Some(to) => format!(
+            "HTTP {}: the provider redirects to `{}`, which is not followed: set base_url to it",
+            status.as_u16(),
+            excerpt(&to)
+        ),
+        None => format!("HTTP {}: the provider redirects, which is not followed", status.as_u16()),
+    })
 }
 
 /// The content coding of `response` when it is not the identity.

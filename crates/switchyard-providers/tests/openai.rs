@@ -811,8 +811,12 @@ async fn a_conflict_a_too_early_and_a_redirect_are_the_providers_moment_not_the_
     let conflict = error_body("Conflict", Value::Null, Value::Null);
     assert_eq!(chat_error(409, &[], conflict).await.kind(), ErrorKind::Unavailable);
     assert_eq!(chat_error(425, &[], json!({})).await.kind(), ErrorKind::Unavailable);
-    let moved = chat_error(307, &[("location", "http://127.0.0.1:9/elsewhere")], json!({})).await;
+    let moved =
+        chat_error(307, &[("location", "http://127.0.0.1:9/elsewhere?key=sk-secret")], json!({})).await;
     assert_eq!((moved.kind(), moved.status()), (ErrorKind::Unavailable, Some(307)));
+    // Where it points, for the operator to correct base_url; never its query.
+    assert!(moved.detail().contains("`http://127.0.0.1:9/elsewhere`"), "{moved:?}");
+    assert!(!moved.detail().contains("sk-secret"), "{moved:?}");
 }
 
 #[tokio::test]
