@@ -35,7 +35,8 @@ struct Filter {
     local: bool,
 }
 
-/// `status=429`, `status=5xx`, or `status=error` (400 and above).
+/// `status=429`, `status=5xx`, or `status=error` (400 and above, and a stream that broke after
+/// its 200).
 #[derive(Debug, Clone, Copy)]
 enum StatusFilter {
     Exact(u16),
@@ -111,7 +112,11 @@ impl Filter {
         let replica_ok = self.replica.as_deref().is_none_or(|replica| text("replica") == Some(replica));
         let key_ok = self.key.as_deref().is_none_or(|key| text("key") == Some(key));
         let status = line.get("status").and_then(Value::as_u64).unwrap_or_default() as u16;
-        let status_ok = self.status.is_none_or(|filter| filter.admits(status));
+        // A stream that broke after its 200 is no success: an error, whatever its status.
+        let broke = line.get("stream_error").is_some_and(|error| !error.is_null());
+        let status_ok = self
+            .status
+            .is_none_or(|filter| filter.admits(status) || (matches!(filter, StatusFilter::Error) && broke));
         let target_ok = self.target.as_deref().is_none_or(|target| {
             text("served_by") == Some(target)
                 || line["failed"].as_array().is_some_and(|failed| failed.iter().any(|t| t == target))
@@ -256,6 +261,9 @@ mod tests {
         assert!(parse(&[("status", "5xx")]).unwrap().admits(&line));
         assert!(parse(&[("status", "error"), ("target", "p:m")]).unwrap().admits(&line));
         assert!(!parse(&[("status", "429")]).unwrap().admits(&line));
+        let broken = json!({ "route": "default", "status": 200, "stream_error": "transport", "failed": [] });
+        assert!(parse(&[("status", "error")]).unwrap().admits(&broken), "a stream that broke after its 200");
+        assert!(parse(&[("status", "200")]).unwrap().admits(&broken));
         assert!(!parse(&[("replica", "b")]).unwrap().admits(&line));
         assert!(!parse(&[("route", "other")]).unwrap().admits(&line));
         assert!(parse(&[("route", "default"), ("replica", "a")]).unwrap().admits(&line));
