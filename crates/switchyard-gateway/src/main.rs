@@ -148,6 +148,7 @@ enum ConfigCommand {
 }
 
 fn main() -> ExitCode {
+    quiet_on_a_closed_pipe();
     let cli = Cli::parse();
     // `serve` runs its own worker threads (see `workers`); this runtime accepts connections,
     // waits for signals and runs the other commands.
@@ -165,6 +166,25 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A reader that stops early (`switchyard doctor | head`) closes the output: what the command
+/// had left to say is not wanted, so it ends quietly, as Unix tools do, rather than with a
+/// panic and its backtrace. Every other panic is reported as before.
+fn quiet_on_a_closed_pipe() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        report(info);
+    }));
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {

@@ -1036,3 +1036,19 @@ routes:
     assert!(["ms", "s", "min"].contains(&unit), "a unit: {served}");
     assert!(number.split('.').nth(1).is_none_or(|d| d.len() == 1), "rounded: {served}");
 }
+
+#[test]
+fn a_reader_that_stops_early_ends_the_command_quietly_not_with_a_panic() {
+    // `switchyard doctor | head -1`: the pipe is closed before the command has said it all.
+    let mut child = std::process::Command::new(support::BIN)
+        .arg("doctor")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(output.status.success(), "{:?}: {stderr}", output.status);
+}
