@@ -367,7 +367,11 @@ async fn a_missing_or_wrong_gateway_key_is_a_401_that_never_echoes_the_key() {
 #[tokio::test]
 async fn admin_endpoints_need_the_admin_key() {
     let gateway = Gateway::start(BASIC).await;
-    assert_eq!(gateway.get("/admin/health", GATEWAY_KEY).await.status(), 401);
+    let refused = gateway.get("/admin/health", GATEWAY_KEY).await;
+    assert_eq!(refused.status(), 401);
+    let body = json_of(refused).await;
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("the admin key is not valid"), "it names the key it wants: {message}");
     assert_eq!(gateway.get("/admin/health", ADMIN_KEY).await.status(), 200);
 }
 

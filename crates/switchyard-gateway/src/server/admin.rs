@@ -15,7 +15,7 @@ use crate::metrics::labels;
 use super::body::{BodyError, read};
 use switchyard::chat::Dialect;
 
-use super::auth::{authorized, client_key, unauthorized};
+use super::auth::{admin_unauthorized, authorized, client_key};
 use super::errors::ApiError;
 use super::state::{AppState, Live};
 
@@ -46,7 +46,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
     // `authorization` or `bearer_token_file`).
     let live = state.live();
     if live.guard_metrics && !admin_allowed(&state, &headers) {
-        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+        return admin_unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
     let snapshot = live.router.health();
     // Only targets of the configuration: names clients invent must not grow /metrics.
@@ -116,7 +116,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
 
 pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     if !admin_allowed(&state, &headers) {
-        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+        return admin_unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
     let live = state.live();
     let router = &live.router;
@@ -176,7 +176,7 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
 /// configuration left as it was.
 pub async fn reload(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     if !admin_allowed(&state, &headers) {
-        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+        return admin_unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
     let Some(life) = state.config().cloned() else {
         return ApiError::new(
@@ -205,7 +205,7 @@ pub async fn reload(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
 
 pub async fn reset(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     if !admin_allowed(&state, &headers) {
-        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+        return admin_unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
     // Read only after the key is checked: an unauthorized client must not hold a connection
     // by trickling a body in.
@@ -289,7 +289,7 @@ pub async fn drill(
     body: Body,
 ) -> Response {
     if !admin_allowed(&state, &headers) {
-        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+        return admin_unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
     let body = match small_body(&state, body, "the body must be a small JSON object").await {
         Ok(body) => body,

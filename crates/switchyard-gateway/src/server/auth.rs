@@ -54,3 +54,15 @@ pub(crate) fn unauthorized(headers: &HeaderMap) -> ApiError {
     };
     ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
 }
+
+/// The refusal of an `/admin` request without the admin key (`gateway.admin_key`), saying so:
+/// a client key is not it.
+pub(crate) fn admin_unauthorized(headers: &HeaderMap) -> ApiError {
+    let presented = headers.contains_key(header::AUTHORIZATION) || headers.contains_key(names::API_KEY);
+    let message = if presented {
+        "the admin key is not valid (a client key is not the admin key: `gateway.admin_key`)"
+    } else {
+        "the admin key (`gateway.admin_key`) is required: send it as `Authorization: Bearer <key>` or `x-api-key: <key>`"
+    };
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+}

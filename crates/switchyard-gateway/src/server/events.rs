@@ -25,7 +25,7 @@ use tokio::sync::{broadcast, watch};
 use super::admin::admin_allowed;
 use switchyard::chat::Dialect;
 
-use super::auth::unauthorized;
+use super::auth::admin_unauthorized;
 use super::errors::ApiError;
 use super::state::AppState;
 use crate::recent::RequestRecord;
@@ -114,7 +114,7 @@ pub async fn stream(
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
     if !admin_allowed(&state, &headers) {
-        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+        return admin_unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
     let (recent, fleet) = match parameters(&query) {
         Ok(asked) => asked,

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use switchyard::chat::Dialect;
 
 use super::admin::{admin_reader, bad_request};
-use super::auth::unauthorized;
+use super::auth::admin_unauthorized;
 use super::errors::ApiError;
 use super::state::AppState;
 
@@ -135,7 +135,7 @@ pub async fn requests(
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
     let Ok(key) = admin_reader(&state, &headers) else {
-        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+        return admin_unauthorized(&headers).into_response(Dialect::OpenAi, "");
     };
     let mut filter = match Filter::parse(&query) {
         Ok(filter) => filter,
@@ -190,7 +190,7 @@ pub async fn request(
     Path(id): Path<String>,
 ) -> Response {
     let Ok(key) = admin_reader(&state, &headers) else {
-        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+        return admin_unauthorized(&headers).into_response(Dialect::OpenAi, "");
     };
     // A client key reading without the admin key finds its own requests alone: another key's
     // is not found, as if it did not exist.

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use switchyard::chat::Dialect;
 
-use super::auth::unauthorized;
+use super::auth::admin_unauthorized;
 use super::errors::ApiError;
 use super::finished::Ending;
 use super::request::RequestContext;
@@ -114,7 +114,7 @@ pub(crate) fn gauges(state: &AppState, live: &Live) -> Vec<Gauge> {
 /// remaining budget and its reset. Never a key.
 pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     if !super::admin::admin_allowed(&state, &headers) {
-        return unauthorized(&headers).into_response(Dialect::OpenAi, "");
+        return admin_unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
     let live = state.live();
     let shared = shared(&state, &live);
