@@ -169,8 +169,8 @@ fn main() -> ExitCode {
 }
 
 /// A reader that stops early (`switchyard doctor | head`) closes the output: what the command
-/// had left to say is not wanted, so it ends quietly, as Unix tools do, rather than with a
-/// panic and its backtrace. Every other panic is reported as before.
+/// had left to say is not wanted, so it ends quietly with 141, as Unix tools do, rather than
+/// with a panic and its backtrace. Every other panic is reported as before.
 fn quiet_on_a_closed_pipe() {
     let report = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -181,7 +181,8 @@ fn quiet_on_a_closed_pipe() {
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or_default();
         if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
-            std::process::exit(0);
+            // 128 + SIGPIPE, as a Unix tool the pipe closed on ends: `pipefail` still sees it.
+            std::process::exit(141);
         }
         report(info);
     }));

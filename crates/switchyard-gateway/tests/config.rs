@@ -83,7 +83,7 @@ routes:
     health_ttl: 30s
     context_window: [claude:claude-sonnet-4-5]
     content_policy: [local:qwen3:8b]
-    timeouts: { first_byte: 20s, idle: 30s, total: 120s }
+    timeouts: { first_byte: 20s, idle: 30s, total: 300s }
     candidates: [{ name: apology, text: "The assistant is busy, please retry shortly." }]
 health: { failure_threshold: 3, open_for: 30s, cooldown_on_rate_limit: 60s, cooldown_on_error: 30s }
 gateway:
@@ -99,7 +99,7 @@ gateway:
     let timeouts = route.timeouts();
     assert_eq!(
         (timeouts.total, timeouts.whole),
-        (std::time::Duration::from_secs(120), std::time::Duration::from_secs(120))
+        (std::time::Duration::from_secs(300), std::time::Duration::from_secs(300))
     );
     assert_eq!(loaded.router.credentials("claude").unwrap().len(), 2);
     assert_eq!(loaded.gateway.keys.len(), 1);

@@ -221,8 +221,9 @@ impl HttpClient {
         classify: impl FnOnce(u16, &str, Option<Duration>) -> ProviderError,
     ) -> Result<Response, ProviderError> {
         let response = until(deadline, self.send(request)).await?;
-        if let Some(coding) = encoded(&response) {
-            // Read as it is, it would be bytes of nothing: a proxy compressed it unasked.
+        if let Some(coding) = encoded(&response).filter(|_| response.status().is_success()) {
+            // Read as it is, it would be bytes of nothing: a proxy compressed it unasked. (An
+            // error is classified by its status, whatever its body says.)
             return Err(ProviderError::new(
                 ErrorKind::MalformedResponse,
                 format!("the answer came `{coding}`-encoded though `identity` was asked: it cannot be read"),

@@ -220,7 +220,7 @@ pub enum BuildError {
     MissingRegion,
     /// The `base_url` (held here) does not start with `http://` or `https://`; a password in
     /// it is not shown.
-    #[error("base_url `{}` is not an http:// or https:// URL", without_password(.0))]
+    #[error("base_url `{}` is not a usable http:// or https:// URL (no fragment, no spaces)", without_password(.0.split('?').next().unwrap_or_default()))]
     InvalidBaseUrl(String),
     /// A configured header (its name is held here) is not a valid header name or value.
     #[error("header `{0}` is not a valid HTTP header name or value")]

@@ -1204,6 +1204,16 @@ async fn the_answer_is_asked_as_sent_and_one_a_proxy_compressed_anyway_is_malfor
     assert_eq!(fake.only_request().header("accept-encoding"), Some("identity"));
     assert_eq!(error.kind(), ErrorKind::MalformedResponse, "{error:?}");
     assert!(error.detail().contains("`gzip`-encoded"), "{error:?}");
+
+    // An error is its status's, whatever its body's coding.
+    let refused = Fake::start(|_| {
+        let mut reply = json_reply(401, &[], &json!({"error": {"message": "bad key"}}));
+        reply.headers_mut().insert("content-encoding", axum::http::HeaderValue::from_static("gzip"));
+        reply
+    })
+    .await;
+    let error = Harness::openai(refused.url("/v1")).chat(&hello()).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Auth, "{error:?}");
 }
 
 #[tokio::test]

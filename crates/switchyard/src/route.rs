@@ -767,6 +767,7 @@ impl RouteBuilder {
             ("timeouts.first_byte", self.timeouts.first_byte),
             ("timeouts.idle", self.timeouts.idle),
             ("timeouts.total", self.timeouts.total),
+            ("timeouts.whole", self.timeouts.whole),
         ] {
             if value.is_zero() {
                 problems.push(Problem::new(

@@ -133,7 +133,7 @@ fn print_routes_settings(loaded: &Loaded) {
         let timeouts = route.timeouts();
         let deadline = timeouts.deadline.map_or_else(String::new, |d| format!(" deadline {}", setting(d)));
         println!(
-            "  {}: retry max_attempts {} backoff {}..{} max_wait {}; timeouts first_byte {} idle {} total {}{deadline}",
+            "  {}: retry max_attempts {} backoff {}..{} max_wait {}; timeouts first_byte {} idle {} total {} whole {}{deadline}",
             route.name(),
             retry.max_attempts,
             setting(retry.backoff_base),
@@ -141,7 +141,8 @@ fn print_routes_settings(loaded: &Loaded) {
             setting(retry.max_wait),
             setting(timeouts.first_byte),
             setting(timeouts.idle),
-            setting(timeouts.total)
+            setting(timeouts.total),
+            setting(timeouts.whole)
         );
         if let Some(hedge) = route.hedge() {
             let after = match hedge.after {

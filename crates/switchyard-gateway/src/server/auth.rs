@@ -60,7 +60,7 @@ pub(crate) fn unauthorized(headers: &HeaderMap) -> ApiError {
 pub(crate) fn admin_unauthorized(headers: &HeaderMap) -> ApiError {
     let presented = headers.contains_key(header::AUTHORIZATION) || headers.contains_key(names::API_KEY);
     let message = if presented {
-        "the admin key is not valid (a client key is not the admin key: `gateway.admin_key`)"
+        "the admin key is not valid (`gateway.admin_key`; a client key opens /admin only when none is set)"
     } else {
         "the admin key (`gateway.admin_key`) is required: send it as `Authorization: Bearer <key>` or `x-api-key: <key>`"
     };

@@ -73,7 +73,8 @@ struct Abandoned {
 
 impl Drop for Abandoned {
     fn drop(&mut self) {
-        let Some(context) = self.context.take() else { return };
+        // A handler that panicked did not lose its client.
+        let Some(context) = self.context.take().filter(|_| !std::thread::panicking()) else { return };
         let ending = super::finished::Ending {
             route: "".into(),
             served_by: None,

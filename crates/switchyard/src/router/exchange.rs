@@ -126,11 +126,16 @@ impl Exchange for ChatExchange<'_> {
             true => Box::pin(async move {
                 match super::assembled::assembled(provider, call, self.request).await {
                     Err(error) if refuses_to_stream(&error) => {
-                        // Answered whole, it says nothing until its end: within `whole`.
+                        // Answered whole, it says nothing until its end: within `whole`, and
+                        // within what the attempt has left.
                         let limit = call.timeouts.whole;
-                        let whole = tokio::time::timeout(limit, provider.chat(call, self.request));
+                        let whole_end = tokio::time::Instant::now() + limit;
+                        let until = call.ends.map_or(whole_end, |ends| ends.min(whole_end));
+                        let whole = tokio::time::timeout_at(until, provider.chat(call, self.request));
                         whole.await.map_err(|_| {
-                            ProviderError::silence(format!("no answer within the whole timeout of {limit:?}"))
+                            let detail =
+                                format!("asked whole, no answer within the whole timeout of {limit:?}");
+                            ProviderError::new(ErrorKind::Timeout, detail)
                         })?
                     }
                     answered => answered,

@@ -175,6 +175,11 @@ impl Validator<'_> {
             );
             return None;
         }
+        // The shipped Kubernetes Secret's placeholder: a known key, never one to serve with.
+        if secret.expose() == "replace-me" {
+            self.problem(path, "is still the placeholder `replace-me`: put the real key in the Secret");
+            return None;
+        }
         Some((secret, origin))
     }
 

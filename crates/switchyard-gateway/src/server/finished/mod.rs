@@ -74,10 +74,15 @@ impl FinishedRequest<'_> {
         let Some(Settled { trail, timing, .. }) = &self.settled else { return self.elapsed };
         let attempts = trail.attempts();
         let upstream: Duration = attempts.iter().map(|a| a.duration.saturating_sub(a.queued)).sum();
-        let waited: Duration = attempts
-            .windows(2)
-            .map(|pair| pair[1].started.saturating_sub(pair[0].started + pair[0].duration))
-            .sum();
+        // From the latest end so far: a hedge runs beside the attempt before it.
+        let mut ended = Duration::ZERO;
+        let mut waited = Duration::ZERO;
+        for (i, attempt) in attempts.iter().enumerate() {
+            if i > 0 {
+                waited += attempt.started.saturating_sub(ended);
+            }
+            ended = ended.max(attempt.started + attempt.duration);
+        }
         let until = if timing.first_token.is_some() { timing.total } else { self.elapsed };
         until.saturating_sub(upstream).saturating_sub(timing.queued).saturating_sub(waited)
     }
@@ -177,5 +182,16 @@ mod tests {
         let backed_off =
             finished(Some(Settled { trail, timing, usage: None, cost: None }), Duration::from_millis(407));
         assert_eq!(backed_off.overhead(), Duration::from_millis(1), "407 - 6 upstream - 400 backoff");
+
+        // A hedge beside a slow first attempt, then a fallback 250 ms after the first ended.
+        let at = |start: u64, length: u64| {
+            let (start, length) = (Duration::from_millis(start), Duration::from_millis(length));
+            Attempt::called(&target, &id, start, length, Duration::ZERO)
+        };
+        let trail: Trail = [at(0, 2000), at(300, 100), at(2250, 10)].into_iter().collect();
+        let timing = Timing { total: Duration::from_millis(2400), queued: Duration::ZERO, first_token: None };
+        let hedged =
+            finished(Some(Settled { trail, timing, usage: None, cost: None }), Duration::from_millis(2400));
+        assert_eq!(hedged.overhead(), Duration::from_millis(40), "2400 - 2110 upstream - 250 waited");
     }
 }
