@@ -316,7 +316,11 @@ impl<'r, X: Exchange> Run<'r, X> {
             Err(miss) => {
                 self.ctx.measure(&who.target, finished - miss.sent, Some(&miss));
                 if let Some(mut permit) = permit {
-                    permit.settle(None);
+                    // A provider that answered with an error status generated nothing: its whole
+                    // estimate goes back, to the calls waiting too. Else it may have written
+                    // before it failed (a stream cut, a call gone quiet).
+                    let generated_nothing = miss.error.status().is_some_and(|status| status >= 400);
+                    permit.settle(generated_nothing.then_some(0));
                 }
                 if miss.error.is_unsupported() {
                     // A target that cannot take this request says nothing of its health: a

@@ -681,3 +681,35 @@ async fn a_spill_over_certain_to_come_is_refused_at_once_not_after_queueing() {
     assert_eq!(start.elapsed(), Duration::ZERO);
     assert!(error.to_string().contains("spilling over"), "{error}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_the_provider_refused_gives_the_calls_waiting_behind_it_their_tokens_at_once() {
+    // 6,000 tokens a minute; two calls that may write 1,000 each. The first is refused with a
+    // 500 after 100 ms: it generated nothing, so the second goes then, not 10 s on.
+    let a = SimulatedProvider::new().script([
+        switchyard::simulated::Step::Delay(
+            ms(100),
+            Box::new(switchyard::simulated::Step::fail(ErrorKind::Unavailable)),
+        ),
+        switchyard::simulated::Step::Reply,
+    ]);
+    let route = Route::builder("default").target("a:m").retry(quick_retry(1)).build().unwrap();
+    let router =
+        paced_router(Limits { tokens_per_minute: Some(6000), ..Limits::default() }, route, &[("a", &a)]);
+    let asking = || {
+        let mut request = request("default");
+        request.max_tokens = Some(1000);
+        request
+    };
+    let (first, second) = (asking(), asking());
+    let start = Instant::now();
+    let (refused, answered) = tokio::join!(router.chat(&first), async {
+        tokio::task::yield_now().await;
+        let answer = router.chat(&second).await;
+        (answer, start.elapsed())
+    });
+    assert!(refused.is_err());
+    let (answer, at) = answered;
+    answer.unwrap();
+    assert!(at < Duration::from_secs(1), "went once the refusal gave its tokens back: {at:?}");
+}
