@@ -46,23 +46,27 @@ pub(crate) fn presented_key(headers: &HeaderMap) -> Option<&str> {
 
 /// The refusal of a request without a valid gateway key, saying how to send one.
 pub(crate) fn unauthorized(headers: &HeaderMap) -> ApiError {
-    let presented = headers.contains_key(header::AUTHORIZATION) || headers.contains_key(names::API_KEY);
-    let message = if presented {
-        "the gateway key is not valid"
-    } else {
-        "a gateway key is required: send it as `Authorization: Bearer <key>` or `x-api-key: <key>`"
-    };
-    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    refusal(headers, ("the gateway key is not valid", "a gateway key is required"))
 }
 
 /// The refusal of an `/admin` request without the admin key (`gateway.admin_key`), saying so:
 /// a client key is not it.
 pub(crate) fn admin_unauthorized(headers: &HeaderMap) -> ApiError {
+    refusal(
+        headers,
+        (
+            "the admin key is not valid (`gateway.admin_key`; a client key opens /admin only when none is set)",
+            "the admin key (`gateway.admin_key`) is required",
+        ),
+    )
+}
+
+/// A 401 saying `invalid` when a key was sent, else `required` and how to send one.
+fn refusal(headers: &HeaderMap, (invalid, required): (&str, &str)) -> ApiError {
     let presented = headers.contains_key(header::AUTHORIZATION) || headers.contains_key(names::API_KEY);
-    let message = if presented {
-        "the admin key is not valid (`gateway.admin_key`; a client key opens /admin only when none is set)"
-    } else {
-        "the admin key (`gateway.admin_key`) is required: send it as `Authorization: Bearer <key>` or `x-api-key: <key>`"
+    let message = match presented {
+        true => invalid.to_owned(),
+        false => format!("{required}: send it as `Authorization: Bearer <key>` or `x-api-key: <key>`"),
     };
     ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
 }
