@@ -1235,32 +1235,24 @@ impl<'de> Deserialize<'de> for EmbeddingInput {
 impl EmbeddingInput {
     /// A list's elements as one kind of input; `Err` when they mix kinds.
     fn of_items(items: Vec<InputItem>) -> Result<Self, &'static str> {
-        let mixed = "mixes strings, token ids and token-id lists: send one kind";
+        /// Every element as `take` reads it, or the refusal of a list that mixes kinds.
+        fn all<T>(items: Vec<InputItem>, take: fn(InputItem) -> Option<T>) -> Result<Vec<T>, &'static str> {
+            let mixed = "mixes strings, token ids and token-id lists: send one kind";
+            items.into_iter().map(|item| take(item).ok_or(mixed)).collect()
+        }
         match items.first() {
-            None | Some(InputItem::Text(_)) => items
-                .into_iter()
-                .map(|item| match item {
-                    InputItem::Text(text) => Ok(text),
-                    _ => Err(mixed),
-                })
-                .collect::<Result<_, _>>()
-                .map(EmbeddingInput::Many),
-            Some(InputItem::Token(_)) => items
-                .into_iter()
-                .map(|item| match item {
-                    InputItem::Token(id) => Ok(id),
-                    _ => Err(mixed),
-                })
-                .collect::<Result<_, _>>()
-                .map(|ids| EmbeddingInput::Tokens(vec![ids])),
-            Some(InputItem::Tokens(_)) => items
-                .into_iter()
-                .map(|item| match item {
-                    InputItem::Tokens(ids) => Ok(ids),
-                    _ => Err(mixed),
-                })
-                .collect::<Result<_, _>>()
-                .map(EmbeddingInput::Tokens),
+            None | Some(InputItem::Text(_)) => {
+                all(items, |item| if let InputItem::Text(text) = item { Some(text) } else { None })
+                    .map(EmbeddingInput::Many)
+            }
+            Some(InputItem::Token(_)) => {
+                all(items, |item| if let InputItem::Token(id) = item { Some(id) } else { None })
+                    .map(|ids| EmbeddingInput::Tokens(vec![ids]))
+            }
+            Some(InputItem::Tokens(_)) => {
+                all(items, |item| if let InputItem::Tokens(ids) = item { Some(ids) } else { None })
+                    .map(EmbeddingInput::Tokens)
+            }
         }
     }
 
