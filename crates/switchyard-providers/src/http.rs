@@ -595,6 +595,9 @@ pub struct TransportError {
     what: &'static str,
     /// The underlying error, whose chain of causes follows `what` in the text.
     source: Option<Box<dyn StdError + Send + Sync>>,
+    /// A pooled connection the server closed as the request went, with no answer
+    /// ([`ProviderError::stale_connection`]).
+    stale: bool,
 }
 
 impl TransportError {
@@ -611,14 +614,19 @@ impl TransportError {
     }
 
     /// An error of sending a request on a connection and waiting for the response head.
-    fn request(error: hyper::Error) -> Self {
+    pub(crate) fn request(error: hyper::Error) -> Self {
         let what = if is_timeout(&error) { "timed out" } else { "the request failed" };
         Self::classified(what, error.into())
     }
 
     /// A request that cannot be sent as it is: `why`.
     fn invalid(why: &'static str) -> Self {
-        Self { kind: ErrorKind::Transport, what: "the request failed", source: Some(why.into()) }
+        Self {
+            kind: ErrorKind::Transport,
+            what: "the request failed",
+            source: Some(why.into()),
+            stale: false,
+        }
     }
 
     /// An error of reading a response body.
@@ -629,14 +637,31 @@ impl TransportError {
 
     /// The caller's deadline passed.
     pub fn timed_out() -> Self {
-        Self { kind: ErrorKind::Timeout, what: "timed out", source: Some("operation timed out".into()) }
+        Self {
+            kind: ErrorKind::Timeout,
+            what: "timed out",
+            source: Some("operation timed out".into()),
+            stale: false,
+        }
     }
 
     /// An error named `what` for `source`, of kind [`ErrorKind::Timeout`] when a timeout is
     /// anywhere in its chain, else [`ErrorKind::Transport`].
     fn classified(what: &'static str, source: Box<dyn StdError + Send + Sync>) -> Self {
         let kind = if is_timeout(&*source) { ErrorKind::Timeout } else { ErrorKind::Transport };
-        Self { kind, what, source: Some(source) }
+        Self { kind, what, source: Some(source), stale: false }
+    }
+
+    /// An error of a request on a pooled (reused) connection: stale when the server closed or
+    /// reset it before any byte of an answer (its keep-alive ran out as the request went).
+    pub(crate) fn on_reused(error: hyper::Error) -> Self {
+        let closed = error.is_incomplete_message()
+            || std::error::Error::source(&error)
+                .and_then(|source| source.downcast_ref::<std::io::Error>())
+                .is_some_and(|io| {
+                    matches!(io.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe)
+                });
+        Self { stale: closed, ..Self::request(error) }
     }
 
     /// [`ErrorKind::Timeout`] or [`ErrorKind::Transport`].
@@ -681,7 +706,8 @@ impl StdError for TransportError {}
 
 impl From<TransportError> for ProviderError {
     fn from(error: TransportError) -> Self {
-        ProviderError::new(error.kind, error.to_string())
+        let failed = ProviderError::new(error.kind, error.to_string());
+        if error.stale { failed.stale_connection() } else { failed }
     }
 }
 

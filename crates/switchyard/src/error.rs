@@ -215,6 +215,8 @@ struct Details {
     account_wide: bool,
     /// The target said nothing within the attempt's first-byte wait.
     silent: bool,
+    /// A reused connection the server closed as the request arrived, with no answer.
+    stale: bool,
 }
 
 impl ProviderError {
@@ -232,6 +234,7 @@ impl ProviderError {
             unsupported: false,
             account_wide: false,
             silent: false,
+            stale: false,
         }))
     }
 
@@ -256,6 +259,20 @@ impl ProviderError {
     /// attempt's first-byte wait.
     pub fn is_silence(&self) -> bool {
         self.0.silent
+    }
+
+    /// The same failure, of a pooled connection the server closed (its keep-alive ran out) as
+    /// the request went on it, with no byte of an answer: the pool's race, which says nothing
+    /// of the provider's health ([`is_stale_connection`](Self::is_stale_connection)). The
+    /// request may have arrived, so it is not sent again unasked; the route's retry decides.
+    pub fn stale_connection(mut self) -> Self {
+        self.0.stale = true;
+        self
+    }
+
+    /// Whether this is a [`stale_connection`](Self::stale_connection) failure.
+    pub fn is_stale_connection(&self) -> bool {
+        self.0.stale
     }
 
     /// The provider said the limit it hit is the account's (an organization's or project's
@@ -436,6 +453,7 @@ impl fmt::Debug for ProviderError {
             .field("credential_id", &d.credential_id)
             .field("account_wide", &d.account_wide)
             .field("silent", &d.silent)
+            .field("stale", &d.stale)
             .finish()
     }
 }

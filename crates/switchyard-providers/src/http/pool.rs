@@ -338,6 +338,7 @@ async fn send(mut request: Request, first: First, home: Weak<Home>) -> Result<Re
                 conn = Conn::open_boxed(connecting, &uri).await?;
                 reused = false;
             }
+            _ if reused => return Err(TransportError::on_reused(error.into_error())),
             _ => return Err(TransportError::request(error.into_error())),
         }
     }
@@ -745,6 +746,13 @@ mod tests {
         assert_eq!(error.kind(), switchyard::ErrorKind::Transport, "{error}");
         assert!(error.to_string().starts_with("the request failed"), "{error}");
         assert_eq!((server.connections(), server.requests()), (1, 2));
+        // The pool's race (a reused connection closed as the request went): health-neutral.
+        assert!(switchyard::ProviderError::from(error).is_stale_connection());
+
+        // A new connection closed without an answer is the provider's own failure.
+        let fresh = Server::start(&[Answer::Drop]).await;
+        let error = fetch(&client, &fresh.origin).await.unwrap_err();
+        assert!(!switchyard::ProviderError::from(error).is_stale_connection());
     }
 
     #[tokio::test]

@@ -83,6 +83,9 @@ pub(super) enum Cut {
     /// Its first-byte wait was shortened to leave the targets after it a share of the
     /// deadline (`timeouts::deadline_share`): the walk moves on.
     Share,
+    /// A pooled connection went stale under it (the server's keep-alive ran out as the
+    /// request went): the pool's race, not the provider's.
+    Stale,
 }
 
 impl Cut {
@@ -411,7 +414,10 @@ impl<'r, X: Exchange> Context<'r, X> {
         let (error, cut) = match called {
             Ok(Ok(output)) => return Ok(Reply { output, sent }),
             Ok(Err(error)) if error.is_silence() && limits.shared.is_some() => limits.share_spent(later),
-            Ok(Err(error)) => (error, Cut::No),
+            Ok(Err(error)) => {
+                let cut = if error.is_stale_connection() { Cut::Stale } else { Cut::No };
+                (error, cut)
+            }
             // A timeout forced by the caller's deadline says nothing about the provider.
             Err(_) if limits.remaining < limits.limit => {
                 let message = format!("request deadline passed after {:?} of waiting", limits.remaining);

@@ -639,3 +639,24 @@ async fn a_probe_whose_caller_went_away_gives_its_slot_back_at_once() {
     let next = router.chat(&request("default")).await.unwrap();
     assert_eq!(next.served_by.to_string(), "a:m", "probed again at once: {:?}", next.trail.outcomes());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_pooled_connection_gone_stale_says_nothing_of_the_providers_health() {
+    // The server's keep-alive ran out as the request went on a reused connection: the walk
+    // goes on, and the provider stays in use (it is not gated for the health TTL).
+    let stale = ProviderError::new(
+        ErrorKind::Transport,
+        "the request failed: connection closed before message completed",
+    )
+    .stale_connection();
+    let a = SimulatedProvider::new().script([Step::Fail(stale), Step::Reply, Step::Reply]);
+    let b = SimulatedProvider::new();
+    let route = Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1)).health_gate(true);
+    let router = router(&[("a", &a), ("b", &b)], route);
+
+    let first = router.chat(&request("default")).await.unwrap();
+    assert_eq!(first.served_by.to_string(), "b:m");
+    let next = router.chat(&request("default")).await.unwrap();
+    assert_eq!(next.served_by.to_string(), "a:m", "not gated: {:?}", next.trail.outcomes());
+    assert_ne!(router.target_health(&target("a:m")).status, HealthStatus::TemporarilyUnavailable);
+}
