@@ -198,11 +198,11 @@ pub(super) struct Unanswered {
 }
 
 /// A half-open probe's slot, given back if its attempt is dropped before it ends.
-struct ProbeGuard<'a> {
-    health: &'a crate::health::HealthBoard,
-    target: crate::Target,
-    credentials: &'a [crate::credential::CredentialId],
-    armed: bool,
+pub(super) struct ProbeGuard<'a> {
+    pub(super) health: &'a crate::health::HealthBoard,
+    pub(super) target: crate::Target,
+    pub(super) credentials: &'a [crate::credential::CredentialId],
+    pub(super) armed: bool,
 }
 
 impl Drop for ProbeGuard<'_> {

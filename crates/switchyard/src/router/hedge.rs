@@ -153,8 +153,17 @@ impl<'r, X: Exchange> Run<'r, X> {
         let hedge_span = self.ctx.options.trace.map(|trace| trace.child());
         let (ctx, plan, record) = (&self.ctx, &self.plan, &self.record);
         let later = plan.remaining();
+        // A hedge that probes a half-open circuit gives its slot back if the pair is dropped
+        // (the caller went away) before its outcome decides the circuit.
+        let hedge_probe: std::sync::Mutex<Option<super::attempt::ProbeGuard<'_>>> = Default::default();
         let start = || {
             let who = ctx.admit_hedge(plan, &first.who.target)?;
+            *hedge_probe.lock().unwrap_or_else(|p| p.into_inner()) = Some(super::attempt::ProbeGuard {
+                health: &ctx.inner.health,
+                target: who.target.clone(),
+                credentials: &who.slot.credential_ids,
+                armed: who.probe,
+            });
             record.hedge_started(ctx.route.name(), &first.who.target, &who.target, delay);
             let hedge = HedgeRun { who: who.clone(), sent: Instant::now(), span: hedge_span };
             // The hedge's target is one of those after the first.
@@ -162,6 +171,9 @@ impl<'r, X: Exchange> Run<'r, X> {
         };
         let first_call = ctx.call(&first.who, first.permit.as_ref(), first.span, later);
         let raced = race(first_call, start, delay).await;
+        if let Some(probe) = hedge_probe.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            probe.armed = false;
+        }
         match raced {
             Raced::Alone(end) => AttemptEnd::Called(self.ended(first, end)),
             Raced::FirstEnded { first: end, hedge, hedge_failed } => {

@@ -283,3 +283,35 @@ async fn a_hedge_that_fails_first_leaves_the_first_attempts_failure_to_decide() 
     );
     assert_eq!((primary.calls(), backup.calls()), (2, 1));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_probing_a_half_open_circuit_gives_its_slot_back_when_the_caller_goes_away() {
+    // The backup's circuit is half-open; the hedge on it is its probe, and hangs. The caller
+    // leaves mid-pair: the next request probes the backup at once, not after the hedge's lease.
+    let primary = slow(10_000);
+    let backup =
+        SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable), Step::Hang, Step::Reply]);
+    let settings = switchyard::health::HealthSettings {
+        failure_threshold: 1,
+        open_for: Duration::from_secs(10),
+        ..switchyard::health::HealthSettings::default()
+    };
+    let hedge = Hedge { max_share: 1.0, ..Hedge::after(Duration::from_millis(300)) };
+    let route =
+        Route::builder("default").target("primary:m").target("backup:m").retry(quick_retry(1)).hedge(hedge);
+    let only_backup = Route::builder("only-backup").target("backup:m").retry(quick_retry(1)).build().unwrap();
+    let router = builder(&[("primary", &primary), ("backup", &backup)])
+        .route(route.build().unwrap())
+        .route(only_backup)
+        .health(settings)
+        .build()
+        .unwrap();
+    router.chat(&request("only-backup")).await.unwrap_err(); // opens the backup's circuit
+    tokio::time::advance(Duration::from_secs(10)).await;
+
+    let gone = tokio::time::timeout(Duration::from_secs(1), router.chat(&request("default"))).await;
+    assert!(gone.is_err(), "the caller went away mid-pair");
+    assert_eq!(backup.calls(), 2, "the hedge probed the backup");
+    let next = router.chat(&request("only-backup")).await.expect("probed again at once");
+    assert_eq!(next.trail.outcomes(), vec![Outcome::Ok], "no probe in flight holds it");
+}
