@@ -206,6 +206,16 @@ async fn an_unknown_model_is_a_404_listing_the_valid_names() {
     let body = json_of(response).await;
     assert_eq!(body["error"]["code"], "model_not_found");
     assert!(body["error"]["message"].as_str().unwrap().contains("default, down:m, up:m"), "{body}");
+    // Counted under no route, not the default route it never reached.
+    let metrics = gateway.get("/metrics", ADMIN_KEY).await.text().await.unwrap();
+    assert!(
+        metrics.contains(
+            r#"switchyard_requests_total{endpoint="chat_completions",route="(none)",status="404"} 1"#
+        ),
+        "{metrics}"
+    );
+    // And the reload counter's series are there from the start, at 0.
+    assert!(metrics.contains(r#"switchyard_config_reloads_total{result="rejected"} 0"#), "{metrics}");
 }
 
 #[tokio::test]

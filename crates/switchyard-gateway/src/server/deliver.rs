@@ -108,8 +108,12 @@ pub(crate) fn route_failed(
     exchange: &RequestContext,
     error: switchyard::RouteError,
 ) -> Response {
-    // A model that named nothing is logged under the default route, which would have governed.
-    let route: Arc<str> = error.route().unwrap_or_else(|| exchange.live.router.default_route().name()).into();
+    // A model no route or target is named under no route (`(none)`, as a refused key's request
+    // is); any other failure without one under the default route, which would have governed.
+    let route: Arc<str> = match &error {
+        switchyard::RouteError::UnknownModel { .. } => "".into(),
+        _ => error.route().unwrap_or_else(|| exchange.live.router.default_route().name()).into(),
+    };
     let api = ApiError::from_route(&error);
     let status = api.status.as_u16();
     let attempts = error.trail().len();

@@ -198,4 +198,8 @@ pub(crate) fn describe(metrics: &Metrics) {
         "switchyard_config_reloads_total",
         "Configuration reloads, by result: reloaded, unchanged (the same file), rejected (the running one stays).",
     );
+    // Born at 0, so that `increase()` sees the first reload (the first rejected one above all).
+    for result in ["reloaded", "unchanged", "rejected"] {
+        metrics.increment("switchyard_config_reloads_total", labels([("result", result.into())]), 0);
+    }
 }
