@@ -512,7 +512,9 @@ async fn a_converse_stream_becomes_canonical_chunks() {
 async fn titan_embeds_one_text_per_call_and_cohere_a_batch() {
     let fake = Fake::start(|seen| {
         if seen.path().contains("titan") {
-            json_reply(200, &[], &json!({"embedding": [0.5, -0.25], "inputTextTokenCount": 3}))
+            // Each text's vector says which text it is: the answers come back in input order.
+            let which = if seen.body["inputText"] == "a" { 1.0 } else { 2.0 };
+            json_reply(200, &[], &json!({"embedding": [which, -0.25], "inputTextTokenCount": 3}))
         } else {
             json_reply(
                 200,
@@ -532,10 +534,11 @@ async fn titan_embeds_one_text_per_call_and_cohere_a_batch() {
     };
     let titan =
         provider.embeddings(caller.call("amazon.titan-embed-text-v2:0", None), &request).await.unwrap();
-    assert_eq!(titan.data.len(), 2);
-    assert_eq!(titan.data[1].embedding, vec![0.5, -0.25]);
+    let firsts: Vec<f32> = titan.data.iter().map(|e| e.embedding[0]).collect();
+    assert_eq!(firsts, [1.0, 2.0], "in input order, whichever answered first");
     assert_eq!(titan.usage.unwrap().prompt_tokens, 6);
-    assert_eq!(fake.requests()[0].body, json!({"inputText": "a", "dimensions": 256}));
+    let sent: Vec<Value> = fake.requests().iter().map(|seen| seen.body.clone()).collect();
+    assert!(sent.contains(&json!({"inputText": "a", "dimensions": 256})), "{sent:?}");
     let request = EmbeddingsRequest { dimensions: None, ..request };
     let cohere = provider.embeddings(caller.call("cohere.embed-english-v3", None), &request).await.unwrap();
     assert_eq!(cohere.data.iter().map(|e| e.embedding[0]).collect::<Vec<_>>(), vec![0.1, 0.2]);

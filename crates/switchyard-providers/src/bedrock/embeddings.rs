@@ -1,5 +1,5 @@
 //! Embeddings on Bedrock: Amazon Titan (`amazon.titan-embed-text-v1`, `-v2:0`: one text per
-//! call, `dimensions` as Titan v2's) and Cohere (`cohere.embed-*`: a batch of texts,
+//! call, a few at once, `dimensions` as Titan v2's) and Cohere (`cohere.embed-*`: a batch of texts,
 //! `input_type` `search_document` unless the request's `input_type` says otherwise).
 //! Other models do not embed here (unsupported: the router tries the next target).
 
@@ -51,14 +51,25 @@ pub(super) async fn embed(
     if request.dimensions.is_some() && !model.contains("text-v2") {
         return Err(ProviderError::unsupported(format!("`dimensions`: `{}` embeds at one size", call.model)));
     }
-    let mut data = Vec::with_capacity(texts.len());
-    let mut tokens = 0u32;
-    for (i, text) in texts.iter().enumerate() {
-        let mut body = json!({ "inputText": text });
-        if let Some(dimensions) = request.dimensions {
-            body["dimensions"] = json!(dimensions);
+    // Titan embeds one text a call: a few calls at once, the answers kept in input order.
+    let bodies: Vec<Value> = texts
+        .iter()
+        .map(|text| match request.dimensions {
+            Some(dimensions) => json!({ "inputText": text, "dimensions": dimensions }),
+            None => json!({ "inputText": text }),
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(bodies.len());
+    for batch in bodies.chunks(TITAN_AT_ONCE) {
+        let mut calls = Vec::with_capacity(batch.len());
+        for body in batch {
+            calls.push(call_model(provider, &call, body));
         }
-        let answer = call_model(provider, &call, &body).await?;
+        answers.extend(futures_util::future::try_join_all(calls).await?);
+    }
+    let mut tokens = 0u32;
+    let mut data = Vec::with_capacity(answers.len());
+    for (i, answer) in answers.iter().enumerate() {
         tokens += answer.get("inputTextTokenCount").and_then(Value::as_u64).unwrap_or(0) as u32;
         data.push(vector(i, answer.get("embedding").unwrap_or(&Value::Null))?);
     }
@@ -108,6 +119,9 @@ async fn cohere(
     }
     Ok(EmbeddingsResponse { data, model: call.model.to_owned(), ..EmbeddingsResponse::default() })
 }
+
+/// How many Titan calls (a text each) go at once.
+const TITAN_AT_ONCE: usize = 4;
 
 /// The most texts one Cohere embed call takes.
 const COHERE_BATCH: usize = 96;
