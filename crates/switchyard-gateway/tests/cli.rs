@@ -260,6 +260,12 @@ gateway: { shutdown_grace: 10s }
     assert_eq!(line["served_by"], "slow:m", "{line}");
     assert!(line["request_id"].as_str().is_some_and(|id| id.starts_with("req_")), "{line}");
     assert!(line["latency_ms"].as_f64().is_some_and(|ms| ms >= 750.0), "the whole stream: {line}");
+    // The start and the stop are records of the log too, each one JSON object.
+    let records: Vec<serde_json::Value> =
+        logs.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
+    let said =
+        |message: &str| records.iter().any(|r| r["target"] == "switchyard::serve" && r["message"] == message);
+    assert!(said("listening") && said("shutting down"), "{logs}");
 }
 
 #[test]

@@ -200,6 +200,8 @@ fn print_banner(local: SocketAddr, loaded: &Loaded) {
         banner.push('\n');
     }
     let _ = std::io::Write::write_all(&mut std::io::stdout(), banner.as_bytes());
+    // And a record for the log (one JSON object with `--log-format json`).
+    tracing::info!(target: "switchyard::serve", address = %local, config = %loaded.origin(), "listening");
 }
 
 /// Starts the fleet's shared state: its events published to the router's, and hedge budgets
@@ -308,6 +310,7 @@ async fn run_until_signal(workers: Workers, reloads: Reloads, ending: Ending<'_>
             // The grace period of the configuration in force.
             let grace = stop.live().gateway.shutdown_grace;
             eprintln!("switchyard: shutting down; open streams have {grace:?} to finish");
+            tracing::info!(target: "switchyard::serve", grace_s = grace.as_secs_f64(), "shutting down");
             stop.stop();
             // Bound the drain: a stream that never ends must not hold the process forever.
             tokio::select! {
