@@ -224,6 +224,18 @@ async fn a_document_in_a_tool_result_reaches_an_anthropic_provider_as_written_an
     assert!(gpt.seen.lock().unwrap().is_empty());
 }
 
+/// `body` as Claude receives it after a tool turn another model answered: the model named, the
+/// client's thinking gone, and the clearing of thinking with it.
+fn without_thinking(body: &str) -> String {
+    body.replacen("default", "claude-sonnet-4-5", 1)
+        .replacen(r#""thinking":{"type":"enabled","budget_tokens":1024},"#, "", 1)
+        .replacen(
+            r#""context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},"#,
+            "",
+            1,
+        )
+}
+
 #[tokio::test]
 async fn a_tool_turn_another_model_answered_goes_on_to_claude_without_the_clients_thinking() {
     // Claude Code, thinking on, after a fallback of another kind answered its last tool turn:
@@ -234,14 +246,7 @@ async fn a_tool_turn_another_model_answered_goes_on_to_claude_without_the_client
     let (status, answer) = post(claude, "/v1/messages", body).await;
     assert_eq!(status, 200, "{answer}");
     // Clearing thinking needs thinking on: it goes with it.
-    let expected = body
-        .replacen("default", "claude-sonnet-4-5", 1)
-        .replacen(r#""thinking":{"type":"enabled","budget_tokens":1024},"#, "", 1)
-        .replacen(
-            r#""context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},"#,
-            "",
-            1,
-        );
+    let expected = without_thinking(body);
     assert_eq!(upstream.received().1, expected, "the rest as the client wrote it");
 }
 
@@ -405,14 +410,7 @@ async fn count_tokens_of_a_tool_turn_another_model_answered_goes_without_the_cli
     let body = r#"{"model":"default","thinking":{"type":"enabled","budget_tokens":1024},"context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":[{"type":"tool_use","id":"call_1","name":"get_weather","input":{"city":"Paris"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"sunny"}]}]}"#;
     let (status, answer) = post(gateway, "/v1/messages/count_tokens", body).await;
     assert_eq!((status, answer.as_str()), (200, COUNT));
-    let expected = body
-        .replacen("default", "claude-sonnet-4-5", 1)
-        .replacen(r#""thinking":{"type":"enabled","budget_tokens":1024},"#, "", 1)
-        .replacen(
-            r#""context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},"#,
-            "",
-            1,
-        );
+    let expected = without_thinking(body);
     assert_eq!(claude.received(), ("/v1/messages/count_tokens".to_owned(), expected));
 }
 
