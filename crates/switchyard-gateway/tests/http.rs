@@ -49,6 +49,13 @@ impl Gateway {
         self.client.post(self.url(path)).bearer_auth(GATEWAY_KEY).json(&body).send().await.unwrap()
     }
 
+    /// `body` as written (not necessarily JSON), as a JSON request.
+    async fn post_text(&self, path: &str, body: &str) -> reqwest::Response {
+        let request = self.client.post(self.url(path)).bearer_auth(GATEWAY_KEY);
+        let request = request.header("content-type", "application/json").body(body.to_owned());
+        request.send().await.unwrap()
+    }
+
     async fn get(&self, path: &str, key: &str) -> reqwest::Response {
         self.client.get(self.url(path)).bearer_auth(key).send().await.unwrap()
     }
@@ -134,15 +141,8 @@ async fn fallback_off_returns_the_first_targets_error_with_its_status() {
 #[tokio::test]
 async fn malformed_json_is_a_400_that_says_where() {
     let gateway = Gateway::start(BASIC).await;
-    let response = gateway
-        .client
-        .post(gateway.url("/v1/chat/completions"))
-        .bearer_auth(GATEWAY_KEY)
-        .header("content-type", "application/json")
-        .body("{\"model\": \"default\", \"messages\": [")
-        .send()
-        .await
-        .unwrap();
+    let response =
+        gateway.post_text("/v1/chat/completions", "{\"model\": \"default\", \"messages\": [").await;
     assert_eq!(response.status(), 400);
     let body = json_of(response).await;
     assert_eq!(body["error"]["code"], "invalid_json");
@@ -171,15 +171,7 @@ async fn a_member_of_the_wrong_type_is_a_400_that_names_it() {
         ("/v1/embeddings", r#"{"model":"default","input":"a","dimensions":"many"}"#, "`dimensions`"),
     ];
     for (path, body, named) in cases {
-        let response = gateway
-            .client
-            .post(gateway.url(path))
-            .bearer_auth(GATEWAY_KEY)
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
+        let response = gateway.post_text(path, body).await;
         assert_eq!(response.status(), 400, "{body}");
         let answer = json_of(response).await;
         let message = answer["error"]["message"].as_str().unwrap();
@@ -688,15 +680,7 @@ async fn json_schemas_reach_the_provider_in_the_clients_key_order() {
             "response_format":{{"type":"json_schema","json_schema":{{"name":"why","schema":{schema}}}}},
             "tools":[{{"type":"function","function":{{"name":"f","parameters":{schema}}}}}]}}"#
     );
-    let response = gateway
-        .client
-        .post(gateway.url("/v1/chat/completions"))
-        .bearer_auth(GATEWAY_KEY)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let response = gateway.post_text("/v1/chat/completions", &body).await;
     assert_eq!(response.status(), 200);
     let sent = seen.lock().unwrap()[0].clone();
     let compact: String = sent.split_whitespace().collect();
