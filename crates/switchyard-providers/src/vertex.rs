@@ -370,9 +370,9 @@ impl VertexProvider {
         }
         let deadline = Instant::now().checked_add(call.timeouts.total);
         let mut whole: Option<EmbeddingsResponse> = None;
+        let url = self.url(Publisher::Google, call.model, "predict")?;
         for (body, texts) in embeddings::predict_bodies(request, call.model)? {
-            let url = self.url(Publisher::Google, call.model, "predict")?;
-            let (response, token) = self.send(&call, url, body, Publisher::Google, deadline).await?;
+            let (response, token) = self.send(&call, url.clone(), body, Publisher::Google, deadline).await?;
             let bytes = http::until(deadline, http::read_body(response)).await?;
             let part =
                 embeddings::answer(&bytes, texts, call.model).map_err(|error| error.redacted(&token))?;

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use switchyard::chat::{ChatRequest, Dialect, EmbeddingInput, EmbeddingsRequest};
+use switchyard::chat::{ChatRequest, Dialect, EmbeddingsRequest};
 use switchyard_providers::openai::codec;
 
 use super::auth::{client_key, unauthorized};
@@ -128,14 +128,14 @@ pub async fn embeddings(
     let parsed = serde_json::from_slice::<EmbeddingsRequest>(&body)
         .map_err(|e| invalid_body::<EmbeddingsRequest>(&body, &e))
         .and_then(|request| Encoding::of(&request).map(|_| request))
-        .and_then(|request| match &request.input {
+        .and_then(|request| match request.input.is_empty() {
             // As OpenAI refuses it: no provider is asked to embed nothing.
-            EmbeddingInput::Many(texts) if texts.is_empty() => Err(ApiError::new(
+            true => Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_request",
                 "input is empty: give at least one text to embed",
             )),
-            _ => Ok(request),
+            false => Ok(request),
         });
     let (exchange, request) = match context.accept(&state, parsed, |r: &EmbeddingsRequest| &r.model).await {
         Ok(accepted) => accepted,

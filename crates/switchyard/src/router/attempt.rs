@@ -233,12 +233,13 @@ impl<'r, X: Exchange> Run<'r, X> {
         };
         // Held until the attempt ends and its outcome decides the circuit; dropped before
         // (the caller went away), it lets the slot go for the next request to probe at once.
-        let mut probe = ProbeGuard {
+        // Only a probe holds a slot: the common attempt makes no guard.
+        let mut probe = who.probe.then(|| ProbeGuard {
             health: &self.ctx.inner.health,
             target: who.target.clone(),
             credentials: &slot.credential_ids,
-            armed: who.probe,
-        };
+            armed: true,
+        });
         if tries.pending.is_none() {
             self.record.calling(&who.target, self.verdict.last_kind());
         }
@@ -247,7 +248,7 @@ impl<'r, X: Exchange> Run<'r, X> {
             Ok(permit) => permit,
             Err(refused) => {
                 // Its outcome gives the slot back.
-                probe.armed = false;
+                probe.iter_mut().for_each(|guard| guard.armed = false);
                 return AttemptEnd::PacerRefused(refused);
             }
         };
@@ -260,7 +261,7 @@ impl<'r, X: Exchange> Run<'r, X> {
             }
             Some(delay) => self.send_hedged(out, delay).await,
         };
-        probe.armed = false;
+        probe.iter_mut().for_each(|guard| guard.armed = false);
         end
     }
 

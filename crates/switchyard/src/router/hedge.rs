@@ -158,12 +158,14 @@ impl<'r, X: Exchange> Run<'r, X> {
         let hedge_probe: std::sync::Mutex<Option<super::attempt::ProbeGuard<'_>>> = Default::default();
         let start = || {
             let who = ctx.admit_hedge(plan, &first.who.target)?;
-            *hedge_probe.lock().unwrap_or_else(|p| p.into_inner()) = Some(super::attempt::ProbeGuard {
-                health: &ctx.inner.health,
-                target: who.target.clone(),
-                credentials: &who.slot.credential_ids,
-                armed: who.probe,
-            });
+            if who.probe {
+                *hedge_probe.lock().unwrap_or_else(|p| p.into_inner()) = Some(super::attempt::ProbeGuard {
+                    health: &ctx.inner.health,
+                    target: who.target.clone(),
+                    credentials: &who.slot.credential_ids,
+                    armed: true,
+                });
+            }
             record.hedge_started(ctx.route.name(), &first.who.target, &who.target, delay);
             let hedge = HedgeRun { who: who.clone(), sent: Instant::now(), span: hedge_span };
             // The hedge's target is one of those after the first.
