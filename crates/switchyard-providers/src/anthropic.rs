@@ -178,8 +178,13 @@ pub(crate) fn messages_body(
 ) -> Result<Vec<u8>, ProviderError> {
     let stream_edit = if stream { Edit::Flag(true) } else { Edit::FalseIfPresent };
     let translated;
+    // A translated body's thinking was chosen as it was built: only a client's own is edited.
+    let mut edits = (Edit::Keep, Edit::Keep);
     let body = match verbatim_body(request) {
-        Some(body) => body.as_ref(),
+        Some(body) => {
+            edits = thinking_edits(request);
+            body.as_ref()
+        }
         None => {
             translated =
                 serde_json::to_vec(&request::build(model, request, stream, thinking)?).map_err(|error| {
@@ -196,7 +201,7 @@ pub(crate) fn messages_body(
             &translated[..]
         }
     };
-    let (thinking, management) = thinking_edits(request);
+    let (thinking, management) = edits;
     match envelope {
         Envelope::Anthropic => verbatim::rewrite(
             body,
@@ -229,10 +234,10 @@ fn thinking_edits(request: &ChatRequest) -> (Edit<'static>, Edit<'static>) {
     if !thinking_cannot_go_on(request) {
         return (Edit::Keep, Edit::Keep);
     }
-    let clears_thinking = request
-        .extra
-        .get("context_management")
-        .is_some_and(|value| value.to_string().contains("clear_thinking"));
+    let edits = request.extra.get("context_management").and_then(|value| value["edits"].as_array());
+    let clears_thinking = edits.is_some_and(|edits| {
+        edits.iter().any(|edit| edit["type"].as_str().is_some_and(|kind| kind.starts_with("clear_thinking")))
+    });
     (Edit::Remove, if clears_thinking { Edit::Remove } else { Edit::Keep })
 }
 
