@@ -47,15 +47,8 @@ pub(crate) fn answered(
 ) -> Response {
     let mut response = Response::new(Body::from(body.into()));
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    let attempts = served.trail.len();
-    exchange.stamp(&mut response, Some(&served.served_by), attempts);
     routing_headers(&mut response, &served.trail, served.timing.queued);
-    let settled =
-        Some(Settled { trail: served.trail, timing: served.timing, usage: served.usage, cost: served.cost });
-    let ending =
-        Ending { route: served.route, served_by: Some(&served.served_by), status: 200, attempts, settled };
-    exchange.finish(state, ending);
-    response
+    settle(state, exchange, response, served)
 }
 
 /// A 502 for an answer that came but cannot be written in the client's dialect: logged under
@@ -68,10 +61,20 @@ pub(crate) fn unwritable(
 ) -> Response {
     let mut error = ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "untranslatable_answer", why);
     error.attempts = serde_json::to_value(&served.trail).ok().map(Box::new);
-    let status = error.status.as_u16();
-    let mut response = error.into_response(exchange.dialect, &exchange.id);
+    settle(state, exchange, error.into_response(exchange.dialect, &exchange.id), served)
+}
+
+/// `response` to a request a target served, stamped, and the request logged with its trail,
+/// usage and cost under its status.
+fn settle(
+    state: &AppState,
+    exchange: &RequestContext,
+    mut response: Response,
+    served: Delivered,
+) -> Response {
     let attempts = served.trail.len();
     exchange.stamp(&mut response, Some(&served.served_by), attempts);
+    let status = response.status().as_u16();
     let settled =
         Some(Settled { trail: served.trail, timing: served.timing, usage: served.usage, cost: served.cost });
     let ending =
