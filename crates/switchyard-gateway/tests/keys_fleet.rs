@@ -229,6 +229,74 @@ async fn a_keys_limits_and_budget_hold_for_the_fleet_and_redis_holds_no_key() {
     }
 }
 
+/// The fleet's spend of every key as Redis holds it: the sum of every replica's total.
+fn fleet_spend(redis: &RedisServer) -> f64 {
+    let mut total = 0.0;
+    for key in redis.cli(&["--scan", "--pattern", "keys-test:spend:*:by"]).lines() {
+        let fields = redis.cli(&["HVALS", key]);
+        total += fields.lines().map(|v| v.trim().parse::<f64>().unwrap()).sum::<f64>();
+    }
+    total
+}
+
+impl Fleet {
+    /// Asks each replica for its keys (which reads the fleet's spend again) until Redis holds
+    /// `usd` for the fleet.
+    async fn until_redis_holds(&self, redis: &RedisServer, usd: f64) {
+        support::until("Redis holds the fleet's spend", Duration::from_secs(15), async || {
+            for replica in 0..REPLICAS {
+                self.admin(replica, "/admin/keys").await;
+            }
+            let held = fleet_spend(redis);
+            if (held - usd).abs() < 1e-9 { Ok(()) } else { Err(format!("Redis holds {held}")) }
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spend_charged_while_redis_stalled_reaches_the_fleet_once_when_redis_answers() {
+    let redis = RedisServer::start();
+    let (upstream, _) = start_upstream().await;
+    let fleet = Fleet::start("spend-stalled", upstream, &redis.url()).await;
+    redis.stall();
+    support::until("the replica sees Redis is away", Duration::from_secs(10), async || {
+        let health = fleet.admin(0, "/admin/health").await;
+        if health["shared_state"]["status"] == "degraded" { Ok(()) } else { Err(health.to_string()) }
+    })
+    .await;
+    assert_eq!(fleet.chat(0, SPENDER).await.0, 200);
+    redis.resume();
+    // No further charge: the replica writes what it spent by itself, and a write that was
+    // waiting in the stalled server's socket and its retry count once.
+    fleet.until_redis_holds(&redis, 10.0).await;
+    support::until("another replica sees the spend", Duration::from_secs(10), async || {
+        let keys = fleet.admin(1, "/admin/keys").await;
+        let spent = keys["keys"][1]["budget"]["spent_usd"].as_f64().unwrap_or_default();
+        if (spent - 10.0).abs() < 1e-9 { Ok(()) } else { Err(keys.to_string()) }
+    })
+    .await;
+    fleet.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restarted_empty_is_given_the_fleets_spend_again_by_the_replicas() {
+    let mut redis = RedisServer::start();
+    let (upstream, _) = start_upstream().await;
+    let fleet = Fleet::start("spend-restarted", upstream, &redis.url()).await;
+    for _ in 0..2 {
+        assert_eq!(fleet.chat(0, SPENDER).await.0, 200);
+    }
+    fleet.until_redis_holds(&redis, 20.0).await;
+    assert_eq!(fleet.chat(1, SPENDER).await.0, 200);
+    fleet.until_redis_holds(&redis, 30.0).await;
+    redis.restart();
+    fleet.until_redis_holds(&redis, 30.0).await;
+    let keys = fleet.admin(2, "/admin/keys").await;
+    assert_eq!(keys["keys"][1]["budget"]["spent_usd"], 30.0, "{keys}");
+    fleet.stop();
+}
+
 #[test]
 fn doctor_says_what_the_fleet_shares_of_a_keys_limits() {
     let redis = RedisServer::start();

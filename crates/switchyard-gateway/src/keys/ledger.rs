@@ -13,7 +13,7 @@ use switchyard_state::spend::SharedSpend;
 use tokio::time::Instant;
 
 use super::limiter::{Limiter, Mode, Step};
-use super::spend::{Due, Spend};
+use super::spend::{Due, Spend, Then};
 use super::{ClientKey, KeyRules, Period};
 
 /// The fleet's Redis, when there is one: its leases (rates) and the spend it keeps.
@@ -240,7 +240,10 @@ impl ClientKey {
             let (ledger, hash, spend) = (self.ledger.clone(), self.hash.clone(), spend.clone());
             let reading = async move {
                 let answer = spend.get(&hash, &period).await;
-                ledger.books().spend.read(&period, answer);
+                let rewrite = ledger.books().spend.read(&period, answer);
+                if let Some(due) = rewrite {
+                    write(ledger, hash, spend, due);
+                }
             };
             (reading, degraded)
         });
@@ -261,29 +264,46 @@ impl Pass {
         }
         let (Some(usd), Some(budget)) = (usd.filter(|usd| *usd > 0.0), key.rules.budget) else { return };
         books.spend.roll(budget.per, SystemTime::now());
-        books.spend.charge(usd, shared.spend.is_some());
-        let due = books.spend.flush();
+        books.spend.charge(usd);
+        let due = shared.spend.and_then(|_| books.spend.write_due());
         drop(books);
         if let (Some(due), Some(spend)) = (due, shared.spend) {
-            flush(key.ledger.clone(), key.hash.clone(), spend.clone(), due);
+            write(key.ledger.clone(), key.hash.clone(), spend.clone(), due);
         }
     }
 }
 
-/// Sends `due` to Redis, and whatever was charged meanwhile after it.
-fn flush(ledger: Arc<Ledger>, hash: Arc<str>, spend: Arc<SharedSpend>, due: Due) {
+/// The first wait before a failed write of the spend is sent again; it doubles up to
+/// [`RETRY_AT_MOST`].
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_AT_MOST: Duration = Duration::from_secs(30);
+
+/// Writes this run's spend to Redis until Redis holds it all: `due`, then what was charged
+/// meanwhile, and after a failure the total as it is then, again and again while the period
+/// lasts. Only one writer a key runs (the books hold the write); a total sent twice counts once.
+fn write(ledger: Arc<Ledger>, hash: Arc<str>, spend: Arc<SharedSpend>, due: Due) {
     tokio::spawn(async move {
-        let mut due = Some(due);
-        while let Some(sent) = due.take() {
-            let ends = sent.resets.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs();
-            let answer = spend.add(&hash, &sent.period, sent.usd, ends).await;
-            let failed = answer.is_err();
-            let mut books = ledger.books();
-            books.spend.flushed(&sent, answer);
-            // After a failure the next charge (or the next period) tries again.
-            if !failed {
-                due = books.spend.flush();
-            }
+        let mut due = due;
+        let mut wait = RETRY_FIRST;
+        loop {
+            let ends = due.resets.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs();
+            let answer = spend.put(&hash, &due.period, due.usd, ends).await;
+            let then = ledger.books().spend.written(&due, answer);
+            due = match then {
+                Then::Done => return,
+                Then::Write(next) => {
+                    wait = RETRY_FIRST;
+                    next
+                }
+                Then::Retry => {
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(RETRY_AT_MOST);
+                    match ledger.books().spend.retry(&due.period) {
+                        Some(again) => again,
+                        None => return,
+                    }
+                }
+            };
         }
     });
 }

@@ -1,11 +1,14 @@
-//! What a key spent in its budget's period, as this replica knows it: the fleet's total as
-//! Redis last said (or, alone, the key's own), and what this replica charged since that
-//! Redis has not confirmed yet.
+//! What a key spent in its budget's period, as this replica knows it: everything this run of
+//! the replica charged, and the rest of the fleet's total as Redis last said.
 //!
-//! While Redis does not answer, the unconfirmed spend counts as many times as there are
+//! With shared state the replica writes its own total (never an increment) to Redis: a write
+//! that failed is simply sent again, with whatever was charged since, until Redis holds it.
+//! While Redis does not answer, what it does not hold yet counts as many times as there are
 //! replicas: each replica holds to its share of what is left.
 
 use std::time::{Instant, SystemTime};
+
+use switchyard_state::spend::Held;
 
 use super::period::{Period, Window};
 
@@ -17,19 +20,21 @@ const READ_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
 #[derive(Debug, Default)]
 pub(crate) struct Spend {
     window: Option<Window>,
-    /// The fleet's total as Redis last said (alone: everything charged).
-    confirmed: f64,
-    /// Charged here, not yet sent to Redis.
-    pending: f64,
-    /// Sent to Redis, its answer awaited.
-    sending: f64,
+    /// Everything this run charged in the period (alone: the key's whole spend).
+    mine: f64,
+    /// The rest of the fleet's total, as Redis last said.
+    others: f64,
+    /// What Redis last said it holds of `mine`.
+    written: f64,
+    /// The period whose write is on its way, or waits to be tried again.
+    writing: Option<String>,
     /// The last call to Redis failed.
     degraded: bool,
     read_at: Option<Instant>,
     reading: bool,
 }
 
-/// A flush or read to make, of one period.
+/// A write to make: this run's total in one period.
 #[derive(Debug, Clone)]
 pub(crate) struct Due {
     pub period: String,
@@ -37,70 +42,89 @@ pub(crate) struct Due {
     pub usd: f64,
 }
 
+/// What the writer does after Redis answered a write.
+#[derive(Debug)]
+pub(crate) enum Then {
+    /// Nothing is left to write (or the write's period is gone).
+    Done,
+    /// More was charged meanwhile: write the new total.
+    Write(Due),
+    /// The write failed: try again later, with the total as it will be then.
+    Retry,
+}
+
 impl Spend {
     /// The period `now` falls in, starting a new one (from nothing) when the last ended. When
-    /// the budget's `per` changed (a reload), the spend so far stands in the new period's window:
-    /// kept in the old one, a month's window for a day's budget locked the key out until the
-    /// month's end.
+    /// the budget's `per` changed (a reload), the spend so far stands in the new period's window
+    /// and is written to it: kept in the old one, a month's window for a day's budget locked the
+    /// key out until the month's end.
     pub(crate) fn roll(&mut self, per: Period, now: SystemTime) -> &Window {
         match &mut self.window {
             Some(window) if now < window.resets && per.names(&window.id) => {}
             Some(window) if now < window.resets => {
                 *window = per.at(now);
-                // A flush on its way counts in the old period, whose answer is not awaited:
-                // what it carried is sent again, in the new one.
-                self.pending += std::mem::take(&mut self.sending);
+                // Redis holds nothing of the new period yet; a write on its way is the old one's.
+                self.written = 0.0;
+                self.writing = None;
             }
             _ => *self = Spend { window: Some(per.at(now)), ..Spend::default() },
         }
         self.window.get_or_insert_with(|| per.at(now))
     }
 
-    /// What the key spent as far as this replica can tell, with the unconfirmed spend counted
-    /// `replicas` times while Redis is out of reach.
+    /// What the key spent as far as this replica can tell, with what Redis does not hold yet
+    /// counted `replicas` times while Redis is out of reach.
     pub(crate) fn total(&self, replicas: usize) -> f64 {
-        let unconfirmed = self.pending + self.sending;
+        let unconfirmed = (self.mine - self.written).max(0.0);
         let weight = if self.degraded { replicas.max(1) as f64 } else { 1.0 };
-        self.confirmed + unconfirmed * weight
+        self.others + self.written + unconfirmed * weight
     }
 
-    /// Charges `usd`: at once alone, else pending until Redis confirms it.
-    pub(crate) fn charge(&mut self, usd: f64, shared: bool) {
-        if shared {
-            self.pending += usd;
-        } else {
-            self.confirmed += usd;
-        }
+    /// Charges `usd`.
+    pub(crate) fn charge(&mut self, usd: f64) {
+        self.mine += usd;
     }
 
-    /// What to send to Redis now, when something is pending and nothing is on its way.
-    pub(crate) fn flush(&mut self) -> Option<Due> {
+    /// The write to send to Redis now: this run's total, when Redis does not hold it and no
+    /// write is on its way.
+    pub(crate) fn write_due(&mut self) -> Option<Due> {
         let window = self.window.as_ref()?;
-        if self.pending <= 0.0 || self.sending > 0.0 {
+        if self.writing.is_some() || self.mine <= self.written {
             return None;
         }
-        let due = Due { period: window.id.clone(), resets: window.resets, usd: self.pending };
-        self.sending = self.pending;
-        self.pending = 0.0;
-        Some(due)
+        self.writing = Some(window.id.clone());
+        Some(Due { period: window.id.clone(), resets: window.resets, usd: self.mine })
     }
 
-    /// Redis's answer to a flush: the fleet's total after it, or an error.
-    pub(crate) fn flushed(&mut self, due: &Due, answer: Result<f64, String>) {
-        if self.window.as_ref().is_none_or(|w| w.id != due.period) {
-            return;
+    /// Whether `due`'s period is still the one being written.
+    fn writes(&self, period: &str) -> bool {
+        self.writing.as_deref() == Some(period) && self.window.as_ref().is_some_and(|w| w.id == period)
+    }
+
+    /// Redis's answer to the write of `due`, and what the writer does next.
+    pub(crate) fn written(&mut self, due: &Due, answer: Result<Held, String>) -> Then {
+        if !self.writes(&due.period) {
+            return Then::Done;
         }
-        self.sending = 0.0;
         match answer {
-            Ok(total) => {
-                self.confirmed = self.confirmed.max(total);
+            Ok(held) => {
+                self.others = self.others.max(held.others);
+                self.written = self.written.max(held.own);
                 self.degraded = false;
+                self.writing = None;
+                self.write_due().map_or(Then::Done, Then::Write)
             }
             Err(_) => {
-                self.pending += due.usd;
                 self.degraded = true;
+                Then::Retry
             }
         }
+    }
+
+    /// The write of `period` to try again after a failure: the total as it is now.
+    pub(crate) fn retry(&mut self, period: &str) -> Option<Due> {
+        let window = self.window.as_ref().filter(|_| self.writes(period))?;
+        Some(Due { period: window.id.clone(), resets: window.resets, usd: self.mine })
     }
 
     /// Whether the last call to Redis failed.
@@ -119,18 +143,24 @@ impl Spend {
         Some(window.id.clone())
     }
 
-    /// Redis's answer to a read.
-    pub(crate) fn read(&mut self, period: &str, answer: Result<f64, String>) {
+    /// Redis's answer to a read, and the write to make when Redis lost what it held of this
+    /// run's spend (it restarted empty).
+    pub(crate) fn read(&mut self, period: &str, answer: Result<Held, String>) -> Option<Due> {
         self.reading = false;
         if self.window.as_ref().is_none_or(|w| w.id != period) {
-            return;
+            return None;
         }
         match answer {
-            Ok(total) => {
-                self.confirmed = self.confirmed.max(total);
+            Ok(held) => {
+                self.others = self.others.max(held.others);
+                self.written = self.written.min(held.own);
                 self.degraded = false;
+                self.write_due()
             }
-            Err(_) => self.degraded = true,
+            Err(_) => {
+                self.degraded = true;
+                None
+            }
         }
     }
 }
@@ -139,17 +169,55 @@ impl Spend {
 mod tests {
     use super::*;
 
+    fn held(others: f64, own: f64) -> Result<Held, String> {
+        Ok(Held { others, own })
+    }
+
     #[test]
-    fn while_redis_is_away_the_unconfirmed_spend_counts_for_every_replica() {
+    fn while_redis_is_away_what_it_does_not_hold_counts_for_every_replica() {
         let mut spend = Spend::default();
         spend.roll(Period::Day, SystemTime::now());
-        spend.charge(1.0, true);
-        let due = spend.flush().unwrap();
-        spend.flushed(&due, Err("down".into()));
+        spend.charge(1.0);
+        let due = spend.write_due().unwrap();
+        assert!(matches!(spend.written(&due, Err("down".into())), Then::Retry));
         assert_eq!(spend.total(3), 3.0);
-        let due = spend.flush().unwrap();
-        spend.flushed(&due, Ok(5.0));
+        let again = spend.retry(&due.period).expect("a failed write is sent again");
+        assert!(matches!(spend.written(&again, held(4.0, 1.0)), Then::Done));
         assert_eq!(spend.total(3), 5.0, "the fleet's total, this replica's dollar in it");
+    }
+
+    #[test]
+    fn a_failed_write_is_sent_again_with_what_was_charged_meanwhile_and_no_second_writer_starts() {
+        let mut spend = Spend::default();
+        spend.roll(Period::Day, SystemTime::now());
+        spend.charge(1.0);
+        let due = spend.write_due().unwrap();
+        assert!(matches!(spend.written(&due, Err("timed out".into())), Then::Retry));
+        spend.charge(2.0);
+        assert!(spend.write_due().is_none(), "the writer waiting to retry holds the write");
+        let again = spend.retry(&due.period).unwrap();
+        assert_eq!(again.usd, 3.0, "a total, not an increment: a first write that landed counts once");
+        spend.charge(0.5);
+        match spend.written(&again, held(0.0, 3.0)) {
+            Then::Write(next) => assert_eq!(next.usd, 3.5),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_redis_that_lost_this_runs_spend_is_written_again_on_the_next_read() {
+        let mut spend = Spend::default();
+        spend.roll(Period::Day, SystemTime::now());
+        spend.charge(7.0);
+        let due = spend.write_due().unwrap();
+        spend.written(&due, held(3.0, 7.0));
+        let period = spend.read_due(Instant::now()).unwrap();
+        assert!(spend.read(&period, held(3.0, 7.0)).is_none(), "Redis holds it all");
+        spend.read_at = None;
+        let period = spend.read_due(Instant::now()).unwrap();
+        let rewrite = spend.read(&period, held(0.0, 0.0)).expect("Redis restarted empty");
+        assert_eq!(rewrite.usd, 7.0);
+        assert_eq!(spend.total(3), 10.0, "what the others spent stands in memory");
     }
 
     #[test]
@@ -157,7 +225,7 @@ mod tests {
         let mut spend = Spend::default();
         let now = SystemTime::now();
         spend.roll(Period::Day, now);
-        spend.charge(2.0, false);
+        spend.charge(2.0);
         assert_eq!(spend.total(1), 2.0);
         spend.roll(Period::Day, now + std::time::Duration::from_secs(86_400));
         assert_eq!(spend.total(1), 0.0);
@@ -168,7 +236,7 @@ mod tests {
         let now = switchyard::time::parse_rfc3339("2026-12-05T07:00:00Z").unwrap();
         let mut spend = Spend::default();
         spend.roll(Period::Month, now);
-        spend.charge(16.0, false);
+        spend.charge(16.0);
         let window = spend.roll(Period::Day, now).clone();
         assert_eq!((window.id.as_str(), window.resets), ("d20261205", Period::Day.at(now).resets));
         assert_eq!(spend.total(1), 16.0, "the spend so far stands");
@@ -178,18 +246,19 @@ mod tests {
     }
 
     #[test]
-    fn a_flush_on_its_way_when_the_period_changes_does_not_stop_the_next() {
+    fn a_period_change_writes_this_runs_spend_and_the_fleets_to_the_new_period() {
         let now = switchyard::time::parse_rfc3339("2026-12-05T07:00:00Z").unwrap();
         let mut spend = Spend::default();
         spend.roll(Period::Month, now);
-        spend.charge(16.0, true);
-        let old = spend.flush().unwrap();
+        spend.charge(16.0);
+        let old = spend.write_due().unwrap();
         spend.roll(Period::Day, now);
-        spend.flushed(&old, Ok(16.0));
-        let again = spend.flush().expect("the day's flush goes");
+        assert!(matches!(spend.written(&old, held(4.0, 16.0)), Then::Done), "the old period's answer");
+        let again = spend.write_due().expect("the day's write goes");
         assert_eq!((again.period.as_str(), again.usd), ("d20261205", 16.0));
-        spend.flushed(&again, Ok(16.0));
-        spend.charge(1.0, true);
-        assert!(spend.flush().is_some(), "and the ones after it");
+        spend.written(&again, held(4.0, 16.0));
+        assert_eq!(spend.total(1), 20.0);
+        spend.charge(1.0);
+        assert!(spend.write_due().is_some(), "and the ones after it");
     }
 }
