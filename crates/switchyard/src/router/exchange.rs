@@ -104,6 +104,8 @@ pub(crate) trait Exchange: Sync {
 pub(super) struct ChatExchange<'r> {
     pub(super) request: &'r ChatRequest,
     pub(super) streamed: bool,
+    /// Which credentials' models refused a stream lately: asked whole at once.
+    pub(super) refusals: &'r super::refusals::StreamRefusals,
 }
 
 impl ChatExchange<'_> {
@@ -111,6 +113,23 @@ impl ChatExchange<'_> {
     /// route's `stream_upstream`, a provider across a network).
     fn asks_a_stream(&self, provider: &dyn Provider) -> bool {
         self.streamed && provider.streams_upstream()
+    }
+
+    /// The whole answer asked whole, of a provider that refused to be asked it as a stream: it
+    /// says nothing until its end, so within `whole`, and within what the attempt has left.
+    async fn asked_whole(
+        &self,
+        provider: &dyn Provider,
+        call: Call<'_>,
+    ) -> Result<ChatResponse, ProviderError> {
+        let limit = call.timeouts.whole;
+        let whole_end = tokio::time::Instant::now() + limit;
+        let until = call.ends.map_or(whole_end, |ends| ends.min(whole_end));
+        let whole = tokio::time::timeout_at(until, provider.chat(call, self.request));
+        whole.await.map_err(|_| {
+            let detail = format!("asked whole, no answer within the whole timeout of {limit:?}");
+            ProviderError::new(ErrorKind::Timeout, detail)
+        })?
     }
 }
 
@@ -124,19 +143,17 @@ impl Exchange for ChatExchange<'_> {
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
         let answer = match self.asks_a_stream(provider) {
             true => Box::pin(async move {
+                let (credential, model) = (call.credential.id(), call.model);
+                if self.refusals.refused(credential, model) {
+                    return self.asked_whole(provider, call).await;
+                }
                 match super::assembled::assembled(provider, call, self.request).await {
                     Err(error) if refuses_to_stream(&error) => {
-                        // Answered whole, it says nothing until its end: within `whole`, and
-                        // within what the attempt has left.
-                        let limit = call.timeouts.whole;
-                        let whole_end = tokio::time::Instant::now() + limit;
-                        let until = call.ends.map_or(whole_end, |ends| ends.min(whole_end));
-                        let whole = tokio::time::timeout_at(until, provider.chat(call, self.request));
-                        whole.await.map_err(|_| {
-                            let detail =
-                                format!("asked whole, no answer within the whole timeout of {limit:?}");
-                            ProviderError::new(ErrorKind::Timeout, detail)
-                        })?
+                        let answer = self.asked_whole(provider, call).await;
+                        if answer.is_ok() {
+                            self.refusals.note(credential, model);
+                        }
+                        answer
                     }
                     answered => answered,
                 }

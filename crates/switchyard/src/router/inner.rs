@@ -77,6 +77,8 @@ pub(crate) struct Inner {
     pub(super) budget: Arc<RetryBudget>,
     pub(super) pacer: Option<Arc<dyn Pacer>>,
     pub(super) jitter: Arc<Jitter>,
+    /// Which credentials' models refused a stream lately (asked whole at once).
+    pub(super) stream_refusals: Arc<super::refusals::StreamRefusals>,
 }
 
 impl Inner {

@@ -28,6 +28,7 @@ mod plan;
 mod policy;
 mod reconfigure;
 mod record;
+mod refusals;
 mod resolve;
 mod run;
 mod sessions;
@@ -286,6 +287,7 @@ impl RouterBuilder {
             jitter: Arc::new(Jitter::new(self.seed)),
             hedges: HashMap::new(),
             pins: Arc::default(),
+            stream_refusals: Arc::default(),
         };
         self.build_over(kept)
     }
@@ -319,6 +321,7 @@ impl RouterBuilder {
                 budget: kept.budget,
                 pacer: self.pacer,
                 jitter: kept.jitter,
+                stream_refusals: kept.stream_refusals,
             }),
         })
     }
@@ -448,7 +451,13 @@ impl Router {
     ) -> Result<Answer, RouteError> {
         let resolved = self.inner.resolve(&request.model)?;
         let streamed = resolved.route.stream_upstream();
-        let served = self.run(&ChatExchange { request, streamed }, resolved, options).await?;
+        let served = self
+            .run(
+                &ChatExchange { request, streamed, refusals: &self.inner.stream_refusals },
+                resolved,
+                options,
+            )
+            .await?;
         if !options.no_cache && matches!(served.via, Via::Target(_)) {
             for cache in served.route.answer_caches() {
                 cache.remember(&options.cache_scope, served.route.name(), request, &served.output);

@@ -15,7 +15,7 @@
 //!   gets a key it did not have (that key has not been refused);
 //! - a route that hedges as it did keeps its hedge budget; the retry budget is kept while its
 //!   settings are; sessions stay pinned where they were served (a pin to a target no longer
-//!   routed to is passed over).
+//!   routed to is passed over); which credentials' models refused a stream is kept.
 //!
 //! Everything else the old configuration knew is dropped from this process
 //! ([`HealthStore::drop_records`](crate::health::HealthStore::drop_records)).
@@ -45,6 +45,8 @@ pub(super) struct Kept {
     /// Where sessions were served: a pin to a target the new configuration no longer routes
     /// to is passed over when it is recalled.
     pub(super) pins: Arc<crate::affinity::Pins>,
+    /// Which credentials' models refused a stream lately.
+    pub(super) stream_refusals: Arc<super::refusals::StreamRefusals>,
 }
 
 /// What a reconfiguration forgot: the targets and credentials the old configuration knew that
@@ -100,6 +102,7 @@ impl Router {
             jitter: old.jitter.clone(),
             hedges,
             pins: old.pins.clone(),
+            stream_refusals: old.stream_refusals.clone(),
         };
         let router = next.build_over(kept)?;
         let forgotten = forgotten(old, &router.inner);

@@ -2,6 +2,7 @@
 //! `stream_upstream`, on by default, for a provider across a network): the stream's limits
 //! guard it, and a break before its end is retried or failed over whole.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use switchyard::route::{Route, Timeouts};
@@ -225,8 +226,9 @@ async fn a_tool_input_an_anthropic_client_cannot_be_written_is_a_malformed_answe
 
 /// A provider across a network that refuses to stream (an Azure api-version without
 /// `stream_options`, an organisation OpenAI has not verified to stream a model) and answers
-/// whole.
-struct Unstreamed;
+/// whole; it counts the streams it was asked.
+#[derive(Default, Clone)]
+struct Unstreamed(Arc<std::sync::atomic::AtomicUsize>);
 
 impl switchyard::provider::Provider for Unstreamed {
     fn kind(&self) -> &str {
@@ -255,6 +257,7 @@ impl switchyard::provider::Provider for Unstreamed {
         Result<switchyard::provider::ChunkStream, switchyard::ProviderError>,
     > {
         let refusal = "Unrecognized request argument supplied: stream_options";
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Box::pin(async move {
             Err(switchyard::ProviderError::new(switchyard::ErrorKind::InvalidRequest, refusal)
                 .with_status(400))
@@ -263,13 +266,24 @@ impl switchyard::provider::Provider for Unstreamed {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_whole_answer_a_provider_refuses_to_stream_is_asked_of_it_whole() {
+async fn a_whole_answer_a_provider_refuses_to_stream_is_asked_of_it_whole_and_whole_at_once_for_an_hour() {
+    let unstreamed = Unstreamed::default();
     let router = switchyard::Router::builder()
-        .provider(switchyard::ProviderEntry::new("p", Unstreamed))
+        .provider(switchyard::ProviderEntry::new("p", unstreamed.clone()))
         .route(Route::builder("default").target("p:m").build().unwrap())
         .build()
         .unwrap();
+    let streams = || unstreamed.0.load(std::sync::atomic::Ordering::SeqCst);
     let answer = router.chat(&request("default")).await.expect("answered whole");
     assert_eq!(answer.response.text().as_deref(), Some("whole"));
     assert_eq!(answer.trail.outcomes(), vec![Outcome::Ok]);
+    assert_eq!(streams(), 1);
+    // The refusal is remembered: the next requests are asked whole at once.
+    for _ in 0..3 {
+        assert_eq!(router.chat(&request("default")).await.unwrap().response.text().as_deref(), Some("whole"));
+    }
+    assert_eq!(streams(), 1, "not refused again on every request");
+    tokio::time::advance(std::time::Duration::from_secs(3600)).await;
+    router.chat(&request("default")).await.unwrap();
+    assert_eq!(streams(), 2, "after an hour it is asked as a stream again");
 }
