@@ -4,6 +4,7 @@ the same Claude model failed over from Anthropic to Bedrock for the Anthropic SD
 streamed; a throttled Bedrock failing over; an OpenAI client on a Converse model; a refused
 beta flag moving on with health untouched; a wrong signature refused."""
 
+import base64
 import json
 
 import anthropic
@@ -108,6 +109,33 @@ def test_anthropic_overloaded_fails_over_to_the_same_claude_on_bedrock(mock, gat
     assert message.content[0].text == "Hello from Bedrock"
     assert fake.requests[-1]["path"] == "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
     assert fake.verified == 2
+
+
+def test_count_tokens_fails_over_to_claude_on_bedrock_by_its_count_tokens_api(mock, gateway, bedrock):
+    counted = []
+
+    def behave(model, action, body, record):
+        if action != "count-tokens":
+            return Reply.error(404, "UnknownOperationException", action)
+        # As AWS: a cross-region inference profile's id cannot be counted, its model's can.
+        if not model.startswith("anthropic."):
+            return Reply.error(400, "ValidationException", "The provided model doesn't support counting tokens.")
+        invoke = json.loads(base64.b64decode(body["input"]["invokeModel"]["body"]))
+        counted.append((model, invoke))
+        return Reply(body={"inputTokens": 23})
+
+    fake = bedrock(behave)
+    gw = gateway(gateway_config(mock, fake, {"default": CHAIN}))
+    result = claude(gw).messages.with_raw_response.count_tokens(
+        model="default", system="Be brief", messages=[{"role": "user", "content": "Hello"}],
+    )
+    assert result.parse().input_tokens == 23
+    assert result.headers["x-switchyard-target"] == "bedrock:claude-sonnet-4-5"
+    ((model, invoke),) = counted
+    assert model == "anthropic.claude-sonnet-4-5-20250929-v1:0"
+    assert invoke["anthropic_version"] == "bedrock-2023-05-31" and invoke["system"] == "Be brief"
+    assert invoke["messages"] == [{"role": "user", "content": "Hello"}] and invoke["max_tokens"] >= 1
+    assert fake.verified == 1 and fake.refused == 0
 
 
 def test_anthropic_overloaded_fails_over_to_bedrock_streamed(mock, gateway, bedrock):

@@ -42,7 +42,7 @@ use std::time::SystemTime;
 
 use ::http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderMap, HeaderValue};
 use bytes::Bytes;
-use switchyard::chat::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse};
+use switchyard::chat::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, TokenCount};
 use switchyard::credential::Secret;
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
 use switchyard::{ErrorKind, ProviderError};
@@ -369,6 +369,42 @@ impl Provider for BedrockProvider {
         request: &'a EmbeddingsRequest,
     ) -> BoxFuture<'a, Result<EmbeddingsResponse, ProviderError>> {
         Box::pin(embeddings::embed(self, call, request))
+    }
+
+    fn count_tokens<'a>(
+        &'a self,
+        call: Call<'a>,
+        request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<TokenCount, ProviderError>> {
+        Box::pin(self.count(call, request))
+    }
+}
+
+impl BedrockProvider {
+    /// Claude's count of `request`'s input tokens, by CountTokens over the InvokeModel body
+    /// it would be sent (`{"inputTokens": n}`). Converse models are not counted here.
+    async fn count(&self, call: Call<'_>, request: &ChatRequest) -> Result<TokenCount, ProviderError> {
+        if !is_claude(call.model) {
+            let detail = format!("model `{}` is not counted on Bedrock here (Claude is)", call.model);
+            return Err(ProviderError::unsupported(detail));
+        }
+        let body = invoke::count_body(&call, request, &self.betas(&call), self.thinking)?;
+        let path = model_path(invoke::counted_model(call.model), "count-tokens");
+        let (response, redactor) = self.send(&call, &path, body, "application/json").await?;
+        let bytes = http::read_body(response).await?;
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Counted {
+            input_tokens: u32,
+        }
+        match serde_json::from_slice::<Counted>(&bytes) {
+            Ok(counted) => Ok(TokenCount { input_tokens: counted.input_tokens, verbatim: None }),
+            Err(error) => {
+                let text = String::from_utf8_lossy(&bytes);
+                let detail = format!("the answer is not a token count ({error}): {}", http::excerpt(&text));
+                Err(redact(ProviderError::new(ErrorKind::MalformedResponse, detail), &redactor))
+            }
+        }
     }
 }
 

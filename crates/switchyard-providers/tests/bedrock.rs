@@ -171,6 +171,43 @@ async fn an_arn_and_a_profile_id_are_one_escaped_path_segment() {
 }
 
 #[tokio::test]
+async fn claude_counts_tokens_by_count_tokens_over_its_invoke_body_for_the_profiles_foundation_model() {
+    let fake = Fake::json(200, json!({ "inputTokens": 42 })).await;
+    let provider = provider(&fake.origin());
+    let written = br#"{"model":"route","messages":[{"role":"user","content":"Hi"}],"system":"Be brief"}"#;
+    // As the gateway reads a count request: `max_tokens` added for the canonical request only.
+    let mut value: Value = serde_json::from_slice(written).unwrap();
+    value["max_tokens"] = json!(1);
+    let mut request = switchyard_providers::anthropic::codec::request_from_json(value).unwrap();
+    request.verbatim = Some(switchyard::chat::Verbatim::new(Dialect::Anthropic, &written[..]));
+    let caller = Caller::new(&provider, None);
+    let count = provider.count_tokens(caller.call(CLAUDE, None), &request).await.unwrap();
+    assert_eq!(count.input_tokens, 42);
+    let seen = fake.only_request();
+    // A cross-region profile's id is refused by CountTokens: its foundation model is counted.
+    assert_eq!(seen.path(), "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/count-tokens");
+    let encoded = seen.body["input"]["invokeModel"]["body"].as_str().unwrap();
+    let invoke: Value =
+        serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(encoded).unwrap()).unwrap();
+    assert_eq!(invoke["anthropic_version"], "bedrock-2023-05-31");
+    assert_eq!(invoke["system"], "Be brief");
+    assert_eq!(invoke["messages"], json!([{"role": "user", "content": "Hi"}]));
+    assert!(invoke.get("model").is_none(), "{invoke}");
+    assert_eq!(invoke["max_tokens"], 1, "an InvokeModel body for Claude has one");
+    assert!(seen.header("authorization").unwrap().starts_with("AWS4-HMAC-SHA256 "));
+
+    // An ARN of a profile too; a Converse model is not counted (the route's next target is).
+    let arn = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/eu.anthropic.claude-haiku-4-5-20251001-v1:0";
+    let fake = Fake::json(200, json!({ "inputTokens": 7 })).await;
+    let provider = self::provider(&fake.origin());
+    let caller = Caller::new(&provider, None);
+    provider.count_tokens(caller.call(arn, None), &hello()).await.unwrap();
+    assert_eq!(fake.only_request().path(), "/model/anthropic.claude-haiku-4-5-20251001-v1%3A0/count-tokens");
+    let refused = provider.count_tokens(caller.call(LLAMA, None), &hello()).await.unwrap_err();
+    assert!(refused.is_unsupported(), "{refused:?}");
+}
+
+#[tokio::test]
 async fn an_api_key_is_sent_as_a_bearer_token_and_nothing_is_signed() {
     let fake = Fake::json(200, claude_answer()).await;
     let provider = provider(&fake.origin());

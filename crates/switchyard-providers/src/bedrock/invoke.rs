@@ -36,6 +36,37 @@ pub(crate) fn body(
     anthropic::messages_body(call.model, request, false, thinking, envelope)
 }
 
+/// The CountTokens body of `request`: its InvokeModel body (with a `max_tokens`, which a count
+/// request lacks), base64 as the API takes it (`{"input": {"invokeModel": {"body": …}}}`).
+pub(crate) fn count_body(
+    call: &Call<'_>,
+    request: &ChatRequest,
+    betas: &[String],
+    thinking: Option<ThinkingStyle>,
+) -> Result<Vec<u8>, ProviderError> {
+    let mut invoke: serde_json::Value = serde_json::from_slice(&body(call, request, betas, thinking)?)
+        .map_err(|error| ProviderError::unsupported(format!("the request could not be counted: {error}")))?;
+    // A count request has no `max_tokens`, which an InvokeModel body for Claude must have.
+    if let Some(object) = invoke.as_object_mut() {
+        object.entry("max_tokens").or_insert(serde_json::Value::from(1));
+    }
+    let invoke = invoke.to_string();
+    let encoded = base64::engine::general_purpose::STANDARD.encode(invoke);
+    Ok(serde_json::json!({ "input": { "invokeModel": { "body": encoded } } }).to_string().into_bytes())
+}
+
+/// The foundation model CountTokens counts for `model`: a cross-region inference profile's id
+/// (`us.anthropic.claude-…`, or its ARN) is refused there, so its model's own id is asked
+/// (the same tokenizer); any other id as it is.
+pub(crate) fn counted_model(model: &str) -> &str {
+    let id = model.rsplit('/').next().unwrap_or(model);
+    match id.find("anthropic.") {
+        Some(at) if at > 0 && id[..at].ends_with('.') && !id[..at - 1].contains(['.', ':']) => &id[at..],
+        Some(0) => id,
+        _ => model,
+    }
+}
+
 /// The chunks of an InvokeModel stream: its frames as Anthropic events, read by the Anthropic
 /// adapter's decoder.
 pub(crate) fn chunk_stream<S>(
