@@ -996,6 +996,13 @@ impl ChatChunk {
         self.content(true)
     }
 
+    /// Whether this chunk shows the upstream answering: content (reasoning counts) or a finish.
+    /// A keep-alive (an Anthropic `ping` passed on, an empty delta) does not: an upstream that
+    /// stalled and pings is still stalled, so it ends neither the first-byte nor the idle wait.
+    pub fn shows_life(&self) -> bool {
+        self.has_content() || self.finishes()
+    }
+
     /// Whether a caller who is shown `reasoning` is shown something of this chunk beyond its
     /// role: text, a refusal, a tool call, or reasoning it reads.
     pub fn shows_content(&self, reasoning: ReasoningShown) -> bool {

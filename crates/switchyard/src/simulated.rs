@@ -73,6 +73,12 @@ pub enum Step {
     /// Send this many content chunks, then end with `finish_reason: content_filter` (the
     /// provider's filter cut the answer midway).
     FilterAfter(usize),
+    /// Streams: send this many content chunks, then only keep-alives (chunks of nothing, as an
+    /// Anthropic `ping` or an empty delta), one a second for ten minutes, then silence: an
+    /// upstream that stalled and pings.
+    PingAfter(usize),
+    /// Streams: the role chunk, then the stream's end: no content and no finish.
+    RoleOnly,
 }
 
 impl Step {
@@ -383,6 +389,8 @@ impl SimulatedProvider {
             Step::EmptyThenStall | Step::EmptyThenCut => (0, Ending::Normal),
             Step::ContentFilter => (0, Ending::Filtered),
             Step::FilterAfter(k) => (*k, Ending::Filtered),
+            Step::PingAfter(k) => (*k, Ending::Pings),
+            Step::RoleOnly => return items,
             _ => (usize::MAX, Ending::Normal),
         };
         for (i, piece) in pieces.iter().enumerate().take(limit) {
@@ -401,6 +409,11 @@ impl SimulatedProvider {
             ),
             Ending::Cut => (gap, Some(Err(typical_error(ErrorKind::Transport)))),
             Ending::Stall => (gap, None),
+            Ending::Pings => {
+                let ping = || (Duration::from_secs(1), Some(Ok(chunk(model, Delta::default(), None, None))));
+                items.extend(std::iter::repeat_with(ping).take(600));
+                (gap, None)
+            }
         };
         items.push(last);
         match step {
@@ -571,6 +584,7 @@ enum Ending {
     Filtered,
     Cut,
     Stall,
+    Pings,
 }
 
 /// Splits `text` into `n` pieces of about equal length (on char boundaries).

@@ -28,7 +28,7 @@ pub(super) async fn assembled(
             match stream.next().await {
                 Some(item) => {
                     let chunk = item?;
-                    let alive = chunk.has_content() || chunk.is_content_filtered() || chunk.finishes();
+                    let alive = chunk.shows_life();
                     assembly.push(chunk);
                     if alive {
                         return Ok(Some(stream));
@@ -43,16 +43,17 @@ pub(super) async fn assembled(
     let stream: Option<ChunkStream> = tokio::time::timeout(limit, first).await.map_err(|_| {
         ProviderError::silence(format!("no answer within the first_byte timeout of {limit:?}"))
     })??;
-    if let Some(mut stream) = stream {
-        read_to_end(&mut stream, &mut assembly, timeouts.idle, ends).await?;
-    }
-    if assembly.is_empty() {
+    // A stream that ended before any content or finish (a role, then its terminator) is no
+    // answer, as for a streamed request: asked again, or of the next target.
+    let Some(mut stream) = stream else {
         return Err(ProviderError::new(ErrorKind::MalformedResponse, "the stream ended without an answer"));
-    }
+    };
+    read_to_end(&mut stream, &mut assembly, timeouts.idle, ends).await?;
     Ok(assembly.finish())
 }
 
-/// Reads the rest of `stream` into `assembly`, each chunk within `idle`; once every choice
+/// Reads the rest of `stream` into `assembly`, a chunk that shows life within `idle` of the
+/// last (keep-alives pass the time, not reset it); once every choice
 /// finished, within [`AFTER_FINISH`](super::AFTER_FINISH) and the attempt's end (`ends`),
 /// after which a stream that said nothing more, or broke, is whole without its terminator.
 async fn read_to_end(
@@ -61,18 +62,22 @@ async fn read_to_end(
     idle: Duration,
     ends: Option<Instant>,
 ) -> Result<(), ProviderError> {
+    let mut alive_at = Instant::now();
     loop {
         let whole = assembly.is_whole();
-        let limit = match (whole, ends) {
+        let due = match (whole, ends) {
             // Up to the attempt's end exactly, which the attempt cuts at: ended whole, not cut.
-            (true, Some(ends)) => {
-                idle.min(super::AFTER_FINISH).min(ends.saturating_duration_since(Instant::now()))
-            }
-            (true, None) => idle.min(super::AFTER_FINISH),
-            (false, _) => idle,
+            (true, Some(ends)) => (Instant::now() + idle.min(super::AFTER_FINISH)).min(ends),
+            (true, None) => Instant::now() + idle.min(super::AFTER_FINISH),
+            (false, _) => alive_at + idle,
         };
-        match tokio::time::timeout(limit, stream.next()).await {
-            Ok(Some(Ok(chunk))) => assembly.push(chunk),
+        match tokio::time::timeout_at(due, stream.next()).await {
+            Ok(Some(Ok(chunk))) => {
+                if chunk.shows_life() {
+                    alive_at = Instant::now();
+                }
+                assembly.push(chunk);
+            }
             Ok(None) => return Ok(()),
             Err(_) if whole => {
                 assembly.push(ChatChunk::notice(StreamNotice::Unterminated));

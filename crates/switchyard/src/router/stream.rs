@@ -194,8 +194,7 @@ async fn first_life(
     let first = async {
         let mut stream = provider.chat_stream(call, request).await?;
         let mut buffer = VecDeque::new();
-        let answered = |c: &ChatChunk| c.has_content() || c.is_content_filtered() || c.finishes();
-        let alive = read_until(&mut stream, &mut buffer, answered).await?;
+        let alive = read_until(&mut stream, &mut buffer, ChatChunk::shows_life).await?;
         Ok::<_, ProviderError>((stream, buffer, alive))
     };
     // At equal limits the first-byte timer, polled first, names the wait.
@@ -279,7 +278,8 @@ pub struct RoutedStream {
     buffer: VecDeque<ChatChunk>,
     rest: Option<ChunkStream>,
     idle_limit: Duration,
-    /// When the last chunk came: the idle limit runs from it.
+    /// When the last chunk that showed life came (content or a finish; not a keep-alive): the
+    /// idle limit runs from it.
     last_chunk: Instant,
     /// The end of the total limit (the attempt's `total` or the request's deadline).
     end: Instant,
@@ -691,7 +691,11 @@ impl RoutedStream {
         }
         match rest.as_mut().poll_next(cx) {
             Poll::Ready(Some(Ok(chunk))) => {
-                this.last_chunk = now;
+                // A keep-alive is passed on (the client's own timers see it) but does not reset
+                // the idle wait: an upstream that stalled and pings is still stalled.
+                if chunk.shows_life() {
+                    this.last_chunk = now;
+                }
                 this.deliver(chunk)
             }
             // The answer is whole: a break before its terminator costs it nothing.

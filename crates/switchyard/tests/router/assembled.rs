@@ -70,6 +70,38 @@ async fn a_whole_request_whose_stream_breaks_or_stalls_is_retried_whole() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_whole_request_whose_stream_stalls_and_pings_fails_over_at_the_idle_limit() {
+    let pinging = remote().stream(5, Duration::from_secs(1)).script([Step::PingAfter(2)]);
+    let backup = remote();
+    let route = Route::builder("default")
+        .target("p:m")
+        .target("backup:m")
+        .retry(quick_retry(1))
+        .timeouts(limits(5, 4));
+    let router = router(&[("p", &pinging), ("backup", &backup)], route);
+    let start = Instant::now();
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!(answer.served_by.to_string(), "backup:m");
+    // Two pieces a second apart, then 4 s of pings: the idle limit from the last content.
+    assert_eq!(start.elapsed(), Duration::from_secs(5), "not held for the 120 s total");
+    let failed = &answer.trail.attempts()[0];
+    assert!(failed.error.as_ref().unwrap().detail().contains("idle"), "{failed:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_whole_request_whose_stream_ends_after_its_role_alone_is_no_answer() {
+    let empty = remote().script([Step::RoleOnly]);
+    let backup = remote();
+    let route = Route::builder("default").target("p:m").target("backup:m").retry(quick_retry(1));
+    let router = router(&[("p", &empty), ("backup", &backup)], route);
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!(answer.served_by.to_string(), "backup:m");
+    assert_eq!(answer.response.text().as_deref(), Some("a whole answer in pieces"));
+    let failed = &answer.trail.attempts()[0];
+    assert_eq!(failed.error_kind(), Some(switchyard::ErrorKind::MalformedResponse), "{failed:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_whole_request_whose_stream_is_held_open_or_cut_after_its_finish_is_answered() {
     // Held open after the finish: answered a second later, not at the 30 s idle limit; cut
     // after it: answered at once, not retried.

@@ -259,6 +259,29 @@ async fn the_idle_limit_runs_from_the_last_chunk() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn keep_alives_after_content_do_not_reset_the_idle_limit() {
+    // An upstream that stalled after its second chunk and pings once a second: cut 5 s after
+    // its last content, not held for the `total` limit (ten minutes by default).
+    let a = SimulatedProvider::new().stream(8, Duration::from_secs(1)).script([Step::PingAfter(2)]);
+    let timeouts = Timeouts { idle: Duration::from_secs(5), ..Timeouts::default() };
+    let router = router(&[("a", &a)], Route::builder("default").target("a:m").timeouts(timeouts));
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let mut last_content = Instant::now();
+    let error = loop {
+        match stream.next().await {
+            Some(Ok(chunk)) if chunk.has_content() => last_content = Instant::now(),
+            Some(Ok(_)) => {}
+            Some(Err(error)) => break error,
+            None => panic!("a stalled stream ends in an error"),
+        }
+    };
+    assert_eq!(error.error.kind(), ErrorKind::Timeout);
+    assert!(error.error.detail().contains("idle"), "{}", error.error.detail());
+    assert_eq!(last_content.elapsed(), Duration::from_secs(5), "cut this long after the last content");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_candidate_answers_a_stream_when_every_target_failed() {
     let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
     let route = Route::builder("default")
