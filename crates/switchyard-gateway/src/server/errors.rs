@@ -137,9 +137,12 @@ fn upstream_status(error: &ProviderError) -> StatusCode {
 /// The status of an all-targets-failed error, from the attempts that say something: calls
 /// that failed, and targets skipped as exhausted. Skips for health say nothing new.
 fn all_failed_status(attempts: &[Attempt]) -> (StatusCode, Option<Duration>) {
+    // A target that could not take the request (an image its API cannot carry) says nothing
+    // of why the others failed: rate-limited elsewhere, the request is still a 429.
     let telling: Vec<&Attempt> = attempts
         .iter()
-        .filter(|a| a.target().is_some() && (a.error.is_some() || a.outcome == Outcome::SkippedExhausted))
+        .filter(|a| a.target().is_some() && a.outcome != Outcome::SkippedUnsupported)
+        .filter(|a| a.error.is_some() || a.outcome == Outcome::SkippedExhausted)
         .collect();
     if telling.is_empty() {
         return (StatusCode::BAD_GATEWAY, None);
@@ -201,4 +204,42 @@ pub fn stream_error_event(
         close: false,
     };
     api.body(dialect, request_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard::Target;
+    use switchyard::credential::CredentialId;
+
+    fn failed(target: &str, error: ProviderError, outcome: Outcome) -> Attempt {
+        let target: Target = target.parse().unwrap();
+        let id = CredentialId::derive("openai", "http://127.0.0.1", None);
+        let mut attempt =
+            Attempt::called(&target, &id, Duration::ZERO, Duration::ZERO, Duration::ZERO).failed(error);
+        attempt.outcome = outcome;
+        attempt
+    }
+
+    #[test]
+    fn a_target_that_could_not_take_the_request_leaves_a_rate_limit_a_429() {
+        let limited = ProviderError::new(ErrorKind::RateLimited, "slow down")
+            .with_status(429)
+            .with_retry_after(Duration::from_secs(30));
+        let attempts = [
+            failed("ant:claude", limited, Outcome::Failed),
+            failed(
+                "oai:gpt",
+                ProviderError::unsupported("does not count tokens"),
+                Outcome::SkippedUnsupported,
+            ),
+        ];
+        assert_eq!(
+            all_failed_status(&attempts),
+            (StatusCode::TOO_MANY_REQUESTS, Some(Duration::from_secs(30)))
+        );
+        let outage = ProviderError::new(ErrorKind::Unavailable, "down").with_status(503);
+        let attempts = [attempts[0].clone(), failed("b:m", outage, Outcome::Failed)];
+        assert_eq!(all_failed_status(&attempts).0, StatusCode::BAD_GATEWAY);
+    }
 }

@@ -30,7 +30,11 @@ impl<'r, X: Exchange> Run<'r, X> {
                 self.refused_by_pacer(refused)
             }
             AttemptEnd::Called(called) => {
-                self.plan.called();
+                // A target that cannot take this request did not serve the chain: when every
+                // other target is gated, the one whose gate opens first is still tried.
+                if !matches!(called, Called::Unsupported(_)) {
+                    self.plan.called();
+                }
                 self.called(tries, called)
             }
             AttemptEnd::Hedged(pair) => {

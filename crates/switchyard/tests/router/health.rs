@@ -120,6 +120,29 @@ async fn when_every_target_is_gated_the_one_that_recovers_first_is_tried() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_gated_target_is_still_tried_when_the_only_other_cannot_take_the_request() {
+    // b cannot carry what the request holds (an image in a tool result, a token count): it is
+    // no target that served, so a gated a is tried rather than an outage answered.
+    let cannot = || Step::Fail(switchyard::ProviderError::unsupported("an image in a tool result"));
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let b = SimulatedProvider::new().script([cannot(), cannot()]);
+    let route = Route::builder("default")
+        .target("a:m")
+        .target("b:m")
+        .retry(quick_retry(1))
+        .health_ttl(Duration::from_secs(30));
+    let router = router_with(&[("a", &a), ("b", &b)], route, no_breaker());
+
+    router.chat(&request("default")).await.expect_err("a fails once, b cannot");
+    let answer = router.chat(&request("default")).await.expect("a stale verdict must not become an outage");
+    assert_eq!(answer.served_by.to_string(), "a:m");
+    assert_eq!(
+        answer.trail.outcomes(),
+        vec![Outcome::SkippedUnhealthy, Outcome::SkippedUnsupported, Outcome::Ok]
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_breaker_opens_after_the_threshold_then_half_opens_and_closes_on_a_probe_success() {
     let a = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::Unavailable), 3));
     let b = SimulatedProvider::new();
