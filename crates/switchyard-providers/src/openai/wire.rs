@@ -47,12 +47,6 @@ const SCHEMA_FIELDS: &[&str] = &["name", "schema", "strict"];
 /// that a client's `base64` never travels).
 const EMBEDDINGS_FIELDS: &[&str] = &["model", "input", "dimensions", "encoding_format"];
 
-/// The Chat Completions body for `request`, sent to `model`.
-///
-/// `streaming` adds `stream: true` and `stream_options.include_usage` (merged into the client's
-/// own `stream_options`, which a non-streaming call never sends since OpenAI rejects it there).
-/// `completion_tokens_name` (OpenAI's own API) sends `max_tokens` as `max_completion_tokens`, and
-/// refuses a tool result of more than text, which that API does not take.
 /// Members of a tool the adapter writes itself.
 const TOOL_FIELDS: &[&str] = &["type", "function"];
 
@@ -60,10 +54,11 @@ const TOOL_FIELDS: &[&str] = &["type", "function"];
 /// model (an Anthropic `document` block, a server tool): written into Chat Completions as it
 /// is, it would mean nothing.
 ///
-/// OpenAI's own API (`openai_itself`) takes text only in a tool message ("Image URLs are only
-/// allowed for messages with role 'user'"); servers that speak its dialect may take more
-/// (OpenRouter, vLLM), and are sent it.
-fn refuse_foreign_parts(request: &ChatRequest, openai_itself: bool) -> Result<(), ProviderError> {
+/// OpenAI's own API takes text only in a tool message ("Image URLs are only allowed for messages
+/// with role 'user'"): a tool result's other parts are lifted into a user message
+/// ([`lift_tool_media`]); servers that speak its dialect may take more (OpenRouter, vLLM), and
+/// are sent them where they are.
+fn refuse_foreign_parts(request: &ChatRequest) -> Result<(), ProviderError> {
     if let Some((i, tool)) = request.tools.iter().enumerate().find(|(_, tool)| !tool.is_function()) {
         return Err(ProviderError::unsupported(format!(
             "tools[{i}] is a `{}` tool; only `function` tools translate to the Chat Completions API",
@@ -72,11 +67,9 @@ fn refuse_foreign_parts(request: &ChatRequest, openai_itself: bool) -> Result<()
     }
     for (i, message) in request.messages.iter().enumerate() {
         let Some(Content::Parts(parts)) = &message.content else { continue };
-        let tool = openai_itself && message.role == switchyard::chat::Role::Tool;
         let untranslatable = |part: &&ContentPart| match part {
-            ContentPart::Other(value) => tool || file_part(value).is_none(),
-            ContentPart::Text { .. } => false,
-            _ => tool,
+            ContentPart::Other(value) => file_part(value).is_none(),
+            ContentPart::Text { .. } | ContentPart::ImageUrl { .. } => false,
         };
         if let Some((j, part)) = parts.iter().enumerate().find(|(_, part)| untranslatable(part)) {
             return Err(ProviderError::unsupported(format!(
@@ -111,6 +104,42 @@ fn file_part(part: &Value) -> Option<ContentPart> {
     Some(ContentPart::Other(serde_json::json!({ "type": "file", "file": file })))
 }
 
+/// OpenAI's own API takes only text in a tool message. A tool result's other parts (the image
+/// Claude Code's Read tool returned) are lifted out of it into one user message after the run
+/// of tool messages it is in (a user message between them would break the run the assistant's
+/// calls open), each after a line naming the call it answers; the tool message keeps its text,
+/// or says where its result went. `contents` (one entry a message, see [`translated_contents`])
+/// takes the tool messages' new content; returned, each user message with the index of the
+/// message it follows.
+fn lift_tool_media(request: &ChatRequest, contents: &mut [Option<Content>]) -> Vec<(usize, Content)> {
+    let messages = &request.messages;
+    let mut lifted = Vec::new();
+    let mut pending: Vec<ContentPart> = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        if message.role != Role::Tool {
+            continue;
+        }
+        if let Some(Content::Parts(parts)) = contents[i].as_ref().or(message.content.as_ref())
+            && parts.iter().any(|part| !matches!(part, ContentPart::Text { .. }))
+        {
+            let (text, media): (Vec<ContentPart>, Vec<ContentPart>) =
+                parts.iter().cloned().partition(|part| matches!(part, ContentPart::Text { .. }));
+            let call = message.tool_call_id.as_deref().unwrap_or("the tool call");
+            pending.push(ContentPart::Text { text: format!("The result of {call}:") });
+            pending.extend(media);
+            contents[i] = Some(match text.is_empty() {
+                true => Content::Text("The result is in the next message.".to_owned()),
+                false => Content::Parts(text),
+            });
+        }
+        let run_ends = messages.get(i + 1).is_none_or(|next| next.role != Role::Tool);
+        if run_ends && !pending.is_empty() {
+            lifted.push((i, Content::Parts(std::mem::take(&mut pending))));
+        }
+    }
+    lifted
+}
+
 /// The messages' content with the parts of another dialect that Chat Completions can
 /// express (see [`file_part`]) rewritten, for the messages that hold any; `None` for the rest.
 fn translated_contents(request: &ChatRequest) -> Vec<Option<Content>> {
@@ -134,6 +163,13 @@ fn translated_contents(request: &ChatRequest) -> Vec<Option<Content>> {
         .collect()
 }
 
+/// The Chat Completions body for `request`, sent to `model`.
+///
+/// `streaming` adds `stream: true` and `stream_options.include_usage` (merged into the client's
+/// own `stream_options`, which a non-streaming call never sends since OpenAI rejects it there).
+/// `completion_tokens_name` (OpenAI's own API) sends `max_tokens` as `max_completion_tokens`, and
+/// lifts a translated tool result's parts other than text, which that API does not take in a
+/// tool message, into a user message ([`lift_tool_media`]).
 pub(super) fn chat_body(
     request: &ChatRequest,
     model: &str,
@@ -143,7 +179,7 @@ pub(super) fn chat_body(
     let forward = request.origin == Dialect::OpenAi;
     if !forward {
         log_dropped(request);
-        refuse_foreign_parts(request, completion_tokens_name)?;
+        refuse_foreign_parts(request)?;
     }
     let extra = forward.then_some(&request.extra);
     // The client's explicit `max_completion_tokens` (an extra) wins over the modelled field.
@@ -162,22 +198,14 @@ pub(super) fn chat_body(
         options
     });
     // Another dialect's parts that Chat Completions can express, rewritten (none in its own).
-    let translated = if forward { Vec::new() } else { translated_contents(request) };
+    let mut translated = if forward { Vec::new() } else { translated_contents(request) };
+    let lifted = match !forward && completion_tokens_name {
+        true => lift_tool_media(request, &mut translated),
+        false => Vec::new(),
+    };
     let body = ChatBody {
         model,
-        messages: request
-            .messages
-            .iter()
-            .enumerate()
-            .map(|(i, message)| MessageBody {
-                role: message.role,
-                content: translated.get(i).and_then(Option::as_ref).or(message.content.as_ref()),
-                name: message.name.as_deref(),
-                tool_calls: &message.tool_calls,
-                tool_call_id: message.tool_call_id.as_deref(),
-                extra: Passthrough::new(forward.then_some(&message.extra), MESSAGE_FIELDS),
-            })
-            .collect(),
+        messages: messages_body(request, &translated, &lifted, forward),
         tools: request.tools.iter().map(|tool| ToolBody::new(tool, forward)).collect(),
         tool_choice: request.tool_choice.as_ref(),
         temperature: request.temperature,
@@ -202,6 +230,39 @@ pub(super) fn chat_body(
         },
     };
     encode(&body)
+}
+
+/// The messages of `request` as written: each with its `translated` content where it has one,
+/// and after a message that `lifted` names, the user message it holds.
+fn messages_body<'a>(
+    request: &'a ChatRequest,
+    translated: &'a [Option<Content>],
+    lifted: &'a [(usize, Content)],
+    forward: bool,
+) -> Vec<MessageBody<'a>> {
+    let mut lifted = lifted.iter().peekable();
+    let mut messages = Vec::with_capacity(request.messages.len() + lifted.len());
+    for (i, message) in request.messages.iter().enumerate() {
+        messages.push(MessageBody {
+            role: message.role,
+            content: translated.get(i).and_then(Option::as_ref).or(message.content.as_ref()),
+            name: message.name.as_deref(),
+            tool_calls: &message.tool_calls,
+            tool_call_id: message.tool_call_id.as_deref(),
+            extra: Passthrough::new(forward.then_some(&message.extra), MESSAGE_FIELDS),
+        });
+        if let Some((_, content)) = lifted.next_if(|(after, _)| *after == i) {
+            messages.push(MessageBody {
+                role: Role::User,
+                content: Some(content),
+                name: None,
+                tool_calls: &[],
+                tool_call_id: None,
+                extra: Passthrough::new(None, MESSAGE_FIELDS),
+            });
+        }
+    }
+    messages
 }
 
 /// The embeddings body for `request`, sent to `model`. Embeddings requests arrive only in the
@@ -815,22 +876,50 @@ mod tests {
     }
 
     #[test]
-    fn a_tool_result_with_an_image_goes_to_a_server_of_the_dialect_but_not_to_openai_itself() {
+    fn a_tool_results_image_goes_to_a_server_of_the_dialect_and_to_openai_itself_in_a_user_message() {
         let image = ContentPart::ImageUrl {
             image_url: switchyard::chat::ImageUrl { url: "data:image/png;base64,iVBOR".into(), detail: None },
         };
         let mut call = Message::assistant("");
-        call.tool_calls = vec![switchyard::chat::ToolCall::function("call_1", "screenshot", "{}")];
-        let result = Message {
-            content: Some(Content::Parts(vec![image])),
-            tool_call_id: Some("call_1".into()),
-            ..Message::text(switchyard::chat::Role::Tool, "")
+        call.tool_calls = vec![
+            switchyard::chat::ToolCall::function("call_1", "screenshot", "{}"),
+            switchyard::chat::ToolCall::function("call_2", "read", "{}"),
+        ];
+        let tool = |id: &str, parts: Vec<ContentPart>| Message {
+            content: Some(Content::Parts(parts)),
+            tool_call_id: Some(id.into()),
+            ..Message::text(Role::Tool, "")
         };
-        let mut request = ChatRequest::new("route", vec![Message::user("Look"), call, result]);
+        let text = |t: &str| ContentPart::Text { text: t.into() };
+        let messages = vec![
+            Message::user("Look"),
+            call,
+            tool("call_1", vec![image.clone()]),
+            tool("call_2", vec![text("page 1"), image]),
+            Message::user("And?"),
+        ];
+        let mut request = ChatRequest::new("route", messages);
         request.origin = Dialect::Anthropic;
+        // A server of the dialect is sent the tool results as they are.
         assert_eq!(body(&request, false, false)["messages"][2]["content"][0]["type"], "image_url");
-        let error = chat_body(&request, "gpt-4o", false, true).unwrap_err();
-        assert!(error.is_unsupported() && error.detail().contains("messages[2].content[0]"), "{error:?}");
+        // OpenAI takes only text in a tool message: the images follow the run of tool results.
+        let sent = body(&request, false, true);
+        let messages = sent["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 6, "{sent}");
+        assert_eq!(messages[2]["content"], "The result is in the next message.");
+        assert_eq!(messages[3]["content"], json!([{"type": "text", "text": "page 1"}]));
+        assert_eq!(
+            (messages[2]["role"].as_str(), messages[3]["role"].as_str()),
+            (Some("tool"), Some("tool"))
+        );
+        let lifted = &messages[4];
+        assert_eq!(lifted["role"], "user");
+        let kinds: Vec<&str> =
+            lifted["content"].as_array().unwrap().iter().map(|p| p["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["text", "image_url", "text", "image_url"]);
+        assert_eq!(lifted["content"][0]["text"], "The result of call_1:");
+        assert_eq!(lifted["content"][2]["text"], "The result of call_2:");
+        assert_eq!(messages[5]["content"], "And?");
     }
 
     #[test]
