@@ -207,7 +207,7 @@ async fn what_the_gateway_observes_of_a_verbatim_answer_still_steers_the_route()
 }
 
 #[tokio::test]
-async fn a_document_in_a_tool_result_reaches_an_anthropic_provider_as_written_and_another_refuses_it() {
+async fn a_document_in_a_tool_result_reaches_an_anthropic_provider_as_written_and_openai_in_a_user_message() {
     // Claude Code's Read of a PDF: the document comes back inside the tool's result.
     let body = r#"{"model":"default","max_tokens":64,"messages":[{"role":"user","content":"Read a.pdf"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Read","input":{"file_path":"a.pdf"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"JVBERi0="}},{"type":"image","source":{"type":"file","file_id":"file_1"}}]}]}]}"#;
     let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
@@ -219,9 +219,24 @@ async fn a_document_in_a_tool_result_reaches_an_anthropic_provider_as_written_an
     let gpt = Upstream::start(OPENAI_ANSWER, "").await;
     let openai = gateway("openai", "/v1", &gpt, "gpt-4o").await;
     let (status, answer) = post(openai, "/v1/messages", body).await;
+    // An image by an Anthropic file id has no Chat Completions form: refused, by name.
     assert_eq!(status, 400, "{answer}");
-    assert!(answer.contains("messages[2].content[0] is a `document` part"), "by name: {answer}");
+    assert!(answer.contains("messages[2].content[1] is a `image` part"), "by name: {answer}");
     assert!(gpt.seen.lock().unwrap().is_empty());
+    // The PDF alone goes to OpenAI as a file, in a user message after the tool's (whose
+    // message takes only text there).
+    let pdf_only = body.replace(r#",{"type":"image","source":{"type":"file","file_id":"file_1"}}"#, "");
+    let (status, answer) = post(openai, "/v1/messages", &pdf_only).await;
+    assert_eq!(status, 200, "{answer}");
+    let sent: serde_json::Value = serde_json::from_str(&gpt.received().1).unwrap();
+    let messages = sent["messages"].as_array().unwrap();
+    assert_eq!(
+        (messages[2]["role"].as_str(), messages[2]["content"].as_str()),
+        (Some("tool"), Some("The result is in the next message."))
+    );
+    assert_eq!(messages[3]["role"], "user");
+    assert_eq!(messages[3]["content"][1]["type"], "file", "{sent}");
+    assert_eq!(messages[3]["content"][1]["file"]["file_data"], "data:application/pdf;base64,JVBERi0=");
 }
 
 /// `body` as Claude receives it after a tool turn another model answered: the model named, the

@@ -243,7 +243,7 @@ impl HttpClient {
         }
         let wait = retry_after(status, &limits);
         let body = read_error_body_until(response, deadline).await;
-        Err(classify(status, &body, wait))
+        Err(crate::wording::refine(classify(status, &body, wait)))
     }
 
     /// The `Host` header for `uri`, as hyper's client writes it (the port only when it is not

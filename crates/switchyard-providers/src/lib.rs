@@ -27,6 +27,7 @@ pub mod responses;
 pub mod sse;
 mod verbatim;
 pub mod vertex;
+pub(crate) mod wording;
 
 use std::fmt;
 use std::sync::Arc;

@@ -8,8 +8,9 @@
 //! - llama.cpp, OpenRouter: `code` a number (the HTTP status);
 //! - some servers: `{"error": "text"}`.
 //!
-//! The provider's code decides first, then the HTTP status, then the type; message text is
-//! never read for classification.
+//! The provider's code decides first, then the HTTP status, then the type. Message text is
+//! read only after, for every HTTP adapter alike, where compatible servers say in words what
+//! their code does not (a context overflow, a request too large: `crate::wording`).
 //!
 //! Rate limits are the model's: OpenAI's and Azure's limits are per model (or deployment), and
 //! their 429s name it ("Rate limit reached for gpt-4o in organization ... on tokens per min");
