@@ -744,7 +744,15 @@ async fn a_connection_broken_after_the_finish_reason_loses_nothing() {
 
 #[tokio::test]
 async fn a_generation_gemini_could_not_finish_is_a_malformed_response_whole_or_streamed() {
-    for reason in ["MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"] {
+    let reasons = [
+        "MALFORMED_FUNCTION_CALL",
+        "UNEXPECTED_TOOL_CALL",
+        "TOO_MANY_TOOL_CALLS",
+        "MALFORMED_RESPONSE",
+        "OTHER",
+        "FINISH_REASON_UNSPECIFIED",
+    ];
+    for reason in reasons {
         let event = stream_event(json!([]), Some(reason), final_usage());
         let fake = streaming(&sse(std::slice::from_ref(&event))).await;
         let items = stream(&fake, &hello()).await.unwrap();
@@ -757,6 +765,14 @@ async fn a_generation_gemini_could_not_finish_is_a_malformed_response_whole_or_s
         let error = chat(&fake, &hello()).await.unwrap_err();
         assert_eq!((error.kind(), error.code()), (ErrorKind::MalformedResponse, Some(reason)), "{error}");
     }
+}
+
+#[tokio::test]
+async fn a_language_gemini_does_not_answer_in_is_unsupported_there() {
+    let event = stream_event(json!([]), Some("LANGUAGE"), final_usage());
+    let fake = Fake::json(200, event).await;
+    let error = chat(&fake, &hello()).await.unwrap_err();
+    assert!(error.is_unsupported() && error.code() == Some("LANGUAGE"), "{error:?}");
 }
 
 #[tokio::test]

@@ -656,6 +656,33 @@ async fn error_event_inside_a_stream_ends_it_with_its_kind() {
 }
 
 #[tokio::test]
+async fn a_finish_reason_of_error_is_a_failure_whole_streamed_or_passed_on() {
+    // A server whose upstream broke off ends the answer so, with no `error` member beside it.
+    let broken = || {
+        sse(
+            &[
+                chunk(json!({"role": "assistant", "content": "Hel"}), Value::Null),
+                chunk(json!({}), json!("error")),
+            ],
+            true,
+        )
+    };
+    for (chunks, error) in [streamed(broken()).await, streamed_verbatim(broken()).await] {
+        assert_eq!(text_of(&chunks), "Hel");
+        let error = error.expect("the stream failed");
+        assert_eq!(error.kind(), ErrorKind::Unavailable, "{error:?}");
+        assert!(error.detail().contains("finish_reason `error`"), "{error:?}");
+    }
+    let mut answer = completion("");
+    answer["choices"][0]["finish_reason"] = json!("error");
+    answer["choices"][0]["error"] = json!({"code": 502, "message": "Provider disconnected"});
+    let fake = Fake::json(200, answer).await;
+    let error = Harness::openai(fake.url("/v1")).chat(&hello()).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Unavailable, "{error:?}");
+    assert!(error.detail().contains("Provider disconnected"), "{error:?}");
+}
+
+#[tokio::test]
 async fn error_chunk_with_a_numeric_code_classifies_by_that_code() {
     // OpenRouter, once streaming has started: HTTP 200, then a data event with an error.
     let mut body = String::from(": OPENROUTER PROCESSING\n\n");

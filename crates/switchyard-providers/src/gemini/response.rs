@@ -30,14 +30,22 @@ pub(super) fn finish_reason(reason: &str, has_tool_calls: bool) -> FinishReason 
 }
 
 /// The error a candidate's finish reason says when the model failed to produce an answer
-/// (its function call malformed, a tool call it was not offered, too many): a model's failure,
-/// asked again or of the next target, not an answer to pass on with a finish reason no client
-/// knows.
+/// (its function call malformed, a tool call it was not offered, too many, its answer
+/// malformed, stopped for a reason it does not name): a model's failure, asked again or of the
+/// next target, not an answer to pass on with a finish reason no client knows. A language the
+/// model does not answer in is no failure of the provider's: unsupported, the next target asked.
 pub(super) fn failed_generation(reason: &str) -> Option<ProviderError> {
     let why = match reason {
         "MALFORMED_FUNCTION_CALL" => "its function call was malformed",
         "UNEXPECTED_TOOL_CALL" => "it called a tool it was not offered",
         "TOO_MANY_TOOL_CALLS" => "it made too many tool calls",
+        "MALFORMED_RESPONSE" => "its answer was malformed",
+        "OTHER" | "FINISH_REASON_UNSPECIFIED" => "it stopped for a reason it does not name",
+        "LANGUAGE" => {
+            let detail =
+                "Gemini did not finish the answer (LANGUAGE): the model does not answer in this language";
+            return Some(ProviderError::unsupported(detail).with_code(reason));
+        }
         _ => return None,
     };
     Some(

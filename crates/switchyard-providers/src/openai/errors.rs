@@ -17,6 +17,7 @@
 //! what is the account's is a quota (`insufficient_quota`), benched as such.
 
 use serde_json::{Map, Value};
+use switchyard::chat::FinishReason;
 use switchyard::credential::Secret;
 use switchyard::{ErrorKind, ProviderError};
 
@@ -194,6 +195,26 @@ fn specific_type_kind(kind: &str) -> Option<ErrorKind> {
         "exceed_context_size_error" => ErrorKind::ContextLength,
         _ => return None,
     })
+}
+
+/// The failure of an answer a choice of which ended with `finish_reason: "error"` (OpenRouter,
+/// and servers like it, end that way an answer their upstream broke off, with an `error` object
+/// in the choice or none): it is not whole, and is asked again or of the next target. `said`
+/// is what the choice's `error` says, when it has one.
+pub(super) fn finished_in_error<'a>(
+    choices: impl IntoIterator<Item = Option<&'a FinishReason>>,
+    said: Option<&Value>,
+) -> Option<ProviderError> {
+    let errored =
+        |reason: Option<&FinishReason>| matches!(reason, Some(FinishReason::Other(r)) if r == "error");
+    if !choices.into_iter().any(errored) {
+        return None;
+    }
+    let mut detail = "the provider ended the answer with finish_reason `error`".to_owned();
+    if let Some(said) = said {
+        detail = format!("{detail}: {}", http::excerpt(&said.to_string()));
+    }
+    Some(ProviderError::new(ErrorKind::Unavailable, detail))
 }
 
 /// The most output tokens the model takes, when `error` refused a request's limit as larger

@@ -178,7 +178,7 @@ impl Reader {
             && let Ok(chunk) = read_chunk(data, lean)
             && !errors::may_be_error(&chunk.extra)
         {
-            return self.canonical(chunk).map_or(Step::Skip, Step::Chunk);
+            return self.canonical(chunk).map_or(Step::Skip, failed_or_chunk);
         }
         let value: Value = match serde_json::from_str(data) {
             Ok(value) => value,
@@ -195,7 +195,7 @@ impl Reader {
             return Step::Fail(ProviderError::new(ErrorKind::Unavailable, detail));
         }
         match ChunkIn::deserialize(value) {
-            Ok(chunk) => self.canonical(chunk).map_or(Step::Skip, Step::Chunk),
+            Ok(chunk) => self.canonical(chunk).map_or(Step::Skip, failed_or_chunk),
             Err(error) => Step::Unreadable(self.malformed(&error, data)),
         }
     }
@@ -280,6 +280,16 @@ impl Reader {
             crate::http::excerpt(data)
         );
         ProviderError::new(ErrorKind::MalformedResponse, errors::scrub(&detail, self.key.as_ref()))
+    }
+}
+
+/// `chunk`, unless a choice of it ended with `finish_reason: "error"`: then the stream failed
+/// (see [`errors::finished_in_error`]).
+fn failed_or_chunk(chunk: ChatChunk) -> Step {
+    let finishes = chunk.choices.iter().map(|choice| choice.finish_reason.as_ref());
+    match errors::finished_in_error(finishes, None) {
+        Some(error) => Step::Fail(error),
+        None => Step::Chunk(chunk),
     }
 }
 

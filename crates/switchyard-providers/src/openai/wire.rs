@@ -538,7 +538,12 @@ pub(super) fn parse_response(bytes: &[u8], key: Option<&Secret>) -> Result<ChatR
         && !answer.choices.is_empty()
         && let Ok(answer) = answer.into_canonical()
     {
-        return Ok(answer);
+        let finishes = answer.choices.iter().map(|choice| choice.finish_reason.as_ref());
+        let said = answer.choices.iter().find_map(|choice| choice.extra.get("error"));
+        return match errors::finished_in_error(finishes, said) {
+            Some(error) => Err(error.with_status(200)),
+            None => Ok(answer),
+        };
     }
     let value: Value =
         serde_json::from_slice(bytes).map_err(|error| errors::malformed("JSON", &error, bytes, key))?;
@@ -551,10 +556,16 @@ pub(super) fn parse_response(bytes: &[u8], key: Option<&Secret>) -> Result<ChatR
         return Err(ProviderError::new(ErrorKind::MalformedResponse, "the chat completion has no choices")
             .with_status(200));
     }
-    answer.into_canonical().map_err(|what| {
+    let answer = answer.into_canonical().map_err(|what| {
         ProviderError::new(ErrorKind::MalformedResponse, format!("the chat completion holds {what}"))
             .with_status(200)
-    })
+    })?;
+    let finishes = answer.choices.iter().map(|choice| choice.finish_reason.as_ref());
+    let said = answer.choices.iter().find_map(|choice| choice.extra.get("error"));
+    match errors::finished_in_error(finishes, said) {
+        Some(error) => Err(error.with_status(200)),
+        None => Ok(answer),
+    }
 }
 
 /// Reads an embeddings answer, checking that it has one vector per input.
