@@ -30,7 +30,7 @@ use switchyard::credential::Secret;
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
 use switchyard::{ErrorKind, ProviderError};
 
-pub use request::{DEFAULT_MAX_TOKENS, VERBATIM_BLOCKS, sendable_thinking};
+pub use request::{DEFAULT_MAX_TOKENS, VERBATIM_BLOCKS, default_max_tokens, sendable_thinking};
 pub use response::VERBATIM_USAGE;
 pub use thinking::ThinkingStyle;
 

@@ -18,10 +18,7 @@ pub(crate) fn refine(error: ProviderError) -> ProviderError {
     let too_large = error.status() == Some(413)
         || (error.kind() == ErrorKind::RateLimited && detail.starts_with("request too large"));
     if too_large {
-        return rebuilt(
-            &error,
-            ProviderError::unsupported(format!("too large for this provider: {}", error.detail())),
-        );
+        return rebuilt(&error, ProviderError::unsupported(error.detail()));
     }
     let overflow = matches!(error.kind(), ErrorKind::InvalidRequest | ErrorKind::Unavailable)
         && overflows_context(&detail);

@@ -175,6 +175,32 @@ async fn model_comes_from_the_call_and_max_tokens_defaults_to_4096() {
 }
 
 #[tokio::test]
+async fn a_request_without_a_limit_gets_the_room_its_claude_generation_has() {
+    // Codex sets no output limit: a long patch must not be cut at 4096 on a current Claude.
+    let cases = [
+        ("claude-sonnet-4-5-20250929", 32_000),
+        ("us.anthropic.claude-haiku-4-5-20251001-v1:0", 32_000),
+        ("claude-3-7-sonnet-latest", 32_000),
+        ("claude-3-5-haiku-20241022", 8192),
+        ("claude-3-haiku-20240307", 4096),
+        ("MiniMax-M2", 4096),
+    ];
+    for (model, expected) in cases {
+        let fake = Fake::json(200, text_answer()).await;
+        let harness = Harness::new(provider(&fake.origin()), Some(KEY), model);
+        harness.provider.chat(harness.call(model, None), &hello()).await.unwrap();
+        assert_eq!(fake.only_request().body["max_tokens"], expected, "{model}");
+    }
+    // What the client set stands.
+    let fake = Fake::json(200, text_answer()).await;
+    let harness = Harness::new(provider(&fake.origin()), Some(KEY), "claude-sonnet-4-5");
+    let mut limited = hello();
+    limited.max_tokens = Some(100);
+    harness.provider.chat(harness.call("claude-sonnet-4-5", None), &limited).await.unwrap();
+    assert_eq!(fake.only_request().body["max_tokens"], 100);
+}
+
+#[tokio::test]
 async fn conversation_becomes_system_prompt_and_alternating_turns_with_tools_and_images() {
     let fake = Fake::json(200, text_answer()).await;
     let assistant_calls = Message {
@@ -1081,6 +1107,8 @@ async fn each_documented_error_is_classified_from_its_type_and_status() {
         assert_eq!(error.status(), Some(status));
         assert_eq!(error.code(), Some(kind), "the error type is kept as the code");
         assert_eq!(error.detail(), message, "the message is kept as the detail");
+        // Too large for this provider: another may take it (the route's next target is asked).
+        assert_eq!(error.is_unsupported(), status == 413, "{status} {kind}");
     }
 }
 

@@ -1251,9 +1251,11 @@ async fn compatible_flat_error_bodies_are_classified() {
     let fake = Fake::json(400, vllm).await;
     let harness = compatible(&fake, None);
     let error = harness.provider.chat(harness.call("m", None), &hello()).await.unwrap_err();
+    // Its code says only 400; its words say the prompt is too long, which the route's
+    // `context_window` chain answers.
     assert_eq!(
         (error.kind(), error.status(), error.code()),
-        (ErrorKind::InvalidRequest, Some(400), Some("400"))
+        (ErrorKind::ContextLength, Some(400), Some("400"))
     );
     assert!(error.detail().starts_with("This model's maximum context length"));
 

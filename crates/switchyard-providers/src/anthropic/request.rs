@@ -6,7 +6,7 @@
 //! - tool results are `tool_result` blocks in a user message, and consecutive messages of one
 //!   role are merged because Anthropic wants user and assistant to alternate;
 //! - `max_tokens` is required: the request's, else OpenAI's `max_completion_tokens`, else
-//!   [`DEFAULT_MAX_TOKENS`];
+//!   the model's default ([`default_max_tokens`]);
 //! - `response_format` with a JSON schema becomes `output_config.format` (structured output);
 //!   `json_object` (JSON mode without a schema) has no equivalent and is refused.
 //!
@@ -30,9 +30,23 @@ use super::wire::{
     Block, ImageSource, MessagesRequest, System, ToolChoiceParam, ToolParam, ToolResultContent, Turn,
 };
 
-/// The `max_tokens` sent when the request sets none: Anthropic requires one, and 4096 is an
-/// output every current Claude model supports.
+/// The `max_tokens` sent when the request sets none and the model's name gives no Claude
+/// generation (see [`default_max_tokens`]): Anthropic requires one, and 4096 is an output every
+/// Claude model supports.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// The `max_tokens` sent to `model` when the request sets none. A client of another dialect
+/// that sets none (Codex asks for no limit) means "as long as the model goes", and an agent's
+/// patch of a few thousand lines is cut at 4096: Claude from 3.7 on is sent 32,000 (the
+/// smallest output limit among them, Opus 4 and 4.1's), 3.5 its 8,192, older and unknown
+/// models [`DEFAULT_MAX_TOKENS`].
+pub fn default_max_tokens(model: &str) -> u32 {
+    match thinking::generation(model) {
+        Some(version) if version >= (3, 7) => thinking::THINKING_MAX_TOKENS,
+        Some(version) if version >= (3, 5) => 8192,
+        _ => DEFAULT_MAX_TOKENS,
+    }
+}
 
 /// The message `extra` key under which the codec keeps a message's original Anthropic blocks
 /// when the canonical form cannot reproduce them (`cache_control`, thinking blocks, ...). Sent
@@ -73,7 +87,8 @@ pub(crate) fn build<'a>(
     let foreign =
         if origin == Dialect::Anthropic { Foreign::default() } else { read_foreign_extra(&request.extra)? };
     let parallel_tool_calls = parallel_tool_calls(&request.extra)?;
-    let max_tokens = request.max_tokens.or(foreign.max_completion_tokens).unwrap_or(DEFAULT_MAX_TOKENS);
+    let max_tokens =
+        request.max_tokens.or(foreign.max_completion_tokens).unwrap_or_else(|| default_max_tokens(model));
     // A Messages client's own structured output travels in its `output_config`, as written.
     let format = request.response_format.as_ref().filter(|_| origin != Dialect::Anthropic);
     let output_config = output_config(format)?;

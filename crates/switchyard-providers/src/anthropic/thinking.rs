@@ -78,7 +78,7 @@ pub(crate) fn takes_one_sampler(model: &str) -> bool {
 /// right after `claude` (`claude-3-7-sonnet`, `claude-2.1`) or after its family
 /// (`claude-sonnet-4-5`, `claude-instant-1.2`), and the next one when it follows at once (a
 /// date is not a minor).
-fn generation(model: &str) -> Option<(u32, u32)> {
+pub(crate) fn generation(model: &str) -> Option<(u32, u32)> {
     let lower = model.to_ascii_lowercase();
     let (_, rest) = lower.rsplit_once("claude")?;
     let mut parts = rest.split(['-', '.', '@', ':', '_']).filter(|part| !part.is_empty()).peekable();

@@ -16,7 +16,7 @@ pub(crate) struct MessagesRequest<'a> {
     /// The upstream model (`claude-sonnet-4-5`, ...), not the route name the client asked for.
     pub model: &'a str,
     /// `max_tokens`, required by Anthropic: the request's limit, else OpenAI's
-    /// `max_completion_tokens`, else [`DEFAULT_MAX_TOKENS`](super::DEFAULT_MAX_TOKENS).
+    /// `max_completion_tokens`, else the model's default (`request::default_max_tokens`).
     pub max_tokens: u32,
     /// The top-level `system` prompt, gathered from the system and developer messages; left
     /// out when there are none.
