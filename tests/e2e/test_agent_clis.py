@@ -36,7 +36,8 @@ def run_claude(gateway, tmp_path, prompt="say hi"):
     """`claude -p PROMPT --output-format json` against the gateway's route `default`; its result."""
     home, work = tmp_path / "claude-home", tmp_path / "claude-work"
     home.mkdir()
-    work.mkdir()
+    # A test may have put files there for Claude Code to read.
+    work.mkdir(exist_ok=True)
     env = clean_env(
         home,
         ANTHROPIC_BASE_URL=gateway.url,
@@ -205,3 +206,98 @@ gateway: {{ keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }}
         assert not {"thinking", "context_management", "output_config"} & set(body), body
     finally:
         vertex.stop()
+
+
+class ThinkingClaude:
+    """A Claude on loopback that thinks, as the Messages API streams it: its first answer a
+    signed thinking block and a `Read` of `path`, its next (the tool's result came) a text. It
+    names itself by its dated id, as Anthropic does, and keeps every body it was sent."""
+
+    SIGNATURE = "EqQBCkYIBxgCKkCthinkingsignature"
+
+    def __init__(self, path):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        import threading
+
+        self.bodies, fake = [], self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                fake.bodies.append(body)
+                answered = any(
+                    isinstance(m["content"], list) and any(b.get("type") == "tool_result" for b in m["content"])
+                    for m in body["messages"]
+                )
+                payload = fake.events(answered, path).encode()
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    @classmethod
+    def events(cls, answered, path):
+        def event(kind, data):
+            return f"event: {kind}\ndata: {json.dumps(data | {'type': kind})}\n\n"
+
+        usage = {"input_tokens": 50, "output_tokens": 1}
+        out = event("message_start", {"message": {"id": "msg_t", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5-20250929", "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage}})
+        if answered:
+            out += event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
+            out += event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": "The note says hello."}})
+            out += event("content_block_stop", {"index": 0})
+            stop = "end_turn"
+        else:
+            out += event("content_block_start", {"index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}})
+            out += event("content_block_delta", {"index": 0, "delta": {"type": "thinking_delta", "thinking": "I should read the note."}})
+            out += event("content_block_delta", {"index": 0, "delta": {"type": "signature_delta", "signature": cls.SIGNATURE}})
+            out += event("content_block_stop", {"index": 0})
+            out += event("content_block_start", {"index": 1, "content_block": {"type": "tool_use", "id": "toolu_note", "name": "Read", "input": {}}})
+            out += event("content_block_delta", {"index": 1, "delta": {"type": "input_json_delta", "partial_json": json.dumps({"file_path": str(path)})}})
+            out += event("content_block_stop", {"index": 1})
+            stop = "tool_use"
+        out += event("message_delta", {"delta": {"stop_reason": stop, "stop_sequence": None}, "usage": {"output_tokens": 9}})
+        return out + event("message_stop", {})
+
+
+def test_claude_code_keeps_its_thinking_through_a_tool_turn_on_a_route(gateway, tmp_path):
+    # Claude Code sends a past turn's thinking back only when that turn's `model` is the one it
+    # asks for now (the route's name), not the dated id of the Claude that answered.
+    work_note = tmp_path / "claude-work" / "note.txt"
+    claude = ThinkingClaude(work_note)
+    try:
+        gw = gateway(f"""
+providers:
+  claude: {{ kind: anthropic, base_url: "{claude.url}", api_key: sk-upstream-ant-0001 }}
+routes:
+  default: {{ targets: ["claude:claude-sonnet-4-5"] }}
+gateway: {{ keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }}
+""")
+        (tmp_path / "claude-work").mkdir()
+        work_note.write_text("hello\n")
+        result = run_claude(gw, tmp_path, prompt="read note.txt")
+        assert result["is_error"] is False, result
+        assert result["result"] == "The note says hello."
+        tool_turns = [b for b in claude.bodies if any(isinstance(m["content"], list) and any(x.get("type") == "tool_result" for x in m["content"]) for m in b["messages"])]
+        assert tool_turns, claude.bodies
+        assistant = [m for m in tool_turns[-1]["messages"] if m["role"] == "assistant"][-1]
+        kinds = [block["type"] for block in assistant["content"]]
+        assert kinds[0] == "thinking", kinds
+        assert assistant["content"][0]["signature"] == ThinkingClaude.SIGNATURE
+        assert tool_turns[-1].get("thinking", {}).get("type") not in (None, "disabled"), "thinking goes on"
+    finally:
+        claude.stop()

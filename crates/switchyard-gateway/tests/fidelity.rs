@@ -163,13 +163,20 @@ const ANTHROPIC_SSE: &str = concat!(
     "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
 );
 
+/// An Anthropic answer (or stream) as the client hears it: as the provider wrote it, but for
+/// its `model`, which names the model the client asked for (the route, `default`): Claude Code
+/// sends a past turn's thinking back only when that turn names the model it asks for now.
+fn named_as_asked(written: &str) -> String {
+    written.replacen(r#""model":"claude-sonnet-4-5""#, r#""model":"default""#, 1)
+}
+
 #[tokio::test]
 async fn an_anthropic_client_and_an_anthropic_provider_hear_each_other_byte_for_byte() {
     let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
     let gateway = gateway("anthropic", "", &upstream, "claude-sonnet-4-5").await;
     let (status, answer) = post(gateway, "/v1/messages", ANTHROPIC_REQUEST).await;
     assert_eq!(status, 200, "{answer}");
-    assert_eq!(answer, ANTHROPIC_ANSWER);
+    assert_eq!(answer, named_as_asked(ANTHROPIC_ANSWER));
     let (path, received) = upstream.received();
     assert_eq!(path, "/v1/messages");
     assert_eq!(received, ANTHROPIC_REQUEST.replacen("default", "claude-sonnet-4-5", 1));
@@ -182,7 +189,7 @@ async fn an_anthropic_stream_with_thinking_reaches_the_client_as_written() {
     let gateway = gateway("anthropic", "", &upstream, "claude-sonnet-4-5").await;
     let (status, events) = post(gateway, "/v1/messages", STREAMED).await;
     assert_eq!(status, 200, "{events}");
-    assert_eq!(events, ANTHROPIC_SSE);
+    assert_eq!(events, named_as_asked(ANTHROPIC_SSE));
     let (_, received) = upstream.received();
     assert_eq!(received, STREAMED.replacen("default", "claude-sonnet-4-5", 1));
 }
@@ -213,7 +220,7 @@ async fn a_document_in_a_tool_result_reaches_an_anthropic_provider_as_written_an
     let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
     let claude = gateway("anthropic", "", &upstream, "claude-sonnet-4-5").await;
     let (status, answer) = post(claude, "/v1/messages", body).await;
-    assert_eq!((status, answer.as_str()), (200, ANTHROPIC_ANSWER));
+    assert_eq!((status, answer), (200, named_as_asked(ANTHROPIC_ANSWER)));
     assert_eq!(upstream.received().1, body.replacen("default", "claude-sonnet-4-5", 1));
 
     let gpt = Upstream::start(OPENAI_ANSWER, "").await;

@@ -39,14 +39,16 @@ pub async fn messages(
     options.session = session_of(&headers, &request);
     if request.stream {
         return match exchange.live.router.chat_stream(&request, &options).await {
-            Ok(stream) => respond(state.clone(), exchange, stream, MessagesStreamWriter::new()),
+            Ok(stream) => {
+                respond(state.clone(), exchange, stream, MessagesStreamWriter::answering(&request.model))
+            }
             Err(error) => route_failed(&state, &exchange, error),
         };
     }
     match exchange.live.router.chat_with(&request, &options).await {
         Ok(mut answer) => {
             usage(&state, &exchange.live, &answer.served_by, answer.usage, answer.cost);
-            match codec::response_body(&mut answer.response) {
+            match codec::response_body(&mut answer.response, &request.model) {
                 Ok(body) => answered(&state, &exchange, body, Delivered::from(&mut answer)),
                 Err(error) => unwritable(&state, &exchange, error.to_string(), Delivered::from(&mut answer)),
             }

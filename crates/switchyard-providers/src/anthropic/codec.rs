@@ -118,20 +118,30 @@ pub fn error_event(kind: ErrorKind, message: &str) -> Event {
 /// or as it would have written the stream it sent whole), else the canonical answer written in
 /// the Messages API's shape; `Err` when it cannot be (a tool call of a kind the Messages API
 /// has no form for).
-pub fn response_body(response: &mut switchyard::chat::ChatResponse) -> Result<bytes::Bytes, CodecError> {
+pub fn response_body(
+    response: &mut switchyard::chat::ChatResponse,
+    asked: &str,
+) -> Result<bytes::Bytes, CodecError> {
     use switchyard::chat::Dialect;
+    let named = |body: &[u8]| {
+        let edits = [("model", crate::verbatim::Edit::Text(asked))];
+        crate::verbatim::rewrite(body, &edits)
+            .map(bytes::Bytes::from)
+            .map_err(|error| CodecError::new("model", error.detail().to_owned()))
+    };
     if let Some(verbatim) = response.verbatim.take()
         && verbatim.dialect() == Dialect::Anthropic
     {
-        return Ok(verbatim.bytes().clone());
+        return named(verbatim.bytes());
     }
     let frames: Vec<bytes::Bytes> =
         response.frames.iter().filter_map(|v| v.in_dialect(Dialect::Anthropic).cloned()).collect();
     if !frames.is_empty()
         && let Some(body) = super::assemble::answer_of_frames(&frames)
     {
-        return Ok(body);
+        return named(&body);
     }
+    response.model = asked.to_owned();
     Ok(bytes::Bytes::from(response_to_json(response)?.to_string()))
 }
 
@@ -148,6 +158,8 @@ pub struct MessagesStreamWriter {
     blocks: NativeBlocks,
     /// Canonical chunks took over from the provider's own events.
     resumed: bool,
+    /// The model the answer names: the one the client asked for.
+    model: Option<String>,
 }
 
 /// What the provider's own events said of the message, read from their first line.
@@ -186,6 +198,27 @@ impl MessagesStreamWriter {
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// A writer whose `message_start` names `model`, the one the client asked for, whatever
+    /// model answered (the provider's own event is edited to say it). Claude Code sends back a
+    /// past turn's thinking only when that turn's `model` is the one it asks for now: named
+    /// after the model that answered, a route's thinking was dropped from every later turn.
+    pub fn answering(model: &str) -> Self {
+        Self { encoder: StreamEncoder::answering(model), model: Some(model.to_owned()), ..Self::default() }
+    }
+}
+
+/// A provider's `message_start` event (`frame`, as framed) naming `model` instead of the one
+/// that answered; `None` when it cannot be read as one.
+fn start_naming(frame: &[u8], model: &str) -> Option<bytes::Bytes> {
+    let text = std::str::from_utf8(frame).ok()?;
+    let data: String =
+        text.lines().filter_map(|line| line.strip_prefix("data:")).map(str::trim_start).collect();
+    let mut event: serde_json::Value = serde_json::from_str(&data).ok()?;
+    *event.get_mut("message")?.get_mut("model")? = serde_json::Value::from(model);
+    let mut out = Vec::with_capacity(frame.len() + model.len());
+    crate::codec::write_event(&mut out, "message_start", &event);
+    Some(bytes::Bytes::from(out))
 }
 
 impl crate::codec::StreamWriter for MessagesStreamWriter {
@@ -194,6 +227,11 @@ impl crate::codec::StreamWriter for MessagesStreamWriter {
             chunk.verbatim.as_ref().and_then(|v| v.in_dialect(switchyard::chat::Dialect::Anthropic))?;
         self.native = true;
         self.blocks.saw(frame);
+        if let Some(model) = self.model.as_deref()
+            && frame.starts_with(b"event: message_start")
+        {
+            return Some(start_naming(frame, model).unwrap_or_else(|| frame.clone()));
+        }
         Some(frame.clone())
     }
 

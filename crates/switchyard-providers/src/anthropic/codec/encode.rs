@@ -192,12 +192,20 @@ pub struct StreamEncoder {
     stop_sequence: Option<String>,
     /// The latest usage a chunk carried, written in the final `message_delta`.
     usage: Option<Usage>,
+    /// The model `message_start` names, when not the chunks' (the one the client asked for).
+    model: Option<String>,
 }
 
 impl StreamEncoder {
     /// An encoder for one stream, before its first chunk.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An encoder whose `message_start` names `model` (the one the client asked for), whatever
+    /// model answered.
+    pub fn answering(model: &str) -> Self {
+        Self { model: Some(model.to_owned()), ..Self::default() }
     }
 
     /// The events for one chunk.
@@ -301,7 +309,7 @@ impl StreamEncoder {
                 id: if id.is_empty() { crate::codec::fresh_id("msg_") } else { id.to_owned() },
                 kind: "message".to_owned(),
                 role: "assistant".to_owned(),
-                model: chunk.model.clone(),
+                model: self.model.clone().unwrap_or_else(|| chunk.model.clone()),
                 content: Vec::new(),
                 stop_reason: None,
                 stop_sequence: None,
