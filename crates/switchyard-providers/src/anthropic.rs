@@ -17,6 +17,7 @@
 pub(crate) mod assemble;
 mod classify;
 pub mod codec;
+pub(crate) mod past_thinking;
 mod request;
 mod response;
 pub(crate) mod stream;
@@ -116,8 +117,10 @@ impl AnthropicProvider {
 
     /// Sends `body` and returns the response when it is a success; otherwise the classified
     /// error. The rate-limit headers of every response go to the call's sink.
+    /// A body whose past thinking the target refuses as not its own is sent once more without
+    /// it (see [`past_thinking`]).
     async fn send(&self, call: &Call<'_>, body: Vec<u8>) -> Result<http::Response, ProviderError> {
-        self.send_to(&self.endpoint, call, body).await
+        past_thinking::sent(bytes::Bytes::from(body), |body| self.send_to(&self.endpoint, call, body)).await
     }
 
     /// [`send`](Self::send) to `endpoint`.
@@ -125,7 +128,7 @@ impl AnthropicProvider {
         &self,
         endpoint: &Uri,
         call: &Call<'_>,
-        body: Vec<u8>,
+        body: bytes::Bytes,
     ) -> Result<http::Response, ProviderError> {
         let key = call.credential.key();
         let filtered = self.betas.filter_forward(call.forward);
@@ -134,7 +137,7 @@ impl AnthropicProvider {
         if let Some(key) = key {
             headers.insert("x-api-key", http::key_value(key.expose())?);
         }
-        let request = http::post(endpoint.clone(), headers, body);
+        let request = http::post_bytes(endpoint.clone(), headers, body);
         let classify = |status, body: &str, wait| classify::http_error(status, body, wait, key);
         self.client.exchange(request, call, None, classify).await
     }
@@ -283,7 +286,7 @@ impl AnthropicProvider {
                 serde_json::to_vec(&body).unwrap_or_default()
             }
         };
-        let response = self.send_to(&self.count_endpoint, &call, body).await?;
+        let response = self.send_to(&self.count_endpoint, &call, body.into()).await?;
         let bytes = http::read_body(response).await?;
         #[derive(serde::Deserialize)]
         struct Counted {

@@ -205,10 +205,10 @@ impl BedrockProvider {
         &self,
         call: &Call<'_>,
         path: &str,
-        body: Vec<u8>,
+        body: impl Into<Bytes>,
         accept: &'static str,
     ) -> Result<(http::Response, Redactor), ProviderError> {
-        let body = Bytes::from(body);
+        let body: Bytes = body.into();
         match self.send_once(call, path, body.clone(), accept).await {
             Err(error) if expired(&error) && call.credential.key().is_none() => {
                 self.credentials.forget();
@@ -320,8 +320,10 @@ impl Provider for BedrockProvider {
         Box::pin(async move {
             if is_claude(call.model) {
                 let body = invoke::body(&call, request, &self.betas(&call), self.thinking)?;
+                let path = model_path(call.model, "invoke");
+                let send = |body| self.send(&call, &path, body, "application/json");
                 let (response, redactor) =
-                    self.send(&call, &model_path(call.model, "invoke"), body, "application/json").await?;
+                    crate::anthropic::past_thinking::sent(Bytes::from(body), send).await?;
                 let bytes = http::read_body(response).await?;
                 return crate::anthropic::whole_answer(request, bytes, call.credential.key())
                     .map_err(|e| redact(e, &redactor));
@@ -351,8 +353,12 @@ impl Provider for BedrockProvider {
                 (converse::request::body(request)?, "converse-stream")
             };
             let accept = "application/vnd.amazon.eventstream";
-            let (response, redactor) =
-                self.send(&call, &model_path(call.model, action), body, accept).await?;
+            let path = model_path(call.model, action);
+            let send = |body| self.send(&call, &path, body, accept);
+            let (response, redactor) = match claude {
+                true => crate::anthropic::past_thinking::sent(Bytes::from(body), send).await?,
+                false => send(Bytes::from(body)).await?,
+            };
             check_event_stream(&response, &redactor)?;
             let id = request_id(&response);
             let frames = eventstream::Frames::new(http::body_stream(response));

@@ -272,14 +272,14 @@ impl VertexProvider {
         &self,
         call: &Call<'_>,
         url: String,
-        body: Vec<u8>,
+        body: impl Into<bytes::Bytes>,
         publisher: Publisher,
         deadline: Option<Instant>,
     ) -> Result<(http::Response, Secret), ProviderError> {
         let filtered = self.betas.filter_forward(call.forward);
         let call = &Call { forward: filtered.as_deref().unwrap_or(call.forward), ..*call };
         let uri = http::parse_uri(url)?;
-        let body = bytes::Bytes::from(body);
+        let body: bytes::Bytes = body.into();
         let mut refused = false;
         loop {
             let token = self.tokens.token().await.map_err(AuthError::into_provider_error)?;
@@ -303,10 +303,22 @@ impl VertexProvider {
         }
     }
 
+    /// Sends a Claude body, once more without its past thinking when Claude refuses that
+    /// thinking as not its own (see [`anthropic::past_thinking`]).
+    async fn send_claude(
+        &self,
+        call: &Call<'_>,
+        url: String,
+        body: Vec<u8>,
+    ) -> Result<(http::Response, Secret), ProviderError> {
+        let send = |body| self.send(call, url.clone(), body, Publisher::Anthropic, None);
+        anthropic::past_thinking::sent(bytes::Bytes::from(body), send).await
+    }
+
     async fn claude(&self, call: Call<'_>, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let url = self.url(Publisher::Anthropic, call.model, "rawPredict")?;
         let body = self.claude_body(call.model, request, false)?;
-        let (response, token) = self.send(&call, url, body, Publisher::Anthropic, None).await?;
+        let (response, token) = self.send_claude(&call, url, body).await?;
         let bytes = http::read_body(response).await?;
         anthropic::whole_answer(request, bytes, Some(&token))
     }
@@ -318,7 +330,7 @@ impl VertexProvider {
     ) -> Result<ChunkStream, ProviderError> {
         let url = self.url(Publisher::Anthropic, call.model, "streamRawPredict")?;
         let body = self.claude_body(call.model, request, true)?;
-        let (response, token) = self.send(&call, url, body, Publisher::Anthropic, None).await?;
+        let (response, token) = self.send_claude(&call, url, body).await?;
         anthropic::answer_stream(response, request, Some(token)).await
     }
 

@@ -201,6 +201,47 @@ async fn a_request_without_a_limit_gets_the_room_its_claude_generation_has() {
 }
 
 #[tokio::test]
+async fn past_thinking_the_target_refuses_as_not_its_own_is_left_out_and_the_request_sent_again() {
+    // After a failover, a past turn's thinking signed for another Claude or account is refused:
+    // the conversation goes on without it rather than ending the route.
+    let fake = Fake::start(|seen| {
+        let carries_thinking = seen.body.to_string().contains(r#""type":"thinking""#);
+        match carries_thinking {
+            true => json_reply(
+                400,
+                &[],
+                &error_body(
+                    "invalid_request_error",
+                    "messages.1.content.0: Invalid `signature` in `thinking` block",
+                ),
+            ),
+            false => json_reply(200, &[], &text_answer()),
+        }
+    })
+    .await;
+    let written = br#"{"model":"route","max_tokens":64,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"Read it"},{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"from-another-claude"},{"type":"tool_use","id":"toolu_1","name":"Read","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"x"}]}]}"#;
+    let mut request = switchyard_providers::anthropic::codec::request_from_slice(written).unwrap();
+    request.verbatim = Some(switchyard::chat::Verbatim::new(Dialect::Anthropic, &written[..]));
+    chat(&fake, &request).await.expect("answered without the past thinking");
+    let seen = fake.requests();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(
+        seen[1].body["messages"][1]["content"],
+        json!([{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}])
+    );
+    assert!(
+        seen[1].body.get("thinking").is_none(),
+        "after a tool turn without its thinking, none: {}",
+        seen[1].body
+    );
+
+    // Any other 400 is not sent again.
+    let fake = Fake::json(400, error_body("invalid_request_error", "max_tokens: Field required")).await;
+    chat(&fake, &request).await.unwrap_err();
+    assert_eq!(fake.requests().len(), 1);
+}
+
+#[tokio::test]
 async fn conversation_becomes_system_prompt_and_alternating_turns_with_tools_and_images() {
     let fake = Fake::json(200, text_answer()).await;
     let assistant_calls = Message {

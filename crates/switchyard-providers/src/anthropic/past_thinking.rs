@@ -1,0 +1,138 @@
+//! Thinking a Claude target refuses as not its own. A past turn's signed thinking is bound to
+//! the model (and, for some models, the account) that wrote it: sent to another after a
+//! failover (Claude on Anthropic's API, then on Bedrock, or another Claude), it may be refused
+//! with a 400 ("Invalid `signature` in `thinking` block", "bound to a different
+//! conversation"), which would end the route for a conversation any Claude could go on with.
+//! The request is then sent once more without its past thinking, as a client of another
+//! dialect's would be: what it loses is the reasoning of past turns, which the model writes
+//! anew.
+
+use std::future::Future;
+
+use bytes::Bytes;
+use serde_json::Value;
+use switchyard::{ErrorKind, ProviderError};
+
+/// Sends `body` with `send`, and once more without its past thinking when the target refuses
+/// that thinking as not its own.
+pub(crate) async fn sent<T, F, Fut>(body: Bytes, send: F) -> Result<T, ProviderError>
+where
+    F: Fn(Bytes) -> Fut,
+    Fut: Future<Output = Result<T, ProviderError>>,
+{
+    match send(body.clone()).await {
+        Err(error) if refuses_past_thinking(&error) => match without_past_thinking(&body) {
+            Some(stripped) => {
+                tracing::debug!(error = error.detail(), "past thinking refused: sent again without it");
+                send(Bytes::from(stripped)).await
+            }
+            None => Err(error),
+        },
+        sent => sent,
+    }
+}
+
+/// Whether `error` refuses the thinking of a past turn as not the target's own.
+fn refuses_past_thinking(error: &ProviderError) -> bool {
+    if error.kind() != ErrorKind::InvalidRequest || error.status() != Some(400) {
+        return false;
+    }
+    let detail = error.detail().to_ascii_lowercase();
+    detail.contains("thinking")
+        && (detail.contains("signature")
+            || detail.contains("bound to")
+            || detail.contains("cannot be modified"))
+}
+
+/// `body` (a Messages body) without the thinking of its assistant turns; `None` when it has
+/// none. A conversation whose last assistant turn calls tools then goes on without thinking
+/// (Anthropic refuses thinking after a tool turn that has none), and without the clearing of
+/// thinking in its `context_management` (refused without thinking).
+fn without_past_thinking(body: &[u8]) -> Option<Vec<u8>> {
+    let mut body: Value = serde_json::from_slice(body).ok()?;
+    let messages = body.get_mut("messages")?.as_array_mut()?;
+    let mut removed = false;
+    for message in messages.iter_mut().filter(|message| message["role"] == "assistant") {
+        if let Some(blocks) = message.get_mut("content").and_then(Value::as_array_mut) {
+            let before = blocks.len();
+            blocks.retain(|block| !matches!(block["type"].as_str(), Some("thinking" | "redacted_thinking")));
+            removed |= blocks.len() != before;
+        }
+    }
+    if !removed {
+        return None;
+    }
+    let last_calls_tools =
+        messages.iter().rev().find(|message| message["role"] == "assistant").is_some_and(|turn| {
+            turn["content"]
+                .as_array()
+                .is_some_and(|blocks| blocks.iter().any(|block| block["type"] == "tool_use"))
+        });
+    if let Some(object) = body.as_object_mut().filter(|_| last_calls_tools) {
+        object.remove("thinking");
+        let clears =
+            object.get("context_management").and_then(|m| m["edits"].as_array()).is_some_and(|edits| {
+                edits
+                    .iter()
+                    .any(|edit| edit["type"].as_str().is_some_and(|kind| kind.starts_with("clear_thinking")))
+            });
+        if clears {
+            object.remove("context_management");
+        }
+    }
+    serde_json::to_vec(&body).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_refusal_of_past_thinking_is_told_from_other_refusals() {
+        let refused = |message: &str| ProviderError::new(ErrorKind::InvalidRequest, message).with_status(400);
+        assert!(refuses_past_thinking(&refused(
+            "messages.1.content.0: Invalid `signature` in `thinking` block"
+        )));
+        assert!(refuses_past_thinking(&refused("The thinking block is bound to a different conversation")));
+        assert!(!refuses_past_thinking(&refused("max_tokens: must be greater than thinking.budget_tokens")));
+        let overloaded =
+            ProviderError::new(ErrorKind::Unavailable, "Invalid `signature` in `thinking` block");
+        assert!(!refuses_past_thinking(&overloaded));
+    }
+
+    #[test]
+    fn past_thinking_goes_and_thinking_with_it_after_a_tool_turn() {
+        let body = json!({
+            "model": "m", "thinking": {"type": "adaptive"},
+            "context_management": {"edits": [{"type": "clear_thinking_20251015"}]},
+            "messages": [
+                {"role": "user", "content": "read it"},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "t", "signature": "s"},
+                    {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}
+                ]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}]}
+            ]
+        });
+        let sent: Value =
+            serde_json::from_slice(&without_past_thinking(body.to_string().as_bytes()).unwrap()).unwrap();
+        assert_eq!(
+            sent["messages"][1]["content"],
+            json!([{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}])
+        );
+        assert!(sent.get("thinking").is_none() && sent.get("context_management").is_none(), "{sent}");
+
+        // After a plain answer, thinking goes on; a body without past thinking is not resent.
+        let mut plain = body.clone();
+        plain["messages"][1]["content"] =
+            json!([{"type": "redacted_thinking", "data": "d"}, {"type": "text", "text": "ok"}]);
+        plain["messages"][2] = json!({"role": "user", "content": "and?"});
+        let sent: Value =
+            serde_json::from_slice(&without_past_thinking(plain.to_string().as_bytes()).unwrap()).unwrap();
+        assert_eq!(sent["messages"][1]["content"], json!([{"type": "text", "text": "ok"}]));
+        assert_eq!(sent["thinking"], json!({"type": "adaptive"}));
+        assert!(without_past_thinking(sent.to_string().as_bytes()).is_none());
+    }
+}
