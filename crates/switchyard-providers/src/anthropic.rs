@@ -313,6 +313,10 @@ pub(crate) fn whole_answer(
 ) -> Result<ChatResponse, ProviderError> {
     let message = switchyard::serde_extra::from_slice::<wire::MessageResponse>(&bytes).map_err(|error| {
         let text = String::from_utf8_lossy(&bytes);
+        // An error body with a 200 (a proxy, a server that reports failures so) is that error.
+        if let Some(error) = classify::stream_error_body(&text, key) {
+            return error;
+        }
         let detail = format!("the answer is not a Messages API response ({error}): {}", http::excerpt(&text));
         ProviderError::new(ErrorKind::MalformedResponse, classify::redact(detail, key))
     })?;

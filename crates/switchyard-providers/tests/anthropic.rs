@@ -1062,6 +1062,16 @@ async fn error_event_inside_a_200_stream_ends_it_with_its_kind() {
 }
 
 #[tokio::test]
+async fn an_error_body_with_a_200_is_that_error() {
+    let fake = Fake::json(200, error_body("overloaded_error", "Overloaded")).await;
+    let error = chat(&fake, &hello()).await.unwrap_err();
+    assert_eq!(
+        (error.kind(), error.code(), error.status()),
+        (ErrorKind::Unavailable, Some("overloaded_error"), Some(200))
+    );
+}
+
+#[tokio::test]
 async fn streamed_refusal_finishes_with_content_filter() {
     let events = vec![
         message_start(),

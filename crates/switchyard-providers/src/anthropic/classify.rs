@@ -111,6 +111,13 @@ pub(crate) fn messages_error(
     })
 }
 
+/// The error a 200's body is, when it is an Anthropic error (`{"type": "error", "error":
+/// {...}}`): classified by its type, as an `error` event in a stream is.
+pub(crate) fn stream_error_body(body: &str, key: Option<&Secret>) -> Option<ProviderError> {
+    let parsed = serde_json::from_str::<ErrorResponse>(body).ok()?;
+    Some(stream_error(&parsed.error, key).with_status(200))
+}
+
 /// An `error` event inside a 200 stream.
 pub(crate) fn stream_error(error: &ErrorBody, key: Option<&Secret>) -> ProviderError {
     let detail = format!("error event in the stream: {}", http::excerpt(&error.message));
