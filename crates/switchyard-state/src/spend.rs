@@ -22,7 +22,9 @@ const KEPT_PAST_END: u64 = 86_400;
 
 /// Writes this run's total when it is larger than the one held (`ARGV[2]` empty: reads only),
 /// and answers the rest of the fleet's total and the one held for this run, as strings (Lua's
-/// numbers would come back as integers).
+/// numbers would come back as integers): this run's as it is stored, exactly as the replica
+/// wrote it, and the sum with 17 digits (`tostring` keeps 14, and a total that came back
+/// rounded below what was written would be written again and again).
 const SPEND: &str = r#"
 local by, legacy, me, total, ends = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
 if total ~= '' then
@@ -32,13 +34,12 @@ if total ~= '' then
   end
   redis.call('EXPIREAT', by, ends)
 end
-local others, own = tonumber(redis.call('GET', legacy) or '0') or 0, 0
+local others, own = tonumber(redis.call('GET', legacy) or '0') or 0, '0'
 local all = redis.call('HGETALL', by)
 for i = 1, #all, 2 do
-  local spent = tonumber(all[i + 1]) or 0
-  if all[i] == me then own = spent else others = others + spent end
+  if all[i] == me then own = all[i + 1] else others = others + (tonumber(all[i + 1]) or 0) end
 end
-return {tostring(others), tostring(own)}
+return {string.format('%.17g', others), own}
 "#;
 
 /// What Redis holds of a key's spend in a period.

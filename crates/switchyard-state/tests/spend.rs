@@ -42,3 +42,14 @@ async fn a_restarted_replica_writes_beside_its_last_run_and_an_earlier_versions_
     assert_eq!(again.get("k1", "m202612").await.unwrap(), Held { others: 6.5, own: 0.0 });
     assert_eq!(again.put("k1", "m202612", 1.0, ENDS).await.unwrap(), Held { others: 6.5, own: 1.0 });
 }
+
+#[tokio::test]
+async fn a_total_comes_back_exactly_as_written_whatever_its_digits() {
+    let redis = RedisServer::start();
+    let (a, b) = (replica(&redis, "a"), replica(&redis, "b"));
+    let total = 0.1 + 0.2; // 0.30000000000000004: Lua's tostring would answer 0.3
+    assert_eq!(a.put("k1", "d20261205", total, ENDS).await.unwrap().own, total);
+    assert_eq!(a.get("k1", "d20261205").await.unwrap().own, total);
+    b.put("k1", "d20261205", 1e-7, ENDS).await.unwrap();
+    assert_eq!(a.get("k1", "d20261205").await.unwrap().others, 1e-7);
+}

@@ -109,7 +109,10 @@ impl Spend {
         match answer {
             Ok(held) => {
                 self.others = self.others.max(held.others);
-                self.written = self.written.max(held.own);
+                // Redis holds at least what was sent (a field only rises), and what this run
+                // wrote before (a key taken out and put back by a reload starts its books anew).
+                self.written = self.written.max(held.own).max(due.usd);
+                self.mine = self.mine.max(self.written);
                 self.degraded = false;
                 self.writing = None;
                 self.write_due().map_or(Then::Done, Then::Write)
@@ -153,7 +156,10 @@ impl Spend {
         match answer {
             Ok(held) => {
                 self.others = self.others.max(held.others);
-                self.written = self.written.min(held.own);
+                // What this run wrote before stands (a key put back by a reload starts anew);
+                // less than was written, Redis lost it (restarted empty), and it is written again.
+                self.mine = self.mine.max(held.own);
+                self.written = held.own;
                 self.degraded = false;
                 self.write_due()
             }
@@ -218,6 +224,17 @@ mod tests {
         let rewrite = spend.read(&period, held(0.0, 0.0)).expect("Redis restarted empty");
         assert_eq!(rewrite.usd, 7.0);
         assert_eq!(spend.total(3), 10.0, "what the others spent stands in memory");
+    }
+
+    #[test]
+    fn a_key_put_back_by_a_reload_takes_up_what_this_run_wrote_for_it() {
+        let mut spend = Spend::default();
+        spend.roll(Period::Day, SystemTime::now());
+        let period = spend.read_due(Instant::now()).unwrap();
+        assert!(spend.read(&period, held(2.0, 5.0)).is_none(), "nothing to write: Redis holds it");
+        assert_eq!(spend.total(1), 7.0);
+        spend.charge(1.0);
+        assert_eq!(spend.write_due().unwrap().usd, 6.0, "on from what this run wrote");
     }
 
     #[test]
