@@ -87,12 +87,35 @@ pub struct ChatRequest {
 pub struct Verbatim {
     dialect: Dialect,
     bytes: bytes::Bytes,
+    /// A keep-alive sent while the provider works for the answer (see [`Verbatim::while_working`]).
+    working: bool,
 }
 
 impl Verbatim {
     /// `bytes` in `dialect`.
     pub fn new(dialect: Dialect, bytes: impl Into<bytes::Bytes>) -> Self {
-        Self { dialect, bytes: bytes.into() }
+        Self { dialect, bytes: bytes.into(), working: false }
+    }
+
+    /// These bytes, a keep-alive, were sent while the provider works for the answer (an
+    /// Anthropic server tool runs: web search, code execution, an MCP call): they tell of
+    /// progress, as a keep-alive of a stalled stream does not.
+    pub fn while_working(mut self) -> Self {
+        self.working = true;
+        self
+    }
+
+    /// Whether these bytes, a provider's own stream event, tell of progress beyond the content
+    /// a chunk carries: any Anthropic event but a `ping` of a stalled stream (a server tool's
+    /// blocks carry no canonical content, and its run sends only pings), and any Responses API
+    /// event; not a Chat Completions chunk (its content is the chunk's, and an empty delta is a
+    /// keep-alive), nor Gemini's.
+    pub fn tells_progress(&self) -> bool {
+        match self.dialect {
+            Dialect::Anthropic => self.working || !self.bytes.starts_with(b"event: ping"),
+            Dialect::Responses => true,
+            Dialect::OpenAi | Dialect::Gemini => false,
+        }
     }
 
     /// The dialect the bytes are in.
@@ -947,6 +970,9 @@ pub enum StreamNotice {
     BrokenAfterFinish(String),
     /// An event that could not be read was skipped; what was wrong with it (scrubbed).
     Skipped(String),
+    /// The request was sent again, changed, to be answered (without a past turn's thinking the
+    /// target refused as not its own); what was done and why, with no secret in it.
+    Resent(String),
 }
 
 deserialize_with_extra!(ChatChunk {
@@ -996,11 +1022,20 @@ impl ChatChunk {
         self.content(true)
     }
 
-    /// Whether this chunk shows the upstream answering: content (reasoning counts) or a finish.
-    /// A keep-alive (an Anthropic `ping` passed on, an empty delta) does not: an upstream that
-    /// stalled and pings is still stalled, so it ends neither the first-byte nor the idle wait.
-    pub fn shows_life(&self) -> bool {
+    /// Whether this chunk begins the answer: content (reasoning counts) or a finish (an empty
+    /// answer is an answer). It ends the first-byte wait; a provider's `message_start`, a role
+    /// or a keep-alive does not.
+    pub fn answers(&self) -> bool {
         self.has_content() || self.finishes()
+    }
+
+    /// Whether this chunk shows the upstream answering, once it began: [`answers`](Self::answers),
+    /// or a provider's own event that tells of progress (an Anthropic server tool's block as it
+    /// runs, a Responses API event). A keep-alive (an Anthropic `ping`, an empty delta) does
+    /// not: an upstream that stalled and pings is still stalled, so it does not end the idle
+    /// wait.
+    pub fn shows_life(&self) -> bool {
+        self.answers() || self.verbatim.as_ref().is_some_and(Verbatim::tells_progress)
     }
 
     /// Whether a caller who is shown `reasoning` is shown something of this chunk beyond its

@@ -252,6 +252,7 @@ impl Attempt {
                 self.skipped_events += 1;
                 Trail::add_note(self, &format!("an unreadable event was skipped: {detail}"));
             }
+            crate::chat::StreamNotice::Resent(detail) => Trail::add_note(self, &detail),
         }
     }
 

@@ -66,6 +66,11 @@ where
                     // A request sent verbatim is answered verbatim: every event, with its
                     // frame, canonical or not.
                     let frame = decoder.pass_on.then(|| Verbatim::new(Dialect::Anthropic, event.to_frame()));
+                    // A ping while a server tool runs is the tool at work, not a stall.
+                    let frame = match event.event.as_deref() == Some("ping") && decoder.tool_running {
+                        true => frame.map(Verbatim::while_working),
+                        false => frame,
+                    };
                     match (decoder.decode(event), frame) {
                         (Ok(None), None) => continue,
                         // A skipped event's frame is not passed on.
@@ -126,6 +131,8 @@ pub(crate) struct Decoder {
     /// and code execution; `mcp_tool_use`), by content block index: their input streams as a
     /// tool's does, and is no call of the answer's (their frames pass to an Anthropic client).
     server_tools: Vec<u32>,
+    /// A server tool's input is whole and its result has not begun: the provider runs it.
+    tool_running: bool,
     /// The text so far of each thinking block started and not yet signed, by content block
     /// index; kept only for an OpenAI-dialect client (Responses clients included), which gets
     /// the block whole.
@@ -162,6 +169,7 @@ impl Decoder {
             tools: HashMap::new(),
             next_ordinal: 0,
             server_tools: Vec::new(),
+            tool_running: false,
             thinking: HashMap::new(),
             usage: super::wire::Usage::default(),
             stop_reason: None,
@@ -187,9 +195,17 @@ impl Decoder {
                 self.usage = message.usage;
                 Some(self.chunk(Delta { role: Some(Role::Assistant), ..Delta::default() }))
             }
-            StreamEvent::ContentBlockStart { index, content_block } => self.block_start(index, content_block),
+            StreamEvent::ContentBlockStart { index, content_block } => {
+                self.tool_running = false;
+                self.block_start(index, content_block)
+            }
             StreamEvent::ContentBlockDelta { index, delta } => self.block_delta(index, delta)?,
             StreamEvent::ContentBlockStop { index } => match self.tools.remove(&index) {
+                // Its input is whole: the provider runs it until its result block starts.
+                None if self.server_tools.contains(&index) => {
+                    self.tool_running = true;
+                    None
+                }
                 Some(OpenTool { ordinal, has_arguments: false }) => {
                     Some(self.arguments(ordinal, "{}".to_owned()))
                 }
@@ -512,6 +528,44 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_ping_while_a_server_tool_runs_tells_of_progress_and_one_of_a_stalled_stream_does_not() {
+        let ping = || event("ping", r#"{"type": "ping"}"#);
+        let mut events = answer(&[STOPPED]);
+        let tail = events.split_off(4);
+        events.push(ping());
+        events.extend([
+            event(
+                "content_block_start",
+                r#"{"type":"content_block_start","index":1,"content_block":{"type":"server_tool_use","id":"srvtoolu_1","name":"code_execution","input":{}}}"#,
+            ),
+            event("content_block_stop", r#"{"type":"content_block_stop","index":1}"#),
+            ping(),
+            ping(),
+            event(
+                "content_block_start",
+                r#"{"type":"content_block_start","index":2,"content_block":{"type":"code_execution_tool_result","tool_use_id":"srvtoolu_1","content":{}}}"#,
+            ),
+            event("content_block_stop", r#"{"type":"content_block_stop","index":2}"#),
+            ping(),
+        ]);
+        events.extend(tail);
+        let chunks = chunks(events, true).await;
+        let pings: Vec<bool> = chunks
+            .iter()
+            .filter_map(|c| c.verbatim.as_ref())
+            .filter(|v| v.bytes().starts_with(b"event: ping"))
+            .map(Verbatim::tells_progress)
+            .collect();
+        assert_eq!(pings, [false, true, true, false], "only the pings while the tool ran");
+        assert!(
+            chunks
+                .iter()
+                .filter(|c| c.verbatim.as_ref().is_some_and(|v| v.bytes().starts_with(b"event: ping")))
+                .all(|c| !c.answers())
+        );
     }
 
     const STOPPED: &str = r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}"#;

@@ -28,7 +28,7 @@ pub(super) async fn assembled(
             match stream.next().await {
                 Some(item) => {
                     let chunk = item?;
-                    let alive = chunk.shows_life();
+                    let alive = chunk.answers();
                     assembly.push(chunk);
                     if alive {
                         return Ok(Some(stream));

@@ -194,7 +194,7 @@ async fn first_life(
     let first = async {
         let mut stream = provider.chat_stream(call, request).await?;
         let mut buffer = VecDeque::new();
-        let alive = read_until(&mut stream, &mut buffer, ChatChunk::shows_life).await?;
+        let alive = read_until(&mut stream, &mut buffer, ChatChunk::answers).await?;
         Ok::<_, ProviderError>((stream, buffer, alive))
     };
     // At equal limits the first-byte timer, polled first, names the wait.

@@ -281,6 +281,62 @@ async fn keep_alives_after_content_do_not_reset_the_idle_limit() {
     assert_eq!(last_content.elapsed(), Duration::from_secs(5), "cut this long after the last content");
 }
 
+/// A Claude upstream streaming its own events: a word, then a server tool that runs for 40 s
+/// sending only pings (marked as sent while it works, as the Anthropic decoder marks them),
+/// then the rest of the answer.
+struct ToolRunning;
+
+impl switchyard::provider::Provider for ToolRunning {
+    fn kind(&self) -> &str {
+        "tool-running"
+    }
+
+    fn chat<'a>(
+        &'a self,
+        _: switchyard::provider::Call<'a>,
+        _: &'a switchyard::chat::ChatRequest,
+    ) -> BoxFuture<'a, Result<switchyard::chat::ChatResponse, ProviderError>> {
+        Box::pin(async { Err(ProviderError::unsupported("streams only")) })
+    }
+
+    fn chat_stream<'a>(
+        &'a self,
+        _: switchyard::provider::Call<'a>,
+        _: &'a switchyard::chat::ChatRequest,
+    ) -> BoxFuture<'a, Result<switchyard::provider::ChunkStream, ProviderError>> {
+        use switchyard::chat::{Dialect, FinishReason, Verbatim};
+        let ping = || {
+            let frame =
+                Verbatim::new(Dialect::Anthropic, &b"event: ping\ndata: {\"type\": \"ping\"}\n\n"[..]);
+            ChatChunk { verbatim: Some(frame.while_working()), ..ChatChunk::default() }
+        };
+        let mut finish = ChatChunk::text(" done");
+        finish.choices[0].finish_reason = Some(FinishReason::Stop);
+        let mut items: Vec<(u64, ChatChunk)> = vec![(0, ChatChunk::text("Running"))];
+        items.extend((0..4).map(|_| (10, ping())));
+        items.push((1, finish));
+        let chunks = futures_util::stream::iter(items).then(|(wait, chunk)| async move {
+            tokio::time::sleep(Duration::from_secs(wait)).await;
+            Ok(chunk)
+        });
+        Box::pin(async move { Ok(Box::pin(chunks) as switchyard::provider::ChunkStream) })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn pings_while_a_server_tool_runs_keep_the_stream_alive_past_the_idle_limit() {
+    let timeouts = Timeouts { idle: Duration::from_secs(30), ..Timeouts::default() };
+    let router = switchyard::Router::builder()
+        .provider(switchyard::ProviderEntry::new("t", ToolRunning))
+        .route(Route::builder("default").target("t:m").timeouts(timeouts).build().unwrap())
+        .build()
+        .unwrap();
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let (text, error) = collect(&mut stream).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text, "Running done", "41 s of a tool's work, 30 s idle limit");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_candidate_answers_a_stream_when_every_target_failed() {
     let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
