@@ -119,7 +119,11 @@ impl AnthropicProvider {
     /// error. The rate-limit headers of every response go to the call's sink.
     /// A body whose past thinking the target refuses as not its own is sent once more without
     /// it (see [`past_thinking`]).
-    async fn send(&self, call: &Call<'_>, body: Vec<u8>) -> Result<http::Response, ProviderError> {
+    async fn send(
+        &self,
+        call: &Call<'_>,
+        body: Vec<u8>,
+    ) -> Result<(http::Response, Option<switchyard::chat::StreamNotice>), ProviderError> {
         past_thinking::sent(bytes::Bytes::from(body), |body| self.send_to(&self.endpoint, call, body)).await
     }
 
@@ -258,50 +262,57 @@ pub(crate) fn verbatim_body(request: &ChatRequest) -> Option<&bytes::Bytes> {
 }
 
 impl AnthropicProvider {
-    /// Counts `request`'s input tokens: the client's body with the model set, when it wrote in
-    /// this dialect; else the translated request, with only the members counting takes.
+    /// Counts `request`'s input tokens (see [`count_body`]).
     async fn count(&self, call: Call<'_>, request: &ChatRequest) -> Result<TokenCount, ProviderError> {
-        let verbatim = verbatim_body(request);
-        let body = match verbatim {
-            Some(body) => {
-                let (thinking, management) = thinking_edits(request);
-                let edits = [
-                    ("model", Edit::Text(call.model)),
-                    ("thinking", thinking),
-                    ("context_management", management),
-                ];
-                verbatim::rewrite(body, &edits)?
-            }
-            None => {
-                let mut body =
-                    serde_json::to_value(request::build(call.model, request, false, self.thinking)?)
-                        .map_err(|error| {
-                            ProviderError::unsupported(format!(
-                                "the request could not be serialized: {error}"
-                            ))
-                        })?;
-                if let Some(body) = body.as_object_mut() {
-                    body.retain(|key, _| COUNTED.contains(&key.as_str()));
-                }
-                serde_json::to_vec(&body).unwrap_or_default()
-            }
-        };
+        let body = count_body(call.model, request, self.thinking)?;
         let response = self.send_to(&self.count_endpoint, &call, body.into()).await?;
         let bytes = http::read_body(response).await?;
-        #[derive(serde::Deserialize)]
-        struct Counted {
-            input_tokens: u32,
-        }
-        let counted = serde_json::from_slice::<Counted>(&bytes).map_err(|error| {
-            let text = String::from_utf8_lossy(&bytes);
-            let detail = format!("the answer is not a token count ({error}): {}", http::excerpt(&text));
-            ProviderError::new(ErrorKind::MalformedResponse, classify::redact(detail, call.credential.key()))
-        })?;
-        Ok(TokenCount {
-            input_tokens: counted.input_tokens,
-            verbatim: verbatim.map(|_| Verbatim::new(Dialect::Anthropic, bytes)),
-        })
+        read_count(request, bytes, call.credential.key())
     }
+}
+
+/// The body that counts `request`'s input tokens for `model` (Anthropic's `count_tokens`, and
+/// Claude's `count-tokens` on Vertex AI): the client's body with the model set, when it wrote
+/// in this dialect; else the translated request, with only the members counting takes.
+pub(crate) fn count_body(
+    model: &str,
+    request: &ChatRequest,
+    thinking: Option<ThinkingStyle>,
+) -> Result<Vec<u8>, ProviderError> {
+    if let Some(body) = verbatim_body(request) {
+        let (thinking, management) = thinking_edits(request);
+        let edits =
+            [("model", Edit::Text(model)), ("thinking", thinking), ("context_management", management)];
+        return verbatim::rewrite(body, &edits);
+    }
+    let mut body =
+        serde_json::to_value(request::build(model, request, false, thinking)?).map_err(|error| {
+            ProviderError::unsupported(format!("the request could not be serialized: {error}"))
+        })?;
+    if let Some(body) = body.as_object_mut() {
+        body.retain(|key, _| COUNTED.contains(&key.as_str()));
+    }
+    Ok(serde_json::to_vec(&body).unwrap_or_default())
+}
+
+/// A count's answer (`{"input_tokens": n}`), with its bytes for a client that wrote in this
+/// dialect. `key` is cut out of any error text.
+pub(crate) fn read_count(
+    request: &ChatRequest,
+    bytes: bytes::Bytes,
+    key: Option<&Secret>,
+) -> Result<TokenCount, ProviderError> {
+    #[derive(serde::Deserialize)]
+    struct Counted {
+        input_tokens: u32,
+    }
+    let counted = serde_json::from_slice::<Counted>(&bytes).map_err(|error| {
+        let text = String::from_utf8_lossy(&bytes);
+        let detail = format!("the answer is not a token count ({error}): {}", http::excerpt(&text));
+        ProviderError::new(ErrorKind::MalformedResponse, classify::redact(detail, key))
+    })?;
+    let verbatim = verbatim_body(request).map(|_| Verbatim::new(Dialect::Anthropic, bytes));
+    Ok(TokenCount { input_tokens: counted.input_tokens, verbatim })
 }
 
 /// A whole Messages API answer: the canonical answer, with the provider's bytes when the
@@ -385,9 +396,11 @@ impl Provider for AnthropicProvider {
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
         Box::pin(async move {
             let body = self.body(&call, request, false)?;
-            let response = self.send(&call, body).await?;
+            let (response, notice) = self.send(&call, body).await?;
             let bytes = http::read_body(response).await?;
-            whole_answer(request, bytes, call.credential.key())
+            let mut answer = whole_answer(request, bytes, call.credential.key())?;
+            answer.notices.extend(notice);
+            Ok(answer)
         })
     }
 
@@ -406,8 +419,9 @@ impl Provider for AnthropicProvider {
     ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>> {
         Box::pin(async move {
             let body = self.body(&call, request, true)?;
-            let response = self.send(&call, body).await?;
-            answer_stream(response, request, call.credential.key().cloned()).await
+            let (response, notice) = self.send(&call, body).await?;
+            let stream = answer_stream(response, request, call.credential.key().cloned()).await?;
+            Ok(past_thinking::led_by(notice, stream))
         })
     }
 }

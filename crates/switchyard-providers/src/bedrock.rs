@@ -263,7 +263,8 @@ impl BedrockProvider {
             response.headers().get("x-amzn-errortype").and_then(|v| v.to_str().ok()).map(str::to_owned);
         let wait = http::retry_after(status, &limits);
         let text = http::read_error_body(response).await;
-        Err(classify::http_error(status, kind.as_deref(), &text, wait, &redactor))
+        let error = classify::http_error(status, kind.as_deref(), &text, wait, &redactor);
+        Err(crate::wording::refine(error))
     }
 }
 
@@ -322,11 +323,13 @@ impl Provider for BedrockProvider {
                 let body = invoke::body(&call, request, &self.betas(&call), self.thinking)?;
                 let path = model_path(call.model, "invoke");
                 let send = |body| self.send(&call, &path, body, "application/json");
-                let (response, redactor) =
+                let ((response, redactor), notice) =
                     crate::anthropic::past_thinking::sent(Bytes::from(body), send).await?;
                 let bytes = http::read_body(response).await?;
-                return crate::anthropic::whole_answer(request, bytes, call.credential.key())
-                    .map_err(|e| redact(e, &redactor));
+                let mut answer = crate::anthropic::whole_answer(request, bytes, call.credential.key())
+                    .map_err(|e| redact(e, &redactor))?;
+                answer.notices.extend(notice);
+                return Ok(answer);
             }
             let body = converse::request::body(request)?;
             let (response, redactor) =
@@ -355,15 +358,16 @@ impl Provider for BedrockProvider {
             let accept = "application/vnd.amazon.eventstream";
             let path = model_path(call.model, action);
             let send = |body| self.send(&call, &path, body, accept);
-            let (response, redactor) = match claude {
+            let ((response, redactor), notice) = match claude {
                 true => crate::anthropic::past_thinking::sent(Bytes::from(body), send).await?,
-                false => send(Bytes::from(body)).await?,
+                false => (send(Bytes::from(body)).await?, None),
             };
             check_event_stream(&response, &redactor)?;
             let id = request_id(&response);
             let frames = eventstream::Frames::new(http::body_stream(response));
             if claude {
-                return Ok(invoke::chunk_stream(frames, &call, request, redactor));
+                let stream = invoke::chunk_stream(frames, &call, request, redactor);
+                return Ok(crate::anthropic::past_thinking::led_by(notice, stream));
             }
             Ok(converse::chunk_stream(frames, call.model.to_owned(), id, redactor))
         })

@@ -90,6 +90,7 @@ use ::http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 use switchyard::chat::{
     ChatRequest, ChatResponse, Embedding, EmbeddingInput, EmbeddingsRequest, EmbeddingsResponse, Extra,
+    TokenCount,
 };
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
 use switchyard::{ErrorKind, ProviderError};
@@ -197,6 +198,35 @@ pub(crate) fn generate_body(request: &ChatRequest, model: &str) -> Result<Vec<u8
     encode(&request_body(request, model)?)
 }
 
+/// The `countTokens` body of `request` for `model`: for the Gemini API its whole
+/// `generateContent` body as `generateContentRequest` (naming the model, as that form wants),
+/// so that the system instruction and the tools count too; for Vertex AI (`vertex`), whose
+/// `countTokens` takes them at the top level, its contents, system instruction and tools.
+pub(crate) fn count_body(request: &ChatRequest, model: &str, vertex: bool) -> Result<Vec<u8>, ProviderError> {
+    let mut generate = request_body(request, model)?;
+    if vertex {
+        generate.retain(|key, _| matches!(key.as_str(), "contents" | "systemInstruction" | "tools"));
+        return encode(&generate);
+    }
+    generate.insert("model".to_owned(), Value::from(model_path(model)?));
+    encode(&json!({ "generateContentRequest": generate }))
+}
+
+/// A `countTokens` answer (`{"totalTokens": n}`) of HTTP `status`.
+pub(crate) fn read_count(
+    status: u16,
+    bytes: &[u8],
+    redactor: &Redactor,
+) -> Result<TokenCount, ProviderError> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Counted {
+        total_tokens: u32,
+    }
+    let counted: Counted = parse_success(status, bytes, redactor)?;
+    Ok(TokenCount { input_tokens: counted.total_tokens, verbatim: None })
+}
+
 /// A whole `generateContent` answer of `model` as the canonical answer; an error object inside
 /// it is classified like any other error.
 fn answer_of(
@@ -268,6 +298,22 @@ impl Provider for GeminiProvider {
             // No total timeout on a stream: the router's first-byte, idle and total govern it.
             let response = self.send(call, url, body, None).await?;
             Ok(answer_stream(response, call.model, Redactor::of(call)))
+        })
+    }
+
+    fn count_tokens<'a>(
+        &'a self,
+        call: Call<'a>,
+        request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<TokenCount, ProviderError>> {
+        Box::pin(async move {
+            let url = self.url(call.model, "countTokens")?;
+            let body = count_body(request, call.model, false)?;
+            let deadline = Instant::now().checked_add(call.timeouts.total);
+            let response = self.send(call, url, body, deadline).await?;
+            let status = response.status().as_u16();
+            let bytes = http::until(deadline, http::read_body(response)).await?;
+            read_count(status, &bytes, &Redactor::of(call))
         })
     }
 

@@ -62,7 +62,9 @@ use std::fmt;
 use ::http::Uri;
 use ::http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use switchyard::ProviderError;
-use switchyard::chat::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse};
+use switchyard::chat::{
+    ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, StreamNotice, TokenCount,
+};
 use switchyard::credential::Secret;
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
 use tokio::time::Instant;
@@ -310,7 +312,7 @@ impl VertexProvider {
         call: &Call<'_>,
         url: String,
         body: Vec<u8>,
-    ) -> Result<(http::Response, Secret), ProviderError> {
+    ) -> Result<((http::Response, Secret), Option<StreamNotice>), ProviderError> {
         let send = |body| self.send(call, url.clone(), body, Publisher::Anthropic, None);
         anthropic::past_thinking::sent(bytes::Bytes::from(body), send).await
     }
@@ -318,9 +320,11 @@ impl VertexProvider {
     async fn claude(&self, call: Call<'_>, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let url = self.url(Publisher::Anthropic, call.model, "rawPredict")?;
         let body = self.claude_body(call.model, request, false)?;
-        let (response, token) = self.send_claude(&call, url, body).await?;
+        let ((response, token), notice) = self.send_claude(&call, url, body).await?;
         let bytes = http::read_body(response).await?;
-        anthropic::whole_answer(request, bytes, Some(&token))
+        let mut answer = anthropic::whole_answer(request, bytes, Some(&token))?;
+        answer.notices.extend(notice);
+        Ok(answer)
     }
 
     async fn claude_stream(
@@ -330,8 +334,9 @@ impl VertexProvider {
     ) -> Result<ChunkStream, ProviderError> {
         let url = self.url(Publisher::Anthropic, call.model, "streamRawPredict")?;
         let body = self.claude_body(call.model, request, true)?;
-        let (response, token) = self.send_claude(&call, url, body).await?;
-        anthropic::answer_stream(response, request, Some(token)).await
+        let ((response, token), notice) = self.send_claude(&call, url, body).await?;
+        let stream = anthropic::answer_stream(response, request, Some(token)).await?;
+        Ok(anthropic::past_thinking::led_by(notice, stream))
     }
 
     fn claude_body(
@@ -486,6 +491,42 @@ impl Provider for VertexProvider {
         request: &'a EmbeddingsRequest,
     ) -> BoxFuture<'a, Result<EmbeddingsResponse, ProviderError>> {
         Box::pin(self.embed(call, request))
+    }
+
+    fn count_tokens<'a>(
+        &'a self,
+        call: Call<'a>,
+        request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<TokenCount, ProviderError>> {
+        Box::pin(self.count(call, request))
+    }
+}
+
+impl VertexProvider {
+    /// Counts `request`'s input tokens: Claude's by its `count-tokens` model (`rawPredict`,
+    /// the model named in the body, as Anthropic's `count_tokens` takes it), Gemini's by
+    /// `countTokens`.
+    async fn count(&self, call: Call<'_>, request: &ChatRequest) -> Result<TokenCount, ProviderError> {
+        let deadline = Instant::now().checked_add(call.timeouts.total);
+        let (url, body, publisher) = match Publisher::of(call.model) {
+            Publisher::Anthropic => (
+                self.url(Publisher::Anthropic, "count-tokens", "rawPredict")?,
+                anthropic::count_body(call.model, request, self.thinking)?,
+                Publisher::Anthropic,
+            ),
+            Publisher::Google => (
+                self.url(Publisher::Google, call.model, "countTokens")?,
+                gemini::count_body(request, call.model, true)?,
+                Publisher::Google,
+            ),
+        };
+        let (response, token) = self.send(&call, url, body, publisher, deadline).await?;
+        let status = response.status().as_u16();
+        let bytes = http::until(deadline, http::read_body(response)).await?;
+        match publisher {
+            Publisher::Anthropic => anthropic::read_count(request, bytes, Some(&token)),
+            Publisher::Google => gemini::read_count(status, &bytes, &Redactor::new(Some(token))),
+        }
     }
 }
 

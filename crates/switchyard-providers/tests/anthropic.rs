@@ -178,9 +178,9 @@ async fn model_comes_from_the_call_and_max_tokens_defaults_to_4096() {
 async fn a_request_without_a_limit_gets_the_room_its_claude_generation_has() {
     // Codex sets no output limit: a long patch must not be cut at 4096 on a current Claude.
     let cases = [
-        ("claude-sonnet-4-5-20250929", 32_000),
-        ("us.anthropic.claude-haiku-4-5-20251001-v1:0", 32_000),
-        ("claude-3-7-sonnet-latest", 32_000),
+        ("claude-sonnet-4-5-20250929", 16_384),
+        ("us.anthropic.claude-haiku-4-5-20251001-v1:0", 16_384),
+        ("claude-3-7-sonnet-latest", 16_384),
         ("claude-3-5-haiku-20241022", 8192),
         ("claude-3-haiku-20240307", 4096),
         ("MiniMax-M2", 4096),
@@ -222,7 +222,12 @@ async fn past_thinking_the_target_refuses_as_not_its_own_is_left_out_and_the_req
     let written = br#"{"model":"route","max_tokens":64,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"Read it"},{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"from-another-claude"},{"type":"tool_use","id":"toolu_1","name":"Read","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"x"}]}]}"#;
     let mut request = switchyard_providers::anthropic::codec::request_from_slice(written).unwrap();
     request.verbatim = Some(switchyard::chat::Verbatim::new(Dialect::Anthropic, &written[..]));
-    chat(&fake, &request).await.expect("answered without the past thinking");
+    let answer = chat(&fake, &request).await.expect("answered without the past thinking");
+    assert!(
+        matches!(&answer.notices[..], [switchyard::chat::StreamNotice::Resent(note)] if note.contains("thinking")),
+        "the attempt's trail says so: {:?}",
+        answer.notices
+    );
     let seen = fake.requests();
     assert_eq!(seen.len(), 2);
     assert_eq!(

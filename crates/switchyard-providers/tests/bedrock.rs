@@ -194,6 +194,21 @@ async fn claude_counts_tokens_by_count_tokens_over_its_invoke_body_for_the_profi
     assert_eq!(invoke["messages"], json!([{"role": "user", "content": "Hi"}]));
     assert!(invoke.get("model").is_none(), "{invoke}");
     assert_eq!(invoke["max_tokens"], 1, "an InvokeModel body for Claude has one");
+    // Beside a thinking budget, one above it (Claude refuses `max_tokens` at or below it).
+    let thinking = br#"{"model":"route","thinking":{"type":"enabled","budget_tokens":2048},"messages":[{"role":"user","content":"Hi"}]}"#;
+    let mut value: Value = serde_json::from_slice(thinking).unwrap();
+    value["max_tokens"] = json!(1);
+    let mut request = switchyard_providers::anthropic::codec::request_from_json(value).unwrap();
+    request.verbatim = Some(switchyard::chat::Verbatim::new(Dialect::Anthropic, &thinking[..]));
+    let fake_thinking = Fake::json(200, json!({ "inputTokens": 9 })).await;
+    let thinking_provider = self::provider(&fake_thinking.origin());
+    let caller = Caller::new(&thinking_provider, None);
+    thinking_provider.count_tokens(caller.call(CLAUDE, None), &request).await.unwrap();
+    let encoded =
+        fake_thinking.only_request().body["input"]["invokeModel"]["body"].as_str().unwrap().to_owned();
+    let invoke: Value =
+        serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(encoded).unwrap()).unwrap();
+    assert_eq!(invoke["max_tokens"], 2049, "{invoke}");
     assert!(seen.header("authorization").unwrap().starts_with("AWS4-HMAC-SHA256 "));
 
     // An ARN of a profile too; a Converse model is not counted (the route's next target is).

@@ -1122,3 +1122,36 @@ async fn embedding_errors_are_classified_like_chat_errors() {
     assert_eq!(error.kind(), ErrorKind::RateLimited);
     assert_no_key(&error);
 }
+
+#[tokio::test]
+async fn tokens_are_counted_by_count_tokens_over_the_whole_generate_request() {
+    let fake = Fake::json(
+        200,
+        json!({ "totalTokens": 31, "promptTokensDetails": [{ "modality": "TEXT", "tokenCount": 31 }] }),
+    )
+    .await;
+    let harness = gemini(&fake.url("/v1beta"));
+    let request = ChatRequest::new("route", vec![Message::system("Be brief."), Message::user("Hello")]);
+    let count = harness.provider.count_tokens(harness.call(MODEL, None), &request).await.unwrap();
+    assert_eq!(count.input_tokens, 31);
+    let seen = fake.only_request();
+    assert_eq!(seen.path(), "/v1beta/models/gemini-2.5-flash:countTokens");
+    let generate = &seen.body["generateContentRequest"];
+    assert_eq!(
+        generate["model"], "models/gemini-2.5-flash",
+        "the form that counts the system instruction wants it"
+    );
+    assert_eq!(generate["contents"][0]["parts"][0]["text"], "Hello");
+    assert_eq!(generate["systemInstruction"]["parts"][0]["text"], "Be brief.");
+    assert_eq!(seen.header("x-goog-api-key"), Some(KEY));
+
+    // A refusal is classified like any other Gemini error.
+    let fake = Fake::json(
+        429,
+        json!({ "error": { "code": 429, "message": "Resource exhausted", "status": "RESOURCE_EXHAUSTED" } }),
+    )
+    .await;
+    let harness = gemini(&fake.url("/v1beta"));
+    let error = harness.provider.count_tokens(harness.call(MODEL, None), &request).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::RateLimited, "{error:?}");
+}

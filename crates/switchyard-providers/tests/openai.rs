@@ -717,6 +717,20 @@ async fn stream_refused_before_it_starts_is_classified_like_a_chat() {
 // ---------------------------------------------------------------------------------------------
 
 #[tokio::test]
+async fn a_request_too_large_for_the_minutes_tokens_is_unsupported_there_not_a_rate_limit() {
+    // As OpenAI words it: the request can never fit this organisation's limit for the model, so
+    // no wait helps and no cooldown is due; another target may take it.
+    let body = error_body(
+        "Request too large for gpt-4o in organization org-abc on tokens per min (TPM): Limit 30000, Requested 52000. The input or output tokens must be reduced in order to run successfully.",
+        json!("tokens"),
+        json!("rate_limit_exceeded"),
+    );
+    let error = chat_error(429, &[], body).await;
+    assert!(error.is_unsupported(), "{error:?}");
+    assert_eq!((error.status(), error.code()), (Some(429), Some("rate_limit_exceeded")));
+}
+
+#[tokio::test]
 async fn rate_limit_exceeded_429_is_rate_limited() {
     let message = "Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 18928, Requested 11159. Please try again in 174ms. Visit https://platform.openai.com/account/rate-limits to learn more.";
     let error =

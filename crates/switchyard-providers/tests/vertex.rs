@@ -296,7 +296,11 @@ async fn vertex(google: &Google) -> Fake {
 
 fn answer(seen: &Seen) -> Response {
     let path = seen.path();
-    if path.ends_with(":rawPredict") {
+    if path.ends_with("/count-tokens:rawPredict") {
+        json_reply(200, &[], &json!({ "input_tokens": 17 }))
+    } else if path.ends_with(":countTokens") {
+        json_reply(200, &[], &json!({ "totalTokens": 19, "totalBillableCharacters": 40 }))
+    } else if path.ends_with(":rawPredict") {
         json_reply(200, &[], &claude_answer("whole from Vertex"))
     } else if path.ends_with(":streamRawPredict") {
         sse_reply(&[], CLAUDE_STREAM)
@@ -400,6 +404,36 @@ async fn claude_is_asked_through_raw_predict_with_the_vertex_messages_body() {
     assert_eq!(seen.body["messages"][0]["content"], json!([{ "type": "text", "text": "Hello" }]));
     assert!(seen.header("authorization").unwrap().starts_with("Bearer ya29.sa-1-"));
     assert!(seen.header("x-goog-api-key").is_none() && seen.header("x-api-key").is_none());
+}
+
+#[tokio::test]
+async fn claude_and_gemini_count_tokens_by_their_own_count_apis() {
+    let s = setup().await;
+    let count = s.provider.count_tokens(s.caller.call(CLAUDE, None), &hello()).await.unwrap();
+    assert_eq!(count.input_tokens, 17);
+    let seen = s.upstream.only_request();
+    // Claude's count is the `count-tokens` model's, the model named in the body.
+    assert_eq!(
+        seen.path(),
+        format!(
+            "/v1/projects/{PROJECT}/locations/us-east5/publishers/anthropic/models/count-tokens:rawPredict"
+        )
+    );
+    assert_eq!(seen.body["model"], CLAUDE);
+    assert_eq!(seen.body["messages"][0]["content"], json!([{ "type": "text", "text": "Hello" }]));
+    assert!(seen.body.get("max_tokens").is_none(), "a count takes the members counting takes: {}", seen.body);
+    assert!(seen.header("authorization").unwrap().starts_with("Bearer ya29.sa-1-"));
+
+    let s = setup().await;
+    let count = s.provider.count_tokens(s.caller.call(GEMINI, None), &hello()).await.unwrap();
+    assert_eq!(count.input_tokens, 19);
+    let seen = s.upstream.only_request();
+    assert_eq!(
+        seen.path(),
+        format!("/v1/projects/{PROJECT}/locations/us-east5/publishers/google/models/{GEMINI}:countTokens")
+    );
+    assert_eq!(seen.body["contents"][0]["parts"][0]["text"], "Hello");
+    assert!(seen.body.get("generationConfig").is_none(), "{}", seen.body);
 }
 
 #[tokio::test]

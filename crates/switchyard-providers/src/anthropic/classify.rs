@@ -115,7 +115,12 @@ pub(crate) fn messages_error(
 /// {...}}`): classified by its type, as an `error` event in a stream is.
 pub(crate) fn stream_error_body(body: &str, key: Option<&Secret>) -> Option<ProviderError> {
     let parsed = serde_json::from_str::<ErrorResponse>(body).ok()?;
-    Some(stream_error(&parsed.error, key).with_status(200))
+    let detail = format!("an error answered with a 200: {}", http::excerpt(&parsed.error.message));
+    Some(
+        ProviderError::new(kind_of(&parsed.error, None), redact(detail, key))
+            .with_code(parsed.error.kind)
+            .with_status(200),
+    )
 }
 
 /// An `error` event inside a 200 stream.

@@ -10,12 +10,19 @@
 use std::future::Future;
 
 use bytes::Bytes;
+use futures_util::StreamExt;
 use serde_json::Value;
+use switchyard::chat::{ChatChunk, StreamNotice};
+use switchyard::provider::ChunkStream;
 use switchyard::{ErrorKind, ProviderError};
 
+/// What the trail of an attempt sent again without its past thinking says.
+const RESENT: &str = "the target refused a past turn's thinking as not its own: sent again without it";
+
 /// Sends `body` with `send`, and once more without its past thinking when the target refuses
-/// that thinking as not its own.
-pub(crate) async fn sent<T, F, Fut>(body: Bytes, send: F) -> Result<T, ProviderError>
+/// that thinking as not its own; the answer, with the notice for the attempt's trail when it
+/// was sent again.
+pub(crate) async fn sent<T, F, Fut>(body: Bytes, send: F) -> Result<(T, Option<StreamNotice>), ProviderError>
 where
     F: Fn(Bytes) -> Fut,
     Fut: Future<Output = Result<T, ProviderError>>,
@@ -23,12 +30,23 @@ where
     match send(body.clone()).await {
         Err(error) if refuses_past_thinking(&error) => match without_past_thinking(&body) {
             Some(stripped) => {
-                tracing::debug!(error = error.detail(), "past thinking refused: sent again without it");
-                send(Bytes::from(stripped)).await
+                let answer = send(Bytes::from(stripped)).await?;
+                Ok((answer, Some(StreamNotice::Resent(RESENT.to_owned()))))
             }
             None => Err(error),
         },
-        sent => sent,
+        sent => sent.map(|answer| (answer, None)),
+    }
+}
+
+/// `stream`, led by `notice` when there is one (the router writes it into the attempt's trail).
+pub(crate) fn led_by(notice: Option<StreamNotice>, stream: ChunkStream) -> ChunkStream {
+    match notice {
+        Some(notice) => {
+            let lead = futures_util::stream::once(std::future::ready(Ok(ChatChunk::notice(notice))));
+            Box::pin(lead.chain(stream))
+        }
+        None => stream,
     }
 }
 

@@ -35,14 +35,17 @@ use super::wire::{
 /// Claude model supports.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
+/// The `max_tokens` sent to Claude from 3.7 on when the request sets none.
+const LONG_ANSWER: u32 = 16_384;
+
 /// The `max_tokens` sent to `model` when the request sets none. A client of another dialect
 /// that sets none (Codex asks for no limit) means "as long as the model goes", and an agent's
-/// patch of a few thousand lines is cut at 4096: Claude from 3.7 on is sent 32,000 (the
-/// smallest output limit among them, Opus 4 and 4.1's), 3.5 its 8,192, older and unknown
-/// models [`DEFAULT_MAX_TOKENS`].
+/// patch is cut at 4096: Claude from 3.7 on is sent 16,384, 3.5 its 8,192, older and unknown
+/// models [`DEFAULT_MAX_TOKENS`]. Not more: Anthropic counts a request's `max_tokens` against
+/// the output tokens a minute allows when it starts, and Bedrock holds it back from its quota.
 pub fn default_max_tokens(model: &str) -> u32 {
     match thinking::generation(model) {
-        Some(version) if version >= (3, 7) => thinking::THINKING_MAX_TOKENS,
+        Some(version) if version >= (3, 7) => LONG_ANSWER,
         Some(version) if version >= (3, 5) => 8192,
         _ => DEFAULT_MAX_TOKENS,
     }

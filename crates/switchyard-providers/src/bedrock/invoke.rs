@@ -46,9 +46,12 @@ pub(crate) fn count_body(
 ) -> Result<Vec<u8>, ProviderError> {
     let mut invoke: serde_json::Value = serde_json::from_slice(&body(call, request, betas, thinking)?)
         .map_err(|error| ProviderError::unsupported(format!("the request could not be counted: {error}")))?;
-    // A count request has no `max_tokens`, which an InvokeModel body for Claude must have.
+    // A count request has no `max_tokens`, which an InvokeModel body for Claude must have, and
+    // which must exceed a thinking budget.
     if let Some(object) = invoke.as_object_mut() {
-        object.entry("max_tokens").or_insert(serde_json::Value::from(1));
+        let budget = object.get("thinking").and_then(|t| t["budget_tokens"].as_u64()).unwrap_or(0);
+        let asked = object.get("max_tokens").and_then(serde_json::Value::as_u64).unwrap_or(0);
+        object.insert("max_tokens".to_owned(), serde_json::Value::from(asked.max(budget + 1)));
     }
     let invoke = invoke.to_string();
     let encoded = base64::engine::general_purpose::STANDARD.encode(invoke);

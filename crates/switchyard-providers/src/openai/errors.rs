@@ -204,6 +204,7 @@ fn specific_type_kind(kind: &str) -> Option<ErrorKind> {
 pub(super) fn finished_in_error<'a>(
     choices: impl IntoIterator<Item = Option<&'a FinishReason>>,
     said: Option<&Value>,
+    key: Option<&Secret>,
 ) -> Option<ProviderError> {
     let errored =
         |reason: Option<&FinishReason>| matches!(reason, Some(FinishReason::Other(r)) if r == "error");
@@ -212,7 +213,7 @@ pub(super) fn finished_in_error<'a>(
     }
     let mut detail = "the provider ended the answer with finish_reason `error`".to_owned();
     if let Some(said) = said {
-        detail = format!("{detail}: {}", http::excerpt(&said.to_string()));
+        detail = format!("{detail}: {}", http::excerpt(&scrub(&said.to_string(), key)));
     }
     Some(ProviderError::new(ErrorKind::Unavailable, detail))
 }

@@ -287,7 +287,7 @@ impl Reader {
 /// (see [`errors::finished_in_error`]).
 fn failed_or_chunk(chunk: ChatChunk) -> Step {
     let finishes = chunk.choices.iter().map(|choice| choice.finish_reason.as_ref());
-    match errors::finished_in_error(finishes, None) {
+    match errors::finished_in_error(finishes, None, None) {
         Some(error) => Step::Fail(error),
         None => Step::Chunk(chunk),
     }

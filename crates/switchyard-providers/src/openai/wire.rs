@@ -540,7 +540,7 @@ pub(super) fn parse_response(bytes: &[u8], key: Option<&Secret>) -> Result<ChatR
     {
         let finishes = answer.choices.iter().map(|choice| choice.finish_reason.as_ref());
         let said = answer.choices.iter().find_map(|choice| choice.extra.get("error"));
-        return match errors::finished_in_error(finishes, said) {
+        return match errors::finished_in_error(finishes, said, key) {
             Some(error) => Err(error.with_status(200)),
             None => Ok(answer),
         };
@@ -562,7 +562,7 @@ pub(super) fn parse_response(bytes: &[u8], key: Option<&Secret>) -> Result<ChatR
     })?;
     let finishes = answer.choices.iter().map(|choice| choice.finish_reason.as_ref());
     let said = answer.choices.iter().find_map(|choice| choice.extra.get("error"));
-    match errors::finished_in_error(finishes, said) {
+    match errors::finished_in_error(finishes, said, key) {
         Some(error) => Err(error.with_status(200)),
         None => Ok(answer),
     }

@@ -150,7 +150,7 @@ impl Exchange for ChatExchange<'_> {
                 match super::assembled::assembled(provider, call, self.request).await {
                     Err(error) if refuses_to_stream(&error) => {
                         let answer = self.asked_whole(provider, call).await;
-                        if answer.is_ok() {
+                        if answer.is_ok() && refuses_every_stream(&error) {
                             self.refusals.note(credential, model);
                         }
                         answer
@@ -224,6 +224,16 @@ fn refuses_to_stream(error: &ProviderError) -> bool {
     error.kind() == ErrorKind::InvalidRequest
         && error.status().is_none_or(|status| status == 400)
         && names_streaming
+}
+
+/// Whether a refusal to stream says the (credential, model) streams nothing, not only this
+/// request: an organisation not verified to stream the model, a server that takes no
+/// `stream_options` or no streaming at all. Only these are remembered (`refusals.rs`).
+fn refuses_every_stream(error: &ProviderError) -> bool {
+    let detail = error.detail().to_ascii_lowercase();
+    ["stream_options", "verified", "not supported", "does not support", "unsupported"]
+        .iter()
+        .any(|said| detail.contains(said))
 }
 
 /// Fails an answer for an Anthropic client whose tool call's arguments are not a JSON object (a

@@ -259,8 +259,14 @@ async fn a_tool_input_an_anthropic_client_cannot_be_written_is_a_malformed_answe
 /// A provider across a network that refuses to stream (an Azure api-version without
 /// `stream_options`, an organisation OpenAI has not verified to stream a model) and answers
 /// whole; it counts the streams it was asked.
-#[derive(Default, Clone)]
-struct Unstreamed(Arc<std::sync::atomic::AtomicUsize>);
+#[derive(Clone)]
+struct Unstreamed(Arc<std::sync::atomic::AtomicUsize>, &'static str);
+
+impl Default for Unstreamed {
+    fn default() -> Self {
+        Self(Arc::default(), "Unrecognized request argument supplied: stream_options")
+    }
+}
 
 impl switchyard::provider::Provider for Unstreamed {
     fn kind(&self) -> &str {
@@ -288,7 +294,7 @@ impl switchyard::provider::Provider for Unstreamed {
         'a,
         Result<switchyard::provider::ChunkStream, switchyard::ProviderError>,
     > {
-        let refusal = "Unrecognized request argument supplied: stream_options";
+        let refusal = self.1;
         self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Box::pin(async move {
             Err(switchyard::ProviderError::new(switchyard::ErrorKind::InvalidRequest, refusal)
@@ -318,4 +324,16 @@ async fn a_whole_answer_a_provider_refuses_to_stream_is_asked_of_it_whole_and_wh
     tokio::time::advance(std::time::Duration::from_secs(3600)).await;
     router.chat(&request("default")).await.unwrap();
     assert_eq!(streams(), 2, "after an hour it is asked as a stream again");
+
+    // A refusal that may be this request's alone is not remembered.
+    let once = Unstreamed(Arc::default(), "'stream' is not allowed with these parameters");
+    let router = switchyard::Router::builder()
+        .provider(switchyard::ProviderEntry::new("p", once.clone()))
+        .route(Route::builder("default").target("p:m").build().unwrap())
+        .build()
+        .unwrap();
+    for _ in 0..2 {
+        router.chat(&request("default")).await.unwrap();
+    }
+    assert_eq!(once.0.load(std::sync::atomic::Ordering::SeqCst), 2, "asked as a stream each time");
 }
