@@ -77,7 +77,8 @@ pub struct Reloaded {
     pub previous: String,
     /// What the file changed, by key path (`routes.fast: added`).
     pub changes: Vec<String>,
-    /// Settings that changed but apply only at a restart; their running values stay.
+    /// Settings whose value in force differs from the running one, which applies until a
+    /// restart (whichever reload changed them; none once a change is reverted).
     pub restart: Vec<String>,
     /// What the router forgot: targets and credentials removed or changed.
     pub forgotten: Forgotten,
@@ -140,8 +141,11 @@ struct Status {
     loaded_at: SystemTime,
     /// The text in force, to tell what the next one changes.
     text: String,
+    /// The text the process started with: what the settings that apply only at a restart run.
+    started: String,
     last_error: Option<LastError>,
-    /// Settings changed by reloads that await a restart.
+    /// The settings that apply only at a restart whose value in force differs from the one
+    /// running (a change reverted is no longer one).
     restart: Vec<String>,
 }
 
@@ -173,10 +177,12 @@ impl ConfigLife {
             config::Source::File(path) => Some(PathBuf::from(path)),
             _ => None,
         };
+        let text = text.unwrap_or_default();
         let status = Status {
             hash: loaded.hash.clone(),
             loaded_at: SystemTime::now(),
-            text: text.unwrap_or_default(),
+            started: text.clone(),
+            text,
             last_error: None,
             restart: Vec::new(),
         };
@@ -312,7 +318,10 @@ impl ConfigLife {
             Ok(reloaded) => reloaded,
             Err(error) => return self.rejected(hash, error),
         };
-        let changes = config::changes(&self.lock().text, &text, config::is_toml(path));
+        let is_toml = config::is_toml(path);
+        let changes = config::changes(&self.lock().text, &text, is_toml);
+        // Against what runs, not the last file: a change reverted needs no restart.
+        let pending = config::changes(&self.lock().started, &text, is_toml).restart;
         let gateway = keep_fixed(loaded.gateway, &live.gateway);
         if let Some(store) = &gateway.shared_state {
             store.set_config_hash(&hash);
@@ -323,18 +332,8 @@ impl ConfigLife {
         status.loaded_at = SystemTime::now();
         status.text = text;
         status.last_error = None;
-        for setting in &changes.restart {
-            if !status.restart.contains(setting) {
-                status.restart.push(setting.clone());
-            }
-        }
-        Outcome::Reloaded(Reloaded {
-            hash,
-            previous,
-            changes: changes.changed,
-            restart: changes.restart,
-            forgotten,
-        })
+        status.restart.clone_from(&pending);
+        Outcome::Reloaded(Reloaded { hash, previous, changes: changes.changed, restart: pending, forgotten })
     }
 
     fn rejected(&self, hash: String, error: ConfigError) -> Outcome {
