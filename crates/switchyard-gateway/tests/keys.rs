@@ -131,6 +131,21 @@ async fn a_key_over_its_rate_is_refused_with_retry_after_and_no_upstream_call_wh
     assert_eq!(upstream.calls.load(Ordering::SeqCst), 4);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_key_with_rules_needs_no_name_and_is_called_by_its_hash() {
+    let (up, _) = upstream(1000).await;
+    let unnamed = config(up, "").replace(
+        &format!("name: team, key: {TEAM}, "),
+        &format!("key: {TEAM}, limits: {{ requests_per_minute: 1 }}"),
+    );
+    let gateway = support::in_process(&unnamed).await;
+    assert_eq!(chat(gateway, TEAM, "default").await.status, 200);
+    assert_eq!(chat(gateway, TEAM, "default").await.status, 429, "its rules hold");
+    let keys: Value = serde_json::from_str(&admin(gateway, "/admin/keys").await).unwrap();
+    let label = keys["keys"][1]["name"].as_str().unwrap().to_owned();
+    assert!(label.starts_with("key-") && keys["keys"][1]["named"] == false, "{keys}");
+}
+
 #[tokio::test]
 async fn a_key_at_its_requests_in_flight_is_refused_at_once_until_one_ends() {
     let (up, upstream) = upstream(0).await;

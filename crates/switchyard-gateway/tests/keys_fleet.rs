@@ -203,6 +203,8 @@ async fn a_keys_limits_and_budget_hold_for_the_fleet_and_redis_holds_no_key() {
         assert_eq!(fleet.chat(replica, SPENDER).await, (429, "budget_exceeded".to_owned()));
     }
     assert_eq!(calls.load(Ordering::SeqCst) - before, 3);
+    let keys = fleet.admin(0, "/admin/keys").await;
+    assert_eq!(keys["keys"][0]["usage"]["scope"], "replica", "a replica's counts say whose: {keys}");
 
     let logs = fleet.stop();
     let mut dump = String::new();

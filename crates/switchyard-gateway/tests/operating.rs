@@ -263,6 +263,10 @@ async fn the_history_lists_the_newest_requests_first() {
             "since=1",
             "unknown parameter `since`: `limit`, `route`, `status`, `target`, `replica` and `scope` are taken",
         ),
+        (
+            "scope=fleet",
+            "scope=fleet needs shared state (`state.redis`) and kept trails (`gateway.recent_requests` above 0): without them, /admin/requests is this replica's",
+        ),
     ] {
         let (status, body) = gateway.get(&format!("/admin/requests?{query}")).await;
         assert_eq!((status, body["error"]["message"].as_str().unwrap()), (400, message));

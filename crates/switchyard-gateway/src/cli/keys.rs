@@ -39,6 +39,12 @@ fn lines(keys: &[Value], shared: bool) -> Vec<String> {
         "in flight",
         if shared { "budget (the fleet's spend)" } else { "budget" }
     )];
+    if shared {
+        lines.push(
+            "  (requests, tokens and requests in flight are this replica's; in flight against its share of max_concurrent)"
+                .to_owned(),
+        );
+    }
     for key in keys {
         let limits = &key["limits"];
         let usage = &key["usage"];
@@ -51,7 +57,7 @@ fn lines(keys: &[Value], shared: bool) -> Vec<String> {
             key["name"].as_str().unwrap_or_default(),
             of(&usage["requests_this_minute"], &limits["requests_per_minute"]),
             of(&usage["tokens_this_minute"], &limits["tokens_per_minute"]),
-            of(&usage["in_flight"], &limits["max_concurrent"]),
+            of(&usage["in_flight"], usage.get("max_concurrent_here").unwrap_or(&limits["max_concurrent"])),
             budget(&key["budget"]),
         ));
         if let Some(routes) = key["routes"].as_array() {

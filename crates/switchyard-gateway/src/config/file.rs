@@ -697,7 +697,7 @@ impl<'de> Deserialize<'de> for ClientKeyConfig {
         impl<'de> serde::de::Visitor<'de> for KeyVisitor {
             type Value = ClientKeyConfig;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a key (`env://NAME` or its text), or a map with `name` and `key`")
+                f.write_str("a key (`env://NAME` or its text), or a map with its `key` (and `name`, `routes`, `limits`, `budget`)")
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ClientKeyConfig, E> {
                 Ok(ClientKeyConfig::Text(v.to_owned()))
@@ -715,8 +715,9 @@ impl<'de> Deserialize<'de> for ClientKeyConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NamedKeyConfig {
-    /// What logs, metrics, traces and `/admin/keys` call it.
-    pub name: String,
+    /// What logs, metrics, traces and `/admin/keys` call it; without one, `key-` and its
+    /// hash's first digits.
+    pub name: Option<String>,
     /// The key: `env://NAME` or its text.
     pub key: String,
     /// The models it may use: route names, patterns, `provider:model` targets. Default all.

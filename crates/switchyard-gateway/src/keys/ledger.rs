@@ -316,19 +316,30 @@ impl ClientKey {
         let usage = {
             let mut books = self.ledger.books();
             let minute = books.minute.now(Instant::now());
-            json!({
+            let mut usage = json!({
                 "requests_this_minute": minute.requests,
                 "tokens_this_minute": minute.tokens,
                 "in_flight": self.ledger.in_flight.load(Ordering::Acquire),
-            })
+            });
+            // In a fleet, what this replica counted, and its share of the requests in flight
+            // (the minute's limits are the fleet's, enforced through Redis).
+            if shared.store.is_some() {
+                usage["scope"] = json!("replica");
+                if let Some(max) = limits.max_concurrent {
+                    usage["max_concurrent_here"] = json!((max / shared.replicas() as u32).max(1));
+                }
+            }
+            usage
         };
+        // Dollars to the micro-dollar: sums of prices carry float noise (0.08600000000000001).
+        let micros = |usd: f64| (usd * 1e6).round() / 1e6;
         let budget = self.rules.budget.map(|budget| {
             let (spent, resets) = self.spend_known(budget.per, shared);
             json!({
                 "usd": budget.usd,
                 "per": budget.per.as_str(),
-                "spent_usd": spent,
-                "remaining_usd": (budget.usd - spent).max(0.0),
+                "spent_usd": micros(spent),
+                "remaining_usd": micros((budget.usd - spent).max(0.0)),
                 "resets_at": crate::logging::rfc3339(resets),
             })
         });

@@ -33,6 +33,9 @@ struct Filter {
     key: Option<Arc<str>>,
     /// This replica's memory only, fleet or not.
     local: bool,
+    /// `scope=fleet` was asked: without the fleet's trails that is refused, not answered with
+    /// this replica's.
+    fleet_asked: bool,
 }
 
 /// `status=429`, `status=5xx`, or `status=error` (400 and above, and a stream that broke after
@@ -83,7 +86,7 @@ impl Filter {
                     })?);
                 }
                 "scope" => match value.as_str() {
-                    "fleet" => filter.local = false,
+                    "fleet" => (filter.local, filter.fleet_asked) = (false, true),
                     "replica" => filter.local = true,
                     other => return Err(format!("scope `{other}` is not `fleet` or `replica`")),
                 },
@@ -142,6 +145,11 @@ pub async fn requests(
         Err(message) => return bad_request(message),
     };
     filter.key = key;
+    if filter.fleet_asked && state.trails.get().is_none() {
+        return bad_request(
+            "scope=fleet needs shared state (`state.redis`) and kept trails (`gateway.recent_requests` above 0): without them, /admin/requests is this replica's".to_owned(),
+        );
+    }
     let kept = state.recent.capacity();
     let mut body = match (state.trails.get(), filter.local) {
         (Some(trails), false) => {

@@ -46,11 +46,13 @@ impl Validator<'_> {
         named: &NamedKeyConfig,
         file: &file::FileConfig,
     ) -> Option<ClientKey> {
-        let name = named.name.trim();
-        let name_ok = !name.is_empty()
-            && name.len() <= 64
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:@".contains(c));
-        if !name_ok {
+        let name = named.name.as_deref().map(str::trim);
+        let name_ok = name.is_none_or(|name| {
+            !name.is_empty()
+                && name.len() <= 64
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:@".contains(c))
+        });
+        if let Some(name) = name.filter(|_| !name_ok) {
             self.problem(
                 format!("{path}.name"),
                 format!(
@@ -63,7 +65,7 @@ impl Validator<'_> {
         let limits = self.key_limits(path, named.limits.as_ref());
         let budget = named.budget.as_ref().and_then(|budget| self.key_budget(path, budget));
         let rules = KeyRules { routes, limits, budget };
-        Some(ClientKey::new(secret?.0, name_ok.then(|| name.to_owned()), rules))
+        Some(ClientKey::new(secret?.0, name.filter(|_| name_ok).map(str::to_owned), rules))
     }
 
     /// The models a key may use: each a route, a pattern or a target of a configured provider.

@@ -152,11 +152,19 @@ impl Validator<'_> {
                 (format!("{path}.api_keys[{i}]"), text, priority)
             }),
         );
+        let mut paths: Vec<String> = Vec::new();
         for (key_path, text, priority) in listed {
-            if let Some((secret, origin)) = self.key(&key_path, text) {
-                origins.push(origin);
-                keys.push((secret, priority));
+            let Some((secret, origin)) = self.key(&key_path, text) else { continue };
+            // The same key twice would be one credential counted as two (its rests, its health).
+            if let Some(at) =
+                keys.iter().position(|(known, _): &(Secret, u32)| known.expose() == secret.expose())
+            {
+                self.problem(&key_path, format!("is the same key as {}: list each key once", paths[at]));
+                continue;
             }
+            origins.push(origin);
+            keys.push((secret, priority));
+            paths.push(key_path);
         }
         (keys, origins)
     }
