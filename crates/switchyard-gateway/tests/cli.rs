@@ -305,6 +305,9 @@ gateway: { shutdown_grace: 1s }
     );
     assert!(rest.matches("data: {").count() >= 2, "no chunk arrived during the grace period: {rest}");
     assert!(!rest.contains("data: [DONE]"), "the stream was not cut: {rest}");
+    // Cut, the client is told why, as for any stream that breaks: an error event, last.
+    let last = rest.lines().rfind(|line| line.starts_with("data: ")).unwrap_or_default();
+    assert!(last.starts_with("data: {\"error\"") && last.contains("shut down"), "{rest}");
     let deadline = asked + Duration::from_secs(10);
     let exit = loop {
         if let Some(exit) = server.try_wait().unwrap() {
@@ -323,6 +326,11 @@ gateway: { shutdown_grace: 1s }
     server.stderr.take().unwrap().read_to_string(&mut logs).unwrap();
     assert!(logs.contains("open streams have 1s to finish"), "{logs}");
     assert!(logs.contains("grace period over, exiting"), "{logs}");
+    // The cut stream has its record, as a stream that broke does.
+    assert!(
+        logs.contains(r#"route="default" served_by="endless:m" attempts=1 status=200 error=unavailable"#),
+        "{logs}"
+    );
 }
 
 /// A provider that costs money (nothing listens at its address: no test calls it).

@@ -299,6 +299,10 @@ async fn reload_now(state: &Arc<AppState>, life: &Arc<ConfigLife>, trigger: Trig
 
 /// Waits for the workers to finish or a signal, reloading meanwhile; after a signal, drains
 /// for the grace period and then exits the process.
+/// How long the streams cut at the end of the grace period have to write their error events
+/// and records before the process exits.
+const CUT_WRITTEN: std::time::Duration = std::time::Duration::from_secs(1);
+
 async fn run_until_signal(workers: Workers, reloads: Reloads, ending: Ending<'_>) -> anyhow::Result<()> {
     let Ending { stop, store, log, stops } = ending;
     let finished = workers.finished();
@@ -314,8 +318,12 @@ async fn run_until_signal(workers: Workers, reloads: Reloads, ending: Ending<'_>
             stop.stop();
             // Bound the drain: a stream that never ends must not hold the process forever.
             tokio::select! {
-                result = finished => result.context("the server failed")?,
+                result = &mut finished => result.context("the server failed")?,
                 () = tokio::time::sleep(grace) => {
+                    // The streams still open end with an error event and their records; they
+                    // are given a moment to write them.
+                    stop.cut_streams();
+                    let _ = tokio::time::timeout(CUT_WRITTEN, &mut finished).await;
                     if let Some(store) = store {
                         store.close().await;
                     }

@@ -66,7 +66,9 @@ pub fn respond<E: Encoder>(
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     let keep_alive = Box::pin(tokio::time::sleep(KEEP_ALIVE));
     let last_sent = Instant::now();
+    let cut = Box::pin(state.cut_signal());
     let body = SseBody {
+        cut,
         state,
         exchange: Some(exchange),
         route,
@@ -97,6 +99,8 @@ struct SseBody<E> {
     last_sent: Instant,
     keep_alive: Pin<Box<Sleep>>,
     sent_any: bool,
+    /// Ready when the shutdown's grace period is over: the stream ends with an error event.
+    cut: Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 }
 
 impl<E> SseBody<E> {
@@ -175,6 +179,12 @@ impl<E: Encoder> SseBody<E> {
             return Poll::Ready(Some(Ok(events)));
         }
         let mut out = Vec::new();
+        if !this.done && this.cut.as_mut().poll(cx).is_ready() {
+            let detail = "the gateway shut down: the answer was cut at the end of its grace period";
+            let error = switchyard::ProviderError::new(switchyard::ErrorKind::Unavailable, detail);
+            let trail = this.stream.trail().clone();
+            return this.failed(&error, &trail);
+        }
         while !this.done {
             match Pin::new(&mut this.stream).poll_next(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
@@ -187,28 +197,7 @@ impl<E: Encoder> SseBody<E> {
                         return this.emit(Bytes::from(out), cx);
                     }
                 }
-                Poll::Ready(Some(Err(failure))) => {
-                    this.done = true;
-                    if let Some(exchange) = this.exchange.as_mut() {
-                        exchange.late_error = Some(failure.error.kind().as_str());
-                    }
-                    if this.encoder.fail(&failure.error, &mut out) {
-                        this.finish(200);
-                        return Poll::Ready(Some(Ok(Bytes::from(out))));
-                    }
-                    let id = this.exchange.as_ref().map(|e| e.id.clone()).unwrap_or_default();
-                    let dialect = this.exchange.as_ref().map_or(Dialect::OpenAi, |e| e.dialect);
-                    let attempts = serde_json::to_value(&failure.trail).unwrap_or_default();
-                    let event = stream_error_event(dialect, &failure.error, &id, attempts);
-                    match dialect {
-                        Dialect::Anthropic => write_event(&mut out, "error", &event),
-                        Dialect::OpenAi | Dialect::Responses | Dialect::Gemini => {
-                            write_data(&mut out, &event)
-                        }
-                    }
-                    this.finish(200);
-                    return Poll::Ready(Some(Ok(Bytes::from(out))));
-                }
+                Poll::Ready(Some(Err(failure))) => return this.failed(&failure.error, &failure.trail),
                 Poll::Ready(None) => {
                     this.done = true;
                     this.encoder.end(&mut out);
@@ -223,6 +212,32 @@ impl<E: Encoder> SseBody<E> {
 }
 
 impl<E: Encoder> SseBody<E> {
+    /// Ends the stream with `error` (its trail `trail`): the dialect's error event (or the
+    /// encoder's own ending of a failed stream), and the request's record.
+    fn failed(
+        &mut self,
+        error: &switchyard::ProviderError,
+        trail: &switchyard::trail::Trail,
+    ) -> Poll<Option<Result<Bytes, std::convert::Infallible>>> {
+        self.done = true;
+        let mut out = Vec::new();
+        if let Some(exchange) = self.exchange.as_mut() {
+            exchange.late_error = Some(error.kind().as_str());
+        }
+        if !self.encoder.fail(error, &mut out) {
+            let id = self.exchange.as_ref().map(|e| e.id.clone()).unwrap_or_default();
+            let dialect = self.exchange.as_ref().map_or(Dialect::OpenAi, |e| e.dialect);
+            let attempts = serde_json::to_value(trail).unwrap_or_default();
+            let event = stream_error_event(dialect, error, &id, attempts);
+            match dialect {
+                Dialect::Anthropic => write_event(&mut out, "error", &event),
+                Dialect::OpenAi | Dialect::Responses | Dialect::Gemini => write_data(&mut out, &event),
+            }
+        }
+        self.finish(200);
+        Poll::Ready(Some(Ok(Bytes::from(out))))
+    }
+
     /// Events to send: at once, or once the encoder's wait is over.
     fn emit(
         &mut self,

@@ -94,6 +94,9 @@ pub struct AppState {
     pub telemetry: Option<Arc<Telemetry>>,
     /// Turns `true` when the gateway begins to shut down: endless streams (`/admin/events`) end.
     stopping: tokio::sync::watch::Sender<bool>,
+    /// Turns `true` when the shutdown's grace period is over: the streams still open end, each
+    /// with an error event its client reads and a record of its own.
+    cutting: tokio::sync::watch::Sender<bool>,
     pub(crate) access: AccessLog,
     pub(crate) ids: IdSource,
     /// This replica's name: the fleet's (`state.replica`), else the host name.
@@ -165,6 +168,7 @@ impl AppState {
             metrics,
             feed,
             stopping: tokio::sync::watch::Sender::new(false),
+            cutting: tokio::sync::watch::Sender::new(false),
             access,
             ids: IdSource::new(),
             replica,
@@ -255,6 +259,20 @@ impl AppState {
     /// they do not hold the drain of requests.
     pub fn stop(&self) {
         self.stopping.send_replace(true);
+    }
+
+    /// Ends the streams still open (the shutdown's grace period is over): each writes its
+    /// client an error event and its record, rather than being cut off without a word.
+    pub fn cut_streams(&self) {
+        self.cutting.send_replace(true);
+    }
+
+    /// What a stream waits on to be cut short ([`AppState::cut_streams`]).
+    pub(crate) fn cut_signal(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut cut = self.cutting.subscribe();
+        async move {
+            let _ = cut.wait_for(|cut| *cut).await;
+        }
     }
 }
 
