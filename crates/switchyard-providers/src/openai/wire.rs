@@ -223,6 +223,9 @@ pub(super) fn chat_body(
         parallel_tool_calls: (!forward && !request.tools.is_empty())
             .then(|| request.extra.get("parallel_tool_calls").and_then(Value::as_bool))
             .flatten(),
+        reasoning_effort: (!forward && completion_tokens_name && reasons(model))
+            .then(|| reasoning_effort(request))
+            .flatten(),
         extra: Passthrough {
             fields: extra,
             skip: REQUEST_FIELDS,
@@ -230,6 +233,42 @@ pub(super) fn chat_body(
         },
     };
     encode(&body)
+}
+
+/// Whether OpenAI's `model` reasons, and so takes `reasoning_effort` (the o-series and GPT-5;
+/// another model refuses the field).
+fn reasons(model: &str) -> bool {
+    let model = model.to_ascii_lowercase();
+    ["o1", "o3", "o4", "gpt-5"].iter().any(|family| model.starts_with(family))
+}
+
+/// The `reasoning_effort` a request of another dialect asks for: a Responses client's
+/// `reasoning.effort` (read as `reasoning_effort`), or an Anthropic client's thinking (Claude
+/// Code's adaptive thinking with `output_config.effort`, or a budget of thinking tokens), in
+/// the three efforts every reasoning model takes. `None` when it asks for no thinking.
+fn reasoning_effort(request: &ChatRequest) -> Option<&'static str> {
+    let level = |effort: &str| match effort {
+        "minimal" | "low" => Some("low"),
+        "medium" => Some("medium"),
+        "high" | "xhigh" | "max" => Some("high"),
+        _ => None,
+    };
+    if let Some(effort) = request.extra.get("reasoning_effort").and_then(Value::as_str) {
+        return level(effort);
+    }
+    let thinking = request.extra.get("thinking")?;
+    match thinking["type"].as_str()? {
+        "adaptive" => {
+            let effort = request.extra.get("output_config").and_then(|config| config["effort"].as_str());
+            Some(effort.map_or(Some("medium"), level)?)
+        }
+        "enabled" => Some(match thinking["budget_tokens"].as_u64().unwrap_or(0) {
+            0..=4096 => "low",
+            4097..=16384 => "medium",
+            _ => "high",
+        }),
+        _ => None,
+    }
 }
 
 /// The messages of `request` as written: each with its `translated` content where it has one,
@@ -352,6 +391,10 @@ struct ChatBody<'a> {
     /// `disable_parallel_tool_use`); an OpenAI client's own travels with its other fields.
     #[serde(skip_serializing_if = "Option::is_none")]
     parallel_tool_calls: Option<bool>,
+    /// `reasoning_effort` of a request of another dialect that asks its model to think (see
+    /// [`reasoning_effort`]); an OpenAI client's own travels with its other fields.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'static str>,
     /// The request's unmodelled fields, when it arrived in the OpenAI dialect.
     #[serde(flatten)]
     extra: Passthrough<'a>,
@@ -931,6 +974,35 @@ mod tests {
         assert_eq!(lifted["content"][0]["text"], "The result of call_1:");
         assert_eq!(lifted["content"][2]["text"], "The result of call_2:");
         assert_eq!(messages[5]["content"], "And?");
+    }
+
+    #[test]
+    fn another_dialects_thinking_asks_an_openai_reasoning_model_for_its_effort() {
+        let mut request = ChatRequest::new("route", vec![Message::user("hi")]);
+        request.origin = Dialect::Anthropic;
+        request.extra.insert("thinking".into(), json!({"type": "adaptive"}));
+        request.extra.insert("output_config".into(), json!({"effort": "high"}));
+        let sent = |request: &ChatRequest, model: &str, openai_itself: bool| -> Value {
+            serde_json::from_slice(&chat_body(request, model, false, openai_itself).unwrap()).unwrap()
+        };
+        assert_eq!(sent(&request, "gpt-5", true)["reasoning_effort"], "high", "Claude Code's effort");
+        assert!(
+            sent(&request, "gpt-4o", true).get("reasoning_effort").is_none(),
+            "a model that does not reason"
+        );
+        assert!(
+            sent(&request, "gpt-5", false).get("reasoning_effort").is_none(),
+            "a server that may refuse it"
+        );
+        request.extra.insert("thinking".into(), json!({"type": "enabled", "budget_tokens": 2048}));
+        request.extra.remove("output_config");
+        assert_eq!(sent(&request, "o3", true)["reasoning_effort"], "low");
+        request.extra.insert("thinking".into(), json!({"type": "disabled"}));
+        assert!(sent(&request, "o3", true).get("reasoning_effort").is_none());
+        let mut codex = ChatRequest::new("route", vec![Message::user("hi")]);
+        codex.origin = Dialect::Responses;
+        codex.extra.insert("reasoning_effort".into(), json!("medium"));
+        assert_eq!(sent(&codex, "gpt-5-mini", true)["reasoning_effort"], "medium", "a Responses client's");
     }
 
     #[test]
