@@ -16,7 +16,8 @@ pub(crate) fn refine(error: ProviderError) -> ProviderError {
     }
     let detail = error.detail().to_ascii_lowercase();
     let too_large = error.status() == Some(413)
-        || (error.kind() == ErrorKind::RateLimited && detail.starts_with("request too large"));
+        || (error.kind() == ErrorKind::RateLimited && detail.starts_with("request too large"))
+        || (error.kind() == ErrorKind::InvalidRequest && asks_more_output_than_the_model_gives(&detail));
     if too_large {
         return rebuilt(&error, ProviderError::unsupported(error.detail()));
     }
@@ -41,6 +42,14 @@ fn rebuilt(from: &ProviderError, into: ProviderError) -> ProviderError {
         Some(wait) => error.with_retry_after(wait),
         None => error,
     }
+}
+
+/// Whether a (lower-cased) message refuses the output limit the request asked as more than
+/// the model writes ("max_tokens: 100000 > 64000, which is the maximum allowed number of output
+/// tokens for claude-...", Bedrock's "The maximum tokens you requested exceeds the model limit
+/// of 8192"): a model of the route that writes more may take it.
+fn asks_more_output_than_the_model_gives(message: &str) -> bool {
+    message.contains("maximum allowed number of output tokens") || message.contains("exceeds the model limit")
 }
 
 /// Whether a (lower-cased) message says the prompt is longer than the model's context.
@@ -99,6 +108,10 @@ mod tests {
         assert!(error.detail().contains("Limit 30000"), "{error:?}");
         let error = refined(ErrorKind::InvalidRequest, 413, "<html>413 Request Entity Too Large</html>");
         assert!(error.is_unsupported(), "{error:?}");
+        let output = "max_tokens: 100000 > 64000, which is the maximum allowed number of output tokens for claude-sonnet-4-5-20250929";
+        assert!(refined(ErrorKind::InvalidRequest, 400, output).is_unsupported());
+        let bedrock = "The maximum tokens you requested exceeds the model limit of 8192. Try again with a maximum tokens value that is lower than 8192.";
+        assert!(refined(ErrorKind::InvalidRequest, 400, bedrock).is_unsupported());
         let plain = "Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000.";
         assert_eq!(refined(ErrorKind::RateLimited, 429, plain).kind(), ErrorKind::RateLimited);
         assert!(!refined(ErrorKind::RateLimited, 429, plain).is_unsupported());

@@ -65,6 +65,8 @@ struct Inner {
     lifetime: AtomicU64,
     /// The assertions received, to look for in errors and logs.
     assertions: Mutex<Vec<String>>,
+    /// The token endpoint fails (500 `internal_failure`), as Google's backends sometimes do.
+    failing: std::sync::atomic::AtomicBool,
 }
 
 fn unix_now() -> u64 {
@@ -87,6 +89,7 @@ impl Google {
                 refused: AtomicUsize::new(0),
                 lifetime: AtomicU64::new(3600),
                 assertions: Mutex::new(Vec::new()),
+                failing: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         let app = Router::new()
@@ -183,6 +186,10 @@ async fn service_account_token(
     State(google): State<Google>,
     Form(form): Form<HashMap<String, String>>,
 ) -> Response {
+    if google.inner.failing.load(Ordering::SeqCst) {
+        let body = json!({ "error": "internal_failure", "error_description": "backend error" });
+        return (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(body)).into_response();
+    }
     if form.get("grant_type").map(String::as_str) != Some("urn:ietf:params:oauth:grant-type:jwt-bearer") {
         return google.refuse("unsupported grant_type");
     }
@@ -404,6 +411,18 @@ async fn claude_is_asked_through_raw_predict_with_the_vertex_messages_body() {
     assert_eq!(seen.body["messages"][0]["content"], json!([{ "type": "text", "text": "Hello" }]));
     assert!(seen.header("authorization").unwrap().starts_with("Bearer ya29.sa-1-"));
     assert!(seen.header("x-goog-api-key").is_none() && seen.header("x-api-key").is_none());
+}
+
+#[tokio::test]
+async fn a_token_endpoint_that_fails_is_unavailable_not_a_refusal_of_the_credentials() {
+    let s = setup().await;
+    s.google.inner.failing.store(true, Ordering::SeqCst);
+    let error = s.provider.chat(s.caller.call(GEMINI, None), &hello()).await.unwrap_err();
+    // Auth would bench the credential, and with it every model of the provider, for a minute.
+    assert_eq!(error.kind(), ErrorKind::Unavailable, "{error:?}");
+    assert!(error.detail().contains("internal_failure"), "{error:?}");
+    s.google.inner.failing.store(false, Ordering::SeqCst);
+    s.provider.chat(s.caller.call(GEMINI, None), &hello()).await.expect("the next call gets a token");
 }
 
 #[tokio::test]

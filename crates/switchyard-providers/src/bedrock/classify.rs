@@ -29,6 +29,9 @@ pub(crate) fn kind_of(kind: &str, message: &str, status: Option<u16>) -> ErrorKi
         | "ModelErrorException" => ErrorKind::Unavailable,
         "ModelTimeoutException" | "RequestTimeout" | "RequestTimeoutException" => ErrorKind::Timeout,
         "ValidationException" if is_context_length(message) => ErrorKind::ContextLength,
+        // The target names a model Bedrock cannot call so (an invalid id, a model that needs an
+        // inference profile): the target's configuration, which the route's others do not share.
+        "ValidationException" if is_wrong_model(message) => ErrorKind::ModelNotFound,
         "ValidationException" | "SerializationException" => ErrorKind::InvalidRequest,
         // One model's access not granted (or an IAM policy naming models): the target, not the
         // credential, which the provider's other models still take.
@@ -80,11 +83,24 @@ pub(crate) fn is_context_length(message: &str) -> bool {
 }
 
 /// Whether an `AccessDeniedException` is about one model: its access not granted ("You don't
-/// have access to the model with the specified model ID."). An IAM refusal names the model's
-/// resource whether the policy leaves out that model or all of Bedrock, so it stays the
-/// credential's (`auth`).
+/// have access to the model with the specified model ID.", "Model access is denied due to ...
+/// AWS Marketplace actions ... to enable access to this model"), or a legacy model no longer
+/// offered to the account ("This Model is marked by provider as Legacy ..."). An IAM refusal
+/// names the model's resource whether the policy leaves out that model or all of Bedrock, so
+/// it stays the credential's (`auth`).
 fn is_model_access(message: &str) -> bool {
-    message.to_ascii_lowercase().contains("access to the model")
+    let message = message.to_ascii_lowercase();
+    ["access to the model", "model access is denied", "access to this model", "marked by provider as legacy"]
+        .iter()
+        .any(|phrase| message.contains(phrase))
+}
+
+/// Whether a `ValidationException` says the target's model cannot be called as named ("The
+/// provided model identifier is invalid.", "Invocation of model ID ... with on-demand
+/// throughput isn't supported. Retry your request with the ID or ARN of an inference profile").
+fn is_wrong_model(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    message.contains("model identifier is invalid") || message.contains("on-demand throughput")
 }
 
 /// Whether a 400 refuses a beta flag (`invalid beta flag`, as Bedrock and Vertex answer the
@@ -248,6 +264,30 @@ mod tests {
         assert_eq!((error.kind(), error.code()), (ErrorKind::Auth, Some("UnrecognizedClientException")));
         let error = http_error(502, None, "<html>bad gateway</html>", None, &redactor);
         assert_eq!((error.kind(), error.code()), (ErrorKind::Unavailable, None));
+    }
+
+    #[test]
+    fn a_model_the_account_cannot_call_as_named_is_the_targets_not_the_credentials() {
+        let cases = [
+            (
+                "AccessDeniedException",
+                "Access denied. This Model is marked by provider as Legacy and you have not been actively using the model in the last 30 days. Please upgrade to an active model on Amazon Bedrock",
+            ),
+            (
+                "AccessDeniedException",
+                "Model access is denied due to IAM user or service role is not authorized to perform the required AWS Marketplace actions (aws-marketplace:ViewSubscriptions, aws-marketplace:Subscribe) to enable access to this model.",
+            ),
+            ("ValidationException", "The provided model identifier is invalid."),
+            (
+                "ValidationException",
+                "Invocation of model ID anthropic.claude-sonnet-4-5-20250929-v1:0 with on-demand throughput isn\u{2019}t supported. Retry your request with the ID or ARN of an inference profile that contains this model.",
+            ),
+        ];
+        for (kind, message) in cases {
+            assert_eq!(kind_of(kind, message, Some(400)), ErrorKind::ModelNotFound, "{message}");
+        }
+        let iam = "User: arn:aws:iam::123:user/x is not authorized to perform: bedrock:InvokeModel on resource: arn:aws:bedrock:us-east-1::foundation-model/m";
+        assert_eq!(kind_of("AccessDeniedException", iam, Some(403)), ErrorKind::Auth);
     }
 
     #[test]

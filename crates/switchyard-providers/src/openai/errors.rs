@@ -172,8 +172,9 @@ fn classify(status: Option<u16>, fields: &Fields) -> ErrorKind {
     }
 }
 
-/// Provider codes that say more than a status.
-fn code_kind(code: &str) -> Option<ErrorKind> {
+/// Provider codes that say more than a status (also a Responses API stream's `error` event's
+/// and a failed response's).
+pub(super) fn code_kind(code: &str) -> Option<ErrorKind> {
     Some(match code {
         "rate_limit_exceeded" => ErrorKind::RateLimited,
         "insufficient_quota" => ErrorKind::QuotaExceeded,

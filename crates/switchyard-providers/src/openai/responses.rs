@@ -40,7 +40,7 @@ fn failed(response: &Value, key: Option<&Secret>) -> ProviderError {
     let error = &response["error"];
     let code = error["code"].as_str().unwrap_or("server_error");
     let message = error["message"].as_str().unwrap_or("the response failed");
-    let kind = if code == "rate_limit_exceeded" { ErrorKind::RateLimited } else { ErrorKind::Unavailable };
+    let kind = errors::code_kind(code).unwrap_or(ErrorKind::Unavailable);
     ProviderError::new(kind, errors::scrub(message, key)).with_code(code)
 }
 
@@ -242,10 +242,13 @@ impl Reader {
             "response.failed" => return Err(failed(&data["response"], self.key.as_ref())),
             "error" => {
                 let message = data["message"].as_str().unwrap_or("the stream reported an error");
-                return Err(ProviderError::new(
-                    ErrorKind::Unavailable,
-                    errors::scrub(message, self.key.as_ref()),
-                ));
+                let code = data["code"].as_str();
+                let kind = code.and_then(errors::code_kind).unwrap_or(ErrorKind::Unavailable);
+                let error = ProviderError::new(kind, errors::scrub(message, self.key.as_ref()));
+                return Err(match code {
+                    Some(code) => error.with_code(code),
+                    None => error,
+                });
             }
             "response.created" => {
                 chunk.id = data["response"]["id"].as_str().unwrap_or_default().to_owned();
@@ -307,5 +310,11 @@ mod tests {
             json!({"status": "failed", "error": {"code": "rate_limit_exceeded", "message": "slow down"}});
         let error = parse_answer(bytes::Bytes::from(failed.to_string()), None).unwrap_err();
         assert_eq!((error.kind(), error.code()), (ErrorKind::RateLimited, Some("rate_limit_exceeded")));
+        // Its code decides, as for a Chat Completions error: a prompt too long takes the
+        // route's context_window chain, not a retry.
+        let long =
+            json!({"status": "failed", "error": {"code": "context_length_exceeded", "message": "too long"}});
+        let error = parse_answer(bytes::Bytes::from(long.to_string()), None).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::ContextLength);
     }
 }

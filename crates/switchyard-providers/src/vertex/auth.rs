@@ -360,7 +360,8 @@ impl FetchToken for GoogleTokens {
 
 impl GoogleTokens {
     /// The error of a failed exchange: the token endpoint out of reach is a transport failure
-    /// (or a timeout), an answer that is no token the endpoint's fault; a refusal is `auth`.
+    /// (or a timeout), an answer that is no token or an error code OAuth does not name the
+    /// endpoint's fault (`unavailable`); a refusal is `auth`.
     /// The library's words for a refusal are the endpoint's error code and description.
     fn failed(&self, error: yup_oauth2::Error) -> AuthError {
         use yup_oauth2::Error as E;
@@ -375,6 +376,12 @@ impl GoogleTokens {
                     json.column()
                 ),
             ),
+            // A code OAuth names is a refusal of the credentials; any other (`internal_failure`,
+            // `backend_error`) is the endpoint's own failure, which passes: not a reason to bench
+            // the credential.
+            E::AuthError(refused) if matches!(refused.error, yup_oauth2::error::AuthErrorCode::Other(_)) => {
+                (ErrorKind::Unavailable, format!("the token endpoint failed: {refused}"))
+            }
             E::AuthError(refused) => (ErrorKind::Auth, format!("the token endpoint refused: {refused}")),
             _ => (ErrorKind::Auth, error.to_string()),
         };
