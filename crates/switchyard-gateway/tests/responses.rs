@@ -158,3 +158,41 @@ async fn claudes_thinking_a_provider_of_another_kind_cannot_read_is_noted_on_its
         client.post(format!("{gateway}/v1/chat/completions")).json(&unsigned).send().await.unwrap();
     assert!(attempts_of(response).await[1].get("note").is_none());
 }
+
+#[tokio::test]
+async fn a_native_stream_whose_items_are_done_but_never_said_complete_is_whole_once() {
+    // The provider's stream ends after every item is done, without `response.completed`: the
+    // answer is whole (as a Chat Completions stream that ends after its finish is), not broken
+    // and continued by another target into a second message.
+    let (mock, _server) = switchyard_mock::spawn().await.unwrap();
+    let yaml = format!(
+        "providers:\n  native: {{ kind: openai, base_url: 'http://{mock}/noterm/v1', api_key: sk-native-0123456789 }}\n  claude: {{ kind: anthropic, base_url: 'http://{mock}/ok', api_key: sk-claude-0123456789 }}\nroutes:\n  default: {{ targets: [native:gpt-4o, claude:claude-test], retry: {{ max_attempts: 1 }} }}\n"
+    );
+    let gateway = in_process_url(&yaml).await;
+    let client = reqwest::Client::new();
+    let response = client
+        .post(format!("{gateway}/v1/responses"))
+        .json(&json!({"model": "default", "input": "Hello", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let events = response.text().await.unwrap();
+    let completed: Vec<Value> = events
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .filter(|event| event["type"] == "response.completed")
+        .collect();
+    assert_eq!(completed.len(), 1, "the client is told it completed: {events}");
+    let output = completed[0]["response"]["output"].as_array().unwrap();
+    let messages = output.iter().filter(|item| item["type"] == "message").count();
+    assert_eq!(messages, 1, "one message, not a continuation's second: {output:?}");
+    assert_eq!(output[0]["content"][0]["text"], "mock answer from gpt-4o");
+    let record: Value =
+        client.get(format!("{gateway}/admin/requests/{id}")).send().await.unwrap().json().await.unwrap();
+    let attempts = record["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "no other target was asked: {record}");
+    assert!(attempts[0]["note"].as_str().unwrap_or_default().contains("without its terminator"), "{record}");
+}

@@ -160,8 +160,8 @@ fn events(answer: &Answer<'_>, id: u64) -> Events {
     }
     let finished = object(answer, id, true);
     let last = if content == Content::Filter { "response.incomplete" } else { "response.completed" };
-    tail.push(event(last, json!({"response": finished})));
     let extra = answer.extra_event(|| event("error", stream_error()), UNREADABLE);
-    // The last event, the finish, is also the end: there is no terminator to leave out.
-    Events { head, pieces, tail, end: None, extra }
+    // The finish is also the end: `noterm` leaves it out (every item done, the response never
+    // said complete).
+    Events { head, pieces, tail, end: Some(event(last, json!({"response": finished}))), extra }
 }

@@ -10,7 +10,8 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use switchyard::chat::{
     ChatChunk, ChatResponse, Choice, ChunkChoice, CompletionTokensDetails, Content, Delta, Dialect, Extra,
-    FinishReason, FunctionCallDelta, Message, PromptTokensDetails, ToolCall, ToolCallDelta, Usage, Verbatim,
+    FinishReason, FunctionCallDelta, Message, PromptTokensDetails, StreamNotice, ToolCall, ToolCallDelta,
+    Usage, Verbatim,
 };
 use switchyard::credential::Secret;
 use switchyard::provider::ChunkStream;
@@ -134,6 +135,7 @@ pub(super) fn chunks(response: crate::http::Response, key: Option<Secret>) -> Ch
         calls: HashMap::new(),
         ended: false,
         skips: Skips::default(),
+        items: Items::default(),
     })
 }
 
@@ -151,6 +153,19 @@ impl ReadChunks for Reader {
                 read => read,
             },
             Some(Err(error)) => Err(error),
+            None if self.items.is_whole() => {
+                // Every item it began was done: the answer is whole but for its terminator,
+                // as a Chat Completions stream that ends after its finish is.
+                self.ended = true;
+                let finish = if self.calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls };
+                let mut chunk = ChatChunk::notice(StreamNotice::Unterminated);
+                chunk.choices.push(ChunkChoice {
+                    index: 0,
+                    delta: Delta::default(),
+                    finish_reason: Some(finish),
+                });
+                return Poll::Ready(Some(Ok(chunk)));
+            }
             None => Err(ProviderError::new(ErrorKind::Transport, "stream ended before response.completed")),
         };
         // `read` ends the stream at `response.completed`; an error ends it too.
@@ -171,6 +186,30 @@ struct Reader {
     ended: bool,
     /// Events skipped as unreadable so far.
     skips: Skips,
+    /// The output items begun and done.
+    items: Items,
+}
+
+/// The output items of a stream: how many were begun, how many are done.
+#[derive(Debug, Default)]
+struct Items {
+    begun: usize,
+    done: usize,
+}
+
+impl Items {
+    fn see(&mut self, kind: &str) {
+        match kind {
+            "response.output_item.added" => self.begun += 1,
+            "response.output_item.done" => self.done += 1,
+            _ => {}
+        }
+    }
+
+    /// Whether items were begun and every one is done.
+    fn is_whole(&self) -> bool {
+        self.begun > 0 && self.done >= self.begun
+    }
 }
 
 impl Reader {
@@ -220,6 +259,7 @@ impl Reader {
             ProviderError::new(ErrorKind::MalformedResponse, errors::scrub(&detail, self.key.as_ref()))
         })?;
         let kind = data["type"].as_str().or(event.event.as_deref()).unwrap_or_default();
+        self.items.see(kind);
         let mut delta = Delta::default();
         let mut chunk = ChatChunk::default();
         match kind {
