@@ -212,17 +212,19 @@ pub(crate) fn count_body(request: &ChatRequest, model: &str, vertex: bool) -> Re
     encode(&json!({ "generateContentRequest": generate }))
 }
 
+/// A `countTokens` answer: `{"totalTokens": n}`.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Counted {
+    total_tokens: u32,
+}
+
 /// A `countTokens` answer (`{"totalTokens": n}`) of HTTP `status`.
 pub(crate) fn read_count(
     status: u16,
     bytes: &[u8],
     redactor: &Redactor,
 ) -> Result<TokenCount, ProviderError> {
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Counted {
-        total_tokens: u32,
-    }
     let counted: Counted = parse_success(status, bytes, redactor)?;
     Ok(TokenCount { input_tokens: counted.total_tokens, verbatim: None })
 }
@@ -309,11 +311,8 @@ impl Provider for GeminiProvider {
         Box::pin(async move {
             let url = self.url(call.model, "countTokens")?;
             let body = count_body(request, call.model, false)?;
-            let deadline = Instant::now().checked_add(call.timeouts.total);
-            let response = self.send(call, url, body, deadline).await?;
-            let status = response.status().as_u16();
-            let bytes = http::until(deadline, http::read_body(response)).await?;
-            read_count(status, &bytes, &Redactor::of(call))
+            let counted: Counted = self.send_for_json(call, url, body).await?;
+            Ok(TokenCount { input_tokens: counted.total_tokens, verbatim: None })
         })
     }
 
