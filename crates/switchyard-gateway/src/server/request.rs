@@ -38,8 +38,7 @@ pub struct RequestContext {
     pub trace: Option<(TraceContext, Option<u64>)>,
     /// The `model` the client named, kept only for a traced request.
     pub model: String,
-    /// When the router took the request: its trail's offsets count from here.
-    routed: std::sync::OnceLock<Instant>,
+
     /// What the request carried that only some providers read, noted on the attempts sent
     /// to the others.
     pub(crate) unsent: Vec<(Readers, String)>,
@@ -50,9 +49,8 @@ pub struct RequestContext {
     pub(crate) key: Option<Arc<crate::keys::ClientKey>>,
     /// Its key's admission: its place among the key's requests in flight, held to its end.
     pub(crate) pass: Option<Arc<crate::keys::Pass>>,
-    /// Whether it was logged ([`RequestContext::finish`]), shared by its clones: one that was
-    /// not when its client went away is logged then, as 499.
-    pub(crate) logged: Arc<std::sync::atomic::AtomicBool>,
+    /// What its clones share: whether it was logged, and when the router took it.
+    pub(crate) progress: Arc<Progress>,
 }
 
 /// The providers that read a part of a request only some can.
@@ -63,6 +61,18 @@ pub(crate) enum Readers {
     ResponsesNative,
     /// Anthropic's: Claude's signed thinking of earlier turns.
     Anthropic,
+}
+
+/// What the clones of a request's context share (the handler's, and the one that logs the
+/// request should its client go away first).
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    /// Whether it was logged ([`RequestContext::finish`]): one that was not when its client
+    /// went away is logged then, as 499.
+    pub(crate) logged: std::sync::atomic::AtomicBool,
+    /// When the router took the request: its trail's offsets count from here, and what
+    /// follows is the providers' time, not the gateway's.
+    pub(crate) routed: std::sync::OnceLock<Instant>,
 }
 
 impl RequestContext {
@@ -93,12 +103,11 @@ impl RequestContext {
             late_error: None,
             trace: None,
             model: String::new(),
-            routed: std::sync::OnceLock::new(),
             unsent: Vec::new(),
             live: state.live(),
             key: None,
             pass: None,
-            logged: Arc::default(),
+            progress: Arc::default(),
         }
     }
 
@@ -132,7 +141,7 @@ impl RequestContext {
     /// The router's options for this request: the client's switches, and its span. Called as
     /// the request is handed to the router.
     pub(crate) fn options(&self, headers: &HeaderMap) -> RequestOptions {
-        self.routed.get_or_init(Instant::now);
+        self.progress.routed.get_or_init(Instant::now);
         let mut options = options(headers);
         // An Anthropic client sends Claude's thinking back signed: only an Anthropic
         // provider's own is written to it.
@@ -184,7 +193,7 @@ impl RequestContext {
     /// The request as it ended, once: its metrics, its trace, its access-log line, then its
     /// record in the history and on the event feed.
     pub(crate) fn finish(&self, state: &AppState, ending: Ending<'_>) {
-        if self.logged.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        if self.progress.logged.swap(true, std::sync::atomic::Ordering::AcqRel) {
             return;
         }
         state.ended.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -215,6 +224,7 @@ impl RequestContext {
             wall: self.wall,
             elapsed: self.started.elapsed(),
             routed: self
+                .progress
                 .routed
                 .get()
                 .map_or(std::time::Duration::ZERO, |at| at.saturating_duration_since(self.started)),

@@ -69,9 +69,12 @@ impl FinishedRequest<'_> {
     /// The time the gateway added beyond the upstream calls, pacing and the waits between
     /// attempts (a retry's backoff, a Retry-After: the policy's, not the gateway's cost): up to
     /// a stream's first chunk (its time after that belongs to the upstream), else the whole
-    /// request.
+    /// request. A request that ended unsettled after the router took it (its client left while
+    /// the providers worked) counts only its time until then.
     pub(crate) fn overhead(&self) -> Duration {
-        let Some(Settled { trail, timing, .. }) = &self.settled else { return self.elapsed };
+        let Some(Settled { trail, timing, .. }) = &self.settled else {
+            return if self.routed.is_zero() { self.elapsed } else { self.routed };
+        };
         let attempts = trail.attempts();
         let upstream: Duration = attempts.iter().map(|a| a.duration.saturating_sub(a.queued)).sum();
         // From the latest end so far: a hedge runs beside the attempt before it.
@@ -167,6 +170,12 @@ mod tests {
             finished(Some(Settled { trail, timing, usage: None, cost: None }), Duration::from_secs(9));
         assert_eq!(stream.overhead(), Duration::from_millis(5), "35 - 20 - 10");
         assert_eq!(finished(None, Duration::from_millis(4)).overhead(), Duration::from_millis(4));
+        // Left by its client while the providers worked: only the time before the router took it.
+        let abandoned = FinishedRequest {
+            routed: Duration::from_millis(1),
+            ..finished(None, Duration::from_millis(900))
+        };
+        assert_eq!(abandoned.overhead(), Duration::from_millis(1));
 
         // A retry 400 ms of backoff after a 3 ms failure: the backoff is the policy's wait.
         let failed = Attempt::called(&target, &id, Duration::ZERO, Duration::from_millis(3), Duration::ZERO);
