@@ -159,8 +159,21 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // A gateway whose log is JSON says why it could not start in JSON too: a log collector
+    // reads every line of its stderr.
+    let json = matches!(cli.command, Command::Serve { log_format: LogFormat::Json, .. });
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
+        Err(error) if json => {
+            let line = serde_json::json!({
+                "timestamp": switchyard_gateway::logging::rfc3339(std::time::SystemTime::now()),
+                "level": "ERROR",
+                "target": "switchyard::serve",
+                "message": format!("{error:#}"),
+            });
+            eprintln!("{line}");
+            ExitCode::FAILURE
+        }
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE

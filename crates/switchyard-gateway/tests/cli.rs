@@ -266,6 +266,25 @@ gateway: { shutdown_grace: 10s }
     let said =
         |message: &str| records.iter().any(|r| r["target"] == "switchyard::serve" && r["message"] == message);
     assert!(said("listening") && said("shutting down"), "{logs}");
+    // Every line of stderr is one: a log collector reads them all.
+    assert!(logs.lines().all(|line| serde_json::from_str::<serde_json::Value>(line).is_ok()), "{logs}");
+}
+
+#[test]
+fn a_gateway_logging_json_says_why_it_cannot_start_in_json() {
+    let config = write_config(
+        "json-refused.yaml",
+        "providers:\n  p: { kind: simulated }\nroutes:\n  default: { targets: [q:m] }\n",
+    );
+    let (code, _, stderr) =
+        support::run(&["serve", "--config", config.to_str().unwrap(), "--log-format", "json"]);
+    assert_ne!(code, 0);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    let record: serde_json::Value =
+        serde_json::from_str(lines[0]).unwrap_or_else(|_| panic!("not JSON: {stderr}"));
+    assert_eq!(record["level"], "ERROR", "{record}");
+    assert!(record["message"].as_str().unwrap().contains("routes.default"), "names the problem: {record}");
 }
 
 #[test]

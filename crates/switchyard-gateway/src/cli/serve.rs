@@ -72,7 +72,8 @@ pub(crate) async fn serve(options: Options) -> anyhow::Result<ExitCode> {
             .map_err(|problem| anyhow!("{problem}"))?;
     let log = init_logging(options.log_format, &filter);
     let access = AccessLog::filtered(loaded.log.access, &filter, options.log_format, log.clone());
-    let serving = Serving { threads: options.threads, watch: !options.no_watch };
+    let human = matches!(options.log_format, LogFormat::Text);
+    let serving = Serving { threads: options.threads, watch: !options.no_watch, human };
     let result = serve_logged(loaded, addr, serving, access, log.clone()).await;
     if let Some(log) = log {
         log.flush();
@@ -123,7 +124,7 @@ async fn serve_logged(
     let workers = Workers::start(listener, threads, app(state.clone()), limits, prepare, state.stop_signal())
         .context("cannot start the workers")?;
     let reloads = Reloads { state: state.clone(), life, hangups, watch: serving.watch };
-    let ending = Ending { stop: &stop, store: store.as_ref(), log, stops };
+    let ending = Ending { stop: &stop, store: store.as_ref(), log, stops, human: serving.human };
     run_until_signal(workers, reloads, ending).await?;
     // Slices of the fleet's pacing buckets not spent go back; the membership is left.
     if let Some(store) = &store {
@@ -141,6 +142,8 @@ struct Serving {
     threads: Option<NonZeroUsize>,
     /// Whether the configuration file is watched (not with `--no-watch`).
     watch: bool,
+    /// Whether stderr is read by people (`--log-format text`).
+    human: bool,
 }
 
 /// The configuration's life: reloads read its file again, when it came from one.
@@ -248,6 +251,9 @@ struct Ending<'a> {
     log: Option<BatchedStderr>,
     /// The signals that begin it.
     stops: Stops,
+    /// Whether stderr is read by people (`--log-format text`): it is told of the shutdown in
+    /// words beside the log's records; in JSON, the records alone.
+    human: bool,
 }
 
 /// What reloads the configuration while the gateway serves: `SIGHUP`, and the file's watch.
@@ -304,7 +310,7 @@ async fn reload_now(state: &Arc<AppState>, life: &Arc<ConfigLife>, trigger: Trig
 const CUT_WRITTEN: std::time::Duration = std::time::Duration::from_secs(1);
 
 async fn run_until_signal(workers: Workers, reloads: Reloads, ending: Ending<'_>) -> anyhow::Result<()> {
-    let Ending { stop, store, log, stops } = ending;
+    let Ending { stop, store, log, stops, human } = ending;
     let finished = workers.finished();
     tokio::pin!(finished);
     tokio::select! {
@@ -313,7 +319,9 @@ async fn run_until_signal(workers: Workers, reloads: Reloads, ending: Ending<'_>
         () = stops.wait() => {
             // The grace period of the configuration in force.
             let grace = stop.live().gateway.shutdown_grace;
-            eprintln!("switchyard: shutting down; open streams have {grace:?} to finish");
+            if human {
+                eprintln!("switchyard: shutting down; open streams have {grace:?} to finish");
+            }
             tracing::info!(target: "switchyard::serve", grace_s = grace.as_secs_f64(), "shutting down");
             stop.stop();
             // Bound the drain: a stream that never ends must not hold the process forever.
@@ -328,10 +336,13 @@ async fn run_until_signal(workers: Workers, reloads: Reloads, ending: Ending<'_>
                         store.close().await;
                     }
                     flush_traces(stop).await;
+                    tracing::info!(target: "switchyard::serve", "grace period over, exiting");
                     if let Some(log) = log {
                         log.flush();
                     }
-                    eprintln!("switchyard: grace period over, exiting");
+                    if human {
+                        eprintln!("switchyard: grace period over, exiting");
+                    }
                     std::process::exit(0);
                 }
             }
