@@ -265,7 +265,7 @@ async fn the_history_lists_the_newest_requests_first() {
         ),
         (
             "scope=fleet",
-            "scope=fleet needs shared state (`state.redis`) and kept trails (`gateway.recent_requests` above 0): without them, /admin/requests is this replica's",
+            "scope=fleet needs shared state (`state.redis`, with `state.trails` on) and kept trails (`gateway.recent_requests` above 0): without them, /admin/requests is this replica's",
         ),
     ] {
         let (status, body) = gateway.get(&format!("/admin/requests?{query}")).await;

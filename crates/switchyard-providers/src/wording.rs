@@ -15,16 +15,17 @@ pub(crate) fn refine(error: ProviderError) -> ProviderError {
         return error;
     }
     let detail = error.detail().to_ascii_lowercase();
+    // A prompt too long first: said in words much like an output limit too high.
+    let overflow = matches!(error.kind(), ErrorKind::InvalidRequest | ErrorKind::Unavailable)
+        && overflows_context(&detail);
+    if overflow {
+        return rebuilt(&error, ProviderError::new(ErrorKind::ContextLength, error.detail()));
+    }
     let too_large = error.status() == Some(413)
         || (error.kind() == ErrorKind::RateLimited && detail.starts_with("request too large"))
         || (error.kind() == ErrorKind::InvalidRequest && asks_more_output_than_the_model_gives(&detail));
-    if too_large {
-        return rebuilt(&error, ProviderError::unsupported(error.detail()));
-    }
-    let overflow = matches!(error.kind(), ErrorKind::InvalidRequest | ErrorKind::Unavailable)
-        && overflows_context(&detail);
-    match overflow {
-        true => rebuilt(&error, ProviderError::new(ErrorKind::ContextLength, error.detail())),
+    match too_large {
+        true => rebuilt(&error, ProviderError::unsupported(error.detail())),
         false => error,
     }
 }
@@ -49,7 +50,11 @@ fn rebuilt(from: &ProviderError, into: ProviderError) -> ProviderError {
 /// tokens for claude-...", Bedrock's "The maximum tokens you requested exceeds the model limit
 /// of 8192"): a model of the route that writes more may take it.
 fn asks_more_output_than_the_model_gives(message: &str) -> bool {
-    message.contains("maximum allowed number of output tokens") || message.contains("exceeds the model limit")
+    let output =
+        message.contains("max_tokens") || message.contains("maximum tokens") || message.contains("output");
+    output
+        && (message.contains("maximum allowed number of output tokens")
+            || message.contains("exceeds the model limit"))
 }
 
 /// Whether a (lower-cased) message says the prompt is longer than the model's context.
@@ -112,6 +117,11 @@ mod tests {
         assert!(refined(ErrorKind::InvalidRequest, 400, output).is_unsupported());
         let bedrock = "The maximum tokens you requested exceeds the model limit of 8192. Try again with a maximum tokens value that is lower than 8192.";
         assert!(refined(ErrorKind::InvalidRequest, 400, bedrock).is_unsupported());
+        let input = "input length exceeds the model limit of 8192 tokens";
+        assert!(
+            !refined(ErrorKind::InvalidRequest, 400, input).is_unsupported(),
+            "an input too long is not an output limit"
+        );
         let plain = "Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000.";
         assert_eq!(refined(ErrorKind::RateLimited, 429, plain).kind(), ErrorKind::RateLimited);
         assert!(!refined(ErrorKind::RateLimited, 429, plain).is_unsupported());

@@ -87,35 +87,29 @@ pub struct ChatRequest {
 pub struct Verbatim {
     dialect: Dialect,
     bytes: bytes::Bytes,
-    /// A keep-alive sent while the provider works for the answer (see [`Verbatim::while_working`]).
-    working: bool,
+    /// These bytes, a provider's own stream event, tell of progress (see
+    /// [`Verbatim::telling_progress`]).
+    progress: bool,
 }
 
 impl Verbatim {
     /// `bytes` in `dialect`.
     pub fn new(dialect: Dialect, bytes: impl Into<bytes::Bytes>) -> Self {
-        Self { dialect, bytes: bytes.into(), working: false }
+        Self { dialect, bytes: bytes.into(), progress: false }
     }
 
-    /// These bytes, a keep-alive, were sent while the provider works for the answer (an
-    /// Anthropic server tool runs: web search, code execution, an MCP call): they tell of
-    /// progress, as a keep-alive of a stalled stream does not.
-    pub fn while_working(mut self) -> Self {
-        self.working = true;
+    /// These bytes, one of a provider's own stream events that carries no canonical content,
+    /// tell of progress all the same, as its adapter reads them: an Anthropic server tool's
+    /// block, a ping while that tool runs, a Responses API event. A stream that sends them is
+    /// not idle. A keep-alive of a stalled stream is not marked.
+    pub fn telling_progress(mut self) -> Self {
+        self.progress = true;
         self
     }
 
-    /// Whether these bytes, a provider's own stream event, tell of progress beyond the content
-    /// a chunk carries: any Anthropic event but a `ping` of a stalled stream (a server tool's
-    /// blocks carry no canonical content, and its run sends only pings), and any Responses API
-    /// event; not a Chat Completions chunk (its content is the chunk's, and an empty delta is a
-    /// keep-alive), nor Gemini's.
+    /// Whether its adapter marked these bytes as telling of progress.
     pub fn tells_progress(&self) -> bool {
-        match self.dialect {
-            Dialect::Anthropic => self.working || !self.bytes.starts_with(b"event: ping"),
-            Dialect::Responses => true,
-            Dialect::OpenAi | Dialect::Gemini => false,
-        }
+        self.progress
     }
 
     /// The dialect the bytes are in.

@@ -303,12 +303,12 @@ async fn reload_now(state: &Arc<AppState>, life: &Arc<ConfigLife>, trigger: Trig
     let _ = tokio::task::spawn_blocking(move || life.reload(&state, trigger)).await;
 }
 
-/// Waits for the workers to finish or a signal, reloading meanwhile; after a signal, drains
-/// for the grace period and then exits the process.
 /// How long the streams cut at the end of the grace period have to write their error events
 /// and records before the process exits.
 const CUT_WRITTEN: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Waits for the workers to finish or a signal, reloading meanwhile; after a signal, drains
+/// for the grace period and then exits the process.
 async fn run_until_signal(workers: Workers, reloads: Reloads, ending: Ending<'_>) -> anyhow::Result<()> {
     let Ending { stop, store, log, stops, human } = ending;
     let finished = workers.finished();

@@ -28,6 +28,11 @@ impl Shared<'_> {
         self.store.map_or(1, |s| FleetPacing::replicas(&**s))
     }
 
+    /// This replica's share of a key's `max_concurrent` (at least 1).
+    fn concurrent_share(&self, max: u32) -> u32 {
+        (max / self.replicas() as u32).max(1)
+    }
+
     /// How the rate limits count now.
     fn mode(&self) -> Mode {
         match self.store {
@@ -141,7 +146,7 @@ impl ClientKey {
         let in_flight = self.ledger.in_flight.fetch_add(1, Ordering::AcqRel);
         let pass = Pass { key: self.clone() };
         let Some(max) = self.rules.limits.max_concurrent else { return Ok(pass) };
-        let bound = (max / shared.replicas() as u32).max(1);
+        let bound = shared.concurrent_share(max);
         if in_flight >= bound {
             return Err(Refusal::RateLimited { retry_after: Duration::from_secs(1), what: "max_concurrent" });
         }
@@ -326,7 +331,7 @@ impl ClientKey {
             if shared.store.is_some() {
                 usage["scope"] = json!("replica");
                 if let Some(max) = limits.max_concurrent {
-                    usage["max_concurrent_here"] = json!((max / shared.replicas() as u32).max(1));
+                    usage["max_concurrent_here"] = json!(shared.concurrent_share(max));
                 }
             }
             usage

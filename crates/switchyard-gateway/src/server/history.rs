@@ -147,7 +147,7 @@ pub async fn requests(
     filter.key = key;
     if filter.fleet_asked && state.trails.get().is_none() {
         return bad_request(
-            "scope=fleet needs shared state (`state.redis`) and kept trails (`gateway.recent_requests` above 0): without them, /admin/requests is this replica's".to_owned(),
+            "scope=fleet needs shared state (`state.redis`, with `state.trails` on) and kept trails (`gateway.recent_requests` above 0): without them, /admin/requests is this replica's".to_owned(),
         );
     }
     let kept = state.recent.capacity();

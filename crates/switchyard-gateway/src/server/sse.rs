@@ -66,9 +66,8 @@ pub fn respond<E: Encoder>(
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     let keep_alive = Box::pin(tokio::time::sleep(KEEP_ALIVE));
     let last_sent = Instant::now();
-    let cut = Box::pin(state.cut_signal());
     let body = SseBody {
-        cut,
+        cut: None,
         state,
         exchange: Some(exchange),
         route,
@@ -100,7 +99,9 @@ struct SseBody<E> {
     keep_alive: Pin<Box<Sleep>>,
     sent_any: bool,
     /// Ready when the shutdown's grace period is over: the stream ends with an error event.
-    cut: Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    /// Made once the shutdown began (until then a stream costs nothing for it); a stream polled
+    /// in the grace period (its chunks, or a keep-alive every 15 s) waits on it from then.
+    cut: Option<Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
 }
 
 impl<E> SseBody<E> {
@@ -179,9 +180,10 @@ impl<E: Encoder> SseBody<E> {
             return Poll::Ready(Some(Ok(events)));
         }
         let mut out = Vec::new();
-        if !this.done && this.cut.as_mut().poll(cx).is_ready() {
+        if !this.done && this.state.is_stopping() && this.cut_due(cx) {
             let detail = "the gateway shut down: the answer was cut at the end of its grace period";
-            let error = switchyard::ProviderError::new(switchyard::ErrorKind::Unavailable, detail);
+            let error = switchyard::ProviderError::new(switchyard::ErrorKind::Unavailable, detail)
+                .with_code("gateway_shutdown");
             let trail = this.stream.trail().clone();
             return this.failed(&error, &trail);
         }
@@ -212,6 +214,13 @@ impl<E: Encoder> SseBody<E> {
 }
 
 impl<E: Encoder> SseBody<E> {
+    /// Whether the shutdown's grace period is over (the stream then waits on it, once asked).
+    fn cut_due(&mut self, cx: &mut Context<'_>) -> bool {
+        let state = &self.state;
+        let cut = self.cut.get_or_insert_with(|| Box::pin(state.cut_signal()));
+        cut.as_mut().poll(cx).is_ready()
+    }
+
     /// Ends the stream with `error` (its trail `trail`): the dialect's error event (or the
     /// encoder's own ending of a failed stream), and the request's record.
     fn failed(

@@ -97,6 +97,8 @@ pub struct AppState {
     /// Turns `true` when the shutdown's grace period is over: the streams still open end, each
     /// with an error event its client reads and a record of its own.
     cutting: tokio::sync::watch::Sender<bool>,
+    /// Whether the shutdown began: what a stream checks (a load) before it waits on `cutting`.
+    stopped: std::sync::atomic::AtomicBool,
     pub(crate) access: AccessLog,
     pub(crate) ids: IdSource,
     /// This replica's name: the fleet's (`state.replica`), else the host name.
@@ -169,6 +171,7 @@ impl AppState {
             feed,
             stopping: tokio::sync::watch::Sender::new(false),
             cutting: tokio::sync::watch::Sender::new(false),
+            stopped: std::sync::atomic::AtomicBool::new(false),
             access,
             ids: IdSource::new(),
             replica,
@@ -258,7 +261,13 @@ impl AppState {
     /// Begins shutting down: the workers stop accepting and the admin event streams end, so
     /// they do not hold the drain of requests.
     pub fn stop(&self) {
+        self.stopped.store(true, std::sync::atomic::Ordering::Release);
         self.stopping.send_replace(true);
+    }
+
+    /// Whether the shutdown began ([`AppState::stop`]).
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopped.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Ends the streams still open (the shutdown's grace period is over): each writes its

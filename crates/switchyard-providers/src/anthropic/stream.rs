@@ -65,12 +65,13 @@ where
                 Some(Ok(event)) => {
                     // A request sent verbatim is answered verbatim: every event, with its
                     // frame, canonical or not.
-                    let frame = decoder.pass_on.then(|| Verbatim::new(Dialect::Anthropic, event.to_frame()));
-                    // A ping while a server tool runs is the tool at work, not a stall.
-                    let frame = match event.event.as_deref() == Some("ping") && decoder.tool_running {
-                        true => frame.map(Verbatim::while_working),
-                        false => frame,
-                    };
+                    // Every event tells of progress but a ping, unless a server tool runs: then
+                    // the ping is the tool at work, not a stall.
+                    let progress = event.event.as_deref() != Some("ping") || decoder.tool_running;
+                    let frame = decoder.pass_on.then(|| {
+                        let frame = Verbatim::new(Dialect::Anthropic, event.to_frame());
+                        if progress { frame.telling_progress() } else { frame }
+                    });
                     match (decoder.decode(event), frame) {
                         (Ok(None), None) => continue,
                         // A skipped event's frame is not passed on.

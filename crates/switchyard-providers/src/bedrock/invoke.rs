@@ -51,7 +51,7 @@ pub(crate) fn count_body(
     if let Some(object) = invoke.as_object_mut() {
         let budget = object.get("thinking").and_then(|t| t["budget_tokens"].as_u64()).unwrap_or(0);
         let asked = object.get("max_tokens").and_then(serde_json::Value::as_u64).unwrap_or(0);
-        object.insert("max_tokens".to_owned(), serde_json::Value::from(asked.max(budget + 1)));
+        object.insert("max_tokens".to_owned(), serde_json::Value::from(asked.max(budget.saturating_add(1))));
     }
     let invoke = invoke.to_string();
     let encoded = base64::engine::general_purpose::STANDARD.encode(invoke);

@@ -190,25 +190,38 @@ struct Reader {
     items: Items,
 }
 
-/// The output items of a stream: how many were begun, how many are done.
+/// The output items of a stream: how many were begun, how many are done, and whether the last
+/// done is one that answers (a message, a call), not a step on the way (reasoning, a hosted
+/// tool's run).
 #[derive(Debug, Default)]
 struct Items {
     begun: usize,
     done: usize,
+    answered: bool,
 }
 
 impl Items {
-    fn see(&mut self, kind: &str) {
+    fn see(&mut self, kind: &str, data: &Value) {
         match kind {
-            "response.output_item.added" => self.begun += 1,
-            "response.output_item.done" => self.done += 1,
+            "response.output_item.added" => {
+                self.begun += 1;
+                self.answered = false;
+            }
+            "response.output_item.done" => {
+                self.done += 1;
+                let answers = matches!(
+                    data["item"]["type"].as_str(),
+                    Some("message" | "function_call" | "custom_tool_call")
+                );
+                self.answered = answers;
+            }
             _ => {}
         }
     }
 
-    /// Whether items were begun and every one is done.
+    /// Whether every item begun is done, the last one an answer.
     fn is_whole(&self) -> bool {
-        self.begun > 0 && self.done >= self.begun
+        self.begun > 0 && self.done >= self.begun && self.answered
     }
 }
 
@@ -259,7 +272,7 @@ impl Reader {
             ProviderError::new(ErrorKind::MalformedResponse, errors::scrub(&detail, self.key.as_ref()))
         })?;
         let kind = data["type"].as_str().or(event.event.as_deref()).unwrap_or_default();
-        self.items.see(kind);
+        self.items.see(kind, &data);
         let mut delta = Delta::default();
         let mut chunk = ChatChunk::default();
         match kind {
@@ -299,7 +312,9 @@ impl Reader {
         if delta != Delta::default() {
             chunk.choices.push(ChunkChoice { index: 0, delta, finish_reason: None });
         }
-        chunk.verbatim = Some(Verbatim::new(Dialect::Responses, event.to_frame()));
+        // Every event but a keep-alive tells of progress (a hosted tool at work, reasoning).
+        let frame = Verbatim::new(Dialect::Responses, event.to_frame());
+        chunk.verbatim = Some(if kind == "keepalive" { frame } else { frame.telling_progress() });
         Ok(chunk)
     }
 }
@@ -337,6 +352,20 @@ mod tests {
         assert_eq!((usage.total_tokens, usage.cached_tokens()), (50, Some(8)));
         assert_eq!(usage.completion_tokens_details.unwrap().reasoning_tokens, Some(12));
         assert_eq!(answer.verbatim.unwrap().in_dialect(Dialect::Responses), Some(&bytes));
+    }
+
+    #[test]
+    fn a_stream_is_whole_without_its_completion_only_when_its_last_item_done_answers() {
+        let added = json!({});
+        let done = |kind: &str| json!({"item": {"type": kind}});
+        let mut items = Items::default();
+        items.see("response.output_item.added", &added);
+        items.see("response.output_item.done", &done("reasoning"));
+        assert!(!items.is_whole(), "reasoning is a step: the answer was still to come");
+        items.see("response.output_item.added", &added);
+        assert!(!items.is_whole(), "a message begun, not done");
+        items.see("response.output_item.done", &done("message"));
+        assert!(items.is_whole());
     }
 
     #[test]

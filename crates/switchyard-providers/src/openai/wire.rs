@@ -223,9 +223,10 @@ pub(super) fn chat_body(
         parallel_tool_calls: (!forward && !request.tools.is_empty())
             .then(|| request.extra.get("parallel_tool_calls").and_then(Value::as_bool))
             .flatten(),
-        reasoning_effort: (!forward && completion_tokens_name && reasons(model))
+        reasoning_effort: (!forward && completion_tokens_name)
             .then(|| reasoning_effort(request))
-            .flatten(),
+            .flatten()
+            .filter(|_| reasons(model)),
         extra: Passthrough {
             fields: extra,
             skip: REQUEST_FIELDS,
@@ -235,11 +236,16 @@ pub(super) fn chat_body(
     encode(&body)
 }
 
-/// Whether OpenAI's `model` reasons, and so takes `reasoning_effort` (the o-series and GPT-5;
-/// another model refuses the field).
+/// Whether OpenAI's `model` reasons and takes `reasoning_effort` (the o-series from o3, o1 but
+/// its mini and preview, GPT-5 but its chat models): another refuses the field
+/// (`unsupported_parameter`), which would end the route.
 fn reasons(model: &str) -> bool {
-    let model = model.to_ascii_lowercase();
-    ["o1", "o3", "o4", "gpt-5"].iter().any(|family| model.starts_with(family))
+    let starts =
+        |prefix: &str| model.get(..prefix.len()).is_some_and(|head| head.eq_ignore_ascii_case(prefix));
+    let family = ["o1", "o3", "o4", "gpt-5"].iter().any(|family| starts(family));
+    let refuses = ["o1-mini", "o1-preview"].iter().any(|old| starts(old))
+        || model.to_ascii_lowercase().contains("chat");
+    family && !refuses
 }
 
 /// The `reasoning_effort` a request of another dialect asks for: a Responses client's
@@ -986,10 +992,9 @@ mod tests {
             serde_json::from_slice(&chat_body(request, model, false, openai_itself).unwrap()).unwrap()
         };
         assert_eq!(sent(&request, "gpt-5", true)["reasoning_effort"], "high", "Claude Code's effort");
-        assert!(
-            sent(&request, "gpt-4o", true).get("reasoning_effort").is_none(),
-            "a model that does not reason"
-        );
+        for model in ["gpt-4o", "gpt-5-chat-latest", "gpt-5.1-chat", "o1-mini", "o1-preview-2024-09-12"] {
+            assert!(sent(&request, model, true).get("reasoning_effort").is_none(), "{model} refuses it");
+        }
         assert!(
             sent(&request, "gpt-5", false).get("reasoning_effort").is_none(),
             "a server that may refuse it"

@@ -376,10 +376,9 @@ impl GoogleTokens {
                     json.column()
                 ),
             ),
-            // A code OAuth names is a refusal of the credentials; any other (`internal_failure`,
-            // `backend_error`) is the endpoint's own failure, which passes: not a reason to bench
-            // the credential.
-            E::AuthError(refused) if matches!(refused.error, yup_oauth2::error::AuthErrorCode::Other(_)) => {
+            // The endpoint's own failure (`server_error`, `internal_failure`, ...) passes: not a
+            // reason to bench the credential. Any other code refuses the credentials.
+            E::AuthError(refused) if transient(&refused.error) => {
                 (ErrorKind::Unavailable, format!("the token endpoint failed: {refused}"))
             }
             E::AuthError(refused) => (ErrorKind::Auth, format!("the token endpoint refused: {refused}")),
@@ -393,9 +392,26 @@ impl GoogleTokens {
     }
 }
 
+/// Whether a token endpoint's error code says it failed itself, for a while: OAuth's
+/// `server_error` and `temporarily_unavailable`, and the codes Google's backends answer with.
+fn transient(code: &yup_oauth2::error::AuthErrorCode) -> bool {
+    use yup_oauth2::error::AuthErrorCode;
+    let failing =
+        ["server_error", "temporarily_unavailable", "internal_failure", "backend_error", "internal_error"];
+    matches!(code, AuthErrorCode::Other(code) if failing.contains(&code.as_str()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_failing_endpoints_codes_are_transient_not_a_refusal() {
+        use yup_oauth2::error::AuthErrorCode;
+        assert!(transient(&AuthErrorCode::Other("internal_failure".into())));
+        assert!(!transient(&AuthErrorCode::Other("disabled_client".into())));
+        assert!(!transient(&AuthErrorCode::InvalidGrant));
+    }
 
     #[test]
     fn masking_keeps_four_characters_of_long_ids_only() {

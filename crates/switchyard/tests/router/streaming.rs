@@ -282,7 +282,7 @@ async fn keep_alives_after_content_do_not_reset_the_idle_limit() {
 }
 
 /// A Claude upstream streaming its own events: a word, then a server tool that runs for 40 s
-/// sending only pings (marked as sent while it works, as the Anthropic decoder marks them),
+/// sending only pings (marked as telling of progress, as the Anthropic decoder marks them),
 /// then the rest of the answer.
 struct ToolRunning;
 
@@ -308,7 +308,7 @@ impl switchyard::provider::Provider for ToolRunning {
         let ping = || {
             let frame =
                 Verbatim::new(Dialect::Anthropic, &b"event: ping\ndata: {\"type\": \"ping\"}\n\n"[..]);
-            ChatChunk { verbatim: Some(frame.while_working()), ..ChatChunk::default() }
+            ChatChunk { verbatim: Some(frame.telling_progress()), ..ChatChunk::default() }
         };
         let mut finish = ChatChunk::text(" done");
         finish.choices[0].finish_reason = Some(FinishReason::Stop);
