@@ -634,6 +634,38 @@ gateway:
 }
 
 #[tokio::test]
+async fn a_client_that_leaves_once_its_answer_is_whole_was_answered_not_a_499() {
+    // The provider sends the whole answer, then holds its connection open without its
+    // terminator; the client leaves at the finish, as Codex leaves at `response.completed`.
+    let (mock, _server) = switchyard_mock::spawn().await.unwrap();
+    let gateway = Gateway::of(&format!(
+        r#"
+providers:
+  held: {{ kind: openai_compatible, base_url: "http://{mock}/noend/v1" }}
+routes:
+  default: {{ targets: [held:m] }}
+gateway:
+  keys: [env://GW_KEY]
+  admin_key: env://ADMIN_KEY
+"#
+    ))
+    .await;
+    let mut answer = gateway.chat_stream().await;
+    let mut read = String::new();
+    while !read.contains("\"finish_reason\":\"stop\"") {
+        let chunk = answer.chunk().await.unwrap().expect("the finish comes");
+        read.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    drop(answer);
+    let listed = support::until("the request is listed", std::time::Duration::from_secs(10), async || {
+        let (_, listed) = gateway.get("/admin/requests?limit=1").await;
+        if listed["requests"][0].is_object() { Ok(listed) } else { Err(listed.to_string()) }
+    })
+    .await;
+    assert_eq!(listed["requests"][0]["status"], 200, "{listed}");
+}
+
+#[tokio::test]
 async fn a_request_its_client_left_before_the_answer_is_logged_as_499() {
     let gateway = Gateway::of(
         r#"

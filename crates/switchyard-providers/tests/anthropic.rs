@@ -240,6 +240,29 @@ async fn past_thinking_the_target_refuses_as_not_its_own_is_left_out_and_the_req
         seen[1].body
     );
 
+    // Only the thinking up to the turn the refusal names goes first: a later turn's, which the
+    // target wrote itself, stays, and thinking goes on.
+    let fake = Fake::start(|seen| match seen.body.to_string().contains("from-another-claude") {
+        true => json_reply(
+            400,
+            &[],
+            &error_body(
+                "invalid_request_error",
+                "messages.1.content.0: Invalid `signature` in `thinking` block",
+            ),
+        ),
+        false => json_reply(200, &[], &text_answer()),
+    })
+    .await;
+    let written = br#"{"model":"route","max_tokens":64,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"Read it"},{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"from-another-claude"},{"type":"tool_use","id":"toolu_1","name":"Read","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"x"}]},{"role":"assistant","content":[{"type":"thinking","thinking":"u","signature":"its-own"},{"type":"tool_use","id":"toolu_2","name":"Read","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_2","content":"y"}]}]}"#;
+    let mut later = switchyard_providers::anthropic::codec::request_from_slice(written).unwrap();
+    later.verbatim = Some(switchyard::chat::Verbatim::new(Dialect::Anthropic, &written[..]));
+    chat(&fake, &later).await.expect("answered without the other Claude's thinking");
+    let seen = fake.requests();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1].body["messages"][3]["content"][0]["signature"], "its-own", "{}", seen[1].body);
+    assert_eq!(seen[1].body["thinking"]["type"], "enabled", "thinking goes on");
+
     // Any other 400 is not sent again.
     let fake = Fake::json(400, error_body("invalid_request_error", "max_tokens: Field required")).await;
     chat(&fake, &request).await.unwrap_err();

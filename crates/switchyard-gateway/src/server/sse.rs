@@ -268,8 +268,11 @@ impl<E: Encoder> SseBody<E> {
 
 impl<E> Drop for SseBody<E> {
     fn drop(&mut self) {
-        // The client went away before the end: 499, as nginx logs it.
-        self.finish(499);
+        // The client went away before the end: 499, as nginx logs it; but a client that leaves
+        // once the answer is whole (a Responses client at `response.completed`, before the
+        // provider's connection closes) was answered.
+        let status = if self.stream.is_whole() { 200 } else { 499 };
+        self.finish(status);
     }
 }
 

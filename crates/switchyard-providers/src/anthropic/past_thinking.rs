@@ -27,16 +27,30 @@ where
     F: Fn(Bytes) -> Fut,
     Fut: Future<Output = Result<T, ProviderError>>,
 {
-    match send(body.clone()).await {
-        Err(error) if refuses_past_thinking(&error) => match without_past_thinking(&body) {
-            Some(stripped) => {
-                let answer = send(Bytes::from(stripped)).await?;
-                Ok((answer, Some(StreamNotice::Resent(RESENT.to_owned()))))
-            }
-            None => Err(error),
-        },
-        sent => sent.map(|answer| (answer, None)),
+    let resent = || Some(StreamNotice::Resent(RESENT.to_owned()));
+    let error = match send(body.clone()).await {
+        Err(error) if refuses_past_thinking(&error) => error,
+        sent => return sent.map(|answer| (answer, None)),
+    };
+    // First without the thinking up to the turn the refusal names (what came after it, the
+    // target may have written itself: it keeps thinking on), then without all of it.
+    if let Some(upto) = refused_turn(&error)
+        && let Some(stripped) = without_past_thinking(&body, Some(upto))
+    {
+        match send(Bytes::from(stripped)).await {
+            Err(again) if refuses_past_thinking(&again) => {}
+            sent => return sent.map(|answer| (answer, resent())),
+        }
     }
+    let Some(stripped) = without_past_thinking(&body, None) else { return Err(error) };
+    Ok((send(Bytes::from(stripped)).await?, resent()))
+}
+
+/// The message a refusal of past thinking names (`messages.3.content.0: Invalid
+/// `signature` in `thinking` block`).
+fn refused_turn(error: &ProviderError) -> Option<usize> {
+    let rest = error.detail().split("messages.").nth(1)?;
+    rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
 /// `stream`, led by `notice` when there is one (the router writes it into the attempt's trail).
@@ -62,15 +76,18 @@ fn refuses_past_thinking(error: &ProviderError) -> bool {
             || detail.contains("cannot be modified"))
 }
 
-/// `body` (a Messages body) without the thinking of its assistant turns; `None` when it has
-/// none. A conversation whose last assistant turn calls tools then goes on without thinking
+/// `body` (a Messages body) without the thinking of its assistant turns (those up to message
+/// `upto`, when given); `None` when they have none. A conversation whose last assistant turn calls tools then goes on without thinking
 /// (Anthropic refuses thinking after a tool turn that has none), and without the clearing of
 /// thinking in its `context_management` (refused without thinking).
-fn without_past_thinking(body: &[u8]) -> Option<Vec<u8>> {
+fn without_past_thinking(body: &[u8], upto: Option<usize>) -> Option<Vec<u8>> {
     let mut body: Value = serde_json::from_slice(body).ok()?;
     let messages = body.get_mut("messages")?.as_array_mut()?;
     let mut removed = false;
-    for message in messages.iter_mut().filter(|message| message["role"] == "assistant") {
+    let upto = upto.unwrap_or(usize::MAX);
+    let turns =
+        messages.iter_mut().enumerate().filter(|(i, message)| *i <= upto && message["role"] == "assistant");
+    for (_, message) in turns {
         if let Some(blocks) = message.get_mut("content").and_then(Value::as_array_mut) {
             let before = blocks.len();
             blocks.retain(|block| !matches!(block["type"].as_str(), Some("thinking" | "redacted_thinking")));
@@ -80,13 +97,16 @@ fn without_past_thinking(body: &[u8]) -> Option<Vec<u8>> {
     if !removed {
         return None;
     }
-    let last_calls_tools =
+    // Thinking goes on only after a tool turn that kept its own thinking.
+    let tool_turn_without_thinking =
         messages.iter().rev().find(|message| message["role"] == "assistant").is_some_and(|turn| {
-            turn["content"]
-                .as_array()
-                .is_some_and(|blocks| blocks.iter().any(|block| block["type"] == "tool_use"))
+            let blocks = turn["content"].as_array().map_or(&[][..], Vec::as_slice);
+            let thinks = blocks
+                .iter()
+                .any(|block| matches!(block["type"].as_str(), Some("thinking" | "redacted_thinking")));
+            blocks.iter().any(|block| block["type"] == "tool_use") && !thinks
         });
-    if let Some(object) = body.as_object_mut().filter(|_| last_calls_tools) {
+    if let Some(object) = body.as_object_mut().filter(|_| tool_turn_without_thinking) {
         object.remove("thinking");
         let clears =
             object.get("context_management").and_then(|m| m["edits"].as_array()).is_some_and(|edits| {
@@ -135,7 +155,8 @@ mod tests {
             ]
         });
         let sent: Value =
-            serde_json::from_slice(&without_past_thinking(body.to_string().as_bytes()).unwrap()).unwrap();
+            serde_json::from_slice(&without_past_thinking(body.to_string().as_bytes(), None).unwrap())
+                .unwrap();
         assert_eq!(
             sent["messages"][1]["content"],
             json!([{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}])
@@ -148,9 +169,10 @@ mod tests {
             json!([{"type": "redacted_thinking", "data": "d"}, {"type": "text", "text": "ok"}]);
         plain["messages"][2] = json!({"role": "user", "content": "and?"});
         let sent: Value =
-            serde_json::from_slice(&without_past_thinking(plain.to_string().as_bytes()).unwrap()).unwrap();
+            serde_json::from_slice(&without_past_thinking(plain.to_string().as_bytes(), None).unwrap())
+                .unwrap();
         assert_eq!(sent["messages"][1]["content"], json!([{"type": "text", "text": "ok"}]));
         assert_eq!(sent["thinking"], json!({"type": "adaptive"}));
-        assert!(without_past_thinking(sent.to_string().as_bytes()).is_none());
+        assert!(without_past_thinking(sent.to_string().as_bytes(), None).is_none());
     }
 }

@@ -208,11 +208,25 @@ impl ContinueExchange {
         for key in ["thinking", "reasoning_effort", "reasoning"] {
             prefill.extra.remove(key);
         }
+        without_clearing_of_thinking(&mut prefill.extra);
         // Anthropic refuses a final assistant message that ends in whitespace.
         prefill.messages.push(Message::assistant(delivered.trim_end()));
         let mut original = request.clone();
         original.verbatim = None;
         Self { prefill, original, delivered: delivered.to_owned(), reasoning, alive: AtomicBool::new(false) }
+    }
+}
+
+/// `extra` without an Anthropic client's clearing of thinking (Claude Code's
+/// `context_management` edit `clear_thinking_…`), which Anthropic refuses in a request that
+/// does not think: its other edits stay; with none left, `context_management` goes.
+fn without_clearing_of_thinking(extra: &mut crate::chat::Extra) {
+    let Some(management) = extra.get_mut("context_management") else { return };
+    let Some(edits) = management.get_mut("edits").and_then(serde_json::Value::as_array_mut) else { return };
+    let before = edits.len();
+    edits.retain(|edit| !edit["type"].as_str().is_some_and(|kind| kind.starts_with("clear_thinking")));
+    if edits.is_empty() && before > 0 {
+        extra.remove("context_management");
     }
 }
 
@@ -394,4 +408,26 @@ pub(crate) fn merge_trail(trail: &mut Trail, mut continued: Trail, offset: Durat
         }
     }
     trail.append(continued);
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_continuation_that_does_not_think_clears_no_thinking() {
+        let mut extra = crate::chat::Extra::new();
+        extra.insert("context_management".into(), json!({"edits": [{"type": "clear_thinking_20251015"}]}));
+        without_clearing_of_thinking(&mut extra);
+        assert!(extra.get("context_management").is_none(), "its only edit went, and it with it");
+        let tools = json!({"type": "clear_tool_uses_20250919"});
+        extra.insert(
+            "context_management".into(),
+            json!({"edits": [{"type": "clear_thinking_20251015"}, tools]}),
+        );
+        without_clearing_of_thinking(&mut extra);
+        assert_eq!(extra["context_management"], json!({"edits": [tools]}), "its other edits stay");
+    }
 }

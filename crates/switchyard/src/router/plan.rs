@@ -15,8 +15,8 @@ pub(super) struct Plan {
     chain: Chain,
     /// Whether any target of this chain got past the health gate.
     called: bool,
-    /// The gated target of this chain whose gate opens first.
-    soonest: Option<(Target, Instant)>,
+    /// The gated targets of this chain, with when each gate opens.
+    gated: Vec<(Target, Instant)>,
     /// Whether the request was hedged (at most once).
     hedged: bool,
 }
@@ -28,16 +28,21 @@ impl Plan {
         if first_only {
             queue.truncate(1);
         }
-        Self { queue, chain: Chain::General, called: false, soonest: None, hedged: false }
+        Self { queue, chain: Chain::General, called: false, gated: Vec::new(), hedged: false }
     }
 
     /// The next target, and whether it is forced past its gate: when every target of the chain
     /// was gated, a stale verdict must not become an outage, so the one that recovers first is
-    /// tried anyway.
+    /// tried anyway (and the next, when it cannot take the request).
     pub(super) fn next(&mut self) -> Option<(Target, bool)> {
         match self.queue.pop_front() {
             Some(next) => Some(next),
-            None if !self.called => self.soonest.take().map(|(target, _)| (target, true)),
+            // The one that recovers first; then, while none of them could take the request
+            // either, the next.
+            None if !self.called => {
+                let soonest = self.gated.iter().enumerate().min_by_key(|(_, (_, until))| *until)?.0;
+                Some((self.gated.swap_remove(soonest).0, true))
+            }
             None => None,
         }
     }
@@ -51,7 +56,8 @@ impl Plan {
     pub(super) fn switch(&mut self, chain: Chain, targets: &[Target]) {
         self.queue = targets.iter().map(|t| (t.clone(), false)).collect();
         self.chain = chain;
-        (self.called, self.soonest) = (false, None);
+        self.called = false;
+        self.gated.clear();
     }
 
     /// A target got past the gate.
@@ -61,9 +67,7 @@ impl Plan {
 
     /// A target was gated until `until`.
     pub(super) fn gated(&mut self, target: &Target, until: Instant) {
-        if self.soonest.as_ref().is_none_or(|(_, best)| until < *best) {
-            self.soonest = Some((target.clone(), until));
-        }
+        self.gated.push((target.clone(), until));
     }
 
     /// Whether another target follows this one (pacing may spill over to it).

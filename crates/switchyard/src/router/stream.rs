@@ -459,6 +459,12 @@ impl RoutedStream {
         Some(self.router.price(target)?.cost(&self.usage?))
     }
 
+    /// Whether every choice of the answer finished: the caller has the whole answer, whatever
+    /// its terminator (a client that leaves now has been answered).
+    pub fn is_whole(&self) -> bool {
+        self.choices.is_whole()
+    }
+
     /// Whether the stream holds a pacing permit right now.
     pub fn holds_permit(&self) -> bool {
         self.permit.is_some()

@@ -143,6 +143,27 @@ async fn a_gated_target_is_still_tried_when_the_only_other_cannot_take_the_reque
 }
 
 #[tokio::test(start_paused = true)]
+async fn when_every_target_is_gated_and_the_first_to_recover_cannot_take_the_request_the_next_is_tried() {
+    let cannot = Step::Fail(switchyard::ProviderError::unsupported("an image in a tool result"));
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable), cannot]);
+    let b = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let route = Route::builder("default")
+        .target("a:m")
+        .target("b:m")
+        .retry(quick_retry(1))
+        .health_ttl(Duration::from_secs(30));
+    let router = router_with(&[("a", &a), ("b", &b)], route, no_breaker());
+
+    router.chat(&request("default")).await.expect_err("both fail once");
+    let answer = router.chat(&request("default")).await.expect("the next gated target answers");
+    assert_eq!(answer.served_by.to_string(), "b:m");
+    assert_eq!(
+        answer.trail.outcomes(),
+        vec![Outcome::SkippedUnhealthy, Outcome::SkippedUnhealthy, Outcome::SkippedUnsupported, Outcome::Ok]
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_breaker_opens_after_the_threshold_then_half_opens_and_closes_on_a_probe_success() {
     let a = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::Unavailable), 3));
     let b = SimulatedProvider::new();
