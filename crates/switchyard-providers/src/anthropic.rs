@@ -20,6 +20,7 @@ pub mod codec;
 pub(crate) mod past_thinking;
 mod request;
 mod response;
+mod restyle;
 pub(crate) mod stream;
 mod thinking;
 mod wire;
@@ -40,6 +41,7 @@ pub(crate) use classify::messages_error;
 use crate::sse::SseStream;
 use crate::verbatim::{self, Edit};
 use crate::{BuildError, ProviderSettings, http};
+use restyle::Restyled;
 
 /// The members of a Messages request that token counting takes (it refuses `max_tokens`,
 /// `stream` and the sampling parameters).
@@ -184,12 +186,13 @@ pub(crate) fn messages_body(
     envelope: Envelope<'_>,
 ) -> Result<Vec<u8>, ProviderError> {
     let stream_edit = if stream { Edit::Flag(true) } else { Edit::FalseIfPresent };
-    let translated;
+    let (translated, restyled);
     // A translated body's thinking was chosen as it was built: only a client's own is edited.
-    let mut edits = (Edit::Keep, Edit::Keep);
+    let mut edits = (Edit::Keep, Edit::Keep, Edit::Keep);
     let body = match verbatim_body(request) {
         Some(body) => {
-            edits = thinking_edits(request);
+            restyled = restyle::restyled(request, model, thinking);
+            edits = thinking_edits(request, &restyled);
             body.as_ref()
         }
         None => {
@@ -208,7 +211,7 @@ pub(crate) fn messages_body(
             &translated[..]
         }
     };
-    let (thinking, management) = edits;
+    let (thinking, management, output_config) = edits;
     match envelope {
         Envelope::Anthropic => verbatim::rewrite(
             body,
@@ -217,6 +220,7 @@ pub(crate) fn messages_body(
                 ("stream", stream_edit),
                 ("thinking", thinking),
                 ("context_management", management),
+                ("output_config", output_config),
             ],
         ),
         Envelope::Cloud { version, stream_in_body, betas } => verbatim::rewrite(
@@ -228,24 +232,31 @@ pub(crate) fn messages_body(
                 ("anthropic_beta", betas.map_or(Edit::Remove, Edit::Raw)),
                 ("thinking", thinking),
                 ("context_management", management),
+                ("output_config", output_config),
             ],
         ),
     }
 }
 
-/// The edits of a client's `thinking` and `context_management`: both as written, unless the
-/// thinking must go ([`thinking_cannot_go_on`]); then a `context_management` that clears
-/// thinking (Claude Code's `clear_thinking_20251015`, which Anthropic refuses without thinking)
-/// goes with it.
-fn thinking_edits(request: &ChatRequest) -> (Edit<'static>, Edit<'static>) {
-    if !thinking_cannot_go_on(request) {
-        return (Edit::Keep, Edit::Keep);
+/// The edits of a client's `thinking`, `context_management` and `output_config`: as written,
+/// unless the thinking is restyled for the target model (`restyled`, see `restyle.rs`) or must
+/// go ([`thinking_cannot_go_on`]); gone, a `context_management` that clears thinking (Claude
+/// Code's `clear_thinking_20251015`, which Anthropic refuses without thinking) goes with it.
+fn thinking_edits<'a>(request: &ChatRequest, restyled: &'a Restyled) -> (Edit<'a>, Edit<'a>, Edit<'a>) {
+    let member = |text: &'a Option<String>| text.as_deref().map_or(Edit::Remove, Edit::Raw);
+    let (thinking, output_config) = match restyled {
+        Restyled::Members { thinking, output_config } => (member(thinking), member(output_config)),
+        Restyled::Kept => (Edit::Keep, Edit::Keep),
+    };
+    let thinking = if thinking_cannot_go_on(request) { Edit::Remove } else { thinking };
+    if !matches!(thinking, Edit::Remove) {
+        return (thinking, Edit::Keep, output_config);
     }
     let edits = request.extra.get("context_management").and_then(|value| value["edits"].as_array());
     let clears_thinking = edits.is_some_and(|edits| {
         edits.iter().any(|edit| edit["type"].as_str().is_some_and(|kind| kind.starts_with("clear_thinking")))
     });
-    (Edit::Remove, if clears_thinking { Edit::Remove } else { Edit::Keep })
+    (Edit::Remove, if clears_thinking { Edit::Remove } else { Edit::Keep }, output_config)
 }
 
 /// Whether a client's own `thinking` must go from its body: it thinks, and its last assistant
@@ -280,9 +291,14 @@ pub(crate) fn count_body(
     thinking: Option<ThinkingStyle>,
 ) -> Result<Vec<u8>, ProviderError> {
     if let Some(body) = verbatim_body(request) {
-        let (thinking, management) = thinking_edits(request);
-        let edits =
-            [("model", Edit::Text(model)), ("thinking", thinking), ("context_management", management)];
+        let restyled = restyle::restyled(request, model, thinking);
+        let (thinking, management, output_config) = thinking_edits(request, &restyled);
+        let edits = [
+            ("model", Edit::Text(model)),
+            ("thinking", thinking),
+            ("context_management", management),
+            ("output_config", output_config),
+        ];
         return verbatim::rewrite(body, &edits);
     }
     let mut body =

@@ -201,6 +201,35 @@ async fn a_request_without_a_limit_gets_the_room_its_claude_generation_has() {
 }
 
 #[tokio::test]
+async fn claude_codes_adaptive_thinking_reaches_claude_4_5_as_a_budget_and_the_rest_as_written() {
+    // Claude Code asks a route's name (a model it does not know) for adaptive thinking with an
+    // effort, which Claude before 4.6 refuses.
+    let written = br#"{"model":"route","max_tokens":32000,"thinking":{"type":"adaptive"},"output_config":{"effort":"high"},"messages":[{"role":"user","content":"Hi"}],"metadata":{"user_id":"u"}}"#;
+    let mut request = switchyard_providers::anthropic::codec::request_from_slice(written).unwrap();
+    request.verbatim = Some(switchyard::chat::Verbatim::new(Dialect::Anthropic, &written[..]));
+    let fake = Fake::json(200, text_answer()).await;
+    let harness = Harness::new(provider(&fake.origin()), Some(KEY), "claude-sonnet-4-5-20250929");
+    harness.provider.chat(harness.call("claude-sonnet-4-5-20250929", None), &request).await.unwrap();
+    let seen = fake.only_request().body;
+    assert_eq!(seen["thinking"], json!({"type": "enabled", "budget_tokens": 16384}), "{seen}");
+    assert!(
+        seen.get("output_config").is_none(),
+        "the effort it does not take, and nothing else was there: {seen}"
+    );
+    assert_eq!(seen["metadata"], json!({"user_id": "u"}), "the rest as written");
+
+    // A model that takes it is sent it as written.
+    let fake = Fake::json(200, text_answer()).await;
+    let harness = Harness::new(provider(&fake.origin()), Some(KEY), "claude-opus-4-7");
+    harness.provider.chat(harness.call("claude-opus-4-7", None), &request).await.unwrap();
+    let seen = fake.only_request().body;
+    assert_eq!(
+        (&seen["thinking"], &seen["output_config"]),
+        (&json!({"type": "adaptive"}), &json!({"effort": "high"}))
+    );
+}
+
+#[tokio::test]
 async fn past_thinking_the_target_refuses_as_not_its_own_is_left_out_and_the_request_sent_again() {
     // After a failover, a past turn's thinking signed for another Claude or account is refused:
     // the conversation goes on without it rather than ending the route.
