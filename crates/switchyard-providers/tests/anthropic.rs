@@ -229,28 +229,30 @@ async fn claude_codes_adaptive_thinking_reaches_claude_4_5_as_a_budget_and_the_r
     );
 }
 
+/// A Claude that refuses, as signed for another, the thinking of any body that carries `marks`.
+async fn refusing_thinking_that_carries(marks: &'static str) -> Fake {
+    let refusal =
+        error_body("invalid_request_error", "messages.1.content.0: Invalid `signature` in `thinking` block");
+    Fake::start(move |seen| match seen.body.to_string().contains(marks) {
+        true => json_reply(400, &[], &refusal),
+        false => json_reply(200, &[], &text_answer()),
+    })
+    .await
+}
+
+/// An Anthropic client's request as the gateway reads it: decoded, its body kept.
+fn written_request(written: &'static [u8]) -> ChatRequest {
+    let mut request = switchyard_providers::anthropic::codec::request_from_slice(written).unwrap();
+    request.verbatim = Some(switchyard::chat::Verbatim::new(Dialect::Anthropic, written));
+    request
+}
+
 #[tokio::test]
 async fn past_thinking_the_target_refuses_as_not_its_own_is_left_out_and_the_request_sent_again() {
     // After a failover, a past turn's thinking signed for another Claude or account is refused:
     // the conversation goes on without it rather than ending the route.
-    let fake = Fake::start(|seen| {
-        let carries_thinking = seen.body.to_string().contains(r#""type":"thinking""#);
-        match carries_thinking {
-            true => json_reply(
-                400,
-                &[],
-                &error_body(
-                    "invalid_request_error",
-                    "messages.1.content.0: Invalid `signature` in `thinking` block",
-                ),
-            ),
-            false => json_reply(200, &[], &text_answer()),
-        }
-    })
-    .await;
-    let written = br#"{"model":"route","max_tokens":64,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"Read it"},{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"from-another-claude"},{"type":"tool_use","id":"toolu_1","name":"Read","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"x"}]}]}"#;
-    let mut request = switchyard_providers::anthropic::codec::request_from_slice(written).unwrap();
-    request.verbatim = Some(switchyard::chat::Verbatim::new(Dialect::Anthropic, &written[..]));
+    let fake = refusing_thinking_that_carries(r#""type":"thinking""#).await;
+    let request = written_request(br#"{"model":"route","max_tokens":64,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"Read it"},{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"from-another-claude"},{"type":"tool_use","id":"toolu_1","name":"Read","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"x"}]}]}"#);
     let answer = chat(&fake, &request).await.expect("answered without the past thinking");
     assert!(
         matches!(&answer.notices[..], [switchyard::chat::StreamNotice::Resent(note)] if note.contains("thinking")),
@@ -271,21 +273,8 @@ async fn past_thinking_the_target_refuses_as_not_its_own_is_left_out_and_the_req
 
     // Only the thinking up to the turn the refusal names goes first: a later turn's, which the
     // target wrote itself, stays, and thinking goes on.
-    let fake = Fake::start(|seen| match seen.body.to_string().contains("from-another-claude") {
-        true => json_reply(
-            400,
-            &[],
-            &error_body(
-                "invalid_request_error",
-                "messages.1.content.0: Invalid `signature` in `thinking` block",
-            ),
-        ),
-        false => json_reply(200, &[], &text_answer()),
-    })
-    .await;
-    let written = br#"{"model":"route","max_tokens":64,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"Read it"},{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"from-another-claude"},{"type":"tool_use","id":"toolu_1","name":"Read","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"x"}]},{"role":"assistant","content":[{"type":"thinking","thinking":"u","signature":"its-own"},{"type":"tool_use","id":"toolu_2","name":"Read","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_2","content":"y"}]}]}"#;
-    let mut later = switchyard_providers::anthropic::codec::request_from_slice(written).unwrap();
-    later.verbatim = Some(switchyard::chat::Verbatim::new(Dialect::Anthropic, &written[..]));
+    let fake = refusing_thinking_that_carries("from-another-claude").await;
+    let later = written_request(br#"{"model":"route","max_tokens":64,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"Read it"},{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"from-another-claude"},{"type":"tool_use","id":"toolu_1","name":"Read","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"x"}]},{"role":"assistant","content":[{"type":"thinking","thinking":"u","signature":"its-own"},{"type":"tool_use","id":"toolu_2","name":"Read","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_2","content":"y"}]}]}"#);
     chat(&fake, &later).await.expect("answered without the other Claude's thinking");
     let seen = fake.requests();
     assert_eq!(seen.len(), 2);

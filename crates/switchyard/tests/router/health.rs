@@ -119,19 +119,28 @@ async fn when_every_target_is_gated_the_one_that_recovers_first_is_tried() {
     assert!(note.contains("every target was gated"), "{note}");
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_gated_target_is_still_tried_when_the_only_other_cannot_take_the_request() {
-    // b cannot carry what the request holds (an image in a tool result, a token count): it is
-    // no target that served, so a gated a is tried rather than an outage answered.
-    let cannot = || Step::Fail(switchyard::ProviderError::unsupported("an image in a tool result"));
-    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
-    let b = SimulatedProvider::new().script([cannot(), cannot()]);
+/// A target's answer to a request it cannot carry (an image in a tool result, a token count).
+fn cannot_take_it() -> Step {
+    Step::Fail(switchyard::ProviderError::unsupported("an image in a tool result"))
+}
+
+/// Route `default` over `a:m` then `b:m`, one try each, a failed target gated for 30 s.
+fn gated_for_30s(a: &SimulatedProvider, b: &SimulatedProvider) -> switchyard::Router {
     let route = Route::builder("default")
         .target("a:m")
         .target("b:m")
         .retry(quick_retry(1))
         .health_ttl(Duration::from_secs(30));
-    let router = router_with(&[("a", &a), ("b", &b)], route, no_breaker());
+    router_with(&[("a", a), ("b", b)], route, no_breaker())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gated_target_is_still_tried_when_the_only_other_cannot_take_the_request() {
+    // b cannot carry what the request holds (an image in a tool result, a token count): it is
+    // no target that served, so a gated a is tried rather than an outage answered.
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
+    let b = SimulatedProvider::new().script([cannot_take_it(), cannot_take_it()]);
+    let router = gated_for_30s(&a, &b);
 
     router.chat(&request("default")).await.expect_err("a fails once, b cannot");
     let answer = router.chat(&request("default")).await.expect("a stale verdict must not become an outage");
@@ -144,15 +153,9 @@ async fn a_gated_target_is_still_tried_when_the_only_other_cannot_take_the_reque
 
 #[tokio::test(start_paused = true)]
 async fn when_every_target_is_gated_and_the_first_to_recover_cannot_take_the_request_the_next_is_tried() {
-    let cannot = Step::Fail(switchyard::ProviderError::unsupported("an image in a tool result"));
-    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable), cannot]);
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable), cannot_take_it()]);
     let b = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
-    let route = Route::builder("default")
-        .target("a:m")
-        .target("b:m")
-        .retry(quick_retry(1))
-        .health_ttl(Duration::from_secs(30));
-    let router = router_with(&[("a", &a), ("b", &b)], route, no_breaker());
+    let router = gated_for_30s(&a, &b);
 
     router.chat(&request("default")).await.expect_err("both fail once");
     let answer = router.chat(&request("default")).await.expect("the next gated target answers");
