@@ -53,6 +53,9 @@ async function details(page, report) {
   await page.goto(gateway + '/admin/');
   await step('the page asks for the admin key', () => logIn(page));
   await step('the event stream is live', () => page.locator('#live', { hasText: 'live' }).waitFor());
+  await step('a reload the gateway refused is shown with its problem', () =>
+    page.locator('#config .broken', { hasText: 'reload refused' }).waitFor());
+  report.config_text = await page.locator('#config').textContent();
   await step('the events panel opens with what happened before the page', () =>
     page.locator('#events li[data-event="attempt_failed"]').first().waitFor());
   report.first_events = await page.locator('#events li').evaluateAll((items) => items.map((i) => i.dataset.event));

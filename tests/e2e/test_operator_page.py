@@ -109,8 +109,14 @@ gateway: {{ keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }}
 
 
 def test_the_operator_page_shows_what_the_first_hour_needs(mock, gateway):
-    url = gateway(details_config(mock)).url
+    gw = gateway(details_config(mock))
+    url = gw.url
+    # A reload the gateway refuses: the page says so, naming the problem.
+    gw.config_path.write_text(details_config(mock).replace("[down:m, steady:m]", "[nowhere:m, steady:m]"))
+    status, _, _ = _http("POST", url + "/admin/config/reload", {}, {"authorization": f"Bearer {ADMIN_KEY}"})
+    assert status == 422
     report = run_page(url, "details", "operator-page-details.png")
+    assert "reload refused: routes.default" in report["config_text"], report["config_text"]
     assert report["broken_status"] == 200, report
     # The events the gateway kept from before the page opened fill its panel.
     assert "attempt_failed" in report["first_events"], report["first_events"]
