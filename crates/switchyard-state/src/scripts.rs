@@ -48,7 +48,8 @@ end
 /// The rules: status, reason and since are the last writer's (since kept when the status is
 /// the same); the failure time, the provider's reset and a cooldown only ever move later; a
 /// breaker is never closed by a merge (closing is a clear) and, once not closed, takes the
-/// write whose open time or lease ends later; failed probes only grow.
+/// write whose open time or lease ends later, or that a failed probe made (it reopens the
+/// breaker before the probe's lease would end); failed probes only grow.
 const PUT: &str = r#"
 local name, me, floor = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local key = prefix .. ':' .. name
@@ -77,7 +78,10 @@ end
 if new.ro ~= nil and tonumber(new.ro) > (num(cur.ro) or 0) then out.ro = new.ro end
 if new.br ~= nil and new.br ~= 'closed' then
   local closed = cur.br == nil or cur.br == 'closed'
-  if closed or (num(new.bu) or 0) >= (num(cur.bu) or 0) then
+  -- A probe that failed reopens the breaker (its count of failed probes grew), though the
+  -- probe's lease it ends may have run later than the new open time.
+  local reopened = new.ro ~= nil and tonumber(new.ro) > (num(cur.ro) or 0)
+  if closed or reopened or (num(new.bu) or 0) >= (num(cur.bu) or 0) then
     out.br = new.br
     out.bu = new.bu
     out.pr = me

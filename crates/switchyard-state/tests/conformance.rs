@@ -47,6 +47,7 @@ conformance!(
     an_unhealthy_target_rests_for_the_ttl,
     an_open_circuit_is_honoured,
     a_half_open_circuit_lets_one_probe_through,
+    a_failed_probe_reopens_the_circuit_before_its_lease_would_end,
     a_success_clears_an_exhausted_target,
     a_reset_forgets_a_target_and_its_keys,
     a_reset_of_everything_forgets_every_target,
@@ -203,6 +204,30 @@ async fn a_half_open_circuit_lets_one_probe_through(a: &Replica, b: &Replica) {
     .await;
     a.succeed(&t, &k, 0);
     eventually("b calls again once the probe succeeded", PROPAGATION, || !is_skip(&b.gate(&t, &k))).await;
+}
+
+async fn a_failed_probe_reopens_the_circuit_before_its_lease_would_end(a: &Replica, b: &Replica) {
+    // The probe holds a 30 s lease; it fails at once, and the circuit opens again for the
+    // doubled open time (600 ms), fleet-wide: not until the lease would have ended.
+    let (t, k) = (target(), keys(1));
+    for _ in 0..3 {
+        a.fail(&t, &k, 0, &error(ErrorKind::Unavailable, None));
+    }
+    let open_until = skip_until(&a.gate(&t, &k)).expect("open until");
+    tokio::time::sleep_until(open_until + Duration::from_millis(5)).await;
+    let (gate, _) = a.board.admit(&support::query(&t, &k));
+    assert_eq!(gate, Gate::Pass { credential: 0, probe: true });
+    eventually("b waits for a's probe", PROPAGATION, || {
+        reason(&b.gate(&t, &k)) == "circuit half-open: probe in flight"
+    })
+    .await;
+    a.fail(&t, &k, 0, &error(ErrorKind::Unavailable, None));
+    let soon = Instant::now() + Duration::from_secs(5);
+    eventually("b holds the reopened circuit, not the probe's lease", PROPAGATION, || {
+        skip_until(&b.gate(&t, &k)).is_some_and(|until| until < soon)
+            && reason(&b.gate(&t, &k)) != "circuit half-open: probe in flight"
+    })
+    .await;
 }
 
 async fn a_success_clears_an_exhausted_target(a: &Replica, b: &Replica) {
