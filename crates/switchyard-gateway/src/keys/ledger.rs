@@ -83,13 +83,15 @@ struct Books {
 pub(crate) struct Ledger {
     books: Mutex<Books>,
     in_flight: AtomicU32,
+    /// Wakes a spend write waiting to be sent again, once Redis answers a read.
+    retry_now: tokio::sync::Notify,
 }
 
 impl Ledger {
     pub(crate) fn new(rules: &KeyRules) -> Self {
         let minute = Minute { start: Instant::now(), requests: 0, tokens: 0 };
         let books = Books { limiter: Limiter::new(rules.limits), spend: Spend::default(), minute };
-        Self { books: Mutex::new(books), in_flight: AtomicU32::new(0) }
+        Self { books: Mutex::new(books), in_flight: AtomicU32::new(0), retry_now: tokio::sync::Notify::new() }
     }
 
     fn books(&self) -> MutexGuard<'_, Books> {
@@ -245,7 +247,15 @@ impl ClientKey {
             let (ledger, hash, spend) = (self.ledger.clone(), self.hash.clone(), spend.clone());
             let reading = async move {
                 let answer = spend.get(&hash, &period).await;
-                let rewrite = ledger.books().spend.read(&period, answer);
+                let (rewrite, waiting) = {
+                    let mut books = ledger.books();
+                    let rewrite = books.spend.read(&period, answer);
+                    (rewrite, books.spend.awaits_retry() && !books.spend.degraded())
+                };
+                // Redis answers again: the write waiting on its backoff goes now.
+                if waiting {
+                    ledger.retry_now.notify_one();
+                }
                 if let Some(due) = rewrite {
                     write(ledger, hash, spend, due);
                 }
@@ -301,7 +311,10 @@ fn write(ledger: Arc<Ledger>, hash: Arc<str>, spend: Arc<SharedSpend>, due: Due)
                     next
                 }
                 Then::Retry => {
-                    tokio::time::sleep(wait).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = ledger.retry_now.notified() => {}
+                    }
                     wait = (wait * 2).min(RETRY_AT_MOST);
                     match ledger.books().spend.retry(&due.period) {
                         Some(again) => again,

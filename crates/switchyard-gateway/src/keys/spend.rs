@@ -30,6 +30,9 @@ pub(crate) struct Spend {
     writing: Option<String>,
     /// The last call to Redis failed.
     degraded: bool,
+    /// A write failed and waits to be sent again: until it lands, what Redis does not hold
+    /// counts for every replica, even once Redis answers reads again.
+    unwritten: bool,
     read_at: Option<Instant>,
     reading: bool,
 }
@@ -76,7 +79,7 @@ impl Spend {
     /// counted `replicas` times while Redis is out of reach.
     pub(crate) fn total(&self, replicas: usize) -> f64 {
         let unconfirmed = (self.mine - self.written).max(0.0);
-        let weight = if self.degraded { replicas.max(1) as f64 } else { 1.0 };
+        let weight = if self.degraded || self.unwritten { replicas.max(1) as f64 } else { 1.0 };
         self.others + self.written + unconfirmed * weight
     }
 
@@ -114,11 +117,13 @@ impl Spend {
                 self.written = self.written.max(held.own).max(due.usd);
                 self.mine = self.mine.max(self.written);
                 self.degraded = false;
+                self.unwritten = false;
                 self.writing = None;
                 self.write_due().map_or(Then::Done, Then::Write)
             }
             Err(_) => {
                 self.degraded = true;
+                self.unwritten = true;
                 Then::Retry
             }
         }
@@ -133,6 +138,12 @@ impl Spend {
     /// Whether the last call to Redis failed.
     pub(crate) fn degraded(&self) -> bool {
         self.degraded
+    }
+
+    /// Whether a failed write waits to be sent again (a read that Redis answered says it is
+    /// worth sending now).
+    pub(crate) fn awaits_retry(&self) -> bool {
+        self.unwritten && self.writing.is_some()
     }
 
     /// The period to read the fleet's total of, when it is time to.
@@ -190,6 +201,23 @@ mod tests {
         let again = spend.retry(&due.period).expect("a failed write is sent again");
         assert!(matches!(spend.written(&again, held(4.0, 1.0)), Then::Done));
         assert_eq!(spend.total(3), 5.0, "the fleet's total, this replica's dollar in it");
+    }
+
+    #[test]
+    fn a_write_not_yet_landed_counts_for_every_replica_though_redis_answers_reads_again() {
+        let mut spend = Spend::default();
+        spend.roll(Period::Day, SystemTime::now());
+        spend.charge(1.0);
+        let due = spend.write_due().unwrap();
+        spend.written(&due, Err("down".into()));
+        let period = spend.read_due(Instant::now()).unwrap();
+        assert!(spend.read(&period, held(2.0, 0.0)).is_none(), "the waiting writer holds the write");
+        assert!(spend.awaits_retry());
+        assert_eq!(spend.total(3), 5.0, "the others' 2, and this run's unwritten dollar three times");
+        let again = spend.retry(&due.period).unwrap();
+        spend.written(&again, held(2.0, 1.0));
+        assert_eq!(spend.total(3), 3.0);
+        assert!(!spend.awaits_retry());
     }
 
     #[test]
