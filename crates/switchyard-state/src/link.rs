@@ -79,6 +79,9 @@ struct Snapshot {
     epoch: String,
     #[serde(default)]
     recs: HashMap<String, HashMap<String, String>>,
+    /// Another run holds this replica's name (this one was paused past its heartbeat).
+    #[serde(default)]
+    taken: Option<Replica>,
 }
 
 /// What woke the task.
@@ -718,6 +721,15 @@ impl Link {
             return;
         };
         self.replicas = snapshot.replicas;
+        if let Some(other) = &snapshot.taken {
+            tracing::error!(
+                target: "switchyard::shared_state",
+                replica = %self.settings().replica,
+                holder_host = %other.host,
+                holder_pid = other.pid,
+                "another run holds this replica's name (this one was paused past its heartbeat): it no longer heartbeats; restart it, or give it a name of its own"
+            );
+        }
         self.report();
         let lost = self.epoch.as_ref().is_some_and(|epoch| *epoch != snapshot.epoch);
         self.epoch = Some(snapshot.epoch.clone());
@@ -820,7 +832,7 @@ impl Link {
         let Some(mut conn) = self.conn.clone() else { return };
         let scripts = self.scripts.clone();
         let mut call = scripts.leave.prepare_invoke();
-        call.arg(&self.settings().prefix).arg(&self.settings().replica);
+        call.arg(&self.settings().prefix).arg(&self.settings().replica).arg(&self.shared.member.instance);
         let _ = self.bounded(call.invoke_async::<i64>(&mut conn)).await;
     }
 }

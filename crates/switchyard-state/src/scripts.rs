@@ -161,8 +161,9 @@ redis.call('PUBLISH', prefix .. ':changes', msg)
 return msg
 "#;
 
-/// The periodic round trip: renews this replica's heartbeat, drops the dead from the
-/// membership, and reads every record unless the fleet's write counter still reads what the
+/// The periodic round trip: renews this replica's heartbeat (unless another run of the same
+/// name holds it: then it says so, `taken`), drops the dead from the membership, and reads
+/// every record unless the fleet's write counter still reads what the
 /// replica has applied. ARGV: prefix, replica, heartbeat ttl in ms, the replica's description
 /// (JSON), the generation it has applied (-1 for a full resync), and an epoch to set when
 /// none is (the epoch names this Redis's copy of the records: a new one means they were lost).
@@ -174,7 +175,18 @@ if not epoch then
   redis.call('SET', prefix .. ':epoch', epoch)
 end
 redis.call('PEXPIRE', prefix .. ':epoch', 86400000)
-redis.call('SET', prefix .. ':replica:' .. me, info, 'PX', ttl)
+-- The name is this run's unless another run holds it (this one was paused past its heartbeat
+-- and the name was claimed meanwhile): then that run's heartbeat stands, and this one is told.
+local taken = nil
+local held = redis.call('GET', prefix .. ':replica:' .. me)
+if held then
+  local other = cjson.decode(held)
+  local mine = cjson.decode(info).instance
+  if other.instance ~= nil and other.instance ~= '' and other.instance ~= mine then taken = other end
+end
+if taken == nil then
+  redis.call('SET', prefix .. ':replica:' .. me, info, 'PX', ttl)
+end
 redis.call('SADD', prefix .. ':replicas', me)
 redis.call('PEXPIRE', prefix .. ':replicas', ttl * 10)
 local replicas = {}
@@ -188,7 +200,7 @@ for _, id in ipairs(redis.call('SMEMBERS', prefix .. ':replicas')) do
 end
 local seq = tonumber(redis.call('GET', prefix .. ':seq') or '0')
 if seq == known then
-  return cjson.encode({now = now, replicas = replicas, seq = seq, epoch = epoch, unchanged = true})
+  return cjson.encode({now = now, replicas = replicas, seq = seq, epoch = epoch, unchanged = true, taken = taken})
 end
 local recs = {}
 local count = 0
@@ -201,13 +213,16 @@ for _, name in ipairs(redis.call('SMEMBERS', prefix .. ':index')) do
     count = count + 1
   end
 end
-local out = {now = now, replicas = replicas, count = count, seq = seq, epoch = epoch}
+local out = {now = now, replicas = replicas, count = count, seq = seq, epoch = epoch, taken = taken}
 if count > 0 then out.recs = recs end
 return cjson.encode(out)
 "#;
 
-/// Removes this replica from the membership at shutdown. ARGV: prefix, replica.
+/// Removes this replica from the membership at shutdown, unless another run holds its name.
+/// ARGV: prefix, replica, this run's instance.
 const LEAVE: &str = r#"
+local held = redis.call('GET', prefix .. ':replica:' .. ARGV[2])
+if held and cjson.decode(held).instance ~= ARGV[3] then return now end
 redis.call('DEL', prefix .. ':replica:' .. ARGV[2])
 redis.call('SREM', prefix .. ':replicas', ARGV[2])
 return now

@@ -143,6 +143,25 @@ async fn replicas_announce_themselves_and_leave_when_dropped() {
 }
 
 #[tokio::test]
+async fn a_run_whose_name_another_run_took_does_not_take_it_back() {
+    // `a` was paused past its heartbeat and another run of `a` claimed the name meanwhile
+    // (written here as that run would): `a`'s heartbeat must not overwrite it.
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |s| s.reconcile_every = Duration::from_millis(50)).await;
+    let other = r#"{"id":"a","version":"0","config_hash":"","host":"elsewhere","pid":4242,"started_ms":1,"in_flight":0,"instance":"another-run"}"#;
+    server.cli(&["SET", "switchyard:replica:a", other, "PX", "60000"]);
+    // A round trip of `a`'s after the other run's claim reads that run in the membership.
+    eventually("a's heartbeat round trip ran since", OUTAGE, || {
+        a.store().status().replicas.iter().any(|replica| replica.host == "elsewhere")
+    })
+    .await;
+    assert!(
+        server.cli(&["GET", "switchyard:replica:a"]).contains("another-run"),
+        "the other run's heartbeat stands"
+    );
+}
+
+#[tokio::test]
 async fn no_secret_reaches_redis_and_the_url_s_password_is_masked() {
     let server = RedisServer::start();
     let a = redis_replica(&server, "a", |_| {}).await;
