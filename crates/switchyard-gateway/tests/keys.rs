@@ -123,6 +123,11 @@ async fn a_key_over_its_rate_is_refused_with_retry_after_and_no_upstream_call_wh
     let refused = chat(gateway, TEAM, "default").await;
     assert_eq!(refused.status, 429);
     assert_eq!(refused.body["error"]["code"], "key_rate_limited", "{}", refused.body);
+    assert_eq!(
+        refused.body["error"]["message"],
+        "the key `team` is over its requests_per_minute of 2: retry after 30s",
+        "the limit is named, as configured"
+    );
     assert_eq!(refused.retry_after, Some(30), "one request every 30 s refills");
     assert_eq!(upstream.calls.load(Ordering::SeqCst), 2, "no provider was called for the refusal");
     assert_eq!(chat(gateway, BARE, "default").await.status, 200, "another key is served meanwhile");
@@ -154,6 +159,8 @@ async fn a_key_at_its_requests_in_flight_is_refused_at_once_until_one_ends() {
     upstream.arrived.notified().await;
     let refused = chat(gateway, TEAM, "default").await;
     assert_eq!((refused.status, refused.body["error"]["code"].as_str()), (429, Some("key_rate_limited")));
+    let message = refused.body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("max_concurrent of 1 requests in flight"), "{message}");
     assert!(refused.retry_after.is_some());
     assert_eq!(upstream.calls.load(Ordering::SeqCst), 1);
     upstream.release.add_permits(1000);
@@ -169,6 +176,8 @@ async fn tokens_beyond_a_keys_minute_hold_it_until_they_are_paid_back() {
     // 20 tokens used of 15: 5 in debt, and 1 more wanted, at 0.25 a second.
     let refused = chat(gateway, TEAM, "default").await;
     assert_eq!((refused.status, refused.body["error"]["code"].as_str()), (429, Some("key_rate_limited")));
+    let message = refused.body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("over its tokens_per_minute of 15"), "{message}");
     assert_eq!(refused.retry_after, Some(24));
     assert_eq!(upstream.calls.load(Ordering::SeqCst), 1);
     tokio::time::advance(Duration::from_secs(24)).await;

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::limiter::{Limiter, Mode, Step};
 use super::spend::{Due, Spend, Then};
-use super::{ClientKey, KeyRules, Period};
+use super::{ClientKey, KeyRules, Limit, Period};
 
 /// The fleet's Redis, when there is one: its leases (rates) and the spend it keeps.
 #[derive(Clone, Copy, Default)]
@@ -49,7 +49,7 @@ pub(crate) enum Refusal {
     /// The model is not among the key's `routes`.
     NotAllowed { routes: Vec<String> },
     /// Over its requests or tokens per minute, or its requests in flight.
-    RateLimited { retry_after: Duration, what: &'static str },
+    RateLimited { retry_after: Duration, limit: Limit },
     /// Its budget for the period is spent.
     Budget { spent: f64, usd: f64, per: Period, resets: SystemTime },
 }
@@ -150,15 +150,17 @@ impl ClientKey {
         let Some(max) = self.rules.limits.max_concurrent else { return Ok(pass) };
         let bound = shared.concurrent_share(max);
         if in_flight >= bound {
-            return Err(Refusal::RateLimited { retry_after: Duration::from_secs(1), what: "max_concurrent" });
+            return Err(Refusal::RateLimited {
+                retry_after: Duration::from_secs(1),
+                limit: Limit::MaxConcurrent,
+            });
         }
         Ok(pass)
     }
 
     /// Refuses a request over the key's requests or tokens per minute.
     async fn within_rate(&self, shared: Shared<'_>) -> Result<(), Refusal> {
-        let refuse =
-            |retry_after| Refusal::RateLimited { retry_after, what: "requests or tokens per minute" };
+        let refuse = |(retry_after, limit)| Refusal::RateLimited { retry_after, limit };
         let mode = shared.mode();
         let (step, expired) = {
             let mut books = self.ledger.books();
@@ -174,7 +176,7 @@ impl ClientKey {
         }
         let ask = match step {
             Ok(()) => return Ok(()),
-            Err(Step::Refuse(wait)) => return Err(refuse(wait)),
+            Err(Step::Refuse(wait, limit)) => return Err(refuse((wait, limit))),
             Err(Step::Lease(ask)) => ask,
         };
         let Some(store) = shared.store else { return Ok(()) };
@@ -185,7 +187,7 @@ impl ClientKey {
             // Out of the fleet's reach: the key's share.
             None => match books.limiter.admit(Mode::Share(shared.replicas()), Instant::now()) {
                 Ok(()) => Ok(()),
-                Err(Step::Refuse(wait)) => Err(wait),
+                Err(Step::Refuse(wait, limit)) => Err((wait, limit)),
                 Err(Step::Lease(_)) => Ok(()),
             },
         };

@@ -17,7 +17,7 @@ use std::time::Duration;
 use switchyard_pacing::fleet::{BucketSpec, DIMENSIONS, LeaseAsk, LeaseGrant, SLICE_TTL, slice_size};
 use tokio::time::Instant;
 
-use super::KeyLimits;
+use super::{KeyLimits, Limit};
 
 /// A bucket holding a minute's worth (or its share of it), refilled at the rate.
 #[derive(Debug, Clone)]
@@ -65,8 +65,8 @@ impl Buckets {
         Self { requests: bucket(limits.requests_per_minute), tokens: bucket(limits.tokens_per_minute) }
     }
 
-    /// Takes a request when both buckets allow one; else the longer wait.
-    fn admit(&mut self, now: Instant) -> Result<(), Duration> {
+    /// Takes a request when both buckets allow one; else the longer wait, and whose it is.
+    fn admit(&mut self, now: Instant) -> Result<(), (Duration, Limit)> {
         let tokens = self.tokens.as_mut().map_or(Ok(()), |b| b.ready(now));
         let requests = self.requests.as_mut().map_or(Ok(()), |b| b.ready(now));
         match (requests, tokens) {
@@ -76,8 +76,9 @@ impl Buckets {
                 }
                 Ok(())
             }
-            (Err(a), Err(b)) => Err(a.max(b)),
-            (Err(wait), _) | (_, Err(wait)) => Err(wait),
+            (Err(a), Err(b)) if b > a => Err((b, Limit::TokensPerMinute)),
+            (Err(wait), _) => Err((wait, Limit::RequestsPerMinute)),
+            (_, Err(wait)) => Err((wait, Limit::TokensPerMinute)),
         }
     }
 
@@ -142,8 +143,10 @@ impl Limiter {
     /// fleet) what to lease before it can be told.
     pub(crate) fn admit(&mut self, mode: Mode, now: Instant) -> Result<(), Step> {
         match mode {
-            Mode::Alone => self.alone.admit(now).map_err(Step::Refuse),
-            Mode::Share(replicas) => self.share_of(replicas, now).admit(now).map_err(Step::Refuse),
+            Mode::Alone => self.alone.admit(now).map_err(|(wait, limit)| Step::Refuse(wait, limit)),
+            Mode::Share(replicas) => {
+                self.share_of(replicas, now).admit(now).map_err(|(wait, limit)| Step::Refuse(wait, limit))
+            }
             Mode::Fleet => self.spend_hand(now).map_err(Step::Lease),
         }
     }
@@ -199,10 +202,10 @@ impl Limiter {
     }
 
     /// Takes in what the fleet granted, then admits the request from it; or the wait the
-    /// fleet said.
-    pub(crate) fn granted(&mut self, grant: &LeaseGrant, now: Instant) -> Result<(), Duration> {
+    /// fleet said, and the limit it is for.
+    pub(crate) fn granted(&mut self, grant: &LeaseGrant, now: Instant) -> Result<(), (Duration, Limit)> {
         if let Some(wait) = grant.retry_in {
-            return Err(wait);
+            return Err((wait, self.short_of(grant)));
         }
         self.hand.held[0] += grant.granted[0];
         self.hand.held[1] += grant.granted[1];
@@ -211,7 +214,19 @@ impl Limiter {
         self.hand.held[1] -= pay;
         self.hand.owed -= pay;
         // A grant meets the need it was asked for; only an expiry in between leaves it short.
-        self.spend_hand(now).map_err(|_| Duration::from_secs(1))
+        self.spend_hand(now).map_err(|ask| {
+            let limit = if ask.need[0] > 0.0 { Limit::RequestsPerMinute } else { Limit::TokensPerMinute };
+            (Duration::from_secs(1), limit)
+        })
+    }
+
+    /// The limit the fleet could not grant a lease for: requests when the hand needed one
+    /// and the fleet's bucket holds less, else tokens.
+    fn short_of(&self, grant: &LeaseGrant) -> Limit {
+        let requests_short = self.limits.requests_per_minute.is_some()
+            && self.hand.held[0] < 1.0
+            && grant.level[0].is_none_or(|level| level < 1.0);
+        if requests_short { Limit::RequestsPerMinute } else { Limit::TokensPerMinute }
     }
 
     /// Charges the tokens an answer used, counted as `mode` says.
@@ -232,8 +247,8 @@ impl Limiter {
 /// Why [`Limiter::admit`] did not admit at once.
 #[derive(Debug)]
 pub(crate) enum Step {
-    /// Refused: the key may send again after this.
-    Refuse(Duration),
+    /// Refused by this limit: the key may send again after the wait.
+    Refuse(Duration, Limit),
     /// Lease this from the fleet first.
     Lease(Box<LeaseAsk>),
 }
@@ -252,8 +267,10 @@ mod tests {
         for _ in 0..5 {
             assert!(limiter.admit(Mode::Alone, Instant::now()).is_ok());
         }
-        let Err(Step::Refuse(wait)) = limiter.admit(Mode::Alone, Instant::now()) else { panic!("refused") };
-        assert_eq!(wait.as_secs_f64().round(), 12.0);
+        let Err(Step::Refuse(wait, limit)) = limiter.admit(Mode::Alone, Instant::now()) else {
+            panic!("refused")
+        };
+        assert_eq!((wait.as_secs_f64().round(), limit), (12.0, Limit::RequestsPerMinute));
         tokio::time::advance(Duration::from_secs(12)).await;
         assert!(limiter.admit(Mode::Alone, Instant::now()).is_ok());
     }
@@ -263,9 +280,11 @@ mod tests {
         let mut limiter = Limiter::new(limits(None, Some(600)));
         assert!(limiter.admit(Mode::Alone, Instant::now()).is_ok());
         limiter.charge(900.0, Mode::Alone, Instant::now());
-        let Err(Step::Refuse(wait)) = limiter.admit(Mode::Alone, Instant::now()) else { panic!("refused") };
+        let Err(Step::Refuse(wait, limit)) = limiter.admit(Mode::Alone, Instant::now()) else {
+            panic!("refused")
+        };
         // 301 tokens short at 10 a second.
-        assert_eq!(wait.as_secs_f64().ceil(), 31.0);
+        assert_eq!((wait.as_secs_f64().ceil(), limit), (31.0, Limit::TokensPerMinute));
     }
 
     #[tokio::test(start_paused = true)]
@@ -297,6 +316,25 @@ mod tests {
         assert_eq!(buckets[1], None, "no tokens bucket to give to");
         assert!(limiter.expired().is_none(), "once");
         let refused = LeaseGrant { retry_in: Some(Duration::from_millis(100)), ..LeaseGrant::default() };
-        assert_eq!(limiter.granted(&refused, Instant::now()), Err(Duration::from_millis(100)));
+        let short = (Duration::from_millis(100), Limit::RequestsPerMinute);
+        assert_eq!(limiter.granted(&refused, Instant::now()), Err(short));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_the_fleet_refused_names_the_limit_its_bucket_was_short_of() {
+        let refused = |requests: f64, tokens: f64| LeaseGrant {
+            retry_in: Some(Duration::from_secs(2)),
+            level: [Some(requests), Some(tokens), None, None, None, None],
+            ..LeaseGrant::default()
+        };
+        let short = |limiter: &mut Limiter, grant: &LeaseGrant| {
+            assert!(matches!(limiter.admit(Mode::Fleet, Instant::now()), Err(Step::Lease(_))));
+            limiter.granted(grant, Instant::now()).map_err(|(_, limit)| limit)
+        };
+        let mut both = Limiter::new(limits(Some(600), Some(6000)));
+        assert_eq!(short(&mut both, &refused(0.2, 900.0)), Err(Limit::RequestsPerMinute));
+        assert_eq!(short(&mut both, &refused(40.0, 0.5)), Err(Limit::TokensPerMinute));
+        let mut tokens = Limiter::new(limits(None, Some(6000)));
+        assert_eq!(short(&mut tokens, &refused(0.0, 0.5)), Err(Limit::TokensPerMinute), "no requests limit");
     }
 }

@@ -31,6 +31,39 @@ pub struct KeyLimits {
     pub max_concurrent: Option<u32>,
 }
 
+/// One of a key's limits, as its configuration names it: the one that refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// `requests_per_minute`.
+    RequestsPerMinute,
+    /// `tokens_per_minute`.
+    TokensPerMinute,
+    /// `max_concurrent`.
+    MaxConcurrent,
+}
+
+impl Limit {
+    /// Its key under `limits` in the configuration.
+    pub fn key(self) -> &'static str {
+        match self {
+            Limit::RequestsPerMinute => "requests_per_minute",
+            Limit::TokensPerMinute => "tokens_per_minute",
+            Limit::MaxConcurrent => "max_concurrent",
+        }
+    }
+}
+
+impl KeyLimits {
+    /// The value configured for `limit`, if any.
+    pub fn of(&self, limit: Limit) -> Option<u64> {
+        match limit {
+            Limit::RequestsPerMinute => self.requests_per_minute,
+            Limit::TokensPerMinute => self.tokens_per_minute,
+            Limit::MaxConcurrent => self.max_concurrent.map(u64::from),
+        }
+    }
+}
+
 /// What a key may spend per period (`gateway.keys[].budget`), in US dollars at the
 /// providers' configured prices.
 #[derive(Debug, Clone, Copy, PartialEq)]

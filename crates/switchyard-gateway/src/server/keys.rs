@@ -15,7 +15,7 @@ use super::errors::ApiError;
 use super::finished::Ending;
 use super::request::RequestContext;
 use super::state::{AppState, Live};
-use crate::keys::{ClientKey, Refusal, Shared};
+use crate::keys::{ClientKey, Limit, Refusal, Shared};
 
 /// The fleet's Redis as keys count through it, when there is one.
 pub(crate) fn shared<'a>(state: &'a AppState, live: &'a Live) -> Shared<'a> {
@@ -55,14 +55,19 @@ fn refused(key: &ClientKey, model: &str, refusal: Refusal) -> ApiError {
             "model_not_allowed",
             format!("the key `{name}` may not use `{model}`: it may use {}", routes.join(", ")),
         ),
-        Refusal::RateLimited { retry_after, what } => {
+        Refusal::RateLimited { retry_after, limit } => {
+            let wait = retry_after.as_secs_f64().ceil().max(1.0);
+            let value = key.rules.limits.of(limit).unwrap_or_default();
+            let over = match limit {
+                Limit::MaxConcurrent => format!("has its max_concurrent of {value} requests in flight"),
+                Limit::RequestsPerMinute | Limit::TokensPerMinute => {
+                    format!("is over its {} of {value}", limit.key())
+                }
+            };
             let mut error = ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "key_rate_limited",
-                format!(
-                    "the key `{name}` is at its {what}: retry after {}s",
-                    retry_after.as_secs_f64().ceil().max(1.0)
-                ),
+                format!("the key `{name}` {over}: retry after {wait}s"),
             );
             error.retry_after = Some(retry_after);
             error
