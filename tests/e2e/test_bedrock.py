@@ -207,7 +207,10 @@ def test_a_refused_beta_flag_skips_bedrock_with_health_untouched(mock, gateway, 
     assert raw.parse().content[0].text == "mock answer from claude-sonnet-4-5"
     assert fake.requests[-1]["json"]["anthropic_beta"] == ["claude-code-20250219"]
     _, record, _ = gw.get("/admin/requests/" + raw.headers["x-request-id"])
-    assert [a["outcome"] for a in record["attempts"]] == ["skipped_unsupported", "ok"]
+    # Bedrock was asked and refused: a call that failed, the target's lack, not its health.
+    assert [a["outcome"] for a in record["attempts"]] == ["failed", "ok"]
+    refusal = record["attempts"][0]["error"]
+    assert (refusal["status"], refusal["unsupported"]) == (400, True), refusal
     health = gw.health_of("bedrock:claude-sonnet-4-5")
     assert health["status"] in ("unknown", "available"), health
 

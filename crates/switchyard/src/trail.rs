@@ -138,6 +138,12 @@ pub struct Attempt {
 }
 
 impl Attempt {
+    /// Whether the target could not take the request, as its adapter or the provider said:
+    /// health untouched, and it says nothing of why the others failed.
+    pub fn unsupported(&self) -> bool {
+        self.error.as_ref().is_some_and(ProviderError::is_unsupported)
+    }
+
     /// A call to `target` with the credential `credential_id`, `started` after the request
     /// began, taking `duration` of which `queued` waiting for the pacer; outcome `ok` until
     /// the router says otherwise.
@@ -342,6 +348,9 @@ impl Serialize for ErrorView<'_> {
         map.serialize_entry("detail", error.detail())?;
         if let Some(retry_after) = error.retry_after() {
             map.serialize_entry("retry_after_ms", &millis(retry_after))?;
+        }
+        if error.is_unsupported() {
+            map.serialize_entry("unsupported", &true)?;
         }
         map.end()
     }

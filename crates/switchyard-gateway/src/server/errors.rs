@@ -141,7 +141,7 @@ fn all_failed_status(attempts: &[Attempt]) -> (StatusCode, Option<Duration>) {
     // of why the others failed: rate-limited elsewhere, the request is still a 429.
     let telling: Vec<&Attempt> = attempts
         .iter()
-        .filter(|a| a.target().is_some() && a.outcome != Outcome::SkippedUnsupported)
+        .filter(|a| a.target().is_some() && !a.unsupported())
         .filter(|a| a.error.is_some() || a.outcome == Outcome::SkippedExhausted)
         .collect();
     if telling.is_empty() {

@@ -44,7 +44,8 @@ pub(super) fn failed_generation(reason: &str) -> Option<ProviderError> {
         "LANGUAGE" => {
             let detail =
                 "Gemini did not finish the answer (LANGUAGE): the model does not answer in this language";
-            return Some(ProviderError::unsupported(detail).with_code(reason));
+            // Answered (a 200): a call that failed, not a skip.
+            return Some(ProviderError::unsupported(detail).with_code(reason).with_status(200));
         }
         _ => return None,
     };

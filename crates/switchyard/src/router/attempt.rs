@@ -332,9 +332,18 @@ impl<'r, X: Exchange> Run<'r, X> {
                     if who.probe {
                         self.ctx.inner.health.release_probe(&who.target, &who.slot.credential_ids);
                     }
-                    let error = miss.error.with_target(who.target.clone());
-                    attempt.outcome = Outcome::SkippedUnsupported;
-                    attempt.credential_id = None;
+                    // Refused by the provider itself (a status: a 413, a model that takes no
+                    // images, a prefill refused, an answer that could not continue): a call
+                    // made with its key, which failed. Else its adapter could not write the
+                    // request, and the target was skipped without a call.
+                    let error = if miss.error.status().is_some() {
+                        attempt.outcome = Outcome::Failed;
+                        who.attribute(miss.error)
+                    } else {
+                        attempt.outcome = Outcome::SkippedUnsupported;
+                        attempt.credential_id = None;
+                        miss.error.with_target(who.target.clone())
+                    };
                     attempt.error = Some(error.clone());
                     return Called::Unsupported(Unsupported { error, attempt });
                 }

@@ -290,7 +290,12 @@ impl Exchange for ContinueExchange {
 /// target is skipped (health untouched) and the walk goes on.
 fn refused_prefill(error: ProviderError) -> ProviderError {
     if error.kind() == ErrorKind::InvalidRequest && !error.is_unsupported() {
-        return ProviderError::unsupported(format!("refused to continue the answer: {}", error.detail()));
+        let refused =
+            ProviderError::unsupported(format!("refused to continue the answer: {}", error.detail()));
+        return match error.status() {
+            Some(status) => refused.with_status(status),
+            None => refused,
+        };
     }
     error
 }
@@ -311,6 +316,8 @@ async fn regenerate(
              with the {} characters the caller has",
             x.delivered.chars().count()
         ))
+        // It answered (and was billed for it): a call that failed, not a skip.
+        .with_status(200)
     };
     let mut kept = VecDeque::new();
     loop {

@@ -519,8 +519,7 @@ impl Router {
             let attempt = self.run(&EmbeddingsExchange(request), resolved, options).await;
             let unsupported = |error: &RouteError| {
                 let trail = error.trail();
-                !trail.is_empty()
-                    && trail.iter().all(|a| a.outcome == crate::trail::Outcome::SkippedUnsupported)
+                !trail.is_empty() && trail.iter().all(crate::trail::Attempt::unsupported)
             };
             let go_on = attempt.as_ref().is_err_and(unsupported);
             outcome = Some(attempt);

@@ -209,8 +209,7 @@ impl<'r> Record<'r> {
     /// The reasons of every target skipped as unsupported, when that is all the trail holds:
     /// no target could have served the request.
     pub(super) fn all_unsupported(&self) -> Option<String> {
-        let all = !self.unsupported.is_empty()
-            && self.trail.attempts().iter().all(|a| a.outcome == Outcome::SkippedUnsupported);
+        let all = !self.unsupported.is_empty() && self.trail.attempts().iter().all(Attempt::unsupported);
         all.then(|| self.unsupported.join("; "))
     }
 

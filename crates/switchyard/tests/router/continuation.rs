@@ -127,9 +127,12 @@ async fn a_regenerated_answer_that_begins_otherwise_leaves_the_original_break() 
         (error.error.kind(), error.error.target().map(|t| t.as_str())),
         (ErrorKind::Transport, Some("a:m"))
     );
-    let skipped = &error.trail.attempts()[1];
-    assert_eq!(skipped.outcome, Outcome::SkippedUnsupported);
-    assert!(skipped.error.as_ref().unwrap().detail().contains("did not begin with"), "{skipped:?}");
+    // b was called, answered and billed: a call that failed, with its key, not a skip.
+    let called = &error.trail.attempts()[1];
+    assert_eq!((called.outcome, called.credential_id.is_some()), (Outcome::Failed, true), "{called:?}");
+    let refusal = called.error.as_ref().unwrap();
+    assert!(refusal.detail().contains("did not begin with"), "{called:?}");
+    assert_eq!((refusal.is_unsupported(), refusal.status()), (true, Some(200)));
     let health = router.target_health(&"b:m".parse().unwrap());
     assert_eq!(health.consecutive_failures, 0, "b did nothing wrong");
     assert_ne!(health.status, HealthStatus::TemporarilyUnavailable);
@@ -146,7 +149,8 @@ async fn a_refused_prefill_never_masks_the_real_break() {
 
     let error = error.expect("the break stands");
     assert_eq!(error.error.kind(), ErrorKind::Transport, "the caller hears of the cut, not of the refusal");
-    assert_eq!(error.trail.outcomes(), [Outcome::Failed, Outcome::SkippedUnsupported]);
+    assert_eq!(error.trail.outcomes(), [Outcome::Failed, Outcome::Failed], "b was called and refused");
+    assert!(error.trail.attempts()[1].unsupported(), "the refusal is b's lack, not a failure of health");
     assert_eq!(b.calls(), 1, "a refusal is not retried");
     let health = router.target_health(&"b:m".parse().unwrap());
     assert_eq!(health.consecutive_failures, 0);
@@ -165,7 +169,8 @@ async fn the_continuation_walks_on_past_a_target_that_cannot_continue() {
 
     assert!(error.is_none(), "{error:?}");
     assert_eq!(text, ANSWER);
-    assert_eq!(stream.trail().outcomes(), [Outcome::Failed, Outcome::SkippedUnsupported, Outcome::Continued]);
+    assert_eq!(stream.trail().outcomes(), [Outcome::Failed, Outcome::Failed, Outcome::Continued]);
+    assert!(stream.trail().attempts()[1].unsupported(), "b could not continue: it was asked, and refused");
 }
 
 #[tokio::test(start_paused = true)]

@@ -152,6 +152,29 @@ async fn a_gated_target_is_still_tried_when_the_only_other_cannot_take_the_reque
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_target_that_refuses_the_request_as_too_large_was_called_and_its_health_is_untouched() {
+    // A 413 from the provider: the target's lack, as an adapter's refusal is, but it was asked.
+    let too_large = || Step::Fail(ProviderError::unsupported("request entity too large").with_status(413));
+    let a = SimulatedProvider::new().script([too_large(), too_large()]);
+    let b = SimulatedProvider::new();
+    let router = gated_for_30s(&a, &b);
+
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Failed, Outcome::Ok], "a call, not a skip");
+    let refused = &answer.trail.attempts()[0];
+    assert!(refused.credential_id.is_some() && refused.unsupported(), "{refused:?}");
+    assert_eq!(refused.error.as_ref().and_then(ProviderError::status), Some(413));
+    assert_eq!(router.target_health(&target("a:m")).consecutive_failures, 0);
+
+    // Refused by every target: the request is the problem, named as such.
+    let c = SimulatedProvider::new().script([too_large()]);
+    let only = router_with(&[("c", &c)], Route::builder("default").target("c:m"), no_breaker());
+    let error = only.chat(&request("default")).await.expect_err("no target can take it");
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidRequest));
+    assert!(error.to_string().contains("can serve this request: c:m: request entity too large"), "{error}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn when_every_target_is_gated_and_the_first_to_recover_cannot_take_the_request_the_next_is_tried() {
     let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable), cannot_take_it()]);
     let b = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]);
