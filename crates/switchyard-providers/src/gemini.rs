@@ -90,7 +90,7 @@ use ::http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 use switchyard::chat::{
     ChatRequest, ChatResponse, Embedding, EmbeddingInput, EmbeddingsRequest, EmbeddingsResponse, Extra,
-    TokenCount,
+    TokenCount, Usage,
 };
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
 use switchyard::{ErrorKind, ProviderError};
@@ -259,6 +259,43 @@ pub(crate) fn answer_stream(response: http::Response, model: &str, redactor: Red
     crate::sse::read_chunks(GeminiChunks::new(events, model, redactor))
 }
 
+impl GeminiProvider {
+    /// The vectors of `texts` by `batchEmbedContents`, at most [`EMBED_BATCH`] a call, and
+    /// the tokens they counted when every call said.
+    async fn embed_batches(
+        &self,
+        call: &Call<'_>,
+        path: &str,
+        texts: &[String],
+        options: &serde_json::Map<String, Value>,
+    ) -> Result<(Vec<Vec<f32>>, Option<u32>), ProviderError> {
+        if texts.is_empty() {
+            return Err(invalid_request("input: give at least one text to embed"));
+        }
+        let mut vectors = Vec::with_capacity(texts.len());
+        let mut tokens = Some(0u32);
+        for batch in texts.chunks(EMBED_BATCH) {
+            let requests: Vec<Value> =
+                batch.iter().map(|text| embed_request(text, Some(path), options)).collect();
+            let url = self.url(call.model, "batchEmbedContents")?;
+            let body = encode(&json!({ "requests": requests }))?;
+            let answer: BatchEmbedContentsResponse = self.send_for_json(*call, url, body).await?;
+            if answer.embeddings.len() != batch.len() {
+                let detail = format!(
+                    "batchEmbedContents returned {} vectors for {} inputs",
+                    answer.embeddings.len(),
+                    batch.len()
+                );
+                return Err(ProviderError::new(ErrorKind::MalformedResponse, detail));
+            }
+            let counted = answer.usage.and_then(|usage| usage.prompt_tokens);
+            tokens = tokens.zip(counted).map(|(sum, n)| sum.saturating_add(n));
+            vectors.extend(answer.embeddings.into_iter().map(|e| e.values));
+        }
+        Ok((vectors, tokens))
+    }
+}
+
 impl Provider for GeminiProvider {
     fn kind(&self) -> &str {
         "gemini"
@@ -324,41 +361,16 @@ impl Provider for GeminiProvider {
         Box::pin(async move {
             let path = model_path(call.model)?;
             let options = embedding_options(request)?;
-            let vectors = match &request.input {
+            let (vectors, tokens) = match &request.input {
                 EmbeddingInput::One(text) => {
                     let url = self.url(call.model, "embedContent")?;
                     let body = encode(&embed_request(text, None, &options))?;
                     let answer: EmbedContentResponse = self.send_for_json(call, url, body).await?;
-                    vec![answer.embedding.values]
+                    (vec![answer.embedding.values], answer.usage.and_then(|u| u.prompt_tokens))
                 }
                 // Refused by `embedding_options` above.
-                EmbeddingInput::Tokens(_) => Vec::new(),
-                EmbeddingInput::Many(texts) => {
-                    if texts.is_empty() {
-                        return Err(invalid_request("input: give at least one text to embed"));
-                    }
-                    let mut vectors = Vec::with_capacity(texts.len());
-                    // Gemini embeds at most 100 texts a batch.
-                    for batch in texts.chunks(EMBED_BATCH) {
-                        let requests: Vec<Value> =
-                            batch.iter().map(|text| embed_request(text, Some(&path), &options)).collect();
-                        let url = self.url(call.model, "batchEmbedContents")?;
-                        let body = encode(&json!({ "requests": requests }))?;
-                        let answer: BatchEmbedContentsResponse = self.send_for_json(call, url, body).await?;
-                        if answer.embeddings.len() != batch.len() {
-                            return Err(ProviderError::new(
-                                ErrorKind::MalformedResponse,
-                                format!(
-                                    "batchEmbedContents returned {} vectors for {} inputs",
-                                    answer.embeddings.len(),
-                                    batch.len()
-                                ),
-                            ));
-                        }
-                        vectors.extend(answer.embeddings.into_iter().map(|e| e.values));
-                    }
-                    vectors
-                }
+                EmbeddingInput::Tokens(_) => (Vec::new(), None),
+                EmbeddingInput::Many(texts) => self.embed_batches(&call, &path, texts, &options).await?,
             };
             Ok(EmbeddingsResponse {
                 data: vectors
@@ -367,7 +379,7 @@ impl Provider for GeminiProvider {
                     .map(|(embedding, index)| Embedding { index, embedding })
                     .collect(),
                 model: call.model.to_owned(),
-                usage: None,
+                usage: tokens.map(|tokens| Usage::new(tokens, 0)),
                 extra: Extra::new(),
             })
         })

@@ -568,9 +568,10 @@ async fn titan_embeds_one_text_per_call_and_cohere_a_batch() {
             let which = if seen.body["inputText"] == "a" { 1.0 } else { 2.0 };
             json_reply(200, &[], &json!({"embedding": [which, -0.25], "inputTextTokenCount": 3}))
         } else {
+            // Cohere's own body counts nothing here: Bedrock's header does.
             json_reply(
                 200,
-                &[],
+                &[("x-amzn-bedrock-input-token-count", "5")],
                 &json!({"embeddings": [[0.1], [0.2]], "id": "x", "response_type": "embeddings_floats"}),
             )
         }
@@ -594,6 +595,7 @@ async fn titan_embeds_one_text_per_call_and_cohere_a_batch() {
     let request = EmbeddingsRequest { dimensions: None, ..request };
     let cohere = provider.embeddings(caller.call("cohere.embed-english-v3", None), &request).await.unwrap();
     assert_eq!(cohere.data.iter().map(|e| e.embedding[0]).collect::<Vec<_>>(), vec![0.1, 0.2]);
+    assert_eq!(cohere.usage.map(|u| u.prompt_tokens), Some(5), "as Bedrock counted them");
     assert_eq!(fake.last_request().body, json!({"texts": ["a", "b"], "input_type": "search_document"}));
 }
 
@@ -607,10 +609,12 @@ async fn cohere_embeds_in_batches_of_96_and_embed_v4_answers_by_type_at_the_size
             Some(_) => json!({ "float": vectors }),
             None => json!(vectors),
         };
+        // No header: Cohere's own count of what it billed.
+        let meta = json!({ "billed_units": { "input_tokens": 2 * texts } });
         json_reply(
             200,
             &[],
-            &json!({"embeddings": embeddings, "id": "x", "response_type": "embeddings_by_type"}),
+            &json!({"embeddings": embeddings, "id": "x", "response_type": "embeddings_by_type", "meta": meta}),
         )
     })
     .await;
@@ -628,6 +632,7 @@ async fn cohere_embeds_in_batches_of_96_and_embed_v4_answers_by_type_at_the_size
     };
     let v4 = provider.embeddings(caller.call("cohere.embed-v4:0", None), &request).await.unwrap();
     assert_eq!(v4.data.len(), 100);
+    assert_eq!(v4.usage.map(|u| u.prompt_tokens), Some(200), "both calls' billed tokens");
     assert_eq!(
         (v4.data[99].index, v4.data[99].embedding.clone()),
         (99, vec![3.0]),

@@ -1025,7 +1025,9 @@ async fn a_key_echoed_by_the_upstream_never_reaches_the_error() {
 
 #[tokio::test]
 async fn one_input_is_embedded_with_embed_content() {
-    let fake = Fake::json(200, json!({ "embedding": { "values": [0.25, -0.5, 1.0] } })).await;
+    let answer =
+        json!({ "embedding": { "values": [0.25, -0.5, 1.0] }, "usageMetadata": { "promptTokenCount": 2 } });
+    let fake = Fake::json(200, answer).await;
     let request = EmbeddingsRequest {
         model: "embed".into(),
         input: EmbeddingInput::One("Hello world".into()),
@@ -1043,6 +1045,7 @@ async fn one_input_is_embedded_with_embed_content() {
     assert_eq!(response.data.len(), 1);
     assert_eq!(response.data[0].index, 0);
     assert_eq!(response.data[0].embedding, vec![0.25, -0.5, 1.0]);
+    assert_eq!(response.usage.map(|u| u.prompt_tokens), Some(2));
     assert_eq!(response.model, "gemini-embedding-001");
 }
 
@@ -1066,6 +1069,7 @@ async fn several_inputs_are_embedded_in_one_batch_in_input_order() {
             { "model": "models/gemini-embedding-001", "content": { "parts": [{ "text": "Second text" }] } }
         ]})
     );
+    assert_eq!(response.usage, None, "not counted where the API does not say");
     let vectors: Vec<(u32, Vec<f32>)> = response.data.into_iter().map(|e| (e.index, e.embedding)).collect();
     assert_eq!(vectors, vec![(0, vec![1.0, 0.0]), (1, vec![0.0, 1.0])]);
 }
@@ -1075,7 +1079,8 @@ async fn inputs_are_embedded_in_batches_of_100_and_base64_asked_of_the_gateway_i
     let fake = Fake::start(|seen| {
         let texts = seen.body["requests"].as_array().map_or(0, Vec::len);
         let embeddings: Vec<Value> = (0..texts).map(|i| json!({ "values": [i as f64] })).collect();
-        json_reply(200, &[], &json!({ "embeddings": embeddings }))
+        let usage = json!({ "promptTokenCount": 2 * texts });
+        json_reply(200, &[], &json!({ "embeddings": embeddings, "usageMetadata": usage }))
     })
     .await;
     let mut extra = Extra::new();
@@ -1091,6 +1096,7 @@ async fn inputs_are_embedded_in_batches_of_100_and_base64_asked_of_the_gateway_i
         fake.requests().iter().map(|seen| seen.body["requests"].as_array().unwrap().len()).collect();
     assert_eq!(batches, [100, 50]);
     assert_eq!((response.data[149].index, response.data[149].embedding.clone()), (149, vec![49.0]));
+    assert_eq!(response.usage.map(|u| u.prompt_tokens), Some(300), "both batches' counts");
 }
 
 #[tokio::test]

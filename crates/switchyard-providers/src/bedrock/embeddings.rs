@@ -69,7 +69,7 @@ pub(super) async fn embed(
     }
     let mut tokens = 0u32;
     let mut data = Vec::with_capacity(answers.len());
-    for (i, answer) in answers.iter().enumerate() {
+    for (i, (answer, _)) in answers.iter().enumerate() {
         tokens += answer.get("inputTextTokenCount").and_then(Value::as_u64).unwrap_or(0) as u32;
         data.push(vector(i, answer.get("embedding").unwrap_or(&Value::Null))?);
     }
@@ -95,6 +95,9 @@ async fn cohere(
         return Err(ProviderError::unsupported(format!("`dimensions`: `{}` embeds at one size", call.model)));
     }
     let mut data = Vec::with_capacity(texts.len());
+    // The tokens every call counted, when each said (Bedrock's header, or Cohere's own
+    // `meta.billed_units`).
+    let mut tokens = Some(0u32);
     for batch in texts.chunks(COHERE_BATCH) {
         let mut body = json!({ "texts": batch, "input_type": input_type });
         if v4 {
@@ -103,7 +106,9 @@ async fn cohere(
                 body["output_dimension"] = json!(dimensions);
             }
         }
-        let answer = call_model(provider, call, &body).await?;
+        let (answer, counted) = call_model(provider, call, &body).await?;
+        let billed = || answer.pointer("/meta/billed_units/input_tokens")?.as_u64()?.try_into().ok();
+        tokens = tokens.zip(counted.or_else(billed)).map(|(sum, n)| sum.saturating_add(n));
         let vectors = match answer.get("embeddings") {
             Some(Value::Array(vectors)) => vectors,
             Some(by_type) => by_type.get("float").and_then(Value::as_array).map_or(&[][..], Vec::as_slice),
@@ -117,7 +122,8 @@ async fn cohere(
             data.push(vector(data.len(), v)?);
         }
     }
-    Ok(EmbeddingsResponse { data, model: call.model.to_owned(), ..EmbeddingsResponse::default() })
+    let usage = tokens.map(|tokens| Usage::new(tokens, 0));
+    Ok(EmbeddingsResponse { data, model: call.model.to_owned(), usage, ..EmbeddingsResponse::default() })
 }
 
 /// How many Titan calls (a text each) go at once.
@@ -126,23 +132,29 @@ const TITAN_AT_ONCE: usize = 4;
 /// The most texts one Cohere embed call takes.
 const COHERE_BATCH: usize = 96;
 
-/// One InvokeModel call with `body`, its answer as JSON.
+/// One InvokeModel call with `body`: its answer as JSON, and the input tokens Bedrock counted
+/// (`x-amzn-bedrock-input-token-count`), when it says.
 async fn call_model(
     provider: &BedrockProvider,
     call: &Call<'_>,
     body: &Value,
-) -> Result<Value, ProviderError> {
+) -> Result<(Value, Option<u32>), ProviderError> {
     let bytes = serde_json::to_vec(body).map_err(|error| ProviderError::unsupported(error.to_string()))?;
     let (response, redactor): (http::Response, Redactor) =
         provider.send(call, &model_path(call.model, "invoke"), bytes, "application/json").await?;
+    let counted = response
+        .headers()
+        .get("x-amzn-bedrock-input-token-count")
+        .and_then(|value| value.to_str().ok()?.trim().parse().ok());
     let bytes = http::read_body(response).await?;
-    serde_json::from_slice(&bytes).map_err(|error| {
+    let answer = serde_json::from_slice(&bytes).map_err(|error| {
         let error = ProviderError::new(
             ErrorKind::MalformedResponse,
             format!("the answer is not JSON ({error}): {}", http::excerpt(&String::from_utf8_lossy(&bytes))),
         );
         redact(error, &redactor)
-    })
+    })?;
+    Ok((answer, counted))
 }
 
 /// Vector `index` of an answer.

@@ -181,6 +181,9 @@ impl GoogleError {
 pub(super) struct EmbedContentResponse {
     /// `embedding`, the one vector; required.
     pub(super) embedding: ContentEmbedding,
+    /// `usageMetadata`, what the texts counted, when the API says.
+    #[serde(default, rename = "usageMetadata")]
+    pub(super) usage: Option<EmbeddingUsage>,
 }
 
 /// The answer of `batchEmbedContents`.
@@ -190,6 +193,17 @@ pub(super) struct BatchEmbedContentsResponse {
     /// inputs.
     #[serde(default)]
     pub(super) embeddings: Vec<ContentEmbedding>,
+    /// `usageMetadata`, what the texts counted, when the API says.
+    #[serde(default, rename = "usageMetadata")]
+    pub(super) usage: Option<EmbeddingUsage>,
+}
+
+/// `EmbeddingUsageMetadata`: the tokens of the texts embedded.
+#[derive(Debug, Deserialize)]
+pub(super) struct EmbeddingUsage {
+    /// `promptTokenCount`.
+    #[serde(default, rename = "promptTokenCount")]
+    pub(super) prompt_tokens: Option<u32>,
 }
 
 /// `ContentEmbedding`, one vector.
