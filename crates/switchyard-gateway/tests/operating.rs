@@ -695,5 +695,17 @@ gateway:
         if found { Ok(listed) } else { Err(listed.to_string()) }
     })
     .await;
-    assert_eq!(listed["requests"][0]["endpoint"], "chat_completions", "{listed}");
+    let left = &listed["requests"][0];
+    assert_eq!(left["endpoint"], "chat_completions", "{listed}");
+    // What the router did before the client left: the route, and the call it was waiting on.
+    assert_eq!(left["route"], "default", "{left}");
+    let id = left["request_id"].as_str().unwrap_or_else(|| panic!("{left}"));
+    let (_, record) = gateway.get(&format!("/admin/requests/{id}")).await;
+    let attempts = record["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{record}");
+    assert_eq!(
+        (&attempts[0]["target"], &attempts[0]["outcome"], &attempts[0]["note"]),
+        (&json!("slow:m"), &json!("cancelled"), &json!("the caller went away")),
+        "{record}"
+    );
 }

@@ -361,6 +361,28 @@ pub(crate) fn millis(duration: Duration) -> f64 {
     (duration.as_micros() as f64) / 1000.0
 }
 
+/// Where a request's trail goes when its caller drops the request before the router answered
+/// (a gateway's client went away): the route and what the attempts that ended recorded, the
+/// one under way as `cancelled`. Give a clone in
+/// [`RequestOptions::unfinished`](crate::RequestOptions::unfinished) and [`take`](Self::take)
+/// it once the request is dropped; it stays empty for a request that ended.
+#[derive(Debug, Clone, Default)]
+pub struct Unfinished(Arc<std::sync::Mutex<Option<RouteTrail>>>);
+
+/// A route's name and a trail of it.
+pub type RouteTrail = (Arc<str>, Trail);
+
+impl Unfinished {
+    /// The route and the trail of a request dropped before it ended.
+    pub fn take(&self) -> Option<RouteTrail> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+    }
+
+    pub(crate) fn put(&self, route: Arc<str>, trail: Trail) {
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((route, trail));
+    }
+}
+
 /// The ordered attempts of one request.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(transparent)]

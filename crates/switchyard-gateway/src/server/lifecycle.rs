@@ -52,19 +52,40 @@ pub(crate) async fn lifecycle(
     let read = json_body(&parts.headers, body, &context.live.gateway).await;
     match read {
         Ok(body) => {
-            let mut watch = Abandoned { state: state.clone(), context: Some(context.clone()) };
+            let watch = Abandoned { state: state.clone(), context: Some(context.clone()) };
             parts.extensions.insert(Accepted { context, body });
-            let response = next.run(Request::from_parts(parts, Body::empty())).await;
-            watch.context = None;
-            response
+            let handler = Box::pin(next.run(Request::from_parts(parts, Body::empty())));
+            Watched { handler, watch }.await
         }
         Err(error) => context.fail(&state, error),
     }
 }
 
+/// A handler watched for its client going away: dropped unfinished, the handler goes first
+/// (fields drop in order), its router leaving the route and trail in the request's
+/// [`Unfinished`](switchyard::trail::Unfinished), then the watch logs the request with them.
+struct Watched<F> {
+    handler: std::pin::Pin<Box<F>>,
+    watch: Abandoned,
+}
+
+impl<F: Future<Output = Response>> Future for Watched<F> {
+    type Output = Response;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Response> {
+        let response = std::task::ready!(self.handler.as_mut().poll(cx));
+        self.watch.context = None;
+        std::task::Poll::Ready(response)
+    }
+}
+
 /// A request whose client goes away before it is answered: the handler is dropped unfinished,
-/// and this logs it then (499, as a stream its client left is), so that every request has its
-/// line, metrics and `/admin/requests` entry.
+/// and this logs it then (499, as a stream its client left is), with the route and the trail
+/// of what its router did, so that every request has its line, metrics and `/admin/requests`
+/// entry.
 struct Abandoned {
     state: Arc<AppState>,
     /// Until the handler answered.
@@ -75,14 +96,19 @@ impl Drop for Abandoned {
     fn drop(&mut self) {
         // A handler that panicked did not lose its client.
         let Some(context) = self.context.take().filter(|_| !std::thread::panicking()) else { return };
-        let ending = super::finished::Ending {
-            route: "".into(),
-            served_by: None,
-            status: 499,
-            attempts: 0,
-            settled: None,
-        };
-        context.finish(&self.state, ending);
+        match context.progress.unfinished.take() {
+            Some((route, trail)) => context.finish_failure(&self.state, route, 499, trail),
+            None => {
+                let ending = super::finished::Ending {
+                    route: "".into(),
+                    served_by: None,
+                    status: 499,
+                    attempts: 0,
+                    settled: None,
+                };
+                context.finish(&self.state, ending);
+            }
+        }
     }
 }
 

@@ -73,6 +73,8 @@ pub(crate) struct Progress {
     /// When the router took the request: its trail's offsets count from here, and what
     /// follows is the providers' time, not the gateway's.
     pub(crate) routed: std::sync::OnceLock<Instant>,
+    /// Where the router leaves the route and trail of a request its client left unanswered.
+    pub(crate) unfinished: switchyard::trail::Unfinished,
 }
 
 impl RequestContext {
@@ -143,6 +145,7 @@ impl RequestContext {
     pub(crate) fn options(&self, headers: &HeaderMap) -> RequestOptions {
         self.progress.routed.get_or_init(Instant::now);
         let mut options = options(headers);
+        options.unfinished = Some(self.progress.unfinished.clone());
         // An Anthropic client sends Claude's thinking back signed: only an Anthropic
         // provider's own is written to it.
         if self.dialect == Dialect::Anthropic {

@@ -244,6 +244,7 @@ impl<'r, X: Exchange> Run<'r, X> {
             self.record.calling(&who.target, self.verdict.last_kind());
         }
         let started = Instant::now();
+        self.record.sending(&who.target, who.credential_id(), started);
         let permit = match self.permit(&who).await {
             Ok(permit) => permit,
             Err(refused) => {

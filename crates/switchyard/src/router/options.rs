@@ -32,6 +32,9 @@ pub struct RequestOptions {
     /// [`affinity`](crate::affinity), its requests go back to the target and key that served
     /// it (kept per `cache_scope`, so one caller's sessions never steer another's).
     pub session: Option<String>,
+    /// Where the trail goes should the caller drop the request before it is answered (see
+    /// [`Unfinished`](crate::trail::Unfinished)); `None`: nowhere.
+    pub unfinished: Option<crate::trail::Unfinished>,
 }
 
 impl RequestOptions {

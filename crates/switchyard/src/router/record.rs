@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::credential::CredentialId;
 use crate::events::{EventBus, EventKind};
 use crate::pacing::Permit;
-use crate::trail::{Attempt, Outcome, Timing, Trail};
+use crate::trail::{Attempt, Outcome, Timing, Trail, Unfinished};
 use crate::{ErrorKind, Target};
 
 /// The record of one request.
@@ -25,6 +25,12 @@ pub(super) struct Record<'r> {
     unsupported: Vec<String>,
     /// The target called last, for the provider-switch event.
     previous: Option<Target>,
+    /// Where the trail goes if the request is dropped before it ends, and the route's name.
+    unfinished: Option<(Unfinished, Arc<str>)>,
+    /// The call sent last, and when: `cancelled` if the request is dropped before it ends.
+    under_way: Option<(Target, CredentialId, Instant)>,
+    /// The trail was taken: the request ended.
+    ended: bool,
 }
 
 impl<'r> Record<'r> {
@@ -36,6 +42,23 @@ impl<'r> Record<'r> {
             queued: Duration::ZERO,
             unsupported: Vec::new(),
             previous: None,
+            unfinished: None,
+            under_way: None,
+            ended: false,
+        }
+    }
+
+    /// Leaves the trail in `unfinished`, under `route`, should the request be dropped before
+    /// it ends.
+    pub(super) fn leaving_trail(mut self, unfinished: Option<Unfinished>, route: &Arc<str>) -> Self {
+        self.unfinished = unfinished.map(|unfinished| (unfinished, route.clone()));
+        self
+    }
+
+    /// A call to `target` with `credential_id` is sent, its attempt begun at `started`.
+    pub(super) fn sending(&mut self, target: &Target, credential_id: &CredentialId, started: Instant) {
+        if self.unfinished.is_some() {
+            self.under_way = Some((target.clone(), credential_id.clone(), started));
         }
     }
 
@@ -61,6 +84,7 @@ impl<'r> Record<'r> {
 
     /// The trail, for the answer or the error that ends the request.
     pub(super) fn take_trail(&mut self) -> Trail {
+        self.ended = true;
         std::mem::take(&mut self.trail)
     }
 
@@ -229,5 +253,25 @@ impl<'r> Record<'r> {
             attempts: self.trail.len(),
             last,
         });
+    }
+}
+
+impl Drop for Record<'_> {
+    /// A request dropped before it ended (its caller went away) leaves its trail where it was
+    /// asked to, the call under way as `cancelled`.
+    fn drop(&mut self) {
+        let Some((unfinished, route)) = self.unfinished.take().filter(|_| !self.ended) else { return };
+        if let Some((target, credential_id, started)) = self.under_way.take() {
+            let offset = self.offset(started);
+            let recorded =
+                self.trail.attempts().iter().any(|a| a.started == offset && a.target() == Some(&target));
+            if !recorded {
+                let mut attempt =
+                    Attempt::called(&target, &credential_id, offset, started.elapsed(), Duration::ZERO);
+                attempt.outcome = Outcome::Cancelled;
+                self.trail.push(attempt.with_note(Some("the caller went away".to_owned())));
+            }
+        }
+        unfinished.put(route, std::mem::take(&mut self.trail));
     }
 }

@@ -110,7 +110,8 @@ impl<'r, X: Exchange> Run<'r, X> {
         }
         Self {
             plan: Plan::new(chain, options.first_target_only()),
-            record: Record::new(&inner.events, started),
+            record: Record::new(&inner.events, started)
+                .leaving_trail(options.unfinished.clone(), route.name_arc()),
             verdict: Verdict::new(),
             ctx: Context {
                 inner,
