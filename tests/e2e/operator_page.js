@@ -99,6 +99,27 @@ async function details(page, report) {
     await page.click('#find button[type=submit]');
     await page.locator('#trail-summary', { hasText: 'no recent request' }).waitFor();
   });
+  await step('the client keys show their usage against their limits and budget', async () => {
+    const row = page.locator('#keys tr[data-key="team-a"]');
+    await row.waitFor();
+    const cell = async (name) => (await row.locator('td.' + name).innerText()).trim();
+    report.key_row = {
+      name: (await row.locator('td').first().innerText()).trim(),
+      routes: (await row.locator('td').nth(1).innerText()).trim(),
+      requests: await cell('requests'),
+      in_flight: await cell('in-flight'),
+      budget: await cell('budget'),
+    };
+  });
+  await step("a key's usage follows its requests live", async () => {
+    const before = parseInt(report.key_row.requests, 10);
+    await chat('steady:m');
+    await page.waitForFunction((n) => {
+      const cell = document.querySelector('#keys tr[data-key="team-a"] td.requests');
+      return cell && parseInt(cell.innerText, 10) > n;
+    }, before);
+    report.key_requests_after = (await page.locator('#keys tr[data-key="team-a"] td.requests').innerText()).trim();
+  });
   await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true });
 }
 

@@ -104,7 +104,11 @@ providers:
 routes:
   default: {{ targets: [down:m, steady:m], retry: {{ max_attempts: 1 }} }}
   broken: {{ targets: [cut:m] }}
-gateway: {{ keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }}
+gateway:
+  admin_key: env://E2E_ADMIN_KEY
+  keys:
+    - {{ name: team-a, key: env://E2E_GATEWAY_KEY, routes: [default, broken, steady:m],
+        limits: {{ requests_per_minute: 1000, max_concurrent: 8 }}, budget: {{ usd: 5, per: day }} }}
 """
 
 
@@ -126,6 +130,14 @@ def test_the_operator_page_shows_what_the_first_hour_needs(mock, gateway):
     for quick in report["quick"]:
         assert quick["text"] == f"{quick['ms']:.1f} ms" and quick["text"] != "0.0 ms", quick
     assert report["hash"].startswith("#req_"), report["hash"]
+    # The client key: its requests this minute against its limit, in flight, its budget.
+    key = report["key_row"]
+    assert key["name"].startswith("team-a") and "default, broken" in key["routes"], key
+    requests, limit = key["requests"].split(" / ")
+    assert int(requests) >= 12 and limit == "1000", key
+    assert key["in_flight"] == "0 / 8", key
+    assert key["budget"].startswith("$0.0000 of $5 a day") and "resets" in key["budget"], key
+    assert int(report["key_requests_after"].split(" / ")[0]) > int(requests), "read again as requests finish"
     assert report["page_errors"] == []
 
 
