@@ -71,6 +71,8 @@ pub struct AnthropicProvider {
     thinking: Option<ThinkingStyle>,
     /// Which of the client's `anthropic-beta` flags go on.
     betas: crate::BetaPolicy,
+    /// The past thinking each model refused as not its own, left out of later requests.
+    refused_thinking: past_thinking::Refused,
 }
 
 impl AnthropicProvider {
@@ -114,6 +116,7 @@ impl AnthropicProvider {
             forwarded,
             thinking: settings.thinking,
             betas: settings.betas.clone(),
+            refused_thinking: past_thinking::Refused::default(),
         })
     }
 
@@ -126,7 +129,11 @@ impl AnthropicProvider {
         call: &Call<'_>,
         body: Vec<u8>,
     ) -> Result<(http::Response, Option<switchyard::chat::StreamNotice>), ProviderError> {
-        past_thinking::sent(bytes::Bytes::from(body), |body| self.send_to(&self.endpoint, call, body)).await
+        let refused = (&self.refused_thinking, call.model);
+        past_thinking::sent(bytes::Bytes::from(body), refused, |body| {
+            self.send_to(&self.endpoint, call, body)
+        })
+        .await
     }
 
     /// [`send`](Self::send) to `endpoint`.

@@ -135,6 +135,8 @@ pub struct BedrockProvider {
     betas: BetaPolicy,
     thinking: Option<ThinkingStyle>,
     credentials: Arc<CredentialCache>,
+    /// The past thinking each Claude refused as not its own, left out of later requests.
+    refused_thinking: crate::anthropic::past_thinking::Refused,
 }
 
 impl BedrockProvider {
@@ -165,6 +167,7 @@ impl BedrockProvider {
             thinking: settings.thinking,
             credentials: Arc::new(CredentialCache::new(&bedrock.region, bedrock.aws.clone())),
             base_url,
+            refused_thinking: Default::default(),
         })
     }
 
@@ -323,8 +326,9 @@ impl Provider for BedrockProvider {
                 let body = invoke::body(&call, request, &self.betas(&call), self.thinking)?;
                 let path = model_path(call.model, "invoke");
                 let send = |body| self.send(&call, &path, body, "application/json");
+                let refused = (&self.refused_thinking, call.model);
                 let ((response, redactor), notice) =
-                    crate::anthropic::past_thinking::sent(Bytes::from(body), send).await?;
+                    crate::anthropic::past_thinking::sent(Bytes::from(body), refused, send).await?;
                 let bytes = http::read_body(response).await?;
                 let mut answer = crate::anthropic::whole_answer(request, bytes, call.credential.key())
                     .map_err(|e| redact(e, &redactor))?;
@@ -359,7 +363,10 @@ impl Provider for BedrockProvider {
             let path = model_path(call.model, action);
             let send = |body| self.send(&call, &path, body, accept);
             let ((response, redactor), notice) = match claude {
-                true => crate::anthropic::past_thinking::sent(Bytes::from(body), send).await?,
+                true => {
+                    let refused = (&self.refused_thinking, call.model);
+                    crate::anthropic::past_thinking::sent(Bytes::from(body), refused, send).await?
+                }
                 false => (send(Bytes::from(body)).await?, None),
             };
             check_event_stream(&response, &redactor)?;

@@ -208,6 +208,8 @@ pub struct VertexProvider {
     thinking: Option<ThinkingStyle>,
     /// Which of a client's `anthropic-beta` flags reach Claude (`betas:`).
     betas: crate::BetaPolicy,
+    /// The past thinking each Claude refused as not its own, left out of later requests.
+    refused_thinking: anthropic::past_thinking::Refused,
 }
 
 impl fmt::Debug for VertexProvider {
@@ -245,6 +247,7 @@ impl VertexProvider {
             tokens: TokenCache::new(tokens),
             thinking: settings.thinking,
             betas: settings.betas.clone(),
+            refused_thinking: Default::default(),
         })
     }
 
@@ -314,7 +317,8 @@ impl VertexProvider {
         body: Vec<u8>,
     ) -> Result<((http::Response, Secret), Option<StreamNotice>), ProviderError> {
         let send = |body| self.send(call, url.clone(), body, Publisher::Anthropic, None);
-        anthropic::past_thinking::sent(bytes::Bytes::from(body), send).await
+        anthropic::past_thinking::sent(bytes::Bytes::from(body), (&self.refused_thinking, call.model), send)
+            .await
     }
 
     async fn claude(&self, call: Call<'_>, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {

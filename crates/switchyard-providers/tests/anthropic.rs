@@ -288,6 +288,35 @@ async fn past_thinking_the_target_refuses_as_not_its_own_is_left_out_and_the_req
 }
 
 #[tokio::test]
+async fn thinking_a_model_refused_is_left_out_of_the_sessions_later_requests_at_once() {
+    // A session that failed over between Claudes carries the other's thinking in every later
+    // request: refused once, it is left out at once after, not refused again each time.
+    let fake = refusing_thinking_that_carries("from-another-claude").await;
+    let harness = Harness::new(provider(&fake.origin()), Some(KEY), "claude-sonnet-4-5");
+    let first = written_request(br#"{"model":"route","max_tokens":64,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"Read it"},{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"from-another-claude"},{"type":"text","text":"read"}]},{"role":"user","content":"and?"}]}"#);
+    harness.provider.chat(harness.call("claude-sonnet-4-5", None), &first).await.unwrap();
+    assert_eq!(fake.requests().len(), 2, "refused once, then sent without it");
+
+    let next = written_request(br#"{"model":"route","max_tokens":64,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"Read it"},{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"from-another-claude"},{"type":"text","text":"read"}]},{"role":"user","content":"and?"},{"role":"assistant","content":[{"type":"thinking","thinking":"u","signature":"its-own"},{"type":"text","text":"so"}]},{"role":"user","content":"then?"}]}"#);
+    let answer = harness.provider.chat(harness.call("claude-sonnet-4-5", None), &next).await.unwrap();
+    let seen = fake.requests();
+    assert_eq!(seen.len(), 3, "sent once, without the thinking refused before");
+    let sent = seen[2].body.to_string();
+    assert!(!sent.contains("from-another-claude") && sent.contains("its-own"), "{sent}");
+    assert!(
+        matches!(&answer.notices[..], [switchyard::chat::StreamNotice::Resent(note)] if note.contains("refused before")),
+        "the attempt's trail says so: {:?}",
+        answer.notices
+    );
+
+    // Another model has not refused it: it is sent as written, and refused there in turn.
+    harness.provider.chat(harness.call("claude-opus-4-5", None), &next).await.unwrap();
+    let seen = fake.requests();
+    assert_eq!(seen.len(), 5);
+    assert!(seen[3].body.to_string().contains("from-another-claude"));
+}
+
+#[tokio::test]
 async fn conversation_becomes_system_prompt_and_alternating_turns_with_tools_and_images() {
     let fake = Fake::json(200, text_answer()).await;
     let assistant_calls = Message {

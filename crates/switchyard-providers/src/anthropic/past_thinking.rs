@@ -19,31 +19,99 @@ use switchyard::{ErrorKind, ProviderError};
 /// What the trail of an attempt sent again without its past thinking says.
 const RESENT: &str = "the target refused a past turn's thinking as not its own: sent again without it";
 
-/// Sends `body` with `send`, and once more without its past thinking when the target refuses
-/// that thinking as not its own; the answer, with the notice for the attempt's trail when it
-/// was sent again.
-pub(crate) async fn sent<T, F, Fut>(body: Bytes, send: F) -> Result<(T, Option<StreamNotice>), ProviderError>
+/// What the trail of an attempt sent without thinking the target refused before says.
+const LEFT_OUT: &str = "a past turn's thinking the target refused before as not its own was left out";
+
+/// How many refused signatures a model's memory holds; past it, it starts again empty.
+const REMEMBERED: usize = 4096;
+
+/// The signed thinking each model of a provider refused as not its own, by a fingerprint of its
+/// signature. A conversation that failed over between Claudes carries the other's thinking in
+/// every later request; remembered, it goes at once rather than after another refusal each time.
+#[derive(Debug, Default)]
+pub(crate) struct Refused(
+    std::sync::Mutex<std::collections::HashMap<String, std::collections::HashSet<u64>>>,
+);
+
+impl Refused {
+    fn known(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, std::collections::HashSet<u64>>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether `model` refused any thinking yet: a body is read only then.
+    fn any(&self, model: &str) -> bool {
+        self.known().get(model).is_some_and(|set| !set.is_empty())
+    }
+
+    fn refused(&self, model: &str, fingerprint: u64) -> bool {
+        self.known().get(model).is_some_and(|set| set.contains(&fingerprint))
+    }
+
+    fn remember(&self, model: &str, fingerprints: Vec<u64>) {
+        let mut known = self.known();
+        let set = known.entry(model.to_owned()).or_default();
+        if set.len() + fingerprints.len() > REMEMBERED {
+            set.clear();
+        }
+        set.extend(fingerprints);
+    }
+}
+
+/// Sends `body` for `model` with `send`, without the past thinking `model` refused before, and
+/// once more without its past thinking when the target refuses that thinking as not its own
+/// (remembered in `refused`); the answer, with the notice for the attempt's trail when thinking
+/// was left out.
+pub(crate) async fn sent<T, F, Fut>(
+    body: Bytes,
+    (refused, model): (&Refused, &str),
+    send: F,
+) -> Result<(T, Option<StreamNotice>), ProviderError>
 where
     F: Fn(Bytes) -> Fut,
     Fut: Future<Output = Result<T, ProviderError>>,
 {
-    let resent = || Some(StreamNotice::Resent(RESENT.to_owned()));
+    let (body, left_out) = match refused.any(model) {
+        true => match without_past_thinking(&body, |_, block| refused.refused(model, fingerprint(block))) {
+            Some((stripped, _)) => (Bytes::from(stripped), true),
+            None => (body, false),
+        },
+        false => (body, false),
+    };
+    let notice = |text: &str| Some(StreamNotice::Resent(text.to_owned()));
     let error = match send(body.clone()).await {
         Err(error) if refuses_past_thinking(&error) => error,
-        sent => return sent.map(|answer| (answer, None)),
+        sent => return sent.map(|answer| (answer, if left_out { notice(LEFT_OUT) } else { None })),
     };
     // First without the thinking up to the turn the refusal names (what came after it, the
     // target may have written itself: it keeps thinking on), then without all of it.
     if let Some(upto) = refused_turn(&error)
-        && let Some(stripped) = without_past_thinking(&body, Some(upto))
+        && let Some((stripped, gone)) = without_past_thinking(&body, |turn, _| turn <= upto)
     {
         match send(Bytes::from(stripped)).await {
             Err(again) if refuses_past_thinking(&again) => {}
-            sent => return sent.map(|answer| (answer, resent())),
+            sent => {
+                let answer = sent?;
+                refused.remember(model, gone);
+                return Ok((answer, notice(RESENT)));
+            }
         }
     }
-    let Some(stripped) = without_past_thinking(&body, None) else { return Err(error) };
-    Ok((send(Bytes::from(stripped)).await?, resent()))
+    let Some((stripped, gone)) = without_past_thinking(&body, |_, _| true) else { return Err(error) };
+    let answer = send(Bytes::from(stripped)).await?;
+    refused.remember(model, gone);
+    Ok((answer, notice(RESENT)))
+}
+
+/// A thinking block's fingerprint: of its signature (`data` for redacted thinking).
+fn fingerprint(block: &Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let signed =
+        block.get("signature").or_else(|| block.get("data")).and_then(Value::as_str).unwrap_or_default();
+    let mut hasher = std::hash::DefaultHasher::new();
+    signed.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// The message a refusal of past thinking names (`messages.3.content.0: Invalid
@@ -76,25 +144,30 @@ fn refuses_past_thinking(error: &ProviderError) -> bool {
             || detail.contains("cannot be modified"))
 }
 
-/// `body` (a Messages body) without the thinking of its assistant turns (those up to message
-/// `upto`, when given); `None` when they have none. A conversation whose last assistant turn calls tools then goes on without thinking
-/// (Anthropic refuses thinking after a tool turn that has none), and without the clearing of
-/// thinking in its `context_management` (refused without thinking).
-fn without_past_thinking(body: &[u8], upto: Option<usize>) -> Option<Vec<u8>> {
+/// `body` (a Messages body) without the thinking blocks of its assistant turns that `strip`
+/// (given the message's index and the block) picks, and the fingerprints of those it took out;
+/// `None` when it picks none. A conversation whose last assistant turn calls tools then goes
+/// on without thinking (Anthropic refuses thinking after a tool turn that has none), and
+/// without the clearing of thinking in its `context_management` (refused without thinking).
+fn without_past_thinking(body: &[u8], strip: impl Fn(usize, &Value) -> bool) -> Option<(Vec<u8>, Vec<u64>)> {
     let mut body: Value = serde_json::from_slice(body).ok()?;
     let messages = body.get_mut("messages")?.as_array_mut()?;
-    let mut removed = false;
-    let upto = upto.unwrap_or(usize::MAX);
-    let turns =
-        messages.iter_mut().enumerate().filter(|(i, message)| *i <= upto && message["role"] == "assistant");
-    for (_, message) in turns {
+    let mut gone = Vec::new();
+    for (turn, message) in
+        messages.iter_mut().enumerate().filter(|(_, message)| message["role"] == "assistant")
+    {
         if let Some(blocks) = message.get_mut("content").and_then(Value::as_array_mut) {
-            let before = blocks.len();
-            blocks.retain(|block| !matches!(block["type"].as_str(), Some("thinking" | "redacted_thinking")));
-            removed |= blocks.len() != before;
+            blocks.retain(|block| {
+                let thinking = matches!(block["type"].as_str(), Some("thinking" | "redacted_thinking"));
+                let goes = thinking && strip(turn, block);
+                if goes {
+                    gone.push(fingerprint(block));
+                }
+                !goes
+            });
         }
     }
-    if !removed {
+    if gone.is_empty() {
         return None;
     }
     // Thinking goes on only after a tool turn that kept its own thinking.
@@ -118,7 +191,7 @@ fn without_past_thinking(body: &[u8], upto: Option<usize>) -> Option<Vec<u8>> {
             object.remove("context_management");
         }
     }
-    serde_json::to_vec(&body).ok()
+    Some((serde_json::to_vec(&body).ok()?, gone))
 }
 
 #[cfg(test)]
@@ -154,9 +227,10 @@ mod tests {
                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}]}
             ]
         });
-        let sent: Value =
-            serde_json::from_slice(&without_past_thinking(body.to_string().as_bytes(), None).unwrap())
-                .unwrap();
+        let sent: Value = serde_json::from_slice(
+            &without_past_thinking(body.to_string().as_bytes(), |_, _| true).unwrap().0,
+        )
+        .unwrap();
         assert_eq!(
             sent["messages"][1]["content"],
             json!([{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}])
@@ -168,11 +242,12 @@ mod tests {
         plain["messages"][1]["content"] =
             json!([{"type": "redacted_thinking", "data": "d"}, {"type": "text", "text": "ok"}]);
         plain["messages"][2] = json!({"role": "user", "content": "and?"});
-        let sent: Value =
-            serde_json::from_slice(&without_past_thinking(plain.to_string().as_bytes(), None).unwrap())
-                .unwrap();
+        let sent: Value = serde_json::from_slice(
+            &without_past_thinking(plain.to_string().as_bytes(), |_, _| true).unwrap().0,
+        )
+        .unwrap();
         assert_eq!(sent["messages"][1]["content"], json!([{"type": "text", "text": "ok"}]));
         assert_eq!(sent["thinking"], json!({"type": "adaptive"}));
-        assert!(without_past_thinking(sent.to_string().as_bytes(), None).is_none());
+        assert!(without_past_thinking(sent.to_string().as_bytes(), |_, _| true).is_none());
     }
 }
