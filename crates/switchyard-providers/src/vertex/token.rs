@@ -23,6 +23,10 @@ pub(crate) const MAX_MARGIN: Duration = Duration::from_secs(240);
 /// How long after a failed refresh the next is tried, while the token in hand is still valid.
 pub(crate) const RETRY_AFTER: Duration = Duration::from_secs(5);
 
+/// The longest a token fetch is waited for: a token endpoint that does not answer is a failed
+/// fetch, said as such, rather than a silence every call waiting on it blames on the model.
+pub(crate) const FETCH_LIMIT: Duration = Duration::from_secs(10);
+
 /// A token as its source gave it: the secret, and how long it lives from now.
 pub(crate) struct FreshToken {
     pub token: Secret,
@@ -84,7 +88,11 @@ impl<S: FetchToken> TokenCache<S> {
         if let Some(held) = self.held().filter(|held| now < held.refresh_at) {
             return Ok(held.token.clone());
         }
-        match self.source.fetch().await {
+        let fetched = tokio::time::timeout(FETCH_LIMIT, self.source.fetch()).await.unwrap_or_else(|_| {
+            let detail = format!("the token endpoint did not answer within {}s", FETCH_LIMIT.as_secs());
+            Err(AuthError::new(switchyard::ErrorKind::Timeout, detail))
+        });
+        match fetched {
             Ok(fresh) => Ok(self.keep(fresh)),
             Err(error) => match self.held().filter(|held| Instant::now() < held.expires_at) {
                 Some(held) => {
@@ -271,6 +279,23 @@ mod tests {
         let error = cache.token().await.unwrap_err();
         assert_eq!(error.kind(), ErrorKind::Transport);
         assert_eq!(cache.token().await.unwrap().expose(), "t3");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_token_endpoint_that_does_not_answer_is_a_timeout_and_the_valid_token_serves_meanwhile() {
+        let gate = Arc::new(Semaphore::new(1));
+        let cache = TokenCache::new(Counting { gate: Some(gate.clone()), ..Counting::new(HOUR) });
+        cache.token().await.unwrap();
+        // Due for refresh, still valid: the endpoint says nothing, the token in hand serves.
+        tokio::time::advance(HOUR - MAX_MARGIN).await;
+        let started = Instant::now();
+        assert_eq!(cache.token().await.unwrap().expose(), "t1");
+        assert_eq!(started.elapsed(), FETCH_LIMIT);
+        // Expired: the silence is the error, named.
+        tokio::time::advance(MAX_MARGIN).await;
+        let error = cache.token().await.unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Timeout);
+        assert!(error.to_string().contains("did not answer within 10s"), "{error}");
     }
 
     #[tokio::test(start_paused = true)]
