@@ -511,7 +511,7 @@ impl Router {
         let resolved = self.inner.resolve(&request.model)?;
         let chains = match resolved.explicit {
             true => vec![resolved.chain.clone()],
-            false => self.inner.embedding_spaces(resolved.route.targets()),
+            false => self.inner.embedding_spaces(&resolved),
         };
         let mut outcome = None;
         for chain in chains {

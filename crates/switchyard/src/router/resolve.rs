@@ -18,24 +18,26 @@ pub(super) struct Resolved {
 }
 
 impl Inner {
-    /// The chains of `targets` by embedding space, in the order the spaces first appear. A
-    /// target's space is its `embedding_space`, else the provider's own id of its model (two
-    /// route-side names of one model are one space; one name over two providers' models, two).
-    pub(super) fn embedding_spaces(&self, targets: &[crate::route::RouteTarget]) -> Vec<Vec<Target>> {
-        let space = |t: &crate::route::RouteTarget| -> String {
-            if let Some(space) = &t.embedding_space {
+    /// The targets of `resolved`'s chain (in its order: tiers, rotation within them) by
+    /// embedding space, in the order the spaces first appear. A target's space is its
+    /// `embedding_space`, else the provider's own id of its model (two route-side names of one
+    /// model are one space; one name over two providers' models, two).
+    pub(super) fn embedding_spaces(&self, resolved: &Resolved) -> Vec<Vec<Target>> {
+        let space = |target: &Target| -> String {
+            let configured = resolved.route.targets().iter().find(|t| t.target == *target);
+            if let Some(space) = configured.and_then(|t| t.embedding_space.as_ref()) {
                 return space.clone();
             }
-            let slot = self.providers.get(t.target.provider());
-            let model = slot.and_then(|slot| slot.provider_model(t.target.model()));
-            model.map_or_else(|| t.target.model().to_owned(), |model| model.to_string())
+            let slot = self.providers.get(target.provider());
+            let model = slot.and_then(|slot| slot.provider_model(target.model()));
+            model.map_or_else(|| target.model().to_owned(), |model| model.to_string())
         };
         let mut spaces: Vec<(String, Vec<Target>)> = Vec::new();
-        for target in targets {
+        for target in &resolved.chain {
             let name = space(target);
             match spaces.iter_mut().find(|(known, _)| *known == name) {
-                Some((_, chain)) => chain.push(target.target.clone()),
-                None => spaces.push((name, vec![target.target.clone()])),
+                Some((_, chain)) => chain.push(target.clone()),
+                None => spaces.push((name, vec![target.clone()])),
             }
         }
         spaces.into_iter().map(|(_, chain)| chain).collect()

@@ -148,3 +148,19 @@ async fn one_route_side_name_for_two_providers_models_is_two_spaces() {
     assert!(matches!(error, RouteError::Upstream { .. } | RouteError::AllTargetsFailed { .. }), "{error:?}");
     assert_eq!(titan.calls(), 0, "Titan's vectors are not OpenAI's");
 }
+
+#[tokio::test(start_paused = true)]
+async fn round_robin_takes_turns_over_the_targets_of_one_space() {
+    let a = SimulatedProvider::new();
+    let b = SimulatedProvider::new();
+    let route = Route::builder("embed")
+        .target("a:text-embedding-3-small")
+        .target("b:text-embedding-3-small")
+        .rotation(switchyard::route::Rotation::RoundRobin);
+    let router = router(&[("a", &a), ("b", &b)], route);
+
+    for _ in 0..4 {
+        router.embeddings(&embed("embed"), &RequestOptions::default()).await.unwrap();
+    }
+    assert_eq!((a.calls(), b.calls()), (2, 2), "rotation holds for embeddings as for chat");
+}
