@@ -164,9 +164,24 @@ async fn a_native_stream_whose_items_are_done_but_never_said_complete_is_whole_o
     // The provider's stream ends after every item is done, without `response.completed`: the
     // answer is whole (as a Chat Completions stream that ends after its finish is), not broken
     // and continued by another target into a second message.
+    items_done_without_completion("noterm").await;
+}
+
+#[tokio::test]
+async fn a_native_stream_held_open_after_its_items_are_done_is_whole_without_waiting_for_idle() {
+    // The same, the connection then held open: it ends whole after a second, not at `idle` (30 s)
+    // as a break the next target continues.
+    let started = std::time::Instant::now();
+    items_done_without_completion("noend").await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+}
+
+/// A Responses client's stream over a native target whose items end done without
+/// `response.completed` (the mock's `scenario`): one whole message, no other target asked.
+async fn items_done_without_completion(scenario: &str) {
     let (mock, _server) = switchyard_mock::spawn().await.unwrap();
     let yaml = format!(
-        "providers:\n  native: {{ kind: openai, base_url: 'http://{mock}/noterm/v1', api_key: sk-native-0123456789 }}\n  claude: {{ kind: anthropic, base_url: 'http://{mock}/ok', api_key: sk-claude-0123456789 }}\nroutes:\n  default: {{ targets: [native:gpt-4o, claude:claude-test], retry: {{ max_attempts: 1 }} }}\n"
+        "providers:\n  native: {{ kind: openai, base_url: 'http://{mock}/{scenario}/v1', api_key: sk-native-0123456789 }}\n  claude: {{ kind: anthropic, base_url: 'http://{mock}/ok', api_key: sk-claude-0123456789 }}\nroutes:\n  default: {{ targets: [native:gpt-4o, claude:claude-test], retry: {{ max_attempts: 1 }} }}\n"
     );
     let gateway = in_process_url(&yaml).await;
     let client = reqwest::Client::new();

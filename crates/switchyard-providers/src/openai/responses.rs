@@ -136,6 +136,7 @@ pub(super) fn chunks(response: crate::http::Response, key: Option<Secret>) -> Ch
         ended: false,
         skips: Skips::default(),
         items: Items::default(),
+        quiet: None,
     })
 }
 
@@ -146,28 +147,34 @@ impl ReadChunks for Reader {
         if self.ended {
             return Poll::Ready(None);
         }
-        let item = match ready!(self.events.poll_next_unpin(cx)) {
+        let polled = match self.events.poll_next_unpin(cx) {
+            Poll::Ready(polled) => polled,
+            // Every item it began is done, the last an answer: held open without its
+            // `response.completed`, it ends whole after AFTER_FINISH, as a Chat Completions
+            // stream held open after its finish does (keep-alives do not hold it).
+            Poll::Pending if self.items.is_whole() => {
+                let quiet =
+                    self.quiet.get_or_insert_with(|| Box::pin(tokio::time::sleep(switchyard::AFTER_FINISH)));
+                ready!(quiet.as_mut().poll(cx));
+                return Poll::Ready(Some(Ok(self.whole_without_completion())));
+            }
+            Poll::Pending => return Poll::Pending,
+        };
+        let item = match polled {
             // An event that is not JSON is skipped while few are; its frame is not passed on.
             Some(Ok(event)) => match self.read(&event) {
                 Err(error) if error.kind() == ErrorKind::MalformedResponse => self.skips.skip(error),
                 read => read,
             },
             Some(Err(error)) => Err(error),
-            None if self.items.is_whole() => {
-                // Every item it began was done: the answer is whole but for its terminator,
-                // as a Chat Completions stream that ends after its finish is.
-                self.ended = true;
-                let finish = if self.calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls };
-                let mut chunk = ChatChunk::notice(StreamNotice::Unterminated);
-                chunk.choices.push(ChunkChoice {
-                    index: 0,
-                    delta: Delta::default(),
-                    finish_reason: Some(finish),
-                });
-                return Poll::Ready(Some(Ok(chunk)));
-            }
+            // Every item it began was done: the answer is whole but for its terminator,
+            // as a Chat Completions stream that ends after its finish is.
+            None if self.items.is_whole() => return Poll::Ready(Some(Ok(self.whole_without_completion()))),
             None => Err(ProviderError::new(ErrorKind::Transport, "stream ended before response.completed")),
         };
+        if !self.items.is_whole() {
+            self.quiet = None;
+        }
         // `read` ends the stream at `response.completed`; an error ends it too.
         self.ended |= item.is_err();
         Poll::Ready(Some(item))
@@ -188,6 +195,20 @@ struct Reader {
     skips: Skips,
     /// The output items begun and done.
     items: Items,
+    /// Armed once every item is done, the last an answer: the wait for `response.completed`.
+    quiet: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Reader {
+    /// The end of a stream whose items are whole without its `response.completed`: its finish,
+    /// and the notice that its terminator is missing.
+    fn whole_without_completion(&mut self) -> ChatChunk {
+        self.ended = true;
+        let finish = if self.calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls };
+        let mut chunk = ChatChunk::notice(StreamNotice::Unterminated);
+        chunk.choices.push(ChunkChoice { index: 0, delta: Delta::default(), finish_reason: Some(finish) });
+        chunk
+    }
 }
 
 /// The output items of a stream: how many were begun, how many are done, and whether the last
