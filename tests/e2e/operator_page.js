@@ -49,6 +49,8 @@ async function details(page, report) {
   const broken = await chat('broken', { stream: true });
   report.broken_status = broken.status;
   for (let i = 0; i < 10; i++) { await chat('steady:m'); await chat('no-such-model'); }
+  // gpt-a answers 429: the key rests for gpt-a only, and gpt-b on the same key answers.
+  report.limited_status = (await chat('limited')).status;
 
   await page.goto(gateway + '/admin/');
   await step('the page asks for the admin key', () => logIn(page));
@@ -110,6 +112,12 @@ async function details(page, report) {
       in_flight: await cell('in-flight'),
       budget: await cell('budget'),
     };
+  });
+  await step('a key resting for one model is shown on that target', async () => {
+    const rest = page.locator('#targets tr[data-target="limited:gpt-a"] .key-rest');
+    await rest.waitFor();
+    report.key_rest = (await rest.innerText()).trim();
+    report.keys_of_limited = (await page.locator('#providers tr[data-provider="limited"]').innerText()).trim();
   });
   await step("a key's usage follows its requests live", async () => {
     const before = parseInt(report.key_row.requests, 10);

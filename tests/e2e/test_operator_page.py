@@ -101,13 +101,15 @@ providers:
   down: {{ kind: simulated, error_rates: {{ unavailable: 1.0 }} }}
   steady: {{ kind: simulated }}
   cut: {{ kind: openai_compatible, base_url: "{mock.base('cut=2')}/v1" }}
+  limited: {{ kind: openai_compatible, base_url: "{mock.base('model429=gpt-a')}/v1", api_key: sk-limited-0123456789 }}
 routes:
   default: {{ targets: [down:m, steady:m], retry: {{ max_attempts: 1 }} }}
   broken: {{ targets: [cut:m] }}
+  limited: {{ targets: [limited:gpt-a, limited:gpt-b], retry: {{ max_attempts: 1 }} }}
 gateway:
   admin_key: env://E2E_ADMIN_KEY
   keys:
-    - {{ name: team-a, key: env://E2E_GATEWAY_KEY, routes: [default, broken, steady:m],
+    - {{ name: team-a, key: env://E2E_GATEWAY_KEY, routes: [default, broken, limited, steady:m],
         limits: {{ requests_per_minute: 1000, max_concurrent: 8 }}, budget: {{ usd: 5, per: day }} }}
 """
 
@@ -138,6 +140,9 @@ def test_the_operator_page_shows_what_the_first_hour_needs(mock, gateway):
     assert key["in_flight"] == "0 / 8", key
     assert key["budget"].startswith("$0.0000 of $5 a day") and "resets" in key["budget"], key
     assert int(report["key_requests_after"].split(" / ")[0]) > int(requests), "read again as requests finish"
+    # A key rate-limited for one model rests for that model only, and the page says so.
+    assert report["limited_status"] == 200, report
+    assert "rests" in report["key_rest"] and report["key_rest"].split()[0] in report["keys_of_limited"], report
     assert report["page_errors"] == []
 
 
