@@ -323,6 +323,17 @@ where
         loop {
             match this {
                 Chunks::Reading(reader) => match std::task::ready!(reader.poll_chunk(cx)) {
+                    Some(Ok(chunk)) if let Some(index) = call_past_the_most(&chunk) => {
+                        // Nothing more is read: the stream is malformed, and ends here.
+                        *this = Chunks::Ended;
+                        let most = switchyard::chat::MAX_TOOL_CALLS;
+                        let detail =
+                            format!("a tool call index of {index}: a choice makes fewer than {most} calls");
+                        return Poll::Ready(Some(Err(ProviderError::new(
+                            ErrorKind::MalformedResponse,
+                            detail,
+                        ))));
+                    }
                     Some(item) => return Poll::Ready(Some(item)),
                     None => {
                         let Chunks::Reading(reader) = std::mem::replace(this, Chunks::Ended) else {
@@ -339,6 +350,12 @@ where
             }
         }
     }
+}
+
+/// The index of a tool call `chunk` names past the most a choice may make, if it names one.
+fn call_past_the_most(chunk: &ChatChunk) -> Option<u32> {
+    let calls = chunk.choices.iter().flat_map(|choice| &choice.delta.tool_calls);
+    calls.map(|call| call.index).find(|index| *index >= switchyard::chat::MAX_TOOL_CALLS)
 }
 
 /// Turns a byte stream (a response body) into SSE events. A body error ends the stream with a

@@ -1338,6 +1338,28 @@ async fn ratelimit_headers_of_an_error_are_reported_too() {
 }
 
 #[tokio::test]
+async fn a_content_block_index_past_the_most_a_message_opens_is_a_malformed_stream() {
+    // Block 4,000,000,000 would have the answer assembled for an Anthropic client make room
+    // for as many blocks: the stream is malformed there, for clients of either dialect.
+    let huge = (
+        "content_block_start",
+        json!({"type": "content_block_start", "index": 4_000_000_000u32,
+               "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}}),
+    );
+    let body = sse(&[message_start(), huge]);
+    let fake = Fake::start(move |_| respond(200, &[], "text/event-stream", Body::from(body.clone()))).await;
+    for request in [
+        hello(),
+        written_request(br#"{"model":"m","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}"#),
+    ] {
+        let items = stream(&fake, &request).await.unwrap();
+        let error = items.into_iter().find_map(Result::err).expect("the stream ends malformed");
+        assert_eq!(error.kind(), ErrorKind::MalformedResponse);
+        assert!(error.detail().contains("content block index of 4000000000"), "{error}");
+    }
+}
+
+#[tokio::test]
 async fn no_error_text_contains_the_key() {
     let echo = format!("invalid x-api-key: {KEY}");
     let mut errors = Vec::new();

@@ -518,6 +518,47 @@ async fn streamed_tool_calls_reassemble_from_their_deltas() {
 }
 
 #[tokio::test]
+async fn a_tool_call_index_past_the_most_a_choice_makes_is_a_malformed_stream_not_gigabytes_of_calls() {
+    // One chunk naming call 4,000,000,000 would have the answer's assembly make room for as
+    // many: the stream is malformed there, and the router fails over.
+    let body = sse(
+        &[
+            chunk(json!({"role": "assistant", "content": "Checking"}), Value::Null),
+            chunk(
+                json!({"tool_calls": [{"index": 4_000_000_000u32, "id": "call_x", "type": "function",
+                    "function": {"name": "f", "arguments": "{}"}}]}),
+                Value::Null,
+            ),
+            chunk(json!({}), json!("tool_calls")),
+        ],
+        true,
+    );
+    let (chunks, error) = streamed(body).await;
+    let error = error.expect("the stream ends malformed");
+    assert_eq!(error.kind(), ErrorKind::MalformedResponse);
+    assert!(error.detail().contains("tool call index of 4000000000"), "{error}");
+    assert_eq!(text_of(&chunks), "Checking", "what came before passes");
+    assert!(tool_calls_of(&chunks).is_empty());
+
+    // The last call a choice may make is still read.
+    let most = switchyard::chat::MAX_TOOL_CALLS - 1;
+    let body = sse(
+        &[
+            chunk(
+                json!({"tool_calls": [{"index": most, "id": "call_y", "type": "function",
+                "function": {"name": "f", "arguments": "{}"}}]}),
+                Value::Null,
+            ),
+            chunk(json!({}), json!("tool_calls")),
+        ],
+        true,
+    );
+    let (chunks, error) = streamed(body).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(chunks[0].choices[0].delta.tool_calls[0].index, most);
+}
+
+#[tokio::test]
 async fn a_streamed_refusal_is_the_models_answer_passed_on_as_it_is() {
     let body = sse(
         &[

@@ -151,7 +151,8 @@ fn add_delta(message: &mut Message, delta: Delta) {
             blocks.extend(thinking_blocks);
         }
     }
-    for call in tool_calls {
+    // A call past the most a stream may make is refused by its adapter; none is made room for.
+    for call in tool_calls.into_iter().filter(|call| call.index < crate::chat::MAX_TOOL_CALLS) {
         let index = call.index as usize;
         while message.tool_calls.len() <= index {
             message.tool_calls.push(ToolCall::function("", "", ""));
@@ -214,6 +215,20 @@ mod tests {
             choices: vec![ChunkChoice { index, delta, finish_reason: finish }],
             ..ChatChunk::default()
         }
+    }
+
+    #[test]
+    fn a_call_past_the_most_a_choice_makes_is_given_no_room() {
+        let mut assembly = Assembly::default();
+        let far = json!({"tool_calls": [{"index": 4_000_000_000u32, "function": {"name": "f", "arguments": "{}"}}]});
+        assembly.push(chunk(0, far, None));
+        assembly.push(chunk(
+            0,
+            json!({"tool_calls": [{"index": 1, "function": {"name": "g", "arguments": "{}"}}]}),
+            None,
+        ));
+        let answer = assembly.finish();
+        assert_eq!(answer.choices[0].message.tool_calls.len(), 2, "room up to the last call within the most");
     }
 
     #[test]

@@ -1089,6 +1089,12 @@ pub struct ChunkChoice {
     pub finish_reason: Option<FinishReason>,
 }
 
+/// The most tool calls one choice of a streamed answer may make: a fragment's index is below
+/// it. Adapters refuse a stream that names a call past it as malformed, and what assembles a
+/// stream never makes room for one (a provider naming call 4,000,000,000 would otherwise have
+/// it fill gigabytes with empty calls).
+pub const MAX_TOOL_CALLS: u32 = 1024;
+
 /// The assistant message field of Claude's signed thinking blocks, whole, as
 /// [`Delta::thinking_blocks`] streams them: how the gateway hands them to an OpenAI-dialect
 /// client, how that client sends them back, and what only an Anthropic target reads.
@@ -1159,7 +1165,7 @@ impl Delta {
 /// A fragment of a tool call; fragments with the same `index` concatenate.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ToolCallDelta {
-    /// Which tool call of the choice this fragment extends.
+    /// Which tool call of the choice this fragment extends: below [`MAX_TOOL_CALLS`].
     pub index: u32,
     /// The call's id, on its first fragment only.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -26,6 +26,8 @@ pub fn answer_of_frames(frames: &[Bytes]) -> Option<Bytes> {
         let index = event.get("index").and_then(|index| index.as_u64()).unwrap_or_default() as usize;
         match kind.as_deref() {
             Some("message_start") => message = event.remove("message").and_then(Part::into_object),
+            // Past the most blocks a stream may open: its decoder refused the stream.
+            Some("content_block_start") if index >= super::stream::MAX_BLOCKS as usize => {}
             Some("content_block_start") => {
                 let object = event.remove("content_block").and_then(Part::into_object).unwrap_or_default();
                 while blocks.len() <= index {
@@ -121,6 +123,17 @@ mod tests {
 
     fn frame(name: &str, data: Value) -> Bytes {
         Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+    }
+
+    #[test]
+    fn a_block_past_the_most_a_message_opens_is_given_no_room() {
+        let start = json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+            "content": [], "model": "m", "usage": {"input_tokens": 1, "output_tokens": 1}}});
+        let far = json!({"type": "content_block_start", "index": 4_000_000_000u32, "content_block": {"type": "text", "text": "x"}});
+        let answer =
+            answer_of_frames(&[frame("message_start", start), frame("content_block_start", far)]).unwrap();
+        let answer: Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(answer["content"], json!([]), "{answer}");
     }
 
     #[test]

@@ -100,6 +100,11 @@ where
     }
 }
 
+/// The most content blocks one streamed message may open: a block's index is below it (a
+/// provider naming block 4,000,000,000 would otherwise have the answer assembled for an
+/// Anthropic client fill gigabytes with empty blocks).
+pub(crate) const MAX_BLOCKS: u32 = 4096;
+
 /// A tool-use block being streamed.
 #[derive(Debug)]
 struct OpenTool {
@@ -195,6 +200,11 @@ impl Decoder {
                 self.model = message.model;
                 self.usage = message.usage;
                 Some(self.chunk(Delta { role: Some(Role::Assistant), ..Delta::default() }))
+            }
+            StreamEvent::ContentBlockStart { index, .. } if index >= MAX_BLOCKS => {
+                let detail =
+                    format!("a content block index of {index}: a stream opens fewer than {MAX_BLOCKS}");
+                return Err(ProviderError::new(ErrorKind::MalformedResponse, detail));
             }
             StreamEvent::ContentBlockStart { index, content_block } => {
                 self.tool_running = false;

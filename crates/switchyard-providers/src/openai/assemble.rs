@@ -123,6 +123,10 @@ fn merge_calls<'a>(slot: &mut Part<'a>, fragments: Part<'a>) {
         let Some(mut fragment) = fragment.into_object() else { continue };
         let index = fragment.remove("index").and_then(|index| index.as_u64());
         let index = index.map_or(position, |index| index as usize);
+        // Past the most a stream may make: its reader refused the stream; no room is made.
+        if index >= switchyard::chat::MAX_TOOL_CALLS as usize {
+            continue;
+        }
         while calls.len() <= index {
             calls.push(Part::Object(Object::default()));
         }

@@ -350,7 +350,7 @@ impl Keeping {
                 _ => target.message.content = Some(crate::chat::Content::Text(text.clone())),
             }
         }
-        for call in &choice.delta.tool_calls {
+        for call in choice.delta.tool_calls.iter().filter(|call| call.index < crate::chat::MAX_TOOL_CALLS) {
             let index = call.index as usize;
             let calls = &mut target.message.tool_calls;
             while calls.len() <= index {
