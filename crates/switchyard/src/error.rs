@@ -471,7 +471,7 @@ pub enum RouteError {
         known: Vec<String>,
     },
     /// Every target and candidate failed with kinds the route falls back on.
-    #[error("all targets failed after {} attempts; last: {}", trail.len(), last.as_ref().map_or_else(|| "every target was skipped".to_owned(), ToString::to_string))]
+    #[error("all targets failed after {}; last: {}", tally(trail), last.as_ref().map_or_else(|| "every target was skipped".to_owned(), ToString::to_string))]
     AllTargetsFailed {
         /// Every attempt, in order.
         trail: Trail,
@@ -531,5 +531,17 @@ impl RouteError {
     /// The kind of the deciding failure, if one reached a provider.
     pub fn kind(&self) -> Option<ErrorKind> {
         self.provider_error().map(ProviderError::kind)
+    }
+}
+
+/// What a trail holds, for an error's words: its calls, then its skips (`1 call`, `3 calls and
+/// 1 skip`): a target skipped as unhealthy was not called.
+fn tally(trail: &Trail) -> String {
+    let skips = trail.attempts().iter().filter(|a| a.outcome.is_skip()).count();
+    let calls = trail.len() - skips;
+    let plural = |n: usize, what: &str| if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") };
+    match skips {
+        0 => plural(calls, "call"),
+        _ => format!("{} and {}", plural(calls, "call"), plural(skips, "skip")),
     }
 }

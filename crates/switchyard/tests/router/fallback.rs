@@ -53,7 +53,7 @@ async fn every_target_failing_returns_all_targets_failed_with_every_attempt() {
     assert_eq!(last.as_ref().map(|e| e.kind()), Some(ErrorKind::Timeout));
     assert_eq!(last.as_ref().and_then(|e| e.target()).map(|t| t.as_str()), Some("b:m"));
     assert!(event_names(&mut events).contains(&"all_targets_failed"));
-    assert!(error.to_string().contains("all targets failed after 4 attempts"), "{error}");
+    assert!(error.to_string().contains("all targets failed after 4 calls; last: "), "{error}");
 }
 
 #[tokio::test(start_paused = true)]

@@ -665,6 +665,7 @@ async fn a_rate_limit_the_provider_says_is_the_account_s_rests_the_key_for_every
         vec![Outcome::Retried, Outcome::Retried, Outcome::Failed, Outcome::SkippedUnhealthy]
     );
     assert_eq!((a.calls(), b.calls()), (3, 0));
+    assert!(error.to_string().starts_with("all targets failed after 3 calls and 1 skip; last: "), "{error}");
 }
 
 #[tokio::test(start_paused = true)]
