@@ -226,6 +226,28 @@ async fn a_body_over_the_limit_is_a_413() {
 }
 
 #[tokio::test]
+async fn a_content_length_over_the_limit_is_refused_before_the_body_is_sent() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let gateway = Gateway::start(BASIC).await;
+    // A client that waits to be told to send its 50 MB (`Expect: 100-continue`) is told no at
+    // once, not `100 Continue`, and the connection closes: the body never comes.
+    let mut socket = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {GATEWAY_KEY}\r\ncontent-type: application/json\r\ncontent-length: 52428800\r\nexpect: 100-continue\r\n\r\n"
+    );
+    socket.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(10), socket.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(!answer.contains("100 Continue"), "{answer}");
+    assert!(answer.contains("gateway.max_body"), "{answer}");
+}
+
+#[tokio::test]
 async fn by_default_a_photo_sent_as_base64_fits_and_a_body_over_32_mib_does_not() {
     let gateway =
         Gateway::start("providers:\n  up: { kind: simulated }\nroutes:\n  default: { targets: [up:m] }\n")

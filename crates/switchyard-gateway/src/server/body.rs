@@ -33,6 +33,11 @@ pub(crate) enum BodyError {
 
 /// Reads `body` whole, refusing it past `limit` bytes or after `patience` without a byte.
 pub(crate) async fn read(mut body: Body, limit: usize, patience: Duration) -> Result<Bytes, BodyError> {
+    // A `Content-Length` over the limit is refused before a byte is read (and before a
+    // client that asked `Expect: 100-continue` is told to send it).
+    if http_body::Body::size_hint(&body).lower() > limit as u64 {
+        return Err(BodyError::TooLarge { limit });
+    }
     let mut joined = Joined::default();
     // Made at the first wait, and moved on by each piece that ends one.
     let mut timer: Option<Pin<Box<Sleep>>> = None;

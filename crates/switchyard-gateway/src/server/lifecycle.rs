@@ -49,14 +49,16 @@ pub(crate) async fn lifecycle(
     }
     // Only a client with a key chooses a trace to continue.
     context.trace = state.telemetry.as_ref().map(|telemetry| telemetry.begin(&parts.headers));
+    // Watched from here: a client that leaves while its body is read is logged too.
+    let watch = Abandoned { state: state.clone(), context: Some(context.clone()) };
     let read = json_body(&parts.headers, body, &context.live.gateway).await;
     match read {
         Ok(body) => {
-            let watch = Abandoned { state: state.clone(), context: Some(context.clone()) };
             parts.extensions.insert(Accepted { context, body });
             let handler = Box::pin(next.run(Request::from_parts(parts, Body::empty())));
             Watched { handler, watch }.await
         }
+        // Logged here: the watch finds it logged.
         Err(error) => context.fail(&state, error),
     }
 }
@@ -145,11 +147,13 @@ pub(crate) async fn json_body(
         }
     }
     body::read(body, gateway.max_body, gateway.connections.body_timeout).await.map_err(|error| match error {
+        // What is left of the body on the connection cannot be told from a next request.
         body::BodyError::TooLarge { .. } => ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
             format!("{error} (gateway.max_body)"),
-        ),
+        )
+        .closing(),
         body::BodyError::Stalled { .. } => stalled(&error),
         body::BodyError::Unreadable(_) => {
             ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", error.to_string())
