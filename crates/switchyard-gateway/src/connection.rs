@@ -8,7 +8,9 @@
 //! - **busy**: a request is being answered (its handler runs, or its response body, a stream
 //!   perhaps, is being written), then its last bytes are flushed to the client. No connection
 //!   timeout applies: the router's own timeouts bound the upstream, a stream may rightly run
-//!   for minutes, and a large answer to a slow reader must not be cut. (A request whose body
+//!   for minutes, and a large answer to a slow reader must not be cut. Only a client that
+//!   takes no byte at all for `send_timeout` (it stopped reading) is cut: its writes fail
+//!   ([`Watched::watch_write`]) and hyper closes the connection. (A request whose body
 //!   trickles in is busy too: its handler holds it to `body_timeout` as it reads, see
 //!   `server/body.rs`, and answers a stalled one with a 408 and `connection: close`.)
 //! - **idle**: a keep-alive connection between requests. Past `idle_timeout` it is closed
@@ -192,6 +194,9 @@ struct Watched<I> {
     armed: Option<Instant>,
     /// A deadline passed: reads end the connection from now on.
     expired: bool,
+    /// Since when the client has taken none of the bytes waiting for it (a write pending),
+    /// with the timer that ends the connection at `send_timeout`.
+    unsent: Option<Pin<Box<Sleep>>>,
 }
 
 impl<I> Watched<I> {
@@ -202,6 +207,27 @@ impl<I> Watched<I> {
             timer: Box::pin(tokio::time::sleep_until(Instant::now())),
             armed: None,
             expired: false,
+            unsent: None,
+        }
+    }
+
+    /// A write's outcome, watched: one the client has taken no byte of for `send_timeout`
+    /// fails, and hyper closes the connection (the client stopped reading: a response to it,
+    /// a stream perhaps, cannot hold the connection, its upstream call and its buffers).
+    fn watch_write<T>(&mut self, written: Poll<io::Result<T>>, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        if written.is_ready() {
+            self.unsent = None;
+            return written;
+        }
+        let limit = self.watch.limits.send_timeout;
+        let timer = self.unsent.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match timer.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(()) => {
+                let message =
+                    format!("the client took no byte of its answer for {limit:?} (gateway.send_timeout)");
+                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, message)))
+            }
         }
     }
 }
@@ -262,7 +288,9 @@ impl<I: AsyncRead + AsyncWrite + Unpin> AsyncRead for Watched<I> {
 
 impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.watch_write(written, cx)
     }
 
     fn poll_write_vectored(
@@ -270,7 +298,9 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.watch_write(written, cx)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -280,6 +310,7 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let flushed = Pin::new(&mut this.io).poll_flush(cx);
+        let flushed = this.watch_write(flushed, cx);
         // hyper flushes the I/O after its own buffer is written: the response is out.
         if matches!(flushed, Poll::Ready(Ok(()))) {
             this.watch.flushed();

@@ -348,6 +348,7 @@ fn keep_fixed(mut next: GatewaySettings, running: &GatewaySettings) -> GatewaySe
     next.threads = running.threads;
     next.connections.header_timeout = running.connections.header_timeout;
     next.connections.idle_timeout = running.connections.idle_timeout;
+    next.connections.send_timeout = running.connections.send_timeout;
     next.connections.max_connections = running.connections.max_connections;
     next.recent_requests = running.recent_requests;
     next.responses = running.responses;

@@ -441,13 +441,13 @@ fn doctor_reports_the_exposure_and_the_connection_settings() {
     let config = write_config(
         "doctor-exposed.yaml",
         &format!(
-            "listen: 0.0.0.0:4680\n{PAID}gateway: {{ header_timeout: 10s, body_timeout: 500ms, max_connections: 500 }}\n"
+            "listen: 0.0.0.0:4680\n{PAID}gateway: {{ header_timeout: 10s, body_timeout: 500ms, send_timeout: 45s, max_connections: 500 }}\n"
         ),
     );
     let (_, out, _) = run(&["doctor", "--config", config.to_str().unwrap()]);
     assert!(
         out.contains(
-            "connections: header_timeout 10s, body_timeout 500ms, idle_timeout 75s, max_connections 500"
+            "connections: header_timeout 10s, body_timeout 500ms, idle_timeout 75s, send_timeout 45s, max_connections 500"
         ),
         "{out}"
     );

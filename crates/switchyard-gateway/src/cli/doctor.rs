@@ -226,10 +226,11 @@ fn print_gateway(loaded: &Loaded) {
     }
     let limits = gateway.connections;
     println!(
-        "connections: header_timeout {}, body_timeout {}, idle_timeout {}, max_connections {}",
+        "connections: header_timeout {}, body_timeout {}, idle_timeout {}, send_timeout {}, max_connections {}",
         setting(limits.header_timeout),
         setting(limits.body_timeout),
         setting(limits.idle_timeout),
+        setting(limits.send_timeout),
         limits.max_connections
     );
     println!("exposure: {}", exposure_line(loaded.listen, loaded));

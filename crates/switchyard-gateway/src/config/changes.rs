@@ -16,6 +16,7 @@ pub const RESTART_ONLY: &[&str] = &[
     "gateway.max_connections",
     "gateway.header_timeout",
     "gateway.idle_timeout",
+    "gateway.send_timeout",
     "gateway.recent_requests",
     "gateway.responses",
     "telemetry",

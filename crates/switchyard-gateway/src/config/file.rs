@@ -672,6 +672,8 @@ pub struct GatewayConfig {
     pub idle_timeout: Option<DurationText>,
     /// How long a request body may go without a byte while it is read. Default 30 s.
     pub body_timeout: Option<DurationText>,
+    /// How long a response may go without the client taking a byte of it. Default 60 s.
+    pub send_timeout: Option<DurationText>,
     /// Client connections open at once. Default: the smaller of 10,000 and 80% of the
     /// process's descriptor limit.
     pub max_connections: Option<usize>,

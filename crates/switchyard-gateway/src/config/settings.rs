@@ -89,18 +89,23 @@ pub struct ConnectionLimits {
     /// A request whose body goes this long without a byte, while its handler reads it, is
     /// answered `408` and its connection closed.
     pub body_timeout: Duration,
+    /// A response the client takes no byte of for this long (it stopped reading) ends its
+    /// connection: a client that never reads cannot hold a connection, its upstream call and
+    /// what is buffered for it. A slow reader that takes some bytes is not cut.
+    pub send_timeout: Duration,
     /// Connections open at once; at the bound the gateway stops accepting until some close.
     pub max_connections: usize,
 }
 
 impl ConnectionLimits {
-    /// The defaults: 30 s for a head, 75 s idle, 30 s without a byte of a body, and
-    /// [`default_max_connections`].
+    /// The defaults: 30 s for a head, 75 s idle, 30 s without a byte of a body, 60 s without
+    /// a byte taken by the client, and [`default_max_connections`].
     pub fn defaults() -> Self {
         Self {
             header_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(75),
             body_timeout: Duration::from_secs(30),
+            send_timeout: Duration::from_secs(60),
             max_connections: default_max_connections(),
         }
     }

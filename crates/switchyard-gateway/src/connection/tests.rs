@@ -199,3 +199,21 @@ async fn a_large_answer_to_a_slow_reader_is_not_cut_by_the_idle_timeout() {
     let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
     assert_eq!(body.len(), 64 * 1024, "the whole answer arrived");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_takes_no_byte_of_its_answer_for_the_send_timeout_is_closed() {
+    // A connection whose buffer holds 1 KiB, and a client that never reads: the answer's
+    // writes stall, and at `send_timeout` the connection ends (the slow reader above, which
+    // takes a little at a time, is never cut).
+    let (mut client, server) = tokio::io::duplex(1024);
+    let (_stop, stopped) = watch::channel(false);
+    let limits = ConnectionLimits { send_timeout: Duration::from_secs(60), ..ConnectionLimits::defaults() };
+    let served = tokio::spawn(serve(server, app(), limits, stopped));
+    client.write_all(b"GET /big HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+    let started = Instant::now();
+    served.await.unwrap();
+    assert_eq!(started.elapsed().as_secs(), 60, "closed at the send timeout");
+    let mut received = Vec::new();
+    client.read_to_end(&mut received).await.unwrap();
+    assert!(received.len() <= 1024, "only what the buffer held: {}", received.len());
+}

@@ -142,6 +142,7 @@ impl Validator<'_> {
             self.nonzero("gateway.header_timeout", config.header_timeout, defaults.header_timeout);
         let idle_timeout = self.nonzero("gateway.idle_timeout", config.idle_timeout, defaults.idle_timeout);
         let body_timeout = self.nonzero("gateway.body_timeout", config.body_timeout, defaults.body_timeout);
+        let send_timeout = self.nonzero("gateway.send_timeout", config.send_timeout, defaults.send_timeout);
         let max_connections = config.max_connections.unwrap_or(defaults.max_connections);
         if max_connections == 0 {
             self.problem(
@@ -164,7 +165,13 @@ impl Validator<'_> {
             shutdown_grace: config.shutdown_grace.map_or(Duration::from_secs(30), |d| d.0),
             open: config.open.unwrap_or(false),
             metrics_open: config.metrics_open.unwrap_or(false),
-            connections: ConnectionLimits { header_timeout, idle_timeout, body_timeout, max_connections },
+            connections: ConnectionLimits {
+                header_timeout,
+                idle_timeout,
+                body_timeout,
+                send_timeout,
+                max_connections,
+            },
             threads: config.threads.and_then(std::num::NonZeroUsize::new),
             shared_state: None,
             adapters: Default::default(),
