@@ -27,6 +27,10 @@ use crate::route::Route;
 use crate::trail::{Outcome, Trail};
 use crate::{ErrorKind, ProviderError, Target};
 
+/// The most text of an answer kept for a continuation: 4 MiB, a million tokens and more, past
+/// any model's context. A longer answer is not continued, and its text not held.
+const MAX_DELIVERED: usize = 4 << 20;
+
 /// What a routed stream keeps so that another target can finish its answer.
 pub(crate) struct Resume {
     /// The request as the caller sent it.
@@ -58,7 +62,9 @@ impl Resume {
             Some(ResponseFormat::JsonObject | ResponseFormat::JsonSchema { .. })
         );
         let several = request.choices_asked() > 1;
-        if !route.continuation() || options.first_target_only() || structured || several {
+        // A route of one target has no other to continue: nothing is kept.
+        let alone = route.targets().len() < 2;
+        if !route.continuation() || options.first_target_only() || structured || several || alone {
             return None;
         }
         let mut options = options.clone();
@@ -99,6 +105,12 @@ impl Resume {
                 return;
             }
             if let Some(text) = &delta.content {
+                // An answer longer than any model takes back as a prefill is not kept.
+                if self.delivered.len() + text.len() > MAX_DELIVERED {
+                    self.text_only = false;
+                    self.delivered = String::new();
+                    return;
+                }
                 self.delivered.push_str(text);
             }
         }
@@ -422,6 +434,25 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_stream_keeps_its_text_only_where_another_target_could_continue_it_and_within_the_most() {
+        let request = ChatRequest::new("r", vec![crate::chat::Message::user("hi")]);
+        let options = RequestOptions::default();
+        let alone = Route::builder("r").target("a:m").build().unwrap();
+        assert!(Resume::for_request(&alone, &request, &options).is_none(), "one target: nothing kept");
+
+        let two = Route::builder("r").target("a:m").target("b:m").build().unwrap();
+        let mut resume = Resume::for_request(&two, &request, &options).expect("kept");
+        let piece = ChatChunk::text("x".repeat(1 << 20));
+        for _ in 0..4 {
+            resume.shown(&piece);
+        }
+        assert_eq!(resume.delivered.len(), 4 << 20);
+        resume.shown(&ChatChunk::text("one more"));
+        assert!(resume.delivered.is_empty() && !resume.text_only, "past the most: let go, not continued");
+        assert!(resume.continuation(&two, &"a:m".parse().unwrap(), &Trail::default()).is_none());
+    }
 
     #[test]
     fn a_continuation_that_does_not_think_clears_no_thinking() {
