@@ -208,6 +208,13 @@ async fn an_unknown_model_is_a_404_listing_the_valid_names() {
     );
     // And the reload counter's series are there from the start, at 0.
     assert!(metrics.contains(r#"switchyard_config_reloads_total{result="rejected"} 0"#), "{metrics}");
+
+    // A name said back is cut, not echoed whole.
+    let long = "m".repeat(1_000);
+    let response = gateway.post("/v1/chat/completions", chat(&long)).await;
+    assert_eq!(response.status(), 404);
+    let message = json_of(response).await["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains(&format!("`{}…`", "m".repeat(200))), "{message}");
 }
 
 #[tokio::test]
@@ -342,6 +349,21 @@ async fn a_wrong_content_type_is_a_415() {
         .unwrap();
     assert_eq!(response.status(), 415);
     assert!(json_of(response).await["error"]["message"].as_str().unwrap().contains("text/plain"));
+
+    // A compressed body is named as such, not refused as JSON broken at its first byte.
+    let response = gateway
+        .client
+        .post(gateway.url("/v1/chat/completions"))
+        .bearer_auth(GATEWAY_KEY)
+        .header("content-type", "application/json")
+        .header("content-encoding", "gzip")
+        .body(vec![0x1f, 0x8b, 0x08, 0x00])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 415);
+    let message = json_of(response).await["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("content encoding `gzip`") && message.contains("uncompressed"), "{message}");
 }
 
 #[tokio::test]

@@ -146,6 +146,17 @@ pub(crate) async fn json_body(
             ));
         }
     }
+    if let Some(encoding) = headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok())
+        && !encoding.trim().eq_ignore_ascii_case("identity")
+    {
+        // Read as JSON, a compressed body would be refused as garbage at its first byte.
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!("a body with content encoding `{}` is not read: send it uncompressed", encoding.trim()),
+        )
+        .closing());
+    }
     body::read(body, gateway.max_body, gateway.connections.body_timeout).await.map_err(|error| match error {
         // What is left of the body on the connection cannot be told from a next request.
         body::BodyError::TooLarge { .. } => ApiError::new(

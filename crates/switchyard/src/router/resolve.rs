@@ -101,7 +101,12 @@ impl Inner {
                 known.push(name);
             }
         }
-        RouteError::UnknownModel { model: model.to_owned(), known }
+        // Said back, it is cut (a client's 10 MB name is not echoed whole).
+        let model = match model.char_indices().nth(200) {
+            Some((cut, _)) => format!("{}…", &model[..cut]),
+            None => model.to_owned(),
+        };
+        RouteError::UnknownModel { model, known }
     }
 
     /// The general chain: tiers in order, rotation applied within each tier.
