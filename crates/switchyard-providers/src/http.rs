@@ -731,9 +731,23 @@ pub async fn until<T>(
 
 /// Reads a whole response body.
 pub async fn read_body(response: Response) -> Result<Bytes, TransportError> {
-    let collected = response.into_body().collect().await.map_err(TransportError::body)?;
+    let limited = http_body_util::Limited::new(response.into_body(), MAX_ANSWER);
+    let collected = limited.collect().await.map_err(|error| match error.downcast::<hyper::Error>() {
+        Ok(error) => TransportError::body(*error),
+        // Past the limit: nothing more is read, and the connection is not kept.
+        Err(_) => TransportError {
+            kind: ErrorKind::Transport,
+            what: "the answer is too large",
+            source: Some(format!("over {} MiB", MAX_ANSWER >> 20).into()),
+            stale: false,
+        },
+    })?;
     Ok(collected.to_bytes())
 }
+
+/// The most of a response read whole: 256 MiB, more than any answer or embeddings list a
+/// provider gives (a server that sends more would have the gateway hold it all).
+pub const MAX_ANSWER: usize = 256 << 20;
 
 /// The data of a response body as it arrives; trailers are skipped.
 pub fn body_stream(response: Response) -> BodyStream {

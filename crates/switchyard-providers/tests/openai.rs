@@ -518,6 +518,24 @@ async fn streamed_tool_calls_reassemble_from_their_deltas() {
 }
 
 #[tokio::test]
+async fn an_answer_over_the_most_read_whole_is_refused_not_held() {
+    // A server that answers without end: read up to 256 MiB, then refused (the gateway would
+    // otherwise hold all of it, and a 400 MB answer took 1.2 GB).
+    let mib = bytes::Bytes::from(vec![b' '; 1 << 20]);
+    let fake = Fake::start(move |_| {
+        let mib = mib.clone();
+        let endless =
+            futures_util::stream::repeat_with(move || Ok::<_, std::convert::Infallible>(mib.clone()));
+        respond(200, &[], "application/json", Body::from_stream(endless))
+    })
+    .await;
+    let harness = Harness::openai(fake.url("/v1"));
+    let error = harness.chat(&hello()).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Transport);
+    assert!(error.detail().contains("the answer is too large: over 256 MiB"), "{error}");
+}
+
+#[tokio::test]
 async fn a_tool_call_index_past_the_most_a_choice_makes_is_a_malformed_stream_not_gigabytes_of_calls() {
     // One chunk naming call 4,000,000,000 would have the answer's assembly make room for as
     // many: the stream is malformed there, and the router fails over.
