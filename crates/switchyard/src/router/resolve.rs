@@ -18,10 +18,12 @@ pub(super) struct Resolved {
 }
 
 impl Inner {
-    /// The targets of `resolved`'s chain (in its order: tiers, rotation within them) by
-    /// embedding space, in the order the spaces first appear. A target's space is its
-    /// `embedding_space`, else the provider's own id of its model (two route-side names of one
-    /// model are one space; one name over two providers' models, two).
+    /// The targets of `resolved`'s chain by embedding space: the spaces in the order the
+    /// route's configured targets first name them (rotation never changes which space serves:
+    /// vectors of two spaces do not mix), the targets of each in the chain's order (tiers, and
+    /// rotation within them). A target's space is its `embedding_space`, else the provider's
+    /// own id of its model (two route-side names of one model are one space; one name over two
+    /// providers' models, two).
     pub(super) fn embedding_spaces(&self, resolved: &Resolved) -> Vec<Vec<Target>> {
         let space = |target: &Target| -> String {
             let configured = resolved.route.targets().iter().find(|t| t.target == *target);
@@ -33,6 +35,12 @@ impl Inner {
             model.map_or_else(|| target.model().to_owned(), |model| model.to_string())
         };
         let mut spaces: Vec<(String, Vec<Target>)> = Vec::new();
+        for configured in resolved.route.targets() {
+            let name = space(&configured.target);
+            if !spaces.iter().any(|(known, _)| *known == name) {
+                spaces.push((name, Vec::new()));
+            }
+        }
         for target in &resolved.chain {
             let name = space(target);
             match spaces.iter_mut().find(|(known, _)| *known == name) {
@@ -40,7 +48,7 @@ impl Inner {
                 None => spaces.push((name, vec![target.clone()])),
             }
         }
-        spaces.into_iter().map(|(_, chain)| chain).collect()
+        spaces.into_iter().map(|(_, chain)| chain).filter(|chain| !chain.is_empty()).collect()
     }
 
     /// The route or target `model` names; an empty model takes the default route.

@@ -164,3 +164,22 @@ async fn round_robin_takes_turns_over_the_targets_of_one_space() {
     }
     assert_eq!((a.calls(), b.calls()), (2, 2), "rotation holds for embeddings as for chat");
 }
+
+#[tokio::test(start_paused = true)]
+async fn rotation_never_changes_which_embedding_space_serves() {
+    // Two spaces in one tier, round robin: every request embeds in the first configured
+    // space; vectors of two models never mix in one index.
+    let a = SimulatedProvider::new();
+    let b = SimulatedProvider::new();
+    let route = Route::builder("embed")
+        .target("a:text-embedding-3-small")
+        .target("b:titan-embed")
+        .rotation(switchyard::route::Rotation::RoundRobin);
+    let router = router(&[("a", &a), ("b", &b)], route);
+
+    for _ in 0..4 {
+        let answer = router.embeddings(&embed("embed"), &RequestOptions::default()).await.unwrap();
+        assert_eq!(answer.served_by.to_string(), "a:text-embedding-3-small");
+    }
+    assert_eq!(b.calls(), 0);
+}
