@@ -55,11 +55,19 @@ pub(crate) struct TokenCache<S> {
     held: Mutex<Option<Held>>,
     /// Held by the one call refreshing.
     refreshing: tokio::sync::Mutex<()>,
+    /// The last fetch that failed with no valid token in hand, and when: the calls that waited
+    /// while it ran fail with it rather than each waiting on a fetch of its own.
+    failed: Mutex<Option<(Instant, AuthError)>>,
 }
 
 impl<S: FetchToken> TokenCache<S> {
     pub(crate) fn new(source: S) -> Self {
-        Self { source, held: Mutex::new(None), refreshing: tokio::sync::Mutex::new(()) }
+        Self {
+            source,
+            held: Mutex::new(None),
+            refreshing: tokio::sync::Mutex::new(()),
+            failed: Mutex::new(None),
+        }
     }
 
     /// The source behind the cache.
@@ -70,6 +78,7 @@ impl<S: FetchToken> TokenCache<S> {
     /// A valid token: the one in hand until it is due, else a fresh one.
     pub(crate) async fn token(&self) -> Result<Secret, AuthError> {
         let now = Instant::now();
+        let arrived = now;
         let held = self.held();
         let valid = held.filter(|held| now < held.expires_at);
         if let Some(held) = &valid
@@ -83,10 +92,15 @@ impl<S: FetchToken> TokenCache<S> {
             (Err(_), Some(held)) => return Ok(held.token.clone()),
             (Err(_), None) => self.refreshing.lock().await,
         };
-        // The call that refreshed before this one got the lock may have left a fresh token.
+        // The call that refreshed before this one got the lock may have left a fresh token,
+        // or failed a moment ago with none in hand: that failure is this call's too.
         let now = Instant::now();
         if let Some(held) = self.held().filter(|held| now < held.refresh_at) {
             return Ok(held.token.clone());
+        }
+        let recent = self.failures().as_ref().filter(|(at, _)| *at > arrived).map(|(_, e)| e.clone());
+        if let (Some(error), None) = (recent, self.held().filter(|held| now < held.expires_at)) {
+            return Err(error);
         }
         let fetched = tokio::time::timeout(FETCH_LIMIT, self.source.fetch()).await.unwrap_or_else(|_| {
             let detail = format!("the token endpoint did not answer within {}s", FETCH_LIMIT.as_secs());
@@ -100,7 +114,10 @@ impl<S: FetchToken> TokenCache<S> {
                     self.retry_later(&held);
                     Ok(held.token)
                 }
-                None => Err(error),
+                None => {
+                    *self.failures() = Some((Instant::now(), error.clone()));
+                    Err(error)
+                }
             },
         }
     }
@@ -108,6 +125,10 @@ impl<S: FetchToken> TokenCache<S> {
     /// Forgets the token in hand (the upstream refused it): the next call fetches one.
     pub(crate) fn forget(&self) {
         *self.lock() = None;
+    }
+
+    fn failures(&self) -> std::sync::MutexGuard<'_, Option<(Instant, AuthError)>> {
+        self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn held(&self) -> Option<Held> {
@@ -296,6 +317,27 @@ mod tests {
         let error = cache.token().await.unwrap_err();
         assert_eq!(error.kind(), ErrorKind::Timeout);
         assert!(error.to_string().contains("did not answer within 10s"), "{error}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_waiting_on_a_fetch_that_fails_share_its_failure_rather_than_each_waiting_again() {
+        let gate = Arc::new(Semaphore::new(0));
+        let cache = Arc::new(TokenCache::new(Counting { gate: Some(gate.clone()), ..Counting::new(HOUR) }));
+        let started = Instant::now();
+        let calls: Vec<_> = (0..5)
+            .map(|_| {
+                let cache = cache.clone();
+                tokio::spawn(async move { (cache.token().await.unwrap_err().kind(), Instant::now()) })
+            })
+            .collect();
+        for call in calls {
+            let (kind, at) = call.await.unwrap();
+            assert_eq!((kind, at - started), (ErrorKind::Timeout, FETCH_LIMIT), "one silent fetch, not five");
+        }
+        assert_eq!(cache.source().fetched(), 1);
+        // A call that comes after fetches again.
+        gate.add_permits(1);
+        assert_eq!(cache.token().await.unwrap().expose(), "t2");
     }
 
     #[tokio::test(start_paused = true)]
