@@ -235,6 +235,10 @@ async fn a_model_outside_a_keys_routes_is_refused_naming_what_it_may_use() {
     assert_eq!(chat(gateway, TEAM, "default").await.status, 200);
     assert_eq!(chat(gateway, TEAM, "claude-sonnet-4-5-20250929").await.status, 200, "the pattern");
     assert_eq!(chat(gateway, BARE, "other").await.status, 200, "a key without routes uses any");
+    // A long name is said back cut.
+    let refused = chat(gateway, TEAM, &"m".repeat(1_000)).await;
+    let message = refused.body["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&format!("`{}…`", "m".repeat(200))) && message.len() < 500, "{message}");
 }
 
 #[tokio::test]

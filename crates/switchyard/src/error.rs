@@ -545,3 +545,12 @@ fn tally(trail: &Trail) -> String {
         _ => format!("{} and {}", plural(calls, "call"), plural(skips, "skip")),
     }
 }
+
+/// `name` as an error says a client's name back (a model it asked for): cut to 200 characters
+/// with `…`, so that a 10 MB name is not echoed whole.
+pub fn said_back(name: &str) -> Cow<'_, str> {
+    match name.char_indices().nth(200) {
+        Some((cut, _)) => Cow::Owned(format!("{}…", &name[..cut])),
+        None => Cow::Borrowed(name),
+    }
+}

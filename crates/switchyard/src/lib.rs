@@ -67,7 +67,7 @@ pub mod trace;
 pub mod trail;
 
 pub use budget::RetryBudgetSettings;
-pub use error::{ErrorKind, HealthEffect, ProviderError, RouteError, UnknownErrorKind};
+pub use error::{ErrorKind, HealthEffect, ProviderError, RouteError, UnknownErrorKind, said_back};
 pub use router::stream::{RoutedStream, StreamError};
 pub use router::{
     AFTER_FINISH, Answer, ConfigError, EmbeddingsAnswer, Forgotten, HedgeWindow, KeyRotation, Price,

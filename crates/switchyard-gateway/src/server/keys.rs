@@ -53,7 +53,11 @@ fn refused(key: &ClientKey, model: &str, refusal: Refusal) -> ApiError {
         Refusal::NotAllowed { routes } => ApiError::new(
             StatusCode::FORBIDDEN,
             "model_not_allowed",
-            format!("the key `{name}` may not use `{model}`: it may use {}", routes.join(", ")),
+            format!(
+                "the key `{name}` may not use `{}`: it may use {}",
+                switchyard::said_back(model),
+                routes.join(", ")
+            ),
         ),
         Refusal::RateLimited { retry_after, limit } => {
             let wait = retry_after.as_secs_f64().ceil().max(1.0);

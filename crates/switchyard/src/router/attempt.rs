@@ -244,7 +244,6 @@ impl<'r, X: Exchange> Run<'r, X> {
             self.record.calling(&who.target, self.verdict.last_kind());
         }
         let started = Instant::now();
-        self.record.sending(&who.target, who.credential_id(), started);
         let permit = match self.permit(&who).await {
             Ok(permit) => permit,
             Err(refused) => {
@@ -253,6 +252,8 @@ impl<'r, X: Exchange> Run<'r, X> {
                 return AttemptEnd::PacerRefused(refused);
             }
         };
+        // Sent from here: a request dropped before (in the pacer's queue) sent nothing.
+        self.record.sending(&who.target, who.credential_id(), started);
         let span = self.ctx.options.trace.map(|trace| trace.child());
         let out = Outgoing { who, started, permit, span };
         let end = match self.hedge_delay(tries) {

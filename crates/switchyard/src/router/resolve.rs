@@ -109,12 +109,7 @@ impl Inner {
                 known.push(name);
             }
         }
-        // Said back, it is cut (a client's 10 MB name is not echoed whole).
-        let model = match model.char_indices().nth(200) {
-            Some((cut, _)) => format!("{}…", &model[..cut]),
-            None => model.to_owned(),
-        };
-        RouteError::UnknownModel { model, known }
+        RouteError::UnknownModel { model: crate::said_back(model).into_owned(), known }
     }
 
     /// The general chain: tiers in order, rotation applied within each tier.
