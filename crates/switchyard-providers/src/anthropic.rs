@@ -129,7 +129,7 @@ impl AnthropicProvider {
         call: &Call<'_>,
         body: Vec<u8>,
     ) -> Result<(http::Response, Option<switchyard::chat::StreamNotice>), ProviderError> {
-        let refused = (&self.refused_thinking, call.model);
+        let refused = (&self.refused_thinking, call.model, call.credential.id());
         past_thinking::sent(bytes::Bytes::from(body), refused, |body| {
             self.send_to(&self.endpoint, call, body)
         })

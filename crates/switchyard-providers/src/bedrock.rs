@@ -326,7 +326,7 @@ impl Provider for BedrockProvider {
                 let body = invoke::body(&call, request, &self.betas(&call), self.thinking)?;
                 let path = model_path(call.model, "invoke");
                 let send = |body| self.send(&call, &path, body, "application/json");
-                let refused = (&self.refused_thinking, call.model);
+                let refused = (&self.refused_thinking, call.model, call.credential.id());
                 let ((response, redactor), notice) =
                     crate::anthropic::past_thinking::sent(Bytes::from(body), refused, send).await?;
                 let bytes = http::read_body(response).await?;
@@ -364,7 +364,7 @@ impl Provider for BedrockProvider {
             let send = |body| self.send(&call, &path, body, accept);
             let ((response, redactor), notice) = match claude {
                 true => {
-                    let refused = (&self.refused_thinking, call.model);
+                    let refused = (&self.refused_thinking, call.model, call.credential.id());
                     crate::anthropic::past_thinking::sent(Bytes::from(body), refused, send).await?
                 }
                 false => (send(Bytes::from(body)).await?, None),

@@ -317,8 +317,12 @@ impl VertexProvider {
         body: Vec<u8>,
     ) -> Result<((http::Response, Secret), Option<StreamNotice>), ProviderError> {
         let send = |body| self.send(call, url.clone(), body, Publisher::Anthropic, None);
-        anthropic::past_thinking::sent(bytes::Bytes::from(body), (&self.refused_thinking, call.model), send)
-            .await
+        anthropic::past_thinking::sent(
+            bytes::Bytes::from(body),
+            (&self.refused_thinking, call.model, call.credential.id()),
+            send,
+        )
+        .await
     }
 
     async fn claude(&self, call: Call<'_>, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {

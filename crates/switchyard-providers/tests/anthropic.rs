@@ -314,6 +314,13 @@ async fn thinking_a_model_refused_is_left_out_of_the_sessions_later_requests_at_
     let seen = fake.requests();
     assert_eq!(seen.len(), 5);
     assert!(seen[3].body.to_string().contains("from-another-claude"));
+
+    // Nor has another key of the provider (another account, perhaps, whose thinking it is).
+    let other = support::Caller::new(&harness.provider, Some("sk-ant-another-account-0123456789"));
+    harness.provider.chat(other.call("claude-sonnet-4-5", None), &next).await.unwrap();
+    let seen = fake.requests();
+    assert_eq!(seen.len(), 7, "sent as written under that key, refused, sent again");
+    assert!(seen[5].body.to_string().contains("from-another-claude"));
 }
 
 #[tokio::test]

@@ -7,12 +7,14 @@
 //! dialect's would be: what it loses is the reasoning of past turns, which the model writes
 //! anew.
 
+use std::collections::HashSet;
 use std::future::Future;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::Value;
 use switchyard::chat::{ChatChunk, StreamNotice};
+use switchyard::credential::CredentialId;
 use switchyard::provider::ChunkStream;
 use switchyard::{ErrorKind, ProviderError};
 
@@ -25,33 +27,53 @@ const LEFT_OUT: &str = "a past turn's thinking the target refused before as not 
 /// How many refused signatures a model's memory holds; past it, it starts again empty.
 const REMEMBERED: usize = 4096;
 
-/// The signed thinking each model of a provider refused as not its own, by a fingerprint of its
-/// signature. A conversation that failed over between Claudes carries the other's thinking in
-/// every later request; remembered, it goes at once rather than after another refusal each time.
+/// The signed thinking each model of a provider refused as not its own under each key (keys
+/// of one provider may be different accounts'), by a fingerprint of its signature. A
+/// conversation that failed over between Claudes carries the other's thinking in every later
+/// request; remembered, it goes at once rather than after another refusal each time.
 #[derive(Debug, Default)]
-pub(crate) struct Refused(
-    std::sync::Mutex<std::collections::HashMap<String, std::collections::HashSet<u64>>>,
-);
+pub(crate) struct Refused(std::sync::Mutex<Vec<Memory>>);
+
+/// What one model refused under one key.
+#[derive(Debug)]
+struct Memory {
+    model: String,
+    key: CredentialId,
+    refused: HashSet<u64>,
+}
+
+/// Whose refusals a request reads and adds to: its model, under its key.
+pub(crate) type Whose<'a> = (&'a Refused, &'a str, &'a CredentialId);
 
 impl Refused {
-    fn known(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, std::collections::HashSet<u64>>> {
+    fn known(&self) -> std::sync::MutexGuard<'_, Vec<Memory>> {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Whether `model` refused any thinking yet: a body is read only then.
-    fn any(&self, model: &str) -> bool {
-        self.known().get(model).is_some_and(|set| !set.is_empty())
+    fn with<T>(&self, model: &str, key: &CredentialId, read: impl FnOnce(&HashSet<u64>) -> T) -> Option<T> {
+        self.known().iter().find(|m| m.model == model && m.key == *key).map(|m| read(&m.refused))
     }
 
-    fn refused(&self, model: &str, fingerprint: u64) -> bool {
-        self.known().get(model).is_some_and(|set| set.contains(&fingerprint))
+    /// Whether `model` refused any thinking under `key` yet: a body is read only then.
+    fn any(&self, model: &str, key: &CredentialId) -> bool {
+        self.with(model, key, |set| !set.is_empty()).unwrap_or(false)
     }
 
-    fn remember(&self, model: &str, fingerprints: Vec<u64>) {
+    fn refused(&self, model: &str, key: &CredentialId, fingerprint: u64) -> bool {
+        self.with(model, key, |set| set.contains(&fingerprint)).unwrap_or(false)
+    }
+
+    fn remember(&self, model: &str, key: &CredentialId, mut fingerprints: Vec<u64>) {
+        fingerprints.truncate(REMEMBERED);
         let mut known = self.known();
-        let set = known.entry(model.to_owned()).or_default();
+        let at = match known.iter().position(|m| m.model == model && m.key == *key) {
+            Some(at) => at,
+            None => {
+                known.push(Memory { model: model.to_owned(), key: key.clone(), refused: HashSet::new() });
+                known.len() - 1
+            }
+        };
+        let set = &mut known[at].refused;
         if set.len() + fingerprints.len() > REMEMBERED {
             set.clear();
         }
@@ -59,24 +81,27 @@ impl Refused {
     }
 }
 
-/// Sends `body` for `model` with `send`, without the past thinking `model` refused before, and
+/// Sends `body` for `model` under `key` with `send`, without the past thinking `model` refused
+/// under `key` before, and
 /// once more without its past thinking when the target refuses that thinking as not its own
 /// (remembered in `refused`); the answer, with the notice for the attempt's trail when thinking
 /// was left out.
 pub(crate) async fn sent<T, F, Fut>(
     body: Bytes,
-    (refused, model): (&Refused, &str),
+    (refused, model, key): Whose<'_>,
     send: F,
 ) -> Result<(T, Option<StreamNotice>), ProviderError>
 where
     F: Fn(Bytes) -> Fut,
     Fut: Future<Output = Result<T, ProviderError>>,
 {
-    let (body, left_out) = match refused.any(model) {
-        true => match without_past_thinking(&body, |_, block| refused.refused(model, fingerprint(block))) {
-            Some((stripped, _)) => (Bytes::from(stripped), true),
-            None => (body, false),
-        },
+    let (body, left_out) = match refused.any(model, key) {
+        true => {
+            match without_past_thinking(&body, |_, block| refused.refused(model, key, fingerprint(block))) {
+                Some((stripped, _)) => (Bytes::from(stripped), true),
+                None => (body, false),
+            }
+        }
         false => (body, false),
     };
     let notice = |text: &str| Some(StreamNotice::Resent(text.to_owned()));
@@ -93,14 +118,14 @@ where
             Err(again) if refuses_past_thinking(&again) => {}
             sent => {
                 let answer = sent?;
-                refused.remember(model, gone);
+                refused.remember(model, key, gone);
                 return Ok((answer, notice(RESENT)));
             }
         }
     }
     let Some((stripped, gone)) = without_past_thinking(&body, |_, _| true) else { return Err(error) };
     let answer = send(Bytes::from(stripped)).await?;
-    refused.remember(model, gone);
+    refused.remember(model, key, gone);
     Ok((answer, notice(RESENT)))
 }
 
