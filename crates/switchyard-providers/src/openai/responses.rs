@@ -127,7 +127,11 @@ fn usage(usage: &Value) -> Option<Usage> {
 /// The chunks of a Responses stream: one per event, each with its frame. An event that is not
 /// JSON is skipped with a notice while few are ([`crate::sse::MAX_SKIPPED`]); one more fails
 /// the stream. Once it ended, the rest of the body is read so that its connection is kept.
-pub(super) fn chunks(response: crate::http::Response, key: Option<Secret>) -> ChunkStream {
+pub(super) fn chunks(
+    response: crate::http::Response,
+    key: Option<Secret>,
+    idle: std::time::Duration,
+) -> ChunkStream {
     let events = SseStream::new(crate::http::body_stream(response));
     crate::sse::read_chunks(Reader {
         events,
@@ -137,6 +141,10 @@ pub(super) fn chunks(response: crate::http::Response, key: Option<Secret>) -> Ch
         skips: Skips::default(),
         items: Items::default(),
         quiet: None,
+        // Every item done is a guess at the end, not a finish: the next item may take a
+        // moment to begin (a call after a preamble). Held open, the stream is waited for
+        // longer than a finished one (`AFTER_FINISH`), and within `idle`.
+        quiet_for: ITEMS_DONE_WAIT.min(idle / 2).max(switchyard::AFTER_FINISH.min(idle)),
     })
 }
 
@@ -150,11 +158,12 @@ impl ReadChunks for Reader {
         let polled = match self.events.poll_next_unpin(cx) {
             Poll::Ready(polled) => polled,
             // Every item it began is done, the last an answer: held open without its
-            // `response.completed`, it ends whole after AFTER_FINISH, as a Chat Completions
-            // stream held open after its finish does (keep-alives do not hold it).
+            // `response.completed`, it ends whole after `quiet_for` (5 s, within `idle`), as a
+            // Chat Completions stream held open after its finish does (keep-alives do not hold
+            // it).
             Poll::Pending if self.items.is_whole() => {
-                let quiet =
-                    self.quiet.get_or_insert_with(|| Box::pin(tokio::time::sleep(switchyard::AFTER_FINISH)));
+                let wait = self.quiet_for;
+                let quiet = self.quiet.get_or_insert_with(|| Box::pin(tokio::time::sleep(wait)));
                 ready!(quiet.as_mut().poll(cx));
                 return Poll::Ready(Some(Ok(self.whole_without_completion())));
             }
@@ -197,7 +206,13 @@ struct Reader {
     items: Items,
     /// Armed once every item is done, the last an answer: the wait for `response.completed`.
     quiet: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// How long that wait is.
+    quiet_for: std::time::Duration,
 }
+
+/// How long a stream whose every item is done waits for its `response.completed` or its next
+/// item, at most (half of `idle` when that is shorter).
+const ITEMS_DONE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Reader {
     /// The end of a stream whose items are whole without its `response.completed`: its finish,
