@@ -151,10 +151,21 @@ impl<'r> Record<'r> {
     /// A target was skipped: the request cannot be written in its API. Its reason is kept for
     /// the error when no target could serve the request.
     pub(super) fn unsupported(&mut self, attempt: Attempt) {
-        if let (Some(target), Some(error)) = (attempt.target(), &attempt.error) {
-            self.unsupported.push(format!("{target}: {}", error.detail()));
+        self.note_unsupported(&attempt);
+        // A target the provider itself refused was called: its failure is announced.
+        if attempt.outcome == Outcome::Failed {
+            self.announce_failure(&attempt, false);
         }
         self.trail.push(attempt);
+    }
+
+    /// Why `attempt`'s target could not take the request, when that is what it says.
+    fn note_unsupported(&mut self, attempt: &Attempt) {
+        if let (Some(target), Some(error)) =
+            (attempt.target(), attempt.error.as_ref().filter(|e| e.is_unsupported()))
+        {
+            self.unsupported.push(format!("{target}: {}", error.detail()));
+        }
     }
 
     /// A target answered.
@@ -192,6 +203,7 @@ impl<'r> Record<'r> {
         if attempt.outcome == Outcome::Failed {
             self.announce_failure(&attempt, false);
         }
+        self.note_unsupported(&attempt);
         self.trail.push(attempt);
     }
 
@@ -201,6 +213,7 @@ impl<'r> Record<'r> {
         if attempt.outcome == Outcome::Failed {
             self.announce_failure(&attempt, false);
         }
+        self.note_unsupported(&attempt);
         self.trail.insert(first + 1, attempt);
     }
 

@@ -158,9 +158,11 @@ async fn a_target_that_refuses_the_request_as_too_large_was_called_and_its_healt
     let a = SimulatedProvider::new().script([too_large(), too_large()]);
     let b = SimulatedProvider::new();
     let router = gated_for_30s(&a, &b);
+    let mut events = router.subscribe();
 
     let answer = router.chat(&request("default")).await.unwrap();
     assert_eq!(answer.trail.outcomes(), vec![Outcome::Failed, Outcome::Ok], "a call, not a skip");
+    assert!(event_names(&mut events).contains(&"attempt_failed"), "announced as the call it was");
     let refused = &answer.trail.attempts()[0];
     assert!(refused.credential_id.is_some() && refused.unsupported(), "{refused:?}");
     assert_eq!(refused.error.as_ref().and_then(ProviderError::status), Some(413));
