@@ -276,6 +276,20 @@ async fn by_default_a_photo_sent_as_base64_fits_and_a_body_over_32_mib_does_not(
 }
 
 #[tokio::test]
+async fn a_body_of_more_json_values_than_a_request_needs_is_refused_before_it_is_read() {
+    // 2 MB of `{}` in a field no provider reads would take hundreds of megabytes to read.
+    let gateway =
+        Gateway::start("providers:\n  up: { kind: simulated }\nroutes:\n  default: { targets: [up:m] }\n")
+            .await;
+    let empties = vec![json!({}); 600_000];
+    let body = json!({ "model": "default", "messages": [{ "role": "user", "content": "hi" }], "x": empties });
+    let response = gateway.post("/v1/chat/completions", body).await;
+    assert_eq!(response.status(), 413);
+    let body = json_of(response).await;
+    assert!(body["error"]["message"].as_str().unwrap().contains("more than 500000 JSON values"), "{body}");
+}
+
+#[tokio::test]
 async fn embeddings_come_back_as_the_client_asked_floats_unwidened_or_base64() {
     let gateway =
         Gateway::start("providers:\n  up: { kind: simulated }\nroutes:\n  default: { targets: [up:m] }\n")

@@ -31,6 +31,48 @@ pub(crate) enum BodyError {
     Unreadable(axum::Error),
 }
 
+/// The most JSON values a request body may hold (objects, arrays and their members): read, each
+/// takes tens of bytes, so a 30 MB body of `{}` took 1.4 GB. Far more than a request needs
+/// (OpenAI takes 300,000 tokens of embeddings input at most).
+pub(crate) const MAX_VALUES: usize = 500_000;
+
+/// Bodies up to this size are not counted: they cannot hold [`MAX_VALUES`] values.
+pub(crate) const COUNTED_FROM: usize = 1 << 20;
+
+/// Whether the JSON text `json` holds more than `most` values: objects, arrays and the members
+/// after their first (each `{`, `[` and `,` outside a string). Strings, a base64 image the
+/// longest, are skipped over.
+pub(crate) fn values_past(json: &[u8], most: usize) -> bool {
+    let mut count = 0usize;
+    let mut at = 0;
+    while let Some(offset) = json[at..].iter().position(|b| matches!(b, b'"' | b'{' | b'[' | b',')) {
+        at += offset;
+        if json[at] == b'"' {
+            at = string_end(json, at + 1);
+            continue;
+        }
+        count += 1;
+        if count > most {
+            return true;
+        }
+        at += 1;
+    }
+    false
+}
+
+/// Where the string that begins at `from` (after its quote) ends: past its closing quote.
+fn string_end(json: &[u8], mut from: usize) -> usize {
+    while let Some(offset) = json[from..].iter().position(|b| matches!(b, b'"' | b'\\')) {
+        from += offset;
+        if json[from] == b'"' {
+            return from + 1;
+        }
+        // An escape and the character it escapes (a quote, perhaps).
+        from = (from + 2).min(json.len());
+    }
+    json.len()
+}
+
 /// Reads `body` whole, refusing it past `limit` bytes or after `patience` without a byte.
 pub(crate) async fn read(mut body: Body, limit: usize, patience: Duration) -> Result<Bytes, BodyError> {
     // A `Content-Length` over the limit is refused before a byte is read (and before a

@@ -157,19 +157,33 @@ pub(crate) async fn json_body(
         )
         .closing());
     }
-    body::read(body, gateway.max_body, gateway.connections.body_timeout).await.map_err(|error| match error {
-        // What is left of the body on the connection cannot be told from a next request.
-        body::BodyError::TooLarge { .. } => ApiError::new(
+    let bytes =
+        body::read(body, gateway.max_body, gateway.connections.body_timeout).await.map_err(|error| {
+            match error {
+                // What is left of the body on the connection cannot be told from a next request.
+                body::BodyError::TooLarge { .. } => ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    format!("{error} (gateway.max_body)"),
+                )
+                .closing(),
+                body::BodyError::Stalled { .. } => stalled(&error),
+                body::BodyError::Unreadable(_) => {
+                    ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", error.to_string())
+                }
+            }
+        })?;
+    if bytes.len() > body::COUNTED_FROM && body::values_past(&bytes, body::MAX_VALUES) {
+        return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
-            format!("{error} (gateway.max_body)"),
-        )
-        .closing(),
-        body::BodyError::Stalled { .. } => stalled(&error),
-        body::BodyError::Unreadable(_) => {
-            ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", error.to_string())
-        }
-    })
+            format!(
+                "the request body holds more than {} JSON values (objects, arrays and their members): send fewer",
+                body::MAX_VALUES
+            ),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// The answer to a body that stopped arriving: `408`, and the connection closes after it.

@@ -227,3 +227,16 @@ async fn a_body_trickled_in_under_the_body_timeout_is_served() {
     assert_eq!(body["object"], "chat.completion", "{body}");
     assert_eq!(samples(&state, "switchyard_attempts_total").len(), 1, "the router was called");
 }
+
+#[test]
+fn values_are_counted_outside_strings_and_escapes_do_not_end_a_string() {
+    use super::values_past;
+    assert!(!values_past(br#"{"a":[1,2,3]}"#, 5), "an object, an array and two more members");
+    assert!(values_past(br#"{"a":[1,2,3]}"#, 3));
+    // Braces, brackets and commas inside strings are text; an escaped quote does not end one.
+    let text = br#"{"a":"{[,,,]} \" ,,, [[[ \\","b":1}"#;
+    assert!(!values_past(text, 2) && values_past(text, 1), "an object and its second member only");
+    // A body cut after a backslash is counted to its end, without a panic.
+    assert!(!values_past(br#"["\"#, 5));
+    assert!(!values_past(b"", 0));
+}
