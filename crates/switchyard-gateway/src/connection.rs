@@ -46,6 +46,16 @@ use tokio::time::{Instant, Sleep};
 
 use crate::config::ConnectionLimits;
 
+/// Written to a client that opens with HTTP/2's preface (h2c with prior knowledge): this
+/// gateway speaks HTTP/1.1, and says so in HTTP/2 rather than closing without a word: an empty
+/// SETTINGS frame (the server's preface), then GOAWAY with `HTTP_1_1_REQUIRED` (0xd), which
+/// curl and the HTTP/2 clients report, and why as its debug data.
+const HTTP2_REFUSED: &[u8] = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00\
+\x00\x00\x29\x07\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x0dthis gateway speaks HTTP/1.1 only";
+
+/// HTTP/2's connection preface, as far as a first read needs to see it.
+const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
+
 /// Written to a client whose request head did not arrive in time.
 const REQUEST_TIMEOUT: &[u8] =
     b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
@@ -197,6 +207,8 @@ struct Watched<I> {
     /// Since when the client has taken none of the bytes waiting for it (a write pending),
     /// with the timer that ends the connection at `send_timeout`.
     unsent: Option<Pin<Box<Sleep>>>,
+    /// Nothing was read yet: the first read is checked for HTTP/2's preface.
+    first_read: bool,
 }
 
 impl<I> Watched<I> {
@@ -208,6 +220,7 @@ impl<I> Watched<I> {
             armed: None,
             expired: false,
             unsent: None,
+            first_read: true,
         }
     }
 
@@ -244,6 +257,14 @@ impl<I: AsyncRead + AsyncWrite + Unpin> AsyncRead for Watched<I> {
             ready => {
                 if buf.filled().len() > before {
                     this.watch.received();
+                    if std::mem::take(&mut this.first_read) && opens_http2(&buf.filled()[before..]) {
+                        // Best effort, as the 408: then the end of input, and hyper closes.
+                        let _ = Pin::new(&mut this.io).poll_write(cx, HTTP2_REFUSED);
+                        let _ = Pin::new(&mut this.io).poll_flush(cx);
+                        buf.set_filled(before);
+                        this.expired = true;
+                        return Poll::Ready(Ok(()));
+                    }
                 }
                 return ready;
             }
@@ -321,6 +342,12 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
+}
+
+/// Whether a connection's first bytes are HTTP/2's preface (or as much of it as came).
+fn opens_http2(first: &[u8]) -> bool {
+    let seen = first.len().min(HTTP2_PREFACE.len());
+    seen >= 3 && first[..seen] == HTTP2_PREFACE[..seen]
 }
 
 /// The application as hyper calls it, telling the watch when each request begins and ends.

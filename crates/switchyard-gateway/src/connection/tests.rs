@@ -217,3 +217,19 @@ async fn a_client_that_takes_no_byte_of_its_answer_for_the_send_timeout_is_close
     client.read_to_end(&mut received).await.unwrap();
     assert!(received.len() <= 1024, "only what the buffer held: {}", received.len());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_speaks_http2_is_told_this_gateway_speaks_http_1_1() {
+    // curl --http2-prior-knowledge: the preface, answered in HTTP/2 with an empty SETTINGS
+    // frame and a GOAWAY of HTTP_1_1_REQUIRED that says why, not a silent close.
+    let (mut client, _stop) = connect();
+    client.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    client.read_to_end(&mut answer).await.unwrap();
+    let (settings, goaway) = answer.split_at(9);
+    assert_eq!(settings, [0, 0, 0, 4, 0, 0, 0, 0, 0], "an empty SETTINGS frame");
+    let length = usize::from(goaway[2]) | usize::from(goaway[1]) << 8 | usize::from(goaway[0]) << 16;
+    assert_eq!((goaway[3], length, goaway.len()), (7, goaway.len() - 9, 9 + length), "one GOAWAY frame");
+    assert_eq!(&goaway[9..17], [0, 0, 0, 0, 0, 0, 0, 0x0d], "stream 0, HTTP_1_1_REQUIRED");
+    assert_eq!(&goaway[17..], b"this gateway speaks HTTP/1.1 only");
+}
