@@ -1494,6 +1494,11 @@ fn codec_refuses_what_it_cannot_translate_naming_the_field() {
         assert_eq!(body["error"]["type"], "invalid_request_error");
         assert!(body["error"]["message"].as_str().unwrap().contains(field), "{body}");
     }
+    // A limit too large to hold says so, not that it is negative.
+    let mut body = base.clone();
+    body["max_tokens"] = json!(1u64 << 63);
+    let error = codec::request_from_json(body).unwrap_err();
+    assert_eq!(error.to_string(), "`max_tokens` is 9223372036854775808: it must be at most 4294967295");
 }
 
 #[test]

@@ -161,10 +161,11 @@ fn take(object: &mut Map<String, Value>, key: &str) -> Option<Value> {
 
 /// `value` as a `u32`, or an error naming `field`.
 fn u32_field(value: &Value, field: &str) -> Result<u32, CodecError> {
-    value
-        .as_u64()
-        .and_then(|v| u32::try_from(v).ok())
-        .ok_or_else(|| CodecError::new(field, "must be a non-negative integer"))
+    match value.as_u64() {
+        Some(v) => u32::try_from(v)
+            .map_err(|_| CodecError::new(field, format!("is {v}: it must be at most {}", u32::MAX))),
+        None => Err(CodecError::new(field, "must be a non-negative integer")),
+    }
 }
 
 /// `value` as a number, or an error naming `field`.
