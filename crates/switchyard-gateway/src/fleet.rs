@@ -33,7 +33,8 @@ pub(crate) struct FleetTrails {
     shared: Arc<SharedTrails>,
     events: Arc<SharedEvents>,
     queue: mpsc::Sender<Arc<RequestRecord>>,
-    /// Records not written: the queue was full, or Redis refused or did not answer.
+    /// Records not written: the queue was full, or Redis was away for longer than the
+    /// backlog holds.
     pub(crate) lost: Arc<AtomicU64>,
 }
 
@@ -76,25 +77,75 @@ impl FleetTrails {
 }
 
 /// The writer: what is queued, in batches gathered for [`GATHER`], until the sender is
-/// dropped. Each batch is one script call, which also tells the fleet's event stream.
+/// dropped. Each batch is one script call, which also tells the fleet's event stream. What
+/// Redis did not take waits in a backlog ([`Backlog`]) and goes again, first, once Redis
+/// answers: what was served while Redis was away is not missing from the fleet's history.
 async fn write(
     shared: Arc<SharedTrails>,
     mut inbox: mpsc::Receiver<Arc<RequestRecord>>,
     lost: Arc<AtomicU64>,
 ) {
     let mut records = Vec::with_capacity(BATCH);
-    while inbox.recv_many(&mut records, BATCH).await > 0 {
+    let mut backlog = Backlog::default();
+    loop {
+        let received = match backlog.retry_at {
+            Some(at) => tokio::select! {
+                received = inbox.recv_many(&mut records, BATCH) => received,
+                () = tokio::time::sleep_until(at) => 1,
+            },
+            None => inbox.recv_many(&mut records, BATCH).await,
+        };
+        if received == 0 {
+            return;
+        }
         tokio::time::sleep(GATHER).await;
         while records.len() < BATCH
             && let Ok(record) = inbox.try_recv()
         {
             records.push(record);
         }
-        let batch: Vec<TrailEntry> = records.drain(..).filter_map(|record| entry(&record)).collect();
-        if let Err(error) = shared.put(&batch).await {
-            lost.fetch_add(batch.len() as u64, Ordering::Relaxed);
-            tracing::debug!(target: "switchyard::shared_state", %error, "trails not written");
+        backlog.add(records.drain(..).filter_map(|record| entry(&record)), &lost);
+        if backlog.retry_at.is_some_and(|at| tokio::time::Instant::now() < at) {
+            continue;
         }
+        backlog.send(&shared).await;
+    }
+}
+
+/// Records Redis has not taken yet, oldest first, up to [`QUEUE`] (the oldest beyond are
+/// dropped, and counted lost), and when to send them again after a failure (1 s, doubling
+/// to 30 s).
+#[derive(Default)]
+struct Backlog {
+    entries: std::collections::VecDeque<TrailEntry>,
+    retry_at: Option<tokio::time::Instant>,
+    backoff: Duration,
+}
+
+impl Backlog {
+    fn add(&mut self, entries: impl Iterator<Item = TrailEntry>, lost: &AtomicU64) {
+        self.entries.extend(entries);
+        let over = self.entries.len().saturating_sub(QUEUE);
+        if over > 0 {
+            self.entries.drain(..over);
+            lost.fetch_add(over as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Sends what waits, a batch at a time, until Redis fails; then waits to send it again.
+    async fn send(&mut self, shared: &SharedTrails) {
+        while !self.entries.is_empty() {
+            let batch: Vec<TrailEntry> = self.entries.iter().take(BATCH).cloned().collect();
+            if let Err(error) = shared.put(&batch).await {
+                tracing::debug!(target: "switchyard::shared_state", %error, "trails not written yet");
+                self.backoff = (self.backoff * 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
+                self.retry_at = Some(tokio::time::Instant::now() + self.backoff);
+                return;
+            }
+            self.entries.drain(..batch.len());
+        }
+        self.retry_at = None;
+        self.backoff = Duration::ZERO;
     }
 }
 

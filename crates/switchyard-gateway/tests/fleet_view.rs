@@ -87,13 +87,24 @@ impl Fleet {
     /// Asks `replica` for `path` until `check` holds of its answer (the trails are written off
     /// the request path), for at most two seconds.
     async fn until(&self, replica: usize, path: &str, check: impl Fn(u16, &Value) -> bool) -> Value {
+        self.until_within(replica, path, Duration::from_secs(2), check).await
+    }
+
+    /// [`until`](Self::until), for at most `within`.
+    async fn until_within(
+        &self,
+        replica: usize,
+        path: &str,
+        within: Duration,
+        check: impl Fn(u16, &Value) -> bool,
+    ) -> Value {
         let start = tokio::time::Instant::now();
         loop {
             let (status, body) = self.admin(replica, path).await;
             if check(status, &body) {
                 return body;
             }
-            assert!(start.elapsed() < Duration::from_secs(2), "replica {replica}, {path}: {status} {body}");
+            assert!(start.elapsed() < within, "replica {replica}, {path}: {status} {body}");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
@@ -311,5 +322,45 @@ async fn any_replica_answers_for_the_whole_fleet() {
     for log in logs {
         let log = log.join().unwrap();
         assert!(!log.contains(API_KEY) && !log.contains(CLIENT_KEY), "a key reached the logs");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_replica_served_while_redis_was_away_reaches_the_fleets_history_once_it_returns() {
+    let mut redis = RedisServer::start();
+    let upstream = start_upstream().await;
+    let path = support::write_config("fleet-view-outage.yaml", &config(upstream, &redis.url()));
+    let mut replicas = Vec::new();
+    for name in ["a", "b"] {
+        replicas.push(
+            support::serve_with_env(&[("SWITCHYARD_REPLICA", name)], &path, "127.0.0.1:0", &[]).unwrap(),
+        );
+    }
+    let _logs = support::read_logs(&mut replicas);
+    let mut fleet = Fleet { replicas, client: reqwest::Client::new() };
+    fleet
+        .until(1, "/admin/health", |_, h| {
+            h["shared_state"]["replicas"].as_array().is_some_and(|r| r.len() == 2)
+        })
+        .await;
+
+    redis.kill();
+    let (status, during) = fleet.chat(0, "default").await;
+    assert_eq!(status, 200, "served while Redis is away");
+    // Away long enough for `a` to have failed to write it, and to know Redis is away.
+    fleet
+        .until_within(0, "/admin/health", Duration::from_secs(15), |_, h| {
+            h["shared_state"]["status"] == "degraded"
+        })
+        .await;
+    redis.restart();
+
+    // Once Redis answers again, `b` finds it: written from `a`'s backlog, not lost.
+    let path = format!("/admin/requests/{during}");
+    let found = fleet.until_within(1, &path, Duration::from_secs(45), |status, _| status == 200).await;
+    assert_eq!(found["replica"], "a", "{found}");
+    for (child, _) in &mut fleet.replicas {
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 }

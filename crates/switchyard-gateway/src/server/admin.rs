@@ -104,7 +104,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
     if let Some(trails) = state.trails.get() {
         gauges.push((
             "switchyard_fleet_trails_lost",
-            "Finished requests' trails not written to the fleet's Redis since start (its queue full, or Redis away).",
+            "Finished requests' trails not written to the fleet's Redis since start (its queue full, or Redis away longer than the 4,096 its backlog holds).",
             labels([]),
             trails.lost.load(std::sync::atomic::Ordering::Relaxed) as f64,
         ));
