@@ -2,8 +2,8 @@
 //!
 //! Claude Code and the Anthropic SDKs send beta flags that only Anthropic's own API may know;
 //! Bedrock and Vertex answer 400 "invalid beta flag" to one they do not. A provider's `betas`
-//! decides: `forward` (the default) passes every flag on, and a refusal skips the target for
-//! the request (`skipped_unsupported`, health untouched); `drop` passes none; an allow-list
+//! decides: `forward` (the default) passes every flag on, and a refusal is unsupported: the
+//! target fails for the request alone (health untouched); `drop` passes none; an allow-list
 //! passes the flags it names. Flags the provider's own configuration sets always go.
 
 /// A provider's rule for the client's beta flags.

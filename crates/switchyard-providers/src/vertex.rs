@@ -35,8 +35,8 @@
 //! `stream: true` stays in the body of a `streamRawPredict`. Answers and streams are Anthropic's
 //! and are read by the Anthropic adapter. Beta flags travel as the `anthropic-beta` header, as
 //! Anthropic's SDK (whose Vertex client leaves its beta header in place) and LiteLLM's Vertex
-//! handler send them; a 400 that refuses a beta flag makes the target `skipped_unsupported`
-//! for the request (health untouched), so the chain goes on.
+//! handler send them; a 400 that refuses a beta flag is unsupported: the target fails for the
+//! request alone (health untouched), so the chain goes on.
 //!
 //! # Gemini
 //!

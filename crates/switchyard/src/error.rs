@@ -301,10 +301,11 @@ impl ProviderError {
 
     /// The request cannot be written in this provider's API (`n > 1` toward a provider that
     /// answers one choice, a part only another dialect has, an operation the provider lacks).
-    /// Adapters raise it before sending anything; the router skips the target (outcome
-    /// `skipped_unsupported`) and goes on, and answers `invalid_request` naming the reasons
-    /// when no target of the route could serve the request. Its kind is
-    /// [`ErrorKind::InvalidRequest`].
+    /// Adapters raise it before sending anything (the router records the target
+    /// `skipped_unsupported`), or of a provider's refusal that says the same, with its status
+    /// (recorded `failed`); either way the router leaves the target's health alone and goes on,
+    /// and answers `invalid_request` naming the reasons when no target of the route could serve
+    /// the request. Its kind is [`ErrorKind::InvalidRequest`].
     pub fn unsupported(detail: impl Into<String>) -> Self {
         let mut error = Self::new(ErrorKind::InvalidRequest, detail);
         error.0.unsupported = true;

@@ -64,11 +64,12 @@ pub(super) struct Answered<'r, O> {
     pub(super) attempt: Attempt,
 }
 
-/// A target skipped because the request cannot be written in its API.
+/// A target that cannot take the request: its adapter cannot write it, or its provider refused
+/// it as more than it takes.
 pub(super) struct Unsupported {
     /// Why, naming the target.
     pub(super) error: ProviderError,
-    /// Its record, `skipped_unsupported`.
+    /// Its record: `skipped_unsupported` (never sent), or `failed` (the provider refused it).
     pub(super) attempt: Attempt,
 }
 
