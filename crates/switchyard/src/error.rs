@@ -312,7 +312,7 @@ impl ProviderError {
         error
     }
 
-    /// Whether this is an [`unsupported`](Self::unsupported) request: nothing was sent.
+    /// Whether this is an [`unsupported`](Self::unsupported) request: the target cannot take it.
     pub fn is_unsupported(&self) -> bool {
         self.0.unsupported
     }
