@@ -666,6 +666,48 @@ gateway:
 }
 
 #[tokio::test]
+async fn a_hedged_request_its_client_left_names_both_calls_it_was_waiting_on() {
+    let gateway = Gateway::of(
+        r#"
+providers:
+  slow: { kind: simulated, latency: 30s }
+  slower: { kind: simulated, latency: 30s }
+routes:
+  default: { targets: [slow:m, slower:m], hedge: { after: 50ms, min_after: 50ms } }
+gateway:
+  keys: [env://GW_KEY]
+  admin_key: env://ADMIN_KEY
+"#,
+    )
+    .await;
+    let body = json!({ "model": "default", "messages": [{ "role": "user", "content": "hi" }] });
+    let left = gateway
+        .client
+        .post(gateway.url("/v1/chat/completions"))
+        .bearer_auth(GATEWAY_KEY)
+        .timeout(std::time::Duration::from_millis(400))
+        .json(&body)
+        .send()
+        .await;
+    assert!(left.is_err(), "the client gave up");
+    let listed = support::until("the request is listed", std::time::Duration::from_secs(10), async || {
+        let (_, listed) = gateway.get("/admin/requests?limit=5").await;
+        let found = listed["requests"].as_array().is_some_and(|list| list.iter().any(|r| r["status"] == 499));
+        if found { Ok(listed) } else { Err(listed.to_string()) }
+    })
+    .await;
+    let id = listed["requests"][0]["request_id"].as_str().unwrap().to_owned();
+    let (_, record) = gateway.get(&format!("/admin/requests/{id}")).await;
+    let calls: Vec<(&str, &str)> = record["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["target"].as_str().unwrap(), a["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(calls, [("slow:m", "cancelled"), ("slower:m", "cancelled")], "{record}");
+}
+
+#[tokio::test]
 async fn a_request_its_client_left_before_the_answer_is_logged_as_499() {
     let gateway = Gateway::of(
         r#"

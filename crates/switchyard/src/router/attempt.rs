@@ -254,7 +254,7 @@ impl<'r, X: Exchange> Run<'r, X> {
             }
         };
         // Sent from here: a request dropped before (in the pacer's queue) sent nothing.
-        self.record.sending(&who.target, who.credential_id(), started);
+        self.record.sending(&who.target, who.credential_id(), started, false);
         let span = self.ctx.options.trace.map(|trace| trace.child());
         let out = Outgoing { who, started, permit, span };
         let end = match self.hedge_delay(tries) {

@@ -168,6 +168,7 @@ impl<'r, X: Exchange> Run<'r, X> {
             }
             record.hedge_started(ctx.route.name(), &first.who.target, &who.target, delay);
             let hedge = HedgeRun { who: who.clone(), sent: Instant::now(), span: hedge_span };
+            record.sending(&who.target, who.credential_id(), hedge.sent, true);
             // The hedge's target is one of those after the first.
             Some((hedge, async move { ctx.call_hedge(&who, hedge_span, later.saturating_sub(1)).await }))
         };

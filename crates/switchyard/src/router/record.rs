@@ -27,8 +27,10 @@ pub(super) struct Record<'r> {
     previous: Option<Target>,
     /// Where the trail goes if the request is dropped before it ends, and the route's name.
     unfinished: Option<(Unfinished, Arc<str>)>,
-    /// The call sent last, and when: `cancelled` if the request is dropped before it ends.
-    under_way: Option<(Target, CredentialId, Instant)>,
+    /// The calls sent (the last, and a hedge beside it), and when: each not recorded is
+    /// `cancelled` if the request is dropped before it ends. (A hedge is told of through a
+    /// shared borrow, as the pair runs.)
+    under_way: std::sync::Mutex<Vec<(Target, CredentialId, Instant)>>,
     /// The trail was taken: the request ended.
     ended: bool,
 }
@@ -43,7 +45,7 @@ impl<'r> Record<'r> {
             unsupported: Vec::new(),
             previous: None,
             unfinished: None,
-            under_way: None,
+            under_way: Default::default(),
             ended: false,
         }
     }
@@ -55,10 +57,21 @@ impl<'r> Record<'r> {
         self
     }
 
-    /// A call to `target` with `credential_id` is sent, its attempt begun at `started`.
-    pub(super) fn sending(&mut self, target: &Target, credential_id: &CredentialId, started: Instant) {
+    /// A call to `target` with `credential_id` is sent, its attempt begun at `started` (a
+    /// hedge's too): those before it have ended.
+    pub(super) fn sending(
+        &self,
+        target: &Target,
+        credential_id: &CredentialId,
+        started: Instant,
+        hedge: bool,
+    ) {
         if self.unfinished.is_some() {
-            self.under_way = Some((target.clone(), credential_id.clone(), started));
+            let mut under_way = self.under_way.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !hedge {
+                under_way.clear();
+            }
+            under_way.push((target.clone(), credential_id.clone(), started));
         }
     }
 
@@ -274,7 +287,9 @@ impl Drop for Record<'_> {
     /// asked to, the call under way as `cancelled`.
     fn drop(&mut self) {
         let Some((unfinished, route)) = self.unfinished.take().filter(|_| !self.ended) else { return };
-        if let Some((target, credential_id, started)) = self.under_way.take() {
+        let under_way =
+            std::mem::take(self.under_way.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner));
+        for (target, credential_id, started) in under_way {
             let offset = self.offset(started);
             let recorded =
                 self.trail.attempts().iter().any(|a| a.started == offset && a.target() == Some(&target));
