@@ -535,11 +535,11 @@ impl RouteError {
     }
 }
 
-/// What a trail holds, for an error's words: its calls, then its skips (`1 call`, `3 calls and
-/// 1 skip`): a target skipped as unhealthy was not called.
+/// What a trail holds, for an error's words: its calls, then the rest (`1 call`, `3 calls and
+/// 1 skip`): a target skipped as unhealthy, or a call the pacer refused, was not called.
 fn tally(trail: &Trail) -> String {
-    let skips = trail.attempts().iter().filter(|a| a.outcome.is_skip()).count();
-    let calls = trail.len() - skips;
+    let calls = trail.attempts().iter().filter(|a| a.sent()).count();
+    let skips = trail.len() - calls;
     let plural = |n: usize, what: &str| if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") };
     match skips {
         0 => plural(calls, "call"),

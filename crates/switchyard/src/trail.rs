@@ -10,6 +10,9 @@ use serde::ser::{SerializeMap, Serializer};
 use crate::credential::CredentialId;
 use crate::{ProviderError, Target};
 
+/// The note of a `failed` attempt the pacer refused: it was never sent.
+pub const PACER_REFUSED: &str = "the pacer refused the call";
+
 /// What became of one attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -138,6 +141,11 @@ pub struct Attempt {
 }
 
 impl Attempt {
+    /// Whether the attempt was sent: not a skip, nor a call the pacer refused.
+    pub fn sent(&self) -> bool {
+        !self.outcome.is_skip() && self.note.as_deref() != Some(PACER_REFUSED)
+    }
+
     /// Whether the target could not take the request, as its adapter or the provider said:
     /// health untouched, and it says nothing of why the others failed.
     pub fn unsupported(&self) -> bool {

@@ -296,7 +296,7 @@ impl<'r, X: Exchange> Run<'r, X> {
                 let attempt = who
                     .called(self.record.offset(asked), waited, waited)
                     .failed(error.clone())
-                    .with_note(Some("the pacer refused the call".to_owned()));
+                    .with_note(Some(crate::trail::PACER_REFUSED.to_owned()));
                 Err(Failure { who: who.clone(), cut: Cut::No, error, attempt })
             }
         }

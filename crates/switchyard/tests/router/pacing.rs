@@ -315,6 +315,8 @@ async fn spill_over_sends_a_long_paced_wait_to_the_next_target() {
     assert_eq!(spilled.served_by.to_string(), "b:m");
     assert_eq!(spilled.trail.outcomes(), vec![Outcome::Failed, Outcome::Ok]);
     assert_eq!(spilled.trail.attempts()[0].error.as_ref().and_then(|e| e.code()), Some("paced"));
+    let sent: Vec<bool> = spilled.trail.attempts().iter().map(|a| a.sent()).collect();
+    assert_eq!(sent, [false, true], "the paced call was never sent");
 }
 
 #[tokio::test(start_paused = true)]
