@@ -665,27 +665,19 @@ gateway:
     assert_eq!(listed["requests"][0]["status"], 200, "{listed}");
 }
 
-#[tokio::test]
-async fn a_hedged_request_its_client_left_names_both_calls_it_was_waiting_on() {
-    let gateway = Gateway::of(
-        r#"
-providers:
-  slow: { kind: simulated, latency: 30s }
-  slower: { kind: simulated, latency: 30s }
-routes:
-  default: { targets: [slow:m, slower:m], hedge: { after: 50ms, min_after: 50ms } }
-gateway:
-  keys: [env://GW_KEY]
-  admin_key: env://ADMIN_KEY
-"#,
-    )
+/// A gateway whose route `default` is `route` over `providers` (which answer in 30 s), a chat
+/// its client gives up on after `patience` ms, and the request's line and record once listed.
+async fn left_unanswered(providers: &str, route: &str, patience: u64) -> (Value, Value) {
+    let gateway = Gateway::of(&format!(
+        "providers:\n{providers}routes:\n  default: {route}\ngateway:\n  keys: [env://GW_KEY]\n  admin_key: env://ADMIN_KEY\n"
+    ))
     .await;
     let body = json!({ "model": "default", "messages": [{ "role": "user", "content": "hi" }] });
     let left = gateway
         .client
         .post(gateway.url("/v1/chat/completions"))
         .bearer_auth(GATEWAY_KEY)
-        .timeout(std::time::Duration::from_millis(400))
+        .timeout(std::time::Duration::from_millis(patience))
         .json(&body)
         .send()
         .await;
@@ -696,8 +688,18 @@ gateway:
         if found { Ok(listed) } else { Err(listed.to_string()) }
     })
     .await;
-    let id = listed["requests"][0]["request_id"].as_str().unwrap().to_owned();
+    let line = listed["requests"][0].clone();
+    let id = line["request_id"].as_str().unwrap_or_else(|| panic!("{line}"));
     let (_, record) = gateway.get(&format!("/admin/requests/{id}")).await;
+    (line, record)
+}
+
+#[tokio::test]
+async fn a_hedged_request_its_client_left_names_both_calls_it_was_waiting_on() {
+    let providers =
+        "  slow: { kind: simulated, latency: 30s }\n  slower: { kind: simulated, latency: 30s }\n";
+    let route = "{ targets: [slow:m, slower:m], hedge: { after: 50ms, min_after: 50ms } }";
+    let (_, record) = left_unanswered(providers, route, 400).await;
     let calls: Vec<(&str, &str)> = record["attempts"]
         .as_array()
         .unwrap()
@@ -709,40 +711,11 @@ gateway:
 
 #[tokio::test]
 async fn a_request_its_client_left_before_the_answer_is_logged_as_499() {
-    let gateway = Gateway::of(
-        r#"
-providers:
-  slow: { kind: simulated, latency: 30s }
-routes:
-  default: { targets: [slow:m] }
-gateway:
-  keys: [env://GW_KEY]
-  admin_key: env://ADMIN_KEY
-"#,
-    )
-    .await;
-    let body = json!({ "model": "default", "messages": [{ "role": "user", "content": "hi" }] });
-    let left = gateway
-        .client
-        .post(gateway.url("/v1/chat/completions"))
-        .bearer_auth(GATEWAY_KEY)
-        .timeout(std::time::Duration::from_millis(300))
-        .json(&body)
-        .send()
-        .await;
-    assert!(left.is_err(), "the client gave up");
-    let listed = support::until("the request is listed", std::time::Duration::from_secs(10), async || {
-        let (_, listed) = gateway.get("/admin/requests?limit=5").await;
-        let found = listed["requests"].as_array().is_some_and(|list| list.iter().any(|r| r["status"] == 499));
-        if found { Ok(listed) } else { Err(listed.to_string()) }
-    })
-    .await;
-    let left = &listed["requests"][0];
-    assert_eq!(left["endpoint"], "chat_completions", "{listed}");
+    let providers = "  slow: { kind: simulated, latency: 30s }\n";
+    let (left, record) = left_unanswered(providers, "{ targets: [slow:m] }", 300).await;
+    assert_eq!(left["endpoint"], "chat_completions", "{left}");
     // What the router did before the client left: the route, and the call it was waiting on.
     assert_eq!(left["route"], "default", "{left}");
-    let id = left["request_id"].as_str().unwrap_or_else(|| panic!("{left}"));
-    let (_, record) = gateway.get(&format!("/admin/requests/{id}")).await;
     let attempts = record["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), 1, "{record}");
     assert_eq!(
