@@ -437,6 +437,19 @@ fn serve_on_loopback_without_keys_starts_as_before_with_metrics_open() {
 }
 
 #[test]
+fn doctor_warns_of_targets_a_budget_cannot_charge_for_want_of_a_price() {
+    let yaml = "providers:\n  openai: { kind: openai, api_key: sk-live-SECRET-abcdef123456, base_url: \"http://127.0.0.1:9/v1\", prices: { gpt-4o: { input: 2.5, output: 10 } } }\nroutes:\n  default: { targets: [openai:gpt-4o, openai:gpt-4o-mini] }\n  gpt-*: { targets: [\"openai:{model}\"] }\ngateway:\n  keys: [{ name: team, key: gw-team-0123456789, budget: { usd: 5, per: day } }]\n";
+    let config = write_config("doctor-unpriced.yaml", yaml);
+    let (_, out, _) = run(&["doctor", "--config", config.to_str().unwrap()]);
+    assert!(
+        out.contains(
+            "warning: the budgets of team are not charged for openai:gpt-4o-mini, openai:{model}: no price"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
 fn doctor_reports_the_exposure_and_the_connection_settings() {
     let config = write_config(
         "doctor-exposed.yaml",

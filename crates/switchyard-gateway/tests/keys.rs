@@ -185,6 +185,25 @@ async fn tokens_beyond_a_keys_minute_hold_it_until_they_are_paid_back() {
 }
 
 #[tokio::test]
+async fn a_pattern_routes_dated_models_are_charged_at_their_models_price() {
+    // `claude-*` passes the asked model on (`up:{model}`): a dated id costs what its model's
+    // price says, and a `name*` price covers the rest. They used to cost nothing.
+    let (up, _) = upstream(1000).await;
+    let yaml = config(up, "budget: { usd: 1000, per: day }")
+        .replace("claude-*: {{ targets: [up:m]", "claude-*: {{ targets: ['up:{{model}}']")
+        .replace("claude-*: { targets: [up:m]", "claude-*: { targets: ['up:{model}']")
+        .replace(
+            "prices: { m: { input: 1000000, output: 0 } }",
+            "prices: { m: { input: 1000000, output: 0 }, claude-sonnet-4-5: { input: 1000000, output: 0 }, 'claude-haiku*': { input: 100000, output: 0 } }",
+        );
+    let gateway = support::in_process(&yaml).await;
+    assert_eq!(chat(gateway, TEAM, "claude-sonnet-4-5-20250929").await.status, 200);
+    assert_eq!(chat(gateway, TEAM, "claude-haiku-4-5").await.status, 200);
+    let keys: Value = serde_json::from_str(&admin(gateway, "/admin/keys").await).unwrap();
+    assert_eq!(keys["keys"][1]["budget"]["spent_usd"], 11.0, "$10, then $1: {keys}");
+}
+
+#[tokio::test]
 async fn a_key_that_spent_its_budget_is_refused_until_the_period_resets() {
     let (up, upstream) = upstream(1000).await;
     let gateway = support::in_process(&config(up, "budget: { usd: 25, per: day }")).await;

@@ -217,6 +217,9 @@ fn print_gateway(loaded: &Loaded) {
     for key in gateway.keys.iter().filter(|key| key.named || key.rules != Default::default()) {
         println!("  key {}: {}", key.label, key_rules(&key.rules));
     }
+    if let Some(unpriced) = loaded.unpriced_for_budgets() {
+        println!("  warning: {unpriced}");
+    }
     let limited =
         gateway.keys.iter().any(|key| key.rules.limits != Default::default() || key.rules.budget.is_some());
     if limited && gateway.shared_state.is_some() {

@@ -187,6 +187,9 @@ fn check_exposure(
         ),
         Exposure::Loopback | Exposure::Demo | Exposure::Guarded => {}
     }
+    if let Some(unpriced) = loaded.unpriced_for_budgets() {
+        tracing::warn!("{unpriced}");
+    }
     // A warning at start is read at start, not at the next batch.
     if let Some(log) = log {
         log.flush();

@@ -157,6 +157,29 @@ pub struct Loaded {
     pub hash: String,
 }
 
+impl Loaded {
+    /// When a client key has a budget and some targets have no price: what to tell the
+    /// operator (their answers cost nothing, so budgets do not see them). `None` otherwise.
+    pub fn unpriced_for_budgets(&self) -> Option<String> {
+        let budgeted: Vec<&str> = self
+            .gateway
+            .keys
+            .iter()
+            .filter(|key| key.rules.budget.is_some())
+            .map(|key| &*key.label)
+            .collect();
+        let unpriced = self.router.unpriced_targets();
+        if budgeted.is_empty() || unpriced.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "the budgets of {} are not charged for {}: no price under its provider's `prices` (a dated snapshot takes its model's price; a pattern route's models take a `name*` price)",
+            budgeted.join(", "),
+            unpriced.join(", ")
+        ))
+    }
+}
+
 /// The hash a configuration is known by in `/admin/health`, its events and the fleet: 16 hex
 /// digits of FNV-1a (64 bits) over `text`, stable across builds and platforms, so that two
 /// replicas of any version agree on it.

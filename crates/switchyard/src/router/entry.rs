@@ -242,9 +242,27 @@ impl ProviderSlot {
         self.models.get(model)
     }
 
-    /// The configured price of `model`, if any.
+    /// Whether some price names a prefix (`name*`): what a pattern route's models can take.
+    pub(crate) fn prices_a_prefix(&self) -> bool {
+        self.prices.keys().any(|name| name.ends_with('*'))
+    }
+
+    /// The configured price of `model`, if any: its own, else that of the model it is a dated
+    /// snapshot of (`claude-sonnet-4-5-20250929`, `gpt-4o-2024-08-06`: what a pattern route
+    /// is called with), else the longest prefix priced as `name*`.
     pub(crate) fn price(&self, model: &str) -> Option<&Price> {
-        self.prices.get(model)
+        if let Some(price) = self.prices.get(model) {
+            return Some(price);
+        }
+        if let Some(price) = undated(model).and_then(|base| self.prices.get(base)) {
+            return Some(price);
+        }
+        self.prices
+            .iter()
+            .filter_map(|(name, price)| Some((name.strip_suffix('*')?, price)))
+            .filter(|(prefix, _)| model.starts_with(prefix))
+            .max_by_key(|(prefix, _)| prefix.len())
+            .map(|(_, price)| price)
     }
 
     /// The error of a call to `target` with credential `credential`, redacted of the key and
@@ -268,5 +286,47 @@ fn redact(error: ProviderError, credential: &Credential) -> ProviderError {
     match credential.key() {
         Some(key) => error.redacted(key),
         None => error,
+    }
+}
+
+/// `model` without the date of a snapshot it names (`-20250929`, `-2024-08-06`), when it names
+/// one.
+fn undated(model: &str) -> Option<&str> {
+    let digits = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    let (base, date) = model.rsplit_once('-')?;
+    if date.len() == 8 && digits(date) {
+        return Some(base);
+    }
+    // `-YYYY-MM-DD`: the last three dash-separated parts.
+    let (rest, day) = (base, date);
+    let (rest, month) = rest.rsplit_once('-')?;
+    let (base, year) = rest.rsplit_once('-')?;
+    let dated =
+        year.len() == 4 && month.len() == 2 && day.len() == 2 && [year, month, day].iter().all(|p| digits(p));
+    dated.then_some(base)
+}
+
+#[cfg(test)]
+mod price_tests {
+    use super::*;
+
+    #[test]
+    fn a_dated_snapshot_or_a_prefix_takes_the_price_of_the_model_it_names() {
+        let price = |input: f64| Price { input_per_million: input, output_per_million: input };
+        let slot = ProviderEntry::new("p", crate::simulated::SimulatedProvider::new())
+            .price("claude-sonnet-4-5", price(3.0))
+            .price("gpt-4o", price(2.5))
+            .price("llama-*", price(0.1))
+            .price("llama-3-70b*", price(0.9))
+            .into_slot();
+        let of = |model: &str| slot.price(model).map(|p| p.input_per_million);
+        assert_eq!(of("claude-sonnet-4-5"), Some(3.0));
+        assert_eq!(of("claude-sonnet-4-5-20250929"), Some(3.0), "Anthropic's dated id");
+        assert_eq!(of("gpt-4o-2024-08-06"), Some(2.5), "OpenAI's dated id");
+        assert_eq!(of("gpt-4o-mini"), None, "another model, not a snapshot");
+        assert_eq!(of("gpt-4o-1234"), None);
+        assert_eq!(of("llama-3-70b-instruct"), Some(0.9), "the longest prefix");
+        assert_eq!(of("llama-3-8b"), Some(0.1));
+        assert_eq!(of("mistral"), None);
     }
 }

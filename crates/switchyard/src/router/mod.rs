@@ -643,6 +643,25 @@ impl Router {
         self.inner.routes()
     }
 
+    /// The routes' targets whose answers cost nothing for want of a price: a target without
+    /// one (its own, or the model it is a dated snapshot of), and a pattern route's
+    /// `provider:{model}` whose provider prices no `name*` prefix. Each once, in configuration
+    /// order.
+    pub fn unpriced_targets(&self) -> Vec<String> {
+        let mut unpriced: Vec<String> = Vec::new();
+        for target in self.routes().flat_map(|route| route.targets()).map(|t| &t.target) {
+            let Some(slot) = self.inner.providers.get(target.provider()) else { continue };
+            let priced = match target.model().contains(crate::route::MODEL_PLACEHOLDER) {
+                true => slot.prices_a_prefix(),
+                false => slot.price(target.model()).is_some(),
+            };
+            if !priced && !unpriced.iter().any(|known| known == target.as_str()) {
+                unpriced.push(target.as_str().to_owned());
+            }
+        }
+        unpriced
+    }
+
     /// The configured route named `name`; `None` for any other name, targets included.
     pub fn route(&self, name: &str) -> Option<&Route> {
         self.inner.routes.get(name).map(|slot| &*slot.route)
