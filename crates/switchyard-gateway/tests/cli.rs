@@ -79,10 +79,13 @@ providers:
   p: { kind: simulated, api_key: sk-doctor-SECRET-12345678, limits: { max_concurrent: 4, requests_per_minute: 120 } }
 routes:
   default: { targets: [p:m], candidates: [{ name: apology, text: sorry }] }
+  claude-*: { targets: ["p:{model}"] }
 "#,
     );
     let (code, out, _) = run(&["doctor", "--config", config.to_str().unwrap(), "--ping"]);
     assert_eq!(code, 0, "{out}");
+    assert!(out.contains("not pinged: the model a client asks for fills it in"), "{out}");
+    assert!(out.contains("1 of 1 target answered"), "a stand-in is not counted as answering: {out}");
     assert!(out.contains("route default: p:m; candidate: apology (default)"), "{out}");
     assert!(out.contains("limits: max_concurrent 4, requests_per_minute 120"), "{out}");
     assert!(out.contains("key ****5678 from literal"), "{out}");

@@ -978,6 +978,20 @@ async fn a_dated_model_id_is_served_by_its_pattern_route_and_models_lists_the_pa
     let one = gateway.get("/v1/models/claude-opus-4-1-20250805", GATEWAY_KEY).await;
     assert_eq!(one.status(), 200, "a model the pattern governs is a model here");
     assert_eq!(gateway.get("/v1/models/gpt-unknown", GATEWAY_KEY).await.status(), 404);
+
+    // What the pattern served is counted under its target, whatever models clients name.
+    let text = gateway.get("/metrics", "").await.text().await.unwrap();
+    assert!(
+        text.contains("switchyard_attempts_total{target=\"a:{model}\",outcome=\"ok\",error_kind=\"\"} 1"),
+        "{text}"
+    );
+    assert!(!text.contains("claude-sonnet") && !text.contains("(unlisted)"), "{text}");
+    // The health board lists the target the request filled in, not the pattern's stand-in.
+    let health = json_of(gateway.get("/admin/health", GATEWAY_KEY).await).await;
+    let rows: Vec<&str> =
+        health["targets"].as_array().unwrap().iter().map(|t| t["target"].as_str().unwrap()).collect();
+    assert!(rows.contains(&"a:claude-sonnet-4-5-20250929"), "{rows:?}");
+    assert!(rows.iter().all(|t| !t.contains("{model}")), "{rows:?}");
 }
 
 #[tokio::test]

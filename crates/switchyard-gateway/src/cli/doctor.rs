@@ -296,7 +296,7 @@ async fn shared_state(loaded: &Loaded) -> bool {
 async fn ping_targets(loaded: &Loaded) -> usize {
     println!("\nping (one call per target):");
     println!("  {:<40} {:>10}  result", "target", "latency");
-    let mut failures = 0;
+    let (mut failures, mut pinged) = (0, 0);
     let mut seen: Vec<&Target> = Vec::new();
     for route in loaded.router.routes() {
         for target in route.all_targets() {
@@ -312,6 +312,7 @@ async fn ping_targets(loaded: &Loaded) -> usize {
                 );
                 continue;
             }
+            pinged += 1;
             let mut request = ChatRequest::new(target.to_string(), vec![Message::user("ping")]);
             request.max_tokens = Some(1);
             let options = RequestOptions {
@@ -332,7 +333,6 @@ async fn ping_targets(loaded: &Loaded) -> usize {
             println!("  {:<40} {elapsed:>10}  {result}", target.to_string());
         }
     }
-    let pinged = seen.len();
     println!("  {} of {} answered", pinged - failures, counted(pinged, "target"));
     failures
 }

@@ -34,6 +34,8 @@ pub struct Live {
     /// The targets the configuration names; others (named by clients) share one metric label.
     /// Keys from the configuration only (a client's target is looked up, never inserted).
     listed: HashSet<Target, crate::metrics::FxBuild>,
+    /// The patterns' `{model}` targets: a target one fills in is labelled by it.
+    templates: Vec<Target>,
     /// Whether `/metrics` asks for the admin key (beyond loopback, unless `metrics_open`).
     pub(crate) guard_metrics: bool,
 }
@@ -49,13 +51,29 @@ impl Live {
     pub fn new(router: Router, gateway: GatewaySettings, exposure: &Exposure) -> Self {
         let guard_metrics = exposure.guards_metrics(&gateway);
         // A pattern's `{model}` targets are filled in per request: not targets to list.
-        let listed = router
+        let (templates, listed): (Vec<Target>, Vec<Target>) = router
             .routes()
             .flat_map(|route| route.all_targets())
-            .filter(|t| !t.model().contains(switchyard::route::MODEL_PLACEHOLDER))
             .cloned()
-            .collect();
-        Self { router, gateway, listed, guard_metrics }
+            .partition(|t| t.model().contains(switchyard::route::MODEL_PLACEHOLDER));
+        let listed = listed.into_iter().collect();
+        Self { router, gateway, listed, templates, guard_metrics }
+    }
+
+    /// The pattern target `target` was filled in from: `anthropic:us.{model}` for
+    /// `anthropic:us.claude-x`. The first that fits, in configuration order.
+    fn template_of(&self, target: &Target) -> Option<&Target> {
+        self.templates.iter().find(|template| {
+            let Some((before, after)) = template.model().split_once(switchyard::route::MODEL_PLACEHOLDER)
+            else {
+                return false;
+            };
+            let model = target.model();
+            template.provider() == target.provider()
+                && model.len() > before.len() + after.len()
+                && model.starts_with(before)
+                && model.ends_with(after)
+        })
     }
 
     /// Whether the configuration names `target`.
@@ -63,12 +81,16 @@ impl Live {
         self.listed.contains(target)
     }
 
-    /// The metric label of `via`: a target of the configuration by name, any other as one
-    /// label, a candidate by its name.
+    /// The metric label of `via`: a target of the configuration by name, one a pattern filled
+    /// in by the pattern's target (`anthropic:{model}`: the models clients name never make
+    /// labels), any other as one label, a candidate by its name.
     pub(crate) fn target_label(&self, via: &Via) -> LabelValue {
         match via {
             Via::Target(target) if self.is_listed(target) => LabelValue::Shared(target.shared()),
-            Via::Target(_) => LabelValue::Static("(unlisted)"),
+            Via::Target(target) => match self.template_of(target) {
+                Some(template) => LabelValue::Shared(template.shared()),
+                None => LabelValue::Static("(unlisted)"),
+            },
             Via::Candidate(_) => LabelValue::from(via.to_string()),
         }
     }

@@ -588,7 +588,14 @@ impl Router {
     /// credential of every provider, `unknown` until first used and again after a reset, and
     /// of any other target called so far (a `provider:model` a client named).
     pub fn health(&self) -> HealthSnapshot {
-        let targets: Vec<Target> = self.routes().flat_map(|route| route.all_targets()).cloned().collect();
+        // A pattern's `{model}` target is no target until a request fills it in: the filled
+        // ones are listed by their records.
+        let targets: Vec<Target> = self
+            .routes()
+            .flat_map(|route| route.all_targets())
+            .filter(|t| !t.model().contains(crate::route::MODEL_PLACEHOLDER))
+            .cloned()
+            .collect();
         let credentials: Vec<CredentialId> =
             self.inner.providers.values().flat_map(|slot| slot.credential_ids.iter().cloned()).collect();
         self.inner.health.snapshot_listing(&targets, &credentials)
