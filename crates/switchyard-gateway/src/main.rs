@@ -37,7 +37,7 @@ enum Command {
     /// Run the gateway.
     Serve {
         /// Configuration file (YAML, or TOML). Without one: the file SWITCHYARD_CONFIG names,
-        /// else ./switchyard.yaml, else /etc/switchyard/switchyard.yaml, else providers from API
+        /// else ./switchyard.yaml (or .yml, .toml), else /etc/switchyard/switchyard.yaml (or .yml, .toml), else providers from API
         /// keys in the environment, else an embedded demo on simulated providers (on loopback
         /// only, unless --demo).
         #[arg(long, short)]

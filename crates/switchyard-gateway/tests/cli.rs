@@ -30,6 +30,26 @@ fn config_check_accepts_a_valid_file_and_refuses_a_bad_one_with_a_non_zero_exit(
     assert!(err.contains("bad.yaml: routes.default.targets[0]: unknown provider `q`"), "{err}");
 }
 
+#[test]
+fn every_whole_configuration_the_readme_shows_passes_config_check() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let whole: Vec<&str> = readme
+        .split("```yaml\n")
+        .skip(1)
+        .filter_map(|block| block.split("```").next())
+        .filter(|block| {
+            block.lines().any(|l| l.starts_with("providers:"))
+                && block.lines().any(|l| l.starts_with("routes:"))
+        })
+        .collect();
+    assert!(whole.len() >= 3, "the README's example configurations were not found: {}", whole.len());
+    for (n, block) in whole.iter().enumerate() {
+        let file = write_config(&format!("readme-{n}.yaml"), block);
+        let (code, out, err) = run(&["config", "check", file.to_str().unwrap()]);
+        assert_eq!(code, 0, "the README's configuration\n{block}\nis refused: {out}{err}");
+    }
+}
+
 /// A paid provider whose key comes from a variable no test sets.
 const UNSET_SECRET: &str = "providers:\n  openai: { kind: openai, api_key: env://SWITCHYARD_TEST_UNSET_SECRET }\nroutes:\n  default: { targets: [openai:gpt-4o-mini] }\n";
 
@@ -552,6 +572,13 @@ fn serve_and_doctor_find_switchyard_yaml_in_the_working_directory() {
     let (code, out, err) = run_in(&dir, &[], &["doctor"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("config: file ./switchyard.yaml (found in the working directory)"), "{out}");
+
+    // The other spelling of the extension is found too.
+    let yml = empty_folder("working-directory-yml");
+    std::fs::write(yml.join("switchyard.yml"), answering("from switchyard.yml")).unwrap();
+    let (code, out, err) = run_in(&yml, &[], &["doctor"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("config: file ./switchyard.yml (found in the working directory)"), "{out}");
 }
 
 #[test]
@@ -585,9 +612,13 @@ fn a_missing_file_named_by_switchyard_config_is_an_error_not_a_fallback() {
 
 /// Whether a system-wide configuration would be found before the demo on this machine.
 fn system_config_present() -> bool {
-    let present = std::path::Path::new("/etc/switchyard/switchyard.yaml").exists();
+    let present = ["yaml", "yml", "toml"]
+        .iter()
+        .any(|ext| std::path::Path::new(&format!("/etc/switchyard/switchyard.{ext}")).exists());
     if present {
-        eprintln!("skipped: /etc/switchyard/switchyard.yaml exists on this machine, so no demo is chosen");
+        eprintln!(
+            "skipped: /etc/switchyard holds a switchyard.yaml, .yml or .toml on this machine, so no demo is chosen"
+        );
     }
     present
 }

@@ -22,7 +22,7 @@ pub(crate) fn env(name: &str) -> Option<String> {
 }
 
 /// The configuration `--config` names (`path`), else the one `SWITCHYARD_CONFIG` names, else
-/// `./switchyard.yaml`, else `/etc/switchyard/switchyard.yaml`, else the environment's API keys,
+/// `./switchyard.yaml` ((or `.yml`, `.toml`), `.toml`), else `/etc/switchyard/switchyard.yaml` ((or `.yml`, `.toml`), `.toml`), else the environment's API keys,
 /// else the demo; the demo at once when `demo` asks for it.
 pub(crate) fn load(path: Option<&PathBuf>, demo: bool) -> anyhow::Result<Loaded> {
     let choice = loader::locate(path.map(PathBuf::as_path), demo, &env, &loader::standard_places());

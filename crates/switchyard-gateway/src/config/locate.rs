@@ -1,5 +1,5 @@
 //! Where the configuration comes from: `--config FILE`, else the file `SWITCHYARD_CONFIG`
-//! names, else `./switchyard.yaml`, else `/etc/switchyard/switchyard.yaml`, else providers
+//! names, else `./switchyard.yaml` (or `.yml`, `.toml`), else `/etc/switchyard/switchyard.yaml` (or `.yml`, `.toml`), else providers
 //! from API keys in the environment, else the embedded demo.
 
 use std::fmt;
@@ -46,12 +46,20 @@ pub struct Place {
     pub found: &'static str,
 }
 
-/// The places looked at, in order: the working directory, then `/etc/switchyard`.
+/// The names a configuration file is looked for under, in order.
+const NAMES: [&str; 3] = ["switchyard.yaml", "switchyard.yml", "switchyard.toml"];
+
+/// The places looked at, in order: the working directory, then `/etc/switchyard`; in each,
+/// the [`NAMES`].
 pub fn standard_places() -> Vec<Place> {
-    vec![
-        Place { path: PathBuf::from("./switchyard.yaml"), found: "found in the working directory" },
-        Place { path: PathBuf::from("/etc/switchyard/switchyard.yaml"), found: "found in /etc/switchyard" },
-    ]
+    let folders =
+        [("./", "found in the working directory"), ("/etc/switchyard/", "found in /etc/switchyard")];
+    folders
+        .into_iter()
+        .flat_map(|(folder, found)| {
+            NAMES.map(|name| Place { path: PathBuf::from(format!("{folder}{name}")), found })
+        })
+        .collect()
 }
 
 /// What to load.
@@ -127,7 +135,7 @@ pub fn unasked_demo(listen: SocketAddr, loaded: &Loaded) -> Option<String> {
     (unasked && !listen.ip().to_canonical().is_loopback()).then(|| {
         format!(
             "refusing to serve the embedded demo's simulated answers on {listen}: no configuration was found \
-             (no --config, SWITCHYARD_CONFIG not set, no ./switchyard.yaml or /etc/switchyard/switchyard.yaml, \
+             (no --config, SWITCHYARD_CONFIG not set, no switchyard.yaml, .yml or .toml in the working directory or /etc/switchyard, \
              no provider API key in the environment). To fix: give the configuration with --config FILE or \
              SWITCHYARD_CONFIG=FILE; or pass --demo to serve the demo beyond loopback on purpose"
         )
@@ -241,7 +249,14 @@ mod tests {
         let paths: Vec<PathBuf> = standard_places().into_iter().map(|place| place.path).collect();
         assert_eq!(
             paths,
-            [PathBuf::from("./switchyard.yaml"), PathBuf::from("/etc/switchyard/switchyard.yaml")]
+            [
+                PathBuf::from("./switchyard.yaml"),
+                PathBuf::from("./switchyard.yml"),
+                PathBuf::from("./switchyard.toml"),
+                PathBuf::from("/etc/switchyard/switchyard.yaml"),
+                PathBuf::from("/etc/switchyard/switchyard.yml"),
+                PathBuf::from("/etc/switchyard/switchyard.toml")
+            ]
         );
     }
 
