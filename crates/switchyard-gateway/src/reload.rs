@@ -55,6 +55,8 @@ pub enum Outcome {
     Unchanged {
         /// Its hash.
         hash: String,
+        /// The settings an earlier reload changed that still wait for a restart.
+        restart: Vec<String>,
     },
     /// The file has problems: the running configuration stays.
     Rejected {
@@ -108,7 +110,13 @@ impl Outcome {
                     "credentials": done.forgotten.credentials,
                 },
             }),
-            Outcome::Unchanged { hash } => json!({ "result": "unchanged", "hash": hash, "changes": [] }),
+            Outcome::Unchanged { hash, restart } => json!({
+                "result": "unchanged",
+                "hash": hash,
+                "changes": [],
+                "restart_required": restart,
+                "forgotten": { "targets": [], "credentials": [] },
+            }),
             Outcome::Rejected { hash, error } => json!({
                 "result": "rejected",
                 "hash": hash,
@@ -302,9 +310,12 @@ impl ConfigLife {
             }
         };
         let hash = config::config_hash(&text);
-        if hash == self.lock().hash {
-            self.lock().last_error = None;
-            return Outcome::Unchanged { hash };
+        {
+            let mut status = self.lock();
+            if hash == status.hash {
+                status.last_error = None;
+                return Outcome::Unchanged { hash, restart: status.restart.clone() };
+            }
         }
         let live = state.live();
         let running = Running {
@@ -416,10 +427,11 @@ impl Settle {
             return false;
         }
         match self.changed_at {
+            // A file that vanished and stayed away is reported too: its reload is refused,
+            // saying the file cannot be read, and the running configuration stays.
             Some(at) if now.saturating_duration_since(at) >= self.quiet => {
                 self.changed_at = None;
-                // A file that vanished and stayed away is not a configuration to load.
-                self.seen.is_some()
+                true
             }
             _ => false,
         }
@@ -536,16 +548,16 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_file_that_vanishes_is_not_reloaded_until_it_is_back() {
+    async fn a_file_that_vanishes_is_reported_once_and_loaded_again_when_it_is_back() {
         let version = Arc::new(AtomicU64::new(1));
         let (task, reloads) = watched(version.clone());
         run_for(POLL).await;
         version.store(0, Ordering::SeqCst);
         run_for(Duration::from_secs(3)).await;
-        assert_eq!(reloads.load(Ordering::SeqCst), 0, "nothing to load");
+        assert_eq!(reloads.load(Ordering::SeqCst), 1, "its reload says it is gone, once");
         version.store(7, Ordering::SeqCst);
         run_for(QUIET + 2 * POLL).await;
-        assert_eq!(reloads.load(Ordering::SeqCst), 1, "the new file is loaded");
+        assert_eq!(reloads.load(Ordering::SeqCst), 2, "the new file is loaded");
         task.abort();
     }
 }

@@ -119,6 +119,26 @@ async fn an_edit_of_the_watched_file_is_served_without_a_signal() {
     assert!(logs.contains("file change"), "{logs}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_file_deleted_is_said_and_the_running_configuration_stays_until_it_is_back() {
+    let path = write_config("reload-deleted.yaml", &config("", "", ""));
+    let (server, addr) = serve(&path, &[]);
+    std::fs::remove_file(&path).unwrap();
+    until("the missing file is reported", WITHIN, async || {
+        let last = &health(&addr).await["config"]["last_error"];
+        let said = last["problems"].to_string();
+        if said.contains("cannot read it") { Ok(()) } else { Err(last.to_string()) }
+    })
+    .await;
+    assert_eq!(chat(&addr, "default").await, (200, "up:m".to_owned()), "the running configuration serves");
+
+    std::fs::write(&path, config("", "  fast: { targets: [up:m] }", "")).unwrap();
+    until_served(&addr, "fast").await;
+    assert!(health(&addr).await["config"]["last_error"].is_null());
+    let logs = stop_flushed(server);
+    assert!(logs.contains("cannot read it"), "the log says the file is gone: {logs}");
+}
+
 /// Lays out `dir` as a Kubernetes ConfigMap volume: `switchyard.yaml -> ..data/switchyard.yaml`,
 /// `..data -> ..<version>`, the file in `..<version>`.
 fn configmap_version(dir: &Path, version: &str, text: &str) {
@@ -369,6 +389,11 @@ async fn listen_and_threads_need_a_restart_and_the_rest_of_the_reload_applies() 
     .unwrap();
     let (_, answer) = reload(&addr).await;
     assert_eq!(answer["restart_required"], json!(["gateway.threads", "listen"]), "{answer}");
+    // Nothing changed: the answer still says what awaits a restart, in the same shape.
+    let (_, answer) = reload(&addr).await;
+    assert_eq!(answer["result"], "unchanged", "{answer}");
+    assert_eq!(answer["restart_required"], json!(["gateway.threads", "listen"]), "{answer}");
+    assert_eq!(answer["forgotten"], json!({ "targets": [], "credentials": [] }), "{answer}");
     std::fs::write(&path, config("", "  fast: { targets: [up:m] }", "listen: 127.0.0.1:4680\n")).unwrap();
     let (status, answer) = reload(&addr).await;
     assert_eq!((status, &answer["restart_required"]), (200, &json!([])), "{answer}");
