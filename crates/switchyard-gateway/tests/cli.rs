@@ -88,6 +88,15 @@ fn serve_and_doctor_refuse_a_config_with_an_unset_secret() {
     let (code, _, err) = run(&["doctor", "--config", config.to_str().unwrap()]);
     assert_eq!(code, 1);
     assert!(err.contains("SWITCHYARD_TEST_UNSET_SECRET"), "{err}");
+    // A variable exported empty is said to be empty, not missing: the fix is elsewhere.
+    let dir = empty_folder("empty-secret");
+    let (code, _, err) = run_in(
+        &dir,
+        &[("SWITCHYARD_TEST_UNSET_SECRET", " ")],
+        &["doctor", "--config", config.to_str().unwrap()],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("environment variable `SWITCHYARD_TEST_UNSET_SECRET` is set but empty"), "{err}");
 }
 
 #[test]
@@ -834,15 +843,25 @@ fn health_and_events_refused_for_the_admin_key_say_how_to_pass_it() {
     let (server, addr) = serve(&config, &[]);
     let health = run_keyless(&["health", "--url", &addr]);
     let events = run_keyless(&["events", "--url", &addr]);
+    let wrong = run_keyless(&["keys", "--url", &addr, "--key", "not-the-admin-key"]);
     let (code, out, _) = run_keyless(&["health", "--url", &addr, "--key", "admin-key-987654321"]);
     stop(server);
     for (code, _, err) in [health, events] {
         assert_eq!(code, 1, "{err}");
         assert!(
-            err.contains("401") && err.contains("--key") && err.contains("SWITCHYARD_ADMIN_KEY"),
+            err.contains("asks for its admin key (401)")
+                && err.contains("--key")
+                && err.contains("SWITCHYARD_ADMIN_KEY"),
             "{err}"
         );
     }
+    let (wrong_code, _, err) = wrong;
+    assert_eq!(wrong_code, 1, "{err}");
+    assert!(
+        err.contains("refused the admin key given (401)"),
+        "a key was given, and it is not the one: {err}"
+    );
+    assert!(!err.contains("not-the-admin-key"), "{err}");
     assert_eq!(code, 0);
     assert!(out.lines().any(|l| l.starts_with("sim:m")), "{out}");
 }

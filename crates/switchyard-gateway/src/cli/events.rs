@@ -54,6 +54,7 @@ struct Failure {
 
 /// Opens the event stream.
 async fn connect(url: &str, path: &str, key: Option<String>) -> Result<reqwest::Response, Failure> {
+    let sent = key.is_some();
     let response = admin_get(url, path, key).await.map_err(|error| Failure { error, refused: false })?;
     let status = response.status();
     if status.is_success() {
@@ -62,7 +63,7 @@ async fn connect(url: &str, path: &str, key: Option<String>) -> Result<reqwest::
     let bytes = response.bytes().await.unwrap_or_default();
     let body: Value = serde_json::from_slice(&bytes).unwrap_or_default();
     let refused_key = status == reqwest::StatusCode::UNAUTHORIZED;
-    Err(Failure { error: refused(status, &body), refused: refused_key })
+    Err(Failure { error: refused(status, &body, sent), refused: refused_key })
 }
 
 /// Tries again until the stream opens, waiting longer after each failure (never longer than

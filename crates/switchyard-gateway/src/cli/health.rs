@@ -10,12 +10,13 @@ use super::{admin_get, gateway_url, refused};
 
 pub(crate) async fn health(url: &str, key: Option<String>) -> anyhow::Result<ExitCode> {
     let url = gateway_url(url);
+    let sent = key.is_some();
     let response = admin_get(&url, "/admin/health", key).await?;
     let status = response.status();
     let bytes = response.bytes().await.context("the gateway's answer broke off")?;
     let body: Value = serde_json::from_slice(&bytes).unwrap_or_default();
     if !status.is_success() {
-        return Err(refused(status, &body));
+        return Err(refused(status, &body, sent));
     }
     if !body.is_object() {
         bail!("the gateway at {url} answered /admin/health with something that is not JSON");

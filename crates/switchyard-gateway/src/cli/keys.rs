@@ -9,12 +9,13 @@ use super::{admin_get, gateway_url, refused};
 
 pub(crate) async fn keys(url: &str, key: Option<String>) -> anyhow::Result<ExitCode> {
     let url = gateway_url(url);
+    let sent = key.is_some();
     let response = admin_get(&url, "/admin/keys", key).await?;
     let status = response.status();
     let bytes = response.bytes().await.context("the gateway's answer broke off")?;
     let body: Value = serde_json::from_slice(&bytes).unwrap_or_default();
     if !status.is_success() {
-        return Err(refused(status, &body));
+        return Err(refused(status, &body, sent));
     }
     let Some(keys) = body["keys"].as_array() else {
         bail!("the gateway at {url} answered /admin/keys with something that is not its keys");

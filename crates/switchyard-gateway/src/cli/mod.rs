@@ -81,13 +81,19 @@ pub(crate) fn gateway_url(url: &str) -> String {
     if url.contains("://") { url.to_owned() } else { format!("http://{url}") }
 }
 
-/// The error for an admin endpoint's refusal: a 401 says how to pass the admin key.
-pub(crate) fn refused(status: reqwest::StatusCode, body: &Value) -> anyhow::Error {
+/// The error for an admin endpoint's refusal: a 401 says how to pass the admin key, or that
+/// the one `sent` is not it.
+pub(crate) fn refused(status: reqwest::StatusCode, body: &Value, sent: bool) -> anyhow::Error {
     let message = body["error"]["message"].as_str().unwrap_or_default();
     if status == reqwest::StatusCode::UNAUTHORIZED {
-        return anyhow::anyhow!(
-            "the gateway refused the admin key (401): pass it with --key KEY or set SWITCHYARD_ADMIN_KEY"
-        );
+        return match sent {
+            true => anyhow::anyhow!(
+                "the gateway refused the admin key given (401): it is not the gateway's `gateway.admin_key`"
+            ),
+            false => anyhow::anyhow!(
+                "the gateway asks for its admin key (401): pass it with --key KEY or set SWITCHYARD_ADMIN_KEY"
+            ),
+        };
     }
     anyhow::anyhow!("the gateway answered {status}: {message}")
 }

@@ -199,11 +199,12 @@ impl Validator<'_> {
             Some(value) if !value.trim().is_empty() => {
                 Some((value.trim().to_owned(), format!("env://{var}")))
             }
-            _ => {
+            value => {
+                let state = if value.is_some() { "set but empty" } else { "not set" };
                 let unset = Problem {
                     path: path.to_owned(),
                     message: format!(
-                        "environment variable `{var}` is not set: export it, or write the {what} itself"
+                        "environment variable `{var}` is {state}: export it, or write the {what} itself"
                     ),
                 };
                 match self.unset_env {
