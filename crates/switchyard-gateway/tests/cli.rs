@@ -122,6 +122,27 @@ routes:
     assert!(out.lines().any(|l| l.contains("p:m") && l.trim_end().ends_with("ok")), "{out}");
     assert!(out.contains("pacing (as the providers' headers state it):"), "{out}");
     assert!(out.contains("  p: no rate-limit headers seen; 0 in flight"), "{out}");
+    assert!(out.contains("telemetry: off (no traces exported)"), "{out}");
+}
+
+#[test]
+fn doctor_says_where_traces_go_and_never_the_collectors_secrets() {
+    let config = write_config(
+        "doctor-traces.yaml",
+        r#"
+providers: { p: { kind: simulated } }
+routes: { default: { targets: [p:m] } }
+telemetry: { endpoint: "http://tracer:pa55-SECRET@127.0.0.1:4318", sampler: traceidratio, sampler_arg: 0.25,
+             headers: { authorization: "Bearer collector-SECRET-token" } }
+"#,
+    );
+    let (code, out, err) = run(&["doctor", "--config", config.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("telemetry: traces to http://127.0.0.1:4318/v1/traces (http/protobuf), sampler traceidratio:0.25, service switchyard"),
+        "{out}"
+    );
+    assert!(!out.contains("SECRET") && !out.contains("tracer"), "{out}");
 }
 
 #[test]

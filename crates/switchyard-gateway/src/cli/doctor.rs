@@ -237,6 +237,10 @@ fn print_gateway(loaded: &Loaded) {
         limits.max_connections
     );
     println!("exposure: {}", exposure_line(loaded.listen, loaded));
+    match &gateway.telemetry {
+        Some(telemetry) => println!("telemetry: {}", telemetry.describe()),
+        None => println!("telemetry: off (no traces exported)"),
+    }
 }
 
 /// A client key's rules in a line: the models it may use, its limits, its budget.

@@ -201,6 +201,9 @@ fn check_exposure(
 fn print_banner(local: SocketAddr, loaded: &Loaded) {
     // The banner is for a person; a closed stdout (`serve | head -1`) must not stop the gateway.
     let mut banner = format!("switchyard listening on http://{local}\n  config: {}\n", loaded.origin());
+    if let Some(telemetry) = &loaded.gateway.telemetry {
+        banner.push_str(&format!("  {}\n", telemetry.describe()));
+    }
     for line in route_lines(&loaded.router) {
         banner.push_str(&line);
         banner.push('\n');

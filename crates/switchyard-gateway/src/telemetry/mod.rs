@@ -49,6 +49,32 @@ pub struct TelemetrySettings {
     pub timeout: Duration,
 }
 
+impl TelemetrySettings {
+    /// What the banner and `doctor` say of it: where spans go, how, and which are sampled
+    /// (`traces to http://collector:4318/v1/traces (http/protobuf), sampler
+    /// parentbased_always_on, service switchyard`). The headers, which may hold a key, never;
+    /// nor a user and password written into the URL.
+    pub fn describe(&self) -> String {
+        let url = match reqwest::Url::parse(&self.traces_url) {
+            Ok(mut url) if !url.username().is_empty() || url.password().is_some() => {
+                let _ = url.set_username("");
+                let _ = url.set_password(None);
+                url.to_string()
+            }
+            _ => self.traces_url.clone(),
+        };
+        let protocol = match self.protocol {
+            OtlpProtocol::Protobuf => "http/protobuf",
+            OtlpProtocol::Json => "http/json",
+        };
+        format!(
+            "traces to {url} ({protocol}), sampler {}, service {}",
+            self.sampler.describe(),
+            self.service_name
+        )
+    }
+}
+
 /// The OTLP encodings over HTTP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OtlpProtocol {
@@ -90,6 +116,18 @@ impl SamplerSetting {
                 ));
             }
         })
+    }
+
+    /// The sampler as `OTEL_TRACES_SAMPLER` spells it, its ratio after a colon.
+    fn describe(self) -> String {
+        match self {
+            Self::AlwaysOn => "always_on".to_owned(),
+            Self::AlwaysOff => "always_off".to_owned(),
+            Self::TraceIdRatio(ratio) => format!("traceidratio:{ratio}"),
+            Self::ParentBasedAlwaysOn => "parentbased_always_on".to_owned(),
+            Self::ParentBasedAlwaysOff => "parentbased_always_off".to_owned(),
+            Self::ParentBasedTraceIdRatio(ratio) => format!("parentbased_traceidratio:{ratio}"),
+        }
     }
 
     fn sampler(self) -> Sampler {
