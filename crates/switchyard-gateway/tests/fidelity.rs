@@ -739,3 +739,54 @@ async fn a_whole_answer_streamed_upstream_keeps_what_the_providers_events_said_i
         "{assembled}"
     );
 }
+
+/// Claude calling the JSON-mode tool, as it does when `tool_choice` names it.
+const JSON_TOOL_ANSWER: &str = r#"{"id":"msg_2","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"tool_use","id":"toolu_9","name":"json_answer","input":{"city":"Paris","rain":false}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":30,"output_tokens":14}}"#;
+
+/// The same call, streamed.
+const JSON_TOOL_SSE: &str = concat!(
+    "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_2\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":30,\"output_tokens\":1}}}\n\n",
+    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_9\",\"name\":\"json_answer\",\"input\":{}}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"city\\\": \\\"Par\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"is\\\", \\\"rain\\\": false}\"}}\n\n",
+    "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+    "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":14}}\n\n",
+    "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+);
+
+#[tokio::test]
+async fn an_openai_clients_json_mode_is_answered_by_claude_as_a_json_object_in_its_content() {
+    let upstream = Upstream::start(JSON_TOOL_ANSWER, JSON_TOOL_SSE).await;
+    let gateway = gateway("anthropic", "", &upstream, "claude-sonnet-4-5").await;
+    let chat = r#"{"model":"default","response_format":{"type":"json_object"},"messages":[{"role":"user","content":"Weather in Paris, as JSON"}]}"#;
+    let (status, answer) = post(gateway, "/v1/chat/completions", chat).await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, sent) = upstream.received();
+    let sent: serde_json::Value = serde_json::from_str(&sent).unwrap();
+    assert_eq!(sent["tool_choice"]["name"], "json_answer", "{sent}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    let choice = &answer["choices"][0];
+    let content: serde_json::Value =
+        serde_json::from_str(choice["message"]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(content, serde_json::json!({"city": "Paris", "rain": false}), "{answer}");
+    assert!(choice["message"]["tool_calls"].is_null(), "{answer}");
+    assert_eq!(choice["finish_reason"], "stop", "{answer}");
+
+    let streamed = chat.replacen('{', r#"{"stream":true,"#, 1);
+    let (status, events) = post(gateway, "/v1/chat/completions", &streamed).await;
+    assert_eq!(status, 200, "{events}");
+    let chunks: Vec<serde_json::Value> = events
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter(|data| *data != "[DONE]")
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+        serde_json::json!({"city": "Paris", "rain": false})
+    );
+    let finish: Vec<_> = chunks.iter().filter_map(|c| c["choices"][0]["finish_reason"].as_str()).collect();
+    assert_eq!(finish, ["stop"], "{events}");
+    assert!(!events.contains("tool_calls"), "{events}");
+}

@@ -32,6 +32,7 @@ use switchyard::credential::Secret;
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
 use switchyard::{ErrorKind, ProviderError};
 
+pub(crate) use request::json_mode;
 pub use request::{DEFAULT_MAX_TOKENS, VERBATIM_BLOCKS, default_max_tokens, sendable_thinking};
 pub use response::VERBATIM_USAGE;
 pub use thinking::ThinkingStyle;
@@ -354,6 +355,10 @@ pub(crate) fn whole_answer(
         let detail = format!("the answer is not a Messages API response ({error}): {}", http::excerpt(&text));
         ProviderError::new(ErrorKind::MalformedResponse, classify::redact(detail, key))
     })?;
+    let mut message = message;
+    if request::json_mode(request) {
+        response::json_answer(&mut message);
+    }
     let mut answer = response::to_chat_response(message, request.origin);
     if verbatim_body(request).is_some() {
         answer.verbatim = Some(Verbatim::new(Dialect::Anthropic, bytes));
@@ -388,6 +393,7 @@ pub(crate) async fn answer_stream(
     let events = SseStream::new(http::body_stream(response));
     let mut decoder = stream::Decoder::new(request.origin, key);
     decoder.pass_on = verbatim_body(request).is_some();
+    decoder.json_answer = request::json_mode(request);
     Ok(stream::chunk_stream(events, decoder))
 }
 

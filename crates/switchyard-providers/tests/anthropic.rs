@@ -535,7 +535,14 @@ async fn meaningful_fields_without_an_anthropic_equivalent_are_refused_naming_th
             ChatRequest { response_format: Some(schemaless), ..hello() },
             "`response_format.json_schema.schema`",
         ),
-        (ChatRequest { response_format: Some(ResponseFormat::JsonObject), ..hello() }, "`response_format`"),
+        (
+            ChatRequest {
+                response_format: Some(ResponseFormat::JsonObject),
+                tools: vec![weather_tool()],
+                ..hello()
+            },
+            "`response_format` is `json_object` beside tools",
+        ),
         (ChatRequest { temperature: Some(1.5), ..hello() }, "`temperature`"),
     ];
     for (key, value) in [("logprobs", json!(true)), ("reasoning_effort", json!("extreme")), ("n", json!(2))] {
@@ -724,6 +731,102 @@ async fn a_json_schema_response_format_becomes_anthropics_structured_output() {
         body["output_config"]["format"]["schema"]["properties"].as_object().unwrap().keys().collect();
     assert_eq!(properties, ["reasoning", "answer"], "the schema's order is its meaning");
     assert!(body.get("response_format").is_none());
+}
+
+/// A request in JSON mode (`response_format: json_object`).
+fn json_mode() -> ChatRequest {
+    ChatRequest { response_format: Some(ResponseFormat::JsonObject), ..hello() }
+}
+
+#[tokio::test]
+async fn json_mode_is_a_forced_call_of_a_tool_taking_any_object_and_its_input_is_the_answer() {
+    let mut answer = text_answer();
+    answer["content"] = json!([{"type": "tool_use", "id": "toolu_01", "name": "json_answer",
+        "input": {"city": "Paris", "temperature": 21}}]);
+    answer["stop_reason"] = json!("tool_use");
+    let fake = Fake::json(200, answer).await;
+    let response = chat(&fake, &json_mode()).await.unwrap();
+
+    let body = fake.only_request().body;
+    assert_eq!(
+        body["tools"],
+        json!([{"name": "json_answer", "description": "Give your whole answer as this tool's input: one JSON object.",
+            "input_schema": {"type": "object", "additionalProperties": true}}])
+    );
+    assert_eq!(
+        body["tool_choice"],
+        json!({"type": "tool", "name": "json_answer", "disable_parallel_tool_use": true})
+    );
+    assert!(body.get("output_config").is_none() && body.get("response_format").is_none(), "{body}");
+
+    let choice = &response.choices[0];
+    let text = response.text().unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), json!({"city": "Paris", "temperature": 21}));
+    assert!(choice.message.tool_calls.is_empty(), "the tool is the gateway's, not the client's");
+    assert_eq!(choice.finish_reason, Some(FinishReason::Stop));
+}
+
+#[tokio::test]
+async fn json_mode_streams_its_answer_as_text_and_ends_in_a_plain_stop() {
+    let events = vec![
+        message_start(),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_01", "name": "json_answer", "input": {}}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"city\": \"Par"}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "is\"}"}}),
+        ),
+        ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 9}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ];
+    let fake = Fake::start(move |_| sse_reply(&[], &sse(&events))).await;
+    let chunks = ok_chunks(stream(&fake, &json_mode()).await.unwrap());
+    assert_eq!(text_of(&chunks), "{\"city\": \"Paris\"}");
+    assert!(chunks.iter().flat_map(|c| &c.choices).all(|c| c.delta.tool_calls.is_empty()), "{chunks:#?}");
+    assert_eq!(chunks.last().unwrap().choices[0].finish_reason, Some(FinishReason::Stop));
+
+    // A call of the tool with no input is the empty object.
+    let empty = vec![
+        message_start(),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_02", "name": "json_answer", "input": {}}}),
+        ),
+        ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 2}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ];
+    let fake = Fake::start(move |_| sse_reply(&[], &sse(&empty))).await;
+    let chunks = ok_chunks(stream(&fake, &json_mode()).await.unwrap());
+    assert_eq!(text_of(&chunks), "{}");
+
+    // A tool of that name is the client's own outside JSON mode.
+    let events = tool_stream_events();
+    let fake = Fake::start(move |_| sse_reply(&[], &sse(&events))).await;
+    let chunks = ok_chunks(stream(&fake, &hello()).await.unwrap());
+    assert_eq!(chunks.last().unwrap().choices[0].finish_reason, Some(FinishReason::ToolCalls));
+}
+
+#[tokio::test]
+async fn json_mode_is_unsupported_where_claude_thinks() {
+    let fake = Fake::json(200, text_answer()).await;
+    let error = chat(&fake, &with_effort("high", json_mode())).await.unwrap_err();
+    assert!(error.is_unsupported(), "another target may take it: {error:?}");
+    assert!(error.detail().contains("`response_format` is `json_object`"), "{}", error.detail());
+    assert!(fake.requests().is_empty());
 }
 
 #[tokio::test]

@@ -8,7 +8,9 @@
 //! - `max_tokens` is required: the request's, else OpenAI's `max_completion_tokens`, else
 //!   the model's default ([`default_max_tokens`]);
 //! - `response_format` with a JSON schema becomes `output_config.format` (structured output);
-//!   `json_object` (JSON mode without a schema) has no equivalent and is refused.
+//!   `json_object` (JSON mode without a schema, which structured output cannot express) makes
+//!   Claude call [`JSON_TOOL`], a tool whose input is any JSON object, and that input is the
+//!   answer's text (see [`json_mode`]).
 //!
 //! Fields in `extra` are Anthropic fields only when the request arrived in that dialect; then
 //! they are forwarded untouched. Fields of another dialect are mapped when Anthropic has an
@@ -56,6 +58,44 @@ pub fn default_max_tokens(model: &str) -> u32 {
 /// verbatim when the request is served in the dialect it came from; ignored otherwise.
 pub const VERBATIM_BLOCKS: &str = "anthropic_blocks";
 
+/// The tool a request in JSON mode (`response_format: json_object`) is answered through.
+/// Anthropic's structured output needs a schema that names every property, so Claude is made
+/// to call this tool (`tool_choice` names it), whose input is any JSON object; the decoders
+/// turn its input back into the answer's text and its `tool_use` stop into a plain stop.
+pub(crate) const JSON_TOOL: &str = "json_answer";
+
+/// Whether `request` is answered through [`JSON_TOOL`]: JSON mode asked by a client of another
+/// dialect (a Messages client's own request is sent as written).
+pub(crate) fn json_mode(request: &ChatRequest) -> bool {
+    request.origin != Dialect::Anthropic
+        && matches!(request.response_format, Some(ResponseFormat::JsonObject))
+}
+
+/// The tools and tool choice of a request in JSON mode: [`JSON_TOOL`] alone, forced. Beside
+/// the client's own tools it could not be forced without taking their use away: unsupported.
+fn json_tool(request: &ChatRequest) -> Result<(Vec<ToolParam>, Option<ToolChoiceParam>), ProviderError> {
+    if !request.tools.is_empty() {
+        return Err(invalid(
+            "response_format",
+            "is `json_object` beside tools: Claude answers JSON mode through a forced tool call of \
+             its own, which would take the request's tools away (send `json_schema`)",
+        ));
+    }
+    let tool = ToolParam {
+        kind: None,
+        name: JSON_TOOL.to_owned(),
+        description: Some("Give your whole answer as this tool's input: one JSON object.".to_owned()),
+        input_schema: Some(json!({ "type": "object", "additionalProperties": true })),
+        extra: Map::new(),
+    };
+    let choice = ToolChoiceParam {
+        kind: "tool",
+        name: Some(JSON_TOOL.to_owned()),
+        disable_parallel_tool_use: Some(true),
+    };
+    Ok((vec![tool], Some(choice)))
+}
+
 /// Top-level keys the adapter writes itself: a same-named field in `extra` never overrides them.
 const RESERVED: [&str; 11] = [
     "model",
@@ -102,14 +142,18 @@ pub(crate) fn build<'a>(
     if turns.is_empty() {
         return Err(invalid("messages", "hold no content Anthropic takes: every message is empty"));
     }
-    let tools = request
-        .tools
-        .iter()
-        .enumerate()
-        .map(|(i, tool)| tool_param(tool, i, origin))
-        .collect::<Result<_, _>>()?;
-    let tool_choice =
-        tool_choice(request.tool_choice.as_ref(), !request.tools.is_empty(), parallel_tool_calls)?;
+    let (tools, tool_choice) = match json_mode(request) {
+        true => json_tool(request)?,
+        false => (
+            request
+                .tools
+                .iter()
+                .enumerate()
+                .map(|(i, tool)| tool_param(tool, i, origin))
+                .collect::<Result<_, _>>()?,
+            tool_choice(request.tool_choice.as_ref(), !request.tools.is_empty(), parallel_tool_calls)?,
+        ),
+    };
     let extra = if origin == Dialect::Anthropic {
         request.extra.iter().filter(|(key, _)| !RESERVED.contains(&key.as_str())).map(clone_entry).collect()
     } else {
@@ -139,6 +183,13 @@ pub(crate) fn build<'a>(
         None if origin != Dialect::Anthropic => thinking::drop_thinking(&mut wire.messages),
         None => {}
     }
+    if json_mode(request) && wire.thinking.is_some() {
+        return Err(invalid(
+            "response_format",
+            "is `json_object`, which Claude answers through a forced tool call, and Claude does not \
+             allow one while it thinks (`reasoning_effort`): send `json_schema`",
+        ));
+    }
     Ok(wire)
 }
 
@@ -152,19 +203,14 @@ fn parallel_tool_calls(extra: &Extra) -> Result<Option<bool>, ProviderError> {
 }
 
 /// A JSON schema as Anthropic's structured output, `output_config.format`; JSON mode without
-/// a schema is refused.
+/// a schema goes through [`JSON_TOOL`] instead.
 fn output_config(format: Option<&ResponseFormat>) -> Result<Option<Value>, ProviderError> {
     match format {
-        None | Some(ResponseFormat::Text) => Ok(None),
+        None | Some(ResponseFormat::Text | ResponseFormat::JsonObject) => Ok(None),
         Some(ResponseFormat::JsonSchema { json_schema }) => match &json_schema.schema {
             Some(schema) => Ok(Some(json!({ "format": { "type": "json_schema", "schema": schema } }))),
             None => Err(invalid("response_format.json_schema.schema", "is required toward Anthropic")),
         },
-        Some(ResponseFormat::JsonObject) => Err(invalid(
-            "response_format",
-            "is `json_object`, which Anthropic's Messages API has no equivalent of (its structured \
-             output needs a schema: send `json_schema`)",
-        )),
     }
 }
 

@@ -47,6 +47,23 @@ pub(crate) fn stop_reason(reason: &FinishReason, stop_sequence: Option<&str>) ->
     }
 }
 
+/// An answer to a request in JSON mode, as its client asked for it: the input of the
+/// [`JSON_TOOL`](super::request::JSON_TOOL) call is the answer's text, and the call's
+/// `tool_use` stop a plain `end_turn`.
+pub(crate) fn json_answer(message: &mut MessageResponse) {
+    let mut answered = false;
+    for block in &mut message.content {
+        if block["type"] == "tool_use" && block["name"] == super::request::JSON_TOOL {
+            let text = block["input"].to_string();
+            *block = serde_json::json!({ "type": "text", "text": text });
+            answered = true;
+        }
+    }
+    if answered && message.stop_reason.as_deref() == Some("tool_use") {
+        message.stop_reason = Some("end_turn".to_owned());
+    }
+}
+
 /// Seconds since the epoch, for `created` (Anthropic does not say when it answered).
 pub(crate) fn now_unix() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())

@@ -22,6 +22,7 @@ use switchyard::provider::ChunkStream;
 use switchyard::{ErrorKind, ProviderError};
 
 use super::classify;
+use super::request::JSON_TOOL;
 use super::response::{finish_reason, now_unix};
 use super::wire::{Block, BlockDelta, MessageDeltaBody, StreamEvent, Usage};
 use crate::sse::{ReadChunks, Skips, SseEvent};
@@ -158,6 +159,12 @@ pub(crate) struct Decoder {
     told: bool,
     /// Whether each chunk carries its event's frame (the request went out verbatim).
     pub(crate) pass_on: bool,
+    /// Whether the request is in JSON mode: a [`JSON_TOOL`] call's input is the answer's text.
+    pub(crate) json_answer: bool,
+    /// The [`JSON_TOOL`] block being streamed, and whether any of its input came.
+    json_block: Option<(u32, bool)>,
+    /// Whether the answer was given through [`JSON_TOOL`]: its `tool_use` stop is a plain stop.
+    json_answered: bool,
     /// Events skipped as unreadable so far.
     skips: Skips,
 }
@@ -183,6 +190,9 @@ impl Decoder {
             finished: false,
             told: false,
             pass_on: false,
+            json_answer: false,
+            json_block: None,
+            json_answered: false,
             skips: Skips::default(),
         }
     }
@@ -211,6 +221,11 @@ impl Decoder {
                 self.block_start(index, content_block)
             }
             StreamEvent::ContentBlockDelta { index, delta } => self.block_delta(index, delta)?,
+            // A JSON answer without input is the empty object.
+            StreamEvent::ContentBlockStop { index } if self.json_block.is_some_and(|(at, _)| at == index) => {
+                let written = self.json_block.take().is_some_and(|(_, written)| written);
+                (!written).then(|| self.text("{}".to_owned()))
+            }
             StreamEvent::ContentBlockStop { index } => match self.tools.remove(&index) {
                 // Its input is whole: the provider runs it until its result block starts.
                 None if self.server_tools.contains(&index) => {
@@ -249,6 +264,11 @@ impl Decoder {
     fn block_start(&mut self, index: u32, content_block: Block) -> Option<ChatChunk> {
         match content_block {
             Block::Text { text } if !text.is_empty() => Some(self.text(text)),
+            Block::ToolUse { name, .. } if self.json_answer && name == JSON_TOOL => {
+                self.json_block = Some((index, false));
+                self.json_answered = true;
+                None
+            }
             Block::ToolUse { id, name, .. } => {
                 // `input` is always `{}` here; the arguments follow as `input_json_delta`s.
                 let ordinal = self.next_ordinal;
@@ -292,6 +312,12 @@ impl Decoder {
                     self.chunk(Delta { thinking_blocks: vec![block], ..Delta::default() })
                 })
             }
+            BlockDelta::InputJsonDelta { partial_json }
+                if !partial_json.is_empty() && self.json_block.is_some_and(|(at, _)| at == index) =>
+            {
+                self.json_block = Some((index, true));
+                Some(self.text(partial_json))
+            }
             BlockDelta::InputJsonDelta { partial_json } if !partial_json.is_empty() => {
                 match self.tools.get_mut(&index) {
                     Some(tool) => {
@@ -316,7 +342,11 @@ impl Decoder {
 
     /// Takes a `message_delta`'s stop reason, stop sequence and token counts.
     fn message_delta(&mut self, delta: MessageDeltaBody, usage: Usage) {
-        self.stop_reason = delta.stop_reason.or(self.stop_reason.take());
+        let stop_reason = match delta.stop_reason {
+            Some(reason) if self.json_answered && reason == "tool_use" => Some("end_turn".to_owned()),
+            other => other,
+        };
+        self.stop_reason = stop_reason.or(self.stop_reason.take());
         self.stop_sequence = delta.stop_sequence.or(self.stop_sequence.take());
         // Counts in message_delta are cumulative: they replace, never add.
         let current = &mut self.usage;

@@ -85,6 +85,7 @@ where
     let events = frames.map(move |frame| frame.and_then(|frame| event_of(frame, &redactor)));
     let mut decoder = anthropic::stream::Decoder::new(request.origin, call.credential.key().cloned());
     decoder.pass_on = anthropic::verbatim_body(request).is_some();
+    decoder.json_answer = anthropic::json_mode(request);
     // What the events say (an `error` event's message, an unreadable event's excerpt) is cut
     // free of the call's secrets, which the decoder does not know under SigV4.
     let chunks = anthropic::stream::chunk_stream(events, decoder);
