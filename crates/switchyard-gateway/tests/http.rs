@@ -393,6 +393,30 @@ async fn an_unknown_path_is_a_404_listing_the_endpoints() {
 }
 
 #[tokio::test]
+async fn the_api_answers_at_the_bare_address_too_as_clients_given_it_as_their_base_url_ask() {
+    let gateway = Gateway::start(BASIC).await;
+    let answer = gateway.post("/chat/completions", chat("default")).await;
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["x-switchyard-target"], "up:m");
+    let models = json_of(gateway.get("/models", GATEWAY_KEY).await).await;
+    assert_eq!(models["object"], "list", "{models}");
+    let one = gateway.get("/models/default", GATEWAY_KEY).await;
+    assert_eq!(one.status(), 200);
+    let messages =
+        json!({"model": "default", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]});
+    let answer = json_of(gateway.post("/messages", messages).await).await;
+    assert_eq!(answer["type"], "message", "{answer}");
+    // An unknown model there is refused in Anthropic's shape, as at /v1/messages.
+    let unknown = json!({"model": "nope", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]});
+    let refused = json_of(gateway.post("/messages", unknown).await).await;
+    assert_eq!(refused["type"], "error", "{refused}");
+    // The key is asked for there as at /v1.
+    let keyless =
+        gateway.client.post(gateway.url("/chat/completions")).json(&chat("default")).send().await.unwrap();
+    assert_eq!(keyless.status(), 401);
+}
+
+#[tokio::test]
 async fn a_missing_or_wrong_gateway_key_is_a_401_that_never_echoes_the_key() {
     let gateway = Gateway::start(BASIC).await;
     let missing =

@@ -50,22 +50,23 @@ pub fn app(state: Arc<AppState>) -> HttpRouter {
     let model = |handler: MethodRouter<Arc<AppState>>, dialect: Dialect, name: &'static str| {
         handler.route_layer(from_fn_with_state((state.clone(), Endpoint { dialect, name }), lifecycle))
     };
-    HttpRouter::new()
-        .route(
-            "/v1/chat/completions",
-            model(post(openai::chat_completions), Dialect::OpenAi, "chat_completions"),
-        )
-        .route("/v1/embeddings", model(post(openai::embeddings), Dialect::OpenAi, "embeddings"))
-        .route("/v1/models", get(openai::models))
-        .route("/v1/models/{*id}", get(openai::model))
-        .route("/v1/messages", model(post(anthropic::messages), Dialect::Anthropic, "messages"))
-        .route("/v1/responses", model(post(responses::create), Dialect::Responses, "responses"))
-        .route("/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
-        .route(
-            "/v1/messages/count_tokens",
-            model(post(anthropic::count_tokens), Dialect::Anthropic, "count_tokens"),
-        )
-        .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
+    let api: [(&str, MethodRouter<Arc<AppState>>); 8] = [
+        ("/chat/completions", model(post(openai::chat_completions), Dialect::OpenAi, "chat_completions")),
+        ("/embeddings", model(post(openai::embeddings), Dialect::OpenAi, "embeddings")),
+        ("/models", get(openai::models)),
+        ("/models/{*id}", get(openai::model)),
+        ("/messages", model(post(anthropic::messages), Dialect::Anthropic, "messages")),
+        ("/responses", model(post(responses::create), Dialect::Responses, "responses")),
+        ("/responses/{id}", get(responses::retrieve).delete(responses::delete)),
+        ("/messages/count_tokens", model(post(anthropic::count_tokens), Dialect::Anthropic, "count_tokens")),
+    ];
+    // Each API endpoint also answers without its `/v1`: a client given the gateway's bare
+    // address as its base URL (as LiteLLM's and other gateways' guides write it) is served.
+    let mut app = HttpRouter::new();
+    for (path, handler) in api {
+        app = app.route(&format!("/v1{path}"), handler.clone()).route(path, handler);
+    }
+    app.route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
         .route("/readyz", get(admin::ready))
         .route("/metrics", get(admin::metrics))
         .route("/admin/health", get(admin::health))
@@ -85,7 +86,7 @@ pub fn app(state: Arc<AppState>) -> HttpRouter {
 
 async fn not_found(request: Request) -> Response {
     let message = format!(
-        "no such endpoint: {} {}. Endpoints: POST /v1/chat/completions, POST /v1/messages, POST /v1/responses, POST /v1/embeddings, GET /v1/models, GET /v1/models/{{id}}, GET /healthz, GET /readyz, GET /metrics, GET /admin/, GET /admin/health, POST /admin/health/reset, GET /admin/keys, POST /admin/config/reload, GET /admin/requests, GET /admin/requests/{{id}}, GET /admin/events, POST /admin/simulated/{{provider}}",
+        "no such endpoint: {} {}. Endpoints (the API's also without /v1): POST /v1/chat/completions, POST /v1/messages, POST /v1/responses, POST /v1/embeddings, GET /v1/models, GET /v1/models/{{id}}, GET /healthz, GET /readyz, GET /metrics, GET /admin/, GET /admin/health, POST /admin/health/reset, GET /admin/keys, POST /admin/config/reload, GET /admin/requests, GET /admin/requests/{{id}}, GET /admin/events, POST /admin/simulated/{{provider}}",
         request.method(),
         request.uri().path()
     );
@@ -101,5 +102,6 @@ async fn method_not_allowed(request: Request) -> Response {
 
 /// The dialect of a path no endpoint answers: its errors are written in it.
 fn dialect_of(path: &str) -> Dialect {
-    if path.starts_with("/v1/messages") { Dialect::Anthropic } else { Dialect::OpenAi }
+    let anthropic = path.strip_prefix("/v1").unwrap_or(path).starts_with("/messages");
+    if anthropic { Dialect::Anthropic } else { Dialect::OpenAi }
 }
