@@ -790,3 +790,86 @@ async fn an_openai_clients_json_mode_is_answered_by_claude_as_a_json_object_in_i
     assert_eq!(finish, ["stop"], "{events}");
     assert!(!events.contains("tool_calls"), "{events}");
 }
+
+/// A gateway whose route `default` is a failing OpenAI-compatible target, then Claude at
+/// `upstream`, with `drop_params` as `drop`.
+async fn down_then_claude(upstream: &Upstream, drop: bool) -> SocketAddr {
+    in_process(&format!(
+        "providers:\n  down: {{ kind: simulated, error_rates: {{ unavailable: 1.0 }} }}\n  claude: {{ kind: anthropic, base_url: 'http://{}', api_key: sk-upstream-0123456789 }}\nroutes:\n  default: {{ targets: [down:gpt-4o, claude:claude-sonnet-4-5], retry: {{ max_attempts: 1 }}, drop_params: {drop} }}\n",
+        upstream.addr
+    ))
+    .await
+}
+
+/// The attempts of the request the answer `x-request-id` names.
+async fn attempts_of(gateway: SocketAddr, id: &str) -> Vec<serde_json::Value> {
+    let record: serde_json::Value =
+        reqwest::get(format!("http://{gateway}/admin/requests/{id}")).await.unwrap().json().await.unwrap();
+    record["attempts"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn drop_params_lets_claude_answer_an_openai_request_without_what_it_cannot_express() {
+    let chat = r#"{"model":"default","frequency_penalty":0.1,"logit_bias":{"50256":-100},"temperature":0.2,"top_p":0.5,"messages":[{"role":"user","content":"hi"}]}"#;
+    // Without it, Claude cannot take the request, and the route has nothing else.
+    let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
+    let gateway = down_then_claude(&upstream, false).await;
+    let (status, answer) = post(gateway, "/v1/chat/completions", chat).await;
+    assert_eq!(status, 502, "{answer}");
+    assert!(upstream.seen.lock().unwrap().is_empty());
+
+    let gateway = down_then_claude(&upstream, true).await;
+    let response = reqwest::Client::new()
+        .post(format!("http://{gateway}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(chat)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let answer: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(answer["choices"][0]["message"]["content"], "It says nothing.");
+    let (_, sent) = upstream.received();
+    let sent: serde_json::Value = serde_json::from_str(&sent).unwrap();
+    // Claude 4.5 takes one of temperature and top_p: the second goes too.
+    assert_eq!(sent["temperature"], 0.2, "{sent}");
+    for gone in ["frequency_penalty", "logit_bias", "top_p"] {
+        assert!(sent.get(gone).is_none(), "{gone} was sent: {sent}");
+    }
+    let attempts = attempts_of(gateway, &id).await;
+    assert_eq!(attempts[1]["outcome"], "ok", "{attempts:?}");
+    let note = attempts[1]["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("drop_params: sent without ")
+            && ["frequency_penalty", "logit_bias", "top_p"].iter().all(|p| note.contains(p)),
+        "{note}"
+    );
+    assert!(!note.contains("-100"), "only the names are said: {note}");
+
+    // Streamed, the same, and the same note.
+    let streamed = chat.replacen('{', r#"{"stream":true,"#, 1);
+    let response = reqwest::Client::new()
+        .post(format!("http://{gateway}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(streamed)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let events = response.text().await.unwrap();
+    assert!(events.contains("It says nothing."), "{events}");
+    let attempts = attempts_of(gateway, &id).await;
+    assert!(attempts[1]["note"].as_str().unwrap().contains("frequency_penalty"), "{attempts:?}");
+}
+
+#[tokio::test]
+async fn drop_params_never_drops_what_shapes_the_answer() {
+    let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
+    let gateway = down_then_claude(&upstream, true).await;
+    let two = r#"{"model":"default","n":2,"messages":[{"role":"user","content":"hi"}]}"#;
+    let (status, answer) = post(gateway, "/v1/chat/completions", two).await;
+    assert_eq!(status, 502, "two choices are not served as one: {answer}");
+    assert!(upstream.seen.lock().unwrap().is_empty());
+}

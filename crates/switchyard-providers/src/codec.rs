@@ -107,6 +107,13 @@ pub(crate) fn tool_id(id: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(id.chars().map(|c| if allowed(c) { c } else { '_' }).collect())
 }
 
+/// Whether `field` names a top-level member of a request (`frequency_penalty`), not a place
+/// within one (`messages[1].content`): what a refusal names as its
+/// [`param`](switchyard::ProviderError::param).
+pub(crate) fn is_member_name(field: &str) -> bool {
+    !field.is_empty() && field.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
 /// Whether a field of another dialect's request changes nothing a provider without it answers,
 /// so that its adapter leaves it out rather than refusing the request: OpenAI's `user`,
 /// `metadata`, `stream_options`, `parallel_tool_calls`, `store`, `service_tier`,

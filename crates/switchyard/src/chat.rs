@@ -171,6 +171,38 @@ impl ChatRequest {
         Self { model: model.into(), messages, ..Self::default() }
     }
 
+    /// This request without its parameter `name`, when it is one a route's
+    /// [`drop_params`](crate::route::Route::drop_params) may leave out: a sampling setting
+    /// (`temperature`, `top_p`, `seed`) or a member the canonical request keeps as written
+    /// (`frequency_penalty`, `logit_bias`, `logprobs`, a vendor's field), but not one that
+    /// shapes the answer a client reads (`n`, `modalities`, `audio`, `stream_options`,
+    /// `prediction`). `None` for any other name, or one the request does not set. (Only the
+    /// name is ever said of it: a vendor's field may hold a key.)
+    ///
+    /// ```
+    /// use switchyard::chat::{ChatRequest, Message};
+    ///
+    /// let mut request = ChatRequest::new("default", vec![Message::user("hi")]);
+    /// request.extra.insert("frequency_penalty".into(), serde_json::json!(0.1));
+    /// request.extra.insert("n".into(), serde_json::json!(2));
+    /// let without = request.without_param("frequency_penalty").unwrap();
+    /// assert!(!without.extra.contains_key("frequency_penalty"));
+    /// assert!(request.without_param("n").is_none(), "two choices asked are not one");
+    /// assert!(request.without_param("messages").is_none());
+    /// ```
+    pub fn without_param(&self, name: &str) -> Option<ChatRequest> {
+        const KEPT: [&str; 5] = ["n", "modalities", "audio", "stream_options", "prediction"];
+        let mut without = self.clone();
+        let was_set = match name {
+            "temperature" => without.temperature.take().is_some(),
+            "top_p" => without.top_p.take().is_some(),
+            "seed" => without.seed.take().is_some(),
+            _ if KEPT.contains(&name) => false,
+            _ => without.extra.remove(name).is_some(),
+        };
+        was_set.then_some(without)
+    }
+
     /// How many choices the request asks for (`n`, 1 when it does not say).
     pub fn choices_asked(&self) -> u64 {
         self.extra.get("n").and_then(serde_json::Value::as_u64).unwrap_or(1).max(1)
@@ -967,6 +999,9 @@ pub enum StreamNotice {
     /// The request was sent again, changed, to be answered (without a past turn's thinking the
     /// target refused as not its own); what was done and why, with no secret in it.
     Resent(String),
+    /// The request went without parameters the target's API has no equivalent for (the
+    /// route's `drop_params`): which, as they read.
+    LeftOut(Vec<String>),
 }
 
 deserialize_with_extra!(ChatChunk {

@@ -217,6 +217,8 @@ struct Details {
     silent: bool,
     /// A reused connection the server closed as the request arrived, with no answer.
     stale: bool,
+    /// The request's parameter an unsupported request could not express, when it is one.
+    param: Option<String>,
 }
 
 impl ProviderError {
@@ -235,6 +237,7 @@ impl ProviderError {
             account_wide: false,
             silent: false,
             stale: false,
+            param: None,
         }))
     }
 
@@ -315,6 +318,26 @@ impl ProviderError {
     /// Whether this is an [`unsupported`](Self::unsupported) request: the target cannot take it.
     pub fn is_unsupported(&self) -> bool {
         self.0.unsupported
+    }
+
+    /// The same error, naming the request's top-level parameter the target cannot express
+    /// (`frequency_penalty`): a route with [`drop_params`](crate::route::Route::drop_params)
+    /// sends the request again without it, when it is a parameter that may go.
+    ///
+    /// ```
+    /// use switchyard::ProviderError;
+    ///
+    /// let error = ProviderError::unsupported("`logit_bias` has no equivalent").with_param("logit_bias");
+    /// assert_eq!(error.param(), Some("logit_bias"));
+    /// ```
+    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+        self.0.param = Some(param.into());
+        self
+    }
+
+    /// The request's parameter the target cannot express, when the adapter named one.
+    pub fn param(&self) -> Option<&str> {
+        self.0.param.as_deref()
     }
 
     /// The HTTP status the provider answered with.

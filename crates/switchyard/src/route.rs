@@ -259,6 +259,7 @@ pub struct Route {
     continuation: bool,
     affinity: Option<bool>,
     affinity_ttl: Duration,
+    drop_params: bool,
 }
 
 /// When a request is hedged: a second attempt on the chain's next target, started beside the
@@ -329,6 +330,7 @@ impl Route {
             continuation: true,
             affinity: None,
             affinity_ttl: Duration::from_secs(3600),
+            drop_params: false,
             errors: Vec::new(),
             given: [0; 3],
         }
@@ -405,6 +407,16 @@ impl Route {
     /// client has seen nothing). Default on; off for a server that streams badly.
     pub fn stream_upstream(&self) -> bool {
         self.stream_upstream
+    }
+
+    /// Whether a target whose API has no equivalent for a parameter of the request (an
+    /// OpenAI client's `frequency_penalty` toward Claude) is sent the request without it, the
+    /// attempt's note naming what was left out, rather than skipped as unsupported. Only
+    /// parameters that tune an answer go ([`ChatRequest::without_param`](crate::chat::ChatRequest::without_param)):
+    /// never the conversation, the tools, or what shapes the answer (`n`, `response_format`).
+    /// Default off: a request is never served with a meaningful parameter silently dropped.
+    pub fn drop_params(&self) -> bool {
+        self.drop_params
     }
 
     /// Whether a stream that breaks after its first text (cut, stalled past `idle`, failed by an
@@ -518,6 +530,7 @@ impl Route {
             continuation: self.continuation,
             affinity: self.affinity,
             affinity_ttl: self.affinity_ttl,
+            drop_params: self.drop_params,
         }
     }
 }
@@ -541,6 +554,7 @@ pub struct RouteBuilder {
     hedge: Option<Hedge>,
     stream_upstream: bool,
     continuation: bool,
+    drop_params: bool,
     errors: Vec<Problem>,
     /// Targets given so far to each list (targets, context window, content policy), so a
     /// problem names its place in the list as configured.
@@ -662,6 +676,13 @@ impl RouteBuilder {
     /// See [`Route::stream_upstream`].
     pub fn stream_upstream(mut self, on: bool) -> Self {
         self.stream_upstream = on;
+        self
+    }
+
+    /// Sends a target the request without a parameter its API has no equivalent for, rather
+    /// than skipping it (default off). See [`Route::drop_params`].
+    pub fn drop_params(mut self, on: bool) -> Self {
+        self.drop_params = on;
         self
     }
 
@@ -811,6 +832,7 @@ impl RouteBuilder {
             continuation: self.continuation,
             affinity: self.affinity,
             affinity_ttl: self.affinity_ttl,
+            drop_params: self.drop_params,
         })
     }
 }

@@ -267,6 +267,13 @@ impl Attempt {
                 Trail::add_note(self, &format!("an unreadable event was skipped: {detail}"));
             }
             crate::chat::StreamNotice::Resent(detail) => Trail::add_note(self, &detail),
+            crate::chat::StreamNotice::LeftOut(params) => Trail::add_note(
+                self,
+                &format!(
+                    "drop_params: sent without {}, which its API has no equivalent of",
+                    params.join(", ")
+                ),
+            ),
         }
     }
 

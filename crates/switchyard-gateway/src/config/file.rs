@@ -440,6 +440,9 @@ pub struct RouteConfig {
     pub affinity: Option<AffinityConfig>,
     /// How long a session's pin lasts without a request. Default 1h.
     pub affinity_ttl: Option<DurationText>,
+    /// Send a target the request without a parameter its API has no equivalent for, rather
+    /// than skip it (default false).
+    pub drop_params: Option<bool>,
 }
 
 /// `affinity: session | none`.
@@ -545,6 +548,7 @@ impl RouteConfig {
             continuation: None,
             affinity: None,
             affinity_ttl: None,
+            drop_params: None,
         }
     }
 }

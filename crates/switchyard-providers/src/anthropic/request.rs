@@ -112,10 +112,16 @@ const RESERVED: [&str; 11] = [
     "parallel_tool_calls",
 ];
 
-/// An `invalid_request` error naming the field at fault.
+/// An `invalid_request` error naming the field at fault (as its
+/// [`param`](ProviderError::param) too when it is one of the request's top-level members).
 pub(crate) fn invalid(field: impl Display, reason: impl Display) -> ProviderError {
     // Nothing has been sent: another target (of the client's own dialect) may take it as is.
-    ProviderError::unsupported(format!("`{field}` {reason}"))
+    let field = field.to_string();
+    let error = ProviderError::unsupported(format!("`{field}` {reason}"));
+    match crate::codec::is_member_name(&field) {
+        true => error.with_param(field),
+        false => error,
+    }
 }
 
 /// The Messages API body for `request`, to be sent for the upstream `model`; a

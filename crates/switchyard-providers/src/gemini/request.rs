@@ -445,7 +445,8 @@ fn translate_foreign_extra(
             _ => {
                 return Err(invalid_request(format!(
                     "field `{key}` has no Gemini equivalent; remove it or route the request to a provider of its dialect"
-                )));
+                ))
+                .with_param(key.as_str()));
             }
         }
     }

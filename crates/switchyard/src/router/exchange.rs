@@ -106,9 +106,83 @@ pub(super) struct ChatExchange<'r> {
     pub(super) streamed: bool,
     /// Which credentials' models refused a stream lately: asked whole at once.
     pub(super) refusals: &'r super::refusals::StreamRefusals,
+    /// The route's `drop_params`: see [`dropping`].
+    pub(super) drop_params: bool,
 }
 
-impl ChatExchange<'_> {
+/// Says that a borrow `'q` is within `'a` (its type implies `'a: 'q`): what lets a call
+/// made for each request [`dropping`] tries borrow what lives for `'a` too.
+pub(super) type Within<'q, 'a> = std::marker::PhantomData<&'q &'a ()>;
+
+/// The most parameters one call leaves out under `drop_params` (each refusal names one).
+const MOST_DROPPED: usize = 8;
+
+/// `send` of `request`, under a route's `drop_params`: again without each parameter
+/// an adapter refuses as one the target's API cannot express and the request may go without
+/// ([`ChatRequest::without_param`]), until the target takes it or refuses something else.
+/// Nothing is sent before an adapter takes the request, so each try costs a translation only.
+/// The answer says what was left out (`note`).
+pub(super) async fn dropping<'a, T>(
+    request: &'a ChatRequest,
+    send: impl for<'q> Fn(&'q ChatRequest, Within<'q, 'a>) -> BoxFuture<'q, Result<T, ProviderError>>,
+    note: impl FnOnce(&mut T, crate::chat::StreamNotice),
+) -> Result<T, ProviderError> {
+    let mut owned: Option<ChatRequest> = None;
+    let mut dropped = Vec::new();
+    loop {
+        let current = owned.as_ref().unwrap_or(request);
+        let error = match send(current, std::marker::PhantomData).await {
+            Ok(mut answer) => {
+                if !dropped.is_empty() {
+                    note(&mut answer, crate::chat::StreamNotice::LeftOut(dropped));
+                }
+                return Ok(answer);
+            }
+            Err(error) => error,
+        };
+        let refused = error.param().filter(|_| error.is_unsupported() && error.status().is_none());
+        let Some((param, without)) =
+            refused.and_then(|param| Some((param.to_owned(), current.without_param(param)?)))
+        else {
+            return Err(error);
+        };
+        if dropped.len() == MOST_DROPPED {
+            return Err(error);
+        }
+        dropped.push(param);
+        owned = Some(without);
+    }
+}
+
+impl<'r> ChatExchange<'r> {
+    /// The call of `request` (the client's, or it without a parameter the target refused).
+    fn call_with<'a>(
+        &'a self,
+        provider: &'a dyn Provider,
+        call: Call<'a>,
+        request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
+        if !self.asks_a_stream(provider) {
+            return provider.chat(call, request);
+        }
+        Box::pin(async move {
+            let (credential, model) = (call.credential.id(), call.model);
+            if self.refusals.refused(credential, model) {
+                return Self::asked_whole(provider, call, request).await;
+            }
+            match super::assembled::assembled(provider, call, request).await {
+                Err(error) if refuses_to_stream(&error) => {
+                    let answer = Self::asked_whole(provider, call, request).await;
+                    if answer.is_ok() && refuses_every_stream(&error) {
+                        self.refusals.note(credential, model);
+                    }
+                    answer
+                }
+                answered => answered,
+            }
+        })
+    }
+
     /// Whether the whole answer is asked of `provider` as a stream and put together (the
     /// route's `stream_upstream`, a provider across a network).
     fn asks_a_stream(&self, provider: &dyn Provider) -> bool {
@@ -118,14 +192,14 @@ impl ChatExchange<'_> {
     /// The whole answer asked whole, of a provider that refused to be asked it as a stream: it
     /// says nothing until its end, so within `whole`, and within what the attempt has left.
     async fn asked_whole(
-        &self,
         provider: &dyn Provider,
         call: Call<'_>,
+        request: &ChatRequest,
     ) -> Result<ChatResponse, ProviderError> {
         let limit = call.timeouts.whole;
         let whole_end = tokio::time::Instant::now() + limit;
         let until = call.ends.map_or(whole_end, |ends| ends.min(whole_end));
-        let whole = tokio::time::timeout_at(until, provider.chat(call, self.request));
+        let whole = tokio::time::timeout_at(until, provider.chat(call, request));
         whole.await.map_err(|_| {
             let detail = format!("asked whole, no answer within the whole timeout of {limit:?}");
             ProviderError::new(ErrorKind::Timeout, detail)
@@ -141,24 +215,13 @@ impl Exchange for ChatExchange<'_> {
         provider: &'a dyn Provider,
         call: Call<'a>,
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
-        let answer = match self.asks_a_stream(provider) {
-            true => Box::pin(async move {
-                let (credential, model) = (call.credential.id(), call.model);
-                if self.refusals.refused(credential, model) {
-                    return self.asked_whole(provider, call).await;
-                }
-                match super::assembled::assembled(provider, call, self.request).await {
-                    Err(error) if refuses_to_stream(&error) => {
-                        let answer = self.asked_whole(provider, call).await;
-                        if answer.is_ok() && refuses_every_stream(&error) {
-                            self.refusals.note(credential, model);
-                        }
-                        answer
-                    }
-                    answered => answered,
-                }
-            }),
-            false => provider.chat(call, self.request),
+        let answer: BoxFuture<'a, _> = match self.drop_params {
+            false => self.call_with(provider, call, self.request),
+            true => Box::pin(dropping(
+                self.request,
+                move |request, _| self.call_with(provider, call, request),
+                |answer: &mut ChatResponse, notice| answer.notices.push(notice),
+            )),
         };
         if self.request.origin != crate::chat::Dialect::Anthropic {
             return answer;

@@ -451,9 +451,10 @@ impl Router {
     ) -> Result<Answer, RouteError> {
         let resolved = self.inner.resolve(&request.model)?;
         let streamed = resolved.route.stream_upstream();
+        let drop_params = resolved.route.drop_params();
         let served = self
             .run(
-                &ChatExchange { request, streamed, refusals: &self.inner.stream_refusals },
+                &ChatExchange { request, streamed, refusals: &self.inner.stream_refusals, drop_params },
                 resolved,
                 options,
             )
@@ -485,7 +486,8 @@ impl Router {
     ) -> Result<RoutedStream, RouteError> {
         let resolved = self.inner.resolve(&request.model)?;
         let resume = Resume::for_request(&resolved.route, request, options);
-        let served = self.run(&StreamExchange::new(request, options.reasoning), resolved, options).await?;
+        let exchange = StreamExchange::new(request, options.reasoning, resolved.route.drop_params());
+        let served = self.run(&exchange, resolved, options).await?;
         // One choice only: a stream of several is not put back together.
         let keep = !options.no_cache
             && request.choices_asked() == 1

@@ -36,6 +36,8 @@ pub(crate) struct Prefetched {
 
 pub(crate) struct StreamExchange<'r> {
     request: &'r ChatRequest,
+    /// The route's `drop_params` (see [`dropping`](super::exchange::dropping)).
+    drop_params: bool,
     /// Which reasoning the caller is shown.
     reasoning: ReasoningShown,
     /// A stream showed life while held for its caller (see [`prefetch`]): set once, since only
@@ -44,8 +46,8 @@ pub(crate) struct StreamExchange<'r> {
 }
 
 impl<'r> StreamExchange<'r> {
-    pub(crate) fn new(request: &'r ChatRequest, reasoning: ReasoningShown) -> Self {
-        Self { request, reasoning, alive: AtomicBool::new(false) }
+    pub(crate) fn new(request: &'r ChatRequest, reasoning: ReasoningShown, drop_params: bool) -> Self {
+        Self { request, drop_params, reasoning, alive: AtomicBool::new(false) }
     }
 }
 
@@ -57,7 +59,14 @@ impl Exchange for StreamExchange<'_> {
         provider: &'a dyn Provider,
         call: Call<'a>,
     ) -> BoxFuture<'a, Result<Prefetched, ProviderError>> {
-        Box::pin(prefetch(provider, call, (self.request, self.reasoning), &self.alive))
+        if !self.drop_params {
+            return Box::pin(prefetch(provider, call, (self.request, self.reasoning), &self.alive));
+        }
+        Box::pin(super::exchange::dropping(
+            self.request,
+            move |request, _| Box::pin(prefetch(provider, call, (request, self.reasoning), &self.alive)),
+            |prefetched: &mut Prefetched, notice| prefetched.buffer.push_front(ChatChunk::notice(notice)),
+        ))
     }
 
     fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {

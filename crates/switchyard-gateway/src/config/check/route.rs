@@ -218,6 +218,9 @@ fn filters_and_hedge(mut builder: RouteBuilder, config: &file::RouteConfig) -> R
     if let Some(on) = config.stream_upstream {
         builder = builder.stream_upstream(on);
     }
+    if let Some(on) = config.drop_params {
+        builder = builder.drop_params(on);
+    }
     if let Some(file::Switch(on)) = config.continuation {
         builder = builder.continuation(on);
     }

@@ -217,11 +217,11 @@ fn inference_config(request: &ChatRequest) -> Result<Map<String, Value>, Provide
             "max_completion_tokens" if value.is_u64() => {
                 max_tokens = max_tokens.or_else(|| Some(value.clone()));
             }
-            _ => return Err(unsupported(format_args!("field `{key}`"))),
+            _ => return Err(unsupported(format_args!("field `{key}`")).with_param(key.as_str())),
         }
     }
     if request.seed.is_some() {
-        return Err(unsupported("`seed`"));
+        return Err(unsupported("`seed`").with_param("seed"));
     }
     match &request.response_format {
         None | Some(ResponseFormat::Text) => {}
