@@ -873,3 +873,32 @@ async fn drop_params_never_drops_what_shapes_the_answer() {
     assert_eq!(status, 502, "two choices are not served as one: {answer}");
     assert!(upstream.seen.lock().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn legacy_function_calling_reaches_an_openai_provider_as_written_and_another_dialect_says_why_not() {
+    let chat = r#"{"model":"default","functions":[{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}],"function_call":"auto","messages":[{"role":"user","content":"Weather in Paris?"},{"role":"assistant","content":null,"function_call":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}},{"role":"function","name":"get_weather","content":"21C"}]}"#;
+    let upstream = Upstream::start(OPENAI_ANSWER, &openai_sse()).await;
+    let openai = gateway("openai_compatible", "/v1", &upstream, "gpt-4o").await;
+    let (status, answer) = post(openai, "/v1/chat/completions", chat).await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, sent) = upstream.received();
+    let sent: serde_json::Value = serde_json::from_str(&sent).unwrap();
+    let written: serde_json::Value = serde_json::from_str(chat).unwrap();
+    assert_eq!(sent["messages"], written["messages"], "{sent}");
+    assert_eq!(sent["functions"], written["functions"], "{sent}");
+
+    let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
+    let claude = gateway("anthropic", "", &upstream, "claude-sonnet-4-5").await;
+    let (status, answer) = post(claude, "/v1/chat/completions", chat).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("`functions` has no equivalent in Anthropic's Messages API"), "{answer}");
+    let mut history: serde_json::Value = serde_json::from_str(chat).unwrap();
+    history.as_object_mut().unwrap().retain(|key, _| key == "model" || key == "messages");
+    let (status, answer) = post(claude, "/v1/chat/completions", &history.to_string()).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer.contains("messages[2] is a `function` message (OpenAI's legacy function calling)"),
+        "{answer}"
+    );
+    assert!(upstream.seen.lock().unwrap().is_empty());
+}

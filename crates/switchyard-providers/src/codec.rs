@@ -107,6 +107,14 @@ pub(crate) fn tool_id(id: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(id.chars().map(|c| if allowed(c) { c } else { '_' }).collect())
 }
 
+/// The refusal (unsupported: the route goes on) of message `i`, a `function` message of
+/// OpenAI's legacy function calling, toward `api`, which has no such thing.
+pub(crate) fn legacy_function_message(i: usize, api: &str) -> switchyard::ProviderError {
+    switchyard::ProviderError::unsupported(format!(
+        "messages[{i}] is a `function` message (OpenAI's legacy function calling), which {api} cannot express: send `tools` and `tool` messages"
+    ))
+}
+
 /// Whether `field` names a top-level member of a request (`frequency_penalty`), not a place
 /// within one (`messages[1].content`): what a refusal names as its
 /// [`param`](switchyard::ProviderError::param).

@@ -237,6 +237,10 @@ pub enum Role {
     Assistant,
     /// A tool's result, answering the assistant's call named by `tool_call_id`.
     Tool,
+    /// A function's result in OpenAI's legacy function calling (`functions`, an assistant's
+    /// `function_call`), named by `name`: passed on to a provider of OpenAI's dialect as
+    /// written; other dialects cannot express it.
+    Function,
 }
 
 /// One message of a conversation.

@@ -362,9 +362,8 @@ fn read_foreign_extra(extra: &Extra) -> Result<Foreign, ProviderError> {
         if !harmless {
             return Err(invalid(
                 key,
-                format_args!(
-                    "({value}) has no equivalent in Anthropic's Messages API; remove it or route this request to a provider that supports it"
-                ),
+                // Its name only: a vendor's field may hold a key.
+                "has no equivalent in Anthropic's Messages API; remove it or route this request to a provider that supports it",
             ));
         }
     }
@@ -441,6 +440,7 @@ pub(crate) fn system_message_blocks(message: &Message, index: usize) -> Result<V
 pub(crate) fn message_blocks(message: &Message, index: usize) -> Result<Vec<Block>, ProviderError> {
     match message.role {
         Role::System | Role::Developer => system_message_blocks(message, index),
+        Role::Function => Err(crate::codec::legacy_function_message(index, "Anthropic's Messages API")),
         Role::User => content_blocks(message.content.as_ref(), index),
         Role::Assistant => {
             let mut blocks = thinking_blocks(message);

@@ -85,6 +85,7 @@ fn translate_messages(messages: &[Message]) -> Result<(Vec<Value>, Vec<Value>), 
             Role::User => ("user", user_parts(message, i)?),
             Role::Assistant => ("model", model_parts(message, i)?),
             Role::Tool => ("user", vec![function_response(messages, i)?]),
+            Role::Function => return Err(crate::codec::legacy_function_message(i, "Gemini")),
         };
         if parts.is_empty() {
             continue;

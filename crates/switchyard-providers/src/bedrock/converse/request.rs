@@ -52,6 +52,7 @@ fn conversation(messages: &[Message]) -> Result<(Vec<Value>, Vec<Value>), Provid
             Role::User => ("user", user_blocks(message, i)?),
             Role::Assistant => ("assistant", assistant_blocks(message, i)?),
             Role::Tool => ("user", vec![tool_result(message, i)?]),
+            Role::Function => return Err(crate::codec::legacy_function_message(i, "Bedrock's Converse API")),
         };
         if blocks.is_empty() {
             continue;
