@@ -1019,6 +1019,32 @@ async fn a_dated_model_id_is_served_by_its_pattern_route_and_models_lists_the_pa
 }
 
 #[tokio::test]
+async fn a_pattern_sends_what_its_star_stood_for_so_provider_slash_model_names_reach_the_provider_bare() {
+    let gateway = Gateway::start(
+        "providers:\n  a: { kind: simulated }\nroutes:\n  default: { targets: [a:m] }\n  \"openai/*\": { targets: [\"a:{*}\"] }\ngateway: { keys: [env://GW_KEY] }\n",
+    )
+    .await;
+    let answer = gateway.post("/v1/chat/completions", chat("openai/gpt-4.1-mini")).await;
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["x-switchyard-target"], "a:gpt-4.1-mini");
+    // Nothing after the prefix is no model.
+    let nothing = gateway.post("/v1/chat/completions", chat("openai/")).await;
+    let status = nothing.status();
+    let body = json_of(nothing).await;
+    assert!(status == 400 || status == 404, "{status} {body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("openai/"), "{body}");
+    // Outside a pattern route the stand-in is refused at load, naming it.
+    let file = config::parse(
+        "providers: { a: { kind: simulated } }\nroutes: { default: { targets: [\"a:{*}\"] } }\n",
+        false,
+        "star.yaml",
+    )
+    .unwrap();
+    let refused = config::build(file, config::Source::File("star.yaml".into()), &|_| None).unwrap_err();
+    assert!(refused.to_string().contains("`{*}`"), "{refused}");
+}
+
+#[tokio::test]
 async fn a_session_named_by_header_or_by_the_requests_own_identifier_stays_on_one_target() {
     let gateway = Gateway::start(
         "providers:\n  a: { kind: simulated }\n  b: { kind: simulated }\nroutes:\n  default: { targets: [a:m, b:m], rotation: round_robin }\ngateway: { keys: [env://GW_KEY] }\n",

@@ -73,6 +73,17 @@ pub enum Rotation {
 /// In a target of a pattern route, the model the client asked for (`anthropic:{model}`).
 pub const MODEL_PLACEHOLDER: &str = "{model}";
 
+/// In a target of a pattern route, what the pattern's `*` stood for in the model the client
+/// asked for: `openai/*` with `openai:{*}` sends `openai/gpt-4o` to OpenAI as `gpt-4o`.
+pub const MATCH_PLACEHOLDER: &str = "{*}";
+
+/// Whether `target` is a pattern route's stand-in, filled in per request: its model names
+/// [`MODEL_PLACEHOLDER`] or [`MATCH_PLACEHOLDER`].
+pub fn is_template(target: &Target) -> bool {
+    let model = target.model();
+    model.contains(MODEL_PLACEHOLDER) || model.contains(MATCH_PLACEHOLDER)
+}
+
 /// One target of a route, with its tier and weight.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteTarget {
@@ -487,10 +498,16 @@ impl Route {
     }
 
     /// This pattern route for the model `model` a client asked for: [`MODEL_PLACEHOLDER`] in
-    /// each target replaced by it. `Err` when a target would not be a target (white space).
+    /// each target replaced by it, [`MATCH_PLACEHOLDER`] by what follows the pattern's prefix.
+    /// `Err` when a target would not be a target (white space, nothing after the prefix).
     pub(crate) fn for_model(&self, model: &str) -> Result<Route, crate::TargetError> {
-        let fill = |target: &Target| match target.model().contains(MODEL_PLACEHOLDER) {
-            true => Target::new(target.provider(), &target.model().replace(MODEL_PLACEHOLDER, model)),
+        let matched = self.pattern().and_then(|prefix| model.strip_prefix(prefix)).unwrap_or(model);
+        let fill = |target: &Target| match is_template(target) {
+            true => {
+                let filled =
+                    target.model().replace(MODEL_PLACEHOLDER, model).replace(MATCH_PLACEHOLDER, matched);
+                Target::new(target.provider(), &filled)
+            }
             false => Ok(target.clone()),
         };
         let targets = self
@@ -503,9 +520,10 @@ impl Route {
         Ok(Route { targets, context_window, content_policy, ..self.clone() })
     }
 
-    /// Whether a target names [`MODEL_PLACEHOLDER`], to be filled per request.
+    /// Whether a target names [`MODEL_PLACEHOLDER`] or [`MATCH_PLACEHOLDER`], to be filled per
+    /// request.
     pub(crate) fn fills_model(&self) -> bool {
-        self.all_targets().iter().any(|t| t.model().contains(MODEL_PLACEHOLDER))
+        self.all_targets().iter().any(|t| is_template(t))
     }
 
     pub(crate) fn for_named_target(&self, target: Target) -> Route {
@@ -731,9 +749,9 @@ impl RouteBuilder {
                 .map(|t| &t.target)
                 .chain(&self.context_window)
                 .chain(&self.content_policy);
-            if let Some(target) = named.into_iter().find(|t| t.model().contains(MODEL_PLACEHOLDER)) {
+            if let Some(target) = named.into_iter().find(|t| is_template(t)) {
                 let message = format!(
-                    "target `{target}` names `{MODEL_PLACEHOLDER}`, the model a client asked for, which only a pattern route has"
+                    "target `{target}` names `{MODEL_PLACEHOLDER}` or `{MATCH_PLACEHOLDER}`, the model a client asked for, which only a pattern route has"
                 );
                 problems.push(Problem::new(
                     "targets",

@@ -308,7 +308,7 @@ async fn ping_targets(loaded: &Loaded) -> usize {
                 continue;
             }
             seen.push(target);
-            if target.model().contains(switchyard::route::MODEL_PLACEHOLDER) {
+            if switchyard::route::is_template(target) {
                 println!(
                     "  {:<40} {:>10}  not pinged: the model a client asks for fills it in",
                     target.as_str(),

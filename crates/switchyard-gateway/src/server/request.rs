@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, HeaderValue};
 use axum::response::Response;
 use serde_json::Value;
 use switchyard::chat::{Dialect, ReasoningShown};
-use switchyard::route::MODEL_PLACEHOLDER;
+use switchyard::route::is_template;
 use switchyard::trace::TraceContext;
 use switchyard::trail::{Timing, Trail, Via};
 use switchyard::{RequestOptions, Router};
@@ -286,7 +286,7 @@ pub(crate) fn model_names(router: &Router) -> Vec<String> {
     let mut names: Vec<String> = router.routes().map(|r| r.name().to_owned()).collect();
     for route in router.routes() {
         // A target filled in per request (`anthropic:{model}`) is no name a client can send.
-        for target in route.all_targets().into_iter().filter(|t| !t.model().contains(MODEL_PLACEHOLDER)) {
+        for target in route.all_targets().into_iter().filter(|t| !is_template(t)) {
             let name = target.to_string();
             if !names.contains(&name) {
                 names.push(name);

@@ -55,7 +55,7 @@ impl Live {
             .routes()
             .flat_map(|route| route.all_targets())
             .cloned()
-            .partition(|t| t.model().contains(switchyard::route::MODEL_PLACEHOLDER));
+            .partition(switchyard::route::is_template);
         let listed = listed.into_iter().collect();
         Self { router, gateway, listed, templates, guard_metrics }
     }
@@ -64,10 +64,11 @@ impl Live {
     /// `anthropic:us.claude-x`. The first that fits, in configuration order.
     fn template_of(&self, target: &Target) -> Option<&Target> {
         self.templates.iter().find(|template| {
-            let Some((before, after)) = template.model().split_once(switchyard::route::MODEL_PLACEHOLDER)
-            else {
-                return false;
-            };
+            let model = template.model();
+            let split = model
+                .split_once(switchyard::route::MODEL_PLACEHOLDER)
+                .or_else(|| model.split_once(switchyard::route::MATCH_PLACEHOLDER));
+            let Some((before, after)) = split else { return false };
             let model = target.model();
             template.provider() == target.provider()
                 && model.len() > before.len() + after.len()

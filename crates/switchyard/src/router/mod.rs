@@ -595,7 +595,7 @@ impl Router {
         let targets: Vec<Target> = self
             .routes()
             .flat_map(|route| route.all_targets())
-            .filter(|t| !t.model().contains(crate::route::MODEL_PLACEHOLDER))
+            .filter(|t| !crate::route::is_template(t))
             .cloned()
             .collect();
         let credentials: Vec<CredentialId> =
@@ -660,7 +660,7 @@ impl Router {
         let mut unpriced: Vec<String> = Vec::new();
         for target in self.routes().flat_map(|route| route.targets()).map(|t| &t.target) {
             let Some(slot) = self.inner.providers.get(target.provider()) else { continue };
-            let priced = match target.model().contains(crate::route::MODEL_PLACEHOLDER) {
+            let priced = match crate::route::is_template(target) {
                 true => slot.prices_a_prefix(),
                 false => slot.price(target.model()).is_some(),
             };

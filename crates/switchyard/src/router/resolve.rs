@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::inner::{Inner, RouteSlot};
-use crate::route::{MODEL_PLACEHOLDER, Rotation, Route, RouteTarget};
+use crate::route::{Rotation, Route, RouteTarget};
 use crate::{RouteError, Target};
 
 /// What a request resolved to: the governing route, the chain, and whether it named a target.
@@ -100,8 +100,7 @@ impl Inner {
     /// The error for a model that names nothing, listing what can be named.
     pub(super) fn unknown_model(&self, model: &str) -> RouteError {
         let mut known: Vec<String> = self.route_order.iter().map(ToString::to_string).collect();
-        let nameable =
-            self.routes().flat_map(|r| r.all_targets()).filter(|t| !t.model().contains(MODEL_PLACEHOLDER));
+        let nameable = self.routes().flat_map(|r| r.all_targets()).filter(|t| !crate::route::is_template(t));
         for target in nameable {
             let name = target.to_string();
             // A target of several routes is listed once, where it first appears.
