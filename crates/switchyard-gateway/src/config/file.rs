@@ -130,17 +130,68 @@ impl Kind {
 }
 
 /// One of a provider's `api_keys`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone)]
 pub enum KeyConfig {
     /// `env://NAME` or the key itself, priority 0.
     Text(String),
     /// `{ key, priority }`.
-    Ranked {
-        key: String,
-        #[serde(default)]
-        priority: u32,
-    },
+    Ranked(RankedKey),
+}
+
+/// A provider key with its priority.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RankedKey {
+    pub key: String,
+    #[serde(default)]
+    pub priority: u32,
+}
+
+impl TextOrMap for KeyConfig {
+    type Map = RankedKey;
+    const EXPECTING: &'static str = "a key (`env://NAME` or its text), or `{ key, priority }`";
+    fn text(text: String) -> Self {
+        KeyConfig::Text(text)
+    }
+    fn map(map: RankedKey) -> Self {
+        KeyConfig::Ranked(map)
+    }
+}
+
+/// A setting written either as text or as a map. Read so (not `untagged`, which hides why a
+/// map was refused behind "did not match any variant") that a mistake inside the map is
+/// reported at its own key path: `unknown field `rpm`, expected one of ...`.
+pub trait TextOrMap: Sized {
+    /// What the map reads as.
+    type Map: serde::de::DeserializeOwned;
+    /// What the setting may be, for the refusal of anything else.
+    const EXPECTING: &'static str;
+    fn text(text: String) -> Self;
+    fn map(map: Self::Map) -> Self;
+}
+
+/// Reads a [`TextOrMap`] setting.
+fn text_or_map<'de, D: Deserializer<'de>, T: TextOrMap>(deserializer: D) -> Result<T, D::Error> {
+    struct Visitor<T>(std::marker::PhantomData<T>);
+    impl<'de, T: TextOrMap> serde::de::Visitor<'de> for Visitor<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(T::EXPECTING)
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<T, E> {
+            Ok(T::text(v.to_owned()))
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::Map::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(T::map)
+        }
+    }
+    deserializer.deserialize_any(Visitor(std::marker::PhantomData))
+}
+
+impl<'de> Deserialize<'de> for KeyConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        text_or_map(deserializer)
+    }
 }
 
 impl KeyConfig {
@@ -148,7 +199,7 @@ impl KeyConfig {
     pub fn parts(&self) -> (&str, u32) {
         match self {
             KeyConfig::Text(key) => (key, 0),
-            KeyConfig::Ranked { key, priority } => (key, *priority),
+            KeyConfig::Ranked(RankedKey { key, priority }) => (key, *priority),
         }
     }
 }
@@ -553,11 +604,28 @@ impl RouteConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone)]
 pub enum TargetConfig {
     Plain(String),
     Detailed(DetailedTarget),
+}
+
+impl TextOrMap for TargetConfig {
+    type Map = DetailedTarget;
+    const EXPECTING: &'static str =
+        "a `provider:model` target, or `{ target, tier, weight, embedding_space }`";
+    fn text(text: String) -> Self {
+        TargetConfig::Plain(text)
+    }
+    fn map(map: DetailedTarget) -> Self {
+        TargetConfig::Detailed(map)
+    }
+}
+
+impl<'de> Deserialize<'de> for TargetConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        text_or_map(deserializer)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
