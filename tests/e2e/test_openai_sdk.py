@@ -472,3 +472,24 @@ def test_a_custom_tool_call_from_a_translated_target_is_kept_for_the_history(moc
     assert answer.choices[0].message.content == "mock answer from gpt-test"
     sent = mock.stats()["scenarios"]["ok"]["last_request"]["json"]
     assert sent["messages"][1]["tool_calls"][0] == history[1]["tool_calls"][0]
+
+
+def test_the_azure_openai_client_is_served_with_its_deployment_as_the_model(mock, gateway):
+    gw = gateway(config(mock, {"a": ("openai", "ok", KEY)}, {"default": "{ targets: [a:gpt-test] }"}))
+    azure = openai.AzureOpenAI(
+        azure_endpoint=gw.url, api_key=GATEWAY_KEY, api_version="2024-10-21", max_retries=0, timeout=30
+    )
+    raw = azure.chat.completions.with_raw_response.create(
+        model="default", messages=[{"role": "user", "content": "Hello there"}]
+    )
+    assert raw.parse().choices[0].message.content == "mock answer from gpt-test"
+    assert raw.headers["x-switchyard-target"] == "a:gpt-test"
+    stream = azure.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Hello there"}], stream=True
+    )
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert text == "mock answer from gpt-test"
+    with pytest.raises(openai.AuthenticationError):
+        openai.AzureOpenAI(
+            azure_endpoint=gw.url, api_key="not-the-key", api_version="2024-10-21", max_retries=0
+        ).chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}])

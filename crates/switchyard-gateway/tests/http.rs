@@ -417,6 +417,40 @@ async fn the_api_answers_at_the_bare_address_too_as_clients_given_it_as_their_ba
 }
 
 #[tokio::test]
+async fn an_azure_openai_client_is_served_its_deployment_as_the_model_with_its_api_key_header() {
+    let gateway = Gateway::start(BASIC).await;
+    let azure = |path: &str| {
+        gateway
+            .client
+            .post(gateway.url(&format!("/openai/deployments/default/{path}?api-version=2024-10-21")))
+            .header("api-key", GATEWAY_KEY)
+    };
+    // Azure's clients send no `model`: the deployment is it.
+    let body = json!({"messages": [{"role": "user", "content": "hi"}], "temperature": 0.5});
+    let answer = azure("chat/completions").json(&body).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["x-switchyard-target"], "up:m");
+    // A body's own model gives way to the deployment's, as on Azure.
+    let named = json!({"model": "gpt-unknown", "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(azure("chat/completions").json(&named).send().await.unwrap().status(), 200);
+    let vectors = azure("embeddings").json(&json!({"input": "hi"})).send().await.unwrap();
+    assert_ne!(vectors.status(), 404, "the embeddings path is served");
+    // The key is asked for there too, and a wrong one refused.
+    let wrong = gateway
+        .client
+        .post(gateway.url("/openai/deployments/default/chat/completions"))
+        .header("api-key", "not-the-key")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    // A body that is no object is refused as at /v1, not served.
+    let list = azure("chat/completions").json(&json!([1, 2])).send().await.unwrap();
+    assert_eq!(list.status(), 400);
+}
+
+#[tokio::test]
 async fn a_missing_or_wrong_gateway_key_is_a_401_that_never_echoes_the_key() {
     let gateway = Gateway::start(BASIC).await;
     let missing =

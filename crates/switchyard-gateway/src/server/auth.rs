@@ -34,13 +34,15 @@ pub(crate) fn authorized(keys: &[Secret], headers: &HeaderMap) -> bool {
     keys.iter().any(|key| constant_time_eq(key.expose().as_bytes(), presented.as_bytes()))
 }
 
-/// The gateway key the client sent (`Authorization: Bearer` or `x-api-key`), trimmed.
+/// The gateway key the client sent (`Authorization: Bearer`, `x-api-key`, or Azure's
+/// `api-key`), trimmed.
 pub(crate) fn presented_key(headers: &HeaderMap) -> Option<&str> {
     headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .or_else(|| headers.get(names::API_KEY).and_then(|v| v.to_str().ok()))
+        .or_else(|| headers.get("api-key").and_then(|v| v.to_str().ok()))
         .map(str::trim)
 }
 

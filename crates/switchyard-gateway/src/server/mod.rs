@@ -10,6 +10,7 @@
 mod admin;
 mod anthropic;
 mod auth;
+mod azure;
 mod body;
 mod deliver;
 mod errors;
@@ -65,6 +66,14 @@ pub fn app(state: Arc<AppState>) -> HttpRouter {
     let mut app = HttpRouter::new();
     for (path, handler) in api {
         app = app.route(&format!("/v1{path}"), handler.clone()).route(path, handler);
+    }
+    // Azure OpenAI's paths, the deployment naming the model.
+    let azure = [
+        ("chat/completions", model(post(azure::chat_completions), Dialect::OpenAi, "chat_completions")),
+        ("embeddings", model(post(azure::embeddings), Dialect::OpenAi, "embeddings")),
+    ];
+    for (operation, handler) in azure {
+        app = app.route(&format!("/openai/deployments/{{deployment}}/{operation}"), handler);
     }
     app.route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
         .route("/readyz", get(admin::ready))
