@@ -383,11 +383,18 @@ async fn a_wrong_content_type_is_a_415() {
 #[tokio::test]
 async fn an_unknown_path_is_a_404_listing_the_endpoints() {
     let gateway = Gateway::start(BASIC).await;
-    let response = gateway.post("/v1/completions", chat("default")).await;
+    let response = gateway.post("/v1/embed", chat("default")).await;
     assert_eq!(response.status(), 404);
-    let message = json_of(response).await["error"]["message"].as_str().unwrap().to_owned();
+    let body = json_of(response).await;
+    let message = body["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("/v1/embed") && message.contains("POST /v1/chat/completions"), "{message}");
+    assert!(body["switchyard"].get("request_id").is_none(), "no empty id: {body}");
+    // The legacy Completions API is named as what it is.
+    let legacy =
+        json_of(gateway.post("/v1/completions", json!({"model": "default", "prompt": "hi"})).await).await;
+    let message = legacy["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains("/v1/completions") && message.contains("POST /v1/chat/completions"),
+        message.contains("legacy Completions API") && message.contains("/v1/chat/completions"),
         "{message}"
     );
 }

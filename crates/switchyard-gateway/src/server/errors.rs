@@ -80,7 +80,13 @@ impl ApiError {
 
     /// The error in a dialect's JSON shape.
     pub fn body(&self, dialect: Dialect, request_id: &str) -> Value {
-        let switchyard = json!({ "request_id": request_id, "attempts": self.attempts.as_deref().cloned().unwrap_or_else(|| json!([])) });
+        let mut switchyard = serde_json::Map::new();
+        // An answer given before the request had an id (an unknown path, an admin refusal)
+        // names none, rather than an empty one.
+        if !request_id.is_empty() {
+            switchyard.insert("request_id".into(), request_id.into());
+        }
+        switchyard.insert("attempts".into(), self.attempts.as_deref().cloned().unwrap_or_else(|| json!([])));
         match dialect {
             Dialect::Anthropic => json!({
                 "type": "error",
