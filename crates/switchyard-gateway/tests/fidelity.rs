@@ -816,6 +816,12 @@ async fn drop_params_lets_claude_answer_an_openai_request_without_what_it_cannot
     let gateway = down_then_claude(&upstream, false).await;
     let (status, answer) = post(gateway, "/v1/chat/completions", chat).await;
     assert_eq!(status, 502, "{answer}");
+    let message: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    let message = message["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("skipped claude:claude-sonnet-4-5, which could not take it: `frequency_penalty`"),
+        "the 502 says why the fallback was not called: {message}"
+    );
     assert!(upstream.seen.lock().unwrap().is_empty());
 
     let gateway = down_then_claude(&upstream, true).await;

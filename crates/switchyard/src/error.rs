@@ -495,7 +495,7 @@ pub enum RouteError {
         known: Vec<String>,
     },
     /// Every target and candidate failed with kinds the route falls back on.
-    #[error("all targets failed after {}; last: {}", tally(trail), last.as_ref().map_or_else(|| "every target was skipped".to_owned(), ToString::to_string))]
+    #[error("all targets failed after {}; last: {}{}", tally(trail), last.as_ref().map_or_else(|| "every target was skipped".to_owned(), ToString::to_string), could_not_take(trail))]
     AllTargetsFailed {
         /// Every attempt, in order.
         trail: Trail,
@@ -568,6 +568,19 @@ fn tally(trail: &Trail) -> String {
         0 => plural(calls, "call"),
         _ => format!("{} and {}", plural(calls, "call"), plural(skips, "skip")),
     }
+}
+
+/// What the targets skipped as unable to take the request said, after the error's own
+/// reason: `; skipped claude:claude-sonnet-4-5, which could not take it: `logit_bias` has no
+/// equivalent ...`. Empty when none was.
+fn could_not_take(trail: &Trail) -> String {
+    let mut said = String::new();
+    for attempt in trail.attempts().iter().filter(|a| a.outcome == crate::trail::Outcome::SkippedUnsupported)
+    {
+        let (Some(target), Some(error)) = (attempt.target(), attempt.error.as_ref()) else { continue };
+        said.push_str(&format!("; skipped {target}, which could not take it: {}", error.detail()));
+    }
+    said
 }
 
 /// `name` as an error says a client's name back (a model it asked for): cut to 200 characters
