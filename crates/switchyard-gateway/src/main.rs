@@ -37,9 +37,9 @@ enum Command {
     /// Run the gateway.
     Serve {
         /// Configuration file (YAML, or TOML). Without one: the file SWITCHYARD_CONFIG names,
-        /// else ./switchyard.yaml (or .yml, .toml), else /etc/switchyard/switchyard.yaml (or .yml, .toml), else providers from API
-        /// keys in the environment, else an embedded demo on simulated providers (on loopback
-        /// only, unless --demo).
+        /// else ./switchyard.yaml (or .yml, .toml), else /etc/switchyard/switchyard.yaml (or
+        /// .yml, .toml), else providers from API keys in the environment, else an embedded demo
+        /// on simulated providers (on loopback only, unless --demo).
         #[arg(long, short)]
         config: Option<PathBuf>,
         /// Serve the embedded demo (simulated providers), whatever configuration there is; the

@@ -877,6 +877,10 @@ async fn drop_params_never_drops_what_shapes_the_answer() {
     let two = r#"{"model":"default","n":2,"messages":[{"role":"user","content":"hi"}]}"#;
     let (status, answer) = post(gateway, "/v1/chat/completions", two).await;
     assert_eq!(status, 502, "two choices are not served as one: {answer}");
+    // A client's functions are its tools: an answer without them would not call them.
+    let functions = r#"{"model":"default","functions":[{"name":"get_weather","parameters":{"type":"object"}}],"function_call":"auto","messages":[{"role":"user","content":"hi"}]}"#;
+    let (status, answer) = post(gateway, "/v1/chat/completions", functions).await;
+    assert_eq!(status, 502, "{answer}");
     assert!(upstream.seen.lock().unwrap().is_empty());
 }
 

@@ -452,9 +452,22 @@ async fn an_azure_openai_client_is_served_its_deployment_as_the_model_with_its_a
         .await
         .unwrap();
     assert_eq!(wrong.status(), 401);
+    let said = json_of(wrong).await;
+    assert!(said["error"]["message"].as_str().unwrap().contains("not valid"), "a key was sent: {said}");
     // A body that is no object is refused as at /v1, not served.
     let list = azure("chat/completions").json(&json!([1, 2])).send().await.unwrap();
     assert_eq!(list.status(), 400);
+    // A member's name written with an escape is a name all the same: the deployment still
+    // names the model.
+    let escaped = r#"{"model":"down:m","us\u0065r":"bob","messages":[{"role":"user","content":"hi"}]}"#;
+    let answer = azure("chat/completions").header("content-type", "application/json").body(escaped).send();
+    let answer = answer.await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["x-switchyard-target"], "up:m", "the route `default` served it, not down:m");
+    // A member given twice is refused, as at /v1.
+    let twice = r#"{"messages":[{"role":"user","content":"hi"}],"messages":[]}"#;
+    let answer = azure("chat/completions").header("content-type", "application/json").body(twice).send();
+    assert_eq!(answer.await.unwrap().status(), 400);
 }
 
 #[tokio::test]
@@ -1051,6 +1064,17 @@ async fn a_dated_model_id_is_served_by_its_pattern_route_and_models_lists_the_pa
         "{text}"
     );
     assert!(!text.contains("claude-sonnet") && !text.contains("(unlisted)"), "{text}");
+    // A target a client names directly is no pattern's, whatever the pattern would make of it.
+    assert_eq!(gateway.post("/v1/chat/completions", chat("a:direct-model")).await.status(), 200);
+    let text = gateway.get("/metrics", "").await.text().await.unwrap();
+    assert!(
+        text.contains("switchyard_attempts_total{target=\"(unlisted)\",outcome=\"ok\",error_kind=\"\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("switchyard_attempts_total{target=\"a:{model}\",outcome=\"ok\",error_kind=\"\"} 1"),
+        "{text}"
+    );
     // The health board lists the target the request filled in, not the pattern's stand-in.
     let health = json_of(gateway.get("/admin/health", GATEWAY_KEY).await).await;
     let rows: Vec<&str> =

@@ -395,6 +395,47 @@ async fn an_openai_clients_stream_cut_after_its_first_text_is_finished_under_its
     assert_eq!(finishes, 1);
 }
 
+#[tokio::test]
+async fn a_continuation_by_claude_goes_without_what_claude_cannot_express_under_drop_params() {
+    let (mock, _server) = switchyard_mock::spawn().await.unwrap();
+    let route = |drop: bool| {
+        format!(
+            r#"
+providers:
+  primary: {{ kind: openai_compatible, base_url: "http://{mock}/cut=2~chunks=6/v1", api_key: sk-primary-000001 }}
+  claude: {{ kind: anthropic, base_url: "http://{mock}/ok", api_key: sk-claude-0000001 }}
+routes:
+  default: {{ targets: [primary:m, claude:m], drop_params: {drop} }}
+gateway:
+  keys: [env://GW_KEY]
+  admin_key: env://ADMIN_KEY
+"#
+        )
+    };
+    let body = json!({ "model": "default", "stream": true, "frequency_penalty": 0.2,
+        "messages": [{ "role": "user", "content": "hi" }] });
+    let text_of = |events: &[(String, Value)]| -> String {
+        events.iter().filter_map(|(_, data)| data["choices"][0]["delta"]["content"].as_str()).collect()
+    };
+
+    // Without it, Claude cannot take the request: the break is what the client is told.
+    let gateway = Gateway::of(&route(false)).await;
+    let events = sse_events(&gateway.send_chat(body.clone()).await.text().await.unwrap());
+    assert!(events.iter().any(|(_, data)| data.get("error").is_some()), "{events:?}");
+
+    let gateway = Gateway::of(&route(true)).await;
+    let answer = gateway.send_chat(body).await;
+    let id = answer.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let events = sse_events(&answer.text().await.unwrap());
+    assert!(events.iter().all(|(_, data)| data.get("error").is_none()), "{events:?}");
+    assert_eq!(text_of(&events), "mock answer from m", "one whole answer");
+    let (_, request) = gateway.get(&format!("/admin/requests/{id}")).await;
+    let attempts = request["attempts"].as_array().unwrap_or_else(|| panic!("{request}"));
+    assert_eq!(attempts[1]["outcome"], "continued", "{request}");
+    let note = attempts[1]["note"].as_str().unwrap_or_default();
+    assert!(note.contains("drop_params: sent without frequency_penalty"), "{request}");
+}
+
 impl Gateway {
     /// A gateway of `yaml` (which may name `env://GW_KEY` and `env://ADMIN_KEY`), in process.
     async fn of(yaml: &str) -> Self {

@@ -165,6 +165,39 @@ deserialize_with_extra!(ChatRequest {
     "stream" => stream: NullAsDefault,
 } defaults: origin, verbatim);
 
+/// The parameters a route's [`drop_params`](crate::route::Route::drop_params) may leave out
+/// toward a target whose API has no equivalent: sampling (`temperature`, `top_p`, `top_k`,
+/// `seed`, the penalties, `logit_bias`), log-probabilities, effort and verbosity, who the end
+/// user is, caching and billing hints, and the fields LiteLLM's clients send for LiteLLM
+/// itself (`fallbacks`, `num_retries`, `mock_response`, ...).
+pub const DROPPABLE: [&str; 25] = [
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "logit_bias",
+    "logprobs",
+    "top_logprobs",
+    "reasoning_effort",
+    "verbosity",
+    "user",
+    "safety_identifier",
+    "metadata",
+    "store",
+    "service_tier",
+    "prompt_cache_key",
+    "parallel_tool_calls",
+    "fallbacks",
+    "context_window_fallbacks",
+    "num_retries",
+    "mock_response",
+    "caching",
+    "tags",
+];
+
 impl ChatRequest {
     /// A request for `model` (a route name or a target) with default parameters.
     pub fn new(model: impl Into<String>, messages: Vec<Message>) -> Self {
@@ -172,32 +205,34 @@ impl ChatRequest {
     }
 
     /// This request without its parameter `name`, when it is one a route's
-    /// [`drop_params`](crate::route::Route::drop_params) may leave out: a sampling setting
-    /// (`temperature`, `top_p`, `seed`) or a member the canonical request keeps as written
-    /// (`frequency_penalty`, `logit_bias`, `logprobs`, a vendor's field), but not one that
-    /// shapes the answer a client reads (`n`, `modalities`, `audio`, `stream_options`,
-    /// `prediction`). `None` for any other name, or one the request does not set. (Only the
-    /// name is ever said of it: a vendor's field may hold a key.)
+    /// [`drop_params`](crate::route::Route::drop_params) may leave out: one that tunes how the
+    /// answer is sampled or billed, never what it is about or its shape ([`DROPPABLE`]: not the
+    /// conversation, tools or functions, `response_format`, `n`, a hosted tool's settings).
+    /// `None` for any other name, or one the request does not set. (Only the name is ever said
+    /// of it.)
     ///
     /// ```
     /// use switchyard::chat::{ChatRequest, Message};
     ///
     /// let mut request = ChatRequest::new("default", vec![Message::user("hi")]);
     /// request.extra.insert("frequency_penalty".into(), serde_json::json!(0.1));
+    /// request.extra.insert("functions".into(), serde_json::json!([{"name": "f"}]));
     /// request.extra.insert("n".into(), serde_json::json!(2));
     /// let without = request.without_param("frequency_penalty").unwrap();
     /// assert!(!without.extra.contains_key("frequency_penalty"));
+    /// assert!(request.without_param("functions").is_none(), "a client's functions are its tools");
     /// assert!(request.without_param("n").is_none(), "two choices asked are not one");
     /// assert!(request.without_param("messages").is_none());
     /// ```
     pub fn without_param(&self, name: &str) -> Option<ChatRequest> {
-        const KEPT: [&str; 5] = ["n", "modalities", "audio", "stream_options", "prediction"];
+        if !DROPPABLE.contains(&name) {
+            return None;
+        }
         let mut without = self.clone();
         let was_set = match name {
             "temperature" => without.temperature.take().is_some(),
             "top_p" => without.top_p.take().is_some(),
             "seed" => without.seed.take().is_some(),
-            _ if KEPT.contains(&name) => false,
             _ => without.extra.remove(name).is_some(),
         };
         was_set.then_some(without)

@@ -22,8 +22,9 @@ pub(crate) fn env(name: &str) -> Option<String> {
 }
 
 /// The configuration `--config` names (`path`), else the one `SWITCHYARD_CONFIG` names, else
-/// `./switchyard.yaml` ((or `.yml`, `.toml`), `.toml`), else `/etc/switchyard/switchyard.yaml` ((or `.yml`, `.toml`), `.toml`), else the environment's API keys,
-/// else the demo; the demo at once when `demo` asks for it.
+/// `./switchyard.yaml` (or `.yml`, `.toml`), else `/etc/switchyard/switchyard.yaml` (or `.yml`,
+/// `.toml`), else the environment's API keys, else the demo; the demo at once when `demo`
+/// asks for it.
 pub(crate) fn load(path: Option<&PathBuf>, demo: bool) -> anyhow::Result<Loaded> {
     let choice = loader::locate(path.map(PathBuf::as_path), demo, &env, &loader::standard_places());
     Ok(loader::load(&choice, &env)?)

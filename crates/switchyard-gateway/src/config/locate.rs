@@ -1,6 +1,7 @@
 //! Where the configuration comes from: `--config FILE`, else the file `SWITCHYARD_CONFIG`
-//! names, else `./switchyard.yaml` (or `.yml`, `.toml`), else `/etc/switchyard/switchyard.yaml` (or `.yml`, `.toml`), else providers
-//! from API keys in the environment, else the embedded demo.
+//! names, else `./switchyard.yaml` (or `.yml`, `.toml`), else
+//! `/etc/switchyard/switchyard.yaml` (or `.yml`, `.toml`), else providers from API keys in the
+//! environment, else the embedded demo.
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -47,7 +47,7 @@ pub async fn messages(
     }
     match exchange.live.router.chat_with(&request, &options).await {
         Ok(mut answer) => {
-            usage(&state, &exchange.live, &answer.served_by, answer.usage, answer.cost);
+            usage(&state, &exchange.live, (&answer.served_by, &answer.route), answer.usage, answer.cost);
             match codec::response_body(&mut answer.response, &request.model) {
                 Ok(body) => answered(&state, &exchange, body, Delivered::from(&mut answer)),
                 Err(error) => unwritable(&state, &exchange, error.to_string(), Delivered::from(&mut answer)),

@@ -65,10 +65,14 @@ pub(crate) fn admin_unauthorized(headers: &HeaderMap) -> ApiError {
 
 /// A 401 saying `invalid` when a key was sent, else `required` and how to send one.
 fn refusal(headers: &HeaderMap, (invalid, required): (&str, &str)) -> ApiError {
-    let presented = headers.contains_key(header::AUTHORIZATION) || headers.contains_key(names::API_KEY);
+    let presented = headers.contains_key(header::AUTHORIZATION)
+        || headers.contains_key(names::API_KEY)
+        || headers.contains_key("api-key");
     let message = match presented {
         true => invalid.to_owned(),
-        false => format!("{required}: send it as `Authorization: Bearer <key>` or `x-api-key: <key>`"),
+        false => format!(
+            "{required}: send it as `Authorization: Bearer <key>`, `x-api-key: <key>` or (Azure's clients) `api-key: <key>`"
+        ),
     };
     ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
 }

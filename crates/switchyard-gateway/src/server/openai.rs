@@ -46,7 +46,7 @@ pub async fn chat_completions(
     }
     match exchange.live.router.chat_with(&request, &options).await {
         Ok(mut answer) => {
-            usage(&state, &exchange.live, &answer.served_by, answer.usage, answer.cost);
+            usage(&state, &exchange.live, (&answer.served_by, &answer.route), answer.usage, answer.cost);
             let body = codec::response_body(&mut answer.response, &exchange.id, unix_now());
             answered(&state, &exchange, body, Delivered::from(&mut answer))
         }

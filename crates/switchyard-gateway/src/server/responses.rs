@@ -65,7 +65,7 @@ pub async fn create(
     }
     match exchange.live.router.chat_with(&chat, &options).await {
         Ok(mut answer) => {
-            usage(&state, &exchange.live, &answer.served_by, answer.usage, answer.cost);
+            usage(&state, &exchange.live, (&answer.served_by, &answer.route), answer.usage, answer.cost);
             let object = whole_object(&mut answer.response, &meta);
             if let Some(keep) = keep {
                 state.responses.keep(meta.id.clone(), keep.entry(&object)).await;

@@ -109,7 +109,7 @@ impl<E> SseBody<E> {
         if let Some(exchange) = self.exchange.take() {
             let served_by = self.stream.served_by().clone();
             let used = self.stream.usage();
-            usage(&self.state, &exchange.live, &served_by, used, self.stream.cost());
+            usage(&self.state, &exchange.live, (&served_by, self.stream.route()), used, self.stream.cost());
             let trail = self.stream.trail().clone();
             let timing = *self.stream.timing();
             let attempts = trail.len();

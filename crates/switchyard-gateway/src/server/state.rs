@@ -34,8 +34,9 @@ pub struct Live {
     /// The targets the configuration names; others (named by clients) share one metric label.
     /// Keys from the configuration only (a client's target is looked up, never inserted).
     listed: HashSet<Target, crate::metrics::FxBuild>,
-    /// The patterns' `{model}` targets: a target one fills in is labelled by it.
-    templates: Vec<Target>,
+    /// The patterns' `{model}` and `{*}` targets, by route: a target one fills in is labelled
+    /// by it.
+    templates: Vec<(Arc<str>, Target)>,
     /// Whether `/metrics` asks for the admin key (beyond loopback, unless `metrics_open`).
     pub(crate) guard_metrics: bool,
 }
@@ -51,19 +52,26 @@ impl Live {
     pub fn new(router: Router, gateway: GatewaySettings, exposure: &Exposure) -> Self {
         let guard_metrics = exposure.guards_metrics(&gateway);
         // A pattern's `{model}` targets are filled in per request: not targets to list.
-        let (templates, listed): (Vec<Target>, Vec<Target>) = router
-            .routes()
-            .flat_map(|route| route.all_targets())
-            .cloned()
-            .partition(switchyard::route::is_template);
-        let listed = listed.into_iter().collect();
+        let mut templates = Vec::new();
+        let mut listed = HashSet::default();
+        for route in router.routes() {
+            for target in route.all_targets() {
+                if switchyard::route::is_template(target) {
+                    templates.push((Arc::from(route.name()), target.clone()));
+                } else {
+                    listed.insert(target.clone());
+                }
+            }
+        }
         Self { router, gateway, listed, templates, guard_metrics }
     }
 
-    /// The pattern target `target` was filled in from: `anthropic:us.{model}` for
-    /// `anthropic:us.claude-x`. The first that fits, in configuration order.
-    fn template_of(&self, target: &Target) -> Option<&Target> {
-        self.templates.iter().find(|template| {
+    /// The target of pattern route `route` that `target` was filled in from:
+    /// `anthropic:us.{model}` for `anthropic:us.claude-x`. The first that fits, in the route's
+    /// order; none on any other route (a target a client named directly is no pattern's).
+    fn template_of(&self, route: &str, target: &Target) -> Option<&Target> {
+        let of_route = self.templates.iter().filter(|(name, _)| &**name == route).map(|(_, t)| t);
+        of_route.into_iter().find(|template| {
             let model = template.model();
             let split = model
                 .split_once(switchyard::route::MODEL_PLACEHOLDER)
@@ -82,13 +90,13 @@ impl Live {
         self.listed.contains(target)
     }
 
-    /// The metric label of `via`: a target of the configuration by name, one a pattern filled
-    /// in by the pattern's target (`anthropic:{model}`: the models clients name never make
-    /// labels), any other as one label, a candidate by its name.
-    pub(crate) fn target_label(&self, via: &Via) -> LabelValue {
+    /// The metric label of `via`, of a request `route` governed: a target of the configuration
+    /// by name, one a pattern route filled in by the pattern's target (`anthropic:{model}`: the
+    /// models clients name never make labels), any other as one label, a candidate by its name.
+    pub(crate) fn target_label(&self, via: &Via, route: &str) -> LabelValue {
         match via {
             Via::Target(target) if self.is_listed(target) => LabelValue::Shared(target.shared()),
-            Via::Target(target) => match self.template_of(target) {
+            Via::Target(target) => match self.template_of(route, target) {
                 Some(template) => LabelValue::Shared(template.shared()),
                 None => LabelValue::Static("(unlisted)"),
             },

@@ -138,7 +138,8 @@ impl Resume {
             options.deadline = Some(deadline.saturating_duration_since(now).max(Duration::from_millis(1)));
         }
         Some(Continuation {
-            exchange: ContinueExchange::new(&self.request, &self.delivered, options.reasoning),
+            exchange: ContinueExchange::new(&self.request, &self.delivered, options.reasoning)
+                .dropping_params(route.drop_params()),
             chain,
             options,
             offset: now.saturating_duration_since(self.started),
@@ -209,9 +210,35 @@ pub(crate) struct ContinueExchange {
     delivered: String,
     reasoning: ReasoningShown,
     alive: AtomicBool,
+    /// The route's `drop_params` (see [`dropping`](super::exchange::dropping)).
+    drop_params: bool,
 }
 
 impl ContinueExchange {
+    /// The call of `request` (the prefilled one or the original, perhaps without a parameter
+    /// the target refused): continued from the prefill, or answered again (`prefills` false).
+    fn send<'q>(
+        &'q self,
+        provider: &'q dyn Provider,
+        call: Call<'q>,
+        request: &'q ChatRequest,
+        prefills: bool,
+    ) -> BoxFuture<'q, Result<Prefetched, ProviderError>> {
+        match prefills {
+            true => Box::pin(async move {
+                let prefetched = prefetch(provider, call, (request, self.reasoning), &self.alive).await;
+                prefetched.map_err(refused_prefill)
+            }),
+            false => Box::pin(regenerate(provider, call, self, request)),
+        }
+    }
+
+    /// The same, sending a target the request without what it cannot express when `on`.
+    fn dropping_params(mut self, on: bool) -> Self {
+        self.drop_params = on;
+        self
+    }
+
     fn new(request: &ChatRequest, delivered: &str, reasoning: ReasoningShown) -> Self {
         let mut prefill = request.clone();
         // Rewritten, the request is no longer the caller's bytes; and no provider thinks
@@ -225,7 +252,14 @@ impl ContinueExchange {
         prefill.messages.push(Message::assistant(delivered.trim_end()));
         let mut original = request.clone();
         original.verbatim = None;
-        Self { prefill, original, delivered: delivered.to_owned(), reasoning, alive: AtomicBool::new(false) }
+        Self {
+            prefill,
+            original,
+            delivered: delivered.to_owned(),
+            reasoning,
+            alive: AtomicBool::new(false),
+            drop_params: false,
+        }
     }
 }
 
@@ -250,13 +284,17 @@ impl Exchange for ContinueExchange {
         provider: &'a dyn Provider,
         call: Call<'a>,
     ) -> BoxFuture<'a, Result<Prefetched, ProviderError>> {
-        if provider.accepts_prefill(call.model) {
-            Box::pin(async move {
-                let prefetched = prefetch(provider, call, (&self.prefill, self.reasoning), &self.alive).await;
-                prefetched.map_err(refused_prefill)
-            })
-        } else {
-            Box::pin(regenerate(provider, call, self))
+        let prefills = provider.accepts_prefill(call.model);
+        let request = if prefills { &self.prefill } else { &self.original };
+        match self.drop_params {
+            false => self.send(provider, call, request, prefills),
+            true => Box::pin(super::exchange::dropping(
+                request,
+                move |request, _| self.send(provider, call, request, prefills),
+                |prefetched: &mut Prefetched, notice| {
+                    prefetched.buffer.push_front(crate::chat::ChatChunk::notice(notice));
+                },
+            )),
         }
     }
 
@@ -318,9 +356,10 @@ async fn regenerate(
     provider: &dyn Provider,
     call: Call<'_>,
     x: &ContinueExchange,
+    original: &ChatRequest,
 ) -> Result<Prefetched, ProviderError> {
     let idle = call.timeouts.idle;
-    let mut prefetched = prefetch(provider, call, (&x.original, x.reasoning), &x.alive).await?;
+    let mut prefetched = prefetch(provider, call, (original, x.reasoning), &x.alive).await?;
     let mut expected: &str = &x.delivered;
     let mismatch = || {
         ProviderError::unsupported(format!(

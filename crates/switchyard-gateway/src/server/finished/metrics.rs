@@ -39,7 +39,7 @@ pub(crate) fn record(state: &AppState, done: &FinishedRequest<'_>) {
         );
     }
     let Some(Settled { trail, timing, .. }) = &done.settled else { return };
-    attempts(state, done.live, trail);
+    attempts(state, done.live, trail, &done.route);
     if let Some(first_token) = timing.first_token {
         metrics.observe(
             "switchyard_time_to_first_token_seconds",
@@ -55,19 +55,19 @@ pub(crate) fn record(state: &AppState, done: &FinishedRequest<'_>) {
 }
 
 /// Each attempt, by target, outcome and error kind; the unreadable events its stream skipped.
-fn attempts(state: &AppState, live: &Live, trail: &Trail) {
+fn attempts(state: &AppState, live: &Live, trail: &Trail, route: &str) {
     for attempt in trail {
         if attempt.skipped_events > 0 {
             state.metrics.increment(
                 "switchyard_stream_events_skipped_total",
-                labels([("target", live.target_label(&attempt.via))]),
+                labels([("target", live.target_label(&attempt.via, route))]),
                 u64::from(attempt.skipped_events),
             );
         }
         state.metrics.increment(
             "switchyard_attempts_total",
             labels([
-                ("target", live.target_label(&attempt.via)),
+                ("target", live.target_label(&attempt.via, route)),
                 ("outcome", attempt.outcome.as_str().into()),
                 ("error_kind", attempt.error_kind().map_or("", |k| k.as_str()).into()),
             ]),
@@ -109,14 +109,14 @@ fn routing(metrics: &Metrics, route: &LabelValue, trail: &Trail, served_by: Opti
 pub(crate) fn usage(
     state: &AppState,
     live: &Live,
-    served_by: &Via,
+    (served_by, route): (&Via, &str),
     usage: Option<switchyard::chat::Usage>,
     cost: Option<f64>,
 ) {
     if !matches!(served_by, Via::Target(_)) {
         return;
     }
-    let target = live.target_label(served_by);
+    let target = live.target_label(served_by, route);
     if let Some(usage) = usage {
         state.metrics.increment(
             "switchyard_tokens_total",
