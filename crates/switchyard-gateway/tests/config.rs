@@ -122,6 +122,50 @@ health_ttl = "5s"
 }
 
 #[test]
+fn a_route_named_in_another_routes_list_stands_for_its_targets() {
+    let text = r#"
+providers: { a: { kind: simulated }, b: { kind: simulated } }
+routes:
+  gpt: { targets: [a:x, claude], context_window: [claude] }
+  claude: { targets: [{ target: b:y, tier: 1 }, b:z, a:x] }
+  all: { targets: [gpt, { target: claude, tier: 2 }] }
+"#;
+    let file = config::parse(text, false, "refs.yaml").unwrap();
+    let loaded = config::build(file, config::Source::File("refs.yaml".into()), &env).unwrap();
+    let chain = |route: &str| -> Vec<(String, u32)> {
+        let route = loaded.router.route(route).unwrap();
+        route.targets().iter().map(|t| (t.target.to_string(), t.tier)).collect()
+    };
+    // Its chain's order (tier 0 before tier 1), at the reference's tier, a target once.
+    let owned = |list: &[(&str, u32)]| -> Vec<(String, u32)> {
+        list.iter().map(|(t, n)| (t.to_string(), *n)).collect()
+    };
+    assert_eq!(chain("gpt"), owned(&[("a:x", 0), ("b:z", 0), ("b:y", 0)]));
+    assert_eq!(
+        chain("all"),
+        owned(&[("a:x", 0), ("b:z", 0), ("b:y", 0)]),
+        "a target once, where it first comes"
+    );
+    let window: Vec<String> =
+        loaded.router.route("gpt").unwrap().context_window().iter().map(ToString::to_string).collect();
+    assert_eq!(window, ["b:z", "a:x", "b:y"]);
+
+    // A reference that comes back to itself, or names a pattern, is refused where it is.
+    let text = r#"
+providers: { a: { kind: simulated } }
+routes:
+  one: { targets: [a:x, two] }
+  two: { targets: [one] }
+  three: { targets: ["claude-*"] }
+  "claude-*": { targets: ["a:{model}"] }
+"#;
+    let file = config::parse(text, false, "loop.yaml").unwrap();
+    let error = config::build(file, config::Source::File("loop.yaml".into()), &env).unwrap_err().to_string();
+    assert!(error.contains("routes.two.targets[0]: route `one` comes back to itself"), "{error}");
+    assert!(error.contains("routes.three.targets[0]: `claude-*` is a pattern route"), "{error}");
+}
+
+#[test]
 fn no_file_and_no_keys_serves_the_demo() {
     let loaded = config::load_default(&|_| None).unwrap();
     assert_eq!(loaded.source, config::Source::Demo);

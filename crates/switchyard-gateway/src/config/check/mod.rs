@@ -6,6 +6,7 @@
 
 mod keys;
 mod provider;
+mod references;
 mod route;
 mod sections;
 mod telemetry;

@@ -20,8 +20,13 @@ impl Validator<'_> {
                 "none configured: add one, like `default: { targets: [openai:gpt-4o-mini] }`",
             );
         }
+        // A route named in another's list stands for its targets.
+        let (expanded, refused) = super::references::expanded(&file.routes);
+        for (path, message) in refused {
+            self.problem(path, message);
+        }
         let mut routes = Vec::new();
-        for (route_name, route) in &file.routes {
+        for (route_name, route) in &expanded {
             if let Some(route) = self.route(route_name, route, &file.providers) {
                 routes.push(route);
             }
