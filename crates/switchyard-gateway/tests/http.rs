@@ -421,6 +421,10 @@ async fn the_api_answers_at_the_bare_address_too_as_clients_given_it_as_their_ba
     let keyless =
         gateway.client.post(gateway.url("/chat/completions")).json(&chat("default")).send().await.unwrap();
     assert_eq!(keyless.status(), 401);
+    // LiteLLM's probe paths answer as /healthz and /readyz do.
+    for probe in ["/health/liveliness", "/health/readiness"] {
+        assert_eq!(gateway.get(probe, "").await.status(), 200, "{probe}");
+    }
 }
 
 #[tokio::test]

@@ -77,6 +77,9 @@ pub fn app(state: Arc<AppState>) -> HttpRouter {
     }
     app.route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
         .route("/readyz", get(admin::ready))
+        // LiteLLM's probe paths, so that a deployment's probes carry over unchanged.
+        .route("/health/liveliness", get(|| async { (StatusCode::OK, "ok\n") }))
+        .route("/health/readiness", get(admin::ready))
         .route("/metrics", get(admin::metrics))
         .route("/admin/health", get(admin::health))
         .route("/admin/health/reset", post(admin::reset))
