@@ -751,6 +751,22 @@ async fn a_hedged_request_its_client_left_names_both_calls_it_was_waiting_on() {
 }
 
 #[tokio::test]
+async fn a_hedged_request_its_client_left_after_the_first_call_failed_records_that_failure() {
+    let providers = "  flaky: { kind: simulated, latency: 150ms, error_rates: { unavailable: 1.0 } }\n  slower: { kind: simulated, latency: 30s }\n";
+    let route =
+        "{ targets: [flaky:m, slower:m], hedge: { after: 50ms, min_after: 50ms }, stream_upstream: false }";
+    let (_, record) = left_unanswered(providers, route, 600).await;
+    let calls: Vec<(&str, &str)> = record["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["target"].as_str().unwrap(), a["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(calls, [("flaky:m", "failed"), ("slower:m", "cancelled")], "{record}");
+    assert_eq!(record["attempts"][0]["error"]["kind"], "unavailable", "{record}");
+}
+
+#[tokio::test]
 async fn a_request_its_client_left_before_the_answer_is_logged_as_499() {
     let providers = "  slow: { kind: simulated, latency: 30s }\n";
     let (left, record) = left_unanswered(providers, "{ targets: [slow:m] }", 300).await;

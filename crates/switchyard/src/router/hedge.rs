@@ -172,7 +172,14 @@ impl<'r, X: Exchange> Run<'r, X> {
             // The hedge's target is one of those after the first.
             Some((hedge, async move { ctx.call_hedge(&who, hedge_span, later.saturating_sub(1)).await }))
         };
-        let first_call = ctx.call(&first.who, first.permit.as_ref(), first.span, later);
+        let first_call = async {
+            let end = ctx.call(&first.who, first.permit.as_ref(), first.span, later).await;
+            if let Err(miss) = &end {
+                // Known at once: the pair may yet be dropped while the hedge runs on.
+                record.failed_meanwhile(&first.who.target, first.started, &miss.error);
+            }
+            end
+        };
         let raced = race(first_call, start, delay).await;
         if let Some(probe) = hedge_probe.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
             probe.armed = false;

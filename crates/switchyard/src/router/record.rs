@@ -11,7 +11,7 @@ use crate::credential::CredentialId;
 use crate::events::{EventBus, EventKind};
 use crate::pacing::Permit;
 use crate::trail::{Attempt, Outcome, Timing, Trail, Unfinished};
-use crate::{ErrorKind, Target};
+use crate::{ErrorKind, ProviderError, Target};
 
 /// The record of one request.
 pub(super) struct Record<'r> {
@@ -30,9 +30,18 @@ pub(super) struct Record<'r> {
     /// The calls sent (the last, and a hedge beside it), and when: each not recorded is
     /// `cancelled` if the request is dropped before it ends. (A hedge is told of through a
     /// shared borrow, as the pair runs.)
-    under_way: std::sync::Mutex<Vec<(Target, CredentialId, Instant)>>,
+    under_way: std::sync::Mutex<Vec<UnderWay>>,
     /// The trail was taken: the request ended.
     ended: bool,
+}
+
+/// A call sent and not yet recorded: where it went, with which key, when; and its failure,
+/// when it failed while a hedge beside it ran on.
+struct UnderWay {
+    target: Target,
+    credential_id: CredentialId,
+    started: Instant,
+    failed: Option<ProviderError>,
 }
 
 impl<'r> Record<'r> {
@@ -71,7 +80,23 @@ impl<'r> Record<'r> {
             if !hedge {
                 under_way.clear();
             }
-            under_way.push((target.clone(), credential_id.clone(), started));
+            under_way.push(UnderWay {
+                target: target.clone(),
+                credential_id: credential_id.clone(),
+                started,
+                failed: None,
+            });
+        }
+    }
+
+    /// The call to `target` begun at `started` failed with `error` while a hedge beside it ran
+    /// on: recorded `failed`, not `cancelled`, if the request is dropped before the pair ends.
+    pub(super) fn failed_meanwhile(&self, target: &Target, started: Instant, error: &ProviderError) {
+        if self.unfinished.is_some() {
+            let mut under_way = self.under_way.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(call) = under_way.iter_mut().find(|c| c.target == *target && c.started == started) {
+                call.failed = Some(error.clone());
+            }
         }
     }
 
@@ -289,16 +314,28 @@ impl Drop for Record<'_> {
         let Some((unfinished, route)) = self.unfinished.take().filter(|_| !self.ended) else { return };
         let under_way =
             std::mem::take(self.under_way.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner));
-        for (target, credential_id, started) in under_way {
+        for UnderWay { target, credential_id, started, failed } in under_way {
             let offset = self.offset(started);
             let recorded =
                 self.trail.attempts().iter().any(|a| a.started == offset && a.target() == Some(&target));
-            if !recorded {
-                let mut attempt =
-                    Attempt::called(&target, &credential_id, offset, started.elapsed(), Duration::ZERO);
-                attempt.outcome = Outcome::Cancelled;
-                self.trail.push(attempt.with_note(Some("the caller went away".to_owned())));
+            if recorded {
+                continue;
             }
+            let mut attempt =
+                Attempt::called(&target, &credential_id, offset, started.elapsed(), Duration::ZERO);
+            let note = match failed {
+                Some(error) => {
+                    attempt.outcome = Outcome::Failed;
+                    attempt.error =
+                        Some(error.with_target(target.clone()).with_credential(credential_id.clone()));
+                    "failed while the hedge beside it ran; then the caller went away"
+                }
+                None => {
+                    attempt.outcome = Outcome::Cancelled;
+                    "the caller went away"
+                }
+            };
+            self.trail.push(attempt.with_note(Some(note.to_owned())));
         }
         unfinished.put(route, std::mem::take(&mut self.trail));
     }
