@@ -8,6 +8,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use switchyard::chat::{ChatRequest, Dialect, Verbatim};
+use switchyard::trail::{Outcome, Via};
 use switchyard_providers::anthropic::codec::{self, MessagesStreamWriter};
 
 use super::deliver::{Delivered, answered, route_failed, unwritable};
@@ -92,8 +93,56 @@ pub async fn count_tokens(
             };
             answered(&state, &exchange, body, served)
         }
+        Err(error) if no_target_counts(&error) => {
+            // Nothing of the route counts (an OpenAI-compatible route): the gateway's estimate,
+            // said to be one, rather than a 400 that Claude Code sends dozens of times a session.
+            let body = serde_json::json!({ "input_tokens": estimated_input_tokens(&body) }).to_string();
+            let served = Delivered {
+                route: error.route().unwrap_or_default().into(),
+                served_by: Via::Candidate(ESTIMATE.into()),
+                timing: switchyard::trail::Timing::default(),
+                trail: error.into_trail(),
+                usage: None,
+                cost: None,
+            };
+            answered(&state, &exchange, Bytes::from(body), served)
+        }
         Err(error) => route_failed(&state, &exchange, error),
     }
+}
+
+/// What answers a count no target of its route could give (`x-switchyard-target`).
+const ESTIMATE: &str = "estimate";
+
+/// Whether every target of the route was skipped as unable to count (none was called).
+fn no_target_counts(error: &switchyard::RouteError) -> bool {
+    let trail = error.trail();
+    !trail.is_empty() && trail.iter().all(|attempt| attempt.outcome == Outcome::SkippedUnsupported)
+}
+
+/// An estimate of a Messages request's input tokens, from its JSON: the characters of every
+/// name and text in it (system, messages, tools and their schemas) at four a token, rounded
+/// up, and 1,600 tokens for each image or document sent as data (Anthropic's size for an image
+/// of about a megapixel), whose base64 says nothing of its tokens. Errs high, as a count a
+/// client sizes its context by should.
+fn estimated_input_tokens(body: &[u8]) -> u64 {
+    fn chars(value: &serde_json::Value) -> u64 {
+        match value {
+            serde_json::Value::String(text) => text.chars().count() as u64,
+            serde_json::Value::Array(items) => items.iter().map(chars).sum(),
+            serde_json::Value::Object(object) if object.get("type").is_some_and(|t| t == "base64") => {
+                1600 * 4
+            }
+            serde_json::Value::Object(object) => {
+                object.iter().map(|(name, value)| name.chars().count() as u64 + chars(value)).sum()
+            }
+            _ => 1,
+        }
+    }
+    let value: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let counted =
+        ["system", "messages", "tools"].iter().map(|key| value.get(key).map_or(0, chars)).sum::<u64>();
+    counted.div_ceil(4)
 }
 
 /// A count request as a canonical request: a count takes no `max_tokens`, which the canonical
