@@ -1114,6 +1114,31 @@ async fn a_pattern_sends_what_its_star_stood_for_so_provider_slash_model_names_r
 }
 
 #[tokio::test]
+async fn with_direct_targets_off_clients_name_routes_only() {
+    let gateway = Gateway::start(
+        "providers:\n  a: { kind: simulated }\nroutes:\n  default: { targets: [a:m] }\n  claude-*: { targets: [\"a:{model}\"] }\ngateway: { keys: [env://GW_KEY], direct_targets: false }\n",
+    )
+    .await;
+    assert_eq!(gateway.post("/v1/chat/completions", chat("default")).await.status(), 200);
+    assert_eq!(
+        gateway.post("/v1/chat/completions", chat("claude-x-1")).await.status(),
+        200,
+        "patterns are routes"
+    );
+    let refused = gateway.post("/v1/chat/completions", chat("a:expensive-model")).await;
+    assert_eq!(refused.status(), 404);
+    let body = json_of(refused).await;
+    assert_eq!(body["error"]["code"], "model_not_found", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("direct_targets: false") && message.contains("default"), "{message}");
+    let listed = json_of(gateway.get("/v1/models", GATEWAY_KEY).await).await;
+    let ids: Vec<&str> =
+        listed["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["claude-*", "default"], "routes only: {ids:?}");
+    assert_eq!(gateway.get("/v1/models/a:m", GATEWAY_KEY).await.status(), 404);
+}
+
+#[tokio::test]
 async fn a_session_named_by_header_or_by_the_requests_own_identifier_stays_on_one_target() {
     let gateway = Gateway::start(
         "providers:\n  a: { kind: simulated }\n  b: { kind: simulated }\nroutes:\n  default: { targets: [a:m, b:m], rotation: round_robin }\ngateway: { keys: [env://GW_KEY] }\n",

@@ -214,6 +214,11 @@ fn print_gateway(loaded: &Loaded) {
         if gateway.admin_key.is_some() { "set" } else { "not set" },
         gateway.max_body
     );
+    if !gateway.direct_targets {
+        println!(
+            "  models: routes only (gateway.direct_targets: false): no client may name a provider:model"
+        );
+    }
     for key in gateway.keys.iter().filter(|key| key.named || key.rules != Default::default()) {
         println!("  key {}: {}", key.label, key_rules(&key.rules));
     }

@@ -738,6 +738,8 @@ pub struct GatewayConfig {
     pub open: Option<bool>,
     /// Serve `/metrics` beyond loopback without the admin key. Default off.
     pub metrics_open: Option<bool>,
+    /// Let clients name a `provider:model` target no route is named as. Default on.
+    pub direct_targets: Option<bool>,
     /// How long a connection may take to send a complete request head. Default 30 s.
     pub header_timeout: Option<DurationText>,
     /// How long a keep-alive connection may sit idle between requests. Default 75 s.

@@ -30,6 +30,9 @@ pub struct GatewaySettings {
     pub open: bool,
     /// `gateway.metrics_open`: `/metrics` beyond loopback without the admin key.
     pub metrics_open: bool,
+    /// `gateway.direct_targets`: whether clients may name a `provider:model` target; off, only
+    /// routes (patterns included) are models a client can send.
+    pub direct_targets: bool,
     /// The connection rules every client connection is held to.
     pub connections: ConnectionLimits,
     /// `gateway.threads`: serving threads, each one event loop (`--threads` comes first;

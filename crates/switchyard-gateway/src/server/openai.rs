@@ -187,7 +187,7 @@ fn model_object(live: &Live, id: &str, created: u64) -> Value {
     json!({ "id": id, "object": "model", "created": created, "owned_by": "switchyard", "switchyard_kind": kind })
 }
 
-/// The routes, then every target one can name.
+/// The routes, then every target one can name (none with `gateway.direct_targets: false`).
 pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let live = state.live();
     let Ok(key) = client_key(&live.gateway.keys, &headers) else {
@@ -196,7 +196,7 @@ pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
     let created = unix_now();
     // A key held to some `routes` is shown the models it may use.
     let allowed = |id: &String| key.as_ref().is_none_or(|key| key.rules.allows(id, &live.router));
-    let data: Vec<Value> = model_names(&live.router)
+    let data: Vec<Value> = model_names(&live.router, !live.gateway.direct_targets)
         .into_iter()
         .filter(allowed)
         .map(|id| model_object(&live, &id, created))
@@ -217,7 +217,8 @@ pub async fn model(
     };
     // A key held to some `routes` is shown the models it may use.
     let allowed = |id: &String| key.as_ref().is_none_or(|key| key.rules.allows(id, &live.router));
-    let names: Vec<String> = model_names(&live.router).into_iter().filter(allowed).collect();
+    let names: Vec<String> =
+        model_names(&live.router, !live.gateway.direct_targets).into_iter().filter(allowed).collect();
     // A name a pattern governs (a dated model id) is a model here too.
     let patterned = live.router.governing_route(&id).is_some_and(|name| name.ends_with('*'));
     if names.contains(&id) || (patterned && allowed(&id)) {

@@ -124,7 +124,7 @@ impl RequestContext {
     ) -> Result<(Self, T), Box<Response>> {
         match parsed {
             Ok(request) if model(&request).trim().is_empty() => {
-                let error = missing_model(&self.live.router);
+                let error = missing_model(&self.live.router, !self.live.gateway.direct_targets);
                 Err(Box::new(self.fail(state, error)))
             }
             Ok(request) => {
@@ -281,10 +281,20 @@ fn note_unread(trail: &mut Trail, note: &str, readers: &[String]) {
     }
 }
 
-/// The names a client may send as `model`.
-pub(crate) fn model_names(router: &Router) -> Vec<String> {
+/// Whether `model` names a `provider:model` target of a configured provider, and no route
+/// (a route's name wins: see the router's resolution).
+pub(crate) fn names_a_target(router: &Router, model: &str) -> bool {
+    router.route(model).is_none()
+        && model
+            .parse::<switchyard::Target>()
+            .is_ok_and(|target| router.provider_ids().contains(&target.provider()))
+}
+
+/// The names a client may send as `model`: the routes, and their targets unless `routes_only`
+/// (`gateway.direct_targets: false`).
+pub(crate) fn model_names(router: &Router, routes_only: bool) -> Vec<String> {
     let mut names: Vec<String> = router.routes().map(|r| r.name().to_owned()).collect();
-    for route in router.routes() {
+    for route in router.routes().filter(|_| !routes_only) {
         // A target filled in per request (`anthropic:{model}`) is no name a client can send.
         for target in route.all_targets().into_iter().filter(|t| !is_template(t)) {
             let name = target.to_string();
@@ -297,10 +307,12 @@ pub(crate) fn model_names(router: &Router) -> Vec<String> {
 }
 
 /// The refusal of a request that names no `model`.
-fn missing_model(router: &Router) -> ApiError {
+fn missing_model(router: &Router, routes_only: bool) -> ApiError {
+    let names = model_names(router, routes_only).join(", ");
+    let what = if routes_only { "a route" } else { "a route or a target" };
     ApiError::new(
         axum::http::StatusCode::BAD_REQUEST,
         "missing_model",
-        format!("the request has no `model`: name a route or a target ({})", model_names(router).join(", ")),
+        format!("the request has no `model`: name {what} ({names})"),
     )
 }

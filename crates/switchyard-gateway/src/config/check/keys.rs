@@ -79,6 +79,17 @@ impl Validator<'_> {
         for (j, entry) in routes.iter().enumerate() {
             if let Some(message) = unknown_model(entry, &file.routes, &file.providers) {
                 self.problem(format!("{path}.routes[{j}]"), message);
+            } else if file.gateway.direct_targets == Some(false)
+                && !file.routes.contains_key(entry)
+                && entry.contains(':')
+            {
+                self.problem(
+                    format!("{path}.routes[{j}]"),
+                    format!(
+                        "`{entry}` is a provider's model, which no client may name with \
+                         `gateway.direct_targets: false`: name the route that serves it"
+                    ),
+                );
             }
         }
         routes.to_vec()

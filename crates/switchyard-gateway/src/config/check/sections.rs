@@ -165,6 +165,7 @@ impl Validator<'_> {
             shutdown_grace: config.shutdown_grace.map_or(Duration::from_secs(30), |d| d.0),
             open: config.open.unwrap_or(false),
             metrics_open: config.metrics_open.unwrap_or(false),
+            direct_targets: config.direct_targets.unwrap_or(true),
             connections: ConnectionLimits {
                 header_timeout,
                 idle_timeout,
