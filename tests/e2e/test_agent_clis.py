@@ -13,6 +13,7 @@ thinking and `?beta=true`; Codex a `namespace` tool, the hosted `web_search` too
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -61,8 +62,9 @@ def run_claude(gateway, tmp_path, prompt="say hi"):
     return json.loads(done.stdout)
 
 
-def run_codex(gateway, tmp_path, prompt="say hi"):
-    """`codex exec PROMPT` with a provider entry for the gateway (Responses API); its stdout."""
+def run_codex(gateway, tmp_path, prompt="say hi", key=GATEWAY_KEY, check=True):
+    """`codex exec PROMPT` with a provider entry for the gateway (Responses API); its stdout (with
+    `check` false, the finished process, whatever its exit)."""
     home, codex_home, work = tmp_path / "codex-home", tmp_path / "codex", tmp_path / "codex-work"
     for folder in (home, codex_home, work):
         folder.mkdir()
@@ -75,7 +77,7 @@ def run_codex(gateway, tmp_path, prompt="say hi"):
         'env_key = "SWITCHYARD_KEY"\n'
         'wire_api = "responses"\n'
     )
-    env = clean_env(home, CODEX_HOME=str(codex_home), SWITCHYARD_KEY=GATEWAY_KEY)
+    env = clean_env(home, CODEX_HOME=str(codex_home), SWITCHYARD_KEY=key)
     done = subprocess.run(
         [CODEX, "exec", "--skip-git-repo-check", prompt],
         cwd=work,
@@ -85,6 +87,8 @@ def run_codex(gateway, tmp_path, prompt="say hi"):
         text=True,
         timeout=180,
     )
+    if not check:
+        return done
     assert done.returncode == 0, f"codex exited {done.returncode}: {done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -301,3 +305,31 @@ gateway: {{ keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }}
         assert tool_turns[-1].get("thinking", {}).get("type") not in (None, "disabled"), "thinking goes on"
     finally:
         claude.stop()
+
+
+def test_codex_on_a_key_whose_budget_is_spent_stops_at_once_saying_so(mock, gateway, tmp_path):
+    # Every answer of the mock costs 10 prompt tokens: at $100,000 a million, $1 an answer.
+    thrifty = "sk-thrifty-e2e-key-0000000009"
+    gw = gateway(
+        f"""
+providers:
+  up: {{ kind: openai_compatible, base_url: "{mock.base('ok')}/v1", prices: {{ gpt-test: {{ input: 100000, output: 0 }} }} }}
+routes:
+  default: {{ targets: [up:gpt-test] }}
+gateway:
+  admin_key: env://E2E_ADMIN_KEY
+  keys:
+    - {{ name: thrifty, key: {thrifty}, budget: {{ usd: 0.5, per: day }} }}
+"""
+    )
+    for run in ("first", "second"):
+        (tmp_path / run).mkdir()
+    run_codex(gw, tmp_path / "first", key=thrifty)  # $1 spent of $0.50: the answer in flight completes
+    started = time.monotonic()
+    done = run_codex(gw, tmp_path / "second", key=thrifty, check=False)
+    assert done.returncode != 0, done.stdout
+    # Said as a spent quota, which Codex stops at; with a Retry-After of hours it slept on it.
+    assert time.monotonic() - started < 60, f"codex waited: {done.stdout}\n{done.stderr}"
+    assert "budget" in (done.stdout + done.stderr).lower() or "quota" in (done.stdout + done.stderr).lower(), (
+        done.stdout + done.stderr
+    )

@@ -1,7 +1,8 @@
 """Client keys through the real binary, in front of the mock upstream, with the official OpenAI
 SDK: a key over its rate is refused with 429 `key_rate_limited` and Retry-After before any
 provider is called while another key is served; a key outside its routes gets 403
-`model_not_allowed`; a key whose budget is spent gets 429 `budget_exceeded` with its reset; and
+`model_not_allowed`; a key whose budget is spent gets 429 `budget_exceeded` with its reset, said as
+a spent quota the SDK does not retry; and
 `/admin/keys` shows each key by name, never the key."""
 
 import openai
@@ -75,7 +76,10 @@ def test_a_spent_budget_is_refused_with_its_reset_and_the_admin_view_names_the_k
         chat(gw, BUDGET)
     assert refused.value.body["code"] == "budget_exceeded", refused.value.body
     assert "resets" in refused.value.body["message"] or "reset" in refused.value.body["message"]
-    assert int(refused.value.response.headers["retry-after"]) > 0
+    # Said as a spent quota: the SDK does not retry it, nor sleep until the reset.
+    assert refused.value.body["type"] == "insufficient_quota", refused.value.body
+    assert refused.value.response.headers["x-should-retry"] == "false"
+    assert "retry-after" not in refused.value.response.headers
     status, keys, _ = gw.get("/admin/keys", key=ADMIN_KEY)
     assert status == 200
     text = str(keys)

@@ -27,6 +27,10 @@ pub struct ApiError {
     /// The connection closes after this answer (`connection: close`): what remains of the
     /// request on it cannot be told from a next one.
     pub close: bool,
+    /// A limit that no wait of a client's lifts (a spent budget): said as OpenAI says a spent
+    /// quota (`type: insufficient_quota`), and `x-should-retry: false`, which the OpenAI SDKs
+    /// read, so that a client stops rather than retries or sleeps until the period resets.
+    pub spent: bool,
 }
 
 impl ApiError {
@@ -39,6 +43,7 @@ impl ApiError {
             attempts: None,
             retry_after: None,
             close: false,
+            spent: false,
         }
     }
 
@@ -63,6 +68,7 @@ impl ApiError {
                 attempts,
                 retry_after: upstream.retry_after(),
                 close: false,
+                spent: false,
             },
             RouteError::AllTargetsFailed { trail, .. } => {
                 let (status, retry_after) = all_failed_status(trail.attempts());
@@ -73,6 +79,7 @@ impl ApiError {
                     attempts,
                     retry_after,
                     close: false,
+                    spent: false,
                 }
             }
         }
@@ -96,7 +103,12 @@ impl ApiError {
             // The Responses API writes its errors as Chat Completions does; no client speaks
             // Gemini's dialect to the gateway.
             Dialect::OpenAi | Dialect::Responses | Dialect::Gemini => json!({
-                "error": { "message": self.message, "type": openai_type(self.status), "code": self.code, "param": null },
+                "error": {
+                    "message": self.message,
+                    "type": if self.spent { "insufficient_quota" } else { openai_type(self.status) },
+                    "code": self.code,
+                    "param": null,
+                },
                 "switchyard": switchyard,
             }),
         }
@@ -114,6 +126,9 @@ impl ApiError {
         }
         if self.close {
             response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        if self.spent {
+            response.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
         }
         response
     }
@@ -208,6 +223,7 @@ pub fn stream_error_event(
         attempts: Some(Box::new(attempts)),
         retry_after: None,
         close: false,
+        spent: false,
     };
     api.body(dialect, request_id)
 }

@@ -56,6 +56,17 @@ impl RequestContext {
     }
 }
 
+/// Dollars as a budget's refusal says them: to the cent from a dollar on, else to the
+/// micro-dollar, without trailing zeros (`30.00`, `0.00054`).
+fn dollars(usd: f64) -> String {
+    if usd >= 1.0 {
+        return format!("{usd:.2}");
+    }
+    let fine = format!("{usd:.6}");
+    let trimmed = fine.trim_end_matches('0');
+    trimmed.strip_suffix('.').unwrap_or(trimmed).to_owned()
+}
+
 /// The answer to a request its key refused.
 fn refused(key: &ClientKey, model: &str, refusal: Refusal) -> ApiError {
     let name = &key.label;
@@ -87,16 +98,19 @@ fn refused(key: &ClientKey, model: &str, refusal: Refusal) -> ApiError {
             error
         }
         Refusal::Budget { spent, usd, per, resets } => {
+            // No Retry-After: a client that honours it would sleep until the period resets
+            // (Codex did, for hours); the reset is in the message.
             let mut error = ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "budget_exceeded",
                 format!(
-                    "the key `{name}` spent ${spent:.4} of its ${usd} budget for the {}: it resets at {}",
+                    "the key `{name}` spent ${} of its ${usd} budget for the {}: it resets at {}",
+                    dollars(spent),
                     per.as_str(),
                     crate::logging::rfc3339(resets)
                 ),
             );
-            error.retry_after = resets.duration_since(std::time::SystemTime::now()).ok();
+            error.spent = true;
             error
         }
     }
