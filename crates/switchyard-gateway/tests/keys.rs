@@ -207,6 +207,33 @@ async fn a_pattern_routes_dated_models_are_charged_at_their_models_price() {
 }
 
 #[tokio::test]
+async fn token_counts_spend_none_of_a_keys_requests_but_keep_to_its_models() {
+    let (up, upstream) = upstream(1000).await;
+    let gateway =
+        support::in_process(&config(up, "routes: [default], limits: { requests_per_minute: 2 }")).await;
+    let count = |model: &'static str| async move {
+        let body = json!({ "model": model, "messages": [{ "role": "user", "content": "hi" }] });
+        reqwest::Client::new()
+            .post(format!("http://{gateway}/v1/messages/count_tokens"))
+            .header("x-api-key", TEAM)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    for _ in 0..5 {
+        assert_eq!(count("default").await, 200, "a count is no request of the key's minute");
+    }
+    assert_eq!(count("other").await, 403, "and keeps to the key's models");
+    assert_eq!(chat(gateway, TEAM, "default").await.status, 200);
+    assert_eq!(chat(gateway, TEAM, "default").await.status, 200);
+    assert_eq!(chat(gateway, TEAM, "default").await.status, 429, "the two requests of its minute");
+    assert_eq!(upstream.calls.load(Ordering::SeqCst), 2, "the counts were the gateway's estimate");
+}
+
+#[tokio::test]
 async fn a_key_that_spent_its_budget_is_refused_until_the_period_resets() {
     let (up, upstream) = upstream(1000).await;
     let gateway = support::in_process(&config(up, "budget: { usd: 25, per: day }")).await;

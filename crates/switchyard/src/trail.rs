@@ -412,11 +412,16 @@ impl Trail {
     /// Whether the request fell back: it was served (`served_by`), and by anything but the
     /// target its chain began with, the first attempt's (after a failure, or a skip of that
     /// target: gated, unhealthy, exhausted, unsupported; a hedge that won, a special chain or
-    /// a candidate alike). The one definition of a fallback: `switchyard_fallbacks_total`,
-    /// the recent requests' `fallback` and a trail's `fallback` all read it.
+    /// a candidate alike). Not when no target of the chain could take the request at all
+    /// (every one skipped as unsupported: a token count the gateway estimates for a route of
+    /// servers that count nothing): there was nothing to fall back from. The one definition
+    /// of a fallback: `switchyard_fallbacks_total`, the recent requests' `fallback` and a
+    /// trail's `fallback` all read it.
     pub fn fell_back_to(&self, served_by: Option<&Via>) -> bool {
         let first = self.0.first().map(|a| &a.via);
-        served_by.is_some() && first != served_by
+        let none_could =
+            !self.0.is_empty() && self.0.iter().all(|a| a.outcome == Outcome::SkippedUnsupported);
+        served_by.is_some() && first != served_by && !none_could
     }
 
     /// How many attempts, skips and candidates included.

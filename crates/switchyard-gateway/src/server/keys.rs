@@ -37,6 +37,19 @@ impl RequestContext {
             return Err(ApiError::new(StatusCode::NOT_FOUND, "model_not_found", message));
         }
         let Some(key) = self.key.clone() else { return Ok(()) };
+        // A token count costs nothing and providers limit it apart from generation: Claude Code
+        // counts dozens of times a session, which would spend a developer's requests per
+        // minute. It is held to the key's models alone.
+        if self.endpoint == "count_tokens" {
+            return match key.rules.allows(model, &self.live.router) {
+                true => Ok(()),
+                false => Err(refused(
+                    &key,
+                    model,
+                    Refusal::NotAllowed { routes: key.rules.routes.clone().unwrap_or_default() },
+                )),
+            };
+        }
         let admitted = key.admit(model, &self.live.router, shared(state, &self.live)).await;
         match admitted {
             Ok(pass) => {
