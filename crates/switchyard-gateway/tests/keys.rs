@@ -255,6 +255,13 @@ async fn a_key_that_spent_its_budget_is_refused_until_the_period_resets() {
     assert_eq!(refused.should_retry.as_deref(), Some("false"));
     assert_eq!(upstream.calls.load(Ordering::SeqCst), 3);
     assert_eq!(chat(gateway, BARE, "default").await.status, 200, "a key without a budget goes on");
+    // What each key spent, a budget or none, is in the metrics.
+    let metrics = admin(gateway, "/metrics").await;
+    assert!(metrics.contains("switchyard_key_cost_total{key=\"team\"} 30"), "{metrics}");
+    assert!(
+        metrics.lines().any(|l| l.starts_with("switchyard_key_cost_total{key=\"key-") && l.ends_with(" 10")),
+        "{metrics}"
+    );
     let keys: Value = serde_json::from_str(&admin(gateway, "/admin/keys").await).unwrap();
     let team = &keys["keys"][1];
     assert_eq!(team["name"], "team");

@@ -54,20 +54,42 @@ pub(crate) enum Refusal {
     Budget { spent: f64, usd: f64, per: Period, resets: SystemTime },
 }
 
-/// The requests and tokens of the minute running.
+/// The requests and tokens of the last 60 seconds, a slot a second: what `/admin/keys` shows
+/// beside limits that are buckets refilled as time passes (a fixed minute begun at a key's
+/// first request showed 1 of 3 while the key was refused).
 #[derive(Debug)]
 struct Minute {
-    start: Instant,
-    requests: u64,
-    tokens: u64,
+    origin: Instant,
+    /// Each second's count, at its second's index modulo 60: (second, requests, tokens).
+    slots: [(u64, u64, u64); 60],
 }
 
 impl Minute {
-    fn now(&mut self, now: Instant) -> &mut Self {
-        if now.saturating_duration_since(self.start) >= Duration::from_secs(60) {
-            *self = Minute { start: now, requests: 0, tokens: 0 };
+    fn new(origin: Instant) -> Self {
+        Self { origin, slots: [(u64::MAX, 0, 0); 60] }
+    }
+
+    fn second(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.origin).as_secs()
+    }
+
+    /// Counts `requests` and `tokens` at `now`.
+    fn add(&mut self, now: Instant, requests: u64, tokens: u64) {
+        let second = self.second(now);
+        let slot = &mut self.slots[(second % 60) as usize];
+        if slot.0 != second {
+            *slot = (second, 0, 0);
         }
-        self
+        slot.1 += requests;
+        slot.2 += tokens;
+    }
+
+    /// The requests and tokens of the 60 seconds up to `now`.
+    fn totals(&self, now: Instant) -> (u64, u64) {
+        let second = self.second(now);
+        let recent =
+            self.slots.iter().filter(|(at, _, _)| *at != u64::MAX && second.saturating_sub(*at) < 60);
+        recent.fold((0, 0), |(requests, tokens), (_, r, t)| (requests + r, tokens + t))
     }
 }
 
@@ -89,7 +111,7 @@ pub(crate) struct Ledger {
 
 impl Ledger {
     pub(crate) fn new(rules: &KeyRules) -> Self {
-        let minute = Minute { start: Instant::now(), requests: 0, tokens: 0 };
+        let minute = Minute::new(Instant::now());
         let books = Books { limiter: Limiter::new(rules.limits), spend: Spend::default(), minute };
         Self { books: Mutex::new(books), in_flight: AtomicU32::new(0), retry_now: tokio::sync::Notify::new() }
     }
@@ -138,7 +160,7 @@ impl ClientKey {
         self.within_budget(shared).await?;
         let pass = self.enter(shared)?;
         self.within_rate(shared).await?;
-        self.ledger.books().minute.now(Instant::now()).requests += 1;
+        self.ledger.books().minute.add(Instant::now(), 1, 0);
         Ok(pass)
     }
 
@@ -275,7 +297,7 @@ impl Pass {
         let key = &self.key;
         let mode = shared.mode();
         let mut books = key.ledger.books();
-        books.minute.now(Instant::now()).tokens += tokens;
+        books.minute.add(Instant::now(), 0, tokens);
         if tokens > 0 {
             books.limiter.charge(tokens as f64, mode, Instant::now());
         }
@@ -334,11 +356,10 @@ impl ClientKey {
     pub(crate) fn view(&self, shared: Shared<'_>) -> Value {
         let limits = self.rules.limits;
         let usage = {
-            let mut books = self.ledger.books();
-            let minute = books.minute.now(Instant::now());
+            let (requests, tokens) = self.ledger.books().minute.totals(Instant::now());
             let mut usage = json!({
-                "requests_this_minute": minute.requests,
-                "tokens_this_minute": minute.tokens,
+                "requests_this_minute": requests,
+                "tokens_this_minute": tokens,
                 "in_flight": self.ledger.in_flight.load(Ordering::Acquire),
             });
             // In a fleet, what this replica counted, and its share of the requests in flight
@@ -380,5 +401,26 @@ impl ClientKey {
     /// What the key spent in its period as this replica knows it, when it has a budget.
     pub(crate) fn spent(&self, shared: Shared<'_>) -> Option<f64> {
         Some(self.spend_known(self.rules.budget?.per, shared).0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_minute_shown_is_the_last_sixty_seconds_wherever_the_first_request_fell() {
+        let origin = Instant::now();
+        let at = |seconds: u64| origin + Duration::from_secs(seconds);
+        let mut minute = Minute::new(origin);
+        minute.add(at(0), 1, 10);
+        minute.add(at(30), 2, 0);
+        minute.add(at(30), 0, 5);
+        assert_eq!(minute.totals(at(59)), (3, 15));
+        assert_eq!(minute.totals(at(61)), (2, 5), "the first second has gone by");
+        // The slot of second 90 is second 30's: reused, not added to.
+        minute.add(at(90), 1, 0);
+        assert_eq!(minute.totals(at(90)), (1, 0));
+        assert_eq!(minute.totals(at(200)), (0, 0));
     }
 }

@@ -38,7 +38,11 @@ pub(crate) fn record(state: &AppState, done: &FinishedRequest<'_>) {
             1,
         );
     }
-    let Some(Settled { trail, timing, .. }) = &done.settled else { return };
+    let Some(Settled { trail, timing, cost, .. }) = &done.settled else { return };
+    if let (Some(key), Some(cost)) = (&done.key, cost) {
+        // Every key's, a budget or none: what each team spends, where the operator looks.
+        metrics.add("switchyard_key_cost_total", labels([("key", LabelValue::Shared(key.clone()))]), *cost);
+    }
     attempts(state, done.live, trail, &done.route);
     if let Some(first_token) = timing.first_token {
         metrics.observe(
@@ -190,6 +194,10 @@ pub(crate) fn describe(metrics: &Metrics) {
         "Unreadable events of a provider's stream skipped (the stream went on), by target.",
     );
     metrics.describe("switchyard_cost_total", "Cost at the configured prices, by target.");
+    metrics.describe(
+        "switchyard_key_cost_total",
+        "Cost at the configured prices by client key (its name, or a label of its hash), a budget or none.",
+    );
     metrics.describe(
         "switchyard_key_requests_total",
         "Requests by client key (its name, or a label of its hash), refused ones included.",
