@@ -274,9 +274,9 @@ async fn a_key_that_spent_its_budget_is_refused_until_the_period_resets() {
     let refused: Value = serde_json::from_str(&admin(gateway, "/admin/requests?status=429").await).unwrap();
     let line = &refused["requests"][0];
     assert_eq!(
-        (&line["status"], &line["key"], &line["attempts"]),
-        (&json!(429), &json!("team"), &json!(0)),
-        "{refused}"
+        (&line["status"], &line["key"], &line["attempts"], &line["route"]),
+        (&json!(429), &json!("team"), &json!(0), &json!("default")),
+        "under the route it asked for: {refused}"
     );
 }
 

@@ -129,7 +129,10 @@ impl RequestContext {
             }
             Ok(request) => {
                 if let Err(error) = self.admit(state, model(&request)).await {
-                    return Err(Box::new(self.fail(state, error)));
+                    // Refused at the door, it is logged under the route it asked for.
+                    let route: Arc<str> =
+                        self.live.router.governing_route(model(&request)).unwrap_or_default().into();
+                    return Err(Box::new(self.fail_under(state, error, route)));
                 }
                 if self.trace.is_some() {
                     self.model = model(&request).to_owned();
@@ -165,9 +168,14 @@ impl RequestContext {
 
     /// Renders `error` and logs the request.
     pub(crate) fn fail(&self, state: &AppState, error: ApiError) -> Response {
+        self.fail_under(state, error, "".into())
+    }
+
+    /// Renders `error` and logs the request under `route` (empty: none).
+    fn fail_under(&self, state: &AppState, error: ApiError, route: Arc<str>) -> Response {
         let attempts = error.attempts.as_deref().and_then(Value::as_array).map_or(0, Vec::len);
         let status = error.status.as_u16();
-        self.finish(state, Ending { route: "".into(), served_by: None, status, attempts, settled: None });
+        self.finish(state, Ending { route, served_by: None, status, attempts, settled: None });
         let mut response = error.into_response(self.dialect, &self.id);
         self.stamp(&mut response, None, attempts);
         response
