@@ -421,6 +421,11 @@ async fn the_api_answers_at_the_bare_address_too_as_clients_given_it_as_their_ba
     let keyless =
         gateway.client.post(gateway.url("/chat/completions")).json(&chat("default")).send().await.unwrap();
     assert_eq!(keyless.status(), 401);
+    // Azure OpenAI's v1 API: the OpenAI client given `https://<resource>/openai/v1/`.
+    let azure_v1 =
+        gateway.client.post(gateway.url("/openai/v1/chat/completions")).header("api-key", GATEWAY_KEY);
+    let answer = azure_v1.json(&chat("default")).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
     // LiteLLM's probe paths answer as /healthz and /readyz do.
     for probe in ["/health/liveliness", "/health/readiness"] {
         assert_eq!(gateway.get(probe, "").await.status(), 200, "{probe}");

@@ -61,11 +61,15 @@ pub fn app(state: Arc<AppState>) -> HttpRouter {
         ("/responses/{id}", get(responses::retrieve).delete(responses::delete)),
         ("/messages/count_tokens", model(post(anthropic::count_tokens), Dialect::Anthropic, "count_tokens")),
     ];
-    // Each API endpoint also answers without its `/v1`: a client given the gateway's bare
-    // address as its base URL (as LiteLLM's and other gateways' guides write it) is served.
+    // Each API endpoint also answers without its `/v1` (a client given the gateway's bare
+    // address as its base URL, as LiteLLM's and other gateways' guides write it) and under
+    // `/openai/v1` (one made for Azure OpenAI's v1 API, the model in the body).
     let mut app = HttpRouter::new();
     for (path, handler) in api {
-        app = app.route(&format!("/v1{path}"), handler.clone()).route(path, handler);
+        for prefix in ["/v1", "/openai/v1"] {
+            app = app.route(&format!("{prefix}{path}"), handler.clone());
+        }
+        app = app.route(path, handler);
     }
     // Azure OpenAI's paths, the deployment naming the model.
     let azure = [
