@@ -679,6 +679,29 @@ async fn stream_that_ends_before_done_ends_with_a_transport_error() {
 }
 
 #[tokio::test]
+async fn a_terminator_before_any_finish_is_taken_as_whole_and_said() {
+    let body = sse(
+        &[
+            chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+            chunk(json!({"content": "Hel"}), Value::Null),
+        ],
+        true,
+    );
+    let (chunks, error) = streamed(body).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text_of(&chunks), "Hel");
+    assert_eq!(
+        chunks.last().and_then(|c| c.notice.clone()),
+        Some(switchyard::chat::StreamNotice::TerminatedUnfinished),
+        "{chunks:#?}"
+    );
+    // A finished stream says nothing of it.
+    let body = sse(&[chunk(json!({"content": "Hi"}), json!("stop"))], true);
+    let (chunks, _) = streamed(body).await;
+    assert!(chunks.iter().all(|c| c.notice.is_none()), "{chunks:#?}");
+}
+
+#[tokio::test]
 async fn stream_whose_connection_breaks_mid_body_ends_with_a_transport_error() {
     let release = Arc::new(tokio::sync::Notify::new());
     let server_release = release.clone();

@@ -193,6 +193,11 @@ impl Finishes {
         }
     }
 
+    /// Whether some choice has begun and not every one has finished.
+    pub fn is_unfinished(&self) -> bool {
+        self.0.is_some_and(|(seen, finished)| seen != 0 && seen != finished)
+    }
+
     /// Whether every choice expected or begun (at least one) has finished.
     pub fn is_whole(&self) -> bool {
         self.0.is_some_and(|(seen, finished)| seen != 0 && seen == finished)

@@ -1039,8 +1039,12 @@ pub enum StreamNotice {
     /// target refused as not its own); what was done and why, with no secret in it.
     Resent(String),
     /// The request went without parameters the target's API has no equivalent for (the
-    /// route's `drop_params`): which, as they read.
+    /// route's `drop_params`): which, by name.
     LeftOut(Vec<String>),
+    /// The stream's terminator (`data: [DONE]`) came before every choice said why it stopped:
+    /// the answer is taken as whole, as a server that never writes a finish reason needs,
+    /// and said, as a proxy that cut it would look the same.
+    TerminatedUnfinished,
 }
 
 deserialize_with_extra!(ChatChunk {

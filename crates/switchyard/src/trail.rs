@@ -267,6 +267,10 @@ impl Attempt {
                 Trail::add_note(self, &format!("an unreadable event was skipped: {detail}"));
             }
             crate::chat::StreamNotice::Resent(detail) => Trail::add_note(self, &detail),
+            crate::chat::StreamNotice::TerminatedUnfinished => Trail::add_note(
+                self,
+                "the stream ended with its terminator before a finish reason: taken as whole",
+            ),
             crate::chat::StreamNotice::LeftOut(params) => Trail::add_note(
                 self,
                 &format!(

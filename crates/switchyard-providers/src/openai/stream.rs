@@ -128,7 +128,12 @@ impl ReadChunks for Reader {
                     return Poll::Ready(Some(Ok(chunk)));
                 }
                 Step::Skip => {}
-                Step::Done => self.ended = true,
+                Step::Done => {
+                    self.ended = true;
+                    if self.choices.is_unfinished() {
+                        return Poll::Ready(Some(Ok(ChatChunk::notice(StreamNotice::TerminatedUnfinished))));
+                    }
+                }
                 Step::Unreadable(error) => match self.skips.skip(error) {
                     Ok(notice) => return Poll::Ready(Some(Ok(notice))),
                     Err(error) => {
