@@ -764,6 +764,9 @@ async fn a_hedged_request_its_client_left_after_the_first_call_failed_records_th
         .collect();
     assert_eq!(calls, [("flaky:m", "failed"), ("slower:m", "cancelled")], "{record}");
     assert_eq!(record["attempts"][0]["error"]["kind"], "unavailable", "{record}");
+    // Its time is the call's own (150 ms), not the wait until the client left (600 ms).
+    let took = record["attempts"][0]["duration_ms"].as_f64().unwrap();
+    assert!(took < 500.0, "{took} ms: {record}");
 }
 
 #[tokio::test]

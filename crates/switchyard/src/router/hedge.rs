@@ -175,8 +175,13 @@ impl<'r, X: Exchange> Run<'r, X> {
         let first_call = async {
             let end = ctx.call(&first.who, first.permit.as_ref(), first.span, later).await;
             if let Err(miss) = &end {
-                // Known at once: the pair may yet be dropped while the hedge runs on.
-                record.failed_meanwhile(&first.who.target, first.started, &miss.error);
+                // Known at once: the pair may yet be dropped while the hedge runs on. Attributed
+                // (and so redacted) as every recorded failure is.
+                record.failed_meanwhile(
+                    &first.who.target,
+                    first.started,
+                    first.who.attribute(miss.error.clone()),
+                );
             }
             end
         };

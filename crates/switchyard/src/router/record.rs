@@ -41,7 +41,8 @@ struct UnderWay {
     target: Target,
     credential_id: CredentialId,
     started: Instant,
-    failed: Option<ProviderError>,
+    /// Its failure, attributed, and when it came.
+    failed: Option<(ProviderError, Instant)>,
 }
 
 impl<'r> Record<'r> {
@@ -91,11 +92,11 @@ impl<'r> Record<'r> {
 
     /// The call to `target` begun at `started` failed with `error` while a hedge beside it ran
     /// on: recorded `failed`, not `cancelled`, if the request is dropped before the pair ends.
-    pub(super) fn failed_meanwhile(&self, target: &Target, started: Instant, error: &ProviderError) {
+    pub(super) fn failed_meanwhile(&self, target: &Target, started: Instant, error: ProviderError) {
         if self.unfinished.is_some() {
             let mut under_way = self.under_way.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if let Some(call) = under_way.iter_mut().find(|c| c.target == *target && c.started == started) {
-                call.failed = Some(error.clone());
+                call.failed = Some((error, Instant::now()));
             }
         }
     }
@@ -321,13 +322,13 @@ impl Drop for Record<'_> {
             if recorded {
                 continue;
             }
+            let ended = failed.as_ref().map_or_else(Instant::now, |(_, at)| *at);
             let mut attempt =
-                Attempt::called(&target, &credential_id, offset, started.elapsed(), Duration::ZERO);
+                Attempt::called(&target, &credential_id, offset, ended - started, Duration::ZERO);
             let note = match failed {
-                Some(error) => {
+                Some((error, _)) => {
                     attempt.outcome = Outcome::Failed;
-                    attempt.error =
-                        Some(error.with_target(target.clone()).with_credential(credential_id.clone()));
+                    attempt.error = Some(error);
                     "failed while the hedge beside it ran; then the caller went away"
                 }
                 None => {
