@@ -1141,6 +1141,20 @@ async fn with_direct_targets_off_clients_name_routes_only() {
         listed["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["claude-*", "default"], "routes only: {ids:?}");
     assert_eq!(gateway.get("/v1/models/a:m", GATEWAY_KEY).await.status(), 404);
+    // An unknown model is told the routes alone: not the targets the setting keeps back.
+    let unknown = json_of(gateway.post("/v1/chat/completions", chat("nope")).await).await;
+    let message = unknown["error"]["message"].as_str().unwrap();
+    assert!(message.contains("name a route (claude-*, default)") && !message.contains("a:m"), "{message}");
+    let one = json_of(gateway.get("/v1/models/a:m", GATEWAY_KEY).await).await;
+    assert!(!one["error"]["message"].as_str().unwrap().contains("a target"), "{one}");
+    // Refused at the door, a direct target is logged under no route, as an unknown model is.
+    let text = gateway.get("/metrics", "").await.text().await.unwrap();
+    assert!(
+        text.contains(
+            "switchyard_requests_total{endpoint=\"chat_completions\",route=\"(none)\",status=\"404\"} 2"
+        ),
+        "{text}"
+    );
 }
 
 #[tokio::test]

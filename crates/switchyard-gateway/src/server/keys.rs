@@ -26,16 +26,6 @@ impl RequestContext {
     /// Admits the request for `model` by its key (none configured: every request), holding
     /// its place among the key's requests in flight until it ends.
     pub(crate) async fn admit(&mut self, state: &AppState, model: &str) -> Result<(), ApiError> {
-        if !self.live.gateway.direct_targets && super::request::names_a_target(&self.live.router, model) {
-            let routes: Vec<&str> = self.live.router.routes().map(|route| route.name()).collect();
-            let message = format!(
-                "`{}` names a provider's model directly, which this gateway does not serve \
-                 (`gateway.direct_targets: false`): name a route ({})",
-                switchyard::said_back(model),
-                routes.join(", ")
-            );
-            return Err(ApiError::new(StatusCode::NOT_FOUND, "model_not_found", message));
-        }
         let Some(key) = self.key.clone() else { return Ok(()) };
         // A token count costs nothing and providers limit it apart from generation: Claude Code
         // counts dozens of times a session, which would spend a developer's requests per

@@ -227,7 +227,11 @@ pub async fn model(
     ApiError::new(
         StatusCode::NOT_FOUND,
         "model_not_found",
-        format!("the model `{id}` does not exist here: name a route or a target ({})", names.join(", ")),
+        format!(
+            "the model `{id}` does not exist here: name {} ({})",
+            if live.gateway.direct_targets { "a route or a target" } else { "a route" },
+            names.join(", ")
+        ),
     )
     .into_response(Dialect::OpenAi, "")
 }

@@ -128,6 +128,9 @@ impl RequestContext {
                 Err(Box::new(self.fail(state, error)))
             }
             Ok(request) => {
+                if let Some(error) = routes_only(&self.live, model(&request)) {
+                    return Err(Box::new(self.fail(state, error)));
+                }
                 if let Err(error) = self.admit(state, model(&request)).await {
                     // Refused at the door, it is logged under the route it asked for.
                     let route: Arc<str> =
@@ -287,6 +290,27 @@ fn note_unread(trail: &mut Trail, note: &str, readers: &[String]) {
             });
         }
     }
+}
+
+/// With `gateway.direct_targets: false`, the refusal of a `model` that is no route (a
+/// `provider:model`, or nothing at all), naming the routes alone: the router's own refusal
+/// of an unknown model would list the targets this setting keeps from clients.
+fn routes_only(live: &Live, model: &str) -> Option<ApiError> {
+    let router = &live.router;
+    if live.gateway.direct_targets
+        || (router.governing_route(model).is_some() && !names_a_target(router, model))
+    {
+        return None;
+    }
+    let what = match names_a_target(router, model) {
+        true => {
+            "names a provider's model directly, which this gateway does not serve (`gateway.direct_targets: false`)"
+        }
+        false => "is no model here",
+    };
+    let routes = model_names(router, true).join(", ");
+    let message = format!("`{}` {what}: name a route ({routes})", switchyard::said_back(model));
+    Some(ApiError::new(axum::http::StatusCode::NOT_FOUND, "model_not_found", message))
 }
 
 /// Whether `model` names a `provider:model` target of a configured provider, and no route
