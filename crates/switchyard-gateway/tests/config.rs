@@ -150,6 +150,35 @@ routes:
         loaded.router.route("gpt").unwrap().context_window().iter().map(ToString::to_string).collect();
     assert_eq!(window, ["b:z", "a:x", "b:y"]);
 
+    // A target written after a reference that brought it comes once; a special chain may name
+    // a route that names this one back (only targets make a cycle).
+    let text = r#"
+providers: { a: { kind: simulated }, b: { kind: simulated } }
+routes:
+  chain: { targets: [fast, b:m2, a:m9] }
+  fast: { targets: [b:m2, a:m3] }
+  small: { targets: [a:s], context_window: [big] }
+  big: { targets: [a:b, small] }
+"#;
+    let file = config::parse(text, false, "refs2.yaml").unwrap();
+    let loaded = config::build(file, config::Source::File("refs2.yaml".into()), &env).unwrap();
+    let targets = |route: &str| -> Vec<String> {
+        loaded.router.route(route).unwrap().targets().iter().map(|t| t.target.to_string()).collect()
+    };
+    assert_eq!(targets("chain"), ["b:m2", "a:m3", "a:m9"]);
+    assert_eq!(targets("big"), ["a:b", "a:s"]);
+
+    // A problem is named where it was written.
+    let text = r#"
+providers: { a: { kind: simulated } }
+routes:
+  main: { targets: [fast, nope:m] }
+  fast: { targets: [a:x, a:y] }
+"#;
+    let file = config::parse(text, false, "where.yaml").unwrap();
+    let error = config::build(file, config::Source::File("where.yaml".into()), &env).unwrap_err().to_string();
+    assert!(error.contains("routes.main.targets[1]: unknown provider `nope`"), "{error}");
+
     // A reference that comes back to itself, or names a pattern, is refused where it is.
     let text = r#"
 providers: { a: { kind: simulated } }

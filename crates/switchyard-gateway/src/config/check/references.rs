@@ -10,50 +10,86 @@ use crate::config::file::{DetailedTarget, RouteConfig, TargetConfig};
 /// A reference that cannot stand: where, and why.
 pub(super) type Refused = (String, String);
 
+/// Where each entry of a route's expanded lists was written in the file: its own place, or
+/// for a target a reference brought, the place of the reference.
+#[derive(Debug, Default)]
+pub(super) struct Origins {
+    pub(super) targets: Vec<String>,
+    pub(super) context_window: Vec<String>,
+    pub(super) content_policy: Vec<String>,
+}
+
 /// `routes` with every reference to another route in a list (`targets`, `context_window`,
 /// `content_policy`) replaced by that route's targets, in its chain's order (its tiers first
-/// to last), at the tier of the reference, but those the list already has. A
-/// reference to a pattern route, or one that comes back to a route on the way, is refused.
+/// to last), at the tier of the reference; a list with a reference holds each target once
+/// (where it first comes). A reference to a pattern route, or one that comes back to a route
+/// through targets, is refused. Each route comes with where its entries were written.
 pub(super) fn expanded(
     routes: &BTreeMap<String, RouteConfig>,
-) -> (BTreeMap<String, RouteConfig>, Vec<Refused>) {
+) -> (BTreeMap<String, (RouteConfig, Origins)>, Vec<Refused>) {
     let mut refused = Vec::new();
     let mut out = BTreeMap::new();
     for (name, config) in routes {
         let path = format!("routes.{name}");
         let mut config = config.clone();
-        let mut stack = vec![name.as_str()];
-        config.targets =
-            targets(&config.targets, routes, &format!("{path}.targets"), &mut stack, &mut refused);
-        for (list, key) in
-            [(&mut config.context_window, "context_window"), (&mut config.content_policy, "content_policy")]
-        {
-            let entries: Vec<TargetConfig> = list.iter().cloned().map(TargetConfig::Plain).collect();
-            let path = format!("{path}.{key}");
-            *list = targets(&entries, routes, &path, &mut stack, &mut refused)
-                .iter()
-                .map(|t| t.text().to_owned())
-                .collect();
+        let mut origins = Origins::default();
+        let at = format!("{path}.targets");
+        (config.targets, origins.targets) = list(&config.targets, routes, &at, Some(name), &mut refused);
+        for (key, entries, places) in [
+            ("context_window", &mut config.context_window, &mut origins.context_window),
+            ("content_policy", &mut config.content_policy, &mut origins.content_policy),
+        ] {
+            let plain: Vec<TargetConfig> = entries.iter().cloned().map(TargetConfig::Plain).collect();
+            // A special chain is no target of its route: naming a route that names this one
+            // back is no cycle.
+            let (targets, at) = list(&plain, routes, &format!("{path}.{key}"), None, &mut refused);
+            *entries = targets.iter().map(|t| t.text().to_owned()).collect();
+            *places = at;
         }
-        out.insert(name.clone(), config);
+        out.insert(name.clone(), (config, origins));
     }
     (out, refused)
 }
 
-/// `entries` with each route reference replaced by its route's targets (a target already in
-/// the list is not added again).
+/// One list expanded (the targets of route `of`, or a special chain: `None`), and where each
+/// entry was written.
+fn list<'a>(
+    entries: &[TargetConfig],
+    routes: &'a BTreeMap<String, RouteConfig>,
+    path: &str,
+    of: Option<&'a str>,
+    refused: &mut Vec<Refused>,
+) -> (Vec<TargetConfig>, Vec<String>) {
+    let referring = entries.iter().any(|entry| reference(entry.text(), routes).is_some());
+    // A cycle runs through targets alone.
+    let mut stack: Vec<&str> = of.into_iter().collect();
+    let expanded = targets(entries, routes, path, &mut stack, refused);
+    if !referring {
+        return expanded.into_iter().unzip();
+    }
+    let mut once: Vec<(TargetConfig, String)> = Vec::new();
+    for (target, at) in expanded {
+        if !once.iter().any(|(known, _)| known.text() == target.text()) {
+            once.push((target, at));
+        }
+    }
+    once.into_iter().unzip()
+}
+
+/// `entries` with each route reference replaced by its route's targets, each with the place
+/// of the entry it came from.
 fn targets<'a>(
     entries: &[TargetConfig],
     routes: &'a BTreeMap<String, RouteConfig>,
     path: &str,
     stack: &mut Vec<&'a str>,
     refused: &mut Vec<Refused>,
-) -> Vec<TargetConfig> {
-    let mut out: Vec<TargetConfig> = Vec::new();
+) -> Vec<(TargetConfig, String)> {
+    let mut out = Vec::new();
     for (i, entry) in entries.iter().enumerate() {
         let at = format!("{path}[{i}]");
         let Some((name, referenced)) = reference(entry.text(), routes) else {
-            out.push(entry.clone());
+            out.push((entry.clone(), at));
             continue;
         };
         if name.ends_with('*') {
@@ -71,11 +107,9 @@ fn targets<'a>(
             targets(&referenced.targets, routes, &format!("routes.{name}.targets"), stack, refused);
         stack.pop();
         // Its chain's order: tiers first to last, the configured order within each.
-        inner.sort_by_key(tier_of);
+        inner.sort_by_key(|(target, _)| tier_of(target));
         let tier = tier_of(entry);
-        for target in inner {
-            push_once(&mut out, at_tier(target, tier));
-        }
+        out.extend(inner.into_iter().map(|(target, _)| (at_tier(target, tier), at.clone())));
     }
     out
 }
@@ -105,10 +139,4 @@ fn at_tier(target: TargetConfig, tier: u32) -> TargetConfig {
         TargetConfig::Detailed(d) => (d.target, d.weight, d.embedding_space),
     };
     TargetConfig::Detailed(DetailedTarget { target: text, tier, weight, embedding_space })
-}
-
-fn push_once(out: &mut Vec<TargetConfig>, target: TargetConfig) {
-    if !out.iter().any(|known| known.text() == target.text()) {
-        out.push(target);
-    }
 }

@@ -26,8 +26,8 @@ impl Validator<'_> {
             self.problem(path, message);
         }
         let mut routes = Vec::new();
-        for (route_name, route) in &expanded {
-            if let Some(route) = self.route(route_name, route, &file.providers) {
+        for (route_name, (route, origins)) in &expanded {
+            if let Some(route) = self.route(route_name, route, origins, &file.providers) {
                 routes.push(route);
             }
         }
@@ -49,11 +49,12 @@ impl Validator<'_> {
         &mut self,
         name: &str,
         config: &file::RouteConfig,
+        origins: &super::references::Origins,
         providers: &BTreeMap<String, file::ProviderConfig>,
     ) -> Option<Route> {
         let path = format!("routes.{name}");
         let before = self.problems.len();
-        let builder = self.targets(Route::builder(name), &path, config, providers);
+        let builder = self.targets(Route::builder(name), origins, config, providers);
         let builder = retry_and_timeouts(builder, config);
         let builder = self.candidates(builder, &path, &config.candidates);
         let builder = filters_and_hedge(builder, config);
@@ -62,8 +63,15 @@ impl Validator<'_> {
             Ok(route) if self.problems.len() == before => Some(route),
             Ok(_) => None,
             Err(error) => {
-                for problem in error.problems {
-                    self.engine_problem(&path, problem);
+                for mut problem in error.problems {
+                    // A place in an expanded list is the place it was written in the file.
+                    match written_at(&problem.path, origins) {
+                        Some(at) => {
+                            problem.path = String::new();
+                            self.engine_problem(&at, problem);
+                        }
+                        None => self.engine_problem(&path, problem),
+                    }
                 }
                 None
             }
@@ -75,25 +83,24 @@ impl Validator<'_> {
     fn targets(
         &mut self,
         mut builder: RouteBuilder,
-        path: &str,
+        origins: &super::references::Origins,
         config: &file::RouteConfig,
         providers: &BTreeMap<String, file::ProviderConfig>,
     ) -> RouteBuilder {
-        for (i, target) in config.targets.iter().enumerate() {
-            let Some(parsed) = self.known_provider(&format!("{path}.targets[{i}]"), target.text(), providers)
-            else {
+        for (target, at) in config.targets.iter().zip(&origins.targets) {
+            let Some(parsed) = self.known_provider(at, target.text(), providers) else {
                 // The engine names what is wrong with the text.
                 builder = builder.target(target.text());
                 continue;
             };
             builder = builder.route_target(route_target(parsed, target));
         }
-        for (i, text) in config.context_window.iter().enumerate() {
-            self.known_provider(&format!("{path}.context_window[{i}]"), text, providers);
+        for (text, at) in config.context_window.iter().zip(&origins.context_window) {
+            self.known_provider(at, text, providers);
             builder = builder.context_window(text);
         }
-        for (i, text) in config.content_policy.iter().enumerate() {
-            self.known_provider(&format!("{path}.content_policy[{i}]"), text, providers);
+        for (text, at) in config.content_policy.iter().zip(&origins.content_policy) {
+            self.known_provider(at, text, providers);
             builder = builder.content_policy(text);
         }
         builder
@@ -162,6 +169,21 @@ fn route_target(parsed: Target, target: &file::TargetConfig) -> RouteTarget {
             embedding_space: d.embedding_space.clone(),
         },
     }
+}
+
+/// Where the engine's problem at `path` (`targets[3]`, `context_window[0].model`) was written
+/// in the file, when it names an entry of an expanded list: `None` for any other path.
+fn written_at(path: &str, origins: &super::references::Origins) -> Option<String> {
+    let (list, rest) = path.split_once('[')?;
+    let (index, after) = rest.split_once(']')?;
+    let places = match list {
+        "targets" => &origins.targets,
+        "context_window" => &origins.context_window,
+        "content_policy" => &origins.content_policy,
+        _ => return None,
+    };
+    let place = places.get(index.parse::<usize>().ok()?)?;
+    Some(format!("{place}{after}"))
 }
 
 /// The route's rotation, retry, health gate and timeouts, each over the engine's default.
