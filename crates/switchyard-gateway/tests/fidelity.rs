@@ -945,3 +945,44 @@ async fn legacy_function_calling_reaches_an_openai_provider_as_written_and_anoth
     );
     assert!(upstream.seen.lock().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_token_count_refused_for_its_rate_leaves_the_model_to_everyones_chats() {
+    // Counts are limited apart from generation: the count's 429 says nothing of the chats.
+    let router = axum::Router::new()
+        .route(
+            "/v1/messages/count_tokens",
+            axum::routing::post(|| async {
+                let body = r#"{"type":"error","error":{"type":"rate_limit_error","message":"count limit"}}"#;
+                (axum::http::StatusCode::TOO_MANY_REQUESTS, [("content-type", "application/json")], body)
+            }),
+        )
+        .route(
+            "/v1/messages",
+            axum::routing::post(|| async { ([("content-type", "application/json")], ANTHROPIC_ANSWER) }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let gateway = in_process(&format!(
+        "providers:\n  claude: {{ kind: anthropic, base_url: 'http://{addr}', api_key: sk-ant-0123456789 }}\n  spare: {{ kind: simulated }}\nroutes:\n  default: {{ stream_upstream: false, targets: [claude:c, spare:m], retry: {{ max_attempts: 1 }} }}\n"
+    ))
+    .await;
+    let body = r#"{"model":"default","messages":[{"role":"user","content":"hi"}]}"#;
+    let (status, _) = post(gateway, "/v1/messages/count_tokens", body).await;
+    assert_eq!(status, 200, "the spare counted it");
+    let chat = r#"{"model":"default","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
+    let response = reqwest::Client::new()
+        .post(format!("http://{gateway}/v1/messages"))
+        .header("content-type", "application/json")
+        .body(chat)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["x-switchyard-target"],
+        "claude:c",
+        "Claude was not rested for the count's limit: the chat went to it"
+    );
+}

@@ -164,6 +164,20 @@ impl ClientKey {
         Ok(pass)
     }
 
+    /// Admits a token count for `model`: the key's models and its requests in flight hold;
+    /// its minute and budget do not, a count costing nothing.
+    pub(crate) fn admit_count(
+        self: &Arc<Self>,
+        model: &str,
+        router: &Router,
+        shared: Shared<'_>,
+    ) -> Result<Pass, Refusal> {
+        if !self.rules.allows(model, router) {
+            return Err(Refusal::NotAllowed { routes: self.rules.routes.clone().unwrap_or_default() });
+        }
+        self.enter(shared)
+    }
+
     /// Takes a place among the key's requests in flight: its `max_concurrent`, or with
     /// shared state its share of it.
     fn enter(self: &Arc<Self>, shared: Shared<'_>) -> Result<Pass, Refusal> {

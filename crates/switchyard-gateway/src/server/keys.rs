@@ -29,18 +29,11 @@ impl RequestContext {
         let Some(key) = self.key.clone() else { return Ok(()) };
         // A token count costs nothing and providers limit it apart from generation: Claude Code
         // counts dozens of times a session, which would spend a developer's requests per
-        // minute. It is held to the key's models alone.
-        if self.endpoint == "count_tokens" {
-            return match key.rules.allows(model, &self.live.router) {
-                true => Ok(()),
-                false => Err(refused(
-                    &key,
-                    model,
-                    Refusal::NotAllowed { routes: key.rules.routes.clone().unwrap_or_default() },
-                )),
-            };
-        }
-        let admitted = key.admit(model, &self.live.router, shared(state, &self.live)).await;
+        // minute. It is held to the key's models and requests in flight.
+        let admitted = match self.endpoint {
+            "count_tokens" => key.admit_count(model, &self.live.router, shared(state, &self.live)),
+            _ => key.admit(model, &self.live.router, shared(state, &self.live)).await,
+        };
         match admitted {
             Ok(pass) => {
                 self.pass = Some(Arc::new(pass));

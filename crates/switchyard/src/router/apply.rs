@@ -169,7 +169,8 @@ impl<'r, X: Exchange> Run<'r, X> {
     fn failed(&mut self, tries: &mut TargetTry, failure: Failure<'r>) -> Step {
         let Failure { who, cut, error, mut attempt } = failure;
         let inner = self.ctx.inner;
-        let events = if cut.says_nothing() {
+        let apart = error.kind() == ErrorKind::RateLimited && !self.ctx.x.rests_on_rate_limit();
+        let events = if cut.says_nothing() || apart {
             Vec::new()
         } else {
             inner.health.record_failure(&who.target, &who.slot.credential_ids, who.credential, &error)

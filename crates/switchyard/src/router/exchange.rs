@@ -97,6 +97,13 @@ pub(crate) trait Exchange: Sync {
     fn measured(&self) -> bool {
         true
     }
+
+    /// Whether a rate limit this exchange meets rests its target for every request: not a
+    /// token count's, which providers limit apart from generation (one client counting
+    /// without pause must not bench the model for everyone's chats).
+    fn rests_on_rate_limit(&self) -> bool {
+        true
+    }
 }
 
 /// A chat answered whole: asked for whole, or streamed upstream and put back together
@@ -452,6 +459,10 @@ impl Exchange for CountTokensExchange<'_> {
     }
 
     fn measured(&self) -> bool {
+        false
+    }
+
+    fn rests_on_rate_limit(&self) -> bool {
         false
     }
 }
