@@ -102,14 +102,15 @@ pub fn app(state: Arc<AppState>) -> HttpRouter {
 
 async fn not_found(request: Request) -> Response {
     let path = request.uri().path();
-    if path.strip_prefix("/v1").unwrap_or(path) == "/completions" {
+    let bare = path.strip_prefix("/openai").unwrap_or(path);
+    if bare.strip_prefix("/v1").unwrap_or(bare) == "/completions" {
         let message = "the legacy Completions API (POST /v1/completions) is not served: send the prompt as a \
                        user message to POST /v1/chat/completions";
         return ApiError::new(StatusCode::NOT_FOUND, "unknown_endpoint", message)
             .into_response(Dialect::OpenAi, "");
     }
     let message = format!(
-        "no such endpoint: {} {}. Endpoints (the API's also without /v1): POST /v1/chat/completions, POST /v1/messages, POST /v1/responses, POST /v1/embeddings, GET /v1/models, GET /v1/models/{{id}}, GET /healthz, GET /readyz, GET /metrics, GET /admin/, GET /admin/health, POST /admin/health/reset, GET /admin/keys, POST /admin/config/reload, GET /admin/requests, GET /admin/requests/{{id}}, GET /admin/events, POST /admin/simulated/{{provider}}",
+        "no such endpoint: {} {}. Endpoints (the API's also without /v1, and under /openai/v1): POST /v1/chat/completions, POST /v1/messages, POST /v1/messages/count_tokens, POST /v1/responses, POST /v1/embeddings, GET /v1/models, GET /v1/models/{{id}}, GET /healthz, GET /readyz, GET /metrics, GET /admin/, GET /admin/health, POST /admin/health/reset, GET /admin/keys, POST /admin/config/reload, GET /admin/requests, GET /admin/requests/{{id}}, GET /admin/events, POST /admin/simulated/{{provider}}",
         request.method(),
         request.uri().path()
     );
