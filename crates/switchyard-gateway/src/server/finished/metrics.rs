@@ -26,11 +26,15 @@ pub(crate) fn record(state: &AppState, done: &FinishedRequest<'_>) {
         ]),
         1,
     );
-    metrics.observe(
-        "switchyard_request_duration_seconds",
-        labels([("route", route.clone())]),
-        done.elapsed.as_secs_f64(),
-    );
+    // A request refused at the door (its key's limit, budget or models) is counted under the
+    // route it asked for, but its instant answer is no time of that route's.
+    if done.settled.is_some() || done.route.is_empty() {
+        metrics.observe(
+            "switchyard_request_duration_seconds",
+            labels([("route", route.clone())]),
+            done.elapsed.as_secs_f64(),
+        );
+    }
     if let Some(key) = &done.key {
         metrics.increment(
             "switchyard_key_requests_total",
