@@ -61,16 +61,21 @@ async fn gateway(kind: &str, base_path: &str, upstream: &Upstream, target: &str)
     .await
 }
 
-/// Posts `body` as written to `path` and returns the status and the answer's bytes as text.
-async fn post(gateway: SocketAddr, path: &str, body: &str) -> (u16, String) {
-    let response = reqwest::Client::new()
+/// Posts `body` as written to `path`: the response, headers and all.
+async fn send(gateway: SocketAddr, path: &str, body: &str) -> reqwest::Response {
+    reqwest::Client::new()
         .post(format!("http://{gateway}{path}"))
         .header("content-type", "application/json")
         .header("anthropic-version", "2023-06-01")
         .body(body.to_owned())
         .send()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Posts `body` as written to `path` and returns the status and the answer's bytes as text.
+async fn post(gateway: SocketAddr, path: &str, body: &str) -> (u16, String) {
+    let response = send(gateway, path, body).await;
     let status = response.status().as_u16();
     (status, response.text().await.unwrap())
 }
@@ -369,13 +374,7 @@ async fn a_target_that_cannot_express_the_request_is_skipped_and_when_none_can_t
     .await;
     // Two choices: Anthropic answers one, so its target is skipped, unasked, and unharmed.
     let two = r#"{"model":"default","n":2,"messages":[{"role":"user","content":"hi"}]}"#;
-    let response = reqwest::Client::new()
-        .post(format!("http://{gateway}/v1/chat/completions"))
-        .header("content-type", "application/json")
-        .body(two)
-        .send()
-        .await
-        .unwrap();
+    let response = send(gateway, "/v1/chat/completions", two).await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["x-switchyard-target"], "gpt:g");
     assert_eq!(response.headers()["x-switchyard-attempts"], "2");
@@ -418,13 +417,7 @@ async fn count_tokens_is_answered_by_the_routes_first_target_that_counts_as_it_w
     // A route where nothing counts answers the gateway's estimate, said to be one: the
     // characters of the names and texts at four a token, an image as 1,600.
     let count = |body: String| async move {
-        let response = reqwest::Client::new()
-            .post(format!("http://{gateway}/v1/messages/count_tokens"))
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
+        let response = send(gateway, "/v1/messages/count_tokens", &body).await;
         assert_eq!(response.status(), 200);
         assert_eq!(response.headers()["x-switchyard-target"], "candidate estimate");
         let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
@@ -858,13 +851,7 @@ async fn drop_params_lets_claude_answer_an_openai_request_without_what_it_cannot
     assert!(upstream.seen.lock().unwrap().is_empty());
 
     let gateway = down_then_claude(&upstream, true).await;
-    let response = reqwest::Client::new()
-        .post(format!("http://{gateway}/v1/chat/completions"))
-        .header("content-type", "application/json")
-        .body(chat)
-        .send()
-        .await
-        .unwrap();
+    let response = send(gateway, "/v1/chat/completions", chat).await;
     assert_eq!(response.status(), 200);
     let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
     let answer: serde_json::Value = response.json().await.unwrap();
@@ -888,13 +875,7 @@ async fn drop_params_lets_claude_answer_an_openai_request_without_what_it_cannot
 
     // Streamed, the same, and the same note.
     let streamed = chat.replacen('{', r#"{"stream":true,"#, 1);
-    let response = reqwest::Client::new()
-        .post(format!("http://{gateway}/v1/chat/completions"))
-        .header("content-type", "application/json")
-        .body(streamed)
-        .send()
-        .await
-        .unwrap();
+    let response = send(gateway, "/v1/chat/completions", &streamed).await;
     assert_eq!(response.status(), 200);
     let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
     let events = response.text().await.unwrap();
@@ -972,13 +953,7 @@ async fn a_token_count_refused_for_its_rate_leaves_the_model_to_everyones_chats(
     let (status, _) = post(gateway, "/v1/messages/count_tokens", body).await;
     assert_eq!(status, 200, "the spare counted it");
     let chat = r#"{"model":"default","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
-    let response = reqwest::Client::new()
-        .post(format!("http://{gateway}/v1/messages"))
-        .header("content-type", "application/json")
-        .body(chat)
-        .send()
-        .await
-        .unwrap();
+    let response = send(gateway, "/v1/messages", chat).await;
     assert_eq!(response.status(), 200);
     assert_eq!(
         response.headers()["x-switchyard-target"],

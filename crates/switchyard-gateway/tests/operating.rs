@@ -735,18 +735,19 @@ async fn left_unanswered(providers: &str, route: &str, patience: u64) -> (Value,
     (line, record)
 }
 
+/// Each attempt of a request's record: its target and outcome.
+fn calls_of(record: &Value) -> Vec<(&str, &str)> {
+    let attempts = record["attempts"].as_array().unwrap_or_else(|| panic!("{record}"));
+    attempts.iter().map(|a| (a["target"].as_str().unwrap(), a["outcome"].as_str().unwrap())).collect()
+}
+
 #[tokio::test]
 async fn a_hedged_request_its_client_left_names_both_calls_it_was_waiting_on() {
     let providers =
         "  slow: { kind: simulated, latency: 30s }\n  slower: { kind: simulated, latency: 30s }\n";
     let route = "{ targets: [slow:m, slower:m], hedge: { after: 50ms, min_after: 50ms } }";
     let (_, record) = left_unanswered(providers, route, 400).await;
-    let calls: Vec<(&str, &str)> = record["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| (a["target"].as_str().unwrap(), a["outcome"].as_str().unwrap()))
-        .collect();
+    let calls = calls_of(&record);
     assert_eq!(calls, [("slow:m", "cancelled"), ("slower:m", "cancelled")], "{record}");
 }
 
@@ -756,12 +757,7 @@ async fn a_hedged_request_its_client_left_after_the_first_call_failed_records_th
     let route =
         "{ targets: [flaky:m, slower:m], hedge: { after: 50ms, min_after: 50ms }, stream_upstream: false }";
     let (_, record) = left_unanswered(providers, route, 600).await;
-    let calls: Vec<(&str, &str)> = record["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| (a["target"].as_str().unwrap(), a["outcome"].as_str().unwrap()))
-        .collect();
+    let calls = calls_of(&record);
     assert_eq!(calls, [("flaky:m", "failed"), ("slower:m", "cancelled")], "{record}");
     assert_eq!(record["attempts"][0]["error"]["kind"], "unavailable", "{record}");
     // Its time is the call's own (150 ms), not the wait until the client left (600 ms).

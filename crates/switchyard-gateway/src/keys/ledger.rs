@@ -154,9 +154,7 @@ impl ClientKey {
         router: &Router,
         shared: Shared<'_>,
     ) -> Result<Pass, Refusal> {
-        if !self.rules.allows(model, router) {
-            return Err(Refusal::NotAllowed { routes: self.rules.routes.clone().unwrap_or_default() });
-        }
+        self.may_use(model, router)?;
         self.within_budget(shared).await?;
         let pass = self.enter(shared)?;
         self.within_rate(shared).await?;
@@ -172,10 +170,16 @@ impl ClientKey {
         router: &Router,
         shared: Shared<'_>,
     ) -> Result<Pass, Refusal> {
-        if !self.rules.allows(model, router) {
-            return Err(Refusal::NotAllowed { routes: self.rules.routes.clone().unwrap_or_default() });
-        }
+        self.may_use(model, router)?;
         self.enter(shared)
+    }
+
+    /// Refuses a model outside the key's `routes`, naming what it may use.
+    fn may_use(&self, model: &str, router: &Router) -> Result<(), Refusal> {
+        match self.rules.allows(model, router) {
+            true => Ok(()),
+            false => Err(Refusal::NotAllowed { routes: self.rules.routes.clone().unwrap_or_default() }),
+        }
     }
 
     /// Takes a place among the key's requests in flight: its `max_concurrent`, or with
