@@ -487,7 +487,7 @@ impl fmt::Debug for ProviderError {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RouteError {
     /// `model` names neither a route nor a target of a configured provider.
-    #[error("unknown model `{model}`: use a route ({}) or a `provider:model` target of a configured provider", known.join(", "))]
+    #[error("unknown model `{model}`: name a route or a `provider:model` target of a configured provider ({})", known.join(", "))]
     UnknownModel {
         /// The request's `model`, as sent.
         model: String,
