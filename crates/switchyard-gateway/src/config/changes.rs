@@ -49,6 +49,7 @@ pub fn changes(old: &str, new: &str, is_toml: bool) -> Changes {
             compare(&key, was, is, &mut changed);
         }
     }
+    changed.extend(through_references(&new["routes"], &changed));
     let restart = changed
         .iter()
         .filter_map(|line| line.split(':').next())
@@ -58,6 +59,32 @@ pub fn changes(old: &str, new: &str, is_toml: bool) -> Changes {
         .map(str::to_owned)
         .collect();
     Changes { changed, restart }
+}
+
+/// The routes of `routes` whose lists name a route that `changed` says changed (a route's
+/// name in another's list stands for its targets, so they changed with it), to any depth:
+/// `routes.gpt: changed (through routes.claude)`.
+fn through_references(routes: &Value, changed: &[String]) -> Vec<String> {
+    let Some(routes) = routes.as_object() else { return Vec::new() };
+    let route_of = |line: &String| {
+        line.strip_prefix("routes.").and_then(|rest| rest.split(':').next()).map(str::to_owned)
+    };
+    let mut touched: Vec<String> = changed.iter().filter_map(route_of).collect();
+    let mut found = Vec::new();
+    loop {
+        let next = routes.iter().find_map(|(name, route)| {
+            let names = ["targets", "context_window", "content_policy"]
+                .iter()
+                .filter_map(|list| route[*list].as_array())
+                .flatten()
+                .filter_map(|entry| entry.as_str().or_else(|| entry["target"].as_str()));
+            let through = names.into_iter().find(|named| touched.iter().any(|t| t == named))?;
+            (!touched.contains(name)).then(|| (name.clone(), through.to_owned()))
+        });
+        let Some((name, through)) = next else { return found };
+        found.push(format!("routes.{name}: changed (through routes.{through})"));
+        touched.push(name);
+    }
 }
 
 /// Every key of two mappings, sorted (none of what is not a mapping).
@@ -93,6 +120,20 @@ routes:
   default: { targets: [a:m] }
 gateway: { keys: [one], header_timeout: 30s }
 ";
+
+    #[test]
+    fn a_route_that_names_a_changed_route_in_its_lists_changed_with_it() {
+        let old = "providers: { a: { kind: simulated } }\nroutes:\n  claude: { targets: [a:x] }\n  gpt: { targets: [a:g, claude] }\n  all: { targets: [{ target: gpt, tier: 1 }] }\n  alone: { targets: [a:z] }\n";
+        let new = old.replace("claude: { targets: [a:x] }", "claude: { targets: [a:y] }");
+        assert_eq!(
+            changes(old, &new, false).changed,
+            [
+                "routes.claude: changed",
+                "routes.gpt: changed (through routes.claude)",
+                "routes.all: changed (through routes.gpt)",
+            ]
+        );
+    }
 
     #[test]
     fn entries_of_providers_routes_and_gateway_are_named_one_by_one_and_values_never() {
