@@ -195,6 +195,26 @@ routes:
 }
 
 #[test]
+fn settings_shared_by_routes_live_under_an_x_key_and_are_merged_in() {
+    let text = r#"
+providers: { a: { kind: simulated } }
+x-defaults: &defaults { retry: { max_attempts: 3 }, drop_params: true }
+routes:
+  one: { <<: *defaults, targets: [a:m] }
+  two: { <<: *defaults, targets: [a:n], retry: { max_attempts: 5 } }
+"#;
+    let file = config::parse(text, false, "shared.yaml").unwrap();
+    let loaded = config::build(file, config::Source::File("shared.yaml".into()), &env).unwrap();
+    let one = loaded.router.route("one").unwrap();
+    assert_eq!(one.retry().max_attempts, 3);
+    assert!(one.drop_params());
+    assert_eq!(loaded.router.route("two").unwrap().retry().max_attempts, 5, "a route's own setting wins");
+    // Any other unknown top-level key is still refused.
+    let error = config::parse("providers: {}\nroutez: {}\n", false, "typo.yaml").unwrap_err().to_string();
+    assert!(error.contains("routez"), "{error}");
+}
+
+#[test]
 fn no_file_and_no_keys_serves_the_demo() {
     let loaded = config::load_default(&|_| None).unwrap();
     assert_eq!(loaded.source, config::Source::Demo);

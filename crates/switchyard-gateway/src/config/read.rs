@@ -65,7 +65,7 @@ pub(crate) fn read(text: &str, is_toml: bool, name: &str) -> Result<Parsed, Conf
     } else {
         yaml(text).map_err(|e| syntax(e.to_string()))?
     };
-    let value = if value.is_null() { Value::Object(Map::new()) } else { value };
+    let value = if value.is_null() { Value::Object(Map::new()) } else { without_extensions(value) };
     if !value.is_object() {
         let problem = Problem {
             path: "(top level)".to_owned(),
@@ -114,7 +114,17 @@ fn without_secrets(message: &str) -> String {
 /// versions of a file section by section.
 pub(crate) fn tree(text: &str, is_toml: bool) -> Value {
     let parsed = if is_toml { toml::from_str::<Value>(text).ok() } else { yaml(text).ok().map(|(v, _)| v) };
-    parsed.unwrap_or(Value::Null)
+    parsed.map_or(Value::Null, without_extensions)
+}
+
+/// The document without its top-level keys that begin with `x-`: a place of the file's own,
+/// as in Compose files, for YAML anchors that routes and providers merge in (`<<: *defaults`).
+/// What they hold reaches the configuration only where it is merged.
+fn without_extensions(mut value: Value) -> Value {
+    if let Value::Object(map) = &mut value {
+        map.retain(|key, _| !key.starts_with("x-"));
+    }
+    value
 }
 
 /// YAML text as a JSON value, and a problem for each key given twice in one mapping (the first
