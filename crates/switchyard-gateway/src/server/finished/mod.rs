@@ -75,8 +75,12 @@ impl FinishedRequest<'_> {
         let Some(Settled { trail, timing, .. }) = &self.settled else {
             return if self.routed.is_zero() { self.elapsed } else { self.routed };
         };
-        let attempts = trail.attempts();
-        let upstream: Duration = attempts.iter().map(|a| a.duration.saturating_sub(a.queued)).sum();
+        let until = if timing.first_token.is_some() { timing.total } else { self.elapsed };
+        // What ran before then: a stream's continuation, begun after its first chunk, is the
+        // upstream's time of the stream, not time to take from the gateway's.
+        let attempts: Vec<_> = trail.attempts().iter().filter(|a| a.started < until).collect();
+        let upstream: Duration =
+            attempts.iter().map(|a| a.duration.min(until - a.started).saturating_sub(a.queued)).sum();
         // From the latest end so far: a hedge runs beside the attempt before it.
         let mut ended = Duration::ZERO;
         let mut waited = Duration::ZERO;
@@ -86,7 +90,6 @@ impl FinishedRequest<'_> {
             }
             ended = ended.max(attempt.started + attempt.duration);
         }
-        let until = if timing.first_token.is_some() { timing.total } else { self.elapsed };
         until.saturating_sub(upstream).saturating_sub(timing.queued).saturating_sub(waited)
     }
 
@@ -166,9 +169,26 @@ mod tests {
         assert_eq!(whole.overhead(), Duration::from_millis(6), "36 - 20 upstream - 10 queued");
         // A stream: only up to its first chunk, whenever it ended.
         let timing = Timing { first_token: Some(Duration::from_millis(31)), ..timing };
-        let stream =
-            finished(Some(Settled { trail, timing, usage: None, cost: None }), Duration::from_secs(9));
+        let stream = finished(
+            Some(Settled { trail: trail.clone(), timing, usage: None, cost: None }),
+            Duration::from_secs(9),
+        );
         assert_eq!(stream.overhead(), Duration::from_millis(5), "35 - 20 - 10");
+        // A stream broken after its first chunk and continued by another target: the
+        // continuation ran after the first chunk, on the stream's time, not the gateway's.
+        let continued = Attempt::called(
+            &target,
+            &id,
+            Duration::from_millis(2000),
+            Duration::from_millis(900),
+            Duration::ZERO,
+        );
+        let trail_continued: Trail = [trail.attempts()[0].clone(), continued].into_iter().collect();
+        let stream = finished(
+            Some(Settled { trail: trail_continued, timing, usage: None, cost: None }),
+            Duration::from_secs(9),
+        );
+        assert_eq!(stream.overhead(), Duration::from_millis(5), "the continuation is none of it");
         assert_eq!(finished(None, Duration::from_millis(4)).overhead(), Duration::from_millis(4));
         // Left by its client while the providers worked: only the time before the router took it.
         let abandoned = FinishedRequest {
