@@ -108,12 +108,16 @@ providers:
   p: { kind: simulated, api_key: sk-doctor-SECRET-12345678, limits: { max_concurrent: 4, requests_per_minute: 120 } }
 routes:
   default: { targets: [p:m], candidates: [{ name: apology, text: sorry }] }
-  claude-*: { targets: ["p:{model}"] }
+  claude-*: { targets: ["p:{model}"], drop_params: true }
 "#,
     );
     let (code, out, _) = run(&["doctor", "--config", config.to_str().unwrap(), "--ping"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("not pinged: the model a client asks for fills it in"), "{out}");
+    assert!(
+        out.contains("route claude-*: p:{model}; drop_params"),
+        "a route that drops parameters says so: {out}"
+    );
     assert!(out.contains("1 of 1 target answered"), "a stand-in is not counted as answering: {out}");
     assert!(out.contains("route default: p:m; candidate: apology (default)"), "{out}");
     assert!(out.contains("limits: max_concurrent 4, requests_per_minute 120"), "{out}");

@@ -53,6 +53,9 @@ pub(crate) fn route_lines(router: &Router) -> Vec<String> {
         for candidate in route.candidates() {
             line.push_str(&format!("; candidate: {}", candidate.name()));
         }
+        if route.drop_params() {
+            line.push_str("; drop_params");
+        }
         if route.name() == router.default_route().name() {
             line.push_str(" (default)");
         }
