@@ -740,6 +740,26 @@ routes:
 }
 
 #[tokio::test]
+async fn the_counters_an_operator_alerts_on_are_born_at_zero_for_every_route() {
+    // A series that appears at 1 hides its first increase from `increase()`.
+    let gateway = Gateway::start(
+        "providers:\n  a: { kind: simulated }\n  b: { kind: simulated }\nroutes:\n  default: { targets: [a:m, b:m], hedge: { after: 1s } }\n  other: { targets: [a:m] }\n",
+    )
+    .await;
+    let text = gateway.get("/metrics", "").await.text().await.unwrap();
+    for series in [
+        "switchyard_fallbacks_total{route=\"default\"} 0",
+        "switchyard_fallbacks_total{route=\"other\"} 0",
+        "switchyard_retries_total{route=\"other\"} 0",
+        "switchyard_stale_answers_total{route=\"default\"} 0",
+        "switchyard_hedges_total{route=\"default\",result=\"won\"} 0",
+    ] {
+        assert!(text.contains(series), "{series} is missing: {text}");
+    }
+    assert!(!text.contains("switchyard_hedges_total{route=\"other\""), "no hedge, no hedge series: {text}");
+}
+
+#[tokio::test]
 async fn targets_named_by_clients_share_one_metric_label() {
     let gateway = Gateway::start(BASIC).await;
     for n in 0..3 {

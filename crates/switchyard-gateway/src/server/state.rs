@@ -164,6 +164,7 @@ impl AppState {
     ) -> Arc<Self> {
         let metrics = Metrics::new();
         describe(&metrics);
+        super::finished::metrics::born_at_zero(&metrics, &router);
         if let Some(store) = &gateway.shared_state {
             share_answers(&router, store);
             share_pins(&router, store);
@@ -227,6 +228,7 @@ impl AppState {
             share_answers(&router, store);
             share_pins(&router, store);
         }
+        super::finished::metrics::born_at_zero(&self.metrics, &router);
         let live = Arc::new(Live::new(router, gateway, &self.exposure));
         std::mem::replace(&mut *self.live.write().unwrap_or_else(|p| p.into_inner()), live)
     }

@@ -84,6 +84,27 @@ fn attempts(state: &AppState, live: &Live, trail: &Trail, route: &str) {
     }
 }
 
+/// The per-route counters an operator alerts on, born at 0 for each route of `router`, so that
+/// `increase()` sees a route's first fallback, retry or stale answer (a series that appears at
+/// 1 loses it); at start, and for the routes a reload adds.
+pub(crate) fn born_at_zero(metrics: &Metrics, router: &switchyard::Router) {
+    for route in router.routes() {
+        let by_route = || labels([("route", LabelValue::from(route.name().to_owned()))]);
+        for family in
+            ["switchyard_fallbacks_total", "switchyard_retries_total", "switchyard_stale_answers_total"]
+        {
+            metrics.increment(family, by_route(), 0);
+        }
+        if route.hedge().is_some() {
+            for result in ["started", "won"] {
+                let labels =
+                    labels([("route", LabelValue::from(route.name().to_owned())), ("result", result.into())]);
+                metrics.increment("switchyard_hedges_total", labels, 0);
+            }
+        }
+    }
+}
+
 /// What the router did for the request: a fallback, a stale answer, a hedge, retries.
 fn routing(metrics: &Metrics, route: &LabelValue, trail: &Trail, served_by: Option<&Via>) {
     let by_route = || labels([("route", route.clone())]);
