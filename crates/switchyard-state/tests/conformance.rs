@@ -7,8 +7,9 @@ mod support;
 use std::time::Duration;
 
 use support::{PROPAGATION, Replica, error, eventually, is_skip, keys, skip_until, target};
-use switchyard::ErrorKind;
+use switchyard::credential::CredentialId;
 use switchyard::health::{Gate, HealthStatus};
+use switchyard::{ErrorKind, Target};
 use tokio::time::Instant;
 
 macro_rules! conformance {
@@ -187,21 +188,26 @@ async fn an_open_circuit_is_honoured(a: &Replica, b: &Replica) {
     assert!(b_until >= a_until, "b probes no earlier than a");
 }
 
-async fn a_half_open_circuit_lets_one_probe_through(a: &Replica, b: &Replica) {
-    let (t, k) = (target(), keys(1));
+/// `a` opens the circuit of `t` with three failures; once its open time (300 ms) runs out, `a`
+/// probes, and `b` waits for the probe.
+async fn probing(a: &Replica, b: &Replica, t: &Target, k: &[CredentialId]) {
     for _ in 0..3 {
-        a.fail(&t, &k, 0, &error(ErrorKind::Unavailable, None));
+        a.fail(t, k, 0, &error(ErrorKind::Unavailable, None));
     }
-    eventually("b refuses the open circuit", PROPAGATION, || is_skip(&b.gate(&t, &k))).await;
-    // The open time (300 ms) runs out; a, which opened the circuit, probes.
-    let open_until = skip_until(&a.gate(&t, &k)).expect("open until");
+    eventually("b refuses the open circuit", PROPAGATION, || is_skip(&b.gate(t, k))).await;
+    let open_until = skip_until(&a.gate(t, k)).expect("open until");
     tokio::time::sleep_until(open_until + Duration::from_millis(5)).await;
-    let (gate, _) = a.board.admit(&support::query(&t, &k));
+    let (gate, _) = a.board.admit(&support::query(t, k));
     assert_eq!(gate, Gate::Pass { credential: 0, probe: true });
     eventually("b waits for a's probe", PROPAGATION, || {
-        reason(&b.gate(&t, &k)) == "circuit half-open: probe in flight"
+        reason(&b.gate(t, k)) == "circuit half-open: probe in flight"
     })
     .await;
+}
+
+async fn a_half_open_circuit_lets_one_probe_through(a: &Replica, b: &Replica) {
+    let (t, k) = (target(), keys(1));
+    probing(a, b, &t, &k).await;
     a.succeed(&t, &k, 0);
     eventually("b calls again once the probe succeeded", PROPAGATION, || !is_skip(&b.gate(&t, &k))).await;
 }
@@ -210,17 +216,7 @@ async fn a_failed_probe_reopens_the_circuit_before_its_lease_would_end(a: &Repli
     // The probe holds a 30 s lease; it fails at once, and the circuit opens again for the
     // doubled open time (600 ms), fleet-wide: not until the lease would have ended.
     let (t, k) = (target(), keys(1));
-    for _ in 0..3 {
-        a.fail(&t, &k, 0, &error(ErrorKind::Unavailable, None));
-    }
-    let open_until = skip_until(&a.gate(&t, &k)).expect("open until");
-    tokio::time::sleep_until(open_until + Duration::from_millis(5)).await;
-    let (gate, _) = a.board.admit(&support::query(&t, &k));
-    assert_eq!(gate, Gate::Pass { credential: 0, probe: true });
-    eventually("b waits for a's probe", PROPAGATION, || {
-        reason(&b.gate(&t, &k)) == "circuit half-open: probe in flight"
-    })
-    .await;
+    probing(a, b, &t, &k).await;
     a.fail(&t, &k, 0, &error(ErrorKind::Unavailable, None));
     let soon = Instant::now() + Duration::from_secs(5);
     eventually("b holds the reopened circuit, not the probe's lease", PROPAGATION, || {
