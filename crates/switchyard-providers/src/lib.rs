@@ -36,6 +36,7 @@ use switchyard::provider::Provider;
 
 pub use crate::betas::BetaPolicy;
 pub use crate::http::HttpSettings;
+pub use crate::verbatim::with_model;
 
 /// The kinds of HTTP provider Switchyard speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

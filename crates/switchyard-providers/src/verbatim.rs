@@ -35,6 +35,13 @@ pub(crate) enum Edit<'a> {
     Keep,
 }
 
+/// `body` (a JSON object) with its `model` set to `model` (added when absent), the rest as
+/// written: how a client that names its model elsewhere (Azure's deployment, in the path) is
+/// heard as one that named it in the body.
+pub fn with_model(body: &[u8], model: &str) -> Result<Vec<u8>, ProviderError> {
+    rewrite(body, &[("model", Edit::Text(model))])
+}
+
 /// `body` (a JSON object) with each named member edited, the rest as written. Member names
 /// in `edits` are plain (no character JSON escapes). A repeated edited member is edited in its
 /// first place and its later occurrences go: the provider would otherwise read the last.

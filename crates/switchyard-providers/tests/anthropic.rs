@@ -813,10 +813,23 @@ async fn json_mode_streams_its_answer_as_text_and_ends_in_a_plain_stop() {
     let chunks = ok_chunks(stream(&fake, &json_mode()).await.unwrap());
     assert_eq!(text_of(&chunks), "{}");
 
-    // A tool of that name is the client's own outside JSON mode.
-    let events = tool_stream_events();
+    // A tool of that name is the client's own outside JSON mode: its call passes on as one.
+    let events: Vec<(&str, Value)> = tool_stream_events()
+        .into_iter()
+        .map(|(name, data)| {
+            (name, serde_json::from_str(&data.to_string().replace("get_weather", "json_answer")).unwrap())
+        })
+        .collect();
     let fake = Fake::start(move |_| sse_reply(&[], &sse(&events))).await;
     let chunks = ok_chunks(stream(&fake, &hello()).await.unwrap());
+    let named: Vec<&str> = chunks
+        .iter()
+        .flat_map(|c| &c.choices)
+        .flat_map(|c| &c.delta.tool_calls)
+        .filter_map(|call| call.function.as_ref()?.name.as_deref())
+        .collect();
+    assert!(named.contains(&"json_answer"), "{chunks:#?}");
+    assert_eq!(text_of(&chunks), "Let me check.", "its input is no text: {chunks:#?}");
     assert_eq!(chunks.last().unwrap().choices[0].finish_reason, Some(FinishReason::ToolCalls));
 }
 

@@ -31,8 +31,6 @@ pub(super) struct Record<'r> {
     /// `cancelled` if the request is dropped before it ends. (A hedge is told of through a
     /// shared borrow, as the pair runs.)
     under_way: std::sync::Mutex<Vec<UnderWay>>,
-    /// The trail was taken: the request ended.
-    ended: bool,
 }
 
 /// A call sent and not yet recorded: where it went, with which key, when; and its failure,
@@ -56,7 +54,6 @@ impl<'r> Record<'r> {
             previous: None,
             unfinished: None,
             under_way: Default::default(),
-            ended: false,
         }
     }
 
@@ -123,7 +120,8 @@ impl<'r> Record<'r> {
 
     /// The trail, for the answer or the error that ends the request.
     pub(super) fn take_trail(&mut self) -> Trail {
-        self.ended = true;
+        // Ended: nothing is left to leave behind should the request be dropped now.
+        self.unfinished = None;
         std::mem::take(&mut self.trail)
     }
 
@@ -312,7 +310,7 @@ impl Drop for Record<'_> {
     /// A request dropped before it ended (its caller went away) leaves its trail where it was
     /// asked to, the call under way as `cancelled`.
     fn drop(&mut self) {
-        let Some((unfinished, route)) = self.unfinished.take().filter(|_| !self.ended) else { return };
+        let Some((unfinished, route)) = self.unfinished.take() else { return };
         let under_way =
             std::mem::take(self.under_way.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner));
         for UnderWay { target, credential_id, started, failed } in under_way {
