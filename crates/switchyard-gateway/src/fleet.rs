@@ -135,14 +135,14 @@ impl Backlog {
     /// Sends what waits, a batch at a time, until Redis fails; then waits to send it again.
     async fn send(&mut self, shared: &SharedTrails) {
         while !self.entries.is_empty() {
-            let batch: Vec<TrailEntry> = self.entries.iter().take(BATCH).cloned().collect();
-            if let Err(error) = shared.put(&batch).await {
+            let sent = self.entries.len().min(BATCH);
+            if let Err(error) = shared.put(&self.entries.make_contiguous()[..sent]).await {
                 tracing::debug!(target: "switchyard::shared_state", %error, "trails not written yet");
                 self.backoff = (self.backoff * 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
                 self.retry_at = Some(tokio::time::Instant::now() + self.backoff);
                 return;
             }
-            self.entries.drain(..batch.len());
+            self.entries.drain(..sent);
         }
         self.retry_at = None;
         self.backoff = Duration::ZERO;

@@ -423,9 +423,12 @@ impl Trail {
     /// trail's `fallback` all read it.
     pub fn fell_back_to(&self, served_by: Option<&Via>) -> bool {
         let first = self.0.first().map(|a| &a.via);
-        let none_could =
-            !self.0.is_empty() && self.0.iter().all(|a| a.outcome == Outcome::SkippedUnsupported);
-        served_by.is_some() && first != served_by && !none_could
+        served_by.is_some() && first != served_by && !self.none_could_serve()
+    }
+
+    /// See [`none_could_serve`].
+    pub fn none_could_serve(&self) -> bool {
+        none_could_serve(&self.0)
     }
 
     /// How many attempts, skips and candidates included.
@@ -498,6 +501,12 @@ impl Trail {
     pub(crate) fn insert(&mut self, index: usize, attempt: Attempt) {
         self.0.insert(index.min(self.0.len()), attempt);
     }
+}
+
+/// Whether no target of the chain could take the request at all: every one of `attempts` was
+/// skipped as unsupported, none called (a token count no target of its route can give).
+pub fn none_could_serve(attempts: &[Attempt]) -> bool {
+    !attempts.is_empty() && attempts.iter().all(|a| a.outcome == Outcome::SkippedUnsupported)
 }
 
 impl FromIterator<Attempt> for Trail {

@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use switchyard::chat::{ChatRequest, Dialect, Verbatim};
-use switchyard::trail::{Outcome, Via};
+use switchyard::trail::Via;
 use switchyard_providers::anthropic::codec::{self, MessagesStreamWriter};
 
 use super::deliver::{Delivered, answered, route_failed, unwritable};
@@ -93,7 +93,7 @@ pub async fn count_tokens(
             };
             answered(&state, &exchange, body, served)
         }
-        Err(error) if no_target_counts(&error) => {
+        Err(error) if switchyard::trail::none_could_serve(error.trail()) => {
             // Nothing of the route counts (an OpenAI-compatible route): the gateway's estimate,
             // said to be one, rather than a 400 that Claude Code sends dozens of times a session.
             let body = serde_json::json!({ "input_tokens": estimated_input_tokens(&body) }).to_string();
@@ -113,12 +113,6 @@ pub async fn count_tokens(
 
 /// What answers a count no target of its route could give (`x-switchyard-target`).
 const ESTIMATE: &str = "estimate";
-
-/// Whether every target of the route was skipped as unable to count (none was called).
-fn no_target_counts(error: &switchyard::RouteError) -> bool {
-    let trail = error.trail();
-    !trail.is_empty() && trail.iter().all(|attempt| attempt.outcome == Outcome::SkippedUnsupported)
-}
 
 /// An estimate of a Messages request's input tokens, from its JSON: the characters of every
 /// name and text in it (system, messages, tools and their schemas) at four a token, rounded
