@@ -297,12 +297,14 @@ fn note_unread(trail: &mut Trail, note: &str, readers: &[String]) {
 /// of an unknown model would list the targets this setting keeps from clients.
 fn routes_only(live: &Live, model: &str) -> Option<ApiError> {
     let router = &live.router;
-    if live.gateway.direct_targets
-        || (router.governing_route(model).is_some() && !names_a_target(router, model))
-    {
+    if live.gateway.direct_targets {
         return None;
     }
-    let what = match names_a_target(router, model) {
+    let direct = names_a_target(router, model);
+    if !direct && router.governing_route(model).is_some() {
+        return None;
+    }
+    let what = match direct {
         true => {
             "names a provider's model directly, which this gateway does not serve (`gateway.direct_targets: false`)"
         }
@@ -319,7 +321,7 @@ pub(crate) fn names_a_target(router: &Router, model: &str) -> bool {
     router.route(model).is_none()
         && model
             .parse::<switchyard::Target>()
-            .is_ok_and(|target| router.provider_ids().contains(&target.provider()))
+            .is_ok_and(|target| router.provider_kind(target.provider()).is_some())
 }
 
 /// The names a client may send as `model`: the routes, and their targets unless `routes_only`
