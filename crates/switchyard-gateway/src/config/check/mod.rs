@@ -132,11 +132,7 @@ pub(super) struct Validator<'e> {
 
 impl Validator<'_> {
     fn problem(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        let problem = Problem { path: path.into(), message: message.into() };
-        // Said once: a route another names is checked in both places.
-        if !self.problems.contains(&problem) {
-            self.problems.push(problem);
-        }
+        self.problems.push(Problem { path: path.into(), message: message.into() });
     }
 
     /// A problem the engine found, at `path` in the file plus the problem's own path.

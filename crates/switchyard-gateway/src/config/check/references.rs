@@ -48,6 +48,9 @@ pub(super) fn expanded(
         }
         out.insert(name.clone(), (config, origins));
     }
+    // A reference nested in a route that several name is found from each: said once.
+    let mut said = std::collections::HashSet::new();
+    refused.retain(|problem| said.insert(problem.clone()));
     (out, refused)
 }
 
