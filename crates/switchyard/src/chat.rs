@@ -204,11 +204,11 @@ impl ChatRequest {
         Self { model: model.into(), messages, ..Self::default() }
     }
 
-    /// This request without its parameter `name`, when it is one a route's
+    /// Takes the parameter `name` out of this request, when it is one a route's
     /// [`drop_params`](crate::route::Route::drop_params) may leave out: one that tunes how the
     /// answer is sampled or billed, never what it is about or its shape ([`DROPPABLE`]: not the
     /// conversation, tools or functions, `response_format`, `n`, a hosted tool's settings).
-    /// `None` for any other name, or one the request does not set. (Only the name is ever said
+    /// False for any other name, or one the request does not set. (Only the name is ever said
     /// of it.)
     ///
     /// ```
@@ -218,24 +218,22 @@ impl ChatRequest {
     /// request.extra.insert("frequency_penalty".into(), serde_json::json!(0.1));
     /// request.extra.insert("functions".into(), serde_json::json!([{"name": "f"}]));
     /// request.extra.insert("n".into(), serde_json::json!(2));
-    /// let without = request.without_param("frequency_penalty").unwrap();
-    /// assert!(!without.extra.contains_key("frequency_penalty"));
-    /// assert!(request.without_param("functions").is_none(), "a client's functions are its tools");
-    /// assert!(request.without_param("n").is_none(), "two choices asked are not one");
-    /// assert!(request.without_param("messages").is_none());
+    /// assert!(request.remove_param("frequency_penalty"));
+    /// assert!(!request.extra.contains_key("frequency_penalty"));
+    /// assert!(!request.remove_param("functions"), "a client's functions are its tools");
+    /// assert!(!request.remove_param("n"), "two choices asked are not one");
+    /// assert!(!request.remove_param("messages"));
     /// ```
-    pub fn without_param(&self, name: &str) -> Option<ChatRequest> {
+    pub fn remove_param(&mut self, name: &str) -> bool {
         if !DROPPABLE.contains(&name) {
-            return None;
+            return false;
         }
-        let mut without = self.clone();
-        let was_set = match name {
-            "temperature" => without.temperature.take().is_some(),
-            "top_p" => without.top_p.take().is_some(),
-            "seed" => without.seed.take().is_some(),
-            _ => without.extra.remove(name).is_some(),
-        };
-        was_set.then_some(without)
+        match name {
+            "temperature" => self.temperature.take().is_some(),
+            "top_p" => self.top_p.take().is_some(),
+            "seed" => self.seed.take().is_some(),
+            _ => self.extra.remove(name).is_some(),
+        }
     }
 
     /// How many choices the request asks for (`n`, 1 when it does not say).

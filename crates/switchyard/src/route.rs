@@ -423,7 +423,7 @@ impl Route {
     /// Whether a target whose API has no equivalent for a parameter of the request (an
     /// OpenAI client's `frequency_penalty` toward Claude) is sent the request without it, the
     /// attempt's note naming what was left out, rather than skipped as unsupported. Only
-    /// parameters that tune an answer go ([`ChatRequest::without_param`](crate::chat::ChatRequest::without_param)):
+    /// parameters that tune an answer go ([`ChatRequest::remove_param`](crate::chat::ChatRequest::remove_param)):
     /// never the conversation, the tools, or what shapes the answer (`n`, `response_format`).
     /// Default off: a request is never served with a meaningful parameter silently dropped.
     pub fn drop_params(&self) -> bool {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::chat::{
-    ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, FinishReason, TokenCount,
+    ChatRequest, ChatResponse, DROPPABLE, EmbeddingsRequest, EmbeddingsResponse, FinishReason, TokenCount,
 };
 use crate::pacing::Permit;
 use crate::provider::{BoxFuture, Call, Provider};
@@ -126,7 +126,7 @@ const MOST_DROPPED: usize = 8;
 
 /// `send` of `request`, under a route's `drop_params`: again without each parameter
 /// an adapter refuses as one the target's API cannot express and the request may go without
-/// ([`ChatRequest::without_param`]), until the target takes it or refuses something else.
+/// ([`ChatRequest::remove_param`]), until the target takes it or refuses something else.
 /// Nothing is sent before an adapter takes the request, so each try costs a translation only.
 /// The answer says what was left out (`note`).
 pub(super) async fn dropping<'a, T>(
@@ -148,16 +148,17 @@ pub(super) async fn dropping<'a, T>(
             Err(error) => error,
         };
         let refused = error.param().filter(|_| error.is_unsupported() && error.status().is_none());
-        let Some((param, without)) =
-            refused.and_then(|param| Some((param.to_owned(), current.without_param(param)?)))
+        let Some(param) = refused.filter(|param| DROPPABLE.contains(param) && dropped.len() < MOST_DROPPED)
         else {
             return Err(error);
         };
-        if dropped.len() == MOST_DROPPED {
+        let param = param.to_owned();
+        // The request is copied once, at the first parameter it goes without.
+        let without = owned.get_or_insert_with(|| request.clone());
+        if !without.remove_param(&param) {
             return Err(error);
         }
         dropped.push(param);
-        owned = Some(without);
     }
 }
 
