@@ -21,8 +21,6 @@ pub(super) struct Record<'r> {
     trail: Trail,
     /// Time spent waiting for the pacer, over all attempts.
     queued: Duration,
-    /// Why each target skipped as unsupported could not serve the request, in order.
-    unsupported: Vec<String>,
     /// The target called last, for the provider-switch event.
     previous: Option<Target>,
     /// Where the trail goes if the request is dropped before it ends, and the route's name.
@@ -50,7 +48,6 @@ impl<'r> Record<'r> {
             started,
             trail: Trail::default(),
             queued: Duration::ZERO,
-            unsupported: Vec::new(),
             previous: None,
             unfinished: None,
             under_way: Default::default(),
@@ -185,24 +182,14 @@ impl<'r> Record<'r> {
         self.trail.push(attempt);
     }
 
-    /// A target was skipped: the request cannot be written in its API. Its reason is kept for
-    /// the error when no target could serve the request.
+    /// A target was skipped: the request cannot be written in its API. Its reason stays on its
+    /// entry, for the error when no target could serve the request.
     pub(super) fn unsupported(&mut self, attempt: Attempt) {
-        self.note_unsupported(&attempt);
         // A target the provider itself refused was called: its failure is announced.
         if attempt.outcome == Outcome::Failed {
             self.announce_failure(&attempt, false);
         }
         self.trail.push(attempt);
-    }
-
-    /// Why `attempt`'s target could not take the request, when that is what it says.
-    fn note_unsupported(&mut self, attempt: &Attempt) {
-        if let (Some(target), Some(error)) =
-            (attempt.target(), attempt.error.as_ref().filter(|e| e.is_unsupported()))
-        {
-            self.unsupported.push(format!("{target}: {}", error.detail()));
-        }
     }
 
     /// A target answered.
@@ -240,7 +227,6 @@ impl<'r> Record<'r> {
         if attempt.outcome == Outcome::Failed {
             self.announce_failure(&attempt, false);
         }
-        self.note_unsupported(&attempt);
         self.trail.push(attempt);
     }
 
@@ -250,7 +236,6 @@ impl<'r> Record<'r> {
         if attempt.outcome == Outcome::Failed {
             self.announce_failure(&attempt, false);
         }
-        self.note_unsupported(&attempt);
         self.trail.insert(first + 1, attempt);
     }
 
@@ -283,8 +268,15 @@ impl<'r> Record<'r> {
     /// The reasons of every target skipped as unsupported, when that is all the trail holds:
     /// no target could have served the request.
     pub(super) fn all_unsupported(&self) -> Option<String> {
-        let all = !self.unsupported.is_empty() && self.trail.attempts().iter().all(Attempt::unsupported);
-        all.then(|| self.unsupported.join("; "))
+        let attempts = self.trail.attempts();
+        if attempts.is_empty() || !attempts.iter().all(Attempt::unsupported) {
+            return None;
+        }
+        let reasons: Vec<String> = attempts
+            .iter()
+            .filter_map(|a| Some(format!("{}: {}", a.target()?, a.error.as_ref()?.detail())))
+            .collect();
+        Some(reasons.join("; "))
     }
 
     /// The request's deadline ended the walk: said on the last entry, unless it says why already.
