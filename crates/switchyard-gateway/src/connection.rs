@@ -204,9 +204,12 @@ struct Watched<I> {
     armed: Option<Instant>,
     /// A deadline passed: reads end the connection from now on.
     expired: bool,
-    /// Since when the client has taken none of the bytes waiting for it (a write pending),
-    /// with the timer that ends the connection at `send_timeout`.
-    unsent: Option<Pin<Box<Sleep>>>,
+    /// The timer that ends the connection when the client has taken none of the bytes waiting
+    /// for it (a write pending) for `send_timeout`: made at the first such write, and reset,
+    /// not made again, at each later one.
+    send_timer: Option<Pin<Box<Sleep>>>,
+    /// A write is pending, and `send_timer` runs for it.
+    unsent: bool,
     /// Nothing was read yet: the first read is checked for HTTP/2's preface.
     first_read: bool,
 }
@@ -219,7 +222,8 @@ impl<I> Watched<I> {
             timer: Box::pin(tokio::time::sleep_until(Instant::now())),
             armed: None,
             expired: false,
-            unsent: None,
+            send_timer: None,
+            unsent: false,
             first_read: true,
         }
     }
@@ -229,11 +233,18 @@ impl<I> Watched<I> {
     /// a stream perhaps, cannot hold the connection, its upstream call and its buffers).
     fn watch_write<T>(&mut self, written: Poll<io::Result<T>>, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
         if written.is_ready() {
-            self.unsent = None;
+            self.unsent = false;
             return written;
         }
         let limit = self.watch.limits.send_timeout;
-        let timer = self.unsent.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        let timer = match (&mut self.send_timer, std::mem::replace(&mut self.unsent, true)) {
+            (Some(timer), true) => timer,
+            (Some(timer), false) => {
+                timer.as_mut().reset(Instant::now() + limit);
+                timer
+            }
+            (none, _) => none.insert(Box::pin(tokio::time::sleep(limit))),
+        };
         match timer.as_mut().poll(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(()) => {
