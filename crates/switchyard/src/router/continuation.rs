@@ -291,9 +291,7 @@ impl Exchange for ContinueExchange {
             true => Box::pin(super::exchange::dropping(
                 request,
                 move |request, _| self.send(provider, call, request, prefills),
-                |prefetched: &mut Prefetched, notice| {
-                    prefetched.buffer.push_front(crate::chat::ChatChunk::notice(notice));
-                },
+                Prefetched::lead_with,
             )),
         }
     }

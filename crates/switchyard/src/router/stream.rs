@@ -34,6 +34,13 @@ pub(crate) struct Prefetched {
     pub(crate) alive_since: Option<Instant>,
 }
 
+impl Prefetched {
+    /// Says `notice` ahead of the stream's chunks: its record takes it from there.
+    pub(crate) fn lead_with(&mut self, notice: crate::chat::StreamNotice) {
+        self.buffer.push_front(ChatChunk::notice(notice));
+    }
+}
+
 pub(crate) struct StreamExchange<'r> {
     request: &'r ChatRequest,
     /// The route's `drop_params` (see [`dropping`](super::exchange::dropping)).
@@ -65,7 +72,7 @@ impl Exchange for StreamExchange<'_> {
         Box::pin(super::exchange::dropping(
             self.request,
             move |request, _| Box::pin(prefetch(provider, call, (request, self.reasoning), &self.alive)),
-            |prefetched: &mut Prefetched, notice| prefetched.buffer.push_front(ChatChunk::notice(notice)),
+            Prefetched::lead_with,
         ))
     }
 
