@@ -251,6 +251,18 @@ async fn a_key_that_spent_its_budget_is_refused_until_the_period_resets() {
     assert!(message.contains(&reset) && message.contains("$30.00 of its $25"), "{message}");
     // Said as a spent quota, which a client stops at: no Retry-After to sleep on for hours.
     assert!(refused.retry_after.is_none(), "{:?}", refused.retry_after);
+    // Counted under the route it asked for, but its instant answer is no time of the route's.
+    let metrics = admin(gateway, "/metrics").await;
+    assert!(
+        metrics.contains(
+            "switchyard_requests_total{endpoint=\"chat_completions\",route=\"default\",status=\"429\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("switchyard_request_duration_seconds_count{route=\"default\"} 3\n"),
+        "{metrics}"
+    );
     assert_eq!(refused.body["error"]["type"], "insufficient_quota");
     assert_eq!(refused.should_retry.as_deref(), Some("false"));
     assert_eq!(upstream.calls.load(Ordering::SeqCst), 3);
