@@ -114,6 +114,8 @@ pub(crate) struct Link {
     highest: u64,
     /// Whether the next round trip must read every record (after (re)subscribing).
     full_resync: bool,
+    /// Another run holds this replica's name: said once when it starts, and when it ends.
+    name_taken: bool,
     /// `"by":"<this replica>"`, as this replica's published changes carry it.
     own_mark: String,
     /// The epoch of the records last read.
@@ -146,6 +148,7 @@ impl Link {
             own: HashMap::new(),
             highest: 0,
             full_resync: true,
+            name_taken: false,
             own_mark,
             epoch: None,
             warned_overflow: false,
@@ -721,15 +724,22 @@ impl Link {
             return;
         };
         self.replicas = snapshot.replicas;
-        if let Some(other) = &snapshot.taken {
-            tracing::error!(
+        match (&snapshot.taken, self.name_taken) {
+            (Some(other), false) => tracing::error!(
                 target: "switchyard::shared_state",
                 replica = %self.settings().replica,
                 holder_host = %other.host,
                 holder_pid = other.pid,
                 "another run holds this replica's name (this one was paused past its heartbeat): it no longer heartbeats; restart it, or give it a name of its own"
-            );
+            ),
+            (None, true) => tracing::info!(
+                target: "switchyard::shared_state",
+                replica = %self.settings().replica,
+                "this replica's name is no longer held by another run"
+            ),
+            _ => {}
         }
+        self.name_taken = snapshot.taken.is_some();
         self.report();
         let lost = self.epoch.as_ref().is_some_and(|epoch| *epoch != snapshot.epoch);
         self.epoch = Some(snapshot.epoch.clone());
