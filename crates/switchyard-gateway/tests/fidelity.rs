@@ -325,6 +325,36 @@ async fn an_anthropic_clients_structured_output_and_one_call_at_a_time_reach_an_
 }
 
 #[tokio::test]
+async fn an_anthropic_clients_top_k_reaches_a_compatible_server_and_fields_it_cannot_read_are_named() {
+    let server = Upstream::start(OPENAI_ANSWER, "").await;
+    let gateway = gateway("openai_compatible", "/v1", &server, "qwen3").await;
+    let body = r#"{"model":"default","max_tokens":64,"top_k":5,"container":"c-1","vendor_knob":{"x":1},"metadata":{"user_id":"u-1"},"messages":[{"role":"user","content":"Hi"}]}"#;
+    let response = send(gateway, "/v1/messages", body).await;
+    assert_eq!(response.status(), 200);
+    let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let sent: serde_json::Value = serde_json::from_str(&server.received().1).unwrap();
+    assert_eq!(sent["top_k"], 5, "{sent}");
+    for unread in ["container", "vendor_knob", "metadata"] {
+        assert!(sent.get(unread).is_none(), "{unread}: {sent}");
+    }
+    let record: serde_json::Value =
+        reqwest::get(format!("http://{gateway}/admin/requests/{id}")).await.unwrap().json().await.unwrap();
+    assert_eq!(
+        record["attempts"][0]["note"],
+        "the parameter(s) container, vendor_knob were not sent: only a provider spoken to in Anthropic's Messages API reads them",
+        "named, but not `metadata`, which no answer depends on: {record}"
+    );
+
+    // OpenAI itself has no `top_k`: the route's only target cannot take the request.
+    let openai = Upstream::start(OPENAI_ANSWER, "").await;
+    let gateway = self::gateway("openai", "/v1", &openai, "gpt-4o").await;
+    let (status, answer) = post(gateway, "/v1/messages", body).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("`top_k` has no equivalent in OpenAI's Chat Completions API"), "{answer}");
+    assert!(openai.seen.lock().unwrap().is_empty(), "nothing sent");
+}
+
+#[tokio::test]
 async fn an_answer_an_anthropic_client_cannot_be_written_is_a_502_that_keeps_its_attempt() {
     // GPT-5's free-form tool call has no form in the Messages API.
     let custom = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-5","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"custom","custom":{"name":"apply_patch","input":"*** Begin Patch"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13}}"#;

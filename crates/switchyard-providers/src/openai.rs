@@ -193,12 +193,6 @@ impl OpenAiProvider {
         speaks.then(|| request.verbatim.as_ref()?.in_dialect(Dialect::Responses)).flatten()
     }
 
-    /// Whether `max_tokens` is sent as `max_completion_tokens`: OpenAI deprecated the former
-    /// and its reasoning models reject it, while many compatible servers know only the former.
-    fn wants_max_completion_tokens(&self) -> bool {
-        self.kind == ProviderKind::OpenAi
-    }
-
     /// The key header of `credential`: `api-key` on Azure, a bearer token elsewhere; none when
     /// the credential has no key (local servers).
     fn key_header(
@@ -295,8 +289,7 @@ impl OpenAiProvider {
         request: &ChatRequest,
         streaming: bool,
     ) -> Result<http::Response, ProviderError> {
-        let completion_tokens = self.wants_max_completion_tokens();
-        let body = wire::chat_body(request, call.model, streaming, completion_tokens)?;
+        let body = wire::chat_body(request, call.model, streaming, self.kind)?;
         let error = match self.post(call, "chat/completions", body, streaming).await {
             Err(error) => error,
             sent => return sent,
@@ -307,7 +300,7 @@ impl OpenAiProvider {
             return Err(error);
         };
         let capped = ChatRequest { max_tokens: Some(most), ..request.clone() };
-        let body = wire::chat_body(&capped, call.model, streaming, completion_tokens)?;
+        let body = wire::chat_body(&capped, call.model, streaming, self.kind)?;
         self.post(call, "chat/completions", body, streaming).await
     }
 

@@ -503,6 +503,7 @@ async fn harmless_openai_fields_are_ignored_and_mappable_ones_are_mapped() {
         ("frequency_penalty", json!(0)),
         ("top_logprobs", Value::Null),
         ("max_completion_tokens", json!(300)),
+        ("top_k", json!(40)),
     ] {
         request.extra.insert(key.into(), value);
     }
@@ -511,10 +512,11 @@ async fn harmless_openai_fields_are_ignored_and_mappable_ones_are_mapped() {
     let body = fake.only_request().body;
     assert_eq!(body["metadata"], json!({"user_id": "end-user-42"}));
     assert_eq!(body["max_tokens"], 300);
+    assert_eq!(body["top_k"], 40, "compatible servers' `top_k` is Claude's too");
     assert_eq!(body["tool_choice"], json!({"type": "auto", "disable_parallel_tool_use": true}));
     let mut keys: Vec<_> = body.as_object().unwrap().keys().cloned().collect();
     keys.sort();
-    assert_eq!(keys, ["max_tokens", "messages", "metadata", "model", "tool_choice", "tools"]);
+    assert_eq!(keys, ["max_tokens", "messages", "metadata", "model", "tool_choice", "tools", "top_k"]);
 
     // `safety_identifier`, OpenAI's successor of `user`, names the end user when `user` does not.
     let fake = Fake::json(200, text_answer()).await;
@@ -545,7 +547,12 @@ async fn meaningful_fields_without_an_anthropic_equivalent_are_refused_naming_th
         ),
         (ChatRequest { temperature: Some(1.5), ..hello() }, "`temperature`"),
     ];
-    for (key, value) in [("logprobs", json!(true)), ("reasoning_effort", json!("extreme")), ("n", json!(2))] {
+    for (key, value) in [
+        ("logprobs", json!(true)),
+        ("reasoning_effort", json!("extreme")),
+        ("n", json!(2)),
+        ("top_k", json!(-1)),
+    ] {
         let mut request = hello();
         request.extra.insert(key.into(), value);
         cases.push((request, if key == "n" { "`n`" } else { key }));

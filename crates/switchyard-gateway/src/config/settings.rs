@@ -55,8 +55,10 @@ pub struct GatewaySettings {
     /// The providers spoken to in the Responses API itself (OpenAI, Azure, and
     /// `openai_compatible` ones with `responses: native`); the others get it translated.
     pub responses_native: Vec<String>,
-    /// The Anthropic providers: the only ones that read Claude's signed thinking of earlier
-    /// turns.
+    /// The providers that write Claude's Messages bodies (Anthropic's, and Vertex's and
+    /// Bedrock's for Claude): the only ones that read Claude's signed thinking of earlier
+    /// turns, and an Anthropic client's fields that no other dialect has. (Their other models,
+    /// Gemini's and Converse's, refuse such fields, and leave such thinking out unsaid.)
     pub anthropic_providers: Vec<String>,
 }
 

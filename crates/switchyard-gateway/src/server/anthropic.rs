@@ -36,6 +36,7 @@ pub async fn messages(
         Err(response) => return *response,
     };
     exchange.note_claude_thinking(&request);
+    exchange.note_anthropic_fields(&request);
     let mut options = exchange.options(&headers);
     options.session = session_of(&headers, &request);
     if request.stream {

@@ -59,7 +59,8 @@ pub(crate) enum Readers {
     /// Those spoken to in the Responses API: reasoning items, hosted tools, parameters and
     /// items Switchyard does not model.
     ResponsesNative,
-    /// Anthropic's: Claude's signed thinking of earlier turns.
+    /// Those that write Claude's Messages bodies: Claude's signed thinking of earlier turns,
+    /// an Anthropic client's fields that no other dialect has.
     Anthropic,
 }
 
@@ -274,6 +275,22 @@ impl RequestContext {
             self.unsent.push((
                 Readers::Anthropic,
                 format!("Claude's thinking of {turns} earlier turn(s) was not sent: only an Anthropic provider reads it"),
+            ));
+        }
+    }
+
+    /// Notes the fields of an Anthropic client's request that only a provider spoken to in
+    /// the Messages API reads ([`switchyard_providers::anthropic::codec::read_only_by_anthropic`]):
+    /// a provider of OpenAI's dialect goes on without them, and its attempts say so.
+    pub(crate) fn note_anthropic_fields(&mut self, request: &switchyard::chat::ChatRequest) {
+        let fields = switchyard_providers::anthropic::codec::read_only_by_anthropic(request);
+        if !fields.is_empty() {
+            self.unsent.push((
+                Readers::Anthropic,
+                format!(
+                    "the parameter(s) {} were not sent: only a provider spoken to in Anthropic's Messages API reads them",
+                    fields.join(", ")
+                ),
             ));
         }
     }

@@ -38,6 +38,7 @@ mod encode;
 
 use serde_json::Value;
 use switchyard::ErrorKind;
+use switchyard::chat::ChatRequest;
 
 pub use decode::{request_from_json, request_from_slice};
 pub use encode::{StreamEncoder, response_to_json};
@@ -48,6 +49,25 @@ use super::wire::{ErrorBody, ErrorResponse};
 pub type Event = (&'static str, Value);
 
 pub use crate::codec::CodecError;
+
+/// The fields of an Anthropic client's `request` that only a provider spoken to in the
+/// Messages API reads (`container`, `mcp_servers`, fields Switchyard does not know): a
+/// provider of OpenAI's dialect is not sent them. Left out of the list: what
+/// every dialect ignores ([`crate::codec::is_harmless_foreign`]), and what the others
+/// translate or refuse (`thinking`, `output_config`, `top_k`). In the order of their names.
+pub fn read_only_by_anthropic(request: &ChatRequest) -> Vec<&str> {
+    let translated = ["thinking", "output_config", "top_k"];
+    let mut fields: Vec<&str> = request
+        .extra
+        .iter()
+        .filter(|(key, value)| {
+            !crate::codec::is_harmless_foreign(key, value) && !translated.contains(&key.as_str())
+        })
+        .map(|(key, _)| key.as_str())
+        .collect();
+    fields.sort_unstable();
+    fields
+}
 
 /// The Anthropic error type and HTTP status that tell an Anthropic client what a failure of
 /// `kind` means (and whether its SDK should retry: it retries 429 and 5xx).

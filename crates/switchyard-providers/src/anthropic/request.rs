@@ -163,7 +163,7 @@ pub(crate) fn build<'a>(
     let extra = if origin == Dialect::Anthropic {
         request.extra.iter().filter(|(key, _)| !RESERVED.contains(&key.as_str())).map(clone_entry).collect()
     } else {
-        Map::new()
+        foreign.top_k.map(|top_k| ("top_k".to_owned(), Value::from(top_k))).into_iter().collect()
     };
 
     let mut wire = MessagesRequest {
@@ -317,6 +317,8 @@ struct Foreign {
     user: Option<String>,
     /// OpenAI's `reasoning_effort`, sent as Claude's thinking (see [`thinking`]).
     reasoning_effort: Option<Value>,
+    /// `top_k`, which compatible servers take in OpenAI's dialect: Claude has it too.
+    top_k: Option<u64>,
 }
 
 /// Reads the `extra` of a request of another dialect (OpenAI's, in practice).
@@ -325,8 +327,8 @@ struct Foreign {
 /// [`crate::codec::is_harmless_foreign`] names (`stream_options`: Anthropic streams always
 /// report usage), and defaults spelled out: zero `frequency_penalty` and `presence_penalty`, an
 /// empty `logit_bias`, `modalities: ["text"]`. Mapped: `max_completion_tokens`, `user`,
-/// `reasoning_effort` (`parallel_tool_calls` is read with the tool choice). Anything else is
-/// refused, naming it.
+/// `reasoning_effort`, `top_k` (`parallel_tool_calls` is read with the tool choice). Anything
+/// else is refused, naming it.
 fn read_foreign_extra(extra: &Extra) -> Result<Foreign, ProviderError> {
     let mut foreign = Foreign::default();
     let mut safety = None;
@@ -355,6 +357,11 @@ fn read_foreign_extra(extra: &Extra) -> Result<Foreign, ProviderError> {
             }
             "reasoning_effort" => {
                 foreign.reasoning_effort = Some(value.clone());
+                true
+            }
+            "top_k" => {
+                foreign.top_k =
+                    Some(value.as_u64().ok_or_else(|| invalid(key, "must be a non-negative integer"))?);
                 true
             }
             _ => false,

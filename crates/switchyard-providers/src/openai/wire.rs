@@ -18,6 +18,7 @@ use switchyard::deserialize_with_extra;
 use switchyard::{ErrorKind, ProviderError};
 
 use super::errors;
+use crate::ProviderKind;
 
 /// Request fields the body writes itself; an `extra` entry of the same name never overrides
 /// them. `stream_options` is merged, not copied (see [`chat_body`]).
@@ -167,16 +168,23 @@ fn translated_contents(request: &ChatRequest) -> Vec<Option<Content>> {
 ///
 /// `streaming` adds `stream: true` and `stream_options.include_usage` (merged into the client's
 /// own `stream_options`, which a non-streaming call never sends since OpenAI rejects it there).
-/// `completion_tokens_name` (OpenAI's own API) sends `max_tokens` as `max_completion_tokens`, and
-/// lifts a translated tool result's parts other than text, which that API does not take in a
-/// tool message, into a user message ([`lift_tool_media`]).
+/// OpenAI's own API (`kind`) takes `max_tokens` as `max_completion_tokens` (it deprecated the
+/// former, and its reasoning models refuse it, while many compatible servers know only the
+/// former), and a translated tool result's parts other than text, which it does not take in a
+/// tool message, lifted into a user message ([`lift_tool_media`]). Another dialect's `top_k` goes to a compatible server
+/// (vLLM, llama.cpp, Ollama take it); OpenAI's and Azure's APIs have none, and refuse it.
 pub(super) fn chat_body(
     request: &ChatRequest,
     model: &str,
     streaming: bool,
-    completion_tokens_name: bool,
+    kind: ProviderKind,
 ) -> Result<Vec<u8>, ProviderError> {
     let forward = request.origin == Dialect::OpenAi;
+    let completion_tokens_name = kind == ProviderKind::OpenAi;
+    let top_k = match forward {
+        true => None,
+        false => foreign_top_k(request, kind)?,
+    };
     if !forward {
         log_dropped(request);
         refuse_foreign_parts(request)?;
@@ -210,6 +218,7 @@ pub(super) fn chat_body(
         tool_choice: request.tool_choice.as_ref(),
         temperature: request.temperature,
         top_p: request.top_p,
+        top_k,
         max_tokens,
         max_completion_tokens,
         stop: request.stop.as_ref(),
@@ -335,6 +344,24 @@ fn encode(body: &impl Serialize) -> Result<Vec<u8>, ProviderError> {
     })
 }
 
+/// Another dialect's `top_k` (an Anthropic client's): for a compatible server, which is sent
+/// it; refused toward OpenAI's and Azure's APIs, which have no such sampler (the route goes
+/// on, or with `drop_params` sends the request without it).
+fn foreign_top_k(request: &ChatRequest, kind: ProviderKind) -> Result<Option<u64>, ProviderError> {
+    let Some(value) = request.extra.get("top_k").filter(|value| !value.is_null()) else { return Ok(None) };
+    let Some(top_k) = value.as_u64() else {
+        let error = ProviderError::new(ErrorKind::InvalidRequest, "`top_k` must be a non-negative integer");
+        return Err(error.with_param("top_k"));
+    };
+    match kind {
+        ProviderKind::OpenAiCompatible => Ok(Some(top_k)),
+        _ => Err(ProviderError::unsupported(
+            "`top_k` has no equivalent in OpenAI's Chat Completions API; remove it or route this request to a provider that supports it",
+        )
+        .with_param("top_k")),
+    }
+}
+
 /// Logs at debug level the names of the request- and message-level `extra` fields that are
 /// not forwarded because the request arrived in another dialect.
 fn log_dropped(request: &ChatRequest) {
@@ -369,6 +396,9 @@ struct ChatBody<'a> {
     /// Nucleus sampling mass, as the client gave it.
     #[serde(skip_serializing_if = "Option::is_none")]
     top_p: Option<f64>,
+    /// Another dialect's `top_k`, for a compatible server that takes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_k: Option<u64>,
     /// The output token limit under its legacy name, for compatible servers and Azure; `None`
     /// when it travels as `max_completion_tokens` instead.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -930,8 +960,12 @@ mod tests {
 
     use super::*;
 
-    fn body(request: &ChatRequest, streaming: bool, completion_tokens: bool) -> Value {
-        let bytes = chat_body(request, "gpt-4o-mini", streaming, completion_tokens).unwrap();
+    fn kind(openai_itself: bool) -> ProviderKind {
+        if openai_itself { ProviderKind::OpenAi } else { ProviderKind::OpenAiCompatible }
+    }
+
+    fn body(request: &ChatRequest, streaming: bool, openai_itself: bool) -> Value {
+        let bytes = chat_body(request, "gpt-4o-mini", streaming, kind(openai_itself)).unwrap();
         serde_json::from_slice(&bytes).unwrap()
     }
 
@@ -989,7 +1023,7 @@ mod tests {
         request.extra.insert("thinking".into(), json!({"type": "adaptive"}));
         request.extra.insert("output_config".into(), json!({"effort": "high"}));
         let sent = |request: &ChatRequest, model: &str, openai_itself: bool| -> Value {
-            serde_json::from_slice(&chat_body(request, model, false, openai_itself).unwrap()).unwrap()
+            serde_json::from_slice(&chat_body(request, model, false, kind(openai_itself)).unwrap()).unwrap()
         };
         assert_eq!(sent(&request, "gpt-5", true)["reasoning_effort"], "high", "Claude Code's effort");
         for model in ["gpt-4o", "gpt-5-chat-latest", "gpt-5.1-chat", "o1-mini", "o1-preview-2024-09-12"] {
@@ -1011,11 +1045,32 @@ mod tests {
     }
 
     #[test]
+    fn another_dialects_top_k_reaches_a_compatible_server_and_is_refused_by_openai_and_azure() {
+        let mut request = ChatRequest::new("route", vec![Message::user("hi")]);
+        request.origin = Dialect::Anthropic;
+        request.extra.insert("top_k".into(), json!(40));
+        let sent = chat_body(&request, "qwen3", false, ProviderKind::OpenAiCompatible).unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&sent).unwrap()["top_k"], 40);
+        for kind in [ProviderKind::OpenAi, ProviderKind::Azure] {
+            let error = chat_body(&request, "gpt-4o", false, kind).unwrap_err();
+            assert!(error.is_unsupported() && error.detail().contains("`top_k`"), "{kind:?}: {error:?}");
+            assert_eq!(error.param(), Some("top_k"), "drop_params can leave it out");
+        }
+        request.extra.insert("top_k".into(), json!("forty"));
+        let error = chat_body(&request, "qwen3", false, ProviderKind::OpenAiCompatible).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::InvalidRequest, "{error:?}");
+        // An OpenAI client's own `top_k` goes to its server as written, whatever the kind.
+        request.origin = Dialect::OpenAi;
+        let sent = chat_body(&request, "gpt-4o", false, ProviderKind::OpenAi).unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&sent).unwrap()["top_k"], "forty");
+    }
+
+    #[test]
     fn extras_never_duplicate_a_field_the_body_writes() {
         let mut request = ChatRequest::new("route", vec![Message::user("hi")]);
         request.extra.insert("model".into(), json!("sneaky"));
         request.extra.insert("stream_options".into(), json!({"include_obfuscation": false}));
-        let bytes = chat_body(&request, "gpt-4o-mini", true, false).unwrap();
+        let bytes = chat_body(&request, "gpt-4o-mini", true, ProviderKind::OpenAiCompatible).unwrap();
         let text = String::from_utf8(bytes).unwrap();
         assert_eq!(text.matches("\"model\"").count(), 1);
         assert_eq!(text.matches("\"stream_options\"").count(), 1);

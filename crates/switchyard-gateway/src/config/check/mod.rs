@@ -89,8 +89,12 @@ pub(crate) fn check(
     gateway.keys = client_keys;
     gateway.telemetry = telemetry;
     gateway.responses_native = responses_native(&file.providers);
-    gateway.anthropic_providers =
-        file.providers.iter().filter(|(_, p)| p.kind == Kind::Anthropic).map(|(id, _)| id.clone()).collect();
+    gateway.anthropic_providers = file
+        .providers
+        .iter()
+        .filter(|(_, p)| matches!(p.kind, Kind::Anthropic | Kind::Vertex | Kind::Bedrock))
+        .map(|(id, _)| id.clone())
+        .collect();
     let checked = CheckedConfig {
         listen,
         providers,
