@@ -865,13 +865,15 @@ async fn anthropic_dialect_extra_fields_are_forwarded_untouched() {
 }
 
 #[tokio::test]
-async fn anthropic_only_fields_from_another_dialect_are_refused() {
+async fn a_compatible_servers_sampler_claude_lacks_is_refused_naming_it() {
+    // llama.cpp's `mirostat` (unlike `top_k`, which Claude has too: see above).
     let fake = Fake::json(200, text_answer()).await;
     let mut request = hello();
-    request.extra.insert("top_k".into(), json!(40));
+    request.extra.insert("mirostat".into(), json!(2));
     let error = chat(&fake, &request).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::InvalidRequest);
-    assert!(error.detail().contains("`top_k`"));
+    assert!(error.is_unsupported() && error.detail().contains("`mirostat`"), "{error:?}");
+    assert!(fake.requests().is_empty(), "nothing sent");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -220,7 +220,9 @@ async fn extras_of_another_dialect_are_not_forwarded() {
     user.extra = extra(json!({"cache_control": {"type": "ephemeral"}}));
     let mut request = ChatRequest::new("default", vec![user]);
     request.max_tokens = Some(100);
-    request.extra = extra(json!({"top_k": 5, "metadata": {"user_id": "u-1"}}));
+    // (The gateway names `container` in the attempt's trail; `top_k`, which OpenAI lacks,
+    // would skip the target instead.)
+    request.extra = extra(json!({"container": "c-1", "metadata": {"user_id": "u-1"}}));
     request.origin = Dialect::Anthropic;
 
     harness.chat(&request).await.unwrap();
