@@ -693,31 +693,93 @@ async fn a_tool_turn_sent_back_without_its_thinking_goes_on_without_thinking() {
     assert_eq!(sent["messages"][1]["content"][0]["type"], "tool_use", "{sent}");
 }
 
-#[tokio::test]
-async fn a_reasoning_servers_thinking_reaches_an_anthropic_client_as_nothing_it_would_send_back_unsigned() {
+/// A reasoning server's stream: its reasoning, then "42".
+fn reasoning_sse() -> String {
     let chunk = |delta: &str| {
         format!(
             "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"r1\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":null}}]}}\n\n"
         )
     };
-    let sse = [
-        chunk(r#"{"role":"assistant","content":null,"reasoning_content":"Six times seven."}"#),
+    [
+        chunk(r#"{"role":"assistant","content":null,"reasoning_content":"Six times"}"#),
+        chunk(r#"{"reasoning_content":" seven."}"#),
         chunk(r#"{"content":"42"}"#),
         "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"r1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n".to_owned(),
     ]
-    .concat();
-    let upstream = Upstream::start(OPENAI_ANSWER, &sse).await;
+    .concat()
+}
+
+#[tokio::test]
+async fn a_reasoning_servers_thinking_reaches_an_anthropic_client_as_a_block_signed_for_that_model() {
+    const WHOLE: &str = r#"{"id":"c1","object":"chat.completion","created":1,"model":"r1","choices":[{"index":0,"message":{"role":"assistant","content":"42","reasoning_content":"Six times seven."},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":9,"total_tokens":14}}"#;
+    let upstream = Upstream::start(WHOLE, &reasoning_sse()).await;
     let gateway = gateway("openai_compatible", "/v1", &upstream, "r1").await;
     let body =
         r#"{"model":"default","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"6x7?"}]}"#;
     let (status, events) = post(gateway, "/v1/messages", body).await;
     assert_eq!(status, 200, "{events}");
-    assert!(events.contains(r#""text_delta","text":"42""#), "{events}");
-    // A thinking block needs Anthropic's signature: one without it, sent back in the next
-    // turn, would be refused by an Anthropic target of the route. So the thinking of another
-    // dialect's model is not written as one.
-    assert!(!events.contains("Six times seven."), "{events}");
-    assert!(!events.contains("\"thinking\""), "{events}");
+    let thinking = [
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Six times"}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":" seven."}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"switchyard.reasoning.v1:r1"}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
+    ];
+    let mut from = 0;
+    for line in thinking {
+        let at = events[from..].find(line).unwrap_or_else(|| panic!("{line} after {from} in {events}"));
+        from += at + line.len();
+    }
+
+    // Whole, the same block leads the answer.
+    let whole = body.replace(r#""stream":true,"#, "");
+    let (status, answer) = post(gateway, "/v1/messages", &whole).await;
+    assert_eq!(status, 200, "{answer}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(
+        answer["content"][0],
+        serde_json::json!({"type": "thinking", "thinking": "Six times seven.", "signature": "switchyard.reasoning.v1:r1"}),
+        "{answer}"
+    );
+    assert_eq!(answer["content"][1]["text"], "42", "{answer}");
+}
+
+/// An Anthropic client's next turn after a tool call the reasoning server `r1` made while it
+/// reasoned: the thinking block it was given, sent back.
+const SEALED_TOOL_TURN: &str = r#"{"model":"default","max_tokens":2048,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":[{"type":"thinking","thinking":"Need the tool.","signature":"switchyard.reasoning.v1:r1"},{"type":"tool_use","id":"call_1","name":"get_weather","input":{"city":"Paris"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"sunny"}]}],"tools":[{"name":"get_weather","input_schema":{"type":"object"}}]}"#;
+
+#[tokio::test]
+async fn reasoning_sent_back_reaches_the_model_that_wrote_it_and_no_other() {
+    // DeepSeek refuses a tool turn sent back without its `reasoning_content`.
+    let upstream = Upstream::start(OPENAI_ANSWER, "").await;
+    let r1 = gateway("openai_compatible", "/v1", &upstream, "r1").await;
+    let (status, answer) = post(r1, "/v1/messages", SEALED_TOOL_TURN).await;
+    assert_eq!(status, 200, "{answer}");
+    let sent: serde_json::Value = serde_json::from_str(&upstream.received().1).unwrap();
+    let turn = &sent["messages"][1];
+    assert_eq!(
+        (&turn["role"], &turn["reasoning_content"]),
+        (&"assistant".into(), &"Need the tool.".into()),
+        "{sent}"
+    );
+
+    // Another model of a compatible server did not write it: not sent.
+    let upstream = Upstream::start(OPENAI_ANSWER, "").await;
+    let other = gateway("openai_compatible", "/v1", &upstream, "qwen3").await;
+    let (status, answer) = post(other, "/v1/messages", SEALED_TOOL_TURN).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(!upstream.received().1.contains("Need the tool."), "{}", upstream.received().1);
+
+    // Claude would refuse the gateway's signature: the block is left out, and the tool turn,
+    // now without thinking, goes on without it, as Anthropic wants.
+    let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
+    let claude = gateway("anthropic", "", &upstream, "claude-sonnet-4-5").await;
+    let (status, answer) = post(claude, "/v1/messages", SEALED_TOOL_TURN).await;
+    assert_eq!(status, 200, "{answer}");
+    let sent: serde_json::Value = serde_json::from_str(&upstream.received().1).unwrap();
+    assert_eq!(sent["messages"][1]["content"][0]["type"], "tool_use", "{sent}");
+    assert!(sent.get("thinking").is_none(), "{sent}");
 }
 
 #[tokio::test]

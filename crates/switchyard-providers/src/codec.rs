@@ -79,6 +79,38 @@ pub fn write_event(out: &mut Vec<u8>, name: &str, value: &impl serde::Serialize)
     write_data(out, value);
 }
 
+/// The signature the gateway gives a thinking block it writes for an Anthropic client from
+/// another dialect's reasoning (an OpenAI-compatible server's `reasoning_content`, Gemini's
+/// thoughts): `switchyard.reasoning.v1:` and the model that reasoned. Anthropic would refuse it,
+/// so no Claude is sent it; sent back, it carries the reasoning to the model that wrote it,
+/// which may need it (DeepSeek refuses a tool turn sent back without its `reasoning_content`).
+pub const REASONING_SEAL: &str = "switchyard.reasoning.v1:";
+
+/// The key of a canonical assistant message's `extra` holding the reasoning an Anthropic
+/// client sent back under [`REASONING_SEAL`]: `{"model", "text"}`. Never sent as written.
+pub const SEALED_REASONING: &str = "sealed_reasoning";
+
+/// The signature of reasoning `model` wrote (see [`REASONING_SEAL`]).
+pub(crate) fn reasoning_signature(model: &str) -> String {
+    format!("{REASONING_SEAL}{model}")
+}
+
+/// Whether a thinking `block` carries reasoning the gateway signed (see [`REASONING_SEAL`]).
+pub(crate) fn is_sealed_reasoning(block: &serde_json::Value) -> bool {
+    block["signature"].as_str().is_some_and(|signature| signature.starts_with(REASONING_SEAL))
+}
+
+/// The reasoning an assistant `message` sent back sealed, when `model` wrote it: what its
+/// server is given back as the message's `reasoning_content`.
+pub(crate) fn sealed_reasoning_of<'m>(
+    message: &'m switchyard::chat::Message,
+    model: &str,
+) -> Option<&'m str> {
+    let sealed = message.extra.get(SEALED_REASONING)?;
+    let writer = sealed["model"].as_str()?;
+    writer.eq_ignore_ascii_case(model).then(|| sealed["text"].as_str()).flatten()
+}
+
 /// Whether a tool call's `arguments` so far are whole JSON, so that no fragment of them can
 /// follow: a writer that holds a call begun while another goes on asks it of the open call.
 pub(crate) fn is_whole_json(arguments: &str) -> bool {

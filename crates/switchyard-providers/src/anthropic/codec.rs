@@ -161,8 +161,8 @@ pub fn response_body(
     {
         return named(&body);
     }
-    response.model = asked.to_owned();
-    Ok(bytes::Bytes::from(response_to_json(response)?.to_string()))
+    let answered_by = std::mem::replace(&mut response.model, asked.to_owned());
+    Ok(bytes::Bytes::from(encode::answer_json(response, &answered_by)?.to_string()))
 }
 
 /// Anthropic's stream events from canonical chunks, or the provider's own events passed on

@@ -82,7 +82,8 @@ impl Refused {
 }
 
 /// Sends `body` for `model` under `key` with `send`, without the past thinking `model` refused
-/// under `key` before, and
+/// under `key` before nor another dialect's reasoning the gateway signed (which no Claude
+/// takes: see [`crate::codec::REASONING_SEAL`]), and
 /// once more without its past thinking when the target refuses that thinking as not its own
 /// (remembered in `refused`); the answer, with the notice for the attempt's trail when thinking
 /// was left out.
@@ -95,6 +96,7 @@ where
     F: Fn(Bytes) -> Fut,
     Fut: Future<Output = Result<T, ProviderError>>,
 {
+    let body = without_sealed_reasoning(body);
     let (body, left_out) = match refused.any(model, key) {
         true => {
             match without_past_thinking(&body, |_, block| refused.refused(model, key, fingerprint(block))) {
@@ -137,6 +139,19 @@ fn fingerprint(block: &Value) -> u64 {
     let mut hasher = std::hash::DefaultHasher::new();
     signed.hash(&mut hasher);
     hasher.finish()
+}
+
+/// `body` without the thinking blocks that hold another dialect's reasoning, as the gateway
+/// signed it for an Anthropic client (see [`crate::codec::REASONING_SEAL`]); read only when
+/// it holds the seal.
+fn without_sealed_reasoning(body: Bytes) -> Bytes {
+    if memchr::memmem::find(&body, crate::codec::REASONING_SEAL.as_bytes()).is_none() {
+        return body;
+    }
+    match without_past_thinking(&body, |_, block| crate::codec::is_sealed_reasoning(block)) {
+        Some((stripped, _)) => Bytes::from(stripped),
+        None => body,
+    }
 }
 
 /// The message a refusal of past thinking names (`messages.3.content.0: Invalid

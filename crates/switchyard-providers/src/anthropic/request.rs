@@ -511,6 +511,8 @@ fn thinking_blocks(message: &Message) -> Vec<Block> {
 pub fn sendable_thinking(block: &Value) -> Option<Value> {
     let text = |name: &str| block.get(name).and_then(Value::as_str).map(str::to_owned);
     match block["type"].as_str()? {
+        // Another dialect's reasoning, which the gateway signed: no Claude would take it.
+        "thinking" if crate::codec::is_sealed_reasoning(block) => None,
         "thinking" => {
             let signature = text("signature").or_else(|| text("signature_delta"))?;
             Some(json!({"type": "thinking", "thinking": text("thinking")?, "signature": signature}))

@@ -213,7 +213,7 @@ pub(super) fn chat_body(
     };
     let body = ChatBody {
         model,
-        messages: messages_body(request, &translated, &lifted, forward),
+        messages: messages_body(request, (&translated, &lifted), forward, model),
         tools: request.tools.iter().map(|tool| ToolBody::new(tool, forward)).collect(),
         tool_choice: request.tool_choice.as_ref(),
         temperature: request.temperature,
@@ -290,9 +290,9 @@ fn reasoning_effort(request: &ChatRequest) -> Option<&'static str> {
 /// and after a message that `lifted` names, the user message it holds.
 fn messages_body<'a>(
     request: &'a ChatRequest,
-    translated: &'a [Option<Content>],
-    lifted: &'a [(usize, Content)],
+    (translated, lifted): (&'a [Option<Content>], &'a [(usize, Content)]),
     forward: bool,
+    model: &str,
 ) -> Vec<MessageBody<'a>> {
     let mut lifted = lifted.iter().peekable();
     let mut messages = Vec::with_capacity(request.messages.len() + lifted.len());
@@ -303,6 +303,9 @@ fn messages_body<'a>(
             name: message.name.as_deref(),
             tool_calls: &message.tool_calls,
             tool_call_id: message.tool_call_id.as_deref(),
+            reasoning_content: (!forward)
+                .then(|| crate::codec::sealed_reasoning_of(message, model))
+                .flatten(),
             extra: Passthrough::new(forward.then_some(&message.extra), MESSAGE_FIELDS),
         });
         if let Some((_, content)) = lifted.next_if(|(after, _)| *after == i) {
@@ -312,6 +315,7 @@ fn messages_body<'a>(
                 name: None,
                 tool_calls: &[],
                 tool_call_id: None,
+                reasoning_content: None,
                 extra: Passthrough::new(None, MESSAGE_FIELDS),
             });
         }
@@ -454,6 +458,10 @@ struct MessageBody<'a> {
     /// A `tool` message's `tool_call_id`, the id of the call it answers.
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_call_id: Option<&'a str>,
+    /// An assistant message's reasoning, sent back to the model that wrote it (a client of
+    /// another dialect's: see [`crate::codec::REASONING_SEAL`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
     /// The message's unmodelled fields (such as `refusal`), OpenAI dialect only.
     #[serde(flatten)]
     extra: Passthrough<'a>,

@@ -407,15 +407,24 @@ fn read_system_blocks(blocks: &[Value], path: &str) -> Result<Message, CodecErro
     Ok(message(Role::System, parts_content(parts)))
 }
 
-/// An assistant turn: its text and tool calls. Other blocks (thinking, server tools) have no
-/// canonical form and survive only verbatim.
+/// An assistant turn: its text and tool calls, and the reasoning of another dialect's model
+/// the gateway wrote as a thinking block (see [`crate::codec::REASONING_SEAL`]), kept for that
+/// model. Other blocks (Claude's thinking, server tools) have no canonical form and survive
+/// only verbatim.
 fn read_assistant_blocks(blocks: &[Value], path: &str) -> Result<Message, CodecError> {
     let mut parts = Vec::new();
     let mut tool_calls = Vec::new();
+    let mut reasoning: Option<(String, String)> = None;
     for (j, block) in blocks.iter().enumerate() {
         let block_path = format!("{path}.content[{j}]");
         let (object, kind) = block_object(block, &block_path)?;
         match kind {
+            "thinking" if crate::codec::is_sealed_reasoning(block) => {
+                let signature = string_field(object, "signature", &block_path)?;
+                let model = signature[crate::codec::REASONING_SEAL.len()..].to_owned();
+                let text = string_field(object, "thinking", &block_path)?;
+                reasoning.get_or_insert_with(|| (model, String::new())).1.push_str(&text);
+            }
             "text" => parts.push(ContentPart::Text { text: string_field(object, "text", &block_path)? }),
             "tool_use" => {
                 let input = match object.get("input") {
@@ -439,6 +448,10 @@ fn read_assistant_blocks(blocks: &[Value], path: &str) -> Result<Message, CodecE
     }
     let mut answer = message(Role::Assistant, parts_content(parts));
     answer.tool_calls = tool_calls;
+    if let Some((model, text)) = reasoning {
+        let sealed = serde_json::json!({ "model": model, "text": text });
+        answer.extra.insert(crate::codec::SEALED_REASONING.to_owned(), sealed);
+    }
     Ok(answer)
 }
 

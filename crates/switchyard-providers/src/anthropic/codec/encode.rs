@@ -28,9 +28,17 @@ fn extra_str<'a>(extra: &'a Extra, key: &str) -> Option<&'a str> {
 /// text block and tool calls `tool_use` blocks; their arguments must be JSON objects, else the
 /// error names `choices[0].message.tool_calls[k].function.arguments`. An answer from Anthropic
 /// to an Anthropic-dialect request comes back exactly as Anthropic sent it (its blocks, stop
-/// reason and usage were kept in `extra`). `usage.input_tokens` is the canonical
-/// `prompt_tokens`, cached tokens included.
+/// reason and usage were kept in `extra`). Another dialect's reasoning (`reasoning_content`)
+/// comes first, as a thinking block the gateway signed (see [`crate::codec::REASONING_SEAL`]).
+/// `usage.input_tokens` is the canonical `prompt_tokens`, cached tokens included.
 pub fn response_to_json(response: &ChatResponse) -> Result<Value, CodecError> {
+    answer_json(response, &response.model)
+}
+
+/// [`response_to_json`], another dialect's reasoning (`reasoning_content`) written as a
+/// thinking block first, signed as the gateway's for `reasoned_by`, the model that wrote it
+/// (see [`crate::codec::REASONING_SEAL`]).
+pub(crate) fn answer_json(response: &ChatResponse, reasoned_by: &str) -> Result<Value, CodecError> {
     let choice = response.choices.first();
     let content = match choice.map(|c| &c.message) {
         None => Vec::new(),
@@ -54,6 +62,14 @@ pub fn response_to_json(response: &ChatResponse) -> Result<Value, CodecError> {
         && content.is_empty()
     {
         content.push(to_json(&Block::Text { text: refusal.to_owned() }));
+    }
+    let verbatim = choice.is_some_and(|c| c.message.extra.contains_key(VERBATIM_BLOCKS));
+    if let Some(reasoning) = choice
+        .and_then(|c| extra_str(&c.message.extra, "reasoning_content"))
+        .filter(|r| !r.is_empty() && !verbatim)
+    {
+        let signature = crate::codec::reasoning_signature(reasoned_by);
+        content.insert(0, json!({ "type": "thinking", "thinking": reasoning, "signature": signature }));
     }
     let choice_extra = choice.map(|c| &c.extra);
     let stop_sequence = choice_extra.and_then(|e| extra_str(e, "stop_sequence")).map(str::to_owned);
@@ -119,6 +135,12 @@ enum OpenBlock {
         /// The canonical tool call (`tool_calls[].index`) it writes.
         call: u32,
     },
+    /// A `thinking` block of another dialect's reasoning (`reasoning_content`), signed as the
+    /// gateway's when it closes (see [`crate::codec::REASONING_SEAL`]).
+    Thinking {
+        /// The block's Anthropic content block index.
+        index: u32,
+    },
     /// A block of another kind the provider's own events opened (see [`StreamEncoder::resume`]):
     /// closed before anything else is written.
     Other {
@@ -131,7 +153,10 @@ impl OpenBlock {
     /// The block's Anthropic content block index.
     fn index(self) -> u32 {
         match self {
-            OpenBlock::Text { index } | OpenBlock::Tool { index, .. } | OpenBlock::Other { index } => index,
+            OpenBlock::Text { index }
+            | OpenBlock::Tool { index, .. }
+            | OpenBlock::Thinking { index }
+            | OpenBlock::Other { index } => index,
         }
     }
 }
@@ -164,9 +189,10 @@ impl OpenBlock {
 /// written whole once the open block ends, since Anthropic's stream has one block open at a
 /// time. `message_start` reports the
 /// usage of the first chunk, which only some upstreams tell (Gemini does; OpenAI-dialect
-/// servers count at the end), else 0; the final `message_delta` carries both counts. Reasoning (`reasoning_content`) of another dialect's model is not
-/// written: a thinking block needs Anthropic's signature, and one without it, sent back in
-/// the next turn, would be refused by an Anthropic target.
+/// servers count at the end), else 0; the final `message_delta` carries both counts. Reasoning
+/// (`reasoning_content`) of another dialect's model streams as a thinking block, signed when it
+/// ends as the gateway's for the model that wrote it (see [`crate::codec::REASONING_SEAL`]):
+/// sent back, it reaches that model again and no Claude, which would refuse the signature.
 #[derive(Debug, Default)]
 pub struct StreamEncoder {
     /// `message_start` was written.
@@ -194,6 +220,9 @@ pub struct StreamEncoder {
     usage: Option<Usage>,
     /// The model `message_start` names, when not the chunks' (the one the client asked for).
     model: Option<String>,
+    /// The model the chunks name (the one that answered): whose reasoning a thinking block
+    /// holds.
+    answered_by: String,
 }
 
 impl StreamEncoder {
@@ -218,6 +247,9 @@ impl StreamEncoder {
             self.start(chunk, &mut events);
         }
         for choice in chunk.choices.iter().filter(|choice| choice.index == 0) {
+            if let Some(reasoning) = choice.delta.reasoning_content.as_deref().filter(|r| !r.is_empty()) {
+                self.reasoning(reasoning, &mut events);
+            }
             // A model's refusal in words is text to an Anthropic client (see `response_to_json`).
             let text = choice.delta.content.as_deref().or(choice.delta.refusal.as_deref());
             if let Some(text) = text.filter(|text| !text.is_empty()) {
@@ -299,6 +331,7 @@ impl StreamEncoder {
     /// else zero.
     fn start(&mut self, chunk: &ChatChunk, events: &mut Vec<Event>) {
         self.started = true;
+        self.answered_by.clone_from(&chunk.model);
         let id = &chunk.id;
         let usage = chunk.usage.map_or(
             wire::Usage { input_tokens: Some(0), output_tokens: Some(0), ..wire::Usage::default() },
@@ -331,6 +364,17 @@ impl StreamEncoder {
         if let Some(open) = self.open {
             events.push(event(StreamEvent::ContentBlockDelta { index: open.index(), delta }));
         }
+    }
+
+    /// More of another dialect's reasoning: into the open thinking block, or a new one.
+    fn reasoning(&mut self, reasoning: &str, events: &mut Vec<Event>) {
+        if !matches!(self.open, Some(OpenBlock::Thinking { .. })) {
+            self.settle(events);
+            let index = self.open_block(|index| OpenBlock::Thinking { index });
+            let block = json!({ "type": "thinking", "thinking": "", "signature": "" });
+            events.push(event(StreamEvent::ContentBlockStart { index, content_block: Block::Raw(block) }));
+        }
+        self.delta(BlockDelta::ThinkingDelta { thinking: reasoning.to_owned() }, events);
     }
 
     /// One fragment of a tool call: into the open call's block, or a held call, or a new block
@@ -398,6 +442,11 @@ impl StreamEncoder {
         if let Some(open) = self.open.take() {
             if let OpenBlock::Tool { call, .. } = open {
                 self.closed_calls.insert(call);
+            }
+            if let OpenBlock::Thinking { index } = open {
+                let signature = crate::codec::reasoning_signature(&self.answered_by);
+                let delta = BlockDelta::Other(json!({ "type": "signature_delta", "signature": signature }));
+                events.push(event(StreamEvent::ContentBlockDelta { index, delta }));
             }
             self.open_arguments.clear();
             events.push(event(StreamEvent::ContentBlockStop { index: open.index() }));
