@@ -154,8 +154,14 @@ impl Recent {
 
     /// The record of request `id`, if it is still kept.
     pub fn get(&self, id: &str) -> Option<Arc<RequestRecord>> {
+        self.get_where(id, |_| true)
+    }
+
+    /// The newest record of request `id` that `admits`, if one is still kept: a client may
+    /// name its requests (`x-request-id`), and two clients may pick one name.
+    pub fn get_where(&self, id: &str, admits: impl Fn(&RequestRecord) -> bool) -> Option<Arc<RequestRecord>> {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.iter().rev().find(|record| record.id == id).cloned()
+        entries.iter().rev().find(|record| record.id == id && admits(record)).cloned()
     }
 }
 

@@ -296,7 +296,7 @@ impl ConfigLife {
     /// The reload itself: read, check, assemble over the running configuration, swap.
     fn read_and_swap(&self, state: &AppState) -> Outcome {
         let Some(path) = &self.path else { return Outcome::NotAFile };
-        let text = match std::fs::read_to_string(path) {
+        let text = match config::read_text(path) {
             Ok(text) => text,
             Err(error) => {
                 let error = ConfigError {

@@ -495,6 +495,22 @@ async fn without_an_admin_key_a_client_key_reads_its_own_trails_and_never_anothe
     assert_eq!(get_as(gateway, TEAM, &trail).await.0, 200);
     let (status, refused) = get_as(gateway, BARE, &trail).await;
     assert_eq!(status, 404, "another key's trail is not found: {refused}");
+
+    // Another key naming its request after this one (its own `x-request-id`) hides nothing.
+    let reused = reqwest::Client::new()
+        .post(format!("http://{gateway}/v1/chat/completions"))
+        .bearer_auth(BARE)
+        .header("x-request-id", &team_request)
+        .json(&json!({ "model": "default", "messages": [{ "role": "user", "content": "hi" }] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reused.status(), 200);
+    let (status, found) = get_as(gateway, TEAM, &trail).await;
+    assert_eq!((status, found["key"].as_str()), (200, Some("team")), "{found}");
+    let (status, found) = get_as(gateway, BARE, &trail).await;
+    assert_eq!(status, 200, "{found}");
+    assert_ne!(found["key"], "team", "its own: {found}");
 }
 
 #[tokio::test]
@@ -512,4 +528,9 @@ async fn a_key_held_to_some_routes_is_shown_only_the_models_it_may_use() {
     assert_eq!(get(TEAM, "/v1/models/claude-sonnet-4-5-20250929").await.0, 200);
     assert_eq!(get(TEAM, "/v1/models/other").await.0, 404);
     assert_eq!(get(BARE, "/v1/models/other").await.0, 200);
+    // A request that names no model is told what this key may name, and nothing else.
+    let empty = chat(gateway, TEAM, "").await;
+    assert_eq!(empty.status, 400);
+    let message = empty.body["error"]["message"].as_str().unwrap();
+    assert!(message.ends_with("(claude-*, default)"), "{message}");
 }

@@ -82,7 +82,7 @@ pub(crate) fn rewrite<const N: usize>(
         kept += 1;
         let Some(at) = at else { return Ok(()) };
         done[at] = true;
-        if let Some(edited) = edited(edits[at].1, Some(&body[member.value.0..member.value.1]))? {
+        if let Some(edited) = edited(edits[at], Some(&body[member.value.0..member.value.1]))? {
             out.extend_from_slice(&body[copied..member.value.0]);
             edited.write(&mut out);
             copied = member.value.1;
@@ -92,7 +92,7 @@ pub(crate) fn rewrite<const N: usize>(
     out.extend_from_slice(&body[copied..end]);
     let mut first = kept == 0;
     for ((key, edit), done) in edits.iter().zip(done) {
-        if !done && let Some(edited) = edited(*edit, None)? {
+        if !done && let Some(edited) = edited((key, *edit), None)? {
             if !std::mem::take(&mut first) {
                 out.push(b',');
             }
@@ -106,9 +106,12 @@ pub(crate) fn rewrite<const N: usize>(
     Ok(out)
 }
 
-/// The value `edit` makes of `current` (the value's text; `None` when absent); `None` to leave
-/// it as it is, or absent.
-fn edited<'a>(edit: Edit<'a>, current: Option<&[u8]>) -> Result<Option<Member<'a>>, ProviderError> {
+/// The value `edit` makes of member `name`'s `current` value (its text; `None` when absent);
+/// `None` to leave it as it is, or absent.
+fn edited<'a>(
+    (name, edit): (&str, Edit<'a>),
+    current: Option<&[u8]>,
+) -> Result<Option<Member<'a>>, ProviderError> {
     Ok(match edit {
         Edit::Text(text) => Some(Member::Text(text)),
         Edit::Flag(flag) => Some(Member::Flag(flag)),
@@ -122,7 +125,7 @@ fn edited<'a>(edit: Edit<'a>, current: Option<&[u8]>) -> Result<Option<Member<'a
                 Some(_) => {
                     return Err(ProviderError::new(
                         ErrorKind::InvalidRequest,
-                        format!("a top-level member must be an object to set `{field}` in it"),
+                        format!("`{name}` must be an object (the gateway sets `{field}` in it)"),
                     ));
                 }
             };
@@ -500,6 +503,13 @@ mod tests {
                 rewrite(body.as_bytes(), &[("stream_options", Edit::Enable("include_usage"))]).unwrap_err();
             assert_eq!(error.kind(), ErrorKind::InvalidRequest, "{body}");
         }
+        let error =
+            rewrite(br#"{"stream_options": []}"#, &[("stream_options", Edit::Enable("include_usage"))])
+                .unwrap_err();
+        assert_eq!(
+            error.detail(),
+            "`stream_options` must be an object (the gateway sets `include_usage` in it)"
+        );
     }
 
     /// A JSON value of a few levels, with strings that quote, escape and bracket.

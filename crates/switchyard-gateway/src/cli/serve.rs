@@ -149,7 +149,7 @@ struct Serving {
 /// The configuration's life: reloads read its file again, when it came from one.
 fn config_life(loaded: &Loaded, addr: SocketAddr) -> ConfigLife {
     let text = match &loaded.source {
-        config::Source::File(path) => std::fs::read_to_string(path)
+        config::Source::File(path) => config::read_text(std::path::Path::new(path))
             .ok()
             // Changed since it was loaded: the next reload lists every section as changed.
             .filter(|text| config::config_hash(text) == loaded.hash),

@@ -238,12 +238,44 @@ pub fn check_file(
     unset_env: UnsetEnv,
 ) -> Result<Checked, ConfigError> {
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::one(&name, "(file)", format!("cannot read it: {e}")))?;
+    let text =
+        read_text(path).map_err(|e| ConfigError::one(&name, "(file)", format!("cannot read it: {e}")))?;
     let parsed = read::read(&text, is_toml(path), &name)?;
     let mut checked = build_parsed(parsed, Source::File(name), env, unset_env)?;
     checked.loaded.hash = config_hash(&text);
     Ok(checked)
+}
+
+/// The most a configuration file may hold: far more than any configuration needs, and a
+/// bound on what a path mistaken for one (`/dev/zero`, a log) can cost the gateway.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// The text of the configuration file at `path`. Only a regular file (or a link to one) of at
+/// most [`MAX_FILE_BYTES`] is read: a pipe or a device would block a reload or fill memory.
+pub fn read_text(path: &Path) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    let too_large = || {
+        Error::new(
+            ErrorKind::InvalidData,
+            format!("it holds more than {} MiB, the most a configuration may", MAX_FILE_BYTES >> 20),
+        )
+    };
+    let metadata = std::fs::metadata(path)?;
+    if !metadata.is_file() {
+        let what =
+            if metadata.is_dir() { "a directory" } else { "not a regular file (a pipe, socket or device)" };
+        return Err(Error::new(ErrorKind::InvalidInput, format!("it is {what}")));
+    }
+    if metadata.len() > MAX_FILE_BYTES {
+        return Err(too_large());
+    }
+    let mut text = String::new();
+    // Bounded again as read: the file may grow between the two.
+    std::fs::File::open(path)?.take(MAX_FILE_BYTES + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(too_large());
+    }
+    Ok(text)
 }
 
 /// Whether the file at `path` is TOML (it ends in `.toml`); else it is YAML.
@@ -330,4 +362,26 @@ fn build_parsed(
     let (checked, warnings) = check::check(parsed, &name, env, unset_env)?;
     let loaded = assemble::assemble(checked, source, &name)?;
     Ok(Checked { loaded, warnings })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_regular_file_of_bounded_size_is_read_as_a_configuration() {
+        let refused = |path: &Path| read_text(path).unwrap_err().to_string();
+        // A device would fill memory, a pipe block the reload that read it.
+        assert!(refused(Path::new("/dev/zero")).contains("not a regular file"));
+        let dir = std::env::temp_dir().join(format!("switchyard-read-text-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(refused(&dir).contains("a directory"));
+        let large = dir.join("large.yaml");
+        std::fs::File::create(&large).unwrap().set_len(MAX_FILE_BYTES + 1).unwrap();
+        assert!(refused(&large).contains("more than 16 MiB"), "{}", refused(&large));
+        let fine = dir.join("fine.yaml");
+        std::fs::write(&fine, "routes: {}\n").unwrap();
+        assert_eq!(read_text(&fine).unwrap(), "routes: {}\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

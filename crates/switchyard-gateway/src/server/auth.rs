@@ -40,10 +40,23 @@ pub(crate) fn presented_key(headers: &HeaderMap) -> Option<&str> {
     headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .and_then(bearer)
         .or_else(|| headers.get(names::API_KEY).and_then(|v| v.to_str().ok()))
         .or_else(|| headers.get("api-key").and_then(|v| v.to_str().ok()))
         .map(str::trim)
+}
+
+/// The credentials of an `Authorization` value of the `Bearer` scheme, whose name is
+/// case-insensitive (RFC 9110) and followed by spaces or tabs.
+fn bearer(authorization: &str) -> Option<&str> {
+    let (scheme, credentials) = authorization.split_once([' ', '\t'])?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(credentials)
+}
+
+/// Whether an `Authorization` header is sent that is not of the `Bearer` scheme (`Basic`, or
+/// a bare key).
+fn other_scheme(headers: &HeaderMap) -> bool {
+    headers.get(header::AUTHORIZATION).is_some_and(|v| v.to_str().ok().and_then(bearer).is_none())
 }
 
 /// The refusal of a request without a valid gateway key, saying how to send one.
@@ -69,10 +82,49 @@ fn refusal(headers: &HeaderMap, (invalid, required): (&str, &str)) -> ApiError {
         || headers.contains_key(names::API_KEY)
         || headers.contains_key("api-key");
     let message = match presented {
+        // What was sent is never quoted: a bare key would be.
+        true if other_scheme(headers) => {
+            format!(
+                "{invalid}: `Authorization` is not of the `Bearer` scheme; send `Authorization: Bearer <key>`"
+            )
+        }
         true => invalid.to_owned(),
         false => format!(
             "{required}: send it as `Authorization: Bearer <key>`, `x-api-key: <key>` or (Azure's clients) `api-key: <key>`"
         ),
     };
     ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(authorization: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::AUTHORIZATION, authorization.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_read_whatever_its_case_and_the_blanks_after_it() {
+        for sent in ["Bearer sk-1", "bearer sk-1", "BEARER sk-1", "Bearer\tsk-1", "Bearer   sk-1 "] {
+            assert_eq!(presented_key(&headers(sent)), Some("sk-1"), "{sent}");
+        }
+        for sent in ["Basic sk-1", "Bearersk-1", "sk-1"] {
+            assert_eq!(presented_key(&headers(sent)), None, "{sent}");
+        }
+    }
+
+    #[test]
+    fn a_refusal_of_another_scheme_says_so_without_quoting_what_was_sent() {
+        for sent in ["Basic c2stc2VjcmV0", "sk-secret-1"] {
+            let refusal = unauthorized(&headers(sent));
+            let text = format!("{refusal:?}");
+            assert!(text.contains("is not of the `Bearer` scheme"), "{text}");
+            assert!(!text.contains("c2stc2VjcmV0") && !text.contains("sk-secret-1"), "{text}");
+        }
+        let text = format!("{:?}", unauthorized(&headers("Bearer sk-wrong")));
+        assert!(!text.contains("scheme") && !text.contains("sk-wrong"), "{text}");
+    }
 }

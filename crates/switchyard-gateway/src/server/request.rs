@@ -7,7 +7,7 @@ use std::time::{Instant, SystemTime};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::Response;
 use serde_json::Value;
-use switchyard::chat::{Dialect, ReasoningShown};
+use switchyard::chat::Dialect;
 use switchyard::route::is_template;
 use switchyard::trace::TraceContext;
 use switchyard::trail::{Timing, Trail, Via};
@@ -125,7 +125,7 @@ impl RequestContext {
     ) -> Result<(Self, T), Box<Response>> {
         match parsed {
             Ok(request) if model(&request).trim().is_empty() => {
-                let error = missing_model(&self.live.router, !self.live.gateway.direct_targets);
+                let error = self.missing_model();
                 Err(Box::new(self.fail(state, error)))
             }
             Ok(request) => {
@@ -153,11 +153,6 @@ impl RequestContext {
         self.progress.routed.get_or_init(Instant::now);
         let mut options = options(headers);
         options.unfinished = Some(self.progress.unfinished.clone());
-        // An Anthropic client sends Claude's thinking back signed: only an Anthropic
-        // provider's own is written to it.
-        if self.dialect == Dialect::Anthropic {
-            options.reasoning = ReasoningShown::Verbatim(Dialect::Anthropic);
-        }
         if let Some((context, parent)) = self.trace {
             options.trace = Some(context);
             // The trace continued carries the client's vendor state on with it.
@@ -357,9 +352,21 @@ pub(crate) fn model_names(router: &Router, routes_only: bool) -> Vec<String> {
     names
 }
 
-/// The refusal of a request that names no `model`.
-fn missing_model(router: &Router, routes_only: bool) -> ApiError {
-    let names = model_names(router, routes_only).join(", ");
+impl RequestContext {
+    /// The refusal of a request that names no `model`, naming those its key may use.
+    fn missing_model(&self) -> ApiError {
+        let router = &self.live.router;
+        let routes_only = !self.live.gateway.direct_targets;
+        let mut names = model_names(router, routes_only);
+        if let Some(key) = &self.key {
+            names.retain(|name| key.rules.allows(name, router));
+        }
+        missing_model(&names.join(", "), routes_only)
+    }
+}
+
+/// The refusal of a request that names no `model`: one of `names`.
+fn missing_model(names: &str, routes_only: bool) -> ApiError {
     let what = if routes_only { "a route" } else { "a route or a target" };
     ApiError::new(
         axum::http::StatusCode::BAD_REQUEST,

@@ -133,7 +133,7 @@ pub fn request_from_json(body: Value) -> Result<ResponsesRequest, CodecError> {
     name_unmodelled(body, &mut unsent);
     if conversation.messages.is_empty() && !conversation.references && switches.previous_response_id.is_none()
     {
-        return Err(CodecError::new("input", "is required"));
+        return Err(empty_input(&original));
     }
     let chat = ChatRequest {
         model,
@@ -434,6 +434,21 @@ fn string<'a>(object: &'a Map<String, Value>, key: &str, path: &str) -> Result<&
         Some(Value::String(text)) => Ok(text),
         Some(_) => Err(CodecError::new(format!("{path}.{key}"), "must be a string")),
         None => Err(CodecError::new(format!("{path}.{key}"), "is required")),
+    }
+}
+
+/// The refusal of a request whose input says nothing to send: none, or only items of kinds
+/// no model is sent (named, as sent: `bogus`).
+fn empty_input(body: &Map<String, Value>) -> CodecError {
+    let items = body.get("input").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    let mut kinds: Vec<&str> = items.iter().filter_map(|item| item["type"].as_str()).collect();
+    kinds.dedup();
+    match kinds.is_empty() {
+        true => CodecError::new("input", "is required"),
+        false => CodecError::new(
+            "input",
+            format!("holds no message nor call to send, only items of kind {}", kinds.join(", ")),
+        ),
     }
 }
 
@@ -852,6 +867,14 @@ mod tests {
 
     fn refused(body: Value) -> String {
         request_from_json(body).unwrap_err().field
+    }
+
+    #[test]
+    fn an_input_of_items_no_model_is_sent_names_their_kinds() {
+        let error = request_from_json(json!({"model": "m", "input": [{"type": "bogus"}]})).unwrap_err();
+        assert_eq!(error.to_string(), "`input` holds no message nor call to send, only items of kind bogus");
+        let error = request_from_json(json!({"model": "m", "input": []})).unwrap_err();
+        assert_eq!(error.to_string(), "`input` is required");
     }
 
     #[test]
