@@ -14,8 +14,8 @@ use futures_core::Stream;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use switchyard::chat::{
-    ChatChunk, ChunkChoice, Delta, Dialect, Extra, FunctionCallDelta, Role, StreamNotice, ToolCallDelta,
-    Verbatim,
+    ChatChunk, ChunkChoice, Delta, Dialect, Extra, FunctionCallDelta, ReasoningShown, Role, StreamNotice,
+    ToolCallDelta, Verbatim,
 };
 use switchyard::credential::Secret;
 use switchyard::provider::ChunkStream;
@@ -66,14 +66,21 @@ where
                 Some(Ok(event)) => {
                     // A request sent verbatim is answered verbatim: every event, with its
                     // frame, canonical or not.
-                    // Every event tells of progress but a ping, unless a server tool runs: then
-                    // the ping is the tool at work, not a stall.
-                    let progress = event.event.as_deref() != Some("ping") || decoder.tool_running;
-                    let frame = decoder.pass_on.then(|| {
-                        let frame = Verbatim::new(Dialect::Anthropic, event.to_frame());
-                        if progress { frame.telling_progress() } else { frame }
-                    });
-                    match (decoder.decode(event), frame) {
+                    let name = event.event.as_deref();
+                    let (ping, delta) = (name == Some("ping"), name == Some("content_block_delta"));
+                    let tool_running = decoder.tool_running;
+                    let frame = decoder.pass_on.then(|| Verbatim::new(Dialect::Anthropic, event.to_frame()));
+                    let decoded = decoder.decode(event);
+                    // Every event tells of progress but a ping and a delta that adds nothing (a
+                    // stalled server's keep-alive), unless a server tool runs: then the ping is
+                    // the tool at work, not a stall.
+                    let adds = |c: &Option<ChatChunk>| {
+                        c.as_ref().is_some_and(|c| c.shows_content(ReasoningShown::Any))
+                    };
+                    let empty_delta = delta && !decoded.as_ref().is_ok_and(adds);
+                    let progress = (!ping && !empty_delta) || tool_running;
+                    let frame = frame.map(|frame| if progress { frame.telling_progress() } else { frame });
+                    match (decoded, frame) {
                         (Ok(None), None) => continue,
                         // A skipped event's frame is not passed on.
                         (Ok(Some(chunk)), _) if chunk.notice.is_some() => {
@@ -607,6 +614,29 @@ mod tests {
                 .filter(|c| c.verbatim.as_ref().is_some_and(|v| v.bytes().starts_with(b"event: ping")))
                 .all(|c| !c.answers())
         );
+    }
+
+    #[tokio::test]
+    async fn an_empty_delta_passed_on_tells_of_no_progress() {
+        // A stalled server that keeps its connection up with empty text deltas.
+        let empty = || {
+            event(
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":""}}"#,
+            )
+        };
+        let mut events = answer(&[STOPPED]);
+        let tail = events.split_off(3);
+        events.extend([empty(), empty()]);
+        events.extend(tail);
+        let chunks = chunks(events, true).await;
+        let deltas: Vec<bool> = chunks
+            .iter()
+            .filter_map(|c| c.verbatim.as_ref())
+            .filter(|v| v.bytes().starts_with(b"event: content_block_delta"))
+            .map(Verbatim::tells_progress)
+            .collect();
+        assert_eq!(deltas, [true, false, false], "only the delta with text");
     }
 
     const STOPPED: &str = r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}"#;
