@@ -56,6 +56,7 @@ FAULTS = {
     "down": "down=2s~words=40",
     "cut": "cut=20~words=40",
     "stall": "stall=20~words=40",
+    "keepalive": "keepalive=20~words=40",
     "errafter": "errevent=20~words=40",
     "errbefore": "errevent=0~words=40",
     "filter": "filter",
@@ -418,7 +419,9 @@ def test_a_deadline_leaves_the_fallback_room_when_the_primary_is_silent(gw, mock
 
 # --- breaks after content: whole when not streamed, continued when streamed --------------------
 
-AFTER_CONTENT = ["cut", "stall", "errafter"]
+AFTER_CONTENT = ["cut", "stall", "keepalive", "errafter"]
+# Faults that hold the connection open: caught by `idle`, after the content's last word.
+STALLS = ("stall", "keepalive")
 
 
 @pytest.mark.parametrize("fault", AFTER_CONTENT)
@@ -429,7 +432,7 @@ def test_a_break_after_content_upstream_of_a_whole_answer_is_retried_then_failed
     asked.whole()
     assert seen(mock, FAULTS[fault]) == 3 and seen(mock, ANSWER) == 1
     assert [a["outcome"] for a in trail(gw, asked)] == ["retried", "retried", "failed", "ok"]
-    limit = 3 * FIRST_BYTE if fault == "stall" else 0
+    limit = 3 * FIRST_BYTE if fault in STALLS else 0
     assert asked.seconds < limit + QUICK + 2
     nothing_left_hanging(mock)
 
@@ -453,7 +456,7 @@ def test_a_stream_broken_after_content_is_continued_by_the_fallback(gw, mock, di
         assert _text_of(last) == PARTIAL
     else:
         assert last["role"] == "user", "a target without prefills is asked the question again"
-    limit = FIRST_BYTE if fault == "stall" else 0
+    limit = FIRST_BYTE if fault in STALLS else 0
     assert asked.seconds < limit + QUICK
     nothing_left_hanging(mock)
 

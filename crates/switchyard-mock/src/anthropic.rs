@@ -16,6 +16,9 @@ use crate::wire::{next_id, push_json_escaped, push_json_str, rfc3339, split_even
 const UNREADABLE: &[u8] =
     b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\n\n";
 
+/// A stalled stream's keep-alive (`keepalive`): a text delta that adds nothing.
+const EMPTY: &[u8] = b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"\"}}\n\n";
+
 /// A Messages answer, streamed when `stream` is set.
 pub(crate) fn answer(answer: &Answer<'_>, stream: bool) -> Response<MockBody> {
     let id = next_id();
@@ -140,7 +143,7 @@ fn events(answer: &Answer<'_>, id: u64) -> Events {
         ),
     ));
     let end = Some(named_event("message_stop", r#"{"type":"message_stop"}"#));
-    let extra = answer.extra_event(stream_error, UNREADABLE);
+    let extra = answer.extra_event(stream_error, (UNREADABLE, EMPTY));
     Events { head, pieces, tail, end, extra }
 }
 

@@ -52,6 +52,8 @@ struct Script {
     done: bool,
     /// Kept for as long as the body lives: a stalled stream counts as a hanging request.
     hold: Option<HangGuard>,
+    /// A stalled body's keep-alive, sent every so often while it stalls.
+    keep_alive: Option<(Bytes, Duration)>,
 }
 
 impl MockBody {
@@ -69,7 +71,16 @@ impl MockBody {
             flushed: false,
             done: false,
             hold: None,
+            keep_alive: None,
         })))
+    }
+
+    /// Has a stalled body (a scripted one ending in [`Ending::Stall`]) send `piece` every
+    /// `every` while it stalls, as a server that keeps a stalled stream alive.
+    pub(crate) fn keep_alive(&mut self, piece: Bytes, every: Duration) {
+        if let Inner::Script(script) = &mut self.0 {
+            script.keep_alive = Some((piece, every));
+        }
     }
 
     /// Keeps `guard` until the body is dropped (a scripted body only).
@@ -136,8 +147,13 @@ impl Script {
                         None => self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
                     }
                 }
-                // Nothing will wake this task: hyper drops the body when the client leaves.
-                None if self.ending == Ending::Stall => return Poll::Pending,
+                None if self.ending == Ending::Stall => match &self.keep_alive {
+                    Some((piece, every)) => {
+                        self.parts.extend([Part::Pause(*every), Part::Data(piece.clone())]);
+                    }
+                    // Nothing will wake this task: hyper drops the body when the client leaves.
+                    None => return Poll::Pending,
+                },
                 None if self.ending == Ending::Cut && !self.flushed => {
                     // hyper flushes its write buffer when the body is not ready, but discards it
                     // when the body fails. Yield once so the frames before the cut reach the

@@ -41,6 +41,7 @@
 //! | `noend` | as `noterm`, then the connection held open | as `noterm`, then the connection held open |
 //! | `badevent=N` | a whole stream with one more event, not JSON, as its Nth | a `content_block_delta` that is not JSON |
 //! | `stall=N` | streams N content chunks, then sends nothing until the client goes | same |
+//! | `keepalive=N` | as `stall`, but an empty delta every 200 ms while it holds on | same |
 //! | `errevent=N` | N content chunks, then `data: {"error":{…,"type":"server_error"}}`, then the end | `event: error`, `overloaded_error` |
 //! | `down=D` | 503 until D after the scenario's first request, then `ok` | same |
 //! | `model429=M` | 429 `rate_limit_exceeded` without `retry-after` for model M, else `ok` | 429 `rate_limit_error` |

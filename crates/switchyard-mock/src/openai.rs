@@ -18,6 +18,9 @@ use crate::wire::{next_id, push_json_escaped, push_json_str, split_even, unix_no
 const UNREADABLE: &[u8] =
     b"data: {\"id\":\"chatcmpl-mock\",\"object\":\"chat.completion.chunk\",\"choices\":[{\n\n";
 
+/// A stalled stream's keep-alive (`keepalive`): a chunk whose delta adds nothing.
+const EMPTY: &[u8] = b"data: {\"id\":\"chatcmpl-mock\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":null}]}\n\n";
+
 /// A chat completion answer, streamed when `stream` is set.
 pub(crate) fn answer(answer: &Answer<'_>, stream: bool, include_usage: bool) -> Response<MockBody> {
     let id = next_id();
@@ -240,7 +243,7 @@ fn events(answer: &Answer<'_>, include_usage: bool, id: u64, created: u64) -> Ev
     let (head, pieces, finish) = chunker.content(answer.content, &answer.said, answer.shape.pieces, id);
     let tail = chunker.tail(finish, include_usage, answer.tokens());
     let end = Some(Bytes::from_static(b"data: [DONE]\n\n"));
-    let extra = answer.extra_event(stream_error, UNREADABLE);
+    let extra = answer.extra_event(stream_error, (UNREADABLE, EMPTY));
     Events { head, pieces, tail, end, extra }
 }
 

@@ -72,6 +72,9 @@ pub(crate) enum StreamFault {
     Cut(u32),
     /// Only this many pieces, then nothing while the connection stays open.
     Stall(u32),
+    /// Only this many pieces, then an empty delta every [`KEEPALIVE_EVERY`] while the
+    /// connection stays open: a stalled server that keeps it alive.
+    KeepAlive(u32),
     /// This many pieces, then the dialect's in-band error event, then the end of the body.
     ErrorEvent(u32),
     /// Every event but the terminator (`data: [DONE]`, `message_stop`), then the end of the body.
@@ -86,7 +89,10 @@ impl StreamFault {
     /// The pieces a stream sends before it breaks, when it breaks.
     fn breaks_after(self) -> Option<u32> {
         match self {
-            StreamFault::Cut(n) | StreamFault::Stall(n) | StreamFault::ErrorEvent(n) => Some(n),
+            StreamFault::Cut(n)
+            | StreamFault::Stall(n)
+            | StreamFault::KeepAlive(n)
+            | StreamFault::ErrorEvent(n) => Some(n),
             StreamFault::Unterminated | StreamFault::Held | StreamFault::BadEvent(_) => None,
         }
     }
@@ -111,15 +117,16 @@ impl Answer<'_> {
     }
 
     /// The extra event `fault` needs in a stream: `error` for an error event, an unreadable
-    /// event for a bad one.
+    /// event for a bad one, an empty delta for a keep-alive.
     pub(crate) fn extra_event(
         &self,
         error: impl FnOnce() -> Bytes,
-        unreadable: &'static [u8],
+        (unreadable, empty): (&'static [u8], &'static [u8]),
     ) -> Option<Bytes> {
         match self.shape.fault {
             Some(StreamFault::ErrorEvent(_)) => Some(error()),
             Some(StreamFault::BadEvent(_)) => Some(Bytes::from_static(unreadable)),
+            Some(StreamFault::KeepAlive(_)) => Some(Bytes::from_static(empty)),
             _ => None,
         }
     }
@@ -198,6 +205,13 @@ pub(crate) fn sse(events: Events, shape: &Shape) -> Response<MockBody> {
         }
         Some(StreamFault::Cut(_)) => Ending::Cut,
         Some(StreamFault::Stall(_)) => Ending::Stall,
+        Some(StreamFault::KeepAlive(_)) => {
+            let mut response = sse_response(parts, Ending::Stall);
+            if let Some(empty) = extra {
+                response.body_mut().keep_alive(empty, KEEPALIVE_EVERY);
+            }
+            return response;
+        }
         Some(StreamFault::ErrorEvent(_)) => {
             parts.extend(extra.map(Part::Data));
             Ending::Clean
@@ -216,6 +230,14 @@ pub(crate) fn sse(events: Events, shape: &Shape) -> Response<MockBody> {
             Ending::Clean
         }
     };
+    sse_response(parts, ending)
+}
+
+/// How often a `keepalive` stream sends its empty delta once it stalled.
+pub(crate) const KEEPALIVE_EVERY: Duration = Duration::from_millis(200);
+
+/// An SSE response that plays `parts`, then ends as `ending` says.
+fn sse_response(parts: VecDeque<Part>, ending: Ending) -> Response<MockBody> {
     let mut response = Response::new(MockBody::script(parts, ending));
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));

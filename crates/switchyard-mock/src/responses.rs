@@ -13,6 +13,9 @@ use crate::wire::{next_id, split_even, unix_now};
 const UNREADABLE: &[u8] =
     b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\n\n";
 
+/// A stalled stream's keep-alive (`keepalive`): a text delta that adds nothing.
+const EMPTY: &[u8] = b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_mock\",\"output_index\":0,\"content_index\":0,\"delta\":\"\",\"logprobs\":[]}\n\n";
+
 /// A Responses answer, streamed when `stream` is set.
 pub(crate) fn answer(answer: &Answer<'_>, stream: bool) -> Response<MockBody> {
     let id = next_id();
@@ -160,7 +163,7 @@ fn events(answer: &Answer<'_>, id: u64) -> Events {
     }
     let finished = object(answer, id, true);
     let last = if content == Content::Filter { "response.incomplete" } else { "response.completed" };
-    let extra = answer.extra_event(|| event("error", stream_error()), UNREADABLE);
+    let extra = answer.extra_event(|| event("error", stream_error()), (UNREADABLE, EMPTY));
     // The finish is also the end: `noterm` leaves it out (every item done, the response never
     // said complete).
     Events { head, pieces, tail, end: Some(event(last, json!({"response": finished}))), extra }

@@ -92,6 +92,9 @@ pub(crate) enum Step {
     BadEvent(u32),
     /// Send this many content chunks, then nothing, holding the connection open.
     Stall(u32),
+    /// Send this many content chunks, then empty deltas now and then, holding the connection
+    /// open: a stall behind keep-alives.
+    KeepAlive(u32),
     /// Send this many content chunks, then an in-band error event, then end the stream.
     ErrEvent(u32),
     /// 503 until this long after the scenario's first request, then `Ok`.
@@ -199,6 +202,7 @@ impl Action {
         let (name, after) = match self.step {
             Step::Cut(n) => ("cut", n),
             Step::Stall(n) => ("stall", n),
+            Step::KeepAlive(n) => ("keepalive", n),
             Step::ErrEvent(n) => ("errevent", n),
             _ => return Ok(()),
         };
@@ -220,7 +224,7 @@ impl Action {
             return words;
         }
         match self.step {
-            Step::Cut(n) | Step::Stall(n) | Step::ErrEvent(n) => self.chunks.max(n + 1),
+            Step::Cut(n) | Step::Stall(n) | Step::KeepAlive(n) | Step::ErrEvent(n) => self.chunks.max(n + 1),
             _ => self.chunks,
         }
     }
@@ -264,6 +268,7 @@ impl Step {
             ("authkey", Some(key)) if !key.is_empty() => Step::AuthKey(key.into()),
             ("cut", Some(count)) => Step::Cut(parse_count(count)?),
             ("stall", Some(count)) => Step::Stall(parse_count(count)?),
+            ("keepalive", Some(count)) => Step::KeepAlive(parse_count(count)?),
             ("errevent", Some(count)) => Step::ErrEvent(parse_count(count)?),
             ("badevent", Some(position)) => match parse_count(position)? {
                 0 => return Err("`badevent` counts events from 1, got `0`".to_owned()),
@@ -275,7 +280,7 @@ impl Step {
                 return Err(format!(
                     "unknown step `{kind}` (expected ok, tools, custom, filter, refuse, think, quota, auth, \
                      context, hang, reset, noterm, noend, noprefill, status=NNN, failNNN, ratelimit=S, authkey=KEY, \
-                     cut=N, stall=N, errevent=N, badevent=N, down=D or model429=MODEL)"
+                     cut=N, stall=N, keepalive=N, errevent=N, badevent=N, down=D or model429=MODEL)"
                 ));
             }
         };

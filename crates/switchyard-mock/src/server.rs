@@ -239,7 +239,7 @@ async fn api(
 /// (streamed or not), and a `noend` stream's.
 fn holds_open(fault: Option<StreamFault>, streaming: bool) -> bool {
     match fault {
-        Some(StreamFault::Stall(_)) => true,
+        Some(StreamFault::Stall(_) | StreamFault::KeepAlive(_)) => true,
         Some(StreamFault::Held) => streaming,
         _ => false,
     }
@@ -268,6 +268,7 @@ fn play<'a>(step: &'a Step, presented: Option<&HeaderValue>, since_first: Durati
         Step::Think => Play::Answer(Content::Think, None),
         Step::Cut(n) => text(StreamFault::Cut(*n)),
         Step::Stall(n) => text(StreamFault::Stall(*n)),
+        Step::KeepAlive(n) => text(StreamFault::KeepAlive(*n)),
         Step::ErrEvent(n) => text(StreamFault::ErrorEvent(*n)),
         Step::NoTerm => text(StreamFault::Unterminated),
         Step::NoEnd => text(StreamFault::Held),
@@ -329,7 +330,10 @@ fn respond(dialect: Dialect, answer: &Answer<'_>, probe: &Probe<'_>) -> Response
     };
     match answer.shape.fault {
         Some(StreamFault::Cut(_)) if !stream => reply::truncate(response, Ending::Cut),
-        Some(StreamFault::Stall(_)) if !stream => reply::truncate(response, Ending::Stall),
+        // A whole answer cannot keep itself alive: it stalls as `stall`'s.
+        Some(StreamFault::Stall(_) | StreamFault::KeepAlive(_)) if !stream => {
+            reply::truncate(response, Ending::Stall)
+        }
         _ => response,
     }
 }

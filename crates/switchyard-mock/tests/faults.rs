@@ -164,6 +164,34 @@ async fn stall_sends_its_chunks_then_holds_the_stream_open_until_the_client_goes
 }
 
 #[tokio::test]
+async fn keepalive_sends_its_chunks_then_empty_deltas_while_it_holds_the_stream_open() {
+    let mock = Mock::start().await;
+    let empty =
+        [(CHAT, r#""delta":{"content":""}"#), (MESSAGES, r#""delta":{"type":"text_delta","text":""}"#)];
+    for ((endpoint, body), (_, delta)) in
+        [(CHAT, chat_stream("m", true)), (MESSAGES, messages_stream("c"))].into_iter().zip(empty)
+    {
+        let mut response = mock
+            .client
+            .post(mock.url("keepalive=2~words=6", endpoint))
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let text = read_until(&mut response, endpoint, |text| text.matches(delta).count() >= 2).await;
+        assert!(text.contains(r#"" w2""#) && !text.contains("w3"), "{endpoint}: {text}");
+        assert!(!text.contains("[DONE]") && !text.contains("message_stop"), "{endpoint}: {text}");
+        assert_eq!(mock.hanging().await, 1, "{endpoint}: the stream is held open");
+        drop(response);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while mock.hanging().await != 0 {
+            assert!(Instant::now() < deadline, "{endpoint}: the held stream outlived its client");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+#[tokio::test]
 async fn errevent_sends_its_chunks_then_an_openai_error_event_and_ends() {
     let mock = Mock::start().await;
     let stream = mock.stream("errevent=2~words=5", CHAT, &chat_stream("m", true)).await;

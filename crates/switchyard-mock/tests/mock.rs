@@ -573,6 +573,7 @@ fn help_names_every_option_and_points_to_the_readme_for_the_scenarios() {
         "`noterm`",
         "`badevent=N`",
         "`stall=N`",
+        "`keepalive=N`",
         "`errevent=N`",
         "`down=D`",
         "`model429=M`",
