@@ -506,7 +506,21 @@ impl Trail {
 /// Whether no target of the chain could take the request at all: every one of `attempts` was
 /// skipped as unsupported, none called (a token count no target of its route can give).
 pub fn none_could_serve(attempts: &[Attempt]) -> bool {
-    !attempts.is_empty() && attempts.iter().all(|a| a.outcome == Outcome::SkippedUnsupported)
+    every_target_could_not(attempts, |a| a.outcome == Outcome::SkippedUnsupported)
+}
+
+/// Whether every target of `attempts` could not take the request, as `could_not` says of an
+/// attempt: each attempt is such, or the skip for its health of a target that such an attempt
+/// names (the router tries a resting target after all when no other could take the request).
+pub(crate) fn every_target_could_not(attempts: &[Attempt], could_not: impl Fn(&Attempt) -> bool) -> bool {
+    let refused: Vec<&Target> =
+        attempts.iter().filter(|a| could_not(a)).filter_map(Attempt::target).collect();
+    !refused.is_empty()
+        && attempts.iter().all(|a| {
+            could_not(a)
+                || (matches!(a.outcome, Outcome::SkippedUnhealthy | Outcome::SkippedExhausted)
+                    && a.target().is_some_and(|target| refused.contains(&target)))
+        })
 }
 
 impl FromIterator<Attempt> for Trail {

@@ -269,7 +269,7 @@ impl<'r> Record<'r> {
     /// no target could have served the request.
     pub(super) fn all_unsupported(&self) -> Option<String> {
         let attempts = self.trail.attempts();
-        if attempts.is_empty() || !attempts.iter().all(Attempt::unsupported) {
+        if !crate::trail::every_target_could_not(attempts, Attempt::unsupported) {
             return None;
         }
         let reasons: Vec<String> = attempts

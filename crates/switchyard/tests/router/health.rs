@@ -152,6 +152,27 @@ async fn a_gated_target_is_still_tried_when_the_only_other_cannot_take_the_reque
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_gated_target_tried_after_all_that_cannot_take_the_request_either_makes_it_the_requests_fault() {
+    // Neither can take it (a token count no target gives): a 400 naming why, not the outage
+    // a resting target's skip would make of it.
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable), cannot_take_it()]);
+    let b = SimulatedProvider::new().script([cannot_take_it(), cannot_take_it()]);
+    let router = gated_for_30s(&a, &b);
+
+    router.chat(&request("default")).await.expect_err("a fails once, b cannot");
+    let error = router.chat(&request("default")).await.expect_err("neither can take it");
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidRequest), "{error}");
+    assert!(error.to_string().contains("can serve this request"), "{error}");
+    let outcomes: Vec<Outcome> = error.trail().iter().map(|a| a.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [Outcome::SkippedUnhealthy, Outcome::SkippedUnsupported, Outcome::SkippedUnsupported],
+        "{error}"
+    );
+    assert!(switchyard::trail::none_could_serve(error.trail()));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_target_that_refuses_the_request_as_too_large_was_called_and_its_health_is_untouched() {
     // A 413 from the provider: the target's lack, as an adapter's refusal is, but it was asked.
     let too_large = || Step::Fail(ProviderError::unsupported("request entity too large").with_status(413));
