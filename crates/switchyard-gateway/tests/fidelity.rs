@@ -647,11 +647,11 @@ async fn a_responses_client_carries_claudes_signed_thinking_into_the_next_turn()
 }
 
 #[tokio::test]
-async fn claudes_sealed_thinking_is_not_sent_to_openai_which_could_not_read_it() {
+async fn what_the_gateway_sealed_is_not_sent_to_openai_which_could_not_read_it() {
     let answer = r#"{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"gpt-4o","output":[{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"ok","annotations":[]}]}],"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}"#;
     let upstream = Upstream::start(answer, "").await;
     let gateway = gateway("openai", "/v1", &upstream, "gpt-4o").await;
-    let input = r#"[{"role":"user","content":"Hi"},{"type":"reasoning","id":"rs_a","summary":[],"encrypted_content":"switchyard.claude-thinking.v1:W10"},{"type":"reasoning","id":"rs_b","summary":[],"encrypted_content":"gAAAAB-openai"},{"role":"assistant","content":"Hello"},{"role":"user","content":"Again"}]"#;
+    let input = r#"[{"role":"user","content":"Hi"},{"type":"reasoning","id":"rs_a","summary":[],"encrypted_content":"switchyard.claude-thinking.v1:W10"},{"type":"reasoning","id":"rs_b","summary":[],"encrypted_content":"gAAAAB-openai"},{"type":"reasoning","id":"rs_c","summary":[],"encrypted_content":"switchyard.reasoning.v1:eyJtb2RlbCI6InIxIiwidGV4dCI6IkhtbS4ifQ"},{"role":"assistant","content":"Hello"},{"role":"user","content":"Again"}]"#;
     let (status, answer) =
         post(gateway, "/v1/responses", &format!(r#"{{"model":"default","input":{input}}}"#)).await;
     assert_eq!(status, 200, "{answer}");
@@ -659,7 +659,7 @@ async fn claudes_sealed_thinking_is_not_sent_to_openai_which_could_not_read_it()
     let sent: serde_json::Value = serde_json::from_str(&sent).unwrap();
     let ids: Vec<_> =
         sent["input"].as_array().unwrap().iter().filter_map(|item| item["id"].as_str()).collect();
-    assert_eq!(ids, ["rs_b"], "OpenAI's own reasoning goes back to it; Claude's does not: {sent}");
+    assert_eq!(ids, ["rs_b"], "OpenAI's own reasoning goes back to it; Claude's and r1's do not: {sent}");
 }
 
 #[tokio::test]
@@ -780,6 +780,38 @@ async fn reasoning_sent_back_reaches_the_model_that_wrote_it_and_no_other() {
     let sent: serde_json::Value = serde_json::from_str(&upstream.received().1).unwrap();
     assert_eq!(sent["messages"][1]["content"][0]["type"], "tool_use", "{sent}");
     assert!(sent.get("thinking").is_none(), "{sent}");
+}
+
+#[tokio::test]
+async fn a_responses_client_carries_a_reasoning_servers_thinking_back_to_it_through_a_tool_turn() {
+    // Codex in front of DeepSeek: the tool turn it sends back must carry its reasoning_content.
+    const CALL: &str = r#"{"id":"c1","object":"chat.completion","created":1,"model":"r1","choices":[{"index":0,"message":{"role":"assistant","content":null,"reasoning_content":"Need the tool.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":5,"completion_tokens":9,"total_tokens":14}}"#;
+    let upstream = Upstream::start(CALL, "").await;
+    let gateway = gateway("openai_compatible", "/v1", &upstream, "r1").await;
+    let tools = r#"[{"type":"function","name":"get_weather","parameters":{"type":"object"}}]"#;
+    let first = format!(r#"{{"model":"default","store":false,"input":"Weather?","tools":{tools}}}"#);
+    let (status, answer) = post(gateway, "/v1/responses", &first).await;
+    assert_eq!(status, 200, "{answer}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    let output = answer["output"].as_array().unwrap();
+    assert_eq!(
+        (&output[0]["type"], &output[1]["type"]),
+        (&"reasoning".into(), &"function_call".into()),
+        "{answer}"
+    );
+
+    // The client sends its output back, with the tool's result.
+    let mut input = vec![serde_json::json!({"role": "user", "content": "Weather?"})];
+    input.extend(output.iter().cloned());
+    input.push(serde_json::json!({"type": "function_call_output", "call_id": "call_1", "output": "sunny"}));
+    let second = serde_json::json!({"model": "default", "store": false, "input": input, "tools": serde_json::from_str::<serde_json::Value>(tools).unwrap()});
+    let (status, answer) = post(gateway, "/v1/responses", &second.to_string()).await;
+    assert_eq!(status, 200, "{answer}");
+    let seen = upstream.seen.lock().unwrap();
+    let sent: serde_json::Value = serde_json::from_slice(&seen[1].1).unwrap();
+    let turn = &sent["messages"][1];
+    assert_eq!(turn["reasoning_content"], "Need the tool.", "{sent}");
+    assert_eq!(turn["tool_calls"][0]["id"], "call_1", "{sent}");
 }
 
 #[tokio::test]

@@ -45,6 +45,29 @@ pub(crate) fn unseal_thinking(item: &Value) -> Option<Vec<Value>> {
     serde_json::from_slice(&URL_SAFE_NO_PAD.decode(sealed).ok()?).ok()
 }
 
+/// Another dialect's reasoning (`text`, the `reasoning_content` of `model`), sealed as a
+/// reasoning item's `encrypted_content`: sent back, it reaches that model again as the turn's
+/// `reasoning_content` (see [`crate::codec::REASONING_SEAL`]).
+pub(crate) fn seal_reasoning(model: &str, text: &str) -> String {
+    let json = serde_json::to_vec(&serde_json::json!({ "model": model, "text": text })).unwrap_or_default();
+    format!("{}{}", crate::codec::REASONING_SEAL, URL_SAFE_NO_PAD.encode(json))
+}
+
+/// The reasoning a reasoning item carries (`{"model", "text"}`), when the gateway sealed it.
+pub(crate) fn unseal_reasoning(item: &Value) -> Option<Value> {
+    let sealed = item["encrypted_content"].as_str()?.strip_prefix(crate::codec::REASONING_SEAL)?;
+    let reasoning: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(sealed).ok()?).ok()?;
+    (reasoning["model"].is_string() && reasoning["text"].is_string()).then_some(reasoning)
+}
+
+/// Whether `item` is a reasoning item the gateway sealed (Claude's thinking, another
+/// dialect's reasoning), whose `encrypted_content` no provider of the Responses API can read.
+pub fn is_sealed_by_gateway(item: &Value) -> bool {
+    let sealed = item["encrypted_content"].as_str().unwrap_or_default();
+    item["type"] == "reasoning"
+        && (sealed.starts_with(CLAUDE_THINKING) || sealed.starts_with(crate::codec::REASONING_SEAL))
+}
+
 /// Whether `item` is a reasoning item of Claude's thinking as the gateway sealed it, which
 /// only an Anthropic target can read.
 pub fn is_claude_thinking(item: &Value) -> bool {

@@ -17,7 +17,7 @@ use switchyard::chat::{ChatChunk, ChatRequest, Dialect, Message};
 use switchyard_providers::codec::StreamWriter;
 use switchyard_providers::responses::decode::{self, ResponsesRequest};
 use switchyard_providers::responses::encode::{self, Meta, ResponsesStreamWriter};
-use switchyard_providers::responses::{is_claude_thinking, native};
+use switchyard_providers::responses::{is_sealed_by_gateway, native};
 
 use super::auth::{admitted, presented_key, unauthorized};
 use super::deliver::{Delivered, answered, route_failed};
@@ -169,11 +169,11 @@ async fn previous_turns(state: &AppState, owner: &str, previous: &str) -> Result
 }
 
 /// Notes what of the conversation only a provider of the Responses API reads: reasoning
-/// (which travels only as encrypted content; Claude's thinking as the gateway sealed it is
-/// read back by an Anthropic target), and items Switchyard does not model.
+/// (which travels only as encrypted content; what the gateway sealed is read back by the
+/// model that wrote it), and items Switchyard does not model.
 fn note_unsent_items(exchange: &mut RequestContext, items: &[Value]) {
     let reasoning =
-        items.iter().filter(|item| item["type"] == "reasoning" && !is_claude_thinking(item)).count();
+        items.iter().filter(|item| item["type"] == "reasoning" && !is_sealed_by_gateway(item)).count();
     if reasoning > 0 {
         exchange.unsent.push((
             Readers::ResponsesNative,

@@ -39,7 +39,15 @@ const REQUEST_FIELDS: &[&str] = &[
 /// Message fields [`MessageBody`] writes itself; a message `extra` entry of the same name is
 /// not copied. Nor is Claude's signed thinking ([`THINKING_BLOCKS`]), which only an Anthropic
 /// target reads.
-const MESSAGE_FIELDS: &[&str] = &["role", "content", "name", "tool_calls", "tool_call_id", THINKING_BLOCKS];
+const MESSAGE_FIELDS: &[&str] = &[
+    "role",
+    "content",
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    THINKING_BLOCKS,
+    crate::codec::SEALED_REASONING,
+];
 /// Tool function fields [`FunctionBody`] writes itself.
 const FUNCTION_FIELDS: &[&str] = &["name", "description", "parameters"];
 /// `response_format.json_schema` fields [`JsonSchemaBody`] writes itself.
@@ -303,9 +311,9 @@ fn messages_body<'a>(
             name: message.name.as_deref(),
             tool_calls: &message.tool_calls,
             tool_call_id: message.tool_call_id.as_deref(),
-            reasoning_content: (!forward)
-                .then(|| crate::codec::sealed_reasoning_of(message, model))
-                .flatten(),
+            // Unless the client sent the message's own (an OpenAI client's, passed on).
+            reasoning_content: crate::codec::sealed_reasoning_of(message, model)
+                .filter(|_| !(forward && message.extra.contains_key("reasoning_content"))),
             extra: Passthrough::new(forward.then_some(&message.extra), MESSAGE_FIELDS),
         });
         if let Some((_, content)) = lifted.next_if(|(after, _)| *after == i) {

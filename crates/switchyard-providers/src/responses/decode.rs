@@ -25,6 +25,8 @@ use switchyard::chat::{
     Message, ResponseFormat, Role, THINKING_BLOCKS, Tool, ToolCall, ToolChoice, ToolChoiceFunction,
 };
 
+use crate::codec::SEALED_REASONING;
+
 use super::CodecError;
 
 /// One Responses request, read.
@@ -420,7 +422,7 @@ fn thinking_only(message: &Message) -> bool {
     message.role == Role::Assistant
         && message.content.is_none()
         && message.tool_calls.is_empty()
-        && message.extra.contains_key(THINKING_BLOCKS)
+        && (message.extra.contains_key(THINKING_BLOCKS) || message.extra.contains_key(SEALED_REASONING))
 }
 
 /// A message of `role` with nothing in it yet.
@@ -463,8 +465,11 @@ fn read_item(item: Value, path: &str, messages: &mut Vec<Message>) -> Result<(),
         // to is in the items that follow. Claude's, as the gateway sealed it, opens that answer's
         // turn, for an Anthropic target to read back.
         "reasoning" => {
-            if let Some(blocks) = super::unseal_thinking(&Value::Object(object)) {
+            let item = Value::Object(object);
+            if let Some(blocks) = super::unseal_thinking(&item) {
                 push_thinking(messages, blocks);
+            } else if let Some(reasoning) = super::unseal_reasoning(&item) {
+                push_reasoning(messages, reasoning);
             }
         }
         "item_reference" => {
@@ -502,8 +507,10 @@ fn push_message(messages: &mut Vec<Message>, mut message: Message) {
     // The answer Claude's thinking before it led to: one assistant turn, as it was.
     match messages.last_mut() {
         Some(last) if message.role == Role::Assistant && thinking_only(last) => {
-            if let Some(thinking) = last.extra.remove(THINKING_BLOCKS) {
-                message.extra.insert(THINKING_BLOCKS.to_owned(), thinking);
+            for key in [THINKING_BLOCKS, SEALED_REASONING] {
+                if let Some(thinking) = last.extra.remove(key) {
+                    message.extra.insert(key.to_owned(), thinking);
+                }
             }
             *last = message;
         }
@@ -532,6 +539,31 @@ fn read_output(object: &Map<String, Value>, path: &str) -> Result<Message, Codec
         None => return Err(CodecError::new(format!("{path}.output"), "is required")),
     };
     Ok(Message { tool_call_id: Some(call_id), content: Some(output), ..bare(Role::Tool) })
+}
+
+/// Appends another dialect's unsealed reasoning (`{"model", "text"}`): to the reasoning
+/// before it, else as a turn of its own that the answer after it joins.
+fn push_reasoning(messages: &mut Vec<Message>, reasoning: Value) {
+    match messages.last_mut() {
+        Some(last) if thinking_only(last) => match last.extra.get_mut(SEALED_REASONING) {
+            Some(earlier) => {
+                let text = format!(
+                    "{}{}",
+                    earlier["text"].as_str().unwrap_or_default(),
+                    reasoning["text"].as_str().unwrap_or_default()
+                );
+                earlier["text"] = Value::String(text);
+            }
+            None => {
+                last.extra.insert(SEALED_REASONING.to_owned(), reasoning);
+            }
+        },
+        _ => {
+            let mut message = bare(Role::Assistant);
+            message.extra.insert(SEALED_REASONING.to_owned(), reasoning);
+            messages.push(message);
+        }
+    }
 }
 
 /// Appends Claude's unsealed thinking: to the thinking before it, else as a turn of its own

@@ -56,9 +56,8 @@ pub fn response_object(meta: &Meta, answer: &ChatResponse) -> (Value, Message) {
     let thinking = (!blocks.is_empty()).then(|| super::seal_thinking(blocks));
     if !reasoning.is_empty() || thinking.is_some() {
         let mut item = reasoning_item(&reasoning_item_id(&meta.id, 0), "completed", reasoning);
-        if let Some(sealed) = thinking {
-            item["encrypted_content"] = Value::String(sealed);
-        }
+        let sealed = thinking.unwrap_or_else(|| super::seal_reasoning(&answer.model, reasoning));
+        item["encrypted_content"] = Value::String(sealed);
         output.push(item);
     }
     if !text.is_empty() || !refusal.is_empty() {
@@ -700,10 +699,11 @@ impl StreamEncoder {
             self.event("response.reasoning_summary_part.done", with("part", summary_part(text)), events);
         }
         let mut item = reasoning_item(&item_id, "completed", text);
-        if !self.thinking.is_empty() {
-            let sealed = super::seal_thinking(&std::mem::take(&mut self.thinking));
-            item["encrypted_content"] = Value::String(sealed);
-        }
+        let sealed = match self.thinking.is_empty() {
+            false => super::seal_thinking(&std::mem::take(&mut self.thinking)),
+            true => super::seal_reasoning(&self.model, text),
+        };
+        item["encrypted_content"] = Value::String(sealed);
         self.output.push(item.clone());
         self.event("response.output_item.done", json!({ "output_index": index, "item": item }), events);
     }
@@ -1092,10 +1092,17 @@ mod tests {
         let mut answer = ChatResponse::from_text("m-1", "42.");
         answer.choices[0].message.extra.insert("reasoning_content".into(), json!("Six times seven."));
         let (object, _) = response_object(&meta(), &answer);
+        // Sealed for the model that wrote it, which may need it back (see `REASONING_SEAL`).
+        let sealed = super::super::seal_reasoning("m-1", "Six times seven.");
         assert_eq!(
             object["output"][0],
             json!({"type": "reasoning", "id": "rs_1_0", "status": "completed",
-                   "summary": [{"type": "summary_text", "text": "Six times seven."}]})
+                   "summary": [{"type": "summary_text", "text": "Six times seven."}],
+                   "encrypted_content": sealed})
+        );
+        assert_eq!(
+            super::super::unseal_reasoning(&object["output"][0]),
+            Some(json!({"model": "m-1", "text": "Six times seven."}))
         );
         assert_eq!(object["output"][1]["type"], "message");
 

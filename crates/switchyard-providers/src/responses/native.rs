@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 use switchyard::chat::{Dialect, Verbatim};
 
 use super::encode::Meta;
-use super::is_claude_thinking;
+use super::is_sealed_by_gateway;
 
 /// The body a provider that speaks the Responses API is sent: the client's, with the whole
 /// conversation (`items`) as its input, nothing for the provider to keep (`store: false`, no
@@ -15,13 +15,14 @@ use super::is_claude_thinking;
 ///
 /// A reasoning item without `encrypted_content` is left out: with nothing kept by the
 /// provider, only the encrypted form can be read back (the gateway writes such items for the
-/// reasoning of models of other kinds, and a client may hold ones a provider kept). So is
-/// Claude's thinking as the gateway sealed it, which OpenAI could not read.
+/// reasoning of models of other kinds, and a client may hold ones a provider kept). So is what
+/// the gateway sealed (Claude's thinking, another dialect's reasoning), which OpenAI could not
+/// read.
 pub fn native_body(mut body: Map<String, Value>, items: &[Value]) -> Verbatim {
     let readable = |item: &&Value| {
         item["type"] != "reasoning"
             || (item["encrypted_content"].as_str().is_some_and(|c| !c.is_empty())
-                && !is_claude_thinking(item))
+                && !is_sealed_by_gateway(item))
     };
     body.insert("input".to_owned(), Value::Array(items.iter().filter(readable).cloned().collect()));
     body.remove("previous_response_id");
