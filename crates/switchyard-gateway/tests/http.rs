@@ -150,6 +150,38 @@ async fn malformed_json_is_a_400_that_says_where() {
 }
 
 #[tokio::test]
+async fn a_member_given_twice_is_a_400_that_names_it_on_every_endpoint() {
+    // Two readers of one body (the gateway, and a provider it is passed on to) could take
+    // different values from it: which model, which limit.
+    let gateway = Gateway::start(BASIC).await;
+    let cases = [
+        (
+            "/v1/chat/completions",
+            r#"{"model":"default","model":"up:m","messages":[{"role":"user","content":"hi"}]}"#,
+        ),
+        ("/v1/embeddings", r#"{"model":"default","input":"a","model":"up:m"}"#),
+        (
+            "/v1/messages",
+            r#"{"model":"default","max_tokens":8,"max_tokens":9000,"messages":[{"role":"user","content":"hi"}]}"#,
+        ),
+        ("/v1/messages/count_tokens", r#"{"model":"default","model":"up:m","messages":[]}"#),
+        ("/v1/responses", r#"{"model":"default","input":"hi","model":"up:m"}"#),
+    ];
+    for (path, body) in cases {
+        let response = gateway.post_text(path, body).await;
+        assert_eq!(response.status(), 400, "{path}");
+        let answer = json_of(response).await;
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains("duplicate field `m"), "{path}: {message}");
+    }
+    // Anything else that is no object is said to be so.
+    let response = gateway.post_text("/v1/messages", "[1]").await;
+    assert_eq!(response.status(), 400);
+    let message = json_of(response).await["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("must be a JSON object"), "{message}");
+}
+
+#[tokio::test]
 async fn a_member_of_the_wrong_type_is_a_400_that_names_it() {
     let gateway = Gateway::start(BASIC).await;
     let cases = [

@@ -79,6 +79,18 @@ pub fn write_event(out: &mut Vec<u8>, name: &str, value: &impl serde::Serialize)
     write_data(out, value);
 }
 
+/// A request body as a JSON object, each member given once (see
+/// [`switchyard::serde_extra::unique_members`]); else the error that says what it is not.
+pub fn body_object(body: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, CodecError> {
+    switchyard::serde_extra::unique_members(body).map_err(|error| {
+        let twice = error.to_string().starts_with("duplicate field");
+        match error.classify() {
+            serde_json::error::Category::Data if !twice => CodecError::new("body", "must be a JSON object"),
+            _ => CodecError::new("body", format!("is not valid JSON: {error}")),
+        }
+    })
+}
+
 /// The signature the gateway gives a thinking block it writes for an Anthropic client from
 /// another dialect's reasoning (an OpenAI-compatible server's `reasoning_content`, Gemini's
 /// thoughts): `switchyard.reasoning.v1:` and the model that reasoned. Anthropic would refuse it,

@@ -60,6 +60,57 @@ pub fn from_slice<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> serde_json::R
     }
 }
 
+/// Reads a JSON object that gives each member once: a member given twice is an error
+/// (`duplicate field `...``), as it is in the types [`deserialize_with_extra!`] reads, so that
+/// no two readers of one body (the gateway, and a provider it is passed on to) take different
+/// values from it. A body that is no object is an error of [`Category::Data`], as a member
+/// given twice is.
+///
+/// ```
+/// use switchyard::serde_extra::unique_members;
+///
+/// assert!(unique_members(br#"{"model": "a", "n": 1}"#).is_ok());
+/// let twice = unique_members(br#"{"model": "a", "model": "b"}"#).unwrap_err();
+/// assert_eq!(twice.to_string(), "duplicate field `model` at line 1 column 28");
+/// assert!(unique_members(b"[1]").is_err());
+/// ```
+///
+/// [`deserialize_with_extra!`]: crate::deserialize_with_extra
+/// [`Category::Data`]: serde_json::error::Category::Data
+pub fn unique_members(bytes: &[u8]) -> serde_json::Result<serde_json::Map<String, serde_json::Value>> {
+    from_slice::<UniqueMembers>(bytes).map(|read| read.0)
+}
+
+/// A JSON object whose members are each given once (see [`unique_members`]).
+struct UniqueMembers(serde_json::Map<String, serde_json::Value>);
+
+impl<'de> serde::Deserialize<'de> for UniqueMembers {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::{Error, MapAccess, Visitor};
+        use serde_json::{Map, Value};
+
+        struct Members;
+        impl<'de> Visitor<'de> for Members {
+            type Value = Map<String, Value>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut object = Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    let value: Value = map.next_value()?;
+                    if object.contains_key(&key) {
+                        return Err(A::Error::custom(format_args!("duplicate field `{key}`")));
+                    }
+                    object.insert(key, value);
+                }
+                Ok(object)
+            }
+        }
+        deserializer.deserialize_map(Members).map(UniqueMembers)
+    }
+}
+
 #[doc(hidden)]
 pub mod __private {
     pub use serde::de::{Deserialize, Deserializer, Error, IgnoredAny, MapAccess, Visitor};

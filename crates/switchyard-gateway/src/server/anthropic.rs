@@ -143,13 +143,10 @@ fn estimated_input_tokens(body: &[u8]) -> u64 {
 /// A count request as a canonical request: a count takes no `max_tokens`, which the canonical
 /// request, which routing reads, wants.
 fn count_request(bytes: &Bytes) -> Result<ChatRequest, ApiError> {
-    let bad = |detail: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", detail);
-    let mut value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| bad(format!("the body is not valid JSON: {e}")))?;
-    if let Some(object) = value.as_object_mut() {
-        object.entry("max_tokens").or_insert(serde_json::Value::from(1));
-    }
-    let mut request = codec::request_from_json(value).map_err(invalid)?;
+    // Each member once, as a message's body.
+    let mut object = switchyard_providers::codec::body_object(bytes).map_err(invalid)?;
+    object.entry("max_tokens").or_insert(serde_json::Value::from(1));
+    let mut request = codec::request_from_json(serde_json::Value::Object(object)).map_err(invalid)?;
     request.verbatim = Some(Verbatim::new(Dialect::Anthropic, bytes.clone()));
     Ok(request)
 }

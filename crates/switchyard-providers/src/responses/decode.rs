@@ -110,11 +110,10 @@ pub struct Echo {
     pub user: Value,
 }
 
-/// Reads a Responses request body.
+/// Reads a Responses request body; a member given twice is refused (see
+/// [`switchyard::serde_extra::unique_members`]).
 pub fn request_from_slice(body: &[u8]) -> Result<ResponsesRequest, CodecError> {
-    let value: Value = switchyard::serde_extra::from_slice(body)
-        .map_err(|error| CodecError::new("body", format!("is not valid JSON: {error}")))?;
-    request_from_json(value)
+    request_from_json(Value::Object(crate::codec::body_object(body)?))
 }
 
 /// Reads a Responses request already parsed as JSON.

@@ -9,11 +9,10 @@ use switchyard::chat::{
 use super::CodecError;
 use crate::anthropic::request::{self, VERBATIM_BLOCKS};
 
-/// Reads a Messages API request body.
+/// Reads a Messages API request body; a member given twice is refused (see
+/// [`switchyard::serde_extra::unique_members`]).
 pub fn request_from_slice(body: &[u8]) -> Result<ChatRequest, CodecError> {
-    let value = switchyard::serde_extra::from_slice(body)
-        .map_err(|error| CodecError::new("body", format!("is not valid JSON: {error}")))?;
-    request_from_json(value)
+    request_from_json(Value::Object(crate::codec::body_object(body)?))
 }
 
 /// Reads a Messages API request into a canonical request with `origin` [`Dialect::Anthropic`].
