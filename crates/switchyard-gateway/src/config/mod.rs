@@ -77,16 +77,51 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let file = Shown(&self.file);
         match self.problems.as_slice() {
-            [one] => write!(f, "{}: {}: {}", self.file, one.path, one.message),
+            [one] => write!(f, "{file}: {}: {}", Shown(&one.path), Shown(&one.message)),
             many => {
-                write!(f, "{}: {} problems:", self.file, many.len())?;
+                write!(f, "{file}: {} problems:", many.len())?;
                 for problem in many {
-                    write!(f, "\n  {}: {}", problem.path, problem.message)?;
+                    write!(f, "\n  {}: {}", Shown(&problem.path), Shown(&problem.message))?;
                 }
                 Ok(())
             }
         }
+    }
+}
+
+/// Text of a file as a terminal shows it safely: control and bidirectional-formatting
+/// characters (which could make a line read as another) escaped, and a line longer than
+/// [`Shown::LINE`] characters cut short, saying how much was left out.
+struct Shown<'a>(&'a str);
+
+impl Shown<'_> {
+    /// The most of a line shown.
+    const LINE: usize = 1000;
+}
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hidden = |c: char| {
+            (c.is_control() && c != '\n') || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        };
+        for (i, line) in self.0.split('\n').enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            for c in line.chars().take(Self::LINE) {
+                match hidden(c) {
+                    true => write!(f, "\\u{{{:04x}}}", u32::from(c))?,
+                    false => write!(f, "{c}")?,
+                }
+            }
+            let left = line.chars().count().saturating_sub(Self::LINE);
+            if left > 0 {
+                write!(f, "… ({left} more characters)")?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -367,6 +402,19 @@ fn build_parsed(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_problem_is_shown_without_control_characters_nor_endless_lines() {
+        let error = ConfigError::one(
+            "f.toml",
+            "providers.\u{202e}evil",
+            format!("bad line:\n{}\n^ here\u{1b}[2J", "x".repeat(1760)),
+        );
+        let shown = error.to_string();
+        assert!(shown.contains("providers.\\u{202e}evil") && shown.contains("here\\u{001b}[2J"), "{shown}");
+        assert!(shown.contains(&format!("{}… (760 more characters)\n^ here", "x".repeat(1000))), "{shown}");
+        assert!(shown.len() < 1200, "{shown}");
+    }
 
     #[test]
     fn only_a_regular_file_of_bounded_size_is_read_as_a_configuration() {
