@@ -118,8 +118,10 @@ impl Resume {
 
     /// The continuing walk over `route`'s targets other than `broken` and those that failed
     /// already in `trail`, when the stream may be continued; `None` leaves the break as it is.
+    /// A stream that broke before any text (the caller was shown reasoning alone) is answered
+    /// by the next target from the start.
     pub(crate) fn continuation(&self, route: &Route, broken: &Target, trail: &Trail) -> Option<Continuation> {
-        if !self.text_only || self.delivered.trim().is_empty() {
+        if !self.text_only {
             return None;
         }
         let failed = |target: &Target| {
@@ -284,7 +286,8 @@ impl Exchange for ContinueExchange {
         provider: &'a dyn Provider,
         call: Call<'a>,
     ) -> BoxFuture<'a, Result<Prefetched, ProviderError>> {
-        let prefills = provider.accepts_prefill(call.model);
+        // Without text to go on from (reasoning alone was shown), the answer starts over.
+        let prefills = provider.accepts_prefill(call.model) && !self.delivered.trim().is_empty();
         let request = if prefills { &self.prefill } else { &self.original };
         match self.drop_params {
             false => self.send(provider, call, request, prefills),
@@ -358,7 +361,8 @@ async fn regenerate(
 ) -> Result<Prefetched, ProviderError> {
     let idle = call.timeouts.idle;
     let mut prefetched = prefetch(provider, call, (original, x.reasoning), &x.alive).await?;
-    let mut expected: &str = &x.delivered;
+    // Blank (reasoning alone was shown), what the caller has asks nothing of the answer.
+    let mut expected: &str = if x.delivered.trim().is_empty() { "" } else { &x.delivered };
     let mismatch = || {
         ProviderError::unsupported(format!(
             "cannot continue the answer: it does not accept a prefill, and its answer did not begin \

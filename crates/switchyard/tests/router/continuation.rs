@@ -316,6 +316,51 @@ impl switchyard::provider::Provider for Recorder {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_stream_broken_while_it_reasoned_is_answered_from_the_start_by_the_next_target() {
+    // DeepSeek thinks aloud for a minute, then its connection drops: the caller was shown
+    // reasoning alone, and the next target (which takes prefills: there is no text to prefill)
+    // answers it whole.
+    let think = |text: &str| {
+        Ok(ChatChunk {
+            choices: vec![ChunkChoice {
+                delta: Delta { reasoning_content: Some(text.into()), ..Delta::default() },
+                ..ChunkChoice::default()
+            }],
+            ..ChatChunk::default()
+        })
+    };
+    let cut = || Err(switchyard::ProviderError::new(ErrorKind::Transport, "connection reset"));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(None::<ChatRequest>));
+    let prefilling =
+        Recorder { seen: seen.clone(), inner: SimulatedProvider::new().reply(ANSWER).accepts_prefill(true) };
+    let regenerating = SimulatedProvider::new().reply(ANSWER);
+    let next: [std::sync::Arc<dyn switchyard::provider::Provider>; 2] =
+        [std::sync::Arc::new(prefilling), std::sync::Arc::new(regenerating)];
+    for (n, b) in next.into_iter().enumerate() {
+        let router = switchyard::Router::builder()
+            .provider(ProviderEntry::new("a", Scripted(vec![think("Hmm,"), think(" let me see."), cut()])))
+            .provider(ProviderEntry::from_arc("b", b))
+            .route(Route::builder("default").target("a:m").target("b:m").build().unwrap())
+            .build()
+            .unwrap();
+        let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+        let (mut reasoning, mut text) = (String::new(), String::new());
+        while let Some(item) = stream.next().await {
+            let chunk = item.unwrap_or_else(|error| panic!("target {n}: {error:?}"));
+            for choice in &chunk.choices {
+                reasoning.extend(choice.delta.reasoning_content.clone());
+                text.extend(choice.delta.content.clone());
+            }
+        }
+        assert_eq!((reasoning.as_str(), text.as_str()), ("Hmm, let me see.", ANSWER), "target {n}");
+        assert_eq!(outcomes(&stream), [(Outcome::Failed, true), (Outcome::Continued, false)], "target {n}");
+    }
+    let asked = seen.lock().unwrap().take().expect("the prefilling target was asked");
+    let last = asked.messages.last().unwrap();
+    assert_eq!(last.role, switchyard::chat::Role::User, "the question, with no empty prefill");
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_continuing_models_reasoning_is_not_shown_inside_the_answer() {
     let a = breaking(Step::CutAfter(3));
     let think = ChatChunk {

@@ -647,15 +647,17 @@ async fn a_failure_during_reasoning_the_caller_is_not_shown_falls_back() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_failure_after_the_hold_reaches_the_caller_as_any_mid_stream_failure() {
+async fn a_failure_after_the_hold_is_a_mid_stream_break_the_next_target_answers() {
     let fallback = SimulatedProvider::new();
     let router = thinking_route(Thinker::failing_after(5), &fallback);
 
     let mut stream = router.chat_stream(&anthropic_request(), &signed_thinking_only()).await.unwrap();
     assert_eq!(stream.served_by().to_string(), "thinker:m", "committed at the 2 s limit");
-    let (_, error) = collect(&mut stream).await;
-    assert_eq!(error.expect("the caller was answering by then").error.kind(), ErrorKind::Unavailable);
-    assert_eq!(fallback.calls(), 0);
+    let (text, error) = collect(&mut stream).await;
+    // The caller was shown thinking alone: the next target answers from the start.
+    assert!(error.is_none() && !text.is_empty(), "{text:?} {error:?}");
+    assert_eq!(stream.trail().outcomes(), [Outcome::Failed, Outcome::Continued]);
+    assert_eq!(fallback.calls(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -696,16 +698,31 @@ async fn a_model_thinking_unseen_is_answering_so_it_is_not_hedged() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_failure_during_reasoning_the_caller_was_shown_ends_the_stream() {
+async fn a_failure_during_reasoning_the_caller_was_shown_is_answered_by_the_next_target_and_said() {
     let fallback = SimulatedProvider::new();
     let router = thinking_route(Thinker::failing_after(5), &fallback);
 
     let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
     assert_eq!(stream.served_by().to_string(), "thinker:m");
+    let (text, error) = collect(&mut stream).await;
+    assert!(error.is_none() && !text.is_empty(), "{text:?} {error:?}");
+    // Not a silent restart: the trail says the answer came from another target.
+    let trail = stream.trail();
+    assert_eq!(trail.outcomes(), [Outcome::Failed, Outcome::Continued]);
+    assert!(trail.attempts()[0].mid_stream);
+    assert_eq!(fallback.calls(), 1);
+
+    // With continuation off, the break is the caller's to see.
+    let fallback = SimulatedProvider::new();
+    let route = Route::builder("default").target("thinker:m").target("b:m").continuation(false);
+    let router = builder(&[("b", &fallback)])
+        .provider(switchyard::ProviderEntry::new("thinker", Thinker::failing_after(5)))
+        .route(route.build().unwrap())
+        .build()
+        .unwrap();
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
     let (_, error) = collect(&mut stream).await;
-    let error =
-        error.expect("the thinking reached the caller: the failure is theirs to see, not a silent restart");
-    assert_eq!(error.error.kind(), ErrorKind::Unavailable);
+    assert_eq!(error.expect("continuation is off").error.kind(), ErrorKind::Unavailable);
     assert_eq!(fallback.calls(), 0);
 }
 
