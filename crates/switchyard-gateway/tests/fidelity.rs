@@ -814,6 +814,60 @@ async fn a_responses_client_carries_a_reasoning_servers_thinking_back_to_it_thro
     assert_eq!(turn["tool_calls"][0]["id"], "call_1", "{sent}");
 }
 
+/// A DeepSeek in thinking mode: a conversation with an assistant turn sent back without its
+/// `reasoning_content` is refused as DeepSeek refuses it; each request's body is kept.
+async fn deepseek() -> (SocketAddr, Arc<Mutex<Vec<serde_json::Value>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let keep = seen.clone();
+    let router = axum::Router::new().fallback(move |body: Bytes| {
+        let keep = keep.clone();
+        async move {
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            let lacking = body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["role"] == "assistant" && m.get("reasoning_content").is_none());
+            keep.lock().unwrap().push(body);
+            let json = [(axum::http::header::CONTENT_TYPE, "application/json")];
+            match lacking {
+                true => (
+                    axum::http::StatusCode::BAD_REQUEST,
+                    json,
+                    r#"{"error":{"message":"The `reasoning_content` in the thinking mode must be passed back to the API.","type":"invalid_request_error","param":null,"code":"invalid_request_error"}}"#,
+                ),
+                false => (axum::http::StatusCode::OK, json, OPENAI_ANSWER),
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    (addr, seen)
+}
+
+#[tokio::test]
+async fn a_turn_another_model_wrote_reaches_a_model_that_wants_its_reasoning_back_with_an_empty_one() {
+    // Claude Code, its last tool turn answered by Claude after a failover, back on DeepSeek.
+    let (addr, seen) = deepseek().await;
+    let gateway = in_process(&format!(
+        "providers:\n  ds: {{ kind: openai_compatible, base_url: 'http://{addr}/v1', api_key: sk-upstream-0123456789 }}\nroutes:\n  default: {{ stream_upstream: false, targets: ['ds:deepseek-v4-pro'] }}\n"
+    ))
+    .await;
+    let body = r#"{"model":"default","max_tokens":64,"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{"city":"Paris"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"sunny"}]}],"tools":[{"name":"get_weather","input_schema":{"type":"object"}}]}"#;
+    let (status, answer) = post(gateway, "/v1/messages", body).await;
+    assert_eq!(status, 200, "{answer}");
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 2, "refused once, then sent with the turn's reasoning");
+        assert_eq!(seen[1]["messages"][1]["reasoning_content"], "", "{}", seen[1]);
+    }
+    // The model is known to want it since: the next request has it at once.
+    let (status, answer) = post(gateway, "/v1/messages", body).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(seen.lock().unwrap().len(), 3);
+}
+
 #[tokio::test]
 async fn a_gemini_stream_tells_an_anthropic_client_its_input_tokens_at_message_start() {
     // Gemini counts the prompt from its first event on; an OpenAI-dialect server would count

@@ -68,6 +68,10 @@ pub struct OpenAiProvider {
     responses_native: bool,
     /// An `openai_compatible` server that continues a prefill (`prefill: true`).
     prefill: bool,
+    /// The models that refused a conversation whose assistant turns lacked their
+    /// `reasoning_content` (DeepSeek's thinking mode): each turn is sent one since, `""` where
+    /// the gateway has none of the model's own.
+    reasoning_back: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// The operations' URLs of [`Endpoint::Plain`].
@@ -154,6 +158,7 @@ impl OpenAiProvider {
             client: http::HttpClient::new(&settings.http)?,
             responses_native: settings.responses_native,
             prefill: settings.prefill,
+            reasoning_back: Default::default(),
         })
     }
 
@@ -289,19 +294,40 @@ impl OpenAiProvider {
         request: &ChatRequest,
         streaming: bool,
     ) -> Result<http::Response, ProviderError> {
-        let body = wire::chat_body(request, call.model, streaming, self.kind)?;
-        let error = match self.post(call, "chat/completions", body, streaming).await {
-            Err(error) => error,
-            sent => return sent,
-        };
-        let lower = |most: &u32| request.max_tokens.is_some_and(|asked| asked > *most);
-        let foreign = request.origin != Dialect::OpenAi;
-        let Some(most) = errors::output_limit(&error).filter(lower).filter(|_| foreign) else {
-            return Err(error);
-        };
-        let capped = ChatRequest { max_tokens: Some(most), ..request.clone() };
-        let body = wire::chat_body(&capped, call.model, streaming, self.kind)?;
-        self.post(call, "chat/completions", body, streaming).await
+        let mut padded = self.wants_reasoning_back(call.model);
+        let mut capped = None;
+        loop {
+            let asked = capped.as_ref().unwrap_or(request);
+            let body = wire::chat_body(asked, call.model, streaming, (self.kind, padded))?;
+            let error = match self.post(call, "chat/completions", body, streaming).await {
+                Err(error) => error,
+                sent => return sent,
+            };
+            // Sent once more with every assistant turn's reasoning, from then on.
+            if !padded && errors::wants_reasoning_back(&error) {
+                self.remember_reasoning_back(call.model);
+                padded = true;
+                continue;
+            }
+            let lower = |most: &u32| request.max_tokens.is_some_and(|asked| asked > *most);
+            let foreign = request.origin != Dialect::OpenAi;
+            match errors::output_limit(&error).filter(lower).filter(|_| foreign && capped.is_none()) {
+                Some(most) => capped = Some(ChatRequest { max_tokens: Some(most), ..request.clone() }),
+                None => return Err(error),
+            }
+        }
+    }
+
+    /// Whether `model` refused a conversation for an assistant turn without its reasoning.
+    fn wants_reasoning_back(&self, model: &str) -> bool {
+        self.reasoning_back.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(model)
+    }
+
+    fn remember_reasoning_back(&self, model: &str) {
+        self.reasoning_back
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(model.to_owned());
     }
 
     /// A streaming chat completion: `stream: true` to `chat/completions`, the SSE body read as

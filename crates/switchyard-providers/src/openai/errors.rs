@@ -219,6 +219,17 @@ pub(super) fn finished_in_error<'a>(
     Some(ProviderError::new(ErrorKind::Unavailable, detail))
 }
 
+/// Whether `error` refused a conversation for an assistant turn sent back without its
+/// `reasoning_content` (DeepSeek's thinking mode: "The `reasoning_content` in the thinking mode
+/// must be passed back to the API.", "Missing `reasoning_content` field in the assistant
+/// message at message index 2").
+pub(super) fn wants_reasoning_back(error: &ProviderError) -> bool {
+    let detail = error.detail().to_ascii_lowercase();
+    error.kind() == ErrorKind::InvalidRequest
+        && detail.contains("reasoning_content")
+        && (detail.contains("passed back") || detail.contains("missing"))
+}
+
 /// The most output tokens the model takes, when `error` refused a request's limit as larger
 /// ("max_tokens is too large: 32000. This model supports at most 16384 completion tokens,
 /// whereas you provided 32000.", OpenAI's and the servers that copy it).

@@ -185,7 +185,7 @@ pub(super) fn chat_body(
     request: &ChatRequest,
     model: &str,
     streaming: bool,
-    kind: ProviderKind,
+    (kind, padded): (ProviderKind, bool),
 ) -> Result<Vec<u8>, ProviderError> {
     let forward = request.origin == Dialect::OpenAi;
     let completion_tokens_name = kind == ProviderKind::OpenAi;
@@ -221,7 +221,7 @@ pub(super) fn chat_body(
     };
     let body = ChatBody {
         model,
-        messages: messages_body(request, (&translated, &lifted), forward, model),
+        messages: messages_body(request, (&translated, &lifted), forward, (model, padded)),
         tools: request.tools.iter().map(|tool| ToolBody::new(tool, forward)).collect(),
         tool_choice: request.tool_choice.as_ref(),
         temperature: request.temperature,
@@ -300,7 +300,7 @@ fn messages_body<'a>(
     request: &'a ChatRequest,
     (translated, lifted): (&'a [Option<Content>], &'a [(usize, Content)]),
     forward: bool,
-    model: &str,
+    (model, padded): (&str, bool),
 ) -> Vec<MessageBody<'a>> {
     let mut lifted = lifted.iter().peekable();
     let mut messages = Vec::with_capacity(request.messages.len() + lifted.len());
@@ -311,9 +311,7 @@ fn messages_body<'a>(
             name: message.name.as_deref(),
             tool_calls: &message.tool_calls,
             tool_call_id: message.tool_call_id.as_deref(),
-            // Unless the client sent the message's own (an OpenAI client's, passed on).
-            reasoning_content: crate::codec::sealed_reasoning_of(message, model)
-                .filter(|_| !(forward && message.extra.contains_key("reasoning_content"))),
+            reasoning_content: reasoning_back(message, forward, (model, padded)),
             extra: Passthrough::new(forward.then_some(&message.extra), MESSAGE_FIELDS),
         });
         if let Some((_, content)) = lifted.next_if(|(after, _)| *after == i) {
@@ -329,6 +327,17 @@ fn messages_body<'a>(
         }
     }
     messages
+}
+
+/// The `reasoning_content` an assistant `message` is sent with: the reasoning of `model` the
+/// client sent back sealed (see [`crate::codec::REASONING_SEAL`]), or `""` when `padded` (the
+/// model refuses a turn without one, and there is none of its own); none when the client sent
+/// the message's own (an OpenAI client's, passed on as written).
+fn reasoning_back<'a>(message: &'a Message, forward: bool, (model, padded): (&str, bool)) -> Option<&'a str> {
+    if message.role != Role::Assistant || (forward && message.extra.contains_key("reasoning_content")) {
+        return None;
+    }
+    crate::codec::sealed_reasoning_of(message, model).or(padded.then_some(""))
 }
 
 /// The embeddings body for `request`, sent to `model`. Embeddings requests arrive only in the
@@ -981,7 +990,7 @@ mod tests {
     }
 
     fn body(request: &ChatRequest, streaming: bool, openai_itself: bool) -> Value {
-        let bytes = chat_body(request, "gpt-4o-mini", streaming, kind(openai_itself)).unwrap();
+        let bytes = chat_body(request, "gpt-4o-mini", streaming, (kind(openai_itself), false)).unwrap();
         serde_json::from_slice(&bytes).unwrap()
     }
 
@@ -1039,7 +1048,8 @@ mod tests {
         request.extra.insert("thinking".into(), json!({"type": "adaptive"}));
         request.extra.insert("output_config".into(), json!({"effort": "high"}));
         let sent = |request: &ChatRequest, model: &str, openai_itself: bool| -> Value {
-            serde_json::from_slice(&chat_body(request, model, false, kind(openai_itself)).unwrap()).unwrap()
+            serde_json::from_slice(&chat_body(request, model, false, (kind(openai_itself), false)).unwrap())
+                .unwrap()
         };
         assert_eq!(sent(&request, "gpt-5", true)["reasoning_effort"], "high", "Claude Code's effort");
         for model in ["gpt-4o", "gpt-5-chat-latest", "gpt-5.1-chat", "o1-mini", "o1-preview-2024-09-12"] {
@@ -1065,20 +1075,51 @@ mod tests {
         let mut request = ChatRequest::new("route", vec![Message::user("hi")]);
         request.origin = Dialect::Anthropic;
         request.extra.insert("top_k".into(), json!(40));
-        let sent = chat_body(&request, "qwen3", false, ProviderKind::OpenAiCompatible).unwrap();
+        let sent = chat_body(&request, "qwen3", false, (ProviderKind::OpenAiCompatible, false)).unwrap();
         assert_eq!(serde_json::from_slice::<Value>(&sent).unwrap()["top_k"], 40);
         for kind in [ProviderKind::OpenAi, ProviderKind::Azure] {
-            let error = chat_body(&request, "gpt-4o", false, kind).unwrap_err();
+            let error = chat_body(&request, "gpt-4o", false, (kind, false)).unwrap_err();
             assert!(error.is_unsupported() && error.detail().contains("`top_k`"), "{kind:?}: {error:?}");
             assert_eq!(error.param(), Some("top_k"), "drop_params can leave it out");
         }
         request.extra.insert("top_k".into(), json!("forty"));
-        let error = chat_body(&request, "qwen3", false, ProviderKind::OpenAiCompatible).unwrap_err();
+        let error = chat_body(&request, "qwen3", false, (ProviderKind::OpenAiCompatible, false)).unwrap_err();
         assert_eq!(error.kind(), ErrorKind::InvalidRequest, "{error:?}");
         // An OpenAI client's own `top_k` goes to its server as written, whatever the kind.
         request.origin = Dialect::OpenAi;
-        let sent = chat_body(&request, "gpt-4o", false, ProviderKind::OpenAi).unwrap();
+        let sent = chat_body(&request, "gpt-4o", false, (ProviderKind::OpenAi, false)).unwrap();
         assert_eq!(serde_json::from_slice::<Value>(&sent).unwrap()["top_k"], "forty");
+    }
+
+    #[test]
+    fn a_model_that_wants_its_reasoning_back_gets_each_assistant_turn_with_one() {
+        let mut sealed = Message::assistant("Checked.");
+        sealed.extra.insert(crate::codec::SEALED_REASONING.into(), json!({"model": "r1", "text": "Hmm."}));
+        let mut other = Message::assistant("By Claude.");
+        other.extra.insert(crate::codec::SEALED_REASONING.into(), json!({"model": "r2", "text": "Other."}));
+        let mut request = ChatRequest::new(
+            "route",
+            vec![Message::user("a"), sealed, Message::user("b"), other, Message::user("c")],
+        );
+        request.origin = Dialect::Anthropic;
+        let reasoning = |request: &ChatRequest, padded: bool| -> Vec<Value> {
+            let body = chat_body(request, "r1", false, (ProviderKind::OpenAiCompatible, padded)).unwrap();
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            body["messages"].as_array().unwrap().iter().map(|m| m["reasoning_content"].clone()).collect()
+        };
+        let none = Value::Null;
+        assert_eq!(
+            reasoning(&request, false),
+            [none.clone(), json!("Hmm."), none.clone(), none.clone(), none.clone()]
+        );
+        assert_eq!(
+            reasoning(&request, true),
+            [none.clone(), json!("Hmm."), none.clone(), json!(""), none.clone()]
+        );
+        // An OpenAI client's own reasoning goes as it wrote it, padded or not.
+        request.origin = Dialect::OpenAi;
+        request.messages[3].extra.insert("reasoning_content".into(), json!("Mine."));
+        assert_eq!(reasoning(&request, true)[3], "Mine.");
     }
 
     #[test]
@@ -1086,7 +1127,8 @@ mod tests {
         let mut request = ChatRequest::new("route", vec![Message::user("hi")]);
         request.extra.insert("model".into(), json!("sneaky"));
         request.extra.insert("stream_options".into(), json!({"include_obfuscation": false}));
-        let bytes = chat_body(&request, "gpt-4o-mini", true, ProviderKind::OpenAiCompatible).unwrap();
+        let bytes =
+            chat_body(&request, "gpt-4o-mini", true, (ProviderKind::OpenAiCompatible, false)).unwrap();
         let text = String::from_utf8(bytes).unwrap();
         assert_eq!(text.matches("\"model\"").count(), 1);
         assert_eq!(text.matches("\"stream_options\"").count(), 1);
