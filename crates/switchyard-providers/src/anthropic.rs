@@ -193,6 +193,18 @@ pub(crate) fn messages_body(
     thinking: Option<ThinkingStyle>,
     envelope: Envelope<'_>,
 ) -> Result<Vec<u8>, ProviderError> {
+    let body = messages_body_as_asked(model, request, stream, thinking, envelope)?;
+    Ok(past_thinking::without_sealed_reasoning(body, request))
+}
+
+/// [`messages_body`], with whatever thinking blocks the client sent back.
+fn messages_body_as_asked(
+    model: &str,
+    request: &ChatRequest,
+    stream: bool,
+    thinking: Option<ThinkingStyle>,
+    envelope: Envelope<'_>,
+) -> Result<Vec<u8>, ProviderError> {
     let stream_edit = if stream { Edit::Flag(true) } else { Edit::FalseIfPresent };
     let (translated, restyled);
     // A translated body's thinking was chosen as it was built: only a client's own is edited.
@@ -307,7 +319,8 @@ pub(crate) fn count_body(
             ("context_management", management),
             ("output_config", output_config),
         ];
-        return verbatim::rewrite(body, &edits);
+        let body = verbatim::rewrite(body, &edits)?;
+        return Ok(past_thinking::without_sealed_reasoning(body, request));
     }
     let mut body =
         serde_json::to_value(request::build(model, request, false, thinking)?).map_err(|error| {

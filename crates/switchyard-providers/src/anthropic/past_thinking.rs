@@ -13,7 +13,7 @@ use std::future::Future;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::Value;
-use switchyard::chat::{ChatChunk, StreamNotice};
+use switchyard::chat::{ChatChunk, ChatRequest, StreamNotice};
 use switchyard::credential::CredentialId;
 use switchyard::provider::ChunkStream;
 use switchyard::{ErrorKind, ProviderError};
@@ -82,8 +82,7 @@ impl Refused {
 }
 
 /// Sends `body` for `model` under `key` with `send`, without the past thinking `model` refused
-/// under `key` before nor another dialect's reasoning the gateway signed (which no Claude
-/// takes: see [`crate::codec::REASONING_SEAL`]), and
+/// under `key` before, and
 /// once more without its past thinking when the target refuses that thinking as not its own
 /// (remembered in `refused`); the answer, with the notice for the attempt's trail when thinking
 /// was left out.
@@ -96,7 +95,6 @@ where
     F: Fn(Bytes) -> Fut,
     Fut: Future<Output = Result<T, ProviderError>>,
 {
-    let body = without_sealed_reasoning(body);
     let (body, left_out) = match refused.any(model, key) {
         true => {
             match without_past_thinking(&body, |_, block| refused.refused(model, key, fingerprint(block))) {
@@ -141,16 +139,15 @@ fn fingerprint(block: &Value) -> u64 {
     hasher.finish()
 }
 
-/// `body` without the thinking blocks that hold another dialect's reasoning, as the gateway
-/// signed it for an Anthropic client (see [`crate::codec::REASONING_SEAL`]); read only when
-/// it holds the seal.
-fn without_sealed_reasoning(body: Bytes) -> Bytes {
-    if memchr::memmem::find(&body, crate::codec::REASONING_SEAL.as_bytes()).is_none() {
-        return body;
-    }
-    match without_past_thinking(&body, |_, block| crate::codec::is_sealed_reasoning(block)) {
-        Some((stripped, _)) => Bytes::from(stripped),
-        None => body,
+/// `body`, the Messages body of `request`, without the thinking blocks that hold another
+/// dialect's reasoning as the gateway signed it for an Anthropic client, which no Claude takes
+/// (see [`crate::codec::REASONING_SEAL`]); read again only when the client sent such a block.
+pub(crate) fn without_sealed_reasoning(body: Vec<u8>, request: &ChatRequest) -> Vec<u8> {
+    let sealed = request.messages.iter().any(|m| m.extra.contains_key(crate::codec::SEALED_REASONING));
+    match sealed {
+        true => without_past_thinking(&body, |_, block| crate::codec::is_sealed_reasoning(block))
+            .map_or(body, |(stripped, _)| stripped),
+        false => body,
     }
 }
 
