@@ -348,11 +348,18 @@ impl Reader {
         if delta != Delta::default() {
             chunk.choices.push(ChunkChoice { index: 0, delta, finish_reason: None });
         }
-        // Every event but a keep-alive tells of progress (a hosted tool at work, reasoning).
         let frame = Verbatim::new(Dialect::Responses, event.to_frame());
-        chunk.verbatim = Some(if kind == "keepalive" { frame } else { frame.telling_progress() });
+        chunk.verbatim = Some(if tells_progress(kind, &data) { frame.telling_progress() } else { frame });
         Ok(chunk)
     }
+}
+
+/// Whether an event of `kind` with `data` tells of progress: every one does (a hosted tool at
+/// work, reasoning) but a keep-alive and a delta that adds nothing (a stalled server's
+/// keep-alive), which the idle limit sees through.
+fn tells_progress(kind: &str, data: &Value) -> bool {
+    let empty_delta = kind.ends_with(".delta") && data["delta"].as_str().is_some_and(str::is_empty);
+    kind != "keepalive" && !empty_delta
 }
 
 #[cfg(test)]
@@ -402,6 +409,17 @@ mod tests {
         assert!(!items.is_whole(), "a message begun, not done");
         items.see("response.output_item.done", &done("message"));
         assert!(items.is_whole());
+    }
+
+    #[test]
+    fn a_keep_alive_or_an_empty_delta_tells_of_no_progress() {
+        let delta = |text: &str| json!({"type": "response.output_text.delta", "delta": text});
+        assert!(tells_progress("response.output_text.delta", &delta("Hi")));
+        assert!(!tells_progress("response.output_text.delta", &delta("")));
+        assert!(!tells_progress("response.reasoning_summary_text.delta", &delta("")));
+        assert!(tells_progress("response.reasoning_summary_text.delta", &delta("Hmm")));
+        assert!(!tells_progress("keepalive", &json!({"type": "keepalive"})));
+        assert!(tells_progress("response.web_search_call.in_progress", &json!({})));
     }
 
     #[test]
