@@ -712,8 +712,9 @@ fn reasoning_sse() -> String {
 #[tokio::test]
 async fn a_reasoning_servers_thinking_reaches_an_anthropic_client_as_a_block_signed_for_that_model() {
     const WHOLE: &str = r#"{"id":"c1","object":"chat.completion","created":1,"model":"r1","choices":[{"index":0,"message":{"role":"assistant","content":"42","reasoning_content":"Six times seven."},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":9,"total_tokens":14}}"#;
+    // The server names itself `r1`; the gateway calls it `deepseek-v4-pro`, which signs.
     let upstream = Upstream::start(WHOLE, &reasoning_sse()).await;
-    let gateway = gateway("openai_compatible", "/v1", &upstream, "r1").await;
+    let gateway = gateway("openai_compatible", "/v1", &upstream, "deepseek-v4-pro").await;
     let body =
         r#"{"model":"default","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"6x7?"}]}"#;
     let (status, events) = post(gateway, "/v1/messages", body).await;
@@ -722,7 +723,7 @@ async fn a_reasoning_servers_thinking_reaches_an_anthropic_client_as_a_block_sig
         r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
         r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Six times"}}"#,
         r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":" seven."}}"#,
-        r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"switchyard.reasoning.v1:r1"}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"switchyard.reasoning.v1:deepseek-v4-pro"}}"#,
         r#"{"type":"content_block_stop","index":0}"#,
         r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
     ];
@@ -739,7 +740,7 @@ async fn a_reasoning_servers_thinking_reaches_an_anthropic_client_as_a_block_sig
     let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
     assert_eq!(
         answer["content"][0],
-        serde_json::json!({"type": "thinking", "thinking": "Six times seven.", "signature": "switchyard.reasoning.v1:r1"}),
+        serde_json::json!({"type": "thinking", "thinking": "Six times seven.", "signature": "switchyard.reasoning.v1:deepseek-v4-pro"}),
         "{answer}"
     );
     assert_eq!(answer["content"][1]["text"], "42", "{answer}");
@@ -786,8 +787,9 @@ async fn reasoning_sent_back_reaches_the_model_that_wrote_it_and_no_other() {
 async fn a_responses_client_carries_a_reasoning_servers_thinking_back_to_it_through_a_tool_turn() {
     // Codex in front of DeepSeek: the tool turn it sends back must carry its reasoning_content.
     const CALL: &str = r#"{"id":"c1","object":"chat.completion","created":1,"model":"r1","choices":[{"index":0,"message":{"role":"assistant","content":null,"reasoning_content":"Need the tool.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":5,"completion_tokens":9,"total_tokens":14}}"#;
+    // The server names itself `r1`; the gateway calls it `deepseek-v4-pro`.
     let upstream = Upstream::start(CALL, "").await;
-    let gateway = gateway("openai_compatible", "/v1", &upstream, "r1").await;
+    let gateway = gateway("openai_compatible", "/v1", &upstream, "deepseek-v4-pro").await;
     let tools = r#"[{"type":"function","name":"get_weather","parameters":{"type":"object"}}]"#;
     let first = format!(r#"{{"model":"default","store":false,"input":"Weather?","tools":{tools}}}"#);
     let (status, answer) = post(gateway, "/v1/responses", &first).await;

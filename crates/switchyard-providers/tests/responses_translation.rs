@@ -40,6 +40,7 @@ async fn answer(provider: &dyn Provider, request: &decode::ResponsesRequest) -> 
         echo: request.echo.clone(),
         previous_response_id: None,
         store: true,
+        reasoned_by: None,
     };
     encode::response_object(&meta, &response).0
 }

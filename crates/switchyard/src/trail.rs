@@ -413,6 +413,19 @@ impl Trail {
         &self.0
     }
 
+    /// The model `served` was called as: the provider's own id of it when the provider maps
+    /// the target's (`models:`), else the target's; `None` for a candidate.
+    pub fn called_model<'a>(&'a self, served: &'a Via) -> Option<&'a str> {
+        let Via::Target(target) = served else { return None };
+        let mapped = self
+            .0
+            .iter()
+            .rev()
+            .find(|a| a.target() == Some(target))
+            .and_then(|a| a.provider_model.as_deref());
+        Some(mapped.unwrap_or(target.model()))
+    }
+
     /// Whether the request fell back: it was served (`served_by`), and by anything but the
     /// target its chain began with, the first attempt's (after a failure, or a skip of that
     /// target: gated, unhealthy, exhausted, unsupported; a hedge that won, a special chain or

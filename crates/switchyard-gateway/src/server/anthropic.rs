@@ -42,7 +42,9 @@ pub async fn messages(
     if request.stream {
         return match exchange.live.router.chat_stream(&request, &options).await {
             Ok(stream) => {
-                respond(state.clone(), exchange, stream, MessagesStreamWriter::answering(&request.model))
+                let called = stream.trail().called_model(stream.served_by());
+                let writer = MessagesStreamWriter::answering(&request.model).reasoned_by(called);
+                respond(state.clone(), exchange, stream, writer)
             }
             Err(error) => route_failed(&state, &exchange, error),
         };
@@ -50,6 +52,10 @@ pub async fn messages(
     match exchange.live.router.chat_with(&request, &options).await {
         Ok(mut answer) => {
             usage(&state, &exchange.live, (&answer.served_by, &answer.route), answer.usage, answer.cost);
+            // The reasoning it writes is signed as the model the target was called as.
+            if let Some(called) = answer.trail.called_model(&answer.served_by) {
+                answer.response.model = called.to_owned();
+            }
             match codec::response_body(&mut answer.response, &request.model) {
                 Ok(body) => answered(&state, &exchange, body, Delivered::from(&mut answer)),
                 Err(error) => unwritable(&state, &exchange, error.to_string(), Delivered::from(&mut answer)),

@@ -57,7 +57,8 @@ pub async fn create(
     if chat.stream {
         return match exchange.live.router.chat_stream(&chat, &options).await {
             Ok(stream) => {
-                let encoder = ResponsesEncoder::new(state.clone(), meta, keep);
+                let reasoned_by = stream.trail().called_model(stream.served_by()).map(str::to_owned);
+                let encoder = ResponsesEncoder::new(state.clone(), Meta { reasoned_by, ..meta }, keep);
                 respond(state.clone(), exchange, stream, encoder)
             }
             Err(error) => route_failed(&state, &exchange, error),
@@ -66,6 +67,8 @@ pub async fn create(
     match exchange.live.router.chat_with(&chat, &options).await {
         Ok(mut answer) => {
             usage(&state, &exchange.live, (&answer.served_by, &answer.route), answer.usage, answer.cost);
+            let meta =
+                Meta { reasoned_by: answer.trail.called_model(&answer.served_by).map(str::to_owned), ..meta };
             let object = whole_object(&mut answer.response, &meta);
             if let Some(keep) = keep {
                 state.responses.keep(meta.id.clone(), keep.entry(&object)).await;
@@ -143,8 +146,14 @@ async fn conversation(
     note_unsent_items(exchange, &items);
     exchange.note_claude_thinking(&chat);
     chat.verbatim = Some(native::native_body(body, &items));
-    let meta =
-        Meta { id: state.responses.new_id(), created_at: unix_now(), echo, previous_response_id, store };
+    let meta = Meta {
+        id: state.responses.new_id(),
+        created_at: unix_now(),
+        echo,
+        previous_response_id,
+        store,
+        reasoned_by: None,
+    };
     let keep = store.then(|| Keep { owner: owner.to_owned(), items });
     Ok(Turn { chat, meta, keep, conversation })
 }

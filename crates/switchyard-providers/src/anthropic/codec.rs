@@ -226,6 +226,14 @@ impl MessagesStreamWriter {
     pub fn answering(model: &str) -> Self {
         Self { encoder: StreamEncoder::answering(model), model: Some(model.to_owned()), ..Self::default() }
     }
+
+    /// The same, signing the reasoning it writes as `model`'s (see [`StreamEncoder::reasoned_by`]).
+    pub fn reasoned_by(mut self, model: Option<&str>) -> Self {
+        if let Some(model) = model {
+            self.encoder.reasoned_by(model);
+        }
+        self
+    }
 }
 
 /// A provider's `message_start` event (`frame`, as framed) naming `model` instead of the one

@@ -41,6 +41,9 @@ pub struct Meta {
     pub previous_response_id: Option<String>,
     /// Whether the gateway keeps it.
     pub store: bool,
+    /// The model the answering target was called as, which signs another dialect's reasoning
+    /// (see [`super::seal_reasoning`]); else the model the answer names.
+    pub reasoned_by: Option<String>,
 }
 
 /// The response object of a whole answer, and the assistant turn it adds to the conversation.
@@ -56,7 +59,8 @@ pub fn response_object(meta: &Meta, answer: &ChatResponse) -> (Value, Message) {
     let thinking = (!blocks.is_empty()).then(|| super::seal_thinking(blocks));
     if !reasoning.is_empty() || thinking.is_some() {
         let mut item = reasoning_item(&reasoning_item_id(&meta.id, 0), "completed", reasoning);
-        let sealed = thinking.unwrap_or_else(|| super::seal_reasoning(&answer.model, reasoning));
+        let by = meta.reasoned_by.as_deref().unwrap_or(&answer.model);
+        let sealed = thinking.unwrap_or_else(|| super::seal_reasoning(by, reasoning));
         item["encrypted_content"] = Value::String(sealed);
         output.push(item);
     }
@@ -701,7 +705,7 @@ impl StreamEncoder {
         let mut item = reasoning_item(&item_id, "completed", text);
         let sealed = match self.thinking.is_empty() {
             false => super::seal_thinking(&std::mem::take(&mut self.thinking)),
-            true => super::seal_reasoning(&self.model, text),
+            true => super::seal_reasoning(self.meta.reasoned_by.as_deref().unwrap_or(&self.model), text),
         };
         item["encrypted_content"] = Value::String(sealed);
         self.output.push(item.clone());
@@ -970,7 +974,14 @@ mod tests {
 
     fn meta() -> Meta {
         let echo = request_from_json(json!({"model": "m", "input": "x"})).unwrap().echo;
-        Meta { id: "resp_1".into(), created_at: 7, echo, previous_response_id: None, store: true }
+        Meta {
+            id: "resp_1".into(),
+            created_at: 7,
+            echo,
+            previous_response_id: None,
+            store: true,
+            reasoned_by: None,
+        }
     }
 
     fn chunk(delta: Delta, finish: Option<FinishReason>) -> ChatChunk {
@@ -1005,7 +1016,14 @@ mod tests {
         let tools = json!([{"type": "namespace", "name": "agents",
             "tools": [{"type": "function", "name": "spawn", "parameters": {"type": "object"}}]}]);
         let echo = request_from_json(json!({"model": "m", "input": "x", "tools": tools})).unwrap().echo;
-        Meta { id: "resp_1".into(), created_at: 7, echo, previous_response_id: None, store: true }
+        Meta {
+            id: "resp_1".into(),
+            created_at: 7,
+            echo,
+            previous_response_id: None,
+            store: true,
+            reasoned_by: None,
+        }
     }
 
     fn custom_call(input: &str) -> ToolCall {

@@ -221,8 +221,10 @@ pub struct StreamEncoder {
     /// The model `message_start` names, when not the chunks' (the one the client asked for).
     model: Option<String>,
     /// The model the chunks name (the one that answered): whose reasoning a thinking block
-    /// holds.
+    /// holds, unless the caller said as what model it was called ([`Self::reasoned_by`]).
     answered_by: String,
+    /// The model the answering target was called as, which signs its reasoning.
+    called: Option<String>,
 }
 
 impl StreamEncoder {
@@ -235,6 +237,13 @@ impl StreamEncoder {
     /// model answered.
     pub fn answering(model: &str) -> Self {
         Self { model: Some(model.to_owned()), ..Self::default() }
+    }
+
+    /// Signs the reasoning it writes as `model`'s, the model the answering target was called
+    /// as: what its adapter compares the reasoning sent back with (a server may name itself
+    /// otherwise in its chunks).
+    pub fn reasoned_by(&mut self, model: &str) {
+        self.called = Some(model.to_owned());
     }
 
     /// The events for one chunk.
@@ -444,7 +453,8 @@ impl StreamEncoder {
                 self.closed_calls.insert(call);
             }
             if let OpenBlock::Thinking { index } = open {
-                let signature = crate::codec::reasoning_signature(&self.answered_by);
+                let signature =
+                    crate::codec::reasoning_signature(self.called.as_deref().unwrap_or(&self.answered_by));
                 let delta = BlockDelta::Other(json!({ "type": "signature_delta", "signature": signature }));
                 events.push(event(StreamEvent::ContentBlockDelta { index, delta }));
             }
