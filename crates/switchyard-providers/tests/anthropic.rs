@@ -524,6 +524,13 @@ async fn harmless_openai_fields_are_ignored_and_mappable_ones_are_mapped() {
     request.extra.insert("safety_identifier".into(), json!("u-9"));
     chat(&fake, &request).await.unwrap();
     assert_eq!(fake.only_request().body["metadata"], json!({"user_id": "u-9"}));
+
+    // vLLM's `top_k: -1` says "no top-k": Claude is sent none.
+    let fake = Fake::json(200, text_answer()).await;
+    let mut request = hello();
+    request.extra.insert("top_k".into(), json!(-1));
+    chat(&fake, &request).await.unwrap();
+    assert_eq!(fake.only_request().body.get("top_k"), None);
 }
 
 #[tokio::test]
@@ -551,7 +558,7 @@ async fn meaningful_fields_without_an_anthropic_equivalent_are_refused_naming_th
         ("logprobs", json!(true)),
         ("reasoning_effort", json!("extreme")),
         ("n", json!(2)),
-        ("top_k", json!(-1)),
+        ("top_k", json!(-2)),
     ] {
         let mut request = hello();
         request.extra.insert(key.into(), value);

@@ -517,7 +517,8 @@ impl Trail {
 }
 
 /// Whether no target of the chain could take the request at all: every one of `attempts` was
-/// skipped as unsupported, none called (a token count no target of its route can give).
+/// skipped as unsupported, none called (a token count no target of its route can give), but
+/// for the skip for its health of a target also skipped so (see [`every_target_could_not`]).
 pub fn none_could_serve(attempts: &[Attempt]) -> bool {
     every_target_could_not(attempts, |a| a.outcome == Outcome::SkippedUnsupported)
 }

@@ -104,7 +104,8 @@ impl Shown<'_> {
 impl fmt::Display for Shown<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let hidden = |c: char| {
-            (c.is_control() && c != '\n') || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+            (c.is_control() && c != '\n' && c != '\t')
+                || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
         };
         for (i, line) in self.0.split('\n').enumerate() {
             if i > 0 {
@@ -408,11 +409,12 @@ mod tests {
         let error = ConfigError::one(
             "f.toml",
             "providers.\u{202e}evil",
-            format!("bad line:\n{}\n^ here\u{1b}[2J", "x".repeat(1760)),
+            format!("bad line:\n{}\n\t^ here\u{1b}[2J", "x".repeat(1760)),
         );
         let shown = error.to_string();
         assert!(shown.contains("providers.\\u{202e}evil") && shown.contains("here\\u{001b}[2J"), "{shown}");
-        assert!(shown.contains(&format!("{}… (760 more characters)\n^ here", "x".repeat(1000))), "{shown}");
+        // A tab stays a tab: it places the caret under the source line.
+        assert!(shown.contains(&format!("{}… (760 more characters)\n\t^ here", "x".repeat(1000))), "{shown}");
         assert!(shown.len() < 1200, "{shown}");
     }
 

@@ -251,6 +251,17 @@ impl RequestContext {
         }
     }
 
+    /// The refusal of a request that names no `model`, naming those its key may use.
+    fn missing_model(&self) -> ApiError {
+        let router = &self.live.router;
+        let routes_only = !self.live.gateway.direct_targets;
+        let mut names = model_names(router, routes_only);
+        if let Some(key) = &self.key {
+            names.retain(|name| key.rules.allows(name, router));
+        }
+        missing_model(&names.join(", "), routes_only)
+    }
+
     /// Notes Claude's signed thinking of earlier turns in `request` (as an OpenAI-dialect
     /// client sends it back, a Responses client's encoded reasoning items, or an Anthropic
     /// client's own blocks), which a provider of another kind is not sent: the trail says so
@@ -350,19 +361,6 @@ pub(crate) fn model_names(router: &Router, routes_only: bool) -> Vec<String> {
         }
     }
     names
-}
-
-impl RequestContext {
-    /// The refusal of a request that names no `model`, naming those its key may use.
-    fn missing_model(&self) -> ApiError {
-        let router = &self.live.router;
-        let routes_only = !self.live.gateway.direct_targets;
-        let mut names = model_names(router, routes_only);
-        if let Some(key) = &self.key {
-            names.retain(|name| key.rules.allows(name, router));
-        }
-        missing_model(&names.join(", "), routes_only)
-    }
 }
 
 /// The refusal of a request that names no `model`: one of `names`.

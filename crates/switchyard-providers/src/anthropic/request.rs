@@ -359,6 +359,8 @@ fn read_foreign_extra(extra: &Extra) -> Result<Foreign, ProviderError> {
                 foreign.reasoning_effort = Some(value.clone());
                 true
             }
+            // vLLM's -1 is "no top-k", as Claude's absent one is.
+            "top_k" if value.as_i64() == Some(-1) => true,
             "top_k" => {
                 foreign.top_k =
                     Some(value.as_u64().ok_or_else(|| invalid(key, "must be a non-negative integer"))?);
@@ -507,6 +509,7 @@ fn thinking_blocks(message: &Message) -> Vec<Block> {
 /// let signed = json!({"type": "thinking", "thinking": "Hmm.", "signature_delta": "EqQB"});
 /// assert_eq!(sendable_thinking(&signed).unwrap()["signature"], "EqQB");
 /// assert!(sendable_thinking(&json!({"type": "thinking", "thinking": "Hmm."})).is_none());
+/// assert!(sendable_thinking(&json!({"type": "thinking", "thinking": "Hm", "signature": ""})).is_none());
 /// ```
 pub fn sendable_thinking(block: &Value) -> Option<Value> {
     let text = |name: &str| block.get(name).and_then(Value::as_str).map(str::to_owned);
@@ -514,7 +517,9 @@ pub fn sendable_thinking(block: &Value) -> Option<Value> {
         // Another dialect's reasoning, which the gateway signed: no Claude would take it.
         "thinking" if crate::codec::is_sealed_reasoning(block) => None,
         "thinking" => {
-            let signature = text("signature").or_else(|| text("signature_delta"))?;
+            // An empty signature is a block cut before it was signed (a stream that broke).
+            let signature =
+                text("signature").or_else(|| text("signature_delta")).filter(|s| !s.is_empty())?;
             Some(json!({"type": "thinking", "thinking": text("thinking")?, "signature": signature}))
         }
         "redacted_thinking" => Some(json!({"type": "redacted_thinking", "data": text("data")?})),

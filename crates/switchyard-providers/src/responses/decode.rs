@@ -442,8 +442,15 @@ fn string<'a>(object: &'a Map<String, Value>, key: &str, path: &str) -> Result<&
 /// no model is sent (named, as sent: `bogus`).
 fn empty_input(body: &Map<String, Value>) -> CodecError {
     let items = body.get("input").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
-    let mut kinds: Vec<&str> = items.iter().filter_map(|item| item["type"].as_str()).collect();
+    // Named as sent, each once, and within bounds: a client's text said back.
+    let mut kinds: Vec<String> = items
+        .iter()
+        .filter_map(|item| item["type"].as_str())
+        .map(|kind| kind.chars().take(64).collect())
+        .collect();
+    kinds.sort_unstable();
     kinds.dedup();
+    kinds.truncate(8);
     match kinds.is_empty() {
         true => CodecError::new("input", "is required"),
         false => CodecError::new(
