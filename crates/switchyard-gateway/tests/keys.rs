@@ -534,4 +534,15 @@ async fn a_key_held_to_some_routes_is_shown_only_the_models_it_may_use() {
     assert_eq!(empty.status, 400);
     let message = empty.body["error"]["message"].as_str().unwrap();
     assert!(message.ends_with("(claude-*, default)"), "{message}");
+
+    // So is one that names a model no route is, where clients name routes alone.
+    let routes_only = config(up, "routes: [default, \"claude-*\"]").replace(
+        "  admin_key: gw-admin-key-0003\n",
+        "  admin_key: gw-admin-key-0003\n  direct_targets: false\n",
+    );
+    let gateway = support::in_process(&routes_only).await;
+    let unknown = chat(gateway, TEAM, "up:m").await;
+    assert_eq!(unknown.status, 404);
+    let message = unknown.body["error"]["message"].as_str().unwrap();
+    assert!(message.ends_with("(claude-*, default)"), "{message}");
 }

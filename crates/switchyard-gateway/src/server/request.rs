@@ -129,7 +129,7 @@ impl RequestContext {
                 Err(Box::new(self.fail(state, error)))
             }
             Ok(request) => {
-                if let Some(error) = routes_only(&self.live, model(&request)) {
+                if let Some(error) = self.routes_only(model(&request)) {
                     return Err(Box::new(self.fail(state, error)));
                 }
                 if let Err(error) = self.admit(state, model(&request)).await {
@@ -253,13 +253,43 @@ impl RequestContext {
 
     /// The refusal of a request that names no `model`, naming those its key may use.
     fn missing_model(&self) -> ApiError {
-        let router = &self.live.router;
         let routes_only = !self.live.gateway.direct_targets;
+        missing_model(&self.names_for_key(routes_only).join(", "), routes_only)
+    }
+
+    /// The names its key may send as `model` (every one, without keys): the routes, and their
+    /// targets unless `routes_only`.
+    fn names_for_key(&self, routes_only: bool) -> Vec<String> {
+        let router = &self.live.router;
         let mut names = model_names(router, routes_only);
         if let Some(key) = &self.key {
             names.retain(|name| key.rules.allows(name, router));
         }
-        missing_model(&names.join(", "), routes_only)
+        names
+    }
+
+    /// With `gateway.direct_targets: false`, the refusal of a `model` that is no route (a
+    /// `provider:model`, or nothing at all), naming the routes its key may use alone: the
+    /// router's own refusal of an unknown model would list the targets this setting keeps from
+    /// clients.
+    fn routes_only(&self, model: &str) -> Option<ApiError> {
+        let router = &self.live.router;
+        if self.live.gateway.direct_targets {
+            return None;
+        }
+        let direct = names_a_target(router, model);
+        if !direct && router.governing_route(model).is_some() {
+            return None;
+        }
+        let what = match direct {
+            true => {
+                "names a provider's model directly, which this gateway does not serve (`gateway.direct_targets: false`)"
+            }
+            false => "is no model here",
+        };
+        let routes = self.names_for_key(true).join(", ");
+        let message = format!("`{}` {what}: name a route ({routes})", switchyard::said_back(model));
+        Some(ApiError::new(axum::http::StatusCode::NOT_FOUND, "model_not_found", message))
     }
 
     /// Notes Claude's signed thinking of earlier turns in `request` (as an OpenAI-dialect
@@ -313,29 +343,6 @@ fn note_unread(trail: &mut Trail, note: &str, readers: &[String]) {
             });
         }
     }
-}
-
-/// With `gateway.direct_targets: false`, the refusal of a `model` that is no route (a
-/// `provider:model`, or nothing at all), naming the routes alone: the router's own refusal
-/// of an unknown model would list the targets this setting keeps from clients.
-fn routes_only(live: &Live, model: &str) -> Option<ApiError> {
-    let router = &live.router;
-    if live.gateway.direct_targets {
-        return None;
-    }
-    let direct = names_a_target(router, model);
-    if !direct && router.governing_route(model).is_some() {
-        return None;
-    }
-    let what = match direct {
-        true => {
-            "names a provider's model directly, which this gateway does not serve (`gateway.direct_targets: false`)"
-        }
-        false => "is no model here",
-    };
-    let routes = model_names(router, true).join(", ");
-    let message = format!("`{}` {what}: name a route ({routes})", switchyard::said_back(model));
-    Some(ApiError::new(axum::http::StatusCode::NOT_FOUND, "model_not_found", message))
 }
 
 /// Whether `model` names a `provider:model` target of a configured provider, and no route
