@@ -356,12 +356,16 @@ fn tls_config(extra_roots: &[CertificateDer<'static>]) -> Result<rustls::ClientC
     builder.map(|builder| builder.with_no_client_auth()).map_err(|error| ClientError(error.to_string()))
 }
 
+/// The most a CA file may hold: far more than any bundle of roots.
+const CA_FILE_MOST: u64 = 16 << 20;
+
 /// The certificates of the PEM file at `path`, for [`HttpSettings::extra_roots`]. The error
 /// says what is wrong with the file (unreadable, not PEM, no certificate in it), without the
 /// path, which the caller names as it knows it.
 pub fn read_ca_file(path: &std::path::Path) -> Result<Vec<CertificateDer<'static>>, String> {
     use rustls::pki_types::pem::PemObject as _;
-    let pem = std::fs::read(path).map_err(|error| format!("cannot be read: {error}"))?;
+    let pem =
+        crate::files::read_bounded(path, CA_FILE_MOST).map_err(|error| format!("cannot be read: {error}"))?;
     let certificates = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|error| format!("is not a PEM certificate file: {error}"))?;

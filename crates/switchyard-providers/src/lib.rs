@@ -19,6 +19,7 @@ pub mod anthropic;
 pub mod bedrock;
 mod betas;
 pub mod codec;
+pub mod files;
 pub mod gemini;
 pub mod http;
 pub mod openai;

@@ -289,29 +289,9 @@ pub const MAX_FILE_BYTES: u64 = 16 << 20;
 /// The text of the configuration file at `path`. Only a regular file (or a link to one) of at
 /// most [`MAX_FILE_BYTES`] is read: a pipe or a device would block a reload or fill memory.
 pub fn read_text(path: &Path) -> std::io::Result<String> {
-    use std::io::{Error, ErrorKind, Read};
-    let too_large = || {
-        Error::new(
-            ErrorKind::InvalidData,
-            format!("it holds more than {} MiB, the most a configuration may", MAX_FILE_BYTES >> 20),
-        )
-    };
-    let metadata = std::fs::metadata(path)?;
-    if !metadata.is_file() {
-        let what =
-            if metadata.is_dir() { "a directory" } else { "not a regular file (a pipe, socket or device)" };
-        return Err(Error::new(ErrorKind::InvalidInput, format!("it is {what}")));
-    }
-    if metadata.len() > MAX_FILE_BYTES {
-        return Err(too_large());
-    }
-    let mut text = String::new();
-    // Bounded again as read: the file may grow between the two.
-    std::fs::File::open(path)?.take(MAX_FILE_BYTES + 1).read_to_string(&mut text)?;
-    if text.len() as u64 > MAX_FILE_BYTES {
-        return Err(too_large());
-    }
-    Ok(text)
+    let bytes = switchyard_providers::files::read_bounded(path, MAX_FILE_BYTES)?;
+    String::from_utf8(bytes)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "it is not UTF-8 text"))
 }
 
 /// Whether the file at `path` is TOML (it ends in `.toml`); else it is YAML.

@@ -173,7 +173,9 @@ impl CredentialFile {
         let invalid = |what: String| {
             AuthError::new(ErrorKind::Auth, format!("the Google credentials file {} {what}", path.display()))
         };
-        let text = std::fs::read(path).map_err(|error| invalid(format!("cannot be read: {error}")))?;
+        // A key file is a few kilobytes.
+        let text = crate::files::read_bounded(path, 1 << 20)
+            .map_err(|error| invalid(format!("cannot be read: {error}")))?;
         let value: Value = serde_json::from_slice(&text).map_err(|error| {
             invalid(format!("is not JSON (line {}, column {})", error.line(), error.column()))
         })?;
