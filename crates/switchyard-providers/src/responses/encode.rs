@@ -973,7 +973,12 @@ mod tests {
     use crate::responses::decode::request_from_json;
 
     fn meta() -> Meta {
-        let echo = request_from_json(json!({"model": "m", "input": "x"})).unwrap().echo;
+        meta_of(json!({"model": "m", "input": "x"}))
+    }
+
+    /// The meta of a response to the request `body`.
+    fn meta_of(body: Value) -> Meta {
+        let echo = request_from_json(body).unwrap().echo;
         Meta {
             id: "resp_1".into(),
             created_at: 7,
@@ -1015,15 +1020,7 @@ mod tests {
     fn namespaced_meta() -> Meta {
         let tools = json!([{"type": "namespace", "name": "agents",
             "tools": [{"type": "function", "name": "spawn", "parameters": {"type": "object"}}]}]);
-        let echo = request_from_json(json!({"model": "m", "input": "x", "tools": tools})).unwrap().echo;
-        Meta {
-            id: "resp_1".into(),
-            created_at: 7,
-            echo,
-            previous_response_id: None,
-            store: true,
-            reasoned_by: None,
-        }
+        meta_of(json!({"model": "m", "input": "x", "tools": tools}))
     }
 
     fn custom_call(input: &str) -> ToolCall {
