@@ -65,6 +65,29 @@ pub enum ProviderKind {
 }
 
 impl ProviderKind {
+    /// Whether a provider of this kind speaks Anthropic's Messages API to `model`: every model
+    /// of Anthropic's own, Claude on Vertex and Bedrock (their other models speak Gemini's and
+    /// Converse's). Only those read Claude's signed thinking and an Anthropic client's fields
+    /// that no other dialect has.
+    ///
+    /// ```
+    /// use switchyard_providers::ProviderKind;
+    ///
+    /// assert!(ProviderKind::Vertex.speaks_messages("claude-sonnet-4-5@20250929"));
+    /// assert!(!ProviderKind::Vertex.speaks_messages("gemini-2.5-pro"));
+    /// assert!(ProviderKind::Bedrock.speaks_messages("us.anthropic.claude-sonnet-4-5-20250929-v1:0"));
+    /// assert!(!ProviderKind::Bedrock.speaks_messages("amazon.nova-pro-v1:0"));
+    /// assert!(!ProviderKind::OpenAiCompatible.speaks_messages("claude-via-proxy"));
+    /// ```
+    pub fn speaks_messages(self, model: &str) -> bool {
+        match self {
+            ProviderKind::Anthropic => true,
+            ProviderKind::Vertex => model.to_ascii_lowercase().starts_with("claude"),
+            ProviderKind::Bedrock => bedrock::is_claude(model),
+            _ => false,
+        }
+    }
+
     /// The name used in configuration and in credential ids.
     pub fn as_str(self) -> &'static str {
         match self {

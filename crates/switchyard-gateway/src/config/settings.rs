@@ -55,11 +55,12 @@ pub struct GatewaySettings {
     /// The providers spoken to in the Responses API itself (OpenAI, Azure, and
     /// `openai_compatible` ones with `responses: native`); the others get it translated.
     pub responses_native: Vec<String>,
-    /// The providers that write Claude's Messages bodies (Anthropic's, and Vertex's and
-    /// Bedrock's for Claude): the only ones that read Claude's signed thinking of earlier
-    /// turns, and an Anthropic client's fields that no other dialect has. (Their other models,
-    /// Gemini's and Converse's, refuse such fields, and leave such thinking out unsaid.)
-    pub anthropic_providers: Vec<String>,
+    /// The providers that may write Claude's Messages bodies (Anthropic's, and Vertex's and
+    /// Bedrock's), with their kind: of their models, those that speak the Messages API
+    /// ([`ProviderKind::speaks_messages`](switchyard_providers::ProviderKind::speaks_messages))
+    /// are the only ones that read Claude's signed thinking of earlier turns, and an Anthropic
+    /// client's fields that no other dialect has.
+    pub anthropic_providers: Vec<(String, switchyard_providers::ProviderKind)>,
 }
 
 /// How much of the Responses API's conversations the gateway keeps: the oldest go first when

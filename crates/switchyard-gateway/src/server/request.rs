@@ -220,12 +220,19 @@ impl RequestContext {
     fn finished<'a>(&'a self, ending: Ending<'a>) -> FinishedRequest<'a> {
         let Ending { route, served_by, status, attempts, mut settled } = ending;
         if let Some(settled) = settled.as_mut() {
+            let gateway = &self.live.gateway;
             for (readers, note) in &self.unsent {
-                let readers = match readers {
-                    Readers::ResponsesNative => &self.live.gateway.responses_native,
-                    Readers::Anthropic => &self.live.gateway.anthropic_providers,
-                };
-                note_unread(&mut settled.trail, note, readers);
+                match readers {
+                    Readers::ResponsesNative => note_unread(&mut settled.trail, note, |target| {
+                        gateway.responses_native.iter().any(|id| id == target.provider())
+                    }),
+                    Readers::Anthropic => note_unread(&mut settled.trail, note, |target| {
+                        gateway
+                            .anthropic_providers
+                            .iter()
+                            .any(|(id, kind)| id == target.provider() && kind.speaks_messages(target.model()))
+                    }),
+                }
             }
         }
         FinishedRequest {
@@ -332,10 +339,10 @@ impl RequestContext {
     }
 }
 
-/// Adds `note` to every attempt sent to a provider not among `readers`.
-fn note_unread(trail: &mut Trail, note: &str, readers: &[String]) {
+/// Adds `note` to every attempt sent to a target that does not `read` what it says.
+fn note_unread(trail: &mut Trail, note: &str, read: impl Fn(&switchyard::Target) -> bool) {
     for attempt in trail.attempts_mut() {
-        let translated = attempt.target().is_some_and(|t| !readers.iter().any(|id| id == t.provider()));
+        let translated = attempt.target().is_some_and(|t| !read(t));
         if translated && !attempt.outcome.is_skip() {
             attempt.note = Some(match attempt.note.take() {
                 Some(earlier) => format!("{earlier}; {note}"),

@@ -92,8 +92,15 @@ pub(crate) fn check(
     gateway.anthropic_providers = file
         .providers
         .iter()
-        .filter(|(_, p)| matches!(p.kind, Kind::Anthropic | Kind::Vertex | Kind::Bedrock))
-        .map(|(id, _)| id.clone())
+        .filter_map(|(id, p)| {
+            let kind = match p.kind {
+                Kind::Anthropic => switchyard_providers::ProviderKind::Anthropic,
+                Kind::Vertex => switchyard_providers::ProviderKind::Vertex,
+                Kind::Bedrock => switchyard_providers::ProviderKind::Bedrock,
+                _ => return None,
+            };
+            Some((id.clone(), kind))
+        })
         .collect();
     let checked = CheckedConfig {
         listen,
