@@ -1,7 +1,8 @@
 """The two most used agent CLIs, run as users run them against a gateway: Claude Code
 (`claude -p`, with ANTHROPIC_BASE_URL) and Codex CLI (`codex exec`, a `model_providers` entry
 with `wire_api = "responses"`), each toward an upstream of its own API and toward another
-(Claude Code toward Gemini on Vertex too), and Codex rescued by another target's continuation.
+(Claude Code toward Gemini on Vertex too, and toward a DeepSeek that wants its reasoning back
+through a tool turn), and Codex rescued by another target's continuation.
 
 The versions are pinned in scripts/e2e. Both send what Switchyard does not model on their first
 request: Claude Code a `role: "system"` message inside `messages` (beta
@@ -305,6 +306,95 @@ gateway: {{ keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }}
         assert tool_turns[-1].get("thinking", {}).get("type") not in (None, "disabled"), "thinking goes on"
     finally:
         claude.stop()
+
+
+class ThinkingDeepSeek:
+    """A DeepSeek in thinking mode on loopback, speaking Chat Completions: its first answer
+    streams its reasoning and a call of `Read` of `path`, its next (the tool's result came) a
+    text. As DeepSeek does, it refuses a conversation whose tool-call turn comes back without
+    the `reasoning_content` it wrote; it keeps every body it was sent."""
+
+    REASONING = "I should read the note."
+
+    def __init__(self, path):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        import threading
+
+        self.bodies, fake = [], self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                fake.bodies.append(body)
+                turns = [m for m in body["messages"] if m["role"] == "assistant" and m.get("tool_calls")]
+                if any(m.get("reasoning_content") != fake.REASONING for m in turns):
+                    payload = json.dumps({"error": {"message": "The `reasoning_content` in the thinking mode must be passed back to the API.", "type": "invalid_request_error", "param": None, "code": "invalid_request_error"}}).encode()
+                    self.send_response(400)
+                    self.send_header("content-type", "application/json")
+                else:
+                    answered = any(m["role"] == "tool" for m in body["messages"])
+                    payload = fake.events(answered, path).encode()
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    @classmethod
+    def events(cls, answered, path):
+        def chunk(delta, finish=None):
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            data = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "deepseek-v4-pro", "choices": [choice]}
+            return f"data: {json.dumps(data)}\n\n"
+
+        out = chunk({"role": "assistant", "content": None, "reasoning_content": cls.REASONING})
+        if answered:
+            out += chunk({"content": "The note says hello."}) + chunk({}, "stop")
+        else:
+            call = {"index": 0, "id": "call_note", "type": "function", "function": {"name": "Read", "arguments": json.dumps({"file_path": str(path)})}}
+            out += chunk({"tool_calls": [call]}) + chunk({}, "tool_calls")
+        usage = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "deepseek-v4-pro", "choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 9, "total_tokens": 59}}
+        return out + f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n"
+
+
+def test_claude_code_on_deepseek_gives_its_reasoning_back_through_a_tool_turn(gateway, tmp_path):
+    # DeepSeek's thinking mode refuses a tool turn sent back without its reasoning: Claude Code
+    # is shown it as a thinking block the gateway signed, and sends it back with the turn.
+    work_note = tmp_path / "claude-work" / "note.txt"
+    deepseek = ThinkingDeepSeek(work_note)
+    try:
+        gw = gateway(f"""
+providers:
+  deepseek: {{ kind: openai_compatible, base_url: "{deepseek.url}/v1", api_key: sk-upstream-ds-0003 }}
+routes:
+  default: {{ targets: ["deepseek:deepseek-v4-pro"] }}
+gateway: {{ keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }}
+""")
+        (tmp_path / "claude-work").mkdir()
+        work_note.write_text("hello\n")
+        result = run_claude(gw, tmp_path, prompt="read note.txt")
+        assert result["is_error"] is False, result
+        assert result["result"] == "The note says hello."
+        tool_turns = [b for b in deepseek.bodies if any(m["role"] == "tool" for m in b["messages"])]
+        assert tool_turns, deepseek.bodies
+        assistant = [m for m in tool_turns[-1]["messages"] if m.get("tool_calls")][-1]
+        assert assistant["reasoning_content"] == ThinkingDeepSeek.REASONING, assistant
+        assert len(deepseek.bodies) == 2, "nothing refused, nothing sent twice"
+    finally:
+        deepseek.stop()
 
 
 def test_codex_on_a_key_whose_budget_is_spent_stops_at_once_saying_so(mock, gateway, tmp_path):
