@@ -781,6 +781,15 @@ async fn reasoning_sent_back_reaches_the_model_that_wrote_it_and_no_other() {
     let sent: serde_json::Value = serde_json::from_str(&upstream.received().1).unwrap();
     assert_eq!(sent["messages"][1]["content"][0]["type"], "tool_use", "{sent}");
     assert!(sent.get("thinking").is_none(), "{sent}");
+
+    // Nor a block cut before it was signed (a stream that broke while Claude thought).
+    let cut = SEALED_TOOL_TURN.replace("switchyard.reasoning.v1:r1", "");
+    let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
+    let claude = gateway("anthropic", "", &upstream, "claude-sonnet-4-5").await;
+    let (status, answer) = post(claude, "/v1/messages", &cut).await;
+    assert_eq!(status, 200, "{answer}");
+    let sent: serde_json::Value = serde_json::from_str(&upstream.received().1).unwrap();
+    assert_eq!(sent["messages"][1]["content"][0]["type"], "tool_use", "{sent}");
 }
 
 #[tokio::test]

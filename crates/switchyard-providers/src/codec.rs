@@ -99,7 +99,8 @@ pub fn body_object(body: &[u8]) -> Result<serde_json::Map<String, serde_json::Va
 pub const REASONING_SEAL: &str = "switchyard.reasoning.v1:";
 
 /// The key of a canonical assistant message's `extra` holding the reasoning an Anthropic
-/// client sent back under [`REASONING_SEAL`]: `{"model", "text"}`. Never sent as written.
+/// client sent back under [`REASONING_SEAL`]: `{"model", "text"}` (`model` empty for a block
+/// cut before it was signed, which no model reads back). Never sent as written.
 pub const SEALED_REASONING: &str = "sealed_reasoning";
 
 /// The signature of reasoning `model` wrote (see [`REASONING_SEAL`]).
@@ -110,6 +111,14 @@ pub(crate) fn reasoning_signature(model: &str) -> String {
 /// Whether a thinking `block` carries reasoning the gateway signed (see [`REASONING_SEAL`]).
 pub(crate) fn is_sealed_reasoning(block: &serde_json::Value) -> bool {
     block["signature"].as_str().is_some_and(|signature| signature.starts_with(REASONING_SEAL))
+}
+
+/// Whether a thinking `block` no Claude takes back: the gateway's (see [`REASONING_SEAL`]), or
+/// one without a signature (cut before it was signed, as a stream that broke while Claude
+/// thought leaves it).
+pub(crate) fn is_unsendable_thinking(block: &serde_json::Value) -> bool {
+    block["type"] == "thinking"
+        && (is_sealed_reasoning(block) || block["signature"].as_str().is_none_or(str::is_empty))
 }
 
 /// The reasoning an assistant `message` sent back sealed, when `model` wrote it: what its

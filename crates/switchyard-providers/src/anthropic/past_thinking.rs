@@ -139,13 +139,14 @@ fn fingerprint(block: &Value) -> u64 {
     hasher.finish()
 }
 
-/// `body`, the Messages body of `request`, without the thinking blocks that hold another
-/// dialect's reasoning as the gateway signed it for an Anthropic client, which no Claude takes
-/// (see [`crate::codec::REASONING_SEAL`]); read again only when the client sent such a block.
+/// `body`, the Messages body of `request`, without the thinking blocks no Claude takes: another
+/// dialect's reasoning as the gateway signed it for an Anthropic client (see
+/// [`crate::codec::REASONING_SEAL`]), and one cut before it was signed; read again only when
+/// the client sent such a block.
 pub(crate) fn without_sealed_reasoning(body: Vec<u8>, request: &ChatRequest) -> Vec<u8> {
     let sealed = request.messages.iter().any(|m| m.extra.contains_key(crate::codec::SEALED_REASONING));
     match sealed {
-        true => without_past_thinking(&body, |_, block| crate::codec::is_sealed_reasoning(block))
+        true => without_past_thinking(&body, |_, block| crate::codec::is_unsendable_thinking(block))
             .map_or(body, |(stripped, _)| stripped),
         false => body,
     }

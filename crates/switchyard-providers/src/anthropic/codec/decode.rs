@@ -418,9 +418,10 @@ fn read_assistant_blocks(blocks: &[Value], path: &str) -> Result<Message, CodecE
         let block_path = format!("{path}.content[{j}]");
         let (object, kind) = block_object(block, &block_path)?;
         match kind {
-            "thinking" if crate::codec::is_sealed_reasoning(block) => {
-                let signature = string_field(object, "signature", &block_path)?;
-                let model = signature[crate::codec::REASONING_SEAL.len()..].to_owned();
+            "thinking" if crate::codec::is_unsendable_thinking(block) => {
+                let signature = object.get("signature").and_then(Value::as_str).unwrap_or_default();
+                let model =
+                    signature.strip_prefix(crate::codec::REASONING_SEAL).unwrap_or_default().to_owned();
                 let text = string_field(object, "thinking", &block_path)?;
                 reasoning.get_or_insert_with(|| (model, String::new())).1.push_str(&text);
             }
