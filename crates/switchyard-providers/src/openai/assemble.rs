@@ -36,6 +36,7 @@ pub fn answer_of_frames(frames: &[Bytes], usage: Option<&Usage>) -> Option<Bytes
         return None;
     }
     choices.sort_by_key(|(index, _)| *index);
+    choices.iter_mut().for_each(|(_, choice)| calls_without_words(choice));
     let choices = Part::Items(choices.into_iter().map(|(_, choice)| Part::Object(choice)).collect());
     let usage = match answer.remove("usage") {
         Some(told) if !told.is_null() => told,
@@ -101,6 +102,18 @@ fn add_choice<'a>(choices: &mut Vec<(u64, Object<'a>)>, mut choice: Object<'a>) 
         merge(message, delta);
     }
     pieces::merge(target, choice, &[]);
+}
+
+/// A choice whose message only calls tools says `content: null`, as a whole answer writes it,
+/// though its stream's first chunk said `""` (OpenAI's does).
+fn calls_without_words(choice: &mut Object<'_>) {
+    let Some(message) = choice.get_mut("message").and_then(Part::object_mut) else { return };
+    let calls =
+        message.get_mut("tool_calls").and_then(Part::items_mut).is_some_and(|calls| !calls.is_empty());
+    let wordless = message.get("content").and_then(Part::text).is_some_and(|text| text.is_empty());
+    if calls && wordless {
+        message.insert(Cow::Borrowed("content"), Part::Null);
+    }
 }
 
 /// Merges a delta (or a tool call's fragment) into what came before: text members joined,
@@ -213,6 +226,26 @@ mod tests {
                 "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7, "prompt_tokens_details": {"cached_tokens": 3}},
                 "system_fingerprint": "fp"})
         );
+    }
+
+    #[test]
+    fn a_message_that_only_calls_tools_says_no_content_as_a_whole_answer_does() {
+        let chunk = |delta: Value, finish: Value| {
+            frame(json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}))
+        };
+        let call = json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]});
+        let called = [
+            chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+            chunk(call, json!("tool_calls")),
+        ];
+        let answer: Value = serde_json::from_slice(&answer_of_frames(&called, None).unwrap()).unwrap();
+        assert_eq!(answer["choices"][0]["message"]["content"], Value::Null, "{answer}");
+        assert_eq!(answer["choices"][0]["message"]["tool_calls"][0]["id"], "call_1");
+        // An answer of no words and no call keeps its empty text.
+        let empty = [chunk(json!({"role": "assistant", "content": ""}), json!("stop"))];
+        let answer: Value = serde_json::from_slice(&answer_of_frames(&empty, None).unwrap()).unwrap();
+        assert_eq!(answer["choices"][0]["message"]["content"], "", "{answer}");
     }
 
     #[test]
