@@ -1,8 +1,8 @@
 """The two most used agent CLIs, run as users run them against a gateway: Claude Code
 (`claude -p`, with ANTHROPIC_BASE_URL) and Codex CLI (`codex exec`, a `model_providers` entry
 with `wire_api = "responses"`), each toward an upstream of its own API and toward another
-(Claude Code toward Gemini on Vertex too, and toward a DeepSeek that wants its reasoning back
-through a tool turn), and Codex rescued by another target's continuation.
+(Claude Code toward Gemini on Vertex too, and both toward a DeepSeek that wants its reasoning
+back through a tool turn), and Codex rescued by another target's continuation.
 
 The versions are pinned in scripts/e2e. Both send what Switchyard does not model on their first
 request: Claude Code a `role: "system"` message inside `messages` (beta
@@ -310,8 +310,8 @@ gateway: {{ keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }}
 
 class ThinkingDeepSeek:
     """A DeepSeek in thinking mode on loopback, speaking Chat Completions: its first answer
-    streams its reasoning and a call of `Read` of `path`, its next (the tool's result came) a
-    text. As DeepSeek does, it refuses a conversation whose tool-call turn comes back without
+    streams its reasoning and a call that reads `path` (Claude Code's `Read`, or a command
+    through Codex's shell tool), its next (the tool's result came) a text. As DeepSeek does, it refuses a conversation whose tool-call turn comes back without
     the `reasoning_content` it wrote; it keeps every body it was sent."""
 
     REASONING = "I should read the note."
@@ -338,7 +338,8 @@ class ThinkingDeepSeek:
                     self.send_header("content-type", "application/json")
                 else:
                     answered = any(m["role"] == "tool" for m in body["messages"])
-                    payload = fake.events(answered, path).encode()
+                    tools = [t["function"]["name"] for t in body.get("tools", []) if t.get("type") == "function"]
+                    payload = fake.events(answered, fake.reading(tools, path)).encode()
                     self.send_response(200)
                     self.send_header("content-type", "text/event-stream")
                 self.send_header("content-length", str(len(payload)))
@@ -353,8 +354,19 @@ class ThinkingDeepSeek:
         self.server.shutdown()
         self.server.server_close()
 
+    @staticmethod
+    def reading(tools, path):
+        """The call, of one of `tools`, that reads `path`."""
+        if "Read" in tools:
+            return "Read", {"file_path": str(path)}
+        if "exec_command" in tools:
+            return "exec_command", {"cmd": f"cat {path}"}
+        if "shell_command" in tools:
+            return "shell_command", {"command": f"cat {path}"}
+        return "shell", {"command": ["bash", "-lc", f"cat {path}"]}
+
     @classmethod
-    def events(cls, answered, path):
+    def events(cls, answered, reading):
         def chunk(delta, finish=None):
             choice = {"index": 0, "delta": delta, "finish_reason": finish}
             data = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "deepseek-v4-pro", "choices": [choice]}
@@ -364,7 +376,8 @@ class ThinkingDeepSeek:
         if answered:
             out += chunk({"content": "The note says hello."}) + chunk({}, "stop")
         else:
-            call = {"index": 0, "id": "call_note", "type": "function", "function": {"name": "Read", "arguments": json.dumps({"file_path": str(path)})}}
+            name, arguments = reading
+            call = {"index": 0, "id": "call_note", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
             out += chunk({"tool_calls": [call]}) + chunk({}, "tool_calls")
         usage = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "deepseek-v4-pro", "choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 9, "total_tokens": 59}}
         return out + f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n"
@@ -393,6 +406,34 @@ gateway: {{ keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }}
         assistant = [m for m in tool_turns[-1]["messages"] if m.get("tool_calls")][-1]
         assert assistant["reasoning_content"] == ThinkingDeepSeek.REASONING, assistant
         assert len(deepseek.bodies) == 2, "nothing refused, nothing sent twice"
+    finally:
+        deepseek.stop()
+
+
+def test_codex_on_deepseek_gives_its_reasoning_back_through_a_tool_turn(gateway, tmp_path):
+    # The same through the Responses API: the reasoning item Codex sends back carries it.
+    note = tmp_path / "note.txt"
+    note.write_text("hello\n")
+    deepseek = ThinkingDeepSeek(note)
+    try:
+        gw = gateway(f"""
+providers:
+  deepseek: {{ kind: openai_compatible, base_url: "{deepseek.url}/v1", api_key: sk-upstream-ds-0003 }}
+routes:
+  default: {{ targets: ["deepseek:deepseek-v4-pro"] }}
+gateway: {{ keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }}
+""")
+        out = run_codex(gw, tmp_path, prompt="read note.txt")
+        assert "The note says hello." in out, out
+        tool_turns = [b for b in deepseek.bodies if any(m["role"] == "tool" for m in b["messages"])]
+        assert tool_turns, deepseek.bodies
+        assistant = [m for m in tool_turns[-1]["messages"] if m.get("tool_calls")][-1]
+        assert assistant["reasoning_content"] == ThinkingDeepSeek.REASONING, assistant
+        def lacking(body):
+            turns = [m for m in body["messages"] if m["role"] == "assistant" and m.get("tool_calls")]
+            return any(m.get("reasoning_content") != ThinkingDeepSeek.REASONING for m in turns)
+
+        assert not [b for b in deepseek.bodies if lacking(b)], "nothing refused"
     finally:
         deepseek.stop()
 
