@@ -684,13 +684,22 @@ async fn a_tool_turn_sent_back_without_its_thinking_goes_on_without_thinking() {
     let upstream = Upstream::start(ANTHROPIC_ANSWER, ANTHROPIC_SSE).await;
     let gateway = gateway("anthropic", "", &upstream, "claude-opus-4-7").await;
     let turn = r#"{"model":"default","reasoning_effort":"high","messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},{"role":"tool","tool_call_id":"toolu_1","content":"18C"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]}"#;
-    let (status, answer) = post(gateway, "/v1/chat/completions", turn).await;
-    assert_eq!(status, 200, "{answer}");
+    let response = send(gateway, "/v1/chat/completions", turn).await;
+    assert_eq!(response.status(), 200);
+    let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
     let (_, sent) = upstream.received();
     let sent: serde_json::Value = serde_json::from_str(&sent).unwrap();
     // Anthropic refuses thinking on a tool turn that does not open on its thinking block.
     assert!(sent.get("thinking").is_none(), "{sent}");
     assert_eq!(sent["messages"][1]["content"][0]["type"], "tool_use", "{sent}");
+    // The trail says why Claude did not think, though the client asked.
+    let record: serde_json::Value =
+        reqwest::get(format!("http://{gateway}/admin/requests/{id}")).await.unwrap().json().await.unwrap();
+    let note = record["attempts"][0]["note"].as_str().unwrap_or_default();
+    assert!(
+        note.starts_with("asked without thinking: the tool turn sent back carries no signed thinking"),
+        "{record}"
+    );
 }
 
 /// A reasoning server's stream: its reasoning, then "42".

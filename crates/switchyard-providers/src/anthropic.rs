@@ -35,7 +35,7 @@ use switchyard::{ErrorKind, ProviderError};
 pub(crate) use request::json_mode;
 pub use request::{DEFAULT_MAX_TOKENS, VERBATIM_BLOCKS, default_max_tokens, sendable_thinking};
 pub use response::VERBATIM_USAGE;
-pub use thinking::ThinkingStyle;
+pub use thinking::{ThinkingStyle, tool_turn_without_its_thinking};
 
 pub(crate) use classify::messages_error;
 

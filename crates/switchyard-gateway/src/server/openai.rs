@@ -35,6 +35,7 @@ pub async fn chat_completions(
         Err(response) => return *response,
     };
     exchange.note_claude_thinking(&request);
+    exchange.note_thinking_off(&request);
     let mut options = exchange.options(&headers);
     options.session = session_of(&headers, &request);
     if request.stream {

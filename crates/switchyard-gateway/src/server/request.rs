@@ -62,6 +62,9 @@ pub(crate) enum Readers {
     /// Those that write Claude's Messages bodies: Claude's signed thinking of earlier turns,
     /// an Anthropic client's fields that no other dialect has.
     Anthropic,
+    /// Every target but Claude: what the note says concerns Claude alone (its thinking,
+    /// switched off), and is noted on its attempts.
+    AllButClaude,
 }
 
 /// What the clones of a request's context share (the handler's, and the one that logs the
@@ -226,12 +229,12 @@ impl RequestContext {
                     Readers::ResponsesNative => note_unread(&mut settled.trail, note, |target| {
                         gateway.responses_native.iter().any(|id| id == target.provider())
                     }),
-                    Readers::Anthropic => note_unread(&mut settled.trail, note, |target| {
-                        gateway
-                            .anthropic_providers
-                            .iter()
-                            .any(|(id, kind)| id == target.provider() && kind.speaks_messages(target.model()))
-                    }),
+                    Readers::Anthropic => {
+                        note_unread(&mut settled.trail, note, |target| claude(gateway, target))
+                    }
+                    Readers::AllButClaude => {
+                        note_unread(&mut settled.trail, note, |target| !claude(gateway, target));
+                    }
                 }
             }
         }
@@ -299,6 +302,21 @@ impl RequestContext {
         Some(ApiError::new(axum::http::StatusCode::NOT_FOUND, "model_not_found", message))
     }
 
+    /// Notes, on Claude's attempts, that a client of another dialect asked for reasoning
+    /// (`reasoning_effort`) in a tool turn it sent back without Claude's signed thinking
+    /// (`thinking_blocks`, which most clients of OpenAI's API do not keep): Claude goes on with
+    /// it without thinking, as Anthropic wants, and the trail says why.
+    pub(crate) fn note_thinking_off(&mut self, request: &switchyard::chat::ChatRequest) {
+        let asked =
+            request.extra.get("reasoning_effort").and_then(Value::as_str).is_some_and(|e| e != "none");
+        if asked && switchyard_providers::anthropic::tool_turn_without_its_thinking(request) {
+            self.unsent.push((
+                Readers::AllButClaude,
+                "asked without thinking: the tool turn sent back carries no signed thinking (`thinking_blocks`), which Claude must be given to think on".to_owned(),
+            ));
+        }
+    }
+
     /// Notes Claude's signed thinking of earlier turns in `request` (as an OpenAI-dialect
     /// client sends it back, a Responses client's encoded reasoning items, or an Anthropic
     /// client's own blocks), which a provider of another kind is not sent: the trail says so
@@ -337,6 +355,14 @@ impl RequestContext {
             ));
         }
     }
+}
+
+/// Whether `target` is Claude, spoken to in the Messages API.
+fn claude(gateway: &crate::config::GatewaySettings, target: &switchyard::Target) -> bool {
+    gateway
+        .anthropic_providers
+        .iter()
+        .any(|(id, kind)| id == target.provider() && kind.speaks_messages(target.model()))
 }
 
 /// Adds `note` to every attempt sent to a target that does not `read` what it says.

@@ -145,6 +145,7 @@ async fn conversation(
     let conversation = items.first().map(|first| format!("conversation:{:032x}", hash_of(first)));
     note_unsent_items(exchange, &items);
     exchange.note_claude_thinking(&chat);
+    exchange.note_thinking_off(&chat);
     chat.verbatim = Some(native::native_body(body, &items));
     let meta = Meta {
         id: state.responses.new_id(),

@@ -191,7 +191,7 @@ pub(crate) fn drop_thinking(turns: &mut Vec<Turn>) {
 /// the block it was thought in), so the turn is continued without thinking. One rule for a
 /// translated request and for a client's own Messages body: the turn opens as the client wrote
 /// it (its kept blocks), else on the signed `thinking_blocks` it sent back.
-pub(crate) fn tool_turn_without_its_thinking(request: &ChatRequest) -> bool {
+pub fn tool_turn_without_its_thinking(request: &ChatRequest) -> bool {
     let Some(last) = request.messages.iter().rev().find(|message| message.role == Role::Assistant) else {
         return false;
     };
