@@ -584,6 +584,53 @@ async fn an_openai_client_that_thinks_through_claude_continues_its_tool_turn_wit
     assert_eq!(assistant["content"][1]["type"], "tool_use", "{sent}");
 }
 
+/// Claude's tool turn, thought in: whole, and streamed.
+const CLAUDE_TOOL_TURN: &str = r#"{"id":"msg_3","type":"message","role":"assistant","model":"claude-opus-4-7","content":[{"type":"thinking","thinking":"Need the tool.","signature":"EqQBCgIYAhIM"},{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{"city":"Paris"}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":20,"output_tokens":12}}"#;
+const CLAUDE_TOOL_TURN_SSE: &str = concat!(
+    "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_3\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-opus-4-7\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":20,\"output_tokens\":1}}}\n\n",
+    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"Need the tool.\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"EqQBCgIYAhIM\"}}\n\n",
+    "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"get_weather\",\"input\":{}}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}\n\n",
+    "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
+    "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":12}}\n\n",
+    "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+);
+
+#[tokio::test]
+async fn claude_thinks_on_through_a_tool_turn_a_client_sent_back_without_its_thinking() {
+    // Most clients of OpenAI's API keep no `thinking_blocks`: the gateway kept them.
+    for stream in [false, true] {
+        let upstream = Upstream::start(CLAUDE_TOOL_TURN, CLAUDE_TOOL_TURN_SSE).await;
+        let gateway = gateway("anthropic", "", &upstream, "claude-opus-4-7").await;
+        let tools =
+            r#"[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]"#;
+        let first = format!(
+            r#"{{"model":"default","stream":{stream},"reasoning_effort":"high","messages":[{{"role":"user","content":"Weather?"}}],"tools":{tools}}}"#
+        );
+        let (status, answer) = post(gateway, "/v1/chat/completions", &first).await;
+        assert_eq!(status, 200, "{answer}");
+        assert!(answer.contains("toolu_1"), "{answer}");
+        // The client sends the turn back as the OpenAI SDK keeps it: content and calls alone.
+        let second = format!(
+            r#"{{"model":"default","reasoning_effort":"high","messages":[{{"role":"user","content":"Weather?"}},{{"role":"assistant","content":null,"tool_calls":[{{"id":"toolu_1","type":"function","function":{{"name":"get_weather","arguments":"{{\"city\":\"Paris\"}}"}}}}]}},{{"role":"tool","tool_call_id":"toolu_1","content":"18C"}}],"tools":{tools}}}"#
+        );
+        let (status, answer) = post(gateway, "/v1/chat/completions", &second).await;
+        assert_eq!(status, 200, "{answer}");
+        let seen = upstream.seen.lock().unwrap();
+        let sent: serde_json::Value = serde_json::from_slice(&seen[1].1).unwrap();
+        let assistant = &sent["messages"][1];
+        assert_eq!(
+            assistant["content"][0],
+            serde_json::json!({"type": "thinking", "thinking": "Need the tool.", "signature": "EqQBCgIYAhIM"}),
+            "stream {stream}: {sent}"
+        );
+        assert!(sent.get("thinking").is_some(), "thinking goes on: {sent}");
+    }
+}
+
 #[tokio::test]
 async fn claudes_thinking_blocks_sent_back_do_not_reach_an_openai_provider() {
     // A conversation that began on Claude falls over to OpenAI: the signed blocks the gateway

@@ -19,6 +19,7 @@ mod finished;
 mod fleet_events;
 mod history;
 mod ids;
+mod kept_thinking;
 mod keys;
 mod lifecycle;
 mod openai;

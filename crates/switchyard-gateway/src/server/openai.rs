@@ -13,6 +13,7 @@ use super::auth::{client_key, unauthorized};
 use super::deliver::{Delivered, answered, route_failed};
 use super::errors::ApiError;
 use super::finished::metrics::usage;
+use super::kept_thinking::{Keeping, keep_answer};
 use super::lifecycle::{Accepted, invalid_body};
 use super::options::session_of;
 use super::request::model_names;
@@ -30,16 +31,19 @@ pub async fn chat_completions(
     let parsed = codec::request_from_bytes(&body)
         .map_err(|e| invalid_body::<ChatRequest>(&body, &e))
         .and_then(|request| codec::check(&request).map(|()| request).map_err(invalid));
-    let (mut exchange, request) = match context.accept(&state, parsed, |r: &ChatRequest| &r.model).await {
+    let (mut exchange, mut request) = match context.accept(&state, parsed, |r: &ChatRequest| &r.model).await {
         Ok(accepted) => accepted,
         Err(response) => return *response,
     };
+    let key: Arc<str> = exchange.key.as_ref().map_or_else(|| "".into(), |key| key.label.clone());
+    state.kept_thinking.restore(&key, &mut request);
     exchange.note_claude_thinking(&request);
     exchange.note_thinking_off(&request);
     let mut options = exchange.options(&headers);
     options.session = session_of(&headers, &request);
     if request.stream {
         let writer = codec::ChatStreamWriter::new(&exchange.id, unix_now(), codec::wants_usage(&request));
+        let writer = Keeping::new(writer, state.clone(), key);
         return match exchange.live.router.chat_stream(&request, &options).await {
             Ok(stream) => respond(state.clone(), exchange, stream, writer),
             Err(error) => route_failed(&state, &exchange, error),
@@ -48,6 +52,7 @@ pub async fn chat_completions(
     match exchange.live.router.chat_with(&request, &options).await {
         Ok(mut answer) => {
             usage(&state, &exchange.live, (&answer.served_by, &answer.route), answer.usage, answer.cost);
+            keep_answer(&state, &key, &answer.response);
             let body = codec::response_body(&mut answer.response, &exchange.id, unix_now());
             answered(&state, &exchange, body, Delivered::from(&mut answer))
         }

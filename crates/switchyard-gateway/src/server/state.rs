@@ -141,6 +141,8 @@ pub struct AppState {
     pub(crate) ended: std::sync::atomic::AtomicU64,
     /// What client keys spent, counted for the fleet in its Redis (with shared state).
     pub(crate) spend: Option<Arc<SharedSpend>>,
+    /// Claude's thinking of the tool turns it answered clients of OpenAI's dialect.
+    pub(crate) kept_thinking: super::kept_thinking::KeptThinking,
 }
 
 impl AppState {
@@ -204,6 +206,7 @@ impl AppState {
             stopping: tokio::sync::watch::Sender::new(false),
             cutting: tokio::sync::watch::Sender::new(false),
             stopped: std::sync::atomic::AtomicBool::new(false),
+            kept_thinking: Default::default(),
             access,
             ids: IdSource::new(),
             replica,
