@@ -213,14 +213,11 @@ gateway: {{ keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }}
         vertex.stop()
 
 
-class ThinkingClaude:
-    """A Claude on loopback that thinks, as the Messages API streams it: its first answer a
-    signed thinking block and a `Read` of `path`, its next (the tool's result came) a text. It
-    names itself by its dated id, as Anthropic does, and keeps every body it was sent."""
+class LoopbackFake:
+    """An upstream on loopback that keeps every body it was sent and answers each with
+    `answer(body)`: a status, a content type and the payload."""
 
-    SIGNATURE = "EqQBCkYIBxgCKkCthinkingsignature"
-
-    def __init__(self, path):
+    def __init__(self):
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
         import threading
 
@@ -235,13 +232,9 @@ class ThinkingClaude:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 fake.bodies.append(body)
-                answered = any(
-                    isinstance(m["content"], list) and any(b.get("type") == "tool_result" for b in m["content"])
-                    for m in body["messages"]
-                )
-                payload = fake.events(answered, path).encode()
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
+                status, content_type, payload = fake.answer(body)
+                self.send_response(status)
+                self.send_header("content-type", content_type)
                 self.send_header("content-length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
@@ -253,6 +246,25 @@ class ThinkingClaude:
     def stop(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+class ThinkingClaude(LoopbackFake):
+    """A Claude on loopback that thinks, as the Messages API streams it: its first answer a
+    signed thinking block and a `Read` of `path`, its next (the tool's result came) a text. It
+    names itself by its dated id, as Anthropic does, and keeps every body it was sent."""
+
+    SIGNATURE = "EqQBCkYIBxgCKkCthinkingsignature"
+
+    def __init__(self, path):
+        self.path = path
+        super().__init__()
+
+    def answer(self, body):
+        answered = any(
+            isinstance(m["content"], list) and any(b.get("type") == "tool_result" for b in m["content"])
+            for m in body["messages"]
+        )
+        return 200, "text/event-stream", self.events(answered, self.path).encode()
 
     @classmethod
     def events(cls, answered, path):
@@ -279,24 +291,31 @@ class ThinkingClaude:
         return out + event("message_stop", {})
 
 
+def claude_reads_the_note(gateway, tmp_path, work_note, provider, target):
+    """Claude Code told to read `work_note` through a gateway whose route `default` is `target`
+    on `provider` (its YAML entry); its answer checked."""
+    gw = gateway(f"""
+providers:
+  {provider}
+routes:
+  default: {{ targets: ["{target}"] }}
+gateway: {{ keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }}
+""")
+    (tmp_path / "claude-work").mkdir()
+    work_note.write_text("hello\n")
+    result = run_claude(gw, tmp_path, prompt="read note.txt")
+    assert result["is_error"] is False, result
+    assert result["result"] == "The note says hello."
+
+
 def test_claude_code_keeps_its_thinking_through_a_tool_turn_on_a_route(gateway, tmp_path):
     # Claude Code sends a past turn's thinking back only when that turn's `model` is the one it
     # asks for now (the route's name), not the dated id of the Claude that answered.
     work_note = tmp_path / "claude-work" / "note.txt"
     claude = ThinkingClaude(work_note)
     try:
-        gw = gateway(f"""
-providers:
-  claude: {{ kind: anthropic, base_url: "{claude.url}", api_key: sk-upstream-ant-0001 }}
-routes:
-  default: {{ targets: ["claude:claude-sonnet-4-5"] }}
-gateway: {{ keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }}
-""")
-        (tmp_path / "claude-work").mkdir()
-        work_note.write_text("hello\n")
-        result = run_claude(gw, tmp_path, prompt="read note.txt")
-        assert result["is_error"] is False, result
-        assert result["result"] == "The note says hello."
+        provider = f'claude: {{ kind: anthropic, base_url: "{claude.url}", api_key: sk-upstream-ant-0001 }}'
+        claude_reads_the_note(gateway, tmp_path, work_note, provider, "claude:claude-sonnet-4-5")
         tool_turns = [b for b in claude.bodies if any(isinstance(m["content"], list) and any(x.get("type") == "tool_result" for x in m["content"]) for m in b["messages"])]
         assert tool_turns, claude.bodies
         assistant = [m for m in tool_turns[-1]["messages"] if m["role"] == "assistant"][-1]
@@ -308,51 +327,27 @@ gateway: {{ keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }}
         claude.stop()
 
 
-class ThinkingDeepSeek:
+class ThinkingDeepSeek(LoopbackFake):
     """A DeepSeek in thinking mode on loopback, speaking Chat Completions: its first answer
     streams its reasoning and a call that reads `path` (Claude Code's `Read`, or a command
-    through Codex's shell tool), its next (the tool's result came) a text. As DeepSeek does, it refuses a conversation whose tool-call turn comes back without
-    the `reasoning_content` it wrote; it keeps every body it was sent."""
+    through Codex's shell tool), its next (the tool's result came) a text. As DeepSeek does, it
+    refuses a conversation whose tool-call turn comes back without the `reasoning_content` it
+    wrote; it keeps every body it was sent."""
 
     REASONING = "I should read the note."
 
     def __init__(self, path):
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-        import threading
+        self.path = path
+        super().__init__()
 
-        self.bodies, fake = [], self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                fake.bodies.append(body)
-                turns = [m for m in body["messages"] if m["role"] == "assistant" and m.get("tool_calls")]
-                if any(m.get("reasoning_content") != fake.REASONING for m in turns):
-                    payload = json.dumps({"error": {"message": "The `reasoning_content` in the thinking mode must be passed back to the API.", "type": "invalid_request_error", "param": None, "code": "invalid_request_error"}}).encode()
-                    self.send_response(400)
-                    self.send_header("content-type", "application/json")
-                else:
-                    answered = any(m["role"] == "tool" for m in body["messages"])
-                    tools = [t["function"]["name"] for t in body.get("tools", []) if t.get("type") == "function"]
-                    payload = fake.events(answered, fake.reading(tools, path)).encode()
-                    self.send_response(200)
-                    self.send_header("content-type", "text/event-stream")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+    def answer(self, body):
+        turns = [m for m in body["messages"] if m["role"] == "assistant" and m.get("tool_calls")]
+        if any(m.get("reasoning_content") != self.REASONING for m in turns):
+            refusal = {"error": {"message": "The `reasoning_content` in the thinking mode must be passed back to the API.", "type": "invalid_request_error", "param": None, "code": "invalid_request_error"}}
+            return 400, "application/json", json.dumps(refusal).encode()
+        answered = any(m["role"] == "tool" for m in body["messages"])
+        tools = [t["function"]["name"] for t in body.get("tools", []) if t.get("type") == "function"]
+        return 200, "text/event-stream", self.events(answered, self.reading(tools, self.path)).encode()
 
     @staticmethod
     def reading(tools, path):
@@ -389,18 +384,8 @@ def test_claude_code_on_deepseek_gives_its_reasoning_back_through_a_tool_turn(ga
     work_note = tmp_path / "claude-work" / "note.txt"
     deepseek = ThinkingDeepSeek(work_note)
     try:
-        gw = gateway(f"""
-providers:
-  deepseek: {{ kind: openai_compatible, base_url: "{deepseek.url}/v1", api_key: sk-upstream-ds-0003 }}
-routes:
-  default: {{ targets: ["deepseek:deepseek-v4-pro"] }}
-gateway: {{ keys: [env://E2E_GATEWAY_KEY], admin_key: env://E2E_ADMIN_KEY }}
-""")
-        (tmp_path / "claude-work").mkdir()
-        work_note.write_text("hello\n")
-        result = run_claude(gw, tmp_path, prompt="read note.txt")
-        assert result["is_error"] is False, result
-        assert result["result"] == "The note says hello."
+        provider = f'deepseek: {{ kind: openai_compatible, base_url: "{deepseek.url}/v1", api_key: sk-upstream-ds-0003 }}'
+        claude_reads_the_note(gateway, tmp_path, work_note, provider, "deepseek:deepseek-v4-pro")
         tool_turns = [b for b in deepseek.bodies if any(m["role"] == "tool" for m in b["messages"])]
         assert tool_turns, deepseek.bodies
         assistant = [m for m in tool_turns[-1]["messages"] if m.get("tool_calls")][-1]
