@@ -211,3 +211,64 @@ async fn items_done_without_completion(scenario: &str) {
     assert_eq!(attempts.len(), 1, "no other target was asked: {record}");
     assert!(attempts[0]["note"].as_str().unwrap_or_default().contains("without its terminator"), "{record}");
 }
+
+/// A Bedrock on loopback that answers whole: Converse for the models it serves so, InvokeModel
+/// (the Messages API) for Claude. It keeps each request's path and body.
+async fn bedrock() -> (String, std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = seen.clone();
+    let router = axum::Router::new().fallback(move |uri: axum::http::Uri, body: axum::body::Bytes| {
+        let keep = keep.clone();
+        async move {
+            let path = uri.path().to_owned();
+            keep.lock().unwrap().push((path.clone(), serde_json::from_slice(&body).unwrap()));
+            let answer = match path.ends_with("/converse") {
+                true => json!({"output": {"message": {"role": "assistant", "content": [{"text": "Because."}]}},
+                    "stopReason": "end_turn", "usage": {"inputTokens": 9, "outputTokens": 2, "totalTokens": 11}}),
+                false => json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude",
+                    "content": [{"type": "text", "text": "Because."}], "stop_reason": "end_turn",
+                    "stop_sequence": null, "usage": {"input_tokens": 9, "output_tokens": 2}}),
+            };
+            axum::Json(answer)
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    (format!("http://{addr}"), seen)
+}
+
+#[tokio::test]
+async fn whether_an_attempt_was_sent_claudes_thinking_is_decided_by_the_model_it_was_called_as() {
+    // One Bedrock serves Claude (named `sonnet` by the route: what decides is the model it is
+    // called as) and Nova, which Converse speaks to and which is sent no thinking.
+    let (base, seen) = bedrock().await;
+    let yaml = format!(
+        "providers:\n  bedrock: {{ kind: bedrock, region: us-east-1, base_url: '{base}', api_key: bedrock-key-0123456789, models: {{ sonnet: anthropic.claude-sonnet-4-5-20250929-v1:0, nova: amazon.nova-pro-v1:0 }} }}\nroutes:\n  claude: {{ targets: [bedrock:sonnet], stream_upstream: false }}\n  nova: {{ targets: [bedrock:nova], stream_upstream: false }}\n"
+    );
+    let gateway = in_process_url(&yaml).await;
+    let client = reqwest::Client::new();
+    let block = json!({"type": "thinking", "thinking": "Hmm.", "signature": "EqQB"});
+    let note = "Claude's thinking of 1 earlier turn(s) was not sent: only an Anthropic provider reads it";
+    for (route, noted) in [("claude", false), ("nova", true)] {
+        let body = json!({"model": route, "max_tokens": 64, "messages": [
+            {"role": "user", "content": "Think, then answer."},
+            {"role": "assistant", "content": [block, {"type": "text", "text": "42"}]},
+            {"role": "user", "content": "Why?"}
+        ]});
+        let response = client
+            .post(format!("{gateway}/v1/messages"))
+            .header("anthropic-version", "2023-06-01")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{route}");
+        let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
+        let record: Value =
+            client.get(format!("{gateway}/admin/requests/{id}")).send().await.unwrap().json().await.unwrap();
+        assert_eq!(record["attempts"][0]["note"].as_str() == Some(note), noted, "{route}: {record}");
+        let (path, sent) = seen.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(sent.to_string().contains("EqQB"), !noted, "{route}: {path} {sent}");
+    }
+}

@@ -226,14 +226,14 @@ impl RequestContext {
             let gateway = &self.live.gateway;
             for (readers, note) in &self.unsent {
                 match readers {
-                    Readers::ResponsesNative => note_unread(&mut settled.trail, note, |target| {
+                    Readers::ResponsesNative => note_unread(&mut settled.trail, note, |target, _| {
                         gateway.responses_native.iter().any(|id| id == target.provider())
                     }),
                     Readers::Anthropic => {
-                        note_unread(&mut settled.trail, note, |target| claude(gateway, target))
+                        note_unread(&mut settled.trail, note, |target, model| claude(gateway, target, model))
                     }
                     Readers::AllButClaude => {
-                        note_unread(&mut settled.trail, note, |target| !claude(gateway, target));
+                        note_unread(&mut settled.trail, note, |target, model| !claude(gateway, target, model))
                     }
                 }
             }
@@ -357,18 +357,22 @@ impl RequestContext {
     }
 }
 
-/// Whether `target` is Claude, spoken to in the Messages API.
-fn claude(gateway: &crate::config::GatewaySettings, target: &switchyard::Target) -> bool {
+/// Whether `target`, called as `model`, is Claude, spoken to in the Messages API.
+fn claude(gateway: &crate::config::GatewaySettings, target: &switchyard::Target, model: &str) -> bool {
     gateway
         .anthropic_providers
         .iter()
-        .any(|(id, kind)| id == target.provider() && kind.speaks_messages(target.model()))
+        .any(|(id, kind)| id == target.provider() && kind.speaks_messages(model))
 }
 
-/// Adds `note` to every attempt sent to a target that does not `read` what it says.
-fn note_unread(trail: &mut Trail, note: &str, read: impl Fn(&switchyard::Target) -> bool) {
+/// Adds `note` to every attempt sent to a target that does not `read` what it says, given the
+/// target and the model it was called as (the provider's own id of it, under `models:`).
+fn note_unread(trail: &mut Trail, note: &str, read: impl Fn(&switchyard::Target, &str) -> bool) {
     for attempt in trail.attempts_mut() {
-        let translated = attempt.target().is_some_and(|t| !read(t));
+        let translated = attempt.target().is_some_and(|target| {
+            let called = attempt.provider_model.as_deref().unwrap_or(target.model());
+            !read(target, called)
+        });
         if translated && !attempt.outcome.is_skip() {
             attempt.note = Some(match attempt.note.take() {
                 Some(earlier) => format!("{earlier}; {note}"),
