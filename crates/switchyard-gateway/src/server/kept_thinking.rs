@@ -39,14 +39,17 @@ impl KeptThinking {
 
     /// Keeps the thinking of `message`, Claude's answer to `key`, when it calls tools.
     pub(crate) fn keep(&self, key: &Arc<str>, message: &Message) {
-        let (Some(call), blocks) = (message.tool_calls.first(), message.thinking_blocks()) else { return };
+        if let Some(call) = message.tool_calls.first() {
+            self.keep_blocks(key, &call.id, message.thinking_blocks());
+        }
+    }
+
+    /// Keeps `blocks`, the thinking of the turn to `key` whose first call is `call`.
+    fn keep_blocks(&self, key: &Arc<str>, call: &str, blocks: &[Value]) {
         if blocks.is_empty() {
             return;
         }
-        self.keep_blocks((key.clone(), call.id.clone()), blocks.into());
-    }
-
-    fn keep_blocks(&self, turn: Turn, blocks: Arc<[Value]>) {
+        let (turn, blocks) = ((key.clone(), call.to_owned()), Arc::from(blocks));
         let mut kept = self.kept();
         if kept.blocks.insert(turn.clone(), blocks).is_none() {
             kept.order.push_back(turn);
@@ -83,29 +86,24 @@ pub(crate) struct Keeping<W> {
     inner: W,
     kept: Arc<super::AppState>,
     key: Arc<str>,
-    /// The answer so far: its first call's id and its signed thinking.
-    turn: Message,
+    /// The answer's first call's id, once a chunk told it.
+    call: Option<String>,
+    /// The answer's signed thinking so far.
+    blocks: Vec<Value>,
 }
 
 impl<W: StreamWriter> Keeping<W> {
     pub(crate) fn new(inner: W, kept: Arc<super::AppState>, key: Arc<str>) -> Self {
-        Self { inner, kept, key, turn: Message { content: None, ..Message::assistant("") } }
+        Self { inner, kept, key, call: None, blocks: Vec::new() }
     }
 
     /// Notes what of `chunk` the kept turn needs: a call's id, a signed thinking block.
     fn note(&mut self, chunk: &ChatChunk) {
         let Some(choice) = chunk.choices.iter().find(|choice| choice.index == 0) else { return };
-        if self.turn.tool_calls.is_empty()
-            && let Some(id) = choice.delta.tool_calls.iter().find_map(|call| call.id.clone())
-        {
-            self.turn.tool_calls.push(switchyard::chat::ToolCall::function(id, "", ""));
+        if self.call.is_none() {
+            self.call = choice.delta.tool_calls.iter().find_map(|call| call.id.clone());
         }
-        if !choice.delta.thinking_blocks.is_empty() {
-            let blocks = self.turn.extra.entry(THINKING_BLOCKS).or_insert_with(|| Value::Array(Vec::new()));
-            if let Value::Array(blocks) = blocks {
-                blocks.extend(choice.delta.thinking_blocks.iter().cloned());
-            }
-        }
+        self.blocks.extend(choice.delta.thinking_blocks.iter().cloned());
     }
 }
 
@@ -120,7 +118,9 @@ impl<W: StreamWriter> StreamWriter for Keeping<W> {
     }
 
     fn end(&mut self, out: &mut Vec<u8>) {
-        self.kept.kept_thinking.keep(&self.key, &self.turn);
+        if let Some(call) = &self.call {
+            self.kept.kept_thinking.keep_blocks(&self.key, call, &self.blocks);
+        }
         self.inner.end(out);
     }
 
