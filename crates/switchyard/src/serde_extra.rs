@@ -99,10 +99,14 @@ impl<'de> serde::Deserialize<'de> for UniqueMembers {
                 let mut object = Map::new();
                 while let Some(key) = map.next_key::<String>()? {
                     let value: Value = map.next_value()?;
-                    if object.contains_key(&key) {
-                        return Err(A::Error::custom(format_args!("duplicate field `{key}`")));
+                    match object.entry(key) {
+                        serde_json::map::Entry::Vacant(slot) => {
+                            slot.insert(value);
+                        }
+                        serde_json::map::Entry::Occupied(slot) => {
+                            return Err(A::Error::custom(format_args!("duplicate field `{}`", slot.key())));
+                        }
                     }
-                    object.insert(key, value);
                 }
                 Ok(object)
             }
