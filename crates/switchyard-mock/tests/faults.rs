@@ -47,11 +47,21 @@ async fn read_until(response: &mut reqwest::Response, endpoint: &str, done: impl
     text
 }
 
+/// The response of `scenario` at `endpoint` to `body`, its body not read yet.
+async fn open(mock: &Mock, scenario: &str, endpoint: &str, body: &Value) -> reqwest::Response {
+    mock.client.post(mock.url(scenario, endpoint)).body(body.to_string()).send().await.unwrap()
+}
+
 /// Checks that `response` sends nothing more and is held open (a hanging request) until the
 /// client goes.
 async fn held_until_its_client_goes(mock: &Mock, mut response: reqwest::Response, endpoint: &str) {
     let after = tokio::time::timeout(Duration::from_millis(300), response.chunk()).await;
     assert!(after.is_err(), "{endpoint}: the stream ended or went on: {after:?}");
+    released_when_its_client_goes(mock, response, endpoint).await;
+}
+
+/// Checks that `response` is held open (a hanging request) until the client goes.
+async fn released_when_its_client_goes(mock: &Mock, response: reqwest::Response, endpoint: &str) {
     assert_eq!(mock.hanging().await, 1, "{endpoint}: the stream is held open");
     drop(response);
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -89,13 +99,7 @@ async fn noend_streams_whole_answers_without_their_terminator_then_holds_the_str
         (CHAT, chat_stream("m", true), r#""completion_tokens":"#),
         (MESSAGES, messages_stream("c"), r#""stop_reason":"end_turn""#),
     ] {
-        let mut response = mock
-            .client
-            .post(mock.url("noend~chunks=2", endpoint))
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
+        let mut response = open(&mock, "noend~chunks=2", endpoint, &body).await;
         let text =
             read_until(&mut response, endpoint, |text| text.contains(last) && text.ends_with("\n\n")).await;
         assert!(!text.contains("[DONE]") && !text.contains("message_stop"), "{endpoint}: {text}");
@@ -150,13 +154,7 @@ async fn badevent_makes_one_event_of_a_whole_stream_unreadable() {
 async fn stall_sends_its_chunks_then_holds_the_stream_open_until_the_client_goes() {
     let mock = Mock::start().await;
     for (endpoint, body) in [(CHAT, chat_stream("m", true)), (MESSAGES, messages_stream("c"))] {
-        let mut response = mock
-            .client
-            .post(mock.url("stall=2~words=6", endpoint))
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
+        let mut response = open(&mock, "stall=2~words=6", endpoint, &body).await;
         let text = read_until(&mut response, endpoint, |text| text.contains(r#"" w2""#)).await;
         assert!(text.contains(r#""w1""#) && !text.contains("w3"), "{endpoint}: {text}");
         held_until_its_client_goes(&mock, response, endpoint).await;
@@ -171,23 +169,11 @@ async fn keepalive_sends_its_chunks_then_empty_deltas_while_it_holds_the_stream_
     for ((endpoint, body), (_, delta)) in
         [(CHAT, chat_stream("m", true)), (MESSAGES, messages_stream("c"))].into_iter().zip(empty)
     {
-        let mut response = mock
-            .client
-            .post(mock.url("keepalive=2~words=6", endpoint))
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
+        let mut response = open(&mock, "keepalive=2~words=6", endpoint, &body).await;
         let text = read_until(&mut response, endpoint, |text| text.matches(delta).count() >= 2).await;
         assert!(text.contains(r#"" w2""#) && !text.contains("w3"), "{endpoint}: {text}");
         assert!(!text.contains("[DONE]") && !text.contains("message_stop"), "{endpoint}: {text}");
-        assert_eq!(mock.hanging().await, 1, "{endpoint}: the stream is held open");
-        drop(response);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while mock.hanging().await != 0 {
-            assert!(Instant::now() < deadline, "{endpoint}: the held stream outlived its client");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        released_when_its_client_goes(&mock, response, endpoint).await;
     }
 }
 
