@@ -123,18 +123,7 @@ async fn claudes_thinking_a_provider_of_another_kind_cannot_read_is_noted_on_its
     assert_eq!(attempts[1]["note"], note, "and no note of reasoning items: {}", attempts[1]);
 
     // An Anthropic client sends its own blocks back.
-    let messages = json!({"model": "default", "max_tokens": 64, "messages": [
-        {"role": "user", "content": "Think, then answer."},
-        {"role": "assistant", "content": [block, {"type": "text", "text": "42"}]},
-        {"role": "user", "content": "Why?"}
-    ]});
-    let response = client
-        .post(format!("{gateway}/v1/messages"))
-        .header("anthropic-version", "2023-06-01")
-        .json(&messages)
-        .send()
-        .await
-        .unwrap();
+    let response = messages(&client, &gateway, &thought_in("default", &block)).await;
     assert_eq!(attempts_of(response).await[1]["note"], note);
 
     // Without thinking in the conversation there is nothing to say, nor with an empty list or
@@ -238,6 +227,21 @@ async fn bedrock() -> (String, std::sync::Arc<std::sync::Mutex<Vec<(String, Valu
     (format!("http://{addr}"), seen)
 }
 
+/// A Messages conversation for `model` whose past answer opens on the thinking `block`.
+fn thought_in(model: &str, block: &Value) -> Value {
+    json!({"model": model, "max_tokens": 64, "messages": [
+        {"role": "user", "content": "Think, then answer."},
+        {"role": "assistant", "content": [block, {"type": "text", "text": "42"}]},
+        {"role": "user", "content": "Why?"}
+    ]})
+}
+
+/// Posts `body` to the gateway's `/v1/messages`.
+async fn messages(client: &reqwest::Client, gateway: &str, body: &Value) -> reqwest::Response {
+    let url = format!("{gateway}/v1/messages");
+    client.post(url).header("anthropic-version", "2023-06-01").json(body).send().await.unwrap()
+}
+
 #[tokio::test]
 async fn whether_an_attempt_was_sent_claudes_thinking_is_decided_by_the_model_it_was_called_as() {
     // One Bedrock serves Claude (named `sonnet` by the route: what decides is the model it is
@@ -251,18 +255,7 @@ async fn whether_an_attempt_was_sent_claudes_thinking_is_decided_by_the_model_it
     let block = json!({"type": "thinking", "thinking": "Hmm.", "signature": "EqQB"});
     let note = "Claude's thinking of 1 earlier turn(s) was not sent: only an Anthropic provider reads it";
     for (route, noted) in [("claude", false), ("nova", true)] {
-        let body = json!({"model": route, "max_tokens": 64, "messages": [
-            {"role": "user", "content": "Think, then answer."},
-            {"role": "assistant", "content": [block, {"type": "text", "text": "42"}]},
-            {"role": "user", "content": "Why?"}
-        ]});
-        let response = client
-            .post(format!("{gateway}/v1/messages"))
-            .header("anthropic-version", "2023-06-01")
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let response = messages(&client, &gateway, &thought_in(route, &block)).await;
         assert_eq!(response.status(), 200, "{route}");
         let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
         let record: Value =
