@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
-use support::in_process;
+use support::{CLAUDE_TOOL_TURN, CLAUDE_TOOL_TURN_SSE, in_process};
 
 /// An upstream that records each request body and answers `json` to a request that did not
 /// ask to stream, `sse` to one that did.
@@ -583,21 +583,6 @@ async fn an_openai_client_that_thinks_through_claude_continues_its_tool_turn_wit
     );
     assert_eq!(assistant["content"][1]["type"], "tool_use", "{sent}");
 }
-
-/// Claude's tool turn, thought in: whole, and streamed.
-const CLAUDE_TOOL_TURN: &str = r#"{"id":"msg_3","type":"message","role":"assistant","model":"claude-opus-4-7","content":[{"type":"thinking","thinking":"Need the tool.","signature":"EqQBCgIYAhIM"},{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{"city":"Paris"}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":20,"output_tokens":12}}"#;
-const CLAUDE_TOOL_TURN_SSE: &str = concat!(
-    "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_3\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-opus-4-7\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":20,\"output_tokens\":1}}}\n\n",
-    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}}\n\n",
-    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"Need the tool.\"}}\n\n",
-    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"EqQBCgIYAhIM\"}}\n\n",
-    "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
-    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"get_weather\",\"input\":{}}}\n\n",
-    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}\n\n",
-    "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
-    "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":12}}\n\n",
-    "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
-);
 
 #[tokio::test]
 async fn claude_thinks_on_through_a_tool_turn_a_client_sent_back_without_its_thinking() {

@@ -1,5 +1,6 @@
-//! The Responses API's kept conversations across a fleet, in process on loopback: a real
-//! Redis, two gateways sharing it, one upstream that records what it was sent.
+//! The Responses API's kept conversations, and Claude's kept thinking, across a fleet, in
+//! process on loopback: a real Redis, two gateways sharing it, one upstream that records what
+//! it was sent.
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use support::in_process_url;
+use support::{CLAUDE_TOOL_TURN, CLAUDE_TOOL_TURN_SSE, in_process_url};
 use switchyard_state::testing::RedisServer;
 
 const KEY: &str = "sk-responses-fleet-0123456789";
@@ -244,4 +245,81 @@ async fn a_sessions_pin_made_through_one_replica_is_honoured_by_another() {
     }
     assert!(!redis.cli(&["KEYS", "*"]).contains("conv"), "no session id in Redis");
     assert_eq!(target(send(&two, Some("conv")).await.unwrap()), "a:m", "the fleet's pin, not two's turn");
+}
+
+/// Claude's answer to a tool's result.
+const CLAUDE_TEXT: &str = r#"{"id":"msg_4","type":"message","role":"assistant","model":"claude-opus-4-7","content":[{"type":"text","text":"18C in Paris."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":30,"output_tokens":5}}"#;
+
+/// A Claude upstream that answers a question with a tool turn thought in (whole or streamed,
+/// as asked) and a tool's result with text, and records each body it was sent.
+async fn claude() -> (SocketAddr, Arc<Mutex<Vec<Value>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let keep = seen.clone();
+    let router = axum::Router::new().fallback(move |axum::Json(body): axum::Json<Value>| {
+        let keep = keep.clone();
+        async move {
+            let (streamed, question) =
+                (body["stream"] == true, body["messages"].as_array().unwrap().len() == 1);
+            keep.lock().unwrap().push(body);
+            let (content_type, answer) = match (question, streamed) {
+                (true, true) => ("text/event-stream", CLAUDE_TOOL_TURN_SSE),
+                (true, false) => ("application/json", CLAUDE_TOOL_TURN),
+                (false, _) => ("application/json", CLAUDE_TEXT),
+            };
+            ([(axum::http::header::CONTENT_TYPE, content_type)], answer)
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    (addr, seen)
+}
+
+#[tokio::test]
+async fn claude_thinks_on_through_a_tool_turn_another_replica_answered() {
+    // Most clients of OpenAI's API keep no `thinking_blocks`; behind a balancer, the turn they
+    // send back bare reaches another replica than the one that kept its thinking.
+    let redis = RedisServer::start();
+    let (upstream, seen) = claude().await;
+    let yaml = format!(
+        "providers:\n  up: {{ kind: anthropic, base_url: 'http://{upstream}', api_key: sk-up-0123456789 }}\nroutes:\n  default: {{ stream_upstream: false, targets: ['up:claude-opus-4-7'] }}\ngateway: {{ keys: [{KEY}, {OTHER}] }}\nstate: {{ redis: '{}', prefix: thinking-fleet }}\n",
+        redis.url()
+    );
+    let (a, b) = (in_process_url(&yaml).await, in_process_url(&yaml).await);
+    let tools =
+        json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]);
+    let asked = json!({"role": "user", "content": "Weather?"});
+    let post = reqwest::Method::POST;
+    for stream in [false, true] {
+        let first = json!({"model": "default", "stream": stream, "reasoning_effort": "high",
+            "messages": [asked], "tools": tools});
+        let response = reqwest::Client::new()
+            .post(format!("{a}/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .json(&first)
+            .send()
+            .await
+            .unwrap();
+        let answer = response.text().await.unwrap();
+        assert!(answer.contains("toolu_1"), "{answer}");
+        // Kept in Redis before the client could read the answer's end: sent back at once.
+        let bare = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "toolu_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]});
+        let result = json!({"role": "tool", "tool_call_id": "toolu_1", "content": "18C"});
+        let second = json!({"model": "default", "reasoning_effort": "high", "messages": [asked, bare, result], "tools": tools});
+        for (key, thinks_on) in [(KEY, true), (OTHER, false)] {
+            let (status, answer) =
+                call(post.clone(), format!("{b}/v1/chat/completions"), key, Some(second.clone())).await;
+            assert_eq!(status, 200, "{answer}");
+            let sent = seen.lock().unwrap().last().unwrap().clone();
+            let opening = &sent["messages"][1]["content"][0];
+            let expected =
+                json!({"type": "thinking", "thinking": "Need the tool.", "signature": "EqQBCgIYAhIM"});
+            assert_eq!(opening == &expected, thinks_on, "stream {stream}, key {key}: {sent}");
+        }
+    }
+    // Redis names the turns by a hash: neither the key nor the call's id.
+    let keys = redis.cli(&["KEYS", "thinking-fleet:thinking:*"]);
+    assert_eq!(keys.lines().count(), 1, "one turn, kept once: {keys}");
+    assert!(!keys.contains("toolu_1") && !keys.contains(KEY), "{keys}");
 }

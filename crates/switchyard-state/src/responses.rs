@@ -138,6 +138,19 @@ impl SharedResponses {
         self.redis.bounded(redis::cmd("GET").arg(key).query_async::<Option<Vec<u8>>>(&mut conn)).await
     }
 
+    /// The entries `ids` name, in order, `None` for one not kept: one round trip.
+    pub async fn get_many(&self, ids: &[String]) -> Result<Vec<Option<Vec<u8>>>, String> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.redis.connection().await?;
+        let mut mget = redis::cmd("MGET");
+        for id in ids {
+            mget.arg(format!("{}{id}", self.entry));
+        }
+        self.redis.bounded(mget.query_async::<Vec<Option<Vec<u8>>>>(&mut conn)).await
+    }
+
     /// Forgets the entry `id`; whether it was kept.
     pub async fn delete(&self, id: &str) -> Result<bool, String> {
         let mut conn = self.redis.connection().await?;

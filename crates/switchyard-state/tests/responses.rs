@@ -26,6 +26,8 @@ async fn an_entry_one_replica_kept_is_read_and_deleted_through_another() {
     a.put("resp_1", b"{\"conversation\":[]}").await.unwrap();
     assert_eq!(b.get("resp_1").await.unwrap().as_deref(), Some(&b"{\"conversation\":[]}"[..]));
     assert_eq!(b.get("resp_2").await.unwrap(), None);
+    let many = b.get_many(&["resp_2".to_owned(), "resp_1".to_owned()]).await.unwrap();
+    assert_eq!(many, [None, Some(b"{\"conversation\":[]}".to_vec())], "in the order asked");
     // It expires by itself after the age bound.
     let ttl: i64 = redis.cli(&["PTTL", "switchyard:response:resp_1"]).trim().parse().unwrap();
     assert!((3_500_000..=3_600_000).contains(&ttl), "{ttl}");

@@ -3,82 +3,153 @@
 //! turn comes back opening on the thinking it was thought in, and most clients of OpenAI's API
 //! keep none of it on the assistant message (`thinking_blocks` is LiteLLM's form): the turn
 //! went on without thinking. Kept by the client's key and the turn's first tool call's id (an
-//! id Claude made up, which the client sends back with the turn), in this replica's memory, the
-//! oldest forgotten past [`KEPT`].
+//! id Claude made up, which the client sends back with the turn), held to the bounds of
+//! `gateway.responses` (a tool loop is a conversation too), the oldest forgotten first.
+//!
+//! With `state.redis`, each turn's thinking is also kept in the fleet's Redis (`P:thinking:`,
+//! under a hash of its turn, with the turn itself inside, so that only that turn reads it), so
+//! that a tool loop one replica answered thinks on through any other. A turn this replica does
+//! not hold is asked of Redis, the last [`ASKED`] of a request in one round trip; when Redis
+//! does not answer, the turn goes on without thinking, as it would have without a fleet.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use serde_json::Value;
 use switchyard::ProviderError;
+use switchyard::bounded::{Bounded, Bounds};
 use switchyard::chat::{ChatChunk, ChatRequest, ChatResponse, Message, Role, THINKING_BLOCKS};
+use switchyard::credential::{CredentialId, Secret};
 use switchyard_providers::codec::StreamWriter;
+use switchyard_state::responses::SharedResponses;
+use tokio::time::Instant;
 
-/// How many tool turns' thinking a replica keeps at most.
-const KEPT: usize = 10_000;
+use super::sse::Held;
+use crate::config::ResponsesBounds;
+
+/// How many of a request's tool turns, the latest, the fleet's Redis is asked for at most:
+/// Claude thinks on from the last one; earlier ones only add to what it remembers.
+const ASKED: usize = 64;
 
 /// Whose turn: the client key's label (empty without keys) and the turn's first call's id.
-type Turn = (Arc<str>, String);
+fn turn(key: &str, call: &str) -> String {
+    format!("{key}\u{1f}{call}")
+}
 
-/// The thinking of the tool turns answered lately.
-#[derive(Debug, Default)]
-pub(crate) struct KeptThinking(Mutex<Kept>);
+/// A turn's name in Redis: a hash of it, which says neither whose nor which it is.
+fn shared_id(turn: &str) -> String {
+    CredentialId::derive("thinking", "turn", Some(&Secret::new(turn.to_owned()))).as_str().to_owned()
+}
 
-#[derive(Debug, Default)]
-struct Kept {
-    blocks: HashMap<Turn, Arc<[Value]>>,
-    /// The turns in the order they were kept: the oldest goes first.
-    order: VecDeque<Turn>,
+/// A turn's thinking as Redis holds it: with the turn, so that another turn whose hash is the
+/// same does not read it.
+#[derive(serde::Serialize)]
+struct Sharing<'a> {
+    turn: &'a str,
+    blocks: &'a [Value],
+}
+
+#[derive(serde::Deserialize)]
+struct Shared {
+    turn: String,
+    blocks: Vec<Value>,
+}
+
+/// The thinking of the tool turns answered lately: this replica's, and the fleet's with
+/// shared state.
+#[derive(Debug)]
+pub(crate) struct KeptThinking {
+    here: Mutex<Bounded<String, Arc<[Value]>>>,
+    shared: Option<Arc<SharedResponses>>,
 }
 
 impl KeptThinking {
-    fn kept(&self) -> std::sync::MutexGuard<'_, Kept> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// Thinking kept here, held to `bounds`, and with `shared` in the fleet's Redis too.
+    pub(crate) fn new(bounds: ResponsesBounds, shared: Option<SharedResponses>) -> Self {
+        let bounds = Bounds {
+            max_entries: bounds.max_entries,
+            max_age: bounds.max_age.saturating_sub(std::time::Duration::from_nanos(1)),
+            max_bytes: bounds.max_bytes,
+        };
+        Self { here: Mutex::new(Bounded::new(bounds)), shared: shared.map(Arc::new) }
     }
 
-    /// Keeps the thinking of `message`, Claude's answer to `key`, when it calls tools.
-    pub(crate) fn keep(&self, key: &Arc<str>, message: &Message) {
-        if let Some(call) = message.tool_calls.first() {
-            self.keep_blocks(key, &call.id, message.thinking_blocks());
-        }
+    fn here(&self) -> MutexGuard<'_, Bounded<String, Arc<[Value]>>> {
+        self.here.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Keeps `blocks`, the thinking of the turn to `key` whose first call is `call`.
-    fn keep_blocks(&self, key: &Arc<str>, call: &str, blocks: &[Value]) {
+    /// Keeps the thinking of `message`, Claude's answer to `key`, when it calls tools; with a
+    /// fleet, what writes it to Redis.
+    pub(crate) fn keep(&self, key: &str, message: &Message) -> Option<Held> {
+        let call = message.tool_calls.first()?;
+        self.keep_blocks(key, &call.id, message.thinking_blocks())
+    }
+
+    /// Keeps `blocks`, the thinking of the turn to `key` whose first call is `call`, here;
+    /// with a fleet, returns what writes it to Redis, for the answer to wait on (so that the
+    /// client, once it has its answer, may send the turn back to any replica).
+    fn keep_blocks(&self, key: &str, call: &str, blocks: &[Value]) -> Option<Held> {
         if blocks.is_empty() {
-            return;
+            return None;
         }
-        let (turn, blocks) = ((key.clone(), call.to_owned()), Arc::from(blocks));
-        let mut kept = self.kept();
-        if kept.blocks.insert(turn.clone(), blocks).is_none() {
-            kept.order.push_back(turn);
-        }
-        while kept.order.len() > KEPT {
-            if let Some(oldest) = kept.order.pop_front() {
-                kept.blocks.remove(&oldest);
+        let turn = turn(key, call);
+        let json = serde_json::to_vec(&Sharing { turn: &turn, blocks }).unwrap_or_default();
+        let bytes = turn.len() + json.len();
+        self.here().insert(turn.clone(), Arc::from(blocks), bytes, Instant::now());
+        let shared = self.shared.clone()?;
+        Some(Box::pin(async move {
+            if let Err(reason) = shared.put(&shared_id(&turn), &json).await {
+                tracing::warn!(
+                    reason,
+                    "a tool turn's thinking could not be kept in Redis; this replica keeps it"
+                );
             }
-        }
+        }))
     }
 
     /// Opens each tool turn of `request` (from `key`) that came back without its thinking on
-    /// the thinking kept for it.
-    pub(crate) fn restore(&self, key: &Arc<str>, request: &mut ChatRequest) {
+    /// the thinking kept for it: this replica's, else the fleet's.
+    pub(crate) async fn restore(&self, key: &str, request: &mut ChatRequest) {
         let lacking = |m: &&mut Message| {
             m.role == Role::Assistant && !m.tool_calls.is_empty() && m.thinking_blocks().is_empty()
         };
-        let mut turns = request.messages.iter_mut().filter(lacking).peekable();
-        if turns.peek().is_none() {
+        let mut turns: Vec<&mut Message> = request.messages.iter_mut().filter(lacking).collect();
+        if turns.is_empty() {
             return;
         }
-        let kept = self.kept();
-        for message in turns {
-            let turn = (key.clone(), message.tool_calls[0].id.clone());
-            if let Some(blocks) = kept.blocks.get(&turn) {
-                message.extra.insert(THINKING_BLOCKS.to_owned(), Value::Array(blocks.to_vec()));
+        let mut missing = Vec::new();
+        {
+            let (mut here, now) = (self.here(), Instant::now());
+            for (n, message) in turns.iter_mut().enumerate() {
+                let turn = turn(key, &message.tool_calls[0].id);
+                match here.get(&turn, now) {
+                    Some((blocks, _)) => open(message, blocks),
+                    None => missing.push((n, turn)),
+                }
+            }
+        }
+        let Some(shared) = &self.shared else { return };
+        let missing = &missing[missing.len().saturating_sub(ASKED)..];
+        let ids: Vec<String> = missing.iter().map(|(_, turn)| shared_id(turn)).collect();
+        let found = match shared.get_many(&ids).await {
+            Ok(found) => found,
+            Err(reason) => {
+                tracing::debug!(reason, "Redis did not say what thinking it keeps; the turns go on without");
+                return;
+            }
+        };
+        for ((n, turn), json) in missing.iter().zip(found) {
+            let kept = json.and_then(|json| serde_json::from_slice::<Shared>(&json).ok());
+            if let Some(kept) = kept.filter(|kept| kept.turn == *turn) {
+                open(turns[*n], &kept.blocks);
             }
         }
     }
+}
+
+/// Opens `message` on `blocks`.
+fn open(message: &mut Message, blocks: &[Value]) {
+    message.extra.insert(THINKING_BLOCKS.to_owned(), Value::Array(blocks.to_vec()));
 }
 
 /// A stream's writer that keeps the thinking of the tool turn it writes, once it ended well.
@@ -90,11 +161,13 @@ pub(crate) struct Keeping<W> {
     call: Option<String>,
     /// The answer's signed thinking so far.
     blocks: Vec<Value>,
+    /// Its write to the fleet's Redis, once the answer ended, for its last events to wait on.
+    sharing: Option<Held>,
 }
 
 impl<W: StreamWriter> Keeping<W> {
     pub(crate) fn new(inner: W, kept: Arc<super::AppState>, key: Arc<str>) -> Self {
-        Self { inner, kept, key, call: None, blocks: Vec::new() }
+        Self { inner, kept, key, call: None, blocks: Vec::new(), sharing: None }
     }
 
     /// Notes what of `chunk` the kept turn needs: a call's id, a signed thinking block.
@@ -119,7 +192,7 @@ impl<W: StreamWriter> StreamWriter for Keeping<W> {
 
     fn end(&mut self, out: &mut Vec<u8>) {
         if let Some(call) = &self.call {
-            self.kept.kept_thinking.keep_blocks(&self.key, call, &self.blocks);
+            self.sharing = self.kept.kept_thinking.keep_blocks(&self.key, call, &self.blocks);
         }
         self.inner.end(out);
     }
@@ -130,15 +203,16 @@ impl<W: StreamWriter> StreamWriter for Keeping<W> {
 }
 
 impl<W: super::sse::Encoder> super::sse::Encoder for Keeping<W> {
-    fn hold(&mut self) -> Option<super::sse::Held> {
-        self.inner.hold()
+    fn hold(&mut self) -> Option<Held> {
+        self.sharing.take().or_else(|| self.inner.hold())
     }
 }
 
-/// The thinking of a whole answer to `key`, kept.
-pub(crate) fn keep_answer(state: &super::AppState, key: &Arc<str>, answer: &ChatResponse) {
-    if let Some(choice) = answer.choices.first() {
-        state.kept_thinking.keep(key, &choice.message);
+/// The thinking of a whole answer to `key`, kept (in the fleet's Redis before it is answered).
+pub(crate) async fn keep_answer(state: &super::AppState, key: &str, answer: &ChatResponse) {
+    let sharing = answer.choices.first().and_then(|choice| state.kept_thinking.keep(key, &choice.message));
+    if let Some(sharing) = sharing {
+        sharing.await;
     }
 }
 
@@ -158,33 +232,45 @@ mod tests {
         message
     }
 
-    #[test]
-    fn a_tool_turn_sent_back_bare_opens_on_the_thinking_kept_for_its_key_alone() {
-        let kept = KeptThinking::default();
+    fn kept(max_entries: usize, max_bytes: usize) -> KeptThinking {
+        let bounds = ResponsesBounds { max_entries, max_bytes, ..ResponsesBounds::default() };
+        KeptThinking::new(bounds, None)
+    }
+
+    fn blocks_of(request: &ChatRequest, n: usize) -> Value {
+        Value::Array(request.messages[n].thinking_blocks().to_vec())
+    }
+
+    #[tokio::test]
+    async fn a_tool_turn_sent_back_bare_opens_on_the_thinking_kept_for_its_key_alone() {
+        let kept = kept(10, 1 << 20);
         let block = json!([{"type": "thinking", "thinking": "Hmm.", "signature": "EqQB"}]);
-        let (team, other): (Arc<str>, Arc<str>) = ("team".into(), "other".into());
-        kept.keep(&team, &turn("toolu_1", block.clone()));
+        kept.keep("team", &turn("toolu_1", block.clone()));
         let mut request = ChatRequest::new("m", vec![Message::user("hi"), turn("toolu_1", Value::Null)]);
-        kept.restore(&other, &mut request);
-        assert!(request.messages[1].thinking_blocks().is_empty(), "another key's is not its own");
-        kept.restore(&team, &mut request);
-        assert_eq!(Value::Array(request.messages[1].thinking_blocks().to_vec()), block);
+        kept.restore("other", &mut request).await;
+        assert_eq!(blocks_of(&request, 1), json!([]), "another key's is not its own");
+        kept.restore("team", &mut request).await;
+        assert_eq!(blocks_of(&request, 1), block);
         // A turn sent back with thinking of its own keeps it.
         let mine = json!([{"type": "thinking", "thinking": "Mine.", "signature": "EqQC"}]);
         let mut request = ChatRequest::new("m", vec![turn("toolu_1", mine.clone())]);
-        kept.restore(&team, &mut request);
-        assert_eq!(Value::Array(request.messages[0].thinking_blocks().to_vec()), mine);
+        kept.restore("team", &mut request).await;
+        assert_eq!(blocks_of(&request, 0), mine);
     }
 
-    #[test]
-    fn the_oldest_turns_are_forgotten_past_the_bound() {
-        let kept = KeptThinking::default();
-        let key: Arc<str> = "".into();
-        for n in 0..=KEPT {
-            kept.keep(&key, &turn(&format!("toolu_{n}"), json!([{"type": "thinking", "signature": "s"}])));
+    #[tokio::test]
+    async fn the_oldest_turns_are_forgotten_past_the_count_and_a_turn_past_the_bytes_is_not_kept() {
+        let kept = kept(3, 400);
+        let thought = json!([{"type": "thinking", "signature": "s"}]);
+        for n in 0..4 {
+            kept.keep("", &turn(&format!("toolu_{n}"), thought.clone()));
         }
-        let inner = kept.kept();
-        assert_eq!((inner.blocks.len(), inner.order.len()), (KEPT, KEPT));
-        assert!(!inner.blocks.contains_key(&(key.clone(), "toolu_0".to_owned())));
+        kept.keep("", &turn("toolu_big", json!([{"type": "redacted_thinking", "data": "x".repeat(400)}])));
+        let bare = |id: &str| turn(id, Value::Null);
+        let ids = ["toolu_0", "toolu_1", "toolu_3", "toolu_big"];
+        let mut request = ChatRequest::new("m", ids.iter().map(|id| bare(id)).collect());
+        kept.restore("", &mut request).await;
+        let opened: Vec<bool> = (0..4).map(|n| blocks_of(&request, n) == thought).collect();
+        assert_eq!(opened, [false, true, true, false]);
     }
 }

@@ -36,7 +36,10 @@ pub async fn chat_completions(
         Err(response) => return *response,
     };
     let key: Arc<str> = exchange.key.as_ref().map_or_else(|| "".into(), |key| key.label.clone());
-    state.kept_thinking.restore(&key, &mut request);
+    if !exchange.live.gateway.anthropic_providers.is_empty() {
+        // Only Claude reads it: without a Claude provider, nothing was kept to ask for.
+        state.kept_thinking.restore(&key, &mut request).await;
+    }
     exchange.note_claude_thinking(&request);
     exchange.note_thinking_off(&request);
     let mut options = exchange.options(&headers);
@@ -52,7 +55,7 @@ pub async fn chat_completions(
     match exchange.live.router.chat_with(&request, &options).await {
         Ok(mut answer) => {
             usage(&state, &exchange.live, (&answer.served_by, &answer.route), answer.usage, answer.cost);
-            keep_answer(&state, &key, &answer.response);
+            keep_answer(&state, &key, &answer.response).await;
             let body = codec::response_body(&mut answer.response, &exchange.id, unix_now());
             answered(&state, &exchange, body, Delivered::from(&mut answer))
         }

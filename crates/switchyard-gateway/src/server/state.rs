@@ -178,22 +178,24 @@ impl AppState {
             None => switchyard_state::host_name().into(),
         };
         let spend = gateway.shared_state.as_ref().map(|store| Arc::new(SharedSpend::new(store)));
+        let kept_thinking = super::kept_thinking::KeptThinking::new(
+            gateway.responses,
+            gateway
+                .shared_state
+                .as_ref()
+                .map(|store| SharedResponses::named(store, "thinking", kept_bounds(gateway.responses))),
+        );
         Arc::new(Self {
             spend,
             telemetry,
             recent: Recent::new(gateway.recent_requests),
             responses: match &gateway.shared_state {
                 Some(store) => {
-                    let kept = |bounds: crate::config::ResponsesBounds| KeptBounds {
-                        max_entries: bounds.max_entries,
-                        max_age: bounds.max_age,
-                        max_bytes: bounds.max_bytes,
-                    };
                     let index = crate::responses::index_bounds(gateway.responses);
                     ResponseStore::shared(
                         gateway.responses,
-                        SharedResponses::new(store, kept(gateway.responses)),
-                        SharedResponses::named(store, "response_item", kept(index)),
+                        SharedResponses::new(store, kept_bounds(gateway.responses)),
+                        SharedResponses::named(store, "response_item", kept_bounds(index)),
                     )
                 }
                 None => ResponseStore::new(gateway.responses),
@@ -206,7 +208,7 @@ impl AppState {
             stopping: tokio::sync::watch::Sender::new(false),
             cutting: tokio::sync::watch::Sender::new(false),
             stopped: std::sync::atomic::AtomicBool::new(false),
-            kept_thinking: Default::default(),
+            kept_thinking,
             access,
             ids: IdSource::new(),
             replica,
@@ -384,4 +386,9 @@ impl switchyard::shared::SharedEntries for RedisAnswers {
     fn get(&self, key: String) -> switchyard::provider::BoxFuture<'_, Result<Option<Vec<u8>>, String>> {
         Box::pin(async move { self.0.get(&key).await })
     }
+}
+
+/// The fleet's bounds for what is kept in Redis like the Responses API's conversations.
+fn kept_bounds(bounds: crate::config::ResponsesBounds) -> KeptBounds {
+    KeptBounds { max_entries: bounds.max_entries, max_age: bounds.max_age, max_bytes: bounds.max_bytes }
 }
