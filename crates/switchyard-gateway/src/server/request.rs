@@ -39,9 +39,9 @@ pub struct RequestContext {
     /// The `model` the client named, kept only for a traced request.
     pub model: String,
 
-    /// What the request carried that only some providers read, noted on the attempts sent
-    /// to the others.
-    pub(crate) unsent: Vec<(Readers, String)>,
+    /// Notes for the trail's attempts, each on the attempts it concerns: what the request
+    /// carried that only some providers read, on those sent to the others.
+    pub(crate) unsent: Vec<(NoteOn, String)>,
     /// The configuration in force when it arrived: the request runs on it to its end, even
     /// when a reload swaps another in meanwhile.
     pub(crate) live: Arc<Live>,
@@ -53,18 +53,18 @@ pub struct RequestContext {
     pub(crate) progress: Arc<Progress>,
 }
 
-/// The providers that read a part of a request only some can.
+/// The attempts a trail note goes on, by what their target is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Readers {
-    /// Those spoken to in the Responses API: reasoning items, hosted tools, parameters and
-    /// items Switchyard does not model.
-    ResponsesNative,
-    /// Those that write Claude's Messages bodies: Claude's signed thinking of earlier turns,
-    /// an Anthropic client's fields that no other dialect has.
-    Anthropic,
-    /// Every target but Claude: what the note says concerns Claude alone (its thinking,
-    /// switched off), and is noted on its attempts.
-    AllButClaude,
+pub(crate) enum NoteOn {
+    /// Those to a provider not spoken to in the Responses API, which reads what they were not
+    /// sent: reasoning items, hosted tools, parameters and items Switchyard does not model.
+    NotResponsesNative,
+    /// Those to anything but Claude spoken to in its Messages API, which reads what they were
+    /// not sent: Claude's signed thinking of earlier turns, an Anthropic client's fields that no
+    /// other dialect has.
+    NotClaude,
+    /// Those to Claude: what concerns Claude alone (its thinking, switched off).
+    Claude,
 }
 
 /// What the clones of a request's context share (the handler's, and the one that logs the
@@ -224,17 +224,16 @@ impl RequestContext {
         let Ending { route, served_by, status, attempts, mut settled } = ending;
         if let Some(settled) = settled.as_mut() {
             let gateway = &self.live.gateway;
-            for (readers, note) in &self.unsent {
-                match readers {
-                    Readers::ResponsesNative => note_unread(&mut settled.trail, note, |target, _| {
-                        gateway.responses_native.iter().any(|id| id == target.provider())
+            for (on, note) in &self.unsent {
+                let trail = &mut settled.trail;
+                match on {
+                    NoteOn::NotResponsesNative => note_on(trail, note, |target, _| {
+                        !gateway.responses_native.iter().any(|id| id == target.provider())
                     }),
-                    Readers::Anthropic => {
-                        note_unread(&mut settled.trail, note, |target, model| claude(gateway, target, model))
+                    NoteOn::NotClaude => {
+                        note_on(trail, note, |target, model| !claude(gateway, target, model))
                     }
-                    Readers::AllButClaude => {
-                        note_unread(&mut settled.trail, note, |target, model| !claude(gateway, target, model))
-                    }
+                    NoteOn::Claude => note_on(trail, note, |target, model| claude(gateway, target, model)),
                 }
             }
         }
@@ -311,7 +310,7 @@ impl RequestContext {
             request.extra.get("reasoning_effort").and_then(Value::as_str).is_some_and(|e| e != "none");
         if asked && switchyard_providers::anthropic::tool_turn_without_its_thinking(request) {
             self.unsent.push((
-                Readers::AllButClaude,
+                NoteOn::Claude,
                 "asked without thinking: the tool turn sent back carries no signed thinking (`thinking_blocks`), which Claude must be given to think on".to_owned(),
             ));
         }
@@ -334,7 +333,7 @@ impl RequestContext {
         let turns = request.messages.iter().filter(thinking).count();
         if turns > 0 {
             self.unsent.push((
-                Readers::Anthropic,
+                NoteOn::NotClaude,
                 format!("Claude's thinking of {turns} earlier turn(s) was not sent: only an Anthropic provider reads it"),
             ));
         }
@@ -347,7 +346,7 @@ impl RequestContext {
         let fields = switchyard_providers::anthropic::codec::read_only_by_anthropic(request);
         if !fields.is_empty() {
             self.unsent.push((
-                Readers::Anthropic,
+                NoteOn::NotClaude,
                 format!(
                     "the parameter(s) {} were not sent: only a provider spoken to in Anthropic's Messages API reads them",
                     fields.join(", ")
@@ -365,15 +364,15 @@ fn claude(gateway: &crate::config::GatewaySettings, target: &switchyard::Target,
         .any(|(id, kind)| id == target.provider() && kind.speaks_messages(model))
 }
 
-/// Adds `note` to every attempt sent to a target that does not `read` what it says, given the
-/// target and the model it was called as (the provider's own id of it, under `models:`).
-fn note_unread(trail: &mut Trail, note: &str, read: impl Fn(&switchyard::Target, &str) -> bool) {
+/// Adds `note` to every attempt sent to a target it `concerns`, given the target and the model
+/// it was called as (the provider's own id of it, under `models:`).
+fn note_on(trail: &mut Trail, note: &str, concerns: impl Fn(&switchyard::Target, &str) -> bool) {
     for attempt in trail.attempts_mut() {
-        let translated = attempt.target().is_some_and(|target| {
+        let concerned = attempt.target().is_some_and(|target| {
             let called = attempt.provider_model.as_deref().unwrap_or(target.model());
-            !read(target, called)
+            concerns(target, called)
         });
-        if translated && !attempt.outcome.is_skip() {
+        if concerned && !attempt.outcome.is_skip() {
             attempt.note = Some(match attempt.note.take() {
                 Some(earlier) => format!("{earlier}; {note}"),
                 None => note.to_owned(),

@@ -25,7 +25,7 @@ use super::errors::ApiError;
 use super::finished::metrics::usage;
 use super::lifecycle::Accepted;
 use super::options::session_of;
-use super::request::{Readers, RequestContext};
+use super::request::{NoteOn, RequestContext};
 use super::sse::{Encoder, Held, respond};
 use super::state::AppState;
 use crate::clock::unix_now;
@@ -124,7 +124,7 @@ async fn conversation(
         unsent,
     } = parsed;
     for note in unsent {
-        exchange.unsent.push((Readers::ResponsesNative, note));
+        exchange.unsent.push((NoteOn::NotResponsesNative, note));
     }
     let instructions = usize::from(!echo.instructions.is_null());
     if references {
@@ -186,7 +186,7 @@ fn note_unsent_items(exchange: &mut RequestContext, items: &[Value]) {
         items.iter().filter(|item| item["type"] == "reasoning" && !is_sealed_by_gateway(item)).count();
     if reasoning > 0 {
         exchange.unsent.push((
-            Readers::ResponsesNative,
+            NoteOn::NotResponsesNative,
             format!(
                 "{reasoning} reasoning item(s) of the conversation were not sent: only a provider spoken to in the Responses API reads them"
             ),
@@ -195,7 +195,7 @@ fn note_unsent_items(exchange: &mut RequestContext, items: &[Value]) {
     let unread = decode::unread_items(items);
     if !unread.is_empty() {
         exchange.unsent.push((
-            Readers::ResponsesNative,
+            NoteOn::NotResponsesNative,
             format!(
                 "the conversation's {} item(s) were not sent: only a provider spoken to in the Responses API reads them",
                 unread.join(", ")
