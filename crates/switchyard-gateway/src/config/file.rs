@@ -764,6 +764,9 @@ pub enum ClientKeyConfig {
     Text(String),
     /// A key with a name and rules.
     Named(NamedKeyConfig),
+    /// Neither: what it is instead ("an integer"), for the check to name in its place while
+    /// the other keys are checked on.
+    Invalid(&'static str),
 }
 
 impl<'de> Deserialize<'de> for ClientKeyConfig {
@@ -782,6 +785,28 @@ impl<'de> Deserialize<'de> for ClientKeyConfig {
                 let deserializer = serde::de::value::MapAccessDeserializer::new(map);
                 NamedKeyConfig::deserialize(deserializer).map(ClientKeyConfig::Named)
             }
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<ClientKeyConfig, E> {
+                Ok(ClientKeyConfig::Invalid("a boolean"))
+            }
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<ClientKeyConfig, E> {
+                Ok(ClientKeyConfig::Invalid("a number"))
+            }
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<ClientKeyConfig, E> {
+                Ok(ClientKeyConfig::Invalid("a number"))
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<ClientKeyConfig, E> {
+                Ok(ClientKeyConfig::Invalid("a number"))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<ClientKeyConfig, E> {
+                Ok(ClientKeyConfig::Invalid("empty"))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<ClientKeyConfig, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(ClientKeyConfig::Invalid("a list"))
+            }
         }
         deserializer.deserialize_any(KeyVisitor)
     }
@@ -794,8 +819,9 @@ pub struct NamedKeyConfig {
     /// What logs, metrics, traces and `/admin/keys` call it; without one, `key-` and its
     /// hash's first digits.
     pub name: Option<String>,
-    /// The key: `env://NAME` or its text.
-    pub key: String,
+    /// The key: `env://NAME` or its text (required: the check says so when it is missing,
+    /// and checks the other keys on).
+    pub key: Option<String>,
     /// The models it may use: route names, patterns, `provider:model` targets. Default all.
     pub routes: Option<Vec<String>>,
     /// Its rate and concurrency limits.

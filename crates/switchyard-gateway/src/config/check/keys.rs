@@ -7,6 +7,9 @@ use super::Validator;
 use crate::config::file::{self, ClientKeyConfig, NamedKeyConfig};
 use crate::keys::{Budget, ClientKey, ClientKeys, KeyLimits, KeyRules, Period};
 
+/// How a key is written, for a problem with one.
+const WHAT_A_KEY_IS: &str = "give the key (its text or `env://NAME`), or a map with its `key` (and `name`, `routes`, `limits`, `budget`)";
+
 impl Validator<'_> {
     /// The client keys of `gateway.keys`, every problem with its key path.
     pub(super) fn client_keys(&mut self, file: &file::FileConfig) -> ClientKeys {
@@ -19,6 +22,10 @@ impl Validator<'_> {
                     self.key(&path, text).map(|(secret, _)| ClientKey::new(secret, None, KeyRules::default()))
                 }
                 ClientKeyConfig::Named(named) => self.named_key(&path, named, file),
+                ClientKeyConfig::Invalid(what) => {
+                    self.problem(&path, format!("is {what}: {WHAT_A_KEY_IS}"));
+                    None
+                }
             };
             let Some(key) = key else { continue };
             if let Some(at) = keys.iter().position(|k| k.hash == key.hash) {
@@ -60,7 +67,13 @@ impl Validator<'_> {
                 ),
             );
         }
-        let secret = self.key(&format!("{path}.key"), &named.key);
+        let secret = match &named.key {
+            Some(key) => self.key(&format!("{path}.key"), key),
+            None => {
+                self.problem(path, format!("has no `key`: {WHAT_A_KEY_IS}"));
+                None
+            }
+        };
         let routes = named.routes.as_ref().map(|routes| self.key_routes(path, routes, file));
         let limits = self.key_limits(path, named.limits.as_ref());
         let budget = named.budget.as_ref().and_then(|budget| self.key_budget(path, budget));
