@@ -524,3 +524,31 @@ def test_continuation_off_ends_a_broken_stream_with_a_clean_error(cgw, mock):
     assert asked.text == PARTIAL
     assert isinstance(asked.error, openai.APIError), repr(asked.error)
     assert seen(mock, ANSWER) == 0, "no target is asked to continue"
+
+
+# --- a Responses client: an `openai` provider is spoken to in the Responses API --------------
+
+
+@pytest.mark.parametrize("fault", STALLS)
+def test_a_responses_stream_that_stalls_after_content_is_caught_by_idle(gw, mock, fault):
+    """Through the Responses API upstream: the empty deltas an upstream sends while it holds a
+    stalled answer open tell of no progress, so `idle` ends it and the fallback continues it."""
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key=GATEWAY_KEY, max_retries=0, timeout=30)
+    started, text, types = time.monotonic(), "", []
+    raw = client.responses.with_raw_response.create(model=route_of(fault, "openai"), input="Count to forty.", stream=True)
+    request_id = raw.headers.get("x-request-id")
+    try:
+        for event in raw.parse():
+            types.append(event.type)
+            if event.type == "response.output_text.delta":
+                text += event.delta
+    except openai.APIError as error:
+        types.append(repr(error))
+    seconds = time.monotonic() - started
+    assert text == words(WORDS) and types[-1] == "response.completed", (text, types[-3:])
+    attempts = trail(gw, Asked(request_id=request_id))
+    assert [a["outcome"] for a in attempts] == ["failed", "continued"], attempts
+    assert attempts[0]["error"]["detail"] == "no chunk within the idle timeout of 1s"
+    assert seen(mock, FAULTS[fault]) == 1 and seen(mock, ANSWER) == 1
+    assert seconds < FIRST_BYTE + QUICK
+    nothing_left_hanging(mock)
