@@ -10,9 +10,11 @@
 //! under a hash of its turn, with the turn itself inside, so that only that turn reads it), so
 //! that a tool loop one replica answered thinks on through any other. A turn this replica does
 //! not hold is asked of Redis, the last [`ASKED`] of a request in one round trip; when Redis
-//! does not answer, the turn goes on without thinking, as it would have without a fleet.
+//! does not answer, the turn goes on without thinking, as it would have without a fleet, and
+//! Redis is left alone for [`QUIET`].
 
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -60,7 +62,60 @@ struct Shared {
 #[derive(Debug)]
 pub(crate) struct KeptThinking {
     here: Mutex<Bounded<String, Arc<[Value]>>>,
-    shared: Option<Arc<SharedResponses>>,
+    shared: Option<Arc<Fleet>>,
+}
+
+/// How long Redis is left alone after it failed to answer: a stalled Redis would otherwise
+/// hold each tool turn for its timeout.
+const QUIET: Duration = Duration::from_secs(5);
+
+/// The fleet's Redis, asked again only [`QUIET`] after it last failed.
+#[derive(Debug)]
+struct Fleet {
+    redis: SharedResponses,
+    quiet_until: Mutex<Option<Instant>>,
+}
+
+impl Fleet {
+    /// Whether Redis may be asked now.
+    fn askable(&self) -> bool {
+        let quiet = self.quiet_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        quiet.is_none_or(|until| Instant::now() >= until)
+    }
+
+    /// `result`'s value, or `None` with Redis left alone for a while.
+    fn answered<T>(&self, result: Result<T, String>, what: &str) -> Option<T> {
+        let mut quiet = self.quiet_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match result {
+            Ok(value) => {
+                *quiet = None;
+                Some(value)
+            }
+            Err(reason) => {
+                tracing::warn!(
+                    reason,
+                    "Redis did not answer for {what}; this replica's memory alone is used for {QUIET:?}"
+                );
+                *quiet = Some(Instant::now() + QUIET);
+                None
+            }
+        }
+    }
+
+    async fn put(&self, id: &str, json: &[u8]) {
+        if self.askable() {
+            let written = self.redis.put(id, json).await;
+            self.answered(written, "a tool turn's thinking");
+        }
+    }
+
+    async fn get_many(&self, ids: &[String]) -> Option<Vec<Option<Vec<u8>>>> {
+        if ids.is_empty() || !self.askable() {
+            return None;
+        }
+        let read = self.redis.get_many(ids).await;
+        self.answered(read, "the thinking of tool turns")
+    }
 }
 
 impl KeptThinking {
@@ -68,10 +123,11 @@ impl KeptThinking {
     pub(crate) fn new(bounds: ResponsesBounds, shared: Option<SharedResponses>) -> Self {
         let bounds = Bounds {
             max_entries: bounds.max_entries,
-            max_age: bounds.max_age.saturating_sub(std::time::Duration::from_nanos(1)),
+            max_age: bounds.max_age.saturating_sub(Duration::from_nanos(1)),
             max_bytes: bounds.max_bytes,
         };
-        Self { here: Mutex::new(Bounded::new(bounds)), shared: shared.map(Arc::new) }
+        let shared = shared.map(|redis| Arc::new(Fleet { redis, quiet_until: Mutex::new(None) }));
+        Self { here: Mutex::new(Bounded::new(bounds)), shared }
     }
 
     fn here(&self) -> MutexGuard<'_, Bounded<String, Arc<[Value]>>> {
@@ -97,14 +153,7 @@ impl KeptThinking {
         let bytes = turn.len() + json.len();
         self.here().insert(turn.clone(), Arc::from(blocks), bytes, Instant::now());
         let shared = self.shared.clone()?;
-        Some(Box::pin(async move {
-            if let Err(reason) = shared.put(&shared_id(&turn), &json).await {
-                tracing::warn!(
-                    reason,
-                    "a tool turn's thinking could not be kept in Redis; this replica keeps it"
-                );
-            }
-        }))
+        Some(Box::pin(async move { shared.put(&shared_id(&turn), &json).await }))
     }
 
     /// Opens each tool turn of `request` (from `key`) that came back without its thinking on
@@ -131,13 +180,7 @@ impl KeptThinking {
         let Some(shared) = &self.shared else { return };
         let missing = &missing[missing.len().saturating_sub(ASKED)..];
         let ids: Vec<String> = missing.iter().map(|(_, turn)| shared_id(turn)).collect();
-        let found = match shared.get_many(&ids).await {
-            Ok(found) => found,
-            Err(reason) => {
-                tracing::debug!(reason, "Redis did not say what thinking it keeps; the turns go on without");
-                return;
-            }
-        };
+        let Some(found) = shared.get_many(&ids).await else { return };
         for ((n, turn), json) in missing.iter().zip(found) {
             let kept = json.and_then(|json| serde_json::from_slice::<Shared>(&json).ok());
             if let Some(kept) = kept.filter(|kept| kept.turn == *turn) {
@@ -220,6 +263,7 @@ pub(crate) async fn keep_answer(state: &super::AppState, key: &str, answer: &Cha
 mod tests {
     use serde_json::json;
     use switchyard::chat::ToolCall;
+    use switchyard_state::responses::KeptBounds;
 
     use super::*;
 
@@ -272,5 +316,39 @@ mod tests {
         kept.restore("", &mut request).await;
         let opened: Vec<bool> = (0..4).map(|n| blocks_of(&request, n) == thought).collect();
         assert_eq!(opened, [false, true, true, false]);
+    }
+
+    #[tokio::test]
+    async fn once_redis_failed_to_answer_it_is_left_alone_for_a_while() {
+        use switchyard_state::testing::RedisServer;
+        use switchyard_state::{RedisStore, StateSettings};
+        let redis = RedisServer::start();
+        let replica = || {
+            let store = RedisStore::new(StateSettings::new(redis.url())).unwrap();
+            let bounds = KeptBounds { max_entries: 10, max_age: Duration::from_secs(60), max_bytes: 1 << 20 };
+            KeptThinking::new(
+                ResponsesBounds::default(),
+                Some(SharedResponses::named(&store, "thinking", bounds)),
+            )
+        };
+        let (here, there) = (replica(), replica());
+        let thought = json!([{"type": "thinking", "thinking": "Hmm.", "signature": "EqQB"}]);
+        let asked = || ChatRequest::new("m", vec![Message::user("hi"), turn("toolu_1", Value::Null)]);
+
+        redis.stall();
+        let mut request = asked();
+        here.restore("team", &mut request).await;
+        assert_eq!(blocks_of(&request, 1), json!([]), "Redis did not answer");
+        redis.resume();
+        there.keep("team", &turn("toolu_1", thought.clone())).expect("a write to Redis").await;
+        let mut request = asked();
+        here.restore("team", &mut request).await;
+        assert_eq!(blocks_of(&request, 1), json!([]), "Redis is not asked again at once");
+
+        // Once the quiet is over, it is.
+        *here.shared.as_ref().unwrap().quiet_until.lock().unwrap() = Some(Instant::now());
+        let mut request = asked();
+        here.restore("team", &mut request).await;
+        assert_eq!(blocks_of(&request, 1), thought);
     }
 }
