@@ -58,8 +58,11 @@ enum Step {
 
 /// Reads YAML (or TOML) text. A syntax error is the only error: the parser cannot go on.
 pub(crate) fn read(text: &str, is_toml: bool, name: &str) -> Result<Parsed, ConfigError> {
-    // The parser quotes the line it stopped at, which may hold a key written inline.
-    let syntax = |message: String| ConfigError::one(name, "(syntax)", without_secrets(message.trim()));
+    // The parser quotes the lines around where it stopped, which may hold keys written inline.
+    let syntax = |message: String| {
+        let message = values_masked(message.trim(), is_toml);
+        ConfigError::one(name, "(syntax)", without_secrets(&message))
+    };
     let (value, duplicates) = if is_toml {
         (toml::from_str::<Value>(text).map_err(|e| syntax(e.to_string()))?, Vec::new())
     } else {
@@ -83,6 +86,66 @@ pub(crate) fn read(text: &str, is_toml: bool, name: &str) -> Result<Parsed, Conf
     problems.append(&mut parsed.problems);
     parsed.problems = problems;
     Ok(parsed)
+}
+
+/// A parser's `message` with every value on the lines of the file it quotes (`8 |   key: x`)
+/// masked character for character, so that its caret still points where it did: the keys are
+/// shown, no value is, since a file that does not parse cannot say which values are secrets.
+fn values_masked(message: &str, is_toml: bool) -> String {
+    let lines = message.lines().map(|line| match quoted_source(line) {
+        Some((margin, text)) if is_toml => format!("{margin}{}", toml_masked(text)),
+        Some((margin, text)) => format!("{margin}{}", yaml_masked(text)),
+        None => line.to_owned(),
+    });
+    lines.collect::<Vec<_>>().join("\n")
+}
+
+/// A line of the file as a parser's message quotes it: its margin (`8 | `) and its text.
+fn quoted_source(line: &str) -> Option<(&str, &str)> {
+    let bar = line.find(" | ")?;
+    let number = line[..bar].trim();
+    let numbered = !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit());
+    numbered.then(|| line.split_at(bar + " | ".len()))
+}
+
+/// A YAML line with every word masked but the keys (a word followed by `:` and a space or
+/// the line's end) and punctuation (`-`, `|`).
+fn yaml_masked(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let ends_key = |at: usize| chars[at] == ':' && chars.get(at + 1).is_none_or(|c| c.is_whitespace());
+        if chars[i].is_whitespace() || ",{}[]\"'#".contains(chars[i]) || ends_key(i) {
+            out.push(chars[i]);
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < chars.len() && !(chars[i].is_whitespace() || ",{}[]\"'#".contains(chars[i]) || ends_key(i))
+        {
+            i += 1;
+        }
+        let word = &chars[start..i];
+        let shown = (i < chars.len() && ends_key(i)) || !word.iter().any(|c| c.is_alphanumeric());
+        out.extend(word.iter().map(|&c| if shown { c } else { '*' }));
+    }
+    out
+}
+
+/// A TOML line with what follows its `=` masked, and a line without one (an array's items
+/// over several lines) but a table's header (`[providers.openai]`).
+fn toml_masked(text: &str) -> String {
+    let mask = |text: &str| {
+        text.chars()
+            .map(|c| if c.is_alphanumeric() || "-_+/=.~:@".contains(c) { '*' } else { c })
+            .collect::<String>()
+    };
+    match text.find('=') {
+        Some(at) => format!("{}={}", &text[..at], mask(&text[at + 1..])),
+        None if text.trim_start().starts_with('[') && !text.contains(['"', '\'']) => text.to_owned(),
+        None => mask(text),
+    }
 }
 
 /// `message` with every word that looks like a secret (16 characters or more of a key's
@@ -384,6 +447,21 @@ mod tests {
     }
 
     #[test]
+    fn a_syntax_error_quotes_the_files_keys_and_not_one_of_its_values() {
+        let yaml = "gateway:\n  admin_key: adm-short\n   keys: [ cli-short, 'q' ]\n";
+        let Err(error) = read(yaml, false, "t.yaml") else { panic!("a syntax error") };
+        let error = error.to_string();
+        assert!(!error.contains("short"), "{error}");
+        assert!(error.contains("2 |   admin_key: *********\n"), "{error}");
+        assert!(error.contains("3 |    keys: [ *********, '*' ]\n"), "{error}");
+        let toml = "[providers.oa]\napi_key = \"up-short\"\nbase_url = \"http://x/v1\nkind = 'openai'\n";
+        let Err(error) = read(toml, true, "t.toml") else { panic!("a syntax error") };
+        let error = error.to_string();
+        assert!(!error.contains("x/v1") && !error.contains("up-short"), "{error}");
+        assert!(error.contains("base_url = \"***********"), "{error}");
+    }
+
+    #[test]
     fn a_syntax_error_on_a_line_with_a_key_does_not_quote_the_key() {
         let key = "sk-FAKESYNTAXLEAK-0123456789abcdef";
         for (text, toml) in [
@@ -422,7 +500,8 @@ mod tests {
     fn a_secret_of_the_wrong_type_is_not_quoted() {
         let text = "providers:\n  p: { kind: openai, api_key: 12345678901 }\ngateway: { keys: [98765432109], admin_key: 55512345678 }\n";
         let found = problems(text);
-        assert_eq!(found.len(), 3, "{found:?}");
+        // The number among `gateway.keys` reads, for the check to name it ("is a number").
+        assert_eq!(found.len(), 2, "{found:?}");
         for secret in ["12345678901", "98765432109", "55512345678"] {
             assert!(!found.iter().any(|problem| problem.contains(secret)), "{secret} quoted: {found:?}");
         }
