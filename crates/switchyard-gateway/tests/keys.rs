@@ -514,6 +514,45 @@ async fn without_an_admin_key_a_client_key_reads_its_own_trails_and_never_anothe
     assert!(own.starts_with("key-"), "its own, labelled by its hash: {found}");
 }
 
+/// `/admin/events` read with `key`, once its stream is open.
+async fn events_as(gateway: SocketAddr, key: &str) -> reqwest::Response {
+    let url = format!("http://{gateway}/admin/events");
+    let mut response = reqwest::Client::new().get(url).bearer_auth(key).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    response.chunk().await.unwrap().expect("the stream opens at once");
+    response
+}
+
+/// What `events` says up to its `n`th `request_finished`.
+async fn events_until(events: &mut reqwest::Response, n: usize) -> String {
+    let mut said = String::new();
+    while said.matches("event: request_finished").count() < n {
+        let chunk = tokio::time::timeout(Duration::from_secs(5), events.chunk()).await;
+        let chunk = chunk.unwrap_or_else(|_| panic!("no {n} request_finished within 5 s: {said}"));
+        said.push_str(&String::from_utf8_lossy(&chunk.unwrap().expect("the stream stays open")));
+    }
+    said
+}
+
+#[tokio::test]
+async fn without_an_admin_key_a_client_keys_event_stream_tells_only_of_its_own_requests() {
+    let (up, _) = upstream(1000).await;
+    let yaml =
+        config(up, "limits: { requests_per_minute: 100 }").replace("  admin_key: gw-admin-key-0003\n", "");
+    let gateway = support::in_process(&yaml).await;
+    let (mut team_events, mut bare_events) = (events_as(gateway, TEAM).await, events_as(gateway, BARE).await);
+    let bare = chat(gateway, BARE, "default").await;
+    let team = chat(gateway, TEAM, "default").await;
+    let later = chat(gateway, BARE, "default").await;
+    assert_eq!((bare.status, team.status, later.status), (200, 200, 200));
+
+    // Each stream's first requests are its key's own, though another key's came between.
+    let seen = events_until(&mut team_events, 1).await;
+    assert!(seen.contains("\"key\":\"team\""), "{seen}");
+    let seen = events_until(&mut bare_events, 2).await;
+    assert!(!seen.contains("\"key\":\"team\""), "{seen}");
+}
+
 #[tokio::test]
 async fn a_key_held_to_some_routes_is_shown_only_the_models_it_may_use() {
     let (up, _) = upstream(1000).await;

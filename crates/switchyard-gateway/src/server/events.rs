@@ -22,7 +22,7 @@ use switchyard::Router;
 use switchyard::events::{Event, Subscription};
 use tokio::sync::{broadcast, watch};
 
-use super::admin::admin_allowed;
+use super::admin::admin_reader;
 use switchyard::chat::Dialect;
 
 use super::auth::admin_unauthorized;
@@ -42,8 +42,16 @@ pub const HISTORY: usize = 200;
 /// opening) starts with what just happened.
 #[derive(Debug)]
 pub struct RequestFeed {
-    sender: broadcast::Sender<Arc<str>>,
+    sender: broadcast::Sender<Finished>,
     history: Mutex<History>,
+}
+
+/// A finished request's `request_finished` line, with the client key it came with: a reader
+/// who reads `/admin/*` with a client key (there being no `admin_key`) sees only its own.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    key: Option<Arc<str>>,
+    json: Arc<str>,
 }
 
 /// The router's recent events: a subscription of its own, read only when someone asks. The
@@ -64,7 +72,7 @@ impl RequestFeed {
     }
 
     /// `record`'s `request_finished` line, when someone listens.
-    pub fn render(&self, record: &RequestRecord) -> Option<Arc<str>> {
+    pub fn render(&self, record: &RequestRecord) -> Option<Finished> {
         if self.sender.receiver_count() == 0 {
             return None;
         }
@@ -74,17 +82,17 @@ impl RequestFeed {
         // says when it finished, on the clock of every other event's `time_ms`.
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         json["finished_ms"] = (now.as_millis() as u64).into();
-        Some(json.to_string().into())
+        Some(Finished { key: record.key.clone(), json: json.to_string().into() })
     }
 
     /// Tells every subscriber a request finished.
-    pub fn send(&self, line: Option<Arc<str>>) {
+    pub fn send(&self, line: Option<Finished>) {
         if let Some(line) = line {
             let _ = self.sender.send(line);
         }
     }
 
-    fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
+    fn subscribe(&self) -> broadcast::Receiver<Finished> {
         self.sender.subscribe()
     }
 
@@ -113,9 +121,9 @@ pub async fn stream(
     headers: HeaderMap,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
-    if !admin_allowed(&state, &headers) {
+    let Ok(reader) = admin_reader(&state, &headers) else {
         return admin_unauthorized(&headers).into_response(Dialect::OpenAi, "");
-    }
+    };
     let (recent, fleet) = match parameters(&query) {
         Ok(asked) => asked,
         Err(message) => {
@@ -124,12 +132,13 @@ pub async fn stream(
         }
     };
     if fleet {
-        return super::fleet_events::stream(&state, recent).await;
+        return super::fleet_events::stream(&state, recent, reader).await;
     }
     let (events, replay) = state.feed.follow(&state.live().router, recent);
     let feed = Feed {
         events,
         requests: state.feed.subscribe(),
+        reader,
         stopping: state.stop_signal(),
         keep_alive: tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE),
         missed: 0,
@@ -177,7 +186,9 @@ pub(super) fn event_stream(body: Body) -> Response {
 
 struct Feed {
     events: Subscription,
-    requests: broadcast::Receiver<Arc<str>>,
+    requests: broadcast::Receiver<Finished>,
+    /// The client key it is read with, when not the admin's: only its requests are shown.
+    reader: Option<Arc<str>>,
     stopping: watch::Receiver<bool>,
     keep_alive: tokio::time::Interval,
     /// Router events lost so far and already reported.
@@ -217,7 +228,8 @@ impl Feed {
                 () = stopped => return None,
                 event = self.events.recv() => self.event_frame(&event?, &mut out),
                 line = self.requests.recv() => match line {
-                    Ok(json) => {
+                    Ok(line) if !shown_to(self.reader.as_deref(), line.key.as_deref()) => {}
+                    Ok(Finished { json, .. }) => {
                         // A request's events were published before it finished, but on
                         // another channel: any still unread here go first, so that the stream
                         // never shows a request ending before what it caused.
@@ -261,6 +273,12 @@ impl Feed {
             out.extend_from_slice(&frame(event.kind.name(), &json));
         }
     }
+}
+
+/// Whether a request of `key` is shown to `reader`: every request to the admin (`None`), its
+/// own to a client key.
+pub(super) fn shown_to(reader: Option<&str>, key: Option<&str>) -> bool {
+    reader.is_none_or(|reader| key == Some(reader))
 }
 
 /// One SSE frame. The JSON is on one line, so one `data:` field carries it.
