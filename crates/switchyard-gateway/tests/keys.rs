@@ -475,6 +475,75 @@ async fn a_streamed_answer_is_charged_when_its_stream_ends() {
     assert_eq!(team["usage"]["in_flight"], 0, "its place is given back as the stream ends");
 }
 
+/// An upstream that streams 16 characters of answer, then, once `left` is notified, empty
+/// chunks until the gateway lets go of it: the usage never comes.
+async fn streaming_upstream(left: Arc<Notify>) -> SocketAddr {
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        post(move || {
+            let left = left.clone();
+            async move {
+                let (sender, chunks) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(1);
+                tokio::spawn(async move {
+                    let chunk = |delta: &str| {
+                        format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{delta}}}]}}\n\n")
+                    };
+                    let _ = sender.send(Ok(chunk(r#"{"role":"assistant","content":"abcdefghijklmnop"}"#))).await;
+                    left.notified().await;
+                    while sender.send(Ok(chunk("{}"))).await.is_ok() {}
+                });
+                let body = axum::body::Body::from_stream(tokio_stream_of(chunks));
+                ([(axum::http::header::CONTENT_TYPE, "text/event-stream")], body)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+/// The receiver's items as a stream.
+fn tokio_stream_of<T: Send + 'static>(
+    mut receiver: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures_util::Stream<Item = T> + Send {
+    futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
+}
+
+#[tokio::test]
+async fn a_stream_its_client_leaves_before_the_usage_is_charged_what_it_delivered_estimated() {
+    // Else a client could spend no budget at all by leaving each stream before its last chunk.
+    let left = Arc::new(Notify::new());
+    let up = streaming_upstream(left.clone()).await;
+    let priced = "prices: { m: { input: 1000000, output: 1000000 } }";
+    let yaml = config(up, "budget: { usd: 100, per: day }")
+        .replace("prices: { m: { input: 1000000, output: 0 } }", priced);
+    let gateway = support::in_process(&yaml).await;
+    // Twelve characters of prompt: 3 tokens; sixteen of answer: 4.
+    let body = json!({ "model": "default", "stream": true, "messages": [{ "role": "user", "content": "hello world!" }] });
+    let mut response = reqwest::Client::new()
+        .post(format!("http://{gateway}/v1/chat/completions"))
+        .bearer_auth(TEAM)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let mut said = String::new();
+    while !said.contains("abcdefghijklmnop") {
+        said.push_str(&String::from_utf8_lossy(&response.chunk().await.unwrap().unwrap()));
+    }
+    drop(response);
+    left.notify_one();
+    let team = support::until("the stream ends", Duration::from_secs(5), async || {
+        let keys: Value = serde_json::from_str(&admin(gateway, "/admin/keys").await).unwrap();
+        let team = keys["keys"][1].clone();
+        if team["usage"]["in_flight"] == 0 { Ok(team) } else { Err(team.to_string()) }
+    })
+    .await;
+    assert_eq!(team["budget"]["spent_usd"], 7.0, "{team}");
+    assert_eq!(team["usage"]["tokens_this_minute"], 7, "{team}");
+}
+
 #[tokio::test]
 async fn without_an_admin_key_a_client_key_reads_its_own_trails_and_never_another_keys() {
     let (up, _) = upstream(1000).await;

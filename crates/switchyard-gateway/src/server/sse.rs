@@ -108,12 +108,17 @@ impl<E> SseBody<E> {
     fn finish(&mut self, status: u16) {
         if let Some(exchange) = self.exchange.take() {
             let served_by = self.stream.served_by().clone();
-            let used = self.stream.usage();
-            usage(&self.state, &exchange.live, (&served_by, self.stream.route()), used, self.stream.cost());
+            // A client that left before the usage came is charged what the provider generated
+            // for it until then, estimated: else cutting streams short would spend no budget.
+            let (used, cost) = match status {
+                499 => (self.stream.usage_so_far(), self.stream.cost_so_far()),
+                _ => (self.stream.usage(), self.stream.cost()),
+            };
+            usage(&self.state, &exchange.live, (&served_by, self.stream.route()), used, cost);
             let trail = self.stream.trail().clone();
             let timing = *self.stream.timing();
             let attempts = trail.len();
-            let settled = Some(Settled { trail, timing, usage: used, cost: self.stream.cost() });
+            let settled = Some(Settled { trail, timing, usage: used, cost });
             let route = self.route.clone();
             exchange.finish(
                 &self.state,

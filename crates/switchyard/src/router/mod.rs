@@ -494,7 +494,7 @@ impl Router {
             && matches!(served.via, Via::Target(_))
             && served.route.answer_caches().next().is_some();
         let router = StreamSettler::new(self.inner.clone(), served.route.clone());
-        let stream = RoutedStream::new(router, served, resume).expecting(request.choices_asked());
+        let stream = RoutedStream::new(router, served, resume).answering(request);
         Ok(if keep {
             stream.keeping(Keeping::new(request.clone(), options.cache_scope.clone()))
         } else {

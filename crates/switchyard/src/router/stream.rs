@@ -313,6 +313,8 @@ pub struct RoutedStream {
     trail: Trail,
     timing: Timing,
     usage: Option<Usage>,
+    /// What the answer used before its usage came, estimated: for a caller that leaves first.
+    so_far: SoFar,
     /// The choices asked for or begun, and those finished.
     choices: Finishes,
     done: bool,
@@ -325,6 +327,37 @@ pub struct RoutedStream {
     continuing: Option<Box<Continuing>>,
     /// How the continuing target's chunks follow on, once it answered.
     splice: Option<Splice>,
+}
+
+/// The prompt's tokens and the answer's characters delivered before the usage came, for an
+/// estimate of what a stream its caller left used (a provider bills what it generated).
+#[derive(Debug, Default, Clone, Copy)]
+struct SoFar {
+    prompt_tokens: u32,
+    chars: usize,
+}
+
+impl SoFar {
+    /// Counts what `chunk` delivers: text, reasoning, refusal and tool calls' arguments.
+    fn add(&mut self, chunk: &ChatChunk) {
+        for choice in &chunk.choices {
+            let delta = &choice.delta;
+            let text = [&delta.content, &delta.reasoning_content, &delta.refusal];
+            self.chars += text.iter().map(|piece| piece.as_ref().map_or(0, String::len)).sum::<usize>();
+            let calls = delta.tool_calls.iter().filter_map(|call| call.function.as_ref());
+            self.chars += calls.map(|f| f.arguments.as_ref().map_or(0, String::len)).sum::<usize>();
+        }
+    }
+
+    /// Four characters a token, as a prompt is estimated; `None` when nothing was delivered.
+    fn usage(self) -> Option<Usage> {
+        if self.chars == 0 {
+            return None;
+        }
+        let completion_tokens = u32::try_from(self.chars.div_ceil(4)).unwrap_or(u32::MAX);
+        let total_tokens = self.prompt_tokens.saturating_add(completion_tokens);
+        Some(Usage { prompt_tokens: self.prompt_tokens, completion_tokens, total_tokens, ..Usage::default() })
+    }
 }
 
 /// A continuation being asked for, and the break the caller is told of if none comes.
@@ -421,6 +454,7 @@ impl RoutedStream {
             trail: served.trail,
             timing,
             usage: None,
+            so_far: SoFar::default(),
             choices: Finishes::default(),
             done: false,
             keeping: None,
@@ -430,10 +464,11 @@ impl RoutedStream {
         }
     }
 
-    /// Takes the answer as whole only once all `choices` asked for have finished, not only
-    /// those begun so far.
-    pub(crate) fn expecting(mut self, choices: u64) -> Self {
-        self.choices = Finishes::expecting(choices);
+    /// Takes the answer as whole only once all `choices` of `request` have finished, not
+    /// only those begun so far, and estimates its prompt for [`usage_so_far`](Self::usage_so_far).
+    pub(crate) fn answering(mut self, request: &ChatRequest) -> Self {
+        self.choices = Finishes::expecting(request.choices_asked());
+        self.so_far.prompt_tokens = request.estimated_prompt_tokens();
         self
     }
 
@@ -475,6 +510,19 @@ impl RoutedStream {
         Some(self.router.price(target)?.cost(&self.usage?))
     }
 
+    /// What the answer used as far as it went, for a caller that leaves before the end: the
+    /// usage once a chunk said it, else an estimate of the prompt and of what was delivered
+    /// (four characters a token); `None` when nothing was.
+    pub fn usage_so_far(&self) -> Option<Usage> {
+        self.usage.or_else(|| self.so_far.usage())
+    }
+
+    /// The cost of [`usage_so_far`](Self::usage_so_far) at the provider's configured price.
+    pub fn cost_so_far(&self) -> Option<f64> {
+        let (target, _) = self.answered.as_ref()?;
+        Some(self.router.price(target)?.cost(&self.usage_so_far()?))
+    }
+
     /// Whether every choice of the answer finished: the caller has the whole answer, whatever
     /// its terminator (a client that leaves now has been answered).
     pub fn is_whole(&self) -> bool {
@@ -495,6 +543,8 @@ impl RoutedStream {
         }
         if chunk.usage.is_some() {
             self.usage = chunk.usage;
+        } else if self.usage.is_none() {
+            self.so_far.add(&chunk);
         }
         if let Some(keeping) = self.keeping.as_mut() {
             keeping.add(&chunk);
