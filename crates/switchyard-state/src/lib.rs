@@ -593,6 +593,26 @@ impl Kept {
         }
     }
 
+    /// `call` on the kept connection within the timeout, as [`bounded`](Self::bounded) runs
+    /// it; made once more when Redis had dropped the connection under it (a restart, its idle
+    /// `timeout`, a proxy or a failover between): the connection is remade behind the failure,
+    /// and a command that never ran is not lost with it. For calls that may run twice.
+    pub(crate) async fn retried<T, F, Fut>(&self, call: F) -> Result<T, String>
+    where
+        F: Fn(redis::aio::ConnectionManager) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let conn = self.connection().await?;
+        match tokio::time::timeout(self.timeout, call(conn.clone())).await {
+            Ok(Err(error)) if error.is_connection_dropped() || error.is_io_error() => {
+                self.bounded(call(conn)).await
+            }
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(self.scrubbed(&error)),
+            Err(_) => Err("Redis did not answer in time".to_owned()),
+        }
+    }
+
     /// `error`'s text without the URL's password.
     pub(crate) fn scrubbed(&self, error: &redis::RedisError) -> String {
         scrub(&error.to_string(), &self.url)

@@ -110,7 +110,6 @@ impl SharedResponses {
     /// Keeps `value` under `id`, making room as the bounds say; an error, with nothing else
     /// dropped, when it is larger than the byte bound alone.
     pub async fn put(&self, id: &str, value: &[u8]) -> Result<(), String> {
-        let mut conn = self.redis.connection().await?;
         let bounds = self.bounds;
         let mut invocation = self.put.prepare_invoke();
         invocation
@@ -121,7 +120,10 @@ impl SharedResponses {
             .arg(bounds.max_age.as_millis().max(1) as u64)
             .arg(bounds.max_bytes)
             .arg(&self.entry);
-        match self.redis.bounded(invocation.invoke_async::<i64>(&mut conn)).await? {
+        let invocation = &invocation;
+        let written =
+            self.redis.retried(|mut conn| async move { invocation.invoke_async::<i64>(&mut conn).await });
+        match written.await? {
             0 => Err(format!(
                 "{} bytes is more than the fleet's byte bound, {}",
                 value.len(),
@@ -133,9 +135,10 @@ impl SharedResponses {
 
     /// The entry `id`, when it is kept.
     pub async fn get(&self, id: &str) -> Result<Option<Vec<u8>>, String> {
-        let mut conn = self.redis.connection().await?;
-        let key = format!("{}{id}", self.entry);
-        self.redis.bounded(redis::cmd("GET").arg(key).query_async::<Option<Vec<u8>>>(&mut conn)).await
+        let get = &redis::cmd("GET").arg(format!("{}{id}", self.entry)).clone();
+        self.redis
+            .retried(move |mut conn| async move { get.query_async::<Option<Vec<u8>>>(&mut conn).await })
+            .await
     }
 
     /// The entries `ids` name, in order, `None` for one not kept: one round trip.
@@ -143,19 +146,23 @@ impl SharedResponses {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let mut conn = self.redis.connection().await?;
         let mut mget = redis::cmd("MGET");
         for id in ids {
             mget.arg(format!("{}{id}", self.entry));
         }
-        self.redis.bounded(mget.query_async::<Vec<Option<Vec<u8>>>>(&mut conn)).await
+        let mget = &mget;
+        self.redis
+            .retried(move |mut conn| async move { mget.query_async::<Vec<Option<Vec<u8>>>>(&mut conn).await })
+            .await
     }
 
     /// Forgets the entry `id`; whether it was kept.
     pub async fn delete(&self, id: &str) -> Result<bool, String> {
-        let mut conn = self.redis.connection().await?;
         let mut invocation = self.delete.prepare_invoke();
         invocation.arg(&self.base).arg(id).arg(&self.entry);
-        self.redis.bounded(invocation.invoke_async::<i64>(&mut conn)).await.map(|n| n > 0)
+        let invocation = &invocation;
+        let deleted =
+            self.redis.retried(|mut conn| async move { invocation.invoke_async::<i64>(&mut conn).await });
+        deleted.await.map(|n| n > 0)
     }
 }

@@ -108,7 +108,6 @@ impl SharedTrails {
         if batch.is_empty() {
             return Ok(());
         }
-        let mut conn = self.redis.connection().await?;
         let mut call = self.put.prepare_invoke();
         call.arg(&self.prefix)
             .arg(&self.replica)
@@ -118,14 +117,19 @@ impl SharedTrails {
         for entry in batch {
             call.arg(&entry.id).arg(entry.at_ms).arg(&entry.record).arg(&entry.line);
         }
-        self.redis.bounded(call.invoke_async::<i64>(&mut conn)).await.map(drop)
+        let call = &call;
+        self.redis
+            .retried(|mut conn| async move { call.invoke_async::<i64>(&mut conn).await })
+            .await
+            .map(drop)
     }
 
     /// The record of request `id`, when the fleet keeps it.
     pub async fn get(&self, id: &str) -> Result<Option<Vec<u8>>, String> {
-        let mut conn = self.redis.connection().await?;
-        let key = format!("{}:trail:{id}", self.prefix);
-        self.redis.bounded(redis::cmd("GET").arg(key).query_async::<Option<Vec<u8>>>(&mut conn)).await
+        let get = &redis::cmd("GET").arg(format!("{}:trail:{id}", self.prefix)).clone();
+        self.redis
+            .retried(move |mut conn| async move { get.query_async::<Option<Vec<u8>>>(&mut conn).await })
+            .await
     }
 
     /// The lines of the fleet's `limit` newest requests, newest first.
@@ -133,18 +137,17 @@ impl SharedTrails {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let mut conn = self.redis.connection().await?;
-        let order = format!("{}:trails", self.prefix);
-        let ids: Vec<String> = self
-            .redis
-            .bounded(redis::cmd("ZREVRANGE").arg(&order).arg(0).arg(limit - 1).query_async(&mut conn))
-            .await?;
+        let newest =
+            &redis::cmd("ZREVRANGE").arg(format!("{}:trails", self.prefix)).arg(0).arg(limit - 1).clone();
+        let ids: Vec<String> =
+            self.redis.retried(move |mut conn| async move { newest.query_async(&mut conn).await }).await?;
         if ids.is_empty() {
             return Ok(Vec::new());
         }
         let lines = format!("{}:trails:line", self.prefix);
+        let read = &redis::cmd("HMGET").arg(&lines).arg(&ids).clone();
         let found: Vec<Option<Vec<u8>>> =
-            self.redis.bounded(redis::cmd("HMGET").arg(&lines).arg(&ids).query_async(&mut conn)).await?;
+            self.redis.retried(move |mut conn| async move { read.query_async(&mut conn).await }).await?;
         Ok(found.into_iter().flatten().collect())
     }
 }

@@ -74,3 +74,22 @@ async fn a_redis_that_is_away_is_an_error_within_the_timeout_not_a_hang() {
     assert!(a.get("resp_1").await.is_err());
     assert!(a.put("resp_2", b"x").await.is_err());
 }
+
+#[tokio::test]
+async fn a_connection_redis_dropped_is_made_again_without_losing_the_call_it_failed() {
+    // Redis restarted, or closed idle connections (its `timeout`, a proxy): the first call
+    // after it finds the kept connection dead.
+    let mut redis = RedisServer::start();
+    let (a, b) = (replica(&redis, "a", ROOMY), replica(&redis, "b", ROOMY));
+    a.put("resp_1", b"one").await.unwrap();
+    assert_eq!(b.get("resp_1").await.unwrap().as_deref(), Some(&b"one"[..]));
+
+    redis.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
+    assert_eq!(b.get("resp_1").await.unwrap().as_deref(), Some(&b"one"[..]), "read on a new connection");
+
+    redis.restart();
+    a.put("resp_2", b"two").await.expect("written on a new connection");
+    let read = b.get_many(&["resp_1".to_owned(), "resp_2".to_owned()]).await.unwrap();
+    assert_eq!(read, [None, Some(b"two".to_vec())], "Redis came back empty, and holds the new one");
+    assert!(b.delete("resp_2").await.unwrap());
+}
