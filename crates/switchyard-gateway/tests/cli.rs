@@ -514,7 +514,8 @@ fn doctor_reports_the_exposure_and_the_connection_settings() {
             "listen: 0.0.0.0:4680\n{PAID}gateway: {{ header_timeout: 10s, body_timeout: 500ms, send_timeout: 45s, max_connections: 500 }}\n"
         ),
     );
-    let (_, out, _) = run(&["doctor", "--config", config.to_str().unwrap()]);
+    let (code, out, _) = run(&["doctor", "--config", config.to_str().unwrap()]);
+    assert_eq!(code, 1, "a gateway serve refuses to start is not well: {out}");
     assert!(
         out.contains(
             "connections: header_timeout 10s, body_timeout 500ms, idle_timeout 75s, send_timeout 45s, max_connections 500"
@@ -527,9 +528,21 @@ fn doctor_reports_the_exposure_and_the_connection_settings() {
     );
     assert!(!out.contains("SECRET"), "{out}");
 
+    // `config check` says so too: as a problem with --strict, else as a warning.
+    let (code, _, err) = run(&["config", "check", "--strict", config.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("serve refuses to start: refusing to listen on 0.0.0.0:4680 without gateway.keys"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["config", "check", config.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.starts_with("warning: ") && err.contains("serve refuses to start"), "{err}");
+
     let loopback = write_config("doctor-loopback.yaml", PAID);
-    let (_, out, _) = run(&["doctor", "--config", loopback.to_str().unwrap()]);
+    let (code, out, _) = run(&["doctor", "--config", loopback.to_str().unwrap()]);
     assert!(out.contains("exposure: 127.0.0.1:4680 is loopback"), "{out}");
+    assert_eq!(code, 0, "{out}");
 }
 
 #[test]

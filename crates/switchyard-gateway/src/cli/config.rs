@@ -23,6 +23,16 @@ pub(crate) fn check(file: &Path, strict: bool) -> ExitCode {
                 );
             }
             let loaded = checked.loaded;
+            // What `serve` refuses at start is a problem of the file too (with unset variables
+            // allowed, a key they would give may be what is missing: a warning then).
+            if let config::Exposure::Refused(missing) = config::exposure(loaded.listen, &loaded) {
+                let refusal = config::refusal(loaded.listen, &loaded, &missing);
+                if strict {
+                    eprintln!("{}: serve refuses to start: {refusal}", file.display());
+                    return ExitCode::FAILURE;
+                }
+                eprintln!("warning: {}: serve refuses to start: {refusal}", file.display());
+            }
             let routes: Vec<&str> = loaded.router.routes().map(|r| r.name()).collect();
             println!(
                 "{}: ok ({}, routes: {})",

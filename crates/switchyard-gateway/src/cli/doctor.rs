@@ -19,12 +19,14 @@ pub(crate) async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCo
     print_health(loaded);
     print_gateway(loaded);
     let shared_ok = shared_state(loaded).await;
+    // A gateway `serve` would refuse to start is not well.
+    let exposure_ok = !matches!(config::exposure(loaded.listen, loaded), Exposure::Refused(_));
     if !ping {
-        return Ok(if shared_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+        return Ok(if shared_ok && exposure_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
     let failures = ping_targets(loaded).await;
     print_pacing(loaded);
-    Ok(if failures == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if failures == 0 && exposure_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 /// Each provider with its limits and its credentials, masked.

@@ -210,6 +210,14 @@ impl Validator<'_> {
             extra_roots: self.ca_file(path, config.ca_file.as_deref()),
             ..HttpSettings::default()
         };
+        if config.base_url.as_deref().is_some_and(holds_user_info) {
+            // Not quoted: what it holds is a password.
+            self.problem(
+                format!("{path}.base_url"),
+                "holds a user name or password (`user:password@`), which is never sent: put the key in `api_key`, or an `authorization` header in `headers`",
+            );
+            return None;
+        }
         match settings.check() {
             Ok(base_url) => Some(Adapter::Http { settings: Box::new(settings), base_url }),
             // Reported with the region's own problem.
@@ -503,4 +511,11 @@ fn simulated(config: &file::ProviderConfig) -> SimulatedProvider {
         sim = sim.seed(seed);
     }
     sim.accepts_prefill(config.prefill.unwrap_or(false))
+}
+
+/// Whether `url` names a user (`https://user:password@host/`) before its host.
+fn holds_user_info(url: &str) -> bool {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = after_scheme.split(['/', '?', '#']).next().unwrap_or_default();
+    authority.contains('@')
 }
