@@ -409,8 +409,56 @@ gateway: { shutdown_grace: 1s }
     );
 }
 
+#[test]
+fn sigterm_answers_503_to_a_request_still_waiting_for_its_answer_when_the_grace_period_ends() {
+    // A slow whole answer (or a stream's first byte) outlasting the grace period: told why,
+    // and logged, rather than cut off without a word.
+    let config = write_config(
+        "grace-waiting.yaml",
+        "providers:\n  slow: { kind: simulated, latency: 60s }\nroutes:\n  default: { targets: [slow:m] }\ngateway: { shutdown_grace: 1s, keys: [{ name: t, key: gw-grace-key-0001 }] }\n",
+    );
+    let (mut server, addr) = serve(&config, &[]);
+    let mut stream = TcpStream::connect(&addr).unwrap();
+    let body = r#"{"model":"default","messages":[{"role":"user","content":"hi"}]}"#;
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer gw-grace-key-0001\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(format!("{head}{body}").as_bytes()).unwrap();
+    // In flight (its key says so) before the signal.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !get_text(&addr, "/admin/keys", "gw-grace-key-0001").contains("\"in_flight\":1") {
+        assert!(Instant::now() < deadline, "the request never arrived");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = Command::new("kill").args(["-TERM", &server.id().to_string()]).status().unwrap();
+    assert!(status.success());
+
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("\"unavailable\"") && answer.contains("shutting down"), "{answer}");
+    assert!(server.wait().unwrap().success());
+    let mut logs = String::new();
+    server.stderr.take().unwrap().read_to_string(&mut logs).unwrap();
+    assert!(logs.contains(r#"route="default" key="t" attempts=1 status=503"#), "{logs}");
+}
+
 /// A provider that costs money (nothing listens at its address: no test calls it).
 const PAID: &str = "providers:\n  openai: { kind: openai, api_key: sk-live-SECRET-abcdef123456, base_url: \"http://127.0.0.1:9/v1\" }\nroutes:\n  default: { targets: [openai:gpt-4o-mini] }\n";
+
+/// GET `path` on `addr` with a bearer key; returns the whole answer, head and body.
+fn get_text(addr: &str, path: &str, key: &str) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
 
 /// GET `path` on `addr` with an optional bearer key; returns the status code.
 fn get_status(addr: &str, path: &str, key: Option<&str>) -> u16 {

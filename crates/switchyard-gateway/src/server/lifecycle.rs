@@ -50,12 +50,20 @@ pub(crate) async fn lifecycle(
     // Only a client with a key chooses a trace to continue.
     context.trace = state.telemetry.as_ref().map(|telemetry| telemetry.begin(&parts.headers));
     // Watched from here: a client that leaves while its body is read is logged too.
-    let watch = Abandoned { state: state.clone(), context: Some(context.clone()) };
+    let watch = Abandoned { state: state.clone(), context: Some(context.clone()), status: 499 };
     let read = json_body(&parts.headers, body, &context.live.gateway).await;
     match read {
         Ok(body) => {
             parts.extensions.insert(Accepted { context, body });
-            let handler = Box::pin(next.run(Request::from_parts(parts, Body::empty())));
+            // Ended, still waiting, when the shutdown's grace period is over (`None`).
+            let cut = state.cut_waiting();
+            let handler = Box::pin(async move {
+                tokio::select! {
+                    biased;
+                    response = next.run(Request::from_parts(parts, Body::empty())) => Some(response),
+                    () = cut => None,
+                }
+            });
             Watched { handler, watch }.await
         }
         // Logged here: the watch finds it logged.
@@ -71,27 +79,45 @@ struct Watched<F> {
     watch: Abandoned,
 }
 
-impl<F: Future<Output = Response>> Future for Watched<F> {
+impl<F: Future<Output = Option<Response>>> Future for Watched<F> {
     type Output = Response;
 
     fn poll(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Response> {
-        let response = std::task::ready!(self.handler.as_mut().poll(cx));
-        self.watch.context = None;
+        let answered = std::task::ready!(self.handler.as_mut().poll(cx));
+        if let Some(response) = answered {
+            self.watch.context = None;
+            return std::task::Poll::Ready(response);
+        }
+        // The shutdown cut it: the client is told so, and the watch logs it as it ends.
+        self.watch.status = 503;
+        let message = "the gateway is shutting down and its grace period ended before the answer came: send the request again";
+        let error = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message);
+        let response = match &self.watch.context {
+            Some(context) => {
+                let mut response = error.into_response(context.dialect, &context.id);
+                context.stamp(&mut response, None, 0);
+                response
+            }
+            None => error.into_response(Dialect::OpenAi, ""),
+        };
         std::task::Poll::Ready(response)
     }
 }
 
-/// A request whose client goes away before it is answered: the handler is dropped unfinished,
-/// and this logs it then (499, as a stream its client left is), with the route and the trail
+/// A request whose client goes away before it is answered, or that the shutdown cut while it
+/// waited: the handler is dropped unfinished, and this logs it then (499, as a stream its
+/// client left is; 503, cut), with the route and the trail
 /// of what its router did, so that every request has its line, metrics and `/admin/requests`
 /// entry.
 struct Abandoned {
     state: Arc<AppState>,
     /// Until the handler answered.
     context: Option<RequestContext>,
+    /// What it is logged as: 499, its client gone; 503, cut by the shutdown.
+    status: u16,
 }
 
 impl Drop for Abandoned {
@@ -99,12 +125,12 @@ impl Drop for Abandoned {
         // A handler that panicked did not lose its client.
         let Some(context) = self.context.take().filter(|_| !std::thread::panicking()) else { return };
         match context.progress.unfinished.take() {
-            Some((route, trail)) => context.finish_failure(&self.state, route, 499, trail),
+            Some((route, trail)) => context.finish_failure(&self.state, route, self.status, trail),
             None => {
                 let ending = super::finished::Ending {
                     route: "".into(),
                     served_by: None,
-                    status: 499,
+                    status: self.status,
                     attempts: 0,
                     settled: None,
                 };

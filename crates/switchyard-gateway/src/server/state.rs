@@ -128,6 +128,9 @@ pub struct AppState {
     /// Turns `true` when the shutdown's grace period is over: the streams still open end, each
     /// with an error event its client reads and a record of its own.
     cutting: tokio::sync::watch::Sender<bool>,
+    /// Told when the grace period is over, for the requests still waiting for their answer's
+    /// head ([`AppState::cut_waiting`]): one each, made as it begins, at no cost until then.
+    cut_waiting: Arc<tokio::sync::Notify>,
     /// Whether the shutdown began: what a stream checks (a load) before it waits on `cutting`.
     stopped: std::sync::atomic::AtomicBool,
     pub(crate) access: AccessLog,
@@ -207,6 +210,7 @@ impl AppState {
             feed,
             stopping: tokio::sync::watch::Sender::new(false),
             cutting: tokio::sync::watch::Sender::new(false),
+            cut_waiting: Arc::default(),
             stopped: std::sync::atomic::AtomicBool::new(false),
             kept_thinking,
             access,
@@ -312,6 +316,13 @@ impl AppState {
     /// client an error event and its record, rather than being cut off without a word.
     pub fn cut_streams(&self) {
         self.cutting.send_replace(true);
+        self.cut_waiting.notify_waiters();
+    }
+
+    /// Ready once the grace period is over ([`AppState::cut_streams`]): what a request waiting
+    /// for its answer's head ends on, answered `503` rather than cut off without a word.
+    pub(crate) fn cut_waiting(&self) -> tokio::sync::futures::OwnedNotified {
+        self.cut_waiting.clone().notified_owned()
     }
 
     /// What a stream waits on to be cut short ([`AppState::cut_streams`]).
