@@ -193,6 +193,9 @@ async fn a_keys_limits_and_budget_hold_for_the_fleet_and_redis_holds_no_key() {
     assert_eq!(fleet.chat(0, SPENDER).await, (429, "budget_exceeded".to_owned()));
     // A replica that has not read the key's spend lately (here: ever) reads it before it admits.
     assert_eq!(fleet.chat(1, SPENDER).await, (429, "budget_exceeded".to_owned()), "at once, no wait");
+    // One that never served the key shows the fleet's spend at its first look.
+    let keys = fleet.admin(2, "/admin/keys").await;
+    assert_eq!(keys["keys"][1]["budget"]["spent_usd"], 30.0, "{keys}");
     for replica in 1..REPLICAS {
         support::until("the replica sees the fleet's spend", Duration::from_secs(10), async || {
             let keys = fleet.admin(replica, "/admin/keys").await;

@@ -263,6 +263,15 @@ impl ClientKey {
         (self.ledger.books().spend.total(shared.replicas()), resets)
     }
 
+    /// Reads the fleet's spend of a key with a budget again when a read is due, as admitting a
+    /// request does: what `/admin/keys` and `/metrics` show next is the fleet's (a replica that
+    /// just started, or never served the key, would else show nothing spent).
+    pub(crate) async fn read_spend(&self, shared: Shared<'_>) {
+        if let Some(budget) = self.rules.budget {
+            self.spend_now(budget.per, shared).await;
+        }
+    }
+
     /// What the key spent as far as this replica knows, for what is shown: a read due goes on in
     /// the background.
     fn spend_known(&self, per: Period, shared: Shared<'_>) -> (f64, SystemTime) {

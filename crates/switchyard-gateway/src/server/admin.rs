@@ -109,6 +109,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
             trails.lost.load(std::sync::atomic::Ordering::Relaxed) as f64,
         ));
     }
+    super::keys::read_spends(&state, &live).await;
     gauges.extend(super::keys::gauges(&state, &live));
     let text = state.metrics.render(&gauges);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()

@@ -115,6 +115,12 @@ fn refused(key: &ClientKey, model: &str, refusal: Refusal) -> ApiError {
 /// One gauge of `/metrics`: its family, help, labels and value.
 type Gauge = (&'static str, &'static str, crate::metrics::Labels, f64);
 
+/// Reads the fleet's spend of every key with a budget, when a read is due, before it is shown.
+pub(crate) async fn read_spends(state: &AppState, live: &Live) {
+    let shared = shared(state, live);
+    futures_util::future::join_all(live.gateway.keys.iter().map(|key| key.read_spend(shared))).await;
+}
+
 /// The spend and budget of each key with a budget, for `/metrics`.
 pub(crate) fn gauges(state: &AppState, live: &Live) -> Vec<Gauge> {
     let shared = shared(state, live);
@@ -146,6 +152,7 @@ pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Res
         return admin_unauthorized(&headers).into_response(Dialect::OpenAi, "");
     }
     let live = state.live();
+    read_spends(&state, &live).await;
     let shared = shared(&state, &live);
     let keys: Vec<_> = live.gateway.keys.iter().map(|key| key.view(shared)).collect();
     let fleet = shared.store.is_some();
