@@ -542,13 +542,21 @@ pub async fn check(settings: &StateSettings) -> Result<Vec<Replica>, String> {
 /// A connection to a store's Redis kept for one use of it (the spend, the trails, the events,
 /// kept responses, hedge windows): made on first call and kept; each call bounded by the store's
 /// timeout, connecting by twice that with one retry; errors with the URL's password scrubbed.
+/// Once Redis let a call time out, calls fail at once for [`QUIET`]: a stalled Redis would
+/// else hold every request that asks it for the whole timeout (each falls back on this
+/// replica's memory, as it would after the timeout).
 pub(crate) struct Kept {
     client: redis::Client,
     /// For scrubbing error texts: it may hold a password.
     url: String,
     timeout: Duration,
     conn: tokio::sync::Mutex<Option<redis::aio::ConnectionManager>>,
+    /// Until when calls fail at once.
+    quiet_until: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
+
+/// How long calls fail at once after one Redis did not answer in time.
+const QUIET: Duration = Duration::from_secs(1);
 
 impl Kept {
     pub(crate) fn new(store: &RedisStore) -> Self {
@@ -558,6 +566,7 @@ impl Kept {
             url: settings.url.clone(),
             timeout: settings.timeout,
             conn: tokio::sync::Mutex::new(None),
+            quiet_until: std::sync::Mutex::new(None),
         }
     }
 
@@ -567,6 +576,8 @@ impl Kept {
         if let Some(conn) = conn.as_ref() {
             return Ok(conn.clone());
         }
+        // Callers that queued behind a connect that failed do not each try again.
+        self.unless_quiet()?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.timeout))
             .set_connection_timeout(Some(self.timeout * 2))
@@ -574,7 +585,10 @@ impl Kept {
         let made =
             tokio::time::timeout(self.timeout * 4, self.client.get_connection_manager_with_config(config))
                 .await
-                .map_err(|_| "connecting to Redis timed out".to_owned())?
+                .map_err(|_| {
+                    self.timed_out();
+                    "connecting to Redis timed out".to_owned()
+                })?
                 .map_err(|error| self.scrubbed(&error))?;
         *conn = Some(made.clone());
         Ok(made)
@@ -586,11 +600,32 @@ impl Kept {
         &self,
         call: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, String> {
+        self.unless_quiet()?;
         match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(value)) => Ok(value),
+            // The connection's own response timeout (the same length) may come first.
+            Ok(Err(error)) if error.is_timeout() => Err(self.timed_out()),
             Ok(Err(error)) => Err(self.scrubbed(&error)),
-            Err(_) => Err("Redis did not answer in time".to_owned()),
+            Err(_) => Err(self.timed_out()),
         }
+    }
+
+    /// An error while calls fail at once.
+    fn unless_quiet(&self) -> Result<(), String> {
+        let quiet = self.quiet_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match *quiet {
+            Some(until) if tokio::time::Instant::now() < until => {
+                Err("Redis did not answer in time lately: asked again in a moment".to_owned())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A call timed out: the next ones fail at once for a while.
+    fn timed_out(&self) -> String {
+        let mut quiet = self.quiet_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *quiet = Some(tokio::time::Instant::now() + QUIET);
+        "Redis did not answer in time".to_owned()
     }
 
     /// `call` on the kept connection within the timeout, as [`bounded`](Self::bounded) runs
@@ -602,14 +637,16 @@ impl Kept {
         F: Fn(redis::aio::ConnectionManager) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
+        self.unless_quiet()?;
         let conn = self.connection().await?;
         match tokio::time::timeout(self.timeout, call(conn.clone())).await {
+            Ok(Err(error)) if error.is_timeout() => Err(self.timed_out()),
             Ok(Err(error)) if error.is_connection_dropped() || error.is_io_error() => {
                 self.bounded(call(conn)).await
             }
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(self.scrubbed(&error)),
-            Err(_) => Err("Redis did not answer in time".to_owned()),
+            Err(_) => Err(self.timed_out()),
         }
     }
 

@@ -93,3 +93,23 @@ async fn a_connection_redis_dropped_is_made_again_without_losing_the_call_it_fai
     assert_eq!(read, [None, Some(b"two".to_vec())], "Redis came back empty, and holds the new one");
     assert!(b.delete("resp_2").await.unwrap());
 }
+
+#[tokio::test]
+async fn once_redis_let_a_call_time_out_calls_fail_at_once_for_a_moment() {
+    // A stalled Redis would else hold every request that asks it for the whole timeout.
+    let redis = RedisServer::start();
+    let mut settings = StateSettings::new(redis.url());
+    settings.timeout = Duration::from_millis(200);
+    let store = SharedResponses::new(&RedisStore::new(settings).unwrap(), ROOMY);
+    store.put("resp_1", b"one").await.unwrap();
+    redis.stall();
+    let timed_out = store.get("resp_1").await.unwrap_err();
+    assert_eq!(timed_out, "Redis did not answer in time");
+    let at_once = store.get("resp_1").await.unwrap_err();
+    assert!(at_once.contains("lately"), "not asked again at once: {at_once}");
+    redis.resume();
+    tokio::time::pause();
+    tokio::time::advance(Duration::from_secs(1)).await;
+    tokio::time::resume();
+    assert_eq!(store.get("resp_1").await.unwrap().as_deref(), Some(&b"one"[..]), "asked again after it");
+}

@@ -346,7 +346,9 @@ mod tests {
         assert_eq!(blocks_of(&request, 1), json!([]), "Redis is not asked again at once");
 
         // Once the quiet is over, it is.
-        *here.shared.as_ref().unwrap().quiet_until.lock().unwrap() = Some(Instant::now());
+        tokio::time::pause();
+        tokio::time::advance(QUIET).await;
+        tokio::time::resume();
         let mut request = asked();
         here.restore("team", &mut request).await;
         assert_eq!(blocks_of(&request, 1), thought);
