@@ -281,16 +281,18 @@ async fn claude_thinks_on_through_a_tool_turn_another_replica_answered() {
     // send back bare reaches another replica than the one that kept its thinking.
     let redis = RedisServer::start();
     let (upstream, seen) = claude().await;
-    let yaml = format!(
-        "providers:\n  up: {{ kind: anthropic, base_url: 'http://{upstream}', api_key: sk-up-0123456789 }}\nroutes:\n  default: {{ stream_upstream: false, targets: ['up:claude-opus-4-7'] }}\ngateway: {{ keys: [{KEY}, {OTHER}] }}\nstate: {{ redis: '{}', prefix: thinking-fleet }}\n",
-        redis.url()
-    );
-    let (a, b) = (in_process_url(&yaml).await, in_process_url(&yaml).await);
     let tools =
         json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]);
     let asked = json!({"role": "user", "content": "Weather?"});
     let post = reqwest::Method::POST;
     for stream in [false, true] {
+        // Two replicas of their own each time, on a prefix of their own: the streamed turn is
+        // found only if the streamed answer wrote it.
+        let yaml = format!(
+            "providers:\n  up: {{ kind: anthropic, base_url: 'http://{upstream}', api_key: sk-up-0123456789 }}\nroutes:\n  default: {{ stream_upstream: false, targets: ['up:claude-opus-4-7'] }}\ngateway: {{ keys: [{KEY}, {OTHER}] }}\nstate: {{ redis: '{}', prefix: thinking-fleet-{stream} }}\n",
+            redis.url()
+        );
+        let (a, b) = (in_process_url(&yaml).await, in_process_url(&yaml).await);
         let first = json!({"model": "default", "stream": stream, "reasoning_effort": "high",
             "messages": [asked], "tools": tools});
         let response = reqwest::Client::new()
@@ -319,7 +321,7 @@ async fn claude_thinks_on_through_a_tool_turn_another_replica_answered() {
         }
     }
     // Redis names the turns by a hash: neither the key nor the call's id.
-    let keys = redis.cli(&["KEYS", "thinking-fleet:thinking:*"]);
-    assert_eq!(keys.lines().count(), 1, "one turn, kept once: {keys}");
+    let keys = redis.cli(&["KEYS", "thinking-fleet-*:thinking:*"]);
+    assert_eq!(keys.lines().count(), 2, "one turn a pass, kept once: {keys}");
     assert!(!keys.contains("toolu_1") && !keys.contains(KEY), "{keys}");
 }

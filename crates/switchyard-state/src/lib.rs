@@ -542,9 +542,10 @@ pub async fn check(settings: &StateSettings) -> Result<Vec<Replica>, String> {
 /// A connection to a store's Redis kept for one use of it (the spend, the trails, the events,
 /// kept responses, hedge windows): made on first call and kept; each call bounded by the store's
 /// timeout, connecting by twice that with one retry; errors with the URL's password scrubbed.
-/// Once Redis let a call time out, calls fail at once for [`QUIET`]: a stalled Redis would
-/// else hold every request that asks it for the whole timeout (each falls back on this
-/// replica's memory, as it would after the timeout).
+/// Once Redis let a call time out, the calls on a request's path ([`Kept::retried`]) fail at
+/// once for [`QUIET`]: a stalled Redis would else hold every request that asks it for the whole
+/// timeout (each falls back on this replica's memory, as it would after the timeout). Writers
+/// in the background wait their timeout as before.
 pub(crate) struct Kept {
     client: redis::Client,
     /// For scrubbing error texts: it may hold a password.
@@ -600,7 +601,6 @@ impl Kept {
         &self,
         call: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, String> {
-        self.unless_quiet()?;
         match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(value)) => Ok(value),
             // The connection's own response timeout (the same length) may come first.
@@ -628,10 +628,11 @@ impl Kept {
         "Redis did not answer in time".to_owned()
     }
 
-    /// `call` on the kept connection within the timeout, as [`bounded`](Self::bounded) runs
-    /// it; made once more when Redis had dropped the connection under it (a restart, its idle
-    /// `timeout`, a proxy or a failover between): the connection is remade behind the failure,
-    /// and a command that never ran is not lost with it. For calls that may run twice.
+    /// `call`, on a request's path, on the kept connection within the timeout, as
+    /// [`bounded`](Self::bounded) runs it, or at once an error while Redis is quiet; made once
+    /// more when Redis had dropped the connection under it (a restart, its idle `timeout`, a
+    /// proxy or a failover between): the connection is remade behind the failure, and a command
+    /// that never ran is not lost with it. For calls that may run twice.
     pub(crate) async fn retried<T, F, Fut>(&self, call: F) -> Result<T, String>
     where
         F: Fn(redis::aio::ConnectionManager) -> Fut,

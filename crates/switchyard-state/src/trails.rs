@@ -117,11 +117,10 @@ impl SharedTrails {
         for entry in batch {
             call.arg(&entry.id).arg(entry.at_ms).arg(&entry.record).arg(&entry.line);
         }
-        let call = &call;
-        self.redis
-            .retried(|mut conn| async move { call.invoke_async::<i64>(&mut conn).await })
-            .await
-            .map(drop)
+        // Not made twice: the script also adds the request to the fleet's event stream. A batch
+        // that fails waits in the writer's backlog.
+        let mut conn = self.redis.connection().await?;
+        self.redis.bounded(call.invoke_async::<i64>(&mut conn)).await.map(drop)
     }
 
     /// The record of request `id`, when the fleet keeps it.

@@ -10,8 +10,8 @@
 //! under a hash of its turn, with the turn itself inside, so that only that turn reads it), so
 //! that a tool loop one replica answered thinks on through any other. A turn this replica does
 //! not hold is asked of Redis, the last [`ASKED`] of a request in one round trip; when Redis
-//! does not answer, the turn goes on without thinking, as it would have without a fleet, and
-//! Redis is left alone for [`QUIET`].
+//! does not answer, the turn goes on without thinking, as it would have without a fleet; what it
+//! found is held here from then on.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -62,60 +62,7 @@ struct Shared {
 #[derive(Debug)]
 pub(crate) struct KeptThinking {
     here: Mutex<Bounded<String, Arc<[Value]>>>,
-    shared: Option<Arc<Fleet>>,
-}
-
-/// How long Redis is left alone after it failed to answer: a stalled Redis would otherwise
-/// hold each tool turn for its timeout.
-const QUIET: Duration = Duration::from_secs(5);
-
-/// The fleet's Redis, asked again only [`QUIET`] after it last failed.
-#[derive(Debug)]
-struct Fleet {
-    redis: SharedResponses,
-    quiet_until: Mutex<Option<Instant>>,
-}
-
-impl Fleet {
-    /// Whether Redis may be asked now.
-    fn askable(&self) -> bool {
-        let quiet = self.quiet_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        quiet.is_none_or(|until| Instant::now() >= until)
-    }
-
-    /// `result`'s value, or `None` with Redis left alone for a while.
-    fn answered<T>(&self, result: Result<T, String>, what: &str) -> Option<T> {
-        let mut quiet = self.quiet_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match result {
-            Ok(value) => {
-                *quiet = None;
-                Some(value)
-            }
-            Err(reason) => {
-                tracing::warn!(
-                    reason,
-                    "Redis did not answer for {what}; this replica's memory alone is used for {QUIET:?}"
-                );
-                *quiet = Some(Instant::now() + QUIET);
-                None
-            }
-        }
-    }
-
-    async fn put(&self, id: &str, json: &[u8]) {
-        if self.askable() {
-            let written = self.redis.put(id, json).await;
-            self.answered(written, "a tool turn's thinking");
-        }
-    }
-
-    async fn get_many(&self, ids: &[String]) -> Option<Vec<Option<Vec<u8>>>> {
-        if ids.is_empty() || !self.askable() {
-            return None;
-        }
-        let read = self.redis.get_many(ids).await;
-        self.answered(read, "the thinking of tool turns")
-    }
+    shared: Option<Arc<SharedResponses>>,
 }
 
 impl KeptThinking {
@@ -126,8 +73,7 @@ impl KeptThinking {
             max_age: bounds.max_age.saturating_sub(Duration::from_nanos(1)),
             max_bytes: bounds.max_bytes,
         };
-        let shared = shared.map(|redis| Arc::new(Fleet { redis, quiet_until: Mutex::new(None) }));
-        Self { here: Mutex::new(Bounded::new(bounds)), shared }
+        Self { here: Mutex::new(Bounded::new(bounds)), shared: shared.map(Arc::new) }
     }
 
     fn here(&self) -> MutexGuard<'_, Bounded<String, Arc<[Value]>>> {
@@ -153,7 +99,14 @@ impl KeptThinking {
         let bytes = turn.len() + json.len();
         self.here().insert(turn.clone(), Arc::from(blocks), bytes, Instant::now());
         let shared = self.shared.clone()?;
-        Some(Box::pin(async move { shared.put(&shared_id(&turn), &json).await }))
+        Some(Box::pin(async move {
+            if let Err(reason) = shared.put(&shared_id(&turn), &json).await {
+                tracing::warn!(
+                    reason,
+                    "a tool turn's thinking could not be kept in Redis; this replica keeps it"
+                );
+            }
+        }))
     }
 
     /// Opens each tool turn of `request` (from `key`) that came back without its thinking on
@@ -180,12 +133,24 @@ impl KeptThinking {
         let Some(shared) = &self.shared else { return };
         let missing = &missing[missing.len().saturating_sub(ASKED)..];
         let ids: Vec<String> = missing.iter().map(|(_, turn)| shared_id(turn)).collect();
-        let Some(found) = shared.get_many(&ids).await else { return };
-        for ((n, turn), json) in missing.iter().zip(found) {
-            let kept = json.and_then(|json| serde_json::from_slice::<Shared>(&json).ok());
-            if let Some(kept) = kept.filter(|kept| kept.turn == *turn) {
-                open(turns[*n], &kept.blocks);
+        let found = match shared.get_many(&ids).await {
+            Ok(found) => found,
+            Err(reason) => {
+                tracing::debug!(reason, "Redis did not say what thinking it keeps; the turns go on without");
+                return;
             }
+        };
+        let (mut here, now) = (self.here(), Instant::now());
+        for ((n, turn), json) in missing.iter().zip(found) {
+            let Some(json) = json else { continue };
+            let Some(kept) = serde_json::from_slice::<Shared>(&json).ok().filter(|kept| kept.turn == *turn)
+            else {
+                continue;
+            };
+            open(turns[*n], &kept.blocks);
+            // Held here from now on: the loop's next requests find it without asking again.
+            let bytes = turn.len() + json.len();
+            here.insert(turn.clone(), Arc::from(kept.blocks), bytes, now);
         }
     }
 }
@@ -319,7 +284,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn once_redis_failed_to_answer_it_is_left_alone_for_a_while() {
+    async fn once_redis_failed_to_answer_it_is_left_alone_for_a_while_and_what_it_found_is_held() {
         use switchyard_state::testing::RedisServer;
         use switchyard_state::{RedisStore, StateSettings};
         let redis = RedisServer::start();
@@ -345,12 +310,17 @@ mod tests {
         here.restore("team", &mut request).await;
         assert_eq!(blocks_of(&request, 1), json!([]), "Redis is not asked again at once");
 
-        // Once the quiet is over, it is.
+        // Once the quiet is over, it is, and what it found is held here from then on.
         tokio::time::pause();
-        tokio::time::advance(QUIET).await;
+        tokio::time::advance(Duration::from_secs(1)).await;
         tokio::time::resume();
         let mut request = asked();
         here.restore("team", &mut request).await;
         assert_eq!(blocks_of(&request, 1), thought);
+        redis.stall();
+        let mut request = asked();
+        here.restore("team", &mut request).await;
+        assert_eq!(blocks_of(&request, 1), thought, "found here, without Redis");
+        redis.resume();
     }
 }
