@@ -475,9 +475,9 @@ async fn a_streamed_answer_is_charged_when_its_stream_ends() {
     assert_eq!(team["usage"]["in_flight"], 0, "its place is given back as the stream ends");
 }
 
-/// An upstream that streams 16 characters of answer, then, once `left` is notified, empty
-/// chunks until the gateway lets go of it: the usage never comes.
-async fn streaming_upstream(left: Arc<Notify>) -> SocketAddr {
+/// An upstream that streams 16 characters of answer (`finish`ed there, or not), then, once
+/// `left` is notified, empty chunks until the gateway lets go of it: the usage never comes.
+async fn streaming_upstream(left: Arc<Notify>, finish: bool) -> SocketAddr {
     let app = axum::Router::new().route(
         "/v1/chat/completions",
         post(move || {
@@ -488,7 +488,12 @@ async fn streaming_upstream(left: Arc<Notify>) -> SocketAddr {
                     let chunk = |delta: &str| {
                         format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{delta}}}]}}\n\n")
                     };
-                    let _ = sender.send(Ok(chunk(r#"{"role":"assistant","content":"abcdefghijklmnop"}"#))).await;
+                    let delta = r#"{"role":"assistant","content":"abcdefghijklmnop"}"#;
+                    let first = match finish {
+                        true => chunk(&format!(r#"{delta},"finish_reason":"stop""#)),
+                        false => chunk(delta),
+                    };
+                    let _ = sender.send(Ok(first)).await;
                     left.notified().await;
                     while sender.send(Ok(chunk("{}"))).await.is_ok() {}
                 });
@@ -512,9 +517,16 @@ fn tokio_stream_of<T: Send + 'static>(
 
 #[tokio::test]
 async fn a_stream_its_client_leaves_before_the_usage_is_charged_what_it_delivered_estimated() {
-    // Else a client could spend no budget at all by leaving each stream before its last chunk.
+    // Else a client could spend no budget at all by leaving each stream before its last chunk,
+    // even once it read the answer's finish (OpenAI's usage comes in a chunk after it).
+    for finish in [false, true] {
+        charged_an_estimate(finish).await;
+    }
+}
+
+async fn charged_an_estimate(finish: bool) {
     let left = Arc::new(Notify::new());
-    let up = streaming_upstream(left.clone()).await;
+    let up = streaming_upstream(left.clone(), finish).await;
     let priced = "prices: { m: { input: 1000000, output: 1000000 } }";
     let yaml = config(up, "budget: { usd: 100, per: day }")
         .replace("prices: { m: { input: 1000000, output: 0 } }", priced);

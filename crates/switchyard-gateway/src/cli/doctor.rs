@@ -26,7 +26,7 @@ pub(crate) async fn doctor(loaded: &Loaded, ping: bool) -> anyhow::Result<ExitCo
     }
     let failures = ping_targets(loaded).await;
     print_pacing(loaded);
-    Ok(if failures == 0 && exposure_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if failures == 0 && shared_ok && exposure_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 /// Each provider with its limits and its credentials, masked.

@@ -127,21 +127,31 @@ fn yaml_masked(text: &str) -> String {
             i += 1;
         }
         let word = &chars[start..i];
-        let shown = (i < chars.len() && ends_key(i)) || !word.iter().any(|c| c.is_alphanumeric());
+        // A key stands where a key may: first on its line or item, or in a flow mapping (in
+        // `api_key: ab: cd`, `ab` is a value the parser stopped at).
+        let placed = out.trim_end().chars().last().is_none_or(|c| "-{,?".contains(c));
+        let key = i < chars.len() && ends_key(i) && placed;
+        let shown = key || !word.iter().any(|c| c.is_alphanumeric());
         out.extend(word.iter().map(|&c| if shown { c } else { '*' }));
     }
     out
 }
 
-/// A TOML line with what follows its `=` masked, and a line without one (an array's items
-/// over several lines) but a table's header (`[providers.openai]`).
+/// A TOML line with what follows its key's `=` masked, and a line without a key (an array's
+/// items, a string's lines) masked whole, but a table's header (`[providers.openai]`). A key
+/// is lower case, as the configuration's are: a line of base64 that ends in `=` is no key.
 fn toml_masked(text: &str) -> String {
     let mask = |text: &str| {
         text.chars()
             .map(|c| if c.is_alphanumeric() || "-_+/=.~:@".contains(c) { '*' } else { c })
             .collect::<String>()
     };
-    match text.find('=') {
+    let is_key = |key: &str| {
+        let key = key.trim();
+        !key.is_empty()
+            && key.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_-.\" ".contains(c))
+    };
+    match text.find('=').filter(|at| is_key(&text[..*at])) {
         Some(at) => format!("{}={}", &text[..at], mask(&text[at + 1..])),
         None if text.trim_start().starts_with('[') && !text.contains(['"', '\'']) => text.to_owned(),
         None => mask(text),
@@ -459,6 +469,13 @@ mod tests {
         let error = error.to_string();
         assert!(!error.contains("x/v1") && !error.contains("up-short"), "{error}");
         assert!(error.contains("base_url = \"***********"), "{error}");
+        // A value the parser stopped at that looks like a key is still a value.
+        let Err(error) = read("gateway:\n  admin_key: adm-short: x\n", false, "t.yaml") else {
+            panic!("a syntax error")
+        };
+        assert!(!error.to_string().contains("adm-short"), "{error}");
+        assert_eq!(toml_masked("QUJDREVGR0g="), "************", "base64 is no key");
+        assert_eq!(toml_masked("api_key = 'x'"), "api_key = '*'");
     }
 
     #[test]

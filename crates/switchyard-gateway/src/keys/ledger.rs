@@ -254,10 +254,11 @@ impl ClientKey {
     async fn spend_now(&self, per: Period, shared: Shared<'_>) -> (f64, SystemTime) {
         let (resets, read) = self.due_read(per, shared);
         if let Some((reading, degraded)) = read {
-            if degraded {
-                tokio::spawn(reading);
-            } else {
-                reading.await;
+            // Its own task, awaited: a caller dropped meanwhile (its client gone, a scrape timed
+            // out) leaves it to finish, else the read would stay marked under way for good.
+            let reading = tokio::spawn(reading);
+            if !degraded {
+                let _ = reading.await;
             }
         }
         (self.ledger.books().spend.total(shared.replicas()), resets)

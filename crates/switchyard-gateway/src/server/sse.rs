@@ -108,12 +108,10 @@ impl<E> SseBody<E> {
     fn finish(&mut self, status: u16) {
         if let Some(exchange) = self.exchange.take() {
             let served_by = self.stream.served_by().clone();
-            // A client that left before the usage came is charged what the provider generated
-            // for it until then, estimated: else cutting streams short would spend no budget.
-            let (used, cost) = match status {
-                499 => (self.stream.usage_so_far(), self.stream.cost_so_far()),
-                _ => (self.stream.usage(), self.stream.cost()),
-            };
+            // A stream whose usage did not come (its client left first, or the provider never
+            // says it) is charged what it delivered, estimated: else leaving each stream before
+            // its last chunk would spend no budget.
+            let (used, cost) = (self.stream.usage_so_far(), self.stream.cost_so_far());
             usage(&self.state, &exchange.live, (&served_by, self.stream.route()), used, cost);
             let trail = self.stream.trail().clone();
             let timing = *self.stream.timing();

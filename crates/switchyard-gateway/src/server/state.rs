@@ -129,7 +129,8 @@ pub struct AppState {
     /// with an error event its client reads and a record of its own.
     cutting: tokio::sync::watch::Sender<bool>,
     /// Told when the grace period is over, for the requests still waiting for their answer's
-    /// head ([`AppState::cut_waiting`]): one each, made as it begins, at no cost until then.
+    /// head ([`AppState::cut_waiting`]): each takes a place in its list while it waits (an
+    /// uncontended lock as it starts and as it ends waiting).
     cut_waiting: Arc<tokio::sync::Notify>,
     /// Whether the shutdown began: what a stream checks (a load) before it waits on `cutting`.
     stopped: std::sync::atomic::AtomicBool,
