@@ -121,12 +121,17 @@ impl Ledger {
         self.books.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes on `rules`: the rate buckets start again when the limits changed; what is in
-    /// flight and what was spent stay.
-    pub(crate) fn reconfigure(&self, rules: &KeyRules) {
+    /// Takes on `rules` in place of `old`: the rate buckets start again when the limits
+    /// changed; what is in flight and what was spent stay, the spend carried into a new `per`.
+    pub(crate) fn reconfigure(&self, old: &KeyRules, rules: &KeyRules) {
         let mut books = self.books();
         if books.limiter.limits() != rules.limits {
             books.limiter = Limiter::new(rules.limits);
+        }
+        if let (Some(old), Some(new)) = (old.budget, rules.budget)
+            && old.per != new.per
+        {
+            books.spend.per_changed(old.per, SystemTime::now());
         }
     }
 }
@@ -293,11 +298,15 @@ impl ClientKey {
         let mut books = self.ledger.books();
         let resets = books.spend.roll(per, SystemTime::now()).resets;
         let period = shared.spend.and_then(|_| books.spend.read_due(std::time::Instant::now()));
-        let degraded = books.spend.degraded();
+        let (degraded, carried) = (books.spend.degraded(), books.spend.carried());
         drop(books);
         let read = period.zip(shared.spend).map(|(period, spend)| {
             let (ledger, hash, spend) = (self.ledger.clone(), self.hash.clone(), spend.clone());
             let reading = async move {
+                if let Some(carried) = carried {
+                    let answer = spend.get(&hash, &carried).await;
+                    ledger.books().spend.carried_read(&carried, answer);
+                }
                 let answer = spend.get(&hash, &period).await;
                 let (rewrite, waiting) = {
                     let mut books = ledger.books();

@@ -185,7 +185,7 @@ impl ClientKeys {
     pub(crate) fn adopt(&mut self, running: &ClientKeys) {
         for key in &mut self.0 {
             let Some(old) = running.0.iter().find(|old| old.hash == key.hash) else { continue };
-            old.ledger.reconfigure(&key.rules);
+            old.ledger.reconfigure(&old.rules, &key.rules);
             Arc::make_mut(key).ledger = old.ledger.clone();
         }
     }

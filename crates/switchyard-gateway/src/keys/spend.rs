@@ -35,6 +35,9 @@ pub(crate) struct Spend {
     unwritten: bool,
     read_at: Option<Instant>,
     reading: bool,
+    /// The period of the budget's last `per`, when a reload changed it before this run had a
+    /// window of its own: the fleet's total in it is read once and stands in the new one.
+    carried: Option<String>,
 }
 
 /// A write to make: this run's total in one period.
@@ -70,9 +73,40 @@ impl Spend {
                 self.written = 0.0;
                 self.writing = None;
             }
-            _ => *self = Spend { window: Some(per.at(now)), ..Spend::default() },
+            // A fresh run keeps what a reload asked it to carry; a period that ended does not.
+            Some(_) => *self = Spend { window: Some(per.at(now)), ..Spend::default() },
+            None => {
+                *self = Spend { window: Some(per.at(now)), carried: self.carried.take(), ..Spend::default() }
+            }
         }
         self.window.get_or_insert_with(|| per.at(now))
+    }
+
+    /// A reload changed the budget's `per` from `old`: with no window of its own yet, this run
+    /// carries the fleet's total of `old`'s period into the new one (a window it has carries
+    /// its own, [`roll`](Self::roll)).
+    pub(crate) fn per_changed(&mut self, old: Period, now: SystemTime) {
+        if self.window.is_none() {
+            self.carried = Some(old.at(now).id);
+        }
+    }
+
+    /// The period whose total is carried, until it was read.
+    pub(crate) fn carried(&self) -> Option<String> {
+        self.carried.clone()
+    }
+
+    /// Redis's answer to the read of the carried period `period`: the fleet's total there
+    /// stands in this one (as the most of the two: the replicas that carried theirs wrote it
+    /// here too).
+    pub(crate) fn carried_read(&mut self, period: &str, answer: Result<Held, String>) {
+        if self.carried.as_deref() != Some(period) {
+            return;
+        }
+        if let Ok(held) = answer {
+            self.others = self.others.max(held.others + held.own);
+            self.carried = None;
+        }
     }
 
     /// What the key spent as far as this replica can tell, with what Redis does not hold yet
@@ -188,6 +222,26 @@ mod tests {
 
     fn held(others: f64, own: f64) -> Result<Held, String> {
         Ok(Held { others, own })
+    }
+
+    #[test]
+    fn a_per_changed_before_this_run_had_a_window_carries_the_fleets_total_of_the_old_period() {
+        let now = SystemTime::now();
+        let mut spend = Spend::default();
+        spend.per_changed(Period::Day, now);
+        spend.roll(Period::Month, now);
+        let day = Period::Day.at(now).id;
+        assert_eq!(spend.carried().as_deref(), Some(day.as_str()));
+        let period = spend.read_due(Instant::now()).unwrap();
+        assert!(spend.read(&period, held(0.01, 0.0)).is_none());
+        spend.carried_read(&day, held(0.042, 0.0));
+        assert_eq!(spend.total(1), 0.042, "the day's total, which the month's 0.01 is part of");
+        assert_eq!(spend.carried(), None, "read once");
+        // A run with a window carries its own instead.
+        let mut spend = Spend::default();
+        spend.roll(Period::Day, now);
+        spend.per_changed(Period::Day, now);
+        assert_eq!(spend.carried(), None);
     }
 
     #[test]
