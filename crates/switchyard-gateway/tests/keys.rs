@@ -83,15 +83,15 @@ struct Reply {
     body: Value,
 }
 
+/// Posts `body` to the gateway's chat completions with `key`.
+async fn post_chat(gateway: SocketAddr, key: &str, body: &Value) -> reqwest::Response {
+    let url = format!("http://{gateway}/v1/chat/completions");
+    reqwest::Client::new().post(url).bearer_auth(key).json(body).send().await.unwrap()
+}
+
 async fn chat(gateway: SocketAddr, key: &str, model: &str) -> Reply {
     let body = json!({ "model": model, "messages": [{ "role": "user", "content": "hi" }] });
-    let response = reqwest::Client::new()
-        .post(format!("http://{gateway}/v1/chat/completions"))
-        .bearer_auth(key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(gateway, key, &body).await;
     let status = response.status().as_u16();
     let retry_after = response.headers().get("retry-after").map(|v| v.to_str().unwrap().parse().unwrap());
     let should_retry = response.headers().get("x-should-retry").map(|v| v.to_str().unwrap().to_owned());
@@ -458,13 +458,7 @@ async fn a_streamed_answer_is_charged_when_its_stream_ends() {
     let gateway = support::in_process(&config(up, "budget: { usd: 100, per: day }")).await;
     let body =
         json!({ "model": "default", "stream": true, "messages": [{ "role": "user", "content": "hi" }] });
-    let response = reqwest::Client::new()
-        .post(format!("http://{gateway}/v1/chat/completions"))
-        .bearer_auth(TEAM)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(gateway, TEAM, &body).await;
     assert_eq!(response.status(), 200);
     let events = response.text().await.unwrap();
     assert!(events.contains("[DONE]"), "{events}");
@@ -533,13 +527,7 @@ async fn charged_an_estimate(finish: bool) {
     let gateway = support::in_process(&yaml).await;
     // Twelve characters of prompt: 3 tokens; sixteen of answer: 4.
     let body = json!({ "model": "default", "stream": true, "messages": [{ "role": "user", "content": "hello world!" }] });
-    let mut response = reqwest::Client::new()
-        .post(format!("http://{gateway}/v1/chat/completions"))
-        .bearer_auth(TEAM)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let mut response = post_chat(gateway, TEAM, &body).await;
     let mut said = String::new();
     while !said.contains("abcdefghijklmnop") {
         said.push_str(&String::from_utf8_lossy(&response.chunk().await.unwrap().unwrap()));
