@@ -425,6 +425,16 @@ fn sigterm_answers_503_to_a_request_still_waiting_for_its_answer_when_the_grace_
         body.len()
     );
     stream.write_all(format!("{head}{body}").as_bytes()).unwrap();
+    // And one whose body is still coming: the gateway reads it (it said `100 Continue`).
+    let mut slow = TcpStream::connect(&addr).unwrap();
+    write!(
+        slow,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer gw-grace-key-0001\r\ncontent-type: application/json\r\ncontent-length: 100\r\nexpect: 100-continue\r\n\r\n"
+    )
+    .unwrap();
+    let mut slow = BufReader::new(slow);
+    assert!(read_head(&mut slow).starts_with("HTTP/1.1 100"));
+    slow.get_mut().write_all(br#"{"model":"#).unwrap();
     // In flight (its key says so) before the signal.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !get_text(&addr, "/admin/keys", "gw-grace-key-0001").contains("\"in_flight\":1") {
@@ -438,6 +448,8 @@ fn sigterm_answers_503_to_a_request_still_waiting_for_its_answer_when_the_grace_
     stream.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("\"unavailable\"") && answer.contains("shutting down"), "{answer}");
+    let head = read_head(&mut slow);
+    assert!(head.starts_with("HTTP/1.1 503"), "the request whose body was coming: {head}");
     assert!(server.wait().unwrap().success());
     let mut logs = String::new();
     server.stderr.take().unwrap().read_to_string(&mut logs).unwrap();

@@ -51,7 +51,12 @@ pub(crate) async fn lifecycle(
     context.trace = state.telemetry.as_ref().map(|telemetry| telemetry.begin(&parts.headers));
     // Watched from here: a client that leaves while its body is read is logged too.
     let watch = Abandoned { state: state.clone(), context: Some(context.clone()), status: 499 };
-    let read = json_body(&parts.headers, body, &context.live.gateway).await;
+    // A body still coming when the shutdown's grace period ends is answered too.
+    let read = tokio::select! {
+        biased;
+        read = json_body(&parts.headers, body, &context.live.gateway) => read,
+        () = state.cut_waiting() => Err(shutting_down()),
+    };
     match read {
         Ok(body) => {
             parts.extensions.insert(Accepted { context, body });
@@ -69,6 +74,12 @@ pub(crate) async fn lifecycle(
         // Logged here: the watch finds it logged.
         Err(error) => context.fail(&state, error),
     }
+}
+
+/// The answer to a request the shutdown's grace period ended before it was answered.
+fn shutting_down() -> ApiError {
+    let message = "the gateway is shutting down and its grace period ended before the answer came: send the request again";
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
 }
 
 /// A handler watched for its client going away: dropped unfinished, the handler goes first
@@ -93,8 +104,7 @@ impl<F: Future<Output = Option<Response>>> Future for Watched<F> {
         }
         // The shutdown cut it: the client is told so, and the watch logs it as it ends.
         self.watch.status = 503;
-        let message = "the gateway is shutting down and its grace period ended before the answer came: send the request again";
-        let error = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message);
+        let error = shutting_down();
         let response = match &self.watch.context {
             Some(context) => {
                 let mut response = error.into_response(context.dialect, &context.id);
