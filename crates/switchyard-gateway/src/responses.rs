@@ -14,7 +14,7 @@
 //! With `state.redis`, entries are also kept in Redis (`switchyard_state::responses`), with
 //! the same bounds for the fleet, so that a conversation one replica served goes on through
 //! any other. Reads ask Redis first and fall back to this replica's memory when Redis does not
-//! answer; writes go to both.
+//! answer; writes go to both, and one Redis missed is written again after the next it takes.
 
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
@@ -74,7 +74,16 @@ pub struct ResponseStore {
 struct Shared {
     responses: SharedResponses,
     items: SharedResponses,
+    /// The responses whose write failed (Redis away or stalled), oldest first, at most
+    /// [`UNSHARED`]: written when Redis takes a write again.
+    unshared: Mutex<std::collections::VecDeque<String>>,
 }
+
+/// How many responses whose write failed wait to be written again, at most.
+const UNSHARED: usize = 1024;
+
+/// How many of them one write that Redis took sends on after it.
+const RESHARED_AT_ONCE: usize = 16;
 
 /// Output items per response the item index makes room for.
 pub const ITEMS_PER_RESPONSE: usize = 16;
@@ -143,7 +152,8 @@ impl ResponseStore {
     /// A store that also keeps its entries, and the index of their items (held to
     /// [`index_bounds`]), in the fleet's Redis.
     pub fn shared(bounds: ResponsesBounds, responses: SharedResponses, items: SharedResponses) -> Self {
-        Self { shared: Some(Shared { responses, items }), ..Self::new(bounds) }
+        let unshared = Mutex::default();
+        Self { shared: Some(Shared { responses, items, unshared }), ..Self::new(bounds) }
     }
 
     /// Keeps `stored` under `id` here and, with a fleet, in Redis (a failure there is logged:
@@ -172,24 +182,66 @@ impl ResponseStore {
         to_share
     }
 
-    /// Writes what [`remember`](Self::remember) returned to the fleet's Redis (a failure is
-    /// logged: this replica still has it).
+    /// Writes what [`remember`](Self::remember) returned to the fleet's Redis. A failure is
+    /// logged, and the response written again after a later write Redis takes: this replica
+    /// keeps it meanwhile.
     pub async fn share(&self, id: &str, to_share: &ToShare) {
         let Some(shared) = &self.shared else { return };
-        if let Err(reason) = shared.responses.put(id, &to_share.bytes).await {
-            tracing::warn!(id, reason, "a response could not be kept in Redis; this replica keeps it");
-            let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            if let Some(entry) = inner.get_mut(&id.to_owned()) {
-                entry.only_here = true;
-            }
+        if !self.write(shared, id, to_share).await {
             return;
         }
-        for (key, item) in &to_share.items {
-            if let Err(reason) = shared.items.put(key, item).await {
-                tracing::warn!(id, reason, "a response's items could not be kept in Redis");
+        // Redis takes writes again: what it missed goes now, a few at a time.
+        for _ in 0..RESHARED_AT_ONCE {
+            let Some(id) =
+                shared.unshared.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop_front()
+            else {
+                return;
+            };
+            let Some(to_share) = self.kept_to_share(&id) else { continue };
+            if !self.write(shared, &id, &to_share).await {
                 return;
             }
         }
+    }
+
+    /// Writes one response and its items; whether Redis took them. One it did not is marked
+    /// as held here alone, and waits to be written again.
+    async fn write(&self, shared: &Shared, id: &str, to_share: &ToShare) -> bool {
+        let mut written = shared.responses.put(id, &to_share.bytes).await;
+        for (key, item) in &to_share.items {
+            if written.is_err() {
+                break;
+            }
+            written = shared.items.put(key, item).await;
+        }
+        let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(entry) = inner.get_mut(&id.to_owned()) else { return written.is_ok() };
+        entry.only_here = written.is_err();
+        drop(inner);
+        let Err(reason) = written else { return true };
+        tracing::warn!(
+            id,
+            reason,
+            "a response could not be kept in Redis; this replica keeps it, and writes it again once Redis takes a write"
+        );
+        let mut unshared = shared.unshared.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !unshared.iter().any(|waiting| waiting == id) {
+            if unshared.len() == UNSHARED {
+                unshared.pop_front();
+            }
+            unshared.push_back(id.to_owned());
+        }
+        false
+    }
+
+    /// What [`share`](Self::share) writes of the response `id` this replica still keeps.
+    fn kept_to_share(&self, id: &str) -> Option<ToShare> {
+        let json = {
+            let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            inner.get(&id.to_owned(), Instant::now())?.0.json.clone()
+        };
+        let stored: Stored = serde_json::from_slice(&json).ok()?;
+        Some(ToShare { bytes: json.into_vec(), items: output_items(&stored) })
     }
 
     /// The output items of `owner`'s kept responses that `ids` name (an `item_reference`

@@ -325,3 +325,32 @@ async fn claude_thinks_on_through_a_tool_turn_another_replica_answered() {
     assert_eq!(keys.lines().count(), 2, "one turn a pass, kept once: {keys}");
     assert!(!keys.contains("toolu_1") && !keys.contains(KEY), "{keys}");
 }
+
+#[tokio::test]
+async fn a_turn_kept_while_redis_was_away_reaches_the_fleet_once_redis_takes_writes_again() {
+    let mut redis = RedisServer::start();
+    let (upstream, _) = upstream().await;
+    let (a, b) = (replica(upstream, &redis.url()).await, replica(upstream, &redis.url()).await);
+    let post = reqwest::Method::POST;
+    let turn = |text: &str| Some(json!({"model": "default", "input": text}));
+    assert_eq!(call(post.clone(), format!("{a}/v1/responses"), KEY, turn("Hello.")).await.0, 200);
+
+    redis.kill();
+    let (status, kept) = call(post.clone(), format!("{a}/v1/responses"), KEY, turn("Anyone?")).await;
+    assert_eq!(status, 200, "answered though Redis is away: {kept}");
+    let id = kept["id"].as_str().unwrap().to_owned();
+    redis.restart();
+
+    // The next write Redis takes sends the one it missed on.
+    support::until(
+        "the turn kept while Redis was away reaches the fleet",
+        std::time::Duration::from_secs(10),
+        async || {
+            call(post.clone(), format!("{a}/v1/responses"), KEY, turn("Later.")).await;
+            let (status, found) =
+                call(reqwest::Method::GET, format!("{b}/v1/responses/{id}"), KEY, None).await;
+            if status == 200 { Ok(()) } else { Err(format!("{status} {found}")) }
+        },
+    )
+    .await;
+}
