@@ -115,6 +115,10 @@ pub struct ToShare {
     items: Vec<(String, Vec<u8>)>,
 }
 
+/// The fleet's Redis did not answer, and the response asked for is not kept here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetAway;
+
 /// Why the items a request references cannot be read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unreadable {
@@ -295,23 +299,26 @@ impl ResponseStore {
         index.get(&key.to_owned(), Instant::now()).map(|(json, _)| json.to_vec())
     }
 
-    /// The response `id`, when it is kept (here or in the fleet's Redis) and belongs to `owner`.
-    pub async fn find(&self, id: &str, owner: &str) -> Option<Arc<Stored>> {
+    /// The response `id`, when it is kept (here or in the fleet's Redis) and belongs to `owner`;
+    /// `Err` when it is not here and the fleet's Redis did not answer (another replica may
+    /// keep it: asking again may find it).
+    pub async fn find(&self, id: &str, owner: &str) -> Result<Option<Arc<Stored>>, FleetAway> {
         if let Some(shared) = &self.shared {
             match shared.responses.get(id).await {
                 Ok(Some(bytes)) => match serde_json::from_slice::<Stored>(&bytes) {
-                    Ok(stored) => return (stored.owner == owner).then(|| Arc::new(stored)),
+                    Ok(stored) => return Ok((stored.owner == owner).then(|| Arc::new(stored))),
                     Err(error) => tracing::warn!(id, %error, "a response kept in Redis could not be read"),
                 },
                 // Not in the fleet's store (expired, deleted through another replica): only
                 // an entry that never reached Redis is still to be found here.
-                Ok(None) => return self.get(id, owner).filter(|_| self.only_here(id)),
+                Ok(None) => return Ok(self.get(id, owner).filter(|_| self.only_here(id))),
                 Err(reason) => {
-                    tracing::warn!(id, reason, "Redis did not answer; reading this replica's responses")
+                    tracing::warn!(id, reason, "Redis did not answer; reading this replica's responses");
+                    return self.get(id, owner).map(Some).ok_or(FleetAway);
                 }
             }
         }
-        self.get(id, owner)
+        Ok(self.get(id, owner))
     }
 
     /// Whether the entry `id` is kept here and never reached Redis.
@@ -322,7 +329,7 @@ impl ResponseStore {
 
     /// Forgets the response `id` here and in the fleet's Redis; whether it was kept for `owner`.
     pub async fn forget(&self, id: &str, owner: &str) -> bool {
-        let Some(found) = self.find(id, owner).await else { return false };
+        let Ok(Some(found)) = self.find(id, owner).await else { return false };
         let items = output_items(&found);
         if let Some(shared) = &self.shared {
             if let Err(reason) = shared.responses.delete(id).await {

@@ -339,6 +339,13 @@ async fn a_turn_kept_while_redis_was_away_reaches_the_fleet_once_redis_takes_wri
     let (status, kept) = call(post.clone(), format!("{a}/v1/responses"), KEY, turn("Anyone?")).await;
     assert_eq!(status, 200, "answered though Redis is away: {kept}");
     let id = kept["id"].as_str().unwrap().to_owned();
+    // Another replica cannot tell whether the fleet keeps it: a 503 the SDKs ask again, not a
+    // 400 saying it expired.
+    let (status, away) = call(reqwest::Method::GET, format!("{b}/v1/responses/{id}"), KEY, None).await;
+    assert_eq!((status, away["error"]["code"].as_str()), (503, Some("fleet_unavailable")), "{away}");
+    let next = Some(json!({"model": "default", "input": "And?", "previous_response_id": id}));
+    let (status, away) = call(post.clone(), format!("{b}/v1/responses"), KEY, next).await;
+    assert_eq!(status, 503, "{away}");
     redis.restart();
 
     // The next write Redis takes sends the one it missed on.

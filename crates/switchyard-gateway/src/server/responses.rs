@@ -29,7 +29,7 @@ use super::request::{NoteOn, RequestContext};
 use super::sse::{Encoder, Held, respond};
 use super::state::AppState;
 use crate::clock::unix_now;
-use crate::responses::{MAX_REFERENCES, Stored, Unreadable, owner_of};
+use crate::responses::{FleetAway, MAX_REFERENCES, Stored, Unreadable, owner_of};
 
 /// `POST /v1/responses`: the request's turn put after the conversation it continues, routed
 /// like any chat, the answer (or its stream) written as a response object (or its events),
@@ -164,11 +164,21 @@ fn hash_of(item: &Value) -> u128 {
     switchyard::affinity::hash_of(item.to_string().as_bytes())
 }
 
+/// A response not kept here, while the fleet's Redis, which may keep it, does not answer: a
+/// 503, which the SDKs ask again.
+fn fleet_away(id: &str) -> ApiError {
+    let message = format!(
+        "response `{id}` is not kept on this replica, and the fleet's store (Redis) did not answer: try again"
+    );
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "fleet_unavailable", message)
+}
+
 /// The items of the conversation `previous` ended, kept for `owner`.
 async fn previous_turns(state: &AppState, owner: &str, previous: &str) -> Result<Vec<Value>, ApiError> {
     match state.responses.find(previous, owner).await {
-        Some(stored) => Ok(stored.items.clone()),
-        None => Err(ApiError::new(
+        Ok(Some(stored)) => Ok(stored.items.clone()),
+        Err(FleetAway) => Err(fleet_away(previous)),
+        Ok(None) => Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "previous_response_not_found",
             format!(
@@ -314,8 +324,9 @@ pub async fn retrieve(
         Err(response) => return *response,
     };
     match state.responses.find(&id, &owner).await {
-        Some(stored) => axum::Json(stored.response.clone()).into_response(),
-        None => not_found(&id),
+        Ok(Some(stored)) => axum::Json(stored.response.clone()).into_response(),
+        Ok(None) => not_found(&id),
+        Err(FleetAway) => fleet_away(&id).into_response(Dialect::OpenAi, ""),
     }
 }
 
