@@ -355,6 +355,30 @@ async fn an_anthropic_clients_top_k_reaches_a_compatible_server_and_fields_it_ca
 }
 
 #[tokio::test]
+async fn an_anthropic_clients_prefill_reaches_only_a_server_that_continues_one() {
+    // Answered anew, the answer would be joined to the client's prefix: `{"answer":Hello`.
+    let body = r#"{"model":"default","max_tokens":64,"messages":[{"role":"user","content":"JSON, please."},{"role":"assistant","content":"{\"answer\":"}]}"#;
+    for kind in ["openai", "openai_compatible"] {
+        let server = Upstream::start(OPENAI_ANSWER, "").await;
+        let gateway = gateway(kind, "/v1", &server, "gpt-4o").await;
+        let (status, answer) = post(gateway, "/v1/messages", body).await;
+        assert_eq!(status, 400, "{kind}: {answer}");
+        assert!(answer.contains("ends on an assistant turn (a prefill"), "{answer}");
+        assert!(server.seen.lock().unwrap().is_empty(), "{kind}: nothing sent");
+    }
+    let server = Upstream::start(OPENAI_ANSWER, "").await;
+    let gateway = in_process(&format!(
+        "providers:\n  up: {{ kind: openai_compatible, base_url: 'http://{}/v1', prefill: true }}\nroutes:\n  default: {{ stream_upstream: false, targets: ['up:qwen3'] }}\n",
+        server.addr
+    ))
+    .await;
+    let (status, answer) = post(gateway, "/v1/messages", body).await;
+    assert_eq!(status, 200, "a server that continues a prefill takes it: {answer}");
+    let sent: serde_json::Value = serde_json::from_str(&server.received().1).unwrap();
+    assert_eq!(sent["messages"][1]["role"], "assistant", "{sent}");
+}
+
+#[tokio::test]
 async fn an_answer_an_anthropic_client_cannot_be_written_is_a_502_that_keeps_its_attempt() {
     // GPT-5's free-form tool call has no form in the Messages API.
     let custom = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-5","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"custom","custom":{"name":"apply_patch","input":"*** Begin Patch"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13}}"#;

@@ -294,6 +294,7 @@ impl OpenAiProvider {
         request: &ChatRequest,
         streaming: bool,
     ) -> Result<http::Response, ProviderError> {
+        refuse_prefill(request, self.prefill)?;
         let mut padded = self.wants_reasoning_back(call.model);
         let mut capped = None;
         loop {
@@ -393,6 +394,19 @@ impl fmt::Debug for OpenAiProvider {
             .field("endpoint", &self.endpoint)
             .finish_non_exhaustive()
     }
+}
+
+/// Refuses an Anthropic client's prefill (its request ends on an assistant turn, which Claude
+/// continues) toward a server that does not continue one (`prefill` unset): it would answer
+/// anew, and the client would join that answer to its prefix.
+fn refuse_prefill(request: &ChatRequest, continues: bool) -> Result<(), ProviderError> {
+    let prefill = request.messages.last().is_some_and(|last| last.role == switchyard::chat::Role::Assistant);
+    if request.origin == Dialect::Anthropic && prefill && !continues {
+        return Err(ProviderError::unsupported(
+            "the request ends on an assistant turn (a prefill, which Claude continues): this provider answers it anew (an openai_compatible server that continues one takes `prefill: true`)",
+        ));
+    }
+    Ok(())
 }
 
 /// The client's own Chat Completions body, when it can go out as written. Not when an
