@@ -381,6 +381,21 @@ async fn a_strict_tool_stays_strict_across_the_dialects() {
 }
 
 #[tokio::test]
+async fn a_failed_tool_result_reaches_openai_said_as_an_error() {
+    // Chat Completions has no `is_error`: without a word, the model reads a failure as the result.
+    let openai = Upstream::start(OPENAI_ANSWER, "").await;
+    let gateway = gateway("openai", "/v1", &openai, "gpt-4o").await;
+    let body = r#"{"model":"default","max_tokens":64,"messages":[{"role":"user","content":"6 times 7?"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_a","name":"multiply","input":{"a":6,"b":7}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_a","is_error":true,"content":"overflow"},{"type":"tool_result","tool_use_id":"toolu_b","content":"42"}]}]}"#;
+    let (status, answer) = post(gateway, "/v1/messages", body).await;
+    assert_eq!(status, 200, "{answer}");
+    let sent: serde_json::Value = serde_json::from_str(&openai.received().1).unwrap();
+    let tools: Vec<&serde_json::Value> =
+        sent["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "tool").collect();
+    assert_eq!(tools[0]["content"], "Error: overflow", "{sent}");
+    assert_eq!(tools[1]["content"], "42", "a result that did not fail is as it was: {sent}");
+}
+
+#[tokio::test]
 async fn an_anthropic_clients_prefill_reaches_only_a_server_that_continues_one() {
     // Answered anew, the answer would be joined to the client's prefix: `{"answer":Hello`.
     let body = r#"{"model":"default","max_tokens":64,"messages":[{"role":"user","content":"JSON, please."},{"role":"assistant","content":"{\"answer\":"}]}"#;

@@ -149,6 +149,25 @@ fn lift_tool_media(request: &ChatRequest, contents: &mut [Option<Content>]) -> V
     lifted
 }
 
+/// An Anthropic client's failed tool result (`is_error: true`), for which Chat Completions has
+/// no field, said in its content (`Error: ` before it): else the model reads the failure as the
+/// call's result.
+fn say_failed_tools(request: &ChatRequest, contents: &mut [Option<Content>]) {
+    for (i, message) in request.messages.iter().enumerate() {
+        if message.role != Role::Tool || !crate::codec::tool_failed(message) {
+            continue;
+        }
+        contents[i] = Some(match contents[i].take().or_else(|| message.content.clone()) {
+            Some(Content::Text(text)) => Content::Text(format!("Error: {text}")),
+            Some(Content::Parts(mut parts)) => {
+                parts.insert(0, ContentPart::Text { text: "Error:".to_owned() });
+                Content::Parts(parts)
+            }
+            None => Content::Text("Error".to_owned()),
+        });
+    }
+}
+
 /// The messages' content with the parts of another dialect that Chat Completions can
 /// express (see [`file_part`]) rewritten, for the messages that hold any; `None` for the rest.
 fn translated_contents(request: &ChatRequest) -> Vec<Option<Content>> {
@@ -215,6 +234,9 @@ pub(super) fn chat_body(
     });
     // Another dialect's parts that Chat Completions can express, rewritten (none in its own).
     let mut translated = if forward { Vec::new() } else { translated_contents(request) };
+    if !forward {
+        say_failed_tools(request, &mut translated);
+    }
     let lifted = match !forward && completion_tokens_name {
         true => lift_tool_media(request, &mut translated),
         false => Vec::new(),
