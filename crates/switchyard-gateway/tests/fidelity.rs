@@ -396,6 +396,23 @@ async fn a_failed_tool_result_reaches_openai_said_as_an_error() {
 }
 
 #[tokio::test]
+async fn a_documents_context_reaches_openai_after_the_file() {
+    let openai = Upstream::start(OPENAI_ANSWER, "").await;
+    let gateway = gateway("openai", "/v1", &openai, "gpt-4o").await;
+    let body = r#"{"model":"default","max_tokens":64,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"JVBERi0="},"title":"Q3 report","context":"All figures are in EUR thousands"},{"type":"text","text":"Revenue?"}]}]}"#;
+    let (status, answer) = post(gateway, "/v1/messages", body).await;
+    assert_eq!(status, 200, "{answer}");
+    let sent: serde_json::Value = serde_json::from_str(&openai.received().1).unwrap();
+    let content = &sent["messages"][0]["content"];
+    assert_eq!(content[0]["file"]["filename"], "Q3 report", "{sent}");
+    assert_eq!(
+        content[1],
+        serde_json::json!({"type": "text", "text": "About the document above: All figures are in EUR thousands"})
+    );
+    assert_eq!(content[2]["text"], "Revenue?", "{sent}");
+}
+
+#[tokio::test]
 async fn an_anthropic_clients_prefill_reaches_only_a_server_that_continues_one() {
     // Answered anew, the answer would be joined to the client's prefix: `{"answer":Hello`.
     let body = r#"{"model":"default","max_tokens":64,"messages":[{"role":"user","content":"JSON, please."},{"role":"assistant","content":"{\"answer\":"}]}"#;

@@ -93,7 +93,7 @@ fn refuse_foreign_parts(request: &ChatRequest) -> Result<(), ProviderError> {
 /// The Chat Completions `file` part for a part of another dialect, when it is one: an
 /// Anthropic `document` carrying a PDF inline (base64) becomes a `file` with that PDF as a
 /// `data:` URL.
-fn file_part(part: &Value) -> Option<ContentPart> {
+fn file_part(part: &Value) -> Option<Vec<ContentPart>> {
     if part.get("type")?.as_str()? != "document" {
         return None;
     }
@@ -110,7 +110,12 @@ fn file_part(part: &Value) -> Option<ContentPart> {
         Value::from(part.get("title").and_then(Value::as_str).unwrap_or("document.pdf")),
     );
     file.insert("file_data".to_owned(), Value::from(format!("data:application/pdf;base64,{data}")));
-    Some(ContentPart::Other(serde_json::json!({ "type": "file", "file": file })))
+    let mut parts = vec![ContentPart::Other(serde_json::json!({ "type": "file", "file": file }))];
+    // What the client tells the model of the document (Anthropic's `context`), after it.
+    if let Some(context) = part.get("context").and_then(Value::as_str).filter(|text| !text.is_empty()) {
+        parts.push(ContentPart::Text { text: format!("About the document above: {context}") });
+    }
+    Some(parts)
 }
 
 /// OpenAI's own API takes only text in a tool message. A tool result's other parts (the image
@@ -181,9 +186,9 @@ fn translated_contents(request: &ChatRequest) -> Vec<Option<Content>> {
             }
             let parts = parts
                 .iter()
-                .map(|part| match part {
-                    ContentPart::Other(value) => file_part(value).unwrap_or_else(|| part.clone()),
-                    other => other.clone(),
+                .flat_map(|part| match part {
+                    ContentPart::Other(value) => file_part(value).unwrap_or_else(|| vec![part.clone()]),
+                    other => vec![other.clone()],
                 })
                 .collect();
             Some(Content::Parts(parts))
