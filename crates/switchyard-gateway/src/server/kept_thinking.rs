@@ -11,7 +11,8 @@
 //! that a tool loop one replica answered thinks on through any other. A turn this replica does
 //! not hold is asked of Redis, the last [`ASKED`] of a request in one round trip; when Redis
 //! does not answer, the turn goes on without thinking, as it would have without a fleet; what it
-//! found is held here from then on.
+//! found is held here from then on. A turn whose write Redis missed is written again after the
+//! next write it takes.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -62,7 +63,50 @@ struct Shared {
 #[derive(Debug)]
 pub(crate) struct KeptThinking {
     here: Mutex<Bounded<String, Arc<[Value]>>>,
-    shared: Option<Arc<SharedResponses>>,
+    shared: Option<Arc<Fleet>>,
+}
+
+/// The fleet's Redis, and the turns whose write it missed, written again after the next it
+/// takes (at most [`UNSHARED`], the oldest dropped first).
+struct Fleet {
+    redis: SharedResponses,
+    unshared: Mutex<std::collections::VecDeque<(String, Vec<u8>)>>,
+}
+
+/// How many turns whose write failed wait to be written again, at most.
+const UNSHARED: usize = 1024;
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet").field("redis", &self.redis).finish_non_exhaustive()
+    }
+}
+
+impl Fleet {
+    /// Writes one turn's thinking; after a write Redis takes, those it missed, 16 at most.
+    async fn put(&self, id: String, json: Vec<u8>) {
+        if let Err(reason) = self.redis.put(&id, &json).await {
+            tracing::warn!(
+                reason,
+                "a tool turn's thinking could not be kept in Redis; this replica keeps it"
+            );
+            let mut unshared = self.unshared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if unshared.len() == UNSHARED {
+                unshared.pop_front();
+            }
+            unshared.push_back((id, json));
+            return;
+        }
+        for _ in 0..16 {
+            let next = self.unshared.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop_front();
+            let Some((id, json)) = next else { return };
+            if self.redis.put(&id, &json).await.is_err() {
+                let mut unshared = self.unshared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                unshared.push_front((id, json));
+                return;
+            }
+        }
+    }
 }
 
 impl KeptThinking {
@@ -73,7 +117,8 @@ impl KeptThinking {
             max_age: bounds.max_age.saturating_sub(Duration::from_nanos(1)),
             max_bytes: bounds.max_bytes,
         };
-        Self { here: Mutex::new(Bounded::new(bounds)), shared: shared.map(Arc::new) }
+        let shared = shared.map(|redis| Arc::new(Fleet { redis, unshared: Mutex::default() }));
+        Self { here: Mutex::new(Bounded::new(bounds)), shared }
     }
 
     fn here(&self) -> MutexGuard<'_, Bounded<String, Arc<[Value]>>> {
@@ -99,14 +144,7 @@ impl KeptThinking {
         let bytes = turn.len() + json.len();
         self.here().insert(turn.clone(), Arc::from(blocks), bytes, Instant::now());
         let shared = self.shared.clone()?;
-        Some(Box::pin(async move {
-            if let Err(reason) = shared.put(&shared_id(&turn), &json).await {
-                tracing::warn!(
-                    reason,
-                    "a tool turn's thinking could not be kept in Redis; this replica keeps it"
-                );
-            }
-        }))
+        Some(Box::pin(async move { shared.put(shared_id(&turn), json).await }))
     }
 
     /// Opens each tool turn of `request` (from `key`) that came back without its thinking on
@@ -133,7 +171,7 @@ impl KeptThinking {
         let Some(shared) = &self.shared else { return };
         let missing = &missing[missing.len().saturating_sub(ASKED)..];
         let ids: Vec<String> = missing.iter().map(|(_, turn)| shared_id(turn)).collect();
-        let found = match shared.get_many(&ids).await {
+        let found = match shared.redis.get_many(&ids).await {
             Ok(found) => found,
             Err(reason) => {
                 tracing::debug!(reason, "Redis did not say what thinking it keeps; the turns go on without");
@@ -322,5 +360,30 @@ mod tests {
         here.restore("team", &mut request).await;
         assert_eq!(blocks_of(&request, 1), thought, "found here, without Redis");
         redis.resume();
+    }
+
+    #[tokio::test]
+    async fn a_turn_kept_while_redis_was_away_reaches_it_with_the_next_turn() {
+        use switchyard_state::testing::RedisServer;
+        use switchyard_state::{RedisStore, StateSettings};
+        let mut redis = RedisServer::start();
+        let replica = || {
+            let store = RedisStore::new(StateSettings::new(redis.url())).unwrap();
+            let bounds = KeptBounds { max_entries: 10, max_age: Duration::from_secs(60), max_bytes: 1 << 20 };
+            KeptThinking::new(
+                ResponsesBounds::default(),
+                Some(SharedResponses::named(&store, "thinking", bounds)),
+            )
+        };
+        let (here, there) = (replica(), replica());
+        let thought = json!([{"type": "thinking", "thinking": "Hmm.", "signature": "EqQB"}]);
+        redis.kill();
+        here.keep("team", &turn("toolu_1", thought.clone())).expect("a write to Redis").await;
+        redis.restart();
+        here.keep("team", &turn("toolu_2", thought.clone())).expect("a write to Redis").await;
+        let mut request =
+            ChatRequest::new("m", vec![turn("toolu_1", Value::Null), turn("toolu_2", Value::Null)]);
+        there.restore("team", &mut request).await;
+        assert_eq!((blocks_of(&request, 0), blocks_of(&request, 1)), (thought.clone(), thought));
     }
 }
