@@ -355,32 +355,6 @@ async fn an_anthropic_clients_top_k_reaches_a_compatible_server_and_fields_it_ca
 }
 
 #[tokio::test]
-async fn a_strict_tool_stays_strict_across_the_dialects() {
-    // OpenAI's `function.strict` and Anthropic's strict tool use: the same promise of arguments
-    // that follow the schema (the OpenAI SDK's `parse()` relies on it).
-    let schema = r#"{"type":"object","properties":{"city":{"type":"string"}},"required":["city"],"additionalProperties":false}"#;
-    let claude = Upstream::start(ANTHROPIC_ANSWER, "").await;
-    let gateway = gateway("anthropic", "", &claude, "claude-opus-4-7").await;
-    let body = format!(
-        r#"{{"model":"default","messages":[{{"role":"user","content":"Weather?"}}],"tools":[{{"type":"function","function":{{"name":"get_weather","strict":true,"parameters":{schema}}}}}]}}"#
-    );
-    let (status, answer) = post(gateway, "/v1/chat/completions", &body).await;
-    assert_eq!(status, 200, "{answer}");
-    let sent: serde_json::Value = serde_json::from_str(&claude.received().1).unwrap();
-    assert_eq!(sent["tools"][0]["strict"], true, "{sent}");
-
-    let openai = Upstream::start(OPENAI_ANSWER, "").await;
-    let gateway = self::gateway("openai", "/v1", &openai, "gpt-4o").await;
-    let body = format!(
-        r#"{{"model":"default","max_tokens":64,"messages":[{{"role":"user","content":"Weather?"}}],"tools":[{{"name":"get_weather","strict":true,"input_schema":{schema}}}]}}"#
-    );
-    let (status, answer) = post(gateway, "/v1/messages", &body).await;
-    assert_eq!(status, 200, "{answer}");
-    let sent: serde_json::Value = serde_json::from_str(&openai.received().1).unwrap();
-    assert_eq!(sent["tools"][0]["function"]["strict"], true, "{sent}");
-}
-
-#[tokio::test]
 async fn a_failed_tool_result_reaches_openai_said_as_an_error() {
     // Chat Completions has no `is_error`: without a word, the model reads a failure as the result.
     let openai = Upstream::start(OPENAI_ANSWER, "").await;

@@ -536,10 +536,6 @@ struct FunctionBody<'a> {
     /// `parameters`, the JSON Schema of the arguments.
     #[serde(skip_serializing_if = "Option::is_none")]
     parameters: Option<&'a Value>,
-    /// `strict: true` from a tool of another dialect (Anthropic's strict tool use); an
-    /// OpenAI-dialect request's own travels in `extra`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    strict: Option<bool>,
     /// The function's unmodelled fields (`strict`, ...), OpenAI dialect only.
     #[serde(flatten)]
     extra: Passthrough<'a>,
@@ -554,7 +550,6 @@ impl<'a> ToolBody<'a> {
             name: &function.name,
             description: function.description.as_deref(),
             parameters: function.parameters.as_ref(),
-            strict: (!forward && function.extra.get("strict") == Some(&Value::Bool(true))).then_some(true),
             extra: Passthrough::new(forward.then_some(&function.extra), FUNCTION_FIELDS),
         });
         ToolBody {
