@@ -77,12 +77,14 @@ struct Shared {
     /// The responses whose write failed (Redis away or stalled), oldest first, at most
     /// [`UNSHARED`]: written when Redis takes a write again.
     unshared: Mutex<std::collections::VecDeque<String>>,
+    /// A [`ResponseStore::resend`] runs.
+    resending: std::sync::atomic::AtomicBool,
 }
 
 /// How many responses whose write failed wait to be written again, at most.
 const UNSHARED: usize = 1024;
 
-/// How many of them one write that Redis took sends on after it.
+/// How many of them one resend sends on at most.
 const RESHARED_AT_ONCE: usize = 16;
 
 /// Output items per response the item index makes room for.
@@ -156,15 +158,16 @@ impl ResponseStore {
     /// A store that also keeps its entries, and the index of their items (held to
     /// [`index_bounds`]), in the fleet's Redis.
     pub fn shared(bounds: ResponsesBounds, responses: SharedResponses, items: SharedResponses) -> Self {
-        let unshared = Mutex::default();
-        Self { shared: Some(Shared { responses, items, unshared }), ..Self::new(bounds) }
+        let (unshared, resending) = Default::default();
+        Self { shared: Some(Shared { responses, items, unshared, resending }), ..Self::new(bounds) }
     }
 
     /// Keeps `stored` under `id` here and, with a fleet, in Redis (a failure there is logged:
     /// this replica still has it).
-    pub async fn keep(&self, id: String, stored: Stored) {
-        if let Some(to_share) = self.remember(id.clone(), stored) {
-            self.share(&id, &to_share).await;
+    pub async fn keep(&self, id: String, stored: Stored) -> bool {
+        match self.remember(id.clone(), stored) {
+            Some(to_share) => self.share(&id, &to_share).await,
+            None => false,
         }
     }
 
@@ -187,36 +190,48 @@ impl ResponseStore {
     }
 
     /// Writes what [`remember`](Self::remember) returned to the fleet's Redis. A failure is
-    /// logged, and the response written again after a later write Redis takes: this replica
-    /// keeps it meanwhile.
-    pub async fn share(&self, id: &str, to_share: &ToShare) {
-        let Some(shared) = &self.shared else { return };
-        if !self.write(shared, id, to_share).await {
-            return;
-        }
-        // Redis takes writes again: what it missed goes now, a few at a time.
-        for _ in 0..RESHARED_AT_ONCE {
-            let Some(id) =
-                shared.unshared.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop_front()
-            else {
-                return;
-            };
-            let Some(to_share) = self.kept_to_share(&id) else { continue };
-            if !self.write(shared, &id, &to_share).await {
-                return;
-            }
-        }
+    /// logged, and the response written again once Redis takes a write ([`resend`](Self::resend)):
+    /// this replica keeps it meanwhile. Whether Redis took it, with others waiting to be sent
+    /// again, for the caller to have [`resend`](Self::resend) run in the background.
+    pub async fn share(&self, id: &str, to_share: &ToShare) -> bool {
+        let Some(shared) = &self.shared else { return false };
+        self.write(shared, id, to_share).await && self.resend_due()
     }
 
-    /// Writes one response and its items; whether Redis took them. One it did not is marked
-    /// as held here alone, and waits to be written again.
-    async fn write(&self, shared: &Shared, id: &str, to_share: &ToShare) -> bool {
-        let mut written = shared.responses.put(id, &to_share.bytes).await;
-        for (key, item) in &to_share.items {
-            if written.is_err() {
+    /// Whether responses wait to be sent again and no resend runs: from now on, one does.
+    fn resend_due(&self) -> bool {
+        let Some(shared) = &self.shared else { return false };
+        let waiting = !shared.unshared.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).is_empty();
+        waiting && !shared.resending.swap(true, Ordering::AcqRel)
+    }
+
+    /// Sends again the responses whose write Redis missed, [`RESHARED_AT_ONCE`] at most, until
+    /// one fails; off any request's path.
+    pub async fn resend(&self) {
+        let Some(shared) = &self.shared else { return };
+        for _ in 0..RESHARED_AT_ONCE {
+            let next = shared.unshared.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop_front();
+            let Some(id) = next else { break };
+            let Some(to_share) = self.kept_to_share(&id) else { continue };
+            if !self.write(shared, &id, &to_share).await {
                 break;
             }
-            written = shared.items.put(key, item).await;
+        }
+        shared.resending.store(false, Ordering::Release);
+    }
+
+    /// Writes one response and its items; whether Redis took them. One whose own write failed
+    /// is marked as held here alone, and waits to be written again (an item that failed is
+    /// logged: its response reached the fleet).
+    async fn write(&self, shared: &Shared, id: &str, to_share: &ToShare) -> bool {
+        let written = shared.responses.put(id, &to_share.bytes).await;
+        if written.is_ok() {
+            for (key, item) in &to_share.items {
+                if let Err(reason) = shared.items.put(key, item).await {
+                    tracing::warn!(id, reason, "a response's items could not be kept in Redis");
+                    break;
+                }
+            }
         }
         let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let Some(entry) = inner.get_mut(&id.to_owned()) else { return written.is_ok() };
@@ -327,11 +342,18 @@ impl ResponseStore {
         inner.get(&id.to_owned(), Instant::now()).is_some_and(|(entry, _)| entry.only_here)
     }
 
-    /// Forgets the response `id` here and in the fleet's Redis; whether it was kept for `owner`.
-    pub async fn forget(&self, id: &str, owner: &str) -> bool {
-        let Ok(Some(found)) = self.find(id, owner).await else { return false };
+    /// Forgets the response `id` here and in the fleet's Redis; whether it was kept for `owner`
+    /// (`Err` when it is not here and the fleet's Redis did not answer).
+    pub async fn forget(&self, id: &str, owner: &str) -> Result<bool, FleetAway> {
+        let Some(found) = self.find(id, owner).await? else { return Ok(false) };
         let items = output_items(&found);
         if let Some(shared) = &self.shared {
+            // Not sent again after it was deleted.
+            shared
+                .unshared
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .retain(|waiting| waiting != id);
             if let Err(reason) = shared.responses.delete(id).await {
                 tracing::warn!(id, reason, "a response could not be deleted from Redis");
             }
@@ -347,7 +369,7 @@ impl ResponseStore {
         for (key, _) in items {
             index.remove(&key);
         }
-        true
+        Ok(true)
     }
 
     /// A fresh response id (`resp_` and 32 hex digits): the time, a counter and random bits,
@@ -474,7 +496,7 @@ mod tests {
             Err(Unreadable::TooLarge)
         );
 
-        assert!(store.forget("resp_1", "alice").await);
+        assert_eq!(store.forget("resp_1", "alice").await, Ok(true));
         assert_eq!(
             store.items("alice", &["msg_1_1"], 1 << 20).await.unwrap(),
             [None],

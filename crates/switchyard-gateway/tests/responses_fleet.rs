@@ -346,6 +346,8 @@ async fn a_turn_kept_while_redis_was_away_reaches_the_fleet_once_redis_takes_wri
     let next = Some(json!({"model": "default", "input": "And?", "previous_response_id": id}));
     let (status, away) = call(post.clone(), format!("{b}/v1/responses"), KEY, next).await;
     assert_eq!(status, 503, "{away}");
+    let (status, away) = call(reqwest::Method::DELETE, format!("{b}/v1/responses/{id}"), KEY, None).await;
+    assert_eq!(status, 503, "not a 404 saying it does not exist: {away}");
     redis.restart();
 
     // The next write Redis takes sends the one it missed on.

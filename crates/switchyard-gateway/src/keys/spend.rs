@@ -37,7 +37,7 @@ pub(crate) struct Spend {
     reading: bool,
     /// The period of the budget's last `per`, when a reload changed it before this run had a
     /// window of its own: the fleet's total in it is read once and stands in the new one.
-    carried: Option<String>,
+    carried: Option<Window>,
 }
 
 /// A write to make: this run's total in one period.
@@ -76,7 +76,9 @@ impl Spend {
             // A fresh run keeps what a reload asked it to carry; a period that ended does not.
             Some(_) => *self = Spend { window: Some(per.at(now)), ..Spend::default() },
             None => {
-                *self = Spend { window: Some(per.at(now)), carried: self.carried.take(), ..Spend::default() }
+                // Only while the old period runs: a reload long past carries nothing.
+                let carried = self.carried.take().filter(|old| now < old.resets);
+                *self = Spend { window: Some(per.at(now)), carried, ..Spend::default() };
             }
         }
         self.window.get_or_insert_with(|| per.at(now))
@@ -87,20 +89,20 @@ impl Spend {
     /// its own, [`roll`](Self::roll)).
     pub(crate) fn per_changed(&mut self, old: Period, now: SystemTime) {
         if self.window.is_none() {
-            self.carried = Some(old.at(now).id);
+            self.carried = Some(old.at(now));
         }
     }
 
     /// The period whose total is carried, until it was read.
     pub(crate) fn carried(&self) -> Option<String> {
-        self.carried.clone()
+        self.carried.as_ref().map(|old| old.id.clone())
     }
 
     /// Redis's answer to the read of the carried period `period`: the fleet's total there
     /// stands in this one (as the most of the two: the replicas that carried theirs wrote it
     /// here too).
     pub(crate) fn carried_read(&mut self, period: &str, answer: Result<Held, String>) {
-        if self.carried.as_deref() != Some(period) {
+        if self.carried.as_ref().is_none_or(|old| old.id != period) {
             return;
         }
         if let Ok(held) = answer {
@@ -237,6 +239,11 @@ mod tests {
         spend.carried_read(&day, held(0.042, 0.0));
         assert_eq!(spend.total(1), 0.042, "the day's total, which the month's 0.01 is part of");
         assert_eq!(spend.carried(), None, "read once");
+        // A reload long past carries nothing into a period after the old one ended.
+        let mut spend = Spend::default();
+        spend.per_changed(Period::Day, now);
+        spend.roll(Period::Month, now + std::time::Duration::from_secs(3 * 86_400));
+        assert_eq!(spend.carried(), None);
         // A run with a window carries its own instead.
         let mut spend = Spend::default();
         spend.roll(Period::Day, now);

@@ -66,15 +66,26 @@ pub(crate) struct KeptThinking {
     shared: Option<Arc<Fleet>>,
 }
 
-/// The fleet's Redis, and the turns whose write it missed, written again after the next it
-/// takes (at most [`UNSHARED`], the oldest dropped first).
+/// The fleet's Redis, and the turns whose write it missed, written again in the background
+/// once it takes a write (at most [`UNSHARED_BYTES`] of them, the oldest dropped first; none
+/// older than the bounds' age).
 struct Fleet {
     redis: SharedResponses,
-    unshared: Mutex<std::collections::VecDeque<(String, Vec<u8>)>>,
+    max_age: Duration,
+    unshared: Mutex<Unshared>,
+    /// A resend runs.
+    resending: std::sync::atomic::AtomicBool,
 }
 
-/// How many turns whose write failed wait to be written again, at most.
-const UNSHARED: usize = 1024;
+/// The turns waiting to be written again: each its id in Redis, its JSON and when it was kept.
+#[derive(Default)]
+struct Unshared {
+    turns: std::collections::VecDeque<(String, Vec<u8>, Instant)>,
+    bytes: usize,
+}
+
+/// How many bytes of turns whose write failed wait to be written again, at most.
+const UNSHARED_BYTES: usize = 16 << 20;
 
 impl std::fmt::Debug for Fleet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -83,29 +94,57 @@ impl std::fmt::Debug for Fleet {
 }
 
 impl Fleet {
-    /// Writes one turn's thinking; after a write Redis takes, those it missed, 16 at most.
-    async fn put(&self, id: String, json: Vec<u8>) {
+    fn unshared(&self) -> MutexGuard<'_, Unshared> {
+        self.unshared.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Writes one turn's thinking; once Redis took it, those it missed go in the background.
+    async fn put(self: Arc<Self>, id: String, json: Vec<u8>) {
         if let Err(reason) = self.redis.put(&id, &json).await {
             tracing::warn!(
                 reason,
                 "a tool turn's thinking could not be kept in Redis; this replica keeps it"
             );
-            let mut unshared = self.unshared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if unshared.len() == UNSHARED {
-                unshared.pop_front();
-            }
-            unshared.push_back((id, json));
+            self.wait(id, json, Instant::now());
             return;
         }
-        for _ in 0..16 {
-            let next = self.unshared.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop_front();
-            let Some((id, json)) = next else { return };
+        let waiting = !self.unshared().turns.is_empty();
+        if waiting && !self.resending.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            tokio::spawn(self.resend());
+        }
+    }
+
+    /// Keeps a turn whose write failed, to write again.
+    fn wait(&self, id: String, json: Vec<u8>, kept: Instant) {
+        let mut unshared = self.unshared();
+        unshared.bytes += json.len();
+        unshared.turns.push_back((id, json, kept));
+        while unshared.bytes > UNSHARED_BYTES {
+            let Some((_, json, _)) = unshared.turns.pop_front() else { break };
+            unshared.bytes -= json.len();
+        }
+    }
+
+    /// Writes again what waits, oldest first, until a write fails; a turn past its age is
+    /// dropped instead.
+    async fn resend(self: Arc<Self>) {
+        loop {
+            let next = {
+                let mut unshared = self.unshared();
+                let next = unshared.turns.pop_front();
+                unshared.bytes -= next.as_ref().map_or(0, |(_, json, _)| json.len());
+                next
+            };
+            let Some((id, json, kept)) = next else { break };
+            if kept.elapsed() >= self.max_age {
+                continue;
+            }
             if self.redis.put(&id, &json).await.is_err() {
-                let mut unshared = self.unshared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                unshared.push_front((id, json));
-                return;
+                self.wait(id, json, kept);
+                break;
             }
         }
+        self.resending.store(false, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -117,7 +156,11 @@ impl KeptThinking {
             max_age: bounds.max_age.saturating_sub(Duration::from_nanos(1)),
             max_bytes: bounds.max_bytes,
         };
-        let shared = shared.map(|redis| Arc::new(Fleet { redis, unshared: Mutex::default() }));
+        let max_age = bounds.max_age;
+        let shared = shared.map(|redis| {
+            let (unshared, resending) = Default::default();
+            Arc::new(Fleet { redis, max_age, unshared, resending })
+        });
         Self { here: Mutex::new(Bounded::new(bounds)), shared }
     }
 
@@ -144,7 +187,7 @@ impl KeptThinking {
         let bytes = turn.len() + json.len();
         self.here().insert(turn.clone(), Arc::from(blocks), bytes, Instant::now());
         let shared = self.shared.clone()?;
-        Some(Box::pin(async move { shared.put(shared_id(&turn), json).await }))
+        Some(Box::pin(shared.put(shared_id(&turn), json)))
     }
 
     /// Opens each tool turn of `request` (from `key`) that came back without its thinking on
@@ -381,9 +424,18 @@ mod tests {
         here.keep("team", &turn("toolu_1", thought.clone())).expect("a write to Redis").await;
         redis.restart();
         here.keep("team", &turn("toolu_2", thought.clone())).expect("a write to Redis").await;
-        let mut request =
-            ChatRequest::new("m", vec![turn("toolu_1", Value::Null), turn("toolu_2", Value::Null)]);
-        there.restore("team", &mut request).await;
-        assert_eq!((blocks_of(&request, 0), blocks_of(&request, 1)), (thought.clone(), thought));
+        // The one Redis missed goes in the background, once it took the next.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let mut request =
+                ChatRequest::new("m", vec![turn("toolu_1", Value::Null), turn("toolu_2", Value::Null)]);
+            there.restore("team", &mut request).await;
+            assert_eq!(blocks_of(&request, 1), thought, "the turn Redis took");
+            if blocks_of(&request, 0) == thought {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the turn Redis missed never reached it");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }

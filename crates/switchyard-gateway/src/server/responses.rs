@@ -70,8 +70,10 @@ pub async fn create(
             let meta =
                 Meta { reasoned_by: answer.trail.called_model(&answer.served_by).map(str::to_owned), ..meta };
             let object = whole_object(&mut answer.response, &meta);
-            if let Some(keep) = keep {
-                state.responses.keep(meta.id.clone(), keep.entry(&object)).await;
+            if let Some(keep) = keep
+                && state.responses.keep(meta.id.clone(), keep.entry(&object)).await
+            {
+                resend(&state);
             }
             let body = serde_json::to_vec(&object).unwrap_or_default();
             answered(&state, &exchange, body, Delivered::from(&mut answer))
@@ -157,6 +159,13 @@ async fn conversation(
     };
     let keep = store.then(|| Keep { owner: owner.to_owned(), items });
     Ok(Turn { chat, meta, keep, conversation })
+}
+
+/// Sends again, in the background, the kept responses whose write Redis missed (Redis has just
+/// taken one).
+fn resend(state: &Arc<AppState>) {
+    let state = state.clone();
+    tokio::spawn(async move { state.responses.resend().await });
 }
 
 /// A stable 128-bit hash of `item`'s JSON.
@@ -285,7 +294,11 @@ impl ResponsesEncoder {
             let id = self.id.clone();
             if let Some(to_share) = self.state.responses.remember(id.clone(), entry) {
                 let state = self.state.clone();
-                self.sharing = Some(Box::pin(async move { state.responses.share(&id, &to_share).await }));
+                self.sharing = Some(Box::pin(async move {
+                    if state.responses.share(&id, &to_share).await {
+                        resend(&state);
+                    }
+                }));
             }
         }
     }
@@ -340,10 +353,10 @@ pub async fn delete(
         Ok(owner) => owner,
         Err(response) => return *response,
     };
-    if state.responses.forget(&id, &owner).await {
-        axum::Json(json!({ "id": id, "object": "response", "deleted": true })).into_response()
-    } else {
-        not_found(&id)
+    match state.responses.forget(&id, &owner).await {
+        Ok(true) => axum::Json(json!({ "id": id, "object": "response", "deleted": true })).into_response(),
+        Ok(false) => not_found(&id),
+        Err(FleetAway) => fleet_away(&id).into_response(Dialect::OpenAi, ""),
     }
 }
 
