@@ -205,6 +205,13 @@ impl ResponseStore {
         waiting && !shared.resending.swap(true, Ordering::AcqRel)
     }
 
+    /// Sends again the responses whose write Redis missed, when some wait and no resend runs.
+    pub async fn resend_waiting(&self) {
+        if self.resend_due() {
+            self.resend().await;
+        }
+    }
+
     /// Sends again the responses whose write Redis missed, [`RESHARED_AT_ONCE`] at most, until
     /// one fails; off any request's path.
     pub async fn resend(&self) {
@@ -569,5 +576,28 @@ mod tests {
         assert!(!owner.contains("secret") && owner.len() == 12);
         assert_ne!(owner, owner_of(Some("gw-secret-key-654321")));
         assert_eq!(owner_of(None), "");
+    }
+
+    #[tokio::test]
+    async fn what_redis_missed_is_sent_by_the_periodic_round_without_a_later_write() {
+        use switchyard_state::responses::KeptBounds;
+        use switchyard_state::testing::RedisServer;
+        use switchyard_state::{RedisStore, StateSettings};
+        let mut redis = RedisServer::start();
+        let store = RedisStore::new(StateSettings::new(redis.url())).unwrap();
+        let kept = KeptBounds { max_entries: 10, max_age: Duration::from_secs(60), max_bytes: 1 << 20 };
+        let shared = || SharedResponses::named(&store, "response", kept);
+        let responses = ResponseStore::shared(
+            bounds(10, 60, 1 << 20),
+            shared(),
+            SharedResponses::named(&store, "response_item", kept),
+        );
+        redis.kill();
+        assert!(!responses.keep("resp_1".to_owned(), stored("alice", "one")).await, "Redis is away");
+        redis.restart();
+        responses.resend_waiting().await;
+        let held = shared().get("resp_1").await.unwrap().expect("sent again");
+        assert_eq!(serde_json::from_slice::<Stored>(&held).unwrap(), stored("alice", "one"));
+        assert_eq!(responses.find("resp_1", "alice").await.map(|found| found.is_some()), Ok(true));
     }
 }

@@ -108,9 +108,14 @@ impl Fleet {
             self.wait(id, json, Instant::now());
             return;
         }
+        self.resend_waiting();
+    }
+
+    /// Writes again, in the background, what waits, unless a resend runs.
+    fn resend_waiting(self: &Arc<Self>) {
         let waiting = !self.unshared().turns.is_empty();
         if waiting && !self.resending.swap(true, std::sync::atomic::Ordering::AcqRel) {
-            tokio::spawn(self.resend());
+            tokio::spawn(self.clone().resend());
         }
     }
 
@@ -162,6 +167,13 @@ impl KeptThinking {
             Arc::new(Fleet { redis, max_age, unshared, resending })
         });
         Self { here: Mutex::new(Bounded::new(bounds)), shared }
+    }
+
+    /// Writes again, in the background, the turns whose write Redis missed.
+    pub(crate) fn resend_waiting(&self) {
+        if let Some(shared) = &self.shared {
+            shared.resend_waiting();
+        }
     }
 
     fn here(&self) -> MutexGuard<'_, Bounded<String, Arc<[Value]>>> {
