@@ -376,20 +376,22 @@ mod tests {
         assert_eq!(opened, [false, true, true, false]);
     }
 
+    /// A replica's kept thinking, in `redis` for the fleet.
+    fn replica(redis: &switchyard_state::testing::RedisServer) -> KeptThinking {
+        use switchyard_state::{RedisStore, StateSettings};
+        let store = RedisStore::new(StateSettings::new(redis.url())).unwrap();
+        let bounds = KeptBounds { max_entries: 10, max_age: Duration::from_secs(60), max_bytes: 1 << 20 };
+        KeptThinking::new(
+            ResponsesBounds::default(),
+            Some(SharedResponses::named(&store, "thinking", bounds)),
+        )
+    }
+
     #[tokio::test]
     async fn once_redis_failed_to_answer_it_is_left_alone_for_a_while_and_what_it_found_is_held() {
         use switchyard_state::testing::RedisServer;
-        use switchyard_state::{RedisStore, StateSettings};
         let redis = RedisServer::start();
-        let replica = || {
-            let store = RedisStore::new(StateSettings::new(redis.url())).unwrap();
-            let bounds = KeptBounds { max_entries: 10, max_age: Duration::from_secs(60), max_bytes: 1 << 20 };
-            KeptThinking::new(
-                ResponsesBounds::default(),
-                Some(SharedResponses::named(&store, "thinking", bounds)),
-            )
-        };
-        let (here, there) = (replica(), replica());
+        let (here, there) = (replica(&redis), replica(&redis));
         let thought = json!([{"type": "thinking", "thinking": "Hmm.", "signature": "EqQB"}]);
         let asked = || ChatRequest::new("m", vec![Message::user("hi"), turn("toolu_1", Value::Null)]);
 
@@ -420,17 +422,8 @@ mod tests {
     #[tokio::test]
     async fn a_turn_kept_while_redis_was_away_reaches_it_with_the_next_turn() {
         use switchyard_state::testing::RedisServer;
-        use switchyard_state::{RedisStore, StateSettings};
         let mut redis = RedisServer::start();
-        let replica = || {
-            let store = RedisStore::new(StateSettings::new(redis.url())).unwrap();
-            let bounds = KeptBounds { max_entries: 10, max_age: Duration::from_secs(60), max_bytes: 1 << 20 };
-            KeptThinking::new(
-                ResponsesBounds::default(),
-                Some(SharedResponses::named(&store, "thinking", bounds)),
-            )
-        };
-        let (here, there) = (replica(), replica());
+        let (here, there) = (replica(&redis), replica(&redis));
         let thought = json!([{"type": "thinking", "thinking": "Hmm.", "signature": "EqQB"}]);
         redis.kill();
         here.keep("team", &turn("toolu_1", thought.clone())).expect("a write to Redis").await;
