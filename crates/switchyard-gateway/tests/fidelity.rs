@@ -38,9 +38,7 @@ impl Upstream {
                 ([(axum::http::header::CONTENT_TYPE, content_type)], answer)
             }
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        let addr = support::serve_router(router).await;
         Self { addr, seen }
     }
 
@@ -948,9 +946,7 @@ async fn deepseek() -> (SocketAddr, Arc<Mutex<Vec<serde_json::Value>>>) {
             }
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let addr = support::serve_router(router).await;
     (addr, seen)
 }
 
@@ -986,9 +982,7 @@ async fn a_gemini_stream_tells_an_anthropic_client_its_input_tokens_at_message_s
     );
     let router = axum::Router::new()
         .fallback(|| async { ([(axum::http::header::CONTENT_TYPE, "text/event-stream")], EVENTS) });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let upstream = support::serve_router(router).await;
     let gateway = in_process(&format!(
         "providers:\n  g: {{ kind: gemini, base_url: 'http://{upstream}/v1beta', api_key: gm-0123456789 }}\nroutes:\n  default: {{ stream_upstream: false, targets: ['g:gemini-2.5-flash'] }}\n"
     ))
@@ -1228,9 +1222,7 @@ async fn a_token_count_refused_for_its_rate_leaves_the_model_to_everyones_chats(
             "/v1/messages",
             axum::routing::post(|| async { ([("content-type", "application/json")], ANTHROPIC_ANSWER) }),
         );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let addr = support::serve_router(router).await;
     let gateway = in_process(&format!(
         "providers:\n  claude: {{ kind: anthropic, base_url: 'http://{addr}', api_key: sk-ant-0123456789 }}\n  spare: {{ kind: simulated }}\nroutes:\n  default: {{ stream_upstream: false, targets: [claude:c, spare:m], retry: {{ max_attempts: 1 }} }}\n"
     ))

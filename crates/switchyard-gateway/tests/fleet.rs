@@ -63,9 +63,7 @@ async fn upstream(State(hits): State<Hits>, Json(body): Json<Value>) -> Response
 async fn start_upstream() -> (SocketAddr, Hits) {
     let hits = Hits::default();
     let app = axum::Router::new().route("/v1/chat/completions", post(upstream)).with_state(hits.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let addr = support::serve_router(app).await;
     (addr, hits)
 }
 

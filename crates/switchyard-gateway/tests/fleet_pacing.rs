@@ -130,9 +130,7 @@ async fn upstream(State(account): State<Shared>, headers: HeaderMap, Json(body):
 async fn start_upstream(enforce: Enforce) -> (SocketAddr, Shared) {
     let account = Arc::new(Mutex::new(Account::new(enforce)));
     let app = axum::Router::new().route("/v1/chat/completions", post(upstream)).with_state(account.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let addr = support::serve_router(app).await;
     (addr, account)
 }
 

@@ -41,10 +41,7 @@ async fn upstream(Json(body): Json<Value>) -> Response {
 
 async fn start_upstream() -> SocketAddr {
     let app = axum::Router::new().route("/v1/chat/completions", post(upstream));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    addr
+    support::serve_router(app).await
 }
 
 fn config(upstream: SocketAddr, redis: &str) -> String {

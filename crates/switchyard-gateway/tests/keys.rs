@@ -47,9 +47,7 @@ async fn upstream(permits: usize) -> (SocketAddr, Upstream) {
         release: Arc::new(Semaphore::new(permits)),
     };
     let app = axum::Router::new().route("/v1/chat/completions", post(answer)).with_state(up.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let addr = support::serve_router(app).await;
     (addr, up)
 }
 
@@ -496,10 +494,7 @@ async fn streaming_upstream(left: Arc<Notify>, finish: bool) -> SocketAddr {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    addr
+    support::serve_router(app).await
 }
 
 /// The receiver's items as a stream.

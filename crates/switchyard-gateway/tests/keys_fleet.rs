@@ -42,9 +42,7 @@ async fn start_upstream() -> (SocketAddr, Arc<AtomicUsize>) {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let addr = support::serve_router(app).await;
     (addr, calls)
 }
 

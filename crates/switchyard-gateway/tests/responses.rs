@@ -221,9 +221,7 @@ async fn bedrock() -> (String, std::sync::Arc<std::sync::Mutex<Vec<(String, Valu
             axum::Json(answer)
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let addr = support::serve_router(router).await;
     (format!("http://{addr}"), seen)
 }
 

@@ -29,9 +29,7 @@ async fn upstream() -> (SocketAddr, Arc<Mutex<Vec<Value>>>) {
                 "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}))
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let addr = support::serve_router(router).await;
     (addr, seen)
 }
 
@@ -147,9 +145,7 @@ async fn an_answer_one_replica_remembered_is_served_stale_by_another() {
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "remembered by a"}, "finish_reason": "stop"}]})))
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, upstream).await.unwrap() });
+    let addr = support::serve_router(upstream).await;
     let yaml = format!(
         "providers:\n  up: {{ kind: openai_compatible, base_url: 'http://{addr}/v1' }}\nroutes:\n  default:\n    targets: [up:m]\n    retry: {{ max_attempts: 1 }}\n    health_gate: false\n    candidates: [{{ name: last-good, cache: {{ max_age: 1h }} }}]\ngateway: {{ keys: [{KEY}] }}\nstate: {{ redis: '{}', prefix: answers-fleet }}\n",
         redis.url()
@@ -269,9 +265,7 @@ async fn claude() -> (SocketAddr, Arc<Mutex<Vec<Value>>>) {
             ([(axum::http::header::CONTENT_TYPE, content_type)], answer)
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let addr = support::serve_router(router).await;
     (addr, seen)
 }
 

@@ -312,3 +312,11 @@ pub const CLAUDE_TOOL_TURN_SSE: &str = concat!(
     "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":12}}\n\n",
     "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
 );
+
+/// Serves `router` on a free loopback port until the test's runtime ends: its address.
+pub async fn serve_router(router: axum::Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    addr
+}
