@@ -311,6 +311,41 @@ async fn three_replicas_share_one_memory_and_survive_redis_going_away() {
     }
 }
 
+/// An open circuit every replica may probe, three requests at once, one to each: the fleet
+/// sends the failing target one probe, not one per replica (each replica takes its probe
+/// before it can hear of another's; Redis lets the first hold it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_circuit_is_probed_once_by_the_fleet() {
+    let redis = RedisServer::start();
+    let (upstream, counted) = start_upstream().await;
+    let text = config(upstream, &redis.url()) + "health: { open_for: 300ms }\n";
+    let path = support::write_config("fleet-probe.yaml", &text);
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(support::serve_with_env(&[], &path, "127.0.0.1:0", &[]).unwrap());
+    }
+    let fleet = Fleet { replicas, client: reqwest::Client::new() };
+    fleet
+        .until_all(&[0, 1, 2], "sees three replicas", Duration::from_secs(10), |h| {
+            h["shared_state"]["replicas"].as_array().is_some_and(|r| r.len() == 3)
+        })
+        .await;
+    assert_eq!(fleet.chat(1, "down").await, 200, "falls back");
+    assert_eq!(hits(&counted, "down"), 3, "three failures open the circuit");
+    // Open everywhere, and every replica's wait over (the others' a head start longer).
+    let may_probe = |h: &Value| {
+        target(h, "dead:down").is_some_and(|t| t["breaker"] == "open" && t["probe_in"].as_f64() == Some(0.0))
+    };
+    fleet.until_all(&[0, 1, 2], "may probe", Duration::from_secs(5), may_probe).await;
+    let (a, b, c) = tokio::join!(fleet.chat(0, "down"), fleet.chat(1, "down"), fleet.chat(2, "down"));
+    assert_eq!((a, b, c), (200, 200, 200), "each falls back");
+    assert_eq!(hits(&counted, "down"), 4, "one probe for the fleet");
+    for (mut child, _) in fleet.replicas {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
+
 #[test]
 fn a_bad_state_section_is_refused_naming_the_key() {
     let path = support::write_config(

@@ -42,7 +42,7 @@ use std::time::Duration;
 use switchyard::Target;
 use switchyard::credential::CredentialId;
 use switchyard::events::EventBus;
-use switchyard::health::{AllRecords, CredentialRecord, HealthStore, MemoryStore, Records};
+use switchyard::health::{AllRecords, CredentialRecord, HealthStore, MemoryStore, ProbeClaim, Records};
 use tokio::sync::mpsc;
 
 pub mod feed;
@@ -311,6 +311,39 @@ pub(crate) struct Book {
     pub pending: HashMap<Key, u32>,
     /// The last status, for `/admin/health`.
     pub status: SharedStateStatus,
+    /// Probes waiting to hear whether they are the fleet's, per target record: told once the
+    /// record's writes are answered ([`RedisStore::claim_probe`](HealthStore::claim_probe)).
+    pub claims: HashMap<Key, Vec<tokio::sync::oneshot::Sender<bool>>>,
+}
+
+impl Book {
+    /// Tells the probes waiting on `key` whether they are the fleet's: yes unless the
+    /// record in memory, as the write's answer left it, says another replica probes.
+    pub(crate) fn settle_claims(&mut self, memory: &MemoryStore, key: &Key) {
+        let Some(waiting) = self.claims.remove(key) else { return };
+        let mine = match key {
+            Key::Target(target) => !probed_elsewhere(memory, target),
+            _ => true,
+        };
+        for tell in waiting {
+            let _ = tell.send(mine);
+        }
+    }
+
+    /// Tells every waiting probe to go: Redis cannot be asked, and each replica bounds its
+    /// own probes meanwhile.
+    pub(crate) fn release_claims(&mut self) {
+        for tell in self.claims.drain().flat_map(|(_, waiting)| waiting) {
+            let _ = tell.send(true);
+        }
+    }
+}
+
+/// Whether this replica's record of `target` says another replica holds its probe.
+fn probed_elsewhere(memory: &MemoryStore, target: &Target) -> bool {
+    let mut elsewhere = false;
+    memory.update(target, &[], &mut |records| elsewhere = wire::probed_elsewhere(&records.target));
+    elsewhere
 }
 
 impl Shared {
@@ -364,7 +397,12 @@ impl RedisStore {
                     .map_or(1, |d| d.as_nanos() as u64),
             ),
             settings,
-            book: Mutex::new(Book { seen: HashMap::new(), pending: HashMap::new(), status }),
+            book: Mutex::new(Book {
+                seen: HashMap::new(),
+                pending: HashMap::new(),
+                status,
+                claims: HashMap::new(),
+            }),
             events: Mutex::new(None),
             fleet: pace::FleetView::default(),
             config_hash: Mutex::new(String::new()),
@@ -487,6 +525,30 @@ impl HealthStore for RedisStore {
         if !changes.is_empty() {
             self.send(&mut book, changes);
         }
+    }
+
+    /// The probe's write goes out as any change does; the probe waits for its answer, in which
+    /// Redis has said whose the probe is (a half-open write takes no live lease of another
+    /// replica's: `scripts::PUT`), at most twice the store's timeout (then it goes, as it
+    /// does at once while Redis is away).
+    fn claim_probe(&self, target: &Target) -> Option<ProbeClaim> {
+        if !self.shared.fleet.up.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        let key = Key::Target(target.clone());
+        let mut book = self.shared.book();
+        if !book.pending.contains_key(&key) {
+            // Answered already, or the probe changed nothing the fleet hears of (another slot
+            // of a lease this replica holds): the record says whose the probe is.
+            let elsewhere = probed_elsewhere(&self.shared.memory, target);
+            return elsewhere.then(|| Box::pin(std::future::ready(false)) as ProbeClaim);
+        }
+        let (tell, told) = tokio::sync::oneshot::channel();
+        book.claims.entry(key).or_default().push(tell);
+        let wait = self.shared.settings.timeout * 2;
+        Some(Box::pin(async move {
+            tokio::time::timeout(wait, told).await.map_or(true, |answer| answer.unwrap_or(true))
+        }))
     }
 
     fn all(&self) -> AllRecords {

@@ -358,6 +358,7 @@ impl Link {
         self.up = Some(false);
         self.messages = None;
         self.reason = Some(reason.clone());
+        self.shared.book().release_claims();
         if was != Some(false) {
             tracing::warn!(
                 target: "switchyard::shared_state",
@@ -376,7 +377,7 @@ impl Link {
             Op::ResetAll { .. } => {
                 let dropped: Vec<Op> = self.outbox.drain(..).collect();
                 for op in dropped {
-                    self.done(&op);
+                    self.dropped(&op);
                 }
                 if self.up != Some(true) {
                     tracing::warn!(target: "switchyard::shared_state", "health reset applied here; the fleet-wide reset waits until Redis answers");
@@ -389,7 +390,7 @@ impl Link {
                     .partition(|queued| matches!(queued, Op::Write { key: k, .. } if k == key));
                 self.outbox = kept.into();
                 for op in dropped {
-                    self.done(&op);
+                    self.dropped(&op);
                 }
                 if self.up != Some(true) {
                     tracing::warn!(target: "switchyard::shared_state", key = %key.name(), "health reset applied here; the fleet-wide reset waits until Redis answers");
@@ -422,7 +423,17 @@ impl Link {
                 tracing::warn!(target: "switchyard::shared_state", bound = OUTBOX_BOUND, "shared state outbox full: dropping the oldest changes");
                 self.warned_overflow = true;
             }
-            self.done(&oldest);
+            self.dropped(&oldest);
+        }
+    }
+
+    /// Bookkeeping for an op dropped unwritten: a probe waiting on its record is told from
+    /// what this replica knows.
+    fn dropped(&self, op: &Op) {
+        if self.done(op)
+            && let Op::Write { key, .. } = op
+        {
+            self.shared.book().settle_claims(&self.shared.memory, key);
         }
     }
 
@@ -497,7 +508,7 @@ impl Link {
                         // it would only repeat the error.
                         let reason = scrub(&error.to_string(), &self.settings().url);
                         tracing::warn!(target: "switchyard::shared_state", %reason, "shared state write refused; dropped");
-                        self.done(&op);
+                        self.dropped(&op);
                         // Changes skipped while it was pending are read back in full.
                         self.full_resync = true;
                     }
@@ -601,6 +612,7 @@ impl Link {
         // one to apply.
         if last {
             self.apply(&message, true);
+            self.shared.book().settle_claims(&self.shared.memory, key);
         } else {
             self.highest = self.highest.max(generation);
         }

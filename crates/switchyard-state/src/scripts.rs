@@ -49,7 +49,8 @@ end
 /// the same); the failure time, the provider's reset and a cooldown only ever move later; a
 /// breaker is never closed by a merge (closing is a clear) and, once not closed, takes the
 /// write whose open time or lease ends later, or that a failed probe made (it reopens the
-/// breaker before the probe's lease would end); failed probes only grow.
+/// breaker before the probe's lease would end), except that a probe (a half-open write) takes
+/// no running lease or open time of another replica's; failed probes only grow.
 const PUT: &str = r#"
 local name, me, floor = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local key = prefix .. ':' .. name
@@ -81,7 +82,12 @@ if new.br ~= nil and new.br ~= 'closed' then
   -- A probe that failed reopens the breaker (its count of failed probes grew), though the
   -- probe's lease it ends may have run later than the new open time.
   local reopened = new.ro ~= nil and tonumber(new.ro) > (num(cur.ro) or 0)
-  if closed or reopened or (num(new.bu) or 0) >= (num(cur.bu) or 0) then
+  -- A probe takes no live lease of another replica's, nor an open time another replica set
+  -- that still runs: of replicas that probe at once, the first write holds the probe, and the
+  -- others learn it from their writes' answers.
+  local held = new.br == 'half_open' and cur.pr ~= nil and cur.pr ~= me
+    and (cur.br == 'half_open' or cur.br == 'open') and (num(cur.bu) or 0) > now
+  if not held and (closed or reopened or (num(new.bu) or 0) >= (num(cur.bu) or 0)) then
     out.br = new.br
     out.bu = new.bu
     out.pr = me

@@ -304,6 +304,12 @@ impl Shared<'_> {
     }
 }
 
+/// Whether a record says another replica holds the target's probe (a slot this replica took
+/// and gave back meanwhile takes one off the mark).
+pub fn probed_elsewhere(record: &TargetRecord) -> bool {
+    matches!(record.breaker, Breaker::HalfOpen { probes, .. } if probes >= REMOTE_PROBES / 2)
+}
+
 /// Puts the shared fields of `shared` into a target record of this replica. Its own count of
 /// failures stays; a half-open circuit whose probe this replica holds keeps its slots.
 pub fn adopt_target(record: &mut TargetRecord, shared: &Shared<'_>) {

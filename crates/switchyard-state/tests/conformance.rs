@@ -49,6 +49,7 @@ conformance!(
     an_open_circuit_is_honoured,
     a_half_open_circuit_lets_one_probe_through,
     a_failed_probe_reopens_the_circuit_before_its_lease_would_end,
+    of_replicas_that_probe_at_once_one_probes,
     a_success_clears_an_exhausted_target,
     a_reset_forgets_a_target_and_its_keys,
     a_reset_of_everything_forgets_every_target,
@@ -224,6 +225,34 @@ async fn a_failed_probe_reopens_the_circuit_before_its_lease_would_end(a: &Repli
             && reason(&b.gate(&t, &k)) != "circuit half-open: probe in flight"
     })
     .await;
+}
+
+/// Both replicas may probe, and each takes the probe before it can hear of the other's: the
+/// fleet still sends one probe. The other replica is told no, and its gate then says why.
+async fn of_replicas_that_probe_at_once_one_probes(a: &Replica, b: &Replica) {
+    let (t, k) = (target(), keys(1));
+    for _ in 0..3 {
+        a.fail(&t, &k, 0, &error(ErrorKind::Unavailable, None));
+    }
+    eventually("b refuses the open circuit", PROPAGATION, || is_skip(&b.gate(&t, &k))).await;
+    // The later of the two open times: b's, which waits out a's head start.
+    let open_until = skip_until(&b.gate(&t, &k)).max(skip_until(&a.gate(&t, &k))).expect("open until");
+    tokio::time::sleep_until(open_until + Duration::from_millis(5)).await;
+    // Neither hears of the other between these two steps (nothing else runs).
+    let gates =
+        [(a, a.board.admit(&support::query(&t, &k)).0), (b, b.board.admit(&support::query(&t, &k)).0)];
+    let mut probes = 0;
+    let mut refused = Vec::new();
+    for (replica, gate) in gates {
+        let took = gate == Gate::Pass { credential: 0, probe: true };
+        if took && replica.board.claim_probe(&t).await {
+            probes += 1;
+        } else {
+            refused.push(replica);
+        }
+    }
+    assert_eq!(probes, 1, "one replica probes");
+    assert_eq!(reason(&refused[0].gate(&t, &k)), "circuit half-open: probe in flight");
 }
 
 async fn a_success_clears_an_exhausted_target(a: &Replica, b: &Replica) {

@@ -48,7 +48,7 @@ pub use record::{CredentialRecord, TargetRecord};
 pub use settings::HealthSettings;
 pub use status::{HealthStatus, Subject};
 use status::{StatusChange, recovery_events};
-pub use store::{AllRecords, HealthStore, MemoryStore, Records};
+pub use store::{AllRecords, HealthStore, MemoryStore, ProbeClaim, Records};
 pub use view::{CredentialHealth, HealthSnapshot, KeyCooldown, TargetHealth};
 
 /// The health rules over a [`HealthStore`]. Each method is one store update (or one read of
@@ -121,6 +121,16 @@ impl HealthBoard {
             out = Some(gate::decide(&self.settings, records, query, now));
         });
         out.unwrap_or_else(|| (unanswered(), Vec::new()))
+    }
+
+    /// Whether the probe [`admit`](Self::admit) just gave this process is the fleet's one
+    /// probe of `target` ([`HealthStore::claim_probe`]): yes at once over a store of one
+    /// process; over a shared store, no when another replica took it first.
+    pub async fn claim_probe(&self, target: &Target) -> bool {
+        match self.store.claim_probe(target) {
+            None => true,
+            Some(claim) => claim.await,
+        }
     }
 
     /// Records a successful call of `target` with `credentials[credential]`: both become

@@ -20,6 +20,10 @@ pub struct Records {
     pub credentials: Vec<CredentialRecord>,
 }
 
+/// A shared store's answer to [`HealthStore::claim_probe`]: whether this process's probe is
+/// the fleet's.
+pub type ProbeClaim = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
+
 /// Every record of a store: targets sorted by target, credentials sorted by id.
 pub type AllRecords = (Vec<(Target, TargetRecord)>, Vec<(CredentialId, CredentialRecord)>);
 
@@ -57,6 +61,18 @@ pub trait HealthStore: Send + Sync + 'static {
     /// Loads the records of `target` and of each of `credentials` (defaults when absent), runs
     /// `apply` on them, and saves the result, all as one step.
     fn update(&self, target: &Target, credentials: &[CredentialId], apply: &mut dyn FnMut(&mut Records));
+
+    /// Asks whether the probe of `target`'s half-open circuit that [`update`](Self::update)
+    /// just gave this process (a gate's pass with `probe` set) is the only one: a store shared
+    /// by processes answers no when another took the probe first, and its record of `target`
+    /// then says so (the next gate skips it as probed elsewhere). `None` is yes at once, as a
+    /// store of one process always answers (the default): its gate already let one probe
+    /// through. A shared store that cannot ask answers yes (each process then bounds its own).
+    /// Called on a probe's path only, never on a common call's.
+    fn claim_probe(&self, target: &Target) -> Option<ProbeClaim> {
+        let _ = target;
+        None
+    }
 
     /// Every record the store holds, for the operator's snapshot, sorted by key so that
     /// snapshots list targets and credentials in a stable order.

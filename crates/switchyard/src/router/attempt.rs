@@ -229,6 +229,10 @@ impl<'r, X: Exchange> Run<'r, X> {
             return AttemptEnd::OutOfTime;
         }
         let who = match self.ctx.admit(slot, tries, now) {
+            Ok(who) if who.probe => match self.ctx.claim_probe(who, tries).await {
+                Ok(who) => who,
+                Err(skip) => return AttemptEnd::Skipped(skip),
+            },
             Ok(who) => who,
             Err(skip) => return AttemptEnd::Skipped(skip),
         };
@@ -387,6 +391,35 @@ impl<'r, X: Exchange> Context<'r, X> {
                 Ok(Callee { target: tries.target.clone(), slot, credential, probe })
             }
             Gate::Skip { exhausted, until, reason } => Err(Skip { exhausted, until, reason, at: now }),
+        }
+    }
+
+    /// Makes sure the probe `who` took is the fleet's one probe of its target: over a store
+    /// shared by replicas, another may have taken it a moment before this one heard of it.
+    /// Then the gate, which now knows, is asked again: it skips the target as probed, or lets
+    /// an ordinary call through (the other probe already closed the circuit).
+    async fn claim_probe(&self, who: Callee<'r>, tries: &TargetTry) -> Result<Callee<'r>, Skip> {
+        // A caller gone while the fleet is asked gives the slot back, as does a probe that is
+        // not this replica's.
+        let mut guard = ProbeGuard {
+            health: &self.inner.health,
+            target: who.target.clone(),
+            credentials: &who.slot.credential_ids,
+            armed: true,
+        };
+        if self.inner.health.claim_probe(&who.target).await {
+            guard.armed = false;
+            return Ok(who);
+        }
+        drop(guard);
+        let now = Instant::now();
+        match self.admit(who.slot, tries, now)? {
+            again if !again.probe => Ok(again),
+            again => {
+                self.inner.health.release_probe(&again.target, &again.slot.credential_ids);
+                let reason = "circuit half-open: another replica probes".to_owned();
+                Err(Skip { exhausted: false, until: None, reason, at: now })
+            }
         }
     }
 

@@ -364,6 +364,11 @@ impl<'r, X: Exchange> Context<'r, X> {
         span: Option<TraceContext>,
         later: usize,
     ) -> Result<(Reply<X::Output>, Option<Permit>), HedgeMiss> {
+        // A hedge that would probe goes only if the probe is the fleet's one.
+        if who.probe && !self.inner.health.claim_probe(&who.target).await {
+            self.inner.health.release_probe(&who.target, &who.slot.credential_ids);
+            return Err(HedgeMiss::NotSent);
+        }
         let Ok(permit) = self.hedge_permit(who).await else { return Err(HedgeMiss::NotSent) };
         match self.call(who, permit.as_ref(), span, later).await {
             Ok(reply) => Ok((reply, permit)),

@@ -754,3 +754,68 @@ async fn a_pooled_connection_gone_stale_says_nothing_of_the_providers_health() {
     assert_eq!(next.served_by.to_string(), "a:m", "not gated: {:?}", next.trail.outcomes());
     assert_ne!(router.target_health(&target("a:m")).status, HealthStatus::TemporarilyUnavailable);
 }
+
+/// The memory store of a replica whose probes another replica of the fleet takes first while
+/// `refuse` is set.
+#[derive(Default)]
+struct ProbedElsewhere {
+    memory: switchyard::health::MemoryStore,
+    refuse: std::sync::atomic::AtomicBool,
+}
+
+impl switchyard::health::HealthStore for ProbedElsewhere {
+    fn update(
+        &self,
+        target: &Target,
+        credentials: &[switchyard::credential::CredentialId],
+        apply: &mut dyn FnMut(&mut switchyard::health::Records),
+    ) {
+        self.memory.update(target, credentials, apply);
+    }
+
+    fn claim_probe(&self, _: &Target) -> Option<switchyard::health::ProbeClaim> {
+        let mine = !self.refuse.load(std::sync::atomic::Ordering::SeqCst);
+        Some(Box::pin(std::future::ready(mine)))
+    }
+
+    fn all(&self) -> switchyard::health::AllRecords {
+        self.memory.all()
+    }
+
+    fn clear(&self) {
+        self.memory.clear();
+    }
+
+    fn drop_records(&self, targets: &[Target], credentials: &[switchyard::credential::CredentialId]) {
+        self.memory.drop_records(targets, credentials);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_another_replica_took_first_is_not_sent_and_the_chain_goes_on() {
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable), Step::Reply]);
+    let b = SimulatedProvider::new();
+    let store = std::sync::Arc::new(ProbedElsewhere::default());
+    let route = Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1));
+    let open_for = Duration::from_secs(10);
+    let router = builder(&[("a", &a), ("b", &b)])
+        .route(route.health_ttl(Duration::ZERO).build().unwrap())
+        .health(HealthSettings { failure_threshold: 1, open_for, ..HealthSettings::default() })
+        .health_store(store.clone())
+        .build()
+        .unwrap();
+    router.chat(&request("default")).await.unwrap(); // opens the circuit
+    tokio::time::advance(open_for).await;
+
+    store.refuse.store(true, std::sync::atomic::Ordering::SeqCst);
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!(answer.served_by.to_string(), "b:m");
+    assert_eq!(answer.trail.outcomes()[0], Outcome::SkippedUnhealthy);
+    assert_eq!(answer.trail.attempts()[0].note.as_deref(), Some("circuit half-open: another replica probes"));
+    assert_eq!(a.calls(), 1, "the probe was not sent");
+    // Its slot was given back: once the probe is this replica's, it goes.
+    store.refuse.store(false, std::sync::atomic::Ordering::SeqCst);
+    let probe = router.chat(&request("default")).await.unwrap();
+    assert_eq!(probe.served_by.to_string(), "a:m", "{:?}", probe.trail.outcomes());
+    assert_eq!(router.target_health(&target("a:m")).breaker, "closed");
+}
