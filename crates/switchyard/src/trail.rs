@@ -397,6 +397,12 @@ impl Unfinished {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
     }
 
+    /// The route and the trail of a request dropped before it ended, left for
+    /// [`take`](Self::take).
+    pub fn peek(&self) -> Option<RouteTrail> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
     pub(crate) fn put(&self, route: Arc<str>, trail: Trail) {
         *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((route, trail));
     }

@@ -104,9 +104,12 @@ impl<F: Future<Output = Option<Response>>> Future for Watched<F> {
         }
         // The shutdown cut it: the client is told so, and the watch logs it as it ends.
         self.watch.status = 503;
-        let error = shutting_down();
+        let mut error = shutting_down();
         let response = match &self.watch.context {
             Some(context) => {
+                // What the router did before it was cut, as the log line tells it.
+                let trail = context.progress.unfinished.peek();
+                error.attempts = trail.and_then(|(_, trail)| serde_json::to_value(trail).ok()).map(Box::new);
                 let mut response = error.into_response(context.dialect, &context.id);
                 context.stamp(&mut response, None, 0);
                 response
