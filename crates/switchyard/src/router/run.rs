@@ -224,8 +224,13 @@ impl<'r, X: Exchange> Run<'r, X> {
     fn all_failed(&mut self) -> RouteError {
         if let Some(reasons) = self.record.all_unsupported() {
             // No target could have served it: the request is the problem, said as such.
-            let detail =
-                format!("no target of route `{}` can serve this request: {reasons}", self.ctx.route.name());
+            // A target the request named runs on the default route's settings: the route is
+            // not what the client asked for.
+            let detail = if self.ctx.explicit {
+                format!("the target asked for cannot serve this request: {reasons}")
+            } else {
+                format!("no target of route `{}` can serve this request: {reasons}", self.ctx.route.name())
+            };
             return self.upstream(ProviderError::new(ErrorKind::InvalidRequest, detail));
         }
         if self.verdict.out_of_time() {

@@ -190,11 +190,21 @@ async fn a_target_that_refuses_the_request_as_too_large_was_called_and_its_healt
     assert_eq!(router.target_health(&target("a:m")).consecutive_failures, 0);
 
     // Refused by every target: the request is the problem, named as such.
-    let c = SimulatedProvider::new().script([too_large()]);
+    let c = SimulatedProvider::new().script([too_large(), too_large()]);
     let only = router_with(&[("c", &c)], Route::builder("default").target("c:m"), no_breaker());
     let error = only.chat(&request("default")).await.expect_err("no target can take it");
     assert_eq!(error.kind(), Some(ErrorKind::InvalidRequest));
     assert!(error.to_string().contains("can serve this request: c:m: request entity too large"), "{error}");
+    assert!(error.to_string().contains("route `default`"), "{error}");
+    // Asked of the target by name: the default route, whose settings it runs on, is not named.
+    let error = only.chat(&request("c:m")).await.expect_err("the target cannot take it");
+    assert!(
+        error
+            .to_string()
+            .contains("the target asked for cannot serve this request: c:m: request entity too large"),
+        "{error}"
+    );
+    assert!(!error.to_string().contains("route `default`"), "{error}");
 }
 
 #[tokio::test(start_paused = true)]
