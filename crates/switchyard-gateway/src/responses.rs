@@ -350,20 +350,30 @@ impl ResponseStore {
     }
 
     /// Forgets the response `id` here and in the fleet's Redis; whether it was kept for `owner`
-    /// (`Err` when it is not here and the fleet's Redis did not answer).
+    /// (`Err` when the fleet's Redis did not answer and may keep it: not here, or here and
+    /// shared, when deleting it here alone would leave it to the other replicas while the
+    /// client is told it is gone; nothing is deleted then, and asking again deletes it).
     pub async fn forget(&self, id: &str, owner: &str) -> Result<bool, FleetAway> {
         let Some(found) = self.find(id, owner).await? else { return Ok(false) };
         let items = output_items(&found);
         if let Some(shared) = &self.shared {
+            let only_here = self.only_here(id);
+            if let Err(reason) = shared.responses.delete(id).await
+                && !only_here
+            {
+                tracing::warn!(
+                    id,
+                    reason,
+                    "a response could not be deleted from Redis; kept until asked again"
+                );
+                return Err(FleetAway);
+            }
             // Not sent again after it was deleted.
             shared
                 .unshared
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .retain(|waiting| waiting != id);
-            if let Err(reason) = shared.responses.delete(id).await {
-                tracing::warn!(id, reason, "a response could not be deleted from Redis");
-            }
             for (key, _) in &items {
                 if let Err(reason) = shared.items.delete(key).await {
                     tracing::warn!(id, reason, "a response's items could not be deleted from Redis");

@@ -357,3 +357,34 @@ async fn a_turn_kept_while_redis_was_away_reaches_the_fleet_once_redis_takes_wri
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_delete_redis_cannot_take_deletes_nothing_and_says_so() {
+    let redis = RedisServer::start();
+    let (upstream, _) = upstream().await;
+    let (a, b) = (replica(upstream, &redis.url()).await, replica(upstream, &redis.url()).await);
+    let turn = Some(json!({"model": "default", "input": "Hello."}));
+    let (status, kept) = call(reqwest::Method::POST, format!("{a}/v1/responses"), KEY, turn).await;
+    assert_eq!(status, 200, "{kept}");
+    let url = format!("{a}/v1/responses/{}", kept["id"].as_str().unwrap());
+
+    // The replica that keeps it cannot reach Redis, which keeps it too: deleting it here alone
+    // would leave it to the other replicas while the client is told it is gone.
+    redis.stall();
+    let (status, away) = call(reqwest::Method::DELETE, url.clone(), KEY, None).await;
+    redis.resume();
+    assert_eq!((status, away["error"]["code"].as_str()), (503, Some("fleet_unavailable")), "{away}");
+    let elsewhere = url.replace(&a, &b);
+    assert_eq!(call(reqwest::Method::GET, elsewhere.clone(), KEY, None).await.0, 200, "still kept");
+
+    // Asked again once Redis answers: gone everywhere.
+    support::until("Redis answers again", std::time::Duration::from_secs(5), async || {
+        match call(reqwest::Method::DELETE, url.clone(), KEY, None).await {
+            (200, deleted) if deleted["deleted"] == true => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(call(reqwest::Method::GET, elsewhere, KEY, None).await.0, 404);
+    assert_eq!(call(reqwest::Method::GET, url, KEY, None).await.0, 404);
+}
