@@ -53,8 +53,6 @@ pub struct Stored {
 struct Entry {
     owner: String,
     json: Box<[u8]>,
-    /// With a fleet: its write to Redis failed, so only this replica has it.
-    only_here: bool,
 }
 
 /// The store: this replica's memory, and the fleet's Redis when there is one.
@@ -69,23 +67,14 @@ pub struct ResponseStore {
     shared: Option<Shared>,
 }
 
-/// The fleet's Redis: the entries, and their items.
+/// The fleet's Redis: the entries, and their items. A write Redis missed is written again
+/// once it takes one (`SharedResponses` keeps it meanwhile), and this replica keeps the
+/// response meanwhile.
 #[derive(Debug)]
 struct Shared {
     responses: SharedResponses,
     items: SharedResponses,
-    /// The responses whose write failed (Redis away or stalled), oldest first, at most
-    /// [`UNSHARED`]: written when Redis takes a write again.
-    unshared: Mutex<std::collections::VecDeque<String>>,
-    /// A [`ResponseStore::resend`] runs.
-    resending: std::sync::atomic::AtomicBool,
 }
-
-/// How many responses whose write failed wait to be written again, at most.
-const UNSHARED: usize = 1024;
-
-/// How many of them one resend sends on at most.
-const RESHARED_AT_ONCE: usize = 16;
 
 /// Output items per response the item index makes room for.
 pub const ITEMS_PER_RESPONSE: usize = 16;
@@ -158,8 +147,7 @@ impl ResponseStore {
     /// A store that also keeps its entries, and the index of their items (held to
     /// [`index_bounds`]), in the fleet's Redis.
     pub fn shared(bounds: ResponsesBounds, responses: SharedResponses, items: SharedResponses) -> Self {
-        let (unshared, resending) = Default::default();
-        Self { shared: Some(Shared { responses, items, unshared, resending }), ..Self::new(bounds) }
+        Self { shared: Some(Shared { responses, items }), ..Self::new(bounds) }
     }
 
     /// Keeps `stored` under `id` here and, with a fleet, in Redis (a failure there is logged:
@@ -189,85 +177,25 @@ impl ResponseStore {
         to_share
     }
 
-    /// Writes what [`remember`](Self::remember) returned to the fleet's Redis. A failure is
-    /// logged, and the response written again once Redis takes a write ([`resend`](Self::resend)):
-    /// this replica keeps it meanwhile. Whether Redis took it, with others waiting to be sent
-    /// again, for the caller to have [`resend`](Self::resend) run in the background.
+    /// Writes what [`remember`](Self::remember) returned to the fleet's Redis; whether Redis
+    /// took it. A failure is logged, and the response written again once Redis takes a write:
+    /// this replica keeps it meanwhile.
     pub async fn share(&self, id: &str, to_share: &ToShare) -> bool {
         let Some(shared) = &self.shared else { return false };
-        self.write(shared, id, to_share).await && self.resend_due()
-    }
-
-    /// Whether responses wait to be sent again and no resend runs: from now on, one does.
-    fn resend_due(&self) -> bool {
-        let Some(shared) = &self.shared else { return false };
-        let waiting = !shared.unshared.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).is_empty();
-        waiting && !shared.resending.swap(true, Ordering::AcqRel)
-    }
-
-    /// Sends again the responses whose write Redis missed, when some wait and no resend runs.
-    pub async fn resend_waiting(&self) {
-        if self.resend_due() {
-            self.resend().await;
+        if let Err(reason) = shared.responses.put(id, &to_share.bytes).await {
+            tracing::warn!(
+                id,
+                reason,
+                "a response could not be kept in Redis; this replica keeps it, and writes it again once Redis takes a write"
+            );
+            return false;
         }
-    }
-
-    /// Sends again the responses whose write Redis missed, [`RESHARED_AT_ONCE`] at most, until
-    /// one fails; off any request's path.
-    pub async fn resend(&self) {
-        let Some(shared) = &self.shared else { return };
-        for _ in 0..RESHARED_AT_ONCE {
-            let next = shared.unshared.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop_front();
-            let Some(id) = next else { break };
-            let Some(to_share) = self.kept_to_share(&id) else { continue };
-            if !self.write(shared, &id, &to_share).await {
-                break;
+        for (key, item) in &to_share.items {
+            if let Err(reason) = shared.items.put(key, item).await {
+                tracing::warn!(id, reason, "a response's items could not be kept in Redis");
             }
         }
-        shared.resending.store(false, Ordering::Release);
-    }
-
-    /// Writes one response and its items; whether Redis took them. One whose own write failed
-    /// is marked as held here alone, and waits to be written again (an item that failed is
-    /// logged: its response reached the fleet).
-    async fn write(&self, shared: &Shared, id: &str, to_share: &ToShare) -> bool {
-        let written = shared.responses.put(id, &to_share.bytes).await;
-        if written.is_ok() {
-            for (key, item) in &to_share.items {
-                if let Err(reason) = shared.items.put(key, item).await {
-                    tracing::warn!(id, reason, "a response's items could not be kept in Redis");
-                    break;
-                }
-            }
-        }
-        let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let Some(entry) = inner.get_mut(&id.to_owned()) else { return written.is_ok() };
-        entry.only_here = written.is_err();
-        drop(inner);
-        let Err(reason) = written else { return true };
-        tracing::warn!(
-            id,
-            reason,
-            "a response could not be kept in Redis; this replica keeps it, and writes it again once Redis takes a write"
-        );
-        let mut unshared = shared.unshared.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if !unshared.iter().any(|waiting| waiting == id) {
-            if unshared.len() == UNSHARED {
-                unshared.pop_front();
-            }
-            unshared.push_back(id.to_owned());
-        }
-        false
-    }
-
-    /// What [`share`](Self::share) writes of the response `id` this replica still keeps.
-    fn kept_to_share(&self, id: &str) -> Option<ToShare> {
-        let json = {
-            let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            inner.get(&id.to_owned(), Instant::now())?.0.json.clone()
-        };
-        let stored: Stored = serde_json::from_slice(&json).ok()?;
-        Some(ToShare { bytes: json.into_vec(), items: output_items(&stored) })
+        true
     }
 
     /// The output items of `owner`'s kept responses that `ids` name (an `item_reference`
@@ -333,7 +261,7 @@ impl ResponseStore {
                 },
                 // Not in the fleet's store (expired, deleted through another replica): only
                 // an entry that never reached Redis is still to be found here.
-                Ok(None) => return Ok(self.get(id, owner).filter(|_| self.only_here(id))),
+                Ok(None) => return Ok(self.get(id, owner).filter(|_| shared.responses.waiting(id))),
                 Err(reason) => {
                     tracing::warn!(id, reason, "Redis did not answer; reading this replica's responses");
                     return self.get(id, owner).map(Some).ok_or(FleetAway);
@@ -341,12 +269,6 @@ impl ResponseStore {
             }
         }
         Ok(self.get(id, owner))
-    }
-
-    /// Whether the entry `id` is kept here and never reached Redis.
-    fn only_here(&self, id: &str) -> bool {
-        let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        inner.get(&id.to_owned(), Instant::now()).is_some_and(|(entry, _)| entry.only_here)
     }
 
     /// Forgets the response `id` here and in the fleet's Redis; whether it was kept for `owner`
@@ -357,7 +279,8 @@ impl ResponseStore {
         let Some(found) = self.find(id, owner).await? else { return Ok(false) };
         let items = output_items(&found);
         if let Some(shared) = &self.shared {
-            let only_here = self.only_here(id);
+            // One that never reached Redis is deleted here alone (and not sent again).
+            let only_here = shared.responses.waiting(id);
             if let Err(reason) = shared.responses.delete(id).await
                 && !only_here
             {
@@ -368,12 +291,6 @@ impl ResponseStore {
                 );
                 return Err(FleetAway);
             }
-            // Not sent again after it was deleted.
-            shared
-                .unshared
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .retain(|waiting| waiting != id);
             for (key, _) in &items {
                 if let Err(reason) = shared.items.delete(key).await {
                     tracing::warn!(id, reason, "a response's items could not be deleted from Redis");
@@ -407,7 +324,7 @@ impl ResponseStore {
     /// Keeps `json` under `id`; `false` when it is larger than the byte bound alone.
     fn put_json(&self, id: String, owner: String, json: Vec<u8>) -> bool {
         let bytes = json.len() + owner.len();
-        let entry = Entry { owner, json: json.into_boxed_slice(), only_here: false };
+        let entry = Entry { owner, json: json.into_boxed_slice() };
         let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let kept = inner.insert(id.clone(), entry, bytes, Instant::now());
         if !kept {
@@ -605,7 +522,7 @@ mod tests {
         redis.kill();
         assert!(!responses.keep("resp_1".to_owned(), stored("alice", "one")).await, "Redis is away");
         redis.restart();
-        responses.resend_waiting().await;
+        store.resend_missed().await;
         let held = shared().get("resp_1").await.unwrap().expect("sent again");
         assert_eq!(serde_json::from_slice::<Stored>(&held).unwrap(), stored("alice", "one"));
         assert_eq!(responses.find("resp_1", "alice").await.map(|found| found.is_some()), Ok(true));

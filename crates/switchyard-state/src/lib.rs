@@ -298,6 +298,9 @@ pub(crate) struct Shared {
     config_hash: Mutex<String>,
     /// What the heartbeat tells of this run of the replica.
     pub(crate) member: members::Member,
+    /// Every kind of entries kept in Redis through this store, for the round that writes
+    /// again what Redis missed ([`RedisStore::resend_missed`]).
+    kept: Mutex<Vec<std::sync::Weak<responses::Entries>>>,
 }
 
 /// The store's bookkeeping of the shared records: the generation each was last seen at, and
@@ -407,6 +410,7 @@ impl RedisStore {
             fleet: pace::FleetView::default(),
             config_hash: Mutex::new(String::new()),
             member: members::Member::new(),
+            kept: Mutex::default(),
         });
         Ok(Self { shared, client, ops, pace, inbox: Mutex::new(Some((inbox, pace_inbox))) })
     }
@@ -474,6 +478,26 @@ impl RedisStore {
     /// (`Ok(false)`): the replica serves from its own memory, as it would anyway.
     pub async fn claim(&self) -> Result<bool, StateError> {
         members::claim(&self.shared, &self.client).await
+    }
+
+    /// Names `entries` for [`resend_missed`](Self::resend_missed).
+    pub(crate) fn keep_resending(&self, entries: &Arc<responses::Entries>) {
+        let mut kept = self.shared.kept.lock().unwrap_or_else(|p| p.into_inner());
+        kept.retain(|entries| entries.strong_count() > 0);
+        kept.push(Arc::downgrade(entries));
+    }
+
+    /// Writes again, kind by kind, what Redis missed of the entries kept through this store
+    /// ([`SharedResponses`](responses::SharedResponses)): the periodic round, for a replica
+    /// that has no later write to send them after. Off any request's path.
+    pub async fn resend_missed(&self) {
+        let kinds: Vec<Arc<responses::Entries>> = {
+            let kept = self.shared.kept.lock().unwrap_or_else(|p| p.into_inner());
+            kept.iter().filter_map(std::sync::Weak::upgrade).collect()
+        };
+        for entries in kinds {
+            entries.resend().await;
+        }
     }
 
     /// Queues `changes` for the background task, noting what this replica knew of each

@@ -11,9 +11,13 @@
 //! only in Redis. Every call is bounded by the store's timeout; the caller falls back to its
 //! own memory when Redis does not answer.
 
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use redis::Script;
+use tokio::time::Instant;
 
 use crate::{Kept, RedisStore};
 
@@ -70,7 +74,18 @@ pub struct KeptBounds {
 }
 
 /// Kept responses in the Redis of a [`RedisStore`].
+///
+/// A write Redis missed (away, or stalled past its timeout) is kept, and written again once
+/// Redis takes a write of these entries, or by the store's periodic round
+/// ([`RedisStore::resend_missed`]): at most [`MISSED_BYTES`] wait, the oldest dropped first,
+/// none written past the age bound, and one deleted meanwhile not at all.
 pub struct SharedResponses {
+    inner: Arc<Entries>,
+}
+
+/// What a [`SharedResponses`] holds: shared with the resend in the background, and named in
+/// its store's list for the periodic round.
+pub(crate) struct Entries {
     redis: Kept,
     /// `P:responses`: the ordered set of ids, and the stem of its size hash and byte count.
     base: String,
@@ -79,11 +94,27 @@ pub struct SharedResponses {
     bounds: KeptBounds,
     put: Script,
     delete: Script,
+    missed: Mutex<Missed>,
+    /// A resend runs.
+    resending: AtomicBool,
 }
+
+/// The writes Redis missed, oldest first: each its id, its value and when it was written.
+#[derive(Default)]
+struct Missed {
+    writes: VecDeque<(String, Vec<u8>, Instant)>,
+    bytes: usize,
+}
+
+/// How many bytes of writes Redis missed wait to be written again, at most (per kind).
+pub const MISSED_BYTES: usize = 16 << 20;
 
 impl std::fmt::Debug for SharedResponses {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedResponses").field("base", &self.base).field("bounds", &self.bounds).finish()
+        f.debug_struct("SharedResponses")
+            .field("base", &self.inner.base)
+            .field("bounds", &self.inner.bounds)
+            .finish()
     }
 }
 
@@ -97,19 +128,99 @@ impl SharedResponses {
     /// (a `cache` candidate's answers, say), held to `bounds` of their own.
     pub fn named(store: &RedisStore, kind: &str, bounds: KeptBounds) -> Self {
         let settings = store.settings();
-        Self {
+        let inner = Arc::new(Entries {
             redis: Kept::new(store),
             base: format!("{}:{kind}s", settings.prefix),
             entry: format!("{}:{kind}:", settings.prefix),
             bounds,
             put: Script::new(PUT),
             delete: Script::new(DELETE),
-        }
+            missed: Mutex::default(),
+            resending: AtomicBool::new(false),
+        });
+        store.keep_resending(&inner);
+        Self { inner }
     }
 
     /// Keeps `value` under `id`, making room as the bounds say; an error, with nothing else
-    /// dropped, when it is larger than the byte bound alone.
+    /// dropped, when it is larger than the byte bound alone. A write Redis missed is an error
+    /// too, and waits to be written again; one Redis took sends those that wait, in the
+    /// background.
     pub async fn put(&self, id: &str, value: &[u8]) -> Result<(), String> {
+        match self.inner.write(id, value).await {
+            Ok(()) => {
+                self.inner.resend_in_background();
+                Ok(())
+            }
+            Err(Refused::TooLarge(reason)) => Err(reason),
+            Err(Refused::Missed(reason)) => {
+                self.inner.missed_write(id, value.to_vec(), Instant::now());
+                Err(reason)
+            }
+        }
+    }
+
+    /// Whether a write of `id` Redis missed waits to be written again: the entry is kept by
+    /// the replica that wrote it alone.
+    pub fn waiting(&self, id: &str) -> bool {
+        self.inner.missed().writes.iter().any(|(waiting, _, _)| waiting == id)
+    }
+
+    /// Writes again what Redis missed, unless a resend runs; off any request's path.
+    pub async fn resend(&self) {
+        self.inner.resend().await;
+    }
+
+    /// The entry `id`, when it is kept.
+    pub async fn get(&self, id: &str) -> Result<Option<Vec<u8>>, String> {
+        let get = &redis::cmd("GET").arg(format!("{}{id}", self.inner.entry)).clone();
+        self.inner
+            .redis
+            .retried(move |mut conn| async move { get.query_async::<Option<Vec<u8>>>(&mut conn).await })
+            .await
+    }
+
+    /// The entries `ids` name, in order, `None` for one not kept: one round trip.
+    pub async fn get_many(&self, ids: &[String]) -> Result<Vec<Option<Vec<u8>>>, String> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut mget = redis::cmd("MGET");
+        for id in ids {
+            mget.arg(format!("{}{id}", self.inner.entry));
+        }
+        let mget = &mget;
+        self.inner
+            .redis
+            .retried(move |mut conn| async move { mget.query_async::<Vec<Option<Vec<u8>>>>(&mut conn).await })
+            .await
+    }
+
+    /// Forgets the entry `id` (and a write of it that waits to be made again); whether Redis
+    /// kept it.
+    pub async fn delete(&self, id: &str) -> Result<bool, String> {
+        self.inner.unmissed(id);
+        let inner = &self.inner;
+        let mut invocation = inner.delete.prepare_invoke();
+        invocation.arg(&inner.base).arg(id).arg(&inner.entry);
+        let invocation = &invocation;
+        let deleted =
+            inner.redis.retried(|mut conn| async move { invocation.invoke_async::<i64>(&mut conn).await });
+        deleted.await.map(|n| n > 0)
+    }
+}
+
+/// Why a write was not made.
+enum Refused {
+    /// Larger than the byte bound alone: never kept.
+    TooLarge(String),
+    /// Redis did not take it (away, stalled, refusing writes).
+    Missed(String),
+}
+
+impl Entries {
+    /// One write.
+    async fn write(&self, id: &str, value: &[u8]) -> Result<(), Refused> {
         let bounds = self.bounds;
         let mut invocation = self.put.prepare_invoke();
         invocation
@@ -123,46 +234,85 @@ impl SharedResponses {
         let invocation = &invocation;
         let written =
             self.redis.retried(|mut conn| async move { invocation.invoke_async::<i64>(&mut conn).await });
-        match written.await? {
-            0 => Err(format!(
+        match written.await.map_err(Refused::Missed)? {
+            0 => Err(Refused::TooLarge(format!(
                 "{} bytes is more than the fleet's byte bound, {}",
                 value.len(),
                 bounds.max_bytes
-            )),
+            ))),
             _ => Ok(()),
         }
     }
 
-    /// The entry `id`, when it is kept.
-    pub async fn get(&self, id: &str) -> Result<Option<Vec<u8>>, String> {
-        let get = &redis::cmd("GET").arg(format!("{}{id}", self.entry)).clone();
-        self.redis
-            .retried(move |mut conn| async move { get.query_async::<Option<Vec<u8>>>(&mut conn).await })
-            .await
+    fn missed(&self) -> MutexGuard<'_, Missed> {
+        self.missed.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The entries `ids` name, in order, `None` for one not kept: one round trip.
-    pub async fn get_many(&self, ids: &[String]) -> Result<Vec<Option<Vec<u8>>>, String> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
+    /// Keeps a write Redis missed (`at`: when it was first written), in place of an older
+    /// write of the same id.
+    fn missed_write(&self, id: &str, value: Vec<u8>, at: Instant) {
+        let mut missed = self.missed();
+        missed.remove(id);
+        missed.bytes += value.len();
+        missed.writes.push_back((id.to_owned(), value, at));
+        while missed.bytes > MISSED_BYTES {
+            let Some((_, value, _)) = missed.writes.pop_front() else { break };
+            missed.bytes -= value.len();
         }
-        let mut mget = redis::cmd("MGET");
-        for id in ids {
-            mget.arg(format!("{}{id}", self.entry));
-        }
-        let mget = &mget;
-        self.redis
-            .retried(move |mut conn| async move { mget.query_async::<Vec<Option<Vec<u8>>>>(&mut conn).await })
-            .await
     }
 
-    /// Forgets the entry `id`; whether it was kept.
-    pub async fn delete(&self, id: &str) -> Result<bool, String> {
-        let mut invocation = self.delete.prepare_invoke();
-        invocation.arg(&self.base).arg(id).arg(&self.entry);
-        let invocation = &invocation;
-        let deleted =
-            self.redis.retried(|mut conn| async move { invocation.invoke_async::<i64>(&mut conn).await });
-        deleted.await.map(|n| n > 0)
+    /// Drops the write of `id` that waits, if one does.
+    fn unmissed(&self, id: &str) {
+        self.missed().remove(id);
+    }
+
+    /// Has [`resend`](Self::resend) run in the background when writes wait and none runs.
+    fn resend_in_background(self: &Arc<Self>) {
+        if !self.missed().writes.is_empty() && !self.resending.load(Ordering::Acquire) {
+            let entries = self.clone();
+            tokio::spawn(async move { entries.resend().await });
+        }
+    }
+
+    /// Writes again what Redis missed, oldest first, until a write fails; one past the age
+    /// bound is dropped instead. Does nothing while another resend runs.
+    pub(crate) async fn resend(&self) {
+        if self.resending.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        loop {
+            let next = {
+                let mut missed = self.missed();
+                let next = missed.writes.pop_front();
+                missed.bytes -= next.as_ref().map_or(0, |(_, value, _)| value.len());
+                next
+            };
+            let Some((id, value, at)) = next else { break };
+            if at.elapsed() >= self.bounds.max_age {
+                continue;
+            }
+            match self.write(&id, &value).await {
+                Ok(()) | Err(Refused::TooLarge(_)) => {}
+                Err(Refused::Missed(_)) => {
+                    // Back at the front, unless written anew meanwhile.
+                    let mut missed = self.missed();
+                    if !missed.writes.iter().any(|(waiting, _, _)| *waiting == id) {
+                        missed.bytes += value.len();
+                        missed.writes.push_front((id, value, at));
+                    }
+                    break;
+                }
+            }
+        }
+        self.resending.store(false, Ordering::Release);
+    }
+}
+
+impl Missed {
+    fn remove(&mut self, id: &str) {
+        let at = self.writes.iter().position(|(waiting, _, _)| waiting == id);
+        if let Some((_, value, _)) = at.and_then(|at| self.writes.remove(at)) {
+            self.bytes -= value.len();
+        }
     }
 }

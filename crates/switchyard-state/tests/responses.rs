@@ -113,3 +113,47 @@ async fn once_redis_let_a_call_time_out_calls_fail_at_once_for_a_moment() {
     tokio::time::resume();
     assert_eq!(store.get("resp_1").await.unwrap().as_deref(), Some(&b"one"[..]), "asked again after it");
 }
+
+/// Every kind of entries (kept responses, thinking, a cache's answers, pins) keeps what Redis
+/// missed and writes it again: after the next write Redis takes, or in the store's round.
+#[tokio::test]
+async fn what_redis_missed_is_written_again_unless_deleted_or_too_old_meanwhile() {
+    let mut redis = RedisServer::start();
+    let mut settings = StateSettings::new(redis.url());
+    settings.timeout = Duration::from_millis(250);
+    let store = RedisStore::new(settings).unwrap();
+    let answers = SharedResponses::named(&store, "answer:default:cache", ROOMY);
+    let brief = KeptBounds { max_age: Duration::from_millis(300), ..ROOMY };
+    let pins = SharedResponses::named(&store, "affinity", brief);
+    redis.kill();
+    assert!(answers.put("a1", b"one").await.is_err(), "Redis is away");
+    assert!(answers.put("a2", b"two").await.is_err());
+    assert!(pins.put("p1", b"pin").await.is_err());
+    assert!(answers.waiting("a1") && answers.waiting("a2") && pins.waiting("p1"));
+    // Deleted meanwhile: not written again.
+    assert!(answers.delete("a2").await.is_err());
+    assert!(!answers.waiting("a2"));
+    redis.restart();
+    // Past its age by the time Redis is back (the kept pin would have expired).
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    store.resend_missed().await;
+    assert_eq!(answers.get("a1").await.unwrap().as_deref(), Some(&b"one"[..]), "written again");
+    assert!(!answers.waiting("a1"));
+    assert_eq!(answers.get("a2").await.unwrap(), None, "deleted meanwhile");
+    assert_eq!(pins.get("p1").await.unwrap(), None, "too old to write");
+    assert!(!pins.waiting("p1"));
+
+    // Without the round: the next write Redis takes sends what waits, in the background.
+    redis.kill();
+    assert!(answers.put("a3", b"three").await.is_err());
+    redis.restart();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while answers.put("a4", b"four").await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "Redis never took a write");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    while answers.get("a3").await.unwrap().is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "a3 was not written again");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

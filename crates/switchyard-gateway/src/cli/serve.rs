@@ -225,15 +225,16 @@ fn join_fleet(store: &Arc<RedisStore>, state: &Arc<AppState>) {
     let counted = Arc::downgrade(state);
     store.count_in_flight_with(move || counted.upgrade().map_or(0, |state| state.in_flight()));
     store.start();
-    // What Redis missed while it was away, sent again every few seconds.
-    let resends = Arc::downgrade(state);
+    // What Redis missed while it was away (kept responses, Claude's kept thinking, answers,
+    // pins), sent again every few seconds.
+    let resends = Arc::downgrade(store);
     tokio::spawn(async move {
         let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            let Some(state) = resends.upgrade() else { return };
-            state.resend_unshared().await;
+            let Some(store) = resends.upgrade() else { return };
+            store.resend_missed().await;
         }
     });
     // Hedge budgets counted fleet-wide: each replica's windows exchanged once a second.

@@ -59,98 +59,11 @@ struct Shared {
 }
 
 /// The thinking of the tool turns answered lately: this replica's, and the fleet's with
-/// shared state.
+/// shared state (a write Redis missed is written again once it takes one: `SharedResponses`).
 #[derive(Debug)]
 pub(crate) struct KeptThinking {
     here: Mutex<Bounded<String, Arc<[Value]>>>,
-    shared: Option<Arc<Fleet>>,
-}
-
-/// The fleet's Redis, and the turns whose write it missed, written again in the background
-/// once it takes a write (at most [`UNSHARED_BYTES`] of them, the oldest dropped first; none
-/// older than the bounds' age).
-struct Fleet {
-    redis: SharedResponses,
-    max_age: Duration,
-    unshared: Mutex<Unshared>,
-    /// A resend runs.
-    resending: std::sync::atomic::AtomicBool,
-}
-
-/// The turns waiting to be written again: each its id in Redis, its JSON and when it was kept.
-#[derive(Default)]
-struct Unshared {
-    turns: std::collections::VecDeque<(String, Vec<u8>, Instant)>,
-    bytes: usize,
-}
-
-/// How many bytes of turns whose write failed wait to be written again, at most.
-const UNSHARED_BYTES: usize = 16 << 20;
-
-impl std::fmt::Debug for Fleet {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Fleet").field("redis", &self.redis).finish_non_exhaustive()
-    }
-}
-
-impl Fleet {
-    fn unshared(&self) -> MutexGuard<'_, Unshared> {
-        self.unshared.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Writes one turn's thinking; once Redis took it, those it missed go in the background.
-    async fn put(self: Arc<Self>, id: String, json: Vec<u8>) {
-        if let Err(reason) = self.redis.put(&id, &json).await {
-            tracing::warn!(
-                reason,
-                "a tool turn's thinking could not be kept in Redis; this replica keeps it"
-            );
-            self.wait(id, json, Instant::now());
-            return;
-        }
-        self.resend_waiting();
-    }
-
-    /// Writes again, in the background, what waits, unless a resend runs.
-    fn resend_waiting(self: &Arc<Self>) {
-        let waiting = !self.unshared().turns.is_empty();
-        if waiting && !self.resending.swap(true, std::sync::atomic::Ordering::AcqRel) {
-            tokio::spawn(self.clone().resend());
-        }
-    }
-
-    /// Keeps a turn whose write failed, to write again.
-    fn wait(&self, id: String, json: Vec<u8>, kept: Instant) {
-        let mut unshared = self.unshared();
-        unshared.bytes += json.len();
-        unshared.turns.push_back((id, json, kept));
-        while unshared.bytes > UNSHARED_BYTES {
-            let Some((_, json, _)) = unshared.turns.pop_front() else { break };
-            unshared.bytes -= json.len();
-        }
-    }
-
-    /// Writes again what waits, oldest first, until a write fails; a turn past its age is
-    /// dropped instead.
-    async fn resend(self: Arc<Self>) {
-        loop {
-            let next = {
-                let mut unshared = self.unshared();
-                let next = unshared.turns.pop_front();
-                unshared.bytes -= next.as_ref().map_or(0, |(_, json, _)| json.len());
-                next
-            };
-            let Some((id, json, kept)) = next else { break };
-            if kept.elapsed() >= self.max_age {
-                continue;
-            }
-            if self.redis.put(&id, &json).await.is_err() {
-                self.wait(id, json, kept);
-                break;
-            }
-        }
-        self.resending.store(false, std::sync::atomic::Ordering::Release);
-    }
+    shared: Option<Arc<SharedResponses>>,
 }
 
 impl KeptThinking {
@@ -161,19 +74,7 @@ impl KeptThinking {
             max_age: bounds.max_age.saturating_sub(Duration::from_nanos(1)),
             max_bytes: bounds.max_bytes,
         };
-        let max_age = bounds.max_age;
-        let shared = shared.map(|redis| {
-            let (unshared, resending) = Default::default();
-            Arc::new(Fleet { redis, max_age, unshared, resending })
-        });
-        Self { here: Mutex::new(Bounded::new(bounds)), shared }
-    }
-
-    /// Writes again, in the background, the turns whose write Redis missed.
-    pub(crate) fn resend_waiting(&self) {
-        if let Some(shared) = &self.shared {
-            shared.resend_waiting();
-        }
+        Self { here: Mutex::new(Bounded::new(bounds)), shared: shared.map(Arc::new) }
     }
 
     fn here(&self) -> MutexGuard<'_, Bounded<String, Arc<[Value]>>> {
@@ -198,8 +99,15 @@ impl KeptThinking {
         let json = serde_json::to_vec(&Sharing { turn: &turn, blocks }).unwrap_or_default();
         let bytes = turn.len() + json.len();
         self.here().insert(turn.clone(), Arc::from(blocks), bytes, Instant::now());
-        let shared = self.shared.clone()?;
-        Some(Box::pin(shared.put(shared_id(&turn), json)))
+        let (shared, id) = (self.shared.clone()?, shared_id(&turn));
+        Some(Box::pin(async move {
+            if let Err(reason) = shared.put(&id, &json).await {
+                tracing::warn!(
+                    reason,
+                    "a tool turn's thinking could not be kept in Redis; this replica keeps it, and writes it again once Redis takes a write"
+                );
+            }
+        }))
     }
 
     /// Opens each tool turn of `request` (from `key`) that came back without its thinking on
@@ -226,7 +134,7 @@ impl KeptThinking {
         let Some(shared) = &self.shared else { return };
         let missing = &missing[missing.len().saturating_sub(ASKED)..];
         let ids: Vec<String> = missing.iter().map(|(_, turn)| shared_id(turn)).collect();
-        let found = match shared.redis.get_many(&ids).await {
+        let found = match shared.get_many(&ids).await {
             Ok(found) => found,
             Err(reason) => {
                 tracing::debug!(reason, "Redis did not say what thinking it keeps; the turns go on without");

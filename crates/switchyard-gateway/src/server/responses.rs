@@ -70,10 +70,8 @@ pub async fn create(
             let meta =
                 Meta { reasoned_by: answer.trail.called_model(&answer.served_by).map(str::to_owned), ..meta };
             let object = whole_object(&mut answer.response, &meta);
-            if let Some(keep) = keep
-                && state.responses.keep(meta.id.clone(), keep.entry(&object)).await
-            {
-                resend(&state);
+            if let Some(keep) = keep {
+                state.responses.keep(meta.id.clone(), keep.entry(&object)).await;
             }
             let body = serde_json::to_vec(&object).unwrap_or_default();
             answered(&state, &exchange, body, Delivered::from(&mut answer))
@@ -159,13 +157,6 @@ async fn conversation(
     };
     let keep = store.then(|| Keep { owner: owner.to_owned(), items });
     Ok(Turn { chat, meta, keep, conversation })
-}
-
-/// Sends again, in the background, the kept responses whose write Redis missed (Redis has just
-/// taken one).
-fn resend(state: &Arc<AppState>) {
-    let state = state.clone();
-    tokio::spawn(async move { state.responses.resend().await });
 }
 
 /// A stable 128-bit hash of `item`'s JSON.
@@ -295,9 +286,7 @@ impl ResponsesEncoder {
             if let Some(to_share) = self.state.responses.remember(id.clone(), entry) {
                 let state = self.state.clone();
                 self.sharing = Some(Box::pin(async move {
-                    if state.responses.share(&id, &to_share).await {
-                        resend(&state);
-                    }
+                    state.responses.share(&id, &to_share).await;
                 }));
             }
         }

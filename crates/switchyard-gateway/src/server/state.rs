@@ -320,14 +320,6 @@ impl AppState {
         self.cut_waiting.notify_waiters();
     }
 
-    /// Sends again what Redis missed of the kept responses and Claude's kept thinking (while
-    /// Redis was away), when some waits: the fleet's periodic round, for a replica that has no
-    /// more writes to send it after.
-    pub async fn resend_unshared(&self) {
-        self.kept_thinking.resend_waiting();
-        self.responses.resend_waiting().await;
-    }
-
     /// Ready once the grace period is over ([`AppState::cut_streams`]): what a request waiting
     /// for its answer's head ends on, answered `503` rather than cut off without a word.
     pub(crate) fn cut_waiting(&self) -> tokio::sync::futures::OwnedNotified {
