@@ -113,9 +113,25 @@ fn file_part(part: &Value) -> Option<Vec<ContentPart>> {
     let mut parts = vec![ContentPart::Other(serde_json::json!({ "type": "file", "file": file }))];
     // What the client tells the model of the document (Anthropic's `context`), after it.
     if let Some(context) = part.get("context").and_then(Value::as_str).filter(|text| !text.is_empty()) {
-        parts.push(ContentPart::Text { text: format!("About the document above: {context}") });
+        parts.push(ContentPart::Text { text: format!("{DOCUMENT_CONTEXT}{context}") });
     }
     Some(parts)
+}
+
+/// What begins the text that follows a document with what the client said of it: it goes
+/// where its document goes.
+const DOCUMENT_CONTEXT: &str = "About the document above: ";
+
+/// Whether `parts[at]` goes with the media of a tool result lifted out of it: a medium, or the
+/// text of what the client said of the document just before it.
+fn lifted_with_media(parts: &[ContentPart], at: usize) -> bool {
+    match &parts[at] {
+        ContentPart::Text { text } => {
+            text.starts_with(DOCUMENT_CONTEXT)
+                && at.checked_sub(1).is_some_and(|before| !matches!(parts[before], ContentPart::Text { .. }))
+        }
+        _ => true,
+    }
 }
 
 /// OpenAI's own API takes only text in a tool message. A tool result's other parts (the image
@@ -136,8 +152,13 @@ fn lift_tool_media(request: &ChatRequest, contents: &mut [Option<Content>]) -> V
         if let Some(Content::Parts(parts)) = contents[i].as_ref().or(message.content.as_ref())
             && parts.iter().any(|part| !matches!(part, ContentPart::Text { .. }))
         {
-            let (text, media): (Vec<ContentPart>, Vec<ContentPart>) =
-                parts.iter().cloned().partition(|part| matches!(part, ContentPart::Text { .. }));
+            let (mut text, mut media) = (Vec::new(), Vec::new());
+            for (at, part) in parts.iter().enumerate() {
+                match lifted_with_media(parts, at) {
+                    true => media.push(part.clone()),
+                    false => text.push(part.clone()),
+                }
+            }
             let call = message.tool_call_id.as_deref().unwrap_or("the tool call");
             pending.push(ContentPart::Text { text: format!("The result of {call}:") });
             pending.extend(media);
@@ -165,7 +186,10 @@ fn say_failed_tools(request: &ChatRequest, contents: &mut [Option<Content>]) {
         contents[i] = Some(match contents[i].take().or_else(|| message.content.clone()) {
             Some(Content::Text(text)) => Content::Text(format!("Error: {text}")),
             Some(Content::Parts(mut parts)) => {
-                parts.insert(0, ContentPart::Text { text: "Error:".to_owned() });
+                match parts.first_mut() {
+                    Some(ContentPart::Text { text }) => text.insert_str(0, "Error: "),
+                    _ => parts.insert(0, ContentPart::Text { text: "Error:".to_owned() }),
+                }
                 Content::Parts(parts)
             }
             None => Content::Text("Error".to_owned()),
@@ -1066,6 +1090,42 @@ mod tests {
         assert_eq!(lifted["content"][0]["text"], "The result of call_1:");
         assert_eq!(lifted["content"][2]["text"], "The result of call_2:");
         assert_eq!(messages[5]["content"], "And?");
+    }
+
+    #[test]
+    fn a_failed_tool_result_of_parts_says_so_in_its_text_and_a_document_keeps_its_context() {
+        let mut call = Message::assistant("");
+        call.tool_calls = vec![switchyard::chat::ToolCall::function("toolu_1", "fetch", "{}")];
+        let document = json!({"type": "document", "title": "q3.pdf", "context": "In EUR",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0"}});
+        let mut failed = Message {
+            content: Some(Content::Parts(vec![
+                ContentPart::Text { text: "partial read".into() },
+                ContentPart::Other(document),
+            ])),
+            tool_call_id: Some("toolu_1".into()),
+            ..Message::text(Role::Tool, "")
+        };
+        let blocks = json!([{"type": "tool_result", "tool_use_id": "toolu_1", "is_error": true}]);
+        failed.extra.insert(crate::anthropic::VERBATIM_BLOCKS.into(), blocks);
+        let mut request = ChatRequest::new("route", vec![Message::user("Read it"), call, failed]);
+        request.origin = Dialect::Anthropic;
+        let sent = body(&request, false, true);
+        let messages = sent["messages"].as_array().unwrap();
+        // The failure is said in the result's own text, not as a part of its own.
+        assert_eq!(
+            messages[2]["content"],
+            json!([{"type": "text", "text": "Error: partial read"}]),
+            "{sent}"
+        );
+        // The document's context goes with the document, after it.
+        let lifted: Vec<&str> = messages[3]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|part| part["text"].as_str().unwrap_or(part["type"].as_str().unwrap()))
+            .collect();
+        assert_eq!(lifted, ["The result of toolu_1:", "file", "About the document above: In EUR"]);
     }
 
     #[test]
