@@ -188,6 +188,10 @@ impl ResponseStore {
                 reason,
                 "a response could not be kept in Redis; this replica keeps it, and writes it again once Redis takes a write"
             );
+            // Its items go with it when Redis takes writes again.
+            for (key, item) in &to_share.items {
+                shared.items.defer(key, item);
+            }
             return false;
         }
         for (key, item) in &to_share.items {
@@ -520,11 +524,16 @@ mod tests {
             SharedResponses::named(&store, "response_item", kept),
         );
         redis.kill();
-        assert!(!responses.keep("resp_1".to_owned(), stored("alice", "one")).await, "Redis is away");
+        let mut answered = stored("alice", "one");
+        answered.response["output"] = json!([{"type": "message", "id": "msg_1", "content": []}]);
+        assert!(!responses.keep("resp_1".to_owned(), answered.clone()).await, "Redis is away");
         redis.restart();
         store.resend_missed().await;
         let held = shared().get("resp_1").await.unwrap().expect("sent again");
-        assert_eq!(serde_json::from_slice::<Stored>(&held).unwrap(), stored("alice", "one"));
+        assert_eq!(serde_json::from_slice::<Stored>(&held).unwrap(), answered);
         assert_eq!(responses.find("resp_1", "alice").await.map(|found| found.is_some()), Ok(true));
+        // Its items too, for another replica to read them by reference.
+        let items = SharedResponses::named(&store, "response_item", kept);
+        assert!(items.get(&index_key("alice", "msg_1")).await.unwrap().is_some(), "its item sent again");
     }
 }

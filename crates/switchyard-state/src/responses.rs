@@ -160,6 +160,12 @@ impl SharedResponses {
         }
     }
 
+    /// Keeps `value` under `id` to be written with the writes Redis missed, without trying now:
+    /// the parts of an entry whose own write Redis just missed.
+    pub fn defer(&self, id: &str, value: &[u8]) {
+        self.inner.missed_write(id, value.to_vec(), Instant::now());
+    }
+
     /// Whether a write of `id` Redis missed waits to be written again: the entry is kept by
     /// the replica that wrote it alone.
     pub fn waiting(&self, id: &str) -> bool {
@@ -253,6 +259,9 @@ impl Entries {
     fn missed_write(&self, id: &str, value: Vec<u8>, at: Instant) {
         let mut missed = self.missed();
         missed.remove(id);
+        if value.len() > MISSED_BYTES {
+            return;
+        }
         missed.bytes += value.len();
         missed.writes.push_back((id.to_owned(), value, at));
         while missed.bytes > MISSED_BYTES {
