@@ -72,6 +72,10 @@ pub struct OpenAiProvider {
     /// `reasoning_content` (DeepSeek's thinking mode): each turn is sent one since, `""` where
     /// the gateway has none of the model's own.
     reasoning_back: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The models that refused a stream for the `stream_options` the gateway adds (an older
+    /// Azure API version, a server that forbids unknown fields): their streams go without it
+    /// since, their usage estimated.
+    bare_streams: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// The operations' URLs of [`Endpoint::Plain`].
@@ -159,6 +163,7 @@ impl OpenAiProvider {
             responses_native: settings.responses_native,
             prefill: settings.prefill,
             reasoning_back: Default::default(),
+            bare_streams: Default::default(),
         })
     }
 
@@ -296,10 +301,15 @@ impl OpenAiProvider {
     ) -> Result<http::Response, ProviderError> {
         refuse_prefill(request, self.prefill)?;
         let mut padded = self.wants_reasoning_back(call.model);
+        let mut bare = self.streams_bare(call.model);
         let mut capped = None;
         loop {
             let asked = capped.as_ref().unwrap_or(request);
             let body = wire::chat_body(asked, call.model, streaming, (self.kind, padded))?;
+            let body = match streaming && bare {
+                true => verbatim::rewrite(&body, &[("stream_options", Edit::Remove)])?,
+                false => body,
+            };
             let error = match self.post(call, "chat/completions", body, streaming).await {
                 Err(error) => error,
                 sent => return sent,
@@ -310,6 +320,10 @@ impl OpenAiProvider {
                 padded = true;
                 continue;
             }
+            if streaming && !bare && self.goes_bare(call.model, request, &error) {
+                bare = true;
+                continue;
+            }
             let lower = |most: &u32| request.max_tokens.is_some_and(|asked| asked > *most);
             let foreign = request.origin != Dialect::OpenAi;
             match errors::output_limit(&error).filter(lower).filter(|_| foreign && capped.is_none()) {
@@ -317,6 +331,23 @@ impl OpenAiProvider {
                 None => return Err(error),
             }
         }
+    }
+
+    /// Whether `model` streams without `stream_options` (it refused them).
+    fn streams_bare(&self, model: &str) -> bool {
+        self.bare_streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(model)
+    }
+
+    /// Whether a stream `error` refused for the `stream_options` the gateway added goes again
+    /// without them, from then on: a stream the client asked for. A whole answer asked as a
+    /// stream is asked whole instead (the router's `refusals`), which keeps its usage.
+    fn goes_bare(&self, model: &str, request: &ChatRequest, error: &ProviderError) -> bool {
+        if !request.stream || !errors::refuses_stream_options(error) {
+            return false;
+        }
+        tracing::debug!(model, "the model refused stream_options: its streams go without them");
+        self.bare_streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(model.to_owned());
+        true
     }
 
     /// Whether `model` refused a conversation for an assistant turn without its reasoning.
@@ -347,14 +378,8 @@ impl OpenAiProvider {
                 // The chunk that carries it is passed on only when the client asked too, or
                 // asked for a whole answer (put together from the stream: its usage as the
                 // provider wrote it, details and all).
-                let edits = [
-                    ("model", Edit::Text(call.model)),
-                    ("stream", Edit::Flag(true)),
-                    ("stream_options", Edit::Enable("include_usage")),
-                ];
                 let usage_chunk = !request.stream || codec::wants_usage(request);
-                let body = verbatim::rewrite(body, &edits)?;
-                (self.post(call, "chat/completions", body, true).await?, Some(stream::PassOn { usage_chunk }))
+                (self.post_verbatim_stream(call, request, body).await?, Some(stream::PassOn { usage_chunk }))
             }
             None => (self.post_translated(call, request, true).await?, None),
         };
@@ -370,6 +395,35 @@ impl OpenAiProvider {
             return Ok(stream::from_response(answer));
         }
         Ok(stream::chunks(response, call.credential.key().cloned(), pass_on))
+    }
+
+    /// Posts the client's own body as a stream. Usage is asked for whatever the client said:
+    /// cost and token budgets need it; a model that refuses the `stream_options` it is asked in
+    /// is sent the stream without them ([`goes_bare`](Self::goes_bare)).
+    async fn post_verbatim_stream(
+        &self,
+        call: Call<'_>,
+        request: &ChatRequest,
+        body: &bytes::Bytes,
+    ) -> Result<http::Response, ProviderError> {
+        let mut bare = self.streams_bare(call.model);
+        loop {
+            let options = if bare { Edit::Remove } else { Edit::Enable("include_usage") };
+            let edits = [
+                ("model", Edit::Text(call.model)),
+                ("stream", Edit::Flag(true)),
+                ("stream_options", options),
+            ];
+            let error =
+                match self.post(call, "chat/completions", verbatim::rewrite(body, &edits)?, true).await {
+                    Err(error) => error,
+                    sent => return sent,
+                };
+            if bare || !self.goes_bare(call.model, request, &error) {
+                return Err(error);
+            }
+            bare = true;
+        }
     }
 
     /// An embeddings call to `embeddings`; the answer must hold one vector per input text.

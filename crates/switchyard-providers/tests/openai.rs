@@ -1790,3 +1790,62 @@ async fn an_output_limit_the_model_refuses_is_sent_once_more_at_its_limit_for_a_
     assert_eq!(error.kind(), ErrorKind::InvalidRequest);
     assert_eq!(fake.requests().len(), 5);
 }
+
+/// A server that refuses the `stream_options` the gateway adds (`refusal`), and streams
+/// without them.
+async fn refusing_stream_options(refusal: fn() -> axum::response::Response) -> Fake {
+    let body = sse(&[chunk(json!({"content": "Hi"}), json!(null)), chunk(json!({}), json!("stop"))], true);
+    Fake::start(move |seen| match seen.body.get("stream_options") {
+        Some(_) => refusal(),
+        None => sse_reply(&[], &body),
+    })
+    .await
+}
+
+fn azure_refusal() -> axum::response::Response {
+    let message = "Unrecognized request argument supplied: stream_options";
+    json_reply(400, &[], &error_body(message, json!(null), json!(null)))
+}
+
+fn pydantic_refusal() -> axum::response::Response {
+    let detail = json!({"detail": [{"type": "extra_forbidden", "loc": ["body", "stream_options"],
+        "msg": "Extra inputs are not permitted", "input": {"include_usage": true}}]});
+    json_reply(422, &[], &detail)
+}
+
+#[tokio::test]
+async fn a_stream_refused_for_the_stream_options_the_gateway_adds_goes_without_them_from_then_on() {
+    for refusal in [azure_refusal as fn() -> _, pydantic_refusal] {
+        let fake = refusing_stream_options(refusal).await;
+        let harness = Harness::configured(
+            ProviderSettings::new(ProviderKind::OpenAiCompatible).base_url(fake.url("/v1")),
+            Some(KEY),
+        );
+        // The client's own body (sent as written) and a translated one (another dialect's).
+        let mut own = hello();
+        own.stream = true;
+        let written = br#"{"model":"default","messages":[{"role":"user","content":"Hello!"}],"stream":true}"#;
+        own.verbatim = Some(switchyard::chat::Verbatim::new(Dialect::OpenAi, &written[..]));
+        let mut translated = hello();
+        translated.stream = true;
+        translated.origin = Dialect::Anthropic;
+        for request in [&own, &translated] {
+            let (chunks, error) = drain(harness.stream(request).await.unwrap()).await;
+            assert!(error.is_none(), "{error:?}");
+            assert_eq!(text_of(&chunks), "Hi");
+        }
+        let asked: Vec<bool> =
+            fake.requests().iter().map(|seen| seen.body.get("stream_options").is_some()).collect();
+        assert_eq!(asked, [true, false, false], "refused once, then sent without them at once");
+
+        // A whole answer asked as a stream is refused as before: the router asks it whole,
+        // which keeps its usage.
+        let fresh = refusing_stream_options(refusal).await;
+        let harness = Harness::configured(
+            ProviderSettings::new(ProviderKind::OpenAiCompatible).base_url(fresh.url("/v1")),
+            Some(KEY),
+        );
+        let error = harness.stream(&hello()).await.err().expect("refused");
+        assert_eq!(error.kind(), ErrorKind::InvalidRequest, "{error:?}");
+    }
+}

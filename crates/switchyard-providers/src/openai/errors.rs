@@ -230,6 +230,15 @@ pub(super) fn wants_reasoning_back(error: &ProviderError) -> bool {
         && (detail.contains("passed back") || detail.contains("missing"))
 }
 
+/// Whether `error` refused a request for its `stream_options` ("Unrecognized request argument
+/// supplied: stream_options", an older Azure API version's 400; a server that forbids unknown
+/// fields, FastAPI's 422 `extra_forbidden` at `["body", "stream_options"]`).
+pub(super) fn refuses_stream_options(error: &ProviderError) -> bool {
+    error.kind() == ErrorKind::InvalidRequest
+        && error.status().is_none_or(|status| status == 400 || status == 422)
+        && error.detail().contains("stream_options")
+}
+
 /// The most output tokens the model takes, when `error` refused a request's limit as larger
 /// ("max_tokens is too large: 32000. This model supports at most 16384 completion tokens,
 /// whereas you provided 32000.", OpenAI's and the servers that copy it).

@@ -199,7 +199,7 @@ impl<'r> ChatExchange<'r> {
 
     /// The whole answer asked whole, of a provider that refused to be asked it as a stream: it
     /// says nothing until its end, so within `whole`, and within what the attempt has left.
-    async fn asked_whole(
+    pub(super) async fn asked_whole(
         provider: &dyn Provider,
         call: Call<'_>,
         request: &ChatRequest,
@@ -286,21 +286,21 @@ impl Exchange for ChatExchange<'_> {
 /// verified to stream this model", "Unrecognized request argument supplied: stream_options",
 /// "Streaming is not supported"): a whole answer the route asked as a stream is then asked
 /// whole, as the client asked it.
-fn refuses_to_stream(error: &ProviderError) -> bool {
+pub(super) fn refuses_to_stream(error: &ProviderError) -> bool {
     let detail = error.detail().to_ascii_lowercase();
     // "stream" as a word of its own (`stream`, stream_options, streaming), not inside "upstream".
     let names_streaming = detail
         .match_indices("stream")
         .any(|(at, _)| !detail[..at].chars().next_back().is_some_and(|c| c.is_ascii_alphabetic()));
     error.kind() == ErrorKind::InvalidRequest
-        && error.status().is_none_or(|status| status == 400)
+        && error.status().is_none_or(|status| status == 400 || status == 422)
         && names_streaming
 }
 
 /// Whether a refusal to stream says the (credential, model) streams nothing, not only this
 /// request: an organisation not verified to stream the model, a server that takes no
 /// `stream_options` or no streaming at all. Only these are remembered (`refusals.rs`).
-fn refuses_every_stream(error: &ProviderError) -> bool {
+pub(super) fn refuses_every_stream(error: &ProviderError) -> bool {
     let detail = error.detail().to_ascii_lowercase();
     ["stream_options", "verified", "not supported", "does not support", "unsupported"]
         .iter()

@@ -486,7 +486,8 @@ impl Router {
     ) -> Result<RoutedStream, RouteError> {
         let resolved = self.inner.resolve(&request.model)?;
         let resume = Resume::for_request(&resolved.route, request, options);
-        let exchange = StreamExchange::new(request, options.reasoning, resolved.route.drop_params());
+        let settings = (options.reasoning, resolved.route.drop_params());
+        let exchange = StreamExchange::new(request, settings, &self.inner.stream_refusals);
         let served = self.run(&exchange, resolved, options).await?;
         // One choice only: a stream of several is not put back together.
         let keep = !options.no_cache

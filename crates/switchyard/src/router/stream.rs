@@ -50,12 +50,51 @@ pub(crate) struct StreamExchange<'r> {
     /// A stream showed life while held for its caller (see [`prefetch`]): set once, since only
     /// the request's first attempt is hedged and it is the first to set it.
     alive: AtomicBool,
+    /// The (credential, model) pairs that refused every stream lately: asked whole, and the
+    /// answer replayed as the stream.
+    refusals: &'r super::refusals::StreamRefusals,
 }
 
 impl<'r> StreamExchange<'r> {
-    pub(crate) fn new(request: &'r ChatRequest, reasoning: ReasoningShown, drop_params: bool) -> Self {
-        Self { request, drop_params, reasoning, alive: AtomicBool::new(false) }
+    pub(crate) fn new(
+        request: &'r ChatRequest,
+        (reasoning, drop_params): (ReasoningShown, bool),
+        refusals: &'r super::refusals::StreamRefusals,
+    ) -> Self {
+        Self { request, drop_params, reasoning, alive: AtomicBool::new(false), refusals }
     }
+
+    /// `prefetch`, or, of a target that refuses to stream this request (every stream, lately),
+    /// the answer asked whole and replayed: the caller gets the whole answer at once rather
+    /// than a refusal of what it did not ask for (how the answer travels is the gateway's).
+    async fn open(
+        &self,
+        provider: &dyn Provider,
+        call: Call<'_>,
+        request: &ChatRequest,
+    ) -> Result<Prefetched, ProviderError> {
+        let refusals = self.refusals;
+        let (credential, model) = (call.credential.id(), call.model);
+        if !refusals.refused(credential, model) {
+            match prefetch(provider, call, (request, self.reasoning), &self.alive).await {
+                Err(error) if super::exchange::refuses_to_stream(&error) => {
+                    let answer = super::exchange::ChatExchange::asked_whole(provider, call, request).await;
+                    if answer.is_ok() && super::exchange::refuses_every_stream(&error) {
+                        refusals.note(credential, model);
+                    }
+                    return answer.map(replayed);
+                }
+                opened => return opened,
+            }
+        }
+        super::exchange::ChatExchange::asked_whole(provider, call, request).await.map(replayed)
+    }
+}
+
+/// A whole answer as the stream of it, tool calls and usage included.
+fn replayed(response: ChatResponse) -> Prefetched {
+    let buffer = VecDeque::from(response.into_chunks());
+    Prefetched { buffer, rest: None, filtered: false, alive_since: None }
 }
 
 impl Exchange for StreamExchange<'_> {
@@ -67,11 +106,11 @@ impl Exchange for StreamExchange<'_> {
         call: Call<'a>,
     ) -> BoxFuture<'a, Result<Prefetched, ProviderError>> {
         if !self.drop_params {
-            return Box::pin(prefetch(provider, call, (self.request, self.reasoning), &self.alive));
+            return Box::pin(self.open(provider, call, self.request));
         }
         Box::pin(super::exchange::dropping(
             self.request,
-            move |request, _| Box::pin(prefetch(provider, call, (request, self.reasoning), &self.alive)),
+            move |request, _| Box::pin(self.open(provider, call, request)),
             Prefetched::lead_with,
         ))
     }
@@ -90,9 +129,7 @@ impl Exchange for StreamExchange<'_> {
     }
 
     fn candidate_output(&self, response: ChatResponse) -> Option<Prefetched> {
-        // The whole answer, tool calls and usage included, as the stream of it.
-        let buffer = VecDeque::from(response.into_chunks());
-        Some(Prefetched { buffer, rest: None, filtered: false, alive_since: None })
+        Some(replayed(response))
     }
 
     fn estimated_tokens(&self) -> u32 {

@@ -337,3 +337,30 @@ async fn a_whole_answer_a_provider_refuses_to_stream_is_asked_of_it_whole_and_wh
     }
     assert_eq!(once.0.load(std::sync::atomic::Ordering::SeqCst), 2, "asked as a stream each time");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_a_provider_refuses_is_asked_of_it_whole_and_replayed_whole_at_once_for_an_hour() {
+    // The client asked for a stream; the target streams nothing ("Streaming is not supported"):
+    // its whole answer, replayed as the stream, rather than a 400 for what the client did not
+    // choose (how the answer travels is the gateway's business).
+    let unstreamed = Unstreamed(Arc::default(), "Streaming is not supported for this model");
+    let router = switchyard::Router::builder()
+        .provider(switchyard::ProviderEntry::new("p", unstreamed.clone()))
+        .route(Route::builder("default").target("p:m").build().unwrap())
+        .build()
+        .unwrap();
+    let streams = || unstreamed.0.load(std::sync::atomic::Ordering::SeqCst);
+    let mut streamed = request("default");
+    streamed.stream = true;
+    for _ in 0..3 {
+        let stream = router.chat_stream(&streamed, &Default::default()).await.expect("replayed");
+        let chunks: Vec<_> = futures_util::StreamExt::collect::<Vec<_>>(stream).await;
+        let text: String = chunks
+            .iter()
+            .filter_map(|chunk| chunk.as_ref().ok())
+            .filter_map(|chunk| chunk.choices.first()?.delta.content.clone())
+            .collect();
+        assert_eq!(text, "whole");
+    }
+    assert_eq!(streams(), 1, "refused once, then asked whole at once");
+}
