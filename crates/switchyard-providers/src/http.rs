@@ -783,6 +783,21 @@ impl Stream for BodyStream {
     }
 }
 
+/// The error of a non-2xx answer whose body is no error of the provider's API (HTML from a proxy
+/// or a load balancer, plain text, nothing): its status alone decides, but for a refusal of the
+/// request (a 400 or 422 in such a body: nginx's "Request Header Or Cookie Too Large") that is
+/// what stands before the provider refusing it, not the provider: unsupported there, so that
+/// the next target is asked, its health untouched.
+pub fn bare_error(status: u16, detail: String) -> ProviderError {
+    match status_kind(status) {
+        ErrorKind::InvalidRequest => ProviderError::unsupported(format!(
+            "{detail} (not an error of the provider's API: what stands before it refused the request)"
+        ))
+        .with_status(status),
+        kind => ProviderError::new(kind, detail).with_status(status),
+    }
+}
+
 /// The catalog kind for an HTTP status when the body has no code that says more.
 pub fn status_kind(status: u16) -> ErrorKind {
     match status {

@@ -1849,3 +1849,25 @@ async fn a_stream_refused_for_the_stream_options_the_gateway_adds_goes_without_t
         assert_eq!(error.kind(), ErrorKind::InvalidRequest, "{error:?}");
     }
 }
+
+#[tokio::test]
+async fn a_proxys_page_refusing_the_request_is_no_verdict_of_the_provider_on_it() {
+    // nginx before the server refuses the request: the next target may take it, so it is not
+    // the client's invalid request (which no target would take).
+    let page = "<html><head><title>400 Request Header Or Cookie Too Large</title></head><body><center><h1>400 Bad Request</h1></center><hr><center>nginx</center></body></html>";
+    let fake = Fake::start(move |_| respond(400, &[], "text/html", Body::from(page))).await;
+    let error = Harness::openai(fake.url("/v1")).chat(&hello()).await.err().unwrap();
+    assert!(error.is_unsupported(), "{error:?}");
+    assert_eq!((error.kind(), error.status()), (ErrorKind::InvalidRequest, Some(400)));
+    assert!(error.detail().contains("Request Header Or Cookie Too Large"), "{}", error.detail());
+    // The provider's own refusal stays the request's fault.
+    let error =
+        chat_error(400, &[], error_body("bad temperature", json!("invalid_request_error"), json!(null)))
+            .await;
+    assert!(!error.is_unsupported(), "{error:?}");
+    // A proxy's 502 page is an outage, as before.
+    let fake =
+        Fake::start(move |_| respond(502, &[], "text/html", Body::from("<html>Bad Gateway</html>"))).await;
+    let error = Harness::openai(fake.url("/v1")).chat(&hello()).await.err().unwrap();
+    assert_eq!((error.kind(), error.is_unsupported()), (ErrorKind::Unavailable, false));
+}

@@ -108,7 +108,7 @@ pub(crate) fn classify_http_error(
     } else {
         redactor.clean(&http::excerpt(body))
     };
-    let error = ProviderError::new(http::status_kind(status), detail).with_status(status);
+    let error = http::bare_error(status, detail);
     match retry_after {
         Some(wait) => error.with_retry_after(wait),
         None => error,

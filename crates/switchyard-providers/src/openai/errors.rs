@@ -79,7 +79,7 @@ pub(super) fn bare(status: u16, body: &str, key: Option<&Secret>) -> ProviderErr
     } else {
         http::excerpt(&scrub(body, key))
     };
-    ProviderError::new(http::status_kind(status), detail).with_status(status)
+    http::bare_error(status, detail)
 }
 
 /// A success whose body is not what the operation returns.
