@@ -1205,7 +1205,7 @@ retry_budget: { ratio: 0.5, min_retries: 3 }
     let (code, out, err) = run(&["doctor", "--config", config.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("health: failure_threshold 5, open_for 1m, open_max 1m, half_open_probes 1, cooldown_on_rate_limit 250ms, cooldown_on_error off"),
+        out.contains("health: failure_threshold 5, open_for 1m, open_max 1m, half_open_probes 1, cooldown_on_rate_limit 250ms (at most 5m), cooldown_on_error off"),
         "{out}"
     );
     assert!(out.contains("  route default: health_gate on, health_ttl 30s"), "{out}");

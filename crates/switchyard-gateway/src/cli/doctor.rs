@@ -182,12 +182,13 @@ fn print_health(loaded: &Loaded) {
     let health = loaded.router.health_settings();
     let off = |d: Duration| if d.is_zero() { "off".to_owned() } else { setting(d) };
     println!(
-        "health: failure_threshold {}, open_for {}, open_max {}, half_open_probes {}, cooldown_on_rate_limit {}, cooldown_on_error {}",
+        "health: failure_threshold {}, open_for {}, open_max {}, half_open_probes {}, cooldown_on_rate_limit {} (at most {}), cooldown_on_error {}",
         health.failure_threshold,
         setting(health.open_for),
         setting(health.open_max),
         health.half_open_probes,
         setting(health.cooldown_on_rate_limit),
+        setting(health.max_cooldown_on_rate_limit),
         off(health.cooldown_on_error)
     );
     for route in loaded.router.routes() {

@@ -709,6 +709,7 @@ pub struct HealthConfig {
     pub open_max: Option<DurationText>,
     pub half_open_probes: Option<u32>,
     pub cooldown_on_rate_limit: Option<DurationText>,
+    pub max_cooldown_on_rate_limit: Option<DurationText>,
     pub cooldown_on_error: Option<DurationText>,
 }
 

@@ -16,9 +16,11 @@ use super::{CredentialRecord, HealthSettings, HealthStatus};
 use crate::credential::CredentialId;
 
 /// The rest after a rate limit: the configured one, or the provider's Retry-After when longer
-/// (resting less than the provider asked would only earn another 429).
+/// (resting less than the provider asked would only earn another 429), up to
+/// `max_cooldown_on_rate_limit`.
 pub(super) fn after_rate_limit(settings: &HealthSettings, retry_after: Option<Duration>) -> Duration {
-    settings.cooldown_on_rate_limit.max(retry_after.unwrap_or_default())
+    let most = settings.max_cooldown_on_rate_limit.max(settings.cooldown_on_rate_limit);
+    settings.cooldown_on_rate_limit.max(retry_after.unwrap_or_default()).min(most)
 }
 
 /// Rests `id` for the target's model until `until`, or longer when a rest of it still runs;

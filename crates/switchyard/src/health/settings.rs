@@ -29,6 +29,11 @@ pub struct HealthSettings {
     /// How long a credential rests after a rate limit (or the provider's Retry-After, when
     /// longer), so that a provider with several keys rotates to a fresh one. Default 5 s.
     pub cooldown_on_rate_limit: Duration,
+    /// The longest a rate limit rests a credential, whatever the provider's Retry-After or
+    /// reset headers say (never less than `cooldown_on_rate_limit`): a header that asks a day
+    /// (a proxy's, or over-cautious) costs one call that fails again each time, not a day of
+    /// the target unused. Quota spent (exhausted) is not bounded by it. Default 5 min.
+    pub max_cooldown_on_rate_limit: Duration,
     /// How long a credential rests after a breaker-counted failure. Default 0 (off).
     pub cooldown_on_error: Duration,
 }
@@ -41,6 +46,7 @@ impl Default for HealthSettings {
             open_max: Duration::from_secs(30),
             half_open_probes: 1,
             cooldown_on_rate_limit: Duration::from_secs(5),
+            max_cooldown_on_rate_limit: Duration::from_secs(300),
             cooldown_on_error: Duration::ZERO,
         }
     }

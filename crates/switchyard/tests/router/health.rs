@@ -829,3 +829,23 @@ async fn a_probe_another_replica_took_first_is_not_sent_and_the_chain_goes_on() 
     assert_eq!(probe.served_by.to_string(), "a:m", "{:?}", probe.trail.outcomes());
     assert_eq!(router.target_health(&target("a:m")).breaker, "closed");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_limit_asking_a_day_rests_the_key_at_most_the_configured_bound() {
+    // One 429 says "retry after 86400 s" (a proxy's, or over-cautious); the model answers again
+    // a moment later. The key rests five minutes, not a day: then one call finds it back.
+    let day = Duration::from_secs(86_400);
+    let a = SimulatedProvider::new().script([Step::rate_limited(day), Step::Reply]);
+    let b = SimulatedProvider::new();
+    let route = Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1));
+    let router = router_with(&[("a", &a), ("b", &b)], route, HealthSettings::default());
+    assert_eq!(router.chat(&request("default")).await.unwrap().served_by.to_string(), "b:m");
+    let resting = router.target_health(&target("a:m")).key_cooldowns[0].cooldown;
+    assert_eq!(resting, Duration::from_secs(300), "bounded by max_cooldown_on_rate_limit");
+
+    tokio::time::advance(Duration::from_secs(299)).await;
+    assert_eq!(router.chat(&request("default")).await.unwrap().served_by.to_string(), "b:m");
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(router.chat(&request("default")).await.unwrap().served_by.to_string(), "a:m");
+    assert_eq!(a.calls(), 2);
+}

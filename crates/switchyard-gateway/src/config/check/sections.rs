@@ -58,6 +58,9 @@ impl Validator<'_> {
             cooldown_on_rate_limit: config
                 .cooldown_on_rate_limit
                 .map_or(default.cooldown_on_rate_limit, |d| d.0),
+            max_cooldown_on_rate_limit: config
+                .max_cooldown_on_rate_limit
+                .map_or(default.max_cooldown_on_rate_limit, |d| d.0),
             cooldown_on_error: config.cooldown_on_error.map_or(default.cooldown_on_error, |d| d.0),
         };
         if settings.failure_threshold == 0 {
@@ -71,6 +74,12 @@ impl Validator<'_> {
         }
         if settings.open_max < settings.open_for {
             self.problem("health.open_max", "is below health.open_for: raise it");
+        }
+        if settings.max_cooldown_on_rate_limit < settings.cooldown_on_rate_limit {
+            self.problem(
+                "health.max_cooldown_on_rate_limit",
+                "is below health.cooldown_on_rate_limit: raise it",
+            );
         }
         settings
     }
