@@ -383,12 +383,17 @@ impl OpenAiProvider {
             }
             None => (self.post_translated(call, request, true).await?, None),
         };
-        let is_json = response
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|value| value.to_str().ok())
-            .is_some_and(|value| value.trim_start().starts_with("application/json"));
-        if is_json {
+        let content_type = response.headers().get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok());
+        let content_type = content_type.map(|value| value.trim_start().to_ascii_lowercase());
+        if let Some(page) = content_type.as_deref().filter(|value| value.starts_with("text/html")) {
+            // A proxy's page with a 200: no stream (else read as one that ended early). A
+            // server of the dialect may label its stream otherwise (`text/plain`): read as one.
+            let detail = format!("expected an event stream, got `{page}`");
+            let body = http::read_error_body(response).await;
+            let detail = errors::scrub(&format!("{detail}: {}", http::excerpt(&body)), call.credential.key());
+            return Err(ProviderError::new(switchyard::ErrorKind::MalformedResponse, detail));
+        }
+        if content_type.is_some_and(|value| value.starts_with("application/json")) {
             // Some compatible servers ignore `stream` or answer an error with a 200 JSON body.
             let bytes = http::read_body(response).await?;
             let answer = wire::parse_response(&bytes, call.credential.key())?;

@@ -1871,3 +1871,17 @@ async fn a_proxys_page_refusing_the_request_is_no_verdict_of_the_provider_on_it(
     let error = Harness::openai(fake.url("/v1")).chat(&hello()).await.err().unwrap();
     assert_eq!((error.kind(), error.is_unsupported()), (ErrorKind::Unavailable, false));
 }
+
+#[tokio::test]
+async fn a_proxys_page_answering_a_stream_says_what_came_not_that_the_stream_ended_early() {
+    let page = "<html><body>Service Temporarily Unavailable</body></html>";
+    let fake = Fake::start(move |_| respond(200, &[], "text/html; charset=utf-8", Body::from(page))).await;
+    let error = Harness::openai(fake.url("/v1")).stream(&hello()).await.err().expect("no stream");
+    assert_eq!(error.kind(), ErrorKind::MalformedResponse);
+    assert!(
+        error.detail().starts_with("expected an event stream, got `text/html; charset=utf-8`"),
+        "{}",
+        error.detail()
+    );
+    assert!(error.detail().contains("Service Temporarily Unavailable"), "{}", error.detail());
+}
