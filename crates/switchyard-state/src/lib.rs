@@ -320,8 +320,11 @@ pub(crate) struct Book {
 }
 
 impl Book {
-    /// Tells the probes waiting on `key` whether they are the fleet's: yes unless the
-    /// record in memory, as the write's answer left it, says another replica probes.
+    /// Tells the probes waiting on `key` whether they are the fleet's, from the record in
+    /// memory as the write's answer left it: no when another replica probes, or when the
+    /// circuit is open again (another replica's probe failed, or the write was refused for an
+    /// open time another replica set); yes when this replica holds the probe, or the circuit
+    /// closed meanwhile (an ordinary call).
     pub(crate) fn settle_claims(&mut self, memory: &MemoryStore, key: &Key) {
         let Some(waiting) = self.claims.remove(key) else { return };
         let mine = match key {
@@ -342,10 +345,14 @@ impl Book {
     }
 }
 
-/// Whether this replica's record of `target` says another replica holds its probe.
+/// Whether this replica's record of `target` says its probe is not this replica's to send:
+/// another replica holds it, or the circuit is open.
 fn probed_elsewhere(memory: &MemoryStore, target: &Target) -> bool {
     let mut elsewhere = false;
-    memory.update(target, &[], &mut |records| elsewhere = wire::probed_elsewhere(&records.target));
+    memory.update(target, &[], &mut |records| {
+        elsewhere = wire::probed_elsewhere(&records.target)
+            || matches!(records.target.breaker, switchyard::health::Breaker::Open { .. })
+    });
     elsewhere
 }
 
@@ -762,5 +769,44 @@ impl Kept {
     /// The URL as configured (it may hold a password), for a reader that scrubs its own errors.
     pub(crate) fn url(&self) -> &str {
         &self.url
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use switchyard::health::{Breaker, TargetRecord};
+    use tokio::time::Instant;
+
+    use super::*;
+
+    /// The answer a probe waiting on `record` is given.
+    fn told(record: TargetRecord) -> bool {
+        let target: Target = "openai:gpt-4o".parse().expect("a target");
+        let memory = MemoryStore::default();
+        memory.edit_target(&target, |held| *held = record);
+        let status = link::initial_status(&StateSettings::new("redis://127.0.0.1:1/0"));
+        let mut book = Book { seen: HashMap::new(), pending: HashMap::new(), status, claims: HashMap::new() };
+        let (tell, mut told) = tokio::sync::oneshot::channel();
+        book.claims.insert(Key::Target(target.clone()), vec![tell]);
+        book.settle_claims(&memory, &Key::Target(target));
+        told.try_recv().expect("told")
+    }
+
+    #[tokio::test]
+    async fn a_probe_is_the_fleets_only_while_no_other_replica_holds_it_and_no_open_time_runs() {
+        let later = Instant::now() + Duration::from_secs(30);
+        let half_open = |probes| TargetRecord {
+            breaker: Breaker::HalfOpen { probes, lease_until: later },
+            ..TargetRecord::default()
+        };
+        assert!(told(half_open(1)), "this replica holds it");
+        assert!(told(TargetRecord::default()), "closed meanwhile: an ordinary call");
+        assert!(!told(half_open(u32::MAX)), "another replica holds it");
+        assert!(!told(half_open(u32::MAX - 1)), "another's, with a slot of this one given back");
+        // The write was refused for an open time another replica set (its probe failed).
+        let open = TargetRecord { breaker: Breaker::Open { until: later }, ..TargetRecord::default() };
+        assert!(!told(open), "open again: not probed now");
     }
 }

@@ -437,6 +437,12 @@ impl Link {
         }
     }
 
+    /// Whether no other write of `op`'s record waits (its answer is the record to apply).
+    fn is_last(&self, op: &Op) -> bool {
+        let Op::Write { key, .. } = op else { return true };
+        self.shared.book().pending.get(key).is_none_or(|count| *count <= 1)
+    }
+
     /// Bookkeeping for an op that left the outbox; returns whether no other write of its
     /// record is still waiting.
     fn done(&self, op: &Op) -> bool {
@@ -482,10 +488,18 @@ impl Link {
                 match reply {
                     Ok(reply) => {
                         self.failures = 0;
-                        let last = self.done(&op);
+                        // The answer is in memory before the write leaves the bookkeeping: a
+                        // probe asking meanwhile waits for it, rather than reading memory as
+                        // it was before it.
                         match &op {
-                            Op::Write { key, .. } => self.on_reply(key, &reply, last),
+                            Op::Write { key, .. } => {
+                                self.on_reply(key, &reply, self.is_last(&op));
+                                if self.done(&op) {
+                                    self.shared.book().settle_claims(&self.shared.memory, key);
+                                }
+                            }
                             Op::ResetAll { .. } => {
+                                self.done(&op);
                                 if let Ok(message) = serde_json::from_str::<Message>(&reply) {
                                     self.apply(&message, true);
                                 }
@@ -612,7 +626,6 @@ impl Link {
         // one to apply.
         if last {
             self.apply(&message, true);
-            self.shared.book().settle_claims(&self.shared.memory, key);
         } else {
             self.highest = self.highest.max(generation);
         }
