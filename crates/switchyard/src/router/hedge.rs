@@ -115,6 +115,8 @@ impl HedgeRun<'_> {
 pub(super) enum HedgeMiss {
     /// The pacer had no room for it at once.
     NotSent,
+    /// It would have probed a half-open circuit another replica probes.
+    ProbedElsewhere,
     /// It failed, and settles this permit.
     Failed(Unanswered, Option<Permit>),
 }
@@ -194,9 +196,11 @@ impl<'r, X: Exchange> Run<'r, X> {
             Raced::FirstEnded { first: end, hedge, hedge_failed } => {
                 self.first_ended(first, end, hedge, hedge_failed)
             }
-            Raced::HedgeFailedAfterFirst { first: miss, hedge, hedge_failed: HedgeMiss::NotSent } => {
-                self.first_ended(first, Err(miss), hedge, Some(HedgeMiss::NotSent))
-            }
+            Raced::HedgeFailedAfterFirst {
+                first: miss,
+                hedge,
+                hedge_failed: unsent @ (HedgeMiss::NotSent | HedgeMiss::ProbedElsewhere),
+            } => self.first_ended(first, Err(miss), hedge, Some(unsent)),
             Raced::HedgeFailedAfterFirst {
                 first: miss,
                 hedge,
@@ -225,6 +229,10 @@ impl<'r, X: Exchange> Run<'r, X> {
             // Never sent: the target is as it was, and stays in the chain.
             Some(HedgeMiss::NotSent) => {
                 let note = "hedge: the pacer had no room for it at once; not sent".to_owned();
+                (hedge.entry(&self.record, Outcome::Cancelled, note), Loss::Dropped)
+            }
+            Some(HedgeMiss::ProbedElsewhere) => {
+                let note = "hedge: another replica probes its half-open circuit; not sent".to_owned();
                 (hedge.entry(&self.record, Outcome::Cancelled, note), Loss::Dropped)
             }
             Some(HedgeMiss::Failed(miss, permit)) => {
@@ -364,10 +372,10 @@ impl<'r, X: Exchange> Context<'r, X> {
         span: Option<TraceContext>,
         later: usize,
     ) -> Result<(Reply<X::Output>, Option<Permit>), HedgeMiss> {
-        // A hedge that would probe goes only if the probe is the fleet's one.
+        // A hedge that would probe goes only if the probe is the fleet's one (its slot is
+        // given back as a hedge's that was not sent is).
         if who.probe && !self.inner.health.claim_probe(&who.target).await {
-            self.inner.health.release_probe(&who.target, &who.slot.credential_ids);
-            return Err(HedgeMiss::NotSent);
+            return Err(HedgeMiss::ProbedElsewhere);
         }
         let Ok(permit) = self.hedge_permit(who).await else { return Err(HedgeMiss::NotSent) };
         match self.call(who, permit.as_ref(), span, later).await {
