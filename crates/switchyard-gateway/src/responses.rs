@@ -295,11 +295,15 @@ impl ResponseStore {
                 );
                 return Err(FleetAway);
             }
+            // Each one: a delete also drops its write that waits, which must not be made later.
+            let mut failed = None;
             for (key, _) in &items {
                 if let Err(reason) = shared.items.delete(key).await {
-                    tracing::warn!(id, reason, "a response's items could not be deleted from Redis");
-                    break;
+                    failed = Some(reason);
                 }
+            }
+            if let Some(reason) = failed {
+                tracing::warn!(id, reason, "a response's items could not be deleted from Redis");
             }
         }
         self.delete(id, &found.owner);

@@ -97,12 +97,16 @@ pub(crate) struct Entries {
     missed: Mutex<Missed>,
     /// A resend runs.
     resending: AtomicBool,
+    /// Held by a resend while it writes an entry, and by a put or a delete of an id whose
+    /// write waits: one of them at a time, so that an older value sent again never lands after
+    /// a newer one, nor after a delete.
+    turn: tokio::sync::Mutex<()>,
 }
 
 /// The writes Redis missed, oldest first: each its id, its value and when it was written.
 #[derive(Default)]
 struct Missed {
-    writes: VecDeque<(String, Vec<u8>, Instant)>,
+    writes: VecDeque<(String, Arc<[u8]>, Instant)>,
     bytes: usize,
 }
 
@@ -137,6 +141,7 @@ impl SharedResponses {
             delete: Script::new(DELETE),
             missed: Mutex::default(),
             resending: AtomicBool::new(false),
+            turn: tokio::sync::Mutex::new(()),
         });
         store.keep_resending(&inner);
         Self { inner }
@@ -147,23 +152,30 @@ impl SharedResponses {
     /// too, and waits to be written again; one Redis took sends those that wait, in the
     /// background.
     pub async fn put(&self, id: &str, value: &[u8]) -> Result<(), String> {
-        match self.inner.write(id, value).await {
+        let turn = self.inner.turn_of(id).await;
+        let written = match self.inner.write(id, value).await {
             Ok(()) => {
-                self.inner.resend_in_background();
+                // An older write of it that waits is not made after this one.
+                self.inner.unmissed(id);
                 Ok(())
             }
             Err(Refused::TooLarge(reason)) => Err(reason),
             Err(Refused::Missed(reason)) => {
-                self.inner.missed_write(id, value.to_vec(), Instant::now());
+                self.inner.missed_write(id, value.into(), Instant::now());
                 Err(reason)
             }
+        };
+        drop(turn);
+        if written.is_ok() {
+            self.inner.resend_in_background();
         }
+        written
     }
 
     /// Keeps `value` under `id` to be written with the writes Redis missed, without trying now:
     /// the parts of an entry whose own write Redis just missed.
     pub fn defer(&self, id: &str, value: &[u8]) {
-        self.inner.missed_write(id, value.to_vec(), Instant::now());
+        self.inner.missed_write(id, value.into(), Instant::now());
     }
 
     /// Whether a write of `id` Redis missed waits to be written again: the entry is kept by
@@ -205,6 +217,7 @@ impl SharedResponses {
     /// Forgets the entry `id` (and a write of it that waits to be made again); whether Redis
     /// kept it.
     pub async fn delete(&self, id: &str) -> Result<bool, String> {
+        let _turn = self.inner.turn_of(id).await;
         self.inner.unmissed(id);
         let inner = &self.inner;
         let mut invocation = inner.delete.prepare_invoke();
@@ -256,7 +269,7 @@ impl Entries {
 
     /// Keeps a write Redis missed (`at`: when it was first written), in place of an older
     /// write of the same id.
-    fn missed_write(&self, id: &str, value: Vec<u8>, at: Instant) {
+    fn missed_write(&self, id: &str, value: Arc<[u8]>, at: Instant) {
         let mut missed = self.missed();
         missed.remove(id);
         if value.len() > MISSED_BYTES {
@@ -275,6 +288,16 @@ impl Entries {
         self.missed().remove(id);
     }
 
+    /// The turn to write or delete `id`, when a write of it waits (a resend may be making it
+    /// now); none is needed otherwise.
+    async fn turn_of(&self, id: &str) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        let waiting = self.missed().writes.iter().any(|(waiting, _, _)| waiting == id);
+        match waiting {
+            true => Some(self.turn.lock().await),
+            false => None,
+        }
+    }
+
     /// Has [`resend`](Self::resend) run in the background when writes wait and none runs.
     fn resend_in_background(self: &Arc<Self>) {
         if !self.missed().writes.is_empty() && !self.resending.load(Ordering::Acquire) {
@@ -284,34 +307,29 @@ impl Entries {
     }
 
     /// Writes again what Redis missed, oldest first, until a write fails; one past the age
-    /// bound is dropped instead. Does nothing while another resend runs.
+    /// bound is dropped instead. Does nothing while another resend runs. Each waits in the queue
+    /// while it is written (the entry is still this replica's alone: `waiting` says so).
     pub(crate) async fn resend(&self) {
         if self.resending.swap(true, Ordering::AcqRel) {
             return;
         }
         loop {
-            let next = {
-                let mut missed = self.missed();
-                let next = missed.writes.pop_front();
-                missed.bytes -= next.as_ref().map_or(0, |(_, value, _)| value.len());
-                next
-            };
-            let Some((id, value, at)) = next else { break };
-            if at.elapsed() >= self.bounds.max_age {
-                continue;
+            let turn = self.turn.lock().await;
+            let front = self.missed().writes.front().cloned();
+            let Some((id, value, at)) = front else { break };
+            if at.elapsed() < self.bounds.max_age
+                && let Err(Refused::Missed(_)) = self.write(&id, &value).await
+            {
+                break;
             }
-            match self.write(&id, &value).await {
-                Ok(()) | Err(Refused::TooLarge(_)) => {}
-                Err(Refused::Missed(_)) => {
-                    // Back at the front, unless written anew meanwhile.
-                    let mut missed = self.missed();
-                    if !missed.writes.iter().any(|(waiting, _, _)| *waiting == id) {
-                        missed.bytes += value.len();
-                        missed.writes.push_front((id, value, at));
-                    }
-                    break;
-                }
+            // Made (or past its age, or too large to be kept): no longer waiting.
+            let mut missed = self.missed();
+            if missed.writes.front().is_some_and(|(waiting, _, when)| *waiting == id && *when == at) {
+                missed.bytes -= value.len();
+                missed.writes.pop_front();
             }
+            drop(missed);
+            drop(turn);
         }
         self.resending.store(false, Ordering::Release);
     }

@@ -123,7 +123,8 @@ async fn what_redis_missed_is_written_again_unless_deleted_or_too_old_meanwhile(
     settings.timeout = Duration::from_millis(250);
     let store = RedisStore::new(settings).unwrap();
     let answers = SharedResponses::named(&store, "answer:default:cache", ROOMY);
-    let brief = KeptBounds { max_age: Duration::from_millis(300), ..ROOMY };
+    // Past its age by the time Redis is back (the pin it kept would have expired).
+    let brief = KeptBounds { max_age: Duration::from_millis(1), ..ROOMY };
     let pins = SharedResponses::named(&store, "affinity", brief);
     redis.kill();
     assert!(answers.put("a1", b"one").await.is_err(), "Redis is away");
@@ -134,8 +135,6 @@ async fn what_redis_missed_is_written_again_unless_deleted_or_too_old_meanwhile(
     assert!(answers.delete("a2").await.is_err());
     assert!(!answers.waiting("a2"));
     redis.restart();
-    // Past its age by the time Redis is back (the kept pin would have expired).
-    tokio::time::sleep(Duration::from_millis(350)).await;
     store.resend_missed().await;
     assert_eq!(answers.get("a1").await.unwrap().as_deref(), Some(&b"one"[..]), "written again");
     assert!(!answers.waiting("a1"));
@@ -155,5 +154,36 @@ async fn what_redis_missed_is_written_again_unless_deleted_or_too_old_meanwhile(
     while answers.get("a3").await.unwrap().is_none() {
         assert!(tokio::time::Instant::now() < deadline, "a3 was not written again");
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A write sent again is still waiting while it goes (the entry is still its replica's alone),
+/// and a delete asked meanwhile waits for it, then wins: the entry is not written after it.
+#[tokio::test]
+async fn a_delete_while_a_write_is_sent_again_is_not_undone_by_it() {
+    let redis = RedisServer::start();
+    let mut settings = StateSettings::new(redis.url());
+    settings.timeout = Duration::from_millis(250);
+    let store = RedisStore::new(settings).unwrap();
+    let answers = SharedResponses::named(&store, "answer:default:cache", ROOMY);
+    answers.defer("a1", b"one");
+    redis.stall();
+    let deleted = async {
+        tokio::task::yield_now().await;
+        assert!(answers.waiting("a1"), "waiting while it is sent again");
+        answers.delete("a1").await
+    };
+    let ((), deleted) = tokio::join!(store.resend_missed(), deleted);
+    redis.resume();
+    assert!(deleted.is_err(), "Redis did not answer the delete either");
+    assert!(!answers.waiting("a1"), "the delete dropped it");
+    store.resend_missed().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match answers.get("a1").await {
+            Ok(found) => break assert_eq!(found, None, "not written after its delete"),
+            Err(_) => assert!(tokio::time::Instant::now() < deadline, "Redis never answered again"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
