@@ -78,7 +78,7 @@ pub(crate) struct Inner {
     pub(super) pacer: Option<Arc<dyn Pacer>>,
     pub(super) jitter: Arc<Jitter>,
     /// Which credentials' models refused a stream lately (asked whole at once).
-    pub(super) stream_refusals: Arc<super::refusals::StreamRefusals>,
+    pub(super) stream_refusals: Arc<super::refusals::Refusals>,
 }
 
 impl Inner {

@@ -454,7 +454,7 @@ impl Router {
         let drop_params = resolved.route.drop_params();
         let served = self
             .run(
-                &ChatExchange { request, streamed, refusals: &self.inner.stream_refusals, drop_params },
+                &ChatExchange { request, streamed, refusals: &self.inner.stream_refusals.whole, drop_params },
                 resolved,
                 options,
             )
@@ -487,7 +487,7 @@ impl Router {
         let resolved = self.inner.resolve(&request.model)?;
         let resume = Resume::for_request(&resolved.route, request, options);
         let settings = (options.reasoning, resolved.route.drop_params());
-        let exchange = StreamExchange::new(request, settings, &self.inner.stream_refusals);
+        let exchange = StreamExchange::new(request, settings, &self.inner.stream_refusals.streams);
         let served = self.run(&exchange, resolved, options).await?;
         // One choice only: a stream of several is not put back together.
         let keep = !options.no_cache

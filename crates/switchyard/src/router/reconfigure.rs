@@ -46,7 +46,7 @@ pub(super) struct Kept {
     /// to is passed over when it is recalled.
     pub(super) pins: Arc<crate::affinity::Pins>,
     /// Which credentials' models refused a stream lately.
-    pub(super) stream_refusals: Arc<super::refusals::StreamRefusals>,
+    pub(super) stream_refusals: Arc<super::refusals::Refusals>,
 }
 
 /// What a reconfiguration forgot: the targets and credentials the old configuration knew that

@@ -19,6 +19,17 @@ const REMEMBERED: Duration = Duration::from_secs(3600);
 /// Pairs remembered at most: models named by clients are unbounded.
 const AT_MOST: usize = 1024;
 
+/// The refusals of a whole answer asked as a stream, and those of a client's own stream, kept
+/// apart: a refusal of the `stream_options` that a whole answer's stream asks for says nothing
+/// of a client's stream, which the adapter sends without them.
+#[derive(Debug, Default)]
+pub(crate) struct Refusals {
+    /// Whole answers asked as streams ([`ChatExchange`](super::exchange::ChatExchange)).
+    pub(crate) whole: StreamRefusals,
+    /// Clients' streams ([`StreamExchange`](super::stream::StreamExchange)).
+    pub(crate) streams: StreamRefusals,
+}
+
 /// The refusals, by credential and model, with when each is forgotten.
 #[derive(Debug, Default)]
 pub(crate) struct StreamRefusals {

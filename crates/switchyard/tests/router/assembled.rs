@@ -364,3 +364,23 @@ async fn a_stream_a_provider_refuses_is_asked_of_it_whole_and_replayed_whole_at_
     }
     assert_eq!(streams(), 1, "refused once, then asked whole at once");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_whole_answers_refusal_does_not_keep_a_clients_stream_from_streaming() {
+    // Refused for the `stream_options` a whole answer's stream asks for: whole answers are
+    // asked whole from then on, but a client's stream is still tried as a stream (the adapter
+    // sends it without them).
+    let unstreamed = Unstreamed::default();
+    let router = switchyard::Router::builder()
+        .provider(switchyard::ProviderEntry::new("p", unstreamed.clone()))
+        .route(Route::builder("default").target("p:m").build().unwrap())
+        .build()
+        .unwrap();
+    let streams = || unstreamed.0.load(std::sync::atomic::Ordering::SeqCst);
+    router.chat(&request("default")).await.unwrap();
+    assert_eq!(streams(), 1);
+    let mut streamed = request("default");
+    streamed.stream = true;
+    router.chat_stream(&streamed, &Default::default()).await.expect("replayed");
+    assert_eq!(streams(), 2, "the client's stream was tried as one");
+}
