@@ -88,8 +88,9 @@ impl<'a> Failure<'a> {
             c.cooldown_until = self.later(c.cooldown_until, Some(rest));
             change.apply(c, events);
         }
+        // The provider's wait is held to the same bound as the key's rest.
         let t = &mut records.target;
-        t.retry_until = self.later(t.retry_until, self.retry_until);
+        t.retry_until = self.later(t.retry_until, self.retry_until.map(|until| until.min(rest)));
         self.target_change(HealthStatus::RateLimited).apply(t, events);
     }
 

@@ -842,6 +842,8 @@ async fn a_rate_limit_asking_a_day_rests_the_key_at_most_the_configured_bound() 
     assert_eq!(router.chat(&request("default")).await.unwrap().served_by.to_string(), "b:m");
     let resting = router.target_health(&target("a:m")).key_cooldowns[0].cooldown;
     assert_eq!(resting, Duration::from_secs(300), "bounded by max_cooldown_on_rate_limit");
+    let wait = router.target_health(&target("a:m")).retry_after;
+    assert_eq!(wait, Some(Duration::from_secs(300)), "the provider's wait is held to it too");
 
     tokio::time::advance(Duration::from_secs(299)).await;
     assert_eq!(router.chat(&request("default")).await.unwrap().served_by.to_string(), "b:m");
