@@ -783,19 +783,21 @@ impl Stream for BodyStream {
     }
 }
 
-/// The error of a non-2xx answer whose body is no error of the provider's API (HTML from a proxy
-/// or a load balancer, plain text, nothing): its status alone decides, but for a refusal of the
-/// request (a 400 or 422 in such a body: nginx's "Request Header Or Cookie Too Large") that is
-/// what stands before the provider refusing it, not the provider: unsupported there, so that
-/// the next target is asked, its health untouched.
-pub fn bare_error(status: u16, detail: String) -> ProviderError {
-    match status_kind(status) {
-        ErrorKind::InvalidRequest => ProviderError::unsupported(format!(
+/// The error of a non-2xx answer whose `body` holds no error object of the provider's API, with
+/// `detail` its excerpt: its status alone decides, but a 400 or 422 whose body is not JSON at
+/// all (HTML from a proxy or a load balancer, plain text, nothing: nginx's "Request Header Or
+/// Cookie Too Large") is what stands before the provider refusing the request, not the
+/// provider: unsupported there, so that the next target is asked, its health untouched. A JSON
+/// body of another shape (FastAPI's `{"detail": ...}`) is the server's own refusal.
+pub fn bare_error(status: u16, body: &str, detail: String) -> ProviderError {
+    let page = serde_json::from_str::<serde::de::IgnoredAny>(body).is_err();
+    if matches!(status, 400 | 422) && page {
+        let detail = format!(
             "{detail} (not an error of the provider's API: what stands before it refused the request)"
-        ))
-        .with_status(status),
-        kind => ProviderError::new(kind, detail).with_status(status),
+        );
+        return ProviderError::unsupported(detail).with_status(status);
     }
+    ProviderError::new(status_kind(status), detail).with_status(status)
 }
 
 /// The catalog kind for an HTTP status when the body has no code that says more.

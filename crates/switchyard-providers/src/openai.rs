@@ -73,9 +73,10 @@ pub struct OpenAiProvider {
     /// the gateway has none of the model's own.
     reasoning_back: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The models that refused a stream for the `stream_options` the gateway adds (an older
-    /// Azure API version, a server that forbids unknown fields): their streams go without it
-    /// since, their usage estimated.
-    bare_streams: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Azure API version, a server that forbids unknown fields) and streamed without them:
+    /// their streams go without them for an hour from then (the deployment may be moved to an
+    /// API version that takes them), their usage estimated.
+    bare_streams: std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
 }
 
 /// The operations' URLs of [`Endpoint::Plain`].
@@ -301,7 +302,7 @@ impl OpenAiProvider {
     ) -> Result<http::Response, ProviderError> {
         refuse_prefill(request, self.prefill)?;
         let mut padded = self.wants_reasoning_back(call.model);
-        let mut bare = self.streams_bare(call.model);
+        let (mut bare, mut learned) = (self.streams_bare(call.model), false);
         let mut capped = None;
         loop {
             let asked = capped.as_ref().unwrap_or(request);
@@ -312,7 +313,12 @@ impl OpenAiProvider {
             };
             let error = match self.post(call, "chat/completions", body, streaming).await {
                 Err(error) => error,
-                sent => return sent,
+                sent => {
+                    if sent.is_ok() && learned {
+                        self.remember_bare(call.model);
+                    }
+                    return sent;
+                }
             };
             // Sent once more with every assistant turn's reasoning, from then on.
             if !padded && errors::wants_reasoning_back(&error) {
@@ -320,8 +326,8 @@ impl OpenAiProvider {
                 padded = true;
                 continue;
             }
-            if streaming && !bare && self.goes_bare(call.model, request, &error) {
-                bare = true;
+            if streaming && !bare && self.goes_bare(request, &error) {
+                (bare, learned) = (true, true);
                 continue;
             }
             let lower = |most: &u32| request.max_tokens.is_some_and(|asked| asked > *most);
@@ -333,21 +339,36 @@ impl OpenAiProvider {
         }
     }
 
-    /// Whether `model` streams without `stream_options` (it refused them).
+    /// Whether `model` streams without `stream_options` (it refused them within the hour).
     fn streams_bare(&self, model: &str) -> bool {
-        self.bare_streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(model)
+        let mut bare = self.bare_streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match bare.get(model) {
+            Some(until) if tokio::time::Instant::now() < *until => true,
+            Some(_) => {
+                bare.remove(model);
+                false
+            }
+            None => false,
+        }
     }
 
     /// Whether a stream `error` refused for the `stream_options` the gateway added goes again
-    /// without them, from then on: a stream the client asked for. A whole answer asked as a
-    /// stream is asked whole instead (the router's `refusals`), which keeps its usage.
-    fn goes_bare(&self, model: &str, request: &ChatRequest, error: &ProviderError) -> bool {
-        if !request.stream || !errors::refuses_stream_options(error) {
-            return false;
+    /// without them: a stream the client asked for. A whole answer asked as a stream is asked
+    /// whole instead (the router's `refusals`), which keeps its usage.
+    fn goes_bare(&self, request: &ChatRequest, error: &ProviderError) -> bool {
+        request.stream && errors::refuses_stream_options(error)
+    }
+
+    /// Notes that `model` streamed without the `stream_options` it refused: its streams go
+    /// without them for an hour (at most 1,024 models held: the names are the clients').
+    fn remember_bare(&self, model: &str) {
+        let now = tokio::time::Instant::now();
+        let mut bare = self.bare_streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        bare.retain(|_, until| now < *until);
+        if bare.len() < 1024 {
+            tracing::debug!(model, "the model refused stream_options: its streams go without them");
+            bare.insert(model.to_owned(), now + std::time::Duration::from_secs(3600));
         }
-        tracing::debug!(model, "the model refused stream_options: its streams go without them");
-        self.bare_streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(model.to_owned());
-        true
     }
 
     /// Whether `model` refused a conversation for an assistant turn without its reasoning.
@@ -391,7 +412,7 @@ impl OpenAiProvider {
             let detail = format!("expected an event stream, got `{page}`");
             let body = http::read_error_body(response).await;
             let detail = errors::scrub(&format!("{detail}: {}", http::excerpt(&body)), call.credential.key());
-            return Err(ProviderError::new(switchyard::ErrorKind::MalformedResponse, detail));
+            return Err(ProviderError::new(switchyard::ErrorKind::MalformedResponse, detail).with_status(200));
         }
         if content_type.is_some_and(|value| value.starts_with("application/json")) {
             // Some compatible servers ignore `stream` or answer an error with a 200 JSON body.
@@ -411,7 +432,7 @@ impl OpenAiProvider {
         request: &ChatRequest,
         body: &bytes::Bytes,
     ) -> Result<http::Response, ProviderError> {
-        let mut bare = self.streams_bare(call.model);
+        let (mut bare, mut learned) = (self.streams_bare(call.model), false);
         loop {
             let options = if bare { Edit::Remove } else { Edit::Enable("include_usage") };
             let edits = [
@@ -422,12 +443,17 @@ impl OpenAiProvider {
             let error =
                 match self.post(call, "chat/completions", verbatim::rewrite(body, &edits)?, true).await {
                     Err(error) => error,
-                    sent => return sent,
+                    sent => {
+                        if sent.is_ok() && learned {
+                            self.remember_bare(call.model);
+                        }
+                        return sent;
+                    }
                 };
-            if bare || !self.goes_bare(call.model, request, &error) {
+            if bare || !self.goes_bare(request, &error) {
                 return Err(error);
             }
-            bare = true;
+            (bare, learned) = (true, true);
         }
     }
 

@@ -1865,6 +1865,14 @@ async fn a_proxys_page_refusing_the_request_is_no_verdict_of_the_provider_on_it(
         chat_error(400, &[], error_body("bad temperature", json!("invalid_request_error"), json!(null)))
             .await;
     assert!(!error.is_unsupported(), "{error:?}");
+    let fastapi =
+        json!({"detail": [{"type": "missing", "loc": ["body", "messages"], "msg": "Field required"}]});
+    let error = chat_error(422, &[], fastapi).await;
+    assert!(!error.is_unsupported(), "a server's own validation, in its JSON: {error:?}");
+    // Other statuses keep their kind (a 405 page is no request the next target may take).
+    let fake = Fake::start(move |_| respond(405, &[], "text/html", Body::from("<html>405</html>"))).await;
+    let error = Harness::openai(fake.url("/v1")).chat(&hello()).await.err().unwrap();
+    assert!(!error.is_unsupported(), "{error:?}");
     // A proxy's 502 page is an outage, as before.
     let fake =
         Fake::start(move |_| respond(502, &[], "text/html", Body::from("<html>Bad Gateway</html>"))).await;

@@ -76,7 +76,7 @@ pub(crate) fn http_error(
         } else {
             http::excerpt(body)
         };
-        let error = http::bare_error(status, redact(detail, key));
+        let error = http::bare_error(status, body, redact(detail, key));
         match retry_after {
             Some(wait) => error.with_retry_after(wait),
             None => error,

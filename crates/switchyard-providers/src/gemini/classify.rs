@@ -108,7 +108,7 @@ pub(crate) fn classify_http_error(
     } else {
         redactor.clean(&http::excerpt(body))
     };
-    let error = http::bare_error(status, detail);
+    let error = http::bare_error(status, body, detail);
     match retry_after {
         Some(wait) => error.with_retry_after(wait),
         None => error,

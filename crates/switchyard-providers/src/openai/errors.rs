@@ -79,7 +79,7 @@ pub(super) fn bare(status: u16, body: &str, key: Option<&Secret>) -> ProviderErr
     } else {
         http::excerpt(&scrub(body, key))
     };
-    http::bare_error(status, detail)
+    http::bare_error(status, body, detail)
 }
 
 /// A success whose body is not what the operation returns.
