@@ -784,14 +784,15 @@ impl Stream for BodyStream {
 }
 
 /// The error of a non-2xx answer whose `body` holds no error object of the provider's API, with
-/// `detail` its excerpt: its status alone decides, but a 400 or 422 whose body is not JSON at
-/// all (HTML from a proxy or a load balancer, plain text, nothing: nginx's "Request Header Or
-/// Cookie Too Large") is what stands before the provider refusing the request, not the
-/// provider: unsupported there, so that the next target is asked, its health untouched. A JSON
-/// body of another shape (FastAPI's `{"detail": ...}`) is the server's own refusal.
+/// `detail` its excerpt: its status alone decides, but a 400, 403 or 422 whose body is a page
+/// (HTML from a proxy, a load balancer or a CDN: nginx's "Request Header Or Cookie Too Large",
+/// a firewall's block page) is what stands before the provider refusing the request, not the
+/// provider (nor its verdict on the key): unsupported there, so that the next target is asked,
+/// its health and its keys untouched. A body in JSON of another shape (FastAPI's `{"detail":
+/// ...}`) or in plain text is the server's own refusal.
 pub fn bare_error(status: u16, body: &str, detail: String) -> ProviderError {
-    let page = serde_json::from_str::<serde::de::IgnoredAny>(body).is_err();
-    if matches!(status, 400 | 422) && page {
+    let page = body.trim_start().starts_with('<');
+    if matches!(status, 400 | 403 | 422) && page {
         let detail = format!(
             "{detail} (not an error of the provider's API: what stands before it refused the request)"
         );

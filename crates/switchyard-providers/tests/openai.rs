@@ -1869,6 +1869,11 @@ async fn a_proxys_page_refusing_the_request_is_no_verdict_of_the_provider_on_it(
         json!({"detail": [{"type": "missing", "loc": ["body", "messages"], "msg": "Field required"}]});
     let error = chat_error(422, &[], fastapi).await;
     assert!(!error.is_unsupported(), "a server's own validation, in its JSON: {error:?}");
+    // A firewall's block page in front of the provider says nothing of the key.
+    let blocked = "<html><title>Attention Required! | Cloudflare</title><body>Sorry, you have been blocked</body></html>";
+    let fake = Fake::start(move |_| respond(403, &[], "text/html", Body::from(blocked))).await;
+    let error = Harness::openai(fake.url("/v1")).chat(&hello()).await.err().unwrap();
+    assert!(error.is_unsupported() && error.kind() != ErrorKind::Auth, "{error:?}");
     // Other statuses keep their kind (a 405 page is no request the next target may take).
     let fake = Fake::start(move |_| respond(405, &[], "text/html", Body::from("<html>405</html>"))).await;
     let error = Harness::openai(fake.url("/v1")).chat(&hello()).await.err().unwrap();

@@ -27,6 +27,7 @@ pub(crate) fn kind_of(error: &ErrorBody, status: Option<u16>) -> ErrorKind {
         "request_too_large" => ErrorKind::InvalidRequest,
         "invalid_request_error" if is_context_length(&error.message) => ErrorKind::ContextLength,
         "invalid_request_error" if is_credit_balance(&error.message) => ErrorKind::QuotaExceeded,
+        "invalid_request_error" if is_disabled_organization(&error.message) => ErrorKind::Auth,
         "invalid_request_error" => ErrorKind::InvalidRequest,
         // A type this code does not know: the status is the next best signal.
         _ => status.map_or(ErrorKind::Unavailable, http::status_kind),
@@ -51,6 +52,21 @@ fn is_context_length(message: &str) -> bool {
 /// `invalid_request_error` with nothing else to tell it apart, so the phrase is matched whole.
 fn is_credit_balance(message: &str) -> bool {
     message.to_ascii_lowercase().contains("your credit balance is too low")
+}
+
+/// "This organization has been disabled." arrives as a 400 `invalid_request_error`: the key's
+/// account is shut, which no request fixes; the key is benched as a refused one, and another
+/// key or target is asked.
+fn is_disabled_organization(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    message.contains("organization has been disabled") || message.contains("organization is disabled")
+}
+
+/// A 400 refusing two sampling parameters together ("`temperature` and `top_p` cannot both be
+/// specified for this model. Please use only one."): the model's lack, which another target
+/// may not have; skipped for the request (unsupported), health untouched.
+fn is_one_sampler_refusal(message: &str) -> bool {
+    message.contains("cannot both be specified")
 }
 
 /// A 400 refusing a beta flag: "invalid beta flag" (Bedrock, Vertex), or Anthropic's
@@ -101,6 +117,8 @@ pub(crate) fn messages_error(
     };
     let error = if status == 400 && is_beta_refusal(&parsed.error.message) {
         ProviderError::unsupported(format!("the provider refused a beta flag: {}", redact(detail, key)))
+    } else if status == 400 && is_one_sampler_refusal(&parsed.error.message) {
+        ProviderError::unsupported(redact(detail, key))
     } else {
         ProviderError::new(kind, redact(detail, key))
     };
@@ -165,6 +183,21 @@ mod tests {
         );
         assert_eq!(kind("credit: field required"), ErrorKind::InvalidRequest);
         assert_eq!(kind("balance is too low"), ErrorKind::InvalidRequest);
+    }
+
+    #[test]
+    fn a_disabled_organization_benches_the_key_and_a_sampler_pair_is_the_models_lack() {
+        let kind = |m| kind_of(&body("invalid_request_error", m), Some(400));
+        assert_eq!(kind("This organization has been disabled."), ErrorKind::Auth);
+        let refusal = |m: &str| {
+            let body = serde_json::json!({"type": "error", "error": {"type": "invalid_request_error", "message": m}});
+            http_error(400, &body.to_string(), None, None)
+        };
+        let pair = refusal(
+            "`temperature` and `top_p` cannot both be specified for this model. Please use only one.",
+        );
+        assert!(pair.is_unsupported(), "another target may take both: {pair:?}");
+        assert!(!refusal("max_tokens: field required").is_unsupported());
     }
 
     #[test]
