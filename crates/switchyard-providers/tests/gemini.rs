@@ -1161,3 +1161,34 @@ async fn tokens_are_counted_by_count_tokens_over_the_whole_generate_request() {
     let error = harness.provider.count_tokens(harness.call(MODEL, None), &request).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::RateLimited, "{error:?}");
 }
+
+#[tokio::test]
+async fn an_answer_that_stops_with_nothing_said_or_no_finish_reason_is_malformed_whole_and_streamed() {
+    // Gemini 2.5's known empty answer: `STOP` with no parts, or thoughts alone.
+    let empty = json!({"candidates": [{"content": {"role": "model", "parts": []}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": final_usage()});
+    let thoughts = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Hmm.", "thought": true}]},
+        "finishReason": "STOP", "index": 0}], "usageMetadata": final_usage()});
+    let unfinished =
+        json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Bonj"}]}, "index": 0}]});
+    for (answer, said) in [(empty, "EMPTY_STOP"), (thoughts, "EMPTY_STOP"), (unfinished, "no finishReason")] {
+        let fake = Fake::json(200, answer).await;
+        let error = chat(&fake, &hello()).await.unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::MalformedResponse, "{error:?}");
+        assert!(error.code() == Some(said) || error.detail().contains(said), "{error:?}");
+    }
+    let body = sse(&[
+        stream_event(json!([{ "text": "Hmm.", "thought": true }]), None, early_usage()),
+        stream_event(json!([]), Some("STOP"), final_usage()),
+    ]);
+    let items = stream(&streaming(&body).await, &hello()).await.unwrap();
+    let error = items.into_iter().find_map(Result::err).expect("the stream fails");
+    assert_eq!((error.kind(), error.code()), (ErrorKind::MalformedResponse, Some("EMPTY_STOP")));
+    // Text in an earlier event, then an empty STOP: an answer.
+    let body = sse(&[
+        stream_event(json!([{ "text": "Bonjour" }]), None, early_usage()),
+        stream_event(json!([]), Some("STOP"), final_usage()),
+    ]);
+    let items = stream(&streaming(&body).await, &hello()).await.unwrap();
+    assert!(items.iter().all(Result::is_ok), "{items:?}");
+}

@@ -58,6 +58,19 @@ pub(super) fn failed_generation(reason: &str) -> Option<ProviderError> {
     )
 }
 
+/// The error of a candidate that finished (`STOP`) without a word or a call, thoughts aside: an
+/// empty answer, a known fault of Gemini 2.5 models, which the same request asked again (or of
+/// the next target) answers. `said`: whether the candidate gave any text or call.
+pub(super) fn empty_stop(reason: &str, said: bool) -> Option<ProviderError> {
+    (reason == "STOP" && !said).then(|| {
+        ProviderError::new(
+            ErrorKind::MalformedResponse,
+            "Gemini finished (STOP) without any text or call: an empty answer",
+        )
+        .with_code("EMPTY_STOP")
+    })
+}
+
 /// What one candidate's parts say.
 #[derive(Debug, Default)]
 pub(super) struct Read {
@@ -126,7 +139,14 @@ pub(super) fn chat_response(
         }
         let parts = candidate.content.as_ref().map_or(&[][..], |content| &content.parts[..]);
         let Read { text, thoughts, calls: tool_calls } = read_parts(parts);
-        let finish = candidate.finish_reason.as_deref().map(|r| finish_reason(r, !tool_calls.is_empty()));
+        // An answer that did not say how it ended did not end, as a stream that did not is cut.
+        let Some(reason) = candidate.finish_reason.as_deref() else {
+            return Err(ProviderError::new(ErrorKind::MalformedResponse, "the answer has no finishReason"));
+        };
+        if let Some(error) = empty_stop(reason, !text.is_empty() || !tool_calls.is_empty()) {
+            return Err(error);
+        }
+        let finish = Some(finish_reason(reason, !tool_calls.is_empty()));
         let content =
             if text.is_empty() && !tool_calls.is_empty() { None } else { Some(Content::Text(text)) };
         let mut message = Message { content, tool_calls, ..Message::assistant("") };

@@ -54,6 +54,8 @@ pub(super) struct GeminiChunks<S> {
     done: bool,
     /// Tool calls seen per candidate index, for `ToolCallDelta::index`.
     tool_calls_per_choice: Vec<(u32, u32)>,
+    /// The candidates that gave text or a call (an empty `STOP` is no answer).
+    said: Vec<u32>,
     /// Events skipped as unreadable so far.
     skips: Skips,
 }
@@ -74,6 +76,7 @@ impl<S> GeminiChunks<S> {
             counted: false,
             done: false,
             tool_calls_per_choice: Vec::new(),
+            said: Vec::new(),
             skips: Skips::default(),
         }
     }
@@ -139,6 +142,9 @@ impl<S> GeminiChunks<S> {
         let failed =
             answer.candidates.iter().find_map(|c| c.finish_reason.as_deref().and_then(failed_generation));
         if let Some(error) = failed {
+            return self.fail(error);
+        }
+        if let Some(error) = self.empty_stop(&answer.candidates) {
             return self.fail(error);
         }
         let mut content = Vec::new();
@@ -223,6 +229,23 @@ impl<S> GeminiChunks<S> {
 
     /// The chunk choices of one candidate in an event: its new text and tool calls (`None`
     /// when it has neither), and its finish reason (`None` before its last event).
+    /// The error of a candidate of this event that finished (`STOP`) having given no text or
+    /// call, in this event or before ([`empty_stop`](super::response::empty_stop)).
+    fn empty_stop(&mut self, candidates: &[Candidate]) -> Option<ProviderError> {
+        for candidate in candidates {
+            let index = candidate.index.unwrap_or(0);
+            let parts = candidate.content.as_ref().map_or(&[][..], |content| &content.parts[..]);
+            let read = read_parts(parts);
+            if (!read.text.is_empty() || !read.calls.is_empty()) && !self.said.contains(&index) {
+                self.said.push(index);
+            }
+        }
+        candidates.iter().find_map(|candidate| {
+            let said = self.said.contains(&candidate.index.unwrap_or(0));
+            candidate.finish_reason.as_deref().and_then(|reason| super::response::empty_stop(reason, said))
+        })
+    }
+
     fn on_candidate(&mut self, candidate: &Candidate) -> (Option<ChunkChoice>, Option<ChunkChoice>) {
         let index = candidate.index.unwrap_or(0);
         let parts = candidate.content.as_ref().map_or(&[][..], |content| &content.parts[..]);
