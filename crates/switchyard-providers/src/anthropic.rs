@@ -22,6 +22,7 @@ mod request;
 mod response;
 mod restyle;
 pub(crate) mod stream;
+pub(crate) mod strict;
 mod thinking;
 mod wire;
 
@@ -74,6 +75,8 @@ pub struct AnthropicProvider {
     betas: crate::BetaPolicy,
     /// The past thinking each model refused as not its own, left out of later requests.
     refused_thinking: past_thinking::Refused,
+    /// The models that refused strict tool use lately ([`strict`]).
+    refused_strict: strict::StrictRefusals,
 }
 
 impl AnthropicProvider {
@@ -118,21 +121,25 @@ impl AnthropicProvider {
             thinking: settings.thinking,
             betas: settings.betas.clone(),
             refused_thinking: past_thinking::Refused::default(),
+            refused_strict: strict::StrictRefusals::default(),
         })
     }
 
     /// Sends `body` and returns the response when it is a success; otherwise the classified
     /// error. The rate-limit headers of every response go to the call's sink.
     /// A body whose past thinking the target refuses as not its own is sent once more without
-    /// it (see [`past_thinking`]).
+    /// it (see [`past_thinking`]), and one refused with the strict tool use the translation of
+    /// `request` carried, without that (see [`strict`]).
     async fn send(
         &self,
         call: &Call<'_>,
+        request: &ChatRequest,
         body: Vec<u8>,
     ) -> Result<(http::Response, Option<switchyard::chat::StreamNotice>), ProviderError> {
         let refused = (&self.refused_thinking, call.model, call.credential.id());
-        past_thinking::sent(bytes::Bytes::from(body), refused, |body| {
-            self.send_to(&self.endpoint, call, body)
+        let strict = (&self.refused_strict, call.model, strict::carried(request));
+        strict::sent(bytes::Bytes::from(body), strict, |body| {
+            past_thinking::sent(body, refused, |body| self.send_to(&self.endpoint, call, body))
         })
         .await
     }
@@ -438,7 +445,7 @@ impl Provider for AnthropicProvider {
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
         Box::pin(async move {
             let body = self.body(&call, request, false)?;
-            let (response, notice) = self.send(&call, body).await?;
+            let (response, notice) = self.send(&call, request, body).await?;
             let bytes = http::read_body(response).await?;
             let mut answer = whole_answer(request, bytes, call.credential.key())?;
             answer.notices.extend(notice);
@@ -461,7 +468,7 @@ impl Provider for AnthropicProvider {
     ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>> {
         Box::pin(async move {
             let body = self.body(&call, request, true)?;
-            let (response, notice) = self.send(&call, body).await?;
+            let (response, notice) = self.send(&call, request, body).await?;
             let stream = answer_stream(response, request, call.credential.key().cloned()).await?;
             Ok(past_thinking::led_by(notice, stream))
         })

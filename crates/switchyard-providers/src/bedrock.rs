@@ -137,6 +137,8 @@ pub struct BedrockProvider {
     credentials: Arc<CredentialCache>,
     /// The past thinking each Claude refused as not its own, left out of later requests.
     refused_thinking: crate::anthropic::past_thinking::Refused,
+    /// The Claude models that refused strict tool use lately.
+    refused_strict: crate::anthropic::strict::StrictRefusals,
 }
 
 impl BedrockProvider {
@@ -168,6 +170,7 @@ impl BedrockProvider {
             credentials: Arc::new(CredentialCache::new(&bedrock.region, bedrock.aws.clone())),
             base_url,
             refused_thinking: Default::default(),
+            refused_strict: Default::default(),
         })
     }
 
@@ -222,6 +225,28 @@ impl BedrockProvider {
             }
             sent => sent,
         }
+    }
+
+    /// Sends a Claude body with `send`: once more without its past thinking when Claude refuses
+    /// it as not its own, and without the strict tool use the translation of `request` carried
+    /// when Claude refuses that (`anthropic::past_thinking`, `anthropic::strict`).
+    async fn send_claude<T, F, Fut>(
+        &self,
+        call: &Call<'_>,
+        request: &ChatRequest,
+        body: Vec<u8>,
+        send: F,
+    ) -> Result<(T, Option<switchyard::chat::StreamNotice>), ProviderError>
+    where
+        F: Fn(Bytes) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ProviderError>>,
+    {
+        let refused = (&self.refused_thinking, call.model, call.credential.id());
+        let strict = (&self.refused_strict, call.model, crate::anthropic::strict::carried(request));
+        crate::anthropic::strict::sent(Bytes::from(body), strict, |body| {
+            crate::anthropic::past_thinking::sent(body, refused, &send)
+        })
+        .await
     }
 
     /// [`send`](Self::send)'s one sending.
@@ -326,9 +351,7 @@ impl Provider for BedrockProvider {
                 let body = invoke::body(&call, request, &self.betas(&call), self.thinking)?;
                 let path = model_path(call.model, "invoke");
                 let send = |body| self.send(&call, &path, body, "application/json");
-                let refused = (&self.refused_thinking, call.model, call.credential.id());
-                let ((response, redactor), notice) =
-                    crate::anthropic::past_thinking::sent(Bytes::from(body), refused, send).await?;
+                let ((response, redactor), notice) = self.send_claude(&call, request, body, send).await?;
                 let bytes = http::read_body(response).await?;
                 let mut answer = crate::anthropic::whole_answer(request, bytes, call.credential.key())
                     .map_err(|e| redact(e, &redactor))?;
@@ -363,10 +386,7 @@ impl Provider for BedrockProvider {
             let path = model_path(call.model, action);
             let send = |body| self.send(&call, &path, body, accept);
             let ((response, redactor), notice) = match claude {
-                true => {
-                    let refused = (&self.refused_thinking, call.model, call.credential.id());
-                    crate::anthropic::past_thinking::sent(Bytes::from(body), refused, send).await?
-                }
+                true => self.send_claude(&call, request, body, send).await?,
                 false => (send(Bytes::from(body)).await?, None),
             };
             check_event_stream(&response, &redactor)?;

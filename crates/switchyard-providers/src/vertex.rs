@@ -210,6 +210,8 @@ pub struct VertexProvider {
     betas: crate::BetaPolicy,
     /// The past thinking each Claude refused as not its own, left out of later requests.
     refused_thinking: anthropic::past_thinking::Refused,
+    /// The Claude models that refused strict tool use lately.
+    refused_strict: anthropic::strict::StrictRefusals,
 }
 
 impl fmt::Debug for VertexProvider {
@@ -248,6 +250,7 @@ impl VertexProvider {
             thinking: settings.thinking,
             betas: settings.betas.clone(),
             refused_thinking: Default::default(),
+            refused_strict: Default::default(),
         })
     }
 
@@ -309,26 +312,28 @@ impl VertexProvider {
     }
 
     /// Sends a Claude body, once more without its past thinking when Claude refuses that
-    /// thinking as not its own (see [`anthropic::past_thinking`]).
+    /// thinking as not its own (see [`anthropic::past_thinking`]), and without the strict tool
+    /// use the translation of `request` carried when Claude refuses that
+    /// ([`anthropic::strict`]: Vertex gates it behind an organization policy).
     async fn send_claude(
         &self,
         call: &Call<'_>,
-        url: String,
+        (url, request): (String, &ChatRequest),
         body: Vec<u8>,
     ) -> Result<((http::Response, Secret), Option<StreamNotice>), ProviderError> {
         let send = |body| self.send(call, url.clone(), body, Publisher::Anthropic, None);
-        anthropic::past_thinking::sent(
-            bytes::Bytes::from(body),
-            (&self.refused_thinking, call.model, call.credential.id()),
-            send,
-        )
+        let refused = (&self.refused_thinking, call.model, call.credential.id());
+        let strict = (&self.refused_strict, call.model, anthropic::strict::carried(request));
+        anthropic::strict::sent(bytes::Bytes::from(body), strict, |body| {
+            anthropic::past_thinking::sent(body, refused, &send)
+        })
         .await
     }
 
     async fn claude(&self, call: Call<'_>, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let url = self.url(Publisher::Anthropic, call.model, "rawPredict")?;
         let body = self.claude_body(call.model, request, false)?;
-        let ((response, token), notice) = self.send_claude(&call, url, body).await?;
+        let ((response, token), notice) = self.send_claude(&call, (url, request), body).await?;
         let bytes = http::read_body(response).await?;
         let mut answer = anthropic::whole_answer(request, bytes, Some(&token))?;
         answer.notices.extend(notice);
@@ -342,7 +347,7 @@ impl VertexProvider {
     ) -> Result<ChunkStream, ProviderError> {
         let url = self.url(Publisher::Anthropic, call.model, "streamRawPredict")?;
         let body = self.claude_body(call.model, request, true)?;
-        let ((response, token), notice) = self.send_claude(&call, url, body).await?;
+        let ((response, token), notice) = self.send_claude(&call, (url, request), body).await?;
         let stream = anthropic::answer_stream(response, request, Some(token)).await?;
         Ok(anthropic::past_thinking::led_by(notice, stream))
     }

@@ -2204,3 +2204,59 @@ fn a_providers_stream_that_said_why_it_stopped_but_not_message_stop_gets_one_mes
         ["message_start", "content_block_start", "content_block_stop", "message_delta", "message_stop"]
     );
 }
+
+/// An OpenAI client's tool with `function.strict`, as the OpenAI SDK's `parse()` writes it.
+fn strict_tool() -> Tool {
+    let mut tool = weather_tool();
+    tool.function.extra.insert("strict".into(), json!(true));
+    tool
+}
+
+#[tokio::test]
+async fn an_openai_clients_strict_tool_is_claudes_strict_and_goes_without_it_where_refused() {
+    // This Claude refuses strict tool use, as an older model or a gated cloud does.
+    let refusal = json!({"type": "error", "error": {"type": "invalid_request_error",
+        "message": "tools.0.custom.strict: Extra inputs are not permitted"}});
+    let fake = Fake::start(move |seen| match seen.body["tools"][0].get("strict") {
+        Some(_) => json_reply(400, &[], &refusal),
+        None => json_reply(200, &[], &text_answer()),
+    })
+    .await;
+    let harness = Harness::new(provider(&fake.origin()), Some(KEY), MODEL);
+    let mut request = hello();
+    request.tools = vec![strict_tool()];
+    let answer = harness.chat(&request).await.expect("answered without strict");
+    let said = |answer: &ChatResponse| {
+        answer.notices.iter().any(|notice| matches!(notice, switchyard::chat::StreamNotice::Resent(text) if text.contains("strict")))
+    };
+    assert!(said(&answer), "the trail says so: {:?}", answer.notices);
+    // Remembered: the next request goes without it at once, and says so.
+    let again = harness.chat(&request).await.unwrap();
+    assert!(said(&again), "{:?}", again.notices);
+    let asked: Vec<bool> =
+        fake.requests().iter().map(|seen| seen.body["tools"][0].get("strict").is_some()).collect();
+    assert_eq!(asked, [true, false, false]);
+    assert_eq!(fake.requests()[0].body["tools"][0]["strict"], true, "carried as Claude's own");
+
+    // A Claude that takes it gets it; one refused for another reason is refused again, and that
+    // refusal stands.
+    let taking = Fake::json(200, text_answer()).await;
+    chat(&taking, &request).await.unwrap();
+    assert_eq!(taking.only_request().body["tools"][0]["strict"], true);
+    let bad = json!({"type": "error", "error": {"type": "invalid_request_error", "message": "messages: roles must alternate"}});
+    let refusing = Fake::json(400, bad).await;
+    let error = chat(&refusing, &request).await.unwrap_err();
+    assert!(error.detail().contains("roles must alternate"), "{error:?}");
+    assert_eq!(refusing.requests().len(), 2, "once more without strict, then the refusal stands");
+    // An Anthropic client's own strict is its own ask: not dropped.
+    let mut own = hello();
+    own.origin = Dialect::Anthropic;
+    own.tools = vec![strict_tool()];
+    let refusing = Fake::json(400, refusal_body()).await;
+    chat(&refusing, &own).await.unwrap_err();
+    assert_eq!(refusing.requests().len(), 1);
+}
+
+fn refusal_body() -> Value {
+    json!({"type": "error", "error": {"type": "invalid_request_error", "message": "tools.0.custom.strict: Extra inputs are not permitted"}})
+}

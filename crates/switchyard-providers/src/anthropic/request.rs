@@ -643,8 +643,8 @@ fn tool_param(tool: &Tool, index: usize, origin: Dialect) -> Result<ToolParam, P
     let extra = if origin == Dialect::Anthropic {
         function.extra.clone()
     } else {
-        // OpenAI's `strict` asks for exact schema adherence, which Anthropic's tool use aims at
-        // anyway; anything else would be lost.
+        // OpenAI's `strict` is Claude's `strict` (sent once more without it where a Claude
+        // refuses it: `strict.rs`); anything else would be lost.
         if let Some((key, _)) =
             function.extra.iter().find(|(key, value)| key.as_str() != "strict" && !value.is_null())
         {
@@ -653,7 +653,11 @@ fn tool_param(tool: &Tool, index: usize, origin: Dialect) -> Result<ToolParam, P
                 "has no equivalent in Anthropic's tool definitions",
             ));
         }
-        Map::new()
+        let mut extra = Map::new();
+        if function.extra.get("strict") == Some(&Value::Bool(true)) {
+            extra.insert("strict".to_owned(), Value::Bool(true));
+        }
+        extra
     };
     Ok(ToolParam {
         kind: None,
