@@ -1898,3 +1898,24 @@ async fn a_proxys_page_answering_a_stream_says_what_came_not_that_the_stream_end
     );
     assert!(error.detail().contains("Service Temporarily Unavailable"), "{}", error.detail());
 }
+
+#[tokio::test]
+async fn a_refusals_connection_is_not_reused_for_the_request_sent_again() {
+    // Many servers close the connection after a 4xx without saying so: the request sent again
+    // at once (without what was refused) must not take it. A 429's connection is kept.
+    for (first, connections) in [(400, 2), (422, 2), (429, 1), (200, 1)] {
+        let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = served.clone();
+        let fake = Fake::start(move |_| match count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 if first != 200 => {
+                json_reply(first, &[], &error_body("no", json!("invalid_request_error"), json!(null)))
+            }
+            _ => json_reply(200, &[], &completion("Hi")),
+        })
+        .await;
+        let harness = Harness::openai(fake.url("/v1"));
+        let _ = harness.chat(&hello()).await;
+        harness.chat(&hello()).await.expect("answered");
+        assert_eq!(fake.connections(), connections, "after a {first}");
+    }
+}

@@ -325,7 +325,9 @@ async fn send(mut request: Request, first: First, home: Weak<Home>) -> Result<Re
     loop {
         let mut error = match conn.send(request).await {
             Ok(response) => {
-                let pooled = |body| UpstreamBody(Inner::Pooled(PooledBody { body, conn: Some(conn), home }));
+                let reuse = !refused(response.status());
+                let pooled =
+                    |body| UpstreamBody(Inner::Pooled(PooledBody { body, conn: Some(conn), home, reuse }));
                 return Ok(response.map(pooled));
             }
             Err(error) => error,
@@ -358,6 +360,18 @@ pub(super) struct PooledBody {
     conn: Option<Box<Conn>>,
     /// The client whose pool the connection goes back to.
     home: Weak<Home>,
+    /// Whether the connection may take another request once the body ended (not after a
+    /// refusal: see [`refused`]).
+    reuse: bool,
+}
+
+/// Whether `status` refuses the request (a 4xx other than a rate limit's 429). Many servers
+/// close the connection after such an answer without saying so, and the request sent again at
+/// once without what was refused (`stream_options`, a past turn's thinking, strict tool use,
+/// a stream) would take the connection before its close arrives and be lost with it: a
+/// refusal's connection is not reused. A 429 is common under load and keeps its connection.
+fn refused(status: ::http::StatusCode) -> bool {
+    status.is_client_error() && status != ::http::StatusCode::TOO_MANY_REQUESTS
 }
 
 impl PooledBody {
@@ -392,6 +406,7 @@ impl PooledBody {
     /// Nothing is to be woken by it from now until it is taken again, which checks it afresh.
     fn release(&mut self) {
         if let Some(mut conn) = self.conn.take()
+            && self.reuse
             && conn.is_reusable(&mut Context::from_waker(Waker::noop()))
         {
             conn.relay.wakes().task = None;
