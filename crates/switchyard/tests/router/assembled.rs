@@ -303,14 +303,19 @@ impl switchyard::provider::Provider for Unstreamed {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_whole_answer_a_provider_refuses_to_stream_is_asked_of_it_whole_and_whole_at_once_for_an_hour() {
-    let unstreamed = Unstreamed::default();
-    let router = switchyard::Router::builder()
+/// A router whose one route goes to `unstreamed` alone.
+fn alone(unstreamed: &Unstreamed) -> switchyard::Router {
+    switchyard::Router::builder()
         .provider(switchyard::ProviderEntry::new("p", unstreamed.clone()))
         .route(Route::builder("default").target("p:m").build().unwrap())
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_whole_answer_a_provider_refuses_to_stream_is_asked_of_it_whole_and_whole_at_once_for_an_hour() {
+    let unstreamed = Unstreamed::default();
+    let router = alone(&unstreamed);
     let streams = || unstreamed.0.load(std::sync::atomic::Ordering::SeqCst);
     let answer = router.chat(&request("default")).await.expect("answered whole");
     assert_eq!(answer.response.text().as_deref(), Some("whole"));
@@ -327,11 +332,7 @@ async fn a_whole_answer_a_provider_refuses_to_stream_is_asked_of_it_whole_and_wh
 
     // A refusal that may be this request's alone is not remembered.
     let once = Unstreamed(Arc::default(), "'stream' is not allowed with these parameters");
-    let router = switchyard::Router::builder()
-        .provider(switchyard::ProviderEntry::new("p", once.clone()))
-        .route(Route::builder("default").target("p:m").build().unwrap())
-        .build()
-        .unwrap();
+    let router = alone(&once);
     for _ in 0..2 {
         router.chat(&request("default")).await.unwrap();
     }
@@ -344,11 +345,7 @@ async fn a_stream_a_provider_refuses_is_asked_of_it_whole_and_replayed_whole_at_
     // its whole answer, replayed as the stream, rather than a 400 for what the client did not
     // choose (how the answer travels is the gateway's business).
     let unstreamed = Unstreamed(Arc::default(), "Streaming is not supported for this model");
-    let router = switchyard::Router::builder()
-        .provider(switchyard::ProviderEntry::new("p", unstreamed.clone()))
-        .route(Route::builder("default").target("p:m").build().unwrap())
-        .build()
-        .unwrap();
+    let router = alone(&unstreamed);
     let streams = || unstreamed.0.load(std::sync::atomic::Ordering::SeqCst);
     let mut streamed = request("default");
     streamed.stream = true;
@@ -371,11 +368,7 @@ async fn a_whole_answers_refusal_does_not_keep_a_clients_stream_from_streaming()
     // asked whole from then on, but a client's stream is still tried as a stream (the adapter
     // sends it without them).
     let unstreamed = Unstreamed::default();
-    let router = switchyard::Router::builder()
-        .provider(switchyard::ProviderEntry::new("p", unstreamed.clone()))
-        .route(Route::builder("default").target("p:m").build().unwrap())
-        .build()
-        .unwrap();
+    let router = alone(&unstreamed);
     let streams = || unstreamed.0.load(std::sync::atomic::Ordering::SeqCst);
     router.chat(&request("default")).await.unwrap();
     assert_eq!(streams(), 1);
