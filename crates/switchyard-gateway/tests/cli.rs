@@ -448,8 +448,9 @@ fn sigterm_answers_503_to_a_request_still_waiting_for_its_answer_when_the_grace_
     stream.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("\"unavailable\"") && answer.contains("shutting down"), "{answer}");
-    // Its body tells the attempt its log line counts.
+    // Its body tells the attempt its log line counts, and why it was cut.
     assert!(answer.contains(r#""target":"slow:m""#), "{answer}");
+    assert!(answer.contains("cut short: the gateway's shutdown grace period ended"), "{answer}");
     let head = read_head(&mut slow);
     assert!(head.starts_with("HTTP/1.1 503"), "the request whose body was coming: {head}");
     assert!(server.wait().unwrap().success());

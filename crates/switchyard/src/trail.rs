@@ -386,25 +386,48 @@ pub(crate) fn millis(duration: Duration) -> f64 {
 /// [`RequestOptions::unfinished`](crate::RequestOptions::unfinished) and [`take`](Self::take)
 /// it once the request is dropped; it stays empty for a request that ended.
 #[derive(Debug, Clone, Default)]
-pub struct Unfinished(Arc<std::sync::Mutex<Option<RouteTrail>>>);
+pub struct Unfinished(Arc<std::sync::Mutex<Left>>);
+
+/// What an [`Unfinished`] holds: the trail left, and why the request was dropped when its
+/// caller said.
+#[derive(Debug, Default)]
+struct Left {
+    trail: Option<RouteTrail>,
+    why: Option<&'static str>,
+}
 
 /// A route's name and a trail of it.
 pub type RouteTrail = (Arc<str>, Trail);
 
 impl Unfinished {
+    fn left(&self) -> std::sync::MutexGuard<'_, Left> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The route and the trail of a request dropped before it ended.
     pub fn take(&self) -> Option<RouteTrail> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+        self.left().trail.take()
     }
 
     /// The route and the trail of a request dropped before it ended, left for
     /// [`take`](Self::take).
     pub fn peek(&self) -> Option<RouteTrail> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.left().trail.clone()
+    }
+
+    /// Says why the request is about to be dropped, for the note of the attempt it cuts short
+    /// (else "the caller went away"): a gateway's shutdown, say.
+    pub fn dropping_because(&self, why: &'static str) {
+        self.left().why = Some(why);
+    }
+
+    /// The note of an attempt the drop cut short.
+    pub(crate) fn cut_note(&self) -> &'static str {
+        self.left().why.unwrap_or("the caller went away")
     }
 
     pub(crate) fn put(&self, route: Arc<str>, trail: Trail) {
-        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((route, trail));
+        self.left().trail = Some((route, trail));
     }
 }
 

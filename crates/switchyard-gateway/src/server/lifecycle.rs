@@ -59,9 +59,15 @@ pub(crate) async fn lifecycle(
     };
     match read {
         Ok(body) => {
+            // Ended, still waiting, when the shutdown's grace period is over (`None`); the
+            // attempt it cuts short says so, before the handler is dropped.
+            let waiting = state.cut_waiting();
+            let unfinished = context.progress.unfinished.clone();
+            let cut = async move {
+                waiting.await;
+                unfinished.dropping_because(CUT_NOTE);
+            };
             parts.extensions.insert(Accepted { context, body });
-            // Ended, still waiting, when the shutdown's grace period is over (`None`).
-            let cut = state.cut_waiting();
             let handler = Box::pin(async move {
                 tokio::select! {
                     biased;
@@ -75,6 +81,9 @@ pub(crate) async fn lifecycle(
         Err(error) => context.fail(&state, error),
     }
 }
+
+/// The note of an attempt the shutdown's grace period cut short.
+const CUT_NOTE: &str = "cut short: the gateway's shutdown grace period ended";
 
 /// The answer to a request the shutdown's grace period ended before it was answered.
 fn shutting_down() -> ApiError {

@@ -323,7 +323,7 @@ impl Drop for Record<'_> {
                 }
                 None => {
                     attempt.outcome = Outcome::Cancelled;
-                    "the caller went away"
+                    unfinished.cut_note()
                 }
             };
             self.trail.push(attempt.with_note(Some(note.to_owned())));
