@@ -176,7 +176,7 @@ impl<'r> ChatExchange<'r> {
         Box::pin(async move {
             let (credential, model) = (call.credential.id(), call.model);
             if self.refusals.refused(credential, model) {
-                return Self::asked_whole(provider, call, request).await;
+                return Self::asked_whole(provider, call, request).await.map(|answer| said(answer, LATELY));
             }
             match super::assembled::assembled(provider, call, request).await {
                 Err(error) if refuses_to_stream(&error) => {
@@ -184,7 +184,7 @@ impl<'r> ChatExchange<'r> {
                     if answer.is_ok() && refuses_every_stream(&error) {
                         self.refusals.note(credential, model);
                     }
-                    answer
+                    answer.map(|answer| said(answer, REFUSED))
                 }
                 answered => answered,
             }
@@ -280,6 +280,18 @@ impl Exchange for ChatExchange<'_> {
     fn pins_sessions(&self) -> bool {
         true
     }
+}
+
+/// The trail note of an answer asked whole after the target refused to stream it.
+pub(super) const REFUSED: &str = "the target refused to stream the answer: asked whole";
+
+/// The trail note of an answer asked whole at once, the target having refused streams lately.
+pub(super) const LATELY: &str = "asked whole at once: the target refused to stream lately";
+
+/// `answer` with the trail note `note`.
+fn said(mut answer: ChatResponse, note: &str) -> ChatResponse {
+    answer.notices.push(crate::chat::StreamNotice::Resent(note.to_owned()));
+    answer
 }
 
 /// Whether a provider refused a request for being streamed ("Your organization must be

@@ -82,13 +82,21 @@ impl<'r> StreamExchange<'r> {
                     if answer.is_ok() && super::exchange::refuses_every_stream(&error) {
                         refusals.note(credential, model);
                     }
-                    return answer.map(replayed);
+                    return answer.map(|answer| replayed_as(answer, super::exchange::REFUSED));
                 }
                 opened => return opened,
             }
         }
-        super::exchange::ChatExchange::asked_whole(provider, call, request).await.map(replayed)
+        let answer = super::exchange::ChatExchange::asked_whole(provider, call, request).await;
+        answer.map(|answer| replayed_as(answer, super::exchange::LATELY))
     }
+}
+
+/// A whole answer asked whole as the stream of it, its trail saying why (`note`).
+fn replayed_as(response: ChatResponse, note: &str) -> Prefetched {
+    let mut replay = replayed(response);
+    replay.lead_with(StreamNotice::Resent(note.to_owned()));
+    replay
 }
 
 /// A whole answer as the stream of it, tool calls and usage included.

@@ -320,6 +320,8 @@ async fn a_whole_answer_a_provider_refuses_to_stream_is_asked_of_it_whole_and_wh
     let answer = router.chat(&request("default")).await.expect("answered whole");
     assert_eq!(answer.response.text().as_deref(), Some("whole"));
     assert_eq!(answer.trail.outcomes(), vec![Outcome::Ok]);
+    let note = answer.trail.attempts()[0].note.clone().unwrap_or_default();
+    assert!(note.contains("refused to stream the answer: asked whole"), "one attempt, two calls: {note}");
     assert_eq!(streams(), 1);
     // The refusal is remembered: the next requests are asked whole at once.
     for _ in 0..3 {
