@@ -173,11 +173,21 @@ async fn tell(stream: Arc<SharedEvents>, mut events: Subscription, replica: Stri
     }
 }
 
+/// The name the fleet keeps request `id` of the client key `label` under: the id and the
+/// label, so that a client naming its request (`x-request-id`) as another key's was named does
+/// not write over that key's trail (an id a client sends holds no `@`).
+pub(crate) fn trail_name(id: &str, label: Option<&str>) -> String {
+    match label {
+        Some(label) => format!("{id}@{label}"),
+        None => id.to_owned(),
+    }
+}
+
 /// A record as the fleet keeps it: the whole of it, and its line in the list.
 fn entry(record: &RequestRecord) -> Option<TrailEntry> {
     let at_ms = record.at.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
     Some(TrailEntry {
-        id: record.id.clone(),
+        id: trail_name(&record.id, record.key.as_deref()),
         at_ms,
         record: serde_json::to_vec(record).ok()?,
         line: serde_json::to_vec(&record.summary()).ok()?,

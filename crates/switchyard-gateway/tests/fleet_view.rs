@@ -355,3 +355,71 @@ async fn what_a_replica_served_while_redis_was_away_reaches_the_fleets_history_o
         child.wait().unwrap();
     }
 }
+
+/// Two keys name a request alike (`x-request-id`): each finds its own trail through any
+/// replica, and the later does not write over the earlier.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_id_two_keys_chose_alike_names_each_keys_own_trail() {
+    let redis = RedisServer::start();
+    let upstream = start_upstream().await;
+    const OTHER_KEY: &str = "sk-view-other-secret-0123456789";
+    // No admin key: each client key reads its own requests only.
+    let text = config(upstream, &redis.url()).replace(
+        &format!("keys: [{CLIENT_KEY}], admin_key: {ADMIN_KEY}"),
+        &format!("keys: [{{ name: first, key: {CLIENT_KEY} }}, {{ name: second, key: {OTHER_KEY} }}]"),
+    );
+    let path = support::write_config("fleet-view-ids.yaml", &text);
+    let mut replicas = Vec::new();
+    for name in ["a", "b"] {
+        replicas.push(
+            support::serve_with_env(&[("SWITCHYARD_REPLICA", name)], &path, "127.0.0.1:0", &[]).unwrap(),
+        );
+    }
+    let fleet = Fleet { replicas, client: reqwest::Client::new() };
+    let health = format!("http://{}/admin/health", fleet.replicas[1].1);
+    support::until("both replicas are in the fleet", Duration::from_secs(10), async || {
+        let response =
+            fleet.client.get(&health).bearer_auth(CLIENT_KEY).send().await.map_err(|e| e.to_string())?;
+        let health: Value = response.json().await.map_err(|e| e.to_string())?;
+        match health["shared_state"]["replicas"].as_array().is_some_and(|r| r.len() == 2) {
+            true => Ok(()),
+            false => Err(health.to_string()),
+        }
+    })
+    .await;
+    let url = format!("http://{}/v1/chat/completions", fleet.replicas[0].1);
+    for (key, model) in [(CLIENT_KEY, "default"), (OTHER_KEY, "other")] {
+        let body = json!({ "model": model, "messages": [{ "role": "user", "content": "hi" }] });
+        let sent = fleet.client.post(&url).bearer_auth(key).header("x-request-id", "job-42").json(&body);
+        assert_eq!(sent.send().await.unwrap().status(), 200);
+    }
+    // Through the other replica, which served neither: each key reads its own.
+    let read = |key: &'static str| {
+        let url = format!("http://{}/admin/requests/job-42", fleet.replicas[1].1);
+        let client = fleet.client.clone();
+        async move {
+            let response = client.get(url).bearer_auth(key).send().await.unwrap();
+            (response.status().as_u16(), response.json::<Value>().await.unwrap_or_default())
+        }
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    for (key, label, route) in [(CLIENT_KEY, "first", "default"), (OTHER_KEY, "second", "other")] {
+        loop {
+            let (status, found) = read(key).await;
+            if status == 200 {
+                assert_eq!(
+                    (found["key"].as_str(), found["route"].as_str()),
+                    (Some(label), Some(route)),
+                    "{found}"
+                );
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{label}: {status} {found}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    for (mut child, _) in fleet.replicas {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}

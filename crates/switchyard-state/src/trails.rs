@@ -1,7 +1,8 @@
 //! The trails of the fleet's recent requests in Redis, so that any replica answers "why did
 //! that request fail?" for a request another one served.
 //!
-//! Keys, under the prefix `P`: `P:trail:<id>` holds one request's record (JSON, opaque here),
+//! Keys, under the prefix `P`: `P:trail:<name>` holds one request's record (JSON, opaque here;
+//! the gateway names it by the request's id and its client key),
 //! expiring after the age bound; `P:trails` orders the fleet's ids by when each request
 //! arrived, and `P:trails:line` holds each one's line in the list (its summary); each
 //! replica's own ids are ordered in `P:trails:of:<replica>`, which is held to the replica's
@@ -129,6 +130,21 @@ impl SharedTrails {
         self.redis
             .retried(move |mut conn| async move { get.query_async::<Option<Vec<u8>>>(&mut conn).await })
             .await
+    }
+
+    /// The record of the first of `names` the fleet keeps (one round trip).
+    pub async fn get_first(&self, names: &[String]) -> Result<Option<Vec<u8>>, String> {
+        if names.is_empty() {
+            return Ok(None);
+        }
+        let mut mget = redis::cmd("MGET");
+        for name in names {
+            mget.arg(format!("{}:trail:{name}", self.prefix));
+        }
+        let mget = &mget;
+        let found: Vec<Option<Vec<u8>>> =
+            self.redis.retried(move |mut conn| async move { mget.query_async(&mut conn).await }).await?;
+        Ok(found.into_iter().flatten().next())
     }
 
     /// The lines of the fleet's `limit` newest requests, newest first.

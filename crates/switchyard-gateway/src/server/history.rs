@@ -217,7 +217,17 @@ pub async fn request(
             false,
         );
     };
-    match trails.shared().get(&id).await {
+    // Kept by id and key (`fleet::trail_name`): the reader's own, or any key's for the admin
+    // (and under the id alone, as a replica of an earlier version kept it).
+    let live = state.live();
+    let labels: Vec<Arc<str>> = match &key {
+        Some(label) => vec![label.clone()],
+        None => live.gateway.keys.iter().map(|key| key.label.clone()).collect(),
+    };
+    let mut names: Vec<String> =
+        labels.iter().map(|label| crate::fleet::trail_name(&id, Some(label))).collect();
+    names.push(id.clone());
+    match trails.shared().get_first(&names).await {
         Ok(Some(record))
             if key.is_none()
                 || serde_json::from_slice::<Value>(&record)
