@@ -108,7 +108,13 @@ pub(crate) struct Entries {
 struct Missed {
     writes: VecDeque<(String, Arc<[u8]>, Instant)>,
     bytes: usize,
+    /// The ids of writes dropped for room (past [`MISSED_BYTES`]), the last [`DROPPED`]: never
+    /// made, so their entries are still the writer's alone.
+    dropped: VecDeque<String>,
 }
+
+/// How many ids of writes dropped for room are remembered.
+const DROPPED: usize = 4096;
 
 /// How many bytes of writes Redis missed wait to be written again, at most (per kind).
 pub const MISSED_BYTES: usize = 16 << 20;
@@ -178,10 +184,12 @@ impl SharedResponses {
         self.inner.missed_write(id, value.into(), Instant::now());
     }
 
-    /// Whether a write of `id` Redis missed waits to be written again: the entry is kept by
-    /// the replica that wrote it alone.
+    /// Whether a write of `id` Redis missed waits to be written again, or was dropped for room
+    /// and never made: the entry is kept by the replica that wrote it alone.
     pub fn waiting(&self, id: &str) -> bool {
-        self.inner.missed().writes.iter().any(|(waiting, _, _)| waiting == id)
+        let missed = self.inner.missed();
+        missed.writes.iter().any(|(waiting, _, _)| waiting == id)
+            || missed.dropped.iter().any(|gone| gone == id)
     }
 
     /// Writes again what Redis missed, unless a resend runs; off any request's path.
@@ -278,8 +286,12 @@ impl Entries {
         missed.bytes += value.len();
         missed.writes.push_back((id.to_owned(), value, at));
         while missed.bytes > MISSED_BYTES {
-            let Some((_, value, _)) = missed.writes.pop_front() else { break };
+            let Some((id, value, _)) = missed.writes.pop_front() else { break };
             missed.bytes -= value.len();
+            if missed.dropped.len() == DROPPED {
+                missed.dropped.pop_front();
+            }
+            missed.dropped.push_back(id);
         }
     }
 
@@ -336,10 +348,12 @@ impl Entries {
 }
 
 impl Missed {
+    /// Forgets the write of `id` (written since, or deleted), waiting or dropped for room.
     fn remove(&mut self, id: &str) {
         let at = self.writes.iter().position(|(waiting, _, _)| waiting == id);
         if let Some((_, value, _)) = at.and_then(|at| self.writes.remove(at)) {
             self.bytes -= value.len();
         }
+        self.dropped.retain(|gone| gone != id);
     }
 }

@@ -187,3 +187,21 @@ async fn a_delete_while_a_write_is_sent_again_is_not_undone_by_it() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Past the waiting bound the oldest writes are dropped, never made: their entries are still
+/// their writer's alone, until written anew or deleted.
+#[tokio::test]
+async fn a_write_dropped_for_room_still_says_its_entry_is_the_writers_alone() {
+    let redis = RedisServer::start();
+    let store = RedisStore::new(StateSettings::new(redis.url())).unwrap();
+    let answers = SharedResponses::named(&store, "response", ROOMY);
+    let big = vec![b'x'; 1 << 20];
+    let count = switchyard_state::responses::MISSED_BYTES / big.len() + 1;
+    for i in 0..count {
+        answers.defer(&format!("r{i}"), &big);
+    }
+    assert!(answers.waiting("r0"), "dropped for room, never made");
+    assert!(answers.waiting(&format!("r{}", count - 1)));
+    answers.delete("r0").await.unwrap();
+    assert!(!answers.waiting("r0"), "deleted: no longer this replica's alone");
+}
