@@ -226,3 +226,25 @@ pub(crate) fn tool_failed(message: &switchyard::chat::Message) -> bool {
     let blocks = message.extra.get(crate::anthropic::VERBATIM_BLOCKS);
     blocks.and_then(|blocks| blocks.get(0)).is_some_and(|block| block["is_error"] == true)
 }
+
+/// Whether `schema` is one OpenAI's strict mode takes: each object closed
+/// (`additionalProperties: false`) with every property required, all the way down.
+pub(crate) fn strict_ready(schema: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match schema {
+        Value::Object(node) => {
+            if let Some(Value::Object(properties)) = node.get("properties") {
+                let required = node.get("required").and_then(Value::as_array);
+                let all_required = properties
+                    .keys()
+                    .all(|key| required.is_some_and(|required| required.iter().any(|r| r == key.as_str())));
+                if !all_required || node.get("additionalProperties") != Some(&Value::Bool(false)) {
+                    return false;
+                }
+            }
+            node.values().all(strict_ready)
+        }
+        Value::Array(items) => items.iter().all(strict_ready),
+        _ => true,
+    }
+}

@@ -38,7 +38,8 @@ use ::http::Uri;
 use ::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use switchyard::ProviderError;
 use switchyard::chat::{
-    ChatRequest, ChatResponse, Dialect, EmbeddingsRequest, EmbeddingsResponse, THINKING_BLOCKS, Verbatim,
+    ChatRequest, ChatResponse, Dialect, EmbeddingsRequest, EmbeddingsResponse, StreamNotice, THINKING_BLOCKS,
+    Verbatim,
 };
 use switchyard::credential::Credential;
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
@@ -77,6 +78,8 @@ pub struct OpenAiProvider {
     /// their streams go without them for an hour from then (the deployment may be moved to an
     /// API version that takes them), their usage estimated.
     bare_streams: std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
+    /// The models that refused another dialect's strict tools lately (`anthropic::strict`).
+    refused_strict: crate::anthropic::strict::StrictRefusals,
 }
 
 /// The operations' URLs of [`Endpoint::Plain`].
@@ -165,6 +168,7 @@ impl OpenAiProvider {
             prefill: settings.prefill,
             reasoning_back: Default::default(),
             bare_streams: Default::default(),
+            refused_strict: Default::default(),
         })
     }
 
@@ -285,39 +289,51 @@ impl OpenAiProvider {
         call: Call<'_>,
         request: &ChatRequest,
     ) -> Result<ChatResponse, ProviderError> {
-        let response = self.post_translated(call, request, false).await?;
+        let (response, notice) = self.post_translated(call, request, false).await?;
         let bytes = http::read_body(response).await?;
-        wire::parse_response(&bytes, call.credential.key())
+        let mut answer = wire::parse_response(&bytes, call.credential.key())?;
+        answer.notices.extend(notice);
+        Ok(answer)
     }
 
     /// Posts a request of another dialect, translated. Its output limit refused as larger than
     /// the model takes (Claude Code's 32,000 toward gpt-4o's 16,384: the client wrote it for
     /// another provider's model) is sent once more at the model's limit, which the refusal
-    /// names.
+    /// names. Its strict tools (an Anthropic client's) are sent once more without them after a
+    /// 400, and to that model for an hour none (`anthropic::strict`), the notice saying so.
     async fn post_translated(
         &self,
         call: Call<'_>,
         request: &ChatRequest,
         streaming: bool,
-    ) -> Result<http::Response, ProviderError> {
+    ) -> Result<(http::Response, Option<StreamNotice>), ProviderError> {
         refuse_prefill(request, self.prefill)?;
         let mut padded = self.wants_reasoning_back(call.model);
         let (mut bare, mut learned) = (self.streams_bare(call.model), false);
+        let strict = wire::carries_strict_tools(request);
+        let mut strict_notice =
+            (strict && self.refused_strict.refused(call.model)).then_some(crate::anthropic::strict::LEFT_OUT);
         let mut capped = None;
         loop {
             let asked = capped.as_ref().unwrap_or(request);
-            let body = wire::chat_body(asked, call.model, streaming, (self.kind, padded))?;
-            let body = match streaming && bare {
-                true => verbatim::rewrite(&body, &[("stream_options", Edit::Remove)])?,
-                false => body,
-            };
+            let mut body = wire::chat_body(asked, call.model, streaming, (self.kind, padded))?;
+            if streaming && bare {
+                body = verbatim::rewrite(&body, &[("stream_options", Edit::Remove)])?;
+            }
+            if strict_notice.is_some() {
+                body = wire::without_strict_tools(body);
+            }
             let error = match self.post(call, "chat/completions", body, streaming).await {
                 Err(error) => error,
                 sent => {
                     if sent.is_ok() && learned {
                         self.remember_bare(call.model);
                     }
-                    return sent;
+                    if sent.is_ok() && strict_notice == Some(crate::anthropic::strict::RESENT) {
+                        self.refused_strict.note(call.model);
+                    }
+                    let notice = strict_notice.map(|text| StreamNotice::Resent(text.to_owned()));
+                    return sent.map(|response| (response, notice));
                 }
             };
             // Sent once more with every assistant turn's reasoning, from then on.
@@ -334,6 +350,10 @@ impl OpenAiProvider {
             let foreign = request.origin != Dialect::OpenAi;
             match errors::output_limit(&error).filter(lower).filter(|_| foreign && capped.is_none()) {
                 Some(most) => capped = Some(ChatRequest { max_tokens: Some(most), ..request.clone() }),
+                // Last: a refusal the steps above know is not the strict tools'.
+                None if strict && strict_notice.is_none() && errors::refuses_strict_tools(&error) => {
+                    strict_notice = Some(crate::anthropic::strict::RESENT);
+                }
                 None => return Err(error),
             }
         }
@@ -393,6 +413,7 @@ impl OpenAiProvider {
             let response = self.post(call, "responses", body, true).await?;
             return Ok(responses::chunks(response, call.credential.key().cloned(), call.timeouts.idle));
         }
+        let mut lead = None;
         let (response, pass_on) = match verbatim_chat(request) {
             Some(body) => {
                 // Usage is asked for whatever the client said: cost and token budgets need it.
@@ -402,7 +423,11 @@ impl OpenAiProvider {
                 let usage_chunk = !request.stream || codec::wants_usage(request);
                 (self.post_verbatim_stream(call, request, body).await?, Some(stream::PassOn { usage_chunk }))
             }
-            None => (self.post_translated(call, request, true).await?, None),
+            None => {
+                let (response, notice) = self.post_translated(call, request, true).await?;
+                lead = notice;
+                (response, None)
+            }
         };
         let content_type = response.headers().get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok());
         let content_type = content_type.map(|value| value.trim_start().to_ascii_lowercase());
@@ -418,9 +443,10 @@ impl OpenAiProvider {
             // Some compatible servers ignore `stream` or answer an error with a 200 JSON body.
             let bytes = http::read_body(response).await?;
             let answer = wire::parse_response(&bytes, call.credential.key())?;
-            return Ok(stream::from_response(answer));
+            return Ok(crate::anthropic::past_thinking::led_by(lead, stream::from_response(answer)));
         }
-        Ok(stream::chunks(response, call.credential.key().cloned(), pass_on))
+        let chunks = stream::chunks(response, call.credential.key().cloned(), pass_on);
+        Ok(crate::anthropic::past_thinking::led_by(lead, chunks))
     }
 
     /// Posts the client's own body as a stream. Usage is asked for whatever the client said:

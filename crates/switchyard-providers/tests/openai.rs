@@ -1919,3 +1919,56 @@ async fn a_refusals_connection_is_not_reused_for_the_request_sent_again() {
         assert_eq!(fake.connections(), connections, "after a {first}");
     }
 }
+
+/// An Anthropic client's strict tool: `strict: true`, with a `schema` of its own.
+fn anthropic_strict_tool(schema: Value) -> switchyard::chat::Tool {
+    let mut function = switchyard::chat::FunctionDefinition {
+        name: "get_weather".into(),
+        description: None,
+        parameters: Some(schema),
+        extra: Default::default(),
+    };
+    function.extra.insert("strict".into(), json!(true));
+    switchyard::chat::Tool { kind: "function".into(), function, extra: Default::default() }
+}
+
+#[tokio::test]
+async fn an_anthropic_clients_strict_tool_is_openais_strict_where_its_schema_allows_and_goes_without_where_refused()
+ {
+    let closed = json!({"type": "object", "properties": {"city": {"type": "string"}},
+        "required": ["city"], "additionalProperties": false});
+    let refusal =
+        error_body("Invalid schema for function 'get_weather'", json!("invalid_request_error"), json!(null));
+    let fake = Fake::start(move |seen| match seen.body["tools"][0]["function"].get("strict") {
+        Some(_) => json_reply(400, &[], &refusal),
+        None => json_reply(200, &[], &completion("Hi")),
+    })
+    .await;
+    let harness = Harness::configured(
+        ProviderSettings::new(ProviderKind::OpenAiCompatible).base_url(fake.url("/v1")),
+        Some(KEY),
+    );
+    let mut request = hello();
+    request.origin = Dialect::Anthropic;
+    request.tools = vec![anthropic_strict_tool(closed.clone())];
+    for _ in 0..2 {
+        let answer = harness.chat(&request).await.expect("answered without strict");
+        let said = answer.notices.iter().any(
+            |notice| matches!(notice, switchyard::chat::StreamNotice::Resent(text) if text.contains("strict")),
+        );
+        assert!(said, "{:?}", answer.notices);
+    }
+    let asked: Vec<bool> = fake
+        .requests()
+        .iter()
+        .map(|seen| seen.body["tools"][0]["function"].get("strict").is_some())
+        .collect();
+    assert_eq!(asked, [true, false, false], "refused once, then left out at once");
+
+    // A schema OpenAI's strict mode does not take (an optional property) is not asked strictly.
+    let taking = Fake::json(200, completion("Hi")).await;
+    let open = json!({"type": "object", "properties": {"city": {"type": "string"}}});
+    request.tools = vec![anthropic_strict_tool(open)];
+    Harness::openai(taking.url("/v1")).chat(&request).await.unwrap();
+    assert_eq!(taking.only_request().body["tools"][0]["function"].get("strict"), None);
+}

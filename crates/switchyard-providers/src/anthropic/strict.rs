@@ -21,10 +21,10 @@ use switchyard::{ErrorKind, ProviderError};
 use tokio::time::Instant;
 
 /// What the trail of an attempt sent again without strict tool use says.
-const RESENT: &str = "the target refused the request with strict tool use: sent again without it";
+pub(crate) const RESENT: &str = "the target refused the request with strict tool use: sent again without it";
 
 /// What the trail of an attempt sent without strict tool use the model refused before says.
-const LEFT_OUT: &str = "strict tool use, which the model refused lately, was left out";
+pub(crate) const LEFT_OUT: &str = "strict tool use, which the model refused lately, was left out";
 
 /// How long a model that refused strict tool use is sent none.
 const REMEMBERED: Duration = Duration::from_secs(3600);
@@ -38,13 +38,13 @@ impl StrictRefusals {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn refused(&self, model: &str) -> bool {
+    pub(crate) fn refused(&self, model: &str) -> bool {
         self.held().get(model).is_some_and(|until| Instant::now() < *until)
     }
 
     /// Notes that `model` refused strict tool use (at most 1,024 models: the names are the
     /// clients').
-    fn note(&self, model: &str) {
+    pub(crate) fn note(&self, model: &str) {
         let now = Instant::now();
         let mut held = self.held();
         held.retain(|_, until| now < *until);

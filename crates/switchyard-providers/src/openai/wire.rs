@@ -560,9 +560,37 @@ struct FunctionBody<'a> {
     /// `parameters`, the JSON Schema of the arguments.
     #[serde(skip_serializing_if = "Option::is_none")]
     parameters: Option<&'a Value>,
+    /// Another dialect's strict tool (Anthropic's `strict: true`) whose schema OpenAI's strict
+    /// mode takes (`codec::strict_ready`); an OpenAI client's own travels in `extra`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    strict: Option<bool>,
     /// The function's unmodelled fields (`strict`, ...), OpenAI dialect only.
     #[serde(flatten)]
     extra: Passthrough<'a>,
+}
+
+/// Whether another dialect's tool `function` asks for strict adherence to a schema OpenAI's
+/// strict mode takes.
+fn carries_strict(function: &switchyard::chat::FunctionDefinition) -> bool {
+    function.extra.get("strict") == Some(&Value::Bool(true))
+        && function.parameters.as_ref().is_some_and(crate::codec::strict_ready)
+}
+
+/// Whether the translation of `request` (another dialect's) carries strict tools.
+pub(super) fn carries_strict_tools(request: &ChatRequest) -> bool {
+    request.origin != Dialect::OpenAi && request.tools.iter().any(|tool| carries_strict(&tool.function))
+}
+
+/// `body` with no tool's `function.strict`.
+pub(super) fn without_strict_tools(body: Vec<u8>) -> Vec<u8> {
+    let Ok(mut value) = serde_json::from_slice::<Value>(&body) else { return body };
+    let tools = value.get_mut("tools").and_then(Value::as_array_mut);
+    for tool in tools.into_iter().flatten() {
+        if let Some(function) = tool.get_mut("function").and_then(Value::as_object_mut) {
+            function.remove("strict");
+        }
+    }
+    serde_json::to_vec(&value).unwrap_or(body)
 }
 
 impl<'a> ToolBody<'a> {
@@ -574,6 +602,7 @@ impl<'a> ToolBody<'a> {
             name: &function.name,
             description: function.description.as_deref(),
             parameters: function.parameters.as_ref(),
+            strict: (!forward && carries_strict(function)).then_some(true),
             extra: Passthrough::new(forward.then_some(&function.extra), FUNCTION_FIELDS),
         });
         ToolBody {

@@ -126,31 +126,10 @@ fn structured_output(body: &Map<String, Value>) -> Result<Option<ResponseFormat>
         // Anthropic's structured output is constrained decoding: the schema is followed exactly,
         // as OpenAI's strict mode follows it; but strict mode takes only closed objects whose
         // every property is required, and refuses any other schema.
-        strict: strict_ready(schema).then_some(true),
+        strict: crate::codec::strict_ready(schema).then_some(true),
         extra: Extra::new(),
     };
     Ok(Some(ResponseFormat::JsonSchema { json_schema }))
-}
-
-/// Whether `schema` is one OpenAI's strict mode takes: each object closed
-/// (`additionalProperties: false`) with every property required, all the way down.
-fn strict_ready(schema: &Value) -> bool {
-    match schema {
-        Value::Object(node) => {
-            if let Some(Value::Object(properties)) = node.get("properties") {
-                let required = node.get("required").and_then(Value::as_array);
-                let all_required = properties
-                    .keys()
-                    .all(|key| required.is_some_and(|required| required.iter().any(|r| r == key.as_str())));
-                if !all_required || node.get("additionalProperties") != Some(&Value::Bool(false)) {
-                    return false;
-                }
-            }
-            node.values().all(strict_ready)
-        }
-        Value::Array(items) => items.iter().all(strict_ready),
-        _ => true,
-    }
 }
 
 /// Removes `key`; a `null` counts as absent.
