@@ -141,7 +141,7 @@ pub(super) fn decide_among(
     }
     // A target that said nothing is not asked again while another may answer at once.
     if error.is_silence() && others_remain && !at.no_fallback && route.falls_back_on(error) {
-        let note = "said nothing within its first-byte wait: not asked again while another target remains";
+        let note = "no answer within its first-byte wait (a whole answer's: its whole wait): not asked again while another target remains";
         return Decision::new(Next::MoveOn, Some(note.to_owned()));
     }
     let note = match retry(route, error, at, means) {
