@@ -76,6 +76,19 @@ def test_an_overloaded_upstream_fails_over_to_an_openai_upstream(mock, gateway):
     assert record["attempts"][0]["error"]["kind"] == "unavailable"
 
 
+def test_every_target_overloaded_is_the_sdks_overloaded_error(mock, gateway):
+    # Clients that act on an overload (Claude Code's --fallback-model) read it as Anthropic says it.
+    gw = gateway(config(
+        mock,
+        {"claude": ("anthropic", "status=529", ANT_KEY)},
+        {"default": "{ targets: [claude:claude-test], retry: { max_attempts: 1 } }"},
+    ))
+    with pytest.raises(anthropic.OverloadedError) as raised:
+        ask(client(gw))
+    assert raised.value.status_code == 529
+    assert raised.value.body["error"]["type"] == "overloaded_error"
+
+
 def test_every_target_failing_is_an_error_in_anthropic_shape(mock, gateway):
     gw = gateway(config(
         mock,

@@ -13,6 +13,9 @@ use crate::{ProviderError, Target};
 /// The note of a `failed` attempt the pacer refused: it was never sent.
 pub const PACER_REFUSED: &str = "the pacer refused the call";
 
+/// The note of the last attempt of a request whose deadline passed.
+pub const DEADLINE_PASSED: &str = "request deadline passed";
+
 /// What became of one attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -437,6 +440,12 @@ impl Unfinished {
 pub struct Trail(Vec<Attempt>);
 
 impl Trail {
+    /// Whether the request's deadline passed before anything answered (its last attempt says
+    /// so): asking again at once would meet it again.
+    pub fn out_of_time(&self) -> bool {
+        self.0.last().is_some_and(|last| last.note.as_deref() == Some(DEADLINE_PASSED))
+    }
+
     /// Every attempt, in order.
     pub fn attempts(&self) -> &[Attempt] {
         &self.0

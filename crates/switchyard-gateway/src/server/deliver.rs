@@ -118,7 +118,7 @@ pub(crate) fn route_failed(
         _ => error.route().unwrap_or_else(|| exchange.live.router.default_route().name()).into(),
     };
     let api = ApiError::from_route(&error);
-    let status = api.status.as_u16();
+    let status = api.status_in(exchange.dialect).as_u16();
     let attempts = error.trail().len();
     let mut response = api.into_response(exchange.dialect, &exchange.id);
     exchange.stamp(&mut response, None, attempts);

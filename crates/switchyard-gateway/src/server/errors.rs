@@ -31,6 +31,9 @@ pub struct ApiError {
     /// quota (`type: insufficient_quota`), and `x-should-retry: false`, which the OpenAI SDKs
     /// read, so that a client stops rather than retries or sleeps until the period resets.
     pub spent: bool,
+    /// Asking again at once would meet the same end (the route's deadline passed):
+    /// `x-should-retry: false`, which the OpenAI and Anthropic SDKs read.
+    pub final_answer: bool,
 }
 
 impl ApiError {
@@ -44,6 +47,7 @@ impl ApiError {
             retry_after: None,
             close: false,
             spent: false,
+            final_answer: false,
         }
     }
 
@@ -69,6 +73,7 @@ impl ApiError {
                 retry_after: upstream.retry_after(),
                 close: false,
                 spent: false,
+                final_answer: false,
             },
             RouteError::AllTargetsFailed { trail, .. } => {
                 let (status, retry_after) = all_failed_status(trail.attempts());
@@ -80,6 +85,8 @@ impl ApiError {
                     retry_after,
                     close: false,
                     spent: false,
+                    // The route's deadline passed: an SDK asking again would wait it out again.
+                    final_answer: trail.out_of_time(),
                 }
             }
         }
@@ -114,10 +121,19 @@ impl ApiError {
         }
     }
 
+    /// The status a client of `dialect` is answered with: 529 (overloaded) is Anthropic's,
+    /// and clients of other dialects know 503.
+    pub fn status_in(&self, dialect: Dialect) -> StatusCode {
+        match self.status.as_u16() == 529 && dialect != Dialect::Anthropic {
+            true => StatusCode::SERVICE_UNAVAILABLE,
+            false => self.status,
+        }
+    }
+
     /// The error as a response in `dialect`, for request `request_id`.
     pub fn into_response(self, dialect: Dialect, request_id: &str) -> Response {
         let body = self.body(dialect, request_id);
-        let mut response = (self.status, axum::Json(body)).into_response();
+        let mut response = (self.status_in(dialect), axum::Json(body)).into_response();
         if let Some(retry_after) = self.retry_after {
             let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
             if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
@@ -127,7 +143,7 @@ impl ApiError {
         if self.close {
             response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
-        if self.spent {
+        if self.spent || self.final_answer {
             response.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
         }
         response
@@ -136,8 +152,12 @@ impl ApiError {
 
 fn upstream_status(error: &ProviderError) -> StatusCode {
     if let Some(status) = error.status().filter(|s| *s >= 400).and_then(|s| StatusCode::from_u16(s).ok()) {
-        // 529 is Anthropic's; clients of other dialects know 503.
-        return if status.as_u16() == 529 { StatusCode::SERVICE_UNAVAILABLE } else { status };
+        // A 529 stays one: an Anthropic client's SDK reads it as overloaded (`into_response`
+        // tells other dialects' clients 503).
+        return status;
+    }
+    if overloaded(error) {
+        return overloaded_status();
     }
     match error.kind() {
         ErrorKind::RateLimited | ErrorKind::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
@@ -180,7 +200,23 @@ fn all_failed_status(attempts: &[Attempt]) -> (StatusCode, Option<Duration>) {
     if telling.iter().all(|a| a.error_kind() == Some(ErrorKind::Timeout)) {
         return (StatusCode::GATEWAY_TIMEOUT, None);
     }
+    // Every target overloaded (Anthropic's 529 `overloaded_error`): said so, for the clients
+    // that act on it (Claude Code's `--fallback-model`).
+    if telling.iter().all(|a| a.error.as_ref().is_some_and(overloaded)) {
+        return (overloaded_status(), None);
+    }
     (StatusCode::BAD_GATEWAY, None)
+}
+
+/// Whether `error` is a provider's overload: Anthropic's 529, or its `overloaded_error` in a
+/// stream.
+fn overloaded(error: &ProviderError) -> bool {
+    error.status() == Some(529) || error.code() == Some("overloaded_error")
+}
+
+/// 529, Anthropic's status of an overload.
+fn overloaded_status() -> StatusCode {
+    StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
 }
 
 fn openai_type(status: StatusCode) -> &'static str {
@@ -224,6 +260,7 @@ pub fn stream_error_event(
         retry_after: None,
         close: false,
         spent: false,
+        final_answer: false,
     };
     api.body(dialect, request_id)
 }
@@ -241,6 +278,47 @@ mod tests {
             Attempt::called(&target, &id, Duration::ZERO, Duration::ZERO, Duration::ZERO).failed(error);
         attempt.outcome = outcome;
         attempt
+    }
+
+    #[test]
+    fn every_target_overloaded_is_a_529_to_an_anthropic_client_and_a_503_to_others() {
+        let overloaded = ProviderError::new(ErrorKind::Unavailable, "Overloaded")
+            .with_status(529)
+            .with_code("overloaded_error");
+        let in_stream =
+            ProviderError::new(ErrorKind::Unavailable, "Overloaded").with_code("overloaded_error");
+        let attempts =
+            [failed("a:m", overloaded, Outcome::Failed), failed("b:m", in_stream.clone(), Outcome::Failed)];
+        let (status, _) = all_failed_status(&attempts);
+        assert_eq!(status.as_u16(), 529);
+        let error = ApiError::new(status, "all_targets_failed", "every target is overloaded");
+        assert_eq!(error.status_in(Dialect::Anthropic).as_u16(), 529);
+        assert_eq!(error.body(Dialect::Anthropic, "req")["error"]["type"], "overloaded_error");
+        assert_eq!(error.status_in(Dialect::OpenAi).as_u16(), 503);
+        // An overload in a stream's error event keeps its type too.
+        let event = stream_error_event(Dialect::Anthropic, &in_stream, "req", json!([]));
+        assert_eq!(event["error"]["type"], "overloaded_error");
+        // One target down otherwise is a plain 502.
+        let down = ProviderError::new(ErrorKind::Unavailable, "down").with_status(500);
+        let mixed = [attempts[0].clone(), failed("c:m", down, Outcome::Failed)];
+        assert_eq!(all_failed_status(&mixed).0, StatusCode::BAD_GATEWAY);
+    }
+
+    #[test]
+    fn a_request_whose_deadline_passed_is_not_asked_again_by_the_sdks() {
+        let timeout = ProviderError::new(ErrorKind::Timeout, "request deadline passed after 3s of waiting");
+        let mut attempt = failed("a:m", timeout, Outcome::Failed);
+        attempt.note = Some(switchyard::trail::DEADLINE_PASSED.to_owned());
+        let error = RouteError::AllTargetsFailed {
+            trail: std::iter::once(attempt).collect(),
+            last: None,
+            route: "default".into(),
+        };
+        let api = ApiError::from_route(&error);
+        assert_eq!(api.status, StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(api.body(Dialect::OpenAi, "req")["error"]["type"], "timeout_error", "not a spent quota");
+        let response = api.into_response(Dialect::OpenAi, "req");
+        assert_eq!(response.headers()["x-should-retry"], "false");
     }
 
     #[test]

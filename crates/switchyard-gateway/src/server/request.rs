@@ -176,7 +176,7 @@ impl RequestContext {
     /// Renders `error` and logs the request under `route` (empty: none).
     fn fail_under(&self, state: &AppState, error: ApiError, route: Arc<str>) -> Response {
         let attempts = error.attempts.as_deref().and_then(Value::as_array).map_or(0, Vec::len);
-        let status = error.status.as_u16();
+        let status = error.status_in(self.dialect).as_u16();
         self.finish(state, Ending { route, served_by: None, status, attempts, settled: None });
         let mut response = error.into_response(self.dialect, &self.id);
         self.stamp(&mut response, None, attempts);

@@ -128,7 +128,7 @@ pub(super) fn decide_among(
         return Decision::new(Next::Stop, None);
     }
     if at.cut_by_deadline {
-        return Decision::new(Next::MoveOn, Some("request deadline passed".to_owned()));
+        return Decision::new(Next::MoveOn, Some(crate::trail::DEADLINE_PASSED.to_owned()));
     }
     if at.single_call {
         return Decision::new(Next::Stop, Some("a single call: not retried".to_owned()));

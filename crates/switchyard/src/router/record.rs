@@ -284,7 +284,7 @@ impl<'r> Record<'r> {
         if let Some(last) = self.trail.last_mut()
             && last.note.is_none()
         {
-            last.note = Some("request deadline passed".to_owned());
+            last.note = Some(crate::trail::DEADLINE_PASSED.to_owned());
         }
     }
 
