@@ -150,6 +150,17 @@ async fn malformed_json_is_a_400_that_says_where() {
 }
 
 #[tokio::test]
+async fn json_that_is_not_a_request_is_an_invalid_request_in_json_words() {
+    let gateway = Gateway::start(BASIC).await;
+    let response = gateway.post_text("/v1/chat/completions", "[1, 2]").await;
+    assert_eq!(response.status(), 400);
+    let body = json_of(response).await;
+    assert_eq!(body["error"]["code"], "invalid_request", "JSON, but not a request: {body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("expected an object") && !message.contains("struct"), "{message}");
+}
+
+#[tokio::test]
 async fn a_member_given_twice_is_a_400_that_names_it_on_every_endpoint() {
     // Two readers of one body (the gateway, and a provider it is passed on to) could take
     // different values from it: which model, which limit.

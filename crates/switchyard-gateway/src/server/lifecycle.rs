@@ -264,9 +264,27 @@ pub(crate) fn invalid_body<T: serde::de::DeserializeOwned>(
         Err(located) => located.path().to_string(),
         Ok(_) => String::new(),
     };
+    let said = in_json_words(&error.to_string());
     let message = match path.as_str() {
-        "" | "." => format!("the body is not a valid request: {error}"),
-        path => format!("the body is not a valid request: `{path}`: {error}"),
+        "" | "." => format!("the body is not a valid request: {said}"),
+        path => format!("the body is not a valid request: `{path}`: {said}"),
     };
-    ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", message)
+    // JSON, but not the request: the request's fault, not its syntax's.
+    ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+}
+
+/// A reader's words with its own type names said as JSON says them (`expected struct
+/// ChatRequest` is `expected an object`).
+fn in_json_words(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("struct ") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + "struct ".len()..];
+        let name = after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
+        out.push_str("an object");
+        rest = &after[name..];
+    }
+    out.push_str(rest);
+    out
 }
