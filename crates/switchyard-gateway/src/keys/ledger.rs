@@ -105,6 +105,10 @@ struct Books {
 pub(crate) struct Ledger {
     books: Mutex<Books>,
     in_flight: AtomicU32,
+    /// How long a request of a key with `max_concurrent` holds its place, in ms, averaged
+    /// (an exponential mean, an eighth a request; 0 before the first ended): a refusal's
+    /// Retry-After, so that a client does not spend its retries while long streams run.
+    held_ms: std::sync::atomic::AtomicU64,
     /// Wakes a spend write waiting to be sent again, once Redis answers a read.
     retry_now: tokio::sync::Notify,
 }
@@ -113,7 +117,12 @@ impl Ledger {
     pub(crate) fn new(rules: &KeyRules) -> Self {
         let minute = Minute::new(Instant::now());
         let books = Books { limiter: Limiter::new(rules.limits), spend: Spend::default(), minute };
-        Self { books: Mutex::new(books), in_flight: AtomicU32::new(0), retry_now: tokio::sync::Notify::new() }
+        Self {
+            books: Mutex::new(books),
+            in_flight: AtomicU32::new(0),
+            held_ms: std::sync::atomic::AtomicU64::new(0),
+            retry_now: tokio::sync::Notify::new(),
+        }
     }
 
     fn books(&self) -> MutexGuard<'_, Books> {
@@ -141,12 +150,33 @@ impl Ledger {
 #[derive(Debug)]
 pub(crate) struct Pass {
     key: Arc<ClientKey>,
+    /// When it took its place, for a key with `max_concurrent`.
+    since: Option<Instant>,
 }
 
 impl Drop for Pass {
     fn drop(&mut self) {
-        self.key.ledger.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let ledger = &self.key.ledger;
+        ledger.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if let Some(since) = self.since {
+            let held = since.elapsed().as_millis().min(u128::from(u32::MAX)) as u64;
+            let _ = ledger
+                .held_ms
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |mean| Some(mean_with(mean, held)));
+        }
     }
+}
+
+/// The mean time a place is held, `mean` (0: none yet) with a request that held it `held` ms:
+/// an eighth of the way to it.
+fn mean_with(mean: u64, held: u64) -> u64 {
+    if mean == 0 { held.max(1) } else { (mean * 7 + held) / 8 }
+}
+
+/// The Retry-After of a refusal for `max_concurrent`: how long a place is held, on average,
+/// between 1 s and a minute.
+fn place_free_in(held_ms: u64) -> Duration {
+    Duration::from_millis(held_ms).clamp(Duration::from_secs(1), Duration::from_secs(60))
 }
 
 impl ClientKey {
@@ -191,14 +221,15 @@ impl ClientKey {
     /// shared state its share of it.
     fn enter(self: &Arc<Self>, shared: Shared<'_>) -> Result<Pass, Refusal> {
         let in_flight = self.ledger.in_flight.fetch_add(1, Ordering::AcqRel);
-        let pass = Pass { key: self.clone() };
-        let Some(max) = self.rules.limits.max_concurrent else { return Ok(pass) };
+        let max = self.rules.limits.max_concurrent;
+        let mut pass = Pass { key: self.clone(), since: max.map(|_| Instant::now()) };
+        let Some(max) = max else { return Ok(pass) };
         let bound = shared.concurrent_share(max);
         if in_flight >= bound {
-            return Err(Refusal::RateLimited {
-                retry_after: Duration::from_secs(1),
-                limit: Limit::MaxConcurrent,
-            });
+            // A refused request held no place: its time is not counted.
+            pass.since = None;
+            let retry_after = place_free_in(self.ledger.held_ms.load(Ordering::Acquire));
+            return Err(Refusal::RateLimited { retry_after, limit: Limit::MaxConcurrent });
         }
         Ok(pass)
     }
@@ -444,6 +475,23 @@ impl ClientKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_for_requests_in_flight_asks_to_come_back_when_a_place_is_usually_free() {
+        // Streams of about 30 s: a client told "1 s" would spend its retries while they run.
+        let mut mean = 0;
+        for held in [30_000, 28_000, 32_000, 30_000] {
+            mean = mean_with(mean, held);
+        }
+        assert!((29_000..=31_000).contains(&mean), "{mean}");
+        assert_eq!(place_free_in(mean).as_secs(), mean / 1000);
+        // One long request moves it an eighth of the way, not all.
+        assert_eq!(mean_with(10_000, 90_000), 20_000);
+        // Short requests, or none ended yet: a second; never more than a minute.
+        assert_eq!(place_free_in(0), Duration::from_secs(1));
+        assert_eq!(place_free_in(120), Duration::from_secs(1));
+        assert_eq!(place_free_in(600_000), Duration::from_secs(60));
+    }
 
     #[test]
     fn the_minute_shown_is_the_last_sixty_seconds_wherever_the_first_request_fell() {
