@@ -22,6 +22,7 @@ pub mod codec;
 pub mod files;
 pub mod gemini;
 pub mod http;
+mod lately;
 pub mod openai;
 mod pieces;
 pub mod responses;

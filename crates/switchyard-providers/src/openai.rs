@@ -77,7 +77,7 @@ pub struct OpenAiProvider {
     /// Azure API version, a server that forbids unknown fields) and streamed without them:
     /// their streams go without them for an hour from then (the deployment may be moved to an
     /// API version that takes them), their usage estimated.
-    bare_streams: std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
+    bare_streams: crate::lately::Lately,
     /// The models that refused another dialect's strict tools lately (`anthropic::strict`).
     refused_strict: crate::anthropic::strict::StrictRefusals,
 }
@@ -351,7 +351,7 @@ impl OpenAiProvider {
             match errors::output_limit(&error).filter(lower).filter(|_| foreign && capped.is_none()) {
                 Some(most) => capped = Some(ChatRequest { max_tokens: Some(most), ..request.clone() }),
                 // Last: a refusal the steps above know is not the strict tools'.
-                None if strict && strict_notice.is_none() && errors::refuses_strict_tools(&error) => {
+                None if strict && strict_notice.is_none() && crate::anthropic::strict::may_refuse(&error) => {
                     strict_notice = Some(crate::anthropic::strict::RESENT);
                 }
                 None => return Err(error),
@@ -361,15 +361,7 @@ impl OpenAiProvider {
 
     /// Whether `model` streams without `stream_options` (it refused them within the hour).
     fn streams_bare(&self, model: &str) -> bool {
-        let mut bare = self.bare_streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match bare.get(model) {
-            Some(until) if tokio::time::Instant::now() < *until => true,
-            Some(_) => {
-                bare.remove(model);
-                false
-            }
-            None => false,
-        }
+        self.bare_streams.refused(model)
     }
 
     /// Whether a stream `error` refused for the `stream_options` the gateway added goes again
@@ -380,15 +372,10 @@ impl OpenAiProvider {
     }
 
     /// Notes that `model` streamed without the `stream_options` it refused: its streams go
-    /// without them for an hour (at most 1,024 models held: the names are the clients').
+    /// without them for an hour.
     fn remember_bare(&self, model: &str) {
-        let now = tokio::time::Instant::now();
-        let mut bare = self.bare_streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        bare.retain(|_, until| now < *until);
-        if bare.len() < 1024 {
-            tracing::debug!(model, "the model refused stream_options: its streams go without them");
-            bare.insert(model.to_owned(), now + std::time::Duration::from_secs(3600));
-        }
+        tracing::debug!(model, "the model refused stream_options: its streams go without them");
+        self.bare_streams.note(model);
     }
 
     /// Whether `model` refused a conversation for an assistant turn without its reasoning.

@@ -9,16 +9,12 @@
 //! without it is sent none for an hour (per provider and model), and the trail says so each
 //! time. An Anthropic client's own `strict` is its own ask, sent as written.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Mutex;
-use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::Value;
 use switchyard::chat::{ChatRequest, Dialect, StreamNotice};
 use switchyard::{ErrorKind, ProviderError};
-use tokio::time::Instant;
 
 /// What the trail of an attempt sent again without strict tool use says.
 pub(crate) const RESENT: &str = "the target refused the request with strict tool use: sent again without it";
@@ -26,33 +22,8 @@ pub(crate) const RESENT: &str = "the target refused the request with strict tool
 /// What the trail of an attempt sent without strict tool use the model refused before says.
 pub(crate) const LEFT_OUT: &str = "strict tool use, which the model refused lately, was left out";
 
-/// How long a model that refused strict tool use is sent none.
-const REMEMBERED: Duration = Duration::from_secs(3600);
-
-/// The models of a provider that refused strict tool use lately, and until when.
-#[derive(Debug, Default)]
-pub(crate) struct StrictRefusals(Mutex<HashMap<String, Instant>>);
-
-impl StrictRefusals {
-    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    pub(crate) fn refused(&self, model: &str) -> bool {
-        self.held().get(model).is_some_and(|until| Instant::now() < *until)
-    }
-
-    /// Notes that `model` refused strict tool use (at most 1,024 models: the names are the
-    /// clients').
-    pub(crate) fn note(&self, model: &str) {
-        let now = Instant::now();
-        let mut held = self.held();
-        held.retain(|_, until| now < *until);
-        if held.len() < 1024 {
-            held.insert(model.to_owned(), now + REMEMBERED);
-        }
-    }
-}
+/// The models of a provider that refused strict tool use lately.
+pub(crate) type StrictRefusals = crate::lately::Lately;
 
 /// Whether the translation of `request` carries strict tool use a client of another dialect
 /// asked for ([`request`](super::request) writes it).
@@ -86,13 +57,21 @@ where
         return Ok((answer, notice(LEFT_OUT, earlier)));
     }
     match send(body.clone()).await {
-        Err(error) if error.kind() == ErrorKind::InvalidRequest && error.status() == Some(400) => {
+        Err(error) if may_refuse(&error) => {
             let (answer, earlier) = send(without_strict(&body)).await?;
             refusals.note(model);
             Ok((answer, notice(RESENT, earlier)))
         }
         sent => sent,
     }
+}
+
+/// Whether `error` may refuse a request for the strict tools its translation carried: any 400
+/// the target says is the request's (a model without strict mode, or a schema its grammar does
+/// not take, in words of its own); sent once more without them, a refusal for another reason
+/// stands. One the target already said it cannot take (unsupported) would be refused again.
+pub(crate) fn may_refuse(error: &ProviderError) -> bool {
+    error.kind() == ErrorKind::InvalidRequest && error.status() == Some(400) && !error.is_unsupported()
 }
 
 /// `body` with no tool's `strict`.

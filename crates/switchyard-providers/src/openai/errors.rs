@@ -230,13 +230,6 @@ pub(super) fn wants_reasoning_back(error: &ProviderError) -> bool {
         && (detail.contains("passed back") || detail.contains("missing"))
 }
 
-/// Whether `error` may refuse a request for the strict tools its translation carried (any 400:
-/// a model without strict mode, or a schema its strict mode does not take, in words of its
-/// own); the request goes once more without them, and a refusal for another reason stands.
-pub(super) fn refuses_strict_tools(error: &ProviderError) -> bool {
-    error.kind() == ErrorKind::InvalidRequest && error.status() == Some(400) && !error.is_unsupported()
-}
-
 /// Whether `error` refused a request for its `stream_options` ("Unrecognized request argument
 /// supplied: stream_options", an older Azure API version's 400; a server that forbids unknown
 /// fields, FastAPI's 422 `extra_forbidden` at `["body", "stream_options"]`).
