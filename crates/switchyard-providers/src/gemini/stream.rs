@@ -144,15 +144,15 @@ impl<S> GeminiChunks<S> {
         if let Some(error) = failed {
             return self.fail(error);
         }
-        if let Some(error) = self.empty_stop(&answer.candidates) {
-            return self.fail(error);
-        }
         let mut content = Vec::new();
         let mut finishes = Vec::new();
         for candidate in &answer.candidates {
             let (delta, finish) = self.on_candidate(candidate);
             content.extend(delta);
             finishes.extend(finish);
+        }
+        if let Some(error) = self.empty_stop(&answer.candidates) {
+            return self.fail(error);
         }
         if !content.is_empty() {
             let chunk = self.chunk(content, None);
@@ -230,16 +230,9 @@ impl<S> GeminiChunks<S> {
     /// The chunk choices of one candidate in an event: its new text and tool calls (`None`
     /// when it has neither), and its finish reason (`None` before its last event).
     /// The error of a candidate of this event that finished (`STOP`) having given no text or
-    /// call, in this event or before ([`empty_stop`](super::response::empty_stop)).
-    fn empty_stop(&mut self, candidates: &[Candidate]) -> Option<ProviderError> {
-        for candidate in candidates {
-            let index = candidate.index.unwrap_or(0);
-            let parts = candidate.content.as_ref().map_or(&[][..], |content| &content.parts[..]);
-            let read = read_parts(parts);
-            if (!read.text.is_empty() || !read.calls.is_empty()) && !self.said.contains(&index) {
-                self.said.push(index);
-            }
-        }
+    /// call, in this event or before ([`empty_stop`](super::response::empty_stop));
+    /// [`on_candidate`](Self::on_candidate) notes those that gave some.
+    fn empty_stop(&self, candidates: &[Candidate]) -> Option<ProviderError> {
         candidates.iter().find_map(|candidate| {
             let said = self.said.contains(&candidate.index.unwrap_or(0));
             candidate.finish_reason.as_deref().and_then(|reason| super::response::empty_stop(reason, said))
@@ -250,6 +243,9 @@ impl<S> GeminiChunks<S> {
         let index = candidate.index.unwrap_or(0);
         let parts = candidate.content.as_ref().map_or(&[][..], |content| &content.parts[..]);
         let Read { text, thoughts, calls } = read_parts(parts);
+        if (!text.is_empty() || !calls.is_empty()) && !self.said.contains(&index) {
+            self.said.push(index);
+        }
         let seen = self.tool_calls_seen(index);
         let deltas: Vec<ToolCallDelta> = calls
             .into_iter()
