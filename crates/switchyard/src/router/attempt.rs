@@ -206,11 +206,23 @@ pub(super) struct ProbeGuard<'a> {
     pub(super) armed: bool,
 }
 
-impl Drop for ProbeGuard<'_> {
-    fn drop(&mut self) {
-        if self.armed {
+impl<'a> ProbeGuard<'a> {
+    /// The guard of the probe slot `who` took.
+    pub(super) fn taken(health: &'a crate::health::HealthBoard, who: &Callee<'a>) -> Self {
+        Self { health, target: who.target.clone(), credentials: &who.slot.credential_ids, armed: true }
+    }
+
+    /// Gives the slot back now, once.
+    pub(super) fn give_back(&mut self) {
+        if std::mem::take(&mut self.armed) {
             self.health.release_probe(&self.target, self.credentials);
         }
+    }
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        self.give_back();
     }
 }
 
@@ -229,22 +241,21 @@ impl<'r, X: Exchange> Run<'r, X> {
             return AttemptEnd::OutOfTime;
         }
         let who = match self.ctx.admit(slot, tries, now) {
-            Ok(who) if who.probe => match self.ctx.claim_probe(who, tries).await {
-                Ok(who) => who,
-                Err(skip) => return AttemptEnd::Skipped(skip),
-            },
             Ok(who) => who,
             Err(skip) => return AttemptEnd::Skipped(skip),
         };
         // Held until the attempt ends and its outcome decides the circuit; dropped before
-        // (the caller went away), it lets the slot go for the next request to probe at once.
-        // Only a probe holds a slot: the common attempt makes no guard.
-        let mut probe = who.probe.then(|| ProbeGuard {
-            health: &self.ctx.inner.health,
-            target: who.target.clone(),
-            credentials: &slot.credential_ids,
-            armed: true,
-        });
+        // (the caller went away, even while the fleet is asked for the probe), it lets the
+        // slot go for the next request to probe at once. Only a probe holds a slot: the common
+        // attempt makes no guard.
+        let mut probe = who.probe.then(|| ProbeGuard::taken(&self.ctx.inner.health, &who));
+        let who = match probe.as_mut() {
+            Some(guard) => match self.ctx.claim_probe(who, tries, guard).await {
+                Ok(who) => who,
+                Err(skip) => return AttemptEnd::Skipped(skip),
+            },
+            None => who,
+        };
         if tries.pending.is_none() {
             self.record.calling(&who.target, self.verdict.last_kind());
         }
@@ -398,20 +409,17 @@ impl<'r, X: Exchange> Context<'r, X> {
     /// shared by replicas, another may have taken it a moment before this one heard of it.
     /// Then the gate, which now knows, is asked again: it skips the target as probed, or lets
     /// an ordinary call through (the other probe already closed the circuit).
-    async fn claim_probe(&self, who: Callee<'r>, tries: &TargetTry) -> Result<Callee<'r>, Skip> {
-        // A caller gone while the fleet is asked gives the slot back, as does a probe that is
-        // not this replica's.
-        let mut guard = ProbeGuard {
-            health: &self.inner.health,
-            target: who.target.clone(),
-            credentials: &who.slot.credential_ids,
-            armed: true,
-        };
+    async fn claim_probe(
+        &self,
+        who: Callee<'r>,
+        tries: &TargetTry,
+        guard: &mut ProbeGuard<'_>,
+    ) -> Result<Callee<'r>, Skip> {
         if self.inner.health.claim_probe(&who.target).await {
-            guard.armed = false;
             return Ok(who);
         }
-        drop(guard);
+        // Not this replica's: its slot goes back before the gate is asked again.
+        guard.give_back();
         let now = Instant::now();
         match self.admit(who.slot, tries, now)? {
             again if !again.probe => Ok(again),

@@ -161,12 +161,8 @@ impl<'r, X: Exchange> Run<'r, X> {
         let start = || {
             let who = ctx.admit_hedge(plan, &first.who.target)?;
             if who.probe {
-                *hedge_probe.lock().unwrap_or_else(|p| p.into_inner()) = Some(super::attempt::ProbeGuard {
-                    health: &ctx.inner.health,
-                    target: who.target.clone(),
-                    credentials: &who.slot.credential_ids,
-                    armed: true,
-                });
+                *hedge_probe.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(super::attempt::ProbeGuard::taken(&ctx.inner.health, &who));
             }
             record.hedge_started(ctx.route.name(), &first.who.target, &who.target, delay);
             let hedge = HedgeRun { who: who.clone(), sent: Instant::now(), span: hedge_span };
