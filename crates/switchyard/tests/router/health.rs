@@ -765,42 +765,6 @@ async fn a_pooled_connection_gone_stale_says_nothing_of_the_providers_health() {
     assert_ne!(router.target_health(&target("a:m")).status, HealthStatus::TemporarilyUnavailable);
 }
 
-/// The memory store of a replica whose probes another replica of the fleet takes first while
-/// `refuse` is set.
-#[derive(Default)]
-struct ProbedElsewhere {
-    memory: switchyard::health::MemoryStore,
-    refuse: std::sync::atomic::AtomicBool,
-}
-
-impl switchyard::health::HealthStore for ProbedElsewhere {
-    fn update(
-        &self,
-        target: &Target,
-        credentials: &[switchyard::credential::CredentialId],
-        apply: &mut dyn FnMut(&mut switchyard::health::Records),
-    ) {
-        self.memory.update(target, credentials, apply);
-    }
-
-    fn claim_probe(&self, _: &Target) -> Option<switchyard::health::ProbeClaim> {
-        let mine = !self.refuse.load(std::sync::atomic::Ordering::SeqCst);
-        Some(Box::pin(std::future::ready(mine)))
-    }
-
-    fn all(&self) -> switchyard::health::AllRecords {
-        self.memory.all()
-    }
-
-    fn clear(&self) {
-        self.memory.clear();
-    }
-
-    fn drop_records(&self, targets: &[Target], credentials: &[switchyard::credential::CredentialId]) {
-        self.memory.drop_records(targets, credentials);
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_probe_another_replica_took_first_is_not_sent_and_the_chain_goes_on() {
     let a = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable), Step::Reply]);

@@ -315,3 +315,43 @@ async fn a_hedge_probing_a_half_open_circuit_gives_its_slot_back_when_the_caller
     let next = router.chat(&request("only-backup")).await.expect("probed again at once");
     assert_eq!(next.trail.outcomes(), vec![Outcome::Ok], "no probe in flight holds it");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_whose_probe_another_replica_holds_is_not_sent_and_gives_its_slot_back() {
+    let primary = slow(2000);
+    let backup = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable), Step::Reply]);
+    let store = std::sync::Arc::new(ProbedElsewhere::default());
+    let settings = switchyard::health::HealthSettings {
+        failure_threshold: 1,
+        open_for: Duration::from_secs(10),
+        ..switchyard::health::HealthSettings::default()
+    };
+    let hedge = Hedge { max_share: 1.0, ..Hedge::after(Duration::from_millis(300)) };
+    let route =
+        Route::builder("default").target("primary:m").target("backup:m").retry(quick_retry(1)).hedge(hedge);
+    let only_backup = Route::builder("only-backup").target("backup:m").retry(quick_retry(1)).build().unwrap();
+    let router = builder(&[("primary", &primary), ("backup", &backup)])
+        .route(route.build().unwrap())
+        .route(only_backup)
+        .health(settings)
+        .health_store(store.clone())
+        .build()
+        .unwrap();
+    router.chat(&request("only-backup")).await.unwrap_err(); // opens the backup's circuit
+    tokio::time::advance(Duration::from_secs(10)).await;
+
+    store.refuse.store(true, std::sync::atomic::Ordering::SeqCst);
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!(answer.served_by.to_string(), "primary:m");
+    let hedge = answer.trail.attempts().iter().find(|a| a.hedge).expect("the hedge's entry");
+    assert_eq!(
+        hedge.note.as_deref(),
+        Some("hedge: another replica probes its half-open circuit; not sent"),
+        "not blamed on the pacer"
+    );
+    assert_eq!(backup.calls(), 1, "the probe was not sent");
+    // Its slot was given back (once): the probe is this replica's when the fleet says so.
+    store.refuse.store(false, std::sync::atomic::Ordering::SeqCst);
+    let next = router.chat(&request("only-backup")).await.expect("probed");
+    assert_eq!(next.trail.outcomes(), vec![Outcome::Ok]);
+}

@@ -196,3 +196,43 @@ impl switchyard::provider::Provider for Scripted {
         Box::pin(async move { Ok(Box::pin(stream) as switchyard::provider::ChunkStream) })
     }
 }
+
+/// The memory store of a replica whose probes another replica of the fleet takes first while
+/// `refuse` is set.
+#[derive(Default)]
+pub struct ProbedElsewhere {
+    pub memory: switchyard::health::MemoryStore,
+    pub refuse: std::sync::atomic::AtomicBool,
+}
+
+impl switchyard::health::HealthStore for ProbedElsewhere {
+    fn update(
+        &self,
+        target: &switchyard::Target,
+        credentials: &[switchyard::credential::CredentialId],
+        apply: &mut dyn FnMut(&mut switchyard::health::Records),
+    ) {
+        self.memory.update(target, credentials, apply);
+    }
+
+    fn claim_probe(&self, _: &switchyard::Target) -> Option<switchyard::health::ProbeClaim> {
+        let mine = !self.refuse.load(std::sync::atomic::Ordering::SeqCst);
+        Some(Box::pin(std::future::ready(mine)))
+    }
+
+    fn all(&self) -> switchyard::health::AllRecords {
+        self.memory.all()
+    }
+
+    fn clear(&self) {
+        self.memory.clear();
+    }
+
+    fn drop_records(
+        &self,
+        targets: &[switchyard::Target],
+        credentials: &[switchyard::credential::CredentialId],
+    ) {
+        self.memory.drop_records(targets, credentials);
+    }
+}
