@@ -284,13 +284,9 @@ async fn a_hedge_that_fails_first_leaves_the_first_attempts_failure_to_decide() 
     assert_eq!((primary.calls(), backup.calls()), (2, 1));
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_hedge_probing_a_half_open_circuit_gives_its_slot_back_when_the_caller_goes_away() {
-    // The backup's circuit is half-open; the hedge on it is its probe, and hangs. The caller
-    // leaves mid-pair: the next request probes the backup at once, not after the hedge's lease.
-    let primary = slow(10_000);
-    let backup =
-        SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable), Step::Hang, Step::Reply]);
+/// `builder` with `default` over `primary:m` then `backup:m`, hedged after 300 ms, and
+/// `only-backup`; one failure opens a circuit for 10 s.
+fn half_open_backup(builder: switchyard::RouterBuilder) -> switchyard::Router {
     let settings = switchyard::health::HealthSettings {
         failure_threshold: 1,
         open_for: Duration::from_secs(10),
@@ -300,12 +296,17 @@ async fn a_hedge_probing_a_half_open_circuit_gives_its_slot_back_when_the_caller
     let route =
         Route::builder("default").target("primary:m").target("backup:m").retry(quick_retry(1)).hedge(hedge);
     let only_backup = Route::builder("only-backup").target("backup:m").retry(quick_retry(1)).build().unwrap();
-    let router = builder(&[("primary", &primary), ("backup", &backup)])
-        .route(route.build().unwrap())
-        .route(only_backup)
-        .health(settings)
-        .build()
-        .unwrap();
+    builder.route(route.build().unwrap()).route(only_backup).health(settings).build().unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_probing_a_half_open_circuit_gives_its_slot_back_when_the_caller_goes_away() {
+    // The backup's circuit is half-open; the hedge on it is its probe, and hangs. The caller
+    // leaves mid-pair: the next request probes the backup at once, not after the hedge's lease.
+    let primary = slow(10_000);
+    let backup =
+        SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable), Step::Hang, Step::Reply]);
+    let router = half_open_backup(builder(&[("primary", &primary), ("backup", &backup)]));
     router.chat(&request("only-backup")).await.unwrap_err(); // opens the backup's circuit
     tokio::time::advance(Duration::from_secs(10)).await;
 
@@ -321,22 +322,8 @@ async fn a_hedge_whose_probe_another_replica_holds_is_not_sent_and_gives_its_slo
     let primary = slow(2000);
     let backup = SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable), Step::Reply]);
     let store = std::sync::Arc::new(ProbedElsewhere::default());
-    let settings = switchyard::health::HealthSettings {
-        failure_threshold: 1,
-        open_for: Duration::from_secs(10),
-        ..switchyard::health::HealthSettings::default()
-    };
-    let hedge = Hedge { max_share: 1.0, ..Hedge::after(Duration::from_millis(300)) };
-    let route =
-        Route::builder("default").target("primary:m").target("backup:m").retry(quick_retry(1)).hedge(hedge);
-    let only_backup = Route::builder("only-backup").target("backup:m").retry(quick_retry(1)).build().unwrap();
-    let router = builder(&[("primary", &primary), ("backup", &backup)])
-        .route(route.build().unwrap())
-        .route(only_backup)
-        .health(settings)
-        .health_store(store.clone())
-        .build()
-        .unwrap();
+    let router =
+        half_open_backup(builder(&[("primary", &primary), ("backup", &backup)]).health_store(store.clone()));
     router.chat(&request("only-backup")).await.unwrap_err(); // opens the backup's circuit
     tokio::time::advance(Duration::from_secs(10)).await;
 
