@@ -540,6 +540,39 @@ async fn charged_an_estimate(finish: bool) {
 }
 
 #[tokio::test]
+async fn a_request_its_client_leaves_before_the_answer_is_charged_its_prompt() {
+    // The provider was sent the prompt and bills it whether or not anyone reads the answer:
+    // else a client that gives up on each slow answer would spend no budget.
+    let (up, upstream) = upstream(0).await;
+    let gateway = support::in_process(&config(up, "budget: { usd: 100, per: day }")).await;
+    // Twelve characters of prompt: 3 tokens, at a dollar each.
+    let body = json!({ "model": "default", "messages": [{ "role": "user", "content": "hello world!" }] });
+    let arrived = upstream.arrived.notified();
+    let left = tokio::spawn(async move { post_chat(gateway, TEAM, &body).await });
+    arrived.await;
+    left.abort();
+    support::until("the request is logged", Duration::from_secs(5), async || {
+        let listed: Value = serde_json::from_str(&admin(gateway, "/admin/requests?limit=1").await).unwrap();
+        if listed["requests"][0]["status"] == 499 { Ok(()) } else { Err(listed.to_string()) }
+    })
+    .await;
+    let keys: Value = serde_json::from_str(&admin(gateway, "/admin/keys").await).unwrap();
+    let team = &keys["keys"][1];
+    assert_eq!(team["budget"]["spent_usd"], 3.0, "{team}");
+    assert_eq!(team["usage"]["tokens_this_minute"], 3, "{team}");
+    assert_eq!(team["usage"]["in_flight"], 0, "{team}");
+    // The target's token and cost metrics count it too.
+    let metrics = admin(gateway, "/metrics").await;
+    let counted = [
+        "switchyard_tokens_total{target=\"up:m\",type=\"prompt\"} 3\n",
+        "switchyard_cost_total{target=\"up:m\"} 3\n",
+    ];
+    for line in counted {
+        assert!(metrics.contains(line), "{line}: {metrics}");
+    }
+}
+
+#[tokio::test]
 async fn without_an_admin_key_a_client_key_reads_its_own_trails_and_never_another_keys() {
     let (up, _) = upstream(1000).await;
     let yaml =

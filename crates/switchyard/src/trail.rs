@@ -397,6 +397,40 @@ pub struct Unfinished(Arc<std::sync::Mutex<Left>>);
 struct Left {
     trail: Option<RouteTrail>,
     why: Option<&'static str>,
+    cut: Option<CutShort>,
+}
+
+/// What the calls a dropped request cut short cost at the least: each was sent with the
+/// request's prompt, which its provider bills whether or not the answer is read (estimated,
+/// four characters a token). None of the answer is counted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CutShort {
+    /// Each call cut, in the order sent.
+    pub calls: Vec<CutCall>,
+}
+
+/// One call a dropped request cut short.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CutCall {
+    /// Where it was sent.
+    pub target: Target,
+    /// The prompt's tokens.
+    pub usage: crate::chat::Usage,
+    /// Their cost at the target's configured price; `None` when its model has none.
+    pub cost: Option<f64>,
+}
+
+impl CutShort {
+    /// The tokens of every call.
+    pub fn usage(&self) -> crate::chat::Usage {
+        let tokens = self.calls.iter().fold(0u32, |sum, call| sum.saturating_add(call.usage.prompt_tokens));
+        crate::chat::Usage { prompt_tokens: tokens, total_tokens: tokens, ..Default::default() }
+    }
+
+    /// The cost of every priced call; `None` when none is priced.
+    pub fn cost(&self) -> Option<f64> {
+        self.calls.iter().filter_map(|call| call.cost).fold(None, |sum, usd| Some(sum.unwrap_or(0.0) + usd))
+    }
 }
 
 /// A route's name and a trail of it.
@@ -429,8 +463,16 @@ impl Unfinished {
         self.left().why.unwrap_or("the caller went away")
     }
 
-    pub(crate) fn put(&self, route: Arc<str>, trail: Trail) {
-        self.left().trail = Some((route, trail));
+    /// What the calls the drop cut short cost at the least, once: `None` for a request that
+    /// ended, or whose calls cost nothing (a token count).
+    pub fn cut_short(&self) -> Option<CutShort> {
+        self.left().cut.take()
+    }
+
+    pub(crate) fn put(&self, route: Arc<str>, trail: Trail, cut: Option<CutShort>) {
+        let mut left = self.left();
+        left.trail = Some((route, trail));
+        left.cut = cut;
     }
 }
 

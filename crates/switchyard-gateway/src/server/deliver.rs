@@ -122,6 +122,6 @@ pub(crate) fn route_failed(
     let attempts = error.trail().len();
     let mut response = api.into_response(exchange.dialect, &exchange.id);
     exchange.stamp(&mut response, None, attempts);
-    exchange.finish_failure(state, route, status, error.into_trail());
+    exchange.finish_failure(state, (route, error.into_trail()), status, None);
     response
 }

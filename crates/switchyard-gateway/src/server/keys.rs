@@ -36,7 +36,7 @@ impl RequestContext {
         };
         match admitted {
             Ok(pass) => {
-                self.pass = Some(Arc::new(pass));
+                *self.progress.pass.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(pass);
                 Ok(())
             }
             Err(refusal) => Err(refused(&key, model, refusal)),
@@ -44,9 +44,12 @@ impl RequestContext {
     }
 
     /// Charges what the request's answer used to its key: tokens to its rate, the cost to
-    /// its budget. A refused or failed request used nothing.
+    /// its budget. A refused or failed request used nothing; one its client left is charged
+    /// what its providers bill at the least (what a stream delivered, a call's prompt).
     pub(crate) fn charge(&self, state: &AppState, ending: &Ending<'_>) {
-        let (Some(pass), Some(settled)) = (&self.pass, &ending.settled) else { return };
+        // Taken: its place among the key's requests in flight is given back as it is logged.
+        let pass = self.progress.pass.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let (Some(pass), Some(settled)) = (pass, &ending.settled) else { return };
         let tokens = settled.usage.map_or(0, |u| u64::from(u.prompt_tokens) + u64::from(u.completion_tokens));
         pass.charge(tokens, settled.cost, shared(state, &self.live));
     }

@@ -147,7 +147,12 @@ impl Drop for Abandoned {
         // A handler that panicked did not lose its client.
         let Some(context) = self.context.take().filter(|_| !std::thread::panicking()) else { return };
         match context.progress.unfinished.take() {
-            Some((route, trail)) => context.finish_failure(&self.state, route, self.status, trail),
+            Some(left) => {
+                // The calls it cut were billed their prompt: charged to its key, as a stream
+                // its client leaves is charged what it delivered.
+                let cut = context.progress.unfinished.cut_short();
+                context.finish_failure(&self.state, left, self.status, cut);
+            }
             None => {
                 let ending = super::finished::Ending {
                     route: "".into(),

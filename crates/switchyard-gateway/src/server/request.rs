@@ -10,7 +10,7 @@ use serde_json::Value;
 use switchyard::chat::Dialect;
 use switchyard::route::is_template;
 use switchyard::trace::TraceContext;
-use switchyard::trail::{Timing, Trail, Via};
+use switchyard::trail::{CutShort, Timing, Trail, Via};
 use switchyard::{RequestOptions, Router};
 
 use super::errors::ApiError;
@@ -47,8 +47,6 @@ pub struct RequestContext {
     pub(crate) live: Arc<Live>,
     /// The client key it came with, when keys are configured.
     pub(crate) key: Option<Arc<crate::keys::ClientKey>>,
-    /// Its key's admission: its place among the key's requests in flight, held to its end.
-    pub(crate) pass: Option<Arc<crate::keys::Pass>>,
     /// What its clones share: whether it was logged, and when the router took it.
     pub(crate) progress: Arc<Progress>,
 }
@@ -79,6 +77,9 @@ pub(crate) struct Progress {
     pub(crate) routed: std::sync::OnceLock<Instant>,
     /// Where the router leaves the route and trail of a request its client left unanswered.
     pub(crate) unfinished: switchyard::trail::Unfinished,
+    /// Its key's admission: its place among the key's requests in flight, held until it is
+    /// logged (by whichever clone logs it: a request its client left is charged too).
+    pub(crate) pass: std::sync::Mutex<Option<crate::keys::Pass>>,
 }
 
 impl RequestContext {
@@ -112,7 +113,6 @@ impl RequestContext {
             unsent: Vec::new(),
             live: state.live(),
             key: None,
-            pass: None,
             progress: Arc::default(),
         }
     }
@@ -183,11 +183,28 @@ impl RequestContext {
         response
     }
 
-    /// Logs a routing failure and keeps its trail.
-    pub(crate) fn finish_failure(&self, state: &AppState, route: Arc<str>, status: u16, trail: Trail) {
+    /// Logs a routing failure and keeps its trail; `cut` is what the calls it cut short cost
+    /// (a request its client left), charged to its key.
+    pub(crate) fn finish_failure(
+        &self,
+        state: &AppState,
+        (route, trail): (Arc<str>, Trail),
+        status: u16,
+        cut: Option<CutShort>,
+    ) {
         let timing = Timing { total: self.started.elapsed(), ..Timing::default() };
         let attempts = trail.len();
-        let settled = Some(Settled { trail, timing, usage: None, cost: None });
+        let (usage, cost) = match &cut {
+            Some(cut) => {
+                for call in &cut.calls {
+                    let via = Via::Target(call.target.clone());
+                    finished::metrics::usage(state, &self.live, (&via, &route), Some(call.usage), call.cost);
+                }
+                (Some(cut.usage()), cut.cost())
+            }
+            None => (None, None),
+        };
+        let settled = Some(Settled { trail, timing, usage, cost });
         self.finish(state, Ending { route, served_by: None, status, attempts, settled });
     }
 

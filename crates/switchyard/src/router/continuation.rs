@@ -324,6 +324,10 @@ impl Exchange for ContinueExchange {
         None
     }
 
+    fn billed_prompt(&self) -> Option<u32> {
+        Some(self.prefill.estimated_prompt_tokens())
+    }
+
     fn answering_since(&self, output: &Prefetched) -> Option<Instant> {
         output.alive_since
     }

@@ -54,6 +54,13 @@ pub(crate) trait Exchange: Sync {
     /// their pacing reservation when they end instead).
     fn used_tokens(&self, output: &Self::Output) -> Option<u32>;
 
+    /// The prompt's tokens, estimated, that a provider bills for a call of this exchange cut
+    /// short (its caller went away while it ran): the least such a call cost. `None` for calls
+    /// that cost nothing (a token count).
+    fn billed_prompt(&self) -> Option<u32> {
+        None
+    }
+
     /// When the provider began to answer, if before the attempt ended (a stream held for the
     /// first chunk its caller is shown began with reasoning): the target's latency ends there.
     fn answering_since(&self, output: &Self::Output) -> Option<Instant> {
@@ -273,6 +280,10 @@ impl Exchange for ChatExchange<'_> {
         output.usage.map(|u| u.total_tokens)
     }
 
+    fn billed_prompt(&self) -> Option<u32> {
+        Some(self.request.estimated_prompt_tokens())
+    }
+
     fn take_notices(&self, output: &mut ChatResponse) -> Vec<crate::chat::StreamNotice> {
         std::mem::take(&mut output.notices)
     }
@@ -388,6 +399,10 @@ impl Exchange for EmbeddingsExchange<'_> {
 
     fn used_tokens(&self, output: &EmbeddingsResponse) -> Option<u32> {
         output.usage.map(|u| u.total_tokens)
+    }
+
+    fn billed_prompt(&self) -> Option<u32> {
+        Some(self.estimated_tokens())
     }
 
     fn takes_special_chains(&self) -> bool {

@@ -7,15 +7,18 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::inner::Inner;
+use crate::chat::Usage;
 use crate::credential::CredentialId;
-use crate::events::{EventBus, EventKind};
+use crate::events::EventKind;
 use crate::pacing::Permit;
-use crate::trail::{Attempt, Outcome, Timing, Trail, Unfinished};
+use crate::trail::{Attempt, CutCall, CutShort, Outcome, Timing, Trail, Unfinished};
 use crate::{ErrorKind, ProviderError, Target};
 
 /// The record of one request.
 pub(super) struct Record<'r> {
-    events: &'r EventBus,
+    /// The router: its events, and its prices for what a dropped request cost.
+    inner: &'r Inner,
     /// When the request began: entries are placed from it.
     started: Instant,
     trail: Trail,
@@ -23,8 +26,8 @@ pub(super) struct Record<'r> {
     queued: Duration,
     /// The target called last, for the provider-switch event.
     previous: Option<Target>,
-    /// Where the trail goes if the request is dropped before it ends, and the route's name.
-    unfinished: Option<(Unfinished, Arc<str>)>,
+    /// Where the trail goes if the request is dropped before it ends.
+    unfinished: Option<Leaving>,
     /// The calls sent (the last, and a hedge beside it), and when: each not recorded is
     /// `cancelled` if the request is dropped before it ends. (A hedge is told of through a
     /// shared borrow, as the pair runs.)
@@ -41,10 +44,18 @@ struct UnderWay {
     failed: Option<(ProviderError, Instant)>,
 }
 
+/// Where a request dropped before it ended leaves its trail: the route's name, and the
+/// prompt's tokens (estimated) that each call it cuts short cost at the least.
+struct Leaving {
+    unfinished: Unfinished,
+    route: Arc<str>,
+    prompt: Option<u32>,
+}
+
 impl<'r> Record<'r> {
-    pub(super) fn new(events: &'r EventBus, started: Instant) -> Self {
+    pub(super) fn new(inner: &'r Inner, started: Instant) -> Self {
         Self {
-            events,
+            inner,
             started,
             trail: Trail::default(),
             queued: Duration::ZERO,
@@ -55,9 +66,16 @@ impl<'r> Record<'r> {
     }
 
     /// Leaves the trail in `unfinished`, under `route`, should the request be dropped before
-    /// it ends.
-    pub(super) fn leaving_trail(mut self, unfinished: Option<Unfinished>, route: &Arc<str>) -> Self {
-        self.unfinished = unfinished.map(|unfinished| (unfinished, route.clone()));
+    /// it ends, with what the calls it cuts short cost: `prompt` (asked only then) is the
+    /// prompt's tokens each was sent with, when its provider bills them.
+    pub(super) fn leaving_trail(
+        mut self,
+        unfinished: Option<Unfinished>,
+        route: &Arc<str>,
+        prompt: impl FnOnce() -> Option<u32>,
+    ) -> Self {
+        self.unfinished =
+            unfinished.map(|unfinished| Leaving { unfinished, route: route.clone(), prompt: prompt() });
         self
     }
 
@@ -128,14 +146,14 @@ impl<'r> Record<'r> {
         if let Some(from) = self.previous.replace(target.clone())
             && from != *target
         {
-            self.events.publish(EventKind::ProviderSwitch { from, to: target.clone(), reason });
+            self.inner.events.publish(EventKind::ProviderSwitch { from, to: target.clone(), reason });
         }
     }
 
     /// The pacer let a call of `provider` with `credential_id` go after `permit.waited`.
     pub(super) fn paced(&mut self, provider: &Arc<str>, credential_id: &CredentialId, permit: &Permit) {
         if let Some(reason) = permit.reason {
-            self.events.publish(EventKind::RateLimitWaited {
+            self.inner.events.publish(EventKind::RateLimitWaited {
                 provider: provider.clone(),
                 credential_id: credential_id.clone(),
                 waited: permit.waited,
@@ -147,7 +165,7 @@ impl<'r> Record<'r> {
 
     /// A hedge on `hedge` started beside `first`, `after` it was sent.
     pub(super) fn hedge_started(&self, route: &str, first: &Target, hedge: &Target, after: Duration) {
-        self.events.publish(EventKind::HedgeStarted {
+        self.inner.events.publish(EventKind::HedgeStarted {
             route: route.to_owned(),
             first: first.clone(),
             hedge: hedge.clone(),
@@ -157,7 +175,7 @@ impl<'r> Record<'r> {
 
     /// The hedge on `hedge` answered before `first`.
     pub(super) fn hedge_won(&self, route: &str, hedge: &Target, first: &Target) {
-        self.events.publish(EventKind::HedgeWon {
+        self.inner.events.publish(EventKind::HedgeWon {
             route: route.to_owned(),
             hedge: hedge.clone(),
             first: first.clone(),
@@ -211,7 +229,7 @@ impl<'r> Record<'r> {
     /// `attempt`'s failure on the event bus.
     fn announce_failure(&self, attempt: &Attempt, will_retry: bool) {
         if let (Some(target), Some(error)) = (attempt.target(), &attempt.error) {
-            self.events.publish(EventKind::AttemptFailed {
+            self.inner.events.publish(EventKind::AttemptFailed {
                 target: target.clone(),
                 credential_id: attempt.credential_id.clone(),
                 error: error.clone(),
@@ -241,19 +259,19 @@ impl<'r> Record<'r> {
 
     /// A candidate is asked.
     pub(super) fn candidate_started(&self, name: &Arc<str>) {
-        self.events.publish(EventKind::CandidateStarted { name: name.clone() });
+        self.inner.events.publish(EventKind::CandidateStarted { name: name.clone() });
     }
 
     /// A candidate answered.
     pub(super) fn candidate_answered(&mut self, attempt: Attempt, name: &Arc<str>) {
         self.trail.push(attempt);
-        self.events.publish(EventKind::CandidateSucceeded { name: name.clone() });
+        self.inner.events.publish(EventKind::CandidateSucceeded { name: name.clone() });
     }
 
     /// A candidate failed with `detail`.
     pub(super) fn candidate_failed(&mut self, attempt: Attempt, name: Arc<str>, detail: String) {
         self.trail.push(attempt);
-        self.events.publish(EventKind::CandidateFailed { name, detail });
+        self.inner.events.publish(EventKind::CandidateFailed { name, detail });
     }
 
     /// The content-policy chain produced nothing: the refusal it replaced is served.
@@ -290,7 +308,7 @@ impl<'r> Record<'r> {
 
     /// Nothing answered along `route`; `last` is the kind of the latest failure.
     pub(super) fn gave_up(&self, route: &str, last: Option<ErrorKind>) {
-        self.events.publish(EventKind::AllTargetsFailed {
+        self.inner.events.publish(EventKind::AllTargetsFailed {
             route: route.to_owned(),
             attempts: self.trail.len(),
             last,
@@ -300,11 +318,12 @@ impl<'r> Record<'r> {
 
 impl Drop for Record<'_> {
     /// A request dropped before it ended (its caller went away) leaves its trail where it was
-    /// asked to, the call under way as `cancelled`.
+    /// asked to, the call under way as `cancelled`, and what the calls it cut cost.
     fn drop(&mut self) {
-        let Some((unfinished, route)) = self.unfinished.take() else { return };
+        let Some(Leaving { unfinished, route, prompt }) = self.unfinished.take() else { return };
         let under_way =
             std::mem::take(self.under_way.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let mut cut = Vec::new();
         for UnderWay { target, credential_id, started, failed } in under_way {
             let offset = self.offset(started);
             let recorded =
@@ -323,11 +342,26 @@ impl Drop for Record<'_> {
                 }
                 None => {
                     attempt.outcome = Outcome::Cancelled;
+                    cut.push(target);
                     unfinished.cut_note()
                 }
             };
             self.trail.push(attempt.with_note(Some(note.to_owned())));
         }
-        unfinished.put(route, std::mem::take(&mut self.trail));
+        let cost = prompt.filter(|_| !cut.is_empty()).map(|prompt| self.cost_of_cut(cut, prompt));
+        unfinished.put(route, std::mem::take(&mut self.trail), cost);
+    }
+}
+
+impl Record<'_> {
+    /// What the calls to `cut`, each sent with `prompt` tokens and cut short, cost at the
+    /// least: the prompt, at each call's provider's price.
+    fn cost_of_cut(&self, cut: Vec<crate::Target>, prompt: u32) -> CutShort {
+        let usage = Usage { prompt_tokens: prompt, total_tokens: prompt, ..Usage::default() };
+        let calls = cut.into_iter().map(|target| {
+            let price = self.inner.providers.get(target.provider()).and_then(|p| p.price(target.model()));
+            CutCall { cost: price.map(|price| price.cost(&usage)), usage, target }
+        });
+        CutShort { calls: calls.collect() }
     }
 }

@@ -110,8 +110,11 @@ impl<'r, X: Exchange> Run<'r, X> {
         }
         Self {
             plan: Plan::new(chain, options.first_target_only()),
-            record: Record::new(&inner.events, started)
-                .leaving_trail(options.unfinished.clone(), route.name_arc()),
+            record: Record::new(inner, started).leaving_trail(
+                options.unfinished.clone(),
+                route.name_arc(),
+                || x.billed_prompt(),
+            ),
             verdict: Verdict::new(),
             ctx: Context {
                 inner,

@@ -148,6 +148,10 @@ impl Exchange for StreamExchange<'_> {
         None
     }
 
+    fn billed_prompt(&self) -> Option<u32> {
+        Some(self.request.estimated_prompt_tokens())
+    }
+
     fn answering_since(&self, output: &Prefetched) -> Option<Instant> {
         output.alive_since
     }

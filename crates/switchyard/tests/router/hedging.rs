@@ -342,3 +342,44 @@ async fn a_hedge_whose_probe_another_replica_holds_is_not_sent_and_gives_its_slo
     let next = router.chat(&request("only-backup")).await.expect("probed");
     assert_eq!(next.trail.outcomes(), vec![Outcome::Ok]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_request_dropped_with_both_calls_running_cost_each_its_prompt_at_its_price() {
+    let price = |input_per_million| switchyard::Price { input_per_million, output_per_million: 100.0 };
+    let (primary, backup) = (slow(2000), slow(2000));
+    let route = Route::builder("default").target("primary:m").target("backup:m").retry(quick_retry(1));
+    let router = switchyard::Router::builder()
+        .provider(switchyard::ProviderEntry::new("primary", primary.clone()).price("m", price(1e6)))
+        .provider(switchyard::ProviderEntry::new("backup", backup.clone()).price("m", price(3e6)))
+        .route(route.hedge(Hedge::after(Duration::from_millis(300))).build().unwrap())
+        .build()
+        .unwrap();
+    let unfinished = switchyard::trail::Unfinished::default();
+    let options = RequestOptions { unfinished: Some(unfinished.clone()), ..RequestOptions::default() };
+    // "hello": two tokens, sent to both; the caller leaves while both run.
+    let asking = request("default");
+    let asked = router.chat_with(&asking, &options);
+    assert!(tokio::time::timeout(Duration::from_millis(500), asked).await.is_err());
+    assert_eq!((primary.calls(), backup.calls()), (1, 1));
+    let cut = unfinished.cut_short().expect("two calls were cut");
+    let calls: Vec<_> =
+        cut.calls.iter().map(|c| (c.target.to_string(), c.usage.prompt_tokens, c.cost)).collect();
+    let each = [("primary:m".to_owned(), 2, Some(2.0)), ("backup:m".to_owned(), 2, Some(6.0))];
+    assert_eq!(calls, each, "each call's prompt at its own provider's price");
+    let usage = cut.usage();
+    assert_eq!((usage.prompt_tokens, usage.completion_tokens, usage.total_tokens), (4, 0, 4));
+    assert_eq!(cut.cost(), Some(8.0));
+    assert_eq!(unfinished.cut_short(), None, "told once");
+
+    // A request that ended cut nothing.
+    let ended = switchyard::trail::Unfinished::default();
+    let options = RequestOptions { unfinished: Some(ended.clone()), ..RequestOptions::default() };
+    let quick = slow(10);
+    let router = router_of(&quick);
+    router.chat_with(&request("default"), &options).await.unwrap();
+    assert_eq!(ended.cut_short(), None);
+}
+
+fn router_of(provider: &SimulatedProvider) -> switchyard::Router {
+    router(&[("p", provider)], Route::builder("default").target("p:m"))
+}
