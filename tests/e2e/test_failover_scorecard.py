@@ -88,6 +88,11 @@ def scorecard_config(mock):
             f"{{ targets: [hang_{dialect}:{primary_model}, hang_{dialect}_fb:{fallback_model}], "
             "retry: { max_attempts: 3 }, timeouts: { first_byte: 30s, idle: 30s, deadline: 3s } }"
         )
+        # The same without a deadline: the client's SDK says how long it waits.
+        routes[f"patience_{dialect}"] = (
+            f"{{ targets: [hang_{dialect}:{primary_model}, hang_{dialect}_fb:{fallback_model}], "
+            "retry: { max_attempts: 3 }, timeouts: { first_byte: 30s, idle: 30s } }"
+        )
     return config(mock, providers, routes, EXTRA)
 
 
@@ -126,24 +131,25 @@ class Asked:
         assert self.output_tokens is not None and self.output_tokens > 0
 
 
-def ask(gw, dialect, route, stream, messages=None):
-    """Sends one chat with the `dialect`'s SDK, reads it to its end and times it."""
+def ask(gw, dialect, route, stream, messages=None, timeout=30):
+    """Sends one chat with the `dialect`'s SDK (which gives up after `timeout` seconds), reads
+    it to its end and times it."""
     messages = messages or [{"role": "user", "content": "Count to forty."}]
     asked = Asked()
     started = time.monotonic()
     try:
         if dialect == "openai":
-            _ask_openai(gw, route, stream, messages, asked)
+            _ask_openai(gw, route, stream, messages, asked, timeout)
         else:
-            _ask_anthropic(gw, route, stream, messages, asked)
+            _ask_anthropic(gw, route, stream, messages, asked, timeout)
     except (openai.APIError, anthropic.APIError) as error:
         asked.error = error
     asked.seconds = time.monotonic() - started
     return asked
 
 
-def _ask_openai(gw, route, stream, messages, asked):
-    client = openai.OpenAI(base_url=gw.url + "/v1", api_key=GATEWAY_KEY, max_retries=0, timeout=30)
+def _ask_openai(gw, route, stream, messages, asked, timeout):
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key=GATEWAY_KEY, max_retries=0, timeout=timeout)
     options = {"stream_options": {"include_usage": True}} if stream else {}
     raw = client.chat.completions.with_raw_response.create(model=route, messages=messages, stream=stream, **options)
     asked.request_id = raw.headers.get("x-request-id")
@@ -161,8 +167,8 @@ def _ask_openai(gw, route, stream, messages, asked):
             asked.finish = choice.finish_reason or asked.finish
 
 
-def _ask_anthropic(gw, route, stream, messages, asked):
-    client = anthropic.Anthropic(base_url=gw.url, api_key=GATEWAY_KEY, max_retries=0, timeout=30)
+def _ask_anthropic(gw, route, stream, messages, asked, timeout):
+    client = anthropic.Anthropic(base_url=gw.url, api_key=GATEWAY_KEY, max_retries=0, timeout=timeout)
     raw = client.messages.with_raw_response.create(model=route, max_tokens=256, messages=messages, stream=stream)
     asked.request_id = raw.headers.get("x-request-id")
     if not stream:
@@ -414,6 +420,22 @@ def test_a_deadline_leaves_the_fallback_room_when_the_primary_is_silent(gw, mock
     attempts = trail(gw, asked)
     # The silent primary had at most an equal share of the deadline: 3 s / 2.
     assert attempts[1]["start_ms"] / 1000 <= deadline / 2 + 0.5
+    nothing_left_hanging(mock)
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_an_sdks_timeout_leaves_the_fallback_room_when_the_primary_is_silent(gw, mock, dialect):
+    """The SDK says how long it waits (`x-stainless-read-timeout`, `x-stainless-timeout`): for
+    an answer it is given whole that is the request's deadline, less a margin. The route waits
+    30 s for a first byte; a client that gives up after 3 s is answered by the fallback."""
+    patience = 3.0
+    asked = ask(gw, dialect, f"patience_{dialect}", False, timeout=patience)
+    asked.whole()
+    assert asked.seconds < patience
+    assert seen(mock, "hang") == 1 and seen(mock, ANSWER) == 1
+    attempts = trail(gw, asked)
+    # The silent primary had half of the 2.7 s the gateway gave itself.
+    assert attempts[1]["start_ms"] / 1000 <= 1.35 + 0.5
     nothing_left_hanging(mock)
 
 

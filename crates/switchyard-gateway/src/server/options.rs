@@ -1,6 +1,8 @@
 //! The client's per-request switches and the headers passed on to the provider, read from the
 //! request's headers.
 
+use std::time::Duration;
+
 use axum::http::{HeaderMap, HeaderName, header};
 use switchyard::RequestOptions;
 
@@ -29,6 +31,10 @@ pub(crate) mod names {
     pub const CACHE: HeaderName = HeaderName::from_static("x-switchyard-cache");
     pub const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
     pub const SESSION: HeaderName = HeaderName::from_static("x-switchyard-session");
+    /// The OpenAI and Anthropic SDKs' timeout, in seconds: TypeScript's (and Anthropic
+    /// Python's) `x-stainless-timeout`, Python's read timeout `x-stainless-read-timeout`.
+    pub const SDK_TIMEOUTS: [HeaderName; 2] =
+        [HeaderName::from_static("x-stainless-timeout"), HeaderName::from_static("x-stainless-read-timeout")];
 }
 
 /// The conversation a request belongs to, for session affinity: the `x-switchyard-session`
@@ -72,5 +78,66 @@ pub(crate) fn options(headers: &HeaderMap) -> RequestOptions {
             .get(names::CACHE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("off"));
-    RequestOptions { no_fallback, forward_headers, cache_scope, no_cache, ..RequestOptions::default() }
+    let caller_timeout = caller_timeout(headers);
+    RequestOptions {
+        no_fallback,
+        forward_headers,
+        cache_scope,
+        no_cache,
+        caller_timeout,
+        ..RequestOptions::default()
+    }
+}
+
+/// How long the client waits before it gives up on an answer given whole, as its SDK says
+/// ([`names::SDK_TIMEOUTS`]; the sooner of two), less a margin for the answer to reach it (a
+/// tenth, at most a second). A value that is no number of seconds, or over a day, says
+/// nothing.
+fn caller_timeout(headers: &HeaderMap) -> Option<Duration> {
+    let said = names::SDK_TIMEOUTS
+        .iter()
+        .filter_map(|name| headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok())
+        .filter(|seconds| seconds.is_finite() && *seconds > 0.0 && *seconds <= 86_400.0)
+        .reduce(f64::min)?;
+    let patience = Duration::from_secs_f64(said);
+    Some(patience - (patience / 10).min(Duration::from_secs(1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn said(pairs: &[(&'static str, &'static str)]) -> Option<Duration> {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.insert(*name, value.parse().unwrap());
+        }
+        caller_timeout(&headers)
+    }
+
+    #[test]
+    fn an_sdks_timeout_is_the_clients_patience_less_a_margin() {
+        let secs = Duration::from_secs_f64;
+        // Python's read timeout (OpenAI's default), TypeScript's whole seconds.
+        assert_eq!(said(&[("x-stainless-read-timeout", "600.0")]), Some(secs(599.0)));
+        assert_eq!(said(&[("x-stainless-timeout", "3")]), Some(secs(2.7)));
+        // Anthropic's Python SDK sends both: the sooner counts.
+        assert_eq!(
+            said(&[("x-stainless-timeout", "600"), ("x-stainless-read-timeout", "20")]),
+            Some(secs(19.0))
+        );
+        assert_eq!(said(&[]), None);
+    }
+
+    #[test]
+    fn a_timeout_that_is_no_number_of_seconds_says_nothing() {
+        for nonsense in ["", "soon", "-1", "0", "NaN", "inf", "1e12"] {
+            assert_eq!(said(&[("x-stainless-read-timeout", nonsense)]), None, "{nonsense:?}");
+        }
+        // One unreadable header leaves the other.
+        assert_eq!(
+            said(&[("x-stainless-timeout", "10"), ("x-stainless-read-timeout", "soon")]),
+            Some(Duration::from_secs(9))
+        );
+    }
 }

@@ -299,6 +299,10 @@ impl Exchange for ContinueExchange {
         }
     }
 
+    fn answers_caller_whole(&self) -> bool {
+        false
+    }
+
     fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {
         (route.timeouts().total, "total")
     }

@@ -38,6 +38,13 @@ pub(crate) trait Exchange: Sync {
         false
     }
 
+    /// Whether the caller is given the answer whole, at its end (not a stream): the caller's
+    /// own timeout ([`RequestOptions::caller_timeout`](crate::RequestOptions::caller_timeout))
+    /// is the request's deadline then.
+    fn answers_caller_whole(&self) -> bool {
+        true
+    }
+
     /// Whether the answer is a content-filter refusal.
     fn is_content_filtered(&self, output: &Self::Output) -> bool;
 

@@ -14,6 +14,12 @@ pub struct RequestOptions {
     pub single_call: bool,
     /// Overrides the route's request deadline.
     pub deadline: Option<Duration>,
+    /// How long the caller waits for an answer it is given whole before it gives up (a client
+    /// SDK's timeout): such a request ends by then, answered or not, its deadline the sooner
+    /// of this and the route's (or `deadline`), so that a silent first target leaves the
+    /// targets after it their share. Not a stream's: a stream's caller waits for its first
+    /// chunk, not for its end, and its deadline would cut it.
+    pub caller_timeout: Option<Duration>,
     /// Headers of the client's request to pass on to the provider (see
     /// [`Call::forward`](crate::provider::Call::forward)).
     pub forward_headers: Vec<(String, String)>,

@@ -100,6 +100,16 @@ impl TargetTry {
     }
 }
 
+/// How long the request may take: the route's deadline (or the caller's `deadline`), sooner
+/// when the caller, given its answer whole, gives up before it.
+fn deadline(x: &impl Exchange, route: &Route, options: &RequestOptions) -> Option<Duration> {
+    let deadline = options.deadline.or(route.timeouts().deadline);
+    match options.caller_timeout.filter(|_| x.answers_caller_whole()) {
+        Some(patience) => Some(deadline.map_or(patience, |d| d.min(patience))),
+        None => deadline,
+    }
+}
+
 impl<'r, X: Exchange> Run<'r, X> {
     pub(super) fn new(inner: &'r Inner, x: &'r X, resolved: Resolved, options: &'r RequestOptions) -> Self {
         let Resolved { route, chain, explicit } = resolved;
@@ -119,7 +129,7 @@ impl<'r, X: Exchange> Run<'r, X> {
             ctx: Context {
                 inner,
                 x,
-                deadline: options.deadline.or(route.timeouts().deadline).map(|d| started + d),
+                deadline: deadline(x, &route, options).map(|d| started + d),
                 health_ttl: route.health_gate().then(|| route.health_ttl()),
                 route,
                 options,

@@ -123,6 +123,10 @@ impl Exchange for StreamExchange<'_> {
         ))
     }
 
+    fn answers_caller_whole(&self) -> bool {
+        false
+    }
+
     fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {
         // `prefetch` holds the attempt to `first_byte` until the upstream shows life.
         (route.timeouts().total, "total")

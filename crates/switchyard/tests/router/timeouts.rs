@@ -96,6 +96,36 @@ async fn a_deadline_leaves_the_fallback_its_share_when_the_first_target_is_silen
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_callers_timeout_is_the_deadline_of_an_answer_given_whole_never_of_a_stream() {
+    // An SDK that gives up after 8 s: the silent first target gets half, the fallback answers.
+    let patient = |secs| RequestOptions {
+        caller_timeout: Some(Duration::from_secs(secs)),
+        ..RequestOptions::default()
+    };
+    let timeouts = Timeouts { first_byte: Duration::from_secs(30), ..Timeouts::default() };
+    let (router, silent, ok) = silent_then_ok(timeouts);
+    let start = Instant::now();
+    let answer = router.chat_with(&request("default"), &patient(8)).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(4), "half of the caller's 8 s");
+    assert_eq!(answer.served_by.to_string(), "ok:m");
+    assert_eq!((silent.calls(), ok.calls()), (1, 1));
+
+    // The route's deadline, when sooner, stands.
+    let sooner = Timeouts { deadline: Some(Duration::from_secs(6)), ..timeouts };
+    let (router, _, _) = silent_then_ok(sooner);
+    let start = Instant::now();
+    router.chat_with(&request("default"), &patient(8)).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(3), "half of the route's 6 s");
+
+    // A stream's caller waits for its first chunk, not its end: the first-byte wait stands.
+    let (router, _, _) = silent_then_ok(timeouts);
+    let start = Instant::now();
+    let stream = router.chat_stream(&request("default"), &patient(8)).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(30));
+    assert_eq!(stream.served_by().to_string(), "ok:m");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_deadline_leaves_the_fallback_its_share_of_a_call_answered_whole() {
     let options = RequestOptions { deadline: Some(Duration::from_secs(9)), ..RequestOptions::default() };
     let silent = SimulatedProvider::new().script([Step::Hang]);
