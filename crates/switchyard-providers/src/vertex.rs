@@ -61,12 +61,12 @@ use std::fmt;
 
 use ::http::Uri;
 use ::http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
-use switchyard::ProviderError;
 use switchyard::chat::{
     ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, StreamNotice, TokenCount,
 };
 use switchyard::credential::Secret;
 use switchyard::provider::{BoxFuture, Call, ChunkStream, Provider};
+use switchyard::{ErrorKind, ProviderError};
 use tokio::time::Instant;
 
 pub use auth::{AuthError, GoogleCredentials};
@@ -441,7 +441,28 @@ fn classify(
         let detail = format!("Vertex AI refused a beta flag of this request: {}", error.detail());
         return ProviderError::unsupported(detail).with_status(status);
     }
+    if is_the_models(&error) {
+        let detail = format!("Vertex AI refused this model: {}", error.detail());
+        let code = error.code().unwrap_or_default().to_owned();
+        return ProviderError::new(ErrorKind::ModelNotFound, detail).with_status(status).with_code(code);
+    }
     error
+}
+
+/// Whether a refusal is about the target's model, not the project's credential: a permission
+/// denied on a model's resource ("Permission 'aiplatform.endpoints.predict' denied on resource
+/// '//aiplatform.googleapis.com/projects/p/locations/l/publishers/google/models/m' (or it may
+/// not exist)", which is also how Vertex answers a model a region does not have), or a
+/// precondition of one (`FAILED_PRECONDITION`: a publisher model the project may not use, a
+/// model not served there). As the Gemini API's errors the first benches the credential, the
+/// second spends it until an operator resets it: every model of the provider, for one model's
+/// refusal. The target is gated instead, its siblings untouched.
+fn is_the_models(error: &ProviderError) -> bool {
+    match error.code() {
+        Some("PERMISSION_DENIED") => error.detail().contains("/models/"),
+        Some("FAILED_PRECONDITION") => true,
+        _ => false,
+    }
 }
 
 /// Whether a 400's message is the refusal of a beta flag ("invalid beta flag", "Unsupported
@@ -566,5 +587,27 @@ mod tests {
         let other =
             r#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: required"}}"#;
         assert!(!classify(Publisher::Anthropic, 400, other, None, &token).is_unsupported());
+    }
+
+    #[test]
+    fn a_refusal_of_one_model_is_that_targets_not_the_projects_credential() {
+        let token = Secret::new("ya29.token-0123456789");
+        let google = |status: u16, code: &str, message: &str| {
+            let body = serde_json::json!({ "error": { "code": status, "message": message, "status": code } });
+            classify(Publisher::Google, status, &body.to_string(), None, &token)
+        };
+        let denied = "Permission 'aiplatform.endpoints.predict' denied on resource '//aiplatform.googleapis.com/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-flash' (or it may not exist).";
+        let model = google(403, "PERMISSION_DENIED", denied);
+        assert_eq!((model.kind(), model.status()), (ErrorKind::ModelNotFound, Some(403)));
+        assert!(model.detail().contains("gemini-2.5-flash"), "{model:?}");
+        let precondition = google(400, "FAILED_PRECONDITION", "Project is not allowed to use this model.");
+        assert_eq!(precondition.kind(), ErrorKind::ModelNotFound, "{precondition:?}");
+        // A permission refused without naming a model is the credential's.
+        let project = google(
+            403,
+            "PERMISSION_DENIED",
+            "Vertex AI API has not been used in project p before or it is disabled.",
+        );
+        assert_eq!(project.kind(), ErrorKind::Auth);
     }
 }

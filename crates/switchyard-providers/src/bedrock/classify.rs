@@ -21,6 +21,10 @@ use crate::http;
 pub(crate) fn kind_of(kind: &str, message: &str, status: Option<u16>) -> ErrorKind {
     match normalized(kind).as_str() {
         "ThrottlingException" | "TooManyRequestsException" => ErrorKind::RateLimited,
+        // The model's own error, passed through: its over-long prompt is still one.
+        "ModelStreamErrorException" | "ModelErrorException" if is_context_length(message) => {
+            ErrorKind::ContextLength
+        }
         "ServiceUnavailableException"
         | "ModelNotReadyException"
         | "InternalServerException"
@@ -150,22 +154,62 @@ pub(crate) fn http_error(
     if !kind.is_empty() {
         error = error.with_code(kind);
     }
-    match retry_after {
+    match retry_after.or_else(|| daily_wait(&error, &message)) {
         Some(wait) => error.with_retry_after(wait),
         None => error,
     }
 }
 
+/// The wait of a rate limit that names a day ("Too many tokens per day, please wait before
+/// trying again."): a daily quota, which seconds do not refill, so neither a retry of the same
+/// target nor a short rest helps. Until the next midnight UTC (Bedrock says nothing of its
+/// reset), which the health's `max_cooldown_on_rate_limit` bounds as it bounds every rate
+/// limit's rest: the request moves on at once, the key rests for that model.
+fn daily_wait(error: &ProviderError, message: &str) -> Option<Duration> {
+    let daily = message.to_ascii_lowercase().contains("per day");
+    (error.kind() == ErrorKind::RateLimited && daily)
+        .then(|| until_utc_midnight(std::time::SystemTime::now()))
+}
+
+/// How long from `now` until the next midnight UTC.
+fn until_utc_midnight(now: std::time::SystemTime) -> Duration {
+    let unix = now.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+    Duration::from_secs(86_400 - unix % 86_400)
+}
+
 /// An exception frame of a stream (`:message-type: exception`), its payload `{"message"}`.
+/// A `modelStreamErrorException` carries the model's own failure (`originalStatusCode`,
+/// `originalMessage`), which says what it was better than the frame's type: a 429 is a rate
+/// limit, a prompt too long is one, a 400 the request's.
 pub(crate) fn stream_exception(kind: &str, payload: &[u8], redactor: &Redactor) -> ProviderError {
-    let message = serde_json::from_slice::<serde_json::Value>(payload)
-        .ok()
-        .and_then(|v| {
-            v.get("message").or_else(|| v.get("Message")).and_then(|m| m.as_str()).map(str::to_owned)
-        })
+    let parsed = serde_json::from_slice::<serde_json::Value>(payload).ok();
+    let text = |name: &str| parsed.as_ref()?.get(name)?.as_str().map(str::to_owned);
+    let message = text("message")
+        .or_else(|| text("Message"))
         .unwrap_or_else(|| String::from_utf8_lossy(payload).into_owned());
-    let detail = redactor.clean(&format!("exception in the stream: {}", http::excerpt(&message)));
-    ProviderError::new(kind_of(kind, &message, None), detail).with_code(normalized(kind))
+    let original = parsed.as_ref().and_then(|v| v.get("originalStatusCode")?.as_u64());
+    let original = original.and_then(|status| u16::try_from(status).ok()).filter(|s| (400..=599).contains(s));
+    let said = text("originalMessage").filter(|m| !m.is_empty());
+    let mut kind_said = kind_of(kind, &message, None);
+    if let Some(status) = original.filter(|_| normalized(kind) == "ModelStreamErrorException") {
+        kind_said = match said.as_deref() {
+            Some(said) if is_context_length(said) => ErrorKind::ContextLength,
+            _ if kind_said == ErrorKind::ContextLength => kind_said,
+            _ => http::status_kind(status),
+        };
+    }
+    let mut detail = format!("exception in the stream: {}", http::excerpt(&message));
+    if let Some(said) = &said {
+        detail = format!("{detail} (the model's own: {})", http::excerpt(said));
+    }
+    let mut error = ProviderError::new(kind_said, redactor.clean(&detail)).with_code(normalized(kind));
+    if let Some(status) = original {
+        error = error.with_status(status);
+    }
+    match daily_wait(&error, &message) {
+        Some(wait) => error.with_retry_after(wait),
+        None => error,
+    }
 }
 
 /// An error frame of a stream (`:message-type: error`, its `:error-code` and `:error-message`).
@@ -230,6 +274,42 @@ mod tests {
         // IAM names the model's resource whether it denies that model or all of Bedrock.
         let iam = "User: arn:aws:iam::123456789012:user/app is not authorized to perform: bedrock:InvokeModel on resource: arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-opus-4-1-20250805-v1:0 because no identity-based policy allows the bedrock:InvokeModel action";
         assert_eq!(kind_of("AccessDeniedException", iam, Some(403)), ErrorKind::Auth);
+    }
+
+    #[test]
+    fn a_model_stream_error_is_what_the_model_said_it_was() {
+        let none = Redactor::default();
+        let frame = |status: u16, said: &str| {
+            let payload = serde_json::json!({
+                "message": "An error occurred while streaming the response. Retry your request.",
+                "originalStatusCode": status,
+                "originalMessage": said,
+            });
+            stream_exception("modelStreamErrorException", payload.to_string().as_bytes(), &none)
+        };
+        let long = frame(400, "prompt is too long: 210000 tokens > 200000 maximum");
+        assert_eq!((long.kind(), long.status()), (ErrorKind::ContextLength, Some(400)));
+        assert!(long.detail().contains("prompt is too long"), "{long:?}");
+        assert_eq!(frame(429, "Too many requests").kind(), ErrorKind::RateLimited);
+        assert_eq!(frame(400, "messages: roles must alternate").kind(), ErrorKind::InvalidRequest);
+        assert_eq!(frame(500, "").kind(), ErrorKind::Unavailable);
+        // Without the model's own status, the type says it: the model failed, ask again.
+        let bare = stream_exception("modelStreamErrorException", br#"{"message":"boom"}"#, &none);
+        assert_eq!((bare.kind(), bare.status()), (ErrorKind::Unavailable, None));
+    }
+
+    #[test]
+    fn a_daily_quota_rests_the_key_until_midnight_not_for_seconds() {
+        let none = Redactor::default();
+        let body = r#"{"message":"Too many tokens per day, please wait before trying again."}"#;
+        let daily = http_error(429, Some("ThrottlingException"), body, None, &none);
+        assert_eq!(daily.kind(), ErrorKind::RateLimited);
+        let wait = daily.retry_after().expect("a daily quota names a wait");
+        assert!(wait > Duration::ZERO && wait <= Duration::from_secs(86_400), "{wait:?}");
+        let minute = r#"{"message":"Too many requests, please wait before trying again."}"#;
+        assert_eq!(http_error(429, Some("ThrottlingException"), minute, None, &none).retry_after(), None);
+        let midnight = std::time::UNIX_EPOCH + Duration::from_secs(20_000 * 86_400 - 60);
+        assert_eq!(until_utc_midnight(midnight), Duration::from_secs(60));
     }
 
     #[test]

@@ -87,10 +87,13 @@ pub(super) fn parse_google_error(body: &str) -> Option<GoogleError> {
 }
 
 /// Whether an `INVALID_ARGUMENT` is the prompt-too-long one. Gemini gives it no code, so this
-/// matches the documented message ("The input token count (N) exceeds the maximum number of
-/// tokens allowed (M)") narrowly.
+/// matches the documented messages narrowly: the Gemini API's ("The input token count (N)
+/// exceeds the maximum number of tokens allowed (M)") and Vertex AI's ("Unable to submit
+/// request because the input token count is N but model only supports up to M").
 fn is_token_limit(message: &str) -> bool {
-    message.contains("input token count") && message.contains("exceeds the maximum number of tokens")
+    message.contains("input token count")
+        && (message.contains("exceeds the maximum number of tokens")
+            || message.contains("only supports up to"))
 }
 
 /// Classifies an error answer with HTTP `status` and `body`.
@@ -226,6 +229,24 @@ impl Redactor {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_over_long_input_is_context_length_in_either_api_s_words() {
+        let none = Redactor::new(None);
+        let said = |message: &str| {
+            let body = json!({ "error": { "code": 400, "message": message, "status": "INVALID_ARGUMENT" } });
+            classify_http_error(400, &body.to_string(), None, &none).kind()
+        };
+        let gemini_api =
+            "The input token count (1251952) exceeds the maximum number of tokens allowed (1048576).";
+        let vertex = "Unable to submit request because the input token count is 1251952 but model only supports up to 1048576. Reduce the input token count and try again.";
+        assert_eq!(said(gemini_api), ErrorKind::ContextLength);
+        assert_eq!(said(vertex), ErrorKind::ContextLength);
+        assert_eq!(
+            said("Unable to submit request because it has an empty text parameter."),
+            ErrorKind::InvalidRequest
+        );
+    }
 
     #[test]
     fn a_daily_quota_waits_until_midnight_in_los_angeles() {
