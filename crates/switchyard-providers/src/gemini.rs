@@ -65,7 +65,7 @@
 //! | `DEADLINE_EXCEEDED` | `timeout` |
 //! | `UNAUTHENTICATED`, `PERMISSION_DENIED`, any status with `ErrorInfo.reason` `API_KEY_INVALID` | `auth` |
 //! | `NOT_FOUND` | `model_not_found` |
-//! | `FAILED_PRECONDITION` (billing not enabled, free tier unavailable in the region) | `quota_exceeded`: this account cannot serve until an operator acts, but another target can |
+//! | `FAILED_PRECONDITION` (billing not enabled, free tier unavailable in the region) | `quota_exceeded`: this account cannot serve until an operator acts, but another target can (on Vertex AI, `model_not_found`: see `vertex::is_the_models`) |
 //! | `INVALID_ARGUMENT` saying "The input token count (N) exceeds the maximum number of tokens allowed (M)" | `context_length` (Gemini gives no code for it, so the message is matched narrowly) |
 //! | other `INVALID_ARGUMENT`, `OUT_OF_RANGE` | `invalid_request` |
 //!
