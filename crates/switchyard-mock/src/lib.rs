@@ -37,7 +37,7 @@
 //! | `hang` | never answers, until the client disconnects | same |
 //! | `reset` | closes the connection without a response | same |
 //! | `cut=N` | streams N content chunks, then drops the connection | same |
-//! | `noterm` | a whole stream (content, finish, usage) without `data: [DONE]` (the Responses API: every item done, no `response.completed`) | `message_delta` with stop reason and usage, no `message_stop` |
+//! | `noterm` | a whole stream (content, finish, usage) without `data: [DONE]` (the Responses API: every item done, no `response.completed`, which the gateway reads as a break) | `message_delta` with stop reason and usage, no `message_stop` |
 //! | `noend` | as `noterm`, then the connection held open | as `noterm`, then the connection held open |
 //! | `badevent=N` | a whole stream with one more event, not JSON, as its Nth | a `content_block_delta` that is not JSON |
 //! | `stall=N` | streams N content chunks, then sends nothing until the client goes | same |

@@ -398,7 +398,7 @@ impl OpenAiProvider {
             let body =
                 verbatim::rewrite(body, &[("model", Edit::Text(call.model)), ("stream", Edit::Flag(true))])?;
             let response = self.post(call, "responses", body, true).await?;
-            return Ok(responses::chunks(response, call.credential.key().cloned(), call.timeouts.idle));
+            return Ok(responses::chunks(response, call.credential.key().cloned()));
         }
         let mut lead = None;
         let (response, pass_on) = match verbatim_chat(request) {

@@ -1758,6 +1758,32 @@ async fn a_responses_stream_gives_a_custom_tools_call_as_a_call() {
 }
 
 #[tokio::test]
+async fn a_responses_stream_cut_after_its_preamble_before_its_call_is_broken_off_not_whole() {
+    // An agent's turn: a message ("I'll handle that now."), done, then the call it announced.
+    // Cut between the two, nothing says the answer was over: only `response.completed` does.
+    let event = |data: Value| format!("event: {}\ndata: {data}\n\n", data["type"].as_str().unwrap());
+    let message = json!({"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+        "content": [{"type": "output_text", "text": "I'll handle that now.", "annotations": []}]});
+    let body = [
+        event(json!({"type": "response.created", "response": {"id": "resp_1", "model": "gpt-5", "status": "in_progress", "output": []}})),
+        event(json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []}})),
+        event(json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": "I'll handle that now."})),
+        event(json!({"type": "response.output_item.done", "output_index": 0, "item": message})),
+    ]
+    .concat();
+    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
+
+    let (chunks, error) =
+        drain(Harness::openai(fake.url("/v1")).stream(&responses_request()).await.unwrap()).await;
+
+    let error = error.expect("a stream that ends before its completion is broken off");
+    assert_eq!(error.kind(), ErrorKind::Transport, "{error:?}");
+    assert!(error.detail().contains("response.completed"), "{error:?}");
+    assert_eq!(text_of(&chunks), "I'll handle that now.");
+    assert!(finish_of(&chunks).is_empty(), "never said finished: {:?}", finish_of(&chunks));
+}
+
+#[tokio::test]
 async fn an_output_limit_the_model_refuses_is_sent_once_more_at_its_limit_for_a_request_of_another_dialect() {
     // gpt-4o writes at most 16,384 tokens; Claude Code asks for 32,000.
     let fake = Fake::start(|seen| {

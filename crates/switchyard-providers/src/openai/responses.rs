@@ -10,8 +10,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use switchyard::chat::{
     ChatChunk, ChatResponse, Choice, ChunkChoice, CompletionTokensDetails, Content, Delta, Dialect, Extra,
-    FinishReason, FunctionCallDelta, Message, PromptTokensDetails, StreamNotice, ToolCall, ToolCallDelta,
-    Usage, Verbatim,
+    FinishReason, FunctionCallDelta, Message, PromptTokensDetails, ToolCall, ToolCallDelta, Usage, Verbatim,
 };
 use switchyard::credential::Secret;
 use switchyard::provider::ChunkStream;
@@ -127,11 +126,12 @@ fn usage(usage: &Value) -> Option<Usage> {
 /// The chunks of a Responses stream: one per event, each with its frame. An event that is not
 /// JSON is skipped with a notice while few are ([`crate::sse::MAX_SKIPPED`]); one more fails
 /// the stream. Once it ended, the rest of the body is read so that its connection is kept.
-pub(super) fn chunks(
-    response: crate::http::Response,
-    key: Option<Secret>,
-    idle: std::time::Duration,
-) -> ChunkStream {
+///
+/// Only the response's own end (`response.completed`, `response.incomplete`, `response.failed`)
+/// ends it: no item says the answer is over, since an agent's turn is a message and then its
+/// calls (a preamble, "I'll check that file.", then the call), each item done in its turn. A
+/// body that ends without it, every item begun done or not, is broken off, as Codex reads it.
+pub(super) fn chunks(response: crate::http::Response, key: Option<Secret>) -> ChunkStream {
     let events = SseStream::new(crate::http::body_stream(response));
     crate::sse::read_chunks(Reader {
         events,
@@ -139,12 +139,6 @@ pub(super) fn chunks(
         calls: HashMap::new(),
         ended: false,
         skips: Skips::default(),
-        items: Items::default(),
-        quiet: None,
-        // Every item done is a guess at the end, not a finish: the next item may take a
-        // moment to begin (a call after a preamble). Held open, the stream is waited for
-        // longer than a finished one (`AFTER_FINISH`), and within `idle`.
-        quiet_for: ITEMS_DONE_WAIT.min(idle / 2).max(switchyard::AFTER_FINISH.min(idle)),
     })
 }
 
@@ -155,35 +149,15 @@ impl ReadChunks for Reader {
         if self.ended {
             return Poll::Ready(None);
         }
-        let polled = match self.events.poll_next_unpin(cx) {
-            Poll::Ready(polled) => polled,
-            // Every item it began is done, the last an answer: held open without its
-            // `response.completed`, it ends whole after `quiet_for` (5 s, within `idle`), as a
-            // Chat Completions stream held open after its finish does (keep-alives do not hold
-            // it).
-            Poll::Pending if self.items.is_whole() => {
-                let wait = self.quiet_for;
-                let quiet = self.quiet.get_or_insert_with(|| Box::pin(tokio::time::sleep(wait)));
-                ready!(quiet.as_mut().poll(cx));
-                return Poll::Ready(Some(Ok(self.whole_without_completion())));
-            }
-            Poll::Pending => return Poll::Pending,
-        };
-        let item = match polled {
+        let item = match ready!(self.events.poll_next_unpin(cx)) {
             // An event that is not JSON is skipped while few are; its frame is not passed on.
             Some(Ok(event)) => match self.read(&event) {
                 Err(error) if error.kind() == ErrorKind::MalformedResponse => self.skips.skip(error),
                 read => read,
             },
             Some(Err(error)) => Err(error),
-            // Every item it began was done: the answer is whole but for its terminator,
-            // as a Chat Completions stream that ends after its finish is.
-            None if self.items.is_whole() => return Poll::Ready(Some(Ok(self.whole_without_completion()))),
             None => Err(ProviderError::new(ErrorKind::Transport, "stream ended before response.completed")),
         };
-        if !self.items.is_whole() {
-            self.quiet = None;
-        }
         // `read` ends the stream at `response.completed`; an error ends it too.
         self.ended |= item.is_err();
         Poll::Ready(Some(item))
@@ -202,63 +176,6 @@ struct Reader {
     ended: bool,
     /// Events skipped as unreadable so far.
     skips: Skips,
-    /// The output items begun and done.
-    items: Items,
-    /// Armed once every item is done, the last an answer: the wait for `response.completed`.
-    quiet: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
-    /// How long that wait is.
-    quiet_for: std::time::Duration,
-}
-
-/// How long a stream whose every item is done waits for its `response.completed` or its next
-/// item, at most (half of `idle` when that is shorter).
-const ITEMS_DONE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-impl Reader {
-    /// The end of a stream whose items are whole without its `response.completed`: its finish,
-    /// and the notice that its terminator is missing.
-    fn whole_without_completion(&mut self) -> ChatChunk {
-        self.ended = true;
-        let finish = if self.calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls };
-        let mut chunk = ChatChunk::notice(StreamNotice::Unterminated);
-        chunk.choices.push(ChunkChoice { index: 0, delta: Delta::default(), finish_reason: Some(finish) });
-        chunk
-    }
-}
-
-/// The output items of a stream: how many were begun, how many are done, and whether the last
-/// done is one that answers (a message, a call), not a step on the way (reasoning, a hosted
-/// tool's run).
-#[derive(Debug, Default)]
-struct Items {
-    begun: usize,
-    done: usize,
-    answered: bool,
-}
-
-impl Items {
-    fn see(&mut self, kind: &str, data: &Value) {
-        match kind {
-            "response.output_item.added" => {
-                self.begun += 1;
-                self.answered = false;
-            }
-            "response.output_item.done" => {
-                self.done += 1;
-                let answers = matches!(
-                    data["item"]["type"].as_str(),
-                    Some("message" | "function_call" | "custom_tool_call")
-                );
-                self.answered = answers;
-            }
-            _ => {}
-        }
-    }
-
-    /// Whether every item begun is done, the last one an answer.
-    fn is_whole(&self) -> bool {
-        self.begun > 0 && self.done >= self.begun && self.answered
-    }
 }
 
 impl Reader {
@@ -308,7 +225,6 @@ impl Reader {
             ProviderError::new(ErrorKind::MalformedResponse, errors::scrub(&detail, self.key.as_ref()))
         })?;
         let kind = data["type"].as_str().or(event.event.as_deref()).unwrap_or_default();
-        self.items.see(kind, &data);
         let mut delta = Delta::default();
         let mut chunk = ChatChunk::default();
         match kind {
@@ -395,20 +311,6 @@ mod tests {
         assert_eq!((usage.total_tokens, usage.cached_tokens()), (50, Some(8)));
         assert_eq!(usage.completion_tokens_details.unwrap().reasoning_tokens, Some(12));
         assert_eq!(answer.verbatim.unwrap().in_dialect(Dialect::Responses), Some(&bytes));
-    }
-
-    #[test]
-    fn a_stream_is_whole_without_its_completion_only_when_its_last_item_done_answers() {
-        let added = json!({});
-        let done = |kind: &str| json!({"item": {"type": kind}});
-        let mut items = Items::default();
-        items.see("response.output_item.added", &added);
-        items.see("response.output_item.done", &done("reasoning"));
-        assert!(!items.is_whole(), "reasoning is a step: the answer was still to come");
-        items.see("response.output_item.added", &added);
-        assert!(!items.is_whole(), "a message begun, not done");
-        items.see("response.output_item.done", &done("message"));
-        assert!(items.is_whole());
     }
 
     #[test]
