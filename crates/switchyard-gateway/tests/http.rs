@@ -629,7 +629,9 @@ routes:
     .await;
     let response = gateway.post("/v1/chat/completions", chat("default")).await;
     assert_eq!(response.status(), 429);
-    assert_eq!(response.headers()["retry-after"], "1");
+    // When the rate-limited key is used again: its rest (`cooldown_on_rate_limit`, 5 s), not
+    // the provider's shorter wait, into which a client's retry would only meet the rest.
+    assert_eq!(response.headers()["retry-after"], "5");
     let body = json_of(response).await;
     assert_eq!(body["error"]["code"], "all_targets_failed");
     assert_eq!(body["error"]["type"], "rate_limit_error");

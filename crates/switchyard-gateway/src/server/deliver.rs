@@ -117,7 +117,7 @@ pub(crate) fn route_failed(
         switchyard::RouteError::UnknownModel { .. } => "".into(),
         _ => error.route().unwrap_or_else(|| exchange.live.router.default_route().name()).into(),
     };
-    let api = ApiError::from_route(&error);
+    let api = ApiError::from_route(&error, exchange.live.router.health_settings());
     let status = api.status_in(exchange.dialect).as_u16();
     let attempts = error.trail().len();
     let mut response = api.into_response(exchange.dialect, &exchange.id);

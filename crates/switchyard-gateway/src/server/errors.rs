@@ -5,6 +5,7 @@ use std::time::Duration;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use switchyard::health::HealthSettings;
 use switchyard::trail::{Attempt, Outcome};
 use switchyard::{ErrorKind, ProviderError, RouteError};
 
@@ -56,27 +57,31 @@ impl ApiError {
         Self { close: true, ..self }
     }
 
-    /// The response for a routing failure: 429 with Retry-After when every attempt was rate
-    /// limited or exhausted, 504 when every attempt timed out, 502 otherwise; an error the
-    /// route does not fall back on keeps its own status.
-    pub fn from_route(error: &RouteError) -> Self {
+    /// The response for a routing failure: 429 when every attempt was rate limited or
+    /// exhausted (with the Retry-After of the soonest key's rest, as `health` rests it; a spent
+    /// quota when none was merely rate limited), 504 when every attempt timed out, 502
+    /// otherwise; an error the route does not fall back on keeps its own status.
+    pub fn from_route(error: &RouteError, health: &HealthSettings) -> Self {
         let attempts = serde_json::to_value(error.trail()).ok().map(Box::new);
         match error {
             RouteError::UnknownModel { .. } => {
                 Self::new(StatusCode::NOT_FOUND, "model_not_found", error.to_string())
             }
-            RouteError::Upstream { error: upstream, .. } => Self {
-                status: upstream_status(upstream),
-                code: upstream.kind().as_str().to_owned(),
-                message: error.to_string(),
-                attempts,
-                retry_after: upstream.retry_after(),
-                close: false,
-                spent: false,
-                final_answer: false,
-            },
+            RouteError::Upstream { error: upstream, .. } => {
+                let spent = upstream.kind() == ErrorKind::QuotaExceeded;
+                Self {
+                    status: upstream_status(upstream),
+                    code: openai_code(upstream.kind()).to_owned(),
+                    message: error.to_string(),
+                    attempts,
+                    retry_after: upstream.retry_after().filter(|_| !spent),
+                    close: false,
+                    spent,
+                    final_answer: false,
+                }
+            }
             RouteError::AllTargetsFailed { trail, .. } => {
-                let (status, retry_after) = all_failed_status(trail.attempts());
+                let (status, retry_after) = all_failed_status(trail.attempts(), health);
                 Self {
                     status,
                     code: "all_targets_failed".to_owned(),
@@ -84,7 +89,9 @@ impl ApiError {
                     attempts,
                     retry_after,
                     close: false,
-                    spent: false,
+                    // Every key spent: a client that asked again, or slept on a Retry-After,
+                    // would meet the same until an operator or the quota's reset acts.
+                    spent: status == StatusCode::TOO_MANY_REQUESTS && retry_after.is_none(),
                     // The route's deadline passed: an SDK asking again would wait it out again.
                     final_answer: trail.out_of_time(),
                 }
@@ -175,9 +182,25 @@ fn upstream_status(error: &ProviderError) -> StatusCode {
     }
 }
 
+/// The code an OpenAI-dialect client reads for a provider's failure of `kind` passed on as it
+/// is: OpenAI's own where it has one (Codex compacts its conversation on
+/// `context_length_exceeded`, and stops on `insufficient_quota`), else the kind's name.
+fn openai_code(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::ContextLength => "context_length_exceeded",
+        ErrorKind::RateLimited => "rate_limit_exceeded",
+        ErrorKind::QuotaExceeded => "insufficient_quota",
+        ErrorKind::ContentFiltered => "content_policy_violation",
+        ErrorKind::Auth => "invalid_api_key",
+        other => other.as_str(),
+    }
+}
+
 /// The status of an all-targets-failed error, from the attempts that say something: calls
-/// that failed, and targets skipped as exhausted. Skips for health say nothing new.
-fn all_failed_status(attempts: &[Attempt]) -> (StatusCode, Option<Duration>) {
+/// that failed, and targets skipped as exhausted. Skips for health say nothing new. When every
+/// one was rate limited or spent, a 429: its Retry-After the soonest any key that was only
+/// rate limited rests (`health`'s rest after a rate limit), none when every one is spent.
+fn all_failed_status(attempts: &[Attempt], health: &HealthSettings) -> (StatusCode, Option<Duration>) {
     // A target that could not take the request (an image its API cannot carry) says nothing
     // of why the others failed: rate-limited elsewhere, the request is still a 429.
     let telling: Vec<&Attempt> = attempts
@@ -193,9 +216,11 @@ fn all_failed_status(attempts: &[Attempt]) -> (StatusCode, Option<Duration>) {
             || matches!(a.error_kind(), Some(ErrorKind::RateLimited | ErrorKind::QuotaExceeded))
     });
     if limited {
-        let soonest =
-            telling.iter().filter_map(|a| a.error.as_ref().and_then(ProviderError::retry_after)).min();
-        return (StatusCode::TOO_MANY_REQUESTS, Some(soonest.unwrap_or(Duration::from_secs(1))));
+        let rests = telling.iter().filter(|a| a.error_kind() == Some(ErrorKind::RateLimited));
+        let soonest = rests
+            .map(|a| health.rest_after_rate_limit(a.error.as_ref().and_then(ProviderError::retry_after)))
+            .min();
+        return (StatusCode::TOO_MANY_REQUESTS, soonest);
     }
     if telling.iter().all(|a| a.error_kind() == Some(ErrorKind::Timeout)) {
         return (StatusCode::GATEWAY_TIMEOUT, None);
@@ -289,7 +314,7 @@ mod tests {
             ProviderError::new(ErrorKind::Unavailable, "Overloaded").with_code("overloaded_error");
         let attempts =
             [failed("a:m", overloaded, Outcome::Failed), failed("b:m", in_stream.clone(), Outcome::Failed)];
-        let (status, _) = all_failed_status(&attempts);
+        let (status, _) = all_failed_status(&attempts, &HealthSettings::default());
         assert_eq!(status.as_u16(), 529);
         let error = ApiError::new(status, "all_targets_failed", "every target is overloaded");
         assert_eq!(error.status_in(Dialect::Anthropic).as_u16(), 529);
@@ -301,7 +326,7 @@ mod tests {
         // One target down otherwise is a plain 502.
         let down = ProviderError::new(ErrorKind::Unavailable, "down").with_status(500);
         let mixed = [attempts[0].clone(), failed("c:m", down, Outcome::Failed)];
-        assert_eq!(all_failed_status(&mixed).0, StatusCode::BAD_GATEWAY);
+        assert_eq!(all_failed_status(&mixed, &HealthSettings::default()).0, StatusCode::BAD_GATEWAY);
     }
 
     #[test]
@@ -314,7 +339,7 @@ mod tests {
             last: None,
             route: "default".into(),
         };
-        let api = ApiError::from_route(&error);
+        let api = ApiError::from_route(&error, &HealthSettings::default());
         assert_eq!(api.status, StatusCode::GATEWAY_TIMEOUT);
         assert_eq!(api.body(Dialect::OpenAi, "req")["error"]["type"], "timeout_error", "not a spent quota");
         let response = api.into_response(Dialect::OpenAi, "req");
@@ -335,11 +360,73 @@ mod tests {
             ),
         ];
         assert_eq!(
-            all_failed_status(&attempts),
+            all_failed_status(&attempts, &HealthSettings::default()),
             (StatusCode::TOO_MANY_REQUESTS, Some(Duration::from_secs(30)))
         );
         let outage = ProviderError::new(ErrorKind::Unavailable, "down").with_status(503);
         let attempts = [attempts[0].clone(), failed("b:m", outage, Outcome::Failed)];
-        assert_eq!(all_failed_status(&attempts).0, StatusCode::BAD_GATEWAY);
+        assert_eq!(all_failed_status(&attempts, &HealthSettings::default()).0, StatusCode::BAD_GATEWAY);
+    }
+
+    fn all_failed(attempts: Vec<Attempt>) -> ApiError {
+        let error = RouteError::AllTargetsFailed {
+            trail: attempts.into_iter().collect(),
+            last: None,
+            route: "default".into(),
+        };
+        let health =
+            HealthSettings { cooldown_on_rate_limit: Duration::from_secs(7), ..HealthSettings::default() };
+        ApiError::from_route(&error, &health)
+    }
+
+    #[test]
+    fn a_rate_limit_without_a_wait_is_told_the_keys_rest_not_a_second() {
+        // The gateway rests the key 7 s (`cooldown_on_rate_limit`): a client told 1 s asks again
+        // into the rest, and its retries stack on the gateway's.
+        let bare = ProviderError::new(ErrorKind::RateLimited, "slow down").with_status(429);
+        let api = all_failed(vec![failed("a:m", bare.clone(), Outcome::Failed)]);
+        assert_eq!(
+            (api.status, api.retry_after),
+            (StatusCode::TOO_MANY_REQUESTS, Some(Duration::from_secs(7)))
+        );
+        assert!(!api.spent);
+        // The soonest of two keys' rests, a provider's longer wait counted as it asked.
+        let waits = bare.clone().with_retry_after(Duration::from_secs(20));
+        let api =
+            all_failed(vec![failed("a:m", waits, Outcome::Failed), failed("b:m", bare, Outcome::Failed)]);
+        assert_eq!(api.retry_after, Some(Duration::from_secs(7)));
+    }
+
+    #[test]
+    fn every_key_spent_is_a_spent_quota_with_no_wait_to_sleep_on() {
+        let spent = ProviderError::new(ErrorKind::QuotaExceeded, "You exceeded your current quota")
+            .with_status(429)
+            .with_retry_after(Duration::from_secs(1));
+        let skipped = failed(
+            "b:m",
+            ProviderError::new(ErrorKind::QuotaExceeded, "exhausted"),
+            Outcome::SkippedExhausted,
+        );
+        let api = all_failed(vec![failed("a:m", spent, Outcome::Failed), skipped]);
+        assert_eq!((api.status, api.retry_after, api.spent), (StatusCode::TOO_MANY_REQUESTS, None, true));
+        assert_eq!(api.body(Dialect::OpenAi, "req")["error"]["type"], "insufficient_quota");
+        let response = api.into_response(Dialect::OpenAi, "req");
+        assert_eq!(response.headers()["x-should-retry"], "false");
+        assert!(response.headers().get("retry-after").is_none());
+    }
+
+    #[test]
+    fn a_providers_failure_passed_on_carries_openais_code_to_an_openai_client() {
+        let passed = |kind: ErrorKind| {
+            let error = RouteError::Upstream {
+                error: ProviderError::new(kind, "said").with_status(400),
+                trail: Default::default(),
+                route: "default".into(),
+            };
+            ApiError::from_route(&error, &HealthSettings::default()).body(Dialect::OpenAi, "req")["error"]["code"].clone()
+        };
+        assert_eq!(passed(ErrorKind::ContextLength), "context_length_exceeded");
+        assert_eq!(passed(ErrorKind::ContentFiltered), "content_policy_violation");
+        assert_eq!(passed(ErrorKind::InvalidRequest), "invalid_request");
     }
 }

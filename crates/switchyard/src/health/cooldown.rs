@@ -15,12 +15,9 @@ use tokio::time::Instant;
 use super::{CredentialRecord, HealthSettings, HealthStatus};
 use crate::credential::CredentialId;
 
-/// The rest after a rate limit: the configured one, or the provider's Retry-After when longer
-/// (resting less than the provider asked would only earn another 429), up to
-/// `max_cooldown_on_rate_limit`.
+/// The rest after a rate limit ([`HealthSettings::rest_after_rate_limit`]).
 pub(super) fn after_rate_limit(settings: &HealthSettings, retry_after: Option<Duration>) -> Duration {
-    let most = settings.max_cooldown_on_rate_limit.max(settings.cooldown_on_rate_limit);
-    settings.cooldown_on_rate_limit.max(retry_after.unwrap_or_default()).min(most)
+    settings.rest_after_rate_limit(retry_after)
 }
 
 /// Rests `id` for the target's model until `until`, or longer when a rest of it still runs;

@@ -38,6 +38,16 @@ pub struct HealthSettings {
     pub cooldown_on_error: Duration,
 }
 
+impl HealthSettings {
+    /// How long a credential rests after a rate limit whose provider said to wait
+    /// `retry_after`: the configured rest, or the provider's wait when longer (resting less
+    /// than it asked would only earn another 429), up to `max_cooldown_on_rate_limit`.
+    pub fn rest_after_rate_limit(&self, retry_after: Option<Duration>) -> Duration {
+        let most = self.max_cooldown_on_rate_limit.max(self.cooldown_on_rate_limit);
+        self.cooldown_on_rate_limit.max(retry_after.unwrap_or_default()).min(most)
+    }
+}
+
 impl Default for HealthSettings {
     fn default() -> Self {
         Self {
