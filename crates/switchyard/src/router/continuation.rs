@@ -51,6 +51,11 @@ pub(crate) struct Resume {
 }
 
 impl Resume {
+    /// Whether the caller has been shown nothing but text: a break now may be continued.
+    pub(crate) fn text_only(&self) -> bool {
+        self.text_only
+    }
+
     /// What to keep for `request` on `route`, when its stream could be continued at all.
     pub(crate) fn for_request(
         route: &Route,

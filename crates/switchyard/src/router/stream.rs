@@ -380,7 +380,22 @@ pub struct RoutedStream {
     continuing: Option<Box<Continuing>>,
     /// How the continuing target's chunks follow on, once it answered.
     splice: Option<Splice>,
+    /// The chunks from a tool call's first on, held back until the answer's finish while the
+    /// stream could be continued: a call cut halfway is no use to the caller, and with it
+    /// unseen the text before it can still be continued by another target.
+    held: Option<Held>,
 }
+
+/// Chunks held back ([`RoutedStream::held`]), and their size.
+#[derive(Default)]
+struct Held {
+    chunks: Vec<ChatChunk>,
+    bytes: usize,
+}
+
+/// The most a stream holds back for a tool call (its arguments, as the provider's frames say
+/// them): past it the chunks go on, and a break there is the caller's as before.
+const MAX_HELD: usize = 4 << 20;
 
 /// The prompt's tokens and the answer's characters delivered before the usage came, for an
 /// estimate of what a stream its caller left used (a provider bills what it generated).
@@ -514,6 +529,7 @@ impl RoutedStream {
             resume,
             continuing: None,
             splice: None,
+            held: None,
         }
     }
 
@@ -618,6 +634,60 @@ impl RoutedStream {
         Poll::Ready(Some(Ok(chunk)))
     }
 
+    /// A chunk read off the provider's stream: delivered, or held back (the next one is then
+    /// read at once).
+    fn pass_on(
+        &mut self,
+        chunk: ChatChunk,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<ChatChunk, StreamError>>> {
+        match self.hold(chunk) {
+            Some(chunk) => self.deliver(chunk),
+            None => {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+        }
+    }
+
+    /// The provider's stream ended without a break: what was held is the answer's and goes on,
+    /// then the stream ends.
+    fn ended(&mut self) -> Poll<Option<Result<ChatChunk, StreamError>>> {
+        self.rest = None;
+        if let Some(held) = self.held.take() {
+            self.buffer.extend(held.chunks);
+        }
+        match self.buffer.pop_front() {
+            Some(chunk) => self.deliver(chunk),
+            None => {
+                self.finish();
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    /// `chunk`, or `None` when it is held back: from a tool call's first chunk on, while a
+    /// break could still be continued (nothing but text shown), until the answer's finish,
+    /// which lets everything held go on in order (or until [`MAX_HELD`]).
+    fn hold(&mut self, chunk: ChatChunk) -> Option<ChatChunk> {
+        let held = match self.held.as_mut() {
+            Some(held) => held,
+            None if starts_a_call(&chunk) && self.resume.as_ref().is_some_and(|r| r.text_only()) => {
+                self.held.insert(Held::default())
+            }
+            None => return Some(chunk),
+        };
+        let ends = chunk.choices.iter().any(|choice| choice.finish_reason.is_some());
+        held.bytes += chunk.verbatim.as_ref().map_or(0, |frame| frame.bytes().len()) + held_size(&chunk);
+        held.chunks.push(chunk);
+        if !ends && held.bytes <= MAX_HELD {
+            return None;
+        }
+        let held = self.held.take().unwrap_or_default();
+        self.buffer.extend(held.chunks);
+        self.buffer.pop_front()
+    }
+
     /// Ends a whole answer whose terminator did not come (held open, cut, past its limit).
     fn end_whole(&mut self, notice: StreamNotice) -> Poll<Option<Result<ChatChunk, StreamError>>> {
         self.notice(notice);
@@ -679,6 +749,8 @@ impl RoutedStream {
         let mut error = error;
         // A cut answer is no good answer to remember.
         self.keeping = None;
+        // A tool call cut halfway was never shown: the caller has the text before it.
+        let unshown = self.held.take().is_some();
         if let Some((target, credential)) = self.answered.clone() {
             error = self.router.failed_mid_stream(&target, credential, error, blame == Blame::Provider);
             let note = self.router.after_content_sent(&error);
@@ -688,7 +760,11 @@ impl RoutedStream {
                 served.outcome = Outcome::Failed;
                 served.mid_stream = true;
                 served.error = Some(error.clone());
-                served.note = note;
+                served.note = match (note, unshown) {
+                    (note, false) => note,
+                    (Some(note), true) => Some(format!("{note}; {HELD_NOTE}")),
+                    (None, true) => Some(HELD_NOTE.to_owned()),
+                };
                 served.usage = self.usage;
             }
             let resume = self.resume.take().filter(|_| blame == Blame::Provider);
@@ -821,17 +897,14 @@ impl RoutedStream {
                 if chunk.shows_life() {
                     this.last_chunk = now;
                 }
-                this.deliver(chunk)
+                this.pass_on(chunk, cx)
             }
             // The answer is whole: a break before its terminator costs it nothing.
             Poll::Ready(Some(Err(error))) if this.choices.is_whole() => {
                 this.end_whole(StreamNotice::BrokenAfterFinish(error.detail().to_owned()))
             }
             Poll::Ready(Some(Err(error))) => this.fail(error, cx),
-            Poll::Ready(None) => {
-                this.finish();
-                Poll::Ready(None)
-            }
+            Poll::Ready(None) => this.ended(),
             Poll::Pending => {
                 while this.timer.as_mut().poll(cx).is_ready() {
                     let now = Instant::now();
@@ -876,6 +949,21 @@ impl RoutedStream {
         let blame = if self.cut_by_deadline { Blame::Caller } else { Blame::Provider };
         self.fail_as(error, blame, cx)
     }
+}
+
+/// The note of a stream that broke while a tool call it had begun was held back.
+const HELD_NOTE: &str =
+    "broke inside a tool call, which was held back: the caller was shown only the text before it";
+
+/// Whether `chunk` begins or carries a tool call.
+fn starts_a_call(chunk: &ChatChunk) -> bool {
+    chunk.choices.iter().any(|choice| !choice.delta.tool_calls.is_empty())
+}
+
+/// The canonical size of `chunk`'s calls' arguments, for the bound of what is held.
+fn held_size(chunk: &ChatChunk) -> usize {
+    let calls = chunk.choices.iter().flat_map(|choice| &choice.delta.tool_calls);
+    calls.filter_map(|call| call.function.as_ref()?.arguments.as_ref()).map(String::len).sum()
 }
 
 /// Who a stream's failure is on.

@@ -397,3 +397,110 @@ async fn the_continuing_models_reasoning_is_not_shown_inside_the_answer() {
     );
     assert_eq!(outcomes(&stream), [(Outcome::Failed, true), (Outcome::Continued, false)]);
 }
+
+/// A chunk of the first tool call: its start (`id`, `name`), or a piece of its arguments.
+fn call_chunk(start: bool, arguments: &str) -> Result<ChatChunk, switchyard::ProviderError> {
+    let call = switchyard::chat::ToolCallDelta {
+        index: 0,
+        id: start.then(|| "call_1".to_owned()),
+        kind: start.then(|| "function".to_owned()),
+        function: Some(switchyard::chat::FunctionCallDelta {
+            name: start.then(|| "write_file".to_owned()),
+            arguments: Some(arguments.to_owned()),
+        }),
+        extra: Default::default(),
+    };
+    let delta = Delta { tool_calls: vec![call], ..Delta::default() };
+    Ok(ChatChunk { choices: vec![ChunkChoice { delta, ..ChunkChoice::default() }], ..ChatChunk::default() })
+}
+
+/// Each chunk's text and tool-call arguments, in order, and the stream's error.
+async fn pieces(stream: &mut RoutedStream) -> (Vec<String>, Option<StreamError>) {
+    let mut seen = Vec::new();
+    while let Some(item) = stream.next().await {
+        let chunk = match item {
+            Ok(chunk) => chunk,
+            Err(error) => return (seen, Some(error)),
+        };
+        for choice in &chunk.choices {
+            seen.extend(choice.delta.content.clone());
+            let calls = choice.delta.tool_calls.iter().filter_map(|c| c.function.as_ref()?.arguments.clone());
+            seen.extend(calls.map(|arguments| format!("call:{arguments}")));
+            seen.extend(choice.finish_reason.as_ref().map(|reason| format!("finish:{reason:?}")));
+        }
+    }
+    (seen, None)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_broken_inside_a_tool_call_after_its_text_is_continued_the_call_never_shown() {
+    // An agent's turn: "I'll write it." then the call, cut halfway through its arguments. Shown,
+    // half a call is of no use and ends the turn; held back until the answer's finish, the
+    // caller has only the text, which the next target continues.
+    let cut = Err(switchyard::ProviderError::new(ErrorKind::Transport, "connection reset"));
+    let a = Scripted(vec![
+        Ok(ChatChunk::text("I'll write it.")),
+        call_chunk(true, ""),
+        call_chunk(false, "{\"path\": \"out"),
+        cut,
+    ]);
+    let b = SimulatedProvider::new().reply("I'll write it. Done.").accepts_prefill(true);
+    let router = switchyard::Router::builder()
+        .provider(ProviderEntry::new("a", a))
+        .provider(ProviderEntry::new("b", b))
+        .route(Route::builder("default").target("a:m").target("b:m").build().unwrap())
+        .build()
+        .unwrap();
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let (seen, error) = pieces(&mut stream).await;
+
+    assert!(error.is_none(), "{error:?}");
+    assert!(!seen.iter().any(|piece| piece.starts_with("call:")), "no half call shown: {seen:?}");
+    assert_eq!(seen.concat().replace("finish:Stop", ""), "I'll write it. Done.", "{seen:?}");
+    assert_eq!(outcomes(&stream), [(Outcome::Failed, true), (Outcome::Continued, false)]);
+    let note = stream.trail().attempts()[0].note.clone().unwrap_or_default();
+    assert!(note.contains("held back"), "{note}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_call_held_back_goes_on_whole_and_in_order_at_the_answers_finish() {
+    let finish = ChatChunk::finish(FinishReason::ToolCalls);
+    let a = Scripted(vec![
+        Ok(ChatChunk::text("I'll write it.")),
+        call_chunk(true, ""),
+        call_chunk(false, "{\"path\": "),
+        call_chunk(false, "\"out.txt\"}"),
+        Ok(finish),
+    ]);
+    let router = switchyard::Router::builder()
+        .provider(ProviderEntry::new("a", a))
+        .provider(ProviderEntry::new("b", SimulatedProvider::new()))
+        .route(Route::builder("default").target("a:m").target("b:m").build().unwrap())
+        .build()
+        .unwrap();
+
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let (seen, error) = pieces(&mut stream).await;
+
+    assert!(error.is_none(), "{error:?}");
+    let expected = ["I'll write it.", "call:", "call:{\"path\": ", "call:\"out.txt\"}", "finish:ToolCalls"];
+    assert_eq!(seen, expected);
+    assert_eq!(outcomes(&stream), [(Outcome::Ok, false)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_cannot_be_continued_shows_its_calls_as_they_come() {
+    // One target: nothing could continue a break, so nothing is held back.
+    let cut = Err(switchyard::ProviderError::new(ErrorKind::Transport, "connection reset"));
+    let a = Scripted(vec![
+        Ok(ChatChunk::text("I'll write it.")),
+        call_chunk(true, ""),
+        call_chunk(false, "{\"pa"),
+        cut,
+    ]);
+    let mut stream = a.router().chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let (seen, error) = pieces(&mut stream).await;
+    assert_eq!(seen, ["I'll write it.", "call:", "call:{\"pa"]);
+    assert_eq!(error.map(|e| e.error.kind()), Some(ErrorKind::Transport));
+}
