@@ -1256,3 +1256,22 @@ async fn a_session_named_by_header_or_by_the_requests_own_identifier_stays_on_on
         assert_eq!(target(gateway.post("/v1/messages", anthropic.clone()).await), first);
     }
 }
+
+#[tokio::test]
+async fn admin_health_lists_every_configured_target_and_only_the_latest_hundred_clients_named() {
+    // A client naming made-up models of a provider leaves a health record for each (the store
+    // keeps up to 10,000): listed whole, `/admin/health` grew to megabytes.
+    let gateway = Gateway::start(BASIC).await;
+    for i in 0..130 {
+        let response = gateway.post("/v1/chat/completions", chat(&format!("down:made-up-{i}"))).await;
+        assert_eq!(response.status(), 502);
+    }
+    let health = json_of(gateway.get("/admin/health", ADMIN_KEY).await).await;
+    let targets: Vec<&str> =
+        health["targets"].as_array().unwrap().iter().map(|t| t["target"].as_str().unwrap()).collect();
+    assert!(targets.contains(&"down:m") && targets.contains(&"up:m"), "{targets:?}");
+    assert_eq!(targets.len(), 2 + 100, "{targets:?}");
+    assert_eq!(health["targets_omitted"], 30);
+    assert!(targets.contains(&"down:made-up-129"), "the latest named are kept: {targets:?}");
+    assert!(!targets.contains(&"down:made-up-0"), "{targets:?}");
+}

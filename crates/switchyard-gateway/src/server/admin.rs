@@ -141,9 +141,9 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
         })
         .collect();
     let latencies: std::collections::HashMap<_, _> = router.latencies().into_iter().collect();
-    let targets: Vec<Value> = snapshot
-        .targets
-        .iter()
+    let (listed, omitted) = listed_targets(router, &snapshot.targets);
+    let targets: Vec<Value> = listed
+        .into_iter()
         .map(|target| {
             let mut value = serde_json::to_value(target).unwrap_or_default();
             if let Value::Object(object) = &mut value {
@@ -162,6 +162,7 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
     axum::Json(json!({
         "routes": routes,
         "targets": targets,
+        "targets_omitted": omitted,
         "credentials": snapshot.credentials,
         "providers": providers,
         "pacing": router.pacing(),
@@ -170,6 +171,28 @@ pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
         "config": state.config().map(|life| life.to_json(&live)),
     }))
     .into_response()
+}
+
+/// The most targets outside the configuration `/admin/health` lists (named directly as
+/// `provider:model`, or by a pattern route: what clients chose), the latest to change first.
+const UNCONFIGURED_LISTED: usize = 100;
+
+/// The targets `/admin/health` lists: every one a route names, then those clients named, at
+/// most [`UNCONFIGURED_LISTED`] of them (the health store keeps up to 10,000: a client naming
+/// made-up models made the answer megabytes long); and how many of those were left out.
+fn listed_targets<'a>(
+    router: &switchyard::Router,
+    targets: &'a [switchyard::health::TargetHealth],
+) -> (Vec<&'a switchyard::health::TargetHealth>, usize) {
+    let configured: std::collections::HashSet<&switchyard::Target> =
+        router.routes().flat_map(|route| route.all_targets()).collect();
+    let (mut listed, mut others): (Vec<_>, Vec<_>) =
+        targets.iter().partition(|health| configured.contains(&health.target));
+    // The latest change first: a status held for less time is newer.
+    others.sort_by_key(|health| health.since.unwrap_or(std::time::Duration::MAX));
+    let omitted = others.len().saturating_sub(UNCONFIGURED_LISTED);
+    listed.extend(others.into_iter().take(UNCONFIGURED_LISTED));
+    (listed, omitted)
 }
 
 /// `POST /admin/config/reload`: reads the configuration file again and puts it in force when
