@@ -52,6 +52,7 @@ mod members;
 mod pace;
 pub mod responses;
 mod scripts;
+pub use scripts::MOST_RECORDS;
 pub mod spend;
 #[doc(hidden)]
 pub mod testing;

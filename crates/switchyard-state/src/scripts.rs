@@ -42,6 +42,13 @@ local function num(v)
 end
 "#;
 
+/// The most records of targets (and of keys' rests for one) the fleet keeps in Redis: twice
+/// what a replica keeps in memory ([`MemoryStore::DEFAULT_TARGETS`]), for the keys' rests. A
+/// record past it stays with the replica that wrote it (the write answers `full`).
+///
+/// [`MemoryStore::DEFAULT_TARGETS`]: switchyard::health::MemoryStore::DEFAULT_TARGETS
+pub const MOST_RECORDS: usize = 2 * switchyard::health::MemoryStore::DEFAULT_TARGETS;
+
 /// Merges changed fields into a record. ARGV: prefix, name, replica, the floor of the record's
 /// lifetime in ms, then field/value pairs with times relative to now.
 ///
@@ -55,6 +62,23 @@ const PUT: &str = r#"
 local name, me, floor = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local key = prefix .. ':' .. name
 local cur = hash(key)
+local index = prefix .. ':index'
+-- A new record: the names of records that expired stay in the index until a resync, so each
+-- new one drops some it finds gone. Past the most the fleet keeps, a new record of a target (or
+-- of a key's rest for one) is refused: clients name targets, and made-up ones would each be
+-- kept an hour. A key's own record (`c:`, one per configured key) is always kept.
+if cur.gen == nil then
+  local bounded = string.sub(name, 1, 2) ~= 'c:'
+  local full = bounded and redis.call('SCARD', index) >= MOST
+  local sample = 8
+  if full then sample = 64 end
+  for _, old in ipairs(redis.call('SRANDMEMBER', index, sample)) do
+    if redis.call('EXISTS', prefix .. ':' .. old) == 0 then redis.call('SREM', index, old) end
+  end
+  if full and redis.call('SCARD', index) >= MOST then
+    return cjson.encode({op = 'full', key = name, gen = 0, now = now, by = me})
+  end
+end
 local new = {}
 for i = 5, #ARGV, 2 do new[ARGV[i]] = ARGV[i + 1] end
 for _, f in ipairs({'since', 'failed', 'retry', 'cool', 'bu'}) do
@@ -110,7 +134,6 @@ for _, f in ipairs({'failed', 'retry', 'cool', 'bu'}) do
 end
 local expires = math.max(last, now) + floor
 redis.call('PEXPIREAT', key, fmt(expires))
-local index = prefix .. ':index'
 redis.call('SADD', index, name)
 -- The index outlives every record it names.
 if redis.call('PTTL', index) < expires - now then redis.call('PEXPIREAT', index, fmt(expires)) end
@@ -483,7 +506,7 @@ impl Scripts {
     pub fn new() -> Self {
         let with_prelude = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
         Self {
-            put: with_prelude(PUT),
+            put: with_prelude(&PUT.replace("MOST", &MOST_RECORDS.to_string())),
             clear: with_prelude(CLEAR),
             reset: with_prelude(RESET),
             sync: with_prelude(SYNC),

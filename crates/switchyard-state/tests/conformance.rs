@@ -341,3 +341,45 @@ async fn a_router_over_the_shared_store_lists_every_target_and_key_before_use_an
     router.reset_all();
     assert_eq!(view(), unknown(), "after a reset");
 }
+
+/// The fleet's records are bounded: clients name targets (`provider:model`), and each made-up
+/// one that failed would be kept an hour. Past the most, a new target's record stays with the
+/// replica that wrote it; a key's own record is always kept; the names of records that expired
+/// make room again.
+#[tokio::test]
+async fn past_the_most_records_the_fleet_keeps_a_new_targets_stays_with_its_replica() {
+    let server = switchyard_state::testing::RedisServer::start();
+    let client = ::redis::Client::open(server.url()).expect("a client");
+    let mut redis = client.get_multiplexed_async_connection().await.expect("a connection");
+    let seeded: Vec<String> = (0..switchyard_state::MOST_RECORDS).map(|i| format!("t:seeded:m{i}")).collect();
+    let mut seed = ::redis::pipe();
+    for name in &seeded {
+        seed.cmd("SET").arg(format!("switchyard:{name}")).arg("1").arg("EX").arg(600).ignore();
+        seed.cmd("SADD").arg("switchyard:index").arg(name).ignore();
+    }
+    seed.query_async::<()>(&mut redis).await.expect("seeded");
+    let (a, b) = support::redis_fleet(&server).await;
+    let made_up: Target = "openai:made-up".parse().expect("a target");
+    let k = keys(2);
+    a.fail(&made_up, &k, 0, &error(ErrorKind::Unavailable, None));
+    // Written after it: the first key's record, which reaches b once a's earlier write was
+    // answered.
+    a.fail(&target(), &k, 0, &error(ErrorKind::QuotaExceeded, Some(Duration::from_secs(60))));
+    eventually("b learns the first key is spent", PROPAGATION, || {
+        b.gate(&target(), &k) == Gate::Pass { credential: 1, probe: false }
+    })
+    .await;
+    assert!(is_skip(&a.gate(&made_up, &k)), "its replica still knows");
+    assert!(!is_skip(&b.gate(&made_up, &k)), "the fleet was not told");
+    assert_eq!(server.cli(&["EXISTS", "switchyard:t:openai:made-up"]).trim(), "0");
+
+    // The seeded records expire: their names make room for the next new one.
+    let mut gone = ::redis::pipe();
+    for name in &seeded {
+        gone.cmd("DEL").arg(format!("switchyard:{name}")).ignore();
+    }
+    gone.query_async::<()>(&mut redis).await.expect("deleted");
+    let later: Target = "openai:later".parse().expect("a target");
+    a.fail(&later, &k, 0, &error(ErrorKind::Unavailable, None));
+    eventually("b learns of the later target", PROPAGATION, || is_skip(&b.gate(&later, &k))).await;
+}
