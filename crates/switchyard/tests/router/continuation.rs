@@ -329,7 +329,6 @@ async fn a_stream_broken_while_it_reasoned_is_answered_from_the_start_by_the_nex
             ..ChatChunk::default()
         })
     };
-    let cut = || Err(switchyard::ProviderError::new(ErrorKind::Transport, "connection reset"));
     let seen = std::sync::Arc::new(std::sync::Mutex::new(None::<ChatRequest>));
     let prefilling =
         Recorder { seen: seen.clone(), inner: SimulatedProvider::new().reply(ANSWER).accepts_prefill(true) };
@@ -414,6 +413,29 @@ fn call_chunk(start: bool, arguments: &str) -> Result<ChatChunk, switchyard::Pro
     Ok(ChatChunk { choices: vec![ChunkChoice { delta, ..ChunkChoice::default() }], ..ChatChunk::default() })
 }
 
+/// An agent's turn: "I'll write it.", then a call whose arguments come in `pieces`, then `end`.
+fn agent_turn(pieces: &[&str], end: Result<ChatChunk, switchyard::ProviderError>) -> Scripted {
+    let mut chunks = vec![Ok(ChatChunk::text("I'll write it.")), call_chunk(true, "")];
+    chunks.extend(pieces.iter().map(|piece| call_chunk(false, piece)));
+    chunks.push(end);
+    Scripted(chunks)
+}
+
+/// A break of the connection.
+fn cut() -> Result<ChatChunk, switchyard::ProviderError> {
+    Err(switchyard::ProviderError::new(ErrorKind::Transport, "connection reset"))
+}
+
+/// `a` then `b`, on route `default`.
+fn scripted_then(a: Scripted, b: SimulatedProvider) -> switchyard::Router {
+    switchyard::Router::builder()
+        .provider(ProviderEntry::new("a", a))
+        .provider(ProviderEntry::new("b", b))
+        .route(Route::builder("default").target("a:m").target("b:m").build().unwrap())
+        .build()
+        .unwrap()
+}
+
 /// Each chunk's text and tool-call arguments, in order, and the stream's error.
 async fn pieces(stream: &mut RoutedStream) -> (Vec<String>, Option<StreamError>) {
     let mut seen = Vec::new();
@@ -437,20 +459,9 @@ async fn a_stream_broken_inside_a_tool_call_after_its_text_is_continued_the_call
     // An agent's turn: "I'll write it." then the call, cut halfway through its arguments. Shown,
     // half a call is of no use and ends the turn; held back until the answer's finish, the
     // caller has only the text, which the next target continues.
-    let cut = Err(switchyard::ProviderError::new(ErrorKind::Transport, "connection reset"));
-    let a = Scripted(vec![
-        Ok(ChatChunk::text("I'll write it.")),
-        call_chunk(true, ""),
-        call_chunk(false, "{\"path\": \"out"),
-        cut,
-    ]);
+    let a = agent_turn(&["{\"path\": \"out"], cut());
     let b = SimulatedProvider::new().reply("I'll write it. Done.").accepts_prefill(true);
-    let router = switchyard::Router::builder()
-        .provider(ProviderEntry::new("a", a))
-        .provider(ProviderEntry::new("b", b))
-        .route(Route::builder("default").target("a:m").target("b:m").build().unwrap())
-        .build()
-        .unwrap();
+    let router = scripted_then(a, b);
 
     let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
     let (seen, error) = pieces(&mut stream).await;
@@ -465,20 +476,8 @@ async fn a_stream_broken_inside_a_tool_call_after_its_text_is_continued_the_call
 
 #[tokio::test(start_paused = true)]
 async fn a_tool_call_held_back_goes_on_whole_and_in_order_at_the_answers_finish() {
-    let finish = ChatChunk::finish(FinishReason::ToolCalls);
-    let a = Scripted(vec![
-        Ok(ChatChunk::text("I'll write it.")),
-        call_chunk(true, ""),
-        call_chunk(false, "{\"path\": "),
-        call_chunk(false, "\"out.txt\"}"),
-        Ok(finish),
-    ]);
-    let router = switchyard::Router::builder()
-        .provider(ProviderEntry::new("a", a))
-        .provider(ProviderEntry::new("b", SimulatedProvider::new()))
-        .route(Route::builder("default").target("a:m").target("b:m").build().unwrap())
-        .build()
-        .unwrap();
+    let a = agent_turn(&["{\"path\": ", "\"out.txt\"}"], Ok(ChatChunk::finish(FinishReason::ToolCalls)));
+    let router = scripted_then(a, SimulatedProvider::new());
 
     let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
     let (seen, error) = pieces(&mut stream).await;
@@ -492,13 +491,7 @@ async fn a_tool_call_held_back_goes_on_whole_and_in_order_at_the_answers_finish(
 #[tokio::test(start_paused = true)]
 async fn a_stream_that_cannot_be_continued_shows_its_calls_as_they_come() {
     // One target: nothing could continue a break, so nothing is held back.
-    let cut = Err(switchyard::ProviderError::new(ErrorKind::Transport, "connection reset"));
-    let a = Scripted(vec![
-        Ok(ChatChunk::text("I'll write it.")),
-        call_chunk(true, ""),
-        call_chunk(false, "{\"pa"),
-        cut,
-    ]);
+    let a = agent_turn(&["{\"pa"], cut());
     let mut stream = a.router().chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
     let (seen, error) = pieces(&mut stream).await;
     assert_eq!(seen, ["I'll write it.", "call:", "call:{\"pa"]);
