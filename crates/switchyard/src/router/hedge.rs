@@ -166,9 +166,11 @@ impl<'r, X: Exchange> Run<'r, X> {
             }
             record.hedge_started(ctx.route.name(), &first.who.target, &who.target, delay);
             let hedge = HedgeRun { who: who.clone(), sent: Instant::now(), span: hedge_span };
-            record.sending(&who.target, who.credential_id(), hedge.sent, true);
+            let sent = hedge.sent;
             // The hedge's target is one of those after the first.
-            Some((hedge, async move { ctx.call_hedge(&who, hedge_span, later.saturating_sub(1)).await }))
+            Some((hedge, async move {
+                ctx.call_hedge(&who, hedge_span, later.saturating_sub(1), (record, sent)).await
+            }))
         };
         let first_call = async {
             let end = ctx.call(&first.who, first.permit.as_ref(), first.span, later).await;
@@ -362,11 +364,15 @@ impl<'r, X: Exchange> Context<'r, X> {
 
     /// Calls the hedge, if the pacer lets it go at once: its answer with its permit, or why
     /// there is none.
+    /// Sends the hedge `who`, begun at `sent`: `record` learns of the call once it is sent (not
+    /// before: a hedge the fleet or the pacer holds back costs nothing should the caller go
+    /// away), and of its failure at once (the pair may yet be dropped while the first runs on).
     async fn call_hedge(
         &self,
         who: &Callee<'_>,
         span: Option<TraceContext>,
         later: usize,
+        (record, sent): (&Record<'_>, Instant),
     ) -> Result<(Reply<X::Output>, Option<Permit>), HedgeMiss> {
         // A hedge that would probe goes only if the probe is the fleet's one (its slot is
         // given back as a hedge's that was not sent is).
@@ -374,9 +380,13 @@ impl<'r, X: Exchange> Context<'r, X> {
             return Err(HedgeMiss::ProbedElsewhere);
         }
         let Ok(permit) = self.hedge_permit(who).await else { return Err(HedgeMiss::NotSent) };
+        record.sending(&who.target, who.credential_id(), sent, true);
         match self.call(who, permit.as_ref(), span, later).await {
             Ok(reply) => Ok((reply, permit)),
-            Err(failed) => Err(HedgeMiss::Failed(failed, permit)),
+            Err(failed) => {
+                record.failed_meanwhile(&who.target, sent, who.attribute(failed.error.clone()));
+                Err(HedgeMiss::Failed(failed, permit))
+            }
         }
     }
 }

@@ -42,6 +42,8 @@ struct UnderWay {
     started: Instant,
     /// Its failure, attributed, and when it came.
     failed: Option<(ProviderError, Instant)>,
+    /// A hedge beside the request's attempt.
+    hedge: bool,
 }
 
 /// Where a request dropped before it ended leaves its trail: the route's name, and the
@@ -98,6 +100,7 @@ impl<'r> Record<'r> {
                 credential_id: credential_id.clone(),
                 started,
                 failed: None,
+                hedge,
             });
         }
     }
@@ -298,11 +301,11 @@ impl<'r> Record<'r> {
     }
 
     /// The request's deadline ended the walk: said on the last entry, unless it says why already.
-    pub(super) fn deadline_passed(&mut self) {
+    pub(super) fn deadline_passed(&mut self, note: &'static str) {
         if let Some(last) = self.trail.last_mut()
             && last.note.is_none()
         {
-            last.note = Some(crate::trail::DEADLINE_PASSED.to_owned());
+            last.note = Some(note.to_owned());
         }
     }
 
@@ -324,7 +327,7 @@ impl Drop for Record<'_> {
         let under_way =
             std::mem::take(self.under_way.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner));
         let mut cut = Vec::new();
-        for UnderWay { target, credential_id, started, failed } in under_way {
+        for UnderWay { target, credential_id, started, failed, hedge } in under_way {
             let offset = self.offset(started);
             let recorded =
                 self.trail.attempts().iter().any(|a| a.started == offset && a.target() == Some(&target));
@@ -334,11 +337,12 @@ impl Drop for Record<'_> {
             let ended = failed.as_ref().map_or_else(Instant::now, |(_, at)| *at);
             let mut attempt =
                 Attempt::called(&target, &credential_id, offset, ended - started, Duration::ZERO);
+            attempt.hedge = hedge;
             let note = match failed {
                 Some((error, _)) => {
                     attempt.outcome = Outcome::Failed;
                     attempt.error = Some(error);
-                    "failed while the hedge beside it ran; then the caller went away"
+                    "failed while the call beside it ran; then the caller went away"
                 }
                 None => {
                     attempt.outcome = Outcome::Cancelled;

@@ -343,10 +343,13 @@ async fn a_hedge_whose_probe_another_replica_holds_is_not_sent_and_gives_its_slo
     assert_eq!(next.trail.outcomes(), vec![Outcome::Ok]);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_request_dropped_with_both_calls_running_cost_each_its_prompt_at_its_price() {
+/// `primary:m` then `backup:m` on prices of 1 and 3 dollars a prompt token, hedged at 300 ms,
+/// and the `Unfinished` of a request to it the caller drops at 500 ms.
+async fn dropped_at_500ms(
+    primary: &SimulatedProvider,
+    backup: &SimulatedProvider,
+) -> switchyard::trail::Unfinished {
     let price = |input_per_million| switchyard::Price { input_per_million, output_per_million: 100.0 };
-    let (primary, backup) = (slow(2000), slow(2000));
     let route = Route::builder("default").target("primary:m").target("backup:m").retry(quick_retry(1));
     let router = switchyard::Router::builder()
         .provider(switchyard::ProviderEntry::new("primary", primary.clone()).price("m", price(1e6)))
@@ -356,10 +359,34 @@ async fn a_request_dropped_with_both_calls_running_cost_each_its_prompt_at_its_p
         .unwrap();
     let unfinished = switchyard::trail::Unfinished::default();
     let options = RequestOptions { unfinished: Some(unfinished.clone()), ..RequestOptions::default() };
-    // "hello": two tokens, sent to both; the caller leaves while both run.
     let asking = request("default");
     let asked = router.chat_with(&asking, &options);
     assert!(tokio::time::timeout(Duration::from_millis(500), asked).await.is_err());
+    unfinished
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_dropped_with_a_hedge_that_failed_costs_only_the_call_it_cut() {
+    // The hedge failed at once (a provider bills no failed call): the first call alone was cut.
+    let (primary, backup) =
+        (slow(2000), SimulatedProvider::new().script([Step::fail(ErrorKind::Unavailable)]));
+    let unfinished = dropped_at_500ms(&primary, &backup).await;
+    assert_eq!((primary.calls(), backup.calls()), (1, 1));
+    let (_, trail) = unfinished.peek().expect("a trail");
+    assert_eq!(
+        outcomes(&trail),
+        [("primary:m".into(), Outcome::Cancelled, false), ("backup:m".into(), Outcome::Failed, true)]
+    );
+    let cut = unfinished.cut_short().expect("one call was cut");
+    assert_eq!(cut.calls.iter().map(|c| c.target.to_string()).collect::<Vec<_>>(), ["primary:m"]);
+    assert_eq!(cut.cost(), Some(2.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_dropped_with_both_calls_running_cost_each_its_prompt_at_its_price() {
+    let (primary, backup) = (slow(2000), slow(2000));
+    // "hello": two tokens, sent to both; the caller leaves while both run.
+    let unfinished = dropped_at_500ms(&primary, &backup).await;
     assert_eq!((primary.calls(), backup.calls()), (1, 1));
     let cut = unfinished.cut_short().expect("two calls were cut");
     let calls: Vec<_> =
