@@ -16,6 +16,11 @@ pub const PACER_REFUSED: &str = "the pacer refused the call";
 /// The note of the last attempt of a request whose deadline passed.
 pub const DEADLINE_PASSED: &str = "request deadline passed";
 
+/// The note of the last attempt of a request whose deadline, the caller's own timeout
+/// ([`RequestOptions::caller_timeout`](crate::RequestOptions::caller_timeout)), passed: unlike
+/// a route's deadline, the caller may well ask again, as it would have on its own timeout.
+pub const CALLER_TIMEOUT_PASSED: &str = "request deadline passed: the caller's own timeout";
+
 /// What became of one attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]

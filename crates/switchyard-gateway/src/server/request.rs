@@ -155,6 +155,9 @@ impl RequestContext {
     pub(crate) fn options(&self, headers: &HeaderMap) -> RequestOptions {
         self.progress.routed.get_or_init(Instant::now);
         let mut options = options(headers);
+        // The client's timeout runs from when it sent the request, not from now.
+        let waited = self.started.elapsed();
+        options.caller_timeout = options.caller_timeout.map(|patience| patience.saturating_sub(waited));
         options.unfinished = Some(self.progress.unfinished.clone());
         if let Some((context, parent)) = self.trace {
             options.trace = Some(context);

@@ -189,6 +189,7 @@ impl<'r, X: Exchange> Run<'r, X> {
             deadline: self.ctx.deadline,
             now: Instant::now(),
             cut_by_deadline: cut == Cut::Deadline,
+            deadline_note: self.ctx.deadline_note,
             content_sent: false,
             special_chains: self.ctx.x.takes_special_chains(),
         };

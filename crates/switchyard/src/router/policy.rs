@@ -40,6 +40,8 @@ pub(super) struct FailurePoint {
     pub(super) now: Instant,
     /// The request's deadline cut the attempt short: it says nothing about the provider.
     pub(super) cut_by_deadline: bool,
+    /// What the trail says when the deadline passed: the route's, or the caller's own timeout.
+    pub(super) deadline_note: &'static str,
     /// Streamed content already reached the caller: nothing may restart.
     pub(super) content_sent: bool,
     /// The exchange may switch to the route's special chains (not embeddings).
@@ -128,7 +130,7 @@ pub(super) fn decide_among(
         return Decision::new(Next::Stop, None);
     }
     if at.cut_by_deadline {
-        return Decision::new(Next::MoveOn, Some(crate::trail::DEADLINE_PASSED.to_owned()));
+        return Decision::new(Next::MoveOn, Some(at.deadline_note.to_owned()));
     }
     if at.single_call {
         return Decision::new(Next::Stop, Some("a single call: not retried".to_owned()));

@@ -22,7 +22,7 @@ use super::resolve::Resolved;
 use super::sessions::SessionPin;
 use super::verdict::{TargetAnswer, Verdict};
 use crate::route::Route;
-use crate::trail::Via;
+use crate::trail::{CALLER_TIMEOUT_PASSED, DEADLINE_PASSED, Via};
 use crate::{ErrorKind, ProviderError, RouteError, Target};
 
 /// What a request fixed at its start, read by every attempt and written by none. The two calls
@@ -36,6 +36,9 @@ pub(super) struct Context<'r, X> {
     /// The request named a target, not a route.
     pub(super) explicit: bool,
     pub(super) deadline: Option<Instant>,
+    /// What the trail says should the deadline pass: the route's passed, or the caller's own
+    /// timeout.
+    pub(super) deadline_note: &'static str,
     /// How long a failed target is gated; `None` when the route turned the gate off.
     pub(super) health_ttl: Option<Duration>,
     /// Where the request's session was served before (first in the plan).
@@ -101,12 +104,15 @@ impl TargetTry {
 }
 
 /// How long the request may take: the route's deadline (or the caller's `deadline`), sooner
-/// when the caller, given its answer whole, gives up before it.
-fn deadline(x: &impl Exchange, route: &Route, options: &RequestOptions) -> Option<Duration> {
+/// when the caller, given its answer whole, gives up before it; and the note the trail ends
+/// with should it pass.
+fn deadline(x: &impl Exchange, route: &Route, options: &RequestOptions) -> (Option<Duration>, &'static str) {
     let deadline = options.deadline.or(route.timeouts().deadline);
-    match options.caller_timeout.filter(|_| x.answers_caller_whole()) {
-        Some(patience) => Some(deadline.map_or(patience, |d| d.min(patience))),
-        None => deadline,
+    let patience = options.caller_timeout.filter(|_| x.answers_caller_whole());
+    match (deadline, patience) {
+        (Some(deadline), Some(patience)) if deadline <= patience => (Some(deadline), DEADLINE_PASSED),
+        (_, Some(patience)) => (Some(patience), CALLER_TIMEOUT_PASSED),
+        (deadline, None) => (deadline, DEADLINE_PASSED),
     }
 }
 
@@ -114,6 +120,7 @@ impl<'r, X: Exchange> Run<'r, X> {
     pub(super) fn new(inner: &'r Inner, x: &'r X, resolved: Resolved, options: &'r RequestOptions) -> Self {
         let Resolved { route, chain, explicit } = resolved;
         let started = Instant::now();
+        let (deadline, deadline_note) = deadline(x, &route, options);
         inner.budget.record_request();
         if let Some(hedges) = inner.hedge_budget(route.name()) {
             hedges.record_request();
@@ -129,7 +136,8 @@ impl<'r, X: Exchange> Run<'r, X> {
             ctx: Context {
                 inner,
                 x,
-                deadline: deadline(x, &route, options).map(|d| started + d),
+                deadline: deadline.map(|d| started + d),
+                deadline_note,
                 health_ttl: route.health_gate().then(|| route.health_ttl()),
                 route,
                 options,
@@ -247,7 +255,7 @@ impl<'r, X: Exchange> Run<'r, X> {
             return self.upstream(ProviderError::new(ErrorKind::InvalidRequest, detail));
         }
         if self.verdict.out_of_time() {
-            self.record.deadline_passed();
+            self.record.deadline_passed(self.ctx.deadline_note);
         }
         self.record.gave_up(self.ctx.route.name(), self.verdict.last_kind());
         let route = self.ctx.route.name_arc().clone();

@@ -45,6 +45,7 @@ impl StreamSettler {
             deadline: None,
             now: tokio::time::Instant::now(),
             cut_by_deadline: false,
+            deadline_note: crate::trail::DEADLINE_PASSED,
             content_sent: true,
             special_chains: true,
         };

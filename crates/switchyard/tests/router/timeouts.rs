@@ -126,6 +126,35 @@ async fn a_callers_timeout_is_the_deadline_of_an_answer_given_whole_never_of_a_s
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_caller_that_gives_up_may_ask_again_a_route_whose_deadline_passed_says_not_to() {
+    // Both targets silent: the request ends at its deadline either way. A route's deadline
+    // would meet the same end again; a caller's own timeout is its own choice, and its SDK
+    // asks again as it would have on its own timeout.
+    let silent = || SimulatedProvider::new().script(std::iter::repeat_n(Step::Hang, 10));
+    let route = || Route::builder("default").target("a:m").target("b:m").retry(quick_retry(1));
+    let ended = |route: switchyard::route::RouteBuilder, options: RequestOptions| async move {
+        let (a, b) = (silent(), silent());
+        let router = router(&[("a", &a), ("b", &b)], route);
+        let switchyard::RouteError::AllTargetsFailed { trail, .. } =
+            router.chat_with(&request("default"), &options).await.unwrap_err()
+        else {
+            panic!("every target is silent")
+        };
+        trail
+    };
+    let patient =
+        RequestOptions { caller_timeout: Some(Duration::from_secs(4)), ..RequestOptions::default() };
+    let trail = ended(route(), patient).await;
+    let last = trail.attempts().last().unwrap().note.clone();
+    assert_eq!(last.as_deref(), Some(switchyard::trail::CALLER_TIMEOUT_PASSED));
+    assert!(!trail.out_of_time());
+
+    let timeouts = Timeouts { deadline: Some(Duration::from_secs(4)), ..Timeouts::default() };
+    let trail = ended(route().timeouts(timeouts), RequestOptions::default()).await;
+    assert!(trail.out_of_time(), "{trail:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_deadline_leaves_the_fallback_its_share_of_a_call_answered_whole() {
     let options = RequestOptions { deadline: Some(Duration::from_secs(9)), ..RequestOptions::default() };
     let silent = SimulatedProvider::new().script([Step::Hang]);

@@ -39,6 +39,7 @@ fn first_try() -> FailurePoint {
         deadline: None,
         now: Instant::now(),
         cut_by_deadline: false,
+        deadline_note: crate::trail::DEADLINE_PASSED,
         content_sent: false,
         special_chains: true,
     }
