@@ -302,6 +302,9 @@ pub(crate) struct Shared {
     /// Every kind of entries kept in Redis through this store, for the round that writes
     /// again what Redis missed ([`RedisStore::resend_missed`]).
     kept: Mutex<Vec<std::sync::Weak<responses::Entries>>>,
+    /// The targets the configuration names: their records are always shared; any other's
+    /// only while the fleet keeps fewer than [`MOST_RECORDS`].
+    configured: std::sync::RwLock<std::collections::HashSet<Target>>,
 }
 
 /// The store's bookkeeping of the shared records: the generation each was last seen at, and
@@ -358,6 +361,16 @@ fn probed_elsewhere(memory: &MemoryStore, target: &Target) -> bool {
 }
 
 impl Shared {
+    /// Whether the fleet bounds its records of `key` ([`MOST_RECORDS`]): a target's (or a key's
+    /// rest for one) that the configuration does not name; never a key's own record.
+    pub(crate) fn bounded(&self, key: &Key) -> bool {
+        let target = match key {
+            Key::Target(target) | Key::KeyCooldown { target, .. } => target,
+            Key::Credential(_) => return false,
+        };
+        !self.configured.read().unwrap_or_else(|p| p.into_inner()).contains(target)
+    }
+
     pub(crate) fn book(&self) -> MutexGuard<'_, Book> {
         self.book.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -417,6 +430,7 @@ impl RedisStore {
             events: Mutex::new(None),
             fleet: pace::FleetView::default(),
             config_hash: Mutex::new(String::new()),
+            configured: Default::default(),
             member: members::Member::new(),
             kept: Mutex::default(),
         });
@@ -604,6 +618,11 @@ impl HealthStore for RedisStore {
         // This replica's copies only: the fleet's records are every replica's, and the others
         // may still run a configuration that names them (they expire by themselves).
         self.shared.memory.drop_records(targets, credentials);
+    }
+
+    fn configured(&self, targets: &[Target]) {
+        let mut configured = self.shared.configured.write().unwrap_or_else(|p| p.into_inner());
+        *configured = targets.iter().cloned().collect();
     }
 
     fn clear(&self) {

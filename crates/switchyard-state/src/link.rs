@@ -472,7 +472,7 @@ impl Link {
                 .outbox
                 .iter()
                 .take(count)
-                .map(|op| invocation(&scripts, self.settings(), &self.own, op))
+                .map(|op| invocation(&scripts, &self.shared, &self.own, op))
                 .collect();
             let sent = futures_util::future::join_all(calls.iter().map(|call| {
                 let mut conn = conn.clone();
@@ -579,14 +579,16 @@ fn refusing(error: &redis::RedisError) -> bool {
 /// The script call that writes `op`.
 fn invocation<'s>(
     scripts: &'s Scripts,
-    settings: &StateSettings,
+    shared: &Shared,
     own: &HashMap<Key, u64>,
     op: &Op,
 ) -> redis::ScriptInvocation<'s> {
+    let settings = &shared.settings;
     match op {
         Op::Write { key, change: Change::Put(fields), .. } => {
             let mut call = scripts.put.prepare_invoke();
             call.arg(&settings.prefix).arg(key.name()).arg(&settings.replica).arg(RECORD_FLOOR_MS);
+            call.arg(if shared.bounded(key) { "1" } else { "0" });
             let now = Instant::now();
             for (name, value) in fields {
                 call.arg(*name).arg(value.encode(now));
@@ -618,6 +620,13 @@ impl Link {
     /// write of it is still waiting here.
     fn on_reply(&mut self, key: &Key, reply: &str, last: bool) {
         let Ok(message) = serde_json::from_str::<Message>(reply) else { return };
+        // Refused as one record too many (`MOST_RECORDS`): the record is this replica's alone,
+        // and no resync may take Redis's missing copy for a forgetting.
+        if message.op == "full" {
+            self.own.remove(key);
+            self.shared.book().seen.remove(key);
+            return;
+        }
         let generation = message.generation as u64;
         if message.op == "put" && message.by == self.settings().replica {
             self.own.insert(key.clone(), generation);

@@ -50,7 +50,8 @@ end
 pub const MOST_RECORDS: usize = 2 * switchyard::health::MemoryStore::DEFAULT_TARGETS;
 
 /// Merges changed fields into a record. ARGV: prefix, name, replica, the floor of the record's
-/// lifetime in ms, then field/value pairs with times relative to now.
+/// lifetime in ms, `1` when the record is bounded by [`MOST_RECORDS`] (else `0`), then
+/// field/value pairs with times relative to now.
 ///
 /// The rules: status, reason and since are the last writer's (since kept when the status is
 /// the same); the failure time, the provider's reset and a cooldown only ever move later; a
@@ -59,16 +60,16 @@ pub const MOST_RECORDS: usize = 2 * switchyard::health::MemoryStore::DEFAULT_TAR
 /// breaker before the probe's lease would end), except that a probe (a half-open write) takes
 /// no running lease or open time of another replica's; failed probes only grow.
 const PUT: &str = r#"
-local name, me, floor = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local name, me, floor, bounded = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1'
 local key = prefix .. ':' .. name
 local cur = hash(key)
 local index = prefix .. ':index'
 -- A new record: the names of records that expired stay in the index until a resync, so each
--- new one drops some it finds gone. Past the most the fleet keeps, a new record of a target (or
--- of a key's rest for one) is refused: clients name targets, and made-up ones would each be
--- kept an hour. A key's own record (`c:`, one per configured key) is always kept.
+-- new one drops some it finds gone. Past the most the fleet keeps, a new record the writer
+-- calls bounded (a target the configuration does not name, or a key's rest for one) is
+-- refused: clients name targets, and made-up ones would each be kept an hour. A configured
+-- target's record and a key's own are always kept.
 if cur.gen == nil then
-  local bounded = string.sub(name, 1, 2) ~= 'c:'
   local full = bounded and redis.call('SCARD', index) >= MOST
   local sample = 8
   if full then sample = 64 end
@@ -80,7 +81,7 @@ if cur.gen == nil then
   end
 end
 local new = {}
-for i = 5, #ARGV, 2 do new[ARGV[i]] = ARGV[i + 1] end
+for i = 6, #ARGV, 2 do new[ARGV[i]] = ARGV[i + 1] end
 for _, f in ipairs({'since', 'failed', 'retry', 'cool', 'bu'}) do
   local rel = num(new[f])
   if rel ~= nil then new[f] = fmt(now + rel) end

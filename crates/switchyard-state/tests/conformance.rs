@@ -372,6 +372,11 @@ async fn past_the_most_records_the_fleet_keeps_a_new_targets_stays_with_its_repl
     assert!(is_skip(&a.gate(&made_up, &k)), "its replica still knows");
     assert!(!is_skip(&b.gate(&made_up, &k)), "the fleet was not told");
     assert_eq!(server.cli(&["EXISTS", "switchyard:t:openai:made-up"]).trim(), "0");
+    // A target the configuration names is always shared, however many others clients named.
+    let configured: Target = "openai:configured".parse().expect("a target");
+    switchyard::health::HealthStore::configured(a.store(), std::slice::from_ref(&configured));
+    a.fail(&configured, &k, 1, &error(ErrorKind::Unavailable, None));
+    eventually("b learns of the configured target", PROPAGATION, || is_skip(&b.gate(&configured, &k))).await;
 
     // The seeded records expire: their names make room for the next new one.
     let mut gone = ::redis::pipe();

@@ -95,6 +95,12 @@ impl HealthBoard {
         self.store.drop_records(targets, credentials);
     }
 
+    /// Tells the store which targets the configuration names (see
+    /// [`HealthStore::configured`]).
+    pub fn configured(&self, targets: &[Target]) {
+        self.store.configured(targets);
+    }
+
     /// The settings the board was built with.
     pub fn settings(&self) -> &HealthSettings {
         &self.settings

@@ -95,6 +95,14 @@ pub trait HealthStore: Send + Sync + 'static {
     /// shared store drops its own copies only: the fleet's records are every replica's, and
     /// other replicas may still run the configuration that names them.
     fn drop_records(&self, targets: &[Target], credentials: &[CredentialId]);
+
+    /// The targets the configuration names (its routes' chains), told each time a router is
+    /// built over the store (a reconfiguration too): a shared store bounds what it shares of
+    /// any other target, which clients choose (`provider:model`, a pattern route's model), and
+    /// never these. The default does nothing.
+    fn configured(&self, targets: &[Target]) {
+        let _ = targets;
+    }
 }
 
 /// The in-process store: one mutex over two maps, held for microseconds and never across an

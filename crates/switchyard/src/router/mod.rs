@@ -307,6 +307,12 @@ impl RouterBuilder {
                 .map(|(k, _)| k.clone())
                 .unwrap_or_else(|| route_order[0].clone()),
         };
+        let configured: Vec<Target> = route_order
+            .iter()
+            .filter_map(|name| routes.get(name))
+            .flat_map(|slot| slot.route.all_targets().into_iter().cloned())
+            .collect();
+        kept.health.configured(&configured);
         Ok(Router {
             inner: Arc::new(Inner {
                 providers,
