@@ -583,7 +583,12 @@ impl RoutedStream {
     /// usage once a chunk said it, else an estimate of the prompt and of what was delivered
     /// (four characters a token); `None` when nothing was.
     pub fn usage_so_far(&self) -> Option<Usage> {
-        self.usage.or_else(|| self.so_far.usage())
+        let mut so_far = self.so_far;
+        // What is held back was generated (and is billed) though not yet delivered.
+        if let Some(held) = &self.held {
+            so_far.chars += held.chunks.iter().map(held_size).sum::<usize>();
+        }
+        self.usage.or_else(|| so_far.usage())
     }
 
     /// The cost of [`usage_so_far`](Self::usage_so_far) at the provider's configured price.
