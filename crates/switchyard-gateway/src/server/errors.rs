@@ -74,7 +74,13 @@ impl ApiError {
                     code: openai_code(upstream.kind()).to_owned(),
                     message: error.to_string(),
                     attempts,
-                    retry_after: upstream.retry_after().filter(|_| !spent),
+                    // A rate limit's wait as the gateway rests the key: a provider's day is
+                    // not a wait to pass on to a client.
+                    retry_after: match upstream.kind() {
+                        ErrorKind::QuotaExceeded => None,
+                        ErrorKind::RateLimited => Some(health.rest_after_rate_limit(upstream.retry_after())),
+                        _ => upstream.retry_after(),
+                    },
                     close: false,
                     spent,
                     final_answer: false,
@@ -184,14 +190,14 @@ fn upstream_status(error: &ProviderError) -> StatusCode {
 
 /// The code an OpenAI-dialect client reads for a provider's failure of `kind` passed on as it
 /// is: OpenAI's own where it has one (Codex compacts its conversation on
-/// `context_length_exceeded`, and stops on `insufficient_quota`), else the kind's name.
+/// `context_length_exceeded`, and stops on `insufficient_quota`), else the kind's name (never
+/// `invalid_api_key` for a provider's key refused: the client would take its own key for it).
 fn openai_code(kind: ErrorKind) -> &'static str {
     match kind {
         ErrorKind::ContextLength => "context_length_exceeded",
         ErrorKind::RateLimited => "rate_limit_exceeded",
         ErrorKind::QuotaExceeded => "insufficient_quota",
         ErrorKind::ContentFiltered => "content_policy_violation",
-        ErrorKind::Auth => "invalid_api_key",
         other => other.as_str(),
     }
 }
@@ -428,5 +434,17 @@ mod tests {
         assert_eq!(passed(ErrorKind::ContextLength), "context_length_exceeded");
         assert_eq!(passed(ErrorKind::ContentFiltered), "content_policy_violation");
         assert_eq!(passed(ErrorKind::InvalidRequest), "invalid_request");
+        assert_eq!(passed(ErrorKind::Auth), "auth", "the provider's key, not the client's");
+    }
+
+    #[test]
+    fn a_providers_wait_passed_on_is_held_to_the_keys_rest() {
+        // Bedrock's daily quota names a wait until midnight: a client is told the rest.
+        let daily = ProviderError::new(ErrorKind::RateLimited, "Too many tokens per day")
+            .with_status(429)
+            .with_retry_after(Duration::from_secs(80_000));
+        let error = RouteError::Upstream { error: daily, trail: Default::default(), route: "default".into() };
+        let api = ApiError::from_route(&error, &HealthSettings::default());
+        assert_eq!(api.retry_after, Some(Duration::from_secs(300)));
     }
 }

@@ -192,10 +192,15 @@ pub(crate) fn stream_exception(kind: &str, payload: &[u8], redactor: &Redactor) 
     let said = text("originalMessage").filter(|m| !m.is_empty());
     let mut kind_said = kind_of(kind, &message, None);
     if let Some(status) = original.filter(|_| normalized(kind) == "ModelStreamErrorException") {
-        kind_said = match said.as_deref() {
-            Some(said) if is_context_length(said) => ErrorKind::ContextLength,
+        // Only what the model's own status says plainly: its 401 or 403 is the model
+        // endpoint's, not the AWS credential's, and any other the frame's type says well.
+        kind_said = match (said.as_deref(), status) {
+            (Some(said), _) if is_context_length(said) => ErrorKind::ContextLength,
             _ if kind_said == ErrorKind::ContextLength => kind_said,
-            _ => http::status_kind(status),
+            (_, 429) => ErrorKind::RateLimited,
+            (_, 408) => ErrorKind::Timeout,
+            (_, 400 | 422) => ErrorKind::InvalidRequest,
+            _ => kind_said,
         };
     }
     let mut detail = format!("exception in the stream: {}", http::excerpt(&message));
@@ -293,6 +298,8 @@ mod tests {
         assert_eq!(frame(429, "Too many requests").kind(), ErrorKind::RateLimited);
         assert_eq!(frame(400, "messages: roles must alternate").kind(), ErrorKind::InvalidRequest);
         assert_eq!(frame(500, "").kind(), ErrorKind::Unavailable);
+        // The model endpoint's own refusal is not the AWS credential's.
+        assert_eq!(frame(403, "Forbidden").kind(), ErrorKind::Unavailable);
         // Without the model's own status, the type says it: the model failed, ask again.
         let bare = stream_exception("modelStreamErrorException", br#"{"message":"boom"}"#, &none);
         assert_eq!((bare.kind(), bare.status()), (ErrorKind::Unavailable, None));
