@@ -449,3 +449,40 @@ gateway:
     assert "budget" in (done.stdout + done.stderr).lower() or "quota" in (done.stdout + done.stderr).lower(), (
         done.stdout + done.stderr
     )
+
+
+def _codex_refused(mock, gateway, tmp_path, scenario):
+    """Codex on a route whose one target answers `scenario`; the finished process, how long it
+    took and how many requests the upstream saw."""
+    mock.reset()
+    gw = gateway(
+        f"""
+providers:
+  up: {{ kind: openai_compatible, base_url: "{mock.base(scenario)}/v1", api_key: sk-e2e-upstream-0001 }}
+routes:
+  default: {{ targets: [up:gpt-test] }}
+"""
+    )
+    started = time.monotonic()
+    done = run_codex(gw, tmp_path, check=False)
+    seen = mock.stats()["scenarios"].get(scenario, {}).get("requests", 0)
+    return done, time.monotonic() - started, seen
+
+
+def test_codex_whose_provider_is_out_of_quota_stops_at_once_saying_so(mock, gateway, tmp_path):
+    # Said as a rate limit with a second's Retry-After, Codex asked five times more and never
+    # showed the quota; said as a spent quota, it stops.
+    done, took, seen = _codex_refused(mock, gateway, tmp_path, "quota")
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said
+    assert "quota" in said.lower(), said
+    assert seen == 1, f"the upstream was asked {seen} times: {said}"
+    assert took < 60, said
+
+
+def test_codex_over_its_context_window_is_told_so_in_its_own_words(mock, gateway, tmp_path):
+    # OpenAI's code (`context_length_exceeded`), not the gateway's kind name, is what Codex knows.
+    done, _, _ = _codex_refused(mock, gateway, tmp_path, "context")
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said
+    assert "context window" in said.lower(), said
