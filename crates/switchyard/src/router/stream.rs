@@ -384,6 +384,8 @@ pub struct RoutedStream {
     /// stream could be continued: a call cut halfway is no use to the caller, and with it
     /// unseen the text before it can still be continued by another target.
     held: Option<Held>,
+    /// What a hold let go, in order, before anything read after it.
+    released: VecDeque<ChatChunk>,
 }
 
 /// Chunks held back ([`RoutedStream::held`]), and their size.
@@ -530,6 +532,7 @@ impl RoutedStream {
             continuing: None,
             splice: None,
             held: None,
+            released: VecDeque::new(),
         }
     }
 
@@ -660,9 +663,9 @@ impl RoutedStream {
     fn ended(&mut self) -> Poll<Option<Result<ChatChunk, StreamError>>> {
         self.rest = None;
         if let Some(held) = self.held.take() {
-            self.buffer.extend(held.chunks);
+            self.released.extend(held.chunks);
         }
-        match self.buffer.pop_front() {
+        match self.released.pop_front() {
             Some(chunk) => self.deliver(chunk),
             None => {
                 self.finish();
@@ -689,8 +692,8 @@ impl RoutedStream {
             return None;
         }
         let held = self.held.take().unwrap_or_default();
-        self.buffer.extend(held.chunks);
-        self.buffer.pop_front()
+        self.released.extend(held.chunks);
+        self.released.pop_front()
     }
 
     /// Ends a whole answer whose terminator did not come (held open, cut, past its limit).
@@ -881,8 +884,13 @@ impl RoutedStream {
         if this.continuing.is_some() {
             return this.poll_continuing(cx);
         }
-        if let Some(chunk) = this.buffer.pop_front() {
+        if let Some(chunk) = this.released.pop_front() {
             return this.deliver(chunk);
+        }
+        // The chunks read before the stream committed go the way later ones do: an answer that
+        // opens with its call holds it back too.
+        if let Some(chunk) = this.buffer.pop_front() {
+            return this.pass_on(chunk, cx);
         }
         let Some(rest) = this.rest.as_mut() else {
             this.finish();
