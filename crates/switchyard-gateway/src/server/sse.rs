@@ -132,16 +132,12 @@ impl<E: Encoder> Stream for SseBody<E> {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
         match this.poll_events(cx) {
-            // An Anthropic client reads `message_start` before anything else: its `ping` comes
-            // only after the stream's first events. Any other client's SSE comment may come
-            // first (a stream that opens with a tool call held back until its end sends nothing
-            // else meanwhile).
-            Poll::Pending if !this.done && (this.sent_any || !this.anthropic()) => {
-                match this.keep_alive(cx) {
-                    Some(bytes) => Poll::Ready(Some(Ok(bytes))),
-                    None => Poll::Pending,
-                }
-            }
+            // Only after the stream's first events: an Anthropic client reads `message_start`
+            // before anything else.
+            Poll::Pending if !this.done && this.sent_any => match this.keep_alive(cx) {
+                Some(bytes) => Poll::Ready(Some(Ok(bytes))),
+                None => Poll::Pending,
+            },
             ready @ Poll::Ready(Some(_)) => {
                 this.last_sent = Instant::now();
                 this.sent_any = true;
@@ -153,11 +149,6 @@ impl<E: Encoder> Stream for SseBody<E> {
 }
 
 impl<E: Encoder> SseBody<E> {
-    /// Whether the client speaks Anthropic's dialect.
-    fn anthropic(&self) -> bool {
-        self.exchange.as_ref().is_some_and(|e| e.dialect == Dialect::Anthropic)
-    }
-
     /// A keep-alive, when the stream has been quiet for [`KEEP_ALIVE`]; else `None`, with the
     /// timer set for when it will have been.
     fn keep_alive(&mut self, cx: &mut Context<'_>) -> Option<Bytes> {
@@ -170,7 +161,8 @@ impl<E: Encoder> SseBody<E> {
             }
             self.last_sent = now;
             self.keep_alive.as_mut().reset(now + KEEP_ALIVE);
-            return Some(Bytes::from_static(if self.anthropic() {
+            let anthropic = self.exchange.as_ref().is_some_and(|e| e.dialect == Dialect::Anthropic);
+            return Some(Bytes::from_static(if anthropic {
                 b"event: ping\ndata: {\"type\": \"ping\"}\n\n"
             } else {
                 b": keep-alive\n\n"

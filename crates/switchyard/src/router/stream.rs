@@ -384,8 +384,6 @@ pub struct RoutedStream {
     /// stream could be continued: a call cut halfway is no use to the caller, and with it
     /// unseen the text before it can still be continued by another target.
     held: Option<Held>,
-    /// What a hold let go, in order, before anything read after it.
-    released: VecDeque<ChatChunk>,
 }
 
 /// Chunks held back ([`RoutedStream::held`]), and their size.
@@ -532,7 +530,6 @@ impl RoutedStream {
             continuing: None,
             splice: None,
             held: None,
-            released: VecDeque::new(),
         }
     }
 
@@ -663,9 +660,9 @@ impl RoutedStream {
     fn ended(&mut self) -> Poll<Option<Result<ChatChunk, StreamError>>> {
         self.rest = None;
         if let Some(held) = self.held.take() {
-            self.released.extend(held.chunks);
+            self.buffer.extend(held.chunks);
         }
-        match self.released.pop_front() {
+        match self.buffer.pop_front() {
             Some(chunk) => self.deliver(chunk),
             None => {
                 self.finish();
@@ -692,8 +689,8 @@ impl RoutedStream {
             return None;
         }
         let held = self.held.take().unwrap_or_default();
-        self.released.extend(held.chunks);
-        self.released.pop_front()
+        self.buffer.extend(held.chunks);
+        self.buffer.pop_front()
     }
 
     /// Ends a whole answer whose terminator did not come (held open, cut, past its limit).
@@ -884,13 +881,8 @@ impl RoutedStream {
         if this.continuing.is_some() {
             return this.poll_continuing(cx);
         }
-        if let Some(chunk) = this.released.pop_front() {
-            return this.deliver(chunk);
-        }
-        // The chunks read before the stream committed go the way later ones do: an answer that
-        // opens with its call holds it back too.
         if let Some(chunk) = this.buffer.pop_front() {
-            return this.pass_on(chunk, cx);
+            return this.deliver(chunk);
         }
         let Some(rest) = this.rest.as_mut() else {
             this.finish();

@@ -497,18 +497,3 @@ async fn a_stream_that_cannot_be_continued_shows_its_calls_as_they_come() {
     assert_eq!(seen, ["I'll write it.", "call:", "call:{\"pa"]);
     assert_eq!(error.map(|e| e.error.kind()), Some(ErrorKind::Transport));
 }
-
-#[tokio::test(start_paused = true)]
-async fn an_answer_that_opens_with_its_call_cut_halfway_is_answered_again_by_the_next_target() {
-    // No preamble: the call is the first thing the stream says, and is held back as well; cut,
-    // the caller was shown nothing, and the next target answers from the start.
-    let a = Scripted(vec![call_chunk(true, ""), call_chunk(false, "{\"pa"), cut()]);
-    let b = SimulatedProvider::new().reply("Done.").accepts_prefill(true);
-    let mut stream =
-        scripted_then(a, b).chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
-    let (seen, error) = pieces(&mut stream).await;
-    assert!(error.is_none(), "{error:?}");
-    assert!(!seen.iter().any(|piece| piece.starts_with("call:")), "no half call shown: {seen:?}");
-    assert_eq!(seen.concat(), "Done.finish:Stop");
-    assert_eq!(outcomes(&stream), [(Outcome::Failed, true), (Outcome::Continued, false)]);
-}
