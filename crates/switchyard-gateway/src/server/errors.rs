@@ -74,12 +74,11 @@ impl ApiError {
                     code: openai_code(upstream.kind()).to_owned(),
                     message: error.to_string(),
                     attempts,
-                    // A rate limit's wait as the gateway rests the key: a provider's day is
-                    // not a wait to pass on to a client.
+                    // A provider's wait, no longer than the gateway rests a key for a rate
+                    // limit: a provider's day is not a wait to pass on to a client.
                     retry_after: match upstream.kind() {
                         ErrorKind::QuotaExceeded => None,
-                        ErrorKind::RateLimited => Some(health.rest_after_rate_limit(upstream.retry_after())),
-                        _ => upstream.retry_after(),
+                        _ => upstream.retry_after().map(|wait| wait.min(health.longest_rate_limit_rest())),
                     },
                     close: false,
                     spent,
@@ -446,5 +445,11 @@ mod tests {
         let error = RouteError::Upstream { error: daily, trail: Default::default(), route: "default".into() };
         let api = ApiError::from_route(&error, &HealthSettings::default());
         assert_eq!(api.retry_after, Some(Duration::from_secs(300)));
+        // A shorter wait (a pacer's, a provider's second) is passed on as it is.
+        let paced =
+            ProviderError::new(ErrorKind::RateLimited, "paced").with_retry_after(Duration::from_millis(300));
+        let error = RouteError::Upstream { error: paced, trail: Default::default(), route: "default".into() };
+        let api = ApiError::from_route(&error, &HealthSettings::default());
+        assert_eq!(api.retry_after, Some(Duration::from_millis(300)));
     }
 }

@@ -43,8 +43,13 @@ impl HealthSettings {
     /// `retry_after`: the configured rest, or the provider's wait when longer (resting less
     /// than it asked would only earn another 429), up to `max_cooldown_on_rate_limit`.
     pub fn rest_after_rate_limit(&self, retry_after: Option<Duration>) -> Duration {
-        let most = self.max_cooldown_on_rate_limit.max(self.cooldown_on_rate_limit);
-        self.cooldown_on_rate_limit.max(retry_after.unwrap_or_default()).min(most)
+        self.cooldown_on_rate_limit.max(retry_after.unwrap_or_default()).min(self.longest_rate_limit_rest())
+    }
+
+    /// The longest a rate limit rests a credential: `max_cooldown_on_rate_limit`, never less
+    /// than `cooldown_on_rate_limit`.
+    pub fn longest_rate_limit_rest(&self) -> Duration {
+        self.max_cooldown_on_rate_limit.max(self.cooldown_on_rate_limit)
     }
 }
 
