@@ -214,6 +214,11 @@ impl Metrics {
             let _ = writeln!(out, "{name}_sum{} {sum}", render_labels(&labels, None));
             let _ = writeln!(out, "{name}_count{} {count}", render_labels(&labels, None));
         }
+        // One family's samples together, each family described once (Prometheus refuses a
+        // scrape that types a metric twice): the gauges come per subject (each key's spend,
+        // then its budget), so they are grouped by name, each family's order kept.
+        let mut gauges: Vec<_> = gauges.iter().collect();
+        gauges.sort_by_key(|(name, ..)| *name);
         let mut last_gauge = None;
         for (name, text, labels, value) in gauges {
             if last_gauge != Some(*name) {
@@ -254,6 +259,22 @@ fn escape(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_gauge_family_is_described_once_its_samples_together() {
+        // Two keys' spend and budget, given key by key: one HELP and TYPE a family.
+        let key = |name: &'static str| labels([("key", name.into())]);
+        let gauges = [
+            ("spend", "Spent.", key("a"), 1.0),
+            ("budget", "Budget.", key("a"), 10.0),
+            ("spend", "Spent.", key("b"), 2.0),
+            ("budget", "Budget.", key("b"), 20.0),
+        ];
+        let text = Metrics::new().render(&gauges);
+        assert_eq!(text.matches("# TYPE spend gauge").count(), 1, "{text}");
+        assert_eq!(text.matches("# TYPE budget gauge").count(), 1, "{text}");
+        assert!(text.contains("# TYPE spend gauge\nspend{key=\"a\"} 1\nspend{key=\"b\"} 2\n"), "{text}");
+    }
 
     #[test]
     fn counters_and_histograms_render_in_the_text_format() {
