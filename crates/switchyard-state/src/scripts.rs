@@ -31,7 +31,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function fmt(n) return string.format('%.0f', n) end
 local function hash(key)
-  local flat = redis.call('HGETALL', key)
+  -- A key of another type under the prefix (not a record) reads as no record.
+  local flat = redis.pcall('HGETALL', key)
+  if type(flat) ~= 'table' or flat.err then return {} end
   local out = {}
   for i = 1, #flat, 2 do out[flat[i]] = flat[i + 1] end
   return out

@@ -354,7 +354,9 @@ async fn past_the_most_records_the_fleet_keeps_a_new_targets_stays_with_its_repl
     let seeded: Vec<String> = (0..switchyard_state::MOST_RECORDS).map(|i| format!("t:seeded:m{i}")).collect();
     let mut seed = ::redis::pipe();
     for name in &seeded {
-        seed.cmd("SET").arg(format!("switchyard:{name}")).arg("1").arg("EX").arg(600).ignore();
+        let key = format!("switchyard:{name}");
+        seed.cmd("HSET").arg(&key).arg("gen").arg(1).arg("st").arg("available").ignore();
+        seed.cmd("EXPIRE").arg(&key).arg(600).ignore();
         seed.cmd("SADD").arg("switchyard:index").arg(name).ignore();
     }
     seed.query_async::<()>(&mut redis).await.expect("seeded");
@@ -387,4 +389,18 @@ async fn past_the_most_records_the_fleet_keeps_a_new_targets_stays_with_its_repl
     let later: Target = "openai:later".parse().expect("a target");
     a.fail(&later, &k, 0, &error(ErrorKind::Unavailable, None));
     eventually("b learns of the later target", PROPAGATION, || is_skip(&b.gate(&later, &k))).await;
+}
+
+/// A key of another kind under the prefix, named in the index (an operator's, a script's), is
+/// no record: the resync that reads every record skips it and drops its name, and the fleet
+/// still sees itself (the resync failed whole on it, and `/admin/health` listed no replica).
+#[tokio::test]
+async fn a_key_of_another_kind_named_in_the_index_does_not_blind_the_fleet() {
+    let server = switchyard_state::testing::RedisServer::start();
+    server.cli(&["SET", "switchyard:t:stray:m", "1"]);
+    server.cli(&["SADD", "switchyard:index", "t:stray:m"]);
+    let (a, _b) = support::redis_fleet(&server).await;
+    eventually("a sees both replicas", Duration::from_secs(5), || a.store().status().replicas.len() == 2)
+        .await;
+    assert_eq!(server.cli(&["SISMEMBER", "switchyard:index", "t:stray:m"]).trim(), "0");
 }
