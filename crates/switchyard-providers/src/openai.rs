@@ -275,6 +275,9 @@ impl OpenAiProvider {
             None => return self.complete_translated(call, request).await,
         };
         let response = self.post(call, "chat/completions", body, false).await?;
+        if is_event_stream(&response) {
+            return answer_of_stream(response, call.credential.key()).await;
+        }
         let bytes = http::read_body(response).await?;
         let mut answer = wire::parse_response(&bytes, call.credential.key())?;
         if verbatim.is_some() {
@@ -290,8 +293,10 @@ impl OpenAiProvider {
         request: &ChatRequest,
     ) -> Result<ChatResponse, ProviderError> {
         let (response, notice) = self.post_translated(call, request, false).await?;
-        let bytes = http::read_body(response).await?;
-        let mut answer = wire::parse_response(&bytes, call.credential.key())?;
+        let mut answer = match is_event_stream(&response) {
+            true => answer_of_stream(response, call.credential.key()).await?,
+            false => wire::parse_response(&http::read_body(response).await?, call.credential.key())?,
+        };
         answer.notices.extend(notice);
         Ok(answer)
     }
@@ -562,6 +567,32 @@ impl Provider for OpenAiProvider {
     ) -> BoxFuture<'a, Result<EmbeddingsResponse, ProviderError>> {
         Box::pin(self.embed(call, request))
     }
+}
+
+/// Whether `response` is an event stream: a server that streams whatever `stream` says.
+fn is_event_stream(response: &http::Response) -> bool {
+    let content_type = response.headers().get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok());
+    content_type.is_some_and(|value| value.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
+}
+
+/// The whole answer of a server that streamed it though asked for it whole (some compatible
+/// servers always stream): its stream read to the end, put together as a stream asked for
+/// one is, with the same rules for an ending without its terminator or an unreadable event.
+async fn answer_of_stream(
+    response: http::Response,
+    key: Option<&switchyard::credential::Secret>,
+) -> Result<ChatResponse, ProviderError> {
+    use futures_util::StreamExt;
+    let mut chunks = stream::chunks(response, key.cloned(), None);
+    let mut answer = switchyard::assembly::Assembly::default();
+    while let Some(chunk) = chunks.next().await {
+        answer.push(chunk?);
+    }
+    if answer.is_empty() {
+        let detail = "asked for a whole answer, the server streamed one that said nothing";
+        return Err(ProviderError::new(switchyard::ErrorKind::MalformedResponse, detail).with_status(200));
+    }
+    Ok(answer.finish())
 }
 
 /// Appends `segment` percent-encoded as one URL path segment, as the WHATWG URL standard

@@ -1998,3 +1998,34 @@ async fn an_anthropic_clients_strict_tool_is_openais_strict_where_its_schema_all
     Harness::openai(taking.url("/v1")).chat(&request).await.unwrap();
     assert_eq!(taking.only_request().body["tools"][0]["function"].get("strict"), None);
 }
+
+#[tokio::test]
+async fn a_server_that_streams_an_answer_asked_whole_is_read_to_its_end_and_put_together() {
+    // Some compatible servers stream whatever `stream` says: with `stream_upstream: false`
+    // their answer was malformed JSON. Read as the stream it is, it is the whole answer.
+    let chunk = |delta: Value, finish: Value| {
+        let data = json!({"id": "c1", "object": "chat.completion.chunk", "created": 7, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        format!("data: {data}\n\n")
+    };
+    let usage = json!({"id": "c1", "object": "chat.completion.chunk", "created": 7, "model": "m", "choices": [],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}});
+    let body = [
+        chunk(json!({"role": "assistant", "content": "Hel"}), Value::Null),
+        chunk(json!({"content": "lo"}), json!("stop")),
+        format!("data: {usage}\n\n"),
+        "data: [DONE]\n\n".to_owned(),
+    ]
+    .concat();
+    let fake = Fake::start(move |_| sse_reply(&[], &body)).await;
+    let answer = Harness::openai(fake.url("/v1")).chat(&hello()).await.unwrap();
+    assert_ne!(fake.only_request().body["stream"], json!(true), "asked whole");
+    assert_eq!(answer.choices[0].message.text_content().as_deref(), Some("Hello"));
+    assert_eq!(answer.choices[0].finish_reason, Some(FinishReason::Stop));
+    assert_eq!(answer.usage.map(|u| u.total_tokens), Some(5));
+
+    // One that streams nothing of an answer is malformed, asked again or of the next target.
+    let empty = Fake::start(|_| sse_reply(&[], "data: [DONE]\n\n")).await;
+    let error = Harness::openai(empty.url("/v1")).chat(&hello()).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::MalformedResponse, "{error:?}");
+}
