@@ -76,13 +76,18 @@ def test_an_overloaded_upstream_fails_over_to_an_openai_upstream(mock, gateway):
     assert record["attempts"][0]["error"]["kind"] == "unavailable"
 
 
-def test_every_target_overloaded_is_the_sdks_overloaded_error(mock, gateway):
-    # Clients that act on an overload (Claude Code's --fallback-model) read it as Anthropic says it.
-    gw = gateway(config(
+def claude_alone(mock, gateway, scenario):
+    """A gateway whose route is one Claude target on the mock's `scenario`, tried once."""
+    return gateway(config(
         mock,
-        {"claude": ("anthropic", "status=529", ANT_KEY)},
+        {"claude": ("anthropic", scenario, ANT_KEY)},
         {"default": "{ targets: [claude:claude-test], retry: { max_attempts: 1 } }"},
     ))
+
+
+def test_every_target_overloaded_is_the_sdks_overloaded_error(mock, gateway):
+    # Clients that act on an overload (Claude Code's --fallback-model) read it as Anthropic says it.
+    gw = claude_alone(mock, gateway, "status=529")
     with pytest.raises(anthropic.OverloadedError) as raised:
         ask(client(gw))
     assert raised.value.status_code == 529
@@ -90,11 +95,7 @@ def test_every_target_overloaded_is_the_sdks_overloaded_error(mock, gateway):
 
 
 def test_every_target_failing_is_an_error_in_anthropic_shape(mock, gateway):
-    gw = gateway(config(
-        mock,
-        {"claude": ("anthropic", "status=500", ANT_KEY)},
-        {"default": "{ targets: [claude:claude-test], retry: { max_attempts: 1 } }"},
-    ))
+    gw = claude_alone(mock, gateway, "status=500")
     with pytest.raises(anthropic.APIStatusError) as raised:
         ask(client(gw))
     error = raised.value
