@@ -15,11 +15,6 @@ use tokio::time::Instant;
 use super::{CredentialRecord, HealthSettings, HealthStatus};
 use crate::credential::CredentialId;
 
-/// The rest after a rate limit ([`HealthSettings::rest_after_rate_limit`]).
-pub(super) fn after_rate_limit(settings: &HealthSettings, retry_after: Option<Duration>) -> Duration {
-    settings.rest_after_rate_limit(retry_after)
-}
-
 /// Rests `id` for the target's model until `until`, or longer when a rest of it still runs;
 /// rests that have ended are dropped.
 pub(super) fn rest_for_model(
@@ -141,9 +136,9 @@ mod tests {
     fn a_rate_limit_rests_at_least_as_long_as_the_provider_asked() {
         let settings = HealthSettings::default();
         let configured = settings.cooldown_on_rate_limit;
-        assert_eq!(after_rate_limit(&settings, None), configured);
-        assert_eq!(after_rate_limit(&settings, Some(configured * 3)), configured * 3);
-        assert_eq!(after_rate_limit(&settings, Some(Duration::from_millis(1))), configured);
+        assert_eq!(settings.rest_after_rate_limit(None), configured);
+        assert_eq!(settings.rest_after_rate_limit(Some(configured * 3)), configured * 3);
+        assert_eq!(settings.rest_after_rate_limit(Some(Duration::from_millis(1))), configured);
         assert_eq!(after_error(&settings), None, "off by default");
     }
 }

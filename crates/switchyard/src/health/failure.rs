@@ -77,7 +77,7 @@ impl<'a> Failure<'a> {
     /// when the provider said the limit is the account's, for every model (the credential is
     /// marked rate limited then). The target is marked but not skipped for it.
     fn rate_limited(&self, settings: &HealthSettings, records: &mut Records, events: &mut Vec<HealthEvent>) {
-        let rest = self.now + cooldown::after_rate_limit(settings, self.retry_after);
+        let rest = self.now + settings.rest_after_rate_limit(self.retry_after);
         if !self.account_wide {
             if let Some(id) = &self.credential_id {
                 cooldown::rest_for_model(&mut records.target.key_cooldowns, id, rest, self.now);
