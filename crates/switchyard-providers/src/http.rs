@@ -818,6 +818,13 @@ pub fn status_kind(status: u16) -> ErrorKind {
     }
 }
 
+/// The media type of `response`'s body, lower case and without its parameters
+/// (`text/event-stream` of `text/event-stream; charset=utf-8`); empty when it names none.
+pub fn media_type(response: &Response) -> String {
+    let value = response.headers().get(::http::header::CONTENT_TYPE).and_then(|value| value.to_str().ok());
+    value.and_then(|value| value.split(';').next()).unwrap_or_default().trim().to_ascii_lowercase()
+}
+
 /// The headers as name/value pairs (values that are not text are skipped).
 pub fn header_pairs(headers: &HeaderMap) -> impl Iterator<Item = (&str, &str)> {
     headers.iter().filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))

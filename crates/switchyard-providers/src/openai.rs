@@ -275,7 +275,7 @@ impl OpenAiProvider {
             None => return self.complete_translated(call, request).await,
         };
         let response = self.post(call, "chat/completions", body, false).await?;
-        if is_event_stream(&response) {
+        if http::media_type(&response) == "text/event-stream" {
             return answer_of_stream(response, call.credential.key()).await;
         }
         let bytes = http::read_body(response).await?;
@@ -293,7 +293,7 @@ impl OpenAiProvider {
         request: &ChatRequest,
     ) -> Result<ChatResponse, ProviderError> {
         let (response, notice) = self.post_translated(call, request, false).await?;
-        let mut answer = match is_event_stream(&response) {
+        let mut answer = match http::media_type(&response) == "text/event-stream" {
             true => answer_of_stream(response, call.credential.key()).await?,
             false => wire::parse_response(&http::read_body(response).await?, call.credential.key())?,
         };
@@ -421,17 +421,17 @@ impl OpenAiProvider {
                 (response, None)
             }
         };
-        let content_type = response.headers().get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok());
-        let content_type = content_type.map(|value| value.trim_start().to_ascii_lowercase());
-        if let Some(page) = content_type.as_deref().filter(|value| value.starts_with("text/html")) {
+        let media_type = http::media_type(&response);
+        if media_type == "text/html" {
             // A proxy's page with a 200: no stream (else read as one that ended early). A
             // server of the dialect may label its stream otherwise (`text/plain`): read as one.
-            let detail = format!("expected an event stream, got `{page}`");
+            let said = response.headers().get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok());
+            let detail = format!("expected an event stream, got `{}`", said.unwrap_or_default());
             let body = http::read_error_body(response).await;
             let detail = errors::scrub(&format!("{detail}: {}", http::excerpt(&body)), call.credential.key());
             return Err(ProviderError::new(switchyard::ErrorKind::MalformedResponse, detail).with_status(200));
         }
-        if content_type.is_some_and(|value| value.starts_with("application/json")) {
+        if media_type == "application/json" {
             // Some compatible servers ignore `stream` or answer an error with a 200 JSON body.
             let bytes = http::read_body(response).await?;
             let answer = wire::parse_response(&bytes, call.credential.key())?;
@@ -567,12 +567,6 @@ impl Provider for OpenAiProvider {
     ) -> BoxFuture<'a, Result<EmbeddingsResponse, ProviderError>> {
         Box::pin(self.embed(call, request))
     }
-}
-
-/// Whether `response` is an event stream: a server that streams whatever `stream` says.
-fn is_event_stream(response: &http::Response) -> bool {
-    let content_type = response.headers().get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok());
-    content_type.is_some_and(|value| value.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
 }
 
 /// The whole answer of a server that streamed it though asked for it whole (some compatible
