@@ -386,11 +386,13 @@ pub struct RoutedStream {
     held: Option<Held>,
 }
 
-/// Chunks held back ([`RoutedStream::held`]), and their size.
+/// Chunks held back ([`RoutedStream::held`]): the size of the provider's frames of them, and
+/// what they say (the bound where no frame came; an estimate for a caller that leaves).
 #[derive(Default)]
 struct Held {
     chunks: Vec<ChatChunk>,
     bytes: usize,
+    so_far: SoFar,
 }
 
 /// The most a stream holds back for a tool call (its arguments, as the provider's frames say
@@ -586,7 +588,7 @@ impl RoutedStream {
         let mut so_far = self.so_far;
         // What is held back was generated (and is billed) though not yet delivered.
         if let Some(held) = &self.held {
-            so_far.chars += held.chunks.iter().map(held_size).sum::<usize>();
+            so_far.chars += held.so_far.chars;
         }
         self.usage.or_else(|| so_far.usage())
     }
@@ -683,9 +685,11 @@ impl RoutedStream {
             None => return Some(chunk),
         };
         let ends = chunk.choices.iter().any(|choice| choice.finish_reason.is_some());
-        held.bytes += chunk.verbatim.as_ref().map_or(0, |frame| frame.bytes().len()) + held_size(&chunk);
+        held.so_far.add(&chunk);
+        held.bytes += chunk.verbatim.as_ref().map_or(0, |frame| frame.bytes().len());
         held.chunks.push(chunk);
-        if !ends && held.bytes <= MAX_HELD {
+        // The provider's frames where it framed them, else what the chunks say.
+        if !ends && held.bytes.max(held.so_far.chars) <= MAX_HELD {
             return None;
         }
         let held = self.held.take().unwrap_or_default();
@@ -963,12 +967,6 @@ const HELD_NOTE: &str =
 /// Whether `chunk` begins or carries a tool call.
 fn starts_a_call(chunk: &ChatChunk) -> bool {
     chunk.choices.iter().any(|choice| !choice.delta.tool_calls.is_empty())
-}
-
-/// The canonical size of `chunk`'s calls' arguments, for the bound of what is held.
-fn held_size(chunk: &ChatChunk) -> usize {
-    let calls = chunk.choices.iter().flat_map(|choice| &choice.delta.tool_calls);
-    calls.filter_map(|call| call.function.as_ref()?.arguments.as_ref()).map(String::len).sum()
 }
 
 /// Who a stream's failure is on.
