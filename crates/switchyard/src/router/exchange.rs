@@ -16,6 +16,18 @@ use crate::timeouts::Timeouts;
 use crate::trail::{Timing, Trail, Via};
 use crate::{ErrorKind, ProviderError, Target};
 
+/// An exchange's [`billed_prompt`](Exchange::billed_prompt), as the record of a request asks
+/// it: only when the request was dropped with a call under way.
+pub(crate) trait BilledPrompt {
+    fn billed_prompt(&self) -> Option<u32>;
+}
+
+impl<X: Exchange> BilledPrompt for X {
+    fn billed_prompt(&self) -> Option<u32> {
+        Exchange::billed_prompt(self)
+    }
+}
+
 /// What one kind of exchange does at the points where they differ.
 pub(crate) trait Exchange: Sync {
     type Output: Send;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::exchange::BilledPrompt;
 use super::inner::Inner;
 use crate::chat::Usage;
 use crate::credential::CredentialId;
@@ -27,7 +28,7 @@ pub(super) struct Record<'r> {
     /// The target called last, for the provider-switch event.
     previous: Option<Target>,
     /// Where the trail goes if the request is dropped before it ends.
-    unfinished: Option<Leaving>,
+    unfinished: Option<Leaving<'r>>,
     /// The calls sent (the last, and a hedge beside it), and when: each not recorded is
     /// `cancelled` if the request is dropped before it ends. (A hedge is told of through a
     /// shared borrow, as the pair runs.)
@@ -48,10 +49,11 @@ struct UnderWay {
 
 /// Where a request dropped before it ended leaves its trail: the route's name, and the
 /// prompt's tokens (estimated) that each call it cuts short cost at the least.
-struct Leaving {
+struct Leaving<'r> {
     unfinished: Unfinished,
     route: Arc<str>,
-    prompt: Option<u32>,
+    /// The exchange, asked for its prompt's estimate only if a call was cut.
+    prompt: &'r (dyn BilledPrompt + Sync),
 }
 
 impl<'r> Record<'r> {
@@ -68,16 +70,15 @@ impl<'r> Record<'r> {
     }
 
     /// Leaves the trail in `unfinished`, under `route`, should the request be dropped before
-    /// it ends, with what the calls it cuts short cost: `prompt` (asked only then) is the
+    /// it ends, with what the calls it cuts short cost: `prompt` says (asked only then) the
     /// prompt's tokens each was sent with, when its provider bills them.
     pub(super) fn leaving_trail(
         mut self,
         unfinished: Option<Unfinished>,
         route: &Arc<str>,
-        prompt: impl FnOnce() -> Option<u32>,
+        prompt: &'r (dyn BilledPrompt + Sync),
     ) -> Self {
-        self.unfinished =
-            unfinished.map(|unfinished| Leaving { unfinished, route: route.clone(), prompt: prompt() });
+        self.unfinished = unfinished.map(|unfinished| Leaving { unfinished, route: route.clone(), prompt });
         self
     }
 
@@ -352,7 +353,10 @@ impl Drop for Record<'_> {
             };
             self.trail.push(attempt.with_note(Some(note.to_owned())));
         }
-        let cost = prompt.filter(|_| !cut.is_empty()).map(|prompt| self.cost_of_cut(cut, prompt));
+        let cost = match cut.is_empty() {
+            true => None,
+            false => prompt.billed_prompt().map(|prompt| self.cost_of_cut(cut, prompt)),
+        };
         unfinished.put(route, std::mem::take(&mut self.trail), cost);
     }
 }

@@ -130,7 +130,7 @@ impl<'r, X: Exchange> Run<'r, X> {
             record: Record::new(inner, started).leaving_trail(
                 options.unfinished.clone(),
                 route.name_arc(),
-                || x.billed_prompt(),
+                x,
             ),
             verdict: Verdict::new(),
             ctx: Context {
