@@ -82,6 +82,11 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// The configured price of `target`'s model.
+    pub(crate) fn price(&self, target: &crate::Target) -> Option<&crate::router::entry::Price> {
+        self.providers.get(target.provider())?.price(target.model())
+    }
+
     /// The hedge budget of the route `name`, when it hedges.
     pub(crate) fn hedge_budget(&self, name: &str) -> Option<&RetryBudget> {
         self.routes.get(name)?.hedges.as_deref()

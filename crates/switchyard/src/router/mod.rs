@@ -572,8 +572,7 @@ impl Router {
     /// What `usage` cost at the price of the target that answered, when it has one.
     fn cost(&self, answered: Option<&(Target, usize)>, usage: Option<&Usage>) -> Option<f64> {
         let ((target, _), usage) = (answered?, usage?);
-        let price = self.inner.providers.get(target.provider())?.price(target.model())?;
-        Some(price.cost(usage))
+        Some(self.inner.price(target)?.cost(usage))
     }
 
     /// A new subscription to the router's events.

@@ -367,7 +367,7 @@ impl Record<'_> {
     fn cost_of_cut(&self, cut: Vec<crate::Target>, prompt: u32) -> CutShort {
         let usage = Usage { prompt_tokens: prompt, total_tokens: prompt, ..Usage::default() };
         let calls = cut.into_iter().map(|target| {
-            let price = self.inner.providers.get(target.provider()).and_then(|p| p.price(target.model()));
+            let price = self.inner.price(&target);
             CutCall { cost: price.map(|price| price.cost(&usage)), usage, target }
         });
         CutShort { calls: calls.collect() }

@@ -71,7 +71,7 @@ impl StreamSettler {
 
     /// The configured price of `target`'s model.
     pub(crate) fn price(&self, target: &Target) -> Option<Price> {
-        self.inner.providers.get(target.provider())?.price(target.model()).copied()
+        self.inner.price(target).copied()
     }
 
     /// Records that `target`, with credential `credential`, failed after its stream's content
