@@ -588,7 +588,7 @@ fn invocation<'s>(
         Op::Write { key, change: Change::Put(fields), .. } => {
             let mut call = scripts.put.prepare_invoke();
             call.arg(&settings.prefix).arg(key.name()).arg(&settings.replica).arg(RECORD_FLOOR_MS);
-            call.arg(if shared.bounded(key) { "1" } else { "0" });
+            call.arg(if shared.bounded(key) { crate::MOST_RECORDS } else { 0 });
             let now = Instant::now();
             for (name, value) in fields {
                 call.arg(*name).arg(value.encode(now));

@@ -52,7 +52,8 @@ end
 pub const MOST_RECORDS: usize = 2 * switchyard::health::MemoryStore::DEFAULT_TARGETS;
 
 /// Merges changed fields into a record. ARGV: prefix, name, replica, the floor of the record's
-/// lifetime in ms, `1` when the record is bounded by [`MOST_RECORDS`] (else `0`), then
+/// lifetime in ms, the most records the fleet keeps when this one is bounded ([`MOST_RECORDS`];
+/// `0`: not bounded), then
 /// field/value pairs with times relative to now.
 ///
 /// The rules: status, reason and since are the last writer's (since kept when the status is
@@ -62,7 +63,7 @@ pub const MOST_RECORDS: usize = 2 * switchyard::health::MemoryStore::DEFAULT_TAR
 /// breaker before the probe's lease would end), except that a probe (a half-open write) takes
 /// no running lease or open time of another replica's; failed probes only grow.
 const PUT: &str = r#"
-local name, me, floor, bounded = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1'
+local name, me, floor, most = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local key = prefix .. ':' .. name
 local cur = hash(key)
 local index = prefix .. ':index'
@@ -72,13 +73,13 @@ local index = prefix .. ':index'
 -- refused: clients name targets, and made-up ones would each be kept an hour. A configured
 -- target's record and a key's own are always kept.
 if cur.gen == nil then
-  local full = bounded and redis.call('SCARD', index) >= MOST
+  local full = most > 0 and redis.call('SCARD', index) >= most
   local sample = 8
   if full then sample = 64 end
   for _, old in ipairs(redis.call('SRANDMEMBER', index, sample)) do
     if redis.call('EXISTS', prefix .. ':' .. old) == 0 then redis.call('SREM', index, old) end
   end
-  if full and redis.call('SCARD', index) >= MOST then
+  if full and redis.call('SCARD', index) >= most then
     return cjson.encode({op = 'full', key = name, gen = 0, now = now, by = me})
   end
 end
@@ -509,7 +510,7 @@ impl Scripts {
     pub fn new() -> Self {
         let with_prelude = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
         Self {
-            put: with_prelude(&PUT.replace("MOST", &MOST_RECORDS.to_string())),
+            put: with_prelude(PUT),
             clear: with_prelude(CLEAR),
             reset: with_prelude(RESET),
             sync: with_prelude(SYNC),
