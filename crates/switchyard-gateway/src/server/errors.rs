@@ -67,24 +67,16 @@ impl ApiError {
             RouteError::UnknownModel { .. } => {
                 Self::new(StatusCode::NOT_FOUND, "model_not_found", error.to_string())
             }
-            RouteError::Upstream { error: upstream, .. } => {
-                let spent = upstream.kind() == ErrorKind::QuotaExceeded;
-                Self {
-                    status: upstream_status(upstream),
-                    code: openai_code(upstream.kind()).to_owned(),
-                    message: error.to_string(),
-                    attempts,
-                    // A provider's wait, no longer than the gateway rests a key for a rate
-                    // limit: a provider's day is not a wait to pass on to a client.
-                    retry_after: match upstream.kind() {
-                        ErrorKind::QuotaExceeded => None,
-                        _ => upstream.retry_after().map(|wait| wait.min(health.longest_rate_limit_rest())),
-                    },
-                    close: false,
-                    spent,
-                    final_answer: false,
-                }
-            }
+            RouteError::Upstream { error: upstream, .. } => Self {
+                attempts,
+                // A provider's wait, no longer than the gateway rests a key for a rate limit:
+                // a provider's day is not a wait to pass on to a client.
+                retry_after: match upstream.kind() {
+                    ErrorKind::QuotaExceeded => None,
+                    _ => upstream.retry_after().map(|wait| wait.min(health.longest_rate_limit_rest())),
+                },
+                ..Self::passed_on(upstream, error.to_string())
+            },
             RouteError::AllTargetsFailed { trail, .. } => {
                 let (status, retry_after) = all_failed_status(trail.attempts(), health);
                 Self {
@@ -101,6 +93,15 @@ impl ApiError {
                     final_answer: trail.out_of_time(),
                 }
             }
+        }
+    }
+
+    /// A provider's failure passed on as it is: its status, OpenAI's code for it, and a spent
+    /// quota said as one (before the answer began, or in a stream's error event after).
+    fn passed_on(error: &ProviderError, message: String) -> Self {
+        Self {
+            spent: error.kind() == ErrorKind::QuotaExceeded,
+            ..Self::new(upstream_status(error), openai_code(error.kind()), message)
         }
     }
 
@@ -282,16 +283,8 @@ pub fn stream_error_event(
     request_id: &str,
     attempts: Value,
 ) -> Value {
-    let api = ApiError {
-        status: upstream_status(error),
-        code: error.kind().as_str().to_owned(),
-        message: format!("the stream failed after content was sent: {error}"),
-        attempts: Some(Box::new(attempts)),
-        retry_after: None,
-        close: false,
-        spent: false,
-        final_answer: false,
-    };
+    let message = format!("the stream failed after content was sent: {error}");
+    let api = ApiError { attempts: Some(Box::new(attempts)), ..ApiError::passed_on(error, message) };
     api.body(dialect, request_id)
 }
 
@@ -434,6 +427,18 @@ mod tests {
         assert_eq!(passed(ErrorKind::ContentFiltered), "content_policy_violation");
         assert_eq!(passed(ErrorKind::InvalidRequest), "invalid_request");
         assert_eq!(passed(ErrorKind::Auth), "auth", "the provider's key, not the client's");
+        // A stream's error event after content says the same.
+        let spent = ProviderError::new(ErrorKind::QuotaExceeded, "spent");
+        let event = stream_error_event(Dialect::OpenAi, &spent, "req", json!([]));
+        assert_eq!(
+            (&event["error"]["code"], &event["error"]["type"]),
+            (&json!("insufficient_quota"), &json!("insufficient_quota"))
+        );
+        let long = ProviderError::new(ErrorKind::ContextLength, "too long");
+        assert_eq!(
+            stream_error_event(Dialect::OpenAi, &long, "req", json!([]))["error"]["code"],
+            "context_length_exceeded"
+        );
     }
 
     #[test]
