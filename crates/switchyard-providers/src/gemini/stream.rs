@@ -227,8 +227,6 @@ impl<S> GeminiChunks<S> {
         self.ready.push_back(Ok(role));
     }
 
-    /// The chunk choices of one candidate in an event: its new text and tool calls (`None`
-    /// when it has neither), and its finish reason (`None` before its last event).
     /// The error of a candidate of this event that finished (`STOP`) having given no text or
     /// call, in this event or before ([`empty_stop`](super::response::empty_stop));
     /// [`on_candidate`](Self::on_candidate) notes those that gave some.
@@ -239,6 +237,8 @@ impl<S> GeminiChunks<S> {
         })
     }
 
+    /// The chunk choices of one candidate in an event: its new text and tool calls (`None`
+    /// when it has neither), and its finish reason (`None` before its last event).
     fn on_candidate(&mut self, candidate: &Candidate) -> (Option<ChunkChoice>, Option<ChunkChoice>) {
         let index = candidate.index.unwrap_or(0);
         let parts = candidate.content.as_ref().map_or(&[][..], |content| &content.parts[..]);

@@ -362,11 +362,11 @@ impl<'r, X: Exchange> Context<'r, X> {
         }
     }
 
-    /// Calls the hedge, if the pacer lets it go at once: its answer with its permit, or why
-    /// there is none.
-    /// Sends the hedge `who`, begun at `sent`: `record` learns of the call once it is sent (not
-    /// before: a hedge the fleet or the pacer holds back costs nothing should the caller go
-    /// away), and of its failure at once (the pair may yet be dropped while the first runs on).
+    /// Sends the hedge `who`, begun at `sent`, if the fleet's probe and the pacer let it go at
+    /// once: its answer with its permit, or why there is none. `record` learns of the call
+    /// once it is sent (not before: a hedge the fleet or the pacer holds back costs nothing
+    /// should the caller go away), and of its failure at once (the pair may yet be dropped
+    /// while the first runs on).
     async fn call_hedge(
         &self,
         who: &Callee<'_>,
