@@ -276,7 +276,7 @@ impl OpenAiProvider {
         };
         let response = self.post(call, "chat/completions", body, false).await?;
         if http::media_type(&response) == "text/event-stream" {
-            return answer_of_stream(response, call.credential.key()).await;
+            return answer_of_stream(response, &call, request).await;
         }
         let bytes = http::read_body(response).await?;
         let mut answer = wire::parse_response(&bytes, call.credential.key())?;
@@ -294,7 +294,7 @@ impl OpenAiProvider {
     ) -> Result<ChatResponse, ProviderError> {
         let (response, notice) = self.post_translated(call, request, false).await?;
         let mut answer = match http::media_type(&response) == "text/event-stream" {
-            true => answer_of_stream(response, call.credential.key()).await?,
+            true => answer_of_stream(response, &call, request).await?,
             false => wire::parse_response(&http::read_body(response).await?, call.credential.key())?,
         };
         answer.notices.extend(notice);
@@ -574,14 +574,12 @@ impl Provider for OpenAiProvider {
 /// one is, with the same rules for an ending without its terminator or an unreadable event.
 async fn answer_of_stream(
     response: http::Response,
-    key: Option<&switchyard::credential::Secret>,
+    call: &Call<'_>,
+    request: &ChatRequest,
 ) -> Result<ChatResponse, ProviderError> {
-    use futures_util::StreamExt;
-    let mut chunks = stream::chunks(response, key.cloned(), None);
-    let mut answer = switchyard::assembly::Assembly::default();
-    while let Some(chunk) = chunks.next().await {
-        answer.push(chunk?);
-    }
+    let mut chunks = stream::chunks(response, call.credential.key().cloned(), None);
+    let mut answer = switchyard::assembly::Assembly::default().expecting(request.choices_asked());
+    switchyard::assembly::read_to_end(&mut chunks, &mut answer, call.timeouts.idle, call.ends).await?;
     if answer.is_empty() {
         let detail = "asked for a whole answer, the server streamed one that said nothing";
         return Err(ProviderError::new(switchyard::ErrorKind::MalformedResponse, detail).with_status(200));

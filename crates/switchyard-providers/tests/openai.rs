@@ -2024,6 +2024,16 @@ async fn a_server_that_streams_an_answer_asked_whole_is_read_to_its_end_and_put_
     assert_eq!(answer.choices[0].finish_reason, Some(FinishReason::Stop));
     assert_eq!(answer.usage.map(|u| u.total_tokens), Some(5));
 
+    // One held open after its finish, without its terminator, is whole a moment after, as a
+    // stream asked for one is (it waited for the attempt's end).
+    let finished = [chunk(json!({"role": "assistant", "content": "Hello"}), json!("stop"))].concat();
+    let held = Fake::start(move |_| {
+        broken_reply(vec![finished.clone().into_bytes()], Some(Arc::new(tokio::sync::Notify::new())))
+    })
+    .await;
+    let answer = Harness::openai(held.url("/v1")).chat(&hello()).await.unwrap();
+    assert_eq!(answer.choices[0].message.text_content().as_deref(), Some("Hello"));
+
     // One that streams nothing of an answer is malformed, asked again or of the next target.
     let empty = Fake::start(|_| sse_reply(&[], "data: [DONE]\n\n")).await;
     let error = Harness::openai(empty.url("/v1")).chat(&hello()).await.unwrap_err();

@@ -22,11 +22,18 @@
 //! assert_eq!(answer.choices[0].finish_reason, Some(FinishReason::Stop));
 //! ```
 
+use std::time::Duration;
+
+use futures_util::StreamExt;
 use serde_json::Value;
+use tokio::time::Instant;
 
 use crate::chat::{
-    ChatChunk, ChatResponse, Choice, Content, Delta, Extra, Message, Role, THINKING_BLOCKS, ToolCall,
+    ChatChunk, ChatResponse, Choice, Content, Delta, Extra, Message, Role, StreamNotice, THINKING_BLOCKS,
+    ToolCall,
 };
+use crate::provider::ChunkStream;
+use crate::{ErrorKind, ProviderError};
 
 /// An answer being put back together from its stream's chunks, in order.
 #[derive(Debug, Default)]
@@ -201,6 +208,54 @@ impl Finishes {
     /// Whether every choice expected or begun (at least one) has finished.
     pub fn is_whole(&self) -> bool {
         self.0.is_some_and(|(seen, finished)| seen != 0 && seen == finished)
+    }
+}
+
+/// Reads the rest of `stream` into `assembly`, a chunk that shows life within `idle` of the
+/// last (keep-alives pass the time, not reset it); once every choice
+/// finished, within [`AFTER_FINISH`](crate::AFTER_FINISH) and the attempt's end (`ends`),
+/// after which a stream that said nothing more, or broke, is whole without its terminator.
+/// What a non-streamed chat asked as a stream reads ([`Route::stream_upstream`](crate::route::Route::stream_upstream)),
+/// and an adapter whose server streamed an answer asked whole.
+pub async fn read_to_end(
+    stream: &mut ChunkStream,
+    assembly: &mut Assembly,
+    idle: Duration,
+    ends: Option<Instant>,
+) -> Result<(), ProviderError> {
+    let mut alive_at = Instant::now();
+    loop {
+        let whole = assembly.is_whole();
+        let due = match (whole, ends) {
+            // Up to the attempt's end exactly, which the attempt cuts at: ended whole, not cut.
+            (true, Some(ends)) => (Instant::now() + idle.min(crate::AFTER_FINISH)).min(ends),
+            (true, None) => Instant::now() + idle.min(crate::AFTER_FINISH),
+            (false, _) => alive_at + idle,
+        };
+        match tokio::time::timeout_at(due, stream.next()).await {
+            Ok(Some(Ok(chunk))) => {
+                if chunk.shows_life() {
+                    alive_at = Instant::now();
+                }
+                assembly.push(chunk);
+            }
+            Ok(None) => return Ok(()),
+            Err(_) if whole => {
+                assembly.push(ChatChunk::notice(StreamNotice::Unterminated));
+                return Ok(());
+            }
+            // An empty answer that then broke is no answer to keep: it is asked again.
+            Ok(Some(Err(error))) if whole && assembly.has_content() => {
+                let notice = StreamNotice::BrokenAfterFinish(error.detail().to_owned());
+                assembly.push(ChatChunk::notice(notice));
+                return Ok(());
+            }
+            Ok(Some(Err(error))) => return Err(error),
+            Err(_) => {
+                let message = format!("no chunk within the idle timeout of {idle:?}");
+                return Err(ProviderError::new(ErrorKind::Timeout, message));
+            }
+        }
     }
 }
 

@@ -3,13 +3,10 @@
 //! until the first content, the `idle` limit between chunks, and a break anywhere before the
 //! end a failure of the attempt, retried or failed over whole (the client has seen nothing).
 
-use std::time::Duration;
-
 use futures_util::StreamExt;
-use tokio::time::Instant;
 
-use crate::assembly::Assembly;
-use crate::chat::{ChatChunk, ChatRequest, ChatResponse, StreamNotice};
+use crate::assembly::{Assembly, read_to_end};
+use crate::chat::{ChatRequest, ChatResponse};
 use crate::provider::{Call, ChunkStream, Provider};
 use crate::{ErrorKind, ProviderError};
 
@@ -50,50 +47,4 @@ pub(super) async fn assembled(
     };
     read_to_end(&mut stream, &mut assembly, timeouts.idle, ends).await?;
     Ok(assembly.finish())
-}
-
-/// Reads the rest of `stream` into `assembly`, a chunk that shows life within `idle` of the
-/// last (keep-alives pass the time, not reset it); once every choice
-/// finished, within [`AFTER_FINISH`](super::AFTER_FINISH) and the attempt's end (`ends`),
-/// after which a stream that said nothing more, or broke, is whole without its terminator.
-async fn read_to_end(
-    stream: &mut ChunkStream,
-    assembly: &mut Assembly,
-    idle: Duration,
-    ends: Option<Instant>,
-) -> Result<(), ProviderError> {
-    let mut alive_at = Instant::now();
-    loop {
-        let whole = assembly.is_whole();
-        let due = match (whole, ends) {
-            // Up to the attempt's end exactly, which the attempt cuts at: ended whole, not cut.
-            (true, Some(ends)) => (Instant::now() + idle.min(super::AFTER_FINISH)).min(ends),
-            (true, None) => Instant::now() + idle.min(super::AFTER_FINISH),
-            (false, _) => alive_at + idle,
-        };
-        match tokio::time::timeout_at(due, stream.next()).await {
-            Ok(Some(Ok(chunk))) => {
-                if chunk.shows_life() {
-                    alive_at = Instant::now();
-                }
-                assembly.push(chunk);
-            }
-            Ok(None) => return Ok(()),
-            Err(_) if whole => {
-                assembly.push(ChatChunk::notice(StreamNotice::Unterminated));
-                return Ok(());
-            }
-            // An empty answer that then broke is no answer to keep: it is asked again.
-            Ok(Some(Err(error))) if whole && assembly.has_content() => {
-                let notice = StreamNotice::BrokenAfterFinish(error.detail().to_owned());
-                assembly.push(ChatChunk::notice(notice));
-                return Ok(());
-            }
-            Ok(Some(Err(error))) => return Err(error),
-            Err(_) => {
-                let message = format!("no chunk within the idle timeout of {idle:?}");
-                return Err(ProviderError::new(ErrorKind::Timeout, message));
-            }
-        }
-    }
 }
