@@ -103,6 +103,11 @@ impl Inner {
         self.route_order.iter().filter_map(|name| self.routes.get(name)).map(|slot| &*slot.route)
     }
 
+    /// Every target the routes name (their chains and special chains).
+    pub(super) fn configured_targets(&self) -> std::collections::HashSet<crate::Target> {
+        self.routes().flat_map(|route| route.all_targets()).cloned().collect()
+    }
+
     /// The route that governs requests naming a target or an empty model.
     pub(super) fn default_route(&self) -> &Route {
         &self.routes[&self.default_route].route

@@ -307,29 +307,24 @@ impl RouterBuilder {
                 .map(|(k, _)| k.clone())
                 .unwrap_or_else(|| route_order[0].clone()),
         };
-        let configured: Vec<Target> = route_order
-            .iter()
-            .filter_map(|name| routes.get(name))
-            .flat_map(|slot| slot.route.all_targets().into_iter().cloned())
-            .collect();
-        kept.health.configured(&configured);
-        Ok(Router {
-            inner: Arc::new(Inner {
-                providers,
-                patterns: Self::patterns(&routes, &route_order),
-                pins: kept.pins,
-                routes,
-                route_order,
-                default_route,
-                health: kept.health,
-                latency: kept.latency,
-                events: kept.events,
-                budget: kept.budget,
-                pacer: self.pacer,
-                jitter: kept.jitter,
-                stream_refusals: kept.stream_refusals,
-            }),
-        })
+        let inner = Inner {
+            providers,
+            patterns: Self::patterns(&routes, &route_order),
+            pins: kept.pins,
+            routes,
+            route_order,
+            default_route,
+            health: kept.health,
+            latency: kept.latency,
+            events: kept.events,
+            budget: kept.budget,
+            pacer: self.pacer,
+            jitter: kept.jitter,
+            stream_refusals: kept.stream_refusals,
+        };
+        let configured: Vec<Target> = inner.configured_targets().into_iter().collect();
+        inner.health.configured(&configured);
+        Ok(Router { inner: Arc::new(inner) })
     }
 
     fn providers(entries: Vec<ProviderEntry>) -> Result<HashMap<Arc<str>, ProviderSlot>, ConfigError> {

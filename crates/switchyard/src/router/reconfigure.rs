@@ -120,10 +120,7 @@ fn forgotten(old: &Inner, new: &Inner) -> Forgotten {
             .get(provider)
             .map(|slot| (slot.provider.kind().to_owned(), slot.provider.base_url().to_owned()))
     };
-    let configured = |inner: &Inner| -> HashSet<Target> {
-        inner.routes().flat_map(|route| route.all_targets()).cloned().collect()
-    };
-    let (was, is) = (configured(old), configured(new));
+    let (was, is) = (old.configured_targets(), new.configured_targets());
     let recorded = old.health.recorded_targets();
     let exhausted: HashSet<&Target> =
         recorded.iter().filter(|(_, status)| *status == HealthStatus::Exhausted).map(|(t, _)| t).collect();
