@@ -156,6 +156,15 @@ fn to_system_time(unix_seconds: f64) -> Option<SystemTime> {
     UNIX_EPOCH.checked_add(Duration::try_from_secs_f64(unix_seconds).ok()?)
 }
 
+/// How long from `now` (seconds since the epoch) until the next midnight of a clock
+/// `offset` seconds behind UTC (a full day at midnight itself): where a provider's daily
+/// quota resets.
+pub fn until_midnight(now: i64, offset: i64) -> Duration {
+    let local = now - offset;
+    let next_midnight = (local.div_euclid(86_400) + 1) * 86_400;
+    Duration::from_secs(u64::try_from(next_midnight - local).unwrap_or(86_400))
+}
+
 /// The proleptic Gregorian date (year, month, day) of a day count since 1970-01-01 (Howard
 /// Hinnant's `civil_from_days`): the inverse of the parsing here, for whoever writes dates
 /// (log lines, test upstreams' reset headers).

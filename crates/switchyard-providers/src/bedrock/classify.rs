@@ -174,7 +174,7 @@ fn daily_wait(error: &ProviderError, message: &str) -> Option<Duration> {
 /// How long from `now` until the next midnight UTC.
 fn until_utc_midnight(now: std::time::SystemTime) -> Duration {
     let unix = now.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
-    Duration::from_secs(86_400 - unix % 86_400)
+    switchyard::time::until_midnight(i64::try_from(unix).unwrap_or(i64::MAX), 0)
 }
 
 /// An exception frame of a stream (`:message-type: exception`), its payload `{"message"}`.

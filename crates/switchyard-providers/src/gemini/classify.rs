@@ -183,9 +183,7 @@ pub(super) fn classify_google_error(
 fn until_pacific_midnight(now: std::time::SystemTime) -> Duration {
     let unix = now.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
     let offset = if pacific_daylight(unix) { 7 * 3600 } else { 8 * 3600 };
-    let local = unix - offset;
-    let next_midnight = (local.div_euclid(86_400) + 1) * 86_400;
-    Duration::from_secs((next_midnight - local) as u64)
+    switchyard::time::until_midnight(unix, offset)
 }
 
 /// Whether US Pacific daylight time is in force at `unix` (seconds since the epoch, UTC).
