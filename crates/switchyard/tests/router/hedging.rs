@@ -337,7 +337,7 @@ async fn a_hedge_whose_probe_another_replica_holds_is_not_sent_and_gives_its_slo
         "not blamed on the pacer"
     );
     assert_eq!(backup.calls(), 1, "the probe was not sent");
-    // Its slot was given back (once): the probe is this replica's when the fleet says so.
+    // Its slot was given back: the probe is this replica's when the fleet says so.
     store.refuse.store(false, std::sync::atomic::Ordering::SeqCst);
     let next = router.chat(&request("only-backup")).await.expect("probed");
     assert_eq!(next.trail.outcomes(), vec![Outcome::Ok]);
