@@ -50,8 +50,14 @@ where
     if !carried {
         return send(body).await;
     }
-    let notice =
-        |text: &str, earlier: Option<StreamNotice>| earlier.or(Some(StreamNotice::Resent(text.to_owned())));
+    // Said beside what a layer below said of its own resend (past thinking left out).
+    let notice = |text: &str, earlier: Option<StreamNotice>| {
+        Some(match earlier {
+            Some(StreamNotice::Resent(said)) => StreamNotice::Resent(format!("{said}; {text}")),
+            Some(other) => other,
+            None => StreamNotice::Resent(text.to_owned()),
+        })
+    };
     if refusals.refused(model) {
         let (answer, earlier) = send(without_strict(&body)).await?;
         return Ok((answer, notice(LEFT_OUT, earlier)));
@@ -84,4 +90,25 @@ fn without_strict(body: &Bytes) -> Bytes {
         }
     }
     serde_json::to_vec(&value).map_or_else(|_| body.clone(), Bytes::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_resend_without_strict_tools_is_said_beside_what_the_layer_below_said() {
+        let refusals = StrictRefusals::default();
+        let body = Bytes::from_static(br#"{"tools":[{"name":"f","strict":true}]}"#);
+        let send =
+            |body: Bytes| async move {
+                match body.windows(6).any(|w| w == b"strict") {
+                    true => Err(ProviderError::new(ErrorKind::InvalidRequest, "strict: not supported")
+                        .with_status(400)),
+                    false => Ok(((), Some(StreamNotice::Resent("past thinking left out".to_owned())))),
+                }
+            };
+        let (_, notice) = sent(body, (&refusals, "m", true), send).await.unwrap();
+        assert_eq!(notice, Some(StreamNotice::Resent(format!("past thinking left out; {RESENT}"))));
+    }
 }
