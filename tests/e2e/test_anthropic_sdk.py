@@ -207,3 +207,28 @@ def test_thinking_streams_as_it_comes_and_its_signed_block_goes_back_as_written(
         "thinking": "The user wants the mock answer.",
         "signature": "EqQBCkYIBxgCKkBmocksignature",
     }
+
+
+def test_a_turn_that_opens_with_a_tool_call_cut_halfway_is_answered_whole_by_the_fallback(mock, gateway):
+    # An OpenAI upstream's first chunk carries its role with the call's start: the gateway holds
+    # the call back, yet the client's message begins at once (its message_start), and after the
+    # cut the fallback's whole call follows, in the one message.
+    gw = gateway(config(
+        mock,
+        {"gpt": ("openai", "cut=2~tools", OPENAI_KEY), "claude": ("anthropic", "tools", ANT_KEY)},
+        {"default": "{ targets: [gpt:gpt-test, claude:claude-test], retry: { max_attempts: 1 } }"},
+    ))
+    tools = [{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    with client(gw).messages.stream(
+        model="default", max_tokens=128, tools=tools, messages=[{"role": "user", "content": "Weather in Paris?"}]
+    ) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_message()
+        request_id = stream.response.headers["x-request-id"]
+    assert kinds[0] == "message_start" and kinds.count("message_start") == 1, kinds
+    calls = [block for block in final.content if block.type == "tool_use"]
+    assert [(call.name, call.input) for call in calls] == [("get_weather", {"city": "Paris"})]
+    assert final.stop_reason == "tool_use"
+    _, record, _ = gw.get("/admin/requests/" + request_id)
+    assert [a["outcome"] for a in record["attempts"]] == ["failed", "continued"]
+    assert "held back" in record["attempts"][0]["note"]

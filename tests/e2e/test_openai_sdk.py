@@ -493,3 +493,29 @@ def test_the_azure_openai_client_is_served_with_its_deployment_as_the_model(mock
         openai.AzureOpenAI(
             azure_endpoint=gw.url, api_key="not-the-key", api_version="2024-10-21", max_retries=0
         ).chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}])
+
+
+def test_a_turn_that_opens_with_a_tool_call_cut_halfway_is_answered_whole_by_the_fallback(mock, gateway):
+    # The call's first chunk carries the role: held back, its role goes on at once, and once
+    # only (the SDK's helper adds up a role said twice), then the fallback's whole call.
+    gw = gateway(config(
+        mock,
+        {"a": ("openai", "cut=2~tools", KEY), "b": ("openai", "tools", KEY)},
+        {"default": "{ targets: [a:gpt-test, b:gpt-backup], retry: { max_attempts: 1 } }"},
+    ))
+    tools = [{
+        "type": "function",
+        "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+    }]
+    with client(gw).chat.completions.stream(
+        model="default", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=tools
+    ) as stream:
+        final = stream.get_final_completion()
+    message = final.choices[0].message
+    assert message.role == "assistant"
+    assert [call.function.name for call in message.tool_calls] == ["get_weather"]
+    assert message.tool_calls[0].function.arguments.replace(" ", "") == '{"city":"Paris"}'
+    assert final.choices[0].finish_reason == "tool_calls"
+    _, recent, _ = gw.get("/admin/requests")
+    _, record, _ = gw.get("/admin/requests/" + recent["requests"][0]["request_id"])
+    assert [a["outcome"] for a in record["attempts"]] == ["failed", "continued"]

@@ -52,7 +52,9 @@
 //! `chunks=N` sets the number of content chunks of a stream (default 4; also the completion
 //! token count), `gap=D` pauses between chunks, `words=N` makes the text the words
 //! `w1 w2 … wN` whatever the model, one per chunk (so `cut=40~words=60` breaks after 40 words,
-//! and two targets say the same). Durations are written `500us`, `20ms`, `1.5s` or `2m`.
+//! and two targets say the same), `tools` plays a stream's fault over a `tools` answer (so
+//! `cut=2~tools` streams the call's start and two pieces of its arguments, then drops the
+//! connection). Durations are written `500us`, `20ms`, `1.5s` or `2m`.
 //! Example: `ok~latency=20ms~chunks=8~gap=50ms`.
 //!
 //! A request whose last message is the assistant's (a prefill) gets, from any text step, what

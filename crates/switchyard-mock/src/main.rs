@@ -14,7 +14,7 @@ const USAGE: &str = "usage: switchyard-mock [--listen 127.0.0.1:PORT] [--threads
     --tls-key  the certificate's PEM private key\n\n\
     Every scenario (ok, tools, custom, filter, think, status=NNN, ratelimit=S, quota, auth,\n\
     context, hang, reset, cut=N, noterm, noend, badevent=N, stall=N, keepalive=N, errevent=N, down=D, model429=M,\n\
-    noprefill), its modifiers (latency, jitter, chunks, gap, words) and the\n\
+    noprefill), its modifiers (latency, jitter, chunks, gap, words, tools) and the\n\
     /_stats and /_reset endpoints: crates/switchyard-mock/README.md";
 
 struct Options {

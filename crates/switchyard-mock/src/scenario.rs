@@ -10,7 +10,7 @@
 //!           | reset | noterm | noend | noprefill | status=NNN | failNNN | ratelimit=SECONDS
 //!           | authkey=KEY | cut=N | stall=N | errevent=N | badevent=N | down=DURATION
 //!           | model429=MODEL
-//! modifier := latency=DURATION | jitter=DURATION | chunks=N | gap=DURATION | words=N
+//! modifier := latency=DURATION | jitter=DURATION | chunks=N | gap=DURATION | words=N | tools
 //! DURATION := NUMBER ("us" | "ms" | "s" | "m")
 //! ```
 //!
@@ -50,6 +50,8 @@ pub(crate) struct Action {
     pub(crate) gap: Duration,
     /// The text answer is the words `w1 w2 … wN`, one per chunk, whatever the model.
     pub(crate) words: Option<u32>,
+    /// A stream's fault plays over a tool call (its arguments in pieces), not over text.
+    pub(crate) tools: bool,
 }
 
 /// What kind of answer a step produces.
@@ -164,6 +166,7 @@ impl Action {
             chunks: DEFAULT_CHUNKS,
             gap: Duration::ZERO,
             words: None,
+            tools: false,
         };
         for modifier in parts {
             let (name, value) = modifier.split_once('=').unwrap_or((modifier, ""));
@@ -171,6 +174,7 @@ impl Action {
                 "latency" => action.latency = parse_duration(value)?,
                 "jitter" => action.jitter = parse_duration(value)?,
                 "gap" => action.gap = parse_duration(value)?,
+                "tools" if value.is_empty() => action.tools = true,
                 "chunks" => {
                     action.chunks = parse_count(value)?;
                     if action.chunks == 0 {
@@ -186,7 +190,7 @@ impl Action {
                 }
                 _ => {
                     return Err(format!(
-                        "unknown modifier `{modifier}` (expected latency=D, jitter=D, chunks=N, gap=D or words=N)"
+                        "unknown modifier `{modifier}` (expected latency=D, jitter=D, chunks=N, gap=D, words=N or tools)"
                     ));
                 }
             }
@@ -363,6 +367,10 @@ mod tests {
         let cut = Plan::parse("cut=40~words=60").unwrap();
         assert_eq!(cut.action_at(0).words, Some(60));
         assert_eq!(cut.action_at(0).pieces(), 60);
+        assert!(!cut.action_at(0).tools);
+        let call = Plan::parse("cut=2~tools").unwrap();
+        assert!(call.action_at(0).tools && call.action_at(0).step == Step::Cut(2));
+        assert!(Plan::parse("cut=2~tools=1").is_err(), "`tools` takes no value");
     }
 
     #[test]

@@ -193,6 +193,8 @@ async fn api(
     }
 
     let (content, fault) = match play(&action.step, presented.as_ref(), since_first) {
+        // `cut=2~tools`: the fault over a tool call's arguments.
+        Play::Answer(Content::Text, Some(fault)) if action.tools => (Content::Tools, Some(fault)),
         Play::Answer(content, fault) => (content, fault),
         Play::Fault(fault) => return Ok(dialect.fault(&fault)),
         Play::Hang => {

@@ -17,7 +17,9 @@ use super::continuation::{Continued, Resume, Splice, merge_trail};
 use super::exchange::{Exchange, Served};
 use super::settler::StreamSettler;
 use crate::assembly::Finishes;
-use crate::chat::{ChatChunk, ChatRequest, ChatResponse, Delta, ReasoningShown, StreamNotice, Usage};
+use crate::chat::{
+    ChatChunk, ChatRequest, ChatResponse, ChunkChoice, Delta, ReasoningShown, StreamNotice, Usage,
+};
 use crate::pacing::Permit;
 use crate::provider::{BoxFuture, Call, ChunkStream, Provider};
 use crate::route::Route;
@@ -395,6 +397,14 @@ struct Held {
     so_far: SoFar,
 }
 
+impl Held {
+    fn add(&mut self, chunk: ChatChunk) {
+        self.so_far.add(&chunk);
+        self.bytes += chunk.verbatim.as_ref().map_or(0, |frame| frame.bytes().len());
+        self.chunks.push(chunk);
+    }
+}
+
 /// The most a stream holds back for a tool call (its arguments, as the provider's frames say
 /// them): past it the chunks go on, and a break there is the caller's as before.
 const MAX_HELD: usize = 4 << 20;
@@ -507,7 +517,7 @@ impl RoutedStream {
             resume.timed(now.checked_sub(timing.total).unwrap_or(now), served.deadline);
             Box::new(resume)
         });
-        Self {
+        let mut stream = Self {
             router,
             buffer: served.output.buffer,
             rest: served.output.rest,
@@ -532,6 +542,32 @@ impl RoutedStream {
             continuing: None,
             splice: None,
             held: None,
+        };
+        stream.hold_an_opening_call();
+        stream
+    }
+
+    /// An answer that opens with its tool call (no text before it: the call committed the
+    /// stream) holds it back too, from the chunks read before the commit on. Its opener goes on
+    /// at once, the call's first chunk without the call (the answer's id, model and role), so
+    /// that the caller's writer begins its message (Anthropic's `message_start`, after which
+    /// its pings may come) and a caller answered by the next target after a cut has its role.
+    fn hold_an_opening_call(&mut self) {
+        if self.rest.is_none() || !self.resume.as_ref().is_some_and(|r| r.text_only()) {
+            return;
+        }
+        let Some(at) = self.buffer.iter().position(starts_a_call) else { return };
+        // Whole already: no break can come between the call and its finish.
+        if self.buffer.iter().skip(at).any(|chunk| chunk.choices.iter().any(|c| c.finish_reason.is_some())) {
+            return;
+        }
+        let mut chunks = self.buffer.split_off(at);
+        if let Some(opener) = chunks.front_mut().and_then(opener_of) {
+            self.buffer.push_back(opener);
+        }
+        let held = self.held.insert(Held::default());
+        for chunk in chunks {
+            held.add(chunk);
         }
     }
 
@@ -685,9 +721,7 @@ impl RoutedStream {
             None => return Some(chunk),
         };
         let ends = chunk.choices.iter().any(|choice| choice.finish_reason.is_some());
-        held.so_far.add(&chunk);
-        held.bytes += chunk.verbatim.as_ref().map_or(0, |frame| frame.bytes().len());
-        held.chunks.push(chunk);
+        held.add(chunk);
         // The provider's frames where it framed them, else what the chunks say.
         if !ends && held.bytes.max(held.so_far.chars) <= MAX_HELD {
             return None;
@@ -888,10 +922,7 @@ impl RoutedStream {
         if let Some(chunk) = this.buffer.pop_front() {
             return this.deliver(chunk);
         }
-        let Some(rest) = this.rest.as_mut() else {
-            this.finish();
-            return Poll::Ready(None);
-        };
+        let Some(rest) = this.rest.as_mut() else { return this.ended() };
         // The total limit first: an upstream that always has a chunk ready must not outrun it.
         // Read off the clock while chunks come; the timer is polled (its waker registered) only
         // when the stream is to wait.
@@ -963,6 +994,36 @@ impl RoutedStream {
 /// The note of a stream that broke while a tool call it had begun was held back.
 const HELD_NOTE: &str =
     "broke inside a tool call, which was held back: the caller was shown only the text before it";
+
+/// The opener of an answer whose first chunk, `chunk`, carries its role with its tool call
+/// (OpenAI's does): that chunk with nothing but the role, which `chunk` then leaves out (a
+/// client adds up a role said twice); `None` when `chunk` says no role.
+fn opener_of(chunk: &mut ChatChunk) -> Option<ChatChunk> {
+    if chunk.choices.iter().all(|choice| choice.delta.role.is_none()) {
+        return None;
+    }
+    // Changed, the chunk is no longer the provider's frame.
+    chunk.verbatim = None;
+    let choices = chunk
+        .choices
+        .iter_mut()
+        .map(|choice| ChunkChoice {
+            index: choice.index,
+            delta: Delta { role: choice.delta.role.take(), ..Delta::default() },
+            finish_reason: None,
+        })
+        .collect();
+    Some(ChatChunk {
+        id: chunk.id.clone(),
+        model: chunk.model.clone(),
+        created: chunk.created,
+        choices,
+        usage: None,
+        extra: chunk.extra.clone(),
+        verbatim: None,
+        notice: None,
+    })
+}
 
 /// Whether `chunk` begins or carries a tool call.
 fn starts_a_call(chunk: &ChatChunk) -> bool {

@@ -497,3 +497,79 @@ async fn a_stream_that_cannot_be_continued_shows_its_calls_as_they_come() {
     assert_eq!(seen, ["I'll write it.", "call:", "call:{\"pa"]);
     assert_eq!(error.map(|e| e.error.kind()), Some(ErrorKind::Transport));
 }
+
+/// A turn with no preamble: its first chunk carries the role and the call's start, as
+/// OpenAI's does; then `pieces` of arguments, then `end`.
+fn opening_call(pieces: &[&str], end: Result<ChatChunk, switchyard::ProviderError>) -> Scripted {
+    let mut first = call_chunk(true, "").unwrap();
+    first.id = "chatcmpl-1".to_owned();
+    first.choices[0].delta.role = Some(switchyard::chat::Role::Assistant);
+    let mut chunks = vec![Ok(first)];
+    chunks.extend(pieces.iter().map(|piece| call_chunk(false, piece)));
+    chunks.push(end);
+    Scripted(chunks)
+}
+
+/// Every chunk the caller is shown, and the stream's error.
+async fn chunks(stream: &mut RoutedStream) -> (Vec<ChatChunk>, Option<StreamError>) {
+    let mut seen = Vec::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(chunk) => seen.push(chunk),
+            Err(error) => return (seen, Some(error)),
+        }
+    }
+    (seen, None)
+}
+
+fn roles(chunks: &[ChatChunk]) -> usize {
+    chunks.iter().flat_map(|chunk| &chunk.choices).filter(|choice| choice.delta.role.is_some()).count()
+}
+
+fn calls(chunks: &[ChatChunk]) -> usize {
+    chunks
+        .iter()
+        .flat_map(|chunk| &chunk.choices)
+        .filter(|choice| !choice.delta.tool_calls.is_empty())
+        .count()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_that_opens_with_its_call_cut_halfway_is_answered_again_by_the_next_target() {
+    // The call committed the stream: it is held back all the same. The caller is shown its
+    // opener (the answer's id and role, so that its message begins), and after the cut the next
+    // target's answer from the start, under the same id and without a second role.
+    let a = opening_call(&["{\"pa"], cut());
+    let b = SimulatedProvider::new().reply("Done.").accepts_prefill(true);
+    let mut stream =
+        scripted_then(a, b).chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let (seen, error) = chunks(&mut stream).await;
+
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(calls(&seen), 0, "no half call shown: {seen:?}");
+    assert_eq!(seen[0].choices[0].delta.role, Some(switchyard::chat::Role::Assistant), "the opener first");
+    assert_eq!(roles(&seen), 1, "one role: {seen:?}");
+    assert!(seen.iter().all(|chunk| chunk.id == "chatcmpl-1"), "{seen:?}");
+    let text: String = seen.iter().flat_map(|c| &c.choices).filter_map(|c| c.delta.content.clone()).collect();
+    assert_eq!(text, "Done.");
+    assert_eq!(outcomes(&stream), [(Outcome::Failed, true), (Outcome::Continued, false)]);
+    let note = stream.trail().attempts()[0].note.clone().unwrap_or_default();
+    assert!(note.contains("held back"), "{note}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_that_opens_with_its_call_shows_it_whole_at_its_finish_with_one_role() {
+    let a = opening_call(&["{\"path\": ", "\"out.txt\"}"], Ok(ChatChunk::finish(FinishReason::ToolCalls)));
+    let mut stream = scripted_then(a, SimulatedProvider::new())
+        .chat_stream(&request("default"), &RequestOptions::default())
+        .await
+        .unwrap();
+    let (seen, error) = chunks(&mut stream).await;
+
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(roles(&seen), 1, "{seen:?}");
+    assert_eq!(calls(&seen), 3, "the call's three chunks, in order: {seen:?}");
+    let call = &seen[1].choices[0].delta.tool_calls[0];
+    assert_eq!(call.id.as_deref(), Some("call_1"), "the call's start follows the opener");
+    assert_eq!(outcomes(&stream), [(Outcome::Ok, false)]);
+}
