@@ -677,22 +677,6 @@ impl RoutedStream {
         Poll::Ready(Some(Ok(chunk)))
     }
 
-    /// A chunk read off the provider's stream: delivered, or held back (the next one is then
-    /// read at once).
-    fn pass_on(
-        &mut self,
-        chunk: ChatChunk,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<ChatChunk, StreamError>>> {
-        match self.hold(chunk) {
-            Some(chunk) => self.deliver(chunk),
-            None => {
-                cx.waker().wake_by_ref();
-                Poll::Pending
-            }
-        }
-    }
-
     /// The provider's stream ended without a break: what was held is the answer's and goes on,
     /// then the stream ends.
     fn ended(&mut self) -> Poll<Option<Result<ChatChunk, StreamError>>> {
@@ -922,53 +906,70 @@ impl RoutedStream {
         if let Some(chunk) = this.buffer.pop_front() {
             return this.deliver(chunk);
         }
-        let Some(rest) = this.rest.as_mut() else { return this.ended() };
-        // The total limit first: an upstream that always has a chunk ready must not outrun it.
-        // Read off the clock while chunks come; the timer is polled (its waker registered) only
-        // when the stream is to wait.
-        let now = Instant::now();
-        if now >= this.end {
-            return this.fail_total(cx);
-        }
-        match rest.as_mut().poll_next(cx) {
-            Poll::Ready(Some(Ok(chunk))) => {
-                // A keep-alive is passed on (the client's own timers see it) but does not reset
-                // the idle wait: an upstream that stalled and pings is still stalled.
-                if chunk.shows_life() {
-                    this.last_chunk = now;
-                }
-                this.pass_on(chunk, cx)
+        // A chunk held back is followed at once by the next.
+        loop {
+            let Some(rest) = this.rest.as_mut() else { return this.ended() };
+            // The total limit first: an upstream that always has a chunk ready must not outrun
+            // it. Read off the clock while chunks come; the timer is polled (its waker
+            // registered) only when the stream is to wait.
+            let now = Instant::now();
+            if now >= this.end {
+                return this.fail_total(cx);
             }
-            // The answer is whole: a break before its terminator costs it nothing.
-            Poll::Ready(Some(Err(error))) if this.choices.is_whole() => {
-                this.end_whole(StreamNotice::BrokenAfterFinish(error.detail().to_owned()))
-            }
-            Poll::Ready(Some(Err(error))) => this.fail(error, cx),
-            Poll::Ready(None) => this.ended(),
-            Poll::Pending => {
-                while this.timer.as_mut().poll(cx).is_ready() {
-                    let now = Instant::now();
-                    if now >= this.end {
-                        return this.fail_total(cx);
+            match rest.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(chunk))) => {
+                    // A keep-alive is passed on (the client's own timers see it) but does not
+                    // reset the idle wait: an upstream that stalled and pings is still stalled.
+                    if chunk.shows_life() {
+                        this.last_chunk = now;
                     }
-                    let due = within(this.end, this.last_chunk, this.wait_limit());
-                    if now < due {
-                        this.timer.as_mut().reset(due);
-                        continue;
+                    if let Some(chunk) = this.hold(chunk) {
+                        return this.deliver(chunk);
                     }
-                    if this.choices.is_whole() {
-                        return this.end_whole(StreamNotice::Unterminated);
-                    }
-                    let limit = this.idle_limit;
-                    let error = ProviderError::new(
-                        ErrorKind::Timeout,
-                        format!("no chunk within the idle timeout of {limit:?}"),
-                    );
-                    return this.fail(error, cx);
                 }
-                Poll::Pending
+                Poll::Ready(Some(Err(error))) => return this.broke(error, cx),
+                Poll::Ready(None) => return this.ended(),
+                Poll::Pending => return this.poll_limits(cx),
             }
         }
+    }
+
+    /// The provider's stream broke: the answer fails, unless it is whole (then a break before
+    /// its terminator costs it nothing).
+    fn broke(
+        &mut self,
+        error: ProviderError,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<ChatChunk, StreamError>>> {
+        match self.choices.is_whole() {
+            true => self.end_whole(StreamNotice::BrokenAfterFinish(error.detail().to_owned())),
+            false => self.fail(error, cx),
+        }
+    }
+
+    /// Nothing came yet: the idle and total limits are watched.
+    fn poll_limits(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<ChatChunk, StreamError>>> {
+        while self.timer.as_mut().poll(cx).is_ready() {
+            let now = Instant::now();
+            if now >= self.end {
+                return self.fail_total(cx);
+            }
+            let due = within(self.end, self.last_chunk, self.wait_limit());
+            if now < due {
+                self.timer.as_mut().reset(due);
+                continue;
+            }
+            if self.choices.is_whole() {
+                return self.end_whole(StreamNotice::Unterminated);
+            }
+            let limit = self.idle_limit;
+            let error = ProviderError::new(
+                ErrorKind::Timeout,
+                format!("no chunk within the idle timeout of {limit:?}"),
+            );
+            return self.fail(error, cx);
+        }
+        Poll::Pending
     }
 }
 
