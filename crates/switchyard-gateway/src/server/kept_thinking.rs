@@ -215,6 +215,10 @@ impl<W: super::sse::Encoder> super::sse::Encoder for Keeping<W> {
     fn hold(&mut self) -> Option<Held> {
         self.sharing.take().or_else(|| self.inner.hold())
     }
+
+    fn keep_alive(&mut self, out: &mut Vec<u8>) {
+        self.inner.keep_alive(out);
+    }
 }
 
 /// The thinking of a whole answer to `key`, kept (in the fleet's Redis before it is answered).

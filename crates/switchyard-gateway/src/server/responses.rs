@@ -313,6 +313,10 @@ impl Encoder for ResponsesEncoder {
     fn hold(&mut self) -> Option<Held> {
         self.sharing.take()
     }
+
+    fn keep_alive(&mut self, out: &mut Vec<u8>) {
+        self.writer.keep_alive(out);
+    }
 }
 
 /// `GET /v1/responses/{id}`: a response the gateway kept for this key.

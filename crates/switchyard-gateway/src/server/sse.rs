@@ -22,8 +22,9 @@ use super::request::RequestContext;
 use super::state::AppState;
 
 /// How long a stream may stay quiet before the client is sent a keep-alive: an Anthropic
-/// `ping` event (as Anthropic's API sends them), a comment line to other clients (which every
-/// server-sent-events reader skips). A model that thinks for minutes without a word for the
+/// `ping` event (as Anthropic's API sends them), a Responses `keepalive` event (as OpenAI's
+/// sends them), a comment line to Chat Completions clients (which every server-sent-events
+/// reader skips). A model that thinks for minutes without a word for the
 /// client (reasoning it is not shown, or no stream of reasoning at all) is not taken for a
 /// dead connection by a proxy in between.
 pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
@@ -37,11 +38,21 @@ pub trait Encoder: StreamWriter {
     fn hold(&mut self) -> Option<Held> {
         None
     }
+
+    /// A keep-alive, after [`KEEP_ALIVE`] of quiet: a comment line, which every reader skips.
+    fn keep_alive(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b": keep-alive\n\n");
+    }
 }
 
 impl Encoder for ChatStreamWriter {}
 
-impl Encoder for MessagesStreamWriter {}
+impl Encoder for MessagesStreamWriter {
+    /// Anthropic's own `ping` event.
+    fn keep_alive(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"event: ping\ndata: {\"type\": \"ping\"}\n\n");
+    }
+}
 
 /// A wait the events of a stream are held back for.
 pub type Held = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -161,12 +172,9 @@ impl<E: Encoder> SseBody<E> {
             }
             self.last_sent = now;
             self.keep_alive.as_mut().reset(now + KEEP_ALIVE);
-            let anthropic = self.exchange.as_ref().is_some_and(|e| e.dialect == Dialect::Anthropic);
-            return Some(Bytes::from_static(if anthropic {
-                b"event: ping\ndata: {\"type\": \"ping\"}\n\n"
-            } else {
-                b": keep-alive\n\n"
-            }));
+            let mut out = Vec::new();
+            self.encoder.keep_alive(&mut out);
+            return Some(Bytes::from(out));
         }
         None
     }
@@ -344,6 +352,22 @@ mod tests {
         assert_eq!(pings, [KEEP_ALIVE, KEEP_ALIVE * 2], "Anthropic's own ping event: {read:?}");
         let started = when(&read, "message_start");
         assert!(started.first().is_some_and(|at| *at < KEEP_ALIVE), "message_start comes first: {read:?}");
+
+        // A Responses client's own reader (Codex's) skips comments without counting them as
+        // life: it is sent OpenAI's `keepalive` event, numbered in the stream's sequence.
+        let responses = r#"{"model":"default","stream":true,"store":false,"input":"hi"}"#;
+        let read = quiet_stream("/v1/responses", responses, 2, "40s").await;
+        assert_eq!(when(&read, "event: keepalive"), [KEEP_ALIVE, KEEP_ALIVE * 2], "{read:?}");
+        let text: String = read.iter().map(|(_, piece)| piece.as_str()).collect();
+        let sequence: Vec<u64> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .filter_map(|data| serde_json::from_str::<serde_json::Value>(data).ok())
+            .filter_map(|event| event["sequence_number"].as_u64())
+            .collect();
+        assert!(sequence.len() > 4, "{text}");
+        assert_eq!(sequence, (0..sequence.len() as u64).collect::<Vec<_>>(), "{text}");
+        assert!(!text.contains(": keep-alive"), "{text}");
 
         // Chunks 10 s apart: never quiet for long enough.
         let read = quiet_stream("/v1/chat/completions", chat, 5, "10s").await;

@@ -361,6 +361,16 @@ impl StreamEncoder {
         }
     }
 
+    /// The next `sequence_number`, taken for an event written beside this encoder's (a
+    /// keep-alive); `None` before the response began.
+    pub fn take_sequence(&mut self) -> Option<u64> {
+        if !self.started {
+            return None;
+        }
+        self.sequence += 1;
+        Some(self.sequence - 1)
+    }
+
     fn event(&mut self, kind: &'static str, mut data: Value, events: &mut Vec<Event>) {
         if let Value::Object(object) = &mut data {
             object.insert("type".to_owned(), Value::from(kind));
@@ -886,12 +896,34 @@ pub struct ResponsesStreamWriter {
     native: Option<Native>,
     /// The whole response, once the stream completed, until taken.
     completed: Option<Value>,
+    /// Keep-alive events written among a provider's own, each taking a `sequence_number`:
+    /// the provider's events after them are numbered on past them.
+    inserted: u64,
 }
 
 impl ResponsesStreamWriter {
     /// A writer for the stream of the response `meta` describes.
     pub fn new(meta: Meta) -> Self {
-        Self { encoder: StreamEncoder::new(meta.clone()), meta, native: None, completed: None }
+        Self { encoder: StreamEncoder::new(meta.clone()), meta, native: None, completed: None, inserted: 0 }
+    }
+
+    /// A `keepalive` event, as OpenAI's Responses API sends one in a long quiet (its readers
+    /// skip it; a comment line would not reset a reader's own idle timer, as Codex's, since
+    /// its SSE parser never yields one); a comment line before the response began.
+    pub fn keep_alive(&mut self, out: &mut Vec<u8>) {
+        let sequence = match self.native.as_mut() {
+            Some(native) => {
+                self.inserted += 1;
+                native.sequence += 1;
+                native.sequence
+            }
+            None => match self.encoder.take_sequence() {
+                Some(sequence) => sequence,
+                None => return out.extend_from_slice(b": keep-alive\n\n"),
+            },
+        };
+        let event = json!({"type": "keepalive", "sequence_number": sequence});
+        crate::codec::write_event(out, "keepalive", &event);
     }
 
     /// The whole response, once (when the stream has completed since the last call): what the
@@ -914,9 +946,18 @@ impl ResponsesStreamWriter {
             out.extend_from_slice(frame);
             return;
         };
+        // Numbered on past the keep-alives written among them.
+        let shifted = self.inserted > 0 && event["sequence_number"].is_u64();
+        if shifted {
+            let sequence = event["sequence_number"].as_u64().unwrap_or_default();
+            event["sequence_number"] = Value::from(sequence + self.inserted);
+        }
         native.see(&event);
         let Some(response) = event.get_mut("response") else {
-            out.extend_from_slice(frame);
+            match shifted {
+                true => crate::codec::write_event(out, event["type"].as_str().unwrap_or_default(), &event),
+                false => out.extend_from_slice(frame),
+            }
             return;
         };
         super::native::restamp(response, &self.meta);
@@ -1350,6 +1391,52 @@ mod tests {
         assert_eq!(response["output"][1]["content"][0]["text"], "Hello");
         assert_eq!(writer.take_completed().unwrap()["output"][1]["content"][0]["text"], "Hello");
         assert_eq!(writer.encoder.turn().text_content().as_deref(), Some("Hello"));
+    }
+
+    #[test]
+    fn keep_alives_among_a_providers_events_take_their_numbers_and_the_events_after_them_follow_on() {
+        use crate::codec::StreamWriter;
+        let mut writer = ResponsesStreamWriter::new(meta());
+        let mut out = Vec::new();
+        native_begun(&mut writer, &mut out);
+        writer.keep_alive(&mut out);
+        writer.keep_alive(&mut out);
+        let event = json!({"type": "response.output_text.delta", "sequence_number": 6, "item_id": "msg_up", "output_index": 1, "content_index": 0, "delta": "l"});
+        writer.chunk(native_chunk(event), &mut out);
+        // And another target's chunks after them, continuing the answer.
+        writer.chunk(chunk(Delta { content: Some("o".into()), ..Delta::default() }, None), &mut out);
+        writer.chunk(chunk(Delta::default(), Some(FinishReason::Stop)), &mut out);
+        writer.end(&mut out);
+
+        let events = written(&out);
+        let sequence: Vec<u64> = events.iter().map(|(_, e)| e["sequence_number"].as_u64().unwrap()).collect();
+        assert_eq!(
+            sequence,
+            (0..events.len() as u64).collect::<Vec<_>>(),
+            "numbered on without a gap or a repeat"
+        );
+        let kinds: Vec<&str> = events[6..9].iter().map(|(kind, _)| kind.as_str()).collect();
+        assert_eq!(kinds, ["keepalive", "keepalive", "response.output_text.delta"]);
+        assert_eq!(events[8].1["delta"], "l", "the provider's event as it wrote it, but its number");
+        assert_eq!(writer.take_completed().unwrap()["output"][1]["content"][0]["text"], "Hello");
+    }
+
+    #[test]
+    fn a_keep_alive_before_the_response_began_is_a_comment_and_after_it_an_event_in_sequence() {
+        use crate::codec::StreamWriter;
+        let mut writer = ResponsesStreamWriter::new(meta());
+        let mut out = Vec::new();
+        writer.keep_alive(&mut out);
+        assert_eq!(out, b": keep-alive\n\n", "no event before response.created");
+        out.clear();
+        writer.chunk(chunk(Delta { content: Some("Hi".into()), ..Delta::default() }, None), &mut out);
+        writer.keep_alive(&mut out);
+        writer.chunk(chunk(Delta::default(), Some(FinishReason::Stop)), &mut out);
+        writer.end(&mut out);
+        let events = written(&out);
+        let sequence: Vec<u64> = events.iter().map(|(_, e)| e["sequence_number"].as_u64().unwrap()).collect();
+        assert_eq!(sequence, (0..events.len() as u64).collect::<Vec<_>>());
+        assert!(events.iter().any(|(kind, _)| kind == "keepalive"), "{events:?}");
     }
 
     #[test]
