@@ -165,10 +165,7 @@ fn without_secrets(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
     let mut word = String::new();
     let flush = |word: &mut String, out: &mut String| {
-        let secret = word.len() >= 16
-            && word.chars().any(|c| c.is_ascii_digit())
-            && word.chars().any(|c| c.is_ascii_alphabetic());
-        out.push_str(if secret { "****" } else { word.as_str() });
+        out.push_str(if looks_like_a_secret(word) { "****" } else { word.as_str() });
         word.clear();
     };
     for c in message.chars() {
@@ -181,6 +178,13 @@ fn without_secrets(message: &str) -> String {
     }
     flush(&mut word, &mut out);
     out
+}
+
+/// Whether `word` looks like a key: 16 characters or more, letters and digits both.
+fn looks_like_a_secret(word: &str) -> bool {
+    word.len() >= 16
+        && word.chars().any(|c| c.is_ascii_digit())
+        && word.chars().any(|c| c.is_ascii_alphabetic())
 }
 
 /// The text's tree as a JSON value (`null` when it does not parse), for comparing two
@@ -344,16 +348,16 @@ fn shape(mut value: Value) -> Parsed {
         if holds_a_secret(&path) {
             message = without_values(&message);
         }
+        let shown = shown_path(&path, &mut message);
         let at = owner(&path);
         if at.is_empty() || !remove(&mut value, at) {
-            let shown = if path.is_empty() { "(top level)".to_owned() } else { display(&path) };
             parsed.problems.push(Problem { path: shown, message });
             return parsed;
         }
         // A required key taken out in an earlier round makes its owner incomplete: that is not
         // a problem of the file, the key's own problem is already recorded.
         if !follows_removal(&path, &message, &parsed.removed) {
-            parsed.problems.push(Problem { path: display(&path), message });
+            parsed.problems.push(Problem { path: shown, message });
         }
         parsed.removed.0.push(at.to_vec());
     }
@@ -367,6 +371,25 @@ fn holds_a_secret(path: &[Step]) -> bool {
         Step::Key(key) => ["key", "secret", "token", "password"].iter().any(|word| key.contains(word)),
         Step::Index(_) => false,
     })
+}
+
+/// The problem's path as shown, and its `message`, without an unknown field's name that looks
+/// like a secret: a key written without its `api_key:` (`{ kind: openai, sk-proj-… }`) is a
+/// field of that name, which both would quote.
+fn shown_path(path: &[Step], message: &mut String) -> String {
+    if path.is_empty() {
+        return "(top level)".to_owned();
+    }
+    let secret = match path.last() {
+        Some(Step::Key(name)) if message.starts_with("unknown field") && looks_like_a_secret(name) => name,
+        _ => return display(path),
+    };
+    *message = message.replacen(secret.as_str(), "****", 1)
+        + " (its name is not shown: it looks like a key; is `api_key:` or `key:` missing before it?)";
+    let mut shown = path.to_vec();
+    shown.pop();
+    shown.push(Step::Key("****".to_owned()));
+    display(&shown)
 }
 
 /// `message` without the value a type error quotes: "invalid type: integer `12345678901`,
@@ -526,6 +549,21 @@ mod tests {
             found.iter().any(|p| p.starts_with("providers.p.api_key: invalid type: integer, expected")),
             "{found:?}"
         );
+    }
+
+    #[test]
+    fn a_key_written_without_its_name_is_an_unknown_field_not_quoted() {
+        // A key rotated in a hurry, `api_key:` and `key:` dropped before the new ones.
+        let text = "providers:\n  p: { kind: openai, sk-proj-NEWSECRET0002 }\ngateway:\n  keys:\n    - { name: team, sk-team-NEWCLIENT2 }\n";
+        let found = problems(text);
+        assert_eq!(found.len(), 2, "{found:?}");
+        for secret in ["NEWSECRET0002", "NEWCLIENT2"] {
+            assert!(!found.iter().any(|problem| problem.contains(secret)), "{secret} quoted: {found:?}");
+        }
+        assert!(found[0].starts_with("providers.p.****: unknown field `****`, expected"), "{found:?}");
+        assert!(found[0].contains("`api_key:` or `key:` missing"), "{found:?}");
+        // A name that is no key is shown, for the typo it is.
+        assert!(problems("providers:\n  p: { kind: openai, api_kye: x }\n")[0].contains("`api_kye`"));
     }
 
     #[test]
