@@ -16,13 +16,14 @@ use switchyard::pacing::{
 };
 use switchyard::ratelimit::RateLimits;
 use switchyard::{ErrorKind, ProviderError};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, SemaphorePermit};
+use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 use crate::bucket::Bucket;
 use crate::fleet::{self, FleetGate, FleetPacing, FleetReport, LeaseBook, StatedReport, Taken, Uncounted};
 use crate::headers::{HeaderBudget, Stated, Verdict};
 use crate::limits::Limits;
+use crate::slots::{Slot, Slots};
 
 #[derive(Debug)]
 struct State {
@@ -39,8 +40,6 @@ struct State {
     headers: HeaderBudget,
     /// Calls in flight the fleet's header windows did not count, told to it with their answers.
     uncounted: Uncounted,
-    /// Calls dispatched whose permits are still held (streams until they end).
-    active: u32,
     learned: Option<RateLimits>,
     /// The tokens dispatched calls have given back so far, net: what their answers used less
     /// than their estimates, less what some used beyond. A call booked before they came back
@@ -104,7 +103,8 @@ pub(super) struct Lane {
     provider: Arc<str>,
     credential: Option<CredentialId>,
     limits: Limits,
-    slots: Option<Arc<Semaphore>>,
+    /// Its concurrency slots, kept by the lane that follows it when the limits change.
+    slots: Arc<Slots>,
     state: Mutex<State>,
     /// Callers waiting on the provider's headers pass one at a time, in arrival order.
     turnstile: Semaphore,
@@ -127,11 +127,14 @@ fn stated_snapshot(stated: Stated, now: Instant) -> StatedSnapshot {
 }
 
 impl Lane {
+    /// A lane of `limits`, on `slots` carried from the lane it follows (bounded anew), else
+    /// on slots of its own.
     pub(super) fn new(
         provider: &str,
         credential: Option<CredentialId>,
         limits: Limits,
         fleet: Option<Arc<dyn FleetPacing>>,
+        slots: Option<Arc<Slots>>,
     ) -> Self {
         let now = Instant::now();
         let keep = 1.0 - limits.reserve_fraction.clamp(0.0, 1.0);
@@ -143,11 +146,16 @@ impl Lane {
             held_until: None,
             headers: HeaderBudget::new(limits.reserve_fraction, limits.max_header_wait),
             uncounted: Uncounted::default(),
-            active: 0,
             learned: None,
             given_back: 0.0,
         };
-        let slots = limits.max_concurrent.map(|n| Arc::new(Semaphore::new(n.max(1) as usize)));
+        let slots = match slots {
+            Some(slots) => {
+                slots.rebound(limits.max_concurrent);
+                slots
+            }
+            None => Slots::new(limits.max_concurrent),
+        };
         let fleet = fleet.map(|fleet| {
             let key: Arc<str> = match &credential {
                 Some(credential) => format!("{provider}/{credential}").into(),
@@ -170,6 +178,11 @@ impl Lane {
             given_back: Notify::new(),
             fleet,
         }
+    }
+
+    /// Its concurrency slots, for the lane that follows it.
+    pub(super) fn slots(&self) -> &Arc<Slots> {
+        &self.slots
     }
 
     /// The lane's name in the fleet, when it is paced with other replicas.
@@ -310,17 +323,12 @@ impl Lane {
         }
     }
 
-    /// A concurrency slot, when the lane has a bound: at once, or in arrival order; and whether
-    /// it was waited for.
-    async fn take_slot(
-        &self,
-        patience: &Patience,
-    ) -> Result<(Option<OwnedSemaphorePermit>, bool), ProviderError> {
-        let Some(slots) = &self.slots else { return Ok((None, false)) };
-        if let Ok(slot) = slots.clone().try_acquire_owned() {
+    /// A concurrency slot: at once, or in arrival order; and whether it was waited for.
+    async fn take_slot(&self, patience: &Patience) -> Result<(Option<Slot>, bool), ProviderError> {
+        if let Some(slot) = self.slots.try_take() {
             return Ok((Some(slot), false));
         }
-        let waiting = slots.clone().acquire_owned();
+        let waiting = self.slots.take();
         let slot = match patience.give_up_at {
             Some(at) => tokio::time::timeout_at(at, waiting).await.map_err(|_| {
                 self.refuse(WaitReason::Concurrency, at - patience.start, patience.spilled(at))
@@ -469,7 +477,7 @@ impl Lane {
         let verdict = if fleet_headers { Verdict::Go } else { state.headers.verdict(now, tokens) };
         match verdict {
             Verdict::Go if has_turn || self.turnstile.available_permits() > 0 => {
-                state.active += 1;
+                self.slots.dispatched();
                 let dispatch = state.headers.dispatch(tokens);
                 if let Some(taken) = fleet.filter(|_| self.limits.respect_headers) {
                     state.uncounted.dispatched(dispatch, &taken, tokens);
@@ -614,14 +622,14 @@ impl Lane {
         if let Some(bucket) = state.tokens.as_mut() {
             bucket.refill(now);
         }
-        let in_flight = state.active;
+        let in_flight = self.slots.in_flight();
         let [requests, tokens, input_tokens, output_tokens] =
             state.headers.stated().map(|stated| stated.map(|s| stated_snapshot(s, now)));
         LaneSnapshot {
             provider: self.provider.to_string(),
             credential_id: self.credential.clone(),
             in_flight,
-            max_concurrent: self.limits.max_concurrent,
+            max_concurrent: self.slots.bound(),
             requests_available: state.requests.as_ref().map(Bucket::level),
             tokens_available: state.tokens.as_ref().map(Bucket::level),
             held_for_ms: state
@@ -659,7 +667,7 @@ struct Reservation {
     /// What the call took from the fleet's slices.
     fleet: Option<Taken>,
     settled: bool,
-    _slot: Option<OwnedSemaphorePermit>,
+    _slot: Option<Slot>,
 }
 
 impl PermitGuard for Reservation {
@@ -706,7 +714,7 @@ impl Drop for Reservation {
     fn drop(&mut self) {
         let mut state = self.lane.lock();
         if let Some(dispatch) = self.dispatch {
-            state.active = state.active.saturating_sub(1);
+            self.lane.slots.ended();
             state.headers.answered(dispatch);
             state.uncounted.answered(dispatch);
             drop(state);

@@ -31,6 +31,7 @@ pub mod fleet;
 mod headers;
 mod lane;
 mod limits;
+mod slots;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -77,9 +78,16 @@ impl ProviderLanes {
                     Some(credential.clone()),
                     self.limits.clone(),
                     self.fleet.clone(),
+                    None,
                 ))
             })
             .clone()
+    }
+
+    /// The concurrency slots of each key's lane.
+    fn keys_slots(&self) -> Vec<(CredentialId, Arc<slots::Slots>)> {
+        let lanes = self.per_key.lock().unwrap_or_else(|p| p.into_inner());
+        lanes.iter().map(|(id, lane)| (id.clone(), lane.slots().clone())).collect()
     }
 
     /// Every lane made so far.
@@ -135,14 +143,26 @@ impl LimitPacer {
             .into_iter()
             .map(|(provider, limits)| {
                 let provider: Arc<str> = provider.into();
-                if let Some(lanes) = kept.get(&provider).filter(|lanes| lanes.limits == limits) {
+                let before = kept.get(&provider);
+                if let Some(lanes) = before.filter(|lanes| lanes.limits == limits) {
                     return (provider, lanes.clone());
                 }
-                let shared = (!limits.per_credential)
-                    .then(|| Arc::new(Lane::new(&provider, None, limits.clone(), fleet.clone())));
-                let lanes =
-                    ProviderLanes { limits, shared, per_key: Default::default(), fleet: fleet.clone() };
-                (provider, Arc::new(lanes))
+                // Limits changed: the calls in flight count against the new ones, on the slots
+                // they hold (per key or for the provider, as before).
+                let before = before.filter(|lanes| lanes.limits.per_credential == limits.per_credential);
+                let shared = (!limits.per_credential).then(|| {
+                    let slots =
+                        before.and_then(|lanes| lanes.shared.as_ref()).map(|lane| lane.slots().clone());
+                    Arc::new(Lane::new(&provider, None, limits.clone(), fleet.clone(), slots))
+                });
+                let per_key = before.map(|lanes| lanes.keys_slots()).unwrap_or_default().into_iter();
+                let per_key = per_key.map(|(key, slots)| {
+                    let lane =
+                        Lane::new(&provider, Some(key.clone()), limits.clone(), fleet.clone(), Some(slots));
+                    (key, Arc::new(lane))
+                });
+                let per_key = std::sync::Mutex::new(per_key.collect());
+                (provider, Arc::new(ProviderLanes { limits, shared, per_key, fleet: fleet.clone() }))
             })
             .collect();
         Self { providers, fleet }
@@ -151,7 +171,9 @@ impl LimitPacer {
     /// The pacer of a new configuration's `limits`: a provider whose limits are unchanged
     /// keeps its lanes as they are (what its buckets hold, what its headers said, its holds,
     /// the fleet's slices in hand, the calls in flight); a provider whose limits changed, or
-    /// a new one, starts with fresh lanes. Lanes of providers no longer paced (or paced
+    /// a new one, starts with fresh lanes, but the concurrency slots of the lanes it had stay
+    /// (bounded anew: the calls in flight count against the new `max_concurrent`, and callers
+    /// queued for a slot have a raised bound's room at once). Lanes of providers no longer paced (or paced
     /// anew) give their unspent fleet slices back. With a fleet, the new pacer is the one the
     /// fleet tells of holds and windows from now on. This pacer keeps working for the calls
     /// still running on it.

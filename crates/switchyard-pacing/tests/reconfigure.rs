@@ -77,3 +77,79 @@ async fn a_rotated_keys_own_lane_is_dropped_and_the_kept_keys_lane_stays() {
     assert_eq!(lanes[0].credential_id.as_ref(), Some(&kept));
     assert_eq!(left(&next, "a"), [8]);
 }
+
+/// A call on `provider`'s lane with `key` that waits at most `patience` for its permit.
+async fn try_acquire(
+    pacer: &LimitPacer,
+    provider: &str,
+    key: &CredentialId,
+    patience: std::time::Duration,
+) -> Option<switchyard::pacing::Permit> {
+    let deadline = Some(tokio::time::Instant::now() + patience);
+    let request =
+        PaceRequest { provider, credential_id: key, estimated_tokens: 1, deadline, spill_after: None };
+    pacer.acquire(request).await.ok()
+}
+
+fn in_flight(pacer: &LimitPacer, provider: &str) -> Vec<(u32, Option<u32>)> {
+    let lanes = pacer.snapshot();
+    lanes
+        .iter()
+        .filter(|lane| lane.provider == provider)
+        .map(|lane| (lane.in_flight, lane.max_concurrent))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_in_flight_when_the_limits_change_count_against_the_new_concurrency_bound() {
+    for per_credential in [false, true] {
+        let key = credential("sk-one-0123456789");
+        let two = Limits { max_concurrent: Some(2), per_credential, ..Limits::default() };
+        let pacer = LimitPacer::new([("a".to_owned(), two.clone())]);
+        let wait = std::time::Duration::from_secs(1);
+        let held = [
+            try_acquire(&pacer, "a", &key, wait).await.unwrap(),
+            try_acquire(&pacer, "a", &key, wait).await.unwrap(),
+        ];
+
+        // An rpm added, the bound of two the same: the two calls still fill it.
+        let next =
+            pacer.reconfigured([("a".to_owned(), Limits { requests_per_minute: Some(6000), ..two.clone() })]);
+        assert!(!next.keeps_lanes_of(&pacer, "a"), "new limits, new lanes");
+        assert_eq!(in_flight(&next, "a"), [(2, Some(2))], "per_credential {per_credential}");
+        assert!(try_acquire(&next, "a", &key, wait).await.is_none(), "a third call waits past its patience");
+
+        // Lowered to one: neither ending call's slot comes back until only one is in flight.
+        let one = next.reconfigured([("a".to_owned(), Limits { max_concurrent: Some(1), ..two.clone() })]);
+        let [first, second] = held;
+        drop(first);
+        assert!(
+            try_acquire(&one, "a", &key, wait).await.is_none(),
+            "one still in flight fills a bound of one"
+        );
+        drop(second);
+        let third = try_acquire(&one, "a", &key, wait).await.expect("room once both ended");
+        assert_eq!(in_flight(&one, "a"), [(1, Some(1))]);
+        drop(third);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_queued_for_a_slot_is_let_go_by_a_raised_bound() {
+    let key = credential("sk-one-0123456789");
+    let one = Limits { max_concurrent: Some(1), ..Limits::default() };
+    let pacer = std::sync::Arc::new(LimitPacer::new([("a".to_owned(), one)]));
+    let _held = try_acquire(&pacer, "a", &key, std::time::Duration::from_secs(1)).await.unwrap();
+    let queued = {
+        let (pacer, key) = (pacer.clone(), key.clone());
+        tokio::spawn(async move {
+            try_acquire(&pacer, "a", &key, std::time::Duration::from_secs(60)).await.is_some()
+        })
+    };
+    tokio::task::yield_now().await;
+    let _next =
+        pacer.reconfigured([("a".to_owned(), Limits { max_concurrent: Some(2), ..Limits::default() })]);
+    let started = tokio::time::Instant::now();
+    assert!(queued.await.unwrap(), "the queued caller has the new room");
+    assert!(started.elapsed() < std::time::Duration::from_secs(1), "at once, not at its deadline");
+}
