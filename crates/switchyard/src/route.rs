@@ -448,6 +448,19 @@ impl Route {
         self.candidates.iter().filter_map(Candidate::answer_cache)
     }
 
+    /// Takes over the answers `kept` holds of each `cache` candidate of this route's name and
+    /// the candidate's, when their settings are the same (a reconfiguration keeps what its
+    /// caches learned).
+    pub(crate) fn keep_answer_caches(&mut self, kept: &crate::router::AnswerCaches) {
+        for candidate in &mut self.candidates {
+            let CandidateSource::Cache(cache) = &mut candidate.source else { continue };
+            let key = (self.name.clone(), candidate.name.clone());
+            if let Some(old) = kept.get(&key).filter(|old| old.settings() == cache.settings()) {
+                *cache = old.clone();
+            }
+        }
+    }
+
     /// When requests are hedged; `None` for never (the default). A route with one target
     /// never hedges.
     pub fn hedge(&self) -> Option<&Hedge> {

@@ -65,6 +65,7 @@ pub use entry::{KeyRotation, Price, ProviderEntry};
 use exchange::{ChatExchange, CountTokensExchange, EmbeddingsExchange, Exchange, Served};
 use inner::{Inner, RouteSlot};
 pub use options::RequestOptions;
+pub(crate) use reconfigure::AnswerCaches;
 pub use reconfigure::Forgotten;
 use reconfigure::Kept;
 use run::Run;
@@ -288,6 +289,7 @@ impl RouterBuilder {
             hedges: HashMap::new(),
             pins: Arc::default(),
             stream_refusals: Arc::default(),
+            caches: HashMap::new(),
         };
         self.build_over(kept)
     }
@@ -296,7 +298,11 @@ impl RouterBuilder {
     /// budgets of a new router, or those a reconfigured one hands on.
     fn build_over(self, kept: Kept) -> Result<Router, ConfigError> {
         let providers = Self::providers(self.providers)?;
-        let (routes, route_order) = Self::routes(self.routes, &providers, &kept.hedges)?;
+        let mut routes = self.routes;
+        for route in &mut routes {
+            route.keep_answer_caches(&kept.caches);
+        }
+        let (routes, route_order) = Self::routes(routes, &providers, &kept.hedges)?;
         let default_route: Arc<str> = match self.default_route {
             Some(name) => routes
                 .get_key_value(name.as_str())

@@ -15,7 +15,9 @@
 //!   gets a key it did not have (that key has not been refused);
 //! - a route that hedges as it did keeps its hedge budget; the retry budget is kept while its
 //!   settings are; sessions stay pinned where they were served (a pin to a target no longer
-//!   routed to is passed over); which credentials' models refused a stream is kept.
+//!   routed to is passed over); which credentials' models refused a stream is kept;
+//! - a route's `cache` candidate keeps the answers it remembered while the route and the
+//!   candidate keep their names and the candidate its settings.
 //!
 //! Everything else the old configuration knew is dropped from this process
 //! ([`HealthStore::drop_records`](crate::health::HealthStore::drop_records)).
@@ -26,6 +28,7 @@ use std::sync::Arc;
 use super::inner::Inner;
 use super::{ConfigError, Router, RouterBuilder};
 use crate::Target;
+use crate::answer_cache::AnswerCache;
 use crate::backoff::Jitter;
 use crate::budget::RetryBudget;
 use crate::credential::CredentialId;
@@ -47,7 +50,13 @@ pub(super) struct Kept {
     pub(super) pins: Arc<crate::affinity::Pins>,
     /// Which credentials' models refused a stream lately.
     pub(super) stream_refusals: Arc<super::refusals::Refusals>,
+    /// Each route's `cache` candidates' answers, by route and candidate name: a candidate of
+    /// the same name and settings keeps them.
+    pub(super) caches: AnswerCaches,
 }
+
+/// `cache` candidates' answers by route and candidate name.
+pub(crate) type AnswerCaches = HashMap<(Arc<str>, Arc<str>), Arc<AnswerCache>>;
 
 /// What a reconfiguration forgot: the targets and credentials the old configuration knew that
 /// the new one removed or changed. Sorted.
@@ -103,6 +112,7 @@ impl Router {
             hedges,
             pins: old.pins.clone(),
             stream_refusals: old.stream_refusals.clone(),
+            caches: answer_caches(old),
         };
         let router = next.build_over(kept)?;
         let forgotten = forgotten(old, &router.inner);
@@ -110,6 +120,18 @@ impl Router {
         router.inner.latency.forget(&forgotten.targets);
         Ok((router, forgotten))
     }
+}
+
+/// Every route's `cache` candidates' answers in `inner`.
+fn answer_caches(inner: &Inner) -> AnswerCaches {
+    let routes = inner.routes.values().map(|slot| &slot.route);
+    let candidates = routes.flat_map(|route| route.candidates().iter().map(move |c| (route.name_arc(), c)));
+    candidates
+        .filter_map(|(route, candidate)| {
+            let cache = candidate.answer_cache()?;
+            Some(((route.clone(), candidate.name().clone()), cache.clone()))
+        })
+        .collect()
 }
 
 /// What `old` knew that `new` removed or changed (see the [module](self)).

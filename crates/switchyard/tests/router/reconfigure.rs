@@ -263,3 +263,38 @@ async fn a_target_whose_provider_now_maps_it_to_another_model_starts_fresh() {
     assert_eq!(next.target_health(&target("a:m")).breaker, "closed");
     assert_eq!(next.target_health(&target("b:m")).status, same.target_health(&target("b:m")).status);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_cache_candidates_answers_survive_a_reconfiguration_that_keeps_its_settings() {
+    use switchyard::answer_cache::AnswerCacheSettings;
+    use switchyard::route::Candidate;
+    let sim = SimulatedProvider::new().reply("the good answer");
+    let build = |extra: Option<&str>, max_entries: usize| {
+        let settings = AnswerCacheSettings { max_entries, ..AnswerCacheSettings::default() };
+        let route = Route::builder("default")
+            .target("p:m")
+            .retry(quick_retry(1))
+            .health_gate(false)
+            .candidate(Candidate::cache("last-good", settings));
+        let mut builder =
+            Router::builder().provider(ProviderEntry::new("p", sim.clone())).route(route.build().unwrap());
+        if let Some(name) = extra {
+            builder = builder.route(Route::builder(name).target("p:m").build().unwrap());
+        }
+        builder
+    };
+    let router = build(None, 100).build().unwrap();
+    router.chat(&request("default")).await.unwrap();
+
+    // An unrelated route added: the candidate of the same name and settings keeps its answers.
+    let (next, _) = router.reconfigure(build(Some("other"), 100)).unwrap();
+    sim.push_steps([Step::fail(ErrorKind::Unavailable)]);
+    let answer = next.chat(&request("default")).await.unwrap();
+    assert_eq!(answer.served_by.to_string(), "candidate last-good");
+    assert_eq!(answer.response.text().as_deref(), Some("the good answer"));
+
+    // Its settings changed: a new cache, empty.
+    let (changed, _) = next.reconfigure(build(Some("other"), 10)).unwrap();
+    sim.push_steps([Step::fail(ErrorKind::Unavailable)]);
+    assert!(changed.chat(&request("default")).await.is_err());
+}
