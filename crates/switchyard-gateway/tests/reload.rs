@@ -460,3 +460,31 @@ async fn sigterm_still_stops_the_gateway_after_a_reload() {
     assert!(exit.success(), "{exit:?}");
     let _: (Child, String) = (server, addr);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_rotates_the_admin_key_ends_the_event_streams_it_opened() {
+    let path = write_config("reload-admin-rotated.yaml", &config("", "", ""));
+    let (server, addr) = serve(&path, &["--no-watch"]);
+    let mut events =
+        client().get(format!("http://{addr}/admin/events")).bearer_auth(ADMIN).send().await.unwrap();
+    assert_eq!(events.status(), 200);
+    let opening = events.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&opening).contains("switchyard events"));
+
+    std::fs::write(&path, config("", "", "").replace(ADMIN, "rotated-admin-9876543210")).unwrap();
+    let (status, answer) = reload(&addr).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(chat(&addr, "default").await.0, 200);
+
+    // The old key reads nothing more: its stream ends, what happened after is not sent.
+    let mut after = String::new();
+    let ended = tokio::time::timeout(WITHIN, async {
+        while let Some(chunk) = events.chunk().await.unwrap() {
+            after.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream of the rotated key is still open: {after}");
+    assert!(!after.contains("request_finished"), "{after}");
+    stop(server);
+}

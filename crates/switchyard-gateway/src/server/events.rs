@@ -124,6 +124,7 @@ pub async fn stream(
     let Ok(reader) = admin_reader(&state, &headers) else {
         return admin_unauthorized(&headers).into_response(Dialect::OpenAi, "");
     };
+    let access = Access { state: state.clone(), headers, reader: reader.clone() };
     let (recent, fleet) = match parameters(&query) {
         Ok(asked) => asked,
         Err(message) => {
@@ -132,7 +133,7 @@ pub async fn stream(
         }
     };
     if fleet {
-        return super::fleet_events::stream(&state, recent, reader).await;
+        return super::fleet_events::stream(&state, recent, access).await;
     }
     let (events, replay) = state.feed.follow(&state.live().router, recent);
     let feed = Feed {
@@ -150,7 +151,38 @@ pub async fn stream(
         let frame = feed.next().await?;
         Some((Ok::<_, std::convert::Infallible>(frame), feed))
     });
-    event_stream(Body::from_stream(body))
+    event_stream(Body::from_stream(access.ending(body)))
+}
+
+/// Who reads a stream of `/admin/events`, asked again before each frame: a reload that
+/// rotates the admin key, or removes the client key it was opened with, ends the streams that
+/// key opened (within a keep-alive, [`KEEP_ALIVE`], when nothing happens).
+pub(super) struct Access {
+    state: Arc<AppState>,
+    headers: HeaderMap,
+    reader: Option<Arc<str>>,
+}
+
+impl Access {
+    /// Whether the stream's key still reads `/admin/*` as it did.
+    fn still(&self) -> bool {
+        admin_reader(&self.state, &self.headers).is_ok_and(|reader| reader == self.reader)
+    }
+
+    /// Who reads: the client key, when not the admin's.
+    pub(super) fn reader(&self) -> Option<Arc<str>> {
+        self.reader.clone()
+    }
+
+    /// `frames`, until the key they were opened with no longer reads them.
+    pub(super) fn ending<S>(self, frames: S) -> impl futures_util::Stream<Item = S::Item> + Send + 'static
+    where
+        S: futures_util::Stream + Send + 'static,
+        S::Item: Send,
+    {
+        use futures_util::StreamExt;
+        frames.take_while(move |_| std::future::ready(self.still()))
+    }
 }
 
 /// `recent` and whether the fleet's events are asked for (`scope=fleet`).

@@ -15,13 +15,14 @@ use switchyard_state::feed::{EventReader, FleetEvent};
 use tokio::sync::watch;
 
 use super::errors::ApiError;
-use super::events::{KEEP_ALIVE, event_stream, frame, shown_to};
+use super::events::{Access, KEEP_ALIVE, event_stream, frame, shown_to};
 use super::state::AppState;
 
 /// The stream of the fleet's events, or why there is none.
 /// `watcher` is the client key it is read with, when not the admin's: only its own requests'
 /// `request_finished` are shown.
-pub(super) async fn stream(state: &AppState, recent: usize, watcher: Option<Arc<str>>) -> Response {
+pub(super) async fn stream(state: &AppState, recent: usize, access: Access) -> Response {
+    let watcher = access.reader();
     let Some(trails) = state.trails.get() else {
         let message = "scope=fleet needs shared state (`state.redis`), or this replica keeps no trails (`gateway.recent_requests: 0`): without them, /admin/events is this replica's";
         return ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
@@ -56,7 +57,7 @@ pub(super) async fn stream(state: &AppState, recent: usize, watcher: Option<Arc<
         let frame = follow.next().await?;
         Some((Ok::<_, std::convert::Infallible>(frame), follow))
     });
-    event_stream(Body::from_stream(body))
+    event_stream(Body::from_stream(access.ending(body)))
 }
 
 /// Whether `event` is shown to `watcher`: a `request_finished` only to the admin and its key.
