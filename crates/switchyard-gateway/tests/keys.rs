@@ -682,3 +682,33 @@ async fn a_key_held_to_some_routes_is_shown_only_the_models_it_may_use() {
     let message = unknown.body["error"]["message"].as_str().unwrap();
     assert!(message.ends_with("(claude-*, default)"), "{message}");
 }
+
+#[tokio::test]
+async fn a_budget_a_reload_sets_counts_what_the_key_spent_before_it_had_one() {
+    let (up, _upstream) = upstream(1000).await;
+    let path = support::write_config("keys-budget-added.yaml", &config(up, "routes: [default]"));
+    let (server, addr) = support::serve(&path, &["--no-watch"]);
+    let gateway: SocketAddr = addr.parse().unwrap();
+    // $10 an answer, no budget yet.
+    for _ in 0..2 {
+        assert_eq!(chat(gateway, TEAM, "default").await.status, 200);
+    }
+    std::fs::write(&path, config(up, "routes: [default], budget: { usd: 15, per: day }")).unwrap();
+    let reloaded = reqwest::Client::new()
+        .post(format!("http://{addr}/admin/config/reload"))
+        .bearer_auth("gw-admin-key-0003")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reloaded.status(), 200);
+    let refused = chat(gateway, TEAM, "default").await;
+    assert_eq!(
+        (refused.status, &refused.body["error"]["code"]),
+        (429, &json!("budget_exceeded")),
+        "{:?}",
+        refused.body
+    );
+    let keys: Value = serde_json::from_str(&admin(gateway, "/admin/keys").await).unwrap();
+    assert_eq!(keys["keys"][1]["budget"]["spent_usd"], 20.0, "{keys}");
+    support::stop(server);
+}

@@ -137,12 +137,17 @@ impl Ledger {
         if books.limiter.limits() != rules.limits {
             books.limiter = Limiter::new(rules.limits);
         }
-        if let (Some(old), Some(new)) = (old.budget, rules.budget)
-            && old.per != new.per
-        {
-            books.spend.per_changed(old.per, SystemTime::now());
+        let (was, is) = (spend_period(old), spend_period(rules));
+        if was != is {
+            books.spend.per_changed(was, SystemTime::now());
         }
     }
+}
+
+/// The period a key's spend is counted in: its budget's, else the UTC day (what a budget a
+/// reload sets then finds spent).
+fn spend_period(rules: &KeyRules) -> Period {
+    rules.budget.map_or(Period::Day, |budget| budget.per)
 }
 
 /// An admitted request: holds its place among the key's requests in flight until dropped,
@@ -369,8 +374,9 @@ impl Pass {
         if tokens > 0 {
             books.limiter.charge(tokens as f64, mode, Instant::now());
         }
-        let (Some(usd), Some(budget)) = (usd.filter(|usd| *usd > 0.0), key.rules.budget) else { return };
-        books.spend.roll(budget.per, SystemTime::now());
+        // Counted with a budget or without: one set by a reload counts what was spent before.
+        let Some(usd) = usd.filter(|usd| *usd > 0.0) else { return };
+        books.spend.roll(spend_period(&key.rules), SystemTime::now());
         books.spend.charge(usd);
         let due = shared.spend.and_then(|_| books.spend.write_due());
         drop(books);
