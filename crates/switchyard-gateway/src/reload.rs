@@ -309,7 +309,7 @@ impl ConfigLife {
                 return self.rejected(String::new(), error);
             }
         };
-        let hash = config::config_hash(&text);
+        let hash = config::file_hash(path, &text);
         {
             let mut status = self.lock();
             if hash == status.hash {

@@ -110,3 +110,32 @@ async fn sequential_requests_over_tls_reuse_one_upstream_connection_in_both_dial
     // back, so no request paid a second handshake.
     assert_eq!(connections(&stats, &mock).await - before, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_file_replaced_on_disk_is_read_again_by_a_reload() {
+    let (right, wrong) = (certificates("replaced-right"), certificates("replaced-wrong"));
+    let (mock, _server) = tls_mock(&right).await;
+    let ca = right.join("trusted.crt");
+    std::fs::copy(wrong.join("ca.crt"), &ca).unwrap();
+    let yaml = format!(
+        "providers:\n  up: {{ kind: openai_compatible, base_url: '{mock}/ok/v1', ca_file: '{}' }}\nroutes:\n  default: {{ targets: [up:m], retry: {{ max_attempts: 1 }} }}\n",
+        ca.display()
+    );
+    let path = support::write_config("tls-ca-replaced.yaml", &yaml);
+    let (gateway, addr) = support::serve(&path, &["--no-watch"]);
+    let client = reqwest::Client::new();
+    let chat = || {
+        let body = json!({"model": "default", "messages": [{"role": "user", "content": "hi"}]});
+        client.post(format!("http://{addr}/v1/chat/completions")).json(&body).send()
+    };
+    assert_eq!(chat().await.unwrap().status(), 502, "the mock's authority is not the one trusted");
+
+    // The operator installs the right authority in the same file; the configuration's text is
+    // the same.
+    std::fs::copy(right.join("ca.crt"), &ca).unwrap();
+    let reloaded = client.post(format!("http://{addr}/admin/config/reload")).send().await.unwrap();
+    let answer: Value = reloaded.json().await.unwrap();
+    assert_eq!(answer["result"], "reloaded", "{answer}");
+    assert_eq!(chat().await.unwrap().status(), 200);
+    support::stop(gateway);
+}

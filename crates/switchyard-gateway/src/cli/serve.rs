@@ -152,7 +152,7 @@ fn config_life(loaded: &Loaded, addr: SocketAddr) -> ConfigLife {
         config::Source::File(path) => config::read_text(std::path::Path::new(path))
             .ok()
             // Changed since it was loaded: the next reload lists every section as changed.
-            .filter(|text| config::config_hash(text) == loaded.hash),
+            .filter(|text| config::file_hash(std::path::Path::new(path), text) == loaded.hash),
         _ => None,
     };
     ConfigLife::new(loaded, text, addr)

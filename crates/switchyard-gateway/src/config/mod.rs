@@ -226,12 +226,55 @@ impl Loaded {
 /// assert_ne!(hash, switchyard_gateway::config::config_hash("routes: {} \n"));
 /// ```
 pub fn config_hash(text: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in text.bytes() {
-        hash ^= u64::from(byte);
+    format!("{:016x}", fnv(FNV_START, text.as_bytes()))
+}
+
+const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a (64 bits) of `bytes`, from `hash`.
+fn fnv(mut hash: u64, bytes: &[u8]) -> u64 {
+    for byte in bytes {
+        hash ^= u64::from(*byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
+    hash
+}
+
+/// The hash of the configuration file at `path` whose text is `text`: [`config_hash`] of the
+/// text, and with it the content of each file it names that the gateway reads as it loads
+/// (a provider's `ca_file`, a Vertex provider's `credentials`), so that a certificate or a key
+/// file replaced on disk is a changed configuration, which a reload then reads (the text alone
+/// would be `unchanged`). The text's own hash when it names none.
+pub fn file_hash(path: &Path, text: &str) -> String {
+    let named = named_files(&read::tree(text, is_toml(path)));
+    if named.is_empty() {
+        return config_hash(text);
+    }
+    let mut hash = fnv(FNV_START, text.as_bytes());
+    for file in named {
+        hash = fnv(hash, b"\0");
+        hash = fnv(hash, file.as_bytes());
+        hash = match switchyard_providers::files::read_bounded(Path::new(&file), MAX_FILE_BYTES) {
+            Ok(bytes) => fnv(fnv(hash, b"\0"), &bytes),
+            Err(_) => fnv(hash, b"\0(unread)"),
+        };
+    }
     format!("{hash:016x}")
+}
+
+/// The files a configuration's `tree` names for the gateway to read, sorted: `ca_file` and
+/// `credentials` paths of its providers (not an `env://` name).
+fn named_files(tree: &serde_json::Value) -> Vec<String> {
+    let providers = tree["providers"].as_object().into_iter().flat_map(|providers| providers.values());
+    let paths = providers.flat_map(|provider| [&provider["ca_file"], &provider["credentials"]]);
+    let mut named: Vec<String> = paths
+        .filter_map(|path| path.as_str())
+        .filter(|path| !path.starts_with("env://"))
+        .map(str::to_owned)
+        .collect();
+    named.sort();
+    named.dedup();
+    named
 }
 
 impl fmt::Debug for Loaded {
@@ -278,7 +321,7 @@ pub fn check_file(
         read_text(path).map_err(|e| ConfigError::one(&name, "(file)", format!("cannot read it: {e}")))?;
     let parsed = read::read(&text, is_toml(path), &name)?;
     let mut checked = build_parsed(parsed, Source::File(name), env, unset_env)?;
-    checked.loaded.hash = config_hash(&text);
+    checked.loaded.hash = file_hash(path, &text);
     Ok(checked)
 }
 
@@ -326,7 +369,7 @@ pub(crate) fn reload(
         return Err(ConfigError { file: name, problems: problems.collect() });
     }
     let (mut loaded, forgotten) = assemble::reassemble(checked, Source::File(name.clone()), &name, running)?;
-    loaded.hash = config_hash(text);
+    loaded.hash = file_hash(path, text);
     Ok((loaded, forgotten))
 }
 
