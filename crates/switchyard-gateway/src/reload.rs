@@ -13,6 +13,7 @@
 //! as needing a restart.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -166,6 +167,8 @@ pub struct ConfigLife {
     loaded_as: Option<Fingerprint>,
     /// The address the gateway listens on: a new configuration must be allowed there.
     listen: SocketAddr,
+    /// What the command line fixed, which a restart keeps whatever the file says.
+    command_line: CommandLine,
     status: Mutex<Status>,
     /// One reload at a time: two triggers at once read the file once each, in turn.
     reloading: Mutex<()>,
@@ -195,7 +198,40 @@ impl ConfigLife {
             restart: Vec::new(),
         };
         let loaded_as = path.as_deref().and_then(fingerprint);
-        Self { path, loaded_as, listen, status: Mutex::new(status), reloading: Mutex::new(()) }
+        let command_line = CommandLine::default();
+        Self { path, loaded_as, listen, command_line, status: Mutex::new(status), reloading: Mutex::new(()) }
+    }
+
+    /// The same life, of a gateway whose command line fixed `command_line`.
+    pub fn with_command_line(self, command_line: CommandLine) -> Self {
+        Self { command_line, ..self }
+    }
+
+    /// Which of `pending`, the settings applied only at a restart whose text differs from what
+    /// the gateway started with, a restart would really change: a value the same as the one
+    /// running (a default written out, `30s` as `30000ms`) or one the command line sets
+    /// (`--listen`, `--threads`) is not.
+    fn restart_changes(&self, pending: Vec<String>, next: &Loaded, running: &GatewaySettings) -> Vec<String> {
+        let (new, now) = (&next.gateway.connections, &running.connections);
+        let threads =
+            |threads: Option<NonZeroUsize>| threads.or_else(|| std::thread::available_parallelism().ok());
+        pending
+            .into_iter()
+            .filter(|path| match path.as_str() {
+                "listen" => !self.command_line.listen && next.listen != self.listen,
+                "gateway.threads" => {
+                    self.command_line.threads.is_none()
+                        && threads(next.gateway.threads) != threads(running.threads)
+                }
+                "gateway.header_timeout" => new.header_timeout != now.header_timeout,
+                "gateway.idle_timeout" => new.idle_timeout != now.idle_timeout,
+                "gateway.send_timeout" => new.send_timeout != now.send_timeout,
+                "gateway.max_connections" => new.max_connections != now.max_connections,
+                "gateway.recent_requests" => next.gateway.recent_requests != running.recent_requests,
+                "gateway.responses" => next.gateway.responses != running.responses,
+                _ => true,
+            })
+            .collect()
     }
 
     /// Watches the file from the state it was loaded in (a change made since is seen) and
@@ -333,6 +369,7 @@ impl ConfigLife {
         let changes = config::changes(&self.lock().text, &text, is_toml);
         // Against what runs, not the last file: a change reverted needs no restart.
         let pending = config::changes(&self.lock().started, &text, is_toml).restart;
+        let pending = self.restart_changes(pending, &loaded, &live.gateway);
         let gateway = keep_fixed(loaded.gateway, &live.gateway);
         if let Some(store) = &gateway.shared_state {
             store.set_config_hash(&hash);
@@ -366,6 +403,16 @@ fn keep_fixed(mut next: GatewaySettings, running: &GatewaySettings) -> GatewaySe
     next.telemetry = running.telemetry.clone();
     next.shared_state = running.shared_state.clone();
     next
+}
+
+/// What `switchyard serve`'s command line fixed: a restart with the same command line keeps
+/// it whatever the file says.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CommandLine {
+    /// `--listen` was given.
+    pub listen: bool,
+    /// `--threads`.
+    pub threads: Option<NonZeroUsize>,
 }
 
 /// `fleet` of `/admin/health`'s `config`: each replica's configuration hash (this one's as it

@@ -365,8 +365,11 @@ async fn a_rotated_key_is_a_fresh_credential_and_the_old_one_is_forgotten() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listen_and_threads_need_a_restart_and_the_rest_of_the_reload_applies() {
-    let path = write_config("reload-restart.yaml", &config("", "", "listen: 127.0.0.1:4680\n"));
-    let (server, addr) = serve(&path, &["--no-watch"]);
+    // Started on the file's `listen`, with no `--threads`: a restart would take both from it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("listen: 127.0.0.1:{port}\n");
+    let path = write_config("reload-restart.yaml", &config("", "", &listen));
+    let (server, addr) = support::serve_on_the_files_listen(&path, &["--no-watch"]);
     std::fs::write(
         &path,
         config("", "  fast: { targets: [up:m] }", "listen: 127.0.0.1:4999\n")
@@ -394,12 +397,31 @@ async fn listen_and_threads_need_a_restart_and_the_rest_of_the_reload_applies() 
     assert_eq!(answer["result"], "unchanged", "{answer}");
     assert_eq!(answer["restart_required"], json!(["gateway.threads", "listen"]), "{answer}");
     assert_eq!(answer["forgotten"], json!({ "targets": [], "credentials": [] }), "{answer}");
-    std::fs::write(&path, config("", "  fast: { targets: [up:m] }", "listen: 127.0.0.1:4680\n")).unwrap();
+    std::fs::write(&path, config("", "  fast: { targets: [up:m] }", &listen)).unwrap();
     let (status, answer) = reload(&addr).await;
     assert_eq!((status, &answer["restart_required"]), (200, &json!([])), "{answer}");
     assert_eq!(health(&addr).await["config"]["restart_required"], json!([]));
     let logs = stop_flushed(server);
     assert!(logs.contains("apply only at a restart"), "{logs}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_restart_would_not_change_needs_no_restart() {
+    // `--listen` and `--threads` given: a restart with the same command line keeps them, whatever
+    // the file says; a value written as it runs (a default, another spelling) changes nothing.
+    let path = write_config("reload-no-restart.yaml", &config("", "", "listen: 127.0.0.1:4680\n"));
+    let (server, addr) = serve(&path, &["--no-watch", "--threads", "1"]);
+    let rest = "listen: 127.0.0.1:4999\n";
+    let same = config("", "", rest).replace("gateway: {", "gateway: { threads: 8, header_timeout: 30000ms,");
+    std::fs::write(&path, &same).unwrap();
+    let (status, answer) = reload(&addr).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["restart_required"], json!([]), "{answer}");
+    // A value that does differ from the one running still does.
+    std::fs::write(&path, same.replace("header_timeout: 30000ms", "header_timeout: 5s")).unwrap();
+    let (_, answer) = reload(&addr).await;
+    assert_eq!(answer["restart_required"], json!(["gateway.header_timeout"]), "{answer}");
+    stop(server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

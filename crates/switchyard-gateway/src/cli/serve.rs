@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use anyhow::{Context, anyhow, bail};
 use switchyard_gateway::config::{self, Exposure, Loaded};
 use switchyard_gateway::logging::{AccessLog, BatchedStderr, LogFilter, LogFormat};
-use switchyard_gateway::reload::{ConfigLife, Trigger};
+use switchyard_gateway::reload::{CommandLine, ConfigLife, Trigger};
 use switchyard_gateway::server::{AppState, app};
 use switchyard_gateway::workers::Workers;
 use switchyard_state::RedisStore;
@@ -73,7 +73,12 @@ pub(crate) async fn serve(options: Options) -> anyhow::Result<ExitCode> {
     let log = init_logging(options.log_format, &filter);
     let access = AccessLog::filtered(loaded.log.access, &filter, options.log_format, log.clone());
     let human = matches!(options.log_format, LogFormat::Text);
-    let serving = Serving { threads: options.threads, watch: !options.no_watch, human };
+    let serving = Serving {
+        threads: options.threads,
+        listen: options.listen.is_some(),
+        watch: !options.no_watch,
+        human,
+    };
     let result = serve_logged(loaded, addr, serving, access, log.clone()).await;
     if let Some(log) = log {
         log.flush();
@@ -101,7 +106,8 @@ async fn serve_logged(
     let listener =
         tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
-    let life = Arc::new(config_life(&loaded, addr));
+    let command_line = CommandLine { listen: serving.listen, threads: serving.threads };
+    let life = Arc::new(config_life(&loaded, addr).with_command_line(command_line));
     print_banner(local, &loaded);
     let limits = loaded.gateway.connections;
     let store = loaded.gateway.shared_state.clone();
@@ -140,6 +146,8 @@ async fn serve_logged(
 struct Serving {
     /// `--threads`, before the file's `gateway.threads`.
     threads: Option<NonZeroUsize>,
+    /// `--listen` was given: the file's `listen` is not used.
+    listen: bool,
     /// Whether the configuration file is watched (not with `--no-watch`).
     watch: bool,
     /// Whether stderr is read by people (`--log-format text`).

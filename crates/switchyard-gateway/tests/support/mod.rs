@@ -154,6 +154,18 @@ pub fn run_in(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> (i32, String, 
     )
 }
 
+/// Starts `switchyard serve --config CONFIG` on the `listen` its file says (no `--listen`):
+/// the process and the loopback address to reach it at.
+pub fn serve_on_the_files_listen(config: &Path, args: &[&str]) -> (Child, String) {
+    let mut command = Command::new(BIN);
+    command.env_remove("RUST_LOG").env_remove("OPENAI_API_KEY").env_remove("ANTHROPIC_API_KEY");
+    command.args(["serve", "--config", config.to_str().unwrap()]).args(args);
+    match start(command) {
+        Ok((server, addr, _)) => (server, addr),
+        Err((code, stderr)) => panic!("the gateway exited with {code}: {stderr}"),
+    }
+}
+
 /// Starts a gateway as `command` says, with its stdout and stderr piped: the process, the
 /// loopback address to reach it at and the banner's `config:` line, or its exit code and stderr.
 fn start(mut command: Command) -> Result<(Child, String, String), (i32, String)> {
