@@ -85,6 +85,9 @@ pub struct Reloaded {
     pub restart: Vec<String>,
     /// What the router forgot: targets and credentials removed or changed.
     pub forgotten: Forgotten,
+    /// What the new configuration should be told of, as at start (a budget not charged for
+    /// targets without a price).
+    pub warnings: Vec<String>,
 }
 
 impl Outcome {
@@ -110,6 +113,7 @@ impl Outcome {
                     "targets": done.forgotten.targets,
                     "credentials": done.forgotten.credentials,
                 },
+                "warnings": done.warnings,
             }),
             Outcome::Unchanged { hash, restart } => json!({
                 "result": "unchanged",
@@ -306,6 +310,9 @@ impl ConfigLife {
                         "configuration reloaded, but these settings apply only at a restart: the running values stay"
                     );
                 }
+                for warning in &done.warnings {
+                    tracing::warn!("{warning}");
+                }
                 events.publish(EventKind::ConfigReloaded {
                     hash: done.hash.clone(),
                     changes: done.changes.clone(),
@@ -370,6 +377,7 @@ impl ConfigLife {
         // Against what runs, not the last file: a change reverted needs no restart.
         let pending = config::changes(&self.lock().started, &text, is_toml).restart;
         let pending = self.restart_changes(pending, &loaded, &live.gateway);
+        let warnings: Vec<String> = loaded.unpriced_for_budgets().into_iter().collect();
         let gateway = keep_fixed(loaded.gateway, &live.gateway);
         if let Some(store) = &gateway.shared_state {
             store.set_config_hash(&hash);
@@ -381,7 +389,14 @@ impl ConfigLife {
         status.text = text;
         status.last_error = None;
         status.restart.clone_from(&pending);
-        Outcome::Reloaded(Reloaded { hash, previous, changes: changes.changed, restart: pending, forgotten })
+        Outcome::Reloaded(Reloaded {
+            hash,
+            previous,
+            changes: changes.changed,
+            restart: pending,
+            forgotten,
+            warnings,
+        })
     }
 
     fn rejected(&self, hash: String, error: ConfigError) -> Outcome {

@@ -510,3 +510,21 @@ async fn a_reload_that_rotates_the_admin_key_ends_the_event_streams_it_opened() 
     assert!(!after.contains("request_finished"), "{after}");
     stop(server);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_budgets_a_key_over_unpriced_targets_says_so_as_a_start_would() {
+    let path = write_config("reload-unpriced.yaml", &config("", "", ""));
+    let (server, addr) = serve(&path, &["--no-watch"]);
+    let budgeted = "keys: [{ name: team, key: team-key-0123456789, budget: { usd: 5, per: day } }] }";
+    std::fs::write(
+        &path,
+        config("", "", "").replace(&format!("{ADMIN} }}"), &format!("{ADMIN}, {budgeted}")),
+    )
+    .unwrap();
+    let (status, answer) = reload(&addr).await;
+    assert_eq!(status, 200, "{answer}");
+    let warning = answer["warnings"][0].as_str().unwrap_or_default();
+    assert!(warning.contains("the budgets of team are not charged for up:m"), "{answer}");
+    let logs = stop_flushed(server);
+    assert!(logs.contains("are not charged for up:m"), "{logs}");
+}
