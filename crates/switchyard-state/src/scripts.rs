@@ -302,7 +302,8 @@ end
 /// window: one request until an answer says more (or the probe window ends). When some
 /// dimension cannot meet its need, nothing is granted and the answer says when it could; a
 /// need larger than a bucket's capacity is met once the bucket is full (into debt, as the
-/// local bucket does).
+/// local bucket does). The first replica whose need could not be met is served first: the
+/// buckets' units it needs are kept for it (`w`) until a second after it may come back.
 const PACE_LEASE: &str = r#"
 local probe = tonumber(ARGV[4])
 local need, want = {}, {}
@@ -350,6 +351,14 @@ local out = {now = now}
 local hold = num(cur.hold) or 0
 local granted = {0, 0, 0, 0, 0, 0}
 local wait = 0
+-- The buckets' units kept for a replica whose need could not be met, until it comes back for
+-- them (`w` the replica, `wu` until when, `wn0`/`wn1` its need): what refills goes to it, not
+-- to another replica's prefetch, which would take each fraction as it came and starve the
+-- replica that waits for a whole unit.
+local reserved = {0, 0}
+if cur.w ~= nil and cur.w ~= me and (num(cur.wu) or 0) > now then
+  reserved = {num(cur.wn0) or 0, num(cur.wn1) or 0}
+end
 if hold > now then
   out.hold = hold - now
 else
@@ -359,6 +368,7 @@ else
       local enough = need[d]
       if d <= 2 then
         enough = math.min(enough, caps[d])
+        level = level - reserved[d]
       elseif windows[d - 2].lim ~= '' then
         -- A call larger than the whole window goes when the window is full.
         enough = math.min(enough, windows[d - 2].lim)
@@ -378,13 +388,20 @@ else
     for d = 1, 6 do
       local level = levels[d]
       if level ~= nil and want[d] > 0 then
-        local take = math.max(math.min(want[d], level), need[d], 0)
+        local free = level
+        if d <= 2 then free = level - reserved[d] end
+        local take = math.max(math.min(want[d], free), need[d], 0)
         granted[d] = take
         levels[d] = level - take
       end
     end
+    if cur.w == me then redis.call('HDEL', key, 'w', 'wu', 'wn0', 'wn1') end
   else
     out.retry = math.max(1, math.ceil(wait))
+    -- The first to wait is served first: kept for it until a while after it may come back.
+    if cur.w == nil or cur.w == me or (num(cur.wu) or 0) <= now then
+      redis.call('HSET', key, 'w', me, 'wu', fmt(now + wait + 1000), 'wn0', g(need[1]), 'wn1', g(need[2]))
+    end
   end
 end
 keep(levels)

@@ -355,3 +355,36 @@ async fn a_window_opened_by_a_call_the_fleet_did_not_count_counts_every_request_
     assert!(!next.windows[0].unwrap().probe, "{next:?}");
     assert_eq!(next.granted[HEADERS], 8.0, "9 left less the probe on its way: {next:?}");
 }
+
+#[tokio::test]
+async fn a_replica_waiting_for_a_unit_gets_the_next_one_before_another_replicas_prefetch() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
+    let b = redis_replica(&server, "b", |_| {}).await.store.unwrap();
+    // 120 a minute: 2 a second, a burst of 2.
+    let slow = BucketSpec { capacity: 2.0, per_sec: 2.0 };
+    let ask = |need: f64, want: f64| {
+        let mut ask =
+            LeaseAsk { need: [0.0; DIMENSIONS], want: [0.0; DIMENSIONS], buckets: [Some(slow), None] };
+        (ask.need[RPM], ask.want[RPM]) = (need, want);
+        ask
+    };
+    assert_eq!(a.lease("up", ask(1.0, 2.0)).await.unwrap().granted[RPM], 2.0, "a drains the bucket");
+    let waiting = b.lease("up", ask(1.0, 2.0)).await.unwrap();
+    let retry = waiting.retry_in.expect("b waits for a unit");
+
+    // Meanwhile a, busy, keeps asking for its next slice as units trickle in: the unit b waits
+    // for is not a's, only what refills beyond it.
+    let until = std::time::Instant::now() + retry + Duration::from_millis(100);
+    let mut to_a = 0.0;
+    while std::time::Instant::now() < until {
+        to_a += a.lease("up", ask(0.0, 2.0)).await.unwrap().granted[RPM];
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(to_a < 0.5, "a took the refill b waited for: {to_a}");
+    let served = b.lease("up", ask(1.0, 2.0)).await.unwrap();
+    assert!(served.granted[RPM] >= 1.0, "b is served when it comes back: {served:?}");
+    // Served, b holds nothing back: a's next prefetch takes what refills.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(a.lease("up", ask(0.0, 2.0)).await.unwrap().granted[RPM] > 0.0);
+}
