@@ -712,3 +712,17 @@ async fn a_budget_a_reload_sets_counts_what_the_key_spent_before_it_had_one() {
     assert_eq!(keys["keys"][1]["budget"]["spent_usd"], 20.0, "{keys}");
     support::stop(server);
 }
+
+#[tokio::test]
+async fn a_budget_spent_in_tenths_is_spent_at_its_tenth_answer() {
+    let (up, upstream) = upstream(1000).await;
+    // $0.10 an answer (10 prompt tokens at $10,000 a million): ten sum to 0.9999999999999999.
+    let yaml = config(up, "budget: { usd: 1, per: day }").replace("input: 1000000", "input: 10000");
+    let gateway = support::in_process(&yaml).await;
+    for n in 1..=10 {
+        assert_eq!(chat(gateway, TEAM, "default").await.status, 200, "answer {n}");
+    }
+    let refused = chat(gateway, TEAM, "default").await;
+    assert_eq!((refused.status, &refused.body["error"]["code"]), (429, &json!("budget_exceeded")));
+    assert_eq!(upstream.calls.load(Ordering::SeqCst), 10);
+}

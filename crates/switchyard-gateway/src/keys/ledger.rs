@@ -144,6 +144,11 @@ impl Ledger {
     }
 }
 
+/// `usd` in whole micro-dollars.
+fn micro_dollars(usd: f64) -> i64 {
+    (usd * 1e6).round() as i64
+}
+
 /// The period a key's spend is counted in: its budget's, else the UTC day (what a budget a
 /// reload sets then finds spent).
 fn spend_period(rules: &KeyRules) -> Period {
@@ -280,7 +285,9 @@ impl ClientKey {
     async fn within_budget(&self, shared: Shared<'_>) -> Result<(), Refusal> {
         let Some(budget) = self.rules.budget else { return Ok(()) };
         let (spent, resets) = self.spend_now(budget.per, shared).await;
-        if spent >= budget.usd {
+        // To the micro-dollar, as /admin/keys says it: ten answers of $0.10 add up to
+        // 0.9999999999999999, which is the whole of a $1 budget.
+        if micro_dollars(spent) >= micro_dollars(budget.usd) {
             return Err(Refusal::Budget { spent, usd: budget.usd, per: budget.per, resets });
         }
         Ok(())
