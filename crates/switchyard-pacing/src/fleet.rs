@@ -87,6 +87,10 @@ pub struct LeaseAsk {
     pub want: [f64; DIMENSIONS],
     /// The buckets (requests, tokens) of the lane; a dimension without one is not leased.
     pub buckets: [Option<BucketSpec>; 2],
+    /// Each bucket's level as this replica last heard it from the fleet, refilled to now:
+    /// where a fleet that lost the bucket (its Redis restarted empty) starts it, rather than
+    /// full, which would give the fleet a new burst at every restart; `None` when unknown.
+    pub seen: [Option<f64>; 2],
 }
 
 /// What the fleet granted.

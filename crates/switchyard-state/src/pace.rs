@@ -64,6 +64,9 @@ impl PaceOp {
                 for bucket in ask.buckets {
                     call.arg(opt(bucket.map(|b| b.capacity))).arg(opt(bucket.map(|b| b.per_sec)));
                 }
+                for seen in ask.seen {
+                    call.arg(opt(seen));
+                }
                 Some(call)
             }
             PaceOp::Report { lane, report } => {

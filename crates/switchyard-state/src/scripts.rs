@@ -268,12 +268,13 @@ local key = prefix .. ':pace:' .. lane
 local cur = hash(key)
 local function g(n) return string.format('%.17g', n) end
 -- The buckets, refilled to now: caps and rates come with each call (the lane's config).
-local function refill(caps, rates)
+local function refill(caps, rates, seen)
   local levels = {}
   local last = num(cur.t) or now
   for b = 1, 2 do
     if caps[b] ~= nil then
-      local level = num(cur['l' .. (b - 1)]) or caps[b]
+      -- A bucket the fleet lost (Redis restarted empty) starts where a replica last saw it.
+      local level = num(cur['l' .. (b - 1)]) or math.min(caps[b], (seen and seen[b]) or caps[b])
       levels[b] = math.min(caps[b], level + math.max(0, now - last) * rates[b] / 1000)
     end
   end
@@ -296,7 +297,8 @@ end
 /// Leases a slice of a lane. ARGV: prefix, lane, replica, the probe window in ms, then per
 /// dimension (requests, tokens buckets; requests, tokens, input, output header windows) its
 /// need and want, then per bucket its capacity and rate per second ('' when the lane has
-/// none).
+/// none), then per bucket the level the replica last saw ('' when unknown: a bucket not in
+/// Redis starts full).
 ///
 /// While a hold runs nothing is granted. A header window whose reset passed becomes a probe
 /// window: one request until an answer says more (or the probe window ends). When some
@@ -311,12 +313,13 @@ for d = 1, 6 do
   need[d] = tonumber(ARGV[3 + 2 * d])
   want[d] = tonumber(ARGV[4 + 2 * d])
 end
-local caps, rates = {}, {}
+local caps, rates, seen = {}, {}, {}
 for b = 1, 2 do
   caps[b] = num(ARGV[15 + 2 * b])
   rates[b] = num(ARGV[16 + 2 * b])
+  seen[b] = num(ARGV[20 + b])
 end
-local levels = refill(caps, rates)
+local levels = refill(caps, rates, seen)
 local windows = {}
 for h = 0, 3 do
   local left = num(cur['h' .. h])

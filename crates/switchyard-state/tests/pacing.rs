@@ -38,15 +38,20 @@ impl FleetSink for Heard {
 const RPM_300: BucketSpec = BucketSpec { capacity: 5.0, per_sec: 5.0 };
 
 fn ask(need: f64, want: f64) -> LeaseAsk {
-    let mut ask =
-        LeaseAsk { need: [0.0; DIMENSIONS], want: [0.0; DIMENSIONS], buckets: [Some(RPM_300), None] };
+    let mut ask = LeaseAsk {
+        need: [0.0; DIMENSIONS],
+        want: [0.0; DIMENSIONS],
+        buckets: [Some(RPM_300), None],
+        seen: [None; 2],
+    };
     ask.need[RPM] = need;
     ask.want[RPM] = want;
     ask
 }
 
 fn headers_ask(need: f64, want: f64) -> LeaseAsk {
-    let mut ask = LeaseAsk { need: [0.0; DIMENSIONS], want: [0.0; DIMENSIONS], buckets: [None, None] };
+    let mut ask =
+        LeaseAsk { need: [0.0; DIMENSIONS], want: [0.0; DIMENSIONS], buckets: [None, None], seen: [None; 2] };
     ask.need[HEADERS] = need;
     ask.want[HEADERS] = want;
     ask
@@ -102,8 +107,12 @@ async fn a_need_larger_than_the_bucket_is_met_once_it_is_full() {
     let server = RedisServer::start();
     let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
     let tokens = BucketSpec { capacity: 1_000.0, per_sec: 1_000.0 };
-    let mut big =
-        LeaseAsk { need: [0.0; DIMENSIONS], want: [0.0; DIMENSIONS], buckets: [None, Some(tokens)] };
+    let mut big = LeaseAsk {
+        need: [0.0; DIMENSIONS],
+        want: [0.0; DIMENSIONS],
+        buckets: [None, Some(tokens)],
+        seen: [None; 2],
+    };
     big.need[TPM] = 2_500.0;
     big.want[TPM] = 2_500.0;
     let grant = a.lease("up", big.clone()).await.unwrap();
@@ -236,7 +245,8 @@ async fn closing_surrenders_the_lanes_slices_then_leaves() {
 }
 
 fn tokens_ask(need: f64, want: f64) -> LeaseAsk {
-    let mut ask = LeaseAsk { need: [0.0; DIMENSIONS], want: [0.0; DIMENSIONS], buckets: [None, None] };
+    let mut ask =
+        LeaseAsk { need: [0.0; DIMENSIONS], want: [0.0; DIMENSIONS], buckets: [None, None], seen: [None; 2] };
     ask.need[HEADERS + 1] = need;
     ask.want[HEADERS + 1] = want;
     ask
@@ -364,8 +374,12 @@ async fn a_replica_waiting_for_a_unit_gets_the_next_one_before_another_replicas_
     // 120 a minute: 2 a second, a burst of 2.
     let slow = BucketSpec { capacity: 2.0, per_sec: 2.0 };
     let ask = |need: f64, want: f64| {
-        let mut ask =
-            LeaseAsk { need: [0.0; DIMENSIONS], want: [0.0; DIMENSIONS], buckets: [Some(slow), None] };
+        let mut ask = LeaseAsk {
+            need: [0.0; DIMENSIONS],
+            want: [0.0; DIMENSIONS],
+            buckets: [Some(slow), None],
+            seen: [None; 2],
+        };
         (ask.need[RPM], ask.want[RPM]) = (need, want);
         ask
     };
@@ -387,4 +401,33 @@ async fn a_replica_waiting_for_a_unit_gets_the_next_one_before_another_replicas_
     // Served, b holds nothing back: a's next prefetch takes what refills.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(a.lease("up", ask(0.0, 2.0)).await.unwrap().granted[RPM] > 0.0);
+}
+
+#[tokio::test]
+async fn a_bucket_redis_lost_starts_where_the_replica_last_saw_it_not_full() {
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
+    // A minute's bucket of 20 a replica last saw holding 1 (Redis restarted empty since).
+    let minute = BucketSpec { capacity: 20.0, per_sec: 20.0 / 60.0 };
+    let mut seen = LeaseAsk {
+        need: [0.0; DIMENSIONS],
+        want: [0.0; DIMENSIONS],
+        buckets: [Some(minute), None],
+        seen: [Some(1.0), None],
+    };
+    (seen.need[RPM], seen.want[RPM]) = (1.0, 5.0);
+    let grant = a.lease("key:lost", seen.clone()).await.unwrap();
+    assert!(grant.granted[RPM] >= 1.0 && grant.granted[RPM] < 1.1, "{grant:?}");
+    // Once the bucket is in Redis again, what it holds counts, whatever a replica saw.
+    seen.seen = [Some(20.0), None];
+    assert_eq!(a.lease("key:lost", seen).await.unwrap().granted[RPM], 0.0);
+    // A bucket never seen starts full.
+    let mut fresh = LeaseAsk {
+        need: [0.0; DIMENSIONS],
+        want: [0.0; DIMENSIONS],
+        buckets: [Some(minute), None],
+        seen: [None; 2],
+    };
+    (fresh.need[RPM], fresh.want[RPM]) = (1.0, 5.0);
+    assert_eq!(a.lease("key:new", fresh).await.unwrap().granted[RPM], 5.0);
 }

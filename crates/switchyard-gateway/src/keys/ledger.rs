@@ -248,17 +248,21 @@ impl ClientKey {
     async fn within_rate(&self, shared: Shared<'_>) -> Result<(), Refusal> {
         let refuse = |(retry_after, limit)| Refusal::RateLimited { retry_after, limit };
         let mode = shared.mode();
-        let (step, expired) = {
+        let (step, expired, away) = {
             let mut books = self.ledger.books();
             if !books.limiter.limits_rate() {
                 return Ok(());
             }
             let step = books.limiter.admit(mode, Instant::now());
-            (step, books.limiter.expired())
+            // The fleet answers again: what the share spent meanwhile is taken from its buckets.
+            let away = if mode == Mode::Fleet { books.limiter.spent_away() } else { None };
+            (step, books.limiter.expired(), away)
         };
         let lane = || format!("key:{}", self.hash);
-        if let (Some((units, buckets)), Some(store)) = (expired, shared.store) {
-            store.give_back(&lane(), units, buckets);
+        if let Some(store) = shared.store {
+            for (units, buckets) in [expired, away].into_iter().flatten() {
+                store.give_back(&lane(), units, buckets);
+            }
         }
         let ask = match step {
             Ok(()) => return Ok(()),

@@ -29,10 +29,12 @@ struct MinuteBucket {
 }
 
 impl MinuteBucket {
-    /// `per_minute` among `share` replicas: a bucket of `per_minute / share`, full.
-    fn new(per_minute: u64, share: usize, now: Instant) -> Self {
+    /// `per_minute` among `share` replicas: a bucket of `per_minute / share`, full, or holding
+    /// its share of `level`.
+    fn new(per_minute: u64, share: usize, level: Option<f64>, now: Instant) -> Self {
         let capacity = per_minute as f64 / share.max(1) as f64;
-        Self { capacity, per_sec: capacity / 60.0, level: capacity, at: now }
+        let level = level.map_or(capacity, |level| (level / share.max(1) as f64).min(capacity));
+        Self { capacity, per_sec: capacity / 60.0, level, at: now }
     }
 
     fn refill(&mut self, now: Instant) {
@@ -60,9 +62,14 @@ struct Buckets {
 }
 
 impl Buckets {
-    fn new(limits: &KeyLimits, share: usize, now: Instant) -> Self {
-        let bucket = |per_minute: Option<u64>| per_minute.map(|pm| MinuteBucket::new(pm, share, now));
-        Self { requests: bucket(limits.requests_per_minute), tokens: bucket(limits.tokens_per_minute) }
+    /// A share among `share` replicas of buckets holding `levels` (full where `None`).
+    fn new(limits: &KeyLimits, share: usize, levels: [Option<f64>; 2], now: Instant) -> Self {
+        let bucket =
+            |per_minute: Option<u64>, level| per_minute.map(|pm| MinuteBucket::new(pm, share, level, now));
+        Self {
+            requests: bucket(limits.requests_per_minute, levels[0]),
+            tokens: bucket(limits.tokens_per_minute, levels[1]),
+        }
     }
 
     /// Takes a request when both buckets allow one; else the longer wait, and whose it is.
@@ -119,14 +126,21 @@ pub(crate) enum Mode {
 pub(crate) struct Limiter {
     limits: KeyLimits,
     alone: Buckets,
+    /// The share's buckets while the fleet is out of reach; made when it goes, dropped when
+    /// it answers again.
     share: Option<(usize, Buckets)>,
     hand: Hand,
+    /// The fleet's levels of the buckets (requests, tokens) as its last answer said, and when.
+    seen: [Option<(f64, Instant)>; 2],
+    /// What the share spent (requests, tokens) since the fleet last answered: taken from the
+    /// fleet's buckets once it answers again, else a blip of Redis is a new minute's worth.
+    away: [f64; 2],
 }
 
 impl Limiter {
     pub(crate) fn new(limits: KeyLimits) -> Self {
-        let alone = Buckets::new(&limits, 1, Instant::now());
-        Self { limits, alone, share: None, hand: Hand::default() }
+        let alone = Buckets::new(&limits, 1, [None; 2], Instant::now());
+        Self { limits, alone, share: None, hand: Hand::default(), seen: [None; 2], away: [0.0; 2] }
     }
 
     /// The limits it counts.
@@ -145,18 +159,58 @@ impl Limiter {
         match mode {
             Mode::Alone => self.alone.admit(now).map_err(|(wait, limit)| Step::Refuse(wait, limit)),
             Mode::Share(replicas) => {
-                self.share_of(replicas, now).admit(now).map_err(|(wait, limit)| Step::Refuse(wait, limit))
+                self.share_of(replicas, now).admit(now).map_err(|(wait, limit)| Step::Refuse(wait, limit))?;
+                self.away[0] += 1.0;
+                Ok(())
             }
-            Mode::Fleet => self.spend_hand(now).map_err(Step::Lease),
+            Mode::Fleet => {
+                self.share = None;
+                self.spend_hand(now).map_err(Step::Lease)
+            }
         }
     }
 
-    /// The buckets of a share among `replicas`, made anew when the fleet's size changed.
+    /// The buckets of a share among `replicas`, made anew when the fleet's size changed: the
+    /// share of the fleet's levels as last seen (refilled since), not full, so that a fleet out
+    /// of reach for a moment is not a new minute's worth for every replica.
     fn share_of(&mut self, replicas: usize, now: Instant) -> &mut Buckets {
         if self.share.as_ref().is_none_or(|(n, _)| *n != replicas) {
-            self.share = Some((replicas, Buckets::new(&self.limits, replicas, now)));
+            let levels = self.seen_levels(now);
+            self.share = Some((replicas, Buckets::new(&self.limits, replicas, levels, now)));
         }
         &mut self.share.get_or_insert_with(|| (replicas, Buckets::default())).1
+    }
+
+    /// The fleet's levels as last seen, refilled to `now`.
+    fn seen_levels(&self, now: Instant) -> [Option<f64>; 2] {
+        let allowances = [self.limits.requests_per_minute, self.limits.tokens_per_minute];
+        let mut levels = [None; 2];
+        for (level, (seen, allowance)) in levels.iter_mut().zip(self.seen.iter().zip(allowances)) {
+            if let (Some((at_level, at)), Some(per_minute)) = (seen, allowance) {
+                let per_minute = per_minute as f64;
+                let refilled = now.saturating_duration_since(*at).as_secs_f64() * per_minute / 60.0;
+                *level = Some((at_level + refilled).min(per_minute));
+            }
+        }
+        levels
+    }
+
+    /// What the share spent while the fleet was out of reach, as units to give the fleet's
+    /// buckets back (negative: taken from them), once; `None` when nothing was.
+    pub(crate) fn spent_away(&mut self) -> Option<([f64; 2], [Option<BucketSpec>; 2])> {
+        let away = std::mem::take(&mut self.away);
+        if away.iter().all(|units| *units <= 0.0) {
+            return None;
+        }
+        Some((away.map(|units| -units), self.specs()))
+    }
+
+    /// The fleet's bucket of each limit.
+    fn specs(&self) -> [Option<BucketSpec>; 2] {
+        let spec = |per_minute: Option<u64>| {
+            per_minute.map(|pm| BucketSpec { capacity: pm as f64, per_sec: pm as f64 / 60.0 })
+        };
+        [spec(self.limits.requests_per_minute), spec(self.limits.tokens_per_minute)]
     }
 
     /// Admits from the slices in hand, or says what to lease.
@@ -179,7 +233,9 @@ impl Limiter {
             }
             return Ok(());
         }
-        let mut ask = LeaseAsk { need: [0.0; DIMENSIONS], want: [0.0; DIMENSIONS], buckets: [None, None] };
+        let seen = self.seen_levels(now);
+        let mut ask =
+            LeaseAsk { need: [0.0; DIMENSIONS], want: [0.0; DIMENSIONS], buckets: [None, None], seen };
         for (d, (allowance, need)) in [(rpm, need_requests), (tpm, need_tokens)].into_iter().enumerate() {
             let Some(allowance) = allowance else { continue };
             ask.need[d] = need;
@@ -195,15 +251,17 @@ impl Limiter {
         if units.iter().all(|u| *u <= 0.0) {
             return None;
         }
-        let spec = |per_minute: Option<u64>| {
-            per_minute.map(|pm| BucketSpec { capacity: pm as f64, per_sec: pm as f64 / 60.0 })
-        };
-        Some((units, [spec(self.limits.requests_per_minute), spec(self.limits.tokens_per_minute)]))
+        Some((units, self.specs()))
     }
 
     /// Takes in what the fleet granted, then admits the request from it; or the wait the
     /// fleet said, and the limit it is for.
     pub(crate) fn granted(&mut self, grant: &LeaseGrant, now: Instant) -> Result<(), (Duration, Limit)> {
+        for (seen, level) in self.seen.iter_mut().zip(grant.level) {
+            if let Some(level) = level {
+                *seen = Some((level, now));
+            }
+        }
         if let Some(wait) = grant.retry_in {
             return Err((wait, self.short_of(grant)));
         }
@@ -233,7 +291,10 @@ impl Limiter {
     pub(crate) fn charge(&mut self, tokens: f64, mode: Mode, now: Instant) {
         match mode {
             Mode::Alone => self.alone.charge(tokens, now),
-            Mode::Share(replicas) => self.share_of(replicas, now).charge(tokens, now),
+            Mode::Share(replicas) => {
+                self.share_of(replicas, now).charge(tokens, now);
+                self.away[1] += tokens;
+            }
             Mode::Fleet if self.limits.tokens_per_minute.is_some() => {
                 let spent = tokens.min(self.hand.held[1].max(0.0));
                 self.hand.held[1] -= spent;
@@ -336,5 +397,31 @@ mod tests {
         assert_eq!(short(&mut both, &refused(40.0, 0.5)), Err(Limit::TokensPerMinute));
         let mut tokens = Limiter::new(limits(None, Some(6000)));
         assert_eq!(short(&mut tokens, &refused(0.0, 0.5)), Err(Limit::TokensPerMinute), "no requests limit");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fleet_out_of_reach_is_no_new_minute_and_what_the_share_spent_is_the_fleets() {
+        let mut limiter = Limiter::new(limits(Some(20), None));
+        // The fleet's bucket is dry as its last answer says.
+        assert!(matches!(limiter.admit(Mode::Fleet, Instant::now()), Err(Step::Lease(_))));
+        let dry = LeaseGrant {
+            retry_in: Some(Duration::from_secs(3)),
+            level: [Some(0.0), None, None, None, None, None],
+            ..LeaseGrant::default()
+        };
+        assert!(limiter.granted(&dry, Instant::now()).is_err());
+        // Redis goes: the share of two replicas starts from that, not from 10 of a full minute.
+        assert!(limiter.admit(Mode::Share(2), Instant::now()).is_err(), "nothing there yet");
+        tokio::time::advance(Duration::from_secs(6)).await;
+        // Two refilled in 6 s (20 a minute), one of them this replica's share.
+        let admitted = (0..5).filter(|_| limiter.admit(Mode::Share(2), Instant::now()).is_ok()).count();
+        assert_eq!(admitted, 1);
+        // Redis is back: what the share spent is taken from the fleet's bucket, once.
+        let Err(Step::Lease(ask)) = limiter.admit(Mode::Fleet, Instant::now()) else { panic!("a lease") };
+        assert_eq!(ask.seen[0], Some(2.0), "where a fleet that lost the bucket starts it");
+        let (units, buckets) = limiter.spent_away().expect("what the share spent");
+        assert_eq!(units, [-1.0, 0.0]);
+        assert_eq!(buckets[0].map(|b| b.capacity), Some(20.0));
+        assert!(limiter.spent_away().is_none(), "once");
     }
 }

@@ -369,7 +369,9 @@ impl LeaseBook {
             }
         }
         self.asked = want;
-        LeaseAsk { need, want, buckets: self.buckets }
+        // A provider's bucket holds a second: a fleet that lost it starts it full, at most a
+        // second's allowance more.
+        LeaseAsk { need, want, buckets: self.buckets, seen: [None; 2] }
     }
 
     /// The fleet's answer to the lease on its way (`None`: it could not be reached).
