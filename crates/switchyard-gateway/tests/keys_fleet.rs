@@ -306,6 +306,26 @@ async fn a_redis_restarted_empty_is_given_the_fleets_spend_again_by_the_replicas
     fleet.stop();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restarted_empty_is_given_the_spend_again_with_no_request_asking() {
+    let mut redis = RedisServer::start();
+    let (upstream, _) = start_upstream().await;
+    let fleet = Fleet::start("spend-rewritten", upstream, &redis.url()).await;
+    for _ in 0..2 {
+        assert_eq!(fleet.chat(0, SPENDER).await.0, 200);
+    }
+    fleet.until_redis_holds(&redis, 20.0).await;
+    redis.restart();
+    // Nothing asks the replicas (no request, no /admin/keys): a replica started now would else
+    // find the budget unspent.
+    support::until("Redis holds the spend again", Duration::from_secs(15), async || {
+        let held = fleet_spend(&redis);
+        if (held - 20.0).abs() < 1e-9 { Ok(()) } else { Err(format!("Redis holds {held}")) }
+    })
+    .await;
+    fleet.stop();
+}
+
 #[test]
 fn doctor_says_what_the_fleet_shares_of_a_keys_limits() {
     let redis = RedisServer::start();

@@ -305,6 +305,8 @@ pub(crate) struct Shared {
     /// The targets the configuration names: their records are always shared; any other's
     /// only while the fleet keeps fewer than [`MOST_RECORDS`].
     configured: std::sync::RwLock<std::collections::HashSet<Target>>,
+    /// How many times Redis was found to have lost the shared records (restarted empty).
+    pub(crate) losses: tokio::sync::watch::Sender<u64>,
 }
 
 /// The store's bookkeeping of the shared records: the generation each was last seen at, and
@@ -431,6 +433,7 @@ impl RedisStore {
             fleet: pace::FleetView::default(),
             config_hash: Mutex::new(String::new()),
             configured: Default::default(),
+            losses: tokio::sync::watch::Sender::new(0),
             member: members::Member::new(),
             kept: Mutex::default(),
         });
@@ -479,6 +482,13 @@ impl RedisStore {
     /// This replica's id.
     pub fn replica(&self) -> &str {
         &self.shared.settings.replica
+    }
+
+    /// How many times Redis was found to have lost the fleet's records (restarted empty, or
+    /// flushed) since this store started, changing as it is found: what else this replica
+    /// wrote there (client keys' spend) is to be written again then.
+    pub fn losses(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.shared.losses.subscribe()
     }
 
     /// Reads how many requests this replica is serving, for its heartbeat (the operator page

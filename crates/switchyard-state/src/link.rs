@@ -779,6 +779,7 @@ impl Link {
         self.epoch = Some(snapshot.epoch.clone());
         if lost {
             tracing::warn!(target: "switchyard::shared_state", "Redis lost the shared records (restarted empty?): writing back what this replica knows");
+            self.shared.losses.send_modify(|losses| *losses += 1);
             // Generations restart with the records: what was seen of the old ones means nothing.
             self.own.clear();
             self.shared.book().seen.clear();

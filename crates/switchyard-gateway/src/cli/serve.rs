@@ -245,6 +245,22 @@ fn join_fleet(store: &Arc<RedisStore>, state: &Arc<AppState>) {
             store.resend_missed().await;
         }
     });
+    // Once Redis is found to have lost everything (restarted empty), each key's spend, read
+    // and so written again at once: a budget else counted only what was spent after, until
+    // the key's next request here.
+    let mut losses = store.losses();
+    let keys = Arc::downgrade(state);
+    tokio::spawn(async move {
+        while losses.changed().await.is_ok() {
+            // Again a moment later: the spend's connection may still be coming back when the
+            // records' is (a read that fails writes nothing).
+            for wait in [0, 1, 2] {
+                tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
+                let Some(state) = keys.upgrade() else { return };
+                state.read_spends().await;
+            }
+        }
+    });
     // Hedge budgets counted fleet-wide: each replica's windows exchanged once a second.
     let state = Arc::downgrade(state);
     switchyard_state::hedges::SharedHedges::new(store)

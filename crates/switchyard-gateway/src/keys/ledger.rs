@@ -320,8 +320,10 @@ impl ClientKey {
     /// request does: what `/admin/keys` and `/metrics` show next is the fleet's (a replica that
     /// just started, or never served the key, would else show nothing spent).
     pub(crate) async fn read_spend(&self, shared: Shared<'_>) {
-        if let Some(budget) = self.rules.budget {
-            self.spend_now(budget.per, shared).await;
+        // A key without a budget only when this run spent: its spend is shown nowhere, and
+        // read here only to be written again after Redis lost it.
+        if self.rules.budget.is_some() || self.ledger.books().spend.spent_here() {
+            self.spend_now(spend_period(&self.rules), shared).await;
         }
     }
 

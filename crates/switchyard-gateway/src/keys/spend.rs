@@ -119,6 +119,11 @@ impl Spend {
         self.others + self.written + unconfirmed * weight
     }
 
+    /// Whether this run charged anything in the period.
+    pub(crate) fn spent_here(&self) -> bool {
+        self.mine > 0.0
+    }
+
     /// Charges `usd`.
     pub(crate) fn charge(&mut self, usd: f64) {
         self.mine += usd;

@@ -288,6 +288,12 @@ impl AppState {
             .collect()
     }
 
+    /// Reads the fleet's spend of every key that has a budget or spent here, and so writes
+    /// again what a Redis that restarted empty lost of this replica's.
+    pub async fn read_spends(&self) {
+        super::keys::read_spends(self, &self.live()).await;
+    }
+
     /// The requests being served: begun and not yet ended.
     pub fn in_flight(&self) -> u64 {
         use std::sync::atomic::Ordering::Relaxed;
