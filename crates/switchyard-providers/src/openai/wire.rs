@@ -298,7 +298,7 @@ pub(super) fn chat_body(
         extra: Passthrough {
             fields: extra,
             skip: REQUEST_FIELDS,
-            also_skip: max_completion_tokens.map(|_| "max_completion_tokens"),
+            also_skip: if max_completion_tokens.is_some() { &["max_completion_tokens"] } else { &[] },
         },
     };
     encode(&body)
@@ -363,7 +363,10 @@ fn messages_body<'a>(
             tool_calls: &message.tool_calls,
             tool_call_id: message.tool_call_id.as_deref(),
             reasoning_content: reasoning_back(message, forward, (model, padded)),
-            extra: Passthrough::new(forward.then_some(&message.extra), MESSAGE_FIELDS),
+            extra: Passthrough {
+                also_skip: if claude_turn(message) { CLAUDE_THINKING } else { &[] },
+                ..Passthrough::new(forward.then_some(&message.extra), MESSAGE_FIELDS)
+            },
         });
         if let Some((_, content)) = lifted.next_if(|(after, _)| *after == i) {
             messages.push(MessageBody {
@@ -385,11 +388,24 @@ fn messages_body<'a>(
 /// model refuses a turn without one, and there is none of its own); none when the client sent
 /// the message's own (an OpenAI client's, passed on as written).
 fn reasoning_back<'a>(message: &'a Message, forward: bool, (model, padded): (&str, bool)) -> Option<&'a str> {
-    if message.role != Role::Assistant || (forward && message.extra.contains_key("reasoning_content")) {
+    let own = forward && message.extra.contains_key("reasoning_content") && !claude_turn(message);
+    if message.role != Role::Assistant || own {
         return None;
     }
     crate::codec::sealed_reasoning_of(message, model).or(padded.then_some(""))
 }
+
+/// Whether `message` is a turn of Claude's as the gateway gave it to an OpenAI-dialect client,
+/// its signed thinking with it (`thinking_blocks`).
+fn claude_turn(message: &Message) -> bool {
+    message.extra.contains_key(THINKING_BLOCKS)
+}
+
+/// The fields of a Claude turn that carry its thinking as a client sends it back: its text
+/// (`reasoning_content`, as the gateway streamed it) and LiteLLM's copy of the signed blocks
+/// (`provider_specific_fields`). Not sent on: only an Anthropic target reads Claude's thinking,
+/// and servers that check a message's fields refuse them (Cerebras, Groq).
+const CLAUDE_THINKING: &[&str] = &["reasoning_content", "provider_specific_fields"];
 
 /// The embeddings body for `request`, sent to `model`. Embeddings requests arrive only in the
 /// OpenAI dialect, so their extras (`user`, ...) always travel, except `encoding_format`: the
@@ -688,14 +704,15 @@ struct Passthrough<'a> {
     fields: Option<&'a Extra>,
     /// The names the body writes itself, never copied.
     skip: &'static [&'static str],
-    /// One more field the body writes in this instance only (`max_completion_tokens`).
-    also_skip: Option<&'static str>,
+    /// More fields not copied in this instance only (`max_completion_tokens`, which the body
+    /// writes; Claude's thinking as a client sent it back).
+    also_skip: &'static [&'static str],
 }
 
 impl<'a> Passthrough<'a> {
     /// Copies `fields` (if any) except those named in `skip`.
     fn new(fields: Option<&'a Extra>, skip: &'static [&'static str]) -> Self {
-        Self { fields, skip, also_skip: None }
+        Self { fields, skip, also_skip: &[] }
     }
 }
 
@@ -704,7 +721,7 @@ impl Serialize for Passthrough<'_> {
         let mut map = serializer.serialize_map(None)?;
         for (name, value) in self.fields.into_iter().flatten() {
             let name = name.as_str();
-            if !self.skip.contains(&name) && self.also_skip != Some(name) {
+            if !self.skip.contains(&name) && !self.also_skip.contains(&name) {
                 map.serialize_entry(name, value)?;
             }
         }
@@ -1236,6 +1253,33 @@ mod tests {
         request.origin = Dialect::OpenAi;
         request.messages[3].extra.insert("reasoning_content".into(), json!("Mine."));
         assert_eq!(reasoning(&request, true)[3], "Mine.");
+    }
+
+    #[test]
+    fn claudes_thinking_a_client_sent_back_goes_to_no_openai_dialect_server() {
+        // The cookbook's `messages.append(choice.message)` after Claude answered with thinking:
+        // its text in `reasoning_content`, its signed blocks, and LiteLLM's copy of them.
+        let mut claude = Message::assistant("Sunny.");
+        claude.extra.insert(
+            THINKING_BLOCKS.into(),
+            json!([{"type": "thinking", "thinking": "Hmm.", "signature": "sig"}]),
+        );
+        claude.extra.insert("reasoning_content".into(), json!("Hmm."));
+        claude
+            .extra
+            .insert("provider_specific_fields".into(), json!({"thinking_blocks": [{"signature": "sig"}]}));
+        let mut request = ChatRequest::new("route", vec![Message::user("a"), claude, Message::user("b")]);
+        request.origin = Dialect::OpenAi;
+        for (kind, padded) in [(ProviderKind::OpenAi, false), (ProviderKind::OpenAiCompatible, true)] {
+            let body = chat_body(&request, "m", false, (kind, padded)).unwrap();
+            let turn = serde_json::from_slice::<Value>(&body).unwrap()["messages"][1].clone();
+            assert!(
+                turn.get(THINKING_BLOCKS).is_none() && turn.get("provider_specific_fields").is_none(),
+                "{turn}"
+            );
+            let expected = if padded { json!("") } else { Value::Null };
+            assert_eq!(turn["reasoning_content"], expected, "not Claude's: {kind:?} {turn}");
+        }
     }
 
     #[test]
