@@ -726,3 +726,46 @@ async fn a_budget_spent_in_tenths_is_spent_at_its_tenth_answer() {
     assert_eq!((refused.status, &refused.body["error"]["code"]), (429, &json!("budget_exceeded")));
     assert_eq!(upstream.calls.load(Ordering::SeqCst), 10);
 }
+
+#[tokio::test]
+async fn a_stream_another_target_continued_is_charged_what_the_broken_call_delivered_too() {
+    let (mock, _server) = switchyard_mock::spawn().await.unwrap();
+    // A dollar a token both ways, at both targets: the broken call delivered three words.
+    let prices = "prices: { m: { input: 1000000, output: 1000000 } }";
+    let yaml = format!(
+        "providers:
+  a: {{ kind: openai, base_url: 'http://{mock}/cut=3~words=8/v1', api_key: sk-a-0001, {prices} }}
+  b: {{ kind: anthropic, base_url: 'http://{mock}/ok~words=8', api_key: sk-b-0001, {prices} }}
+routes:
+  default: {{ targets: [a:m, b:m], retry: {{ max_attempts: 1 }} }}
+gateway:
+  admin_key: gw-admin-key-0003
+  keys:
+    - {{ name: team, key: {TEAM}, budget: {{ usd: 1000, per: day }} }}
+"
+    );
+    let gateway = support::in_process(&yaml).await;
+    let body =
+        json!({ "model": "default", "stream": true, "messages": [{ "role": "user", "content": "Count." }] });
+    let response = post_chat(gateway, TEAM, &body).await;
+    let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let text = response.text().await.unwrap();
+    assert!(text.contains("w8") && text.contains("[DONE]"), "{text}");
+
+    let record: Value =
+        serde_json::from_str(&admin(gateway, &format!("/admin/requests/{id}")).await).unwrap();
+    let attempts = record["attempts"].as_array().unwrap();
+    assert_eq!(
+        attempts.iter().map(|a| a["outcome"].as_str().unwrap()).collect::<Vec<_>>(),
+        ["failed", "continued"]
+    );
+    let continued = &attempts[1]["usage"];
+    let its_cost =
+        continued["prompt_tokens"].as_f64().unwrap() + continued["completion_tokens"].as_f64().unwrap();
+    let keys: Value = serde_json::from_str(&admin(gateway, "/admin/keys").await).unwrap();
+    let spent = keys["keys"][0]["budget"]["spent_usd"].as_f64().unwrap();
+    // The broken call's prompt and its three words, estimated, beside the continuing call's.
+    assert!(spent >= its_cost + 3.0, "spent {spent}, the continuing call alone {its_cost}: {record}");
+    let metrics = admin(gateway, "/metrics").await;
+    assert!(metrics.contains("switchyard_cost_total{target=\"a:m\"}"), "{metrics}");
+}

@@ -945,6 +945,19 @@ pub struct Usage {
     pub completion_tokens_details: Option<CompletionTokensDetails>,
 }
 
+impl Usage {
+    /// The counts of two calls together (their details, which say how each was billed, are
+    /// not added up: none are given).
+    pub fn plus(&self, other: &Usage) -> Usage {
+        Usage {
+            prompt_tokens: self.prompt_tokens.saturating_add(other.prompt_tokens),
+            completion_tokens: self.completion_tokens.saturating_add(other.completion_tokens),
+            total_tokens: self.total_tokens.saturating_add(other.total_tokens),
+            ..Usage::default()
+        }
+    }
+}
+
 /// The prompt count's details (OpenAI's `prompt_tokens_details`; Anthropic's
 /// `cache_read_input_tokens` and `cache_creation_input_tokens`). Both are part of
 /// `prompt_tokens`.

@@ -10,6 +10,7 @@ use axum::response::Response;
 use futures_util::Stream;
 use switchyard::RoutedStream;
 use switchyard::chat::Dialect;
+use switchyard::trail::Via;
 use switchyard_providers::anthropic::codec::MessagesStreamWriter;
 use switchyard_providers::codec::{StreamWriter, write_data, write_event};
 use switchyard_providers::openai::codec::ChatStreamWriter;
@@ -122,8 +123,25 @@ impl<E> SseBody<E> {
             // A stream whose usage did not come (its client left first, or the provider never
             // says it) is charged what it delivered, estimated: else leaving each stream before
             // its last chunk would spend no budget.
-            let (used, cost) = (self.stream.usage_so_far(), self.stream.cost_so_far());
+            let (mut used, mut cost) = (self.stream.usage_so_far(), self.stream.cost_so_far());
             usage(&self.state, &exchange.live, (&served_by, self.stream.route()), used, cost);
+            // Another target continued a broken answer: what the broken call delivered is the
+            // client's answer too, and its provider billed it.
+            if let Some(broken) = self.stream.broken_call() {
+                let via = Via::Target(broken.target.clone());
+                usage(
+                    &self.state,
+                    &exchange.live,
+                    (&via, self.stream.route()),
+                    Some(broken.usage),
+                    broken.cost,
+                );
+                used = Some(used.map_or(broken.usage, |used| used.plus(&broken.usage)));
+                cost = match (cost, broken.cost) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    (a, b) => a.or(b),
+                };
+            }
             let trail = self.stream.trail().clone();
             let timing = *self.stream.timing();
             let attempts = trail.len();

@@ -23,7 +23,7 @@ use crate::chat::{
 use crate::pacing::Permit;
 use crate::provider::{BoxFuture, Call, ChunkStream, Provider};
 use crate::route::Route;
-use crate::trail::{Outcome, Timing, Trail, Via};
+use crate::trail::{CutCall, Outcome, Timing, Trail, Via};
 use crate::{ErrorKind, ProviderError, Target};
 
 /// A stream opened and read up to the first chunk its caller is shown: the buffered chunks, and
@@ -386,6 +386,9 @@ pub struct RoutedStream {
     /// stream could be continued: a call cut halfway is no use to the caller, and with it
     /// unseen the text before it can still be continued by another target.
     held: Option<Held>,
+    /// The call that broke before another target continued its answer: what it delivered
+    /// (as it said it, else estimated) is the caller's answer too, and was billed.
+    broken: Option<CutCall>,
 }
 
 /// Chunks held back ([`RoutedStream::held`]): the size of the provider's frames of them, and
@@ -542,6 +545,7 @@ impl RoutedStream {
             continuing: None,
             splice: None,
             held: None,
+            broken: None,
         };
         stream.hold_an_opening_call();
         stream
@@ -633,6 +637,14 @@ impl RoutedStream {
     pub fn cost_so_far(&self) -> Option<f64> {
         let (target, _) = self.answered.as_ref()?;
         Some(self.router.price(target)?.cost(&self.usage_so_far()?))
+    }
+
+    /// The call that broke before another target continued the answer, with what it
+    /// delivered (its usage, else an estimate of its prompt and of what the caller was shown)
+    /// and its cost: part of the caller's answer, billed by its provider, and not in
+    /// [`usage_so_far`](Self::usage_so_far), which is the continuing call's.
+    pub fn broken_call(&self) -> Option<&CutCall> {
+        self.broken.as_ref()
     }
 
     /// Whether every choice of the answer finished: the caller has the whole answer, whatever
@@ -777,7 +789,8 @@ impl RoutedStream {
         // A cut answer is no good answer to remember.
         self.keeping = None;
         // A tool call cut halfway was never shown: the caller has the text before it.
-        let unshown = self.held.take().is_some();
+        let held = self.held.take();
+        let unshown = held.is_some();
         if let Some((target, credential)) = self.answered.clone() {
             error = self.router.failed_mid_stream(&target, credential, error, blame == Blame::Provider);
             let note = self.router.after_content_sent(&error);
@@ -798,6 +811,7 @@ impl RoutedStream {
             if let Some(continuation) =
                 resume.and_then(|resume| resume.continuation(self.router.route(), &target, &self.trail))
             {
+                self.broken = self.delivered_by(target, held.as_ref());
                 self.continuing = Some(Box::new(Continuing {
                     walk: self.router.continuation(
                         continuation.exchange,
@@ -813,6 +827,16 @@ impl RoutedStream {
         }
         self.finish();
         Poll::Ready(Some(Err(StreamError { error, trail: self.trail.clone() })))
+    }
+
+    /// What `target`'s call, broken, delivered: its usage when it came, else the estimate of
+    /// its prompt and of what it generated (what was `held` back included), at its price.
+    fn delivered_by(&self, target: Target, held: Option<&Held>) -> Option<CutCall> {
+        let mut so_far = self.so_far;
+        so_far.chars += held.map_or(0, |held| held.so_far.chars);
+        let usage = self.usage.or_else(|| so_far.usage())?;
+        let cost = self.router.price(&target).map(|price| price.cost(&usage));
+        Some(CutCall { target, usage, cost })
     }
 
     /// Waits for the target finishing the answer: then its chunks follow, or, if none could,
@@ -855,6 +879,8 @@ impl RoutedStream {
         self.permit = served.permit;
         self.served_by = served.via;
         self.usage = None;
+        // What the continuing call delivers is its own; what the broken one did is `broken`.
+        self.so_far.chars = 0;
         self.splice = Some(splice);
     }
 }

@@ -58,6 +58,11 @@ async fn a_stream_cut_after_its_first_text_is_finished_by_a_target_that_takes_a_
     assert_eq!(attempts[0].error.as_ref().map(|e| e.kind()), Some(ErrorKind::Transport));
     assert!(attempts[1].usage.is_some(), "the continuing attempt's usage is on its record");
     assert_eq!(stream.usage(), attempts[1].usage);
+    // What the broken call delivered (its usage never came: estimated) is the caller's answer
+    // too, apart from the continuing call's.
+    let broken = stream.broken_call().expect("the broken call, for its bill");
+    assert_eq!(broken.target.to_string(), "a:m");
+    assert!(broken.usage.completion_tokens > 0 && broken.usage.prompt_tokens > 0, "{broken:?}");
     assert_eq!(stream.served_by().to_string(), "b:m");
     let health = router.target_health(&"a:m".parse().unwrap());
     assert_eq!(health.status, HealthStatus::TemporarilyUnavailable, "the break still counts against a");
