@@ -46,6 +46,7 @@ impl Serialize for RequestRecord {
         map.serialize_entry("served_by", &self.served_by.as_ref().map(ToString::to_string))?;
         map.serialize_entry("fallback", &self.fell_back())?;
         map.serialize_entry("status", &self.status)?;
+        map.serialize_entry("stream_error", &self.stream_error())?;
         map.serialize_entry("duration_ms", &ms(self.duration))?;
         map.serialize_entry("queued_ms", &ms(self.queued))?;
         map.serialize_entry("first_token_ms", &self.first_token.map(ms))?;

@@ -648,6 +648,10 @@ gateway:
     let request = &listed["requests"][0];
     assert_eq!(request["status"], 200);
     assert_eq!(request["stream_error"], "transport", "the mock dropped the connection: {request}");
+    // Its trail says so too.
+    let id = request["request_id"].as_str().unwrap();
+    let (_, record) = gateway.get(&format!("/admin/requests/{id}")).await;
+    assert_eq!((&record["status"], &record["stream_error"]), (&json!(200), &json!("transport")), "{record}");
 }
 
 #[tokio::test]
