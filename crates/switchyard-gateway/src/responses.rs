@@ -53,6 +53,8 @@ pub struct Stored {
 struct Entry {
     owner: String,
     json: Box<[u8]>,
+    /// How many times Redis had been found emptied when this was kept (0 without a fleet).
+    losses: u64,
 }
 
 /// The store: this replica's memory, and the fleet's Redis when there is one.
@@ -264,8 +266,20 @@ impl ResponseStore {
                     Err(error) => tracing::warn!(id, %error, "a response kept in Redis could not be read"),
                 },
                 // Not in the fleet's store (expired, deleted through another replica): only
-                // an entry that never reached Redis is still to be found here.
-                Ok(None) => return Ok(self.get(id, owner).filter(|_| shared.responses.waiting(id))),
+                // an entry that never reached Redis, or that a Redis found emptied since lost,
+                // is still to be found here.
+                Ok(None) => {
+                    let lost = self.kept_before(id, shared.responses.losses());
+                    let found = self.get(id, owner).filter(|_| lost || shared.responses.waiting(id));
+                    if let (Some(stored), true) = (&found, lost) {
+                        // Written back, for the replicas that have it only from Redis.
+                        let bytes = serde_json::to_vec(&**stored).unwrap_or_default();
+                        if let Err(reason) = shared.responses.put(id, &bytes).await {
+                            tracing::warn!(id, reason, "a response Redis lost could not be written back");
+                        }
+                    }
+                    return Ok(found);
+                }
                 Err(reason) => {
                     tracing::warn!(id, reason, "Redis did not answer; reading this replica's responses");
                     return self.get(id, owner).map(Some).ok_or(FleetAway);
@@ -332,13 +346,21 @@ impl ResponseStore {
     /// Keeps `json` under `id`; `false` when it is larger than the byte bound alone.
     fn put_json(&self, id: String, owner: String, json: Vec<u8>) -> bool {
         let bytes = json.len() + owner.len();
-        let entry = Entry { owner, json: json.into_boxed_slice() };
+        let losses = self.shared.as_ref().map_or(0, |shared| shared.responses.losses());
+        let entry = Entry { owner, json: json.into_boxed_slice(), losses };
         let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let kept = inner.insert(id.clone(), entry, bytes, Instant::now());
         if !kept {
             tracing::warn!(id, bytes, "a response larger than gateway.responses.max_bytes is not kept");
         }
         kept
+    }
+
+    /// Whether the response `id` is kept here from before Redis was last found emptied (the
+    /// count of such findings is now `losses`): Redis lost it, no replica deleted it.
+    fn kept_before(&self, id: &str, losses: u64) -> bool {
+        let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        inner.get(&id.to_owned(), Instant::now()).is_some_and(|(entry, _)| entry.losses < losses)
     }
 
     /// The response `id`, when it is kept and belongs to `owner`.
@@ -539,5 +561,41 @@ mod tests {
         // Its items too, for another replica to read them by reference.
         let items = SharedResponses::named(&store, "response_item", kept);
         assert!(items.get(&index_key("alice", "msg_1")).await.unwrap().is_some(), "its item sent again");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_response_a_redis_restarted_empty_lost_is_found_here_and_written_back() {
+        use switchyard_state::responses::KeptBounds;
+        use switchyard_state::testing::RedisServer;
+        use switchyard_state::{RedisStore, StateSettings};
+        let mut redis = RedisServer::start();
+        let store = RedisStore::new(StateSettings::new(redis.url())).unwrap();
+        store.start();
+        let kept = KeptBounds { max_entries: 10, max_age: Duration::from_secs(60), max_bytes: 1 << 20 };
+        let shared = || SharedResponses::named(&store, "response", kept);
+        let responses = ResponseStore::shared(
+            bounds(10, 60, 1 << 20),
+            shared(),
+            SharedResponses::named(&store, "response_item", kept),
+        );
+        let losses = shared();
+        // The store has read Redis once (its epoch) before it can find it emptied.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while store.status().replicas.is_empty() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(responses.keep("resp_1".to_owned(), stored("alice", "one")).await, "Redis takes it");
+        redis.restart();
+        while losses.losses() == 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(losses.losses(), 1, "the store found Redis emptied");
+        assert_eq!(responses.find("resp_1", "alice").await.map(|found| found.is_some()), Ok(true));
+        assert!(shared().get("resp_1").await.unwrap().is_some(), "written back for the other replicas");
+        assert_eq!(
+            responses.find("resp_1", "bob").await.map(|found| found.is_some()),
+            Ok(false),
+            "its owner's only"
+        );
     }
 }

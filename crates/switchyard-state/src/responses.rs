@@ -81,6 +81,8 @@ pub struct KeptBounds {
 /// none written past the age bound, and one deleted meanwhile not at all.
 pub struct SharedResponses {
     inner: Arc<Entries>,
+    /// How many times the store found Redis emptied ([`RedisStore::losses`]).
+    losses: tokio::sync::watch::Receiver<u64>,
 }
 
 /// What a [`SharedResponses`] holds: shared with the resend in the background, and named in
@@ -150,7 +152,13 @@ impl SharedResponses {
             turn: tokio::sync::Mutex::new(()),
         });
         store.keep_resending(&inner);
-        Self { inner }
+        Self { inner, losses: store.losses() }
+    }
+
+    /// How many times Redis was found emptied so far: an entry written before the last time
+    /// may be gone from Redis though no replica deleted it.
+    pub fn losses(&self) -> u64 {
+        *self.losses.borrow()
     }
 
     /// Keeps `value` under `id`, making room as the bounds say; an error, with nothing else
