@@ -61,7 +61,8 @@ pub const MOST_RECORDS: usize = 2 * switchyard::health::MemoryStore::DEFAULT_TAR
 /// breaker is never closed by a merge (closing is a clear) and, once not closed, takes the
 /// write whose open time or lease ends later, or that a failed probe made (it reopens the
 /// breaker before the probe's lease would end), except that a probe (a half-open write) takes
-/// no running lease or open time of another replica's; failed probes only grow.
+/// no running lease or open time of another replica's; failed probes only grow. A write whose
+/// status began before an operator's reset of the record ran is refused, answered as a clear.
 const PUT: &str = r#"
 local name, me, floor, most = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local key = prefix .. ':' .. name
@@ -88,6 +89,14 @@ for i = 6, #ARGV, 2 do new[ARGV[i]] = ARGV[i + 1] end
 for _, f in ipairs({'since', 'failed', 'retry', 'cool', 'bu'}) do
   local rel = num(new[f])
   if rel ~= nil then new[f] = fmt(now + rel) end
+end
+-- What a replica learned before an operator's reset forgot it (its write was on its way, or a
+-- replica wrote back what it knew to a Redis restarted empty) is not kept: the writer forgets
+-- it too.
+local reset_at = math.max(num(redis.call('GET', prefix .. ':reset:' .. name)) or 0,
+  num(redis.call('GET', prefix .. ':reset_all')) or 0)
+if reset_at > 0 and num(new.since) ~= nil and num(new.since) < reset_at then
+  return cjson.encode({op = 'clear', key = name, gen = tonumber(cur.gen) or 0, now = now, by = me})
 end
 local out = {}
 if new.st ~= nil then
@@ -169,7 +178,8 @@ return msg
 
 /// Forgets records whatever they hold: an operator's reset. ARGV: prefix, replica, the
 /// reset's id (a reset sent again because its answer was lost runs once), then the names; no
-/// names forgets every record.
+/// names forgets every record. When it ran is kept an hour (`P:reset:<name>`, `P:reset_all`):
+/// a later write of a record whose status began before it is refused (see `PUT`).
 const RESET: &str = r#"
 local me = ARGV[2]
 if not redis.call('SET', prefix .. ':op:' .. ARGV[3], '1', 'NX', 'PX', 600000) then
@@ -185,6 +195,13 @@ end
 for _, name in ipairs(names) do
   redis.call('DEL', prefix .. ':' .. name)
   redis.call('SREM', prefix .. ':index', name)
+end
+-- When it ran, for the writes of what was learned before it that are still to come (an
+-- hour: longer than a record lives unwritten).
+if op == 'reset_all' then
+  redis.call('SET', prefix .. ':reset_all', fmt(now), 'PX', 3600000)
+else
+  for _, name in ipairs(names) do redis.call('SET', prefix .. ':reset:' .. name, fmt(now), 'PX', 3600000) end
 end
 local gen = redis.call('INCR', prefix .. ':seq')
 local msg = {op = op, gen = gen, now = now, by = me}

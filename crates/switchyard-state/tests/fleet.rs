@@ -348,3 +348,34 @@ async fn a_replica_refused_its_password_connects_again_once_redis_takes_it() {
     server.cli(&["-a", "n3w-pass", "--no-auth-warning", "CONFIG", "SET", "requirepass", ""]);
     eventually("connected again, with no restart", OUTAGE, || a.store().status().status == "ok").await;
 }
+
+#[tokio::test]
+async fn a_reset_while_redis_is_down_holds_when_it_comes_back_empty_and_the_replicas_write_back() {
+    let mut server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await;
+    let b = redis_replica(&server, "b", |_| {}).await;
+    let (t, k) = (target(), keys(1));
+    // The target itself benched (a provider's outage with a long wait), not one key's rest.
+    a.fail(&t, &k, 0, &error(ErrorKind::Unavailable, Some(Duration::from_secs(240))));
+    eventually("b benches the target too", PROPAGATION, || is_skip(&b.gate(&t, &k))).await;
+    server.kill();
+    let (sa, sb) = (a.store(), b.store());
+    eventually("both report degraded", OUTAGE, || {
+        sa.status().status == "degraded" && sb.status().status == "degraded"
+    })
+    .await;
+    // The operator resets it through a while Redis is away; Redis comes back empty, and b
+    // writes back the rest it knows, whichever reaches Redis first.
+    a.board.reset(&t, &k);
+    server.restart();
+    eventually("both back", OUTAGE, || sa.status().status == "ok" && sb.status().status == "ok").await;
+    eventually("b forgets the bench", OUTAGE, || !is_skip(&b.gate(&t, &k))).await;
+    // Settled: what b wrote back was refused, and the fleet holds no record of the target (only
+    // when the reset ran).
+    eventually("the fleet agrees the bench is gone", OUTAGE, || {
+        !is_skip(&a.gate(&t, &k))
+            && !is_skip(&b.gate(&t, &k))
+            && server.cli(&["KEYS", "*:t:*"]).lines().all(|name| name.contains(":reset:"))
+    })
+    .await;
+}
