@@ -808,10 +808,18 @@ impl Link {
             let change = wire::credential_change(&Default::default(), &record)?;
             Some((Key::Credential(id), change))
         });
+        // Marked as written back (`wb`): a reset that ran on the emptied Redis before them
+        // holds against what they bring back, a key's rest included, which carries no start.
         let writes: Vec<(Key, Change)> = targets
             .chain(credentials)
             .chain(rests)
-            .filter(|(_, change)| matches!(change, Change::Put(_)))
+            .filter_map(|(key, change)| match change {
+                Change::Put(mut fields) => {
+                    fields.push(("wb", wire::Value::Count(1)));
+                    Some((key, Change::Put(fields)))
+                }
+                _ => None,
+            })
             .collect();
         for (key, change) in writes {
             *self.shared.book().pending.entry(key.clone()).or_default() += 1;

@@ -91,11 +91,12 @@ for _, f in ipairs({'since', 'failed', 'retry', 'cool', 'bu'}) do
   if rel ~= nil then new[f] = fmt(now + rel) end
 end
 -- What a replica learned before an operator's reset forgot it (its write was on its way, or a
--- replica wrote back what it knew to a Redis restarted empty) is not kept: the writer forgets
--- it too.
+-- replica wrote back what it knew to a Redis restarted empty, `wb`) is not kept: the writer
+-- forgets it too.
 local reset_at = math.max(num(redis.call('GET', prefix .. ':reset:' .. name)) or 0,
   num(redis.call('GET', prefix .. ':reset_all')) or 0)
-if reset_at > 0 and num(new.since) ~= nil and num(new.since) < reset_at then
+local before = new.wb ~= nil or (num(new.since) ~= nil and num(new.since) < reset_at)
+if reset_at > 0 and before then
   return cjson.encode({op = 'clear', key = name, gen = tonumber(cur.gen) or 0, now = now, by = me})
 end
 local out = {}
