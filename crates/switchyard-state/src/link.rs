@@ -667,7 +667,7 @@ impl Link {
         let me = self.settings().replica.as_str();
         let memory = &self.shared.memory;
         match message.op.as_str() {
-            "put" | "clear" => {
+            "put" | "clear" | "forget" => {
                 let Some(key) = message.key.as_deref().and_then(Key::parse) else { return };
                 let mut book = self.shared.book();
                 let seen = book.seen.get(&key).copied().unwrap_or(0);
@@ -687,7 +687,9 @@ impl Link {
                     edit(&self.shared, &key, Edit::Adopt(&shared));
                 } else {
                     book.seen.remove(&key);
-                    edit(&self.shared, &key, Edit::Clear(now));
+                    // A write refused for a reset that ran before it: forgotten, as the reset did.
+                    let edit_of = if message.op == "forget" { Edit::Forget } else { Edit::Clear(now) };
+                    edit(&self.shared, &key, edit_of);
                 }
             }
             "reset" => {

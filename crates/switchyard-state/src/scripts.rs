@@ -62,7 +62,7 @@ pub const MOST_RECORDS: usize = 2 * switchyard::health::MemoryStore::DEFAULT_TAR
 /// write whose open time or lease ends later, or that a failed probe made (it reopens the
 /// breaker before the probe's lease would end), except that a probe (a half-open write) takes
 /// no running lease or open time of another replica's; failed probes only grow. A write whose
-/// status began before an operator's reset of the record ran is refused, answered as a clear.
+/// status began before an operator's reset of the record ran is refused, answered as a forget.
 const PUT: &str = r#"
 local name, me, floor, most = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local key = prefix .. ':' .. name
@@ -97,7 +97,7 @@ local reset_at = math.max(num(redis.call('GET', prefix .. ':reset:' .. name)) or
   num(redis.call('GET', prefix .. ':reset_all')) or 0)
 local before = new.wb ~= nil or (num(new.since) ~= nil and num(new.since) < reset_at)
 if reset_at > 0 and before then
-  return cjson.encode({op = 'clear', key = name, gen = tonumber(cur.gen) or 0, now = now, by = me})
+  return cjson.encode({op = 'forget', key = name, gen = tonumber(cur.gen) or 0, now = now, by = me})
 end
 local out = {}
 if new.st ~= nil then
