@@ -245,11 +245,19 @@ impl Node {
                 for (key, line, node) in entries {
                     path.push(Step::Key(key.clone()));
                     if let Some((_, first)) = lines.iter().find(|(seen, _)| *seen == key) {
+                        // A key written where a name goes (`- sk-…:` twice) is not quoted: the
+                        // line numbers find it.
+                        let (shown, at) = match looks_like_a_secret(&key) {
+                            true => (
+                                "****".to_owned(),
+                                display(&[&path[..path.len() - 1], &[Step::Key("****".into())]].concat()),
+                            ),
+                            false => (key.clone(), display(path)),
+                        };
                         problems.push(Problem {
                             path: format!("line {line}"),
                             message: format!(
-                                "`{key}` is given twice ({}, first on line {first}): keep one",
-                                display(path)
+                                "`{shown}` is given twice ({at}, first on line {first}): keep one"
                             ),
                         });
                     } else {
@@ -549,6 +557,17 @@ mod tests {
             found.iter().any(|p| p.starts_with("providers.p.api_key: invalid type: integer, expected")),
             "{found:?}"
         );
+    }
+
+    #[test]
+    fn a_key_given_twice_as_a_name_is_not_quoted() {
+        let text = "gateway:\n  sk-dup-TOPSECRET-3: 1\n  sk-dup-TOPSECRET-3: 2\n";
+        let found = problems(text);
+        assert!(
+            found.iter().any(|p| p.contains("is given twice (gateway.****, first on line 2)")),
+            "{found:?}"
+        );
+        assert!(!found.iter().any(|p| p.contains("TOPSECRET")), "{found:?}");
     }
 
     #[test]
