@@ -585,6 +585,11 @@ impl Trail {
             .find(|a| matches!(a.outcome, Outcome::Ok | Outcome::Continued) && a.target() == Some(target))
     }
 
+    /// The attempt of `target` that broke mid-stream last.
+    pub(crate) fn broken_mut(&mut self, target: &Target) -> Option<&mut Attempt> {
+        self.0.iter_mut().rev().find(|a| a.mid_stream && a.target() == Some(target))
+    }
+
     pub(crate) fn last_mut(&mut self) -> Option<&mut Attempt> {
         self.0.last_mut()
     }

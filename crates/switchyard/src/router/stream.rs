@@ -812,6 +812,13 @@ impl RoutedStream {
                 resume.and_then(|resume| resume.continuation(self.router.route(), &target, &self.trail))
             {
                 self.broken = self.delivered_by(target, held.as_ref());
+                // Its record (the last failed one of its target) says what it delivered, as the
+                // caller is charged it.
+                if let Some(broken) = &self.broken
+                    && let Some(served) = self.trail.broken_mut(&broken.target)
+                {
+                    served.usage = Some(broken.usage);
+                }
                 self.continuing = Some(Box::new(Continuing {
                     walk: self.router.continuation(
                         continuation.exchange,
@@ -852,6 +859,9 @@ impl RoutedStream {
             }
             Err(failed) => {
                 merge_trail(&mut self.trail, failed.into_trail(), offset);
+                // Nothing continued it: what the broken call delivered is the stream's own
+                // (`usage_so_far`), not a call beside another's.
+                self.broken = None;
                 self.finish();
                 Poll::Ready(Some(Err(StreamError { error: broken, trail: self.trail.clone() })))
             }

@@ -63,6 +63,7 @@ async fn a_stream_cut_after_its_first_text_is_finished_by_a_target_that_takes_a_
     let broken = stream.broken_call().expect("the broken call, for its bill");
     assert_eq!(broken.target.to_string(), "a:m");
     assert!(broken.usage.completion_tokens > 0 && broken.usage.prompt_tokens > 0, "{broken:?}");
+    assert_eq!(attempts[0].usage, Some(broken.usage), "its record says what it delivered");
     assert_eq!(stream.served_by().to_string(), "b:m");
     let health = router.target_health(&"a:m".parse().unwrap());
     assert_eq!(health.status, HealthStatus::TemporarilyUnavailable, "the break still counts against a");
@@ -159,6 +160,9 @@ async fn a_refused_prefill_never_masks_the_real_break() {
     assert_eq!(b.calls(), 1, "a refusal is not retried");
     let health = router.target_health(&"b:m".parse().unwrap());
     assert_eq!(health.consecutive_failures, 0);
+    // Nothing continued it: what a delivered is the stream's own estimate, not a call beside.
+    assert!(stream.broken_call().is_none());
+    assert!(stream.usage_so_far().is_some_and(|usage| usage.completion_tokens > 0));
 }
 
 #[tokio::test(start_paused = true)]
