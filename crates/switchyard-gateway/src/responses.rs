@@ -535,20 +535,33 @@ mod tests {
         assert_eq!(owner_of(None), "");
     }
 
-    #[tokio::test]
-    async fn what_redis_missed_is_sent_by_the_periodic_round_without_a_later_write() {
-        use switchyard_state::responses::KeptBounds;
-        use switchyard_state::testing::RedisServer;
-        use switchyard_state::{RedisStore, StateSettings};
-        let mut redis = RedisServer::start();
-        let store = RedisStore::new(StateSettings::new(redis.url())).unwrap();
-        let kept = KeptBounds { max_entries: 10, max_age: Duration::from_secs(60), max_bytes: 1 << 20 };
-        let shared = || SharedResponses::named(&store, "response", kept);
+    /// What these tests keep in Redis: ten responses for a minute.
+    const KEPT: switchyard_state::responses::KeptBounds = switchyard_state::responses::KeptBounds {
+        max_entries: 10,
+        max_age: Duration::from_secs(60),
+        max_bytes: 1 << 20,
+    };
+
+    /// A store over `redis`, its responses and their items kept there as the gateway keeps them.
+    fn kept_in(
+        redis: &switchyard_state::testing::RedisServer,
+    ) -> (switchyard_state::RedisStore, ResponseStore) {
+        let settings = switchyard_state::StateSettings::new(redis.url());
+        let store = switchyard_state::RedisStore::new(settings).unwrap();
         let responses = ResponseStore::shared(
             bounds(10, 60, 1 << 20),
-            shared(),
-            SharedResponses::named(&store, "response_item", kept),
+            SharedResponses::named(&store, "response", KEPT),
+            SharedResponses::named(&store, "response_item", KEPT),
         );
+        (store, responses)
+    }
+
+    #[tokio::test]
+    async fn what_redis_missed_is_sent_by_the_periodic_round_without_a_later_write() {
+        use switchyard_state::testing::RedisServer;
+        let mut redis = RedisServer::start();
+        let (store, responses) = kept_in(&redis);
+        let shared = || SharedResponses::named(&store, "response", KEPT);
         redis.kill();
         let mut answered = stored("alice", "one");
         answered.response["output"] = json!([{"type": "message", "id": "msg_1", "content": []}]);
@@ -559,25 +572,17 @@ mod tests {
         assert_eq!(serde_json::from_slice::<Stored>(&held).unwrap(), answered);
         assert_eq!(responses.find("resp_1", "alice").await.map(|found| found.is_some()), Ok(true));
         // Its items too, for another replica to read them by reference.
-        let items = SharedResponses::named(&store, "response_item", kept);
+        let items = SharedResponses::named(&store, "response_item", KEPT);
         assert!(items.get(&index_key("alice", "msg_1")).await.unwrap().is_some(), "its item sent again");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_response_a_redis_restarted_empty_lost_is_found_here_and_written_back() {
-        use switchyard_state::responses::KeptBounds;
         use switchyard_state::testing::RedisServer;
-        use switchyard_state::{RedisStore, StateSettings};
         let mut redis = RedisServer::start();
-        let store = RedisStore::new(StateSettings::new(redis.url())).unwrap();
+        let (store, responses) = kept_in(&redis);
         store.start();
-        let kept = KeptBounds { max_entries: 10, max_age: Duration::from_secs(60), max_bytes: 1 << 20 };
-        let shared = || SharedResponses::named(&store, "response", kept);
-        let responses = ResponseStore::shared(
-            bounds(10, 60, 1 << 20),
-            shared(),
-            SharedResponses::named(&store, "response_item", kept),
-        );
+        let shared = || SharedResponses::named(&store, "response", KEPT);
         let losses = shared();
         // The store has read Redis once (its epoch) before it can find it emptied.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
