@@ -96,6 +96,13 @@ async fn chat(gateway: SocketAddr, key: &str, model: &str) -> Reply {
     Reply { status, retry_after, should_retry, body: response.json().await.unwrap_or_default() }
 }
 
+/// `POST /admin/config/reload` with the admin key: its status.
+async fn reload(gateway: SocketAddr) -> u16 {
+    let url = format!("http://{gateway}/admin/config/reload");
+    let response = reqwest::Client::new().post(url).bearer_auth("gw-admin-key-0003").send().await.unwrap();
+    response.status().as_u16()
+}
+
 async fn admin(gateway: SocketAddr, path: &str) -> String {
     let response = reqwest::Client::new()
         .get(format!("http://{gateway}{path}"))
@@ -362,20 +369,11 @@ async fn a_reload_keeps_an_unchanged_keys_counters_and_restarts_them_under_new_l
         assert_eq!(chat(gateway, TEAM, "default").await.status, 200);
     }
     assert_eq!(chat(gateway, TEAM, "default").await.status, 429);
-    let reload = || async {
-        let response = reqwest::Client::new()
-            .post(format!("http://{addr}/admin/config/reload"))
-            .bearer_auth("gw-admin-key-0003")
-            .send()
-            .await
-            .unwrap();
-        response.status().as_u16()
-    };
     std::fs::write(&path, served_config(2, "  extra: { targets: [up:m] }")).unwrap();
-    assert_eq!(reload().await, 200);
+    assert_eq!(reload(gateway).await, 200);
     assert_eq!(chat(gateway, TEAM, "extra").await.status, 429, "the key kept its spent minute");
     std::fs::write(&path, served_config(100, "  extra: { targets: [up:m] }")).unwrap();
-    assert_eq!(reload().await, 200);
+    assert_eq!(reload(gateway).await, 200);
     assert_eq!(chat(gateway, TEAM, "extra").await.status, 200, "new limits, new buckets");
     let logs = support::stop(server);
     assert!(!logs.contains(TEAM), "{logs}");
@@ -694,13 +692,7 @@ async fn a_budget_a_reload_sets_counts_what_the_key_spent_before_it_had_one() {
         assert_eq!(chat(gateway, TEAM, "default").await.status, 200);
     }
     std::fs::write(&path, config(up, "routes: [default], budget: { usd: 15, per: day }")).unwrap();
-    let reloaded = reqwest::Client::new()
-        .post(format!("http://{addr}/admin/config/reload"))
-        .bearer_auth("gw-admin-key-0003")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(reloaded.status(), 200);
+    assert_eq!(reload(gateway).await, 200);
     let refused = chat(gateway, TEAM, "default").await;
     assert_eq!(
         (refused.status, &refused.body["error"]["code"]),
