@@ -97,7 +97,11 @@ local reset_at = math.max(num(redis.call('GET', prefix .. ':reset:' .. name)) or
   num(redis.call('GET', prefix .. ':reset_all')) or 0)
 local before = new.wb ~= nil or (num(new.since) ~= nil and num(new.since) < reset_at)
 if reset_at > 0 and before then
-  return cjson.encode({op = 'forget', key = name, gen = tonumber(cur.gen) or 0, now = now, by = me})
+  -- What Redis holds (written since the reset) stands, and the writer takes it.
+  if cur.gen ~= nil then
+    return cjson.encode({op = 'put', key = name, gen = tonumber(cur.gen), now = now, by = cur.by, rec = cur})
+  end
+  return cjson.encode({op = 'forget', key = name, gen = 0, now = now, by = me})
 end
 local out = {}
 if new.st ~= nil then
@@ -419,9 +423,15 @@ else
     if cur.w == me then redis.call('HDEL', key, 'w', 'wu', 'wn0', 'wn1') end
   else
     out.retry = math.max(1, math.ceil(wait))
-    -- The first to wait is served first: kept for it until a while after it may come back.
-    if cur.w == nil or cur.w == me or (num(cur.wu) or 0) <= now then
-      redis.call('HSET', key, 'w', me, 'wu', fmt(now + wait + 1000), 'wn0', g(need[1]), 'wn1', g(need[2]))
+    -- The first to wait is served first: kept for it until a while after it may come back. Not
+    -- for a client key's lane, whose refused request does not wait (its client is told 429).
+    local waits = string.sub(lane, 1, 4) ~= 'key:'
+    if waits and (cur.w == nil or cur.w == me or (num(cur.wu) or 0) <= now) then
+      local keep = {0, 0}
+      for b = 1, 2 do
+        if caps[b] ~= nil and need[b] > 0 then keep[b] = math.min(need[b], caps[b]) end
+      end
+      redis.call('HSET', key, 'w', me, 'wu', fmt(now + wait + 1000), 'wn0', g(keep[1]), 'wn1', g(keep[2]))
     end
   end
 end
@@ -516,6 +526,9 @@ return cjson.encode(out)
 /// Gives unspent bucket units back. ARGV: prefix, lane, replica, then per bucket the units,
 /// its capacity and rate ('' when the lane has none).
 const PACE_RETURN: &str = r#"
+-- A bucket Redis does not hold (it restarted empty): nothing to give back to; the next lease
+-- starts it where its replica last saw it.
+if cur.t == nil then return now end
 local caps, rates, units = {}, {}, {}
 for b = 1, 2 do
   units[b] = tonumber(ARGV[1 + 3 * b]) or 0

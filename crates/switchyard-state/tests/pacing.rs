@@ -421,6 +421,18 @@ async fn a_bucket_redis_lost_starts_where_the_replica_last_saw_it_not_full() {
     // Once the bucket is in Redis again, what it holds counts, whatever a replica saw.
     seen.seen = [Some(20.0), None];
     assert_eq!(a.lease("key:lost", seen).await.unwrap().granted[RPM], 0.0);
+    // What a replica gives back to a bucket Redis lost makes it no bucket: the lease after it
+    // still starts it where the replica saw it.
+    a.give_back("key:lost-again", [-3.0, 0.0], [Some(minute), None]);
+    let mut again = LeaseAsk {
+        need: [0.0; DIMENSIONS],
+        want: [0.0; DIMENSIONS],
+        buckets: [Some(minute), None],
+        seen: [Some(1.0), None],
+    };
+    (again.need[RPM], again.want[RPM]) = (1.0, 5.0);
+    let grant = a.lease("key:lost-again", again).await.unwrap();
+    assert!(grant.granted[RPM] >= 1.0 && grant.granted[RPM] < 1.1, "{grant:?}");
     // A bucket never seen starts full.
     let mut fresh = LeaseAsk {
         need: [0.0; DIMENSIONS],

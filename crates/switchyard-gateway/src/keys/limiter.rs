@@ -163,10 +163,7 @@ impl Limiter {
                 self.away[0] += 1.0;
                 Ok(())
             }
-            Mode::Fleet => {
-                self.share = None;
-                self.spend_hand(now).map_err(Step::Lease)
-            }
+            Mode::Fleet => self.spend_hand(now).map_err(Step::Lease),
         }
     }
 
@@ -233,7 +230,11 @@ impl Limiter {
             }
             return Ok(());
         }
-        let seen = self.seen_levels(now);
+        // Less what the share spent since: a fleet that lost the bucket starts it there.
+        let mut seen = self.seen_levels(now);
+        for (level, away) in seen.iter_mut().zip(self.away) {
+            *level = level.map(|level| level - away);
+        }
         let mut ask =
             LeaseAsk { need: [0.0; DIMENSIONS], want: [0.0; DIMENSIONS], buckets: [None, None], seen };
         for (d, (allowance, need)) in [(rpm, need_requests), (tpm, need_tokens)].into_iter().enumerate() {
@@ -257,6 +258,8 @@ impl Limiter {
     /// Takes in what the fleet granted, then admits the request from it; or the wait the
     /// fleet said, and the limit it is for.
     pub(crate) fn granted(&mut self, grant: &LeaseGrant, now: Instant) -> Result<(), (Duration, Limit)> {
+        // The fleet answers: the share goes, made anew from what it says next time it is away.
+        self.share = None;
         for (seen, level) in self.seen.iter_mut().zip(grant.level) {
             if let Some(level) = level {
                 *seen = Some((level, now));
@@ -418,10 +421,27 @@ mod tests {
         assert_eq!(admitted, 1);
         // Redis is back: what the share spent is taken from the fleet's bucket, once.
         let Err(Step::Lease(ask)) = limiter.admit(Mode::Fleet, Instant::now()) else { panic!("a lease") };
-        assert_eq!(ask.seen[0], Some(2.0), "where a fleet that lost the bucket starts it");
+        assert_eq!(
+            ask.seen[0],
+            Some(1.0),
+            "where a fleet that lost the bucket starts it: two refilled, one spent"
+        );
         let (units, buckets) = limiter.spent_away().expect("what the share spent");
         assert_eq!(units, [-1.0, 0.0]);
         assert_eq!(buckets[0].map(|b| b.capacity), Some(20.0));
         assert!(limiter.spent_away().is_none(), "once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leases_that_fail_while_the_fleet_is_deemed_up_spend_one_share() {
+        // Each request asks the fleet (it is not yet known to be away), gets no answer, and is
+        // counted in the share: the same share, not a new one each time.
+        let mut limiter = Limiter::new(limits(Some(20), None));
+        let mut admitted = 0;
+        for _ in 0..20 {
+            assert!(matches!(limiter.admit(Mode::Fleet, Instant::now()), Err(Step::Lease(_))));
+            admitted += usize::from(limiter.admit(Mode::Share(2), Instant::now()).is_ok());
+        }
+        assert_eq!(admitted, 10, "a share of two replicas");
     }
 }
