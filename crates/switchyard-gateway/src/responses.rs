@@ -272,10 +272,14 @@ impl ResponseStore {
                     let lost = self.kept_before(id, shared.responses.losses());
                     let found = self.get(id, owner).filter(|_| lost || shared.responses.waiting(id));
                     if let (Some(stored), true) = (&found, lost) {
-                        // Written back, for the replicas that have it only from Redis.
+                        // Written back, for the replicas that have it only from Redis; once:
+                        // gone from Redis again later, it was deleted or evicted there.
                         let bytes = serde_json::to_vec(&**stored).unwrap_or_default();
-                        if let Err(reason) = shared.responses.put(id, &bytes).await {
-                            tracing::warn!(id, reason, "a response Redis lost could not be written back");
+                        match shared.responses.put(id, &bytes).await {
+                            Ok(()) => self.restamp(id, shared.responses.losses()),
+                            Err(reason) => {
+                                tracing::warn!(id, reason, "a response Redis lost could not be written back")
+                            }
                         }
                     }
                     return Ok(found);
@@ -361,6 +365,14 @@ impl ResponseStore {
     fn kept_before(&self, id: &str, losses: u64) -> bool {
         let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         inner.get(&id.to_owned(), Instant::now()).is_some_and(|(entry, _)| entry.losses < losses)
+    }
+
+    /// Notes that the response `id` is in Redis again since it was last found emptied.
+    fn restamp(&self, id: &str, losses: u64) {
+        let mut inner = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(entry) = inner.get_mut(&id.to_owned()) {
+            entry.losses = losses;
+        }
     }
 
     /// The response `id`, when it is kept and belongs to `owner`.
@@ -602,5 +614,8 @@ mod tests {
             Ok(false),
             "its owner's only"
         );
+        // Deleted through another replica since: gone, not written back again.
+        shared().delete("resp_1").await.unwrap();
+        assert_eq!(responses.find("resp_1", "alice").await.map(|found| found.is_some()), Ok(false));
     }
 }

@@ -163,10 +163,14 @@ impl<E: Encoder> Stream for SseBody<E> {
         match this.poll_events(cx) {
             // Only after the stream's first events: an Anthropic client reads `message_start`
             // before anything else.
-            Poll::Pending if !this.done && this.sent_any => match this.keep_alive(cx) {
-                Some(bytes) => Poll::Ready(Some(Ok(bytes))),
-                None => Poll::Pending,
-            },
+            // Not while events wait to go (the Responses API's completion, held for Redis): a
+            // keep-alive would take a place after them in the stream's sequence but arrive first.
+            Poll::Pending if !this.done && this.sent_any && this.held.is_none() => {
+                match this.keep_alive(cx) {
+                    Some(bytes) => Poll::Ready(Some(Ok(bytes))),
+                    None => Poll::Pending,
+                }
+            }
             ready @ Poll::Ready(Some(_)) => {
                 this.last_sent = Instant::now();
                 this.sent_any = true;

@@ -644,7 +644,9 @@ impl RoutedStream {
     /// and its cost: part of the caller's answer, billed by its provider, and not in
     /// [`usage_so_far`](Self::usage_so_far), which is the continuing call's.
     pub fn broken_call(&self) -> Option<&CutCall> {
-        self.broken.as_ref()
+        // While another target is asked, the stream is still the broken call's (its
+        // `usage_so_far`): a caller that leaves then is charged it once.
+        self.broken.as_ref().filter(|_| self.continuing.is_none())
     }
 
     /// Whether every choice of the answer finished: the caller has the whole answer, whatever
