@@ -269,6 +269,8 @@ fn named_files(tree: &serde_json::Value) -> Vec<String> {
     let paths = providers.flat_map(|provider| [&provider["ca_file"], &provider["credentials"]]);
     let mut named: Vec<String> = paths
         .filter_map(|path| path.as_str())
+        // As the check reads them.
+        .map(str::trim)
         .filter(|path| !path.starts_with("env://"))
         .map(str::to_owned)
         .collect();

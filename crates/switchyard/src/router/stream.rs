@@ -793,6 +793,11 @@ impl RoutedStream {
         // A tool call cut halfway was never shown: the caller has the text before it.
         let held = self.held.take();
         let unshown = held.is_some();
+        // What was held back was generated, and billed, though never shown: the stream's
+        // estimate keeps counting it.
+        if let (Some(held), None) = (&held, self.usage) {
+            self.so_far.chars += held.so_far.chars;
+        }
         if let Some((target, credential)) = self.answered.clone() {
             error = self.router.failed_mid_stream(&target, credential, error, blame == Blame::Provider);
             let note = self.router.after_content_sent(&error);
@@ -813,7 +818,7 @@ impl RoutedStream {
             if let Some(continuation) =
                 resume.and_then(|resume| resume.continuation(self.router.route(), &target, &self.trail))
             {
-                self.broken = self.delivered_by(target, held.as_ref());
+                self.broken = self.delivered_by(target);
                 // Its record (the last failed one of its target) says what it delivered, as the
                 // caller is charged it.
                 if let Some(broken) = &self.broken
@@ -839,11 +844,9 @@ impl RoutedStream {
     }
 
     /// What `target`'s call, broken, delivered: its usage when it came, else the estimate of
-    /// its prompt and of what it generated (what was `held` back included), at its price.
-    fn delivered_by(&self, target: Target, held: Option<&Held>) -> Option<CutCall> {
-        let mut so_far = self.so_far;
-        so_far.chars += held.map_or(0, |held| held.so_far.chars);
-        let usage = self.usage.or_else(|| so_far.usage())?;
+    /// its prompt and of what it generated (what was held back included), at its price.
+    fn delivered_by(&self, target: Target) -> Option<CutCall> {
+        let usage = self.usage.or_else(|| self.so_far.usage())?;
         let cost = self.router.price(&target).map(|price| price.cost(&usage));
         Some(CutCall { target, usage, cost })
     }

@@ -481,6 +481,11 @@ async fn a_stream_broken_inside_a_tool_call_after_its_text_is_continued_the_call
     assert_eq!(outcomes(&stream), [(Outcome::Failed, true), (Outcome::Continued, false)]);
     let note = stream.trail().attempts()[0].note.clone().unwrap_or_default();
     assert!(note.contains("held back"), "{note}");
+    // The held arguments were generated and billed though never shown: "I'll write it." and
+    // `{"path": "out`, 27 characters, 7 tokens, on the broken call's bill and its record.
+    let broken = stream.broken_call().expect("the broken call");
+    assert_eq!(broken.usage.completion_tokens, 7, "{broken:?}");
+    assert_eq!(stream.trail().attempts()[0].usage, Some(broken.usage));
 }
 
 #[tokio::test(start_paused = true)]
