@@ -38,15 +38,7 @@ impl FleetSink for Heard {
 const RPM_300: BucketSpec = BucketSpec { capacity: 5.0, per_sec: 5.0 };
 
 fn ask(need: f64, want: f64) -> LeaseAsk {
-    let mut ask = LeaseAsk {
-        need: [0.0; DIMENSIONS],
-        want: [0.0; DIMENSIONS],
-        buckets: [Some(RPM_300), None],
-        seen: [None; 2],
-    };
-    ask.need[RPM] = need;
-    ask.want[RPM] = want;
-    ask
+    bucket_ask(RPM_300, need, want, None)
 }
 
 fn headers_ask(need: f64, want: f64) -> LeaseAsk {
@@ -373,16 +365,7 @@ async fn a_replica_waiting_for_a_unit_gets_the_next_one_before_another_replicas_
     let b = redis_replica(&server, "b", |_| {}).await.store.unwrap();
     // 120 a minute: 2 a second, a burst of 2.
     let slow = BucketSpec { capacity: 2.0, per_sec: 2.0 };
-    let ask = |need: f64, want: f64| {
-        let mut ask = LeaseAsk {
-            need: [0.0; DIMENSIONS],
-            want: [0.0; DIMENSIONS],
-            buckets: [Some(slow), None],
-            seen: [None; 2],
-        };
-        (ask.need[RPM], ask.want[RPM]) = (need, want);
-        ask
-    };
+    let ask = |need: f64, want: f64| bucket_ask(slow, need, want, None);
     assert_eq!(a.lease("up", ask(1.0, 2.0)).await.unwrap().granted[RPM], 2.0, "a drains the bucket");
     let waiting = b.lease("up", ask(1.0, 2.0)).await.unwrap();
     let retry = waiting.retry_in.expect("b waits for a unit");
@@ -409,37 +392,30 @@ async fn a_bucket_redis_lost_starts_where_the_replica_last_saw_it_not_full() {
     let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
     // A minute's bucket of 20 a replica last saw holding 1 (Redis restarted empty since).
     let minute = BucketSpec { capacity: 20.0, per_sec: 20.0 / 60.0 };
-    let mut seen = LeaseAsk {
-        need: [0.0; DIMENSIONS],
-        want: [0.0; DIMENSIONS],
-        buckets: [Some(minute), None],
-        seen: [Some(1.0), None],
-    };
-    (seen.need[RPM], seen.want[RPM]) = (1.0, 5.0);
-    let grant = a.lease("key:lost", seen.clone()).await.unwrap();
+    let grant = a.lease("key:lost", bucket_ask(minute, 1.0, 5.0, Some(1.0))).await.unwrap();
     assert!(grant.granted[RPM] >= 1.0 && grant.granted[RPM] < 1.1, "{grant:?}");
     // Once the bucket is in Redis again, what it holds counts, whatever a replica saw.
-    seen.seen = [Some(20.0), None];
-    assert_eq!(a.lease("key:lost", seen).await.unwrap().granted[RPM], 0.0);
+    assert_eq!(
+        a.lease("key:lost", bucket_ask(minute, 1.0, 5.0, Some(20.0))).await.unwrap().granted[RPM],
+        0.0
+    );
     // What a replica gives back to a bucket Redis lost makes it no bucket: the lease after it
     // still starts it where the replica saw it.
     a.give_back("key:lost-again", [-3.0, 0.0], [Some(minute), None]);
-    let mut again = LeaseAsk {
-        need: [0.0; DIMENSIONS],
-        want: [0.0; DIMENSIONS],
-        buckets: [Some(minute), None],
-        seen: [Some(1.0), None],
-    };
-    (again.need[RPM], again.want[RPM]) = (1.0, 5.0);
-    let grant = a.lease("key:lost-again", again).await.unwrap();
+    let grant = a.lease("key:lost-again", bucket_ask(minute, 1.0, 5.0, Some(1.0))).await.unwrap();
     assert!(grant.granted[RPM] >= 1.0 && grant.granted[RPM] < 1.1, "{grant:?}");
     // A bucket never seen starts full.
-    let mut fresh = LeaseAsk {
+    assert_eq!(a.lease("key:new", bucket_ask(minute, 1.0, 5.0, None)).await.unwrap().granted[RPM], 5.0);
+}
+
+/// A lease of `need` and `want` requests from `bucket`, which the replica last saw at `seen`.
+fn bucket_ask(bucket: BucketSpec, need: f64, want: f64, seen: Option<f64>) -> LeaseAsk {
+    let mut ask = LeaseAsk {
         need: [0.0; DIMENSIONS],
         want: [0.0; DIMENSIONS],
-        buckets: [Some(minute), None],
-        seen: [None; 2],
+        buckets: [Some(bucket), None],
+        seen: [seen, None],
     };
-    (fresh.need[RPM], fresh.want[RPM]) = (1.0, 5.0);
-    assert_eq!(a.lease("key:new", fresh).await.unwrap().granted[RPM], 5.0);
+    (ask.need[RPM], ask.want[RPM]) = (need, want);
+    ask
 }
