@@ -460,7 +460,7 @@ impl ClientKey {
             usage
         };
         // Dollars to the micro-dollar: sums of prices carry float noise (0.08600000000000001).
-        let micros = |usd: f64| (usd * 1e6).round() / 1e6;
+        let micros = |usd: f64| micro_dollars(usd) as f64 / 1e6;
         let budget = self.rules.budget.map(|budget| {
             let (spent, resets) = self.spend_known(budget.per, shared);
             json!({
