@@ -127,8 +127,8 @@ fn stated_snapshot(stated: Stated, now: Instant) -> StatedSnapshot {
 }
 
 impl Lane {
-    /// A lane of `limits`, on `slots` carried from the lane it follows (bounded anew), else
-    /// on slots of its own.
+    /// A lane of `limits`, on `slots` carried from the lane it follows (bounded anew when its
+    /// pacer takes over, [`Lane::bind_slots`]), else on slots of its own.
     pub(super) fn new(
         provider: &str,
         credential: Option<CredentialId>,
@@ -149,13 +149,7 @@ impl Lane {
             learned: None,
             given_back: 0.0,
         };
-        let slots = match slots {
-            Some(slots) => {
-                slots.rebound(limits.max_concurrent);
-                slots
-            }
-            None => Slots::new(limits.max_concurrent),
-        };
+        let slots = slots.unwrap_or_else(|| Slots::new(limits.max_concurrent));
         let fleet = fleet.map(|fleet| {
             let key: Arc<str> = match &credential {
                 Some(credential) => format!("{provider}/{credential}").into(),
@@ -183,6 +177,12 @@ impl Lane {
     /// Its concurrency slots, for the lane that follows it.
     pub(super) fn slots(&self) -> &Arc<Slots> {
         &self.slots
+    }
+
+    /// Bounds its slots by its own `max_concurrent` (slots carried from the lane it follows
+    /// are bounded by that lane's until then; its own already are).
+    pub(super) fn bind_slots(&self) {
+        self.slots.rebound(self.limits.max_concurrent);
     }
 
     /// The lane's name in the fleet, when it is paced with other replicas.

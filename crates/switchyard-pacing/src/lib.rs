@@ -187,16 +187,36 @@ impl LimitPacer {
     /// assert!(next.keeps_lanes_of(&pacer, "a") && !next.keeps_lanes_of(&pacer, "b"));
     /// ```
     pub fn reconfigured(&self, limits: impl IntoIterator<Item = (String, Limits)>) -> Arc<Self> {
-        let next = Arc::new(Self::build_over(limits, self.fleet.clone(), &self.providers));
+        let next = self.following(limits);
+        next.take_over(self);
+        next
+    }
+
+    /// [`LimitPacer::reconfigured`] in two steps, for a caller that may still give the new
+    /// limits up: the pacer of `limits`, built over this one's lanes, that changes nothing of
+    /// this pacer until it [takes over](LimitPacer::take_over). Until then the calls this
+    /// pacer runs keep their bounds, its fleet slices and its place in the fleet.
+    pub fn following(&self, limits: impl IntoIterator<Item = (String, Limits)>) -> Arc<Self> {
+        Arc::new(Self::build_over(limits, self.fleet.clone(), &self.providers))
+    }
+
+    /// Puts this pacer, made by `previous`'s [`LimitPacer::following`], in `previous`'s
+    /// place: the concurrency slots it carried are bounded by its limits, the lanes it did not
+    /// keep give their fleet slices back, and the fleet tells this pacer of holds and windows.
+    pub fn take_over(self: &Arc<Self>, previous: &LimitPacer) {
         for (provider, lanes) in &self.providers {
-            if !next.keeps_lanes_of(self, provider) {
+            if !self.keeps_lanes_of(previous, provider) {
+                lanes.each(Lane::bind_slots);
+            }
+        }
+        for (provider, lanes) in &previous.providers {
+            if !self.keeps_lanes_of(previous, provider) {
                 lanes.each(Lane::surrender);
             }
         }
         if let Some(fleet) = &self.fleet {
-            fleet.watch(Arc::downgrade(&next) as Weak<dyn FleetSink>);
+            fleet.watch(Arc::downgrade(self) as Weak<dyn FleetSink>);
         }
-        next
     }
 
     /// Whether this pacer paces `provider` on the very lanes `other` does.

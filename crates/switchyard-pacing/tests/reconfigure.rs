@@ -153,3 +153,27 @@ async fn a_caller_queued_for_a_slot_is_let_go_by_a_raised_bound() {
     assert!(queued.await.unwrap(), "the queued caller has the new room");
     assert!(started.elapsed() < std::time::Duration::from_secs(1), "at once, not at its deadline");
 }
+
+#[tokio::test(start_paused = true)]
+async fn limits_given_up_before_they_take_over_leave_the_running_bounds_as_they_were() {
+    let key = credential("sk-one-0123456789");
+    let two = Limits { max_concurrent: Some(2), ..Limits::default() };
+    let pacer = std::sync::Arc::new(LimitPacer::new([("a".to_owned(), two.clone())]));
+    let wait = std::time::Duration::from_secs(1);
+    let first = try_acquire(&pacer, "a", &key, wait).await.unwrap();
+
+    // A reload that is then refused: its pacer, built and dropped, bounds nothing.
+    let refused = pacer.following([("a".to_owned(), Limits { max_concurrent: Some(1), ..two.clone() })]);
+    drop(refused);
+    assert_eq!(in_flight(&pacer, "a"), [(1, Some(2))]);
+    let second = try_acquire(&pacer, "a", &key, wait).await.expect("the running bound of two still holds");
+
+    // The same limits accepted: the bound of one counts both calls in flight.
+    let next = pacer.following([("a".to_owned(), Limits { max_concurrent: Some(1), ..two })]);
+    next.take_over(&pacer);
+    assert_eq!(in_flight(&next, "a"), [(2, Some(1))]);
+    drop(first);
+    assert!(try_acquire(&next, "a", &key, wait).await.is_none(), "one still in flight fills a bound of one");
+    drop(second);
+    assert!(try_acquire(&next, "a", &key, wait).await.is_some());
+}

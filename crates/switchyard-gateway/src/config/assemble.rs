@@ -80,6 +80,7 @@ pub(crate) struct Running<'a> {
 /// [`assemble`] for a running gateway: the router reconfigured from `running`'s (what it
 /// learned kept by key), the running store kept whatever `state:` now says (it is fixed at
 /// start), and the pacer's lanes of unchanged limits handed on. Returns what was forgotten.
+/// A reload refused here leaves the running gateway as it was, its pacer included.
 pub(crate) fn reassemble(
     checked: CheckedConfig,
     source: Source,
@@ -89,7 +90,7 @@ pub(crate) fn reassemble(
     let paced = paced(&checked);
     let pacer = match (running.pacer, &running.store, paced.is_empty()) {
         (_, _, true) => None,
-        (Some(pacer), _, false) => Some(pacer.reconfigured(paced)),
+        (Some(pacer), _, false) => Some(pacer.following(paced)),
         (None, Some(store), false) => Some(LimitPacer::shared(paced, store.clone())),
         (None, None, false) => Some(Arc::new(LimitPacer::new(paced))),
     };
@@ -97,6 +98,10 @@ pub(crate) fn reassemble(
     let (router, forgotten) =
         running.router.reconfigure(builder).map_err(|e| ConfigError::one(name, "routes", e.to_string()))?;
     if let Some(pacer) = &pacer {
+        // Only now, the reload accepted, do the new limits bound the calls in flight.
+        if let Some(running) = running.pacer {
+            pacer.take_over(running);
+        }
         // A rotated or removed key's own lane goes with it.
         pacer.retain_keys(|provider, id| {
             router.credentials(provider).is_some_and(|keys| keys.iter().any(|key| key.id() == id))
