@@ -258,6 +258,29 @@ impl Fleet {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_first_used_while_redis_stalls_waits_one_redis_call_at_most() {
+    let redis = RedisServer::start();
+    let (upstream, _) = start_upstream().await;
+    let fleet = Fleet::start("first-use-stalled", upstream, &redis.url()).await;
+    // Stalled before either key was used: no connection made for its spend, no slice leased,
+    // and the link not yet degraded. The store's timeout is 250 ms.
+    redis.stall();
+    for key in [SPENDER, RATED] {
+        for call in 0..3 {
+            let started = std::time::Instant::now();
+            assert_eq!(fleet.chat(0, key).await.0, 200);
+            let took = started.elapsed();
+            assert!(
+                took < Duration::from_millis(500),
+                "call {call} of {key} waited {took:?} on a stalled Redis"
+            );
+        }
+    }
+    redis.resume();
+    fleet.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spend_charged_while_redis_stalled_reaches_the_fleet_once_when_redis_answers() {
     let redis = RedisServer::start();
     let (upstream, _) = start_upstream().await;

@@ -694,6 +694,11 @@ impl Kept {
         }
     }
 
+    /// How long one call waits.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// The kept connection, made on first use.
     pub(crate) async fn connection(&self) -> Result<redis::aio::ConnectionManager, String> {
         let mut conn = self.conn.lock().await;

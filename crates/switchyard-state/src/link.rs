@@ -223,23 +223,41 @@ impl Link {
     /// answer now is answered `None` (the lane paces at its share), and a report or a return
     /// is dropped (the lane keeps what it learned).
     async fn pace(&mut self, op: PaceOp) {
-        let (Some(mut conn), true) = (self.conn.clone(), self.up == Some(true)) else {
+        // A lease its caller stopped waiting for (it waited behind other calls) is not asked:
+        // what it would be granted would go unused.
+        if let PaceOp::Lease { reply, .. } = &op
+            && reply.is_closed()
+        {
             return;
+        }
+        let reply = match self.pace_call(&op).await {
+            Some(Ok(reply)) => reply,
+            Some(Err(reason)) => {
+                tracing::debug!(target: "switchyard::shared_state", %reason, "a pacing call failed");
+                return;
+            }
+            None => return,
+        };
+        let PaceOp::Lease { lane, ask, reply: answer } = op else { return };
+        // Its caller gave up while the call ran: the buckets' grant goes back to the fleet (a
+        // header window's share lapses with its window, as a surrendered lane's does).
+        if let Err(Some(late)) = answer.send(pace::grant(&reply))
+            && late.granted[..2].iter().any(|units| *units > 0.0)
+        {
+            let units = [late.granted[0], late.granted[1]];
+            let back = PaceOp::Return { lane, units, buckets: ask.buckets };
+            let _ = self.pace_call(&back).await;
+        }
+    }
+
+    /// Makes `op`'s script call while Redis is up; `None` when it is not, or `op` is no call.
+    async fn pace_call(&mut self, op: &PaceOp) -> Option<Result<String, String>> {
+        let (Some(mut conn), true) = (self.conn.clone(), self.up == Some(true)) else {
+            return None;
         };
         let scripts = self.scripts.clone();
-        let Some(call) = op.invocation(&scripts, &self.settings().prefix, &self.settings().replica) else {
-            return;
-        };
-        let reply = self.bounded(call.invoke_async::<String>(&mut conn)).await;
-        match (op, reply) {
-            (PaceOp::Lease { reply: answer, .. }, Ok(reply)) => {
-                let _ = answer.send(pace::grant(&reply));
-            }
-            (_, Err(reason)) => {
-                tracing::debug!(target: "switchyard::shared_state", %reason, "a pacing call failed");
-            }
-            _ => {}
-        }
+        let call = op.invocation(&scripts, &self.settings().prefix, &self.settings().replica)?;
+        Some(self.bounded(call.invoke_async::<String>(&mut conn)).await)
     }
 
     /// Reconnects, resubscribes, writes the outbox back and resyncs; up only if all worked.

@@ -162,11 +162,14 @@ impl FleetPacing for RedisStore {
     fn lease(&self, lane: &str, ask: LeaseAsk) -> BoxFuture<'static, Option<LeaseGrant>> {
         let (reply, answer) = oneshot::channel();
         let sent = self.pace.send(PaceOp::Lease { lane: lane.to_owned(), ask, reply }).is_ok();
+        // The call waits its turn behind the link's others (writes, reads, leases), each bounded
+        // by the timeout: a request waits for at most one timeout, whatever is ahead of it.
+        let wait = self.shared.settings.timeout;
         Box::pin(async move {
             if !sent {
                 return None;
             }
-            answer.await.ok().flatten()
+            tokio::time::timeout(wait, answer).await.ok()?.ok().flatten()
         })
     }
 

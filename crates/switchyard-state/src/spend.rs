@@ -102,6 +102,11 @@ impl SharedSpend {
         self.call(key_hash, period, Some((usd, ends_unix))).await
     }
 
+    /// How long one call waits for Redis: the longest a request should wait for a read.
+    pub fn timeout(&self) -> std::time::Duration {
+        self.redis.timeout()
+    }
+
     /// What Redis holds of the spend of the key of `key_hash` in `period` (0s when nothing yet).
     pub async fn get(&self, key_hash: &str, period: &str) -> Result<Held, String> {
         self.call(key_hash, period, None).await

@@ -225,6 +225,43 @@ async fn out_of_reach_a_lease_is_refused_at_once_and_the_store_says_so() {
 }
 
 #[tokio::test]
+async fn behind_a_stalled_redis_each_lease_waits_one_timeout_and_a_lease_given_up_keeps_nothing() {
+    // A bucket that hardly refills: what a lease took stays taken.
+    const SLOW: BucketSpec = BucketSpec { capacity: 5.0, per_sec: 0.001 };
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(300);
+    let a = redis_replica(&server, "a", |s| {
+        s.timeout = timeout;
+        s.failures_to_degrade = 10;
+    })
+    .await
+    .store
+    .unwrap();
+    server.stall();
+    let started = std::time::Instant::now();
+    let leases: Vec<_> =
+        (0..4).map(|_| tokio::spawn(a.lease("slow", bucket_ask(SLOW, 1.0, 1.0, None)))).collect();
+    for lease in leases {
+        assert_eq!(lease.await.unwrap(), None);
+    }
+    let waited = started.elapsed();
+    assert!(waited < timeout * 2, "each waited one timeout, not the calls ahead of it: {waited:?}");
+    assert!(a.shared(), "still shared: one failed call is not an outage");
+
+    // Redis answers again: the leases given up took nothing from the bucket, whether they were
+    // never asked or their late grants went back.
+    server.resume();
+    let mut whole = None;
+    for _ in 0..10 {
+        whole = a.lease("slow", bucket_ask(SLOW, 5.0, 5.0, None)).await;
+        if whole.is_some() {
+            break;
+        }
+    }
+    assert_eq!(whole.expect("Redis answers").granted[RPM], 5.0);
+}
+
+#[tokio::test]
 async fn closing_surrenders_the_lanes_slices_then_leaves() {
     let server = RedisServer::start();
     let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();

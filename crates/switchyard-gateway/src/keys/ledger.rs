@@ -305,12 +305,14 @@ impl ClientKey {
     /// background while Redis is failing, so that its timeouts do not hold every request.
     async fn spend_now(&self, per: Period, shared: Shared<'_>) -> (f64, SystemTime) {
         let (resets, read) = self.due_read(per, shared);
-        if let Some((reading, degraded)) = read {
+        if let Some(((reading, degraded), spend)) = read.zip(shared.spend) {
             // Its own task, awaited: a caller dropped meanwhile (its client gone, a scrape timed
-            // out) leaves it to finish, else the read would stay marked under way for good.
+            // out) leaves it to finish, else the read would stay marked under way for good. A
+            // request waits one call's time at most (a connection still to make, two periods to
+            // read, a Redis stalled): then it goes on what this replica knows, as while degraded.
             let reading = tokio::spawn(reading);
             if !degraded {
-                let _ = reading.await;
+                let _ = tokio::time::timeout(spend.timeout(), reading).await;
             }
         }
         (self.ledger.books().spend.total(shared.replicas()), resets)
