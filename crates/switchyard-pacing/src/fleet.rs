@@ -52,6 +52,10 @@ pub const SLICE_TTL: Duration = Duration::from_secs(2);
 /// The least time between two lease calls of a lane whose fleet said to wait.
 const MIN_RETRY: Duration = Duration::from_millis(5);
 
+/// How long a lane whose lease went unanswered paces at its share before it asks the fleet
+/// again: at most a second's share more than the fleet's bucket allows, once per silence.
+const UNREACHED: Duration = Duration::from_secs(1);
+
 /// The slice of an allowance of `per_window` among `replicas`: 1% of it, at least 1, and at
 /// most a quarter of the allowance split among the replicas.
 ///

@@ -8,7 +8,8 @@ use switchyard::pacing::{Dispatch, FleetLevels, FleetSnapshot, HeadersSnapshot};
 use tokio::time::Instant;
 
 use super::{
-    BucketSpec, DIMENSIONS, HEADERS, LeaseAsk, LeaseGrant, MIN_RETRY, RPM, SLICE_TTL, TPM, slice_size,
+    BucketSpec, DIMENSIONS, HEADERS, LeaseAsk, LeaseGrant, MIN_RETRY, RPM, SLICE_TTL, TPM, UNREACHED,
+    slice_size,
 };
 use crate::bucket::Bucket;
 use crate::headers::Stated;
@@ -122,6 +123,10 @@ pub(crate) struct LeaseBook {
     owed: [f64; DIMENSIONS],
     /// A 429's hold on the account: nothing is spent before it ends.
     held_until: Option<Instant>,
+    /// A lease went unanswered: until then the lane paces at its share, as if the fleet were
+    /// degraded (the store says so only after a few unanswered calls; a request does not wait
+    /// for it to).
+    unreached_until: Option<Instant>,
 }
 
 impl LeaseBook {
@@ -153,6 +158,7 @@ impl LeaseBook {
             asked: [0.0; DIMENSIONS],
             owed: [0.0; DIMENSIONS],
             held_until: None,
+            unreached_until: None,
         }
         .with_slices()
     }
@@ -177,6 +183,7 @@ impl LeaseBook {
     /// shared again once it answers.
     pub(crate) fn follow(&mut self, shared: bool, replicas: usize, now: Instant) {
         let replicas = replicas.max(1);
+        let shared = shared && self.unreached_until.is_none_or(|until| now >= until);
         match (&self.mode, shared) {
             (Mode::Shared, false) => {
                 for (dimension, slices) in self.slices.iter_mut().enumerate() {
@@ -378,10 +385,12 @@ impl LeaseBook {
     pub(crate) fn granted(&mut self, grant: Option<LeaseGrant>, sent: Instant, now: Instant) {
         self.pending = false;
         let Some(grant) = grant else {
-            // Not reached: ask again soon (the fleet reports degraded after a few).
+            // Not reached: at the share for a while, then ask again.
             self.retry_at = Some(now + MIN_RETRY);
+            self.unreached_until = Some(now + UNREACHED);
             return;
         };
+        self.unreached_until = None;
         let limits = self.windows.map(|w| w.and_then(|(limit, _, _)| limit));
         for header in 0..4 {
             self.windows[header] = grant.windows[header].map(|w| (w.limit, now + w.ends_in, w.probe));
@@ -741,6 +750,26 @@ mod tests {
         assert!(f64::from(sent) >= share * 6.0, "{sent} sent: the share is used");
         book.follow(true, 3, now);
         assert!(matches!(book.take(0.0, now), Take::Short { ask: Some(_), .. }), "back to leasing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_unanswered_paces_the_lane_at_its_share_at_once_then_asks_again() {
+        let start = Instant::now();
+        let mut book = LeaseBook::new(Some(600.0), None);
+        book.follow(true, 3, start);
+        let Take::Short { ask: Some(_), .. } = book.take(0.0, start) else { panic!("a lease is asked for") };
+        book.granted(None, start, start);
+        // The store still says shared; the waiting call goes on the lane's share.
+        book.follow(true, 3, start);
+        assert_eq!(book.degraded_share(), Some(3));
+        got(book.take(0.0, start));
+        let later = start + UNREACHED;
+        book.follow(true, 3, later);
+        assert_eq!(book.degraded_share(), None);
+        assert!(matches!(book.take(0.0, later), Take::Short { ask: Some(_), .. }), "back to leasing");
+        book.granted(Some(grant_of(6.0)), later, later);
+        book.follow(true, 3, later);
+        got(book.take(0.0, later));
     }
 
     #[tokio::test(start_paused = true)]
