@@ -20,10 +20,11 @@ impl Secret {
     }
 
     /// `text` with every occurrence of this secret replaced by `[redacted]`: for anything an
-    /// upstream sends back, which may echo the key. A key cut short at the end of the text (an
-    /// excerpt shortened it, with or without a closing `…`) is removed too, from its first 8
-    /// characters on. Secrets shorter than 8 characters are not searched for, since they would
-    /// match ordinary words; real keys are dozens long.
+    /// upstream sends back, which may echo the key. A key cut short is removed too: from its
+    /// first 8 characters on at the end of the text (an excerpt that shortened it, with or
+    /// without a closing `…`), from its first 12 wherever it stands (a quoted request that
+    /// cut it). Secrets shorter than 8 characters are not searched for, since they would match
+    /// ordinary words; real keys are dozens long.
     ///
     /// ```
     /// use switchyard::credential::Secret;
@@ -31,25 +32,32 @@ impl Secret {
     /// let key = Secret::new("sk-live-0123456789");
     /// assert_eq!(key.redact("bad key sk-live-0123456789!"), "bad key [redacted]!");
     /// assert_eq!(key.redact("bad key sk-live-01234…"), "bad key [redacted]…");
+    /// assert_eq!(key.redact("sent 'Bearer sk-live-0123', refused"), "sent 'Bearer [redacted]', refused");
+    /// assert_eq!(key.redact("sk-live-0 keys are refused"), "sk-live-0 keys are refused");
     /// ```
     pub fn redact<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
         const SHORTEST: usize = 8;
+        const SHORTEST_WITHIN: usize = 12;
         let key = &*self.0;
-        if key.len() < SHORTEST {
+        let Some(head) = key.get(..SHORTEST) else { return text.into() };
+        if !text.contains(head) {
             return text.into();
         }
-        let mut text: std::borrow::Cow<'a, str> =
-            if text.contains(key) { text.replace(key, "[redacted]").into() } else { text.into() };
-        let body = text.strip_suffix('…').unwrap_or(&text);
-        let cut = (SHORTEST..key.len())
-            .rev()
-            .find(|&len| key.is_char_boundary(len) && body.ends_with(&key[..len]))
-            .map(|len| body.len() - len);
-        if let Some(at) = cut {
-            let ellipsis = if text.ends_with('…') { "…" } else { "" };
-            text = format!("{}[redacted]{ellipsis}", &text[..at]).into();
+        let mut clean = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(at) = rest.find(head) {
+            let echoed = &rest[at..];
+            let mut len = echoed.bytes().zip(key.bytes()).take_while(|(a, b)| a == b).count();
+            while !echoed.is_char_boundary(len) {
+                len -= 1;
+            }
+            let cut = len >= SHORTEST_WITHIN || matches!(&echoed[len..], "" | "…");
+            clean.push_str(&rest[..at]);
+            clean.push_str(if cut { "[redacted]" } else { &echoed[..len] });
+            rest = &echoed[len..];
         }
-        text
+        clean.push_str(rest);
+        clean.into()
     }
 }
 

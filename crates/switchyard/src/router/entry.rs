@@ -47,6 +47,8 @@ pub struct ProviderEntry {
     /// The provider's own id of each model a target names, where they differ.
     pub(super) models: HashMap<String, Arc<str>>,
     pub(super) key_rotation: KeyRotation,
+    /// Other secrets its calls carry (a header's token), cut out of its errors as its keys are.
+    pub(super) secrets: Vec<Secret>,
 }
 
 /// How a provider's keys share its traffic.
@@ -78,7 +80,15 @@ impl ProviderEntry {
             prices: HashMap::new(),
             models: HashMap::new(),
             key_rotation: KeyRotation::Ordered,
+            secrets: Vec::new(),
         }
+    }
+
+    /// Another secret the provider's calls carry beside its keys (a proxy's token in a
+    /// header the adapter sends): cut out of every error of the provider, as its keys are.
+    pub fn secret(mut self, secret: Secret) -> Self {
+        self.secrets.push(secret);
+        self
     }
 
     /// Adds a key of `priority`: lower priorities are tried first, as route tiers, and a key
@@ -175,6 +185,7 @@ impl ProviderEntry {
             key_tiers: tiers,
             key_rotation: self.key_rotation,
             turn: AtomicU64::new(0),
+            secrets: self.secrets,
         }
     }
 }
@@ -205,6 +216,8 @@ pub(crate) struct ProviderSlot {
     key_rotation: KeyRotation,
     /// Counts calls, for round-robin keys.
     turn: AtomicU64,
+    /// Secrets beside the keys, cut out of its errors ([`ProviderEntry::secret`]).
+    secrets: Vec<Secret>,
 }
 
 impl ProviderSlot {
@@ -274,14 +287,15 @@ impl ProviderSlot {
         credential: usize,
     ) -> ProviderError {
         let credential = &self.credentials[credential];
-        redact(error, credential).with_target(target.clone()).with_credential(credential.id().clone())
+        let error = self.secrets.iter().fold(redact(error, credential), ProviderError::redacted);
+        error.with_target(target.clone()).with_credential(credential.id().clone())
     }
 }
 
 /// Removes the credential's key from whatever an upstream put in an error, so that no
 /// provider (adapters, custom providers) can leak a key into trails, events, health or logs.
-/// Every error from a provider passes here: an attempt's, and a stream's after its first
-/// chunk.
+/// Every error from a provider passes here (and its other secrets after it): an attempt's,
+/// and a stream's after its first chunk.
 fn redact(error: ProviderError, credential: &Credential) -> ProviderError {
     match credential.key() {
         Some(key) => error.redacted(key),

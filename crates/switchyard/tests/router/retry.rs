@@ -317,8 +317,11 @@ async fn a_breaker_opening_mid_retry_with_fallback_off_returns_the_error() {
 #[tokio::test(start_paused = true)]
 async fn a_key_echoed_by_any_provider_is_redacted_everywhere() {
     const KEY: &str = "sk-live-ECHOED-0123456789";
+    let echo = switchyard::ProviderEntry::new("echo", Echo)
+        .key(switchyard::credential::Secret::new(KEY))
+        .secret(switchyard::credential::Secret::new(ECHO_PROXY_TOKEN));
     let router = Router::builder()
-        .provider(switchyard::ProviderEntry::new("echo", Echo).key(switchyard::credential::Secret::new(KEY)))
+        .provider(echo)
         .route(Route::builder("default").target("echo:m").build().unwrap())
         .build()
         .unwrap();
@@ -333,7 +336,8 @@ async fn a_key_echoed_by_any_provider_is_redacted_everywhere() {
         format!("{:?}", router.health()),
     ];
     for text in &texts {
-        assert!(!text.contains("ECHOED"), "the key leaked: {text}");
+        assert!(!text.contains("ECHOED"), "the key, or its excerpt, leaked: {text}");
+        assert!(!text.contains("proxy-TOKEN"), "the provider's other secret leaked: {text}");
     }
     assert!(texts[0].contains("[redacted]"), "{}", texts[0]);
 }

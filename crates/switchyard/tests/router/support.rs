@@ -72,6 +72,9 @@ pub fn outcomes_of(error: &RouteError) -> Vec<Outcome> {
 /// A provider whose errors repeat the key it was given, as some servers do.
 pub struct Echo;
 
+/// The token of a proxy in front of [`Echo`], which it quotes in its errors too.
+pub const ECHO_PROXY_TOKEN: &str = "proxy-TOKEN-0123456789";
+
 impl switchyard::provider::Provider for Echo {
     fn kind(&self) -> &str {
         "echo"
@@ -84,10 +87,13 @@ impl switchyard::provider::Provider for Echo {
     ) -> switchyard::provider::BoxFuture<'a, Result<switchyard::chat::ChatResponse, switchyard::ProviderError>>
     {
         let key = call.credential.key().map(|k| k.expose().to_owned()).unwrap_or_default();
+        // As a proxy quotes the request it refused: the key cut short, and its own token.
+        let excerpt: String = key.chars().take(18).collect();
+        let detail = format!(
+            "Incorrect API key provided: {key} (request: 'Bearer {excerpt}', x-proxy-token: {ECHO_PROXY_TOKEN})"
+        );
         Box::pin(async move {
-            Err(switchyard::ProviderError::new(ErrorKind::Auth, format!("Incorrect API key provided: {key}"))
-                .with_status(401)
-                .with_code(format!("bad_key_{key}")))
+            Err(switchyard::ProviderError::new(ErrorKind::Auth, detail).with_status(401).with_code(format!("bad_key_{key}")))
         })
     }
 
