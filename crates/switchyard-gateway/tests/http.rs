@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -16,6 +18,7 @@ use switchyard_gateway::server::{AppState, app};
 
 const GATEWAY_KEY: &str = "gw-secret-key-123456";
 const ADMIN_KEY: &str = "admin-secret-key-654321";
+const PROXY_TOKEN: &str = "proxy-token-from-env-0123456789";
 
 struct Gateway {
     addr: SocketAddr,
@@ -27,6 +30,7 @@ impl Gateway {
         let env = |name: &str| match name {
             "GW_KEY" => Some(GATEWAY_KEY.to_owned()),
             "ADMIN_KEY" => Some(ADMIN_KEY.to_owned()),
+            "PROXY_TOKEN" => Some(PROXY_TOKEN.to_owned()),
             _ => None,
         };
         let file = config::parse(yaml, false, "test.yaml").unwrap();
@@ -103,6 +107,47 @@ async fn a_failover_answer_names_the_target_attempts_and_request_id() {
     assert_eq!(record["attempts"][0]["outcome"], "failed");
     assert_eq!(record["attempts"][0]["error"]["kind"], "unavailable");
     assert_eq!(record["attempts"][1]["outcome"], "ok");
+}
+
+#[tokio::test]
+async fn a_providers_header_is_read_from_the_environment_and_never_shown_when_echoed() {
+    // A proxy in front of the provider that wants its own token, and quotes what it refused.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let upstream = {
+        let seen = seen.clone();
+        axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+            let header =
+                |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+            let (token, other) = (header("x-proxy-token"), header("x-tenant-secret"));
+            seen.lock().unwrap().push(token.clone());
+            async move {
+                let message = format!("refused x-proxy-token: {token}, x-tenant-secret: {other}");
+                (axum::http::StatusCode::BAD_REQUEST, axum::Json(json!({ "error": { "message": message } })))
+            }
+        })
+    };
+    let upstream = support::serve_router(upstream).await;
+    let yaml = format!(
+        "providers:
+  proxied: {{ kind: openai_compatible, base_url: 'http://{upstream}/v1', headers: {{ x-proxy-token: env://PROXY_TOKEN, x-tenant-secret: tenant-LITERAL-0123456789 }} }}
+routes:
+  default: {{ targets: [proxied:m], retry: {{ max_attempts: 1 }} }}
+gateway:
+  keys: [env://GW_KEY]
+  admin_key: env://ADMIN_KEY
+"
+    );
+    let gateway = Gateway::start(&yaml).await;
+    let response = gateway.post("/v1/chat/completions", chat("default")).await;
+    assert_eq!(response.status(), 400);
+    assert_eq!(seen.lock().unwrap().as_slice(), [PROXY_TOKEN], "sent as the environment holds it");
+    let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let answer = response.text().await.unwrap();
+    let trail = gateway.get(&format!("/admin/requests/{id}"), ADMIN_KEY).await.text().await.unwrap();
+    for text in [answer, trail] {
+        assert!(text.contains("refused x-proxy-token: [redacted]"), "{text}");
+        assert!(!text.contains("from-env") && !text.contains("LITERAL"), "a header's secret leaked: {text}");
+    }
 }
 
 #[tokio::test]

@@ -178,9 +178,11 @@ fn entry(
     running: &BuiltAdapters,
 ) -> Result<(ProviderEntry, ProviderSummary, Option<BuiltAdapter>), ConfigError> {
     let CheckedProvider { id, kind, adapter, keys, origins, round_robin, prices, models, limits } = provider;
+    let mut secrets = Vec::new();
     let (adapter, base_url, simulated, built): (Arc<dyn Provider>, String, _, _) = match adapter {
         Adapter::Simulated(sim) => (Arc::new(sim.clone()), String::new(), Some(sim), None),
-        Adapter::Http { settings, base_url } => {
+        Adapter::Http { settings, base_url, secrets: carried } => {
+            secrets = carried;
             let built = match running.get(&id).filter(|kept| kept.settings == *settings) {
                 Some(kept) => kept.clone(),
                 None => build(*settings)
@@ -197,6 +199,9 @@ fn entry(
     }
     if round_robin {
         entry = entry.key_rotation(switchyard::KeyRotation::RoundRobin);
+    }
+    for secret in secrets {
+        entry = entry.secret(secret);
     }
     for (model, price) in prices {
         entry = entry.price(model, price);

@@ -93,7 +93,9 @@ impl switchyard::provider::Provider for Echo {
             "Incorrect API key provided: {key} (request: 'Bearer {excerpt}', x-proxy-token: {ECHO_PROXY_TOKEN})"
         );
         Box::pin(async move {
-            Err(switchyard::ProviderError::new(ErrorKind::Auth, detail).with_status(401).with_code(format!("bad_key_{key}")))
+            Err(switchyard::ProviderError::new(ErrorKind::Auth, detail)
+                .with_status(401)
+                .with_code(format!("bad_key_{key}")))
         })
     }
 

@@ -36,8 +36,9 @@ pub(crate) struct CheckedProvider {
 pub(crate) enum Adapter {
     /// A simulated provider, made already (it makes nothing outside itself).
     Simulated(SimulatedProvider),
-    /// An HTTP provider's settings, and the base URL they resolve to.
-    Http { settings: Box<ProviderSettings>, base_url: String },
+    /// An HTTP provider's settings, the base URL they resolve to, and the secrets its headers
+    /// carry (cut out of its errors).
+    Http { settings: Box<ProviderSettings>, base_url: String, secrets: Vec<Secret> },
 }
 
 impl Validator<'_> {
@@ -169,6 +170,30 @@ impl Validator<'_> {
         (keys, origins)
     }
 
+    /// A provider's extra `headers`, each value read as a key is (`env://NAME` from the
+    /// environment), and the values that are secrets: those read from the environment, and
+    /// those of a header whose name says it carries one (`authorization`, `x-api-key`, a
+    /// token, a cookie).
+    fn headers(
+        &mut self,
+        path: &str,
+        headers: &BTreeMap<String, String>,
+    ) -> (Vec<(String, String)>, Vec<Secret>) {
+        let mut secrets = Vec::new();
+        let headers = headers
+            .iter()
+            .filter_map(|(name, text)| {
+                let at = format!("{path}.headers.{name}");
+                let (value, origin) = self.resolve(&at, text, "header's value", "PROXY_TOKEN")?;
+                if origin != "literal" || carries_a_secret(name) {
+                    secrets.push(Secret::new(value.as_str()));
+                }
+                Some((name.clone(), value))
+            })
+            .collect();
+        (headers, secrets)
+    }
+
     /// An HTTP provider's settings, checked as its adapter would take them.
     fn http(&mut self, path: &str, kind: Kind, config: &file::ProviderConfig) -> Option<Adapter> {
         let kind = match kind {
@@ -182,7 +207,8 @@ impl Validator<'_> {
         };
         let mut settings = ProviderSettings::new(kind);
         settings.base_url = config.base_url.clone();
-        settings.headers = config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let (headers, secrets) = self.headers(path, &config.headers);
+        settings.headers = headers;
         settings.api_version = config.api_version.clone();
         settings.organization = config.organization.clone();
         settings.project = config.project.clone();
@@ -219,7 +245,7 @@ impl Validator<'_> {
             return None;
         }
         match settings.check() {
-            Ok(base_url) => Some(Adapter::Http { settings: Box::new(settings), base_url }),
+            Ok(base_url) => Some(Adapter::Http { settings: Box::new(settings), base_url, secrets }),
             // Reported with the region's own problem.
             Err(switchyard_providers::BuildError::MissingRegion) => None,
             Err(error @ switchyard_providers::BuildError::MissingBaseUrl(_))
@@ -518,4 +544,12 @@ fn holds_user_info(url: &str) -> bool {
     let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
     let authority = after_scheme.split(['/', '?', '#']).next().unwrap_or_default();
     authority.contains('@')
+}
+
+/// Whether a header of `name` carries a credential, by the words such headers' names use.
+fn carries_a_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["auth", "key", "token", "secret", "cookie", "password", "signature", "session"]
+        .iter()
+        .any(|word| name.contains(word))
 }
