@@ -290,6 +290,7 @@ local key = prefix .. ':pace:' .. lane
 local cur = hash(key)
 local function g(n) return string.format('%.17g', n) end
 -- The buckets, refilled to now: caps and rates come with each call (the lane's config).
+local caps_kept = {}
 local function refill(caps, rates, seen)
   local levels = {}
   local last = num(cur.t) or now
@@ -297,7 +298,13 @@ local function refill(caps, rates, seen)
     if caps[b] ~= nil then
       -- A bucket the fleet lost (Redis restarted empty) starts where a replica last saw it.
       local level = num(cur['l' .. (b - 1)]) or math.min(caps[b], (seen and seen[b]) or caps[b])
+      -- A capacity changed (a limit raised or lowered by a reload): the difference is given or
+      -- taken at once, so that replicas still on the old limit and those on the new cannot
+      -- gain by taking turns.
+      local was = num(cur['c' .. (b - 1)])
+      if was ~= nil and was ~= caps[b] then level = level + caps[b] - was end
       levels[b] = math.min(caps[b], level + math.max(0, now - last) * rates[b] / 1000)
+      caps_kept[b] = caps[b]
     end
   end
   return levels
@@ -306,6 +313,7 @@ local function keep(levels)
   local args = {'t', fmt(now)}
   for b = 1, 2 do
     if levels[b] ~= nil then table.insert(args, 'l' .. (b - 1)); table.insert(args, g(levels[b])) end
+    if caps_kept[b] ~= nil then table.insert(args, 'c' .. (b - 1)); table.insert(args, g(caps_kept[b])) end
   end
   redis.call('HSET', key, unpack(args))
 end

@@ -210,11 +210,12 @@ async fn out_of_reach_a_lease_is_refused_at_once_and_the_store_says_so() {
     let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
     assert!(a.shared());
     server.stall();
-    // Each lease waits at most the timeout, and after three the store is degraded.
+    // Each lease waits at most the timeout, and after three the store is degraded (once the
+    // third call, which began a moment after its caller's wait, has timed out too).
     for _ in 0..3 {
         assert_eq!(a.lease("up", ask(1.0, 3.0)).await, None);
     }
-    assert!(!a.shared(), "degraded: lanes pace at their share");
+    eventually("degraded: lanes pace at their share", Duration::from_secs(1), || !a.shared()).await;
     assert_eq!(a.replicas(), 1, "the last known fleet size");
     let started = std::time::Instant::now();
     assert_eq!(a.lease("up", ask(1.0, 3.0)).await, None);
@@ -259,6 +260,30 @@ async fn behind_a_stalled_redis_each_lease_waits_one_timeout_and_a_lease_given_u
         }
     }
     assert_eq!(whole.expect("Redis answers").granted[RPM], 5.0);
+}
+
+#[tokio::test]
+async fn a_raised_limit_gives_its_difference_at_once_and_replicas_on_both_limits_gain_nothing_by_turns() {
+    // A key's minute: 2, then raised to 10 by a reload (refilling a unit in 30 s or 6 s).
+    const TWO: BucketSpec = BucketSpec { capacity: 2.0, per_sec: 2.0 / 60.0 };
+    const TEN: BucketSpec = BucketSpec { capacity: 10.0, per_sec: 10.0 / 60.0 };
+    let server = RedisServer::start();
+    let a = redis_replica(&server, "a", |_| {}).await.store.unwrap();
+    let granted = |grant: Option<switchyard_pacing::fleet::LeaseGrant>| grant.unwrap().granted[RPM].floor();
+    assert_eq!(granted(a.lease("key:k", bucket_ask(TWO, 2.0, 2.0, None)).await), 2.0);
+    assert_eq!(granted(a.lease("key:k", bucket_ask(TWO, 0.0, 1.0, None)).await), 0.0, "the minute is spent");
+    assert_eq!(
+        granted(a.lease("key:k", bucket_ask(TEN, 0.0, 10.0, None)).await),
+        8.0,
+        "the raise's 8 at once"
+    );
+
+    // A replica still on the old limit and one on the new, taking turns: the difference is
+    // taken back as it is given.
+    for _ in 0..3 {
+        assert_eq!(granted(a.lease("key:k", bucket_ask(TWO, 0.0, 2.0, None)).await), 0.0);
+        assert_eq!(granted(a.lease("key:k", bucket_ask(TEN, 0.0, 10.0, None)).await), 0.0);
+    }
 }
 
 #[tokio::test]
