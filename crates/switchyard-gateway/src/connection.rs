@@ -36,6 +36,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::response::IntoResponse;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
@@ -62,15 +63,61 @@ const REQUEST_TIMEOUT: &[u8] =
 
 /// Serves one connection until the client closes it, a timeout closes it, or `stop` turns
 /// `true` (then the request in progress, a stream included, finishes first).
-pub async fn serve<I>(io: I, app: axum::Router, limits: ConnectionLimits, mut stop: watch::Receiver<bool>)
+pub async fn serve<I>(io: I, app: axum::Router, limits: ConnectionLimits, stop: watch::Receiver<bool>)
 where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    serve_with(io, app, limits, stop, true).await;
+}
+
+/// Serves one connection taken beyond `max_connections`, on a place kept for the health
+/// probes: one request, then it closes. `/healthz` is answered as ever; `/readyz` says the
+/// gateway is at its bound (a 503, so that a load balancer sends new clients elsewhere until
+/// connections close, while the liveness probe still sees a live process); anything else is
+/// a 503 `at_max_connections` with `Retry-After: 1`.
+pub async fn serve_at_bound<I>(
+    io: I,
+    app: axum::Router,
+    limits: ConnectionLimits,
+    stop: watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let at_bound = |what: &'static str| {
+        let body = serde_json::json!({ "error": {
+            "message": format!("the gateway is at gateway.max_connections: {what}"),
+            "type": "server_error",
+            "code": "at_max_connections",
+        } });
+        let headers = [(axum::http::header::RETRY_AFTER, "1"), (axum::http::header::CONNECTION, "close")];
+        (axum::http::StatusCode::SERVICE_UNAVAILABLE, headers, axum::Json(body))
+    };
+    let only_probes = axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| async move {
+            match request.uri().path() {
+                "/healthz" => next.run(request).await,
+                "/readyz" => at_bound("not ready for new connections").into_response(),
+                _ => at_bound("try again in a moment").into_response(),
+            }
+        },
+    );
+    serve_with(io, app.layer(only_probes), limits, stop, false).await;
+}
+
+async fn serve_with<I>(
+    io: I,
+    app: axum::Router,
+    limits: ConnectionLimits,
+    mut stop: watch::Receiver<bool>,
+    keep_alive: bool,
+) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let watch = Arc::new(Watch::new(limits));
     let service = Tracked { app, watch: watch.clone() };
     let io = TokioIo::new(Watched::new(io, watch));
     let connection = hyper::server::conn::http1::Builder::new()
-        .keep_alive(true)
+        .keep_alive(keep_alive)
         // The watch does this job; see the module docs.
         .header_read_timeout(None)
         .serve_connection(io, service);

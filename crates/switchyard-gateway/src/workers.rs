@@ -34,8 +34,20 @@ pub struct Workers {
 }
 
 /// What a worker is handed: an accepted connection, not yet registered with any runtime, and
-/// its place under `max_connections`, given back when the connection closes.
-type Handoff = (std::net::TcpStream, OwnedSemaphorePermit);
+/// its place, given back when the connection closes.
+type Handoff = (std::net::TcpStream, Place);
+
+/// A connection's place: one of `max_connections`, or, at that bound, one of the few kept for
+/// the health probes ([`PROBE_PLACES`]).
+enum Place {
+    Open(#[allow(dead_code)] OwnedSemaphorePermit),
+    Probe(#[allow(dead_code)] OwnedSemaphorePermit),
+}
+
+/// Places kept beyond `max_connections` for the health probes: at the bound, a connection is
+/// still taken on one of these, answered once ([`connection::serve_at_bound`]) and closed, so
+/// that a kubelet's liveness probe does not restart a gateway that is only busy.
+const PROBE_PLACES: usize = 8;
 
 /// How often a worker's event loop wakes with nothing to do. Tokio's timer wakes its event
 /// loop (an eventfd write, then an `epoll_wait` that returns at once) whenever a timer is armed
@@ -100,8 +112,9 @@ impl Workers {
             senders.push(connections);
             done.push(finished_rx);
         }
-        let bound = Arc::new(Semaphore::new(limits.max_connections));
-        tokio::spawn(accept(listener, senders, bound, limits.max_connections, stop));
+        let bound =
+            Bound { open: Arc::new(Semaphore::new(limits.max_connections)), max: limits.max_connections };
+        tokio::spawn(accept(listener, senders, bound, stop));
         Ok(Self { done })
     }
 
@@ -129,29 +142,37 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
     }
 }
 
+/// The places of `max_connections`.
+struct Bound {
+    open: Arc<Semaphore>,
+    max: usize,
+}
+
 /// Accepts connections and deals them out to the workers in turn, until `stop`. At
-/// `max_connections` open, it stops accepting (new connections wait in the kernel's backlog)
-/// until one closes, and says so once a minute while that lasts.
+/// `max_connections` open, it takes new connections only on the probes' places, each answered
+/// once (the health probes, or a 503), and says so once a minute while that lasts; with those
+/// taken too, new connections wait in the kernel's backlog until one closes.
 async fn accept(
     listener: TcpListener,
     workers: Vec<mpsc::UnboundedSender<Handoff>>,
-    bound: Arc<Semaphore>,
-    max_connections: usize,
+    bound: Bound,
     stop: watch::Receiver<bool>,
 ) {
     let mut next = 0;
     let mut warned = None;
+    let probes = Arc::new(Semaphore::new(PROBE_PLACES));
     let stop = stopped(stop);
     tokio::pin!(stop);
     loop {
-        let place = match bound.clone().try_acquire_owned() {
-            Ok(place) => place,
+        let place = match bound.open.clone().try_acquire_owned() {
+            Ok(place) => Place::Open(place),
             Err(_) => {
-                let place = at_bound(&bound, max_connections, &mut warned);
+                let place = at_bound(&bound.open, bound.max, &mut warned);
                 tokio::select! {
                     biased;
                     () = &mut stop => return,
-                    place = place => place,
+                    place = place => Place::Open(place),
+                    Ok(probe) = probes.clone().acquire_owned() => Place::Probe(probe),
                 }
             }
         };
@@ -242,7 +263,10 @@ async fn work(
                 let app = app.clone();
                 let stop = stop.clone();
                 open.spawn(async move {
-                    connection::serve(stream, app, limits, stop).await;
+                    match place {
+                        Place::Open(_) => connection::serve(stream, app, limits, stop).await,
+                        Place::Probe(_) => connection::serve_at_bound(stream, app, limits, stop).await,
+                    }
                     drop(place);
                 });
             }
