@@ -158,25 +158,53 @@ pub fn host_name() -> String {
     if host.is_empty() { "host".to_owned() } else { host }
 }
 
-/// `url` with its password replaced by `****`, for logs, errors and operator displays.
+/// `url` with its password replaced by `****`, for logs, errors and operator displays: the
+/// user info's, and the value of any query parameter that names a secret (`password`, `pass`,
+/// a token, a key).
 ///
 /// ```
 /// assert_eq!(switchyard_state::mask_url("redis://:hunter2@db:6379/0"), "redis://:****@db:6379/0");
 /// assert_eq!(switchyard_state::mask_url("redis://app:hunter2@db/1"), "redis://app:****@db/1");
 /// assert_eq!(switchyard_state::mask_url("redis://:ab/c+d=@db/1"), "redis://:****@db/1");
 /// assert_eq!(switchyard_state::mask_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+/// assert_eq!(switchyard_state::mask_url("redis://db/0?password=hunter2&protocol=resp3"), "redis://db/0?password=****&protocol=resp3");
 /// ```
 pub fn mask_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return "(not a URL)".to_owned() };
     // Up to the last `@`: a password may hold a `/` (base64 does) that a parser would take for
     // the path.
-    match rest.rsplit_once('@') {
+    let (user_info, host_and_path) = match rest.rsplit_once('@') {
         Some((user_info, host_and_path)) => {
-            let user = user_info.split_once(':').map_or("", |(user, _)| user);
-            format!("{scheme}://{user}:****@{host_and_path}")
+            (format!("{}:****@", user_info.split_once(':').map_or("", |(user, _)| user)), host_and_path)
         }
-        None => url.to_owned(),
-    }
+        None => (String::new(), rest),
+    };
+    let host_and_path = match host_and_path.split_once('?') {
+        Some((path, query)) => {
+            let masked = query.split('&').map(|pair| match pair.split_once('=') {
+                Some((name, _)) if names_a_secret(name) => format!("{name}=****"),
+                _ => pair.to_owned(),
+            });
+            format!("{path}?{}", masked.collect::<Vec<_>>().join("&"))
+        }
+        None => host_and_path.to_owned(),
+    };
+    format!("{scheme}://{user_info}{host_and_path}")
+}
+
+/// Whether a URL's query parameter `name` holds a secret.
+fn names_a_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["pass", "secret", "token", "key", "auth"].iter().any(|word| name.contains(word))
+}
+
+/// Why a Redis URL holds a password where the client does not read it (a `password=` query
+/// parameter: only the user info, `redis://:PASSWORD@host`, is sent), if it does.
+pub fn unread_password(url: &str) -> Option<&'static str> {
+    let query = url.split_once('?')?.1;
+    query.split('&').any(|pair| pair.split_once('=').is_some_and(|(name, _)| names_a_secret(name))).then_some(
+        "a password in the query is never sent to Redis: write it as redis://:PASSWORD@host:6379/0 (or rediss:// for TLS)",
+    )
 }
 
 /// Why a store could not be made.

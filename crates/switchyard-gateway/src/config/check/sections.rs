@@ -208,6 +208,10 @@ impl Validator<'_> {
             );
             return None;
         }
+        if let Some(problem) = switchyard_state::unread_password(&url) {
+            self.problem("state.redis", format!("`{}`: {problem}", switchyard_state::mask_url(&url)));
+            return None;
+        }
         let mut settings = StateSettings::new(url);
         if let Some(prefix) = &config.prefix {
             settings.prefix = prefix.clone();
