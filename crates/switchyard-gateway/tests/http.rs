@@ -163,6 +163,14 @@ async fn a_request_id_sent_by_the_client_is_kept() {
         .await
         .unwrap();
     assert_eq!(response.headers()["x-request-id"], "client-chosen-42");
+
+    // An id of the gateway's own form is not taken: it may be another request's.
+    let first = gateway.post("/v1/chat/completions", chat("default")).await;
+    let taken = first.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let request = gateway.client.post(gateway.url("/v1/chat/completions")).bearer_auth(GATEWAY_KEY);
+    let second = request.header("x-request-id", &taken).json(&chat("default")).send().await.unwrap();
+    let given = second.headers()["x-request-id"].to_str().unwrap().to_owned();
+    assert!(given.starts_with("req_") && given != taken, "{given}");
 }
 
 #[tokio::test]

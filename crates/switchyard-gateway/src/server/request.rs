@@ -98,6 +98,9 @@ impl RequestContext {
                 !v.is_empty()
                     && v.len() <= 64
                     && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+                    // The gateway's own form is its to give: a client that sent another
+                    // request's id would hide that request's trail from the admin.
+                    && !v.starts_with("req_")
             })
             .map_or_else(|| state.ids.next(), str::to_owned);
         state.begun.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
