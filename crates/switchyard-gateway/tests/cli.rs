@@ -410,6 +410,51 @@ gateway: { shutdown_grace: 1s }
 }
 
 #[test]
+fn a_second_signal_ends_the_grace_period_at_once() {
+    let config = write_config(
+        "grace-twice.yaml",
+        r#"
+providers:
+  endless: { kind: simulated, reply: "a b c d e f g h i j k l m n o p q r s t", stream: { chunks: 100, gap: 200ms } }
+routes:
+  default: { targets: [endless:m] }
+gateway: { shutdown_grace: 60s }
+"#,
+    );
+    let (mut server, addr) = serve(&config, &[]);
+    let mut reader = open_stream(&addr);
+    let mut line = String::new();
+    while !line.starts_with("data: ") {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "the stream ended before its first chunk");
+    }
+    let kill = |signal: &str| {
+        let status = Command::new("kill").args([signal, &server.id().to_string()]).status().unwrap();
+        assert!(status.success());
+    };
+    kill("-TERM");
+    // The drain has begun: a chunk still comes.
+    line.clear();
+    while !line.starts_with("data: ") {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "the stream ended at the first signal");
+    }
+    let asked = Instant::now();
+    kill("-INT");
+    let mut rest = Vec::new();
+    let _ = reader.read_to_end(&mut rest);
+    let rest = String::from_utf8_lossy(&rest);
+    let last = rest.lines().rfind(|line| line.starts_with("data: ")).unwrap_or_default();
+    assert!(last.starts_with("data: {\"error\"") && last.contains("shut down"), "{rest}");
+    let exit = server.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+    assert!(asked.elapsed() < Duration::from_secs(30), "waited out the grace period: {:?}", asked.elapsed());
+    let mut logs = String::new();
+    server.stderr.take().unwrap().read_to_string(&mut logs).unwrap();
+    assert!(logs.contains("a second signal, exiting"), "{logs}");
+}
+
+#[test]
 fn sigterm_answers_503_to_a_request_still_waiting_for_its_answer_when_the_grace_period_ends() {
     // A slow whole answer (or a stream's first byte) outlasting the grace period: told why,
     // and logged, rather than cut off without a word.

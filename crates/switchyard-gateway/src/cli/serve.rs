@@ -350,9 +350,9 @@ async fn reload_now(state: &Arc<AppState>, life: &Arc<ConfigLife>, trigger: Trig
 const CUT_WRITTEN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Waits for the workers to finish or a signal, reloading meanwhile; after a signal, drains
-/// for the grace period and then exits the process.
+/// for the grace period (a second signal ends it at once) and then exits the process.
 async fn run_until_signal(workers: Workers, reloads: Reloads, ending: Ending<'_>) -> anyhow::Result<()> {
-    let Ending { stop, store, log, stops, human } = ending;
+    let Ending { stop, store, log, mut stops, human } = ending;
     let finished = workers.finished();
     tokio::pin!(finished);
     tokio::select! {
@@ -362,32 +362,32 @@ async fn run_until_signal(workers: Workers, reloads: Reloads, ending: Ending<'_>
             // The grace period of the configuration in force.
             let grace = stop.live().gateway.shutdown_grace;
             if human {
-                eprintln!("switchyard: shutting down; open streams have {grace:?} to finish");
+                eprintln!("switchyard: shutting down; open streams have {grace:?} to finish (a second signal ends them now)");
             }
             tracing::info!(target: "switchyard::serve", grace_s = grace.as_secs_f64(), "shutting down");
             stop.stop();
             // Bound the drain: a stream that never ends must not hold the process forever.
-            tokio::select! {
-                result = &mut finished => result.context("the server failed")?,
-                () = tokio::time::sleep(grace) => {
-                    // The streams still open end with an error event and their records; they
-                    // are given a moment to write them.
-                    stop.cut_streams();
-                    let _ = tokio::time::timeout(CUT_WRITTEN, &mut finished).await;
-                    if let Some(store) = store {
-                        store.close().await;
-                    }
-                    flush_traces(stop).await;
-                    tracing::info!(target: "switchyard::serve", "grace period over, exiting");
-                    if let Some(log) = log {
-                        log.flush();
-                    }
-                    if human {
-                        eprintln!("switchyard: grace period over, exiting");
-                    }
-                    std::process::exit(0);
-                }
+            let why = tokio::select! {
+                result = &mut finished => return result.context("the server failed"),
+                () = tokio::time::sleep(grace) => "grace period over",
+                () = stops.wait() => "a second signal",
+            };
+            // The streams still open end with an error event and their records; they are
+            // given a moment to write them.
+            stop.cut_streams();
+            let _ = tokio::time::timeout(CUT_WRITTEN, &mut finished).await;
+            if let Some(store) = store {
+                store.close().await;
             }
+            flush_traces(stop).await;
+            tracing::info!(target: "switchyard::serve", "{why}, exiting");
+            if let Some(log) = log {
+                log.flush();
+            }
+            if human {
+                eprintln!("switchyard: {why}, exiting");
+            }
+            std::process::exit(0);
         }
     }
     Ok(())
@@ -422,7 +422,7 @@ impl Stops {
     }
 
     /// Until one of them arrives.
-    async fn wait(mut self) {
+    async fn wait(&mut self) {
         #[cfg(unix)]
         tokio::select! {
             _ = self.terminate.recv() => {},
