@@ -801,7 +801,7 @@ fn serve_beyond_loopback_with_no_config_found_refuses_the_demo() {
     assert_eq!(models, 200);
     assert_eq!(
         config,
-        "config: embedded demo (simulated providers, no keys needed; no config file given or found)"
+        "config: embedded demo (simulated providers, no provider keys needed; no config file given or found)"
     );
 }
 
@@ -813,7 +813,10 @@ fn serve_demo_serves_the_demo_beyond_loopback_when_asked() {
     let models = get_status(&addr, "/v1/models", None);
     stop(server);
     assert_eq!(models, 200);
-    assert_eq!(config, "config: embedded demo (simulated providers, no keys needed; asked for with --demo)");
+    assert_eq!(
+        config,
+        "config: embedded demo (simulated providers, no provider keys needed; asked for with --demo)"
+    );
 
     let (code, _, err) = run(&["serve", "--demo", "--config", "x.yaml"]);
     assert_eq!(code, 2, "--demo and --config do not go together: {err}");

@@ -89,7 +89,10 @@ fn trail_lines(attempts: &[Attempt]) -> String {
 
 fn fail_with_trail(error: &switchyard::RouteError) -> anyhow::Result<ExitCode> {
     eprintln!("error: {error}");
-    eprintln!("after {}:", counted(error.trail().len(), "attempt"));
-    eprint!("{}", trail_lines(error.trail()));
+    // A request refused before any target was asked (an unknown route) has no trail to show.
+    if !error.trail().is_empty() {
+        eprintln!("after {}:", counted(error.trail().len(), "attempt"));
+        eprint!("{}", trail_lines(error.trail()));
+    }
     Ok(ExitCode::FAILURE)
 }

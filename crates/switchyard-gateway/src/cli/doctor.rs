@@ -91,8 +91,12 @@ async fn print_providers(loaded: &Loaded) {
                 );
                 continue;
             }
-            let origin = provider.credentials.get(i).map_or("no key", String::as_str);
-            println!("    credential {} key {} from {origin}", credential.id(), credential.masked());
+            match provider.credentials.get(i) {
+                Some(origin) => {
+                    println!("    credential {} key {} from {origin}", credential.id(), credential.masked());
+                }
+                None => println!("    credential {}: keyless (no api_key given)", credential.id()),
+            }
         }
         if let Some(bedrock) = &provider.bedrock {
             print_bedrock(bedrock, !provider.credentials.is_empty()).await;

@@ -212,6 +212,11 @@ fn print_banner(local: SocketAddr, loaded: &Loaded) {
     if let Some(telemetry) = &loaded.gateway.telemetry {
         banner.push_str(&format!("  {}\n", telemetry.describe()));
     }
+    let keys = loaded.gateway.keys.len();
+    if keys > 0 {
+        let them = if keys == 1 { "a client key: send it" } else { "client keys: send one" };
+        banner.push_str(&format!("  {them} as `Authorization: Bearer <key>`\n"));
+    }
     for line in route_lines(&loaded.router) {
         banner.push_str(&line);
         banner.push('\n');

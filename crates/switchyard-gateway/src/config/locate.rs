@@ -123,7 +123,7 @@ impl Loaded {
         match &self.source {
             Source::File(path) => format!("file {path} ({reason})"),
             Source::Environment(vars) => format!("environment ({}; {reason})", vars.join(", ")),
-            Source::Demo => format!("embedded demo (simulated providers, no keys needed; {reason})"),
+            Source::Demo => format!("embedded demo (simulated providers, no provider keys needed; {reason})"),
         }
     }
 }
@@ -277,7 +277,7 @@ mod tests {
         let demo = load(&Choice::Default, &|_| None).unwrap();
         assert_eq!(
             demo.origin(),
-            "embedded demo (simulated providers, no keys needed; no config file given or found)"
+            "embedded demo (simulated providers, no provider keys needed; no config file given or found)"
         );
         let keys = |name: &str| (name == "OPENAI_API_KEY").then(|| "sk-a".to_owned());
         assert_eq!(

@@ -52,7 +52,7 @@ impl fmt::Display for Source {
         match self {
             Source::File(path) => write!(f, "file {path}"),
             Source::Environment(vars) => write!(f, "environment ({})", vars.join(", ")),
-            Source::Demo => f.write_str("embedded demo (simulated providers, no keys needed)"),
+            Source::Demo => f.write_str("embedded demo (simulated providers, no provider keys needed)"),
         }
     }
 }
