@@ -798,6 +798,21 @@ async fn metrics_are_served_in_the_prometheus_text_format() {
         "{text}"
     );
     assert!(text.contains("# TYPE switchyard_overhead_seconds histogram"), "{text}");
+    // What any server's dashboards read: the build, the requests in flight (this scrape
+    // itself is not one), the process's start, memory and descriptors.
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(text.contains(&format!("switchyard_build_info{{version=\"{version}\"}} 1\n")), "{text}");
+    assert!(text.contains("switchyard_requests_in_flight 0\n"), "{text}");
+    let sample = |name: &str| {
+        let line = text
+            .lines()
+            .find(|line| line.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name}: {text}"));
+        line.rsplit(' ').next().unwrap().parse::<f64>().unwrap()
+    };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!((now - 600.0..=now).contains(&sample("process_start_time_seconds")));
+    assert!(sample("process_resident_memory_bytes") > 1e6 && sample("process_open_fds") >= 3.0);
     for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
         let value = line.rsplit(' ').next().unwrap();
         assert!(value.parse::<f64>().is_ok(), "every sample ends in a number: {line}");

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use switchyard::Target;
 
 use crate::drills::DrillError;
-use crate::metrics::labels;
+use crate::metrics::{Labels, labels};
 
 use super::body::{BodyError, read};
 use switchyard::chat::Dialect;
@@ -111,8 +111,56 @@ pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
     }
     super::keys::read_spends(&state, &live).await;
     gauges.extend(super::keys::gauges(&state, &live));
+    gauges.extend(process_gauges(&state));
     let text = state.metrics.render(&gauges);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// What dashboards expect of any server: the build, the requests in flight, and the process's
+/// start, resident memory and open descriptors (the last two from `/proc`, where there is one).
+fn process_gauges(state: &AppState) -> Vec<(&'static str, &'static str, Labels, f64)> {
+    let started = state.started.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let mut gauges = vec![
+        (
+            "switchyard_build_info",
+            "The running build, its version as a label (always 1).",
+            labels([("version", env!("CARGO_PKG_VERSION").into())]),
+            1.0,
+        ),
+        (
+            "switchyard_requests_in_flight",
+            "Requests begun and not yet answered in full (a stream until it ends).",
+            labels([]),
+            state.in_flight() as f64,
+        ),
+        (
+            "process_start_time_seconds",
+            "Start time of the process since the Unix epoch, in seconds.",
+            labels([]),
+            started.as_secs_f64(),
+        ),
+    ];
+    let resident = std::fs::read_to_string("/proc/self/status").ok().and_then(|status| {
+        let line = status.lines().find_map(|line| line.strip_prefix("VmRSS:"))?;
+        line.trim().strip_suffix("kB")?.trim().parse::<f64>().ok()
+    });
+    if let Some(kib) = resident {
+        gauges.push((
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            labels([]),
+            kib * 1024.0,
+        ));
+    }
+    if let Ok(open) = std::fs::read_dir("/proc/self/fd") {
+        gauges.push((
+            "process_open_fds",
+            "Number of open file descriptors.",
+            labels([]),
+            open.count() as f64,
+        ));
+    }
+    gauges
 }
 
 pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {

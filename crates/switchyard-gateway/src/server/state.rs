@@ -143,6 +143,8 @@ pub struct AppState {
     /// Requests begun and ended, for the in-flight count the fleet's heartbeat carries.
     pub(crate) begun: std::sync::atomic::AtomicU64,
     pub(crate) ended: std::sync::atomic::AtomicU64,
+    /// When the gateway started, for `process_start_time_seconds`.
+    pub(crate) started: std::time::SystemTime,
     /// What client keys spent, counted for the fleet in its Redis (with shared state).
     pub(crate) spend: Option<Arc<SharedSpend>>,
     /// Claude's thinking of the tool turns it answered clients of OpenAI's dialect.
@@ -220,6 +222,7 @@ impl AppState {
             trails: OnceLock::new(),
             begun: Default::default(),
             ended: Default::default(),
+            started: std::time::SystemTime::now(),
         })
     }
 
