@@ -28,12 +28,12 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::ProviderError;
 use crate::chat::{
     ChatChunk, ChatResponse, Choice, Content, Delta, Extra, Message, Role, StreamNotice, THINKING_BLOCKS,
     ToolCall,
 };
 use crate::provider::ChunkStream;
-use crate::{ErrorKind, ProviderError};
 
 /// An answer being put back together from its stream's chunks, in order.
 #[derive(Debug, Default)]
@@ -253,7 +253,7 @@ pub async fn read_to_end(
             Ok(Some(Err(error))) => return Err(error),
             Err(_) => {
                 let message = format!("no chunk within the idle timeout of {idle:?}");
-                return Err(ProviderError::new(ErrorKind::Timeout, message));
+                return Err(ProviderError::stall(message));
             }
         }
     }

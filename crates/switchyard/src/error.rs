@@ -215,6 +215,8 @@ struct Details {
     account_wide: bool,
     /// The target said nothing within the attempt's first-byte wait.
     silent: bool,
+    /// The target began to answer, then said nothing within the idle wait.
+    stalled: bool,
     /// A reused connection the server closed as the request arrived, with no answer.
     stale: bool,
     /// The request's parameter an unsupported request could not express, when it is one.
@@ -236,6 +238,7 @@ impl ProviderError {
             unsupported: false,
             account_wide: false,
             silent: false,
+            stalled: false,
             stale: false,
             param: None,
         }))
@@ -262,6 +265,29 @@ impl ProviderError {
     /// attempt's first-byte wait.
     pub fn is_silence(&self) -> bool {
         self.0.silent
+    }
+
+    /// A timeout of a target that began to answer and then said nothing within the idle wait.
+    /// Its kind is [`ErrorKind::Timeout`]; as after a [`silence`](Self::silence), the router
+    /// does not ask such a target again within the request while another target remains
+    /// ([`is_stall`](Self::is_stall)): a target that stalled once is likely to again, and an
+    /// answer asked whole would otherwise wait out the idle limit once for each retry.
+    ///
+    /// ```
+    /// use switchyard::{ErrorKind, ProviderError};
+    ///
+    /// let error = ProviderError::stall("no chunk within the idle timeout of 30s");
+    /// assert!(error.is_stall() && !error.is_silence() && error.kind() == ErrorKind::Timeout);
+    /// ```
+    pub fn stall(detail: impl Into<String>) -> Self {
+        let mut error = Self::new(ErrorKind::Timeout, detail);
+        error.0.stalled = true;
+        error
+    }
+
+    /// Whether this is a [`stall`](Self::stall).
+    pub fn is_stall(&self) -> bool {
+        self.0.stalled
     }
 
     /// The same failure, of a pooled connection the server closed (its keep-alive ran out) as
@@ -477,6 +503,7 @@ impl fmt::Debug for ProviderError {
             .field("credential_id", &d.credential_id)
             .field("account_wide", &d.account_wide)
             .field("silent", &d.silent)
+            .field("stalled", &d.stalled)
             .field("stale", &d.stale)
             .finish()
     }

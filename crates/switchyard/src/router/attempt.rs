@@ -468,6 +468,9 @@ impl<'r, X: Exchange> Context<'r, X> {
         let (error, cut) = match called {
             Ok(Ok(output)) => return Ok(Reply { output, sent }),
             Ok(Err(error)) if error.is_silence() && limits.shared.is_some() => limits.share_spent(later),
+            Ok(Err(error)) if error.is_stall() && limits.idle_shared.is_some() => {
+                limits.stall_share_spent(later)
+            }
             Ok(Err(error)) => {
                 let cut = if error.is_stale_connection() { Cut::Stale } else { Cut::No };
                 (error, cut)
@@ -505,8 +508,14 @@ impl<'r, X: Exchange> Context<'r, X> {
         if let Some(share) = shared {
             *wait = share;
         }
+        // A stall in the middle of the answer leaves the targets after it their share too.
+        let idle_shared = share.filter(|share| !whole && *share < timeouts.idle);
+        if let Some(share) = idle_shared {
+            timeouts.idle = share;
+        }
         let remaining = left.map_or(limit, |left| left.min(limit));
-        Limits { timeouts, limit, name, remaining, shared, share_is_limit: whole && shared.is_some() }
+        let share_is_limit = whole && shared.is_some();
+        Limits { timeouts, limit, name, remaining, shared, idle_shared, share_is_limit }
     }
 
     /// How long a call made now may last: its limit, within the request's deadline. A probe
@@ -559,6 +568,8 @@ struct Limits {
     remaining: Duration,
     /// The deadline's share, when it shortened the first-byte wait.
     shared: Option<Duration>,
+    /// The deadline's share, when it shortened the idle wait.
+    idle_shared: Option<Duration>,
     /// The share shortened the attempt's limit itself (a call answered whole, whose first byte
     /// is its end): the attempt cut at its limit was cut by the share.
     share_is_limit: bool,
@@ -573,6 +584,16 @@ impl Limits {
             "no answer within {share:?}, its first-byte wait shortened to leave the {later} target(s) after it a share of the request deadline"
         );
         (ProviderError::silence(message), Cut::Share)
+    }
+
+    /// The stall of an attempt whose idle wait the deadline's share shortened: the router's
+    /// cut too (a pause that long may be the model's own), not the provider's failure.
+    fn stall_share_spent(&self, later: usize) -> (ProviderError, Cut) {
+        let share = self.idle_shared.unwrap_or(self.timeouts.idle);
+        let message = format!(
+            "no chunk within {share:?}, its idle wait shortened to leave the {later} target(s) after it a share of the request deadline"
+        );
+        (ProviderError::stall(message), Cut::Share)
     }
 }
 

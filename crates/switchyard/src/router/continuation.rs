@@ -422,10 +422,7 @@ async fn next_chunk(prefetched: &mut Prefetched, idle: Duration) -> Result<Optio
 async fn next_within(rest: &mut ChunkStream, idle: Duration) -> Result<Option<ChatChunk>, ProviderError> {
     match tokio::time::timeout(idle, rest.next()).await {
         Ok(next) => next.transpose(),
-        Err(_) => Err(ProviderError::new(
-            ErrorKind::Timeout,
-            format!("no chunk within the idle timeout of {idle:?}"),
-        )),
+        Err(_) => Err(ProviderError::stall(format!("no chunk within the idle timeout of {idle:?}"))),
     }
 }
 

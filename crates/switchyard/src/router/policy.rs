@@ -141,9 +141,19 @@ pub(super) fn decide_among(
     if at.can_rotate && matches!(kind, ErrorKind::Auth | ErrorKind::QuotaExceeded | ErrorKind::RateLimited) {
         return Decision::new(Next::Rotate, Some("trying the provider's next credential".to_owned()));
     }
-    // A target that said nothing is not asked again while another may answer at once.
-    if error.is_silence() && others_remain && !at.no_fallback && route.falls_back_on(error) {
-        let note = "no answer within its first-byte wait (a whole answer's: its whole wait): not asked again while another target remains";
+    // A target that said nothing, or stopped in the middle of its answer, is not asked again
+    // while another may answer at once.
+    if (error.is_silence() || error.is_stall())
+        && others_remain
+        && !at.no_fallback
+        && route.falls_back_on(error)
+    {
+        let note = match error.is_stall() {
+            true => "stalled in its answer past the idle wait: not asked again while another target remains",
+            false => {
+                "no answer within its first-byte wait (a whole answer's: its whole wait): not asked again while another target remains"
+            }
+        };
         return Decision::new(Next::MoveOn, Some(note.to_owned()));
     }
     let note = match retry(route, error, at, means) {

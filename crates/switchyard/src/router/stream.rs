@@ -236,7 +236,7 @@ pub(crate) async fn prefetch(
             }
             Err(_) => {
                 let message = format!("no chunk within the idle timeout of {limit:?}");
-                return Err(ProviderError::new(ErrorKind::Timeout, message));
+                return Err(ProviderError::stall(message));
             }
         };
         match next {
@@ -1004,10 +1004,7 @@ impl RoutedStream {
                 return self.end_whole(StreamNotice::Unterminated);
             }
             let limit = self.idle_limit;
-            let error = ProviderError::new(
-                ErrorKind::Timeout,
-                format!("no chunk within the idle timeout of {limit:?}"),
-            );
+            let error = ProviderError::stall(format!("no chunk within the idle timeout of {limit:?}"));
             return self.fail(error, cx);
         }
         Poll::Pending

@@ -70,6 +70,47 @@ async fn a_whole_request_whose_stream_breaks_or_stalls_is_retried_whole() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_whole_request_whose_stream_stalls_goes_to_the_next_target_after_one_idle_wait() {
+    let stalling = remote().stream(5, Duration::from_secs(1)).script([Step::StallAfter(2)]);
+    let backup = remote();
+    let route = Route::builder("default")
+        .target("p:m")
+        .target("backup:m")
+        .retry(quick_retry(3))
+        .timeouts(limits(5, 30));
+    let router = router(&[("p", &stalling), ("backup", &backup)], route);
+    let start = Instant::now();
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!(answer.served_by.to_string(), "backup:m");
+    assert_eq!(stalling.calls(), 1, "three tries, but a stall is not retried while backup remains");
+    // Two pieces a second apart, then 30 s of nothing: one idle wait, not three.
+    assert!(start.elapsed() < Duration::from_secs(40), "{:?}", start.elapsed());
+    assert!(
+        answer.trail.attempts()[0].note.as_deref().is_some_and(|n| n.contains("stalled")),
+        "{:?}",
+        answer.trail
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stall_within_a_deadline_leaves_the_next_target_its_share() {
+    let stalling = remote().stream(5, Duration::from_secs(1)).script([Step::StallAfter(2)]);
+    let backup = remote();
+    let mut timeouts = limits(30, 30);
+    timeouts.deadline = Some(Duration::from_secs(10));
+    let route =
+        Route::builder("default").target("p:m").target("backup:m").retry(quick_retry(3)).timeouts(timeouts);
+    let router = router(&[("p", &stalling), ("backup", &backup)], route);
+    let start = Instant::now();
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!(answer.served_by.to_string(), "backup:m");
+    // Its idle wait is the deadline's share (5 s of 10, the backup after it), not 30 s.
+    assert!(start.elapsed() <= Duration::from_secs(8), "{:?}", start.elapsed());
+    let stalled = answer.trail.attempts()[0].error.clone().unwrap();
+    assert!(stalled.is_stall() && stalled.detail().contains("share of the request deadline"), "{stalled:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_whole_request_whose_stream_stalls_and_pings_fails_over_at_the_idle_limit() {
     let pinging = remote().stream(5, Duration::from_secs(1)).script([Step::PingAfter(2)]);
     let backup = remote();

@@ -150,12 +150,14 @@ async fn every_kind_of_the_catalog_in_every_situation() {
     // explicit target, fallback off, streamed content sent, an embeddings request, a single
     // call (which has fallback off, and another key it does not take), the chain's last target.
     let of = |kind| ProviderError::new(kind, "test");
-    let table: [(ProviderError, [Short; 11]); 14] = [
+    let table: [(ProviderError, [Short; 11]); 15] = [
         (of(ErrorKind::RateLimited), [R, R, M, K, R, R, R, S, R, S, R]),
         (of(ErrorKind::QuotaExceeded), [M, M, M, K, M, M, S, S, M, S, M]),
         (of(ErrorKind::Timeout), [R, R, M, R, R, R, R, S, R, S, R]),
         // Said nothing within the first-byte wait: the next target at once while one remains.
         (silence(), [M, M, M, M, R, R, R, S, M, S, R]),
+        // Stopped in the middle of its answer past the idle wait: the same.
+        (ProviderError::stall("test"), [M, M, M, M, R, R, R, S, M, S, R]),
         (of(ErrorKind::Transport), [R, R, M, R, R, R, R, S, R, S, R]),
         (of(ErrorKind::Unavailable), [R, R, M, R, R, R, R, S, R, S, R]),
         (of(ErrorKind::MalformedResponse), [R, R, M, R, R, R, R, S, R, S, R]),
