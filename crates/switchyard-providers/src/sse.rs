@@ -71,15 +71,45 @@ pub const MAX_SKIPPED: u32 = 3;
 pub(crate) struct Skips(u32);
 
 impl Skips {
-    /// The notice that skips the event `error` says does not read, or `error` itself once
-    /// [`MAX_SKIPPED`] were skipped.
-    pub(crate) fn skip(&mut self, error: ProviderError) -> Result<ChatChunk, ProviderError> {
+    /// The notice that skips the event whose `data` `error` says does not read; or `error`
+    /// itself once [`MAX_SKIPPED`] were skipped, or when the event carried part of the answer
+    /// ([`carries_text`]): skipped, the answer would lack it and still read as whole.
+    pub(crate) fn skip(&mut self, error: ProviderError, data: &str) -> Result<ChatChunk, ProviderError> {
+        if carries_text(data) {
+            let detail = format!("{} (it carried part of the answer, which would be lost)", error.detail());
+            return Err(ProviderError::new(error.kind(), detail));
+        }
         if self.0 >= MAX_SKIPPED {
             return Err(error);
         }
         self.0 += 1;
         Ok(ChatChunk::notice(StreamNotice::Skipped(error.detail().to_owned())))
     }
+}
+
+/// Whether an event that does not read carried part of an answer: a member that holds one
+/// (`content`, `text`, a reasoning, a call's `arguments`, a Responses `delta`, ...) whose string
+/// was begun and is not empty. An event cut short in its text, or whose text the parser refused
+/// (half of a surrogate pair), carries some; a stray line or an empty delta does not.
+pub(crate) fn carries_text(data: &str) -> bool {
+    const MEMBERS: [&str; 9] = [
+        "\"content\"",
+        "\"text\"",
+        "\"reasoning_content\"",
+        "\"reasoning\"",
+        "\"thinking\"",
+        "\"arguments\"",
+        "\"partial_json\"",
+        "\"refusal\"",
+        "\"delta\"",
+    ];
+    MEMBERS.iter().any(|member| {
+        data.match_indices(member).any(|(at, _)| {
+            let after = data[at + member.len()..].trim_start();
+            let Some(value) = after.strip_prefix(':') else { return false };
+            value.trim_start().strip_prefix('"').is_some_and(|text| !text.starts_with('"'))
+        })
+    })
 }
 
 /// The most of the stray lines kept: enough for any error body, not a stream of garbage.
@@ -438,6 +468,28 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn an_unreadable_event_carries_text_when_a_string_of_the_answer_was_begun() {
+        for lost in [
+            r#"{"choices":[{"delta":{"content":"w31"#,
+            r#"{"choices":[{"delta":{"content": "\ud83d"}}]}"#,
+            r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"Hel"#,
+            r#"{"type":"response.output_text.delta","delta":""#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"{\"ci"#,
+        ] {
+            assert!(carries_text(lost), "{lost}");
+        }
+        for noise in [
+            "{broken",
+            r#"{"choices":[{"delta":{"content":""}}]"#,
+            r#"{"choices":[{"delta":{"role":"assistant"#,
+            r#"{"usage": {"prompt_tokens": 3"#,
+            "content without quotes",
+        ] {
+            assert!(!carries_text(noise), "{noise}");
+        }
+    }
 
     /// Feeds `bytes` in pieces ending at `cuts`, then ends the input.
     fn parse_in_pieces(bytes: &[u8], cuts: &[usize]) -> (Vec<SseEvent>, Vec<String>) {

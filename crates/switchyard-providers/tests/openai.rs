@@ -1691,13 +1691,40 @@ fn responses_request() -> ChatRequest {
 }
 
 #[tokio::test]
+async fn a_chat_stream_skips_a_stray_event_but_not_one_cut_in_its_text() {
+    let word = |text: &str| chunk(json!({"content": text}), Value::Null);
+    let events = |middle: &str| {
+        let head =
+            sse(&[chunk(json!({"role": "assistant", "content": ""}), Value::Null), word("w1 ")], false);
+        let tail = sse(&[word("w3"), chunk(json!({}), json!("stop"))], true);
+        format!("{head}data: {middle}\n\n{tail}")
+    };
+    let stray = events(r#"{"keep": "alive"#);
+    let cut = events(r#"{"id":"chatcmpl-X","choices":[{"index":0,"delta":{"content":"w2 "#);
+    let fake =
+        Fake::start(move |seen| sse_reply(&[], if seen.path().contains("cut") { &cut } else { &stray }))
+            .await;
+
+    let (chunks, error) = drain(Harness::openai(fake.url("/stray/v1")).stream(&hello()).await.unwrap()).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text_of(&chunks), "w1 w3");
+    let (chunks, error) = drain(Harness::openai(fake.url("/cut/v1")).stream(&hello()).await.unwrap()).await;
+    let error = error.expect("not passed off as whole without w2");
+    assert_eq!(error.kind(), ErrorKind::MalformedResponse);
+    assert_eq!(text_of(&chunks), "w1 ");
+}
+
+#[tokio::test]
 async fn a_responses_stream_skips_an_event_that_is_not_json_while_few_are() {
     let event = |kind: &str, data: &str| format!("event: {kind}\ndata: {data}\n\n");
     let delta = |text: &str| {
         let data = json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": text});
         event("response.output_text.delta", &data.to_string())
     };
-    let broken = event("response.output_text.delta", &format!("{{\"delta\": \"{KEY}"));
+    // Broken before its text: nothing of the answer is lost with it.
+    let broken = event("response.output_text.delta", &format!("{{\"note\": \"{KEY}"));
+    let cut_text =
+        event("response.output_text.delta", r#"{"type": "response.output_text.delta", "delta": "lo wor"#);
     let completed = event(
         "response.completed",
         r#"{"type":"response.completed","response":{"id":"resp_1","model":"m","status":"completed","output":[],"usage":{"input_tokens":3,"output_tokens":2,"total_tokens":5}}}"#,
@@ -1707,9 +1734,14 @@ async fn a_responses_stream_skips_an_event_that_is_not_json_while_few_are() {
         r#"{"type":"response.created","response":{"id":"resp_1","model":"m","status":"in_progress","output":[]}}"#,
     );
     let once = [created.clone(), delta("Hel"), broken.clone(), delta("lo"), completed.clone()].concat();
-    let often = [created, delta("Hel"), broken.repeat(4), delta("lo"), completed].concat();
+    let often = [created.clone(), delta("Hel"), broken.repeat(4), delta("lo"), completed.clone()].concat();
+    let lossy = [created, delta("Hel"), cut_text, delta("ld"), completed].concat();
     let fake = Fake::start(move |seen| {
-        let body = if seen.path().contains("often") { often.clone() } else { once.clone() };
+        let body = match seen.path() {
+            path if path.contains("often") => often.clone(),
+            path if path.contains("lossy") => lossy.clone(),
+            _ => once.clone(),
+        };
         sse_reply(&[], &body)
     })
     .await;
@@ -1729,6 +1761,14 @@ async fn a_responses_stream_skips_an_event_that_is_not_json_while_few_are() {
         drain(Harness::openai(fake.url("/often/v1")).stream(&responses_request()).await.unwrap()).await;
     assert_eq!(error.map(|error| error.kind()), Some(ErrorKind::MalformedResponse));
     assert_eq!(text_of(&chunks), "Hel", "the stream ends at the fourth such event");
+
+    // An event cut in the middle of its text cannot be skipped: the answer would lack it.
+    let (chunks, error) =
+        drain(Harness::openai(fake.url("/lossy/v1")).stream(&responses_request()).await.unwrap()).await;
+    let error = error.expect("the stream ends");
+    assert_eq!(error.kind(), ErrorKind::MalformedResponse);
+    assert!(error.detail().contains("carried part of the answer"), "{error:?}");
+    assert_eq!(text_of(&chunks), "Hel");
 }
 
 #[tokio::test]

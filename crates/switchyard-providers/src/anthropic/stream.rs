@@ -209,7 +209,7 @@ impl Decoder {
     pub(crate) fn decode(&mut self, event: SseEvent) -> Result<Option<ChatChunk>, ProviderError> {
         let event = match parse(event, self.key.as_ref()) {
             Ok(event) => event,
-            Err(error) => return self.skips.skip(error).map(Some),
+            Err((error, data)) => return self.skips.skip(error, &data).map(Some),
         };
         Ok(match event {
             StreamEvent::MessageStart { message } => {
@@ -445,12 +445,19 @@ impl Decoder {
 
 /// An SSE event's data as a stream event. The SDKs take the type from the `event:` name when
 /// the data lacks one, and so does this.
-fn parse(event: SseEvent, key: Option<&Secret>) -> Result<StreamEvent, ProviderError> {
+/// The event, or why it does not read with what it held (for [`crate::sse::Skips::skip`] to
+/// see whether it carried part of the answer).
+fn parse(event: SseEvent, key: Option<&Secret>) -> Result<StreamEvent, (ProviderError, String)> {
     let malformed =
         |what: String| ProviderError::new(ErrorKind::MalformedResponse, classify::redact(what, key));
-    let mut data: Value = serde_json::from_str(&event.data).map_err(|error| {
-        malformed(format!("stream event is not JSON ({error}): {}", crate::http::excerpt(&event.data)))
-    })?;
+    let mut data: Value = match serde_json::from_str(&event.data) {
+        Ok(data) => data,
+        Err(error) => {
+            let what = format!("stream event is not JSON ({error}): {}", crate::http::excerpt(&event.data));
+            return Err((malformed(what), event.data));
+        }
+    };
+    let malformed = |what: String| (malformed(what), String::new());
     if let (Value::Object(object), Some(name)) = (&mut data, event.event) {
         object.entry("type").or_insert(Value::String(name));
     }

@@ -109,7 +109,7 @@ impl<S> GeminiChunks<S> {
             Ok(answer) => answer,
             // An event that does not read (not an error Google wrote) is skipped while few are.
             Err(failure) if failure.kind() == ErrorKind::MalformedResponse => {
-                return match self.skips.skip(failure) {
+                return match self.skips.skip(failure, &event.data) {
                     Ok(notice) => self.ready.push_back(Ok(notice)),
                     Err(failure) => self.fail(failure),
                 };

@@ -152,7 +152,9 @@ impl ReadChunks for Reader {
         let item = match ready!(self.events.poll_next_unpin(cx)) {
             // An event that is not JSON is skipped while few are; its frame is not passed on.
             Some(Ok(event)) => match self.read(&event) {
-                Err(error) if error.kind() == ErrorKind::MalformedResponse => self.skips.skip(error),
+                Err(error) if error.kind() == ErrorKind::MalformedResponse => {
+                    self.skips.skip(error, &event.data)
+                }
                 read => read,
             },
             Some(Err(error)) => Err(error),

@@ -94,8 +94,9 @@ enum Step {
     Done,
     /// The stream ends with this error.
     Fail(ProviderError),
-    /// An event that is no chunk: skipped (and said so) while few are, else the stream's end.
-    Unreadable(ProviderError),
+    /// An event that is no chunk: skipped (the notice that says so) while few are and it
+    /// carried no part of the answer, else the error that ends the stream.
+    Unreadable(Result<ChatChunk, ProviderError>),
 }
 
 impl ReadChunks for Reader {
@@ -134,7 +135,7 @@ impl ReadChunks for Reader {
                         return Poll::Ready(Some(Ok(ChatChunk::notice(StreamNotice::TerminatedUnfinished))));
                     }
                 }
-                Step::Unreadable(error) => match self.skips.skip(error) {
+                Step::Unreadable(skipped) => match skipped {
                     Ok(notice) => return Poll::Ready(Some(Ok(notice))),
                     Err(error) => {
                         self.ended = true;
@@ -187,7 +188,7 @@ impl Reader {
         }
         let value: Value = match serde_json::from_str(data) {
             Ok(value) => value,
-            Err(error) => return Step::Unreadable(self.malformed(&error, data)),
+            Err(error) => return Step::Unreadable(self.skips.skip(self.malformed(&error, data), data)),
         };
         if let Some(error) = errors::from_value(None, &value, self.key.as_ref()) {
             return Step::Fail(error);
@@ -201,7 +202,7 @@ impl Reader {
         }
         match ChunkIn::deserialize(value) {
             Ok(chunk) => self.canonical(chunk).map_or(Step::Skip, failed_or_chunk),
-            Err(error) => Step::Unreadable(self.malformed(&error, data)),
+            Err(error) => Step::Unreadable(self.skips.skip(self.malformed(&error, data), data)),
         }
     }
 
