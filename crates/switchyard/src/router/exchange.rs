@@ -52,7 +52,7 @@ pub(crate) trait Exchange: Sync {
 
     /// Whether the caller is given the answer whole, at its end (not a stream): the caller's
     /// own timeout ([`RequestOptions::caller_timeout`](crate::RequestOptions::caller_timeout))
-    /// is the request's deadline then.
+    /// is the request's deadline then, and a stream's until its first chunk only.
     fn answers_caller_whole(&self) -> bool {
         true
     }

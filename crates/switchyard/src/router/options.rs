@@ -14,11 +14,11 @@ pub struct RequestOptions {
     pub single_call: bool,
     /// Overrides the route's request deadline.
     pub deadline: Option<Duration>,
-    /// How long the caller waits for an answer it is given whole before it gives up (a client
-    /// SDK's timeout): such a request ends by then, answered or not, its deadline the sooner
-    /// of this and the route's (or `deadline`), so that a silent first target leaves the
-    /// targets after it their share. Not a stream's: a stream's caller waits for its first
-    /// chunk, not for its end, and its deadline would cut it.
+    /// How long the caller waits before it gives up (a client SDK's timeout): for an answer
+    /// given whole, for all of it; for a stream, for its first chunk (the response's head),
+    /// after which it bounds each gap, not the stream. The request is answered by then or not
+    /// at all, its deadline until then the sooner of this and the route's (or `deadline`), so
+    /// that a silent first target leaves the targets after it their share.
     pub caller_timeout: Option<Duration>,
     /// Headers of the client's request to pass on to the provider (see
     /// [`Call::forward`](crate::provider::Call::forward)).

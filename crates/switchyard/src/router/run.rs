@@ -35,10 +35,13 @@ pub(super) struct Context<'r, X> {
     pub(super) options: &'r RequestOptions,
     /// The request named a target, not a route.
     pub(super) explicit: bool,
+    /// Until when the request may wait for its answer (a stream: its first chunk).
     pub(super) deadline: Option<Instant>,
     /// What the trail says should the deadline pass: the route's passed, or the caller's own
     /// timeout.
     pub(super) deadline_note: &'static str,
+    /// Until when a stream may run once it answered (the route's deadline alone).
+    pub(super) served_deadline: Option<Instant>,
     /// How long a failed target is gated; `None` when the route turned the gate off.
     pub(super) health_ttl: Option<Duration>,
     /// Where the request's session was served before (first in the plan).
@@ -103,24 +106,32 @@ impl TargetTry {
     }
 }
 
-/// How long the request may take: the route's deadline (or the caller's `deadline`), sooner
-/// when the caller, given its answer whole, gives up before it; and the note the trail ends
-/// with should it pass.
-fn deadline(x: &impl Exchange, route: &Route, options: &RequestOptions) -> (Option<Duration>, &'static str) {
+/// How long the request may take before it is answered: the route's deadline (or the
+/// caller's `deadline`), sooner when the caller gives up before it (its SDK's timeout: for an
+/// answer given whole, the whole answer's; for a stream, its first chunk's, whose head the
+/// caller waits for); the note the trail ends with should it pass; and how long a stream may
+/// run once it answers (the deadline alone: the caller's timeout then bounds each gap, not the
+/// stream).
+fn deadline(
+    x: &impl Exchange,
+    route: &Route,
+    options: &RequestOptions,
+) -> (Option<Duration>, &'static str, Option<Duration>) {
     let deadline = options.deadline.or(route.timeouts().deadline);
-    let patience = options.caller_timeout.filter(|_| x.answers_caller_whole());
-    match (deadline, patience) {
+    let (answered, note) = match (deadline, options.caller_timeout) {
         (Some(deadline), Some(patience)) if deadline <= patience => (Some(deadline), DEADLINE_PASSED),
         (_, Some(patience)) => (Some(patience), CALLER_TIMEOUT_PASSED),
         (deadline, None) => (deadline, DEADLINE_PASSED),
-    }
+    };
+    let served = if x.answers_caller_whole() { answered } else { deadline };
+    (answered, note, served)
 }
 
 impl<'r, X: Exchange> Run<'r, X> {
     pub(super) fn new(inner: &'r Inner, x: &'r X, resolved: Resolved, options: &'r RequestOptions) -> Self {
         let Resolved { route, chain, explicit } = resolved;
         let started = Instant::now();
-        let (deadline, deadline_note) = deadline(x, &route, options);
+        let (deadline, deadline_note, served_deadline) = deadline(x, &route, options);
         inner.budget.record_request();
         if let Some(hedges) = inner.hedge_budget(route.name()) {
             hedges.record_request();
@@ -138,6 +149,7 @@ impl<'r, X: Exchange> Run<'r, X> {
                 x,
                 deadline: deadline.map(|d| started + d),
                 deadline_note,
+                served_deadline: served_deadline.map(|d| started + d),
                 health_ttl: route.health_gate().then(|| route.health_ttl()),
                 route,
                 options,
@@ -236,7 +248,7 @@ impl<'r, X: Exchange> Run<'r, X> {
             answered: None,
             permit: None,
             attempt_started: sent,
-            deadline: self.ctx.deadline,
+            deadline: self.ctx.served_deadline,
             timeouts: *self.ctx.route.timeouts(),
         }
     }

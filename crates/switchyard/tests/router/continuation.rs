@@ -18,17 +18,6 @@ use crate::support::*;
 
 const ANSWER: &str = "one two three four five six";
 
-async fn collect(stream: &mut RoutedStream) -> (String, Option<StreamError>) {
-    let mut text = String::new();
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(chunk) => text.extend(chunk.choices.iter().filter_map(|c| c.delta.content.clone())),
-            Err(error) => return (text, Some(error)),
-        }
-    }
-    (text, None)
-}
-
 /// A primary that streams `ANSWER` in six pieces and does `step` first.
 fn breaking(step: Step) -> SimulatedProvider {
     SimulatedProvider::new().reply(ANSWER).stream(6, Duration::from_millis(10)).script([step])

@@ -13,21 +13,10 @@ use switchyard::provider::BoxFuture;
 use switchyard::route::{Route, Timeouts};
 use switchyard::simulated::{SimulatedProvider, Step};
 use switchyard::trail::Outcome;
-use switchyard::{ErrorKind, ProviderError, RequestOptions, RoutedStream, StreamError};
+use switchyard::{ErrorKind, ProviderError, RequestOptions};
 use tokio::time::Instant;
 
 use crate::support::*;
-
-async fn collect(stream: &mut RoutedStream) -> (String, Option<StreamError>) {
-    let mut text = String::new();
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(chunk) => text.extend(chunk.choices.iter().filter_map(|c| c.delta.content.clone())),
-            Err(error) => return (text, Some(error)),
-        }
-    }
-    (text, None)
-}
 
 #[tokio::test(start_paused = true)]
 async fn a_stream_fails_over_before_its_first_content_chunk() {

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use futures_util::StreamExt;
+
 use switchyard::chat::{ChatRequest, Message};
 use switchyard::credential::Secret;
 use switchyard::events::Subscription;
@@ -9,7 +11,7 @@ use switchyard::health::HealthSettings;
 use switchyard::route::{Retry, RouteBuilder};
 use switchyard::simulated::SimulatedProvider;
 use switchyard::trail::Outcome;
-use switchyard::{ErrorKind, ProviderEntry, RouteError, Router, RouterBuilder};
+use switchyard::{ErrorKind, ProviderEntry, RouteError, RoutedStream, Router, RouterBuilder, StreamError};
 
 pub fn request(model: &str) -> ChatRequest {
     ChatRequest::new(model, vec![Message::user("hello")])
@@ -243,4 +245,16 @@ impl switchyard::health::HealthStore for ProbedElsewhere {
     ) {
         self.memory.drop_records(targets, credentials);
     }
+}
+
+/// The text a stream delivers, and the error that ended it, if one did.
+pub async fn collect(stream: &mut RoutedStream) -> (String, Option<StreamError>) {
+    let mut text = String::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(chunk) => text.extend(chunk.choices.iter().filter_map(|c| c.delta.content.clone())),
+            Err(error) => return (text, Some(error)),
+        }
+    }
+    (text, None)
 }

@@ -96,7 +96,7 @@ async fn a_deadline_leaves_the_fallback_its_share_when_the_first_target_is_silen
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_callers_timeout_is_the_deadline_of_an_answer_given_whole_never_of_a_stream() {
+async fn a_callers_timeout_is_the_deadline_of_an_answer_given_whole_and_of_a_streams_first_chunk() {
     // An SDK that gives up after 8 s: the silent first target gets half, the fallback answers.
     let patient = |secs| RequestOptions {
         caller_timeout: Some(Duration::from_secs(secs)),
@@ -117,12 +117,26 @@ async fn a_callers_timeout_is_the_deadline_of_an_answer_given_whole_never_of_a_s
     router.chat_with(&request("default"), &patient(8)).await.unwrap();
     assert_eq!(start.elapsed(), Duration::from_secs(3), "half of the route's 6 s");
 
-    // A stream's caller waits for its first chunk, not its end: the first-byte wait stands.
-    let (router, _, _) = silent_then_ok(timeouts);
+    // A stream's caller waits that long for its first chunk (the response's head): the silent
+    // first target gets half of it too. Once it answers, the stream runs past it: the caller's
+    // timeout then bounds each gap, not the stream.
+    let silent = SimulatedProvider::new().script(std::iter::repeat_n(Step::Hang, 10));
+    let slow =
+        SimulatedProvider::new().reply("one two three four five six").stream(6, Duration::from_secs(3));
+    let route = Route::builder("default")
+        .target("silent:m")
+        .target("slow:m")
+        .retry(quick_retry(3))
+        .timeouts(timeouts);
+    let streams = crate::support::router(&[("silent", &silent), ("slow", &slow)], route);
     let start = Instant::now();
-    let stream = router.chat_stream(&request("default"), &patient(8)).await.unwrap();
-    assert_eq!(start.elapsed(), Duration::from_secs(30));
-    assert_eq!(stream.served_by().to_string(), "ok:m");
+    let mut stream = streams.chat_stream(&request("default"), &patient(8)).await.unwrap();
+    assert!(start.elapsed() <= Duration::from_secs(8), "{:?}", start.elapsed());
+    assert_eq!(stream.served_by().to_string(), "slow:m");
+    let (text, error) = collect(&mut stream).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text, "one two three four five six");
+    assert!(start.elapsed() > Duration::from_secs(12), "the stream was not cut at the caller's 8 s");
 }
 
 #[tokio::test(start_paused = true)]
