@@ -15,7 +15,7 @@ use super::inner::Inner;
 use super::policy::{self, Chain, FailurePoint, Means, Next};
 use super::run::{Run, Step, TargetTry};
 use super::verdict::TargetAnswer;
-use crate::health::{Gate, GateQuery};
+use crate::health::{Gate, GateQuery, HealthEvent};
 use crate::trail::{Attempt, Outcome};
 use crate::{ErrorKind, ProviderError};
 
@@ -192,6 +192,9 @@ impl<'r, X: Exchange> Run<'r, X> {
             deadline_note: self.ctx.deadline_note,
             content_sent: false,
             special_chains: self.ctx.x.takes_special_chains(),
+            circuit_opened: events.iter().any(
+                |event| matches!(event, HealthEvent::CircuitOpened { target, .. } if *target == who.target),
+            ),
         };
         let others_remain = self.plan.has_more();
         let decision =

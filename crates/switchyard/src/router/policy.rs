@@ -46,6 +46,8 @@ pub(super) struct FailurePoint {
     pub(super) content_sent: bool,
     /// The exchange may switch to the route's special chains (not embeddings).
     pub(super) special_chains: bool,
+    /// This failure opened the target's circuit: its gate would refuse a retry.
+    pub(super) circuit_opened: bool,
 }
 
 /// What the engine does next.
@@ -156,7 +158,12 @@ pub(super) fn decide_among(
         };
         return Decision::new(Next::MoveOn, Some(note.to_owned()));
     }
-    let note = match retry(route, error, at, means) {
+    // A retry the target's circuit would refuse is not waited for (its Retry-After or backoff).
+    let retried = match at.circuit_opened {
+        true => Err(Some("its circuit opened on this failure: not retried".to_owned())),
+        false => retry(route, error, at, means),
+    };
+    let note = match retried {
         Ok(delay) => return Decision::new(Next::Retry(delay), None),
         Err(note) => note,
     };

@@ -48,6 +48,7 @@ impl StreamSettler {
             deadline_note: crate::trail::DEADLINE_PASSED,
             content_sent: true,
             special_chains: true,
+            circuit_opened: false,
         };
         let decision = policy::decide(&self.route, error, &at, &mut policy::NoMeans);
         debug_assert_eq!(decision.next, policy::Next::Stop, "a stream is never restarted");

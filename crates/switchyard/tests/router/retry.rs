@@ -299,6 +299,32 @@ async fn a_breaker_opening_mid_retry_returns_that_error_not_a_masked_fallback() 
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_failure_that_opens_the_circuit_goes_to_the_fallback_without_waiting_its_retry_after() {
+    // 503 with Retry-After: 4 s, within max_wait: a retry would wait 4 s, for a circuit that
+    // this very failure opened and that would refuse it.
+    let busy = || {
+        Step::Fail(
+            switchyard::ProviderError::new(ErrorKind::Unavailable, "busy")
+                .with_retry_after(Duration::from_secs(4)),
+        )
+    };
+    let sim = SimulatedProvider::new().script(std::iter::repeat_n(busy(), 3));
+    let backup = SimulatedProvider::new();
+    let retry = Retry { max_wait: Duration::from_secs(5), ..quick_retry(3) };
+    let route = Route::builder("default").target("p:m").target("backup:m").retry(retry);
+    let settings = switchyard::health::HealthSettings { failure_threshold: 1, ..Default::default() };
+    let router = router_with(&[("p", &sim), ("backup", &backup)], route, settings);
+
+    let start = Instant::now();
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!(answer.served_by.to_string(), "backup:m");
+    assert_eq!(start.elapsed(), Duration::ZERO, "no Retry-After slept for a retry the circuit refuses");
+    assert_eq!(sim.calls(), 1);
+    let note = answer.trail.attempts()[0].note.clone().unwrap_or_default();
+    assert!(note.contains("circuit opened"), "{note}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_breaker_opening_mid_retry_with_fallback_off_returns_the_error() {
     let sim = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::Timeout), 3));
     let settings = switchyard::health::HealthSettings { failure_threshold: 2, ..Default::default() };

@@ -42,6 +42,7 @@ fn first_try() -> FailurePoint {
         deadline_note: crate::trail::DEADLINE_PASSED,
         content_sent: false,
         special_chains: true,
+        circuit_opened: false,
     }
 }
 
