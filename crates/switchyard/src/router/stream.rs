@@ -23,6 +23,7 @@ use crate::chat::{
 use crate::pacing::Permit;
 use crate::provider::{BoxFuture, Call, ChunkStream, Provider};
 use crate::route::Route;
+use crate::timeouts::deadline_share;
 use crate::trail::{CutCall, Outcome, Timing, Trail, Via};
 use crate::{ErrorKind, ProviderError, Target};
 
@@ -520,14 +521,22 @@ impl RoutedStream {
             resume.timed(now.checked_sub(timing.total).unwrap_or(now), served.deadline);
             Box::new(resume)
         });
+        // With a deadline, a stall leaves a continuation its share of what is left.
+        let idle_limit = match (served.deadline, &resume) {
+            (Some(deadline), Some(_)) => {
+                deadline_share(deadline.saturating_duration_since(Instant::now()), 1)
+                    .map_or(served.timeouts.idle, |share| share.min(served.timeouts.idle))
+            }
+            _ => served.timeouts.idle,
+        };
         let mut stream = Self {
             router,
             buffer: served.output.buffer,
             rest: served.output.rest,
-            idle_limit: served.timeouts.idle,
+            idle_limit,
             last_chunk: Instant::now(),
             end,
-            timer: Box::pin(tokio::time::sleep_until(within(end, Instant::now(), served.timeouts.idle))),
+            timer: Box::pin(tokio::time::sleep_until(within(end, Instant::now(), idle_limit))),
             total_name,
             cut_by_deadline,
             answered: served.answered,

@@ -94,6 +94,29 @@ async fn a_stalled_stream_is_continued_once_its_idle_limit_passes() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_stall_within_a_deadline_leaves_the_continuation_its_share() {
+    let a = breaking(Step::StallAfter(2));
+    let b = SimulatedProvider::new().reply(ANSWER).accepts_prefill(true);
+    let timeouts = Timeouts {
+        idle: Duration::from_secs(30),
+        deadline: Some(Duration::from_secs(10)),
+        ..Timeouts::default()
+    };
+    let route = Route::builder("default").target("a:m").target("b:m").timeouts(timeouts);
+    let router = router(&[("a", &a), ("b", &b)], route);
+
+    let start = Instant::now();
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let (text, error) = collect(&mut stream).await;
+
+    // Its idle wait is half of the 10 s left, not 30 s that the deadline would cut first.
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text, ANSWER);
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_secs(5) && waited < Duration::from_secs(6), "{waited:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_target_without_prefills_rescues_the_answer_by_regenerating_what_the_caller_has() {
     let a = breaking(Step::CutAfter(4));
     let b = SimulatedProvider::new().reply(ANSWER).stream(3, Duration::from_millis(10));
