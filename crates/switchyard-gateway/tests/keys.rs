@@ -591,19 +591,21 @@ async fn without_an_admin_key_a_client_key_reads_its_own_trails_and_never_anothe
     let (status, refused) = get_as(gateway, BARE, &trail).await;
     assert_eq!(status, 404, "another key's trail is not found: {refused}");
 
-    // Another key naming its request after this one (its own `x-request-id`) hides nothing.
-    let reused = reqwest::Client::new()
-        .post(format!("http://{gateway}/v1/chat/completions"))
-        .bearer_auth(BARE)
-        .header("x-request-id", &team_request)
-        .json(&json!({ "model": "default", "messages": [{ "role": "user", "content": "hi" }] }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(reused.status(), 200);
-    let (status, found) = get_as(gateway, TEAM, &trail).await;
+    // Two keys naming their requests alike (their own `x-request-id`) each find their own.
+    for key in [TEAM, BARE] {
+        let named = reqwest::Client::new()
+            .post(format!("http://{gateway}/v1/chat/completions"))
+            .bearer_auth(key)
+            .header("x-request-id", "nightly-job-7")
+            .json(&json!({ "model": "default", "messages": [{ "role": "user", "content": "hi" }] }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(named.status(), 200);
+    }
+    let (status, found) = get_as(gateway, TEAM, "/admin/requests/nightly-job-7").await;
     assert_eq!((status, found["key"].as_str()), (200, Some("team")), "{found}");
-    let (status, found) = get_as(gateway, BARE, &trail).await;
+    let (status, found) = get_as(gateway, BARE, "/admin/requests/nightly-job-7").await;
     assert_eq!(status, 200, "{found}");
     let own = found["key"].as_str().unwrap_or_default();
     assert!(own.starts_with("key-"), "its own, labelled by its hash: {found}");

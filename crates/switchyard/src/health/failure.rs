@@ -17,6 +17,12 @@ use crate::{ProviderError, Target};
 /// passing auth outage, is back in use without an operator.
 pub(crate) const AUTH_REST: Duration = Duration::from_secs(60);
 
+/// How long a key whose quota ran out with no reset said (OpenAI's `insufficient_quota`: a
+/// balance to top up) is benched before one call tries it again: an operator who paid need not
+/// restart the gateway or reset it, and a key still spent costs one refused call in that time
+/// (which goes on to the next key or target at once).
+pub(crate) const QUOTA_RECHECK: Duration = Duration::from_secs(300);
+
 /// One failed call, as the rules see it.
 pub(super) struct Failure<'a> {
     target: &'a Target,
@@ -94,15 +100,17 @@ impl<'a> Failure<'a> {
         self.target_change(HealthStatus::RateLimited).apply(t, events);
     }
 
-    /// The credential is benched until its quota resets; the target too once every key is.
+    /// The credential is benched until its quota resets (with no reset said, for
+    /// [`QUOTA_RECHECK`]); the target too once every key is.
     fn exhausted(&self, records: &mut Records, events: &mut Vec<HealthEvent>) {
+        let resets = self.retry_until.or(Some(self.now + QUOTA_RECHECK));
         if let Some((c, change)) = self.credential_change(&mut records.credentials, HealthStatus::Exhausted) {
-            c.retry_until = self.later(c.retry_until, self.retry_until);
+            c.retry_until = self.later(c.retry_until, resets);
             change.until(c.retry_until).apply(c, events);
         }
         if cooldown::all_spent(&records.credentials) {
             let t = &mut records.target;
-            t.retry_until = cooldown::target_reset(&records.credentials, self.retry_until);
+            t.retry_until = cooldown::target_reset(&records.credentials, resets);
             self.target_change(HealthStatus::Exhausted).until(self.retry_until).apply(t, events);
         }
     }

@@ -327,12 +327,12 @@ async fn an_exhausted_target_is_skipped_until_a_direct_call_recovers_it() {
     assert_eq!(router.target_health(&target("a:m")).status, HealthStatus::Exhausted);
     assert!(event_names(&mut events).contains(&"exhausted"));
 
-    tokio::time::advance(Duration::from_secs(3600)).await;
+    tokio::time::advance(Duration::from_secs(240)).await;
     let skipped = router.chat(&request("default")).await.unwrap();
     assert_eq!(
         skipped.trail.outcomes(),
         vec![Outcome::SkippedExhausted, Outcome::Ok],
-        "no reset time: stays exhausted"
+        "no reset time: exhausted until it is tried again"
     );
 
     let direct = router.chat(&request("a:m")).await.expect("a call naming the target bypasses the skip");
@@ -342,6 +342,27 @@ async fn an_exhausted_target_is_skipped_until_a_direct_call_recovers_it() {
 
     let back = router.chat(&request("default")).await.unwrap();
     assert_eq!(back.served_by.to_string(), "a:m");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_spent_with_no_reset_said_is_tried_again_every_five_minutes() {
+    // Still spent at the first try again, topped up by the second.
+    let a = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::QuotaExceeded), 2));
+    let b = SimulatedProvider::new();
+    let route = Route::builder("default").target("a:m").target("b:m").retry(quick_retry(3));
+    let router = router(&[("a", &a), ("b", &b)], route);
+    let served_by = async || router.chat(&request("default")).await.unwrap().served_by.to_string();
+
+    assert_eq!(served_by().await, "b:m");
+    tokio::time::advance(Duration::from_secs(299)).await;
+    assert_eq!(served_by().await, "b:m");
+    assert_eq!(a.calls(), 1, "benched, not asked");
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(served_by().await, "b:m", "tried again, still spent: on to the fallback at once");
+    assert_eq!(a.calls(), 2);
+    tokio::time::advance(Duration::from_secs(300)).await;
+    assert_eq!(served_by().await, "a:m", "topped up: back in use");
+    assert_eq!(router.target_health(&target("a:m")).status, HealthStatus::Available);
 }
 
 #[tokio::test(start_paused = true)]
