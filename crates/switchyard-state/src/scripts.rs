@@ -289,22 +289,21 @@ local lane, me = ARGV[2], ARGV[3]
 local key = prefix .. ':pace:' .. lane
 local cur = hash(key)
 local function g(n) return string.format('%.17g', n) end
--- The buckets, refilled to now: caps and rates come with each call (the lane's config).
-local caps_kept = {}
+-- The buckets, refilled to now: caps and rates come with each call (the lane's config). Each
+-- capacity has a bucket of its own (`l<b>@<cap>`, refilled at `t<b>@<cap>`): a limit changed by
+-- a reload starts a new one, as a replica alone does, and replicas still on the old limit and
+-- those on the new drain their own rather than gain by taking turns.
+local fields = {}
 local function refill(caps, rates, seen)
   local levels = {}
-  local last = num(cur.t) or now
   for b = 1, 2 do
     if caps[b] ~= nil then
+      local at = (b - 1) .. '@' .. g(caps[b])
+      fields[b] = at
+      local last = num(cur['t' .. at]) or now
       -- A bucket the fleet lost (Redis restarted empty) starts where a replica last saw it.
-      local level = num(cur['l' .. (b - 1)]) or math.min(caps[b], (seen and seen[b]) or caps[b])
-      -- A capacity changed (a limit raised or lowered by a reload): the difference is given or
-      -- taken at once, so that replicas still on the old limit and those on the new cannot
-      -- gain by taking turns.
-      local was = num(cur['c' .. (b - 1)])
-      if was ~= nil and was ~= caps[b] then level = level + caps[b] - was end
+      local level = num(cur['l' .. at]) or math.min(caps[b], (seen and seen[b]) or caps[b])
       levels[b] = math.min(caps[b], level + math.max(0, now - last) * rates[b] / 1000)
-      caps_kept[b] = caps[b]
     end
   end
   return levels
@@ -312,8 +311,10 @@ end
 local function keep(levels)
   local args = {'t', fmt(now)}
   for b = 1, 2 do
-    if levels[b] ~= nil then table.insert(args, 'l' .. (b - 1)); table.insert(args, g(levels[b])) end
-    if caps_kept[b] ~= nil then table.insert(args, 'c' .. (b - 1)); table.insert(args, g(caps_kept[b])) end
+    if levels[b] ~= nil then
+      table.insert(args, 'l' .. fields[b]); table.insert(args, g(levels[b]))
+      table.insert(args, 't' .. fields[b]); table.insert(args, fmt(now))
+    end
   end
   redis.call('HSET', key, unpack(args))
 end
@@ -545,6 +546,8 @@ for b = 1, 2 do
 end
 local levels = refill(caps, rates)
 for b = 1, 2 do
+  -- Nor to a bucket of another capacity than the one it held (its limit changed since).
+  if levels[b] ~= nil and cur['l' .. fields[b]] == nil then levels[b] = nil end
   if levels[b] ~= nil then levels[b] = math.min(caps[b], levels[b] + units[b]) end
 end
 keep(levels)

@@ -249,22 +249,23 @@ async fn behind_a_stalled_redis_each_lease_waits_one_timeout_and_a_lease_given_u
     assert!(waited < timeout * 2, "each waited one timeout, not the calls ahead of it: {waited:?}");
     assert!(a.shared(), "still shared: one failed call is not an outage");
 
-    // Redis answers again: the leases given up took nothing from the bucket, whether they were
-    // never asked or their late grants went back.
+    // Redis answers again: of the four leases given up, only the one the link had sent when
+    // Redis stalled may have taken its unit (it runs when Redis wakes); the others were never
+    // asked.
     server.resume();
-    let mut whole = None;
+    let mut left = None;
     for _ in 0..10 {
-        whole = a.lease("slow", bucket_ask(SLOW, 5.0, 5.0, None)).await;
-        if whole.is_some() {
+        left = a.lease("slow", bucket_ask(SLOW, 4.0, 5.0, None)).await;
+        if left.is_some() {
             break;
         }
     }
-    assert_eq!(whole.expect("Redis answers").granted[RPM], 5.0);
+    assert!(left.expect("Redis answers").granted[RPM] >= 4.0);
 }
 
 #[tokio::test]
-async fn a_raised_limit_gives_its_difference_at_once_and_replicas_on_both_limits_gain_nothing_by_turns() {
-    // A key's minute: 2, then raised to 10 by a reload (refilling a unit in 30 s or 6 s).
+async fn a_changed_limit_is_a_bucket_of_its_own_and_replicas_on_both_gain_nothing_by_turns() {
+    // A key's minute: 2, then raised to 10 by a reload, then back (refilling a unit in 30 s or 6 s).
     const TWO: BucketSpec = BucketSpec { capacity: 2.0, per_sec: 2.0 / 60.0 };
     const TEN: BucketSpec = BucketSpec { capacity: 10.0, per_sec: 10.0 / 60.0 };
     let server = RedisServer::start();
@@ -274,16 +275,18 @@ async fn a_raised_limit_gives_its_difference_at_once_and_replicas_on_both_limits
     assert_eq!(granted(a.lease("key:k", bucket_ask(TWO, 0.0, 1.0, None)).await), 0.0, "the minute is spent");
     assert_eq!(
         granted(a.lease("key:k", bucket_ask(TEN, 0.0, 10.0, None)).await),
-        8.0,
-        "the raise's 8 at once"
+        10.0,
+        "the raise: a new bucket"
     );
 
-    // A replica still on the old limit and one on the new, taking turns: the difference is
-    // taken back as it is given.
+    // Replicas still on the old limit and on the new, taking turns: each drains its own.
     for _ in 0..3 {
         assert_eq!(granted(a.lease("key:k", bucket_ask(TWO, 0.0, 2.0, None)).await), 0.0);
         assert_eq!(granted(a.lease("key:k", bucket_ask(TEN, 0.0, 10.0, None)).await), 0.0);
     }
+    // Lowered to 5 on a busy lane: a bucket of 5, not a debt of the 10 it had.
+    let five = BucketSpec { capacity: 5.0, per_sec: 5.0 / 60.0 };
+    assert_eq!(granted(a.lease("key:k", bucket_ask(five, 1.0, 5.0, None)).await), 5.0);
 }
 
 #[tokio::test]
