@@ -181,6 +181,13 @@ async fn accept(
             () = &mut stop => return,
             accepted = listener.accept() => accepted,
         };
+        // A place may have freed while this connection was awaited on a probe's.
+        let place = match place {
+            Place::Probe(probe) => {
+                bound.open.clone().try_acquire_owned().map_or(Place::Probe(probe), Place::Open)
+            }
+            open => open,
+        };
         match accepted {
             Ok((stream, _peer)) => {
                 // Without TCP_NODELAY, a small SSE event written after the headers waits for
@@ -217,7 +224,7 @@ async fn at_bound(
         if due.is_zero() {
             tracing::warn!(
                 max_connections,
-                "at gateway.max_connections: not accepting new connections until open ones close"
+                "at gateway.max_connections: new connections are answered 503 (the health probes as ever) until open ones close"
             );
             *warned = Some(tokio::time::Instant::now());
             continue;

@@ -119,9 +119,11 @@ async fn a_providers_header_is_read_from_the_environment_and_never_shown_when_ec
             let header =
                 |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
             let (token, other) = (header("x-proxy-token"), header("x-tenant-secret"));
+            let bearer = header("authorization").trim_start_matches("Bearer ").to_owned();
             seen.lock().unwrap().push(token.clone());
             async move {
-                let message = format!("refused x-proxy-token: {token}, x-tenant-secret: {other}");
+                let message =
+                    format!("refused x-proxy-token: {token}, x-tenant-secret: {other}, token {bearer}");
                 (axum::http::StatusCode::BAD_REQUEST, axum::Json(json!({ "error": { "message": message } })))
             }
         })
@@ -129,7 +131,7 @@ async fn a_providers_header_is_read_from_the_environment_and_never_shown_when_ec
     let upstream = support::serve_router(upstream).await;
     let yaml = format!(
         "providers:
-  proxied: {{ kind: openai_compatible, base_url: 'http://{upstream}/v1', headers: {{ x-proxy-token: env://PROXY_TOKEN, x-tenant-secret: tenant-LITERAL-0123456789 }} }}
+  proxied: {{ kind: openai_compatible, base_url: 'http://{upstream}/v1', headers: {{ x-proxy-token: env://PROXY_TOKEN, x-tenant-secret: tenant-LITERAL-0123456789, authorization: 'Bearer gw-BEARER-0123456789' }} }}
 routes:
   default: {{ targets: [proxied:m], retry: {{ max_attempts: 1 }} }}
 gateway:
@@ -146,7 +148,10 @@ gateway:
     let trail = gateway.get(&format!("/admin/requests/{id}"), ADMIN_KEY).await.text().await.unwrap();
     for text in [answer, trail] {
         assert!(text.contains("refused x-proxy-token: [redacted]"), "{text}");
-        assert!(!text.contains("from-env") && !text.contains("LITERAL"), "a header's secret leaked: {text}");
+        assert!(
+            !text.contains("from-env") && !text.contains("LITERAL") && !text.contains("BEARER"),
+            "a header's secret leaked: {text}"
+        );
     }
 }
 

@@ -53,7 +53,8 @@ pub const SLICE_TTL: Duration = Duration::from_secs(2);
 const MIN_RETRY: Duration = Duration::from_millis(5);
 
 /// How long a lane whose lease went unanswered paces at its share before it asks the fleet
-/// again: at most a second's share more than the fleet's bucket allows, once per silence.
+/// again: the share's bucket starts full (a second's share) and refills for that second, so
+/// the fleet's bucket is passed by at most about two seconds' share, once per silence.
 const UNREACHED: Duration = Duration::from_secs(1);
 
 /// The slice of an allowance of `per_window` among `replicas`: 1% of it, at least 1, and at

@@ -89,8 +89,9 @@ impl Skips {
 
 /// Whether an event that does not read carried part of an answer: a member that holds one
 /// (`content`, `text`, a reasoning, a call's `arguments`, a Responses `delta`, ...) whose string
-/// was begun and is not empty. An event cut short in its text, or whose text the parser refused
-/// (half of a surrogate pair), carries some; a stray line or an empty delta does not.
+/// was begun and is not the empty string (one cut right after its opening quote counts: what it
+/// held is unknown). An event cut short in its text, or whose text the parser refused (half of a
+/// surrogate pair), carries some; a stray line or an empty delta does not.
 pub(crate) fn carries_text(data: &str) -> bool {
     const MEMBERS: [&str; 9] = [
         "\"content\"",

@@ -168,9 +168,16 @@ pub fn host_name() -> String {
 /// assert_eq!(switchyard_state::mask_url("redis://:ab/c+d=@db/1"), "redis://:****@db/1");
 /// assert_eq!(switchyard_state::mask_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
 /// assert_eq!(switchyard_state::mask_url("redis://db/0?password=hunter2&protocol=resp3"), "redis://db/0?password=****&protocol=resp3");
+/// assert_eq!(switchyard_state::mask_url("redis://db/0?password=p@ss"), "redis://db/0?password=****");
+/// assert_eq!(switchyard_state::mask_url("redis://:pa?ss@db/0"), "redis://:****@db/0");
 /// ```
 pub fn mask_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return "(not a URL)".to_owned() };
+    // An `@` after a query's `name=` is the query's (`?password=p@ss`), not the user info's end.
+    let (rest, query) = match (rest.find('?'), rest.rfind('@')) {
+        (Some(q), Some(at)) if q < at && rest[q..at].contains('=') => (&rest[..q], Some(&rest[q + 1..])),
+        _ => (rest, None),
+    };
     // Up to the last `@`: a password may hold a `/` (base64 does) that a parser would take for
     // the path.
     let (user_info, host_and_path) = match rest.rsplit_once('@') {
@@ -179,16 +186,17 @@ pub fn mask_url(url: &str) -> String {
         }
         None => (String::new(), rest),
     };
-    let host_and_path = match host_and_path.split_once('?') {
-        Some((path, query)) => {
-            let masked = query.split('&').map(|pair| match pair.split_once('=') {
-                Some((name, _)) if names_a_secret(name) => format!("{name}=****"),
-                _ => pair.to_owned(),
-            });
-            format!("{path}?{}", masked.collect::<Vec<_>>().join("&"))
-        }
-        None => host_and_path.to_owned(),
-    };
+    let host_and_path =
+        match query.map(|query| (host_and_path, query)).or_else(|| host_and_path.split_once('?')) {
+            Some((path, query)) => {
+                let masked = query.split('&').map(|pair| match pair.split_once('=') {
+                    Some((name, _)) if names_a_secret(name) => format!("{name}=****"),
+                    _ => pair.to_owned(),
+                });
+                format!("{path}?{}", masked.collect::<Vec<_>>().join("&"))
+            }
+            None => host_and_path.to_owned(),
+        };
     format!("{scheme}://{user_info}{host_and_path}")
 }
 
@@ -201,7 +209,9 @@ fn names_a_secret(name: &str) -> bool {
 /// Why a Redis URL holds a password where the client does not read it (a `password=` query
 /// parameter: only the user info, `redis://:PASSWORD@host`, is sent), if it does.
 pub fn unread_password(url: &str) -> Option<&'static str> {
-    let query = url.split_once('?')?.1;
+    // The query follows the user info (whose password may hold a `?`).
+    let after_user = url.rsplit_once('@').map_or(url, |(_, rest)| rest);
+    let query = after_user.split_once('?').or_else(|| url.split_once('?'))?.1;
     query.split('&').any(|pair| pair.split_once('=').is_some_and(|(name, _)| names_a_secret(name))).then_some(
         "a password in the query is never sent to Redis: write it as redis://:PASSWORD@host:6379/0 (or rediss:// for TLS)",
     )

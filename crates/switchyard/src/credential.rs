@@ -34,12 +34,19 @@ impl Secret {
     /// assert_eq!(key.redact("bad key sk-live-01234…"), "bad key [redacted]…");
     /// assert_eq!(key.redact("sent 'Bearer sk-live-0123', refused"), "sent 'Bearer [redacted]', refused");
     /// assert_eq!(key.redact("sk-live-0 keys are refused"), "sk-live-0 keys are refused");
+    /// // A short secret is cut wherever it stands whole.
+    /// assert_eq!(Secret::new("tenant-42x").redact("token tenant-42x refused"), "token [redacted] refused");
+    /// assert_eq!(Secret::new("clé-secrète-9").redact("bad clé-secrète-9"), "bad [redacted]");
     /// ```
     pub fn redact<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
         const SHORTEST: usize = 8;
         const SHORTEST_WITHIN: usize = 12;
         let key = &*self.0;
-        let Some(head) = key.get(..SHORTEST) else { return text.into() };
+        if key.len() < SHORTEST {
+            return text.into();
+        }
+        // Its first 8 characters' worth of bytes, to the next character's start.
+        let head = &key[..(SHORTEST..=key.len()).find(|&at| key.is_char_boundary(at)).unwrap_or(key.len())];
         if !text.contains(head) {
             return text.into();
         }
@@ -51,7 +58,7 @@ impl Secret {
             while !echoed.is_char_boundary(len) {
                 len -= 1;
             }
-            let cut = len >= SHORTEST_WITHIN || matches!(&echoed[len..], "" | "…");
+            let cut = len == key.len() || len >= SHORTEST_WITHIN || matches!(&echoed[len..], "" | "…");
             clean.push_str(&rest[..at]);
             clean.push_str(if cut { "[redacted]" } else { &echoed[..len] });
             rest = &echoed[len..];

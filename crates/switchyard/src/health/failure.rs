@@ -18,9 +18,9 @@ use crate::{ProviderError, Target};
 pub(crate) const AUTH_REST: Duration = Duration::from_secs(60);
 
 /// How long a key whose quota ran out with no reset said (OpenAI's `insufficient_quota`: a
-/// balance to top up) is benched before one call tries it again: an operator who paid need not
-/// restart the gateway or reset it, and a key still spent costs one refused call in that time
-/// (which goes on to the next key or target at once).
+/// balance to top up) is benched before calls try it again: an operator who paid need not
+/// restart the gateway or reset it, and a key still spent costs the calls that try it then
+/// (refused at once, each going on to the next key or target) once in that time.
 pub(crate) const QUOTA_RECHECK: Duration = Duration::from_secs(300);
 
 /// One failed call, as the rules see it.
@@ -111,7 +111,8 @@ impl<'a> Failure<'a> {
         if cooldown::all_spent(&records.credentials) {
             let t = &mut records.target;
             t.retry_until = cooldown::target_reset(&records.credentials, resets);
-            self.target_change(HealthStatus::Exhausted).until(self.retry_until).apply(t, events);
+            let until = t.retry_until;
+            self.target_change(HealthStatus::Exhausted).until(until).apply(t, events);
         }
     }
 

@@ -192,9 +192,12 @@ impl<'r, X: Exchange> Run<'r, X> {
             deadline_note: self.ctx.deadline_note,
             content_sent: false,
             special_chains: self.ctx.x.takes_special_chains(),
-            circuit_opened: events.iter().any(
-                |event| matches!(event, HealthEvent::CircuitOpened { target, .. } if *target == who.target),
-            ),
+            // (A target tried though gated, every one being gated, is let through its open
+            // circuit: its retries are too.)
+            circuit_opened: !tries.force
+                && events.iter().any(
+                    |event| matches!(event, HealthEvent::CircuitOpened { target, .. } if *target == who.target),
+                ),
         };
         let others_remain = self.plan.has_more();
         let decision =

@@ -186,6 +186,13 @@ impl Validator<'_> {
                 let at = format!("{path}.headers.{name}");
                 let (value, origin) = self.resolve(&at, text, "header's value", "PROXY_TOKEN")?;
                 if origin != "literal" || carries_a_secret(name) {
+                    // `Bearer <token>`: the token alone is what an upstream may echo.
+                    let scheme = value.split_once(' ').filter(|(scheme, _)| {
+                        ["bearer", "basic", "token", "apikey"].contains(&scheme.to_ascii_lowercase().as_str())
+                    });
+                    if let Some((_, token)) = scheme {
+                        secrets.push(Secret::new(token.trim()));
+                    }
                     secrets.push(Secret::new(value.as_str()));
                 }
                 Some((name.clone(), value))
