@@ -350,6 +350,9 @@ pub struct RoutedStream {
     buffer: VecDeque<ChatChunk>,
     rest: Option<ChunkStream>,
     idle_limit: Duration,
+    /// The deadline a continuation could still finish the answer within: each wait for a chunk
+    /// is at most half of what is left of it, so a stall leaves the continuation the rest.
+    share_of: Option<Instant>,
     /// When the last chunk that showed life came (content or a finish; not a keep-alive): the
     /// idle limit runs from it.
     last_chunk: Instant,
@@ -522,18 +525,18 @@ impl RoutedStream {
             Box::new(resume)
         });
         // With a deadline, a stall leaves a continuation its share of what is left.
-        let idle_limit = match (served.deadline, &resume) {
-            (Some(deadline), Some(_)) => {
-                deadline_share(deadline.saturating_duration_since(Instant::now()), 1)
-                    .map_or(served.timeouts.idle, |share| share.min(served.timeouts.idle))
-            }
-            _ => served.timeouts.idle,
+        let share_of = served.deadline.filter(|_| resume.is_some());
+        let idle_limit = match share_of {
+            Some(deadline) => deadline_share(deadline.saturating_duration_since(Instant::now()), 1)
+                .map_or(served.timeouts.idle, |share| share.min(served.timeouts.idle)),
+            None => served.timeouts.idle,
         };
         let mut stream = Self {
             router,
             buffer: served.output.buffer,
             rest: served.output.rest,
-            idle_limit,
+            idle_limit: served.timeouts.idle,
+            share_of,
             last_chunk: Instant::now(),
             end,
             timer: Box::pin(tokio::time::sleep_until(within(end, Instant::now(), idle_limit))),
@@ -750,8 +753,15 @@ impl RoutedStream {
     fn wait_limit(&self) -> Duration {
         match self.choices.is_whole() {
             true => self.idle_limit.min(super::AFTER_FINISH),
-            false => self.idle_limit,
+            false => self.idle_limit.min(self.share_left().unwrap_or(Duration::MAX)),
         }
+    }
+
+    /// Half of what is left of the deadline since the last chunk, while a continuation could
+    /// still finish the answer.
+    fn share_left(&self) -> Option<Duration> {
+        let deadline = self.share_of.filter(|_| self.resume.is_some())?;
+        deadline_share(deadline.saturating_duration_since(self.last_chunk), 1)
     }
 
     fn finish(&mut self) {
@@ -823,7 +833,7 @@ impl RoutedStream {
                 };
                 served.usage = self.usage;
             }
-            let resume = self.resume.take().filter(|_| blame == Blame::Provider);
+            let resume = self.resume.take().filter(|_| blame != Blame::Caller);
             if let Some(continuation) =
                 resume.and_then(|resume| resume.continuation(self.router.route(), &target, &self.trail))
             {
@@ -1012,7 +1022,15 @@ impl RoutedStream {
             if self.choices.is_whole() {
                 return self.end_whole(StreamNotice::Unterminated);
             }
-            let limit = self.idle_limit;
+            let limit = self.wait_limit();
+            if limit < self.idle_limit {
+                // The deadline's share cut the wait: the model may only be pausing, which says
+                // nothing of its health; the continuation goes on.
+                let message = format!(
+                    "no chunk within {limit:?}, its idle wait shortened to leave a continuation a share of the request deadline"
+                );
+                return self.fail_as(ProviderError::stall(message), Blame::Share, cx);
+            }
             let error = ProviderError::stall(format!("no chunk within the idle timeout of {limit:?}"));
             return self.fail(error, cx);
         }
@@ -1083,6 +1101,8 @@ fn starts_a_call(chunk: &ChatChunk) -> bool {
 enum Blame {
     /// The provider: it failed, stalled or ran past its timeout.
     Provider,
+    /// Nobody: the deadline's share for a continuation cut a wait the model may have meant.
+    Share,
     /// The caller: its deadline cut the stream.
     Caller,
 }

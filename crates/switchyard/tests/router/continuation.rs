@@ -95,7 +95,11 @@ async fn a_stalled_stream_is_continued_once_its_idle_limit_passes() {
 
 #[tokio::test(start_paused = true)]
 async fn a_stall_within_a_deadline_leaves_the_continuation_its_share() {
-    let a = breaking(Step::StallAfter(2));
+    // A word a second; after the fourth (4 s in), nothing.
+    let a = SimulatedProvider::new()
+        .reply(ANSWER)
+        .stream(6, Duration::from_secs(1))
+        .script([Step::StallAfter(4)]);
     let b = SimulatedProvider::new().reply(ANSWER).accepts_prefill(true);
     let timeouts = Timeouts {
         idle: Duration::from_secs(30),
@@ -109,11 +113,15 @@ async fn a_stall_within_a_deadline_leaves_the_continuation_its_share() {
     let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
     let (text, error) = collect(&mut stream).await;
 
-    // Its idle wait is half of the 10 s left, not 30 s that the deadline would cut first.
+    // The wait after the last word is half of the 6 s then left (not 30 s, which the deadline
+    // would cut first, nor half of the 10 s at the start).
     assert!(error.is_none(), "{error:?}");
     assert_eq!(text, ANSWER);
     let waited = start.elapsed();
-    assert!(waited >= Duration::from_secs(5) && waited < Duration::from_secs(6), "{waited:?}");
+    assert!(waited >= Duration::from_secs(6) && waited < Duration::from_secs(8), "{waited:?}");
+    // A pause the share cut says nothing of the provider's health.
+    let a_m: switchyard::Target = "a:m".parse().unwrap();
+    assert_eq!(router.target_health(&a_m).consecutive_failures, 0);
 }
 
 #[tokio::test(start_paused = true)]
