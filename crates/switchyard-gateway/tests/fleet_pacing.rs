@@ -422,7 +422,13 @@ state: {{ redis: '{}', prefix: pace-return }}
     assert_eq!(client.post(&url).json(&body).send().await.unwrap().status(), 200);
     let lease = health().await["pacing"][0]["fleet"]["lease"]["requests"].as_f64().unwrap();
     assert_eq!(lease, 599.0, "a slice of 600, one spent");
-    let level = || redis.cli(&["HGET", "pace-return:pace:up", "l0"]).trim().parse::<f64>().unwrap();
+    // The requests bucket's level (`l0@<capacity>`: a bucket for each capacity).
+    let level = || {
+        let hash = redis.cli(&["HGETALL", "pace-return:pace:up"]);
+        let lines: Vec<&str> = hash.lines().map(str::trim).collect();
+        let at = lines.iter().position(|line| line.starts_with("l0@")).expect("the requests bucket");
+        lines[at + 1].parse::<f64>().unwrap()
+    };
     let leased_level = level();
     assert!(leased_level <= 1000.0 - 600.0 + 5.0, "the fleet's bucket lent the slice: {leased_level}");
 
