@@ -310,8 +310,15 @@ pub async fn reset(State(state): State<Arc<AppState>>, headers: HeaderMap, body:
         Some(target) => match live.router.reset(&target) {
             Ok(()) => axum::Json(json!({ "reset": target.to_string(), "applies_to": fleet_reach(&live) }))
                 .into_response(),
-            Err(error) => ApiError::new(StatusCode::NOT_FOUND, "unknown_target", error.to_string())
-                .into_response(Dialect::OpenAi, ""),
+            Err(_) => {
+                let known = live.router.provider_ids().join(", ");
+                let message = format!(
+                    "unknown target `{target}`: no provider `{}` is configured (configured: {known})",
+                    target.provider()
+                );
+                ApiError::new(StatusCode::NOT_FOUND, "unknown_target", message)
+                    .into_response(Dialect::OpenAi, "")
+            }
         },
         None => {
             live.router.reset_all();

@@ -83,6 +83,10 @@ pub struct CredentialHealth {
     /// How long the credential still rests (not picked while a sibling is fresh), when it does.
     #[serde(serialize_with = "ser_opt_ms")]
     pub cooldown: Option<Duration>,
+    /// For a credential out of quota or refused: how long until it is tried again (its quota's
+    /// reset, or the recheck when none was said), when it is benched.
+    #[serde(serialize_with = "ser_opt_ms")]
+    pub retry_after: Option<Duration>,
     /// How long the status has held.
     #[serde(serialize_with = "ser_opt_ms")]
     pub since: Option<Duration>,
@@ -95,6 +99,10 @@ impl CredentialHealth {
             status: record.status,
             reason: record.reason.to_string(),
             cooldown: record.cooldown_until.and_then(|u| u.checked_duration_since(now)),
+            retry_after: matches!(record.status, HealthStatus::Exhausted | HealthStatus::Unauthorized)
+                .then_some(record.retry_until)
+                .flatten()
+                .and_then(|u| u.checked_duration_since(now)),
             since: record.since.map(|s| now.saturating_duration_since(s)),
         }
     }

@@ -354,6 +354,9 @@ async fn a_key_spent_with_no_reset_said_is_tried_again_every_five_minutes() {
     let served_by = async || router.chat(&request("default")).await.unwrap().served_by.to_string();
 
     assert_eq!(served_by().await, "b:m");
+    let benched = router.health().credentials.into_iter().find(|c| c.status == HealthStatus::Exhausted);
+    let retry_after = benched.expect("a's key is benched").retry_after;
+    assert_eq!(retry_after, Some(Duration::from_secs(300)), "the operator is told when it is tried again");
     tokio::time::advance(Duration::from_secs(299)).await;
     assert_eq!(served_by().await, "b:m");
     assert_eq!(a.calls(), 1, "benched, not asked");
