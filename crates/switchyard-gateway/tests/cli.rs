@@ -344,26 +344,39 @@ fn a_gateway_logging_json_says_why_it_cannot_start_in_json() {
     assert!(record["message"].as_str().unwrap().contains("routes.default"), "names the problem: {record}");
 }
 
-#[test]
-fn sigterm_cuts_a_stream_that_outlasts_the_grace_period_and_exits() {
+/// A gateway whose one route streams for about 20 s, with `grace` to drain, and a stream of
+/// it read through its first chunk.
+fn endless_stream(name: &str, grace: &str) -> (std::process::Child, BufReader<TcpStream>) {
     let config = write_config(
-        "grace.yaml",
-        r#"
+        name,
+        &format!(
+            r#"
 providers:
-  endless: { kind: simulated, reply: "a b c d e f g h i j k l m n o p q r s t", stream: { chunks: 100, gap: 200ms } }
+  endless: {{ kind: simulated, reply: "a b c d e f g h i j k l m n o p q r s t", stream: {{ chunks: 100, gap: 200ms }} }}
 routes:
-  default: { targets: [endless:m] }
-gateway: { shutdown_grace: 1s }
-"#,
+  default: {{ targets: [endless:m] }}
+gateway: {{ shutdown_grace: {grace} }}
+"#
+        ),
     );
-    let (mut server, addr) = serve(&config, &[]);
-
+    let (server, addr) = serve(&config, &[]);
     let mut reader = open_stream(&addr);
+    next_data_line(&mut reader, "the stream ended before its first chunk");
+    (server, reader)
+}
+
+/// Reads up to the next `data:` line, which must come.
+fn next_data_line(reader: &mut BufReader<TcpStream>, or_else: &str) {
     let mut line = String::new();
     while !line.starts_with("data: ") {
         line.clear();
-        assert!(reader.read_line(&mut line).unwrap() > 0, "the stream ended before its first chunk");
+        assert!(reader.read_line(&mut line).unwrap() > 0, "{or_else}");
     }
+}
+
+#[test]
+fn sigterm_cuts_a_stream_that_outlasts_the_grace_period_and_exits() {
+    let (mut server, mut reader) = endless_stream("grace.yaml", "1s");
 
     // The stream has about 20 s to go; the grace period is 1 s.
     let asked = Instant::now();
@@ -411,34 +424,14 @@ gateway: { shutdown_grace: 1s }
 
 #[test]
 fn a_second_signal_ends_the_grace_period_at_once() {
-    let config = write_config(
-        "grace-twice.yaml",
-        r#"
-providers:
-  endless: { kind: simulated, reply: "a b c d e f g h i j k l m n o p q r s t", stream: { chunks: 100, gap: 200ms } }
-routes:
-  default: { targets: [endless:m] }
-gateway: { shutdown_grace: 60s }
-"#,
-    );
-    let (mut server, addr) = serve(&config, &[]);
-    let mut reader = open_stream(&addr);
-    let mut line = String::new();
-    while !line.starts_with("data: ") {
-        line.clear();
-        assert!(reader.read_line(&mut line).unwrap() > 0, "the stream ended before its first chunk");
-    }
+    let (mut server, mut reader) = endless_stream("grace-twice.yaml", "60s");
     let kill = |signal: &str| {
         let status = Command::new("kill").args([signal, &server.id().to_string()]).status().unwrap();
         assert!(status.success());
     };
     kill("-TERM");
     // The drain has begun: a chunk still comes.
-    line.clear();
-    while !line.starts_with("data: ") {
-        line.clear();
-        assert!(reader.read_line(&mut line).unwrap() > 0, "the stream ended at the first signal");
-    }
+    next_data_line(&mut reader, "the stream ended at the first signal");
     let asked = Instant::now();
     kill("-INT");
     let mut rest = Vec::new();
