@@ -77,20 +77,27 @@ async fn whitespace_the_caller_has_is_not_sent_twice() {
 #[tokio::test(start_paused = true)]
 async fn a_stalled_stream_is_continued_once_its_idle_limit_passes() {
     let a = breaking(Step::StallAfter(2));
-    let b = SimulatedProvider::new().reply(ANSWER).accepts_prefill(true);
     let timeouts = Timeouts { idle: Duration::from_secs(5), ..Timeouts::default() };
-    let route = Route::builder("default").target("a:m").target("b:m").timeouts(timeouts);
-    let router = router(&[("a", &a), ("b", &b)], route);
+    let (_, stream, text, waited) = continued_after_stall(&a, timeouts).await;
+    assert_eq!(text, ANSWER);
+    assert!(waited >= Duration::from_secs(5) && waited < Duration::from_secs(6), "{waited:?}");
+    assert_eq!(stream.trail().attempts()[0].error_kind(), Some(ErrorKind::Timeout));
+}
 
+/// A stream of `a` (which stalls) under `timeouts`, continued by a target that takes a prefill:
+/// the router, the stream read to its end without an error, its text, and how long it took.
+async fn continued_after_stall(
+    a: &SimulatedProvider,
+    timeouts: Timeouts,
+) -> (switchyard::Router, RoutedStream, String, Duration) {
+    let b = SimulatedProvider::new().reply(ANSWER).accepts_prefill(true);
+    let route = Route::builder("default").target("a:m").target("b:m").timeouts(timeouts);
+    let router = router(&[("a", a), ("b", &b)], route);
     let start = Instant::now();
     let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
     let (text, error) = collect(&mut stream).await;
-
     assert!(error.is_none(), "{error:?}");
-    assert_eq!(text, ANSWER);
-    let waited = start.elapsed();
-    assert!(waited >= Duration::from_secs(5) && waited < Duration::from_secs(6), "{waited:?}");
-    assert_eq!(stream.trail().attempts()[0].error_kind(), Some(ErrorKind::Timeout));
+    (router, stream, text, start.elapsed())
 }
 
 #[tokio::test(start_paused = true)]
@@ -100,24 +107,16 @@ async fn a_stall_within_a_deadline_leaves_the_continuation_its_share() {
         .reply(ANSWER)
         .stream(6, Duration::from_secs(1))
         .script([Step::StallAfter(4)]);
-    let b = SimulatedProvider::new().reply(ANSWER).accepts_prefill(true);
     let timeouts = Timeouts {
         idle: Duration::from_secs(30),
         deadline: Some(Duration::from_secs(10)),
         ..Timeouts::default()
     };
-    let route = Route::builder("default").target("a:m").target("b:m").timeouts(timeouts);
-    let router = router(&[("a", &a), ("b", &b)], route);
-
-    let start = Instant::now();
-    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
-    let (text, error) = collect(&mut stream).await;
+    let (router, _, text, waited) = continued_after_stall(&a, timeouts).await;
 
     // The wait after the last word is half of the 6 s then left (not 30 s, which the deadline
     // would cut first, nor half of the 10 s at the start).
-    assert!(error.is_none(), "{error:?}");
     assert_eq!(text, ANSWER);
-    let waited = start.elapsed();
     assert!(waited >= Duration::from_secs(6) && waited < Duration::from_secs(8), "{waited:?}");
     // A pause the share cut says nothing of the provider's health.
     let a_m: switchyard::Target = "a:m".parse().unwrap();
