@@ -532,6 +532,12 @@ impl Provider for OpenAiProvider {
         true
     }
 
+    /// Not a model that refused `stream_options`: its streams come without usage, and its whole
+    /// answers with it.
+    fn streams_upstream_for(&self, model: &str) -> bool {
+        !self.streams_bare(model)
+    }
+
     fn accepts_prefill(&self, _model: &str) -> bool {
         self.prefill
     }

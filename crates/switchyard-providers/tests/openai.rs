@@ -1903,6 +1903,10 @@ async fn a_stream_refused_for_the_stream_options_the_gateway_adds_goes_without_t
         let asked: Vec<bool> =
             fake.requests().iter().map(|seen| seen.body.get("stream_options").is_some()).collect();
         assert_eq!(asked, [true, false, false], "refused once, then sent without them at once");
+        // Its streams now come without usage: its whole answers are asked whole, which keeps it.
+        use switchyard::provider::Provider as _;
+        assert!(!harness.provider.streams_upstream_for(harness.model));
+        assert!(harness.provider.streams_upstream_for("another-model"));
 
         // A whole answer asked as a stream is refused as before: the router asks it whole,
         // which keeps its usage.

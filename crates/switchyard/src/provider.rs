@@ -92,6 +92,15 @@ pub trait Provider: Send + Sync + 'static {
         false
     }
 
+    /// Whether a non-streamed chat of `model` is asked of this provider as a stream:
+    /// [`streams_upstream`](Self::streams_upstream), unless that model's streams lack what its
+    /// whole answers have (an OpenAI-compatible model that refused `stream_options` streams
+    /// without its usage: its whole answers are asked whole).
+    fn streams_upstream_for(&self, model: &str) -> bool {
+        let _ = model;
+        self.streams_upstream()
+    }
+
     /// Whether the provider continues an answer from a final assistant message (a prefill)
     /// rather than answering it anew: how a stream broken after its first content is finished
     /// by another target ([`Route::continuation`](crate::route::Route::continuation)). Claude

@@ -442,7 +442,7 @@ impl<'r, X: Exchange> Context<'r, X> {
         later: usize,
     ) -> CallEnd<X::Output> {
         let sent = Instant::now();
-        let limits = self.limits(sent, later, &*who.slot.provider);
+        let limits = self.limits(sent, later, who);
         let sink = self.inner.pacer.as_ref().filter(|_| self.x.paced()).map(|pacer| PacerSink {
             pacer: &**pacer,
             provider: &who.slot.id,
@@ -497,12 +497,13 @@ impl<'r, X: Exchange> Context<'r, X> {
     /// The limits of an attempt to `provider` sent at `sent` with `later` targets after it: the
     /// route's, with the first-byte wait (a call answered whole: its limit) shortened to the
     /// deadline's share when that is shorter.
-    fn limits(&self, sent: Instant, later: usize, provider: &dyn crate::provider::Provider) -> Limits {
+    fn limits(&self, sent: Instant, later: usize, who: &Callee<'_>) -> Limits {
+        let provider = &*who.slot.provider;
         let (mut limit, name) = self.x.attempt_limit(&self.route);
         let mut timeouts = *self.route.timeouts();
         let left = self.deadline.map(|d| d.saturating_duration_since(sent));
         let share = left.and_then(|left| deadline_share(left, later));
-        let whole = self.x.answers_whole(provider);
+        let whole = self.x.answers_whole(provider, who.model());
         let wait = if whole { &mut limit } else { &mut timeouts.first_byte };
         let shared = share.filter(|share| *share < *wait);
         if let Some(share) = shared {

@@ -45,8 +45,8 @@ pub(crate) trait Exchange: Sync {
     /// Whether the call to `provider` says nothing until its whole answer, so that its
     /// first-byte wait is the attempt's limit; otherwise (a stream, or a whole answer asked as
     /// one) its first content ends the `first_byte` wait.
-    fn answers_whole(&self, provider: &dyn Provider) -> bool {
-        let _ = provider;
+    fn answers_whole(&self, provider: &dyn Provider, model: &str) -> bool {
+        let _ = (provider, model);
         false
     }
 
@@ -196,7 +196,7 @@ impl<'r> ChatExchange<'r> {
         call: Call<'a>,
         request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
-        if !self.asks_a_stream(provider) {
+        if !self.asks_a_stream(provider, call.model) {
             return provider.chat(call, request);
         }
         Box::pin(async move {
@@ -217,10 +217,10 @@ impl<'r> ChatExchange<'r> {
         })
     }
 
-    /// Whether the whole answer is asked of `provider` as a stream and put together (the
-    /// route's `stream_upstream`, a provider across a network).
-    fn asks_a_stream(&self, provider: &dyn Provider) -> bool {
-        self.streamed && provider.streams_upstream()
+    /// Whether the whole answer of `model` is asked of `provider` as a stream and put together
+    /// (the route's `stream_upstream`, a provider across a network).
+    fn asks_a_stream(&self, provider: &dyn Provider, model: &str) -> bool {
+        self.streamed && provider.streams_upstream_for(model)
     }
 
     /// The whole answer asked whole, of a provider that refused to be asked it as a stream: it
@@ -267,9 +267,9 @@ impl Exchange for ChatExchange<'_> {
         })
     }
 
-    fn answers_whole(&self, provider: &dyn Provider) -> bool {
+    fn answers_whole(&self, provider: &dyn Provider, model: &str) -> bool {
         // Asked as a stream and put together, it shows life long before its end.
-        !self.asks_a_stream(provider)
+        !self.asks_a_stream(provider, model)
     }
 
     fn attempt_limit(&self, route: &Route) -> (Duration, &'static str) {
@@ -387,7 +387,7 @@ impl Exchange for EmbeddingsExchange<'_> {
         provider.embeddings(call, self.0)
     }
 
-    fn answers_whole(&self, _: &dyn Provider) -> bool {
+    fn answers_whole(&self, _: &dyn Provider, _: &str) -> bool {
         true
     }
 
@@ -462,7 +462,7 @@ impl Exchange for CountTokensExchange<'_> {
         provider.count_tokens(call, self.0)
     }
 
-    fn answers_whole(&self, _: &dyn Provider) -> bool {
+    fn answers_whole(&self, _: &dyn Provider, _: &str) -> bool {
         true
     }
 
