@@ -607,7 +607,34 @@ impl Router {
             .collect();
         let credentials: Vec<CredentialId> =
             self.inner.providers.values().flat_map(|slot| slot.credential_ids.iter().cloned()).collect();
-        self.inner.health.snapshot_listing(&targets, &credentials)
+        let mut snapshot = self.inner.health.snapshot_listing(&targets, &credentials);
+        self.show_spent_keys(&mut snapshot);
+        snapshot
+    }
+
+    /// A target its own calls left `unknown` or `available` whose provider's every key is out
+    /// of quota (spent by another model's calls) is skipped by every request: shown so.
+    fn show_spent_keys(&self, snapshot: &mut HealthSnapshot) {
+        let spent: std::collections::HashSet<CredentialId> = snapshot
+            .credentials
+            .iter()
+            .filter(|c| c.status == crate::health::HealthStatus::Exhausted)
+            .map(|c| c.credential_id.clone())
+            .collect();
+        for target in &mut snapshot.targets {
+            let Some(slot) = self.inner.providers.get(target.target.provider()) else { continue };
+            let all_spent =
+                !slot.credential_ids.is_empty() && slot.credential_ids.iter().all(|id| spent.contains(id));
+            if all_spent
+                && matches!(
+                    target.status,
+                    crate::health::HealthStatus::Unknown | crate::health::HealthStatus::Available
+                )
+            {
+                target.status = crate::health::HealthStatus::Exhausted;
+                target.reason = "every key of its provider is out of quota".to_owned();
+            }
+        }
     }
 
     /// The health board's settings (thresholds, open times, cooldowns), shared by all routes.

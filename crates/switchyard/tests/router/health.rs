@@ -345,6 +345,26 @@ async fn an_exhausted_target_is_skipped_until_a_direct_call_recovers_it() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_target_whose_providers_every_key_is_spent_shows_as_exhausted_though_never_called() {
+    // `a:big` spends the provider's one key; `a:small`, never called, is skipped all the same.
+    let a = SimulatedProvider::new().script([Step::fail(ErrorKind::QuotaExceeded)]);
+    let b = SimulatedProvider::new();
+    let router = builder(&[("b", &b)])
+        .provider(keyed("a", &a, &["sk-a-0123456789"]))
+        .route(Route::builder("default").target("a:big").target("a:small").target("b:m").build().unwrap())
+        .build()
+        .unwrap();
+    let answer = router.chat(&request("default")).await.unwrap();
+    assert_eq!(answer.trail.outcomes(), vec![Outcome::Failed, Outcome::SkippedExhausted, Outcome::Ok]);
+    let health = router.health();
+    let small = health.targets.iter().find(|t| t.target == target("a:small")).unwrap();
+    assert_eq!(small.status, HealthStatus::Exhausted, "{small:?}");
+    assert!(small.reason.contains("out of quota"), "{small:?}");
+    let other = health.targets.iter().find(|t| t.target == target("b:m")).unwrap();
+    assert_eq!(other.status, HealthStatus::Available);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_key_spent_with_no_reset_said_is_tried_again_every_five_minutes() {
     // Still spent at the first try again, topped up by the second.
     let a = SimulatedProvider::new().script(std::iter::repeat_n(Step::fail(ErrorKind::QuotaExceeded), 2));
