@@ -60,7 +60,7 @@ enum Command {
         log_level: Option<String>,
         /// Serving threads, each one event loop (before the file's `gateway.threads`; default:
         /// one per core).
-        #[arg(long)]
+        #[arg(long, value_parser = threads)]
         threads: Option<NonZeroUsize>,
         /// Do not watch the configuration file: reload it only on SIGHUP or
         /// POST /admin/config/reload.
@@ -232,6 +232,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// resident, and the gateway peaked at 72 MB at 256 connections instead of 43 MB.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// `--threads`, said as `gateway.threads` is: at least one.
+fn threads(text: &str) -> Result<NonZeroUsize, String> {
+    let count: usize =
+        text.trim().parse().map_err(|_| format!("`{text}` is no number of threads: give 1 or more"))?;
+    NonZeroUsize::new(count).ok_or_else(|| {
+        "0 threads would serve nothing: give 1 or more (or leave it out: one per core)".to_owned()
+    })
+}
 
 #[cfg(test)]
 mod tests {

@@ -1297,3 +1297,10 @@ fn a_reader_that_stops_early_ends_the_command_quietly_not_with_a_panic() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(output.status.code(), Some(141), "as a Unix tool the pipe closed on: {stderr}");
 }
+
+#[test]
+fn threads_zero_is_refused_in_the_gateways_words() {
+    let (code, _, stderr) = support::run(&["serve", "--threads", "0"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("0 threads would serve nothing: give 1 or more"), "{stderr}");
+}
