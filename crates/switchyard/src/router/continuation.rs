@@ -150,7 +150,11 @@ impl Resume {
             chain,
             options,
             offset: now.saturating_duration_since(self.started),
-            splice: Splice { id: self.id.clone(), trim_start: self.delivered.ends_with(char::is_whitespace) },
+            splice: Splice {
+                id: self.id.clone(),
+                trim_start: self.delivered.ends_with(char::is_whitespace),
+                output_before: 0,
+            },
         })
     }
 }
@@ -176,9 +180,18 @@ pub(crate) struct Splice {
     /// The caller's text ended in whitespace, which a prefill leaves out: the continuation's
     /// leading whitespace is dropped until its first other character.
     trim_start: bool,
+    /// What the broken call wrote before a prefilled continuation (output tokens): the
+    /// caller's answer holds it, and its usage says so.
+    pub(crate) output_before: u32,
 }
 
 impl Splice {
+    /// `usage` of the continuing call as the caller's whole answer's: with what came before.
+    pub(crate) fn tell_whole(&self, usage: &mut crate::chat::Usage) {
+        usage.completion_tokens = usage.completion_tokens.saturating_add(self.output_before);
+        usage.total_tokens = usage.total_tokens.saturating_add(self.output_before);
+    }
+
     /// `chunk` made to follow on.
     pub(crate) fn apply(&mut self, chunk: &mut ChatChunk) {
         chunk.verbatim = None;
@@ -234,7 +247,9 @@ impl ContinueExchange {
         match prefills {
             true => Box::pin(async move {
                 let prefetched = prefetch(provider, call, (request, self.reasoning), &self.alive).await;
-                prefetched.map_err(refused_prefill)
+                prefetched
+                    .map(|prefetched| Prefetched { prefilled: true, ..prefetched })
+                    .map_err(refused_prefill)
             }),
             false => Box::pin(regenerate(provider, call, self, request)),
         }

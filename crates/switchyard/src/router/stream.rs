@@ -35,6 +35,9 @@ pub(crate) struct Prefetched {
     pub(crate) filtered: bool,
     /// When the stream showed life, if it was held after (reasoning its caller is not shown).
     pub(crate) alive_since: Option<Instant>,
+    /// A continuation that takes the caller's text as a prefill: its usage counts only what
+    /// follows that text.
+    pub(crate) prefilled: bool,
 }
 
 impl Prefetched {
@@ -105,7 +108,7 @@ fn replayed_as(response: ChatResponse, note: &str) -> Prefetched {
 /// A whole answer as the stream of it, tool calls and usage included.
 fn replayed(response: ChatResponse) -> Prefetched {
     let buffer = VecDeque::from(response.into_chunks());
-    Prefetched { buffer, rest: None, filtered: false, alive_since: None }
+    Prefetched { buffer, rest: None, filtered: false, alive_since: None, prefilled: false }
 }
 
 impl Exchange for StreamExchange<'_> {
@@ -210,7 +213,7 @@ pub(crate) async fn prefetch(
                 continue;
             }
             let alive_since = held.then_some(alive_since);
-            return Ok(Prefetched { buffer, rest: None, filtered: false, alive_since });
+            return Ok(Prefetched { buffer, rest: None, filtered: false, alive_since, prefilled: false });
         }
         if shown || filtered {
             buffer.push_back(chunk);
@@ -220,6 +223,7 @@ pub(crate) async fn prefetch(
                 rest: Some(stream),
                 filtered,
                 alive_since: held.then_some(alive_since),
+                prefilled: false,
             });
         }
         // Held, the reasoning the caller will not be shown is let go as it comes: a long think
@@ -233,7 +237,13 @@ pub(crate) async fn prefetch(
             Ok(next) => next,
             Err(_) if Instant::now() >= hold_until => {
                 let alive_since = Some(alive_since);
-                return Ok(Prefetched { buffer, rest: Some(stream), filtered: false, alive_since });
+                return Ok(Prefetched {
+                    buffer,
+                    rest: Some(stream),
+                    filtered: false,
+                    alive_since,
+                    prefilled: false,
+                });
             }
             Err(_) => {
                 let message = format!("no chunk within the idle timeout of {limit:?}");
@@ -248,6 +258,7 @@ pub(crate) async fn prefetch(
                     rest: None,
                     filtered: false,
                     alive_since: held.then_some(alive_since),
+                    prefilled: false,
                 });
             }
         }
@@ -680,7 +691,11 @@ impl RoutedStream {
             resume.shown(&chunk);
         }
         if chunk.usage.is_some() {
+            // The call's own, for its bill; the caller is told its whole answer's.
             self.usage = chunk.usage;
+            if let (Some(splice), Some(usage)) = (&self.splice, chunk.usage.as_mut()) {
+                splice.tell_whole(usage);
+            }
         } else if self.usage.is_none() {
             self.so_far.add(&chunk);
         }
@@ -916,6 +931,13 @@ impl RoutedStream {
         // What the continuing call delivers is its own; what the broken one did is `broken`.
         self.so_far.chars = 0;
         self.splice = Some(splice);
+        // A prefilled continuation's usage counts what follows the caller's text alone: the
+        // caller's answer, whose usage it is told, holds the broken call's words before it.
+        if served.output.prefilled
+            && let Some(splice) = self.splice.as_mut()
+        {
+            splice.output_before = self.broken.as_ref().map_or(0, |broken| broken.usage.completion_tokens);
+        }
     }
 }
 

@@ -59,6 +59,27 @@ async fn a_stream_cut_after_its_first_text_is_finished_by_a_target_that_takes_a_
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_caller_is_told_its_whole_answers_usage_after_a_prefilled_continuation() {
+    let a = breaking(Step::CutAfter(3));
+    let b = SimulatedProvider::new().reply(ANSWER).accepts_prefill(true);
+    let router = two_targets(&a, &b);
+    let mut stream = router.chat_stream(&request("default"), &RequestOptions::default()).await.unwrap();
+    let mut told = None;
+    while let Some(item) = stream.next().await {
+        if let Some(usage) = item.unwrap().usage {
+            told = Some(usage);
+        }
+    }
+    let told = told.expect("a usage chunk");
+    let own = stream.usage().expect("the continuing call's usage");
+    let before = stream.broken_call().expect("the broken call").usage.completion_tokens;
+    assert!(before > 0);
+    // Each call is billed its own; the caller's answer holds both calls' words.
+    assert_eq!(told.completion_tokens, own.completion_tokens + before, "{told:?} {own:?}");
+    assert_eq!(told.total_tokens, own.total_tokens + before);
+}
+
+#[tokio::test(start_paused = true)]
 async fn whitespace_the_caller_has_is_not_sent_twice() {
     // Cut after "one t" + "wo th": no whitespace at the end. Cut after a piece that ends in a
     // space: the prefill leaves it out, so the continuation begins with one, which is dropped.
