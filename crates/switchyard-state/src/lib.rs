@@ -190,7 +190,7 @@ pub fn mask_url(url: &str) -> String {
         match query.map(|query| (host_and_path, query)).or_else(|| host_and_path.split_once('?')) {
             Some((path, query)) => {
                 let masked = query.split('&').map(|pair| match pair.split_once('=') {
-                    Some((name, _)) if names_a_secret(name) => format!("{name}=****"),
+                    Some((name, _)) if switchyard::credential::names_a_secret(name) => format!("{name}=****"),
                     _ => pair.to_owned(),
                 });
                 format!("{path}?{}", masked.collect::<Vec<_>>().join("&"))
@@ -200,19 +200,13 @@ pub fn mask_url(url: &str) -> String {
     format!("{scheme}://{user_info}{host_and_path}")
 }
 
-/// Whether a URL's query parameter `name` holds a secret.
-fn names_a_secret(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    ["pass", "secret", "token", "key", "auth"].iter().any(|word| name.contains(word))
-}
-
 /// Why a Redis URL holds a password where the client does not read it (a `password=` query
 /// parameter: only the user info, `redis://:PASSWORD@host`, is sent), if it does.
 pub fn unread_password(url: &str) -> Option<&'static str> {
     // The query follows the user info (whose password may hold a `?`).
     let after_user = url.rsplit_once('@').map_or(url, |(_, rest)| rest);
     let query = after_user.split_once('?').or_else(|| url.split_once('?'))?.1;
-    query.split('&').any(|pair| pair.split_once('=').is_some_and(|(name, _)| names_a_secret(name))).then_some(
+    query.split('&').any(|pair| pair.split_once('=').is_some_and(|(name, _)| switchyard::credential::names_a_secret(name))).then_some(
         "a password in the query is never sent to Redis: write it as redis://:PASSWORD@host:6379/0 (or rediss:// for TLS)",
     )
 }

@@ -68,6 +68,23 @@ impl Secret {
     }
 }
 
+/// Whether a name (an HTTP header's, a URL's query parameter's) says what it holds is a
+/// credential: `authorization`, `x-api-key`, a token, a password, a cookie, a session, a
+/// signature. What such a name holds is masked wherever it is shown and cut out of errors.
+///
+/// ```
+/// use switchyard::credential::names_a_secret;
+///
+/// assert!(names_a_secret("X-Proxy-Token") && names_a_secret("password"));
+/// assert!(!names_a_secret("anthropic-beta") && !names_a_secret("protocol"));
+/// ```
+pub fn names_a_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["auth", "key", "token", "secret", "cookie", "pass", "signature", "session"]
+        .iter()
+        .any(|word| name.contains(word))
+}
+
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Secret(***)")

@@ -185,7 +185,7 @@ impl Validator<'_> {
             .filter_map(|(name, text)| {
                 let at = format!("{path}.headers.{name}");
                 let (value, origin) = self.resolve(&at, text, "header's value", "PROXY_TOKEN")?;
-                if origin != "literal" || carries_a_secret(name) {
+                if origin != "literal" || switchyard::credential::names_a_secret(name) {
                     // `Bearer <token>`: the token alone is what an upstream may echo.
                     let scheme = value.split_once(' ').filter(|(scheme, _)| {
                         ["bearer", "basic", "token", "apikey"].contains(&scheme.to_ascii_lowercase().as_str())
@@ -551,12 +551,4 @@ fn holds_user_info(url: &str) -> bool {
     let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
     let authority = after_scheme.split(['/', '?', '#']).next().unwrap_or_default();
     authority.contains('@')
-}
-
-/// Whether a header of `name` carries a credential, by the words such headers' names use.
-fn carries_a_secret(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    ["auth", "key", "token", "secret", "cookie", "password", "signature", "session"]
-        .iter()
-        .any(|word| name.contains(word))
 }
