@@ -537,11 +537,6 @@ impl RoutedStream {
         });
         // With a deadline, a stall leaves a continuation its share of what is left.
         let share_of = served.deadline.filter(|_| resume.is_some());
-        let idle_limit = match share_of {
-            Some(deadline) => deadline_share(deadline.saturating_duration_since(Instant::now()), 1)
-                .map_or(served.timeouts.idle, |share| share.min(served.timeouts.idle)),
-            None => served.timeouts.idle,
-        };
         let mut stream = Self {
             router,
             buffer: served.output.buffer,
@@ -550,7 +545,11 @@ impl RoutedStream {
             share_of,
             last_chunk: Instant::now(),
             end,
-            timer: Box::pin(tokio::time::sleep_until(within(end, Instant::now(), idle_limit))),
+            timer: Box::pin(tokio::time::sleep_until(within(
+                end,
+                Instant::now(),
+                idle_within(served.timeouts.idle, share_of, Instant::now()),
+            ))),
             total_name,
             cut_by_deadline,
             answered: served.answered,
@@ -768,15 +767,10 @@ impl RoutedStream {
     fn wait_limit(&self) -> Duration {
         match self.choices.is_whole() {
             true => self.idle_limit.min(super::AFTER_FINISH),
-            false => self.idle_limit.min(self.share_left().unwrap_or(Duration::MAX)),
+            false => {
+                idle_within(self.idle_limit, self.share_of.filter(|_| self.resume.is_some()), self.last_chunk)
+            }
         }
-    }
-
-    /// Half of what is left of the deadline since the last chunk, while a continuation could
-    /// still finish the answer.
-    fn share_left(&self) -> Option<Duration> {
-        let deadline = self.share_of.filter(|_| self.resume.is_some())?;
-        deadline_share(deadline.saturating_duration_since(self.last_chunk), 1)
     }
 
     fn finish(&mut self) {
@@ -1058,6 +1052,14 @@ impl RoutedStream {
         }
         Poll::Pending
     }
+}
+
+/// The `idle` wait from `from`, at most half of what is then left of the deadline `share_of`
+/// (a stream a continuation could still finish, leaving it the other half).
+fn idle_within(idle: Duration, share_of: Option<Instant>, from: Instant) -> Duration {
+    share_of
+        .and_then(|deadline| deadline_share(deadline.saturating_duration_since(from), 1))
+        .map_or(idle, |share| share.min(idle))
 }
 
 /// `from` + `limit`, but no later than `end` (nor past what an instant can hold).
